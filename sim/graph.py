@@ -1,0 +1,119 @@
+"""Operators, tensors and the operator DAG.
+
+The graph knows nothing of hardware: an op carries its FLOPs and the tensors it
+reads and writes, each with a role and its bytes in its number format.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import networkx as nx
+
+ROLES = ("weight", "kv", "activation")
+
+# Op kinds. Mappers decide placement from these, never from names.
+GEMM = "gemm"                  # activations x weight matrix
+ATTN_SCORE = "attn_score"      # Q K^T against the KV cache
+ATTN_CONTEXT = "attn_context"  # softmax(QK^T) V
+ATTENTION = "attention"        # fused (flash) attention: score, softmax and context
+SOFTMAX = "softmax"
+NORM = "norm"
+ELEMENTWISE = "elementwise"    # residual add, activation functions
+ROPE = "rope"
+KV_APPEND = "kv_append"
+EMBED = "embed"
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """One tensor read or written by an op. `name` is a stable identity
+    ("L3.wq", "L3.k_cache", "L3.q") shared by every op that touches it."""
+
+    name: str
+    role: str
+    shape: tuple[int, ...]
+    fmt: str
+    bytes: int
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str                       # "L12.q_proj"
+    kind: str
+    flops: float
+    reads: tuple[TensorUse, ...]
+    writes: tuple[TensorUse, ...]
+    shape: tuple[tuple[str, int], ...] = ()  # named dims, e.g. (("m", 1), ("n", 4096), ("k", 4096))
+    compute_format: str = "fp16"    # format the arithmetic is specified in (activations)
+    layer: int | None = None
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return dict(self.shape)
+
+    @property
+    def base_name(self) -> str:
+        """Name without the layer prefix: "L12.q_proj" -> "q_proj"."""
+        return self.name.split(".", 1)[1] if self.layer is not None else self.name
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.bytes for t in self.reads) + sum(t.bytes for t in self.writes)
+
+    def bytes_by_role(self) -> dict[str, int]:
+        out = dict.fromkeys(ROLES, 0)
+        for t in (*self.reads, *self.writes):
+            out[t.role] += t.bytes
+        return out
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else math.inf
+
+
+@dataclass
+class OpGraph:
+    """A DAG of ops (networkx) with data-dependency edges, in insertion order,
+    which is a topological order."""
+
+    phase: str                 # "prefill" or "decode"
+    batch: int
+    q_len: int
+    kv_len: int
+    dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+
+    def add(self, op: Op, deps: list[str]) -> None:
+        self.dag.add_node(op.name, op=op)
+        for d in deps:
+            self.dag.add_edge(d, op.name)
+
+    def ops(self) -> Iterator[Op]:
+        for name in self.dag.nodes:
+            yield self.dag.nodes[name]["op"]
+
+    def op(self, name: str) -> Op:
+        return self.dag.nodes[name]["op"]
+
+    def deps(self, name: str) -> list[str]:
+        return list(self.dag.predecessors(name))
+
+    def __len__(self) -> int:
+        return self.dag.number_of_nodes()
+
+    @property
+    def flops(self) -> float:
+        return sum(o.flops for o in self.ops())
+
+    def bytes_by_role(self) -> dict[str, int]:
+        out = dict.fromkeys(ROLES, 0)
+        for o in self.ops():
+            for role, b in o.bytes_by_role().items():
+                out[role] += b
+        return out

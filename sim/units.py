@@ -1,0 +1,72 @@
+"""One parser for quantities with units: "3.35 TB/s", "80 GiB", "5 us", "154.8 TFLOP/s".
+
+Decimal prefixes (k, M, G, T, P) are powers of 1000; binary ones (Ki, Mi, Gi, Ti)
+are powers of 1024. Everything comes back in SI base units: bytes, seconds,
+FLOP/s, bytes/s, joules, hertz, watts. A plain number passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PREFIX = {
+    "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50,
+    "m": 1e-3, "u": 1e-6, "µ": 1e-6, "n": 1e-9, "p": 1e-12, "f": 1e-15,
+}
+
+# Base units and the dimension they measure. Bits are converted to bytes.
+_UNITS = {
+    "B": ("bytes", 1.0), "byte": ("bytes", 1.0), "bytes": ("bytes", 1.0),
+    "b": ("bytes", 1 / 8), "bit": ("bytes", 1 / 8),
+    "B/s": ("bytes/s", 1.0), "b/s": ("bytes/s", 1 / 8), "bps": ("bytes/s", 1 / 8),
+    "s": ("s", 1.0), "sec": ("s", 1.0),
+    "FLOP/s": ("flop/s", 1.0), "FLOPS": ("flop/s", 1.0), "OP/s": ("flop/s", 1.0),
+    "OPS": ("flop/s", 1.0), "FLOP": ("flop", 1.0),
+    "Hz": ("Hz", 1.0), "W": ("W", 1.0), "J": ("J", 1.0),
+    "J/B": ("J/B", 1.0), "J/b": ("J/B", 8.0),
+}
+
+_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
+
+
+def parse_quantity(value: object, expect: str | None = None) -> float:
+    """Parse a number with an optional unit into SI base units.
+
+    `expect` is a dimension ("bytes", "bytes/s", "s", "flop/s", ...); a string
+    whose unit measures something else raises ValueError.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a number or a quantity string, got {value!r}")
+    m = _RE.match(value)
+    if not m:
+        raise ValueError(f"cannot parse quantity {value!r}")
+    number, unit = float(m.group(1)), m.group(2)
+    if unit == "":
+        return number
+    for prefix in sorted(_PREFIX, key=len, reverse=True):
+        if unit.startswith(prefix) and unit[len(prefix):] in _UNITS:
+            dim, factor = _UNITS[unit[len(prefix):]]
+            if expect is not None and dim != expect:
+                raise ValueError(f"{value!r} is in {dim}, expected {expect}")
+            return number * _PREFIX[prefix] * factor
+    raise ValueError(f"unknown unit {unit!r} in {value!r}")
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_time(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3f} ms"
+    return f"{t * 1e6:.2f} us"
