@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Capture a PyTorch profiler trace of a LLaMA-shaped model, op by op.
+
+The model is built from any config the simulator accepts (`--model` preset
+name or path to a Hugging Face config.json, via `sim.model.load_model`), with
+random weights, in plain torch. Every logical op is wrapped in a
+`torch.profiler.record_function` named exactly as `sim/lowering.py` names it
+(`embed`, `L{i}.attn_norm`, ..., `final_norm`, `lm_head`), and every step in
+one named `step{j}.prefill` / `step{j}.decode`, so a trace lines up with the
+simulator's op graph of the same step.
+
+One prefill of `--batch` x `--prompt` tokens and `--decode-steps` decode steps
+run under the profiler, after one untraced warm-up prefill + decode at the same
+shapes. Written beside each other (PREFIX from `--out`):
+
+  PREFIX.trace.json.gz  Chrome trace (profiler export, gzip-compressed)
+  PREFIX.meta.json      machine, software, model config and run shape
+  PREFIX.ops.csv        one row per op per step: step, phase, op, layer,
+                        cpu_time_us, device_time_us, batch, q_len, kv_len
+
+On CPU the record_function range is the op's time. On CUDA, cpu_time_us is the
+host-side (launch) time of the range and device_time_us the summed duration of
+the kernels launched inside it (the profiler correlates them).
+
+    python scripts/capture_trace.py --model tinyllama-1.1b --threads 2 \
+        --prompt 128 --decode-steps 16 --out traces/cpu/
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import gzip
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sim.model import ModelConfig, load_model  # noqa: E402
+
+DTYPES = ("fp32", "bf16", "fp16")
+CSV_COLUMNS = ("step", "phase", "op", "layer", "cpu_time_us", "device_time_us", "batch", "q_len", "kv_len")
+LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append", "qk", "softmax", "av",
+             "o_proj", "attn_residual", "mlp_norm", "gate_proj", "up_proj", "act", "down_proj", "mlp_residual")
+FLASH_LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append", "attention",
+                   "o_proj", "attn_residual", "mlp_norm", "gate_proj", "up_proj", "act", "down_proj", "mlp_residual")
+_STEP_RE = re.compile(r"^step(\d+)\.(prefill|decode)$")
+
+
+def expected_ops(num_layers: int, flash: bool = False) -> list[str]:
+    """Op names of one step, in execution order (same as sim.lowering)."""
+    per_layer = FLASH_LAYER_OPS if flash else LAYER_OPS
+    return ["embed"] + [f"L{i}.{o}" for i in range(num_layers) for o in per_layer] + ["final_norm", "lm_head"]
+
+
+# --------------------------------------------------------------------------- model
+
+class TinyLlama:
+    """LLaMA forward in plain torch: RMSNorm, bias-free linears, RoPE, GQA,
+    preallocated KV cache, softmax attention (or SDPA), SiLU-gated MLP."""
+
+    def __init__(self, cfg: ModelConfig, layers: int, batch: int, max_len: int, dtype, device, flash: bool,
+                 seed: int = 0):
+        import torch
+        self.torch = torch
+        self.cfg, self.layers, self.batch, self.max_len = cfg, layers, batch, max_len
+        self.dtype, self.device, self.flash = dtype, device, flash
+        self.eps = 1e-5
+        h, f, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+        H, KV = cfg.num_heads, cfg.num_kv_heads
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+
+        def w(out_dim: int, in_dim: int):
+            # Generated in chunks on CPU (bounded fp32 scratch), scaled so activations stay O(1).
+            t = torch.empty(out_dim, in_dim, dtype=dtype, device=device)
+            rows = max(1, (1 << 24) // in_dim)
+            for r in range(0, out_dim, rows):
+                chunk = torch.randn(min(rows, out_dim - r), in_dim, generator=gen) / math.sqrt(in_dim)
+                t[r:r + chunk.shape[0]].copy_(chunk)
+            return t
+
+        def ones(n: int):
+            return torch.ones(n, dtype=dtype, device=device)
+
+        self.embed = w(cfg.vocab_size, h) * math.sqrt(h)
+        self.blocks = []
+        for _ in range(layers):
+            self.blocks.append(dict(
+                attn_norm=ones(h), q=w(cfg.q_dim, h), k=w(cfg.kv_dim, h), v=w(cfg.kv_dim, h), o=w(h, cfg.q_dim),
+                mlp_norm=ones(h), gate=w(f, h), up=w(f, h), down=w(h, f),
+                k_cache=torch.zeros(batch, KV, max_len, d, dtype=dtype, device=device),
+                v_cache=torch.zeros(batch, KV, max_len, d, dtype=dtype, device=device)))
+        self.final_norm = ones(h)
+        self.lm_head = self.embed if cfg.tie_word_embeddings else w(cfg.vocab_size, h)
+        # RoPE tables (theta 10000, rotate-half convention as in HF LLaMA).
+        inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        ang = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
+        ang = torch.cat([ang, ang], dim=-1)
+        self.cos = ang.cos().to(dtype=dtype, device=device)
+        self.sin = ang.sin().to(dtype=dtype, device=device)
+        self.masks: dict[tuple[int, int], object] = {}
+
+    def causal_mask(self, q_len: int, kv_len: int):
+        """True where a query may NOT attend (built once per shape, outside the ops)."""
+        key = (q_len, kv_len)
+        if key not in self.masks:
+            torch = self.torch
+            qpos = torch.arange(kv_len - q_len, kv_len, device=self.device)[:, None]
+            kpos = torch.arange(kv_len, device=self.device)[None, :]
+            self.masks[key] = kpos > qpos
+        return self.masks[key]
+
+    def _rms(self, x, weight):
+        torch = self.torch
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return xf.to(x.dtype) * weight
+
+    def step(self, tokens, pos: int):
+        """tokens (B, q_len) starting at position `pos`; returns logits (B, vocab)."""
+        torch = self.torch
+        F = torch.nn.functional
+        rf = torch.profiler.record_function
+        cfg = self.cfg
+        B, q = tokens.shape
+        kv = pos + q
+        H, KV, d, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size
+        G = H // KV
+        mask = self.causal_mask(q, kv) if q > 1 else None
+        cos, sin = self.cos[pos:kv], self.sin[pos:kv]  # (q, d)
+        scale = 1.0 / math.sqrt(d)
+
+        with rf("embed"):
+            x = F.embedding(tokens.reshape(-1), self.embed)  # (T, h)
+        for i, p in enumerate(self.blocks):
+            L = f"L{i}"
+            with rf(f"{L}.attn_norm"):
+                xn = self._rms(x, p["attn_norm"])
+            with rf(f"{L}.q_proj"):
+                qh = F.linear(xn, p["q"])
+            with rf(f"{L}.k_proj"):
+                kh = F.linear(xn, p["k"])
+            with rf(f"{L}.v_proj"):
+                vh = F.linear(xn, p["v"])
+            with rf(f"{L}.rope"):
+                qh = qh.view(B, q, H, d).transpose(1, 2)  # (B, H, q, d)
+                kh = kh.view(B, q, KV, d).transpose(1, 2)
+                qh = qh * cos + _rotate_half(torch, qh) * sin
+                kh = kh * cos + _rotate_half(torch, kh) * sin
+            with rf(f"{L}.kv_append"):
+                p["k_cache"][:, :, pos:kv].copy_(kh)
+                p["v_cache"][:, :, pos:kv].copy_(vh.view(B, q, KV, d).transpose(1, 2))
+            k_all, v_all = p["k_cache"][:, :, :kv], p["v_cache"][:, :, :kv]  # views (B, KV, kv, d)
+            if self.flash:
+                with rf(f"{L}.attention"):
+                    ctx = F.scaled_dot_product_attention(qh, k_all, v_all, is_causal=q > 1, enable_gqa=G > 1)
+                    ctx = ctx.transpose(1, 2).reshape(B * q, H * d)
+            else:
+                with rf(f"{L}.qk"):
+                    # GQA by reshaping: the G query heads sharing a KV head become extra rows.
+                    scores = torch.matmul(qh.reshape(B, KV, G * q, d), k_all.transpose(-1, -2))
+                    scores = scores.view(B, H, q, kv)
+                with rf(f"{L}.softmax"):
+                    scores = scores * scale
+                    if mask is not None:
+                        scores = scores.masked_fill(mask, float("-inf"))
+                    probs = torch.softmax(scores, dim=-1)
+                with rf(f"{L}.av"):
+                    ctx = torch.matmul(probs.view(B, KV, G * q, kv), v_all)  # (B, KV, G*q, d)
+                    ctx = ctx.view(B, H, q, d).transpose(1, 2).reshape(B * q, H * d)
+            with rf(f"{L}.o_proj"):
+                o = F.linear(ctx, p["o"])
+            with rf(f"{L}.attn_residual"):
+                x = x + o
+            with rf(f"{L}.mlp_norm"):
+                xn = self._rms(x, p["mlp_norm"])
+            with rf(f"{L}.gate_proj"):
+                gate = F.linear(xn, p["gate"])
+            with rf(f"{L}.up_proj"):
+                up = F.linear(xn, p["up"])
+            with rf(f"{L}.act"):
+                a = F.silu(gate) * up
+            with rf(f"{L}.down_proj"):
+                m = F.linear(a, p["down"])
+            with rf(f"{L}.mlp_residual"):
+                x = x + m
+        with rf("final_norm"):
+            xn = self._rms(x, self.final_norm)
+        with rf("lm_head"):
+            last = xn.view(B, q, h)[:, -1]  # only each sequence's last token
+            logits = F.linear(last, self.lm_head)
+        return logits
+
+
+def _rotate_half(torch, x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+# --------------------------------------------------------------------------- run
+
+def _sync(torch, device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_steps(model: TinyLlama, prompt: int, decode_steps: int, device: str, seed: int, label: bool):
+    """Prefill + decode_steps decode steps. Returns [(step, phase, q_len, kv_len)]."""
+    torch = model.torch
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    tokens = torch.randint(0, model.cfg.vocab_size, (model.batch, prompt), generator=gen).to(device)
+    shapes = []
+    pos = 0
+    for j in range(decode_steps + 1):
+        phase = "prefill" if j == 0 else "decode"
+        q = tokens.shape[1]
+        shapes.append((j, phase, q, pos + q))
+        if label:
+            with torch.profiler.record_function(f"step{j}.{phase}"):
+                logits = model.step(tokens, pos)
+                tokens = logits.argmax(-1, keepdim=True)  # greedy next token
+                _sync(torch, device)
+        else:
+            logits = model.step(tokens, pos)
+            tokens = logits.argmax(-1, keepdim=True)
+            _sync(torch, device)
+        pos += q
+    return shapes
+
+
+def ops_table(events, shapes, batch: int) -> list[dict]:
+    """One row per op per step from the profiler's per-event list."""
+    from torch.autograd import DeviceType
+    op_names = set(LAYER_OPS) | {"attention"}
+    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    steps = []
+    for e in cpu:
+        mm = _STEP_RE.match(e.name)
+        if mm:
+            steps.append((e.time_range.start, e.time_range.end, int(mm.group(1)), mm.group(2)))
+    steps.sort()
+    shape_of = {s[0]: s for s in shapes}
+    rows = []
+    for e in cpu:
+        name = e.name
+        if name in ("embed", "final_norm", "lm_head"):
+            layer = ""
+        else:
+            mm = re.match(r"^L(\d+)\.(\w+)$", name)
+            if not mm or mm.group(2) not in op_names:
+                continue
+            layer = int(mm.group(1))
+        start, end = e.time_range.start, e.time_range.end
+        owner = [s for s in steps if s[0] <= start and end <= s[1]]
+        if not owner:
+            continue  # an op outside any traced step (should not happen)
+        j, phase = owner[-1][2], owner[-1][3]
+        _, _, q_len, kv_len = shape_of[j]
+        rows.append(dict(step=j, phase=phase, op=name, layer=layer,
+                         cpu_time_us=round(e.time_range.elapsed_us(), 3),
+                         device_time_us=round(float(e.device_time_total), 3),
+                         batch=batch, q_len=q_len, kv_len=kv_len, _t=start))
+    rows.sort(key=lambda r: (r["step"], r["_t"]))
+    for r in rows:
+        del r["_t"]
+    step_rows = []
+    for start, end, j, phase in steps:
+        step_rows.append(dict(step=j, phase=phase, wall_us=round(end - start, 3)))
+    return rows, step_rows
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_driver() -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
+
+
+def default_name(cfg: ModelConfig, layers: int, args) -> str:
+    parts = [_safe(cfg.name), f"L{layers}", args.dtype, f"b{args.batch}", f"p{args.prompt}",
+             f"d{args.decode_steps}", args.device] + (["flash"] if args.flash else [])
+    return "_".join(parts)
+
+
+def output_prefix(out: str | None, name: str, device: str) -> Path:
+    """PREFIX for the three files. A directory (existing, or ending in '/')
+    gets an automatic deterministic name; 'x.json.gz' / 'x.trace.json.gz' is
+    the trace file itself; anything else is the prefix."""
+    if out is None:
+        return ROOT / "traces" / device / name
+    if out.endswith(("/", os.sep)) or Path(out).is_dir():
+        return Path(out) / name
+    for suffix in (".trace.json.gz", ".json.gz", ".json"):
+        if out.endswith(suffix):
+            return Path(out[: -len(suffix)])
+    return Path(out)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="preset name or path to a HF config.json (see sim.model)")
+    ap.add_argument("--layers", type=int, default=None, help="keep only the first K layers")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtype", choices=DTYPES, default="fp32")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--decode-steps", type=int, default=16)
+    ap.add_argument("--flash", action="store_true",
+                    help="F.scaled_dot_product_attention as one `attention` op instead of qk/softmax/av")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--out", default=None,
+                    help="path prefix, PREFIX.trace.json.gz, or a directory (default traces/<device>/)")
+    ap.add_argument("--no-shapes", action="store_true", help="don't record input shapes in the trace")
+    ap.add_argument("--no-trace", action="store_true", help="write only meta.json and ops.csv")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    for key in ("batch", "prompt"):
+        if getattr(args, key) < 1:
+            ap.error(f"--{key.replace('_', '-')} must be >= 1")
+    if args.decode_steps < 0:
+        ap.error("--decode-steps must be >= 0")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    import torch
+
+    cfg = load_model(args.model)
+    if cfg.family != "llama":
+        raise SystemExit(f"capture_trace: only the llama family is modelled here, {cfg.name} is {cfg.family}")
+    layers = cfg.num_layers if args.layers is None else args.layers
+    if not 1 <= layers <= cfg.num_layers:
+        raise SystemExit(f"capture_trace: --layers must be in 1..{cfg.num_layers}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("capture_trace: --device cuda but torch.cuda.is_available() is False")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    max_len = args.prompt + args.decode_steps + 1
+    prefix = output_prefix(args.out, default_name(cfg, layers, args), args.device)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.perf_counter()
+    model = TinyLlama(cfg, layers, args.batch, max_len, dtype, args.device, args.flash, seed=args.seed)
+    t_build = time.perf_counter() - t0
+
+    with torch.inference_mode():
+        t1 = time.perf_counter()
+        run_steps(model, args.prompt, min(1, args.decode_steps), args.device, args.seed + 1, label=False)
+        t_warm = time.perf_counter() - t1
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if args.device == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        t2 = time.perf_counter()
+        with torch.profiler.profile(activities=activities, record_shapes=not args.no_shapes) as prof:
+            shapes = run_steps(model, args.prompt, args.decode_steps, args.device, args.seed + 2, label=True)
+        t_traced = time.perf_counter() - t2
+
+    rows, step_rows = ops_table(prof.events(), shapes, args.batch)
+
+    trace_path = prefix.with_name(prefix.name + ".trace.json.gz")
+    if not args.no_trace:
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=str(prefix.parent))
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            with open(tmp, "rb") as src, open(trace_path, "wb") as raw:
+                # mtime=0 and no file name in the header: same content -> same bytes.
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+                    shutil.copyfileobj(src, gz)
+        finally:
+            os.unlink(tmp)
+
+    csv_path = prefix.with_name(prefix.name + ".ops.csv")
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+    cuda = args.device == "cuda"
+    meta = {
+        "tool": "scripts/capture_trace.py",
+        "argv": list(sys.argv[1:] if argv is None else argv),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if cuda else _cpu_model(),
+        "cuda_version": torch.version.cuda if cuda else None,
+        "driver_version": _nvidia_driver() if cuda else None,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "dtype": args.dtype,
+        "flash": args.flash,
+        "model": cfg.to_dict(),
+        "layers": layers,
+        "batch": args.batch,
+        "prompt": args.prompt,
+        "decode_steps": args.decode_steps,
+        "record_shapes": not args.no_shapes,
+        "files": {"trace": trace_path.name if not args.no_trace else None, "ops": csv_path.name},
+        "ops_per_step": len(expected_ops(layers, args.flash)),
+        "steps": step_rows,
+        "wall_s": {"build": round(t_build, 3), "warmup": round(t_warm, 3), "traced": round(t_traced, 3)},
+    }
+    meta_path = prefix.with_name(prefix.name + ".meta.json")
+    meta_path.write_text(json.dumps(meta, indent=1, sort_keys=False) + "\n")
+    print(f"capture_trace: {cfg.name} x{layers} layers {args.dtype} b{args.batch} p{args.prompt} "
+          f"d{args.decode_steps} on {args.device}: traced {t_traced:.1f}s (build {t_build:.1f}s, "
+          f"warm-up {t_warm:.1f}s) -> {prefix}.*")
+    return {"trace": None if args.no_trace else trace_path, "meta": meta_path, "ops": csv_path,
+            "rows": len(rows), "wall_s": meta["wall_s"]}
+
+
+if __name__ == "__main__":
+    main()
