@@ -1,0 +1,116 @@
+"""What every hardware model provides: a Mapper turns a step's op graph into
+engine tasks on the machine's resources, and checks that the run fits.
+
+A mapper is chosen by the machine's `kind`. The generation loop (prefill, then
+decode steps over a growing KV cache, with the shortcuts for identical layers
+and steps) lives in sim.simulate and works for any mapper; a kind whose
+schedule crosses steps (offload's block schedule, a spatial pipeline) overrides
+`simulate`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hw_models.machine import Machine
+from sim.engine import Task
+from sim.errors import CapacityError
+from sim.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
+from sim.graph import Op, OpGraph
+from sim.lowering import lower
+from sim.model import ModelConfig
+from sim.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from sim.results import RunResult
+    from sim.workload import Workload
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """How one op runs: where, how long, and what bounds it."""
+
+    op: Op
+    unit: str
+    duration_s: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    bound: str          # "compute", "memory", "link" or "overhead"
+    path: str = ""      # e.g. "fp16 tensor", "int4 weights -> fp16 (dequant)", "PIM"
+    energy_j: float = 0.0
+
+
+def bound_of(compute_s: float, memory_s: float, overhead_s: float, link_s: float = 0.0) -> str:
+    times = {"compute": compute_s, "memory": memory_s, "link": link_s, "overhead": overhead_s}
+    return max(times, key=times.__getitem__)
+
+
+class Mapper:
+    kind = "base"
+
+    def __init__(self, machine: Machine, workload: "Workload", model: ModelConfig):
+        self.machine = machine
+        self.workload = workload
+        self.model = model
+        self.formats = workload.formats.policy()
+
+    # -- what a hardware model must provide -------------------------------
+    def plan_step(self, graph: OpGraph) -> list[Task]:
+        raise NotImplementedError
+
+    def resources(self) -> dict[str, int]:
+        """Parallel slots per engine resource (default one)."""
+        return {}
+
+    def containers(self) -> dict[str, float]:
+        return {}
+
+    # -- shared behaviour ---------------------------------------------------
+    def footprint(self) -> Footprint:
+        """Everything on the main unit's memory tier; raises CapacityError if it does not fit."""
+        w = self.workload
+        fp = Footprint()
+        tier = self.machine.device_tier
+        fp.add(tier, "weights", weight_bytes(self.model, self.formats))
+        fp.add(tier, "kv_cache", kv_bytes(self.model, self.formats, w.batch, w.prompt_len + w.gen_len))
+        prefill = lower(self.model, "prefill", w.batch, w.prompt_len, w.prompt_len, self.formats,
+                        w.flash_attention, num_layers=1)
+        fp.add(tier, "activations", activation_peak_bytes(prefill))
+        self.check_fits(fp)
+        return fp
+
+    def check_fits(self, fp: Footprint, hint: str | None = None) -> None:
+        for tier, roles in fp.tiers.items():
+            need, have = fp.total(tier), self.machine.memory[tier].capacity_bytes
+            if need > have:
+                hint = hint or self.capacity_hint()
+                raise CapacityError(
+                    f"{self.model.name} ({self.workload.formats.weights} weights, batch {self.workload.batch}, "
+                    f"{self.workload.prompt_len}+{self.workload.gen_len} tokens) needs {fmt_bytes(need)} in "
+                    f"{self.machine.name}.{tier} ({fp.describe(tier)}) but it holds {fmt_bytes(have)}: "
+                    f"short by {fmt_bytes(need - have)}. {hint}")
+
+    def capacity_hint(self) -> str:
+        return ("Try an offload preset that spills to CPU memory and disk (e.g. --hw a6000_offload), "
+                "a narrower weight format (--set formats.weights=int4), or a smaller batch.")
+
+    def simulate(self, exhaustive: bool = False) -> "RunResult":
+        from sim.simulate import simulate_generation
+
+        return simulate_generation(self, exhaustive=exhaustive)
+
+
+_MODULES = {"gpu": "hw_models.gpu", "cpu": "hw_models.gpu", "offload": "hw_models.offload",
+            "pim": "hw_models.pim", "spatial": "hw_models.spatial"}
+
+
+def mapper_for(machine: Machine, workload: "Workload", model: ModelConfig) -> Mapper:
+    module = importlib.import_module(_MODULES[machine.kind])
+    return module.MAPPER(machine, workload, model)
+
+
+def raise_capacity(msg: str) -> None:
+    raise CapacityError(msg)

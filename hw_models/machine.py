@@ -1,0 +1,160 @@
+"""Hardware description: memory tiers, compute units and links, loaded from
+YAML presets through a strict schema.
+
+Kind-specific parts (host offload tiers, PIM geometry, spatial chips) are
+optional sections validated by their own hardware-model modules, so a preset
+is one flat, readable file.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from sim.errors import ConfigError
+from sim.schema import Quantity, Strict, read_yaml, set_dotted, validation_error
+
+PRESET_DIR = Path(__file__).parent / "presets"
+KINDS = ("gpu", "cpu", "offload", "pim", "spatial")
+
+
+class Tier(Strict):
+    capacity_bytes: Quantity = Field(gt=0)
+    bandwidth_bytes_per_s: Quantity = Field(gt=0)
+    write_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
+    latency_s: Quantity = Field(default=0.0, ge=0)
+    energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
+
+
+class Efficiency(Strict):
+    """Achieved/peak as a saturating function of op size: eff(x) = max * x / (x + half).
+    `half` is the size at which an op gets half of `max`; 0 means always `max`."""
+
+    compute_max: float = Field(default=1.0, gt=0, le=1)
+    compute_half_flops: float = Field(default=0.0, ge=0)
+    memory_max: float = Field(default=1.0, gt=0, le=1)
+    memory_half_bytes: float = Field(default=0.0, ge=0)
+
+    def compute(self, flops: float) -> float:
+        return self.compute_max * (flops / (flops + self.compute_half_flops) if self.compute_half_flops else 1.0)
+
+    def memory(self, nbytes: float) -> float:
+        return self.memory_max * (nbytes / (nbytes + self.memory_half_bytes) if self.memory_half_bytes else 1.0)
+
+
+class Unit(Strict):
+    """A compute unit: a GPU's SMs, a CPU socket, a PIM array, a spatial chip."""
+
+    memory: str                                   # the tier it streams operands from
+    peak_flops_per_s: dict[str, Quantity]         # matrix rate per compute format
+    vector_flops_per_s: Quantity = Field(gt=0)    # non-matrix ops (norms, softmax, adds)
+    launch_overhead_s: Quantity = Field(default=0.0, ge=0)
+    efficiency: Efficiency = Efficiency()
+    power_w: Quantity | None = Field(default=None, gt=0)
+
+    @field_validator("peak_flops_per_s")
+    @classmethod
+    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        for fmt, rate in v.items():
+            if rate <= 0:
+                raise ValueError(f"{fmt}: must be positive")
+        return v
+
+
+class Link(Strict):
+    src: str
+    dst: str
+    bandwidth_bytes_per_s: Quantity = Field(gt=0)
+    latency_s: Quantity = Field(default=0.0, ge=0)
+    energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
+
+
+class Machine(Strict):
+    version: int = 1
+    name: str
+    kind: Literal["gpu", "cpu", "offload", "pim", "spatial"] = "gpu"
+    description: str = ""
+    price_usd: float | None = Field(default=None, ge=0)
+    memory: dict[str, Tier]
+    units: dict[str, Unit]
+    links: dict[str, Link] = {}
+    # Kind-specific sections, validated by hw_models.<kind> when used.
+    host: dict[str, Any] | None = None
+    pim: dict[str, Any] | None = None
+    spatial: dict[str, Any] | None = None
+    source: str = Field(default="", exclude=True)
+
+    @model_validator(mode="after")
+    def _references(self) -> "Machine":
+        if not self.units:
+            raise ValueError("at least one compute unit is required")
+        for name, unit in self.units.items():
+            if unit.memory not in self.memory:
+                raise ValueError(f"units.{name}.memory: no memory tier named {unit.memory!r}")
+        for name, link in self.links.items():
+            for end in (link.src, link.dst):
+                if end not in self.memory and end not in self.units:
+                    raise ValueError(f"links.{name}: no tier or unit named {end!r}")
+        return self
+
+    @property
+    def main_unit(self) -> str:
+        return next(iter(self.units))
+
+    @property
+    def device_tier(self) -> str:
+        return self.units[self.main_unit].memory
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+@cache
+def _raw_preset(path: Path) -> Any:
+    return read_yaml(path)
+
+
+def resolve_path(spec: str | Path) -> Path:
+    text = str(spec)
+    candidate = PRESET_DIR / f"{text}.yaml"
+    if candidate.is_file():
+        return candidate
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"{path}: hardware file not found")
+        return path
+    raise ConfigError(f"unknown hardware preset {text!r}; presets: {', '.join(preset_names())} (see `sim hw list`)")
+
+
+def raw_machine(spec: str | Path) -> dict[str, Any]:
+    """The preset's YAML as a plain dict (a copy), for overrides and sweeps."""
+    path = resolve_path(spec)
+    raw = _raw_preset(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return copy.deepcopy(raw)
+
+
+def machine_from_dict(raw: dict[str, Any], source: str) -> Machine:
+    try:
+        return Machine.model_validate({**raw, "source": source})
+    except ValidationError as exc:
+        raise validation_error(exc, source) from None
+
+
+def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> Machine:
+    """Load a preset by name or path; `overrides` maps dotted paths (without the
+    leading 'hw.') to values, e.g. {"memory.hbm.bandwidth_bytes_per_s": 1.6e12}."""
+    if isinstance(spec, Machine) and not overrides:
+        return spec
+    path = resolve_path(spec)
+    raw = raw_machine(path)
+    for key, value in (overrides or {}).items():
+        set_dotted(raw, key, value, source=f"{path} (override hw.{key})")
+    return machine_from_dict(raw, str(path))

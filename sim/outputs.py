@@ -1,0 +1,52 @@
+"""Files a run writes: JSON, Chrome trace, plots. Each is written to a temporary
+file and renamed into place, so an interrupted run leaves nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from sim.engine import Timeline
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    return atomic_write(path, lambda p: p.write_text(json.dumps(data, indent=1, default=float)))
+
+
+def chrome_trace(timelines: dict[str, Timeline]) -> dict[str, Any]:
+    """Chrome trace JSON (opens in Perfetto): one process per timeline, one
+    thread (track) per resource; times in microseconds."""
+    events: list[dict[str, Any]] = []
+    for pid, (label, tl) in enumerate(timelines.items(), start=1):
+        events.append(dict(ph="M", pid=pid, name="process_name", args=dict(name=label)))
+        tids: dict[str, int] = {}
+        for i in tl.intervals:
+            if i.resource not in tids:
+                tids[i.resource] = len(tids) + 1
+                events.append(dict(ph="M", pid=pid, tid=tids[i.resource], name="thread_name",
+                                   args=dict(name=i.resource)))
+            tag = i.tag
+            op = getattr(tag, "op", None)
+            args = dict(bound=getattr(tag, "bound", ""), path=getattr(tag, "path", ""))
+            if op is not None:
+                args.update(kind=op.kind, flops=op.flops, bytes=op.bytes)
+            events.append(dict(ph="X", pid=pid, tid=tids[i.resource], name=i.task, cat=args.get("kind", "task"),
+                               ts=i.start_s * 1e6, dur=i.duration_s * 1e6, args=args))
+    return {"traceEvents": events, "displayTimeUnit": "ms"}

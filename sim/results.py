@@ -1,0 +1,126 @@
+"""Results of a run, derived from timelines by pure functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.engine import Timeline
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    name: str
+    kind: str
+    unit: str
+    start_s: float
+    end_s: float
+    flops: float
+    bytes: float
+    bound: str
+    path: str = ""
+    energy_j: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def base_name(self) -> str:
+        head, _, tail = self.name.partition(".")
+        return tail if head.startswith("L") and head[1:].isdigit() and tail else self.name
+
+
+def op_records(timeline: Timeline) -> list[OpRecord]:
+    """Intervals whose tag is an OpCost (or has the same fields) become op records."""
+    out = []
+    for i in sorted(timeline.intervals, key=lambda i: (i.start_s, i.task)):
+        c = i.tag
+        op = getattr(c, "op", None)
+        out.append(OpRecord(
+            name=i.task, kind=op.kind if op is not None else getattr(c, "kind", "transfer"),
+            unit=i.resource, start_s=i.start_s, end_s=i.end_s,
+            flops=op.flops if op is not None else 0.0,
+            bytes=float(op.bytes if op is not None else getattr(c, "bytes", 0.0)),
+            bound=getattr(c, "bound", "link"), path=getattr(c, "path", ""),
+            energy_j=getattr(c, "energy_j", 0.0)))
+    return out
+
+
+@dataclass
+class StepResult:
+    phase: str
+    kv_len: int
+    time_s: float
+    busy_s: dict[str, float]
+    energy_j: float = 0.0
+
+
+@dataclass
+class RunResult:
+    workload: str
+    hardware: str
+    model: dict[str, Any]
+    params: int
+    batch: int
+    prompt_len: int
+    gen_len: int
+    formats: dict[str, Any]
+    ttft_s: float
+    tpot_s: float
+    tpot_first_s: float
+    tpot_last_s: float
+    e2e_s: float
+    throughput_tok_s: float
+    peak_memory_bytes: dict[str, float]
+    memory_by_role: dict[str, dict[str, float]]
+    utilization: dict[str, float]
+    energy_per_token_j: float
+    prefill_ops: list[OpRecord]
+    decode_ops: list[OpRecord]          # one representative decode step, every op
+    decode_kv_len: int
+    prefill_timeline: Timeline
+    decode_timeline: Timeline
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)   # kind-specific report sections
+    simulated_steps: int = 0
+    exhaustive: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
+                    flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
+        return dict(
+            workload=self.workload, hardware=self.hardware, model=self.model, params=self.params,
+            batch=self.batch, prompt_len=self.prompt_len, gen_len=self.gen_len, formats=self.formats,
+            ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
+            tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
+            peak_memory_bytes=self.peak_memory_bytes, memory_by_role=self.memory_by_role,
+            utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
+            decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
+            extra={k: v for k, v in self.extra.items() if k != "report"},
+            simulated_steps=self.simulated_steps, exhaustive=self.exhaustive)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat scalar metrics, for sweeps and tables."""
+        out = dict(ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
+                   tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
+                   energy_per_token_j=self.energy_per_token_j, params=float(self.params))
+        for tier, b in self.peak_memory_bytes.items():
+            out[f"peak_memory_bytes.{tier}"] = b
+        for res, u in self.utilization.items():
+            out[f"utilization.{res}"] = u
+        for k, v in self.extra.get("metrics", {}).items():
+            out[k] = v
+        return out
+
+
+def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, int]]:
+    """(base name, kind, total seconds, dominant bound, count) across layers, slowest first."""
+    acc: dict[str, list] = {}
+    for o in ops:
+        a = acc.setdefault(o.base_name, [o.kind, 0.0, {}, 0])
+        a[1] += o.duration_s
+        a[2][o.bound] = a[2].get(o.bound, 0.0) + o.duration_s
+        a[3] += 1
+    rows = [(name, kind, t, max(b, key=b.get), n) for name, (kind, t, b, n) in acc.items()]
+    return sorted(rows, key=lambda r: -r[2])
