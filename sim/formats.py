@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.errors import ConfigError
 
@@ -140,7 +140,6 @@ def _int(bits: int, granularity: str, asym: bool = False) -> NumberFormat:
 
 
 def _renamed(fmt: NumberFormat, name: str, description: str | None = None) -> NumberFormat:
-    from dataclasses import replace
     return replace(fmt, name=name, description=description or fmt.description)
 
 

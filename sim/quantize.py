@@ -18,7 +18,7 @@ casts (round to nearest, ties to even); scales follow:
   block_scale = E4M3(clamp(block_amax/6/tensor_scale, 2^-6, 448));
   P = E2M1(clamp(x/(tensor_scale*block_scale), -6, 6)).
 * int: symmetric absmax, scale = amax/qmax rounded to the scale format (fp16,
-  or fp32 per tensor), q = clamp(rint(x/scale), -2^(b-1), 2^(b-1)-1).
+  or fp32 per tensor; fp16 scales clamp to [2^-24, 65504]), q = clamp(rint(x/scale), -2^(b-1), 2^(b-1)-1).
   `_asym` formats: AWQ-style min-max, scale = (max-min)/(2^b-1) (fp16),
   zero = clamp(-rint(min/scale), 0, 2^b-1), q = clamp(rint(x/scale)+zero, 0, 2^b-1),
   value = (q-zero)*scale.
@@ -55,14 +55,15 @@ def _dtype(name: str):
 
 
 def _cast_elements(v: np.ndarray, fmt: NumberFormat) -> np.ndarray:
-    """Round v (float) to fmt's element type and back (float64), saturating if fmt.saturate."""
-    v = np.asarray(v, dtype=np.float64)
+    """Round v to fmt's element type and back (float32), saturating if fmt.saturate.
+
+    v must be float32-exact (a float32 input, or one divided by a power of two), so
+    the single ml_dtypes cast is the only rounding."""
+    v = np.asarray(v, dtype=np.float32)
     dt = _dtype(fmt.element_dtype)
-    c = np.clip(v, -fmt.max_normal, fmt.max_normal) if fmt.saturate else v
-    # c is exactly representable in float32 whenever it matters (it is a float32 input
-    # divided by a power of two), so float64 -> float32 -> element does not double-round.
+    c = np.clip(v, np.float32(-fmt.max_normal), np.float32(fmt.max_normal)) if fmt.saturate else v
     with np.errstate(over="ignore"):   # fp16/bf16 overflow to Inf is the intended IEEE result
-        out = c.astype(np.float32).astype(dt).astype(np.float64)
+        out = c.astype(dt).astype(np.float32)
     nan = np.isnan(v)
     if nan.any():
         out[nan] = np.nan  # ml_dtypes maps NaN to -0 for fp4/fp6
@@ -102,17 +103,19 @@ def _quantize_mx(x: np.ndarray, fmt: NumberFormat) -> np.ndarray:
     shared = np.where(amax > 0, e.astype(np.int64) - 1, -127) - fmt.emax
     bad = bad | (shared > 127)                          # E8M0 overflow -> NaN scale
     shared = np.clip(shared, -127, 127)
-    scale = np.ldexp(1.0, shared).astype(ml_dtypes.float8_e8m0fnu).astype(np.float64)  # exact
-    v = b.astype(np.float64) / scale
+    # 2^shared is exact in float32 (2^-127 is a float32 subnormal), and so is the E8M0 round trip.
+    scale = np.ldexp(np.float32(1.0), shared.astype(np.int32)).astype(np.float32)
+    scale = scale.astype(ml_dtypes.float8_e8m0fnu).astype(np.float32)
+    v = b / scale        # exact: dividing a float32 by a power of two (underflow only far below the grid)
     if fmt.kind == "int":   # MXINT8: grid k/64, |k| <= 127
         v = np.where(np.isfinite(v), v, 0.0)   # blocks holding NaN/Inf are set to NaN below
-        k = np.clip(np.rint(v * 64.0), -127, 127).astype(np.int8)
-        p = k.astype(np.float64) / 64.0
+        k = np.clip(np.rint(v * np.float32(64.0)), -127, 127).astype(np.int8)
+        p = k.astype(np.float32) / np.float32(64.0)
     else:
         p = _cast_elements(v, fmt)
-    out = p * scale
-    out = np.where(bad, np.nan, out)
-    return _unblocks(out, n).astype(np.float32)
+    out = p * scale      # one correctly rounded float32 product (only rounds in the subnormal range)
+    out = np.where(bad, np.float32(np.nan), out)
+    return _unblocks(out, n).astype(np.float32, copy=False)
 
 
 def _quantize_nvfp4(x: np.ndarray, fmt: NumberFormat) -> np.ndarray:
@@ -183,6 +186,8 @@ def quantize(array, fmt: str | NumberFormat) -> np.ndarray:
 
     Blocks/groups run along the last axis; the output has the input's shape."""
     f = get_format(fmt)
+    if not f.element_dtype:
+        raise ConfigError(f"number format {f.name!r} has no element_dtype, so it cannot be emulated")
     x = np.asarray(array, dtype=np.float32)
     if x.size == 0:
         return x.copy()
