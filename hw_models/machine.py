@@ -115,8 +115,14 @@ def preset_names() -> list[str]:
 
 
 @cache
-def _raw_preset(path: Path) -> Any:
+def _raw_cached(path: Path, mtime_ns: int, size: int) -> Any:
     return read_yaml(path)
+
+
+def _raw_preset(path: Path) -> Any:
+    """Parsed YAML, cached per process (sweeps load the same preset thousands of times)."""
+    st = path.stat()
+    return _raw_cached(path, st.st_mtime_ns, st.st_size)
 
 
 def resolve_path(spec: str | Path) -> Path:

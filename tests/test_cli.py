@@ -1,0 +1,105 @@
+"""The command line: the main job, outputs, and one clear line for each user mistake."""
+
+import json
+
+import pytest
+
+from sim.cli import main
+from tests.conftest import ROOT
+
+WL = str(ROOT / "workloads/llama13b_decode.yaml")
+
+
+def _err_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err            # exactly one line, no traceback
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def test_run_writes_json_trace_and_plots(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    trace = tmp_path / "t.json"
+    assert main(["run", WL, "--hw", "a6000", "--json", str(out), "--chrome-trace", str(trace),
+                 "--plots", str(tmp_path / "plots")]) == 0
+    report = capsys.readouterr().out
+    for text in ("TTFT", "TPOT", "tokens/s", "Peak memory", "down_proj", "memory"):
+        assert text in report
+    data = json.loads(out.read_text())
+    for key in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "params", "peak_memory_bytes", "utilization", "ops"):
+        assert key in data
+    assert data["params"] == 13_015_864_320
+    op = data["ops"][0]
+    assert set(op) >= {"name", "kind", "unit", "start_s", "end_s", "flops", "bytes", "bound"}
+    assert len(data["ops"]) == 1 + 40 * 17 + 2
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" and e["name"] == "L0.q_proj" for e in events)
+    for png in ("roofline.png", "decode_gantt.png"):
+        assert (tmp_path / "plots" / png).stat().st_size > 1000
+
+
+def test_set_overrides_and_model_show(capsys):
+    assert main(["run", WL, "--hw", "a6000", "--set", "batch=4", "--set", "formats.weights=int4", "-q"]) == 0
+    assert main(["model", "show", "llama2-7b", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["params"] == 6_738_415_616
+    assert data["weight_bytes"]["fp16"] == 2 * 6_738_415_616
+    assert data["kv_cache_bytes_per_token"]["fp16"] == 2 * 32 * 4096 * 2   # K and V, 32 layers, fp16
+
+
+def test_roofline_and_hw_commands(tmp_path, capsys):
+    assert main(["hw", "list"]) == 0
+    assert "a6000" in capsys.readouterr().out
+    assert main(["hw", "show", "h100_sxm"]) == 0
+    out = tmp_path / "roof.json"
+    assert main(["roofline", WL, "--hw", "a6000", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["ops"]
+    q = next(r for r in rows if r["op"] == "q_proj")
+    assert q["bound"] == "memory" and q["intensity"] == pytest.approx(2 * 5120 * 5120 / (5120 * 5120 * 2 + 4 * 5120), rel=1e-6)
+
+
+@pytest.mark.parametrize("content,expect", [
+    ("model: llama2-7b\nbatch: [1\n", "malformed YAML at line"),
+    ("model: llama2-7b\nbatchh: 4\n", "batchh: unknown key"),
+    ("model: llama2-7b\nbatch: 0\n", "batch: Input should be greater than 0"),
+    ("model: llama2-7b\nprompt_len: -5\n", "prompt_len"),
+    ("model: llama9-1t\n", "unknown model 'llama9-1t'"),
+    ("model: llama2-7b\nformats: {weights: fp5}\n", "unknown number format 'fp5'"),
+])
+def test_bad_workloads_get_one_line(tmp_path, capsys, content, expect):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(content)
+    out = tmp_path / "out.json"
+    assert main(["run", str(wl), "--hw", "a6000", "--json", str(out)]) == 2
+    line = _err_line(capsys)
+    assert expect in line and "w.yaml" in line or expect in line
+    assert not out.exists()                     # nothing half-written
+
+
+def test_unknown_preset_and_bad_hw_file(tmp_path, capsys):
+    assert main(["run", WL, "--hw", "a9000"]) == 2
+    assert "unknown hardware preset 'a9000'" in _err_line(capsys)
+    hw = tmp_path / "hw.yaml"
+    hw.write_text((ROOT / "hw_models/presets/a6000.yaml").read_text().replace("768 GB/s", "-768 GB/s"))
+    assert main(["run", WL, "--hw", str(hw)]) == 2
+    line = _err_line(capsys)
+    assert "hw.yaml" in line and "memory.gddr.bandwidth_bytes_per_s" in line
+    hw.write_text((ROOT / "hw_models/presets/a6000.yaml").read_text().replace("launch_overhead_s", "launch_overhed_s"))
+    assert main(["run", WL, "--hw", str(hw)]) == 2
+    assert "units.gpu.launch_overhed_s: unknown key" in _err_line(capsys)
+    assert main(["run", WL, "--hw", "a6000", "--set", "hw.memory.gddr.bandwith=1"]) == 2
+    assert "bandwith" in _err_line(capsys)
+
+
+def test_model_too_big_for_the_device(tmp_path, capsys):
+    out = tmp_path / "out.json"
+    wl = str(ROOT / "workloads/llama70b_decode.yaml")
+    assert main(["run", wl, "--hw", "a6000", "--json", str(out)]) == 2
+    line = _err_line(capsys)
+    assert "needs" in line and "short by" in line and "offload" in line
+    assert not out.exists()
+
+
+def test_context_beyond_max_positions_warns(tmp_path, capsys):
+    assert main(["run", WL, "--hw", "a6000", "--set", "prompt_len=4000", "--set", "gen_len=200"]) == 0
+    assert "max_position_embeddings" in capsys.readouterr().out

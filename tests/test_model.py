@@ -1,0 +1,57 @@
+"""Model configs: parameter counts against the published checkpoints, and imports."""
+
+import json
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.model import load_model, preset_names
+from tests.conftest import ROOT
+
+
+@pytest.mark.parametrize("name,params", [
+    # Exact parameter counts of the Hugging Face checkpoints (untied LM head).
+    ("llama2-7b", 6_738_415_616),
+    ("llama2-13b", 13_015_864_320),
+    ("llama2-70b", 68_976_648_192),
+    ("llama3-8b", 8_030_261_248),
+    ("tinyllama-1.1b", 1_100_048_384),
+])
+def test_parameter_counts(name, params):
+    assert load_model(name).params() == params
+
+
+def test_required_presets_exist():
+    for name in ("llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "tinyllama-1.1b"):
+        assert name in preset_names()
+
+
+def test_hf_config_import():
+    m = load_model(ROOT / "tests/data/tiny_config.json")
+    assert (m.hidden_size, m.intermediate_size, m.num_heads, m.num_kv_heads, m.num_layers) == (512, 1376, 8, 2, 4)
+    assert m.tie_word_embeddings and m.head_dim == 64 and m.max_position_embeddings == 1024
+    # Tied: embedding once. Per layer: q 512*512, k,v 512*128 each, o 512*512, MLP 3*512*1376, 2 norms.
+    per_layer = 2 * 512 * 512 + 2 * 512 * 128 + 3 * 512 * 1376 + 2 * 512
+    assert m.params() == 1000 * 512 + 4 * per_layer + 512
+
+
+def test_inline_config_and_errors(tmp_path):
+    m = load_model({"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})
+    assert m.num_kv_heads == 4 and m.head_dim == 64 and m.intermediate_size == 1024
+    with pytest.raises(ConfigError, match="hidden_size"):
+        load_model({"hidden_size": 0, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})
+    with pytest.raises(ConfigError, match="unknown model"):
+        load_model("llama9-1t")
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_model(bad)
+    with pytest.raises(ConfigError, match="does not divide"):
+        load_model({"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "num_key_value_heads": 3, "vocab_size": 100})
+
+
+def test_llama3_8b_params_by_hand():
+    # 128256*4096*2 (untied) + 32 * (4096*4096*2 + 4096*1024*2 + 3*4096*14336 + 2*4096) + 4096
+    expected = 128256 * 4096 * 2 + 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336 + 2 * 4096) + 4096
+    assert load_model("llama3-8b").params() == expected
