@@ -50,6 +50,9 @@ def bound_of(compute_s: float, memory_s: float, overhead_s: float, link_s: float
 
 class Mapper:
     kind = "base"
+    # Whether each engine resource runs its tasks in the order planned (a CUDA
+    # stream, a DMA queue) rather than in whatever order they become ready.
+    in_order = False
 
     def __init__(self, machine: Machine, workload: "Workload", model: ModelConfig):
         self.machine = machine
@@ -97,10 +100,10 @@ class Mapper:
         return ("Try an offload preset that spills to CPU memory and disk (e.g. --hw a6000_offload), "
                 "a narrower weight format (--set formats.weights=int4), or a smaller batch.")
 
-    def simulate(self, exhaustive: bool = False) -> "RunResult":
+    def simulate(self, exhaustive: bool = False, detail: bool = True) -> "RunResult":
         from sim.simulate import simulate_generation
 
-        return simulate_generation(self, exhaustive=exhaustive)
+        return simulate_generation(self, exhaustive=exhaustive, detail=detail)
 
 
 _MODULES = {"gpu": "hw_models.gpu", "cpu": "hw_models.gpu", "offload": "hw_models.offload",

@@ -7,6 +7,8 @@ the preset's efficiency curves.
 
 from __future__ import annotations
 
+import numpy as np
+
 from hw_models import compute_path
 from hw_models.base import Mapper, OpCost, bound_of
 from hw_models.machine import Tier, Unit
@@ -21,9 +23,21 @@ def weight_format(op: Op) -> str | None:
     return next((t.fmt for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
 
 
+def work_time_s(work, peak, efficiency):
+    """Seconds to do `work` (FLOPs or bytes) at `peak` per second scaled by the
+    efficiency curve `efficiency(work)`; 0 for no work. Floats or numpy arrays
+    (calibration costs many ops at once with the same formula)."""
+    if np.ndim(work) == 0:
+        return work / (peak * efficiency(work)) if work else 0.0
+    w = np.asarray(work, dtype=float)
+    safe = np.where(w > 0, w, 1.0)
+    return np.where(w > 0, safe / (peak * efficiency(safe)), 0.0)
+
+
 def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto") -> OpCost:
-    """Time of `op` on `unit` reading and writing `tier`."""
-    eff = unit.efficiency
+    """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is
+    the unit's, or the op kind's override where the preset has one."""
+    eff = unit.efficiency.for_kind(op.kind)
     dequant_s = 0.0
     if op.kind in MATRIX_KINDS:
         wfmt = weight_format(op) if op.kind == g.GEMM else None
@@ -35,10 +49,10 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
             dequant_s = dq / (unit.vector_flops_per_s * eff.compute(dq))
     else:
         rate, label = unit.vector_flops_per_s, "vector"
-    compute_s = (op.flops / (rate * eff.compute(op.flops)) if op.flops else 0.0) + dequant_s
+    compute_s = work_time_s(op.flops, rate, eff.compute) + dequant_s
     nbytes = op.bytes
-    memory_s = nbytes / (tier.bandwidth_bytes_per_s * eff.memory(nbytes)) if nbytes else 0.0
-    overhead_s = unit.launch_overhead_s
+    memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
+    overhead_s = unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s)
     duration = overhead_s + max(compute_s, memory_s)
     energy = nbytes * (tier.energy_j_per_byte or 0.0)
     return OpCost(op, unit_name, duration, compute_s, memory_s, overhead_s,
@@ -47,15 +61,26 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
 
 class GpuMapper(Mapper):
     kind = "gpu"
+    in_order = True   # kernels on one stream run in issue order
 
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
         self.unit_name = machine.main_unit
         self.unit = machine.units[self.unit_name]
         self.tier = machine.memory[self.unit.memory]
+        self._costs: dict[tuple, OpCost] = {}
 
     def cost(self, op: Op) -> OpCost:
-        return roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute)
+        # Every layer repeats the same shapes, and steps repeat all but attention:
+        # cost each distinct (kind, FLOPs, bytes, formats) once.
+        key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op))
+        hit = self._costs.get(key)
+        if hit is None:
+            hit = self._costs[key] = roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute)
+        if hit.op is op:
+            return hit
+        return OpCost(op, hit.unit, hit.duration_s, hit.compute_s, hit.memory_s, hit.overhead_s,
+                      hit.bound, hit.path, hit.energy_j)
 
     def plan_step(self, graph: OpGraph) -> list[Task]:
         tasks = []

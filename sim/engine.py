@@ -68,12 +68,20 @@ class Timeline:
 
 
 def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
-        containers: dict[str, float] | None = None) -> Timeline:
+        containers: dict[str, float] | None = None, in_order: bool = False) -> Timeline:
     """Simulate `tasks`. `resources` gives the capacity (parallel slots) of each
     resource; resources not listed have one slot. `containers` gives the
-    capacity in bytes of each memory container, all initially free."""
-    env = simpy.Environment()
+    capacity in bytes of each memory container, all initially free.
+
+    With `in_order`, each resource is an in-order queue, like a CUDA stream or
+    a DMA engine: it runs its tasks one at a time in the order given, each
+    once its dependencies are done. That is both the hardware's semantics for
+    streams and about 3x cheaper to simulate (one timeout per task instead of
+    a process, a request and a timeout)."""
     tasks = list(tasks)
+    if in_order:
+        return _run_in_order(tasks, containers or {})
+    env = simpy.Environment()
     slots = dict(resources or {})
     res = {name: simpy.Resource(env, capacity=slots.get(name, 1))
            for name in dict.fromkeys(t.resource for t in tasks)}
@@ -82,15 +90,7 @@ def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
     done: dict[str, simpy.Event] = {t.id: env.event() for t in tasks}
     timeline = Timeline()
 
-    for t in tasks:
-        for name, amount in t.acquire:
-            if name not in cont:
-                raise KeyError(f"task {t.id}: unknown container {name!r}")
-            if amount > cont[name].capacity:
-                raise CapacityError(f"{t.id} needs {amount:.3g} bytes of {name}, which holds only {cont[name].capacity:.3g}")
-        missing = [d for d in t.deps if d not in done]
-        if missing:
-            raise KeyError(f"task {t.id}: unknown dependencies {missing}")
+    _check(tasks, cont, done)
 
     def proc(t: Task):
         if t.deps:
@@ -113,6 +113,23 @@ def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
 
     for t in tasks:
         env.process(proc(t))
+    return _finish(env, tasks, done, timeline, peak)
+
+
+def _check(tasks: list[Task], cont: dict[str, simpy.Container], done: dict[str, simpy.Event]) -> None:
+    for t in tasks:
+        for name, amount in t.acquire:
+            if name not in cont:
+                raise KeyError(f"task {t.id}: unknown container {name!r}")
+            if amount > cont[name].capacity:
+                raise CapacityError(f"{t.id} needs {amount:.3g} bytes of {name}, which holds only {cont[name].capacity:.3g}")
+        missing = [d for d in t.deps if d not in done]
+        if missing:
+            raise KeyError(f"task {t.id}: unknown dependencies {missing}")
+
+
+def _finish(env: simpy.Environment, tasks: list[Task], done: dict[str, simpy.Event], timeline: Timeline,
+            peak: dict[str, float]) -> Timeline:
     env.run()
     unfinished = [t.id for t in tasks if not done[t.id].triggered]
     if unfinished:
@@ -120,3 +137,40 @@ def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
                            "(a dependency cycle, or a container that is never refilled)")
     timeline.peak_used = peak
     return timeline
+
+
+def _run_in_order(tasks: list[Task], containers: dict[str, float]) -> Timeline:
+    env = simpy.Environment()
+    cont = {name: simpy.Container(env, capacity=cap, init=cap) for name, cap in containers.items()}
+    peak = dict.fromkeys(cont, 0.0)
+    done: dict[str, simpy.Event] = {t.id: env.event() for t in tasks}
+    _check(tasks, cont, done)
+    queues: dict[str, list[Task]] = {}
+    for t in tasks:
+        queues.setdefault(t.resource, []).append(t)
+    timeline = Timeline()
+    record = timeline.intervals.append
+
+    def stream(queue: list[Task]):
+        for t in queue:
+            pending = [done[d] for d in t.deps if not done[d].triggered]
+            if len(pending) == 1:
+                yield pending[0]
+            elif pending:
+                yield env.all_of(pending)
+            for name, amount in t.acquire:
+                if amount > 0:
+                    yield cont[name].get(amount)
+                    peak[name] = max(peak[name], cont[name].capacity - cont[name].level)
+            start = env.now
+            if t.duration_s > 0:
+                yield env.timeout(t.duration_s)
+            record(Interval(t.id, t.resource, start, env.now, t.tag))
+            for name, amount in t.release:
+                if amount > 0:
+                    yield cont[name].put(amount)
+            done[t.id].succeed()
+
+    for queue in queues.values():
+        env.process(stream(queue))
+    return _finish(env, tasks, done, timeline, peak)

@@ -30,14 +30,14 @@ if TYPE_CHECKING:
     from hw_models.base import Mapper
 
 FOLD_LAYERS = 2
-DECODE_SAMPLES = 17
+DECODE_SAMPLES = 9
 
 
 def simulate_step(mapper: "Mapper", phase: str, q_len: int, kv_len: int, num_layers: int | None = None):
     """Run one step (optionally with only the first `num_layers` layers) and return its timeline."""
     w = mapper.workload
     graph = lower(mapper.model, phase, w.batch, q_len, kv_len, mapper.formats, w.flash_attention, num_layers)
-    return engine.run(mapper.plan_step(graph), mapper.resources(), mapper.containers())
+    return engine.run(mapper.plan_step(graph), mapper.resources(), mapper.containers(), mapper.in_order)
 
 
 def _energy(tl: engine.Timeline) -> float:
@@ -70,7 +70,7 @@ def sample_indices(n: int, samples: int) -> np.ndarray:
     return np.unique(np.round(np.linspace(0, n - 1, samples)).astype(int))
 
 
-def simulate_generation(mapper: "Mapper", exhaustive: bool = False) -> RunResult:
+def simulate_generation(mapper: "Mapper", exhaustive: bool = False, detail: bool = True) -> RunResult:
     w, m, machine = mapper.workload, mapper.model, mapper.machine
     notes = check_context(w, m)
     footprint = mapper.footprint()
@@ -91,9 +91,10 @@ def simulate_generation(mapper: "Mapper", exhaustive: bool = False) -> RunResult
 
     # One representative decode step (the middle one) and the prefill, simulated in
     # full for the per-op table, the Gantt chart and the Chrome trace.
+    # Sweeps pass detail=False: metrics only, no per-op timelines.
     rep_kv = int(kv[len(kv) // 2]) if len(kv) else w.prompt_len
-    decode_tl = simulate_step(mapper, "decode", 1, rep_kv)
-    prefill_tl = simulate_step(mapper, "prefill", w.prompt_len, w.prompt_len)
+    decode_tl = simulate_step(mapper, "decode", 1, rep_kv) if detail else engine.Timeline()
+    prefill_tl = simulate_step(mapper, "prefill", w.prompt_len, w.prompt_len) if detail else engine.Timeline()
 
     busy = {r: prefill.busy_s.get(r, 0.0) + busy_decode.get(r, 0.0) for r in {*prefill.busy_s, *busy_decode}}
     tokens = w.batch * w.gen_len
@@ -115,10 +116,17 @@ def simulate_generation(mapper: "Mapper", exhaustive: bool = False) -> RunResult
         simulated_steps=1 + len(idx), exhaustive=exhaustive)
 
 
-def simulate(workload, machine, exhaustive: bool = False) -> RunResult:
+def simulate(workload, machine, exhaustive: bool = False, detail: bool = True) -> RunResult:
     """Simulate `workload` on `machine`: the public entry point, a pure function
-    of its inputs (so it pickles to sweep workers)."""
+    of its inputs (so it pickles to sweep workers). `detail=False` skips the
+    per-op timelines of the report (sweeps need only the metrics)."""
     from hw_models.base import mapper_for
 
     model = workload.model_config_()
-    return mapper_for(machine, workload, model).simulate(exhaustive=exhaustive)
+    mapper = mapper_for(machine, workload, model)
+    try:
+        return mapper.simulate(exhaustive=exhaustive, detail=detail)
+    except TypeError as exc:  # a mapper whose simulate() predates `detail`
+        if "detail" not in str(exc):
+            raise
+        return mapper.simulate(exhaustive=exhaustive)
