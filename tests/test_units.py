@@ -1,0 +1,23 @@
+"""The one unit parser: decimal and binary prefixes explicit, SI base units out."""
+
+import pytest
+
+from sim.units import parse_quantity
+
+
+@pytest.mark.parametrize("text,value", [
+    ("3.35 TB/s", 3.35e12), ("768 GB/s", 768e9), ("80 GiB", 80 * 2**30), ("48 GB", 48e9),
+    ("5 us", 5e-6), ("0.5 ns", 0.5e-9), ("154.8 TFLOP/s", 154.8e12), ("16 Gb/s", 2e9),
+    ("1.2 TFLOPS", 1.2e12), ("300 MHz", 300e6), ("230 MB", 230e6), ("220 MiB", 220 * 2**20),
+    ("7 pJ/b", 56e-12), (42, 42.0), ("1e3", 1000.0),
+])
+def test_table(text, value):
+    assert parse_quantity(text) == pytest.approx(value)
+
+
+def test_errors_and_dimensions():
+    for bad in ("fast", "3 parsecs", "TB/s", True, None):
+        with pytest.raises(ValueError):
+            parse_quantity(bad)
+    with pytest.raises(ValueError, match="expected bytes/s"):
+        parse_quantity("80 GiB", expect="bytes/s")
