@@ -1,0 +1,322 @@
+"""HBM-PIM (and GDDR6-AiM) model: a host GPU whose DRAM stacks carry
+multiply-accumulate units beside the banks.
+
+Op by op the mapper predicts the time on the host (the GPU roofline, through
+the stacks' pins) and on PIM (row-buffer streaming at the internal bandwidth,
+plus writing the input vector through the pins, reading results or partial
+sums back, mode switches and the host's launch overhead) and places the op by
+the workload's `pim_policy`:
+
+  auto              any op PIM can run goes where it is predicted faster;
+  attention_only    attention (score, context; softmax when the buffer die
+                    can run it) on PIM, the rest on the host (AttAcc);
+  fc_and_attention  FC GEMVs and attention on PIM;
+  none              everything on the host (the same GPU without PIM).
+
+Engine resources: the host unit, and `pim.stack<i>` per stack. An op on PIM is
+split into one task per stack by data layout: FC weights are interleaved over
+every stack, and the KV cache of one (request, KV head), or of one request, on
+one stack, so a request's attention runs where its KV lives. In blocked mode
+(no dual row buffer) banks in PIM mode cannot serve the host, so every host op
+that touches DRAM holds a one-slot lock container per stack, and a PIM task
+holds its stack's lock: the engine, not a formula, keeps them apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from hw_models.base import Mapper, OpCost, bound_of
+from hw_models.gpu import roofline_cost
+from hw_models.pim_config import Geometry, load_pim_config
+from sim import graph as g
+from sim.engine import Task
+from sim.errors import ConfigError
+from sim.graph import Op, OpGraph
+
+if TYPE_CHECKING:
+    from sim.results import RunResult
+
+ATTN_KINDS = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One op's share of work on one stack."""
+
+    stack: int
+    stream_bytes: float      # read from the banks by the PIM units (re-read once per input row)
+    flops: float
+    in_bytes: float          # input vectors written through the stack's pins
+    out_bytes: float         # results / partial sums read back through the pins
+    extra_s: float = 0.0     # buffer-die work at the pin rate (softmax)
+    extra_bytes: float = 0.0
+    imbalance: float = 1.0   # busiest pseudo-channel / average
+
+
+@dataclass(frozen=True)
+class PimOpCost(OpCost):
+    """An OpCost for one stack's piece, with the parts the report explains."""
+
+    stack: int = 0
+    transfer_s: float = 0.0
+    mode_switch_s: float = 0.0
+    stream_bytes: float = 0.0
+    energy_internal_j: float = 0.0
+    energy_external_j: float = 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    op: Op
+    where: str               # "host" or "pim"
+    why: str
+    host: OpCost
+    pim_s: float | None      # predicted, slowest stack, with both mode switches
+    pieces: tuple[Piece, ...] = ()
+
+
+class PimMapper(Mapper):
+    kind = "pim"
+
+    def __init__(self, machine, workload, model):
+        super().__init__(machine, workload, model)
+        src = machine.source or machine.name
+        self.cfg = cfg = load_pim_config(machine.pim, src)
+        self.host_name = machine.main_unit
+        self.host = machine.units[self.host_name]
+        if cfg.tier not in machine.memory:
+            raise ConfigError(f"{src}: pim.tier: no memory tier named {cfg.tier!r}")
+        if self.host.memory != cfg.tier:
+            raise ConfigError(f"{src}: pim.tier: the host unit {self.host_name} streams from {self.host.memory!r}; "
+                              f"the PIM stacks must be that tier ({cfg.tier!r})")
+        self.tier = machine.memory[cfg.tier]
+        if self.tier.energy_j_per_byte is None:
+            raise ConfigError(f"{src}: memory.{cfg.tier}.energy_j_per_byte: required for a pim machine "
+                              "(the external DRAM energy per byte)")
+        self.geo = Geometry(cfg, self.tier.bandwidth_bytes_per_s / cfg.stacks)
+        self.policy = workload.pim_policy
+        self.stack_names = [f"pim.stack{i}" for i in range(cfg.stacks)]
+        self.locks = [f"{s}.banks" for s in self.stack_names]
+        self.last_decisions: list[Decision] = []
+
+    @property
+    def blocked(self) -> bool:
+        return not self.cfg.dual_row_buffer
+
+    def containers(self) -> dict[str, float]:
+        return {lock: 1.0 for lock in self.locks} if self.blocked and self.policy != "none" else {}
+
+    def capacity_hint(self) -> str:
+        return ("PIM stacks give up capacity for logic (Aquabolt-XL: 6 GB per stack): try a smaller model, "
+                "batch or context, or a plain-HBM preset such as --hw a100_80g.")
+
+    # -- costs -------------------------------------------------------------
+    def host_cost(self, op: Op) -> OpCost:
+        c = roofline_cost(op, self.host, self.host_name, self.tier, self.workload.compute)
+        return replace(c, energy_j=op.bytes * self.tier.energy_j_per_byte)
+
+    def piece_cost(self, op: Op, p: Piece, switches: int) -> PimOpCost:
+        geo, cfg = self.geo, self.cfg
+        memory_s = p.stream_bytes / geo.internal_bytes_per_s * p.imbalance
+        compute_s = p.flops / geo.flops_per_s * p.imbalance
+        transfer_s = (p.in_bytes + p.out_bytes) / geo.stack_external_bytes_per_s
+        switch_s = switches * cfg.mode_switch_s
+        overhead_s = self.host.launch_overhead_s + switch_s
+        # The input must be in the units before the MACs start and results are read after: serial.
+        duration = overhead_s + max(memory_s, compute_s) + transfer_s + p.extra_s
+        e_int = p.stream_bytes * cfg.energy_internal_j_per_byte
+        e_ext = (p.in_bytes + p.out_bytes + p.extra_bytes) * self.tier.energy_j_per_byte
+        bound = bound_of(compute_s, memory_s, overhead_s, transfer_s + p.extra_s)
+        return PimOpCost(op, self.stack_names[p.stack], duration, compute_s, memory_s, overhead_s, bound,
+                         f"PIM ({cfg.placement})", e_int + e_ext, p.stack, transfer_s, switch_s,
+                         p.stream_bytes, e_int, e_ext)
+
+    # -- what PIM can run, split by data layout ------------------------------
+    def split(self, op: Op) -> tuple[Piece, ...] | str:
+        """The op's pieces per stack, or why PIM cannot run it."""
+        cfg = self.cfg
+        if op.compute_format not in cfg.formats:
+            return f"activations in {op.compute_format}: PIM units compute {'/'.join(cfg.formats)} only"
+        if op.kind == g.GEMM:
+            return self._split_gemm(op)
+        if op.kind in ATTN_KINDS:
+            return self._split_attention(op)
+        if op.kind == g.SOFTMAX:
+            if cfg.softmax != "buffer_die":
+                return "exp/max/sum: not in the PIM ISA, runs on the host"
+            return self._split_attention(op)
+        if op.kind == g.ELEMENTWISE:
+            elements = sum(t.elements for t in op.writes)
+            if op.flops > elements and not cfg.activation_functions:
+                return "activation needs exp (SiLU/GELU): no transcendental unit in the banks"
+            share = 1 / cfg.stacks
+            return tuple(Piece(s, op.bytes * share, op.flops * share, 0.0, 0.0) for s in range(cfg.stacks))
+        return {g.NORM: "row reduction and rsqrt across banks: host",
+                g.ROPE: "pairs elements across lanes with sin/cos tables: host",
+                g.KV_APPEND: "writes the new K/V through the pins: host",
+                g.EMBED: "table gather: host"}.get(op.kind, f"{op.kind}: host only")
+
+    def _split_gemm(self, op: Op) -> tuple[Piece, ...] | str:
+        cfg, S, P = self.cfg, self.cfg.stacks, self.cfg.pseudo_channels_per_stack
+        mats = [t for t in op.reads if t.role == "weight" and len(t.shape) > 1]
+        if not mats:
+            return "no weight matrix"
+        if mats[0].fmt not in cfg.formats:
+            return f"{mats[0].fmt} weights: PIM units compute {'/'.join(cfg.formats)} only"
+        m, n = op.dims["m"], op.dims["n"]
+        if m > cfg.max_rows:
+            return f"wide GEMM: {m} rows > {cfg.max_rows} (weights are reused across rows on the host)"
+        wbytes = sum(t.bytes for t in mats)
+        x_bytes = sum(t.bytes for t in op.reads if t.role == "activation")
+        out = sum(t.bytes for t in op.writes)
+        # Rows of W are interleaved over every unit; each pseudo-channel needs the whole input;
+        # PIM has no reuse, so each of the m input rows re-streams the weights (PIMSimulator GEMV
+        # loops over the batch). Lanes not reduced in-unit come back as partial sums.
+        return tuple(Piece(s, m * wbytes / S, op.flops / S, x_bytes * P,
+                           out / S * cfg.partial_sums_per_output) for s in range(S))
+
+    def _groups_per_stack(self, batch: int, kv_heads: int) -> list[int]:
+        S = self.cfg.stacks
+        counts = [0] * S
+        if self.cfg.kv_placement == "request":
+            for r in range(batch):
+                counts[r % S] += kv_heads
+        else:
+            for i in range(batch * kv_heads):
+                counts[i % S] += 1
+        return counts
+
+    def _split_attention(self, op: Op) -> tuple[Piece, ...] | str:
+        cfg, P = self.cfg, self.cfg.pseudo_channels_per_stack
+        d = op.dims
+        B, H, KV, q_len, kv_len = d["batch"], d["heads"], d["kv_heads"], d["q_len"], d["kv_len"]
+        rows = q_len * H // KV           # query rows sharing one KV head's matrix
+        if rows > cfg.max_rows:
+            return f"{rows} query rows per KV head (prefill): K/V are reused across them on the host"
+        kv = [t for t in op.reads if t.role == "kv"]
+        if kv and kv[0].fmt not in cfg.formats:
+            return f"{kv[0].fmt} KV cache: PIM units compute {'/'.join(cfg.formats)} only"
+        groups = B * KV
+        kv_bytes = sum(t.bytes for t in kv) / groups
+        in_bytes = sum(t.bytes for t in op.reads if t.role == "activation") / groups
+        out_bytes = sum(t.bytes for t in op.writes) / groups
+        flops = op.flops / groups
+        elem = 2.0  # fp16 scores
+        pieces = []
+        for s, n in enumerate(self._groups_per_stack(B, KV)):
+            if n == 0:
+                continue
+            # n groups over P pseudo-channels: whole groups per channel, or each group spread over
+            # P // n channels (its input written to each; context partials come back from each).
+            span = max(1, P // n)
+            imbalance = math.ceil(n / P) / (n / P) if n >= P else P / (n * span)
+            partials = cfg.partial_sums_per_output * (span if op.kind == g.ATTN_CONTEXT else 1)
+            if op.kind == g.SOFTMAX:  # buffer die: scores in, probabilities out, at the pin rate
+                nbytes = n * (in_bytes + out_bytes)
+                pieces.append(Piece(s, 0.0, n * flops, 0.0, 0.0, nbytes / self.geo.stack_external_bytes_per_s,
+                                    nbytes))
+                continue
+            extra_s = extra_b = 0.0
+            if op.kind == g.ATTENTION:  # fused: softmax on the buffer die at the pin rate (AttAcc)
+                extra_b = n * rows * kv_len * elem * 2
+                extra_s = extra_b / self.geo.stack_external_bytes_per_s
+            pieces.append(Piece(s, n * kv_bytes * rows, n * flops, n * in_bytes * span,
+                                n * out_bytes * partials, extra_s, extra_b, imbalance))
+        return tuple(pieces)
+
+    # -- placement -------------------------------------------------------------
+    def decide(self, op: Op) -> Decision:
+        host = self.host_cost(op)
+        if self.policy == "none":
+            return Decision(op, "host", "policy none", host, None)
+        pieces = self.split(op)
+        if isinstance(pieces, str):
+            return Decision(op, "host", pieces, host, None)
+        costs = [self.piece_cost(op, p, 2) for p in pieces]
+        pim_s = max(c.duration_s for c in costs)
+        attention = op.kind in ATTN_KINDS or op.kind == g.SOFTMAX
+        if self.policy == "attention_only":
+            if attention:
+                return Decision(op, "pim", "policy attention_only", host, pim_s, pieces)
+            return Decision(op, "host", "policy attention_only", host, pim_s)
+        if self.policy == "fc_and_attention":
+            if attention or op.kind == g.GEMM:
+                return Decision(op, "pim", "policy fc_and_attention", host, pim_s, pieces)
+            return Decision(op, "host", "policy fc_and_attention", host, pim_s)
+        if pim_s < host.duration_s:
+            return Decision(op, "pim", f"{host.duration_s / pim_s:.1f}x faster than host", host, pim_s, pieces)
+        worst = max(costs, key=lambda c: c.duration_s)
+        if worst.memory_s >= worst.duration_s / 2 and worst.stream_bytes:
+            rows = op.dims.get("m", 1)
+            cause = f"re-streams the matrix for {rows} rows" if rows > 1 else "streams slower than the host"
+        else:
+            cause = "overheads (launch, mode switch, transfers) dominate"
+        return Decision(op, "host", f"PIM {pim_s / host.duration_s:.1f}x slower: {cause}", host, pim_s)
+
+    def _switches(self, decisions: list[Decision]) -> dict[tuple[int, int], int]:
+        """Mode switches per (op index, stack): entering PIM mode when the stack last served the
+        host, leaving it when the host comes next. With dual row buffers host accesses do not
+        need the banks out of PIM mode, so a stack enters once and leaves once per step."""
+        out: dict[tuple[int, int], int] = {}
+        for s in range(self.cfg.stacks):
+            seq = []
+            for i, d in enumerate(decisions):
+                if d.where == "pim" and any(p.stack == s for p in d.pieces):
+                    seq.append((i, "pim"))
+                elif d.where == "host" and self.blocked and d.op.bytes:
+                    seq.append((i, "host"))
+            pim_at = [j for j, (_, w) in enumerate(seq) if w == "pim"]
+            for j in pim_at:
+                i = seq[j][0]
+                prev = seq[j - 1][1] if j > 0 else "host"
+                nxt = seq[j + 1][1] if j + 1 < len(seq) else "host"
+                out[(i, s)] = (prev == "host") + (nxt == "host")
+        return out
+
+    def plan_step(self, graph: OpGraph) -> list[Task]:
+        decisions = [self.decide(op) for op in graph.ops()]
+        self.last_decisions = decisions
+        switches = self._switches(decisions)
+        use_locks = bool(self.containers()) and any(d.where == "pim" for d in decisions)
+        all_locks = tuple((lock, 1.0) for lock in self.locks)
+        ids: dict[str, list[str]] = {}
+        tasks: list[Task] = []
+        last_host: str | None = None
+        for i, d in enumerate(decisions):
+            op = d.op
+            deps = tuple(t for p in graph.deps(op.name) for t in ids[p])
+            if d.where == "host":
+                # One stream on the host: ops run in program order, so a host op never holds the
+                # stack locks while it waits for the GPU.
+                hdeps = deps + ((last_host,) if last_host and last_host not in deps else ())
+                locks = all_locks if use_locks and op.bytes else ()
+                tasks.append(Task(op.name, self.host_name, d.host.duration_s, hdeps, locks, locks, tag=d.host))
+                ids[op.name], last_host = [op.name], op.name
+                continue
+            ids[op.name] = []
+            for p in d.pieces:
+                c = self.piece_cost(op, p, switches.get((i, p.stack), 0))
+                lock = ((self.locks[p.stack], 1.0),) if use_locks else ()
+                tid = f"{op.name}@stack{p.stack}"
+                tasks.append(Task(tid, c.unit, c.duration_s, deps, lock, lock, tag=c))
+                ids[op.name].append(tid)
+        return tasks
+
+    def simulate(self, exhaustive: bool = False) -> "RunResult":
+        from hw_models.pim_report import attach_report
+        from sim.simulate import simulate_generation
+
+        result = simulate_generation(self, exhaustive=exhaustive)
+        if self.policy == "none":
+            baseline = result
+        else:
+            plain = PimMapper(self.machine, self.workload.model_copy(update={"pim_policy": "none"}), self.model)
+            baseline = simulate_generation(plain, exhaustive=exhaustive)
+        attach_report(self, result, baseline)
+        return result
+
+
+MAPPER = PimMapper
