@@ -15,11 +15,14 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from sim import graph as g
 from sim.errors import ConfigError
 from sim.schema import Quantity, Strict, read_yaml, set_dotted, validation_error
 
 PRESET_DIR = Path(__file__).parent / "presets"
 KINDS = ("gpu", "cpu", "offload", "pim", "spatial")
+OP_KINDS = (g.GEMM, g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION, g.SOFTMAX, g.NORM, g.ELEMENTWISE, g.ROPE,
+            g.KV_APPEND, g.EMBED)
 
 
 class Tier(Strict):
@@ -30,20 +33,57 @@ class Tier(Strict):
     energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
 
 
+class KindEfficiency(Strict):
+    """Overrides of the unit's efficiency curve for one op kind (sim.graph kinds:
+    gemm, norm, elementwise, ...). Unset fields keep the unit's value. Fitted by
+    `sim calibrate` where one curve cannot serve both tensor-core GEMMs and
+    streaming kernels; `overhead_s` replaces the unit's launch_overhead_s for the
+    kind (e.g. a split-K GEMM launches a memset and two kernels)."""
+
+    compute_max: float | None = Field(default=None, gt=0, le=1)
+    compute_half_flops: float | None = Field(default=None, ge=0)
+    memory_max: float | None = Field(default=None, gt=0, le=1)
+    memory_half_bytes: float | None = Field(default=None, ge=0)
+    overhead_s: Quantity | None = Field(default=None, ge=0)
+
+
 class Efficiency(Strict):
     """Achieved/peak as a saturating function of op size: eff(x) = max * x / (x + half).
-    `half` is the size at which an op gets half of `max`; 0 means always `max`."""
+    `half` is the size at which an op gets half of `max`; 0 means always `max`.
+    Works on floats and on numpy arrays (calibration evaluates many ops at once).
+    `by_kind` optionally overrides the curve per op kind; empty by default."""
 
     compute_max: float = Field(default=1.0, gt=0, le=1)
     compute_half_flops: float = Field(default=0.0, ge=0)
     memory_max: float = Field(default=1.0, gt=0, le=1)
     memory_half_bytes: float = Field(default=0.0, ge=0)
+    by_kind: dict[str, KindEfficiency] = {}
+
+    @field_validator("by_kind")
+    @classmethod
+    def _known_kinds(cls, v: dict[str, KindEfficiency]) -> dict[str, KindEfficiency]:
+        for kind in v:
+            if kind not in OP_KINDS:
+                raise ValueError(f"{kind}: unknown op kind; kinds: {', '.join(OP_KINDS)}")
+        return v
 
     def compute(self, flops: float) -> float:
         return self.compute_max * (flops / (flops + self.compute_half_flops) if self.compute_half_flops else 1.0)
 
     def memory(self, nbytes: float) -> float:
         return self.memory_max * (nbytes / (nbytes + self.memory_half_bytes) if self.memory_half_bytes else 1.0)
+
+    def for_kind(self, kind: str) -> "Efficiency":
+        """The curve an op of `kind` gets: the unit's, with that kind's overrides."""
+        over = self.by_kind.get(kind)
+        if over is None:
+            return self
+        fields = over.model_dump(exclude_none=True, exclude={"overhead_s"})
+        return Efficiency(**{**self.model_dump(exclude={"by_kind"}), **fields}) if fields else self
+
+    def overhead_s(self, kind: str, default_s: float) -> float:
+        over = self.by_kind.get(kind)
+        return over.overhead_s if over is not None and over.overhead_s is not None else default_s
 
 
 class Unit(Strict):
