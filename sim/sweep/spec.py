@@ -1,0 +1,200 @@
+"""The sweep file: what to vary, how to combine it, what to plot.
+
+    name: bw_x_batch
+    workload: ../workloads/llama13b_decode.yaml   # relative to this file
+    hw: a6000                                     # preset name or hardware file
+    mode: grid                                    # grid | zip | random (+ samples, seed)
+    axes:
+      workload.batch: [1, 4, 16, 64]
+      hw.memory.@device.bandwidth_bytes_per_s: {min: 0.4e12, max: 3.2e12, num: 4, log: true}
+    when: workload.batch * workload.prompt_len <= 65536
+    plots:
+      - {kind: line, x: workload.batch, y: tpot_s, lines: hw.memory.@device.bandwidth_bytes_per_s}
+
+Axis paths start with `workload.` (a workload field) or `hw.` (a machine field),
+or are exactly `hw` (the machine itself, a list of presets). In `hw.` paths,
+`@device` stands for the machine's device memory tier and `@main` for its main
+compute unit, so one path works across presets whose tiers are named
+differently (a6000's `gddr`, h100's `hbm`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import numpy as np
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from sim.errors import ConfigError
+from sim.schema import Strict, read_yaml, validation_error
+
+
+class Range(Strict):
+    """`num` evenly spaced values (log-spaced with `log: true`), or every `step`
+    from min to max; in random mode, draws from [min, max] (log-uniform with `log`)."""
+
+    min: float
+    max: float
+    num: int | None = Field(default=None, ge=1)
+    step: float | None = Field(default=None, gt=0)
+    log: bool = False
+    # Whole numbers (batch sizes, lengths); default: true when min and max are integers.
+    integer: bool | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Range":
+        if self.max < self.min:
+            raise ValueError("max must be >= min")
+        if self.log and self.min <= 0:
+            raise ValueError("log: true needs min > 0")
+        if self.num is not None and self.step is not None:
+            raise ValueError("give num or step, not both")
+        if self.log and self.step is not None:
+            raise ValueError("step cannot be combined with log: true; use num")
+        return self
+
+    @property
+    def is_integer(self) -> bool:
+        if self.integer is not None:
+            return self.integer
+        return float(self.min).is_integer() and float(self.max).is_integer() and \
+            (self.step is None or float(self.step).is_integer())
+
+    def _cast(self, values: np.ndarray) -> list[Any]:
+        if self.is_integer:
+            return list(dict.fromkeys(int(round(v)) for v in values))  # rounding may collide; keep order
+        return [float(v) for v in values]
+
+    def values(self, key: str) -> list[Any]:
+        """The grid/zip values of this range."""
+        if self.step is not None:
+            n = int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
+            return self._cast(self.min + self.step * np.arange(n))
+        if self.num is None:
+            raise ConfigError(f"axes.{key}: a range needs `num` or `step` outside random mode")
+        space = np.geomspace if self.log else np.linspace
+        return self._cast(space(self.min, self.max, self.num))
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        if self.log:
+            v = math.exp(rng.uniform(math.log(self.min), math.log(self.max)))
+        else:
+            v = rng.uniform(self.min, self.max)
+        if self.step is not None:  # snap to the step grid
+            v = self.min + round((v - self.min) / self.step) * self.step
+        return int(round(v)) if self.is_integer else float(v)
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return float(v) if any(c in v for c in ".eE") else int(v)
+        except ValueError:
+            return v
+    return v
+
+
+AxisValues = Union[Range, list[Any]]
+
+
+class Plot(Strict):
+    """One figure. Column names are axis paths, metric names (`tpot_s`) or
+    recorded config fields (`hw.price_usd`, `hw.name`)."""
+
+    kind: Literal["line", "heatmap", "pareto"]
+    x: str
+    y: str
+    z: str | None = None            # heatmap: the colored metric
+    lines: str | None = None        # line: one line per value of this column
+    # Which way is better for the optimized metric (line: y, heatmap: z, pareto: each of x, y);
+    # default: `max` for throughput-like names, `min` otherwise.
+    goal: Literal["min", "max"] | None = None
+    goal_x: Literal["min", "max"] | None = None
+    logx: bool = False
+    logy: bool = False
+    label: str | None = None        # pareto: column whose value labels each front point
+    file: str | None = None         # PNG name; default derived from kind and columns
+
+    @model_validator(mode="after")
+    def _check(self) -> "Plot":
+        if self.kind == "heatmap" and not self.z:
+            raise ValueError("a heatmap needs z (the metric to color)")
+        if self.kind != "heatmap" and self.z:
+            raise ValueError("z is only for heatmaps")
+        if self.kind != "line" and self.lines:
+            raise ValueError("lines is only for line plots")
+        return self
+
+    @property
+    def metric(self) -> str:
+        return self.z if self.kind == "heatmap" else self.y
+
+    def filename(self) -> str:
+        if self.file:
+            return self.file if self.file.endswith(".png") else f"{self.file}.png"
+        parts = [self.kind, self.metric, "vs", self.x] + ([self.y] if self.kind == "heatmap" else [])
+        if self.lines:
+            parts += ["by", self.lines]
+        safe = "_".join(parts).replace("@", "").replace("/", "_")
+        return f"{safe}.png"
+
+
+def default_goal(metric: str) -> str:
+    return "max" if "throughput" in metric or metric.endswith("tok_s") else "min"
+
+
+class SweepSpec(Strict):
+    name: str
+    workload: str                       # workload file, relative to the sweep file
+    hw: str                             # preset name or hardware file (relative to the sweep file)
+    axes: dict[str, AxisValues] = Field(min_length=1)
+    mode: Literal["grid", "zip", "random"] = "grid"
+    samples: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    when: str | None = None             # constraint; points where it is false are dropped
+    metrics: list[str] = ["tpot_s", "ttft_s", "throughput_tok_s", "energy_per_token_j"]
+    # Config fields recorded in every row besides the axes (for plots such as cost Pareto fronts).
+    columns: list[str] = ["hw.name", "hw.price_usd"]
+    plots: list[Plot] = []
+    source: str = Field(default="", exclude=True)
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, values in v.items():
+            if isinstance(values, list) and not values:
+                raise ValueError(f"{key}: empty list of values")
+        # YAML 1.1 reads `1.6e12` (no sign in the exponent) as a string; make it the number it is.
+        return {k: [_number(x) for x in vals] if isinstance(vals, list) else vals for k, vals in v.items()}
+
+    @model_validator(mode="after")
+    def _mode(self) -> "SweepSpec":
+        if self.mode == "random" and self.samples is None:
+            raise ValueError("mode random needs `samples`")
+        if self.mode != "random" and self.samples is not None:
+            raise ValueError("`samples` is only for mode random")
+        return self
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source).parent if self.source else Path(".")
+
+    def workload_path(self) -> Path:
+        return self.base_dir / self.workload
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    raw = read_yaml(path)
+    return spec_from_dict(raw, str(path))
+
+
+def spec_from_dict(raw: Any, source: str) -> SweepSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping (name, workload, hw, axes, ...) at the top level")
+    try:
+        return SweepSpec.model_validate({**raw, "source": source})
+    except ValidationError as exc:
+        raise validation_error(exc, source) from None

@@ -1,0 +1,260 @@
+"""Sweeps: expansion, the safe `when` language, executors (process pool, Dask),
+the resumable store, failure isolation and plots. A tiny 2-layer model keeps
+each point at a few milliseconds."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.errors import ConfigError
+from sim.sweep import load_results
+from sim.sweep.expand import expand
+from sim.sweep.expr import compile_expr, lookup_in
+from sim.sweep.plots import pareto_front
+from sim.sweep.run import run_sweep
+from sim.sweep.spec import spec_from_dict
+from sim.sweep.store import DB_NAME, export
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = dict(name="tiny", model=dict(name="tiny", hidden_size=64, intermediate_size=172, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                    max_position_embeddings=512),
+            batch=1, prompt_len=16, gen_len=4)
+
+
+def make_spec(tmp: Path, axes: dict, **extra) -> Path:
+    (tmp / "wl.yaml").write_text(yaml.safe_dump(TINY))
+    spec = dict(name="t", workload="wl.yaml", hw="a6000", axes=axes, **extra)
+    path = tmp / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def spec_of(tmp: Path, axes: dict, **extra):
+    path = make_spec(tmp, axes, **extra)
+    return spec_from_dict(yaml.safe_load(path.read_text()), str(path))
+
+
+# ---------------------------------------------------------------- expansion
+
+def test_grid_zip_random_and_when_counts(tmp_path):
+    bw = "hw.memory.@device.bandwidth_bytes_per_s"
+    # grid: 3 batches x 2 bandwidths = 6 points
+    assert len(expand(spec_of(tmp_path, {"workload.batch": [1, 2, 4], bw: [0.5e12, 1e12]}))) == 6
+    # a log range of num 4 from 1 to 8 is 1, 2, 4, 8 (whole numbers since min and max are)
+    pts = expand(spec_of(tmp_path, {"workload.batch": {"min": 1, "max": 8, "num": 4, "log": True}}))
+    assert [p.axes["workload.batch"] for p in pts] == [1, 2, 4, 8]
+    # zip pairs the i-th values: 3 points
+    pts = expand(spec_of(tmp_path, {"workload.batch": [1, 2, 4], "workload.gen_len": [4, 8, 16]}, mode="zip"))
+    assert [(p.axes["workload.batch"], p.axes["workload.gen_len"]) for p in pts] == [(1, 4), (2, 8), (4, 16)]
+    with pytest.raises(ConfigError, match="equal length"):
+        expand(spec_of(tmp_path, {"workload.batch": [1, 2], "workload.gen_len": [4]}, mode="zip"))
+    # random: 7 draws from a continuous log range never repeat, so 7 points, inside the range, reproducible
+    spec = spec_of(tmp_path, {bw: {"min": 1e11, "max": 1e13, "log": True}, "workload.batch": [1, 2]},
+                   mode="random", samples=7, seed=3)
+    a, b = expand(spec), expand(spec)
+    assert len(a) == 7 and [p.key for p in a] == [p.key for p in b]
+    assert all(1e11 <= p.axes[bw] <= 1e13 for p in a)
+    # when: prompt_len 16, so batch * 16 <= 32 keeps batches 1 and 2 of 1, 2, 4: 2 x 2 = 4 points
+    spec = spec_of(tmp_path, {"workload.batch": [1, 2, 4], bw: [0.5e12, 1e12]},
+                   when="workload.batch * workload.prompt_len <= 32")
+    assert len(expand(spec)) == 4
+    # the hw axis and a string comparison on it: 2 presets x 2 batches, minus h100 at batch 2
+    spec = spec_of(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.batch": [1, 2]},
+                   when="not (hw == 'h100_sxm' and workload.batch > 1)")
+    pts = expand(spec)
+    assert len(pts) == 3 and {p.columns["hw.name"] for p in pts} == {"a6000", "h100_sxm"}
+
+
+def test_typo_in_a_dotted_path_fails_before_anything_runs(tmp_path):
+    for axis, needle in [("hw.memory.@device.bandwith_bytes_per_s", "bandwith_bytes_per_s: unknown key"),
+                         ("hw.memory.hbm.bandwidth_bytes_per_s", "memory.hbm: no such field"),  # a6000 has gddr
+                         ("workload.batchh", "workload.batchh: unknown workload field"),
+                         ("workload.formats.weigths", "formats.weigths: unknown key"),
+                         ("model.batch", "starts with 'workload.' or 'hw.'")]:
+        path = make_spec(tmp_path, {axis: [1, 2]})
+        out = tmp_path / "out"
+        with pytest.raises(ConfigError) as exc:
+            run_sweep(path, out, workers=1, progress=False)
+        msg = str(exc.value)
+        assert needle in msg and f"axes.{axis}" in msg and "\n" not in msg, msg
+        assert not (out / DB_NAME).exists()  # nothing ran, nothing was stored
+    # a bad value (an unknown format) also fails up front, naming the point
+    with pytest.raises(ConfigError, match="formats.weights"):
+        expand(spec_of(tmp_path, {"workload.formats.weights": ["fp16", "fp17"]}))
+    # and through the CLI: exit 2, one line on stderr
+    path = make_spec(tmp_path, {"workload.batchh": [1]})
+    r = subprocess.run([sys.executable, "-m", "sim.cli", "sweep", str(path), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "workload.batchh" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- safe expressions
+
+def test_safe_expression_language():
+    look = lookup_in({"workload": {"batch": 8, "prompt_len": 1024}, "hw": {"price_usd": 4650.0}})
+    assert compile_expr("workload.batch * workload.prompt_len <= 8192")(look) is True
+    assert compile_expr("min(workload.batch, 4) * 2 ** 3 == 32 and not hw.price_usd > 5000")(look) is True
+    assert compile_expr("workload.batch in [1, 2, 8] or workload.batch // 3 % 2 == 1")(look) is True
+    assert compile_expr("workload.batch - 10 < -1")(look) is True
+    bad = ["workload.batch.__class__",               # dunder via a dotted name
+           "(1).real",                               # attribute access on an expression
+           "'abc'.upper()",                          # a method call
+           "__import__('os').system('true')",        # an import through a call
+           "open('/etc/passwd')",                    # any other call
+           "import os",                              # a statement (syntax error in eval mode)
+           "workload['batch']",                      # subscripts
+           "[x for x in [1]]",                       # comprehensions
+           "(lambda: 1)()",
+           "min(*[1, 2])"]
+    for text in bad:
+        with pytest.raises(ConfigError):
+            compile_expr(text)
+    with pytest.raises(ConfigError, match="no such field"):
+        compile_expr("workload.bacth > 1")(look)
+    with pytest.raises(ConfigError, match="exponent"):
+        compile_expr("10 ** 10 ** 10 > 1")(look)
+    with pytest.raises(ConfigError, match="needs numbers"):
+        compile_expr("'a' * 1000000000 == 'a'")(look)
+
+
+# ---------------------------------------------------------------- execution and store
+
+def _metrics(df):
+    cols = [c for c in ("tpot_s", "ttft_s", "e2e_s", "energy_per_token_j") if c in df.columns]
+    return df.sort_values("key").set_index("key")[["status"] + cols]
+
+
+def test_dask_local_cluster_matches_process_pool(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    path = make_spec(tmp_path, {"workload.batch": [1, 2, 4], "hw.memory.@device.bandwidth_bytes_per_s": [0.5e12, 1e12]})
+    run_sweep(path, tmp_path / "pool", workers=2, progress=False, plots=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1",
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        run_sweep(path, tmp_path / "dask", executor=client.get_executor(), progress=False, plots=False)
+    pool, dask = _metrics(load_results(tmp_path / "pool")), _metrics(load_results(tmp_path / "dask"))
+    assert len(pool) == 6 and (pool["status"] == "ok").all()
+    assert pool.equals(dask)  # same keys, same metrics, bit for bit: the simulator is deterministic
+
+
+def test_kill_and_resume_runs_every_point_exactly_once(tmp_path):
+    # 48 points on one worker take a few seconds; the sweep is killed (SIGKILL, its
+    # whole process group) as soon as 3 points are committed, then rerun.
+    path = make_spec(tmp_path, {"workload.batch": [1, 2, 3, 4, 5, 6, 7, 8], "workload.gen_len": [4, 6, 8, 10, 12, 14]})
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "sweep", str(path), "--out", str(out), "--workers", "1",
+                             "-q", "--no-plots"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = out / DB_NAME
+
+    def count() -> int:
+        try:
+            with sqlite3.connect(db, timeout=5) as c:
+                return c.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+
+    deadline = time.time() + 30
+    while count() < 3 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = count()
+    assert 3 <= before < 48, before
+    with sqlite3.connect(db) as c:
+        first = dict(c.execute("SELECT key, finished_at FROM points").fetchall())
+    s = run_sweep(path, out, workers=1, progress=False, plots=False)
+    assert (s.total, s.skipped, s.ran) == (48, before, 48 - before)
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT key, finished_at FROM points").fetchall()
+    assert len(rows) == len({k for k, _ in rows}) == 48
+    assert all(dict(rows)[k] == t for k, t in first.items())  # the early points were not redone
+    # a third run has nothing left to do
+    assert run_sweep(path, out, workers=1, progress=False, plots=False).ran == 0
+
+
+def test_failing_points_leave_the_others_intact(tmp_path, monkeypatch):
+    # 1 kB of device memory cannot hold the tiny model's ~250 kB of fp16 weights: CapacityError
+    path = make_spec(tmp_path, {"hw.memory.@device.capacity_bytes": [1000, 48e9], "workload.batch": [1, 2]})
+    run_sweep(path, tmp_path / "cap", workers=2, progress=False, plots=False)
+    df = load_results(tmp_path / "cap")
+    small = df["hw.memory.@device.capacity_bytes"] == 1000
+    assert (df[small]["status"] == "error").all() and df[small]["error"].str.startswith("CapacityError").all()
+    assert (df[~small]["status"] == "ok").all() and df[~small]["tpot_s"].gt(0).all()
+    assert df[small]["tpot_s"].isna().all()
+
+    # an unexpected exception (a bug) in one point: recorded with its message, the rest run
+    import sim.simulate
+
+    real = sim.simulate.simulate
+
+    def flaky(workload, machine, **kw):
+        if workload.batch == 2:
+            raise RuntimeError("boom")
+        return real(workload, machine, **kw)
+
+    monkeypatch.setattr(sim.simulate, "simulate", flaky)
+    path = make_spec(tmp_path, {"workload.batch": [1, 2, 3]})
+    with cf.ThreadPoolExecutor(2) as ex:  # threads share the patched module
+        s = run_sweep(path, tmp_path / "bug", executor=ex, progress=False, plots=False)
+    assert (s.ran, s.failed) == (3, 1)
+    df = load_results(tmp_path / "bug").set_index("workload.batch")
+    assert df.loc[2, "error"].startswith("RuntimeError: boom") and df.loc[[1, 3], "status"].eq("ok").all()
+
+
+def test_plots_export_and_cli(tmp_path):
+    plots = [dict(kind="line", x="workload.batch", y="tpot_s", lines="hw"),
+             dict(kind="heatmap", x="workload.batch", y="hw", z="throughput_tok_s"),
+             dict(kind="pareto", x="hw.price_usd", y="tpot_s", label="hw")]
+    path = make_spec(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.batch": [1, 4]}, plots=plots)
+    out = tmp_path / "out"
+    from sim.cli import main
+
+    assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "-q"]) == 0
+    pngs = sorted((out / "plots").glob("*.png"))
+    assert len(pngs) == 3
+    for png in pngs:
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, png
+    assert main(["sweep", "export", str(out), "--csv", str(tmp_path / "r.csv"),
+                 "--parquet", str(tmp_path / "r.parquet")]) == 0
+    import pandas as pd
+
+    csv, pq = pd.read_csv(tmp_path / "r.csv"), pd.read_parquet(tmp_path / "r.parquet")
+    assert len(csv) == len(pq) == 4
+    assert {"hw", "workload.batch", "hw.price_usd", "tpot_s", "ttft_s", "throughput_tok_s",
+            "energy_per_token_j", "status"} <= set(csv.columns)
+
+
+def test_pareto_front():
+    # points (cost, time): (1, 9) (2, 5) (3, 6) (4, 2) (5, 2): (3, 6) is beaten by (2, 5); (5, 2) by (4, 2)
+    import numpy as np
+
+    x, y = np.array([1, 2, 3, 4, 5.0]), np.array([9, 5, 6, 2, 2.0])
+    assert list(pareto_front(x, y)) == [0, 1, 3]
+    assert list(pareto_front(x, y, "min", "max")) == [0]  # cheapest is also the largest y
+
+
+def test_example_sweeps_expand():
+    """Every sweep under sweeps/ expands (paths checked against the real presets);
+    those needing presets that are not in the tree yet are skipped."""
+    from hw_models.machine import preset_names
+    from sim.sweep.spec import load_spec
+
+    for path in sorted((ROOT / "sweeps").glob("*.yaml")):
+        spec = load_spec(path)
+        needed = {spec.hw} | set(spec.axes.get("hw", []) if isinstance(spec.axes.get("hw"), list) else [])
+        if not needed <= set(preset_names()):
+            continue
+        assert len(expand(spec)) > 0, path
