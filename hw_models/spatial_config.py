@@ -1,0 +1,94 @@
+"""The `spatial:` section of a spatial-dataflow preset (Groq LPU, Graphcore IPU),
+validated here so that errors name the file and the key.
+
+What the core schema already describes is not repeated: the top-level memory
+tier of the chip's unit is ONE chip's SRAM (capacity, bandwidth) and the unit is
+ONE chip (peak FLOP/s per format, vector rate, power). This section adds what
+makes the machine spatial: how many chips, how much SRAM a compiler can really
+use, the PE array, the chip-to-chip links and their topology, and where the KV
+cache lives.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from hw_models.machine import Machine
+from hw_models.pe_array import PEArray
+from sim.errors import ConfigError
+from sim.schema import Quantity, Strict, validation_error
+
+
+class PEArrayConfig(Strict):
+    rows: int = Field(gt=0)
+    cols: int = Field(gt=0)
+    dataflow: Literal["ws", "os", "is"] = "ws"
+    clock_hz: Quantity = Field(gt=0)
+    arrays: int = Field(default=1, gt=0)   # identical arrays (planes) sharing a GEMM's folds
+    format: str                            # the format whose peak rate (units.*.peak_flops_per_s) the arrays deliver
+    # True: folds stream back to back (the next stationary tile installs while the
+    # current one streams), so the array fill/drain skew is paid once per GEMM.
+    # False: SCALE-Sim's accounting, the skew and tile preload paid on every fold.
+    fold_overlap: bool = True
+
+    def array(self) -> PEArray:
+        return PEArray(self.rows, self.cols, self.dataflow, self.clock_hz)
+
+
+class C2CLinks(Strict):
+    count: int = Field(gt=0)                       # links per chip
+    bandwidth_bytes_per_s: Quantity = Field(gt=0)  # per link, per direction
+    latency_s: Quantity = Field(default=0.0, ge=0)  # per hop
+    # Links bonded between consecutive pipeline stages; None: count // 2 on a
+    # chain or ring (half the links face each neighbour), 1 on all_to_all.
+    per_hop: int | None = Field(default=None, gt=0)
+    energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
+
+
+class SpatialConfig(Strict):
+    chips: int | Literal["auto"] = "auto"    # auto: the fewest that hold the model
+    usable_fraction: float = Field(default=1.0, gt=0, le=1)  # of each chip's SRAM, for weights+KV+activations
+    pe_array: PEArrayConfig
+    links: C2CLinks
+    topology: Literal["chain", "ring", "all_to_all"] = "ring"
+    kv_cache: Literal["sram", "dram"] = "sram"
+    dram_tier: str | None = None             # top-level memory tier attached to each chip (IPU Streaming Memory)
+    microbatch_size: int = Field(default=1, gt=0)        # sequences per decode micro-batch
+    prefill_chunk_tokens: int = Field(default=128, gt=0)  # prompt tokens per prefill micro-batch
+
+    @property
+    def links_per_hop(self) -> int:
+        if self.links.per_hop is not None:
+            return self.links.per_hop
+        return 1 if self.topology == "all_to_all" else max(1, self.links.count // 2)
+
+    @property
+    def hop_bandwidth_bytes_per_s(self) -> float:
+        return self.links_per_hop * self.links.bandwidth_bytes_per_s
+
+
+def spatial_config(machine: Machine) -> SpatialConfig:
+    """Validate `machine.spatial` against the machine's tiers and unit."""
+    src = machine.source or machine.name
+    if machine.spatial is None:
+        raise ConfigError(f"{src}: spatial: required key is missing (kind: spatial)")
+    try:
+        cfg = SpatialConfig.model_validate(machine.spatial)
+    except ValidationError as exc:
+        raise validation_error(exc, src, prefix="spatial") from None
+    if isinstance(cfg.chips, int) and cfg.chips < 1:
+        raise ConfigError(f"{src}: spatial.chips: must be a positive integer or auto, got {cfg.chips}")
+    unit = machine.units[machine.main_unit]
+    if cfg.pe_array.format not in unit.peak_flops_per_s:
+        raise ConfigError(f"{src}: spatial.pe_array.format: {cfg.pe_array.format!r} has no peak rate in "
+                          f"units.{machine.main_unit}.peak_flops_per_s ({', '.join(unit.peak_flops_per_s)})")
+    if cfg.kv_cache == "dram":
+        if cfg.dram_tier is None:
+            raise ConfigError(f"{src}: spatial.dram_tier: required when spatial.kv_cache is dram")
+    if cfg.dram_tier is not None and cfg.dram_tier not in machine.memory:
+        raise ConfigError(f"{src}: spatial.dram_tier: no memory tier named {cfg.dram_tier!r}")
+    if cfg.dram_tier == machine.device_tier:
+        raise ConfigError(f"{src}: spatial.dram_tier: must differ from the SRAM tier {machine.device_tier!r}")
+    return cfg

@@ -1,0 +1,321 @@
+"""Mapping a model onto a pipeline of spatial chips, and the static cost of
+every op slice on its chip.
+
+The model is a stream of ops in graph order (embed, L0.attn_norm, ..., lm_head),
+each holding resident bytes: its weights and, when the KV cache lives in SRAM,
+the full-context KV cache it reads. The stream is cut into `chips` contiguous
+pieces of equal bytes, so each chip holds a contiguous range of layers (a
+fraction of a layer when a layer is larger than a chip: a 70B layer at int8 is
+856 MB, four GroqChips). An op cut by a boundary is split by output columns
+(GEMMs) or by heads (attention); its slices run one after another as pipeline
+stages. Cuts are at byte granularity; a real compiler cuts on tile boundaries,
+which costs at most one tile per cut.
+
+Chip count = ceil(resident bytes / (SRAM x usable_fraction - activation buffer)).
+The activation buffer each chip keeps is the largest live activation set of
+any op, in decode (one micro-batch) or prefill (one chunk).
+
+Op time is static and deterministic: max(PE-array time from the GEMM's tiling,
+SRAM bytes / SRAM bandwidth, KV bytes / DRAM bandwidth when the KV cache is
+spilled), where non-GEMM ops run at the matrix (attention) or vector rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hw_models import compute_path
+from hw_models.machine import Machine
+from hw_models.pe_array import gemm_cycles
+from hw_models.spatial_config import SpatialConfig
+from sim import graph as g
+from sim.formats import get_format
+from sim.graph import Op, OpGraph
+from sim.lowering import FormatPolicy, lower
+from sim.model import ModelConfig
+
+MATRIX_NO_WEIGHT = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)
+TOKEN_ID_BYTES = 4  # a sampled token id travelling back to the first chip
+
+
+def _eps(x: float) -> float:
+    return 1e-9 * max(1.0, abs(x))
+
+
+@dataclass(frozen=True)
+class SliceCost:
+    """One op slice on one chip: the tag of its engine task."""
+
+    op: Op
+    unit: str
+    fraction: float
+    duration_s: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    bound: str
+    path: str
+    flops: float
+    sram_bytes: float
+    dram_bytes: float
+    energy_j: float = 0.0
+
+
+@dataclass(frozen=True)
+class Slice:
+    op_index: int
+    op_name: str
+    start: float   # fraction of the op's resident bytes where this slice begins
+    end: float
+
+    @property
+    def fraction(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Partition:
+    """Which slices of which ops each chip holds, and the bytes it keeps."""
+
+    chips: int
+    needed: int
+    capacity_per_chip_bytes: float      # SRAM x usable fraction
+    activation_buffer_bytes: float
+    slices: list[list[Slice]]           # per chip, in op order
+    weight_bytes: list[float]           # per chip
+    kv_sram_bytes: list[float]          # per chip
+    kv_dram_bytes: list[float]          # per chip (spilled KV, read at DRAM bandwidth)
+    layer_bytes: float                  # resident bytes of one transformer layer (weights + KV in SRAM)
+    layer_equivalents: list[float] = field(default_factory=list)  # transformer layers held, per chip
+
+    @property
+    def total_resident_bytes(self) -> float:
+        return sum(self.weight_bytes) + sum(self.kv_sram_bytes)
+
+
+def resident_bytes(graph: OpGraph, model: ModelConfig, formats: FormatPolicy, batch: int,
+                   context: int) -> tuple[list[float], list[float]]:
+    """(weight bytes, full-context KV bytes) each op keeps, in graph order. The
+    embedding table counts whole (the lowering reads one row per token); a tied
+    LM head keeps its own copy at the far end of the pipeline."""
+    kv_fmt = get_format(formats.kv_cache)
+    w_out, kv_out, seen_kv = [], [], set()
+    for op in graph.ops():
+        w = 0.0
+        for t in op.reads:
+            if t.role != "weight":
+                continue
+            shape = (model.vocab_size, t.shape[1]) if t.name == "embed_tokens" and op.kind == g.EMBED else t.shape
+            if t.name == "embed_positions":
+                shape = (model.max_position_embeddings + 2, t.shape[1])
+            w += get_format(t.fmt).storage_bytes(shape)
+        kv = 0.0
+        for t in op.reads:
+            if t.role == "kv" and t.name not in seen_kv:
+                seen_kv.add(t.name)
+                kv += kv_fmt.storage_bytes((batch, context, model.kv_dim))
+        w_out.append(float(w))
+        kv_out.append(float(kv))
+    return w_out, kv_out
+
+
+def live_activation_bytes(graph: OpGraph) -> tuple[list[float], list[float]]:
+    """For each op index k: bytes of activations produced before k and read at
+    or after k (what crosses a cut just before op k), and k's output bytes."""
+    ops = list(graph.ops())
+    last_read: dict[str, int] = {}
+    for k, op in enumerate(ops):
+        for t in op.reads:
+            if t.role == "activation":
+                last_read[t.name] = k
+    before, outputs = [], []
+    live, expire = 0.0, [0.0] * (len(ops) + 1)   # running sum; bytes that die after their last reader
+    for k, op in enumerate(ops):
+        live -= expire[k]
+        before.append(live)
+        out = [t for t in op.writes if t.role == "activation"]
+        outputs.append(float(sum(t.bytes for t in out)))
+        for t in out:
+            last = last_read.get(t.name, -1)
+            if last > k:
+                live += t.bytes
+                expire[last + 1] += t.bytes
+    return before, outputs
+
+
+def activation_buffer(graph: OpGraph) -> float:
+    """Largest set of activations live at once around any op: what crosses into
+    it plus what it writes."""
+    before, outputs = live_activation_bytes(graph)
+    return max((b + o for b, o in zip(before, outputs)), default=0.0)
+
+
+def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: SpatialConfig,
+              batch: int, context: int, act_buffer: float, chips: int | None, flash: bool = False) -> Partition:
+    """Cut the op stream into `chips` equal-byte pieces (None: as few as fit)."""
+    graph = lower(model, "decode", 1, 1, 1, formats, flash)
+    names = [op.name for op in graph.ops()]
+    weights, kv = resident_bytes(graph, model, formats, batch, context)
+    kv_sram = kv if cfg.kv_cache == "sram" else [0.0] * len(kv)
+    resident = [w + k for w, k in zip(weights, kv_sram)]
+    total = sum(resident)
+    cap = machine.memory[machine.device_tier].capacity_bytes * cfg.usable_fraction
+    room = cap - act_buffer
+    needed = math.ceil(total / room - 1e-12) if room > 0 else math.inf
+    n = needed if chips is None else chips
+    layer_bytes = sum(r for op, r in zip(graph.ops(), resident) if op.layer == 0)
+
+    slices: list[list[Slice]] = [[] for _ in range(max(n, 1))] if n != math.inf else []
+    per_chip = [[0.0, 0.0, 0.0, 0.0] for _ in slices]   # weights, kv sram, kv dram, layer bytes
+    if n == math.inf or (chips is not None and chips < needed):
+        return Partition(n, needed, cap, act_buffer, slices, [], [], [], layer_bytes)
+    target = total / n
+    chip, pos = 0, 0.0
+    for k, (name, r) in enumerate(zip(names, resident)):
+        if r > 0:
+            while chip < n - 1 and pos >= (chip + 1) * target - _eps(target):
+                chip += 1
+        start = 0.0
+        while r > 0 and chip < n - 1 and pos + r * (1 - start) > (chip + 1) * target + _eps(target):
+            end = start + ((chip + 1) * target - pos) / r
+            slices[chip].append(Slice(k, name, start, end))
+            _account(per_chip[chip], weights[k], kv_sram[k], kv[k] - kv_sram[k], graph.op(name), end - start)
+            pos = (chip + 1) * target
+            start = end
+            chip += 1
+        slices[chip].append(Slice(k, name, start, 1.0))
+        _account(per_chip[chip], weights[k], kv_sram[k], kv[k] - kv_sram[k], graph.op(name), 1.0 - start)
+        pos += r * (1.0 - start)
+    part = Partition(n, needed, cap, act_buffer, slices, [c[0] for c in per_chip], [c[1] for c in per_chip],
+                     [c[2] for c in per_chip], layer_bytes)
+    part.layer_equivalents = [c[3] / layer_bytes if layer_bytes else 0.0 for c in per_chip]
+    return part
+
+
+def _account(acc: list[float], w: float, kv_s: float, kv_d: float, op: Op, f: float) -> None:
+    acc[0] += w * f
+    acc[1] += kv_s * f
+    acc[2] += kv_d * f
+    if op.layer is not None:
+        acc[3] += (w + kv_s) * f
+
+
+class ChipModel:
+    """Static op timing on one chip."""
+
+    def __init__(self, machine: Machine, cfg: SpatialConfig, compute_mode: str = "auto"):
+        self.machine, self.cfg, self.mode = machine, cfg, compute_mode
+        self.unit_name = machine.main_unit
+        self.unit = machine.units[self.unit_name]
+        self.sram = machine.memory[machine.device_tier]
+        self.dram = machine.memory[cfg.dram_tier] if cfg.dram_tier else None
+        self.array = cfg.pe_array.array()
+        self.array_rate = self.unit.peak_flops_per_s[cfg.pe_array.format]
+
+    def pe_time_s(self, M: int, N: int, K: int, rate_flops_per_s: float) -> float:
+        """GEMM time on the chip's PE arrays: folds shared among `arrays`
+        planes; scaled from the array's native format to the compute format's rate."""
+        pe = self.cfg.pe_array
+        c = gemm_cycles(self.array, M, N, K)
+        folds = math.ceil(c.folds / pe.arrays)
+        if pe.fold_overlap:
+            cycles = folds * c.temporal + (c.cycles_per_fold - c.temporal) - 1
+        else:
+            cycles = folds * c.cycles_per_fold - 1
+        return cycles / pe.clock_hz * (self.array_rate / rate_flops_per_s)
+
+    def cost(self, op: Op, fraction: float, chip: str) -> SliceCost:
+        unit, f = self.unit, fraction
+        kv_read = sum(t.bytes for t in op.reads if t.role == "kv")
+        dram_bytes = f * kv_read if self.cfg.kv_cache == "dram" else 0.0
+        sram_bytes = f * op.bytes - dram_bytes
+        if op.kind == g.GEMM:
+            w = next((t for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
+            path = compute_path.choose(unit, self.unit_name, w.fmt if w else None, op.compute_format, self.mode)
+            d = op.dims
+            n_slice = max(1, math.ceil(d["n"] * f - 1e-9))
+            compute_s = self.pe_time_s(d["m"], n_slice, d["k"], path.rate_flops_per_s)
+            if path.dequant and w is not None:
+                compute_s += f * w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT / unit.vector_flops_per_s
+            label = f"PE array {path.label}"
+        elif op.kind in MATRIX_NO_WEIGHT:
+            path = compute_path.choose(unit, self.unit_name, None, op.compute_format, self.mode)
+            compute_s, label = f * op.flops / path.rate_flops_per_s, f"matrix {path.label}"
+        else:
+            compute_s, label = f * op.flops / unit.vector_flops_per_s, "vector"
+        sram_s = sram_bytes / self.sram.bandwidth_bytes_per_s
+        dram_s = dram_bytes / self.dram.bandwidth_bytes_per_s if dram_bytes else 0.0
+        memory_s = max(sram_s, dram_s)
+        overhead = unit.launch_overhead_s
+        times = {"compute": compute_s, "memory": sram_s, "dram": dram_s, "overhead": overhead}
+        bound = max(times, key=times.__getitem__)
+        energy = sram_bytes * (self.sram.energy_j_per_byte or 0.0)
+        if dram_bytes:
+            energy += dram_bytes * (self.dram.energy_j_per_byte or 0.0)
+        return SliceCost(op, chip, f, overhead + max(compute_s, memory_s), compute_s, memory_s, overhead, bound,
+                         label, f * op.flops, sram_bytes, dram_bytes, energy)
+
+
+@dataclass
+class PhaseCosts:
+    """Per-micro-batch station times of one step on the pipeline."""
+
+    slice_costs: list[list[SliceCost]]   # per chip
+    stage_s: list[float]                 # per chip
+    hop_s: list[float]                   # chip j -> j+1
+    hop_bytes: list[float]
+    return_s: float                      # last chip -> first (the sampled token); 0 in prefill
+    flops: list[float]                   # per chip
+    sram_bytes: list[float]
+
+    def stations(self) -> list[tuple[str, float]]:
+        """Resources a micro-batch visits, in order, with its time on each."""
+        out = []
+        for j, s in enumerate(self.stage_s):
+            out.append((f"chip{j}", s))
+            if j < len(self.hop_s):
+                out.append((f"c2c{j}", self.hop_s[j]))
+        if self.return_s > 0:
+            out.append(("c2c.return", self.return_s))
+        return out
+
+    @property
+    def latency_s(self) -> float:
+        return sum(self.stage_s) + sum(self.hop_s) + self.return_s
+
+
+def hop_time_s(cfg: SpatialConfig, nbytes: float) -> float:
+    return nbytes / cfg.hop_bandwidth_bytes_per_s + cfg.links.latency_s
+
+
+def return_time_s(cfg: SpatialConfig, chips: int, tokens: int) -> float:
+    """The sampled token ids go back to the first chip: one hop on a ring or
+    all-to-all, back down the whole chain otherwise."""
+    if chips <= 1:
+        return 0.0
+    hops = chips - 1 if cfg.topology == "chain" else 1
+    return TOKEN_ID_BYTES * tokens / cfg.hop_bandwidth_bytes_per_s + hops * cfg.links.latency_s
+
+
+def phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_tokens: int) -> PhaseCosts:
+    """Station times for one micro-batch of `graph` (lowered with all layers);
+    `feedback_tokens` > 0 adds the return of the sampled tokens (decode)."""
+    ops = list(graph.ops())
+    before, outputs = live_activation_bytes(graph)
+    cfg = chip.cfg
+    costs, stage, flops, sram = [], [], [], []
+    for j, chip_slices in enumerate(part.slices):
+        row = [chip.cost(ops[s.op_index], s.fraction, f"chip{j}") for s in chip_slices]
+        costs.append(row)
+        stage.append(sum(c.duration_s for c in row))
+        flops.append(sum(c.flops for c in row))
+        sram.append(sum(c.sram_bytes for c in row))
+    hop_bytes = []
+    for j in range(part.chips - 1):
+        s = part.slices[j + 1][0]
+        # Cut just before op s.op_index, or inside it after s.start of its outputs.
+        hop_bytes.append(before[s.op_index] + s.start * outputs[s.op_index])
+    hop = [hop_time_s(cfg, b) for b in hop_bytes]
+    ret = return_time_s(cfg, part.chips, feedback_tokens) if feedback_tokens else 0.0
+    return PhaseCosts(costs, stage, hop, hop_bytes, ret, flops, sram)

@@ -1,0 +1,250 @@
+"""Spatial dataflow machines (hw_models.spatial): chip count, pipeline timing,
+the folding shortcut, Groq's published Llama-2-70B figure, batch scaling."""
+
+import copy
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hw_models.base import mapper_for
+from hw_models.machine import load_machine, machine_from_dict
+from hw_models.spatial_pipeline import decode_period_s, prefill_makespan_s
+from sim.errors import CapacityError, ConfigError
+from sim.footprint import weight_bytes
+from sim.lowering import lower
+from sim.simulate import simulate
+from sim.workload import load_workload, workload_from_dict
+
+TOY_MODEL = dict(name="toy", hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                 num_attention_heads=8, num_key_value_heads=2, vocab_size=1024, max_position_embeddings=2048)
+
+# A toy spatial machine where every op is SRAM-bound (PE array and vector units
+# effectively infinite) and a hop costs exactly its latency (links effectively
+# infinite), so decode latency can be derived by hand.
+TOY_HW = dict(
+    version=1, name="toy_spatial", kind="spatial",
+    memory=dict(sram=dict(capacity_bytes=2.5e6, bandwidth_bytes_per_s=1e9)),
+    units=dict(chip=dict(memory="sram", peak_flops_per_s=dict(fp16=1e30), vector_flops_per_s=1e30)),
+    spatial=dict(chips=3, usable_fraction=1.0,
+                 pe_array=dict(rows=16, cols=16, dataflow="ws", clock_hz=1e30, arrays=1, format="fp16"),
+                 links=dict(count=2, bandwidth_bytes_per_s=1e30, latency_s=1e-6),
+                 topology="ring", prefill_chunk_tokens=16),
+)
+
+
+def _toy_hw(**spatial):
+    raw = copy.deepcopy(TOY_HW)
+    raw["spatial"].update(spatial)
+    return machine_from_dict(raw, "toy_spatial.yaml")
+
+
+def _toy_wl(**kw):
+    base = dict(model=TOY_MODEL, batch=1, prompt_len=32, gen_len=8)
+    base.update(kw)
+    return workload_from_dict(base, "toy.yaml")
+
+
+def _mapper(workload, machine):
+    return mapper_for(machine, workload, workload.model_config_())
+
+
+def test_llama70b_int8_chip_count_on_groq():
+    """Llama-2-70B, int8 weights and activations, fp16 KV, batch 1, 1024+256 tokens.
+    Weights: 68,976,648,192 params... in bytes at int8 (norm vectors stay in the
+    activation format, int8 here): weight_bytes() = W. KV: 2 (K,V) x 80 layers x
+    1280 tokens x 1024 (8 KV heads x 128) x 2 B = 419,430,400 B.
+    Usable SRAM per chip: 220 MiB x 0.9 = 207,618,048 B, less the activation
+    buffer: the largest live set is a 128-token prefill chunk around the SwiGLU
+    product: h1 (128 x 8192) + gate + up (2 x 128 x 28672) live, act_out
+    (128 x 28672) written: 128 x (8192 + 3 x 28672) = 12,058,624 B, plus the
+    per-row fp16 scale of each int8 tensor (4 x 128 x 2 B) = 12,059,648 B.
+    Chips = ceil((W + KV) / (207,618,048 - 12,059,648)) = 355.
+    Without the activation buffer, bytes / (SRAM x usable) alone gives 335."""
+    w = load_workload("workloads/llama70b_groq.yaml")
+    mapper = _mapper(w, load_machine("groq_lpu"))
+    W = weight_bytes(mapper.model, mapper.formats)
+    assert W == pytest.approx(69.0e9, rel=0.005)
+    KV = 2 * 80 * 1280 * 1024 * 2
+    usable = 220 * 2**20 * 0.9
+    act = 128 * (8192 + 3 * 28672) + 4 * 128 * 2
+    part = mapper.partition
+    assert part.activation_buffer_bytes == act
+    assert part.total_resident_bytes == pytest.approx(W + KV, rel=1e-9)
+    assert part.needed == part.chips == math.ceil((W + KV) / (usable - act)) == 355
+    assert math.ceil((W + KV) / usable) == 335
+    # Every chip holds the same bytes, within the usable SRAM.
+    per_chip = [a + b for a, b in zip(part.weight_bytes, part.kv_sram_bytes)]
+    assert max(per_chip) == pytest.approx((W + KV) / 355, rel=1e-9)
+    assert max(per_chip) + act <= usable
+
+
+def test_toy_decode_latency_is_sum_of_stages_plus_hops():
+    """Toy LLaMA (4 layers, hidden 256) on 3 chips, batch 1, kv_len 33. Every op
+    is SRAM-bound at 1 GB/s and each op's bytes are split across chips in
+    proportion to the slice, so the stages sum to (bytes of every op of the
+    decode step) / 1e9. Weights in the step: 4 layers x 1,385,472 B (fp16
+    matrices 256x256 x2, 64x256 x2, 688x256 x3, two 256-norms) + lm_head
+    524,288 + final norm 512 + one embedding row 512 = 6,067,200 B. Hops cost
+    their latency (infinite links): 2 forward hops + 1 return hop (ring) = 3 us.
+    The single micro-batch waits for its own token: period = latency."""
+    w, hw = _toy_wl(), _toy_hw()
+    mapper = _mapper(w, hw)
+    assert mapper.partition.chips == 3
+    graph = lower(mapper.model, "decode", 1, 1, 33, mapper.formats)
+    assert graph.bytes_by_role()["weight"] == 4 * 1_385_472 + 524_288 + 512 + 512
+    total_bytes = sum(op.bytes for op in graph.ops())
+    expected = total_bytes / 1e9 + 3 * 1e-6
+    costs = mapper.decode_costs(33)
+    assert sum(costs.stage_s) == pytest.approx(total_bytes / 1e9, rel=1e-9)
+    assert costs.latency_s == pytest.approx(expected, rel=1e-9)
+    for exhaustive in (False, True):
+        assert mapper.decode_step_s(33, exhaustive) == pytest.approx(expected, rel=1e-9)
+
+
+def _uneven_toy(**spatial):
+    """Toy with real PE-array timing and finite links: unequal stations."""
+    return _toy_hw(chips=5, pe_array=dict(rows=32, cols=32, dataflow="ws", clock_hz=1e9, arrays=1, format="fp16"),
+                   links=dict(count=2, bandwidth_bytes_per_s=1e9, latency_s=2e-7), **spatial)
+
+
+def _spill_toy():
+    """_uneven_toy with the KV cache in an attached DRAM, so the SRAM partition
+    (and every station time) is the same at every batch size."""
+    raw = copy.deepcopy(TOY_HW)
+    raw["memory"]["dram"] = dict(capacity_bytes=1e9, bandwidth_bytes_per_s=1e8)
+    raw["spatial"].update(_uneven_toy().spatial, kv_cache="dram", dram_tier="dram")
+    return machine_from_dict(raw, "toy_spill.yaml")
+
+
+@pytest.mark.parametrize("batch", [1, 3, 7, 16])
+def test_folded_pipeline_equals_exhaustive(batch):
+    """The tandem reduction (slowest station + delays) against every chip and
+    link as its own engine resource, decode (closed loop) and prefill (open)."""
+    w = _toy_wl(batch=batch)
+    mapper = _mapper(w, _uneven_toy())
+    st = mapper.decode_costs(36).stations()
+    assert len({round(t, 15) for _, t in st}) > 3  # genuinely uneven
+    assert decode_period_s(st, mapper.microbatches, False) == pytest.approx(
+        decode_period_s(st, mapper.microbatches, True), rel=1e-9)
+    pre = mapper.prefill_costs().stations()
+    chunks = batch * mapper.chunks_per_seq
+    assert prefill_makespan_s(pre, chunks, False) == pytest.approx(prefill_makespan_s(pre, chunks, True), rel=1e-9)
+    # Closed form of a deterministic cyclic pipeline: max(latency, m x slowest station).
+    slowest = max(t for _, t in st)
+    assert decode_period_s(st, mapper.microbatches) == pytest.approx(
+        max(sum(t for _, t in st), mapper.microbatches * slowest), rel=1e-9)
+
+
+def test_whole_run_folded_equals_exhaustive():
+    w = _toy_wl(batch=4, gen_len=6)
+    hw = _uneven_toy()
+    a, b = simulate(w, hw), simulate(w, hw, exhaustive=True)
+    assert a.ttft_s == pytest.approx(b.ttft_s, rel=1e-9)
+    assert a.tpot_s == pytest.approx(b.tpot_s, rel=1e-6)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=2, max_size=4, unique=True))
+def test_throughput_rises_with_batch_then_flattens(batches):
+    """Aggregate decode throughput B / period with one sequence per micro-batch:
+    B / latency while B tokens fit in the pipeline, then 1 / slowest station.
+    The KV cache is spilled to DRAM so that batch changes nothing but the
+    number of micro-batches (with KV in SRAM a bigger batch also moves the
+    cuts between chips, and can slow the stages)."""
+    hw = _spill_toy()
+    results = []
+    for B in sorted(batches):
+        mapper = _mapper(_toy_wl(batch=B), hw)
+        st_ = mapper.decode_costs(36).stations()
+        latency, slowest = sum(t for _, t in st_), max(t for _, t in st_)
+        results.append((B, B / mapper.decode_step_s(36), latency, slowest))
+    for (b0, t0, _, _), (b1, t1, _, _) in zip(results, results[1:]):
+        assert t1 >= t0 * (1 - 1e-9)
+    for B, thr, latency, slowest in results:
+        full = math.ceil(latency / slowest)
+        if B >= full:
+            assert thr == pytest.approx(1 / slowest, rel=1e-9)
+        else:
+            assert thr == pytest.approx(B / latency, rel=1e-9)
+
+
+@pytest.mark.xfail(strict=True, reason="measured ~610 tok/s/user (+103%) on 355 chips; see docstring and docs/spatial.md")
+def test_groq_llama70b_tokens_per_user():
+    """Groq: ~300 tok/s/user for Llama-2-70B at batch 1 (TechPowerUp 2024,
+    hardware.md §3.1, a few hundred chips, ~576 per SemiAnalysis: unverified).
+    Assumptions: W8A8 int8 on the MXM (4 planes of 320x320 at 900 MHz),
+    fp16 KV in SRAM, 90% of SRAM usable, a pure layer pipeline over 355 chips
+    (the count the model chooses), 8 bonded 14 GB/s links per hop and 0.6 us
+    per hop (an assumption, not a published figure), static schedule with no
+    overlap between consecutive ops on a chip.
+
+    Measured: 1.64 ms per token (stages 1.30 ms, mostly PE-array fill/drain of
+    skinny GEMMs, + 354 hops 0.34 ms) = ~610 tok/s/user, +103% vs 300: outside
+    ±35%, so this test is an expected failure. The model is too optimistic;
+    candidates (not tuned away): fp16 activations on the 4x slower fp16 MXM
+    path, per-hop latency, instruction/sync overheads, Groq's real mapping."""
+    w = load_workload("workloads/llama70b_groq.yaml")
+    mapper = _mapper(w, load_machine("groq_lpu"))
+    tok_s = 1 / mapper.decode_step_s(1024 + 128)
+    assert tok_s == pytest.approx(300, rel=0.35)
+
+
+def test_groq_llama70b_measured_breakdown():
+    """The figure the xfail above reports, pinned to its own decomposition:
+    period at batch 1 = sum of stages + 354 hops + return hop."""
+    w = load_workload("workloads/llama70b_groq.yaml")
+    mapper = _mapper(w, load_machine("groq_lpu"))
+    costs = mapper.decode_costs(1152)
+    period = mapper.decode_step_s(1152)
+    assert period == pytest.approx(sum(costs.stage_s) + sum(costs.hop_s) + costs.return_s, rel=1e-9)
+    assert len(costs.hop_s) == 354
+    assert 1 / period == pytest.approx(610, rel=0.05)
+
+
+def test_not_enough_chips_names_the_count():
+    with pytest.raises(CapacityError, match=r"needs 3 chips .* spatial.chips is 2"):
+        simulate(_toy_wl(), _toy_hw(chips=2))
+    hw = load_machine("groq_lpu", {"spatial.chips": 300})
+    with pytest.raises(CapacityError, match="needs 355 chips"):
+        _mapper(load_workload("workloads/llama70b_groq.yaml"), hw).footprint()
+
+
+def test_more_chips_than_needed_spreads_the_model():
+    """Auto picks 3 chips; 6 halve each chip's bytes and add hops."""
+    w = _toy_wl()
+    a, b = _mapper(w, _toy_hw(chips="auto")), _mapper(w, _toy_hw(chips=6))
+    assert a.partition.chips == 3 and b.partition.chips == 6
+    p = b.partition
+    held = [x + y for x, y in zip(p.weight_bytes, p.kv_sram_bytes)]
+    assert max(held) == pytest.approx(p.total_resident_bytes / 6)
+    assert b.decode_step_s(33) == pytest.approx(a.decode_step_s(33) + 3e-6, rel=1e-9)
+
+
+def test_bad_spatial_key_is_a_config_error():
+    raw = copy.deepcopy(TOY_HW)
+    raw["spatial"]["pe_array"]["rowz"] = 4
+    with pytest.raises(ConfigError, match=r"toy\.yaml: spatial\.pe_array\.rowz: unknown key"):
+        _mapper(_toy_wl(), machine_from_dict(raw, "toy.yaml"))
+
+
+@pytest.mark.parametrize("preset", ["groq_lpu", "ipu_gc200", "ipu_bow"])
+def test_presets_run_and_report(preset):
+    w = _toy_wl(model="llama2-7b", batch=2, prompt_len=128, gen_len=4, formats=dict(weights="fp16"))
+    r = simulate(w, load_machine(preset))
+    m = r.extra["metrics"]
+    assert m["spatial.chips"] >= 1 and 0 <= m["spatial.bubble_fraction"] < 1
+    assert m["spatial.tok_s_aggregate"] == pytest.approx(2 * m["spatial.tok_s_per_user"])
+    assert "spatial.energy_per_token_j" in m
+    assert len(r.extra["report"]) == 2
+
+
+def test_kv_spill_to_streaming_memory():
+    """KV in IPU Streaming Memory frees SRAM (fewer chips) but is read at DRAM speed."""
+    w = _toy_wl(model="llama2-7b", batch=8, prompt_len=2048, gen_len=4, formats=dict(weights="fp16"))
+    sram = _mapper(w, load_machine("ipu_gc200"))
+    dram = _mapper(w, load_machine("ipu_gc200", {"spatial.kv_cache": "dram"}))
+    assert dram.partition.chips < sram.partition.chips
+    assert sum(dram.partition.kv_dram_bytes) == pytest.approx(2 * 32 * 8 * 2052 * 4096 * 2)
+    assert sum(dram.decode_costs(2050).stage_s) > sum(sram.decode_costs(2050).stage_s)
