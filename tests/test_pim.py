@@ -1,0 +1,241 @@
+"""HBM-PIM model (hw_models/pim.py): hand-derived rooflines, placement rules,
+and published figures, each check stating its setup.
+
+Figures: shared/reference/hardware.md §4 (Aquabolt-XL geometry, AttAcc,
+GDDR6-AiM) and §1.3 (per-stack HBM bandwidth)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from hw_models.machine import load_machine
+from hw_models.pim import PimMapper
+from sim import engine
+from sim.errors import CapacityError, ConfigError
+from sim.graph import GEMM, Op, OpGraph, TensorUse
+from sim.lowering import lower
+from sim.simulate import simulate, simulate_step, step_time
+from sim.workload import workload_from_dict
+
+ONE_STACK = {"pim.stacks": 1, "memory.hbm.bandwidth_bytes_per_s": "307.2 GB/s", "memory.hbm.capacity_bytes": "6 GiB"}
+
+
+def mapper(hw="hbm_pim", overrides=None, **wl) -> PimMapper:
+    w = workload_from_dict({"model": "llama2-13b", **wl}, "test")
+    return PimMapper(load_machine(hw, overrides), w, w.model_config_())
+
+
+def gemv_graph(n: int, k: int) -> OpGraph:
+    x = TensorUse("x", "activation", (1, k), "fp16", 2 * k)
+    wt = TensorUse("w", "weight", (n, k), "fp16", 2 * n * k)
+    y = TensorUse("y", "activation", (1, n), "fp16", 2 * n)
+    graph = OpGraph("decode", 1, 1, 1)
+    graph.add(Op("gemv", GEMM, 2.0 * n * k, (x, wt), (y,), (("m", 1), ("n", n), ("k", k))), [])
+    return graph
+
+
+def run_gemv(policy: str) -> float:
+    m = mapper(overrides=ONE_STACK, pim_policy=policy)
+    return engine.run(m.plan_step(gemv_graph(4096, 4096)), m.resources(), m.containers()).makespan_s
+
+
+def test_gemv_one_stack_at_internal_roofline_and_4x_the_pins():
+    # One Aquabolt-XL stack (hardware.md §4.1): 16 pseudo-channels x 8 units (one per bank pair),
+    # 16 FP16 lanes, one 32 B column per 300 MHz cycle. Internal: 128 x 32 B x 300 MHz =
+    # 1228.8 GB/s. A 1 KiB row streams in 32 cycles = 106.7 ns, which hides the other bank's
+    # 28 ns row opening (tRP + tRCD), so nothing is lost to rows. Pins: 2.4 Gb/s x 1024 / 8 = 307.2 GB/s.
+    internal, pins = 128 * 32 * 300e6, 307.2e9
+    W = 4096 * 4096 * 2
+    stream = W / internal                                  # 27.31 us
+    broadcast = 2 * 4096 * 16 / pins                       # x written once per pseudo-channel
+    readback = 4096 * 16 * 2 / pins                        # 16 lane partial sums per output row
+    overheads = 4e-6 + 2 * 0.25e-6                         # host launch + enter/leave PIM mode
+    expected = stream + broadcast + readback + overheads   # 32.66 us
+    pim = run_gemv("auto")
+    assert pim == pytest.approx(expected, rel=1e-6)
+    assert stream / pim > 0.8                              # the internal-bandwidth roofline dominates
+    host = run_gemv("none")
+    # Streaming alone is 1228.8 / 307.2 = 4.0x, Samsung's "4x higher processing bandwidth"
+    # (ISSCC 2021). End to end the host also loses its 0.85 x size-ramp DRAM efficiency
+    # and PIM pays its fixed costs: measured 4.5x.
+    assert internal / pins == pytest.approx(4.0)
+    assert 0.8 * 4 <= host / pim <= 1.25 * 4
+
+
+@pytest.fixture(scope="module")
+def llama13b_runs():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = load_machine("hbm_pim")
+        auto = simulate(workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=128), "t"), m)
+        none = simulate(workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=128,
+                                                pim_policy="none"), "t"), m)
+    return auto, none
+
+
+def test_llama13b_batch1_speedup_from_bandwidths_and_movable_share(llama13b_runs):
+    auto, none = llama13b_runs
+    assert auto.extra["metrics"]["pim.tpot_no_pim_s"] == pytest.approx(none.tpot_s)
+    on_pim = {k for k, v in auto.extra["pim"]["placement"].items() if v["where"] == "pim"}
+    # Amdahl over the PIM-disabled decode step: the share f of its time spent streaming in ops
+    # that moved (their launch overhead does not move), sped up by internal / achieved-external
+    # bandwidth: 5 x 1228.8 GB/s against 1536 GB/s x 0.85.
+    launch = 4e-6
+    step = none.decode_timeline.makespan_s
+    moved = sum(o.duration_s - launch for o in none.decode_ops if o.base_name in on_pim)
+    f = moved / step
+    r = 5 * 1228.8e9 / (1536e9 * 0.85)
+    expected = 1 / ((1 - f) + f / r)
+    measured = none.tpot_s / auto.tpot_s
+    assert f > 0.6                      # GEMVs dominate batch-1 decode
+    assert measured > 1.5
+    # PIM's own fixed costs (mode switches, vector broadcast, partial-sum read-back) pull below
+    # the ideal; the host's size ramp (below 0.85 on small GEMVs) pushes above it. Measured
+    # 2.48x against 2.42x expected; allowed 10 %.
+    assert measured == pytest.approx(expected, rel=0.10)
+
+
+def test_report_and_timeline(llama13b_runs):
+    auto, _ = llama13b_runs
+    metrics = auto.metrics()
+    for key in ("pim.speedup_tpot", "pim.utilization", "pim.mode_switch_s_per_step",
+                "pim.dram_energy_internal_j_per_token", "pim.dram_energy_external_j_per_token"):
+        assert key in metrics
+    assert 0 < metrics["pim.utilization"] <= 1
+    # Internal reads cost 0.55 pJ/bit against 3.59 external, so DRAM energy per token drops.
+    e = metrics["pim.dram_energy_internal_j_per_token"] + metrics["pim.dram_energy_external_j_per_token"]
+    assert e < metrics["pim.dram_energy_no_pim_j_per_token"]
+    resources = {i.resource for i in auto.decode_timeline.intervals}
+    assert {f"pim.stack{i}" for i in range(5)} <= resources
+    assert auto.extra["pim"]["placement"]["softmax"]["where"] == "host"
+    assert auto.extra["report"]
+
+
+def test_blocked_mode_keeps_host_and_pim_apart():
+    m = mapper(batch=4, prompt_len=512)
+    graph = lower(m.model, "decode", 4, 1, 513, m.formats, num_layers=2)
+    tl = engine.run(m.plan_step(graph), m.resources(), m.containers())
+    host = [i for i in tl.intervals if i.resource == "gpu" and i.tag.op.bytes]
+    pim = [i for i in tl.intervals if i.resource.startswith("pim.")]
+    assert pim and host
+    for h in host:
+        for p in pim:
+            assert h.end_s <= p.start_s + 1e-15 or p.end_s <= h.start_s + 1e-15, (h.task, p.task)
+    # With NeuPIMs' dual row buffers the host may run while the banks compute: no locks.
+    dual = mapper(overrides={"pim.dual_row_buffer": True}, batch=4, prompt_len=512)
+    assert dual.containers() == {}
+
+
+def test_batch64_context4096_fc_on_host_attention_on_pim():
+    # Placement of one decode step (the full run would not fit 30 GiB: see the capacity test).
+    m = mapper(batch=64, prompt_len=4096, pim_policy="auto")
+    graph = lower(m.model, "decode", 64, 1, 4096, m.formats, num_layers=1)
+    where = {op.base_name: m.decide(op) for op in graph.ops()}
+    for fc in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"):
+        assert where[fc].where == "host", (fc, where[fc].why)
+    assert "rows" in where["up_proj"].why
+    for attn in ("qk", "av"):
+        assert where[attn].where == "pim", (attn, where[attn].why)
+    assert where["softmax"].where == "host"
+
+
+def test_policies():
+    graph = lower(mapper().model, "decode", 1, 1, 1025, mapper().formats, num_layers=1)
+    placed = {}
+    for policy in ("none", "attention_only", "fc_and_attention", "auto"):
+        m = mapper(pim_policy=policy)
+        placed[policy] = {op.base_name for op in graph.ops() if m.decide(op).where == "pim"}
+    assert placed["none"] == set()
+    assert placed["attention_only"] == {"qk", "av"}
+    assert placed["fc_and_attention"] >= {"q_proj", "down_proj", "qk", "av", "lm_head"}
+    assert placed["fc_and_attention"] <= placed["auto"]
+    # Prefill rows are wide: only the LM head, which sees each sequence's last token, is a GEMV.
+    pre = lower(mapper().model, "prefill", 1, 512, 512, mapper().formats, num_layers=1)
+    m = mapper(pim_policy="fc_and_attention")
+    assert {op.base_name for op in pre.ops() if m.decide(op).where == "pim"} == {"lm_head"}
+
+
+def test_samsung_memory_bound_kernel_speedup():
+    # Setup: a 4096x4096 FP16 GEMV on Aquabolt-XL (one stack) against the same stack's pins.
+    # Published: 11.2x on memory-bound kernels (Lee et al. ISCA 2021, hardware.md §4.1);
+    # the journal version reports GEMV 8.9x on a GPU system and 2.8x on an Alveo U280.
+    speedup = run_gemv("none") / run_gemv("auto")
+    assert speedup > 1                                  # direction
+    assert speedup == pytest.approx(4.5, rel=0.05)      # what this model gives (see docs/pim.md)
+
+
+@pytest.mark.xfail(strict=True, reason="model gives 4.5x, Samsung reports 11.2x (ISCA 2021): -60 %. "
+                   "The model caps a GEMV at the 4x internal/external ratio over a host at 85 % of its pins; "
+                   "a >4x speed-up needs a host far below its pin bandwidth, which it does not model.")
+def test_samsung_within_35_percent():
+    assert run_gemv("none") / run_gemv("auto") == pytest.approx(11.2, rel=0.35)
+
+
+ATTACC = {  # AttAcc-like configuration (hardware.md §4.3, scale-snu/attacc_simulator)
+    "memory.hbm.capacity_bytes": "1280 GB",            # DGX 640 GB + AttAcc 640 GB (equal capacity)
+    "memory.hbm.bandwidth_bytes_per_s": 80 * 670.4e9,  # 80 HBM3 stacks at 670.4 GB/s (§1.3)
+    "units.gpu.peak_flops_per_s": {"fp16": 8 * 312e12},  # 8 x A100 (HBM3 "A100a") as one device
+    "units.gpu.vector_flops_per_s": 8 * 19.5e12,
+    "pim.stacks": 80, "pim.pseudo_channels_per_stack": 32, "pim.placement": "bank",
+    "pim.units_per_pseudo_channel": 16,
+    "pim.clock_hz": 9 * 670.4e9 / (512 * 32),          # AttAcc_bank under its power limit: 9x the pins
+    "pim.row_open_s": 0,                               # BW_SCALE is already the achieved multiplier
+    "pim.softmax": "buffer_die", "pim.partial_sums_per_output": 1,
+}
+
+
+def attacc_speedup() -> float:
+    # GPT-3-175B-class (OPT-175B shapes), FP16, Lin 2048, batch 64, one decode step at kv 2112
+    # (the middle of Lout 128); attention_only (AttAcc) against the same machine without PIM.
+    times = {}
+    for policy in ("none", "attention_only"):
+        w = workload_from_dict(dict(model="opt-175b", batch=64, prompt_len=2048, gen_len=128,
+                                    pim_policy=policy), "t")
+        m = PimMapper(load_machine("hbm_pim", ATTACC), w, w.model_config_())
+        m.footprint()
+        times[policy] = step_time(m, "decode", 1, 2112).time_s
+    return times["none"] / times["attention_only"]
+
+
+def test_attacc_attention_offload_gain():
+    # Measured 1.61x; AttAcc reports up to 2.81x (ASPLOS 2024 abstract).
+    assert attacc_speedup() == pytest.approx(1.61, rel=0.05)
+
+
+@pytest.mark.xfail(strict=True, reason="model gives 1.61x, AttAcc reports up to 2.81x: -43 %. Differences: "
+                   "one unified memory instead of a separate AttAcc device, a baseline with the same 8-GPU "
+                   "compute, 4 us host launch per PIM op, decode step only (no pipelining/ffopt).")
+def test_attacc_within_35_percent():
+    assert attacc_speedup() == pytest.approx(2.81, rel=0.35)
+
+
+def test_capacity_error():
+    w = workload_from_dict(dict(model="llama2-70b", batch=1, prompt_len=1024, gen_len=128), "t")
+    with pytest.raises(CapacityError, match="hbm_pim.hbm.*Aquabolt-XL"):
+        simulate(w, load_machine("hbm_pim"))
+
+
+def test_geometry_schema_errors():
+    with pytest.raises(ConfigError, match=r"hbm_pim.yaml: pim: units_per_pseudo_channel: 6 PIM units do not divide 16"):
+        mapper(overrides={"pim.units_per_pseudo_channel": 6})
+    with pytest.raises(ConfigError, match="units_per_pseudo_channel: placement bank_pair .* means 8"):
+        mapper(overrides={"pim.units_per_pseudo_channel": 4})
+    with pytest.raises(ConfigError, match=r"pim.simd_lanes: .*greater than 0"):
+        mapper(overrides={"pim.simd_lanes": 0})
+    with pytest.raises(ConfigError, match="pim.tier: no memory tier"):
+        mapper(overrides={"pim.tier": "sram"})
+
+
+def test_aim_gddr6_preset():
+    m = mapper("aim_gddr6", batch=1, formats=dict(weights="bf16", activations="bf16", kv_cache="bf16"))
+    # Per channel 16 banks x 32 B x 1 GHz = 512 GB/s peak (hardware.md §4.2); a 2 KiB row streams
+    # in 64 ns, one PU per bank cannot hide the 30.8 ns row opening: 512 x 64 / 94.8 = 345.6 GB/s.
+    assert m.geo.internal_bytes_per_s / 2 == pytest.approx(512e9 * 64 / 94.8, rel=1e-3)
+    graph = lower(m.model, "decode", 1, 1, 1025, m.formats, num_layers=1)
+    where = {op.base_name: m.decide(op).where for op in graph.ops()}
+    assert where["up_proj"] == "pim" and where["qk"] == "pim"
+    fp16 = mapper("aim_gddr6")
+    g16 = lower(fp16.model, "decode", 1, 1, 1025, fp16.formats, num_layers=1)
+    assert "bf16" in fp16.decide(next(o for o in g16.ops() if o.base_name == "up_proj")).why
