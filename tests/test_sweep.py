@@ -216,14 +216,17 @@ def test_failing_points_leave_the_others_intact(tmp_path, monkeypatch):
 def test_plots_export_and_cli(tmp_path):
     plots = [dict(kind="line", x="workload.batch", y="tpot_s", lines="hw"),
              dict(kind="heatmap", x="workload.batch", y="hw", z="throughput_tok_s"),
-             dict(kind="pareto", x="hw.price_usd", y="tpot_s", label="hw")]
-    path = make_spec(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.batch": [1, 4]}, plots=plots)
+             dict(kind="pareto", x="hw.price_usd", y="tpot_s", label="hw"),
+             dict(kind="line", x="workload.batch", y="ttft_s", lines=["hw", "workload.gen_len"],
+                  where="workload.gen_len == 4 and hw.name != 'x'")]
+    path = make_spec(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.batch": [1, 4], "workload.gen_len": [4]},
+                     plots=plots)
     out = tmp_path / "out"
     from sim.cli import main
 
     assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "-q"]) == 0
     pngs = sorted((out / "plots").glob("*.png"))
-    assert len(pngs) == 3
+    assert len(pngs) == 4
     for png in pngs:
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, png

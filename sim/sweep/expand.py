@@ -183,6 +183,7 @@ def expand(spec: SweepSpec) -> list[Point]:
     _check_paths(spec, res, hw_refs)
     when = compile_expr(spec.when, f"{spec.source}: when") if spec.when else None
 
+    recorded = spec.recorded_columns()
     points: list[Point] = []
     seen: set[str] = set()
     for combo in _combinations(spec):
@@ -197,6 +198,7 @@ def expand(spec: SweepSpec) -> list[Point]:
             raise (exc if str(exc).startswith(str(spec.source)) else ConfigError(f"{where}: {exc}")) from None
         tree = {"workload": workload.model_dump(), "hw": machine.model_dump()}
         look = lookup_in(tree, where)
+        look_col = lookup_in(tree, f"{spec.source}: columns (or a plot's column)")
         if when is not None:
             if not when(lambda p: hw_value or spec.hw if p == HW_AXIS else look(p)):
                 continue
@@ -204,7 +206,7 @@ def expand(spec: SweepSpec) -> list[Point]:
         if key in seen:  # random draws or rounding can repeat a point
             continue
         seen.add(key)
-        columns = {c: lookup_in(tree, f"{spec.source}: columns")(c) for c in spec.columns}
+        columns = {c: look_col(c) for c in recorded}
         config = dict(workload=workload.model_dump(), workload_source=str(wl_path),
                       machine=machine.model_dump(), machine_source=machine.source)
         points.append(Point(len(points), dict(combo), columns, config, key))

@@ -14,6 +14,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.plots import _save, plt
+from sim.sweep.expr import compile_expr
 from sim.sweep.spec import Plot, SweepSpec, default_goal
 
 if TYPE_CHECKING:
@@ -26,12 +27,30 @@ def _label(col: str) -> str:
     return col.replace("hw.memory.@device.", "device memory ").replace("workload.", "")
 
 
-def _ok(df: "pd.DataFrame", cols: list[str], where: str) -> "pd.DataFrame":
+def _ok(df: "pd.DataFrame", cols: list[str], where: str, p: Plot | None = None) -> "pd.DataFrame":
+    """The finished rows with every column the plot needs, after its `where` filter."""
     for c in cols:
         if c not in df.columns:
             raise ConfigError(f"{where}: no column {c!r}; columns: {', '.join(map(str, df.columns))}")
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
+    if p is not None and p.where:
+        expr = compile_expr(p.where, f"{where}: where")
+        keep = [bool(expr(_row_lookup(row, where))) for row in ok.to_dict("records")]
+        ok = ok[keep]
     return ok.dropna(subset=cols)
+
+
+def _row_lookup(row: dict, where: str):
+    """Names in a plot's `where` are whole column names (`workload.batch`, `hw`)."""
+    def look(name: str):
+        if name not in row:
+            raise ConfigError(f"{where}: where: no column {name!r}")
+        return row[name]
+    return look
+
+
+def _fmt(v) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def _best_index(values: "pd.Series", goal: str):
@@ -40,13 +59,14 @@ def _best_index(values: "pd.Series", goal: str):
 
 def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     goal = p.goal or default_goal(p.y)
-    data = _ok(df, [p.x, p.y] + ([p.lines] if p.lines else []), f"plots: {p.kind} {p.y}")
+    cols = p.line_columns
+    data = _ok(df, [p.x, p.y] + cols, f"plots: {p.kind} {p.y}", p)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups = data.groupby(p.lines, sort=True) if p.lines else [(None, data)]
-    for value, g in groups:
+    groups = data.groupby(cols, sort=True) if cols else [((), data)]
+    for values, g in groups:
         g = g.sort_values(p.x)
-        lbl = f"{_label(p.lines)} = {value:.3g}" if isinstance(value, float) else (
-            f"{_label(p.lines)} = {value}" if p.lines else None)
+        values = values if isinstance(values, tuple) else (values,)
+        lbl = ", ".join(f"{_label(c)} = {_fmt(v)}" for c, v in zip(cols, values)) or None
         ax.plot(g[p.x], g[p.y], "o-", ms=4, label=lbl)
     if len(data):
         b = data.loc[_best_index(data[p.y], goal)]
@@ -63,16 +83,14 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
 
 def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     goal = p.goal or default_goal(p.z)
-    data = _ok(df, [p.x, p.y, p.z], f"plots: heatmap {p.z}")
+    data = _ok(df, [p.x, p.y, p.z], f"plots: heatmap {p.z}", p)
     # Several points per cell (a third axis) are reduced to the best one.
     table = data.groupby([p.y, p.x])[p.z].agg(goal).unstack(p.x)
     fig, ax = plt.subplots(figsize=(7, 5))
     im = ax.imshow(table.to_numpy(dtype=float), origin="lower", aspect="auto", cmap="viridis")
     fig.colorbar(im, ax=ax, label=p.z)
-    ax.set_xticks(range(len(table.columns)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in table.columns],
-                  rotation=45, fontsize=7)
-    ax.set_yticks(range(len(table.index)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in table.index],
-                  fontsize=7)
+    ax.set_xticks(range(len(table.columns)), [_fmt(v) for v in table.columns], rotation=45, fontsize=7)
+    ax.set_yticks(range(len(table.index)), [_fmt(v) for v in table.index], fontsize=7)
     arr = table.to_numpy(dtype=float)
     for (i, j), v in np.ndenumerate(arr):
         if np.isfinite(v):
@@ -103,7 +121,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray, goal_x: str = "min", goal_y: str 
 
 def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     gx, gy = p.goal_x or default_goal(p.x), p.goal or default_goal(p.y)
-    data = _ok(df, [p.x, p.y] + ([p.label] if p.label else []), f"plots: pareto {p.y}")
+    data = _ok(df, [p.x, p.y] + ([p.label] if p.label else []), f"plots: pareto {p.y}", p)
     x, y = data[p.x].to_numpy(dtype=float), data[p.y].to_numpy(dtype=float)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")

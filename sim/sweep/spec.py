@@ -107,7 +107,8 @@ class Plot(Strict):
     x: str
     y: str
     z: str | None = None            # heatmap: the colored metric
-    lines: str | None = None        # line: one line per value of this column
+    lines: str | list[str] | None = None   # line: one line per value (combination) of these columns
+    where: str | None = None        # only the rows where this expression (over columns) holds
     # Which way is better for the optimized metric (line: y, heatmap: z, pareto: each of x, y);
     # default: `max` for throughput-like names, `min` otherwise.
     goal: Literal["min", "max"] | None = None
@@ -128,6 +129,10 @@ class Plot(Strict):
         return self
 
     @property
+    def line_columns(self) -> list[str]:
+        return [self.lines] if isinstance(self.lines, str) else list(self.lines or [])
+
+    @property
     def metric(self) -> str:
         return self.z if self.kind == "heatmap" else self.y
 
@@ -136,7 +141,7 @@ class Plot(Strict):
             return self.file if self.file.endswith(".png") else f"{self.file}.png"
         parts = [self.kind, self.metric, "vs", self.x] + ([self.y] if self.kind == "heatmap" else [])
         if self.lines:
-            parts += ["by", self.lines]
+            parts += ["by", *self.line_columns]
         safe = "_".join(parts).replace("@", "").replace("/", "_")
         return f"{safe}.png"
 
@@ -176,6 +181,23 @@ class SweepSpec(Strict):
         if self.mode != "random" and self.samples is not None:
             raise ValueError("`samples` is only for mode random")
         return self
+
+    def plot_columns(self) -> list[str]:
+        """Every column the plots name (their `where` expressions included); syntax checked."""
+        from sim.sweep.expr import compile_expr
+
+        cols: list[str] = []
+        for i, p in enumerate(self.plots):
+            cols += [c for c in (p.x, p.y, p.z, p.label, *p.line_columns) if c]
+            if p.where:
+                cols += compile_expr(p.where, f"{self.source}: plots.{i}.where").names
+        return list(dict.fromkeys(cols))
+
+    def recorded_columns(self) -> list[str]:
+        """`columns` plus config fields the plots name that are not axes (e.g. hw.price_usd)."""
+        extra = [c for c in self.plot_columns()
+                 if c.partition(".")[0] in ("workload", "hw") and "." in c and c not in self.axes]
+        return list(dict.fromkeys([*self.columns, *extra]))
 
     @property
     def base_dir(self) -> Path:
