@@ -167,7 +167,10 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     if per_kind:
         for kind in sorted(set(data.kind)):
             kinds[kind] = fit(*data.select(kind), bw, overall.params)
-    raw = raw_machine(base.source or base.name)
+    try:  # the base file's own text (units as written), when it is a file
+        raw = raw_machine(base.source or base.name)
+    except ConfigError:  # a machine built in code
+        raw = base.model_dump(exclude_none=True)
     raw["name"] = name or f"{base.name}_calibrated"
     u = raw["units"][unit_name]
     u["launch_overhead_s"] = _round(overall.params["overhead_s"])
