@@ -187,8 +187,9 @@ class SpatialMapper(Mapper):
             tpot_last_s=float(times[-1]) if len(times) else 0.0,
             e2e_s=e2e, throughput_tok_s=tokens / e2e if e2e else 0.0,
             peak_memory_bytes={t: fp.total(t) for t in fp.tiers}, memory_by_role=fp.tiers,
-            utilization={"chips.busy (mean)": 1 - util["bubble"], "chips.compute (mean)": util["compute_mean"],
-                         "chips.sram_bw (mean)": util["sram_mean"], "c2c links (mean)": util["link_mean"]},
+            # Decode steady state, means over chips (per chip: extra["spatial"]["utilization"]).
+            utilization={"chips.busy": 1 - util["bubble"], "chips.compute": util["compute_mean"],
+                         "chips.sram_bw": util["sram_mean"], "c2c": util["link_mean"]},
             energy_per_token_j=energy_per_token,
             prefill_ops=_records(prefill_tl), decode_ops=_records(decode_tl), decode_kv_len=rep_kv,
             prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes,
