@@ -1,25 +1,64 @@
-"""Which number format an op computes in on a given unit, and what it costs to
-get there.
+"""Which number format a matrix op computes in on a given unit, and what it
+costs to get there.
 
-Real kernels do one of two things with a narrow format:
-  * native: the unit has a matrix rate for the format (FP8 on Hopper, FP4 on
-    Blackwell, INT8/INT4 tensor cores), and both operands are in it;
-  * weight-only: the weights stream in the narrow format and are dequantized
-    in registers into a format the unit has (Marlin/AWQ/GPTQ kernels), so the
-    memory traffic shrinks but the math runs at the wider rate, plus the
-    dequantization work on the vector units.
+Rate keys. `units.<u>.peak_flops_per_s` is keyed by number-format names from
+the registry (sim.formats); aliases are read as their canonical name (`fp8` ->
+fp8_e4m3, `fp4` -> fp4_e2m1). A block-scaled format computes natively only
+where the preset lists it by its own name (`mxfp8_e4m3`, `mxfp4`, `nvfp4`, ...):
+the matrix unit must apply the block scales inside the MMA (Blackwell's
+`tcgen05.mma ... block_scale`, hardware.md §1.2). Hopper's FP8 rate therefore
+does not make mxfp8 native there, and Ampere's `int4` rate (INT4 tensor cores)
+makes the registry's `int4` (int4_g128) native only against int4 activations.
+
+What real kernels do with a (stored operand S, activation A) pair, S being the
+weight matrix of a GEMM or the KV cache read by attention (hw_models.gpu passes
+both; other mappers may pass None, i.e. activation x activation):
+
+1. native pair: S == A (or no S) and the unit has A's rate -> that rate. Two
+   different narrow float formats (<= 8 bits) of the same family that the unit
+   both has also pair natively, at the slower rate: Hopper mixes E4M3 and E5M2,
+   Blackwell's mxf8f6f4 kind mixes MX fp8/fp6/fp4 at the FP8 rate.
+2. otherwise (compute: auto) the kernel converts operands into one format C the
+   unit has and that loses nothing: first A itself (weight-only quantization:
+   int4/mxfp4/nvfp4 weights dequantized in registers into fp16, as Marlin/AWQ/
+   GPTQ kernels do; QServe-style int4 -> int8), then S (activations widened
+   into the weight's format, e.g. an lm_head kept in bf16 under fp8
+   activations), then bf16/fp16/fp32. "Loses nothing" is judged by element
+   bits (C strictly wider, and no float into int: nvfp4 -> mxfp4 would be a
+   requantization); 16-bit floats count as interchangeable (an fp16 <-> bf16
+   cast), as frameworks treat them. Memory traffic keeps the narrow bytes;
+   the math runs at C's rate plus the dequantization work on the vector units.
+3. compute: native allows only 1, or 2 with C == S where A is native too
+   (nothing but the activations converted into the stored operand's native
+   format, e.g. fp16 activations into a bf16 lm_head); anything that would
+   dequantize the stored operand, or an activation format the unit cannot
+   compute, is a ConfigError.
+
+Dequantization cost: DEQUANT_FLOPS_PER_ELEMENT vector FLOPs per converted
+weight (or KV) element, at the vector rate times the unit's compute_max (no
+small-op ramp: the work is spread over all SMs with the operand's stream), charged once per element per op (a fused kernel dequantizes
+each weight tile once per output tile row-block; for decode's skinny GEMMs
+that is once). Why 2: a fused dequantization is one FMA per element,
+w = q * s + (-z * s), i.e. 2 FLOPs; the bit unpacking and int->float
+conversion (Marlin's LOP3/PRMT "magic number" trick) run on the integer pipe,
+which issues alongside the FP32 pipe on Ampere and Hopper, so they add no
+FLOPs. Plain fp8 -> fp16 is one convert instruction, so 2 is an upper bound
+there. The cost is added to the op's compute time, which overlaps with its
+memory time (roofline max), so it only shows when an op is compute bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hw_models.machine import Unit
 from sim.errors import ConfigError
+from sim.formats import NumberFormat, get_format
 
 # Wider formats to fall back to, best first.
 _FALLBACK = ("bf16", "fp16", "fp32")
-# Vector FLOPs to dequantize one element: scale multiply + convert (+ zero point for ints).
+# Vector FLOPs to dequantize one element: one fused multiply-add (see module doc).
 DEQUANT_FLOPS_PER_ELEMENT = 2.0
 
 
@@ -27,33 +66,87 @@ DEQUANT_FLOPS_PER_ELEMENT = 2.0
 class ComputePath:
     fmt: str                 # format the arithmetic runs in
     rate_flops_per_s: float  # peak matrix rate in that format
-    dequant: bool            # whether weights are dequantized first
-    label: str
+    dequant: bool            # whether the stored operand (weights, or KV cache) is dequantized first
+    label: str               # shown in the report's top-ops table and --json ops
+    convert_activations: bool = False  # activations converted into `fmt` (cost not charged: widening casts are cheap)
 
 
-def _native_fallback(unit: Unit, want: str) -> str | None:
-    if want in unit.peak_flops_per_s:
-        return want
-    return next((f for f in _FALLBACK if f in unit.peak_flops_per_s), None)
+@lru_cache(maxsize=256)
+def _rates(items: tuple[tuple[str, float], ...], unit_name: str) -> dict[str, float]:
+    """Preset rate keys -> canonical format names (the faster one where two keys alias)."""
+    out: dict[str, float] = {}
+    for key, rate in items:
+        try:
+            name = get_format(key).name
+        except ConfigError as exc:
+            raise ConfigError(f"units.{unit_name}.peak_flops_per_s.{key}: {exc}") from None
+        out[name] = max(rate, out.get(name, 0.0))
+    return out
 
 
-def choose(unit: Unit, unit_name: str, weight_fmt: str | None, act_fmt: str, mode: str = "auto") -> ComputePath:
-    """The compute path of a matrix op with weights in `weight_fmt` (None for
-    activation-activation products such as attention) and activations in `act_fmt`."""
-    peak = unit.peak_flops_per_s
-    operand = weight_fmt or act_fmt
+def native_rates(unit: Unit, unit_name: str = "unit") -> dict[str, float]:
+    """The unit's matrix rates keyed by canonical format name."""
+    return _rates(tuple(unit.peak_flops_per_s.items()), unit_name)
+
+
+def _widens(src: NumberFormat, dst: NumberFormat) -> bool:
+    """Whether converting src into dst keeps every value (a dequantization, not a quantization)."""
+    if src.name == dst.name:
+        return True
+    if src.bits == dst.bits == 16 and src.kind == dst.kind == "float":
+        return True  # fp16 <-> bf16: a cast frameworks make freely
+    return dst.bits > src.bits and (dst.kind == "float" or src.kind == "int")
+
+
+def _native_pair(s: NumberFormat, a: NumberFormat, rates: dict[str, float]) -> float | None:
+    """Rate of S x A on the unit without converting either operand, or None."""
+    if s.name == a.name:
+        return rates.get(a.name)
+    if (s.name in rates and a.name in rates and s.kind == a.kind == "float"
+            and s.bits <= 8 and a.bits <= 8 and s.family == a.family):
+        return min(rates[s.name], rates[a.name])
+    return None
+
+
+def choose(unit: Unit, unit_name: str, weight_fmt: str | None, act_fmt: str, mode: str = "auto",
+           stored_role: str = "weight") -> ComputePath:
+    """The compute path of a matrix op whose stored operand (`stored_role`: the
+    weights of a GEMM, or the KV cache of attention) is in `weight_fmt` (None:
+    activations only) and whose activations are in `act_fmt`."""
+    rates = native_rates(unit, unit_name)
+    a = get_format(act_fmt)
+    s = get_format(weight_fmt) if weight_fmt else a
+    rate = _native_pair(s, a, rates)
+    if rate is not None:
+        if s.name == a.name:
+            return ComputePath(a.name, rate, False, f"{a.name} native")
+        slower = s.name if rates[s.name] <= rates[a.name] else a.name
+        return ComputePath(slower, rate, False, f"{s.name} x {a.name} native")
+
+    # Candidates for the common format C, best first (see the module doc). Native
+    # compute needs the activation format native too, and may only convert the
+    # activations into the stored operand's own native format.
     if mode == "native":
-        for f in {operand, act_fmt}:
-            if f not in peak:
-                raise ConfigError(f"{unit_name} has no native {f} compute (it has {', '.join(peak)}); "
-                                  "set compute: auto for weight-only quantization")
-    if operand == act_fmt and operand in peak:
-        return ComputePath(act_fmt, peak[act_fmt], False, f"{act_fmt} native")
-    if weight_fmt and weight_fmt in peak and act_fmt in peak and mode == "native":
-        return ComputePath(weight_fmt, peak[weight_fmt], False, f"{weight_fmt} native")
-    target = _native_fallback(unit, act_fmt)
+        candidates = [s.name] if a.name in rates else []
+    else:
+        candidates = [a.name, s.name, *_FALLBACK]
+    target = next((c for c in candidates if c in rates
+                   and _widens(s, get_format(c)) and _widens(a, get_format(c))), None)
+    if mode == "native" and target is None:
+        what = f"{s.name} {stored_role} x {a.name} activation" if weight_fmt and s.name != a.name else a.name
+        raise ConfigError(
+            f"compute: native: units.{unit_name} has no native {what} matrix rate "
+            f"(peak_flops_per_s: {', '.join(rates)}); set compute: auto to dequantize into a native format")
     if target is None:
-        raise ConfigError(f"{unit_name} cannot compute in {act_fmt} and has no bf16/fp16/fp32 rate to fall back on")
-    if weight_fmt and weight_fmt != target:
-        return ComputePath(target, peak[target], True, f"{weight_fmt} weights -> {target} (dequant)")
-    return ComputePath(target, peak[target], False, f"{act_fmt} -> {target}" if act_fmt != target else f"{target} native")
+        raise ConfigError(f"units.{unit_name} cannot compute {s.name} x {a.name}: no native rate for them "
+                          f"or for bf16/fp16/fp32 (peak_flops_per_s: {', '.join(rates)})")
+    dequant = weight_fmt is not None and s.name != target
+    convert = a.name != target
+    # Short labels for the report's path column: "mxfp4 -> fp16 dequant",
+    # "kv fp8_e4m3 -> fp16 dequant", "act fp8_e4m3 -> bf16", "fp8_e4m3 +act -> bf16 dequant".
+    role = "" if stored_role == "weight" else f"{stored_role} "
+    if dequant:
+        label = f"{role}{s.name}{' +act' if convert else ''} -> {target} dequant"
+    else:
+        label = f"act {a.name} -> {target}"
+    return ComputePath(target, rates[target], dequant, label, convert)

@@ -40,13 +40,16 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     eff = unit.efficiency.for_kind(op.kind)
     dequant_s = 0.0
     if op.kind in MATRIX_KINDS:
-        wfmt = weight_format(op) if op.kind == g.GEMM else None
-        path = compute_path.choose(unit, unit_name, wfmt, op.compute_format, mode)
+        # The stored operand: weights of a GEMM, the KV cache of attention (compute_path).
+        role = "weight" if op.kind == g.GEMM else "kv"
+        stored = next((t.fmt for t in op.reads if t.role == role and len(t.shape) > 1), None)
+        path = compute_path.choose(unit, unit_name, stored, op.compute_format, mode, role)
         rate, label = path.rate_flops_per_s, path.label
         if path.dequant:
-            elements = sum(t.elements for t in op.reads if t.role == "weight" and len(t.shape) > 1)
+            elements = sum(t.elements for t in op.reads if t.role == role and len(t.shape) > 1)
             dq = elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT
-            dequant_s = dq / (unit.vector_flops_per_s * eff.compute(dq))
+            # Dequantization streams with the operand over all SMs: no small-op ramp.
+            dequant_s = dq / (unit.vector_flops_per_s * eff.compute_max)
     else:
         rate, label = unit.vector_flops_per_s, "vector"
     compute_s = work_time_s(op.flops, rate, eff.compute) + dequant_s
