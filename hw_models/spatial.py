@@ -109,7 +109,14 @@ class SpatialMapper(Mapper):
     def plan_step(self, graph) -> list[Task]:
         """The static schedule of one micro-batch of `graph` (lowered with all
         layers) through the pipeline, op slice by op slice."""
+        if graph.dag.number_of_nodes() != self._ops_in_model:
+            raise ValueError("a spatial mapper schedules whole-model graphs only (no layer folding): "
+                             "its chips hold fixed slices of the full op stream")
         return self.schedule_tasks(phase_costs(graph, self.partition, self.chip, 0))
+
+    @cached_property
+    def _ops_in_model(self) -> int:
+        return len(self.decode_graph(1))
 
     def schedule_tasks(self, costs: PhaseCosts) -> list[Task]:
         tasks: list[Task] = []
@@ -139,7 +146,8 @@ class SpatialMapper(Mapper):
     def decode_step_s(self, kv_len: int, exhaustive: bool = False) -> float:
         return decode_period_s(self.decode_costs(kv_len).stations(), self.microbatches, exhaustive)
 
-    def simulate(self, exhaustive: bool = False) -> RunResult:
+    def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
+        """`detail=False` (sweeps) skips the op-level schedules of the report."""
         w, m, machine, cfg = self.workload, self.model, self.machine, self.cfg
         notes = check_context(w, m)
         fp = self.footprint()
@@ -156,7 +164,8 @@ class SpatialMapper(Mapper):
         rep_kv = int(kv[len(kv) // 2]) if len(kv) else w.prompt_len
         dec = self.decode_costs(rep_kv)
         period = self.decode_step_s(rep_kv, exhaustive)
-        decode_tl, prefill_tl = self._schedule(dec), self._schedule(pre)
+        decode_tl = self._schedule(dec) if detail else Timeline()
+        prefill_tl = self._schedule(pre) if detail else Timeline()
         util = self._utilization(dec, period)
 
         tokens = w.batch * w.gen_len

@@ -248,3 +248,10 @@ def test_kv_spill_to_streaming_memory():
     assert dram.partition.chips < sram.partition.chips
     assert sum(dram.partition.kv_dram_bytes) == pytest.approx(2 * 32 * 8 * 2052 * 4096 * 2)
     assert sum(dram.decode_costs(2050).stage_s) > sum(sram.decode_costs(2050).stage_s)
+
+
+def test_detail_false_keeps_the_metrics():
+    w, hw = _toy_wl(batch=2), _uneven_toy()
+    a, b = simulate(w, hw), simulate(w, hw, detail=False)
+    assert a.metrics() == b.metrics()
+    assert a.decode_ops and not b.decode_ops
