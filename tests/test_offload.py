@@ -1,0 +1,239 @@
+"""Offload (FlexGen-style) model: bytes, overlap, equivalence with the GPU model,
+FlexGen's published throughputs, capacity errors."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from hw_models import offload_sched as sched
+from hw_models.base import mapper_for
+from hw_models.machine import load_machine, machine_from_dict, raw_machine
+from hw_models.offload_spec import Policy, parse_policy
+from sim.errors import CapacityError, ConfigError
+from sim.simulate import simulate
+from sim.workload import load_workload, workload_from_dict
+
+TOY = dict(name="toy", hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
+           vocab_size=1000, max_position_embeddings=512)
+
+
+def wl(model, batch, policy=None, prompt=64, gen=8, **kw):
+    return workload_from_dict(dict(name="t", model=model, batch=batch, prompt_len=prompt, gen_len=gen,
+                                   policy=policy, **kw), "test.yaml")
+
+
+def mapper(workload, hw="flexgen_t4"):
+    return mapper_for(load_machine(hw), workload, workload.model_config_())
+
+
+# --- bytes per step -------------------------------------------------------------
+
+def test_pcie_bytes_per_decode_step_by_hand():
+    """Llama-2-7B fp16 (h = 4096, f = 11008, vocab 32000, 32 layers, MHA so kv_dim = h),
+    GPU batch 4 x 2 GPU batches, weights 50/50/0, KV cache 0/80/20, activations on GPU,
+    attention on the GPU. Decode step at kv_len = 100 (99 cached tokens + the new one).
+
+    H2D = weights off the GPU + KV cache off the GPU:
+      weights per layer = (4 h^2 + 3 h f + 2 h) x 2 B; embed slot = vocab x h x 2 B;
+      head slot = (vocab x h + h) x 2 B; each crosses once per block, half of it:
+        0.5 x 2 x (32 (4h^2 + 3hf + 2h) + 2 vocab h + h)
+      KV: per layer per GPU batch K and V of 99 cached tokens: 2 x 4 x 99 x h x 2 B, all of
+        it off the GPU (80 % CPU + 20 % disk, the disk part staged through CPU memory):
+        x 2 batches x 32 layers.
+    D2H = the new token's K and V, 2 x 4 x 1 x h x 2 B per layer per batch, x 2 x 32.
+    Disk = reads of the 20 % disk part of the cached KV + writes of 20 % of the new KV.
+    """
+    h, f, V, L = 4096, 11008, 32000, 32
+    pol = dict(wg=50, wc=50, wd=0, cg=0, cc=80, cd=20, hg=100, hc=0, hd=0, gpu_batch_size=4, num_gpu_batches=2)
+    m = mapper(wl("llama2-7b", 8, pol, prompt=99, gen=4), "a6000_offload")
+    p = m.policy()
+    s = m.step(p, "decode", 1, 100, m.placement(p).buffers)
+    weights = 0.5 * 2 * (L * (4 * h * h + 3 * h * f + 2 * h) + 2 * V * h + h)
+    kv_read = 2 * 4 * 99 * h * 2 * 2 * L
+    kv_new = 2 * 4 * 1 * h * 2 * 2 * L
+    assert s.bytes["pcie_h2d"] == pytest.approx(weights + kv_read, rel=1e-9)
+    assert s.bytes["pcie_d2h"] == pytest.approx(kv_new, rel=1e-9)
+    assert s.bytes["disk"] == pytest.approx(0.2 * kv_read + 0.2 * kv_new, rel=1e-9)
+
+
+# --- equivalence with the core GPU model ----------------------------------------
+
+def _gpu_twin(offload_preset: str):
+    raw = raw_machine(offload_preset)
+    gpu = dict(raw, kind="gpu", name=raw["name"] + "_gpu", host=None,
+               memory={k: v for k, v in raw["memory"].items() if k not in ("cpu_memory", "disk")},
+               units={"gpu": raw["units"]["gpu"]})
+    return machine_from_dict(gpu, "twin")
+
+
+@pytest.mark.parametrize("model", ["llama2-7b", "opt-6.7b"])
+def test_all_on_gpu_equals_core_gpu_simulation(model):
+    """Everything on the GPU, one GPU batch: no transfers, the GPU chain is the
+    core's op sequence, so prefill and every decode step match the core GPU model."""
+    pol = dict(wg=1, wc=0, wd=0, cg=1, cc=0, cd=0, hg=1, hc=0, hd=0, gpu_batch_size=4, num_gpu_batches=1)
+    w = wl(model, 4, pol, prompt=128, gen=16)
+    off = simulate(w, load_machine("a6000_offload"))
+    core = simulate(wl(model, 4, None, prompt=128, gen=16), _gpu_twin("a6000_offload"))
+    for key in ("ttft_s", "tpot_s", "tpot_first_s", "tpot_last_s", "e2e_s", "throughput_tok_s"):
+        assert getattr(off, key) == pytest.approx(getattr(core, key), rel=1e-9), key
+    assert off.extra["bytes_per_decode_step"] == {"pcie_h2d": 0.0, "pcie_d2h": 0.0, "disk": 0.0}
+
+
+# --- overlap, derived by hand on a toy schedule -----------------------------------
+
+def _toy_slots(L: int, weight_bytes: float, compute_s: float):
+    empty = sched.SlotWork("embed", 0.0, 0.0, 0.0, 0.0)
+    layer = sched.SlotWork("L", weight_bytes, compute_s, 0.0, 0.0)
+    return sched.full_slots(empty, layer, sched.SlotWork("head", 0.0, 0.0, 0.0, 0.0), L)
+
+
+@pytest.mark.parametrize("transfer_s,compute_s", [(1.0, 3.0), (3.0, 1.0)])
+def test_overlap_toy_both_regimes(transfer_s, compute_s):
+    """L = 5 identical layers whose weights all live on the CPU (weights 0/100/0), one GPU
+    batch, PCIe 1 GB/s, weights 1 GB (t = 1 s) or 3 GB (t = 3 s); compute c per layer.
+    Layer i+1's weights load while layer i computes (double buffer).
+      t < c: the first load is exposed, then compute back to back: T = t + L c = 1 + 15 = 16 s.
+      t > c: loads back to back, the last compute after the last load: T = L t + c = 15 + 1 = 16 s.
+    """
+    L = 5
+    rates = sched.Rates(1e9, 1e9, 1e9, 1e9, 1.0)
+    p = Policy((0.0, 1.0, 0.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0), 1, 1)
+    W = transfer_s * 1e9
+    tl = sched.run_step(_toy_slots(L, W, compute_s), p, rates, "decode", {sched.W_BUF: 2 * W, sched.KV_BUF: 1.0})
+    expected = transfer_s + L * compute_s if transfer_s < compute_s else L * transfer_s + compute_s
+    assert tl.time_s == pytest.approx(expected, rel=1e-12)
+    assert tl.peak_buffer_bytes[sched.W_BUF] <= 2 * W
+
+
+def test_single_buffer_serialises():
+    """GPU buffer room for only one layer's weights: a load waits until the previous layer's
+    compute frees its buffer, so nothing overlaps: T = L (t + c) = 5 x 4 = 20 s."""
+    rates = sched.Rates(1e9, 1e9, 1e9, 1e9, 1.0)
+    p = Policy((0.0, 1.0, 0.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0), 1, 1)
+    tl = sched.run_step(_toy_slots(5, 1e9, 3.0), p, rates, "decode", {sched.W_BUF: 1e9, sched.KV_BUF: 1.0})
+    assert tl.time_s == pytest.approx(20.0, rel=1e-12)
+
+
+def test_folded_layers_equal_exhaustive():
+    """The identical-layer shortcut against the exhaustive schedule, with every kind of
+    transfer in play (weights, KV and activations split over all three tiers, 3 GPU batches)."""
+    pol = dict(wg=30, wc=50, wd=20, cg=20, cc=60, cd=20, hg=0, hc=70, hd=30, gpu_batch_size=2, num_gpu_batches=3)
+    for ca in (False, True):
+        m = mapper(wl(dict(TOY, num_hidden_layers=9), 6, dict(pol, cpu_attention=ca)))
+        p = m.policy()
+        b = m.placement(p).buffers
+        for phase, q, kv in (("prefill", 64, 64), ("decode", 1, 70)):
+            fold, full = m.step(p, phase, q, kv, b), m.step(p, phase, q, kv, b, exhaustive=True)
+            assert fold.time_s == pytest.approx(full.time_s, rel=1e-9)
+            for link in sched.LINKS:
+                assert fold.bytes[link] == pytest.approx(full.bytes[link], rel=1e-9, abs=1e-3)
+
+
+# --- FlexGen's published throughputs ---------------------------------------------
+
+FLEXGEN = {  # FlexGen README / benchmark/batch_size_table.md (hardware.md §2.4): tok/s on its T4 machine
+    "opt-6.7b": (25.26, 2, dict(wg=100, wc=0, cg=100, cc=0, hg=100, hc=0, gpu_batch_size=2, num_gpu_batches=1)),
+    "opt-30b": (7.32, 144, dict(wg=20, wc=80, cg=0, cc=100, hg=0, hc=100, gpu_batch_size=48, num_gpu_batches=3,
+                                cpu_attention=True)),
+    "opt-175b": (0.69, 256, dict(wg=0, wc=50, cg=0, cc=0, hg=0, hc=100, gpu_batch_size=32, num_gpu_batches=8,
+                                 cpu_attention=True, pinned=False)),
+}
+
+
+@pytest.mark.parametrize("model", [
+    "opt-6.7b",
+    pytest.param("opt-30b", marks=pytest.mark.xfail(strict=True, reason=(
+        "measured 16.9 tok/s vs FlexGen's 7.32 (+131%): the model streams 48.7 GB of weights per step at "
+        "12.6 GB/s and runs CPU attention at DRAM speed; FlexGen's fitted constants show its real CPU "
+        "attention (0.0123 TFLOPS) and KV write-back (0.97 GB/s) are far slower than the hardware figures"))),
+    "opt-175b",
+])
+def test_flexgen_published_throughput(model):
+    """FlexGen (Sheng et al., ICML 2023) on a T4 16 GB, 208 GB DRAM, 1.5 TB SSD; prompt 512,
+    32 new tokens, throughput = generated tokens / (prefill + decode time), with the published
+    policies (bench_suite.py; CPU attention as in its --cpu-cache-compute runs), within +-30%.
+
+    Left out of the model, and why the tolerance is wide: the T4's clock throttling at 70 W
+    (datasheet peak x 0.8 is used; FlexGen fits 4.3 TFLOPS for decode GEMMs); the efficiency
+    of FlexGen's PyTorch CPU attention (modelled at DRAM/AVX-512 roofline speed); per-transfer
+    overheads of many small copies (KV write-back of one token per sequence); Python and
+    synchronisation overheads between the block's steps; filesystem and page-cache effects on
+    the SSD (vendor/paper sequential rates used; the paper's 2/1 GB/s are unverified);
+    FlexGen's overlap of one token's last layer with the next token's first layer.
+    Measured: OPT-6.7B 30.9 tok/s (+22%), OPT-30B 16.9 (+131%, xfail), OPT-175B 0.604 (-12%).
+    """
+    published, batch, pol = FLEXGEN[model]
+    r = simulate(wl(model, batch, pol, prompt=512, gen=32), load_machine("flexgen_t4"))
+    assert r.batch == batch
+    assert r.throughput_tok_s == pytest.approx(published, rel=0.30)
+
+
+# --- Llama-2-70B on an A6000 -------------------------------------------------------
+
+def test_llama70b_on_a6000_offload_is_pcie_bound():
+    """138 GB of fp16 weights, 48 GiB of GPU: about 90 GB must cross PCIe 4.0 x16 every token
+    at 31.5 GB/s x 0.8 = 25.2 GB/s, about 3.6 s. The TPOT is within 10% of that transfer time."""
+    w = load_workload("workloads/llama70b_decode.yaml")
+    r = simulate(w, load_machine("a6000_offload"))
+    h2d = r.extra["bytes_per_decode_step"]["pcie_h2d"]
+    assert 85e9 < h2d < 100e9
+    assert r.tpot_s == pytest.approx(h2d / 25.2e9, rel=0.10)
+    assert r.utilization["pcie_h2d"] > 0.9
+
+
+def test_llama70b_refused_on_plain_a6000():
+    with pytest.raises(CapacityError, match="a6000.gddr"):
+        simulate(load_workload("workloads/llama70b_decode.yaml"), load_machine("a6000"))
+
+
+# --- errors ----------------------------------------------------------------------
+
+def test_fractions_must_sum_to_one():
+    with pytest.raises(ConfigError, match=r"test.yaml: policy.wg/wc/wd: fractions sum to 0.9"):
+        parse_policy(dict(wg=0.5, wc=0.3, wd=0.1), 1, "test.yaml")
+    with pytest.raises(ConfigError, match=r"policy.cg/cc/cd: 70 \+ 50 exceeds 100"):
+        parse_policy(dict(cg=70, cc=50), 1, "test.yaml")
+    with pytest.raises(ConfigError, match="policy.gpu_batch_size: 3 x num_gpu_batches 2 = 6"):
+        parse_policy(dict(gpu_batch_size=3, num_gpu_batches=2), 4, "test.yaml")
+    with pytest.raises(ConfigError, match="policy.wx: unknown key"):
+        parse_policy(dict(wx=1), 1, "test.yaml")
+    spec = parse_policy(dict(wg=20, wc=80, cg=0.5, cc=0.5, cd=0), 4, "t")
+    assert spec.fractions["wd"] == 0.0 and spec.fractions["wc"] == pytest.approx(0.8)
+
+
+def test_impossible_policy_is_a_capacity_error():
+    pol = dict(wg=100, wc=0, cg=0, cc=100, hg=0, hc=100, gpu_batch_size=1, num_gpu_batches=1)
+    with pytest.raises(CapacityError, match=r"flexgen_t4.gddr .* but it holds 16.00 GB"):
+        simulate(wl("opt-30b", 1, pol), load_machine("flexgen_t4"))
+
+
+def test_model_larger_than_all_tiers():
+    small = load_machine("flexgen_t4", {"memory.cpu_memory.capacity_bytes": 64e9, "memory.disk.capacity_bytes": 100e9})
+    with pytest.raises(CapacityError, match="across GPU, CPU and disk") as exc:
+        simulate(wl("opt-175b", 1, "search"), small)
+    assert "\n" not in str(exc.value)
+
+
+def test_bad_host_section_names_the_key():
+    raw = copy.deepcopy(raw_machine("flexgen_t4"))
+    raw["host"]["pcie"]["generation"] = 7
+    m = machine_from_dict(raw, "bad.yaml")
+    with pytest.raises(ConfigError, match="bad.yaml: host.pcie.generation"):
+        mapper_for(m, wl(TOY, 1), wl(TOY, 1).model_config_())
+
+
+# --- search -----------------------------------------------------------------------
+
+def test_search_finds_a_fitting_policy_and_reports_both_numbers():
+    w = wl("opt-6.7b", 8, "search", prompt=128, gen=8)
+    m = mapper(w)
+    r = m.simulate()
+    s = r.extra["search"]
+    assert s["candidates"] >= 20 and s["feasible"] > 0
+    assert all(c["des_throughput_tok_s"] > 0 and c["lp_throughput_tok_s"] > 0 for c in s["top"])
+    assert r.batch <= 8 and m.placement(m.policy()).short is None
+    # the LP's perfect-overlap max() can only be optimistic against the DES
+    for c in s["top"]:
+        assert c["des_throughput_tok_s"] <= c["lp_throughput_tok_s"] * 1.001
