@@ -83,6 +83,8 @@ def workload_from_dict(raw: dict[str, Any], source: str) -> Workload:
         return Workload.model_validate({**raw, "source": source})
     except ValidationError as exc:
         raise validation_error(exc, source) from None
+    except ConfigError as exc:  # an unknown format name, from the Formats validators
+        raise ConfigError(f"{source}: formats: {exc}") from None
 
 
 def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> Workload:
