@@ -91,7 +91,7 @@ def lower(model: ModelConfig, phase: str, batch: int, q_len: int, kv_len: int,
     for i in range(layers):
         x = _lower_layer(b, m, i, x, batch, q_len, kv_len, flash_attention)
 
-    norm_w = b.weight("final_norm", "final_norm.w", *((2, h) if opt else (h,)))
+    norm_w = b.weight("final_norm", "final_norm.w", (2 if opt else 1) * h)  # LayerNorm: weight + bias
     xn = b.act("final.xn", T, h)
     b.add("final_norm", g.NORM, (5 if opt else 4) * T * h, [x, norm_w], [xn], None, tokens=T, hidden=h)
     last = b.act("final.xn", batch, h)  # only each sequence's last token reaches the LM head
@@ -116,7 +116,7 @@ def _linear(b: _Builder, layer: int, name: str, x: TensorUse, out_dim: int, bias
 def _norm(b: _Builder, layer: int, name: str, x: TensorUse, opt: bool) -> TensorUse:
     op = f"L{layer}.{name}"
     tokens, h = x.shape
-    w = b.weight(op, f"{op}.w", *((2, h) if opt else (h,)))
+    w = b.weight(op, f"{op}.w", (2 if opt else 1) * h)  # LayerNorm: weight + bias, 1-D like a vector
     y = b.act(f"{op}.out", tokens, h)
     b.add(op, g.NORM, (5 if opt else 4) * tokens * h, [x, w], [y], layer, tokens=tokens, hidden=h)
     return y

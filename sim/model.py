@@ -113,7 +113,8 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     fields.setdefault("head_dim", h // heads)
     fields.setdefault("intermediate_size", 4 * h)
     fields.setdefault("max_position_embeddings", 4096)
-    fields.setdefault("tie_word_embeddings", False)
+    # HF's default is tied; LLaMA configs say false explicitly, OPT configs leave it out.
+    fields.setdefault("tie_word_embeddings", fields["family"] == "opt")
     if heads % fields["num_kv_heads"]:
         raise ConfigError(f"{where(source, 'model.num_key_value_heads')}{fields['num_kv_heads']} does not divide {heads} attention heads")
     return ModelConfig(name=name, **fields)

@@ -237,3 +237,21 @@ def test_search_finds_a_fitting_policy_and_reports_both_numbers():
     # the LP's perfect-overlap max() can only be optimistic against the DES
     for c in s["top"]:
         assert c["des_throughput_tok_s"] <= c["lp_throughput_tok_s"] * 1.001
+
+
+# --- OPT lowering fixes (sim/model.py, sim/lowering.py) ----------------------------
+
+def test_opt_layernorm_keeps_activation_format_and_hf_opt_is_tied():
+    """A LayerNorm's weight and bias are vectors: with int4 weights they stay fp16
+    (2 x h x 2 B), like RMSNorm scales. An OPT config.json has no tie_word_embeddings
+    key; HF's default (tied) applies."""
+    from sim.lowering import FormatPolicy, lower
+    from sim.model import from_mapping, load_model
+
+    m = load_model("opt-6.7b")
+    g = lower(m, "decode", 1, 1, 8, FormatPolicy(weights="int4"), num_layers=1)
+    ln = next(t for t in g.op("L0.attn_norm").reads if t.role == "weight")
+    assert ln.fmt == "fp16" and ln.bytes == 2 * 4096 * 2
+    hf = dict(model_type="opt", hidden_size=64, ffn_dim=256, num_hidden_layers=2, num_attention_heads=4,
+              vocab_size=100, max_position_embeddings=32)
+    assert from_mapping(hf, "x").tie_word_embeddings
