@@ -99,7 +99,7 @@ def predict_s(p: dict[str, float], flops: np.ndarray, nbytes: np.ndarray, rate: 
 
 
 # Fit space: maxima linear in (0, 1]; halves and overhead in log10 (they span decades).
-_LOW = np.array([0.01, 0.0, 0.01, 0.0, -9.0])
+_LOW = np.array([1e-4, 0.0, 1e-4, 0.0, -9.0])   # a datasheet socket vs a loaded 2-vCPU VM: 1e-2 is too high a floor
 _HIGH = np.array([1.0, 13.0, 1.0, 10.0, -2.0])
 
 
