@@ -142,7 +142,7 @@ def cost_functions(mapper):
 class Tag:
     """Timeline tag of a schedule task (read by sim.results.op_records)."""
 
-    kind: str                  # "compute", "weights", "kv_cache", "activations"
+    kind: str                  # "compute" or "transfer"
     bytes: float = 0.0
     bound: str = "link"
     path: str = ""
@@ -184,7 +184,7 @@ def build_tasks(slots: list[SlotWork], p: Policy, rates: Rates, phase: str) -> l
                      "disk_w": (rates.disk_write, rates.disk_latency_s)}[res]
         resource = "disk" if res.startswith("disk") else res
         tasks.append(Task(tid, resource, lat + nbytes / rate, tuple(d for d in deps if d), tuple(acquire),
-                          tuple(release), Tag(kind, nbytes, path=res)))
+                          tuple(release), Tag("transfer", nbytes, path=f"{kind} {res}")))
         return tid
 
     def chain(prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,

@@ -64,5 +64,6 @@ def gantt(ops: list[OpRecord], title: str, path: Path) -> Path:
     ax.set_title(title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for k, c in _KIND_COLORS.items() if any(o.kind == k for o in ops)]
     labels = [k for k in _KIND_COLORS if any(o.kind == k for o in ops)]
-    ax.legend(handles, labels, fontsize=7, ncol=min(6, len(labels)), loc="upper right")
+    if labels:  # tasks of other kinds (a plugin's compute/transfer tags) get no legend entry
+        ax.legend(handles, labels, fontsize=7, ncol=min(6, len(labels)), loc="upper right")
     return _save(fig, path)
