@@ -52,6 +52,11 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
             dequant_s = dq / (unit.vector_flops_per_s * eff.compute_max)
     else:
         rate, label = unit.vector_flops_per_s, "vector"
+        over = unit.efficiency.by_kind.get(op.kind)
+        if over is None or over.compute_half_flops is None:
+            # The compute ramp models tensor-core tiles filling up; streaming vector
+            # kernels (norms, adds, softmax) have none unless the preset fits one.
+            eff = eff.model_copy(update={"compute_half_flops": 0.0})
     compute_s = work_time_s(op.flops, rate, eff.compute) + dequant_s
     nbytes = op.bytes
     memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
