@@ -80,21 +80,17 @@ class TinyLlama:
         self.eps = 1e-5
         h, f, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
         H, KV = cfg.num_heads, cfg.num_kv_heads
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
 
-        def w(out_dim: int, in_dim: int):
-            # Generated in chunks on CPU (bounded fp32 scratch), scaled so activations stay O(1).
-            t = torch.empty(out_dim, in_dim, dtype=dtype, device=device)
-            rows = max(1, (1 << 24) // in_dim)
-            for r in range(0, out_dim, rows):
-                chunk = torch.randn(min(rows, out_dim - r), in_dim, generator=gen) / math.sqrt(in_dim)
-                t[r:r + chunk.shape[0]].copy_(chunk)
-            return t
+        def w(out_dim: int, in_dim: int, std: float | None = None):
+            # Uniform with variance 1/in_dim, so activations stay O(1); filled in place.
+            a = math.sqrt(3.0) * (std if std is not None else 1.0 / math.sqrt(in_dim))
+            return torch.empty(out_dim, in_dim, dtype=dtype, device=device).uniform_(-a, a, generator=gen)
 
         def ones(n: int):
             return torch.ones(n, dtype=dtype, device=device)
 
-        self.embed = w(cfg.vocab_size, h) * math.sqrt(h)
+        self.embed = w(cfg.vocab_size, h, std=1.0)
         self.blocks = []
         for _ in range(layers):
             self.blocks.append(dict(
@@ -249,7 +245,7 @@ def ops_table(events, shapes, batch: int) -> list[dict]:
     for e in cpu:
         mm = _STEP_RE.match(e.name)
         if mm:
-            steps.append((e.time_range.start, e.time_range.end, int(mm.group(1)), mm.group(2)))
+            steps.append((e.time_range.start, e.time_range.end, int(mm.group(1)), mm.group(2), e.thread))
     steps.sort()
     shape_of = {s[0]: s for s in shapes}
     rows = []
@@ -263,7 +259,8 @@ def ops_table(events, shapes, batch: int) -> list[dict]:
                 continue
             layer = int(mm.group(1))
         start, end = e.time_range.start, e.time_range.end
-        owner = [s for s in steps if s[0] <= start and end <= s[1]]
+        # Same thread as the step: a GPU-side copy of the annotation never counts.
+        owner = [s for s in steps if s[0] <= start and end <= s[1] and s[4] == e.thread]
         if not owner:
             continue  # an op outside any traced step (should not happen)
         j, phase = owner[-1][2], owner[-1][3]
@@ -276,7 +273,7 @@ def ops_table(events, shapes, batch: int) -> list[dict]:
     for r in rows:
         del r["_t"]
     step_rows = []
-    for start, end, j, phase in steps:
+    for start, end, j, phase, _ in steps:
         step_rows.append(dict(step=j, phase=phase, wall_us=round(end - start, 3)))
     return rows, step_rows
 
@@ -289,6 +286,13 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
 
 
 def _nvidia_driver() -> str | None:
@@ -313,18 +317,22 @@ def default_name(cfg: ModelConfig, layers: int, args) -> str:
     return "_".join(parts)
 
 
-def output_prefix(out: str | None, name: str, device: str) -> Path:
-    """PREFIX for the three files. A directory (existing, or ending in '/')
-    gets an automatic deterministic name; 'x.json.gz' / 'x.trace.json.gz' is
-    the trace file itself; anything else is the prefix."""
+def output_paths(out: str | None, name: str, device: str) -> tuple[Path, Path]:
+    """(PREFIX, trace file). A directory (existing, or ending in '/') gets the
+    automatic deterministic name; a '.json.gz' path is the trace file itself,
+    with meta/ops beside it ('x.json.gz' or 'x.trace.json.gz' -> 'x.meta.json');
+    anything else is the prefix."""
     if out is None:
-        return ROOT / "traces" / device / name
-    if out.endswith(("/", os.sep)) or Path(out).is_dir():
-        return Path(out) / name
-    for suffix in (".trace.json.gz", ".json.gz", ".json"):
-        if out.endswith(suffix):
-            return Path(out[: -len(suffix)])
-    return Path(out)
+        prefix = ROOT / "traces" / device / name
+    elif out.endswith(("/", os.sep)) or Path(out).is_dir():
+        prefix = Path(out) / name
+    elif out.endswith(".json.gz"):
+        stem = out[: -len(".json.gz")]
+        stem = stem[: -len(".trace")] if stem.endswith(".trace") else stem
+        return Path(stem), Path(out)
+    else:
+        prefix = Path(out)
+    return prefix, prefix.with_name(prefix.name + ".trace.json.gz")
 
 
 def parse_args(argv=None):
@@ -341,7 +349,8 @@ def parse_args(argv=None):
                     help="F.scaled_dot_product_attention as one `attention` op instead of qk/softmax/av")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--out", default=None,
-                    help="path prefix, PREFIX.trace.json.gz, or a directory (default traces/<device>/)")
+                    help="path prefix, a .json.gz trace file (meta/ops beside it), or a directory "
+                         "(automatic name; default traces/<device>/)")
     ap.add_argument("--no-shapes", action="store_true", help="don't record input shapes in the trace")
     ap.add_argument("--no-trace", action="store_true", help="write only meta.json and ops.csv")
     ap.add_argument("--seed", type=int, default=0)
@@ -370,9 +379,10 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     max_len = args.prompt + args.decode_steps + 1
-    prefix = output_prefix(args.out, default_name(cfg, layers, args), args.device)
+    prefix, trace_path = output_paths(args.out, default_name(cfg, layers, args), args.device)
     prefix.parent.mkdir(parents=True, exist_ok=True)
 
+    load_before = _loadavg()
     t0 = time.perf_counter()
     model = TinyLlama(cfg, layers, args.batch, max_len, dtype, args.device, args.flash, seed=args.seed)
     t_build = time.perf_counter() - t0
@@ -392,7 +402,6 @@ def main(argv=None) -> dict:
 
     rows, step_rows = ops_table(prof.events(), shapes, args.batch)
 
-    trace_path = prefix.with_name(prefix.name + ".trace.json.gz")
     if not args.no_trace:
         fd, tmp = tempfile.mkstemp(suffix=".json", dir=str(prefix.parent))
         os.close(fd)
@@ -436,6 +445,8 @@ def main(argv=None) -> dict:
         "files": {"trace": trace_path.name if not args.no_trace else None, "ops": csv_path.name},
         "ops_per_step": len(expected_ops(layers, args.flash)),
         "steps": step_rows,
+        # 1-minute load average before and after: other processes on the machine skew CPU timings.
+        "loadavg_1m": {"before": load_before, "after": _loadavg()},
         "wall_s": {"build": round(t_build, 3), "warmup": round(t_warm, 3), "traced": round(t_traced, 3)},
     }
     meta_path = prefix.with_name(prefix.name + ".meta.json")

@@ -99,3 +99,14 @@ def test_capture_flash_matches_lowering(tmp_path):
         assert sorted(ops) == sorted(op.name for op in graph.ops())
         assert sum(o.endswith(".attention") for o in ops) == 2
         assert not any(o.endswith((".qk", ".softmax", ".av")) for o in ops)
+
+
+def test_output_paths(tmp_path):
+    mod = _load_script()
+    assert mod.output_paths(str(tmp_path / "a.json.gz"), "n", "cpu") == (tmp_path / "a", tmp_path / "a.json.gz")
+    assert mod.output_paths(str(tmp_path / "a.trace.json.gz"), "n", "cpu") == \
+        (tmp_path / "a", tmp_path / "a.trace.json.gz")
+    assert mod.output_paths(str(tmp_path), "n", "cpu") == (tmp_path / "n", tmp_path / "n.trace.json.gz")
+    assert mod.output_paths(str(tmp_path / "p"), "n", "cpu") == (tmp_path / "p", tmp_path / "p.trace.json.gz")
+    assert mod.expected_ops(1, flash=True)[1:-2] == [f"L0.{o}" for o in mod.FLASH_LAYER_OPS]
+    assert len(mod.expected_ops(3)) == 3 * 17 + 3
