@@ -15,16 +15,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"sim sweep: unexpected argument {args.target!r} (did you mean --out {args.target}?)")
     if not args.out:
         raise ConfigError("sim sweep: --out DIR is required (the results folder; rerun with the same one to resume)")
-    from rich.console import Console
-
     from sim.sweep.run import run_sweep
 
     s = run_sweep(args.spec, args.out, workers=args.workers, executor=args.executor,
                   progress=not args.quiet, plots=not args.no_plots)
     if not args.quiet:
-        Console(stderr=True).print(
-            f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
-            + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}")
+        print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
+              + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
+              file=sys.stderr)
     return 0
 
 

@@ -63,11 +63,20 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     data = _ok(df, [p.x, p.y] + cols, f"plots: {p.kind} {p.y}", p)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups = data.groupby(cols, sort=True) if cols else [((), data)]
-    for values, g in groups:
+    # With two line columns, color follows the last and the line style the first, so
+    # e.g. PIM on/off at the same context length share a color.
+    styles = ["-", "--", ":", "-."]
+    first = sorted(data[cols[0]].unique(), key=str) if len(cols) > 1 else []
+    last = sorted(data[cols[-1]].unique(), key=str) if len(cols) > 1 else []
+    for i, (values, g) in enumerate(groups):
         g = g.sort_values(p.x)
         values = values if isinstance(values, tuple) else (values,)
         lbl = ", ".join(f"{_label(c)} = {_fmt(v)}" for c, v in zip(cols, values)) or None
-        ax.plot(g[p.x], g[p.y], "o-", ms=4, label=lbl)
+        if len(cols) > 1:
+            style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[first.index(values[0]) % 4])
+        else:
+            style = dict(color=f"C{i % 10}")
+        ax.plot(g[p.x], g[p.y], marker="o", ms=4, label=lbl, **style)
     if len(data):
         b = data.loc[_best_index(data[p.y], goal)]
         ax.scatter([b[p.x]], [b[p.y]], label=f"best ({goal} {p.y} = {b[p.y]:.4g})", **_STAR)

@@ -91,7 +91,7 @@ class Summary:
     skipped: int      # already in the store
     ran: int
     failed: int       # of those run now
-    seconds: float
+    seconds: float    # running the points: first submit to last result (no executor start-up)
 
     @property
     def points_per_s(self) -> float:
@@ -113,9 +113,11 @@ def _progress(total: int, enabled: bool):
 
 
 def run_points(points: list[Point], store: Store, executor: cf.Executor, progress: bool = True,
-               description: str = "sweep") -> tuple[int, int]:
-    """Run `points` on `executor`, committing each result as it arrives. Returns (ran, failed).
-    On Ctrl-C, pending points are cancelled; the finished ones are already stored."""
+               description: str = "sweep") -> tuple[int, int, float]:
+    """Run `points` on `executor`, committing each result as it arrives. Returns (ran, failed,
+    seconds from the first submit to the last result). On Ctrl-C, pending points are
+    cancelled; the finished ones are already stored."""
+    t0 = time.perf_counter()
     # Submit everything before the progress bar starts its thread: a fork-based pool
     # forks its workers at the first submit, and forking next to a live thread is unsafe.
     futures = {executor.submit(run_point, p.config): p for p in points}
@@ -140,7 +142,7 @@ def run_points(points: list[Point], store: Store, executor: cf.Executor, progres
             for fut in futures:
                 fut.cancel()
             raise
-    return ran, failed
+    return ran, failed, time.perf_counter() - t0
 
 
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | None = None,
@@ -155,12 +157,11 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
                        axes=list(spec.axes))
         done = store.done_keys()
         todo = [p for p in points if p.key not in done]
-        t0 = time.perf_counter()
         ran = failed = 0
+        seconds = 0.0
         if todo:
             with make_executor(executor, workers) as ex:
-                ran, failed = run_points(todo, store, ex, progress, description=spec.name)
-        seconds = time.perf_counter() - t0
+                ran, failed, seconds = run_points(todo, store, ex, progress, description=spec.name)
     if plots:
         finish(spec, out)
     return Summary(len(points), len(points) - len(todo), ran, failed, seconds)

@@ -35,12 +35,14 @@ class Range(Strict):
     """`num` evenly spaced values (log-spaced with `log: true`), or every `step`
     from min to max; in random mode, draws from [min, max] (log-uniform with `log`)."""
 
-    min: float
-    max: float
+    # int | float keeps how the file wrote them: `{min: 1, max: 64}` gives whole numbers,
+    # `{min: 0.4e12, ...}` floats.
+    min: int | float
+    max: int | float
     num: int | None = Field(default=None, ge=1)
-    step: float | None = Field(default=None, gt=0)
+    step: int | float | None = Field(default=None, gt=0)
     log: bool = False
-    # Whole numbers (batch sizes, lengths); default: true when min and max are integers.
+    # Whole numbers (batch sizes, lengths); default: true when min, max (and step) are written as integers.
     integer: bool | None = None
 
     @model_validator(mode="after")
@@ -59,13 +61,12 @@ class Range(Strict):
     def is_integer(self) -> bool:
         if self.integer is not None:
             return self.integer
-        return float(self.min).is_integer() and float(self.max).is_integer() and \
-            (self.step is None or float(self.step).is_integer())
+        return all(isinstance(v, int) for v in (self.min, self.max, self.step) if v is not None)
 
     def _cast(self, values: np.ndarray) -> list[Any]:
         if self.is_integer:
             return list(dict.fromkeys(int(round(v)) for v in values))  # rounding may collide; keep order
-        return [float(v) for v in values]
+        return [float(f"{v:.12g}") for v in values]  # geomspace's 800000000000.0004 -> 8e11
 
     def values(self, key: str) -> list[Any]:
         """The grid/zip values of this range."""
