@@ -20,10 +20,36 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     s = run_sweep(args.spec, args.out, workers=args.workers, executor=args.executor,
                   progress=not args.quiet, plots=not args.no_plots)
     if not args.quiet:
+        _print_best(args.spec, args.out)
         print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
               + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
               file=sys.stderr)
     return 0
+
+
+def _print_best(spec_path: str, out: str) -> None:
+    """A table of the best point for each of the spec's `metrics`."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.sweep.spec import default_goal, load_spec
+    from sim.sweep.store import load_results
+
+    spec = load_spec(spec_path)
+    df = load_results(out)
+    ok = df[df["status"] == "ok"] if "status" in df.columns else df
+    if ok.empty:
+        return
+    t = Table(title=f"{spec.name}: best points ({len(ok)} of {len(df)} ran without error)", title_justify="left")
+    for col in ("metric", "best", *spec.axes):
+        t.add_column(col)
+    for m in spec.metrics:
+        if m not in ok.columns or ok[m].isna().all():
+            continue
+        goal = default_goal(m)
+        row = ok.loc[ok[m].idxmin() if goal == "min" else ok[m].idxmax()]
+        t.add_row(f"{goal} {m}", f"{row[m]:.4g}", *(str(row[a]) for a in spec.axes))
+    Console(stderr=True).print(t)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -134,7 +134,7 @@ def _combinations(spec: SweepSpec) -> list[dict[str, Any]]:
                 combo[k] = v.sample(rng) if isinstance(v, Range) else _native(v[int(rng.integers(len(v)))])
             out.append(combo)
         return out
-    lists = [v.values(k) if isinstance(v, Range) else list(v) for k, v in spec.axes.items()]
+    lists = [v.values(f"{spec.source}: axes.{k}") if isinstance(v, Range) else list(v) for k, v in spec.axes.items()]
     if spec.mode == "zip":
         lengths = {k: len(v) for k, v in zip(names, lists)}
         if len(set(lengths.values())) > 1:
@@ -159,7 +159,7 @@ def _check_paths(spec: SweepSpec, res: _Resolver, hw_refs: list[str]) -> None:
         head = path.partition(".")[0]
         if head not in ("workload", "hw") or "." not in path:
             raise ConfigError(f"{where}: an axis path starts with 'workload.' or 'hw.' (or is exactly 'hw')")
-        first = values.values(path)[0] if isinstance(values, Range) and spec.mode != "random" else (
+        first = values.values(where)[0] if isinstance(values, Range) and spec.mode != "random" else (
             values.min if isinstance(values, Range) else values[0])
         _, wl, hw = _split({path: first})
         if wl:
@@ -197,7 +197,7 @@ def expand(spec: SweepSpec) -> list[Point]:
         except ConfigError as exc:  # some validators raise without naming the file; say which point
             raise (exc if str(exc).startswith(str(spec.source)) else ConfigError(f"{where}: {exc}")) from None
         tree = {"workload": workload.model_dump(), "hw": machine.model_dump()}
-        look = lookup_in(tree, where)
+        look = lookup_in(tree, f"{spec.source}: when")
         look_col = lookup_in(tree, f"{spec.source}: columns (or a plot's column)")
         if when is not None:
             if not when(lambda p: hw_value or spec.hw if p == HW_AXIS else look(p)):

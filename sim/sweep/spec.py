@@ -68,13 +68,13 @@ class Range(Strict):
             return list(dict.fromkeys(int(round(v)) for v in values))  # rounding may collide; keep order
         return [float(f"{v:.12g}") for v in values]  # geomspace's 800000000000.0004 -> 8e11
 
-    def values(self, key: str) -> list[Any]:
-        """The grid/zip values of this range."""
+    def values(self, where: str) -> list[Any]:
+        """The grid/zip values of this range; `where` names the file and axis in errors."""
         if self.step is not None:
             n = int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
             return self._cast(self.min + self.step * np.arange(n))
         if self.num is None:
-            raise ConfigError(f"axes.{key}: a range needs `num` or `step` outside random mode")
+            raise ConfigError(f"{where}: a range needs `num` or `step` outside random mode")
         space = np.geomspace if self.log else np.linspace
         return self._cast(space(self.min, self.max, self.num))
 
