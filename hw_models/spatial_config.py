@@ -57,6 +57,14 @@ class SpatialConfig(Strict):
     dram_tier: str | None = None             # top-level memory tier attached to each chip (IPU Streaming Memory)
     microbatch_size: int = Field(default=1, gt=0)        # sequences per decode micro-batch
     prefill_chunk_tokens: int = Field(default=128, gt=0)  # prompt tokens per prefill micro-batch
+    # True: the PE array multiplies narrow stored weights (<= 8-bit, per-tensor or
+    # per-row scale) against wider activations in the activations' native mode,
+    # with no separate dequantization pass on the vector units: the narrow
+    # weights stream from SRAM at their own size and are widened as they enter
+    # the array (Groq's "TruePoint" numerics). False: the core compute path
+    # (hw_models.compute_path.choose) decides, i.e. weight-only quantization is
+    # dequantized on the vector units first.
+    mixed_precision_matmul: bool = False
 
     @property
     def links_per_hop(self) -> int:

@@ -214,16 +214,42 @@ class ChipModel:
         self.array_rate = self.unit.peak_flops_per_s[cfg.pe_array.format]
 
     def pe_time_s(self, M: int, N: int, K: int, rate_flops_per_s: float) -> float:
-        """GEMM time on the chip's PE arrays: folds shared among `arrays`
-        planes; scaled from the array's native format to the compute format's rate."""
+        """GEMM time on the chip's PE arrays, in cycles of the one chip clock.
+
+        The folds (stationary tiles) are shared among `arrays` planes. In the
+        array's native format a plane streams one operand row per cycle. In a
+        format with another peak rate (fp16 at 188 TFLOP/s on an MXM whose
+        planes deliver 750 TOPS int8) the array does `ratio` = native peak /
+        format peak times fewer MACs per cycle, so each fold's streaming phase
+        (T rows) takes `ratio` times as many cycles; the fill/drain skew is the
+        array's pipeline depth in clock cycles and does not change (one chip
+        clock, no slower "fp16 clock"). Read either as 4x fewer MACs per cycle
+        or as 4 back-to-back passes per fold: with fold_overlap both pay the skew
+        once per GEMM."""
         pe = self.cfg.pe_array
         c = gemm_cycles(self.array, M, N, K)
+        ratio = self.array_rate / rate_flops_per_s
         folds = math.ceil(c.folds / pe.arrays)
+        skew = c.cycles_per_fold - c.temporal      # preload + fill/drain of one fold
+        stream = c.temporal * ratio
         if pe.fold_overlap:
-            cycles = folds * c.temporal + (c.cycles_per_fold - c.temporal) - 1
+            cycles = folds * stream + skew - 1
         else:
-            cycles = folds * c.cycles_per_fold - 1
-        return cycles / pe.clock_hz * (self.array_rate / rate_flops_per_s)
+            cycles = folds * (stream + skew) - 1
+        return cycles / pe.clock_hz
+
+    def gemm_path(self, weight_fmt: str | None, act_fmt: str) -> compute_path.ComputePath:
+        """Compute path of a GEMM: the spatial chip's mixed-precision rule
+        (spatial.mixed_precision_matmul) where it applies, else the core's."""
+        if self.cfg.mixed_precision_matmul and weight_fmt is not None:
+            rates = compute_path.native_rates(self.unit, self.unit_name)
+            s, a = get_format(weight_fmt), get_format(act_fmt)
+            # Only element formats with at most a per-row scale: the scale then
+            # applies to the accumulator on the way out, not inside the array.
+            if (s.name != a.name and s.bits <= 8 and s.block_size in (None, 0) and a.name in rates
+                    and a.bits > s.bits and (a.kind == "float" or s.kind == "int")):
+                return compute_path.ComputePath(a.name, rates[a.name], False, f"{s.name} x {a.name} in-array")
+        return compute_path.choose(self.unit, self.unit_name, weight_fmt, act_fmt, self.mode)
 
     def cost(self, op: Op, fraction: float, chip: str) -> SliceCost:
         unit, f = self.unit, fraction
@@ -232,7 +258,7 @@ class ChipModel:
         sram_bytes = f * op.bytes - dram_bytes
         if op.kind == g.GEMM:
             w = next((t for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
-            path = compute_path.choose(unit, self.unit_name, w.fmt if w else None, op.compute_format, self.mode)
+            path = self.gemm_path(w.fmt if w else None, op.compute_format)
             d = op.dims
             n_slice = max(1, math.ceil(d["n"] * f - 1e-9))
             compute_s = self.pe_time_s(d["m"], n_slice, d["k"], path.rate_flops_per_s)
