@@ -49,6 +49,14 @@ def _row_lookup(row: dict, where: str):
     return look
 
 
+def _order(values: "pd.Series") -> list:
+    """Numbers ascending; anything else (presets, formats) in the order the spec lists them."""
+    uniq = list(dict.fromkeys(values))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in uniq):
+        return sorted(uniq)
+    return uniq
+
+
 def _fmt(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
@@ -95,6 +103,7 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     data = _ok(df, [p.x, p.y, p.z], f"plots: heatmap {p.z}", p)
     # Several points per cell (a third axis) are reduced to the best one.
     table = data.groupby([p.y, p.x])[p.z].agg(goal).unstack(p.x)
+    table = table.reindex(index=_order(data[p.y]), columns=_order(data[p.x]))
     fig, ax = plt.subplots(figsize=(7, 5))
     im = ax.imshow(table.to_numpy(dtype=float), origin="lower", aspect="auto", cmap="viridis")
     fig.colorbar(im, ax=ax, label=p.z)
@@ -103,15 +112,19 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     arr = table.to_numpy(dtype=float)
     for (i, j), v in np.ndenumerate(arr):
         if np.isfinite(v):
-            ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6, color="white")
+            ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
+                    color="black" if im.norm(v) > 0.6 else "white")  # readable on viridis' yellow end
     if np.isfinite(arr).any():
         flat = np.nanargmin(arr) if goal == "min" else np.nanargmax(arr)
         i, j = np.unravel_index(flat, arr.shape)
-        ax.scatter([j], [i], label=f"best ({goal} {p.z} = {arr[i, j]:.4g})", **_STAR)
-        ax.legend(fontsize=7, loc="upper right")
+        # In the cell's corner, so the cell's value stays readable.
+        ax.scatter([j - 0.32], [i + 0.3], **{**_STAR, "s": 160})
+        # The legend would cover cells; the best point goes in the title.
+        title += (f"\n★ best ({goal} {p.z} = {arr[i, j]:.4g}) at {_label(p.x)} = {_fmt(table.columns[j])}, "
+                  f"{_label(p.y)} = {_fmt(table.index[i])}")
     ax.set_xlabel(_label(p.x))
     ax.set_ylabel(_label(p.y))
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     return _save(fig, path)
 
 
