@@ -23,7 +23,7 @@ from sim.sweep.expr import compile_expr, lookup_in
 from sim.sweep.plots import pareto_front
 from sim.sweep.run import run_sweep
 from sim.sweep.spec import spec_from_dict
-from sim.sweep.store import DB_NAME, export
+from sim.sweep.store import DB_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,6 @@ makes a duplicate row impossible.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import time
 from pathlib import Path
@@ -140,5 +139,3 @@ def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Pa
     return written
 
 
-def finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
