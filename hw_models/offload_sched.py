@@ -124,10 +124,49 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
     ctx = next(t.bytes for t in attn[-1].writes)
     layer = SlotWork(
         "L", weights(layer_ops), sum(gpu_cost(o) for o in pre), sum(gpu_cost(o) for o in attn),
-        sum(gpu_cost(o) for o in post), attn_cpu_s=sum(cpu_cost(o) for o in attn),
+        sum(gpu_cost(o) for o in post), attn_cpu_s=sum(cpu_cost(o) for o in flexgen_cpu_attention(attn)),
         kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
         qkv_bytes=qkv + q, ctx_bytes=ctx)
     return (simple("embed", groups["embed"], hidden), layer, simple("head", groups["head"], 0.0))
+
+
+CPU_ATTENTION_FORMAT = "fp32"
+
+
+def flexgen_cpu_attention(attn: list[g.Op]) -> list[g.Op]:
+    """The attention ops as FlexGen's CPU path runs them, for the host CPU's roofline.
+
+    FlexGen (FMInference/FlexLLMGen; same code in its forks, e.g. Relaxed-System-Lab/FlexGen
+    flexgen/flex_opt.py and pytorch_backend.py) computes decode attention over a CPU-resident
+    fp16 KV cache (cpu_cache_compute) in three passes over every cached element:
+      1. SelfAttention.load_cache, "path 1": general_copy of the fp16 cache home into the fp32
+         `attention_compute_workspace` (TorchDevice.init_attention_compute_workspace allocates it
+         as np.float32): read 2 B, write 4 B per element;
+      2. TorchDevice.mha_gen: `k.permute(1, 2, 0).reshape(b * n_head, head_dim, src_s)` and
+         `v.permute(1, 0, 2).reshape(...)` of the non-contiguous workspace views copy them:
+         read 4 B, write 4 B;
+      3. `_attention_value`: torch.bmm in fp32 (q.float().cpu()): read 4 B.
+    So each cached element moves 18 B through DRAM where an fp16 kernel would move 2 B; the
+    CPU has no native fp16 arithmetic either (AVX-512 Skylake, hardware.md). Write-allocate
+    (read-for-ownership) traffic of the copies is not added: the preset's STREAM-derived memory
+    efficiency already reflects it in part."""
+    wide_fmt = get_format(CPU_ATTENTION_FORMAT)
+    out: list[g.Op] = []
+    for op in attn:
+        reads = []
+        for t in op.reads:
+            if t.role == "kv" and len(t.shape) > 1:
+                wide = replace(t, name=f"{t.name}.{CPU_ATTENTION_FORMAT}", fmt=CPU_ATTENTION_FORMAT,
+                               bytes=int(wide_fmt.storage_bytes(t.shape)))
+                out.append(g.Op(f"{wide.name}.convert", g.ELEMENTWISE, 0.0, (t,), (wide,),
+                                compute_format=CPU_ATTENTION_FORMAT, layer=op.layer))
+                out.append(g.Op(f"{wide.name}.permute", g.ELEMENTWISE, 0.0, (wide,), (wide,),
+                                compute_format=CPU_ATTENTION_FORMAT, layer=op.layer))
+                reads.append(wide)
+            else:
+                reads.append(t)
+        out.append(replace(op, reads=tuple(reads), compute_format=CPU_ATTENTION_FORMAT))
+    return out
 
 
 def cost_functions(mapper):
