@@ -23,15 +23,22 @@ def weight_format(op: Op) -> str | None:
     return next((t.fmt for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
 
 
-def work_time_s(work, peak, efficiency):
+def work_time_s(work, peak, efficiency, scale=1.0):
     """Seconds to do `work` (FLOPs or bytes) at `peak` per second scaled by the
-    efficiency curve `efficiency(work)`; 0 for no work. Floats or numpy arrays
+    efficiency curve `efficiency(work)` and by `scale` (a GEMM's tile/wave
+    utilization, Efficiency.gemm_waves); 0 for no work. Floats or numpy arrays
     (calibration costs many ops at once with the same formula)."""
-    if np.ndim(work) == 0:
-        return work / (peak * efficiency(work)) if work else 0.0
+    if np.ndim(work) == 0 and np.ndim(scale) == 0:
+        return work / (peak * efficiency(work) * scale) if work else 0.0
     w = np.asarray(work, dtype=float)
     safe = np.where(w > 0, w, 1.0)
-    return np.where(w > 0, safe / (peak * efficiency(safe)), 0.0)
+    return np.where(w > 0, safe / (peak * efficiency(safe) * scale), 0.0)
+
+
+def gemm_dims(op: Op) -> tuple[int, int, int] | None:
+    """(M, N, K) of a GEMM op, None when the op does not record them."""
+    d = op.dims
+    return (d["m"], d["n"], d["k"]) if op.kind == g.GEMM and all(d.get(x) for x in "mnk") else None
 
 
 def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto") -> OpCost:
@@ -57,7 +64,11 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
             # The compute ramp models tensor-core tiles filling up; streaming vector
             # kernels (norms, adds, softmax) have none unless the preset fits one.
             eff = eff.model_copy(update={"compute_half_flops": 0.0})
-    compute_s = work_time_s(op.flops, rate, eff.compute) + dequant_s
+    # Tile/wave quantization of GEMMs (Efficiency.gemm_waves; 1.0 unless the preset sets
+    # tiles). Attention kernels tile over heads and query blocks, not M x N: not applied.
+    dims = gemm_dims(op) if eff.tiled else None
+    waves = eff.gemm_waves(*dims) if dims else 1.0
+    compute_s = work_time_s(op.flops, rate, eff.compute, waves) + dequant_s
     nbytes = op.bytes
     memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
     overhead_s = unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s)
@@ -81,7 +92,9 @@ class GpuMapper(Mapper):
     def cost(self, op: Op) -> OpCost:
         # Every layer repeats the same shapes, and steps repeat all but attention:
         # cost each distinct (kind, FLOPs, bytes, formats) once.
-        key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op))
+        # GEMM dims join the key: M x N x K and M x K x N have equal FLOPs and bytes but
+        # not equal tile/wave utilization.
+        key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op), gemm_dims(op))
         hit = self._costs.get(key)
         if hit is None:
             hit = self._costs[key] = roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute)

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sim import graph as g
@@ -47,17 +48,59 @@ class KindEfficiency(Strict):
     overhead_s: Quantity | None = Field(default=None, ge=0)
 
 
+# A split-K slice is at least one threadblock K-tile deep; cuBLAS/CUTLASS Ampere
+# kernels use K-tiles of 32 (the "_32x3" in cutlass_80_..._128x256_32x3 kernel names).
+GEMM_K_TILE = 32
+
+
 class Efficiency(Strict):
     """Achieved/peak as a saturating function of op size: eff(x) = max * x / (x + half).
     `half` is the size at which an op gets half of `max`; 0 means always `max`.
     Works on floats and on numpy arrays (calibration evaluates many ops at once).
-    `by_kind` optionally overrides the curve per op kind; empty by default."""
+    `by_kind` optionally overrides the curve per op kind; empty by default.
+
+    Optional GEMM tile/wave quantization (off unless gemm_tile_m/n are set): see
+    `gemm_waves`. `parallel_units` is the number of SMs (or cores) tiles run on."""
 
     compute_max: float = Field(default=1.0, gt=0, le=1)
     compute_half_flops: float = Field(default=0.0, ge=0)
     memory_max: float = Field(default=1.0, gt=0, le=1)
     memory_half_bytes: float = Field(default=0.0, ge=0)
+    parallel_units: int | None = Field(default=None, gt=0)
+    gemm_tile_m: int | None = Field(default=None, gt=0)
+    gemm_tile_n: int | None = Field(default=None, gt=0)
     by_kind: dict[str, KindEfficiency] = {}
+
+    @model_validator(mode="after")
+    def _tiles(self) -> "Efficiency":
+        if (self.gemm_tile_m is None) != (self.gemm_tile_n is None):
+            raise ValueError("gemm_tile_m and gemm_tile_n: set both or neither")
+        if self.gemm_tile_m is not None and self.parallel_units is None:
+            raise ValueError("gemm_tile_m/gemm_tile_n need parallel_units (the SM count)")
+        return self
+
+    @property
+    def tiled(self) -> bool:
+        return self.gemm_tile_m is not None
+
+    def gemm_waves(self, m, n, k):
+        """Fraction of the SMs' tile throughput that does useful work for an M x N x K
+        GEMM (1.0 when the tile fields are off). The output is cut into
+        ceil(M/tile_m) * ceil(N/tile_n) tiles (M and N padded to whole tiles); when
+        there are fewer tiles than SMs, K is split (split-K, as cuBLAS does: grid z
+        of 2-3 in the A6000 traces) into s = floor(SMs / tiles) slices, at most one
+        per K-tile; the CTAs run in ceil(tiles * s / SMs) waves and the last partial
+        wave idles SMs. Useful / issued = M*N*s / (waves * SMs * tile_m * tile_n).
+        Floats or numpy arrays."""
+        if not self.tiled:
+            return 1.0 if np.ndim(m) == 0 else np.ones(np.shape(m))
+        tm, tn, units = self.gemm_tile_m, self.gemm_tile_n, self.parallel_units
+        m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        split = np.clip(np.floor(units / tiles), 1.0, np.maximum(np.ceil(k / GEMM_K_TILE), 1.0))
+        waves = np.ceil(tiles * split / units)
+        out = m * n * split / (waves * units * tm * tn)
+        return float(out) if out.ndim == 0 else out
 
     @field_validator("by_kind")
     @classmethod

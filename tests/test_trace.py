@@ -262,8 +262,11 @@ def test_a6000_out_of_sample_after_calibration():
     fit_on = {1, 16, 128, 1024}
     cal = calibrate(traces, load_machine("a6000"), use_step=lambda tr, s: s.tokens in fit_on)
     v = validate([t for t in traces if t.steps[0].tokens not in fit_on], cal.machine)
-    assert v.mape <= 0.10            # measured 7.7% when written
-    assert all(abs(s.error) < 0.10 for s in v.steps)
+    assert v.mape <= 0.10            # measured 7.7% when written; 7.3% with the GEMM wave term
+    # Per-layer totals at 512/2048/4096 tokens: -1.0/+6.5/+6.1% without the wave term,
+    # +2.4/+3.2/+2.2% with it (tile 64x128 chosen on the calibration set): the 5% target.
+    assert cal.tile is not None
+    assert all(abs(s.error) < 0.05 for s in v.steps)
 
 
 @shared

@@ -6,7 +6,13 @@ The model is the GPU/CPU roofline of hw_models.gpu.roofline_cost:
     eff(x) = max * x / (x + half)
 
 with four curve parameters (compute_max, compute_half_flops, memory_max,
-memory_half_bytes) and the launch overhead. scipy's least_squares minimizes
+memory_half_bytes) and the launch overhead. GEMMs' compute efficiency also
+multiplies by the tile/wave utilization Efficiency.gemm_waves when the base
+preset gives `parallel_units` (the SM count): the tile (tile_m x tile_n) is
+chosen from the small set TILES (or none) by the best GEMM fit on the
+calibration ops, and written to the preset. Non-matrix kinds get no compute
+ramp in the one-curve fit, as in roofline_cost; their per-kind fits set
+compute_half_flops explicitly, which roofline_cost then uses. scipy's least_squares minimizes
 log(simulated) - log(measured), so a 2-us norm and a 6-ms GEMM weigh alike.
 One fit over all ops gives the unit's curve; with `per_kind`, each op kind
 (gemm, norm, elementwise, ...) also gets its own fit, stored as
@@ -28,7 +34,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from hw_models import compute_path
-from hw_models.gpu import MATRIX_KINDS, weight_format, work_time_s
+from hw_models.gpu import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
 from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machine
 from sim import graph as g
 from sim.errors import ConfigError
@@ -36,6 +42,11 @@ from sim.trace.parser import StepShape, Trace
 from sim.trace.shapes import step_graph
 
 PARAMS = ("compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead_s")
+# Output tiles (tile_m, tile_n) calibration may choose for the GEMM wave term: the
+# CUTLASS/cuBLAS Ampere tile shapes seen in the A6000 traces' kernel names
+# (64x64, 128x64, 128x128, 128x256, 256x128). None = no wave term.
+TILES: tuple[tuple[int, int] | None, ...] = (None, (64, 64), (128, 64), (64, 128), (128, 128), (128, 256),
+                                             (256, 128))
 
 
 @dataclass
@@ -47,14 +58,26 @@ class Samples:
     nbytes: list[float] = field(default_factory=list)
     rate: list[float] = field(default_factory=list)
     measured_s: list[float] = field(default_factory=list)
+    mnk: list[tuple[int, int, int] | None] = field(default_factory=list)   # GEMM dims, None otherwise
+    sources: set[str] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.kind)
 
-    def select(self, kind: str | None) -> tuple[np.ndarray, ...]:
+    def select(self, kind: str | None, tiles: Efficiency | None = None, ramp_vector: bool = True
+               ) -> tuple[np.ndarray, ...]:
+        """flops, bytes, rate, measured time, the GEMM wave scale under `tiles` (1 for
+        other ops or no tiles) and a 0/1 mask of ops that get the compute ramp (all but
+        non-matrix ops when `ramp_vector` is False), for ops of `kind` (None: all)."""
         idx = [i for i, k in enumerate(self.kind) if kind is None or k == kind]
         pick = lambda xs: np.asarray([xs[i] for i in idx], dtype=float)  # noqa: E731
-        return pick(self.flops), pick(self.nbytes), pick(self.rate), pick(self.measured_s)
+        scale = np.ones(len(idx))
+        gem = [j for j, i in enumerate(idx) if self.mnk[i] is not None]
+        if tiles is not None and tiles.tiled and gem:
+            m, n, k = (np.asarray([self.mnk[idx[j]][d] for j in gem], dtype=float) for d in range(3))
+            scale[gem] = tiles.gemm_waves(m, n, k)
+        ramp = np.asarray([1.0 if ramp_vector or self.kind[i] in MATRIX_KINDS else 0.0 for i in idx])
+        return pick(self.flops), pick(self.nbytes), pick(self.rate), pick(self.measured_s), scale, ramp
 
 
 def samples(traces: Iterable[Trace], machine: Machine,
@@ -85,17 +108,27 @@ def samples(traces: Iterable[Trace], machine: Machine,
             out.nbytes.append(op.bytes)
             out.rate.append(rate)
             out.measured_s.append(m.duration_s)
+            out.mnk.append(gemm_dims(op))
+            out.sources.add(trace.source.split("#")[0])
     if not len(out):
         raise ConfigError("no measured ops to calibrate on")
     return out
 
 
 def predict_s(p: dict[str, float], flops: np.ndarray, nbytes: np.ndarray, rate: np.ndarray,
-              bandwidth: float) -> np.ndarray:
-    """The roofline with parameters `p` (PARAMS), vectorized over ops."""
+              bandwidth: float, scale=1.0, ramp=1.0) -> np.ndarray:
+    """The roofline with parameters `p` (PARAMS), vectorized over ops; `scale` is each
+    op's GEMM wave utilization, `ramp` 1 where the compute ramp applies and 0 where
+    roofline_cost drops it (non-matrix ops without a per-kind curve)."""
     eff = Efficiency(compute_max=p["compute_max"], compute_half_flops=p["compute_half_flops"],
                      memory_max=p["memory_max"], memory_half_bytes=p["memory_half_bytes"])
-    return p["overhead_s"] + np.maximum(work_time_s(flops, rate, eff.compute), work_time_s(nbytes, bandwidth, eff.memory))
+    flat = Efficiency(compute_max=p["compute_max"])
+
+    def compute_eff(f):
+        return np.where(np.asarray(ramp) > 0, eff.compute(f), flat.compute(f))
+
+    return p["overhead_s"] + np.maximum(work_time_s(flops, rate, compute_eff, scale),
+                                        work_time_s(nbytes, bandwidth, eff.memory))
 
 
 # Fit space: maxima linear in (0, 1]; halves and overhead in log10 (they span decades).
@@ -122,14 +155,14 @@ class Fit:
     n: int
 
 
-def fit(flops, nbytes, rate, measured_s, bandwidth: float, start: dict[str, float]) -> Fit:
+def fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict[str, float]) -> Fit:
     """Least squares on log-time residuals from `start`."""
     def residuals(x):
-        return np.log(predict_s(_from_x(x), flops, nbytes, rate, bandwidth)) - np.log(measured_s)
+        return np.log(predict_s(_from_x(x), flops, nbytes, rate, bandwidth, scale, ramp)) - np.log(measured_s)
 
     res = least_squares(residuals, _to_x(start), bounds=(_LOW, _HIGH), x_scale=_HIGH - _LOW, method="trf")
     params = _from_x(res.x)
-    pred = predict_s(params, flops, nbytes, rate, bandwidth)
+    pred = predict_s(params, flops, nbytes, rate, bandwidth, scale, ramp)
     return Fit(params, float(np.sqrt(np.mean(res.fun ** 2))),
                float(np.mean(np.abs(pred - measured_s) / measured_s)), len(measured_s))
 
@@ -140,6 +173,8 @@ class Calibration:
     unit: str
     overall: Fit
     by_kind: dict[str, Fit]
+    tile: tuple[int, int] | None         # the GEMM wave tile chosen, None = no wave term
+    tile_scores: dict[str, float]         # GEMM fit RMS log residual per candidate tile
     sources: list[str]
     machine: Machine
     raw: dict            # the preset as YAML data: the base file's text values, fitted fields replaced
@@ -152,7 +187,10 @@ class Calibration:
 
 
 def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: str | None = None,
-              use_step: Callable[[Trace, StepShape], bool] | None = None) -> Calibration:
+              use_step: Callable[[Trace, StepShape], bool] | None = None,
+              tiles: Iterable[tuple[int, int] | None] | None = None) -> Calibration:
+    """Fit `base`'s efficiency curves to the traces' ops (the steps `use_step` keeps).
+    `tiles`: the GEMM wave tiles to choose from (default TILES; needs parallel_units)."""
     if base.kind not in ("gpu", "cpu"):
         raise ConfigError(f"{base.name}: calibrate fits gpu/cpu roofline presets, not kind {base.kind!r}")
     data = samples(traces, base, use_step)
@@ -162,11 +200,13 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     e = unit.efficiency
     start = dict(compute_max=e.compute_max, compute_half_flops=e.compute_half_flops, memory_max=e.memory_max,
                  memory_half_bytes=e.memory_half_bytes, overhead_s=max(unit.launch_overhead_s, 1e-7))
-    overall = fit(*data.select(None), bw, start)
+    tile, scores = choose_tile(data, e, bw, start, tiles)
+    waves = _tiled(e, tile)
+    overall = fit(*data.select(None, waves, ramp_vector=False), bw, start)
     kinds = {}
     if per_kind:
         for kind in sorted(set(data.kind)):
-            kinds[kind] = fit(*data.select(kind), bw, overall.params)
+            kinds[kind] = fit(*data.select(kind, waves), bw, overall.params)
     try:  # the base file's own text (units as written), when it is a file
         raw = raw_machine(base.source or base.name)
     except ConfigError:  # a machine built in code
@@ -175,13 +215,41 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     u = raw["units"][unit_name]
     u["launch_overhead_s"] = _round(overall.params["overhead_s"])
     eff = {k: _round(overall.params[k]) for k in PARAMS[:4]}
+    if e.parallel_units is not None:
+        eff["parallel_units"] = e.parallel_units
+    if tile is not None:
+        eff["gemm_tile_m"], eff["gemm_tile_n"] = tile
     if kinds:
         eff["by_kind"] = {k: {p: _round(f.params[p]) for p in PARAMS} for k, f in kinds.items()}
     u["efficiency"] = eff
-    sources = sorted(dict.fromkeys(t.source.split("#")[0] for t in traces))
+    sources = sorted(data.sources)   # the traces whose ops were fitted (use_step may skip whole traces)
     raw["description"] = f"{base.description} -- efficiencies fitted by `sim calibrate` on {len(data)} measured ops"
     machine = machine_from_dict(raw, f"calibrated from {base.name}")
-    return Calibration(base.name, unit_name, overall, kinds, sources, machine, raw)
+    return Calibration(base.name, unit_name, overall, kinds, tile, scores, sources, machine, raw)
+
+
+def _tiled(e: Efficiency, tile: tuple[int, int] | None) -> Efficiency:
+    """Only the wave fields matter to Samples.select."""
+    if tile is None or e.parallel_units is None:
+        return Efficiency()
+    return Efficiency(parallel_units=e.parallel_units, gemm_tile_m=tile[0], gemm_tile_n=tile[1])
+
+
+def choose_tile(data: Samples, e: Efficiency, bandwidth: float, start: dict[str, float],
+                tiles: Iterable[tuple[int, int] | None] | None = None
+                ) -> tuple[tuple[int, int] | None, dict[str, float]]:
+    """The candidate tile whose GEMM-only fit has the smallest RMS log residual on
+    the calibration ops. Without `parallel_units` or GEMMs: the base preset's tile
+    (None when it has none), no search."""
+    base_tile = (e.gemm_tile_m, e.gemm_tile_n) if e.tiled else None
+    if e.parallel_units is None or g.GEMM not in data.kind:
+        return base_tile, {}
+    scores = {}
+    for tile in (TILES if tiles is None else tiles):
+        f = fit(*data.select(g.GEMM, _tiled(e, tile)), bandwidth, start)
+        scores["none" if tile is None else f"{tile[0]}x{tile[1]}"] = f.rms_log_residual
+    best = min(scores, key=scores.get)
+    return (None if best == "none" else tuple(int(x) for x in best.split("x"))), scores
 
 
 def _round(x: float) -> float:
@@ -199,6 +267,7 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
         f"# Peaks, capacities and bandwidths are {cal.base}.yaml's datasheet figures (see the citations there);",
         "# only units.*.efficiency and launch_overhead_s are fitted. Fitted on:",
         *[f"#   {s}" for s in cal.sources],
+        f"# GEMM tile/wave term: {_tile_note(cal)}",
         f"# Fit: all ops, one curve: RMS log residual {cal.overall.rms_log_residual:.3f}, "
         f"MAPE {cal.overall.mape:.1%} over {cal.overall.n} ops.",
         *[f"#   {k}: RMS log residual {f.rms_log_residual:.3f}, MAPE {f.mape:.1%} over {f.n} ops"
@@ -208,3 +277,13 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def _tile_note(cal: Calibration) -> str:
+    if not cal.tile_scores:
+        return "not fitted (the base preset has no parallel_units, or no GEMMs were measured)"
+    chosen = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
+    units = cal.machine.units[cal.unit].efficiency.parallel_units
+    return (f"parallel_units {units} is {cal.base}'s SM count (cited there); "
+            f"tile {chosen} chosen by GEMM RMS log residual on the calibration ops ("
+            + ", ".join(f"{k} {v:.3f}" for k, v in cal.tile_scores.items()) + ")")

@@ -119,6 +119,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         t.add_row(label, f"{p['compute_max']:.3f}", f"{p['compute_half_flops']:.3g}", f"{p['memory_max']:.3f}",
                   f"{p['memory_half_bytes']:.3g}", fmt_time(p["overhead_s"]), f"{f.mape:.1%}")
     console.print(t)
+    if cal.tile_scores:
+        chosen = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
+        console.print(f"GEMM tile/wave term: {chosen} (RMS log residual by tile: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in cal.tile_scores.items()) + ")")
     console.print(f"wrote {path}")
     return 0
 
