@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from sim import graph as g
 from sim.formats import get_format
@@ -66,12 +67,16 @@ class _Builder:
             self.producer[t.name] = name
 
 
+@lru_cache(maxsize=256)
 def lower(model: ModelConfig, phase: str, batch: int, q_len: int, kv_len: int,
           formats: FormatPolicy = FormatPolicy(), flash_attention: bool = False,
           num_layers: int | None = None) -> OpGraph:
     """The op DAG of one step: `batch` sequences, each with `q_len` new tokens
     attending to `kv_len` keys (the new ones included). `num_layers` lowers only
-    the first layers, used to fold identical layers in the engine."""
+    the first layers, used to fold identical layers in the engine.
+
+    Results are cached per process (a sweep over hardware lowers the same
+    graphs again and again), so callers must treat the graph as read-only."""
     if phase not in ("prefill", "decode"):
         raise ValueError(f"phase must be prefill or decode, got {phase!r}")
     graph = OpGraph(phase, batch, q_len, kv_len)
