@@ -152,10 +152,12 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
 def cmd_hw_list(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine, preset_names
+    from sim.units import fmt_bytes
 
-    t = Table(title="Hardware presets")
-    for col in ("name", "kind", "memory", "bandwidth", "peak (best format)", "description"):
-        t.add_column(col)
+    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)")
+    for col in ("name", "kind", "memory", "bandwidth", "peak (best format)"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("description", overflow="ellipsis", no_wrap=True, max_width=60)
     for name in preset_names():
         try:
             m = load_machine(name)
@@ -165,7 +167,7 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         tier = m.memory[m.device_tier]
         unit = m.units[m.main_unit]
         best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
-        t.add_row(name, m.kind, f"{tier.capacity_bytes / 1e9:.0f} GB", f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+        t.add_row(name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
                   f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description)
     Console().print(t)
     return 0
