@@ -88,14 +88,7 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     if len(data):
         b = data.loc[_best_index(data[p.y], goal)]
         ax.scatter([b[p.x]], [b[p.y]], label=f"best ({goal} {p.y} = {b[p.y]:.4g})", **_STAR)
-    ax.set_xlabel(_label(p.x))
-    ax.set_ylabel(p.y)
-    ax.set_xscale("log" if p.logx else "linear")
-    ax.set_yscale("log" if p.logy else "linear")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+    return _finish_xy(fig, ax, p, title, path, ylabel=p.y)
 
 
 def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
@@ -162,8 +155,13 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         dist = np.hypot(scaled(x, gx)[f], scaled(y, gy)[f])
         k = f[int(np.argmin(dist))]
         ax.scatter([x[k]], [y[k]], label=f"best trade-off ({p.x} {x[k]:.4g}, {p.y} {y[k]:.4g})", **_STAR)
+    return _finish_xy(fig, ax, p, title, path, ylabel=_label(p.y))
+
+
+def _finish_xy(fig, ax, p, title: str, path: Path, ylabel: str) -> Path:
+    """Axes, scales, title, grid and legend shared by the line and Pareto plots."""
     ax.set_xlabel(_label(p.x))
-    ax.set_ylabel(_label(p.y))
+    ax.set_ylabel(ylabel)
     ax.set_xscale("log" if p.logx else "linear")
     ax.set_yscale("log" if p.logy else "linear")
     ax.set_title(title)
