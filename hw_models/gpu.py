@@ -44,7 +44,9 @@ def gemm_dims(op: Op) -> tuple[int, int, int] | None:
 def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto") -> OpCost:
     """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is
     the unit's, or the op kind's override where the preset has one."""
-    eff = unit.efficiency.for_kind(op.kind)
+    mnk = gemm_dims(op)
+    m = mnk[0] if mnk else None    # selects the small-M (gemv) curve where the preset has one
+    eff = unit.efficiency.for_kind(op.kind, m)
     dequant_s = 0.0
     if op.kind in MATRIX_KINDS:
         # The stored operand: weights of a GEMM, the KV cache of attention (compute_path).
@@ -66,12 +68,12 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
             eff = eff.model_copy(update={"compute_half_flops": 0.0})
     # Tile/wave quantization of GEMMs (Efficiency.gemm_waves; 1.0 unless the preset sets
     # tiles). Attention kernels tile over heads and query blocks, not M x N: not applied.
-    dims = gemm_dims(op) if eff.tiled else None
+    dims = mnk if eff.tiled else None
     waves = eff.gemm_waves(*dims) if dims else 1.0
     compute_s = work_time_s(op.flops, rate, eff.compute, waves) + dequant_s
     nbytes = op.bytes
     memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
-    overhead_s = unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s)
+    overhead_s = unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s, m)
     duration = overhead_s + max(compute_s, memory_s)
     energy = nbytes * (tier.energy_j_per_byte or 0.0)
     return OpCost(op, unit_name, duration, compute_s, memory_s, overhead_s,

@@ -70,6 +70,13 @@ class Efficiency(Strict):
     gemm_tile_m: int | None = Field(default=None, gt=0)
     gemm_tile_n: int | None = Field(default=None, gt=0)
     by_kind: dict[str, KindEfficiency] = {}
+    # Optional small-M GEMM class: GEMMs with M <= gemv_max_m take the `gemv` overrides
+    # instead of by_kind["gemm"]. BLAS libraries run a 1-row product as a matrix-vector
+    # kernel (no packing of B), which streams the weights at another rate than the packed
+    # GEMM path (on this project's AVX2 CPU, MKL's 8-row sgemm is ~3x slower than the
+    # 1-row one). Off (None) unless set; presets without it are unchanged.
+    gemv_max_m: int | None = Field(default=None, gt=0)
+    gemv: KindEfficiency | None = None
 
     @model_validator(mode="after")
     def _tiles(self) -> "Efficiency":
@@ -77,7 +84,16 @@ class Efficiency(Strict):
             raise ValueError("gemm_tile_m and gemm_tile_n: set both or neither")
         if self.gemm_tile_m is not None and self.parallel_units is None:
             raise ValueError("gemm_tile_m/gemm_tile_n need parallel_units (the SM count)")
+        if (self.gemv_max_m is None) != (self.gemv is None):
+            raise ValueError("gemv_max_m and gemv: set both or neither")
         return self
+
+    def is_gemv(self, kind: str, m: int | None) -> bool:
+        """Whether a `kind` op with M = `m` rows takes the small-M (`gemv`) curve."""
+        return self.gemv is not None and kind == g.GEMM and m is not None and m <= self.gemv_max_m
+
+    def _override(self, kind: str, m: int | None) -> KindEfficiency | None:
+        return self.gemv if self.is_gemv(kind, m) else self.by_kind.get(kind)
 
     @property
     def tiled(self) -> bool:
@@ -116,16 +132,18 @@ class Efficiency(Strict):
     def memory(self, nbytes: float) -> float:
         return self.memory_max * (nbytes / (nbytes + self.memory_half_bytes) if self.memory_half_bytes else 1.0)
 
-    def for_kind(self, kind: str) -> "Efficiency":
-        """The curve an op of `kind` gets: the unit's, with that kind's overrides."""
-        over = self.by_kind.get(kind)
+    def for_kind(self, kind: str, m: int | None = None) -> "Efficiency":
+        """The curve an op of `kind` gets: the unit's, with that kind's overrides (the
+        `gemv` ones for a GEMM of M = `m` <= gemv_max_m)."""
+        over = self._override(kind, m)
         if over is None:
             return self
         fields = over.model_dump(exclude_none=True, exclude={"overhead_s"})
-        return Efficiency(**{**self.model_dump(exclude={"by_kind"}), **fields}) if fields else self
+        return Efficiency(**{**self.model_dump(exclude={"by_kind", "gemv", "gemv_max_m"}), **fields}) \
+            if fields else self
 
-    def overhead_s(self, kind: str, default_s: float) -> float:
-        over = self.by_kind.get(kind)
+    def overhead_s(self, kind: str, default_s: float, m: int | None = None) -> float:
+        over = self._override(kind, m)
         return over.overhead_s if over is not None and over.overhead_s is not None else default_s
 
 

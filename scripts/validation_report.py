@@ -31,7 +31,8 @@ if str(ROOT) not in sys.path:
 
 from hw_models.machine import PRESET_DIR, Machine, load_machine, machine_from_dict, raw_machine  # noqa: E402
 from sim.graph import GEMM  # noqa: E402
-from sim.trace.calibrate import TILES, calibrate, write_preset  # noqa: E402
+from sim.trace.calibrate import GEMV_MAX_M, TILES, calibrate, write_preset  # noqa: E402
+from sim.trace.floors import cross_run_floor, decode_wall_floor, step_gaps, within_run_floor  # noqa: E402
 from sim.trace.parser import Trace, load_trace  # noqa: E402
 from sim.trace.plots import scatter  # noqa: E402
 from sim.trace.validate import Validation, mape, validate  # noqa: E402
@@ -123,12 +124,14 @@ def cpu_section(img: Path, write: bool) -> tuple[str, dict]:
         return ("## This machine's CPU\n\nNeed fp32 traces at prompt "
                 f"{CPU_FIT_PROMPT} (calibration) and at another prompt (test) under traces/cpu/.\n"), {}
     base = load_machine("cpu_host")
-    cal = calibrate(fit, base, name="cpu_host_calibrated")
+    cal = calibrate(fit, base, name="cpu_host_calibrated", gemv_max_m=GEMV_MAX_M)
+    one_gemm = calibrate(fit, base, gemv_max_m=[None])   # the previous model: one GEMM curve, for comparison
     if write:
         write_preset(cal, PRESET_DIR / "cpu_host_calibrated.yaml",
                      "Models THIS machine (a shared 2-vCPU VM, see traces/cpu/*.meta.json), not a Xeon 8380:\n"
                      "the fitted efficiencies absorb the difference in peaks. Written by scripts/validation_report.py.")
     before, after = validate(test, base), validate(test, cal.machine)
+    prev = validate(test, one_gemm.machine)
     scatter(after.ops, "CPU, out of sample: calibrated", img / "validation_cpu.png",
             {"before": before.ops, "after": after.ops})
     rows = []
@@ -137,8 +140,10 @@ def cpu_section(img: Path, write: bool) -> tuple[str, dict]:
         va = [r for r in after.ops if r.source == t.source]
         sb = [s for s in before.steps if s.source == t.source]
         sa = [s for s in after.steps if s.source == t.source]
-        rows.append([Path(t.source).name.removesuffix(".ops.csv"), str(len(va)), pct(mape(vb)), pct(mape(va)),
-                     pct(mape(sb)), pct(mape(sa)), pct(max(abs(s.error) for s in sa))])
+        vp = [r for r in prev.ops if r.source == t.source]
+        sp = [s for s in prev.steps if s.source == t.source]
+        rows.append([Path(t.source).name.removesuffix(".ops.csv"), str(len(va)), pct(mape(vb)), pct(mape(vp)),
+                     pct(mape(va)), pct(mape(sb)), pct(mape(sp)), pct(mape(sa)), pct(max(abs(s.error) for s in sa))])
     b_mean, _ = step_stats(before)
     a_mean, a_max = step_stats(after)
     text = f"""## This machine's CPU (traces/cpu)
@@ -149,9 +154,14 @@ not this machine (a shared {traces[0].meta.get('cpu_count', '?')}-vCPU VM, `{tra
 error says how far a datasheet socket is from this VM, nothing more. A step's measured time is its wall time
 (the `stepN.*` annotation, which also holds the Python between ops and the argmax).
 
-{table(["trace", "ops", "per-op MAPE before", "per-op MAPE after", "per-step MAPE before", "per-step MAPE after", "max step error after"], rows)}
+"One GEMM curve" is the same calibration without the small-M (GEMV) class, the previous model.
+
+{table(["trace", "ops", "per-op MAPE before", "one GEMM curve", "per-op MAPE after", "per-step MAPE before",
+        "one GEMM curve", "per-step MAPE after", "max step error after"], rows)}
 
 {kind_table(before, after)}
+
+{_cpu_diagnosis(fit, test, cal, after)}
 
 Load while capturing (1-minute load average before/after, from each .meta.json, on {traces[0].meta.get('cpu_count', '?')} vCPUs):
 {'; '.join(f"{_stem(t)}: {(t.meta.get('loadavg_1m') or {}).get('before')}/{(t.meta.get('loadavg_1m') or {}).get('after')}" for t in traces)}.
@@ -165,6 +175,89 @@ Targets: per-op MAPE <= 15%, per-step <= 10%.
 ![CPU scatter](img/validation_cpu.png)
 """
     return text, {"cpu_op_mape": after.mape, "cpu_step_mape": a_mean, "cpu_step_max": a_max}
+
+
+def _cpu_diagnosis(fit: list[Trace], test: list[Trace], cal, after: Validation) -> str:
+    """Why the CPU prediction misses: GEMM error by M, the step gap no op holds, and
+    the error floors of the measurements themselves (sim.trace.floors)."""
+    by_m: dict[tuple[str, int], list] = {}
+    for r in after.ops:
+        if r.kind == GEMM:
+            t = next(x for x in test if x.source == r.source)
+            step = next(s for s in t.steps if s.label == r.step)
+            # lm_head runs on each sequence's last token only: M = batch
+            m = step.batch if r.op == "lm_head" else step.batch * step.q_len
+            by_m.setdefault((_stem(t), m), []).append(r)
+    gemm_rows = [[stem, str(m), str(len(rs)), f"{statistics.median(r.measured_s for r in rs) * 1e3:.2f}",
+                  f"{statistics.median(r.error for r in rs):+.1%}", pct(mape(rs))]
+                 for (stem, m), rs in sorted(by_m.items())]
+    gap_rows = []
+    for t in fit + test:
+        for ph, gp in step_gaps(t).items():
+            gap_rows.append([_stem(t), ph, str(gp.ops), f"{gp.wall_s * 1e3:.1f}", f"{gp.gap_s * 1e3:.2f}",
+                             pct(gp.fraction), f"{gp.gap_per_op_s * 1e6:.0f}"])
+    floor_rows = []
+    for t in test:
+        ref = next((f for f in fit if _stem(f).split("_")[0] == _stem(t).split("_")[0]
+                    and f.meta.get("batch") == t.meta.get("batch")), None)
+        cr, n = cross_run_floor(ref, t) if ref else (float("nan"), 0)
+        floor_rows.append([_stem(t), pct(within_run_floor(t)), f"{pct(cr)} ({n} ops)" if ref else "-",
+                           pct(decode_wall_floor(ref, t)) if ref else "-",
+                           pct(mape([r for r in after.ops if r.source == t.source]))])
+    gemv = (f"GEMMs with M <= {cal.gemv_max_m} get their own fitted curve (`efficiency.gemv`, 5 parameters)"
+            if cal.gemv_max_m else "no small-M GEMM class was chosen")
+    scores = ", ".join(f"{k} {v:.3f}" for k, v in cal.gemv_scores.items())
+    return f"""### Why the CPU prediction misses
+
+**GEMM kernel selection by M.** MKL runs a 1-row `F.linear` as a matrix-vector product and an 8-row
+one as a packed GEMM; on this AVX2 VM the 8-row decode GEMMs take 3-5x the 1-row time for 8x the FLOPs
+(both far below the FLOP peak: they are weight-streaming, at different effective bandwidths), and
+prefill GEMMs (M >= 128) are compute-bound. One roofline curve cannot hold both streaming rates, so
+calibration now chooses a small-M threshold from {{none, 1, 8, 64}} by the GEMM fit's RMS log residual on
+the calibration ops ({scores}): {gemv}. Parameters fitted in all: 5 for the unit curve + 5 per op kind
+({len(cal.by_kind)} classes incl. gemv) = {5 + 5 * len(cal.by_kind)}, plus the threshold choice.
+Out-of-sample GEMM error after calibration by M (M = batch x q_len; lm_head: M = batch):
+
+{table(["trace", "M", "ops", "median measured (ms)", "median error", "MAPE"], gemm_rows)}
+
+The prefill GEMMs (M = 512, 4096) are over-predicted: the calibration set's prefill GEMMs are M = 128
+(TinyLlama, 154 ops, and Llama-2-7B, 14 ops) and M = 1024 (14 ops), whose achieved FLOP/s disagree
+(Llama-2-7B M=128 ~70 GFLOP/s, TinyLlama M=128 q/down ~110, Llama-2-7B M=1024 ~130); the FLOP-size ramp
+follows the many TinyLlama ops. Left as is: a ramp in M instead of FLOPs would be a sixth GEMM parameter
+pinned by 28 ops.
+
+**The step gap** (step wall time minus the sum of its annotated ops: Python between `record_function`
+ranges, the argmax) is small; it is not what makes steps miss, so no step overhead was added
+(a per-op gap would also make the already over-predicted decode steps worse):
+
+{table(["trace", "phase", "ops/step", "median wall (ms)", "median gap (ms)", "gap / wall", "gap per op (us)"], gap_rows)}
+
+**The per-op floor.** Decode elementwise ops on a few KB take 60-200 us and norms ~250-320 us: eager
+PyTorch's per-aten-op dispatch, the OpenMP fork/join of 2 threads, and the profiler's bookkeeping per
+event, times the aten ops inside each annotation (RMSNorm is ~6 aten ops, rope ~10). The fitted curves
+hold it as `overhead_s` plus the `memory_half_bytes` ramp (bytes/(bw*max*x/(x+h)) = x/(bw*max) + h/(bw*max):
+a constant floor h/(bw*max) per op kind).
+
+**Noise floors of the measurements themselves.** Within-run: each op against the median of the same op
+(same phase) in the same run, in sample. Cross-run: each decode op whose shape does not depend on the KV
+length (GEMM, norm, elementwise, rope, embed) predicted by the median of the same op in the calibration
+run with the same batch (a perfect lookup table fitted on the calibration set). Decode wall: each test
+decode step predicted by the calibration run's median decode step.
+
+{table(["test trace", "within-run floor (op MAPE)", "cross-run lookup (op MAPE)", "cross-run decode-step MAPE", "model (op MAPE)"], floor_rows)}
+
+Even a perfect table of the calibration run's own op times misses the test run's ops by these amounts: the
+same 8-row GEMMs ran ~20% faster in the prompt-512 run than in the prompt-128 run, and batch-8 decode
+steps have a median of {_median_decode(fit, 8) * 1e3:.0f} ms
+in the calibration run against {_median_decode(test, 8) * 1e3:.0f} ms in the test run. The 15% per-op / 10%
+per-step targets are at or below what these runs reproduce between themselves.
+"""
+
+
+def _median_decode(traces: list[Trace], batch: int) -> float:
+    walls = [s.wall_s for t in traces if t.meta.get("batch") == batch and "llama2" in _stem(t)
+             for s in t.steps if s.phase == "decode" and s.wall_s]
+    return statistics.median(walls) if walls else float("nan")
 
 
 def _target_note(after: Validation, step_max: float) -> str:

@@ -136,13 +136,14 @@ TRUTH = dict(compute_max=0.55, compute_half_flops=0.0, memory_max=0.65, memory_h
 TRUTH_OVERHEAD_S = 3e-6
 
 
-def _synthetic_trace(machine) -> Trace:
+def _synthetic_trace(machine, model_name: str = "llama2-7b",
+                     tokens: tuple[int, ...] = (1, 4, 16, 64, 256, 1024, 4096)) -> Trace:
     """vidur-layer ops at 1..4096 tokens timed by the simulator itself on `machine`."""
     from sim.model import load_model
 
-    model = load_model("llama2-7b")
-    trace = Trace("synthetic", "vidur", "cuda", "simulated", model, "fp16", 1)
-    for j, n in enumerate((1, 4, 16, 64, 256, 1024, 4096)):
+    model = load_model(model_name)
+    trace = Trace(f"synthetic-{model_name}", "vidur", "cuda", "simulated", model, "fp16", 1)
+    for j, n in enumerate(tokens):
         trace.steps.append(StepShape(f"tokens={n}", "prefill", 1, n, n))
         sim = simulate_step(trace, trace.steps[-1], machine)
         for op in sim.graph.ops():
@@ -197,6 +198,68 @@ def test_per_kind_overrides_default_off_and_used_when_set():
     raw["units"]["gpu"]["efficiency"]["by_kind"] = {"nrom": {"memory_max": 0.5}}
     with pytest.raises(ConfigError, match="nrom: unknown op kind"):
         machine_from_dict(raw, "x")
+
+
+def _gemv_machine(efficiency: dict):
+    """cpu_host (204.8 GB/s DDR4, 2.94 TFLOP/s fp16) with the given efficiency, no launch overhead."""
+    raw = raw_machine("cpu_host")
+    raw["units"]["cpu"]["efficiency"] = efficiency
+    raw["units"]["cpu"]["launch_overhead_s"] = 0.0
+    return machine_from_dict(raw, "gemv test")
+
+
+def test_gemv_class_for_small_m_gemms():
+    from hw_models.gpu import roofline_cost
+    from sim.model import load_model
+
+    model = load_model("llama2-7b")
+    eff = {"compute_max": 1.0, "memory_max": 1.0, "by_kind": {"gemm": {"memory_max": 0.05}}}
+    plain = _gemv_machine(eff)
+    small = _gemv_machine({**eff, "gemv_max_m": 1, "gemv": {"memory_max": 0.1, "overhead_s": "5 us"}})
+    bw = 204.8e9
+
+    def t(machine, tokens):
+        op = vidur_layer(model, tokens).op("attn_pre_proj")   # fused QKV: M = tokens, N = 3 x 4096, K = 4096
+        return op, roofline_cost(op, machine.units["cpu"], "cpu", machine.memory["ddr"]).duration_s
+
+    # M = 1: fp16 weights 12288 x 4096 + input 4096 + output 12288 elements, 2 bytes each.
+    op1, t1 = t(small, 1)
+    assert op1.bytes == 2 * (12288 * 4096 + 4096 + 12288)
+    # Memory-bound (100.7 MB at 20.48 GB/s = 4.9 ms vs 100.7 MFLOP at 2.94 TFLOP/s = 34 us):
+    # the gemv curve, 5 us + bytes / (204.8 GB/s x 0.1).
+    assert t1 == pytest.approx(5e-6 + op1.bytes / (bw * 0.1), rel=1e-9)
+    # M = 2 is above gemv_max_m: by_kind["gemm"], no overhead: bytes / (204.8 GB/s x 0.05).
+    op2, t2 = t(small, 2)
+    assert op2.bytes == 2 * (12288 * 4096 + 2 * 4096 + 2 * 12288)
+    assert t2 == pytest.approx(op2.bytes / (bw * 0.05), rel=1e-9)
+    # Without the fields a 1-row GEMM takes the gemm curve, as before.
+    assert t(plain, 1)[1] == pytest.approx(op1.bytes / (bw * 0.05), rel=1e-9)
+    assert t(plain, 2)[1] == t2
+    with pytest.raises(ConfigError, match="gemv_max_m and gemv"):
+        _gemv_machine({**eff, "gemv_max_m": 1})
+
+
+def test_calibration_chooses_gemv_threshold_and_recovers_it(tmp_path):
+    from sim.trace.calibrate import GEMV_MAX_M
+
+    # Truth: 1-row GEMMs stream weights at memory_max 0.3, all else at TRUTH's 0.65.
+    raw = raw_machine("a6000")
+    raw["units"]["gpu"]["efficiency"] = {**TRUTH, "gemv_max_m": 1, "gemv": {"memory_max": 0.3}}
+    raw["units"]["gpu"]["launch_overhead_s"] = TRUTH_OVERHEAD_S
+    truth = machine_from_dict(raw, "truth")
+    # Two models so that the 1-token step gives 8 GEMV ops of 4 distinct sizes (>= 5 needed).
+    traces = [_synthetic_trace(truth, m, (1, 16, 256, 4096)) for m in ("llama2-7b", "tinyllama-1.1b")]
+    cal = calibrate(traces, load_machine("a6000"), tiles=[None], gemv_max_m=GEMV_MAX_M)
+    assert cal.gemv_max_m == 1
+    # M <= 8 and <= 64 both put only the 1-token GEMMs in the class (no step has 2-64 tokens): tie
+    # with 1, which is kept as the smaller; "none" must fit worse.
+    assert cal.gemv_scores["none"] > cal.gemv_scores["1"]
+    assert cal.by_kind["gemv"].params["memory_max"] == pytest.approx(0.3, rel=0.02)
+    fitted = load_machine(write_preset(cal, tmp_path / "fitted.yaml"))
+    assert fitted.units["gpu"].efficiency.gemv_max_m == 1
+    assert validate(traces, fitted).mape < 0.01
+    # Default (no candidates given, base without gemv): no class, as before.
+    assert calibrate(traces, load_machine("a6000"), tiles=[None]).gemv_max_m is None
 
 
 # ------------------------------------------------------------------ replay

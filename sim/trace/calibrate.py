@@ -19,6 +19,12 @@ One fit over all ops gives the unit's curve; with `per_kind`, each op kind
 Efficiency.by_kind overrides, because tensor-core GEMMs and streaming kernels
 do not share one curve. Parameters a kind's data cannot pin down (compute
 terms of memory-bound kernels) stay at the base preset's values.
+
+Optionally GEMMs with M <= gemv_max_m form their own class with their own fit
+(Efficiency.gemv): BLAS runs 1-row products as matrix-vector kernels that stream
+the weights at another rate than the packed GEMM path. The threshold is chosen
+from GEMV_MAX_M (or none) by the GEMM classes' fit on the calibration ops, as the
+tile is.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ PARAMS = ("compute_max", "compute_half_flops", "memory_max", "memory_half_bytes"
 # (64x64, 128x64, 128x128, 128x256, 256x128). None = no wave term.
 TILES: tuple[tuple[int, int] | None, ...] = (None, (64, 64), (128, 64), (64, 128), (128, 128), (128, 256),
                                              (256, 128))
+# Small-M thresholds calibration may choose (None = one GEMM curve). 1 = matrix-vector
+# only; 8 and 64 would group short batched GEMMs with it.
+GEMV_MAX_M: tuple[int | None, ...] = (None, 1, 8, 64)
+GEMV = "gemv"   # the fit class of GEMMs with M <= gemv_max_m
 
 
 @dataclass
@@ -59,17 +69,31 @@ class Samples:
     rate: list[float] = field(default_factory=list)
     measured_s: list[float] = field(default_factory=list)
     mnk: list[tuple[int, int, int] | None] = field(default_factory=list)   # GEMM dims, None otherwise
+    gemv_max_m: int | None = None      # GEMMs with M <= this are in class GEMV
     sources: set[str] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.kind)
 
+    def cls(self, i: int) -> str:
+        """The fit class of op i: its kind, or GEMV for a GEMM with M <= gemv_max_m."""
+        mnk = self.mnk[i]
+        small = self.gemv_max_m is not None and mnk is not None and mnk[0] <= self.gemv_max_m
+        return GEMV if small else self.kind[i]
+
+    def classes(self) -> list[str]:
+        return sorted({self.cls(i) for i in range(len(self))})
+
+    def with_gemv(self, gemv_max_m: int | None) -> "Samples":
+        return Samples(self.kind, self.flops, self.nbytes, self.rate, self.measured_s, self.mnk, gemv_max_m,
+                       self.sources)
+
     def select(self, kind: str | None, tiles: Efficiency | None = None, ramp_vector: bool = True
                ) -> tuple[np.ndarray, ...]:
         """flops, bytes, rate, measured time, the GEMM wave scale under `tiles` (1 for
         other ops or no tiles) and a 0/1 mask of ops that get the compute ramp (all but
-        non-matrix ops when `ramp_vector` is False), for ops of `kind` (None: all)."""
-        idx = [i for i, k in enumerate(self.kind) if kind is None or k == kind]
+        non-matrix ops when `ramp_vector` is False), for ops of class `kind` (None: all; see cls)."""
+        idx = [i for i in range(len(self)) if kind is None or self.cls(i) == kind]
         pick = lambda xs: np.asarray([xs[i] for i in idx], dtype=float)  # noqa: E731
         scale = np.ones(len(idx))
         gem = [j for j, i in enumerate(idx) if self.mnk[i] is not None]
@@ -178,6 +202,8 @@ class Calibration:
     sources: list[str]
     machine: Machine
     raw: dict            # the preset as YAML data: the base file's text values, fitted fields replaced
+    gemv_max_m: int | None = None                               # the small-M GEMM threshold chosen
+    gemv_scores: dict[str, float] = field(default_factory=dict)  # GEMM classes' RMS log residual per candidate
 
     @property
     def mape(self) -> float:
@@ -188,9 +214,12 @@ class Calibration:
 
 def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: str | None = None,
               use_step: Callable[[Trace, StepShape], bool] | None = None,
-              tiles: Iterable[tuple[int, int] | None] | None = None) -> Calibration:
+              tiles: Iterable[tuple[int, int] | None] | None = None,
+              gemv_max_m: Iterable[int | None] | None = None) -> Calibration:
     """Fit `base`'s efficiency curves to the traces' ops (the steps `use_step` keeps).
-    `tiles`: the GEMM wave tiles to choose from (default TILES; needs parallel_units)."""
+    `tiles`: the GEMM wave tiles to choose from (default TILES; needs parallel_units).
+    `gemv_max_m`: the small-M GEMM thresholds to choose from (default: the base
+    preset's own, i.e. no small-M class unless it has one; GEMV_MAX_M to search)."""
     if base.kind not in ("gpu", "cpu"):
         raise ConfigError(f"{base.name}: calibrate fits gpu/cpu roofline presets, not kind {base.kind!r}")
     data = samples(traces, base, use_step)
@@ -203,9 +232,13 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     tile, scores = choose_tile(data, e, bw, start, tiles)
     waves = _tiled(e, tile)
     overall = fit(*data.select(None, waves, ramp_vector=False), bw, start)
+    gemv_m, gemv_scores = choose_gemv(data, waves, bw, overall.params,
+                                      [e.gemv_max_m] if gemv_max_m is None else gemv_max_m) if per_kind \
+        else (None, {})
+    data = data.with_gemv(gemv_m)
     kinds = {}
     if per_kind:
-        for kind in sorted(set(data.kind)):
+        for kind in data.classes():
             kinds[kind] = fit(*data.select(kind, waves), bw, overall.params)
     try:  # the base file's own text (units as written), when it is a file
         raw = raw_machine(base.source or base.name)
@@ -220,12 +253,16 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     if tile is not None:
         eff["gemm_tile_m"], eff["gemm_tile_n"] = tile
     if kinds:
-        eff["by_kind"] = {k: {p: _round(f.params[p]) for p in PARAMS} for k, f in kinds.items()}
+        eff["by_kind"] = {k: {p: _round(f.params[p]) for p in PARAMS} for k, f in kinds.items() if k != GEMV}
+    if GEMV in kinds:
+        eff["gemv_max_m"] = gemv_m
+        eff["gemv"] = {p: _round(kinds[GEMV].params[p]) for p in PARAMS}
     u["efficiency"] = eff
     sources = sorted(data.sources)   # the traces whose ops were fitted (use_step may skip whole traces)
     raw["description"] = f"{base.description} -- efficiencies fitted by `sim calibrate` on {len(data)} measured ops"
     machine = machine_from_dict(raw, f"calibrated from {base.name}")
-    return Calibration(base.name, unit_name, overall, kinds, tile, scores, sources, machine, raw)
+    return Calibration(base.name, unit_name, overall, kinds, tile, scores, sources, machine, raw,
+                       gemv_m, gemv_scores)
 
 
 def _tiled(e: Efficiency, tile: tuple[int, int] | None) -> Efficiency:
@@ -252,6 +289,29 @@ def choose_tile(data: Samples, e: Efficiency, bandwidth: float, start: dict[str,
     return (None if best == "none" else tuple(int(x) for x in best.split("x"))), scores
 
 
+def choose_gemv(data: Samples, waves: Efficiency, bandwidth: float, start: dict[str, float],
+                candidates: Iterable[int | None]) -> tuple[int | None, dict[str, float]]:
+    """The small-M threshold whose GEMM-class fits (GEMV and the rest, each its own
+    curve) have the smallest RMS log residual over all GEMMs of the calibration ops.
+    A threshold that leaves either class empty, or under 5 ops, is skipped; ties
+    keep the earlier (smaller) candidate. One candidate: taken as given, no search."""
+    candidates = list(candidates)
+    if len(candidates) == 1 or g.GEMM not in data.kind:
+        return (candidates[0] if g.GEMM in data.kind and candidates else None), {}
+    scores: dict[str, float] = {}
+    for m in candidates:
+        d = data.with_gemv(m)
+        groups = [c for c in (GEMV, g.GEMM) if c in d.classes()]
+        sizes = [sum(d.cls(i) == c for i in range(len(d))) for c in groups]
+        if m is not None and (len(groups) < 2 or min(sizes) < 5):
+            continue
+        fits = [fit(*d.select(c, waves), bandwidth, start) for c in groups]
+        scores["none" if m is None else str(m)] = math.sqrt(
+            sum(f.rms_log_residual ** 2 * f.n for f in fits) / sum(f.n for f in fits))
+    best = min(scores, key=scores.get)
+    return (None if best == "none" else int(best)), scores
+
+
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
@@ -268,6 +328,10 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
         "# only units.*.efficiency and launch_overhead_s are fitted. Fitted on:",
         *[f"#   {s}" for s in cal.sources],
         f"# GEMM tile/wave term: {_tile_note(cal)}",
+        *([f"# Small-M GEMM class (gemv): {'M <= %d' % cal.gemv_max_m if cal.gemv_max_m else 'none'}, chosen by "
+           "GEMM RMS log residual on the "
+           "calibration ops (" + ", ".join(f"{k} {v:.3f}" for k, v in cal.gemv_scores.items()) + ")"]
+          if cal.gemv_scores else []),
         f"# Fit: all ops, one curve: RMS log residual {cal.overall.rms_log_residual:.3f}, "
         f"MAPE {cal.overall.mape:.1%} over {cal.overall.n} ops.",
         *[f"#   {k}: RMS log residual {f.rms_log_residual:.3f}, MAPE {f.mape:.1%} over {f.n} ops"
