@@ -93,7 +93,7 @@ def test_llama13b_batch1_speedup_from_bandwidths_and_movable_share(llama13b_runs
     assert measured > 1.5
     # PIM's own fixed costs (mode switches, vector broadcast, partial-sum read-back) pull below
     # the ideal; the host's size ramp (below 0.85 on small GEMVs) pushes above it. Measured
-    # 2.48x against 2.42x expected; allowed 10 %.
+    # 3.08x against 3.11x expected (f = 0.86); allowed 10 %.
     assert measured == pytest.approx(expected, rel=0.10)
 
 
@@ -200,7 +200,8 @@ def attacc_speedup() -> float:
 
 
 def test_attacc_attention_offload_gain():
-    # Measured 1.61x; AttAcc reports up to 2.81x (ASPLOS 2024 abstract).
+    # Measured 1.65x (1.61x before vector ops lost the compute ramp; the pinned 1.61 still holds
+    # within its 5 %); AttAcc reports up to 2.81x (ASPLOS 2024 abstract).
     assert attacc_speedup() == pytest.approx(1.61, rel=0.05)
 
 
