@@ -61,6 +61,8 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
             dequant_s = dq / (unit.vector_flops_per_s * eff.compute_max)
     else:
         rate, label = unit.vector_flops_per_s, "vector"
+    eff = eff.at_rates(rate, tier.bandwidth_bytes_per_s)
+    if op.kind not in MATRIX_KINDS:
         over = unit.efficiency.by_kind.get(op.kind)
         if over is None or over.compute_half_flops is None:
             # The compute ramp models tensor-core tiles filling up; streaming vector

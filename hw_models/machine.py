@@ -66,6 +66,12 @@ class Efficiency(Strict):
     compute_half_flops: float = Field(default=0.0, ge=0)
     memory_max: float = Field(default=1.0, gt=0, le=1)
     memory_half_bytes: float = Field(default=0.0, ge=0)
+    # The same ramps given as a time: half = ramp_s x rate x max. A fixed half in bytes is
+    # a latency of half / (bandwidth x max), which would shrink when a sweep raises the
+    # bandwidth; DRAM latency and tile fill do not, so presets meant for "what if the memory
+    # were twice as fast" give the ramp in seconds (Little's law: bytes in flight = rate x latency).
+    compute_ramp_s: float | None = Field(default=None, ge=0)
+    memory_ramp_s: float | None = Field(default=None, ge=0)
     parallel_units: int | None = Field(default=None, gt=0)
     gemm_tile_m: int | None = Field(default=None, gt=0)
     gemm_tile_n: int | None = Field(default=None, gt=0)
@@ -86,7 +92,20 @@ class Efficiency(Strict):
             raise ValueError("gemm_tile_m/gemm_tile_n need parallel_units (the SM count)")
         if (self.gemv_max_m is None) != (self.gemv is None):
             raise ValueError("gemv_max_m and gemv: set both or neither")
+        if self.compute_ramp_s is not None and self.compute_half_flops:
+            raise ValueError("compute_ramp_s and compute_half_flops: set one or the other")
+        if self.memory_ramp_s is not None and self.memory_half_bytes:
+            raise ValueError("memory_ramp_s and memory_half_bytes: set one or the other")
         return self
+
+    def at_rates(self, flops_per_s: float, bytes_per_s: float) -> "Efficiency":
+        """The curve with time ramps turned into sizes at these rates (self if none)."""
+        update = {}
+        if self.compute_ramp_s is not None and not self.compute_half_flops:
+            update["compute_half_flops"] = self.compute_ramp_s * flops_per_s * self.compute_max
+        if self.memory_ramp_s is not None and not self.memory_half_bytes:
+            update["memory_half_bytes"] = self.memory_ramp_s * bytes_per_s * self.memory_max
+        return self.model_copy(update=update) if update else self
 
     def is_gemv(self, kind: str, m: int | None) -> bool:
         """Whether a `kind` op with M = `m` rows takes the small-M (`gemv`) curve."""

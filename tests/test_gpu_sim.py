@@ -89,3 +89,21 @@ def test_more_bandwidth_or_flops_is_never_slower(hidden, layers, heads, batch, p
     faster = simulate(w, _scaled_machine(bw * more, flops) if which == "bw" else _scaled_machine(bw, flops * more))
     for key in ("ttft_s", "tpot_s", "e2e_s"):
         assert getattr(faster, key) <= getattr(base, key) * (1 + 1e-12)
+
+
+def test_doubling_bandwidth_keeps_the_dram_ramp():
+    """The preset's ramps are times (memory_ramp_s): doubling the bandwidth halves only
+    the streaming part of a memory-bound op. q_proj of a Llama-2-7B decode step on a6000:
+    33,570,816 bytes; 4 us launch + 2.3 us ramp + bytes / (768e9 * 0.85) = 57.73 us, and
+    with 1536 GB/s 4 + 2.3 + 25.71 = 32.01 us (a fixed 1.5 MB half-point would have
+    given 31.6 us: the latency would have halved too)."""
+    from hw_models.gpu import roofline_cost
+    from sim.lowering import lower
+
+    op = lower(_workload().model_config_(), "decode", 1, 1, 1024, num_layers=1).op("L0.q_proj")
+    base = load_machine("a6000")
+    fast = load_machine("a6000", {"memory.gddr.bandwidth_bytes_per_s": 1536e9})
+    t1 = roofline_cost(op, base.units["gpu"], "gpu", base.memory["gddr"]).duration_s
+    t2 = roofline_cost(op, fast.units["gpu"], "gpu", fast.memory["gddr"]).duration_s
+    assert t1 == pytest.approx(4e-6 + 2.3e-6 + 33_570_816 / (768e9 * 0.85), rel=1e-9)
+    assert t2 == pytest.approx(4e-6 + 2.3e-6 + 33_570_816 / (1536e9 * 0.85), rel=1e-9)

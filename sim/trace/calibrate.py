@@ -226,7 +226,10 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     unit_name = base.main_unit
     unit = base.units[unit_name]
     bw = base.memory[unit.memory].bandwidth_bytes_per_s
-    e = unit.efficiency
+    # Presets may give their ramps as times (compute_ramp_s, memory_ramp_s); the fit works in
+    # sizes at the base's own rates (fp16 matrix rate, device bandwidth), which it writes out.
+    rate = unit.peak_flops_per_s.get("fp16") or max(unit.peak_flops_per_s.values())
+    e = unit.efficiency.at_rates(rate, bw)
     start = dict(compute_max=e.compute_max, compute_half_flops=e.compute_half_flops, memory_max=e.memory_max,
                  memory_half_bytes=e.memory_half_bytes, overhead_s=max(unit.launch_overhead_s, 1e-7))
     tile, scores = choose_tile(data, e, bw, start, tiles)
