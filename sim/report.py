@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hw_models.machine import Machine
-from sim.results import RunResult, aggregate_by_name
+from sim.results import RunResult, aggregate_by_name, group_name
 from sim.units import fmt_bytes, fmt_time
 
 
@@ -24,7 +24,7 @@ def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> T
     for col in ("op", "kind", "count", "time", "share", "bound", "path"):
         t.add_column(col, justify="right" if col in ("count", "time", "share") else "left")
     for name, kind, secs, bound, count in aggregate_by_name(ops)[:n]:
-        path = next((o.path for o in ops if o.base_name == name), "")
+        path = next((o.path for o in ops if group_name(o) == name), "")
         t.add_row(name, kind, str(count), fmt_time(secs), f"{100 * secs / total_s:.1f}%" if total_s else "-", bound, path)
     return t
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,11 +115,36 @@ class RunResult:
         return out
 
 
-def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, int]]:
-    """(base name, kind, total seconds, dominant bound, count) across layers, slowest first."""
-    acc: dict[str, list] = {}
+_PIECE = re.compile(r"@.*$")            # "L3.q_proj@stack2": one stack's share of an op
+_BATCH = re.compile(r"(?:^|\.)b\d+(?:\.|$)")   # "L3.b1.pre": one GPU batch of a block schedule
+
+
+def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
+    """Pieces of one op that ran side by side (per stack, per chip) become one record
+    spanning them, so a table counts the op's wall time once."""
+    groups: dict[str, list[OpRecord]] = {}
     for o in ops:
-        a = acc.setdefault(o.base_name, [o.kind, 0.0, {}, 0])
+        groups.setdefault(_PIECE.sub("", o.name), []).append(o)
+    out = []
+    for name, pieces in groups.items():
+        first = pieces[0]
+        out.append(first if len(pieces) == 1 else OpRecord(
+            name, first.kind, first.unit, min(p.start_s for p in pieces), max(p.end_s for p in pieces),
+            first.flops, first.bytes, first.bound, first.path, sum(p.energy_j for p in pieces)))
+    return out
+
+
+def group_name(o: OpRecord) -> str:
+    """The name an op shares across layers, GPU batches and per-stack pieces."""
+    return _BATCH.sub(".", _PIECE.sub("", o.base_name)).strip(".")
+
+
+def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, int]]:
+    """(base name, kind, total seconds, dominant bound, count) across layers (and GPU
+    batches), slowest first."""
+    acc: dict[str, list] = {}
+    for o in merge_pieces(ops):
+        a = acc.setdefault(group_name(o), [o.kind, 0.0, {}, 0])
         a[1] += o.duration_s
         a[2][o.bound] = a[2].get(o.bound, 0.0) + o.duration_s
         a[3] += 1
