@@ -196,7 +196,7 @@ GIB = 2**30
 def attacc_machine(gpus: int, capacity_bytes: float):
     """`gpus` x A100a ("A100 with HBM3", config.py make_xpu_config: 312 TFLOPS FP16, 3352 GB/s,
     main.py default --gpu A100a --ngpu 8) as one device: 5 HBM3 stacks of 670.4 GB/s per GPU.
-    The tensor-parallel all-reduce is not modelled; it is the same in both systems of one comparison."""
+    One device: the tensor-parallel all-reduce between the GPUs is not modelled."""
     return load_machine("hbm_pim", {
         **ATTACC_PIM, "memory.hbm.capacity_bytes": capacity_bytes,
         "memory.hbm.bandwidth_bytes_per_s": gpus * 5 * 670.4e9,
@@ -234,7 +234,10 @@ def attacc_gain(lin: int, lout: int, baseline_gpus: int = 8) -> tuple[float, int
     stacks x 16 GiB = 640 GiB (config.py make_pim_config) holding the KV cache; attention_only.
     Baseline (policy none): 8 x A100a with 160 GiB each (main.py --gmemcap 160; baseline_gpus=8), or
     16 x A100a with 80 GiB (the README's 2xDGX example, --ngpu 16; baseline_gpus=16): weights and KV
-    share the GPUs' HBM. Returns (throughput ratio, baseline batch, AttAcc batch)."""
+    share the GPUs' HBM. Which one the paper's "same memory capacity" means is inferred from the
+    artifact's options (the paper text was not available); the 8-GPU one is where AttAcc can win.
+    AttAcc's GPUs are the 8 of main.py's default; tensor-parallel all-reduce is not modelled (16 GPUs
+    would pay more of it). Returns (throughput ratio, baseline batch, AttAcc batch).
     cap = 1280 * GIB
     b_base = max_batch(cap, True, lin, lout)
     b_att = max_batch(640 * GIB, False, lin, lout)   # the GPUs' 640 GiB hold only the 325 GiB of weights
