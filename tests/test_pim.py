@@ -237,7 +237,7 @@ def attacc_gain(lin: int, lout: int, baseline_gpus: int = 8) -> tuple[float, int
     share the GPUs' HBM. Which one the paper's "same memory capacity" means is inferred from the
     artifact's options (the paper text was not available); the 8-GPU one is where AttAcc can win.
     AttAcc's GPUs are the 8 of main.py's default; tensor-parallel all-reduce is not modelled (16 GPUs
-    would pay more of it). Returns (throughput ratio, baseline batch, AttAcc batch).
+    would pay more of it). Returns (throughput ratio, baseline batch, AttAcc batch)."""
     cap = 1280 * GIB
     b_base = max_batch(cap, True, lin, lout)
     b_att = max_batch(640 * GIB, False, lin, lout)   # the GPUs' 640 GiB hold only the 325 GiB of weights
