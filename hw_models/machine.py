@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sim import graph as g
 from sim.errors import ConfigError
+from sim.formats import get_format
 from sim.schema import Quantity, Strict, read_yaml, set_dotted, validation_error
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -215,6 +216,11 @@ class Machine(Strict):
         for name, unit in self.units.items():
             if unit.memory not in self.memory:
                 raise ValueError(f"units.{name}.memory: no memory tier named {unit.memory!r}")
+            for fmt in unit.peak_flops_per_s:
+                try:
+                    get_format(fmt)  # a typo would otherwise surface mid-run without the file's name
+                except ConfigError as exc:
+                    raise ValueError(f"units.{name}.peak_flops_per_s.{fmt}: {exc}") from None
         for name, link in self.links.items():
             for end in (link.src, link.dst):
                 if end not in self.memory and end not in self.units:
@@ -253,7 +259,8 @@ def resolve_path(spec: str | Path) -> Path:
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
-            raise ConfigError(f"{path}: hardware file not found")
+            raise ConfigError(f"{path}: " + ("is a directory; expected a hardware YAML file" if path.is_dir()
+                                             else "hardware file not found"))
         return path
     raise ConfigError(f"unknown hardware preset {text!r}; presets: {', '.join(preset_names())} (see `sim hw list`)")
 

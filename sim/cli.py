@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sim.errors import SimError
+from sim.errors import ConfigError, SimError
 
 _PLUGINS = ("sim.trace.cli", "sim.sweep.cli", "hw_models.offload_cli")
 
@@ -52,7 +52,14 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from sim.simulate import simulate
 
+    from sim.outputs import check_output
+
     workload, machine = _load(args)
+    for path in (args.json, args.chrome_trace):
+        if path:
+            check_output(path)  # before the run, not after it
+    if args.plots:
+        check_output(args.plots, directory=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
         result = simulate(workload, machine, exhaustive=args.exhaustive)
@@ -89,6 +96,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     from sim.lowering import lower
 
     workload, machine = _load(args)
+    if args.kv_len is not None and args.kv_len < 1:
+        raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
     model = workload.model_config_()
     mapper = mapper_for(machine, workload, model)
     q, kv = (workload.prompt_len, workload.prompt_len) if args.phase == "prefill" else (1, args.kv_len or workload.prompt_len + 1)
@@ -154,22 +163,33 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine, preset_names
     from sim.units import fmt_bytes
 
-    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)")
-    for col in ("name", "kind", "memory", "bandwidth", "peak (best format)"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("description", overflow="ellipsis", no_wrap=True, max_width=60)
+    rows = []
     for name in preset_names():
         try:
             m = load_machine(name)
         except SimError as exc:
-            t.add_row(name, "?", "", "", "", f"[red]{exc}[/red]")
+            rows.append((name, "?", "", "", "", f"[red]{exc}[/red]"))
             continue
         tier = m.memory[m.device_tier]
         unit = m.units[m.main_unit]
         best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
-        t.add_row(name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
-                  f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description)
-    Console().print(t)
+        rows.append((name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+                     f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
+    console = Console()
+    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)",
+              show_edge=False)
+    cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    for col, w in zip(cols, widths):
+        t.add_column(col, no_wrap=True, min_width=w)
+    # In a narrow terminal the description gives way; rich would otherwise squeeze the
+    # short columns to nothing. 3 characters of border and padding per column.
+    room = console.width - sum(widths) - 3 * (len(cols) + 1) - 1
+    if room >= 10:
+        t.add_column("description", overflow="ellipsis", no_wrap=True, max_width=min(60, room))
+    for r in rows:
+        t.add_row(*r[: len(t.columns)])
+    console.print(t)
     return 0
 
 

@@ -10,16 +10,48 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sim.engine import Timeline
+from sim.errors import ConfigError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_output(path: str | Path, directory: bool = False) -> Path:
+    """Fail before a long run, not after it, when `path` cannot be written: it is
+    an existing directory (or, for `directory`, a file), or a parent is a file,
+    or the nearest existing parent is not writable."""
+    path = Path(path)
+    if path.is_dir() != directory and path.exists():
+        raise ConfigError(f"{path}: is {'a file' if directory else 'a directory'}; "
+                          f"expected {'a directory' if directory else 'a file path'}")
+    parent = path if directory else path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{path}: cannot write: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path}: cannot write: {parent} is not writable")
+    return path
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    path = check_output(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:  # a parent is a file, a read-only directory, a full disk
+        raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}") from None
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -45,6 +45,8 @@ def validation_error(exc: ValidationError, source: str, prefix: str = "") -> Con
 
 
 def read_yaml(path: Path) -> Any:
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected a YAML file")
     if not path.is_file():
         raise ConfigError(f"{path}: file not found")
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from sim.errors import ConfigError
 from sim.formats import get_format
@@ -17,25 +17,30 @@ from sim.model import ModelConfig, load_model
 from sim.schema import Strict, read_yaml, set_dotted, validation_error
 
 
+def _known_format(name: str) -> str:
+    """A pydantic validator: an unknown format is a ValueError, so the error names
+    the key (`formats.weights`, `formats.overrides.lm_head`), not just `formats`."""
+    try:
+        get_format(name)  # raises with the list of known formats
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+FormatName = Annotated[str, AfterValidator(_known_format)]
+
+
 class Formats(Strict):
-    weights: str = "fp16"
-    activations: str = "fp16"
-    kv_cache: str = "fp16"
+    weights: FormatName = "fp16"
+    activations: FormatName = "fp16"
+    kv_cache: FormatName = "fp16"
     # Per-op weight formats by glob on the op name, e.g. {"lm_head": "bf16"}.
-    overrides: dict[str, str] = {}
+    overrides: dict[str, FormatName] = {}
 
     @field_validator("weights", "activations", "kv_cache")
     @classmethod
-    def _known(cls, v: str) -> str:
-        get_format(v)  # raises with the list of known formats
+    def _lower(cls, v: str) -> str:
         return v.lower()
-
-    @field_validator("overrides")
-    @classmethod
-    def _known_overrides(cls, v: dict[str, str]) -> dict[str, str]:
-        for fmt in v.values():
-            get_format(fmt)
-        return v
 
     def policy(self) -> FormatPolicy:
         return FormatPolicy(self.weights, self.activations, self.kv_cache, tuple(self.overrides.items()))
@@ -57,6 +62,14 @@ class Workload(Strict):
     # Which ops may run in processing-in-memory (hw_models.pim).
     pim_policy: Literal["auto", "attention_only", "fc_and_attention", "none"] = "auto"
     source: str = Field(default="", exclude=True)
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_shape(cls, v: Any) -> Any:
+        # Without this a number reads "policy.dict[str,any]: Input should be a valid dictionary".
+        if v is not None and not isinstance(v, (str, dict)):
+            raise ValueError(f"expected a mapping of placement fractions or 'search', got {v!r}")
+        return v
 
     def model_config_(self) -> ModelConfig:
         return load_model(self.model, self.source or None)
@@ -83,8 +96,6 @@ def workload_from_dict(raw: dict[str, Any], source: str) -> Workload:
         return Workload.model_validate({**raw, "source": source})
     except ValidationError as exc:
         raise validation_error(exc, source) from None
-    except ConfigError as exc:  # an unknown format name, from the Formats validators
-        raise ConfigError(f"{source}: formats: {exc}") from None
 
 
 def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> Workload:
@@ -100,7 +111,9 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
             raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: "
                               + ", ".join(k for k in Workload.model_fields if k != "source"))
         if "." in key:
-            raw.setdefault(key.split(".")[0], {})
+            parent = raw.setdefault(key.split(".")[0], {})
+            if key.startswith("formats.overrides.") and isinstance(parent, dict):
+                parent.setdefault("overrides", {})  # adding an op's override, not editing one
         set_dotted(raw, key, value, source=str(path))
     return workload_from_dict(raw, str(path))
 

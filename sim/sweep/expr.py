@@ -51,8 +51,14 @@ class Expr:
     tree: ast.Expression
     names: tuple[str, ...]     # dotted paths the expression reads
 
+    where: str = "when"        # names the file and key in errors found while evaluating
+
     def __call__(self, lookup: Callable[[str], Any]) -> Any:
-        return _eval(self.tree.body, lookup, self.text)
+        try:
+            return _eval(self.tree.body, lookup, self.text)
+        except ConfigError as exc:  # _eval's messages start "when: "; say which file and key
+            msg = str(exc)
+            raise ConfigError(f"{self.where}: {msg.removeprefix('when: ')}" if msg.startswith("when: ") else msg) from None
 
 
 def compile_expr(text: str, where: str = "when") -> Expr:
@@ -63,7 +69,7 @@ def compile_expr(text: str, where: str = "when") -> Expr:
         raise ConfigError(f"{where}: syntax error in {text!r}: {exc.msg}") from None
     names: list[str] = []
     _check(tree.body, names, where, text)
-    return Expr(text, tree, tuple(dict.fromkeys(names)))
+    return Expr(text, tree, tuple(dict.fromkeys(names)), where)
 
 
 def _check(node: ast.AST, names: list[str], where: str, text: str) -> None:

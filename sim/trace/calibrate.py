@@ -44,6 +44,7 @@ from hw_models.gpu import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
 from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machine
 from sim import graph as g
 from sim.errors import ConfigError
+from sim.outputs import atomic_write
 from sim.trace.parser import StepShape, Trace
 from sim.trace.shapes import step_graph
 
@@ -341,8 +342,8 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
           for k, f in cal.by_kind.items()],
         *([f"# {line}" for line in note.splitlines()]),
     ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False))
+    text = "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)
+    atomic_write(path, lambda p: p.write_text(text))
     return path
 
 

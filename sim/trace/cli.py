@@ -105,7 +105,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine
     from sim.trace.calibrate import calibrate, write_preset
 
+    from sim.outputs import check_output
+
     base = load_machine(args.hw)
+    check_output(args.output)  # before the fit, not after it
     name = args.name or Path(args.output).stem
     cal = calibrate(_load(args, args.traces), base, per_kind=not args.single_curve, name=name)
     path = write_preset(cal, args.output)

@@ -35,6 +35,7 @@ from typing import Any
 from sim import graph as g
 from sim.engine import Interval, Timeline
 from sim.errors import ConfigError
+from sim.formats import get_format
 from sim.model import ModelConfig, from_mapping, load_model
 
 # vidur op -> simulator op kind (sim.graph). QKV and gate+up are single fused GEMMs.
@@ -148,7 +149,7 @@ def load_trace(path: str | Path, model: str | None = None, tokens: int | None = 
     return [load_chrome_trace(p, model, tokens)]
 
 
-def _read_json(p: Path) -> Any:
+def _read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
     try:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":
@@ -157,9 +158,9 @@ def _read_json(p: Path) -> Any:
     except (EOFError, OSError, zlib.error) as exc:
         raise ConfigError(f"{p}: not a readable gzip file ({exc}); truncated?") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not a torch Chrome trace: binary data, not JSON") from None
+        raise ConfigError(f"{p}: not {what}: binary data, not JSON") from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not a torch Chrome trace: malformed JSON at line {exc.lineno}, "
+        raise ConfigError(f"{p}: not {what}: malformed JSON at line {exc.lineno}, "
                           f"column {exc.colno} ({exc.msg}); truncated?") from None
 
 
@@ -168,7 +169,7 @@ def _meta_beside(p: Path) -> dict[str, Any]:
         if p.name.endswith(suffix):
             meta = p.with_name(p.name[: -len(suffix)] + ".meta.json")
             if meta.is_file():
-                data = _read_json(meta)
+                data = _read_json(meta, "a capture_trace .meta.json")
                 return data if isinstance(data, dict) else {}
     return {}
 
@@ -364,6 +365,10 @@ def _sim_trace_shape(trace: Trace, meta: dict[str, Any], model: str | None) -> N
         return
     trace.model = load_model(model) if model else _sim_model(meta, trace.source)
     trace.dtype = str(meta.get("dtype", "fp32"))
+    try:
+        get_format(trace.dtype)
+    except ConfigError as exc:
+        raise ConfigError(f"{trace.source}: dtype in its .meta.json: {exc}") from None
     trace.num_layers = int(meta["layers"]) if "layers" in meta else None
     trace.flash = bool(meta.get("flash", False))
     trace.device_name = trace.device_name or str(meta.get("device_name", ""))
