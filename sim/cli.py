@@ -228,8 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     mp = sub.add_parser("model", help="model configs").add_subparsers(dest="model_cmd", required=True)
     ms = mp.add_parser("show", help="parameters, bytes per format, KV bytes per token")
     ms.add_argument("model", help="preset name or path to config.json")
-    ms.add_argument("--json", action="store_true")
-    ms.add_argument("--formats", help="comma-separated formats to tabulate")
+    ms.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ms.add_argument("--formats", help="comma-separated formats to tabulate (default fp32,fp16,bf16,int8,int4)")
     ms.set_defaults(func=cmd_model_show)
     ml = mp.add_parser("list", help="model presets")
     ml.set_defaults(func=lambda a: print("\n".join(__import__("sim.model", fromlist=["x"]).preset_names())) or 0)
@@ -237,8 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
     hp.add_parser("list", help="list presets").set_defaults(func=cmd_hw_list)
     hs = hp.add_parser("show", help="show a preset")
-    hs.add_argument("name")
-    hs.add_argument("--json", action="store_true")
+    hs.add_argument("name", help="preset name or hardware YAML file")
+    hs.add_argument("--json", action="store_true", help="print the validated machine as JSON (default: the YAML text)")
     hs.set_defaults(func=cmd_hw_show)
 
     for mod in _PLUGINS:
