@@ -166,7 +166,7 @@ class PimMapper(Mapper):
             return "no weight matrix"
         if mats[0].fmt not in cfg.formats:
             return f"{mats[0].fmt} weights: PIM units compute {'/'.join(cfg.formats)} only"
-        m, n = op.dims["m"], op.dims["n"]
+        m = op.dims["m"]
         if m > cfg.max_rows:
             return f"wide GEMM: {m} rows > {cfg.max_rows} (weights are reused across rows on the host)"
         wbytes = sum(t.bytes for t in mats)

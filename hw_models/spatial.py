@@ -148,7 +148,7 @@ class SpatialMapper(Mapper):
 
     def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
         """`detail=False` (sweeps) skips the op-level schedules of the report."""
-        w, m, machine, cfg = self.workload, self.model, self.machine, self.cfg
+        w, m, machine = self.workload, self.model, self.machine
         notes = check_context(w, m)
         fp = self.footprint()
         part = self.partition

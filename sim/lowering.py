@@ -82,7 +82,7 @@ def lower(model: ModelConfig, phase: str, batch: int, q_len: int, kv_len: int,
     graph = OpGraph(phase, batch, q_len, kv_len)
     b = _Builder(graph, formats)
     m = model
-    h, f, d = m.hidden_size, m.intermediate_size, m.head_dim
+    h = m.hidden_size
     T = batch * q_len
     opt = m.family == "opt"
 

@@ -46,7 +46,6 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
          + (f", overrides {f['overrides']}" if f.get("overrides") else "")),
     ]))
     unit = machine.units[machine.main_unit]
-    tier = machine.memory[machine.device_tier]
     c.print(_kv_table("Hardware", [
         ("preset", f"{machine.name} ({machine.kind}): {machine.description}"),
         ("memory", ", ".join(f"{n} {fmt_bytes(t.capacity_bytes)} @ {t.bandwidth_bytes_per_s / 1e9:.0f} GB/s"

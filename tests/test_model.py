@@ -1,6 +1,5 @@
 """Model configs: parameter counts against the published checkpoints, and imports."""
 
-import json
 
 import pytest
 

@@ -17,7 +17,7 @@ from sim.errors import CapacityError, ConfigError
 from sim.graph import GEMM, Op, OpGraph, TensorUse
 from sim.lowering import lower
 from sim.footprint import kv_bytes, weight_bytes
-from sim.simulate import DECODE_SAMPLES, decode_kv_lens, sample_indices, simulate, simulate_step, step_time
+from sim.simulate import DECODE_SAMPLES, decode_kv_lens, sample_indices, simulate, step_time
 from sim.workload import workload_from_dict
 
 ONE_STACK = {"pim.stacks": 1, "memory.hbm.bandwidth_bytes_per_s": "307.2 GB/s", "memory.hbm.capacity_bytes": "6 GiB"}

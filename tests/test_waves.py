@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import pytest
 
+from tests.test_trace import _synthetic_trace
+
 from hw_models.gpu import GpuMapper, roofline_cost
 from hw_models.machine import Efficiency, load_machine, machine_from_dict, raw_machine
 from sim.errors import ConfigError
 from sim.model import load_model
 from sim.trace.calibrate import calibrate
-from sim.trace.parser import MeasuredOp, StepShape, Trace
+from sim.trace.parser import Trace
 from sim.trace.shapes import vidur_layer
-from sim.trace.validate import simulate_step, validate
+from sim.trace.validate import validate
 
 
 def _eff(units: int, tm: int, tn: int) -> Efficiency:
@@ -97,14 +99,8 @@ def test_mapper_cache_tells_transposed_gemms_apart():
 
 
 def _synthetic(machine, tokens) -> Trace:
-    """vidur-layer ops timed by the simulator itself on `machine`."""
-    trace = Trace("synthetic-waves", "vidur", "cuda", "simulated", load_model("llama2-7b"), "fp16", 1)
-    for j, n in enumerate(tokens):
-        trace.steps.append(StepShape(f"tokens={n}", "prefill", 1, n, n))
-        sim = simulate_step(trace, trace.steps[-1], machine)
-        for op in sim.graph.ops():
-            trace.ops.append(MeasuredOp(op.name, op.kind, 0, j, sim.per_op_s[op.name], "cuda"))
-    return trace
+    """vidur-layer ops timed by the simulator itself on `machine` (Llama-2-7B shapes)."""
+    return _synthetic_trace(machine, "llama2-7b", tuple(tokens))
 
 
 def test_calibration_recovers_tile_and_parameters():
