@@ -204,6 +204,46 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_formats(args: argparse.Namespace) -> int:
+    """Each format's exact storage and the error it causes on an array."""
+    import numpy as np
+
+    from sim.formats import get_format, known_formats
+    from sim.quantize import quantization_error
+
+    names = args.formats.split(",") if args.formats else known_formats()
+    fmts = [get_format(n) for n in names]        # unknown names fail before any work
+    if args.array:
+        path = Path(args.array)
+        try:
+            x = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise SimError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
+        source = f"{path} {x.shape}"
+    else:
+        x = np.random.default_rng(0).standard_normal((256, 4096)).astype(np.float32)
+        source = "N(0, 1), 256 x 4096, seed 0"
+    shape = tuple(x.shape) if x.ndim else (1,)
+    rows = []
+    for f in fmts:
+        err = quantization_error(x, f)
+        rows.append(dict(format=f.name, bits_per_element=f.bits_per_element(shape), block=f.block_size,
+                         storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
+                         rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
+    if args.json:
+        print(json.dumps(dict(array=source, formats=rows), indent=1, default=float))
+        return 0
+    t = Table(title=f"Number formats on {source}")
+    for col in ("format", "bits/element", "block", "bytes", "SQNR dB", "rel. RMSE", "max |err|"):
+        t.add_column(col, justify="left" if col == "format" else "right")
+    for r in rows:
+        t.add_row(r["format"], f"{r['bits_per_element']:.3f}",
+                  {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
+                  f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
+    Console().print(t)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sim", description="Discrete-event simulator of LLM inference hardware.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -233,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     ms.set_defaults(func=cmd_model_show)
     ml = mp.add_parser("list", help="model presets")
     ml.set_defaults(func=lambda a: print("\n".join(__import__("sim.model", fromlist=["x"]).preset_names())) or 0)
+
+    fp = sub.add_parser("formats", help="number formats: exact bits per element and the error each causes")
+    fp.add_argument("--formats", help="comma-separated formats (default: all)")
+    fp.add_argument("--array", metavar="NPY", help="measure the error on this .npy array (default: Gaussian)")
+    fp.add_argument("--json", action="store_true")
+    fp.set_defaults(func=cmd_formats)
 
     hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
     hp.add_parser("list", help="list presets").set_defaults(func=cmd_hw_list)

@@ -103,3 +103,21 @@ def test_model_too_big_for_the_device(tmp_path, capsys):
 def test_context_beyond_max_positions_warns(tmp_path, capsys):
     assert main(["run", WL, "--hw", "a6000", "--set", "prompt_len=4000", "--set", "gen_len=200"]) == 0
     assert "max_position_embeddings" in capsys.readouterr().out
+
+
+def test_formats_command_measures_error_on_an_array(tmp_path, capsys):
+    import numpy as np
+
+    x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    np.save(tmp_path / "w.npy", x)
+    assert main(["formats", "--formats", "fp16,mxfp4,int4", "--array", str(tmp_path / "w.npy"), "--json"]) == 0
+    rows = {r["format"]: r for r in json.loads(capsys.readouterr().out)["formats"]}
+    # mxfp4 on 64 x 256: 16,384 elements x 4 bits + 64 x 8 blocks x 8-bit scales = 8192 + 512 bytes
+    assert rows["mxfp4"]["storage_bytes"] == 8192 + 512
+    assert rows["int4"]["storage_bytes"] == 8192 + 64 * 2 * 2      # groups of 128, fp16 scales
+    assert rows["fp16"]["sqnr_db"] > rows["int4"]["sqnr_db"] > 10
+    assert main(["formats", "--formats", "fp5"]) == 2
+    assert "unknown number format 'fp5'" in capsys.readouterr().err
+    (tmp_path / "bad.npy").write_text("not an array")
+    assert main(["formats", "--array", str(tmp_path / "bad.npy")]) == 2
+    assert "not a readable .npy array" in capsys.readouterr().err
