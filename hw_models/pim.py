@@ -35,6 +35,7 @@ from sim import graph as g
 from sim.engine import Task
 from sim.errors import ConfigError
 from sim.graph import Op, OpGraph
+from sim.lowering import lower
 
 if TYPE_CHECKING:
     from sim.results import RunResult
@@ -276,9 +277,46 @@ class PimMapper(Mapper):
                 out[(i, s)] = (prev == "host") + (nxt == "host")
         return out
 
+    def sub_batch_sizes(self, graph: OpGraph) -> list[int]:
+        """How the step's batch splits into interleaved sub-batches: decode only (prefill attention
+        is a wide GEMM on the host, nothing to overlap), as even as possible, none empty. Policy none
+        (the same GPU without PIM) has nothing to overlap either and runs the whole batch."""
+        if graph.phase != "decode" or self.policy == "none":
+            return [graph.batch]
+        n = min(self.cfg.sub_batches, graph.batch)
+        return [graph.batch // n + (k < graph.batch % n) for k in range(n)]
+
     def plan_step(self, graph: OpGraph) -> list[Task]:
+        sizes = self.sub_batch_sizes(graph)
+        if len(sizes) == 1:
+            tasks, self.last_decisions = self.plan_chain(graph)
+            return tasks
+        # Sub-batch interleaving (NeuPIMs, hardware.md §4.4): each sub-batch is its own op chain,
+        # lowered at its own batch size, so every FC of every sub-batch reads the layer's weights
+        # again (NeuPIMs issues one GEMM per sub-batch; a layer's weights do not fit the GPU's L2).
+        # Each chain is one host stream; the host unit and the stacks are shared resources, so the
+        # engine runs one chain's attention on PIM while another's FC holds the host.
+        layers = len({op.layer for op in graph.ops() if op.layer is not None})
+        w = self.workload
+        return self.plan_interleaved([lower(self.model, graph.phase, b, graph.q_len, graph.kv_len, self.formats,
+                                            w.flash_attention, num_layers=layers) for b in sizes])
+
+    def plan_interleaved(self, graphs: list[OpGraph]) -> list[Task]:
+        """Independent op chains, one per sub-batch graph, sharing the host and the stacks.
+        Tasks are listed chain by chain: at equal ready times the host serves the lower chain."""
+        tasks: list[Task] = []
+        for k, sub in enumerate(graphs):
+            chain, decisions = self.plan_chain(sub, f".b{k}")
+            tasks += chain
+            if k == 0:
+                self.last_decisions = decisions
+        return tasks
+
+    def plan_chain(self, graph: OpGraph, suffix: str = "") -> tuple[list[Task], list[Decision]]:
+        """One op chain's tasks (ids end in `suffix`: ".b1" for sub-batch 1) and its decisions."""
         decisions = [self.decide(op) for op in graph.ops()]
-        self.last_decisions = decisions
+        # Mode switches are counted in this chain's program order; with interleaved chains in
+        # blocked mode the stacks may alternate more often than that (dual_row_buffer: exact).
         switches = self._switches(decisions)
         use_locks = bool(self.containers()) and any(d.where == "pim" for d in decisions)
         all_locks = tuple((lock, 1.0) for lock in self.locks)
@@ -289,21 +327,22 @@ class PimMapper(Mapper):
             op = d.op
             deps = tuple(t for p in graph.deps(op.name) for t in ids[p])
             if d.where == "host":
-                # One stream on the host: ops run in program order, so a host op never holds the
-                # stack locks while it waits for the GPU.
+                # One stream on the host per chain: ops run in program order, so a host op never
+                # holds the stack locks while it waits for its own chain's previous op.
+                tid = op.name + suffix
                 hdeps = deps + ((last_host,) if last_host and last_host not in deps else ())
                 locks = all_locks if use_locks and op.bytes else ()
-                tasks.append(Task(op.name, self.host_name, d.host.duration_s, hdeps, locks, locks, tag=d.host))
-                ids[op.name], last_host = [op.name], op.name
+                tasks.append(Task(tid, self.host_name, d.host.duration_s, hdeps, locks, locks, tag=d.host))
+                ids[op.name], last_host = [tid], tid
                 continue
             ids[op.name] = []
             for p in d.pieces:
                 c = self.piece_cost(op, p, switches.get((i, p.stack), 0))
                 lock = ((self.locks[p.stack], 1.0),) if use_locks else ()
-                tid = f"{op.name}@stack{p.stack}"
+                tid = f"{op.name}{suffix}@stack{p.stack}"
                 tasks.append(Task(tid, c.unit, c.duration_s, deps, lock, lock, tag=c))
                 ids[op.name].append(tid)
-        return tasks
+        return tasks, decisions
 
     def simulate(self, exhaustive: bool = False) -> "RunResult":
         from hw_models.pim_report import attach_report

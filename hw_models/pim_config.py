@@ -48,6 +48,9 @@ class PimConfig(Strict):
     kv_placement: Literal["head", "request"] = "head"  # KV granule mapped to one stack
     energy_internal_j_per_byte: Quantity = Field(ge=0)  # bank -> PIM unit, no I/O (external: the tier's)
     max_rows: int = Field(default=16, gt=0)         # skinny-GEMM limit: more input rows stay on the host
+    # Decode sub-batch interleaving (NeuPIMs): the batch runs as this many independent op chains
+    # so one chain's attention on PIM overlaps another's FC on the host. 1: one chain (serial).
+    sub_batches: int = Field(default=1, gt=0)
 
     @model_validator(mode="after")
     def _geometry(self) -> "PimConfig":
