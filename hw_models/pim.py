@@ -20,6 +20,11 @@ one stack, so a request's attention runs where its KV lives. In blocked mode
 (no dual row buffer) banks in PIM mode cannot serve the host, so every host op
 that touches DRAM holds a one-slot lock container per stack, and a PIM task
 holds its stack's lock: the engine, not a formula, keeps them apart.
+
+With `pim.sub_batches` > 1 a decode step runs as that many sub-batch op chains
+(NeuPIMs' sub-batch interleaving), each lowered at its own batch size, so one
+chain's attention on the stacks overlaps another's FC on the host wherever the
+engine finds the resources free; each chain's FCs re-read the weights.
 """
 
 from __future__ import annotations
