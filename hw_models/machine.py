@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim import graph as g
 from sim.errors import ConfigError
 from sim.formats import get_format
-from sim.schema import Quantity, Strict, read_yaml, set_dotted, validation_error
+from sim.schema import Quantity, Strict, read_yaml, set_dotted, validate_mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"
 KINDS = ("gpu", "cpu", "offload", "pim", "spatial")
@@ -275,10 +275,7 @@ def raw_machine(spec: str | Path) -> dict[str, Any]:
 
 
 def machine_from_dict(raw: dict[str, Any], source: str) -> Machine:
-    try:
-        return Machine.model_validate({**raw, "source": source})
-    except ValidationError as exc:
-        raise validation_error(exc, source) from None
+    return validate_mapping(Machine, raw, source, "a mapping")
 
 
 def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> Machine:

@@ -4,7 +4,7 @@ name the file and the key."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
@@ -21,6 +21,7 @@ def _quantity(value: Any) -> float:
 
 
 Quantity = Annotated[float, BeforeValidator(_quantity)]
+M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
@@ -42,6 +43,17 @@ def validation_error(exc: ValidationError, source: str, prefix: str = "") -> Con
         msg = "required key is missing"
     msg = msg.removeprefix("Value error, ")
     return ConfigError(f"{source}: {key}: {msg}" if key else f"{source}: {msg}")
+
+
+def validate_mapping(model: type[M], raw: Any, source: str, expected: str) -> M:
+    """A config file's top-level mapping through its schema: `model` gets the fields plus
+    `source` (the file, for later messages); a non-mapping or an invalid field is one line."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected {expected} at the top level")
+    try:
+        return model.model_validate({**raw, "source": source})
+    except ValidationError as exc:
+        raise validation_error(exc, source) from None
 
 
 def read_yaml(path: Path) -> Any:

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from sim.errors import ConfigError
 from sim.formats import get_format
 from sim.lowering import FormatPolicy
 from sim.model import ModelConfig, load_model
-from sim.schema import Strict, read_yaml, set_dotted, validation_error
+from sim.schema import Strict, read_yaml, set_dotted, validate_mapping
 
 
 def _known_format(name: str) -> str:
@@ -75,6 +75,9 @@ class Workload(Strict):
         return load_model(self.model, self.source or None)
 
 
+WORKLOAD_MAPPING = "a mapping of workload fields"
+
+
 def parse_set(items: list[str] | None) -> dict[str, Any]:
     """`--set key=value` items into {dotted key: YAML-parsed value}."""
     out: dict[str, Any] = {}
@@ -90,12 +93,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
 
 def workload_from_dict(raw: dict[str, Any], source: str) -> Workload:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping of workload fields at the top level")
-    try:
-        return Workload.model_validate({**raw, "source": source})
-    except ValidationError as exc:
-        raise validation_error(exc, source) from None
+    return validate_mapping(Workload, raw, source, WORKLOAD_MAPPING)
 
 
 def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> Workload:
@@ -104,7 +102,7 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     path = Path(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of workload fields at the top level")
+        raise ConfigError(f"{path}: expected {WORKLOAD_MAPPING} at the top level")
     for key, value in (overrides or {}).items():
         key = key.removeprefix("workload.")
         if key.split(".")[0] not in Workload.model_fields or key == "source":

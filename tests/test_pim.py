@@ -38,6 +38,16 @@ def gemv_graph(n: int, k: int) -> OpGraph:
     return graph
 
 
+def assert_host_and_pim_apart(tl) -> None:
+    """Blocked mode: no host op that touches DRAM overlaps any PIM task."""
+    host = [i for i in tl.intervals if i.resource == "gpu" and i.tag.op.bytes]
+    pim = [i for i in tl.intervals if i.resource.startswith("pim.")]
+    assert pim and host
+    for h in host:
+        for p in pim:
+            assert h.end_s <= p.start_s + 1e-15 or p.end_s <= h.start_s + 1e-15, (h.task, p.task)
+
+
 def run_gemv(policy: str) -> float:
     m = mapper(overrides=ONE_STACK, pim_policy=policy)
     return engine.run(m.plan_step(gemv_graph(4096, 4096)), m.resources(), m.containers()).makespan_s
@@ -133,12 +143,7 @@ def test_sub_batches_split_decode_and_reread_weights():
     tasks = two.plan_step(graph)
     assert {t.id.split("@")[0].rsplit(".", 1)[1] for t in tasks} == {"b0", "b1"}
     tl = engine.run(tasks, two.resources(), two.containers())
-    host = [i for i in tl.intervals if i.resource == "gpu" and i.tag.op.bytes]
-    pim = [i for i in tl.intervals if i.resource.startswith("pim.")]
-    assert pim and host
-    for h in host:
-        for p in pim:
-            assert h.end_s <= p.start_s + 1e-15 or p.end_s <= h.start_s + 1e-15, (h.task, p.task)
+    assert_host_and_pim_apart(tl)
 
 
 @pytest.fixture(scope="module")
@@ -194,12 +199,7 @@ def test_blocked_mode_keeps_host_and_pim_apart():
     m = mapper(batch=4, prompt_len=512)
     graph = lower(m.model, "decode", 4, 1, 513, m.formats, num_layers=2)
     tl = engine.run(m.plan_step(graph), m.resources(), m.containers())
-    host = [i for i in tl.intervals if i.resource == "gpu" and i.tag.op.bytes]
-    pim = [i for i in tl.intervals if i.resource.startswith("pim.")]
-    assert pim and host
-    for h in host:
-        for p in pim:
-            assert h.end_s <= p.start_s + 1e-15 or p.end_s <= h.start_s + 1e-15, (h.task, p.task)
+    assert_host_and_pim_apart(tl)
     # With NeuPIMs' dual row buffers the host may run while the banks compute: no locks.
     dual = mapper(overrides={"pim.dual_row_buffer": True}, batch=4, prompt_len=512)
     assert dual.containers() == {}

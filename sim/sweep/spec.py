@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import numpy as np
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.errors import ConfigError
-from sim.schema import Strict, read_yaml, validation_error
+from sim.schema import Strict, read_yaml, validate_mapping
 
 
 class Range(Strict):
@@ -215,9 +215,4 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 
 def spec_from_dict(raw: Any, source: str) -> SweepSpec:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping (name, workload, hw, axes, ...) at the top level")
-    try:
-        return SweepSpec.model_validate({**raw, "source": source})
-    except ValidationError as exc:
-        raise validation_error(exc, source) from None
+    return validate_mapping(SweepSpec, raw, source, "a mapping (name, workload, hw, axes, ...)")
