@@ -349,7 +349,9 @@ class PimMapper(Mapper):
                 ids[op.name].append(tid)
         return tasks, decisions
 
-    def simulate(self, exhaustive: bool = False) -> "RunResult":
+    def simulate(self, exhaustive: bool = False, detail: bool = True) -> "RunResult":
+        """`detail` is accepted and ignored: the PIM metrics (utilisation, mode switches,
+        DRAM energy) come from the representative step's timelines, so they are always built."""
         from hw_models.pim_report import attach_report
         from sim.simulate import simulate_generation
 

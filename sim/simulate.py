@@ -81,9 +81,9 @@ def simulate_generation(mapper: "Mapper", exhaustive: bool = False, detail: bool
     sampled = [step_time(mapper, "decode", 1, int(kv[i]), exhaustive) for i in idx]
     if len(kv):
         times = np.interp(np.arange(len(kv)), idx, [s.time_s for s in sampled])
-        weights = np.full(len(idx), len(kv) / len(idx))  # each sample stands for its share of steps
-        busy_decode = {r: float(sum(s.busy_s.get(r, 0.0) for s in sampled) * weights[0]) for r in sampled[-1].busy_s}
-        energy_decode = float(sum(s.energy_j for s in sampled) * weights[0])
+        share = len(kv) / len(idx)  # each sampled step stands for this many steps
+        busy_decode = {r: float(sum(s.busy_s.get(r, 0.0) for s in sampled) * share) for r in sampled[-1].busy_s}
+        energy_decode = float(sum(s.energy_j for s in sampled) * share)
     else:
         times, busy_decode, energy_decode = np.zeros(0), {}, 0.0
     decode_total = float(times.sum())
@@ -123,10 +123,4 @@ def simulate(workload, machine, exhaustive: bool = False, detail: bool = True) -
     from hw_models.base import mapper_for
 
     model = workload.model_config_()
-    mapper = mapper_for(machine, workload, model)
-    try:
-        return mapper.simulate(exhaustive=exhaustive, detail=detail)
-    except TypeError as exc:  # a mapper whose simulate() predates `detail`
-        if "detail" not in str(exc):
-            raise
-        return mapper.simulate(exhaustive=exhaustive)
+    return mapper_for(machine, workload, model).simulate(exhaustive=exhaustive, detail=detail)
