@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from sim.errors import ConfigError, where
+from sim.schema import read_yaml
 
 FAMILIES = ("llama", "opt")
 
@@ -135,10 +136,14 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     if path.suffix in (".json", ".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ConfigError(f"{where(source, 'model')}model config file {text!r} not found")
-        try:
-            raw = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}") from None
-        name = raw.get("_name_or_path") or raw.get("name") or path.parent.name or path.stem
+        if path.suffix == ".json":
+            try:
+                raw = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
+        else:
+            raw = read_yaml(path)
+        named = (raw.get("_name_or_path") or raw.get("name")) if isinstance(raw, dict) else None
+        name = named or path.parent.name or path.stem
         return from_mapping(raw, str(name).split("/")[-1], str(path))
     raise ConfigError(f"{where(source, 'model')}unknown model {text!r}; presets: {', '.join(preset_names())}, or a path to config.json")
