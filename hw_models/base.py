@@ -113,7 +113,3 @@ _MODULES = {"gpu": "hw_models.gpu", "cpu": "hw_models.gpu", "offload": "hw_model
 def mapper_for(machine: Machine, workload: "Workload", model: ModelConfig) -> Mapper:
     module = importlib.import_module(_MODULES[machine.kind])
     return module.MAPPER(machine, workload, model)
-
-
-def raise_capacity(msg: str) -> None:
-    raise CapacityError(msg)

@@ -22,9 +22,6 @@ from sim.formats import get_format
 from sim.schema import Quantity, Strict, read_yaml, set_dotted, validate_mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"
-KINDS = ("gpu", "cpu", "offload", "pim", "spatial")
-OP_KINDS = (g.GEMM, g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION, g.SOFTMAX, g.NORM, g.ELEMENTWISE, g.ROPE,
-            g.KV_APPEND, g.EMBED)
 
 
 class Tier(Strict):
@@ -142,8 +139,8 @@ class Efficiency(Strict):
     @classmethod
     def _known_kinds(cls, v: dict[str, KindEfficiency]) -> dict[str, KindEfficiency]:
         for kind in v:
-            if kind not in OP_KINDS:
-                raise ValueError(f"{kind}: unknown op kind; kinds: {', '.join(OP_KINDS)}")
+            if kind not in g.OP_KINDS:
+                raise ValueError(f"{kind}: unknown op kind; kinds: {', '.join(g.OP_KINDS)}")
         return v
 
     def compute(self, flops: float) -> float:

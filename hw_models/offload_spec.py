@@ -25,7 +25,7 @@ Keys left out are chosen by the policy search (hw_models.offload_search).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -226,12 +226,3 @@ def parse_policy(raw: dict[str, Any] | str | None, batch: int, where: str) -> Po
             raise ConfigError(f"{where}: policy.{k}: must be true or false, got {v!r}")
         flags[k] = v
     return PolicySpec(fractions, gbs, nb, **flags)
-
-
-def all_on_gpu(batch: int) -> Policy:
-    one = (1.0, 0.0, 0.0)
-    return Policy(one, one, one, batch, 1)
-
-
-def with_batches(p: Policy, gbs: int, nb: int) -> Policy:
-    return replace(p, gpu_batch_size=gbs, num_gpu_batches=nb)

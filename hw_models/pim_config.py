@@ -109,10 +109,6 @@ class Geometry:
         """MAC = 2 FLOP per lane per cycle."""
         return self.units_per_stack * self.cfg.simd_lanes * 2 * self.cfg.clock_hz
 
-    @property
-    def pc_external_bytes_per_s(self) -> float:
-        return self.stack_external_bytes_per_s / self.cfg.pseudo_channels_per_stack
-
 
 def load_pim_config(section: dict[str, Any] | None, source: str) -> PimConfig:
     if section is None:

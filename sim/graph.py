@@ -25,6 +25,7 @@ ELEMENTWISE = "elementwise"    # residual add, activation functions
 ROPE = "rope"
 KV_APPEND = "kv_append"
 EMBED = "embed"
+OP_KINDS = (GEMM, ATTN_SCORE, ATTN_CONTEXT, ATTENTION, SOFTMAX, NORM, ELEMENTWISE, ROPE, KV_APPEND, EMBED)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ rotated element, softmax 5, SiLU*mul 5, ReLU 1, residual add 1.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from sim import graph as g
@@ -181,7 +181,3 @@ def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, 
     out = b.act(f"L{i + 1}.in", T, h)
     b.add(f"{L}.mlp_residual", g.ELEMENTWISE, T * h, [h1, mlp], [out], i, tokens=T, hidden=h)
     return out
-
-
-def with_layers(model: ModelConfig, n: int) -> ModelConfig:
-    return replace(model, num_layers=n)
