@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.base import mapper_for  # noqa: E402
+from hw_models.gpu import MATRIX_KINDS  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
 from sim import engine  # noqa: E402
 from sim.lowering import lower  # noqa: E402
@@ -65,7 +66,7 @@ def numpy_roofline(model: str, hw: str) -> tuple[float, float]:
     def arrays(phase, q, kv):
         g = lower(m, phase, 1, q, kv, w.formats.policy(), True, num_layers=1)
         ops = list(g.ops())
-        rate = np.array([peak if o.kind in ("gemm", "attention") else vec for o in ops])
+        rate = np.array([peak if o.kind in MATRIX_KINDS else vec for o in ops])
         mult = np.array([m.num_layers if o.layer is not None else 1 for o in ops])
         return (np.array([o.flops for o in ops]), np.array([o.bytes for o in ops]), rate, mult)
 
