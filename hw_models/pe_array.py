@@ -139,6 +139,35 @@ def gemm_cycles(array: PEArray, M: int, N: int, K: int) -> GemmCycles:
     )
 
 
+def shared_gemm_cycles(array: PEArray, M: int, N: int, K: int, *, arrays: int = 1, overlap: bool = False,
+                       row_cycles: float = 1.0, install_cycles: float = 0.0) -> float:
+    """Cycles of one GEMM whose folds are dealt out to `arrays` identical arrays
+    that run in parallel (the MXM planes of a Groq TSP, the tiles of an IPU).
+
+    Each array takes ceil(folds / arrays) folds, one after another. A fold
+    streams its T operand rows at `row_cycles` cycles per row (1 on an array
+    running in its own format; more where a mode does fewer MACs per cycle).
+    Its fixed cost is SCALE-Sim's skew: cycles_per_fold - T (the tile preload
+    plus the row and column fill/drain).
+
+    overlap=False is SCALE-Sim's accounting, the skew paid on every fold; with
+    arrays=1 and row_cycles=1 it equals gemm_cycles(...).compute_cycles.
+    overlap=True models double-buffered stationary tiles: the next tile is
+    installed while the current one streams, so the skew is paid once per GEMM
+    and each fold costs max(T x row_cycles, install_cycles), where
+    install_cycles is the time to install one tile (0: installation always
+    hides under streaming)."""
+    if arrays < 1:
+        raise ValueError(f"arrays must be >= 1, got {arrays}")
+    c = gemm_cycles(array, M, N, K)
+    folds = math.ceil(c.folds / arrays)
+    skew = c.cycles_per_fold - c.temporal
+    stream = c.temporal * row_cycles
+    if overlap:
+        return folds * max(stream, install_cycles) + skew - 1
+    return folds * (stream + skew) - 1
+
+
 def gemm_time_s(array: PEArray, M: int, N: int, K: int) -> float:
     """Wall time of the GEMM's compute cycles at the array's clock."""
     return gemm_cycles(array, M, N, K).compute_cycles / array.clock_hz

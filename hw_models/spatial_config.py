@@ -21,6 +21,17 @@ from sim.errors import ConfigError
 from sim.schema import Quantity, Strict, validation_error
 
 
+class PEMode(Strict):
+    """The PE array's geometry in another number format, where the hardware
+    regroups its multipliers: Groq's MXM runs four 320x320 int8 arrays or two
+    160x320 fp16 ones (ISCA 2022). In a mode, one operand row streams per
+    clock cycle, as in the native format."""
+
+    rows: int = Field(gt=0)
+    cols: int = Field(gt=0)
+    arrays: int = Field(default=1, gt=0)
+
+
 class PEArrayConfig(Strict):
     rows: int = Field(gt=0)
     cols: int = Field(gt=0)
@@ -28,13 +39,31 @@ class PEArrayConfig(Strict):
     clock_hz: Quantity = Field(gt=0)
     arrays: int = Field(default=1, gt=0)   # identical arrays (planes) sharing a GEMM's folds
     format: str                            # the format whose peak rate (units.*.peak_flops_per_s) the arrays deliver
+    # Per-format geometry (rows, cols, arrays) where the hardware documents one.
+    # A format with neither a mode nor the array's own format runs on the native
+    # geometry at 1/ratio of its MACs per cycle (ratio = native peak / format peak).
+    modes: dict[str, PEMode] = Field(default_factory=dict)
     # True: folds stream back to back (the next stationary tile installs while the
     # current one streams), so the array fill/drain skew is paid once per GEMM.
     # False: SCALE-Sim's accounting, the skew and tile preload paid on every fold.
     fold_overlap: bool = True
+    # With fold_overlap: bytes of stationary operand the chip can install into
+    # its arrays per cycle, all arrays together. A fold then costs
+    # max(T streamed rows, arrays x tile bytes / this). None: installation
+    # always hides under streaming (an assumption at small T).
+    weight_install_bytes_per_cycle: Quantity | None = Field(default=None, gt=0)
 
     def array(self) -> PEArray:
         return PEArray(self.rows, self.cols, self.dataflow, self.clock_hz)
+
+    def geometry(self, fmt: str) -> tuple[PEArray, int, bool]:
+        """(array, number of arrays, whether it has its own geometry) for a
+        GEMM computing in `fmt`; False means the native array is used at a
+        reduced MAC rate."""
+        mode = self.modes.get(fmt)
+        if mode is not None:
+            return PEArray(mode.rows, mode.cols, self.dataflow, self.clock_hz), mode.arrays, True
+        return self.array(), self.arrays, fmt == self.format
 
 
 class C2CLinks(Strict):
@@ -92,6 +121,13 @@ def spatial_config(machine: Machine) -> SpatialConfig:
     if cfg.pe_array.format not in unit.peak_flops_per_s:
         raise ConfigError(f"{src}: spatial.pe_array.format: {cfg.pe_array.format!r} has no peak rate in "
                           f"units.{machine.main_unit}.peak_flops_per_s ({', '.join(unit.peak_flops_per_s)})")
+    for fmt in cfg.pe_array.modes:
+        if fmt == cfg.pe_array.format:
+            raise ConfigError(f"{src}: spatial.pe_array.modes.{fmt}: is the array's own format; "
+                              f"its geometry is spatial.pe_array.rows/cols/arrays")
+        if fmt not in unit.peak_flops_per_s:
+            raise ConfigError(f"{src}: spatial.pe_array.modes.{fmt}: {fmt!r} has no peak rate in "
+                              f"units.{machine.main_unit}.peak_flops_per_s ({', '.join(unit.peak_flops_per_s)})")
     if cfg.kv_cache == "dram":
         if cfg.dram_tier is None:
             raise ConfigError(f"{src}: spatial.dram_tier: required when spatial.kv_cache is dram")

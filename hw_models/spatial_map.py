@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from hw_models import compute_path
 from hw_models.machine import Machine
-from hw_models.pe_array import gemm_cycles
+from hw_models.pe_array import shared_gemm_cycles
 from hw_models.spatial_config import SpatialConfig
 from sim import graph as g
 from sim.formats import get_format
@@ -213,29 +213,35 @@ class ChipModel:
         self.array = cfg.pe_array.array()
         self.array_rate = self.unit.peak_flops_per_s[cfg.pe_array.format]
 
-    def pe_time_s(self, M: int, N: int, K: int, rate_flops_per_s: float) -> float:
+    def pe_time_s(self, M: int, N: int, K: int, fmt: str, rate_flops_per_s: float,
+                  weight_bytes_per_element: float = 1.0) -> float:
         """GEMM time on the chip's PE arrays, in cycles of the one chip clock.
 
-        The folds (stationary tiles) are shared among `arrays` planes. In the
-        array's native format a plane streams one operand row per cycle. In a
-        format with another peak rate (fp16 at 188 TFLOP/s on an MXM whose
-        planes deliver 750 TOPS int8) the array does `ratio` = native peak /
-        format peak times fewer MACs per cycle, so each fold's streaming phase
-        (T rows) takes `ratio` times as many cycles; the fill/drain skew is the
-        array's pipeline depth in clock cycles and does not change (one chip
-        clock, no slower "fp16 clock"). Read either as 4x fewer MACs per cycle
-        or as 4 back-to-back passes per fold: with fold_overlap both pay the skew
-        once per GEMM."""
+        The geometry is the one for the compute format `fmt`: the native
+        arrays, or a documented mode (pe_array.modes: Groq's fp16 mode is two
+        160x320 arrays instead of four 320x320 int8 ones). The folds
+        (stationary tiles) are shared among the arrays, and an operand row
+        streams per cycle. A format with no geometry of its own runs on the
+        native arrays with `ratio` = native peak / format peak fewer MACs per
+        cycle, so each fold's T rows take T x ratio cycles and the fill/drain
+        skew stays in clock cycles.
+
+        With fold_overlap the skew is paid once per GEMM and a fold costs
+        max(streaming, installing the next tile), the install time being the
+        bytes of one tile per array (weights at their stored size, widened as
+        they enter) / weight_install_bytes_per_cycle (the chip's, shared by
+        the arrays), or 0 where that rate is not given (the install always
+        hides: an assumption). Without it, SCALE-Sim's per-fold
+        accounting. See pe_array.shared_gemm_cycles."""
         pe = self.cfg.pe_array
-        c = gemm_cycles(self.array, M, N, K)
-        ratio = self.array_rate / rate_flops_per_s
-        folds = math.ceil(c.folds / pe.arrays)
-        skew = c.cycles_per_fold - c.temporal      # preload + fill/drain of one fold
-        stream = c.temporal * ratio
-        if pe.fold_overlap:
-            cycles = folds * stream + skew - 1
-        else:
-            cycles = folds * (stream + skew) - 1
+        array, arrays, own = pe.geometry(fmt)
+        ratio = 1.0 if own else self.array_rate / rate_flops_per_s
+        install = 0.0
+        if pe.weight_install_bytes_per_cycle is not None:
+            # The chip's install bandwidth is shared by the arrays, which all take a new tile each fold.
+            install = arrays * array.rows * array.cols * weight_bytes_per_element / pe.weight_install_bytes_per_cycle
+        cycles = shared_gemm_cycles(array, M, N, K, arrays=arrays, overlap=pe.fold_overlap, row_cycles=ratio,
+                                    install_cycles=install)
         return cycles / pe.clock_hz
 
     def gemm_path(self, weight_fmt: str | None, act_fmt: str) -> compute_path.ComputePath:
@@ -261,7 +267,9 @@ class ChipModel:
             path = self.gemm_path(w.fmt if w else None, op.compute_format)
             d = op.dims
             n_slice = max(1, math.ceil(d["n"] * f - 1e-9))
-            compute_s = self.pe_time_s(d["m"], n_slice, d["k"], path.rate_flops_per_s)
+            # Bytes per installed weight: its stored size, or the compute format's after a dequantization.
+            w_bytes = get_format(path.fmt if path.dequant or w is None else w.fmt).bits / 8
+            compute_s = self.pe_time_s(d["m"], n_slice, d["k"], path.fmt, path.rate_flops_per_s, w_bytes)
             if path.dequant and w is not None:
                 compute_s += f * w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT / unit.vector_flops_per_s
             label = f"PE array {path.label}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hw_models.pe_array import PEArray, gemm_cycles, gemm_time_s, spatio_temporal_dims
+from hw_models.pe_array import PEArray, gemm_cycles, gemm_time_s, shared_gemm_cycles, spatio_temporal_dims
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "scalesim_compare.py"
@@ -128,6 +128,34 @@ def test_utilization_bounds_and_long_stream_limit(df):
     t = 1_000_000
     mnk = {"ws": (t, 64, 64), "os": (64, 64, t), "is": (64, t, 64)}[df]
     assert gemm_cycles(a, *mnk).utilization == pytest.approx(1.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("df", ["ws", "os", "is"])
+@pytest.mark.parametrize("mnk", [(16, 256, 512), (1, 512, 1376), (64, 64, 128)])
+def test_shared_gemm_default_is_scalesim(df, mnk):
+    """One array, no overlap, one row per cycle: exactly gemm_cycles (the
+    SCALE-Sim-checked count), so the spatial model's options sit on top of it."""
+    a = PEArray(32, 32, df)
+    assert shared_gemm_cycles(a, *mnk) == gemm_cycles(a, *mnk).compute_cycles
+
+
+def test_shared_gemm_by_hand():
+    """M=16, N=256, K=512 on 32x32 ws (the published case): 128 folds, T = 16,
+    skew = 2 x 32 + 32 - 2 = 94.
+    * 4 arrays, no overlap: ceil(128/4) = 32 folds x (16 + 94) - 1 = 3519.
+    * 4 arrays, overlap: 32 x 16 + 94 - 1 = 605.
+    * overlap, rows at 4 cycles each: 32 x 64 + 93 = 2141.
+    * overlap, install 40 cycles per tile > T = 16: 32 x 40 + 93 = 1373.
+    * 3 arrays: ceil(128/3) = 43 folds; overlap: 43 x 16 + 93 = 781."""
+    a = PEArray(32, 32, "ws")
+    assert shared_gemm_cycles(a, 16, 256, 512, arrays=4) == 3519
+    assert shared_gemm_cycles(a, 16, 256, 512, arrays=4, overlap=True) == 605
+    assert shared_gemm_cycles(a, 16, 256, 512, arrays=4, overlap=True, row_cycles=4) == 2141
+    assert shared_gemm_cycles(a, 16, 256, 512, arrays=4, overlap=True, install_cycles=40) == 1373
+    assert shared_gemm_cycles(a, 16, 256, 512, arrays=4, overlap=True, install_cycles=10) == 605
+    assert shared_gemm_cycles(a, 16, 256, 512, arrays=3, overlap=True) == 781
+    with pytest.raises(ValueError):
+        shared_gemm_cycles(a, 16, 256, 512, arrays=0)
 
 
 def test_invalid_inputs():
