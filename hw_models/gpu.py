@@ -41,9 +41,12 @@ def gemm_dims(op: Op) -> tuple[int, int, int] | None:
     return (d["m"], d["n"], d["k"]) if op.kind == g.GEMM and all(d.get(x) for x in "mnk") else None
 
 
-def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto") -> OpCost:
+def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto",
+                  steady: bool = False) -> OpCost:
     """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is
-    the unit's, or the op kind's override where the preset has one."""
+    the unit's, or the op kind's override where the preset has one. `steady`: the
+    op continues a kernel that is already running (a later slice of a pipelined
+    op), so it pays no launch and no ramps: the pipes are already full."""
     mnk = gemm_dims(op)
     m = mnk[0] if mnk else None    # selects the small-M (gemv) curve where the preset has one
     eff = unit.efficiency.for_kind(op.kind, m)
@@ -70,12 +73,14 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
             eff = eff.model_copy(update={"compute_half_flops": 0.0})
     # Tile/wave quantization of GEMMs (Efficiency.gemm_waves; 1.0 unless the preset sets
     # tiles). Attention kernels tile over heads and query blocks, not M x N: not applied.
+    if steady:
+        eff = eff.model_copy(update={"compute_half_flops": 0.0, "memory_half_bytes": 0.0})
     dims = mnk if eff.tiled else None
     waves = eff.gemm_waves(*dims) if dims else 1.0
     compute_s = work_time_s(op.flops, rate, eff.compute, waves) + dequant_s
     nbytes = op.bytes
     memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
-    overhead_s = unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s, m)
+    overhead_s = 0.0 if steady else unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s, m)
     duration = overhead_s + max(compute_s, memory_s)
     energy = nbytes * (tier.energy_j_per_byte or 0.0)
     return OpCost(op, unit_name, duration, compute_s, memory_s, overhead_s,

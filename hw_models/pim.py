@@ -25,6 +25,8 @@ With `pim.sub_batches` > 1 a decode step runs as that many sub-batch op chains
 (NeuPIMs' sub-batch interleaving), each lowered at its own batch size, so one
 chain's attention on the stacks overlaps another's FC on the host wherever the
 engine finds the resources free; each chain's FCs re-read the weights.
+`pim.head_groups` and `pim.gemm_sharing` are AttAcc's two overlaps, as graph
+rewrites (hw_models/pim_pipeline.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING
 from hw_models.base import Mapper, OpCost, bound_of
 from hw_models.gpu import roofline_cost
 from hw_models.pim_config import Geometry, load_pim_config
+from hw_models.pim_pipeline import pipeline_heads, share_gemms
 from sim import graph as g
 from sim.engine import Task
 from sim.errors import ConfigError
@@ -107,6 +110,12 @@ class PimMapper(Mapper):
         self.stack_names = [f"pim.stack{i}" for i in range(cfg.stacks)]
         self.locks = [f"{s}.banks" for s in self.stack_names]
         self.last_decisions: list[Decision] = []
+        self.forced: dict[str, str] = {}             # op -> "host" | "pim" (a shared GEMM's parts)
+        self.continuations: frozenset[str] = frozenset()  # ops inside an earlier op's kernel: no launch
+        H, KV = model.num_heads, model.num_kv_heads
+        if H % cfg.head_groups or KV % cfg.head_groups:
+            raise ConfigError(f"{src}: pim.head_groups: {cfg.head_groups} groups do not divide "
+                              f"{model.name}'s {H} heads and {KV} KV heads")
 
     @property
     def blocked(self) -> bool:
@@ -120,8 +129,12 @@ class PimMapper(Mapper):
                 "batch or context, or a plain-HBM preset such as --hw a100_80g.")
 
     # -- costs -------------------------------------------------------------
+    def launch_s(self, op: Op) -> float:
+        return 0.0 if op.name in self.continuations else self.host.launch_overhead_s
+
     def host_cost(self, op: Op) -> OpCost:
-        c = roofline_cost(op, self.host, self.host_name, self.tier, self.workload.compute)
+        c = roofline_cost(op, self.host, self.host_name, self.tier, self.workload.compute,
+                          steady=op.name in self.continuations)
         return replace(c, energy_j=op.bytes * self.tier.energy_j_per_byte)
 
     def piece_cost(self, op: Op, p: Piece, switches: int) -> PimOpCost:
@@ -130,7 +143,7 @@ class PimMapper(Mapper):
         compute_s = p.flops / geo.flops_per_s * p.imbalance
         transfer_s = (p.in_bytes + p.out_bytes) / geo.stack_external_bytes_per_s
         switch_s = switches * cfg.mode_switch_s
-        overhead_s = self.host.launch_overhead_s + switch_s
+        overhead_s = self.launch_s(op) + switch_s
         # The input must be in the units before the MACs start and results are read after: serial.
         duration = overhead_s + max(memory_s, compute_s) + transfer_s + p.extra_s
         e_int = p.stream_bytes * cfg.energy_internal_j_per_byte
@@ -165,7 +178,7 @@ class PimMapper(Mapper):
                 g.KV_APPEND: "writes the new K/V through the pins: host",
                 g.EMBED: "table gather: host"}.get(op.kind, f"{op.kind}: host only")
 
-    def _split_gemm(self, op: Op) -> tuple[Piece, ...] | str:
+    def _split_gemm(self, op: Op, any_rows: bool = False) -> tuple[Piece, ...] | str:
         cfg, S, P = self.cfg, self.cfg.stacks, self.cfg.pseudo_channels_per_stack
         mats = [t for t in op.reads if t.role == "weight" and len(t.shape) > 1]
         if not mats:
@@ -173,7 +186,7 @@ class PimMapper(Mapper):
         if mats[0].fmt not in cfg.formats:
             return f"{mats[0].fmt} weights: PIM units compute {'/'.join(cfg.formats)} only"
         m = op.dims["m"]
-        if m > cfg.max_rows:
+        if m > cfg.max_rows and not any_rows:
             return f"wide GEMM: {m} rows > {cfg.max_rows} (weights are reused across rows on the host)"
         wbytes = sum(t.bytes for t in mats)
         x_bytes = sum(t.bytes for t in op.reads if t.role == "activation")
@@ -238,6 +251,13 @@ class PimMapper(Mapper):
         host = self.host_cost(op)
         if self.policy == "none":
             return Decision(op, "host", "policy none", host, None)
+        forced = self.forced.get(op.name)
+        if forced == "host":
+            return Decision(op, "host", "GEMM sharing: host columns", host, None)
+        if forced == "pim":
+            pieces = self._split_gemm(op, any_rows=True)
+            pim_s = max(self.piece_cost(op, p, 2).duration_s for p in pieces)
+            return Decision(op, "pim", "GEMM sharing: PIM columns", host, pim_s, pieces)
         pieces = self.split(op)
         if isinstance(pieces, str):
             return Decision(op, "host", pieces, host, None)
@@ -291,10 +311,49 @@ class PimMapper(Mapper):
         n = min(self.cfg.sub_batches, graph.batch)
         return [graph.batch // n + (k < graph.batch % n) for k in range(n)]
 
+    def pim_columns(self, op: Op) -> int:
+        """GEMM sharing: the output columns PIM takes so that both sides finish together
+        (shares in inverse proportion to their predicted times for the whole GEMM), or 0
+        when the split would not beat the op placed whole by the policy."""
+        pieces = self._split_gemm(op, any_rows=True)
+        if isinstance(pieces, str):
+            return 0
+        t_host = self.host_cost(op).duration_s
+        t_pim = max(self.piece_cost(op, p, 0).duration_s for p in pieces)
+        n = op.dims["n"]
+        n_pim = round(n * t_host / (t_host + t_pim))
+        if not 0 < n_pim < n:
+            return 0
+        host_part = self.host_cost(g.column_share(op, n - n_pim, op.name)).duration_s
+        pim_part = max(self.piece_cost(op, p, 0).duration_s
+                       for p in self._split_gemm(g.column_share(op, n_pim, op.name), any_rows=True))
+        whole = self.decide(op)
+        return n_pim if max(host_part, pim_part) < (whole.pim_s if whole.where == "pim" else t_host) else 0
+
+    def schedule(self, graph: OpGraph) -> OpGraph:
+        """The decode step rewritten for AttAcc's overlaps (head groups, GEMM sharing);
+        sets the forced placements and continuations the planning then uses."""
+        self.forced, self.continuations = {}, frozenset()
+        cfg = self.cfg
+        if graph.phase != "decode" or self.policy == "none" or (cfg.head_groups == 1 and not cfg.gemm_sharing):
+            return graph
+        if cfg.head_groups > 1:
+            G, m = cfg.head_groups, self.model
+            layers = len({op.layer for op in graph.ops() if op.layer is not None})
+            head_slice = lower(replace(m, num_heads=m.num_heads // G, num_kv_heads=m.num_kv_heads // G),
+                               graph.phase, graph.batch, graph.q_len, graph.kv_len, self.formats,
+                               self.workload.flash_attention, num_layers=layers)
+            graph, self.continuations = pipeline_heads(graph, head_slice, G)
+        if cfg.gemm_sharing:
+            graph, self.forced = share_gemms(graph, self.pim_columns)
+            # Both parts of a later head group's GEMM continue their side's kernel.
+            self.continuations |= {n for n in self.forced if n.rsplit("@", 1)[0] in self.continuations}
+        return graph
+
     def plan_step(self, graph: OpGraph) -> list[Task]:
         sizes = self.sub_batch_sizes(graph)
         if len(sizes) == 1:
-            tasks, self.last_decisions = self.plan_chain(graph)
+            tasks, self.last_decisions = self.plan_chain(self.schedule(graph))
             return tasks
         # Sub-batch interleaving (NeuPIMs, hardware.md §4.4): each sub-batch is its own op chain,
         # lowered at its own batch size, so every FC of every sub-batch reads the layer's weights

@@ -51,6 +51,12 @@ class PimConfig(Strict):
     # Decode sub-batch interleaving (NeuPIMs): the batch runs as this many independent op chains
     # so one chain's attention on PIM overlaps another's FC on the host. 1: one chain (serial).
     sub_batches: int = Field(default=1, gt=0)
+    # Decode head-group pipelining (AttAcc --pipeopt): each layer's attention block runs as this
+    # many slices of heads, so PIM attends one slice while the host projects another. 1: off.
+    head_groups: int = Field(default=1, gt=0)
+    # Split host GEMMs that no attention overlaps between host and PIM by output columns, in
+    # proportion to their speeds (AttAcc --ffopt). Needs dual_row_buffer: both read the banks at once.
+    gemm_sharing: bool = False
 
     @model_validator(mode="after")
     def _geometry(self) -> "PimConfig":
@@ -64,6 +70,12 @@ class PimConfig(Strict):
         if units != expected:
             raise ValueError(f"units_per_pseudo_channel: placement {self.placement} with {banks} banks "
                              f"in {groups} groups means {expected} units per pseudo-channel, not {units}")
+        if self.sub_batches > 1 and (self.head_groups > 1 or self.gemm_sharing):
+            raise ValueError("sub_batches: sub-batch interleaving and AttAcc's overlaps (head_groups, "
+                             "gemm_sharing) are alternative schedules; choose one")
+        if self.gemm_sharing and not self.dual_row_buffer:
+            raise ValueError("gemm_sharing: host and PIM read the same banks at once, which blocked mode "
+                             "forbids; set dual_row_buffer: true")
         if self.row_bytes % self.column_bytes:
             raise ValueError(f"row_bytes: a row of {self.row_bytes:g} B is not a whole number of "
                              f"{self.column_bytes} B column accesses")

@@ -35,10 +35,24 @@ def step_breakdown(tl: Timeline) -> dict[str, float]:
 
 
 def decisions_for(mapper: "PimMapper", kv_len: int) -> list["Decision"]:
-    """Placement of every op of a one-layer decode step (every layer is placed alike)."""
+    """Placement of every op of a one-layer decode step as scheduled (every layer is placed
+    alike); of a pipelined attention block only the first head group (the others alike)."""
     w = mapper.workload
-    graph = lower(mapper.model, "decode", w.batch, 1, kv_len, mapper.formats, w.flash_attention, num_layers=1)
-    return [mapper.decide(op) for op in graph.ops()]
+    graph = mapper.schedule(lower(mapper.model, "decode", w.batch, 1, kv_len, mapper.formats,
+                                  w.flash_attention, num_layers=1))
+    return [mapper.decide(op) for op in graph.ops() if op.name not in mapper.continuations]
+
+
+def schedule_line(cfg, decisions: list["Decision"]) -> str:
+    parts = []
+    if cfg.head_groups > 1:
+        parts.append(f"attention blocks pipelined in {cfg.head_groups} head groups (AttAcc --pipeopt)")
+    if cfg.gemm_sharing:
+        shared = sum(d.op.name.endswith("@pim") for d in decisions)
+        parts.append(f"GEMM sharing: {shared} GEMM(s) per layer split by columns host/PIM (AttAcc --ffopt)")
+    if cfg.sub_batches > 1:
+        parts.append(f"{cfg.sub_batches} interleaved sub-batches (NeuPIMs)")
+    return "; ".join(parts) or "serial (one op chain, no overlap schedule)"
 
 
 def placement_table(decisions: list["Decision"], kv_len: int, layers: int) -> Table:
@@ -86,6 +100,7 @@ def attach_report(mapper: "PimMapper", result: "RunResult", baseline: "RunResult
                                 f"({geo.internal_bytes_per_s / ext:.2f}x); row open exposed "
                                 f"{geo.exposed_row_open_s * 1e9:.1f} ns per {cfg.row_bytes:.0f} B row"),
         ("policy", mapper.policy),
+        ("decode schedule", schedule_line(cfg, decisions)),
         ("TPOT with / without PIM", f"{fmt_time(result.tpot_s)} / {fmt_time(baseline.tpot_s)} "
                                     f"({speedup:.2f}x, saves {fmt_time(baseline.tpot_s - result.tpot_s)} per token step)"),
         ("end-to-end with / without", f"{fmt_time(result.e2e_s)} / {fmt_time(baseline.e2e_s)}"),

@@ -79,6 +79,27 @@ class Op:
         return self.flops / self.bytes if self.bytes else math.inf
 
 
+def column_share(op: Op, n_cols: int, name: str) -> Op:
+    """The part of a GEMM that computes `n_cols` of its `n` output columns: the
+    same input rows, that share of the weight rows (and bias) and of the output.
+    Used to split one GEMM between two devices that each hold the weights."""
+    if op.kind != GEMM:
+        raise ValueError(f"{op.name}: column_share needs a GEMM, not {op.kind}")
+    n = op.dims["n"]
+    if not 0 < n_cols <= n:
+        raise ValueError(f"{op.name}: {n_cols} of {n} columns")
+
+    def share(t: TensorUse, axis: int) -> TensorUse:
+        shape = t.shape[:axis] + (n_cols,) + t.shape[axis + 1:]
+        return TensorUse(t.name, t.role, shape, t.fmt, round(t.bytes * n_cols / n))
+
+    # Weights are (n, k) matrices or (n,) biases; outputs are (m, n).
+    reads = tuple(share(t, 0) if t.role == "weight" else t for t in op.reads)
+    writes = tuple(share(t, len(t.shape) - 1) for t in op.writes)
+    shape = tuple((k, n_cols if k == "n" else v) for k, v in op.shape)
+    return Op(name, op.kind, op.flops * n_cols / n, reads, writes, shape, op.compute_format, op.layer)
+
+
 @dataclass
 class OpGraph:
     """A DAG of ops (networkx) with data-dependency edges, in insertion order,

@@ -117,6 +117,7 @@ class RunResult:
 
 _PIECE = re.compile(r"@.*$")            # "L3.q_proj@stack2": one stack's share of an op
 _BATCH = re.compile(r"(?:^|\.)b\d+(?:\.|$)")   # "L3.b1.pre": one GPU batch of a block schedule
+_HEADS = re.compile(r"\.h\d+$")          # "L3.q_proj.h2": one head group of a pipelined block
 
 
 def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
@@ -136,7 +137,7 @@ def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
 
 def group_name(o: OpRecord) -> str:
     """The name an op shares across layers, GPU batches and per-stack pieces."""
-    return _BATCH.sub(".", _PIECE.sub("", o.base_name)).strip(".")
+    return _HEADS.sub("", _BATCH.sub(".", _PIECE.sub("", o.base_name))).strip(".")
 
 
 def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, int]]:

@@ -269,12 +269,13 @@ ATTACC_PIM = {  # AttAcc_bank (hardware.md §4.3; scale-snu/attacc_simulator src
 GIB = 2**30
 
 
-def attacc_machine(gpus: int, capacity_bytes: float, sub_batches: int = 1):
+def attacc_machine(gpus: int, capacity_bytes: float, **schedule):
     """`gpus` x A100a ("A100 with HBM3", config.py make_xpu_config: 312 TFLOPS FP16, 3352 GB/s,
     main.py default --gpu A100a --ngpu 8) as one device: 5 HBM3 stacks of 670.4 GB/s per GPU.
-    One device: the tensor-parallel all-reduce between the GPUs is not modelled."""
+    One device: the tensor-parallel all-reduce between the GPUs is not modelled. `schedule`:
+    pim.* overrides by bare name (sub_batches, head_groups, gemm_sharing)."""
     return load_machine("hbm_pim", {
-        **ATTACC_PIM, "pim.sub_batches": sub_batches, "memory.hbm.capacity_bytes": capacity_bytes,
+        **ATTACC_PIM, **{f"pim.{k}": v for k, v in schedule.items()}, "memory.hbm.capacity_bytes": capacity_bytes,
         "memory.hbm.bandwidth_bytes_per_s": gpus * 5 * 670.4e9,
         "units.gpu.peak_flops_per_s": {"fp16": gpus * 312e12}, "units.gpu.vector_flops_per_s": gpus * 19.5e12})
 
@@ -285,12 +286,12 @@ def attacc_mapper(machine, policy: str, batch: int, lin: int, lout: int) -> PimM
     return PimMapper(machine, w, w.model_config_())
 
 
-def attacc_throughput(machine, policy: str, batch: int, lin: int, lout: int) -> float:
+def attacc_throughput(machine, policy: str, batch: int, lin: int, lout: int, samples: int = DECODE_SAMPLES) -> float:
     """AttAcc's metric (system.py simulate: 'Throughput: batch / g_time'): batch over the mean
     generation-stage step time (g_perf / (lout - 1)), the summarisation stage excluded. The mean is
     over the simulator's sampled decode steps (sim.simulate's DECODE_SAMPLES, linear in kv_len)."""
     m = attacc_mapper(machine, policy, batch, lin, lout)
-    kvs = decode_kv_lens(lin, lout)[sample_indices(lout - 1, DECODE_SAMPLES)]
+    kvs = decode_kv_lens(lin, lout)[sample_indices(lout - 1, samples)]
     return batch / (sum(step_time(m, "decode", 1, int(kv)).time_s for kv in kvs) / len(kvs))
 
 
@@ -303,7 +304,8 @@ def max_batch(capacity_bytes: float, weights: bool, lin: int, lout: int) -> int:
     return int((capacity_bytes - (weight_bytes(model, formats) if weights else 0)) // per_request)
 
 
-def attacc_gain(lin: int, lout: int, baseline_gpus: int = 8, sub_batches: int = 1) -> tuple[float, int, int]:
+def attacc_gain(lin: int, lout: int, baseline_gpus: int = 8, samples: int = DECODE_SAMPLES,
+                **schedule) -> tuple[float, int, int]:
     """DGX+AttAcc against a GPU system of equal memory capacity (1280 GiB), each at its largest batch.
 
     DGX+AttAcc: 8 x A100a, 80 GiB each (main.py --gmemcap 80) holding the weights; 8 AttAcc x 5 HBM3
@@ -313,13 +315,15 @@ def attacc_gain(lin: int, lout: int, baseline_gpus: int = 8, sub_batches: int = 
     share the GPUs' HBM. Which one the paper's "same memory capacity" means is inferred from the
     artifact's options (the paper text was not available); the 8-GPU one is where AttAcc can win.
     AttAcc's GPUs are the 8 of main.py's default; tensor-parallel all-reduce is not modelled (16 GPUs
-    would pay more of it). `sub_batches` interleaves DGX+AttAcc's decode steps (the GPU-only baseline
-    has nothing to overlap). Returns (throughput ratio, baseline batch, AttAcc batch)."""
+    would pay more of it). `schedule` sets DGX+AttAcc's decode schedule (sub_batches, head_groups,
+    gemm_sharing; the GPU-only baseline has nothing to overlap). `samples`: decode steps averaged
+    (step time is linear in kv_len, so 3 give the same mean as 9 to 1e-4). Returns (throughput
+    ratio, baseline batch, AttAcc batch)."""
     cap = 1280 * GIB
     b_base = max_batch(cap, True, lin, lout)
     b_att = max_batch(640 * GIB, False, lin, lout)   # the GPUs' 640 GiB hold only the 325 GiB of weights
-    base = attacc_throughput(attacc_machine(baseline_gpus, cap), "none", b_base, lin, lout)
-    att = attacc_throughput(attacc_machine(8, cap, sub_batches), "attention_only", b_att, lin, lout)
+    base = attacc_throughput(attacc_machine(baseline_gpus, cap), "none", b_base, lin, lout, samples)
+    att = attacc_throughput(attacc_machine(8, cap, **schedule), "attention_only", b_att, lin, lout, samples)
     return att / base, b_base, b_att
 
 
@@ -362,7 +366,7 @@ def test_sub_batch_interleaving_pays_only_at_large_batch():
     # (shared/reference/peers.md §8); here the crossover lies between batch 128 (0.71x) and 256 (1.12x).
     gains = {}
     for batch in (66, 512):
-        t = [step_time(attacc_mapper(attacc_machine(8, 1280 * GIB, sb), "attention_only", batch, 2048, 128),
+        t = [step_time(attacc_mapper(attacc_machine(8, 1280 * GIB, sub_batches=sb), "attention_only", batch, 2048, 128),
                        "decode", 1, 2112).time_s for sb in (1, 2)]
         gains[batch] = t[0] / t[1]
     assert gains[66] == pytest.approx(0.55, rel=0.03)
@@ -391,16 +395,127 @@ def test_attacc_same_batch_decode_step():
 ATTACC_SETTINGS = ((2048, 128), (128, 2048), (2048, 2048), (128, 128))  # Lin/Lout
 
 
-@pytest.mark.xfail(strict=True, reason="model gives up to 1.72x (Lin/Lout 2048/128; 1.46x at 2048/2048, 1.30x "
-                   "at 128/2048, 1.16x at 128/128), AttAcc reports up to 2.81x: -39 %. With NeuPIMs' two-sub-batch "
-                   "interleaving (pim.sub_batches 2) it is worse, 0.94x: the FC weights are read twice. AttAcc's "
-                   "README runs --pipeopt (head-level pipelining of QKV/attention/projection, src/system.py "
-                   "_pipeline) and --ffopt (FFN shared with PIM, _ff_parallel), which this model does not have; "
-                   "it also charges ~10 ms of per-op launch and small ops per step to both systems.")
-def test_attacc_within_35_percent():
-    # "Up to": the best of the Lin/Lout settings run, 8-GPU equal-capacity baseline.
-    best = max(attacc_gain(lin, lout)[0] for lin, lout in ATTACC_SETTINGS)
-    assert best == pytest.approx(2.81, rel=0.35)
+def test_attacc_within_35_percent_with_its_head_group_pipelining():
+    # AttAcc's headline runs its README's --pipeopt: attention is pipelined head by head under the QKV
+    # and output projections (src/system.py _pipeline; granularity heads per GPU, 96 / 8 = 12:
+    # minimum_ratio = 1 / (num_heads / num_xpu)). Here pim.head_groups 12 splits every decode layer's
+    # attention block into 12 head slices that the engine overlaps (hw_models/pim_pipeline.py); a
+    # projection's later slices continue its kernel (no launch, no ramp). Equal-capacity 8-GPU
+    # baseline, batches 99 vs 66, Lin/Lout 2048/128, the best of the four settings: measured 2.020x
+    # (128/2048: 1.445x, 2048/2048: 1.698x, 128/128: 1.205x), against 2.81x: -28 %. What is left of the
+    # gap: ~6 ms per step of 4 us launches (15 ops x 96 layers, charged to both systems; AttAcc charges
+    # none) and --ffopt, which does not pay here (test_gemm_sharing_does_not_pay_at_attacc_batch).
+    # The schedule alone moves the gain from 1.72x (serial, test above) to 2.02x.
+    ratio, b_base, b_att = attacc_gain(2048, 128, samples=2, head_groups=12)
+    assert (b_base, b_att) == (99, 66)
+    assert ratio == pytest.approx(2.81, rel=0.35)
+    assert ratio == pytest.approx(2.02, rel=0.03)
+
+
+def attacc_layer(schedule: dict, batch: int = 66, kv: int = 2112):
+    """One decode layer of GPT-3-175B on DGX+AttAcc (attention_only): its tasks and engine timeline."""
+    m = attacc_mapper(attacc_machine(8, 1280 * GIB, **schedule), "attention_only", batch, 2048, 128)
+    tasks = m.plan_step(lower(m.model, "decode", batch, 1, kv, m.formats, num_layers=1))
+    return m, tasks, engine.run(tasks, m.resources(), m.containers())
+
+
+def test_head_group_pipeline_hides_attention_under_the_projections():
+    # Serial (head_groups 1): the host waits for PIM's attention (qk, softmax, av on the slowest
+    # stack), so the layer takes host busy + PIM busy. Pipelined (12 groups): PIM attends group g
+    # while the host projects g+1, and the output projections of groups 0..10 (~19 us) cover the last
+    # group's attention (~3.4 us), so the layer takes the host's busy time alone. The host's work
+    # grows only by re-reading the 66 x 12288 input once per group (12 x 1.6 MB per projection):
+    # the slices after the first pay no launch and no DRAM ramp (one kernel per projection).
+    def busy(tasks, resource):
+        return sum(t.duration_s for t in tasks if t.resource == resource)
+
+    _, serial, tl1 = attacc_layer({})
+    m, piped, tl12 = attacc_layer({"head_groups": 12})
+    stacks = [f"pim.stack{i}" for i in range(40)]
+    assert tl1.makespan_s == pytest.approx(busy(serial, "gpu") + max(busy(serial, s) for s in stacks), rel=1e-9)
+    assert tl12.makespan_s == pytest.approx(busy(piped, "gpu"), rel=1e-9)
+    extra_input_s = 4 * 11 * 66 * 12288 * 2 / (8 * 5 * 670.4e9 * 0.85)   # q, k, v, o re-read x: 3.3 us
+    assert busy(piped, "gpu") - busy(serial, "gpu") == pytest.approx(extra_input_s, rel=0.15)
+    names = {t.id.split("@")[0] for t in piped}
+    assert {f"L0.q_proj.h{k}" for k in range(12)} <= names and "L0.q_proj" not in names
+    assert {f"L0.av.h{k}" for k in range(12)} <= names
+    q0, q1 = (m.host_cost(next(t.tag.op for t in piped if t.id == f"L0.q_proj.h{k}")) for k in (0, 1))
+    assert q0.overhead_s == 4e-6 and q1.overhead_s == 0.0          # a continuation: no launch
+
+
+def gemm_graph(m: int, n: int, k: int) -> OpGraph:
+    x = TensorUse("x", "activation", (m, k), "fp16", 2 * m * k)
+    wt = TensorUse("w", "weight", (n, k), "fp16", 2 * n * k)
+    y = TensorUse("y", "activation", (m, n), "fp16", 2 * m * n)
+    graph = OpGraph("decode", m, 1, 1)
+    graph.add(Op("fc", GEMM, 2.0 * m * n * k, (x, wt), (y,), (("m", m), ("n", n), ("k", k))), [])
+    return graph
+
+
+def test_gemm_sharing_splits_columns_by_speed():
+    # Llama-2-13B's q_proj at batch 8 (8 x 5120 x 5120, fp16) on hbm_pim with dual row buffers.
+    # Host: 4 us launch + 2.3 us ramp + (2 x 8 x 5120 + 5120^2 x 2 + 8 x 5120 x 2 B = 52.59 MB) /
+    #   (1536 GB/s x 0.85) = 46.58 us.
+    # PIM, whole GEMM, per stack (5): the 8 rows re-stream W: 8 x 52.43 MB / 5 / 1228.8 GB/s = 68.27 us,
+    #   + x written to 16 pseudo-channels and 16 partial sums per output read back:
+    #   (81,920 x 16 + 81,920 / 5 x 16) B / 307.2 GB/s = 5.12 us, + 4 us launch = 77.39 us.
+    # PIM's share of columns: 5120 x 46.58 / (46.58 + 77.39) = 1924 (both sides finish together if
+    # fixed costs are ignored). Host part, 3196 columns: 6.3 us + 32.86 MB / 1305.6 GB/s = 31.47 us.
+    # PIM part: 8 x 1924 x 5120 x 2 / 5 / 1228.8 GB/s = 25.65 us + (1,310,720 + 98,509) B / 307.2 GB/s
+    #   = 4.59 us + 4 us launch + 0.5 us entering and leaving PIM mode = 34.74 us: the step.
+    shared = mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": True}, pim_policy="auto")
+    plain = mapper(overrides={"pim.dual_row_buffer": True}, pim_policy="auto")
+    graph = gemm_graph(8, 5120, 5120)
+    op = graph.op("fc")
+    assert shared.pim_columns(op) == 1924
+    tasks = shared.plan_step(graph)
+    assert {t.id.split("@stack")[0] for t in tasks} == {"fc@pim", "fc@host"}
+    tl = engine.run(tasks, shared.resources(), shared.containers())
+    host_part = next(i for i in tl.intervals if i.task == "fc@host")
+    assert host_part.end_s - host_part.start_s == pytest.approx(31.47e-6, rel=1e-3)
+    assert tl.makespan_s == pytest.approx(34.74e-6, rel=1e-3)
+    alone = engine.run(plain.plan_step(graph), plain.resources(), plain.containers()).makespan_s
+    assert alone == pytest.approx(46.58e-6, rel=1e-3)   # auto keeps it on the host (PIM: 77 us)
+
+
+def test_gemm_sharing_pays_at_small_batch_only():
+    # Llama-2-13B decode steps (kv 1025) on hbm_pim with dual row buffers, attention on PIM, with and
+    # without GEMM sharing. Sharing pays while PIM's re-streaming (rows x weights) is comparable with
+    # the host's one pass: measured 2.88x at batch 1 (PIM takes most of each GEMV), 1.35x at 8,
+    # 1.08x at 16; at 32 no layer GEMM is split (the split would not beat the host alone) and only
+    # the LM head (32,000 columns, 4129 to PIM) still is: 1.0005x.
+    gains = {}
+    for batch in (1, 8, 32):
+        t = [step_time(mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": share},
+                              batch=batch, prompt_len=1024, pim_policy="attention_only"),
+                       "decode", 1, 1025).time_s for share in (False, True)]
+        gains[batch] = t[0] / t[1]
+    assert gains[1] == pytest.approx(2.88, rel=0.03)
+    assert gains[8] == pytest.approx(1.35, rel=0.03)
+    assert gains[32] == pytest.approx(1.0005, abs=2e-4)
+
+
+def test_gemm_sharing_does_not_pay_at_attacc_batch():
+    # AttAcc's --ffopt scales FF time by GPU_bw / (GPU_bw + PIM_bw / batch) (system.py _ff_parallel):
+    # 0.88 at batch 66. It leaves out that PIM needs the batch's input in every pseudo-channel: for
+    # fc1 (66 x 12288 fp16 = 1.6 MB) x 32 pseudo-channels per stack = 52 MB through one stack's
+    # 670.4 GB/s = 78 us, more than the host's whole fc1 (59.7 us). So no GEMM is split.
+    m, tasks, _ = attacc_layer({"head_groups": 12, "gemm_sharing": True})
+    assert not any("@host" in t.id or "@pim" in t.id for t in tasks)
+    fc1 = lower(m.model, "decode", 66, 1, 2112, m.formats, num_layers=1).op("L0.fc1")
+    assert m.pim_columns(fc1) == 0
+    x_per_stack_s = 66 * 12288 * 2 * 32 / 670.4e9
+    assert x_per_stack_s > m.host_cost(fc1).duration_s
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"pim.head_groups": 3}, "pim.head_groups: 3 groups do not divide"),
+    ({"pim.gemm_sharing": True}, "gemm_sharing.*dual_row_buffer"),
+    ({"pim.dual_row_buffer": True, "pim.sub_batches": 2, "pim.head_groups": 2}, "choose one"),
+])
+def test_schedule_options_errors(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        mapper(overrides=overrides)
 
 
 def test_attacc_against_2xdgx_loses():
