@@ -211,10 +211,16 @@ class SpatialMapper(Mapper):
         result.extra["report"] = self._report(part, dec, period, util, tok_user, power, energy_per_token)
         return result
 
+    def matmul_path(self):
+        """How the workload's weight GEMMs run on a chip (format, rate, dequantization)."""
+        return self.chip.gemm_path(self.formats.weights, self.formats.activations)
+
     def _utilization(self, dec: PhaseCosts, period: float) -> dict:
-        """Decode steady state: each chip works m times per period (m micro-batches)."""
+        """Decode steady state: each chip works m times per period (m micro-batches).
+        Compute is against the peak of the format the matmuls run in (fp16 mode for
+        int8 weights x fp16 activations), not the array's native format."""
         mb, n = self.microbatches, self.partition.chips
-        peak = self.chip.array_rate
+        peak = self.matmul_path().rate_flops_per_s
         bw = self.chip.sram.bandwidth_bytes_per_s
         per_chip = []
         for j in range(n):
@@ -257,8 +263,9 @@ class SpatialMapper(Mapper):
             ("tokens/s per user / aggregate", f"{tok_user:,.1f} / {w.batch * tok_user:,.1f}"),
             ("pipeline bubble fraction", f"{100 * util['bubble']:.1f}%"),
             ("utilization (mean / max chip)",
-             f"compute {100 * util['compute_mean']:.1f}% / {100 * util['compute_max']:.1f}%, SRAM bandwidth "
-             f"{100 * util['sram_mean']:.1f}% / {100 * util['sram_max']:.1f}%, links {100 * util['link_mean']:.2f}% / "
+             f"compute ({self.matmul_path().fmt} peak) {100 * util['compute_mean']:.2f}% / "
+             f"{100 * util['compute_max']:.2f}%, SRAM bandwidth "
+             f"{100 * util['sram_mean']:.2f}% / {100 * util['sram_max']:.2f}%, links {100 * util['link_mean']:.2f}% / "
              f"{100 * util['link_max']:.2f}%"),
             ("energy per token", f"{energy_per_token:.3f} J ({part.chips} chips x {power:.0f} W)" if power
              else "n/a (no power figure in the preset)"),

@@ -364,3 +364,15 @@ def test_detail_false_keeps_the_metrics():
     a, b = simulate(w, hw), simulate(w, hw, detail=False)
     assert a.metrics() == b.metrics()
     assert a.decode_ops and not b.decode_ops
+
+
+def test_compute_utilization_is_against_the_matmul_format_peak():
+    """int8 weights x fp16 activations run in the MXM's fp16 mode, so a chip's
+    compute utilization is its FLOPs per period over the 188 TFLOP/s fp16 peak,
+    not the 750 TOP/s int8 one: mean = sum(FLOPs) / (chips x 188e12 x period)."""
+    m = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"), load_machine("groq_lpu"))
+    dec = m.decode_costs(1152)
+    period = m.decode_step_s(1152)
+    util = m._utilization(dec, period)
+    assert m.matmul_path().fmt == "fp16"
+    assert util["compute_mean"] == pytest.approx(sum(dec.flops) / (m.partition.chips * 188e12 * period), rel=1e-9)
