@@ -16,6 +16,7 @@ alternates even and odd banks, `src/tests/PIMKernel.cpp: executeGemv`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -84,39 +85,40 @@ class PimConfig(Strict):
 
 @dataclass(frozen=True)
 class Geometry:
-    """Figures derived from a PimConfig, per stack unless named otherwise."""
+    """Figures derived from a PimConfig, per stack unless named otherwise (cached: every
+    PIM piece of every step asks for them)."""
 
     cfg: PimConfig
     stack_external_bytes_per_s: float   # pins of one stack (tier bandwidth / stacks)
 
-    @property
+    @cached_property
     def units_per_stack(self) -> int:
         return self.cfg.pseudo_channels_per_stack * self.cfg.units_per_pseudo_channel
 
-    @property
+    @cached_property
     def banks_per_unit(self) -> int:
         return self.cfg.banks_per_pseudo_channel // self.cfg.units_per_pseudo_channel
 
-    @property
+    @cached_property
     def row_stream_s(self) -> float:
         """Time for one unit to stream one row of one bank."""
         return (self.cfg.row_bytes / self.cfg.column_bytes) / self.cfg.clock_hz
 
-    @property
+    @cached_property
     def exposed_row_open_s(self) -> float:
         """Row opening not hidden behind the unit's other banks' streaming."""
         return max(0.0, self.cfg.row_open_s - (self.banks_per_unit - 1) * self.row_stream_s)
 
-    @property
+    @cached_property
     def unit_bytes_per_s(self) -> float:
         peak = self.cfg.column_bytes * self.cfg.clock_hz
         return peak * self.row_stream_s / (self.row_stream_s + self.exposed_row_open_s)
 
-    @property
+    @cached_property
     def internal_bytes_per_s(self) -> float:
         return self.units_per_stack * self.unit_bytes_per_s
 
-    @property
+    @cached_property
     def flops_per_s(self) -> float:
         """MAC = 2 FLOP per lane per cycle."""
         return self.units_per_stack * self.cfg.simd_lanes * 2 * self.cfg.clock_hz

@@ -549,3 +549,19 @@ def test_aim_gddr6_preset():
     fp16 = mapper("aim_gddr6")
     g16 = lower(fp16.model, "decode", 1, 1, 1025, fp16.formats, num_layers=1)
     assert "bf16" in fp16.decide(next(o for o in g16.ops() if o.base_name == "up_proj")).why
+
+
+def test_attacc_preset_is_the_tested_configuration():
+    # hw_models/presets/attacc_dgx.yaml and workloads/opt175b_attacc.yaml let a user run the AttAcc
+    # case from the CLI; they must be the configuration the tests above check (clock 368.26 MHz is
+    # 9 x 670.4 GB/s / (512 units x 32 B) rounded to 5 digits).
+    from sim.workload import load_workload
+    w = load_workload("workloads/opt175b_attacc.yaml")
+    assert (w.model, w.batch, w.prompt_len, w.gen_len, w.pim_policy) == ("opt-175b", 66, 2048, 128, "attention_only")
+    preset = PimMapper(load_machine("attacc_dgx"), w, w.model_config_())
+    tested = attacc_mapper(attacc_machine(8, 1280 * GIB, head_groups=12), "attention_only", 66, 2048, 128)
+    for m in (preset, tested):
+        m.footprint()
+    t = [step_time(m, "decode", 1, 2112).time_s for m in (preset, tested)]
+    assert t[0] == pytest.approx(t[1], rel=1e-4)
+    assert t[0] == pytest.approx(23.17e-3, rel=1e-3)
