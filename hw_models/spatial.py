@@ -7,6 +7,9 @@ on-chip SRAM across many chips, layers pipelined from chip to chip.
 * Timing: static. An op slice takes max(PE-array tiling time, SRAM time) on its
   chip; a chip's stage time is the sum of its slices (one instruction stream);
   a hop moves the live activations over the bonded C2C links.
+* Tensor parallelism (hw_models.spatial_tp, spatial.tensor_parallel = t):
+  chips form groups of t that split each layer Megatron-style; the pipeline
+  runs over the groups and a group's stage time includes its collectives.
 * Engine (hw_models.spatial_pipeline): chips and hops are resources, prefill
   chunks and decode micro-batches flow through them; decode is a closed loop
   (a sequence's next token waits for its previous one).
@@ -28,7 +31,8 @@ from rich.table import Table
 from hw_models.base import Mapper
 from hw_models.spatial_config import SpatialConfig, spatial_config
 from hw_models.spatial_map import (ChipModel, Partition, PhaseCosts, activation_buffer, partition,
-                                   phase_costs)
+                                   phase_costs, stage_name)
+from hw_models.spatial_tp import check_model
 from hw_models.spatial_pipeline import StationTag, decode_period_s, prefill_makespan_s
 from sim import engine
 from sim.engine import Task, Timeline
@@ -47,6 +51,7 @@ class SpatialMapper(Mapper):
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
         self.cfg: SpatialConfig = spatial_config(machine)
+        check_model(model, self.cfg, machine.source or machine.name)
         self.chip = ChipModel(machine, self.cfg, workload.compute)
         w = workload
         self.mb_size = min(self.cfg.microbatch_size, w.batch)
@@ -82,9 +87,12 @@ class SpatialMapper(Mapper):
                 f"{src}: spatial: {what}: the activation buffer ({fmt_bytes(act)}) fills a chip's usable SRAM "
                 f"({fmt_bytes(part.capacity_per_chip_bytes)}); lower spatial.prefill_chunk_tokens or microbatch_size")
         if chips is not None and chips < part.needed:
+            t = cfg.tensor_parallel
+            groups = f" in groups of {t} (spatial.tensor_parallel)" if t > 1 else ""
             raise CapacityError(
                 f"{src}: spatial.chips: {what} needs {part.needed} chips of {fmt_bytes(part.capacity_per_chip_bytes)} "
-                f"usable SRAM but spatial.chips is {chips}; set --set hw.spatial.chips={part.needed} (or auto)")
+                f"usable SRAM{groups} but spatial.chips is {chips}; set --set hw.spatial.chips={part.needed} "
+                f"(or auto)")
         if cfg.kv_cache == "dram":
             need = max(part.kv_dram_bytes)
             have = self.machine.memory[cfg.dram_tier].capacity_bytes
@@ -94,16 +102,18 @@ class SpatialMapper(Mapper):
         return part
 
     def footprint(self) -> Footprint:
-        """Bytes on the fullest chip (every chip holds about the same)."""
+        """Bytes on the fullest chip (every chip holds about the same; the
+        chips of a tensor-parallel group hold 1/t of its stage each)."""
         p = self.partition
-        j = max(range(p.chips), key=lambda c: p.weight_bytes[c] + p.kv_sram_bytes[c])
+        t = p.tensor_parallel
+        j = max(range(p.stages), key=lambda c: p.weight_bytes[c] + p.kv_sram_bytes[c])
         fp = Footprint()
         tier = self.machine.device_tier
-        fp.add(tier, "weights", p.weight_bytes[j])
-        fp.add(tier, "kv_cache", p.kv_sram_bytes[j])
+        fp.add(tier, "weights", p.weight_bytes[j] / t)
+        fp.add(tier, "kv_cache", p.kv_sram_bytes[j] / t)
         fp.add(tier, "activations", p.activation_buffer_bytes)
         if self.cfg.kv_cache == "dram":
-            fp.add(self.cfg.dram_tier, "kv_cache", max(p.kv_dram_bytes))
+            fp.add(self.cfg.dram_tier, "kv_cache", max(p.kv_dram_bytes) / t)
         return fp
 
     def plan_step(self, graph) -> list[Task]:
@@ -121,16 +131,23 @@ class SpatialMapper(Mapper):
     def schedule_tasks(self, costs: PhaseCosts) -> list[Task]:
         tasks: list[Task] = []
         prev: str | None = None
+
+        def add(tid: str, res: str, duration: float, tag) -> None:
+            nonlocal prev
+            tasks.append(Task(tid, res, duration, (prev,) if prev else (), tag=tag))
+            prev = tid
+
         for j, row in enumerate(costs.slice_costs):
-            for c in row:
-                tid = f"{c.op.name}@chip{j}"
-                tasks.append(Task(tid, f"chip{j}", c.duration_s, (prev,) if prev else (), tag=c))
-                prev = tid
+            res = stage_name(j, costs.tensor_parallel)
+            colls = costs.collectives[j] if costs.collectives else []
+            for _, c in (x for x in colls if x[0] < 0):
+                add(f"{c.name}@{res}", res, c.duration_s, c)
+            for i, c in enumerate(row):
+                add(f"{c.op.name}@{res}", res, c.duration_s, c)
+                for _, cc in (x for x in colls if x[0] == i):
+                    add(f"{cc.name}@{res}", res, cc.duration_s, cc)
             if j < len(costs.hop_s):
-                tid = f"c2c{j}"
-                tasks.append(Task(tid, tid, costs.hop_s[j], (prev,) if prev else (),
-                                  tag=StationTag("transfer", costs.hop_bytes[j])))
-                prev = tid
+                add(f"c2c{j}", f"c2c{j}", costs.hop_s[j], StationTag("transfer", costs.hop_bytes[j]))
         return tasks
 
     def _schedule(self, costs: PhaseCosts) -> Timeline:
@@ -171,9 +188,11 @@ class SpatialMapper(Mapper):
         tokens = w.batch * w.gen_len
         power = machine.units[machine.main_unit].power_w
         static_j = (power or 0.0) * part.chips * e2e
-        # SRAM/DRAM energy per byte, where the preset gives it: prefill once, decode per step and micro-batch.
+        # SRAM/DRAM energy per byte, where the preset gives it: prefill once, decode per step and micro-batch;
+        # slice costs are one chip's, and each of a group's t chips spends it.
         dyn_j = (sum(c.energy_j for row in pre.slice_costs for c in row) * w.batch * self.chunks_per_seq
-                 + sum(c.energy_j for row in dec.slice_costs for c in row) * self.microbatches * len(kv))
+                 + sum(c.energy_j for row in dec.slice_costs for c in row) * self.microbatches * len(kv)
+                 ) * part.tensor_parallel
         energy_per_token = (static_j + dyn_j) / tokens
         tok_user = 1.0 / period if period else 0.0
         metrics = {
@@ -185,6 +204,9 @@ class SpatialMapper(Mapper):
             "spatial.util.compute_mean": util["compute_mean"], "spatial.util.sram_bw_mean": util["sram_mean"],
             "spatial.util.link_mean": util["link_mean"], "spatial.util.compute_max": util["compute_max"],
             "spatial.util.sram_bw_max": util["sram_max"], "spatial.util.link_max": util["link_max"],
+            "spatial.tensor_parallel": float(part.tensor_parallel), "spatial.groups": float(part.stages),
+            "spatial.stage_s_mean": sum(dec.stage_s) / part.stages,
+            "spatial.collective_s_per_token": sum(dec.collective_s),
         }
         if power:
             metrics["spatial.energy_per_token_j"] = energy_per_token
@@ -206,6 +228,7 @@ class SpatialMapper(Mapper):
         result.extra["spatial"] = dict(
             chips=part.chips, chips_needed=part.needed, layers_per_chip=part.layer_equivalents,
             stage_s=dec.stage_s, hop_s=dec.hop_s, return_s=dec.return_s, decode_period_s=period,
+            tensor_parallel=part.tensor_parallel, groups=part.stages, collective_s=dec.collective_s,
             microbatches=self.microbatches, microbatch_size=self.mb_size, utilization=util["per_chip"])
         result.extra["metrics"] = metrics
         result.extra["report"] = self._report(part, dec, period, util, tok_user, power, energy_per_token)
@@ -218,8 +241,9 @@ class SpatialMapper(Mapper):
     def _utilization(self, dec: PhaseCosts, period: float) -> dict:
         """Decode steady state: each chip works m times per period (m micro-batches).
         Compute is against the peak of the format the matmuls run in (fp16 mode for
-        int8 weights x fp16 activations), not the array's native format."""
-        mb, n = self.microbatches, self.partition.chips
+        int8 weights x fp16 activations), not the array's native format. Per
+        pipeline stage: with tensor parallelism the t chips of a group are alike."""
+        mb, n = self.microbatches, self.partition.stages
         peak = self.matmul_path().rate_flops_per_s
         bw = self.chip.sram.bandwidth_bytes_per_s
         per_chip = []
@@ -239,7 +263,9 @@ class SpatialMapper(Mapper):
     def _report(self, part: Partition, dec: PhaseCosts, period: float, util: dict, tok_user: float,
                 power: float | None, energy_per_token: float) -> list:
         w, cfg = self.workload, self.cfg
-        slow = max(range(part.chips), key=lambda j: dec.stage_s[j])
+        t, n = part.tensor_parallel, part.stages
+        slow = max(range(n), key=lambda j: dec.stage_s[j])
+        per = "chip" if t == 1 else "group"
         summary = Table(title=f"Spatial pipeline ({self.machine.name}, {cfg.topology})", show_header=False,
                         title_justify="left", box=None, padding=(0, 2))
         summary.add_column(style="bold")
@@ -250,16 +276,18 @@ class SpatialMapper(Mapper):
              f"({fmt_bytes(part.capacity_per_chip_bytes)} usable SRAM each, activation buffer "
              f"{fmt_bytes(part.activation_buffer_bytes)})"),
             ("resident bytes", f"weights {fmt_bytes(sum(part.weight_bytes))}, KV cache {fmt_bytes(sum(part.kv_sram_bytes) + sum(part.kv_dram_bytes))} in {kv_where}"),
-            ("layers per chip", f"{self.model.num_layers / part.chips:.3g} on average "
-             f"({1 / max(part.layer_equivalents):.2f} chips per layer)" if max(part.layer_equivalents) < 1
-             else f"{self.model.num_layers / part.chips:.3g} on average"),
+            (f"layers per {per}", f"{self.model.num_layers / n:.3g} on average "
+             f"({1 / max(part.layer_equivalents):.2f} {per}s per layer)" if max(part.layer_equivalents) < 1
+             else f"{self.model.num_layers / n:.3g} on average"),
+            *self._tp_rows(dec),
             ("links per hop", f"{cfg.links_per_hop} x {cfg.links.bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
              f"{fmt_time(cfg.links.latency_s)} per hop"),
             ("micro-batches", f"{self.microbatches} of {self.mb_size} sequence(s) in decode; prefill chunks of "
              f"{self.chunk} tokens"),
             ("decode token latency", f"{fmt_time(dec.latency_s)} = stages {fmt_time(sum(dec.stage_s))} + "
              f"{len(dec.hop_s)} hops {fmt_time(sum(dec.hop_s))} + return {fmt_time(dec.return_s)}"),
-            ("decode period", f"{fmt_time(period)} (slowest stage chip{slow}: {fmt_time(dec.stage_s[slow])})"),
+            ("decode period", f"{fmt_time(period)} (slowest stage {stage_name(slow, t)}: "
+             f"{fmt_time(dec.stage_s[slow])})"),
             ("tokens/s per user / aggregate", f"{tok_user:,.1f} / {w.batch * tok_user:,.1f}"),
             ("pipeline bubble fraction", f"{100 * util['bubble']:.1f}%"),
             ("utilization (mean / max chip)",
@@ -271,19 +299,41 @@ class SpatialMapper(Mapper):
              else "n/a (no power figure in the preset)"),
         ]:
             summary.add_row(k, v)
-        chips = Table(title="Per chip (decode steady state; a sample of chips)", title_justify="left")
-        for col in ("chip", "holds", "layers", "SRAM used", "stage", "hop out", "busy", "compute", "SRAM BW", "link"):
-            chips.add_column(col, justify="left" if col in ("chip", "holds") else "right")
-        shown = sorted({0, 1, part.chips // 2, slow, part.chips - 2, part.chips - 1} & set(range(part.chips)))
+        title = ("Per chip (decode steady state; a sample of chips)" if t == 1 else
+                 f"Per group of {t} chips (decode steady state; per-chip figures; a sample of groups)")
+        chips = Table(title=title, title_justify="left")
+        for col in (per, "holds", "layers", "SRAM used", "stage", "hop out", "busy", "compute", "SRAM BW", "link"):
+            chips.add_column(col, justify="left" if col in (per, "holds") else "right")
+        shown = sorted({0, 1, n // 2, slow, n - 2, n - 1} & set(range(n)))
         for j in shown:
             row = part.slices[j]
             holds = row[0].op_name if len(row) == 1 else f"{row[0].op_name} .. {row[-1].op_name}"
             u = util["per_chip"][j]
             chips.add_row(f"{j}", holds, f"{part.layer_equivalents[j]:.2f}",
-                          fmt_bytes(part.weight_bytes[j] + part.kv_sram_bytes[j]), fmt_time(dec.stage_s[j]),
+                          fmt_bytes((part.weight_bytes[j] + part.kv_sram_bytes[j]) / t), fmt_time(dec.stage_s[j]),
                           fmt_time(dec.hop_s[j]) if j < len(dec.hop_s) else "-", f"{100 * u['busy']:.1f}%",
                           f"{100 * u['compute']:.1f}%", f"{100 * u['sram']:.1f}%", f"{100 * u['link']:.2f}%")
         return [summary, chips]
+
+    def _tp_rows(self, dec: PhaseCosts) -> list[tuple[str, str]]:
+        """Report rows of tensor parallelism (none at t = 1)."""
+        cfg, part = self.cfg, self.partition
+        t, n = part.tensor_parallel, part.stages
+        if t == 1:
+            return []
+        kinds: dict[str, int] = {}
+        for row in dec.collectives:
+            for _, c in row:
+                kinds[c.kind] = kinds.get(c.kind, 0) + 1
+        counts = ", ".join(f"{v} {k.replace('_', '-')}s" for k, v in sorted(kinds.items()))
+        return [
+            ("tensor parallel", f"degree {t}: {n} groups of {t} chips, the pipeline runs over the groups; "
+             f"{cfg.tensor_parallel_links_per_peer} link(s) to each peer in a group"),
+            ("per-group stage time", f"mean {fmt_time(sum(dec.stage_s) / n)}, max {fmt_time(max(dec.stage_s))} "
+             f"(collectives included)"),
+            ("collectives per token", f"{fmt_time(sum(dec.collective_s))} ({counts}) of the stages' "
+             f"{fmt_time(sum(dec.stage_s))}"),
+        ]
 
 
 def _records(tl: Timeline):

@@ -94,12 +94,28 @@ class SpatialConfig(Strict):
     # (hw_models.compute_path.choose) decides, i.e. weight-only quantization is
     # dequantized on the vector units first.
     mixed_precision_matmul: bool = False
+    # Tensor parallelism (hw_models.spatial_tp): chips form groups of this many,
+    # the layer pipeline runs over the groups, and each layer is split across
+    # the chips of its group (Megatron-style). 1: a pure layer pipeline.
+    tensor_parallel: int = Field(default=1, gt=0)
+    # Links each chip bonds to each of its t - 1 group peers (an all-to-all
+    # group, as in Groq's fully connected 8-card node). An assumption: the
+    # rest of the chip's links carry the pipeline hops (see links_per_hop).
+    tensor_parallel_links_per_peer: int = Field(default=1, gt=0)
+
+    @property
+    def group_links(self) -> int:
+        """Links per chip taken by its tensor-parallel peers."""
+        return (self.tensor_parallel - 1) * self.tensor_parallel_links_per_peer
 
     @property
     def links_per_hop(self) -> int:
         if self.links.per_hop is not None:
             return self.links.per_hop
-        return 1 if self.topology == "all_to_all" else max(1, self.links.count // 2)
+        if self.topology == "all_to_all":
+            return 1
+        # Chain or ring: half of the links not taken by the group face each neighbour.
+        return max(1, (self.links.count - self.group_links) // 2)
 
     @property
     def hop_bandwidth_bytes_per_s(self) -> float:
@@ -128,6 +144,7 @@ def spatial_config(machine: Machine) -> SpatialConfig:
         if fmt not in unit.peak_flops_per_s:
             raise ConfigError(f"{src}: spatial.pe_array.modes.{fmt}: {fmt!r} has no peak rate in "
                               f"units.{machine.main_unit}.peak_flops_per_s ({', '.join(unit.peak_flops_per_s)})")
+    _check_tensor_parallel(cfg, src)
     if cfg.kv_cache == "dram":
         if cfg.dram_tier is None:
             raise ConfigError(f"{src}: spatial.dram_tier: required when spatial.kv_cache is dram")
@@ -136,3 +153,18 @@ def spatial_config(machine: Machine) -> SpatialConfig:
     if cfg.dram_tier == machine.device_tier:
         raise ConfigError(f"{src}: spatial.dram_tier: must differ from the SRAM tier {machine.device_tier!r}")
     return cfg
+
+
+def _check_tensor_parallel(cfg: SpatialConfig, src: str) -> None:
+    """An explicit chip count must fill whole groups, and a chip needs links for
+    its t - 1 peers plus the pipeline hops (one each way on a chain or ring)."""
+    t = cfg.tensor_parallel
+    if t == 1:
+        return
+    if isinstance(cfg.chips, int) and cfg.chips % t:
+        raise ConfigError(f"{src}: spatial.chips: {cfg.chips} is not a multiple of spatial.tensor_parallel ({t})")
+    hop = cfg.links_per_hop * (1 if cfg.topology == "all_to_all" else 2)
+    if cfg.group_links + hop > cfg.links.count:
+        raise ConfigError(
+            f"{src}: spatial.tensor_parallel_links_per_peer: {t - 1} peers x {cfg.tensor_parallel_links_per_peer} "
+            f"link(s) + {hop} for the pipeline hops exceed spatial.links.count ({cfg.links.count})")

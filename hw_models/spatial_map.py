@@ -15,6 +15,11 @@ Chip count = ceil(resident bytes / (SRAM x usable_fraction - activation buffer))
 The activation buffer each chip keeps is the largest live activation set of
 any op, in decode (one micro-batch) or prefill (one chunk).
 
+With spatial.tensor_parallel = t > 1 the same cut runs over groups of t chips
+instead of chips (hw_models.spatial_tp splits each op within its group): the
+stream's bytes count replicated ops t times, a group holds t x (usable SRAM -
+activation buffer), and the chip count is t x the groups needed.
+
 Op time is static and deterministic: max(PE-array time from the GEMM's tiling,
 SRAM bytes / SRAM bandwidth, KV bytes / DRAM bandwidth when the KV cache is
 spilled), where non-GEMM ops run at the matrix (attention) or vector rate.
@@ -24,11 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from hw_models import compute_path
 from hw_models.machine import Machine
 from hw_models.pe_array import shared_gemm_cycles
 from hw_models.spatial_config import SpatialConfig
+from hw_models.spatial_tp import ALL_GATHER, CollectiveCost, collective_s
+from hw_models.spatial_tp import plan as tp_plan
 from sim import graph as g
 from sim.formats import get_format
 from sim.graph import Op, OpGraph
@@ -76,18 +84,26 @@ class Slice:
 
 @dataclass
 class Partition:
-    """Which slices of which ops each chip holds, and the bytes it keeps."""
+    """Which slices of which ops each pipeline stage holds, and the bytes it
+    keeps. A stage is one chip, or with tensor_parallel t a group of t chips
+    that split its slices (the per-stage lists are group totals; each chip
+    holds 1/t of them)."""
 
-    chips: int
+    chips: int                          # all chips: stages x tensor_parallel
     needed: int
     capacity_per_chip_bytes: float      # SRAM x usable fraction
     activation_buffer_bytes: float
-    slices: list[list[Slice]]           # per chip, in op order
-    weight_bytes: list[float]           # per chip
-    kv_sram_bytes: list[float]          # per chip
-    kv_dram_bytes: list[float]          # per chip (spilled KV, read at DRAM bandwidth)
+    slices: list[list[Slice]]           # per stage, in op order
+    weight_bytes: list[float]           # per stage
+    kv_sram_bytes: list[float]          # per stage
+    kv_dram_bytes: list[float]          # per stage (spilled KV, read at DRAM bandwidth)
     layer_bytes: float                  # resident bytes of one transformer layer (weights + KV in SRAM)
-    layer_equivalents: list[float] = field(default_factory=list)  # transformer layers held, per chip
+    layer_equivalents: list[float] = field(default_factory=list)  # transformer layers held, per stage
+    tensor_parallel: int = 1
+
+    @property
+    def stages(self) -> int:
+        return self.chips // self.tensor_parallel
 
     @property
     def total_resident_bytes(self) -> float:
@@ -120,21 +136,23 @@ def resident_bytes(graph: OpGraph, model: ModelConfig, formats: FormatPolicy, ba
     return w_out, kv_out
 
 
-def live_activation_bytes(graph: OpGraph) -> tuple[list[float], list[float]]:
+def live_activation_bytes(graph: OpGraph, include: Callable[[str], bool] | None = None
+                          ) -> tuple[list[float], list[float]]:
     """For each op index k: bytes of activations produced before k and read at
-    or after k (what crosses a cut just before op k), and k's output bytes."""
+    or after k (what crosses a cut just before op k), and k's output bytes;
+    only the tensors whose name passes `include`, where given."""
     ops = list(graph.ops())
     last_read: dict[str, int] = {}
     for k, op in enumerate(ops):
         for t in op.reads:
-            if t.role == "activation":
+            if t.role == "activation" and (include is None or include(t.name)):
                 last_read[t.name] = k
     before, outputs = [], []
     live, expire = 0.0, [0.0] * (len(ops) + 1)   # running sum; bytes that die after their last reader
     for k, op in enumerate(ops):
         live -= expire[k]
         before.append(live)
-        out = [t for t in op.writes if t.role == "activation"]
+        out = [t for t in op.writes if t.role == "activation" and (include is None or include(t.name))]
         outputs.append(float(sum(t.bytes for t in out)))
         for t in out:
             last = last_read.get(t.name, -1)
@@ -153,15 +171,23 @@ def activation_buffer(graph: OpGraph) -> float:
 
 def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: SpatialConfig,
               batch: int, context: int, act_buffer: float, chips: int | None, flash: bool = False) -> Partition:
-    """Cut the op stream into `chips` equal-byte pieces (None: as few as fit)."""
+    """Cut the op stream into `chips` equal-byte pieces (None: as few as fit),
+    or into chips / t groups with tensor_parallel t."""
     graph = lower(model, "decode", 1, 1, 1, formats, flash)
     names = [op.name for op in graph.ops()]
     weights, kv = resident_bytes(graph, model, formats, batch, context)
+    t = cfg.tensor_parallel
+    if t > 1:
+        # A group keeps t copies of a replicated op's bytes (norm vectors), one of a split op's.
+        copies = [s.copies(t) for s in tp_plan(graph)[0]]
+        weights = [w * c for w, c in zip(weights, copies)]
+        kv = [x * c for x, c in zip(kv, copies)]
+        chips = None if chips is None else chips // t
     kv_sram = kv if cfg.kv_cache == "sram" else [0.0] * len(kv)
     resident = [w + k for w, k in zip(weights, kv_sram)]
     total = sum(resident)
     cap = machine.memory[machine.device_tier].capacity_bytes * cfg.usable_fraction
-    room = cap - act_buffer
+    room = (cap - act_buffer) * t if t > 1 else cap - act_buffer   # per stage
     needed = math.ceil(total / room - 1e-12) if room > 0 else math.inf
     n = needed if chips is None else chips
     layer_bytes = sum(r for op, r in zip(graph.ops(), resident) if op.layer == 0)
@@ -169,7 +195,7 @@ def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: 
     slices: list[list[Slice]] = [[] for _ in range(max(n, 1))] if n != math.inf else []
     per_chip = [[0.0, 0.0, 0.0, 0.0] for _ in slices]   # weights, kv sram, kv dram, layer bytes
     if n == math.inf or (chips is not None and chips < needed):
-        return Partition(n, needed, cap, act_buffer, slices, [], [], [], layer_bytes)
+        return Partition(n * t, needed * t, cap, act_buffer, slices, [], [], [], layer_bytes, tensor_parallel=t)
     target = total / n
     chip, pos = 0, 0.0
     for k, (name, r) in enumerate(zip(names, resident)):
@@ -187,8 +213,8 @@ def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: 
         slices[chip].append(Slice(k, name, start, 1.0))
         _account(per_chip[chip], weights[k], kv_sram[k], kv[k] - kv_sram[k], graph.op(name), 1.0 - start)
         pos += r * (1.0 - start)
-    part = Partition(n, needed, cap, act_buffer, slices, [c[0] for c in per_chip], [c[1] for c in per_chip],
-                     [c[2] for c in per_chip], layer_bytes)
+    part = Partition(n * t, needed * t, cap, act_buffer, slices, [c[0] for c in per_chip],
+                     [c[1] for c in per_chip], [c[2] for c in per_chip], layer_bytes, tensor_parallel=t)
     part.layer_equivalents = [c[3] / layer_bytes if layer_bytes else 0.0 for c in per_chip]
     return part
 
@@ -257,7 +283,10 @@ class ChipModel:
                 return compute_path.ComputePath(a.name, rates[a.name], False, f"{s.name} x {a.name} in-array")
         return compute_path.choose(self.unit, self.unit_name, weight_fmt, act_fmt, self.mode)
 
-    def cost(self, op: Op, fraction: float, chip: str) -> SliceCost:
+    def cost(self, op: Op, fraction: float, chip: str, k_fraction: float = 1.0) -> SliceCost:
+        """`fraction` of the op's work (bytes, FLOPs) on one chip. A GEMM
+        keeps k_fraction of its reduction dimension (a row-parallel split)
+        and fraction / k_fraction of its output columns."""
         unit, f = self.unit, fraction
         kv_read = sum(t.bytes for t in op.reads if t.role == "kv")
         dram_bytes = f * kv_read if self.cfg.kv_cache == "dram" else 0.0
@@ -266,10 +295,11 @@ class ChipModel:
             w = next((t for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
             path = self.gemm_path(w.fmt if w else None, op.compute_format)
             d = op.dims
-            n_slice = max(1, math.ceil(d["n"] * f - 1e-9))
+            n_slice = max(1, math.ceil(d["n"] * f / k_fraction - 1e-9))
+            k_slice = max(1, math.ceil(d["k"] * k_fraction - 1e-9))
             # Bytes per installed weight: its stored size, or the compute format's after a dequantization.
             w_bytes = get_format(path.fmt if path.dequant or w is None else w.fmt).bits / 8
-            compute_s = self.pe_time_s(d["m"], n_slice, d["k"], path.fmt, path.rate_flops_per_s, w_bytes)
+            compute_s = self.pe_time_s(d["m"], n_slice, k_slice, path.fmt, path.rate_flops_per_s, w_bytes)
             if path.dequant and w is not None:
                 compute_s += f * w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT / unit.vector_flops_per_s
             label = f"PE array {path.label}"
@@ -291,23 +321,39 @@ class ChipModel:
                          label, f * op.flops, sram_bytes, dram_bytes, energy)
 
 
+def stage_name(j: int, tensor_parallel: int) -> str:
+    """Engine resource of pipeline stage j: a chip, or a tensor-parallel group."""
+    return f"chip{j}" if tensor_parallel == 1 else f"group{j}"
+
+
 @dataclass
 class PhaseCosts:
-    """Per-micro-batch station times of one step on the pipeline."""
+    """Per-micro-batch station times of one step on the pipeline. A stage is a
+    chip, or a group of t chips (slice costs, FLOPs and bytes are then one
+    chip's share; stage times include the group's collectives)."""
 
-    slice_costs: list[list[SliceCost]]   # per chip
-    stage_s: list[float]                 # per chip
-    hop_s: list[float]                   # chip j -> j+1
-    hop_bytes: list[float]
-    return_s: float                      # last chip -> first (the sampled token); 0 in prefill
-    flops: list[float]                   # per chip
+    slice_costs: list[list[SliceCost]]   # per stage
+    stage_s: list[float]                 # per stage
+    hop_s: list[float]                   # stage j -> j+1
+    hop_bytes: list[float]               # the whole cut (each of t chips sends 1/t of it)
+    return_s: float                      # last stage -> first (the sampled token); 0 in prefill
+    flops: list[float]                   # per stage, one chip's
     sram_bytes: list[float]
+    tensor_parallel: int = 1
+    # Per stage: (position, collective) pairs, the collective running after
+    # slice `position` of the stage's row (-1: before the first slice).
+    collectives: list[list[tuple[int, CollectiveCost]]] = field(default_factory=list)
+
+    @property
+    def collective_s(self) -> list[float]:
+        """Time each stage spends in collectives (0 without tensor parallelism)."""
+        return [sum(c.duration_s for _, c in row) for row in self.collectives] or [0.0] * len(self.stage_s)
 
     def stations(self) -> list[tuple[str, float]]:
         """Resources a micro-batch visits, in order, with its time on each."""
         out = []
         for j, s in enumerate(self.stage_s):
-            out.append((f"chip{j}", s))
+            out.append((stage_name(j, self.tensor_parallel), s))
             if j < len(self.hop_s):
                 out.append((f"c2c{j}", self.hop_s[j]))
         if self.return_s > 0:
@@ -324,8 +370,10 @@ def hop_time_s(cfg: SpatialConfig, nbytes: float) -> float:
 
 
 def return_time_s(cfg: SpatialConfig, chips: int, tokens: int) -> float:
-    """The sampled token ids go back to the first chip: one hop on a ring or
-    all-to-all, back down the whole chain otherwise."""
+    """The sampled token ids go back to the first chip (stage): one hop on a
+    ring or all-to-all, back down the whole chain otherwise. With tensor
+    parallelism every chip of the last group has the logits (all-gathered) and
+    samples, and sends the ids to its counterpart in the first group."""
     if chips <= 1:
         return 0.0
     hops = chips - 1 if cfg.topology == "chain" else 1
@@ -335,6 +383,8 @@ def return_time_s(cfg: SpatialConfig, chips: int, tokens: int) -> float:
 def phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_tokens: int) -> PhaseCosts:
     """Station times for one micro-batch of `graph` (lowered with all layers);
     `feedback_tokens` > 0 adds the return of the sampled tokens (decode)."""
+    if part.tensor_parallel > 1:
+        return _tp_phase_costs(graph, part, chip, feedback_tokens)
     ops = list(graph.ops())
     before, outputs = live_activation_bytes(graph)
     cfg = chip.cfg
@@ -346,10 +396,55 @@ def phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_token
         flops.append(sum(c.flops for c in row))
         sram.append(sum(c.sram_bytes for c in row))
     hop_bytes = []
-    for j in range(part.chips - 1):
+    for j in range(part.stages - 1):
         s = part.slices[j + 1][0]
         # Cut just before op s.op_index, or inside it after s.start of its outputs.
         hop_bytes.append(before[s.op_index] + s.start * outputs[s.op_index])
     hop = [hop_time_s(cfg, b) for b in hop_bytes]
-    ret = return_time_s(cfg, part.chips, feedback_tokens) if feedback_tokens else 0.0
+    ret = return_time_s(cfg, part.stages, feedback_tokens) if feedback_tokens else 0.0
     return PhaseCosts(costs, stage, hop, hop_bytes, ret, flops, sram)
+
+
+def _tp_phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_tokens: int) -> PhaseCosts:
+    """phase_costs over groups of t chips (hw_models.spatial_tp). A stage is one
+    chip's share of each slice (split ops 1/t, replicated ones whole) plus the
+    collectives after the slices that need them. A hop: each chip of group j
+    sends 1/t of the cut to its counterpart in group j+1 (t hops at once over
+    the links left by the group); the receiving group then all-gathers the
+    replicated part of the cut (each chip needs it whole; sharded tensors
+    already sit on the chip that uses them), at the start of its stage."""
+    ops = list(graph.ops())
+    cfg, t = chip.cfg, part.tensor_parallel
+    splits, sharded = tp_plan(graph)
+    before, outputs = live_activation_bytes(graph)
+    before_rep, outputs_rep = live_activation_bytes(graph, lambda name: name not in sharded)
+    costs, stage, flops, sram, colls = [], [], [], [], []
+    hop_bytes, rep_bytes = [], []
+    for j in range(1, part.stages):
+        s = part.slices[j][0]
+        hop_bytes.append(before[s.op_index] + s.start * outputs[s.op_index])
+        rep_bytes.append(before_rep[s.op_index] + s.start * outputs_rep[s.op_index])
+    for j, stage_slices in enumerate(part.slices):
+        name = stage_name(j, t)
+        row: list[SliceCost] = []
+        col: list[tuple[int, CollectiveCost]] = []
+        if j > 0 and rep_bytes[j - 1] > 0:
+            col.append((-1, _collective("cut.all_gather", ALL_GATHER, rep_bytes[j - 1], cfg)))
+        for s in stage_slices:
+            op, sp = ops[s.op_index], splits[s.op_index]
+            row.append(chip.cost(op, s.fraction * sp.work_fraction(t), name, sp.k_fraction(t)))
+            if sp.collective:
+                col.append((len(row) - 1, _collective(f"{op.name}.{sp.collective}", sp.collective,
+                                                      s.fraction * outputs[s.op_index], cfg)))
+        costs.append(row)
+        colls.append(col)
+        stage.append(sum(c.duration_s for c in row) + sum(c.duration_s for _, c in col))
+        flops.append(sum(c.flops for c in row))
+        sram.append(sum(c.sram_bytes for c in row))
+    hop = [hop_time_s(cfg, b / t) for b in hop_bytes]
+    ret = return_time_s(cfg, part.stages, feedback_tokens) if feedback_tokens else 0.0
+    return PhaseCosts(costs, stage, hop, hop_bytes, ret, flops, sram, t, colls)
+
+
+def _collective(name: str, kind: str, nbytes: float, cfg: SpatialConfig) -> CollectiveCost:
+    return CollectiveCost(name, kind, nbytes, collective_s(cfg, kind, nbytes))

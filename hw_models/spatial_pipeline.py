@@ -54,7 +54,7 @@ def _fold(stations: list[tuple[str, float]]) -> list[tuple[str, float]]:
 def _tag(resource: str) -> StationTag:
     if resource == DELAY:
         return StationTag("delay", bound="folded stations")
-    if resource.startswith("chip"):
+    if resource.startswith(("chip", "group")):   # a chip, or a tensor-parallel group of chips
         return StationTag("stage", bound="stage")
     return StationTag("transfer")
 
