@@ -429,7 +429,9 @@ def _tp_phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_t
         row: list[SliceCost] = []
         col: list[tuple[int, CollectiveCost]] = []
         if j > 0 and rep_bytes[j - 1] > 0:
-            col.append((-1, _collective("cut.all_gather", ALL_GATHER, rep_bytes[j - 1], cfg)))
+            # Named after the op it precedes, so reports keep the cuts apart.
+            first = ops[stage_slices[0].op_index].name
+            col.append((-1, _collective(f"{first}.cut_all_gather", ALL_GATHER, rep_bytes[j - 1], cfg)))
         for s in stage_slices:
             op, sp = ops[s.op_index], splits[s.op_index]
             row.append(chip.cost(op, s.fraction * sp.work_fraction(t), name, sp.k_fraction(t)))
