@@ -132,7 +132,7 @@ class PimMapper(Mapper):
         return {lock: 1.0 for lock in self.locks} if self.blocked and self.policy != "none" else {}
 
     def capacity_hint(self) -> str:
-        return ("PIM stacks give up capacity for logic (Aquabolt-XL: 6 GB per stack): try a smaller model, "
+        return (f"PIM memory gives up capacity for logic ({self.machine.description}): try a smaller model, "
                 "batch or context, or a plain-HBM preset such as --hw a100_80g.")
 
     # -- costs -------------------------------------------------------------
