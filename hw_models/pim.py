@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from hw_models.base import Mapper, OpCost, bound_of
 from hw_models.gpu import roofline_cost
 from hw_models.pim_config import Geometry, load_pim_config
-from hw_models.pim_pipeline import pipeline_heads, share_gemms
+from hw_models.pim_pipeline import ATTENTION_FAMILY, pipeline_heads, share_gemms
 from sim import graph as g
 from sim.engine import Task
 from sim.errors import ConfigError
@@ -48,7 +48,7 @@ from sim.lowering import lower
 if TYPE_CHECKING:
     from sim.results import RunResult
 
-ATTN_KINDS = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)
+ATTN_KINDS = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)   # matrix attention ops (softmax aside)
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ class PimMapper(Mapper):
         self.last_decisions: list[Decision] = []
         self.forced: dict[str, str] = {}             # op -> "host" | "pim" (a shared GEMM's parts)
         self.continuations: frozenset[str] = frozenset()  # ops inside an earlier op's kernel: no launch
+        self.head_group: dict[str, int] = {}         # slice of a pipelined attention block -> its head group
         H, KV = model.num_heads, model.num_kv_heads
         if H % cfg.head_groups or KV % cfg.head_groups:
             raise ConfigError(f"{src}: pim.head_groups: {cfg.head_groups} groups do not divide "
@@ -132,7 +133,8 @@ class PimMapper(Mapper):
         return {lock: 1.0 for lock in self.locks} if self.blocked and self.policy != "none" else {}
 
     def capacity_hint(self) -> str:
-        return (f"PIM memory gives up capacity for logic ({self.machine.description}): try a smaller model, "
+        return (f"PIM memory gives up capacity for logic ({self.machine.description or self.machine.name}): "
+                "try a smaller model, "
                 "batch or context, or a plain-HBM preset such as --hw a100_80g.")
 
     # -- costs -------------------------------------------------------------
@@ -161,11 +163,17 @@ class PimMapper(Mapper):
                          p.stream_bytes, e_int, e_ext)
 
     # -- what PIM can run, split by data layout ------------------------------
+    def _format_refusal(self, op: Op) -> str | None:
+        if op.compute_format not in self.cfg.formats:
+            return f"activations in {op.compute_format}: PIM units compute {'/'.join(self.cfg.formats)} only"
+        return None
+
     def split(self, op: Op) -> tuple[Piece, ...] | str:
         """The op's pieces per stack, or why PIM cannot run it."""
         cfg = self.cfg
-        if op.compute_format not in cfg.formats:
-            return f"activations in {op.compute_format}: PIM units compute {'/'.join(cfg.formats)} only"
+        refusal = self._format_refusal(op)
+        if refusal:
+            return refusal
         if op.kind == g.GEMM:
             return self._split_gemm(op)
         if op.kind in ATTN_KINDS:
@@ -187,6 +195,9 @@ class PimMapper(Mapper):
 
     def _split_gemm(self, op: Op, any_rows: bool = False) -> tuple[Piece, ...] | str:
         cfg, S, P = self.cfg, self.cfg.stacks, self.cfg.pseudo_channels_per_stack
+        refusal = self._format_refusal(op)   # also for GEMM sharing, which bypasses split()
+        if refusal:
+            return refusal
         mats = [t for t in op.reads if t.role == "weight" and len(t.shape) > 1]
         if not mats:
             return "no weight matrix"
@@ -204,15 +215,21 @@ class PimMapper(Mapper):
         return tuple(Piece(s, m * wbytes / S, op.flops / S, x_bytes * P,
                            out / S * cfg.partial_sums_per_output) for s in range(S))
 
-    def _groups_per_stack(self, batch: int, kv_heads: int) -> list[int]:
+    def _groups_per_stack(self, batch: int, kv_heads: int, group: int = 0) -> list[int]:
+        """(request, KV head) granules per stack for an op over `kv_heads` heads. With head
+        groups the op is head group `group` of the model's heads, whose KV lives where the
+        whole model's layout put it: granule (r, h) of the model sits on stack
+        (r x all KV heads + h) % stacks (kv_placement head) or r % stacks (request)."""
         S = self.cfg.stacks
         counts = [0] * S
         if self.cfg.kv_placement == "request":
             for r in range(batch):
                 counts[r % S] += kv_heads
         else:
-            for i in range(batch * kv_heads):
-                counts[i % S] += 1
+            total = self.model.num_kv_heads
+            for r in range(batch):
+                for j in range(kv_heads):
+                    counts[(r * total + group * kv_heads + j) % S] += 1
         return counts
 
     def _split_attention(self, op: Op) -> tuple[Piece, ...] | str:
@@ -232,7 +249,7 @@ class PimMapper(Mapper):
         flops = op.flops / groups
         elem = 2.0  # fp16 scores
         pieces = []
-        for s, n in enumerate(self._groups_per_stack(B, KV)):
+        for s, n in enumerate(self._groups_per_stack(B, KV, self.head_group.get(op.name, 0))):
             if n == 0:
                 continue
             # n groups over P pseudo-channels: whole groups per channel, or each group spread over
@@ -261,7 +278,7 @@ class PimMapper(Mapper):
         forced = self.forced.get(op.name)
         if forced == "host":
             return Decision(op, "host", "GEMM sharing: host columns", host, None)
-        if forced == "pim":
+        if forced == "pim":   # pim_columns only splits GEMMs that _split_gemm accepts
             pieces = self._split_gemm(op, any_rows=True)
             pim_s = max(self.piece_cost(op, p, 2).duration_s for p in pieces)
             return Decision(op, "pim", "GEMM sharing: PIM columns", host, pim_s, pieces)
@@ -270,7 +287,7 @@ class PimMapper(Mapper):
             return Decision(op, "host", pieces, host, None)
         costs = [self.piece_cost(op, p, 2) for p in pieces]
         pim_s = max(c.duration_s for c in costs)
-        attention = op.kind in ATTN_KINDS or op.kind == g.SOFTMAX
+        attention = op.kind in ATTENTION_FAMILY
         if self.policy == "attention_only":
             if attention:
                 return Decision(op, "pim", "policy attention_only", host, pim_s, pieces)
@@ -340,7 +357,7 @@ class PimMapper(Mapper):
     def schedule(self, graph: OpGraph) -> OpGraph:
         """The decode step rewritten for AttAcc's overlaps (head groups, GEMM sharing);
         sets the forced placements and continuations the planning then uses."""
-        self.forced, self.continuations = {}, frozenset()
+        self.forced, self.continuations, self.head_group = {}, frozenset(), {}
         cfg = self.cfg
         if graph.phase != "decode" or self.policy == "none" or (cfg.head_groups == 1 and not cfg.gemm_sharing):
             return graph
@@ -350,11 +367,12 @@ class PimMapper(Mapper):
             head_slice = lower(replace(m, num_heads=m.num_heads // G, num_kv_heads=m.num_kv_heads // G),
                                graph.phase, graph.batch, graph.q_len, graph.kv_len, self.formats,
                                self.workload.flash_attention, num_layers=layers)
-            graph, self.continuations = pipeline_heads(graph, head_slice, G)
+            graph, self.head_group = pipeline_heads(graph, head_slice, G)
+            self.continuations = frozenset(n for n, k in self.head_group.items() if k)
         if cfg.gemm_sharing:
             graph, self.forced = share_gemms(graph, self.pim_columns)
             # Both parts of a later head group's GEMM continue their side's kernel.
-            self.continuations |= {n for n in self.forced if n.rsplit("@", 1)[0] in self.continuations}
+            self.continuations |= {n for n in self.forced if n.rsplit("~", 1)[0] in self.continuations}
         return graph
 
     def plan_step(self, graph: OpGraph) -> list[Task]:
@@ -409,7 +427,7 @@ class PimMapper(Mapper):
                 ids[op.name], last_host = [tid], tid
                 continue
             ids[op.name] = []
-            attention = op.kind in ATTN_KINDS or op.kind == g.SOFTMAX
+            attention = op.kind in ATTENTION_FAMILY
             for p in d.pieces:
                 c = self.piece_cost(op, p, switches.get((i, p.stack), 0))
                 lock = ((self.locks[p.stack], 1.0),) if use_locks else ()

@@ -55,8 +55,9 @@ class PimConfig(Strict):
     # Decode head-group pipelining (AttAcc --pipeopt): each layer's attention block runs as this
     # many slices of heads, so PIM attends one slice while the host projects another. 1: off.
     head_groups: int = Field(default=1, gt=0)
-    # Split host GEMMs that no attention overlaps between host and PIM by output columns, in
-    # proportion to their speeds (AttAcc --ffopt). Needs dual_row_buffer: both read the banks at once.
+    # Split every decode GEMM between host and PIM by output columns, in proportion to their
+    # predicted speeds, where that beats placing it whole (AttAcc --ffopt). Needs dual_row_buffer:
+    # host and PIM read the banks at once.
     gemm_sharing: bool = False
 
     @model_validator(mode="after")

@@ -11,11 +11,14 @@ overlap; no formula does. The slices are the lowering of the same model with
 projection of a group is a K-slice of W_o whose partial result accumulates
 into the layer output.
 
-One kernel per projection, not one per group: a slice after the first runs
-inside the kernel of group 0, which publishes each group's output as it
-finishes (AttAcc's simulator charges no launches at all). Those slices are
-returned as `continuations`: they pay no launch overhead. Their DRAM ramp is
-still charged, which favours the unpipelined schedule.
+Launches: the block runs as resident kernels that take the head groups in turn
+(group-major: q, k, v, RoPE, KV append of group 0, then of group 1, ...), each
+publishing a group's output as it finishes, like a persistent fused kernel; the
+PIM attention likewise takes its groups in turn. Each op type pays its launch
+and its DRAM/tile ramp once, at group 0; the slices of later groups are returned
+as `continuations` and pay neither (the pipes stay full). A single fused kernel
+for the whole block would pay one launch instead of five: this is the
+conservative side. AttAcc's simulator charges no launches at all.
 
 GEMM sharing (AttAcc's `--ffopt`, `_ff_parallel`, which shares the FFN only):
 every decode GEMM is split by output columns between the host and the PIM
@@ -34,8 +37,10 @@ from typing import Callable
 from sim import graph as g
 from sim.graph import Op, OpGraph
 
-ATTN_KINDS = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION, g.SOFTMAX)
-HOST, PIM = "@host", "@pim"   # suffixes of a shared GEMM's two parts (merged again in reports)
+ATTENTION_FAMILY = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION, g.SOFTMAX)
+# Suffixes of a shared GEMM's two parts. Not "@...": reports merge "@stackN" pieces of one
+# task into one record, but the two parts are separate tasks on separate resources.
+HOST, PIM = "~host", "~pim"
 
 
 def attention_blocks(graph: OpGraph) -> dict[int, list[Op]]:
@@ -54,19 +59,19 @@ def attention_blocks(graph: OpGraph) -> dict[int, list[Op]]:
     return blocks
 
 
-def pipeline_heads(full: OpGraph, head_slice: OpGraph, groups: int) -> tuple[OpGraph, frozenset[str]]:
+def pipeline_heads(full: OpGraph, head_slice: OpGraph, groups: int) -> tuple[OpGraph, dict[str, int]]:
     """`full` with each layer's attention block replaced by `groups` head slices
     taken from `head_slice` (the same step lowered with 1/groups of the heads).
 
     Insertion order is the host's program order: every group's projections,
     then the attention of every group, then every group's output projection.
-    Returns the graph and the names of the slices that are continuations."""
+    Returns the graph and the head group of every slice (0 for the first)."""
     full_blocks, slice_blocks = attention_blocks(full), attention_blocks(head_slice)
     first = {ops[0].name for ops in full_blocks.values()}
     in_block = {o.name for ops in full_blocks.values() for o in ops}
     names: dict[str, list[str]] = {}            # op of `full` -> its ops in the new graph
     out = OpGraph(full.phase, full.batch, full.q_len, full.kv_len)
-    continuations: set[str] = set()
+    group_of: dict[str, int] = {}
     for op in full.ops():
         if op.name not in in_block:
             out.add(op, [n for d in full.deps(op.name) for n in names[d]])
@@ -76,7 +81,7 @@ def pipeline_heads(full: OpGraph, head_slice: OpGraph, groups: int) -> tuple[OpG
             continue                            # emitted with its block
         block = slice_blocks[op.layer]
         local = {o.name for o in block}
-        attn = [i for i, o in enumerate(block) if o.kind in ATTN_KINDS]
+        attn = [i for i, o in enumerate(block) if o.kind in ATTENTION_FAMILY]
         stages = (block[:attn[0]], block[attn[0]:attn[-1] + 1], block[attn[-1] + 1:])
         for stage in stages:
             for k in range(groups):
@@ -86,9 +91,8 @@ def pipeline_heads(full: OpGraph, head_slice: OpGraph, groups: int) -> tuple[OpG
                             for n in ([f"{d}.h{k}"] if d in local else names[d])]
                     out.add(replace(o, name=name), deps)
                     names.setdefault(o.name, []).append(name)
-                    if k:
-                        continuations.add(name)
-    return out, frozenset(continuations)
+                    group_of[name] = k
+    return out, group_of
 
 
 def share_gemms(graph: OpGraph, pim_columns: Callable[[Op], int]) -> tuple[OpGraph, dict[str, str]]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from hw_models.pim_pipeline import PIM as PIM_PART
 from sim.engine import Timeline
 from sim.lowering import lower
 from sim.report import _kv_table
@@ -48,8 +49,11 @@ def schedule_line(cfg, decisions: list["Decision"]) -> str:
     if cfg.head_groups > 1:
         parts.append(f"attention blocks pipelined in {cfg.head_groups} head groups (AttAcc --pipeopt)")
     if cfg.gemm_sharing:
-        shared = sum(d.op.name.endswith("@pim") for d in decisions)
-        parts.append(f"GEMM sharing: {shared} GEMM(s) per layer split by columns host/PIM (AttAcc --ffopt)")
+        split = [d.op for d in decisions if d.op.name.endswith(PIM_PART)]
+        per_layer = sum(op.layer is not None for op in split)
+        others = ", ".join(op.name.removesuffix(PIM_PART) for op in split if op.layer is None)
+        parts.append(f"GEMM sharing (AttAcc --ffopt): {per_layer} GEMM(s) per layer split by columns host/PIM"
+                     + (f", and {others}" if others else ""))
     if cfg.sub_batches > 1:
         parts.append(f"{cfg.sub_batches} interleaved sub-batches (NeuPIMs)")
     return "; ".join(parts) or "serial (one op chain, no overlap schedule)"

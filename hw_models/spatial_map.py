@@ -33,7 +33,7 @@ from typing import Callable
 
 from hw_models import compute_path
 from hw_models.machine import Machine
-from hw_models.pe_array import shared_gemm_cycles
+from hw_models.pe_array import gemm_cycles, shared_gemm_cycles
 from hw_models.spatial_config import SpatialConfig
 from hw_models.spatial_tp import ALL_GATHER, CollectiveCost, collective_s
 from hw_models.spatial_tp import plan as tp_plan
@@ -264,8 +264,10 @@ class ChipModel:
         ratio = 1.0 if own else self.array_rate / rate_flops_per_s
         install = 0.0
         if pe.weight_install_bytes_per_cycle is not None:
-            # The chip's install bandwidth is shared by the arrays, which all take a new tile each fold.
-            install = arrays * array.rows * array.cols * weight_bytes_per_element / pe.weight_install_bytes_per_cycle
+            # The chip's install bandwidth is shared by the arrays that take a new tile each fold
+            # round: all of them, or fewer when the GEMM has fewer folds than arrays.
+            busy = min(arrays, gemm_cycles(array, M, N, K).folds)
+            install = busy * array.rows * array.cols * weight_bytes_per_element / pe.weight_install_bytes_per_cycle
         cycles = shared_gemm_cycles(array, M, N, K, arrays=arrays, overlap=pe.fold_overlap, row_cycles=ratio,
                                     install_cycles=install)
         return cycles / pe.clock_hz

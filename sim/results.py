@@ -117,7 +117,7 @@ class RunResult:
 
 _PIECE = re.compile(r"@.*$")            # "L3.q_proj@stack2": one stack's share of an op
 _BATCH = re.compile(r"(?:^|\.)b\d+(?:\.|$)")   # "L3.b1.pre": one GPU batch of a block schedule
-_HEADS = re.compile(r"\.h\d+$")          # "L3.q_proj.h2": one head group of a pipelined block
+_HEADS = re.compile(r"\.h\d+(?=~|$)")     # "L3.q_proj.h2" ("~pim" part): one head group of a pipelined block
 
 
 def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:

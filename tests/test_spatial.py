@@ -376,3 +376,11 @@ def test_compute_utilization_is_against_the_matmul_format_peak():
     util = m._utilization(dec, period)
     assert m.matmul_path().fmt == "fp16"
     assert util["compute_mean"] == pytest.approx(sum(dec.flops) / (m.partition.chips * 188e12 * period), rel=1e-9)
+
+
+def test_install_counts_only_the_arrays_a_gemm_uses():
+    """A GEMM with one fold (M=1, N=320, K=160 in the fp16 mode's 160x320 tile) keeps one of
+    the two fp16 arrays busy, so one tile (160 x 320 x 1 B = 51,200 B) installs per fold round:
+    51,200 / 20,480 = 2.5 cycles, not 5. Cycles = 1 x max(1, 2.5) + skew 638 - 1 = 639.5."""
+    m = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"), load_machine("groq_lpu"))
+    assert m.chip.pe_time_s(1, 320, 160, "fp16", 188e12, 1.0) == pytest.approx(639.5 / 0.9e9, rel=1e-12)
