@@ -249,29 +249,20 @@ def test_samsung_memory_bound_kernel_speedup():
     # system, and the host efficiency those figures imply: tests/test_pim_samsung.py.
 
 
-ATTACC_PIM = {  # AttAcc_bank (hardware.md §4.3; scale-snu/attacc_simulator src/config.py make_pim_config)
-    # 40 HBM3 stacks: NUM_ATTACC 8 x NUM_HBM 5, 16 GiB each (MEM_CAPACITY_PER_HBM), 670.4 GB/s pins.
-    "pim.stacks": 40, "pim.pseudo_channels_per_stack": 32, "pim.placement": "bank",
-    "pim.units_per_pseudo_channel": 16,
-    "pim.clock_hz": 9 * 670.4e9 / (512 * 32),          # BW_SCALE[power limit][BA] = 9x the pins, opb 1
-    "pim.row_open_s": 0,                               # BW_SCALE is already the achieved multiplier
-    "pim.softmax": "buffer_die",                       # devices.py PIM.get_time_and_energy: SOFTMAX
-    "pim.partial_sums_per_output": 1,
-    # GPU HBM and AttAcc stacks are separate devices (system.py: FC on 'GPU', attention on 'Acc'):
-    # the GPU never reads AttAcc banks, so no blocked mode and no per-host-op mode switches.
-    "pim.dual_row_buffer": True,
-}
 GIB = 2**30
 
 
 def attacc_machine(gpus: int, capacity_bytes: float, **schedule):
-    """`gpus` x A100a ("A100 with HBM3", config.py make_xpu_config: 312 TFLOPS FP16, 3352 GB/s,
-    main.py default --gpu A100a --ngpu 8) as one device: 5 HBM3 stacks of 670.4 GB/s per GPU.
-    One device: the tensor-parallel all-reduce between the GPUs is not modelled. `schedule`:
-    pim.* overrides by bare name (sub_batches, head_groups, gemm_sharing)."""
-    return load_machine("hbm_pim", {
-        **ATTACC_PIM, **{f"pim.{k}": v for k, v in schedule.items()}, "memory.hbm.capacity_bytes": capacity_bytes,
-        "memory.hbm.bandwidth_bytes_per_s": gpus * 5 * 670.4e9,
+    """The AttAcc configuration, hw_models/presets/attacc_dgx.yaml (AttAcc_bank under the power
+    limit, 40 HBM3 stacks, softmax on the buffer die, dual row buffers; hardware.md §4.3, cited
+    there), with `gpus` x A100a ("A100 with HBM3", config.py make_xpu_config: 312 TFLOPS FP16,
+    5 HBM3 stacks of 670.4 GB/s per GPU; the preset has main.py's 8) as one device and
+    `capacity_bytes` of memory. One device: the GPUs' tensor-parallel all-reduce is not modelled.
+    `schedule`: pim.* overrides by bare name (sub_batches, head_groups, gemm_sharing); serial
+    (head_groups 1) unless given, where the preset runs AttAcc's 12 head groups."""
+    return load_machine("attacc_dgx", {
+        "pim.head_groups": 1, **{f"pim.{k}": v for k, v in schedule.items()},
+        "memory.hbm.capacity_bytes": capacity_bytes, "memory.hbm.bandwidth_bytes_per_s": gpus * 5 * 670.4e9,
         "units.gpu.peak_flops_per_s": {"fp16": gpus * 312e12}, "units.gpu.vector_flops_per_s": gpus * 19.5e12})
 
 
@@ -373,11 +364,8 @@ def test_attacc_same_batch_decode_step():
     # PIM. Unlike AttAcc's comparison, the machine without PIM keeps the 40 AttAcc stacks' bandwidth
     # as plain HBM (one 80-stack, 1280 GiB device, 8 x A100 compute) and no separate KV memory.
     times = {}
-    m80 = load_machine("hbm_pim", {**ATTACC_PIM, "pim.stacks": 80, "pim.dual_row_buffer": False,
-                                   "memory.hbm.capacity_bytes": 1280 * GIB,
-                                   "memory.hbm.bandwidth_bytes_per_s": 80 * 670.4e9,
-                                   "units.gpu.peak_flops_per_s": {"fp16": 8 * 312e12},
-                                   "units.gpu.vector_flops_per_s": 8 * 19.5e12})
+    m80 = load_machine("attacc_dgx", {"pim.stacks": 80, "pim.dual_row_buffer": False, "pim.head_groups": 1,
+                                      "memory.hbm.bandwidth_bytes_per_s": 80 * 670.4e9})
     for policy in ("none", "attention_only"):
         w = workload_from_dict(dict(model="opt-175b", batch=64, prompt_len=2048, gen_len=128,
                                     pim_policy=policy), "t")
@@ -552,20 +540,23 @@ def test_aim_gddr6_preset():
     assert "bf16" in fp16.decide(next(o for o in g16.ops() if o.base_name == "up_proj")).why
 
 
-def test_attacc_preset_is_the_tested_configuration():
-    # hw_models/presets/attacc_dgx.yaml and workloads/opt175b_attacc.yaml let a user run the AttAcc
-    # case from the CLI; they must be the configuration the tests above check (clock 368.26 MHz is
-    # 9 x 670.4 GB/s / (512 units x 32 B) rounded to 5 digits).
+def test_attacc_preset_and_workload():
+    # hw_models/presets/attacc_dgx.yaml (the configuration every AttAcc test above runs) and
+    # workloads/opt175b_attacc.yaml let a user run the AttAcc case from the CLI. The preset's figures
+    # against the artifact's: 8 GPUs x 5 stacks x 670.4 GB/s pins, 8 x 312 TFLOPS, 1280 GiB; the
+    # PIM units stream 9x each stack's pins (BW_SCALE under the power limit; clock 368.26 MHz =
+    # 9 x 670.4 GB/s / (512 units x 32 B), rounded to 5 digits); 12 head groups (96 heads / 8 GPUs).
     from sim.workload import load_workload
     w = load_workload("workloads/opt175b_attacc.yaml")
     assert (w.model, w.batch, w.prompt_len, w.gen_len, w.pim_policy) == ("opt-175b", 66, 2048, 128, "attention_only")
-    preset = PimMapper(load_machine("attacc_dgx"), w, w.model_config_())
-    tested = attacc_mapper(attacc_machine(8, 1280 * GIB, head_groups=12), "attention_only", 66, 2048, 128)
-    for m in (preset, tested):
-        m.footprint()
-    t = [step_time(m, "decode", 1, 2112).time_s for m in (preset, tested)]
-    assert t[0] == pytest.approx(t[1], rel=1e-4)
-    assert t[0] == pytest.approx(23.17e-3, rel=1e-3)
+    m = PimMapper(load_machine("attacc_dgx"), w, w.model_config_())
+    m.footprint()
+    assert m.tier.bandwidth_bytes_per_s == pytest.approx(40 * 670.4e9)
+    assert m.tier.capacity_bytes == 1280 * GIB
+    assert m.host.peak_flops_per_s["fp16"] == pytest.approx(8 * 312e12)
+    assert (m.cfg.stacks, m.cfg.head_groups, m.cfg.dual_row_buffer) == (40, 12, True)
+    assert m.geo.internal_bytes_per_s == pytest.approx(9 * 670.4e9, rel=1e-4)
+    assert step_time(m, "decode", 1, 2112).time_s == pytest.approx(23.17e-3, rel=1e-3)
 
 
 def test_head_group_attention_stays_where_its_kv_lives():
