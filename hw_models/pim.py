@@ -171,11 +171,11 @@ class PimMapper(Mapper):
     def split(self, op: Op) -> tuple[Piece, ...] | str:
         """The op's pieces per stack, or why PIM cannot run it."""
         cfg = self.cfg
+        if op.kind == g.GEMM:
+            return self._split_gemm(op)   # checks the formats itself (GEMM sharing calls it directly)
         refusal = self._format_refusal(op)
         if refusal:
             return refusal
-        if op.kind == g.GEMM:
-            return self._split_gemm(op)
         if op.kind in ATTN_KINDS:
             return self._split_attention(op)
         if op.kind == g.SOFTMAX:
@@ -195,7 +195,7 @@ class PimMapper(Mapper):
 
     def _split_gemm(self, op: Op, any_rows: bool = False) -> tuple[Piece, ...] | str:
         cfg, S, P = self.cfg, self.cfg.stacks, self.cfg.pseudo_channels_per_stack
-        refusal = self._format_refusal(op)   # also for GEMM sharing, which bypasses split()
+        refusal = self._format_refusal(op)
         if refusal:
             return refusal
         mats = [t for t in op.reads if t.role == "weight" and len(t.shape) > 1]
@@ -342,7 +342,8 @@ class PimMapper(Mapper):
         pieces = self._split_gemm(op, any_rows=True)
         if isinstance(pieces, str):
             return 0
-        t_host = self.host_cost(op).duration_s
+        whole = self.decide(op)
+        t_host = whole.host.duration_s
         t_pim = max(self.piece_cost(op, p, 0).duration_s for p in pieces)
         n = op.dims["n"]
         n_pim = round(n * t_host / (t_host + t_pim))
@@ -351,7 +352,6 @@ class PimMapper(Mapper):
         host_part = self.host_cost(g.column_share(op, n - n_pim, op.name)).duration_s
         pim_part = max(self.piece_cost(op, p, 0).duration_s
                        for p in self._split_gemm(g.column_share(op, n_pim, op.name), any_rows=True))
-        whole = self.decide(op)
         return n_pim if max(host_part, pim_part) < (whole.pim_s if whole.where == "pim" else t_host) else 0
 
     def schedule(self, graph: OpGraph) -> OpGraph:

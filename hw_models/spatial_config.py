@@ -49,7 +49,7 @@ class PEArrayConfig(Strict):
     fold_overlap: bool = True
     # With fold_overlap: bytes of stationary operand the chip can install into
     # its arrays per cycle, all arrays together. A fold then costs
-    # max(T streamed rows, arrays x tile bytes / this). None: installation
+    # max(T streamed rows, busy arrays x tile bytes / this). None: installation
     # always hides under streaming (an assumption at small T).
     weight_install_bytes_per_cycle: Quantity | None = Field(default=None, gt=0)
 

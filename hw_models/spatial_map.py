@@ -187,7 +187,7 @@ def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: 
     resident = [w + k for w, k in zip(weights, kv_sram)]
     total = sum(resident)
     cap = machine.memory[machine.device_tier].capacity_bytes * cfg.usable_fraction
-    room = (cap - act_buffer) * t if t > 1 else cap - act_buffer   # per stage
+    room = (cap - act_buffer) * t   # per stage (a chip, or a group of t)
     needed = math.ceil(total / room - 1e-12) if room > 0 else math.inf
     n = needed if chips is None else chips
     layer_bytes = sum(r for op, r in zip(graph.ops(), resident) if op.layer == 0)
