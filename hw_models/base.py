@@ -3,29 +3,28 @@ engine tasks on the machine's resources, and checks that the run fits.
 
 A mapper is chosen by the machine's `kind`. The generation loop (prefill, then
 decode steps over a growing KV cache, with the shortcuts for identical layers
-and steps) lives in sim.simulate and works for any mapper; a kind whose
+and steps) lives in sim.core.generation and works for any mapper; a kind whose
 schedule crosses steps (offload's block schedule, a spatial pipeline) overrides
 `simulate`.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hw_models.machine import Machine
-from sim.engine import Task
-from sim.errors import CapacityError
-from sim.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
-from sim.graph import Op, OpGraph
-from sim.lowering import lower
-from sim.model import ModelConfig
-from sim.units import fmt_bytes
+from sim.core.engine import Task
+from sim.core.errors import CapacityError
+from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
+from sim.core.graph import Op, OpGraph
+from sim.core.lowering import lower
+from sim.core.model import ModelConfig
+from sim.core.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from sim.results import RunResult
-    from sim.workload import Workload
+    from sim.core.results import RunResult
+    from sim.core.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -101,15 +100,7 @@ class Mapper:
                 "a narrower weight format (--set formats.weights=int4), or a smaller batch.")
 
     def simulate(self, exhaustive: bool = False, detail: bool = True) -> "RunResult":
-        from sim.simulate import simulate_generation
+        from sim.core.generation import simulate_generation
 
         return simulate_generation(self, exhaustive=exhaustive, detail=detail)
 
-
-_MODULES = {"gpu": "hw_models.gpu", "cpu": "hw_models.gpu", "offload": "hw_models.offload",
-            "pim": "hw_models.pim", "spatial": "hw_models.spatial"}
-
-
-def mapper_for(machine: Machine, workload: "Workload", model: ModelConfig) -> Mapper:
-    module = importlib.import_module(_MODULES[machine.kind])
-    return module.MAPPER(machine, workload, model)

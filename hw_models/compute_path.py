@@ -2,7 +2,7 @@
 costs to get there.
 
 Rate keys. `units.<u>.peak_flops_per_s` is keyed by number-format names from
-the registry (sim.formats); aliases are read as their canonical name (`fp8` ->
+the registry (sim.core.formats); aliases are read as their canonical name (`fp8` ->
 fp8_e4m3, `fp4` -> fp4_e2m1). A block-scaled format computes natively only
 where the preset lists it by its own name (`mxfp8_e4m3`, `mxfp4`, `nvfp4`, ...):
 the matrix unit must apply the block scales inside the MMA (Blackwell's
@@ -11,7 +11,7 @@ does not make mxfp8 native there, and Ampere's `int4` rate (INT4 tensor cores)
 makes the registry's `int4` (int4_g128) native only against int4 activations.
 
 What real kernels do with a (stored operand S, activation A) pair, S being the
-weight matrix of a GEMM or the KV cache read by attention (hw_models.gpu passes
+weight matrix of a GEMM or the KV cache read by attention (hw_models.gpu.mapper passes
 both; other mappers may pass None, i.e. activation x activation):
 
 1. native pair: S == A (or no S) and the unit has A's rate -> that rate. Two
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from hw_models.machine import Unit
-from sim.errors import ConfigError
-from sim.formats import NumberFormat, get_format
+from sim.core.errors import ConfigError
+from sim.core.formats import NumberFormat, get_format
 
 # Wider formats to fall back to, best first.
 _FALLBACK = ("bf16", "fp16", "fp32")

@@ -16,10 +16,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from sim import graph as g
-from sim.errors import ConfigError
-from sim.formats import get_format
-from sim.schema import Quantity, Strict, read_yaml, set_dotted, validate_mapping
+from sim.core import graph as g
+from sim.core.errors import ConfigError
+from sim.core.formats import get_format
+from sim.core.schema import Quantity, Strict, read_yaml, set_dotted, validate_mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -33,7 +33,7 @@ class Tier(Strict):
 
 
 class KindEfficiency(Strict):
-    """Overrides of the unit's efficiency curve for one op kind (sim.graph kinds:
+    """Overrides of the unit's efficiency curve for one op kind (sim.core.graph kinds:
     gemm, norm, elementwise, ...). Unset fields keep the unit's value. Fitted by
     `sim calibrate` where one curve cannot serve both tensor-core GEMMs and
     streaming kernels; `overhead_s` replaces the unit's launch_overhead_s for the

@@ -23,13 +23,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hw_models.base import mapper_for  # noqa: E402
-from hw_models.gpu import MATRIX_KINDS  # noqa: E402
+from hw_models.registry import mapper_for  # noqa: E402
+from hw_models.gpu.mapper import MATRIX_KINDS  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
-from sim import engine  # noqa: E402
-from sim.lowering import lower  # noqa: E402
-from sim.simulate import decode_kv_lens, simulate  # noqa: E402
-from sim.workload import workload_from_dict  # noqa: E402
+from sim.core import engineNone  # noqa: E402
+from sim.core.lowering import lower  # noqa: E402
+from hw_models.registry import simulate  # noqa: E402
+from sim.core.generation import decode_kv_lens  # noqa: E402
+from sim.core.workload import workload_from_dict  # noqa: E402
 
 CASES = [("llama2-7b", "h200"), ("llama2-70b", "h200")]
 PROMPT, GEN = 2048, 2048
@@ -92,7 +93,7 @@ def main() -> int:
     for model, hw in CASES:
         wl = ROOT / f".bench_{model}.yaml"
         wl.write_text(f"model: {model}\nbatch: 1\nprompt_len: {PROMPT}\ngen_len: {GEN}\nflash_attention: true\n")
-        cmd = [sys.executable, "-m", "sim.cli", "run", str(wl), "--hw", hw, "-q"]
+        cmd = [sys.executable, "-m", "sim.apps.cli", "run", str(wl), "--hw", hw, "-q"]
         try:
             wall, _ = median_time(lambda: subprocess.run(cmd, check=True, cwd=ROOT), args.repeat)
             w = workload_from_dict(dict(model=model, prompt_len=PROMPT, gen_len=GEN, flash_attention=True), "bench")

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 
-from hw_models.base import mapper_for
+from hw_models.registry import mapper_for
 from hw_models.machine import load_machine
-from hw_models.offload_search import search
-from sim.workload import workload_from_dict
+from hw_models.offload.search import search
+from sim.core.workload import workload_from_dict
 
 
 def main() -> None:

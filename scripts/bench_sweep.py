@@ -28,9 +28,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.sweep.expand import expand  # noqa: E402
-from sim.sweep.run import run_point, run_sweep  # noqa: E402
-from sim.sweep.spec import spec_from_dict  # noqa: E402
+from sim.apps.sweep.expand import expand  # noqa: E402
+from sim.apps.sweep.run import run_point, run_sweep  # noqa: E402
+from sim.apps.sweep.spec import spec_from_dict  # noqa: E402
 
 
 def make_spec(points: int, tmp: Path):

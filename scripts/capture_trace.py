@@ -2,7 +2,7 @@
 """Capture a PyTorch profiler trace of a LLaMA-shaped model, op by op.
 
 The model is built from any config the simulator accepts (`--model` preset
-name or path to a Hugging Face config.json, via `sim.model.load_model`), with
+name or path to a Hugging Face config.json, via `sim.core.model.load_model`), with
 random weights, in plain torch. Every logical op is wrapped in a
 `torch.profiler.record_function` named exactly as `sim/lowering.py` names it
 (`embed`, `L{i}.attn_norm`, ..., `final_norm`, `lm_head`), and every step in
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sim.model import ModelConfig, load_model  # noqa: E402
+from sim.core.model import ModelConfig, load_model  # noqa: E402
 
 DTYPES = ("fp32", "bf16", "fp16")
 CSV_COLUMNS = ("step", "phase", "op", "layer", "cpu_time_us", "device_time_us", "batch", "q_len", "kv_len")
@@ -60,7 +60,7 @@ _STEP_RE = re.compile(r"^step(\d+)\.(prefill|decode)$")
 
 
 def expected_ops(num_layers: int, flash: bool = False) -> list[str]:
-    """Op names of one step, in execution order (same as sim.lowering)."""
+    """Op names of one step, in execution order (same as sim.core.lowering)."""
     per_layer = FLASH_LAYER_OPS if flash else LAYER_OPS
     return ["embed"] + [f"L{i}.{o}" for i in range(num_layers) for o in per_layer] + ["final_norm", "lm_head"]
 
@@ -338,7 +338,7 @@ def output_paths(out: str | None, name: str, device: str) -> tuple[Path, Path]:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="preset name or path to a HF config.json (see sim.model)")
+    ap.add_argument("--model", required=True, help="preset name or path to a HF config.json (see sim.core.model)")
     ap.add_argument("--layers", type=int, default=None, help="keep only the first K layers")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--dtype", choices=DTYPES, default="fp32")

@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from hw_models.ideal import ideal  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
-from sim.simulate import simulate  # noqa: E402
-from sim.workload import load_workload  # noqa: E402
+from hw_models.registry import simulate  # noqa: E402
+from sim.core.workload import load_workload  # noqa: E402
 
 # (label, weights, activations)
 CONFIGS = [

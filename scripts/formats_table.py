@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from sim.formats import ALIASES, get_format, known_formats  # noqa: E402
-from sim.quantize import quantization_error  # noqa: E402
+from sim.core.formats import ALIASES, get_format, known_formats  # noqa: E402
+from sim.core.quantize import quantization_error  # noqa: E402
 
 EXTRA = ["int8_pt", "int8_g64", "int4_pc", "int4_g64", "int4_g128_asym"]
 ORDER = ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1",

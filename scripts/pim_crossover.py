@@ -16,10 +16,10 @@ import warnings
 from pathlib import Path
 
 from hw_models.machine import load_machine
-from hw_models.pim import PimMapper
-from sim.errors import CapacityError
-from sim.simulate import step_time
-from sim.workload import workload_from_dict
+from hw_models.pim.mapper import PimMapper
+from sim.core.errors import CapacityError
+from sim.core.generation import step_time
+from sim.core.workload import workload_from_dict
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 CONTEXTS = (512, 1024, 2048, 4096)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare hw_models.pe_array compute cycles with SCALE-Sim on LLaMA-layer GEMMs.
+"""Compare hw_models.spatial.pe_array compute cycles with SCALE-Sim on LLaMA-layer GEMMs.
 
 SCALE-Sim 3.0.0 (PyPI `scalesim`) needs numpy<2, which the project does not
 pin, so it lives in its own venv and is driven as a subprocess:
@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hw_models.pe_array import PEArray, gemm_cycles  # noqa: E402
+from hw_models.spatial.pe_array import PEArray, gemm_cycles  # noqa: E402
 
 DEFAULT_SCALESIM_PY = REPO / ".venv-scalesim" / "bin" / "python"
 
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     misses = [x for x in rows if abs(float(x["error_pct"])) > args.tolerance_pct]  # type: ignore[arg-type]
 
     hdr = f"{'shape':<20} {'M':>4} {'N':>5} {'K':>5} {'array':>7} {'df':>3} {'scalesim':>9} {'ours':>9} {'err %':>7}"
-    print(f"SCALE-Sim {version} vs hw_models.pe_array (compute cycles), {elapsed:.0f}s")
+    print(f"SCALE-Sim {version} vs hw_models.spatial.pe_array (compute cycles), {elapsed:.0f}s")
     print(hdr)
     print("-" * len(hdr))
     for x in rows:

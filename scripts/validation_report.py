@@ -30,12 +30,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from hw_models.machine import PRESET_DIR, Machine, load_machine, machine_from_dict, raw_machine  # noqa: E402
-from sim.graph import GEMM  # noqa: E402
-from sim.trace.calibrate import GEMV_MAX_M, TILES, calibrate, write_preset  # noqa: E402
-from sim.trace.floors import cross_run_floor, decode_wall_floor, step_gaps, within_run_floor  # noqa: E402
-from sim.trace.parser import Trace, load_trace  # noqa: E402
-from sim.trace.plots import scatter  # noqa: E402
-from sim.trace.validate import Validation, mape, validate  # noqa: E402
+from sim.core.graph import GEMM  # noqa: E402
+from sim.apps.trace.calibrate import GEMV_MAX_M, TILES, calibrate, write_preset  # noqa: E402
+from sim.apps.trace.floors import cross_run_floor, decode_wall_floor, step_gaps, within_run_floor  # noqa: E402
+from sim.apps.trace.parser import Trace, load_trace  # noqa: E402
+from sim.apps.trace.plots import scatter  # noqa: E402
+from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "validation"
 A6000_FIT_TOKENS = {1, 16, 128, 1024}
@@ -179,7 +179,7 @@ Targets: per-op MAPE <= 15%, per-step <= 10%.
 
 def _cpu_diagnosis(fit: list[Trace], test: list[Trace], cal, after: Validation) -> str:
     """Why the CPU prediction misses: GEMM error by M, the step gap no op holds, and
-    the error floors of the measurements themselves (sim.trace.floors)."""
+    the error floors of the measurements themselves (sim.apps.trace.floors)."""
     by_m: dict[tuple[str, int], list] = {}
     for r in after.ops:
         if r.kind == GEMM:

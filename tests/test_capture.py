@@ -78,16 +78,16 @@ def test_capture_tiny(tmp_path):
         assert all(float(r["cpu_time_us"]) > 0 for r in got)
         assert {r["layer"] for r in got if r["op"].startswith("L1.")} == {"1"}
         assert {r["layer"] for r in got if not r["op"].startswith("L")} == {""}
-    from sim.lowering import lower
-    from sim.model import load_model
+    from sim.core.lowering import lower
+    from sim.core.model import load_model
     graph = lower(load_model(dict(TINY)), "decode", 2, 1, 7)
     assert sorted(expected) == sorted(op.name for op in graph.ops())
 
 
 def test_capture_flash_matches_lowering(tmp_path):
-    """--flash: one `attention` op per layer, and the op names match sim.lowering's graph."""
-    from sim.lowering import lower
-    from sim.model import load_model
+    """--flash: one `attention` op per layer, and the op names match sim.core.lowering's graph."""
+    from sim.core.lowering import lower
+    from sim.core.model import load_model
 
     _capture(tmp_path, "--flash", "--no-trace", "--dtype", "bf16")
     with open(tmp_path / "run.ops.csv", newline="") as fh:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sim.cli import main
+from sim.apps.cli import main
 from tests.conftest import ROOT
 
 WL = str(ROOT / "workloads/llama13b_decode.yaml")

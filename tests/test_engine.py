@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.engine import Task, run
+from sim.core.engine import Task, run
 
 
 @pytest.mark.parametrize("in_order", [False, True])

@@ -26,18 +26,18 @@ import json
 import pytest
 
 from hw_models import compute_path
-from hw_models.base import mapper_for
-from hw_models.gpu import roofline_cost
+from hw_models.registry import mapper_for
+from hw_models.gpu.mapper import roofline_cost
 from hw_models.ideal import ideal
 from hw_models.machine import Unit, load_machine
-from sim import graph as g
-from sim.cli import main
-from sim.errors import ConfigError
-from sim.formats import get_format, known_formats
-from sim.lowering import FormatPolicy, lower
-from sim.model import load_model
-from sim.simulate import simulate_step
-from sim.workload import load_workload, workload_from_dict
+from sim.core import graph as g
+from sim.apps.cli import main
+from sim.core.errors import ConfigError
+from sim.core.formats import get_format, known_formats
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+from sim.core.generation import simulate_step
+from sim.core.workload import load_workload, workload_from_dict
 from tests.conftest import ROOT
 
 DECODE = str(ROOT / "workloads/llama13b_decode.yaml")

@@ -1,4 +1,4 @@
-"""Tests for sim.formats (storage bytes) and sim.quantize (numeric emulation).
+"""Tests for sim.core.formats (storage bytes) and sim.core.quantize (numeric emulation).
 
 Every expected storage figure below is derived by hand, written as arithmetic.
 Shapes: A = 4096 x 4096 (16,777,216 elements), R = 4096 x 4000 (16,384,000
@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sim.errors import ConfigError
-from sim.formats import NumberFormat, get_format, known_formats
-from sim.quantize import quantization_error, quantize
+from sim.core.errors import ConfigError
+from sim.core.formats import NumberFormat, get_format, known_formats
+from sim.core.quantize import quantization_error, quantize
 
 A = (4096, 4096)
 R = (4096, 4000)

@@ -3,8 +3,8 @@
 import networkx as nx
 import pytest
 
-from sim.lowering import FormatPolicy, lower
-from sim.model import load_model
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
 
 M = load_model("llama2-7b")
 H, F, V, L = 4096, 11008, 32000, 32

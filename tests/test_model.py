@@ -3,8 +3,8 @@
 
 import pytest
 
-from sim.errors import ConfigError
-from sim.model import load_model, preset_names
+from sim.core.errors import ConfigError
+from sim.core.model import load_model, preset_names
 from tests.conftest import ROOT
 
 

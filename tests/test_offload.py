@@ -7,13 +7,13 @@ import copy
 
 import pytest
 
-from hw_models import offload_sched as sched
-from hw_models.base import mapper_for
+from hw_models.offload import sched as sched
+from hw_models.registry import mapper_for
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
-from hw_models.offload_spec import Policy, parse_policy
-from sim.errors import CapacityError, ConfigError
-from sim.simulate import simulate
-from sim.workload import load_workload, workload_from_dict
+from hw_models.offload.spec import Policy, parse_policy
+from sim.core.errors import CapacityError, ConfigError
+from hw_models.registry import simulate
+from sim.core.workload import load_workload, workload_from_dict
 
 TOY = dict(name="toy", hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
            vocab_size=1000, max_position_embeddings=512)
@@ -136,8 +136,8 @@ def test_flexgen_cpu_attention_moves_18_bytes_per_cached_element():
     fp16 -> fp32 workspace copy (2 B read + 4 B write), permute/reshape copy (4 + 4), fp32 bmm
     read (4) = 18 B, against 2 B for the fp16 op as lowered: 16 B more per element. Toy decode,
     GPU batch 2, kv_len 70: K and V hold 2 x 2 x 70 x 256 elements."""
-    from sim.lowering import FormatPolicy, lower
-    from sim.model import from_mapping
+    from sim.core.lowering import FormatPolicy, lower
+    from sim.core.model import from_mapping
 
     graph = lower(from_mapping(TOY, "toy"), "decode", 2, 1, 70, FormatPolicy(), False, num_layers=1)
     attn = [o for o in graph.ops() if o.kind in sched.ATTENTION_KINDS]
@@ -167,7 +167,7 @@ def test_flexgen_published_throughput(model):
     Modelled from what FlexGen's code does: attention over the CPU-resident KV cache runs in
     fp32 after two staging copies per cached element (fp16 -> fp32 workspace, then a
     permute/reshape copy), so it moves 18 B per element through DRAM instead of 2 B
-    (hw_models.offload_sched.flexgen_cpu_attention; this took OPT-30B from +131% to +16%).
+    (hw_models.offload.sched.flexgen_cpu_attention; this took OPT-30B from +131% to +16%).
 
     Left out of the model, and why the tolerance is wide: the T4's clock throttling at 70 W
     (datasheet peak x 0.8 is used; FlexGen fits 21.2 / 4.3 TFLOPS for prefill / decode GEMMs),
@@ -262,8 +262,8 @@ def test_opt_layernorm_keeps_activation_format_and_hf_opt_is_tied():
     """A LayerNorm's weight and bias are vectors: with int4 weights they stay fp16
     (2 x h x 2 B), like RMSNorm scales. An OPT config.json has no tie_word_embeddings
     key; HF's default (tied) applies."""
-    from sim.lowering import FormatPolicy, lower
-    from sim.model import from_mapping, load_model
+    from sim.core.lowering import FormatPolicy, lower
+    from sim.core.model import from_mapping, load_model
 
     m = load_model("opt-6.7b")
     g = lower(m, "decode", 1, 1, 8, FormatPolicy(weights="int4"), num_layers=1)

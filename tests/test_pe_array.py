@@ -1,4 +1,4 @@
-"""Tests for hw_models.pe_array (SCALE-Sim-compatible systolic-array GEMM timing).
+"""Tests for hw_models.spatial.pe_array (SCALE-Sim-compatible systolic-array GEMM timing).
 
 Convention: C[M,N] = A[M,K] @ B[K,N].  (S_r, S_c, T) = (K, N, M) for ws,
 (M, N, K) for os, (K, M, N) for is.  compute = folds * per_fold - 1 with
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hw_models.pe_array import PEArray, gemm_cycles, gemm_time_s, shared_gemm_cycles, spatio_temporal_dims
+from hw_models.spatial.pe_array import PEArray, gemm_cycles, gemm_time_s, shared_gemm_cycles, spatio_temporal_dims
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "scalesim_compare.py"

@@ -12,14 +12,15 @@ from dataclasses import replace
 import pytest
 
 from hw_models.machine import load_machine
-from hw_models.pim import PimMapper
-from sim import engine
-from sim.errors import CapacityError, ConfigError
-from sim.graph import ATTN_SCORE, GEMM, Op, OpGraph, TensorUse
-from sim.lowering import lower
-from sim.footprint import kv_bytes, weight_bytes
-from sim.simulate import DECODE_SAMPLES, decode_kv_lens, sample_indices, simulate, step_time
-from sim.workload import workload_from_dict
+from hw_models.pim.mapper import PimMapper
+from sim.core import engine
+from sim.core.errors import CapacityError, ConfigError
+from sim.core.graph import ATTN_SCORE, GEMM, Op, OpGraph, TensorUse
+from sim.core.lowering import lower
+from sim.core.footprint import kv_bytes, weight_bytes
+from hw_models.registry import simulate
+from sim.core.generation import DECODE_SAMPLES, decode_kv_lens, sample_indices, step_time
+from sim.core.workload import workload_from_dict
 
 ONE_STACK = {"pim.stacks": 1, "memory.hbm.bandwidth_bytes_per_s": "307.2 GB/s", "memory.hbm.capacity_bytes": "6 GiB"}
 
@@ -275,7 +276,7 @@ def attacc_mapper(machine, policy: str, batch: int, lin: int, lout: int) -> PimM
 def attacc_throughput(machine, policy: str, batch: int, lin: int, lout: int, samples: int = DECODE_SAMPLES) -> float:
     """AttAcc's metric (system.py simulate: 'Throughput: batch / g_time'): batch over the mean
     generation-stage step time (g_perf / (lout - 1)), the summarisation stage excluded. The mean is
-    over the simulator's sampled decode steps (sim.simulate's DECODE_SAMPLES, linear in kv_len)."""
+    over the simulator's sampled decode steps (sim.core.generation's DECODE_SAMPLES, linear in kv_len)."""
     m = attacc_mapper(machine, policy, batch, lin, lout)
     kvs = decode_kv_lens(lin, lout)[sample_indices(lout - 1, samples)]
     return batch / (sum(step_time(m, "decode", 1, int(kv)).time_s for kv in kvs) / len(kvs))
@@ -546,7 +547,7 @@ def test_attacc_preset_and_workload():
     # against the artifact's: 8 GPUs x 5 stacks x 670.4 GB/s pins, 8 x 312 TFLOPS, 1280 GiB; the
     # PIM units stream 9x each stack's pins (BW_SCALE under the power limit; clock 368.26 MHz =
     # 9 x 670.4 GB/s / (512 units x 32 B), rounded to 5 digits); 12 head groups (96 heads / 8 GPUs).
-    from sim.workload import load_workload
+    from sim.core.workload import load_workload
     w = load_workload("workloads/opt175b_attacc.yaml")
     assert (w.model, w.batch, w.prompt_len, w.gen_len, w.pim_policy) == ("opt-175b", 66, 2048, 128, "attention_only")
     m = PimMapper(load_machine("attacc_dgx"), w, w.model_config_())

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim import engine
+from sim.core import engine
 from tests.test_pim import gemv_graph, mapper
 
 STACKS = 4

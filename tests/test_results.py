@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.results import OpRecord, aggregate_by_name, group_name
+from sim.core.results import OpRecord, aggregate_by_name, group_name
 
 
 def _rec(name, start, end, kind="gemm", bound="memory"):

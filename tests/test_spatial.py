@@ -1,4 +1,4 @@
-"""Spatial dataflow machines (hw_models.spatial): chip count, pipeline timing,
+"""Spatial dataflow machines (hw_models.spatial.mapper): chip count, pipeline timing,
 the folding shortcut, Groq's published Llama-2-70B figure, batch scaling."""
 
 import copy
@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hw_models.base import mapper_for
+from hw_models.registry import mapper_for
 from hw_models.machine import load_machine, machine_from_dict
-from hw_models.spatial_pipeline import decode_period_s, prefill_makespan_s
-from sim.errors import CapacityError, ConfigError
-from sim.footprint import weight_bytes
-from sim.lowering import lower
-from sim.simulate import simulate
-from sim.workload import load_workload, workload_from_dict
+from hw_models.spatial.pipeline import decode_period_s, prefill_makespan_s
+from sim.core.errors import CapacityError, ConfigError
+from sim.core.footprint import weight_bytes
+from sim.core.lowering import lower
+from hw_models.registry import simulate
+from sim.core.workload import load_workload, workload_from_dict
 
 TOY_MODEL = dict(name="toy", hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                  num_attention_heads=8, num_key_value_heads=2, vocab_size=1024, max_position_embeddings=2048)

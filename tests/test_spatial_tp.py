@@ -8,12 +8,12 @@ import copy
 import pytest
 
 from hw_models.machine import load_machine, machine_from_dict
-from hw_models.spatial_pipeline import decode_period_s
-from hw_models.spatial_tp import ALL_GATHER, ALL_REDUCE, COLUMN, ROW, plan
-from sim.errors import CapacityError, ConfigError
-from sim.lowering import lower
-from sim.simulate import simulate
-from sim.workload import load_workload
+from hw_models.spatial.pipeline import decode_period_s
+from hw_models.spatial.tp import ALL_GATHER, ALL_REDUCE, COLUMN, ROW, plan
+from sim.core.errors import CapacityError, ConfigError
+from sim.core.lowering import lower
+from hw_models.registry import simulate
+from sim.core.workload import load_workload
 from tests.test_spatial import TOY_HW, TOY_MODEL, _mapper, _toy_hw, _toy_wl, _uneven_toy
 
 # Three links: one to the group peer, one to each pipeline neighbour (ring).

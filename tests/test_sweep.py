@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.errors import ConfigError
-from sim.sweep import load_results
-from sim.sweep.expand import expand
-from sim.sweep.expr import compile_expr, lookup_in
-from sim.sweep.plots import pareto_front
-from sim.sweep.run import run_sweep
-from sim.sweep.spec import spec_from_dict
-from sim.sweep.store import DB_NAME
+from sim.core.errors import ConfigError
+from sim.apps.sweep import load_results
+from sim.apps.sweep.expand import expand
+from sim.apps.sweep.expr import compile_expr, lookup_in
+from sim.apps.sweep.plots import pareto_front
+from sim.apps.sweep.run import run_sweep
+from sim.apps.sweep.spec import spec_from_dict
+from sim.apps.sweep.store import DB_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_typo_in_a_dotted_path_fails_before_anything_runs(tmp_path):
         expand(spec_of(tmp_path, {"workload.formats.weights": ["fp16", "fp17"]}))
     # and through the CLI: exit 2, one line on stderr
     path = make_spec(tmp_path, {"workload.batchh": [1]})
-    r = subprocess.run([sys.executable, "-m", "sim.cli", "sweep", str(path), "--out", str(tmp_path / "o")],
+    r = subprocess.run([sys.executable, "-m", "sim.apps.cli", "sweep", str(path), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "workload.batchh" in r.stderr, r.stderr
 
@@ -153,7 +153,7 @@ def test_kill_and_resume_runs_every_point_exactly_once(tmp_path):
     # whole process group) as soon as 3 points are committed, then rerun.
     path = make_spec(tmp_path, {"workload.batch": [1, 2, 3, 4, 5, 6, 7, 8], "workload.gen_len": [4, 6, 8, 10, 12, 14]})
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "sweep", str(path), "--out", str(out), "--workers", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "sim.apps.cli", "sweep", str(path), "--out", str(out), "--workers", "1",
                              "-q", "--no-plots"], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = out / DB_NAME
@@ -195,16 +195,16 @@ def test_failing_points_leave_the_others_intact(tmp_path, monkeypatch):
     assert df[small]["tpot_s"].isna().all()
 
     # an unexpected exception (a bug) in one point: recorded with its message, the rest run
-    import sim.simulate
+    import hw_models.registry
 
-    real = sim.simulate.simulate
+    real = hw_models.registry.simulate
 
     def flaky(workload, machine, **kw):
         if workload.batch == 2:
             raise RuntimeError("boom")
         return real(workload, machine, **kw)
 
-    monkeypatch.setattr(sim.simulate, "simulate", flaky)
+    monkeypatch.setattr(hw_models.registry, "simulate", flaky)
     path = make_spec(tmp_path, {"workload.batch": [1, 2, 3]})
     with cf.ThreadPoolExecutor(2) as ex:  # threads share the patched module
         s = run_sweep(path, tmp_path / "bug", executor=ex, progress=False, plots=False)
@@ -222,7 +222,7 @@ def test_plots_export_and_cli(tmp_path):
     path = make_spec(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.batch": [1, 4], "workload.gen_len": [4]},
                      plots=plots)
     out = tmp_path / "out"
-    from sim.cli import main
+    from sim.apps.cli import main
 
     assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "-q"]) == 0
     pngs = sorted((out / "plots").glob("*.png"))
@@ -253,7 +253,7 @@ def test_example_sweeps_expand():
     """Every sweep under sweeps/ expands (paths checked against the real presets);
     those needing presets that are not in the tree yet are skipped."""
     from hw_models.machine import preset_names
-    from sim.sweep.spec import load_spec
+    from sim.apps.sweep.spec import load_spec
 
     for path in sorted((ROOT / "sweeps").glob("*.yaml")):
         spec = load_spec(path)

@@ -1,9 +1,9 @@
-"""sim.trace: parsing real traces, validation, replay, calibration.
+"""sim.apps.trace: parsing real traces, validation, replay, calibration.
 
 Committed data: tests/data/trace_tinyllama_L1.* was captured on this machine's
 CPU by scripts/capture_trace.py (--model tinyllama-1.1b --layers 1 --dtype fp32
 --prompt 16 --decode-steps 2 --threads 1 --no-shapes). Its .ops.csv was written
-from the profiler's event API, independently of the JSON that sim.trace parses,
+from the profiler's event API, independently of the JSON that sim.apps.trace parses,
 so the two must agree row by row. Tests marked `shared` read ../shared/validation
 (public A6000/A100/A40 measurements, see its PROVENANCE.md) and skip when absent.
 """
@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
-from sim.cli import main as cli_main
-from sim.errors import ConfigError
-from sim.trace.calibrate import calibrate, write_preset
-from sim.trace.parser import MeasuredOp, StepShape, Trace, load_trace
-from sim.trace.replay import replay
-from sim.trace.shapes import vidur_layer
-from sim.trace.validate import simulate_step, validate
+from sim.apps.cli import main as cli_main
+from sim.core.errors import ConfigError
+from sim.apps.trace.calibrate import calibrate, write_preset
+from sim.apps.trace.parser import MeasuredOp, StepShape, Trace, load_trace
+from sim.apps.trace.replay import replay
+from sim.apps.trace.shapes import vidur_layer
+from sim.apps.trace.validate import simulate_step, validate
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "trace_tinyllama_L1.trace.json.gz"
@@ -90,7 +90,7 @@ def test_kernel_attribution_by_correlation_id(tmp_path):
 # ------------------------------------------------------------------ fused vidur shapes
 
 def test_vidur_fused_shapes_and_tp_sharding():
-    from sim.model import load_model
+    from sim.core.model import load_model
 
     m = load_model("llama2-70b")  # h 8192, 64 heads, 8 KV heads of 128, f 28672
     g = vidur_layer(m, tokens=16, tp=4)
@@ -138,7 +138,7 @@ TRUTH_OVERHEAD_S = 3e-6
 def _synthetic_trace(machine, model_name: str = "llama2-7b",
                      tokens: tuple[int, ...] = (1, 4, 16, 64, 256, 1024, 4096)) -> Trace:
     """vidur-layer ops at 1..4096 tokens timed by the simulator itself on `machine`."""
-    from sim.model import load_model
+    from sim.core.model import load_model
 
     model = load_model(model_name)
     trace = Trace(f"synthetic-{model_name}", "vidur", "cuda", "simulated", model, "fp16", 1)
@@ -181,8 +181,8 @@ def test_per_kind_overrides_default_off_and_used_when_set():
     raw = raw_machine("a6000")
     raw["units"]["gpu"]["efficiency"]["by_kind"] = {"norm": {"memory_max": 0.5, "overhead_s": "1 us"}}
     m = machine_from_dict(raw, "x")
-    g = vidur_layer(base and __import__("sim.model", fromlist=["x"]).load_model("llama2-7b"), 4096)
-    from hw_models.gpu import roofline_cost
+    g = vidur_layer(base and __import__("sim.core.model", fromlist=["x"]).load_model("llama2-7b"), 4096)
+    from hw_models.gpu.mapper import roofline_cost
 
     norm = g.op("input_layernorm")
     before = roofline_cost(norm, base.units["gpu"], "gpu", base.memory["gddr"])
@@ -209,8 +209,8 @@ def _gemv_machine(efficiency: dict):
 
 
 def test_gemv_class_for_small_m_gemms():
-    from hw_models.gpu import roofline_cost
-    from sim.model import load_model
+    from hw_models.gpu.mapper import roofline_cost
+    from sim.core.model import load_model
 
     model = load_model("llama2-7b")
     eff = {"compute_max": 1.0, "memory_max": 1.0, "by_kind": {"gemm": {"memory_max": 0.05}}}
@@ -240,7 +240,7 @@ def test_gemv_class_for_small_m_gemms():
 
 
 def test_calibration_chooses_gemv_threshold_and_recovers_it(tmp_path):
-    from sim.trace.calibrate import GEMV_MAX_M
+    from sim.apps.trace.calibrate import GEMV_MAX_M
 
     # Truth: 1-row GEMMs stream weights at memory_max 0.3, all else at TRUTH's 0.65.
     raw = raw_machine("a6000")

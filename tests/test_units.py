@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.units import parse_quantity
+from sim.core.units import parse_quantity
 
 
 @pytest.mark.parametrize("text,value", [

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from sim.cli import main
+from sim.apps.cli import main
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests/data"

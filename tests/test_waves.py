@@ -10,14 +10,14 @@ import pytest
 
 from tests.test_trace import _synthetic_trace
 
-from hw_models.gpu import GpuMapper, roofline_cost
+from hw_models.gpu.mapper import GpuMapper, roofline_cost
 from hw_models.machine import Efficiency, load_machine, machine_from_dict, raw_machine
-from sim.errors import ConfigError
-from sim.model import load_model
-from sim.trace.calibrate import calibrate
-from sim.trace.parser import Trace
-from sim.trace.shapes import vidur_layer
-from sim.trace.validate import validate
+from sim.core.errors import ConfigError
+from sim.core.model import load_model
+from sim.apps.trace.calibrate import calibrate
+from sim.apps.trace.parser import Trace
+from sim.apps.trace.shapes import vidur_layer
+from sim.apps.trace.validate import validate
 
 
 def _eff(units: int, tm: int, tn: int) -> Efficiency:
@@ -85,8 +85,8 @@ def test_mapper_cache_tells_transposed_gemms_apart():
     # gate (M x 11008 x 4096) and down (M x 4096 x 11008) have equal FLOPs and bytes but,
     # at M=512 with 128x128 tiles on 84 SMs, 4 x 86 = 344 tiles (5 waves, 344/420) vs
     # 4 x 32 = 128 tiles (2 waves, 128/168): the cost cache must not merge them.
-    from sim.lowering import lower
-    from sim.workload import Workload
+    from sim.core.lowering import lower
+    from sim.core.workload import Workload
 
     raw = raw_machine("a6000")
     raw["units"]["gpu"]["efficiency"].update(gemm_tile_m=128, gemm_tile_n=128)

@@ -1,0 +1,56 @@
+"""`sim offload search WORKLOAD --hw H`: the placement-policy search on its own."""
+
+from __future__ import annotations
+
+import argparse
+
+from sim.core.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    off = subparsers.add_parser("offload", help="offload (FlexGen-style) tools").add_subparsers(
+        dest="offload_cmd", required=True)
+    s = off.add_parser("search", help="search the placement policy and batch sizes (LP, confirmed by the DES)")
+    s.add_argument("workload", help="workload YAML file (its batch bounds the effective batch)")
+    s.add_argument("--hw", required=True, help="an offload preset (flexgen_t4, a6000_offload, h100_offload) or YAML")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a workload or hw.* field")
+    s.add_argument("--objective", choices=("throughput", "latency"), default="throughput",
+                   help="throughput: best tokens/s with an effective batch up to the workload's; "
+                        "latency: best TPOT at the workload's batch")
+    s.add_argument("--max-gpu-mem", metavar="BYTES", help="cap the GPU memory the policy may use, e.g. '12 GB'")
+    s.add_argument("--json", metavar="PATH", help="write the search result as JSON")
+    s.set_defaults(func=cmd_search)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from hw_models.registry import mapper_for
+    from hw_models.machine import load_machine
+    from hw_models.offload.mapper import OffloadMapper
+    from hw_models.offload.search import search
+    from sim.core.units import parse_quantity
+    from sim.core.workload import load_workload, parse_set
+
+    sets = parse_set(args.set)
+    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
+    workload = load_workload(args.workload, {k: v for k, v in sets.items() if not k.startswith("hw.")})
+    machine = load_machine(args.hw, hw_sets)
+    mapper = mapper_for(machine, workload, workload.model_config_())
+    if not isinstance(mapper, OffloadMapper):
+        raise ConfigError(f"--hw {args.hw}: kind {machine.kind!r}; the policy search needs an offload preset")
+    cap = None
+    if args.max_gpu_mem:
+        try:
+            cap = parse_quantity(args.max_gpu_mem)
+        except ValueError as exc:
+            raise ConfigError(f"--max-gpu-mem {args.max_gpu_mem!r}: {exc}") from None
+        mapper.gpu_capacity_limit = cap
+    result = search(mapper, mapper.spec, args.objective, cap)
+    if args.json:
+        from sim.apps.outputs import write_json
+
+        write_json(args.json, result.summary())
+    Console().print(result.table())
+    Console().print(f"best: {result.best.policy.describe()}")
+    return 0

@@ -1,0 +1,327 @@
+"""FlexGen's zig-zag block schedule as engine tasks.
+
+A step (prefill, or one decode token) walks the model's slots in order:
+`embed`, layers L0..L{n-1}, `head` (final norm + LM head). Within a slot the
+GPU computes the block's `num_gpu_batches` GPU batches one after another, so a
+slot's weights cross PCIe once per block, not once per GPU batch. Around the
+GPU compute chain (resource `gpu`) the I/O runs on its own resources:
+
+  pcie_h2d, pcie_d2h   the two directions of the full-duplex PCIe link
+  disk                 the NVMe drive: reads and writes share it
+  cpu                  attention over CPU-resident KV cache (policy.cpu_attention, decode only)
+
+Prefetch follows FlexGen's Algorithm 1: the next slot's weights load while the
+current slot computes, and the next GPU batch's KV cache and activations load
+while the current batch computes; new KV and activations are written back
+after each batch, overlapping the next batch's compute. A load may start at
+most one compute ahead (two for weights, which must be in place before the
+slot's first batch), and it takes space from a GPU buffer container before it
+starts, giving it back when the compute that used it ends, so prefetch waits
+for free GPU memory. Weights and KV/activations have separate buffer
+containers (`gpu.weights`, `gpu.kv`): each one's queue then holds requests in
+the order the computes need them, which rules out the deadlock of one shared
+FIFO where a far prefetch blocks a near one.
+
+Data from disk goes disk -> CPU memory -> PCIe: two chained transfers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hw_models.gpu.mapper import roofline_cost
+from hw_models.offload.spec import Host, Policy
+from sim.core import engine
+from sim.core import graph as g
+from sim.core.engine import Task, Timeline
+from sim.core.formats import get_format
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import ModelConfig
+
+ATTENTION_KINDS = (g.ATTN_SCORE, g.SOFTMAX, g.ATTN_CONTEXT, g.ATTENTION, g.KV_APPEND)
+FOLD_LAYERS = 3          # layers simulated (and one more) before extrapolating; see step()
+LINKS = ("pcie_h2d", "pcie_d2h", "disk")
+W_BUF, KV_BUF = "gpu.weights", "gpu.kv"
+
+
+@dataclass(frozen=True)
+class SlotWork:
+    """What one slot costs for one GPU batch."""
+
+    name: str
+    weight_bytes: float        # every weight tensor the slot needs on the GPU, whole
+    pre_s: float               # GPU time of the ops before attention
+    attn_gpu_s: float          # GPU time of the attention ops (with the KV append)
+    post_s: float              # GPU time of the ops after attention
+    attn_cpu_s: float = 0.0    # the attention ops on the host CPU instead
+    kv_read_bytes: float = 0.0     # the existing KV cache of the GPU batch, read by attention
+    kv_write_bytes: float = 0.0    # the new KV of the GPU batch
+    hidden_bytes: float = 0.0      # the activation the slot hands to the next slot
+    qkv_bytes: float = 0.0         # q, new k, new v: GPU -> CPU for CPU attention
+    ctx_bytes: float = 0.0         # attention output: CPU -> GPU
+
+    @property
+    def gpu_s(self) -> float:
+        return self.pre_s + self.attn_gpu_s + self.post_s
+
+    @property
+    def is_layer(self) -> bool:
+        return self.name.startswith("L")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achieved transfer rates in bytes/s."""
+
+    h2d: float
+    d2h: float
+    disk_read: float
+    disk_write: float
+    pageable_factor: float
+    pcie_latency_s: float = 0.0
+    disk_latency_s: float = 0.0
+
+    @classmethod
+    def of(cls, host: Host) -> "Rates":
+        bw = host.pcie.bandwidth_bytes_per_s()
+        return cls(bw, bw, host.disk_read_bytes_per_s, host.disk_write_bytes_per_s, host.pcie.pageable_factor,
+                   host.pcie.latency_s, host.disk.latency_s)
+
+
+def _full_weight_bytes(model: ModelConfig, t) -> float:
+    """Lowering reads only the embedding rows a step uses; the tier holds the table."""
+    rows = {"embed_tokens": model.vocab_size, "embed_positions": model.max_position_embeddings + 2}.get(t.name)
+    return get_format(t.fmt).storage_bytes((rows, t.shape[1])) if rows else t.bytes
+
+
+def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: str, gbs: int, q_len: int,
+               kv_len: int, gpu_cost, cpu_cost) -> tuple[SlotWork, SlotWork, SlotWork]:
+    """(embed, one layer, head) for one GPU batch of `gbs` sequences.
+    `gpu_cost(op)` / `cpu_cost(op)` give an op's duration on the GPU / host CPU."""
+    graph = lower(model, phase, gbs, q_len, kv_len, formats, flash, num_layers=1)
+    groups: dict[str, list] = {"embed": [], "L": [], "head": []}
+    for op in graph.ops():
+        key = "L" if op.layer is not None else ("embed" if not groups["L"] else "head")
+        groups[key].append(op)
+
+    def weights(ops) -> float:
+        seen = {t.name: _full_weight_bytes(model, t) for op in ops for t in op.reads if t.role == "weight"}
+        return float(sum(seen.values()))
+
+    def simple(name: str, ops, hidden: float) -> SlotWork:
+        return SlotWork(name, weights(ops), sum(gpu_cost(o) for o in ops), 0.0, 0.0, hidden_bytes=hidden)
+
+    layer_ops = groups["L"]
+    first_attn = next(i for i, o in enumerate(layer_ops) if o.kind in ATTENTION_KINDS)
+    last_attn = max(i for i, o in enumerate(layer_ops) if o.kind in ATTENTION_KINDS)
+    pre, attn, post = layer_ops[:first_attn], layer_ops[first_attn:last_attn + 1], layer_ops[last_attn + 1:]
+    kv_new = sum(t.bytes for o in attn if o.kind == g.KV_APPEND for t in o.writes)
+    kv_new_per_token = kv_new / q_len
+    hidden = next(t.bytes for t in layer_ops[-1].writes)          # L1.in
+    qkv = sum(t.bytes for o in attn if o.kind == g.KV_APPEND for t in o.reads)
+    q = next(t.bytes for o in attn for t in o.reads if t.role == "activation" and o.kind != g.KV_APPEND)
+    ctx = next(t.bytes for t in attn[-1].writes)
+    layer = SlotWork(
+        "L", weights(layer_ops), sum(gpu_cost(o) for o in pre), sum(gpu_cost(o) for o in attn),
+        sum(gpu_cost(o) for o in post), attn_cpu_s=sum(cpu_cost(o) for o in flexgen_cpu_attention(attn)),
+        kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
+        qkv_bytes=qkv + q, ctx_bytes=ctx)
+    return (simple("embed", groups["embed"], hidden), layer, simple("head", groups["head"], 0.0))
+
+
+CPU_ATTENTION_FORMAT = "fp32"
+
+
+def flexgen_cpu_attention(attn: list[g.Op]) -> list[g.Op]:
+    """The attention ops as FlexGen's CPU path runs them, for the host CPU's roofline.
+
+    FlexGen (FMInference/FlexLLMGen; same code in its forks, e.g. Relaxed-System-Lab/FlexGen
+    flexgen/flex_opt.py and pytorch_backend.py) computes decode attention over a CPU-resident
+    fp16 KV cache (cpu_cache_compute) in three passes over every cached element:
+      1. SelfAttention.load_cache, "path 1": general_copy of the fp16 cache home into the fp32
+         `attention_compute_workspace` (TorchDevice.init_attention_compute_workspace allocates it
+         as np.float32): read 2 B, write 4 B per element;
+      2. TorchDevice.mha_gen: `k.permute(1, 2, 0).reshape(b * n_head, head_dim, src_s)` and
+         `v.permute(1, 0, 2).reshape(...)` of the non-contiguous workspace views copy them:
+         read 4 B, write 4 B;
+      3. `_attention_value`: torch.bmm in fp32 (q.float().cpu()): read 4 B.
+    So each cached element moves 18 B through DRAM where an fp16 kernel would move 2 B; the
+    CPU has no native fp16 arithmetic either (AVX-512 Skylake, hardware.md). Write-allocate
+    (read-for-ownership) traffic of the copies is not added: the preset's STREAM-derived memory
+    efficiency already reflects it in part."""
+    wide_fmt = get_format(CPU_ATTENTION_FORMAT)
+    out: list[g.Op] = []
+    for op in attn:
+        reads = []
+        for t in op.reads:
+            if t.role == "kv" and len(t.shape) > 1:
+                wide = replace(t, name=f"{t.name}.{CPU_ATTENTION_FORMAT}", fmt=CPU_ATTENTION_FORMAT,
+                               bytes=int(wide_fmt.storage_bytes(t.shape)))
+                out.append(g.Op(f"{wide.name}.convert", g.ELEMENTWISE, 0.0, (t,), (wide,),
+                                compute_format=CPU_ATTENTION_FORMAT, layer=op.layer))
+                out.append(g.Op(f"{wide.name}.permute", g.ELEMENTWISE, 0.0, (wide,), (wide,),
+                                compute_format=CPU_ATTENTION_FORMAT, layer=op.layer))
+                reads.append(wide)
+            else:
+                reads.append(t)
+        out.append(replace(op, reads=tuple(reads), compute_format=CPU_ATTENTION_FORMAT))
+    return out
+
+
+def cost_functions(mapper):
+    """Per-op durations on the mapper's GPU and host CPU, with the core's roofline."""
+    gpu_unit, gpu_tier = mapper.machine.units[mapper.unit_name], mapper.machine.memory[mapper.machine.device_tier]
+    host, mode = mapper.host, mapper.workload.compute
+    return (lambda op: roofline_cost(op, gpu_unit, mapper.unit_name, gpu_tier, mode).duration_s,
+            lambda op: roofline_cost(op, host.cpu, host.cpu_name, host.cpu_memory, mode).duration_s)
+
+
+@dataclass(frozen=True)
+class Tag:
+    """Timeline tag of a schedule task (read by sim.core.results.op_records)."""
+
+    kind: str                  # "compute" or "transfer"
+    bytes: float = 0.0
+    bound: str = "link"
+    path: str = ""
+
+
+@dataclass
+class StepSim:
+    time_s: float
+    busy_s: dict[str, float]
+    bytes: dict[str, float]              # link -> bytes moved in the step
+    timeline: Timeline | None = None
+    peak_buffer_bytes: dict[str, float] = field(default_factory=dict)
+
+
+def whole(nbytes: float) -> float:
+    """Container amounts in whole bytes: sums of integer-valued floats are exact,
+    so a release never overfills a container by a rounding error (a simpy
+    Container put beyond capacity would wait forever)."""
+    return float(math.ceil(nbytes))
+
+
+def build_tasks(slots: list[SlotWork], p: Policy, rates: Rates, phase: str) -> list[Task]:
+    """The task list of one step of the block schedule (see module docstring)."""
+    nb = p.num_gpu_batches
+    wg, wc, wd = p.weights
+    cg, cc, cd = p.kv_cache
+    hg, hc, hd = p.activations
+    cpu_attn = p.cpu_attention and phase == "decode" and cc + cd > 0
+    w_h2d = rates.h2d * (1.0 if p.pinned else rates.pageable_factor)
+    tasks: list[Task] = []
+    computes: list[str] = []          # the GPU chain, in order: the last task of each (slot, batch)
+
+    def xfer(tid: str, res: str, nbytes: float, deps: list[str], kind: str, acquire=(), release=()) -> str | None:
+        if nbytes <= 0:
+            return None
+        rate, lat = {"pcie_h2d": (w_h2d if kind == "weights" else rates.h2d, rates.pcie_latency_s),
+                     "pcie_d2h": (rates.d2h, rates.pcie_latency_s),
+                     "disk_r": (rates.disk_read, rates.disk_latency_s),
+                     "disk_w": (rates.disk_write, rates.disk_latency_s)}[res]
+        resource = "disk" if res.startswith("disk") else res
+        tasks.append(Task(tid, resource, lat + nbytes / rate, tuple(d for d in deps if d), tuple(acquire),
+                          tuple(release), Tag("transfer", nbytes, path=f"{kind} {res}")))
+        return tid
+
+    def chain(prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,
+              buf: str | None) -> list[str]:
+        """Load `off_frac` of `nbytes` to the GPU, the `disk_frac` part first from disk."""
+        d = xfer(f"{prefix}.disk", "disk_r", disk_frac * nbytes, deps, kind)
+        acq = ((buf, whole(off_frac * nbytes)),) if buf else ()
+        h = xfer(f"{prefix}.h2d", "pcie_h2d", off_frac * nbytes, deps + [d], kind, acquire=acq)
+        return [h or d] if (h or d) else []
+
+    def store(prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,
+              over_pcie: bool = True) -> list[str]:
+        h = xfer(f"{prefix}.d2h", "pcie_d2h", off_frac * nbytes, deps, kind) if over_pcie else None
+        d = xfer(f"{prefix}.disk", "disk_w", disk_frac * nbytes, deps + [h], kind)
+        return [x for x in (h, d) if x]
+
+    hidden_store: dict[int, list[str]] = {}
+    for s, work in enumerate(slots):
+        name = work.name
+        n0 = len(computes)
+        gate_w = computes[n0 - nb - 1] if n0 - nb - 1 >= 0 else None   # last compute of the slot before last
+        w_off = (wc + wd) * work.weight_bytes
+        w_deps = chain(f"{name}.w", work.weight_bytes, wd, wc + wd, [gate_w], "weights", W_BUF)
+        for k in range(nb):
+            n = len(computes)
+            gate = computes[n - 2] if n >= 2 else None
+            tag = f"{name}.b{k}" if nb > 1 else name
+            deps = [computes[-1]] if computes else []
+            deps += w_deps
+            kv_held = 0.0
+            if work.is_layer and work.kv_read_bytes:
+                if cpu_attn:   # the CPU reads its own part; the disk part comes to CPU memory first
+                    deps += chain(f"{tag}.kv", work.kv_read_bytes, cd, 0.0, [gate], "kv_cache", None)
+                else:
+                    kv_held = whole((cc + cd) * work.kv_read_bytes)
+                    deps += chain(f"{tag}.kv", work.kv_read_bytes, cd, cc + cd, [gate], "kv_cache", KV_BUF)
+            if s > 0 and (hc + hd) > 0:
+                deps += chain(f"{tag}.h", slots[s - 1].hidden_bytes, hd, hc + hd,
+                              [gate] + hidden_store.pop(k, []), "activations", None)
+            last = k == nb - 1
+            release = [(KV_BUF, kv_held)] if kv_held else []
+            if last and w_off:
+                release.append((W_BUF, whole(w_off)))
+            if cpu_attn and work.is_layer:
+                off = cc + cd
+                a = f"{tag}.pre"
+                tasks.append(Task(a, "gpu", work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
+                                  tag=Tag("compute", bound="compute", path="gpu")))
+                q = xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
+                c = f"{tag}.cpu_attn"
+                tasks.append(Task(c, "cpu", off * work.attn_cpu_s, tuple(x for x in (a, q) if x),
+                                  tag=Tag("compute", bound="compute", path="cpu attention")))
+                r = xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
+                cid = f"{tag}.post"
+                tasks.append(Task(cid, "gpu", work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
+                                  tag=Tag("compute", bound="compute", path="gpu")))
+                kv_stores = store(f"{tag}.kvw", work.kv_write_bytes, cd, 0.0, [c], "kv_cache", over_pcie=False)
+            else:
+                cid = f"{tag}.compute"
+                tasks.append(Task(cid, "gpu", work.gpu_s, tuple(d for d in deps if d), release=tuple(release),
+                                  tag=Tag("compute", bound="compute", path="gpu")))
+                kv_stores = (store(f"{tag}.kvw", work.kv_write_bytes, cd, cc + cd, [cid], "kv_cache")
+                             if work.is_layer else [])
+            del kv_stores   # write-backs overlap later work; nothing waits on them within the step
+            if s < len(slots) - 1 and (hc + hd) > 0:
+                hidden_store[k] = store(f"{tag}.hw", work.hidden_bytes, hd, hc + hd, [cid], "activations")
+            computes.append(cid)
+    return tasks
+
+
+def full_slots(embed: SlotWork, layer: SlotWork, head: SlotWork, num_layers: int) -> list[SlotWork]:
+    return [embed] + [replace(layer, name=f"L{i}") for i in range(num_layers)] + [head]
+
+
+def run_step(slots: list[SlotWork], p: Policy, rates: Rates, phase: str, buffers: dict[str, float],
+             keep_timeline: bool = False) -> StepSim:
+    tl = engine.run(build_tasks(slots, p, rates, phase), {}, buffers)
+    moved: dict[str, float] = dict.fromkeys(LINKS, 0.0)
+    for i in tl.intervals:
+        if i.resource in moved:
+            moved[i.resource] += i.tag.bytes
+    return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used))
+
+
+def step(embed: SlotWork, layer: SlotWork, head: SlotWork, num_layers: int, p: Policy, rates: Rates, phase: str,
+         buffers: dict[str, float], exhaustive: bool = False) -> StepSim:
+    """One step of the whole model. Identical layers are folded like the core
+    does (sim.core.generation): T(L) = T(F) + (L - F) (T(F+1) - T(F)), exact once the
+    schedule is periodic within F layers; the schedule looks back at most two
+    computes, so F = 3 suffices (tests/test_offload.py checks it against the
+    exhaustive run)."""
+    if exhaustive or num_layers <= FOLD_LAYERS + 1:
+        return run_step(full_slots(embed, layer, head, num_layers), p, rates, phase, buffers)
+    a = run_step(full_slots(embed, layer, head, FOLD_LAYERS), p, rates, phase, buffers)
+    b = run_step(full_slots(embed, layer, head, FOLD_LAYERS + 1), p, rates, phase, buffers)
+    k = num_layers - FOLD_LAYERS
+    ext = lambda x, y: {r: x.get(r, 0.0) + k * (y.get(r, 0.0) - x.get(r, 0.0)) for r in {*x, *y}}  # noqa: E731
+    return StepSim(a.time_s + k * (b.time_s - a.time_s), ext(a.busy_s, b.busy_s), ext(a.bytes, b.bytes),
+                   peak_buffer_bytes=b.peak_buffer_bytes)
+
+

@@ -1,0 +1,215 @@
+"""Policy search: FlexGen's LP for the placement fractions, an outer search
+over GPU batch size, number of GPU batches and CPU attention, and the event
+simulation to confirm the best candidates.
+
+The LP (scipy HiGHS) has the nine fractions and the step times T_prefill and
+T_decode. Each step time is at least each resource's busy time in that step
+(GPU compute, PCIe each way, the disk): the perfect-overlap max() form of the
+FlexGen paper. Every busy time is linear in the fractions; so are the memory
+constraints per tier (GPU: resident parts + working activations + the
+streaming buffers). The objective is the generation time per block, or for
+`latency` the decode step time. The max() form ignores pipeline fill, the
+disk->CPU->GPU chaining and serial dependencies between a GPU batch's loads
+and its compute; the DES has them, and the report shows both numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from rich.table import Table
+from scipy.optimize import linprog
+
+from hw_models.offload.spec import TRIPLES, Policy, PolicySpec
+from sim.core.errors import CapacityError
+from sim.core.units import fmt_bytes, fmt_time
+
+GPU_BATCH_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+NUM_GPU_BATCHES = (*range(1, 17), 20, 24, 28, 32, 48, 64)
+CONFIRM_TOP = 3          # candidates the DES re-runs
+CONFIRM_SAMPLES = 3      # decode steps the DES samples while confirming (first, middle, last)
+_KEYS = tuple(k for t in TRIPLES.values() for k in t)   # wg wc wd cg cc cd hg hc hd
+
+
+@dataclass
+class Candidate:
+    policy: Policy
+    lp_prefill_s: float
+    lp_decode_s: float
+    lp_throughput: float
+    des_throughput: float | None = None
+    des_tpot_s: float | None = None
+
+
+@dataclass
+class SearchResult:
+    best: Candidate
+    top: list[Candidate]
+    candidates: int
+    feasible: int
+    objective: str
+    elapsed_s: float
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return dict(objective=self.objective, candidates=self.candidates, feasible=self.feasible,
+                    elapsed_s=self.elapsed_s, best=self.best.policy.to_dict(),
+                    top=[dict(policy=c.policy.to_dict(), lp_throughput_tok_s=c.lp_throughput,
+                              lp_tpot_s=c.lp_decode_s, des_throughput_tok_s=c.des_throughput,
+                              des_tpot_s=c.des_tpot_s) for c in self.top])
+
+    def table(self) -> Table:
+        t = Table(title=f"Policy search ({self.objective}): {self.candidates} candidates, {self.feasible} feasible, "
+                  f"{self.elapsed_s:.1f} s; LP (perfect overlap) vs event simulation", title_justify="left")
+        for col in ("policy", "LP tok/s", "DES tok/s", "LP TPOT", "DES TPOT"):
+            t.add_column(col, justify="left" if col == "policy" else "right")
+        for c in self.top:
+            t.add_row(c.policy.describe(), f"{c.lp_throughput:.3g}",
+                      f"{c.des_throughput:.3g}" if c.des_throughput else "-", fmt_time(c.lp_decode_s),
+                      fmt_time(c.des_tpot_s) if c.des_tpot_s else "-",
+                      style="bold" if c is self.best else None)
+        return t
+
+
+def _batch_pairs(spec: PolicySpec, batch: int, objective: str) -> list[tuple[int, int]]:
+    if spec.gpu_batch_size and spec.num_gpu_batches:
+        return [(spec.gpu_batch_size, spec.num_gpu_batches)]
+    pairs = []
+    for gbs in GPU_BATCH_SIZES:
+        if gbs > batch:
+            break
+        if objective == "latency":
+            if batch % gbs == 0:
+                pairs.append((gbs, batch // gbs))
+            continue
+        nbs = [nb for nb in NUM_GPU_BATCHES if nb * gbs <= batch]
+        pairs += [(gbs, nb) for nb in nbs]
+    return pairs
+
+
+def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec: PolicySpec,
+             objective: str, gpu_capacity: float) -> Candidate | None:
+    """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible."""
+    w, m, r = mapper.workload, mapper.model, mapper.rates
+    L, n = m.num_layers, w.gen_len
+    bls = gbs * nb
+    pe, pl, ph = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
+    de, dl, dh = mapper.works("decode", gbs, 1, w.prompt_len + max(1, n // 2))
+    _, dl_max, _ = mapper.works("decode", gbs, 1, w.prompt_len + n - 1)
+    size = mapper.sizes(bls, gbs)
+    w_step = pe.weight_bytes + L * pl.weight_bytes + ph.weight_bytes
+    w_slot = max(pe.weight_bytes, pl.weight_bytes, ph.weight_bytes)
+    bw_w = r.h2d * (1.0 if pinned else r.pageable_factor)
+    ix = {k: i for i, k in enumerate(_KEYS)}
+    TP, TG = 9, 10
+
+    def row(**coef: float) -> np.ndarray:
+        v = np.zeros(11)
+        for k, c in coef.items():
+            v[ix[k] if k in ix else {"Tp": TP, "Tg": TG}[k]] += c
+        return v
+
+    A, b = [], []
+
+    def at_least(T: str, const: float, **coef: float) -> None:
+        """T >= const + sum(coef * x)  ->  sum(coef * x) - T <= -const"""
+        A.append(row(**coef) - row(**{T: 1.0}))
+        b.append(-const)
+
+    for T, e, lay, h, q in (("Tp", pe, pl, ph, w.prompt_len), ("Tg", de, dl, dh, 1)):
+        hid = nb * (L + 1) * lay.hidden_bytes           # activations handed between slots
+        kvr, kvw = nb * L * lay.kv_read_bytes, nb * L * lay.kv_write_bytes
+        cpu_attn = cpu_attention and T == "Tg"
+        gpu_const = nb * (e.gpu_s + h.gpu_s + L * (lay.pre_s + lay.post_s))
+        # compute: GPU attention over the cg part, CPU attention (serial with the GPU) over the rest
+        if cpu_attn:
+            at_least(T, gpu_const + nb * L * lay.attn_gpu_s,
+                     cc=nb * L * (lay.attn_cpu_s - lay.attn_gpu_s), cd=nb * L * (lay.attn_cpu_s - lay.attn_gpu_s))
+        else:
+            at_least(T, gpu_const + nb * L * lay.attn_gpu_s)
+        kv_h2d = 0.0 if cpu_attn else kvr / r.h2d
+        at_least(T, 0.0, wc=w_step / bw_w, wd=w_step / bw_w, cc=kv_h2d, cd=kv_h2d, hc=hid / r.h2d, hd=hid / r.h2d)
+        kv_d2h = 0.0 if cpu_attn else kvw / r.d2h
+        at_least(T, 0.0, cc=kv_d2h, cd=kv_d2h, hc=hid / r.d2h, hd=hid / r.d2h)
+        at_least(T, 0.0, wd=w_step / r.disk_read, cd=kvr / r.disk_read + kvw / r.disk_write,
+                 hd=hid / r.disk_read + hid / r.disk_write)
+    # memory per tier
+    kv_buf = 0.0 if cpu_attention else dl_max.kv_read_bytes
+    A.append(row(wg=size["weights"] - w_slot, cg=size["kv_cache"] + kv_buf, hg=size["activations"]))
+    b.append(gpu_capacity * (1 - 1e-6) - size["working"] - w_slot - kv_buf)
+    host = mapper.host
+    for keys, cap in ((("wc", "cc", "hc"), host.cpu_memory.capacity_bytes), (("wd", "cd", "hd"), host.disk.capacity_bytes)):
+        A.append(row(**{k: size[role] for k, role in zip(keys, ("weights", "kv_cache", "activations"))}))
+        b.append(cap * (1 - 1e-6))
+    A_eq = [row(**{k: 1.0 for k in keys}) for keys in TRIPLES.values()]
+    bounds = [(spec.fractions[k], spec.fractions[k]) if k in spec.fractions else (0.0, 1.0) for k in _KEYS]
+    bounds += [(0, None), (0, None)]
+    c = np.zeros(11)
+    if objective == "latency":
+        c[TG], c[TP] = 1.0, 1e-6
+    else:
+        c[TP], c[TG] = 1.0, max(n - 1, 0)
+    # Tie-break where the max() leaves the fractions free (a link that is not the
+    # bottleneck): prefer the faster tier, by a cost far below any real time.
+    eps = 1e-4 * (pl.gpu_s + dl.gpu_s) * L / max(size["weights"] + size["kv_cache"] + size["activations"], 1.0)
+    for keys, role in zip(TRIPLES.values(), ("weights", "kv_cache", "activations")):
+        c[ix[keys[1]]] += eps * size[role]
+        c[ix[keys[2]]] += 2 * eps * size[role]
+    res = linprog(c, A_ub=np.array(A), b_ub=np.array(b), A_eq=np.array(A_eq), b_eq=np.ones(3), bounds=bounds,
+                  method="highs")
+    if res.status != 0:
+        return None
+    x = np.clip(res.x[:9], 0.0, 1.0)
+    trip = [tuple(float(v) for v in x[i:i + 3] / x[i:i + 3].sum()) for i in (0, 3, 6)]
+    p = Policy(*trip, gpu_batch_size=gbs, num_gpu_batches=nb, cpu_attention=cpu_attention, pinned=pinned)
+    tp, tg = float(res.x[TP]), float(res.x[TG])
+    total = tp + max(n - 1, 0) * tg
+    return Candidate(p, tp, tg, bls * n / total if total else 0.0)
+
+
+def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity: float | None = None,
+           confirm: int = CONFIRM_TOP) -> SearchResult:
+    """Enumerate the candidates, solve each LP, confirm the best with the DES."""
+    t0 = time.perf_counter()
+    w = mapper.workload
+    cap = gpu_capacity or mapper.machine.memory[mapper.machine.device_tier].capacity_bytes
+    pairs = _batch_pairs(spec, w.batch, objective)
+    attn = [spec.cpu_attention] if spec.cpu_attention is not None else [False, True]
+    pinned = spec.pinned if spec.pinned is not None else True
+    found, tried = [], 0
+    for gbs, nb in pairs:
+        for ca in attn:
+            tried += 1
+            c = solve_lp(mapper, gbs, nb, ca, pinned, spec, objective, cap)
+            if c is not None:
+                found.append(c)
+    if not found:
+        _no_fit(mapper, cap)
+    key = (lambda c: c.lp_decode_s) if objective == "latency" else (lambda c: -c.lp_throughput)
+    found.sort(key=key)
+    top = found[:confirm]
+    for c in top:
+        pl = mapper.placement(c.policy)
+        gen = mapper.generation(c.policy, pl.buffers, samples=CONFIRM_SAMPLES)
+        c.des_throughput = gen["throughput"]
+        c.des_tpot_s = float(gen["times"].mean()) if len(gen["times"]) else 0.0
+    best = min(top, key=(lambda c: c.des_tpot_s) if objective == "latency" else (lambda c: -c.des_throughput))
+    return SearchResult(best, top, tried, len(found), objective, time.perf_counter() - t0)
+
+
+def _no_fit(mapper, gpu_capacity: float) -> None:
+    w, m, machine, host = mapper.workload, mapper.model, mapper.machine, mapper.host
+    size = mapper.sizes(1, 1)
+    need = size["weights"] + size["kv_cache"]
+    have = gpu_capacity + host.cpu_memory.capacity_bytes + host.disk.capacity_bytes
+    if need > have:
+        raise CapacityError(
+            f"{m.name} ({w.formats.weights} weights, {w.prompt_len}+{w.gen_len} tokens) needs {fmt_bytes(need)} "
+            f"(weights {fmt_bytes(size['weights'])} + KV cache {fmt_bytes(size['kv_cache'])} at batch 1) but "
+            f"{machine.name} holds {fmt_bytes(have)} across GPU, CPU and disk")
+    raise CapacityError(
+        f"no placement of {m.name} fits {machine.name}: the GPU ({fmt_bytes(gpu_capacity)}) cannot hold one "
+        f"layer's working set and streaming buffers at GPU batch 1, or the fixed policy keys leave no room; "
+        f"workload policy: {w.policy!r}")

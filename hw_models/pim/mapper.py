@@ -1,0 +1,463 @@
+"""HBM-PIM (and GDDR6-AiM) model: a host GPU whose DRAM stacks carry
+multiply-accumulate units beside the banks.
+
+Op by op the mapper predicts the time on the host (the GPU roofline, through
+the stacks' pins) and on PIM (row-buffer streaming at the internal bandwidth,
+plus writing the input vector through the pins, reading results or partial
+sums back, mode switches and the host's launch overhead) and places the op by
+the workload's `pim_policy`:
+
+  auto              any op PIM can run goes where it is predicted faster;
+  attention_only    attention (score, context; softmax when the buffer die
+                    can run it) on PIM, the rest on the host (AttAcc);
+  fc_and_attention  FC GEMVs and attention on PIM;
+  none              everything on the host (the same GPU without PIM).
+
+Engine resources: the host unit, and `pim.stack<i>` per stack. An op on PIM is
+split into one task per stack by data layout: FC weights are interleaved over
+every stack, and the KV cache of one (request, KV head), or of one request, on
+one stack, so a request's attention runs where its KV lives. In blocked mode
+(no dual row buffer) banks in PIM mode cannot serve the host, so every host op
+that touches DRAM holds a one-slot lock container per stack, and a PIM task
+holds its stack's lock: the engine, not a formula, keeps them apart.
+
+With `pim.sub_batches` > 1 a decode step runs as that many sub-batch op chains
+(NeuPIMs' sub-batch interleaving), each lowered at its own batch size, so one
+chain's attention on the stacks overlaps another's FC on the host wherever the
+engine finds the resources free; each chain's FCs re-read the weights.
+`pim.head_groups` and `pim.gemm_sharing` are AttAcc's two overlaps, as graph
+rewrites (hw_models/pim_pipeline.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from hw_models.base import Mapper, OpCost, bound_of
+from hw_models.gpu.mapper import roofline_cost
+from hw_models.pim.config import Geometry, load_pim_config
+from hw_models.pim.pipeline import ATTENTION_FAMILY, pipeline_heads, share_gemms
+from sim.core import graph as g
+from sim.core.engine import Task
+from sim.core.errors import ConfigError
+from sim.core.graph import Op, OpGraph
+from sim.core.lowering import lower
+
+if TYPE_CHECKING:
+    from sim.core.results import RunResult
+
+ATTN_KINDS = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)   # matrix attention ops (softmax aside)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One op's share of work on one stack."""
+
+    stack: int
+    stream_bytes: float      # read from the banks by the PIM units (re-read once per input row)
+    flops: float
+    in_bytes: float          # input vectors written through the stack's pins
+    out_bytes: float         # results / partial sums read back through the pins
+    extra_s: float = 0.0     # buffer-die work at the pin rate (softmax)
+    extra_bytes: float = 0.0
+    imbalance: float = 1.0   # busiest pseudo-channel / average
+
+
+@dataclass(frozen=True)
+class PimOpCost(OpCost):
+    """An OpCost for one stack's piece, with the parts the report explains."""
+
+    stack: int = 0
+    transfer_s: float = 0.0
+    mode_switch_s: float = 0.0
+    stream_bytes: float = 0.0
+    energy_internal_j: float = 0.0
+    energy_external_j: float = 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    op: Op
+    where: str               # "host" or "pim"
+    why: str
+    host: OpCost
+    pim_s: float | None      # predicted, slowest stack, with both mode switches
+    pieces: tuple[Piece, ...] = ()
+
+
+class PimMapper(Mapper):
+    kind = "pim"
+
+    def __init__(self, machine, workload, model):
+        super().__init__(machine, workload, model)
+        src = machine.source or machine.name
+        self.cfg = cfg = load_pim_config(machine.pim, src)
+        self.host_name = machine.main_unit
+        self.host = machine.units[self.host_name]
+        if cfg.tier not in machine.memory:
+            raise ConfigError(f"{src}: pim.tier: no memory tier named {cfg.tier!r}")
+        if self.host.memory != cfg.tier:
+            raise ConfigError(f"{src}: pim.tier: the host unit {self.host_name} streams from {self.host.memory!r}; "
+                              f"the PIM stacks must be that tier ({cfg.tier!r})")
+        self.tier = machine.memory[cfg.tier]
+        if self.tier.energy_j_per_byte is None:
+            raise ConfigError(f"{src}: memory.{cfg.tier}.energy_j_per_byte: required for a pim machine "
+                              "(the external DRAM energy per byte)")
+        self.geo = Geometry(cfg, self.tier.bandwidth_bytes_per_s / cfg.stacks)
+        self.policy = workload.pim_policy
+        self.stack_names = [f"pim.stack{i}" for i in range(cfg.stacks)]
+        self.locks = [f"{s}.banks" for s in self.stack_names]
+        self.last_decisions: list[Decision] = []
+        self.forced: dict[str, str] = {}             # op -> "host" | "pim" (a shared GEMM's parts)
+        self.continuations: frozenset[str] = frozenset()  # ops inside an earlier op's kernel: no launch
+        self.head_group: dict[str, int] = {}         # slice of a pipelined attention block -> its head group
+        H, KV = model.num_heads, model.num_kv_heads
+        if H % cfg.head_groups or KV % cfg.head_groups:
+            raise ConfigError(f"{src}: pim.head_groups: {cfg.head_groups} groups do not divide "
+                              f"{model.name}'s {H} heads and {KV} KV heads")
+
+    @property
+    def in_order(self) -> bool:
+        """One op chain: the host and every stack take their work in program order, as a
+        command queue would, so the engine's cheaper in-order streams apply (~2x faster at
+        40 stacks). Interleaved sub-batch chains need tasks that overtake each other."""
+        return self.cfg.sub_batches == 1
+
+    @property
+    def blocked(self) -> bool:
+        return not self.cfg.dual_row_buffer
+
+    def containers(self) -> dict[str, float]:
+        return {lock: 1.0 for lock in self.locks} if self.blocked and self.policy != "none" else {}
+
+    def capacity_hint(self) -> str:
+        return (f"PIM memory gives up capacity for logic ({self.machine.description or self.machine.name}): "
+                "try a smaller model, "
+                "batch or context, or a plain-HBM preset such as --hw a100_80g.")
+
+    # -- costs -------------------------------------------------------------
+    def launch_s(self, op: Op) -> float:
+        return 0.0 if op.name in self.continuations else self.host.launch_overhead_s
+
+    def host_cost(self, op: Op) -> OpCost:
+        c = roofline_cost(op, self.host, self.host_name, self.tier, self.workload.compute,
+                          steady=op.name in self.continuations)
+        return replace(c, energy_j=op.bytes * self.tier.energy_j_per_byte)
+
+    def piece_cost(self, op: Op, p: Piece, switches: int) -> PimOpCost:
+        geo, cfg = self.geo, self.cfg
+        memory_s = p.stream_bytes / geo.internal_bytes_per_s * p.imbalance
+        compute_s = p.flops / geo.flops_per_s * p.imbalance
+        transfer_s = (p.in_bytes + p.out_bytes) / geo.stack_external_bytes_per_s
+        switch_s = switches * cfg.mode_switch_s
+        overhead_s = self.launch_s(op) + switch_s
+        # The input must be in the units before the MACs start and results are read after: serial.
+        duration = overhead_s + max(memory_s, compute_s) + transfer_s + p.extra_s
+        e_int = p.stream_bytes * cfg.energy_internal_j_per_byte
+        e_ext = (p.in_bytes + p.out_bytes + p.extra_bytes) * self.tier.energy_j_per_byte
+        bound = bound_of(compute_s, memory_s, overhead_s, transfer_s + p.extra_s)
+        return PimOpCost(op, self.stack_names[p.stack], duration, compute_s, memory_s, overhead_s, bound,
+                         f"PIM ({cfg.placement})", e_int + e_ext, p.stack, transfer_s, switch_s,
+                         p.stream_bytes, e_int, e_ext)
+
+    # -- what PIM can run, split by data layout ------------------------------
+    def _format_refusal(self, op: Op) -> str | None:
+        if op.compute_format not in self.cfg.formats:
+            return f"activations in {op.compute_format}: PIM units compute {'/'.join(self.cfg.formats)} only"
+        return None
+
+    def split(self, op: Op) -> tuple[Piece, ...] | str:
+        """The op's pieces per stack, or why PIM cannot run it."""
+        cfg = self.cfg
+        if op.kind == g.GEMM:
+            return self._split_gemm(op)   # checks the formats itself (GEMM sharing calls it directly)
+        refusal = self._format_refusal(op)
+        if refusal:
+            return refusal
+        if op.kind in ATTN_KINDS:
+            return self._split_attention(op)
+        if op.kind == g.SOFTMAX:
+            if cfg.softmax != "buffer_die":
+                return "exp/max/sum: not in the PIM ISA, runs on the host"
+            return self._split_attention(op)
+        if op.kind == g.ELEMENTWISE:
+            elements = sum(t.elements for t in op.writes)
+            if op.flops > elements and not cfg.activation_functions:
+                return "activation needs exp (SiLU/GELU): no transcendental unit in the banks"
+            share = 1 / cfg.stacks
+            return tuple(Piece(s, op.bytes * share, op.flops * share, 0.0, 0.0) for s in range(cfg.stacks))
+        return {g.NORM: "row reduction and rsqrt across banks: host",
+                g.ROPE: "pairs elements across lanes with sin/cos tables: host",
+                g.KV_APPEND: "writes the new K/V through the pins: host",
+                g.EMBED: "table gather: host"}.get(op.kind, f"{op.kind}: host only")
+
+    def _split_gemm(self, op: Op, any_rows: bool = False) -> tuple[Piece, ...] | str:
+        cfg, S, P = self.cfg, self.cfg.stacks, self.cfg.pseudo_channels_per_stack
+        refusal = self._format_refusal(op)
+        if refusal:
+            return refusal
+        mats = [t for t in op.reads if t.role == "weight" and len(t.shape) > 1]
+        if not mats:
+            return "no weight matrix"
+        if mats[0].fmt not in cfg.formats:
+            return f"{mats[0].fmt} weights: PIM units compute {'/'.join(cfg.formats)} only"
+        m = op.dims["m"]
+        if m > cfg.max_rows and not any_rows:
+            return f"wide GEMM: {m} rows > {cfg.max_rows} (weights are reused across rows on the host)"
+        wbytes = sum(t.bytes for t in mats)
+        x_bytes = sum(t.bytes for t in op.reads if t.role == "activation")
+        out = sum(t.bytes for t in op.writes)
+        # Rows of W are interleaved over every unit; each pseudo-channel needs the whole input;
+        # PIM has no reuse, so each of the m input rows re-streams the weights (PIMSimulator GEMV
+        # loops over the batch). Lanes not reduced in-unit come back as partial sums.
+        return tuple(Piece(s, m * wbytes / S, op.flops / S, x_bytes * P,
+                           out / S * cfg.partial_sums_per_output) for s in range(S))
+
+    def _groups_per_stack(self, batch: int, kv_heads: int, group: int = 0) -> list[int]:
+        """(request, KV head) granules per stack for an op over `kv_heads` heads. With head
+        groups the op is head group `group` of the model's heads, whose KV lives where the
+        whole model's layout put it: granule (r, h) of the model sits on stack
+        (r x all KV heads + h) % stacks (kv_placement head) or r % stacks (request)."""
+        S = self.cfg.stacks
+        counts = [0] * S
+        if self.cfg.kv_placement == "request":
+            for r in range(batch):
+                counts[r % S] += kv_heads
+        else:
+            total = self.model.num_kv_heads
+            for r in range(batch):
+                for j in range(kv_heads):
+                    counts[(r * total + group * kv_heads + j) % S] += 1
+        return counts
+
+    def _split_attention(self, op: Op) -> tuple[Piece, ...] | str:
+        cfg, P = self.cfg, self.cfg.pseudo_channels_per_stack
+        d = op.dims
+        B, H, KV, q_len, kv_len = d["batch"], d["heads"], d["kv_heads"], d["q_len"], d["kv_len"]
+        rows = q_len * H // KV           # query rows sharing one KV head's matrix
+        if rows > cfg.max_rows:
+            return f"{rows} query rows per KV head (prefill): K/V are reused across them on the host"
+        kv = [t for t in op.reads if t.role == "kv"]
+        if kv and kv[0].fmt not in cfg.formats:
+            return f"{kv[0].fmt} KV cache: PIM units compute {'/'.join(cfg.formats)} only"
+        groups = B * KV
+        kv_bytes = sum(t.bytes for t in kv) / groups
+        in_bytes = sum(t.bytes for t in op.reads if t.role == "activation") / groups
+        out_bytes = sum(t.bytes for t in op.writes) / groups
+        flops = op.flops / groups
+        elem = 2.0  # fp16 scores
+        pieces = []
+        for s, n in enumerate(self._groups_per_stack(B, KV, self.head_group.get(op.name, 0))):
+            if n == 0:
+                continue
+            # n groups over P pseudo-channels: whole groups per channel, or each group spread over
+            # P // n channels (its input written to each; context partials come back from each).
+            span = max(1, P // n)
+            imbalance = math.ceil(n / P) / (n / P) if n >= P else P / (n * span)
+            partials = cfg.partial_sums_per_output * (span if op.kind == g.ATTN_CONTEXT else 1)
+            if op.kind == g.SOFTMAX:  # buffer die: scores in, probabilities out, at the pin rate
+                nbytes = n * (in_bytes + out_bytes)
+                pieces.append(Piece(s, 0.0, n * flops, 0.0, 0.0, nbytes / self.geo.stack_external_bytes_per_s,
+                                    nbytes))
+                continue
+            extra_s = extra_b = 0.0
+            if op.kind == g.ATTENTION:  # fused: softmax on the buffer die at the pin rate (AttAcc)
+                extra_b = n * rows * kv_len * elem * 2
+                extra_s = extra_b / self.geo.stack_external_bytes_per_s
+            pieces.append(Piece(s, n * kv_bytes * rows, n * flops, n * in_bytes * span,
+                                n * out_bytes * partials, extra_s, extra_b, imbalance))
+        return tuple(pieces)
+
+    # -- placement -------------------------------------------------------------
+    def decide(self, op: Op) -> Decision:
+        host = self.host_cost(op)
+        if self.policy == "none":
+            return Decision(op, "host", "policy none", host, None)
+        forced = self.forced.get(op.name)
+        if forced == "host":
+            return Decision(op, "host", "GEMM sharing: host columns", host, None)
+        if forced == "pim":   # pim_columns only splits GEMMs that _split_gemm accepts
+            pieces = self._split_gemm(op, any_rows=True)
+            pim_s = max(self.piece_cost(op, p, 2).duration_s for p in pieces)
+            return Decision(op, "pim", "GEMM sharing: PIM columns", host, pim_s, pieces)
+        pieces = self.split(op)
+        if isinstance(pieces, str):
+            return Decision(op, "host", pieces, host, None)
+        costs = [self.piece_cost(op, p, 2) for p in pieces]
+        pim_s = max(c.duration_s for c in costs)
+        attention = op.kind in ATTENTION_FAMILY
+        if self.policy == "attention_only":
+            if attention:
+                return Decision(op, "pim", "policy attention_only", host, pim_s, pieces)
+            return Decision(op, "host", "policy attention_only", host, pim_s)
+        if self.policy == "fc_and_attention":
+            if attention or op.kind == g.GEMM:
+                return Decision(op, "pim", "policy fc_and_attention", host, pim_s, pieces)
+            return Decision(op, "host", "policy fc_and_attention", host, pim_s)
+        if pim_s < host.duration_s:
+            return Decision(op, "pim", f"{host.duration_s / pim_s:.1f}x faster than host", host, pim_s, pieces)
+        worst = max(costs, key=lambda c: c.duration_s)
+        if worst.memory_s >= worst.duration_s / 2 and worst.stream_bytes:
+            rows = op.dims.get("m", 1)
+            cause = f"re-streams the matrix for {rows} rows" if rows > 1 else "streams slower than the host"
+        else:
+            cause = "overheads (launch, mode switch, transfers) dominate"
+        return Decision(op, "host", f"PIM {pim_s / host.duration_s:.1f}x slower: {cause}", host, pim_s)
+
+    def _switches(self, decisions: list[Decision]) -> dict[tuple[int, int], int]:
+        """Mode switches per (op index, stack): entering PIM mode when the stack last served the
+        host, leaving it when the host comes next. With dual row buffers host accesses do not
+        need the banks out of PIM mode, so a stack enters once and leaves once per step."""
+        out: dict[tuple[int, int], int] = {}
+        for s in range(self.cfg.stacks):
+            seq = []
+            for i, d in enumerate(decisions):
+                if d.where == "pim" and any(p.stack == s for p in d.pieces):
+                    seq.append((i, "pim"))
+                elif d.where == "host" and self.blocked and d.op.bytes:
+                    seq.append((i, "host"))
+            pim_at = [j for j, (_, w) in enumerate(seq) if w == "pim"]
+            for j in pim_at:
+                i = seq[j][0]
+                prev = seq[j - 1][1] if j > 0 else "host"
+                nxt = seq[j + 1][1] if j + 1 < len(seq) else "host"
+                out[(i, s)] = (prev == "host") + (nxt == "host")
+        return out
+
+    def sub_batch_sizes(self, graph: OpGraph) -> list[int]:
+        """How the step's batch splits into interleaved sub-batches: decode only (prefill attention
+        is a wide GEMM on the host, nothing to overlap), as even as possible, none empty. Policy none
+        (the same GPU without PIM) has nothing to overlap either and runs the whole batch."""
+        if graph.phase != "decode" or self.policy == "none":
+            return [graph.batch]
+        n = min(self.cfg.sub_batches, graph.batch)
+        return [graph.batch // n + (k < graph.batch % n) for k in range(n)]
+
+    def pim_columns(self, op: Op) -> int:
+        """GEMM sharing: the output columns PIM takes so that both sides finish together
+        (shares in inverse proportion to their predicted times for the whole GEMM), or 0
+        when the split would not beat the op placed whole by the policy."""
+        pieces = self._split_gemm(op, any_rows=True)
+        if isinstance(pieces, str):
+            return 0
+        whole = self.decide(op)
+        t_host = whole.host.duration_s
+        t_pim = max(self.piece_cost(op, p, 0).duration_s for p in pieces)
+        n = op.dims["n"]
+        n_pim = round(n * t_host / (t_host + t_pim))
+        if not 0 < n_pim < n:
+            return 0
+        host_part = self.host_cost(g.column_share(op, n - n_pim, op.name)).duration_s
+        pim_part = max(self.piece_cost(op, p, 0).duration_s
+                       for p in self._split_gemm(g.column_share(op, n_pim, op.name), any_rows=True))
+        return n_pim if max(host_part, pim_part) < (whole.pim_s if whole.where == "pim" else t_host) else 0
+
+    def schedule(self, graph: OpGraph) -> OpGraph:
+        """The decode step rewritten for AttAcc's overlaps (head groups, GEMM sharing);
+        sets the forced placements and continuations the planning then uses."""
+        self.forced, self.continuations, self.head_group = {}, frozenset(), {}
+        cfg = self.cfg
+        if graph.phase != "decode" or self.policy == "none" or (cfg.head_groups == 1 and not cfg.gemm_sharing):
+            return graph
+        if cfg.head_groups > 1:
+            G, m = cfg.head_groups, self.model
+            layers = len({op.layer for op in graph.ops() if op.layer is not None})
+            head_slice = lower(replace(m, num_heads=m.num_heads // G, num_kv_heads=m.num_kv_heads // G),
+                               graph.phase, graph.batch, graph.q_len, graph.kv_len, self.formats,
+                               self.workload.flash_attention, num_layers=layers)
+            graph, self.head_group = pipeline_heads(graph, head_slice, G)
+            self.continuations = frozenset(n for n, k in self.head_group.items() if k)
+        if cfg.gemm_sharing:
+            graph, self.forced = share_gemms(graph, self.pim_columns)
+            # Both parts of a later head group's GEMM continue their side's kernel.
+            self.continuations |= {n for n in self.forced if n.rsplit("~", 1)[0] in self.continuations}
+        return graph
+
+    def plan_step(self, graph: OpGraph) -> list[Task]:
+        sizes = self.sub_batch_sizes(graph)
+        if len(sizes) == 1:
+            tasks, self.last_decisions = self.plan_chain(self.schedule(graph))
+            return tasks
+        # Sub-batch interleaving (NeuPIMs, hardware.md §4.4): each sub-batch is its own op chain,
+        # lowered at its own batch size, so every FC of every sub-batch reads the layer's weights
+        # again (NeuPIMs issues one GEMM per sub-batch; a layer's weights do not fit the GPU's L2).
+        # Each chain is one host stream; the host unit and the stacks are shared resources, so the
+        # engine runs one chain's attention on PIM while another's FC holds the host.
+        layers = len({op.layer for op in graph.ops() if op.layer is not None})
+        w = self.workload
+        return self.plan_interleaved([lower(self.model, graph.phase, b, graph.q_len, graph.kv_len, self.formats,
+                                            w.flash_attention, num_layers=layers) for b in sizes])
+
+    def plan_interleaved(self, graphs: list[OpGraph]) -> list[Task]:
+        """Independent op chains, one per sub-batch graph, sharing the host and the stacks.
+        Tasks are listed chain by chain: at equal ready times the host serves the lower chain."""
+        tasks: list[Task] = []
+        for k, sub in enumerate(graphs):
+            chain, decisions = self.plan_chain(sub, f".b{k}")
+            tasks += chain
+            if k == 0:
+                self.last_decisions = decisions
+        return tasks
+
+    def plan_chain(self, graph: OpGraph, suffix: str = "") -> tuple[list[Task], list[Decision]]:
+        """One op chain's tasks (ids end in `suffix`: ".b1" for sub-batch 1) and its decisions."""
+        decisions = [self.decide(op) for op in graph.ops()]
+        # Mode switches are counted in this chain's program order; with interleaved chains in
+        # blocked mode the stacks may alternate more often than that (dual_row_buffer: exact).
+        switches = self._switches(decisions)
+        use_locks = bool(self.containers()) and any(d.where == "pim" for d in decisions)
+        all_locks = tuple((lock, 1.0) for lock in self.locks)
+        ids: dict[str, list[str]] = {}
+        on_stack: dict[str, dict[int, str]] = {}   # attention-family op on PIM -> its piece per stack
+        tasks: list[Task] = []
+        last_host: str | None = None
+        for i, d in enumerate(decisions):
+            op = d.op
+            preds = graph.deps(op.name)
+            deps = tuple(t for p in preds for t in ids[p])
+            if d.where == "host":
+                # One stream on the host per chain: ops run in program order, so a host op never
+                # holds the stack locks while it waits for its own chain's previous op.
+                tid = op.name + suffix
+                hdeps = deps + ((last_host,) if last_host and last_host not in deps else ())
+                locks = all_locks if use_locks and op.bytes else ()
+                tasks.append(Task(tid, self.host_name, d.host.duration_s, hdeps, locks, locks, tag=d.host))
+                ids[op.name], last_host = [tid], tid
+                continue
+            ids[op.name] = []
+            attention = op.kind in ATTENTION_FAMILY
+            for p in d.pieces:
+                c = self.piece_cost(op, p, switches.get((i, p.stack), 0))
+                lock = ((self.locks[p.stack], 1.0),) if use_locks else ()
+                tid = f"{op.name}{suffix}@stack{p.stack}"
+                # Attention after attention on PIM (score -> softmax -> context) keeps each
+                # request's KV groups on the same stack, so a piece waits only for its own
+                # stack's piece of the previous op; anything else waits for all of it.
+                pdeps = deps
+                if attention and preds and all(q in on_stack and p.stack in on_stack[q] for q in preds):
+                    pdeps = tuple(on_stack[q][p.stack] for q in preds)
+                tasks.append(Task(tid, c.unit, c.duration_s, pdeps, lock, lock, tag=c))
+                ids[op.name].append(tid)
+                if attention:
+                    on_stack.setdefault(op.name, {})[p.stack] = tid
+        return tasks, decisions
+
+    def simulate(self, exhaustive: bool = False, detail: bool = True) -> "RunResult":
+        """`detail` is accepted and ignored: the PIM metrics (utilisation, mode switches,
+        DRAM energy) come from the representative step's timelines, so they are always built."""
+        from hw_models.pim.report import attach_report
+        from sim.core.generation import simulate_generation
+
+        result = simulate_generation(self, exhaustive=exhaustive)
+        if self.policy == "none":
+            baseline = result
+        else:
+            plain = PimMapper(self.machine, self.workload.model_copy(update={"pim_policy": "none"}), self.model)
+            baseline = simulate_generation(plain, exhaustive=exhaustive)
+        attach_report(self, result, baseline)
+        return result
+
+
+MAPPER = PimMapper

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Behaviour pins for refactors: run every workload under workloads/ on every preset
+that accepts it, and every sweeps/*.yaml at its first 2 points, and store the scalar
+metrics as JSON. A second run after a refactor must reproduce them (relative 1e-9).
+
+    python scripts/golden.py --out golden.json            # record
+    python scripts/golden.py --check golden.json          # compare, exit 1 on a difference
+    python scripts/golden.py --check golden.json --subset llama2_7b_decode   # a few cases
+
+A case that raises a user error (the model does not fit, the kind refuses the
+workload) records the error's first line, so a refactor must keep refusing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hw_models.machine import load_machine, machine_from_dict, preset_names  # noqa: E402
+from hw_models.registry import simulate  # noqa: E402
+from sim.core.errors import SimError  # noqa: E402
+from sim.core.workload import load_workload, workload_from_dict  # noqa: E402
+
+SWEEP_POINTS = 2
+
+
+def _case(workload, machine) -> dict:
+    try:
+        return simulate(workload, machine, detail=False).metrics()
+    except SimError as e:
+        return {"error": str(e).splitlines()[0].replace(str(ROOT), "<root>")}
+
+
+def workload_cases(subset: str | None) -> dict[str, dict]:
+    out = {}
+    for wpath in sorted((ROOT / "workloads").glob("*.yaml")):
+        if subset and subset not in wpath.stem:
+            continue
+        workload = load_workload(wpath)
+        for hw in preset_names():
+            out[f"{wpath.stem}@{hw}"] = _case(workload, load_machine(hw))
+    return out
+
+
+def sweep_cases(subset: str | None) -> dict[str, dict]:
+    from sim.apps.sweep.expand import expand
+    from sim.apps.sweep.spec import load_spec
+
+    out = {}
+    for spath in sorted((ROOT / "sweeps").glob("*.yaml")):
+        if subset and subset not in spath.stem:
+            continue
+        points = expand(load_spec(spath))[:SWEEP_POINTS]
+        for p in points:
+            c = p.config
+            workload = workload_from_dict(c["workload"], c["workload_source"])
+            out[f"sweep:{spath.stem}:{p.index}"] = _case(workload, machine_from_dict(c["machine"], c["machine_source"]))
+    return out
+
+
+def differences(want: dict, got: dict, rel: float = 1e-9) -> list[str]:
+    bad = []
+    for case, metrics in want.items():
+        if case not in got:
+            continue
+        g = got[case]
+        if set(metrics) != set(g):
+            bad.append(f"{case}: keys differ: {sorted(set(metrics) ^ set(g))}")
+            continue
+        for k, v in metrics.items():
+            if isinstance(v, str) or isinstance(g[k], str):
+                if v != g[k]:
+                    bad.append(f"{case}: {k}: {v!r} -> {g[k]!r}")
+            elif not math.isclose(v, g[k], rel_tol=rel, abs_tol=1e-300):
+                bad.append(f"{case}: {k}: {v!r} -> {g[k]!r}")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--check", type=Path)
+    ap.add_argument("--subset", help="only workloads and sweeps whose file name contains this")
+    a = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    got = {**workload_cases(a.subset), **sweep_cases(a.subset)}
+    if a.out:
+        a.out.write_text(json.dumps(got, indent=1, sort_keys=True))
+        print(f"{len(got)} cases -> {a.out}")
+    if a.check:
+        want = json.loads(a.check.read_text())
+        bad = differences(want, got)
+        missing = [c for c in want if c not in got and (not a.subset or a.subset in c)]
+        for line in bad + [f"{c}: missing" for c in missing]:
+            print(line)
+        print(f"{len(got)} cases checked, {len(bad) + len(missing)} differ")
+        return 1 if bad or missing else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""The `sim` command line.
+
+User mistakes (a SimError) print one line and exit 2; no traceback.
+Further subcommands (validate, replay, calibrate, sweep, offload) come from
+the modules in _PLUGINS, each exposing register(subparsers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sim.core.errors import ConfigError, SimError
+
+_PLUGINS = ("sim.apps.trace.cli", "sim.apps.sweep.cli", "hw_models.offload.cli")
+
+
+def _load(args: argparse.Namespace):
+    """Workload and machine from the common arguments, with --set overrides."""
+    from hw_models.machine import load_machine
+    from sim.core.workload import load_workload, parse_set
+
+    sets = parse_set(getattr(args, "set", None))
+    if getattr(args, "policy", None):
+        sets["policy"] = args.policy
+    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
+    wl_sets = {k: v for k, v in sets.items() if not k.startswith("hw.")}
+    workload = load_workload(args.workload, wl_sets)
+    machine = load_machine(args.hw, hw_sets)
+    if getattr(args, "ideal", False):
+        from hw_models.ideal import ideal
+
+        machine = ideal(machine)
+    return workload, machine
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="workload YAML file")
+    p.add_argument("--hw", required=True, help="hardware preset name or YAML file (see `sim hw list`)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a workload field (batch=16, formats.weights=int4) or hardware field (hw.memory.hbm.bandwidth_bytes_per_s=2e12)")
+    p.add_argument("--ideal", action="store_true", help="efficiencies 1 and overheads 0: the pure roofline")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from hw_models.registry import simulate
+
+    from sim.apps.outputs import check_output
+
+    workload, machine = _load(args)
+    for path in (args.json, args.chrome_trace):
+        if path:
+            check_output(path)  # before the run, not after it
+    if args.plots:
+        check_output(args.plots, directory=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # notes are printed in the report
+        result = simulate(workload, machine, exhaustive=args.exhaustive)
+    if args.json:
+        from sim.apps.outputs import write_json
+
+        write_json(args.json, result.to_json())
+    if args.chrome_trace:
+        from sim.apps.outputs import chrome_trace, write_json
+
+        write_json(args.chrome_trace, chrome_trace({"prefill": result.prefill_timeline,
+                                                    f"decode step (kv_len {result.decode_kv_len})": result.decode_timeline}))
+    if args.plots:
+        from sim.apps import plots
+
+        out = Path(args.plots)
+        unit = machine.units[machine.main_unit]
+        fmt = workload.formats.activations
+        peak = unit.peak_flops_per_s.get(fmt, max(unit.peak_flops_per_s.values()))
+        plots.roofline(result, peak, machine.memory[machine.device_tier].bandwidth_bytes_per_s, out / "roofline.png")
+        plots.gantt(result.decode_ops, f"one decode step, kv_len {result.decode_kv_len}", out / "decode_gantt.png")
+    if args.quiet:
+        return 0
+    from sim.apps.report import print_report
+
+    print_report(result, machine)
+    return 0
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from hw_models.registry import mapper_for
+    from hw_models.gpu.mapper import roofline_cost
+    from hw_models.ideal import ideal
+    from sim.core.lowering import lower
+
+    workload, machine = _load(args)
+    if args.kv_len is not None and args.kv_len < 1:
+        raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
+    model = workload.model_config_()
+    mapper = mapper_for(machine, workload, model)
+    q, kv = (workload.prompt_len, workload.prompt_len) if args.phase == "prefill" else (1, args.kv_len or workload.prompt_len + 1)
+    graph = lower(model, args.phase, workload.batch, q, kv, mapper.formats, workload.flash_attention, num_layers=1)
+    flat = ideal(machine)
+    unit_name = machine.main_unit
+    rows = []
+    for op in graph.ops():
+        pure = roofline_cost(op, flat.units[unit_name], unit_name, flat.memory[flat.device_tier], workload.compute)
+        real = roofline_cost(op, machine.units[unit_name], unit_name, machine.memory[machine.device_tier], workload.compute)
+        count = model.num_layers if op.layer is not None else 1
+        rows.append(dict(op=op.base_name, kind=op.kind, count=count, flops=op.flops, bytes=op.bytes,
+                         intensity=op.flops / op.bytes if op.bytes else 0.0, bound=pure.bound,
+                         roofline_s=pure.duration_s, simulated_s=real.duration_s))
+    totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),
+                  simulated_s=sum(r["simulated_s"] * r["count"] for r in rows),
+                  flops=sum(r["flops"] * r["count"] for r in rows), bytes=sum(r["bytes"] * r["count"] for r in rows))
+    if args.json:
+        from sim.apps.outputs import write_json
+
+        write_json(args.json, dict(phase=args.phase, kv_len=kv, ops=rows, totals=totals))
+        return 0
+    t = Table(title=f"{model.name} {args.phase} (batch {workload.batch}, q_len {q}, kv_len {kv}) on {machine.name}")
+    for col in ("op", "kind", "x", "FLOPs", "bytes", "FLOP/B", "bound", "roofline", "simulated"):
+        t.add_column(col, justify="left" if col in ("op", "kind", "bound") else "right")
+    from sim.core.units import fmt_time
+
+    for r in rows:
+        t.add_row(r["op"], r["kind"], str(r["count"]), f"{r['flops']:.3g}", f"{r['bytes']:.3g}", f"{r['intensity']:.2f}",
+                  r["bound"], fmt_time(r["roofline_s"]), fmt_time(r["simulated_s"]))
+    t.add_row("total", "", "", f"{totals['flops']:.3g}", f"{totals['bytes']:.3g}", "", "",
+              fmt_time(totals["roofline_s"]), fmt_time(totals["simulated_s"]), style="bold")
+    Console().print(t)
+    return 0
+
+
+def cmd_model_show(args: argparse.Namespace) -> int:
+    from sim.core.footprint import weight_bytes
+    from sim.core.formats import get_format
+    from sim.core.lowering import FormatPolicy
+    from sim.core.model import load_model
+
+    m = load_model(args.model)
+    fmts = args.formats.split(",") if args.formats else ["fp32", "fp16", "bf16", "int8", "int4"]
+    by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
+    kv = {f: m.kv_bytes_per_token(get_format(f).storage_bytes((1, m.kv_dim)) / m.kv_dim) for f in fmts}
+    data = dict(m.to_dict(), params=m.params(), weight_bytes=by_fmt, kv_cache_bytes_per_token=kv)
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    t = Table(title=f"{m.name}: {m.params():,} parameters", show_header=False, title_justify="left")
+    for k, v in m.to_dict().items():
+        t.add_row(k, str(v))
+    for f in fmts:
+        t.add_row(f"weights in {f}", f"{by_fmt[f]:,} bytes ({by_fmt[f] / 1e9:.2f} GB)")
+    for f in fmts:
+        t.add_row(f"KV cache per token in {f}", f"{kv[f]:,.0f} bytes")
+    Console().print(t)
+    return 0
+
+
+def cmd_hw_list(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine, preset_names
+    from sim.core.units import fmt_bytes
+
+    rows = []
+    for name in preset_names():
+        try:
+            m = load_machine(name)
+        except SimError as exc:
+            rows.append((name, "?", "", "", "", f"[red]{exc}[/red]"))
+            continue
+        tier = m.memory[m.device_tier]
+        unit = m.units[m.main_unit]
+        best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
+        rows.append((name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+                     f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
+    console = Console()
+    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)",
+              show_edge=False)
+    cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    for col, w in zip(cols, widths):
+        t.add_column(col, no_wrap=True, min_width=w)
+    # In a narrow terminal the description gives way; rich would otherwise squeeze the
+    # short columns to nothing. 3 characters of border and padding per column.
+    room = console.width - sum(widths) - 3 * (len(cols) + 1) - 1
+    if room >= 10:
+        t.add_column("description", overflow="ellipsis", no_wrap=True, max_width=min(60, room))
+    for r in rows:
+        t.add_row(*r[: len(t.columns)])
+    console.print(t)
+    return 0
+
+
+def cmd_hw_show(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine, resolve_path
+
+    m = load_machine(args.name)
+    if args.json:
+        print(json.dumps(m.model_dump(), indent=1))
+    else:
+        print(resolve_path(args.name).read_text())
+    return 0
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    """Each format's exact storage and the error it causes on an array."""
+    import numpy as np
+
+    from sim.core.formats import get_format, known_formats
+    from sim.core.quantize import quantization_error
+
+    names = args.formats.split(",") if args.formats else known_formats()
+    fmts = [get_format(n) for n in names]        # unknown names fail before any work
+    if args.array:
+        path = Path(args.array)
+        try:
+            x = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise SimError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
+        source = f"{path} {x.shape}"
+    else:
+        x = np.random.default_rng(0).standard_normal((256, 4096)).astype(np.float32)
+        source = "N(0, 1), 256 x 4096, seed 0"
+    shape = tuple(x.shape) if x.ndim else (1,)
+    rows = []
+    for f in fmts:
+        err = quantization_error(x, f)
+        rows.append(dict(format=f.name, bits_per_element=f.bits_per_element(shape), block=f.block_size,
+                         storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
+                         rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
+    if args.json:
+        print(json.dumps(dict(array=source, formats=rows), indent=1, default=float))
+        return 0
+    t = Table(title=f"Number formats on {source}")
+    for col in ("format", "bits/element", "block", "bytes", "SQNR dB", "rel. RMSE", "max |err|"):
+        t.add_column(col, justify="left" if col == "format" else "right")
+    for r in rows:
+        t.add_row(r["format"], f"{r['bits_per_element']:.3f}",
+                  {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
+                  f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
+    Console().print(t)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sim", description="Discrete-event simulator of LLM inference hardware.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="simulate a workload on a hardware preset")
+    _add_common(r)
+    r.add_argument("--json", metavar="PATH", help="write results as JSON")
+    r.add_argument("--chrome-trace", metavar="PATH", help="write a Chrome/Perfetto trace of prefill and one decode step")
+    r.add_argument("--plots", metavar="DIR", help="write roofline and Gantt plots")
+    r.add_argument("--exhaustive", action="store_true", help="simulate every layer and step (no shortcuts)")
+    r.add_argument("--policy", help="offload placement policy: 'search' or a policy name")
+    r.add_argument("-q", "--quiet", action="store_true", help="no report on stdout")
+    r.set_defaults(func=cmd_run)
+
+    rf = sub.add_parser("roofline", help="per-op roofline table of one step")
+    _add_common(rf)
+    rf.add_argument("--phase", choices=("decode", "prefill"), default="decode")
+    rf.add_argument("--kv-len", type=int, help="decode kv_len (default prompt_len + 1)")
+    rf.add_argument("--json", metavar="PATH", help="write the table as JSON")
+    rf.set_defaults(func=cmd_roofline)
+
+    mp = sub.add_parser("model", help="model configs").add_subparsers(dest="model_cmd", required=True)
+    ms = mp.add_parser("show", help="parameters, bytes per format, KV bytes per token")
+    ms.add_argument("model", help="preset name or path to config.json")
+    ms.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ms.add_argument("--formats", help="comma-separated formats to tabulate (default fp32,fp16,bf16,int8,int4)")
+    ms.set_defaults(func=cmd_model_show)
+    ml = mp.add_parser("list", help="model presets")
+    ml.set_defaults(func=lambda a: print("\n".join(__import__("sim.core.model", fromlist=["x"]).preset_names())) or 0)
+
+    fp = sub.add_parser("formats", help="number formats: exact bits per element and the error each causes")
+    fp.add_argument("--formats", help="comma-separated formats (default: all)")
+    fp.add_argument("--array", metavar="NPY", help="measure the error on this .npy array (default: Gaussian)")
+    fp.add_argument("--json", action="store_true")
+    fp.set_defaults(func=cmd_formats)
+
+    hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
+    hp.add_parser("list", help="list presets").set_defaults(func=cmd_hw_list)
+    hs = hp.add_parser("show", help="show a preset")
+    hs.add_argument("name", help="preset name or hardware YAML file")
+    hs.add_argument("--json", action="store_true", help="print the validated machine as JSON (default: the YAML text)")
+    hs.set_defaults(func=cmd_hw_show)
+
+    for mod in _PLUGINS:
+        try:
+            importlib.import_module(mod).register(sub)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod and not mod.startswith(str(exc.name)):
+                raise
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The human-readable report of a run (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from hw_models.machine import Machine
+from sim.core.results import RunResult, aggregate_by_name, group_name
+from sim.core.units import fmt_bytes, fmt_time
+
+
+def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    t = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("op", "kind", "count", "time", "share", "bound", "path"):
+        t.add_column(col, justify="right" if col in ("count", "time", "share") else "left")
+    for name, kind, secs, bound, count in aggregate_by_name(ops)[:n]:
+        path = next((o.path for o in ops if group_name(o) == name), "")
+        t.add_row(name, kind, str(count), fmt_time(secs), f"{100 * secs / total_s:.1f}%" if total_s else "-", bound, path)
+    return t
+
+
+def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
+    c = console or Console()
+    m = result.model
+    c.print(_kv_table("Model", [
+        ("name", m["name"]),
+        ("parameters", f"{result.params:,} ({result.params / 1e9:.2f} B)"),
+        ("layers / hidden", f"{m['num_layers']} / {m['hidden_size']}"),
+        ("heads / KV heads", f"{m['num_heads']} / {m['num_kv_heads']} (head_dim {m['head_dim']})"),
+    ]))
+    f = result.formats
+    c.print(_kv_table("Workload", [
+        ("name", result.workload),
+        ("batch / prompt / new tokens", f"{result.batch} / {result.prompt_len} / {result.gen_len}"),
+        ("formats", f"weights {f['weights']}, activations {f['activations']}, KV cache {f['kv_cache']}"
+         + (f", overrides {f['overrides']}" if f.get("overrides") else "")),
+    ]))
+    unit = machine.units[machine.main_unit]
+    c.print(_kv_table("Hardware", [
+        ("preset", f"{machine.name} ({machine.kind}): {machine.description}"),
+        ("memory", ", ".join(f"{n} {fmt_bytes(t.capacity_bytes)} @ {t.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
+                             for n, t in machine.memory.items())),
+        ("compute", ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in unit.peak_flops_per_s.items())),
+    ]))
+    rows = [
+        ("TTFT (prefill)", fmt_time(result.ttft_s)),
+        ("TPOT mean / first / last", f"{fmt_time(result.tpot_s)} / {fmt_time(result.tpot_first_s)} / {fmt_time(result.tpot_last_s)}"),
+        ("end-to-end", fmt_time(result.e2e_s)),
+        ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
+        ("energy per token", f"{result.energy_per_token_j:.3f} J"),
+        ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in result.utilization.items())),
+    ]
+    c.print(_kv_table("Results", rows))
+    mem = Table(title="Peak memory per tier", title_justify="left")
+    for col in ("tier", "weights", "KV cache", "activations", "total", "capacity", "used"):
+        mem.add_column(col, justify="left" if col == "tier" else "right")
+    for t, roles in result.memory_by_role.items():
+        cap = machine.memory[t].capacity_bytes
+        total = sum(roles.values())
+        mem.add_row(t, fmt_bytes(roles.get("weights", 0)), fmt_bytes(roles.get("kv_cache", 0)),
+                    fmt_bytes(roles.get("activations", 0)), fmt_bytes(total), fmt_bytes(cap), f"{100 * total / cap:.0f}%")
+    c.print(mem)
+    layers = m["num_layers"]
+    c.print(top_ops_table(f"Top ops, one decode step (kv_len {result.decode_kv_len}), summed over {layers} layers",
+                          result.decode_ops, result.decode_timeline.makespan_s, layers))
+    c.print(top_ops_table("Top ops, prefill", result.prefill_ops, result.ttft_s, layers, n=5))
+    for section in result.extra.get("report", []):
+        c.print(section)
+    for note in result.notes:
+        c.print(f"[yellow]warning:[/yellow] {note}")
+    c.print(f"[dim]{result.simulated_steps} steps simulated"
+            f"{' exhaustively' if result.exhaustive else ' (identical layers folded, decode steps interpolated; --exhaustive to check)'}[/dim]")

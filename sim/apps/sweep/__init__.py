@@ -1,0 +1,28 @@
+"""Architecture-exploration sweeps: one YAML file names a workload, a machine
+and axes (dotted paths to vary); `sim sweep` expands the points, runs them on
+any concurrent.futures executor (local processes or Dask), commits each result
+to SQLite as it finishes, and draws the plots the file asks for.
+
+    spec.py    the sweep file schema
+    expand.py  axes -> points (grid, zip, random), validated before anything runs
+    expr.py    the safe expression language of `when:`
+    run.py     executing points, progress
+    store.py   the resumable SQLite result store, export, load_results
+    plots.py   line, heatmap and Pareto plots with the best point marked
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["load_results"]
+
+
+def load_results(out_dir: str) -> "pandas.DataFrame":
+    """The results of the sweep in `out_dir` as a DataFrame, one row per point."""
+    from sim.apps.sweep.store import load_results as _load
+
+    return _load(out_dir)

@@ -1,0 +1,80 @@
+"""`sim sweep SPEC --out DIR` and `sim sweep export DIR --csv PATH | --parquet PATH`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sim.core.errors import ConfigError
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    if args.spec == "export":
+        return cmd_export(args)
+    if args.target is not None:
+        raise ConfigError(f"sim sweep: unexpected argument {args.target!r} (did you mean --out {args.target}?)")
+    if not args.out:
+        raise ConfigError("sim sweep: --out DIR is required (the results folder; rerun with the same one to resume)")
+    from sim.apps.sweep.run import run_sweep
+
+    s = run_sweep(args.spec, args.out, workers=args.workers, executor=args.executor,
+                  progress=not args.quiet, plots=not args.no_plots)
+    if not args.quiet:
+        _print_best(args.spec, args.out)
+        print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
+              + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
+              file=sys.stderr)
+    return 0
+
+
+def _print_best(spec_path: str, out: str) -> None:
+    """A table of the best point for each of the spec's `metrics`."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.apps.sweep.spec import default_goal, load_spec
+    from sim.apps.sweep.store import load_results
+
+    spec = load_spec(spec_path)
+    df = load_results(out)
+    ok = df[df["status"] == "ok"] if "status" in df.columns else df
+    if ok.empty:
+        return
+    t = Table(title=f"{spec.name}: best points ({len(ok)} of {len(df)} ran without error)", title_justify="left")
+    for col in ("metric", "best", *spec.axes):
+        t.add_column(col)
+    for m in spec.metrics:
+        if m not in ok.columns or ok[m].isna().all():
+            continue
+        goal = default_goal(m)
+        row = ok.loc[ok[m].idxmin() if goal == "min" else ok[m].idxmax()]
+        t.add_row(f"{goal} {m}", f"{row[m]:.4g}", *(str(row[a]) for a in spec.axes))
+    Console(stderr=True).print(t)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from sim.apps.sweep.store import export
+
+    if args.target is None:
+        raise ConfigError("sim sweep export: expected the sweep's output folder, e.g. sim sweep export out/ --csv r.csv")
+    for path in export(args.target, csv=args.csv, parquet=args.parquet):
+        print(path, file=sys.stderr)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="architecture-exploration sweep over workload and hardware fields",
+        description="sim sweep SPEC --out DIR runs a sweep file (resumable: rerun to finish the rest); "
+                    "sim sweep export DIR --csv PATH | --parquet PATH writes its results table.")
+    p.add_argument("spec", metavar="SPEC", help="sweep YAML file, or `export`")
+    p.add_argument("target", nargs="?", metavar="DIR", help="with `export`: the sweep's output folder")
+    p.add_argument("--out", metavar="DIR", help="output folder: results.sqlite, results.csv, plots/")
+    p.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
+    p.add_argument("--executor", metavar="KIND",
+                   help="local (default), dask-local (a LocalCluster), or dask://HOST:PORT (a running scheduler)")
+    p.add_argument("--no-plots", action="store_true", help="skip the plots")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument("--csv", metavar="PATH", help="export: write the results as CSV")
+    p.add_argument("--parquet", metavar="PATH", help="export: write the results as Parquet")
+    p.set_defaults(func=cmd_sweep)

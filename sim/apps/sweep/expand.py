@@ -1,0 +1,213 @@
+"""Axes -> points. Every point is resolved into a validated workload and
+machine here, in the main process, before anything runs: a typo in a dotted
+path or a bad value fails at once with one line naming the sweep file and axis.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import sim
+from hw_models.machine import Machine, machine_from_dict, preset_names, raw_machine
+from sim.core.errors import ConfigError
+from sim.core.schema import read_yaml, set_dotted
+from sim.apps.sweep.expr import compile_expr, lookup_in
+from sim.apps.sweep.spec import Range, SweepSpec
+from sim.core.workload import Workload, load_workload, workload_from_dict
+
+HW_AXIS = "hw"
+ALIASES = ("@device", "@main")
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int                   # position in the expansion
+    axes: dict[str, Any]         # axis path -> value, as the spec gives it
+    columns: dict[str, Any]      # recorded config fields (spec.columns)
+    config: dict[str, Any]       # what the worker needs: workload/machine dumps and their sources
+    key: str                     # hash of the resolved config and sim.__version__
+
+
+@dataclass
+class _Resolver:
+    """Builds validated workloads and machines from the base files plus overrides,
+    memoizing identical ones (most points share a machine or a workload)."""
+
+    spec: SweepSpec
+    wl_path: Path
+    wl_raw: dict[str, Any]
+    _wl: dict[tuple, Workload] = field(default_factory=dict)
+    _hw: dict[tuple, Machine] = field(default_factory=dict)
+    _base_hw: dict[str, Machine] = field(default_factory=dict)
+
+    def hw_ref(self, value: Any, where: str) -> str:
+        """A preset name as is; a file path relative to the sweep file."""
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a preset name or hardware file, got {value!r}")
+        if value in preset_names():
+            return value
+        path = self.spec.base_dir / value
+        if path.is_file():
+            return str(path)
+        raise ConfigError(f"{where}: unknown hardware preset or file {value!r}; presets: {', '.join(preset_names())}")
+
+    def base_machine(self, ref: str, where: str) -> Machine:
+        if ref not in self._base_hw:
+            self._base_hw[ref] = self.machine(ref, (), where)
+        return self._base_hw[ref]
+
+    def hw_path(self, ref: str, path: str, where: str) -> str:
+        """`memory.@device.bandwidth_bytes_per_s` with the aliases replaced for this machine."""
+        if not any(a in path for a in ALIASES):
+            return path
+        m = self.base_machine(ref, where)
+        return ".".join({"@device": m.device_tier, "@main": m.main_unit}.get(p, p) for p in path.split("."))
+
+    def machine(self, ref: str, overrides: tuple[tuple[str, Any], ...], where: str) -> Machine:
+        memo = (ref, _freeze(overrides))
+        if memo not in self._hw:
+            raw = raw_machine(ref)
+            for path, value in overrides:
+                set_dotted(raw, self.hw_path(ref, path, where), value, source=f"{where} (hw {ref})")
+            self._hw[memo] = machine_from_dict(raw, f"{where} (hw {ref})")
+        return self._hw[memo]
+
+    def workload(self, overrides: tuple[tuple[str, Any], ...], where: str) -> Workload:
+        memo = _freeze(overrides)
+        if memo not in self._wl:
+            raw = copy.deepcopy(self.wl_raw)
+            for path, value in overrides:
+                if path.split(".")[0] not in Workload.model_fields or path == "source":
+                    raise ConfigError(f"{where}: workload.{path}: unknown workload field; fields: "
+                                      + ", ".join(k for k in Workload.model_fields if k != "source"))
+                if "." in path:
+                    raw.setdefault(path.split(".")[0], {})
+                set_dotted(raw, path, value, source=where)
+            wl = workload_from_dict(raw, where)
+            # Keep the workload file as source: model paths resolve relative to it.
+            self._wl[memo] = wl.model_copy(update={"source": str(self.wl_path)})
+        return self._wl[memo]
+
+
+def _freeze(v: Any) -> Any:
+    """A hashable image of nested lists/dicts, for memo keys."""
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _split(axes: dict[str, Any]) -> tuple[Any, tuple, tuple]:
+    """Axis values -> (hw value or None, workload overrides, machine overrides)."""
+    wl, hw = [], []
+    for path, value in axes.items():
+        if path == HW_AXIS:
+            continue
+        head, _, rest = path.partition(".")
+        (wl if head == "workload" else hw).append((rest, value))
+    return axes.get(HW_AXIS), tuple(wl), tuple(hw)
+
+
+def config_key(workload: Workload, machine: Machine) -> str:
+    blob = json.dumps({"workload": workload.model_dump(mode="json"), "machine": machine.model_dump(mode="json"),
+                       "sim": sim.__version__}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _combinations(spec: SweepSpec) -> list[dict[str, Any]]:
+    names = list(spec.axes)
+    if spec.mode == "random":
+        rng = np.random.default_rng(spec.seed)
+        out = []
+        for _ in range(spec.samples or 0):
+            combo = {}
+            for k, v in spec.axes.items():
+                combo[k] = v.sample(rng) if isinstance(v, Range) else _native(v[int(rng.integers(len(v)))])
+            out.append(combo)
+        return out
+    lists = [v.values(f"{spec.source}: axes.{k}") if isinstance(v, Range) else list(v) for k, v in spec.axes.items()]
+    if spec.mode == "zip":
+        lengths = {k: len(v) for k, v in zip(names, lists)}
+        if len(set(lengths.values())) > 1:
+            raise ConfigError(f"{spec.source}: axes: mode zip needs lists of equal length, got "
+                              + ", ".join(f"{k}: {n}" for k, n in lengths.items()))
+        return [dict(zip(names, vals)) for vals in zip(*lists)]
+    return [dict(zip(names, vals)) for vals in itertools.product(*lists)]
+
+
+def _native(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _check_paths(spec: SweepSpec, res: _Resolver, hw_refs: list[str]) -> None:
+    """Each axis alone, with its first value, against every machine: names the axis that is wrong."""
+    for path, values in spec.axes.items():
+        where = f"{spec.source}: axes.{path}"
+        if path == HW_AXIS:
+            if isinstance(values, Range):
+                raise ConfigError(f"{where}: the hw axis takes a list of presets or files, not a range")
+            continue
+        head = path.partition(".")[0]
+        if head not in ("workload", "hw") or "." not in path:
+            raise ConfigError(f"{where}: an axis path starts with 'workload.' or 'hw.' (or is exactly 'hw')")
+        first = values.values(where)[0] if isinstance(values, Range) and spec.mode != "random" else (
+            values.min if isinstance(values, Range) else values[0])
+        _, wl, hw = _split({path: first})
+        if wl:
+            res.workload(wl, where)
+        for ref in hw_refs:
+            if hw:
+                res.machine(ref, hw, where)
+
+
+def expand(spec: SweepSpec) -> list[Point]:
+    """All points of the sweep, validated, after the `when` constraint, without duplicates."""
+    wl_path = spec.workload_path()
+    load_workload(wl_path)  # the base workload must be valid on its own
+    wl_raw = read_yaml(wl_path)
+    res = _Resolver(spec, wl_path, wl_raw)
+    base_ref = res.hw_ref(spec.hw, f"{spec.source}: hw")
+    hw_values = spec.axes.get(HW_AXIS)
+    hw_refs = [res.hw_ref(v, f"{spec.source}: axes.hw") for v in hw_values] if isinstance(hw_values, list) else [base_ref]
+    for ref in hw_refs:
+        res.base_machine(ref, f"{spec.source}: hw {ref}")
+    _check_paths(spec, res, hw_refs)
+    when = compile_expr(spec.when, f"{spec.source}: when") if spec.when else None
+
+    recorded = spec.recorded_columns()
+    points: list[Point] = []
+    seen: set[str] = set()
+    for combo in _combinations(spec):
+        label = ", ".join(f"{k}={v}" for k, v in combo.items())
+        where = f"{spec.source}: point ({label})"
+        hw_value, wl_over, hw_over = _split(combo)
+        ref = res.hw_ref(hw_value, where) if hw_value is not None else base_ref
+        try:
+            workload = res.workload(wl_over, where)
+            machine = res.machine(ref, hw_over, where)
+        except ConfigError as exc:  # some validators raise without naming the file; say which point
+            raise (exc if str(exc).startswith(str(spec.source)) else ConfigError(f"{where}: {exc}")) from None
+        tree = {"workload": workload.model_dump(), "hw": machine.model_dump()}
+        look = lookup_in(tree, f"{spec.source}: when")
+        look_col = lookup_in(tree, f"{spec.source}: columns (or a plot's column)")
+        if when is not None:
+            if not when(lambda p: hw_value or spec.hw if p == HW_AXIS else look(p)):
+                continue
+        key = config_key(workload, machine)
+        if key in seen:  # random draws or rounding can repeat a point
+            continue
+        seen.add(key)
+        columns = {c: look_col(c) for c in recorded}
+        config = dict(workload=workload.model_dump(), workload_source=str(wl_path),
+                      machine=machine.model_dump(), machine_source=machine.source)
+        points.append(Point(len(points), dict(combo), columns, config, key))
+    return points

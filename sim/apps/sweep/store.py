@@ -1,0 +1,141 @@
+"""The result store: an SQLite database in the sweep's output folder.
+
+One row per point, keyed by the hash of its resolved config and the simulator
+version, inserted and committed the moment the point finishes. A killed sweep
+(Ctrl-C, SIGKILL, power cut short of the disk cache) loses at most the points
+in flight; rerunning skips every key already present, and the primary key
+makes a duplicate row impossible.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import sim
+from sim.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas
+
+    from sim.apps.sweep.expand import Point
+
+DB_NAME = "results.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS points (
+    key TEXT PRIMARY KEY,        -- hash of the resolved config + sim version
+    idx INTEGER NOT NULL,        -- position in the expansion
+    axes TEXT NOT NULL,          -- JSON: axis path -> value
+    columns TEXT NOT NULL,       -- JSON: recorded config fields
+    status TEXT NOT NULL,        -- ok | error
+    error TEXT,                  -- one line, for failed points
+    metrics TEXT,                -- JSON: RunResult.metrics()
+    seconds REAL,                -- wall time of the point on its worker
+    sim_version TEXT NOT NULL,
+    finished_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+"""
+
+
+class Store:
+    def __init__(self, out_dir: str | Path, create: bool = True):
+        self.dir = Path(out_dir)
+        path = self.dir / DB_NAME
+        if not create and not path.is_file():
+            raise ConfigError(f"{self.dir}: no sweep results here ({DB_NAME} not found)")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # WAL: each commit is one append, readers never block the writer.
+        self.db = sqlite3.connect(path, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # durable across process kills
+        self.db.executescript(_SCHEMA)
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def set_meta(self, **items: Any) -> None:
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                [(k, json.dumps(v)) for k, v in items.items()])
+
+    def meta(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.db.execute("SELECT k, v FROM meta")}
+
+    def done_keys(self) -> set[str]:
+        return {k for (k,) in self.db.execute("SELECT key FROM points")}
+
+    def add(self, point: "Point", outcome: dict[str, Any]) -> None:
+        """Record one finished point and commit at once. A second add of the same key is ignored."""
+        with self.db:
+            self.db.execute(
+                "INSERT OR IGNORE INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (point.key, point.index, json.dumps(point.axes), json.dumps(point.columns, default=str),
+                 outcome["status"], outcome.get("error"), json.dumps(outcome.get("metrics") or {}),
+                 outcome.get("seconds"), sim.__version__, time.time()))
+
+    def rows(self, keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        wanted = set(keys) if keys is not None else None
+        out = []
+        for key, idx, axes, columns, status, error, metrics, seconds in self.db.execute(
+                "SELECT key, idx, axes, columns, status, error, metrics, seconds FROM points ORDER BY idx, key"):
+            if wanted is not None and key not in wanted:
+                continue
+            row: dict[str, Any] = {"point": idx, **json.loads(axes), **json.loads(columns)}
+            row.update(json.loads(metrics))
+            row.update(status=status, error=error, seconds=seconds, key=key)
+            out.append(row)
+        return out
+
+
+def load_results(out_dir: str | Path, all_rows: bool = False) -> "pandas.DataFrame":
+    """One row per point: every axis value, the recorded config columns, every
+    metric, then status, error, seconds and key. Failed points have NaN metrics.
+    Only the points of the latest sweep run in this folder unless `all_rows`."""
+    import pandas as pd
+
+    with Store(out_dir, create=False) as store:
+        keys = None if all_rows else store.meta().get("keys")
+        rows = store.rows(keys)
+    df = pd.DataFrame(rows)
+    for col in df.columns:  # JSON turns NaN/inf into null; keep metric columns numeric
+        if df[col].dtype == object and all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           for v in df[col]):
+            df[col] = pd.to_numeric(df[col])
+    return df
+
+
+def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Path | None = None) -> list[Path]:
+    from sim.apps.outputs import atomic_write
+
+    if not csv and not parquet:
+        raise ConfigError("sweep export: give --csv PATH or --parquet PATH")
+    df = load_results(out_dir)
+    written = []
+    if csv:
+        written.append(atomic_write(csv, lambda p: df.to_csv(p, index=False)))
+    if parquet:
+        try:
+            import pyarrow  # noqa: F401
+        except ModuleNotFoundError:
+            raise ConfigError("sweep export --parquet needs pyarrow (pip install pyarrow)") from None
+        # Mixed-type axis columns (e.g. numbers and strings) cannot go to parquet as objects.
+        frame = df.copy()
+        for col in frame.columns:
+            if frame[col].dtype == object:
+                frame[col] = frame[col].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v))
+        written.append(atomic_write(parquet, lambda p: frame.to_parquet(p, index=False)))
+    return written
+
+

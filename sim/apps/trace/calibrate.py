@@ -1,0 +1,357 @@
+"""Fit a preset's efficiency curves to measured ops.
+
+The model is the GPU/CPU roofline of hw_models.gpu.mapper.roofline_cost:
+
+    t = overhead + max(flops / (rate * eff_c(flops)), bytes / (bw * eff_m(bytes)))
+    eff(x) = max * x / (x + half)
+
+with four curve parameters (compute_max, compute_half_flops, memory_max,
+memory_half_bytes) and the launch overhead. GEMMs' compute efficiency also
+multiplies by the tile/wave utilization Efficiency.gemm_waves when the base
+preset gives `parallel_units` (the SM count): the tile (tile_m x tile_n) is
+chosen from the small set TILES (or none) by the best GEMM fit on the
+calibration ops, and written to the preset. Non-matrix kinds get no compute
+ramp in the one-curve fit, as in roofline_cost; their per-kind fits set
+compute_half_flops explicitly, which roofline_cost then uses. scipy's least_squares minimizes
+log(simulated) - log(measured), so a 2-us norm and a 6-ms GEMM weigh alike.
+One fit over all ops gives the unit's curve; with `per_kind`, each op kind
+(gemm, norm, elementwise, ...) also gets its own fit, stored as
+Efficiency.by_kind overrides, because tensor-core GEMMs and streaming kernels
+do not share one curve. Parameters a kind's data cannot pin down (compute
+terms of memory-bound kernels) stay at the base preset's values.
+
+Optionally GEMMs with M <= gemv_max_m form their own class with their own fit
+(Efficiency.gemv): BLAS runs 1-row products as matrix-vector kernels that stream
+the weights at another rate than the packed GEMM path. The threshold is chosen
+from GEMV_MAX_M (or none) by the GEMM classes' fit on the calibration ops, as the
+tile is.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from hw_models import compute_path
+from hw_models.gpu.mapper import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
+from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machine
+from sim.core import graph as g
+from sim.core.errors import ConfigError
+from sim.apps.outputs import atomic_write
+from sim.apps.trace.parser import StepShape, Trace
+from sim.apps.trace.shapes import step_graph
+
+PARAMS = ("compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead_s")
+# Output tiles (tile_m, tile_n) calibration may choose for the GEMM wave term: the
+# CUTLASS/cuBLAS Ampere tile shapes seen in the A6000 traces' kernel names
+# (64x64, 128x64, 128x128, 128x256, 256x128). None = no wave term.
+TILES: tuple[tuple[int, int] | None, ...] = (None, (64, 64), (128, 64), (64, 128), (128, 128), (128, 256),
+                                             (256, 128))
+# Small-M thresholds calibration may choose (None = one GEMM curve). 1 = matrix-vector
+# only; 8 and 64 would group short batched GEMMs with it.
+GEMV_MAX_M: tuple[int | None, ...] = (None, 1, 8, 64)
+GEMV = "gemv"   # the fit class of GEMMs with M <= gemv_max_m
+
+
+@dataclass
+class Samples:
+    """Measured ops as arrays: the roofline inputs of each and its measured time."""
+
+    kind: list[str] = field(default_factory=list)
+    flops: list[float] = field(default_factory=list)
+    nbytes: list[float] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+    measured_s: list[float] = field(default_factory=list)
+    mnk: list[tuple[int, int, int] | None] = field(default_factory=list)   # GEMM dims, None otherwise
+    gemv_max_m: int | None = None      # GEMMs with M <= this are in class GEMV
+    sources: set[str] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def cls(self, i: int) -> str:
+        """The fit class of op i: its kind, or GEMV for a GEMM with M <= gemv_max_m."""
+        mnk = self.mnk[i]
+        small = self.gemv_max_m is not None and mnk is not None and mnk[0] <= self.gemv_max_m
+        return GEMV if small else self.kind[i]
+
+    def classes(self) -> list[str]:
+        return sorted({self.cls(i) for i in range(len(self))})
+
+    def with_gemv(self, gemv_max_m: int | None) -> "Samples":
+        return Samples(self.kind, self.flops, self.nbytes, self.rate, self.measured_s, self.mnk, gemv_max_m,
+                       self.sources)
+
+    def select(self, kind: str | None, tiles: Efficiency | None = None, ramp_vector: bool = True
+               ) -> tuple[np.ndarray, ...]:
+        """flops, bytes, rate, measured time, the GEMM wave scale under `tiles` (1 for
+        other ops or no tiles) and a 0/1 mask of ops that get the compute ramp (all but
+        non-matrix ops when `ramp_vector` is False), for ops of class `kind` (None: all; see cls)."""
+        idx = [i for i in range(len(self)) if kind is None or self.cls(i) == kind]
+        pick = lambda xs: np.asarray([xs[i] for i in idx], dtype=float)  # noqa: E731
+        scale = np.ones(len(idx))
+        gem = [j for j, i in enumerate(idx) if self.mnk[i] is not None]
+        if tiles is not None and tiles.tiled and gem:
+            m, n, k = (np.asarray([self.mnk[idx[j]][d] for j in gem], dtype=float) for d in range(3))
+            scale[gem] = tiles.gemm_waves(m, n, k)
+        ramp = np.asarray([1.0 if ramp_vector or self.kind[i] in MATRIX_KINDS else 0.0 for i in idx])
+        return pick(self.flops), pick(self.nbytes), pick(self.rate), pick(self.measured_s), scale, ramp
+
+
+def samples(traces: Iterable[Trace], machine: Machine,
+            use_step: Callable[[Trace, StepShape], bool] | None = None) -> Samples:
+    """Roofline inputs of every measured op (median over repeats) of the steps `use_step` keeps."""
+    unit_name = machine.main_unit
+    unit = machine.units[unit_name]
+    out = Samples()
+    for trace in traces:
+        graphs: dict[int, object] = {}
+        for m in trace.medians():
+            shape = trace.steps[m.step]
+            if m.duration_s <= 0 or (use_step is not None and not use_step(trace, shape)):
+                continue
+            if m.step not in graphs:
+                graphs[m.step] = step_graph(trace, shape)
+            op = graphs[m.step].op(m.name)
+            if op.kind in MATRIX_KINDS:
+                wfmt = weight_format(op) if op.kind == g.GEMM else None
+                path = compute_path.choose(unit, unit_name, wfmt, op.compute_format)
+                if path.dequant:
+                    raise ConfigError(f"{trace.source}: {m.name} dequantizes weights; calibration fits plain-format runs")
+                rate = path.rate_flops_per_s
+            else:
+                rate = unit.vector_flops_per_s
+            out.kind.append(op.kind)
+            out.flops.append(op.flops)
+            out.nbytes.append(op.bytes)
+            out.rate.append(rate)
+            out.measured_s.append(m.duration_s)
+            out.mnk.append(gemm_dims(op))
+            out.sources.add(trace.source.split("#")[0])
+    if not len(out):
+        raise ConfigError("no measured ops to calibrate on")
+    return out
+
+
+def predict_s(p: dict[str, float], flops: np.ndarray, nbytes: np.ndarray, rate: np.ndarray,
+              bandwidth: float, scale=1.0, ramp=1.0) -> np.ndarray:
+    """The roofline with parameters `p` (PARAMS), vectorized over ops; `scale` is each
+    op's GEMM wave utilization, `ramp` 1 where the compute ramp applies and 0 where
+    roofline_cost drops it (non-matrix ops without a per-kind curve)."""
+    eff = Efficiency(compute_max=p["compute_max"], compute_half_flops=p["compute_half_flops"],
+                     memory_max=p["memory_max"], memory_half_bytes=p["memory_half_bytes"])
+    flat = Efficiency(compute_max=p["compute_max"])
+
+    def compute_eff(f):
+        return np.where(np.asarray(ramp) > 0, eff.compute(f), flat.compute(f))
+
+    return p["overhead_s"] + np.maximum(work_time_s(flops, rate, compute_eff, scale),
+                                        work_time_s(nbytes, bandwidth, eff.memory))
+
+
+# Fit space: maxima linear in (0, 1]; halves and overhead in log10 (they span decades).
+_LOW = np.array([1e-4, 0.0, 1e-4, 0.0, -9.0])   # a datasheet socket vs a loaded 2-vCPU VM: 1e-2 is too high a floor
+_HIGH = np.array([1.0, 13.0, 1.0, 10.0, -2.0])
+
+
+def _to_x(p: dict[str, float]) -> np.ndarray:
+    x = np.array([p["compute_max"], math.log10(p["compute_half_flops"] + 1.0), p["memory_max"],
+                  math.log10(p["memory_half_bytes"] + 1.0), math.log10(max(p["overhead_s"], 1e-9))])
+    return np.clip(x, _LOW + 1e-9, _HIGH - 1e-9)
+
+
+def _from_x(x: np.ndarray) -> dict[str, float]:
+    return dict(compute_max=float(x[0]), compute_half_flops=float(10 ** x[1] - 1.0), memory_max=float(x[2]),
+                memory_half_bytes=float(10 ** x[3] - 1.0), overhead_s=float(10 ** x[4]))
+
+
+@dataclass(frozen=True)
+class Fit:
+    params: dict[str, float]
+    rms_log_residual: float     # RMS of ln(simulated / measured)
+    mape: float                 # mean |simulated - measured| / measured on the fitted ops
+    n: int
+
+
+def fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict[str, float]) -> Fit:
+    """Least squares on log-time residuals from `start`."""
+    def residuals(x):
+        return np.log(predict_s(_from_x(x), flops, nbytes, rate, bandwidth, scale, ramp)) - np.log(measured_s)
+
+    res = least_squares(residuals, _to_x(start), bounds=(_LOW, _HIGH), x_scale=_HIGH - _LOW, method="trf")
+    params = _from_x(res.x)
+    pred = predict_s(params, flops, nbytes, rate, bandwidth, scale, ramp)
+    return Fit(params, float(np.sqrt(np.mean(res.fun ** 2))),
+               float(np.mean(np.abs(pred - measured_s) / measured_s)), len(measured_s))
+
+
+@dataclass
+class Calibration:
+    base: str
+    unit: str
+    overall: Fit
+    by_kind: dict[str, Fit]
+    tile: tuple[int, int] | None         # the GEMM wave tile chosen, None = no wave term
+    tile_scores: dict[str, float]         # GEMM fit RMS log residual per candidate tile
+    sources: list[str]
+    machine: Machine
+    raw: dict            # the preset as YAML data: the base file's text values, fitted fields replaced
+    gemv_max_m: int | None = None                               # the small-M GEMM threshold chosen
+    gemv_scores: dict[str, float] = field(default_factory=dict)  # GEMM classes' RMS log residual per candidate
+
+    @property
+    def mape(self) -> float:
+        """Fitted-set MAPE of the calibrated machine (per-kind curves where fitted)."""
+        fits = self.by_kind.values() if self.by_kind else [self.overall]
+        return sum(f.mape * f.n for f in fits) / sum(f.n for f in fits)
+
+
+def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: str | None = None,
+              use_step: Callable[[Trace, StepShape], bool] | None = None,
+              tiles: Iterable[tuple[int, int] | None] | None = None,
+              gemv_max_m: Iterable[int | None] | None = None) -> Calibration:
+    """Fit `base`'s efficiency curves to the traces' ops (the steps `use_step` keeps).
+    `tiles`: the GEMM wave tiles to choose from (default TILES; needs parallel_units).
+    `gemv_max_m`: the small-M GEMM thresholds to choose from (default: the base
+    preset's own, i.e. no small-M class unless it has one; GEMV_MAX_M to search)."""
+    if base.kind not in ("gpu", "cpu"):
+        raise ConfigError(f"{base.name}: calibrate fits gpu/cpu roofline presets, not kind {base.kind!r}")
+    data = samples(traces, base, use_step)
+    unit_name = base.main_unit
+    unit = base.units[unit_name]
+    bw = base.memory[unit.memory].bandwidth_bytes_per_s
+    # Presets may give their ramps as times (compute_ramp_s, memory_ramp_s); the fit works in
+    # sizes at the base's own rates (fp16 matrix rate, device bandwidth), which it writes out.
+    rate = unit.peak_flops_per_s.get("fp16") or max(unit.peak_flops_per_s.values())
+    e = unit.efficiency.at_rates(rate, bw)
+    start = dict(compute_max=e.compute_max, compute_half_flops=e.compute_half_flops, memory_max=e.memory_max,
+                 memory_half_bytes=e.memory_half_bytes, overhead_s=max(unit.launch_overhead_s, 1e-7))
+    tile, scores = choose_tile(data, e, bw, start, tiles)
+    waves = _tiled(e, tile)
+    overall = fit(*data.select(None, waves, ramp_vector=False), bw, start)
+    gemv_m, gemv_scores = choose_gemv(data, waves, bw, overall.params,
+                                      [e.gemv_max_m] if gemv_max_m is None else gemv_max_m) if per_kind \
+        else (None, {})
+    data = data.with_gemv(gemv_m)
+    kinds = {}
+    if per_kind:
+        for kind in data.classes():
+            kinds[kind] = fit(*data.select(kind, waves), bw, overall.params)
+    try:  # the base file's own text (units as written), when it is a file
+        raw = raw_machine(base.source or base.name)
+    except ConfigError:  # a machine built in code
+        raw = base.model_dump(exclude_none=True)
+    raw["name"] = name or f"{base.name}_calibrated"
+    u = raw["units"][unit_name]
+    u["launch_overhead_s"] = _round(overall.params["overhead_s"])
+    eff = {k: _round(overall.params[k]) for k in PARAMS[:4]}
+    if e.parallel_units is not None:
+        eff["parallel_units"] = e.parallel_units
+    if tile is not None:
+        eff["gemm_tile_m"], eff["gemm_tile_n"] = tile
+    if kinds:
+        eff["by_kind"] = {k: {p: _round(f.params[p]) for p in PARAMS} for k, f in kinds.items() if k != GEMV}
+    if GEMV in kinds:
+        eff["gemv_max_m"] = gemv_m
+        eff["gemv"] = {p: _round(kinds[GEMV].params[p]) for p in PARAMS}
+    u["efficiency"] = eff
+    sources = sorted(data.sources)   # the traces whose ops were fitted (use_step may skip whole traces)
+    raw["description"] = f"{base.description} -- efficiencies fitted by `sim calibrate` on {len(data)} measured ops"
+    machine = machine_from_dict(raw, f"calibrated from {base.name}")
+    return Calibration(base.name, unit_name, overall, kinds, tile, scores, sources, machine, raw,
+                       gemv_m, gemv_scores)
+
+
+def _tiled(e: Efficiency, tile: tuple[int, int] | None) -> Efficiency:
+    """Only the wave fields matter to Samples.select."""
+    if tile is None or e.parallel_units is None:
+        return Efficiency()
+    return Efficiency(parallel_units=e.parallel_units, gemm_tile_m=tile[0], gemm_tile_n=tile[1])
+
+
+def choose_tile(data: Samples, e: Efficiency, bandwidth: float, start: dict[str, float],
+                tiles: Iterable[tuple[int, int] | None] | None = None
+                ) -> tuple[tuple[int, int] | None, dict[str, float]]:
+    """The candidate tile whose GEMM-only fit has the smallest RMS log residual on
+    the calibration ops. Without `parallel_units` or GEMMs: the base preset's tile
+    (None when it has none), no search."""
+    base_tile = (e.gemm_tile_m, e.gemm_tile_n) if e.tiled else None
+    if e.parallel_units is None or g.GEMM not in data.kind:
+        return base_tile, {}
+    scores = {}
+    for tile in (TILES if tiles is None else tiles):
+        f = fit(*data.select(g.GEMM, _tiled(e, tile)), bandwidth, start)
+        scores["none" if tile is None else f"{tile[0]}x{tile[1]}"] = f.rms_log_residual
+    best = min(scores, key=scores.get)
+    return (None if best == "none" else tuple(int(x) for x in best.split("x"))), scores
+
+
+def choose_gemv(data: Samples, waves: Efficiency, bandwidth: float, start: dict[str, float],
+                candidates: Iterable[int | None]) -> tuple[int | None, dict[str, float]]:
+    """The small-M threshold whose GEMM-class fits (GEMV and the rest, each its own
+    curve) have the smallest RMS log residual over all GEMMs of the calibration ops.
+    A threshold that leaves either class empty, or under 5 ops, is skipped; ties
+    keep the earlier (smaller) candidate. One candidate: taken as given, no search."""
+    candidates = list(candidates)
+    if len(candidates) == 1 or g.GEMM not in data.kind:
+        return (candidates[0] if g.GEMM in data.kind and candidates else None), {}
+    scores: dict[str, float] = {}
+    for m in candidates:
+        d = data.with_gemv(m)
+        groups = [c for c in (GEMV, g.GEMM) if c in d.classes()]
+        sizes = [sum(d.cls(i) == c for i in range(len(d))) for c in groups]
+        if m is not None and (len(groups) < 2 or min(sizes) < 5):
+            continue
+        fits = [fit(*d.select(c, waves), bandwidth, start) for c in groups]
+        scores["none" if m is None else str(m)] = math.sqrt(
+            sum(f.rms_log_residual ** 2 * f.n for f in fits) / sum(f.n for f in fits))
+    best = min(scores, key=scores.get)
+    return (None if best == "none" else int(best)), scores
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
+    """The calibrated machine as a preset YAML whose header records the fit."""
+    path = Path(path)
+    data = cal.raw
+    date = _dt.date.today().isoformat()
+    lines = [
+        f"# {data['name']}: {cal.base} with its efficiency curves and launch overhead fitted to measured ops",
+        f"# by `sim calibrate` (scipy.optimize.least_squares on log-time residuals), {date}.",
+        f"# Peaks, capacities and bandwidths are {cal.base}.yaml's datasheet figures (see the citations there);",
+        "# only units.*.efficiency and launch_overhead_s are fitted. Fitted on:",
+        *[f"#   {s}" for s in cal.sources],
+        f"# GEMM tile/wave term: {_tile_note(cal)}",
+        *([f"# Small-M GEMM class (gemv): {'M <= %d' % cal.gemv_max_m if cal.gemv_max_m else 'none'}, chosen by "
+           "GEMM RMS log residual on the "
+           "calibration ops (" + ", ".join(f"{k} {v:.3f}" for k, v in cal.gemv_scores.items()) + ")"]
+          if cal.gemv_scores else []),
+        f"# Fit: all ops, one curve: RMS log residual {cal.overall.rms_log_residual:.3f}, "
+        f"MAPE {cal.overall.mape:.1%} over {cal.overall.n} ops.",
+        *[f"#   {k}: RMS log residual {f.rms_log_residual:.3f}, MAPE {f.mape:.1%} over {f.n} ops"
+          for k, f in cal.by_kind.items()],
+        *([f"# {line}" for line in note.splitlines()]),
+    ]
+    text = "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)
+    atomic_write(path, lambda p: p.write_text(text))
+    return path
+
+
+def _tile_note(cal: Calibration) -> str:
+    if not cal.tile_scores:
+        return "not fitted (the base preset has no parallel_units, or no GEMMs were measured)"
+    chosen = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
+    units = cal.machine.units[cal.unit].efficiency.parallel_units
+    return (f"parallel_units {units} is {cal.base}'s SM count (cited there); "
+            f"tile {chosen} chosen by GEMM RMS log residual on the calibration ops ("
+            + ", ".join(f"{k} {v:.3f}" for k, v in cal.tile_scores.items()) + ")")

@@ -1,0 +1,157 @@
+"""`sim validate`, `sim replay` and `sim calibrate`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sim.core.units import fmt_time
+
+
+def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
+    p.add_argument("traces", nargs="+" if many else None, metavar="TRACE",
+                   help="torch Chrome trace (.json/.json.gz), capture_trace ops table (.ops.csv) or vidur table (mlp.csv)")
+    p.add_argument("--model", help="model of a vidur Chrome trace when its folder does not say (e.g. llama2-7b)")
+    p.add_argument("--tokens", type=int, help="token count of a vidur Chrome trace when its name does not say")
+    p.add_argument("--tp", type=int, help="only this tensor-parallel degree of a vidur table")
+
+
+def _load(args: argparse.Namespace, paths):
+    from sim.apps.trace.parser import load_trace
+
+    traces = []
+    for path in paths:
+        for t in load_trace(path, args.model, args.tokens):
+            if args.tp is None or all(s.tp == args.tp for s in t.steps):
+                traces.append(t)
+    return traces
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine
+    from sim.apps.trace.validate import validate
+
+    v = validate(_load(args, args.traces), load_machine(args.hw))
+    if args.json:
+        from sim.apps.outputs import write_json
+
+        write_json(args.json, v.to_json())
+    if args.plot:
+        from sim.apps.trace.plots import scatter
+
+        scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
+    console = Console()
+    t = Table(title=f"measured vs simulated on {v.machine}")
+    for col in ("step", "op", "kind", "measured", "simulated", "error"):
+        t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
+    rows = v.ops if args.all or len(v.ops) <= 60 else v.ops[:60]
+    for r in rows:
+        t.add_row(r.step, r.op, r.kind, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}")
+    console.print(t)
+    if len(rows) < len(v.ops):
+        console.print(f"({len(v.ops) - len(rows)} more op rows; --all or --json for every row)")
+    k = Table(title="MAPE by op kind")
+    k.add_column("kind")
+    k.add_column("ops", justify="right")
+    k.add_column("MAPE", justify="right")
+    for kind, m in v.mape_by_kind().items():
+        k.add_row(kind, str(sum(r.kind == kind for r in v.ops)), f"{m:.1%}")
+    k.add_row("overall", str(len(v.ops)), f"{v.mape:.1%}", style="bold")
+    console.print(k)
+    s = Table(title="end-to-end per step")
+    for col in ("step", "measured", "simulated", "error", "measured as"):
+        s.add_column(col)
+    steps = v.steps if args.all or len(v.steps) <= 40 else v.steps[:40]
+    for r in steps:
+        s.add_row(r.step, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}", r.measured_from)
+    console.print(s)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine
+    from sim.apps.trace.replay import replay
+
+    machine = load_machine(args.hw)
+    keep = {"auto": None, "yes": True, "no": False}[args.keep_measured]
+    console = Console()
+    for trace in _load(args, [args.traces]):
+        r = replay(trace, machine, keep)
+        if args.json:
+            from sim.apps.outputs import write_json
+
+            write_json(args.json, r.to_json())
+        t = Table(title=f"{Path(trace.source).name} ({trace.device_name or trace.device}) replayed on {machine.name}"
+                  + (" — same hardware: measured op times kept" if r.same_hardware else ""))
+        for col in ("step", "op", "kind", "measured", "predicted", "speed-up"):
+            t.add_column(col, justify="right" if col in ("measured", "predicted", "speed-up") else "left")
+        shown = r.ops if args.all or len(r.ops) <= 60 else r.ops[:60]
+        for o in shown:
+            meas = fmt_time(o.measured_s) if o.measured_s is not None else "-"
+            sp = f"{o.measured_s / o.predicted_s:.2f}x" if o.measured_s and o.predicted_s else "-"
+            t.add_row(o.step, o.op, o.kind, meas + (" (kept)" if o.kept else ""), fmt_time(o.predicted_s), sp)
+        console.print(t)
+        if len(shown) < len(r.ops):
+            console.print(f"({len(r.ops) - len(shown)} more op rows; --all or --json for every row)")
+        console.print(f"total: measured {fmt_time(r.measured_s)}, predicted on {machine.name} "
+                      f"{fmt_time(r.predicted_s)}: speed-up {r.speedup:.2f}x over {len(r.steps)} step(s)")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine
+    from sim.apps.trace.calibrate import calibrate, write_preset
+
+    from sim.apps.outputs import check_output
+
+    base = load_machine(args.hw)
+    check_output(args.output)  # before the fit, not after it
+    name = args.name or Path(args.output).stem
+    cal = calibrate(_load(args, args.traces), base, per_kind=not args.single_curve, name=name)
+    path = write_preset(cal, args.output)
+    console = Console()
+    t = Table(title=f"{name}: fitted on {sum(f.n for f in cal.by_kind.values()) or cal.overall.n} ops")
+    for col in ("curve", "compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead",
+                "MAPE (fit)"):
+        t.add_column(col, justify="left" if col == "curve" else "right")
+    for label, f in [("all ops", cal.overall), *cal.by_kind.items()]:
+        p = f.params
+        t.add_row(label, f"{p['compute_max']:.3f}", f"{p['compute_half_flops']:.3g}", f"{p['memory_max']:.3f}",
+                  f"{p['memory_half_bytes']:.3g}", fmt_time(p["overhead_s"]), f"{f.mape:.1%}")
+    console.print(t)
+    if cal.tile_scores:
+        chosen = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
+        console.print(f"GEMM tile/wave term: {chosen} (RMS log residual by tile: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in cal.tile_scores.items()) + ")")
+    console.print(f"wrote {path}")
+    return 0
+
+
+def register(sub) -> None:
+    v = sub.add_parser("validate", help="compare measured traces with the simulator op by op")
+    _add_trace_args(v)
+    v.add_argument("--hw", required=True, help="hardware preset name or YAML file")
+    v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
+    v.add_argument("--plot", metavar="P", help="write a log-log scatter of simulated vs measured (PNG)")
+    v.add_argument("--all", action="store_true", help="print every row")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("replay", help="rebuild a traced run and simulate it on other hardware")
+    _add_trace_args(r, many=False)
+    r.add_argument("--hw", required=True, help="target hardware preset name or YAML file")
+    r.add_argument("--keep-measured", choices=("auto", "yes", "no"), default="auto",
+                   help="keep measured op times (auto: when the target is the traced device)")
+    r.add_argument("--json", metavar="PATH")
+    r.add_argument("--all", action="store_true", help="print every row")
+    r.set_defaults(func=cmd_replay)
+
+    c = sub.add_parser("calibrate", help="fit a preset's efficiency curves to measured traces")
+    _add_trace_args(c)
+    c.add_argument("--hw", required=True, help="base preset whose peaks are kept")
+    c.add_argument("-o", "--output", required=True, metavar="PRESET.yaml")
+    c.add_argument("--name", help="preset name (default: the output file's stem)")
+    c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
+    c.set_defaults(func=cmd_calibrate)

@@ -1,0 +1,165 @@
+"""Compare measured ops with the simulator's prediction of the same ops.
+
+Each measured step is lowered again (sim.apps.trace.shapes), planned by the
+machine's mapper, run on the engine, and each op's simulated time set beside
+its measured time (the median over repeats, vidur's statistic). Errors are
+signed fractions, (simulated - measured) / measured; MAPE is the mean of their
+absolute values, overall and by op kind. A step's end-to-end error compares its
+measured wall time (the step annotation) when the trace has one, else the sum
+of its ops, with the simulated makespan.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from hw_models.base import OpCost
+from hw_models.registry import mapper_for
+from hw_models.machine import Machine
+from sim.core.engine import Timeline, run
+from sim.core.errors import ConfigError
+from sim.core.graph import OpGraph
+from sim.apps.trace.parser import StepShape, Trace
+from sim.apps.trace.shapes import step_graph
+from sim.core.workload import Formats, Workload
+
+
+@dataclass(frozen=True)
+class OpRow:
+    source: str
+    step: str
+    op: str
+    kind: str
+    measured_s: float
+    simulated_s: float
+    flops: float = 0.0
+    bytes: float = 0.0
+    tokens: int = 0
+
+    @property
+    def error(self) -> float:
+        return (self.simulated_s - self.measured_s) / self.measured_s
+
+
+@dataclass(frozen=True)
+class StepRow:
+    source: str
+    step: str
+    tokens: int
+    measured_s: float
+    simulated_s: float
+    measured_from: str        # "wall" (step annotation) or "sum of ops"
+
+    @property
+    def error(self) -> float:
+        return (self.simulated_s - self.measured_s) / self.measured_s
+
+
+@dataclass
+class Validation:
+    machine: str
+    ops: list[OpRow] = field(default_factory=list)
+    steps: list[StepRow] = field(default_factory=list)
+
+    @property
+    def mape(self) -> float:
+        return mape(self.ops)
+
+    def mape_by_kind(self) -> dict[str, float]:
+        kinds = sorted({r.kind for r in self.ops})
+        return {k: mape([r for r in self.ops if r.kind == k]) for k in kinds}
+
+    def mape_by_op(self) -> dict[str, float]:
+        names = list(dict.fromkeys(_base(r.op) for r in self.ops))
+        return {n: mape([r for r in self.ops if _base(r.op) == n]) for n in names}
+
+    def to_json(self) -> dict:
+        return {
+            "machine": self.machine, "mape": self.mape, "mape_by_kind": self.mape_by_kind(),
+            "max_abs_step_error": max((abs(s.error) for s in self.steps), default=0.0),
+            "ops": [dict(asdict(r), error=r.error) for r in self.ops],
+            "steps": [dict(asdict(s), error=s.error) for s in self.steps],
+        }
+
+
+def _base(name: str) -> str:
+    return name.split(".", 1)[1] if name[:1] == "L" and "." in name and name[1].isdigit() else name
+
+
+def mape(rows: Iterable[OpRow | StepRow]) -> float:
+    errs = [abs(r.error) for r in rows if r.measured_s > 0]
+    return statistics.fmean(errs) if errs else math.nan
+
+
+def trace_workload(trace: Trace, step: StepShape) -> Workload:
+    """A workload describing the traced step, for the machine's mapper."""
+    fmt = Formats(weights=trace.dtype, activations=trace.dtype, kv_cache=trace.dtype)
+    prompt = step.kv_len if step.phase == "prefill" else step.kv_len - step.q_len
+    return Workload(name=Path(trace.source).name, model=trace.model.to_dict(), batch=step.batch,
+                    prompt_len=max(prompt, 1), gen_len=1, formats=fmt, flash_attention=trace.flash)
+
+
+@dataclass
+class SimulatedStep:
+    graph: OpGraph
+    timeline: Timeline
+    per_op_s: dict[str, float]
+    costs: dict[str, OpCost]
+
+    @property
+    def makespan_s(self) -> float:
+        return self.timeline.makespan_s
+
+
+def simulate_step(trace: Trace, step: StepShape, machine: Machine) -> SimulatedStep:
+    """Lower, plan and run one traced step on `machine`: per-op busy time summed
+    over the op's tasks (a mapper may split an op into several)."""
+    graph = step_graph(trace, step)
+    mapper = mapper_for(machine, trace_workload(trace, step), trace.model)
+    tasks = mapper.plan_step(graph)
+    timeline = run(tasks, mapper.resources(), mapper.containers())
+    per_op: dict[str, float] = {}
+    costs: dict[str, OpCost] = {}
+    for iv in timeline.intervals:
+        name = iv.tag.op.name if isinstance(iv.tag, OpCost) else iv.task
+        per_op[name] = per_op.get(name, 0.0) + iv.duration_s
+        if isinstance(iv.tag, OpCost):
+            costs.setdefault(name, iv.tag)
+    return SimulatedStep(graph, timeline, per_op, costs)
+
+
+def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | None = None) -> Validation:
+    out = Validation(machine.name)
+    only = set(steps) if steps is not None else None
+    for trace in traces:
+        measured = trace.medians()
+        by_step: dict[int, list] = {}
+        for m in measured:
+            by_step.setdefault(m.step, []).append(m)
+        for j, ops in by_step.items():
+            if only is not None and j not in only:
+                continue
+            shape = trace.steps[j]
+            sim = simulate_step(trace, shape, machine)
+            for m in ops:
+                if m.name not in sim.per_op_s:
+                    raise ConfigError(f"{trace.source}: op {m.name!r} of {shape.label} is not in the simulated graph")
+                if m.duration_s <= 0:
+                    continue  # an op with no measurable time (e.g. a 0-us memset only) has no relative error
+                op = sim.graph.op(m.name)
+                out.ops.append(OpRow(trace.source, shape.label, m.name, m.kind, m.duration_s, sim.per_op_s[m.name],
+                                     op.flops, op.bytes, shape.tokens))
+            measured_names = {m.name for m in ops}
+            if shape.wall_s:
+                meas, how, simulated = shape.wall_s, "wall", sim.makespan_s
+            else:  # only the measured ops, both sides
+                meas, how = sum(m.duration_s for m in ops), "sum of ops"
+                simulated = sum(s for n, s in sim.per_op_s.items() if n in measured_names)
+            out.steps.append(StepRow(trace.source, shape.label, shape.tokens, meas, simulated, how))
+    if not out.ops:
+        raise ConfigError("no measured ops to validate")
+    return out

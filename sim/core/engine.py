@@ -1,0 +1,176 @@
+"""The discrete-event engine: tasks with dependencies on shared resources.
+
+It knows nothing about LLMs. A task occupies one resource (a compute unit, a
+link, a PIM array) for a fixed duration once all its dependencies are done; it
+may also take space in capacity containers (memory tiers) before it starts and
+give space back when it ends, so prefetching runs ahead only as far as buffer
+space allows. Every interval lands in an append-only Timeline.
+
+simpy orders same-time events by insertion, and tasks are created in the order
+given, so a run repeats exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import simpy
+
+from sim.core.errors import CapacityError
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    resource: str
+    duration_s: float
+    deps: tuple[str, ...] = ()
+    acquire: tuple[tuple[str, float], ...] = ()   # (container, bytes) taken before start
+    release: tuple[tuple[str, float], ...] = ()   # (container, bytes) returned at the end
+    tag: Any = None                               # opaque to the engine: carried into the timeline
+
+
+@dataclass(frozen=True)
+class Interval:
+    task: str
+    resource: str
+    start_s: float
+    end_s: float
+    tag: Any = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass
+class Timeline:
+    intervals: list[Interval] = field(default_factory=list)
+    peak_used: dict[str, float] = field(default_factory=dict)   # container -> peak bytes in use
+
+    @property
+    def makespan_s(self) -> float:
+        return max((i.end_s for i in self.intervals), default=0.0)
+
+    def busy_s(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for i in self.intervals:
+            out[i.resource] = out.get(i.resource, 0.0) + i.duration_s
+        return out
+
+    def utilization(self) -> dict[str, float]:
+        span = self.makespan_s
+        return {r: (b / span if span else 0.0) for r, b in self.busy_s().items()}
+
+    def by_task(self) -> dict[str, Interval]:
+        return {i.task: i for i in self.intervals}
+
+
+def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
+        containers: dict[str, float] | None = None, in_order: bool = False) -> Timeline:
+    """Simulate `tasks`. `resources` gives the capacity (parallel slots) of each
+    resource; resources not listed have one slot. `containers` gives the
+    capacity in bytes of each memory container, all initially free.
+
+    With `in_order`, each resource is an in-order queue, like a CUDA stream or
+    a DMA engine: it runs its tasks one at a time in the order given, each
+    once its dependencies are done. That is both the hardware's semantics for
+    streams and about 3x cheaper to simulate (one timeout per task instead of
+    a process, a request and a timeout)."""
+    tasks = list(tasks)
+    if in_order:
+        return _run_in_order(tasks, containers or {})
+    env = simpy.Environment()
+    slots = dict(resources or {})
+    res = {name: simpy.Resource(env, capacity=slots.get(name, 1))
+           for name in dict.fromkeys(t.resource for t in tasks)}
+    cont = {name: simpy.Container(env, capacity=cap, init=cap) for name, cap in (containers or {}).items()}
+    peak = dict.fromkeys(cont, 0.0)
+    done: dict[str, simpy.Event] = {t.id: env.event() for t in tasks}
+    timeline = Timeline()
+
+    _check(tasks, cont, done)
+
+    def proc(t: Task):
+        if t.deps:
+            yield env.all_of([done[d] for d in t.deps])
+        for name, amount in t.acquire:
+            if amount > 0:
+                yield cont[name].get(amount)
+                used = cont[name].capacity - cont[name].level
+                peak[name] = max(peak[name], used)
+        with res[t.resource].request() as req:
+            yield req
+            start = env.now
+            if t.duration_s > 0:
+                yield env.timeout(t.duration_s)
+            timeline.intervals.append(Interval(t.id, t.resource, start, env.now, t.tag))
+        for name, amount in t.release:
+            if amount > 0:
+                yield cont[name].put(amount)
+        done[t.id].succeed()
+
+    for t in tasks:
+        env.process(proc(t))
+    return _finish(env, tasks, done, timeline, peak)
+
+
+def _check(tasks: list[Task], cont: dict[str, simpy.Container], done: dict[str, simpy.Event]) -> None:
+    for t in tasks:
+        for name, amount in t.acquire:
+            if name not in cont:
+                raise KeyError(f"task {t.id}: unknown container {name!r}")
+            if amount > cont[name].capacity:
+                raise CapacityError(f"{t.id} needs {amount:.3g} bytes of {name}, which holds only {cont[name].capacity:.3g}")
+        missing = [d for d in t.deps if d not in done]
+        if missing:
+            raise KeyError(f"task {t.id}: unknown dependencies {missing}")
+
+
+def _finish(env: simpy.Environment, tasks: list[Task], done: dict[str, simpy.Event], timeline: Timeline,
+            peak: dict[str, float]) -> Timeline:
+    env.run()
+    unfinished = [t.id for t in tasks if not done[t.id].triggered]
+    if unfinished:
+        raise RuntimeError(f"deadlock: {len(unfinished)} tasks never ran, first {unfinished[0]!r} "
+                           "(a dependency cycle, or a container that is never refilled)")
+    timeline.peak_used = peak
+    return timeline
+
+
+def _run_in_order(tasks: list[Task], containers: dict[str, float]) -> Timeline:
+    env = simpy.Environment()
+    cont = {name: simpy.Container(env, capacity=cap, init=cap) for name, cap in containers.items()}
+    peak = dict.fromkeys(cont, 0.0)
+    done: dict[str, simpy.Event] = {t.id: env.event() for t in tasks}
+    _check(tasks, cont, done)
+    queues: dict[str, list[Task]] = {}
+    for t in tasks:
+        queues.setdefault(t.resource, []).append(t)
+    timeline = Timeline()
+    record = timeline.intervals.append
+
+    def stream(queue: list[Task]):
+        for t in queue:
+            pending = [done[d] for d in t.deps if not done[d].triggered]
+            if len(pending) == 1:
+                yield pending[0]
+            elif pending:
+                yield env.all_of(pending)
+            for name, amount in t.acquire:
+                if amount > 0:
+                    yield cont[name].get(amount)
+                    peak[name] = max(peak[name], cont[name].capacity - cont[name].level)
+            start = env.now
+            if t.duration_s > 0:
+                yield env.timeout(t.duration_s)
+            record(Interval(t.id, t.resource, start, env.now, t.tag))
+            for name, amount in t.release:
+                if amount > 0:
+                    yield cont[name].put(amount)
+            done[t.id].succeed()
+
+    for queue in queues.values():
+        env.process(stream(queue))
+    return _finish(env, tasks, done, timeline, peak)

@@ -1,0 +1,183 @@
+"""Lower a model config into the op DAG of one prefill or decode step.
+
+One function, `lower`, for the whole LLaMA family (GQA/MQA through
+num_kv_heads, SwiGLU, RMSNorm, RoPE) and OPT (LayerNorm, ReLU MLP, learned
+positions, biases). Per-element FLOP counts of the small ops follow the usual
+roofline-tool conventions (LLM-Viewer): RMSNorm 4, LayerNorm 5, RoPE 6 per
+rotated element, softmax 5, SiLU*mul 5, ReLU 1, residual add 1.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from functools import lru_cache
+
+from sim.core import graph as g
+from sim.core.formats import get_format
+from sim.core.graph import Op, OpGraph, TensorUse
+from sim.core.model import ModelConfig
+
+
+@dataclass(frozen=True)
+class FormatPolicy:
+    """Number format per tensor role, with optional per-op weight overrides
+    (glob on the op name, first match wins), e.g. (("lm_head", "bf16"),)."""
+
+    weights: str = "fp16"
+    activations: str = "fp16"
+    kv_cache: str = "fp16"
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    def weight_format(self, op_name: str) -> str:
+        for pattern, fmt in self.overrides:
+            if fnmatch.fnmatchcase(op_name, pattern) or fnmatch.fnmatchcase(op_name.split(".", 1)[-1], pattern):
+                return fmt
+        return self.weights
+
+
+class _Builder:
+    def __init__(self, graph: OpGraph, formats: FormatPolicy):
+        self.graph = graph
+        self.formats = formats
+        self.producer: dict[str, str] = {}
+
+    def tensor(self, name: str, role: str, shape: tuple[int, ...], fmt: str) -> TensorUse:
+        return TensorUse(name, role, shape, fmt, get_format(fmt).storage_bytes(shape))
+
+    def act(self, name: str, *shape: int) -> TensorUse:
+        return self.tensor(name, "activation", tuple(shape), self.formats.activations)
+
+    def kv(self, name: str, *shape: int) -> TensorUse:
+        return self.tensor(name, "kv", tuple(shape), self.formats.kv_cache)
+
+    def weight(self, op_name: str, name: str, *shape: int) -> TensorUse:
+        # Matrices take the weight format; 1-D vectors (norm scales, biases) stay
+        # in the activation format, as every quantized deployment keeps them.
+        fmt = self.formats.weight_format(op_name) if len(shape) > 1 else self.formats.activations
+        return self.tensor(name, "weight", tuple(shape), fmt)
+
+    def add(self, name: str, kind: str, flops: float, reads: list[TensorUse], writes: list[TensorUse],
+            layer: int | None, **dims: int) -> None:
+        deps = sorted({self.producer[t.name] for t in reads if t.name in self.producer})
+        op = Op(name, kind, float(flops), tuple(reads), tuple(writes), tuple(dims.items()),
+                self.formats.activations, layer)
+        self.graph.add(op, deps)
+        for t in writes:
+            self.producer[t.name] = name
+
+
+@lru_cache(maxsize=256)
+def lower(model: ModelConfig, phase: str, batch: int, q_len: int, kv_len: int,
+          formats: FormatPolicy = FormatPolicy(), flash_attention: bool = False,
+          num_layers: int | None = None) -> OpGraph:
+    """The op DAG of one step: `batch` sequences, each with `q_len` new tokens
+    attending to `kv_len` keys (the new ones included). `num_layers` lowers only
+    the first layers, used to fold identical layers in the engine.
+
+    Results are cached per process (a sweep over hardware lowers the same
+    graphs again and again), so callers must treat the graph as read-only."""
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"phase must be prefill or decode, got {phase!r}")
+    graph = OpGraph(phase, batch, q_len, kv_len)
+    b = _Builder(graph, formats)
+    m = model
+    h = m.hidden_size
+    T = batch * q_len
+    opt = m.family == "opt"
+
+    reads = [b.weight("embed", "embed_tokens", T, h)]  # one table row per token
+    if opt:
+        reads.append(b.weight("embed", "embed_positions", T, h))
+    x = b.act("L0.in", T, h)
+    b.add("embed", g.EMBED, T * h if opt else 0, reads, [x], None, tokens=T, hidden=h)
+
+    layers = m.num_layers if num_layers is None else num_layers
+    for i in range(layers):
+        x = _lower_layer(b, m, i, x, batch, q_len, kv_len, flash_attention)
+
+    norm_w = b.weight("final_norm", "final_norm.w", (2 if opt else 1) * h)  # LayerNorm: weight + bias
+    xn = b.act("final.xn", T, h)
+    b.add("final_norm", g.NORM, (5 if opt else 4) * T * h, [x, norm_w], [xn], None, tokens=T, hidden=h)
+    last = b.act("final.xn", batch, h)  # only each sequence's last token reaches the LM head
+    head = "embed_tokens" if m.tie_word_embeddings else "lm_head.w"
+    b.add("lm_head", g.GEMM, 2 * batch * h * m.vocab_size,
+          [last, b.weight("lm_head", head, m.vocab_size, h)], [b.act("logits", batch, m.vocab_size)],
+          None, m=batch, n=m.vocab_size, k=h)
+    return graph
+
+
+def _linear(b: _Builder, layer: int, name: str, x: TensorUse, out_dim: int, bias: bool, out: str) -> TensorUse:
+    op = f"L{layer}.{name}"
+    tokens, in_dim = x.shape
+    reads = [x, b.weight(op, f"L{layer}.{name}.w", out_dim, in_dim)]
+    if bias:
+        reads.append(b.weight(op, f"L{layer}.{name}.b", out_dim))
+    y = b.act(f"L{layer}.{out}", tokens, out_dim)
+    b.add(op, g.GEMM, 2 * tokens * in_dim * out_dim, reads, [y], layer, m=tokens, n=out_dim, k=in_dim)
+    return y
+
+
+def _norm(b: _Builder, layer: int, name: str, x: TensorUse, opt: bool) -> TensorUse:
+    op = f"L{layer}.{name}"
+    tokens, h = x.shape
+    w = b.weight(op, f"{op}.w", (2 if opt else 1) * h)  # LayerNorm: weight + bias, 1-D like a vector
+    y = b.act(f"{op}.out", tokens, h)
+    b.add(op, g.NORM, (5 if opt else 4) * tokens * h, [x, w], [y], layer, tokens=tokens, hidden=h)
+    return y
+
+
+def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, q_len: int, kv_len: int,
+                 flash: bool) -> TensorUse:
+    L = f"L{i}"
+    T, h = x.shape
+    H, KV, d = m.num_heads, m.num_kv_heads, m.head_dim
+    opt = m.family == "opt"
+
+    xn = _norm(b, i, "attn_norm", x, opt)
+    q = _linear(b, i, "q_proj", xn, m.q_dim, opt, "q")
+    k = _linear(b, i, "k_proj", xn, m.kv_dim, opt, "k")
+    v = _linear(b, i, "v_proj", xn, m.kv_dim, opt, "v")
+    if not opt:
+        q_r, k_r = b.act(f"{L}.q_rot", T, m.q_dim), b.act(f"{L}.k_rot", T, m.kv_dim)
+        b.add(f"{L}.rope", g.ROPE, 6 * T * (m.q_dim + m.kv_dim), [q, k], [q_r, k_r], i,
+              tokens=T, heads=H, kv_heads=KV, head_dim=d)
+        q, k = q_r, k_r
+    new_k, new_v = b.kv(f"{L}.k_cache", batch, q_len, m.kv_dim), b.kv(f"{L}.v_cache", batch, q_len, m.kv_dim)
+    b.add(f"{L}.kv_append", g.KV_APPEND, 0, [k, v], [new_k, new_v], i, tokens=T, kv_dim=m.kv_dim)
+    k_cache = b.kv(f"{L}.k_cache", batch, kv_len, m.kv_dim)
+    v_cache = b.kv(f"{L}.v_cache", batch, kv_len, m.kv_dim)
+    ctx = b.act(f"{L}.ctx", T, m.q_dim)
+    dims = dict(batch=batch, heads=H, kv_heads=KV, q_len=q_len, kv_len=kv_len, head_dim=d)
+    if flash:
+        # Causal flash kernels skip fully masked blocks: a query attends on
+        # average to kv_len - (q_len - 1) / 2 keys.
+        attended = batch * H * q_len * (kv_len - (q_len - 1) / 2)
+        b.add(f"{L}.attention", g.ATTENTION, 4 * attended * d + 5 * attended, [q, k_cache, v_cache], [ctx], i, **dims)
+    else:
+        pairs = batch * H * q_len * kv_len
+        scores = b.act(f"{L}.scores", batch, H, q_len, kv_len)
+        probs = b.act(f"{L}.probs", batch, H, q_len, kv_len)
+        b.add(f"{L}.qk", g.ATTN_SCORE, 2 * pairs * d, [q, k_cache], [scores], i, **dims)
+        b.add(f"{L}.softmax", g.SOFTMAX, 5 * pairs, [scores], [probs], i, **dims)
+        b.add(f"{L}.av", g.ATTN_CONTEXT, 2 * pairs * d, [probs, v_cache], [ctx], i, **dims)
+    o = _linear(b, i, "o_proj", ctx, h, opt, "attn_out")
+    h1 = b.act(f"{L}.h1", T, h)
+    b.add(f"{L}.attn_residual", g.ELEMENTWISE, T * h, [x, o], [h1], i, tokens=T, hidden=h)
+
+    hn = _norm(b, i, "mlp_norm", h1, opt)
+    if opt:
+        up = _linear(b, i, "fc1", hn, m.intermediate_size, True, "fc1_out")
+        a = b.act(f"{L}.act_out", T, m.intermediate_size)
+        b.add(f"{L}.act", g.ELEMENTWISE, T * m.intermediate_size, [up], [a], i, tokens=T, hidden=m.intermediate_size)
+        mlp = _linear(b, i, "fc2", a, h, True, "mlp_out")
+    else:
+        gate = _linear(b, i, "gate_proj", hn, m.intermediate_size, False, "gate")
+        up = _linear(b, i, "up_proj", hn, m.intermediate_size, False, "up")
+        a = b.act(f"{L}.act_out", T, m.intermediate_size)
+        b.add(f"{L}.act", g.ELEMENTWISE, 5 * T * m.intermediate_size, [gate, up], [a], i,
+              tokens=T, hidden=m.intermediate_size)
+        mlp = _linear(b, i, "down_proj", a, h, False, "mlp_out")
+    out = b.act(f"L{i + 1}.in", T, h)
+    b.add(f"{L}.mlp_residual", g.ELEMENTWISE, T * h, [h1, mlp], [out], i, tokens=T, hidden=h)
+    return out

@@ -1,0 +1,153 @@
+"""Results of a run, derived from timelines by pure functions."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.core.engine import Timeline
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    name: str
+    kind: str
+    unit: str
+    start_s: float
+    end_s: float
+    flops: float
+    bytes: float
+    bound: str
+    path: str = ""
+    energy_j: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def base_name(self) -> str:
+        head, _, tail = self.name.partition(".")
+        return tail if head.startswith("L") and head[1:].isdigit() and tail else self.name
+
+
+def op_records(timeline: Timeline) -> list[OpRecord]:
+    """Intervals whose tag is an OpCost (or has the same fields) become op records."""
+    out = []
+    for i in sorted(timeline.intervals, key=lambda i: (i.start_s, i.task)):
+        c = i.tag
+        op = getattr(c, "op", None)
+        out.append(OpRecord(
+            name=i.task, kind=op.kind if op is not None else getattr(c, "kind", "transfer"),
+            unit=i.resource, start_s=i.start_s, end_s=i.end_s,
+            flops=op.flops if op is not None else 0.0,
+            bytes=float(op.bytes if op is not None else getattr(c, "bytes", 0.0)),
+            bound=getattr(c, "bound", "link"), path=getattr(c, "path", ""),
+            energy_j=getattr(c, "energy_j", 0.0)))
+    return out
+
+
+@dataclass
+class StepResult:
+    phase: str
+    kv_len: int
+    time_s: float
+    busy_s: dict[str, float]
+    energy_j: float = 0.0
+
+
+@dataclass
+class RunResult:
+    workload: str
+    hardware: str
+    model: dict[str, Any]
+    params: int
+    batch: int
+    prompt_len: int
+    gen_len: int
+    formats: dict[str, Any]
+    ttft_s: float
+    tpot_s: float
+    tpot_first_s: float
+    tpot_last_s: float
+    e2e_s: float
+    throughput_tok_s: float
+    peak_memory_bytes: dict[str, float]
+    memory_by_role: dict[str, dict[str, float]]
+    utilization: dict[str, float]
+    energy_per_token_j: float
+    prefill_ops: list[OpRecord]
+    decode_ops: list[OpRecord]          # one representative decode step, every op
+    decode_kv_len: int
+    prefill_timeline: Timeline
+    decode_timeline: Timeline
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)   # kind-specific report sections
+    simulated_steps: int = 0
+    exhaustive: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
+                    flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
+        return dict(
+            workload=self.workload, hardware=self.hardware, model=self.model, params=self.params,
+            batch=self.batch, prompt_len=self.prompt_len, gen_len=self.gen_len, formats=self.formats,
+            ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
+            tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
+            peak_memory_bytes=self.peak_memory_bytes, memory_by_role=self.memory_by_role,
+            utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
+            decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
+            extra={k: v for k, v in self.extra.items() if k != "report"},
+            simulated_steps=self.simulated_steps, exhaustive=self.exhaustive)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat scalar metrics, for sweeps and tables."""
+        out = dict(ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
+                   tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
+                   energy_per_token_j=self.energy_per_token_j, params=float(self.params))
+        for tier, b in self.peak_memory_bytes.items():
+            out[f"peak_memory_bytes.{tier}"] = b
+        for res, u in self.utilization.items():
+            out[f"utilization.{res}"] = u
+        for k, v in self.extra.get("metrics", {}).items():
+            out[k] = v
+        return out
+
+
+_PIECE = re.compile(r"@.*$")            # "L3.q_proj@stack2": one stack's share of an op
+_BATCH = re.compile(r"(?:^|\.)b\d+(?:\.|$)")   # "L3.b1.pre": one GPU batch of a block schedule
+_HEADS = re.compile(r"\.h\d+(?=~|$)")     # "L3.q_proj.h2" ("~pim" part): one head group of a pipelined block
+
+
+def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
+    """Pieces of one op that ran side by side (per stack, per chip) become one record
+    spanning them, so a table counts the op's wall time once."""
+    groups: dict[str, list[OpRecord]] = {}
+    for o in ops:
+        groups.setdefault(_PIECE.sub("", o.name), []).append(o)
+    out = []
+    for name, pieces in groups.items():
+        first = pieces[0]
+        out.append(first if len(pieces) == 1 else OpRecord(
+            name, first.kind, first.unit, min(p.start_s for p in pieces), max(p.end_s for p in pieces),
+            first.flops, first.bytes, first.bound, first.path, sum(p.energy_j for p in pieces)))
+    return out
+
+
+def group_name(o: OpRecord) -> str:
+    """The name an op shares across layers, GPU batches and per-stack pieces."""
+    return _HEADS.sub("", _BATCH.sub(".", _PIECE.sub("", o.base_name))).strip(".")
+
+
+def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, int]]:
+    """(base name, kind, total seconds, dominant bound, count) across layers (and GPU
+    batches), slowest first."""
+    acc: dict[str, list] = {}
+    for o in merge_pieces(ops):
+        a = acc.setdefault(group_name(o), [o.kind, 0.0, {}, 0])
+        a[1] += o.duration_s
+        a[2][o.bound] = a[2].get(o.bound, 0.0) + o.duration_s
+        a[3] += 1
+    rows = [(name, kind, t, max(b, key=b.get), n) for name, (kind, t, b, n) in acc.items()]
+    return sorted(rows, key=lambda r: -r[2])

@@ -1,0 +1,128 @@
+"""Workload files: what to run. Field names are stable: sweeps and users
+address them by dotted path (`workload.batch`, `workload.formats.weights`)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, Field, field_validator
+
+from sim.core.errors import ConfigError
+from sim.core.formats import get_format
+from sim.core.lowering import FormatPolicy
+from sim.core.model import ModelConfig, load_model
+from sim.core.schema import Strict, read_yaml, set_dotted, validate_mapping
+
+
+def _known_format(name: str) -> str:
+    """A pydantic validator: an unknown format is a ValueError, so the error names
+    the key (`formats.weights`, `formats.overrides.lm_head`), not just `formats`."""
+    try:
+        get_format(name)  # raises with the list of known formats
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+FormatName = Annotated[str, AfterValidator(_known_format)]
+
+
+class Formats(Strict):
+    weights: FormatName = "fp16"
+    activations: FormatName = "fp16"
+    kv_cache: FormatName = "fp16"
+    # Per-op weight formats by glob on the op name, e.g. {"lm_head": "bf16"}.
+    overrides: dict[str, FormatName] = {}
+
+    @field_validator("weights", "activations", "kv_cache")
+    @classmethod
+    def _lower(cls, v: str) -> str:
+        return v.lower()
+
+    def policy(self) -> FormatPolicy:
+        return FormatPolicy(self.weights, self.activations, self.kv_cache, tuple(self.overrides.items()))
+
+
+class Workload(Strict):
+    name: str = "workload"
+    model: str | dict[str, Any]
+    batch: int = Field(default=1, gt=0)
+    prompt_len: int = Field(default=512, gt=0)
+    gen_len: int = Field(default=128, gt=0)
+    formats: Formats = Formats()
+    flash_attention: bool = False
+    # How narrow formats compute where the hardware lacks them: `auto` dequantizes
+    # weights into a native format (weight-only quantization); `native` demands native units.
+    compute: Literal["auto", "native"] = "auto"
+    # Offload placement policy (hw_models.offload.mapper); None lets the simulator choose.
+    policy: dict[str, Any] | str | None = None
+    # Which ops may run in processing-in-memory (hw_models.pim.mapper).
+    pim_policy: Literal["auto", "attention_only", "fc_and_attention", "none"] = "auto"
+    source: str = Field(default="", exclude=True)
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_shape(cls, v: Any) -> Any:
+        # Without this a number reads "policy.dict[str,any]: Input should be a valid dictionary".
+        if v is not None and not isinstance(v, (str, dict)):
+            raise ValueError(f"expected a mapping of placement fractions or 'search', got {v!r}")
+        return v
+
+    def model_config_(self) -> ModelConfig:
+        return load_model(self.model, self.source or None)
+
+
+WORKLOAD_MAPPING = "a mapping of workload fields"
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """`--set key=value` items into {dotted key: YAML-parsed value}."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set batch=16")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def workload_from_dict(raw: dict[str, Any], source: str) -> Workload:
+    return validate_mapping(Workload, raw, source, WORKLOAD_MAPPING)
+
+
+def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> Workload:
+    """Read a workload YAML; `overrides` maps dotted keys (optionally prefixed
+    'workload.') to values."""
+    path = Path(path)
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected {WORKLOAD_MAPPING} at the top level")
+    for key, value in (overrides or {}).items():
+        key = key.removeprefix("workload.")
+        if key.split(".")[0] not in Workload.model_fields or key == "source":
+            raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: "
+                              + ", ".join(k for k in Workload.model_fields if k != "source"))
+        if "." in key:
+            parent = raw.setdefault(key.split(".")[0], {})
+            if key.startswith("formats.overrides.") and isinstance(parent, dict):
+                parent.setdefault("overrides", {})  # adding an op's override, not editing one
+        set_dotted(raw, key, value, source=str(path))
+    return workload_from_dict(raw, str(path))
+
+
+def check_context(workload: Workload, model: ModelConfig) -> list[str]:
+    """Warnings about the workload that do not stop a run."""
+    notes = []
+    total = workload.prompt_len + workload.gen_len
+    if total > model.max_position_embeddings:
+        notes.append(f"kv_len reaches {total}, beyond {model.name}'s max_position_embeddings "
+                     f"({model.max_position_embeddings}); results extrapolate the model")
+    for n in notes:
+        warnings.warn(n, stacklevel=2)
+    return notes
