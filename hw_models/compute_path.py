@@ -11,7 +11,7 @@ does not make mxfp8 native there, and Ampere's `int4` rate (INT4 tensor cores)
 makes the registry's `int4` (int4_g128) native only against int4 activations.
 
 What real kernels do with a (stored operand S, activation A) pair, S being the
-weight matrix of a GEMM or the KV cache read by attention (hw_models.gpu.mapper passes
+weight matrix of a GEMM or the KV cache read by attention (hw_models.cost passes
 both; other mappers may pass None, i.e. activation x activation):
 
 1. native pair: S == A (or no S) and the unit has A's rate -> that rate. Two

@@ -27,7 +27,7 @@ import pytest
 
 from hw_models import compute_path
 from hw_models.registry import mapper_for
-from hw_models.gpu.mapper import roofline_cost
+from hw_models.cost import roofline_cost
 from hw_models.ideal import ideal
 from hw_models.machine import Unit, load_machine
 from sim.core import graph as g

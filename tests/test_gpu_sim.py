@@ -98,7 +98,7 @@ def test_doubling_bandwidth_keeps_the_dram_ramp():
     33,570,816 bytes; 4 us launch + 2.3 us ramp + bytes / (768e9 * 0.85) = 57.73 us, and
     with 1536 GB/s 4 + 2.3 + 25.71 = 32.01 us (a fixed 1.5 MB half-point would have
     given 31.6 us: the latency would have halved too)."""
-    from hw_models.gpu.mapper import roofline_cost
+    from hw_models.cost import roofline_cost
     from sim.core.lowering import lower
 
     op = lower(_workload().model_config_(), "decode", 1, 1, 1024, num_layers=1).op("L0.q_proj")

@@ -182,7 +182,7 @@ def test_per_kind_overrides_default_off_and_used_when_set():
     raw["units"]["gpu"]["efficiency"]["by_kind"] = {"norm": {"memory_max": 0.5, "overhead_s": "1 us"}}
     m = machine_from_dict(raw, "x")
     g = vidur_layer(base and __import__("sim.core.model", fromlist=["x"]).load_model("llama2-7b"), 4096)
-    from hw_models.gpu.mapper import roofline_cost
+    from hw_models.cost import roofline_cost
 
     norm = g.op("input_layernorm")
     before = roofline_cost(norm, base.units["gpu"], "gpu", base.memory["gddr"])
@@ -209,7 +209,7 @@ def _gemv_machine(efficiency: dict):
 
 
 def test_gemv_class_for_small_m_gemms():
-    from hw_models.gpu.mapper import roofline_cost
+    from hw_models.cost import roofline_cost
     from sim.core.model import load_model
 
     model = load_model("llama2-7b")

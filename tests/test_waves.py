@@ -10,7 +10,8 @@ import pytest
 
 from tests.test_trace import _synthetic_trace
 
-from hw_models.gpu.mapper import GpuMapper, roofline_cost
+from hw_models.cost import roofline_cost
+from hw_models.gpu.mapper import GpuMapper
 from hw_models.machine import Efficiency, load_machine, machine_from_dict, raw_machine
 from sim.core.errors import ConfigError
 from sim.core.model import load_model

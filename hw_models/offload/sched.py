@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from hw_models.gpu.mapper import roofline_cost
+from hw_models.cost import roofline_cost
 from hw_models.offload.spec import Host, Policy
 from sim.core import engine
 from sim.core import graph as g

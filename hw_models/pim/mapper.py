@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hw_models.base import Mapper, OpCost, bound_of
-from hw_models.gpu.mapper import roofline_cost
+from hw_models.cost import roofline_cost
 from hw_models.pim.config import Geometry, load_pim_config
 from hw_models.pim.pipeline import ATTENTION_FAMILY, pipeline_heads, share_gemms
 from sim.core import graph as g

@@ -91,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_roofline(args: argparse.Namespace) -> int:
     from hw_models.registry import mapper_for
-    from hw_models.gpu.mapper import roofline_cost
+    from hw_models.cost import roofline_cost
     from hw_models.ideal import ideal
     from sim.core.lowering import lower
 

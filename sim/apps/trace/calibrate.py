@@ -1,6 +1,6 @@
 """Fit a preset's efficiency curves to measured ops.
 
-The model is the GPU/CPU roofline of hw_models.gpu.mapper.roofline_cost:
+The model is the GPU/CPU roofline of hw_models.cost.roofline_cost:
 
     t = overhead + max(flops / (rate * eff_c(flops)), bytes / (bw * eff_m(bytes)))
     eff(x) = max * x / (x + half)
@@ -40,7 +40,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from hw_models import compute_path
-from hw_models.gpu.mapper import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
+from hw_models.cost import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
 from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machine
 from sim.core import graph as g
 from sim.core.errors import ConfigError

@@ -1,0 +1,88 @@
+"""The shared roofline cost of one op on one compute unit reading one memory tier.
+
+Every kind uses it: the GPU and CPU stream (hw_models.gpu), the PIM host
+(hw_models.pim), FlexGen's GPU and CPU (hw_models.offload), the spatial PE
+arrays' vector work, `sim roofline`, and trace calibration. Time = launch
+overhead + max(compute, memory), with the preset's efficiency curves and, for
+matrix ops, the compute path of the stored operand's format (compute_path).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hw_models import compute_path
+from hw_models.base import OpCost, bound_of
+from hw_models.machine import Tier, Unit
+from sim.core import graph as g
+from sim.core.graph import Op
+
+MATRIX_KINDS = (g.GEMM, g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)
+
+
+def weight_format(op: Op) -> str | None:
+    return next((t.fmt for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
+
+
+def work_time_s(work, peak, efficiency, scale=1.0):
+    """Seconds to do `work` (FLOPs or bytes) at `peak` per second scaled by the
+    efficiency curve `efficiency(work)` and by `scale` (a GEMM's tile/wave
+    utilization, Efficiency.gemm_waves); 0 for no work. Floats or numpy arrays
+    (calibration costs many ops at once with the same formula)."""
+    if np.ndim(work) == 0 and np.ndim(scale) == 0:
+        return work / (peak * efficiency(work) * scale) if work else 0.0
+    w = np.asarray(work, dtype=float)
+    safe = np.where(w > 0, w, 1.0)
+    return np.where(w > 0, safe / (peak * efficiency(safe) * scale), 0.0)
+
+
+def gemm_dims(op: Op) -> tuple[int, int, int] | None:
+    """(M, N, K) of a GEMM op, None when the op does not record them."""
+    d = op.dims
+    return (d["m"], d["n"], d["k"]) if op.kind == g.GEMM and all(d.get(x) for x in "mnk") else None
+
+
+def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto",
+                  steady: bool = False) -> OpCost:
+    """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is
+    the unit's, or the op kind's override where the preset has one. `steady`: the
+    op continues a kernel that is already running (a later slice of a pipelined
+    op), so it pays no launch and no ramps: the pipes are already full."""
+    mnk = gemm_dims(op)
+    m = mnk[0] if mnk else None    # selects the small-M (gemv) curve where the preset has one
+    eff = unit.efficiency.for_kind(op.kind, m)
+    dequant_s = 0.0
+    if op.kind in MATRIX_KINDS:
+        # The stored operand: weights of a GEMM, the KV cache of attention (compute_path).
+        role = "weight" if op.kind == g.GEMM else "kv"
+        stored = next((t.fmt for t in op.reads if t.role == role and len(t.shape) > 1), None)
+        path = compute_path.choose(unit, unit_name, stored, op.compute_format, mode, role)
+        rate, label = path.rate_flops_per_s, path.label
+        if path.dequant:
+            elements = sum(t.elements for t in op.reads if t.role == role and len(t.shape) > 1)
+            dq = elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT
+            # Dequantization streams with the operand over all SMs: no small-op ramp.
+            dequant_s = dq / (unit.vector_flops_per_s * eff.compute_max)
+    else:
+        rate, label = unit.vector_flops_per_s, "vector"
+    eff = eff.at_rates(rate, tier.bandwidth_bytes_per_s)
+    if op.kind not in MATRIX_KINDS:
+        over = unit.efficiency.by_kind.get(op.kind)
+        if over is None or over.compute_half_flops is None:
+            # The compute ramp models tensor-core tiles filling up; streaming vector
+            # kernels (norms, adds, softmax) have none unless the preset fits one.
+            eff = eff.model_copy(update={"compute_half_flops": 0.0})
+    # Tile/wave quantization of GEMMs (Efficiency.gemm_waves; 1.0 unless the preset sets
+    # tiles). Attention kernels tile over heads and query blocks, not M x N: not applied.
+    if steady:
+        eff = eff.model_copy(update={"compute_half_flops": 0.0, "memory_half_bytes": 0.0})
+    dims = mnk if eff.tiled else None
+    waves = eff.gemm_waves(*dims) if dims else 1.0
+    compute_s = work_time_s(op.flops, rate, eff.compute, waves) + dequant_s
+    nbytes = op.bytes
+    memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
+    overhead_s = 0.0 if steady else unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s, m)
+    duration = overhead_s + max(compute_s, memory_s)
+    energy = nbytes * (tier.energy_j_per_byte or 0.0)
+    return OpCost(op, unit_name, duration, compute_s, memory_s, overhead_s,
+                  bound_of(compute_s, memory_s, overhead_s), label, energy)
