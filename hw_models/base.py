@@ -1,30 +1,31 @@
 """What every hardware model provides: a Mapper turns a step's op graph into
 engine tasks on the machine's resources, and checks that the run fits.
 
-A mapper is chosen by the machine's `kind`. The generation loop (prefill, then
-decode steps over a growing KV cache, with the shortcuts for identical layers
-and steps) lives in sim.core.generation and works for any mapper; a kind whose
-schedule crosses steps (offload's block schedule, a spatial pipeline) overrides
-`simulate`.
+A mapper is chosen by the machine's `kind` (hw_models.registry). The generation
+loop (prefill, then decode steps over a growing KV cache, with the shortcuts for
+identical layers and steps) lives once in sim.core.generation; a mapper is its
+`StepModel`: the hooks below (`step`, `step_timeline`, `footprint`, `figures`)
+have defaults for kinds whose steps are planned op by op onto the engine, and a
+kind whose schedule crosses steps (offload's block schedule, a spatial
+pipeline) overrides `step` and `step_timeline`, never the loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from hw_models.machine import Machine
-from sim.core.engine import Task
+from sim.core import engine
+from sim.core.engine import Task, Timeline
 from sim.core.errors import CapacityError
 from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
+from sim.core.generation import Generation, RunFigures, fold_layers, simulate_generation
 from sim.core.graph import Op, OpGraph
 from sim.core.lowering import lower
 from sim.core.model import ModelConfig
+from sim.core.results import RunResult, StepResult
 from sim.core.units import fmt_bytes
-
-if TYPE_CHECKING:
-    from sim.core.results import RunResult
-    from sim.core.workload import Workload
+from sim.core.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,33 @@ def bound_of(compute_s: float, memory_s: float, overhead_s: float, link_s: float
     return max(times, key=times.__getitem__)
 
 
+def timeline_energy_j(tl: Timeline) -> float:
+    """Energy the tasks of a timeline report in their tags (OpCost.energy_j)."""
+    return sum(getattr(i.tag, "energy_j", 0.0) for i in tl.intervals)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A report section as data: a title, rows of cells, optional column names and a
+    caption. The application layer renders it (rich tables, JSON); mappers never
+    build tables. Without columns the rows are (key, value) pairs."""
+
+    title: str
+    rows: list[tuple[str, ...]]
+    columns: tuple[str, ...] = ()
+    caption: str = ""
+
+
 class Mapper:
     kind = "base"
     # Whether each engine resource runs its tasks in the order planned (a CUDA
     # stream, a DMA queue) rather than in whatever order they become ready.
     in_order = False
+    # Layers simulated (and one more) before extrapolating identical layers
+    # (sim.core.generation.fold_layers): how far back the schedule's overlap reaches.
+    fold_layers = 2
 
-    def __init__(self, machine: Machine, workload: "Workload", model: ModelConfig):
+    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig):
         self.machine = machine
         self.workload = workload
         self.model = model
@@ -99,8 +120,45 @@ class Mapper:
         return ("Try an offload preset that spills to CPU memory and disk (e.g. --hw a6000_offload), "
                 "a narrower weight format (--set formats.weights=int4), or a smaller batch.")
 
-    def simulate(self, exhaustive: bool = False, detail: bool = True) -> "RunResult":
-        from sim.core.generation import simulate_generation
+    # -- the generation loop's hooks (sim.core.generation.StepModel) -------------
+    @property
+    def hardware_name(self) -> str:
+        return self.machine.name
 
+    @property
+    def hardware_kind(self) -> str:
+        return self.machine.kind
+
+    def step_graph(self, phase: str, q_len: int, kv_len: int, num_layers: int | None = None) -> OpGraph:
+        w = self.workload
+        return lower(self.model, phase, w.batch, q_len, kv_len, self.formats, w.flash_attention, num_layers)
+
+    def run_graph(self, graph: OpGraph) -> Timeline:
+        return engine.run(self.plan_step(graph), self.resources(), self.containers(), self.in_order)
+
+    def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
+        """One step, identical layers folded."""
+        L = self.model.num_layers
+
+        def run(n: int) -> StepResult:
+            tl = self.run_graph(self.step_graph(phase, q_len, kv_len, None if n == L else n))
+            return StepResult(phase, kv_len, tl.makespan_s, tl.busy_s(), timeline_energy_j(tl))
+
+        return fold_layers(run, L, self.fold_layers, exhaustive)
+
+    def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
+        """One step in full, every op, for the report, the Gantt chart and the trace."""
+        return self.run_graph(self.step_graph(phase, q_len, kv_len))
+
+    def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
+        """Utilisation of each resource over the run, and energy: what the tasks
+        reported plus each unit's power while it was busy. `decode_tl` is the
+        representative decode step in full, None when the run skips detail."""
+        busy, e2e = gen.busy_s, gen.e2e_s
+        power_j = sum((u.power_w or 0.0) * busy.get(name, 0.0) for name, u in self.machine.units.items())
+        return RunFigures(self.workload.batch, {r: b / e2e for r, b in busy.items()} if e2e else {},
+                          gen.energy_j + power_j)
+
+    def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
         return simulate_generation(self, exhaustive=exhaustive, detail=detail)
 

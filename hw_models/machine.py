@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from hw_models.kinds import KINDS, preset_sections
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -194,17 +195,38 @@ class Link(Strict):
 class Machine(Strict):
     version: int = 1
     name: str
-    kind: Literal["gpu", "cpu", "offload", "pim", "spatial"] = "gpu"
+    kind: str = "gpu"          # one of hw_models.kinds.KINDS
     description: str = ""
     price_usd: float | None = Field(default=None, ge=0)
     memory: dict[str, Tier]
     units: dict[str, Unit]
     links: dict[str, Link] = {}
-    # Kind-specific sections, validated by hw_models.<kind> when used.
-    host: dict[str, Any] | None = None
-    pim: dict[str, Any] | None = None
-    spatial: dict[str, Any] | None = None
+    # Kind-specific sections (offload's `host`, `pim`, `spatial`: hw_models.kinds says
+    # which kind owns which key), kept as given and validated by that kind when used.
+    sections: dict[str, Any] = {}
     source: str = Field(default="", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_sections(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        owned = preset_sections()
+        if not owned & raw.keys():
+            return raw
+        rest = {k: v for k, v in raw.items() if k not in owned}
+        return {**rest, "sections": {**rest.get("sections", {}), **{k: raw[k] for k in owned & raw.keys()}}}
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in KINDS:
+            raise ValueError(f"unknown kind {v!r}; kinds: {', '.join(KINDS)}")
+        return v
+
+    def section(self, name: str) -> dict[str, Any] | None:
+        """A kind's section of the preset (`pim`, `spatial`, `host`), None when absent."""
+        return self.sections.get(name)
 
     @model_validator(mode="after")
     def _references(self) -> "Machine":

@@ -1,22 +1,46 @@
-"""The hardware kinds, and the entry point that picks one: `simulate(workload, machine)`."""
+"""The kinds of hardware and the entry point that picks one: `simulate(workload, machine)`.
+
+hw_models.kinds lists the kinds (one line each); this module loads a kind's folder
+and checks its face:
+
+    KIND              the kind's name
+    MAPPER            a hw_models.base.Mapper subclass (the generation loop's StepModel)
+    PRESET_SCHEMA     the schema of the preset section it owns, or None
+    WORKLOAD_SCHEMAS  {workload key it owns: its schema or a description}
+    register          register(subparsers) adding its CLI subcommands, or None
+    report_sections   report_sections(result) -> list[Section], its report as data
+"""
 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
-from hw_models.base import Mapper
+from hw_models.base import Mapper, Section
+from hw_models.kinds import KINDS
 from hw_models.machine import Machine
+from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult
 from sim.core.workload import Workload
 
-_MODULES = {"gpu": "hw_models.gpu.mapper", "cpu": "hw_models.gpu.mapper", "offload": "hw_models.offload.mapper",
-            "pim": "hw_models.pim.mapper", "spatial": "hw_models.spatial.mapper"}
+FACE = ("KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections")
+
+
+def kind_module(kind: str) -> ModuleType:
+    """The folder of `kind`, its face checked."""
+    if kind not in KINDS:
+        raise ConfigError(f"kind {kind!r}: not a registered kind; kinds: {', '.join(KINDS)}")
+    entry = KINDS[kind]
+    module = entry.module if isinstance(entry.module, ModuleType) else importlib.import_module(entry.module)
+    missing = [a for a in FACE if not hasattr(module, a)]
+    if missing:
+        raise TypeError(f"{module.__name__}: the kind {kind!r} lacks {', '.join(missing)} (hw_models.registry.FACE)")
+    return module
 
 
 def mapper_for(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
-    module = importlib.import_module(_MODULES[machine.kind])
-    return module.MAPPER(machine, workload, model)
+    return kind_module(machine.kind).MAPPER(machine, workload, model)
 
 
 def simulate(workload: Workload, machine: Machine, exhaustive: bool = False, detail: bool = True) -> RunResult:
@@ -25,3 +49,19 @@ def simulate(workload: Workload, machine: Machine, exhaustive: bool = False, det
     per-op timelines of the report (sweeps need only the metrics)."""
     model = workload.model_config_()
     return mapper_for(machine, workload, model).simulate(exhaustive=exhaustive, detail=detail)
+
+
+def report_sections(result: RunResult) -> list[Section]:
+    """The kind's own sections of a run's report, as data."""
+    return kind_module(result.kind).report_sections(result) if result.kind else []
+
+
+def cli_registrars() -> list:
+    """Each kind's `register(subparsers)`, once per folder (gpu and cpu share one)."""
+    seen, out = set(), []
+    for kind in KINDS:
+        module = kind_module(kind)
+        if module.register is not None and module.__name__ not in seen:
+            seen.add(module.__name__)
+            out.append(module.register)
+    return out

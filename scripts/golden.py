@@ -33,7 +33,7 @@ SWEEP_POINTS = 2
 
 def _case(workload, machine) -> dict:
     try:
-        return simulate(workload, machine, detail=False).metrics()
+        return simulate(workload, machine).metrics()
     except SimError as e:
         return {"error": str(e).splitlines()[0].replace(str(ROOT), "<root>")}
 

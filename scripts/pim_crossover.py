@@ -18,7 +18,6 @@ from pathlib import Path
 from hw_models.machine import load_machine
 from hw_models.pim.mapper import PimMapper
 from sim.core.errors import CapacityError
-from sim.core.generation import step_time
 from sim.core.workload import workload_from_dict
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -31,7 +30,7 @@ def cell(machine, model: str, batch: int, ctx: int) -> dict:
     for policy in ("none", "auto", "fc_and_attention"):
         w = workload_from_dict(dict(model=model, batch=batch, prompt_len=ctx - 1, gen_len=2, pim_policy=policy), "grid")
         m = PimMapper(machine, w, w.model_config_())
-        out[policy] = step_time(m, "decode", 1, ctx).time_s
+        out[policy] = m.step("decode", 1, ctx).time_s
         if policy == "auto":
             try:
                 m.footprint()

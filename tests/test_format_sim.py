@@ -36,7 +36,6 @@ from sim.core.errors import ConfigError
 from sim.core.formats import get_format, known_formats
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
-from sim.core.generation import simulate_step
 from sim.core.workload import load_workload, workload_from_dict
 from tests.conftest import ROOT
 
@@ -65,7 +64,7 @@ def _workload(**kw):
 
 def _step(machine, phase: str, q_len: int, kv_len: int, **kw):
     w = _workload(**kw)
-    return simulate_step(mapper_for(machine, w, w.model_config_()), phase, q_len, kv_len)
+    return mapper_for(machine, w, w.model_config_()).step_timeline(phase, q_len, kv_len)
 
 
 # ----------------------------------------------------------------- compute paths

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 from hw_models.ideal import ideal
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
 from hw_models.registry import simulate
-from sim.core.generation import simulate_step
 from sim.core.workload import workload_from_dict
 from hw_models.registry import mapper_for
 
@@ -21,7 +20,7 @@ def _workload(**kw):
 
 def _step_time(workload, machine, kv_len):
     mapper = mapper_for(machine, workload, workload.model_config_())
-    return simulate_step(mapper, "decode", 1, kv_len).makespan_s
+    return mapper.step_timeline("decode", 1, kv_len).makespan_s
 
 
 def test_ideal_decode_step_is_the_roofline():

@@ -49,13 +49,13 @@ def test_pcie_bytes_per_decode_step_by_hand():
     pol = dict(wg=50, wc=50, wd=0, cg=0, cc=80, cd=20, hg=100, hc=0, hd=0, gpu_batch_size=4, num_gpu_batches=2)
     m = mapper(wl("llama2-7b", 8, pol, prompt=99, gen=4), "a6000_offload")
     p = m.policy()
-    s = m.step(p, "decode", 1, 100, m.placement(p).buffers)
+    s = m.policy_step(p, "decode", 1, 100, m.placement(p).buffers)
     weights = 0.5 * 2 * (L * (4 * h * h + 3 * h * f + 2 * h) + 2 * V * h + h)
     kv_read = 2 * 4 * 99 * h * 2 * 2 * L
     kv_new = 2 * 4 * 1 * h * 2 * 2 * L
-    assert s.bytes["pcie_h2d"] == pytest.approx(weights + kv_read, rel=1e-9)
-    assert s.bytes["pcie_d2h"] == pytest.approx(kv_new, rel=1e-9)
-    assert s.bytes["disk"] == pytest.approx(0.2 * kv_read + 0.2 * kv_new, rel=1e-9)
+    assert s.counters["pcie_h2d"] == pytest.approx(weights + kv_read, rel=1e-9)
+    assert s.counters["pcie_d2h"] == pytest.approx(kv_new, rel=1e-9)
+    assert s.counters["disk"] == pytest.approx(0.2 * kv_read + 0.2 * kv_new, rel=1e-9)
 
 
 # --- equivalence with the core GPU model ----------------------------------------
@@ -125,10 +125,10 @@ def test_folded_layers_equal_exhaustive():
         p = m.policy()
         b = m.placement(p).buffers
         for phase, q, kv in (("prefill", 64, 64), ("decode", 1, 70)):
-            fold, full = m.step(p, phase, q, kv, b), m.step(p, phase, q, kv, b, exhaustive=True)
+            fold, full = m.policy_step(p, phase, q, kv, b), m.policy_step(p, phase, q, kv, b, exhaustive=True)
             assert fold.time_s == pytest.approx(full.time_s, rel=1e-9)
             for link in sched.LINKS:
-                assert fold.bytes[link] == pytest.approx(full.bytes[link], rel=1e-9, abs=1e-3)
+                assert fold.counters[link] == pytest.approx(full.counters[link], rel=1e-9, abs=1e-3)
 
 
 def test_flexgen_cpu_attention_moves_18_bytes_per_cached_element():

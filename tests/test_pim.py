@@ -18,8 +18,8 @@ from sim.core.errors import CapacityError, ConfigError
 from sim.core.graph import ATTN_SCORE, GEMM, Op, OpGraph, TensorUse
 from sim.core.lowering import lower
 from sim.core.footprint import kv_bytes, weight_bytes
-from hw_models.registry import simulate
-from sim.core.generation import DECODE_SAMPLES, decode_kv_lens, sample_indices, step_time
+from hw_models.registry import report_sections, simulate
+from sim.core.generation import DECODE_SAMPLES, decode_kv_lens, sample_indices
 from sim.core.workload import workload_from_dict
 
 ONE_STACK = {"pim.stacks": 1, "memory.hbm.bandwidth_bytes_per_s": "307.2 GB/s", "memory.hbm.capacity_bytes": "6 GiB"}
@@ -193,7 +193,7 @@ def test_report_and_timeline(llama13b_runs):
     resources = {i.resource for i in auto.decode_timeline.intervals}
     assert {f"pim.stack{i}" for i in range(5)} <= resources
     assert auto.extra["pim"]["placement"]["softmax"]["where"] == "host"
-    assert auto.extra["report"]
+    assert [s.title.split(",")[0] for s in report_sections(auto)] == ["PIM placement", "PIM"]
 
 
 def test_blocked_mode_keeps_host_and_pim_apart():
@@ -279,7 +279,7 @@ def attacc_throughput(machine, policy: str, batch: int, lin: int, lout: int, sam
     over the simulator's sampled decode steps (sim.core.generation's DECODE_SAMPLES, linear in kv_len)."""
     m = attacc_mapper(machine, policy, batch, lin, lout)
     kvs = decode_kv_lens(lin, lout)[sample_indices(lout - 1, samples)]
-    return batch / (sum(step_time(m, "decode", 1, int(kv)).time_s for kv in kvs) / len(kvs))
+    return batch / (sum(m.step("decode", 1, int(kv)).time_s for kv in kvs) / len(kvs))
 
 
 def max_batch(capacity_bytes: float, weights: bool, lin: int, lout: int) -> int:
@@ -353,8 +353,8 @@ def test_sub_batch_interleaving_pays_only_at_large_batch():
     # (shared/reference/peers.md §8); here the crossover lies between batch 128 (0.71x) and 256 (1.12x).
     gains = {}
     for batch in (66, 512):
-        t = [step_time(attacc_mapper(attacc_machine(8, 1280 * GIB, sub_batches=sb), "attention_only", batch, 2048, 128),
-                       "decode", 1, 2112).time_s for sb in (1, 2)]
+        t = [attacc_mapper(attacc_machine(8, 1280 * GIB, sub_batches=sb), "attention_only", batch, 2048, 128
+                           ).step("decode", 1, 2112).time_s for sb in (1, 2)]
         gains[batch] = t[0] / t[1]
     assert gains[66] == pytest.approx(0.55, rel=0.03)
     assert gains[512] == pytest.approx(1.18, rel=0.03)
@@ -372,7 +372,7 @@ def test_attacc_same_batch_decode_step():
                                     pim_policy=policy), "t")
         m = PimMapper(m80, w, w.model_config_())
         m.footprint()
-        times[policy] = step_time(m, "decode", 1, 2112).time_s
+        times[policy] = m.step("decode", 1, 2112).time_s
     assert times["none"] / times["attention_only"] == pytest.approx(1.65, rel=0.03)
 
 
@@ -424,7 +424,8 @@ def test_head_group_pipeline_hides_attention_under_the_projections():
     names = {t.id.split("@")[0] for t in piped}
     assert {f"L0.q_proj.h{k}" for k in range(12)} <= names and "L0.q_proj" not in names
     assert {f"L0.av.h{k}" for k in range(12)} <= names
-    q0, q1 = (m.host_cost(next(t.tag.op for t in piped if t.id == f"L0.q_proj.h{k}")) for k in (0, 1))
+    sched = m.schedule(lower(m.model, "decode", 66, 1, 2112, m.formats, num_layers=1))   # what plan_step ran
+    q0, q1 = (m.host_cost(next(t.tag.op for t in piped if t.id == f"L0.q_proj.h{k}"), sched) for k in (0, 1))
     assert q0.overhead_s == 4e-6 and q1.overhead_s == 0.0          # a continuation: no launch
 
 
@@ -471,9 +472,9 @@ def test_gemm_sharing_pays_at_small_batch_only():
     # the LM head (32,000 columns, 4129 to PIM) still is: 1.0005x.
     gains = {}
     for batch in (1, 8, 32):
-        t = [step_time(mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": share},
-                              batch=batch, prompt_len=1024, pim_policy="attention_only"),
-                       "decode", 1, 1025).time_s for share in (False, True)]
+        t = [mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": share},
+                    batch=batch, prompt_len=1024, pim_policy="attention_only").step("decode", 1, 1025).time_s
+             for share in (False, True)]
         gains[batch] = t[0] / t[1]
     assert gains[1] == pytest.approx(2.88, rel=0.03)
     assert gains[8] == pytest.approx(1.35, rel=0.03)
@@ -549,7 +550,7 @@ def test_attacc_preset_and_workload():
     # 9 x 670.4 GB/s / (512 units x 32 B), rounded to 5 digits); 12 head groups (96 heads / 8 GPUs).
     from sim.core.workload import load_workload
     w = load_workload("workloads/opt175b_attacc.yaml")
-    assert (w.model, w.batch, w.prompt_len, w.gen_len, w.pim_policy) == ("opt-175b", 66, 2048, 128, "attention_only")
+    assert (w.model, w.batch, w.prompt_len, w.gen_len, w.section("pim_policy")) == ("opt-175b", 66, 2048, 128, "attention_only")
     m = PimMapper(load_machine("attacc_dgx"), w, w.model_config_())
     m.footprint()
     assert m.tier.bandwidth_bytes_per_s == pytest.approx(40 * 670.4e9)
@@ -557,7 +558,7 @@ def test_attacc_preset_and_workload():
     assert m.host.peak_flops_per_s["fp16"] == pytest.approx(8 * 312e12)
     assert (m.cfg.stacks, m.cfg.head_groups, m.cfg.dual_row_buffer) == (40, 12, True)
     assert m.geo.internal_bytes_per_s == pytest.approx(9 * 670.4e9, rel=1e-4)
-    assert step_time(m, "decode", 1, 2112).time_s == pytest.approx(23.17e-3, rel=1e-3)
+    assert m.step("decode", 1, 2112).time_s == pytest.approx(23.17e-3, rel=1e-3)
 
 
 def test_head_group_attention_stays_where_its_kv_lives():

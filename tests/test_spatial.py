@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hw_models.registry import mapper_for
+from hw_models.registry import report_sections, mapper_for
 from hw_models.machine import load_machine, machine_from_dict
 from hw_models.spatial.pipeline import decode_period_s, prefill_makespan_s
 from sim.core.errors import CapacityError, ConfigError
@@ -114,7 +114,7 @@ def _spill_toy():
     (and every station time) is the same at every batch size."""
     raw = copy.deepcopy(TOY_HW)
     raw["memory"]["dram"] = dict(capacity_bytes=1e9, bandwidth_bytes_per_s=1e8)
-    raw["spatial"].update(_uneven_toy().spatial, kv_cache="dram", dram_tier="dram")
+    raw["spatial"].update(_uneven_toy().section("spatial"), kv_cache="dram", dram_tier="dram")
     return machine_from_dict(raw, "toy_spill.yaml")
 
 
@@ -346,7 +346,7 @@ def test_presets_run_and_report(preset):
     assert m["spatial.chips"] >= 1 and 0 <= m["spatial.bubble_fraction"] < 1
     assert m["spatial.tok_s_aggregate"] == pytest.approx(2 * m["spatial.tok_s_per_user"])
     assert "spatial.energy_per_token_j" in m
-    assert len(r.extra["report"]) == 2
+    assert len(report_sections(r)) == 2
 
 
 def test_kv_spill_to_streaming_memory():

@@ -12,7 +12,7 @@ from hw_models.spatial.pipeline import decode_period_s
 from hw_models.spatial.tp import ALL_GATHER, ALL_REDUCE, COLUMN, ROW, plan
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.lowering import lower
-from hw_models.registry import simulate
+from hw_models.registry import report_sections, simulate
 from sim.core.workload import load_workload
 from tests.test_spatial import TOY_HW, TOY_MODEL, _mapper, _toy_hw, _toy_wl, _uneven_toy
 
@@ -87,7 +87,7 @@ def test_tp1_is_the_pure_pipeline_exactly():
             a_hw, b_hw = load_machine("groq_lpu"), load_machine("groq_lpu", {"spatial.tensor_parallel": 1})
         else:
             raw = copy.deepcopy(dict(TOY_HW))
-            raw["spatial"].update(hw.spatial, tensor_parallel=1)
+            raw["spatial"].update(hw.section("spatial"), tensor_parallel=1)
             a_hw, b_hw = hw, machine_from_dict(raw, "toy_tp1.yaml")
         a, b = _mapper(w, a_hw), _mapper(w, b_hw)
         ca, cb = a.decode_costs(1152), b.decode_costs(1152)
@@ -185,7 +185,7 @@ def test_groq_llama70b_tp8_tokens_per_user():
 
 def test_tp_folded_equals_exhaustive():
     w = _toy_wl(batch=3)
-    hw = _toy_hw(chips=6, tensor_parallel=2, pe_array=_uneven_toy().spatial["pe_array"],
+    hw = _toy_hw(chips=6, tensor_parallel=2, pe_array=_uneven_toy().section("spatial")["pe_array"],
                  links=dict(count=4, bandwidth_bytes_per_s=1e9, latency_s=2e-7))
     m = _mapper(w, hw)
     st = m.decode_costs(36).stations()
@@ -194,8 +194,8 @@ def test_tp_folded_equals_exhaustive():
                                                                        rel=1e-9)
     r = simulate(_toy_wl(batch=2, gen_len=4), _tp_toy())
     assert r.extra["metrics"]["spatial.groups"] == 2
-    assert any(rec.name == "L0.o_proj.all_reduce" for rec in r.decode_ops)
-    assert len(r.extra["report"]) == 2
+    assert any(rec.group == "L0.o_proj.all_reduce" for rec in r.decode_ops)
+    assert len(report_sections(r)) == 2
 
 
 def test_tp_config_errors():

@@ -40,7 +40,6 @@ from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import ModelConfig
 
 ATTENTION_KINDS = (g.ATTN_SCORE, g.SOFTMAX, g.ATTN_CONTEXT, g.ATTENTION, g.KV_APPEND)
-FOLD_LAYERS = 3          # layers simulated (and one more) before extrapolating; see step()
 LINKS = ("pcie_h2d", "pcie_d2h", "disk")
 W_BUF, KV_BUF = "gpu.weights", "gpu.kv"
 
@@ -248,6 +247,7 @@ def build_tasks(slots: list[SlotWork], p: Policy, rates: Rates, phase: str) -> l
         w_off = (wc + wd) * work.weight_bytes
         w_deps = chain(f"{name}.w", work.weight_bytes, wd, wc + wd, [gate_w], "weights", W_BUF)
         for k in range(nb):
+            first = len(tasks)
             n = len(computes)
             gate = computes[n - 2] if n >= 2 else None
             tag = f"{name}.b{k}" if nb > 1 else name
@@ -291,6 +291,8 @@ def build_tasks(slots: list[SlotWork], p: Policy, rates: Rates, phase: str) -> l
             if s < len(slots) - 1 and (hc + hd) > 0:
                 hidden_store[k] = store(f"{tag}.hw", work.hidden_bytes, hd, hc + hd, [cid], "activations")
             computes.append(cid)
+            # This GPU batch's tasks work for the slot's ops, whichever batch: reports sum them.
+            tasks[first:] = [replace(t, op=name + t.id.removeprefix(tag)) for t in tasks[first:]]
     return tasks
 
 
@@ -306,22 +308,3 @@ def run_step(slots: list[SlotWork], p: Policy, rates: Rates, phase: str, buffers
         if i.resource in moved:
             moved[i.resource] += i.tag.bytes
     return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used))
-
-
-def step(embed: SlotWork, layer: SlotWork, head: SlotWork, num_layers: int, p: Policy, rates: Rates, phase: str,
-         buffers: dict[str, float], exhaustive: bool = False) -> StepSim:
-    """One step of the whole model. Identical layers are folded like the core
-    does (sim.core.generation): T(L) = T(F) + (L - F) (T(F+1) - T(F)), exact once the
-    schedule is periodic within F layers; the schedule looks back at most two
-    computes, so F = 3 suffices (tests/test_offload.py checks it against the
-    exhaustive run)."""
-    if exhaustive or num_layers <= FOLD_LAYERS + 1:
-        return run_step(full_slots(embed, layer, head, num_layers), p, rates, phase, buffers)
-    a = run_step(full_slots(embed, layer, head, FOLD_LAYERS), p, rates, phase, buffers)
-    b = run_step(full_slots(embed, layer, head, FOLD_LAYERS + 1), p, rates, phase, buffers)
-    k = num_layers - FOLD_LAYERS
-    ext = lambda x, y: {r: x.get(r, 0.0) + k * (y.get(r, 0.0) - x.get(r, 0.0)) for r in {*x, *y}}  # noqa: E731
-    return StepSim(a.time_s + k * (b.time_s - a.time_s), ext(a.busy_s, b.busy_s), ext(a.bytes, b.bytes),
-                   peak_buffer_bytes=b.peak_buffer_bytes)
-
-

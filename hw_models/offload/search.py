@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from rich.table import Table
-from scipy.optimize import linprog
 
 from hw_models.offload.spec import TRIPLES, Policy, PolicySpec
 from sim.core.errors import CapacityError
@@ -56,7 +55,8 @@ class SearchResult:
     def summary(self) -> dict:
         return dict(objective=self.objective, candidates=self.candidates, feasible=self.feasible,
                     elapsed_s=self.elapsed_s, best=self.best.policy.to_dict(),
-                    top=[dict(policy=c.policy.to_dict(), lp_throughput_tok_s=c.lp_throughput,
+                    top=[dict(policy=c.policy.to_dict(), describe=c.policy.describe(),
+                              lp_throughput_tok_s=c.lp_throughput,
                               lp_tpot_s=c.lp_decode_s, des_throughput_tok_s=c.des_throughput,
                               des_tpot_s=c.des_tpot_s) for c in self.top])
 
@@ -92,6 +92,8 @@ def _batch_pairs(spec: PolicySpec, batch: int, objective: str) -> list[tuple[int
 def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec: PolicySpec,
              objective: str, gpu_capacity: float) -> Candidate | None:
     """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible."""
+    from scipy.optimize import linprog   # third-party and slow to import (0.4 s): only when searching
+
     w, m, r = mapper.workload, mapper.model, mapper.rates
     L, n = m.num_layers, w.gen_len
     bls = gbs * nb
@@ -193,8 +195,8 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
     for c in top:
         pl = mapper.placement(c.policy)
         gen = mapper.generation(c.policy, pl.buffers, samples=CONFIRM_SAMPLES)
-        c.des_throughput = gen["throughput"]
-        c.des_tpot_s = float(gen["times"].mean()) if len(gen["times"]) else 0.0
+        c.des_throughput = c.policy.block_size * mapper.workload.gen_len / gen.e2e_s if gen.e2e_s else 0.0
+        c.des_tpot_s = gen.tpot()
     best = min(top, key=(lambda c: c.des_tpot_s) if objective == "latency" else (lambda c: -c.des_throughput))
     return SearchResult(best, top, tried, len(found), objective, time.perf_counter() - t0)
 
@@ -212,4 +214,4 @@ def _no_fit(mapper, gpu_capacity: float) -> None:
     raise CapacityError(
         f"no placement of {m.name} fits {machine.name}: the GPU ({fmt_bytes(gpu_capacity)}) cannot hold one "
         f"layer's working set and streaming buffers at GPU batch 1, or the fixed policy keys leave no room; "
-        f"workload policy: {w.policy!r}")
+        f"workload policy: {w.section('policy')!r}")

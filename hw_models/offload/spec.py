@@ -87,11 +87,11 @@ class Host:
 
 def host_spec(machine: Machine) -> Host:
     src = machine.source or machine.name
-    if machine.host is None:
+    if machine.section("host") is None:
         raise ConfigError(f"{src}: host: an offload preset needs a host section (pcie, and the names of the "
                           "cpu_memory and disk tiers and the cpu unit)")
     try:
-        spec = HostSpec.model_validate(machine.host)
+        spec = HostSpec.model_validate(machine.section("host"))
     except ValidationError as exc:
         raise validation_error(exc, src, prefix="host") from None
     for key in ("cpu_memory", "disk"):
@@ -179,7 +179,7 @@ def parse_policy(raw: dict[str, Any] | str | None, batch: int, where: str) -> Po
     """Validate the workload's `policy`. `where` names the workload file."""
     if raw is None or raw == "search":
         return PolicySpec({})
-    if isinstance(raw, str):
+    if not isinstance(raw, dict):
         raise ConfigError(f"{where}: policy: expected a mapping of placement fractions or 'search', got {raw!r}")
     unknown = [k for k in raw if k not in _ALL_FRACTIONS + _OTHER_KEYS]
     if unknown:

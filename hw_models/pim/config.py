@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from sim.core.errors import ConfigError
 from sim.core.schema import Quantity, Strict, validation_error
+from sim.core.workload import Workload
 
 Placement = Literal["bank", "bank_pair", "bank_group", "buffer_die"]
 
@@ -132,3 +133,16 @@ def load_pim_config(section: dict[str, Any] | None, source: str) -> PimConfig:
         return PimConfig.model_validate(section)
     except ValidationError as exc:
         raise validation_error(exc, source, prefix="pim") from None
+
+
+PimPolicy = Literal["auto", "attention_only", "fc_and_attention", "none"]
+POLICIES: tuple[str, ...] = PimPolicy.__args__
+
+
+def pim_policy(workload: Workload) -> str:
+    """The workload's `pim_policy` (which ops may run in PIM), `auto` when absent."""
+    value = workload.section("pim_policy", "auto")
+    if value not in POLICIES:
+        raise ConfigError(f"{workload.source or workload.name}: pim_policy: {value!r} is not one of "
+                          f"{', '.join(POLICIES)}")
+    return value

@@ -26,65 +26,26 @@ With `pim.sub_batches` > 1 a decode step runs as that many sub-batch op chains
 chain's attention on the stacks overlaps another's FC on the host wherever the
 engine finds the resources free; each chain's FCs re-read the weights.
 `pim.head_groups` and `pim.gemm_sharing` are AttAcc's two overlaps, as graph
-rewrites (hw_models/pim_pipeline.py).
+rewrites (hw_models/pim/pipeline.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from hw_models.base import Mapper, OpCost, bound_of
 from hw_models.cost import roofline_cost
-from hw_models.pim.config import Geometry, load_pim_config
+from hw_models.pim.config import Geometry, load_pim_config, pim_policy
 from hw_models.pim.pipeline import ATTENTION_FAMILY, pipeline_heads, share_gemms
+from hw_models.pim import report
+from hw_models.pim.plan import ATTN_KINDS, SERIAL, Decision, Piece, PimOpCost, Schedule
 from sim.core import graph as g
-from sim.core.engine import Task
+from sim.core.engine import Task, Timeline
+from sim.core.generation import Generation, RunFigures, generate
 from sim.core.errors import ConfigError
 from sim.core.graph import Op, OpGraph
 from sim.core.lowering import lower
-
-if TYPE_CHECKING:
-    from sim.core.results import RunResult
-
-ATTN_KINDS = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)   # matrix attention ops (softmax aside)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One op's share of work on one stack."""
-
-    stack: int
-    stream_bytes: float      # read from the banks by the PIM units (re-read once per input row)
-    flops: float
-    in_bytes: float          # input vectors written through the stack's pins
-    out_bytes: float         # results / partial sums read back through the pins
-    extra_s: float = 0.0     # buffer-die work at the pin rate (softmax)
-    extra_bytes: float = 0.0
-    imbalance: float = 1.0   # busiest pseudo-channel / average
-
-
-@dataclass(frozen=True)
-class PimOpCost(OpCost):
-    """An OpCost for one stack's piece, with the parts the report explains."""
-
-    stack: int = 0
-    transfer_s: float = 0.0
-    mode_switch_s: float = 0.0
-    stream_bytes: float = 0.0
-    energy_internal_j: float = 0.0
-    energy_external_j: float = 0.0
-
-
-@dataclass(frozen=True)
-class Decision:
-    op: Op
-    where: str               # "host" or "pim"
-    why: str
-    host: OpCost
-    pim_s: float | None      # predicted, slowest stack, with both mode switches
-    pieces: tuple[Piece, ...] = ()
 
 
 class PimMapper(Mapper):
@@ -93,7 +54,7 @@ class PimMapper(Mapper):
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
         src = machine.source or machine.name
-        self.cfg = cfg = load_pim_config(machine.pim, src)
+        self.cfg = cfg = load_pim_config(machine.section("pim"), src)
         self.host_name = machine.main_unit
         self.host = machine.units[self.host_name]
         if cfg.tier not in machine.memory:
@@ -106,13 +67,10 @@ class PimMapper(Mapper):
             raise ConfigError(f"{src}: memory.{cfg.tier}.energy_j_per_byte: required for a pim machine "
                               "(the external DRAM energy per byte)")
         self.geo = Geometry(cfg, self.tier.bandwidth_bytes_per_s / cfg.stacks)
-        self.policy = workload.pim_policy
+        self.policy = pim_policy(workload)
         self.stack_names = [f"pim.stack{i}" for i in range(cfg.stacks)]
         self.locks = [f"{s}.banks" for s in self.stack_names]
-        self.last_decisions: list[Decision] = []
-        self.forced: dict[str, str] = {}             # op -> "host" | "pim" (a shared GEMM's parts)
-        self.continuations: frozenset[str] = frozenset()  # ops inside an earlier op's kernel: no launch
-        self.head_group: dict[str, int] = {}         # slice of a pipelined attention block -> its head group
+        self._baseline: dict[bool, tuple[Generation, Timeline]] = {}
         H, KV = model.num_heads, model.num_kv_heads
         if H % cfg.head_groups or KV % cfg.head_groups:
             raise ConfigError(f"{src}: pim.head_groups: {cfg.head_groups} groups do not divide "
@@ -138,21 +96,21 @@ class PimMapper(Mapper):
                 "batch or context, or a plain-HBM preset such as --hw a100_80g.")
 
     # -- costs -------------------------------------------------------------
-    def launch_s(self, op: Op) -> float:
-        return 0.0 if op.name in self.continuations else self.host.launch_overhead_s
+    def launch_s(self, op: Op, s: Schedule = SERIAL) -> float:
+        return 0.0 if op.name in s.continuations else self.host.launch_overhead_s
 
-    def host_cost(self, op: Op) -> OpCost:
+    def host_cost(self, op: Op, s: Schedule = SERIAL) -> OpCost:
         c = roofline_cost(op, self.host, self.host_name, self.tier, self.workload.compute,
-                          steady=op.name in self.continuations)
+                          steady=op.name in s.continuations)
         return replace(c, energy_j=op.bytes * self.tier.energy_j_per_byte)
 
-    def piece_cost(self, op: Op, p: Piece, switches: int) -> PimOpCost:
+    def piece_cost(self, op: Op, p: Piece, switches: int, s: Schedule = SERIAL) -> PimOpCost:
         geo, cfg = self.geo, self.cfg
         memory_s = p.stream_bytes / geo.internal_bytes_per_s * p.imbalance
         compute_s = p.flops / geo.flops_per_s * p.imbalance
         transfer_s = (p.in_bytes + p.out_bytes) / geo.stack_external_bytes_per_s
         switch_s = switches * cfg.mode_switch_s
-        overhead_s = self.launch_s(op) + switch_s
+        overhead_s = self.launch_s(op, s) + switch_s
         # The input must be in the units before the MACs start and results are read after: serial.
         duration = overhead_s + max(memory_s, compute_s) + transfer_s + p.extra_s
         e_int = p.stream_bytes * cfg.energy_internal_j_per_byte
@@ -168,7 +126,7 @@ class PimMapper(Mapper):
             return f"activations in {op.compute_format}: PIM units compute {'/'.join(self.cfg.formats)} only"
         return None
 
-    def split(self, op: Op) -> tuple[Piece, ...] | str:
+    def split(self, op: Op, s: Schedule = SERIAL) -> tuple[Piece, ...] | str:
         """The op's pieces per stack, or why PIM cannot run it."""
         cfg = self.cfg
         if op.kind == g.GEMM:
@@ -177,11 +135,11 @@ class PimMapper(Mapper):
         if refusal:
             return refusal
         if op.kind in ATTN_KINDS:
-            return self._split_attention(op)
+            return self._split_attention(op, s)
         if op.kind == g.SOFTMAX:
             if cfg.softmax != "buffer_die":
                 return "exp/max/sum: not in the PIM ISA, runs on the host"
-            return self._split_attention(op)
+            return self._split_attention(op, s)
         if op.kind == g.ELEMENTWISE:
             elements = sum(t.elements for t in op.writes)
             if op.flops > elements and not cfg.activation_functions:
@@ -232,7 +190,7 @@ class PimMapper(Mapper):
                     counts[(r * total + group * kv_heads + j) % S] += 1
         return counts
 
-    def _split_attention(self, op: Op) -> tuple[Piece, ...] | str:
+    def _split_attention(self, op: Op, s: Schedule) -> tuple[Piece, ...] | str:
         cfg, P = self.cfg, self.cfg.pseudo_channels_per_stack
         d = op.dims
         B, H, KV, q_len, kv_len = d["batch"], d["heads"], d["kv_heads"], d["q_len"], d["kv_len"]
@@ -249,7 +207,7 @@ class PimMapper(Mapper):
         flops = op.flops / groups
         elem = 2.0  # fp16 scores
         pieces = []
-        for s, n in enumerate(self._groups_per_stack(B, KV, self.head_group.get(op.name, 0))):
+        for stack, n in enumerate(self._groups_per_stack(B, KV, s.head_group.get(op.name, 0))):
             if n == 0:
                 continue
             # n groups over P pseudo-channels: whole groups per channel, or each group spread over
@@ -259,33 +217,34 @@ class PimMapper(Mapper):
             partials = cfg.partial_sums_per_output * (span if op.kind == g.ATTN_CONTEXT else 1)
             if op.kind == g.SOFTMAX:  # buffer die: scores in, probabilities out, at the pin rate
                 nbytes = n * (in_bytes + out_bytes)
-                pieces.append(Piece(s, 0.0, n * flops, 0.0, 0.0, nbytes / self.geo.stack_external_bytes_per_s,
+                pieces.append(Piece(stack, 0.0, n * flops, 0.0, 0.0, nbytes / self.geo.stack_external_bytes_per_s,
                                     nbytes))
                 continue
             extra_s = extra_b = 0.0
             if op.kind == g.ATTENTION:  # fused: softmax on the buffer die at the pin rate (AttAcc)
                 extra_b = n * rows * kv_len * elem * 2
                 extra_s = extra_b / self.geo.stack_external_bytes_per_s
-            pieces.append(Piece(s, n * kv_bytes * rows, n * flops, n * in_bytes * span,
+            pieces.append(Piece(stack, n * kv_bytes * rows, n * flops, n * in_bytes * span,
                                 n * out_bytes * partials, extra_s, extra_b, imbalance))
         return tuple(pieces)
 
     # -- placement -------------------------------------------------------------
-    def decide(self, op: Op) -> Decision:
-        host = self.host_cost(op)
+    def decide(self, op: Op, s: Schedule = SERIAL) -> Decision:
+        """Where `op` runs, and why, within the step schedule `s`."""
+        host = self.host_cost(op, s)
         if self.policy == "none":
             return Decision(op, "host", "policy none", host, None)
-        forced = self.forced.get(op.name)
+        forced = s.forced.get(op.name)
         if forced == "host":
             return Decision(op, "host", "GEMM sharing: host columns", host, None)
         if forced == "pim":   # pim_columns only splits GEMMs that _split_gemm accepts
             pieces = self._split_gemm(op, any_rows=True)
-            pim_s = max(self.piece_cost(op, p, 2).duration_s for p in pieces)
+            pim_s = max(self.piece_cost(op, p, 2, s).duration_s for p in pieces)
             return Decision(op, "pim", "GEMM sharing: PIM columns", host, pim_s, pieces)
-        pieces = self.split(op)
+        pieces = self.split(op, s)
         if isinstance(pieces, str):
             return Decision(op, "host", pieces, host, None)
-        costs = [self.piece_cost(op, p, 2) for p in pieces]
+        costs = [self.piece_cost(op, p, 2, s) for p in pieces]
         pim_s = max(c.duration_s for c in costs)
         attention = op.kind in ATTENTION_FAMILY
         if self.policy == "attention_only":
@@ -335,51 +294,59 @@ class PimMapper(Mapper):
         n = min(self.cfg.sub_batches, graph.batch)
         return [graph.batch // n + (k < graph.batch % n) for k in range(n)]
 
-    def pim_columns(self, op: Op) -> int:
+    def pim_columns(self, op: Op, s: Schedule = SERIAL) -> int:
         """GEMM sharing: the output columns PIM takes so that both sides finish together
         (shares in inverse proportion to their predicted times for the whole GEMM), or 0
         when the split would not beat the op placed whole by the policy."""
         pieces = self._split_gemm(op, any_rows=True)
         if isinstance(pieces, str):
             return 0
-        whole = self.decide(op)
+        whole = self.decide(op, s)
         t_host = whole.host.duration_s
-        t_pim = max(self.piece_cost(op, p, 0).duration_s for p in pieces)
+        t_pim = max(self.piece_cost(op, p, 0, s).duration_s for p in pieces)
         n = op.dims["n"]
         n_pim = round(n * t_host / (t_host + t_pim))
         if not 0 < n_pim < n:
             return 0
-        host_part = self.host_cost(g.column_share(op, n - n_pim, op.name)).duration_s
-        pim_part = max(self.piece_cost(op, p, 0).duration_s
+        host_part = self.host_cost(g.column_share(op, n - n_pim, op.name), s).duration_s
+        pim_part = max(self.piece_cost(op, p, 0, s).duration_s
                        for p in self._split_gemm(g.column_share(op, n_pim, op.name), any_rows=True))
         return n_pim if max(host_part, pim_part) < (whole.pim_s if whole.where == "pim" else t_host) else 0
 
-    def schedule(self, graph: OpGraph) -> OpGraph:
-        """The decode step rewritten for AttAcc's overlaps (head groups, GEMM sharing);
-        sets the forced placements and continuations the planning then uses."""
-        self.forced, self.continuations, self.head_group = {}, frozenset(), {}
+    def schedule(self, graph: OpGraph) -> Schedule:
+        """The step's graph rewritten for AttAcc's overlaps (head groups, GEMM sharing),
+        with the forced placements and continuations the planning then uses."""
         cfg = self.cfg
         if graph.phase != "decode" or self.policy == "none" or (cfg.head_groups == 1 and not cfg.gemm_sharing):
-            return graph
+            return Schedule(graph)
+        head_group: dict[str, int] = {}
+        continuations: frozenset[str] = frozenset()
         if cfg.head_groups > 1:
             G, m = cfg.head_groups, self.model
             layers = len({op.layer for op in graph.ops() if op.layer is not None})
             head_slice = lower(replace(m, num_heads=m.num_heads // G, num_kv_heads=m.num_kv_heads // G),
                                graph.phase, graph.batch, graph.q_len, graph.kv_len, self.formats,
                                self.workload.flash_attention, num_layers=layers)
-            graph, self.head_group = pipeline_heads(graph, head_slice, G)
-            self.continuations = frozenset(n for n, k in self.head_group.items() if k)
+            graph, head_group = pipeline_heads(graph, head_slice, G)
+            continuations = frozenset(n for n, k in head_group.items() if k)
+        forced: dict[str, str] = {}
         if cfg.gemm_sharing:
-            graph, self.forced = share_gemms(graph, self.pim_columns)
+            partial = Schedule(graph, continuations=continuations, head_group=head_group)
+            graph, forced = share_gemms(graph, lambda op: self.pim_columns(op, partial))
             # Both parts of a later head group's GEMM continue their side's kernel.
-            self.continuations |= {n for n in self.forced if n.rsplit("~", 1)[0] in self.continuations}
-        return graph
+            continuations |= {n for n in forced if n.rsplit("~", 1)[0] in continuations}
+        return Schedule(graph, forced, continuations, head_group)
+
+    def decisions(self, graph: OpGraph) -> list[Decision]:
+        """Placement of every op of `graph` as scheduled; of a pipelined attention block
+        only the first head group (the others are alike)."""
+        s = self.schedule(graph)
+        return [self.decide(op, s) for op in s.graph.ops() if op.name not in s.continuations]
 
     def plan_step(self, graph: OpGraph) -> list[Task]:
         sizes = self.sub_batch_sizes(graph)
         if len(sizes) == 1:
-            tasks, self.last_decisions = self.plan_chain(self.schedule(graph))
-            return tasks
+            return self.plan_chain(self.schedule(graph))
         # Sub-batch interleaving (NeuPIMs, hardware.md §4.4): each sub-batch is its own op chain,
         # lowered at its own batch size, so every FC of every sub-batch reads the layer's weights
         # again (NeuPIMs issues one GEMM per sub-batch; a layer's weights do not fit the GPU's L2).
@@ -393,17 +360,12 @@ class PimMapper(Mapper):
     def plan_interleaved(self, graphs: list[OpGraph]) -> list[Task]:
         """Independent op chains, one per sub-batch graph, sharing the host and the stacks.
         Tasks are listed chain by chain: at equal ready times the host serves the lower chain."""
-        tasks: list[Task] = []
-        for k, sub in enumerate(graphs):
-            chain, decisions = self.plan_chain(sub, f".b{k}")
-            tasks += chain
-            if k == 0:
-                self.last_decisions = decisions
-        return tasks
+        return [t for k, sub in enumerate(graphs) for t in self.plan_chain(Schedule(sub), f".b{k}")]
 
-    def plan_chain(self, graph: OpGraph, suffix: str = "") -> tuple[list[Task], list[Decision]]:
-        """One op chain's tasks (ids end in `suffix`: ".b1" for sub-batch 1) and its decisions."""
-        decisions = [self.decide(op) for op in graph.ops()]
+    def plan_chain(self, s: Schedule, suffix: str = "") -> list[Task]:
+        """One op chain's tasks (ids end in `suffix`: ".b1" for sub-batch 1)."""
+        graph = s.graph
+        decisions = [self.decide(op, s) for op in graph.ops()]
         # Mode switches are counted in this chain's program order; with interleaved chains in
         # blocked mode the stacks may alternate more often than that (dual_row_buffer: exact).
         switches = self._switches(decisions)
@@ -423,13 +385,14 @@ class PimMapper(Mapper):
                 tid = op.name + suffix
                 hdeps = deps + ((last_host,) if last_host and last_host not in deps else ())
                 locks = all_locks if use_locks and op.bytes else ()
-                tasks.append(Task(tid, self.host_name, d.host.duration_s, hdeps, locks, locks, tag=d.host))
+                tasks.append(Task(tid, self.host_name, d.host.duration_s, hdeps, locks, locks, tag=d.host,
+                                  op=s.origin(op.name)))
                 ids[op.name], last_host = [tid], tid
                 continue
             ids[op.name] = []
             attention = op.kind in ATTENTION_FAMILY
             for p in d.pieces:
-                c = self.piece_cost(op, p, switches.get((i, p.stack), 0))
+                c = self.piece_cost(op, p, switches.get((i, p.stack), 0), s)
                 lock = ((self.locks[p.stack], 1.0),) if use_locks else ()
                 tid = f"{op.name}{suffix}@stack{p.stack}"
                 # Attention after attention on PIM (score -> softmax -> context) keeps each
@@ -438,26 +401,41 @@ class PimMapper(Mapper):
                 pdeps = deps
                 if attention and preds and all(q in on_stack and p.stack in on_stack[q] for q in preds):
                     pdeps = tuple(on_stack[q][p.stack] for q in preds)
-                tasks.append(Task(tid, c.unit, c.duration_s, pdeps, lock, lock, tag=c))
+                tasks.append(Task(tid, c.unit, c.duration_s, pdeps, lock, lock, tag=c, group=op.name + suffix,
+                                  op=s.origin(op.name)))
                 ids[op.name].append(tid)
                 if attention:
                     on_stack.setdefault(op.name, {})[p.stack] = tid
-        return tasks, decisions
+        return tasks
 
-    def simulate(self, exhaustive: bool = False, detail: bool = True) -> "RunResult":
-        """`detail` is accepted and ignored: the PIM metrics (utilisation, mode switches,
-        DRAM energy) come from the representative step's timelines, so they are always built."""
-        from hw_models.pim.report import attach_report
-        from sim.core.generation import simulate_generation
+    # -- the run's figures -----------------------------------------------------
+    def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
+        """The default figures plus PIM's own, from the representative decode step;
+        with detail (a report), also against the same GPU without PIM."""
+        fig = super().figures(gen, decode_tl)
+        tl = decode_tl if decode_tl is not None else self.step_timeline("decode", 1, gen.rep_kv)
+        w = self.workload
+        decisions = self.decisions(self.step_graph("decode", 1, gen.rep_kv, num_layers=1))
+        metrics = report.pim_metrics(tl, decisions, self.cfg, self.geo, w.batch)
+        if decode_tl is not None:
+            base, base_tl = self.baseline(gen.exhaustive)
+            metrics.update(report.baseline_metrics(gen, base, base_tl, w.batch))
+        summary = report.summary(self.cfg, self.geo, self.policy, report.schedule_line(self.cfg, decisions),
+                                 self.tier.energy_j_per_byte)
+        fig.extra = dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),
+                                                   summary=summary))
+        return fig
 
-        result = simulate_generation(self, exhaustive=exhaustive)
-        if self.policy == "none":
-            baseline = result
-        else:
-            plain = PimMapper(self.machine, self.workload.model_copy(update={"pim_policy": "none"}), self.model)
-            baseline = simulate_generation(plain, exhaustive=exhaustive)
-        attach_report(self, result, baseline)
-        return result
+    def baseline(self, exhaustive: bool = False) -> tuple[Generation, Timeline]:
+        """The same workload on the same GPU without PIM (policy none): its generation
+        and representative decode step. Simulated on first use, then kept."""
+        key = bool(exhaustive)
+        if key not in self._baseline:
+            plain = self if self.policy == "none" else PimMapper(
+                self.machine, self.workload.with_section("pim_policy", "none"), self.model)
+            gen = generate(plain, exhaustive)
+            self._baseline[key] = gen, plain.step_timeline("decode", 1, gen.rep_kv)
+        return self._baseline[key]
 
 
 MAPPER = PimMapper

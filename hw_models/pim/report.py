@@ -1,22 +1,20 @@
-"""The PIM sections of a run's report: where each op ran and why, what PIM
-saved against the same GPU without it, utilisation, mode-switch overhead and
-DRAM-side energy per token (internal against external)."""
+"""The PIM figures and report sections of a run: where each op ran and why, what
+PIM saved against the same GPU without it, utilisation, mode-switch overhead and
+DRAM-side energy per token (internal against external). Figures are data in
+`RunResult.extra["pim"]`; `report_sections` turns them into sections."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-from rich.table import Table
-
+from hw_models.base import Section
+from hw_models.pim.config import Geometry, PimConfig
 from hw_models.pim.pipeline import PIM as PIM_PART
+from hw_models.pim.plan import Decision
 from sim.core.engine import Timeline
-from sim.core.lowering import lower
-from sim.apps.report import _kv_table
+from sim.core.generation import Generation
+from sim.core.results import RunResult
 from sim.core.units import fmt_time
-
-if TYPE_CHECKING:
-    from hw_models.pim.mapper import Decision, PimMapper
-    from sim.core.results import RunResult
 
 
 def step_breakdown(tl: Timeline) -> dict[str, float]:
@@ -35,15 +33,6 @@ def step_breakdown(tl: Timeline) -> dict[str, float]:
     return out
 
 
-def decisions_for(mapper: "PimMapper", kv_len: int) -> list["Decision"]:
-    """Placement of every op of a one-layer decode step as scheduled (every layer is placed
-    alike); of a pipelined attention block only the first head group (the others alike)."""
-    w = mapper.workload
-    graph = mapper.schedule(lower(mapper.model, "decode", w.batch, 1, kv_len, mapper.formats,
-                                  w.flash_attention, num_layers=1))
-    return [mapper.decide(op) for op in graph.ops() if op.name not in mapper.continuations]
-
-
 def schedule_line(cfg, decisions: list["Decision"]) -> str:
     parts = []
     if cfg.head_groups > 1:
@@ -59,66 +48,81 @@ def schedule_line(cfg, decisions: list["Decision"]) -> str:
     return "; ".join(parts) or "serial (one op chain, no overlap schedule)"
 
 
-def placement_table(decisions: list["Decision"], kv_len: int, layers: int) -> Table:
-    t = Table(title=f"PIM placement, one decode step (kv_len {kv_len}); layer ops repeat x{layers}",
-              title_justify="left")
-    for col in ("op", "kind", "ran on", "host (pred.)", "PIM (pred.)", "why"):
-        t.add_column(col, justify="right" if "pred" in col else "left")
-    for d in decisions:
-        where = f"PIM x{len(d.pieces)} stacks" if d.where == "pim" else "host"
-        t.add_row(d.op.base_name, d.op.kind, where, fmt_time(d.host.duration_s),
-                  fmt_time(d.pim_s) if d.pim_s is not None else "-", d.why)
-    return t
+def placement(decisions: list[Decision]) -> dict[str, dict[str, Any]]:
+    """Where each op of one layer's decode step ran, with both predictions."""
+    return {d.op.base_name: dict(kind=d.op.kind, where=d.where, stacks=len(d.pieces), why=d.why,
+                                 host_s=d.host.duration_s, pim_s=d.pim_s) for d in decisions}
 
 
-def attach_report(mapper: "PimMapper", result: "RunResult", baseline: "RunResult") -> None:
-    geo, cfg = mapper.geo, mapper.cfg
-    tl = result.decode_timeline
+def pim_metrics(tl: Timeline, decisions: list[Decision], cfg: PimConfig, geo: Geometry, batch: int
+                ) -> dict[str, float]:
+    """Figures of the representative decode step with PIM."""
     span = tl.makespan_s
     b = step_breakdown(tl)
-    b0 = step_breakdown(baseline.decode_timeline)
     S = cfg.stacks
-    util = b["pim_busy_s"] / (S * span) if span else 0.0
-    bw_util = b["stream_bytes"] / (S * geo.internal_bytes_per_s * span) if span else 0.0
-    batch = result.batch
-    speedup = baseline.tpot_s / result.tpot_s if result.tpot_s else 0.0
-    decisions = decisions_for(mapper, result.decode_kv_len)
-    metrics = {
-        "pim.tpot_no_pim_s": baseline.tpot_s,
-        "pim.speedup_tpot": speedup,
-        "pim.e2e_saved_s": baseline.e2e_s - result.e2e_s,
-        "pim.utilization": util,
-        "pim.internal_bw_utilization": bw_util,
+    return {
+        "pim.utilization": b["pim_busy_s"] / (S * span) if span else 0.0,
+        "pim.internal_bw_utilization": b["stream_bytes"] / (S * geo.internal_bytes_per_s * span) if span else 0.0,
         "pim.mode_switch_s_per_step": b["mode_switch_s"] / S,
         "pim.dram_energy_internal_j_per_token": b["e_int_j"] / batch,
         "pim.dram_energy_external_j_per_token": b["e_ext_j"] / batch,
-        "pim.dram_energy_no_pim_j_per_token": (b0["e_int_j"] + b0["e_ext_j"]) / batch,
         "pim.ops_on_pim_per_layer": float(sum(d.where == "pim" and d.op.layer is not None for d in decisions)),
     }
+
+
+def baseline_metrics(gen: Generation, base: Generation, base_tl: Timeline, batch: int) -> dict[str, float]:
+    """What PIM saved against the same GPU without it (policy none)."""
+    tpot, tpot0 = gen.tpot(), base.tpot()
+    b0 = step_breakdown(base_tl)
+    return {"pim.tpot_no_pim_s": tpot0, "pim.speedup_tpot": tpot0 / tpot if tpot else 0.0,
+            "pim.e2e_saved_s": base.e2e_s - gen.e2e_s,
+            "pim.dram_energy_no_pim_j_per_token": (b0["e_int_j"] + b0["e_ext_j"]) / batch}
+
+
+def summary(cfg: PimConfig, geo: Geometry, policy: str, schedule: str, tier_energy_j_per_byte: float) -> dict:
+    """The machine's side of the summary (what the report says about PIM whatever the run)."""
     ext = geo.stack_external_bytes_per_s
-    summary = _kv_table("PIM", [
-        ("geometry", f"{S} stacks x {cfg.pseudo_channels_per_stack} pseudo-channels x "
-                     f"{cfg.units_per_pseudo_channel} units ({cfg.placement}), {cfg.simd_lanes} lanes @ "
-                     f"{cfg.clock_hz / 1e6:.0f} MHz; {'dual row buffer' if cfg.dual_row_buffer else 'blocked mode'}"),
-        ("bandwidth per stack", f"internal {geo.internal_bytes_per_s / 1e9:.0f} GB/s vs pins {ext / 1e9:.0f} GB/s "
-                                f"({geo.internal_bytes_per_s / ext:.2f}x); row open exposed "
-                                f"{geo.exposed_row_open_s * 1e9:.1f} ns per {cfg.row_bytes:.0f} B row"),
-        ("policy", mapper.policy),
-        ("decode schedule", schedule_line(cfg, decisions)),
-        ("TPOT with / without PIM", f"{fmt_time(result.tpot_s)} / {fmt_time(baseline.tpot_s)} "
-                                    f"({speedup:.2f}x, saves {fmt_time(baseline.tpot_s - result.tpot_s)} per token step)"),
-        ("end-to-end with / without", f"{fmt_time(result.e2e_s)} / {fmt_time(baseline.e2e_s)}"),
-        ("PIM utilisation (decode step)", f"stacks busy {100 * util:.0f}%, internal bandwidth {100 * bw_util:.0f}%"),
-        ("mode switches per step", f"{fmt_time(metrics['pim.mode_switch_s_per_step'])} per stack "
-                                   f"({100 * metrics['pim.mode_switch_s_per_step'] / span:.1f}% of the step)" if span else "-"),
-        ("DRAM energy per token", f"internal {metrics['pim.dram_energy_internal_j_per_token'] * 1e3:.1f} mJ + "
-                                  f"external {metrics['pim.dram_energy_external_j_per_token'] * 1e3:.1f} mJ; "
-                                  f"without PIM {metrics['pim.dram_energy_no_pim_j_per_token'] * 1e3:.1f} mJ "
-                                  f"({cfg.energy_internal_j_per_byte * 1e12 / 8:.2f} vs "
-                                  f"{mapper.tier.energy_j_per_byte * 1e12 / 8:.2f} pJ/bit)"),
-    ])
-    result.extra.setdefault("report", []).extend([placement_table(decisions, result.decode_kv_len,
-                                                                  result.model["num_layers"]), summary])
-    result.extra.setdefault("metrics", {}).update(metrics)
-    result.extra["pim"] = dict(metrics=metrics, placement={d.op.base_name: dict(where=d.where, why=d.why)
-                                                           for d in decisions})
+    return dict(
+        geometry=(f"{cfg.stacks} stacks x {cfg.pseudo_channels_per_stack} pseudo-channels x "
+                  f"{cfg.units_per_pseudo_channel} units ({cfg.placement}), {cfg.simd_lanes} lanes @ "
+                  f"{cfg.clock_hz / 1e6:.0f} MHz; {'dual row buffer' if cfg.dual_row_buffer else 'blocked mode'}"),
+        bandwidth=(f"internal {geo.internal_bytes_per_s / 1e9:.0f} GB/s vs pins {ext / 1e9:.0f} GB/s "
+                   f"({geo.internal_bytes_per_s / ext:.2f}x); row open exposed "
+                   f"{geo.exposed_row_open_s * 1e9:.1f} ns per {cfg.row_bytes:.0f} B row"),
+        policy=policy, schedule=schedule,
+        energy_per_bit=(f"{cfg.energy_internal_j_per_byte * 1e12 / 8:.2f} vs "
+                        f"{tier_energy_j_per_byte * 1e12 / 8:.2f} pJ/bit"))
+
+
+def report_sections(result: RunResult) -> list[Section]:
+    pim = result.extra.get("pim")
+    if not pim:
+        return []
+    layers = result.model["num_layers"]
+    rows = [(op, p["kind"], f"PIM x{p['stacks']} stacks" if p["where"] == "pim" else "host", fmt_time(p["host_s"]),
+             fmt_time(p["pim_s"]) if p["pim_s"] is not None else "-", p["why"]) for op, p in pim["placement"].items()]
+    placement_section = Section(
+        f"PIM placement, one decode step (kv_len {result.decode_kv_len}); layer ops repeat x{layers}", rows,
+        ("op", "kind", "ran on", "host (pred.)", "PIM (pred.)", "why"))
+    return [placement_section, Section("PIM", _summary_rows(result, pim["metrics"], pim["summary"]))]
+
+
+def _summary_rows(result: RunResult, x: dict[str, float], s: dict[str, str]) -> list[tuple[str, str]]:
+    span = result.decode_timeline.makespan_s
+    rows = [("geometry", s["geometry"]), ("bandwidth per stack", s["bandwidth"]), ("policy", s["policy"]),
+            ("decode schedule", s["schedule"])]
+    if "pim.tpot_no_pim_s" in x:
+        t0 = x["pim.tpot_no_pim_s"]
+        rows += [("TPOT with / without PIM", f"{fmt_time(result.tpot_s)} / {fmt_time(t0)} "
+                  f"({x['pim.speedup_tpot']:.2f}x, saves {fmt_time(t0 - result.tpot_s)} per token step)"),
+                 ("end-to-end with / without", f"{fmt_time(result.e2e_s)} / "
+                  f"{fmt_time(result.e2e_s + x['pim.e2e_saved_s'])}")]
+    rows += [("PIM utilisation (decode step)", f"stacks busy {100 * x['pim.utilization']:.0f}%, internal bandwidth "
+              f"{100 * x['pim.internal_bw_utilization']:.0f}%"),
+             ("mode switches per step", f"{fmt_time(x['pim.mode_switch_s_per_step'])} per stack "
+              f"({100 * x['pim.mode_switch_s_per_step'] / span:.1f}% of the step)" if span else "-")]
+    energy = (f"internal {x['pim.dram_energy_internal_j_per_token'] * 1e3:.1f} mJ + "
+              f"external {x['pim.dram_energy_external_j_per_token'] * 1e3:.1f} mJ")
+    if "pim.dram_energy_no_pim_j_per_token" in x:
+        energy += f"; without PIM {x['pim.dram_energy_no_pim_j_per_token'] * 1e3:.1f} mJ"
+    return rows + [("DRAM energy per token", f"{energy} ({s['energy_per_bit']})")]

@@ -123,12 +123,12 @@ class SpatialConfig(Strict):
 
 
 def spatial_config(machine: Machine) -> SpatialConfig:
-    """Validate `machine.spatial` against the machine's tiers and unit."""
+    """Validate `machine.section("spatial")` against the machine's tiers and unit."""
     src = machine.source or machine.name
-    if machine.spatial is None:
+    if machine.section("spatial") is None:
         raise ConfigError(f"{src}: spatial: required key is missing (kind: spatial)")
     try:
-        cfg = SpatialConfig.model_validate(machine.spatial)
+        cfg = SpatialConfig.model_validate(machine.section("spatial"))
     except ValidationError as exc:
         raise validation_error(exc, src, prefix="spatial") from None
     if isinstance(cfg.chips, int) and cfg.chips < 1:

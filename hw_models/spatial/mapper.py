@@ -22,16 +22,13 @@ PE array, links and topology.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from functools import cached_property
-
-import numpy as np
-from rich.table import Table
 
 from hw_models.base import Mapper
 from hw_models.spatial.config import SpatialConfig, spatial_config
 from hw_models.spatial.mapping import (ChipModel, Partition, PhaseCosts, activation_buffer, partition,
                                    phase_costs, stage_name)
+from hw_models.spatial import report
 from hw_models.spatial.tp import check_model
 from hw_models.spatial.pipeline import StationTag, decode_period_s, prefill_makespan_s
 from sim.core import engine
@@ -39,10 +36,9 @@ from sim.core.engine import Task, Timeline
 from sim.core.errors import CapacityError
 from sim.core.footprint import Footprint
 from sim.core.lowering import lower
-from sim.core.results import RunResult, op_records
-from sim.core.generation import DECODE_SAMPLES, decode_kv_lens, sample_indices
-from sim.core.units import fmt_bytes, fmt_time
-from sim.core.workload import check_context
+from sim.core.generation import Generation, RunFigures
+from sim.core.results import StepResult
+from sim.core.units import fmt_bytes
 
 
 class SpatialMapper(Mapper):
@@ -132,20 +128,20 @@ class SpatialMapper(Mapper):
         tasks: list[Task] = []
         prev: str | None = None
 
-        def add(tid: str, res: str, duration: float, tag) -> None:
+        def add(tid: str, res: str, duration: float, tag, group: str = "") -> None:
             nonlocal prev
-            tasks.append(Task(tid, res, duration, (prev,) if prev else (), tag=tag))
+            tasks.append(Task(tid, res, duration, (prev,) if prev else (), tag=tag, group=group))
             prev = tid
 
         for j, row in enumerate(costs.slice_costs):
             res = stage_name(j, costs.tensor_parallel)
             colls = costs.collectives[j] if costs.collectives else []
             for _, c in (x for x in colls if x[0] < 0):
-                add(f"{c.name}@{res}", res, c.duration_s, c)
+                add(f"{c.name}@{res}", res, c.duration_s, c, c.name)
             for i, c in enumerate(row):
-                add(f"{c.op.name}@{res}", res, c.duration_s, c)
+                add(f"{c.op.name}@{res}", res, c.duration_s, c, c.op.name)
                 for _, cc in (x for x in colls if x[0] == i):
-                    add(f"{cc.name}@{res}", res, cc.duration_s, cc)
+                    add(f"{cc.name}@{res}", res, cc.duration_s, cc, cc.name)
             if j < len(costs.hop_s):
                 add(f"c2c{j}", f"c2c{j}", costs.hop_s[j], StationTag("transfer", costs.hop_bytes[j]))
         return tasks
@@ -163,76 +159,51 @@ class SpatialMapper(Mapper):
     def decode_step_s(self, kv_len: int, exhaustive: bool = False) -> float:
         return decode_period_s(self.decode_costs(kv_len).stations(), self.microbatches, exhaustive)
 
-    def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
-        """`detail=False` (sweeps) skips the op-level schedules of the report."""
-        w, m, machine = self.workload, self.model, self.machine
-        notes = check_context(w, m)
-        fp = self.footprint()
-        part = self.partition
+    # -- the generation loop's hooks ------------------------------------------
+    def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
+        """Prefill: every sequence's chunks through the pipeline; decode: the pipeline's
+        period with its micro-batches in flight (a token of each sequence per period)."""
+        if phase == "prefill":
+            t = prefill_makespan_s(self.prefill_costs().stations(), self.workload.batch * self.chunks_per_seq,
+                                   exhaustive)
+        else:
+            t = self.decode_step_s(kv_len, exhaustive)
+        return StepResult(phase, kv_len, t, {})
 
-        pre = self.prefill_costs()
-        ttft = prefill_makespan_s(pre.stations(), w.batch * self.chunks_per_seq, exhaustive)
-        kv = decode_kv_lens(w.prompt_len, w.gen_len)
-        idx = np.arange(len(kv)) if exhaustive else sample_indices(len(kv), DECODE_SAMPLES)
-        sampled = [self.decode_step_s(int(kv[i]), exhaustive) for i in idx]
-        times = np.interp(np.arange(len(kv)), idx, sampled) if len(kv) else np.zeros(0)
-        e2e = ttft + float(times.sum())
+    def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
+        """One micro-batch (decode) or prefill chunk through the pipeline, op slice by op slice."""
+        return self._schedule(self.prefill_costs() if phase == "prefill" else self.decode_costs(kv_len))
 
-        rep_kv = int(kv[len(kv) // 2]) if len(kv) else w.prompt_len
-        dec = self.decode_costs(rep_kv)
-        period = self.decode_step_s(rep_kv, exhaustive)
-        decode_tl = self._schedule(dec) if detail else Timeline()
-        prefill_tl = self._schedule(pre) if detail else Timeline()
+    def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
+        """Chips are busy (and draw power) for the whole run; SRAM/DRAM energy per byte,
+        where the preset gives it, is spent per prefill chunk and per decode step and micro-batch."""
+        w, part = self.workload, self.partition
+        dec = self.decode_costs(gen.rep_kv)
+        period = self.decode_step_s(gen.rep_kv, gen.exhaustive)
         util = self._utilization(dec, period)
-
-        tokens = w.batch * w.gen_len
-        power = machine.units[machine.main_unit].power_w
-        static_j = (power or 0.0) * part.chips * e2e
-        # SRAM/DRAM energy per byte, where the preset gives it: prefill once, decode per step and micro-batch;
-        # slice costs are one chip's, and each of a group's t chips spends it.
-        dyn_j = (sum(c.energy_j for row in pre.slice_costs for c in row) * w.batch * self.chunks_per_seq
-                 + sum(c.energy_j for row in dec.slice_costs for c in row) * self.microbatches * len(kv)
+        power = self.machine.units[self.machine.main_unit].power_w
+        static_j = (power or 0.0) * part.chips * gen.e2e_s
+        # Slice costs are one chip's, and each of a group's t chips spends it.
+        dyn_j = (sum(c.energy_j for row in self.prefill_costs().slice_costs for c in row) * w.batch * self.chunks_per_seq
+                 + sum(c.energy_j for row in dec.slice_costs for c in row) * self.microbatches * len(gen.kv_lens)
                  ) * part.tensor_parallel
+        tokens = w.batch * w.gen_len
         energy_per_token = (static_j + dyn_j) / tokens
         tok_user = 1.0 / period if period else 0.0
-        metrics = {
-            "spatial.chips": float(part.chips), "spatial.chips_needed": float(part.needed),
-            "spatial.layers_per_chip": m.num_layers / part.chips,
-            "spatial.bubble_fraction": util["bubble"],
-            "spatial.tok_s_per_user": tok_user, "spatial.tok_s_aggregate": w.batch * tok_user,
-            "spatial.decode_latency_s": dec.latency_s,
-            "spatial.util.compute_mean": util["compute_mean"], "spatial.util.sram_bw_mean": util["sram_mean"],
-            "spatial.util.link_mean": util["link_mean"], "spatial.util.compute_max": util["compute_max"],
-            "spatial.util.sram_bw_max": util["sram_max"], "spatial.util.link_max": util["link_max"],
-            "spatial.tensor_parallel": float(part.tensor_parallel), "spatial.groups": float(part.stages),
-            "spatial.stage_s_mean": sum(dec.stage_s) / part.stages,
-            "spatial.collective_s_per_token": sum(dec.collective_s),
-        }
+        metrics = report.metrics(self, part, dec, util, tok_user)
         if power:
             metrics["spatial.energy_per_token_j"] = energy_per_token
-        result = RunResult(
-            workload=w.name, hardware=machine.name, model=m.to_dict(), params=m.params(),
-            batch=w.batch, prompt_len=w.prompt_len, gen_len=w.gen_len, formats=w.formats.model_dump(),
-            ttft_s=ttft, tpot_s=float(times.mean()) if len(times) else 0.0,
-            tpot_first_s=float(times[0]) if len(times) else 0.0,
-            tpot_last_s=float(times[-1]) if len(times) else 0.0,
-            e2e_s=e2e, throughput_tok_s=tokens / e2e if e2e else 0.0,
-            peak_memory_bytes={t: fp.total(t) for t in fp.tiers}, memory_by_role=fp.tiers,
-            # Decode steady state, means over chips (per chip: extra["spatial"]["utilization"]).
-            utilization={"chips.busy": 1 - util["bubble"], "chips.compute": util["compute_mean"],
-                         "chips.sram_bw": util["sram_mean"], "c2c": util["link_mean"]},
-            energy_per_token_j=energy_per_token,
-            prefill_ops=_records(prefill_tl), decode_ops=_records(decode_tl), decode_kv_len=rep_kv,
-            prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes,
-            simulated_steps=1 + len(idx), exhaustive=exhaustive)
-        result.extra["spatial"] = dict(
+        extra = dict(metrics=metrics, spatial=dict(
             chips=part.chips, chips_needed=part.needed, layers_per_chip=part.layer_equivalents,
             stage_s=dec.stage_s, hop_s=dec.hop_s, return_s=dec.return_s, decode_period_s=period,
             tensor_parallel=part.tensor_parallel, groups=part.stages, collective_s=dec.collective_s,
-            microbatches=self.microbatches, microbatch_size=self.mb_size, utilization=util["per_chip"])
-        result.extra["metrics"] = metrics
-        result.extra["report"] = self._report(part, dec, period, util, tok_user, power, energy_per_token)
-        return result
+            microbatches=self.microbatches, microbatch_size=self.mb_size, utilization=util["per_chip"],
+            summary=report.summary_rows(self, dec, period, util, tok_user, power, energy_per_token),
+            stages=report.stage_rows(self, dec, util)))
+        # Decode steady state, means over chips (per chip: extra["spatial"]["utilization"]).
+        utilization = {"chips.busy": 1 - util["bubble"], "chips.compute": util["compute_mean"],
+                       "chips.sram_bw": util["sram_mean"], "c2c": util["link_mean"]}
+        return RunFigures(w.batch, utilization, static_j + dyn_j, extra=extra)
 
     def matmul_path(self):
         """How the workload's weight GEMMs run on a chip (format, rate, dequantization)."""
@@ -259,86 +230,6 @@ class SpatialMapper(Mapper):
                     sram_mean=mean("sram"), link_mean=sum(links) / len(links),
                     compute_max=max(c["compute"] for c in per_chip), sram_max=max(c["sram"] for c in per_chip),
                     link_max=max(links))
-
-    def _report(self, part: Partition, dec: PhaseCosts, period: float, util: dict, tok_user: float,
-                power: float | None, energy_per_token: float) -> list:
-        w, cfg = self.workload, self.cfg
-        t, n = part.tensor_parallel, part.stages
-        slow = max(range(n), key=lambda j: dec.stage_s[j])
-        per = "chip" if t == 1 else "group"
-        summary = Table(title=f"Spatial pipeline ({self.machine.name}, {cfg.topology})", show_header=False,
-                        title_justify="left", box=None, padding=(0, 2))
-        summary.add_column(style="bold")
-        summary.add_column()
-        kv_where = "SRAM" if cfg.kv_cache == "sram" else f"{cfg.dram_tier} (spilled, read at its bandwidth)"
-        for k, v in [
-            ("chips used / needed", f"{part.chips} / {part.needed} "
-             f"({fmt_bytes(part.capacity_per_chip_bytes)} usable SRAM each, activation buffer "
-             f"{fmt_bytes(part.activation_buffer_bytes)})"),
-            ("resident bytes", f"weights {fmt_bytes(sum(part.weight_bytes))}, KV cache {fmt_bytes(sum(part.kv_sram_bytes) + sum(part.kv_dram_bytes))} in {kv_where}"),
-            (f"layers per {per}", f"{self.model.num_layers / n:.3g} on average "
-             f"({1 / max(part.layer_equivalents):.2f} {per}s per layer)" if max(part.layer_equivalents) < 1
-             else f"{self.model.num_layers / n:.3g} on average"),
-            *self._tp_rows(dec),
-            ("links per hop", f"{cfg.links_per_hop} x {cfg.links.bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
-             f"{fmt_time(cfg.links.latency_s)} per hop"),
-            ("micro-batches", f"{self.microbatches} of {self.mb_size} sequence(s) in decode; prefill chunks of "
-             f"{self.chunk} tokens"),
-            ("decode token latency", f"{fmt_time(dec.latency_s)} = stages {fmt_time(sum(dec.stage_s))} + "
-             f"{len(dec.hop_s)} hops {fmt_time(sum(dec.hop_s))} + return {fmt_time(dec.return_s)}"),
-            ("decode period", f"{fmt_time(period)} (slowest stage {stage_name(slow, t)}: "
-             f"{fmt_time(dec.stage_s[slow])})"),
-            ("tokens/s per user / aggregate", f"{tok_user:,.1f} / {w.batch * tok_user:,.1f}"),
-            ("pipeline bubble fraction", f"{100 * util['bubble']:.1f}%"),
-            ("utilization (mean / max chip)",
-             f"compute ({self.matmul_path().fmt} peak) {100 * util['compute_mean']:.2f}% / "
-             f"{100 * util['compute_max']:.2f}%, SRAM bandwidth "
-             f"{100 * util['sram_mean']:.2f}% / {100 * util['sram_max']:.2f}%, links {100 * util['link_mean']:.2f}% / "
-             f"{100 * util['link_max']:.2f}%"),
-            ("energy per token", f"{energy_per_token:.3f} J ({part.chips} chips x {power:.0f} W)" if power
-             else "n/a (no power figure in the preset)"),
-        ]:
-            summary.add_row(k, v)
-        title = ("Per chip (decode steady state; a sample of chips)" if t == 1 else
-                 f"Per group of {t} chips (decode steady state; per-chip figures; a sample of groups)")
-        chips = Table(title=title, title_justify="left")
-        for col in (per, "holds", "layers", "SRAM used", "stage", "hop out", "busy", "compute", "SRAM BW", "link"):
-            chips.add_column(col, justify="left" if col in (per, "holds") else "right")
-        shown = sorted({0, 1, n // 2, slow, n - 2, n - 1} & set(range(n)))
-        for j in shown:
-            row = part.slices[j]
-            holds = row[0].op_name if len(row) == 1 else f"{row[0].op_name} .. {row[-1].op_name}"
-            u = util["per_chip"][j]
-            chips.add_row(f"{j}", holds, f"{part.layer_equivalents[j]:.2f}",
-                          fmt_bytes((part.weight_bytes[j] + part.kv_sram_bytes[j]) / t), fmt_time(dec.stage_s[j]),
-                          fmt_time(dec.hop_s[j]) if j < len(dec.hop_s) else "-", f"{100 * u['busy']:.1f}%",
-                          f"{100 * u['compute']:.1f}%", f"{100 * u['sram']:.1f}%", f"{100 * u['link']:.2f}%")
-        return [summary, chips]
-
-    def _tp_rows(self, dec: PhaseCosts) -> list[tuple[str, str]]:
-        """Report rows of tensor parallelism (none at t = 1)."""
-        cfg, part = self.cfg, self.partition
-        t, n = part.tensor_parallel, part.stages
-        if t == 1:
-            return []
-        kinds: dict[str, int] = {}
-        for row in dec.collectives:
-            for _, c in row:
-                kinds[c.kind] = kinds.get(c.kind, 0) + 1
-        counts = ", ".join(f"{v} {k.replace('_', '-')}s" for k, v in sorted(kinds.items()))
-        return [
-            ("tensor parallel", f"degree {t}: {n} groups of {t} chips, the pipeline runs over the groups; "
-             f"{cfg.tensor_parallel_links_per_peer} link(s) to each peer in a group"),
-            ("per-group stage time", f"mean {fmt_time(sum(dec.stage_s) / n)}, max {fmt_time(max(dec.stage_s))} "
-             f"(collectives included)"),
-            ("collectives per token", f"{fmt_time(sum(dec.collective_s))} ({counts}) of the stages' "
-             f"{fmt_time(sum(dec.stage_s))}"),
-        ]
-
-
-def _records(tl: Timeline):
-    """Op records with the '@chipN' suffix dropped, so split ops aggregate by name."""
-    return [replace(r, name=r.name.split("@", 1)[0]) for r in op_records(tl)]
 
 
 MAPPER = SpatialMapper

@@ -195,10 +195,11 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
 
 def cmd_hw_show(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine, resolve_path
+    from sim.core.schema import file_dict
 
     m = load_machine(args.name)
     if args.json:
-        print(json.dumps(m.model_dump(), indent=1))
+        print(json.dumps(file_dict(m), indent=1))
     else:
         print(resolve_path(args.name).read_text())
     return 0

@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from hw_models.base import Section
 from hw_models.machine import Machine
+from hw_models.registry import report_sections
 from sim.core.results import RunResult, aggregate_by_name, group_name
 from sim.core.units import fmt_bytes, fmt_time
+
+
+def render_section(s: Section) -> Table:
+    """A kind's report section (data) as a rich table: a key-value list without columns."""
+    if not s.columns:
+        return _kv_table(s.title, s.rows)
+    t = Table(title=s.title, title_justify="left", caption=s.caption or None)
+    for i, col in enumerate(s.columns):
+        t.add_column(col, justify="left" if i == 0 or not _numeric(s.rows, i) else "right")
+    for row in s.rows:
+        t.add_row(*(escape(str(x)) for x in row))
+    return t
+
+
+def _numeric(rows: list[tuple[str, ...]], i: int) -> bool:
+    """A column of figures (digits, units, percentages) is right-aligned."""
+    cells = [str(r[i]) for r in rows if i < len(r) and str(r[i]) not in ("", "-")]
+    return bool(cells) and all(c[:1].isdigit() for c in cells)
 
 
 def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
@@ -74,8 +95,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     c.print(top_ops_table(f"Top ops, one decode step (kv_len {result.decode_kv_len}), summed over {layers} layers",
                           result.decode_ops, result.decode_timeline.makespan_s, layers))
     c.print(top_ops_table("Top ops, prefill", result.prefill_ops, result.ttft_s, layers, n=5))
-    for section in result.extra.get("report", []):
-        c.print(section)
+    for section in report_sections(result):
+        c.print(render_section(section))
     for note in result.notes:
         c.print(f"[yellow]warning:[/yellow] {note}")
     c.print(f"[dim]{result.simulated_steps} steps simulated"

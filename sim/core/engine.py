@@ -29,6 +29,12 @@ class Task:
     acquire: tuple[tuple[str, float], ...] = ()   # (container, bytes) taken before start
     release: tuple[tuple[str, float], ...] = ()   # (container, bytes) returned at the end
     tag: Any = None                               # opaque to the engine: carried into the timeline
+    # Reporting only, set by the planner (empty: the task's own id). `group`: one
+    # execution that this task is a piece of (pieces side by side merge into one
+    # record); `op`: the piece of work it belongs to across layers, sub-batches and
+    # head groups (tables sum by it).
+    group: str = ""
+    op: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class Interval:
     start_s: float
     end_s: float
     tag: Any = None
+    group: str = ""
+    op: str = ""
 
     @property
     def duration_s(self) -> float:
@@ -105,7 +113,7 @@ def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
             start = env.now
             if t.duration_s > 0:
                 yield env.timeout(t.duration_s)
-            timeline.intervals.append(Interval(t.id, t.resource, start, env.now, t.tag))
+            timeline.intervals.append(Interval(t.id, t.resource, start, env.now, t.tag, t.group or t.id, t.op or t.group or t.id))
         for name, amount in t.release:
             if amount > 0:
                 yield cont[name].put(amount)
@@ -165,7 +173,7 @@ def _run_in_order(tasks: list[Task], containers: dict[str, float]) -> Timeline:
             start = env.now
             if t.duration_s > 0:
                 yield env.timeout(t.duration_s)
-            record(Interval(t.id, t.resource, start, env.now, t.tag))
+            record(Interval(t.id, t.resource, start, env.now, t.tag, t.group or t.id, t.op or t.group or t.id))
             for name, amount in t.release:
                 if amount > 0:
                     yield cont[name].put(amount)

@@ -1,14 +1,20 @@
 """The generation loop: one prefill step, then decode steps over a growing KV cache.
 
+It lives here once, for every hardware kind. A hardware model (a `StepModel`)
+supplies the hooks: the time, busy time and energy of one step at (phase,
+q_len, kv_len); what the run occupies (footprint); one step in full for the
+report; and its own figures of the whole run (batch, utilisation, energy,
+report data). A kind whose schedule crosses steps (offload's block schedule,
+a spatial pipeline) expresses that inside its step hook.
+
 Two shortcuts keep a 70B, 2048+2048-token run to a few thousand engine events
 instead of millions, and each is checked against the exhaustive simulation
-(tests/test_shortcuts.py, `--exhaustive` on the CLI):
+(`--exhaustive` on the CLI):
 
-* Identical layers. A step is simulated with F and F+1 layers; the marginal
-  layer costs T(F+1) - T(F), so T(L) = T(F) + (L - F) * (T(F+1) - T(F)).
+* Identical layers (`fold_layers`). A step is simulated with F and F+1 layers;
+  the marginal layer costs T(F+1) - T(F), so T(L) = T(F) + (L - F) * (T(F+1) - T(F)).
   This is exact once the schedule reaches a periodic steady state within F
-  layers (F = 2 here), which holds for any mapper whose cross-layer overlap
-  reaches back at most one layer.
+  layers; F is the hardware model's `fold_layers` (how far back its overlap reaches).
 * Similar steps. Decode step time is a smooth, piecewise-linear function of
   kv_len (bytes and FLOPs grow linearly; efficiencies saturate). Up to
   `DECODE_SAMPLES` steps, spread evenly and including the first and last, are
@@ -17,45 +23,36 @@ instead of millions, and each is checked against the exhaustive simulation
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from sim.core import engine
-from sim.core.lowering import lower
+from sim.core.engine import Timeline
+from sim.core.footprint import Footprint
+from sim.core.model import ModelConfig
 from sim.core.results import RunResult, StepResult, op_records
-from sim.core.workload import check_context
+from sim.core.workload import Workload, check_context
 
-if TYPE_CHECKING:
-    from hw_models.base import Mapper
-
-FOLD_LAYERS = 2
 DECODE_SAMPLES = 9
 
 
-def simulate_step(mapper: "Mapper", phase: str, q_len: int, kv_len: int, num_layers: int | None = None):
-    """Run one step (optionally with only the first `num_layers` layers) and return its timeline."""
-    w = mapper.workload
-    graph = lower(mapper.model, phase, w.batch, q_len, kv_len, mapper.formats, w.flash_attention, num_layers)
-    return engine.run(mapper.plan_step(graph), mapper.resources(), mapper.containers(), mapper.in_order)
+def fold_layers(run: Callable[[int], StepResult], num_layers: int, fold: int, exhaustive: bool = False
+                ) -> StepResult:
+    """One step of `num_layers` identical layers from runs of `fold` and `fold + 1`
+    layers (`run(n)` simulates the step with its first n layers). Time, busy time,
+    energy and counters are all extensive in the layer count."""
+    if exhaustive or num_layers <= fold + 1:
+        return run(num_layers)
+    a, b = run(fold), run(fold + 1)
+    k = num_layers - fold
 
+    def ext(x: dict[str, float], y: dict[str, float]) -> dict[str, float]:
+        return {r: x.get(r, 0.0) + k * (y.get(r, 0.0) - x.get(r, 0.0)) for r in {**x, **y}}
 
-def _energy(tl: engine.Timeline) -> float:
-    return sum(getattr(i.tag, "energy_j", 0.0) for i in tl.intervals)
-
-
-def step_time(mapper: "Mapper", phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
-    L = mapper.model.num_layers
-    if exhaustive or L <= FOLD_LAYERS + 1:
-        tl = simulate_step(mapper, phase, q_len, kv_len)
-        return StepResult(phase, kv_len, tl.makespan_s, tl.busy_s(), _energy(tl))
-    a = simulate_step(mapper, phase, q_len, kv_len, FOLD_LAYERS)
-    b = simulate_step(mapper, phase, q_len, kv_len, FOLD_LAYERS + 1)
-    k = L - FOLD_LAYERS
-    busy_a, busy_b = a.busy_s(), b.busy_s()
-    busy = {r: busy_a.get(r, 0.0) + k * (busy_b.get(r, 0.0) - busy_a.get(r, 0.0)) for r in busy_b}
-    energy = _energy(a) + k * (_energy(b) - _energy(a))
-    return StepResult(phase, kv_len, a.makespan_s + k * (b.makespan_s - a.makespan_s), busy, energy)
+    return StepResult(b.phase, b.kv_len, a.time_s + k * (b.time_s - a.time_s), ext(a.busy_s, b.busy_s),
+                      a.energy_j + k * (b.energy_j - a.energy_j), ext(a.counters, b.counters))
 
 
 def decode_kv_lens(prompt_len: int, gen_len: int) -> np.ndarray:
@@ -70,48 +67,126 @@ def sample_indices(n: int, samples: int) -> np.ndarray:
     return np.unique(np.round(np.linspace(0, n - 1, samples)).astype(int))
 
 
-def simulate_generation(mapper: "Mapper", exhaustive: bool = False, detail: bool = True) -> RunResult:
-    w, m, machine = mapper.workload, mapper.model, mapper.machine
+StepFn = Callable[[str, int, int], StepResult]   # (phase, q_len, kv_len) -> one step
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the loop measured: one prefill, the sampled decode steps, every
+    decode step's time by interpolation. Totals over the run are derived here."""
+
+    prefill: StepResult
+    kv_lens: np.ndarray           # kv_len of every decode step
+    sampled_idx: np.ndarray       # which decode steps were simulated
+    sampled: list[StepResult]
+    decode_times_s: np.ndarray    # every decode step's time
+    exhaustive: bool = False      # every step and layer simulated (no shortcuts)
+
+    @property
+    def rep_kv(self) -> int:
+        """kv_len of the representative (middle) decode step; the prompt when there is none."""
+        kv = self.kv_lens
+        return int(kv[len(kv) // 2]) if len(kv) else self.prefill.kv_len
+
+    @property
+    def share(self) -> float:
+        """How many decode steps each sampled one stands for."""
+        return len(self.kv_lens) / len(self.sampled_idx) if len(self.sampled_idx) else 0.0
+
+    @property
+    def e2e_s(self) -> float:
+        return self.prefill.time_s + float(self.decode_times_s.sum())
+
+    @cached_property
+    def busy_s(self) -> dict[str, float]:
+        decode = {r: float(sum(s.busy_s.get(r, 0.0) for s in self.sampled) * self.share)
+                  for r in (self.sampled[-1].busy_s if self.sampled else {})}
+        pre = self.prefill.busy_s
+        return {r: pre.get(r, 0.0) + decode.get(r, 0.0) for r in {**pre, **decode}}
+
+    @property
+    def energy_j(self) -> float:
+        """Energy the steps reported (dynamic energy; static power is the kind's to add)."""
+        return self.prefill.energy_j + float(sum(s.energy_j for s in self.sampled) * self.share)
+
+    def counter(self, name: str) -> float:
+        """A counter the steps report (bytes over a link, say), summed over the run."""
+        return self.prefill.counters.get(name, 0.0) + self.share * sum(s.counters.get(name, 0.0)
+                                                                       for s in self.sampled)
+
+    def tpot(self, which: str = "mean") -> float:
+        t = self.decode_times_s
+        if not len(t):
+            return 0.0
+        return float({"mean": t.mean, "first": lambda: t[0], "last": lambda: t[-1]}[which]())
+
+
+def run_generation(step: StepFn, prompt_len: int, gen_len: int, samples: int = DECODE_SAMPLES,
+                   exhaustive: bool = False) -> Generation:
+    """Prefill, then the sampled decode steps, interpolated over the rest."""
+    prefill = step("prefill", prompt_len, prompt_len)
+    kv = decode_kv_lens(prompt_len, gen_len)
+    idx = np.arange(len(kv)) if exhaustive else sample_indices(len(kv), samples)
+    sampled = [step("decode", 1, int(kv[i])) for i in idx]
+    times = np.interp(np.arange(len(kv)), idx, [s.time_s for s in sampled]) if len(kv) else np.zeros(0)
+    return Generation(prefill, kv, idx, sampled, times, exhaustive)
+
+
+@dataclass
+class RunFigures:
+    """A hardware model's own figures of a whole run."""
+
+    batch: int                              # sequences generated (a policy search may choose fewer)
+    utilization: dict[str, float]
+    energy_j: float                         # whole run, static and dynamic
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)   # kind data: "metrics", "sections", ...
+
+
+class StepModel(Protocol):
+    """What the generation loop needs of a hardware model (hw_models.base.Mapper is one)."""
+
+    workload: Workload
+    model: ModelConfig
+
+    @property
+    def hardware_name(self) -> str: ...
+    @property
+    def hardware_kind(self) -> str: ...
+    def footprint(self) -> Footprint: ...
+    def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult: ...
+    def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline: ...
+    def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures: ...
+
+
+def generate(hw: StepModel, exhaustive: bool = False) -> Generation:
+    """The workload's generation on `hw`, step by step (no footprint check, no report)."""
+    w = hw.workload
+    return run_generation(lambda ph, q, kv: hw.step(ph, q, kv, exhaustive), w.prompt_len, w.gen_len,
+                          exhaustive=exhaustive)
+
+
+def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = True) -> RunResult:
+    """The whole run. `detail=False` (sweeps) skips the full step timelines of the
+    report (per-op table, Gantt, trace) and whatever else only a report reads."""
+    w, m = hw.workload, hw.model
     notes = check_context(w, m)
-    footprint = mapper.footprint()
-
-    prefill = step_time(mapper, "prefill", w.prompt_len, w.prompt_len, exhaustive)
-    kv = decode_kv_lens(w.prompt_len, w.gen_len)
-    idx = np.arange(len(kv)) if exhaustive else sample_indices(len(kv), DECODE_SAMPLES)
-    sampled = [step_time(mapper, "decode", 1, int(kv[i]), exhaustive) for i in idx]
-    if len(kv):
-        times = np.interp(np.arange(len(kv)), idx, [s.time_s for s in sampled])
-        share = len(kv) / len(idx)  # each sampled step stands for this many steps
-        busy_decode = {r: float(sum(s.busy_s.get(r, 0.0) for s in sampled) * share) for r in sampled[-1].busy_s}
-        energy_decode = float(sum(s.energy_j for s in sampled) * share)
-    else:
-        times, busy_decode, energy_decode = np.zeros(0), {}, 0.0
-    decode_total = float(times.sum())
-    e2e = prefill.time_s + decode_total
-
-    # One representative decode step (the middle one) and the prefill, simulated in
-    # full for the per-op table, the Gantt chart and the Chrome trace.
-    # Sweeps pass detail=False: metrics only, no per-op timelines.
-    rep_kv = int(kv[len(kv) // 2]) if len(kv) else w.prompt_len
-    decode_tl = simulate_step(mapper, "decode", 1, rep_kv) if detail else engine.Timeline()
-    prefill_tl = simulate_step(mapper, "prefill", w.prompt_len, w.prompt_len) if detail else engine.Timeline()
-
-    busy = {r: prefill.busy_s.get(r, 0.0) + busy_decode.get(r, 0.0) for r in {*prefill.busy_s, *busy_decode}}
-    tokens = w.batch * w.gen_len
-    power = sum((u.power_w or 0.0) * busy.get(name, 0.0) for name, u in machine.units.items())
+    fp = hw.footprint()
+    gen = generate(hw, exhaustive)
+    # One representative decode step (the middle one) and the prefill, in full.
+    decode_tl = hw.step_timeline("decode", 1, gen.rep_kv) if detail else Timeline()
+    prefill_tl = hw.step_timeline("prefill", w.prompt_len, w.prompt_len) if detail else Timeline()
+    k = hw.figures(gen, decode_tl if detail else None)
+    tokens = k.batch * w.gen_len
+    e2e = gen.e2e_s
     return RunResult(
-        workload=w.name, hardware=machine.name, model=m.to_dict(), params=m.params(),
-        batch=w.batch, prompt_len=w.prompt_len, gen_len=w.gen_len,
-        formats=w.formats.model_dump(), ttft_s=prefill.time_s,
-        tpot_s=float(times.mean()) if len(times) else 0.0,
-        tpot_first_s=float(times[0]) if len(times) else 0.0,
-        tpot_last_s=float(times[-1]) if len(times) else 0.0,
+        workload=w.name, hardware=hw.hardware_name, kind=hw.hardware_kind, model=m.to_dict(), params=m.params(),
+        batch=k.batch, prompt_len=w.prompt_len, gen_len=w.gen_len,
+        formats=w.formats.model_dump(), ttft_s=gen.prefill.time_s,
+        tpot_s=gen.tpot("mean"), tpot_first_s=gen.tpot("first"), tpot_last_s=gen.tpot("last"),
         e2e_s=e2e, throughput_tok_s=tokens / e2e if e2e else 0.0,
-        peak_memory_bytes={t: footprint.total(t) for t in footprint.tiers},
-        memory_by_role=footprint.tiers,
-        utilization={r: b / e2e for r, b in busy.items()} if e2e else {},
-        energy_per_token_j=(prefill.energy_j + energy_decode + power) / tokens,
-        prefill_ops=op_records(prefill_tl), decode_ops=op_records(decode_tl), decode_kv_len=rep_kv,
-        prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes,
-        simulated_steps=1 + len(idx), exhaustive=exhaustive)
-
+        peak_memory_bytes={t: fp.total(t) for t in fp.tiers}, memory_by_role=fp.tiers,
+        utilization=k.utilization, energy_per_token_j=k.energy_j / tokens if tokens else 0.0,
+        prefill_ops=op_records(prefill_tl), decode_ops=op_records(decode_tl), decode_kv_len=gen.rep_kv,
+        prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes + k.notes,
+        extra=k.extra, simulated_steps=1 + len(gen.sampled_idx), exhaustive=exhaustive)

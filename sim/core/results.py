@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.core.engine import Timeline
@@ -21,6 +20,8 @@ class OpRecord:
     bound: str
     path: str = ""
     energy_j: float = 0.0
+    group: str = ""     # the execution this record is a piece of (its name when whole)
+    op: str = ""        # the op it works for, across layers, sub-batches and head groups
 
     @property
     def duration_s(self) -> float:
@@ -28,8 +29,13 @@ class OpRecord:
 
     @property
     def base_name(self) -> str:
-        head, _, tail = self.name.partition(".")
-        return tail if head.startswith("L") and head[1:].isdigit() and tail else self.name
+        return _without_layer(self.name)
+
+
+def _without_layer(name: str) -> str:
+    """`L12.q_proj` -> `q_proj` (the lowering names layer ops `L<i>.<op>`)."""
+    head, _, tail = name.partition(".")
+    return tail if head.startswith("L") and head[1:].isdigit() and tail else name
 
 
 def op_records(timeline: Timeline) -> list[OpRecord]:
@@ -44,23 +50,28 @@ def op_records(timeline: Timeline) -> list[OpRecord]:
             flops=op.flops if op is not None else 0.0,
             bytes=float(op.bytes if op is not None else getattr(c, "bytes", 0.0)),
             bound=getattr(c, "bound", "link"), path=getattr(c, "path", ""),
-            energy_j=getattr(c, "energy_j", 0.0)))
+            energy_j=getattr(c, "energy_j", 0.0), group=i.group or i.task, op=i.op or i.group or i.task))
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepResult:
+    """One step of a run: its time, each resource's busy time, the energy its
+    tasks reported, and extensive counters a kind keeps (bytes over a link)."""
+
     phase: str
     kv_len: int
     time_s: float
     busy_s: dict[str, float]
     energy_j: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class RunResult:
     workload: str
     hardware: str
+    kind: str                           # the hardware kind (hw_models.kinds) that ran it
     model: dict[str, Any]
     params: int
     batch: int
@@ -91,14 +102,14 @@ class RunResult:
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
                     flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
         return dict(
-            workload=self.workload, hardware=self.hardware, model=self.model, params=self.params,
+            workload=self.workload, hardware=self.hardware, kind=self.kind, model=self.model, params=self.params,
             batch=self.batch, prompt_len=self.prompt_len, gen_len=self.gen_len, formats=self.formats,
             ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
             tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
             peak_memory_bytes=self.peak_memory_bytes, memory_by_role=self.memory_by_role,
             utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
             decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
-            extra={k: v for k, v in self.extra.items() if k != "report"},
+            extra=self.extra,
             simulated_steps=self.simulated_steps, exhaustive=self.exhaustive)
 
     def metrics(self) -> dict[str, float]:
@@ -115,29 +126,24 @@ class RunResult:
         return out
 
 
-_PIECE = re.compile(r"@.*$")            # "L3.q_proj@stack2": one stack's share of an op
-_BATCH = re.compile(r"(?:^|\.)b\d+(?:\.|$)")   # "L3.b1.pre": one GPU batch of a block schedule
-_HEADS = re.compile(r"\.h\d+(?=~|$)")     # "L3.q_proj.h2" ("~pim" part): one head group of a pipelined block
-
-
 def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
-    """Pieces of one op that ran side by side (per stack, per chip) become one record
-    spanning them, so a table counts the op's wall time once."""
+    """Pieces of one execution that ran side by side (per stack, per chip) become one
+    record spanning them, so a table counts the op's wall time once."""
     groups: dict[str, list[OpRecord]] = {}
     for o in ops:
-        groups.setdefault(_PIECE.sub("", o.name), []).append(o)
+        groups.setdefault(o.group or o.name, []).append(o)
     out = []
     for name, pieces in groups.items():
         first = pieces[0]
-        out.append(first if len(pieces) == 1 else OpRecord(
-            name, first.kind, first.unit, min(p.start_s for p in pieces), max(p.end_s for p in pieces),
-            first.flops, first.bytes, first.bound, first.path, sum(p.energy_j for p in pieces)))
+        out.append(first if len(pieces) == 1 else replace(
+            first, name=name, start_s=min(p.start_s for p in pieces), end_s=max(p.end_s for p in pieces),
+            energy_j=sum(p.energy_j for p in pieces)))
     return out
 
 
 def group_name(o: OpRecord) -> str:
-    """The name an op shares across layers, GPU batches and per-stack pieces."""
-    return _HEADS.sub("", _BATCH.sub(".", _PIECE.sub("", o.base_name))).strip(".")
+    """The name an op shares across layers, sub-batches, head groups and pieces."""
+    return _without_layer(o.op or o.name)
 
 
 def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, int]]:

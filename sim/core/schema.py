@@ -82,3 +82,11 @@ def set_dotted(tree: dict[str, Any], path: str, value: Any, source: str = "overr
     if not isinstance(node, dict):
         raise ConfigError(f"{source}: {path}: parent is not a mapping")
     node[keys[-1]] = value
+
+
+def file_dict(model: BaseModel) -> dict[str, Any]:
+    """A validated workload or preset as its file would give it: the sections a
+    hardware kind owns (`sections`) back at the top level."""
+    out = model.model_dump()
+    out.update(out.pop("sections", None) or {})
+    return out

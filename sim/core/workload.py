@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -57,22 +57,44 @@ class Workload(Strict):
     # How narrow formats compute where the hardware lacks them: `auto` dequantizes
     # weights into a native format (weight-only quantization); `native` demands native units.
     compute: Literal["auto", "native"] = "auto"
-    # Offload placement policy (hw_models.offload.mapper); None lets the simulator choose.
-    policy: dict[str, Any] | str | None = None
-    # Which ops may run in processing-in-memory (hw_models.pim.mapper).
-    pim_policy: Literal["auto", "attention_only", "fc_and_attention", "none"] = "auto"
+    # Top-level keys a hardware kind owns (offload's `policy`, PIM's `pim_policy`), kept
+    # as given and validated by that kind's own schema when it runs the workload.
+    sections: dict[str, Any] = {}
     source: str = Field(default="", exclude=True)
 
-    @field_validator("policy", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _policy_shape(cls, v: Any) -> Any:
-        # Without this a number reads "policy.dict[str,any]: Input should be a valid dictionary".
-        if v is not None and not isinstance(v, (str, dict)):
-            raise ValueError(f"expected a mapping of placement fractions or 'search', got {v!r}")
-        return v
+    def _collect_sections(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        owned = {k: raw[k] for k in raw if k in KIND_SECTIONS}
+        if not owned:
+            return raw
+        rest = {k: v for k, v in raw.items() if k not in owned}
+        return {**rest, "sections": {**rest.get("sections", {}), **owned}}
+
+    def section(self, name: str, default: Any = None) -> Any:
+        return self.sections.get(name, default)
+
+    def with_section(self, name: str, value: Any) -> "Workload":
+        return self.model_copy(update={"sections": {**self.sections, name: value}})
 
     def model_config_(self) -> ModelConfig:
         return load_model(self.model, self.source or None)
+
+
+# Top-level workload keys that hardware kinds own; hw_models.kinds registers them
+# (the core cannot know the kinds: it sits below them).
+KIND_SECTIONS: set[str] = set()
+
+
+def register_sections(names: set[str] | list[str]) -> None:
+    KIND_SECTIONS.update(names)
+
+
+def workload_keys() -> list[str]:
+    """Top-level keys a workload file may have."""
+    return [k for k in Workload.model_fields if k not in ("source", "sections")] + sorted(KIND_SECTIONS)
 
 
 WORKLOAD_MAPPING = "a mapping of workload fields"
@@ -105,9 +127,8 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         raise ConfigError(f"{path}: expected {WORKLOAD_MAPPING} at the top level")
     for key, value in (overrides or {}).items():
         key = key.removeprefix("workload.")
-        if key.split(".")[0] not in Workload.model_fields or key == "source":
-            raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: "
-                              + ", ".join(k for k in Workload.model_fields if k != "source"))
+        if key.split(".")[0] not in workload_keys():
+            raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: " + ", ".join(workload_keys()))
         if "." in key:
             parent = raw.setdefault(key.split(".")[0], {})
             if key.startswith("formats.overrides.") and isinstance(parent, dict):

@@ -18,10 +18,10 @@ import numpy as np
 import sim
 from hw_models.machine import Machine, machine_from_dict, preset_names, raw_machine
 from sim.core.errors import ConfigError
-from sim.core.schema import read_yaml, set_dotted
+from sim.core.schema import file_dict, read_yaml, set_dotted
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.spec import Range, SweepSpec
-from sim.core.workload import Workload, load_workload, workload_from_dict
+from sim.core.workload import Workload, load_workload, workload_from_dict, workload_keys
 
 HW_AXIS = "hw"
 ALIASES = ("@device", "@main")
@@ -85,9 +85,9 @@ class _Resolver:
         if memo not in self._wl:
             raw = copy.deepcopy(self.wl_raw)
             for path, value in overrides:
-                if path.split(".")[0] not in Workload.model_fields or path == "source":
+                if path.split(".")[0] not in workload_keys():
                     raise ConfigError(f"{where}: workload.{path}: unknown workload field; fields: "
-                                      + ", ".join(k for k in Workload.model_fields if k != "source"))
+                                      + ", ".join(workload_keys()))
                 if "." in path:
                     raw.setdefault(path.split(".")[0], {})
                 set_dotted(raw, path, value, source=where)
@@ -196,7 +196,7 @@ def expand(spec: SweepSpec) -> list[Point]:
             machine = res.machine(ref, hw_over, where)
         except ConfigError as exc:  # some validators raise without naming the file; say which point
             raise (exc if str(exc).startswith(str(spec.source)) else ConfigError(f"{where}: {exc}")) from None
-        tree = {"workload": workload.model_dump(), "hw": machine.model_dump()}
+        tree = {"workload": file_dict(workload), "hw": file_dict(machine)}
         look = lookup_in(tree, f"{spec.source}: when")
         look_col = lookup_in(tree, f"{spec.source}: columns (or a plot's column)")
         if when is not None:
@@ -207,7 +207,7 @@ def expand(spec: SweepSpec) -> list[Point]:
             continue
         seen.add(key)
         columns = {c: look_col(c) for c in recorded}
-        config = dict(workload=workload.model_dump(), workload_source=str(wl_path),
-                      machine=machine.model_dump(), machine_source=machine.source)
+        config = dict(workload=file_dict(workload), workload_source=str(wl_path),
+                      machine=file_dict(machine), machine_source=machine.source)
         points.append(Point(len(points), dict(combo), columns, config, key))
     return points

@@ -1,0 +1,46 @@
+"""The registry of hardware kinds: one line per kind.
+
+A kind is a folder under hw_models/ whose `__init__` gives the same face
+(hw_models.registry.KindFace): `KIND`, `MAPPER`, the preset section it owns
+and its schema, the workload sections it owns and their schemas, an optional
+CLI `register(subparsers)`, and `report_sections(result)`. This table names
+the module of each kind and the top-level keys it owns in preset and workload
+files, so that files can be validated before any kind is imported (the
+modules load on first use, keeping `sim --help` fast).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from sim.core.workload import register_sections
+
+
+@dataclass(frozen=True)
+class KindEntry:
+    module: str | ModuleType                  # the kind's folder (a module path, or the module itself)
+    preset_sections: tuple[str, ...] = ()     # top-level preset keys it owns
+    workload_sections: tuple[str, ...] = ()   # top-level workload keys it owns
+
+
+KINDS: dict[str, KindEntry] = {
+    "gpu": KindEntry("hw_models.gpu"),
+    "cpu": KindEntry("hw_models.gpu"),
+    "offload": KindEntry("hw_models.offload", ("host",), ("policy",)),
+    "pim": KindEntry("hw_models.pim", ("pim",), ("pim_policy",)),
+    "spatial": KindEntry("hw_models.spatial", ("spatial",)),
+}
+
+
+def register_kind(name: str, entry: KindEntry) -> None:
+    """Add a kind (a plug-in, or a toy kind in a test)."""
+    KINDS[name] = entry
+    register_sections(entry.workload_sections)
+
+
+def preset_sections() -> set[str]:
+    return {s for e in KINDS.values() for s in e.preset_sections}
+
+
+register_sections({s for e in KINDS.values() for s in e.workload_sections})
