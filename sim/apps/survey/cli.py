@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from hw_models.machine import load_machine
@@ -34,9 +35,10 @@ def cmd_survey(args: argparse.Namespace) -> int:
     plots = check_output(Path(args.out), directory=True)
     doc = check_output(Path(args.doc) if args.doc else plots.parent / f"{plots.name}.md")
     shared = Path(args.shared) if args.shared else default_shared()
+    start = time.perf_counter()
     path, _ = build(Setup.make(machines, args.quick), REPO, shared, plots, doc)
     if not args.quiet:
-        print(f"wrote {path} and its plots in {plots}/")
+        print(f"wrote {path} and its plots in {plots}/ ({time.perf_counter() - start:.1f} s)")
     return 0
 
 

@@ -54,7 +54,9 @@ def offload_section(setup: Setup, out: Path) -> Section:
             ys.append(tok_s)
     s.tables.append(Table(f"Offloading on {OFFLOAD}", (
         f"fp16, prompt {PROMPT}, one decode step at kv_len 1025. Pure roofline = the same placement search on the "
-        "ideal machine (efficiencies 1, no latencies)."), pd.DataFrame(rows)))
+        "ideal machine (efficiencies 1, no latencies); that search may choose another placement and batch than the "
+        "sim run's (the placement column is sim's), so for an offloaded model its step can even be the slower one."),
+        pd.DataFrame(rows)))
     s.figures.append(("offload decode throughput", figures.lines(
         {f"{OFFLOAD}: decode throughput (sim)": panels}, "effective batch", "tokens/s", out / "offload.png",
         logy=True)))
