@@ -19,7 +19,7 @@ from rich.table import Table
 
 from sim.core.errors import ConfigError, SimError
 
-_PLUGINS = ("sim.apps.trace.cli", "sim.apps.sweep.cli", "hw_models.offload.cli")
+_PLUGINS = ("sim.apps.trace.cli", "sim.apps.sweep.cli", "hw_models.offload.cli", "sim.apps.survey.cli")
 
 
 def _load(args: argparse.Namespace):
