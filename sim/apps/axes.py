@@ -4,6 +4,7 @@ values shown (ms or µs for times, GB for bytes) and the values scaled to it."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -37,6 +38,27 @@ class Axis:
     def __call__(self, values):
         return np.asarray(values, dtype=float) * self.scale
 
+    @property
+    def name(self) -> str:
+        return self.label.rsplit(" (", 1)[0]
+
+    @property
+    def unit(self) -> str:
+        return self.label.rsplit(" (", 1)[1][:-1] if self.label.endswith(")") else ""
+
+    def show(self, value: float) -> str:
+        """One value in this axis' unit: "12.3 ms", "30,000 USD"."""
+        return f"{num(value * self.scale)} {self.unit}".strip()
+
+
+def num(v: float) -> str:
+    """4 significant digits, without an exponent between 10,000 and 10 million."""
+    return f"{v:,.0f}" if 1e4 <= abs(v) < 1e7 else f"{v:.4g}"
+
+
+def is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
 
 def _largest(values: Iterable) -> float:
     finite = [abs(float(v)) for v in values if np.isfinite(float(v)) and float(v) != 0.0]
@@ -69,7 +91,7 @@ def _name(col: str) -> str:
 def axis_for(col: str, values: Iterable = ()) -> Axis:
     """The label and scale of a sweep column: a metric (`tpot_s`), an axis path
     (`workload.batch`, `hw.memory.@device.bandwidth_bytes_per_s`) or a config field."""
-    values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    values = [v for v in values if is_number(v)]
     name = _name(col)
     if col.endswith("bytes_per_s"):
         return decimal_axis(name.removesuffix(" bytes per s").removesuffix(" bandwidth") + " bandwidth",
@@ -97,8 +119,8 @@ def axis_for(col: str, values: Iterable = ()) -> Axis:
     return Axis(name)
 
 
-def fmt_value(col: str, value: float) -> str:
+def fmt_value(col: str, value) -> str:
     """One value of a column with its unit, as a table shows it: "12.3 ms", "7.8 GB"."""
-    ax = axis_for(col, [value])
-    unit = ax.label[ax.label.rfind("(") + 1:-1] if ax.label.endswith(")") else ""
-    return f"{value * ax.scale:.4g} {unit}".strip()
+    if not is_number(value):
+        return str(value)
+    return axis_for(col, [value]).show(value)

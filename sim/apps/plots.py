@@ -84,12 +84,14 @@ def _representatives(pts: list[Point]) -> list[int]:
     return [sorted(idx, key=lambda i: pts[i].duration_s)[len(idx) // 2] for idx in ranked]
 
 
-def thin_labels(fig, ax, texts: list) -> list[bool]:
+def thin_labels(fig, ax, texts: list, avoid: tuple = ()) -> list[bool]:
     """Place each label (in priority order) at the first offset where it overlaps no
-    placed label and stays inside the axes; remove it where there is none."""
+    placed label nor an `avoid` artist (a legend) and stays inside the axes; remove
+    it where there is none."""
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
-    placed, kept = [], []
+    placed = [a.get_window_extent(renderer) for a in avoid if a is not None]
+    kept = []
     for t in texts:
         for dx, dy, ha, va in _OFFSETS:
             t.xyann = (dx, dy)
