@@ -73,10 +73,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         write_json(args.json, result.to_json())
     if args.chrome_trace:
+        from sim.apps.counters import step_tracks
         from sim.apps.outputs import chrome_trace, write_json
 
-        write_json(args.chrome_trace, chrome_trace({"prefill": result.prefill_timeline,
-                                                    f"decode step (kv_len {result.decode_kv_len})": result.decode_timeline}))
+        decode = f"decode step (kv_len {result.decode_kv_len})"
+        write_json(args.chrome_trace, chrome_trace(
+            {"prefill": result.prefill_timeline, decode: result.decode_timeline},
+            {"prefill": step_tracks(result, "prefill"), decode: step_tracks(result, "decode")}))
     if args.plots:
         from hw_models.roofs import roofs
         from sim.apps.gantt import gantt
