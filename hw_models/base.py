@@ -43,6 +43,26 @@ class OpCost:
     energy_j: float = 0.0
 
 
+@dataclass(frozen=True)
+class Roof:
+    """One roof of a roofline plot: the peak a unit computes at and the bandwidth it
+    streams operands at. `unit` names an engine resource or a numbered family of them
+    ("pim.stack" stands for pim.stack0, pim.stack1, ...; "chip" for chip0, chip1, ...)."""
+
+    unit: str
+    label: str
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+
+    def covers(self, resource: str) -> bool:
+        tail = resource[len(self.unit):]
+        return resource.startswith(self.unit) and (tail == "" or tail.isdigit())
+
+    @property
+    def knee_flop_per_byte(self) -> float:
+        return self.peak_flops_per_s / self.bandwidth_bytes_per_s
+
+
 def bound_of(compute_s: float, memory_s: float, overhead_s: float, link_s: float = 0.0) -> str:
     times = {"compute": compute_s, "memory": memory_s, "link": link_s, "overhead": overhead_s}
     return max(times, key=times.__getitem__)

@@ -60,6 +60,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_output(path)  # before the run, not after it
     if args.plots:
         check_output(args.plots, directory=True)
+    layers = None
+    if args.gantt_layers:
+        from sim.apps.gantt import parse_layers
+
+        layers = parse_layers(args.gantt_layers)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
         result = simulate(workload, machine, exhaustive=args.exhaustive)
@@ -68,19 +73,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         write_json(args.json, result.to_json())
     if args.chrome_trace:
+        from sim.apps.counters import step_tracks
         from sim.apps.outputs import chrome_trace, write_json
 
-        write_json(args.chrome_trace, chrome_trace({"prefill": result.prefill_timeline,
-                                                    f"decode step (kv_len {result.decode_kv_len})": result.decode_timeline}))
+        decode = f"decode step (kv_len {result.decode_kv_len})"
+        write_json(args.chrome_trace, chrome_trace(
+            {"prefill": result.prefill_timeline, decode: result.decode_timeline},
+            {"prefill": step_tracks(result, "prefill"), decode: step_tracks(result, "decode")}))
     if args.plots:
-        from sim.apps import plots
+        from hw_models.roofs import roofs
+        from sim.apps.gantt import gantt
+        from sim.apps.plots import roofline
 
         out = Path(args.plots)
-        unit = machine.units[machine.main_unit]
-        fmt = workload.formats.activations
-        peak = unit.peak_flops_per_s.get(fmt, max(unit.peak_flops_per_s.values()))
-        plots.roofline(result, peak, machine.memory[machine.device_tier].bandwidth_bytes_per_s, out / "roofline.png")
-        plots.gantt(result.decode_ops, f"one decode step, kv_len {result.decode_kv_len}", out / "decode_gantt.png")
+        roofline(result, roofs(machine, workload.formats.activations), out / "roofline.png")
+        gantt(result.decode_ops, f"one decode step, kv_len {result.decode_kv_len}", out / "decode_gantt.png",
+              layers)
     if args.quiet:
         return 0
     from sim.apps.report import print_report
@@ -254,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", metavar="PATH", help="write results as JSON")
     r.add_argument("--chrome-trace", metavar="PATH", help="write a Chrome/Perfetto trace of prefill and one decode step")
     r.add_argument("--plots", metavar="DIR", help="write roofline and Gantt plots")
+    r.add_argument("--gantt-layers", metavar="FIRST-LAST",
+                   help="layers the Gantt plot's zoom panel shows (default 0-1)")
     r.add_argument("--exhaustive", action="store_true", help="simulate every layer and step (no shortcuts)")
     r.add_argument("--policy", help="offload placement policy: 'search' or a policy name")
     r.add_argument("-q", "--quiet", action="store_true", help="no report on stdout")

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from sim.apps.counters import Track, counter_events
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 
@@ -62,12 +63,14 @@ def write_json(path: str | Path, data: Any) -> Path:
     return atomic_write(path, lambda p: p.write_text(json.dumps(data, indent=1, default=float)))
 
 
-def chrome_trace(timelines: dict[str, Timeline]) -> dict[str, Any]:
+def chrome_trace(timelines: dict[str, Timeline], counters: dict[str, dict[str, Track]] | None = None) -> dict[str, Any]:
     """Chrome trace JSON (opens in Perfetto): one process per timeline, one
-    thread (track) per resource; times in microseconds."""
+    thread (track) per resource, and the `counters` given for a timeline's label
+    (sim.apps.counters) as counter tracks of its process; times in microseconds."""
     events: list[dict[str, Any]] = []
     for pid, (label, tl) in enumerate(timelines.items(), start=1):
         events.append(dict(ph="M", pid=pid, name="process_name", args=dict(name=label)))
+        events += counter_events((counters or {}).get(label, {}), pid)
         tids: dict[str, int] = {}
         for i in tl.intervals:
             if i.resource not in tids:

@@ -56,6 +56,8 @@ class Interval:
 class Timeline:
     intervals: list[Interval] = field(default_factory=list)
     peak_used: dict[str, float] = field(default_factory=dict)   # container -> peak bytes in use
+    # container -> (time, amount in use) after each change, for counter tracks in a trace
+    levels: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     @property
     def makespan_s(self) -> float:
@@ -97,6 +99,7 @@ def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
     peak = dict.fromkeys(cont, 0.0)
     done: dict[str, simpy.Event] = {t.id: env.event() for t in tasks}
     timeline = Timeline()
+    note = _recorder(env, cont, timeline)
 
     _check(tasks, cont, done)
 
@@ -106,8 +109,7 @@ def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
         for name, amount in t.acquire:
             if amount > 0:
                 yield cont[name].get(amount)
-                used = cont[name].capacity - cont[name].level
-                peak[name] = max(peak[name], used)
+                peak[name] = max(peak[name], note(name))
         with res[t.resource].request() as req:
             yield req
             start = env.now
@@ -117,11 +119,21 @@ def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
         for name, amount in t.release:
             if amount > 0:
                 yield cont[name].put(amount)
+                note(name)
         done[t.id].succeed()
 
     for t in tasks:
         env.process(proc(t))
     return _finish(env, tasks, done, timeline, peak)
+
+
+def _recorder(env: simpy.Environment, cont: dict[str, simpy.Container], timeline: Timeline):
+    """A function that appends a container's amount in use, now, to the timeline's levels."""
+    def note(name: str) -> float:
+        used = cont[name].capacity - cont[name].level
+        timeline.levels.setdefault(name, []).append((env.now, used))
+        return used
+    return note
 
 
 def _check(tasks: list[Task], cont: dict[str, simpy.Container], done: dict[str, simpy.Event]) -> None:
@@ -158,6 +170,7 @@ def _run_in_order(tasks: list[Task], containers: dict[str, float]) -> Timeline:
         queues.setdefault(t.resource, []).append(t)
     timeline = Timeline()
     record = timeline.intervals.append
+    note = _recorder(env, cont, timeline)
 
     def stream(queue: list[Task]):
         for t in queue:
@@ -169,7 +182,7 @@ def _run_in_order(tasks: list[Task], containers: dict[str, float]) -> Timeline:
             for name, amount in t.acquire:
                 if amount > 0:
                     yield cont[name].get(amount)
-                    peak[name] = max(peak[name], cont[name].capacity - cont[name].level)
+                    peak[name] = max(peak[name], note(name))
             start = env.now
             if t.duration_s > 0:
                 yield env.timeout(t.duration_s)
@@ -177,6 +190,7 @@ def _run_in_order(tasks: list[Task], containers: dict[str, float]) -> Timeline:
             for name, amount in t.release:
                 if amount > 0:
                     yield cont[name].put(amount)
+                    note(name)
             done[t.id].succeed()
 
     for queue in queues.values():

@@ -70,3 +70,11 @@ def fmt_time(t: float) -> str:
     if t >= 1e-3:
         return f"{t * 1e3:.3f} ms"
     return f"{t * 1e6:.2f} us"
+
+
+def fmt_si(x: float, unit: str) -> str:
+    """`x` with the decimal prefix that puts it in [1, 1000): fmt_si(1.536e12, "B/s") == "1.54 TB/s"."""
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"

@@ -28,11 +28,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _print_best(spec_path: str, out: str) -> None:
-    """A table of the best point for each of the spec's `metrics`."""
+    """A table of the best point for each of the spec's `metrics`: one line per metric,
+    its value with a unit, and the axis values where it was reached."""
     from rich.console import Console
-    from rich.table import Table
 
-    from sim.apps.sweep.spec import default_goal, load_spec
+    from sim.apps.sweep.spec import load_spec
     from sim.apps.sweep.store import load_results
 
     spec = load_spec(spec_path)
@@ -40,16 +40,29 @@ def _print_best(spec_path: str, out: str) -> None:
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
     if ok.empty:
         return
-    t = Table(title=f"{spec.name}: best points ({len(ok)} of {len(df)} ran without error)", title_justify="left")
-    for col in ("metric", "best", *spec.axes):
-        t.add_column(col)
+    Console(stderr=True).print(best_table(spec, ok, len(df)))
+
+
+def best_table(spec, ok, total: int):
+    from rich.table import Table
+
+    from sim.apps.axes import axis_for, fmt_value, is_number
+    from sim.apps.sweep.spec import default_goal
+
+    t = Table(title=f"{spec.name}: best points ({len(ok)} of {total} ran without error)", title_justify="left")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("best", no_wrap=True, justify="right")
+    axes = {a: axis_for(a, ok[a].tolist()) for a in spec.axes}
+    for ax in axes.values():  # a scaled axis says its unit (TB/s); counts and names need none
+        t.add_column(ax.label if ax.scale != 1 else ax.name, overflow="fold")
     for m in spec.metrics:
         if m not in ok.columns or ok[m].isna().all():
             continue
         goal = default_goal(m)
         row = ok.loc[ok[m].idxmin() if goal == "min" else ok[m].idxmax()]
-        t.add_row(f"{goal} {m}", f"{row[m]:.4g}", *(str(row[a]) for a in spec.axes))
-    Console(stderr=True).print(t)
+        t.add_row(f"{goal} {axis_for(m).name}", fmt_value(m, row[m]), 
+                  *(f"{row[a] * ax.scale:.4g}" if is_number(row[a]) else str(row[a]) for a, ax in axes.items()))
+    return t
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib import ticker
 
+from sim.apps.axes import Axis, axis_for, fmt_value, is_number, num
 from sim.core.errors import ConfigError
-from sim.apps.plots import _save, plt
+from sim.apps.plots import _save, plt, thin_labels
 from sim.apps.sweep.expr import compile_expr
 from sim.apps.sweep.spec import Plot, SweepSpec, default_goal
 
@@ -24,7 +26,30 @@ _STAR = dict(marker="*", s=260, color="gold", edgecolor="black", linewidths=0.8,
 
 
 def _label(col: str) -> str:
-    return col.replace("hw.memory.@device.", "device memory ").replace("workload.", "")
+    """The column's name without a unit, for legends and titles."""
+    return axis_for(col).name
+
+
+def _axis(data: "pd.DataFrame", col: str) -> Axis:
+    return axis_for(col, data[col].tolist())
+
+
+def _scaled(ax: Axis, values: "pd.Series"):
+    """Numbers in the axis' unit; anything else (presets, formats) as it is."""
+    numeric = all(is_number(v) for v in values)
+    return ax(values) if numeric else list(values)
+
+
+# Series whose every point is within this fraction of another's draw on top of each other.
+COINCIDENT_RTOL = 0.005
+
+
+def _twin(drawn: list[tuple], x, y) -> str | None:
+    """The name of an earlier series whose points this one would hide."""
+    for px, py, name in drawn:
+        if len(px) == len(x) and list(px) == list(x) and np.allclose(py, y, rtol=COINCIDENT_RTOL, atol=0.0):
+            return name
+    return None
 
 
 def _ok(df: "pd.DataFrame", cols: list[str], where: str, p: Plot | None = None) -> "pd.DataFrame":
@@ -57,10 +82,6 @@ def _order(values: "pd.Series") -> list:
     return uniq
 
 
-def _fmt(v) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-
 def _best_index(values: "pd.Series", goal: str):
     return values.idxmin() if goal == "min" else values.idxmax()
 
@@ -76,19 +97,29 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     styles = ["-", "--", ":", "-."]
     first = sorted(data[cols[0]].unique(), key=str) if len(cols) > 1 else []
     last = sorted(data[cols[-1]].unique(), key=str) if len(cols) > 1 else []
+    ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
+    drawn: list[tuple] = []
     for i, (values, g) in enumerate(groups):
         g = g.sort_values(p.x)
         values = values if isinstance(values, tuple) else (values,)
-        lbl = ", ".join(f"{_label(c)} = {_fmt(v)}" for c, v in zip(cols, values)) or None
+        lbl = ", ".join(f"{_label(c)} = {fmt_value(c, v)}" for c, v in zip(cols, values)) or None
+        short = ", ".join(fmt_value(c, v) for c, v in zip(cols, values))
         if len(cols) > 1:
             style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[first.index(values[0]) % 4])
         else:
             style = dict(color=f"C{i % 10}")
-        ax.plot(g[p.x], g[p.y], marker="o", ms=4, label=lbl, **style)
+        x, y = _scaled(ax_x, g[p.x]), ax_y(g[p.y])
+        twin = _twin(drawn, x, y)
+        if twin is not None:  # dashed over the series it coincides with, so both stay visible
+            style.update(linestyle=(0, (3, 3)), lw=2.2)
+            lbl = f"{lbl} (dashed: within {100 * COINCIDENT_RTOL:g}% of {twin})"
+        ax.plot(x, y, marker="o" if twin is None else "x", ms=4 if twin is None else 7, label=lbl, **style)
+        drawn.append((x, y, short))
     if len(data):
         b = data.loc[_best_index(data[p.y], goal)]
-        ax.scatter([b[p.x]], [b[p.y]], label=f"best ({goal} {p.y} = {b[p.y]:.4g})", **_STAR)
-    return _finish_xy(fig, ax, p, title, path, ylabel=p.y)
+        ax.scatter(_scaled(ax_x, [b[p.x]]), ax_y([b[p.y]]),
+                   label=f"best ({goal} {ax_y.name} = {ax_y.show(b[p.y])})", **_STAR)
+    return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label)
 
 
 def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
@@ -97,12 +128,13 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     # Several points per cell (a third axis) are reduced to the best one.
     table = data.groupby([p.y, p.x])[p.z].agg(goal).unstack(p.x)
     table = table.reindex(index=_order(data[p.y]), columns=_order(data[p.x]))
+    ax_z = _axis(data, p.z)
+    arr = ax_z(table.to_numpy(dtype=float))
     fig, ax = plt.subplots(figsize=(7, 5))
-    im = ax.imshow(table.to_numpy(dtype=float), origin="lower", aspect="auto", cmap="viridis")
-    fig.colorbar(im, ax=ax, label=p.z)
-    ax.set_xticks(range(len(table.columns)), [_fmt(v) for v in table.columns], rotation=45, fontsize=7)
-    ax.set_yticks(range(len(table.index)), [_fmt(v) for v in table.index], fontsize=7)
-    arr = table.to_numpy(dtype=float)
+    im = ax.imshow(arr, origin="lower", aspect="auto", cmap="viridis")
+    fig.colorbar(im, ax=ax, label=ax_z.label)
+    ax.set_xticks(range(len(table.columns)), [fmt_value(p.x, v) for v in table.columns], rotation=45, fontsize=7)
+    ax.set_yticks(range(len(table.index)), [fmt_value(p.y, v) for v in table.index], fontsize=7)
     for (i, j), v in np.ndenumerate(arr):
         if np.isfinite(v):
             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
@@ -113,9 +145,9 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         # In the cell's corner, so the cell's value stays readable.
         ax.scatter([j - 0.32], [i + 0.3], **{**_STAR, "s": 160})
         # The legend would cover cells; the best point goes in the title.
-        title += (f"\n★ best ({goal} {p.z} = {arr[i, j]:.4g}) at {_label(p.x)} = {_fmt(table.columns[j])}, "
-                  f"{_label(p.y)} = {_fmt(table.index[i])}")
-    ax.set_xlabel(_label(p.x))
+        title += (f"\n★ best ({goal} {ax_z.name} = {num(arr[i, j])} {ax_z.unit}) at {_label(p.x)} = "
+                  f"{fmt_value(p.x, table.columns[j])}, {_label(p.y)} = {fmt_value(p.y, table.index[i])}")
+    ax.set_xlabel(_label(p.x))   # the tick labels carry the units
     ax.set_ylabel(_label(p.y))
     ax.set_title(title, fontsize=10)
     return _save(fig, path)
@@ -137,16 +169,13 @@ def pareto_front(x: np.ndarray, y: np.ndarray, goal_x: str = "min", goal_y: str 
 def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     gx, gy = p.goal_x or default_goal(p.x), p.goal or default_goal(p.y)
     data = _ok(df, [p.x, p.y] + ([p.label] if p.label else []), f"plots: pareto {p.y}", p)
-    x, y = data[p.x].to_numpy(dtype=float), data[p.y].to_numpy(dtype=float)
+    ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
+    x, y = ax_x(data[p.x]), ax_y(data[p.y])
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")
     if len(data):
         f = pareto_front(x, y, gx, gy)
         ax.plot(x[f], y[f], "o-", color="tab:red", ms=5, label="Pareto front")
-        if p.label:
-            for i in f:
-                ax.annotate(str(data[p.label].iloc[i]), (x[i], y[i]), fontsize=7, xytext=(4, 4),
-                            textcoords="offset points")
         # Knee: nearest to the ideal corner with both metrics scaled to [0, 1], better = 0.
         def scaled(v: np.ndarray, goal: str) -> np.ndarray:
             span = v.max() - v.min()
@@ -154,19 +183,31 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
             return s if goal == "min" else 1 - s
         dist = np.hypot(scaled(x, gx)[f], scaled(y, gy)[f])
         k = f[int(np.argmin(dist))]
-        ax.scatter([x[k]], [y[k]], label=f"best trade-off ({p.x} {x[k]:.4g}, {p.y} {y[k]:.4g})", **_STAR)
-    return _finish_xy(fig, ax, p, title, path, ylabel=_label(p.y))
+        ax.scatter([x[k]], [y[k]], label=f"best trade-off ({ax_x.name} {num(x[k])} {ax_x.unit}, "
+                                         f"{ax_y.name} {num(y[k])} {ax_y.unit})", **_STAR)
+        labels = [str(data[p.label].iloc[i]) for i in f] if p.label else []
+    else:
+        f, labels = [], []
+    return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, [(x[i], y[i]) for i in f], labels)
 
 
-def _finish_xy(fig, ax, p, title: str, path: Path, ylabel: str) -> Path:
+def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,
+               at: list[tuple] = (), labels: list[str] = ()) -> Path:
     """Axes, scales, title, grid and legend shared by the line and Pareto plots."""
-    ax.set_xlabel(_label(p.x))
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_xscale("log" if p.logx else "linear")
     ax.set_yscale("log" if p.logy else "linear")
+    for axis, log in ((ax.xaxis, p.logx), (ax.yaxis, p.logy)):
+        if log:  # "20", "30" rather than 2 x 10^1 on an axis spanning less than a decade
+            axis.set_major_formatter(ticker.LogFormatter(labelOnlyBase=False))
+            axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
+    # Point labels last, on the final axes: those that would overlap another are dropped.
+    texts = [ax.annotate(t, xy, xytext=(4, 3), fontsize=7, textcoords="offset points") for t, xy in zip(labels, at)]
+    thin_labels(fig, ax, texts, avoid=(ax.get_legend(),))
     return _save(fig, path)
 
 
@@ -190,5 +231,5 @@ def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path) -> list[Path]:
     plot_dir = out / "plots"
     written = []
     for p in spec.plots or default_plots(spec, df):
-        written.append(_DRAW[p.kind](df, p, f"{spec.name}: {p.metric}", plot_dir / p.filename()))
+        written.append(_DRAW[p.kind](df, p, f"{spec.name}: {_label(p.metric)}", plot_dir / p.filename()))
     return written

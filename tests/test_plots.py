@@ -1,0 +1,244 @@
+"""The pictures a person reads (issue 20): each plot kind rendered on a small case and
+checked from its matplotlib artists: every unit that ran an op has a roof, no point
+sits above its unit's roofs, no two text labels overlap by more than half their
+area, and numeric axes say their unit; plus the Gantt zoom, coincident sweep
+series, the sweep summary table and the Perfetto counter tracks."""
+
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from hw_models.machine import load_machine
+from hw_models.registry import simulate
+from hw_models.roofs import roofs
+from sim.apps import gantt as gantt_mod
+from sim.apps import plots
+from sim.apps.cli import main
+from sim.apps.counters import step_tracks
+from sim.apps.sweep import plots as sweep_plots
+from sim.apps.sweep.cli import best_table
+from sim.apps.sweep.spec import Plot
+from sim.core.workload import load_workload
+from tests.conftest import ROOT
+
+TINY = ROOT / "tests/data/tiny_config.json"   # 4 layers, hidden 512, 2 KV heads of 64
+PROMPT, GEN, BATCH = 64, 8, 2
+OFFLOAD_POLICY = dict(wg=20, wc=80, cg=0, cc=100, hg=0, hc=100, gpu_batch_size=1, num_gpu_batches=2,
+                      cpu_attention=True)
+CASES = {"a6000": {}, "hbm_pim": {}, "groq_lpu": {}, "flexgen_t4": {"policy": OFFLOAD_POLICY}}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(workload, machine, result) per preset, for the tiny model."""
+    out = {}
+    for hw, extra in CASES.items():
+        path = tmp_path_factory.mktemp("wl") / f"tiny_{hw}.yaml"
+        path.write_text(json.dumps(dict(name="tiny", model=str(TINY), batch=BATCH, prompt_len=PROMPT,
+                                        gen_len=GEN, **extra)))
+        w, m = load_workload(path), load_machine(hw)
+        out[hw] = (w, m, simulate(w, m))
+    return out
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions would save, kept open for inspection."""
+    kept = []
+
+    def keep(fig, path):
+        kept.append(fig)
+        return path
+    for mod in (plots, gantt_mod, sweep_plots):
+        monkeypatch.setattr(mod, "_save", keep)
+    yield kept
+    for fig in kept:
+        plots.plt.close(fig)
+
+
+def _texts_overlap_at_most_half(fig) -> None:
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_visible() and t.get_text()]
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                w = min(a.x1, b.x1) - max(a.x0, b.x0)
+                h = min(a.y1, b.y1) - max(a.y0, b.y0)
+                inter = max(w, 0) * max(h, 0)
+                assert inter <= 0.5 * min(a.width * a.height, b.width * b.height)
+
+
+def _has_unit(label: str) -> bool:
+    return re.search(r"\([^()]+\)$", label) is not None
+
+
+@pytest.mark.parametrize("hw", list(CASES))
+def test_roofline_has_a_roof_per_unit_and_no_point_above_it(runs, figures, tmp_path, hw):
+    w, m, r = runs[hw]
+    all_roofs = roofs(m, w.formats.activations)
+    plots.roofline(r, all_roofs, tmp_path / "roofline.png")
+    (fig,) = figures
+    ax = fig.axes[0]
+    drawn = {line.get_label(): line for line in ax.get_lines()}
+    by_label = {roof.label: roof for roof in all_roofs}
+    units = plots.ran_ops(r.decode_ops + r.prefill_ops)
+    assert units
+    for unit in units:
+        assert any(by_label[lbl].covers(unit) for lbl in drawn if lbl in by_label), f"{unit} has no roof"
+    assert set(ax.get_legend_handles_labels()[1]) >= {lbl for lbl in drawn if lbl in by_label}
+    # Points, from the table written beside the plot, sit under the highest roof of their unit.
+    table = json.loads((tmp_path / "roofline.json").read_text())
+    drawn_roofs = table["roofs"]
+    for p in table["points"]:
+        top = max(min(rf["peak_flops_per_s"], p["intensity_flop_per_byte"] * rf["bandwidth_bytes_per_s"])
+                  for rf in drawn_roofs if rf["unit"] == drawn_roofs[p["roof"]]["unit"])
+        assert p["achieved_flops_per_s"] <= top * (1 + 1e-9), p
+    # Point colours are the colours of their units' roofs.
+    roof_colors = {tuple(np.round(plots.matplotlib.colors.to_rgba(line.get_color()), 3)) for line in drawn.values()}
+    for coll in (c for c in ax.collections if len(c.get_offsets())):   # not the legend's empty markers
+        for c in coll.get_facecolors():
+            assert tuple(np.round(c[:3], 3)) in {k[:3] for k in roof_colors}
+    _texts_overlap_at_most_half(fig)
+    assert _has_unit(ax.get_xlabel()) and _has_unit(ax.get_ylabel())
+
+
+def test_pim_roof_is_the_stacks_internal_bandwidth(runs, figures, tmp_path):
+    """hbm_pim: 5 stacks x 16 pseudo-channels x 8 units, each 16 fp16 lanes (2 FLOP per MAC) and one
+    32 B column per 300 MHz cycle; a 1 KiB row streams in 107 ns, longer than the 28 ns row opening
+    the other bank of the pair hides, so the units stream at the full column rate:
+    6.144 TFLOP/s and 6.144 TB/s, 4x the 1.536 TB/s the host sees at the pins."""
+    w, m, r = runs["hbm_pim"]
+    plots.roofline(r, roofs(m, "fp16"), tmp_path / "roofline.png")
+    ax = figures[0].axes[0]
+    pim = next(line for line in ax.get_lines() if line.get_label().startswith("PIM"))
+    host = next(line for line in ax.get_lines() if line.get_label().startswith("gpu"))
+    scale = 1e-12 if "TFLOP/s" in ax.get_ylabel() else pytest.fail(ax.get_ylabel())
+    x, y = pim.get_data()
+    assert y.max() == pytest.approx(5 * 128 * 16 * 2 * 300e6 * scale, rel=1e-9)
+    assert y[0] / x[0] == pytest.approx(5 * 128 * 32 * 300e6 * scale, rel=1e-9)
+    hx, hy = host.get_data()
+    assert hy[0] / hx[0] == pytest.approx(1536e9 * scale, rel=1e-9)
+    # The decode GEMMs ran inside the DRAM: their points belong to the PIM roof, not the host's.
+    table = json.loads((tmp_path / "roofline.json").read_text())
+    gemms = [p for p in table["points"] if p["phase"] == "decode" and p["kind"] == "gemm"]
+    assert gemms and all(table["roofs"][p["roof"]]["unit"] == "pim.stack" for p in gemms)
+
+
+def test_labels_one_per_name_and_the_rest_in_the_table(runs, figures, tmp_path):
+    w, m, r = runs["hbm_pim"]
+    plots.roofline(r, roofs(m, "fp16"), tmp_path / "roofline.png")
+    ax = figures[0].axes[0]
+    shown = [t.get_text() for t in ax.texts if t.get_text() and t.get_visible()]
+    points = json.loads((tmp_path / "roofline.json").read_text())["points"]
+    labelled = [(p["name"], p["kind"], p["phase"], p["roof"]) for p in points if p["labelled"]]
+    assert len(labelled) == len(set(labelled)) == len([s for s in shown if "\n" not in s])
+    # Every layer's instance of an op is a point in the table, labelled or not.
+    assert sum(p["name"] == "q_proj" and p["phase"] == "decode" for p in points) == 4
+
+
+def test_gantt_zoom_panel_spans_the_first_two_layers(runs, figures, tmp_path):
+    ops = runs["hbm_pim"][2].decode_ops
+    gantt_mod.gantt(ops, "decode", tmp_path / "g.png")
+    whole, zoom = figures[0].axes
+    start = min(o.start_s for o in ops if o.name.startswith(("L0.", "L1.")))
+    end = max(o.end_s for o in ops if o.name.startswith(("L0.", "L1.")))
+    unit = re.search(r"\((.+)\)$", zoom.get_xlabel()).group(1)
+    scale = {"s": 1, "ms": 1e3, "µs": 1e6, "ns": 1e9}[unit]
+    assert zoom.get_xlim() == pytest.approx((start * scale, end * scale), rel=1e-9)
+    assert end < max(o.end_s for o in ops)       # a zoom, not the whole step again
+    for ax in (whole, zoom):
+        assert _has_unit(ax.get_xlabel())
+    # A step of ~µs is shown in µs, not as 1e-4 s.
+    assert 1 <= whole.get_xlim()[1] < 1000
+    _texts_overlap_at_most_half(figures[0])
+
+
+def test_gantt_layers_flag(tmp_path, capsys):
+    wl = str(ROOT / "workloads/llama13b_decode.yaml")
+    assert main(["run", wl, "--hw", "a6000", "-q", "--plots", str(tmp_path / "p"), "--gantt-layers", "5-6"]) == 0
+    assert (tmp_path / "p" / "decode_gantt.png").stat().st_size > 1000
+    assert main(["run", wl, "--hw", "a6000", "-q", "--plots", str(tmp_path / "q"), "--gantt-layers", "6-5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gantt-layers" in err[0]
+    assert not (tmp_path / "q").exists()
+
+
+def _sweep_frame() -> pd.DataFrame:
+    rows = []
+    for fmt, slope in (("fp16", 2.0), ("fp8_e4m3", 1.0), ("int8", 1.0 * (1 + 2e-4)), ("int4", 0.6)):
+        for b in (1, 4, 16):
+            rows.append({"workload.formats.weights": fmt, "workload.batch": b, "status": "ok",
+                         "tpot_s": slope * (0.01 + 0.001 * b), "throughput_tok_s": b / (slope * (0.01 + 0.001 * b)),
+                         "hw.price_usd": 1000.0 * slope, "peak_memory_bytes.gddr": 7.8e9 * slope})
+    return pd.DataFrame(rows)
+
+
+def test_sweep_plots_name_units_and_mark_coincident_series(figures, tmp_path):
+    df = _sweep_frame()
+    sweep_plots.line(df, Plot(kind="line", x="workload.batch", y="tpot_s", lines="workload.formats.weights",
+                              logx=True, logy=True), "t", tmp_path / "l.png")
+    sweep_plots.pareto(df, Plot(kind="pareto", x="hw.price_usd", y="throughput_tok_s",
+                                label="workload.formats.weights"), "t", tmp_path / "p.png")
+    sweep_plots.heatmap(df, Plot(kind="heatmap", x="workload.batch", y="workload.formats.weights", z="tpot_s"),
+                        "t", tmp_path / "h.png")
+    line_ax = figures[0].axes[0]
+    assert line_ax.get_ylabel() == "TPOT (ms)" and line_ax.get_xlabel() == "batch (sequences)"
+    lines = {ln.get_label(): ln for ln in line_ax.get_lines()}
+    twin = next(lbl for lbl in lines if "int8" in lbl)
+    assert "fp8_e4m3" in twin and lines[twin].get_linestyle() != "-"     # int8 is 0.02% from fp8: dashed
+    assert sum("within" in lbl for lbl in lines) == 1                    # fp16 and int4 differ: solid
+    assert max(lines[next(lbl for lbl in lines if "fp16" in lbl)].get_ydata()) == pytest.approx(2 * 26)  # ms
+    pareto_ax = figures[1].axes[0]
+    assert pareto_ax.get_xlabel() == "price (USD)" and pareto_ax.get_ylabel() == "throughput (tokens/s)"
+    heat = figures[2]
+    assert heat.axes[1].get_ylabel() == "TPOT (ms)"                       # the colour bar
+    for fig in figures:
+        _texts_overlap_at_most_half(fig)
+
+
+def test_sweep_summary_has_one_line_per_metric_with_units():
+    df = _sweep_frame()
+    spec = type("Spec", (), dict(name="s", axes=["workload.formats.weights", "workload.batch"],
+                                 metrics=["tpot_s", "throughput_tok_s", "peak_memory_bytes.gddr"]))
+    buf = io.StringIO()
+    Console(file=buf, width=80).print(best_table(spec, df, len(df)))
+    lines = buf.getvalue().splitlines()
+    tpot = next(ln for ln in lines if "min TPOT" in ln)
+    assert "6.6 ms" in tpot and "int4" in tpot                      # 0.6 x (0.01 + 0.001 x 1) s
+    assert "tokens/s" in next(ln for ln in lines if "max throughput" in ln)
+    mem = next(ln for ln in lines if "peak memory on gddr" in ln)
+    assert "4.68 GB" in mem                                         # 0.6 x 7.8 GB
+    assert not any(ln.strip("│ ").startswith(("throughput", "gddr")) for ln in lines)   # nothing wrapped
+
+
+def test_trace_counters_follow_kv_growth_and_links(runs):
+    w, m, r = runs["a6000"]
+    per_token = 2 * 4 * 128 * 2 * BATCH         # K and V, 4 layers, 2 heads x 64, fp16, per position
+    prefill = step_tracks(r, "prefill")["gddr occupancy (GB)"]
+    assert prefill[0][1]["kv_cache"] == 0.0
+    assert prefill[-1][1]["kv_cache"] == pytest.approx(PROMPT * per_token / 1e9, rel=1e-9)
+    assert {v["weights"] for _, v in prefill} == {r.memory_by_role["gddr"]["weights"] / 1e9}
+    decode = step_tracks(r, "decode")["gddr occupancy (GB)"]
+    assert decode[0][1]["kv_cache"] == pytest.approx((r.decode_kv_len - 1) * per_token / 1e9, rel=1e-9)
+    assert decode[-1][1]["kv_cache"] == pytest.approx(r.decode_kv_len * per_token / 1e9, rel=1e-9)
+    assert max(v["activations"] for _, v in decode) > 0
+    # Offload: PCIe in use at its rate (PCIe 3.0 x16, 15.754 GB/s x 0.8 for pinned copies), GPU buffers.
+    tracks = step_tracks(runs["flexgen_t4"][2], "decode")
+    assert max(v["GB/s"] for _, v in tracks["pcie_h2d in use (GB/s)"]) == pytest.approx(15.754 * 0.8, rel=2e-3)
+    assert max(v["in use"] for _, v in tracks["gpu.weights in use (GB)"]) > 0
+
+
+def test_chrome_trace_has_counter_events(tmp_path):
+    wl = str(ROOT / "workloads/llama13b_decode.yaml")
+    trace = tmp_path / "t.json"
+    assert main(["run", wl, "--hw", "groq_lpu", "-q", "--chrome-trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["name"] for e in events if e["ph"] == "C"}
+    assert {"sram occupancy (GB)", "c2c in use (GB/s)"} <= names
+    assert Path(trace).stat().st_size > 0
