@@ -9,6 +9,7 @@ and checks its face:
     WORKLOAD_SCHEMAS  {workload key it owns: its schema or a description}
     register          register(subparsers) adding its CLI subcommands, or None
     report_sections   report_sections(result) -> list[Section], its report as data
+    roofs             roofs(machine, fmt) -> list[Roof] beyond each unit's own, or None
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sim.core.model import ModelConfig
 from sim.core.results import RunResult
 from sim.core.workload import Workload
 
-FACE = ("KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections")
+FACE = ("KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections", "roofs")
 
 
 def kind_module(kind: str) -> ModuleType:

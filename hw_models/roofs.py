@@ -1,20 +1,15 @@
 """Roofs for a roofline plot: one per compute unit of the Machine, plus what a kind
 adds from its own section (PIM's internal bandwidth, a spatial group's or weight
-installation's rates). Each kind's `roofs(machine, fmt)` lives in its folder and
-returns plain Roof data, so a plot needs no knowledge of kinds."""
+installation's rates). Each kind's `roofs(machine, fmt)` lives in its folder (the
+kind face, hw_models.registry) and returns plain Roof data, so a plot needs no
+knowledge of kinds."""
 
 from __future__ import annotations
 
-from typing import Callable
-
 from hw_models.base import Roof
 from hw_models.machine import Machine
-from hw_models.pim import roofs as pim_roofs
-from hw_models.spatial import roofs as spatial_roofs
+from hw_models.registry import kind_module
 from sim.core.units import fmt_si
-
-KindRoofs = Callable[[Machine, str], list[Roof]]
-_KIND_ROOFS: dict[str, KindRoofs] = {"pim": pim_roofs.roofs, "spatial": spatial_roofs.roofs}
 
 
 def unit_peak(machine: Machine, unit: str, fmt: str) -> tuple[float, str]:
@@ -36,5 +31,5 @@ def unit_roofs(machine: Machine, fmt: str) -> list[Roof]:
 
 def roofs(machine: Machine, fmt: str) -> list[Roof]:
     """Every roof of `machine` for ops computing in `fmt`: the units', then the kind's."""
-    extra = _KIND_ROOFS.get(machine.kind)
+    extra = kind_module(machine.kind).roofs
     return unit_roofs(machine, fmt) + (extra(machine, fmt) if extra else [])

@@ -12,6 +12,7 @@ MAPPER = GpuMapper
 PRESET_SCHEMA = None        # no section of its own
 WORKLOAD_SCHEMAS: dict = {}
 register = None             # no subcommand of its own
+roofs = None               # each unit's own roof suffices
 
 
 def report_sections(result: RunResult) -> list[Section]:

@@ -13,4 +13,6 @@ MAPPER = OffloadMapper
 PRESET_SCHEMA = HostSpec                        # the preset's `host:` section (CPU memory, disk, links)
 WORKLOAD_SCHEMAS = {"policy": "placement fractions or 'search' (hw_models.offload.spec.parse_policy)"}
 
-__all__ = ["KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections"]
+roofs = None                                    # the GPU's and CPU's own roofs suffice
+
+__all__ = ["KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections", "roofs"]

@@ -16,7 +16,7 @@ def roofs(machine: Machine, fmt: str) -> list[Roof]:
     """One roof for the stacks together: an op's per-stack pieces are plotted as one
     point (the whole op over the span of its pieces), so its roof is the sum.
     `fmt` is ignored: the units compute in their own formats (pim.formats)."""
-    cfg = load_pim_config(machine.pim, machine.source or machine.name)
+    cfg = load_pim_config(machine.section("pim"), machine.source or machine.name)
     tier = machine.memory[cfg.tier]
     geo = Geometry(cfg, tier.bandwidth_bytes_per_s / cfg.stacks)
     peak, bw = cfg.stacks * geo.flops_per_s, cfg.stacks * geo.internal_bytes_per_s

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hw_models.spatial.config import SpatialConfig
 from hw_models.spatial.mapper import SpatialMapper
 from hw_models.spatial.report import report_sections
+from hw_models.spatial.roofs import roofs
 
 KIND = "spatial"
 MAPPER = SpatialMapper
@@ -13,4 +14,4 @@ PRESET_SCHEMA = SpatialConfig                   # the preset's `spatial:` sectio
 WORKLOAD_SCHEMAS: dict = {}
 register = None
 
-__all__ = ["KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections"]
+__all__ = ["KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections", "roofs"]
