@@ -13,8 +13,10 @@ One prefill of `--batch` x `--prompt` tokens and `--decode-steps` decode steps
 run under the profiler, after one untraced warm-up prefill + decode at the same
 shapes. Written beside each other (PREFIX from `--out`):
 
-  PREFIX.trace.json.gz  Chrome trace (profiler export, gzip-compressed)
-  PREFIX.meta.json      machine, software, model config and run shape
+  PREFIX.trace.json.gz  Chrome trace (profiler export, gzip-compressed; its
+                        traceName is PREFIX.trace.json, no machine path)
+  PREFIX.meta.json      machine, software, model config and run shape (path
+                        arguments relative to the repository, or file names)
   PREFIX.ops.csv        one row per op per step: step, phase, op, layer,
                         cpu_time_us, device_time_us, batch, q_len, kv_len
 
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
-import gzip
 import json
 import math
 import os
@@ -48,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from sim.apps.trace.scrub import json_name, portable_argv, scrub_chrome_text, write_gzip  # noqa: E402
 from sim.core.model import ModelConfig, load_model  # noqa: E402
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -407,10 +409,10 @@ def main(argv=None) -> dict:
         os.close(fd)
         try:
             prof.export_chrome_trace(tmp)
-            with open(tmp, "rb") as src, open(trace_path, "wb") as raw:
-                # mtime=0 and no file name in the header: same content -> same bytes.
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
-                    shutil.copyfileobj(src, gz)
+            # torch names the trace after the temp file's absolute path: name it after the
+            # file it ends up in instead, and gzip with no name or time in the header.
+            text = scrub_chrome_text(Path(tmp).read_bytes(), json_name(trace_path))
+            write_gzip(text, trace_path)
         finally:
             os.unlink(tmp)
 
@@ -423,7 +425,8 @@ def main(argv=None) -> dict:
     cuda = args.device == "cuda"
     meta = {
         "tool": "scripts/capture_trace.py",
-        "argv": list(sys.argv[1:] if argv is None else argv),
+        # Path arguments relative to the repository (or their file name): no machine paths.
+        "argv": portable_argv(list(sys.argv[1:] if argv is None else argv), ROOT),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": args.device,
         "device_name": torch.cuda.get_device_name() if cuda else _cpu_model(),

@@ -4,6 +4,8 @@ always out of sample, before calibration (datasheet presets) and after.
 
   * this machine's CPU traces (traces/cpu/*.ops.csv, scripts/capture_trace.py):
     calibrate on the prompt-128 traces, report on the prompt-512 ones;
+  * H200 captures (traces/h200, scripts/validation_h200.py): the uncalibrated
+    h200 preset, per op by kind and per step from device time;
   * RTX A6000, Llama-2-7B layer, torch profiler traces at 1-4096 tokens
     (../shared/validation/maveriq-a6000): calibrate on {1, 16, 128, 1024} tokens,
     report on {512, 2048, 4096};
@@ -36,6 +38,7 @@ from sim.apps.trace.floors import cross_run_floor, decode_wall_floor, step_gaps,
 from sim.apps.trace.parser import Trace, load_trace  # noqa: E402
 from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
+from validation_h200 import h200_section  # noqa: E402  (scripts/, beside this file)
 
 SHARED = ROOT.parent / "shared" / "validation"
 A6000_FIT_TOKENS = {1, 16, 128, 1024}
@@ -455,9 +458,10 @@ def main(argv=None) -> dict:
     img = out.parent / "img"
     t0 = time.perf_counter()
     sections, figures = [], {}
-    text, f = cpu_section(img, args.write_presets)
-    sections.append(text)
-    figures.update(f)
+    for fn in (lambda: cpu_section(img, args.write_presets), lambda: h200_section(img)):
+        text, f = fn()
+        sections.append(text)
+        figures.update(f)
     if SHARED.is_dir():
         for fn in (lambda: a6000_section(img, args.write_presets), lambda: vidur_section(img)):
             text, f = fn()

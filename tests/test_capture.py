@@ -110,3 +110,69 @@ def test_output_paths(tmp_path):
     assert mod.output_paths(str(tmp_path / "p"), "n", "cpu") == (tmp_path / "p", tmp_path / "p.trace.json.gz")
     assert mod.expected_ops(1, flash=True)[1:-2] == [f"L0.{o}" for o in mod.FLASH_LAYER_OPS]
     assert len(mod.expected_ops(3)) == 3 * 17 + 3
+
+
+def test_capture_carries_no_machine_path(tmp_path):
+    """Issue 18: two captures of the same run into different directories. The
+    trace bytes name no directory of this machine, and the meta files differ
+    only in the fields documented as varying (date, load average, timings)."""
+    from sim.apps.trace.scrub import VARYING_META_FIELDS
+
+    mod = _load_script()
+    cfg = tmp_path / "cfg" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps(dict(TINY, name="tiny")))
+    metas = []
+    threads = torch.get_num_threads()
+    try:
+        for d in ("first_capture_dir", "second_capture_dir"):
+            (tmp_path / d).mkdir()
+            out = mod.main(["--model", str(cfg), "--batch", "1", "--prompt", "3", "--decode-steps", "1",
+                            "--threads", "1", "--out", str(tmp_path / d) + "/"])
+            raw = gzip.decompress(out["trace"].read_bytes())
+            for name in (tmp_path.name, d, "cfg", "tmp"):
+                assert ("/" + name).encode() not in raw, name
+            assert json.loads(raw)["traceName"] == out["trace"].name[: -len(".gz")]
+            assert b'"host_name"' not in raw
+            gz = out["trace"].read_bytes()
+            assert gz[4:8] == b"\0\0\0\0" and gz[3] & 0x08 == 0  # gzip header: mtime 0, no file name
+            meta_text = out["meta"].read_text()
+            assert str(tmp_path) not in meta_text and "/tmp" not in meta_text
+            metas.append(json.loads(meta_text))
+    finally:
+        torch.set_num_threads(threads)
+    a, b = metas
+    assert a["argv"][a["argv"].index("--model") + 1] == "config.json"
+    assert a["argv"][a["argv"].index("--out") + 1] == "first_capture_dir/"
+    assert b["argv"][b["argv"].index("--out") + 1] == "second_capture_dir/"
+    a["argv"] = b["argv"] = None  # the --out directory names differ by construction of this test
+    differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    assert differ <= set(VARYING_META_FIELDS), differ
+    assert [(s["step"], s["phase"]) for s in a["steps"]] == [(s["step"], s["phase"]) for s in b["steps"]]
+
+
+def test_scrub_rewrites_old_captures(tmp_path):
+    """scripts/scrub_trace.py on a trace and meta file in the old form: traceName and
+    host_name fixed, argv made portable, trace events untouched; a second run changes nothing."""
+    from sim.apps.trace.scrub import scrub_chrome_text, scrub_meta_file, scrub_trace_file
+
+    events = [{"ph": "X", "name": "embed", "ts": 1.5, "dur": 2, "pid": 7, "tid": 7,
+               "args": {"note": "/work/x/\"traceName\": \"keep\""}}]
+    body = json.dumps({"traceEvents": events}, indent=1)[1:-1]
+    old = ('{\n  "schemaVersion": 1,\n  "host_name": "vm",\n' + body
+           + ',"traceName": "/home/someone/repo/traces/cpu/tmp_ab12.json" }').encode()
+    trace = tmp_path / "run.trace.json.gz"
+    trace.write_bytes(gzip.compress(old))
+    assert scrub_trace_file(trace)
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    assert doc["traceName"] == "run.trace.json" and "host_name" not in doc and doc["traceEvents"] == events
+    assert not scrub_trace_file(trace)
+    with pytest.raises(ValueError):
+        scrub_chrome_text(b'{"hello": 1}', "x")
+    meta = tmp_path / "run.meta.json"
+    root = Path(__file__).resolve().parent.parent
+    meta.write_text(json.dumps({"argv": ["--model", "/abs/elsewhere/config.json", "--batch", "2", "--out",
+                                         str(root / "traces" / "cpu") + "/"], "date": "d"}))
+    assert scrub_meta_file(meta, root)
+    assert json.loads(meta.read_text())["argv"] == ["--model", "config.json", "--batch", "2", "--out", "traces/cpu/"]
+    assert not scrub_meta_file(meta, root)

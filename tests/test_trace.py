@@ -278,14 +278,13 @@ def test_replay_on_own_calibrated_preset_reproduces_total():
                   ops=[MeasuredOp(o.name, o.kind, o.layer, o.step, o.duration_s * rng.uniform(0.9, 1.1), o.device)
                        for o in clean.ops])
     cal = calibrate([noisy], load_machine("a6000"), name="a6000_refit")
-    r = replay(noisy, cal.machine, keep_measured=False)
-    assert not r.same_hardware
+    r = replay(noisy, cal.machine)
     assert r.predicted_s == pytest.approx(r.measured_s, rel=0.05)
     for step in r.steps:
         assert step.predicted_s == pytest.approx(step.measured_s, rel=0.10)
-    kept = replay(noisy, cal.machine)  # named a6000_*: the traced device, so measured times are kept
-    assert kept.same_hardware and all(o.kept for o in kept.ops)
-    assert kept.predicted_s == pytest.approx(kept.measured_s, rel=1e-9)
+    # named a6000_*: the traced device, so it is its own source and scaled mode keeps every measured op
+    assert r.source_machine == "a6000_refit" and all(o.scaled_from_measured for o in r.ops)
+    assert r.scaled_s == pytest.approx(r.measured_s, rel=1e-9)
 
 
 def test_replay_cli_on_other_hardware(tmp_path, capsys):

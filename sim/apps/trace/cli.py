@@ -32,6 +32,7 @@ def _load(args: argparse.Namespace, paths):
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine
+    from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
 
     v = validate(_load(args, args.traces), load_machine(args.hw))
@@ -62,12 +63,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     k.add_row("overall", str(len(v.ops)), f"{v.mape:.1%}", style="bold")
     console.print(k)
     s = Table(title="end-to-end per step")
-    for col in ("step", "measured", "simulated", "error", "measured as"):
+    for col in ("step", "measured", "simulated", "error", "measured as", "host wall (not compared)"):
         s.add_column(col)
     steps = v.steps if args.all or len(v.steps) <= 40 else v.steps[:40]
     for r in steps:
-        s.add_row(r.step, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}", r.measured_from)
+        wall = r.timing.host_wall_s if r.timing and r.measured_from == DEVICE else None
+        s.add_row(r.step, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}", r.measured_from,
+                  fmt_time(wall) if wall else "-")
     console.print(s)
+    for source in dict.fromkeys(r.source for r in v.steps):
+        note = launch_note([r.timing for r in v.steps if r.source == source and r.timing])
+        if note:
+            console.print(f"{Path(source).name}: {note}")
     return 0
 
 
@@ -76,29 +83,55 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from sim.apps.trace.replay import replay
 
     machine = load_machine(args.hw)
-    keep = {"auto": None, "yes": True, "no": False}[args.keep_measured]
+    source = load_machine(args.source_hw) if args.source_hw else None
     console = Console()
     for trace in _load(args, [args.traces]):
-        r = replay(trace, machine, keep)
+        r = replay(trace, machine, source)
         if args.json:
             from sim.apps.outputs import write_json
 
             write_json(args.json, r.to_json())
-        t = Table(title=f"{Path(trace.source).name} ({trace.device_name or trace.device}) replayed on {machine.name}"
-                  + (" — same hardware: measured op times kept" if r.same_hardware else ""))
-        for col in ("step", "op", "kind", "measured", "predicted", "speed-up"):
-            t.add_column(col, justify="right" if col in ("measured", "predicted", "speed-up") else "left")
-        shown = r.ops if args.all or len(r.ops) <= 60 else r.ops[:60]
-        for o in shown:
-            meas = fmt_time(o.measured_s) if o.measured_s is not None else "-"
-            sp = f"{o.measured_s / o.predicted_s:.2f}x" if o.measured_s and o.predicted_s else "-"
-            t.add_row(o.step, o.op, o.kind, meas + (" (kept)" if o.kept else ""), fmt_time(o.predicted_s), sp)
-        console.print(t)
-        if len(shown) < len(r.ops):
-            console.print(f"({len(r.ops) - len(shown)} more op rows; --all or --json for every row)")
-        console.print(f"total: measured {fmt_time(r.measured_s)}, predicted on {machine.name} "
-                      f"{fmt_time(r.predicted_s)}: speed-up {r.speedup:.2f}x over {len(r.steps)} step(s)")
+        _print_replay(console, trace, r, args.all)
     return 0
+
+
+def _print_replay(console: Console, trace, r, show_all: bool) -> None:
+    src = r.source_machine or "-"
+    t = Table(title=f"{Path(trace.source).name} ({trace.device_name or trace.device}) replayed on {r.machine}; "
+              f"measured = {r.measured_from}; scaled = measured x {r.machine}/{src} model ratio")
+    for col in ("step", "op", "kind", "measured", "predicted", "scaled"):
+        t.add_column(col, justify="left" if col in ("step", "op", "kind") else "right")
+    shown = r.ops if show_all or len(r.ops) <= 60 else r.ops[:60]
+    for o in shown:
+        scaled = "-" if o.scaled_s is None else fmt_time(o.scaled_s) + ("" if o.scaled_from_measured else " (pred.)")
+        t.add_row(o.step, o.op, o.kind, fmt_time(o.measured_s) if o.measured_s is not None else "-",
+                  fmt_time(o.predicted_s), scaled)
+    console.print(t)
+    if len(shown) < len(r.ops):
+        console.print(f"({len(r.ops) - len(shown)} more op rows; --all or --json for every row)")
+    s = Table(title=f"per step (measured = {r.measured_from}; host wall, host launch = sum of op ranges, "
+              "device busy span = first kernel start to last kernel end: shown, not compared)")
+    for col in ("step", "measured", "predicted", "scaled", "host wall", "host launch", "device busy span"):
+        s.add_column(col, justify="left" if col == "step" else "right")
+    steps = r.steps if show_all or len(r.steps) <= 40 else r.steps[:40]
+    for st in steps:
+        tm = st.timing
+        s.add_row(st.step, fmt_time(st.measured_s), fmt_time(st.predicted_s),
+                  *[fmt_time(x) if x is not None else "-" for x in (st.scaled_s, tm.host_wall_s, tm.host_launch_s,
+                                                                    tm.device_busy_span_s)])
+    console.print(s)
+    n = len(r.steps)
+    console.print(f"measured ({r.measured_from}): {fmt_time(r.measured_s)} over {n} step(s)")
+    console.print(f"predicted on {r.machine} (its model alone): {fmt_time(r.predicted_s)}: "
+                  f"speed-up {r.speedup('predicted'):.2f}x")
+    if r.scaled_s is not None:
+        console.print(f"scaled (each measured op x {r.machine} / {r.source_machine} predicted; source from "
+                      f"{r.source_from}): {fmt_time(r.scaled_s)}: speed-up {r.speedup('scaled'):.2f}x")
+    else:
+        console.print(f"scaled: not available ({r.source_from})")
+    note = r.launch_note()
+    if note:
+        console.print(note)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -142,8 +175,9 @@ def register(sub) -> None:
     r = sub.add_parser("replay", help="rebuild a traced run and simulate it on other hardware")
     _add_trace_args(r, many=False)
     r.add_argument("--hw", required=True, help="target hardware preset name or YAML file")
-    r.add_argument("--keep-measured", choices=("auto", "yes", "no"), default="auto",
-                   help="keep measured op times (auto: when the target is the traced device)")
+    r.add_argument("--source-hw", metavar="PRESET",
+                   help="the machine the trace was measured on, for scaled mode (default: the preset whose name "
+                        "the trace's device name holds, e.g. h200 for 'NVIDIA H200')")
     r.add_argument("--json", metavar="PATH")
     r.add_argument("--all", action="store_true", help="print every row")
     r.set_defaults(func=cmd_replay)

@@ -75,6 +75,7 @@ class MeasuredOp:
     cpu_duration_s: float = 0.0
     kernels: int = 0
     repeat: int = 0         # n-th instance of the same (step, name): vidur runs each op ~20 times
+    device_span_s: tuple[float, float] | None = None   # first kernel start, last kernel end (Chrome GPU traces)
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,7 @@ def load_chrome_trace(p: Path, model: str | None = None, tokens: int | None = No
     starts = {k: [float(e["ts"]) for e in v] for k, v in by_thread.items()}
     kernel_time: dict[int, float] = {}
     kernel_count: dict[int, int] = {}
+    kernel_span: dict[int, tuple[float, float]] = {}
     gpu_ann = sorted((e for e in spans if e.get("cat") == "gpu_user_annotation"), key=lambda e: float(e["ts"]))
     for k in kernels:
         owner = _owner_by_launch(k, launch_at, by_thread, starts)
@@ -257,6 +259,9 @@ def load_chrome_trace(p: Path, model: str | None = None, tokens: int | None = No
         if owner is not None:
             kernel_time[id(owner)] = kernel_time.get(id(owner), 0.0) + float(k.get("dur", 0.0))
             kernel_count[id(owner)] = kernel_count.get(id(owner), 0) + 1
+            ks, ke = float(k["ts"]), float(k["ts"]) + float(k.get("dur", 0.0))
+            a, b = kernel_span.get(id(owner), (ks, ke))
+            kernel_span[id(owner)] = (min(a, ks), max(b, ke))
 
     meta = _meta_beside(p)
     trace = Trace(str(p), vocab or "sim", device, meta.get("device_name", ""))
@@ -301,8 +306,10 @@ def load_chrome_trace(p: Path, model: str | None = None, tokens: int | None = No
         repeat = seen.get((step, op), 0)
         seen[(step, op)] = repeat + 1
         measured = kernel_time.get(id(e), 0.0) if device == "cuda" else dur
+        span = kernel_span.get(id(e))
         trace.ops.append(MeasuredOp(op, kind, layer, step, measured * 1e-6, device, (ts - t0) * 1e-6,
-                                    dur * 1e-6, kernel_count.get(id(e), 0), repeat))
+                                    dur * 1e-6, kernel_count.get(id(e), 0), repeat,
+                                    ((span[0] - t0) * 1e-6, (span[1] - t0) * 1e-6) if span else None))
     if not trace.ops:
         raise ConfigError(f"{p}: no labelled op falls inside a step annotation")
     return trace

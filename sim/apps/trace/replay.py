@@ -1,11 +1,20 @@
-"""Replay a measured run on other hardware.
+"""Replay a measured run on other hardware, in two modes.
 
 Each traced step is rebuilt (op sequence, shapes and data dependencies through
 sim.apps.trace.shapes), planned by the target machine's mapper and run on the
-engine. On the hardware the trace was measured on, each op keeps its measured
-time (its tasks are scaled to it) and only unmeasured ops are simulated, so
-the replayed total is the measured run's, rescheduled; on other hardware every
-op is predicted.
+engine, twice:
+
+* **predicted**: the target machine's model alone (each op as the target's
+  mapper costs it). On the traced hardware itself this is the model's error.
+* **scaled**: each measured op x predicted_target / predicted_source, where the
+  source is the machine the trace was measured on (`--source-hw`, or a preset
+  matching the trace's device name). What was measured -- fusion, kernel
+  choice, odd shapes -- is kept and only the machine changes; replayed on its
+  own source machine, every op keeps exactly its measured time.
+
+A step's measured time follows sim.apps.trace.timing (device time on GPU
+traces). A CPU step measured as wall time keeps its time outside the ops (host
+Python between them, the argmax) as measured in scaled mode.
 """
 
 from __future__ import annotations
@@ -14,12 +23,16 @@ import re
 from dataclasses import dataclass, field, replace
 
 from hw_models.base import OpCost
+from hw_models.machine import Machine, load_machine, preset_names
 from hw_models.registry import mapper_for
-from hw_models.machine import Machine
-from sim.core.engine import run
+from sim.core.engine import Task, Timeline, run
+from sim.core.errors import ConfigError
 from sim.apps.trace.parser import Trace
 from sim.apps.trace.shapes import step_graph
+from sim.apps.trace.timing import WALL, StepTiming, launch_note, step_timings
 from sim.apps.trace.validate import trace_workload
+
+PLAIN_KINDS = ("gpu", "cpu")   # presets that model a device as it is (not offload / PIM variants)
 
 
 @dataclass(frozen=True)
@@ -28,22 +41,27 @@ class ReplayOp:
     op: str
     kind: str
     measured_s: float | None
-    predicted_s: float
-    kept: bool            # measured time kept (same hardware)
+    predicted_s: float            # target model alone
+    scaled_s: float | None        # measured x target / source; None without a source machine
+    scaled_from_measured: bool    # False: the op was not measured or the source costs it 0 (predicted kept)
 
 
 @dataclass
 class ReplayStep:
     step: str
-    measured_s: float     # wall time of the step where traced, else the sum of its measured ops
-    predicted_s: float    # makespan on the target
+    measured_s: float
+    measured_from: str
+    predicted_s: float
+    scaled_s: float | None
+    timing: StepTiming
 
 
 @dataclass
 class Replay:
     source: str
     machine: str
-    same_hardware: bool
+    source_machine: str | None     # the machine the trace was measured on, for scaled mode
+    source_from: str               # how it was chosen
     ops: list[ReplayOp] = field(default_factory=list)
     steps: list[ReplayStep] = field(default_factory=list)
 
@@ -56,60 +74,116 @@ class Replay:
         return sum(s.predicted_s for s in self.steps)
 
     @property
-    def speedup(self) -> float:
-        return self.measured_s / self.predicted_s if self.predicted_s else float("inf")
+    def scaled_s(self) -> float | None:
+        return None if self.source_machine is None else sum(s.scaled_s or 0.0 for s in self.steps)
+
+    @property
+    def measured_from(self) -> str:
+        return ", ".join(dict.fromkeys(s.measured_from for s in self.steps))
+
+    def speedup(self, mode: str = "predicted") -> float | None:
+        total = self.predicted_s if mode == "predicted" else self.scaled_s
+        return None if total is None else (self.measured_s / total if total else float("inf"))
+
+    def launch_note(self) -> str | None:
+        return launch_note([s.timing for s in self.steps])
 
     def to_json(self) -> dict:
-        return {"source": self.source, "machine": self.machine, "same_hardware": self.same_hardware,
-                "measured_s": self.measured_s, "predicted_s": self.predicted_s, "speedup": self.speedup,
-                "steps": [vars(s) for s in self.steps], "ops": [vars(o) for o in self.ops]}
+        return {"source": self.source, "machine": self.machine, "source_machine": self.source_machine,
+                "source_from": self.source_from, "measured_from": self.measured_from,
+                "measured_s": self.measured_s, "predicted_s": self.predicted_s, "scaled_s": self.scaled_s,
+                "speedup_predicted": self.speedup("predicted"), "speedup_scaled": self.speedup("scaled"),
+                "launch_note": self.launch_note(),
+                "steps": [dict(step=s.step, measured_s=s.measured_s, measured_from=s.measured_from,
+                               predicted_s=s.predicted_s, scaled_s=s.scaled_s, timing=s.timing.to_json())
+                          for s in self.steps],
+                "ops": [vars(o) for o in self.ops]}
 
 
-def _norm(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-def same_hardware(trace: Trace, machine: Machine) -> bool:
-    """Whether `machine` is the device the trace ran on: its preset name (minus a
-    `_calibrated`-style suffix) appears in the traced device's name
-    (a6000 in "NVIDIA RTX A6000")."""
-    name = _norm(machine.name.split("_")[0])
-    return bool(name) and bool(trace.device_name) and name in _norm(trace.device_name)
+def names_device(machine_name: str, device_name: str) -> bool:
+    """Whether a preset names the traced device: its first word (a6000 of
+    a6000_calibrated) is a word of the device's name ("NVIDIA RTX A6000")."""
+    key = machine_name.split("_")[0].lower()
+    return bool(key) and key in _words(device_name)
 
 
-def replay(trace: Trace, machine: Machine, keep_measured: bool | None = None) -> Replay:
-    keep = same_hardware(trace, machine) if keep_measured is None else keep_measured
-    out = Replay(trace.source, machine.name, keep)
-    measured = trace.medians()
-    by_step: dict[int, dict[str, float]] = {}
-    for m in measured:
-        by_step.setdefault(m.step, {})[m.name] = m.duration_s
-    for j, shape in enumerate(trace.steps):
-        meas = by_step.get(j, {})
+def source_machine(trace: Trace, target: Machine, given: Machine | None = None) -> tuple[Machine | None, str]:
+    """The machine the trace was measured on: `given`, else the target when it models
+    the traced device, else the plainest preset naming it; None when no preset does."""
+    if given is not None:
+        return given, "--source-hw"
+    device = trace.device_name
+    how = f"the trace's device name {device!r}"
+    if target.kind in PLAIN_KINDS and names_device(target.name, device):
+        return target, how
+    names = [n for n in preset_names() if names_device(n, device)]
+    plain = [m for m in (load_machine(n) for n in sorted(names, key=lambda n: (len(n), n))) if m.kind in PLAIN_KINDS]
+    if plain:
+        return plain[0], how
+    return None, f"no preset names the trace's device {device!r}: give --source-hw for scaled mode"
+
+
+def _per_op(tasks: list[Task]) -> tuple[dict[str, str], dict[str, float]]:
+    op_of, total = {}, {}
+    for t in tasks:
+        name = t.tag.op.name if isinstance(t.tag, OpCost) else t.id
+        op_of[t.id] = name
+        total[name] = total.get(name, 0.0) + t.duration_s
+    return op_of, total
+
+
+def _busy_by_op(timeline: Timeline, op_of: dict[str, str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for iv in timeline.intervals:
+        out[op_of[iv.task]] = out.get(op_of[iv.task], 0.0) + iv.duration_s
+    return out
+
+
+def _plan(trace: Trace, shape, machine: Machine, graph) -> tuple[list[Task], object]:
+    mapper = mapper_for(machine, trace_workload(trace, shape), trace.model)
+    return mapper.plan_step(graph), mapper
+
+
+def replay(trace: Trace, machine: Machine, source: Machine | None = None) -> Replay:
+    src, how = source_machine(trace, machine, source)
+    out = Replay(trace.source, machine.name, src.name if src else None, how)
+    meas_by_step: dict[int, dict[str, float]] = {}
+    for m in trace.medians():
+        meas_by_step.setdefault(m.step, {})[m.name] = m.duration_s
+    for j, (shape, timing) in enumerate(zip(trace.steps, step_timings(trace))):
+        meas = meas_by_step.get(j, {})
         graph = step_graph(trace, shape)
-        mapper = mapper_for(machine, trace_workload(trace, shape), trace.model)
-        tasks = mapper.plan_step(graph)
-        sim_per_op: dict[str, float] = {}
-        op_of = {}
-        for t in tasks:
-            name = t.tag.op.name if isinstance(t.tag, OpCost) else t.id
-            op_of[t.id] = name
-            sim_per_op[name] = sim_per_op.get(name, 0.0) + t.duration_s
-        if keep:  # scale each op's tasks so they add up to its measured time
-            tasks = [replace(t, duration_s=t.duration_s * meas[op_of[t.id]] / sim_per_op[op_of[t.id]])
-                     if op_of[t.id] in meas and sim_per_op[op_of[t.id]] > 0 else t for t in tasks]
-        timeline = run(tasks, mapper.resources(), mapper.containers())
-        predicted: dict[str, float] = {}
-        for iv in timeline.intervals:
-            predicted[op_of[iv.task]] = predicted.get(op_of[iv.task], 0.0) + iv.duration_s
+        tasks, mapper = _plan(trace, shape, machine, graph)
+        op_of, target_s = _per_op(tasks)
+        predicted_tl = run(tasks, mapper.resources(), mapper.containers())
+        predicted = _busy_by_op(predicted_tl, op_of)
+        scaled, scaled_tl, factor = {}, None, {}
+        if src is not None:
+            source_s = target_s if src is machine else _per_op(_plan(trace, shape, src, graph)[0])[1]
+            factor = {n: meas[n] / source_s[n] for n in meas if source_s.get(n, 0.0) > 0}
+            scaled_tasks = [replace(t, duration_s=t.duration_s * factor[op_of[t.id]]) if op_of[t.id] in factor
+                            else t for t in tasks]
+            scaled_tl = run(scaled_tasks, mapper.resources(), mapper.containers())
+            scaled = _busy_by_op(scaled_tl, op_of)
         for op in graph.ops():
-            if op.name in meas or not trace.vocabulary == "vidur":
+            if op.name in meas or trace.vocabulary != "vidur":
                 out.ops.append(ReplayOp(shape.label, op.name, op.kind, meas.get(op.name), predicted.get(op.name, 0.0),
-                                        keep and op.name in meas))
-        measured_total = shape.wall_s or sum(meas.values())
-        if not shape.wall_s:  # compare like with like: only the ops that were measured
-            predicted_total = sum(v for k, v in predicted.items() if k in meas)
-        else:
-            predicted_total = timeline.makespan_s
-        out.steps.append(ReplayStep(shape.label, measured_total, predicted_total))
+                                        scaled.get(op.name) if src else None, op.name in factor))
+        whole = timing.measured_from == WALL or all(op.name in meas for op in graph.ops())
+
+        def total(tl: Timeline, per_op: dict[str, float]) -> float:
+            return tl.makespan_s if whole else sum(v for k, v in per_op.items() if k in meas)
+
+        scaled_total = None
+        if scaled_tl is not None:
+            gap = max(0.0, timing.measured_s - timing.ops_s) if timing.measured_from == WALL else 0.0
+            scaled_total = total(scaled_tl, scaled) + gap
+        out.steps.append(ReplayStep(shape.label, timing.measured_s, timing.measured_from,
+                                    total(predicted_tl, predicted), scaled_total, timing))
+    if not out.steps:
+        raise ConfigError(f"{trace.source}: no steps to replay")
     return out

@@ -4,9 +4,12 @@ Each measured step is lowered again (sim.apps.trace.shapes), planned by the
 machine's mapper, run on the engine, and each op's simulated time set beside
 its measured time (the median over repeats, vidur's statistic). Errors are
 signed fractions, (simulated - measured) / measured; MAPE is the mean of their
-absolute values, overall and by op kind. A step's end-to-end error compares its
-measured wall time (the step annotation) when the trace has one, else the sum
-of its ops, with the simulated makespan.
+absolute values, overall and by op kind. A step's measured time is chosen by
+sim.apps.trace.timing: on a trace with device activity the sum of its ops'
+kernel (device) time, compared with the sum of the same ops simulated; on a CPU
+trace its wall time (the step annotation) when it has one, compared with the
+simulated makespan, else the sum of its ops. Host wall, host launch and
+device-busy times ride along, labelled, but are not what the error measures.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sim.core.errors import ConfigError
 from sim.core.graph import OpGraph
 from sim.apps.trace.parser import StepShape, Trace
 from sim.apps.trace.shapes import step_graph
+from sim.apps.trace.timing import WALL, StepTiming, step_timings
 from sim.core.workload import Formats, Workload
 
 
@@ -52,11 +56,16 @@ class StepRow:
     tokens: int
     measured_s: float
     simulated_s: float
-    measured_from: str        # "wall" (step annotation) or "sum of ops"
+    measured_from: str        # sim.apps.trace.timing: DEVICE, WALL or OPS
+    timing: StepTiming | None = None   # host wall, host launch, device-busy span of the measured step
 
     @property
     def error(self) -> float:
         return (self.simulated_s - self.measured_s) / self.measured_s
+
+    @property
+    def launch_bound(self) -> bool:
+        return self.timing is not None and self.timing.launch_bound
 
 
 @dataclass
@@ -82,7 +91,8 @@ class Validation:
             "machine": self.machine, "mape": self.mape, "mape_by_kind": self.mape_by_kind(),
             "max_abs_step_error": max((abs(s.error) for s in self.steps), default=0.0),
             "ops": [dict(asdict(r), error=r.error) for r in self.ops],
-            "steps": [dict(asdict(s), error=s.error) for s in self.steps],
+            "steps": [dict(asdict(s), error=s.error, launch_bound=s.launch_bound,
+                           timing=s.timing.to_json() if s.timing else None) for s in self.steps],
         }
 
 
@@ -137,6 +147,7 @@ def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | N
     only = set(steps) if steps is not None else None
     for trace in traces:
         measured = trace.medians()
+        timings = step_timings(trace)
         by_step: dict[int, list] = {}
         for m in measured:
             by_step.setdefault(m.step, []).append(m)
@@ -154,12 +165,13 @@ def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | N
                 out.ops.append(OpRow(trace.source, shape.label, m.name, m.kind, m.duration_s, sim.per_op_s[m.name],
                                      op.flops, op.bytes, shape.tokens))
             measured_names = {m.name for m in ops}
-            if shape.wall_s:
-                meas, how, simulated = shape.wall_s, "wall", sim.makespan_s
+            tm = timings[j]
+            if tm.measured_from == WALL:
+                simulated = sim.makespan_s
             else:  # only the measured ops, both sides
-                meas, how = sum(m.duration_s for m in ops), "sum of ops"
                 simulated = sum(s for n, s in sim.per_op_s.items() if n in measured_names)
-            out.steps.append(StepRow(trace.source, shape.label, shape.tokens, meas, simulated, how))
+            out.steps.append(StepRow(trace.source, shape.label, shape.tokens, tm.measured_s, simulated,
+                                     tm.measured_from, tm))
     if not out.ops:
         raise ConfigError("no measured ops to validate")
     return out
