@@ -3,21 +3,27 @@ name the file and the key."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
 
 from sim.core.errors import ConfigError
-from sim.core.units import parse_quantity
+from sim.core.units import dimension_of, parse_quantity
 
 
-def _quantity(value: Any) -> float:
+def _quantity(value: Any, info: ValidationInfo) -> float:
+    """The field's name says its unit (`bandwidth_bytes_per_s`), so a quantity in
+    another dimension (`10 GB` there) is refused; a plain number is taken as SI."""
     try:
-        return parse_quantity(value)
+        out = parse_quantity(value, dimension_of(info.field_name or ""))
     except ValueError as exc:
         raise ValueError(str(exc)) from None
+    if not math.isfinite(out):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return out
 
 
 Quantity = Annotated[float, BeforeValidator(_quantity)]
@@ -27,7 +33,8 @@ M = TypeVar("M", bound=BaseModel)
 class Strict(BaseModel):
     """Base for every config section: unknown keys are errors, values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinities are never a valid figure (a NaN peak made runs silently fast).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def validation_error(exc: ValidationError, source: str, prefix: str = "") -> ConfigError:
