@@ -210,6 +210,10 @@ class Machine(Strict):
     def _references(self) -> "Machine":
         if not self.units:
             raise ValueError("at least one compute unit is required")
+        for section, kind in (("host", "offload"), ("pim", "pim"), ("spatial", "spatial")):
+            if getattr(self, section) is not None and self.kind != kind:  # it would be silently ignored
+                raise ValueError(f"{section}: a `{section}:` section belongs to kind {kind}, "
+                                 f"not this preset's kind {self.kind!r}")
         for name, unit in self.units.items():
             if unit.memory not in self.memory:
                 raise ValueError(f"units.{name}.memory: no memory tier named {unit.memory!r}")

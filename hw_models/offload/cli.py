@@ -53,6 +53,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         from sim.apps.outputs import write_json
 
         write_json(args.json, result.summary())
-    Console().print(result.table())
-    Console().print(f"best: {result.best.policy.describe()}")
+    Console(markup=False).print(result.table())
+    Console(markup=False).print(f"best: {result.best.policy.describe()}")
     return 0

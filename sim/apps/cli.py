@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sim.core.errors import ConfigError, SimError
 
@@ -25,6 +26,7 @@ _PLUGINS = ("sim.apps.trace.cli", "sim.apps.sweep.cli", "hw_models.offload.cli")
 def _load(args: argparse.Namespace):
     """Workload and machine from the common arguments, with --set overrides."""
     from hw_models.machine import load_machine
+    from sim.apps.checks import unused_settings
     from sim.core.workload import load_workload, parse_set
 
     sets = parse_set(getattr(args, "set", None))
@@ -34,6 +36,8 @@ def _load(args: argparse.Namespace):
     wl_sets = {k: v for k, v in sets.items() if not k.startswith("hw.")}
     workload = load_workload(args.workload, wl_sets)
     machine = load_machine(args.hw, hw_sets)
+    for note in unused_settings(workload, machine, workload.model_config_()):
+        print(f"warning: {note}", file=sys.stderr)
     if getattr(args, "ideal", False):
         from hw_models.ideal import ideal
 
@@ -51,6 +55,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hw_models.registry import simulate
+    from sim.core.results import check_finite
 
     from sim.apps.outputs import check_output
 
@@ -62,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output(args.plots, directory=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
-        result = simulate(workload, machine, exhaustive=args.exhaustive)
+        result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
     if args.json:
         from sim.apps.outputs import write_json
 
@@ -130,7 +135,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
                   r["bound"], fmt_time(r["roofline_s"]), fmt_time(r["simulated_s"]))
     t.add_row("total", "", "", f"{totals['flops']:.3g}", f"{totals['bytes']:.3g}", "", "",
               fmt_time(totals["roofline_s"]), fmt_time(totals["simulated_s"]), style="bold")
-    Console().print(t)
+    Console(markup=False).print(t)
     return 0
 
 
@@ -155,7 +160,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
         t.add_row(f"weights in {f}", f"{by_fmt[f]:,} bytes ({by_fmt[f] / 1e9:.2f} GB)")
     for f in fmts:
         t.add_row(f"KV cache per token in {f}", f"{kv[f]:,.0f} bytes")
-    Console().print(t)
+    Console(markup=False).print(t)
     return 0
 
 
@@ -168,14 +173,14 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         try:
             m = load_machine(name)
         except SimError as exc:
-            rows.append((name, "?", "", "", "", f"[red]{exc}[/red]"))
+            rows.append((name, "?", "", "", "", Text(str(exc), style="red")))
             continue
         tier = m.memory[m.device_tier]
         unit = m.units[m.main_unit]
         best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
         rows.append((name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
                      f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
-    console = Console()
+    console = Console(markup=False)
     t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)",
               show_edge=False)
     cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
@@ -240,7 +245,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
         t.add_row(r["format"], f"{r['bits_per_element']:.3f}",
                   {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
                   f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
-    Console().print(t)
+    Console(markup=False).print(t)
     return 0
 
 

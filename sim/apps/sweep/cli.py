@@ -49,7 +49,7 @@ def _print_best(spec_path: str, out: str) -> None:
         goal = default_goal(m)
         row = ok.loc[ok[m].idxmin() if goal == "min" else ok[m].idxmax()]
         t.add_row(f"{goal} {m}", f"{row[m]:.4g}", *(str(row[a]) for a in spec.axes))
-    Console(stderr=True).print(t)
+    Console(stderr=True, markup=False).print(t)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

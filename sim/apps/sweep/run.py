@@ -30,6 +30,7 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
     leaves the others intact."""
     from hw_models.machine import machine_from_dict
     from hw_models.registry import simulate
+    from sim.core.results import check_finite
     from sim.core.workload import workload_from_dict
 
     t0 = time.perf_counter()
@@ -39,7 +40,7 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # context-length notes; the row carries the numbers
             # detail=False: metrics only, without the per-op timelines a report draws (half the time).
-            metrics = simulate(workload, machine, detail=False).metrics()
+            metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0)
     except SimError as exc:
@@ -132,7 +133,7 @@ def run_points(points: list[Point], store: Store, executor: cf.Executor, progres
                 except cf.CancelledError:
                     continue
                 except Exception as exc:  # the executor lost the point (worker died): not stored, retried on rerun
-                    bar.console.print(f"[yellow]point {point.index} lost: {type(exc).__name__}: {exc}[/yellow]")
+                    bar.console.print(f"point {point.index} lost: {type(exc).__name__}: {exc}", markup=False, style="yellow")
                     continue
                 store.add(point, outcome)
                 ran += 1

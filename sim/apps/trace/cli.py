@@ -43,7 +43,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from sim.apps.trace.plots import scatter
 
         scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
-    console = Console()
+    console = Console(markup=False)
     t = Table(title=f"measured vs simulated on {v.machine}")
     for col in ("step", "op", "kind", "measured", "simulated", "error"):
         t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
@@ -77,7 +77,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     machine = load_machine(args.hw)
     keep = {"auto": None, "yes": True, "no": False}[args.keep_measured]
-    console = Console()
+    console = Console(markup=False)
     for trace in _load(args, [args.traces]):
         r = replay(trace, machine, keep)
         if args.json:
@@ -112,7 +112,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     name = args.name or Path(args.output).stem
     cal = calibrate(_load(args, args.traces), base, per_kind=not args.single_curve, name=name)
     path = write_preset(cal, args.output)
-    console = Console()
+    console = Console(markup=False)
     t = Table(title=f"{name}: fitted on {sum(f.n for f in cal.by_kind.values()) or cal.overall.n} ops")
     for col in ("curve", "compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead",
                 "MAPE (fit)"):
