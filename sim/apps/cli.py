@@ -12,7 +12,9 @@ import importlib
 import json
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from rich.console import Console
 from rich.table import Table
@@ -45,6 +47,19 @@ def _load(args: argparse.Namespace):
     return workload, machine
 
 
+@contextmanager
+def _naming(workload, machine) -> Iterator[None]:
+    """A SimError raised while simulating (the model does not fit, no native rate) names
+    the workload file and the hardware it ran on, when the message does not already."""
+    try:
+        yield
+    except SimError as exc:
+        where = f"{workload.source or workload.name} on {machine.source or machine.name}"
+        if workload.source and workload.source in str(exc):
+            raise
+        raise type(exc)(f"{where}: {exc}") from None
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="workload YAML file")
     p.add_argument("--hw", required=True, help="hardware preset name or YAML file (see `sim hw list`)")
@@ -57,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hw_models.registry import simulate
     from sim.core.results import check_finite
 
-    from sim.apps.outputs import check_output
+    from sim.apps.outputs import check_output, transaction
 
     workload, machine = _load(args)
     for path in (args.json, args.chrome_trace):
@@ -67,14 +82,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output(args.plots, directory=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
-        result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
-    if args.json:
-        from sim.apps.outputs import write_json
+        with _naming(workload, machine):
+            result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
+    with transaction():  # every output or none
+        _write_run_outputs(args, result, workload, machine)
+    if args.quiet:
+        return 0
+    from sim.apps.report import print_report
 
+    print_report(result, machine)
+    return 0
+
+
+def _write_run_outputs(args: argparse.Namespace, result, workload, machine) -> None:
+    from sim.apps.outputs import chrome_trace, write_json
+
+    if args.json:
         write_json(args.json, result.to_json())
     if args.chrome_trace:
-        from sim.apps.outputs import chrome_trace, write_json
-
         write_json(args.chrome_trace, chrome_trace({"prefill": result.prefill_timeline,
                                                     f"decode step (kv_len {result.decode_kv_len})": result.decode_timeline}))
     if args.plots:
@@ -86,27 +111,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         peak = unit.peak_flops_per_s.get(fmt, max(unit.peak_flops_per_s.values()))
         plots.roofline(result, peak, machine.memory[machine.device_tier].bandwidth_bytes_per_s, out / "roofline.png")
         plots.gantt(result.decode_ops, f"one decode step, kv_len {result.decode_kv_len}", out / "decode_gantt.png")
-    if args.quiet:
-        return 0
-    from sim.apps.report import print_report
-
-    print_report(result, machine)
-    return 0
 
 
-def cmd_roofline(args: argparse.Namespace) -> int:
-    from hw_models.registry import mapper_for
+def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]:
+    """Per op of one layer (and the embedding and head): FLOPs, bytes, the pure roofline
+    time and the simulated one."""
     from hw_models.cost import roofline_cost
     from hw_models.ideal import ideal
+    from hw_models.registry import mapper_for
     from sim.core.lowering import lower
 
-    workload, machine = _load(args)
-    if args.kv_len is not None and args.kv_len < 1:
-        raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
     model = workload.model_config_()
     mapper = mapper_for(machine, workload, model)
-    q, kv = (workload.prompt_len, workload.prompt_len) if args.phase == "prefill" else (1, args.kv_len or workload.prompt_len + 1)
-    graph = lower(model, args.phase, workload.batch, q, kv, mapper.formats, workload.flash_attention, num_layers=1)
+    graph = lower(model, phase, workload.batch, q, kv, mapper.formats, workload.flash_attention, num_layers=1)
     flat = ideal(machine)
     unit_name = machine.main_unit
     rows = []
@@ -117,6 +134,21 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         rows.append(dict(op=op.base_name, kind=op.kind, count=count, flops=op.flops, bytes=op.bytes,
                          intensity=op.flops / op.bytes if op.bytes else 0.0, bound=pure.bound,
                          roofline_s=pure.duration_s, simulated_s=real.duration_s))
+    return rows
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from sim.apps.outputs import check_output
+
+    workload, machine = _load(args)
+    if args.kv_len is not None and args.kv_len < 1:
+        raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
+    if args.json:
+        check_output(args.json)
+    model = workload.model_config_()
+    q, kv = (workload.prompt_len, workload.prompt_len) if args.phase == "prefill" else (1, args.kv_len or workload.prompt_len + 1)
+    with _naming(workload, machine):
+        rows = _roofline_rows(workload, machine, args.phase, q, kv)
     totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),
                   simulated_s=sum(r["simulated_s"] * r["count"] for r in rows),
                   flops=sum(r["flops"] * r["count"] for r in rows), bytes=sum(r["bytes"] * r["count"] for r in rows))
@@ -220,10 +252,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
     fmts = [get_format(n) for n in names]        # unknown names fail before any work
     if args.array:
         path = Path(args.array)
-        try:
-            x = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise SimError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
+        x = _numeric_array(path)
         source = f"{path} {x.shape}"
     else:
         x = np.random.default_rng(0).standard_normal((256, 4096)).astype(np.float32)
@@ -247,6 +276,26 @@ def cmd_formats(args: argparse.Namespace) -> int:
                   f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
     Console(markup=False).print(t)
     return 0
+
+
+def _numeric_array(path: Path):
+    """A .npy file of real numbers, all finite (a NaN would score as an infinite SQNR)."""
+    import numpy as np
+
+    try:
+        x = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise SimError(f"{path}: not a readable .npy array ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
+    if not isinstance(x, np.ndarray):  # np.load gives an NpzFile for .npz archives
+        raise SimError(f"{path}: a .npz archive; expected one .npy array")
+    if x.dtype.kind not in "biuf" and x.dtype.name != "bfloat16":
+        raise SimError(f"{path}: array of dtype {x.dtype}; expected real numbers")
+    if x.size == 0:
+        raise SimError(f"{path}: empty array")
+    x = x.astype(np.float64) if x.dtype.kind in "biu" or x.dtype.name == "bfloat16" else x
+    if not np.isfinite(x).all():
+        raise SimError(f"{path}: array holds NaN or infinite values; the error of a format is undefined there")
+    return x
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -302,9 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        parser = build_parser()  # imports every subcommand: Ctrl-C may land here
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except SimError as exc:
         print(f"error: {exc}", file=sys.stderr)
