@@ -54,10 +54,12 @@ def _naming(workload, machine) -> Iterator[None]:
     try:
         yield
     except SimError as exc:
-        where = f"{workload.source or workload.name} on {machine.source or machine.name}"
-        if workload.source and workload.source in str(exc):
+        msg, wl = str(exc), workload.source or workload.name
+        if workload.source and workload.source in msg:
             raise
-        raise type(exc)(f"{where}: {exc}") from None
+        if machine.source and machine.source in msg:
+            raise type(exc)(f"{msg} (workload {wl})") from None
+        raise type(exc)(f"{wl} on {machine.source or machine.name}: {msg}") from None
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
