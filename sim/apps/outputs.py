@@ -59,7 +59,8 @@ def check_output(path: str | Path, directory: bool = False) -> Path:
     if not directory and path.exists():
         mode = os.stat(path).st_mode
         if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISREG(mode):
-            if not os.access(path, os.W_OK):
+            # The mode bits too: root may write anything, but a file marked read-only is meant to stay.
+            if not os.access(path, os.W_OK) or stat.S_ISREG(mode) and not mode & 0o222:
                 raise ConfigError(f"{path}: cannot write: permission denied (read-only)")
             if not stat.S_ISREG(mode):
                 return path  # written through: the folder it is in need not be writable
@@ -87,7 +88,7 @@ def transaction() -> Iterator[None]:
     try:
         yield
     except BaseException:
-        for _, abort in staged:
+        for _, abort in reversed(staged):  # the last write's temp goes first, then the folders
             abort()
         raise
     finally:
@@ -96,7 +97,7 @@ def transaction() -> Iterator[None]:
         for commit, _ in staged:
             commit()
     except BaseException:
-        for _, abort in staged:
+        for _, abort in reversed(staged):  # the last write's temp goes first, then the folders
             abort()
         raise
 
@@ -123,6 +124,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
             staged.append((lambda: _write_stream(path, write), lambda: None))
         return path
     final = _target(path)
+    made = [d for d in (final.parent, *final.parent.parents) if not d.exists()]  # folders this write creates
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", dir=final.parent)
@@ -130,16 +132,25 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         raise _fail(path, exc) from None
     os.close(fd)
     tmp = Path(tmp_name)
+
+    def abort() -> None:
+        tmp.unlink(missing_ok=True)
+        for d in made:  # innermost first; a folder something else wrote into stays
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
         if staged is None:
             os.replace(tmp, final)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        abort()
         raise _fail(path, exc) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        abort()
         raise
     if staged is not None:
         def commit() -> None:
@@ -147,7 +158,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
                 os.replace(tmp, final)
             except OSError as exc:
                 raise _fail(path, exc) from None
-        staged.append((commit, lambda: tmp.unlink(missing_ok=True)))
+        staged.append((commit, abort))
     return path
 
 
