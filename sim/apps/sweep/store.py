@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -44,9 +45,6 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 """
 
 
-LOCK_NAME = "results.lock"
-
-
 @contextmanager
 def db_errors(path: Path) -> Iterator[None]:
     """SQLite and OS errors (a read-only, full or corrupt store) as one line naming the file."""
@@ -72,27 +70,36 @@ class Store:
             self.dir.mkdir(parents=True, exist_ok=True)
             if lock:
                 self._take_lock()
-            # WAL: each commit is one append, readers never block the writer.
-            self.db = sqlite3.connect(self.path, timeout=30)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")  # durable across process kills
-            self.db.executescript(_SCHEMA)
-            self.db.commit()
+            try:
+                self._open()
+            except BaseException:
+                if self._lock is not None:
+                    os.close(self._lock)
+                raise
+
+    def _open(self) -> None:
+        # WAL: each commit is one append, readers never block the writer.
+        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # durable across process kills
+        self.db.executescript(_SCHEMA)
+        self.db.commit()
 
     def _take_lock(self) -> None:
-        # flock is released by the kernel when the process dies, so a killed sweep leaves no stale lock.
-        self._lock = open(self.dir / LOCK_NAME, "a+")
+        # A flock on the folder itself: no lock file to leave behind, and the kernel releases
+        # it when the process dies, so a killed sweep leaves no stale lock.
+        self._lock = os.open(self.dir, os.O_RDONLY)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock.close()
+            os.close(self._lock)
             raise ConfigError(f"{self.dir}: another sweep is writing to this folder; wait for it to finish "
                               "or give another --out") from None
 
     def close(self) -> None:
         self.db.close()
         if self._lock is not None:
-            self._lock.close()  # releases the flock
+            os.close(self._lock)  # releases the flock
 
     def __enter__(self) -> "Store":
         return self
