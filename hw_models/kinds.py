@@ -43,4 +43,10 @@ def preset_sections() -> set[str]:
     return {s for e in KINDS.values() for s in e.preset_sections}
 
 
+def section_owner(key: str, where: str) -> str:
+    """The kind that owns a top-level `key` of a preset (`where="preset"`) or workload file."""
+    return next(k for k, e in KINDS.items()
+                if key in (e.preset_sections if where == "preset" else e.workload_sections))
+
+
 register_sections({s for e in KINDS.values() for s in e.workload_sections})

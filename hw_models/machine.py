@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from hw_models.kinds import KINDS, preset_sections
+from hw_models.kinds import KINDS, preset_sections, section_owner
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -211,11 +211,12 @@ class Machine(Strict):
     def _collect_sections(cls, raw: Any) -> Any:
         if not isinstance(raw, dict):
             return raw
-        owned = preset_sections()
-        if not owned & raw.keys():
+        owned = preset_sections() & raw.keys()
+        if not owned:
             return raw
         rest = {k: v for k, v in raw.items() if k not in owned}
-        return {**rest, "sections": {**rest.get("sections", {}), **{k: raw[k] for k in owned & raw.keys()}}}
+        given = {k: raw[k] for k in sorted(owned) if raw[k] is not None}   # `pim: null` is no section
+        return {**rest, "sections": {**rest.get("sections", {}), **given}}
 
     @field_validator("kind")
     @classmethod
@@ -232,6 +233,11 @@ class Machine(Strict):
     def _references(self) -> "Machine":
         if not self.units:
             raise ValueError("at least one compute unit is required")
+        for section in self.sections:
+            kind = section_owner(section, "preset")
+            if kind != self.kind:  # it would be silently ignored
+                raise ValueError(f"{section}: a `{section}:` section belongs to kind {kind}, "
+                                 f"not this preset's kind {self.kind!r}")
         for name, unit in self.units.items():
             if unit.memory not in self.memory:
                 raise ValueError(f"units.{name}.memory: no memory tier named {unit.memory!r}")

@@ -40,17 +40,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not isinstance(mapper, OffloadMapper):
         raise ConfigError(f"--hw {args.hw}: kind {machine.kind!r}; the policy search needs an offload preset")
     cap = None
-    if args.max_gpu_mem:
+    if args.max_gpu_mem is not None:
         try:
-            cap = parse_quantity(args.max_gpu_mem)
+            cap = parse_quantity(args.max_gpu_mem, "bytes")
         except ValueError as exc:
             raise ConfigError(f"--max-gpu-mem {args.max_gpu_mem!r}: {exc}") from None
+        if not 0 < cap < float("inf"):
+            raise ConfigError(f"--max-gpu-mem {args.max_gpu_mem!r}: must be a positive, finite size, e.g. '12 GB'")
         mapper.gpu_capacity_limit = cap
     result = search(mapper, mapper.spec, args.objective, cap)
     if args.json:
         from sim.apps.outputs import write_json
 
         write_json(args.json, result.summary())
-    Console().print(result.table())
-    Console().print(f"best: {result.best.policy.describe()}")
+    Console(markup=False).print(result.table())
+    Console(markup=False).print(f"best: {result.best.policy.describe()}")
     return 0

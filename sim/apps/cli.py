@@ -12,10 +12,13 @@ import importlib
 import json
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sim.core.errors import ConfigError, SimError
 
@@ -25,6 +28,7 @@ _PLUGINS = ("sim.apps.trace.cli", "sim.apps.sweep.cli", "hw_models.offload.cli",
 def _load(args: argparse.Namespace):
     """Workload and machine from the common arguments, with --set overrides."""
     from hw_models.machine import load_machine
+    from sim.apps.checks import unused_settings
     from sim.core.workload import load_workload, parse_set
 
     sets = parse_set(getattr(args, "set", None))
@@ -34,11 +38,28 @@ def _load(args: argparse.Namespace):
     wl_sets = {k: v for k, v in sets.items() if not k.startswith("hw.")}
     workload = load_workload(args.workload, wl_sets)
     machine = load_machine(args.hw, hw_sets)
+    for note in unused_settings(workload, machine, workload.model_config_()):
+        print(f"warning: {note}", file=sys.stderr)
     if getattr(args, "ideal", False):
         from hw_models.ideal import ideal
 
         machine = ideal(machine)
     return workload, machine
+
+
+@contextmanager
+def _naming(workload, machine) -> Iterator[None]:
+    """A SimError raised while simulating (the model does not fit, no native rate) names
+    the workload file and the hardware it ran on, when the message does not already."""
+    try:
+        yield
+    except SimError as exc:
+        msg, wl = str(exc), workload.source or workload.name
+        if workload.source and workload.source in msg:
+            raise
+        if machine.source and machine.source in msg:
+            raise type(exc)(f"{msg} (workload {wl})") from None
+        raise type(exc)(f"{wl} on {machine.source or machine.name}: {msg}") from None
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -51,8 +72,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hw_models.registry import simulate
+    from sim.core.results import check_finite
 
-    from sim.apps.outputs import check_output
+    from sim.apps.outputs import check_output, transaction
 
     workload, machine = _load(args)
     for path in (args.json, args.chrome_trace):
@@ -67,14 +89,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         layers = parse_layers(args.gantt_layers)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
-        result = simulate(workload, machine, exhaustive=args.exhaustive)
-    if args.json:
-        from sim.apps.outputs import write_json
+        with _naming(workload, machine):
+            result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
+    with transaction():  # every output or none
+        _write_run_outputs(args, result, workload, machine, layers)
+    if args.quiet:
+        return 0
+    from sim.apps.report import print_report
 
+    print_report(result, machine)
+    return 0
+
+
+def _write_run_outputs(args: argparse.Namespace, result, workload, machine, layers) -> None:
+    from sim.apps.outputs import chrome_trace, write_json
+
+    if args.json:
         write_json(args.json, result.to_json())
     if args.chrome_trace:
         from sim.apps.counters import step_tracks
-        from sim.apps.outputs import chrome_trace, write_json
 
         decode = f"decode step (kv_len {result.decode_kv_len})"
         write_json(args.chrome_trace, chrome_trace(
@@ -89,27 +122,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         roofline(result, roofs(machine, workload.formats.activations), out / "roofline.png")
         gantt(result.decode_ops, f"one decode step, kv_len {result.decode_kv_len}", out / "decode_gantt.png",
               layers)
-    if args.quiet:
-        return 0
-    from sim.apps.report import print_report
-
-    print_report(result, machine)
-    return 0
 
 
-def cmd_roofline(args: argparse.Namespace) -> int:
-    from hw_models.registry import mapper_for
+def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]:
+    """Per op of one layer (and the embedding and head): FLOPs, bytes, the pure roofline
+    time and the simulated one."""
     from hw_models.cost import roofline_cost
     from hw_models.ideal import ideal
+    from hw_models.registry import mapper_for
     from sim.core.lowering import lower
 
-    workload, machine = _load(args)
-    if args.kv_len is not None and args.kv_len < 1:
-        raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
     model = workload.model_config_()
     mapper = mapper_for(machine, workload, model)
-    q, kv = (workload.prompt_len, workload.prompt_len) if args.phase == "prefill" else (1, args.kv_len or workload.prompt_len + 1)
-    graph = lower(model, args.phase, workload.batch, q, kv, mapper.formats, workload.flash_attention, num_layers=1)
+    graph = lower(model, phase, workload.batch, q, kv, mapper.formats, workload.flash_attention, num_layers=1)
     flat = ideal(machine)
     unit_name = machine.main_unit
     rows = []
@@ -120,6 +145,21 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         rows.append(dict(op=op.base_name, kind=op.kind, count=count, flops=op.flops, bytes=op.bytes,
                          intensity=op.flops / op.bytes if op.bytes else 0.0, bound=pure.bound,
                          roofline_s=pure.duration_s, simulated_s=real.duration_s))
+    return rows
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from sim.apps.outputs import check_output
+
+    workload, machine = _load(args)
+    if args.kv_len is not None and args.kv_len < 1:
+        raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
+    if args.json:
+        check_output(args.json)
+    model = workload.model_config_()
+    q, kv = (workload.prompt_len, workload.prompt_len) if args.phase == "prefill" else (1, args.kv_len or workload.prompt_len + 1)
+    with _naming(workload, machine):
+        rows = _roofline_rows(workload, machine, args.phase, q, kv)
     totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),
                   simulated_s=sum(r["simulated_s"] * r["count"] for r in rows),
                   flops=sum(r["flops"] * r["count"] for r in rows), bytes=sum(r["bytes"] * r["count"] for r in rows))
@@ -138,7 +178,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
                   r["bound"], fmt_time(r["roofline_s"]), fmt_time(r["simulated_s"]))
     t.add_row("total", "", "", f"{totals['flops']:.3g}", f"{totals['bytes']:.3g}", "", "",
               fmt_time(totals["roofline_s"]), fmt_time(totals["simulated_s"]), style="bold")
-    Console().print(t)
+    Console(markup=False).print(t)
     return 0
 
 
@@ -163,7 +203,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
         t.add_row(f"weights in {f}", f"{by_fmt[f]:,} bytes ({by_fmt[f] / 1e9:.2f} GB)")
     for f in fmts:
         t.add_row(f"KV cache per token in {f}", f"{kv[f]:,.0f} bytes")
-    Console().print(t)
+    Console(markup=False).print(t)
     return 0
 
 
@@ -176,14 +216,14 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         try:
             m = load_machine(name)
         except SimError as exc:
-            rows.append((name, "?", "", "", "", f"[red]{exc}[/red]"))
+            rows.append((name, "?", "", "", "", Text(str(exc), style="red")))
             continue
         tier = m.memory[m.device_tier]
         unit = m.units[m.main_unit]
         best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
         rows.append((name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
                      f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
-    console = Console()
+    console = Console(markup=False)
     t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)",
               show_edge=False)
     cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
@@ -224,10 +264,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
     fmts = [get_format(n) for n in names]        # unknown names fail before any work
     if args.array:
         path = Path(args.array)
-        try:
-            x = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise SimError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
+        x = _numeric_array(path)
         source = f"{path} {x.shape}"
     else:
         x = np.random.default_rng(0).standard_normal((256, 4096)).astype(np.float32)
@@ -249,8 +286,28 @@ def cmd_formats(args: argparse.Namespace) -> int:
         t.add_row(r["format"], f"{r['bits_per_element']:.3f}",
                   {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
                   f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
-    Console().print(t)
+    Console(markup=False).print(t)
     return 0
+
+
+def _numeric_array(path: Path):
+    """A .npy file of real numbers, all finite (a NaN would score as an infinite SQNR)."""
+    import numpy as np
+
+    try:
+        x = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise SimError(f"{path}: not a readable .npy array ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
+    if not isinstance(x, np.ndarray):  # np.load gives an NpzFile for .npz archives
+        raise SimError(f"{path}: a .npz archive; expected one .npy array")
+    if x.dtype.kind not in "biuf" and x.dtype.name != "bfloat16":
+        raise SimError(f"{path}: array of dtype {x.dtype}; expected real numbers")
+    if x.size == 0:
+        raise SimError(f"{path}: empty array")
+    x = x.astype(np.float64) if x.dtype.kind in "biu" or x.dtype.name == "bfloat16" else x
+    if not np.isfinite(x).all():
+        raise SimError(f"{path}: array holds NaN or infinite values; the error of a format is undefined there")
+    return x
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -308,9 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        parser = build_parser()  # imports every subcommand: Ctrl-C may land here
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except SimError as exc:
         print(f"error: {exc}", file=sys.stderr)

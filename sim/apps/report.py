@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from hw_models.base import Section
 from hw_models.machine import Machine
@@ -51,7 +52,7 @@ def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> T
 
 
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
-    c = console or Console()
+    c = console or Console(markup=False)
     m = result.model
     c.print(_kv_table("Model", [
         ("name", m["name"]),
@@ -98,6 +99,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     for section in report_sections(result):
         c.print(render_section(section))
     for note in result.notes:
-        c.print(f"[yellow]warning:[/yellow] {note}")
-    c.print(f"[dim]{result.simulated_steps} steps simulated"
-            f"{' exhaustively' if result.exhaustive else ' (identical layers folded, decode steps interpolated; --exhaustive to check)'}[/dim]")
+        c.print(Text.assemble(("warning:", "yellow"), f" {note}"))
+    c.print(Text(f"{result.simulated_steps} steps simulated"
+                 f"{' exhaustively' if result.exhaustive else ' (identical layers folded, decode steps interpolated; --exhaustive to check)'}",
+                 style="dim"))

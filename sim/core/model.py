@@ -104,12 +104,18 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     missing = [k for k in _REQUIRED if k not in fields]
     if missing:
         raise ConfigError(f"{where(source, 'model')}missing {', '.join(missing)}")
+    tie = fields.get("tie_word_embeddings")
+    if tie is not None and not isinstance(tie, bool):  # "no" is truthy; a typo must not tie the head
+        raise ConfigError(f"{where(source, 'model.tie_word_embeddings')}must be true or false, got {tie!r}")
     for key, value in fields.items():
         if key in ("family", "tie_word_embeddings"):
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{where(source, 'model.' + key)}must be a positive integer, got {value!r}")
     h, heads = fields["hidden_size"], fields["num_heads"]
+    if "head_dim" not in fields and h % heads:  # h // heads would silently drop columns (or be 0)
+        raise ConfigError(f"{where(source, 'model.hidden_size')}{h} is not divisible by {heads} attention heads; "
+                          "give head_dim explicitly")
     fields.setdefault("num_kv_heads", heads)
     fields.setdefault("head_dim", h // heads)
     fields.setdefault("intermediate_size", 4 * h)
@@ -130,7 +136,7 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     if text.lower() in presets:
         return from_mapping(presets[text.lower()], text.lower())
     path = Path(text)
-    if source and not path.is_absolute() and not path.exists():
+    if source and not path.is_absolute():  # the workload's own folder first, then the current one
         candidate = Path(source).parent / path
         path = candidate if candidate.exists() else path
     if path.suffix in (".json", ".yaml", ".yml") or path.exists():
@@ -138,7 +144,9 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
             raise ConfigError(f"{where(source, 'model')}model config file {text!r} not found")
         if path.suffix == ".json":
             try:
-                raw = json.loads(path.read_text())
+                raw = json.loads(path.read_bytes())
+            except UnicodeDecodeError:
+                raise ConfigError(f"{path}: not valid JSON: binary data") from None
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
         else:

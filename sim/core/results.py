@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.core.engine import Timeline
+from sim.core.errors import SimError
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,17 @@ class RunResult:
         for k, v in self.extra.get("metrics", {}).items():
             out[k] = v
         return out
+
+
+def check_finite(result: "RunResult", source: str) -> "RunResult":
+    """A run whose times are NaN, infinite or negative came from hardware figures out of
+    any physical range (a bandwidth of 1e-300 B/s); say so instead of reporting it."""
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        value = getattr(result, key)
+        if not (math.isfinite(value) and value >= 0):
+            raise SimError(f"{source}: the simulated {key} is {value}: a rate or size in the hardware "
+                           "is out of any physical range")
+    return result
 
 
 def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:

@@ -3,21 +3,27 @@ name the file and the key."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
 
 from sim.core.errors import ConfigError
-from sim.core.units import parse_quantity
+from sim.core.units import dimension_of, parse_quantity
 
 
-def _quantity(value: Any) -> float:
+def _quantity(value: Any, info: ValidationInfo) -> float:
+    """The field's name says its unit (`bandwidth_bytes_per_s`), so a quantity in
+    another dimension (`10 GB` there) is refused; a plain number is taken as SI."""
     try:
-        return parse_quantity(value)
+        out = parse_quantity(value, dimension_of(info.field_name or ""))
     except ValueError as exc:
         raise ValueError(str(exc)) from None
+    if not math.isfinite(out):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return out
 
 
 Quantity = Annotated[float, BeforeValidator(_quantity)]
@@ -27,7 +33,8 @@ M = TypeVar("M", bound=BaseModel)
 class Strict(BaseModel):
     """Base for every config section: unknown keys are errors, values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinities are never a valid figure (a NaN peak made runs silently fast).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def validation_error(exc: ValidationError, source: str, prefix: str = "") -> ConfigError:
@@ -56,18 +63,66 @@ def validate_mapping(model: type[M], raw: Any, source: str, expected: str) -> M:
         raise validation_error(exc, source) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key fails in the base class with its own message
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# A document whose aliases expand past this many values (a "billion laughs") is refused:
+# YAML shares aliased nodes, but every copy, dump and sweep expansion walks them all.
+MAX_YAML_VALUES = 1_000_000
+
+
+def _expanded_size(doc: Any) -> int:
+    """Values in `doc` with every alias expanded, counted without expanding (memo by id)."""
+    memo: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in memo:
+            return memo[id(node)]
+        memo[id(node)] = 1  # a cycle counts once; safe_load cannot build one anyway
+        children = node.values() if isinstance(node, dict) else node
+        memo[id(node)] = total = 1 + sum(min(size(c), MAX_YAML_VALUES + 1) for c in children)
+        return total
+
+    return size(doc)
+
+
 def read_yaml(path: Path) -> Any:
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; expected a YAML file")
     if not path.is_file():
         raise ConfigError(f"{path}: file not found")
     try:
-        return yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a YAML file: binary data (not UTF-8 text)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}: malformed YAML{at}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed YAML: nested too deeply") from None
+    if _expanded_size(doc) > MAX_YAML_VALUES:
+        raise ConfigError(f"{path}: YAML aliases expand to more than {MAX_YAML_VALUES:,} values; refused")
+    return doc
 
 
 def set_dotted(tree: dict[str, Any], path: str, value: Any, source: str = "override") -> None:

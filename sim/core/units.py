@@ -27,6 +27,19 @@ _UNITS = {
     "J/B": ("J/B", 1.0), "J/b": ("J/B", 8.0),
 }
 
+# A field's unit from the end of its name (the project's naming rule), longest first.
+_NAME_DIMENSIONS = (("_bytes_per_s", "bytes/s"), ("_flops_per_s", "flop/s"), ("_j_per_byte", "J/B"),
+                    ("_bytes", "bytes"), ("_hz", "Hz"), ("_w", "W"), ("_s", "s"))
+
+
+def dimension_of(name: str) -> str | None:
+    """The dimension a key named like `capacity_bytes` or `latency_s` wants; None if unsaid."""
+    for suffix, dim in _NAME_DIMENSIONS:
+        if name.endswith(suffix) or name == suffix[1:]:
+            return dim
+    return None
+
+
 _RE = re.compile(r"^\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
 
 

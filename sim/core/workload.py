@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -21,10 +21,10 @@ def _known_format(name: str) -> str:
     """A pydantic validator: an unknown format is a ValueError, so the error names
     the key (`formats.weights`, `formats.overrides.lm_head`), not just `formats`."""
     try:
-        get_format(name)  # raises with the list of known formats
+        # The canonical name: `half` and `fp16` are one configuration (one sweep point).
+        return get_format(name).name  # raises with the list of known formats
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
-    return name
 
 
 FormatName = Annotated[str, AfterValidator(_known_format)]
@@ -49,11 +49,12 @@ class Formats(Strict):
 class Workload(Strict):
     name: str = "workload"
     model: str | dict[str, Any]
-    batch: int = Field(default=1, gt=0)
-    prompt_len: int = Field(default=512, gt=0)
-    gen_len: int = Field(default=128, gt=0)
+    # Strict: `batch: true` or `batch: "4"` is a mistake, not a 1 or a 4.
+    batch: StrictInt = Field(default=1, gt=0)
+    prompt_len: StrictInt = Field(default=512, gt=0)
+    gen_len: StrictInt = Field(default=128, gt=0)
     formats: Formats = Formats()
-    flash_attention: bool = False
+    flash_attention: StrictBool = False
     # How narrow formats compute where the hardware lacks them: `auto` dequantizes
     # weights into a native format (weight-only quantization); `native` demands native units.
     compute: Literal["auto", "native"] = "auto"

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["load_results"]
+__all__ = ["load_results", "DEFAULT_MAX_POINTS"]
+
+# More points than this is almost always a typo (`step: 1` up to 1e8); `--max-points` raises it.
+DEFAULT_MAX_POINTS = 100_000
 
 
 def load_results(out_dir: str) -> "pandas.DataFrame":

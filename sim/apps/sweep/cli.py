@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.core.errors import ConfigError
 
 
@@ -17,13 +18,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("sim sweep: --out DIR is required (the results folder; rerun with the same one to resume)")
     from sim.apps.sweep.run import run_sweep
 
+    if args.max_points is not None and args.max_points < 1:
+        raise ConfigError(f"--max-points {args.max_points}: must be at least 1")
     s = run_sweep(args.spec, args.out, workers=args.workers, executor=args.executor,
-                  progress=not args.quiet, plots=not args.no_plots)
+                  progress=not args.quiet, plots=not args.no_plots,
+                  max_points=args.max_points or DEFAULT_MAX_POINTS)
     if not args.quiet:
         _print_best(args.spec, args.out)
         print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
               + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
               file=sys.stderr)
+        if s.reused:
+            ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
+            print(f"reused stored rows (same resolved configuration) for points {ids}", file=sys.stderr)
     return 0
 
 
@@ -40,7 +47,7 @@ def _print_best(spec_path: str, out: str) -> None:
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
     if ok.empty:
         return
-    Console(stderr=True).print(best_table(spec, ok, len(df)))
+    Console(stderr=True, markup=False).print(best_table(spec, ok, len(df)))
 
 
 def best_table(spec, ok, total: int):
@@ -60,7 +67,7 @@ def best_table(spec, ok, total: int):
             continue
         goal = default_goal(m)
         row = ok.loc[ok[m].idxmin() if goal == "min" else ok[m].idxmax()]
-        t.add_row(f"{goal} {axis_for(m).name}", fmt_value(m, row[m]), 
+        t.add_row(f"{goal} {axis_for(m).name}", fmt_value(m, row[m]),
                   *(f"{row[a] * ax.scale:.4g}" if is_number(row[a]) else str(row[a]) for a, ax in axes.items()))
     return t
 
@@ -86,7 +93,9 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
     p.add_argument("--executor", metavar="KIND",
                    help="local (default), dask-local (a LocalCluster), or dask://HOST:PORT (a running scheduler)")
-    p.add_argument("--no-plots", action="store_true", help="skip the plots")
+    p.add_argument("--no-plots", action="store_true", help="skip the plots (results.csv is still written)")
+    p.add_argument("--max-points", type=int, metavar="N",
+                   help=f"refuse sweeps expanding to more than N points (default {DEFAULT_MAX_POINTS:,})")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--csv", metavar="PATH", help="export: write the results as CSV")
     p.add_argument("--parquet", metavar="PATH", help="export: write the results as Parquet")

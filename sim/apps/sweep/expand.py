@@ -9,6 +9,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import sim
 from hw_models.machine import Machine, machine_from_dict, preset_names, raw_machine
 from sim.core.errors import ConfigError
 from sim.core.schema import file_dict, read_yaml, set_dotted
+from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.spec import Range, SweepSpec
 from sim.core.workload import Workload, load_workload, workload_from_dict, workload_keys
@@ -123,6 +125,29 @@ def config_key(workload: Workload, machine: Machine) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def count_points(spec: SweepSpec) -> int:
+    """How many combinations the axes make, computed without making them."""
+    if spec.mode == "random":
+        return spec.samples or 0
+    lengths = []
+    for k, v in spec.axes.items():
+        if not isinstance(v, Range):
+            lengths.append(len(v))
+        elif v.step is not None:
+            lengths.append(int(math.floor((v.max - v.min) / v.step + 1e-9)) + 1)
+        else:
+            lengths.append(v.num if v.num is not None else 1)  # values() names the missing num
+    return min(lengths) if spec.mode == "zip" else math.prod(lengths)
+
+
+def check_size(spec: SweepSpec, max_points: int) -> int:
+    n = count_points(spec)
+    if n > max_points:
+        raise ConfigError(f"{spec.source}: axes: the sweep expands to {n:,} points, over the limit of "
+                          f"{max_points:,}; narrow the axes or raise --max-points")
+    return n
+
+
 def _combinations(spec: SweepSpec) -> list[dict[str, Any]]:
     names = list(spec.axes)
     if spec.mode == "random":
@@ -169,8 +194,10 @@ def _check_paths(spec: SweepSpec, res: _Resolver, hw_refs: list[str]) -> None:
                 res.machine(ref, hw, where)
 
 
-def expand(spec: SweepSpec) -> list[Point]:
-    """All points of the sweep, validated, after the `when` constraint, without duplicates."""
+def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]:
+    """All points of the sweep, validated, after the `when` constraint, without duplicates.
+    More than `max_points` combinations is refused before any is made."""
+    check_size(spec, max_points)
     wl_path = spec.workload_path()
     load_workload(wl_path)  # the base workload must be valid on its own
     wl_raw = read_yaml(wl_path)

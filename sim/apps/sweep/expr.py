@@ -14,6 +14,7 @@ the expression is compiled, before any point runs. Nothing is ever `eval`ed.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -31,6 +32,7 @@ _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
 }
 _FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
 _MAX_EXPONENT = 64  # keeps `10 ** 10 ** 10` from hanging the sweep
+_MAX_DIGITS = 300   # and `((9 ** 64) ** 64) ** 64`, whose exponents are each small
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -139,15 +141,23 @@ def _eval(node: ast.AST, lookup: Callable[[str], Any], text: str) -> Any:
         left, right = _eval(node.left, lookup, text), _eval(node.right, lookup, text)
         if not all(isinstance(v, (int, float)) for v in (left, right)):
             raise ConfigError(f"when: arithmetic needs numbers, got {left!r} and {right!r} in {text!r}")
-        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > _MAX_EXPONENT:
-            raise ConfigError(f"when: exponent {right} too large in {text!r}")
+        if isinstance(node.op, ast.Pow):
+            _check_power(left, right, text)
         try:
-            return _BINOPS[type(node.op)](left, right)
-        except (TypeError, ZeroDivisionError) as exc:
+            out = _BINOPS[type(node.op)](left, right)
+        except (TypeError, ZeroDivisionError, OverflowError, ValueError) as exc:
             raise ConfigError(f"when: {exc} in {text!r}") from None
+        if not isinstance(out, (int, float)):  # (-8) ** 0.5 is complex
+            raise ConfigError(f"when: {ast.unparse(node)} is not a real number in {text!r}")
+        return out
     if isinstance(node, ast.UnaryOp):
         v = _eval(node.operand, lookup, text)
-        return -v if isinstance(node.op, ast.USub) else (+v if isinstance(node.op, ast.UAdd) else not v)
+        if isinstance(node.op, ast.Not):
+            return not v
+        if not isinstance(v, (int, float)):
+            raise ConfigError(f"when: unary {'-' if isinstance(node.op, ast.USub) else '+'} needs a number, "
+                              f"got {v!r} in {text!r}")
+        return -v if isinstance(node.op, ast.USub) else +v
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.And):
             return all(_eval(v, lookup, text) for v in node.values)
@@ -166,8 +176,21 @@ def _eval(node: ast.AST, lookup: Callable[[str], Any], text: str) -> Any:
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_eval(v, lookup, text) for v in node.elts]
     if isinstance(node, ast.Call):
-        return _FUNCS[node.func.id](*(_eval(a, lookup, text) for a in node.args))
+        args = [_eval(a, lookup, text) for a in node.args]
+        try:
+            return _FUNCS[node.func.id](*args)
+        except (TypeError, ValueError) as exc:  # min(), max([]), abs("x")
+            raise ConfigError(f"when: {node.func.id}: {exc} in {text!r}") from None
     raise ConfigError(f"when: cannot evaluate {type(node).__name__} in {text!r}")  # unreachable after _check
+
+
+def _check_power(base: float, exponent: float, text: str) -> None:
+    """Refuse a power whose result would be huge: a big integer power takes minutes (and
+    memory) to compute, a float one overflows. Sizes up to 1e300 are plenty for a constraint."""
+    if abs(exponent) > _MAX_EXPONENT:
+        raise ConfigError(f"when: exponent {exponent} too large in {text!r}")
+    if abs(base) > 1 and exponent > 0 and math.log10(abs(base)) * exponent > _MAX_DIGITS:
+        raise ConfigError(f"when: {base!r:.20} ** {exponent} is too large (over 1e{_MAX_DIGITS}) in {text!r}")
 
 
 def lookup_in(tree: Mapping[str, Any], where: str = "when") -> Callable[[str], Any]:

@@ -9,19 +9,28 @@ the store: one commit per finished point.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
+import importlib.util
 import os
+import signal
+import sys
 import time
 import traceback
 import warnings
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from sim.core.errors import ConfigError, SimError
+from sim.apps.outputs import check_output, transaction
+from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expand import Point, expand
 from sim.apps.sweep.spec import SweepSpec, load_spec
 from sim.apps.sweep.store import Store
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def run_point(config: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +39,7 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
     leaves the others intact."""
     from hw_models.machine import machine_from_dict
     from hw_models.registry import simulate
+    from sim.core.results import check_finite
     from sim.core.workload import workload_from_dict
 
     t0 = time.perf_counter()
@@ -39,7 +49,7 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # context-length notes; the row carries the numbers
             # detail=False: metrics only, without the per-op timelines a report draws (half the time).
-            metrics = simulate(workload, machine, detail=False).metrics()
+            metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0)
     except SimError as exc:
@@ -59,9 +69,11 @@ def make_executor(executor: "str | cf.Executor | None", workers: int | None) -> 
     if isinstance(executor, cf.Executor):
         yield executor
         return
+    check_executor(executor, workers)
     with ExitStack() as stack:
         if executor in (None, "", "local"):
-            pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1)
+            pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                                          initializer=die_with_parent, initargs=(os.getpid(),))
             stack.callback(pool.shutdown, wait=True, cancel_futures=True)
             yield pool
             return
@@ -80,9 +92,29 @@ def make_executor(executor: "str | cf.Executor | None", workers: int | None) -> 
                 client = stack.enter_context(Client(address, timeout="10s"))
             except OSError as exc:
                 raise ConfigError(f"--executor {executor}: cannot reach the Dask scheduler: {exc}") from None
-        else:
-            raise ConfigError(f"--executor {executor!r}: expected local, dask-local or dask://HOST:PORT")
         yield client.get_executor()
+
+
+def check_executor(executor: "str | cf.Executor | None", workers: int | None) -> None:
+    """The --executor and --workers values, checked before anything is created."""
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers {workers}: must be at least 1")
+    if isinstance(executor, cf.Executor) or executor in (None, "", "local"):
+        return
+    if not (executor == "dask-local" or isinstance(executor, str) and executor.startswith("dask://")
+            and len(executor) > len("dask://")):
+        raise ConfigError(f"--executor {executor!r}: expected local, dask-local or dask://HOST:PORT")
+    if importlib.util.find_spec("distributed") is None:
+        raise ConfigError(f"--executor {executor}: needs dask (pip install -e .[cluster])")
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Pool initializer: a worker is killed when the sweep's process dies, even by SIGKILL
+    (Linux PR_SET_PDEATHSIG; elsewhere the pool's own shutdown is all there is)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the line above ran
+        os._exit(1)
 
 
 @dataclass
@@ -92,6 +124,7 @@ class Summary:
     ran: int
     failed: int       # of those run now
     seconds: float    # running the points: first submit to last result (no executor start-up)
+    reused: list[int] = field(default_factory=list)   # point ids whose stored rows were reused
 
     @property
     def points_per_s(self) -> float:
@@ -132,7 +165,7 @@ def run_points(points: list[Point], store: Store, executor: cf.Executor, progres
                 except cf.CancelledError:
                     continue
                 except Exception as exc:  # the executor lost the point (worker died): not stored, retried on rerun
-                    bar.console.print(f"[yellow]point {point.index} lost: {type(exc).__name__}: {exc}[/yellow]")
+                    bar.console.print(f"point {point.index} lost: {type(exc).__name__}: {exc}", markup=False, style="yellow")
                     continue
                 store.add(point, outcome)
                 ran += 1
@@ -146,35 +179,38 @@ def run_points(points: list[Point], store: Store, executor: cf.Executor, progres
 
 
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | None = None,
-              executor: "str | cf.Executor | None" = None, progress: bool = True, plots: bool = True) -> Summary:
-    """Expand, skip what the store holds, run the rest, write results.csv and the plots."""
+              executor: "str | cf.Executor | None" = None, progress: bool = True, plots: bool = True,
+              max_points: int = DEFAULT_MAX_POINTS) -> Summary:
+    """Expand, skip what the store holds, run the rest, write results.csv and (unless not
+    `plots`) the plots. Everything is checked before the output folder is touched."""
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    points = expand(spec)  # everything is validated before anything runs
+    check_executor(executor, workers)
+    points = expand(spec, max_points)  # everything is validated before anything runs
     out = Path(out_dir)
-    with Store(out) as store:
+    check_output(out, directory=True)
+    with Store(out, lock=True) as store:  # one writer per folder until the plots are drawn
+        reused = store.adopt(points)
         store.set_meta(name=spec.name, spec=spec.model_dump(mode="json"), keys=[p.key for p in points],
                        axes=list(spec.axes))
-        done = store.done_keys()
+        done = {p.key for p in reused}
         todo = [p for p in points if p.key not in done]
         ran = failed = 0
         seconds = 0.0
         if todo:
             with make_executor(executor, workers) as ex:
                 ran, failed, seconds = run_points(todo, store, ex, progress, description=spec.name)
-    if plots:
-        finish(spec, out)
-    return Summary(len(points), len(points) - len(todo), ran, failed, seconds)
+        finish(spec, out, plots)
+    return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused])
 
 
-def finish(spec: SweepSpec, out: Path) -> list[Path]:
-    """results.csv and the plots, from the store."""
+def finish(spec: SweepSpec, out: Path, plots: bool = True) -> list[Path]:
+    """results.csv and the plots, from the store; all of them or none."""
     from sim.apps.sweep import plots as sweep_plots
-    from sim.apps.sweep.store import export
+    from sim.apps.sweep.store import export, load_results
 
-    written = export(out, csv=out / "results.csv")
-    from sim.apps.sweep.store import load_results
-
-    df = load_results(out)
-    written += sweep_plots.draw_all(spec, df, out)
+    with transaction():
+        written = export(out, csv=out / "results.csv")
+        if plots:
+            written += sweep_plots.draw_all(spec, load_results(out), out)
     return written

@@ -119,6 +119,14 @@ class Plot(Strict):
     label: str | None = None        # pareto: column whose value labels each front point
     file: str | None = None         # PNG name; default derived from kind and columns
 
+    @field_validator("file")
+    @classmethod
+    def _plain_name(cls, v: str | None) -> str | None:
+        # The file lands in --out/plots/; a path could write anywhere the user can.
+        if v is not None and (not v.strip() or "/" in v or "\\" in v or v.startswith(".") or "\0" in v):
+            raise ValueError(f"{v!r}: a plain file name (written under --out/plots/), not a path")
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> "Plot":
         if self.kind == "heatmap" and not self.z:

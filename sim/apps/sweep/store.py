@@ -9,11 +9,14 @@ makes a duplicate row impossible.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import sim
 from sim.core.errors import ConfigError
@@ -42,22 +45,61 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 """
 
 
+@contextmanager
+def db_errors(path: Path) -> Iterator[None]:
+    """SQLite and OS errors (a read-only, full or corrupt store) as one line naming the file."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{path}: sweep store unusable: {exc} (read-only, full or not a sweep database?)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: sweep store unusable: {exc.strerror or exc}") from None
+
+
 class Store:
-    def __init__(self, out_dir: str | Path, create: bool = True):
+    """The store of `out_dir`. With `lock`, this process is the folder's only writer
+    until close(): a second sweep on the same --out is refused, not interleaved."""
+
+    def __init__(self, out_dir: str | Path, create: bool = True, lock: bool = False):
         self.dir = Path(out_dir)
-        path = self.dir / DB_NAME
-        if not create and not path.is_file():
+        self.path = self.dir / DB_NAME
+        self._lock: Any = None
+        if not create and not self.path.is_file():
             raise ConfigError(f"{self.dir}: no sweep results here ({DB_NAME} not found)")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with db_errors(self.path):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if lock:
+                self._take_lock()
+            try:
+                self._open()
+            except BaseException:
+                if self._lock is not None:
+                    os.close(self._lock)
+                raise
+
+    def _open(self) -> None:
         # WAL: each commit is one append, readers never block the writer.
-        self.db = sqlite3.connect(path, timeout=30)
+        self.db = sqlite3.connect(self.path, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # durable across process kills
         self.db.executescript(_SCHEMA)
         self.db.commit()
 
+    def _take_lock(self) -> None:
+        # A flock on the folder itself: no lock file to leave behind, and the kernel releases
+        # it when the process dies, so a killed sweep leaves no stale lock.
+        self._lock = os.open(self.dir, os.O_RDONLY)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise ConfigError(f"{self.dir}: another sweep is writing to this folder; wait for it to finish "
+                              "or give another --out") from None
+
     def close(self) -> None:
         self.db.close()
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
 
     def __enter__(self) -> "Store":
         return self
@@ -66,19 +108,33 @@ class Store:
         self.close()
 
     def set_meta(self, **items: Any) -> None:
-        with self.db:
+        with db_errors(self.path), self.db:
             self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                 [(k, json.dumps(v)) for k, v in items.items()])
 
     def meta(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self.db.execute("SELECT k, v FROM meta")}
+        with db_errors(self.path):
+            return {k: json.loads(v) for k, v in self.db.execute("SELECT k, v FROM meta")}
 
     def done_keys(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT key FROM points")}
+        with db_errors(self.path):
+            return {k for (k,) in self.db.execute("SELECT key FROM points")}
+
+    def adopt(self, points: list["Point"]) -> list["Point"]:
+        """The `points` already stored (same resolved config, so the same result), relabelled
+        with this sweep's index, axes and columns: a changed spec shows its own axes on
+        reused rows, not the old spec's (nor NaN for an axis the old one lacked)."""
+        done = self.done_keys()
+        reused = [p for p in points if p.key in done]
+        with db_errors(self.path), self.db:
+            self.db.executemany("UPDATE points SET idx = ?, axes = ?, columns = ? WHERE key = ?",
+                                [(p.index, json.dumps(p.axes), json.dumps(p.columns, default=str), p.key)
+                                 for p in reused])
+        return reused
 
     def add(self, point: "Point", outcome: dict[str, Any]) -> None:
         """Record one finished point and commit at once. A second add of the same key is ignored."""
-        with self.db:
+        with db_errors(self.path), self.db:
             self.db.execute(
                 "INSERT OR IGNORE INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (point.key, point.index, json.dumps(point.axes), json.dumps(point.columns, default=str),
@@ -88,8 +144,11 @@ class Store:
     def rows(self, keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
         wanted = set(keys) if keys is not None else None
         out = []
-        for key, idx, axes, columns, status, error, metrics, seconds in self.db.execute(
-                "SELECT key, idx, axes, columns, status, error, metrics, seconds FROM points ORDER BY idx, key"):
+        with db_errors(self.path):
+            stored = self.db.execute(
+                "SELECT key, idx, axes, columns, status, error, metrics, seconds FROM points ORDER BY idx, key"
+            ).fetchall()
+        for key, idx, axes, columns, status, error, metrics, seconds in stored:
             if wanted is not None and key not in wanted:
                 continue
             row: dict[str, Any] = {"point": idx, **json.loads(axes), **json.loads(columns)}

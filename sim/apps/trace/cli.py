@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sim.core.errors import ConfigError
 from sim.core.units import fmt_time
 
 
@@ -17,6 +18,21 @@ def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
     p.add_argument("--model", help="model of a vidur Chrome trace when its folder does not say (e.g. llama2-7b)")
     p.add_argument("--tokens", type=int, help="token count of a vidur Chrome trace when its name does not say")
     p.add_argument("--tp", type=int, help="only this tensor-parallel degree of a vidur table")
+
+
+# Kinds whose mappers cost one op or one folded layer at a time, as replay and validate
+# need; offload and spatial mappers schedule whole models only.
+REPLAY_KINDS = ("gpu", "cpu", "pim")
+
+
+def _machine(spec: str, command: str):
+    from hw_models.machine import load_machine
+
+    machine = load_machine(spec)
+    if machine.kind not in REPLAY_KINDS:
+        raise ConfigError(f"--hw {spec}: kind {machine.kind!r}; sim {command} supports "
+                          f"{', '.join(REPLAY_KINDS)} presets (offload and spatial schedule whole models only)")
+    return machine
 
 
 def _load(args: argparse.Namespace, paths):
@@ -31,20 +47,22 @@ def _load(args: argparse.Namespace, paths):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from hw_models.machine import load_machine
+    from sim.apps.outputs import check_output, transaction, write_json
+    from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
 
-    v = validate(_load(args, args.traces), load_machine(args.hw))
-    if args.json:
-        from sim.apps.outputs import write_json
-
-        write_json(args.json, v.to_json())
-    if args.plot:
-        from sim.apps.trace.plots import scatter
-
-        scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
-    console = Console()
+    machine = _machine(args.hw, "validate")
+    for path in (args.json, args.plot):
+        if path:
+            check_output(path)  # before the work, not after it
+    v = validate(_load(args, args.traces), machine)
+    with transaction():  # both outputs or neither
+        if args.json:
+            write_json(args.json, v.to_json())
+        if args.plot:
+            scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
+    console = Console(markup=False)
     t = Table(title=f"measured vs simulated on {v.machine}")
     for col in ("step", "op", "kind", "measured", "simulated", "error"):
         t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
@@ -79,12 +97,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from hw_models.machine import load_machine
+    from sim.apps.outputs import check_output
     from sim.apps.trace.replay import replay
 
-    machine = load_machine(args.hw)
-    source = load_machine(args.source_hw) if args.source_hw else None
-    console = Console()
+    machine = _machine(args.hw, "replay")
+    source = _machine(args.source_hw, "replay") if args.source_hw else None
+    if args.json:
+        check_output(args.json)
+    console = Console(markup=False)
     for trace in _load(args, [args.traces]):
         r = replay(trace, machine, source)
         if args.json:
@@ -143,9 +163,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     base = load_machine(args.hw)
     check_output(args.output)  # before the fit, not after it
     name = args.name or Path(args.output).stem
+    if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
+        raise ConfigError(f"--name {name!r}: must be one printable line")
     cal = calibrate(_load(args, args.traces), base, per_kind=not args.single_curve, name=name)
     path = write_preset(cal, args.output)
-    console = Console()
+    console = Console(markup=False)
     t = Table(title=f"{name}: fitted on {sum(f.n for f in cal.by_kind.values()) or cal.overall.n} ops")
     for col in ("curve", "compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead",
                 "MAPE (fit)"):

@@ -37,6 +37,7 @@ from sim.core.engine import Interval, Timeline
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.model import ModelConfig, from_mapping, load_model
+from sim.apps.trace.meta import check_meta, measured
 
 # vidur op -> simulator op kind (sim.core.graph). QKV and gate+up are single fused GEMMs.
 VIDUR_KINDS = {
@@ -137,6 +138,13 @@ def load_trace(path: str | Path, model: str | None = None, tokens: int | None = 
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: trace file not found")
+    try:
+        return _load_trace(p, model, tokens)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a trace: binary data (not UTF-8 text)") from None
+
+
+def _load_trace(p: Path, model: str | None, tokens: int | None) -> list[Trace]:
     name = p.name
     if name.endswith(".csv"):
         with open(p, newline="") as fh:
@@ -170,8 +178,7 @@ def _meta_beside(p: Path) -> dict[str, Any]:
         if p.name.endswith(suffix):
             meta = p.with_name(p.name[: -len(suffix)] + ".meta.json")
             if meta.is_file():
-                data = _read_json(meta, "a capture_trace .meta.json")
-                return data if isinstance(data, dict) else {}
+                return check_meta(_read_json(meta, "a capture_trace .meta.json"), str(meta))
     return {}
 
 
@@ -213,7 +220,7 @@ def load_chrome_trace(p: Path, model: str | None = None, tokens: int | None = No
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ConfigError(f"{p}: not a torch Chrome trace: no traceEvents list")
-    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    spans = _spans(p, events)
     if not spans:
         raise ConfigError(f"{p}: torch Chrome trace has no complete ('X') events")
     t0 = min(float(e["ts"]) for e in spans)
@@ -315,6 +322,19 @@ def load_chrome_trace(p: Path, model: str | None = None, tokens: int | None = No
     return trace
 
 
+def _spans(p: Path, events: list[Any]) -> list[dict[str, Any]]:
+    """The complete ('X') events, with `ts` and `dur` checked and made floats."""
+    out = []
+    for i, e in enumerate(events):
+        if not (isinstance(e, dict) and e.get("ph") == "X" and "ts" in e):
+            continue
+        where = f"{p}: traceEvents[{i}] ({str(e.get('name', ''))[:40]!r})"
+        ts = measured(e["ts"], f"{where}: ts")
+        dur = measured(e.get("dur", 0.0), f"{where}: dur")
+        out.append({**e, "ts": ts, "dur": dur})
+    return out
+
+
 def _owner_by_launch(k: dict, launch_at: dict, by_thread: dict, starts: dict) -> dict | None:
     """The op annotation on the launching thread that contains the launch time."""
     corr = (k.get("args") or {}).get("correlation")
@@ -397,8 +417,10 @@ def load_ops_table(p: Path) -> Trace:
         for i, row in enumerate(csv.DictReader(fh), start=2):
             try:
                 name, step = row["op"], int(row["step"])
-                us = float(row["device_time_us"] if device == "cuda" else row["cpu_time_us"])
-                cpu_us = float(row["cpu_time_us"])
+                if step < 0:
+                    raise ValueError(f"step {step} is negative")
+                us = measured(row["device_time_us"] if device == "cuda" else row["cpu_time_us"], f"{p}: line {i}")
+                cpu_us = measured(row["cpu_time_us"], f"{p}: line {i}: cpu_time_us")
             except (KeyError, ValueError, TypeError) as exc:
                 raise ConfigError(f"{p}: line {i}: bad ops-table row ({exc})") from None
             m = _SIM_OP_RE.match(name)
@@ -443,7 +465,8 @@ def load_vidur_table(p: Path) -> list[Trace]:
     for i, row in enumerate(rows, start=2):
         try:
             tokens, tp = int(row["num_tokens"]), int(row["num_tensor_parallel_workers"])
-            times = {op: float(row[f"time_stats.{op}.median"]) * 1e-3 for op in ops}
+            times = {op: measured(row[f"time_stats.{op}.median"], f"{p}: line {i}: time_stats.{op}.median") * 1e-3
+                     for op in ops}
         except (KeyError, ValueError, TypeError) as exc:
             raise ConfigError(f"{p}: line {i}: bad vidur row ({exc})") from None
         if (tokens, tp) in seen:

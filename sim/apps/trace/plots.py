@@ -5,17 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from sim.apps.plots import _save, plt
 from sim.apps.trace.validate import OpRow
 
 
 def scatter(rows: Sequence[OpRow], title: str, path: str | Path, extra: dict[str, Sequence[OpRow]] | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     series = {"": rows} if extra is None else extra
     fig, ax = plt.subplots(figsize=(5.5, 5))
     lo, hi = float("inf"), 0.0
@@ -38,6 +33,4 @@ def scatter(rows: Sequence[OpRow], title: str, path: str | Path, extra: dict[str
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)  # atomic, and staged inside an outputs transaction

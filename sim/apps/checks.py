@@ -1,0 +1,34 @@
+"""Checks at the command line's edge: settings that are valid on their own but have no
+effect with this hardware or model. They warn (on stderr) rather than refuse, because one
+workload file is meant to run on every kind of preset."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from hw_models.kinds import section_owner
+from hw_models.machine import Machine
+from sim.core.lowering import lower
+from sim.core.model import ModelConfig
+from sim.core.workload import Workload
+
+
+def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) -> list[str]:
+    """One line per setting this run ignores, naming the workload file and key."""
+    src = workload.source or "workload"
+    notes = []
+    for key in workload.sections:
+        owner = section_owner(key, "workload")
+        if owner != machine.kind:
+            notes.append(f"{src}: {key}: only {owner} presets read it; {machine.name} is kind "
+                         f"{machine.kind!r}, so it is ignored")
+    if workload.formats.overrides:
+        # One layer of a decode step names every op kind the model has (layers repeat).
+        names = [op.name for op in lower(model, "decode", 1, 1, 2, workload.formats.policy(),
+                                         workload.flash_attention, num_layers=1).ops()]
+        for pattern in workload.formats.overrides:
+            if not any(fnmatch.fnmatchcase(n, pattern) or fnmatch.fnmatchcase(n.split(".", 1)[-1], pattern)
+                       for n in names):
+                notes.append(f"{src}: formats.overrides.{pattern}: matches no op of {model.name} "
+                             f"(op names: {', '.join(sorted({n.split('.', 1)[-1] for n in names}))})")
+    return notes

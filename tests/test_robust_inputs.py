@@ -1,0 +1,217 @@
+"""Issue 17, items 8-10: model configs, workload fields, YAML, hardware sections,
+relative model paths, and the ordinary mistakes that used to end in a traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import sim.apps.cli as cli
+from sim.apps.cli import main
+from sim.core.workload import load_workload
+from tests.conftest import ROOT
+from tests.robust_helpers import TINY_WORKLOAD, refused
+
+DATA = ROOT / "tests/data"
+CONFIG = dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
+              vocab_size=256, max_position_embeddings=512)
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY_WORKLOAD)
+    return p
+
+
+# ---------------------------------------------------------------- item 8: config.json and workload fields
+
+@pytest.mark.parametrize("change, message", [
+    (dict(hidden_size=100, num_attention_heads=3), "model.hidden_size: 100 is not divisible by 3 attention heads; give head_dim explicitly"),
+    (dict(hidden_size=4, num_attention_heads=8), "model.hidden_size: 4 is not divisible by 8 attention heads; give head_dim explicitly"),
+    (dict(head_dim=0), "model.head_dim: must be a positive integer, got 0"),
+    (dict(tie_word_embeddings="no"), "model.tie_word_embeddings: must be true or false, got 'no'"),
+])
+def test_bad_config_json(tmp_path, capsys, change, message):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**CONFIG, **change}))
+    assert refused(capsys, ["model", "show", str(cfg)], tmp_path) == f"error: {cfg}: {message}"
+
+
+def test_head_dim_given_explicitly_may_differ_from_hidden_over_heads(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**CONFIG, "hidden_size": 100, "num_attention_heads": 3, "head_dim": 32}))
+    assert main(["model", "show", str(cfg), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["head_dim"] == 32
+
+
+@pytest.mark.parametrize("line, message", [
+    ("batch: true", "batch: Input should be a valid integer"),
+    ("batch: '4'", "batch: Input should be a valid integer"),
+    ("batch: 2.0", "batch: Input should be a valid integer"),
+    ("flash_attention: 'yes'", "flash_attention: Input should be a valid boolean"),
+    ("batch: 2\nbatch: 4", "malformed YAML at line 5, column 1: duplicate key 'batch'"),
+])
+def test_workload_fields_are_strict(tmp_path, capsys, line, message):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(TINY_WORKLOAD.replace("batch: 1\n", "") + line + "\n")
+    assert refused(capsys, ["run", str(wl), "--hw", "a6000", "-q"], tmp_path) == f"error: {wl}: {message}"
+
+
+def test_format_aliases_resolve_to_one_name(tiny):
+    assert load_workload(tiny, {"formats.weights": "half"}).formats.weights == "fp16"
+
+
+@pytest.mark.parametrize("section", ["pim: {stacks: 1}", "spatial: {chips: 2}", "host: {cpu: x}"])
+def test_a_kind_section_on_another_kind_is_refused(tiny, tmp_path, capsys, section):
+    hw = tmp_path / "hw.yaml"
+    hw.write_text((ROOT / "hw_models/presets/a6000.yaml").read_text() + section + "\n")
+    name = section.split(":")[0]
+    assert refused(capsys, ["run", str(tiny), "--hw", str(hw), "-q"], tmp_path) == (
+        f"error: {hw}: {name}: a `{name}:` section belongs to kind {dict(host='offload').get(name, name)}, "
+        "not this preset's kind 'gpu'")
+
+
+def test_settings_a_gpu_preset_ignores_are_warned(tiny, capsys):
+    assert main(["run", str(tiny), "--hw", "a6000", "-q", "--set", "policy=search",
+                 "--set", "formats.overrides.lmhead=bf16"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"warning: {tiny}: policy: only offload presets read it; a6000 is kind 'gpu', "
+                      "so it is ignored")
+    assert err[1].startswith(f"warning: {tiny}: formats.overrides.lmhead: matches no op of tinyllama-1.1b (op names: ")
+    assert len(err) == 2
+
+
+# ---------------------------------------------------------------- item 9: relative model paths
+
+def test_relative_model_path_prefers_the_workloads_folder(tmp_path, monkeypatch):
+    (tmp_path / "wl").mkdir()
+    (tmp_path / "wl" / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "hidden_size": 128}))
+    (tmp_path / "wl" / "w.yaml").write_text("model: config.json\n")
+    monkeypatch.chdir(tmp_path)   # ./config.json exists too, and is another model
+    assert load_workload("wl/w.yaml").model_config_().hidden_size == 64
+
+
+# ---------------------------------------------------------------- item 10: no tracebacks
+
+@pytest.mark.parametrize("argv, name, says", [
+    (["run", "{f}", "--hw", "a6000"], "bin.yaml", "not a YAML file: binary data"),
+    (["run", "{tiny}", "--hw", "{f}"], "bin.yaml", "not a YAML file: binary data"),
+    (["model", "show", "{f}"], "bin.json", "not valid JSON"),
+    (["validate", "{f}", "--hw", "cpu_host"], "bin.ops.csv", "not a trace: binary data"),
+    (["validate", "{f}", "--hw", "cpu_host"], "mlp.csv", "not a trace: binary data"),
+    (["validate", "{f}", "--hw", "cpu_host"], "bin.json", "not a torch Chrome trace"),
+])
+def test_binary_files_get_one_line(tiny, tmp_path, capsys, argv, name, says):
+    f = tmp_path / name
+    f.write_bytes(bytes(range(255, -1, -1)) * 8)
+    line = refused(capsys, [a.format(f=f, tiny=tiny) for a in argv], tmp_path)
+    assert line.startswith(f"error: {f}: {says}")
+
+
+def test_names_with_markup_print_literally(tiny, capsys):
+    assert main(["run", str(tiny), "--hw", "a6000", "--set", "name=[/b]x[red]"]) == 0
+    assert "[/b]x[red]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["validate", "replay"])
+@pytest.mark.parametrize("hw", ["flexgen_t4", "groq_lpu"])
+def test_replay_and_validate_name_the_kinds_they_support(tmp_path, capsys, command, hw):
+    line = refused(capsys, [command, str(DATA / "trace_tinyllama_L1.ops.csv"), "--hw", hw], tmp_path)
+    assert line.startswith(f"error: --hw {hw}: kind ") and f"sim {command} supports gpu, cpu, pim presets" in line
+
+
+def _meta() -> dict:
+    return json.loads((DATA / "trace_tinyllama_L1.meta.json").read_text())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.pop("prompt"), "prompt: required key is missing"),
+    (lambda m: m.update(batch=0), "batch: Input should be greater than 0"),
+    (lambda m: m.update(layers="two"), "layers: Input should be a valid integer"),
+    (lambda m: m["steps"][1].update(step=-1), "steps.1.step: Input should be greater than or equal to 0"),
+    (lambda m: m["steps"][0].update(wall_us="slow"), "steps.0.wall_us: Input should be a valid number, unable to parse string as a number"),
+    (lambda m: m.update(decode_steps=None, steps=[{"phase": "x"}]), "steps.0.step: required key is missing"),
+    (lambda m: m.update(flash="no"), "flash: Input should be a valid boolean"),
+])
+def test_broken_trace_metadata(tmp_path, capsys, edit, message):
+    ops = tmp_path / "t.ops.csv"
+    shutil.copy(DATA / "trace_tinyllama_L1.ops.csv", ops)
+    meta = _meta()
+    edit(meta)
+    (tmp_path / "t.meta.json").write_text(json.dumps(meta))
+    line = refused(capsys, ["validate", str(ops), "--hw", "cpu_host"], tmp_path)
+    assert line == f"error: {tmp_path / 't.meta.json'}: {message}"
+
+
+@pytest.mark.parametrize("value, message", [("nan", "a duration must be finite and not negative, got 'nan'"),
+                                            ("-3", "a duration must be finite and not negative, got '-3'"),
+                                            ("fast", "expected a duration, got 'fast'")])
+def test_bad_measured_times_in_an_ops_table(tmp_path, capsys, value, message):
+    ops = tmp_path / "t.ops.csv"
+    rows = (DATA / "trace_tinyllama_L1.ops.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    first = rows[1].split(",")
+    first[header.index("cpu_time_us")] = value
+    ops.write_text("\n".join([rows[0], ",".join(first), *rows[2:]]) + "\n")
+    shutil.copy(DATA / "trace_tinyllama_L1.meta.json", tmp_path / "t.meta.json")
+    for command in (["validate", str(ops), "--hw", "cpu_host"],
+                    ["calibrate", str(ops), "--hw", "cpu_host", "-o", str(tmp_path / "c.yaml")]):
+        line = refused(capsys, command, tmp_path)
+        assert line.startswith(f"error: {ops}: line 2") and message in line
+
+
+@pytest.mark.parametrize("event, message", [
+    ({"ph": "X", "name": "a", "ts": "abc", "dur": 1}, "ts: expected a duration, got 'abc'"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": float("nan")}, "dur: a duration must be finite and not negative"),
+    ({"ph": "X", "name": "a", "ts": 1, "dur": -5}, "dur: a duration must be finite and not negative"),
+])
+def test_bad_chrome_events(tmp_path, capsys, event, message):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [event]}))
+    line = refused(capsys, ["validate", str(trace), "--hw", "cpu_host"], tmp_path)
+    assert line.startswith(f"error: {trace}: traceEvents[0] ('a'): ") and message in line
+
+
+def test_calibrate_name_must_be_one_line(tmp_path, capsys):
+    line = refused(capsys, ["calibrate", str(DATA / "trace_tinyllama_L1.ops.csv"), "--hw", "cpu_host",
+                            "-o", str(tmp_path / "c.yaml"), "--name", "a\nb"], tmp_path)
+    assert line == "error: --name 'a\\nb': must be one printable line"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: np.save(p, np.array(["a", "b"])), "array of dtype <U1; expected real numbers"),
+    (lambda p: np.save(p, np.zeros(3, dtype=[("a", "f4"), ("b", "i4")])),
+     "array of dtype [('a', '<f4'), ('b', '<i4')]; expected real numbers"),
+    (lambda p: np.save(p, np.array([1.0, np.nan])), "array holds NaN or infinite values; the error of a format is undefined there"),
+    (lambda p: np.savez(p, a=np.zeros(3)), "a .npz archive; expected one .npy array"),
+])
+def test_formats_array_must_be_finite_real_numbers(tmp_path, capsys, make, message):
+    path = tmp_path / "a.npy"
+    make(path)
+    path = next(tmp_path.iterdir())  # savez appends .npz
+    assert refused(capsys, ["formats", "--formats", "int4", "--array", str(path)], tmp_path) == f"error: {path}: {message}"
+
+
+def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["hw", "list"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["run", str(ROOT / "workloads/llama70b_decode.yaml"), "--hw", "a6000", "-q"], ("llama70b_decode.yaml", "a6000.yaml", "short by")),
+    (["run", "{tiny}", "--hw", "a6000", "-q", "--set", "compute=native", "--set", "formats.weights=mxfp4"],
+     ("tiny.yaml", "a6000.yaml", "compute: native")),
+    (["roofline", "{tiny}", "--hw", "a6000", "--set", "compute=native", "--set", "formats.weights=mxfp4"],
+     ("tiny.yaml", "a6000.yaml", "compute: native")),
+])
+def test_simulation_errors_name_the_files(tiny, tmp_path, capsys, argv, names):
+    line = refused(capsys, [a.format(tiny=tiny) for a in argv], tmp_path)
+    assert all(n in line for n in names)

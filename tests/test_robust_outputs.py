@@ -1,0 +1,165 @@
+"""Issue 17, items 1, 5, 6, 7 and 13: where outputs land, what they hold, and hardware
+values refused before they can produce nonsense."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from sim.apps import outputs
+from sim.apps.cli import main
+from sim.core.errors import ConfigError
+from tests.conftest import ROOT
+from tests.robust_helpers import TINY_WORKLOAD, refused
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(TINY_WORKLOAD)
+    return p
+
+
+# ---------------------------------------------------------------- item 1: where a write lands
+
+def test_json_to_dev_null_writes_through_and_keeps_the_device(tiny):
+    # As root the old atomic replace turned /dev/null into a regular file.
+    assert main(["run", str(tiny), "--hw", "a6000", "-q", "--json", "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_json_to_a_fifo_is_written_through(tiny, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert main(["run", str(tiny), "--hw", "a6000", "-q", "--json", str(fifo)]) == 0
+    reader.join(10)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert json.loads(got[0])["batch"] == 1
+
+
+def test_json_through_a_symlink_replaces_the_target_and_keeps_the_link(tiny, tmp_path):
+    target = tmp_path / "real" / "r.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert main(["run", str(tiny), "--hw", "a6000", "-q", "--json", str(link)]) == 0
+    assert link.is_symlink() and json.loads(target.read_text())["batch"] == 1
+    assert sorted(p.name for p in target.parent.iterdir()) == ["r.json"]  # no temp file left
+
+
+def test_a_read_only_output_is_refused_and_kept(tiny, tmp_path, capsys):
+    ro = tmp_path / "ro.json"
+    ro.write_text("keep")
+    ro.chmod(0o444)
+    line = refused(capsys, ["run", str(tiny), "--hw", "a6000", "-q", "--json", str(ro)], tmp_path)
+    assert line == f"error: {ro}: cannot write: permission denied (read-only)"
+
+
+# ---------------------------------------------------------------- item 5: all outputs or none
+
+def test_a_failing_later_output_leaves_no_earlier_one(tiny, tmp_path, capsys, monkeypatch):
+    from sim.apps import gantt as plots   # the last output written
+
+    def full_disk(*a, **k):
+        raise ConfigError(f"{tmp_path / 'plots'}: cannot write: No space left on device")
+
+    monkeypatch.setattr(plots, "gantt", full_disk)
+    refused(capsys, ["run", str(tiny), "--hw", "a6000", "-q", "--json", str(tmp_path / "ok.json"),
+                     "--plots", str(tmp_path / "plots")], tmp_path)
+
+
+def test_validate_checks_both_outputs_before_the_work(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    line = refused(capsys, ["validate", str(ROOT / "tests/data/trace_tinyllama_L1.ops.csv"), "--hw", "cpu_host",
+                            "--json", str(tmp_path / "v.json"), "--plot", str(afile / "p.png")], tmp_path)
+    assert line == f"error: {afile / 'p.png'}: cannot write: {afile} is not a directory"
+
+
+def test_transaction_lands_everything_or_nothing(tmp_path):
+    with outputs.transaction():
+        outputs.write_json(tmp_path / "a.json", {"x": 1})
+        assert not (tmp_path / "a.json").exists()  # staged, not landed
+    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
+    with pytest.raises(RuntimeError), outputs.transaction():
+        outputs.write_json(tmp_path / "b.json", {"x": 2})
+        raise RuntimeError("later failure")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+# ---------------------------------------------------------------- item 6: finite, positive, physical
+
+@pytest.mark.parametrize("setting, message", [
+    ("hw.units.gpu.peak_flops_per_s.fp16=.nan", "units.gpu.peak_flops_per_s.fp16: must be a finite number, got nan"),
+    ("hw.memory.gddr.bandwidth_bytes_per_s=.inf", "memory.gddr.bandwidth_bytes_per_s: must be a finite number"),
+    ("hw.units.gpu.efficiency.compute_ramp_s=.inf", "units.gpu.efficiency.compute_ramp_s: Input should be a finite number"),
+    ("hw.units.gpu.peak_flops_per_s.fp16=0", "units.gpu.peak_flops_per_s: fp16: must be positive"),
+    ("hw.memory.gddr.bandwidth_bytes_per_s=1e-300", "the simulated ttft_s is nan: a rate or size in the hardware"),
+    ("hw.units.gpu.peak_flops_per_s.fp16=1e-300", "the simulated ttft_s is nan: a rate or size in the hardware"),
+])
+def test_non_physical_hardware_values_are_refused(tiny, tmp_path, capsys, setting, message):
+    line = refused(capsys, ["run", str(tiny), "--hw", "a6000", "-q", "--set", setting,
+                            "--json", str(tmp_path / "r.json")], tmp_path)
+    assert "a6000.yaml" in line and message in line
+
+
+def test_json_is_standard_and_sorted():
+    text = outputs.dumps({"b": float("nan"), "a": [float("inf"), 1.5], "c": {"z": 1, "y": 2}})
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": [None, 1.5], "b": None, "c": {"y": 2, "z": 1}}
+    assert text.index('"a"') < text.index('"b"') < text.index('"c"')
+
+
+# ---------------------------------------------------------------- item 7: units have dimensions
+
+@pytest.mark.parametrize("setting, message", [
+    ("hw.memory.gddr.bandwidth_bytes_per_s=10 GB", "memory.gddr.bandwidth_bytes_per_s: '10 GB' is in bytes, expected bytes/s"),
+    ("hw.memory.gddr.capacity_bytes=80 GB/s", "memory.gddr.capacity_bytes: '80 GB/s' is in bytes/s, expected bytes"),
+    ("hw.units.gpu.peak_flops_per_s.fp16=300 GB", "units.gpu.peak_flops_per_s.fp16: '300 GB' is in bytes, expected flop/s"),
+    ("hw.units.gpu.launch_overhead_s=4 GB", "units.gpu.launch_overhead_s: '4 GB' is in bytes, expected s"),
+])
+def test_quantities_in_the_wrong_dimension_are_refused(tiny, tmp_path, capsys, setting, message):
+    line = refused(capsys, ["run", str(tiny), "--hw", "a6000", "-q", "--set", setting], tmp_path)
+    assert line.endswith(message)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("12 GB/s", "'12 GB/s' is in bytes/s, expected bytes"),
+    ("1e400", "must be a positive, finite size"),
+    ("0", "must be a positive, finite size"),
+])
+def test_max_gpu_mem_is_a_positive_finite_size(tiny, tmp_path, capsys, value, message):
+    line = refused(capsys, ["offload", "search", str(tiny), "--hw", "flexgen_t4", "--max-gpu-mem", value], tmp_path)
+    assert line.startswith(f"error: --max-gpu-mem {value!r}: ") and message in line
+
+
+# ---------------------------------------------------------------- item 13: byte-identical outputs
+
+_TWICE = """
+import sys
+from sim.apps.cli import main
+for hw in ("flexgen_t4", "hbm_pim"):
+    assert main(["run", sys.argv[1], "--hw", hw, "-q", "--json", f"{sys.argv[2]}/{hw}.json"]) == 0
+"""
+
+
+def test_the_same_run_gives_the_same_bytes_under_any_hash_seed(tiny, tmp_path):
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed
+        out.mkdir()
+        subprocess.run([sys.executable, "-c", _TWICE, str(tiny), str(out)], check=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONHASHSEED": seed})
+        outs.append({p.name: p.read_bytes() for p in out.iterdir()})
+    assert sorted(outs[0]) == ["flexgen_t4.json", "hbm_pim.json"]
+    assert outs[0] == outs[1]
