@@ -10,7 +10,6 @@ from hw_models.registry import mapper_for
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.footprint import weight_bytes
-from sim.core.generation import step_time
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
 from sim.core.moe import ExpertLoad, route
@@ -107,7 +106,7 @@ def test_mixtral_decode_step_by_hand():
 def _decode_s(batch: int) -> float:
     w = Workload(model="mixtral-8x7b", batch=batch, prompt_len=128, gen_len=2)
     mapper = mapper_for(load_machine("h200"), w, w.model_config_())
-    return step_time(mapper, "decode", 1, 129).time_s
+    return mapper.step("decode", 1, 129).time_s
 
 
 def test_mixtral_decode_time_steps_with_experts_touched():
