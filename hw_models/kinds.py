@@ -25,7 +25,7 @@ class KindEntry:
 
 
 KINDS: dict[str, KindEntry] = {
-    "gpu": KindEntry("hw_models.gpu"),
+    "gpu": KindEntry("hw_models.gpu", (), ("parallel",)),
     "cpu": KindEntry("hw_models.gpu"),
     "offload": KindEntry("hw_models.offload", ("host",), ("policy",)),
     "pim": KindEntry("hw_models.pim", ("pim",), ("pim_policy",)),

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_VALIDATION = ROOT.parent / "shared" / "validation"
+# ../shared/validation beside the checkout; SIM_SHARED_VALIDATION points elsewhere (a git worktree).
+SHARED_VALIDATION = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 

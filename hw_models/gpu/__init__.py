@@ -4,13 +4,14 @@ in issue order on one stream, each a roofline with the preset's efficiency curve
 from __future__ import annotations
 
 from hw_models.base import Section
-from hw_models.gpu.mapper import GpuMapper
+from hw_models.gpu.parallel import MAPPER as _mapper
+from hw_models.gpu.parallel import ParallelPlan
 from sim.core.results import RunResult
 
 KIND = "gpu"
-MAPPER = GpuMapper
+MAPPER = _mapper           # GpuMapper, or ParallelGpuMapper for a workload with `parallel:`
 PRESET_SCHEMA = None        # no section of its own
-WORKLOAD_SCHEMAS: dict = {}
+WORKLOAD_SCHEMAS: dict = {"parallel": ParallelPlan}   # tp, pp, dp, ep, micro_batches, topology
 register = None             # no subcommand of its own
 roofs = None               # each unit's own roof suffices
 

@@ -81,12 +81,13 @@ class CollectiveCost:
     energy_j: float = 0.0
 
 
-def plan(graph: OpGraph) -> tuple[list[OpSplit], set[str]]:
+def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset()) -> tuple[list[OpSplit], set[str]]:
     """Per op in graph order, how it splits; and the names of the sharded
-    activation tensors."""
+    activation tensors. `sharded_inputs`: activations that enter the graph from
+    outside it already sharded (a partial graph, e.g. one that leaves attention out)."""
     ops = list(graph.ops())
     read = {t.name for op in ops for t in op.reads if t.role == "activation"}
-    sharded: set[str] = set()
+    sharded: set[str] = set(sharded_inputs)
     out: list[OpSplit] = []
     for op in ops:
         acts = [t for t in op.reads if t.role == "activation"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sim.core.formats import get_format
@@ -12,19 +13,39 @@ from sim.core.units import fmt_bytes
 
 
 def weight_bytes(model: ModelConfig, formats: FormatPolicy) -> int:
-    """Every weight tensor once, in its format (a tied LM head counts once)."""
-    graph = lower(model, "decode", 1, 1, 1, formats, num_layers=1)
-    full_rows = {"embed_tokens": model.vocab_size, "embed_positions": model.max_position_embeddings + 2}
+    """Every weight tensor once, in its format (a tied LM head counts once), all
+    experts included (a step's graph reads only the routed ones)."""
+    # Lower one layer of each kind: the leading dense layers of an MoE model, then one MoE layer.
+    lowered = min(model.num_layers, model.first_dense_layers + 1) if model.is_moe else 1
+    graph = lower(model, "decode", 1, 1, 1, formats, num_layers=lowered)
     seen: dict[str, int] = {}
     for op in graph.ops():
         for t in op.reads:
             if t.role != "weight":
                 continue
-            shape = (full_rows[t.name], t.shape[1]) if t.name in full_rows else t.shape
-            size = get_format(t.fmt).storage_bytes(shape)
-            per_layer = model.num_layers if t.name.startswith("L0.") else 1
+            size = get_format(t.fmt).storage_bytes(_resident_shape(model, t.name, t.shape))
+            layer = _LAYER.match(t.name)
+            # The last lowered layer stands for itself and every layer after it.
+            last = layer is not None and int(layer.group(1)) == lowered - 1
+            per_layer = model.num_layers - lowered + 1 if last else 1
             seen[t.name] = max(seen.get(t.name, 0), size * per_layer)
     return sum(seen.values())
+
+
+_LAYER = re.compile(r"^L(\d+)\.")
+
+
+def _resident_shape(model: ModelConfig, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The whole tensor of which a step reads `shape`: the embedding table, not the
+    looked-up rows; all experts, not the routed ones."""
+    if name == "embed_tokens":
+        return (model.vocab_size, shape[1])
+    if name == "embed_positions":
+        return (model.max_position_embeddings + 2, shape[1])
+    if ".expert_" in name:
+        rows = model.num_experts * model.expert_intermediate
+        return (model.hidden_size, rows) if ".expert_down." in name else (rows, model.hidden_size)
+    return shape
 
 
 def kv_bytes(model: ModelConfig, formats: FormatPolicy, batch: int, tokens: int) -> int:

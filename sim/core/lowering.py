@@ -10,6 +10,7 @@ rotated element, softmax 5, SiLU*mul 5, ReLU 1, residual add 1.
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,6 +18,7 @@ from sim.core import graph as g
 from sim.core.formats import get_format
 from sim.core.graph import Op, OpGraph, TensorUse
 from sim.core.model import ModelConfig
+from sim.core.moe import route
 
 
 @dataclass(frozen=True)
@@ -170,14 +172,60 @@ def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, 
         up = _linear(b, i, "fc1", hn, m.intermediate_size, True, "fc1_out")
         a = b.act(f"{L}.act_out", T, m.intermediate_size)
         b.add(f"{L}.act", g.ELEMENTWISE, T * m.intermediate_size, [up], [a], i, tokens=T, hidden=m.intermediate_size)
-        mlp = _linear(b, i, "fc2", a, h, True, "mlp_out")
+        branches = [_linear(b, i, "fc2", a, h, True, "mlp_out")]
+    elif m.is_moe_layer(i):
+        branches = [_moe(b, m, i, hn)]
+        if m.shared_intermediate:
+            branches.append(_swiglu(b, i, hn, m.shared_intermediate, "shared_"))
     else:
-        gate = _linear(b, i, "gate_proj", hn, m.intermediate_size, False, "gate")
-        up = _linear(b, i, "up_proj", hn, m.intermediate_size, False, "up")
-        a = b.act(f"{L}.act_out", T, m.intermediate_size)
-        b.add(f"{L}.act", g.ELEMENTWISE, 5 * T * m.intermediate_size, [gate, up], [a], i,
-              tokens=T, hidden=m.intermediate_size)
-        mlp = _linear(b, i, "down_proj", a, h, False, "mlp_out")
+        branches = [_swiglu(b, i, hn, m.intermediate_size, "")]
     out = b.act(f"L{i + 1}.in", T, h)
-    b.add(f"{L}.mlp_residual", g.ELEMENTWISE, T * h, [h1, mlp], [out], i, tokens=T, hidden=h)
+    b.add(f"{L}.mlp_residual", g.ELEMENTWISE, len(branches) * T * h, [h1, *branches], [out], i, tokens=T, hidden=h)
+    return out
+
+
+def _swiglu(b: _Builder, i: int, hn: TensorUse, width: int, prefix: str) -> TensorUse:
+    """gate/up/SiLU*mul/down; prefix "" is the dense MLP, "shared_" DeepSeek's shared experts."""
+    T, h = hn.shape
+    gate = _linear(b, i, f"{prefix}gate_proj", hn, width, False, f"{prefix}gate")
+    up = _linear(b, i, f"{prefix}up_proj", hn, width, False, f"{prefix}up")
+    a = b.act(f"L{i}.{prefix}act_out", T, width)
+    b.add(f"L{i}.{prefix}act", g.ELEMENTWISE, 5 * T * width, [gate, up], [a], i, tokens=T, hidden=width)
+    return _linear(b, i, f"{prefix}down_proj", a, h, False, f"{prefix}mlp_out")
+
+
+def _moe(b: _Builder, m: ModelConfig, i: int, hn: TensorUse) -> TensorUse:
+    """Router GEMM, top-k gating, the routed experts as grouped GEMMs, and the
+    weighted combine. The experts' work is the expected routing of sim.core.moe:
+    the grouped GEMMs read the weights of the experts touched (fractional in
+    expectation: rows = experts touched x expert width) and do the FLOPs of the
+    token-expert assignments kept after capacity."""
+    L, (T, h) = f"L{i}", hn.shape
+    E, k, f = m.num_experts, m.experts_per_token, m.expert_intermediate
+    logits = _linear(b, i, "router", hn, E, False, "router_logits")
+    r = route(E, k, m.expert_load, T)
+    touched, kept = r.experts_touched, r.assignments
+    gating = b.act(f"{L}.routing", T, k)
+    # Softmax over E logits (5 per element) and a top-k selection (k compares per logit, our convention).
+    b.add(f"{L}.topk", g.SOFTMAX, (5 + k) * T * E, [logits], [gating], i,
+          tokens=T, experts=E, top_k=k, dropped=round(r.dropped))
+    rows, a_rows = max(1, round(touched * f)), max(1, round(kept))   # shapes need integers; FLOPs stay exact
+    per_expert = max(1, math.ceil(kept / touched)) if touched else 1
+    x = b.act(hn.name, a_rows, h)   # the kept tokens' rows, gathered per expert
+
+    def grouped(name: str, src: TensorUse, w_shape: tuple[int, int], out_dim: int, n: int, k_dim: int) -> TensorUse:
+        op = f"{L}.{name}"
+        y = b.act(f"{op}.out", a_rows, out_dim)
+        b.add(op, g.GEMM, 2 * kept * h * f, [src, b.weight(op, f"{op}.w", *w_shape)], [y], i,
+              m=per_expert, n=n, k=k_dim)
+        return y
+
+    gate = grouped("expert_gate", x, (rows, h), f, rows, h)
+    up = grouped("expert_up", x, (rows, h), f, rows, h)
+    a = b.act(f"{L}.expert_act.out", a_rows, f)
+    b.add(f"{L}.expert_act", g.ELEMENTWISE, 5 * kept * f, [gate, up], [a], i, tokens=a_rows, hidden=f)
+    down = grouped("expert_down", a, (h, rows), h, max(1, round(touched * h)), f)
+    out = b.act(f"{L}.moe_out", T, h)
+    # Each kept assignment scales its expert's output by its gate weight and adds it in: 2 per element.
+    b.add(f"{L}.moe_combine", g.ELEMENTWISE, 2 * kept * h, [down, gating], [out], i, tokens=T, hidden=h)
     return out

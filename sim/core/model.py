@@ -1,4 +1,5 @@
-"""Model configurations of the LLaMA family (and OPT, for FlexGen's results).
+"""Model configurations of the LLaMA family (and OPT, for FlexGen's results),
+including Mixture-of-Experts variants (Mixtral, Qwen3-MoE, DeepSeek-V2).
 
 A model can be named by preset (`llama2-13b`), by a path to a Hugging Face
 `config.json` (or a YAML file with the same keys), or given inline as a mapping.
@@ -7,7 +8,7 @@ A model can be named by preset (`llama2-13b`), by a path to a Hugging Face
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields as dc_fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 
 from sim.core.errors import ConfigError, where
+from sim.core.moe import ExpertLoad
 from sim.core.schema import read_yaml
 
 FAMILIES = ("llama", "opt")
@@ -34,6 +36,30 @@ class ModelConfig:
     max_position_embeddings: int
     tie_word_embeddings: bool = False
     family: str = "llama"
+    # Mixture of Experts (0 experts: a dense model). Expert FFNs are SwiGLU like the dense one.
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0            # one expert's width; 0: intermediate_size (Mixtral)
+    num_shared_experts: int = 0               # always-on experts (DeepSeek), each moe_intermediate_size wide
+    shared_expert_intermediate_size: int = 0  # total shared width where given directly (Qwen2-MoE)
+    first_dense_layers: int = 0               # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    expert_load: ExpertLoad = ExpertLoad()    # how tokens spread over experts (sim.core.moe)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.is_moe and layer >= self.first_dense_layers
+
+    @property
+    def expert_intermediate(self) -> int:
+        return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def shared_intermediate(self) -> int:
+        """Total width of the shared experts (one fused SwiGLU MLP), 0 if none."""
+        return self.shared_expert_intermediate_size or self.num_shared_experts * self.expert_intermediate
 
     @property
     def q_dim(self) -> int:
@@ -43,29 +69,46 @@ class ModelConfig:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
-    def layer_params(self) -> int:
+    def layer_params(self, layer: int = 0, active: bool = False) -> int:
+        """Parameters of layer `layer`; `active`: only the k routed experts a token uses."""
         h, f = self.hidden_size, self.intermediate_size
         attn = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
         if self.family == "opt":  # biases on every projection, LayerNorm weight + bias
             return attn + self.q_dim + 2 * self.kv_dim + h + 2 * h * f + f + h + 2 * 2 * h
-        return attn + 3 * h * f + 2 * h
+        if not self.is_moe_layer(layer):
+            return attn + 3 * h * f + 2 * h
+        experts = self.experts_per_token if active else self.num_experts
+        return (attn + h * self.num_experts + experts * 3 * h * self.expert_intermediate
+                + 3 * h * self.shared_intermediate + 2 * h)
 
     def embedding_params(self) -> int:
         """Token embedding (plus OPT's learned positions, which keep 2 offset rows)."""
         positions = (self.max_position_embeddings + 2) * self.hidden_size if self.family == "opt" else 0
         return self.vocab_size * self.hidden_size + positions
 
-    def params(self) -> int:
+    def params(self, active: bool = False) -> int:
+        """All parameters; `active`: those one token uses (the routed experts only)."""
         final_norm = (2 if self.family == "opt" else 1) * self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-        return self.embedding_params() + self.num_layers * self.layer_params() + final_norm + lm_head
+        dense = min(self.first_dense_layers, self.num_layers) if self.is_moe else self.num_layers
+        layers = dense * self.layer_params(0, active) + (self.num_layers - dense) * self.layer_params(dense, active)
+        return self.embedding_params() + layers + final_norm + lm_head
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
         """K and V for one token across all layers."""
         return 2 * self.num_layers * self.kv_dim * kv_bytes_per_element
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """All fields; a dense model leaves out the (unused) MoE ones."""
+        out = asdict(self)
+        if not self.is_moe:
+            for key in _MOE_KEYS:
+                out.pop(key)
+        return out
+
+
+_MOE_KEYS = ("num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
+             "shared_expert_intermediate_size", "first_dense_layers", "expert_load")
 
 
 # Hugging Face key -> our field. Several HF names map to one field (OPT uses ffn_dim).
@@ -74,6 +117,10 @@ _HF_KEYS = {
     "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
     "num_key_value_heads": "num_kv_heads", "head_dim": "head_dim", "vocab_size": "vocab_size",
     "max_position_embeddings": "max_position_embeddings", "tie_word_embeddings": "tie_word_embeddings",
+    # MoE: Mixtral, Qwen2/3-MoE, DeepSeek-V2 names.
+    "num_local_experts": "num_experts", "n_routed_experts": "num_experts",
+    "num_experts_per_tok": "experts_per_token", "top_k": "experts_per_token",
+    "n_shared_experts": "num_shared_experts", "first_k_dense_replace": "first_dense_layers",
 }
 _OWN_KEYS = {f for f in ModelConfig.__dataclass_fields__} - {"name"}
 _REQUIRED = ("hidden_size", "num_layers", "num_heads", "vocab_size")
@@ -108,10 +155,13 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     if tie is not None and not isinstance(tie, bool):  # "no" is truthy; a typo must not tie the head
         raise ConfigError(f"{where(source, 'model.tie_word_embeddings')}must be true or false, got {tie!r}")
     for key, value in fields.items():
-        if key in ("family", "tie_word_embeddings"):
+        if key in ("family", "tie_word_embeddings", "expert_load"):
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{where(source, 'model.' + key)}must be a positive integer, got {value!r}")
+        low = 0 if key in _MOE_KEYS else 1   # MoE counts may be 0 (first_k_dense_replace: 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            kind = "a non-negative" if low == 0 else "a positive"
+            raise ConfigError(f"{where(source, 'model.' + key)}must be {kind} integer, got {value!r}")
+    _check_moe(fields, source)
     h, heads = fields["hidden_size"], fields["num_heads"]
     if "head_dim" not in fields and h % heads:  # h // heads would silently drop columns (or be 0)
         raise ConfigError(f"{where(source, 'model.hidden_size')}{h} is not divisible by {heads} attention heads; "
@@ -124,7 +174,41 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     fields.setdefault("tie_word_embeddings", fields["family"] == "opt")
     if heads % fields["num_kv_heads"]:
         raise ConfigError(f"{where(source, 'model.num_key_value_heads')}{fields['num_kv_heads']} does not divide {heads} attention heads")
+    if isinstance(fields.get("expert_load"), dict):
+        fields["expert_load"] = expert_load_from(fields["expert_load"], fields.get("num_experts", 0), source)
     return ModelConfig(name=name, **fields)
+
+
+def _check_moe(fields: dict[str, Any], source: str | None) -> None:
+    experts, k = fields.get("num_experts", 0), fields.get("experts_per_token", 0)
+    if experts and not 0 < k <= experts:
+        raise ConfigError(f"{where(source, 'model.num_experts_per_tok')}must be between 1 and the "
+                          f"{experts} experts, got {k}")
+    if fields.get("first_dense_layers", 0) > fields["num_layers"]:
+        raise ConfigError(f"{where(source, 'model.first_k_dense_replace')}{fields['first_dense_layers']} dense "
+                          f"layers but the model has {fields['num_layers']}")
+
+
+def expert_load_from(raw: dict[str, Any], num_experts: int, source: str | None,
+                     key: str = "model.expert_load") -> ExpertLoad:
+    """An ExpertLoad from a mapping {distribution, skew, histogram, capacity_factor}, checked."""
+    allowed = {f.name for f in dc_fields(ExpertLoad)}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(f"{where(source, key + '.' + unknown[0])}unknown key; keys: {', '.join(sorted(allowed))}")
+    dist = raw.get("distribution", "uniform")
+    if dist not in ("uniform", "zipf", "histogram"):
+        raise ConfigError(f"{where(source, key + '.distribution')}must be uniform, zipf or histogram, got {dist!r}")
+    hist = tuple(float(x) for x in raw.get("histogram") or ())
+    if dist == "histogram" and (len(hist) != num_experts or min(hist, default=-1) < 0 or sum(hist) <= 0):
+        raise ConfigError(f"{where(source, key + '.histogram')}needs {num_experts} non-negative counts "
+                          f"(one per expert, not all 0), got {len(hist)}")
+    skew, cap = float(raw.get("skew", 1.0)), raw.get("capacity_factor")
+    if skew < 0:
+        raise ConfigError(f"{where(source, key + '.skew')}must be >= 0, got {skew}")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0):
+        raise ConfigError(f"{where(source, key + '.capacity_factor')}must be a positive number, got {cap!r}")
+    return ExpertLoad(dist, skew, hist, None if cap is None else float(cap))
 
 
 def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> ModelConfig:

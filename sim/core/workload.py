@@ -4,16 +4,17 @@ address them by dotted path (`workload.batch`, `workload.formats.weights`)."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator, model_validator
 
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, where
 from sim.core.formats import get_format
 from sim.core.lowering import FormatPolicy
-from sim.core.model import ModelConfig, load_model
+from sim.core.model import ModelConfig, expert_load_from, load_model
 from sim.core.schema import Strict, read_yaml, set_dotted, validate_mapping
 
 
@@ -61,6 +62,9 @@ class Workload(Strict):
     # Top-level keys a hardware kind owns (offload's `policy`, PIM's `pim_policy`), kept
     # as given and validated by that kind's own schema when it runs the workload.
     sections: dict[str, Any] = {}
+    # Expert routing of an MoE model (sim.core.moe): {distribution: uniform|zipf|histogram,
+    # skew, histogram, capacity_factor}; None: uniform and dropless. A model property, not a kind's.
+    moe: dict[str, Any] | None = None
     source: str = Field(default="", exclude=True)
 
     @model_validator(mode="before")
@@ -81,7 +85,13 @@ class Workload(Strict):
         return self.model_copy(update={"sections": {**self.sections, name: value}})
 
     def model_config_(self) -> ModelConfig:
-        return load_model(self.model, self.source or None)
+        model = load_model(self.model, self.source or None)
+        if self.moe is None:
+            return model
+        src = self.source or None
+        if not model.is_moe:
+            raise ConfigError(f"{where(src, 'moe')}{model.name} has no experts")
+        return replace(model, expert_load=expert_load_from(self.moe, model.num_experts, src, "moe"))
 
 
 # Top-level workload keys that hardware kinds own; hw_models.kinds registers them

@@ -1,0 +1,187 @@
+"""Tensor and pipeline parallelism on the gpu kind: the workload's `parallel:`
+section, its checks, and a mapper that runs one TP rank's graph with its
+collectives on the node's link, and pipeline stages over micro-batches.
+
+    parallel: {tp: 8, pp: 1, dp: 1, ep: 1, micro_batches: 1, topology: dgx_a100,
+               algorithm: ring}
+
+* TP (hw_models.gpu.tensor_parallel): every rank of a group does the same work, so
+  one rank is simulated: its kernels on the GPU stream, each all-reduce/all-gather a
+  task on the `link` resource between the op that produces the data and the ops that
+  read it (alpha-beta, hw_models.network.collectives, fitted per node where measured).
+* PP: contiguous stages of num_layers / pp layers (the embedding on the first, the
+  final norm and LM head on the last), the batch cut into `micro_batches`; stage j of
+  micro-batch i waits for stage j-1 of i (an activation send/recv on link `link.j`)
+  and for stage j of i-1 (in-order streams). The bubble is what the schedule leaves
+  idle, not a formula. A stage's time per micro-batch is its layers' times: one
+  layer's TP tasks run on their own, times the layers in the stage.
+* DP: replicas; one replica is simulated (throughput per replica).
+* EP: checked (experts divisible by ep) but not simulated yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from hw_models.gpu.mapper import GpuMapper
+from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
+from hw_models.network.collectives import SEND_RECV, collective_s
+from hw_models.network.topology import Topology, load_topology
+from hw_models.spatial.tp import CollectiveCost   # the tag op_records reads for link and stage tasks
+from sim.core import engine
+from sim.core.engine import Task
+from sim.core.errors import ConfigError
+from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
+from sim.core.graph import OpGraph
+from sim.core.lowering import lower
+from sim.core.schema import Strict, validate_mapping
+
+LINK = "link"
+
+
+class ParallelPlan(Strict):
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    dp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    micro_batches: int = Field(default=1, gt=0)
+    topology: str | None = None
+    algorithm: Literal["ring", "tree"] = "ring"
+    source: str = Field(default="", exclude=True)
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[ParallelPlan, Topology | None]:
+    """The workload's `parallel:` section, checked against the model and the topology."""
+    src, m = source or "workload", model
+    plan = validate_mapping(ParallelPlan, raw or {}, f"{src}: parallel", "a mapping of parallel fields")
+
+    def bad(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{src}: parallel.{key}: {why}")
+
+    if m.num_heads % plan.tp or m.hidden_size % plan.tp:
+        raise bad("tp", f"{plan.tp} does not divide {m.name}'s {m.num_heads} heads and hidden size {m.hidden_size}")
+    if m.num_kv_heads % plan.tp and plan.tp % m.num_kv_heads:
+        raise bad("tp", f"{plan.tp} neither divides nor is a multiple of {m.name}'s {m.num_kv_heads} KV heads")
+    if m.is_moe and plan.tp > 1:
+        raise bad("tp", f"{m.name} is an MoE model: TP of the expert layers is not modelled; use ep")
+    if plan.pp > m.num_layers:
+        raise bad("pp", f"{plan.pp} stages but {m.name} has {m.num_layers} layers")
+    if plan.ep > 1 and (not m.is_moe or m.num_experts % plan.ep):
+        raise bad("ep", f"{plan.ep} does not divide {m.name}'s {m.num_experts} experts")
+    if plan.ep > 1:
+        raise bad("ep", "expert parallelism is checked but not simulated yet")
+    topo = None
+    if plan.tp * plan.pp > 1:
+        if plan.topology is None:
+            raise bad("topology", "needed when tp x pp > 1 (presets in hw_models/network/presets)")
+        topo = load_topology(plan.topology, src, "parallel.topology")
+        if topo.device != machine.name:
+            raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
+        topo.check_ranks(plan.tp * plan.pp, "parallel.tp x pp")
+    return plan, topo
+
+
+class ParallelGpuMapper(GpuMapper):
+    kind = "gpu"
+
+    def __init__(self, machine, workload, model):
+        super().__init__(machine, workload, model)
+        self.plan, self.topo = load_plan(workload.section("parallel"), workload.source, model, machine)
+        if workload.batch % self.plan.micro_batches:
+            raise ConfigError(f"{workload.source or 'workload'}: parallel.micro_batches: "
+                              f"{self.plan.micro_batches} does not divide batch {workload.batch}")
+
+    # -- tensor parallelism -------------------------------------------------
+    def _collective(self, c: Collective, prefix: str, dep: str, link: str) -> Task:
+        dur = collective_s(self.topo, c.kind, c.bytes, self.plan.tp, self.plan.algorithm)
+        tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.plan.algorithm}")
+        return Task(prefix + c.name, link, dur, (dep,), tag=tag)
+
+    def tp_tasks(self, graph: OpGraph, prefix: str = "", resource: str | None = None,
+                 link: str = LINK) -> list[Task]:
+        """One TP rank's kernels on its stream and its collectives on `link`; the
+        readers of a reduced output wait for its collective."""
+        rank, colls = shard(graph, self.model, self.plan.tp)
+        after = {c.after: c for c in colls}
+        ready: dict[str, str] = {}
+        tasks = []
+        for op in rank.ops():
+            c = self.cost(op)
+            deps = tuple(prefix + ready.get(d, d) for d in rank.deps(op.name))
+            tasks.append(Task(prefix + op.name, resource or self.unit_name, c.duration_s, deps, tag=c))
+            if op.name in after:
+                tasks.append(self._collective(after[op.name], prefix, prefix + op.name, link))
+                ready[op.name] = after[op.name].name
+        return tasks
+
+    # -- pipeline parallelism -----------------------------------------------
+    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[float, float, float]:
+        """(embedding, one layer, final norm + LM head) seconds of one micro-batch on one rank."""
+        w = self.workload
+        two = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
+                    w.flash_attention, num_layers=2)
+        tl = engine.run(self.tp_tasks(two), {}, {}, True)
+        parts = {"embed": 0.0, "layer": 0.0, "head": 0.0}
+        for iv in tl.intervals:
+            part = "layer" if iv.task.startswith("L1.") else "embed" if iv.task.startswith("embed") else \
+                "head" if not iv.task.startswith("L0.") else None
+            if part:
+                parts[part] += iv.duration_s
+        return parts["embed"], parts["layer"], parts["head"]
+
+    def stage_layers(self) -> list[int]:
+        L, pp = self.model.num_layers, self.plan.pp
+        return [L // pp + (1 if j < L % pp else 0) for j in range(pp)]
+
+    def pipeline_tasks(self, graph: OpGraph) -> list[Task]:
+        pp, m = self.plan.pp, self.plan.micro_batches
+        mb = graph.batch // m
+        embed_s, layer_s, head_s = self._stage_parts(graph, mb)
+        act_bytes = mb * graph.q_len * self.model.hidden_size * 2   # activations between stages
+        send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
+        tasks = []
+        for i in range(m):
+            for j, layers in enumerate(self.stage_layers()):
+                dur = layers * layer_s + (embed_s if j == 0 else 0.0) + (head_s if j == pp - 1 else 0.0)
+                deps = (f"mb{i}.send{j - 1}",) if j else ()
+                res = self.unit_name if j == 0 else f"{self.unit_name}.s{j}"
+                tasks.append(Task(f"mb{i}.stage{j}", res, dur, deps,
+                                  tag=CollectiveCost(f"mb{i}.stage{j}", "stage", 0.0, dur, "compute", "pipeline stage")))
+                if j < pp - 1:
+                    tag = CollectiveCost(f"mb{i}.send{j}", SEND_RECV, act_bytes, send_s, path=self.topo.name)
+                    tasks.append(Task(f"mb{i}.send{j}", f"{LINK}.s{j}", send_s, (f"mb{i}.stage{j}",), tag=tag))
+        return tasks
+
+    def plan_step(self, graph: OpGraph) -> list[Task]:
+        if self.plan.pp == 1 and self.plan.micro_batches == 1:
+            return self.tp_tasks(graph)
+        # Stage times come from whole layers: the graph's layer count (the generation loop's
+        # fold lowers 2 and 3) does not change the schedule, so the fold adds nothing per layer.
+        return self.pipeline_tasks(graph)
+
+    def footprint(self) -> Footprint:
+        """One device: 1/(tp pp) of the weights (K/V projections replicated past the KV
+        heads), its KV heads' share of the cache for its stage's layers."""
+        w, p = self.workload, self.plan
+        fp, tier = Footprint(), self.machine.device_tier
+        fp.add(tier, "weights", weight_bytes(self.model, self.formats) * weight_fraction(self.model, p.tp) / p.pp)
+        kv = kv_bytes(self.model, self.formats, w.batch, w.prompt_len + w.gen_len)
+        fp.add(tier, "kv_cache", kv * kv_fraction(self.model, p.tp) * max(self.stage_layers()) / self.model.num_layers)
+        prefill = lower(self.model, "prefill", w.batch // p.micro_batches, w.prompt_len, w.prompt_len,
+                        self.formats, w.flash_attention, num_layers=1)
+        fp.add(tier, "activations", activation_peak_bytes(shard(prefill, self.model, p.tp)[0]))
+        self.check_fits(fp, f"Parallel plan tp={p.tp} pp={p.pp}: try a larger tp or pp, or a narrower format.")
+        return fp
+
+
+def MAPPER(machine, workload, model) -> GpuMapper:
+    """The gpu kind's mapper: the single-device one unless the workload has a `parallel:` section."""
+    if workload.section("parallel") is None:
+        return GpuMapper(machine, workload, model)
+    return ParallelGpuMapper(machine, workload, model)

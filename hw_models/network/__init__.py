@@ -1,0 +1,1 @@
+"""Nodes of devices, the fabric between nodes, and collective costs over them."""

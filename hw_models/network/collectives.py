@@ -1,0 +1,60 @@
+"""Alpha-beta costs of collectives over `n` ranks of a topology (S = bytes of the
+whole buffer, alpha = latency of one message step, B = per-rank bandwidth per direction):
+
+    ring all-reduce          2 (n-1) alpha + 2 (n-1)/n S/B   (reduce-scatter + all-gather)
+    tree all-reduce          2 ceil(log2 n) alpha + 2 S/B     (reduce up and broadcast down a
+                                                               pipelined binary tree)
+    ring all-gather,
+    reduce-scatter           (n-1) alpha + (n-1)/n S/B
+    tree all-gather,
+    reduce-scatter           ceil(log2 n) alpha + (n-1)/n S/B (recursive doubling/halving)
+    all-to-all               (n-1) alpha + (n-1)/n S/B        (pairwise exchange, both algorithms)
+    send/recv                alpha + S/B
+
+With a fit for the group size (Topology.fitted, from NCCL measurements in one node)
+alpha and B are the fitted ones: the all-reduce fit serves every ring/tree collective,
+the send/recv fit point-to-point; otherwise the interconnect's datasheet figures.
+"""
+
+from __future__ import annotations
+
+from hw_models.network.topology import Topology, log2_steps
+from sim.core.errors import ConfigError
+
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV)
+ALGORITHMS = ("ring", "tree")
+
+
+def alpha_beta(kind: str, algorithm: str, ranks: int) -> tuple[float, float]:
+    """(steps, bandwidth factor): time = steps x alpha + factor x S / B."""
+    n = ranks
+    if kind == SEND_RECV:
+        return 1.0, 1.0
+    if n <= 1:
+        return 0.0, 0.0
+    if kind == ALL_REDUCE:
+        return (2.0 * log2_steps(n), 2.0) if algorithm == "tree" else (2.0 * (n - 1), 2.0 * (n - 1) / n)
+    if kind in (ALL_GATHER, REDUCE_SCATTER):
+        return (float(log2_steps(n)) if algorithm == "tree" else float(n - 1)), (n - 1) / n
+    if kind == ALL_TO_ALL:
+        return float(n - 1), (n - 1) / n
+    raise ConfigError(f"unknown collective {kind!r}; collectives: {', '.join(KINDS)}")
+
+
+def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
+    """(alpha seconds, B bytes/s) for `kind` over `ranks` devices of `topo`."""
+    fit = topo.fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
+    if fit is not None and ranks <= topo.devices_per_node:
+        return fit.latency_s, fit.bandwidth_bytes_per_s
+    return topo.step_latency(ranks), topo.ring_bandwidth(2 if kind == SEND_RECV else ranks)
+
+
+def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str = "ring") -> float:
+    """Seconds for one collective of `nbytes` over `ranks` devices."""
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"unknown collective algorithm {algorithm!r}; algorithms: {', '.join(ALGORITHMS)}")
+    steps, factor = alpha_beta(kind, algorithm, ranks)
+    alpha, bw = parameters(topo, kind, ranks)
+    return steps * alpha + factor * nbytes / bw

@@ -1,0 +1,140 @@
+"""Topology presets: a node is N devices of one hardware preset joined by an
+interconnect; nodes are joined by a fabric. Loaded from
+hw_models/network/presets/<name>.yaml through a strict schema.
+
+Interconnect kinds and the bandwidth a ring of `n` ranks in one node gets per rank
+and direction (what the alpha-beta collective costs use):
+* nvswitch: every device reaches the switch at its full NVLink rate;
+* nvlink_pairs: devices are bridged in pairs; a pair talks over NVLink, a ring of
+  more than 2 crosses PCIe between pairs and runs at the PCIe rate;
+* pcie_switch: every device at its PCIe x16 rate through a PCIe switch.
+A ring that spans nodes runs at most at the fabric's rate per device
+(NICs x NIC rate / devices per node).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from hw_models.machine import PRESET_DIR as DEVICE_DIR
+from sim.core.errors import ConfigError
+from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class Interconnect(Strict):
+    kind: Literal["nvswitch", "nvlink_pairs", "pcie_switch"]
+    bandwidth_bytes_per_s: Quantity = Field(gt=0)        # per device, per direction
+    latency_s: Quantity = Field(default=0.0, ge=0)       # per message step
+    pcie_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)  # between pairs (nvlink_pairs)
+
+    @model_validator(mode="after")
+    def _pairs(self) -> "Interconnect":
+        if self.kind == "nvlink_pairs" and self.pcie_bandwidth_bytes_per_s is None:
+            raise ValueError("pcie_bandwidth_bytes_per_s: needed for nvlink_pairs (traffic between pairs)")
+        return self
+
+
+class Fabric(Strict):
+    name: str = "fabric"
+    bandwidth_bytes_per_s: Quantity = Field(gt=0)        # per NIC, per direction
+    nics_per_node: int = Field(default=1, gt=0)
+    latency_s: Quantity = Field(default=0.0, ge=0)
+
+
+class Fitted(Strict):
+    """Alpha-beta parameters fitted to measured NCCL times (scripts/network_fit.py)."""
+
+    latency_s: Quantity = Field(ge=0)
+    bandwidth_bytes_per_s: Quantity = Field(gt=0)
+
+
+class Topology(Strict):
+    name: str
+    description: str = ""
+    device: str                                   # a hardware preset (hw_models/presets)
+    devices_per_node: int = Field(gt=0)
+    nodes: int = Field(default=1, gt=0)
+    interconnect: Interconnect
+    fabric: Fabric | None = None
+    # Per collective and group size (ranks in one node), from scripts/network_fit.py.
+    fitted: dict[Literal["all_reduce", "send_recv"], dict[int, Fitted]] = {}
+    source: str = Field(default="", exclude=True)
+
+    @model_validator(mode="after")
+    def _device_and_fabric(self) -> "Topology":
+        if not (DEVICE_DIR / f"{self.device}.yaml").is_file():
+            raise ValueError(f"device: no hardware preset named {self.device!r}")
+        if self.nodes > 1 and self.fabric is None:
+            raise ValueError("fabric: needed when nodes > 1")
+        return self
+
+    @property
+    def devices(self) -> int:
+        return self.devices_per_node * self.nodes
+
+    def ring_bandwidth(self, ranks: int) -> float:
+        """Per-rank, per-direction bandwidth of a ring over `ranks` devices (placed
+        node by node)."""
+        ic = self.interconnect
+        bw = ic.bandwidth_bytes_per_s
+        if ic.kind == "nvlink_pairs" and ranks > 2:
+            bw = min(bw, ic.pcie_bandwidth_bytes_per_s)
+        if ranks > self.devices_per_node:
+            f = self.fabric
+            bw = min(bw, f.nics_per_node * f.bandwidth_bytes_per_s / self.devices_per_node)
+        return bw
+
+    def step_latency(self, ranks: int) -> float:
+        lat = self.interconnect.latency_s
+        return max(lat, self.fabric.latency_s) if ranks > self.devices_per_node else lat
+
+    def check_ranks(self, ranks: int, key: str) -> None:
+        if ranks > self.devices:
+            raise ConfigError(f"{self.source}: {key}: {ranks} ranks but {self.name} has {self.devices} devices "
+                              f"({self.nodes} node(s) x {self.devices_per_node})")
+
+    def describe(self) -> str:
+        """A text drawing of the topology, for `sim hw show`-style output."""
+        ic, lines = self.interconnect, []
+        dev = " ".join(f"[{self.device}:{i}]" for i in range(self.devices_per_node))
+        link = f"{ic.kind} {ic.bandwidth_bytes_per_s / 1e9:.0f} GB/s per device per direction"
+        for n in range(self.nodes):
+            lines.append(f"node {n}: {dev}")
+            lines.append(f"        {'=' * min(60, len(dev))} {link}")
+        if self.fabric and self.nodes > 1:
+            f = self.fabric
+            lines.append(f"fabric {f.name}: {f.nics_per_node} x {f.bandwidth_bytes_per_s * 8 / 1e9:.0f} Gb/s "
+                         f"per node, {f.latency_s * 1e6:.1f} us")
+        return "\n".join(lines)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+@cache
+def _load(path: Path, mtime_ns: int) -> Topology:
+    raw = read_yaml(path)
+    return validate_mapping(Topology, raw, str(path), "a topology mapping")
+
+
+def load_topology(spec: str | Path, source: str = "", key: str = "topology") -> Topology:
+    """A topology preset by name (hw_models/network/presets) or a path to a YAML file."""
+    path = PRESET_DIR / f"{spec}.yaml"
+    if not path.is_file():
+        path = Path(str(spec))
+        if path.suffix not in (".yaml", ".yml") or not path.is_file():
+            where = f"{source}: {key}: " if source else ""
+            raise ConfigError(f"{where}unknown topology {str(spec)!r}; presets: {', '.join(preset_names())}")
+    return _load(path, path.stat().st_mtime_ns)
+
+
+def log2_steps(ranks: int) -> int:
+    return max(1, math.ceil(math.log2(ranks))) if ranks > 1 else 0

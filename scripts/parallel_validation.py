@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Tensor parallelism against measurements (docs/parallelism.md):
+
+1. vidur's per-op tables (shared/validation/vidur/a100/*/mlp.csv, PROVENANCE §1.1): the
+   a100_80g preset calibrated on the TP1 rows only (every A100 model), then each TP 2/4/8
+   row costed on the per-rank graph hw_models.gpu.tensor_parallel.shard makes from the
+   TP1 layer: per-op MAPE out of sample.
+2. splitwise's Llama-2-70B prompt and token times on DGX-A100 / DGX-H100 at TP 2/4/8
+   (shared/validation/splitwise-sim/perf_model.csv, PROVENANCE §3): simulated TTFT and
+   TPOT with parallel: {tp, topology} vs the median of the repetitions.
+
+    SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/parallel_validation.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+
+from hw_models.gpu.mapper import GpuMapper  # noqa: E402
+from hw_models.gpu.tensor_parallel import shard  # noqa: E402
+from hw_models.machine import load_machine  # noqa: E402
+from hw_models.registry import simulate  # noqa: E402
+from sim.apps.trace.calibrate import calibrate  # noqa: E402
+from sim.apps.trace.parser import load_trace  # noqa: E402
+from sim.apps.trace.shapes import vidur_layer  # noqa: E402
+from sim.apps.trace.validate import trace_workload  # noqa: E402
+from sim.core.errors import SimError  # noqa: E402
+from sim.core.workload import Workload  # noqa: E402
+
+SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+# vidur's layer leaves attention out: its output (ctx) and the q/k slice RoPE reads enter sharded.
+VIDUR_SHARDED = frozenset({"ctx", "qkv.qk"})
+SPLITWISE_HW = {"a100-80gb": ("a100_80g", "dgx_a100"), "h100-80gb": ("h100_sxm", "dgx_h100")}
+
+
+def vidur_tp(machine_name: str = "a100_80g") -> pd.DataFrame:
+    traces = [t for p in sorted((SHARED / "vidur" / "a100").glob("*/mlp.csv")) for t in load_trace(p)]
+    cal = calibrate(traces, load_machine(machine_name), use_step=lambda t, s: s.tp == 1).machine
+    rows = []
+    for trace in traces:
+        for m in trace.medians():
+            step = trace.steps[m.step]
+            if step.tp == 1 or m.duration_s <= 0:
+                continue
+            rank, _ = shard(vidur_layer(trace.model, step.tokens, 1), trace.model, step.tp, VIDUR_SHARDED)
+            mapper = GpuMapper(cal, trace_workload(trace, step), trace.model)
+            sim = mapper.cost(rank.op(m.name)).duration_s
+            rows.append(dict(model=Path(trace.source).parent.name, tp=step.tp, op=m.name, tokens=step.tokens,
+                             measured_s=m.duration_s, simulated_s=sim))
+    d = pd.DataFrame(rows)
+    d["abs_err"] = (d.simulated_s / d.measured_s - 1).abs()
+    return d
+
+
+def splitwise(prompts=(512, 2048), batches=(1, 8, 32)) -> pd.DataFrame:
+    d = pd.read_csv(SHARED / "splitwise-sim" / "perf_model.csv")
+    d = d[(d.model == "llama2-70b") & d.hardware.isin(SPLITWISE_HW) & d.prompt_size.isin(prompts)
+          & d.batch_size.isin(batches)]
+    rows = []
+    keys = ["hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
+    for (hw, tp, prompt, batch, tokens), g in d.groupby(keys):
+        device, topo = SPLITWISE_HW[hw]
+        w = Workload(name="splitwise", model="llama2-70b", batch=int(batch), prompt_len=int(prompt),
+                     gen_len=int(tokens), flash_attention=True, parallel={"tp": int(tp), "topology": topo})
+        try:
+            r = simulate(w, load_machine(device), detail=False)
+        except SimError as e:
+            rows.append(dict(hw=hw, tp=tp, prompt=prompt, batch=batch, gen=tokens, note=str(e)[:60]))
+            continue
+        rows.append(dict(hw=hw, tp=tp, prompt=prompt, batch=batch, gen=tokens,
+                         prompt_meas_ms=statistics.median(g.prompt_time), prompt_sim_ms=r.ttft_s * 1e3,
+                         token_meas_ms=statistics.median(g.token_time), token_sim_ms=r.tpot_s * 1e3))
+    out = pd.DataFrame(rows)
+    out["prompt_err"] = out.prompt_sim_ms / out.prompt_meas_ms - 1
+    out["token_err"] = out.token_sim_ms / out.token_meas_ms - 1
+    return out
+
+
+def main() -> int:
+    if not SHARED.is_dir():
+        print(f"{SHARED} not found")
+        return 0
+    warnings.simplefilter("ignore")
+    v = vidur_tp()
+    print("vidur A100 per-op MAPE, TP 2/4/8 (calibrated on TP1 rows only):")
+    print(v.pivot_table(index="model", columns="tp", values="abs_err", aggfunc="mean").map("{:.1%}".format))
+    print("by op:", v.groupby("op").abs_err.mean().map("{:.1%}".format).to_dict())
+    print(f"all TP>1 rows: {v.abs_err.mean():.1%} MAPE over {len(v)} ops\n")
+    s = splitwise()
+    pd.set_option("display.width", 200)
+    print(s.round(3).to_string(index=False))
+    for hw, g in s.groupby("hw"):
+        print(f"{hw}: prompt MAPE {g.prompt_err.abs().mean():.1%}, token MAPE {g.token_err.abs().mean():.1%} "
+              f"over {g.prompt_err.notna().sum()} configs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

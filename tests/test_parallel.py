@@ -1,0 +1,94 @@
+"""Tensor and pipeline parallelism on the gpu kind."""
+
+import pytest
+
+from hw_models.gpu.parallel import ParallelGpuMapper
+from hw_models.gpu.tensor_parallel import shard
+from hw_models.machine import load_machine
+from hw_models.network.collectives import collective_s
+from hw_models.network.topology import load_topology
+from hw_models.registry import mapper_for
+from sim.apps.trace.shapes import vidur_layer
+from sim.core import engine
+from sim.core.errors import ConfigError
+from sim.core.lowering import lower
+from sim.core.model import load_model
+from sim.core.workload import Workload
+
+
+@pytest.mark.parametrize("name,tp", [("llama2-7b", 4), ("llama2-70b", 8), ("llama3-8b", 2)])
+def test_shard_matches_vidur_shapes(name, tp):
+    """The transform of the TP1 layer gives the shapes vidur's profiler runs at TP t
+    (sim.apps.trace.shapes.vidur_layer, written independently from vidur's code)."""
+    m = load_model(name)
+    rank, colls = shard(vidur_layer(m, 64, 1), m, tp, frozenset({"ctx", "qkv.qk"}))
+    want = vidur_layer(m, 64, tp)
+    for op in want.ops():
+        assert rank.op(op.name).flops == pytest.approx(op.flops), op.name
+        assert rank.op(op.name).bytes == pytest.approx(op.bytes, rel=2e-3), op.name
+    # (vidur's partial layer leaves the QKV output unread, so the plan also gathers it, like logits.)
+    assert [c.after for c in colls if c.kind == "all_reduce"] == ["emb", "attn_post_proj", "mlp_down_proj"]
+
+
+def test_kv_heads_replicated_past_tp():
+    m = load_model("llama2-70b")   # 8 KV heads
+    rank, _ = shard(lower(m, "decode", 1, 1, 100, num_layers=1), m, 16)
+    assert rank.op("L0.k_proj").dims["n"] == 128          # one whole KV head per rank, not half
+    assert rank.op("L0.q_proj").dims["n"] == 8192 // 16
+
+
+def _mapper(parallel, model="llama2-70b", hw="a100_80g", batch=8):
+    w = Workload(model=model, batch=batch, prompt_len=512, gen_len=16, flash_attention=True, parallel=parallel)
+    return mapper_for(load_machine(hw), w, w.model_config_())
+
+
+def test_tp_step_is_rank_ops_plus_collectives():
+    """A decode step of one TP rank is serial: its kernels plus 2 all-reduces per layer,
+    one for the embedding, and the logits' all-gather (fitted dgx_a100 ring)."""
+    mp = _mapper({"tp": 8, "topology": "dgx_a100"})
+    graph = lower(mp.model, "decode", 8, 1, 600, mp.formats, True, num_layers=2)
+    tl = engine.run(mp.plan_step(graph), {}, {}, True)
+    rank, _ = shard(graph, mp.model, 8)
+    topo, act = load_topology("dgx_a100"), 8 * 8192 * 2
+    links = 5 * collective_s(topo, "all_reduce", act, 8) + collective_s(topo, "all_gather", 8 * 32000 * 2, 8)
+    assert tl.makespan_s == pytest.approx(sum(mp.cost(op).duration_s for op in rank.ops()) + links)
+
+
+def test_pipeline_bubble_emerges():
+    """pp stages of equal time s and m micro-batches take (m + pp - 1) s plus sends:
+    the bubble (pp - 1) s comes out of the schedule."""
+    mp = _mapper({"tp": 2, "pp": 4, "micro_batches": 4, "topology": "dgx_a100"})
+    graph = lower(mp.model, "decode", 8, 1, 600, mp.formats, True, num_layers=2)
+    tasks = mp.pipeline_tasks(graph)
+    tl = engine.run(tasks, {}, {}, True)
+    stage = {t.id: t.duration_s for t in tasks}
+    send = stage["mb0.send0"]
+    # Stages 1 and 2 hold only layers; the critical path runs mb0 through stages 0..2 and every
+    # micro-batch through the last stage.
+    expected = stage["mb0.stage0"] + stage["mb0.stage1"] + stage["mb0.stage2"] + 3 * send + 4 * stage["mb0.stage3"]
+    assert tl.makespan_s == pytest.approx(expected)
+    busy = tl.busy_s()
+    assert busy["gpu.s1"] / tl.makespan_s < 0.8   # idle in the bubble
+
+
+@pytest.mark.parametrize("parallel,match", [
+    ({"tp": 3, "topology": "dgx_a100"}, "parallel.tp: 3 does not divide llama2-70b's 64 heads"),
+    ({"pp": 81, "topology": "dgx_a100"}, "parallel.pp: 81 stages but llama2-70b has 80 layers"),
+    ({"tp": 8}, "parallel.topology: needed"),
+    ({"tp": 8, "topology": "dgx_h100"}, "dgx_h100 holds h100_sxm devices, not a100_80g"),
+    ({"tp": 8, "topology": "dgx_q"}, "parallel.topology: unknown topology 'dgx_q'"),
+    ({"tp": 2, "micro_batches": 3, "topology": "dgx_a100"}, "micro_batches: 3 does not divide batch 8"),
+    ({"tq": 2}, "parallel: tq: unknown key"),
+])
+def test_bad_plans(parallel, match):
+    with pytest.raises(ConfigError, match=match):
+        _mapper(parallel)
+
+
+def test_ep_more_than_experts():
+    with pytest.raises(ConfigError, match="parallel.ep: 16 does not divide mixtral-8x7b's 8 experts"):
+        _mapper({"ep": 16}, model="mixtral-8x7b", hw="h200")
+
+
+def test_no_plan_is_the_single_device_mapper():
+    assert not isinstance(_mapper(None, model="llama2-7b"), ParallelGpuMapper)
