@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_rgba
 from rich.console import Console
 
 from hw_models.machine import load_machine
+from sim.apps.mpl import pyplot
 from hw_models.registry import simulate
 from hw_models.roofs import roofs
 from sim.apps import gantt as gantt_mod
@@ -59,7 +61,7 @@ def figures(monkeypatch):
         monkeypatch.setattr(mod, "_save", keep)
     yield kept
     for fig in kept:
-        plots.plt.close(fig)
+        pyplot().close(fig)
 
 
 def _texts_overlap_at_most_half(fig) -> None:
@@ -100,7 +102,7 @@ def test_roofline_has_a_roof_per_unit_and_no_point_above_it(runs, figures, tmp_p
                   for rf in drawn_roofs if rf["unit"] == drawn_roofs[p["roof"]]["unit"])
         assert p["achieved_flops_per_s"] <= top * (1 + 1e-9), p
     # Point colours are the colours of their units' roofs.
-    roof_colors = {tuple(np.round(plots.matplotlib.colors.to_rgba(line.get_color()), 3)) for line in drawn.values()}
+    roof_colors = {tuple(np.round(to_rgba(line.get_color()), 3)) for line in drawn.values()}
     for coll in (c for c in ax.collections if len(c.get_offsets())):   # not the legend's empty markers
         for c in coll.get_facecolors():
             assert tuple(np.round(c[:3], 3)) in {k[:3] for k in roof_colors}

@@ -195,16 +195,16 @@ def test_failing_points_leave_the_others_intact(tmp_path, monkeypatch):
     assert df[small]["tpot_s"].isna().all()
 
     # an unexpected exception (a bug) in one point: recorded with its message, the rest run
-    import hw_models.registry
+    import sim.apps.sweep.run as sweep_run   # where the worker looks simulate up
 
-    real = hw_models.registry.simulate
+    real = sweep_run.simulate
 
     def flaky(workload, machine, **kw):
         if workload.batch == 2:
             raise RuntimeError("boom")
         return real(workload, machine, **kw)
 
-    monkeypatch.setattr(hw_models.registry, "simulate", flaky)
+    monkeypatch.setattr(sweep_run, "simulate", flaky)
     path = make_spec(tmp_path, {"workload.batch": [1, 2, 3]})
     with cf.ThreadPoolExecutor(2) as ex:  # threads share the patched module
         s = run_sweep(path, tmp_path / "bug", executor=ex, progress=False, plots=False)

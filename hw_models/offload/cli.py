@@ -5,6 +5,13 @@ from __future__ import annotations
 import argparse
 
 from sim.core.errors import ConfigError
+from hw_models.registry import mapper_for
+from hw_models.machine import load_machine
+from hw_models.offload.mapper import OffloadMapper
+from hw_models.offload.search import search
+from sim.core.units import parse_quantity
+from sim.core.workload import load_workload, parse_set
+from sim.core.files import write_json
 
 
 def register(subparsers) -> None:
@@ -25,12 +32,6 @@ def register(subparsers) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from hw_models.registry import mapper_for
-    from hw_models.machine import load_machine
-    from hw_models.offload.mapper import OffloadMapper
-    from hw_models.offload.search import search
-    from sim.core.units import parse_quantity
-    from sim.core.workload import load_workload, parse_set
 
     sets = parse_set(args.set)
     hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
@@ -50,8 +51,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         mapper.gpu_capacity_limit = cap
     result = search(mapper, mapper.spec, args.objective, cap)
     if args.json:
-        from sim.apps.outputs import write_json
-
         write_json(args.json, result.summary())
     Console(markup=False).print(result.table())
     Console(markup=False).print(f"best: {result.best.policy.describe()}")

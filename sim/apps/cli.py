@@ -1,14 +1,14 @@
 """The `sim` command line.
 
 User mistakes (a SimError) print one line and exit 2; no traceback.
-Further subcommands (validate, replay, calibrate, sweep, offload) come from
-the modules in _PLUGINS, each exposing register(subparsers).
+Further subcommands come from the applications' CLI modules (validate, replay,
+calibrate, sweep, survey) and from each hardware kind that has one (`sim offload
+search`): every module exposes register(subparsers).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import warnings
@@ -21,15 +21,46 @@ from rich.table import Table
 from rich.text import Text
 
 from sim.core.errors import ConfigError, SimError
+from hw_models.machine import load_machine
+from sim.apps.checks import unused_settings
+from sim.core.workload import load_workload, parse_set
+from hw_models.ideal import ideal
+from hw_models.registry import simulate
+from sim.core.results import check_finite
+from sim.apps.outputs import check_output, transaction
+from sim.apps.report import print_report
+from sim.apps.gantt import parse_layers
+from sim.apps.outputs import chrome_trace, write_json
+from sim.apps.counters import step_tracks
+from hw_models.roofs import roofs
+from sim.apps.gantt import gantt
+from sim.apps.plots import roofline
+from hw_models.cost import roofline_cost
+from hw_models.registry import mapper_for
+from sim.core.lowering import lower
+from sim.apps.outputs import check_output
+from sim.core.units import fmt_time
+from sim.apps.outputs import write_json
+from sim.core.footprint import weight_bytes
+from sim.core.formats import get_format
+from sim.core.lowering import FormatPolicy
+from sim.core.model import load_model
+from hw_models.machine import load_machine, preset_names
+from sim.core.units import fmt_bytes
+from hw_models.machine import load_machine, resolve_path
+from sim.core.schema import file_dict
+from sim.core.formats import get_format, known_formats
+from sim.core.quantize import quantization_error
+from hw_models.registry import cli_registrars
+from sim.apps.survey import cli as survey_cli
+from sim.apps.sweep import cli as sweep_cli
+from sim.apps.trace import cli as trace_cli
 
-_PLUGINS = ("sim.apps.trace.cli", "sim.apps.sweep.cli", "hw_models.offload.cli", "sim.apps.survey.cli")
+_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register)
 
 
 def _load(args: argparse.Namespace):
     """Workload and machine from the common arguments, with --set overrides."""
-    from hw_models.machine import load_machine
-    from sim.apps.checks import unused_settings
-    from sim.core.workload import load_workload, parse_set
 
     sets = parse_set(getattr(args, "set", None))
     if getattr(args, "policy", None):
@@ -41,8 +72,6 @@ def _load(args: argparse.Namespace):
     for note in unused_settings(workload, machine, workload.model_config_()):
         print(f"warning: {note}", file=sys.stderr)
     if getattr(args, "ideal", False):
-        from hw_models.ideal import ideal
-
         machine = ideal(machine)
     return workload, machine
 
@@ -71,11 +100,6 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hw_models.registry import simulate
-    from sim.core.results import check_finite
-
-    from sim.apps.outputs import check_output, transaction
-
     workload, machine = _load(args)
     for path in (args.json, args.chrome_trace):
         if path:
@@ -84,8 +108,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output(args.plots, directory=True)
     layers = None
     if args.gantt_layers:
-        from sim.apps.gantt import parse_layers
-
         layers = parse_layers(args.gantt_layers)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
@@ -95,29 +117,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_run_outputs(args, result, workload, machine, layers)
     if args.quiet:
         return 0
-    from sim.apps.report import print_report
 
     print_report(result, machine)
     return 0
 
 
 def _write_run_outputs(args: argparse.Namespace, result, workload, machine, layers) -> None:
-    from sim.apps.outputs import chrome_trace, write_json
-
     if args.json:
         write_json(args.json, result.to_json())
     if args.chrome_trace:
-        from sim.apps.counters import step_tracks
-
         decode = f"decode step (kv_len {result.decode_kv_len})"
         write_json(args.chrome_trace, chrome_trace(
             {"prefill": result.prefill_timeline, decode: result.decode_timeline},
             {"prefill": step_tracks(result, "prefill"), decode: step_tracks(result, "decode")}))
     if args.plots:
-        from hw_models.roofs import roofs
-        from sim.apps.gantt import gantt
-        from sim.apps.plots import roofline
-
         out = Path(args.plots)
         roofline(result, roofs(machine, workload.formats.activations), out / "roofline.png")
         gantt(result.decode_ops, f"one decode step, kv_len {result.decode_kv_len}", out / "decode_gantt.png",
@@ -127,10 +140,6 @@ def _write_run_outputs(args: argparse.Namespace, result, workload, machine, laye
 def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]:
     """Per op of one layer (and the embedding and head): FLOPs, bytes, the pure roofline
     time and the simulated one."""
-    from hw_models.cost import roofline_cost
-    from hw_models.ideal import ideal
-    from hw_models.registry import mapper_for
-    from sim.core.lowering import lower
 
     model = workload.model_config_()
     mapper = mapper_for(machine, workload, model)
@@ -149,8 +158,6 @@ def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output
-
     workload, machine = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
@@ -164,14 +171,11 @@ def cmd_roofline(args: argparse.Namespace) -> int:
                   simulated_s=sum(r["simulated_s"] * r["count"] for r in rows),
                   flops=sum(r["flops"] * r["count"] for r in rows), bytes=sum(r["bytes"] * r["count"] for r in rows))
     if args.json:
-        from sim.apps.outputs import write_json
-
         write_json(args.json, dict(phase=args.phase, kv_len=kv, ops=rows, totals=totals))
         return 0
     t = Table(title=f"{model.name} {args.phase} (batch {workload.batch}, q_len {q}, kv_len {kv}) on {machine.name}")
     for col in ("op", "kind", "x", "FLOPs", "bytes", "FLOP/B", "bound", "roofline", "simulated"):
         t.add_column(col, justify="left" if col in ("op", "kind", "bound") else "right")
-    from sim.core.units import fmt_time
 
     for r in rows:
         t.add_row(r["op"], r["kind"], str(r["count"]), f"{r['flops']:.3g}", f"{r['bytes']:.3g}", f"{r['intensity']:.2f}",
@@ -183,11 +187,6 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_model_show(args: argparse.Namespace) -> int:
-    from sim.core.footprint import weight_bytes
-    from sim.core.formats import get_format
-    from sim.core.lowering import FormatPolicy
-    from sim.core.model import load_model
-
     m = load_model(args.model)
     fmts = args.formats.split(",") if args.formats else ["fp32", "fp16", "bf16", "int8", "int4"]
     by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
@@ -208,9 +207,6 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_list(args: argparse.Namespace) -> int:
-    from hw_models.machine import load_machine, preset_names
-    from sim.core.units import fmt_bytes
-
     rows = []
     for name in preset_names():
         try:
@@ -242,9 +238,6 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_show(args: argparse.Namespace) -> int:
-    from hw_models.machine import load_machine, resolve_path
-    from sim.core.schema import file_dict
-
     m = load_machine(args.name)
     if args.json:
         print(json.dumps(file_dict(m), indent=1))
@@ -257,8 +250,6 @@ def cmd_formats(args: argparse.Namespace) -> int:
     """Each format's exact storage and the error it causes on an array."""
     import numpy as np
 
-    from sim.core.formats import get_format, known_formats
-    from sim.core.quantize import quantization_error
 
     names = args.formats.split(",") if args.formats else known_formats()
     fmts = [get_format(n) for n in names]        # unknown names fail before any work
@@ -355,12 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     hs.add_argument("--json", action="store_true", help="print the validated machine as JSON (default: the YAML text)")
     hs.set_defaults(func=cmd_hw_show)
 
-    for mod in _PLUGINS:
-        try:
-            importlib.import_module(mod).register(sub)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod and not mod.startswith(str(exc.name)):
-                raise
+    for register in (*_APPS, *cli_registrars()):
+        register(sub)
     return p
 
 

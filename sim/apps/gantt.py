@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from sim.apps.axes import time_axis
-from sim.apps.plots import _save, plt
+from sim.apps.mpl import pyplot
+from sim.apps.plots import _save
 from sim.core.errors import ConfigError
 from sim.core.results import OpRecord
 
@@ -67,6 +68,7 @@ def _panel(ax, ops: list[OpRecord], span: tuple[float, float], subtitle: str) ->
 def gantt(ops: list[OpRecord], title: str, path: Path, layers: tuple[int, int] | None = None) -> Path:
     """The whole step, and below it a zoom on `layers` (default the first two, when
     the step has more than two). `layers` naming layers the step lacks is an error."""
+    plt = pyplot()
     end = max((o.end_s for o in ops), default=0.0)
     window = layer_window(ops, layers or (0, 1))
     if layers is not None and window is None:

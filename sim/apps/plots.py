@@ -10,14 +10,12 @@ dropped, and every point (labelled or not) goes to a JSON file beside the PNG.
 
 from __future__ import annotations
 
+from sim.apps.mpl import pyplot
+
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hw_models.base import Roof  # noqa: E402
@@ -31,6 +29,7 @@ _OFFSETS = ((4, 3, "left", "bottom"), (4, -3, "left", "top"), (-4, 3, "right", "
 
 
 def _save(fig, path: Path) -> Path:
+    plt = pyplot()
     atomic_write(path, lambda p: fig.savefig(p, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
     return path
@@ -124,6 +123,7 @@ def _draw_roofs(ax, roofs: list[Roof], x: np.ndarray, scale: float) -> list[str]
 def roofline(result: RunResult, roofs: list[Roof], path: Path) -> Path:
     """Achieved FLOP/s of each op of the representative decode step and the prefill
     against arithmetic intensity, under the roofs of the units that ran them."""
+    plt = pyplot()
     roofs = drawn_roofs(result, roofs)
     pts = points(result, roofs)
     fig, ax = plt.subplots(figsize=(8, 5))

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from hw_models.machine import load_machine
 from sim.apps.outputs import check_output
-from sim.apps.survey.build import build
 from sim.apps.survey.runs import Setup
 from sim.core.errors import ConfigError
 
@@ -25,6 +24,7 @@ def default_shared() -> Path:
 
 
 def cmd_survey(args: argparse.Namespace) -> int:
+    from sim.apps.survey.build import build   # pandas and matplotlib: only for this command
     machines = tuple(m.strip() for m in args.hw.split(",") if m.strip())
     if not machines:
         raise ConfigError("--hw: expected one or more preset names, e.g. --hw a6000,h200")

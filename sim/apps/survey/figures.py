@@ -3,15 +3,13 @@ shapes (lines over a sweep, grouped bars over configurations), one panel each.""
 
 from __future__ import annotations
 
+from sim.apps.mpl import pyplot
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 from sim.apps.outputs import atomic_write  # noqa: E402
 
@@ -28,6 +26,7 @@ class OpPoint:
 
 
 def _save(fig, path: Path) -> Path:
+    plt = pyplot()
     atomic_write(path, lambda p: fig.savefig(p, dpi=100, format="png", bbox_inches="tight"))
     plt.close(fig)
     return path
@@ -37,6 +36,7 @@ def roofline(points: list[OpPoint], peak_flops_per_s: float, bandwidth_bytes_per
              title: str, path: Path) -> Path:
     """Each op at its arithmetic intensity: filled where the pure roofline puts it
     (on the roof), hollow where the preset's model puts it (below)."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     knee = peak_flops_per_s / bandwidth_bytes_per_s
     xs = [0.1, knee, 1e5]
@@ -69,6 +69,7 @@ def _label(ax, title: str, xlabel: str, ylabel: str, logx: bool = False, logy: b
 
 
 def _panels(n: int, width: float = 4.8):
+    plt = pyplot()
     fig, axes = plt.subplots(1, n, figsize=(width * n, 3.6), squeeze=False)
     return fig, list(axes[0])
 

@@ -14,6 +14,7 @@ to SQLite as it finishes, and draws the plots the file asks for.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from sim.apps.sweep.store import load_results as _load
 
 if TYPE_CHECKING:
     import pandas
@@ -26,6 +27,5 @@ DEFAULT_MAX_POINTS = 100_000
 
 def load_results(out_dir: str) -> "pandas.DataFrame":
     """The results of the sweep in `out_dir` as a DataFrame, one row per point."""
-    from sim.apps.sweep.store import load_results as _load
 
     return _load(out_dir)

@@ -7,6 +7,12 @@ import sys
 
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.core.errors import ConfigError
+from sim.apps.sweep.run import run_sweep
+from sim.apps.sweep.spec import load_spec
+from sim.apps.sweep.store import load_results
+from sim.apps.axes import axis_for, fmt_value, is_number
+from sim.apps.sweep.spec import default_goal
+from sim.apps.sweep.store import export
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -16,7 +22,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"sim sweep: unexpected argument {args.target!r} (did you mean --out {args.target}?)")
     if not args.out:
         raise ConfigError("sim sweep: --out DIR is required (the results folder; rerun with the same one to resume)")
-    from sim.apps.sweep.run import run_sweep
 
     if args.max_points is not None and args.max_points < 1:
         raise ConfigError(f"--max-points {args.max_points}: must be at least 1")
@@ -39,8 +44,6 @@ def _print_best(spec_path: str, out: str) -> None:
     its value with a unit, and the axis values where it was reached."""
     from rich.console import Console
 
-    from sim.apps.sweep.spec import load_spec
-    from sim.apps.sweep.store import load_results
 
     spec = load_spec(spec_path)
     df = load_results(out)
@@ -53,8 +56,6 @@ def _print_best(spec_path: str, out: str) -> None:
 def best_table(spec, ok, total: int):
     from rich.table import Table
 
-    from sim.apps.axes import axis_for, fmt_value, is_number
-    from sim.apps.sweep.spec import default_goal
 
     t = Table(title=f"{spec.name}: best points ({len(ok)} of {total} ran without error)", title_justify="left")
     t.add_column("metric", no_wrap=True)
@@ -73,8 +74,6 @@ def best_table(spec, ok, total: int):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from sim.apps.sweep.store import export
-
     if args.target is None:
         raise ConfigError("sim sweep export: expected the sweep's output folder, e.g. sim sweep export out/ --csv r.csv")
     for path in export(args.target, csv=args.csv, parquet=args.parquet):

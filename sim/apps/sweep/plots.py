@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import ticker
 
 from sim.apps.axes import Axis, axis_for, fmt_value, is_number, num
 from sim.core.errors import ConfigError
-from sim.apps.plots import _save, plt, thin_labels
+from sim.apps.mpl import pyplot
+from sim.apps.plots import _save, thin_labels
 from sim.apps.sweep.expr import compile_expr
 from sim.apps.sweep.spec import Plot, SweepSpec, default_goal
 
@@ -87,6 +87,7 @@ def _best_index(values: "pd.Series", goal: str):
 
 
 def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
+    plt = pyplot()
     goal = p.goal or default_goal(p.y)
     cols = p.line_columns
     data = _ok(df, [p.x, p.y] + cols, f"plots: {p.kind} {p.y}", p)
@@ -123,6 +124,7 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
 
 
 def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
+    plt = pyplot()
     goal = p.goal or default_goal(p.z)
     data = _ok(df, [p.x, p.y, p.z], f"plots: heatmap {p.z}", p)
     # Several points per cell (a third axis) are reduced to the best one.
@@ -167,6 +169,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray, goal_x: str = "min", goal_y: str 
 
 
 def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
+    plt = pyplot()
     gx, gy = p.goal_x or default_goal(p.x), p.goal or default_goal(p.y)
     data = _ok(df, [p.x, p.y] + ([p.label] if p.label else []), f"plots: pareto {p.y}", p)
     ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
@@ -194,6 +197,7 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
 def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,
                at: list[tuple] = (), labels: list[str] = ()) -> Path:
     """Axes, scales, title, grid and legend shared by the line and Pareto plots."""
+    from matplotlib import ticker
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_xscale("log" if p.logx else "linear")

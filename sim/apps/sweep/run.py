@@ -28,6 +28,12 @@ from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expand import Point, expand
 from sim.apps.sweep.spec import SweepSpec, load_spec
 from sim.apps.sweep.store import Store
+from hw_models.machine import machine_from_dict
+from hw_models.registry import simulate
+from sim.core.results import check_finite
+from sim.core.workload import workload_from_dict
+from sim.apps.sweep import plots as sweep_plots
+from sim.apps.sweep.store import export, load_results
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -37,10 +43,6 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
     """Simulate one point. Never raises: a failure (the model does not fit, a
     bug) comes back as status `error` with a one-line message, so one bad point
     leaves the others intact."""
-    from hw_models.machine import machine_from_dict
-    from hw_models.registry import simulate
-    from sim.core.results import check_finite
-    from sim.core.workload import workload_from_dict
 
     t0 = time.perf_counter()
     try:
@@ -206,8 +208,6 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
 
 def finish(spec: SweepSpec, out: Path, plots: bool = True) -> list[Path]:
     """results.csv and the plots, from the store; all of them or none."""
-    from sim.apps.sweep import plots as sweep_plots
-    from sim.apps.sweep.store import export, load_results
 
     with transaction():
         written = export(out, csv=out / "results.csv")

@@ -29,6 +29,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sim.core.errors import ConfigError
 from sim.core.schema import Strict, read_yaml, validate_mapping
+from sim.apps.sweep.expr import compile_expr
 
 
 class Range(Strict):
@@ -193,7 +194,6 @@ class SweepSpec(Strict):
 
     def plot_columns(self) -> list[str]:
         """Every column the plots name (their `where` expressions included); syntax checked."""
-        from sim.apps.sweep.expr import compile_expr
 
         cols: list[str] = []
         for i, p in enumerate(self.plots):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import sim
 from sim.core.errors import ConfigError
+from sim.apps.outputs import atomic_write
 
 if TYPE_CHECKING:
     import pandas
@@ -176,8 +177,6 @@ def load_results(out_dir: str | Path, all_rows: bool = False) -> "pandas.DataFra
 
 
 def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Path | None = None) -> list[Path]:
-    from sim.apps.outputs import atomic_write
-
     if not csv and not parquet:
         raise ConfigError("sweep export: give --csv PATH or --parquet PATH")
     df = load_results(out_dir)

@@ -37,7 +37,6 @@ from typing import Callable, Iterable
 
 import numpy as np
 import yaml
-from scipy.optimize import least_squares
 
 from hw_models import compute_path
 from hw_models.cost import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
@@ -182,6 +181,7 @@ class Fit:
 
 def fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict[str, float]) -> Fit:
     """Least squares on log-time residuals from `start`."""
+    from scipy.optimize import least_squares   # slow to import (0.4 s): only when fitting
     def residuals(x):
         return np.log(predict_s(_from_x(x), flops, nbytes, rate, bandwidth, scale, ramp)) - np.log(measured_s)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from sim.apps.plots import _save, plt
+from sim.apps.mpl import pyplot
+from sim.apps.plots import _save
 from sim.apps.trace.validate import OpRow
 
 
 def scatter(rows: Sequence[OpRow], title: str, path: str | Path, extra: dict[str, Sequence[OpRow]] | None = None) -> Path:
+    plt = pyplot()
     path = Path(path)
     series = {"": rows} if extra is None else extra
     fig, ax = plt.subplots(figsize=(5.5, 5))

@@ -1,0 +1,180 @@
+"""Writing output files: atomically for regular files (a temporary file renamed into
+place, so an interrupted run leaves nothing half-written), straight through for
+devices and FIFOs, all of a command's outputs or none (`transaction`), and JSON
+that is standard (no NaN) and byte-identical run to run (sorted keys). Generic
+file I/O: every stratum may write through it (a kind's CLI, calibration, sweeps)."""
+
+
+from __future__ import annotations
+
+import contextvars
+import json
+import math
+import os
+import stat
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from sim.core.errors import ConfigError
+
+# Per transaction: (commit, abort) callables of the staged writes, in order.
+_STAGED: contextvars.ContextVar[list[tuple[Callable[[], None], Callable[[], None]]] | None] = \
+    contextvars.ContextVar("sim_staged_outputs", default=None)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _is_stream(path: Path) -> bool:
+    """A character device or FIFO (after following symlinks): written through, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _target(path: Path) -> Path:
+    """The file a write lands in: a symlink's final target (so the link survives)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def check_output(path: str | Path, directory: bool = False) -> Path:
+    """Fail before a long run, not after it, when `path` cannot be written: it is
+    an existing directory (or, for `directory`, a file), a read-only file, a socket or
+    block device, or a parent is a file, or the nearest existing parent is not writable."""
+    path = Path(path)
+    if path.is_dir() != directory and path.exists():
+        raise ConfigError(f"{path}: is {'a file' if directory else 'a directory'}; "
+                          f"expected {'a directory' if directory else 'a file path'}")
+    if not directory and path.exists():
+        mode = os.stat(path).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISREG(mode):
+            # The mode bits too: root may write anything, but a file marked read-only is meant to stay.
+            if not os.access(path, os.W_OK) or stat.S_ISREG(mode) and not mode & 0o222:
+                raise ConfigError(f"{path}: cannot write: permission denied (read-only)")
+            if not stat.S_ISREG(mode):
+                return path  # written through: the folder it is in need not be writable
+        else:
+            raise ConfigError(f"{path}: cannot write: not a regular file, character device or FIFO")
+    target = path if directory else _target(path)
+    parent = target if directory else target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{path}: cannot write: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path}: cannot write: {parent} is not writable")
+    return path
+
+
+@contextmanager
+def transaction() -> Iterator[None]:
+    """Stage every `atomic_write` inside; land them all at the end, or none on an error."""
+    if _STAGED.get() is not None:  # nested: the outer transaction lands everything
+        yield
+        return
+    staged: list[tuple[Callable[[], None], Callable[[], None]]] = []
+    token = _STAGED.set(staged)
+    try:
+        yield
+    except BaseException:
+        for _, abort in reversed(staged):  # the last write's temp goes first, then the folders
+            abort()
+        raise
+    finally:
+        _STAGED.reset(token)
+    try:
+        for commit, _ in staged:
+            commit()
+    except BaseException:
+        for _, abort in reversed(staged):  # the last write's temp goes first, then the folders
+            abort()
+        raise
+
+
+def _fail(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"{path}: cannot write: {exc.strerror or exc}")
+
+
+def _write_stream(path: Path, write: Callable[[Path], None]) -> None:
+    try:
+        write(path)
+    except OSError as exc:
+        raise _fail(path, exc) from None
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """`write(p)` writes the whole file at `p`; see the module docstring for where it lands."""
+    path = check_output(path)
+    staged = _STAGED.get()
+    if _is_stream(path):
+        if staged is None:
+            _write_stream(path, write)
+        else:
+            staged.append((lambda: _write_stream(path, write), lambda: None))
+        return path
+    final = _target(path)
+    made = [d for d in (final.parent, *final.parent.parents) if not d.exists()]  # folders this write creates
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", dir=final.parent)
+    except OSError as exc:  # a parent is a file, a read-only directory, a full disk
+        raise _fail(path, exc) from None
+    os.close(fd)
+    tmp = Path(tmp_name)
+
+    def abort() -> None:
+        tmp.unlink(missing_ok=True)
+        for d in made:  # innermost first; a folder something else wrote into stays
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
+        if staged is None:
+            os.replace(tmp, final)
+    except OSError as exc:
+        abort()
+        raise _fail(path, exc) from None
+    except BaseException:
+        abort()
+        raise
+    if staged is not None:
+        def commit() -> None:
+            try:
+                os.replace(tmp, final)
+            except OSError as exc:
+                raise _fail(path, exc) from None
+        staged.append((commit, abort))
+    return path
+
+
+def _finite(data: Any) -> Any:
+    """NaN and infinities as null: Python's json writes bare NaN/Infinity, which is not JSON."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
+
+
+def dumps(data: Any) -> str:
+    """Standard, byte-identical JSON: finite numbers only, keys sorted (dict order can
+    follow set iteration, which changes with the hash seed)."""
+    return json.dumps(_finite(json.loads(json.dumps(data, default=float))), indent=1, sort_keys=True,
+                      allow_nan=False)
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    return atomic_write(path, lambda p: p.write_text(dumps(data) + "\n"))
