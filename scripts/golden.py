@@ -65,6 +65,11 @@ def sweep_cases(subset: str | None) -> dict[str, dict]:
     return out
 
 
+def _file_of(case: str) -> str:
+    """The workload or sweep file a case came from (`wl@hw`, `sweep:stem:i`)."""
+    return case.split(":")[1] if case.startswith("sweep:") else case.split("@")[0]
+
+
 def differences(want: dict, got: dict, rel: float = 1e-9) -> list[str]:
     bad = []
     for case, metrics in want.items():
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.check:
         want = json.loads(a.check.read_text())
         bad = differences(want, got)
-        missing = [c for c in want if c not in got and (not a.subset or a.subset in c)]
+        missing = [c for c in want if c not in got and (not a.subset or a.subset in _file_of(c))]
         for line in bad + [f"{c}: missing" for c in missing]:
             print(line)
         print(f"{len(got)} cases checked, {len(bad) + len(missing)} differ")

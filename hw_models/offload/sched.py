@@ -204,96 +204,115 @@ def whole(nbytes: float) -> float:
 
 def build_tasks(slots: list[SlotWork], p: Policy, rates: Rates, phase: str) -> list[Task]:
     """The task list of one step of the block schedule (see module docstring)."""
-    nb = p.num_gpu_batches
-    wg, wc, wd = p.weights
-    cg, cc, cd = p.kv_cache
-    hg, hc, hd = p.activations
-    cpu_attn = p.cpu_attention and phase == "decode" and cc + cd > 0
-    w_h2d = rates.h2d * (1.0 if p.pinned else rates.pageable_factor)
-    tasks: list[Task] = []
-    computes: list[str] = []          # the GPU chain, in order: the last task of each (slot, batch)
+    b = _StepBuilder(p, rates, phase)
+    for s, work in enumerate(slots):
+        b.slot(s, work, slots[s - 1] if s > 0 else None, s < len(slots) - 1)
+    return b.tasks
 
-    def xfer(tid: str, res: str, nbytes: float, deps: list[str], kind: str, acquire=(), release=()) -> str | None:
+
+class _StepBuilder:
+    """Appends one step's tasks slot by slot, GPU batch by GPU batch, in the order the
+    schedule issues them (the engine breaks ties by that order)."""
+
+    def __init__(self, p: Policy, rates: Rates, phase: str):
+        self.p, self.rates = p, rates
+        self.nb = p.num_gpu_batches
+        cc, cd = p.kv_cache[1], p.kv_cache[2]
+        self.cpu_attn = p.cpu_attention and phase == "decode" and cc + cd > 0
+        self.w_h2d = rates.h2d * (1.0 if p.pinned else rates.pageable_factor)
+        self.tasks: list[Task] = []
+        self.computes: list[str] = []     # the GPU chain, in order: the last task of each (slot, batch)
+        self.hidden_store: dict[int, list[str]] = {}
+
+    def xfer(self, tid: str, res: str, nbytes: float, deps: list[str], kind: str, acquire=(), release=()
+             ) -> str | None:
         if nbytes <= 0:
             return None
-        rate, lat = {"pcie_h2d": (w_h2d if kind == "weights" else rates.h2d, rates.pcie_latency_s),
-                     "pcie_d2h": (rates.d2h, rates.pcie_latency_s),
-                     "disk_r": (rates.disk_read, rates.disk_latency_s),
-                     "disk_w": (rates.disk_write, rates.disk_latency_s)}[res]
+        r = self.rates
+        rate, lat = {"pcie_h2d": (self.w_h2d if kind == "weights" else r.h2d, r.pcie_latency_s),
+                     "pcie_d2h": (r.d2h, r.pcie_latency_s),
+                     "disk_r": (r.disk_read, r.disk_latency_s),
+                     "disk_w": (r.disk_write, r.disk_latency_s)}[res]
         resource = "disk" if res.startswith("disk") else res
-        tasks.append(Task(tid, resource, lat + nbytes / rate, tuple(d for d in deps if d), tuple(acquire),
-                          tuple(release), Tag("transfer", nbytes, path=f"{kind} {res}")))
+        self.tasks.append(Task(tid, resource, lat + nbytes / rate, tuple(d for d in deps if d), tuple(acquire),
+                               tuple(release), Tag("transfer", nbytes, path=f"{kind} {res}")))
         return tid
 
-    def chain(prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,
+    def chain(self, prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,
               buf: str | None) -> list[str]:
         """Load `off_frac` of `nbytes` to the GPU, the `disk_frac` part first from disk."""
-        d = xfer(f"{prefix}.disk", "disk_r", disk_frac * nbytes, deps, kind)
+        d = self.xfer(f"{prefix}.disk", "disk_r", disk_frac * nbytes, deps, kind)
         acq = ((buf, whole(off_frac * nbytes)),) if buf else ()
-        h = xfer(f"{prefix}.h2d", "pcie_h2d", off_frac * nbytes, deps + [d], kind, acquire=acq)
+        h = self.xfer(f"{prefix}.h2d", "pcie_h2d", off_frac * nbytes, deps + [d], kind, acquire=acq)
         return [h or d] if (h or d) else []
 
-    def store(prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,
+    def store(self, prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,
               over_pcie: bool = True) -> list[str]:
-        h = xfer(f"{prefix}.d2h", "pcie_d2h", off_frac * nbytes, deps, kind) if over_pcie else None
-        d = xfer(f"{prefix}.disk", "disk_w", disk_frac * nbytes, deps + [h], kind)
+        h = self.xfer(f"{prefix}.d2h", "pcie_d2h", off_frac * nbytes, deps, kind) if over_pcie else None
+        d = self.xfer(f"{prefix}.disk", "disk_w", disk_frac * nbytes, deps + [h], kind)
         return [x for x in (h, d) if x]
 
-    hidden_store: dict[int, list[str]] = {}
-    for s, work in enumerate(slots):
-        name = work.name
-        n0 = len(computes)
-        gate_w = computes[n0 - nb - 1] if n0 - nb - 1 >= 0 else None   # last compute of the slot before last
-        w_off = (wc + wd) * work.weight_bytes
-        w_deps = chain(f"{name}.w", work.weight_bytes, wd, wc + wd, [gate_w], "weights", W_BUF)
-        for k in range(nb):
-            first = len(tasks)
-            n = len(computes)
-            gate = computes[n - 2] if n >= 2 else None
-            tag = f"{name}.b{k}" if nb > 1 else name
-            deps = [computes[-1]] if computes else []
-            deps += w_deps
-            kv_held = 0.0
-            if work.is_layer and work.kv_read_bytes:
-                if cpu_attn:   # the CPU reads its own part; the disk part comes to CPU memory first
-                    deps += chain(f"{tag}.kv", work.kv_read_bytes, cd, 0.0, [gate], "kv_cache", None)
-                else:
-                    kv_held = whole((cc + cd) * work.kv_read_bytes)
-                    deps += chain(f"{tag}.kv", work.kv_read_bytes, cd, cc + cd, [gate], "kv_cache", KV_BUF)
-            if s > 0 and (hc + hd) > 0:
-                deps += chain(f"{tag}.h", slots[s - 1].hidden_bytes, hd, hc + hd,
-                              [gate] + hidden_store.pop(k, []), "activations", None)
-            last = k == nb - 1
-            release = [(KV_BUF, kv_held)] if kv_held else []
-            if last and w_off:
-                release.append((W_BUF, whole(w_off)))
-            if cpu_attn and work.is_layer:
-                off = cc + cd
-                a = f"{tag}.pre"
-                tasks.append(Task(a, "gpu", work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
-                                  tag=Tag("compute", bound="compute", path="gpu")))
-                q = xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
-                c = f"{tag}.cpu_attn"
-                tasks.append(Task(c, "cpu", off * work.attn_cpu_s, tuple(x for x in (a, q) if x),
-                                  tag=Tag("compute", bound="compute", path="cpu attention")))
-                r = xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
-                cid = f"{tag}.post"
-                tasks.append(Task(cid, "gpu", work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
-                                  tag=Tag("compute", bound="compute", path="gpu")))
-                kv_stores = store(f"{tag}.kvw", work.kv_write_bytes, cd, 0.0, [c], "kv_cache", over_pcie=False)
-            else:
-                cid = f"{tag}.compute"
-                tasks.append(Task(cid, "gpu", work.gpu_s, tuple(d for d in deps if d), release=tuple(release),
-                                  tag=Tag("compute", bound="compute", path="gpu")))
-                kv_stores = (store(f"{tag}.kvw", work.kv_write_bytes, cd, cc + cd, [cid], "kv_cache")
-                             if work.is_layer else [])
-            del kv_stores   # write-backs overlap later work; nothing waits on them within the step
-            if s < len(slots) - 1 and (hc + hd) > 0:
-                hidden_store[k] = store(f"{tag}.hw", work.hidden_bytes, hd, hc + hd, [cid], "activations")
-            computes.append(cid)
+    def slot(self, s: int, work: SlotWork, prev: SlotWork | None, has_next: bool) -> None:
+        """A slot's weight load, then each GPU batch's inputs, compute and write-backs."""
+        wc, wd = self.p.weights[1], self.p.weights[2]
+        n0 = len(self.computes)
+        gate_w = self.computes[n0 - self.nb - 1] if n0 - self.nb - 1 >= 0 else None  # the slot before last
+        w_deps = self.chain(f"{work.name}.w", work.weight_bytes, wd, wc + wd, [gate_w], "weights", W_BUF)
+        for k in range(self.nb):
+            first = len(self.tasks)
+            tag = f"{work.name}.b{k}" if self.nb > 1 else work.name
+            self.gpu_batch(k, tag, work, prev, has_next, w_deps, (wc + wd) * work.weight_bytes)
             # This GPU batch's tasks work for the slot's ops, whichever batch: reports sum them.
-            tasks[first:] = [replace(t, op=name + t.id.removeprefix(tag)) for t in tasks[first:]]
-    return tasks
+            self.tasks[first:] = [replace(t, op=work.name + t.id.removeprefix(tag)) for t in self.tasks[first:]]
+
+    def gpu_batch(self, k: int, tag: str, work: SlotWork, prev: SlotWork | None, has_next: bool,
+                  w_deps: list[str], w_off: float) -> None:
+        cc, cd = self.p.kv_cache[1], self.p.kv_cache[2]
+        hc, hd = self.p.activations[1], self.p.activations[2]
+        n = len(self.computes)
+        gate = self.computes[n - 2] if n >= 2 else None
+        deps = ([self.computes[-1]] if self.computes else []) + w_deps
+        kv_held = 0.0
+        if work.is_layer and work.kv_read_bytes:
+            if self.cpu_attn:   # the CPU reads its own part; the disk part comes to CPU memory first
+                deps += self.chain(f"{tag}.kv", work.kv_read_bytes, cd, 0.0, [gate], "kv_cache", None)
+            else:
+                kv_held = whole((cc + cd) * work.kv_read_bytes)
+                deps += self.chain(f"{tag}.kv", work.kv_read_bytes, cd, cc + cd, [gate], "kv_cache", KV_BUF)
+        if prev is not None and (hc + hd) > 0:
+            deps += self.chain(f"{tag}.h", prev.hidden_bytes, hd, hc + hd,
+                               [gate] + self.hidden_store.pop(k, []), "activations", None)
+        release = [(KV_BUF, kv_held)] if kv_held else []
+        if k == self.nb - 1 and w_off:
+            release.append((W_BUF, whole(w_off)))
+        cid = self.compute(tag, work, deps, release)
+        if has_next and (hc + hd) > 0:
+            self.hidden_store[k] = self.store(f"{tag}.hw", work.hidden_bytes, hd, hc + hd, [cid], "activations")
+        self.computes.append(cid)
+
+    def compute(self, tag: str, work: SlotWork, deps: list[str], release: list) -> str:
+        """The GPU batch's compute (split around CPU attention where the policy asks for it)
+        and its KV write-back, which later work overlaps: nothing in the step waits on it."""
+        cg, cc, cd = self.p.kv_cache
+        gpu = Tag("compute", bound="compute", path="gpu")
+        if self.cpu_attn and work.is_layer:
+            a = f"{tag}.pre"
+            self.tasks.append(Task(a, "gpu", work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d), tag=gpu))
+            q = self.xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
+            c = f"{tag}.cpu_attn"
+            self.tasks.append(Task(c, "cpu", (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
+                                   tag=Tag("compute", bound="compute", path="cpu attention")))
+            r = self.xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
+            cid = f"{tag}.post"
+            self.tasks.append(Task(cid, "gpu", work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
+                                   tag=gpu))
+            self.store(f"{tag}.kvw", work.kv_write_bytes, cd, 0.0, [c], "kv_cache", over_pcie=False)
+            return cid
+        cid = f"{tag}.compute"
+        self.tasks.append(Task(cid, "gpu", work.gpu_s, tuple(d for d in deps if d), release=tuple(release), tag=gpu))
+        if work.is_layer:
+            self.store(f"{tag}.kvw", work.kv_write_bytes, cd, cc + cd, [cid], "kv_cache")
+        return cid
 
 
 def full_slots(embed: SlotWork, layer: SlotWork, head: SlotWork, num_layers: int) -> list[SlotWork]:

@@ -89,86 +89,116 @@ def _batch_pairs(spec: PolicySpec, batch: int, objective: str) -> list[tuple[int
     return pairs
 
 
-def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec: PolicySpec,
-             objective: str, gpu_capacity: float) -> Candidate | None:
-    """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible."""
-    from scipy.optimize import linprog   # third-party and slow to import (0.4 s): only when searching
+class _Rows:
+    """The LP's inequality rows over x = (wg..hd, Tp, Tg)."""
 
-    w, m, r = mapper.workload, mapper.model, mapper.rates
-    L, n = m.num_layers, w.gen_len
-    bls = gbs * nb
-    pe, pl, ph = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
-    de, dl, dh = mapper.works("decode", gbs, 1, w.prompt_len + max(1, n // 2))
-    _, dl_max, _ = mapper.works("decode", gbs, 1, w.prompt_len + n - 1)
-    size = mapper.sizes(bls, gbs)
-    w_step = pe.weight_bytes + L * pl.weight_bytes + ph.weight_bytes
-    w_slot = max(pe.weight_bytes, pl.weight_bytes, ph.weight_bytes)
-    bw_w = r.h2d * (1.0 if pinned else r.pageable_factor)
-    ix = {k: i for i, k in enumerate(_KEYS)}
     TP, TG = 9, 10
 
-    def row(**coef: float) -> np.ndarray:
+    def __init__(self) -> None:
+        self.ix = {k: i for i, k in enumerate(_KEYS)}
+        self.A: list[np.ndarray] = []
+        self.b: list[float] = []
+
+    def row(self, **coef: float) -> np.ndarray:
         v = np.zeros(11)
         for k, c in coef.items():
-            v[ix[k] if k in ix else {"Tp": TP, "Tg": TG}[k]] += c
+            v[self.ix[k] if k in self.ix else {"Tp": self.TP, "Tg": self.TG}[k]] += c
         return v
 
-    A, b = [], []
-
-    def at_least(T: str, const: float, **coef: float) -> None:
+    def at_least(self, T: str, const: float, **coef: float) -> None:
         """T >= const + sum(coef * x)  ->  sum(coef * x) - T <= -const"""
-        A.append(row(**coef) - row(**{T: 1.0}))
-        b.append(-const)
+        self.A.append(self.row(**coef) - self.row(**{T: 1.0}))
+        self.b.append(-const)
 
-    for T, e, lay, h, q in (("Tp", pe, pl, ph, w.prompt_len), ("Tg", de, dl, dh, 1)):
+    def at_most(self, cap: float, **coef: float) -> None:
+        self.A.append(self.row(**coef))
+        self.b.append(cap)
+
+
+def _time_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool) -> None:
+    """Each step's time bounds: GPU (and CPU attention) compute, PCIe each way, disk."""
+    w, m, r = mapper.workload, mapper.model, mapper.rates
+    L, n = m.num_layers, w.gen_len
+    pe, pl, ph = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
+    de, dl, dh = mapper.works("decode", gbs, 1, w.prompt_len + max(1, n // 2))
+    w_step = pe.weight_bytes + L * pl.weight_bytes + ph.weight_bytes
+    bw_w = r.h2d * (1.0 if pinned else r.pageable_factor)
+    for T, e, lay, h in (("Tp", pe, pl, ph), ("Tg", de, dl, dh)):
         hid = nb * (L + 1) * lay.hidden_bytes           # activations handed between slots
         kvr, kvw = nb * L * lay.kv_read_bytes, nb * L * lay.kv_write_bytes
         cpu_attn = cpu_attention and T == "Tg"
         gpu_const = nb * (e.gpu_s + h.gpu_s + L * (lay.pre_s + lay.post_s))
         # compute: GPU attention over the cg part, CPU attention (serial with the GPU) over the rest
         if cpu_attn:
-            at_least(T, gpu_const + nb * L * lay.attn_gpu_s,
-                     cc=nb * L * (lay.attn_cpu_s - lay.attn_gpu_s), cd=nb * L * (lay.attn_cpu_s - lay.attn_gpu_s))
+            rows.at_least(T, gpu_const + nb * L * lay.attn_gpu_s,
+                          cc=nb * L * (lay.attn_cpu_s - lay.attn_gpu_s), cd=nb * L * (lay.attn_cpu_s - lay.attn_gpu_s))
         else:
-            at_least(T, gpu_const + nb * L * lay.attn_gpu_s)
+            rows.at_least(T, gpu_const + nb * L * lay.attn_gpu_s)
         kv_h2d = 0.0 if cpu_attn else kvr / r.h2d
-        at_least(T, 0.0, wc=w_step / bw_w, wd=w_step / bw_w, cc=kv_h2d, cd=kv_h2d, hc=hid / r.h2d, hd=hid / r.h2d)
+        rows.at_least(T, 0.0, wc=w_step / bw_w, wd=w_step / bw_w, cc=kv_h2d, cd=kv_h2d, hc=hid / r.h2d,
+                      hd=hid / r.h2d)
         kv_d2h = 0.0 if cpu_attn else kvw / r.d2h
-        at_least(T, 0.0, cc=kv_d2h, cd=kv_d2h, hc=hid / r.d2h, hd=hid / r.d2h)
-        at_least(T, 0.0, wd=w_step / r.disk_read, cd=kvr / r.disk_read + kvw / r.disk_write,
-                 hd=hid / r.disk_read + hid / r.disk_write)
-    # memory per tier
+        rows.at_least(T, 0.0, cc=kv_d2h, cd=kv_d2h, hc=hid / r.d2h, hd=hid / r.d2h)
+        rows.at_least(T, 0.0, wd=w_step / r.disk_read, cd=kvr / r.disk_read + kvw / r.disk_write,
+                      hd=hid / r.disk_read + hid / r.disk_write)
+
+
+def _memory_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, gpu_capacity: float) -> None:
+    """Bytes per tier within its capacity; the GPU also holds one slot's streamed weights and KV."""
+    w = mapper.workload
+    pe, pl, ph = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
+    _, dl_max, _ = mapper.works("decode", gbs, 1, w.prompt_len + w.gen_len - 1)
+    size = mapper.sizes(gbs * nb, gbs)
+    w_slot = max(pe.weight_bytes, pl.weight_bytes, ph.weight_bytes)
     kv_buf = 0.0 if cpu_attention else dl_max.kv_read_bytes
-    A.append(row(wg=size["weights"] - w_slot, cg=size["kv_cache"] + kv_buf, hg=size["activations"]))
-    b.append(gpu_capacity * (1 - 1e-6) - size["working"] - w_slot - kv_buf)
+    rows.at_most(gpu_capacity * (1 - 1e-6) - size["working"] - w_slot - kv_buf,
+                 wg=size["weights"] - w_slot, cg=size["kv_cache"] + kv_buf, hg=size["activations"])
     host = mapper.host
     for keys, cap in ((("wc", "cc", "hc"), host.cpu_memory.capacity_bytes), (("wd", "cd", "hd"), host.disk.capacity_bytes)):
-        A.append(row(**{k: size[role] for k, role in zip(keys, ("weights", "kv_cache", "activations"))}))
-        b.append(cap * (1 - 1e-6))
-    A_eq = [row(**{k: 1.0 for k in keys}) for keys in TRIPLES.values()]
-    bounds = [(spec.fractions[k], spec.fractions[k]) if k in spec.fractions else (0.0, 1.0) for k in _KEYS]
-    bounds += [(0, None), (0, None)]
+        rows.at_most(cap * (1 - 1e-6), **{k: size[role] for k, role in zip(keys, ("weights", "kv_cache", "activations"))})
+
+
+def _objective(rows: _Rows, mapper, gbs: int, nb: int, objective: str) -> np.ndarray:
+    w, L, n = mapper.workload, mapper.model.num_layers, mapper.workload.gen_len
     c = np.zeros(11)
     if objective == "latency":
-        c[TG], c[TP] = 1.0, 1e-6
+        c[rows.TG], c[rows.TP] = 1.0, 1e-6
     else:
-        c[TP], c[TG] = 1.0, max(n - 1, 0)
+        c[rows.TP], c[rows.TG] = 1.0, max(n - 1, 0)
     # Tie-break where the max() leaves the fractions free (a link that is not the
     # bottleneck): prefer the faster tier, by a cost far below any real time.
+    _, pl, _ = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
+    _, dl, _ = mapper.works("decode", gbs, 1, w.prompt_len + max(1, n // 2))
+    size = mapper.sizes(gbs * nb, gbs)
     eps = 1e-4 * (pl.gpu_s + dl.gpu_s) * L / max(size["weights"] + size["kv_cache"] + size["activations"], 1.0)
     for keys, role in zip(TRIPLES.values(), ("weights", "kv_cache", "activations")):
-        c[ix[keys[1]]] += eps * size[role]
-        c[ix[keys[2]]] += 2 * eps * size[role]
-    res = linprog(c, A_ub=np.array(A), b_ub=np.array(b), A_eq=np.array(A_eq), b_eq=np.ones(3), bounds=bounds,
-                  method="highs")
+        c[rows.ix[keys[1]]] += eps * size[role]
+        c[rows.ix[keys[2]]] += 2 * eps * size[role]
+    return c
+
+
+def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec: PolicySpec,
+             objective: str, gpu_capacity: float) -> Candidate | None:
+    """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible."""
+    from scipy.optimize import linprog   # third-party and slow to import (0.4 s): only when searching
+
+    rows = _Rows()
+    _time_rows(rows, mapper, gbs, nb, cpu_attention, pinned)
+    _memory_rows(rows, mapper, gbs, nb, cpu_attention, gpu_capacity)
+    A_eq = [rows.row(**{k: 1.0 for k in keys}) for keys in TRIPLES.values()]
+    bounds = [(spec.fractions[k], spec.fractions[k]) if k in spec.fractions else (0.0, 1.0) for k in _KEYS]
+    bounds += [(0, None), (0, None)]
+    res = linprog(_objective(rows, mapper, gbs, nb, objective), A_ub=np.array(rows.A), b_ub=np.array(rows.b),
+                  A_eq=np.array(A_eq), b_eq=np.ones(3), bounds=bounds, method="highs")
     if res.status != 0:
         return None
     x = np.clip(res.x[:9], 0.0, 1.0)
     trip = [tuple(float(v) for v in x[i:i + 3] / x[i:i + 3].sum()) for i in (0, 3, 6)]
     p = Policy(*trip, gpu_batch_size=gbs, num_gpu_batches=nb, cpu_attention=cpu_attention, pinned=pinned)
-    tp, tg = float(res.x[TP]), float(res.x[TG])
+    tp, tg = float(res.x[rows.TP]), float(res.x[rows.TG])
+    n = mapper.workload.gen_len
     total = tp + max(n - 1, 0) * tg
-    return Candidate(p, tp, tg, bls * n / total if total else 0.0)
+    return Candidate(p, tp, tg, gbs * nb * n / total if total else 0.0)
 
 
 def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity: float | None = None,
