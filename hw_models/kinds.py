@@ -22,12 +22,13 @@ class KindEntry:
     module: str | ModuleType                  # the kind's folder (a module path, or the module itself)
     preset_sections: tuple[str, ...] = ()     # top-level preset keys it owns
     workload_sections: tuple[str, ...] = ()   # top-level workload keys it owns
+    cli: str | None = None                    # the module of its `register(subparsers)`, loaded at start-up
 
 
 KINDS: dict[str, KindEntry] = {
     "gpu": KindEntry("hw_models.gpu", (), ("parallel",)),
-    "cpu": KindEntry("hw_models.gpu"),
-    "offload": KindEntry("hw_models.offload", ("host",), ("policy",)),
+    "cpu": KindEntry("hw_models.gpu", (), ("parallel",)),
+    "offload": KindEntry("hw_models.offload", ("host",), ("policy",), cli="hw_models.offload.cli"),
     "pim": KindEntry("hw_models.pim", ("pim",), ("pim_policy",)),
     "spatial": KindEntry("hw_models.spatial", ("spatial",)),
 }
@@ -43,10 +44,9 @@ def preset_sections() -> set[str]:
     return {s for e in KINDS.values() for s in e.preset_sections}
 
 
-def section_owner(key: str, where: str) -> str:
-    """The kind that owns a top-level `key` of a preset (`where="preset"`) or workload file."""
-    return next(k for k, e in KINDS.items()
-                if key in (e.preset_sections if where == "preset" else e.workload_sections))
+def section_owners(key: str, where: str) -> list[str]:
+    """The kinds that own a top-level `key` of a preset (`where="preset"`) or workload file."""
+    return [k for k, e in KINDS.items() if key in (e.preset_sections if where == "preset" else e.workload_sections)]
 
 
 register_sections({s for e in KINDS.values() for s in e.workload_sections})

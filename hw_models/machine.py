@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from hw_models.kinds import KINDS, preset_sections, section_owner
+from hw_models.kinds import KINDS, preset_sections, section_owners
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -234,9 +234,9 @@ class Machine(Strict):
         if not self.units:
             raise ValueError("at least one compute unit is required")
         for section in self.sections:
-            kind = section_owner(section, "preset")
-            if kind != self.kind:  # it would be silently ignored
-                raise ValueError(f"{section}: a `{section}:` section belongs to kind {kind}, "
+            kinds = section_owners(section, "preset")
+            if self.kind not in kinds:  # it would be silently ignored
+                raise ValueError(f"{section}: a `{section}:` section belongs to kind {' or '.join(kinds)}, "
                                  f"not this preset's kind {self.kind!r}")
         for name, unit in self.units.items():
             if unit.memory not in self.memory:

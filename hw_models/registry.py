@@ -4,7 +4,8 @@ hw_models.kinds lists the kinds (one line each); this module loads a kind's fold
 and checks its face:
 
     KIND              the kind's name
-    MAPPER            a hw_models.base.Mapper subclass (the generation loop's StepModel)
+    MAPPER            a hw_models.base.Mapper subclass (the generation loop's StepModel), or a
+                      factory (machine, workload, model) -> Mapper
     PRESET_SCHEMA     the schema of the preset section it owns, or None
     WORKLOAD_SCHEMAS  {workload key it owns: its schema or a description}
     register          register(subparsers) adding its CLI subcommands, or None
@@ -58,11 +59,7 @@ def report_sections(result: RunResult) -> list[Section]:
 
 
 def cli_registrars() -> list:
-    """Each kind's `register(subparsers)`, once per folder (gpu and cpu share one)."""
-    seen, out = set(), []
-    for kind in KINDS:
-        module = kind_module(kind)
-        if module.register is not None and module.__name__ not in seen:
-            seen.add(module.__name__)
-            out.append(module.register)
-    return out
+    """Each kind's `register(subparsers)` (its face's `register`), from the CLI module the
+    registry line names, so that start-up does not load every kind's models."""
+    modules = dict.fromkeys(e.cli for e in KINDS.values() if e.cli)
+    return [importlib.import_module(m).register for m in modules]

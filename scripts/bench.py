@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from hw_models.registry import mapper_for  # noqa: E402
 from hw_models.cost import MATRIX_KINDS  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
-from sim.core import engineNone  # noqa: E402
+from sim.core import engine  # noqa: E402
 from sim.core.lowering import lower  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
 from sim.core.generation import decode_kv_lens  # noqa: E402

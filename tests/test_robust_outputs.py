@@ -68,7 +68,7 @@ def test_a_read_only_output_is_refused_and_kept(tiny, tmp_path, capsys):
 # ---------------------------------------------------------------- item 5: all outputs or none
 
 def test_a_failing_later_output_leaves_no_earlier_one(tiny, tmp_path, capsys, monkeypatch):
-    from sim.apps import cli as plots   # the command's gantt: the last output written
+    from sim.apps import gantt as plots   # the last output written (sim run imports it when it writes plots)
 
     def full_disk(*a, **k):
         raise ConfigError(f"{tmp_path / 'plots'}: cannot write: No space left on device")

@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sim.core.errors import ConfigError
-from hw_models.registry import mapper_for
-from hw_models.machine import load_machine
-from hw_models.offload.mapper import OffloadMapper
-from hw_models.offload.search import search
 from sim.core.units import parse_quantity
-from sim.core.workload import load_workload, parse_set
-from sim.core.files import write_json
 
 
 def register(subparsers) -> None:
@@ -30,6 +24,13 @@ def register(subparsers) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine
+    from hw_models.offload.mapper import OffloadMapper
+    from hw_models.offload.search import search
+    from hw_models.registry import mapper_for
+    from sim.core.files import write_json
+    from sim.core.workload import load_workload, parse_set
+
     from rich.console import Console
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from hw_models.kinds import section_owner
+from hw_models.kinds import section_owners
 from hw_models.machine import Machine
 from sim.core.lowering import lower
 from sim.core.model import ModelConfig
@@ -18,9 +18,9 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
     src = workload.source or "workload"
     notes = []
     for key in workload.sections:
-        owner = section_owner(key, "workload")
-        if owner != machine.kind:
-            notes.append(f"{src}: {key}: only {owner} presets read it; {machine.name} is kind "
+        owners = section_owners(key, "workload")
+        if machine.kind not in owners:
+            notes.append(f"{src}: {key}: only {' and '.join(owners)} presets read it; {machine.name} is kind "
                          f"{machine.kind!r}, so it is ignored")
     if workload.formats.overrides:
         # One layer of a decode step names every op kind the model has (layers repeat).

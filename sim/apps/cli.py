@@ -24,18 +24,11 @@ from sim.core.errors import ConfigError, SimError
 from hw_models.machine import load_machine
 from sim.apps.checks import unused_settings
 from sim.core.workload import load_workload, parse_set
-from hw_models.ideal import ideal
 from hw_models.registry import simulate
 from sim.core.results import check_finite
 from sim.apps.outputs import check_output, transaction
 from sim.apps.report import print_report
-from sim.apps.gantt import parse_layers
 from sim.apps.outputs import chrome_trace, write_json
-from sim.apps.counters import step_tracks
-from hw_models.roofs import roofs
-from sim.apps.gantt import gantt
-from sim.apps.plots import roofline
-from hw_models.cost import roofline_cost
 from hw_models.registry import mapper_for
 from sim.core.lowering import lower
 from sim.apps.outputs import check_output
@@ -50,7 +43,6 @@ from sim.core.units import fmt_bytes
 from hw_models.machine import load_machine, resolve_path
 from sim.core.schema import file_dict
 from sim.core.formats import get_format, known_formats
-from sim.core.quantize import quantization_error
 from hw_models.registry import cli_registrars
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
@@ -61,6 +53,8 @@ _APPS = (trace_cli.register, sweep_cli.register, survey_cli.register)
 
 def _load(args: argparse.Namespace):
     """Workload and machine from the common arguments, with --set overrides."""
+    from hw_models.ideal import ideal
+
 
     sets = parse_set(getattr(args, "set", None))
     if getattr(args, "policy", None):
@@ -100,6 +94,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from sim.apps.gantt import parse_layers
+
     workload, machine = _load(args)
     for path in (args.json, args.chrome_trace):
         if path:
@@ -123,6 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _write_run_outputs(args: argparse.Namespace, result, workload, machine, layers) -> None:
+    from hw_models.roofs import roofs
+    from sim.apps.counters import step_tracks
+    from sim.apps.gantt import gantt
+    from sim.apps.plots import roofline
+
     if args.json:
         write_json(args.json, result.to_json())
     if args.chrome_trace:
@@ -140,6 +141,9 @@ def _write_run_outputs(args: argparse.Namespace, result, workload, machine, laye
 def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]:
     """Per op of one layer (and the embedding and head): FLOPs, bytes, the pure roofline
     time and the simulated one."""
+    from hw_models.cost import roofline_cost
+    from hw_models.ideal import ideal
+
 
     model = workload.model_config_()
     mapper = mapper_for(machine, workload, model)
@@ -248,6 +252,8 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
 
 def cmd_formats(args: argparse.Namespace) -> int:
     """Each format's exact storage and the error it causes on an array."""
+    from sim.core.quantize import quantization_error
+
     import numpy as np
 
 

@@ -7,15 +7,11 @@ import sys
 
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.core.errors import ConfigError
-from sim.apps.sweep.run import run_sweep
-from sim.apps.sweep.spec import load_spec
-from sim.apps.sweep.store import load_results
-from sim.apps.axes import axis_for, fmt_value, is_number
-from sim.apps.sweep.spec import default_goal
-from sim.apps.sweep.store import export
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.apps.sweep.run import run_sweep
+
     if args.spec == "export":
         return cmd_export(args)
     if args.target is not None:
@@ -42,6 +38,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _print_best(spec_path: str, out: str) -> None:
     """A table of the best point for each of the spec's `metrics`: one line per metric,
     its value with a unit, and the axis values where it was reached."""
+    from sim.apps.sweep.spec import load_spec
+    from sim.apps.sweep.store import load_results
+
     from rich.console import Console
 
 
@@ -54,6 +53,9 @@ def _print_best(spec_path: str, out: str) -> None:
 
 
 def best_table(spec, ok, total: int):
+    from sim.apps.axes import axis_for, fmt_value, is_number
+    from sim.apps.sweep.spec import default_goal
+
     from rich.table import Table
 
 
@@ -74,6 +76,8 @@ def best_table(spec, ok, total: int):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from sim.apps.sweep.store import export
+
     if args.target is None:
         raise ConfigError("sim sweep export: expected the sweep's output folder, e.g. sim sweep export out/ --csv r.csv")
     for path in export(args.target, csv=args.csv, parquet=args.parquet):

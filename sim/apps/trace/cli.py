@@ -11,15 +11,6 @@ from rich.table import Table
 from sim.core.errors import ConfigError
 from sim.core.units import fmt_time
 from hw_models.machine import load_machine
-from sim.apps.trace.parser import load_trace
-from sim.apps.outputs import check_output, transaction, write_json
-from sim.apps.trace.plots import scatter
-from sim.apps.trace.timing import DEVICE, launch_note
-from sim.apps.trace.validate import validate
-from sim.apps.outputs import check_output
-from sim.apps.trace.replay import replay
-from sim.apps.outputs import write_json
-from sim.apps.trace.calibrate import calibrate, write_preset
 
 
 def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
@@ -44,6 +35,8 @@ def _machine(spec: str, command: str):
 
 
 def _load(args: argparse.Namespace, paths):
+    from sim.apps.trace.parser import load_trace
+
     traces = []
     for path in paths:
         for t in load_trace(path, args.model, args.tokens):
@@ -53,6 +46,11 @@ def _load(args: argparse.Namespace, paths):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from sim.apps.outputs import check_output, transaction, write_json
+    from sim.apps.trace.plots import scatter
+    from sim.apps.trace.timing import DEVICE, launch_note
+    from sim.apps.trace.validate import validate
+
     machine = _machine(args.hw, "validate")
     for path in (args.json, args.plot):
         if path:
@@ -98,6 +96,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from sim.apps.outputs import check_output, write_json
+    from sim.apps.trace.replay import replay
+
     machine = _machine(args.hw, "replay")
     source = _machine(args.source_hw, "replay") if args.source_hw else None
     if args.json:
@@ -151,6 +152,9 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from sim.apps.outputs import check_output
+    from sim.apps.trace.calibrate import calibrate, write_preset
+
     base = load_machine(args.hw)
     check_output(args.output)  # before the fit, not after it
     name = args.name or Path(args.output).stem
