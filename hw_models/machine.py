@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator

@@ -31,7 +31,7 @@ rewrites (hw_models/pim/pipeline.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from hw_models.base import Mapper, OpCost, bound_of
 from hw_models.cost import roofline_cost

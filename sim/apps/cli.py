@@ -20,33 +20,23 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sim.core.errors import ConfigError, SimError
-from hw_models.machine import load_machine
+from hw_models.machine import load_machine, preset_names, resolve_path
+from hw_models.registry import cli_registrars, mapper_for, simulate
 from sim.apps.checks import unused_settings
-from sim.core.workload import load_workload, parse_set
-from hw_models.registry import simulate
-from sim.core.results import check_finite
-from sim.apps.outputs import check_output, transaction
+from sim.apps.outputs import check_output, chrome_trace, transaction, write_json
 from sim.apps.report import print_report
-from sim.apps.outputs import chrome_trace, write_json
-from hw_models.registry import mapper_for
-from sim.core.lowering import lower
-from sim.apps.outputs import check_output
-from sim.core.units import fmt_time
-from sim.apps.outputs import write_json
-from sim.core.footprint import weight_bytes
-from sim.core.formats import get_format
-from sim.core.lowering import FormatPolicy
-from sim.core.model import load_model
-from hw_models.machine import load_machine, preset_names
-from sim.core.units import fmt_bytes
-from hw_models.machine import load_machine, resolve_path
-from sim.core.schema import file_dict
-from sim.core.formats import get_format, known_formats
-from hw_models.registry import cli_registrars
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
+from sim.core.errors import ConfigError, SimError
+from sim.core.footprint import weight_bytes
+from sim.core.formats import get_format, known_formats
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+from sim.core.results import check_finite
+from sim.core.schema import file_dict
+from sim.core.units import fmt_bytes, fmt_time
+from sim.core.workload import load_workload, parse_set
 
 _APPS = (trace_cli.register, sweep_cli.register, survey_cli.register)
 

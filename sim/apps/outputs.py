@@ -10,6 +10,8 @@ from sim.apps.counters import Track, counter_events
 from sim.core.engine import Timeline
 from sim.core.files import atomic_write, check_output, dumps, transaction, write_json  # noqa: F401 (re-exported)
 
+__all__ = ["atomic_write", "check_output", "chrome_trace", "dumps", "transaction", "write_json"]
+
 
 def chrome_trace(timelines: dict[str, Timeline], counters: dict[str, dict[str, Track]] | None = None) -> dict[str, Any]:
     """Chrome trace JSON (opens in Perfetto): one process per timeline, one
