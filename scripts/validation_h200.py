@@ -13,7 +13,8 @@ import statistics
 from pathlib import Path
 
 from hw_models.machine import load_machine
-from sim.apps.trace.parser import Trace, load_trace
+from sim.apps.trace.parser import load_trace
+from sim.apps.trace.records import Trace
 from sim.apps.trace.plots import scatter
 from sim.apps.trace.replay import replay
 from sim.apps.trace.timing import step_timings

@@ -35,7 +35,8 @@ from hw_models.machine import PRESET_DIR, Machine, load_machine, machine_from_di
 from sim.core.graph import GEMM  # noqa: E402
 from sim.apps.trace.calibrate import GEMV_MAX_M, TILES, calibrate, write_preset  # noqa: E402
 from sim.apps.trace.floors import cross_run_floor, decode_wall_floor, step_gaps, within_run_floor  # noqa: E402
-from sim.apps.trace.parser import Trace, load_trace  # noqa: E402
+from sim.apps.trace.parser import load_trace  # noqa: E402
+from sim.apps.trace.records import Trace  # noqa: E402
 from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
 from validation_h200 import h200_section  # noqa: E402  (scripts/, beside this file)

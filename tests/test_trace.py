@@ -21,7 +21,8 @@ from hw_models.machine import load_machine, machine_from_dict, raw_machine
 from sim.apps.cli import main as cli_main
 from sim.core.errors import ConfigError
 from sim.apps.trace.calibrate import calibrate, write_preset
-from sim.apps.trace.parser import MeasuredOp, StepShape, Trace, load_trace
+from sim.apps.trace.parser import load_trace
+from sim.apps.trace.records import MeasuredOp, StepShape, Trace
 from sim.apps.trace.replay import replay
 from sim.apps.trace.shapes import vidur_layer
 from sim.apps.trace.validate import simulate_step, validate

@@ -16,7 +16,7 @@ from hw_models.machine import Efficiency, load_machine, machine_from_dict, raw_m
 from sim.core.errors import ConfigError
 from sim.core.model import load_model
 from sim.apps.trace.calibrate import calibrate
-from sim.apps.trace.parser import Trace
+from sim.apps.trace.records import Trace
 from sim.apps.trace.shapes import vidur_layer
 from sim.apps.trace.validate import validate
 

@@ -16,7 +16,8 @@ import pandas as pd
 from sim.apps.survey import figures
 from sim.apps.survey.doc import MEASURED, Section, Table, error, ms, us
 from sim.apps.survey.runs import machine, run
-from sim.apps.trace.parser import Trace, load_trace
+from sim.apps.trace.parser import load_trace
+from sim.apps.trace.records import Trace
 from sim.apps.trace.validate import validate
 
 # scripts/validation_report.py calibrates a6000_calibrated on these token counts: in sample for it.

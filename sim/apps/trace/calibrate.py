@@ -44,7 +44,7 @@ from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machin
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.apps.outputs import atomic_write
-from sim.apps.trace.parser import StepShape, Trace
+from sim.apps.trace.records import StepShape, Trace
 from sim.apps.trace.shapes import step_graph
 
 PARAMS = ("compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead_s")

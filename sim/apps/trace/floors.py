@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from sim.core import graph as g
-from sim.apps.trace.parser import Trace
+from sim.apps.trace.records import Trace
 from sim.apps.trace.validate import _base
 
 # Kinds whose decode-step shapes do not depend on the KV length: the same op has the

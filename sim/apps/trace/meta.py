@@ -1,16 +1,25 @@
-"""The schema of capture_trace's `PREFIX.meta.json` and the checks on measured
-times, so broken metadata or a NaN duration is one line naming the file and key
-instead of a KeyError deep in the parser or a NaN MAPE at the end."""
+"""capture_trace's `PREFIX.meta.json`: its schema, finding it beside a trace or
+ops table, and the run it describes (model, dtype, step shapes); plus reading
+JSON (gzipped or not) and the checks on measured times, so broken metadata or a
+NaN duration is one line naming the file and key instead of a KeyError deep in
+the parser or a NaN MAPE at the end."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
+import zlib
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from sim.core.errors import ConfigError
+from sim.core.formats import get_format
+from sim.core.model import ModelConfig, from_mapping, load_model
 from sim.core.schema import validation_error
+from sim.apps.trace.records import StepShape, Trace
 
 
 class StepWall(BaseModel):
@@ -54,3 +63,68 @@ def measured(value: Any, where: str) -> float:
     if not (math.isfinite(out) and out >= 0):
         raise ConfigError(f"{where}: a duration must be finite and not negative, got {value!r}")
     return out
+
+
+def read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
+    """The parsed JSON of `p`, gunzipped first when it starts with gzip's magic bytes."""
+    try:
+        raw = p.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return json.loads(raw)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise ConfigError(f"{p}: not a readable gzip file ({exc}); truncated?") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not {what}: binary data, not JSON") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not {what}: malformed JSON at line {exc.lineno}, "
+                          f"column {exc.colno} ({exc.msg}); truncated?") from None
+
+
+def meta_beside(p: Path) -> dict[str, Any]:
+    """The checked PREFIX.meta.json next to PREFIX.trace.json[.gz] or PREFIX.ops.csv; {} when absent."""
+    for suffix in (".trace.json.gz", ".trace.json", ".json.gz", ".json", ".ops.csv"):
+        if p.name.endswith(suffix):
+            meta = p.with_name(p.name[: -len(suffix)] + ".meta.json")
+            if meta.is_file():
+                return check_meta(read_json(meta, "a capture_trace .meta.json"), str(meta))
+    return {}
+
+
+def _sim_steps_from_meta(meta: dict[str, Any]) -> list[StepShape]:
+    """capture_trace runs a prefill of `prompt` tokens, then 1-token decode steps."""
+    prompt, batch = int(meta["prompt"]), int(meta.get("batch", 1))
+    walls = {int(s["step"]): s.get("wall_us") for s in meta.get("steps", [])}
+    n = int(meta.get("decode_steps", len(walls) - 1 if walls else 0)) + 1
+    out, pos = [], 0
+    for j in range(n):
+        q = prompt if j == 0 else 1
+        wall = walls.get(j)
+        out.append(StepShape(f"step{j}.{'prefill' if j == 0 else 'decode'}", "prefill" if j == 0 else "decode",
+                             batch, q, pos + q, 1, wall * 1e-6 if wall is not None else None))
+        pos += q
+    return out
+
+
+def _sim_model(meta: dict[str, Any], source: str) -> ModelConfig | None:
+    m = meta.get("model")
+    if isinstance(m, dict):
+        return from_mapping(m, str(m.get("name", "traced")), source)
+    return None
+
+
+def sim_trace_shape(trace: Trace, meta: dict[str, Any], model: str | None) -> None:
+    """Fill in `trace`'s model (preset `model`, else the meta's own), dtype, layers and steps from `meta`."""
+    if not meta:
+        return
+    trace.model = load_model(model) if model else _sim_model(meta, trace.source)
+    trace.dtype = str(meta.get("dtype", "fp32"))
+    try:
+        get_format(trace.dtype)
+    except ConfigError as exc:
+        raise ConfigError(f"{trace.source}: dtype in its .meta.json: {exc}") from None
+    trace.num_layers = int(meta["layers"]) if "layers" in meta else None
+    trace.flash = bool(meta.get("flash", False))
+    trace.device_name = trace.device_name or str(meta.get("device_name", ""))
+    trace.meta = meta
+    trace.steps = _sim_steps_from_meta(meta)

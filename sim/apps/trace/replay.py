@@ -27,7 +27,7 @@ from hw_models.machine import Machine, load_machine, preset_names
 from hw_models.registry import mapper_for
 from sim.core.engine import Task, Timeline, run
 from sim.core.errors import ConfigError
-from sim.apps.trace.parser import Trace
+from sim.apps.trace.records import Trace
 from sim.apps.trace.shapes import step_graph
 from sim.apps.trace.timing import WALL, StepTiming, launch_note, step_timings
 from sim.apps.trace.validate import trace_workload

@@ -12,7 +12,7 @@ from sim.core.errors import ConfigError
 from sim.core.graph import OpGraph
 from sim.core.lowering import FormatPolicy, _Builder, lower
 from sim.core.model import ModelConfig
-from sim.apps.trace.parser import StepShape, Trace
+from sim.apps.trace.records import StepShape, Trace
 
 
 def formats_for(dtype: str) -> FormatPolicy:

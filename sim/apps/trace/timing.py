@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from sim.apps.trace.parser import MeasuredOp, Trace
+from sim.apps.trace.records import MeasuredOp, Trace
 
 DEVICE = "device (sum of op kernels)"
 WALL = "wall (step annotation)"

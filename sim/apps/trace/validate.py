@@ -26,7 +26,7 @@ from hw_models.machine import Machine
 from sim.core.engine import Timeline, run
 from sim.core.errors import ConfigError
 from sim.core.graph import OpGraph
-from sim.apps.trace.parser import StepShape, Trace
+from sim.apps.trace.records import StepShape, Trace
 from sim.apps.trace.shapes import step_graph
 from sim.apps.trace.timing import WALL, StepTiming, step_timings
 from sim.core.workload import Formats, Workload

@@ -1,0 +1,45 @@
+"""The project's normalized op tables: `PREFIX.ops.csv` of scripts/capture_trace.py
+(one row per op per step: op, step, cpu_time_us, device_time_us), with
+`PREFIX.meta.json` beside it giving the run's model and step shapes."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from sim.core.errors import ConfigError
+from sim.apps.trace.labels import sim_label
+from sim.apps.trace.meta import measured, meta_beside, sim_trace_shape
+from sim.apps.trace.records import MeasuredOp, Trace
+
+
+def load_ops_table(p: Path) -> Trace:
+    """capture_trace's PREFIX.ops.csv (+ PREFIX.meta.json): one row per op per step.
+    Ops run back to back: each starts where the one before ended."""
+    meta = meta_beside(p)
+    if not meta:
+        raise ConfigError(f"{p}: ops table without its .meta.json beside it")
+    device = str(meta.get("device", "cpu"))
+    trace = Trace(str(p), "sim", device)
+    sim_trace_shape(trace, meta, None)
+    seen: dict[tuple[int, str], int] = {}
+    t = 0.0
+    with open(p, newline="") as fh:
+        for i, row in enumerate(csv.DictReader(fh), start=2):
+            try:
+                name, step = row["op"], int(row["step"])
+                if step < 0:
+                    raise ValueError(f"step {step} is negative")
+                us = measured(row["device_time_us"] if device == "cuda" else row["cpu_time_us"], f"{p}: line {i}")
+                cpu_us = measured(row["cpu_time_us"], f"{p}: line {i}: cpu_time_us")
+            except (KeyError, ValueError, TypeError) as exc:
+                raise ConfigError(f"{p}: line {i}: bad ops-table row ({exc})") from None
+            label = sim_label(name)
+            if label is None:
+                continue
+            layer, kind = label
+            repeat = seen.get((step, name), 0)
+            seen[(step, name)] = repeat + 1
+            trace.ops.append(MeasuredOp(name, kind, layer, step, us * 1e-6, device, t, cpu_us * 1e-6, 0, repeat))
+            t += us * 1e-6
+    return trace
