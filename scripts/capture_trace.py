@@ -4,7 +4,7 @@
 The model is built from any config the simulator accepts (`--model` preset
 name or path to a Hugging Face config.json, via `sim.core.model.load_model`), with
 random weights, in plain torch. Every logical op is wrapped in a
-`torch.profiler.record_function` named exactly as `sim/lowering.py` names it
+`torch.profiler.record_function` named exactly as `sim/core/lowering.py` names it
 (`embed`, `L{i}.attn_norm`, ..., `final_norm`, `lm_head`), and every step in
 one named `step{j}.prefill` / `step{j}.decode`, so a trace lines up with the
 simulator's op graph of the same step.

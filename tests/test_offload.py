@@ -256,7 +256,7 @@ def test_search_finds_a_fitting_policy_and_reports_both_numbers():
         assert c["des_throughput_tok_s"] <= c["lp_throughput_tok_s"] * 1.001
 
 
-# --- OPT lowering fixes (sim/model.py, sim/lowering.py) ----------------------------
+# --- OPT lowering fixes (sim/core/model.py, sim/core/lowering.py) ----------------------------
 
 def test_opt_layernorm_keeps_activation_format_and_hf_opt_is_tied():
     """A LayerNorm's weight and bias are vectors: with int4 weights they stay fp16

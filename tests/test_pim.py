@@ -1,4 +1,4 @@
-"""HBM-PIM model (hw_models/pim.py): hand-derived rooflines, placement rules,
+"""HBM-PIM model (hw_models/pim/): hand-derived rooflines, placement rules,
 and published figures, each check stating its setup.
 
 Figures: shared/reference/hardware.md §4 (Aquabolt-XL geometry, AttAcc,
@@ -383,7 +383,7 @@ def test_attacc_within_35_percent_with_its_head_group_pipelining():
     # AttAcc's headline runs its README's --pipeopt: attention is pipelined head by head under the QKV
     # and output projections (src/system.py _pipeline; granularity heads per GPU, 96 / 8 = 12:
     # minimum_ratio = 1 / (num_heads / num_xpu)). Here pim.head_groups 12 splits every decode layer's
-    # attention block into 12 head slices that the engine overlaps (hw_models/pim_pipeline.py); a
+    # attention block into 12 head slices that the engine overlaps (hw_models/pim/pipeline.py); a
     # projection's later slices continue its kernel (no launch, no ramp). Equal-capacity 8-GPU
     # baseline, batches 99 vs 66, Lin/Lout 2048/128, the best of the four settings: measured 2.020x
     # (128/2048: 1.445x, 2048/2048: 1.698x, 128/128: 1.205x), against 2.81x: -28 %. What is left of the

@@ -1,5 +1,5 @@
 """Tensor-parallel groups on the spatial kind (spatial.tensor_parallel,
-hw_models/spatial_tp.py): hand-derived decode latency on a toy, t = 1 is the
+hw_models/spatial/tp.py): hand-derived decode latency on a toy, t = 1 is the
 pure pipeline exactly, the split rules come from structure, collectives and
 split GEMMs by hand on groq_lpu, and the t = 8 Llama-2-70B figure."""
 
