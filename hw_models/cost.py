@@ -14,6 +14,8 @@ import numpy as np
 from hw_models import compute_path
 from hw_models.base import OpCost, bound_of
 from hw_models.machine import Tier, Unit
+from hw_models.stack import Stack
+from hw_models.stack_cost import stack_cost
 from sim.core import graph as g
 from sim.core.graph import Op
 
@@ -36,6 +38,12 @@ def work_time_s(work, peak, efficiency, scale=1.0):
     return np.where(w > 0, safe / (peak * efficiency(safe) * scale), 0.0)
 
 
+def _family_gemm(op: Op, stack: Stack) -> bool:
+    """Whether `stack` costs `op` as a quantized GEMM kernel family (no plain roofline needed)."""
+    w = weight_format(op)
+    return op.kind == g.GEMM and w is not None and w != op.compute_format and stack.family(w) is not None
+
+
 def gemm_dims(op: Op) -> tuple[int, int, int] | None:
     """(M, N, K) of a GEMM op, None when the op does not record them."""
     d = op.dims
@@ -43,11 +51,17 @@ def gemm_dims(op: Op) -> tuple[int, int, int] | None:
 
 
 def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto",
-                  steady: bool = False) -> OpCost:
+                  steady: bool = False, stack: Stack | None = None) -> OpCost:
     """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is
     the unit's, or the op kind's override where the preset has one. `steady`: the
     op continues a kernel that is already running (a later slice of a pipelined
-    op), so it pays no launch and no ramps: the pipes are already full."""
+    op), so it pays no launch and no ramps: the pipes are already full. `stack`:
+    the software stack's kernels and quantized GEMM families (hw_models.stack_cost)
+    where it describes the op; None: one kernel per op, as the preset says."""
+    if stack is not None:
+        plain = None if _family_gemm(op, stack) else roofline_cost(op, unit, unit_name, tier, mode, steady)
+        hit = stack_cost(op, unit, unit_name, tier, stack, plain)
+        return hit if hit is not None else plain
     mnk = gemm_dims(op)
     m = mnk[0] if mnk else None    # selects the small-M (gemv) curve where the preset has one
     eff = unit.efficiency.for_kind(op.kind, m)
@@ -76,7 +90,12 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     # tiles). Attention kernels tile over heads and query blocks, not M x N: not applied.
     if steady:
         eff = eff.model_copy(update={"compute_half_flops": 0.0, "memory_half_bytes": 0.0})
-    dims = mnk if eff.tiled else None
+    # The tile is fitted on (or given for) the dense library GEMMs; a weight-only kernel that
+    # dequantizes in registers tiles M at the MMA's 16 rows, not at the dense kernel's tile_m,
+    # so the wave term is not carried onto it (a6000_calibrated's 64x128 tile would otherwise
+    # pad a decode GEMM's M = 1 to 64 and make int4 decode as slow as fp16: issue 15).
+    dequant_path = op.kind in MATRIX_KINDS and dequant_s > 0
+    dims = mnk if eff.tiled and not dequant_path else None
     waves = eff.gemm_waves(*dims) if dims else 1.0
     compute_s = work_time_s(op.flops, rate, eff.compute, waves) + dequant_s
     nbytes = op.bytes

@@ -47,6 +47,14 @@ class KindEfficiency(Strict):
     overhead_s: Quantity | None = Field(default=None, ge=0)
 
 
+def known_op_kinds(v: dict) -> dict:
+    """A pydantic check of a mapping keyed by op kind (sim.core.graph kinds)."""
+    for kind in v:
+        if kind not in g.OP_KINDS:
+            raise ValueError(f"{kind}: unknown op kind; kinds: {', '.join(g.OP_KINDS)}")
+    return v
+
+
 # A split-K slice is at least one threadblock K-tile deep; cuBLAS/CUTLASS Ampere
 # kernels use K-tiles of 32 (the "_32x3" in cutlass_80_..._128x256_32x3 kernel names).
 GEMM_K_TILE = 32
@@ -139,10 +147,7 @@ class Efficiency(Strict):
     @field_validator("by_kind")
     @classmethod
     def _known_kinds(cls, v: dict[str, KindEfficiency]) -> dict[str, KindEfficiency]:
-        for kind in v:
-            if kind not in g.OP_KINDS:
-                raise ValueError(f"{kind}: unknown op kind; kinds: {', '.join(g.OP_KINDS)}")
-        return v
+        return known_op_kinds(v)
 
     def compute(self, flops: float) -> float:
         return self.compute_max * (flops / (flops + self.compute_half_flops) if self.compute_half_flops else 1.0)

@@ -2,15 +2,23 @@
 
 Kernels run one after another on a stream (the engine resource named after the
 unit); each takes launch overhead + max(compute, memory) time, a roofline with
-the preset's efficiency curves (hw_models.cost).
+the preset's efficiency curves (hw_models.cost). Under a software stack
+(workload `stack:`, hw_models.stack) ops cost as the kernels the stack launches,
+and where the stack pays host launches (no CUDA graphs) each op's launch is a
+task on an in-order `host` resource that its kernels wait for: a launch-bound
+step runs at the host's pace, while each op's device time stays what it is.
 """
 
 from __future__ import annotations
 
 from hw_models.base import Mapper, OpCost
 from hw_models.cost import gemm_dims, roofline_cost, weight_format
+from hw_models.stack import load_stack
 from sim.core.engine import Task
 from sim.core.graph import Op, OpGraph
+
+HOST = "host"
+
 
 class GpuMapper(Mapper):
     kind = "gpu"
@@ -21,17 +29,20 @@ class GpuMapper(Mapper):
         self.unit_name = machine.main_unit
         self.unit = machine.units[self.unit_name]
         self.tier = machine.memory[self.unit.memory]
+        self.stack = load_stack(workload.stack)
         self._costs: dict[tuple, OpCost] = {}
 
     def cost(self, op: Op) -> OpCost:
         # Every layer repeats the same shapes, and steps repeat all but attention:
         # cost each distinct (kind, FLOPs, bytes, formats) once.
         # GEMM dims join the key: M x N x K and M x K x N have equal FLOPs and bytes but
-        # not equal tile/wave utilization.
-        key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op), gemm_dims(op))
+        # not equal tile/wave utilization. Under a stack the op's name can select its kernels.
+        key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op), gemm_dims(op),
+               op.base_name if self.stack is not None else None, op.dims.get("q_len"))
         hit = self._costs.get(key)
         if hit is None:
-            hit = self._costs[key] = roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute)
+            hit = self._costs[key] = roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute,
+                                                   stack=self.stack)
         if hit.op is op:
             return hit
         return OpCost(op, hit.unit, hit.duration_s, hit.compute_s, hit.memory_s, hit.overhead_s,
@@ -39,10 +50,21 @@ class GpuMapper(Mapper):
 
     def plan_step(self, graph: OpGraph) -> list[Task]:
         tasks = []
+        host = self.stack is not None and not self.stack.graphs and self.stack.host_launch_s > 0
         for op in graph.ops():
             c = self.cost(op)
-            tasks.append(Task(op.name, self.unit_name, c.duration_s, tuple(graph.deps(op.name)), tag=c))
+            deps = tuple(graph.deps(op.name))
+            if host:
+                launch = f"{op.name}.launch"
+                tasks.append(Task(launch, HOST, self.stack.host_s(op), ()))
+                deps = (*deps, launch)
+            tasks.append(Task(op.name, self.unit_name, c.duration_s, deps, tag=c))
         return tasks
 
-
-MAPPER = GpuMapper
+    def figures(self, gen, decode_tl):
+        """The base figures, with a note naming the software stack the ops were costed under."""
+        fig = super().figures(gen, decode_tl)
+        if self.stack is not None:
+            launch = "hidden by CUDA graphs" if self.stack.graphs else f"{self.stack.host_launch_s * 1e6:.3g} us per kernel"
+            fig.notes.append(f"software stack: {self.stack.name} ({self.stack.description}; host launch {launch})")
+        return fig

@@ -177,19 +177,47 @@ class Fit:
     rms_log_residual: float     # RMS of ln(simulated / measured)
     mape: float                 # mean |simulated - measured| / measured on the fitted ops
     n: int
+    fixed: frozenset[str] = frozenset()   # parameters the data did not constrain (kept at the start value)
 
 
-def fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict[str, float]) -> Fit:
-    """Least squares on log-time residuals from `start`."""
+def fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict[str, float],
+        fixed: frozenset[str] = frozenset()) -> Fit:
+    """Least squares on log-time residuals from `start`; parameters in `fixed` keep their start value."""
     from scipy.optimize import least_squares   # slow to import (0.4 s): only when fitting
-    def residuals(x):
-        return np.log(predict_s(_from_x(x), flops, nbytes, rate, bandwidth, scale, ramp)) - np.log(measured_s)
+    x0 = _to_x(start)
+    free = np.array([p not in fixed for p in PARAMS])
 
-    res = least_squares(residuals, _to_x(start), bounds=(_LOW, _HIGH), x_scale=_HIGH - _LOW, method="trf")
-    params = _from_x(res.x)
+    def full(xf):
+        x = x0.copy()
+        x[free] = xf
+        return x
+
+    def residuals(xf):
+        return np.log(predict_s(_from_x(full(xf)), flops, nbytes, rate, bandwidth, scale, ramp)) - np.log(measured_s)
+
+    res = least_squares(residuals, x0[free], bounds=(_LOW[free], _HIGH[free]), x_scale=(_HIGH - _LOW)[free],
+                        method="trf")
+    params = _from_x(full(res.x))
     pred = predict_s(params, flops, nbytes, rate, bandwidth, scale, ramp)
     return Fit(params, float(np.sqrt(np.mean(res.fun ** 2))),
-               float(np.mean(np.abs(pred - measured_s) / measured_s)), len(measured_s))
+               float(np.mean(np.abs(pred - measured_s) / measured_s)), len(measured_s), fixed)
+
+
+def fit_constrained(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict[str, float]) -> Fit:
+    """`fit`, but the compute ramp stays at its start value when the data cannot tell it
+    from the memory term: if the fitted ramp turns ops that are memory-bound at the
+    start (base preset) into compute-bound ones, it is explaining memory time (decode
+    GEMMs' FLOPs and bytes both scale with N x K), and a path it never saw -- weights
+    dequantized from int4, whose bytes shrink but FLOPs do not -- would inherit it."""
+    f = fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth, start)
+    def bound(p):
+        eff = Efficiency(compute_max=p["compute_max"], compute_half_flops=p["compute_half_flops"] * np.max(ramp),
+                         memory_max=p["memory_max"], memory_half_bytes=p["memory_half_bytes"])
+        return work_time_s(flops, rate, eff.compute, scale) > work_time_s(nbytes, bandwidth, eff.memory)
+    flipped = bound(f.params) & ~bound(start)
+    if flipped.sum() > 0.25 * max((~bound(start)).sum(), 1):
+        return fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth, start, frozenset({"compute_half_flops"}))
+    return f
 
 
 @dataclass
@@ -235,7 +263,7 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
                  memory_half_bytes=e.memory_half_bytes, overhead_s=max(unit.launch_overhead_s, 1e-7))
     tile, scores = choose_tile(data, e, bw, start, tiles)
     waves = _tiled(e, tile)
-    overall = fit(*data.select(None, waves, ramp_vector=False), bw, start)
+    overall = fit_constrained(*data.select(None, waves, ramp_vector=False), bw, start)
     gemv_m, gemv_scores = choose_gemv(data, waves, bw, overall.params,
                                       [e.gemv_max_m] if gemv_max_m is None else gemv_max_m) if per_kind \
         else (None, {})
@@ -243,7 +271,7 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     kinds = {}
     if per_kind:
         for kind in data.classes():
-            kinds[kind] = fit(*data.select(kind, waves), bw, overall.params)
+            kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params)
     try:  # the base file's own text (units as written), when it is a file
         raw = raw_machine(base.source or base.name)
     except ConfigError:  # a machine built in code
@@ -339,6 +367,7 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
         f"# Fit: all ops, one curve: RMS log residual {cal.overall.rms_log_residual:.3f}, "
         f"MAPE {cal.overall.mape:.1%} over {cal.overall.n} ops.",
         *[f"#   {k}: RMS log residual {f.rms_log_residual:.3f}, MAPE {f.mape:.1%} over {f.n} ops"
+          + (f"; not constrained by the data, kept: {', '.join(sorted(f.fixed))}" if f.fixed else "")
           for k, f in cal.by_kind.items()],
         *([f"# {line}" for line in note.splitlines()]),
     ]

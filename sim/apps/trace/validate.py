@@ -71,6 +71,7 @@ class StepRow:
 @dataclass
 class Validation:
     machine: str
+    stack: str | None = None
     ops: list[OpRow] = field(default_factory=list)
     steps: list[StepRow] = field(default_factory=list)
 
@@ -88,7 +89,7 @@ class Validation:
 
     def to_json(self) -> dict:
         return {
-            "machine": self.machine, "mape": self.mape, "mape_by_kind": self.mape_by_kind(),
+            "machine": self.machine, "stack": self.stack, "mape": self.mape, "mape_by_kind": self.mape_by_kind(),
             "max_abs_step_error": max((abs(s.error) for s in self.steps), default=0.0),
             "ops": [dict(asdict(r), error=r.error) for r in self.ops],
             "steps": [dict(asdict(s), error=s.error, launch_bound=s.launch_bound,
@@ -105,12 +106,13 @@ def mape(rows: Iterable[OpRow | StepRow]) -> float:
     return statistics.fmean(errs) if errs else math.nan
 
 
-def trace_workload(trace: Trace, step: StepShape) -> Workload:
-    """A workload describing the traced step, for the machine's mapper."""
+def trace_workload(trace: Trace, step: StepShape, stack: str | None = None) -> Workload:
+    """A workload describing the traced step, for the machine's mapper, run under
+    the software stack `stack` (hw_models/stacks; None: one kernel per op)."""
     fmt = Formats(weights=trace.dtype, activations=trace.dtype, kv_cache=trace.dtype)
     prompt = step.kv_len if step.phase == "prefill" else step.kv_len - step.q_len
     return Workload(name=Path(trace.source).name, model=trace.model.to_dict(), batch=step.batch,
-                    prompt_len=max(prompt, 1), gen_len=1, formats=fmt, flash_attention=trace.flash)
+                    prompt_len=max(prompt, 1), gen_len=1, formats=fmt, flash_attention=trace.flash, stack=stack)
 
 
 @dataclass
@@ -125,11 +127,11 @@ class SimulatedStep:
         return self.timeline.makespan_s
 
 
-def simulate_step(trace: Trace, step: StepShape, machine: Machine) -> SimulatedStep:
+def simulate_step(trace: Trace, step: StepShape, machine: Machine, stack: str | None = None) -> SimulatedStep:
     """Lower, plan and run one traced step on `machine`: per-op busy time summed
     over the op's tasks (a mapper may split an op into several)."""
     graph = step_graph(trace, step)
-    mapper = mapper_for(machine, trace_workload(trace, step), trace.model)
+    mapper = mapper_for(machine, trace_workload(trace, step, stack), trace.model)
     tasks = mapper.plan_step(graph)
     timeline = run(tasks, mapper.resources(), mapper.containers())
     per_op: dict[str, float] = {}
@@ -142,8 +144,10 @@ def simulate_step(trace: Trace, step: StepShape, machine: Machine) -> SimulatedS
     return SimulatedStep(graph, timeline, per_op, costs)
 
 
-def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | None = None) -> Validation:
-    out = Validation(machine.name)
+def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | None = None,
+             stack: str | None = None) -> Validation:
+    """Per-op and per-step error of `machine` (under software stack `stack`) on the traces."""
+    out = Validation(machine.name, stack=stack)
     only = set(steps) if steps is not None else None
     for trace in traces:
         measured = trace.medians()
@@ -155,7 +159,7 @@ def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | N
             if only is not None and j not in only:
                 continue
             shape = trace.steps[j]
-            sim = simulate_step(trace, shape, machine)
+            sim = simulate_step(trace, shape, machine, stack)
             for m in ops:
                 if m.name not in sim.per_op_s:
                     raise ConfigError(f"{trace.source}: op {m.name!r} of {shape.label} is not in the simulated graph")

@@ -1,0 +1,98 @@
+"""Quantized GEMM kernel families: how fast a given kind of kernel runs a GEMM whose
+weights are stored narrow, as a function of M (the rows: tokens in the batch).
+
+One cited file, hw_models/kernel_families.yaml. Each family gives
+* `rate_format`: the matrix rate its math runs at (bf16 for weight-only kernels
+  that dequantize in registers, fp8_e4m3 for W8A8), and `rate_points`: achieved
+  fraction of that peak at a few M, interpolated in log M and held flat beyond
+  the ends. Must not fall as M grows (more rows never lower a kernel's throughput);
+* `weight_stream_efficiency`: the narrow weights' streaming rate at small M, as a
+  fraction of the unit's streaming efficiency (memory_max);
+* `floor_s`: the kernel's device floor; `activation_quant`: whether a separate pass
+  quantizes the activations first (W8A8: read 2 B, write 1 B per element, one kernel);
+* `dequant_pass`: dequantize-then-GEMM: a separate kernel writes the weights out
+  in 16 bits and a 16-bit GEMM reads them back.
+A family not measured on the machine at hand carries `assumed:` saying so.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from sim.core.errors import ConfigError
+from sim.core.formats import get_format
+from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
+
+VECTOR = "vector"   # rate_format: the unit's vector (CUDA-core) rate
+FAMILIES_FILE = Path(__file__).parent / "kernel_families.yaml"
+
+
+class Family(Strict):
+    description: str = ""
+    cite: str                               # where the figures come from
+    assumed: str = ""                       # what is assumed where no measurement exists
+    rate_format: str = "bf16"
+    rate_points: list[tuple[int, float]] = Field(min_length=1)
+    weight_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
+    floor_s: Quantity = Field(default=0.0, ge=0)
+    activation_quant: bool = False
+    dequant_pass: bool = False
+
+    @field_validator("rate_points")
+    @classmethod
+    def _monotone(cls, v: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        for m, f in v:
+            if m <= 0 or not 0 < f <= 1:
+                raise ValueError(f"({m}, {f}): M must be > 0 and the fraction in (0, 1]")
+        for (m0, f0), (m1, f1) in zip(v, v[1:]):
+            if m1 <= m0:
+                raise ValueError(f"M must increase: {m0} then {m1}")
+            if f1 < f0:
+                raise ValueError(f"not monotone: fraction falls from {f0} at M={m0} to {f1} at M={m1}")
+        return v
+
+    @field_validator("rate_format")
+    @classmethod
+    def _fmt(cls, v: str) -> str:
+        if v == VECTOR:
+            return v
+        try:
+            return get_format(v).name
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    def rate_fraction(self, m: int) -> float:
+        ms = [math.log(p[0]) for p in self.rate_points]
+        return float(np.interp(math.log(max(m, 1)), ms, [p[1] for p in self.rate_points]))
+
+
+class Families(Strict):
+    families: dict[str, Family]
+    source: str = Field(default="", exclude=True)
+
+
+@cache
+def _load(path: Path, mtime_ns: int) -> dict[str, Family]:
+    return validate_mapping(Families, read_yaml(path), str(path), "a mapping with `families:`").families
+
+
+def families(path: Path = FAMILIES_FILE) -> dict[str, Family]:
+    return _load(path, path.stat().st_mtime_ns)
+
+
+class _Names:
+    """The family names, read on first use (a stack file's check needs them)."""
+
+    def __contains__(self, name: str) -> bool:
+        return name in families()
+
+    def __iter__(self):
+        return iter(families())
+
+
+FAMILIES = _Names()

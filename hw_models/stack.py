@@ -1,0 +1,135 @@
+"""Software stacks: how an inference engine runs the lowered op graph as kernels.
+
+The lowering (sim.core.lowering) says what an LLM step computes; a stack says how a
+given engine launches it (hw_models/stacks/<name>.yaml, one cited file per stack):
+
+* per op kind (optionally per op name, e.g. `act` vs `attn_residual`, both
+  `elementwise`), how many kernels it launches (eager torch runs an RMSNorm as 8),
+  how many bytes they move relative to the op's one-pass bytes (`traffic`: the
+  intermediates those kernels write and read back), their bandwidth efficiency
+  relative to the unit's streaming efficiency (`memory_efficiency`), and the
+  device-side floor each kernel pays (`floor_s`). `kernels: 0` means fused into a
+  neighbour: the op's traffic is paid, no floor, no launch.
+* the host launch cost per kernel and whether CUDA graphs hide it;
+* which quantized GEMM kernel family it runs per weight format
+  (hw_models.kernel_families).
+
+No stack (the workload's `stack:` unset) costs every op as one kernel with the
+preset's launch overhead, as before: existing results are unchanged.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+
+from hw_models.kernel_families import FAMILIES
+from hw_models.machine import known_op_kinds
+from sim.core.errors import ConfigError
+from sim.core.formats import get_format
+from sim.core.graph import Op
+from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
+
+STACK_DIR = Path(__file__).parent / "stacks"
+
+
+class KernelSpec(Strict):
+    """How a stack runs one op kind (or one named op): see the module doc."""
+
+    kernels: int = Field(default=1, ge=0)
+    traffic: float = Field(default=1.0, gt=0)
+    memory_efficiency: float = Field(default=1.0, gt=0, le=1.5)   # x the unit's memory_max (>1: cache reuse)
+    floor_s: Quantity | None = Field(default=None, ge=0)          # None: the stack's floor_s
+    fused_into: str | None = None                                 # documentation of kernels: 0
+    note: str = ""
+    prefill: "KernelSpec | None" = None                           # override for ops with q_len > 1
+
+    @model_validator(mode="after")
+    def _fused(self) -> "KernelSpec":
+        if self.kernels == 0 and not self.fused_into:
+            raise ValueError("kernels: 0 needs fused_into (the op it is fused into)")
+        return self
+
+
+class Stack(Strict):
+    name: str
+    description: str = ""
+    cite: str                                     # where the kernel structure comes from
+    host_launch_s: Quantity = Field(ge=0)         # host cost per kernel launch
+    graphs: bool = False                          # CUDA graphs replay the step: launches hidden
+    floor_s: Quantity = Field(ge=0)               # device floor per kernel, unless an op gives its own
+    ops: dict[str, KernelSpec] = {}               # by op kind
+    names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind
+    quant_gemm: dict[str, str] = {}               # weight format -> kernel family
+    source: str = Field(default="", exclude=True)   # the file it was read from
+
+    @field_validator("ops")
+    @classmethod
+    def _kinds(cls, v: dict[str, KernelSpec]) -> dict[str, KernelSpec]:
+        return known_op_kinds(v)
+
+    @field_validator("quant_gemm")
+    @classmethod
+    def _families(cls, v: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for fmt, family in v.items():
+            try:
+                name = get_format(fmt).name
+            except ConfigError as exc:
+                raise ValueError(f"{fmt}: {exc}") from None
+            if family not in FAMILIES:
+                raise ValueError(f"{fmt}: unknown kernel family {family!r}; families: {', '.join(sorted(FAMILIES))}")
+            out[name] = family
+        return out
+
+    def spec(self, op: Op) -> KernelSpec | None:
+        """The kernel spec of `op` under this stack (its name's, else its kind's), the
+        prefill override applied for attention-shaped ops with q_len > 1."""
+        s = self.names.get(op.base_name) or self.ops.get(op.kind)
+        if s is not None and s.prefill is not None and op.dims.get("q_len", 1) > 1:
+            return s.prefill
+        return s
+
+    def floor_of(self, spec: KernelSpec) -> float:
+        return spec.kernels * (self.floor_s if spec.floor_s is None else spec.floor_s)
+
+    def host_s(self, op: Op) -> float:
+        """Host time to launch `op`'s kernels (0 under CUDA graphs)."""
+        if self.graphs:
+            return 0.0
+        s = self.spec(op)
+        return (1 if s is None else s.kernels) * self.host_launch_s
+
+    def family(self, weight_fmt: str | None) -> str | None:
+        return self.quant_gemm.get(get_format(weight_fmt).name) if weight_fmt else None
+
+
+def stack_names() -> list[str]:
+    return sorted(p.stem for p in STACK_DIR.glob("*.yaml"))
+
+
+def _path(spec: str) -> Path:
+    named = STACK_DIR / f"{spec}.yaml"
+    if named.is_file():
+        return named
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    raise ConfigError(f"stack: unknown software stack {spec!r}; stacks: {', '.join(stack_names())} "
+                      "(or a path to a stack YAML file)")
+
+
+@cache
+def _load(path: Path, mtime_ns: int) -> Stack:
+    stack = validate_mapping(Stack, read_yaml(path), str(path), "a mapping of stack fields")
+    return stack
+
+
+def load_stack(spec: str | None) -> Stack | None:
+    """A stack by name (hw_models/stacks) or path; None for None (the preset's one-kernel costing)."""
+    if spec is None:
+        return None
+    path = _path(spec)
+    return _load(path, path.stat().st_mtime_ns)

@@ -1,0 +1,89 @@
+"""Costs under a software stack (hw_models.stack): an op as the kernels the stack
+launches, and a quantized GEMM as its kernel family (hw_models.kernel_families).
+
+Used by hw_models.cost.roofline_cost when the workload names a stack; returns None
+for ops the stack says nothing about, which keep the preset's one-kernel roofline.
+
+* An op with a KernelSpec: time = kernels x floor + max(compute, traffic x bytes /
+  (bandwidth x memory_max x memory_efficiency)). No memory ramp: each kernel's floor
+  is the latency a small kernel pays. Compute as the plain roofline computes it.
+* A GEMM whose weight format the stack maps to a family: time = family floor +
+  max(flops / (rate x fraction(M)), weights / (bandwidth x memory_max x stream
+  efficiency) + other bytes / (bandwidth x memory_max)), plus the activation
+  quantization pass (W8A8) or the dequantization pass (dequantize-then-GEMM), each
+  one more kernel at the stack's floor.
+"""
+
+from __future__ import annotations
+
+from hw_models import compute_path
+from hw_models.base import OpCost, bound_of
+from hw_models.kernel_families import VECTOR, Family, families
+from hw_models.machine import Tier, Unit
+from hw_models.stack import Stack
+from sim.core import graph as g
+from sim.core.errors import ConfigError
+from sim.core.graph import Op
+
+BF16_BYTES = 2
+
+
+def _weight(op: Op):
+    return next((t for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
+
+
+def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str) -> float:
+    if fam.rate_format == VECTOR:
+        return unit.vector_flops_per_s
+    rates = compute_path.native_rates(unit, unit_name)
+    if fam.rate_format not in rates:
+        raise ConfigError(f"{stack.source or stack.name}: quant_gemm family {family} needs a native "
+                          f"{fam.rate_format} rate, which units.{unit_name} lacks (peak_flops_per_s: "
+                          f"{', '.join(rates)}); use an emulated family for this GPU")
+    return rates[fam.rate_format]
+
+
+def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, family: str) -> OpCost:
+    fam = families()[family]
+    d = op.dims
+    m, n, k = d.get("m", 1), d.get("n", 1), d.get("k", 1)
+    bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.GEMM, m).memory_max
+    w = _weight(op)
+    w_bytes = w.bytes if w is not None else 0
+    other = op.bytes - w_bytes
+    compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family) * fam.rate_fraction(m))
+    memory_s = w_bytes / (bw * fam.weight_stream_efficiency) + other / bw
+    extra_s, overhead_s = 0.0, fam.floor_s
+    if fam.dequant_pass:     # a kernel writes the weights in 16 bits; the GEMM reads those instead
+        dense = n * k * BF16_BYTES
+        extra_s += (w_bytes + dense) / bw
+        memory_s = (dense + other) / bw
+        overhead_s += stack.floor_s
+    if fam.activation_quant:  # read 16-bit activations, write 8-bit ones
+        extra_s += m * k * (BF16_BYTES + 1) / bw
+        overhead_s += stack.floor_s
+    duration = overhead_s + extra_s + max(compute_s, memory_s)
+    energy = op.bytes * (tier.energy_j_per_byte or 0.0)
+    return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
+                  bound_of(compute_s, memory_s + extra_s, overhead_s), family, energy)
+
+
+def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, plain: OpCost | None
+               ) -> OpCost | None:
+    """`op` under `stack`, given its plain roofline cost `plain` (for the compute
+    term); None where the stack leaves the op to the plain roofline."""
+    if op.kind == g.GEMM:
+        w = _weight(op)
+        family = stack.family(w.fmt) if w is not None and w.fmt != op.compute_format else None
+        if family is not None:
+            return family_cost(op, unit, unit_name, tier, stack, family)
+    spec = stack.spec(op)
+    if spec is None or plain is None:
+        return None
+    m = op.dims.get("m") if op.kind == g.GEMM else None
+    mm = unit.efficiency.for_kind(op.kind, m).memory_max
+    memory_s = spec.traffic * op.bytes / (tier.bandwidth_bytes_per_s * mm * spec.memory_efficiency)
+    overhead_s = stack.floor_of(spec)
+    duration = overhead_s + max(plain.compute_s, memory_s)
+    return OpCost(op, unit_name, duration, plain.compute_s, memory_s, overhead_s,
+                  bound_of(plain.compute_s, memory_s, overhead_s), plain.path, plain.energy_j * spec.traffic)
