@@ -42,7 +42,7 @@ class _Builder:
     def __init__(self, graph: OpGraph, formats: FormatPolicy):
         self.graph = graph
         self.formats = formats
-        self.producer: dict[str, str] = {}
+        self.producer: dict[str, tuple[str, ...]] = {}
 
     def tensor(self, name: str, role: str, shape: tuple[int, ...], fmt: str) -> TensorUse:
         return TensorUse(name, role, shape, fmt, get_format(fmt).storage_bytes(shape))
@@ -60,13 +60,15 @@ class _Builder:
         return self.tensor(name, "weight", tuple(shape), fmt)
 
     def add(self, name: str, kind: str, flops: float, reads: list[TensorUse], writes: list[TensorUse],
-            layer: int | None, **dims: int) -> None:
-        deps = sorted({self.producer[t.name] for t in reads if t.name in self.producer})
+            layer: int | None, part: bool = False, **dims: int) -> None:
+        """`part`: the op writes one part of its outputs (a ragged batch's attention over some of
+        the sequences), so readers of those tensors wait for every part, not only the last."""
+        deps = sorted({p for t in reads for p in self.producer.get(t.name, ())})
         op = Op(name, kind, float(flops), tuple(reads), tuple(writes), tuple(dims.items()),
                 self.formats.activations, layer)
         self.graph.add(op, deps)
         for t in writes:
-            self.producer[t.name] = name
+            self.producer[t.name] = (*self.producer.get(t.name, ()), name) if part else (name,)
 
 
 @lru_cache(maxsize=256)
@@ -83,30 +85,38 @@ def lower(model: ModelConfig, phase: str, batch: int, q_len: int, kv_len: int,
         raise ValueError(f"phase must be prefill or decode, got {phase!r}")
     graph = OpGraph(phase, batch, q_len, kv_len)
     b = _Builder(graph, formats)
-    m = model
-    h = m.hidden_size
-    T = batch * q_len
-    opt = m.family == "opt"
+    x = embed(b, model, batch * q_len)
+    layers = model.num_layers if num_layers is None else num_layers
+    for i in range(layers):
+        x = _lower_layer(b, model, i, x, batch, q_len, kv_len, flash_attention)
+    lm_head(b, model, x, batch)
+    return graph
 
+
+def embed(b: _Builder, m: ModelConfig, T: int) -> TensorUse:
+    """The embedding lookup of `T` tokens: one table row per token."""
+    h = m.hidden_size
+    opt = m.family == "opt"
     reads = [b.weight("embed", "embed_tokens", T, h)]  # one table row per token
     if opt:
         reads.append(b.weight("embed", "embed_positions", T, h))
     x = b.act("L0.in", T, h)
     b.add("embed", g.EMBED, T * h if opt else 0, reads, [x], None, tokens=T, hidden=h)
+    return x
 
-    layers = m.num_layers if num_layers is None else num_layers
-    for i in range(layers):
-        x = _lower_layer(b, m, i, x, batch, q_len, kv_len, flash_attention)
 
+def lm_head(b: _Builder, m: ModelConfig, x: TensorUse, rows: int) -> None:
+    """Final norm over every token, then the LM head over the `rows` tokens that sample."""
+    T, h = x.shape
+    opt = m.family == "opt"
     norm_w = b.weight("final_norm", "final_norm.w", (2 if opt else 1) * h)  # LayerNorm: weight + bias
     xn = b.act("final.xn", T, h)
     b.add("final_norm", g.NORM, (5 if opt else 4) * T * h, [x, norm_w], [xn], None, tokens=T, hidden=h)
-    last = b.act("final.xn", batch, h)  # only each sequence's last token reaches the LM head
+    last = b.act("final.xn", rows, h)  # only each sequence's last token reaches the LM head
     head = "embed_tokens" if m.tie_word_embeddings else "lm_head.w"
-    b.add("lm_head", g.GEMM, 2 * batch * h * m.vocab_size,
-          [last, b.weight("lm_head", head, m.vocab_size, h)], [b.act("logits", batch, m.vocab_size)],
-          None, m=batch, n=m.vocab_size, k=h)
-    return graph
+    b.add("lm_head", g.GEMM, 2 * rows * h * m.vocab_size,
+          [last, b.weight("lm_head", head, m.vocab_size, h)], [b.act("logits", rows, m.vocab_size)],
+          None, m=rows, n=m.vocab_size, k=h)
 
 
 def _linear(b: _Builder, layer: int, name: str, x: TensorUse, out_dim: int, bias: bool, out: str) -> TensorUse:
@@ -132,10 +142,24 @@ def _norm(b: _Builder, layer: int, name: str, x: TensorUse, opt: bool) -> Tensor
 def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, q_len: int, kv_len: int,
                  flash: bool) -> TensorUse:
     L = f"L{i}"
-    T, h = x.shape
-    H, KV, d = m.num_heads, m.num_kv_heads, m.head_dim
-    opt = m.family == "opt"
+    T = x.shape[0]
+    q, k, v = qkv(b, m, i, x)
+    new_k, new_v = b.kv(f"{L}.k_cache", batch, q_len, m.kv_dim), b.kv(f"{L}.v_cache", batch, q_len, m.kv_dim)
+    b.add(f"{L}.kv_append", g.KV_APPEND, 0, [k, v], [new_k, new_v], i, tokens=T, kv_dim=m.kv_dim)
+    k_cache = b.kv(f"{L}.k_cache", batch, kv_len, m.kv_dim)
+    v_cache = b.kv(f"{L}.v_cache", batch, kv_len, m.kv_dim)
+    ctx = b.act(f"{L}.ctx", T, m.q_dim)
+    attention(b, m, i, "", q, k_cache, v_cache, ctx, ((batch, q_len, kv_len),), (batch, m.num_heads, q_len, kv_len),
+              flash, False, batch=batch, heads=m.num_heads, kv_heads=m.num_kv_heads, q_len=q_len, kv_len=kv_len,
+              head_dim=m.head_dim)
+    return mlp_block(b, m, i, x, ctx)
 
+
+def qkv(b: _Builder, m: ModelConfig, i: int, x: TensorUse) -> tuple[TensorUse, TensorUse, TensorUse]:
+    """Attention norm, q/k/v projections and RoPE over every token of the step."""
+    L = f"L{i}"
+    T = x.shape[0]
+    opt = m.family == "opt"
     xn = _norm(b, i, "attn_norm", x, opt)
     q = _linear(b, i, "q_proj", xn, m.q_dim, opt, "q")
     k = _linear(b, i, "k_proj", xn, m.kv_dim, opt, "k")
@@ -143,26 +167,37 @@ def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, 
     if not opt:
         q_r, k_r = b.act(f"{L}.q_rot", T, m.q_dim), b.act(f"{L}.k_rot", T, m.kv_dim)
         b.add(f"{L}.rope", g.ROPE, 6 * T * (m.q_dim + m.kv_dim), [q, k], [q_r, k_r], i,
-              tokens=T, heads=H, kv_heads=KV, head_dim=d)
+              tokens=T, heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim)
         q, k = q_r, k_r
-    new_k, new_v = b.kv(f"{L}.k_cache", batch, q_len, m.kv_dim), b.kv(f"{L}.v_cache", batch, q_len, m.kv_dim)
-    b.add(f"{L}.kv_append", g.KV_APPEND, 0, [k, v], [new_k, new_v], i, tokens=T, kv_dim=m.kv_dim)
-    k_cache = b.kv(f"{L}.k_cache", batch, kv_len, m.kv_dim)
-    v_cache = b.kv(f"{L}.v_cache", batch, kv_len, m.kv_dim)
-    ctx = b.act(f"{L}.ctx", T, m.q_dim)
-    dims = dict(batch=batch, heads=H, kv_heads=KV, q_len=q_len, kv_len=kv_len, head_dim=d)
+    return q, k, v
+
+
+def attention(b: _Builder, m: ModelConfig, i: int, suffix: str, q: TensorUse, k_cache: TensorUse,
+              v_cache: TensorUse, ctx: TensorUse, groups: tuple[tuple[int, int, int], ...],
+              score_shape: tuple[int, ...], flash: bool, part: bool, **dims: int) -> None:
+    """Attention of `groups` of sequences, each (count, q_len, kv_len), over the given cache
+    tensors; FLOPs summed sequence by sequence. Op names end in `suffix`."""
+    L, H, d = f"L{i}", m.num_heads, m.head_dim
     if flash:
         # Causal flash kernels skip fully masked blocks: a query attends on
         # average to kv_len - (q_len - 1) / 2 keys.
-        attended = batch * H * q_len * (kv_len - (q_len - 1) / 2)
-        b.add(f"{L}.attention", g.ATTENTION, 4 * attended * d + 5 * attended, [q, k_cache, v_cache], [ctx], i, **dims)
-    else:
-        pairs = batch * H * q_len * kv_len
-        scores = b.act(f"{L}.scores", batch, H, q_len, kv_len)
-        probs = b.act(f"{L}.probs", batch, H, q_len, kv_len)
-        b.add(f"{L}.qk", g.ATTN_SCORE, 2 * pairs * d, [q, k_cache], [scores], i, **dims)
-        b.add(f"{L}.softmax", g.SOFTMAX, 5 * pairs, [scores], [probs], i, **dims)
-        b.add(f"{L}.av", g.ATTN_CONTEXT, 2 * pairs * d, [probs, v_cache], [ctx], i, **dims)
+        attended = sum(n * H * ql * (kl - (ql - 1) / 2) for n, ql, kl in groups)
+        b.add(f"{L}.attention{suffix}", g.ATTENTION, 4 * attended * d + 5 * attended, [q, k_cache, v_cache], [ctx],
+              i, part, **dims)
+        return
+    pairs = sum(n * H * ql * kl for n, ql, kl in groups)
+    scores = b.act(f"{L}.scores{suffix}", *score_shape)
+    probs = b.act(f"{L}.probs{suffix}", *score_shape)
+    b.add(f"{L}.qk{suffix}", g.ATTN_SCORE, 2 * pairs * d, [q, k_cache], [scores], i, **dims)
+    b.add(f"{L}.softmax{suffix}", g.SOFTMAX, 5 * pairs, [scores], [probs], i, **dims)
+    b.add(f"{L}.av{suffix}", g.ATTN_CONTEXT, 2 * pairs * d, [probs, v_cache], [ctx], i, part, **dims)
+
+
+def mlp_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, ctx: TensorUse) -> TensorUse:
+    """o_proj and the attention residual, then the MLP and its residual: the next layer's input."""
+    L = f"L{i}"
+    T, h = x.shape
+    opt = m.family == "opt"
     o = _linear(b, i, "o_proj", ctx, h, opt, "attn_out")
     h1 = b.act(f"{L}.h1", T, h)
     b.add(f"{L}.attn_residual", g.ELEMENTWISE, T * h, [x, o], [h1], i, tokens=T, hidden=h)
