@@ -1,0 +1,216 @@
+"""The request-level discrete-event simulation (simpy): an arrival process puts
+requests in the scheduler's queue; one engine process runs iterations one at a
+time: ask the scheduler for a batch, cost it (sim.apps.serve.stepcost), wait that
+long, hand out the tokens, retire finished requests. Token times are kept per
+request (first, last, largest gap) and per iteration, not per token, so memory
+grows with requests and iterations only.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from sim.apps.serve.schedulers import Batch, Request, Scheduler
+from sim.apps.serve.setup import Setup
+from sim.apps.serve.stepcost import Iteration, features
+from sim.apps.serve.traces import Requests
+
+REQUEST_COLUMNS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
+                   "preemptions", "prefix_hit_tokens", "max_tbt_s", "status")
+ITER_COLUMNS = ("start_s", "duration_s", "energy_j", "seqs", "tokens", "prefill_seqs", "kv_blocks_used",
+                "swap_blocks")
+DONE, REJECTED = 1.0, 2.0
+
+
+@dataclass
+class ServeResult:
+    requests: dict[str, np.ndarray]
+    iterations: dict[str, np.ndarray]
+    tbt_s: np.ndarray              # gaps between a request's successive token emissions ...
+    tbt_weight: np.ndarray         # ... each with the number of times it occurred
+    preemptions: int
+    swapped_out_blocks: int
+    swapped_in_blocks: int
+    total_blocks: int
+    peak_blocks: int
+    makespan_s: float
+    tokens_out: int
+    energy_j: float
+    swap_log: list[tuple[int, int]] = field(default_factory=list)   # (request, blocks) per swap-out
+    spec_steps: int = 0
+    spec_tokens: int = 0
+
+
+class ServeSim:
+    def __init__(self, setup: Setup, reqs: Requests, progress: Callable[[int, int], None] | None = None):
+        self.setup, self.reqs, self.progress = setup, reqs, progress
+        self.sched: Scheduler = setup.scheduler(reqs)
+        n = len(reqs)
+        self.rec = {c: np.full(n, np.nan) for c in REQUEST_COLUMNS}
+        self.rec["arrival_s"][:] = reqs.arrival_s
+        self.rec["prompt_tokens"][:] = reqs.prompt_len
+        self.rec["output_tokens"][:] = 0
+        self.rec["preemptions"][:] = 0
+        self.rec["prefix_hit_tokens"][:] = 0
+        self.rec["status"][:] = 0
+        self.it = {c: array("d") for c in ITER_COLUMNS}
+        self.tbt, self.tbt_w = array("d"), array("d")
+        self.spec = setup.file.serving.speculative
+        self.rng = random.Random(setup.file.serving.arrivals.__dict__.get("seed", 0))
+        self.done = 0
+        self.arrived = 0
+        self.wake: simpy.Event | None = None
+        self.tokens = 0
+        self.energy = 0.0
+        self.swap_log: list[tuple[int, int]] = []
+        self.spec_steps = self.spec_tokens = 0
+
+    def run(self) -> ServeResult:
+        env = simpy.Environment()
+        self.env = env
+        env.process(self._arrivals(env))
+        env.process(self._engine(env))
+        env.run()
+        s = self.sched
+        return ServeResult(self.rec, {c: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0)
+                                      for c, v in self.it.items()},
+                           np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
+                           s.swapped_in_blocks, s.pool.total, s.pool.peak_used, env.now, self.tokens, self.energy,
+                           self.swap_log, self.spec_steps, self.spec_tokens)
+
+    def _arrivals(self, env: simpy.Environment):
+        r = self.reqs
+        hashes = r.hash_ids
+        for i in range(len(r)):
+            dt = r.arrival_s[i] - env.now
+            if dt > 0:
+                yield env.timeout(dt)
+            req = Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i]),
+                          hashes[i] if hashes else ())
+            self.arrived += 1
+            if not self.sched.add(req):
+                self.rec["status"][i] = REJECTED
+                self.done += 1
+            if self.wake is not None and not self.wake.triggered:
+                self.wake.succeed()
+
+    def _engine(self, env: simpy.Environment):
+        total = len(self.reqs)
+        sched = self.sched
+        while self.done < total:
+            more = self.arrived < total
+            batch = sched.schedule(env.now, more) if sched.busy() else None
+            if batch is None:
+                self.wake = env.event()
+                t = sched.timer(env.now, more)
+                yield self.wake if t is None or t <= env.now else env.any_of([self.wake, env.timeout(t - env.now)])
+                continue
+            start = env.now
+            dt, energy = self._cost(batch)
+            yield env.timeout(dt)
+            self._apply(batch, start, env.now, energy)
+
+    def _cost(self, batch: Batch) -> tuple[float, float]:
+        s = self.setup
+        swap_s = batch.swap_blocks * s.block_bytes / s.swap_bytes_per_s if batch.swap_blocks else 0.0
+        self.swap_log.extend(batch.preempted)
+        if batch.padded is not None:
+            t, e = s.target_cost(features(batch.padded))
+            return t + swap_s, e
+        if not self.spec:
+            t, e = s.target_cost(features([(q, r.computed + q) for r, q in batch.entries]))
+            return t + swap_s, e
+        return self._spec_cost(batch, swap_s)
+
+    def _spec_cost(self, batch: Batch, swap_s: float) -> tuple[float, float]:
+        """k draft decode steps (the first also runs the prefill chunks through the draft), then one
+        target step verifying k + 1 positions per decoding sequence."""
+        k, s = self.spec.k, self.setup
+        dec = [r for r, q in batch.entries if q == 1 and r.generated]
+        pre = [(q, r.computed + q) for r, q in batch.entries if not (q == 1 and r.generated)]
+        verify = [(k + 1, r.computed + k + 1) for r in dec]
+        it = features(verify + pre, k + 1)
+        t, e = s.target_cost(Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv, it.pairs,
+                                       len(verify) * (k + 1) + len(pre)))
+        for j in range(k if dec else 1):
+            seqs = [(1, r.computed + 1 + j) for r in dec] + (pre if j == 0 else [])
+            dt, de = s.draft_cost(features(seqs))
+            t, e = t + dt, e + de
+        return t + swap_s, e
+
+    def _apply(self, batch: Batch, start: float, now: float, energy: float) -> None:
+        rec, sched, spec = self.rec, self.sched, self.spec
+        same = 0
+        tokens = prefill = 0
+        for r, q in batch.entries:
+            if r.sched_at < 0:
+                r.sched_at = start
+                rec["scheduled_s"][r.idx] = start
+            tokens += q
+            decoding = q == 1 and r.generated > 0
+            if spec and decoding:
+                n_tok = self._accepted(r)
+                r.generated += n_tok
+                r.computed = r.prompt + r.generated - 1
+            else:
+                prefill += not decoding
+                r.computed += q
+                if r.computed < r.prompt + r.generated:
+                    continue        # a prefill chunk that emits nothing yet
+                r.generated += 1
+                n_tok = 1
+                if sched.pool.caching and not r.published:
+                    sched.publish(r)
+            self.tokens += n_tok
+            if r.first_at < 0:
+                r.first_at = now
+                rec["first_token_s"][r.idx] = now
+            elif r.last_at == start:
+                same += 1
+            else:
+                self.tbt.append(now - r.last_at)
+                self.tbt_w.append(1.0)
+            if r.last_at >= 0:
+                gap = now - r.last_at
+                if not gap <= rec["max_tbt_s"][r.idx]:
+                    rec["max_tbt_s"][r.idx] = gap
+            r.last_at = now
+            if r.generated >= r.output:
+                self._finish(r, now)
+        if same:
+            self.tbt.append(now - start)
+            self.tbt_w.append(float(same))
+        self.energy += energy
+        it = self.it
+        for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
+                                       prefill, sched.pool.used, batch.swap_blocks)):
+            it[c].append(v)
+        if self.progress is not None and len(it["start_s"]) % 64 == 0:
+            self.progress(self.done, len(self.reqs))
+
+    def _accepted(self, r: Request) -> int:
+        """Tokens one verify step yields: accepted drafts (each with probability alpha, stopping at the
+        first rejection) plus the target's own token."""
+        a, k, alpha, rnd = 0, self.spec.k, self.spec.alpha, self.rng.random
+        while a < k and rnd() < alpha:
+            a += 1
+        self.spec_steps += 1
+        self.spec_tokens += min(a + 1, r.output - r.generated)
+        return min(a + 1, r.output - r.generated)
+
+    def _finish(self, r: Request, now: float) -> None:
+        rec = self.rec
+        i = r.idx
+        rec["finish_s"][i] = now
+        rec["output_tokens"][i] = r.generated
+        rec["preemptions"][i] = r.preemptions
+        rec["prefix_hit_tokens"][i] = r.prefix_hit
+        rec["status"][i] = DONE
+        self.done += 1
+        self.sched.finish(r)

@@ -1,0 +1,89 @@
+"""Summary figures of a serving run: latency statistics, throughput, goodput under
+the SLO, KV and batch statistics, energy per token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sim.apps.serve.engine import DONE, REJECTED, ServeResult
+from sim.apps.serve.spec import METRICS
+
+QUANTILES = {"p50": 50, "p90": 90, "p99": 99}
+
+
+def per_request(res: ServeResult) -> dict[str, np.ndarray]:
+    """Latencies of the completed requests (seconds)."""
+    r = res.requests
+    ok = r["status"] == DONE
+    first, fin, arr = r["first_token_s"][ok], r["finish_s"][ok], r["arrival_s"][ok]
+    out = r["output_tokens"][ok]
+    tpot = np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan)
+    return dict(ttft=first - arr, tpot=tpot, e2e=fin - arr, queue=r["scheduled_s"][ok] - arr,
+                tbt=r["max_tbt_s"][ok])
+
+
+def stats(x: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
+    if w is None:
+        x = x[~np.isnan(x)]
+        w = np.ones_like(x)
+    if len(x) == 0:
+        return {k: float("nan") for k in ("mean", *QUANTILES, "max")}
+    order = np.argsort(x, kind="stable")
+    xs, cw = x[order], np.cumsum(w[order])
+    out = {"mean": float(np.average(x, weights=w))}
+    for name, q in QUANTILES.items():
+        # The smallest value with at least q% of the weight at or below it (inverted CDF).
+        out[name] = float(xs[min(np.searchsorted(cw, q / 100 * cw[-1]), len(xs) - 1)])
+    out["max"] = float(xs[-1])
+    return out
+
+
+def meets(lat: dict[str, np.ndarray], slo: dict[str, float]) -> np.ndarray:
+    """Per completed request: within every SLO threshold (a TBT threshold applies to the request's largest gap)."""
+    ok = np.ones(len(lat["ttft"]), dtype=bool)
+    for key, limit in slo.items():
+        v = lat[key.partition("_")[0]]
+        ok &= ~(v > limit)   # NaN (one-token outputs have no TPOT) counts as met
+    return ok
+
+
+def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
+    r = res.requests
+    lat = per_request(res)
+    done = int((r["status"] == DONE).sum())
+    span = float(np.nanmax(r["finish_s"]) - np.nanmin(r["arrival_s"])) if done else 0.0
+    out_tokens = float(np.nansum(np.where(r["status"] == DONE, r["output_tokens"], 0)))
+    good = meets(lat, slo)
+    good_tokens = float(r["output_tokens"][r["status"] == DONE][good].sum())
+    lat_stats = {m: stats(lat[m]) for m in METRICS if m != "tbt"}
+    lat_stats["tbt"] = stats(res.tbt_s, res.tbt_weight) if len(res.tbt_s) else stats(np.zeros(0))
+    it = res.iterations
+    busy = float(it["duration_s"].sum()) if len(it["duration_s"]) else 0.0
+    return dict(
+        requests=len(r["status"]), completed=done, rejected=int((r["status"] == REJECTED).sum()),
+        duration_s=span, throughput_tok_s=out_tokens / span if span else 0.0,
+        throughput_req_s=done / span if span else 0.0,
+        goodput_req_s=int(good.sum()) / span if span else 0.0,
+        goodput_tok_s=good_tokens / span if span else 0.0,
+        latency=lat_stats, preemptions=res.preemptions, swapped_out_blocks=res.swapped_out_blocks,
+        kv_blocks_total=res.total_blocks, kv_blocks_peak=res.peak_blocks,
+        kv_usage_mean=float(np.average(it["kv_blocks_used"], weights=it["duration_s"]) / res.total_blocks)
+        if busy else 0.0,
+        iterations=len(it["duration_s"]),
+        batch_size=stats(it["seqs"], it["duration_s"]) if busy else {},
+        tokens_per_iteration=stats(it["tokens"], it["duration_s"]) if busy else {},
+        engine_busy=busy / res.makespan_s if res.makespan_s else 0.0,
+        energy_per_token_j=res.energy_j / res.tokens_out if res.tokens_out else 0.0,
+        spec_tokens_per_step=res.spec_tokens / res.spec_steps if res.spec_steps else None,
+        slo=slo, slo_met=slo_check(lat_stats, slo))
+
+
+def slo_check(lat_stats: dict[str, dict[str, float]], slo: dict[str, float]) -> dict[str, float]:
+    """Each SLO's measured value over its threshold (<= 1 is met)."""
+    out = {}
+    for key, limit in slo.items():
+        metric, _, stat = key.partition("_")
+        out[key] = lat_stats[metric][stat] / limit
+    return out

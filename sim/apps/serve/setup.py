@@ -1,0 +1,139 @@
+"""Everything a serving run needs before its first event: the models, the KV pool
+size, the step costs, the scheduler.
+
+KV pool = device capacity x gpu_memory_utilization - weights - peak activations,
+the way vLLM sizes its cache (it profiles one forward pass of max_num_batched_tokens
+tokens over max_num_seqs sequences and gives the rest of its memory share to blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hw_models.machine import Machine
+from sim.apps.serve import spec as s
+from sim.apps.serve.kvpool import BlockPool
+from sim.apps.serve.schedulers import SCHEDULERS, Scheduler
+from sim.apps.serve.stepcost import ExactCost, Surrogate
+from sim.apps.serve.traces import Requests
+from sim.core.errors import CapacityError, ConfigError
+from sim.core.footprint import activation_peak_bytes, kv_bytes, weight_bytes
+from sim.core.mixed import lower_iteration
+from sim.core.model import ModelConfig, load_model
+from sim.core.units import fmt_bytes, parse_quantity
+
+
+@dataclass
+class Setup:
+    file: s.ServeFile
+    machine: Machine
+    model: ModelConfig
+    draft: ModelConfig | None
+    target_cost: object              # Iteration -> (s, J)
+    draft_cost: object | None
+    kv_bytes_per_token: float
+    block_bytes: float
+    total_blocks: int
+    weights_bytes: float
+    activation_bytes: float
+    swap_bytes_per_s: float | None
+    max_tokens: int
+    max_seqs: int
+    max_model_len: int
+
+    def scheduler(self, requests: Requests) -> Scheduler:
+        cfg = self.file.serving.scheduler
+        pc = self.file.serving.prefix_caching
+        paged = cfg.kind in ("vllm", "sarathi")
+        block = cfg.block_size if paged else 1
+        unit = -(-requests.hash_block_tokens // block) if requests.hash_ids else 1
+        pool = BlockPool(self.total_blocks, block, unit, bool(pc and pc.enabled and paged))
+        spec = self.file.serving.speculative
+        lookahead = spec.k if spec else 0
+        limit = self.max_tokens if cfg.kind in ("vllm", "orca") else None
+        sched = SCHEDULERS[cfg.kind](cfg, pool, lookahead, limit)
+        sched.reserve = self.max_model_len
+        return sched
+
+
+def _kv_per_token(m: ModelConfig, file: s.ServeFile) -> float:
+    return kv_bytes(m, file.formats.policy(), 1, 1)
+
+
+def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None) -> Setup:
+    """`cache` (a dict the caller keeps) shares surrogate tables between runs of one model and machine."""
+    model = file.model_config_()
+    srv = file.serving
+    fmt = file.formats.policy()
+    draft = _draft(file, model) if srv.speculative else None
+    cfg = srv.scheduler
+    max_model_len = getattr(cfg, "max_model_len", None) or model.max_position_embeddings
+    max_seqs = getattr(cfg, "max_num_seqs", getattr(cfg, "batch_size", 256))
+    max_tokens = getattr(cfg, "max_num_batched_tokens", None) or max(max_model_len, 2048)
+    weights = weight_bytes(model, fmt) + (weight_bytes(draft, fmt) if draft else 0)
+    per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
+    act = _profile_activations(model, fmt, file.flash_attention, max_tokens, max_seqs)
+    tier = machine.memory[machine.device_tier]
+    room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act
+    block = cfg.block_size if cfg.kind in ("vllm", "sarathi") else 1
+    if room < per_token * block:
+        raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
+                            f"{fmt_bytes(act)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
+                            f"{fmt_bytes(tier.capacity_bytes)} (serving.scheduler.gpu_memory_utilization)")
+    total_blocks = int(room // (per_token * block))
+    key = (machine.name, id(machine), file.model_dump_json(include={"model", "formats", "flash_attention", "compute",
+                                                                     "pim_policy"}), exact)
+    costs = cache.get(key) if cache is not None else None
+    if costs is None:
+        costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len)
+        if cache is not None:
+            cache[key] = costs
+    return Setup(file, machine, model, draft, costs[0], costs[1], per_token, per_token * block, total_blocks,
+                 weights, act, _swap_rate(file, machine) if getattr(cfg, "preemption", "") == "swap" else None,
+                 max_tokens, max_seqs, max_model_len)
+
+
+def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len):
+    spec = file.serving.speculative
+    q = spec.k + 1 if spec else 1
+    target = ExactCost(machine, file, model)
+    dcost = ExactCost(machine, file.model_copy(update={"model": file.serving.speculative.draft}), draft) if draft else None
+    if exact:
+        return target, dcost
+    # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
+    top = max_tokens + max_seqs * q
+    sur = Surrogate(target, top, max_seqs, max_model_len, q)
+    return sur, (Surrogate(dcost, top, max_seqs, max_model_len, 1) if dcost else None)
+
+
+def _profile_activations(model, fmt, flash, tokens: int, seqs: int) -> float:
+    n = max(1, min(seqs, tokens))
+    q = tokens // n
+    graph = lower_iteration(model, ((q, q),) * n, fmt, flash, 1)
+    return float(activation_peak_bytes(graph))
+
+
+def _draft(file: s.ServeFile, model: ModelConfig) -> ModelConfig:
+    d = file.serving.speculative.draft
+    draft = load_model(d, file.source or None)
+    if draft.vocab_size != model.vocab_size:
+        raise ConfigError(f"{file.source}: serving.speculative.draft: {draft.name} has a vocabulary of "
+                          f"{draft.vocab_size} tokens, {model.name} of {model.vocab_size}; a draft must share "
+                          "the target's tokenizer")
+    return draft
+
+
+def _swap_rate(file: s.ServeFile, machine: Machine) -> float:
+    cfg = file.serving.scheduler
+    if cfg.swap_bandwidth_bytes_per_s:
+        return cfg.swap_bandwidth_bytes_per_s
+    dev = machine.device_tier
+    for link in machine.links.values():
+        if dev in (link.src, link.dst):
+            return link.bandwidth_bytes_per_s
+    host = machine.host or {}
+    pcie = host.get("pcie") if isinstance(host, dict) else None
+    if isinstance(pcie, dict) and "bandwidth_bytes_per_s" in pcie:
+        return parse_quantity(pcie["bandwidth_bytes_per_s"])
+    raise ConfigError(f"{file.source}: serving.scheduler.preemption: swap needs a host link, and {machine.name} "
+                      "has none; set serving.scheduler.swap_bandwidth_bytes_per_s (e.g. 25 GB/s for PCIe 4.0 x16)")

@@ -1,0 +1,204 @@
+"""What one serving iteration costs on the machine: the one adapter between the
+request-level engine and the op-level hardware models.
+
+Exact: the iteration's op graph (sim.core.mixed) at 2 and 3 layers through the
+mapper and the engine, extrapolated to L layers as sim.core.generation.step_time
+does (exact once the schedule is periodic after one layer).
+
+Surrogate: exact costs at grid points, interpolated. An iteration is described by
+T (tokens), n_d (decode sequences, each q_len `decode_q`), S_d (their summed
+kv_len) and A (attended query-key pairs per head of the other sequences, the
+prefill chunks). The canonical iteration at (T, n_d) holds n_d decode sequences
+at kv_len `decode_q` and one fresh prefill chunk of the remaining tokens; its cost
+F(T, n_d) is tabulated on a grid dense in T (where GEMMs change from memory- to
+compute-bound) and interpolated bilinearly. Attention adds terms linear in S_d and
+A (a roofline op costs (work + half) / rate: linear in its work), with slopes per
+n_d and per prefill size measured by exact runs as well. Queries outside the grid
+are costed exactly. tests/test_serve.py checks the surrogate against the exact
+path on TTFT and TPOT.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from hw_models.base import Mapper
+from hw_models.machine import Machine
+from hw_models.registry import mapper_for
+from sim.core import engine
+from sim.core.errors import ConfigError
+from sim.core.mixed import lower_iteration
+from sim.core.model import ModelConfig
+from sim.core.workload import Workload
+
+FOLD = 2
+NOT_PER_ITERATION = {
+    "offload": "an offload preset's FlexGen block schedule spans a whole batch's generation, not one iteration",
+    "spatial": "a spatial pipeline keeps several iterations in flight across its chips, "
+               "so one iteration's cost is not its latency",
+}
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One iteration's sequences, each (q_len, kv_len), with the surrogate's features."""
+    seqs: tuple[tuple[int, int], ...]
+    tokens: int
+    n_decode: int
+    decode_kv: int        # summed kv_len of the decode sequences
+    pairs: float          # summed q_len * (kv_len - (q_len - 1) / 2) of the others
+    logits: int | None = None
+
+
+def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
+    T = nd = sd = 0
+    pairs = 0.0
+    for q, kv in seqs:
+        T += q
+        if q == decode_q:
+            nd += 1
+            sd += kv
+        else:
+            pairs += q * (kv - (q - 1) / 2)
+    return Iteration(tuple(seqs), T, nd, sd, pairs)
+
+
+class ExactCost:
+    """Op-level cost of an iteration: (seconds, joules)."""
+
+    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig):
+        if machine.kind in NOT_PER_ITERATION:
+            raise ConfigError(f"{machine.name}: sim serve cannot cost {machine.kind} presets: "
+                              f"{NOT_PER_ITERATION[machine.kind]}")
+        self.mapper: Mapper = mapper_for(machine, workload, model)
+        self.model = model
+        self.flash = workload.flash_attention
+        self.power_w = {name: u.power_w or 0.0 for name, u in machine.units.items()}
+        self.calls = 0
+
+    def _run(self, seqs: tuple, layers: int | None, logits: int | None):
+        m = self.mapper
+        graph = lower_iteration(self.model, seqs, m.formats, self.flash, layers, logits)
+        tl = engine.run(m.plan_step(graph), m.resources(), m.containers(), m.in_order)
+        busy = tl.busy_s()
+        energy = sum(getattr(i.tag, "energy_j", 0.0) for i in tl.intervals)
+        energy += sum(p * busy.get(name, 0.0) for name, p in self.power_w.items())
+        return tl.makespan_s, energy
+
+    def __call__(self, it: Iteration) -> tuple[float, float]:
+        self.calls += 1
+        L = self.model.num_layers
+        if L <= FOLD + 1:
+            return self._run(it.seqs, None, it.logits)
+        t2, e2 = self._run(it.seqs, FOLD, it.logits)
+        t3, e3 = self._run(it.seqs, FOLD + 1, it.logits)
+        k = L - FOLD
+        return t2 + k * (t3 - t2), e2 + k * (e3 - e2)
+
+
+def _grid(top: int, fine: bool = True) -> list[int]:
+    """Counts from 0 to `top`; `fine`: dense where GEMMs cross from memory- to compute-bound
+    (tens to hundreds of rows), where a cost curve has its kinks."""
+    pts = [0, 1, 2, 4, 8, 16, 32, 48] + (list(range(64, 512, 16)) + list(range(512, 1024, 64)) if fine
+                                          else [64, 96, 128, 192, 256, 384, 512, 768])
+    v = 1024
+    while v < top:
+        pts.append(v)
+        v = int(v * (1.25 if fine else 1.6))
+    return sorted({p for p in pts if p < top} | {top})
+
+
+def _interp(xs: list[int], ys: list, x: float):
+    """Piecewise-linear interpolation of (time, energy) pairs; x within [xs[0], xs[-1]]."""
+    i = min(bisect_right(xs, x) - 1, len(xs) - 2)
+    if i < 0:
+        return ys[0]
+    a, b = ys[i], ys[i + 1]
+    w = (x - xs[i]) / (xs[i + 1] - xs[i])
+    return a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])
+
+
+class Surrogate:
+    """Interpolated exact costs; `max_tokens`, `max_decode` and `max_kv` bound the grid.
+    Tables: D(n) pure decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk,
+    M(rest, n) both together; slopes per decode KV token and per attended prefill pair.
+    Each is built on first use (a vLLM run without chunking never mixes, so never builds M)."""
+
+    def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1):
+        self.exact, self.q = exact, decode_q
+        self.kv0, self.kv1 = decode_q, max(max_kv, decode_q + 1)
+        self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
+        self.max_decode = max(max_decode, 1)
+        self._tables: dict[str, tuple[list[int], list]] = {}
+        self.exact_fallbacks = 0
+
+    def _cost(self, n: int, kv: int, chunk: int, prefix: int = 0) -> tuple[float, float]:
+        seqs = [(self.q, kv)] * n + ([(chunk, chunk + prefix)] if chunk else [])
+        return self.exact(features(seqs, self.q))
+
+    def table(self, name: str) -> tuple[list[int], list]:
+        t = self._tables.get(name)
+        if t is None:
+            t = self._tables[name] = self._build(name)
+        return t
+
+    def _build(self, name: str):
+        D, R = self.max_decode, self.max_tokens
+        if name == "D":
+            xs = [n for n in _grid(D) if n]
+            return xs, [self._cost(n, self.kv0, 0) for n in xs]
+        if name == "P":
+            xs = [t for t in _grid(R) if t > 1]
+            return xs, [self._cost(0, 0, t) for t in xs]
+        if name == "kv":   # per decode KV token, at n sequences
+            xs = [n for n in _grid(D, fine=False) if n]
+            return xs, [self._slope(self._cost(n, self.kv0, 0), self._cost(n, self.kv1, 0), n * (self.kv1 - self.kv0))
+                        for n in xs]
+        if name == "pairs":   # per attended pair of a prefill chunk of `rest` tokens, fresh vs after a prefix
+            xs = [t for t in _grid(R, fine=False) if t > 1]
+            return xs, [self._slope(self._cost(0, 0, t), self._cost(0, 0, t, self.kv1), t * self.kv1) for t in xs]
+        # M: a mixed iteration minus one fresh chunk of the same tokens. The GEMMs' kinks in T
+        # cancel, so what is left (decode attention, the chunk's smaller attention, LM-head rows)
+        # is smooth and a coarse grid holds it; P(T) on its fine grid adds the GEMMs back.
+        ns = [n for n in _grid(D, fine=False) if n]
+        rs = [t for t in _grid(R, fine=False) if t > 1]
+        M = [[self._slope(self._cost(0, 0, r + n * self.q), self._cost(n, self.kv0, r), 1.0) for r in rs] for n in ns]
+        return (ns, rs), M
+
+    @staticmethod
+    def _slope(a, b, d):
+        return (b[0] - a[0]) / d, (b[1] - a[1]) / d
+
+    def __call__(self, it: Iteration) -> tuple[float, float]:
+        n, rest = it.n_decode, it.tokens - it.n_decode * self.q
+        if it.tokens > self.max_tokens or n > self.max_decode or it.logits is not None or rest == 1:
+            self.exact_fallbacks += 1
+            return self.exact(it)
+        t = e = 0.0
+        if n:
+            if rest:
+                (ns, rs), M = self.table("M")
+                t, e = self._bilinear(ns, rs, M, n, rest)
+                pt, pe = _interp(*self.table("P"), it.tokens)
+                t, e = t + pt, e + pe
+            else:
+                t, e = _interp(*self.table("D"), n)
+            kt, ke = _interp(*self.table("kv"), n)
+            dkv = it.decode_kv - n * self.kv0
+            t, e = t + dkv * kt, e + dkv * ke
+        elif rest:
+            t, e = _interp(*self.table("P"), rest)
+        if rest:
+            pt, pe = _interp(*self.table("pairs"), rest)
+            dp = it.pairs - rest * (rest + 1) / 2
+            t, e = t + dp * pt, e + dp * pe
+        return t, e
+
+    @staticmethod
+    def _bilinear(ns: list[int], rs: list[int], M: list[list], n: int, r: int):
+        j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
+        lo, hi = _interp(rs, M[j], r), _interp(rs, M[min(j + 1, len(ns) - 1)], r)
+        w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
+        w = min(max(w, 0.0), 1.0)
+        return lo[0] + w * (hi[0] - lo[0]), lo[1] + w * (hi[1] - lo[1])
