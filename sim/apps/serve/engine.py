@@ -42,7 +42,7 @@ class ServeResult:
     makespan_s: float
     tokens_out: int
     energy_j: float
-    swap_log: list[tuple[int, int]] = field(default_factory=list)   # (request, blocks) per swap-out
+    swap_log: list[tuple[int, int, int]] = field(default_factory=list)   # (request, blocks, tokens) per swap-out
     spec_steps: int = 0
     spec_tokens: int = 0
 
@@ -68,7 +68,7 @@ class ServeSim:
         self.wake: simpy.Event | None = None
         self.tokens = 0
         self.energy = 0.0
-        self.swap_log: list[tuple[int, int]] = []
+        self.swap_log: list[tuple[int, int, int]] = []
         self.spec_steps = self.spec_tokens = 0
 
     def run(self) -> ServeResult:
@@ -136,7 +136,7 @@ class ServeSim:
         pre = [(q, r.computed + q) for r, q in batch.entries if not (q == 1 and r.generated)]
         verify = [(k + 1, r.computed + k + 1) for r in dec]
         it = features(verify + pre, k + 1)
-        t, e = s.target_cost(Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv, it.pairs,
+        t, e = s.target_cost(Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv, it.pairs, it.chunks,
                                        len(verify) * (k + 1) + len(pre)))
         for j in range(k if dec else 1):
             seqs = [(1, r.computed + 1 + j) for r in dec] + (pre if j == 0 else [])

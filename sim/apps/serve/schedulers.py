@@ -44,7 +44,7 @@ class Batch:
     entries: list[tuple[Request, int]]                     # (request, new tokens this iteration)
     padded: list[tuple[int, int]] | None = None           # static batches: the sequences actually run
     swap_blocks: int = 0                                  # blocks moved over the host link
-    preempted: list[tuple[int, int]] = field(default_factory=list)   # (request idx, blocks) swapped out
+    preempted: list[tuple[int, int, int]] = field(default_factory=list)   # swapped out: (request, blocks, tokens)
 
 
 class Scheduler:
@@ -129,7 +129,7 @@ class Scheduler:
             victim.swapped = n
             self.swapped_out_blocks += n
             batch.swap_blocks += n
-            batch.preempted.append((victim.idx, n))
+            batch.preempted.append((victim.idx, n, victim.computed))
             self.swapped.append(victim)
         else:
             self.free(victim)

@@ -23,6 +23,9 @@ from sim.core.model import ModelConfig, load_model
 from sim.core.units import fmt_bytes, parse_quantity
 
 
+GRID_MAX_TOKENS = 16384
+
+
 @dataclass
 class Setup:
     file: s.ServeFile
@@ -72,7 +75,7 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     max_tokens = getattr(cfg, "max_num_batched_tokens", None) or max(max_model_len, 2048)
     weights = weight_bytes(model, fmt) + (weight_bytes(draft, fmt) if draft else 0)
     per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
-    act = _profile_activations(model, fmt, file.flash_attention, max_tokens, max_seqs)
+    act = _profile_activations(model, fmt, file.flash_attention, min(max_tokens, max_seqs * max_model_len), max_seqs)
     tier = machine.memory[machine.device_tier]
     room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act
     block = cfg.block_size if cfg.kind in ("vllm", "sarathi") else 1
@@ -81,8 +84,9 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
                             f"{fmt_bytes(act)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
                             f"{fmt_bytes(tier.capacity_bytes)} (serving.scheduler.gpu_memory_utilization)")
     total_blocks = int(room // (per_token * block))
-    key = (machine.name, id(machine), file.model_dump_json(include={"model", "formats", "flash_attention", "compute",
-                                                                     "pim_policy"}), exact)
+    sp = srv.speculative
+    key = (id(machine), file.model_dump_json(include={"model", "formats", "flash_attention", "compute", "pim_policy"}),
+           exact, max_tokens, max_seqs, max_model_len, sp.model_dump_json() if sp else None)
     costs = cache.get(key) if cache is not None else None
     if costs is None:
         costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len)
@@ -101,9 +105,10 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
     if exact:
         return target, dcost
     # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
-    top = max_tokens + max_seqs * q
-    sur = Surrogate(target, top, max_seqs, max_model_len, q)
-    return sur, (Surrogate(dcost, top, max_seqs, max_model_len, 1) if dcost else None)
+    # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
+    top = min(max_tokens + max_seqs * q, GRID_MAX_TOKENS)
+    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q)
+    return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1) if dcost else None)
 
 
 def _profile_activations(model, fmt, flash, tokens: int, seqs: int) -> float:

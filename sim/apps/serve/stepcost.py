@@ -33,6 +33,7 @@ from sim.core.model import ModelConfig
 from sim.core.workload import Workload
 
 FOLD = 2
+CHUNKS = [1, 2, 4, 8, 16, 32]
 NOT_PER_ITERATION = {
     "offload": "an offload preset's FlexGen block schedule spans a whole batch's generation, not one iteration",
     "spatial": "a spatial pipeline keeps several iterations in flight across its chips, "
@@ -48,6 +49,7 @@ class Iteration:
     n_decode: int
     decode_kv: int        # summed kv_len of the decode sequences
     pairs: float          # summed q_len * (kv_len - (q_len - 1) / 2) of the others
+    chunks: int = 0       # the others: prefill chunks
     logits: int | None = None
 
 
@@ -61,7 +63,7 @@ def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
             sd += kv
         else:
             pairs += q * (kv - (q - 1) / 2)
-    return Iteration(tuple(seqs), T, nd, sd, pairs)
+    return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
 
 
 class ExactCost:
@@ -155,9 +157,17 @@ class Surrogate:
             xs = [n for n in _grid(D, fine=False) if n]
             return xs, [self._slope(self._cost(n, self.kv0, 0), self._cost(n, self.kv1, 0), n * (self.kv1 - self.kv0))
                         for n in xs]
-        if name == "pairs":   # per attended pair of a prefill chunk of `rest` tokens, fresh vs after a prefix
+        if name == "pairs":   # per attended pair more than one fresh chunk of `rest` tokens: after a prefix
             xs = [t for t in _grid(R, fine=False) if t > 1]
             return xs, [self._slope(self._cost(0, 0, t), self._cost(0, 0, t, self.kv1), t * self.kv1) for t in xs]
+        if name == "C":   # c equal fresh chunks minus one chunk of the same tokens (vLLM's prefill iterations)
+            rs = [t for t in _grid(R, fine=False) if t > 1]
+            return (CHUNKS, rs), [[self._slope(self._cost(0, 0, r), self._chunks(r, c), 1.0) for r in rs]
+                                  for c in CHUNKS]
+        if name == "split":   # per attended pair fewer: the tokens as two fresh chunks. Kept apart from
+            # "pairs" because attention of short fresh chunks is often memory-bound, after a prefix compute-bound.
+            xs = [t for t in _grid(R, fine=False) if t > 3]
+            return xs, [self._slope(self._cost(0, 0, t), self._split(t), -self._split_pairs(t)) for t in xs]
         # M: a mixed iteration minus one fresh chunk of the same tokens. The GEMMs' kinks in T
         # cancel, so what is left (decode attention, the chunk's smaller attention, LM-head rows)
         # is smooth and a coarse grid holds it; P(T) on its fine grid adds the GEMMs back.
@@ -165,6 +175,21 @@ class Surrogate:
         rs = [t for t in _grid(R, fine=False) if t > 1]
         M = [[self._slope(self._cost(0, 0, r + n * self.q), self._cost(n, self.kv0, r), 1.0) for r in rs] for n in ns]
         return (ns, rs), M
+
+    def _chunks(self, r: int, c: int) -> tuple[float, float]:
+        c = min(c, r)
+        sizes = [r // c + (i < r % c) for i in range(c)]
+        return self.exact(features([(a, a) for a in sizes], self.q))
+
+    def _split(self, t: int) -> tuple[float, float]:
+        a = t // 2
+        return self.exact(features([(a, a), (t - a, t - a)], self.q))
+
+    @staticmethod
+    def _split_pairs(t: int) -> float:
+        """Attended pairs one fresh chunk of t tokens has more than two fresh halves."""
+        a, b = t // 2, t - t // 2
+        return t * (t + 1) / 2 - a * (a + 1) / 2 - b * (b + 1) / 2
 
     @staticmethod
     def _slope(a, b, d):
@@ -189,9 +214,17 @@ class Surrogate:
             t, e = t + dkv * kt, e + dkv * ke
         elif rest:
             t, e = _interp(*self.table("P"), rest)
+        canon = rest * (rest + 1) / 2
+        if it.chunks > 1 and rest > 1:
+            (cs, rs), C = self.table("C")
+            c = min(it.chunks, cs[-1], rest)
+            ct, ce = self._bilinear(cs, rs, C, c, rest)
+            t, e = t + ct, e + ce
+            a = rest / c
+            canon = c * a * (a + 1) / 2
         if rest:
-            pt, pe = _interp(*self.table("pairs"), rest)
-            dp = it.pairs - rest * (rest + 1) / 2
+            dp = it.pairs - canon
+            pt, pe = _interp(*self.table("pairs" if dp >= 0 or rest < 4 else "split"), rest)
             t, e = t + dp * pt, e + dp * pe
         return t, e
 
