@@ -51,6 +51,8 @@ def test_dag_waits_for_both_attention_kernels(it):
     assert nx.is_directed_acyclic_graph(it.dag)
     assert set(it.deps("L0.o_proj")) == {"L0.av.prefill", "L0.av.decode"}
     assert set(it.deps("L0.qk.decode")) == {"L0.rope", "L0.kv_append"}
+    # The prefill kernel is issued after the decode kernel.
+    assert set(it.deps("L0.qk.prefill")) == {"L0.rope", "L0.kv_append", "L0.av.decode"}
 
 
 @pytest.mark.parametrize("phase,batch,q,kv", [("decode", 4, 1, 300), ("prefill", 2, 64, 64)])

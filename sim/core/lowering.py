@@ -60,10 +60,11 @@ class _Builder:
         return self.tensor(name, "weight", tuple(shape), fmt)
 
     def add(self, name: str, kind: str, flops: float, reads: list[TensorUse], writes: list[TensorUse],
-            layer: int | None, part: bool = False, **dims: int) -> None:
+            layer: int | None, part: bool = False, after: tuple[str, ...] = (), **dims: int) -> None:
         """`part`: the op writes one part of its outputs (a ragged batch's attention over some of
-        the sequences), so readers of those tensors wait for every part, not only the last."""
-        deps = sorted({p for t in reads for p in self.producer.get(t.name, ())})
+        the sequences), so readers of those tensors wait for every part, not only the last.
+        `after`: ops it follows without reading their outputs (kernels issued in sequence)."""
+        deps = sorted({p for t in reads for p in self.producer.get(t.name, ())} | set(after))
         op = Op(name, kind, float(flops), tuple(reads), tuple(writes), tuple(dims.items()),
                 self.formats.activations, layer)
         self.graph.add(op, deps)
@@ -174,23 +175,26 @@ def qkv(b: _Builder, m: ModelConfig, i: int, x: TensorUse) -> tuple[TensorUse, T
 
 def attention(b: _Builder, m: ModelConfig, i: int, suffix: str, q: TensorUse, k_cache: TensorUse,
               v_cache: TensorUse, ctx: TensorUse, groups: tuple[tuple[int, int, int], ...],
-              score_shape: tuple[int, ...], flash: bool, part: bool, **dims: int) -> None:
+              score_shape: tuple[int, ...], flash: bool, part: bool, after: tuple[str, ...] = (),
+              **dims: int) -> str:
     """Attention of `groups` of sequences, each (count, q_len, kv_len), over the given cache
-    tensors; FLOPs summed sequence by sequence. Op names end in `suffix`."""
+    tensors; FLOPs summed sequence by sequence. Op names end in `suffix`; the first op waits
+    for `after`. Returns the name of the last op."""
     L, H, d = f"L{i}", m.num_heads, m.head_dim
     if flash:
         # Causal flash kernels skip fully masked blocks: a query attends on
         # average to kv_len - (q_len - 1) / 2 keys.
         attended = sum(n * H * ql * (kl - (ql - 1) / 2) for n, ql, kl in groups)
         b.add(f"{L}.attention{suffix}", g.ATTENTION, 4 * attended * d + 5 * attended, [q, k_cache, v_cache], [ctx],
-              i, part, **dims)
-        return
+              i, part, after, **dims)
+        return f"{L}.attention{suffix}"
     pairs = sum(n * H * ql * kl for n, ql, kl in groups)
     scores = b.act(f"{L}.scores{suffix}", *score_shape)
     probs = b.act(f"{L}.probs{suffix}", *score_shape)
-    b.add(f"{L}.qk{suffix}", g.ATTN_SCORE, 2 * pairs * d, [q, k_cache], [scores], i, **dims)
+    b.add(f"{L}.qk{suffix}", g.ATTN_SCORE, 2 * pairs * d, [q, k_cache], [scores], i, after=after, **dims)
     b.add(f"{L}.softmax{suffix}", g.SOFTMAX, 5 * pairs, [scores], [probs], i, **dims)
     b.add(f"{L}.av{suffix}", g.ATTN_CONTEXT, 2 * pairs * d, [probs, v_cache], [ctx], i, part, **dims)
+    return f"{L}.av{suffix}"
 
 
 def mlp_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, ctx: TensorUse) -> TensorUse:

@@ -44,7 +44,7 @@ def lower_iteration(model: ModelConfig, seqs: tuple[Seq, ...], formats: FormatPo
     b = _Builder(graph, formats)
     x = embed(b, model, T)
     layers = model.num_layers if num_layers is None else num_layers
-    groups = [(".prefill", [s for s in seqs if s[0] > 1]), (".decode", [s for s in seqs if s[0] == 1])]
+    groups = [(".decode", [s for s in seqs if s[0] == 1]), (".prefill", [s for s in seqs if s[0] > 1])]
     for i in range(layers):
         x = _layer(b, model, i, x, [grp for grp in groups if grp[1]], flash_attention)
     lm_head(b, model, x, len(seqs) if logits is None else logits)
@@ -57,15 +57,20 @@ def _layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, groups: list[tuple
     q, k, v = qkv(b, m, i, x)
     new_k, new_v = b.kv(f"{L}.k_cache", T, m.kv_dim), b.kv(f"{L}.v_cache", T, m.kv_dim)
     b.add(f"{L}.kv_append", g.KV_APPEND, 0, [k, v], [new_k, new_v], i, tokens=T, kv_dim=m.kv_dim)
+    # One kernel after the other, as an engine issues them on one stream: where decode attention
+    # runs beside the host (PIM stacks), the prefill kernel then waits for the stacks as a whole
+    # instead of taking some of them while the others still work.
+    last: tuple[str, ...] = ()
     for suffix, seqs in groups:
         q_tokens = sum(s[0] for s in seqs)
         keys = sum(s[1] for s in seqs)
         # A ragged batch: the tensors hold the group's rows back to back; their bytes are the
         # sums over its sequences. Dims give the count, the longest q_len (a mapper's "rows
         # per KV head" test) and the mean kv_len.
-        attention(b, m, i, suffix, b.act(q.name, q_tokens, m.q_dim), b.kv(f"{L}.k_cache", keys, m.kv_dim),
-                  b.kv(f"{L}.v_cache", keys, m.kv_dim), b.act(f"{L}.ctx", q_tokens, m.q_dim),
-                  tuple((1, ql, kl) for ql, kl in seqs), (m.num_heads, sum(ql * kl for ql, kl in seqs)),
-                  flash, True, batch=len(seqs), heads=m.num_heads, kv_heads=m.num_kv_heads,
-                  q_len=max(s[0] for s in seqs), kv_len=round(keys / len(seqs)), head_dim=m.head_dim)
+        op = attention(b, m, i, suffix, b.act(q.name, q_tokens, m.q_dim), b.kv(f"{L}.k_cache", keys, m.kv_dim),
+                       b.kv(f"{L}.v_cache", keys, m.kv_dim), b.act(f"{L}.ctx", q_tokens, m.q_dim),
+                       tuple((1, ql, kl) for ql, kl in seqs), (m.num_heads, sum(ql * kl for ql, kl in seqs)),
+                       flash, True, last, batch=len(seqs), heads=m.num_heads, kv_heads=m.num_kv_heads,
+                       q_len=max(s[0] for s in seqs), kv_len=round(keys / len(seqs)), head_dim=m.head_dim)
+        last = (op,)
     return mlp_block(b, m, i, x, b.act(f"{L}.ctx", T, m.q_dim))

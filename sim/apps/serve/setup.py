@@ -14,7 +14,7 @@ from hw_models.machine import Machine
 from sim.apps.serve import spec as s
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.schedulers import SCHEDULERS, Scheduler
-from sim.apps.serve.stepcost import ExactCost, Surrogate
+from sim.apps.serve.stepcost import ExactCost, Surrogate, check_kind
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import activation_peak_bytes, kv_bytes, weight_bytes
@@ -65,6 +65,7 @@ def _kv_per_token(m: ModelConfig, file: s.ServeFile) -> float:
 
 def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None) -> Setup:
     """`cache` (a dict the caller keeps) shares surrogate tables between runs of one model and machine."""
+    check_kind(machine)
     model = file.model_config_()
     srv = file.serving
     fmt = file.formats.policy()

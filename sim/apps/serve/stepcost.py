@@ -34,11 +34,18 @@ from sim.core.workload import Workload
 
 FOLD = 2
 CHUNKS = [1, 2, 4, 8, 16, 32]
+KV_POINTS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 NOT_PER_ITERATION = {
     "offload": "an offload preset's FlexGen block schedule spans a whole batch's generation, not one iteration",
     "spatial": "a spatial pipeline keeps several iterations in flight across its chips, "
                "so one iteration's cost is not its latency",
 }
+
+
+def check_kind(machine: Machine) -> None:
+    if machine.kind in NOT_PER_ITERATION:
+        raise ConfigError(f"{machine.name}: sim serve cannot cost {machine.kind} presets: "
+                          f"{NOT_PER_ITERATION[machine.kind]}")
 
 
 @dataclass(frozen=True)
@@ -70,9 +77,7 @@ class ExactCost:
     """Op-level cost of an iteration: (seconds, joules)."""
 
     def __init__(self, machine: Machine, workload: Workload, model: ModelConfig):
-        if machine.kind in NOT_PER_ITERATION:
-            raise ConfigError(f"{machine.name}: sim serve cannot cost {machine.kind} presets: "
-                              f"{NOT_PER_ITERATION[machine.kind]}")
+        check_kind(machine)
         self.mapper: Mapper = mapper_for(machine, workload, model)
         self.model = model
         self.flash = workload.flash_attention
@@ -153,10 +158,12 @@ class Surrogate:
         if name == "P":
             xs = [t for t in _grid(R) if t > 1]
             return xs, [self._cost(0, 0, t) for t in xs]
-        if name == "kv":   # per decode KV token, at n sequences
-            xs = [n for n in _grid(D, fine=False) if n]
-            return xs, [self._slope(self._cost(n, self.kv0, 0), self._cost(n, self.kv1, 0), n * (self.kv1 - self.kv0))
-                        for n in xs]
+        if name == "kv":   # n decodes at mean kv_len k minus n at kv_len decode_q: linear in k on a GPU,
+            # not where attention moves between host and PIM as it grows, hence several k.
+            ns = [n for n in _grid(D, fine=False) if n]
+            ks = sorted({k for k in KV_POINTS if self.kv0 < k < self.kv1} | {self.kv0, self.kv1})
+            return (ns, ks), [[self._slope(self._cost(n, self.kv0, 0), self._cost(n, k, 0), 1.0) for k in ks]
+                              for n in ns]
         if name == "pairs":   # per attended pair more than one fresh chunk of `rest` tokens: after a prefix
             xs = [t for t in _grid(R, fine=False) if t > 1]
             return xs, [self._slope(self._cost(0, 0, t), self._cost(0, 0, t, self.kv1), t * self.kv1) for t in xs]
@@ -209,9 +216,15 @@ class Surrogate:
                 t, e = t + pt, e + pe
             else:
                 t, e = _interp(*self.table("D"), n)
-            kt, ke = _interp(*self.table("kv"), n)
-            dkv = it.decode_kv - n * self.kv0
-            t, e = t + dkv * kt, e + dkv * ke
+            (ns, ks), K = self.table("kv")
+            kbar = it.decode_kv / n
+            if kbar > ks[-1]:   # beyond the grid: extend the last segment linearly
+                lo, hi = self._bilinear(ns, ks, K, n, ks[-2]), self._bilinear(ns, ks, K, n, ks[-1])
+                w = (kbar - ks[-1]) / (ks[-1] - ks[-2])
+                kt, ke = hi[0] + w * (hi[0] - lo[0]), hi[1] + w * (hi[1] - lo[1])
+            else:
+                kt, ke = self._bilinear(ns, ks, K, n, kbar)
+            t, e = t + kt, e + ke
         elif rest:
             t, e = _interp(*self.table("P"), rest)
         canon = rest * (rest + 1) / 2

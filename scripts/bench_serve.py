@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Speed and memory of `sim serve` (issue 13 targets), measured, medians printed.
+
+1. Capacity of llama3-8b on h100_sxm for workloads/serve_llama3_8b_sharegpt.yaml's SLO
+   (bisection, 2,000 requests per point), then 10,000 requests at 80% of it: wall time of
+   the whole `sim serve` process (target <= 10 s on one core).
+2. 1,000,000 requests at the same rate (surrogate step costs): peak resident memory of the
+   process (target < 2 GB) and its wall time.
+3. The same 200-request case with surrogate and with --exact step costs: wall-time ratio,
+   and the agreement of TTFT/TPOT mean and p99.
+
+    python scripts/bench_serve.py [--repeat 3] [--big 1000000] [--skip-big]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hw_models.machine import load_machine  # noqa: E402
+from sim.apps.serve.capacity import find_capacity  # noqa: E402
+from sim.apps.serve.spec import load_serve_file  # noqa: E402
+
+FILE = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
+SIM = [sys.executable, "-m", "sim.apps.cli"]
+
+
+def run_sim(args: list[str]) -> tuple[float, float, dict]:
+    """Wall seconds and peak RSS (MB) of one `sim serve` process, and its JSON summary."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "s.json"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        t = time.perf_counter()
+        subprocess.run([*SIM, "serve", str(FILE), "--hw", "h100_sxm", "-q", "--json", str(out), *args],
+                       check=True, cwd=ROOT)
+        wall = time.perf_counter() - t
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        return wall, max(rss, before) / 1024, json.loads(out.read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--big", type=int, default=1_000_000)
+    ap.add_argument("--skip-big", action="store_true")
+    a = ap.parse_args()
+
+    f = load_serve_file(FILE, {"serving.arrivals.num_requests": 2000})
+    t = time.perf_counter()
+    cap = find_capacity(f, load_machine("h100_sxm"), dict(f.serving.slo))
+    rate = 0.8 * cap["rate"]
+    print(f"capacity (SLO {f.serving.slo}): {cap['rate']:.2f} requests/s, limited by {cap['limiting']} "
+          f"({len(cap['points'])} runs, {time.perf_counter() - t:.1f} s); 80%: {rate:.2f} requests/s")
+
+    walls = []
+    for _ in range(a.repeat):
+        wall, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set", "serving.arrivals.num_requests=10000"])
+        walls.append(wall)
+    print(f"10,000 requests at {rate:.2f}/s: median wall {statistics.median(walls):.2f} s over {a.repeat} "
+          f"(runs {', '.join(f'{w:.2f}' for w in walls)}), {s['iterations']} iterations, "
+          f"TTFT p90 {s['latency']['ttft']['p90'] * 1e3:.1f} ms, TPOT p90 {s['latency']['tpot']['p90'] * 1e3:.2f} ms")
+
+    small = ["--set", f"serving.arrivals.rate={rate}", "--set", "serving.arrivals.num_requests=200"]
+    ws, _, sur = run_sim(small)
+    we, _, ex = run_sim(small + ["--exact"])
+    print(f"200 requests: surrogate {ws:.2f} s, --exact {we:.2f} s (x{we / ws:.1f})")
+    for m in ("ttft", "tpot"):
+        for st in ("mean", "p99"):
+            x, y = sur["latency"][m][st], ex["latency"][m][st]
+            print(f"  {m} {st}: surrogate {x * 1e3:.3f} ms, exact {y * 1e3:.3f} ms ({x / y - 1:+.3%})")
+
+    if not a.skip_big:
+        wall, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set", f"serving.arrivals.num_requests={a.big}"])
+        print(f"{a.big:,} requests (surrogate): wall {wall:.1f} s, peak RSS {rss:.0f} MB, "
+              f"{s['completed']:,} completed, {s['iterations']:,} iterations")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""`sim serve FILE --hw PRESET`: a request stream through a serving engine on a machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hw_models.machine import load_machine
+from sim.apps.outputs import check_output, write_json
+from sim.apps.serve import make_requests, prepare, serve
+from sim.apps.serve.capacity import find_capacity
+from sim.apps.serve.engine import ServeSim
+from sim.apps.serve.metrics import summarize
+from sim.apps.serve.output import plots, write_chrome_trace, write_requests
+from sim.apps.serve.report import print_capacity, print_report
+from sim.apps.serve.spec import check_slo, load_serve_file
+from sim.core.errors import ConfigError
+from sim.core.workload import parse_set
+
+
+def _slo(items: list[str] | None) -> dict[str, float]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        try:
+            out[key.strip()] = float(yaml.safe_load(value))
+        except (TypeError, ValueError, yaml.YAMLError):
+            sep = ""
+        if not sep or out.get(key.strip(), 0) <= 0:
+            raise ConfigError(f"--slo {item!r}: expected METRIC=SECONDS with a positive number, e.g. ttft_p90=0.2")
+    check_slo(out, "--slo")
+    return out
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    for path in (args.json, args.requests, args.chrome_trace):
+        if path:
+            check_output(path)
+    if args.requests and Path(args.requests).suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"--requests {args.requests}: expected a .csv or .parquet file name")
+    if args.plots:
+        check_output(args.plots, directory=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    sets = parse_set(args.set)
+    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
+    file = load_serve_file(args.file, {k: v for k, v in sets.items() if not k.startswith("hw.")})
+    machine = load_machine(args.hw, hw_sets)
+    slo = _slo(args.slo) or dict(file.serving.slo)
+    if slo != file.serving.slo:
+        file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
+    _check_outputs(args)
+    console = Console(stderr=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if args.find_capacity:
+            return _capacity(args, file, machine, slo, console)
+        setup = prepare(file, machine, exact=args.exact)
+        reqs = make_requests(file)
+        with _progress(args.quiet, len(reqs)) as (prog, task):
+            res = ServeSim(setup, reqs, None if prog is None else lambda d, n: prog.update(task, completed=d)).run()
+    s = summarize(res, slo)
+    s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
+             exact=args.exact)
+    _write(args, res, s)
+    if not args.quiet:
+        print_report(s, f"{file.name}: {setup.model.name} on {machine.name}, {file.serving.scheduler.kind} scheduler"
+                        + (" (exact step costs)" if args.exact else ""))
+    return 0
+
+
+def _write(args, res, summary, sweep=None) -> None:
+    """All outputs after the run: an interrupted run has written nothing."""
+    if args.json:
+        write_json(args.json, summary)
+    if args.requests:
+        write_requests(args.requests, res)
+    if args.chrome_trace:
+        write_chrome_trace(args.chrome_trace, res)
+    if args.plots:
+        plots(res, Path(args.plots), sweep)
+
+
+def _capacity(args, file, machine, slo, console) -> int:
+    def point(rate, s):
+        if not args.quiet:
+            worst = max(s["slo_met"], key=s["slo_met"].get)
+            console.print(f"  rate {rate:8.4g}/s: {worst} {s['slo_met'][worst]:.2f}x of limit")
+    cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point)
+    best = cap["summary"]
+    out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
+               limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
+                                                          for p in cap["points"]], summary=best)
+    if args.json:
+        write_json(args.json, out)
+    if args.plots:
+        file2 = file.model_copy(update={"serving": file.serving.model_copy(update={
+            "arrivals": file.serving.arrivals.model_copy(update={"rate": cap["rate"]})})})
+        res, _ = serve(file2, machine, exact=args.exact)
+        plots(res, Path(args.plots), cap["points"])
+    if not args.quiet:
+        print_capacity(cap)
+    return 0
+
+
+class _progress:
+    def __init__(self, quiet: bool, total: int):
+        self.quiet, self.total = quiet or not sys.stderr.isatty(), total
+
+    def __enter__(self):
+        if self.quiet:
+            return None, None
+        self.p = Progress(TextColumn("serving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=Console(stderr=True), transient=True)
+        self.p.__enter__()
+        return self.p, self.p.add_task("requests", total=self.total)
+
+    def __exit__(self, *exc):
+        if not self.quiet:
+            self.p.__exit__(*exc)
+        return False
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="simulate a request stream on a serving engine (continuous batching, paged KV)",
+                              description="sim serve FILE --hw PRESET: arrivals, scheduler, KV blocks, step costs "
+                                          "from the hardware model; see docs/serving.md.")
+    p.add_argument("file", metavar="FILE", help="serving file: a workload YAML with a serving: section")
+    p.add_argument("--hw", required=True, help="hardware preset name or YAML file")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a field: serving.arrivals.rate=20, hw.memory.hbm.capacity_bytes=40e9")
+    p.add_argument("--json", metavar="PATH", help="write the summary as JSON")
+    p.add_argument("--requests", metavar="PATH", help="write the per-request table (.csv or .parquet)")
+    p.add_argument("--chrome-trace", metavar="PATH", help="write a Chrome/Perfetto trace: requests and iterations")
+    p.add_argument("--plots", metavar="DIR", help="write latency CDFs, KV blocks and batch size over time")
+    p.add_argument("--exact", action="store_true", help="cost every iteration with the op-level simulation")
+    p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
+    p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no report or progress bar")
+    p.set_defaults(func=cmd_serve)

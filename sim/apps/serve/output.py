@@ -1,0 +1,97 @@
+"""What `sim serve` writes: the per-request table (CSV or Parquet), a Chrome trace
+(one lane per request, one for the engine's iterations) and plots. Every file is
+written to a temporary name and renamed (sim.apps.outputs.atomic_write)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.apps.outputs import atomic_write, write_json
+from sim.apps.plots import _save, plt
+from sim.apps.serve.engine import DONE, ServeResult
+from sim.apps.serve.metrics import per_request
+from sim.core.errors import ConfigError
+
+STATUS = {0.0: "unfinished", 1.0: "completed", 2.0: "rejected"}
+
+
+def request_table(res: ServeResult) -> pd.DataFrame:
+    r = res.requests
+    df = pd.DataFrame({"id": np.arange(len(r["status"])), **{k: v for k, v in r.items() if k != "status"}})
+    for col in ("prompt_tokens", "output_tokens", "preemptions", "prefix_hit_tokens"):
+        df[col] = df[col].astype(np.int64)
+    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+    out = df["output_tokens"]
+    df["tpot_s"] = np.where(out > 1, (df["finish_s"] - df["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
+    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
+    df["status"] = [STATUS[s] for s in r["status"]]
+    return df
+
+
+def write_requests(path: str | Path, res: ServeResult) -> Path:
+    path = Path(path)
+    df = request_table(res)
+    if path.suffix == ".parquet":
+        return atomic_write(path, lambda p: df.to_parquet(p, index=False))
+    if path.suffix == ".csv":
+        return atomic_write(path, lambda p: df.to_csv(p, index=False))
+    raise ConfigError(f"--requests {path}: expected a .csv or .parquet file name")
+
+
+def chrome_trace(res: ServeResult) -> dict[str, Any]:
+    """Perfetto/Chrome JSON: pid 1 the engine's iterations, pid 2 one lane per request
+    (queued, prefill until the first token, decode until the last)."""
+    ev: list[dict[str, Any]] = [dict(ph="M", pid=1, name="process_name", args=dict(name="engine iterations")),
+                                dict(ph="M", pid=2, name="process_name", args=dict(name="requests"))]
+    it = res.iterations
+    for i in range(len(it["start_s"])):
+        ev.append(dict(ph="X", pid=1, tid=1, name=f"iter {i}", ts=it["start_s"][i] * 1e6, dur=it["duration_s"][i] * 1e6,
+                       args=dict(seqs=int(it["seqs"][i]), tokens=int(it["tokens"][i]),
+                                 kv_blocks=int(it["kv_blocks_used"][i]))))
+    r = res.requests
+    for i in np.flatnonzero(r["status"] == DONE):
+        spans = (("queued", r["arrival_s"][i], r["scheduled_s"][i]), ("prefill", r["scheduled_s"][i], r["first_token_s"][i]),
+                 ("decode", r["first_token_s"][i], r["finish_s"][i]))
+        for name, a, b in spans:
+            if b > a:
+                ev.append(dict(ph="X", pid=2, tid=int(i) + 1, name=name, ts=a * 1e6, dur=(b - a) * 1e6,
+                               args=dict(request=int(i))))
+    return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+def write_chrome_trace(path: str | Path, res: ServeResult) -> Path:
+    return write_json(path, chrome_trace(res))
+
+
+def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None) -> list[Path]:
+    lat = per_request(res)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for m in ("ttft", "tpot", "e2e"):
+        x = np.sort(lat[m][~np.isnan(lat[m])])
+        if len(x):
+            ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=m.upper())
+    ax.set(xscale="log", xlabel="seconds", ylabel="fraction of requests", title="latency CDFs")
+    ax.legend()
+    paths = [_save(fig, out / "latency_cdf.png")]
+    it = res.iterations
+    fig, ax = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
+    ax[0].step(it["start_s"], it["kv_blocks_used"] / max(res.total_blocks, 1), where="post")
+    ax[0].set(ylabel="KV blocks used (share)")
+    ax[1].step(it["start_s"], it["seqs"], where="post")
+    ax[1].set(ylabel="batch size (sequences)", xlabel="time (s)")
+    paths.append(_save(fig, out / "kv_and_batch.png"))
+    if sweep:
+        fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+        rates = [p["rate"] for p in sweep]
+        for key in ("ttft", "tpot"):
+            ax[0].plot(rates, [p["summary"]["latency"][key]["p90"] for p in sweep], "o-", label=f"{key} p90")
+        ax[0].set(xlabel="rate (requests/s)", ylabel="seconds", yscale="log")
+        ax[0].legend()
+        ax[1].plot(rates, [p["summary"]["throughput_tok_s"] for p in sweep], "o-")
+        ax[1].set(xlabel="rate (requests/s)", ylabel="throughput (tokens/s)")
+        paths.append(_save(fig, out / "latency_throughput_vs_rate.png"))
+    return paths

@@ -1,0 +1,64 @@
+"""The rich report of a serving run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sim.core.units import fmt_time
+
+
+def print_report(s: dict[str, Any], title: str, console: Console | None = None) -> None:
+    console = console or Console()
+    head = Table(title=title, show_header=False, title_justify="left")
+    rows = [
+        ("requests", f"{s['completed']} completed, {s['rejected']} rejected of {s['requests']}"),
+        ("throughput", f"{s['throughput_tok_s']:,.1f} tokens/s, {s['throughput_req_s']:.3f} requests/s"),
+        ("goodput", f"{s['goodput_tok_s']:,.1f} tokens/s, {s['goodput_req_s']:.3f} requests/s"
+         + (" (no SLO: all count)" if not s["slo"] else f" within {_slo(s['slo'])}")),
+        ("preemptions", f"{s['preemptions']} ({s['swapped_out_blocks']} blocks swapped out)"),
+        ("KV blocks", f"{s['kv_blocks_total']:,} in the pool, peak {s['kv_blocks_peak']:,} "
+                      f"({s['kv_blocks_peak'] / max(s['kv_blocks_total'], 1):.0%}), mean use {s['kv_usage_mean']:.0%}"),
+        ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
+        ("energy", f"{s['energy_per_token_j']:.3g} J per output token"),
+    ]
+    if s.get("spec_tokens_per_step"):
+        rows.append(("speculative", f"{s['spec_tokens_per_step']:.3f} tokens per verify step"))
+    for k, v in rows:
+        head.add_row(k, v)
+    console.print(head)
+    t = Table(title="latency (seconds; TBT: gaps between token emissions)", title_justify="left")
+    for col in ("metric", "mean", "p50", "p90", "p99", "max"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for m in ("ttft", "tpot", "tbt", "e2e", "queue"):
+        st = s["latency"][m]
+        t.add_row(m.upper() if m != "queue" else "queueing", *(fmt_time(st[k]) if st[k] == st[k] else "-"
+                                                              for k in ("mean", "p50", "p90", "p99", "max")))
+    bt = Table(title="per iteration (time-weighted)", title_justify="left")
+    for col in ("", "mean", "p50", "p90", "p99", "max"):
+        bt.add_column(col, justify="right" if col else "left")
+    for name, key in (("batch size", "batch_size"), ("tokens", "tokens_per_iteration")):
+        st = s[key]
+        if st:
+            bt.add_row(name, *(f"{st[k]:.1f}" for k in ("mean", "p50", "p90", "p99", "max")))
+    console.print(t)
+    console.print(bt)
+    if s["slo"]:
+        met = ", ".join(f"{k} {v:.2f}x of limit" for k, v in s["slo_met"].items())
+        console.print(f"SLO: {met}")
+
+
+def _slo(slo: dict[str, float]) -> str:
+    return ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
+
+
+def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    t = Table(title="capacity search (bisection on the arrival rate)", show_header=False, title_justify="left")
+    t.add_row("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")
+    t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s")
+    t.add_row("limiting metric", f"{c['limiting']} ({c['limit_ratio']:.2f}x of its limit just above)")
+    t.add_row("runs", str(len(c["points"])))
+    console.print(t)

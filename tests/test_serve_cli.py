@@ -1,0 +1,107 @@
+"""`sim serve`: outputs, and bad input as one line naming the file and key, exit 2, nothing written."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from sim.apps.cli import main
+
+BASE = dict(name="t", model="llama2-7b", flash_attention=True, serving=dict(
+    arrivals=dict(process="poisson", rate=5, num_requests=30, seed=1),
+    lengths=dict(prompt=dict(dist="uniform", low=16, high=128), output=dict(dist="fixed", value=8)),
+    scheduler=dict(kind="vllm", max_num_batched_tokens=2048)))
+
+
+def write(tmp_path, mutate=None, name="s.yaml"):
+    raw = json.loads(json.dumps(BASE))
+    if mutate:
+        mutate(raw["serving"])
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(raw))
+    return p
+
+
+def test_outputs(tmp_path):
+    f = write(tmp_path)
+    rc = main(["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json"),
+               "--requests", str(tmp_path / "r.csv"), "--chrome-trace", str(tmp_path / "t.json")])
+    assert rc == 0
+    s = json.loads((tmp_path / "o.json").read_text())
+    assert s["completed"] == 30 and s["latency"]["ttft"]["mean"] > 0
+    df = pd.read_csv(tmp_path / "r.csv")
+    assert len(df) == 30 and (df["output_tokens"] == 8).all() and (df["ttft_s"] > 0).all()
+    tr = json.loads((tmp_path / "t.json").read_text())
+    assert {e["name"] for e in tr["traceEvents"] if e.get("pid") == 2 and e["ph"] == "X"} >= {"prefill", "decode"}
+
+
+def _trace(tmp_path, text, name="tr.csv"):
+    (tmp_path / name).write_text(text)
+
+    def m(s):
+        s["arrivals"] = dict(process="trace")
+        s["trace"] = dict(path=name)
+        del s["lengths"]
+    return m
+
+
+BAD = {
+    "zero rate": (lambda s: s["arrivals"].update(rate=0), "serving.arrivals.poisson.rate"),
+    "negative length": (lambda s: s["lengths"]["output"].update(value=-3), "serving.lengths.output.fixed.value"),
+    "zero block size": (lambda s: s["scheduler"].update(block_size=0), "serving.scheduler.vllm.block_size"),
+    "unknown SLO metric": (lambda s: s.update(slo=dict(latency_p90=1.0)), "latency_p90"),
+    "option of another scheduler": (lambda s: s["scheduler"].update(kind="orca", block_size=16),
+                                     "serving.scheduler.block_size"),
+    "draft vocabulary": (lambda s: s.update(speculative=dict(draft="llama3-8b")), "serving.speculative.draft"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input(tmp_path, capsys, case):
+    mutate, key = BAD[case]
+    f = write(tmp_path, mutate)
+    out = tmp_path / "o.json"
+    rc = main(["serve", str(f), "--hw", "a6000", "-q", "--json", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and str(f) in err and key in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text,key", [
+    ("arrival_s,prompt_len\n0,10\n", "output_len"),
+    ("arrival_s,prompt_len,output_len\n1,10,5\n0.5,10,5\n", "not sorted"),
+    ("arrival_s,prompt_len,output_len\n-1,10,5\n", "negative"),
+    ("arrival_s,prompt_len,output_len\n0,0,5\n", "prompt_len"),
+    ("", "empty"),
+])
+def test_bad_trace(tmp_path, capsys, text, key):
+    f = write(tmp_path, _trace(tmp_path, text))
+    rc = main(["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "tr.csv" in err and key in err, err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_trace_layouts(tmp_path):
+    from sim.apps.serve.traces import read_trace
+
+    (tmp_path / "az.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                     "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.1805900,396,109\n")
+    r = read_trace(tmp_path / "az.csv", time_scale=0.5)
+    assert list(r.arrival_s) == pytest.approx([0.0, 1.75]) and list(r.prompt_len) == [374, 396]
+    (tmp_path / "mc.jsonl").write_text('{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]}\n'
+                                       '{"timestamp": 2500, "input_length": 600, "output_length": 7, "hash_ids": [1]}\n')
+    r = read_trace(tmp_path / "mc.jsonl")
+    assert list(r.arrival_s) == [0.0, 2.5] and r.hash_ids == [(1, 2), (1,)] and list(r.output_len) == [5, 7]
+
+
+def test_capacity_search(tmp_path):
+    f = write(tmp_path, lambda s: s["arrivals"].update(num_requests=150))
+    rc = main(["serve", str(f), "--hw", "a6000", "-q", "--find-capacity", "--slo", "ttft_p90=0.3",
+               "--json", str(tmp_path / "c.json")])
+    c = json.loads((tmp_path / "c.json").read_text())
+    assert rc == 0 and c["limiting_metric"] == "ttft_p90"
+    ok = [p for p in c["points"] if p["ok"]]
+    bad = [p for p in c["points"] if not p["ok"]]
+    assert max(p["rate"] for p in ok) == c["capacity_rate_req_s"] < min(p["rate"] for p in bad)
