@@ -146,7 +146,9 @@ class ServeSim:
 
     def _apply(self, batch: Batch, start: float, now: float, energy: float) -> None:
         rec, sched, spec = self.rec, self.sched, self.spec
-        same = 0
+        # Gaps by the time of the previous token: requests that emitted together share one sample
+        # (weighted), so memory grows with iterations, not with tokens.
+        gaps: dict[float, int] = {}
         tokens = prefill = 0
         for r, q in batch.entries:
             if r.sched_at < 0:
@@ -171,11 +173,8 @@ class ServeSim:
             if r.first_at < 0:
                 r.first_at = now
                 rec["first_token_s"][r.idx] = now
-            elif r.last_at == start:
-                same += 1
             else:
-                self.tbt.append(now - r.last_at)
-                self.tbt_w.append(1.0)
+                gaps[r.last_at] = gaps.get(r.last_at, 0) + 1
             if r.last_at >= 0:
                 gap = now - r.last_at
                 if not gap <= rec["max_tbt_s"][r.idx]:
@@ -183,9 +182,9 @@ class ServeSim:
             r.last_at = now
             if r.generated >= r.output:
                 self._finish(r, now)
-        if same:
-            self.tbt.append(now - start)
-            self.tbt_w.append(float(same))
+        for t0, count in gaps.items():
+            self.tbt.append(now - t0)
+            self.tbt_w.append(float(count))
         self.energy += energy
         it = self.it
         for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
