@@ -35,17 +35,20 @@ FILE = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
 SIM = [sys.executable, "-m", "sim.apps.cli"]
 
 
-def run_sim(args: list[str]) -> tuple[float, float, dict]:
-    """Wall seconds and peak RSS (MB) of one `sim serve` process, and its JSON summary."""
+def run_sim(args: list[str]) -> tuple[float, float, float, dict]:
+    """Wall seconds, CPU seconds and peak RSS (MB) of one `sim serve` process, and its JSON summary.
+    Peak RSS is read from /usr/bin/time-style rusage of that child alone (ru_maxrss of
+    RUSAGE_CHILDREN is the largest of all children so far, so the big run goes last)."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "s.json"
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run([*SIM, "serve", str(FILE), "--hw", "h100_sxm", "-q", "--json", str(out), *args],
                        check=True, cwd=ROOT)
         wall = time.perf_counter() - t
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        return wall, max(rss, before) / 1024, json.loads(out.read_text())
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+        return wall, cpu, r1.ru_maxrss / 1024, json.loads(out.read_text())
 
 
 def main() -> None:
@@ -62,26 +65,31 @@ def main() -> None:
     print(f"capacity (SLO {f.serving.slo}): {cap['rate']:.2f} requests/s, limited by {cap['limiting']} "
           f"({len(cap['points'])} runs, {time.perf_counter() - t:.1f} s); 80%: {rate:.2f} requests/s")
 
-    walls = []
+    walls, cpus = [], []
     for _ in range(a.repeat):
-        wall, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set", "serving.arrivals.num_requests=10000"])
+        wall, cpu, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set",
+                                     "serving.arrivals.num_requests=10000"])
         walls.append(wall)
-    print(f"10,000 requests at {rate:.2f}/s: median wall {statistics.median(walls):.2f} s over {a.repeat} "
-          f"(runs {', '.join(f'{w:.2f}' for w in walls)}), {s['iterations']} iterations, "
+        cpus.append(cpu)
+    print(f"10,000 requests at {rate:.2f}/s: median wall {statistics.median(walls):.2f} s, CPU "
+          f"{statistics.median(cpus):.2f} s over {a.repeat} "
+          f"(walls {', '.join(f'{w:.2f}' for w in walls)}), {s['iterations']} iterations, "
           f"TTFT p90 {s['latency']['ttft']['p90'] * 1e3:.1f} ms, TPOT p90 {s['latency']['tpot']['p90'] * 1e3:.2f} ms")
 
     small = ["--set", f"serving.arrivals.rate={rate}", "--set", "serving.arrivals.num_requests=200"]
-    ws, _, sur = run_sim(small)
-    we, _, ex = run_sim(small + ["--exact"])
-    print(f"200 requests: surrogate {ws:.2f} s, --exact {we:.2f} s (x{we / ws:.1f})")
+    ws, cs, _, sur = run_sim(small)
+    we, ce, _, ex = run_sim(small + ["--exact"])
+    print(f"200 requests: surrogate {ws:.2f} s wall / {cs:.2f} s CPU, --exact {we:.2f} s / {ce:.2f} s "
+          f"(x{ce / cs:.1f} CPU; whole processes, the surrogate's tables included)")
     for m in ("ttft", "tpot"):
         for st in ("mean", "p99"):
             x, y = sur["latency"][m][st], ex["latency"][m][st]
             print(f"  {m} {st}: surrogate {x * 1e3:.3f} ms, exact {y * 1e3:.3f} ms ({x / y - 1:+.3%})")
 
     if not a.skip_big:
-        wall, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set", f"serving.arrivals.num_requests={a.big}"])
-        print(f"{a.big:,} requests (surrogate): wall {wall:.1f} s, peak RSS {rss:.0f} MB, "
+        wall, cpu, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set",
+                                     f"serving.arrivals.num_requests={a.big}"])
+        print(f"{a.big:,} requests (surrogate): wall {wall:.1f} s, CPU {cpu:.1f} s, peak RSS {rss:.0f} MB, "
               f"{s['completed']:,} completed, {s['iterations']:,} iterations")
 
 
