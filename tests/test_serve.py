@@ -7,8 +7,10 @@ import pytest
 
 from hw_models.machine import load_machine
 from hw_models.registry import simulate
-from sim.apps.serve import serve
+from sim.apps.serve.run import serve
+from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.engine import ServeSim
+from sim.apps.serve.setup import prepare
 from sim.apps.serve.spec import ServeFile
 from sim.core.schema import validate_mapping
 from sim.core.workload import workload_from_dict
@@ -96,8 +98,6 @@ def test_swap_moves_exactly_the_preempted_blocks(a6000):
     sched = dict(kind="vllm", gpu_memory_utilization=0.31, preemption="swap", swap_bandwidth_bytes_per_s=25e9,
                  max_num_batched_tokens=4096)
     f = file(stream(50.0, n=40, prompt=(64, 128), output=(100, 200), sched=sched))
-    from sim.apps.serve.setup import prepare
-    from sim.apps.serve.arrivals import make_requests
     setup = prepare(f, a6000, cache=CACHE)
     res = ServeSim(setup, make_requests(f)).run()
     assert res.preemptions > 0 and res.requests["status"].min() == 1

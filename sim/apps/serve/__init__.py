@@ -1,28 +1,7 @@
 """Serving: a stream of requests through an engine scheduler on any hardware kind
-whose mapper can cost one iteration (`sim serve`, docs/serving.md)."""
+whose mapper can cost one iteration (`sim serve`, docs/serving.md).
 
-from __future__ import annotations
-
-from typing import Callable
-
-from hw_models.machine import Machine
-from sim.apps.serve.arrivals import make_requests
-from sim.apps.serve.engine import ServeResult, ServeSim
-from sim.apps.serve.metrics import summarize
-from sim.apps.serve.setup import Setup, prepare
-from sim.apps.serve.spec import ServeFile, load_serve_file
-from sim.apps.serve.traces import Requests
-
-__all__ = ["ServeFile", "load_serve_file", "Requests", "make_requests", "Setup", "prepare", "ServeSim",
-           "ServeResult", "summarize", "serve"]
-
-
-def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None,
-          progress: Callable[[int, int], None] | None = None, requests: Requests | None = None
-          ) -> tuple[ServeResult, dict]:
-    """Simulate the file's request stream on `machine`: the per-request and per-iteration
-    result, and its summary (sim.apps.serve.metrics.summarize)."""
-    setup = prepare(file, machine, exact=exact, cache=cache)
-    reqs = requests if requests is not None else make_requests(file)
-    result = ServeSim(setup, reqs, progress).run()
-    return result, summarize(result, file.serving.slo)
+Public API: sim.apps.serve.run.serve (one run), spec.load_serve_file, arrivals.make_requests,
+setup.prepare, engine.ServeSim, metrics.summarize, capacity.find_capacity,
+stepcost.ExactCost / Surrogate, sim.core.mixed.lower_iteration. The package itself imports
+nothing, so `sim`'s start-up does not load the serving engine."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hw_models.machine import Machine
-from sim.apps.serve import serve
+from sim.apps.serve.run import serve
 from sim.apps.serve.spec import Burst, ServeFile, TraceArrivals
 from sim.core.errors import ConfigError
 

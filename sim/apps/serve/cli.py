@@ -7,24 +7,14 @@ import sys
 import warnings
 from pathlib import Path
 
-import yaml
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from hw_models.machine import load_machine
-from sim.apps.outputs import check_output, write_json
-from sim.apps.serve import make_requests, prepare, serve
-from sim.apps.serve.capacity import find_capacity
-from sim.apps.serve.engine import ServeSim
-from sim.apps.serve.metrics import summarize
-from sim.apps.serve.output import plots, write_chrome_trace, write_requests
-from sim.apps.serve.report import print_capacity, print_report
-from sim.apps.serve.spec import check_slo, load_serve_file
 from sim.core.errors import ConfigError
-from sim.core.workload import parse_set
 
 
 def _slo(items: list[str] | None) -> dict[str, float]:
+    import yaml
+
+    from sim.apps.serve.spec import check_slo
+
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
@@ -39,6 +29,8 @@ def _slo(items: list[str] | None) -> dict[str, float]:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
+    from sim.apps.outputs import check_output
+
     for path in (args.json, args.requests, args.chrome_trace):
         if path:
             check_output(path)
@@ -49,6 +41,17 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from hw_models.machine import load_machine
+    from sim.apps.serve.arrivals import make_requests
+    from sim.apps.serve.engine import ServeSim
+    from sim.apps.serve.metrics import summarize
+    from sim.apps.serve.report import print_report
+    from sim.apps.serve.setup import prepare
+    from sim.apps.serve.spec import load_serve_file
+    from sim.core.workload import parse_set
+
     sets = parse_set(args.set)
     hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
     file = load_serve_file(args.file, {k: v for k, v in sets.items() if not k.startswith("hw.")})
@@ -77,18 +80,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _write(args, res, summary, sweep=None) -> None:
-    """All outputs after the run: an interrupted run has written nothing."""
-    if args.json:
-        write_json(args.json, summary)
-    if args.requests:
-        write_requests(args.requests, res)
-    if args.chrome_trace:
-        write_chrome_trace(args.chrome_trace, res)
-    if args.plots:
-        plots(res, Path(args.plots), sweep)
+    """All outputs after the run, every one or none: an interrupted run has written nothing."""
+    from sim.apps.outputs import transaction, write_json
+    from sim.apps.serve.output import plots, write_chrome_trace, write_requests
+
+    with transaction():
+        if args.json:
+            write_json(args.json, summary)
+        if args.requests:
+            write_requests(args.requests, res)
+        if args.chrome_trace:
+            write_chrome_trace(args.chrome_trace, res)
+        if args.plots:
+            plots(res, Path(args.plots), sweep)
 
 
 def _capacity(args, file, machine, slo, console) -> int:
+    from sim.apps.outputs import transaction, write_json
+    from sim.apps.serve.capacity import find_capacity
+    from sim.apps.serve.output import plots
+    from sim.apps.serve.report import print_capacity
+    from sim.apps.serve.run import serve
+
     def point(rate, s):
         if not args.quiet:
             worst = max(s["slo_met"], key=s["slo_met"].get)
@@ -98,13 +111,16 @@ def _capacity(args, file, machine, slo, console) -> int:
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
                limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
                                                           for p in cap["points"]], summary=best)
-    if args.json:
-        write_json(args.json, out)
+    res = None
     if args.plots:
         file2 = file.model_copy(update={"serving": file.serving.model_copy(update={
             "arrivals": file.serving.arrivals.model_copy(update={"rate": cap["rate"]})})})
         res, _ = serve(file2, machine, exact=args.exact)
-        plots(res, Path(args.plots), cap["points"])
+    with transaction():
+        if args.json:
+            write_json(args.json, out)
+        if res is not None:
+            plots(res, Path(args.plots), cap["points"])
     if not args.quiet:
         print_capacity(cap)
     return 0
@@ -115,6 +131,9 @@ class _progress:
         self.quiet, self.total = quiet or not sys.stderr.isatty(), total
 
     def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         if self.quiet:
             return None, None
         self.p = Progress(TextColumn("serving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

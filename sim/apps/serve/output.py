@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.apps.mpl import pyplot
 from sim.apps.outputs import atomic_write, write_json
-from sim.apps.plots import _save, plt
+from sim.apps.plots import _save
 from sim.apps.serve.engine import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
 from sim.core.errors import ConfigError
@@ -68,6 +69,7 @@ def write_chrome_trace(path: str | Path, res: ServeResult) -> Path:
 
 
 def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None) -> list[Path]:
+    plt = pyplot()
     lat = per_request(res)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for m in ("ttft", "tpot", "e2e"):

@@ -1,0 +1,23 @@
+"""The public entry point of a serving run."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hw_models.machine import Machine
+from sim.apps.serve.arrivals import make_requests
+from sim.apps.serve.engine import ServeResult, ServeSim
+from sim.apps.serve.metrics import summarize
+from sim.apps.serve.setup import Setup, prepare
+from sim.apps.serve.spec import ServeFile, load_serve_file
+from sim.apps.serve.traces import Requests
+
+def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None,
+          progress: Callable[[int, int], None] | None = None, requests: Requests | None = None
+          ) -> tuple[ServeResult, dict]:
+    """Simulate the file's request stream on `machine`: the per-request and per-iteration
+    result, and its summary (sim.apps.serve.metrics.summarize)."""
+    setup = prepare(file, machine, exact=exact, cache=cache)
+    reqs = requests if requests is not None else make_requests(file)
+    result = ServeSim(setup, reqs, progress).run()
+    return result, summarize(result, file.serving.slo)
