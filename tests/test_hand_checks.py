@@ -119,9 +119,19 @@ def test_pim_time_is_the_slowest_stack_with_both_mode_switches():
     slowest, others = stack_s(80, 1.0), stack_s(40, 3 / 2.5)
     assert slowest == pytest.approx(30.19e-6, rel=1e-3) and others == pytest.approx(19.05e-6, rel=1e-3)
     d = m.decide(op)
-    assert d.where == "pim"
+    assert d.where == "pim" and d.why == f"{d.host.duration_s / slowest:.1f}x faster than host"
     assert [p.stack for p in d.pieces] == [0, 1, 2, 3, 4]
     assert d.pim_s == pytest.approx(slowest, rel=1e-9)
+    # Each stack's piece: DRAM energy 0.55 pJ/bit inside the banks, 3.59 pJ/bit through the pins.
+    for p, groups, imbalance in zip(d.pieces, (80, 40, 40, 40, 40), (1.0, 1.2, 1.2, 1.2, 1.2)):
+        c = m.piece_cost(op, p, 2)
+        assert c.duration_s == pytest.approx(stack_s(groups, imbalance), rel=1e-9)
+        assert c.memory_s == c.compute_s == pytest.approx(groups * group / HBM_INTERNAL * imbalance, rel=1e-9)
+        assert (c.mode_switch_s, c.overhead_s) == (pytest.approx(2 * SWITCH), pytest.approx(LAUNCH + 2 * SWITCH))
+        assert c.transfer_s == pytest.approx(groups * (256 + 2050 * 16) / HBM_PINS, rel=1e-9)
+        assert c.energy_internal_j == pytest.approx(groups * group * 0.55e-12 * 8, rel=1e-9)
+        assert c.energy_external_j == pytest.approx(groups * (256 + 2050 * 16) * 3.59e-12 * 8, rel=1e-9)
+        assert c.energy_j == pytest.approx(c.energy_internal_j + c.energy_external_j, rel=1e-12)
 
 
 def gemv(n: int, k: int) -> Op:
@@ -183,3 +193,30 @@ def test_aim_gddr6_batch16_gemms_stay_on_the_host():
     one = pim_mapper("aim_gddr6", batch=1, formats=AIM_BF16)
     q1 = lower(one.model, "decode", 1, 1, 1025, one.formats, num_layers=1).op("L0.q_proj")
     assert one.decide(q1).where == "pim"
+
+
+def test_placement_reasons_and_forced_parts():
+    """The policies' reasons, and GEMM sharing's forced parts: a PIM part runs whatever its rows.
+    A 32-row 5120 x 5120 fp16 GEMM (more than max_rows 16) on hbm_pim's 5 stacks, forced to PIM: each
+    stack re-streams W for each row, 32 x 52,428,800 / 5 / 1228.8 GB/s = 273.07 us, + x to 16
+    pseudo-channels (32 x 5120 x 2 x 16 B) and 16 partial sums per output (32 x 5120 x 2 / 5 x 16 B),
+    6,291,456 B / 307.2 GB/s = 20.48 us, + 4 us launch + 2 x 0.25 us: 298.05 us."""
+    graph = OpGraph("decode", 32, 1, 1)
+    n = k = 5120
+    graph.add(Op("fc", GEMM, 2.0 * 32 * n * k, (TensorUse("x", "activation", (32, k), "fp16", 2 * 32 * k),
+                                                 TensorUse("w", "weight", (n, k), "fp16", 2 * n * k)),
+                 (TensorUse("y", "activation", (32, n), "fp16", 2 * 32 * n),), (("m", 32), ("n", n), ("k", k))), [])
+    op = graph.op("fc")
+    for policy, where in (("none", "host"), ("attention_only", "host"), ("fc_and_attention", "pim")):
+        d = pim_mapper(pim_policy=policy).decide(gemv(n, k))
+        assert (d.where, d.why) == (where, f"policy {policy}")
+    m = pim_mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": True})
+    assert m.decide(op).why == "wide GEMM: 32 rows > 16 (weights are reused across rows on the host)"
+    m.forced = {"fc": "host"}
+    assert (m.decide(op).where, m.decide(op).why) == ("host", "GEMM sharing: host columns")
+    m.forced = {"fc": "pim"}
+    d = m.decide(op)
+    assert (d.where, d.why, len(d.pieces)) == ("pim", "GEMM sharing: PIM columns", 5)
+    by_hand = 32 * 2 * n * k / 5 / HBM_INTERNAL + (32 * k * 2 * 16 + 32 * n * 2 / 5 * 16) / HBM_PINS + LAUNCH + 2 * SWITCH
+    assert by_hand == pytest.approx(298.05e-6, rel=1e-4)
+    assert d.pim_s == pytest.approx(by_hand, rel=1e-9)
