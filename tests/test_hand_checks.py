@@ -10,8 +10,10 @@ x 128), 40 layers, MLP 13824, vocab 32000, 13,015,864,320 parameters. Llama-2-7B
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from hw_models.gpu.mapper import work_time_s
 from hw_models.ideal import ideal
 from hw_models.machine import load_machine
 from hw_models.pim.mapper import PimMapper
@@ -19,6 +21,7 @@ from hw_models.registry import mapper_for, simulate
 from sim.core import graph as g
 from sim.core.errors import CapacityError
 from sim.core.footprint import kv_bytes, weight_bytes
+from sim.core.generation import step_time
 from sim.core.graph import GEMM, Op, OpGraph, TensorUse
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
@@ -62,6 +65,34 @@ def test_llama13b_batch16_full_context_does_not_fit_a6000():
     assert roles["weights"] == weights
     assert roles["kv_cache"] == 2 * 40 * 16 * 1280 * 5120 * 2
     assert roles["activations"] == 2 * 16 * 40 * 1024 * 1024 * 2
+
+
+@pytest.mark.parametrize("model, phase, q_len, kv_len", [("tinyllama-1.1b", "decode", 1, 300),
+                                                        ("llama2-7b", "prefill", 32, 32)])
+def test_folded_step_equals_every_layer(model, phase, q_len, kv_len):
+    """Identical layers: T(L) = T(2) + (L - 2) (T(3) - T(2)) is exact for the GPU's one stream
+    (22 and 32 layers here), for the time, every resource's busy time and the energy."""
+    w = workload_from_dict(dict(model=model, batch=2, prompt_len=kv_len, gen_len=2), "t")
+    m = mapper_for(load_machine("a6000"), w, w.model_config_())
+    fast, full = step_time(m, phase, q_len, kv_len), step_time(m, phase, q_len, kv_len, exhaustive=True)
+    assert (fast.phase, fast.kv_len) == (phase, kv_len)
+    assert fast.time_s == pytest.approx(full.time_s, rel=1e-12)
+    assert fast.energy_j == pytest.approx(full.energy_j, rel=1e-12)
+    assert fast.busy_s.keys() == full.busy_s.keys() == {"gpu"}
+    assert fast.busy_s["gpu"] == pytest.approx(full.busy_s["gpu"], rel=1e-12) == pytest.approx(full.time_s)
+
+
+def test_work_time_on_arrays_is_the_scalar_formula():
+    """Calibration costs many ops at once: the array path gives each element what the scalar path
+    gives it, t = work / (peak x efficiency(work) x scale), and 0 for no work."""
+    eff = load_machine("a6000").units["gpu"].efficiency.at_rates(154.8e12, 768e9)
+    work = np.array([0.0, 1e6, 3e9])
+    scale = np.array([1.0, 0.5, 0.9])
+    got = work_time_s(work, 768e9, eff.memory, scale)
+    by_hand = [0.0] + [w / (768e9 * 0.85 * w / (w + 2.3e-6 * 768e9 * 0.85) * s) for w, s in zip(work[1:], scale[1:])]
+    assert got == pytest.approx(by_hand, rel=1e-12)
+    assert work_time_s(1e6, 768e9, eff.memory, 0.5) == pytest.approx(by_hand[1], rel=1e-12)
+    assert work_time_s(0.0, 768e9, eff.memory) == 0.0
 
 
 # ----------------------------------------------------------------- energy per token
