@@ -13,15 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hw_models.gpu.mapper import work_time_s
+from hw_models.cost import work_time_s
 from hw_models.ideal import ideal
 from hw_models.machine import load_machine
 from hw_models.pim.mapper import PimMapper
+from hw_models.pim.plan import Schedule
 from hw_models.registry import mapper_for, simulate
 from sim.core import graph as g
 from sim.core.errors import CapacityError
 from sim.core.footprint import kv_bytes, weight_bytes
-from sim.core.generation import step_time
 from sim.core.graph import GEMM, Op, OpGraph, TensorUse
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
@@ -74,7 +74,7 @@ def test_folded_step_equals_every_layer(model, phase, q_len, kv_len):
     (22 and 32 layers here), for the time, every resource's busy time and the energy."""
     w = workload_from_dict(dict(model=model, batch=2, prompt_len=kv_len, gen_len=2), "t")
     m = mapper_for(load_machine("a6000"), w, w.model_config_())
-    fast, full = step_time(m, phase, q_len, kv_len), step_time(m, phase, q_len, kv_len, exhaustive=True)
+    fast, full = m.step(phase, q_len, kv_len), m.step(phase, q_len, kv_len, exhaustive=True)
     assert (fast.phase, fast.kv_len) == (phase, kv_len)
     assert fast.time_s == pytest.approx(full.time_s, rel=1e-12)
     assert fast.energy_j == pytest.approx(full.energy_j, rel=1e-12)
@@ -243,10 +243,9 @@ def test_placement_reasons_and_forced_parts():
         assert (d.where, d.why) == (where, f"policy {policy}")
     m = pim_mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": True})
     assert m.decide(op).why == "wide GEMM: 32 rows > 16 (weights are reused across rows on the host)"
-    m.forced = {"fc": "host"}
-    assert (m.decide(op).where, m.decide(op).why) == ("host", "GEMM sharing: host columns")
-    m.forced = {"fc": "pim"}
-    d = m.decide(op)
+    d = m.decide(op, Schedule(graph, forced={"fc": "host"}))
+    assert (d.where, d.why) == ("host", "GEMM sharing: host columns")
+    d = m.decide(op, Schedule(graph, forced={"fc": "pim"}))
     assert (d.where, d.why, len(d.pieces)) == ("pim", "GEMM sharing: PIM columns", 5)
     by_hand = 32 * 2 * n * k / 5 / HBM_INTERNAL + (32 * k * 2 * 16 + 32 * n * 2 / 5 * 16) / HBM_PINS + LAUNCH + 2 * SWITCH
     assert by_hand == pytest.approx(298.05e-6, rel=1e-4)
