@@ -37,7 +37,8 @@ TARGETS: dict[str, list[str]] = {
                 for f in ("scale_count", "element_bytes", "scale_bytes", "storage_bytes")],
     "roofline cost": [f"hw_models.cost.x_{f}__mutmut_*" for f in ("roofline_cost", "work_time_s")],
     "folding": [f"sim.core.generation.x_{f}__mutmut_*" for f in ("fold_layers", "sample_indices", "decode_kv_lens")],
-    "PIM decision": [f"hw_models.pim.mapper.xǁPimMapperǁ{f}__mutmut_*" for f in ("decide", "_split_gemm", "piece_cost")],
+    "PIM decision": [f"hw_models.pim.mapper.xǁPimMapperǁ{f}__mutmut_*" for f in ("decide", "piece_cost")]
+    + ["hw_models.pim.layout.xǁ*ǁsplit_gemm__mutmut_*"],
 }
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255}      # test failed, pytest error, timeout, caught by type check
 SURVIVED = {0, 5, 33}                           # tests passed, or no test covers the mutant

@@ -22,6 +22,7 @@ from hw_models.registry import mapper_for, simulate
 from sim.core import graph as g
 from sim.core.errors import CapacityError
 from sim.core.footprint import kv_bytes, weight_bytes
+from sim.core.generation import sample_indices
 from sim.core.graph import GEMM, Op, OpGraph, TensorUse
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
@@ -39,6 +40,17 @@ def test_kv_bytes_counts_k_and_v_over_every_layer():
     assert kv_bytes(load_model("llama2-70b"), FormatPolicy(), 1, 4096) == 4096 * 327_680 == 1.25 * GIB
     # int8 KV (per channel: one fp16 scale per cached row of 5120): (5120 + 2) B per row and K/V per layer.
     assert kv_bytes(load_model("llama2-13b"), FormatPolicy(kv_cache="int8"), 1, 100) == 2 * 40 * 100 * (5120 + 2)
+
+
+def test_weight_bytes_in_the_weight_format():
+    """Llama-2-13B with int4 weights (groups of 128 along the input axis, one fp16 scale each): the
+    layer matrices and LM head 6,626,611,200 B (tests/test_format_sim.py's docstring derives it), the
+    embedding table likewise 32000 x 5120 / 2 + 32000 x 40 x 2 = 84,480,000 B, and the 81 norms stay
+    fp16, 81 x 5120 x 2 = 829,440 B. Mixtral-8x7B (MoE, every expert counted once): 2 B x its
+    46,702,792,704 parameters (the model card's 46.7B)."""
+    int4 = weight_bytes(load_model("llama2-13b"), FormatPolicy(weights="int4"))
+    assert int4 == 6_626_611_200 + 84_480_000 + 81 * 5120 * 2
+    assert weight_bytes(load_model("mixtral-8x7b"), FormatPolicy()) == 2 * 46_702_792_704
 
 
 def test_llama13b_batch16_full_context_does_not_fit_a6000():
@@ -67,19 +79,29 @@ def test_llama13b_batch16_full_context_does_not_fit_a6000():
     assert roles["activations"] == 2 * 16 * 40 * 1024 * 1024 * 2
 
 
-@pytest.mark.parametrize("model, phase, q_len, kv_len", [("tinyllama-1.1b", "decode", 1, 300),
-                                                        ("llama2-7b", "prefill", 32, 32)])
-def test_folded_step_equals_every_layer(model, phase, q_len, kv_len):
+@pytest.mark.parametrize("model, hw, phase, q_len, kv_len", [("tinyllama-1.1b", "a6000", "decode", 1, 300),
+                                                            ("llama2-7b", "a6000", "prefill", 32, 32)])
+def test_folded_step_equals_every_layer(model, hw, phase, q_len, kv_len):
     """Identical layers: T(L) = T(2) + (L - 2) (T(3) - T(2)) is exact for the GPU's one stream
-    (22 and 32 layers here), for the time, every resource's busy time and the energy."""
+    (22 and 32 layers here), for the time, every resource's busy time, the energy and the counters."""
     w = workload_from_dict(dict(model=model, batch=2, prompt_len=kv_len, gen_len=2), "t")
-    m = mapper_for(load_machine("a6000"), w, w.model_config_())
+    m = mapper_for(load_machine(hw), w, w.model_config_())
     fast, full = m.step(phase, q_len, kv_len), m.step(phase, q_len, kv_len, exhaustive=True)
     assert (fast.phase, fast.kv_len) == (phase, kv_len)
     assert fast.time_s == pytest.approx(full.time_s, rel=1e-12)
     assert fast.energy_j == pytest.approx(full.energy_j, rel=1e-12)
     assert fast.busy_s.keys() == full.busy_s.keys() == {"gpu"}
     assert fast.busy_s["gpu"] == pytest.approx(full.busy_s["gpu"], rel=1e-12) == pytest.approx(full.time_s)
+    assert fast.counters == pytest.approx(full.counters, rel=1e-12)
+
+
+def test_sampled_decode_steps():
+    """Up to 9 decode steps are simulated, spread evenly over the run, first and last included:
+    linspace(0, 99, 9) = 0, 12.375, 24.75, ... rounds to these; 10 steps keep 9 (4.5 rounds to even 4)."""
+    assert sample_indices(100, 9).tolist() == [0, 12, 25, 37, 50, 62, 74, 87, 99]
+    assert sample_indices(10, 9).tolist() == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert sample_indices(9, 9).tolist() == list(range(9))
+    assert sample_indices(3, 9).tolist() == [0, 1, 2]
 
 
 def test_work_time_on_arrays_is_the_scalar_formula():
