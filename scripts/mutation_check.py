@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     survivors: list[str] = []
     for module, patterns in targets.items():
         names = [n for n in codes if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-        for p in patterns:
-            if not any(fnmatch.fnmatchcase(n, p) for n in names):
+        for p in TARGETS[module]:
+            if not any(fnmatch.fnmatchcase(n, p) for n in codes):
                 print(f"  note: no mutant matches {p} (moved or renamed? update TARGETS)")
         checked = [n for n in names if codes[n] is not None and codes[n] != 34]
         killed = [n for n in checked if codes[n] in KILLED]

@@ -68,8 +68,8 @@ def test_llama13b_batch16_full_context_does_not_fit_a6000():
     assert weights + kv == 52_875_274_240 > 48 * GIB
     a6000 = load_machine("a6000")
     w = workload_from_dict(dict(model="llama2-13b", batch=16, prompt_len=1024, gen_len=1024), "t")
-    with pytest.raises(CapacityError, match=r"needs 55\.56 GB in a6000\.gddr \(weights 26\.03 GB \+ kv cache 26\.84 GB \+ "
-                       r"activations 2\.68 GB\) but it holds 51\.54 GB: short by 4\.02 GB"):
+    with pytest.raises(CapacityError, match=r"needs 55\.56 GB in a6000\.gddr \(weights 26\.03 GB \+ "
+                       r"kv cache 26\.84 GB \+ activations 2\.68 GB\) but it holds 51\.54 GB: short by 4\.02 GB"):
         mapper_for(a6000, w, w.model_config_()).footprint()
     short = workload_from_dict(dict(model="llama2-13b", batch=16, prompt_len=1024, gen_len=256), "t")
     fp = mapper_for(a6000, short, short.model_config_()).footprint()
@@ -269,6 +269,7 @@ def test_placement_reasons_and_forced_parts():
     assert (d.where, d.why) == ("host", "GEMM sharing: host columns")
     d = m.decide(op, Schedule(graph, forced={"fc": "pim"}))
     assert (d.where, d.why, len(d.pieces)) == ("pim", "GEMM sharing: PIM columns", 5)
-    by_hand = 32 * 2 * n * k / 5 / HBM_INTERNAL + (32 * k * 2 * 16 + 32 * n * 2 / 5 * 16) / HBM_PINS + LAUNCH + 2 * SWITCH
+    by_hand = (32 * 2 * n * k / 5 / HBM_INTERNAL + (32 * k * 2 * 16 + 32 * n * 2 / 5 * 16) / HBM_PINS
+               + LAUNCH + 2 * SWITCH)
     assert by_hand == pytest.approx(298.05e-6, rel=1e-4)
     assert d.pim_s == pytest.approx(by_hand, rel=1e-9)
