@@ -53,13 +53,15 @@ def test_run_is_deterministic():
     dict(model="llama2-7b", batch=4, prompt_len=64, gen_len=40, formats=dict(weights="int4")),
 ])
 def test_shortcuts_agree_with_exhaustive(kw):
-    """Layer folding and decode-step interpolation against simulating every layer of every step."""
+    """Layer folding and decode-step interpolation against simulating every layer of every step,
+    within the 1e-5 relative the README claims (folding is exact for a one-layer-periodic schedule;
+    the interpolation is exact where step time is linear in kv_len; measured ~1e-15 on these cases)."""
     w = workload_from_dict(kw, "test")
     m = load_machine("a6000")
     fast, full = simulate(w, m), simulate(w, m, exhaustive=True)
     assert fast.simulated_steps < full.simulated_steps
-    for key in ("ttft_s", "tpot_s", "e2e_s"):
-        assert getattr(fast, key) == pytest.approx(getattr(full, key), rel=0.005), key
+    for key in ("ttft_s", "tpot_s", "e2e_s", "energy_per_token_j"):
+        assert getattr(fast, key) == pytest.approx(getattr(full, key), rel=1e-5), key
 
 
 def test_generation_accounting():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
+from functools import lru_cache
 
 import pytest
 
@@ -20,7 +21,7 @@ from sim.core.lowering import lower
 from sim.core.footprint import kv_bytes, weight_bytes
 from hw_models.registry import report_sections, simulate
 from sim.core.generation import DECODE_SAMPLES, decode_kv_lens, sample_indices
-from sim.core.workload import workload_from_dict
+from sim.core.workload import load_workload, workload_from_dict
 
 ONE_STACK = {"pim.stacks": 1, "memory.hbm.bandwidth_bytes_per_s": "307.2 GB/s", "memory.hbm.capacity_bytes": "6 GiB"}
 
@@ -291,6 +292,7 @@ def max_batch(capacity_bytes: float, weights: bool, lin: int, lout: int) -> int:
     return int((capacity_bytes - (weight_bytes(model, formats) if weights else 0)) // per_request)
 
 
+@lru_cache(maxsize=None)   # shared with tests/test_regression_pins.py: each comparison is simulated once
 def attacc_gain(lin: int, lout: int, baseline_gpus: int = 8, samples: int = DECODE_SAMPLES,
                 **schedule) -> tuple[float, int, int]:
     """DGX+AttAcc against a GPU system of equal memory capacity (1280 GiB), each at its largest batch.
@@ -325,10 +327,12 @@ def test_attacc_throughput_gain_at_equal_capacity():
     # Roofline ratio (66 / 18.0 ms) / (99 / 58.6 ms) = 2.17x (2.55x if attention hid entirely behind FC,
     # as AttAcc's --pipeopt/--ffopt aim for). The simulator's mean steps are 70.2 and 27.2 ms: ~10 ms
     # more on each (4 us launch on 15 ops x 96 layers, norms, residuals, KV append, small-op DRAM
-    # ramp) and FC and attention in series: measured 1.72x.
+    # ramp) and FC and attention in series: measured 1.72x (a regression pin, tests/test_regression_pins.py).
+    # The fixed per-op costs weigh more on AttAcc's shorter step, so the gain stays below the 2.17x
+    # roofline; AttAcc still wins.
     ratio, b_base, b_att = attacc_gain(2048, 128)
     assert (b_base, b_att) == (99, 66)
-    assert ratio == pytest.approx(1.72, rel=0.03)
+    assert 1.0 < ratio < 2.17
 
 
 def test_attacc_with_sub_batch_interleaving():
@@ -338,10 +342,21 @@ def test_attacc_with_sub_batch_interleaving():
     # FC, but FC is weight-bandwidth bound at 33 rows and every FC weight is read twice per step:
     # by hand 2 x 15.3 ms of FC against 15.3 + 2.7 ms serial. The GPU-only baseline has no PIM work to
     # overlap and runs unsplit (70.2 ms). Measured: AttAcc's step (kv 2112) 49.6 ms against 27.2 ms
-    # serial, so the gain falls from 1.72x to 0.94x: interleaving is not what wins AttAcc's figure.
+    # serial, so the gain falls from 1.72x to 0.94x (pinned in tests/test_regression_pins.py):
+    # interleaving is not what wins AttAcc's figure. By hand the interleaved step is at least the
+    # 2 x 15.3 ms of FC, against the serial 15.3 + 2.7 ms: at most 18.0 / 30.6 = 0.59 of the serial gain.
     ratio, b_base, b_att = attacc_gain(2048, 128, sub_batches=2)
     assert (b_base, b_att) == (99, 66)
-    assert ratio == pytest.approx(0.94, rel=0.03)
+    assert ratio < 0.59 * 2.17
+    assert ratio < attacc_gain(2048, 128)[0]
+
+
+@lru_cache(maxsize=None)
+def sub_batch_gain(batch: int) -> float:
+    """One decode step (kv 2112) of GPT-3-175B on DGX+AttAcc, attention_only: 1 over 2 sub-batches."""
+    t = [attacc_mapper(attacc_machine(8, 1280 * GIB, sub_batches=sb), "attention_only", batch, 2048, 128
+                       ).step("decode", 1, 2112).time_s for sb in (1, 2)]
+    return t[0] / t[1]
 
 
 def test_sub_batch_interleaving_pays_only_at_large_batch():
@@ -351,19 +366,25 @@ def test_sub_batch_interleaving_pays_only_at_large_batch():
     # (2 x 175e9 x 512 FLOP at 0.8 x 2.5 PFLOP/s = 90 ms, the same split or not) and ~21 ms of
     # attention hides behind them: measured 1.18x. NeuPIMs applies interleaving only at batch >= 256
     # (shared/reference/peers.md §8); here the crossover lies between batch 128 (0.71x) and 256 (1.12x).
-    gains = {}
-    for batch in (66, 512):
-        t = [attacc_mapper(attacc_machine(8, 1280 * GIB, sub_batches=sb), "attention_only", batch, 2048, 128
-                           ).step("decode", 1, 2112).time_s for sb in (1, 2)]
-        gains[batch] = t[0] / t[1]
-    assert gains[66] == pytest.approx(0.55, rel=0.03)
-    assert gains[512] == pytest.approx(1.18, rel=0.03)
+    gains = {batch: sub_batch_gain(batch) for batch in (66, 512)}
+    # By hand: at 66, 18.0 ms serial against >= 2 x 15.3 ms interleaved: gain <= 0.59. At 512, attention
+    # hidden entirely behind the 90 ms of FC: gain <= (90 + 21) / 90 = 1.23. (Measured 0.55x and 1.18x:
+    # tests/test_regression_pins.py.)
+    assert gains[66] < 0.59
+    assert 1.0 < gains[512] < 1.23
 
 
 def test_attacc_same_batch_decode_step():
     # The older, narrower check: ONE decode step (kv 2112) at the SAME batch (64) with and without
     # PIM. Unlike AttAcc's comparison, the machine without PIM keeps the 40 AttAcc stacks' bandwidth
     # as plain HBM (one 80-stack, 1280 GiB device, 8 x A100 compute) and no separate KV memory.
+    # Attention reads the KV inside the banks at 9x the pins; the FCs are the same on both: PIM wins.
+    # Measured 1.65x: tests/test_regression_pins.py.
+    assert same_batch_gain() > 1.0
+
+
+@lru_cache(maxsize=None)
+def same_batch_gain() -> float:
     times = {}
     m80 = load_machine("attacc_dgx", {"pim.stacks": 80, "pim.dual_row_buffer": False, "pim.head_groups": 1,
                                       "memory.hbm.bandwidth_bytes_per_s": 80 * 670.4e9})
@@ -373,7 +394,7 @@ def test_attacc_same_batch_decode_step():
         m = PimMapper(m80, w, w.model_config_())
         m.footprint()
         times[policy] = m.step("decode", 1, 2112).time_s
-    assert times["none"] / times["attention_only"] == pytest.approx(1.65, rel=0.03)
+    return times["none"] / times["attention_only"]
 
 
 ATTACC_SETTINGS = ((2048, 128), (128, 2048), (2048, 2048), (128, 128))  # Lin/Lout
@@ -393,7 +414,10 @@ def test_attacc_within_35_percent_with_its_head_group_pipelining():
     ratio, b_base, b_att = attacc_gain(2048, 128, samples=2, head_groups=12)
     assert (b_base, b_att) == (99, 66)
     assert ratio == pytest.approx(2.81, rel=0.35)
-    assert ratio == pytest.approx(2.02, rel=0.03)
+    # Hiding attention under the projections beats the serial schedule, and cannot beat the roofline
+    # with attention hidden entirely (2.55x, test_attacc_throughput_gain_at_equal_capacity). 2.02x is
+    # pinned in tests/test_regression_pins.py.
+    assert attacc_gain(2048, 128)[0] < ratio < 2.55
 
 
 def attacc_layer(schedule: dict, batch: int = 66, kv: int = 2112):
@@ -464,21 +488,28 @@ def test_gemm_sharing_splits_columns_by_speed():
     assert alone == pytest.approx(46.58e-6, rel=1e-3)   # auto keeps it on the host (PIM: 77 us)
 
 
+@lru_cache(maxsize=None)
+def sharing_gain(batch: int) -> float:
+    """A Llama-2-13B decode step (kv 1025) on hbm_pim, dual row buffers, attention_only: without over with
+    GEMM sharing."""
+    t = [mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": share},
+                batch=batch, prompt_len=1024, pim_policy="attention_only").step("decode", 1, 1025).time_s
+         for share in (False, True)]
+    return t[0] / t[1]
+
+
 def test_gemm_sharing_pays_at_small_batch_only():
     # Llama-2-13B decode steps (kv 1025) on hbm_pim with dual row buffers, attention on PIM, with and
     # without GEMM sharing. Sharing pays while PIM's re-streaming (rows x weights) is comparable with
     # the host's one pass: measured 2.88x at batch 1 (PIM takes most of each GEMV), 1.35x at 8,
     # 1.08x at 16; at 32 no layer GEMM is split (the split would not beat the host alone) and only
     # the LM head (32,000 columns, 4129 to PIM) still is: 1.0005x.
-    gains = {}
-    for batch in (1, 8, 32):
-        t = [mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": share},
-                    batch=batch, prompt_len=1024, pim_policy="attention_only").step("decode", 1, 1025).time_s
-             for share in (False, True)]
-        gains[batch] = t[0] / t[1]
-    assert gains[1] == pytest.approx(2.88, rel=0.03)
-    assert gains[8] == pytest.approx(1.35, rel=0.03)
-    assert gains[32] == pytest.approx(1.0005, abs=2e-4)
+    gains = {batch: sharing_gain(batch) for batch in (1, 8, 32)}
+    # The measured gains are pinned in tests/test_regression_pins.py; here the model's claim: sharing
+    # pays, less as rows grow, and at 32 rows it changes (almost) nothing: only the LM head splits.
+    assert gains[1] > gains[8] > gains[32] >= 1.0
+    assert gains[8] > 1.1
+    assert gains[32] == pytest.approx(1.0, abs=1e-3)
 
 
 def test_gemm_sharing_does_not_pay_at_attacc_batch():
@@ -509,7 +540,7 @@ def test_attacc_against_2xdgx_loses():
     # twice the GPUs' compute and HBM bandwidth. With 16 x 3352 GB/s the baseline's FC takes half
     # as long and its KV streams at 45.6 TB/s, so DGX+AttAcc does not win here (measured 0.97x).
     ratio, _, _ = attacc_gain(2048, 128, baseline_gpus=16)
-    assert ratio == pytest.approx(0.97, rel=0.03)
+    assert ratio < 1.0          # measured 0.97x: tests/test_regression_pins.py
 
 
 def test_capacity_error():
@@ -548,7 +579,6 @@ def test_attacc_preset_and_workload():
     # against the artifact's: 8 GPUs x 5 stacks x 670.4 GB/s pins, 8 x 312 TFLOPS, 1280 GiB; the
     # PIM units stream 9x each stack's pins (BW_SCALE under the power limit; clock 368.26 MHz =
     # 9 x 670.4 GB/s / (512 units x 32 B), rounded to 5 digits); 12 head groups (96 heads / 8 GPUs).
-    from sim.core.workload import load_workload
     w = load_workload("workloads/opt175b_attacc.yaml")
     assert (w.model, w.batch, w.prompt_len, w.gen_len, w.section("pim_policy")) == ("opt-175b", 66, 2048, 128, "attention_only")
     m = PimMapper(load_machine("attacc_dgx"), w, w.model_config_())
@@ -558,7 +588,17 @@ def test_attacc_preset_and_workload():
     assert m.host.peak_flops_per_s["fp16"] == pytest.approx(8 * 312e12)
     assert (m.cfg.stacks, m.cfg.head_groups, m.cfg.dual_row_buffer) == (40, 12, True)
     assert m.geo.internal_bytes_per_s == pytest.approx(9 * 670.4e9, rel=1e-4)
-    assert m.step("decode", 1, 2112).time_s == pytest.approx(23.17e-3, rel=1e-3)
+    # One decode step (kv 2112) at batch 66: at least the FC weights' 349.2 GB at 0.85 x 26.8 TB/s =
+    # 15.3 ms; at most that + 2.7 ms of attention in series + ~10 ms of per-op costs (launches, norms,
+    # ramps; test_attacc_throughput_gain_at_equal_capacity). Measured 23.17 ms: tests/test_regression_pins.py.
+    assert 15.3e-3 < attacc_preset_step_s() < 28e-3
+
+
+@lru_cache(maxsize=None)
+def attacc_preset_step_s() -> float:
+    """One decode step (kv 2112) of workloads/opt175b_attacc.yaml on the attacc_dgx preset."""
+    w = load_workload("workloads/opt175b_attacc.yaml")
+    return PimMapper(load_machine("attacc_dgx"), w, w.model_config_()).step("decode", 1, 2112).time_s
 
 
 def test_head_group_attention_stays_where_its_kv_lives():

@@ -3,6 +3,7 @@ the folding shortcut, Groq's published Llama-2-70B figure, batch scaling."""
 
 import copy
 import math
+from functools import lru_cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -204,30 +205,40 @@ def test_groq_llama70b_tokens_per_user():
     w = load_workload("workloads/llama70b_groq_fp16act.yaml")
     mapper = _mapper(w, load_machine("groq_lpu"))
     tok_s = 1 / mapper.decode_step_s(1024 + 128)
-    assert tok_s == pytest.approx(300, rel=0.35)
-    assert tok_s == pytest.approx(198, rel=0.01)
+    assert tok_s == pytest.approx(300, rel=0.35)     # 198 measured: tests/test_regression_pins.py
 
 
-@pytest.mark.parametrize("workload, overrides, chips, hops_bytes_max, tok_s", [
-    ("workloads/llama70b_groq_fp16act.yaml", {}, 379, 147_138, 198),
-    ("workloads/llama70b_groq.yaml", {}, 355, 73_564, 192),
-    ("workloads/llama70b_groq_fp16act.yaml", {"spatial.pe_array.weight_install_bytes_per_cycle": None},
-     379, 147_138, 513),
-])
-def test_groq_llama70b_measured_breakdown(workload, overrides, chips, hops_bytes_max, tok_s):
-    """The figures the test above and docs/spatial.md report, pinned to their
-    decomposition: period at batch 1 = sum of stages + (chips - 1) hops +
-    return hop. fp16 activations double the bytes crossing a cut. The last
-    row takes the install as hidden (no stream bound)."""
-    w = load_workload(workload)
-    mapper = _mapper(w, load_machine("groq_lpu", overrides))
+GROQ_CASES = {   # name: (workload, preset overrides); their measured figures: tests/test_regression_pins.py
+    "fp16act": ("workloads/llama70b_groq_fp16act.yaml", ()),
+    "w8a8": ("workloads/llama70b_groq.yaml", ()),
+    "fp16act_install_hidden": ("workloads/llama70b_groq_fp16act.yaml",
+                               (("spatial.pe_array.weight_install_bytes_per_cycle", None),)),
+}
+
+
+@lru_cache(maxsize=None)
+def groq_breakdown(case: str) -> tuple[int, float, float, object]:
+    """(chips, largest bytes crossing a cut, tok/s/user, decode costs) of a GROQ_CASES case at kv 1152."""
+    workload, overrides = GROQ_CASES[case]
+    mapper = _mapper(load_workload(workload), load_machine("groq_lpu", dict(overrides)))
     costs = mapper.decode_costs(1152)
     period = mapper.decode_step_s(1152)
-    assert mapper.partition.chips == chips
     assert period == pytest.approx(sum(costs.stage_s) + sum(costs.hop_s) + costs.return_s, rel=1e-9)
-    assert len(costs.hop_s) == chips - 1
-    assert max(costs.hop_bytes) == pytest.approx(hops_bytes_max, abs=1)
-    assert 1 / period == pytest.approx(tok_s, rel=0.01)
+    return mapper.partition.chips, max(costs.hop_bytes), 1 / period, costs
+
+
+def test_groq_llama70b_breakdown():
+    """The figures the test above and docs/spatial.md report, decomposed: the
+    period at batch 1 is the sum of stages + (chips - 1) hops + the return hop
+    (checked in groq_breakdown). fp16 activations double the bytes crossing a cut
+    against int8 ones (W8A8); hiding the install (no stream bound) changes neither
+    the cut nor the chips, only the stages, so it is faster."""
+    chips, hop, tok_s, costs = groq_breakdown("fp16act")
+    chips8, hop8, _, costs8 = groq_breakdown("w8a8")
+    chips_h, hop_h, tok_s_h, _ = groq_breakdown("fp16act_install_hidden")
+    assert len(costs.hop_s) == chips - 1 and len(costs8.hop_s) == chips8 - 1
+    assert hop == pytest.approx(2 * hop8, rel=1e-3)
+    assert (chips_h, hop_h) == (chips, hop) and tok_s_h > tok_s
 
 
 def test_groq_mixed_precision_gemm_by_hand():
@@ -344,8 +355,14 @@ def test_presets_run_and_report(preset):
     r = simulate(w, load_machine(preset))
     m = r.extra["metrics"]
     assert m["spatial.chips"] >= 1 and 0 <= m["spatial.bubble_fraction"] < 1
-    assert m["spatial.tok_s_aggregate"] == pytest.approx(2 * m["spatial.tok_s_per_user"])
-    assert "spatial.energy_per_token_j" in m
+    # Against the run's own decode steps (kv 129..131, all simulated, step time linear in kv_len, so
+    # their mean is the middle step's): each user gets one token per decode period, and the batch 2.
+    assert m["spatial.tok_s_per_user"] == pytest.approx(1 / r.tpot_s, rel=1e-6)
+    assert m["spatial.tok_s_aggregate"] == pytest.approx(w.batch / r.tpot_s, rel=1e-6)
+    assert r.throughput_tok_s < m["spatial.tok_s_aggregate"]          # end to end includes the prefill
+    # Every chip draws its power for the whole run: a floor under energy per token.
+    chip_w = load_machine(preset).units[load_machine(preset).main_unit].power_w
+    assert m["spatial.energy_per_token_j"] >= m["spatial.chips"] * chip_w * r.e2e_s / (w.batch * w.gen_len)
     assert len(report_sections(r)) == 2
 
 

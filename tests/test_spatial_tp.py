@@ -4,6 +4,7 @@ pure pipeline exactly, the split rules come from structure, collectives and
 split GEMMs by hand on groq_lpu, and the t = 8 Llama-2-70B figure."""
 
 import copy
+from functools import lru_cache
 
 import pytest
 
@@ -14,7 +15,7 @@ from sim.core.errors import CapacityError, ConfigError
 from sim.core.lowering import lower
 from hw_models.registry import report_sections, simulate
 from sim.core.workload import load_workload
-from tests.test_spatial import TOY_HW, TOY_MODEL, _mapper, _toy_hw, _toy_wl, _uneven_toy
+from tests.test_spatial import TOY_HW, TOY_MODEL, _mapper, _toy_hw, _toy_wl, _uneven_toy, groq_breakdown
 
 # Three links: one to the group peer, one to each pipeline neighbour (ring).
 TP_LINKS = dict(count=3, bandwidth_bytes_per_s=1e30, latency_s=1e-6)
@@ -169,18 +170,25 @@ def test_groq_llama70b_tp8_tokens_per_user():
     per token = stages 1.259 ms (of which 302 us in 178 all-reduces and 48
     all-gathers, almost all link latency) + 47 hops 36.3 us + return 0.6 us
     = 771 tok/s/user (t = 1: 198). The hop carries 1/8 of each cut per chip."""
-    m = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"),
-                load_machine("groq_lpu", {"spatial.tensor_parallel": 8}))
+    m, costs, period = groq_tp8()
     part = m.partition
     assert (part.chips, part.stages, part.needed) == (384, 48, 384)
-    costs = m.decode_costs(1152)
-    period = m.decode_step_s(1152)
     assert period == pytest.approx(sum(costs.stage_s) + sum(costs.hop_s) + costs.return_s, rel=1e-9)
     assert len(costs.hop_s) == 47
     kinds = [c.kind for row in costs.collectives for _, c in row]
     assert (kinds.count(ALL_REDUCE), kinds.count(ALL_GATHER)) == (178, 48)
-    assert sum(costs.collective_s) == pytest.approx(302.4e-6, rel=0.01)
-    assert 1 / period == pytest.approx(771, rel=0.01)
+    # Each all-reduce pays at least two link latencies (test above); 302 us and 771 tok/s/user are
+    # pinned in tests/test_regression_pins.py. 48 stages of 1/8 of the work beat 379 whole ones.
+    assert sum(costs.collective_s) > 178 * 2 * 0.6e-6
+    assert 1 / period > groq_breakdown("fp16act")[2]
+
+
+@lru_cache(maxsize=None)
+def groq_tp8():
+    """Llama-2-70B (llama70b_groq_fp16act) on groq_lpu in groups of 8 chips: (mapper, decode costs, period) at kv 1152."""
+    m = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"),
+                load_machine("groq_lpu", {"spatial.tensor_parallel": 8}))
+    return m, m.decode_costs(1152), m.decode_step_s(1152)
 
 
 def test_tp_folded_equals_exhaustive():

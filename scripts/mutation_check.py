@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Mutation testing of the core cost functions (issue 21), with mutmut (pinned in the `mutation` extra).
+
+mutmut plants one small change at a time (an operator, a constant, an argument) in the functions
+named by TARGETS and runs the tests that cover each function (pyproject's [tool.mutmut] picks the
+test files); a mutant is killed when a test fails. Prints the kill rate per module and overall, and
+every survivor (`mutmut show NAME` shows its diff). Exits 1 when the overall rate is below
+--min-kill-rate, 2 when mutmut itself fails.
+
+    python scripts/mutation_check.py [--sample 147] [--min-kill-rate 0.9] [--log mutmut.log]
+
+--sample DIGITS runs only the mutants whose number ends in one of DIGITS (147: 30 %, a fixed subset, so
+runs compare); CI uses it to stay within its time budget. Without it every mutant runs (~10 min here).
+
+TARGETS are mutmut's mutant-name globs (module, then `x_` + function or `xǁClassǁ` + method); their
+files are pyproject's [tool.mutmut] only_mutate. A glob that matches nothing is reported: a function
+that moved needs both lists updated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+TARGETS: dict[str, list[str]] = {
+    "footprint": ["sim.core.footprint.x_weight_bytes__mutmut_*", "sim.core.footprint.x_kv_bytes__mutmut_*",
+                  "sim.core.footprint.x_activation_peak_bytes__mutmut_*"],
+    "formats": [f"sim.core.formats.xǁNumberFormatǁ{f}__mutmut_*"
+                for f in ("scale_count", "element_bytes", "scale_bytes", "storage_bytes")],
+    "roofline cost": [f"hw_models.cost.x_{f}__mutmut_*" for f in ("roofline_cost", "work_time_s")],
+    "folding": [f"sim.core.generation.x_{f}__mutmut_*" for f in ("fold_layers", "sample_indices", "decode_kv_lens")],
+    "PIM decision": [f"hw_models.pim.mapper.xǁPimMapperǁ{f}__mutmut_*" for f in ("decide", "piece_cost")]
+    + ["hw_models.pim.layout.xǁ*ǁsplit_gemm__mutmut_*"],
+}
+KILLED = {1, 3, 36, 37, -24, 24, 152, 255}      # test failed, pytest error, timeout, caught by type check
+SURVIVED = {0, 5, 33}                           # tests passed, or no test covers the mutant
+
+
+def statuses() -> dict[str, int | None]:
+    """mutant name -> exit code of its test run (None: not run), from mutmut's .meta files."""
+    out: dict[str, int | None] = {}
+    for meta in (REPO / "mutants").rglob("*.meta"):
+        out.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--min-kill-rate", type=float, default=0.0, help="fail below this overall fraction")
+    ap.add_argument("--sample", default="", help="digits: run only mutants whose number ends in one of them")
+    ap.add_argument("--log", type=Path, default=REPO / "mutants-run.log", help="mutmut's own output")
+    args = ap.parse_args(argv)
+
+    tail = f"[{args.sample}]" if args.sample else ""
+    targets = {module: [p + tail for p in patterns] for module, patterns in TARGETS.items()}
+    globs = [g for gs in targets.values() for g in gs]
+    shutil.rmtree(REPO / "mutants", ignore_errors=True)   # no verdicts cached from an earlier run
+    t0 = time.monotonic()
+    with args.log.open("w") as log:
+        rc = subprocess.run([sys.executable, "-m", "mutmut", "run", *globs], cwd=REPO, stdout=log,
+                            stderr=subprocess.STDOUT).returncode
+    elapsed = time.monotonic() - t0
+    codes = statuses()
+    if rc != 0 or not codes:
+        print(f"mutmut failed (exit {rc}); see {args.log}")
+        return 2
+
+    print(f"mutation testing (mutmut), {elapsed:.0f} s" + (f", mutants numbered *[{args.sample}]" if tail else ""))
+    print(f"{'module':<15} {'mutants':>8} {'killed':>7} {'survived':>9} {'kill rate':>10}")
+    killed_all = total_all = 0
+    survivors: list[str] = []
+    for module, patterns in targets.items():
+        names = [n for n in codes if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+        for p in TARGETS[module]:
+            if not any(fnmatch.fnmatchcase(n, p) for n in codes):
+                print(f"  note: no mutant matches {p} (moved or renamed? update TARGETS)")
+        checked = [n for n in names if codes[n] is not None and codes[n] != 34]
+        killed = [n for n in checked if codes[n] in KILLED]
+        survivors += sorted(n for n in checked if codes[n] not in KILLED)
+        killed_all, total_all = killed_all + len(killed), total_all + len(checked)
+        rate = len(killed) / len(checked) if checked else float("nan")
+        print(f"{module:<15} {len(checked):>8} {len(killed):>7} {len(checked) - len(killed):>9} {rate:>10.1%}")
+    rate = killed_all / total_all if total_all else 0.0
+    print(f"mutation kill rate: {rate:.1%} ({killed_all} of {total_all} mutants killed)")
+    for name in survivors:
+        print(f"  survived: {name}")
+    if rate < args.min_kill_rate:
+        print(f"FAILED: kill rate {rate:.1%} below {args.min_kill_rate:.0%}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
