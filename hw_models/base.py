@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from hw_models.machine import Machine
 from sim.core import engine
 from sim.core.engine import Task, Timeline
-from sim.core.errors import CapacityError
+from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
 from sim.core.generation import Generation, RunFigures, fold_layers, simulate_generation
 from sim.core.graph import Op, OpGraph
 from sim.core.lowering import lower
+from sim.core.mixed import lower_iteration
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult, StepResult
 from sim.core.units import fmt_bytes
@@ -166,6 +167,31 @@ class Mapper:
 
         return fold_layers(run, L, self.fold_layers, exhaustive)
 
+    # Why this kind cannot cost one serving iteration on its own ("" when it can).
+    iteration_refusal = ""
+
+    def iteration(self, seqs: tuple[tuple[int, int], ...], logits: int | None = None,
+                  exhaustive: bool = False) -> StepResult:
+        """One serving iteration: prefill chunks and decode sequences of different lengths,
+        each (q_len, kv_len), lowered by sim.core.mixed, identical layers folded. The
+        step-cost oracle of the request-level simulation (sim.apps.serve)."""
+        if self.iteration_refusal:
+            raise ConfigError(f"{self.machine.source or self.machine.name}: kind {self.machine.kind}: "
+                              f"{self.iteration_refusal}")
+        L = self.model.num_layers
+        flash = self.workload.flash_attention
+
+        def run(n: int) -> StepResult:
+            graph = lower_iteration(self.model, seqs, self.formats, flash, None if n == L else n, logits)
+            tl = self.run_graph(graph)
+            return StepResult("iteration", 0, tl.makespan_s, tl.busy_s(), timeline_energy_j(tl))
+
+        return fold_layers(run, L, self.fold_layers, exhaustive)
+
+    def power_j(self, busy_s: dict[str, float]) -> float:
+        """Energy of the units' power over their busy time."""
+        return sum((u.power_w or 0.0) * busy_s.get(name, 0.0) for name, u in self.machine.units.items())
+
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace."""
         return self.run_graph(self.step_graph(phase, q_len, kv_len))
@@ -175,9 +201,8 @@ class Mapper:
         reported plus each unit's power while it was busy. `decode_tl` is the
         representative decode step in full, None when the run skips detail."""
         busy, e2e = gen.busy_s, gen.e2e_s
-        power_j = sum((u.power_w or 0.0) * busy.get(name, 0.0) for name, u in self.machine.units.items())
         return RunFigures(self.workload.batch, {r: b / e2e for r, b in busy.items()} if e2e else {},
-                          gen.energy_j + power_j)
+                          gen.energy_j + self.power_j(busy))
 
     def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
         return simulate_generation(self, exhaustive=exhaustive, detail=detail)

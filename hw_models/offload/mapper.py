@@ -43,6 +43,9 @@ class OffloadMapper(Mapper):
     # within F layers; the block schedule looks back at most two computes, so F = 3
     # (tests/test_offload.py checks it against the exhaustive run).
     fold_layers = 3
+    # A FlexGen block schedule spans a whole batch's generation, not one iteration.
+    iteration_refusal = ("sim serve cannot cost offload presets: a FlexGen block schedule spans a whole batch's "
+                         "generation, not one iteration")
 
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)

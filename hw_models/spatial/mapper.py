@@ -43,6 +43,8 @@ from sim.core.units import fmt_bytes
 
 class SpatialMapper(Mapper):
     kind = "spatial"
+    iteration_refusal = ("sim serve cannot cost spatial presets: the pipeline keeps several iterations in flight "
+                         "across its chips, so one iteration's cost is not its latency")
 
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)

@@ -25,27 +25,18 @@ from dataclasses import dataclass
 
 from hw_models.base import Mapper
 from hw_models.machine import Machine
-from hw_models.registry import mapper_for
-from sim.core import engine
+from hw_models.registry import kind_module, mapper_for
 from sim.core.errors import ConfigError
-from sim.core.mixed import lower_iteration
 from sim.core.model import ModelConfig
 from sim.core.workload import Workload
 
-FOLD = 2
 CHUNKS = [1, 2, 4, 8, 16, 32]
 KV_POINTS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
-NOT_PER_ITERATION = {
-    "offload": "an offload preset's FlexGen block schedule spans a whole batch's generation, not one iteration",
-    "spatial": "a spatial pipeline keeps several iterations in flight across its chips, "
-               "so one iteration's cost is not its latency",
-}
-
-
 def check_kind(machine: Machine) -> None:
-    if machine.kind in NOT_PER_ITERATION:
-        raise ConfigError(f"{machine.name}: sim serve cannot cost {machine.kind} presets: "
-                          f"{NOT_PER_ITERATION[machine.kind]}")
+    """Refuse, in one line, a kind whose mapper cannot cost one iteration (offload, spatial)."""
+    refusal = getattr(kind_module(machine.kind).MAPPER, "iteration_refusal", "")   # MAPPER may be a factory
+    if refusal:
+        raise ConfigError(f"{machine.name}: {refusal}")
 
 
 @dataclass(frozen=True)
@@ -80,28 +71,13 @@ class ExactCost:
         check_kind(machine)
         self.mapper: Mapper = mapper_for(machine, workload, model)
         self.model = model
-        self.flash = workload.flash_attention
-        self.power_w = {name: u.power_w or 0.0 for name, u in machine.units.items()}
         self.calls = 0
 
-    def _run(self, seqs: tuple, layers: int | None, logits: int | None):
-        m = self.mapper
-        graph = lower_iteration(self.model, seqs, m.formats, self.flash, layers, logits)
-        tl = engine.run(m.plan_step(graph), m.resources(), m.containers(), m.in_order)
-        busy = tl.busy_s()
-        energy = sum(getattr(i.tag, "energy_j", 0.0) for i in tl.intervals)
-        energy += sum(p * busy.get(name, 0.0) for name, p in self.power_w.items())
-        return tl.makespan_s, energy
-
     def __call__(self, it: Iteration) -> tuple[float, float]:
+        """The mapper's own iteration hook (Mapper.iteration), plus the units' power while busy."""
         self.calls += 1
-        L = self.model.num_layers
-        if L <= FOLD + 1:
-            return self._run(it.seqs, None, it.logits)
-        t2, e2 = self._run(it.seqs, FOLD, it.logits)
-        t3, e3 = self._run(it.seqs, FOLD + 1, it.logits)
-        k = L - FOLD
-        return t2 + k * (t3 - t2), e2 + k * (e3 - e2)
+        step = self.mapper.iteration(it.seqs, it.logits)
+        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s)
 
 
 def _grid(top: int, fine: bool = True) -> list[int]:
