@@ -95,7 +95,7 @@ def test_sarathi_unlimited_budget_equals_vllm(a6000):
 
 
 def test_swap_moves_exactly_the_preempted_blocks(a6000):
-    sched = dict(kind="vllm", gpu_memory_utilization=0.31, preemption="swap", swap_bandwidth_bytes_per_s=25e9,
+    sched = dict(kind="vllm", gpu_memory_utilization=0.34, preemption="swap", swap_bandwidth_bytes_per_s=25e9,
                  max_num_batched_tokens=4096)
     f = file(stream(50.0, n=40, prompt=(64, 128), output=(100, 200), sched=sched))
     setup = prepare(f, a6000, cache=CACHE)
@@ -136,6 +136,6 @@ def test_prefix_caching_reuses_shared_prefix(a6000):
 
 def test_request_that_can_never_fit_is_rejected(a6000):
     srv = stream(1.0, n=5, prompt=(4000, 4000), output=(100, 100),
-                 sched=dict(kind="vllm", gpu_memory_utilization=0.3, max_num_batched_tokens=8192))
+                 sched=dict(kind="vllm", gpu_memory_utilization=0.33, max_num_batched_tokens=8192))
     _, s = serve(file(srv), a6000, cache=CACHE)
     assert s["rejected"] == 5 and s["completed"] == 0

@@ -89,10 +89,12 @@ class Scheduler:
         usable = (r.prompt - 1) // unit_tokens if r.computed == 0 else 0   # at least one token computes
         hits = pool.match(r.hashes[:usable]) if usable else 0
         need = pool.blocks_for(r.prompt + r.generated + self.lookahead) - hits * pool.unit_blocks
+        # Hold the hits before allocating: an allocation evicts idle cached units, and must not evict these.
+        pool.hold(r.hashes[:hits])
         if pool.available - need < self.watermark or not pool.allocate(need):
+            pool.drop(r.hashes[:hits])
             return False
         if hits:
-            pool.hold(r.hashes[:hits])
             r.shared, r.computed = r.hashes[:hits], hits * unit_tokens
             r.prefix_hit = max(r.prefix_hit, r.computed)
         r.blocks = need

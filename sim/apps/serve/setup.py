@@ -1,8 +1,8 @@
 """Everything a serving run needs before its first event: the models, the KV pool
 size, the step costs, the scheduler.
 
-KV pool = device capacity x gpu_memory_utilization - weights - peak activations,
-the way vLLM sizes its cache (it profiles one forward pass of max_num_batched_tokens
+KV pool = device capacity x gpu_memory_utilization - weights - peak activations -
+the runtime's own memory (RUNTIME_RESERVED_BYTES), the way vLLM sizes its cache (it profiles one forward pass of max_num_batched_tokens
 tokens over max_num_seqs sequences and gives the rest of its memory share to blocks).
 """
 
@@ -24,6 +24,12 @@ from sim.core.units import fmt_bytes, parse_quantity
 
 
 GRID_MAX_TOKENS = 16384
+# Device memory a serving process keeps from KV besides weights and the profiled activations: the CUDA
+# context, library workspaces, CUDA-graph pools, the sampler's buffers, and what the card reports short of
+# its datasheet capacity. Calibrated on one measured case, vLLM 0.19 on an RTX 4090 (2,588 KV blocks of
+# Llama-3.1-8B at gpu_memory_utilization 0.9: shared/validation/serving/llmservingsim/RTX4090_Llama-3.1-8B/
+# vllm/meta.json; scripts/serving_validation.py recomputes it). Not a per-machine figure; see docs/serving.md.
+RUNTIME_RESERVED_BYTES = 1.528e9
 
 
 @dataclass
@@ -78,13 +84,13 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
     act = _profile_activations(model, fmt, file.flash_attention, min(max_tokens, max_seqs * max_model_len), max_seqs)
     tier = machine.memory[machine.device_tier]
-    room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act
+    room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - RUNTIME_RESERVED_BYTES
     block = cfg.block_size if cfg.kind in ("vllm", "sarathi") else 1
     if room < per_token * block:
         raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
-                            f"{fmt_bytes(act)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
+                            f"{fmt_bytes(act)} + runtime {fmt_bytes(RUNTIME_RESERVED_BYTES)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
                             f"{fmt_bytes(tier.capacity_bytes)} (serving.scheduler.gpu_memory_utilization)")
-    total_blocks = int(room // (per_token * block))
+    total_blocks = getattr(cfg, "num_gpu_blocks_override", None) or int(room // (per_token * block))
     sp = srv.speculative
     key = (id(machine), file.model_dump_json(include={"model", "formats", "flash_attention", "compute", "pim_policy"}),
            exact, max_tokens, max_seqs, max_model_len, sp.model_dump_json() if sp else None)

@@ -115,9 +115,9 @@ class Lengths(Strict):
 
 class Trace(Strict):
     path: str                    # relative to the serving file
-    format: Literal["auto", "azure", "mooncake", "plain"] = "auto"
+    format: Literal["auto", "azure", "mooncake", "plain", "llmservingsim"] = "auto"
     time_scale: Pos = 1.0        # arrival times are multiplied by this (0.5: replay twice as fast)
-    hash_block_tokens: PosInt = 512   # tokens per hash id (Mooncake: 512)
+    hash_block_tokens: PosInt = 512   # tokens per hash id (Mooncake: 512; token-id traces: the block size)
 
 
 class _Paged(Strict):
@@ -127,6 +127,7 @@ class _Paged(Strict):
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.01
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_bandwidth_bytes_per_s: Pos | None = None   # default: the preset's host link
+    num_gpu_blocks_override: PosInt | None = None   # KV blocks as given, not sized from memory (as vLLM's)
 
 
 class Static(Strict):

@@ -7,6 +7,10 @@ Layouts:
   mooncake  JSONL timestamp,input_length,output_length,hash_ids (Mooncake traces;
             timestamp in milliseconds, one hash id per 512-token block)
   plain     CSV or JSONL arrival_s,prompt_len,output_len[,hash_ids]
+  llmservingsim  JSONL arrival_time_ns,input_toks,output_toks[,input_tok_ids] (LLMServingSim's flat
+            request files, casys-kaist/LLMServingSim workloads/README.md); prefix hashes are
+            chained over each hash_block_tokens-token block of input_tok_ids, as vLLM hashes
+            its KV blocks (a block's hash covers every token before it)
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from sim.core.errors import ConfigError
 
 COLUMNS = {"azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
            "mooncake": ("timestamp", "input_length", "output_length"),
-           "plain": ("arrival_s", "prompt_len", "output_len")}
+           "plain": ("arrival_s", "prompt_len", "output_len"),
+           "llmservingsim": ("arrival_time_ns", "input_toks", "output_toks")}
 
 
 @dataclass
@@ -82,12 +87,26 @@ def read_trace(path: Path, fmt: str = "auto", time_scale: float = 1.0, hash_bloc
         arrival = pd.to_numeric(df[t_col], errors="coerce").to_numpy(dtype=float)
         if layout == "mooncake":
             arrival = arrival / 1e3
+        elif layout == "llmservingsim":
+            arrival = arrival / 1e9
     _check_times(arrival, t_col, path)
     prompt, output = _lengths(df, p_col, path), _lengths(df, o_col, path)
     hashes = None
     if "hash_ids" in df.columns:
         hashes = [tuple(int(h) for h in ids) if isinstance(ids, list) else () for ids in df["hash_ids"]]
+    elif "input_tok_ids" in df.columns:
+        hashes = [block_hashes(ids, hash_block_tokens) if isinstance(ids, list) else () for ids in df["input_tok_ids"]]
     return Requests(arrival * time_scale, prompt, output, hashes, hash_block_tokens)
+
+
+def block_hashes(tokens: list[int], block_tokens: int) -> tuple[int, ...]:
+    """One hash per whole block of `tokens`, each over the block and every block before it, so
+    two prompts share a hash only where they share the whole prefix up to it."""
+    out, h = [], 0
+    for i in range(len(tokens) // block_tokens):
+        h = hash((h, tuple(tokens[i * block_tokens:(i + 1) * block_tokens])))
+        out.append(h)
+    return tuple(out)
 
 
 def _check_times(t: np.ndarray, col: str, path: Path) -> None:

@@ -1,0 +1,214 @@
+"""Measured serving runs to check the serving simulator against: LLMServingSim's
+vLLM benchmark folders (shared/validation/serving/llmservingsim/<GPU>_<model>/), each
+a real vLLM server's per-request timestamps (vllm/requests.jsonl), its engine
+settings (vllm/meta.json) and the request file it replayed (workloads/*.jsonl).
+
+A case is replayed with the same requests and the same engine settings: vLLM V1
+schedules running requests first and chunks prefills within max_num_batched_tokens
+(the `sarathi` scheduler here), pages KV in blocks, caches prefixes, preempts by
+recompute and keeps no watermark. Arrivals are the engine's own `queued_ts`
+(relative to the first): TTFT is measured from them, so client-side delays before
+the engine saw a request are in neither figure. Metrics as LLMServingSim defines
+them: TTFT = first_token - queued, TPOT = (last - first) / (output - 1),
+e2e = last - queued, throughput = output tokens / (last finish - first queued).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.apps.serve.metrics import stats
+from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.traces import Requests, read_trace
+from sim.core.errors import ConfigError
+from sim.core.schema import validate_mapping
+
+# Folder prefix -> this project's preset for that GPU (hw_models/presets).
+PRESETS = {"RTX4090": "rtx4090", "RTXPRO6000": "rtx_pro_6000"}
+# LLMServingSim's model names -> this project's model configs (sim/core/data/models.yaml). Llama-3.1-8B has
+# Llama-3-8B's shapes (hidden 4096, 32 layers, 8 KV heads, vocab 128256); only its context and RoPE scaling differ.
+MODELS = {"meta-llama/Llama-3.1-8B": "llama3-8b"}
+# vLLM EngineArgs defaults where meta.json does not record a setting (vllm/config/cache.py).
+VLLM_DEFAULTS = {"gpu_memory_utilization": 0.9, "block_size": 16, "enable_prefix_caching": True}
+ROWS = (("TTFT mean", "ttft", "mean"), ("TTFT p50", "ttft", "p50"), ("TTFT p99", "ttft", "p99"),
+        ("TPOT mean", "tpot", "mean"), ("TPOT p99", "tpot", "p99"), ("e2e mean", "e2e", "mean"),
+        ("e2e p99", "e2e", "p99"), ("throughput tok/s", "throughput_tok_s", None))
+
+
+@dataclass
+class Case:
+    name: str                    # the folder name, e.g. RTX4090_Llama-3.1-8B
+    hw: str                      # preset
+    meta: dict[str, Any]
+    measured: list[dict[str, Any]]   # vllm/requests.jsonl rows, in arrival order
+    workload: Path               # the replayed request file
+
+    @property
+    def engine(self) -> dict[str, Any]:
+        """The engine settings the run used (meta.json, vLLM's defaults where it is silent)."""
+        kw, kv = self.meta["engine_kwargs"], self.meta.get("kv_cache") or {}
+        out = {k: kv.get(k, v) for k, v in VLLM_DEFAULTS.items()}
+        out.update(max_num_seqs=kw["max_num_seqs"], max_num_batched_tokens=kw["max_num_batched_tokens"],
+                   dtype=kw["dtype"], model=kw["model"], num_gpu_blocks=kv.get("num_gpu_blocks"))
+        return out
+
+
+def cases(root: Path) -> list[Case]:
+    """Every measured case under `root` (shared/validation/serving/llmservingsim)."""
+    return [load_case(d) for d in sorted(root.iterdir()) if (d / "vllm" / "meta.json").is_file()]
+
+
+def load_case(folder: Path) -> Case:
+    meta = json.loads((folder / "vllm" / "meta.json").read_text())
+    prefix = folder.name.split("_")[0]
+    if prefix not in PRESETS:
+        raise ConfigError(f"{folder}: no preset for {prefix}; known: {', '.join(PRESETS)}")
+    rows = [json.loads(line) for line in (folder / "vllm" / "requests.jsonl").read_text().splitlines() if line]
+    rows.sort(key=lambda r: int(r["request_id"].rpartition("-")[2]))
+    return Case(folder.name, PRESETS[prefix], meta, rows, folder.parent / meta["dataset_path"])
+
+
+def requests(case: Case, limit: int | None = None) -> Requests:
+    """The replayed requests (token counts and prefix hashes from the request file), arriving when the
+    measured engine queued them."""
+    reqs = read_trace(case.workload, "llmservingsim", hash_block_tokens=case.engine["block_size"], limit=limit)
+    rows = case.measured[:len(reqs)]
+    if [r["input_toks"] for r in rows] != reqs.prompt_len.tolist():
+        raise ConfigError(f"{case.workload}: prompt lengths differ from {case.name}/vllm/requests.jsonl")
+    queued = np.array([r["queued_ts"] for r in rows])
+    reqs.arrival_s = queued - queued[0]
+    return reqs
+
+
+def serve_file(case: Case, scheduler: dict[str, Any] | None = None) -> ServeFile:
+    """The serving file of the case: its model, bf16, and vLLM V1's scheduler with the run's settings."""
+    e = case.engine
+    if e["model"] not in MODELS:
+        raise ConfigError(f"{case.name}: no model config for {e['model']}; known: {', '.join(MODELS)}")
+    fmt = {"bfloat16": "bf16", "float16": "fp16"}[e["dtype"]]
+    sched = dict(kind="sarathi", block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
+                 max_num_batched_tokens=e["max_num_batched_tokens"],
+                 gpu_memory_utilization=e["gpu_memory_utilization"], watermark=0.0, preemption="recompute")
+    raw = dict(name=case.name, model=MODELS[e["model"]], stack="vllm", flash_attention=True,
+               formats=dict(weights=fmt, activations=fmt, kv_cache=fmt),
+               serving=dict(arrivals=dict(process="trace"),
+                            trace=dict(path=str(case.workload), format="llmservingsim",
+                                       hash_block_tokens=e["block_size"]),
+                            scheduler={**sched, **(scheduler or {})},
+                            prefix_caching=dict(enabled=e["enable_prefix_caching"])))
+    return validate_mapping(ServeFile, raw, case.name, "a serving file")
+
+
+def measured_summary(case: Case, limit: int | None = None) -> dict[str, Any]:
+    """The measured run's figures in sim.apps.serve.metrics.summarize's layout (seconds)."""
+    rows = case.measured[:limit]
+    q = np.array([r["queued_ts"] for r in rows])
+    first = np.array([r["first_token_ts"] for r in rows])
+    last = np.array([r["last_token_ts"] for r in rows])
+    out = np.array([r["output_toks"] for r in rows], dtype=float)
+    tpot = np.where(out > 1, (last - first) / np.maximum(out - 1, 1), np.nan)
+    span = float(last.max() - q.min())
+    return dict(latency=dict(ttft=stats(first - q), tpot=stats(tpot), e2e=stats(last - q)),
+                throughput_tok_s=float(out.sum()) / span, duration_s=span, completed=len(rows))
+
+
+def figure(summary: dict[str, Any], metric: str, stat: str | None) -> float:
+    return summary[metric] if stat is None else summary["latency"][metric][stat]
+
+
+def comparison(sim: dict[str, Any], real: dict[str, Any]) -> list[tuple[str, float, float, float]]:
+    """(figure, simulated, measured, relative error) per row of ROWS."""
+    out = []
+    for label, metric, stat in ROWS:
+        s, m = figure(sim, metric, stat), figure(real, metric, stat)
+        out.append((label, s, m, s / m - 1.0 if m else float("nan")))
+    return out
+
+
+# Our rows -> the rows of LLMServingSim's validation/summary.txt (its own prediction of the same run).
+PEER_ROWS = {"TTFT mean": "TTFT Mean", "TTFT p50": "TTFT Median", "TTFT p99": "TTFT P99", "TPOT mean": "TPOT Mean",
+             "TPOT p99": "TPOT P99", "e2e mean": "Latency Mean", "e2e p99": "Latency P99"}
+
+
+def peer_errors(folder: Path) -> dict[str, float]:
+    """LLMServingSim's relative error per figure (its summary.txt's Diff%), where it reports one."""
+    path = folder / "validation" / "summary.txt"
+    if not path.is_file():
+        return {}
+    diffs = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[-1].endswith("%") and parts[-1][0] in "+-":
+            diffs[f"{parts[0]} {parts[1]}"] = float(parts[-1].rstrip("%")) / 100
+    return {ours: diffs[theirs] for ours, theirs in PEER_ROWS.items() if theirs in diffs}
+
+
+def reserved_bytes(case: Case, setup) -> float | None:
+    """The runtime memory that makes the pool the measured engine's block count (None: not recorded):
+    capacity x utilisation - weights - activations - measured blocks x block bytes."""
+    blocks = case.engine["num_gpu_blocks"]
+    if not blocks:
+        return None
+    tier = setup.machine.memory[setup.machine.device_tier]
+    return (tier.capacity_bytes * case.engine["gpu_memory_utilization"] - setup.weights_bytes
+            - setup.activation_bytes - blocks * setup.block_bytes)
+
+
+TARGETS = {"TTFT mean": 0.20, "TPOT mean": 0.10, "throughput tok/s": 0.05}   # issue 13's targets
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    rows: list[tuple[str, float, float, float]]   # (figure, simulated, measured, relative error)
+    peer: dict[str, float]
+    blocks: int                                   # the simulated KV pool
+    extra: dict[str, Any]                         # preemptions, iterations, mean batch, ...
+
+
+def validate(root: Path, machine_loader, run, limit: int | None = None,
+             names: list[str] | None = None) -> list[CaseResult]:
+    """Every case under `root` (or those `names`) replayed through `run(file, machine, requests) -> summary`."""
+    out = []
+    for case in cases(root):
+        if names is not None and case.name not in names:
+            continue
+        reqs = requests(case, limit)
+        s = run(serve_file(case), machine_loader(case.hw), reqs)
+        extra = dict(preemptions=s["preemptions"], iterations=s["iterations"],
+                     batch_mean=s["batch_size"].get("mean", float("nan")), requests=len(reqs))
+        out.append(CaseResult(case, comparison(s, measured_summary(case, limit)),
+                              peer_errors(case.workload.parent.parent / case.name), s["kv_blocks_total"], extra))
+    return out
+
+
+def _fmt(label: str, v: float) -> str:
+    return f"{v:,.0f}" if label.startswith("throughput") else f"{v * 1e3:,.1f}" if "TPOT" in label else f"{v:,.2f}"
+
+
+def render(results: list[CaseResult]) -> str:
+    """The comparison as markdown: one table per case (seconds; TPOT in ms; throughput in output tokens/s)."""
+    lines = []
+    for r in results:
+        e, x = r.case.engine, r.extra
+        lines += [f"**{r.case.name}** on `{r.case.hw}`: {x['requests']} requests, max_num_seqs {e['max_num_seqs']}, "
+                  f"max_num_batched_tokens {e['max_num_batched_tokens']}, block {e['block_size']}, "
+                  f"gpu_memory_utilization {e['gpu_memory_utilization']}, prefix caching "
+                  f"{'on' if e['enable_prefix_caching'] else 'off'}. KV blocks: simulated {r.blocks:,}, measured "
+                  + (f"{e['num_gpu_blocks']:,}" if e["num_gpu_blocks"] else "not recorded")
+                  + f"; {x['preemptions']} preemptions, {x['iterations']:,} iterations, mean batch {x['batch_mean']:.1f}.",
+                  "", "| figure | simulated | measured | error | target | LLMServingSim's error |",
+                  "|---|---|---|---|---|---|"]
+        for label, s, m, err in r.rows:
+            target = TARGETS.get(label)
+            verdict = "" if target is None else f"±{target:.0%} " + ("met" if abs(err) <= target else "**missed**")
+            peer = r.peer.get(label)
+            lines.append(f"| {label} | {_fmt(label, s)} | {_fmt(label, m)} | {err:+.1%} | {verdict} | "
+                         + (f"{peer:+.1%}" if peer is not None else "") + " |")
+        lines.append("")
+    return "\n".join(lines)
