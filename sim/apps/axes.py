@@ -100,6 +100,8 @@ def axis_for(col: str, values: Iterable = ()) -> Axis:
         return decimal_axis(name.removesuffix(" flops per s"), values, "FLOP/s", floor=1e9)
     if col.endswith("_tok_s"):
         return Axis(f"{name} (tokens/s)")
+    if col.endswith("_req_s"):
+        return Axis(f"{name.removesuffix(' req s')} (requests/s)")
     if "bytes" in col:
         return decimal_axis(name.replace(" bytes", "") if "memory" in name else name, values, "B", floor=1e9)
     if col.endswith("_s"):

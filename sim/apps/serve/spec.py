@@ -220,12 +220,19 @@ def load_serve_file(path: str | Path, overrides: dict[str, Any] | None = None) -
         _scheduler_option_check(raw, path)
         for key, value in (overrides or {}).items():
             _set(raw, key, value, path)
-    spec = validate_mapping(ServeFile, raw, str(path), "a mapping of workload fields and a serving section")
-    check_slo(spec.serving.slo, f"{path}: serving.slo")
+    return serve_file_from_dict(raw, str(path))
+
+
+def serve_file_from_dict(raw: Any, source: str) -> ServeFile:
+    """A serving file's mapping, checked as load_serve_file checks the file (`source` names it in errors)."""
+    if isinstance(raw, dict):
+        _scheduler_option_check(raw, source)
+    spec = validate_mapping(ServeFile, raw, source, "a mapping of workload fields and a serving section")
+    check_slo(spec.serving.slo, f"{source}: serving.slo")
     return spec
 
 
-def _scheduler_option_check(raw: dict[str, Any], path: Path) -> None:
+def _scheduler_option_check(raw: dict[str, Any], path: Path | str) -> None:
     """A key that belongs to another scheduler gets a message saying so."""
     sched = (raw.get("serving") or {}).get("scheduler") if isinstance(raw.get("serving"), dict) else None
     if not isinstance(sched, dict) or sched.get("kind") not in SCHEDULER_OPTIONS:

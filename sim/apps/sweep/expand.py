@@ -24,6 +24,7 @@ from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.spec import Range, SweepSpec
 from sim.core.workload import Workload, load_workload, workload_from_dict, workload_keys
+from sim.apps.serve.spec import load_serve_file, serve_file_from_dict
 
 HW_AXIS = "hw"
 ALIASES = ("@device", "@main")
@@ -46,6 +47,7 @@ class _Resolver:
     spec: SweepSpec
     wl_path: Path
     wl_raw: dict[str, Any]
+    serving: bool = False               # the workload is a serving file: points run sim.apps.serve
     _wl: dict[tuple, Workload] = field(default_factory=dict)
     _hw: dict[tuple, Machine] = field(default_factory=dict)
     _base_hw: dict[str, Machine] = field(default_factory=dict)
@@ -86,14 +88,14 @@ class _Resolver:
         memo = _freeze(overrides)
         if memo not in self._wl:
             raw = copy.deepcopy(self.wl_raw)
+            keys = workload_keys() + (["serving"] if self.serving else [])
             for path, value in overrides:
-                if path.split(".")[0] not in workload_keys():
-                    raise ConfigError(f"{where}: workload.{path}: unknown workload field; fields: "
-                                      + ", ".join(workload_keys()))
+                if path.split(".")[0] not in keys:
+                    raise ConfigError(f"{where}: workload.{path}: unknown workload field; fields: " + ", ".join(keys))
                 if "." in path:
                     raw.setdefault(path.split(".")[0], {})
                 set_dotted(raw, path, value, source=where)
-            wl = workload_from_dict(raw, where)
+            wl = serve_file_from_dict(raw, where) if self.serving else workload_from_dict(raw, where)
             # Keep the workload file as source: model paths resolve relative to it.
             self._wl[memo] = wl.model_copy(update={"source": str(self.wl_path)})
         return self._wl[memo]
@@ -199,9 +201,10 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
     More than `max_points` combinations is refused before any is made."""
     check_size(spec, max_points)
     wl_path = spec.workload_path()
-    load_workload(wl_path)  # the base workload must be valid on its own
     wl_raw = read_yaml(wl_path)
-    res = _Resolver(spec, wl_path, wl_raw)
+    serving = isinstance(wl_raw, dict) and "serving" in wl_raw   # a serving file: each point is a serving run
+    (load_serve_file if serving else load_workload)(wl_path)  # the base workload must be valid on its own
+    res = _Resolver(spec, wl_path, wl_raw, serving)
     base_ref = res.hw_ref(spec.hw, f"{spec.source}: hw")
     hw_values = spec.axes.get(HW_AXIS)
     hw_refs = [res.hw_ref(v, f"{spec.source}: axes.hw") for v in hw_values] if isinstance(hw_values, list) else [base_ref]
@@ -235,6 +238,6 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
         seen.add(key)
         columns = {c: look_col(c) for c in recorded}
         config = dict(workload=file_dict(workload), workload_source=str(wl_path),
-                      machine=file_dict(machine), machine_source=machine.source)
+                      machine=file_dict(machine), machine_source=machine.source, serving=serving)
         points.append(Point(len(points), dict(combo), columns, config, key))
     return points

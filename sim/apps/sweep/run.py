@@ -33,6 +33,7 @@ from hw_models.registry import simulate
 from sim.core.results import check_finite
 from sim.core.workload import workload_from_dict
 from sim.apps.sweep import plots as sweep_plots
+from sim.apps.sweep.serving import serve_point
 from sim.apps.sweep.store import export, load_results
 
 
@@ -46,12 +47,15 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     try:
-        workload = workload_from_dict(config["workload"], config["workload_source"])
-        machine = machine_from_dict(config["machine"], config["machine_source"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # context-length notes; the row carries the numbers
-            # detail=False: metrics only, without the per-op timelines a report draws (half the time).
-            metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
+            if config.get("serving"):
+                metrics = serve_point(config)
+            else:
+                workload = workload_from_dict(config["workload"], config["workload_source"])
+                machine = machine_from_dict(config["machine"], config["machine_source"])
+                # detail=False: metrics only, without the per-op timelines a report draws (half the time).
+                metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0)
     except SimError as exc:

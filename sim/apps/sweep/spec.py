@@ -157,7 +157,7 @@ class Plot(Strict):
 
 
 def default_goal(metric: str) -> str:
-    return "max" if "throughput" in metric or metric.endswith("tok_s") else "min"
+    return "max" if "throughput" in metric or "goodput" in metric or metric.endswith("tok_s") else "min"
 
 
 class SweepSpec(Strict):
