@@ -60,6 +60,8 @@ def sweep_cases(subset: str | None) -> dict[str, dict]:
         points = expand(load_spec(spath))[:SWEEP_POINTS]
         for p in points:
             c = p.config
+            if c.get("serving"):
+                break   # serving sweeps run sim serve per point, pinned by tests/test_sweep_serving.py
             workload = workload_from_dict(c["workload"], c["workload_source"])
             out[f"sweep:{spath.stem}:{p.index}"] = _case(workload, machine_from_dict(c["machine"], c["machine_source"]))
     return out
