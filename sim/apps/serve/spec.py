@@ -179,6 +179,12 @@ METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")
 STATS = ("mean", "p50", "p90", "p99", "max")
 
 
+class Router(Strict):
+    """Data parallelism: `replicas` copies of the instance (default: parallel.dp) behind a router."""
+    replicas: PosInt | None = None
+    policy: Literal["round_robin", "least_outstanding"] = "round_robin"
+
+
 class Serving(Strict):
     arrivals: Arrivals
     lengths: Lengths | None = None
@@ -187,6 +193,7 @@ class Serving(Strict):
     prefix_caching: PrefixCaching | None = None
     speculative: Speculative | None = None
     slo: dict[str, Pos] = {}     # e.g. ttft_p90: 0.2, tpot_p90: 0.05 (seconds)
+    router: Router | None = None  # sim.apps.serve.router
 
     @model_validator(mode="after")
     def _consistent(self):
