@@ -70,6 +70,15 @@ def choose(policy: str, i: int, replicas: list[Replica]) -> int:
     return min(range(len(replicas)), key=lambda k: replicas[k].outstanding)
 
 
+def stream(env: simpy.Environment, reqs: Requests, route: Callable[[int], None]):
+    """The router's process: each request at its arrival time to `route`."""
+    for i in range(len(reqs)):
+        dt = reqs.arrival_s[i] - env.now
+        if dt > 0:
+            yield env.timeout(dt)
+        route(i)
+
+
 def run_replicas(setup: Setup, reqs: Requests, n: int, policy: str,
                  progress: Callable[[int, int], None] | None = None) -> tuple[list[ServeResult], np.ndarray]:
     """Simulate `n` replicas of `setup` behind the router: each replica's result and the
@@ -78,18 +87,14 @@ def run_replicas(setup: Setup, reqs: Requests, n: int, policy: str,
     reps = [Replica(setup, reqs, k) for k in range(n)]
     where = np.zeros(len(reqs), dtype=np.int64)
 
-    def router(env: simpy.Environment):
-        for i in range(len(reqs)):
-            dt = reqs.arrival_s[i] - env.now
-            if dt > 0:
-                yield env.timeout(dt)
-            k = where[i] = choose(policy, i, reps)
-            for r in reps:
-                r.take(i) if r.index == k else r.skip()
-            if progress is not None and i % 1024 == 0:
-                progress(sum(r.done - r.skipped for r in reps), len(reqs))
+    def route(i: int) -> None:
+        k = where[i] = choose(policy, i, reps)
+        for r in reps:
+            r.take(i) if r.index == k else r.skip()
+        if progress is not None and i % 1024 == 0:
+            progress(sum(r.done - r.skipped for r in reps), len(reqs))
 
-    env.process(router(env))     # first, as a single engine starts its arrivals first
+    env.process(stream(env, reqs, route))     # first, as a single engine starts its arrivals first
     for r in reps:
         r.env = env
         env.process(r._engine(env))

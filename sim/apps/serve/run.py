@@ -20,7 +20,7 @@ def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | 
     result, and its summary (sim.apps.serve.metrics.summarize)."""
     setup = prepare(file, machine, exact=exact, cache=cache)
     reqs = requests if requests is not None else make_requests(file)
-    result, extra = serve_stream(file, setup, reqs, progress)
+    result, extra = serve_stream(file, setup, reqs, progress, cache)
     summary = summarize(result, file.serving.slo)
     summary.update(extra)
     return result, summary

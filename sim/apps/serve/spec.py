@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
+from sim.apps.serve.disagg_spec import Disaggregated
 from sim.core.errors import ConfigError
 from sim.core.schema import Strict, read_yaml, validate_mapping
 from sim.core.workload import Workload
@@ -194,6 +195,7 @@ class Serving(Strict):
     speculative: Speculative | None = None
     slo: dict[str, Pos] = {}     # e.g. ttft_p90: 0.2, tpot_p90: 0.05 (seconds)
     router: Router | None = None  # sim.apps.serve.router
+    disaggregated: Disaggregated | None = None   # sim.apps.serve.disagg
 
     @model_validator(mode="after")
     def _consistent(self):
