@@ -5,6 +5,7 @@ import pytest
 from hw_models.network.collectives import collective_s
 from hw_models.network.fit import VIDUR_NODES, fit_all
 from hw_models.network.topology import load_topology, preset_names
+from sim.apps.cli import main
 from sim.core.errors import ConfigError
 
 
@@ -61,3 +62,10 @@ def test_fit_held_out_sizes(shared_validation):
         stored = load_topology(f.node).fitted[f.kind][f.ranks]
         assert stored.latency_s == pytest.approx(f.latency_s, rel=5e-3)
         assert stored.bandwidth_bytes_per_s == pytest.approx(f.bandwidth_bytes_per_s, rel=5e-3)
+
+
+def test_hw_show_draws_a_topology(capsys):
+    assert main(["hw", "show", "a100_pcie_pairs"]) == 0
+    out = capsys.readouterr().out
+    assert "[a100_80g:0]=[a100_80g:1] -pcie- [a100_80g:2]=[a100_80g:3]" in out
+    assert "between pairs PCIe 32 GB/s" in out and "send_recv: 2 ranks 6.1 us" in out

@@ -15,8 +15,11 @@ collectives on the node's link, and pipeline stages over micro-batches.
   and for stage j of i-1 (in-order streams). The bubble is what the schedule leaves
   idle, not a formula. A stage's time per micro-batch is its layers' times: one
   layer's TP tasks run on their own, times the layers in the stage.
-* DP: replicas; one replica is simulated (throughput per replica).
-* EP: checked (experts divisible by ep) but not simulated yet.
+* DP: replicas; one replica is simulated (throughput per replica); the serving
+  router (sim.apps.serve.router) runs dp replicas.
+* MoE models (hw_models.gpu.expert_parallel): experts TP-split (ep = 1), expert
+  parallel with data-parallel attention (tp = 1, ep = n; all-to-all dispatch and
+  combine), or expert parallel inside the TP group (tp = ep).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from hw_models.gpu.mapper import GpuMapper
+from hw_models.gpu.expert_parallel import expert_weight_bytes, moe_rank
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import Topology, load_topology
@@ -52,8 +56,18 @@ class ParallelPlan(Strict):
     source: str = Field(default="", exclude=True)
 
     @property
+    def instance_devices(self) -> int:
+        """Devices of one replica: the larger of the TP and EP groups, times the stages."""
+        return max(self.tp, self.ep) * self.pp
+
+    @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.instance_devices * self.dp
+
+    @property
+    def attention_dp(self) -> int:
+        """Ranks of an EP group that split the batch for attention (tp = 1, ep = n)."""
+        return max(1, self.ep // self.tp)
 
 
 def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[ParallelPlan, Topology | None]:
@@ -68,22 +82,21 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
         raise bad("tp", f"{plan.tp} does not divide {m.name}'s {m.num_heads} heads and hidden size {m.hidden_size}")
     if m.num_kv_heads % plan.tp and plan.tp % m.num_kv_heads:
         raise bad("tp", f"{plan.tp} neither divides nor is a multiple of {m.name}'s {m.num_kv_heads} KV heads")
-    if m.is_moe and plan.tp > 1:
-        raise bad("tp", f"{m.name} is an MoE model: TP of the expert layers is not modelled; use ep")
     if plan.pp > m.num_layers:
         raise bad("pp", f"{plan.pp} stages but {m.name} has {m.num_layers} layers")
     if plan.ep > 1 and (not m.is_moe or m.num_experts % plan.ep):
         raise bad("ep", f"{plan.ep} does not divide {m.name}'s {m.num_experts} experts")
-    if plan.ep > 1:
-        raise bad("ep", "expert parallelism is checked but not simulated yet")
+    if plan.ep > 1 and plan.tp not in (1, plan.ep):
+        raise bad("ep", f"{plan.ep} with tp {plan.tp}: expert parallelism is modelled with tp = 1 "
+                  f"(data-parallel attention) or tp = ep")
     topo = None
-    if plan.tp * plan.pp > 1:
+    if plan.instance_devices > 1:
         if plan.topology is None:
-            raise bad("topology", "needed when tp x pp > 1 (presets in hw_models/network/presets)")
+            raise bad("topology", "needed when a replica spans devices (presets in hw_models/network/presets)")
         topo = load_topology(plan.topology, src, "parallel.topology")
         if topo.device != machine.name:
             raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
-        topo.check_ranks(plan.tp * plan.pp, "parallel.tp x pp")
+        topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")
     return plan, topo
 
 
@@ -93,13 +106,30 @@ class ParallelGpuMapper(GpuMapper):
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
         self.plan, self.topo = load_plan(workload.section("parallel"), workload.source, model, machine)
-        if workload.batch % self.plan.micro_batches:
-            raise ConfigError(f"{workload.source or 'workload'}: parallel.micro_batches: "
-                              f"{self.plan.micro_batches} does not divide batch {workload.batch}")
+        src, p = workload.source or "workload", self.plan
+        if workload.batch % p.micro_batches:
+            raise ConfigError(f"{src}: parallel.micro_batches: {p.micro_batches} does not divide batch {workload.batch}")
+        if workload.batch % (p.attention_dp * p.micro_batches):
+            raise ConfigError(f"{src}: parallel.ep: batch {workload.batch} does not split over {p.attention_dp} "
+                              f"attention ranks x {p.micro_batches} micro-batches (tp = 1 splits the batch over ep)")
+        if p.attention_dp > 1:
+            self.iteration_refusal = ("ep > tp splits a batch's sequences over ranks, which a serving "
+                                      "iteration's ragged batch does not; use tp = ep")
+
+    def step_graph(self, phase: str, q_len: int, kv_len: int, num_layers: int | None = None) -> OpGraph:
+        """One rank's own batch: B / ep sequences under data-parallel attention (tp = 1, ep = n)."""
+        w = self.workload
+        return lower(self.model, phase, w.batch // self.plan.attention_dp, q_len, kv_len, self.formats,
+                     w.flash_attention, num_layers)
+
+    def rank_graph(self, graph: OpGraph) -> tuple[OpGraph, list[Collective]]:
+        if self.model.is_moe and max(self.plan.tp, self.plan.ep) > 1:
+            return moe_rank(graph, self.model, self.plan.tp, self.plan.ep)
+        return shard(graph, self.model, self.plan.tp)
 
     # -- tensor parallelism -------------------------------------------------
     def _collective(self, c: Collective, prefix: str, dep: str, link: str) -> Task:
-        dur = collective_s(self.topo, c.kind, c.bytes, self.plan.tp, self.plan.algorithm)
+        dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.plan.algorithm)
         tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.plan.algorithm}")
         return Task(prefix + c.name, link, dur, (dep,), tag=tag)
 
@@ -107,13 +137,16 @@ class ParallelGpuMapper(GpuMapper):
                  link: str = LINK) -> list[Task]:
         """One TP rank's kernels on its stream and its collectives on `link`; the
         readers of a reduced output wait for its collective."""
-        rank, colls = shard(graph, self.model, self.plan.tp)
+        rank, colls = self.rank_graph(graph)
         after = {c.after: c for c in colls}
+        waits = {op: c.name for c in colls for op in c.before}
         ready: dict[str, str] = {}
         tasks = []
         for op in rank.ops():
             c = self.cost(op)
             deps = tuple(prefix + ready.get(d, d) for d in rank.deps(op.name))
+            if op.name in waits:
+                deps = (*deps, prefix + waits[op.name])
             tasks.append(Task(prefix + op.name, resource or self.unit_name, c.duration_s, deps, tag=c))
             if op.name in after:
                 tasks.append(self._collective(after[op.name], prefix, prefix + op.name, link))
@@ -166,17 +199,22 @@ class ParallelGpuMapper(GpuMapper):
         return self.pipeline_tasks(graph)
 
     def footprint(self) -> Footprint:
-        """One device: 1/(tp pp) of the weights (K/V projections replicated past the KV
-        heads), its KV heads' share of the cache for its stage's layers."""
-        w, p = self.workload, self.plan
+        """One device: its share of the dense weights (1/tp, K/V projections replicated past
+        the KV heads) and of the experts (1 / max(tp, ep)), for its stage's layers; the
+        KV cache of its KV heads and of its own sequences (B / ep under data-parallel attention)."""
+        w, p, m = self.workload, self.plan, self.model
         fp, tier = Footprint(), self.machine.device_tier
-        fp.add(tier, "weights", weight_bytes(self.model, self.formats) * weight_fraction(self.model, p.tp) / p.pp)
-        kv = kv_bytes(self.model, self.formats, w.batch, w.prompt_len + w.gen_len)
-        fp.add(tier, "kv_cache", kv * kv_fraction(self.model, p.tp) * max(self.stage_layers()) / self.model.num_layers)
-        prefill = lower(self.model, "prefill", w.batch // p.micro_batches, w.prompt_len, w.prompt_len,
-                        self.formats, w.flash_attention, num_layers=1)
-        fp.add(tier, "activations", activation_peak_bytes(shard(prefill, self.model, p.tp)[0]))
-        self.check_fits(fp, f"Parallel plan tp={p.tp} pp={p.pp}: try a larger tp or pp, or a narrower format.")
+        experts = expert_weight_bytes(m, self.formats)
+        dense = weight_bytes(m, self.formats) - experts
+        fp.add(tier, "weights", (dense * weight_fraction(m, p.tp) + experts / max(p.tp, p.ep)) / p.pp)
+        kv = kv_bytes(m, self.formats, w.batch // p.attention_dp, w.prompt_len + w.gen_len)
+        fp.add(tier, "kv_cache", kv * kv_fraction(m, p.tp) * max(self.stage_layers()) / m.num_layers)
+        layers = min(m.num_layers, m.first_dense_layers + 1)
+        prefill = lower(m, "prefill", w.batch // (p.micro_batches * p.attention_dp), w.prompt_len, w.prompt_len,
+                        self.formats, w.flash_attention, num_layers=layers)
+        fp.add(tier, "activations", activation_peak_bytes(self.rank_graph(prefill)[0]))
+        self.check_fits(fp, f"Parallel plan tp={p.tp} pp={p.pp} ep={p.ep}: try a larger tp, pp or ep, "
+                            "or a narrower format.")
         return fp
 
 

@@ -24,12 +24,16 @@ from sim.core.model import ModelConfig
 
 @dataclass(frozen=True)
 class Collective:
-    """A collective after op `after` on `bytes` of its output (the whole buffer)."""
+    """A collective after op `after` on `bytes` of its output (the whole buffer, per rank).
+    `ranks`: the group it spans (0: the TP group); `before`: ops that wait for it
+    without reading `after`'s output (an MoE dispatch precedes the expert GEMMs)."""
 
     name: str
     kind: str
     after: str
     bytes: float
+    ranks: int = 0
+    before: tuple[str, ...] = ()
 
 
 def kv_fraction(model: ModelConfig, tp: int) -> float:
@@ -80,12 +84,14 @@ def _k_share(t: TensorUse, tp: int) -> TensorUse:
 
 
 def shard(graph: OpGraph, model: ModelConfig, tp: int,
-          sharded_inputs: frozenset[str] = frozenset()) -> tuple[OpGraph, list[Collective]]:
+          sharded_inputs: frozenset[str] = frozenset(),
+          overrides: dict[str, OpSplit] | None = None) -> tuple[OpGraph, list[Collective]]:
     """The per-rank graph of a TP group of `tp` ranks and its collectives, in order.
-    `sharded_inputs`: activations entering the graph already sharded (spatial.tp.plan)."""
+    `sharded_inputs`: activations entering the graph already sharded; `overrides`:
+    op name -> split for ops placed by the caller (spatial.tp.plan)."""
     if tp == 1:
         return graph, []
-    splits, sharded = plan(graph, sharded_inputs)
+    splits, sharded = plan(graph, sharded_inputs, overrides)
     out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
     colls: list[Collective] = []
     kv_frac = kv_fraction(model, tp)

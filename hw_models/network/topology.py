@@ -103,8 +103,13 @@ class Topology(Strict):
     def describe(self) -> str:
         """A text drawing of the topology, for `sim hw show`-style output."""
         ic, lines = self.interconnect, []
-        dev = " ".join(f"[{self.device}:{i}]" for i in range(self.devices_per_node))
+        boxes = [f"[{self.device}:{i}]" for i in range(self.devices_per_node)]
         link = f"{ic.kind} {ic.bandwidth_bytes_per_s / 1e9:.0f} GB/s per device per direction"
+        if ic.kind == "nvlink_pairs":   # NVLink inside a pair (=), PCIe between pairs
+            dev = " -pcie- ".join("=".join(boxes[i:i + 2]) for i in range(0, len(boxes), 2))
+            link += f"; between pairs PCIe {ic.pcie_bandwidth_bytes_per_s / 1e9:.0f} GB/s"
+        else:
+            dev = " ".join(boxes)
         for n in range(self.nodes):
             lines.append(f"node {n}: {dev}")
             lines.append(f"        {'=' * min(60, len(dev))} {link}")
@@ -112,6 +117,10 @@ class Topology(Strict):
             f = self.fabric
             lines.append(f"fabric {f.name}: {f.nics_per_node} x {f.bandwidth_bytes_per_s * 8 / 1e9:.0f} Gb/s "
                          f"per node, {f.latency_s * 1e6:.1f} us")
+        for kind, fits in self.fitted.items():
+            lines.append(f"fitted {kind}: " + ", ".join(f"{n} ranks {f.latency_s * 1e6:.1f} us + S / "
+                                                         f"{f.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
+                                                         for n, f in sorted(fits.items())))
         return "\n".join(lines)
 
 

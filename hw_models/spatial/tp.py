@@ -81,10 +81,12 @@ class CollectiveCost:
     energy_j: float = 0.0
 
 
-def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset()) -> tuple[list[OpSplit], set[str]]:
+def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset(),
+         overrides: dict[str, OpSplit] | None = None) -> tuple[list[OpSplit], set[str]]:
     """Per op in graph order, how it splits; and the names of the sharded
     activation tensors. `sharded_inputs`: activations that enter the graph from
-    outside it already sharded (a partial graph, e.g. one that leaves attention out)."""
+    outside it already sharded (a partial graph, e.g. one that leaves attention out).
+    `overrides`: op name -> split, for ops a caller places itself (an MoE router kept whole)."""
     ops = list(graph.ops())
     read = {t.name for op in ops for t in op.reads if t.role == "activation"}
     sharded: set[str] = set(sharded_inputs)
@@ -93,7 +95,9 @@ def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset()) -> tuple[
         acts = [t for t in op.reads if t.role == "activation"]
         in_sharded = any(t.name in sharded for t in acts)
         outs = [t.name for t in op.writes if t.role == "activation"]
-        if op.kind == g.EMBED:
+        if overrides and op.name in overrides:
+            s = overrides[op.name]
+        elif op.kind == g.EMBED:
             s = OpSplit(EMBED_VOCAB, ALL_REDUCE, False)
         elif op.kind == g.GEMM and in_sharded:
             s = OpSplit(ROW, ALL_REDUCE, False)

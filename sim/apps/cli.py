@@ -233,6 +233,12 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_show(args: argparse.Namespace) -> int:
+    from hw_models.network.topology import load_topology, preset_names as topologies
+
+    if args.name in topologies():      # a node of devices: draw it (text)
+        topo = load_topology(args.name)
+        print(json.dumps(topo.model_dump(), indent=1) if args.json else topo.describe())
+        return 0
     m = load_machine(args.name)
     if args.json:
         print(json.dumps(file_dict(m), indent=1))
@@ -338,8 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
     hp.add_parser("list", help="list presets").set_defaults(func=cmd_hw_list)
-    hs = hp.add_parser("show", help="show a preset")
-    hs.add_argument("name", help="preset name or hardware YAML file")
+    hs = hp.add_parser("show", help="show a preset, or draw a topology (dgx_a100, dgx_h100, ...)")
+    hs.add_argument("name", help="preset name, hardware YAML file, or topology preset")
     hs.add_argument("--json", action="store_true", help="print the validated machine as JSON (default: the YAML text)")
     hs.set_defaults(func=cmd_hw_show)
 

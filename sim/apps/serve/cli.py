@@ -45,7 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from hw_models.machine import load_machine
     from sim.apps.serve.arrivals import make_requests
-    from sim.apps.serve.engine import ServeSim
+    from sim.apps.serve.cluster import serve_stream
     from sim.apps.serve.metrics import summarize
     from sim.apps.serve.report import print_report
     from sim.apps.serve.setup import prepare
@@ -68,8 +68,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         setup = prepare(file, machine, exact=args.exact)
         reqs = make_requests(file)
         with _progress(args.quiet, len(reqs)) as (prog, task):
-            res = ServeSim(setup, reqs, None if prog is None else lambda d, n: prog.update(task, completed=d)).run()
+            res, extra = serve_stream(file, setup, reqs,
+                                      None if prog is None else lambda d, n: prog.update(task, completed=d))
     s = summarize(res, slo)
+    s.update(extra)
     s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
              exact=args.exact)
     _write(args, res, s)

@@ -77,28 +77,40 @@ class ServeSim:
         env.process(self._arrivals(env))
         env.process(self._engine(env))
         env.run()
+        return self.result(env.now)
+
+    def result(self, makespan_s: float) -> ServeResult:
+        """What the run recorded (a router running several engines in one environment calls it)."""
         s = self.sched
         return ServeResult(self.rec, {c: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0)
                                       for c, v in self.it.items()},
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
-                           s.swapped_in_blocks, s.pool.total, s.pool.peak_used, env.now, self.tokens, self.energy,
+                           s.swapped_in_blocks, s.pool.total, s.pool.peak_used, makespan_s, self.tokens, self.energy,
                            self.swap_log, self.spec_steps, self.spec_tokens)
 
     def _arrivals(self, env: simpy.Environment):
         r = self.reqs
-        hashes = r.hash_ids
         for i in range(len(r)):
             dt = r.arrival_s[i] - env.now
             if dt > 0:
                 yield env.timeout(dt)
-            req = Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i]),
-                          hashes[i] if hashes else ())
-            self.arrived += 1
-            if not self.sched.add(req):
-                self.rec["status"][i] = REJECTED
-                self.done += 1
-            if self.wake is not None and not self.wake.triggered:
-                self.wake.succeed()
+            self.arrive(i)
+
+    def arrive(self, i: int) -> None:
+        """Request `i` of the stream reaches this engine now (a router calls it too)."""
+        r, hashes = self.reqs, self.reqs.hash_ids
+        req = Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i]),
+                      hashes[i] if hashes else ())
+        self.arrived += 1
+        if not self.sched.add(req):
+            self.rec["status"][i] = REJECTED
+            self.done += 1
+        self.poke()
+
+    def poke(self) -> None:
+        """Wake an idle engine to look at its queue again."""
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
 
     def _engine(self, env: simpy.Environment):
         total = len(self.reqs)

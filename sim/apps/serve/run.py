@@ -6,7 +6,8 @@ from typing import Callable
 
 from hw_models.machine import Machine
 from sim.apps.serve.arrivals import make_requests
-from sim.apps.serve.engine import ServeResult, ServeSim
+from sim.apps.serve.cluster import serve_stream
+from sim.apps.serve.engine import ServeResult
 from sim.apps.serve.metrics import summarize
 from sim.apps.serve.setup import Setup, prepare
 from sim.apps.serve.spec import ServeFile, load_serve_file
@@ -19,5 +20,7 @@ def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | 
     result, and its summary (sim.apps.serve.metrics.summarize)."""
     setup = prepare(file, machine, exact=exact, cache=cache)
     reqs = requests if requests is not None else make_requests(file)
-    result = ServeSim(setup, reqs, progress).run()
-    return result, summarize(result, file.serving.slo)
+    result, extra = serve_stream(file, setup, reqs, progress, cache)
+    summary = summarize(result, file.serving.slo)
+    summary.update(extra)
+    return result, summary

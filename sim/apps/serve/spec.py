@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
+from sim.apps.serve.disagg_spec import Disaggregated
 from sim.core.errors import ConfigError
 from sim.core.schema import Strict, read_yaml, validate_mapping
 from sim.core.workload import Workload
@@ -180,6 +181,12 @@ METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")
 STATS = ("mean", "p50", "p90", "p99", "max")
 
 
+class Router(Strict):
+    """Data parallelism: `replicas` copies of the instance (default: parallel.dp) behind a router."""
+    replicas: PosInt | None = None
+    policy: Literal["round_robin", "least_outstanding"] = "round_robin"
+
+
 class Serving(Strict):
     arrivals: Arrivals
     lengths: Lengths | None = None
@@ -188,6 +195,8 @@ class Serving(Strict):
     prefix_caching: PrefixCaching | None = None
     speculative: Speculative | None = None
     slo: dict[str, Pos] = {}     # e.g. ttft_p90: 0.2, tpot_p90: 0.05 (seconds)
+    router: Router | None = None  # sim.apps.serve.router
+    disaggregated: Disaggregated | None = None   # sim.apps.serve.disagg
 
     @model_validator(mode="after")
     def _consistent(self):

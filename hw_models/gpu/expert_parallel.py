@@ -1,0 +1,158 @@
+"""Mixture-of-Experts layers over several GPUs: expert parallelism (EP) and tensor
+parallelism (TP) of the expert FFNs. One rank's graph plus its collectives.
+
+Plans (`parallel: {tp, ep}`):
+
+* ep = 1, tp = n: every expert's FFN is split n ways as a dense MLP is (gate/up by
+  columns, down by rows, then an all-reduce); the router and top-k are kept whole on
+  every rank (replicated), so every rank routes every token the same way.
+* tp = 1, ep = n: attention data-parallel (DeepSpeed-MoE, SGLang's DP attention):
+  each rank runs the attention and dense ops of B/n sequences (its own KV cache),
+  routes its own tokens, and an all-to-all *dispatch* sends each kept token-expert
+  assignment's hidden vector to the rank that holds the expert (E/n experts per
+  rank, contiguous); the rank runs its experts over the tokens the whole group
+  routed to them, and an all-to-all *combine* returns the outputs. A copy per
+  assignment (Megatron's all-to-all token dispatcher; no de-duplication of a token
+  sent to two experts on the same rank).
+* tp = ep = n: attention TP as for a dense model, so the hidden states are on every
+  rank and need no dispatch; each rank runs its E/n experts over the tokens routed
+  to them and an all-reduce after the combine sums the ranks' partial outputs
+  (vLLM's TP with expert parallelism, all-reduce backend).
+
+The simulated rank is the busiest one (most kept assignments under the workload's
+load model, sim.core.moe): every rank waits for it at the combine. Under uniform
+routing all ranks are equal.
+
+All-to-all bytes. hw_models.network.collectives prices an all-to-all of S bytes per
+rank as (n-1) alpha + (n-1)/n S / B: a rank keeps 1/n of its buffer and exchanges the
+rest. The dispatch sends A_local = (tokens of the rank) x k assignments (after
+capacity) and the busiest rank receives A_r = its experts' kept assignments from the
+whole group, of which (n-1)/n come from peers; the time is set by the larger, so
+S = max(A_local, A_r) x (bytes of one hidden vector). Uniform: A_local = A_r = T k / n.
+
+The MoE ops are recognised by the names sim.core.lowering gives them (ROUTER,
+EXPERT_OPS, COMBINE below); tests/test_expert_parallel.py fails if those change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hw_models.gpu.tensor_parallel import Collective, shard
+from hw_models.network.collectives import ALL_REDUCE, ALL_TO_ALL
+from hw_models.spatial.tp import REPLICATED, OpSplit
+from sim.core.formats import get_format
+from sim.core.graph import Op, OpGraph, TensorUse
+from sim.core.lowering import FormatPolicy
+from sim.core.model import ModelConfig
+from sim.core.moe import Routing, route
+
+ROUTER, TOPK, COMBINE = "router", "topk", "moe_combine"
+EXPERT_OPS = ("expert_gate", "expert_up", "expert_act", "expert_down")
+_KEEP = OpSplit(REPLICATED, None, False)
+
+
+def busiest_rank(model: ModelConfig, tokens: float, ep: int) -> Routing:
+    """The expected routing of `tokens` tokens restricted to the EP rank with the most
+    kept assignments (experts placed contiguously, E / ep per rank)."""
+    r = route(model.num_experts, model.experts_per_token, model.expert_load, round(tokens))
+    return max(r.ranks(ep), key=lambda x: x.assignments)
+
+
+def _resize(t: TensorUse, frac: float, axis: int) -> TensorUse:
+    shape = list(t.shape)
+    shape[axis] = max(1, round(shape[axis] * frac))
+    return TensorUse(t.name, t.role, tuple(shape), t.fmt, round(t.bytes * frac))
+
+
+def _rank_expert_op(op: Op, w_frac: float, a_frac: float) -> Op:
+    """An expert op restricted to one rank's experts: weights scale with the experts it
+    touches, activations and FLOPs with the assignments it runs."""
+    down = op.base_name == "expert_down"
+
+    def scaled(t: TensorUse) -> TensorUse:
+        if t.role == "weight":
+            return _resize(t, w_frac, 1 if down else 0)
+        return _resize(t, a_frac, 0)
+
+    dims = dict(op.shape)
+    if "n" in dims:
+        dims["n"] = max(1, round(dims["n"] * w_frac))
+        dims["m"] = max(1, round(dims["m"] * a_frac / w_frac)) if w_frac else dims["m"]
+    if "tokens" in dims:
+        dims["tokens"] = max(1, round(dims["tokens"] * a_frac))
+    return replace(op, flops=op.flops * a_frac, reads=tuple(map(scaled, op.reads)),
+                   writes=tuple(map(scaled, op.writes)), shape=tuple(dims.items()))
+
+
+def restrict_experts(graph: OpGraph, model: ModelConfig, ep: int, groups: int) -> OpGraph:
+    """`graph` with each MoE layer's expert ops cut to the busiest rank's experts, over
+    the tokens the whole EP group routes: `groups` times the graph's own."""
+    out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
+    for op in graph.ops():
+        if op.base_name in EXPERT_OPS:
+            T = _tokens(graph, op)
+            here = route(model.num_experts, model.experts_per_token, model.expert_load, T)
+            mine = busiest_rank(model, T * groups, ep)
+            op = _rank_expert_op(op, float(mine.touched.sum()) / here.experts_touched,
+                                 mine.assignments / here.assignments)
+        out.add(op, graph.deps(op.name))
+    return out
+
+
+def _tokens(graph: OpGraph, op: Op) -> int:
+    """Tokens the layer of `op` routes (its top-k op's `tokens`)."""
+    return graph.op(f"L{op.layer}.{TOPK}").dims["tokens"]
+
+
+def _moe_layers(graph: OpGraph) -> list[int]:
+    return sorted({op.layer for op in graph.ops() if op.base_name == TOPK})
+
+
+def _row_bytes(graph: OpGraph, layer: int) -> float:
+    """Bytes of one token's hidden vector as the expert GEMMs read it."""
+    x = next(t for t in graph.op(f"L{layer}.expert_gate").reads if t.role == "activation")
+    return x.bytes / x.shape[0]
+
+
+def all_to_all_bytes(graph: OpGraph, model: ModelConfig, ep: int, layer: int) -> float:
+    """S of the dispatch (and the combine) of `layer`: the larger of what the rank
+    sends and what the busiest rank receives (module doc)."""
+    T = graph.op(f"L{layer}.{TOPK}").dims["tokens"]
+    sent = route(model.num_experts, model.experts_per_token, model.expert_load, T).assignments
+    received = busiest_rank(model, T * ep, ep).assignments
+    return max(sent, received) * _row_bytes(graph, layer)
+
+
+def moe_rank(graph: OpGraph, model: ModelConfig, tp: int, ep: int) -> tuple[OpGraph, list[Collective]]:
+    """One rank's graph of an MoE model under (tp, ep), with its collectives in order.
+    `graph` is the rank's own batch: the whole batch when tp > 1, B / ep when tp = 1."""
+    layers = _moe_layers(graph)
+    keep_router = {f"L{i}.{ROUTER}": _KEEP for i in layers}
+    if ep == 1:
+        return shard(graph, model, tp, overrides=keep_router)
+    if tp > 1:   # tp == ep: experts local, tokens replicated; all-reduce the combined output
+        local = restrict_experts(graph, model, ep, 1)
+        keep = dict(keep_router)
+        for i in layers:
+            keep.update({f"L{i}.{name}": _KEEP for name in EXPERT_OPS})
+            keep[f"L{i}.{COMBINE}"] = OpSplit(REPLICATED, ALL_REDUCE, False)
+        return shard(local, model, tp, overrides=keep)
+    local = restrict_experts(graph, model, ep, ep)
+    colls = []
+    for i in layers:
+        S = all_to_all_bytes(graph, model, ep, i)
+        colls.append(Collective(f"L{i}.dispatch", ALL_TO_ALL, f"L{i}.{TOPK}", S, ep,
+                                (f"L{i}.expert_gate", f"L{i}.expert_up")))
+        colls.append(Collective(f"L{i}.combine", ALL_TO_ALL, f"L{i}.expert_down", S, ep))
+    return local, colls
+
+
+def expert_weight_bytes(model: ModelConfig, formats: FormatPolicy) -> float:
+    """Bytes of every routed expert's gate, up and down matrices over the MoE layers."""
+    if not model.is_moe:
+        return 0.0
+    first = model.first_dense_layers
+    fmt = get_format(formats.weight_format(f"L{first}.expert_gate"))
+    one = fmt.storage_bytes((model.num_experts * model.expert_intermediate, model.hidden_size))
+    return 3.0 * one * (model.num_layers - first)

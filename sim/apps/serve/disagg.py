@@ -1,0 +1,164 @@
+"""Disaggregated prefill and decode (Splitwise, DistServe): a prefill pool and a decode pool,
+each of its own hardware preset, parallel plan and replica count, in one simpy environment.
+
+    serving:
+      disaggregated:
+        prefill: {hw: h100_sxm, replicas: 2, parallel: {tp: 2, topology: dgx_h100}}
+        decode:  {hw: hbm_pim, replicas: 1}
+        transfer: {topology: dgx_h100}          # or {bandwidth_bytes_per_s: 50 GB/s, latency_s: 10 us}
+
+A request goes to a prefill replica (the serving.router policy), which computes its prompt
+and emits the first token. Its KV cache (prompt tokens x KV bytes per token of the model,
+every layer) then crosses to a decode replica: time = the topology's fitted send/recv
+(hw_models.network.collectives, alpha + S/B) or latency + S / bandwidth; one prefill
+replica's transfers go one at a time over its link. The decode replica admits the request
+with its prompt already computed (KV blocks for prompt + 1 tokens) and generates the rest;
+the gap from the first to the second token includes the transfer. Requests with one output
+token end at the prefill pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+
+from hw_models.machine import load_machine
+from hw_models.network.collectives import SEND_RECV, collective_s
+from hw_models.network.topology import load_topology
+from sim.apps.serve.engine import REJECTED, ServeResult
+from sim.apps.serve.router import Replica, choose, merge, policy_of, stream
+from sim.apps.serve.schedulers import Request
+from sim.apps.serve.setup import Setup, prepare
+from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.traces import Requests
+from sim.core.errors import ConfigError
+
+
+class PrefillReplica(Replica):
+    def __init__(self, setup: Setup, reqs: Requests, index: int, on_done: Callable[["PrefillReplica", int], None]):
+        super().__init__(setup, reqs, index)
+        self.on_done = on_done
+        self.link: simpy.Resource | None = None
+
+    def _finish(self, r: Request, now: float) -> None:
+        super()._finish(r, now)
+        self.on_done(self, r.idx)
+
+
+class DecodeReplica(Replica):
+    def take_prefilled(self, i: int, scheduled_s: float, first_token_s: float) -> None:
+        """Request i with its prompt computed elsewhere and its first token out."""
+        r = self.reqs
+        req = Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i]))
+        req.computed, req.generated = req.prompt, 1
+        req.sched_at, req.first_at, req.last_at = scheduled_s, first_token_s, first_token_s
+        self.rec["scheduled_s"][i], self.rec["first_token_s"][i] = scheduled_s, first_token_s
+        self.routed += 1
+        self.arrived += 1
+        if not self.sched.add(req):
+            self.rec["status"][i] = REJECTED
+            self.done += 1
+        self.poke()
+
+
+def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tuple[Setup, str]:
+    pool = getattr(file.serving.disaggregated, key)
+    where = f"{file.source}: serving.disaggregated.{key}"
+    try:
+        machine = load_machine(pool.hw)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.hw: {exc}") from None
+    sections = {k: v for k, v in file.sections.items() if k != "parallel"}
+    if pool.parallel is not None:
+        sections["parallel"] = pool.parallel
+    pool_file = file.model_copy(update={"sections": sections, "source": f"{where}.parallel"})
+    return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
+
+
+def transfer_s(file: ServeFile, nbytes: float) -> float:
+    t = file.serving.disaggregated.transfer
+    if t.topology is not None:
+        topo = load_topology(t.topology, file.source, "serving.disaggregated.transfer.topology")
+        return collective_s(topo, SEND_RECV, nbytes, 2)
+    return t.latency_s + nbytes / t.bandwidth_bytes_per_s
+
+
+class Disagg:
+    """The two pools, the router in front of the prefill pool, and the KV transfers."""
+
+    def __init__(self, file: ServeFile, reqs: Requests, exact: bool, cache: dict | None):
+        d = file.serving.disaggregated
+        if file.serving.speculative is not None:
+            raise ConfigError(f"{file.source}: serving.speculative: not modelled with serving.disaggregated")
+        self.file, self.reqs, self.policy = file, reqs, policy_of(file)
+        (ps, self.prefill_hw), (ds, self.decode_hw) = (pool_setup(file, k, exact, cache) for k in ("prefill", "decode"))
+        one = Requests(reqs.arrival_s, reqs.prompt_len, np.ones_like(reqs.output_len), reqs.hash_ids,
+                       reqs.hash_block_tokens)
+        self.prefill = [PrefillReplica(ps, one, k, self._prefilled) for k in range(d.prefill.replicas)]
+        self.decode = [DecodeReplica(ds, reqs, k) for k in range(d.decode.replicas)]
+        self.kv_per_token = ds.kv_bytes_per_token
+        self.where = np.zeros(len(reqs), dtype=np.int64)    # index into prefill + decode replicas
+        self.transfers: list[tuple[float, float, float]] = []   # (bytes, wait s, transfer s)
+
+    def _route(self, i: int) -> None:
+        k = self.where[i] = choose(self.policy, i, self.prefill)
+        for r in self.prefill:
+            r.take(i) if r.index == k else r.skip()
+        if self.prefill[k].rec["status"][i] == REJECTED:
+            self._skip_decode()
+
+    def _skip_decode(self) -> None:
+        for r in self.decode:
+            r.skip()
+
+    def _prefilled(self, rep: PrefillReplica, i: int) -> None:
+        if self.reqs.output_len[i] <= 1:
+            self._skip_decode()
+            return
+        rep.env.process(self._transfer(rep, i))
+
+    def _transfer(self, rep: PrefillReplica, i: int):
+        env, nbytes = rep.env, float(self.reqs.prompt_len[i]) * self.kv_per_token
+        asked = env.now
+        with rep.link.request() as slot:
+            yield slot
+            start = env.now
+            dur = transfer_s(self.file, nbytes)
+            yield env.timeout(dur)
+        self.transfers.append((nbytes, start - asked, dur))
+        k = choose(self.policy, i, self.decode)
+        self.where[i] = len(self.prefill) + k
+        for r in self.decode:
+            if r.index == k:
+                r.take_prefilled(i, float(rep.rec["scheduled_s"][i]), float(rep.rec["first_token_s"][i]))
+            else:
+                r.skip()
+
+    def run(self) -> tuple[ServeResult, dict[str, Any]]:
+        env = simpy.Environment()
+        env.process(stream(env, self.reqs, self._route))
+        for r in (*self.prefill, *self.decode):
+            r.env = env
+            if isinstance(r, PrefillReplica):
+                r.link = simpy.Resource(env, capacity=1)
+            env.process(r._engine(env))
+        env.run()
+        results = [r.result(env.now) for r in (*self.prefill, *self.decode)]
+        return merge(results, self.where), self.figures(results, env.now)
+
+    def figures(self, results: list[ServeResult], span: float) -> dict[str, Any]:
+        """Per pool: each replica's requests and busy fraction; the KV transfers."""
+        def pool(reps, hw, offset):
+            return [dict(replica=r.index, hw=hw, requests=r.routed,
+                         busy=float(results[offset + r.index].iterations["duration_s"].sum()) / span if span else 0.0)
+                    for r in reps]
+        t = np.array(self.transfers).reshape(-1, 3)
+        transfer = dict(count=len(t), bytes_mean=float(t[:, 0].mean()) if len(t) else 0.0,
+                        time_mean_s=float(t[:, 2].mean()) if len(t) else 0.0,
+                        time_max_s=float(t[:, 2].max()) if len(t) else 0.0,
+                        wait_mean_s=float(t[:, 1].mean()) if len(t) else 0.0)
+        return dict(disaggregated=dict(prefill=pool(self.prefill, self.prefill_hw, 0),
+                                       decode=pool(self.decode, self.decode_hw, len(self.prefill)),
+                                       transfer=transfer))

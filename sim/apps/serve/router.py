@@ -1,0 +1,134 @@
+"""Data parallelism in serving: N replicas of an instance (each a serving engine with
+its own scheduler and KV pool, costed by the instance's parallel plan) behind a router.
+
+All replicas and the router run in one simpy environment. The router sees each
+request when it arrives and hands it to one replica:
+
+* round_robin: request i to replica i mod N (vLLM's and most load balancers' default);
+* least_outstanding: to the replica with the fewest requests routed to it and not yet
+  finished (ties to the lowest index), as llm-d / Ray Serve's "least requests" policy.
+
+The result merges the replicas: each request's record from the replica that served it,
+iterations of all replicas (sorted by start), KV blocks summed (peak: the sum of the
+replicas' peaks, an upper bound on their simultaneous peak), makespan the latest end.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from sim.apps.serve.engine import ServeResult, ServeSim
+from sim.apps.serve.setup import Setup
+from sim.apps.serve.spec import Router, ServeFile
+from sim.apps.serve.traces import Requests
+from sim.core.errors import ConfigError
+
+POLICIES = ("round_robin", "least_outstanding")
+
+
+class Replica(ServeSim):
+    """One replica's engine; requests come from the router, not from its own arrival process."""
+
+    def __init__(self, setup: Setup, reqs: Requests, index: int):
+        super().__init__(setup, reqs)
+        self.index = index
+        self.routed = 0
+        self.skipped = 0
+
+    @property
+    def outstanding(self) -> int:
+        return self.routed - (self.done - self.skipped)
+
+    def take(self, i: int) -> None:
+        self.routed += 1
+        self.arrive(i)
+
+    def skip(self) -> None:
+        """A request routed elsewhere: counted as arrived and done here, so the engine stops with the stream."""
+        self.arrived += 1
+        self.done += 1
+        self.skipped += 1
+        self.poke()
+
+
+def replica_count(file: ServeFile) -> int:
+    """serving.router.replicas, else parallel.dp, else 1; both given must agree."""
+    router = file.serving.router
+    dp = (file.section("parallel") or {}).get("dp")
+    n = router.replicas if router is not None else None
+    if n is not None and dp is not None and n != dp:
+        raise ConfigError(f"{file.source}: serving.router.replicas: {n}, but parallel.dp is {dp}; give one")
+    return n or dp or 1
+
+
+def choose(policy: str, i: int, replicas: list[Replica]) -> int:
+    if policy == "round_robin":
+        return i % len(replicas)
+    return min(range(len(replicas)), key=lambda k: replicas[k].outstanding)
+
+
+def stream(env: simpy.Environment, reqs: Requests, route: Callable[[int], None]):
+    """The router's process: each request at its arrival time to `route`."""
+    for i in range(len(reqs)):
+        dt = reqs.arrival_s[i] - env.now
+        if dt > 0:
+            yield env.timeout(dt)
+        route(i)
+
+
+def run_replicas(setup: Setup, reqs: Requests, n: int, policy: str,
+                 progress: Callable[[int, int], None] | None = None) -> tuple[list[ServeResult], np.ndarray]:
+    """Simulate `n` replicas of `setup` behind the router: each replica's result and the
+    replica each request went to."""
+    env = simpy.Environment()
+    reps = [Replica(setup, reqs, k) for k in range(n)]
+    where = np.zeros(len(reqs), dtype=np.int64)
+
+    def route(i: int) -> None:
+        k = where[i] = choose(policy, i, reps)
+        for r in reps:
+            r.take(i) if r.index == k else r.skip()
+        if progress is not None and i % 1024 == 0:
+            progress(sum(r.done - r.skipped for r in reps), len(reqs))
+
+    env.process(stream(env, reqs, route))     # first, as a single engine starts its arrivals first
+    for r in reps:
+        r.env = env
+        env.process(r._engine(env))
+    env.run()
+    return [r.result(env.now) for r in reps], where
+
+
+def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
+    """One result over all replicas (module doc)."""
+    reqs = {c: v.copy() for c, v in results[0].requests.items()}
+    for k, res in enumerate(results[1:], start=1):
+        mine = where == k
+        for c, v in res.requests.items():
+            reqs[c][mine] = v[mine]
+    its = {c: np.concatenate([r.iterations[c] for r in results]) for c in results[0].iterations}
+    order = np.argsort(its["start_s"], kind="stable")
+    return ServeResult(
+        reqs, {c: v[order] for c, v in its.items()},
+        np.concatenate([r.tbt_s for r in results]), np.concatenate([r.tbt_weight for r in results]),
+        sum(r.preemptions for r in results), sum(r.swapped_out_blocks for r in results),
+        sum(r.swapped_in_blocks for r in results), sum(r.total_blocks for r in results),
+        sum(r.peak_blocks for r in results), max(r.makespan_s for r in results),
+        sum(r.tokens_out for r in results), sum(r.energy_j for r in results),
+        [x for r in results for x in r.swap_log], sum(r.spec_steps for r in results),
+        sum(r.spec_tokens for r in results))
+
+
+def replica_figures(results: list[ServeResult], where: np.ndarray) -> list[dict[str, float]]:
+    """Per replica: requests routed, output tokens, busy fraction of the whole run."""
+    span = max(r.makespan_s for r in results)
+    return [dict(replica=k, requests=int((where == k).sum()), tokens=r.tokens_out,
+                 busy=float(r.iterations["duration_s"].sum()) / span if span else 0.0)
+            for k, r in enumerate(results)]
+
+
+def policy_of(file: ServeFile) -> str:
+    return (file.serving.router or Router()).policy

@@ -1,0 +1,72 @@
+"""Disaggregated prefill and decode (sim/apps/serve/disagg.py), by hand on one request."""
+
+import numpy as np
+import pytest
+
+from hw_models.machine import load_machine
+from sim.apps.serve.run import serve
+from sim.apps.serve.setup import prepare
+from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.stepcost import features
+from sim.core.errors import ConfigError
+from sim.core.schema import validate_mapping
+
+CACHE: dict = {}
+PROMPT, OUT = 512, 16
+KV_PER_TOKEN = 2 * 32 * 4096 * 2          # llama2-7b: K and V, 32 layers, 4096 wide, fp16
+
+
+def _file(n=1, rate=1.0, transfer=None, prefill="h100_sxm", decode="a6000", replicas=1) -> ServeFile:
+    serving = dict(arrivals=dict(process="constant", rate=rate, num_requests=n, seed=0),
+                   lengths=dict(prompt=dict(dist="fixed", value=PROMPT), output=dict(dist="fixed", value=OUT)),
+                   scheduler=dict(kind="sarathi", max_num_batched_tokens=1024),
+                   disaggregated=dict(prefill=dict(hw=prefill, replicas=replicas), decode=dict(hw=decode),
+                                      transfer=transfer or {"bandwidth_bytes_per_s": 50e9, "latency_s": 10e-6}))
+    raw = dict(name="t", model="llama2-7b", flash_attention=True, serving=serving)
+    return validate_mapping(ServeFile, raw, "test.yaml", "a serving file")
+
+
+def test_one_request_by_hand():
+    """Prompt 512 on h100_sxm, KV = 512 x 524,288 B = 268,435,456 B over 50 GB/s + 10 us =
+    5.3787 ms, then 15 decode steps on a6000. TTFT = the prefill iteration; the second token
+    comes one transfer and one decode iteration (1 token over 513 keys) later."""
+    f = _file()
+    res, s = serve(f, load_machine("a6000"), cache=CACHE)
+    t = s["disaggregated"]["transfer"]
+    want = 10e-6 + PROMPT * KV_PER_TOKEN / 50e9
+    assert t["count"] == 1 and t["bytes_mean"] == PROMPT * KV_PER_TOKEN
+    assert t["time_mean_s"] == pytest.approx(want, rel=1e-12)
+    pre = prepare(f, load_machine("h100_sxm"), cache=CACHE)
+    dec = prepare(f, load_machine("a6000"), cache=CACHE)
+    ttft = pre.target_cost(features([(PROMPT, PROMPT)]))[0]
+    assert s["latency"]["ttft"]["mean"] == pytest.approx(ttft, rel=1e-9)
+    steps = sum(dec.target_cost(features([(1, PROMPT + j)]))[0] for j in range(1, OUT))
+    assert res.requests["finish_s"][0] == pytest.approx(ttft + want + steps, rel=1e-9)
+    assert s["latency"]["tbt"]["max"] == pytest.approx(want + dec.target_cost(features([(1, PROMPT + 1)]))[0])
+    assert s["completed"] == 1 and res.tokens_out == OUT
+
+
+def test_transfer_over_a_topology_and_pool_figures():
+    """dgx_h100's fitted send/recv (its YAML, 2 ranks: alpha 8.1 us, B 3.62e11 B/s); two prefill replicas
+    share the requests round-robin; every output token is counted once."""
+    res, s = serve(_file(n=8, rate=4.0, transfer={"topology": "dgx_h100"}, replicas=2),
+                   load_machine("a6000"), cache=CACHE)
+    d = s["disaggregated"]
+    assert d["transfer"]["time_mean_s"] == pytest.approx(8.1e-6 + PROMPT * KV_PER_TOKEN / 3.62e11)
+    assert [p["requests"] for p in d["prefill"]] == [4, 4] and d["decode"][0]["requests"] == 8
+    assert res.tokens_out == 8 * OUT and s["completed"] == 8
+    assert 0 < d["decode"][0]["busy"] <= 1 and np.isnan(res.requests["first_token_s"]).sum() == 0
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(prefill="h100_q"), "serving.disaggregated.prefill.hw: "),
+    (dict(transfer={"topology": "dgx_q"}), "serving.disaggregated.transfer.topology: unknown topology 'dgx_q'"),
+])
+def test_bad_disaggregated_sections(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        serve(_file(**kw), load_machine("a6000"), cache=CACHE)
+
+
+def test_transfer_needs_one_link():
+    with pytest.raises(ConfigError, match="give topology or bandwidth_bytes_per_s"):
+        _file(transfer={"latency_s": 1e-6})

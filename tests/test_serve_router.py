@@ -1,0 +1,102 @@
+"""Data parallelism in serving: replicas behind a router (sim/apps/serve/router.py)."""
+
+import numpy as np
+import pytest
+
+from hw_models.machine import load_machine
+from sim.apps.serve.arrivals import make_requests
+from sim.apps.serve.engine import ServeSim
+from sim.apps.serve.metrics import per_request
+from sim.apps.serve.router import merge, run_replicas
+from sim.apps.serve.run import serve
+from sim.apps.serve.setup import prepare
+from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.traces import Requests
+from sim.core.errors import ConfigError
+from sim.core.schema import validate_mapping
+
+CACHE: dict = {}
+
+
+def _file(rate, n, seed=5, router=None, process="poisson", cv=None, **extra) -> ServeFile:
+    arrivals = dict(process=process, rate=rate, num_requests=n, seed=seed, **({"cv": cv} if cv else {}))
+    serving = dict(arrivals=arrivals,
+                   lengths=dict(prompt=dict(dist="uniform", low=32, high=512),
+                                output=dict(dist="uniform", low=8, high=64)),
+                   scheduler=dict(kind="vllm", max_num_batched_tokens=4096))
+    if router:
+        serving["router"] = router
+    raw = dict(name="t", model="llama2-7b", flash_attention=True, serving=serving, **extra)
+    return validate_mapping(ServeFile, raw, "test.yaml", "a serving file")
+
+
+@pytest.fixture(scope="module")
+def a6000():
+    CACHE["a6000"] = load_machine("a6000")
+    return CACHE["a6000"]
+
+
+def test_one_replica_is_the_plain_engine(a6000):
+    f = _file(6.0, 100)
+    _, plain = serve(f, a6000, cache=CACHE)
+    _, routed = serve(_file(6.0, 100, router={"replicas": 1}), a6000, cache=CACHE)
+    assert routed["latency"] == plain["latency"] and routed["iterations"] == plain["iterations"]
+
+
+def test_round_robin_replica_serves_its_substream_exactly(a6000):
+    """Round-robin gives replica k requests k, k+2, ...: its records are those of one engine
+    fed only that sub-stream."""
+    f = _file(12.0, 120)
+    setup, reqs = prepare(f, a6000, cache=CACHE), make_requests(f)
+    results, where = run_replicas(setup, reqs, 2, "round_robin")
+    assert list(where[:6]) == [0, 1, 0, 1, 0, 1]
+    odd = Requests(reqs.arrival_s[1::2], reqs.prompt_len[1::2], reqs.output_len[1::2])
+    alone = ServeSim(setup, odd).run()
+    merged = merge(results, where)
+    for col in ("first_token_s", "finish_s", "scheduled_s"):
+        np.testing.assert_array_equal(merged.requests[col][1::2], alone.requests[col])
+
+
+def _means(rate, n, seeds=4, router=None, **arrivals):
+    """TTFT and TPOT means of runs with seeds 0..seeds-1: their mean and standard error."""
+    runs = np.array([[serve(_file(rate, n, seed=k, router=router, **arrivals), CACHE["a6000"], cache=CACHE)[1]
+                      ["latency"][m]["mean"] for m in ("ttft", "tpot")] for k in range(seeds)])
+    return runs.mean(0), runs.std(0, ddof=1) / np.sqrt(seeds)
+
+
+def _agree(x, y):
+    (mx, sx), (my, sy) = x, y
+    assert np.all(np.abs(mx - my) < 3 * np.sqrt(sx ** 2 + sy ** 2)), (mx, my, sx, sy)
+
+
+def test_dp2_at_twice_the_rate_matches_one_replica(a6000):
+    """DP=2 round-robin at 2r against one replica at r, Poisson, same seeds: TTFT and TPOT means
+    agree within 3 standard errors (seed to seed) at a light load (r = 2/s, ~20% busy)."""
+    _agree(_means(2.0, 300), _means(4.0, 600, router={"replicas": 2}))
+
+
+def test_round_robin_replica_sees_erlang2_arrivals(a6000):
+    """At a heavier load (r = 8/s) round-robin DP=2 has ~10% lower TTFT than one replica under
+    Poisson at r: each replica gets every other Poisson arrival, an Erlang-2 stream (gaps' cv
+    1/sqrt 2), which queues less. One replica fed gamma arrivals with that cv matches it."""
+    dp2 = _means(16.0, 600, router={"replicas": 2})
+    _agree(_means(8.0, 300, process="gamma", cv=2 ** -0.5), dp2)
+    poisson = _means(8.0, 300)
+    assert poisson[0][0] > dp2[0][0] + 2 * np.hypot(poisson[1][0], dp2[1][0])   # one-sided, ~98%
+
+
+def test_least_outstanding(a6000):
+    """A burst of 4 at once: outstanding 0/0 -> replica 0, 1/0 -> 1, 1/1 -> 0, 2/1 -> 1. Arrivals
+    10 s apart (each request long done): always 0 (ties to the lowest index); round-robin alternates."""
+    setup = prepare(_file(1.0, 4), a6000, cache=CACHE)
+    burst = Requests(np.zeros(4), np.full(4, 64), np.full(4, 8))
+    assert list(run_replicas(setup, burst, 2, "least_outstanding")[1]) == [0, 1, 0, 1]
+    apart = Requests(np.arange(4) * 10.0, np.full(4, 64), np.full(4, 8))
+    assert list(run_replicas(setup, apart, 2, "least_outstanding")[1]) == [0, 0, 0, 0]
+    assert list(run_replicas(setup, apart, 2, "round_robin")[1]) == [0, 1, 0, 1]
+
+
+def test_replicas_and_dp_must_agree(a6000):
+    f = _file(1.0, 4, router={"replicas": 2}, parallel={"dp": 3})
+    with pytest.raises(ConfigError, match="serving.router.replicas: 2, but parallel.dp is 3"):
+        serve(f, a6000, cache=CACHE)
