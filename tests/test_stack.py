@@ -113,3 +113,16 @@ def test_a6000_calibrated_quantized_decode_no_slower_than_a6000():
         base = simulate(q, load_machine("a6000"), detail=False).tpot_s
         cal = simulate(q, load_machine("a6000_calibrated"), detail=False).tpot_s
         assert cal <= base
+
+
+@pytest.mark.parametrize("stack, shown", [("torch-eager", "torch-eager (PyTorch eager"), (None, "none (every op")])
+def test_report_and_json_name_the_stack(tmp_path, capsys, stack, shown):
+    import json
+    from sim.apps.cli import main
+    out = tmp_path / "r.json"
+    args = ["run", str(ROOT / "workloads/llama2_7b_decode.yaml"), "--hw", "h200", "--set", "gen_len=2",
+            "--json", str(out)] + (["--set", f"stack={stack}"] if stack else [])
+    assert main(args) == 0
+    report = capsys.readouterr().out
+    assert "software stack" in report and shown in report and "warning: software stack" not in report
+    assert json.loads(out.read_text())["stack"] == (stack or "")

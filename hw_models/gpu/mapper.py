@@ -60,11 +60,3 @@ class GpuMapper(Mapper):
                 deps = (*deps, launch)
             tasks.append(Task(op.name, self.unit_name, c.duration_s, deps, tag=c))
         return tasks
-
-    def figures(self, gen, decode_tl):
-        """The base figures, with a note naming the software stack the ops were costed under."""
-        fig = super().figures(gen, decode_tl)
-        if self.stack is not None:
-            launch = "hidden by CUDA graphs" if self.stack.graphs else f"{self.stack.host_launch_s * 1e6:.3g} us per kernel"
-            fig.notes.append(f"software stack: {self.stack.name} ({self.stack.description}; host launch {launch})")
-        return fig

@@ -10,6 +10,7 @@ from rich.text import Text
 from hw_models.base import Section
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
+from hw_models.stack import load_stack
 from sim.core.results import RunResult, aggregate_by_name, group_name
 from sim.core.units import fmt_bytes, fmt_time
 
@@ -51,6 +52,15 @@ def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> T
     return t
 
 
+def stack_line(spec: str) -> str:
+    """The software stack a run was costed under, as one line of the report."""
+    if not spec:
+        return "none (every op one kernel with the preset's launch overhead)"
+    stack = load_stack(spec)
+    launch = "hidden by CUDA graphs" if stack.graphs else f"{stack.host_launch_s * 1e6:.3g} us per kernel"
+    return f"{stack.name} ({stack.description}; host launch {launch})"
+
+
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
     c = console or Console(markup=False)
     m = result.model
@@ -66,6 +76,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("batch / prompt / new tokens", f"{result.batch} / {result.prompt_len} / {result.gen_len}"),
         ("formats", f"weights {f['weights']}, activations {f['activations']}, KV cache {f['kv_cache']}"
          + (f", overrides {f['overrides']}" if f.get("overrides") else "")),
+        ("software stack", stack_line(result.stack)),
     ]))
     unit = machine.units[machine.main_unit]
     c.print(_kv_table("Hardware", [

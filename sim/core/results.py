@@ -99,12 +99,14 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)   # kind-specific report sections
     simulated_steps: int = 0
     exhaustive: bool = False
+    stack: str = ""                     # the workload's software stack (hw_models/stacks); "" = none
 
     def to_json(self) -> dict[str, Any]:
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
                     flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
         return dict(
-            workload=self.workload, hardware=self.hardware, kind=self.kind, model=self.model, params=self.params,
+            workload=self.workload, hardware=self.hardware, kind=self.kind, stack=self.stack, model=self.model,
+            params=self.params,
             batch=self.batch, prompt_len=self.prompt_len, gen_len=self.gen_len, formats=self.formats,
             ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
             tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
