@@ -189,6 +189,11 @@ class Unit(Strict):
         return v
 
 
+# A link may end at the host system, which a gpu preset does not model as a tier
+# (h200's measured PCIe rates): `src: host` or `dst: host`.
+HOST_END = "host"
+
+
 class Link(Strict):
     src: str
     dst: str
@@ -206,6 +211,10 @@ class Machine(Strict):
     memory: dict[str, Tier]
     units: dict[str, Unit]
     links: dict[str, Link] = {}
+    # Per software stack (hw_models/stacks), the kernel figures `sim calibrate --stack` fitted on this
+    # machine: {stack: {ops: {kind: {floor_s, memory_efficiency, prefill: {...}}}, names: {...}}}. They
+    # replace the stack file's where this machine runs that stack (hw_models.stack.stack_for checks them).
+    stacks: dict[str, dict[str, Any]] = {}
     # Kind-specific sections (offload's `host`, `pim`, `spatial`: hw_models.kinds says
     # which kind owns which key), kept as given and validated by that kind when used.
     sections: dict[str, Any] = {}
@@ -253,7 +262,7 @@ class Machine(Strict):
                     raise ValueError(f"units.{name}.peak_flops_per_s.{fmt}: {exc}") from None
         for name, link in self.links.items():
             for end in (link.src, link.dst):
-                if end not in self.memory and end not in self.units:
+                if end not in self.memory and end not in self.units and end != HOST_END:
                     raise ValueError(f"links.{name}: no tier or unit named {end!r}")
         return self
 

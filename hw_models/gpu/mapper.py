@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from hw_models.base import Mapper, OpCost
 from hw_models.cost import gemm_dims, roofline_cost, weight_format
-from hw_models.stack import load_stack
+from hw_models.stack import stack_for
 from sim.core.engine import Task
 from sim.core.graph import Op, OpGraph
 
@@ -29,7 +29,7 @@ class GpuMapper(Mapper):
         self.unit_name = machine.main_unit
         self.unit = machine.units[self.unit_name]
         self.tier = machine.memory[self.unit.memory]
-        self.stack = load_stack(workload.stack)
+        self.stack = stack_for(workload.stack, machine)
         self._costs: dict[tuple, OpCost] = {}
 
     def cost(self, op: Op) -> OpCost:
