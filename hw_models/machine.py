@@ -179,6 +179,30 @@ class Unit(Strict):
     launch_overhead_s: Quantity = Field(default=0.0, ge=0)
     efficiency: Efficiency = Efficiency()
     power_w: Quantity | None = Field(default=None, gt=0)
+    # Board power as idle + dynamic (issue 15): with `idle_power_w` set, the unit's energy over a run is
+    # idle_power_w x wall time + each op's dynamic energy (FLOPs x energy_j_per_flop of the format it
+    # computes in, "vector" for CUDA-core ops, + bytes x its tier's energy_j_per_byte) instead of
+    # power_w x busy time. A format without an entry is charged the largest entry given.
+    idle_power_w: Quantity | None = Field(default=None, ge=0)
+    energy_j_per_flop: dict[str, Quantity] = {}
+
+    def flop_energy_j(self, flops: float, fmt: str) -> float:
+        """Dynamic energy of `flops` computed in `fmt` (0 without energy_j_per_flop)."""
+        e = self.energy_j_per_flop
+        return flops * e.get(fmt, max(e.values())) if e and flops else 0.0
+
+    @field_validator("energy_j_per_flop")
+    @classmethod
+    def _energy_formats(cls, v: dict[str, float]) -> dict[str, float]:
+        out = {}
+        for fmt, joules in v.items():
+            if joules < 0:
+                raise ValueError(f"{fmt}: must be >= 0")
+            try:
+                out[fmt if fmt == "vector" else get_format(fmt).name] = joules
+            except ConfigError as exc:
+                raise ValueError(f"{fmt}: {exc}") from None
+        return out
 
     @field_validator("peak_flops_per_s")
     @classmethod

@@ -61,6 +61,14 @@ def stack_line(spec: str) -> str:
     return f"{stack.name} ({stack.description}; host launch {launch})"
 
 
+def _phase_energy(result: RunResult) -> str:
+    if result.prefill_energy_per_token_j is None:
+        return ""
+    dec = result.decode_energy_per_token_j
+    return (f" (prefill {result.prefill_energy_per_token_j:.4f} J per prompt token, decode "
+            + (f"{dec:.3f} J per token" if dec is not None else "-") + "; board power as idle + dynamic)")
+
+
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
     c = console or Console(markup=False)
     m = result.model
@@ -90,7 +98,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("TPOT mean / first / last", f"{fmt_time(result.tpot_s)} / {fmt_time(result.tpot_first_s)} / {fmt_time(result.tpot_last_s)}"),
         ("end-to-end", fmt_time(result.e2e_s)),
         ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
-        ("energy per token", f"{result.energy_per_token_j:.3f} J"),
+        ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
         ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in result.utilization.items())),
     ]
     c.print(_kv_table("Results", rows))
