@@ -38,7 +38,7 @@ def test_worse_held_out_is_refused(tmp_path, capsys):
 def test_stack_calibration_writes_its_kernels_and_keeps_held_out_error(tmp_path, capsys):
     fit, test = _split()
     out = tmp_path / "h200_cal.yaml"
-    assert main(["calibrate", *fit, "--hw", "h200", "--stack", "torch-eager", "--held-out", *test,
+    assert main(["calibrate", *fit, "--hw", "h200", "--stack", "torch-eager", "--min-traces", "2", "--held-out", *test,
                  "-o", str(out)]) == 0
     text = out.read_text()
     assert "Held out (4 traces" in text

@@ -57,7 +57,6 @@ TILES: tuple[tuple[int, int] | None, ...] = (None, (64, 64), (128, 64), (64, 128
 # only; 8 and 64 would group short batched GEMMs with it.
 GEMV_MAX_M: tuple[int | None, ...] = (None, 1, 8, 64)
 GEMV = "gemv"   # the fit class of GEMMs with M <= gemv_max_m
-MIN_TRACES = 2  # a per-kind curve needs ops from this many traces; else the kind keeps the unit's curve
 
 
 @dataclass
@@ -240,7 +239,7 @@ class Calibration:
     raw: dict            # the preset as YAML data: the base file's text values, fitted fields replaced
     gemv_max_m: int | None = None                               # the small-M GEMM threshold chosen
     gemv_scores: dict[str, float] = field(default_factory=dict)  # GEMM classes' RMS log residual per candidate
-    kept: list[str] = field(default_factory=list)   # kinds left on the unit's curve (ops of < MIN_TRACES traces)
+    kept: list[str] = field(default_factory=list)   # kinds left on the unit's curve (ops of < min_traces traces)
 
     @property
     def mape(self) -> float:
@@ -253,11 +252,12 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
               use_step: Callable[[Trace, StepShape], bool] | None = None,
               tiles: Iterable[tuple[int, int] | None] | None = None,
               gemv_max_m: Iterable[int | None] | None = None,
-              use_op: Callable[[g.Op], bool] | None = None) -> Calibration:
+              use_op: Callable[[g.Op], bool] | None = None, min_traces: int = 1) -> Calibration:
     """Fit `base`'s efficiency curves to the traces' ops (the steps `use_step` keeps).
     `tiles`: the GEMM wave tiles to choose from (default TILES; needs parallel_units).
     `gemv_max_m`: the small-M GEMM thresholds to choose from (default: the base
-    preset's own, i.e. no small-M class unless it has one; GEMV_MAX_M to search)."""
+    preset's own, i.e. no small-M class unless it has one; GEMV_MAX_M to search). `min_traces`: a kind
+    gets its own curve only with ops from this many traces (else it stays on the all-ops curve)."""
     if base.kind not in ("gpu", "cpu"):
         raise ConfigError(f"{base.name}: calibrate fits gpu/cpu roofline presets, not kind {base.kind!r}")
     data = samples(traces, base, use_step, use_op)
@@ -280,7 +280,7 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     kinds, kept = {}, []
     if per_kind:
         for kind in data.classes():   # one trace's shapes cannot tell a kind's curve from its shape
-            if len({t for t, c in zip(data.trace, map(data.cls, range(len(data)))) if c == kind}) >= MIN_TRACES:
+            if len({t for t, c in zip(data.trace, map(data.cls, range(len(data)))) if c == kind}) >= min_traces:
                 kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params)
             else:
                 kept.append(kind)
@@ -381,7 +381,7 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
         *[f"#   {k}: RMS log residual {f.rms_log_residual:.3f}, MAPE {f.mape:.1%} over {f.n} ops"
           + (f"; not constrained by the data, kept: {', '.join(sorted(f.fixed))}" if f.fixed else "")
           for k, f in cal.by_kind.items()],
-        *([f"#   on the all-ops curve (ops from under {MIN_TRACES} traces): {', '.join(cal.kept)}"] if cal.kept else []),
+        *([f"#   on the all-ops curve (ops from too few traces, --min-traces): {', '.join(cal.kept)}"] if cal.kept else []),
         *([f"# {line}" for line in note.splitlines()]),
     ]
     text = "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)

@@ -161,7 +161,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     name = args.name or Path(args.output).stem
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
-    cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name)
+    cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
+                              min_traces=args.min_traces)
     console = Console(markup=False)
     if args.held_out:   # refuses (ConfigError) before anything is written
         h = held_out(_load(args, args.held_out), base, cal.machine, args.stack)
@@ -214,6 +215,9 @@ def register(sub) -> None:
     c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
     c.add_argument("--stack", help="software stack the traces ran under (hw_models/stacks): its kernels' figures are "
                                    "fitted into the preset's stacks.<name>, the curves on the ops it leaves to the roofline")
+    c.add_argument("--min-traces", type=int, default=1, metavar="N",
+                   help="an op kind gets its own curve only with ops from N traces (default 1): one run's shapes "
+                        "cannot tell a kind's curve from its shape")
     c.add_argument("--held-out", nargs="+", metavar="TRACE", default=[],
                    help="traces not fitted: refuse (exit 2) to write a preset whose per-op MAPE on them is worse")
     c.set_defaults(func=cmd_calibrate)

@@ -74,9 +74,10 @@ class StackCalibration:
 
 
 def calibrate_stack(traces: list[Trace], base: Machine, stack_name: str, per_kind: bool = True,
-                    name: str | None = None) -> StackCalibration:
+                    name: str | None = None, min_traces: int = 1) -> StackCalibration:
     stack = load_stack(stack_name)
-    cal = calibrate(traces, base, per_kind=per_kind, name=name, use_op=leaves_to_roofline(stack))
+    cal = calibrate(traces, base, per_kind=per_kind, name=name, use_op=leaves_to_roofline(stack),
+                    min_traces=min_traces)
     fits = fit_stack(traces, cal.machine, stack)
     over = spec_overrides(fits)
     if over:
@@ -86,11 +87,11 @@ def calibrate_stack(traces: list[Trace], base: Machine, stack_name: str, per_kin
 
 
 def calibrate_for(traces: list[Trace], base: Machine, stack: str | None, per_kind: bool = True,
-                  name: str | None = None) -> tuple[Calibration, str]:
+                  name: str | None = None, min_traces: int = 1) -> tuple[Calibration, str]:
     """The calibration (under `stack` when given) and the preset header note it adds."""
     if stack is None:
-        return calibrate(traces, base, per_kind=per_kind, name=name), ""
-    sc = calibrate_stack(traces, base, stack, per_kind, name)
+        return calibrate(traces, base, per_kind=per_kind, name=name, min_traces=min_traces), ""
+    sc = calibrate_stack(traces, base, stack, per_kind, name, min_traces)
     return sc.cal, sc.note()
 
 
