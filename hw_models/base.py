@@ -188,9 +188,13 @@ class Mapper:
 
         return fold_layers(run, L, self.fold_layers, exhaustive)
 
-    def power_j(self, busy_s: dict[str, float]) -> float:
-        """Energy of the units' power over their busy time."""
-        return sum((u.power_w or 0.0) * busy_s.get(name, 0.0) for name, u in self.machine.units.items())
+    def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
+        """Static energy over a span of `wall_s` seconds (default: the longest busy time): a unit's
+        idle board power over the whole span where the preset gives it (board power as idle +
+        dynamic, the dynamic part in the tasks' energy), else its power_w over its busy time."""
+        wall = max(busy_s.values(), default=0.0) if wall_s is None else wall_s
+        return sum(u.idle_power_w * wall if u.idle_power_w is not None else (u.power_w or 0.0) *
+                   busy_s.get(name, 0.0) for name, u in self.machine.units.items())
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace."""
@@ -201,8 +205,13 @@ class Mapper:
         reported plus each unit's power while it was busy. `decode_tl` is the
         representative decode step in full, None when the run skips detail."""
         busy, e2e = gen.busy_s, gen.e2e_s
-        return RunFigures(self.workload.batch, {r: b / e2e for r, b in busy.items()} if e2e else {},
-                          gen.energy_j + self.power_j(busy))
+        total = gen.energy_j + self.power_j(busy, e2e)
+        fig = RunFigures(self.workload.batch, {r: b / e2e for r, b in busy.items()} if e2e else {}, total)
+        if any(u.idle_power_w is not None for u in self.machine.units.values()):
+            # Board power as idle + dynamic: energy splits by phase (prefill vs decode steps).
+            pre = gen.prefill.energy_j + self.power_j(gen.prefill.busy_s, gen.prefill.time_s)
+            fig.energy_by_phase_j = {"prefill": pre, "decode": total - pre}
+        return fig
 
     def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
         return simulate_generation(self, exhaustive=exhaustive, detail=detail)

@@ -71,14 +71,14 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
         role = "weight" if op.kind == g.GEMM else "kv"
         stored = next((t.fmt for t in op.reads if t.role == role and len(t.shape) > 1), None)
         path = compute_path.choose(unit, unit_name, stored, op.compute_format, mode, role)
-        rate, label = path.rate_flops_per_s, path.label
+        rate, label, efmt = path.rate_flops_per_s, path.label, path.fmt
         if path.dequant:
             elements = sum(t.elements for t in op.reads if t.role == role and len(t.shape) > 1)
             dq = elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT
             # Dequantization streams with the operand over all SMs: no small-op ramp.
             dequant_s = dq / (unit.vector_flops_per_s * eff.compute_max)
     else:
-        rate, label = unit.vector_flops_per_s, "vector"
+        rate, label, efmt = unit.vector_flops_per_s, "vector", "vector"
     eff = eff.at_rates(rate, tier.bandwidth_bytes_per_s)
     if op.kind not in MATRIX_KINDS:
         over = unit.efficiency.by_kind.get(op.kind)
@@ -102,6 +102,6 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
     overhead_s = 0.0 if steady else unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s, m)
     duration = overhead_s + max(compute_s, memory_s)
-    energy = nbytes * (tier.energy_j_per_byte or 0.0)
+    energy = nbytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, efmt)
     return OpCost(op, unit_name, duration, compute_s, memory_s, overhead_s,
                   bound_of(compute_s, memory_s, overhead_s), label, energy)

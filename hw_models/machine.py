@@ -179,6 +179,30 @@ class Unit(Strict):
     launch_overhead_s: Quantity = Field(default=0.0, ge=0)
     efficiency: Efficiency = Efficiency()
     power_w: Quantity | None = Field(default=None, gt=0)
+    # Board power as idle + dynamic (issue 15): with `idle_power_w` set, the unit's energy over a run is
+    # idle_power_w x wall time + each op's dynamic energy (FLOPs x energy_j_per_flop of the format it
+    # computes in, "vector" for CUDA-core ops, + bytes x its tier's energy_j_per_byte) instead of
+    # power_w x busy time. A format without an entry is charged the largest entry given.
+    idle_power_w: Quantity | None = Field(default=None, ge=0)
+    energy_j_per_flop: dict[str, Quantity] = {}
+
+    def flop_energy_j(self, flops: float, fmt: str) -> float:
+        """Dynamic energy of `flops` computed in `fmt` (0 without energy_j_per_flop)."""
+        e = self.energy_j_per_flop
+        return flops * e.get(fmt, max(e.values())) if e and flops else 0.0
+
+    @field_validator("energy_j_per_flop")
+    @classmethod
+    def _energy_formats(cls, v: dict[str, float]) -> dict[str, float]:
+        out = {}
+        for fmt, joules in v.items():
+            if joules < 0:
+                raise ValueError(f"{fmt}: must be >= 0")
+            try:
+                out[fmt if fmt == "vector" else get_format(fmt).name] = joules
+            except ConfigError as exc:
+                raise ValueError(f"{fmt}: {exc}") from None
+        return out
 
     @field_validator("peak_flops_per_s")
     @classmethod
@@ -187,6 +211,11 @@ class Unit(Strict):
             if rate <= 0:
                 raise ValueError(f"{fmt}: must be positive")
         return v
+
+
+# A link may end at the host system, which a gpu preset does not model as a tier
+# (h200's measured PCIe rates): `src: host` or `dst: host`.
+HOST_END = "host"
 
 
 class Link(Strict):
@@ -206,6 +235,10 @@ class Machine(Strict):
     memory: dict[str, Tier]
     units: dict[str, Unit]
     links: dict[str, Link] = {}
+    # Per software stack (hw_models/stacks), the kernel figures `sim calibrate --stack` fitted on this
+    # machine: {stack: {ops: {kind: {floor_s, memory_efficiency, prefill: {...}}}, names: {...}}}. They
+    # replace the stack file's where this machine runs that stack (hw_models.stack.stack_for checks them).
+    stacks: dict[str, dict[str, Any]] = {}
     # Kind-specific sections (offload's `host`, `pim`, `spatial`: hw_models.kinds says
     # which kind owns which key), kept as given and validated by that kind when used.
     sections: dict[str, Any] = {}
@@ -253,7 +286,7 @@ class Machine(Strict):
                     raise ValueError(f"units.{name}.peak_flops_per_s.{fmt}: {exc}") from None
         for name, link in self.links.items():
             for end in (link.src, link.dst):
-                if end not in self.memory and end not in self.units:
+                if end not in self.memory and end not in self.units and end != HOST_END:
                     raise ValueError(f"links.{name}: no tier or unit named {end!r}")
         return self
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 
 from hw_models.kernel_families import FAMILIES
-from hw_models.machine import known_op_kinds
+from hw_models.machine import Machine, known_op_kinds
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.graph import Op
@@ -125,6 +125,34 @@ def _path(spec: str) -> Path:
 def _load(path: Path, mtime_ns: int) -> Stack:
     stack = validate_mapping(Stack, read_yaml(path), str(path), "a mapping of stack fields")
     return stack
+
+
+def _merge(base: dict, over: dict, where: str) -> dict:
+    """`over` laid onto `base` key by key; a spec `over` names that `base` lacks is an error."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict):
+            if not isinstance(base.get(key), dict):
+                raise ConfigError(f"{where}.{key}: the stack has no {key!r} to replace figures of")
+            out[key] = _merge(base[key], value, f"{where}.{key}")
+        else:
+            out[key] = value
+    return out
+
+
+def stack_for(spec: str | None, machine: Machine) -> Stack | None:
+    """The stack `spec` as it runs on `machine`: the stack file's figures with those the
+    machine's preset fitted for it (`stacks: {name: ...}`, sim calibrate --stack) laid on."""
+    stack = load_stack(spec)
+    if stack is None or stack.name not in machine.stacks:
+        return stack
+    where = f"{machine.source or machine.name}: stacks.{stack.name}"
+    over = machine.stacks[stack.name]
+    if not isinstance(over, dict):
+        raise ConfigError(f"{where}: a mapping of stack fields")
+    data = _merge(stack.model_dump(exclude_none=True), over, where)
+    return validate_mapping(Stack, data, where, "a mapping of stack fields").model_copy(
+        update={"source": stack.source})
 
 
 def load_stack(spec: str | None) -> Stack | None:

@@ -63,7 +63,7 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         extra_s += m * k * (BF16_BYTES + 1) / bw
         overhead_s += stack.floor_s
     duration = overhead_s + extra_s + max(compute_s, memory_s)
-    energy = op.bytes * (tier.energy_j_per_byte or 0.0)
+    energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
                   bound_of(compute_s, memory_s + extra_s, overhead_s), family, energy)
 
@@ -86,4 +86,5 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     overhead_s = stack.floor_of(spec)
     duration = overhead_s + max(plain.compute_s, memory_s)
     return OpCost(op, unit_name, duration, plain.compute_s, memory_s, overhead_s,
-                  bound_of(plain.compute_s, memory_s, overhead_s), plain.path, plain.energy_j * spec.traffic)
+                  bound_of(plain.compute_s, memory_s, overhead_s), plain.path,
+                  plain.energy_j + (spec.traffic - 1.0) * op.bytes * (tier.energy_j_per_byte or 0.0))

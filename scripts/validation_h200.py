@@ -19,6 +19,7 @@ from sim.apps.trace.plots import scatter
 from sim.apps.trace.replay import replay
 from sim.apps.trace.timing import step_timings
 from sim.apps.trace.validate import Validation, mape, validate
+from validation_h200_stacks import stacks_section  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_DIR = ROOT / "traces" / "h200"
@@ -86,6 +87,8 @@ def h200_section(img: Path) -> tuple[str, dict]:
     figures.update({f"h200.op_mape.{k}": m for k, m in v.mape_by_kind().items()})
     replay_rows, replay_figures = _replay_rows(traces)
     figures.update(replay_figures)
+    stacks_text, stacks_figures = stacks_section(traces)
+    figures.update(stacks_figures)
     text = f"""## H200: this project's captures (traces/h200), uncalibrated preset
 
 Data: traces/h200 -- `scripts/capture_trace.py --device cuda` on one NVIDIA H200 SXM (132 SMs, driver 580.159.04,
@@ -126,5 +129,6 @@ The H100 SXM has the H200's compute and 3.35 instead of 4.8 TB/s, so it should n
          "speed-up"], replay_rows)}
 
 ![H200 scatter](img/validation_h200.png)
-"""
+
+{stacks_text}"""
     return text, figures

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from hw_models.base import Mapper, OpCost
 from hw_models.cost import gemm_dims, roofline_cost, weight_format
-from hw_models.stack import load_stack
+from hw_models.stack import stack_for
 from sim.core.engine import Task
 from sim.core.graph import Op, OpGraph
 
@@ -29,7 +29,7 @@ class GpuMapper(Mapper):
         self.unit_name = machine.main_unit
         self.unit = machine.units[self.unit_name]
         self.tier = machine.memory[self.unit.memory]
-        self.stack = load_stack(workload.stack)
+        self.stack = stack_for(workload.stack, machine)
         self._costs: dict[tuple, OpCost] = {}
 
     def cost(self, op: Op) -> OpCost:
@@ -60,11 +60,3 @@ class GpuMapper(Mapper):
                 deps = (*deps, launch)
             tasks.append(Task(op.name, self.unit_name, c.duration_s, deps, tag=c))
         return tasks
-
-    def figures(self, gen, decode_tl):
-        """The base figures, with a note naming the software stack the ops were costed under."""
-        fig = super().figures(gen, decode_tl)
-        if self.stack is not None:
-            launch = "hidden by CUDA graphs" if self.stack.graphs else f"{self.stack.host_launch_s * 1e6:.3g} us per kernel"
-            fig.notes.append(f"software stack: {self.stack.name} ({self.stack.description}; host launch {launch})")
-        return fig

@@ -10,6 +10,7 @@ from rich.text import Text
 from hw_models.base import Section
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
+from hw_models.stack import load_stack
 from sim.core.results import RunResult, aggregate_by_name, group_name
 from sim.core.units import fmt_bytes, fmt_time
 
@@ -51,6 +52,23 @@ def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> T
     return t
 
 
+def stack_line(spec: str) -> str:
+    """The software stack a run was costed under, as one line of the report."""
+    if not spec:
+        return "none (every op one kernel with the preset's launch overhead)"
+    stack = load_stack(spec)
+    launch = "hidden by CUDA graphs" if stack.graphs else f"{stack.host_launch_s * 1e6:.3g} us per kernel"
+    return f"{stack.name} ({stack.description}; host launch {launch})"
+
+
+def _phase_energy(result: RunResult) -> str:
+    if result.prefill_energy_per_token_j is None:
+        return ""
+    dec = result.decode_energy_per_token_j
+    return (f" (prefill {result.prefill_energy_per_token_j:.4f} J per prompt token, decode "
+            + (f"{dec:.3f} J per token" if dec is not None else "-") + "; board power as idle + dynamic)")
+
+
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
     c = console or Console(markup=False)
     m = result.model
@@ -66,6 +84,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("batch / prompt / new tokens", f"{result.batch} / {result.prompt_len} / {result.gen_len}"),
         ("formats", f"weights {f['weights']}, activations {f['activations']}, KV cache {f['kv_cache']}"
          + (f", overrides {f['overrides']}" if f.get("overrides") else "")),
+        ("software stack", stack_line(result.stack)),
     ]))
     unit = machine.units[machine.main_unit]
     c.print(_kv_table("Hardware", [
@@ -79,7 +98,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("TPOT mean / first / last", f"{fmt_time(result.tpot_s)} / {fmt_time(result.tpot_first_s)} / {fmt_time(result.tpot_last_s)}"),
         ("end-to-end", fmt_time(result.e2e_s)),
         ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
-        ("energy per token", f"{result.energy_per_token_j:.3f} J"),
+        ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
         ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in result.utilization.items())),
     ]
     c.print(_kv_table("Results", rows))

@@ -139,6 +139,8 @@ class RunFigures:
     batch: int                              # sequences generated (a policy search may choose fewer)
     utilization: dict[str, float]
     energy_j: float                         # whole run, static and dynamic
+    # {"prefill": J, "decode": J} where the kind splits energy by phase (board power as idle + dynamic)
+    energy_by_phase_j: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)   # kind data: "metrics", "sections", ...
 
@@ -179,6 +181,9 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
     k = hw.figures(gen, decode_tl if detail else None)
     tokens = k.batch * w.gen_len
     e2e = gen.e2e_s
+    phase = k.energy_by_phase_j
+    per_token = {"prefill": k.batch * w.prompt_len, "decode": k.batch * (w.gen_len - 1)}
+    j_per_token = {p: phase[p] / n if p in phase and n else None for p, n in per_token.items()}
     return RunResult(
         workload=w.name, hardware=hw.hardware_name, kind=hw.hardware_kind, model=m.to_dict(), params=m.params(),
         batch=k.batch, prompt_len=w.prompt_len, gen_len=w.gen_len,
@@ -189,4 +194,5 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
         utilization=k.utilization, energy_per_token_j=k.energy_j / tokens if tokens else 0.0,
         prefill_ops=op_records(prefill_tl), decode_ops=op_records(decode_tl), decode_kv_len=gen.rep_kv,
         prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes + k.notes,
-        extra=k.extra, simulated_steps=1 + len(gen.sampled_idx), exhaustive=exhaustive)
+        extra=k.extra, simulated_steps=1 + len(gen.sampled_idx), exhaustive=exhaustive, stack=w.stack or "",
+        prefill_energy_per_token_j=j_per_token["prefill"], decode_energy_per_token_j=j_per_token["decode"])

@@ -99,18 +99,25 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)   # kind-specific report sections
     simulated_steps: int = 0
     exhaustive: bool = False
+    stack: str = ""                     # the workload's software stack (hw_models/stacks); "" = none
+    # Where the kind splits energy by phase: prefill J per prompt token, decode J per token a decode step
+    # generates (the first token comes from prefill). None: the kind does not split it.
+    prefill_energy_per_token_j: float | None = None
+    decode_energy_per_token_j: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
                     flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
         return dict(
-            workload=self.workload, hardware=self.hardware, kind=self.kind, model=self.model, params=self.params,
+            workload=self.workload, hardware=self.hardware, kind=self.kind, stack=self.stack, model=self.model,
+            params=self.params,
             batch=self.batch, prompt_len=self.prompt_len, gen_len=self.gen_len, formats=self.formats,
             ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
             tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
             peak_memory_bytes=self.peak_memory_bytes, memory_by_role=self.memory_by_role,
             utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
-            decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
+            prefill_energy_per_token_j=self.prefill_energy_per_token_j,
+            decode_energy_per_token_j=self.decode_energy_per_token_j, decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
             extra=self.extra,
             simulated_steps=self.simulated_steps, exhaustive=self.exhaustive)
 
@@ -119,6 +126,10 @@ class RunResult:
         out = dict(ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
                    tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
                    energy_per_token_j=self.energy_per_token_j, params=float(self.params))
+        for phase in ("prefill", "decode"):   # only where split: old presets keep their keys
+            value = getattr(self, f"{phase}_energy_per_token_j")
+            if value is not None:
+                out[f"{phase}_energy_per_token_j"] = value
         for tier, b in self.peak_memory_bytes.items():
             out[f"peak_memory_bytes.{tier}"] = b
         for res, u in self.utilization.items():

@@ -77,7 +77,7 @@ class ExactCost:
         """The mapper's own iteration hook (Mapper.iteration), plus the units' power while busy."""
         self.calls += 1
         step = self.mapper.iteration(it.seqs, it.logits)
-        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s)
+        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s)
 
 
 def _grid(top: int, fine: bool = True) -> list[int]:

@@ -71,6 +71,7 @@ class Samples:
     mnk: list[tuple[int, int, int] | None] = field(default_factory=list)   # GEMM dims, None otherwise
     gemv_max_m: int | None = None      # GEMMs with M <= this are in class GEMV
     sources: set[str] = field(default_factory=set)
+    trace: list[str] = field(default_factory=list)   # each op's trace (a table's TP degree apart)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -86,7 +87,7 @@ class Samples:
 
     def with_gemv(self, gemv_max_m: int | None) -> "Samples":
         return Samples(self.kind, self.flops, self.nbytes, self.rate, self.measured_s, self.mnk, gemv_max_m,
-                       self.sources)
+                       self.sources, self.trace)
 
     def select(self, kind: str | None, tiles: Efficiency | None = None, ramp_vector: bool = True
                ) -> tuple[np.ndarray, ...]:
@@ -105,8 +106,10 @@ class Samples:
 
 
 def samples(traces: Iterable[Trace], machine: Machine,
-            use_step: Callable[[Trace, StepShape], bool] | None = None) -> Samples:
-    """Roofline inputs of every measured op (median over repeats) of the steps `use_step` keeps."""
+            use_step: Callable[[Trace, StepShape], bool] | None = None,
+            use_op: Callable[[g.Op], bool] | None = None) -> Samples:
+    """Roofline inputs of every measured op (median over repeats) of the steps `use_step`
+    keeps, and of those only the ops `use_op` keeps (a stack's own kernels are fitted apart)."""
     unit_name = machine.main_unit
     unit = machine.units[unit_name]
     out = Samples()
@@ -119,6 +122,8 @@ def samples(traces: Iterable[Trace], machine: Machine,
             if m.step not in graphs:
                 graphs[m.step] = step_graph(trace, shape)
             op = graphs[m.step].op(m.name)
+            if use_op is not None and not use_op(op):
+                continue
             if op.kind in MATRIX_KINDS:
                 wfmt = weight_format(op) if op.kind == g.GEMM else None
                 path = compute_path.choose(unit, unit_name, wfmt, op.compute_format)
@@ -134,6 +139,7 @@ def samples(traces: Iterable[Trace], machine: Machine,
             out.measured_s.append(m.duration_s)
             out.mnk.append(gemm_dims(op))
             out.sources.add(trace.source.split("#")[0])
+            out.trace.append(trace.source)
     if not len(out):
         raise ConfigError("no measured ops to calibrate on")
     return out
@@ -233,6 +239,7 @@ class Calibration:
     raw: dict            # the preset as YAML data: the base file's text values, fitted fields replaced
     gemv_max_m: int | None = None                               # the small-M GEMM threshold chosen
     gemv_scores: dict[str, float] = field(default_factory=dict)  # GEMM classes' RMS log residual per candidate
+    kept: list[str] = field(default_factory=list)   # kinds left on the unit's curve (ops of < min_traces traces)
 
     @property
     def mape(self) -> float:
@@ -244,14 +251,16 @@ class Calibration:
 def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: str | None = None,
               use_step: Callable[[Trace, StepShape], bool] | None = None,
               tiles: Iterable[tuple[int, int] | None] | None = None,
-              gemv_max_m: Iterable[int | None] | None = None) -> Calibration:
+              gemv_max_m: Iterable[int | None] | None = None,
+              use_op: Callable[[g.Op], bool] | None = None, min_traces: int = 1) -> Calibration:
     """Fit `base`'s efficiency curves to the traces' ops (the steps `use_step` keeps).
     `tiles`: the GEMM wave tiles to choose from (default TILES; needs parallel_units).
     `gemv_max_m`: the small-M GEMM thresholds to choose from (default: the base
-    preset's own, i.e. no small-M class unless it has one; GEMV_MAX_M to search)."""
+    preset's own, i.e. no small-M class unless it has one; GEMV_MAX_M to search). `min_traces`: a kind
+    gets its own curve only with ops from this many traces (else it stays on the all-ops curve)."""
     if base.kind not in ("gpu", "cpu"):
         raise ConfigError(f"{base.name}: calibrate fits gpu/cpu roofline presets, not kind {base.kind!r}")
-    data = samples(traces, base, use_step)
+    data = samples(traces, base, use_step, use_op)
     unit_name = base.main_unit
     unit = base.units[unit_name]
     bw = base.memory[unit.memory].bandwidth_bytes_per_s
@@ -268,10 +277,13 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
                                       [e.gemv_max_m] if gemv_max_m is None else gemv_max_m) if per_kind \
         else (None, {})
     data = data.with_gemv(gemv_m)
-    kinds = {}
+    kinds, kept = {}, []
     if per_kind:
-        for kind in data.classes():
-            kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params)
+        for kind in data.classes():   # one trace's shapes cannot tell a kind's curve from its shape
+            if len({t for t, c in zip(data.trace, map(data.cls, range(len(data)))) if c == kind}) >= min_traces:
+                kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params)
+            else:
+                kept.append(kind)
     try:  # the base file's own text (units as written), when it is a file
         raw = raw_machine(base.source or base.name)
     except ConfigError:  # a machine built in code
@@ -294,7 +306,7 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     raw["description"] = f"{base.description} -- efficiencies fitted by `sim calibrate` on {len(data)} measured ops"
     machine = machine_from_dict(raw, f"calibrated from {base.name}")
     return Calibration(base.name, unit_name, overall, kinds, tile, scores, sources, machine, raw,
-                       gemv_m, gemv_scores)
+                       gemv_m, gemv_scores, kept)
 
 
 def _tiled(e: Efficiency, tile: tuple[int, int] | None) -> Efficiency:
@@ -356,8 +368,8 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
     lines = [
         f"# {data['name']}: {cal.base} with its efficiency curves and launch overhead fitted to measured ops",
         f"# by `sim calibrate` (scipy.optimize.least_squares on log-time residuals), {date}.",
-        f"# Peaks, capacities and bandwidths are {cal.base}.yaml's datasheet figures (see the citations there);",
-        "# only units.*.efficiency and launch_overhead_s are fitted. Fitted on:",
+        f"# Peaks, capacities and bandwidths are {cal.base}.yaml's (see the citations there); only",
+        "# units.*.efficiency, launch_overhead_s and stacks.* (below) are fitted. Fitted on:",
         *[f"#   {s}" for s in cal.sources],
         f"# GEMM tile/wave term: {_tile_note(cal)}",
         *([f"# Small-M GEMM class (gemv): {'M <= %d' % cal.gemv_max_m if cal.gemv_max_m else 'none'}, chosen by "
@@ -369,6 +381,7 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
         *[f"#   {k}: RMS log residual {f.rms_log_residual:.3f}, MAPE {f.mape:.1%} over {f.n} ops"
           + (f"; not constrained by the data, kept: {', '.join(sorted(f.fixed))}" if f.fixed else "")
           for k, f in cal.by_kind.items()],
+        *([f"#   on the all-ops curve (ops from too few traces, --min-traces): {', '.join(cal.kept)}"] if cal.kept else []),
         *([f"# {line}" for line in note.splitlines()]),
     ]
     text = "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)

@@ -153,16 +153,24 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from sim.apps.outputs import check_output
-    from sim.apps.trace.calibrate import calibrate, write_preset
+    from sim.apps.trace.calibrate import write_preset
+    from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
     base = load_machine(args.hw)
     check_output(args.output)  # before the fit, not after it
     name = args.name or Path(args.output).stem
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
-    cal = calibrate(_load(args, args.traces), base, per_kind=not args.single_curve, name=name)
-    path = write_preset(cal, args.output)
+    cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
+                              min_traces=args.min_traces)
     console = Console(markup=False)
+    if args.held_out:   # refuses (ConfigError) before anything is written
+        h = held_out(_load(args, args.held_out), base, cal.machine, args.stack)
+        note += f"\nHeld out ({len(args.held_out)} traces, {h.n_ops} ops): per-op MAPE {h.before:.1%} -> {h.after:.1%}"
+        console.print(note.splitlines()[-1])
+    else:
+        console.print("no --held-out traces: the calibrated preset's error on unseen data is not checked")
+    path = write_preset(cal, args.output, note)
     t = Table(title=f"{name}: fitted on {sum(f.n for f in cal.by_kind.values()) or cal.overall.n} ops")
     for col in ("curve", "compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead",
                 "MAPE (fit)"):
@@ -205,4 +213,11 @@ def register(sub) -> None:
     c.add_argument("-o", "--output", required=True, metavar="PRESET.yaml")
     c.add_argument("--name", help="preset name (default: the output file's stem)")
     c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
+    c.add_argument("--stack", help="software stack the traces ran under (hw_models/stacks): its kernels' figures are "
+                                   "fitted into the preset's stacks.<name>, the curves on the ops it leaves to the roofline")
+    c.add_argument("--min-traces", type=int, default=1, metavar="N",
+                   help="an op kind gets its own curve only with ops from N traces (default 1): one run's shapes "
+                        "cannot tell a kind's curve from its shape")
+    c.add_argument("--held-out", nargs="+", metavar="TRACE", default=[],
+                   help="traces not fitted: refuse (exit 2) to write a preset whose per-op MAPE on them is worse")
     c.set_defaults(func=cmd_calibrate)

@@ -1,0 +1,115 @@
+"""Calibration under a software stack, and the held-out check that guards writing.
+
+`sim calibrate --stack NAME` splits the measured ops by who costs them under that
+stack (hw_models.stack_cost): the ops the stack leaves to the preset's roofline
+(GEMMs without a kernel family, SDPA attention under torch-eager) fit the preset's
+efficiency curves (sim.apps.trace.calibrate); the stack's own kernels (norms,
+RoPE, adds, ...) fit the stack's floor and memory efficiency per spec
+(sim.apps.trace.stack_fit), on the calibrated machine, and go into the preset's
+`stacks: {NAME: ...}` section, so they apply where this machine runs this stack
+and nowhere else. Specs the data cannot constrain keep the stack file's figures.
+
+`--held-out TRACE...` compares the per-op MAPE on traces the fit never saw,
+before (the base preset) and after (the calibrated one), both under the stack;
+a calibration that made it worse is refused (ConfigError: one line, exit 2,
+nothing written).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hw_models.machine import Machine, machine_from_dict
+from hw_models.stack import Stack, load_stack
+from sim.apps.trace.calibrate import Calibration, calibrate
+from sim.apps.trace.records import Trace
+from sim.apps.trace.stack_fit import SpecFit, fit_stack
+from sim.apps.trace.validate import validate
+from sim.core import graph as g
+from sim.core.errors import ConfigError
+from sim.core.graph import Op
+
+
+def leaves_to_roofline(stack: Stack):
+    """Whether `stack` costs an op with the preset's plain roofline (no spec, no kernel family)."""
+    def keep(op: Op) -> bool:
+        if stack.spec(op) is not None:
+            return False
+        w = next((t.fmt for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
+        return not (op.kind == g.GEMM and w is not None and w != op.compute_format and stack.family(w))
+    return keep
+
+
+def spec_overrides(fits: list[SpecFit]) -> dict:
+    """The constrained fits as a preset's `stacks.<name>` mapping ("softmax.prefill" nests)."""
+    out: dict = {}
+    for f in fits:
+        if f.floor_s is None:
+            continue
+        parts = f.key.split(".")
+        section, parts = (("names", parts[1:]) if parts[0] == "names" else ("ops", parts))
+        node = out.setdefault(section, {})
+        for p in parts:
+            node = node.setdefault(p, {})
+        node.update(floor_s=float(f"{f.floor_s:.3g}"), memory_efficiency=float(f"{f.memory_efficiency:.3g}"))
+    return out
+
+
+@dataclass
+class StackCalibration:
+    cal: Calibration
+    stack: str
+    fits: list[SpecFit]
+
+    def note(self) -> str:
+        """Header lines for the preset: which stack figures were fitted, which kept."""
+        fitted = [f"{f.key} (floor {f.floor_s * 1e6:.3g} us, memory efficiency {f.memory_efficiency:.3g}, "
+                  f"MAPE {f.mape:.1%} over {f.n} ops)" for f in self.fits if f.floor_s is not None]
+        kept = [f"{f.key} ({f.n} ops)" for f in self.fits if f.floor_s is None]
+        return "\n".join([f"Under stack {self.stack}: the efficiency curves are fitted on the ops it leaves to the "
+                          "roofline; its kernels' figures (stacks." + self.stack + ") on the rest:",
+                          *[f"  {x}" for x in fitted],
+                          *([f"  not constrained by the data, kept at the stack file's: {', '.join(kept)}"]
+                            if kept else [])])
+
+
+def calibrate_stack(traces: list[Trace], base: Machine, stack_name: str, per_kind: bool = True,
+                    name: str | None = None, min_traces: int = 1) -> StackCalibration:
+    stack = load_stack(stack_name)
+    cal = calibrate(traces, base, per_kind=per_kind, name=name, use_op=leaves_to_roofline(stack),
+                    min_traces=min_traces)
+    fits = fit_stack(traces, cal.machine, stack)
+    over = spec_overrides(fits)
+    if over:
+        cal.raw["stacks"] = {**cal.raw.get("stacks", {}), stack.name: over}
+        cal.machine = machine_from_dict(cal.raw, f"calibrated from {base.name}")
+    return StackCalibration(cal, stack.name, fits)
+
+
+def calibrate_for(traces: list[Trace], base: Machine, stack: str | None, per_kind: bool = True,
+                  name: str | None = None, min_traces: int = 1) -> tuple[Calibration, str]:
+    """The calibration (under `stack` when given) and the preset header note it adds."""
+    if stack is None:
+        return calibrate(traces, base, per_kind=per_kind, name=name, min_traces=min_traces), ""
+    sc = calibrate_stack(traces, base, stack, per_kind, name, min_traces)
+    return sc.cal, sc.note()
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    n_ops: int
+    before: float     # per-op MAPE of the base preset
+    after: float      # of the calibrated one
+
+
+def held_out(traces: list[Trace], base: Machine, calibrated: Machine, stack: str | None) -> HeldOut:
+    """Per-op MAPE on traces the fit did not see, before and after; refuses a calibration
+    that made it worse."""
+    before = validate(traces, base, stack=stack)
+    after = validate(traces, calibrated, stack=stack)
+    if after.mape > before.mape:
+        raise ConfigError(f"--held-out: the calibration makes the held-out per-op MAPE worse ({before.mape:.1%} "
+                          f"with {base.name} -> {after.mape:.1%} over {len(after.ops)} ops"
+                          f"{f', stack {stack}' if stack else ''}); preset not written")
+    return HeldOut(len(after.ops), before.mape, after.mape)
+

@@ -1,0 +1,73 @@
+"""`sim calibrate --stack` and `--held-out`: the stack's kernel figures go into the preset's
+`stacks:` section, and a calibration that makes held-out traces worse is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.apps.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = ROOT / "traces" / "h200"
+# The calibration set of h200_calibrated and of torch-eager's figures (scripts/fit_stack.py); the rest is held out.
+FIT = ("llama2-7b_L4_fp16_b1_p1024", "llama2-13b_L4_fp16_b8_p1024", "llama2-7b_L4_bf16_b4_p4096",
+       "llama3-8b_L4_bf16_b1_p128")
+
+
+def _split() -> tuple[list[str], list[str]]:
+    paths = sorted(H200.glob("*.trace.json.gz"))
+    if not paths:
+        pytest.skip("no H200 traces")
+    return ([str(p) for p in paths if p.name.startswith(FIT)], [str(p) for p in paths if not p.name.startswith(FIT)])
+
+
+def test_worse_held_out_is_refused(tmp_path, capsys):
+    """CPU-socket efficiencies fitted onto the h200 make its held-out H200 error far worse: refused,
+    one line naming --held-out, exit 2, nothing written."""
+    out = tmp_path / "x.yaml"
+    cpu = str(ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv")
+    rc = main(["calibrate", cpu, "--hw", "h200", "--held-out", _split()[1][0], "-o", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--held-out" in err[0] and "worse" in err[0]
+    assert not out.exists()
+
+
+def test_stack_calibration_writes_its_kernels_and_keeps_held_out_error(tmp_path, capsys):
+    fit, test = _split()
+    out = tmp_path / "h200_cal.yaml"
+    assert main(["calibrate", *fit, "--hw", "h200", "--stack", "torch-eager", "--min-traces", "2", "--held-out", *test,
+                 "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "Held out (4 traces" in text
+    spec = yaml.safe_load(text)["stacks"]["torch-eager"]
+    assert {"norm", "rope", "elementwise"} <= set(spec["ops"]) and "act" in spec["names"]
+    # The fitted machine runs the stack with its own figures (hw_models.stack.stack_for).
+    from hw_models.machine import load_machine
+    from hw_models.stack import stack_for
+    s = stack_for("torch-eager", load_machine(str(out)))
+    assert s.ops["norm"].floor_s == pytest.approx(spec["ops"]["norm"]["floor_s"])
+
+
+def test_h200_calibrated_out_of_sample():
+    """h200_calibrated (fitted on FIT) against h200 on the held-out traces, both under torch-eager:
+    no worse (measured 10.0% -> 9.95%; the issue's 8% target is not met: docs/validation.md)."""
+    from hw_models.machine import load_machine
+    from sim.apps.trace.parser import load_trace
+    from sim.apps.trace.validate import validate
+    test = [load_trace(p)[0] for p in _split()[1]]
+    before = validate(test, load_machine("h200"), stack="torch-eager").mape
+    after = validate(test, load_machine("h200_calibrated"), stack="torch-eager").mape
+    assert after <= before <= 0.15
+
+
+def test_bad_stacks_section_is_one_line(tmp_path, capsys):
+    hw = tmp_path / "hw.yaml"
+    hw.write_text((ROOT / "hw_models/presets/h200.yaml").read_text()
+                  + "stacks:\n  torch-eager:\n    ops: {normz: {floor_s: 1.0e-6}}\n")
+    rc = main(["run", str(ROOT / "workloads/llama2_7b_decode.yaml"), "--hw", str(hw), "--set", "stack=torch-eager",
+               "--set", "gen_len=2", "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "stacks.torch-eager.ops.normz" in err[0] and str(hw) in err[0]

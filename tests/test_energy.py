@@ -1,0 +1,62 @@
+"""Board power as idle + dynamic energy (hw_models.machine.Unit.idle_power_w, energy_j_per_flop):
+energy by hand on the h200 preset, the phase split, and the decode power against a published
+H200 measurement. Presets without the fields keep TDP x busy time (tests/data/golden pins them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.machine import load_machine
+from hw_models.registry import simulate
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+from sim.core.graph import ATTENTION, ATTN_CONTEXT, ATTN_SCORE, GEMM
+from sim.core.workload import workload_from_dict
+
+MATRIX = (GEMM, ATTN_SCORE, ATTN_CONTEXT, ATTENTION)
+
+
+def _run(hw: str, gen_len: int = 2, **kw):
+    w = workload_from_dict(dict(name="e", model="llama2-7b", batch=1, prompt_len=256, gen_len=gen_len,
+                                formats=dict(weights="fp16", activations="fp16", kv_cache="fp16"), **kw), "test")
+    return simulate(w, load_machine(hw), exhaustive=True)
+
+
+def test_decode_step_energy_by_hand():
+    """One decode step (kv 257): idle 117.1 W x its time + bytes x 4e-11 J/B + fp16 FLOPs x 1.01e-12 J
+    + vector FLOPs x 3e-12 J (h200.yaml's figures)."""
+    r = _run("h200")
+    graph = lower(load_model("llama2-7b"), "decode", 1, 1, 257, FormatPolicy("fp16", "fp16", "fp16", ()), False)
+    ops = list(graph.ops())
+    dynamic = (sum(o.bytes for o in ops) * 4.0e-11 + sum(o.flops for o in ops if o.kind in MATRIX) * 1.01e-12
+               + sum(o.flops for o in ops if o.kind not in MATRIX) * 3.0e-12)
+    expect = 117.1 * r.tpot_s + dynamic
+    assert r.decode_energy_per_token_j == pytest.approx(expect, rel=1e-9)
+    total = r.energy_per_token_j * r.batch * r.gen_len
+    assert r.prefill_energy_per_token_j * 256 + r.decode_energy_per_token_j == pytest.approx(total, rel=1e-12)
+
+
+def test_decode_power_in_the_published_h200_range():
+    """Out of sample (only the prefill was fitted): Ma et al. 2026 (arXiv:2605.11999) measure H200
+    decode at 137-300 W; the old model (700 W x busy + DRAM energy) said ~790 W."""
+    r = _run("h200", gen_len=17)
+    decode_s = r.e2e_s - r.ttft_s
+    watts = r.decode_energy_per_token_j * r.batch * (r.gen_len - 1) / decode_s
+    assert 137 <= watts <= 300
+
+
+def test_presets_without_the_fields_keep_the_old_model():
+    r = _run("h100_sxm")
+    assert r.prefill_energy_per_token_j is None and "decode_energy_per_token_j" not in r.metrics()
+    # TDP x busy time + DRAM bytes: at least 700 W x the run's GPU-busy time
+    assert r.energy_per_token_j * r.gen_len >= 700 * r.utilization["gpu"] * r.e2e_s
+
+
+def test_negative_flop_energy_is_one_line(tmp_path):
+    from pathlib import Path
+    from sim.core.errors import ConfigError
+    hw = tmp_path / "hw.yaml"
+    src = (Path(__file__).resolve().parent.parent / "hw_models/presets/h200.yaml").read_text()
+    hw.write_text(src.replace("fp32: 3.0e-12 ", "fp32: -3.0e-12 "))
+    with pytest.raises(ConfigError, match=r"energy_j_per_flop.*fp32.*>= 0"):
+        load_machine(str(hw))
