@@ -37,7 +37,7 @@ class Task:
     op: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)   # not frozen: a frozen dataclass's __init__ costs ~2x, and every task makes one
 class Interval:
     task: str
     resource: str
