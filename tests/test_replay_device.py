@@ -186,3 +186,22 @@ def test_committed_h200_traces_are_the_shared_captures():
     assert shared == sorted(p.name for p in H200.iterdir() if p.name != "README.md")
     for name in shared:
         assert (H200 / name).read_bytes() == (SHARED_H200 / name).read_bytes(), name
+
+
+def test_a_trace_with_nothing_measured_is_refused():
+    """Issue 17: zero measured time must not become a speed-up ('63.8x from zero rows')."""
+    from dataclasses import replace as _replace
+
+    from hw_models.machine import load_machine as _load
+    from sim.apps.trace.replay import replay as _replay
+    from sim.apps.trace.records import MeasuredOp, StepShape, Trace
+    from sim.core.errors import ConfigError
+    from sim.core.model import load_model
+
+    trace = Trace("zeros.ops.csv", "sim", "cuda", "test", load_model("llama2-7b"), "fp16", 1)
+    trace.steps.append(StepShape("decode", "decode", 1, 1, 65))
+    trace.ops.append(MeasuredOp("L0.q_proj", "gemm", 0, 0, 0.0, "cuda"))
+    with pytest.raises(ConfigError, match="every measured op lasts 0 s"):
+        _replay(trace, _load("h200"))
+    trace.ops[0] = _replace(trace.ops[0], duration_s=1e-5)
+    assert _replay(trace, _load("h200")).measured_s > 0

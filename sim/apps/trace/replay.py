@@ -149,6 +149,9 @@ def _plan(trace: Trace, shape, machine: Machine, graph) -> tuple[list[Task], obj
 
 
 def replay(trace: Trace, machine: Machine, source: Machine | None = None) -> Replay:
+    if trace.ops and not any(m.duration_s > 0 for m in trace.ops):
+        # A speed-up against nothing measured is not a result (issue 17: a "63.8x" from zero rows).
+        raise ConfigError(f"{trace.source}: every measured op lasts 0 s: nothing to replay against")
     src, how = source_machine(trace, machine, source)
     out = Replay(trace.source, machine.name, src.name if src else None, how)
     meas_by_step: dict[int, dict[str, float]] = {}
