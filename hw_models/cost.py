@@ -27,15 +27,25 @@ def weight_format(op: Op) -> str | None:
 
 
 def work_time_s(work, peak, efficiency, scale=1.0):
-    """Seconds to do `work` (FLOPs or bytes) at `peak` per second scaled by the
-    efficiency curve `efficiency(work)` and by `scale` (a GEMM's tile/wave
-    utilization, Efficiency.gemm_waves); 0 for no work. Floats or numpy arrays
-    (calibration costs many ops at once with the same formula)."""
+    """Seconds to do `work` (FLOPs or bytes) at `peak` per second under the efficiency
+    curve `efficiency`; 0 for no work. `scale` is the useful fraction of the work the
+    units issue (a GEMM's tile/wave utilization, Efficiency.gemm_waves): they do
+    work / scale, padded tiles and idle SMs of the last wave included.
+
+    The curve is evaluated on that issued work, not on the useful work: eff(x) =
+    max * x / (x + half) makes t = x / (peak * max) + half / (peak * max), i.e. a fixed
+    fill/drain time on top of the issued work at the full rate. Evaluating it on the
+    useful work instead would charge a small GEMM twice for being small (once in the
+    padding, once more in the ramp, and that ramp again divided by the wave utilization),
+    and step time fell as M grew (issue 17 item 12: fp32 decode 75.4 -> 50.9 ms from batch
+    1 to 10 on a6000_calibrated). Issued work is non-decreasing in M (gemm_waves), so this
+    time is too. Floats or numpy arrays (calibration costs many ops at once)."""
     if np.ndim(work) == 0 and np.ndim(scale) == 0:
-        return work / (peak * efficiency(work) * scale) if work else 0.0
+        issued = work / scale
+        return issued / (peak * efficiency(issued)) if work else 0.0
     w = np.asarray(work, dtype=float)
-    safe = np.where(w > 0, w, 1.0)
-    return np.where(w > 0, safe / (peak * efficiency(safe) * scale), 0.0)
+    safe = np.where(w > 0, w, 1.0) / scale
+    return np.where(w > 0, safe / (peak * efficiency(safe)), 0.0)
 
 
 def _family_gemm(op: Op, stack: Stack) -> bool:

@@ -24,10 +24,6 @@ REL = 1e-9   # float noise; anything larger is the model running backwards
 
 # (preset, weights, property) that fail today, as measured (ms, first -> last point):
 KNOWN = {
-    # GEMM tile/wave model and compute ramp both penalise small ops (issue 17 item 12). The int4
-    # cases passed once the fitted tile stopped applying to dequantizing kernels (issue 15).
-    ("a6000_calibrated", "fp32", "batch"): "decode 75.4 -> 50.9 ms from batch 1 to 10",
-    ("a6000_calibrated", "fp32", "prompt"): "prefill 75.3 -> 51.0 ms from 1 to 8 tokens",
     # Spatial pipelines: decode step time dips slightly with batch. Cause (issue 22): the
     # equal-byte cuts count the KV cache of the whole batch, so a bigger batch moves the cuts
     # (and on groq adds a chip, 67 -> 68) onto ops with fewer live activation bytes: the

@@ -70,12 +70,13 @@ def test_presets_without_tiles_unchanged():
     expect = 4e-6 + flops / (154.8e12 * 0.80) + 1.61e-6
     c = roofline_cost(op, m.units["gpu"], "gpu", m.memory["gddr"])
     assert c.duration_s == pytest.approx(expect, rel=1e-12)
-    # With 128x128 tiles the compute time divides by the wave utilization 64/84 (above).
+    # With 128x128 tiles the SMs issue the work over the wave utilization 64/84 (above) and
+    # the 1.61 us ramp is paid once on that issued work, not scaled by it (issue 17 item 12).
     raw = raw_machine("a6000")
     raw["units"]["gpu"]["efficiency"].update(gemm_tile_m=128, gemm_tile_n=128)
     tiled = machine_from_dict(raw, "tiled")
     ct = roofline_cost(op, tiled.units["gpu"], "gpu", tiled.memory["gddr"])
-    assert ct.compute_s == pytest.approx(c.compute_s * 84 / 64, rel=1e-12)
+    assert ct.compute_s == pytest.approx(flops * 84 / 64 / (154.8e12 * 0.80) + 1.61e-6, rel=1e-12)
     # Non-GEMM ops are untouched by the tile fields.
     norm = vidur_layer(load_model("llama2-7b"), 1024).op("input_layernorm")
     assert roofline_cost(norm, tiled.units["gpu"], "gpu", tiled.memory["gddr"]).duration_s == \
@@ -96,7 +97,11 @@ def test_mapper_cache_tells_transposed_gemms_apart():
     g = lower(load_model("llama2-7b"), "prefill", 1, 512, 512, num_layers=1)
     mapper = GpuMapper(m, wl, load_model("llama2-7b"))
     gate, down = mapper.cost(g.op("L0.gate_proj")), mapper.cost(g.op("L0.down_proj"))
-    assert gate.compute_s / down.compute_s == pytest.approx((128 / 168) / (344 / 420), rel=1e-9)
+    # Issued FLOPs = useful / utilization, at 154.8 TFLOP/s x 0.80, plus the 1.61 us ramp once.
+    flops = 2 * 512 * 11008 * 4096
+    rate = 154.8e12 * 0.80
+    assert gate.compute_s == pytest.approx(flops * 420 / 344 / rate + 1.61e-6, rel=1e-9)
+    assert down.compute_s == pytest.approx(flops * 168 / 128 / rate + 1.61e-6, rel=1e-9)
 
 
 def _synthetic(machine, tokens) -> Trace:
@@ -132,3 +137,27 @@ def test_no_parallel_units_means_no_tile_search():
     cal = calibrate([trace], base, per_kind=False)
     assert cal.tile is None and cal.tile_scores == {}
     assert not cal.machine.units["gpu"].efficiency.tiled
+
+
+@pytest.mark.parametrize("units, tm, tn", [(84, 64, 128), (108, 64, 64), (84, 128, 256)])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (11008, 4096), (4096, 11008), (32000, 4096), (128, 64)])
+def test_issued_work_never_falls_as_m_grows(units, tm, tn, n, k):
+    """Issue 17 item 12: the curve applies to the issued work M*N*K / gemm_waves =
+    K x waves x SMs x tile_m x tile_n / splits, which can only grow with M: below one
+    wave the splits floor(SMs / tiles) shrink as the tiles grow, above it the waves grow.
+    So a tiled GEMM's compute time never falls as M grows (it did when the ramp was
+    evaluated on the useful FLOPs and then divided by the utilization)."""
+    e = _eff(units, tm, tn)
+    issued = [m * n * k / e.gemm_waves(m, n, k) for m in range(1, 1100)]
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(issued, issued[1:]))
+
+
+def test_fp32_decode_gemm_time_never_falls_as_m_grows():
+    """The shipped a6000_calibrated (64x128 tile, fitted ramp) on o_proj, fp32: compute time
+    for M = 1..256 is non-decreasing (it fell 2.3x from M = 1 to 10 before issue 17 item 12)."""
+    m, model = load_machine("a6000_calibrated"), load_model("llama2-7b")
+    times = []
+    for tokens in range(1, 257):
+        op = vidur_layer(model, tokens, dtype="fp32").op("attn_post_proj")
+        times.append(roofline_cost(op, m.units["gpu"], "gpu", m.memory["gddr"]).compute_s)
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:]))

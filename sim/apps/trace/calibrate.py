@@ -209,12 +209,12 @@ def fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: d
                float(np.mean(np.abs(pred - measured_s) / measured_s)), len(measured_s), fixed)
 
 
-def fit_constrained(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict[str, float]) -> Fit:
-    """`fit`, but the compute ramp stays at its start value when the data cannot tell it
-    from the memory term: if the fitted ramp turns ops that are memory-bound at the
-    start (base preset) into compute-bound ones, it is explaining memory time (decode
-    GEMMs' FLOPs and bytes both scale with N x K), and a path it never saw -- weights
-    dequantized from int4, whose bytes shrink but FLOPs do not -- would inherit it."""
+def fit_constrained(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: dict, keep=None) -> Fit:
+    """`fit`, but the compute ramp stays at its start value (at `keep`'s where given) when the data cannot tell it
+    from the memory term: if the fitted ramp turns ops memory-bound at the start (base preset) compute-bound, it
+    explains memory time (decode GEMMs' FLOPs and bytes both scale with N x K), and a path it never saw (int4
+    weights dequantized: fewer bytes, same FLOPs) would inherit it. Streaming kinds keep none (`keep`), not the
+    matrix ops' fill time: at the vector rate that gave an A100 `add` +2160% (issue 17 item 12)."""
     f = fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth, start)
     def bound(p):
         eff = Efficiency(compute_max=p["compute_max"], compute_half_flops=p["compute_half_flops"] * np.max(ramp),
@@ -222,7 +222,7 @@ def fit_constrained(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: flo
         return work_time_s(flops, rate, eff.compute, scale) > work_time_s(nbytes, bandwidth, eff.memory)
     flipped = bound(f.params) & ~bound(start)
     if flipped.sum() > 0.25 * max((~bound(start)).sum(), 1):
-        return fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth, start, frozenset({"compute_half_flops"}))
+        return fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth, keep or start, frozenset({"compute_half_flops"}))
     return f
 
 
@@ -281,7 +281,8 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     if per_kind:
         for kind in data.classes():   # one trace's shapes cannot tell a kind's curve from its shape
             if len({t for t, c in zip(data.trace, map(data.cls, range(len(data)))) if c == kind}) >= min_traces:
-                kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params)
+                keep = None if kind in MATRIX_KINDS or kind == GEMV else {**overall.params, "compute_half_flops": 0}
+                kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params, keep)
             else:
                 kept.append(kind)
     try:  # the base file's own text (units as written), when it is a file
