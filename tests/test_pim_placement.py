@@ -123,8 +123,8 @@ def test_softmax_on_the_buffer_die_is_bound_by_the_pins():
     """With softmax on the buffer die (AttAcc-style), no launch and no mode switch: Llama-2-13B at
     batch 1, kv_len 1025, 8 heads per stack; each head's 1025 fp16 scores go in and its probabilities
     come out at the pin rate, 8 x 4 x 1025 = 32,800 B / 307.2 GB/s = 106.8 ns, after 5 FLOP per score,
-    8 x 5125 FLOP / 1228.8 GFLOP/s = 33.4 ns (in-memory work and transfers are serial): 140.1 ns, link bound. Energy: those bytes through the
-    pins at 3.59 pJ/bit, nothing streamed inside."""
+    8 x 5125 FLOP / 1228.8 GFLOP/s = 33.4 ns (in-memory work and transfers are serial): 140.1 ns, link
+    bound. Energy: those bytes through the pins at 3.59 pJ/bit, nothing streamed inside."""
     m = pim_mapper(overrides={"pim.softmax": "buffer_die", "pim.mode_switch_s": 0.0,
                               "units.gpu.launch_overhead_s": 0.0}, batch=1)
     op = lower(m.model, "decode", 1, 1, 1025, m.formats, num_layers=1).op("L0.softmax")
