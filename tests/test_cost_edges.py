@@ -92,20 +92,21 @@ def test_vector_ops_keep_a_compute_ramp_only_where_their_kind_fits_one(gpu):
 
 def test_small_m_gemm_takes_the_gemv_curve_and_the_wave_term(gpu):
     """4096 x 4096 fp16 GEMM. M = 1: one 64-row tile x 32 column tiles = 32 tiles on 84 SMs, split-K
-    floor(84 / 32) = 2, 64 CTAs in one wave: useful 1 x 4096 x 2 / (84 x 64 x 128) = 1/84, so compute
-    = 84 (FLOPs + 2e6) / (154.8e12 x 0.8) = 28.6 us; memory on the gemv curve (W + 2 x 8192 B + 1e6) /
-    (768e9 x 0.6) = 75.0 us; 7 us floor. M = 2: the same 32 tiles, 2/84 useful; the unit's curve
-    (0.85) and the 4 us launch. A steady slice (a pipelined op's continuation): no floor, no ramps.
-    An activation x activation product (no weight) computes natively."""
+    floor(84 / 32) = 2, 64 CTAs in one wave: useful 1 x 4096 x 2 / (84 x 64 x 128) = 1/84, so the SMs
+    issue 84 x the FLOPs and the ramp sits on that issued work (work_time_s): compute = (84 x FLOPs +
+    2e6) / (154.8e12 x 0.8) = 22.8 us; memory on the gemv curve (W + 2 x 8192 B + 1e6) / (768e9 x 0.6)
+    = 75.0 us; 7 us floor. M = 2: the same 32 tiles, 2/84 useful, so the same issued work; the unit's
+    memory curve (0.85) and the 4 us launch. A steady slice (a pipelined op's continuation): no floor,
+    no ramps. An activation x activation product (no weight) computes natively."""
     unit, tier = gpu
     f1, b1 = 2.0 * N * K, W_FP16 + 2 * 8192
     c = roofline_cost(gemm(1, fp16_w()), unit, "gpu", tier)
-    assert c.compute_s == close(84 * (f1 + C_HALF) / (FP16 * C_MAX))
+    assert c.compute_s == close((84 * f1 + C_HALF) / (FP16 * C_MAX))
     assert c.memory_s == close((b1 + M_HALF) / (BW * 0.6))
     assert (c.overhead_s, c.bound, c.path) == (close(7e-6), "memory", "fp16 native")
     assert c.duration_s == close(7e-6 + (b1 + M_HALF) / (BW * 0.6))
     c2 = roofline_cost(gemm(2, fp16_w()), unit, "gpu", tier)
-    assert c2.compute_s == close(42 * (2 * f1 + C_HALF) / (FP16 * C_MAX))
+    assert c2.compute_s == close((42 * 2 * f1 + C_HALF) / (FP16 * C_MAX))
     assert c2.memory_s == close((W_FP16 + 4 * 8192 + M_HALF) / (BW * M_MAX))
     assert c2.overhead_s == LAUNCH
     s = roofline_cost(gemm(1, fp16_w()), unit, "gpu", tier, steady=True)
@@ -135,8 +136,8 @@ def test_dequantized_gemm_skips_the_wave_term(gpu):
 
 def test_a_stack_keeps_the_plain_roofline_where_it_says_nothing(gpu):
     """torch-eager (hw_models/stacks) has no kernel spec for an fp16 GEMM: the M = 1 GEMV keeps the
-    plain roofline above, steady slices included. Its norm is 8 kernels of 1.68 us moving 9 x the
-    one-pass bytes at 0.696 x 0.85 x 768 GB/s. fp8_e5m2 weights have no kernel family there, so
+    plain roofline above, steady slices included. Its norm is `kernels` kernels at its floor moving
+    `traffic` x the one-pass bytes at its memory_efficiency x 0.85 x 768 GB/s (8, 1.68 us, 9 there). fp8_e5m2 weights have no kernel family there, so
     compute: native still refuses them on the a6000 (no fp8 rate)."""
     unit, tier = gpu
     eager = load_stack("torch-eager")
@@ -145,9 +146,12 @@ def test_a_stack_keeps_the_plain_roofline_where_it_says_nothing(gpu):
     assert c.duration_s == close(7e-6 + (W_FP16 + 2 * 8192 + M_HALF) / (BW * 0.6))
     s = roofline_cost(gemm(1, fp16_w()), unit, "gpu", tier, steady=True, stack=eager)
     assert s.duration_s == close((W_FP16 + 2 * 8192) / (BW * 0.6))
-    norm = roofline_cost(vector_op(g.NORM, 16384, 4096, weight=True), unit, "gpu", tier, stack=eager)
+    op = vector_op(g.NORM, 16384, 4096, weight=True)
+    spec = eager.spec(op)
+    norm = roofline_cost(op, unit, "gpu", tier, stack=eager)
     assert norm.unit == "gpu"
-    assert norm.duration_s == close(8 * 1.68e-6 + 9 * 3 * 8192 / (BW * M_MAX * 0.696))
+    assert norm.duration_s == close(spec.kernels * spec.floor_s
+                                    + spec.traffic * 3 * 8192 / (BW * M_MAX * spec.memory_efficiency))
     fp8 = gemm(1, TensorUse("w", "weight", (N, K), "fp8_e5m2", N * K))
     with pytest.raises(ConfigError, match=r"units\.gpu has no native fp8_e5m2 weight"):
         roofline_cost(fp8, unit, "gpu", tier, mode="native", stack=eager)
@@ -156,7 +160,8 @@ def test_a_stack_keeps_the_plain_roofline_where_it_says_nothing(gpu):
 def test_work_time_on_arrays_with_one_scale_and_no_work():
     """t = (work + half) / (peak x max) per element, 0 for no work with no 0/0 evaluated; an
     element below one byte is no exception (a per-stack share can be). One scalar work with an
-    array of scales gives one time per scale; a scalar in, a Python float out."""
+    array of scales gives one time per scale; a scalar in, a Python float out. A scale of 0.5 (half
+    the issued work useful) doubles the work the curve sees: (2 x 2e6 + 1e6) / (peak x max)."""
     eff = Efficiency(memory_max=0.85, memory_half_bytes=1e6)
     work = np.array([0.0, 0.5, 2e6])
     with np.errstate(all="raise"):
@@ -165,7 +170,7 @@ def test_work_time_on_arrays_with_one_scale_and_no_work():
     assert got == close([0.0, (0.5 + 1e6) / (BW * 0.85), 3e6 / (BW * 0.85)])
     assert np.shape(zero) == (2,) and not zero.any()
     one = work_time_s(2e6, BW, eff.memory, 0.5)
-    assert type(one) is float and one == close(3e6 / (BW * 0.85 * 0.5))
+    assert type(one) is float and one == close(5e6 / (BW * 0.85))
 
 
 # ----------------------------------------------------------------- formats and footprint
