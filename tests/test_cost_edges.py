@@ -7,7 +7,8 @@ The roofline checks use one made-up efficiency block on the a6000 preset (768 GB
 TFLOP/s, vector 38.7 TFLOP/s, 4 us launch): ramps given as half sizes, eff(x) = max x / (x + half),
 so a time is (work + half) / (peak x max); 64 x 128 GEMM tiles on 84 SMs; a norm override with its
 own compute ramp and a 10 us floor; a rope override of the memory ceiling only; GEMMs of M = 1 on a
-`gemv` curve (memory_max 0.6, 7 us floor).
+`gemv` curve (memory_max 0.6, 7 us floor); energy 7e-11 J per GDDR6 byte (the preset's) plus made-up
+per-FLOP energies, 2 pJ in fp16, 1 pJ on the vector units, 4 pJ in fp32.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def gpu():
         by_kind={"norm": {"compute_max": 0.5, "compute_half_flops": 1e5, "overhead_s": 10e-6},
                  "rope": {"memory_max": 0.5}},
         gemv_max_m=1, gemv={"memory_max": 0.6, "overhead_s": 7e-6})
+    raw["units"]["gpu"]["energy_j_per_flop"] = {"fp16": 2e-12, "vector": 1e-12, "fp32": 4e-12}
     m = machine_from_dict(raw, "edges")
     return m.units["gpu"], m.memory["gddr"]
 
@@ -82,6 +84,7 @@ def test_vector_ops_keep_a_compute_ramp_only_where_their_kind_fits_one(gpu):
     assert c.memory_s == close((3 * 8192 + M_HALF) / (BW * M_MAX))
     assert (c.overhead_s, c.bound, c.path, c.unit) == (close(10e-6), "overhead", "vector", "gpu")
     assert c.duration_s == close(10e-6 + c.memory_s)
+    assert c.energy_j == close(3 * 8192 * 7e-11 + 16384 * 1e-12)      # bytes + vector FLOPs
     rope = roofline_cost(vector_op(g.ROPE, 49152, 8192), unit, "gpu", tier)
     assert rope.compute_s == close(49152 / (VECTOR * C_MAX))
     assert rope.memory_s == close((2 * 8192 * 2 + M_HALF) / (BW * 0.5))
@@ -105,6 +108,7 @@ def test_small_m_gemm_takes_the_gemv_curve_and_the_wave_term(gpu):
     assert c.memory_s == close((b1 + M_HALF) / (BW * 0.6))
     assert (c.overhead_s, c.bound, c.path) == (close(7e-6), "memory", "fp16 native")
     assert c.duration_s == close(7e-6 + (b1 + M_HALF) / (BW * 0.6))
+    assert c.energy_j == close(b1 * 7e-11 + f1 * 2e-12)               # bytes + fp16 FLOPs
     c2 = roofline_cost(gemm(2, fp16_w()), unit, "gpu", tier)
     assert c2.compute_s == close((42 * 2 * f1 + C_HALF) / (FP16 * C_MAX))
     assert c2.memory_s == close((W_FP16 + 4 * 8192 + M_HALF) / (BW * M_MAX))
