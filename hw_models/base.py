@@ -13,6 +13,7 @@ pipeline) overrides `step` and `step_timeline`, never the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from hw_models.machine import Machine
 from sim.core import engine
@@ -159,10 +160,15 @@ class Mapper:
 
     def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
         """One step, identical layers folded."""
+        return self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
+
+    def _folded(self, phase: str, kv_len: int, graph_of: Callable[[int | None], OpGraph],
+                exhaustive: bool) -> StepResult:
+        """Run `graph_of(layers)` (None: all layers) in the engine, identical layers folded."""
         L = self.model.num_layers
 
         def run(n: int) -> StepResult:
-            tl = self.run_graph(self.step_graph(phase, q_len, kv_len, None if n == L else n))
+            tl = self.run_graph(graph_of(None if n == L else n))
             return StepResult(phase, kv_len, tl.makespan_s, tl.busy_s(), timeline_energy_j(tl))
 
         return fold_layers(run, L, self.fold_layers, exhaustive)
@@ -178,15 +184,9 @@ class Mapper:
         if self.iteration_refusal:
             raise ConfigError(f"{self.machine.source or self.machine.name}: kind {self.machine.kind}: "
                               f"{self.iteration_refusal}")
-        L = self.model.num_layers
         flash = self.workload.flash_attention
-
-        def run(n: int) -> StepResult:
-            graph = lower_iteration(self.model, seqs, self.formats, flash, None if n == L else n, logits)
-            tl = self.run_graph(graph)
-            return StepResult("iteration", 0, tl.makespan_s, tl.busy_s(), timeline_energy_j(tl))
-
-        return fold_layers(run, L, self.fold_layers, exhaustive)
+        return self._folded("iteration", 0, lambda n: lower_iteration(self.model, seqs, self.formats, flash, n,
+                                                                       logits), exhaustive)
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy over a span of `wall_s` seconds (default: the longest busy time): a unit's

@@ -20,7 +20,7 @@ from hw_models.kinds import KINDS, preset_sections, section_owners
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
-from sim.core.schema import Quantity, Strict, read_yaml, set_dotted, validate_mapping
+from sim.core.schema import Quantity, Strict, collect_sections, read_yaml, set_dotted, validate_mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -247,14 +247,7 @@ class Machine(Strict):
     @model_validator(mode="before")
     @classmethod
     def _collect_sections(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        owned = preset_sections() & raw.keys()
-        if not owned:
-            return raw
-        rest = {k: v for k, v in raw.items() if k not in owned}
-        given = {k: raw[k] for k in sorted(owned) if raw[k] is not None}   # `pim: null` is no section
-        return {**rest, "sections": {**rest.get("sections", {}), **given}}
+        return collect_sections(raw, preset_sections(), drop_none=True)   # `pim: null` is no section
 
     @field_validator("kind")
     @classmethod

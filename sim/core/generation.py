@@ -109,11 +109,6 @@ class Generation:
         """Energy the steps reported (dynamic energy; static power is the kind's to add)."""
         return self.prefill.energy_j + float(sum(s.energy_j for s in self.sampled) * self.share)
 
-    def counter(self, name: str) -> float:
-        """A counter the steps report (bytes over a link, say), summed over the run."""
-        return self.prefill.counters.get(name, 0.0) + self.share * sum(s.counters.get(name, 0.0)
-                                                                       for s in self.sampled)
-
     def tpot(self, which: str = "mean") -> float:
         t = self.decode_times_s
         if not len(t):

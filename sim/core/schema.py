@@ -139,6 +139,17 @@ def set_dotted(tree: dict[str, Any], path: str, value: Any, source: str = "overr
     node[keys[-1]] = value
 
 
+def collect_sections(raw: Any, owned: set[str], drop_none: bool = False) -> Any:
+    """A file's top-level keys that a hardware kind owns, moved into `sections` (kept as
+    given; the owning kind validates them). `drop_none`: `key: null` means no section.
+    The inverse of `file_dict`."""
+    if not isinstance(raw, dict) or not owned & raw.keys():
+        return raw
+    rest = {k: v for k, v in raw.items() if k not in owned}
+    given = {k: raw[k] for k in sorted(owned & raw.keys()) if not (drop_none and raw[k] is None)}
+    return {**rest, "sections": {**rest.get("sections", {}), **given}}
+
+
 def file_dict(model: BaseModel) -> dict[str, Any]:
     """A validated workload or preset as its file would give it: the sections a
     hardware kind owns (`sections`) back at the top level."""

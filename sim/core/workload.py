@@ -15,7 +15,7 @@ from sim.core.errors import ConfigError, where
 from sim.core.formats import get_format
 from sim.core.lowering import FormatPolicy
 from sim.core.model import ModelConfig, expert_load_from, load_model
-from sim.core.schema import Strict, read_yaml, set_dotted, validate_mapping
+from sim.core.schema import Strict, collect_sections, read_yaml, set_dotted, validate_mapping
 
 
 def _known_format(name: str) -> str:
@@ -74,13 +74,7 @@ class Workload(Strict):
     @model_validator(mode="before")
     @classmethod
     def _collect_sections(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        owned = {k: raw[k] for k in raw if k in KIND_SECTIONS}
-        if not owned:
-            return raw
-        rest = {k: v for k, v in raw.items() if k not in owned}
-        return {**rest, "sections": {**rest.get("sections", {}), **owned}}
+        return collect_sections(raw, KIND_SECTIONS)
 
     def section(self, name: str, default: Any = None) -> Any:
         return self.sections.get(name, default)
