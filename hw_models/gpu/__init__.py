@@ -3,10 +3,9 @@ in issue order on one stream, each a roofline with the preset's efficiency curve
 
 from __future__ import annotations
 
-from hw_models.base import Section
 from hw_models.gpu.parallel import MAPPER as _mapper
 from hw_models.gpu.parallel import ParallelPlan
-from sim.core.results import RunResult
+from hw_models.gpu.report import report_sections
 
 KIND = "gpu"
 MAPPER = _mapper           # GpuMapper, or ParallelGpuMapper for a workload with `parallel:`
@@ -15,6 +14,4 @@ WORKLOAD_SCHEMAS: dict = {"parallel": ParallelPlan}   # tp, pp, dp, ep, micro_ba
 register = None             # no subcommand of its own
 roofs = None               # each unit's own roof suffices
 
-
-def report_sections(result: RunResult) -> list[Section]:
-    return []
+__all__ = ["KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections", "roofs"]

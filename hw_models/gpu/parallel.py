@@ -28,21 +28,22 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.expert_parallel import expert_weight_bytes, moe_rank
+from hw_models.gpu.mapper import GpuMapper
+from hw_models.gpu.report import parallel_data
+from hw_models.gpu.schedule import LINK, StageCost, stage_resource
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import Topology, load_topology
 from hw_models.spatial.tp import CollectiveCost   # the tag op_records reads for link and stage tasks
 from sim.core import engine
-from sim.core.engine import Task
+from sim.core.engine import Task, Timeline
 from sim.core.errors import ConfigError
 from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
+from sim.core.generation import Generation, RunFigures
 from sim.core.graph import OpGraph
 from sim.core.lowering import lower
 from sim.core.schema import Strict, validate_mapping
-
-LINK = "link"
 
 
 class ParallelPlan(Strict):
@@ -106,6 +107,7 @@ class ParallelGpuMapper(GpuMapper):
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
         self.plan, self.topo = load_plan(workload.section("parallel"), workload.source, model, machine)
+        self.full_steps: dict[str, Timeline] = {}   # phase -> its last step simulated in full
         src, p = workload.source or "workload", self.plan
         if workload.batch % p.micro_batches:
             raise ConfigError(f"{src}: parallel.micro_batches: {p.micro_batches} does not divide batch {workload.batch}")
@@ -154,19 +156,22 @@ class ParallelGpuMapper(GpuMapper):
         return tasks
 
     # -- pipeline parallelism -----------------------------------------------
-    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[float, float, float]:
-        """(embedding, one layer, final norm + LM head) seconds of one micro-batch on one rank."""
+    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str, float], dict[str, float]]:
+        """Seconds of one micro-batch on one rank, by part (embedding, one layer, final norm
+        + LM head): in all, and of that in TP/EP collectives (the report's time in collectives)."""
         w = self.workload
         two = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
                     w.flash_attention, num_layers=2)
         tl = engine.run(self.tp_tasks(two), {}, {}, True)
         parts = {"embed": 0.0, "layer": 0.0, "head": 0.0}
+        links = dict(parts)
         for iv in tl.intervals:
             part = "layer" if iv.task.startswith("L1.") else "embed" if iv.task.startswith("embed") else \
                 "head" if not iv.task.startswith("L0.") else None
             if part:
                 parts[part] += iv.duration_s
-        return parts["embed"], parts["layer"], parts["head"]
+                links[part] += iv.duration_s if iv.resource == LINK else 0.0
+        return parts, links
 
     def stage_layers(self) -> list[int]:
         L, pp = self.model.num_layers, self.plan.pp
@@ -175,17 +180,17 @@ class ParallelGpuMapper(GpuMapper):
     def pipeline_tasks(self, graph: OpGraph) -> list[Task]:
         pp, m = self.plan.pp, self.plan.micro_batches
         mb = graph.batch // m
-        embed_s, layer_s, head_s = self._stage_parts(graph, mb)
+        parts, links = self._stage_parts(graph, mb)
         act_bytes = mb * graph.q_len * self.model.hidden_size * 2   # activations between stages
         send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
         tasks = []
         for i in range(m):
             for j, layers in enumerate(self.stage_layers()):
-                dur = layers * layer_s + (embed_s if j == 0 else 0.0) + (head_s if j == pp - 1 else 0.0)
+                def of(x: dict[str, float]) -> float:
+                    return layers * x["layer"] + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0)
                 deps = (f"mb{i}.send{j - 1}",) if j else ()
-                res = self.unit_name if j == 0 else f"{self.unit_name}.s{j}"
-                tasks.append(Task(f"mb{i}.stage{j}", res, dur, deps,
-                                  tag=CollectiveCost(f"mb{i}.stage{j}", "stage", 0.0, dur, "compute", "pipeline stage")))
+                tasks.append(Task(f"mb{i}.stage{j}", stage_resource(self.unit_name, j), of(parts), deps,
+                                  tag=StageCost(f"mb{i}.stage{j}", of(parts), of(links))))
                 if j < pp - 1:
                     tag = CollectiveCost(f"mb{i}.send{j}", SEND_RECV, act_bytes, send_s, path=self.topo.name)
                     tasks.append(Task(f"mb{i}.send{j}", f"{LINK}.s{j}", send_s, (f"mb{i}.stage{j}",), tag=tag))
@@ -197,6 +202,18 @@ class ParallelGpuMapper(GpuMapper):
         # Stage times come from whole layers: the graph's layer count (the generation loop's
         # fold lowers 2 and 3) does not change the schedule, so the fold adds nothing per layer.
         return self.pipeline_tasks(graph)
+
+    def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
+        """One step in full; kept for the report's figures (time in collectives, bubble)."""
+        tl = self.full_steps[phase] = super().step_timeline(phase, q_len, kv_len)
+        return tl
+
+    def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
+        fig = super().figures(gen, decode_tl)
+        kv = {"prefill": self.workload.prompt_len, "decode": gen.rep_kv}
+        steps = {ph: (kv[ph], self.full_steps[ph]) for ph in kv if ph in self.full_steps} if decode_tl is not None else {}
+        fig.extra["parallel"] = parallel_data(self, steps)
+        return fig
 
     def footprint(self) -> Footprint:
         """One device: its share of the dense weights (1/tp, K/V projections replicated past

@@ -121,7 +121,8 @@ def _write_run_outputs(args: argparse.Namespace, result, workload, machine, laye
         decode = f"decode step (kv_len {result.decode_kv_len})"
         write_json(args.chrome_trace, chrome_trace(
             {"prefill": result.prefill_timeline, decode: result.decode_timeline},
-            {"prefill": step_tracks(result, "prefill"), decode: step_tracks(result, "decode")}))
+            {"prefill": step_tracks(result, "prefill"), decode: step_tracks(result, "decode")},
+            result.extra.get("parallel", {}).get("lanes")))
     if args.plots:
         out = Path(args.plots)
         roofline(result, roofs(machine, workload.formats.activations), out / "roofline.png")

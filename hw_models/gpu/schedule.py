@@ -1,0 +1,93 @@
+"""What a parallel plan's step schedule looks like from outside: which engine resource
+stands for which devices and links (the Chrome trace's lanes), and what the schedule
+measures (time in collectives per device, the pipeline bubble).
+
+Engine resources of a plan (hw_models.gpu.parallel): stage j of the pipeline runs on
+`stage_resource(unit, j)` (the unit itself for stage 0, `<unit>.s<j>` after), TP/EP
+collectives of a single-stage plan on `link`, and the activation send from stage j to
+j + 1 on `link.s<j>`. One rank per stage is simulated (the ranks of a TP/EP group do
+the same work), so a resource stands for every device of its stage: rank
+d = j * width + i (width = max(tp, ep), i the rank in the group) runs stage j, and
+its link is its port to the node's switch (NVLink to NVSwitch, or PCIe).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.core.engine import Timeline
+
+LINK = "link"
+
+
+def stage_resource(unit: str, stage: int) -> str:
+    """The engine resource of pipeline stage `stage` (stage 0 runs on the unit itself)."""
+    return unit if stage == 0 else f"{unit}.s{stage}"
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """A whole pipeline stage of one micro-batch: the tag of its engine task (op_records
+    reads kind, bytes, bound, path, energy_j); `collective_s` of it in TP/EP collectives."""
+
+    name: str
+    duration_s: float
+    collective_s: float = 0.0
+    kind: str = "stage"
+    bytes: float = 0.0
+    bound: str = "compute"
+    path: str = "pipeline stage"
+    energy_j: float = 0.0
+
+
+def rank_lane(rank: int) -> str:
+    return f"rank {rank}"
+
+
+def link_lane(rank: int) -> str:
+    return f"rank {rank} link"
+
+
+def lane_layout(unit: str, width: int, pp: int) -> dict[str, list[str]]:
+    """Engine resource -> the trace lanes it stands for: every device of its stage (compute)
+    or the links of those devices (collectives; a send on the sending stage's links).
+    Device lanes first, then link lanes, in rank order."""
+    ranks = [list(range(j * width, (j + 1) * width)) for j in range(pp)]
+    lanes = {stage_resource(unit, j): [rank_lane(d) for d in ranks[j]] for j in range(pp)}
+    if pp == 1:
+        lanes[LINK] = [link_lane(d) for d in ranks[0]]
+    for j in range(pp - 1):
+        lanes[f"{LINK}.s{j}"] = [link_lane(d) for d in ranks[j]]
+    return lanes
+
+
+def _stage_of_link(resource: str) -> int | None:
+    """Stage whose devices send on `resource` (`link` is stage 0's, `link.s<j>` stage j's)."""
+    if resource == LINK:
+        return 0
+    head, _, tail = resource.partition(".s")
+    return int(tail) if head == LINK and tail.isdigit() else None
+
+
+def collective_seconds(tl: Timeline, unit: str, pp: int) -> list[float]:
+    """Per stage, the seconds one of its devices spends in collectives over the step: the
+    TP/EP collectives it runs (link tasks, or inside whole-stage tasks) and the activation
+    sends it makes or receives (a send/recv engages both ends)."""
+    stage = {stage_resource(unit, j): j for j in range(pp)}
+    out = [0.0] * pp
+    for iv in tl.intervals:
+        j = _stage_of_link(iv.resource)
+        if j is not None:
+            out[j] += iv.duration_s
+            if iv.resource != LINK and j + 1 < pp:
+                out[j + 1] += iv.duration_s   # the receiving stage
+        elif iv.resource in stage:
+            out[stage[iv.resource]] += getattr(iv.tag, "collective_s", 0.0)
+    return out
+
+
+def stage_idle(tl: Timeline, unit: str, pp: int) -> list[float]:
+    """Per stage, the fraction of the step its devices' compute stream is idle (the
+    pipeline bubble as the schedule leaves it; waiting for collectives included)."""
+    span, busy = tl.makespan_s, tl.busy_s()
+    return [1.0 - busy.get(stage_resource(unit, j), 0.0) / span if span else 0.0 for j in range(pp)]

@@ -1,0 +1,160 @@
+"""Outputs of a parallel plan (issue 14 part 6): one Chrome-trace lane per device and per
+device link, and the report's plan / collectives / bubble / memory-per-device figures,
+checked against the alpha-beta costs and footprints worked out by hand."""
+
+import json
+
+import pytest
+
+from hw_models.machine import load_machine
+from hw_models.network.topology import load_topology
+from hw_models.registry import report_sections, simulate
+from sim.apps.cli import main
+from sim.apps.outputs import chrome_trace
+from sim.core.model import load_model
+from sim.core.workload import Workload
+
+B, PROMPT, GEN = 4, 64, 4
+H, V, L = 4096, 32000, 32      # llama2-7b: hidden, vocabulary, layers (32 heads, 32 KV heads)
+
+
+def _run(parallel, batch=B):
+    w = Workload(model="llama2-7b", batch=batch, prompt_len=PROMPT, gen_len=GEN, flash_attention=True,
+                 parallel=parallel)
+    return simulate(w, load_machine("a100_80g"))
+
+
+def _fit(kind, ranks):
+    f = load_topology("dgx_a100").fitted[kind][ranks]   # the preset's fitted alpha and B
+    return f.latency_s, f.bandwidth_bytes_per_s
+
+
+def _ring_all_reduce_2(nbytes):
+    a, bw = _fit("all_reduce", 2)
+    return 2 * (2 - 1) * a + 2 * (2 - 1) / 2 * nbytes / bw     # 2(n-1) alpha + 2(n-1)/n S/B
+
+
+def _ring_all_gather_2(nbytes):
+    a, bw = _fit("all_reduce", 2)
+    return (2 - 1) * a + (2 - 1) / 2 * nbytes / bw             # (n-1) alpha + (n-1)/n S/B
+
+
+def _lanes(trace, pid):
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"
+             and e["pid"] == pid}
+    return [names[t] for t in sorted(names)]
+
+
+def _slices(trace, pid):
+    return [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == pid]
+
+
+@pytest.fixture(scope="module")
+def tp2():
+    return _run({"tp": 2, "topology": "dgx_a100"})
+
+
+def test_tp2_trace_lanes_and_collectives_by_hand(tp2):
+    r = tp2
+    trace = chrome_trace({"prefill": r.prefill_timeline, "decode": r.decode_timeline},
+                         lanes=r.extra["parallel"]["lanes"])
+    for pid in (1, 2):
+        assert _lanes(trace, pid) == ["rank 0", "rank 1", "rank 0 link", "rank 1 link"]
+    lanes = dict(enumerate(_lanes(trace, 2), start=1))
+    dec = _slices(trace, 2)
+    colls = [e for e in dec if e["cat"] in ("all_reduce", "all_gather")]
+    # One embedding all-reduce, two per layer, the logits' all-gather: on both links, nowhere else.
+    assert len(colls) == 2 * (1 + 2 * L + 1)
+    assert {lanes[e["tid"]] for e in colls} == {"rank 0 link", "rank 1 link"}
+    assert {lanes[e["tid"]] for e in dec if e["cat"] == "gemm"} == {"rank 0", "rank 1"}
+    ar = _ring_all_reduce_2(B * H * 2) * 1e6             # fp16 hidden states of the batch, in us
+    ag = _ring_all_gather_2(B * V * 2) * 1e6             # fp16 logits
+    for e in colls:
+        assert e["dur"] == pytest.approx(ag if e["cat"] == "all_gather" else ar, rel=1e-9)
+    pre = [e for e in _slices(trace, 1) if e["name"] == "L0.o_proj.all_reduce"]
+    assert [e["dur"] for e in pre] == pytest.approx([_ring_all_reduce_2(B * PROMPT * H * 2) * 1e6] * 2)
+
+
+def test_tp2_report_figures_by_hand(tp2):
+    par = tp2.extra["parallel"]
+    json.dumps(par)   # plain JSON, so --json carries it
+    dec = par["steps"]["decode"]
+    coll = (1 + 2 * L) * _ring_all_reduce_2(B * H * 2) + _ring_all_gather_2(B * V * 2)
+    assert dec["collective_s"] == pytest.approx(coll, rel=1e-9)
+    assert dec["collective_share"] == pytest.approx(coll / tp2.decode_timeline.makespan_s, rel=1e-9)
+    assert dec["bubble"] is None and par["steps"]["prefill"]["bubble"] is None   # one stage
+    pre = par["steps"]["prefill"]
+    assert pre["collective_s"] == pytest.approx((1 + 2 * L) * _ring_all_reduce_2(B * PROMPT * H * 2)
+                                                + _ring_all_gather_2(B * V * 2), rel=1e-9)
+    mem = par["memory_per_device"]
+    m = load_model("llama2-7b")
+    assert mem["weights"] == pytest.approx(m.params() * 2 / 2, rel=1e-9)   # fp16, halved (32 KV heads split)
+    kv = B * (PROMPT + GEN) * L * 2 * H * 2 / 2                             # K and V, fp16, half the heads
+    assert mem["kv_cache"] == pytest.approx(kv, rel=1e-9)
+    assert mem["capacity"] == 80 * 2**30
+    assert par["plan"] == dict(tp=2, pp=1, dp=1, ep=1, micro_batches=1, algorithm="ring", topology="dgx_a100",
+                               devices_per_replica=2, devices=2, stage_layers=[L])
+    titles = [s.title for s in report_sections(tp2)]
+    assert titles == ["Parallel plan", "Collectives and pipeline bubble, one step in full", "Memory per device"]
+
+
+def test_pp2_bubble_and_send_lanes_by_hand():
+    """pp 2, 4 micro-batches, tp 1: stage 0 (16 layers + embedding) a, stage 1 (16 layers +
+    head) b, send c = alpha + S/B. In-order streams: the step ends at a + c + b + 3 max(a, b);
+    each stage is busy 4 a (4 b) of it. Every send lies on stage 0's device link."""
+    r = _run({"pp": 2, "micro_batches": 4, "topology": "dgx_a100"}, batch=8)
+    tl = r.decode_timeline
+    d = {i.task: i.duration_s for i in tl.intervals}
+    a, b, c = d["mb0.stage0"], d["mb0.stage1"], d["mb0.send0"]
+    alpha, bw = _fit("send_recv", 2)
+    assert c == pytest.approx(alpha + (8 // 4) * 1 * H * 2 / bw, rel=1e-9)   # 2 tokens' fp16 hidden states
+    span = a + c + b + 3 * max(a, b)
+    assert tl.makespan_s == pytest.approx(span, rel=1e-9)
+    step = r.extra["parallel"]["steps"]["decode"]
+    assert step["stage_idle"] == pytest.approx([1 - 4 * a / span, 1 - 4 * b / span], rel=1e-9)
+    assert step["bubble"] == pytest.approx(1 - 4 * (a + b) / (2 * span), rel=1e-9)
+    # Stage 0 sends, stage 1 receives: both engaged 4 c.
+    assert step["collective_s_per_stage"] == pytest.approx([4 * c, 4 * c], rel=1e-9)
+    assert step["collective_s"] == pytest.approx(4 * c, rel=1e-9)
+    trace = chrome_trace({"decode": tl}, lanes=r.extra["parallel"]["lanes"])
+    lanes = dict(enumerate(_lanes(trace, 1), start=1))
+    assert list(lanes.values()) == ["rank 0", "rank 1", "rank 0 link"]
+    ev = _slices(trace, 1)
+    assert {lanes[e["tid"]] for e in ev if e["cat"] == "send_recv"} == {"rank 0 link"}
+    first = min(e["ts"] for e in ev if lanes[e["tid"]] == "rank 1")
+    assert first == pytest.approx((a + c) * 1e6)   # stage 1 idles until micro-batch 0 arrives
+    # The send of micro-batch 0 overlaps stage 0's compute of micro-batch 1.
+    send0 = next(e for e in ev if e["name"] == "mb0.send0")
+    stage1 = next(e for e in ev if e["name"] == "mb1.stage0")
+    assert stage1["ts"] <= send0["ts"] < stage1["ts"] + stage1["dur"]
+
+
+def test_single_device_has_no_parallel_section():
+    r = _run({"tp": 1})
+    assert report_sections(r) == [] and r.extra["parallel"]["lanes"] == {}
+
+
+def test_cli_trace_and_json_carry_the_plan(tmp_path, capsys):
+    wl = tmp_path / "tp2.yaml"
+    wl.write_text(f"name: tp2\nmodel: llama2-7b\nbatch: {B}\nprompt_len: {PROMPT}\ngen_len: {GEN}\n"
+                  "flash_attention: true\nparallel: {tp: 2, topology: dgx_a100}\n")
+    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    assert main(["run", str(wl), "--hw", "a100_80g", "--json", str(out), "--chrome-trace", str(trace)]) == 0
+    assert "Memory per device" in capsys.readouterr().out
+    assert json.loads(out.read_text())["extra"]["parallel"]["plan"]["tp"] == 2
+    assert _lanes(json.loads(trace.read_text()), 2) == ["rank 0", "rank 1", "rank 0 link", "rank 1 link"]
+
+
+def test_tp_collectives_inside_pipeline_stages_by_hand():
+    """tp 2 x pp 2, 2 micro-batches of 2 sequences: a stage-0 device runs per micro-batch
+    the embedding's and its 16 layers' 2 all-reduces, a stage-1 device its 16 layers' and
+    the logits' all-gather; each also sends or receives the micro-batch's activations."""
+    r = _run({"tp": 2, "pp": 2, "micro_batches": 2, "topology": "dgx_a100"})
+    alpha, bw = _fit("send_recv", 2)
+    mb = B // 2
+    send = alpha + mb * H * 2 / bw
+    ar, ag = _ring_all_reduce_2(mb * H * 2), _ring_all_gather_2(mb * V * 2)
+    want = [2 * ((1 + 2 * 16) * ar + send), 2 * (2 * 16 * ar + ag + send)]
+    assert r.extra["parallel"]["steps"]["decode"]["collective_s_per_stage"] == pytest.approx(want, rel=1e-9)
+    assert _lanes(chrome_trace({"d": r.decode_timeline}, lanes=r.extra["parallel"]["lanes"]), 1) == [
+        "rank 0", "rank 1", "rank 2", "rank 3", "rank 0 link", "rank 1 link"]
