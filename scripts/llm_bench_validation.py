@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""70B-class end-to-end runs of LLM-Inference-Bench (argonne-lcf/LLM-Inference-Bench,
+shared/validation/llm-inference-bench/All_results.csv, PROVENANCE §4) against `sim run`,
+out of sample (nothing here is fitted to them): simulated vs measured batch latency and
+throughput per row, written as a generated section of docs/parallelism.md.
+
+The bench (PROVENANCE §4): one offline `generate` call for the whole batch, input length
+= output length = n, `ignore_eos`, fp16; `Latency` is its wall time in seconds and
+`Throughput` = batch x (input + output) / Latency (input tokens counted too). So the
+simulated latency is the run's end-to-end time (prefill of the batch, then n - 1 decode
+steps: the first token comes from prefill) and the simulated throughput batch x 2n / it.
+
+Rows used: vLLM and TensorRT-LLM, Llama-2-70B and Llama-3-70B, on the NVIDIA A100 and
+H100 nodes (4 GPUs each). TP = the GPU count (PROVENANCE: "= TP degree for vLLM"; the
+TensorRT-LLM engines are taken as built the same way). Hardware:
+* H100: `h100_sxm` on `dgx_h100` (JLSE's H100 system; its SKU and interconnect are not
+  stated in the repository, SXM with NVLink 4 assumed);
+* A100: Polaris nodes, 4 x A100 40 GB SXM4 on NVLink 3 (PROVENANCE infers the 40 GB from the
+  run scripts): `a100_80g` with the 40 GB part's datasheet memory (40 GiB, 1,555 GB/s; NVIDIA
+  A100 datasheet) on `dgx_a100`'s fitted NVLink collectives.
+Stacks: hw_models/stacks/vllm.yaml and trtllm.yaml. A row whose batch does not fit the
+simulated device memory is listed but left out of the errors (the engine ran it in waves
+or preempted, which `sim run` does not model).
+
+    SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/llm_bench_validation.py [--no-doc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+
+from hw_models.machine import Machine, load_machine  # noqa: E402
+from hw_models.registry import simulate  # noqa: E402
+from sim.core.errors import CapacityError  # noqa: E402
+from sim.core.files import atomic_write  # noqa: E402
+from sim.core.workload import Workload  # noqa: E402
+
+SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+DOC = ROOT / "docs" / "parallelism.md"
+BEGIN, END = "<!-- llm-inference-bench: begin (scripts/llm_bench_validation.py) -->", "<!-- llm-inference-bench: end -->"
+MODELS = {"meta-llama/Llama-2-70b-hf": "llama2-70b", "meta-llama/Meta-Llama-3-70B": "llama3-70b"}
+STACKS = {"vLLM": "vllm", "TensorRT-LLM": "trtllm"}
+A100_40GB = {"memory.hbm.capacity_bytes": 40 * 2**30, "memory.hbm.bandwidth_bytes_per_s": 1555e9}
+HARDWARE = {   # bench name -> (short name, device preset, its overrides, topology)
+    "Nvidia H100 GPU": ("H100", "h100_sxm", {}, "dgx_h100"),
+    "Nvidia A100 GPU": ("A100-40GB", "a100_80g", A100_40GB, "dgx_a100"),
+}
+
+
+def bench_rows(shared: Path = SHARED) -> pd.DataFrame:
+    """The rows whose setup is stated: engine, 70B model, GPU count (= TP), batch, lengths."""
+    d = pd.read_csv(shared / "llm-inference-bench" / "All_results.csv")
+    d = d[d.Framework.isin(STACKS) & d.Model.isin(MODELS) & d.Hardware.isin(HARDWARE)]
+    d = d.rename(columns={"Num of Hardware": "gpus", "Input Output Length": "n", "Batch Size": "batch",
+                          "Latency": "latency_meas_s", "Throughput": "tput_meas"})
+    return d.sort_values(["Hardware", "Framework", "Model", "n", "batch"]).reset_index(drop=True)
+
+
+def _machine(hardware: str, cache: dict[str, Machine] = {}) -> Machine:   # noqa: B006 (a cache)
+    if hardware not in cache:
+        _, preset, overrides, _ = HARDWARE[hardware]
+        cache[hardware] = load_machine(preset, overrides)
+    return cache[hardware]
+
+
+def simulate_row(row) -> dict:
+    """One bench row in `sim run`: simulated latency (s) and throughput (bench definition),
+    or the reason it was not simulated."""
+    hw, preset, _, topo = HARDWARE[row.Hardware]
+    n, batch, tp = int(row.n), int(row.batch), int(row.gpus)
+    w = Workload(name="llm-inference-bench", model=MODELS[row.Model], batch=batch, prompt_len=n, gen_len=n,
+                 flash_attention=True, stack=STACKS[row.Framework], parallel={"tp": tp, "topology": topo})
+    out = dict(hw=hw, engine=row.Framework, model=MODELS[row.Model], tp=tp, n=n, batch=batch,
+               latency_meas_s=float(row.latency_meas_s), tput_meas=float(row.tput_meas))
+    machine = _machine(row.Hardware)
+    try:
+        r = simulate(w, machine, detail=False)
+    except CapacityError:
+        return {**out, "latency_sim_s": float("nan"), "tput_sim": float("nan"), "kv_free": float("nan"),
+                "note": "exceeds device memory"}
+    return {**out, "latency_sim_s": r.e2e_s, "tput_sim": batch * 2 * n / r.e2e_s, "kv_free": kv_share(r, machine),
+            "note": ""}
+
+
+def kv_share(r, machine: Machine) -> float:
+    """The batch's KV cache per device over the memory its weights and activations leave
+    free (the simulated footprint): near 1 the engine's own reserves leave it no room."""
+    (tier, roles), = r.memory_by_role.items()
+    cap = machine.memory[tier].capacity_bytes
+    return roles["kv_cache"] / (cap - roles["weights"] - roles.get("activations", 0.0))
+
+
+def compare(rows: pd.DataFrame) -> pd.DataFrame:
+    """Simulated vs measured per row; errors are simulated / measured - 1 (signed)."""
+    d = pd.DataFrame([simulate_row(r) for r in rows.itertuples()])
+    d["latency_err"] = d.latency_sim_s / d.latency_meas_s - 1
+    d["tput_err"] = d.tput_sim / d.tput_meas - 1
+    return d
+
+
+def _pct(x: float) -> str:
+    return "-" if pd.isna(x) else f"{100 * x:+.1f}%"
+
+
+def _num(x: float, fmt: str) -> str:
+    return "-" if pd.isna(x) else format(x, fmt)
+
+
+def markdown_table(d: pd.DataFrame) -> str:
+    head = ("| hw | engine | model | TP | in = out | batch | latency meas (s) | latency sim (s) | latency err "
+            "| tok/s meas | tok/s sim | tok/s err | KV / free | note |")
+    lines = [head, "|" + "---|" * 14]
+    for r in d.itertuples():
+        lines.append(f"| {r.hw} | {r.engine} | {r.model} | {r.tp} | {r.n} | {r.batch} | {r.latency_meas_s:.3f} "
+                     f"| {_num(r.latency_sim_s, '.3f')} | {_pct(r.latency_err)} | {r.tput_meas:.1f} "
+                     f"| {_num(r.tput_sim, '.1f')} | {_pct(r.tput_err)} | {_num(r.kv_free, '.0%')} | {r.note} |")
+    return "\n".join(lines)
+
+
+def summary(d: pd.DataFrame) -> str:
+    """Per node and engine: rows compared, latency MAPE, mean signed error, worst row."""
+    lines = ["| hw | engine | rows simulated | not fitting | latency MAPE | mean signed | worst |", "|---|---|---|---|---|---|---|"]
+    for (hw, eng), g in d.groupby(["hw", "engine"], sort=True):
+        ok = g[g.note == ""]
+        worst = ok.latency_err.abs().max() if len(ok) else float("nan")
+        lines.append(f"| {hw} | {eng} | {len(ok)} | {len(g) - len(ok)} | {_pct(ok.latency_err.abs().mean())[1:]} "
+                     f"| {_pct(ok.latency_err.mean())} | {_pct(worst)[1:]} |")
+    return "\n".join(lines)
+
+
+def section(d: pd.DataFrame) -> str:
+    ok = d[d.note == ""]
+    return "\n".join([
+        BEGIN,
+        f"Generated by `python scripts/llm_bench_validation.py` ({len(d)} rows, {len(ok)} simulated; "
+        "latency err = simulated / measured - 1; throughput is batch x (input + output) / latency, the bench's "
+        f"definition, so its error is 1 / (1 + latency err) - 1). All simulated rows: latency MAPE "
+        f"{_pct(ok.latency_err.abs().mean())[1:]}, mean signed {_pct(ok.latency_err.mean())}.",
+        "", summary(d), "", markdown_table(d), END])
+
+
+def write_doc(text: str, doc: Path = DOC) -> None:
+    """Replace the generated section of `doc` (between BEGIN and END), or append it."""
+    old = doc.read_text()
+    if BEGIN in old and END in old:
+        new = old[:old.index(BEGIN)] + text + old[old.index(END) + len(END):]
+    else:
+        new = old.rstrip("\n") + "\n\n" + text + "\n"
+    atomic_write(doc, lambda p: p.write_text(new))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc", type=Path, default=DOC, help="markdown file whose generated section to rewrite")
+    ap.add_argument("--no-doc", action="store_true", help="print only")
+    ap.add_argument("--rows", type=int, help="only the first ROWS rows of each node and engine (a quick check)")
+    a = ap.parse_args(argv)
+    if not (SHARED / "llm-inference-bench").is_dir():
+        print(f"{SHARED / 'llm-inference-bench'} not found")
+        return 0
+    warnings.simplefilter("ignore")
+    rows = bench_rows()
+    if a.rows:
+        rows = rows.groupby(["Hardware", "Framework"], sort=False).head(a.rows)
+    d = compare(rows)
+    text = section(d)
+    print(text)
+    if not a.no_doc:
+        write_doc(text, a.doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
