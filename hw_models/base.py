@@ -163,13 +163,14 @@ class Mapper:
         return self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
 
     def _folded(self, phase: str, kv_len: int, graph_of: Callable[[int | None], OpGraph],
-                exhaustive: bool) -> StepResult:
-        """Run `graph_of(layers)` (None: all layers) in the engine, identical layers folded."""
+                exhaustive: bool, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s) -> StepResult:
+        """Run `graph_of(layers)` (None: all layers) in the engine, identical layers folded;
+        `busy` reads the busy times off each timeline (they fold like the time)."""
         L = self.model.num_layers
 
         def run(n: int) -> StepResult:
             tl = self.run_graph(graph_of(None if n == L else n))
-            return StepResult(phase, kv_len, tl.makespan_s, tl.busy_s(), timeline_energy_j(tl))
+            return StepResult(phase, kv_len, tl.makespan_s, busy(tl), timeline_energy_j(tl))
 
         return fold_layers(run, L, self.fold_layers, exhaustive)
 
@@ -177,16 +178,17 @@ class Mapper:
     iteration_refusal = ""
 
     def iteration(self, seqs: tuple[tuple[int, int], ...], logits: int | None = None,
-                  exhaustive: bool = False) -> StepResult:
+                  exhaustive: bool = False, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s
+                  ) -> StepResult:
         """One serving iteration: prefill chunks and decode sequences of different lengths,
         each (q_len, kv_len), lowered by sim.core.mixed, identical layers folded. The
-        step-cost oracle of the request-level simulation (sim.apps.serve)."""
+        step-cost oracle of the request-level simulation (sim.apps.serve); `busy` as in _folded."""
         if self.iteration_refusal:
             raise ConfigError(f"{self.machine.source or self.machine.name}: kind {self.machine.kind}: "
                               f"{self.iteration_refusal}")
         flash = self.workload.flash_attention
         return self._folded("iteration", 0, lambda n: lower_iteration(self.model, seqs, self.formats, flash, n,
-                                                                       logits), exhaustive)
+                                                                       logits), exhaustive, busy)
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy over a span of `wall_s` seconds (default: the longest busy time): a unit's

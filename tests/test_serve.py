@@ -44,6 +44,10 @@ def test_surrogate_within_one_percent_of_exact(a6000, sched):
     for m in ("ttft", "tpot"):
         for stat in ("mean", "p99"):
             assert sur["latency"][m][stat] == pytest.approx(exact["latency"][m][stat], rel=0.01), (m, stat)
+    # Utilisation per resource: the surrogate interpolates the busy times with the time.
+    assert sur["utilization"].keys() == exact["utilization"].keys() == {"gpu", "gpu.compute", "gpu.memory"}
+    for k, v in exact["utilization"].items():
+        assert sur["utilization"][k] == pytest.approx(v, rel=0.01), k
 
 
 def test_latency_does_not_fall_as_rate_doubles(a6000):

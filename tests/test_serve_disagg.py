@@ -44,6 +44,13 @@ def test_one_request_by_hand():
     assert res.requests["finish_s"][0] == pytest.approx(ttft + want + steps, rel=1e-9)
     assert s["latency"]["tbt"]["max"] == pytest.approx(want + dec.target_cost(features([(1, PROMPT + 1)]))[0])
     assert s["completed"] == 1 and res.tokens_out == OUT
+    # Utilisation over the run (prefill, transfer, decodes back to back): the prefill replica's link is
+    # busy for the one transfer, its gpu for the prefill; the decode replica's gpu for the 15 steps.
+    span = res.makespan_s
+    pre_u, dec_u = s["disaggregated"]["prefill"][0]["utilization"], s["disaggregated"]["decode"][0]["utilization"]
+    assert pre_u["kv_transfer"] == pytest.approx(want / span, rel=1e-9)
+    assert pre_u["gpu"] == pytest.approx(ttft / span, rel=1e-9) and dec_u["gpu"] == pytest.approx(steps / span, rel=1e-9)
+    assert "kv_transfer" not in dec_u
 
 
 def test_transfer_over_a_topology_and_pool_figures():

@@ -28,6 +28,7 @@ from hw_models.machine import load_machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
 from sim.apps.serve.engine import REJECTED, ServeResult
+from sim.apps.serve.metrics import utilization
 from sim.apps.serve.router import Replica, choose, merge, policy_of, stream
 from sim.apps.serve.schedulers import Request
 from sim.apps.serve.setup import Setup, prepare
@@ -127,6 +128,7 @@ class Disagg:
             start = env.now
             dur = transfer_s(self.file, nbytes)
             yield env.timeout(dur)
+        rep.busy["kv_transfer"] = rep.busy.get("kv_transfer", 0.0) + dur   # its link's busy time
         self.transfers.append((nbytes, start - asked, dur))
         k = choose(self.policy, i, self.decode)
         self.where[i] = len(self.prefill) + k
@@ -149,10 +151,11 @@ class Disagg:
         return merge(results, self.where), self.figures(results, env.now)
 
     def figures(self, results: list[ServeResult], span: float) -> dict[str, Any]:
-        """Per pool: each replica's requests and busy fraction; the KV transfers."""
+        """Per pool: each replica's requests, busy fraction and utilisation per resource; the KV transfers."""
         def pool(reps, hw, offset):
             return [dict(replica=r.index, hw=hw, requests=r.routed,
-                         busy=float(results[offset + r.index].iterations["duration_s"].sum()) / span if span else 0.0)
+                         busy=float(results[offset + r.index].iterations["duration_s"].sum()) / span if span else 0.0,
+                         utilization=utilization(results[offset + r.index].busy_s, span))
                     for r in reps]
         t = np.array(self.transfers).reshape(-1, 3)
         transfer = dict(count=len(t), bytes_mean=float(t[:, 0].mean()) if len(t) else 0.0,

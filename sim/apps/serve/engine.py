@@ -3,7 +3,8 @@ requests in the scheduler's queue; one engine process runs iterations one at a
 time: ask the scheduler for a batch, cost it (sim.apps.serve.stepcost), wait that
 long, hand out the tokens, retire finished requests. Token times are kept per
 request (first, last, largest gap) and per iteration, not per token, so memory
-grows with requests and iterations only.
+grows with requests and iterations only. Busy time is summed per resource over the
+run (the step costs' resources, sim.apps.serve.stepcost; `host_link` for swaps).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class ServeResult:
     swap_log: list[tuple[int, int, int]] = field(default_factory=list)   # (request, blocks, tokens) per swap-out
     spec_steps: int = 0
     spec_tokens: int = 0
+    busy_s: dict[str, float] = field(default_factory=dict)   # per resource, summed over the instances
+    instances: int = 1
 
 
 class ServeSim:
@@ -70,6 +73,7 @@ class ServeSim:
         self.energy = 0.0
         self.swap_log: list[tuple[int, int, int]] = []
         self.spec_steps = self.spec_tokens = 0
+        self.busy: dict[str, float] = {}
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -86,7 +90,7 @@ class ServeSim:
                                       for c, v in self.it.items()},
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
                            s.swapped_in_blocks, s.pool.total, s.pool.peak_used, makespan_s, self.tokens, self.energy,
-                           self.swap_log, self.spec_steps, self.spec_tokens)
+                           self.swap_log, self.spec_steps, self.spec_tokens, dict(self.busy))
 
     def _arrivals(self, env: simpy.Environment):
         r = self.reqs
@@ -131,14 +135,24 @@ class ServeSim:
     def _cost(self, batch: Batch) -> tuple[float, float]:
         s = self.setup
         swap_s = batch.swap_blocks * s.block_bytes / s.swap_bytes_per_s if batch.swap_blocks else 0.0
+        if swap_s:
+            self.busy["host_link"] = self.busy.get("host_link", 0.0) + swap_s
         self.swap_log.extend(batch.preempted)
         if batch.padded is not None:
-            t, e = s.target_cost(features(batch.padded))
+            t, e = self._costed(s.target_cost, features(batch.padded))
             return t + swap_s, e
         if not self.spec:
-            t, e = s.target_cost(features([(q, r.computed + q) for r, q in batch.entries]))
+            t, e = self._costed(s.target_cost, features([(q, r.computed + q) for r, q in batch.entries]))
             return t + swap_s, e
         return self._spec_cost(batch, swap_s)
+
+    def _costed(self, cost, it: Iteration) -> tuple[float, float]:
+        """(seconds, joules) of `it`; its resources' busy times go to the run's totals."""
+        c = cost(it)
+        busy = self.busy
+        for k, v in zip(cost.keys, c[2:]):
+            busy[k] = busy.get(k, 0.0) + v
+        return c[0], c[1]
 
     def _spec_cost(self, batch: Batch, swap_s: float) -> tuple[float, float]:
         """k draft decode steps (the first also runs the prefill chunks through the draft), then one
@@ -148,11 +162,11 @@ class ServeSim:
         pre = [(q, r.computed + q) for r, q in batch.entries if not (q == 1 and r.generated)]
         verify = [(k + 1, r.computed + k + 1) for r in dec]
         it = features(verify + pre, k + 1)
-        t, e = s.target_cost(Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv, it.pairs, it.chunks,
-                                       len(verify) * (k + 1) + len(pre)))
+        t, e = self._costed(s.target_cost, Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv, it.pairs,
+                                                     it.chunks, len(verify) * (k + 1) + len(pre)))
         for j in range(k if dec else 1):
             seqs = [(1, r.computed + 1 + j) for r in dec] + (pre if j == 0 else [])
-            dt, de = s.draft_cost(features(seqs))
+            dt, de = self._costed(s.draft_cost, features(seqs))
             t, e = t + dt, e + de
         return t + swap_s, e
 

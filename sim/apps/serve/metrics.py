@@ -1,8 +1,9 @@
 """Summary figures of a serving run: latency statistics, throughput, goodput under
-the SLO, KV and batch statistics, energy per token."""
+the SLO, KV and batch statistics, utilisation per resource, energy per token."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,29 @@ def stats(x: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
     return out
 
 
+# A numbered member of a family of resources (pim.stack3, pim.stack3.memory): the digits before the part.
+_MEMBER = re.compile(r"^(.*\D)(\d+)(\.compute|\.memory)?$")
+
+
+def utilization(busy_s: dict[str, float], wall_s: float, instances: int = 1) -> dict[str, float]:
+    """Each resource's busy time over `wall_s` (the mean over `instances` of an instance's resource).
+    Numbered members of one family (pim.stack0 ... pim.stack4) as one entry, pim.stack0-4: their mean."""
+    if not wall_s:
+        return {}
+    families: dict[tuple[str, str], dict[int, float]] = {}
+    for name, b in busy_s.items():
+        m = _MEMBER.match(name)
+        head, num, part = (m.group(1), int(m.group(2)), m.group(3) or "") if m else (name, -1, "")
+        members = families.setdefault((head, part), {})
+        members[num] = members.get(num, 0.0) + b
+    out = {}
+    for (head, part), members in families.items():
+        nums = sorted(members)
+        name = head if nums == [-1] else f"{head}{nums[0]}" if len(nums) == 1 else f"{head}{nums[0]}-{nums[-1]}"
+        out[name + part] = float(sum(members.values()) / (len(nums) * instances * wall_s))
+    return dict(sorted(out.items()))
+
+
 def meets(lat: dict[str, np.ndarray], slo: dict[str, float]) -> np.ndarray:
     """Per completed request: within every SLO threshold (a TBT threshold applies to the request's largest gap)."""
     ok = np.ones(len(lat["ttft"]), dtype=bool)
@@ -75,6 +99,7 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         batch_size=stats(it["seqs"], it["duration_s"]) if busy else {},
         tokens_per_iteration=stats(it["tokens"], it["duration_s"]) if busy else {},
         engine_busy=busy / res.makespan_s if res.makespan_s else 0.0,
+        utilization=utilization(res.busy_s, res.makespan_s, res.instances), instances=res.instances,
         energy_per_token_j=res.energy_j / res.tokens_out if res.tokens_out else 0.0,
         spec_tokens_per_step=res.spec_tokens / res.spec_steps if res.spec_steps else None,
         slo=slo, slo_met=slo_check(lat_stats, slo))

@@ -45,9 +45,24 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
             bt.add_row(name, *(f"{st[k]:.1f}" for k in ("mean", "p50", "p90", "p99", "max")))
     console.print(t)
     console.print(bt)
+    if s.get("utilization"):
+        console.print(utilization_table(s["utilization"], s.get("instances", 1)))
     if s["slo"]:
         met = ", ".join(f"{k} {v:.2f}x of limit" for k, v in s["slo_met"].items())
         console.print(f"SLO: {met}")
+
+
+def utilization_table(u: dict[str, float], instances: int = 1) -> Table:
+    """One row per resource: busy (an op or a transfer on it), and for compute units the time their
+    ops needed the compute pipes and the memory stream, each over the serving wall time."""
+    mean = f", mean of {instances} instances" if instances > 1 else ""
+    t = Table(title=f"utilisation (of the wall time{mean})", title_justify="left")
+    for col in ("resource", "busy", "compute", "memory bandwidth"):
+        t.add_column(col, justify="left" if col == "resource" else "right")
+    for name in (k for k in u if not k.endswith((".compute", ".memory"))):
+        t.add_row(name, *(f"{u[key]:.1%}" if key in u else "-"
+                          for key in (name, f"{name}.compute", f"{name}.memory")))
+    return t
 
 
 def _slo(slo: dict[str, float]) -> str:

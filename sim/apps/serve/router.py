@@ -10,7 +10,8 @@ request when it arrives and hands it to one replica:
 
 The result merges the replicas: each request's record from the replica that served it,
 iterations of all replicas (sorted by start), KV blocks summed (peak: the sum of the
-replicas' peaks, an upper bound on their simultaneous peak), makespan the latest end.
+replicas' peaks, an upper bound on their simultaneous peak), busy time per resource
+summed (utilisation: the mean over replicas), makespan the latest end.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import simpy
 
 from sim.apps.serve.engine import ServeResult, ServeSim
+from sim.apps.serve.metrics import utilization
 from sim.apps.serve.setup import Setup
 from sim.apps.serve.spec import Router, ServeFile
 from sim.apps.serve.traces import Requests
@@ -119,14 +121,23 @@ def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
         sum(r.peak_blocks for r in results), max(r.makespan_s for r in results),
         sum(r.tokens_out for r in results), sum(r.energy_j for r in results),
         [x for r in results for x in r.swap_log], sum(r.spec_steps for r in results),
-        sum(r.spec_tokens for r in results))
+        sum(r.spec_tokens for r in results), summed([r.busy_s for r in results]), sum(r.instances for r in results))
+
+
+def summed(dicts: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def replica_figures(results: list[ServeResult], where: np.ndarray) -> list[dict[str, float]]:
-    """Per replica: requests routed, output tokens, busy fraction of the whole run."""
+    """Per replica: requests routed, output tokens, busy fraction of the whole run, utilisation per resource."""
     span = max(r.makespan_s for r in results)
     return [dict(replica=k, requests=int((where == k).sum()), tokens=r.tokens_out,
-                 busy=float(r.iterations["duration_s"].sum()) / span if span else 0.0)
+                 busy=float(r.iterations["duration_s"].sum()) / span if span else 0.0,
+                 utilization=utilization(r.busy_s, span))
             for k, r in enumerate(results)]
 
 

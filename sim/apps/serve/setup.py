@@ -92,8 +92,12 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
                             f"{fmt_bytes(tier.capacity_bytes)} (serving.scheduler.gpu_memory_utilization)")
     total_blocks = getattr(cfg, "num_gpu_blocks_override", None) or int(room // (per_token * block))
     sp = srv.speculative
-    key = (id(machine), file.model_dump_json(include={"model", "formats", "flash_attention", "compute", "pim_policy"}),
-           exact, max_tokens, max_seqs, max_model_len, sp.model_dump_json() if sp else None)
+    # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
+    # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
+    # parallel plan among the sections).
+    used = {"model", "formats", "flash_attention", "compute", "stack", "sections", "moe"}
+    key = (machine.model_dump_json(), file.model_dump_json(include=used), exact, max_tokens, max_seqs, max_model_len,
+           sp.model_dump_json() if sp else None)
     costs = cache.get(key) if cache is not None else None
     if costs is None:
         costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len)

@@ -16,22 +16,59 @@ A (a roofline op costs (work + half) / rate: linear in its work), with slopes pe
 n_d and per prefill size measured by exact runs as well. Queries outside the grid
 are costed exactly. tests/test_serve.py checks the surrogate against the exact
 path on TTFT and TPOT.
+
+A cost is a vector: (seconds, joules, then each resource's busy seconds in the order of
+ExactCost.keys). Busy time is the engine's per resource (the unit ran an op) and, from
+each op's OpCost, `<resource>.compute` and `<resource>.memory`: the time its compute
+pipes and its memory stream were needed (compute_s, memory_s; an op takes the larger of
+the two plus its overhead). Every term of the surrogate is linear in the cost, so the
+busy times interpolate with the time. A vector made before a resource was first seen is
+shorter; the missing entries are zero.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import zip_longest
 
-from hw_models.base import Mapper
+from hw_models.base import Mapper, OpCost
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
+from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
 from sim.core.workload import Workload
 
 CHUNKS = [1, 2, 4, 8, 16, 32]
 KV_POINTS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+Cost = tuple[float, ...]   # (seconds, joules, busy seconds per resource in ExactCost.keys' order)
+
+
+def add(a: Cost, b: Cost) -> Cost:
+    return tuple(x + y for x, y in zip_longest(a, b, fillvalue=0.0))
+
+
+def _lerp(a: Cost, b: Cost, w: float) -> Cost:
+    return tuple(x + w * (y - x) for x, y in zip_longest(a, b, fillvalue=0.0))
+
+
+def _scaled(a: Cost, f: float) -> Cost:
+    return tuple(x * f for x in a)
+
+
+def resource_busy_s(tl: Timeline) -> dict[str, float]:
+    """Each engine resource's busy time, and per resource the time its ops needed its compute and its
+    memory stream (module doc)."""
+    out = tl.busy_s()
+    for i in tl.intervals:
+        c = i.tag   # an OpCost (pim's PimOpCost too); launch tasks on the host carry none
+        if isinstance(c, OpCost):
+            out[i.resource + ".compute"] = out.get(i.resource + ".compute", 0.0) + c.compute_s
+            out[i.resource + ".memory"] = out.get(i.resource + ".memory", 0.0) + c.memory_s
+    return out
+
+
 def check_kind(machine: Machine) -> None:
     """Refuse, in one line, a kind whose mapper cannot cost one iteration (offload, spatial)."""
     refusal = getattr(kind_module(machine.kind).MAPPER, "iteration_refusal", "")   # MAPPER may be a factory
@@ -65,19 +102,22 @@ def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
 
 
 class ExactCost:
-    """Op-level cost of an iteration: (seconds, joules)."""
+    """Op-level cost of an iteration: (seconds, joules, busy seconds per resource of `keys`)."""
 
     def __init__(self, machine: Machine, workload: Workload, model: ModelConfig):
         check_kind(machine)
         self.mapper: Mapper = mapper_for(machine, workload, model)
         self.model = model
         self.calls = 0
+        self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
 
-    def __call__(self, it: Iteration) -> tuple[float, float]:
+    def __call__(self, it: Iteration) -> Cost:
         """The mapper's own iteration hook (Mapper.iteration), plus the units' power while busy."""
         self.calls += 1
-        step = self.mapper.iteration(it.seqs, it.logits)
-        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s)
+        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s)
+        self.keys += [k for k in step.busy_s if k not in self.keys]
+        return (step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s),
+                *(step.busy_s.get(k, 0.0) for k in self.keys))
 
 
 def _grid(top: int, fine: bool = True) -> list[int]:
@@ -92,14 +132,12 @@ def _grid(top: int, fine: bool = True) -> list[int]:
     return sorted({p for p in pts if p < top} | {top})
 
 
-def _interp(xs: list[int], ys: list, x: float):
-    """Piecewise-linear interpolation of (time, energy) pairs; x within [xs[0], xs[-1]]."""
+def _interp(xs: list[int], ys: list, x: float) -> Cost:
+    """Piecewise-linear interpolation of costs; x within [xs[0], xs[-1]]."""
     i = min(bisect_right(xs, x) - 1, len(xs) - 2)
     if i < 0:
         return ys[0]
-    a, b = ys[i], ys[i + 1]
-    w = (x - xs[i]) / (xs[i + 1] - xs[i])
-    return a[0] + w * (b[0] - a[0]), a[1] + w * (b[1] - a[1])
+    return _lerp(ys[i], ys[i + 1], (x - xs[i]) / (xs[i + 1] - xs[i]))
 
 
 class Surrogate:
@@ -116,7 +154,11 @@ class Surrogate:
         self._tables: dict[str, tuple[list[int], list]] = {}
         self.exact_fallbacks = 0
 
-    def _cost(self, n: int, kv: int, chunk: int, prefix: int = 0) -> tuple[float, float]:
+    @property
+    def keys(self) -> list[str]:
+        return self.exact.keys
+
+    def _cost(self, n: int, kv: int, chunk: int, prefix: int = 0) -> Cost:
         seqs = [(self.q, kv)] * n + ([(chunk, chunk + prefix)] if chunk else [])
         return self.exact(features(seqs, self.q))
 
@@ -159,12 +201,12 @@ class Surrogate:
         M = [[self._slope(self._cost(0, 0, r + n * self.q), self._cost(n, self.kv0, r), 1.0) for r in rs] for n in ns]
         return (ns, rs), M
 
-    def _chunks(self, r: int, c: int) -> tuple[float, float]:
+    def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)
         sizes = [r // c + (i < r % c) for i in range(c)]
         return self.exact(features([(a, a) for a in sizes], self.q))
 
-    def _split(self, t: int) -> tuple[float, float]:
+    def _split(self, t: int) -> Cost:
         a = t // 2
         return self.exact(features([(a, a), (t - a, t - a)], self.q))
 
@@ -175,52 +217,45 @@ class Surrogate:
         return t * (t + 1) / 2 - a * (a + 1) / 2 - b * (b + 1) / 2
 
     @staticmethod
-    def _slope(a, b, d):
-        return (b[0] - a[0]) / d, (b[1] - a[1]) / d
+    def _slope(a: Cost, b: Cost, d: float) -> Cost:
+        return tuple((y - x) / d for x, y in zip_longest(a, b, fillvalue=0.0))
 
-    def __call__(self, it: Iteration) -> tuple[float, float]:
+    def __call__(self, it: Iteration) -> Cost:
         n, rest = it.n_decode, it.tokens - it.n_decode * self.q
         if it.tokens > self.max_tokens or n > self.max_decode or it.logits is not None or rest == 1:
             self.exact_fallbacks += 1
             return self.exact(it)
-        t = e = 0.0
+        c: Cost = (0.0, 0.0)
         if n:
             if rest:
                 (ns, rs), M = self.table("M")
-                t, e = self._bilinear(ns, rs, M, n, rest)
-                pt, pe = _interp(*self.table("P"), it.tokens)
-                t, e = t + pt, e + pe
+                c = add(self._bilinear(ns, rs, M, n, rest), _interp(*self.table("P"), it.tokens))
             else:
-                t, e = _interp(*self.table("D"), n)
+                c = _interp(*self.table("D"), n)
             (ns, ks), K = self.table("kv")
             kbar = it.decode_kv / n
             if kbar > ks[-1]:   # beyond the grid: extend the last segment linearly
                 lo, hi = self._bilinear(ns, ks, K, n, ks[-2]), self._bilinear(ns, ks, K, n, ks[-1])
-                w = (kbar - ks[-1]) / (ks[-1] - ks[-2])
-                kt, ke = hi[0] + w * (hi[0] - lo[0]), hi[1] + w * (hi[1] - lo[1])
+                c = add(c, _lerp(lo, hi, 1.0 + (kbar - ks[-1]) / (ks[-1] - ks[-2])))
             else:
-                kt, ke = self._bilinear(ns, ks, K, n, kbar)
-            t, e = t + kt, e + ke
+                c = add(c, self._bilinear(ns, ks, K, n, kbar))
         elif rest:
-            t, e = _interp(*self.table("P"), rest)
+            c = _interp(*self.table("P"), rest)
         canon = rest * (rest + 1) / 2
         if it.chunks > 1 and rest > 1:
             (cs, rs), C = self.table("C")
-            c = min(it.chunks, cs[-1], rest)
-            ct, ce = self._bilinear(cs, rs, C, c, rest)
-            t, e = t + ct, e + ce
-            a = rest / c
-            canon = c * a * (a + 1) / 2
+            k = min(it.chunks, cs[-1], rest)
+            c = add(c, self._bilinear(cs, rs, C, k, rest))
+            a = rest / k
+            canon = k * a * (a + 1) / 2
         if rest:
             dp = it.pairs - canon
-            pt, pe = _interp(*self.table("pairs" if dp >= 0 or rest < 4 else "split"), rest)
-            t, e = t + dp * pt, e + dp * pe
-        return t, e
+            c = add(c, _scaled(_interp(*self.table("pairs" if dp >= 0 or rest < 4 else "split"), rest), dp))
+        return c
 
     @staticmethod
-    def _bilinear(ns: list[int], rs: list[int], M: list[list], n: int, r: int):
+    def _bilinear(ns: list[int], rs: list[int], M: list[list], n: int, r: int) -> Cost:
         j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
         lo, hi = _interp(rs, M[j], r), _interp(rs, M[min(j + 1, len(ns) - 1)], r)
         w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
-        w = min(max(w, 0.0), 1.0)
-        return lo[0] + w * (hi[0] - lo[0]), lo[1] + w * (hi[1] - lo[1])
+        return _lerp(lo, hi, min(max(w, 0.0), 1.0))

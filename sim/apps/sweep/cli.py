@@ -38,6 +38,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _print_best(spec_path: str, out: str) -> None:
     """A table of the best point for each of the spec's `metrics`: one line per metric,
     its value with a unit, and the axis values where it was reached."""
+    from sim.apps.sweep.plots import labelled
     from sim.apps.sweep.spec import load_spec
     from sim.apps.sweep.store import load_results
 
@@ -45,7 +46,7 @@ def _print_best(spec_path: str, out: str) -> None:
 
 
     spec = load_spec(spec_path)
-    df = load_results(out)
+    df = labelled(load_results(out))   # mapping-valued axes as short labels
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
     if ok.empty:
         return

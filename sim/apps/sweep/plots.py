@@ -7,6 +7,7 @@ after scaling both metrics to [0, 1] (the knee of the trade-off).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -200,8 +201,12 @@ def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,
     from matplotlib import ticker
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_xscale("log" if p.logx else "linear")
-    ax.set_yscale("log" if p.logy else "linear")
+    # Only a log scale is set: setting "linear" on a categorical axis (labelled mappings, presets)
+    # would replace its category ticks with numbers.
+    if p.logx:
+        ax.set_xscale("log")
+    if p.logy:
+        ax.set_yscale("log")
     for axis, log in ((ax.xaxis, p.logx), (ax.yaxis, p.logy)):
         if log:  # "20", "30" rather than 2 x 10^1 on an axis spanning less than a decade
             axis.set_major_formatter(ticker.LogFormatter(labelOnlyBase=False))
@@ -231,9 +236,44 @@ def default_plots(spec: SweepSpec, df: "pd.DataFrame") -> list[Plot]:
     return [Plot(kind="line", x=axes[0], y=m, lines=lines) for m in spec.metrics if m in df.columns]
 
 
+def _flat(value: dict, prefix: str = "") -> dict[str, object]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, object] = {}
+    for k, v in value.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def compact_labels(values: list) -> list:
+    """Mapping values (a swept `serving.scheduler: [{kind: vllm, ...}, ...]`) as short labels: `key=value`
+    of the keys whose values differ among them (all keys when none differs); lists as JSON; anything else
+    as it is. Mappings and lists cannot be grouped, sorted or used as legend entries as they are."""
+    flats = [_flat(v) if isinstance(v, dict) else None for v in values]
+    keys = list(dict.fromkeys(k for f in flats if f is not None for k in f))
+    seen = {k: {json.dumps(f.get(k), sort_keys=True, default=str) for f in flats if f is not None} for k in keys}
+    varying = [k for k in keys if len(seen[k]) > 1] or keys
+    out = []
+    for v, f in zip(values, flats):
+        if f is not None:
+            out.append(", ".join(f"{k}={fmt_value(k, f[k])}" for k in varying if k in f) or "{}")
+        else:
+            out.append(json.dumps(v, default=str) if isinstance(v, list) else v)
+    return out
+
+
+def labelled(df: "pd.DataFrame") -> "pd.DataFrame":
+    """`df` with every column holding mappings or lists turned into compact_labels."""
+    df = df.copy()
+    for col in df.columns:
+        if df[col].dtype == object and df[col].map(lambda v: isinstance(v, (dict, list))).any():
+            df[col] = compact_labels(list(df[col]))
+    return df
+
+
 def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path) -> list[Path]:
     plot_dir = out / "plots"
     written = []
+    df = labelled(df)
     for p in spec.plots or default_plots(spec, df):
         written.append(_DRAW[p.kind](df, p, f"{spec.name}: {_label(p.metric)}", plot_dir / p.filename()))
     return written

@@ -2,12 +2,13 @@
 request-level simulation (sim.apps.serve.run.serve) and records its summary as
 flat metrics: `<metric>_<stat>_s` for every latency (ttft_p90_s, tpot_mean_s,
 tbt_p99_s, e2e_p50_s, queue_max_s), the throughputs and goodputs, `slo_<key>`
-(the SLO's measured value over its threshold, <= 1 is met), KV and batch figures.
+(the SLO's measured value over its threshold, <= 1 is met), KV and batch figures,
+`utilization.<resource>` (busy share of the wall time: gpu, gpu.compute, gpu.memory, ...).
 
 A worker process keeps each machine it builds and the surrogate step-cost tables
-of that machine (setup.prepare's cache, keyed by the machine object, which stays
-alive here so its id is never reused): the points of a rate axis share one table
-build instead of each paying for it.
+of that machine (setup.prepare's cache, keyed by the machine's and the model's
+content): the points of a rate axis share one table build instead of each paying
+for it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def flat_metrics(s: dict[str, Any]) -> dict[str, float]:
     out = {f"{metric}_{stat}_s": v for metric, stats in s["latency"].items() for stat, v in stats.items()}
     out.update({k: s[k] for k in SCALARS})
     out.update({f"slo_{k}": v for k, v in s["slo_met"].items()})
+    out.update({f"utilization.{k}": v for k, v in s.get("utilization", {}).items()})
     out["batch_size_mean"] = s["batch_size"].get("mean", 0.0)
     out["tokens_per_iteration_mean"] = s["tokens_per_iteration"].get("mean", 0.0)
     return {k: float(v) for k, v in out.items()}
