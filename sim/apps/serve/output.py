@@ -68,6 +68,22 @@ def write_chrome_trace(path: str | Path, res: ServeResult) -> Path:
     return write_json(path, chrome_trace(res))
 
 
+def kv_timeline(res: ServeResult, bins: int = 200) -> dict[str, list[float]]:
+    """The share of the KV pool in use over the run, as the time-weighted mean over `bins` equal spans of
+    [0, makespan]: each iteration's count holds from its start to the next one's (as kv_and_batch.png
+    draws it). `t_s`: the spans' midpoints. Exact: the integral of a step function is piecewise linear."""
+    it, end = res.iterations, res.makespan_s
+    if not len(it["start_s"]) or end <= 0:
+        return dict(t_s=[], kv_share=[])
+    knots = np.append(it["start_s"], end)
+    area = np.concatenate([[0.0], np.cumsum(it["kv_blocks_used"] * np.diff(knots))])
+    edges = np.linspace(0.0, end, bins + 1)
+    # Before the first iteration nothing is held: the integral is 0 up to its start.
+    acc = np.interp(edges, np.concatenate([[0.0], knots]), np.concatenate([[0.0], area]))
+    share = np.diff(acc) / np.diff(edges) / max(res.total_blocks, 1)
+    return dict(t_s=((edges[:-1] + edges[1:]) / 2).tolist(), kv_share=share.tolist())
+
+
 def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None) -> list[Path]:
     plt = pyplot()
     lat = per_request(res)

@@ -270,10 +270,36 @@ def labelled(df: "pd.DataFrame") -> "pd.DataFrame":
     return df
 
 
-def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path) -> list[Path]:
+def kv_usage_timeline(df: "pd.DataFrame", series: dict[str, dict], axes: list[str], title: str,
+                      path: Path) -> Path | None:
+    """Serving points: the share of the KV pool in use over time, one line per point, labelled by the
+    axes that differ between points. None when no point stored a timeline."""
+    rows = [r for r in df.to_dict("records") if r.get("status", "ok") == "ok" and "kv_usage" in
+            series.get(r.get("key"), {})]
+    if not rows:
+        return None
+    plt = pyplot()
+    varying = [a for a in axes if a in df.columns and len({str(r[a]) for r in rows}) > 1]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, r in enumerate(rows):
+        kv = series[r["key"]]["kv_usage"]
+        label = ", ".join(f"{_label(a)} = {fmt_value(a, r[a])}" for a in varying) or f"point {r.get('point', i)}"
+        ax.plot(kv["t_s"], 100 * np.asarray(kv["kv_share"]), color=f"C{i % 10}", lw=1.2,
+                linestyle=("-", "--", ":", "-.")[i // 10 % 4], label=label)
+    ax.set(xlabel="time (s)", ylabel="KV blocks in use (% of the pool)", title=title)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path, series: dict[str, dict] | None = None) -> list[Path]:
+    """The spec's plots (or the default ones) and, for serving points, the KV-usage timeline."""
     plot_dir = out / "plots"
     written = []
     df = labelled(df)
     for p in spec.plots or default_plots(spec, df):
         written.append(_DRAW[p.kind](df, p, f"{spec.name}: {_label(p.metric)}", plot_dir / p.filename()))
-    return written
+    kv = kv_usage_timeline(df, series or {}, list(spec.axes), f"{spec.name}: KV-cache usage over time",
+                           plot_dir / "kv_usage_timeline.png")
+    return written + ([kv] if kv else [])

@@ -34,7 +34,7 @@ from sim.core.results import check_finite
 from sim.core.workload import workload_from_dict
 from sim.apps.sweep import plots as sweep_plots
 from sim.apps.sweep.serving import serve_point
-from sim.apps.sweep.store import export, load_results
+from sim.apps.sweep.store import export, load_results, load_series
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -46,18 +46,19 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
     leaves the others intact."""
 
     t0 = time.perf_counter()
+    series: dict[str, Any] = {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # context-length notes; the row carries the numbers
             if config.get("serving"):
-                metrics = serve_point(config)
+                metrics, series["kv_usage"] = serve_point(config)
             else:
                 workload = workload_from_dict(config["workload"], config["workload_source"])
                 machine = machine_from_dict(config["machine"], config["machine_source"])
                 # detail=False: metrics only, without the per-op timelines a report draws (half the time).
                 metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
-                    seconds=time.perf_counter() - t0)
+                    seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
     except SimError as exc:
         msg = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # a bug in one point must not stop the sweep; keep where it happened
@@ -216,5 +217,7 @@ def finish(spec: SweepSpec, out: Path, plots: bool = True) -> list[Path]:
     with transaction():
         written = export(out, csv=out / "results.csv")
         if plots:
-            written += sweep_plots.draw_all(spec, load_results(out), out)
+            df = load_results(out)
+            keys = df["key"].tolist() if "key" in df.columns else []
+            written += sweep_plots.draw_all(spec, df, out, load_series(out, keys))
     return written

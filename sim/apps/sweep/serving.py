@@ -4,6 +4,8 @@ flat metrics: `<metric>_<stat>_s` for every latency (ttft_p90_s, tpot_mean_s,
 tbt_p99_s, e2e_p50_s, queue_max_s), the throughputs and goodputs, `slo_<key>`
 (the SLO's measured value over its threshold, <= 1 is met), KV and batch figures,
 `utilization.<resource>` (busy share of the wall time: gpu, gpu.compute, gpu.memory, ...).
+Each point also stores its KV-usage timeline (the store's `series` table), which the sweep
+draws as plots/kv_usage_timeline.png, one line per point.
 
 A worker process keeps each machine it builds and the surrogate step-cost tables
 of that machine (setup.prepare's cache, keyed by the machine's and the model's
@@ -17,6 +19,7 @@ import json
 from typing import Any
 
 from hw_models.machine import Machine, machine_from_dict
+from sim.apps.serve.output import kv_timeline
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import serve_file_from_dict
 
@@ -33,12 +36,12 @@ def _machine(config: dict[str, Any]) -> tuple[Machine, dict]:
     return _MACHINES[key]
 
 
-def serve_point(config: dict[str, Any]) -> dict[str, float]:
-    """The flat metrics of one serving point."""
+def serve_point(config: dict[str, Any]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """The flat metrics of one serving point, and its KV-usage timeline (sim.apps.serve.output.kv_timeline)."""
     file = serve_file_from_dict(config["workload"], config["workload_source"])
     machine, cache = _machine(config)
-    _, summary = serve(file, machine, cache=cache)
-    return flat_metrics(summary)
+    res, summary = serve(file, machine, cache=cache)
+    return flat_metrics(summary), kv_timeline(res)
 
 
 def flat_metrics(s: dict[str, Any]) -> dict[str, float]:

@@ -43,6 +43,10 @@ CREATE TABLE IF NOT EXISTS points (
     finished_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS series (   -- a point's time series (a serving point's KV usage), not a column
+    key TEXT PRIMARY KEY,
+    data TEXT NOT NULL               -- JSON: name -> {t_s: [...], <value>: [...]}
+);
 """
 
 
@@ -141,6 +145,15 @@ class Store:
                 (point.key, point.index, json.dumps(point.axes), json.dumps(point.columns, default=str),
                  outcome["status"], outcome.get("error"), json.dumps(outcome.get("metrics") or {}),
                  outcome.get("seconds"), sim.__version__, time.time()))
+            if outcome.get("series"):
+                self.db.execute("INSERT OR IGNORE INTO series VALUES (?, ?)", (point.key, json.dumps(outcome["series"])))
+
+    def series(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The stored time series of the points `keys` (those that have any)."""
+        wanted = set(keys)
+        with db_errors(self.path):
+            stored = self.db.execute("SELECT key, data FROM series").fetchall()
+        return {k: json.loads(d) for k, d in stored if k in wanted}
 
     def rows(self, keys: Iterable[str] | None = None) -> list[dict[str, Any]]:
         wanted = set(keys) if keys is not None else None
@@ -174,6 +187,11 @@ def load_results(out_dir: str | Path, all_rows: bool = False) -> "pandas.DataFra
                                            for v in df[col]):
             df[col] = pd.to_numeric(df[col])
     return df
+
+
+def load_series(out_dir: str | Path, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    with Store(out_dir, create=False) as store:
+        return store.series(keys)
 
 
 def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Path | None = None) -> list[Path]:
