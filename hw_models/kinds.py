@@ -23,14 +23,27 @@ class KindEntry:
     preset_sections: tuple[str, ...] = ()     # top-level preset keys it owns
     workload_sections: tuple[str, ...] = ()   # top-level workload keys it owns
     cli: str | None = None                    # the module of its `register(subparsers)`, loaded at start-up
+    moe_refusal: str | None = None            # why the kind cannot run Mixture-of-Experts models (None: it can)
 
+
+# Why three kinds refuse MoE models. The lowering (sim.core.moe) gives a step's expert ops the
+# *expected* routed experts' weights (fractional experts), which the gpu kind streams as such; these
+# kinds instead lay a layer's weights out whole, so they would mis-count MoE weights rather than fail.
+MOE_OFFLOAD = ("offload streams one layer's weights through fixed GPU buffers sized by a layer's whole "
+               "weight set (FlexGen's zig-zag schedule); per-step routed experts (a changing, fractional "
+               "subset) are not modelled")
+MOE_PIM = ("PIM maps each GEMM's whole weight matrix onto the banks (hw_models/pim/layout.py); the routed "
+           "expert GEMMs read an expected, fractional set of experts per step, which has no bank layout")
+MOE_SPATIAL = ("spatial keeps every op's weights resident on chip, counted from the step's reads; an MoE "
+               "step reads only its routed experts, so residency would omit the experts chips must still hold")
 
 KINDS: dict[str, KindEntry] = {
     "gpu": KindEntry("hw_models.gpu", (), ("parallel",)),
     "cpu": KindEntry("hw_models.gpu", (), ("parallel",)),
-    "offload": KindEntry("hw_models.offload", ("host",), ("policy",), cli="hw_models.offload.cli"),
-    "pim": KindEntry("hw_models.pim", ("pim",), ("pim_policy",)),
-    "spatial": KindEntry("hw_models.spatial", ("spatial",)),
+    "offload": KindEntry("hw_models.offload", ("host",), ("policy",), cli="hw_models.offload.cli",
+                         moe_refusal=MOE_OFFLOAD),
+    "pim": KindEntry("hw_models.pim", ("pim",), ("pim_policy",), moe_refusal=MOE_PIM),
+    "spatial": KindEntry("hw_models.spatial", ("spatial",), moe_refusal=MOE_SPATIAL),
 }
 
 

@@ -42,6 +42,10 @@ def kind_module(kind: str) -> ModuleType:
 
 
 def mapper_for(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
+    why = KINDS[machine.kind].moe_refusal if machine.kind in KINDS else None
+    if model.is_moe and why:
+        raise ConfigError(f"{workload.source or 'workload'}: model: {model.name} is a Mixture-of-Experts model, "
+                          f"which the {machine.kind} kind ({machine.name}) does not run: {why}; use a gpu preset")
     return kind_module(machine.kind).MAPPER(machine, workload, model)
 
 

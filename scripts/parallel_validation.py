@@ -61,28 +61,52 @@ def vidur_tp(machine_name: str = "a100_80g") -> pd.DataFrame:
     return d
 
 
-def splitwise(prompts=(512, 2048), batches=(1, 8, 32)) -> pd.DataFrame:
+def splitwise_measured() -> pd.DataFrame:
+    """Median prompt and token time per (hw, tp, prompt, batch) of Llama-2-70B on the two DGX
+    nodes (every prompt length and batch the file has; token_size only sets how many steps
+    were averaged). Rows whose prompt time falls as the batch grows (TP2 batch 64 on both
+    nodes, PROVENANCE §3 "filter outliers") are dropped."""
     d = pd.read_csv(SHARED / "splitwise-sim" / "perf_model.csv")
-    d = d[(d.model == "llama2-70b") & d.hardware.isin(SPLITWISE_HW) & d.prompt_size.isin(prompts)
-          & d.batch_size.isin(batches)]
+    d = d[(d.model == "llama2-70b") & d.hardware.isin(SPLITWISE_HW)]
+    keys = ["hardware", "tensor_parallel", "prompt_size", "batch_size"]
+    m = d.groupby(keys).agg(prompt_meas_ms=("prompt_time", "median"), token_meas_ms=("token_time", "median"),
+                            gen=("token_size", "median")).reset_index().sort_values(keys)
+    prev = m.groupby(keys[:3]).prompt_meas_ms.cummax().groupby([m[k] for k in keys[:3]]).shift()
+    return m[~(m.prompt_meas_ms < prev)].rename(columns={"hardware": "hw", "tensor_parallel": "tp",
+                                                          "prompt_size": "prompt", "batch_size": "batch"})
+
+
+def splitwise(stack: str | None = None) -> pd.DataFrame:
+    """Simulated TTFT and TPOT (flash attention, fp16, fitted collectives, `stack`) vs measured."""
     rows = []
-    keys = ["hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
-    for (hw, tp, prompt, batch, tokens), g in d.groupby(keys):
-        device, topo = SPLITWISE_HW[hw]
-        w = Workload(name="splitwise", model="llama2-70b", batch=int(batch), prompt_len=int(prompt),
-                     gen_len=int(tokens), flash_attention=True, parallel={"tp": int(tp), "topology": topo})
+    for r in splitwise_measured().itertuples(index=False):
+        device, topo = SPLITWISE_HW[r.hw]
+        w = Workload(name="splitwise", model="llama2-70b", batch=int(r.batch), prompt_len=int(r.prompt),
+                     gen_len=int(r.gen), flash_attention=True, stack=stack,
+                     parallel={"tp": int(r.tp), "topology": topo})
         try:
-            r = simulate(w, load_machine(device), detail=False)
+            res = simulate(w, load_machine(device), detail=False)
         except SimError as e:
-            rows.append(dict(hw=hw, tp=tp, prompt=prompt, batch=batch, gen=tokens, note=str(e)[:60]))
+            print(f"skipped {r}: {str(e)[:80]}")
             continue
-        rows.append(dict(hw=hw, tp=tp, prompt=prompt, batch=batch, gen=tokens,
-                         prompt_meas_ms=statistics.median(g.prompt_time), prompt_sim_ms=r.ttft_s * 1e3,
-                         token_meas_ms=statistics.median(g.token_time), token_sim_ms=r.tpot_s * 1e3))
+        rows.append(dict(r._asdict(), prompt_sim_ms=res.ttft_s * 1e3, token_sim_ms=res.tpot_s * 1e3))
     out = pd.DataFrame(rows)
     out["prompt_err"] = out.prompt_sim_ms / out.prompt_meas_ms - 1
     out["token_err"] = out.token_sim_ms / out.token_meas_ms - 1
+    out["batches"] = pd.cut(out.batch, [0, 1, 8, 64], labels=["1", "2-8", "16-64"])
     return out
+
+
+def regimes(stacks=(None, "vllm", "torch-eager")) -> pd.DataFrame:
+    """MAPE per regime (node, phase, tp, batch range) under each stack: one column per stack."""
+    cols = {}
+    for stack in stacks:
+        s = splitwise(stack)
+        long = pd.concat([s.assign(phase=ph, err=s[f"{ph}_err"].abs()) for ph in ("prompt", "token")])
+        cols[stack or "none"] = long.groupby(["hw", "phase", "tp", "batches"], observed=True).err.mean()
+        cols[(stack or "none") + " all"] = long.groupby(["hw", "phase"]).err.mean()
+    return pd.DataFrame({k: v for k, v in cols.items() if not k.endswith(" all")}), \
+        pd.DataFrame({k[:-4]: v for k, v in cols.items() if k.endswith(" all")})
 
 
 def main() -> int:
@@ -95,12 +119,12 @@ def main() -> int:
     print(v.pivot_table(index="model", columns="tp", values="abs_err", aggfunc="mean").map("{:.1%}".format))
     print("by op:", v.groupby("op").abs_err.mean().map("{:.1%}".format).to_dict())
     print(f"all TP>1 rows: {v.abs_err.mean():.1%} MAPE over {len(v)} ops\n")
-    s = splitwise()
     pd.set_option("display.width", 200)
-    print(s.round(3).to_string(index=False))
-    for hw, g in s.groupby("hw"):
-        print(f"{hw}: prompt MAPE {g.prompt_err.abs().mean():.1%}, token MAPE {g.token_err.abs().mean():.1%} "
-              f"over {g.prompt_err.notna().sum()} configs")
+    per_regime, overall = regimes()
+    print("splitwise Llama-2-70B MAPE per regime (columns: the workload's stack):")
+    print(per_regime.map("{:.1%}".format).to_string())
+    print(overall.map("{:.1%}".format).to_string())
+    print(splitwise().round(3).to_string(index=False))
     return 0
 
 

@@ -1,5 +1,7 @@
 """Tensor and pipeline parallelism on the gpu kind."""
 
+from pathlib import Path
+
 import pytest
 
 from hw_models.gpu.parallel import ParallelGpuMapper
@@ -92,3 +94,27 @@ def test_ep_more_than_experts():
 
 def test_no_plan_is_the_single_device_mapper():
     assert not isinstance(_mapper(None, model="llama2-7b"), ParallelGpuMapper)
+
+
+def test_tp_rank_waits_for_host_launches(tmp_path):
+    """Under a stack without CUDA graphs every kernel and every NCCL collective of a TP rank
+    is launched by its host first (as on one device): with a 1 ms launch, far longer than
+    any kernel or collective here, the step takes one launch per op and collective plus
+    the last task. Before, a TP run dropped the host and ran at device speed."""
+    import yaml
+    spec = yaml.safe_load((Path(__file__).parents[1] / "hw_models/stacks/torch-eager.yaml").read_text())
+    spec["host_launch_s"] = "1 ms"
+    path = tmp_path / "slow-host.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    w = Workload(model="llama2-70b", batch=8, prompt_len=512, gen_len=16, flash_attention=True,
+                 stack=str(path), parallel={"tp": 8, "topology": "dgx_a100"})
+    mp = mapper_for(load_machine("a100_80g"), w, w.model_config_())
+    graph = lower(mp.model, "decode", 8, 1, 600, mp.formats, True, num_layers=2)
+    tasks = mp.plan_step(graph)
+    rank, colls = shard(graph, mp.model, 8)
+    host = [t for t in tasks if t.resource == "host"]
+    kernels = sum(mp.stack.host_s(op) for op in rank.ops()) / 1e-3
+    assert len(host) == len(list(rank.ops())) + len(colls)
+    assert sum(t.duration_s for t in host) == pytest.approx((kernels + len(colls)) * 1e-3)
+    tl = engine.run(tasks, {}, {}, True)
+    assert (kernels + len(colls)) * 1e-3 < tl.makespan_s < (kernels + len(colls) + 0.1) * 1e-3

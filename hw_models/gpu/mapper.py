@@ -48,15 +48,23 @@ class GpuMapper(Mapper):
         return OpCost(op, hit.unit, hit.duration_s, hit.compute_s, hit.memory_s, hit.overhead_s,
                       hit.bound, hit.path, hit.energy_j)
 
+    @property
+    def host_launches(self) -> bool:
+        """Whether each kernel waits for its launch on the in-order host (a stack without CUDA graphs)."""
+        return self.stack is not None and not self.stack.graphs and self.stack.host_launch_s > 0
+
+    def launched(self, tasks: list[Task], name: str, host_s: float, deps: tuple[str, ...]) -> tuple[str, ...]:
+        """Append `name`'s host launch to `tasks` (when the stack launches from the host) and
+        return `deps` with it: the kernel cannot start before the host has issued it."""
+        if not self.host_launches:
+            return deps
+        tasks.append(Task(f"{name}.launch", HOST, host_s, ()))
+        return (*deps, f"{name}.launch")
+
     def plan_step(self, graph: OpGraph) -> list[Task]:
         tasks = []
-        host = self.stack is not None and not self.stack.graphs and self.stack.host_launch_s > 0
         for op in graph.ops():
             c = self.cost(op)
-            deps = tuple(graph.deps(op.name))
-            if host:
-                launch = f"{op.name}.launch"
-                tasks.append(Task(launch, HOST, self.stack.host_s(op), ()))
-                deps = (*deps, launch)
+            deps = self.launched(tasks, op.name, self.stack.host_s(op) if self.stack else 0.0, tuple(graph.deps(op.name)))
             tasks.append(Task(op.name, self.unit_name, c.duration_s, deps, tag=c))
         return tasks

@@ -130,15 +130,21 @@ class ParallelGpuMapper(GpuMapper):
         return shard(graph, self.model, self.plan.tp)
 
     # -- tensor parallelism -------------------------------------------------
-    def _collective(self, c: Collective, prefix: str, dep: str, link: str) -> Task:
+    def _collective(self, tasks: list[Task], c: Collective, prefix: str, dep: str, link: str) -> None:
+        """The collective's task on `link` after `dep`; under a host-launched stack the NCCL
+        kernel is one more launch on the host, in issue order after the producing op's."""
         dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.plan.algorithm)
         tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.plan.algorithm}")
-        return Task(prefix + c.name, link, dur, (dep,), tag=tag)
+        host_s = self.stack.host_launch_s if self.stack else 0.0
+        tasks.append(Task(prefix + c.name, link, dur, self.launched(tasks, prefix + c.name, host_s, (dep,)), tag=tag))
 
     def tp_tasks(self, graph: OpGraph, prefix: str = "", resource: str | None = None,
                  link: str = LINK) -> list[Task]:
         """One TP rank's kernels on its stream and its collectives on `link`; the
-        readers of a reduced output wait for its collective."""
+        readers of a reduced output wait for its collective. Under a stack without CUDA
+        graphs each kernel and collective first waits for its launch on the host (as on
+        one device, GpuMapper.plan_step): every rank's host issues its own kernels, so a
+        launch-bound step does not shrink with tp."""
         rank, colls = self.rank_graph(graph)
         after = {c.after: c for c in colls}
         waits = {op: c.name for c in colls for op in c.before}
@@ -149,9 +155,10 @@ class ParallelGpuMapper(GpuMapper):
             deps = tuple(prefix + ready.get(d, d) for d in rank.deps(op.name))
             if op.name in waits:
                 deps = (*deps, prefix + waits[op.name])
+            deps = self.launched(tasks, prefix + op.name, self.stack.host_s(op) if self.stack else 0.0, deps)
             tasks.append(Task(prefix + op.name, resource or self.unit_name, c.duration_s, deps, tag=c))
             if op.name in after:
-                tasks.append(self._collective(after[op.name], prefix, prefix + op.name, link))
+                self._collective(tasks, after[op.name], prefix, prefix + op.name, link)
                 ready[op.name] = after[op.name].name
         return tasks
 

@@ -3,7 +3,10 @@ size, the step costs, the scheduler.
 
 KV pool = device capacity x gpu_memory_utilization - weights - peak activations -
 the runtime's own memory (RUNTIME_RESERVED_BYTES), the way vLLM sizes its cache (it profiles one forward pass of max_num_batched_tokens
-tokens over max_num_seqs sequences and gives the rest of its memory share to blocks).
+tokens over max_num_seqs sequences and gives the rest of its memory share to blocks). Under a
+`parallel:` plan each term is one device's (sim.apps.serve.placement), in blocks of that device's
+share of the KV layout; Setup's weights, activations and block bytes are per device, its
+kv_bytes_per_token the whole instance's (what a disaggregated transfer moves).
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from dataclasses import dataclass
 from hw_models.machine import Machine
 from sim.apps.serve import spec as s
 from sim.apps.serve.kvpool import BlockPool
+from sim.apps.serve.placement import DeviceShare, device_share
 from sim.apps.serve.schedulers import SCHEDULERS, Scheduler
 from sim.apps.serve.stepcost import ExactCost, Surrogate, check_kind
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
-from sim.core.footprint import activation_peak_bytes, kv_bytes, weight_bytes
+from sim.core.footprint import kv_bytes, weight_bytes
 from sim.core.mixed import lower_iteration
 from sim.core.model import ModelConfig, load_model
 from sim.core.units import fmt_bytes, parse_quantity
@@ -80,17 +84,22 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     max_model_len = getattr(cfg, "max_model_len", None) or model.max_position_embeddings
     max_seqs = getattr(cfg, "max_num_seqs", getattr(cfg, "batch_size", 256))
     max_tokens = getattr(cfg, "max_num_batched_tokens", None) or max(max_model_len, 2048)
-    weights = weight_bytes(model, fmt) + (weight_bytes(draft, fmt) if draft else 0)
+    # Per device of the instance (sim.apps.serve.placement): the parallel plan's share of the
+    # target's weights, KV heads and layers, and the rank's activations; the draft runs whole.
+    share = device_share(file, machine, model, fmt)
+    weights = weight_bytes(model, fmt) * share.weights + (weight_bytes(draft, fmt) if draft else 0)
     per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
-    act = _profile_activations(model, fmt, file.flash_attention, min(max_tokens, max_seqs * max_model_len), max_seqs)
+    rank_token = _kv_per_token(model, file) * share.kv + (_kv_per_token(draft, file) if draft else 0)
+    act = _profile_activations(model, fmt, file.flash_attention, min(max_tokens, max_seqs * max_model_len), max_seqs,
+                               share)
     tier = machine.memory[machine.device_tier]
     room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - RUNTIME_RESERVED_BYTES
     block = cfg.block_size if cfg.kind in ("vllm", "sarathi") else 1
-    if room < per_token * block:
+    if room < rank_token * block:
         raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
                             f"{fmt_bytes(act)} + runtime {fmt_bytes(RUNTIME_RESERVED_BYTES)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
-                            f"{fmt_bytes(tier.capacity_bytes)} (serving.scheduler.gpu_memory_utilization)")
-    total_blocks = getattr(cfg, "num_gpu_blocks_override", None) or int(room // (per_token * block))
+                            f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)")
+    total_blocks = getattr(cfg, "num_gpu_blocks_override", None) or int(room // (rank_token * block))
     sp = srv.speculative
     # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
     # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
@@ -103,7 +112,7 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
         costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len)
         if cache is not None:
             cache[key] = costs
-    return Setup(file, machine, model, draft, costs[0], costs[1], per_token, per_token * block, total_blocks,
+    return Setup(file, machine, model, draft, costs[0], costs[1], per_token, rank_token * block, total_blocks,
                  weights, act, _swap_rate(file, machine) if getattr(cfg, "preemption", "") == "swap" else None,
                  max_tokens, max_seqs, max_model_len)
 
@@ -122,11 +131,11 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
     return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1) if dcost else None)
 
 
-def _profile_activations(model, fmt, flash, tokens: int, seqs: int) -> float:
+def _profile_activations(model, fmt, flash, tokens: int, seqs: int, share: DeviceShare) -> float:
     n = max(1, min(seqs, tokens))
     q = tokens // n
     graph = lower_iteration(model, ((q, q),) * n, fmt, flash, 1)
-    return float(activation_peak_bytes(graph))
+    return share.activations(graph, model)
 
 
 def _draft(file: s.ServeFile, model: ModelConfig) -> ModelConfig:

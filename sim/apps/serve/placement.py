@@ -1,0 +1,65 @@
+"""What one device of a serving instance holds under the file's parallel plan (issue 14):
+its share of the weights, of each token's KV cache and of the profiled activations.
+
+An instance of tp x pp devices (max(tp, ep) x pp for MoE) keeps every KV block on all its
+devices at once, each device the block's share of its own KV heads (replicated past the
+model's KV heads) and of its stage's layers. So the pool, in blocks, is what every device
+can hold: min over devices of (capacity x gpu_memory_utilization - that device's weights -
+its activations - the runtime's reserve) / that device's bytes per block. The devices of a
+plan are alike except for how many layers a stage has; the busiest stage sets the pool.
+Weights per device follow ParallelGpuMapper.footprint: dense weights x weight_fraction(tp)
+(K/V projections replicated past the KV heads), experts / max(tp, ep), over pp stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hw_models.gpu.expert_parallel import expert_weight_bytes, moe_rank
+from hw_models.gpu.parallel import load_plan
+from hw_models.gpu.tensor_parallel import kv_fraction, shard, weight_fraction
+from hw_models.machine import Machine
+from sim.core.errors import ConfigError
+from sim.core.footprint import activation_peak_bytes, weight_bytes
+from sim.core.graph import OpGraph
+from sim.core.model import ModelConfig
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """Fractions of the whole model's figures that the busiest device of the instance holds."""
+
+    devices: int = 1
+    weights: float = 1.0        # of the weight bytes
+    kv: float = 1.0             # of each token's KV bytes
+    tp: int = 1
+    ep: int = 1
+
+    def rank_graph(self, graph: OpGraph, model: ModelConfig) -> OpGraph:
+        """One rank's share of a profiling iteration (for its activation peak)."""
+        if model.is_moe and max(self.tp, self.ep) > 1:
+            return moe_rank(graph, model, self.tp, self.ep)[0]
+        return shard(graph, model, self.tp)[0]
+
+    def activations(self, graph: OpGraph, model: ModelConfig) -> float:
+        return float(activation_peak_bytes(self.rank_graph(graph, model)))
+
+
+def device_share(file, machine: Machine, model: ModelConfig, fmt) -> DeviceShare:
+    """The busiest device's share under `file`'s `parallel:` section (a whole device without one)."""
+    raw = file.section("parallel")
+    if raw is None or machine.kind not in ("gpu", "cpu"):
+        return DeviceShare()
+    plan, _ = load_plan(raw, file.source, model, machine)
+    if plan.attention_dp > 1:
+        raise ConfigError(f"{file.source or 'workload'}: parallel.ep: {plan.ep} > tp {plan.tp} runs attention "
+                          f"data-parallel, each rank B / {plan.attention_dp} of a batch's sequences "
+                          "(hw_models/gpu/expert_parallel.py); a serving iteration's ragged mix of prefill "
+                          "chunks and decodes has no equal split over ranks, so its step has no cost; use tp = ep")
+    total = weight_bytes(model, fmt)
+    experts = expert_weight_bytes(model, fmt)
+    layers = -(-model.num_layers // plan.pp)           # the busiest stage's layers
+    dense = (total - experts) * weight_fraction(model, plan.tp)
+    weights = (dense + experts / max(plan.tp, plan.ep)) / plan.pp / total
+    return DeviceShare(plan.instance_devices, weights, kv_fraction(model, plan.tp) * layers / model.num_layers,
+                       plan.tp, plan.ep)

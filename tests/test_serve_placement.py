@@ -1,0 +1,68 @@
+"""The serving KV pool under a parallel plan (sim/apps/serve/placement.py): one device's
+share of the weights, of the KV layout and of the profiled activations, checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.machine import load_machine
+from sim.apps.serve.setup import RUNTIME_RESERVED_BYTES, prepare
+from sim.apps.serve.spec import ServeFile
+from sim.core.errors import ConfigError
+from sim.core.schema import validate_mapping
+
+GIB = 2**30
+
+
+def _file(model: str, parallel: dict | None) -> ServeFile:
+    serving = dict(arrivals=dict(process="poisson", rate=1, num_requests=4, seed=1),
+                   lengths=dict(prompt=dict(dist="uniform", low=32, high=512),
+                                output=dict(dist="uniform", low=8, high=64)),
+                   scheduler=dict(kind="vllm", max_num_batched_tokens=2048, max_num_seqs=8))
+    raw = dict(name="t", model=model, flash_attention=True, serving=serving)
+    if parallel:
+        raw["parallel"] = parallel
+    return validate_mapping(ServeFile, raw, "t.yaml", "a serving file")
+
+
+def test_tp2_llama2_13b_on_two_a6000_by_hand():
+    """Llama-2-13B (40 layers, hidden 5120, MLP 13824, vocab 32000, 40 KV heads): 13,015,864,320
+    parameters = 26.03 GB fp16, 819,200 B of KV per token (2 x 40 x 5120 x 2 B). TP2 on 48 GiB
+    A6000s at gpu_memory_utilization 0.9: each device holds half the weights, half of each
+    token's KV (20 of 40 heads) and half the profiled activations (2048 tokens x 3 live MLP
+    tensors of 13824 / 2 x 2 B). Pool = (0.9 x 48 GiB - 13.02 GB - 84.9 MB - 1.528 GB) /
+    (16 x 409,600 B) = 4845 blocks, against 1423 on one A6000 (3.4x: the weights' half freed)."""
+    h, inter, vocab, L = 5120, 13824, 32000, 40
+    params = 2 * vocab * h + L * (4 * h * h + 3 * h * inter + 2 * h) + h
+    assert params == 13_015_864_320
+    one = prepare(_file("llama2-13b", None), load_machine("a6000"), exact=True)
+    two = prepare(_file("llama2-13b", {"tp": 2, "topology": "a6000_x8_pcie"}), load_machine("a6000"), exact=True)
+    act_one, act_two = 2048 * 3 * inter * 2, 2048 * 3 * (inter // 2) * 2
+    assert (one.weights_bytes, two.weights_bytes) == (2 * params, params)
+    assert (one.activation_bytes, two.activation_bytes) == (act_one, act_two)
+    assert (one.block_bytes, two.block_bytes) == (16 * 819_200, 16 * 409_600)
+    assert two.kv_bytes_per_token == 819_200            # the whole instance's, what a transfer moves
+    room = 0.9 * 48 * GIB - RUNTIME_RESERVED_BYTES
+    assert one.total_blocks == int((room - 2 * params - act_one) // (16 * 819_200)) == 1423
+    assert two.total_blocks == int((room - params - act_two) // (16 * 409_600)) == 4845
+
+
+def test_kv_heads_replicated_past_tp():
+    """TinyLlama has 4 KV heads: at tp 8 each rank keeps one whole KV head (two ranks per
+    head), so a device's block is 1/4 of the token's KV, not 1/8; its K/V projections
+    replicate the same way (weights per device = (W - KV proj) / 8 + KV proj / 4)."""
+    f = _file("tinyllama-1.1b", {"tp": 8, "topology": "a6000_x8_pcie"})
+    s = prepare(f, load_machine("a6000"), exact=True)
+    m = s.model
+    assert s.block_bytes == pytest.approx(16 * s.kv_bytes_per_token / 4)
+    kv_proj = 2 * 2 * m.hidden_size * m.kv_dim * m.num_layers
+    whole = 2 * m.params()
+    assert s.weights_bytes == pytest.approx((whole - kv_proj) / 8 + kv_proj / 4)
+
+
+def test_ep_over_tp_refused_in_one_line():
+    f = _file("mixtral-8x7b", {"ep": 8, "topology": "hgx_h200"})
+    with pytest.raises(ConfigError) as e:
+        prepare(f, load_machine("h200"), exact=True)
+    msg = str(e.value)
+    assert msg.startswith("t.yaml: parallel.ep: 8 > tp 1") and "use tp = ep" in msg and "\n" not in msg
