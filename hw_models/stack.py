@@ -10,9 +10,13 @@ given engine launches it (hw_models/stacks/<name>.yaml, one cited file per stack
   relative to the unit's streaming efficiency (`memory_efficiency`), and the
   device-side floor each kernel pays (`floor_s`). `kernels: 0` means fused into a
   neighbour: the op's traffic is paid, no floor, no launch.
+* optionally `serial`: one of its kernels walks values one after another (a warp
+  per softmax row, a thread over every index of a small embedding lookup): time
+  max(compute, memory, per_s x values per thread) (hw_models.row_kernels);
 * the host launch cost per kernel and whether CUDA graphs hide it;
 * which quantized GEMM kernel family it runs per weight format
-  (hw_models.kernel_families).
+  (hw_models.kernel_families);
+* which GEMMs it runs as one (`fuse`: QKV, gate+up; hw_models.stack_fuse).
 
 No stack (the workload's `stack:` unset) costs every op as one kernel with the
 preset's launch overhead, as before: existing results are unchanged.
@@ -21,11 +25,13 @@ preset's launch overhead, as before: existing results are unchanged.
 from __future__ import annotations
 
 from functools import cache
+from typing import Literal
 from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
 from hw_models.kernel_families import FAMILIES
+from hw_models.row_kernels import serial_values
 from hw_models.machine import Machine, known_op_kinds
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -33,6 +39,16 @@ from sim.core.graph import Op
 from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
 STACK_DIR = Path(__file__).parent / "stacks"
+
+
+class Serial(Strict):
+    """A kernel bound by the values one thread walks in sequence (hw_models.row_kernels)."""
+
+    work: Literal["index_rows", "warp_row", "row_reduce"]   # a hw_models.row_kernels.WORK function
+    per_s: Quantity = Field(gt=0)                 # one step of the walk
+
+    def time_s(self, op: Op) -> float:
+        return self.per_s * serial_values(self.work, op)
 
 
 class KernelSpec(Strict):
@@ -43,6 +59,7 @@ class KernelSpec(Strict):
     memory_efficiency: float = Field(default=1.0, gt=0, le=1.5)   # x the unit's memory_max (>1: cache reuse)
     floor_s: Quantity | None = Field(default=None, ge=0)          # None: the stack's floor_s
     fused_into: str | None = None                                 # documentation of kernels: 0
+    serial: Serial | None = None                                  # a latency-bound walk, charged max'd with memory
     note: str = ""
     prefill: "KernelSpec | None" = None                           # override for ops with q_len > 1
 
@@ -63,12 +80,25 @@ class Stack(Strict):
     ops: dict[str, KernelSpec] = {}               # by op kind
     names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind
     quant_gemm: dict[str, str] = {}               # weight format -> kernel family
+    fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     source: str = Field(default="", exclude=True)   # the file it was read from
 
     @field_validator("ops")
     @classmethod
     def _kinds(cls, v: dict[str, KernelSpec]) -> dict[str, KernelSpec]:
         return known_op_kinds(v)
+
+    @field_validator("fuse")
+    @classmethod
+    def _fuse(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        seen: set[str] = set()
+        for group, members in v.items():
+            if len(members) < 2 or len(set(members)) != len(members):
+                raise ValueError(f"{group}: needs two or more distinct GEMMs, got {members}")
+            if seen & set(members):
+                raise ValueError(f"{group}: {', '.join(sorted(seen & set(members)))} already fused in another group")
+            seen |= set(members)
+        return v
 
     @field_validator("quant_gemm")
     @classmethod

@@ -5,7 +5,7 @@ Used by hw_models.cost.roofline_cost when the workload names a stack; returns No
 for ops the stack says nothing about, which keep the preset's one-kernel roofline.
 
 * An op with a KernelSpec: time = kernels x floor + max(compute, traffic x bytes /
-  (bandwidth x memory_max x memory_efficiency)). No memory ramp: each kernel's floor
+  (bandwidth x memory_max x memory_efficiency), serial walk (KernelSpec.serial)). No memory ramp: each kernel's floor
   is the latency a small kernel pays. Compute as the plain roofline computes it.
 * A GEMM whose weight format the stack maps to a family: time = family floor +
   max(flops / (rate x fraction(M)), weights / (bandwidth x memory_max x stream
@@ -84,6 +84,8 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     mm = unit.efficiency.for_kind(op.kind, m).memory_max
     memory_s = spec.traffic * op.bytes / (tier.bandwidth_bytes_per_s * mm * spec.memory_efficiency)
     overhead_s = stack.floor_of(spec)
+    if spec.serial is not None:   # a latency-bound walk: the memory term is the longer of the two
+        memory_s = max(memory_s, spec.serial.time_s(op))
     duration = overhead_s + max(plain.compute_s, memory_s)
     return OpCost(op, unit_name, duration, plain.compute_s, memory_s, overhead_s,
                   bound_of(plain.compute_s, memory_s, overhead_s), plain.path,

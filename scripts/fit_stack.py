@@ -30,9 +30,10 @@ def main() -> None:
     fit = [load_trace(p)[0] for p in paths if p.name.startswith(FIT)]
     test = [load_trace(p)[0] for p in paths if not p.name.startswith(FIT)]
     machine = load_machine("h200")
-    print("spec, ops, floor_s, memory_efficiency, fitted-set MAPE")
+    print("spec, ops, floor_s, memory_efficiency, fitted-set MAPE[, serial per_s]")
     for f in fit_stack(fit, machine, load_stack("torch-eager")):
         fixed = "not constrained" if f.floor_s is None else f"{f.floor_s:.3g}, {f.memory_efficiency:.3g}, {f.mape:.1%}"
+        fixed += "" if f.serial_per_s is None else f", serial per_s {f.serial_per_s:.3g}"
         print(f"{f.key}, {f.n}, {fixed}")
     for stack in (None, "torch-eager"):
         v = validate(test, machine, stack=stack)

@@ -40,6 +40,7 @@ from sim.apps.trace.records import Trace  # noqa: E402
 from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
 from validation_h200 import h200_section  # noqa: E402  (scripts/, beside this file)
+from validation_small_ops import small_ops_section  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "validation"
 A6000_FIT_TOKENS = {1, 16, 128, 1024}
@@ -464,7 +465,8 @@ def main(argv=None) -> dict:
         sections.append(text)
         figures.update(f)
     if SHARED.is_dir():
-        for fn in (lambda: a6000_section(img, args.write_presets), lambda: vidur_section(img)):
+        for fn in (lambda: a6000_section(img, args.write_presets), lambda: vidur_section(img),
+                   lambda: small_ops_section(SHARED, table)):
             text, f = fn()
             sections.append(text)
             figures.update(f)

@@ -53,14 +53,14 @@ def test_stack_calibration_writes_its_kernels_and_keeps_held_out_error(tmp_path,
 
 def test_h200_calibrated_out_of_sample():
     """h200_calibrated (fitted on FIT) against h200 on the held-out traces, both under torch-eager:
-    no worse (measured 10.0% -> 9.95%; the issue's 8% target is not met: docs/validation.md)."""
+    no worse, and within the issue's 8% (measured 8.1% -> 7.9%; 10.0% -> 9.95% before the serial row kernels)."""
     from hw_models.machine import load_machine
     from sim.apps.trace.parser import load_trace
     from sim.apps.trace.validate import validate
     test = [load_trace(p)[0] for p in _split()[1]]
     before = validate(test, load_machine("h200"), stack="torch-eager").mape
     after = validate(test, load_machine("h200_calibrated"), stack="torch-eager").mape
-    assert after <= before <= 0.15
+    assert after <= before <= 0.15 and after <= 0.08
 
 
 def test_bad_stacks_section_is_one_line(tmp_path, capsys):

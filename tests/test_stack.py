@@ -89,7 +89,11 @@ def test_h200_torch_eager_out_of_sample(h200_traces):
     from sim.apps.trace.validate import validate
     test = [t for t in h200_traces if not Path(t.source).name.startswith(FIT)]
     v = validate(test, load_machine("h200"), stack="torch-eager")
-    assert v.mape <= 0.15      # measured 10.0% (was 58% without the stack)
+    assert v.mape <= 0.15      # measured 8.1% (was 58% without the stack, 10.0% before the serial kernels)
+    kinds = v.mape_by_kind()
+    # The serial walks (hw_models.row_kernels), per_s fitted on the other traces: embed 57.8% -> 5.9%,
+    # norm 18.1% -> 11.8%, softmax 35.0% -> 26.1% (kv > 2048 runs the block softmax, which no fitted trace has).
+    assert kinds["embed"] <= 0.15 and kinds["norm"] <= 0.15 and kinds["softmax"] <= 0.30
     steps = [s for s in v.steps if s.step.endswith("prefill")]
     assert max(abs(s.error) for s in steps) <= 0.10   # was -15% to -44%
 

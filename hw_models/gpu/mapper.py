@@ -14,6 +14,7 @@ from __future__ import annotations
 from hw_models.base import Mapper, OpCost
 from hw_models.cost import gemm_dims, roofline_cost, weight_format
 from hw_models.stack import stack_for
+from hw_models.stack_fuse import fuse_groups, fused_aliases, fused_away
 from sim.core.engine import Task
 from sim.core.graph import Op, OpGraph
 
@@ -36,9 +37,11 @@ class GpuMapper(Mapper):
         # Every layer repeats the same shapes, and steps repeat all but attention:
         # cost each distinct (kind, FLOPs, bytes, formats) once.
         # GEMM dims join the key: M x N x K and M x K x N have equal FLOPs and bytes but
-        # not equal tile/wave utilization. Under a stack the op's name can select its kernels.
+        # not equal tile/wave utilization. Under a stack the op's name can select its kernels,
+        # and its input's row shape sets a serial kernel's walk (hw_models.row_kernels).
         key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op), gemm_dims(op),
-               op.base_name if self.stack is not None else None, op.dims.get("q_len"))
+               (op.base_name, op.reads[0].shape if op.reads else ()) if self.stack is not None else None,
+               op.dims.get("q_len"))
         hit = self._costs.get(key)
         if hit is None:
             hit = self._costs[key] = roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute,
@@ -61,10 +64,31 @@ class GpuMapper(Mapper):
         tasks.append(Task(f"{name}.launch", HOST, host_s, ()))
         return (*deps, f"{name}.launch")
 
+    def launch_s(self, op: Op, fused: dict) -> float:
+        """Host seconds to launch `op`'s kernels: none for a member fused into another's GEMM."""
+        if self.stack is None or isinstance(fused.get(op.name), str):
+            return 0.0
+        return self.stack.host_s(op)
+
+    def fused(self, graph: OpGraph) -> dict:
+        """The stack's fused GEMMs in `graph` (hw_models.stack_fuse); {} without a stack."""
+        return fuse_groups(graph, self.stack.fuse) if self.stack is not None else {}
+
+    def stream_cost(self, op: Op, fused: dict) -> OpCost:
+        """`op` on the stream: as the fused GEMM it leads, as nothing if another member leads."""
+        hit = fused.get(op.name)
+        if hit is None:
+            return self.cost(op)
+        return fused_away(op, self.unit_name, hit) if isinstance(hit, str) else self.cost(hit)
+
     def plan_step(self, graph: OpGraph) -> list[Task]:
         tasks = []
+        fused = self.fused(graph)
+        alias = fused_aliases(fused)   # the leading member's task carries the fused GEMM's name
         for op in graph.ops():
-            c = self.cost(op)
-            deps = self.launched(tasks, op.name, self.stack.host_s(op) if self.stack else 0.0, tuple(graph.deps(op.name)))
-            tasks.append(Task(op.name, self.unit_name, c.duration_s, deps, tag=c))
+            c = self.stream_cost(op, fused)
+            name = alias.get(op.name, op.name)
+            deps = tuple(alias.get(d, d) for d in graph.deps(op.name))
+            deps = self.launched(tasks, name, self.launch_s(op, fused), deps)
+            tasks.append(Task(name, self.unit_name, c.duration_s, deps, tag=c))
         return tasks

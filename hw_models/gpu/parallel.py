@@ -36,6 +36,7 @@ from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import Topology, load_topology
 from hw_models.spatial.tp import CollectiveCost   # the tag op_records reads for link and stage tasks
+from hw_models.stack_fuse import fused_aliases
 from sim.core import engine
 from sim.core.engine import Task, Timeline
 from sim.core.errors import ConfigError
@@ -148,15 +149,17 @@ class ParallelGpuMapper(GpuMapper):
         rank, colls = self.rank_graph(graph)
         after = {c.after: c for c in colls}
         waits = {op: c.name for c in colls for op in c.before}
-        ready: dict[str, str] = {}
+        fused = self.fused(rank)
+        ready: dict[str, str] = fused_aliases(fused)   # a fused GEMM's task carries its own name
         tasks = []
         for op in rank.ops():
-            c = self.cost(op)
+            c = self.stream_cost(op, fused)
             deps = tuple(prefix + ready.get(d, d) for d in rank.deps(op.name))
             if op.name in waits:
                 deps = (*deps, prefix + waits[op.name])
-            deps = self.launched(tasks, prefix + op.name, self.stack.host_s(op) if self.stack else 0.0, deps)
-            tasks.append(Task(prefix + op.name, resource or self.unit_name, c.duration_s, deps, tag=c))
+            name = ready.get(op.name, op.name) if op.name not in after else op.name
+            deps = self.launched(tasks, prefix + name, self.launch_s(op, fused), deps)
+            tasks.append(Task(prefix + name, resource or self.unit_name, c.duration_s, deps, tag=c))
             if op.name in after:
                 self._collective(tasks, after[op.name], prefix, prefix + op.name, link)
                 ready[op.name] = after[op.name].name

@@ -52,6 +52,8 @@ def spec_overrides(fits: list[SpecFit]) -> dict:
         for p in parts:
             node = node.setdefault(p, {})
         node.update(floor_s=float(f"{f.floor_s:.3g}"), memory_efficiency=float(f"{f.memory_efficiency:.3g}"))
+        if f.serial_per_s is not None:
+            node["serial"] = {"per_s": float(f"{f.serial_per_s:.3g}")}
     return out
 
 
@@ -64,7 +66,8 @@ class StackCalibration:
     def note(self) -> str:
         """Header lines for the preset: which stack figures were fitted, which kept."""
         fitted = [f"{f.key} (floor {f.floor_s * 1e6:.3g} us, memory efficiency {f.memory_efficiency:.3g}, "
-                  f"MAPE {f.mape:.1%} over {f.n} ops)" for f in self.fits if f.floor_s is not None]
+                  + ("" if f.serial_per_s is None else f"serial step {f.serial_per_s * 1e9:.3g} ns, ")
+                  + f"MAPE {f.mape:.1%} over {f.n} ops)" for f in self.fits if f.floor_s is not None]
         kept = [f"{f.key} ({f.n} ops)" for f in self.fits if f.floor_s is None]
         return "\n".join([f"Under stack {self.stack}: the efficiency curves are fitted on the ops it leaves to the "
                           "roofline; its kernels' figures (stacks." + self.stack + ") on the rest:",

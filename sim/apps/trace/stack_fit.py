@@ -20,6 +20,7 @@ import numpy as np
 
 from hw_models.cost import roofline_cost
 from hw_models.machine import Machine
+from hw_models.row_kernels import serial_values
 from hw_models.stack import Stack
 from sim.apps.trace.parser import Trace
 from sim.apps.trace.shapes import step_graph
@@ -35,6 +36,7 @@ class SpecFit:
     floor_s: float | None     # None: not constrained by the data
     memory_efficiency: float | None
     mape: float               # on the fitted ops, after the fit
+    serial_per_s: float | None = None   # the spec's serial walk step, where it has one
 
 
 def _key(stack: Stack, op) -> str | None:
@@ -46,7 +48,7 @@ def _key(stack: Stack, op) -> str | None:
 
 
 def _rows(traces: list[Trace], machine: Machine, stack: Stack) -> dict[str, list[tuple]]:
-    """Per spec key: (kernels, traffic bytes / (bw x memory_max), compute s, measured s)."""
+    """Per spec key: (kernels, traffic bytes / (bw x memory_max), compute s, serial values, measured s)."""
     unit_name = machine.main_unit
     unit = machine.units[unit_name]
     tier = machine.memory[unit.memory]
@@ -65,27 +67,33 @@ def _rows(traces: list[Trace], machine: Machine, stack: Stack) -> dict[str, list
                 continue
             plain = roofline_cost(op, unit, unit_name, tier)
             mm = unit.efficiency.for_kind(op.kind).memory_max
+            walk = serial_values(spec.serial.work, op) if spec.serial is not None else 0.0
             out.setdefault(key, []).append((spec.kernels, spec.traffic * op.bytes / (tier.bandwidth_bytes_per_s * mm),
-                                            plain.compute_s, m.duration_s))
+                                            plain.compute_s, walk, m.duration_s))
     return out
 
 
-def _predict(x, k, mem, comp):
+def _predict(x, k, mem, comp, walk):
     floor, eff = 10 ** x[0], x[1]
-    return k * floor + np.maximum(comp, mem / eff)
+    serial = 10 ** x[2] * walk if len(x) > 2 else 0.0
+    return k * floor + np.maximum(np.maximum(comp, mem / eff), serial)
 
 
 def fit_stack(traces: list[Trace], machine: Machine, stack: Stack) -> list[SpecFit]:
     from scipy.optimize import least_squares   # slow to import: only when fitting
     out = []
     for key, rows in sorted(_rows(traces, machine, stack).items()):
-        k, mem, comp, meas = (np.asarray(c, dtype=float) for c in zip(*rows))
+        k, mem, comp, walk, meas = (np.asarray(c, dtype=float) for c in zip(*rows))
         if len(rows) < MIN_OPS or mem.max() < MIN_SPAN * mem.min():
             out.append(SpecFit(key, len(rows), None, None, float("nan")))
             continue
-        res = least_squares(lambda x: np.log(_predict(x, k, mem, comp)) - np.log(meas), [-5.9, 0.8],
-                            bounds=([-8.0, 0.05], [-4.0, 1.5]))
-        pred = _predict(res.x, k, mem, comp)
+        # A serial walk is fitted where the ops take at least two walk lengths (else it is a floor).
+        serial = len(set(walk[walk > 0])) > 1
+        x0, lo, hi = ([-5.9, 0.8, -7.0], [-8.0, 0.05, -9.0], [-4.0, 1.5, -5.0]) if serial else \
+            ([-5.9, 0.8], [-8.0, 0.05], [-4.0, 1.5])
+        res = least_squares(lambda x: np.log(_predict(x, k, mem, comp, walk)) - np.log(meas), x0, bounds=(lo, hi))
+        pred = _predict(res.x, k, mem, comp, walk)
         out.append(SpecFit(key, len(rows), float(10 ** res.x[0]), float(res.x[1]),
-                           float(np.mean(np.abs(pred - meas) / meas))))
+                           float(np.mean(np.abs(pred - meas) / meas)),
+                           float(10 ** res.x[2]) if serial else None))
     return out

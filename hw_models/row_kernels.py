@@ -1,0 +1,79 @@
+"""Serial work per thread of the row-wise kernels eager PyTorch launches (hw_models.stack `serial`).
+
+Some small ops are not bound by bandwidth nor by a fixed floor but by how many values
+one thread walks in sequence, which the kernel's launch configuration fixes from the
+tensor's shape: (rows, row length) of the op's first input. Each function returns that
+count; a stack multiplies it by its fitted `per_s` (the latency of one step of the
+walk) and charges max(compute, memory, serial) (hw_models.stack_cost). 0 where the
+library picks a different, parallel kernel for the shape.
+
+Read off PyTorch's CUDA sources (aten/src/ATen/native/cuda), checked against the
+H200 captures (traces/h200, kernel names in their Chrome traces):
+
+* `index_rows`: index_select / F.embedding (Indexing.cu, index_select_out_cuda_impl):
+  `numIndices <= 16` runs indexSelectSmallIndex, whose threads "iterate over indices"
+  (one row after another); more indices run the parallel vectorized gather. H200:
+  1.9, 3.9, 6.4, 11.3 us for 1, 4, 8, 16 rows, any hidden size; 1.7 us for 32 rows.
+* `warp_row`: softmax over the last dim (SoftMax.cu, host_softmax): rows of
+  `dim_size <= 2048` (and <= 8192 bytes) run softmax_warp_forward, one warp per row, each
+  lane walking next_pow2(dim_size) / 32 elements; longer rows run cunn_SoftMaxForward,
+  a block per row.
+* `row_reduce`: a reduction over the contiguous last dim (mean in RMSNorm; Reduce.cuh,
+  setReduceConfig): a block of <= 512 threads, block_height = rows (power of two, <= 16
+  for 32-wide rows), block_width = the rest; a thread sums ceil(row / block_width)
+  values, split across the block's warps when that is >= min(16 x block_height, 256).
+  H200 decode reduce_kernel: 2.3, 3.7, 6.5, 9.0, 9.0 us at 8, 32, 80, 128, 128 values
+  per thread (rows 1, 4, 8, 16, 32); Llama-2-70B (8 rows of 8192) splits to 16: 3.0 us.
+  The split across blocks (values >= 256 after the warp split) needs rows of over
+  65536 values, longer than any LLM hidden size: not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+
+SMALL_INDEX_MAX = 16            # Indexing.cu: numIndices <= 16 -> indexSelectSmallIndex
+WARP_SOFTMAX_MAX = 2048         # SoftMax.cu: dim_size <= 2048 -> softmax_warp_forward
+WARP = 32
+REDUCE_THREADS = 512            # Reduce.cuh: max_reduce_threads for 4-byte accumulators
+MIN_VALUES, MAX_VALUES = 16, 256
+
+
+def _last_pow2(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def index_rows(rows: int, row: int) -> float:
+    return float(rows) if rows <= SMALL_INDEX_MAX else 0.0
+
+
+def warp_row(rows: int, row: int) -> float:
+    if row > WARP_SOFTMAX_MAX:
+        return 0.0
+    return max(1 << (max(row, 1) - 1).bit_length(), WARP) / WARP
+
+
+def row_reduce(rows: int, row: int) -> float:
+    d0 = REDUCE_THREADS if row >= REDUCE_THREADS else _last_pow2(row)
+    d1 = REDUCE_THREADS if rows >= REDUCE_THREADS else _last_pow2(rows)
+    width = min(d0, WARP)
+    height = min(d1, REDUCE_THREADS // width)
+    width = min(d0, REDUCE_THREADS // height)
+    values = math.ceil(row / width)
+    if values >= min(height * MIN_VALUES, MAX_VALUES):
+        values = math.ceil(values / height)
+    return float(values)
+
+
+WORK = {"index_rows": index_rows, "warp_row": warp_row, "row_reduce": row_reduce}
+
+
+def rows_of(op) -> tuple[int, int]:
+    """(rows, row length) of `op`'s first input: its last dim is the row."""
+    t = op.reads[0]
+    row = t.shape[-1] if t.shape else 1
+    return t.elements // max(row, 1), row
+
+
+def serial_values(work: str, op) -> float:
+    return WORK[work](*rows_of(op))

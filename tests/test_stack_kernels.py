@@ -1,0 +1,104 @@
+"""Serial row kernels (hw_models.row_kernels) and fused GEMMs (hw_models.stack_fuse), checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.cost import roofline_cost
+from hw_models.gpu.mapper import GpuMapper
+from hw_models.machine import load_machine
+from hw_models.row_kernels import index_rows, row_reduce, warp_row
+from hw_models.stack import load_stack
+from sim.core import graph as g
+from sim.core.errors import ConfigError
+from sim.core.graph import Op, TensorUse
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+from sim.core.workload import Workload
+
+FP16 = FormatPolicy("fp16", "fp16", "fp16", ())
+
+
+@pytest.mark.parametrize("rows, row, values", [
+    (1, 4096, 8),      # 512 threads on one row: 4096 / 512
+    (4, 4096, 32),     # block 128 x 4: 4096 / 128
+    (8, 5120, 80),     # block 64 x 8: ceil(5120 / 64), under min(16 x 8, 256) = 128: no warp split
+    (8, 8192, 16),     # 8192 / 64 = 128 >= 128: split over the 8 warps -> 16
+    (16, 4096, 128),   # block 32 x 16: 4096 / 32 = 128 < 256
+    (32, 4096, 128),   # block height stays 16
+])
+def test_row_reduce_values_per_thread(rows, row, values):
+    assert row_reduce(rows, row) == values
+
+
+def test_index_and_warp_walks():
+    assert [index_rows(r, 4096) for r in (1, 16, 17)] == [1, 16, 0]       # > 16 indices: parallel gather
+    assert [warp_row(32, n) for n in (136, 1032, 2048, 2049)] == [8, 64, 64, 0]   # next_pow2 / 32; > 2048: block
+
+
+def _h200():
+    m = load_machine("h200")
+    return m.units["gpu"], m.memory["hbm"]
+
+
+def test_small_embedding_walks_its_rows():
+    """Decode embed of 8 tokens under torch-eager: floor + 8 x per_s (the walk beats the bytes)."""
+    unit, tier = _h200()
+    stack = load_stack("torch-eager")
+    op = lower(load_model("llama2-7b"), "decode", 8, 1, 512, FP16, False, num_layers=1).op("embed")
+    spec = stack.spec(op)
+    assert spec.serial.work == "index_rows"
+    got = roofline_cost(op, unit, "gpu", tier, stack=stack).duration_s
+    assert got == pytest.approx(spec.floor_s + 8 * spec.serial.per_s, rel=1e-12)
+    # 32 tokens take the gather kernel: bandwidth only, no walk
+    op32 = lower(load_model("llama2-7b"), "decode", 32, 1, 512, FP16, False, num_layers=1).op("embed")
+    bw = op32.bytes / (4.13e12 * spec.memory_efficiency)
+    assert roofline_cost(op32, unit, "gpu", tier, stack=stack).duration_s == pytest.approx(spec.floor_s + bw, rel=1e-9)
+
+
+def _gemm(name, m, n, k):
+    x = TensorUse("x", "act", (m, k), "fp16", 2 * m * k)
+    w = TensorUse(f"{name}.w", "weight", (n, k), "fp16", 2 * n * k)
+    y = TensorUse(f"{name}.y", "act", (m, n), "fp16", 2 * m * n)
+    return Op(name, g.GEMM, 2 * m * n * k, (x, w), (y,), (("m", m), ("n", n), ("k", k)), "fp16", 0)
+
+
+@pytest.mark.parametrize("model, n", [("llama2-7b", 3 * 4096), ("llama3-8b", 4096 + 2 * 1024)])
+def test_fused_qkv_is_one_gemm_of_the_summed_n(model, n):
+    """vllm: q/k/v run as one GEMM of N = q + k + v widths: its cost is that GEMM's (one floor),
+    k and v cost nothing, and the step names it qkv_proj."""
+    machine = load_machine("h200")
+    w = Workload(model=model, batch=4, prompt_len=64, gen_len=2, stack="vllm")
+    mapper = GpuMapper(machine, w, load_model(model))
+    graph = lower(load_model(model), "decode", 4, 1, 64, FP16, False, num_layers=1)
+    tasks = {t.id: t for t in mapper.plan_step(graph)}
+    one = roofline_cost(_gemm("L0.qkv_proj", 4, n, 4096), machine.units["gpu"], "gpu", machine.memory["hbm"],
+                        stack=load_stack("vllm"))
+    assert tasks["L0.qkv_proj"].duration_s == pytest.approx(one.duration_s, rel=1e-12)
+    assert tasks["L0.qkv_proj"].tag.op.dims["n"] == n
+    assert tasks["L0.k_proj"].duration_s == tasks["L0.v_proj"].duration_s == 0.0
+    assert "L0.q_proj" not in tasks and "L0.qkv_proj" in tasks["L0.rope"].deps
+    # by hand: one floor + bytes at the memory curve, less than three GEMMs' floors and ramps
+    three = sum(roofline_cost(graph.op(f"L0.{p}_proj"), machine.units["gpu"], "gpu", machine.memory["hbm"],
+                              stack=load_stack("vllm")).duration_s for p in "qkv")
+    assert one.duration_s < three
+    gu = tasks["L0.gate_up_proj"]
+    assert gu.tag.op.dims["n"] == 2 * load_model(model).intermediate_size and tasks["L0.up_proj"].duration_s == 0.0
+
+
+def test_torch_eager_fuses_nothing():
+    machine = load_machine("h200")
+    w = Workload(model="llama2-7b", batch=1, prompt_len=64, gen_len=2, stack="torch-eager")
+    graph = lower(load_model("llama2-7b"), "decode", 1, 1, 64, FP16, False, num_layers=1)
+    names = {t.id for t in GpuMapper(machine, w, load_model("llama2-7b")).plan_step(graph)}
+    assert {"L0.q_proj", "L0.k_proj", "L0.gate_proj"} <= names and "L0.qkv_proj" not in names
+
+
+def test_bad_fuse_group_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\ncite: t\nhost_launch_s: 1 us\nfloor_s: 1 us\nfuse: {a: [q_proj], b: [k_proj, v_proj]}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*fuse.*two or more"):
+        load_stack(str(path))
+    path.write_text("name: bad\ncite: t\nhost_launch_s: 1 us\nfloor_s: 1 us\nops: {embed: {serial: {work: x, per_s: 1 ns}}}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*ops.embed.serial.work.*index_rows"):
+        load_stack(str(path))
