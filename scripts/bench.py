@@ -37,6 +37,9 @@ PROMPT, GEN = 2048, 2048
 # Multi-device generations (issue 14's speed targets): (model, hw, batch, parallel section, target s).
 PARALLEL_CASES = [("llama2-70b", "a100_80g", 8, "{tp: 8, topology: dgx_a100}", 2.0),
                   ("mixtral-8x7b", "h200", 8, "{ep: 8, topology: hgx_h200}", 3.0)]
+# Spatial generations (issue 17 item 12 / issue 22): (workload file, preset), whole `sim run` process.
+SPATIAL_CASES = [("workloads/llama2_7b_groq_2k.yaml", "groq_lpu"), ("workloads/llama70b_groq_4k.yaml", "groq_lpu"),
+                 ("workloads/llama70b_decode.yaml", "ipu_bow")]
 
 
 def median_time(fn, repeat: int) -> tuple[float, object]:
@@ -101,6 +104,14 @@ def parallel_case(model: str, hw: str, batch: int, parallel: str, target_s: floa
     return dict(model=model, hw=hw, batch=batch, parallel=parallel, wall_s_cli=wall, target_s=target_s)
 
 
+def spatial_case(workload: str, hw: str, repeat: int) -> dict:
+    """Whole `sim run` process of a spatial-pipeline generation, median wall time."""
+    cmd = [sys.executable, "-m", "sim.apps.cli", "run", workload, "--hw", hw, "-q"]
+    wall, _ = median_time(lambda: subprocess.run(cmd, check=True, cwd=ROOT), repeat)
+    print(f"{workload} on {hw}: CLI {wall:.2f} s wall (median of {repeat})")
+    return dict(workload=workload, hw=hw, wall_s_cli=wall)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the figures as JSON")
@@ -132,6 +143,7 @@ def main() -> int:
               f"predicted e2e {res.e2e_s:.2f} s vs roofline {roof_pred:.2f} s (x{res.e2e_s / roof_pred:.2f}); "
               f"{represented / 1e6:.2f} M ops represented, {represented / in_proc / 1e6:.2f} M ops/s effective")
     out["parallel_cases"] = [parallel_case(*c, args.repeat) for c in PARALLEL_CASES]
+    out["spatial_cases"] = [spatial_case(*c, args.repeat) for c in SPATIAL_CASES]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

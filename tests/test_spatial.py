@@ -75,10 +75,19 @@ def test_llama70b_int8_chip_count_on_groq():
     assert part.total_resident_bytes == pytest.approx(W + KV, rel=1e-9)
     assert part.needed == part.chips == math.ceil((W + KV) / (usable - act)) == 355
     assert math.ceil((W + KV) / usable) == 335
-    # Every chip holds the same bytes, within the usable SRAM.
+    # The cut is made for the largest batch 355 chips hold: with the KV cache scaled by
+    # s = (355 x (usable - act) - W) / KV every chip is exactly full, so each chip's real bytes
+    # fit and the chips holding no KV (MLP weights only) are full to the byte.
+    _assert_cut_fills_every_chip(part, W, KV, usable - act)
     per_chip = [a + b for a, b in zip(part.weight_bytes, part.kv_sram_bytes)]
-    assert max(per_chip) == pytest.approx((W + KV) / 355, rel=1e-9)
-    assert max(per_chip) + act <= usable
+    assert max(per_chip) == pytest.approx(usable - act, rel=1e-9)
+
+
+def _assert_cut_fills_every_chip(part, W: float, KV: float, room: float) -> None:
+    s = (part.chips * room - W) / KV
+    assert s >= 1
+    for w, kv in zip(part.weight_bytes, part.kv_sram_bytes):
+        assert w + s * kv == pytest.approx(room, rel=1e-9)
 
 
 def test_toy_decode_latency_is_sum_of_stages_plus_hops():
@@ -332,13 +341,15 @@ def test_not_enough_chips_names_the_count():
 
 
 def test_more_chips_than_needed_spreads_the_model():
-    """Auto picks 3 chips; 6 halve each chip's bytes and add hops."""
+    """Auto picks 3 chips; 6 are cut for the largest batch they hold (each chip full with the
+    KV cache scaled up), so the model spreads over them, and 3 more hops of 1 us each."""
     w = _toy_wl()
     a, b = _mapper(w, _toy_hw(chips="auto")), _mapper(w, _toy_hw(chips=6))
     assert a.partition.chips == 3 and b.partition.chips == 6
     p = b.partition
-    held = [x + y for x, y in zip(p.weight_bytes, p.kv_sram_bytes)]
-    assert max(held) == pytest.approx(p.total_resident_bytes / 6)
+    room = p.capacity_per_chip_bytes - p.activation_buffer_bytes
+    _assert_cut_fills_every_chip(p, sum(p.weight_bytes), sum(p.kv_sram_bytes), room)
+    _assert_cut_fills_every_chip(a.partition, sum(p.weight_bytes), sum(p.kv_sram_bytes), room)
     assert b.decode_step_s(33) == pytest.approx(a.decode_step_s(33) + 3e-6, rel=1e-9)
 
 
@@ -401,3 +412,4 @@ def test_install_counts_only_the_arrays_a_gemm_uses():
     51,200 / 20,480 = 2.5 cycles, not 5. Cycles = 1 x max(1, 2.5) + skew 638 - 1 = 639.5."""
     m = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"), load_machine("groq_lpu"))
     assert m.chip.pe_time_s(1, 320, 160, "fp16", 188e12, 1.0) == pytest.approx(639.5 / 0.9e9, rel=1e-12)
+

@@ -175,9 +175,15 @@ def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: 
     per_chip = [[0.0, 0.0, 0.0, 0.0] for _ in slices]   # weights, kv sram, kv dram, layer bytes
     if n == math.inf or (chips is not None and chips < needed):
         return Partition(n * t, needed * t, cap, act_buffer, slices, [], [], [], layer_bytes, tensor_parallel=t)
-    target = total / n
+    # The cut is placed for the largest batch these n stages hold: the KV share is scaled up
+    # until the stages are exactly full, so the cut depends on n alone and every smaller batch
+    # fits it (each stage's real bytes are at most its scaled bytes). A larger batch on the same
+    # chips therefore runs the same plan with more KV, never a differently cut (and by chance
+    # faster) one; only a batch that needs another chip gets a new cut.
+    placed = _placement_bytes(weights, kv_sram, room * n)
+    target = sum(placed) / n
     chip, pos = 0, 0.0
-    for k, (name, r) in enumerate(zip(names, resident)):
+    for k, (name, r) in enumerate(zip(names, placed)):
         if r > 0:
             while chip < n - 1 and pos >= (chip + 1) * target - _eps(target):
                 chip += 1
@@ -196,6 +202,14 @@ def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: 
                      [c[1] for c in per_chip], [c[2] for c in per_chip], layer_bytes, tensor_parallel=t)
     part.layer_equivalents = [c[3] / layer_bytes if layer_bytes else 0.0 for c in per_chip]
     return part
+
+
+def _placement_bytes(weights: list[float], kv: list[float], capacity: float) -> list[float]:
+    """Bytes per op that the cut divides equally: weights plus the KV cache scaled to fill
+    `capacity` (the largest batch the stages hold), or the real KV where it cannot grow."""
+    w, k = sum(weights), sum(kv)
+    scale = max(1.0, (capacity - w) / k) if k > 0 else 1.0
+    return [a + scale * b for a, b in zip(weights, kv)]
 
 
 def _account(acc: list[float], w: float, kv_s: float, kv_d: float, op: Op, f: float) -> None:
