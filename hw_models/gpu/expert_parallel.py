@@ -1,23 +1,29 @@
 """Mixture-of-Experts layers over several GPUs: expert parallelism (EP) and tensor
 parallelism (TP) of the expert FFNs. One rank's graph plus its collectives.
 
-Plans (`parallel: {tp, ep}`):
+Plans (`parallel: {tp, ep}`, ep a multiple of tp; g = ep / tp attention groups):
 
 * ep = 1, tp = n: every expert's FFN is split n ways as a dense MLP is (gate/up by
   columns, down by rows, then an all-reduce); the router and top-k are kept whole on
   every rank (replicated), so every rank routes every token the same way.
-* tp = 1, ep = n: attention data-parallel (DeepSpeed-MoE, SGLang's DP attention):
-  each rank runs the attention and dense ops of B/n sequences (its own KV cache),
-  routes its own tokens, and an all-to-all *dispatch* sends each kept token-expert
-  assignment's hidden vector to the rank that holds the expert (E/n experts per
-  rank, contiguous); the rank runs its experts over the tokens the whole group
-  routed to them, and an all-to-all *combine* returns the outputs. A copy per
-  assignment (Megatron's all-to-all token dispatcher; no de-duplication of a token
-  sent to two experts on the same rank).
-* tp = ep = n: attention TP as for a dense model, so the hidden states are on every
-  rank and need no dispatch; each rank runs its E/n experts over the tokens routed
-  to them and an all-reduce after the combine sums the ranks' partial outputs
+* tp = ep = n (g = 1): attention TP as for a dense model, so the hidden states are on
+  every rank and need no dispatch; each rank runs its E/n experts over the tokens
+  routed to them and an all-reduce after the combine sums the ranks' partial outputs
   (vLLM's TP with expert parallelism, all-reduce backend).
+* ep = g x tp, g > 1: data-parallel attention (DeepSpeed-MoE, SGLang's DP attention,
+  vLLM's `--data-parallel-size g --tensor-parallel-size tp --enable-expert-parallel`):
+  g groups of tp ranks, each running the attention and dense ops of its own sequences
+  (its own KV cache) tensor-parallel over its tp ranks. At each MoE layer the group's
+  hidden states are on all its tp ranks; each rank takes 1/tp of the group's tokens
+  (vLLM's sequence-parallel MoE: `sequence_parallel_chunk` before the experts, no
+  communication), routes them, and an all-to-all *dispatch* over the ep ranks sends
+  each kept token-expert assignment's hidden vector to the rank that holds the expert
+  (E/ep experts per rank, contiguous); the rank runs its experts over the tokens the
+  whole EP group routed to them, an all-to-all *combine* returns the outputs, and an
+  all-gather over the tp ranks of the group (`tensor_model_parallel_all_gather`)
+  rebuilds the group's hidden states for the next layer. tp = 1 has no chunk and no
+  all-gather. A copy per assignment (Megatron's all-to-all token dispatcher; no
+  de-duplication of a token sent to two experts on the same rank).
 
 The simulated rank is the busiest one (most kept assignments under the workload's
 load model, sim.core.moe): every rank waits for it at the combine. Under uniform
@@ -25,10 +31,12 @@ routing all ranks are equal.
 
 All-to-all bytes. hw_models.network.collectives prices an all-to-all of S bytes per
 rank as (n-1) alpha + (n-1)/n S / B: a rank keeps 1/n of its buffer and exchanges the
-rest. The dispatch sends A_local = (tokens of the rank) x k assignments (after
+rest. The dispatch sends A_local = (tokens of the rank's chunk) x k assignments (after
 capacity) and the busiest rank receives A_r = its experts' kept assignments from the
 whole group, of which (n-1)/n come from peers; the time is set by the larger, so
-S = max(A_local, A_r) x (bytes of one hidden vector). Uniform: A_local = A_r = T k / n.
+S = max(A_local, A_r) x (bytes of one hidden vector). Uniform: A_local = A_r = T k / ep
+(T the EP group's tokens). A group with more tokens than the others (a serving
+iteration's straggler) sends more: A_local of its chunk sets S.
 
 The MoE ops are recognised by the names sim.core.lowering gives them (ROUTER,
 EXPERT_OPS, COMBINE below); tests/test_expert_parallel.py fails if those change.
@@ -39,7 +47,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hw_models.gpu.tensor_parallel import Collective, shard
-from hw_models.network.collectives import ALL_REDUCE, ALL_TO_ALL
+from hw_models.network.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL
 from hw_models.spatial.tp import REPLICATED, OpSplit
 from sim.core.formats import get_format
 from sim.core.graph import Op, OpGraph, TensorUse
@@ -85,15 +93,15 @@ def _rank_expert_op(op: Op, w_frac: float, a_frac: float) -> Op:
                    writes=tuple(map(scaled, op.writes)), shape=tuple(dims.items()))
 
 
-def restrict_experts(graph: OpGraph, model: ModelConfig, ep: int, groups: int) -> OpGraph:
+def restrict_experts(graph: OpGraph, model: ModelConfig, ep: int, total: int) -> OpGraph:
     """`graph` with each MoE layer's expert ops cut to the busiest rank's experts, over
-    the tokens the whole EP group routes: `groups` times the graph's own."""
+    the `total` tokens the whole EP group routes per layer."""
     out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
     for op in graph.ops():
         if op.base_name in EXPERT_OPS:
             T = _tokens(graph, op)
             here = route(model.num_experts, model.experts_per_token, model.expert_load, T)
-            mine = busiest_rank(model, T * groups, ep)
+            mine = busiest_rank(model, total, ep)
             op = _rank_expert_op(op, float(mine.touched.sum()) / here.experts_touched,
                                  mine.assignments / here.assignments)
         out.add(op, graph.deps(op.name))
@@ -115,37 +123,58 @@ def _row_bytes(graph: OpGraph, layer: int) -> float:
     return x.bytes / x.shape[0]
 
 
-def all_to_all_bytes(graph: OpGraph, model: ModelConfig, ep: int, layer: int) -> float:
+def all_to_all_bytes(graph: OpGraph, model: ModelConfig, ep: int, layer: int, total: int, tp: int = 1) -> float:
     """S of the dispatch (and the combine) of `layer`: the larger of what the rank
-    sends and what the busiest rank receives (module doc)."""
+    sends (its 1/tp chunk of the group's tokens) and what the busiest rank receives
+    of the EP group's `total` tokens (module doc)."""
     T = graph.op(f"L{layer}.{TOPK}").dims["tokens"]
-    sent = route(model.num_experts, model.experts_per_token, model.expert_load, T).assignments
-    received = busiest_rank(model, T * ep, ep).assignments
+    sent = route(model.num_experts, model.experts_per_token, model.expert_load, -(-T // tp)).assignments
+    received = busiest_rank(model, total, ep).assignments
     return max(sent, received) * _row_bytes(graph, layer)
 
 
-def moe_rank(graph: OpGraph, model: ModelConfig, tp: int, ep: int) -> tuple[OpGraph, list[Collective]]:
+def _chunk(graph: OpGraph, names: set[str], frac: float) -> OpGraph:
+    """`graph` with the ops `names` over `frac` of their tokens (a rank's sequence-parallel chunk)."""
+    out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
+    for op in graph.ops():
+        if op.name in names:
+            op = _rank_expert_op(op, 1.0, frac)   # weights whole (router); rows and FLOPs scaled
+        out.add(op, graph.deps(op.name))
+    return out
+
+
+def moe_rank(graph: OpGraph, model: ModelConfig, tp: int, ep: int,
+             total: int | None = None) -> tuple[OpGraph, list[Collective]]:
     """One rank's graph of an MoE model under (tp, ep), with its collectives in order.
-    `graph` is the rank's own batch: the whole batch when tp > 1, B / ep when tp = 1."""
+    `graph` is the rank's attention group's own sequences: the whole batch when
+    tp = ep, B / (ep / tp) when ep > tp. `total`: tokens the whole EP group routes per
+    MoE layer (default: the group's own times ep / tp, every group alike)."""
     layers = _moe_layers(graph)
     keep_router = {f"L{i}.{ROUTER}": _KEEP for i in layers}
     if ep == 1:
         return shard(graph, model, tp, overrides=keep_router)
-    if tp > 1:   # tp == ep: experts local, tokens replicated; all-reduce the combined output
-        local = restrict_experts(graph, model, ep, 1)
-        keep = dict(keep_router)
-        for i in layers:
-            keep.update({f"L{i}.{name}": _KEEP for name in EXPERT_OPS})
-            keep[f"L{i}.{COMBINE}"] = OpSplit(REPLICATED, ALL_REDUCE, False)
-        return shard(local, model, tp, overrides=keep)
-    local = restrict_experts(graph, model, ep, ep)
-    colls = []
+    groups = ep // tp
+    own = _tokens(graph, graph.op(f"L{layers[0]}.{TOPK}")) if layers else 0
+    total = own * groups if total is None else total
+    local = restrict_experts(graph, model, ep, total)
+    keep = dict(keep_router)
     for i in layers:
-        S = all_to_all_bytes(graph, model, ep, i)
+        keep.update({f"L{i}.{name}": _KEEP for name in (TOPK, *EXPERT_OPS)})
+        keep[f"L{i}.{COMBINE}"] = OpSplit(REPLICATED, ALL_REDUCE if groups == 1 else None, False)
+    if groups == 1:   # tp == ep: experts local, tokens replicated; all-reduce the combined output
+        return shard(local, model, tp, overrides=keep)
+    if tp > 1:   # the busiest rank's chunk: ceil(own / tp) of the group's tokens
+        local = _chunk(local, {f"L{i}.{name}" for i in layers for name in (ROUTER, TOPK, COMBINE)},
+                       -(-own // tp) / own)
+    rank, colls = shard(local, model, tp, overrides=keep)
+    for i in layers:
+        S = all_to_all_bytes(graph, model, ep, i, total, tp)
         colls.append(Collective(f"L{i}.dispatch", ALL_TO_ALL, f"L{i}.{TOPK}", S, ep,
                                 (f"L{i}.expert_gate", f"L{i}.expert_up")))
         colls.append(Collective(f"L{i}.combine", ALL_TO_ALL, f"L{i}.expert_down", S, ep))
-    return local, colls
+        if tp > 1:   # the group's tokens back on each of its ranks
+            colls.append(Collective(f"L{i}.gather", ALL_GATHER, f"L{i}.{COMBINE}", own * _row_bytes(graph, i), tp))
+    return rank, colls
 
 
 def expert_weight_bytes(model: ModelConfig, formats: FormatPolicy) -> float:

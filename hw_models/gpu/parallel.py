@@ -24,16 +24,17 @@ collectives on the node's link, and pipeline stages over micro-batches.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
 
-from hw_models.gpu.expert_parallel import expert_weight_bytes, moe_rank
+from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_rank
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.report import parallel_data
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
-from hw_models.network.collectives import SEND_RECV, collective_s
+from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_s
 from hw_models.network.topology import Topology, load_topology
 from hw_models.spatial.tp import CollectiveCost   # the tag op_records reads for link and stage tasks
 from hw_models.stack_fuse import fused_aliases
@@ -44,6 +45,7 @@ from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weigh
 from sim.core.generation import Generation, RunFigures
 from sim.core.graph import OpGraph
 from sim.core.lowering import lower
+from sim.core.mixed import lower_iteration
 from sim.core.schema import Strict, validate_mapping
 
 
@@ -86,11 +88,8 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
         raise bad("tp", f"{plan.tp} neither divides nor is a multiple of {m.name}'s {m.num_kv_heads} KV heads")
     if plan.pp > m.num_layers:
         raise bad("pp", f"{plan.pp} stages but {m.name} has {m.num_layers} layers")
-    if plan.ep > 1 and (not m.is_moe or m.num_experts % plan.ep):
-        raise bad("ep", f"{plan.ep} does not divide {m.name}'s {m.num_experts} experts")
-    if plan.ep > 1 and plan.tp not in (1, plan.ep):
-        raise bad("ep", f"{plan.ep} with tp {plan.tp}: expert parallelism is modelled with tp = 1 "
-                  f"(data-parallel attention) or tp = ep")
+    if plan.ep > 1:
+        _check_ep(plan, m, bad)
     topo = None
     if plan.instance_devices > 1:
         if plan.topology is None:
@@ -100,6 +99,19 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
             raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
         topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")
     return plan, topo
+
+
+def _check_ep(plan: ParallelPlan, m, bad) -> None:
+    """ep ranks hold the experts; ep / tp attention groups of tp ranks each (module doc)."""
+    if not m.is_moe:
+        raise bad("ep", f"{plan.ep}, but {m.name} is a dense model (no experts to place)")
+    if plan.ep > m.num_experts:
+        raise bad("ep", f"{plan.ep} ranks but {m.name} has {m.num_experts} experts")
+    if m.num_experts % plan.ep:
+        raise bad("ep", f"{plan.ep} does not divide {m.name}'s {m.num_experts} experts")
+    if plan.ep % plan.tp:
+        raise bad("ep", f"{plan.ep} is not a multiple of tp {plan.tp}: the ep ranks form ep / tp "
+                  "attention groups of tp ranks")
 
 
 class ParallelGpuMapper(GpuMapper):
@@ -115,9 +127,10 @@ class ParallelGpuMapper(GpuMapper):
         if workload.batch % (p.attention_dp * p.micro_batches):
             raise ConfigError(f"{src}: parallel.ep: batch {workload.batch} does not split over {p.attention_dp} "
                               f"attention ranks x {p.micro_batches} micro-batches (tp = 1 splits the batch over ep)")
-        if p.attention_dp > 1:
-            self.iteration_refusal = ("ep > tp splits a batch's sequences over ranks, which a serving "
-                                      "iteration's ragged batch does not; use tp = ep")
+        # Serving under data-parallel attention (sim.apps.serve.attention_dp) costs an iteration in two
+        # parts: each group's own ops (`experts_off`: the routed experts and their all-to-alls take no
+        # time) and the experts' part over the whole EP group's tokens (expert_part_s).
+        self.experts_off = False
 
     def step_graph(self, phase: str, q_len: int, kv_len: int, num_layers: int | None = None) -> OpGraph:
         """One rank's own batch: B / ep sequences under data-parallel attention (tp = 1, ep = n)."""
@@ -135,6 +148,7 @@ class ParallelGpuMapper(GpuMapper):
         """The collective's task on `link` after `dep`; under a host-launched stack the NCCL
         kernel is one more launch on the host, in issue order after the producing op's."""
         dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.plan.algorithm)
+        dur = 0.0 if self.experts_off and c.kind == ALL_TO_ALL else dur
         tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.plan.algorithm}")
         host_s = self.stack.host_launch_s if self.stack else 0.0
         tasks.append(Task(prefix + c.name, link, dur, self.launched(tasks, prefix + c.name, host_s, (dep,)), tag=tag))
@@ -154,6 +168,8 @@ class ParallelGpuMapper(GpuMapper):
         tasks = []
         for op in rank.ops():
             c = self.stream_cost(op, fused)
+            if self.experts_off and op.base_name in EXPERT_OPS:
+                c = replace(c, duration_s=0.0, compute_s=0.0, memory_s=0.0, overhead_s=0.0, energy_j=0.0)
             deps = tuple(prefix + ready.get(d, d) for d in rank.deps(op.name))
             if op.name in waits:
                 deps = (*deps, prefix + waits[op.name])
@@ -164,6 +180,30 @@ class ParallelGpuMapper(GpuMapper):
                 self._collective(tasks, after[op.name], prefix, prefix + op.name, link)
                 ready[op.name] = after[op.name].name
         return tasks
+
+    def expert_part(self, group_tokens: int, total_tokens: int) -> tuple[float, float, dict[str, float]]:
+        """Seconds, joules and busy seconds per resource (as sim.apps.serve.stepcost reads them) of the
+        routed experts and their all-to-alls over every MoE layer, on the busiest rank of the straggler
+        group (`group_tokens` tokens) of an EP group routing `total_tokens` per layer. Serial on the
+        rank's stream and link (the experts wait for the dispatch, the combine for the experts)."""
+        m, first = self.model, self.model.first_dense_layers
+        graph = lower_iteration(m, ((group_tokens, group_tokens),), self.formats, self.workload.flash_attention,
+                                first + 1)
+        rank, colls = moe_rank(graph, m, self.plan.tp, self.plan.ep, total_tokens)
+        fused, unit = self.fused(rank), self.unit_name
+        busy = {unit: 0.0, unit + ".compute": 0.0, unit + ".memory": 0.0, LINK: 0.0}
+        joules = 0.0
+        for op in rank.ops():
+            if op.layer == first and op.base_name in EXPERT_OPS:
+                c = self.stream_cost(op, fused)
+                busy[unit] += c.duration_s
+                busy[unit + ".compute"] += c.compute_s
+                busy[unit + ".memory"] += c.memory_s
+                joules += c.energy_j
+        busy[LINK] = sum(collective_s(self.topo, c.kind, c.bytes, c.ranks, self.plan.algorithm)
+                         for c in colls if c.kind == ALL_TO_ALL and c.after.startswith(f"L{first}."))
+        layers = m.num_layers - first
+        return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}
 
     # -- pipeline parallelism -----------------------------------------------
     def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str, float], dict[str, float]]:
