@@ -107,10 +107,11 @@ def test_ep8_footprint_per_device():
 
 
 @pytest.mark.parametrize("parallel,batch,match", [
-    ({"tp": 2, "ep": 4, "topology": "hgx_h200"}, 8, "parallel.ep: 4 with tp 2"),
-    ({"ep": 8, "topology": "hgx_h200"}, 4, "parallel.ep: batch 4 does not split over 8 attention ranks"),
+    ({"tp": 4, "ep": 2, "topology": "hgx_h200"}, 8, "parallel.ep: 2 is not a multiple of tp 4"),
+    ({"tp": 2, "ep": 16, "topology": "hgx_h200"}, 8, "parallel.ep: 16 ranks but mixtral-8x7b has 8 experts"),
+    ({"ep": 8, "topology": "hgx_h200"}, 4, "parallel.ep: batch 4 does not split over 8 attention groups"),
     ({"ep": 8}, 8, "parallel.topology: needed"),
 ])
 def test_bad_ep_plans(parallel, batch, match):
     with pytest.raises(ConfigError, match=match):
-        _mapper(parallel, batch=batch)
+        _mapper(parallel, batch=batch).footprint()

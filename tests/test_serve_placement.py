@@ -60,9 +60,10 @@ def test_kv_heads_replicated_past_tp():
     assert s.weights_bytes == pytest.approx((whole - kv_proj) / 8 + kv_proj / 4)
 
 
-def test_ep_over_tp_refused_in_one_line():
-    f = _file("mixtral-8x7b", {"ep": 8, "topology": "hgx_h200"})
+def test_ep_over_tp_serving_refusals_in_one_line():
+    """Data-parallel attention serves (sim.apps.serve.attention_dp) but not with pipeline stages."""
+    f = _file("mixtral-8x7b", {"ep": 4, "pp": 2, "topology": "hgx_h200"})
     with pytest.raises(ConfigError) as e:
         prepare(f, load_machine("h200"), exact=True)
     msg = str(e.value)
-    assert msg.startswith("t.yaml: parallel.ep: 8 > tp 1") and "use tp = ep" in msg and "\n" not in msg
+    assert msg.startswith("t.yaml: parallel.pp: 2 with ep 4 > tp 1") and "\n" not in msg

@@ -124,19 +124,24 @@ class ParallelGpuMapper(GpuMapper):
         src, p = workload.source or "workload", self.plan
         if workload.batch % p.micro_batches:
             raise ConfigError(f"{src}: parallel.micro_batches: {p.micro_batches} does not divide batch {workload.batch}")
-        if workload.batch % (p.attention_dp * p.micro_batches):
-            raise ConfigError(f"{src}: parallel.ep: batch {workload.batch} does not split over {p.attention_dp} "
-                              f"attention ranks x {p.micro_batches} micro-batches (tp = 1 splits the batch over ep)")
         # Serving under data-parallel attention (sim.apps.serve.attention_dp) costs an iteration in two
         # parts: each group's own ops (`experts_off`: the routed experts and their all-to-alls take no
         # time) and the experts' part over the whole EP group's tokens (expert_part_s).
         self.experts_off = False
 
+    def group_batch(self) -> int:
+        """Sequences of one attention group: B / (ep / tp), each group an even share (a generation's
+        batch; a serving iteration splits its own way, sim.apps.serve.attention_dp)."""
+        w, p = self.workload, self.plan
+        if w.batch % (p.attention_dp * p.micro_batches):
+            raise ConfigError(f"{w.source or 'workload'}: parallel.ep: batch {w.batch} does not split over "
+                              f"{p.attention_dp} attention groups (ep / tp) x {p.micro_batches} micro-batches")
+        return w.batch // p.attention_dp
+
     def step_graph(self, phase: str, q_len: int, kv_len: int, num_layers: int | None = None) -> OpGraph:
-        """One rank's own batch: B / ep sequences under data-parallel attention (tp = 1, ep = n)."""
+        """One rank's own batch: its attention group's B / (ep / tp) sequences."""
         w = self.workload
-        return lower(self.model, phase, w.batch // self.plan.attention_dp, q_len, kv_len, self.formats,
-                     w.flash_attention, num_layers)
+        return lower(self.model, phase, self.group_batch(), q_len, kv_len, self.formats, w.flash_attention, num_layers)
 
     def rank_graph(self, graph: OpGraph) -> tuple[OpGraph, list[Collective]]:
         if self.model.is_moe and max(self.plan.tp, self.plan.ep) > 1:
@@ -274,10 +279,10 @@ class ParallelGpuMapper(GpuMapper):
         experts = expert_weight_bytes(m, self.formats)
         dense = weight_bytes(m, self.formats) - experts
         fp.add(tier, "weights", (dense * weight_fraction(m, p.tp) + experts / max(p.tp, p.ep)) / p.pp)
-        kv = kv_bytes(m, self.formats, w.batch // p.attention_dp, w.prompt_len + w.gen_len)
+        kv = kv_bytes(m, self.formats, self.group_batch(), w.prompt_len + w.gen_len)
         fp.add(tier, "kv_cache", kv * kv_fraction(m, p.tp) * max(self.stage_layers()) / m.num_layers)
         layers = min(m.num_layers, m.first_dense_layers + 1)
-        prefill = lower(m, "prefill", w.batch // (p.micro_batches * p.attention_dp), w.prompt_len, w.prompt_len,
+        prefill = lower(m, "prefill", self.group_batch() // p.micro_batches, w.prompt_len, w.prompt_len,
                         self.formats, w.flash_attention, num_layers=layers)
         fp.add(tier, "activations", activation_peak_bytes(self.rank_graph(prefill)[0]))
         self.check_fits(fp, f"Parallel plan tp={p.tp} pp={p.pp} ep={p.ep}: try a larger tp, pp or ep, "

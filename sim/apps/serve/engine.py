@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
+from sim.apps.serve.attention_dp import split
 from sim.apps.serve.setup import Setup
 from sim.apps.serve.stepcost import Iteration, features
 from sim.apps.serve.traces import Requests
@@ -140,6 +141,9 @@ class ServeSim:
         self.swap_log.extend(batch.preempted)
         if batch.padded is not None:
             t, e = self._costed(s.target_cost, features(batch.padded))
+            return t + swap_s, e
+        if s.groups > 1:   # data-parallel attention: the batch split over its groups
+            t, e = self._costed(s.target_cost, split(batch.entries, s.groups))
             return t + swap_s, e
         if not self.spec:
             t, e = self._costed(s.target_cost, features([(q, r.computed + q) for r, q in batch.entries]))

@@ -1,12 +1,17 @@
 """What one device of a serving instance holds under the file's parallel plan (issue 14):
 its share of the weights, of each token's KV cache and of the profiled activations.
 
-An instance of tp x pp devices (max(tp, ep) x pp for MoE) keeps every KV block on all its
-devices at once, each device the block's share of its own KV heads (replicated past the
-model's KV heads) and of its stage's layers. So the pool, in blocks, is what every device
-can hold: min over devices of (capacity x gpu_memory_utilization - that device's weights -
+An instance of tp x pp devices (max(tp, ep) x pp for MoE) keeps every KV block on all the
+devices of its attention group at once, each device the block's share of its own KV heads
+(replicated past the model's KV heads) and of its stage's layers. So a group's pool, in
+blocks, is what every device can hold: min over devices of (capacity x gpu_memory_utilization - that device's weights -
 its activations - the runtime's reserve) / that device's bytes per block. The devices of a
 plan are alike except for how many layers a stage has; the busiest stage sets the pool.
+Under data-parallel attention (ep = g x tp, g > 1; sim.apps.serve.attention_dp) the g
+groups each hold their own sequences' KV, so the instance's pool is g times a group's:
+one pool of g x (blocks per device), shared by the scheduler; a request's blocks sit on
+its group's devices, and a group may take more than its 1/g of the pool while the
+others hold less (round-robin assignment keeps the groups' request counts within one).
 Weights per device follow ParallelGpuMapper.footprint: dense weights x weight_fraction(tp)
 (K/V projections replicated past the KV heads), experts / max(tp, ep), over pp stages.
 """
@@ -34,6 +39,7 @@ class DeviceShare:
     kv: float = 1.0             # of each token's KV bytes
     tp: int = 1
     ep: int = 1
+    groups: int = 1             # attention groups (ep / tp): each holds its own sequences' KV
 
     def rank_graph(self, graph: OpGraph, model: ModelConfig) -> OpGraph:
         """One rank's share of a profiling iteration (for its activation peak)."""
@@ -52,14 +58,25 @@ def device_share(file, machine: Machine, model: ModelConfig, fmt) -> DeviceShare
         return DeviceShare()
     plan, _ = load_plan(raw, file.source, model, machine)
     if plan.attention_dp > 1:
-        raise ConfigError(f"{file.source or 'workload'}: parallel.ep: {plan.ep} > tp {plan.tp} runs attention "
-                          f"data-parallel, each rank B / {plan.attention_dp} of a batch's sequences "
-                          "(hw_models/gpu/expert_parallel.py); a serving iteration's ragged mix of prefill "
-                          "chunks and decodes has no equal split over ranks, so its step has no cost; use tp = ep")
+        _check_attention_dp(file, plan)
     total = weight_bytes(model, fmt)
     experts = expert_weight_bytes(model, fmt)
     layers = -(-model.num_layers // plan.pp)           # the busiest stage's layers
     dense = (total - experts) * weight_fraction(model, plan.tp)
     weights = (dense + experts / max(plan.tp, plan.ep)) / plan.pp / total
     return DeviceShare(plan.instance_devices, weights, kv_fraction(model, plan.tp) * layers / model.num_layers,
-                       plan.tp, plan.ep)
+                       plan.tp, plan.ep, plan.attention_dp)
+
+
+def _check_attention_dp(file, plan) -> None:
+    """What serving under data-parallel attention (sim.apps.serve.attention_dp) does not model: one line."""
+    src, srv = file.source or "workload", file.serving
+    if plan.pp > 1:
+        raise ConfigError(f"{src}: parallel.pp: {plan.pp} with ep {plan.ep} > tp {plan.tp}: serving with "
+                          "data-parallel attention is modelled with pp = 1")
+    if srv.speculative is not None:
+        raise ConfigError(f"{src}: serving.speculative: not modelled with ep {plan.ep} > tp {plan.tp} "
+                          "(data-parallel attention)")
+    if srv.scheduler.kind == "static":
+        raise ConfigError(f"{src}: serving.scheduler.kind: static batches are not split over attention "
+                          f"groups (ep {plan.ep} > tp {plan.tp}); use orca, vllm or sarathi")

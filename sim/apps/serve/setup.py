@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hw_models.machine import Machine
 from sim.apps.serve import spec as s
+from sim.apps.serve.attention_dp import GroupedCost
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.placement import DeviceShare, device_share
 from sim.apps.serve.schedulers import SCHEDULERS, Scheduler
@@ -53,6 +54,7 @@ class Setup:
     max_tokens: int
     max_seqs: int
     max_model_len: int
+    groups: int = 1                  # attention groups (sim.apps.serve.attention_dp)
 
     def scheduler(self, requests: Requests) -> Scheduler:
         cfg = self.file.serving.scheduler
@@ -99,7 +101,7 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
         raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
                             f"{fmt_bytes(act)} + runtime {fmt_bytes(RUNTIME_RESERVED_BYTES)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
                             f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)")
-    total_blocks = getattr(cfg, "num_gpu_blocks_override", None) or int(room // (rank_token * block))
+    total_blocks = getattr(cfg, "num_gpu_blocks_override", None) or int(room // (rank_token * block)) * share.groups
     sp = srv.speculative
     # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
     # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
@@ -109,24 +111,27 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
            sp.model_dump_json() if sp else None)
     costs = cache.get(key) if cache is not None else None
     if costs is None:
-        costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len)
+        costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, share.groups)
         if cache is not None:
             cache[key] = costs
     return Setup(file, machine, model, draft, costs[0], costs[1], per_token, rank_token * block, total_blocks,
                  weights, act, _swap_rate(file, machine) if getattr(cfg, "preemption", "") == "swap" else None,
-                 max_tokens, max_seqs, max_model_len)
+                 max_tokens, max_seqs, max_model_len, share.groups)
 
 
-def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len):
+def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, groups=1):
     spec = file.serving.speculative
     q = spec.k + 1 if spec else 1
     target = ExactCost(machine, file, model)
     dcost = ExactCost(machine, file.model_copy(update={"model": file.serving.speculative.draft}), draft) if draft else None
-    if exact:
-        return target, dcost
     # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
     # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
     top = min(max_tokens + max_seqs * q, GRID_MAX_TOKENS)
+    if groups > 1:   # each attention group's own ops, then the shared experts (sim.apps.serve.attention_dp)
+        target.mapper.experts_off = True
+        return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len), target.mapper), None
+    if exact:
+        return target, dcost
     sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q)
     return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1) if dcost else None)
 
