@@ -26,6 +26,22 @@ H200 captures (traces/h200, kernel names in their Chrome traces):
   per thread (rows 1, 4, 8, 16, 32); Llama-2-70B (8 rows of 8192) splits to 16: 3.0 us.
   The split across blocks (values >= 256 after the warp split) needs rows of over
   65536 values, longer than any LLM hidden size: not modelled.
+
+Engine kernels that run one block per token (vLLM's csrc, which sarathi-serve keeps;
+the RTX A6000 traces of vidur's profiler name them, maveriq-a6000 kernel_summary.csv:
+grid = tokens, block 1024 for rms_norm_kernel and silu_and_mul_kernel, 512 for
+rotary_embedding_kernel). Read from the op's dims (tokens, hidden, heads), not its
+input, whose row is gate and up side by side in a fused gate_up:
+
+* `token_block`: rms_norm_kernel / act_and_mul_kernel (layernorm_kernels.cu,
+  activation_kernels.cu): block(min(d, 1024)); each thread walks ceil(d / 1024) values
+  (the norm twice: sum of squares, then scale; one fitted step covers both passes).
+  Flat in the tokens while one wave of blocks fits the SMs: A100 silu_and_mul 7 us at
+  d 11008 and 22 us at 28672, 1-64 tokens (vidur a100 mlp.csv); many tokens make
+  it bandwidth-bound (the max with the memory term).
+* `rope_block`: rotary_embedding_kernel (pos_encoding_kernels.cu):
+  block(min(heads x rot_dim / 2, 512)); a thread walks the query pairs, then the key
+  pairs: ceil(heads x hd/2 / block) + ceil(kv_heads x hd/2 / block).
 """
 
 from __future__ import annotations
@@ -37,6 +53,8 @@ WARP_SOFTMAX_MAX = 2048         # SoftMax.cu: dim_size <= 2048 -> softmax_warp_f
 WARP = 32
 REDUCE_THREADS = 512            # Reduce.cuh: max_reduce_threads for 4-byte accumulators
 MIN_VALUES, MAX_VALUES = 16, 256
+TOKEN_BLOCK = 1024              # rms_norm_kernel, act_and_mul_kernel: block(min(d, 1024))
+ROPE_BLOCK = 512                # rotary_embedding_kernel: block(min(heads * rot_dim / 2, 512))
 
 
 def _last_pow2(n: int) -> int:
@@ -65,7 +83,21 @@ def row_reduce(rows: int, row: int) -> float:
     return float(values)
 
 
+def token_block(op) -> float:
+    d = max(int(op.dims.get("hidden", 1)), 1)
+    return float(math.ceil(d / min(d, TOKEN_BLOCK)))
+
+
+def rope_block(op) -> float:
+    half = max(int(op.dims.get("head_dim", 2)) // 2, 1)
+    q = int(op.dims.get("heads", 1)) * half
+    k = int(op.dims.get("kv_heads", op.dims.get("heads", 1))) * half
+    block = min(q, ROPE_BLOCK)
+    return float(math.ceil(q / block) + math.ceil(k / block))
+
+
 WORK = {"index_rows": index_rows, "warp_row": warp_row, "row_reduce": row_reduce}
+BY_DIMS = {"token_block": token_block, "rope_block": rope_block}   # walks read off the op's dims
 
 
 def rows_of(op) -> tuple[int, int]:
@@ -76,4 +108,6 @@ def rows_of(op) -> tuple[int, int]:
 
 
 def serial_values(work: str, op) -> float:
+    if work in BY_DIMS:
+        return BY_DIMS[work](op)
     return WORK[work](*rows_of(op))

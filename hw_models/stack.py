@@ -44,7 +44,7 @@ STACK_DIR = Path(__file__).parent / "stacks"
 class Serial(Strict):
     """A kernel bound by the values one thread walks in sequence (hw_models.row_kernels)."""
 
-    work: Literal["index_rows", "warp_row", "row_reduce"]   # a hw_models.row_kernels.WORK function
+    work: Literal["index_rows", "warp_row", "row_reduce", "token_block", "rope_block"]   # hw_models.row_kernels
     per_s: Quantity = Field(gt=0)                 # one step of the walk
 
     def time_s(self, op: Op) -> float:

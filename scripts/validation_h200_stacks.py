@@ -136,7 +136,12 @@ warp softmax walks next_pow2(kv) / 32 values per lane, the RMSNorm mean's reduce
 values per thread set by its block shape, which grows with the rows: the norm's error that rose with batch),
 the same held-out set measured: h200 + torch-eager 10.0% overall, embed 57.8%, softmax 35.0%, norm 18.1%;
 h200_calibrated 9.8%. The remaining softmax error is the one held-out shape with kv > 2048 (Llama-2-13B
-decode at 2048+), where PyTorch runs the block softmax (cunn_SoftMaxForward), a kernel no calibration trace has.
+decode at 2048+), where PyTorch runs the block softmax, a kernel no calibration trace has: the Chrome trace names
+cunn_SoftMaxForwardReg<3> (SoftMax.cu: rows over 2048 take one block of min(dim, 1024) threads per row, each
+holding ceil(dim / 1024) < 10 values in registers, then a block-wide max and a block-wide sum), grid 40 x 1024
+threads, 2.46 us median, against the 0.94 us floor the model charges (the op's scale kernel adds 1.25 us). Its
+walk is 3 values; the time is in the two block reductions, which no calibration kernel isolates (LLMCompass's A100
+softmax timings, ../shared/validation/llmcompass, carry a ~13-15 us host-timing floor at these sizes). Left unmodelled.
 
 ### Per-op MAPE by kind, before (no stack) and after
 

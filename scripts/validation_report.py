@@ -9,8 +9,9 @@ always out of sample, before calibration (datasheet presets) and after.
   * RTX A6000, Llama-2-7B layer, torch profiler traces at 1-4096 tokens
     (../shared/validation/maveriq-a6000): calibrate on {1, 16, 128, 1024} tokens,
     report on {512, 2048, 4096};
-  * A100 and A40 vidur tables (../shared/validation/vidur): calibrate on
-    Llama-2-7B, report on Llama-2-70B and CodeLlama-34B (all TP degrees).
+  * A100 and A40 vidur tables (../shared/validation/vidur; scripts/validation_vidur.py):
+    calibrate on Llama-2-7B, report on Llama-2-70B and CodeLlama-34B (all TP degrees),
+    without a stack and under the sarathi stack (vidur's profiled engine).
 
 The shared-data sections are skipped when ../shared/validation is absent.
 `--write-presets` also writes hw_models/presets/{a6000,cpu_host}_calibrated.yaml
@@ -41,6 +42,7 @@ from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
 from validation_h200 import h200_section  # noqa: E402  (scripts/, beside this file)
 from validation_small_ops import small_ops_section  # noqa: E402
+from validation_vidur import vidur_section  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "validation"
 A6000_FIT_TOKENS = {1, 16, 128, 1024}
@@ -398,59 +400,6 @@ each candidate and show the out-of-sample result for information (it was not use
     return text, {"a6000_op_mape_before": before.mape, "a6000_op_mape": after.mape, "a6000_layer_max": max(test_steps)}
 
 
-# --------------------------------------------------------------------------- vidur tables
-
-VIDUR_FIT = "Llama-2-7b-hf"
-VIDUR_TEST = ("Llama-2-70b-hf", "CodeLlama-34b-Instruct-hf")
-
-
-def vidur_section(img: Path) -> tuple[str, dict]:
-    parts, figures, series = [], {}, {}
-    rows = []
-    for gpu, base in (("a100", load_machine("a100_80g")), ("a40", a40_machine())):
-        folder = SHARED / "vidur" / gpu
-        fit = load_trace(folder / VIDUR_FIT / "mlp.csv")
-        cal = calibrate(fit, base, name=f"{gpu}_vidur_calibrated")
-        no_wave = calibrate(fit, base, tiles=[None]) if cal.tile is not None else cal
-        tile = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
-        for model in VIDUR_TEST:
-            test = load_trace(folder / model / "mlp.csv")
-            before, after = validate(test, base), validate(test, cal.machine)
-            nw = validate(test, no_wave.machine)
-            a_mean, a_max = step_stats(after)
-            worst = max(after.ops, key=lambda r: abs(r.error))
-            rows.append([gpu.upper(), model, f"{tile} ({base.units[base.main_unit].efficiency.parallel_units} SMs)",
-                         str(len(after.ops)), pct(before.mape), pct(nw.mape), pct(after.mape),
-                         pct(step_stats(before)[0]), pct(step_stats(nw)[0]), pct(a_mean), pct(a_max),
-                         f"{worst.op} at {worst.step}: {worst.error:+.0%} (no wave, worst: "
-                         f"{max(abs(r.error) for r in nw.ops):.0%})"])
-            figures[f"{gpu}_{model}_op_mape"] = after.mape
-            series[f"{gpu.upper()} {model.split('-')[0]}{model.split('-')[1] if 'Code' not in model else '-34b'}"] = after.ops
-            parts.append(f"**{gpu.upper()}, {model}** -- MAPE by op after calibration: " + ", ".join(
-                f"{k} {pct(m)}" for k, m in after.mape_by_op().items()))
-    scatter([], "A100 / A40 vidur tables, out of sample (calibrated)", img / "validation_vidur.png",
-            {k: v[::7] for k, v in series.items()})
-    text = f"""## A100 and A40: vidur's profiled op tables
-
-Data: ../shared/validation/vidur (microsoft/vidur @ 7d47513, MIT; PROVENANCE.md §1.1): per-op median GPU
-time of one decoder layer vs num_tokens (1-4096) at TP 1/2/4/8, weights sharded 1/TP, fp16. Calibrated on
-Llama-2-7B (every row), reported on Llama-2-70B and CodeLlama-34B (every row). Before = `a100_80g` preset
-(A100 SXM4 datasheet; vidur's A100 node type is not stated: PCIe 80GB would have 1935 GB/s, not 2039) and,
-for the A40 (no preset), the a6000 preset's assumptions with the A40 data sheet's figures
-(696 GB/s, 149.7 TFLOPS FP16, 37.4 TFLOPS FP32; see scripts/validation_report.py).
-
-{table(["GPU", "model (test)", "wave tile", "ops", "per-op MAPE before", "after, no wave", "after", "layer-total MAPE before", "after, no wave", "after", "max layer error after", "worst op row after"], rows)}
-
-Target: per-op MAPE <= 15% after calibration. "No wave" = the same calibration without the GEMM
-tile/wave term; the tile is chosen on the Llama-2-7B rows (SMs: A100 108, hardware.md §1.1; A40 84).
-
-{chr(10).join('- ' + p for p in parts)}
-
-![vidur scatter](img/validation_vidur.png)
-"""
-    return text, figures
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "validation.md"))
@@ -465,7 +414,7 @@ def main(argv=None) -> dict:
         sections.append(text)
         figures.update(f)
     if SHARED.is_dir():
-        for fn in (lambda: a6000_section(img, args.write_presets), lambda: vidur_section(img),
+        for fn in (lambda: a6000_section(img, args.write_presets), lambda: vidur_section(SHARED, img, table),
                    lambda: small_ops_section(SHARED, table)):
             text, f = fn()
             sections.append(text)

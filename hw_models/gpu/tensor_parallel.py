@@ -70,7 +70,7 @@ def _shard_op(op: Op, split: OpSplit, sharded: set[str], tp: int, kv_frac: float
         frac = 1.0 / tp
         reads = tuple(_scale(t, kv_frac if t.role == "kv" else frac) for t in op.reads)
         writes = tuple(_scale(t, kv_frac if t.role == "kv" else frac) for t in op.writes)
-        for key in ("heads", "hidden", "kv_dim"):
+        for key in ("heads", "kv_heads", "hidden", "kv_dim"):   # KV heads: replicated past tp
             if key in dims:
                 dims[key] = max(1, dims[key] // tp)
     return replace(op, flops=op.flops * frac, reads=reads, writes=writes, shape=tuple(dims.items()))

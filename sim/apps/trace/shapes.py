@@ -43,7 +43,7 @@ def vidur_layer(model: ModelConfig, tokens: int, tp: int = 1, dtype: str = "fp16
           [qkv], None, m=T, n=q + 2 * kv, k=h)
     qk = b.act("qk_rot", T, q + kv)
     b.add("attn_rope", g.ROPE, 6 * T * (q + kv), [b.act("qkv.qk", T, q + kv)], [qk], None,
-          tokens=T, heads=model.num_heads // tp, head_dim=model.head_dim)
+          tokens=T, heads=model.num_heads // tp, kv_heads=kv // model.head_dim, head_dim=model.head_dim)
     ctx = b.act("ctx", T, q)   # attention itself is not profiled: its output is random in vidur
     o = b.act("attn_out", T, h)
     b.add("attn_post_proj", g.GEMM, 2 * T * q * h, [ctx, b.weight("attn_post_proj", "wo", h, q)], [o], None,
