@@ -21,7 +21,9 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
     """The run's result and the summary entries beyond sim.apps.serve.metrics.summarize's.
     Disaggregated pools take their own presets (`setup`'s machine is not used)."""
     if file.serving.disaggregated is not None:
-        return Disagg(file, reqs, isinstance(setup.target_cost, ExactCost), cache).run()
+        # A cost split over attention groups (attention_dp.GroupedCost) wraps the dense one.
+        exact = isinstance(getattr(setup.target_cost, "dense", setup.target_cost), ExactCost)
+        return Disagg(file, reqs, exact, cache).run()
     n = replica_count(file)
     if n == 1 and file.serving.router is None:
         return ServeSim(setup, reqs, progress).run(), {}
