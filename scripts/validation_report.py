@@ -42,6 +42,7 @@ from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
 from validation_h200 import h200_section  # noqa: E402  (scripts/, beside this file)
 from validation_small_ops import small_ops_section  # noqa: E402
+from validation_stack_tables import a6000_stacks, cpu_stacks  # noqa: E402
 from validation_vidur import vidur_section  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "validation"
@@ -153,6 +154,7 @@ def cpu_section(img: Path, write: bool) -> tuple[str, dict]:
                      pct(mape(va)), pct(mape(sb)), pct(mape(sp)), pct(mape(sa)), pct(max(abs(s.error) for s in sa))])
     b_mean, _ = step_stats(before)
     a_mean, a_max = step_stats(after)
+    stacks_text, stacks_fig = cpu_stacks(fit, test, base, cal.machine, GEMV_MAX_M)
     text = f"""## This machine's CPU (traces/cpu)
 
 Calibrated on the prompt-{CPU_FIT_PROMPT} traces ({', '.join(Path(t.source).name.removesuffix('.ops.csv') for t in fit)}),
@@ -168,6 +170,7 @@ error says how far a datasheet socket is from this VM, nothing more. A step's me
 
 {kind_table(before, after)}
 
+{stacks_text}
 {_cpu_diagnosis(fit, test, cal, after)}
 
 Load while capturing (1-minute load average before/after, from each .meta.json, on {traces[0].meta.get('cpu_count', '?')} vCPUs):
@@ -181,7 +184,7 @@ Targets: per-op MAPE <= 15%, per-step <= 10%.
 
 ![CPU scatter](img/validation_cpu.png)
 """
-    return text, {"cpu_op_mape": after.mape, "cpu_step_mape": a_mean, "cpu_step_max": a_max}
+    return text, {"cpu_op_mape": after.mape, "cpu_step_mape": a_mean, "cpu_step_max": a_max, **stacks_fig}
 
 
 def _cpu_diagnosis(fit: list[Trace], test: list[Trace], cal, after: Validation) -> str:
@@ -344,6 +347,7 @@ def a6000_section(img: Path, write: bool) -> tuple[str, dict]:
         step_rows.append([str(sb.tokens), tag, us(sb.measured_s), us(sb.simulated_s), f"{sb.error:+.1%}",
                           us(sn.simulated_s), f"{sn.error:+.1%}", us(sa.simulated_s), f"{sa.error:+.1%}"])
     test_steps = [abs(s.error) for s in after.steps]
+    stacks_text, stacks_fig = a6000_stacks([t for t in traces if t not in test], test, base, cal.machine)
     nowave_test = [r for r in no_wave.ops if r.tokens not in A6000_FIT_TOKENS]
     tile_txt = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
     text = f"""## RTX A6000: Llama-2-7B layer, torch profiler traces
@@ -380,6 +384,7 @@ without the wave term), per-layer total error max **{pct(max(test_steps))}** ove
 (target within 5% at every token count). Calibration-set token counts are in the table too; they are not
 out of sample.
 
+{stacks_text}
 ### GEMM tile/wave quantization
 
 `Efficiency.gemm_waves` (hw_models/machine.py): an M x N x K GEMM is cut into ceil(M/tile_m) x
@@ -397,7 +402,8 @@ each candidate and show the out-of-sample result for information (it was not use
 
 ![A6000 scatter](img/validation_a6000.png)
 """
-    return text, {"a6000_op_mape_before": before.mape, "a6000_op_mape": after.mape, "a6000_layer_max": max(test_steps)}
+    return text, {"a6000_op_mape_before": before.mape, "a6000_op_mape": after.mape, "a6000_layer_max": max(test_steps),
+                  **stacks_fig}
 
 
 def main(argv=None) -> dict:

@@ -18,6 +18,7 @@ nothing written).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from hw_models.machine import Machine, machine_from_dict
 from hw_models.stack import Stack, load_stack
@@ -77,10 +78,12 @@ class StackCalibration:
 
 
 def calibrate_stack(traces: list[Trace], base: Machine, stack_name: str, per_kind: bool = True,
-                    name: str | None = None, min_traces: int = 1) -> StackCalibration:
+                    name: str | None = None, min_traces: int = 1,
+                    gemv_max_m: Iterable[int | None] | None = None) -> StackCalibration:
+    """`gemv_max_m`: the small-M GEMM thresholds the roofline fit chooses from (calibrate's)."""
     stack = load_stack(stack_name)
     cal = calibrate(traces, base, per_kind=per_kind, name=name, use_op=leaves_to_roofline(stack),
-                    min_traces=min_traces)
+                    min_traces=min_traces, gemv_max_m=gemv_max_m)
     fits = fit_stack(traces, cal.machine, stack)
     over = spec_overrides(fits)
     if over:
