@@ -175,3 +175,20 @@ def test_bad_base_and_cli_exit_2(tmp_path):
                         "--hw", "h100_sxm", "--set", f"stack={path}", "-q"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "step_overhead.seconds" in r.stderr
+
+
+def test_attention_groups_pay_the_host_work_once():
+    """Data-parallel attention (sim.apps.serve.attention_dp): the groups' device costs combine
+    (slowest group + experts), then one host term for all the instance's sequences, serial."""
+    from types import SimpleNamespace
+    from sim.apps.serve.attention_dp import GroupedCost
+    so = load_stack("vllm-v0").step_overhead
+    dense = SimpleNamespace(keys=["gpu"], device=lambda it: (1e-3 * len(it.seqs), 0.0, 1e-3 * len(it.seqs)))
+    mapper = SimpleNamespace(expert_part=lambda most, total: (2e-3, 0.0, {"gpu": 2e-3}), power_j=lambda b, w: 0.0,
+                             engine_host_s=lambda n: so.host_s(n, 2), step_overhead=so)
+    groups = (features([(1, 100)] * 3), features([(1, 100)] * 5))
+    g = GroupedCost(dense, mapper)
+    c = g(groups)
+    assert c[0] == pytest.approx(5e-3 + 2e-3 + hand_host_s(8, devices=2))
+    busy = dict(zip(g.keys, c[2:]))
+    assert busy["host"] == pytest.approx(hand_host_s(8, devices=2)) and busy["gpu"] == pytest.approx(7e-3)
