@@ -12,10 +12,11 @@ pipeline) overrides `step` and `step_timeline`, never the loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from hw_models.machine import Machine
+from hw_models.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
 from sim.core.engine import Task, Timeline
 from sim.core.errors import CapacityError, ConfigError
@@ -95,6 +96,10 @@ class Mapper:
     # Layers simulated (and one more) before extrapolating identical layers
     # (sim.core.generation.fold_layers): how far back the schedule's overlap reaches.
     fold_layers = 2
+    # The engine's host work per iteration (the workload stack's step_overhead; None: no engine,
+    # as under plain torch or no stack) and the devices one instance spans (its TP/EP x PP group).
+    step_overhead: StepOverhead | None = None
+    devices = 1
 
     def __init__(self, machine: Machine, workload: Workload, model: ModelConfig):
         self.machine = machine
@@ -159,8 +164,26 @@ class Mapper:
         return engine.run(self.plan_step(graph), self.resources(), self.containers(), self.in_order)
 
     def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
-        """One step, identical layers folded."""
-        return self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
+        """One step, identical layers folded, with the engine's host work (with_engine)."""
+        device = self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
+        return self.with_engine(device, self.workload.batch)
+
+    def engine_host_s(self, n_seqs: int) -> float:
+        """Host seconds the engine spends on an iteration of `n_seqs` sequences (0 without one)."""
+        so = self.step_overhead
+        return so.host_s(n_seqs, self.devices) if so is not None else 0.0
+
+    def with_engine(self, device: StepResult, n_seqs: int) -> StepResult:
+        """`device` (the step's kernels, folded) with the engine's host work of `n_seqs` sequences:
+        serial, the step takes host + device; overlapped, max(host, device) (hw_models.step_overhead).
+        Applied after the layer fold: a max() is not linear in the layer count. The host's busy time
+        grows by the host work; `engine_host_s` in the counters."""
+        host = self.engine_host_s(n_seqs)
+        if not host:
+            return device
+        busy = {**device.busy_s, HOST: device.busy_s.get(HOST, 0.0) + host}
+        return StepResult(device.phase, device.kv_len, self.step_overhead.step_s(device.time_s, host), busy,
+                          device.energy_j, {**device.counters, "engine_host_s": host})
 
     def _folded(self, phase: str, kv_len: int, graph_of: Callable[[int | None], OpGraph],
                 exhaustive: bool, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s) -> StepResult:
@@ -178,17 +201,19 @@ class Mapper:
     iteration_refusal = ""
 
     def iteration(self, seqs: tuple[tuple[int, int], ...], logits: int | None = None,
-                  exhaustive: bool = False, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s
-                  ) -> StepResult:
+                  exhaustive: bool = False, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s,
+                  device_only: bool = False) -> StepResult:
         """One serving iteration: prefill chunks and decode sequences of different lengths,
-        each (q_len, kv_len), lowered by sim.core.mixed, identical layers folded. The
-        step-cost oracle of the request-level simulation (sim.apps.serve); `busy` as in _folded."""
+        each (q_len, kv_len), lowered by sim.core.mixed, identical layers folded, with the
+        engine's host work for len(seqs) sequences unless `device_only`. The step-cost
+        oracle of the request-level simulation (sim.apps.serve); `busy` as in _folded."""
         if self.iteration_refusal:
             raise ConfigError(f"{self.machine.source or self.machine.name}: kind {self.machine.kind}: "
                               f"{self.iteration_refusal}")
         flash = self.workload.flash_attention
-        return self._folded("iteration", 0, lambda n: lower_iteration(self.model, seqs, self.formats, flash, n,
+        step = self._folded("iteration", 0, lambda n: lower_iteration(self.model, seqs, self.formats, flash, n,
                                                                        logits), exhaustive, busy)
+        return step if device_only else self.with_engine(step, len(seqs))
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy over a span of `wall_s` seconds (default: the longest busy time): a unit's
@@ -199,8 +224,15 @@ class Mapper:
                    busy_s.get(name, 0.0) for name, u in self.machine.units.items())
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
-        """One step in full, every op, for the report, the Gantt chart and the trace."""
-        return self.run_graph(self.step_graph(phase, q_len, kv_len))
+        """One step in full, every op, for the report, the Gantt chart and the trace; the
+        engine's host work a task on the host (serial: every first kernel waits for it)."""
+        tasks = self.plan_step(self.step_graph(phase, q_len, kv_len))
+        host = self.engine_host_s(self.workload.batch)
+        if host:
+            first = () if self.step_overhead.overlap else (EngineHost.NAME,)
+            tasks = [Task(EngineHost.NAME, HOST, host, (), tag=EngineHost(host))] + [
+                t if t.deps or t.resource == HOST else replace(t, deps=first) for t in tasks]
+        return engine.run(tasks, self.resources(), self.containers(), self.in_order)
 
     def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
         """Utilisation of each resource over the run, and energy: what the tasks
@@ -213,7 +245,19 @@ class Mapper:
             # Board power as idle + dynamic: energy splits by phase (prefill vs decode steps).
             pre = gen.prefill.energy_j + self.power_j(gen.prefill.busy_s, gen.prefill.time_s)
             fig.energy_by_phase_j = {"prefill": pre, "decode": total - pre}
+        if self.step_overhead is not None:
+            fig.extra["engine_host"] = self.engine_data(gen)
         return fig
+
+    def engine_data(self, gen: Generation) -> dict:
+        """The engine's host work per step of the run (plain data for RunResult.extra and the report)."""
+        so, b = self.step_overhead, self.workload.batch
+        host = self.engine_host_s(b)
+        hidden = [s.time_s for s in gen.sampled if s.time_s <= host] if so.overlap else []
+        return dict(stack=self.workload.stack, overlap=so.overlap, mode=so.mode, sequences=b, devices=self.devices,
+                    host_s=host, prefill_step_s=gen.prefill.time_s, decode_step_mean_s=gen.tpot("mean"),
+                    host_bound_decode_steps=len(hidden) / len(gen.sampled) if gen.sampled else 0.0,
+                    cite=so.cite)
 
     def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
         return simulate_generation(self, exhaustive=exhaustive, detail=detail)

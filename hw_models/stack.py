@@ -16,7 +16,12 @@ given engine launches it (hw_models/stacks/<name>.yaml, one cited file per stack
 * the host launch cost per kernel and whether CUDA graphs hide it;
 * which quantized GEMM kernel family it runs per weight format
   (hw_models.kernel_families);
-* which GEMMs it runs as one (`fuse`: QKV, gate+up; hw_models.stack_fuse).
+* which GEMMs it runs as one (`fuse`: QKV, gate+up; hw_models.stack_fuse);
+* for a serving engine, its host work per iteration and whether the GPU waits for
+  it (`step_overhead`, hw_models.step_overhead); plain torch has none.
+
+A stack file may name a `base` stack: its figures, with the file's laid on (a
+figure the base lacks cannot be replaced, as for a preset's `stacks:`).
 
 No stack (the workload's `stack:` unset) costs every op as one kernel with the
 preset's launch overhead, as before: existing results are unchanged.
@@ -33,6 +38,7 @@ from pydantic import Field, field_validator, model_validator
 from hw_models.kernel_families import FAMILIES
 from hw_models.row_kernels import serial_values
 from hw_models.machine import Machine, known_op_kinds
+from hw_models.step_overhead import StepOverhead
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.graph import Op
@@ -81,6 +87,8 @@ class Stack(Strict):
     names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind
     quant_gemm: dict[str, str] = {}               # weight format -> kernel family
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
+    step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
+    base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 
     @field_validator("ops")
@@ -153,8 +161,16 @@ def _path(spec: str) -> Path:
 
 @cache
 def _load(path: Path, mtime_ns: int) -> Stack:
-    stack = validate_mapping(Stack, read_yaml(path), str(path), "a mapping of stack fields")
-    return stack
+    raw = read_yaml(path)
+    if isinstance(raw, dict) and raw.get("base"):
+        try:
+            base = load_stack(str(raw["base"]))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: base: {exc}") from None
+        if base.base:
+            raise ConfigError(f"{path}: base: {raw['base']} has a base of its own; one level only")
+        raw = _merge(base.model_dump(exclude_none=True, exclude={"base"}), raw, str(path))
+    return validate_mapping(Stack, raw, str(path), "a mapping of stack fields")
 
 
 def _merge(base: dict, over: dict, where: str) -> dict:

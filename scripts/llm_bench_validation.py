@@ -18,7 +18,9 @@ TensorRT-LLM engines are taken as built the same way). Hardware:
 * A100: Polaris nodes, 4 x A100 40 GB SXM4 on NVLink 3 (PROVENANCE infers the 40 GB from the
   run scripts): `a100_80g` with the 40 GB part's datasheet memory (40 GiB, 1,555 GB/s; NVIDIA
   A100 datasheet) on `dgx_a100`'s fitted NVLink collectives.
-Stacks: hw_models/stacks/vllm.yaml and trtllm.yaml. A row whose batch does not fit the
+Stacks: hw_models/stacks/vllm-v0.yaml (vllm.yaml's kernels, the engine's host work per step serial
+with the GPU: the bench is of 2024, vLLM V0, before V1's async scheduling; --vllm-stack vllm for the
+overlapped V1 engine) and trtllm.yaml (no engine host work: none measured). A row whose batch does not fit the
 simulated device memory is listed but left out of the errors (the engine ran it in waves
 or preempted, which `sim run` does not model).
 
@@ -48,7 +50,7 @@ SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "
 DOC = ROOT / "docs" / "parallelism.md"
 BEGIN, END = "<!-- llm-inference-bench: begin (scripts/llm_bench_validation.py) -->", "<!-- llm-inference-bench: end -->"
 MODELS = {"meta-llama/Llama-2-70b-hf": "llama2-70b", "meta-llama/Meta-Llama-3-70B": "llama3-70b"}
-STACKS = {"vLLM": "vllm", "TensorRT-LLM": "trtllm"}
+STACKS = {"vLLM": "vllm-v0", "TensorRT-LLM": "trtllm"}
 A100_40GB = {"memory.hbm.capacity_bytes": 40 * 2**30, "memory.hbm.bandwidth_bytes_per_s": 1555e9}
 HARDWARE = {   # bench name -> (short name, device preset, its overrides, topology)
     "Nvidia H100 GPU": ("H100", "h100_sxm", {}, "dgx_h100"),
@@ -163,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--doc", type=Path, default=DOC, help="markdown file whose generated section to rewrite")
     ap.add_argument("--no-doc", action="store_true", help="print only")
     ap.add_argument("--rows", type=int, help="only the first ROWS rows of each node and engine (a quick check)")
+    ap.add_argument("--vllm-stack", default=STACKS["vLLM"], help="the stack of the vLLM rows (default %(default)s)")
     a = ap.parse_args(argv)
+    STACKS["vLLM"] = a.vllm_stack
     if not (SHARED / "llm-inference-bench").is_dir():
         print(f"{SHARED / 'llm-inference-bench'} not found")
         return 0

@@ -97,7 +97,7 @@ def splitwise(stack: str | None = None) -> pd.DataFrame:
     return out
 
 
-def regimes(stacks=(None, "vllm", "torch-eager")) -> pd.DataFrame:
+def regimes(stacks=(None, "vllm", "vllm-v0", "torch-eager")) -> pd.DataFrame:
     """MAPE per regime (node, phase, tp, batch range) under each stack: one column per stack."""
     cols = {}
     for stack in stacks:

@@ -9,6 +9,9 @@ Calibration: one figure, on one case. RUNTIME_RESERVED_BYTES (sim/apps/serve/set
 engine keeps from KV beyond weights and activations, is set so the RTX 4090 case gets its measured block
 count; this script recomputes it from that case. Step costs are not calibrated on either case: both
 are the presets' datasheet figures through the op-level model. The RTX PRO 6000 case is out of sample.
+The engine's host work per iteration is the vllm stack's (fitted on vidur's A100 CPU measurements, not on
+these runs), overlapped with the GPU step as vLLM 0.19's async scheduling runs it; `--stack vllm-v0`
+replays the same runs with it serial, as a sensitivity check (hw_models/stacks/vllm-v0.yaml).
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ CALIBRATION_CASE = "RTX4090_Llama-3.1-8B"
 START, END = "<!-- serving-validation:start -->", "<!-- serving-validation:end -->"
 
 
+STACK = "vllm"   # the stack the cases are replayed under (--stack)
+
+
 def run(file, machine, reqs):
-    return serve(file, machine, requests=reqs)[1]
+    return serve(file.model_copy(update={"stack": STACK}), machine, requests=reqs)[1]
 
 
 def calibration_note() -> str:
@@ -50,7 +56,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="replace the generated section of docs/serving.md")
     ap.add_argument("--limit", type=int, help="only the first N requests of each case")
+    ap.add_argument("--stack", default="vllm", help="software stack to replay under (default %(default)s)")
     args = ap.parse_args()
+    global STACK
+    STACK = args.stack
     if not LLMSERVINGSIM.is_dir():
         print(f"{LLMSERVINGSIM}: not found (set SIM_SHARED_VALIDATION)", file=sys.stderr)
         return 2

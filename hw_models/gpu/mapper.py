@@ -15,10 +15,9 @@ from hw_models.base import Mapper, OpCost
 from hw_models.cost import gemm_dims, roofline_cost, weight_format
 from hw_models.stack import stack_for
 from hw_models.stack_fuse import fuse_groups, fused_aliases, fused_away
+from hw_models.step_overhead import HOST
 from sim.core.engine import Task
 from sim.core.graph import Op, OpGraph
-
-HOST = "host"
 
 
 class GpuMapper(Mapper):
@@ -31,6 +30,7 @@ class GpuMapper(Mapper):
         self.unit = machine.units[self.unit_name]
         self.tier = machine.memory[self.unit.memory]
         self.stack = stack_for(workload.stack, machine)
+        self.step_overhead = self.stack.step_overhead if self.stack is not None else None
         self._costs: dict[tuple, OpCost] = {}
 
     def cost(self, op: Op) -> OpCost:

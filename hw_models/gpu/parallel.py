@@ -120,6 +120,7 @@ class ParallelGpuMapper(GpuMapper):
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
         self.plan, self.topo = load_plan(workload.section("parallel"), workload.source, model, machine)
+        self.devices = self.plan.instance_devices   # the engine's host work grows past one device
         self.full_steps: dict[str, Timeline] = {}   # phase -> its last step simulated in full
         src, p = workload.source or "workload", self.plan
         if workload.batch % p.micro_batches:

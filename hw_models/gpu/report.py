@@ -63,12 +63,25 @@ def _step_row(phase: str, s: dict[str, Any]) -> tuple[str, ...]:
             bubble, stages)
 
 
+def engine_section(e: dict[str, Any]) -> Section:
+    """The engine's host work per step (hw_models.step_overhead), from RunResult.extra["engine_host"]."""
+    rows = [("stack", e["stack"]), ("host work per step", f"{fmt_time(e['host_s'])} at {e['sequences']} sequence(s)"
+                                   f"{', ' + str(e['devices']) + ' devices' if e['devices'] > 1 else ''}"),
+            ("with the GPU step", e["mode"]),
+            ("prefill step / decode step (mean)", f"{fmt_time(e['prefill_step_s'])} / {fmt_time(e['decode_step_mean_s'])}")]
+    if e["overlap"]:
+        rows.append(("decode steps bound by the host", f"{100 * e['host_bound_decode_steps']:.0f}% of those simulated"))
+    return Section("Engine host work (schedule, inputs, sampling, outputs)", rows, caption=e["cite"])
+
+
 def report_sections(result: RunResult) -> list[Section]:
-    """The parallel plan's sections, for a plan of more than one device."""
+    """The engine's host work under a serving stack; the parallel plan's sections, for a plan of
+    more than one device."""
+    out = [engine_section(result.extra["engine_host"])] if "engine_host" in result.extra else []
     par = result.extra.get("parallel")
     if not par or par["plan"]["devices"] <= 1:
-        return []
-    out = [Section("Parallel plan", _plan_rows(par["plan"]))]
+        return out
+    out.append(Section("Parallel plan", _plan_rows(par["plan"])))
     if par["steps"]:
         rows = [_step_row(ph, s) for ph, s in par["steps"].items()]
         out.append(Section("Collectives and pipeline bubble, one step in full", rows,

@@ -23,6 +23,9 @@ exact where the rank's ops run one after another (the experts wait for the dispa
 the combine for the experts); it leaves out any overlap of one group's host launches
 with another's experts.
 
+The engine's host work (the stack's step_overhead) is paid once for the instance's whole
+batch, after the groups' device costs combine.
+
 Busy times and energy are one device's, the straggler group's (as for every plan, one
 rank stands for its group).
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from hw_models.step_overhead import HOST
 from sim.apps.serve.stepcost import Cost, Iteration, features
 
 Entries = list  # [(Request, new tokens)]
@@ -62,12 +66,17 @@ class GroupedCost:
         return s, j + self.mapper.power_j(busy, s), tuple(busy.items())
 
     def __call__(self, groups: tuple[Iteration, ...]) -> Cost:
-        costs = [self.dense(it) for it in groups]
+        costs = [self.dense.device(it) for it in groups]   # the engine's host work once, below
         slow = max(costs, key=lambda c: c[0])
         busy = dict(zip(self.dense.keys, slow[2:]))
         s, j, extra = self._experts(max(it.tokens for it in groups), sum(it.tokens for it in groups))
+        t, j = slow[0] + s, slow[1] + j
+        host = self.mapper.engine_host_s(sum(len(it.seqs) for it in groups))   # one scheduler for the instance
+        if host:
+            wall = self.mapper.step_overhead.step_s(t, host)
+            t, j, extra = wall, j + self.mapper.power_j({}, wall - t), (*extra, (HOST, host))
         for k, v in extra:
             busy[k] = busy.get(k, 0.0) + v
             if k not in self.dense.keys and k not in self._extra:
                 self._extra.append(k)
-        return (slow[0] + s, slow[1] + j, *(busy.get(k, 0.0) for k in self.keys))
+        return (t, j, *(busy.get(k, 0.0) for k in self.keys))

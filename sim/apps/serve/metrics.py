@@ -99,6 +99,8 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         batch_size=stats(it["seqs"], it["duration_s"]) if busy else {},
         tokens_per_iteration=stats(it["tokens"], it["duration_s"]) if busy else {},
         engine_busy=busy / res.makespan_s if res.makespan_s else 0.0,
+        # the host's busy seconds per iteration: the stack's engine work (step_overhead) and any kernel launches
+        host_per_iteration_s=res.busy_s.get("host", 0.0) / len(it["duration_s"]) if len(it["duration_s"]) else 0.0,
         utilization=utilization(res.busy_s, res.makespan_s, res.instances), instances=res.instances,
         energy_per_token_j=res.energy_j / res.tokens_out if res.tokens_out else 0.0,
         spec_tokens_per_step=res.spec_tokens / res.spec_steps if res.spec_steps else None,

@@ -24,6 +24,9 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
         ("energy", f"{s['energy_per_token_j']:.3g} J per output token"),
     ]
+    if s.get("host_per_iteration_s"):
+        rows.append(("host per iteration", f"{fmt_time(s['host_per_iteration_s'])} mean (the engine's work: "
+                                           "schedule, inputs, sampling, outputs; and kernel launches)"))
     if s.get("spec_tokens_per_step"):
         rows.append(("speculative", f"{s['spec_tokens_per_step']:.3f} tokens per verify step"))
     for k, v in rows:

@@ -123,7 +123,9 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
     spec = file.serving.speculative
     q = spec.k + 1 if spec else 1
     target = ExactCost(machine, file, model)
-    dcost = ExactCost(machine, file.model_copy(update={"model": file.serving.speculative.draft}), draft) if draft else None
+    # The engine's host work is paid once per iteration, with the target's verify step.
+    dcost = ExactCost(machine, file.model_copy(update={"model": file.serving.speculative.draft}), draft,
+                      host=False) if draft else None
     # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
     # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
     top = min(max_tokens + max_seqs * q, GRID_MAX_TOKENS)

@@ -17,6 +17,11 @@ n_d and per prefill size measured by exact runs as well. Queries outside the gri
 are costed exactly. tests/test_serve.py checks the surrogate against the exact
 path on TTFT and TPOT.
 
+The engine's host work per iteration (the stack's step_overhead, hw_models.step_overhead)
+is not interpolated: the tables hold device costs (Mapper.iteration with device_only) and
+ExactCost.engine adds the host work of the iteration's sequence count to either path's
+device cost, as Mapper.with_engine does (a max() with the host time is not linear).
+
 A cost is a vector: (seconds, joules, then each resource's busy seconds in the order of
 ExactCost.keys). Busy time is the engine's per resource (the unit ran an op) and, from
 each op's OpCost, `<resource>.compute` and `<resource>.memory`: the time its compute
@@ -35,6 +40,7 @@ from itertools import zip_longest
 from hw_models.base import Mapper, OpCost
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
+from hw_models.step_overhead import HOST
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
@@ -104,20 +110,39 @@ def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
 class ExactCost:
     """Op-level cost of an iteration: (seconds, joules, busy seconds per resource of `keys`)."""
 
-    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig):
+    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig, host: bool = True):
         check_kind(machine)
         self.mapper: Mapper = mapper_for(machine, workload, model)
+        self.host = host     # add the engine's host work (not for a draft model's steps: the iteration pays it once)
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
 
     def __call__(self, it: Iteration) -> Cost:
-        """The mapper's own iteration hook (Mapper.iteration), plus the units' power while busy."""
+        return self.engine(self.device(it), it)
+
+    def device(self, it: Iteration) -> Cost:
+        """The mapper's own iteration hook (Mapper.iteration) without the engine's host work,
+        plus the units' power while busy."""
         self.calls += 1
-        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s)
+        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True)
         self.keys += [k for k in step.busy_s if k not in self.keys]
         return (step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s),
                 *(step.busy_s.get(k, 0.0) for k in self.keys))
+
+    def engine(self, c: Cost, it: Iteration) -> Cost:
+        """Device cost `c` of `it` with the engine's host work (Mapper.with_engine): the longer
+        wall time's idle power added, the host's busy time grown."""
+        host = self.mapper.engine_host_s(len(it.seqs)) if self.host else 0.0
+        if not host:
+            return c
+        t = self.mapper.step_overhead.step_s(c[0], host)
+        if HOST not in self.keys:
+            self.keys.append(HOST)
+        out = list(c) + [0.0] * (2 + len(self.keys) - len(c))
+        out[0], out[1] = t, c[1] + self.mapper.power_j({}, t - c[0])
+        out[2 + self.keys.index(HOST)] += host
+        return tuple(out)
 
 
 def _grid(top: int, fine: bool = True) -> list[int]:
@@ -160,7 +185,7 @@ class Surrogate:
 
     def _cost(self, n: int, kv: int, chunk: int, prefix: int = 0) -> Cost:
         seqs = [(self.q, kv)] * n + ([(chunk, chunk + prefix)] if chunk else [])
-        return self.exact(features(seqs, self.q))
+        return self.exact.device(features(seqs, self.q))
 
     def table(self, name: str) -> tuple[list[int], list]:
         t = self._tables.get(name)
@@ -204,11 +229,11 @@ class Surrogate:
     def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)
         sizes = [r // c + (i < r % c) for i in range(c)]
-        return self.exact(features([(a, a) for a in sizes], self.q))
+        return self.exact.device(features([(a, a) for a in sizes], self.q))
 
     def _split(self, t: int) -> Cost:
         a = t // 2
-        return self.exact(features([(a, a), (t - a, t - a)], self.q))
+        return self.exact.device(features([(a, a), (t - a, t - a)], self.q))
 
     @staticmethod
     def _split_pairs(t: int) -> float:
@@ -221,10 +246,18 @@ class Surrogate:
         return tuple((y - x) / d for x, y in zip_longest(a, b, fillvalue=0.0))
 
     def __call__(self, it: Iteration) -> Cost:
+        return self.exact.engine(self.device(it), it)
+
+    def device(self, it: Iteration) -> Cost:
+        """The device cost of `it` without the engine's host work (as ExactCost.device)."""
         n, rest = it.n_decode, it.tokens - it.n_decode * self.q
         if it.tokens > self.max_tokens or n > self.max_decode or it.logits is not None or rest == 1:
             self.exact_fallbacks += 1
-            return self.exact(it)
+            return self.exact.device(it)
+        return self._interpolated(it, n, rest)
+
+    def _interpolated(self, it: Iteration, n: int, rest: int) -> Cost:
+        """The interpolated device cost of `it` (n decode sequences, `rest` other tokens)."""
         c: Cost = (0.0, 0.0)
         if n:
             if rest:
