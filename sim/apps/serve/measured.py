@@ -3,10 +3,10 @@ vLLM benchmark folders (shared/validation/serving/llmservingsim/<GPU>_<model>/),
 a real vLLM server's per-request timestamps (vllm/requests.jsonl), its engine
 settings (vllm/meta.json) and the request file it replayed (workloads/*.jsonl).
 
-A case is replayed with the same requests and the same engine settings: vLLM V1
-schedules running requests first and chunks prefills within max_num_batched_tokens
-(the `sarathi` scheduler here), pages KV in blocks, caches prefixes, preempts by
-recompute and keeps no watermark. Arrivals are the engine's own `queued_ts`
+A case is replayed with the same requests and the same engine settings through the
+`vllm` scheduler (vLLM V1's, sim.apps.serve.schedulers_v1: running requests first,
+prefills chunked within max_num_batched_tokens, KV blocks per chunk, prefix caching,
+recompute preemption of the last running request, no watermark). Arrivals are the engine's own `queued_ts`
 (relative to the first): TTFT is measured from them, so client-side delays before
 the engine saw a request are in neither figure. Metrics as LLMServingSim defines
 them: TTFT = first_token - queued, TPOT = (last - first) / (output - 1),
@@ -91,9 +91,9 @@ def serve_file(case: Case, scheduler: dict[str, Any] | None = None) -> ServeFile
     if e["model"] not in MODELS:
         raise ConfigError(f"{case.name}: no model config for {e['model']}; known: {', '.join(MODELS)}")
     fmt = {"bfloat16": "bf16", "float16": "fp16"}[e["dtype"]]
-    sched = dict(kind="sarathi", block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
+    sched = dict(kind="vllm", block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
                  max_num_batched_tokens=e["max_num_batched_tokens"],
-                 gpu_memory_utilization=e["gpu_memory_utilization"], watermark=0.0, preemption="recompute")
+                 gpu_memory_utilization=e["gpu_memory_utilization"])
     raw = dict(name=case.name, model=MODELS[e["model"]], stack="vllm", flash_attention=True,
                formats=dict(weights=fmt, activations=fmt, kv_cache=fmt),
                serving=dict(arrivals=dict(process="trace"),
