@@ -35,7 +35,7 @@ START, END = "<!-- serving-validation:start -->", "<!-- serving-validation:end -
 
 
 def run(file, machine, reqs):
-    return serve(file, machine, requests=reqs)[1]
+    return serve(file, machine, requests=reqs)
 
 
 def calibration_note() -> str:

@@ -75,7 +75,7 @@ def test_replay_matches_the_run_settings(root):
 
 def test_comparison_table_has_errors(root):
     warnings.simplefilter("ignore")
-    results = M.validate(root, load_machine, lambda f, m, r: serve(f, m, requests=r)[1], limit=30, names=[CASE])
+    results = M.validate(root, load_machine, lambda f, m, r: serve(f, m, requests=r), limit=30, names=[CASE])
     (res,) = results
     assert [row[0] for row in res.rows] == [label for label, _, _ in M.ROWS]
     for label, sim, real, err in res.rows:

@@ -54,24 +54,27 @@ class VllmV1(Scheduler):
 
     def _running(self, batch: Batch) -> tuple[int, bool]:
         budget, running, preempted = self.max_tokens, self.running, False
+        pool, entries, cached, unit_tokens = self.pool, batch.entries, self.cached, self.unit_tokens
+        bs, ub, look, caching = pool.block_size, pool.unit_blocks, self.lookahead, pool.caching
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            q = min(r.pending, budget)
-            need = self._grow(r, r.computed + q)
-            scheduled = True
-            while need > 0 and not self.pool.allocate(need):
-                victim = running.pop()
-                self._preempt(victim, batch)
-                preempted = True
-                if victim is r:
-                    scheduled = False
-                    break
-            if not scheduled:
-                break
-            r.blocks += max(need, 0)
-            self._cache(r, r.computed + q)
-            batch.entries.append((r, q))
+            q = r.prompt + r.generated - r.computed
+            if q > budget:
+                q = budget
+            end = r.computed + q
+            need = -(-(end + look) // bs) - r.blocks - len(r.shared) * ub    # allocate_slots(r, q)
+            if need > 0:
+                while not pool.allocate(need):
+                    victim = running.pop()                 # FCFS: the last of the running queue
+                    self._preempt(victim, batch)
+                    preempted = True
+                    if victim is r:
+                        return budget, preempted           # no request left to preempt: stop
+                r.blocks += need
+            if caching and end // unit_tokens > cached[r.idx]:
+                self._cache(r, end)
+            entries.append((r, q))
             budget -= q
             i += 1
         return budget, preempted
