@@ -9,7 +9,9 @@
 3. The same 200-request case with surrogate and with --exact step costs: wall-time ratio,
    and the agreement of TTFT/TPOT mean and p99.
 
-    python scripts/bench_serve.py [--repeat 3] [--big 1000000] [--skip-big]
+    python scripts/bench_serve.py [--repeat 3] [--big 1000000] [--skip-big] [--scheduler vllm]
+
+--scheduler replaces the file's serving.scheduler.kind (vllm-v0 in the file; vllm is V1's).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ FILE = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
 SIM = [sys.executable, "-m", "sim.apps.cli"]
 
 
+KIND: list[str] = []   # --set serving.scheduler.kind=... for every run, when --scheduler is given
+
+
 def run_sim(args: list[str]) -> tuple[float, float, float, dict]:
     """Wall seconds, CPU seconds and peak RSS (MB) of one `sim serve` process, and its JSON summary.
     Peak RSS is read from /usr/bin/time-style rusage of that child alone (ru_maxrss of
@@ -43,7 +48,7 @@ def run_sim(args: list[str]) -> tuple[float, float, float, dict]:
         out = Path(d) / "s.json"
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        subprocess.run([*SIM, "serve", str(FILE), "--hw", "h100_sxm", "-q", "--json", str(out), *args],
+        subprocess.run([*SIM, "serve", str(FILE), "--hw", "h100_sxm", "-q", "--json", str(out), *KIND, *args],
                        check=True, cwd=ROOT)
         wall = time.perf_counter() - t
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -56,9 +61,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--big", type=int, default=1_000_000)
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--scheduler", help="serving.scheduler.kind for every run (default: the file's)")
     a = ap.parse_args()
+    sets = {"serving.arrivals.num_requests": 2000}
+    if a.scheduler:
+        KIND.extend(["--set", f"serving.scheduler.kind={a.scheduler}"])
+        sets["serving.scheduler.kind"] = a.scheduler
 
-    f = load_serve_file(FILE, {"serving.arrivals.num_requests": 2000})
+    f = load_serve_file(FILE, sets)
     t = time.perf_counter()
     cap = find_capacity(f, load_machine("h100_sxm"), dict(f.serving.slo))
     rate = 0.8 * cap["rate"]

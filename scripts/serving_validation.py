@@ -41,7 +41,7 @@ STACK = "vllm"   # the stack the cases are replayed under (--stack)
 
 
 def run(file, machine, reqs):
-    return serve(file.model_copy(update={"stack": STACK}), machine, requests=reqs)[1]
+    return serve(file.model_copy(update={"stack": STACK}), machine, requests=reqs)
 
 
 def calibration_note() -> str:

@@ -89,7 +89,7 @@ def test_sarathi_unlimited_budget_equals_vllm(a6000):
     huge = 65536   # never binds: at most 16 x 576 tokens are ever in flight
     for arrivals in (dict(process="burst", size=16, num_requests=16), dict(process="constant", rate=0.05, num_requests=6)):
         out = []
-        for kind in ("vllm", "sarathi"):
+        for kind in ("vllm-v0", "sarathi"):     # the property: V0 without chunking
             srv = stream(1.0, sched=dict(kind=kind, max_num_batched_tokens=huge))
             srv["arrivals"] = arrivals
             res, _ = serve(file(srv), a6000, cache=CACHE)
@@ -99,7 +99,7 @@ def test_sarathi_unlimited_budget_equals_vllm(a6000):
 
 
 def test_swap_moves_exactly_the_preempted_blocks(a6000):
-    sched = dict(kind="vllm", gpu_memory_utilization=0.34, preemption="swap", swap_bandwidth_bytes_per_s=25e9,
+    sched = dict(kind="vllm-v0", gpu_memory_utilization=0.34, preemption="swap", swap_bandwidth_bytes_per_s=25e9,
                  max_num_batched_tokens=4096)
     f = file(stream(50.0, n=40, prompt=(64, 128), output=(100, 200), sched=sched))
     setup = prepare(f, a6000, cache=CACHE)

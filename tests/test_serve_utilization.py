@@ -74,7 +74,7 @@ def test_folded_busy_equals_every_layer_simulated():
 
 def test_swap_link_busy_is_the_blocks_moved_over_its_bandwidth():
     a6000 = load_machine("a6000")
-    sched = dict(kind="vllm", gpu_memory_utilization=0.34, preemption="swap", swap_bandwidth_bytes_per_s=25e9,
+    sched = dict(kind="vllm-v0", gpu_memory_utilization=0.34, preemption="swap", swap_bandwidth_bytes_per_s=25e9,
                  max_num_batched_tokens=4096)
     f = file(fixed(40, 50.0, 96, 150, sched=sched, process="poisson"), model="llama2-7b")
     setup = prepare(f, a6000, cache=CACHE)

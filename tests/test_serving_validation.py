@@ -63,7 +63,7 @@ def test_replay_matches_the_run_settings(root):
     case = M.load_case(root / CASE)
     f = M.serve_file(case)
     sched = f.serving.scheduler
-    assert (sched.kind, sched.max_num_seqs, sched.max_num_batched_tokens, sched.block_size) == ("sarathi", 256, 2048, 16)
+    assert (sched.kind, sched.max_num_seqs, sched.max_num_batched_tokens, sched.block_size) == ("vllm", 256, 2048, 16)
     reqs = M.requests(case, 10)
     queued = [r["queued_ts"] for r in case.measured[:10]]
     np.testing.assert_allclose(reqs.arrival_s, np.array(queued) - queued[0])
@@ -75,7 +75,7 @@ def test_replay_matches_the_run_settings(root):
 
 def test_comparison_table_has_errors(root):
     warnings.simplefilter("ignore")
-    results = M.validate(root, load_machine, lambda f, m, r: serve(f, m, requests=r)[1], limit=30, names=[CASE])
+    results = M.validate(root, load_machine, lambda f, m, r: serve(f, m, requests=r), limit=30, names=[CASE])
     (res,) = results
     assert [row[0] for row in res.rows] == [label for label, _, _ in M.ROWS]
     for label, sim, real, err in res.rows:

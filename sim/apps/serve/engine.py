@@ -26,7 +26,7 @@ from sim.apps.serve.traces import Requests
 REQUEST_COLUMNS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
                    "preemptions", "prefix_hit_tokens", "max_tbt_s", "status")
 ITER_COLUMNS = ("start_s", "duration_s", "energy_j", "seqs", "tokens", "prefill_seqs", "kv_blocks_used",
-                "swap_blocks")
+                "swap_blocks", "running", "waiting")   # running/waiting: queue lengths after the iteration
 DONE, REJECTED = 1.0, 2.0
 
 
@@ -218,7 +218,8 @@ class ServeSim:
         self.energy += energy
         it = self.it
         for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
-                                       prefill, sched.pool.used, batch.swap_blocks)):
+                                       prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
+                                       len(sched.waiting) + len(sched.swapped))):
             it[c].append(v)
         if self.progress is not None and len(it["start_s"]) % 64 == 0:
             self.progress(self.done, len(self.reqs))

@@ -84,3 +84,81 @@ class BlockPool:
             self.refs[h] -= 1
             if self.refs[h] == 0:
                 self.idle[h] = None
+
+
+class LruBlockPool(BlockPool):
+    """vLLM V1's block pool (vllm/v1/core/block_pool.py, v0.19): ONE free queue, least recently
+    freed first, holding both plain free blocks and cached blocks no request holds. An allocation
+    takes blocks from its head (`popleft_n`) and evicts a cached unit it takes (`_maybe_evict_cached_block`),
+    even while plain free blocks freed later wait behind it; a freed block joins the tail. (V0's
+    prefix-caching allocator and BlockPool above use plain free blocks first, then evict.) Block 0 is
+    V1's null block, never allocated: `used` and the usage fraction count the other total - 1.
+
+    The queue is an ordered map: a cached unit's key -> its blocks, or a run key (an object) -> that
+    many plain free blocks, merged with the run before it when both are at the tail."""
+
+    null_blocks = 1
+
+    def __init__(self, total_blocks: int, block_size: int, unit_blocks: int = 1, caching: bool = False):
+        super().__init__(total_blocks, block_size, unit_blocks, caching)
+        self.queue: OrderedDict[object, int] = OrderedDict()
+        self.free = 0
+        self.avail = 0
+        self.release(total_blocks - self.null_blocks)
+
+    @property
+    def available(self) -> int:
+        return self.avail
+
+    @property
+    def used(self) -> int:
+        return self.total - self.null_blocks - self.avail
+
+    def allocate(self, n: int) -> bool:
+        if n > self.avail:
+            return False
+        self.avail -= n
+        q, refs = self.queue, self.refs
+        while n > 0:
+            key, m = q.popitem(last=False)
+            if key in refs:                       # a cached unit: evicted (its hash is gone)
+                del refs[key]
+                self.evictions += 1
+                key = object()
+            if m > n:                             # the rest of the run stays at the head
+                q[key] = m - n
+                q.move_to_end(key, last=False)
+            n -= min(m, n)
+        used = self.used
+        if used > self.peak_used:
+            self.peak_used = used
+        return True
+
+    def release(self, n: int) -> None:
+        if n <= 0:
+            return
+        q = self.queue
+        tail = next(reversed(q), None) if q else None
+        if tail is not None and tail not in self.refs:
+            q[tail] += n                           # consecutive plain blocks: one run
+        else:
+            q[object()] = n
+        self.avail += n
+
+    def idle_blocks(self, keys) -> int:
+        """Blocks of `keys` that are cached but held by no request (in the free queue)."""
+        refs = self.refs
+        return sum(self.unit_blocks for h in keys if refs[h] == 0)
+
+    def hold(self, hashes) -> None:
+        for h in hashes:
+            if self.refs[h] == 0:
+                self.avail -= self.queue.pop(h)
+            self.refs[h] += 1
+
+    def drop(self, hashes) -> None:
+        for h in hashes:
+            self.refs[h] -= 1
+            if self.refs[h] == 0:
+                self.queue[h] = self.unit_blocks
+                self.avail += self.unit_blocks

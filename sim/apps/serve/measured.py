@@ -3,10 +3,10 @@ vLLM benchmark folders (shared/validation/serving/llmservingsim/<GPU>_<model>/),
 a real vLLM server's per-request timestamps (vllm/requests.jsonl), its engine
 settings (vllm/meta.json) and the request file it replayed (workloads/*.jsonl).
 
-A case is replayed with the same requests and the same engine settings: vLLM V1
-schedules running requests first and chunks prefills within max_num_batched_tokens
-(the `sarathi` scheduler here), pages KV in blocks, caches prefixes, preempts by
-recompute and keeps no watermark. Arrivals are the engine's own `queued_ts`
+A case is replayed with the same requests and the same engine settings through the
+`vllm` scheduler (vLLM V1's, sim.apps.serve.schedulers_v1: running requests first,
+prefills chunked within max_num_batched_tokens, KV blocks per chunk, prefix caching,
+recompute preemption of the last running request, no watermark). Arrivals are the engine's own `queued_ts`
 (relative to the first): TTFT is measured from them, so client-side delays before
 the engine saw a request are in neither figure. Metrics as LLMServingSim defines
 them: TTFT = first_token - queued, TPOT = (last - first) / (output - 1),
@@ -15,6 +15,7 @@ e2e = last - queued, throughput = output tokens / (last finish - first queued).
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,9 +92,9 @@ def serve_file(case: Case, scheduler: dict[str, Any] | None = None) -> ServeFile
     if e["model"] not in MODELS:
         raise ConfigError(f"{case.name}: no model config for {e['model']}; known: {', '.join(MODELS)}")
     fmt = {"bfloat16": "bf16", "float16": "fp16"}[e["dtype"]]
-    sched = dict(kind="sarathi", block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
+    sched = dict(kind="vllm", block_size=e["block_size"], max_num_seqs=e["max_num_seqs"],
                  max_num_batched_tokens=e["max_num_batched_tokens"],
-                 gpu_memory_utilization=e["gpu_memory_utilization"], watermark=0.0, preemption="recompute")
+                 gpu_memory_utilization=e["gpu_memory_utilization"])
     raw = dict(name=case.name, model=MODELS[e["model"]], stack="vllm", flash_attention=True,
                formats=dict(weights=fmt, activations=fmt, kv_cache=fmt),
                serving=dict(arrivals=dict(process="trace"),
@@ -169,21 +170,29 @@ class CaseResult:
     peer: dict[str, float]
     blocks: int                                   # the simulated KV pool
     extra: dict[str, Any]                         # preemptions, iterations, mean batch, ...
+    timeline: list[tuple[float, ...]] | None = None   # measured vs simulated engine state per second
 
 
 def validate(root: Path, machine_loader, run, limit: int | None = None,
              names: list[str] | None = None) -> list[CaseResult]:
-    """Every case under `root` (or those `names`) replayed through `run(file, machine, requests) -> summary`."""
+    """Every case under `root` (or those `names`) replayed through
+    `run(file, machine, requests) -> (ServeResult, summary)` (sim.apps.serve.run.serve)."""
     out = []
     for case in cases(root):
         if names is not None and case.name not in names:
             continue
         reqs = requests(case, limit)
-        s = run(serve_file(case), machine_loader(case.hw), reqs)
+        res, s = run(serve_file(case), machine_loader(case.hw), reqs)
+        it = res.iterations
+        # Prefill tokens computed (every token of an iteration but its decodes) against those the prompts
+        # need after their first prefix hits: the excess is recomputation after preemptions.
         extra = dict(preemptions=s["preemptions"], iterations=s["iterations"],
-                     batch_mean=s["batch_size"].get("mean", float("nan")), requests=len(reqs))
+                     batch_mean=s["batch_size"].get("mean", float("nan")), requests=len(reqs),
+                     prefill_tokens=int(it["tokens"].sum() - (it["seqs"] - it["prefill_seqs"]).sum()),
+                     prompt_tokens=int(reqs.prompt_len.sum() - np.nansum(res.requests["prefix_hit_tokens"])))
         out.append(CaseResult(case, comparison(s, measured_summary(case, limit)),
-                              peer_errors(case.workload.parent.parent / case.name), s["kv_blocks_total"], extra))
+                              peer_errors(case.workload.parent.parent / case.name), s["kv_blocks_total"], extra,
+                              timeline(case, it, res.total_blocks) if limit is None else None))
     return out
 
 
@@ -201,7 +210,9 @@ def render(results: list[CaseResult]) -> str:
                   f"gpu_memory_utilization {e['gpu_memory_utilization']}, prefix caching "
                   f"{'on' if e['enable_prefix_caching'] else 'off'}. KV blocks: simulated {r.blocks:,}, measured "
                   + (f"{e['num_gpu_blocks']:,}" if e["num_gpu_blocks"] else "not recorded")
-                  + f"; {x['preemptions']} preemptions, {x['iterations']:,} iterations, mean batch {x['batch_mean']:.1f}.",
+                  + f"; {x['preemptions']} preemptions, {x['iterations']:,} iterations, mean batch {x['batch_mean']:.1f}; "
+                  f"{x['prefill_tokens']:,} prefill tokens computed for {x['prompt_tokens']:,} prompt tokens "
+                  f"(after prefix hits).",
                   "", "| figure | simulated | measured | error | target | LLMServingSim's error |",
                   "|---|---|---|---|---|---|"]
         for label, s, m, err in r.rows:
@@ -211,4 +222,43 @@ def render(results: list[CaseResult]) -> str:
             lines.append(f"| {label} | {_fmt(label, s)} | {_fmt(label, m)} | {err:+.1%} | {verdict} | "
                          + (f"{peer:+.1%}" if peer is not None else "") + " |")
         lines.append("")
+        if r.timeline:
+            lines.append(render_timeline(r.case.name, r.timeline))
+    return "\n".join(lines)
+
+
+def timeline(case: Case, iterations: dict[str, np.ndarray], blocks: int) -> list[tuple[float, ...]] | None:
+    """The simulated engine state against vllm/timeseries.csv (None where the case has none): per
+    sampled second t, (t, running, simulated running, waiting, simulated waiting, KV %, simulated KV %).
+    The simulated state at t is the one after the last iteration ending by t (vLLM's stat logger
+    reports the scheduler's state after its latest step). KV % = used / (blocks - 1), as V1's
+    BlockPool.get_usage (its null block is never free)."""
+    path = case.workload.parent.parent / case.name / "vllm" / "timeseries.csv"
+    if not path.is_file():
+        return None
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    end = iterations["start_s"] + iterations["duration_s"]
+    out = []
+    for row in rows:
+        t = float(row["t"])
+        i = int(np.searchsorted(end, t, side="right")) - 1
+        sim = (iterations["running"][i], iterations["waiting"][i], 100 * iterations["kv_blocks_used"][i] / (blocks - 1)) \
+            if i >= 0 else (0.0, 0.0, 0.0)
+        out.append((t, float(row["running"]), sim[0], float(row["waiting"]), sim[1], float(row["kv_cache_pct"]), sim[2]))
+    return out
+
+
+def render_timeline(name: str, rows: list[tuple[float, ...]], every: int = 10) -> str:
+    """Every `every`-th second of `timeline`, then means and mean absolute differences over all seconds."""
+    a = np.array(rows)
+    lines = [f"**{name}**, engine state per second: measured (vllm/timeseries.csv) / simulated.", "",
+             "| t s | running | waiting | KV used % |", "|---|---|---|---|"]
+    kv = a[:, 5].any()     # a run whose logger wrote 0.0 throughout did not record KV usage
+    for r in rows[every - 1::every]:
+        lines.append(f"| {r[0]:.0f} | {r[1]:.0f} / {r[2]:.0f} | {r[3]:.0f} / {r[4]:.0f} | "
+                     + (f"{r[5]:.1f}" if kv else "-") + f" / {r[6]:.1f} |")
+    mean, mad = a.mean(axis=0), [np.abs(a[:, k] - a[:, k + 1]).mean() for k in (1, 3, 5)]
+    lines += [f"| mean of {len(rows)} s | {mean[1]:.1f} / {mean[2]:.1f} | {mean[3]:.1f} / {mean[4]:.1f} | "
+              + (f"{mean[5]:.1f}" if kv else "not recorded") + f" / {mean[6]:.1f} |",
+              f"| mean abs. difference | {mad[0]:.1f} | {mad[1]:.1f} | " + (f"{mad[2]:.1f}" if kv else "-") + " |", ""]
     return "\n".join(lines)

@@ -5,13 +5,15 @@ many new tokens of each.
            until its longest output is done; the next batch waits.
   orca     iteration-level scheduling (Orca, OSDI 2022): new prompts join running
            decodes every iteration; each request reserves KV for max_model_len tokens.
-  vllm     vLLM V0's default scheduler: paged KV blocks allocated on demand; prefill
+  vllm-v0  vLLM V0's default scheduler: paged KV blocks allocated on demand; prefill
            iterations first, then decodes; when a decode needs a block and none is
            free, the most recently arrived running request is preempted (recompute:
            its blocks freed, it waits again at the front; swap: its blocks moved to
            host memory over the link, swapped back in when room returns).
-  sarathi  vLLM's chunked-prefill scheduler (Sarathi-Serve, OSDI 2024): decodes
+  sarathi  vLLM V0's chunked-prefill scheduler (Sarathi-Serve, OSDI 2024): decodes
            first, then prefill chunks, within a token budget per iteration.
+
+vLLM V1's scheduler (`vllm`, the default) is sim.apps.serve.schedulers_v1.
 """
 
 from __future__ import annotations
@@ -299,4 +301,4 @@ class Static(Scheduler):
             self.running = []
 
 
-SCHEDULERS = {"vllm": Vllm, "sarathi": Sarathi, "orca": Orca, "static": Static}
+SCHEDULERS = {"vllm-v0": Vllm, "sarathi": Sarathi, "orca": Orca, "static": Static}

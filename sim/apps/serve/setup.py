@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from hw_models.machine import Machine
 from sim.apps.serve import spec as s
 from sim.apps.serve.attention_dp import GroupedCost
-from sim.apps.serve.kvpool import BlockPool
+from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.placement import DeviceShare, device_share
-from sim.apps.serve.schedulers import SCHEDULERS, Scheduler
+from sim.apps.serve.schedulers import SCHEDULERS as V0_SCHEDULERS, Scheduler
+from sim.apps.serve.schedulers_v1 import VllmV1
 from sim.apps.serve.stepcost import ExactCost, Surrogate, check_kind
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
@@ -35,6 +36,9 @@ GRID_MAX_TOKENS = 16384
 # Llama-3.1-8B at gpu_memory_utilization 0.9: shared/validation/serving/llmservingsim/RTX4090_Llama-3.1-8B/
 # vllm/meta.json; scripts/serving_validation.py recomputes it). Not a per-machine figure; see docs/serving.md.
 RUNTIME_RESERVED_BYTES = 1.528e9
+
+
+SCHEDULERS = {**V0_SCHEDULERS, "vllm": VllmV1}
 
 
 @dataclass
@@ -59,13 +63,14 @@ class Setup:
     def scheduler(self, requests: Requests) -> Scheduler:
         cfg = self.file.serving.scheduler
         pc = self.file.serving.prefix_caching
-        paged = cfg.kind in ("vllm", "sarathi")
+        paged = cfg.kind in s.PAGED
         block = cfg.block_size if paged else 1
         unit = -(-requests.hash_block_tokens // block) if requests.hash_ids else 1
-        pool = BlockPool(self.total_blocks, block, unit, bool(pc and pc.enabled and paged))
+        pool = (LruBlockPool if cfg.kind == "vllm" else BlockPool)(self.total_blocks, block, unit,
+                                                                   bool(pc and pc.enabled and paged))
         spec = self.file.serving.speculative
         lookahead = spec.k if spec else 0
-        limit = self.max_tokens if cfg.kind in ("vllm", "orca") else None
+        limit = self.max_tokens if cfg.kind in ("vllm-v0", "orca") else None
         sched = SCHEDULERS[cfg.kind](cfg, pool, lookahead, limit)
         sched.reserve = self.max_model_len
         return sched
@@ -96,7 +101,7 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
                                share)
     tier = machine.memory[machine.device_tier]
     room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - RUNTIME_RESERVED_BYTES
-    block = cfg.block_size if cfg.kind in ("vllm", "sarathi") else 1
+    block = cfg.block_size if cfg.kind in s.PAGED else 1
     if room < rank_token * block:
         raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
                             f"{fmt_bytes(act)} + runtime {fmt_bytes(RUNTIME_RESERVED_BYTES)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "

@@ -121,14 +121,17 @@ class Trace(Strict):
     hash_block_tokens: PosInt = 512   # tokens per hash id (Mooncake: 512; token-id traces: the block size)
 
 
-class _Paged(Strict):
+class _Blocks(Strict):
     max_num_seqs: PosInt = 256
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     block_size: PosInt = 16
+    num_gpu_blocks_override: PosInt | None = None   # KV blocks as given, not sized from memory (as vLLM's)
+
+
+class _Paged(_Blocks):
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.01
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_bandwidth_bytes_per_s: Pos | None = None   # default: the preset's host link
-    num_gpu_blocks_override: PosInt | None = None   # KV blocks as given, not sized from memory (as vLLM's)
 
 
 class Static(Strict):
@@ -146,9 +149,16 @@ class Orca(Strict):
     max_model_len: PosInt | None = None   # KV reserved per request (default: the model's context)
 
 
-class Vllm(_Paged):
+class Vllm(_Blocks):
+    """vLLM V1 (sim.apps.serve.schedulers_v1): chunked prefill always, no watermark, recompute only."""
     kind: Literal["vllm"]
-    max_num_batched_tokens: PosInt | None = None   # default max(max_model_len, 2048), as vLLM
+    max_num_batched_tokens: PosInt = 2048          # vllm/config/scheduler.py DEFAULT_MAX_NUM_BATCHED_TOKENS
+    preemption: Literal["recompute"] = "recompute"   # V1 has no swap preemption
+
+
+class VllmV0(_Paged):
+    kind: Literal["vllm-v0"]
+    max_num_batched_tokens: PosInt | None = None   # default max(max_model_len, 2048), as vLLM V0
 
 
 class Sarathi(_Paged):
@@ -156,9 +166,10 @@ class Sarathi(_Paged):
     max_num_batched_tokens: PosInt = 512           # the token budget per iteration (chunk size)
 
 
-Scheduler = Annotated[Union[Static, Orca, Vllm, Sarathi], Field(discriminator="kind")]
+Scheduler = Annotated[Union[Static, Orca, Vllm, VllmV0, Sarathi], Field(discriminator="kind")]
 SCHEDULER_OPTIONS = {name: set(cls.model_fields) for name, cls in
-                     (("static", Static), ("orca", Orca), ("vllm", Vllm), ("sarathi", Sarathi))}
+                     (("static", Static), ("orca", Orca), ("vllm", Vllm), ("vllm-v0", VllmV0), ("sarathi", Sarathi))}
+PAGED = ("vllm", "vllm-v0", "sarathi")   # the schedulers with a paged KV pool of block_size blocks
 
 
 class SharedPrefix(Strict):
