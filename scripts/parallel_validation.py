@@ -76,10 +76,12 @@ def splitwise_measured() -> pd.DataFrame:
                                                           "prompt_size": "prompt", "batch_size": "batch"})
 
 
-def splitwise(stack: str | None = None) -> pd.DataFrame:
-    """Simulated TTFT and TPOT (flash attention, fp16, fitted collectives, `stack`) vs measured."""
+def splitwise(stack: str | None = None, hws: tuple[str, ...] = tuple(SPLITWISE_HW)) -> pd.DataFrame:
+    """Simulated TTFT and TPOT (flash attention, fp16, fitted collectives, `stack`) vs measured,
+    on the nodes `hws` (perf_model.csv hardware names)."""
     rows = []
-    for r in splitwise_measured().itertuples(index=False):
+    m = splitwise_measured()
+    for r in m[m.hw.isin(hws)].itertuples(index=False):
         device, topo = SPLITWISE_HW[r.hw]
         w = Workload(name="splitwise", model="llama2-70b", batch=int(r.batch), prompt_len=int(r.prompt),
                      gen_len=int(r.gen), flash_attention=True, stack=stack,
@@ -97,7 +99,7 @@ def splitwise(stack: str | None = None) -> pd.DataFrame:
     return out
 
 
-def regimes(stacks=(None, "vllm", "vllm-v0", "torch-eager")) -> pd.DataFrame:
+def regimes(stacks=(None, "vllm", "vllm-v0", "torch-eager", "vllm-v0-eager")) -> pd.DataFrame:
     """MAPE per regime (node, phase, tp, batch range) under each stack: one column per stack."""
     cols = {}
     for stack in stacks:
