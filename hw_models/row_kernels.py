@@ -16,8 +16,21 @@ H200 captures (traces/h200, kernel names in their Chrome traces):
   1.9, 3.9, 6.4, 11.3 us for 1, 4, 8, 16 rows, any hidden size; 1.7 us for 32 rows.
 * `warp_row`: softmax over the last dim (SoftMax.cu, host_softmax): rows of
   `dim_size <= 2048` (and <= 8192 bytes) run softmax_warp_forward, one warp per row, each
-  lane walking next_pow2(dim_size) / 32 elements; longer rows run cunn_SoftMaxForward,
-  a block per row.
+  lane walking next_pow2(dim_size) / 32 elements; longer rows run a block per row (below).
+* `block_row`: the block softmax of longer rows (SoftMax.cu, PyTorch 2.x main: host_softmax
+  takes SoftMaxForward_getBlockSize(dim) = min(dim, 1024) threads rounded up to a warp
+  multiple; potential_register_count = ceil(dim / threads) < 10 runs
+  cunn_SoftMaxForwardReg<count>, which holds that many values per thread in registers,
+  longer rows cunn_SoftMaxForwardSmem / cunn_SoftMaxForward, which walk the same
+  ceil(dim / 1024) values per pass). H200: Llama-2-13B decode at kv 2049-2056 names
+  cunn_SoftMaxForwardReg<c10::Half, float, c10::Half, ..., 3>, grid 40 x block 1024,
+  2.46 us median. Each thread walks its values, then the block reduces twice (max, then
+  sum of exp) through cuda_utils::BlockReduce (block_reduce.cuh) and blockReduceWarp:
+  a 5-step warp shuffle, __syncthreads, lane 0 stores its partial, __syncthreads, warp 0
+  loads the partials and shuffles 5 steps more, thread 0 stores the result, __syncthreads,
+  every thread loads it. `block_reduce_cycles` counts what that chain adds to the warp
+  kernel's own 5-step shuffle per reduction (hw_models.stack.BlockReduce holds the cited
+  latencies).
 * `row_reduce`: a reduction over the contiguous last dim (mean in RMSNorm; Reduce.cuh,
   setReduceConfig): a block of <= 512 threads, block_height = rows (power of two, <= 16
   for 32-wide rows), block_width = the rest; a thread sums ceil(row / block_width)
@@ -50,7 +63,10 @@ import math
 
 SMALL_INDEX_MAX = 16            # Indexing.cu: numIndices <= 16 -> indexSelectSmallIndex
 WARP_SOFTMAX_MAX = 2048         # SoftMax.cu: dim_size <= 2048 -> softmax_warp_forward
+SOFTMAX_BLOCK_MAX = 1024        # SoftMax.cu: SoftMaxForward_getBlockSize, max_threads = 1024
 WARP = 32
+WARP_STEPS = 5                  # log2(32) shuffles of a warp reduction (block_reduce.cuh WarpReduce)
+BLOCK_REDUCTIONS = 2            # cunn_SoftMaxForward*: the row max, then the sum of exp
 REDUCE_THREADS = 512            # Reduce.cuh: max_reduce_threads for 4-byte accumulators
 MIN_VALUES, MAX_VALUES = 16, 256
 TOKEN_BLOCK = 1024              # rms_norm_kernel, act_and_mul_kernel: block(min(d, 1024))
@@ -69,6 +85,26 @@ def warp_row(rows: int, row: int) -> float:
     if row > WARP_SOFTMAX_MAX:
         return 0.0
     return max(1 << (max(row, 1) - 1).bit_length(), WARP) / WARP
+
+
+def softmax_block_threads(row: int) -> int:
+    """SoftMaxForward_getBlockSize: min(row, 1024) rounded up to a whole warp."""
+    return -(-min(max(row, 1), SOFTMAX_BLOCK_MAX) // WARP) * WARP
+
+
+def block_row(rows: int, row: int) -> float:
+    """Values each thread of the block softmax walks (0 where the warp kernel runs)."""
+    if row <= WARP_SOFTMAX_MAX:
+        return 0.0
+    return float(math.ceil(row / softmax_block_threads(row)))
+
+
+def block_reduce_cycles(warps: int, shfl: float, alu: float, lds: float, sts: float,
+                        barrier: float, barrier_per_warp: float) -> float:
+    """Cycles one block-wide reduction of `warps` warps adds to a warp reduction's
+    5 shuffles: 5 more shuffle+op steps (warp 0 over the partials), 3 __syncthreads that
+    wait for all `warps`, and 2 shared-memory store/load round trips (partials, result)."""
+    return WARP_STEPS * (shfl + alu) + 3 * (barrier + barrier_per_warp * warps) + 2 * (sts + lds)
 
 
 def row_reduce(rows: int, row: int) -> float:

@@ -12,7 +12,9 @@ given engine launches it (hw_models/stacks/<name>.yaml, one cited file per stack
   neighbour: the op's traffic is paid, no floor, no launch.
 * optionally `serial`: one of its kernels walks values one after another (a warp
   per softmax row, a thread over every index of a small embedding lookup): time
-  max(compute, memory, per_s x values per thread) (hw_models.row_kernels);
+  max(compute, memory, per_s x values per thread) (hw_models.row_kernels); the warp
+  softmax's `block:` costs the rows past its limit as PyTorch's block-per-row kernel
+  (per_s x values + two block reductions from cited cycle latencies, BlockReduce);
 * the host launch cost per kernel and whether CUDA graphs hide it;
 * which quantized GEMM kernel family it runs per weight format
   (hw_models.kernel_families);
@@ -36,7 +38,8 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 
 from hw_models.kernel_families import FAMILIES
-from hw_models.row_kernels import serial_values
+from hw_models.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
+                                   serial_values, softmax_block_threads)
 from hw_models.machine import Machine, known_op_kinds
 from hw_models.step_overhead import StepOverhead
 from sim.core.errors import ConfigError
@@ -47,14 +50,45 @@ from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 STACK_DIR = Path(__file__).parent / "stacks"
 
 
+class BlockReduce(Strict):
+    """The block softmax of rows past the warp kernel's limit (hw_models.row_kernels.block_row):
+    latencies of the steps its two block-wide reductions add, in SM clock cycles."""
+
+    clock_hz: Quantity = Field(gt=0)              # SM clock the cycles run at
+    shfl_cycles: float = Field(gt=0)              # warp shuffle, issue to dependent use
+    alu_cycles: float = Field(ge=0)               # the max / add that consumes it
+    smem_load_cycles: float = Field(gt=0)
+    smem_store_cycles: float = Field(gt=0)
+    barrier_cycles: float = Field(gt=0)           # __syncthreads: fixed part ...
+    barrier_cycles_per_warp: float = Field(ge=0)  # ... plus this per warp of the block
+
+    def time_s(self, row: int) -> float:
+        warps = softmax_block_threads(row) // WARP
+        one = block_reduce_cycles(warps, self.shfl_cycles, self.alu_cycles, self.smem_load_cycles,
+                                  self.smem_store_cycles, self.barrier_cycles, self.barrier_cycles_per_warp)
+        return BLOCK_REDUCTIONS * one / self.clock_hz
+
+
 class Serial(Strict):
     """A kernel bound by the values one thread walks in sequence (hw_models.row_kernels)."""
 
     work: Literal["index_rows", "warp_row", "row_reduce", "token_block", "rope_block"]   # hw_models.row_kernels
     per_s: Quantity = Field(gt=0)                 # one step of the walk
+    block: BlockReduce | None = None              # warp_row only: rows past it run a block per row
+
+    @model_validator(mode="after")
+    def _block(self) -> "Serial":
+        if self.block is not None and self.work != "warp_row":
+            raise ValueError(f"block: only the warp_row softmax has a block regime, not {self.work}")
+        return self
 
     def time_s(self, op: Op) -> float:
-        return self.per_s * serial_values(self.work, op)
+        walk = self.per_s * serial_values(self.work, op)
+        if self.block is None:
+            return walk
+        _, row = rows_of(op)
+        values = block_row(1, row)   # the block kernel's walk: same step, then its reductions
+        return walk + (self.per_s * values + self.block.time_s(row) if values else 0.0)
 
 
 class KernelSpec(Strict):
