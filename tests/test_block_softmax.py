@@ -88,6 +88,11 @@ def test_calibrated_preset_keeps_the_block_figures():
     assert stack.ops["softmax"].serial.block == load_stack("torch-eager").ops["softmax"].serial.block
 
 
+def test_cuda_graph_replay_runs_the_same_block_kernel():
+    """torch-cudagraph replays torch-eager's kernels: the same block softmax figures."""
+    assert load_stack("torch-cudagraph").ops["softmax"].serial == load_stack("torch-eager").ops["softmax"].serial
+
+
 _BLOCK = ("clock_hz: 1.98 GHz, shfl_cycles: 24, alu_cycles: 4, smem_load_cycles: 23, smem_store_cycles: 19, "
           "barrier_cycles: 22, barrier_cycles_per_warp: 2")
 
