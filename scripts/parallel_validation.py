@@ -4,7 +4,8 @@
 1. vidur's per-op tables (shared/validation/vidur/a100/*/mlp.csv, PROVENANCE §1.1): the
    a100_80g preset calibrated on the TP1 rows only (every A100 model), then each TP 2/4/8
    row costed on the per-rank graph hw_models.gpu.tensor_parallel.shard makes from the
-   TP1 layer: per-op MAPE out of sample.
+   TP1 layer: per-op MAPE out of sample. Twice: with no stack (`sim calibrate`) and under
+   the sarathi stack, the kernels vidur profiled (`sim calibrate --stack sarathi`).
 2. splitwise's Llama-2-70B prompt and token times on DGX-A100 / DGX-H100 at TP 2/4/8
    (shared/validation/splitwise-sim/perf_model.csv, PROVENANCE §3): simulated TTFT and
    TPOT with parallel: {tp, topology} vs the median of the repetitions.
@@ -23,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import dataclasses  # noqa: E402
+
 import pandas as pd  # noqa: E402
 
 from hw_models.gpu.mapper import GpuMapper  # noqa: E402
@@ -32,6 +35,7 @@ from hw_models.registry import simulate  # noqa: E402
 from sim.apps.trace.calibrate import calibrate  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.shapes import vidur_layer  # noqa: E402
+from sim.apps.trace.stack_calibrate import calibrate_stack  # noqa: E402
 from sim.apps.trace.validate import trace_workload  # noqa: E402
 from sim.core.errors import SimError  # noqa: E402
 from sim.core.workload import Workload  # noqa: E402
@@ -42,17 +46,24 @@ VIDUR_SHARDED = frozenset({"ctx", "qkv.qk"})
 SPLITWISE_HW = {"a100-80gb": ("a100_80g", "dgx_a100"), "h100-80gb": ("h100_sxm", "dgx_h100")}
 
 
-def vidur_tp(machine_name: str = "a100_80g") -> pd.DataFrame:
+def vidur_tp(machine_name: str = "a100_80g", stack: str | None = None, every: int = 1) -> pd.DataFrame:
+    """Per-op error of the TP > 1 rows (every `every`-th), `machine_name` calibrated on the TP1 rows only
+    (under `stack`)."""
     traces = [t for p in sorted((SHARED / "vidur" / "a100").glob("*/mlp.csv")) for t in load_trace(p)]
-    cal = calibrate(traces, load_machine(machine_name), use_step=lambda t, s: s.tp == 1).machine
+    base = load_machine(machine_name)
+    if stack is None:
+        cal = calibrate(traces, base, use_step=lambda t, s: s.tp == 1).machine
+    else:
+        tp1 = [dataclasses.replace(t, ops=[o for o in t.ops if t.steps[o.step].tp == 1]) for t in traces]
+        cal = calibrate_stack(tp1, base, stack).cal.machine
     rows = []
     for trace in traces:
-        for m in trace.medians():
+        for m in trace.medians()[::every]:
             step = trace.steps[m.step]
             if step.tp == 1 or m.duration_s <= 0:
                 continue
             rank, _ = shard(vidur_layer(trace.model, step.tokens, 1), trace.model, step.tp, VIDUR_SHARDED)
-            mapper = GpuMapper(cal, trace_workload(trace, step), trace.model)
+            mapper = GpuMapper(cal, trace_workload(trace, step, stack), trace.model)
             sim = mapper.cost(rank.op(m.name)).duration_s
             rows.append(dict(model=Path(trace.source).parent.name, tp=step.tp, op=m.name, tokens=step.tokens,
                              measured_s=m.duration_s, simulated_s=sim))
@@ -116,11 +127,13 @@ def main() -> int:
         print(f"{SHARED} not found")
         return 0
     warnings.simplefilter("ignore")
-    v = vidur_tp()
-    print("vidur A100 per-op MAPE, TP 2/4/8 (calibrated on TP1 rows only):")
-    print(v.pivot_table(index="model", columns="tp", values="abs_err", aggfunc="mean").map("{:.1%}".format))
-    print("by op:", v.groupby("op").abs_err.mean().map("{:.1%}".format).to_dict())
-    print(f"all TP>1 rows: {v.abs_err.mean():.1%} MAPE over {len(v)} ops\n")
+    for stack in (None, "sarathi"):
+        v = vidur_tp(stack=stack)
+        print(f"vidur A100 per-op MAPE, TP 2/4/8 (calibrated on TP1 rows only), stack {stack or 'none'}:")
+        print(v.pivot_table(index="model", columns="tp", values="abs_err", aggfunc="mean").map("{:.1%}".format))
+        print("by op:", v.pivot_table(index="op", columns="tp", values="abs_err", aggfunc="mean")
+              .map("{:.1%}".format).to_string())
+        print(f"all TP>1 rows: {v.abs_err.mean():.1%} MAPE over {len(v)} ops\n")
     pd.set_option("display.width", 200)
     per_regime, overall = regimes()
     print("splitwise Llama-2-70B MAPE per regime (columns: the workload's stack):")
