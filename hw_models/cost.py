@@ -9,6 +9,8 @@ matrix ops, the compute path of the stored operand's format (compute_path).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hw_models import compute_path
@@ -41,8 +43,13 @@ def work_time_s(work, peak, efficiency, scale=1.0):
     1 to 10 on a6000_calibrated). Issued work is non-decreasing in M (gemm_waves), so this
     time is too. Floats or numpy arrays (calibration costs many ops at once)."""
     if np.ndim(work) == 0 and np.ndim(scale) == 0:
+        if not work:
+            return 0.0
         issued = work / scale
-        return issued / (peak * efficiency(issued)) if work else 0.0
+        rate = peak * efficiency(issued)
+        # A ramp of 1e300 s overflows the curve's half size to infinity and the rate to 0:
+        # an infinite time, which the run's finiteness check refuses (not a ZeroDivisionError).
+        return issued / rate if rate > 0 else math.inf
     w = np.asarray(work, dtype=float)
     safe = np.where(w > 0, w, 1.0) / scale
     return np.where(w > 0, safe / (peak * efficiency(safe)), 0.0)

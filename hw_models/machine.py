@@ -20,7 +20,8 @@ from hw_models.kinds import KINDS, preset_sections, section_owners
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
-from sim.core.schema import Quantity, Strict, collect_sections, read_yaml, set_dotted, validate_mapping
+from sim.core.schema import (Quantity, Strict, collect_sections, not_a_file, read_yaml, set_dotted,
+                             validate_mapping)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -314,9 +315,9 @@ def resolve_path(spec: str | Path) -> Path:
         return candidate
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"{path}: " + ("is a directory; expected a hardware YAML file" if path.is_dir()
-                                             else "hardware file not found"))
+        problem = not_a_file(path, "hardware file not found", "a hardware YAML file")
+        if problem:
+            raise ConfigError(f"{path}: {problem}")
         return path
     raise ConfigError(f"unknown hardware preset {text!r}; presets: {', '.join(preset_names())} (see `sim hw list`)")
 

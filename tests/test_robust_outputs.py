@@ -103,6 +103,8 @@ def test_transaction_lands_everything_or_nothing(tmp_path):
     ("hw.units.gpu.peak_flops_per_s.fp16=.nan", "units.gpu.peak_flops_per_s.fp16: must be a finite number, got nan"),
     ("hw.memory.gddr.bandwidth_bytes_per_s=.inf", "memory.gddr.bandwidth_bytes_per_s: must be a finite number"),
     ("hw.units.gpu.efficiency.compute_ramp_s=.inf", "units.gpu.efficiency.compute_ramp_s: Input should be a finite number"),
+    # finite, but ramp x peak overflows the curve's half size to infinity: was a ZeroDivisionError traceback
+    ("hw.units.gpu.efficiency.compute_ramp_s=1e300", "the simulated ttft_s is nan: a rate or size in the hardware"),
     ("hw.units.gpu.peak_flops_per_s.fp16=0", "units.gpu.peak_flops_per_s: fp16: must be positive"),
     ("hw.memory.gddr.bandwidth_bytes_per_s=1e-300", "the simulated ttft_s is nan: a rate or size in the hardware"),
     ("hw.units.gpu.peak_flops_per_s.fp16=1e-300", "the simulated ttft_s is nan: a rate or size in the hardware"),
@@ -150,16 +152,30 @@ import sys
 from sim.apps.cli import main
 for hw in ("flexgen_t4", "hbm_pim"):
     assert main(["run", sys.argv[1], "--hw", hw, "-q", "--json", f"{sys.argv[2]}/{hw}.json"]) == 0
+out = sys.argv[2]
+assert main(["serve", sys.argv[3], "--hw", "a6000", "-q", "--json", f"{out}/serve.json", "--requests",
+             f"{out}/requests.csv", "--chrome-trace", f"{out}/serve_trace.json"]) == 0
+"""
+# A serving file with prefix caching (hash ids per request) and an SLO: every summary field in play.
+_SERVE = """name: s
+model: tinyllama-1.1b
+serving:
+  arrivals: {process: poisson, rate: 10, num_requests: 20, seed: 0}
+  lengths: {prompt: {dist: fixed, value: 64}, output: {dist: fixed, value: 8}}
+  prefix_caching: {enabled: true, shared_prefix: {tokens: 32, groups: 2}}
+  slo: {ttft_p90: 0.05}
 """
 
 
 def test_the_same_run_gives_the_same_bytes_under_any_hash_seed(tiny, tmp_path):
+    serve = tmp_path / "serve.yaml"
+    serve.write_text(_SERVE)
     outs = []
     for seed in ("1", "2"):
         out = tmp_path / seed
         out.mkdir()
-        subprocess.run([sys.executable, "-c", _TWICE, str(tiny), str(out)], check=True, cwd=ROOT,
+        subprocess.run([sys.executable, "-c", _TWICE, str(tiny), str(out), str(serve)], check=True, cwd=ROOT,
                        env={**os.environ, "PYTHONHASHSEED": seed})
         outs.append({p.name: p.read_bytes() for p in out.iterdir()})
-    assert sorted(outs[0]) == ["flexgen_t4.json", "hbm_pim.json"]
+    assert sorted(outs[0]) == ["flexgen_t4.json", "hbm_pim.json", "requests.csv", "serve.json", "serve_trace.json"]
     assert outs[0] == outs[1]

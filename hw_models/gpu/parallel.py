@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_rank
 from hw_models.gpu.mapper import GpuMapper
@@ -50,11 +50,12 @@ from sim.core.schema import Strict, validate_mapping
 
 
 class ParallelPlan(Strict):
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    dp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    micro_batches: int = Field(default=1, gt=0)
+    # StrictInt: `tp: true` or `tp: "4"` are refused, not read as 1 or 4.
+    tp: StrictInt = Field(default=1, gt=0)
+    pp: StrictInt = Field(default=1, gt=0)
+    dp: StrictInt = Field(default=1, gt=0)
+    ep: StrictInt = Field(default=1, gt=0)
+    micro_batches: StrictInt = Field(default=1, gt=0)
     topology: str | None = None
     algorithm: Literal["ring", "tree"] = "ring"
     source: str = Field(default="", exclude=True)

@@ -18,7 +18,7 @@ import yaml
 
 from sim.core.errors import ConfigError, where
 from sim.core.moe import ExpertLoad
-from sim.core.schema import read_yaml
+from sim.core.schema import not_a_file, read_yaml
 
 FAMILIES = ("llama", "opt")
 
@@ -225,7 +225,9 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
         path = candidate if candidate.exists() else path
     if path.suffix in (".json", ".yaml", ".yml") or path.exists():
         if not path.is_file():
-            raise ConfigError(f"{where(source, 'model')}model config file {text!r} not found")
+            problem = not_a_file(path, "not found", "a config.json or YAML file")
+            raise ConfigError(f"{where(source, 'model')}model config file {text!r}{' ' if problem == 'not found' else ': '}"
+                              f"{problem}")
         if path.suffix == ".json":
             try:
                 raw = json.loads(path.read_bytes())

@@ -100,11 +100,21 @@ def _expanded_size(doc: Any) -> int:
     return size(doc)
 
 
-def read_yaml(path: Path) -> Any:
+def not_a_file(path: Path, missing: str = "file not found", expected: str = "a file") -> str | None:
+    """Why `path` cannot be read as an input file, or None when it can. A device or FIFO
+    (/dev/null, /dev/zero, a named pipe) is refused: it exists, so "not found" would mislead,
+    and /dev/zero would be read forever."""
+    if path.is_file():
+        return None
     if path.is_dir():
-        raise ConfigError(f"{path}: is a directory; expected a YAML file")
-    if not path.is_file():
-        raise ConfigError(f"{path}: file not found")
+        return f"is a directory; expected {expected}"
+    return "not a regular file (a device, FIFO or socket)" if path.exists() else missing
+
+
+def read_yaml(path: Path) -> Any:
+    problem = not_a_file(path, expected="a YAML file")
+    if problem:
+        raise ConfigError(f"{path}: {problem}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

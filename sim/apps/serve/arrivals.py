@@ -10,7 +10,8 @@ from sim.apps.serve import spec as s
 from sim.apps.serve.traces import Requests, read_trace
 from sim.core.errors import ConfigError
 
-MAX_REQUESTS = 50_000_000
+# A stream longer than this would take hours to simulate (and gigabytes to hold); refused with its count.
+MAX_REQUESTS = 1_000_000
 
 
 def make_requests(file: s.ServeFile) -> Requests:
@@ -21,7 +22,7 @@ def make_requests(file: s.ServeFile) -> Requests:
                           srv.arrivals.num_requests)
     else:
         rng = np.random.default_rng(srv.arrivals.seed)
-        arrival = arrival_times(srv.arrivals, rng)
+        arrival = arrival_times(srv.arrivals, rng, file.source)
         n = len(arrival)
         prompt = sample_lengths(srv.lengths.prompt, n, rng, file, "prompt")
         output = sample_lengths(srv.lengths.output, n, rng, file, "output")
@@ -34,13 +35,21 @@ def make_requests(file: s.ServeFile) -> Requests:
     return reqs
 
 
-def arrival_times(a, rng: np.random.Generator) -> np.ndarray:
+def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
     """Arrival times (s) of `num_requests` requests, or of all that arrive within `duration_s`."""
+    key = f"{source}: serving.arrivals"
     if isinstance(a, s.Burst):
         gap, per = a.interval_s, a.size
     else:
         gap, per = 1.0 / a.rate, 1
-    n = a.num_requests or min(MAX_REQUESTS, int(a.duration_s / gap * per * 1.5 + 64) if gap else per)
+    if a.num_requests is None:
+        expected = a.duration_s / gap * per if gap else per
+        if expected > MAX_REQUESTS:
+            raise ConfigError(f"{key}.duration_s: the stream holds about {expected:,.0f} requests (rate x duration), "
+                              f"over the limit of {MAX_REQUESTS:,}; shorten duration_s or lower the rate")
+    elif a.num_requests > MAX_REQUESTS:
+        raise ConfigError(f"{key}.num_requests: {a.num_requests:,} requests, over the limit of {MAX_REQUESTS:,}")
+    n = a.num_requests or (int(expected * 1.5 + 64) if gap else per)
     if isinstance(a, s.Poisson):
         t = np.cumsum(rng.exponential(gap, n))
     elif isinstance(a, s.Gamma):
@@ -51,10 +60,12 @@ def arrival_times(a, rng: np.random.Generator) -> np.ndarray:
     else:
         t = (np.arange(n) // per) * gap
     t = t - t[0] if isinstance(a, (s.Poisson, s.Gamma)) else t
+    if not np.isfinite(t).all():   # a rate of 1e-320/s: gaps past the largest float
+        raise ConfigError(f"{key}: arrival times overflow to infinity; the rate or interval is out of any physical range")
     if a.duration_s is not None:
         t = t[t < a.duration_s]
         if len(t) == 0:
-            raise ConfigError(f"arrivals.duration_s {a.duration_s}: no request arrives within it")
+            raise ConfigError(f"{key}.duration_s: {a.duration_s}: no request arrives within it")
     return t
 
 
@@ -88,10 +99,12 @@ def _histogram(d: s.Histogram, n: int, rng: np.random.Generator, file: s.ServeFi
         raise ConfigError(f"{key}: {path}: {str(exc).splitlines()[0]}") from None
     if not {"length", "count"} <= set(df.columns) or df.empty:
         raise ConfigError(f"{key}: {path}: expected columns length,count and at least one row")
-    if (df["length"] < 1).any() or (df["count"] < 0).any() or df["count"].sum() <= 0:
+    length, p = (pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in ("length", "count"))
+    if not (np.isfinite(length).all() and np.isfinite(p).all()):   # "abc", NaN, 1e400
+        raise ConfigError(f"{key}: {path}: length and count must be finite numbers")
+    if (length < 1).any() or (p < 0).any() or p.sum() <= 0:
         raise ConfigError(f"{key}: {path}: lengths must be positive and counts non-negative, not all zero")
-    p = df["count"].to_numpy(float)
-    return rng.choice(df["length"].to_numpy(float), size=n, p=p / p.sum())
+    return rng.choice(length, size=n, p=p / p.sum())
 
 
 def shared_prefix_hashes(prompt: np.ndarray, sp: s.SharedPrefix, rng: np.random.Generator) -> list[tuple[int, ...]]:

@@ -22,8 +22,8 @@ def _slo(items: list[str] | None) -> dict[str, float]:
             out[key.strip()] = float(yaml.safe_load(value))
         except (TypeError, ValueError, yaml.YAMLError):
             sep = ""
-        if not sep or out.get(key.strip(), 0) <= 0:
-            raise ConfigError(f"--slo {item!r}: expected METRIC=SECONDS with a positive number, e.g. ttft_p90=0.2")
+        if not sep or not 0 < out.get(key.strip(), 0) < float("inf"):   # NaN fails both
+            raise ConfigError(f"--slo {item!r}: expected METRIC=SECONDS with a positive, finite number, e.g. ttft_p90=0.2")
     check_slo(out, "--slo")
     return out
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from sim.apps.serve.disagg import Disagg
-from sim.apps.serve.engine import ServeResult, ServeSim
+from sim.apps.serve.engine import DONE, ServeResult, ServeSim
 from sim.apps.serve.router import merge, policy_of, replica_count, replica_figures, run_replicas
 from sim.apps.serve.setup import Setup
 from sim.apps.serve.stepcost import ExactCost
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
+from sim.core.errors import SimError
 
 
 def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
@@ -23,12 +26,31 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
     if file.serving.disaggregated is not None:
         # A cost split over attention groups (attention_dp.GroupedCost) wraps the dense one.
         exact = isinstance(getattr(setup.target_cost, "dense", setup.target_cost), ExactCost)
-        return Disagg(file, reqs, exact, cache).run()
+        res, extra = Disagg(file, reqs, exact, cache).run()
+        return check_finite(res, file, "serving.disaggregated: its presets or transfer link"), extra
+    hw = setup.machine.source or setup.machine.name
     n = replica_count(file)
     if n == 1 and file.serving.router is None:
-        return ServeSim(setup, reqs, progress).run(), {}
+        return check_finite(ServeSim(setup, reqs, progress).run(), file, hw), {}
     policy = policy_of(file)
     results, where = run_replicas(setup, reqs, n, policy, progress)
     reps = replica_figures(results, where)
     extra = dict(router=policy, replicas=reps, engine_busy=sum(r["busy"] for r in reps) / n)
-    return merge(results, where), extra
+    return check_finite(merge(results, where), file, hw), extra
+
+
+def check_finite(res: ServeResult, file: ServeFile, hw: str) -> ServeResult:
+    """Iteration times or finishes of NaN or infinity came from hardware figures out of any
+    physical range (a bandwidth of 1e-300 B/s): say so instead of summarizing them, as
+    sim run does (sim.core.results.check_finite)."""
+    done = res.requests["status"] == DONE
+    for what, v in (("iteration time", res.iterations["duration_s"]), ("finish time", res.requests["finish_s"][done]),
+                    ("makespan", np.array([res.makespan_s]))):
+        finite = np.isfinite(v)
+        with np.errstate(over="ignore"):
+            # Finite times whose sum overflows (1e307 s) would make every mean and throughput NaN too.
+            value = v[~finite][0] if not finite.all() else v.max() if not np.isfinite(v.sum()) else None
+        if value is not None:
+            raise SimError(f"{file.source}: the simulated {what} is {value:.3g} s: a rate or size in the hardware "
+                           f"({hw}) is out of any physical range")
+    return res

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictInt, model_validator
 
 from sim.apps.serve.disagg_spec import Disaggregated
 from sim.core.errors import ConfigError
@@ -22,7 +22,9 @@ from sim.core.schema import Strict, read_yaml, validate_mapping
 from sim.core.workload import Workload
 
 Pos = Annotated[float, Field(gt=0)]
-PosInt = Annotated[int, Field(gt=0)]
+PosInt = Annotated[StrictInt, Field(gt=0)]   # `true` or "4" are refused, not read as 1 or 4
+# A coefficient of variation: beyond these a stream is constant or one burst, and cv**2 overflows floats.
+CV = Annotated[float, Field(ge=1e-3, le=1e3)]
 
 
 class _Count(Strict):
@@ -46,7 +48,7 @@ class Poisson(_Count):
 class Gamma(_Count):
     process: Literal["gamma"]
     rate: Pos
-    cv: Pos                      # coefficient of variation of the gaps (1 = Poisson)
+    cv: CV                       # coefficient of variation of the gaps (1 = Poisson)
 
 
 class Constant(_Count):
@@ -93,7 +95,7 @@ class Normal(_Clip):
 class LogNormal(_Clip):
     dist: Literal["lognormal"]
     mean: Pos                    # of the lengths themselves, not of their logarithm
-    cv: Pos
+    cv: CV
 
 
 class Zipf(_Clip):
@@ -257,6 +259,9 @@ def _scheduler_option_check(raw: dict[str, Any], path: Path | str) -> None:
     sched = (raw.get("serving") or {}).get("scheduler") if isinstance(raw.get("serving"), dict) else None
     if not isinstance(sched, dict) or sched.get("kind") not in SCHEDULER_OPTIONS:
         return
+    if sched["kind"] == "vllm" and sched.get("preemption") == "swap":
+        raise ConfigError(f"{path}: serving.scheduler.preemption: swap: vLLM V1 (kind: vllm) has no swap preemption, "
+                          "only recompute; kind: vllm-v0 (or sarathi) supports swap")
     own = SCHEDULER_OPTIONS[sched["kind"]]
     for key in sched:
         if key not in own:
@@ -267,11 +272,15 @@ def _scheduler_option_check(raw: dict[str, Any], path: Path | str) -> None:
 
 
 def _set(raw: dict[str, Any], key: str, value: Any, path: Path) -> None:
+    """A section the file lacks is added (serving.prefix_caching.enabled=true, serving.slo.ttft_p90=0.2);
+    the schema then refuses a key that is no field, naming it."""
     node = raw
     parts = key.split(".")
     for p in parts[:-1]:
-        if not isinstance(node.get(p), dict):
-            raise ConfigError(f"{path}: --set {key}: no such field")
+        if node.get(p) is None:
+            node[p] = {}
+        if not isinstance(node[p], dict):
+            raise ConfigError(f"{path}: --set {key}: {p} is not a section")
         node = node[p]
     node[parts[-1]] = value
 

@@ -23,7 +23,11 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import ConfigError
+from sim.core.schema import not_a_file
 
+# The longest prompt or output a trace row may give (as a generated stream's `max` default):
+# 1e30 tokens would wrap around int64 and run as a negative length.
+MAX_TOKENS = 1_000_000
 COLUMNS = {"azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
            "mooncake": ("timestamp", "input_length", "output_length"),
            "plain": ("arrival_s", "prompt_len", "output_len"),
@@ -44,8 +48,9 @@ class Requests:
 
 
 def _read(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise ConfigError(f"{path}: trace file not found")
+    problem = not_a_file(path, "trace file not found", "a trace file")
+    if problem:
+        raise ConfigError(f"{path}: {problem}")
     try:
         if path.suffix in (".jsonl", ".json"):
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -93,9 +98,10 @@ def read_trace(path: Path, fmt: str = "auto", time_scale: float = 1.0, hash_bloc
     prompt, output = _lengths(df, p_col, path), _lengths(df, o_col, path)
     hashes = None
     if "hash_ids" in df.columns:
-        hashes = [tuple(int(h) for h in ids) if isinstance(ids, list) else () for ids in df["hash_ids"]]
+        hashes = [_ints(ids, "hash_ids", i, path) for i, ids in enumerate(df["hash_ids"])]
     elif "input_tok_ids" in df.columns:
-        hashes = [block_hashes(ids, hash_block_tokens) if isinstance(ids, list) else () for ids in df["input_tok_ids"]]
+        hashes = [block_hashes(_ints(ids, "input_tok_ids", i, path), hash_block_tokens)
+                  for i, ids in enumerate(df["input_tok_ids"])]
     return Requests(arrival * time_scale, prompt, output, hashes, hash_block_tokens)
 
 
@@ -109,9 +115,23 @@ def block_hashes(tokens: list[int], block_tokens: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _ints(ids, col: str, row: int, path: Path) -> tuple[int, ...]:
+    """A row's list of integer ids; a row without the column (NaN in pandas) has none."""
+    if ids is None or isinstance(ids, float) and np.isnan(ids):
+        return ()
+    if isinstance(ids, str):   # a CSV cell: "[1, 2]"
+        try:
+            ids = json.loads(ids)
+        except ValueError:
+            pass
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+        raise ConfigError(f"{path}: {col}: row {row + 1} is {str(ids)[:40]!r}; expected a list of integers")
+    return tuple(ids)
+
+
 def _check_times(t: np.ndarray, col: str, path: Path) -> None:
-    if np.isnan(t).any():
-        raise ConfigError(f"{path}: {col}: row {int(np.argmax(np.isnan(t))) + 1} is not a number")
+    if not np.isfinite(t).all():   # "abc", NaN, inf or 1e400
+        raise ConfigError(f"{path}: {col}: row {int(np.argmax(~np.isfinite(t))) + 1} is not a finite number")
     if (t < 0).any():
         raise ConfigError(f"{path}: {col}: negative timestamp at row {int(np.argmax(t < 0)) + 1}")
     if len(t) > 1 and (np.diff(t) < 0).any():
@@ -121,8 +141,8 @@ def _check_times(t: np.ndarray, col: str, path: Path) -> None:
 
 def _lengths(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
-    bad = np.isnan(v) | (v < 1) | (v != np.round(v))
+    bad = ~np.isfinite(v) | (v < 1) | (v > MAX_TOKENS) | (v != np.round(v))
     if bad.any():
         raise ConfigError(f"{path}: {col}: row {int(np.argmax(bad)) + 1} has {v[np.argmax(bad)]}; "
-                          "token counts must be positive integers")
+                          f"token counts must be whole numbers from 1 to {MAX_TOKENS:,}")
     return v.astype(np.int64)

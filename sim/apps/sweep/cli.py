@@ -50,6 +50,9 @@ def _print_best(spec_path: str, out: str) -> None:
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
     if ok.empty:
         return
+    for i, m in enumerate(spec.metrics):   # a typo, or a run metric asked of serving points (tpot_s vs tpot_p90_s)
+        if m not in ok.columns:
+            print(f"warning: {spec_path}: metrics.{i}: {m!r} is not a column of the results; left out", file=sys.stderr)
     Console(stderr=True, markup=False).print(best_table(spec, ok, len(df)))
 
 

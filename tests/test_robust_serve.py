@@ -1,0 +1,194 @@
+"""Issue 17 carried over to the commands it does not name: `sim serve` (serving files, request
+traces, --slo, --find-capacity, hardware out of any physical range), serving sweeps, and
+inputs that are devices or FIFOs. Each refusal is one line naming the file and key, exit
+status 2, nothing written (tests/robust_helpers.refused)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from sim.apps.cli import main
+from sim.apps.serve.spec import load_serve_file
+from tests.robust_helpers import TINY_WORKLOAD, refused
+from tests.test_robust_sweep import _threads
+from tests.test_sweep import make_spec
+
+SERVE = dict(name="s", model="tinyllama-1.1b", serving=dict(
+    arrivals=dict(process="poisson", rate=10, num_requests=20, seed=0),
+    lengths=dict(prompt=dict(dist="fixed", value=64), output=dict(dist="fixed", value=8)),
+    scheduler=dict(kind="vllm")))
+
+
+def _serve_file(tmp_path, edit=None, name="s.yaml"):
+    raw = json.loads(json.dumps(SERVE))
+    if edit:
+        edit(raw["serving"])
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _trace(name, text):
+    def edit(s):
+        s.update(arrivals=dict(process="trace"), trace=dict(path=name))
+        del s["lengths"]
+    return edit, text
+
+
+# ---------------------------------------------------------------- serving files
+
+BAD_FILES = {
+    "vllm-swap": (lambda s: s["scheduler"].update(preemption="swap"),
+                  "serving.scheduler.preemption: swap: vLLM V1 (kind: vllm) has no swap preemption, only recompute; "
+                  "kind: vllm-v0 (or sarathi) supports swap"),
+    "other-scheduler-option": (lambda s: s["scheduler"].update(watermark=0.1),
+                               "serving.scheduler.watermark: an option of the vllm-v0/sarathi scheduler, not of vllm"),
+    "negative-rate": (lambda s: s["arrivals"].update(rate=-3),
+                      "serving.arrivals.poisson.rate: Input should be greater than 0"),
+    "nan-rate": (lambda s: s["arrivals"].update(rate=float("nan")),
+                 "serving.arrivals.poisson.rate: Input should be a finite number"),
+    "bool-count": (lambda s: s["arrivals"].update(num_requests=True),   # ran as 1 request
+                   "serving.arrivals.poisson.num_requests: Input should be a valid integer"),
+    "billion-requests": (lambda s: s["arrivals"].update(num_requests=10**9),   # 8 GB of arrays, then hours
+                         "serving.arrivals.num_requests: 1,000,000,000 requests, over the limit of 1,000,000"),
+    "endless-duration": (lambda s: s.update(arrivals=dict(process="poisson", rate=1e12, duration_s=1e6)),
+                         "serving.arrivals.duration_s: the stream holds about 1,000,000,000,000,000,000 requests "
+                         "(rate x duration), over the limit of 1,000,000; shorten duration_s or lower the rate"),
+    "subnormal-rate": (lambda s: s["arrivals"].update(rate=1e-320),
+                       "serving.arrivals: arrival times overflow to infinity; the rate or interval is out of any "
+                       "physical range"),
+    "gamma-cv": (lambda s: s.update(arrivals=dict(process="gamma", rate=10, cv=1e300, num_requests=5)),
+                 "serving.arrivals.gamma.cv: Input should be less than or equal to 1000"),   # OverflowError
+    "lognormal-cv": (lambda s: s["lengths"].update(prompt=dict(dist="lognormal", mean=100, cv=1e300)),
+                     "serving.lengths.prompt.lognormal.cv: Input should be less than or equal to 1000"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_serving_files(tmp_path, capsys, case):
+    edit, message = BAD_FILES[case]
+    f = _serve_file(tmp_path, edit)
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json")], tmp_path)
+    assert line == f"error: {f}: {message}"
+
+
+def test_histogram_of_words(tmp_path, capsys):
+    (tmp_path / "h.csv").write_text("length,count\nabc,1\n")   # was a pandas TypeError traceback
+    f = _serve_file(tmp_path, lambda s: s["lengths"].update(prompt=dict(dist="histogram", path="h.csv")))
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q"], tmp_path)
+    assert line == f"error: {f}: serving.lengths.prompt.path: {tmp_path / 'h.csv'}: length and count must be finite numbers"
+
+
+@pytest.mark.parametrize("edit, text, message", [
+    (*_trace("t.csv", "arrival_s,prompt_len,output_len\n0.5,10,5\n0.1,10,5\n"),
+     "arrival_s: timestamps not sorted (row 2 comes before the row above it)"),
+    (*_trace("t.csv", "arrival_s,prompt_len,output_len\ninf,10,5\n"), "arrival_s: row 1 is not a finite number"),
+    (*_trace("t.csv", "arrival_s,prompt_len,output_len\n0,1e30,5\n"),   # wrapped around int64 to a negative length
+     "prompt_len: row 1 has 1e+30; token counts must be whole numbers from 1 to 1,000,000"),
+    (*_trace("t.jsonl", '{"timestamp": 1, "input_length": 3, "output_length": 2, "hash_ids": ["a"]}\n'),
+     "hash_ids: row 1 is \"['a']\"; expected a list of integers"),
+    (*_trace("t.jsonl", '{"arrival_time_ns": 1, "input_toks": 3, "output_toks": 2, "input_tok_ids": [[1], 2]}\n'),
+     "input_tok_ids: row 1 is '[[1], 2]'; expected a list of integers"),
+], ids=["unsorted", "infinite-time", "huge-prompt", "hash-words", "nested-token-ids"])
+def test_bad_request_traces(tmp_path, capsys, edit, text, message):
+    f = _serve_file(tmp_path, edit)
+    name = yaml.safe_load(f.read_text())["serving"]["trace"]["path"]
+    (tmp_path / name).write_text(text)
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q"], tmp_path)
+    assert line == f"error: {tmp_path / name}: {message}"
+
+
+@pytest.mark.parametrize("slo, message", [
+    ("ttft_p90=.nan", "--slo 'ttft_p90=.nan': expected METRIC=SECONDS with a positive, finite number, e.g. ttft_p90=0.2"),
+    ("ttft_p90=.inf", "--slo 'ttft_p90=.inf': expected METRIC=SECONDS with a positive, finite number, e.g. ttft_p90=0.2"),
+    ("power_p90=1", "--slo: power_p90: unknown SLO metric; use <metric>_<stat> with metric in ttft, tpot, tbt, e2e, "
+                    "queue and stat in mean, p50, p90, p99, max (e.g. ttft_p90)"),
+], ids=["nan", "inf", "unknown-metric"])
+def test_find_capacity_with_a_bad_slo(tmp_path, capsys, slo, message):
+    f = _serve_file(tmp_path)
+    assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--find-capacity", "--slo", slo], tmp_path) == \
+        f"error: {message}"
+
+
+def test_set_adds_a_section_the_file_lacks_and_still_names_unknown_keys(tmp_path, capsys):
+    f = _serve_file(tmp_path)
+    spec = load_serve_file(f, {"serving.slo.ttft_p90": 0.2, "serving.prefix_caching.enabled": True})
+    assert spec.serving.slo == {"ttft_p90": 0.2} and spec.serving.prefix_caching.enabled
+    assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--set", "serving.bogus.x=1"], tmp_path) == \
+        f"error: {f}: serving.bogus: unknown key"
+
+
+@pytest.mark.parametrize("edit, setting, message", [
+    (None, "hw.memory.gddr.bandwidth_bytes_per_s=1e-300", "the simulated iteration time is nan s: a rate or size in "
+     "the hardware ({hw}) is out of any physical range"),
+    (lambda s: s.update(disaggregated=dict(prefill=dict(hw="a6000"), decode=dict(hw="a6000"),
+                                           transfer=dict(bandwidth_bytes_per_s=1e-300))), None,
+     "the simulated finish time is 2.88e+307 s: a rate or size in the hardware (serving.disaggregated: its presets "
+     "or transfer link) is out of any physical range"),
+], ids=["bandwidth", "disaggregated-transfer"])
+def test_serving_on_hardware_out_of_any_physical_range(tmp_path, capsys, edit, setting, message):
+    # Ran to exit 0 with NaN latencies (null in the JSON) and throughputs of 1e-306 tokens/s.
+    from hw_models.machine import resolve_path
+
+    f = _serve_file(tmp_path, edit)
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json")]
+                   + (["--set", setting] if setting else []), tmp_path)
+    assert line == f"error: {f}: " + message.format(hw=resolve_path("a6000"))
+
+
+def test_a_serving_sweep_with_a_swap_point_is_refused_before_anything_is_written(tmp_path, capsys):
+    _serve_file(tmp_path, name="serve.yaml")
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(yaml.safe_dump(dict(name="s", workload="serve.yaml", hw="a6000",
+                                        axes={"workload.serving.scheduler.preemption": ["recompute", "swap"]})))
+    line = refused(capsys, ["sweep", str(spec), "--out", str(tmp_path / "out"), "-q"], tmp_path)
+    assert line.startswith(f"error: {spec}: point (workload.serving.scheduler.preemption=swap): ")
+    assert line.endswith("vLLM V1 (kind: vllm) has no swap preemption, only recompute; kind: vllm-v0 (or sarathi) "
+                         "supports swap")
+
+
+def test_a_sweep_metric_no_point_reports_is_warned(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("sim.apps.sweep.run.make_executor", _threads)
+    spec = make_spec(tmp_path, {"workload.batch": [1]}, metrics=["tpot_s", "tpot_p90_s"])
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-plots", "--workers", "1"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert warnings == [f"warning: {spec}: metrics.1: 'tpot_p90_s' is not a column of the results; left out"]
+
+
+# ---------------------------------------------------------------- devices, FIFOs and plans as inputs
+
+@pytest.mark.parametrize("argv", [
+    ["run", "{x}", "--hw", "a6000"],
+    ["run", "{tiny}", "--hw", "{x}"],
+    ["validate", "{x}", "--hw", "cpu_host"],
+    ["serve", "{x}", "--hw", "a6000"],
+], ids=["workload", "hardware", "trace", "serving-file"])
+@pytest.mark.parametrize("kind", ["/dev/null", "fifo"])
+def test_a_device_or_fifo_as_an_input_file(tmp_path, capsys, argv, kind):
+    # Was "file not found" for a path that exists; /dev/zero would have been read forever.
+    x = tmp_path / "pipe.yaml"
+    if kind == "fifo":
+        os.mkfifo(x)
+    else:
+        x = kind
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(TINY_WORKLOAD)
+    line = refused(capsys, [a.format(x=x, tiny=tiny) for a in argv], tmp_path)
+    assert line == f"error: {x}: not a regular file (a device, FIFO or socket)"
+
+
+@pytest.mark.parametrize("plan, message", [
+    ("{tp: true, topology: dgx_h100}", "parallel: tp: Input should be a valid integer"),   # ran as tp 1
+    ("{tp: 3}", "parallel.tp: 3 does not divide tinyllama-1.1b's 32 heads and hidden size 2048"),
+    ("{pp: 23}", "parallel.pp: 23 stages but tinyllama-1.1b has 22 layers"),
+    ("{ep: 2}", "parallel.ep: 2, but tinyllama-1.1b is a dense model (no experts to place)"),
+], ids=["bool-tp", "tp-3", "pp-23", "ep-dense"])
+def test_parallel_plans_that_do_not_fit_the_model(tmp_path, capsys, plan, message):
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(TINY_WORKLOAD)
+    line = refused(capsys, ["run", str(tiny), "--hw", "h100_sxm", "-q", "--set", f"parallel={plan}"], tmp_path)
+    assert line == f"error: {tiny}: {message}"
