@@ -151,12 +151,21 @@ def test_a_serving_sweep_with_a_swap_point_is_refused_before_anything_is_written
                          "supports swap")
 
 
-def test_a_sweep_metric_no_point_reports_is_warned(tmp_path, capsys, monkeypatch):
+def test_a_sweep_metric_no_point_reports_is_warned_and_names_print_literally(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sim.apps.sweep.run.make_executor", _threads)
     spec = make_spec(tmp_path, {"workload.batch": [1]}, metrics=["tpot_s", "tpot_p90_s"])
+    spec.write_text(spec.read_text().replace("name: t\n", "name: '[/b]x'\n"))   # was a rich MarkupError
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-plots", "--workers", "1"]) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
-    assert warnings == [f"warning: {spec}: metrics.1: 'tpot_p90_s' is not a column of the results; left out"]
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("warning")] == [
+        f"warning: {spec}: metrics.1: 'tpot_p90_s' is not a column of the results; left out"]
+    assert "[/b]x: best points" in err
+
+
+def test_a_serving_report_prints_names_literally(tmp_path, capsys):
+    f = _serve_file(tmp_path)
+    assert main(["serve", str(f), "--hw", "a6000", "--set", "name=[/b]x[red]"]) == 0   # was a rich MarkupError
+    assert "[/b]x[red]: tinyllama-1.1b on a6000" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- devices, FIFOs and plans as inputs

@@ -6,13 +6,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sim.core.units import fmt_time
 
 
 def print_report(s: dict[str, Any], title: str, console: Console | None = None) -> None:
     console = console or Console()
-    head = Table(title=title, show_header=False, title_justify="left")
+    head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
     rows = [
         ("requests", f"{s['completed']} completed, {s['rejected']} rejected of {s['requests']}"),
         ("throughput", f"{s['throughput_tok_s']:,.1f} tokens/s, {s['throughput_req_s']:.3f} requests/s"),

@@ -61,9 +61,10 @@ def best_table(spec, ok, total: int):
     from sim.apps.sweep.spec import default_goal
 
     from rich.table import Table
+    from rich.text import Text
 
 
-    t = Table(title=f"{spec.name}: best points ({len(ok)} of {total} ran without error)", title_justify="left")
+    t = Table(title=Text(f"{spec.name}: best points ({len(ok)} of {total} ran without error)"), title_justify="left")
     t.add_column("metric", no_wrap=True)
     t.add_column("best", no_wrap=True, justify="right")
     axes = {a: axis_for(a, ok[a].tolist()) for a in spec.axes}
