@@ -110,3 +110,30 @@ def test_fuzz_raw_bytes_as_every_input(capsys, data):
             f = Path(tmp) / name
             f.write_bytes(data)
             _no_traceback(capsys, [a.format(f=f) for a in argv])
+
+
+SERVING = {"arrivals": {"process": "gamma", "rate": 10, "cv": 2.0, "num_requests": 20, "seed": 0},
+           "lengths": {"prompt": {"dist": "lognormal", "mean": 200, "cv": 1.0, "min": 4, "max": 4096},
+                       "output": {"dist": "normal", "mean": 50, "std": 10}},
+           "scheduler": {"kind": "vllm-v0", "block_size": 16, "preemption": "recompute", "watermark": 0.01},
+           "slo": {"ttft_p90": 0.2}}
+
+
+@FUZZ
+@given(path=st.sampled_from(sorted(_leaves(SERVING))), value=junk)
+def test_fuzz_serving_fields(path, value):
+    """The serving section up to the request stream (no simulation: that is the slow part, and
+    the hardware fuzz covers step costs): anything but a SimError fails with its traceback."""
+    from sim.apps.serve.arrivals import make_requests
+    from sim.apps.serve.spec import load_serve_file
+    from sim.core.errors import SimError
+
+    serving = copy.deepcopy(SERVING)
+    _set(serving, path, value)
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "s.yaml"
+        f.write_text(yaml.safe_dump({"name": "s", "model": "tinyllama-1.1b", "serving": serving}))
+        try:
+            make_requests(load_serve_file(f))
+        except SimError as exc:
+            assert str(f) in str(exc), exc   # sim.apps.cli.main prints it on one line

@@ -65,6 +65,9 @@ BAD_FILES = {
                  "serving.arrivals.gamma.cv: Input should be less than or equal to 1000"),   # OverflowError
     "lognormal-cv": (lambda s: s["lengths"].update(prompt=dict(dist="lognormal", mean=100, cv=1e300)),
                      "serving.lengths.prompt.lognormal.cv: Input should be less than or equal to 1000"),
+    "newline-in-a-tag": (lambda s: s["arrivals"].update(process="a\nb"),   # was printed on two lines
+                         "serving.arrivals: Input tag 'a\\nb' found using 'process' does not match any of the "
+                         "expected tags: 'poisson', 'gamma', 'constant', 'burst', 'trace'"),
 }
 
 

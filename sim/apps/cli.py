@@ -361,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except SimError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # One line whatever the input held: a value with a newline ("a\nb") is shown escaped.
+        print("error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
