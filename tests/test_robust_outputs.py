@@ -115,6 +115,14 @@ def test_non_physical_hardware_values_are_refused(tiny, tmp_path, capsys, settin
     assert "a6000.yaml" in line and message in line
 
 
+def test_a_spatial_sram_of_1e300_bytes_takes_one_chip(tiny, tmp_path):
+    # total / capacity ~ 1e-290 made the cut 0 chips: a ZeroDivisionError traceback.
+    out = tmp_path / "r.json"
+    assert main(["run", str(tiny), "--hw", "groq_lpu", "-q", "--set", "hw.memory.sram.capacity_bytes=1e300",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["extra"]["spatial"]["chips"] == 1
+
+
 def test_json_is_standard_and_sorted():
     text = outputs.dumps({"b": float("nan"), "a": [float("inf"), 1.5], "c": {"z": 1, "y": 2}})
     assert "NaN" not in text and "Infinity" not in text

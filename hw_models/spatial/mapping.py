@@ -167,7 +167,8 @@ def partition(model: ModelConfig, formats: FormatPolicy, machine: Machine, cfg: 
     total = sum(resident)
     cap = machine.memory[machine.device_tier].capacity_bytes * cfg.usable_fraction
     room = (cap - act_buffer) * t   # per stage (a chip, or a group of t)
-    needed = math.ceil(total / room - 1e-12) if room > 0 else math.inf
+    # At least one chip: a capacity of 1e300 B made total / room ~ 0 and the ceil 0 stages.
+    needed = max(1, math.ceil(total / room - 1e-12)) if room > 0 else math.inf
     n = needed if chips is None else chips
     layer_bytes = sum(r for op, r in zip(graph.ops(), resident) if op.layer == 0)
 
