@@ -54,10 +54,14 @@ BAD_FILES = {
     "bool-count": (lambda s: s["arrivals"].update(num_requests=True),   # ran as 1 request
                    "serving.arrivals.poisson.num_requests: Input should be a valid integer"),
     "billion-requests": (lambda s: s["arrivals"].update(num_requests=10**9),   # 8 GB of arrays, then hours
-                         "serving.arrivals.num_requests: 1,000,000,000 requests, over the limit of 1,000,000"),
+                         "serving.arrivals.num_requests: 1,000,000,000 requests, over max_requests 1,000,000 "
+                         "(raise serving.arrivals.max_requests to run it)"),
     "endless-duration": (lambda s: s.update(arrivals=dict(process="poisson", rate=1e12, duration_s=1e6)),
                          "serving.arrivals.duration_s: the stream holds about 1,000,000,000,000,000,000 requests "
-                         "(rate x duration), over the limit of 1,000,000; shorten duration_s or lower the rate"),
+                         "(rate x duration), over max_requests 1,000,000; shorten duration_s, lower the rate or "
+                         "raise serving.arrivals.max_requests"),
+    "zero-max-requests": (lambda s: s["arrivals"].update(max_requests=0),
+                          "serving.arrivals.poisson.max_requests: Input should be greater than 0"),
     "subnormal-rate": (lambda s: s["arrivals"].update(rate=1e-320),
                        "serving.arrivals: arrival times overflow to infinity; the rate or interval is out of any "
                        "physical range"),
@@ -204,3 +208,15 @@ def test_parallel_plans_that_do_not_fit_the_model(tmp_path, capsys, plan, messag
     tiny.write_text(TINY_WORKLOAD)
     line = refused(capsys, ["run", str(tiny), "--hw", "h100_sxm", "-q", "--set", f"parallel={plan}"], tmp_path)
     assert line == f"error: {tiny}: {message}"
+
+
+def test_max_requests_raises_the_stream_limit():
+    """The 1,000,000 default is a guard, not a ceiling: a file may raise it (issue 13 runs 1,000,000 requests)."""
+    import numpy as np
+    from sim.apps.serve import spec as s
+    from sim.apps.serve.arrivals import arrival_times
+    from sim.core.errors import ConfigError
+    a = s.Constant(process="constant", rate=1.0, num_requests=5, max_requests=4)
+    with pytest.raises(ConfigError, match="over max_requests 4"):
+        arrival_times(a, np.random.default_rng(0))
+    assert len(arrival_times(a.model_copy(update={"max_requests": 5}), np.random.default_rng(0))) == 5

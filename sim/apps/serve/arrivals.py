@@ -10,10 +10,6 @@ from sim.apps.serve import spec as s
 from sim.apps.serve.traces import Requests, read_trace
 from sim.core.errors import ConfigError
 
-# A stream longer than this would take hours to simulate (and gigabytes to hold); refused with its count.
-MAX_REQUESTS = 1_000_000
-
-
 def make_requests(file: s.ServeFile) -> Requests:
     srv = file.serving
     if srv.trace is not None:
@@ -44,11 +40,13 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
         gap, per = 1.0 / a.rate, 1
     if a.num_requests is None:
         expected = a.duration_s / gap * per if gap else per
-        if expected > MAX_REQUESTS:
+        if expected > a.max_requests:
             raise ConfigError(f"{key}.duration_s: the stream holds about {expected:,.0f} requests (rate x duration), "
-                              f"over the limit of {MAX_REQUESTS:,}; shorten duration_s or lower the rate")
-    elif a.num_requests > MAX_REQUESTS:
-        raise ConfigError(f"{key}.num_requests: {a.num_requests:,} requests, over the limit of {MAX_REQUESTS:,}")
+                              f"over max_requests {a.max_requests:,}; shorten duration_s, lower the rate "
+                              f"or raise serving.arrivals.max_requests")
+    elif a.num_requests > a.max_requests:
+        raise ConfigError(f"{key}.num_requests: {a.num_requests:,} requests, over max_requests {a.max_requests:,} "
+                          f"(raise serving.arrivals.max_requests to run it)")
     n = a.num_requests or (int(expected * 1.5 + 64) if gap else per)
     if isinstance(a, s.Poisson):
         t = np.cumsum(rng.exponential(gap, n))

@@ -32,6 +32,8 @@ class _Count(Strict):
     num_requests: PosInt | None = None
     duration_s: Pos | None = None
     seed: int = 0
+    # A longer stream takes hours to simulate and gigabytes to hold: refused with its count unless raised here.
+    max_requests: PosInt = 1_000_000
 
     @model_validator(mode="after")
     def _one(self):
