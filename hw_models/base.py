@@ -163,6 +163,10 @@ class Mapper:
     def run_graph(self, graph: OpGraph) -> Timeline:
         return engine.run(self.plan_step(graph), self.resources(), self.containers(), self.in_order)
 
+    def energy_j(self, tl: Timeline) -> float:
+        """Dynamic energy of a simulated step: its tasks' (a kind simulating one of several devices scales it)."""
+        return timeline_energy_j(tl)
+
     def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
         """One step, identical layers folded, with the engine's host work (with_engine)."""
         device = self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
@@ -193,7 +197,7 @@ class Mapper:
 
         def run(n: int) -> StepResult:
             tl = self.run_graph(graph_of(None if n == L else n))
-            return StepResult(phase, kv_len, tl.makespan_s, busy(tl), timeline_energy_j(tl))
+            return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl))
 
         return fold_layers(run, L, self.fold_layers, exhaustive)
 

@@ -156,5 +156,29 @@ def test_tp_collectives_inside_pipeline_stages_by_hand():
     ar, ag = _ring_all_reduce_2(mb * H * 2), _ring_all_gather_2(mb * V * 2)
     want = [2 * ((1 + 2 * 16) * ar + send), 2 * (2 * 16 * ar + ag + send)]
     assert r.extra["parallel"]["steps"]["decode"]["collective_s_per_stage"] == pytest.approx(want, rel=1e-9)
-    assert _lanes(chrome_trace({"d": r.decode_timeline}, lanes=r.extra["parallel"]["lanes"]), 1) == [
-        "rank 0", "rank 1", "rank 2", "rank 3", "rank 0 link", "rank 1 link"]
+    trace = chrome_trace({"d": r.decode_timeline}, lanes=r.extra["parallel"]["lanes"])
+    assert _lanes(trace, 1) == ["rank 0", "rank 1", "rank 2", "rank 3", "rank 0 link", "rank 1 link"]
+    # A stage is one block in the trace; its slice carries the collectives inside it (µs).
+    stage = {e["name"]: e["args"] for e in _slices(trace, 1)}
+    assert stage["mb0.stage0"]["collective_us"] == pytest.approx((1 + 2 * 16) * ar * 1e6, rel=1e-9)
+    assert stage["mb0.stage1"]["collective_us"] == pytest.approx((2 * 16 * ar + ag) * 1e6, rel=1e-9)
+
+
+def test_energy_counts_every_device():
+    """One rank per stage is simulated, but every device draws power: h200 (idle 117.1 W, measured)
+    energy = idle x devices x end-to-end + dynamic. A pipeline moves the same ops onto other
+    devices, so its dynamic energy equals one GPU's exactly; TP splits the GEMMs and attention
+    and replicates the norms, residual adds and embedding on both ranks (a few percent more)."""
+    def run(parallel):
+        w = Workload(model="llama2-7b", batch=B, prompt_len=PROMPT, gen_len=GEN, flash_attention=True,
+                     **({"parallel": {**parallel, "topology": "hgx_h200"}} if parallel else {}))
+        return simulate(w, load_machine("h200"), detail=False)
+
+    def dynamic(r, devices):
+        return r.energy_per_token_j * B * GEN - 117.1 * devices * r.e2e_s
+
+    one = dynamic(run(None), 1)
+    assert dynamic(run({"pp": 2}), 2) == pytest.approx(one, rel=1e-9)
+    tp2 = dynamic(run({"tp": 2}), 2)
+    assert one < tp2 < 1.03 * one
+    assert dynamic(run({"tp": 2, "pp": 2}), 4) == pytest.approx(tp2, rel=1e-9)

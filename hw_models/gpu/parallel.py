@@ -213,22 +213,24 @@ class ParallelGpuMapper(GpuMapper):
         return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}
 
     # -- pipeline parallelism -----------------------------------------------
-    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str, float], dict[str, float]]:
+    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str, float], ...]:
         """Seconds of one micro-batch on one rank, by part (embedding, one layer, final norm
-        + LM head): in all, and of that in TP/EP collectives (the report's time in collectives)."""
+        + LM head): in all, of that in TP/EP collectives (the report's time in collectives),
+        and the rank's dynamic energy (joules)."""
         w = self.workload
         two = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
                     w.flash_attention, num_layers=2)
         tl = engine.run(self.tp_tasks(two), {}, {}, True)
         parts = {"embed": 0.0, "layer": 0.0, "head": 0.0}
-        links = dict(parts)
+        links, joules = dict(parts), dict(parts)
         for iv in tl.intervals:
             part = "layer" if iv.task.startswith("L1.") else "embed" if iv.task.startswith("embed") else \
                 "head" if not iv.task.startswith("L0.") else None
             if part:
                 parts[part] += iv.duration_s
                 links[part] += iv.duration_s if iv.resource == LINK else 0.0
-        return parts, links
+                joules[part] += getattr(iv.tag, "energy_j", 0.0)
+        return parts, links, joules
 
     def stage_layers(self) -> list[int]:
         L, pp = self.model.num_layers, self.plan.pp
@@ -237,7 +239,7 @@ class ParallelGpuMapper(GpuMapper):
     def pipeline_tasks(self, graph: OpGraph) -> list[Task]:
         pp, m = self.plan.pp, self.plan.micro_batches
         mb = graph.batch // m
-        parts, links = self._stage_parts(graph, mb)
+        parts, links, joules = self._stage_parts(graph, mb)
         act_bytes = mb * graph.q_len * self.model.hidden_size * 2   # activations between stages
         send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
         tasks = []
@@ -247,7 +249,7 @@ class ParallelGpuMapper(GpuMapper):
                     return layers * x["layer"] + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0)
                 deps = (f"mb{i}.send{j - 1}",) if j else ()
                 tasks.append(Task(f"mb{i}.stage{j}", stage_resource(self.unit_name, j), of(parts), deps,
-                                  tag=StageCost(f"mb{i}.stage{j}", of(parts), of(links))))
+                                  tag=StageCost(f"mb{i}.stage{j}", of(parts), of(links), energy_j=of(joules))))
                 if j < pp - 1:
                     tag = CollectiveCost(f"mb{i}.send{j}", SEND_RECV, act_bytes, send_s, path=self.topo.name)
                     tasks.append(Task(f"mb{i}.send{j}", f"{LINK}.s{j}", send_s, (f"mb{i}.stage{j}",), tag=tag))
@@ -264,6 +266,17 @@ class ParallelGpuMapper(GpuMapper):
         """One step in full; kept for the report's figures (time in collectives, bubble)."""
         tl = self.full_steps[phase] = super().step_timeline(phase, q_len, kv_len)
         return tl
+
+    # Energy: one rank per stage is simulated, but every device of the instance draws power. The
+    # ranks of a stage do the same work (under ep > tp the busiest rank is simulated: an upper bound).
+    def energy_j(self, tl: Timeline) -> float:
+        return max(self.plan.tp, self.plan.ep) * super().energy_j(tl)
+
+    def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
+        """Static energy of every device: each stage's ranks as busy as its simulated one."""
+        wall = max(busy_s.values(), default=0.0) if wall_s is None else wall_s
+        stages = [{u: busy_s.get(stage_resource(u, j), 0.0) for u in self.machine.units} for j in range(self.plan.pp)]
+        return max(self.plan.tp, self.plan.ep) * sum(super(ParallelGpuMapper, self).power_j(b, wall) for b in stages)
 
     def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
         fig = super().figures(gen, decode_tl)

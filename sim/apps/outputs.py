@@ -48,6 +48,8 @@ def chrome_trace(timelines: dict[str, Timeline], counters: dict[str, dict[str, T
                 args.update(kind=op.kind, flops=op.flops, bytes=op.bytes)
             elif hasattr(tag, "kind"):   # a collective, a send or a whole pipeline stage
                 args.update(kind=tag.kind, bytes=getattr(tag, "bytes", 0.0))
+                if getattr(tag, "collective_s", 0.0):   # a stage's TP/EP collectives run inside its block
+                    args["collective_us"] = tag.collective_s * 1e6
             events += [dict(ph="X", pid=pid, tid=tid, name=i.task, cat=args.get("kind", "task"),
                             ts=i.start_s * 1e6, dur=i.duration_s * 1e6, args=args) for tid in tids[i.resource]]
     return {"traceEvents": events, "displayTimeUnit": "ms"}
