@@ -8,7 +8,9 @@ Published (TechPowerUp, Feb 2024; hardware.md §3.1): Llama-2-7B at 2048 context
 ~750 tok/s/user, Llama-2-70B at 4096 context ~300 tok/s/user. Deployed size for 70B:
 "over 500 GroqChips" (Arsovski, SC23), 576 = 8 GroqRacks x 9 GroqNodes x 8 (SemiAnalysis,
 unverified); no chip count is published for 7B. Prints tok/s/user at the mean decode
-context, the error, and where the token's time goes (stages, hops, collectives)."""
+context, the error, and where the token's time goes (stages, hops, collectives).
+Per-hop latency, C2C framing and issue latency: ISCA 2020/2022 via the summaries cited in
+hw_models/presets/groq_lpu.yaml (issue 22)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ PLANS = {
     "pipeline, 576 chips (8 GroqRacks)": {"spatial.chips": 576},
     "TP 8 (GroqNode) x pipeline, auto": {"spatial.tensor_parallel": 8},
     "TP 8 (GroqNode) x pipeline, 576 chips": {"spatial.tensor_parallel": 8, "spatial.chips": 576},
+    # Not a plan any source names; printed so the gap between t = 1 and t = 8 is visible.
+    "TP 2 x pipeline, 576 chips": {"spatial.tensor_parallel": 2, "spatial.chips": 576},
+    "TP 4 x pipeline, 576 chips": {"spatial.tensor_parallel": 4, "spatial.chips": 576},
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hw_models.machine import load_machine, machine_from_dict
 from hw_models.spatial.pipeline import decode_period_s
-from hw_models.spatial.tp import ALL_GATHER, ALL_REDUCE, COLUMN, ROW, plan
+from hw_models.spatial.tp import ALL_GATHER, ALL_REDUCE, COLUMN, ROW, all_reduce_s, plan
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.lowering import lower
 from hw_models.registry import report_sections, simulate
@@ -50,12 +50,14 @@ def test_toy_tp_decode_latency_by_hand():
     = 6,636,544 B, half = 3,318,272 = embed + 2 layers (3,317,760) + 512,
     i.e. halfway into L2.attn_norm, which each group runs half of. So no
     row-parallel GEMM is cut and the collectives are
-    * all-reduces (2 x latency each, bandwidth infinite): the embedding
-      (vocab-split table) and o_proj and down_proj of 4 layers: 9 x 2 us;
+    * all-reduces: the embedding (vocab-split table) and o_proj and
+      down_proj of 4 layers, 9 of them, each the cheaper of reduce-scatter +
+      all-gather (2 latencies) and a one-hop exchange of the whole partial
+      (1 latency; bandwidth is infinite): 9 x 1 us;
     * all-gathers (1 x latency): the logits, and the cut's replicated
       activations re-assembled in group 1: 2 x 1 us;
-    = 20 us. Plus 1 forward hop and the return hop (ring): 2 us.
-    Latency = 3.112448 ms + 20 us + 2 us = 3.134448 ms; at batch 1 the
+    = 11 us. Plus 1 forward hop and the return hop (ring): 2 us.
+    Latency = 3.112448 ms + 11 us + 2 us = 3.125448 ms; at batch 1 the
     period equals the latency. (t = 1 on 3 chips: 6.20076 ms.)"""
     w = _toy_wl()
     m = _mapper(w, _tp_toy())
@@ -70,10 +72,10 @@ def test_toy_tp_decode_latency_by_hand():
     costs = m.decode_costs(33)
     kinds = [c.kind for row in costs.collectives for _, c in row]
     assert (kinds.count(ALL_REDUCE), kinds.count(ALL_GATHER)) == (9, 2)
-    assert sum(costs.collective_s) == pytest.approx(20e-6, rel=1e-9)
-    assert sum(costs.stage_s) == pytest.approx((rep + (total - rep) / 2) / 1e9 + 20e-6, rel=1e-9)
+    assert sum(costs.collective_s) == pytest.approx(11e-6, rel=1e-9)
+    assert sum(costs.stage_s) == pytest.approx((rep + (total - rep) / 2) / 1e9 + 11e-6, rel=1e-9)
     assert costs.hop_s == pytest.approx([1e-6]) and costs.return_s == pytest.approx(1e-6)
-    expected = 3.112448e-3 + 20e-6 + 2e-6
+    expected = 3.112448e-3 + 11e-6 + 2e-6
     assert costs.latency_s == pytest.approx(expected, rel=1e-9)
     for exhaustive in (False, True):
         assert m.decode_step_s(33, exhaustive) == pytest.approx(expected, rel=1e-9)
@@ -136,8 +138,12 @@ def test_groq_tp8_split_gemms_and_collectives_by_hand():
     * down_proj, row-parallel: K = 28672 / 8 = 3584: 23 x 26 = 598, 299 per
       array: 299 x 5 + 637 = 2132.
     * All-reduce of o_proj's output (1 x 8192 fp16 = 16,384 B) in a group
-      of 8 with one 14 GB/s link per peer and 0.6 us per hop:
-      2 x (0.6 us + 16,384 / 8 / 14e9) = 1.49257 us.
+      of 8 with one 14 GB/s link per peer (97.5% payload: 13.65 GB/s) and
+      722 ns per hop: reduce-scatter + all-gather
+      2 x (722 ns + 16,384 / 8 / 13.65e9) = 1.74408 us, against one hop of the
+      whole 16,384 B, 722 ns + 1.20029 us = 1.92229 us: the two-step wins.
+      For Llama-2-7B's 8,192 B row the one hop wins: 722 ns + 600.15 ns
+      = 1.32215 us against 2 x (722 + 75.02) ns = 1.59404 us.
     * Links: 16 per chip - 7 to the peers = 9, 4 per hop each way (ring)."""
     m = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"),
                 load_machine("groq_lpu", {"spatial.tensor_parallel": 8}))
@@ -155,8 +161,11 @@ def test_groq_tp8_split_gemms_and_collectives_by_hand():
     costs = m.decode_costs(1152)
     ar = {c.name: c for row in costs.collectives for _, c in row}["L1.o_proj.all_reduce"]
     assert ar.bytes == 16_384
-    assert ar.duration_s == pytest.approx(2 * (0.6e-6 + 16_384 / 8 / 14e9), rel=1e-12)
-    assert ar.duration_s == pytest.approx(1.49257e-6, rel=1e-5)
+    assert ar.duration_s == pytest.approx(2 * (722e-9 + 16_384 / 8 / 13.65e9), rel=1e-12)
+    assert ar.duration_s == pytest.approx(1.74408e-6, rel=1e-5)
+    assert all_reduce_s(m.cfg, 16_384) == pytest.approx(1.74408e-6, rel=1e-5)
+    assert all_reduce_s(m.cfg, 8_192) == pytest.approx(1.32215e-6, rel=1e-5)   # one hop
+    assert all_reduce_s(m.cfg, 8_192) == pytest.approx(722e-9 + 8_192 / 13.65e9, rel=1e-12)
 
 
 def test_groq_llama70b_tp8_tokens_per_user():
@@ -166,10 +175,11 @@ def test_groq_llama70b_tp8_tokens_per_user():
     connected, hardware.md §3.1), one link per peer (assumption), the 9 other
     links carrying the hops (4 each way).
 
-    Measured: 384 chips (48 groups of 8; 379 as a pure pipeline), 1.296 ms
-    per token = stages 1.259 ms (of which 302 us in 178 all-reduces and 48
-    all-gathers, almost all link latency) + 47 hops 36.3 us + return 0.6 us
-    = 771 tok/s/user (t = 1: 198). The hop carries 1/8 of each cut per chip."""
+    Measured: 384 chips (48 groups of 8; 379 as a pure pipeline), 1.357 ms
+    per token = stages 1.314 ms (of which 343 us in 178 all-reduces and 48
+    all-gathers, mostly link latency) + 47 hops 42.2 us + return 0.72 us
+    = 737 tok/s/user (t = 1: 196). The hop carries 1/8 of each cut per chip.
+    (771 before issue 22's 722 ns hops.)"""
     m, costs, period = groq_tp8()
     part = m.partition
     assert (part.chips, part.stages, part.needed) == (384, 48, 384)
@@ -177,7 +187,7 @@ def test_groq_llama70b_tp8_tokens_per_user():
     assert len(costs.hop_s) == 47
     kinds = [c.kind for row in costs.collectives for _, c in row]
     assert (kinds.count(ALL_REDUCE), kinds.count(ALL_GATHER)) == (178, 48)
-    # Each all-reduce pays at least two link latencies (test above); 302 us and 771 tok/s/user are
+    # Each 70B all-reduce pays two link latencies (test above); 343 us and 737 tok/s/user are
     # pinned in tests/test_regression_pins.py. 48 stages of 1/8 of the work beat 379 whole ones.
     assert sum(costs.collective_s) > 178 * 2 * 0.6e-6
     assert 1 / period > groq_breakdown("fp16act")[2]

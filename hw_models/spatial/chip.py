@@ -120,6 +120,9 @@ class ChipModel:
             compute_s, label = f * op.flops / path.rate_flops_per_s, f"matrix {path.label}"
         else:
             compute_s, label = f * op.flops / unit.vector_flops_per_s, "vector"
+        if op.kind != g.GEMM:
+            # A dependent op waits for its instruction to reach the chip's last tile.
+            compute_s += self.cfg.op_issue_cycles / self.cfg.pe_array.clock_hz
         sram_s = sram_bytes / self.sram.bandwidth_bytes_per_s
         dram_s = dram_bytes / self.dram.bandwidth_bytes_per_s if dram_bytes else 0.0
         memory_s = max(sram_s, dram_s)

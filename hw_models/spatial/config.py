@@ -73,6 +73,9 @@ class C2CLinks(Strict):
     # Links bonded between consecutive pipeline stages; None: count // 2 on a
     # chain or ring (half the links face each neighbour), 1 on all_to_all.
     per_hop: int | None = Field(default=None, gt=0)
+    # Share of a link's bytes that is payload: Groq's C2C frames a 320 B vector
+    # in 328 B (ISCA 2022, Fig. 11: 97.5%). Divides every transfer's bandwidth.
+    payload_fraction: float = Field(default=1.0, gt=0, le=1)
     energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
 
 
@@ -94,6 +97,10 @@ class SpatialConfig(Strict):
     # (hw_models.compute_path.choose) decides, i.e. weight-only quantization is
     # dequantized on the vector units first.
     mixed_precision_matmul: bool = False
+    # Cycles before a dependent non-GEMM op (vector, attention) can follow: an
+    # instruction propagates through the chip's tiles one per cycle (Groq: 20
+    # superlanes, 20 cycles; ISCA 2020, T = N + d_func + delta). 0: not modelled.
+    op_issue_cycles: int = Field(default=0, ge=0)
     # Tensor parallelism (hw_models.spatial.tp): chips form groups of this many,
     # the layer pipeline runs over the groups, and each layer is split across
     # the chips of its group (Megatron-style). 1: a pure layer pipeline.
@@ -119,7 +126,12 @@ class SpatialConfig(Strict):
 
     @property
     def hop_bandwidth_bytes_per_s(self) -> float:
-        return self.links_per_hop * self.links.bandwidth_bytes_per_s
+        return self.links_per_hop * self.link_payload_bytes_per_s
+
+    @property
+    def link_payload_bytes_per_s(self) -> float:
+        """One link's payload bandwidth per direction, after framing."""
+        return self.links.bandwidth_bytes_per_s * self.links.payload_fraction
 
 
 def spatial_config(machine: Machine) -> SpatialConfig:
