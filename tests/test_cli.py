@@ -121,3 +121,17 @@ def test_formats_command_measures_error_on_an_array(tmp_path, capsys):
     (tmp_path / "bad.npy").write_text("not an array")
     assert main(["formats", "--array", str(tmp_path / "bad.npy")]) == 2
     assert "not a readable .npy array" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "hw_models" / "presets").glob("*.yaml")))
+def test_every_preset_renders_its_report(tmp_path, capsys, preset):
+    """The full report of `sim run` on every shipped preset (kind sections included): a report
+    section reading a key the result no longer carries was a KeyError traceback on offload presets."""
+    from sim.apps.cli import main
+    wl = tmp_path / "w.yaml"
+    model = "opt-175b" if preset == "attacc_dgx" else "tinyllama-1.1b"   # its 12 head groups need 96 heads
+    wl.write_text(f"name: tiny\nmodel: {model}\nbatch: 1\nprompt_len: 32\ngen_len: 2\n")
+    rc = main(["run", str(wl), "--hw", preset])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "Traceback" not in out.out + out.err and "TPOT" in out.out
