@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from hw_models.kinds import KINDS, preset_sections, section_owners
 from sim.core import graph as g
@@ -80,16 +80,16 @@ class Efficiency(Strict):
     # were twice as fast" give the ramp in seconds (Little's law: bytes in flight = rate x latency).
     compute_ramp_s: float | None = Field(default=None, ge=0)
     memory_ramp_s: float | None = Field(default=None, ge=0)
-    parallel_units: int | None = Field(default=None, gt=0)
-    gemm_tile_m: int | None = Field(default=None, gt=0)
-    gemm_tile_n: int | None = Field(default=None, gt=0)
+    parallel_units: StrictInt | None = Field(default=None, gt=0)
+    gemm_tile_m: StrictInt | None = Field(default=None, gt=0)
+    gemm_tile_n: StrictInt | None = Field(default=None, gt=0)
     by_kind: dict[str, KindEfficiency] = {}
     # Optional small-M GEMM class: GEMMs with M <= gemv_max_m take the `gemv` overrides
     # instead of by_kind["gemm"]. BLAS libraries run a 1-row product as a matrix-vector
     # kernel (no packing of B), which streams the weights at another rate than the packed
     # GEMM path (on this project's AVX2 CPU, MKL's 8-row sgemm is ~3x slower than the
     # 1-row one). Off (None) unless set; presets without it are unchanged.
-    gemv_max_m: int | None = Field(default=None, gt=0)
+    gemv_max_m: StrictInt | None = Field(default=None, gt=0)
     gemv: KindEfficiency | None = None
 
     @model_validator(mode="after")

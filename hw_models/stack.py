@@ -35,7 +35,7 @@ from functools import cache
 from typing import Literal
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
 from hw_models.kernel_families import FAMILIES
 from hw_models.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
@@ -94,7 +94,7 @@ class Serial(Strict):
 class KernelSpec(Strict):
     """How a stack runs one op kind (or one named op): see the module doc."""
 
-    kernels: int = Field(default=1, ge=0)
+    kernels: StrictInt = Field(default=1, ge=0)
     traffic: float = Field(default=1.0, gt=0)
     memory_efficiency: float = Field(default=1.0, gt=0, le=1.5)   # x the unit's memory_max (>1: cache reuse)
     floor_s: Quantity | None = Field(default=None, ge=0)          # None: the stack's floor_s
@@ -115,7 +115,7 @@ class Stack(Strict):
     description: str = ""
     cite: str                                     # where the kernel structure comes from
     host_launch_s: Quantity = Field(ge=0)         # host cost per kernel launch
-    graphs: bool = False                          # CUDA graphs replay the step: launches hidden
+    graphs: StrictBool = False                          # CUDA graphs replay the step: launches hidden
     floor_s: Quantity = Field(ge=0)               # device floor per kernel, unless an op gives its own
     ops: dict[str, KernelSpec] = {}               # by op kind
     names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from sim.core.schema import Quantity, Strict
 
@@ -52,7 +52,7 @@ class EngineHost:
 
 class StepOverhead(Strict):
     cite: str                                   # where the curve comes from
-    overlap: bool                               # see the module doc
+    overlap: StrictBool                               # see the module doc
     seqs: list[int] = Field(min_length=2)       # sequences in the iteration, strictly increasing
     seconds: list[Quantity] = Field(min_length=2)   # host seconds per iteration at those counts
     tp_extra_s: Quantity = Field(default=0.0, ge=0)   # added when the instance spans > 1 device

@@ -115,6 +115,18 @@ def test_non_physical_hardware_values_are_refused(tiny, tmp_path, capsys, settin
     assert "a6000.yaml" in line and message in line
 
 
+@pytest.mark.parametrize("hw, setting, message", [
+    ("a6000", "hw.units.gpu.efficiency.parallel_units=true", "units.gpu.efficiency.parallel_units: Input should be a valid integer"),
+    ("groq_lpu", "hw.spatial.chips=true", "spatial.chips.int: Input should be a valid integer"),
+    ("groq_lpu", "hw.spatial.pe_array.fold_overlap=2", "spatial.pe_array.fold_overlap: Input should be a valid boolean"),
+    ("hbm_pim", "hw.pim.gemm_sharing=1", "pim.gemm_sharing: Input should be a valid boolean"),
+])
+def test_hardware_counts_and_switches_are_strict(tiny, tmp_path, capsys, hw, setting, message):
+    """`true` was read as a count of 1 and `1` as a switch (item 8, on presets as on workloads)."""
+    line = refused(capsys, ["run", str(tiny), "--hw", hw, "-q", "--set", setting], tmp_path)
+    assert f"{hw}.yaml" in line and message in line
+
+
 def test_a_spatial_sram_of_1e300_bytes_takes_one_chip(tiny, tmp_path):
     # total / capacity ~ 1e-290 made the cut 0 chips: a ZeroDivisionError traceback.
     out = tmp_path / "r.json"

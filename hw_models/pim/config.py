@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, StrictBool, StrictInt, ValidationError, model_validator
 
 from sim.core.errors import ConfigError
 from sim.core.schema import Quantity, Strict, validation_error
@@ -30,36 +30,36 @@ Placement = Literal["bank", "bank_pair", "bank_group", "buffer_die"]
 
 class PimConfig(Strict):
     tier: str = "hbm"                               # memory tier whose stacks carry PIM units
-    stacks: int = Field(gt=0)
-    pseudo_channels_per_stack: int = Field(gt=0)    # PIM-enabled pseudo-channels per stack
-    banks_per_pseudo_channel: int = Field(gt=0)
-    bank_groups_per_pseudo_channel: int = Field(default=4, gt=0)
+    stacks: StrictInt = Field(gt=0)
+    pseudo_channels_per_stack: StrictInt = Field(gt=0)    # PIM-enabled pseudo-channels per stack
+    banks_per_pseudo_channel: StrictInt = Field(gt=0)
+    bank_groups_per_pseudo_channel: StrictInt = Field(default=4, gt=0)
     placement: Placement = "bank_pair"
-    units_per_pseudo_channel: int = Field(gt=0)
-    simd_lanes: int = Field(gt=0)                   # MAC lanes per unit
+    units_per_pseudo_channel: StrictInt = Field(gt=0)
+    simd_lanes: StrictInt = Field(gt=0)                   # MAC lanes per unit
     clock_hz: Quantity = Field(gt=0)                # PIM unit clock: one column access per cycle
-    column_bytes: int = Field(gt=0)                 # bytes one column access delivers to a unit
+    column_bytes: StrictInt = Field(gt=0)                 # bytes one column access delivers to a unit
     row_bytes: Quantity = Field(gt=0)               # DRAM row (page) per bank
     row_open_s: Quantity = Field(ge=0)              # tRP + tRCD: close one row, open the next
     formats: tuple[str, ...] = ("fp16",)            # formats the MAC lanes compute in
     mode_switch_s: Quantity = Field(ge=0)           # one transition host mode <-> PIM mode
-    dual_row_buffer: bool = False                   # NeuPIMs: host and PIM accesses run concurrently
-    partial_sums_per_output: int = Field(default=1, gt=0)  # values read back per output (lanes not reduced in-unit)
+    dual_row_buffer: StrictBool = False                   # NeuPIMs: host and PIM accesses run concurrently
+    partial_sums_per_output: StrictInt = Field(default=1, gt=0)  # values read back per output (lanes not reduced in-unit)
     softmax: Literal["host", "buffer_die"] = "host"  # where exp/max/sum run
-    activation_functions: bool = False              # LUT activations in memory (GDDR6-AiM)
+    activation_functions: StrictBool = False              # LUT activations in memory (GDDR6-AiM)
     kv_placement: Literal["head", "request"] = "head"  # KV granule mapped to one stack
     energy_internal_j_per_byte: Quantity = Field(ge=0)  # bank -> PIM unit, no I/O (external: the tier's)
-    max_rows: int = Field(default=16, gt=0)         # skinny-GEMM limit: more input rows stay on the host
+    max_rows: StrictInt = Field(default=16, gt=0)         # skinny-GEMM limit: more input rows stay on the host
     # Decode sub-batch interleaving (NeuPIMs): the batch runs as this many independent op chains
     # so one chain's attention on PIM overlaps another's FC on the host. 1: one chain (serial).
-    sub_batches: int = Field(default=1, gt=0)
+    sub_batches: StrictInt = Field(default=1, gt=0)
     # Decode head-group pipelining (AttAcc --pipeopt): each layer's attention block runs as this
     # many slices of heads, so PIM attends one slice while the host projects another. 1: off.
-    head_groups: int = Field(default=1, gt=0)
+    head_groups: StrictInt = Field(default=1, gt=0)
     # Split every decode GEMM between host and PIM by output columns, in proportion to their
     # predicted speeds, where that beats placing it whole (AttAcc --ffopt). Needs dual_row_buffer:
     # host and PIM read the banks at once.
-    gemm_sharing: bool = False
+    gemm_sharing: StrictBool = False
 
     @model_validator(mode="after")
     def _geometry(self) -> "PimConfig":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, StrictBool, StrictInt, ValidationError
 
 from hw_models.machine import Machine
 from hw_models.spatial.pe_array import PEArray
@@ -27,17 +27,17 @@ class PEMode(Strict):
     160x320 fp16 ones (ISCA 2022). In a mode, one operand row streams per
     clock cycle, as in the native format."""
 
-    rows: int = Field(gt=0)
-    cols: int = Field(gt=0)
-    arrays: int = Field(default=1, gt=0)
+    rows: StrictInt = Field(gt=0)
+    cols: StrictInt = Field(gt=0)
+    arrays: StrictInt = Field(default=1, gt=0)
 
 
 class PEArrayConfig(Strict):
-    rows: int = Field(gt=0)
-    cols: int = Field(gt=0)
+    rows: StrictInt = Field(gt=0)
+    cols: StrictInt = Field(gt=0)
     dataflow: Literal["ws", "os", "is"] = "ws"
     clock_hz: Quantity = Field(gt=0)
-    arrays: int = Field(default=1, gt=0)   # identical arrays (planes) sharing a GEMM's folds
+    arrays: StrictInt = Field(default=1, gt=0)   # identical arrays (planes) sharing a GEMM's folds
     format: str                            # the format whose peak rate (units.*.peak_flops_per_s) the arrays deliver
     # Per-format geometry (rows, cols, arrays) where the hardware documents one.
     # A format with neither a mode nor the array's own format runs on the native
@@ -46,7 +46,7 @@ class PEArrayConfig(Strict):
     # True: folds stream back to back (the next stationary tile installs while the
     # current one streams), so the array fill/drain skew is paid once per GEMM.
     # False: SCALE-Sim's accounting, the skew and tile preload paid on every fold.
-    fold_overlap: bool = True
+    fold_overlap: StrictBool = True
     # With fold_overlap: bytes of stationary operand the chip can install into
     # its arrays per cycle, all arrays together. A fold then costs
     # max(T streamed rows, busy arrays x tile bytes / this). None: installation
@@ -67,12 +67,12 @@ class PEArrayConfig(Strict):
 
 
 class C2CLinks(Strict):
-    count: int = Field(gt=0)                       # links per chip
+    count: StrictInt = Field(gt=0)                       # links per chip
     bandwidth_bytes_per_s: Quantity = Field(gt=0)  # per link, per direction
     latency_s: Quantity = Field(default=0.0, ge=0)  # per hop
     # Links bonded between consecutive pipeline stages; None: count // 2 on a
     # chain or ring (half the links face each neighbour), 1 on all_to_all.
-    per_hop: int | None = Field(default=None, gt=0)
+    per_hop: StrictInt | None = Field(default=None, gt=0)
     # Share of a link's bytes that is payload: Groq's C2C frames a 320 B vector
     # in 328 B (ISCA 2022, Fig. 11: 97.5%). Divides every transfer's bandwidth.
     payload_fraction: float = Field(default=1.0, gt=0, le=1)
@@ -80,15 +80,15 @@ class C2CLinks(Strict):
 
 
 class SpatialConfig(Strict):
-    chips: int | Literal["auto"] = "auto"    # auto: the fewest that hold the model
+    chips: StrictInt | Literal["auto"] = "auto"    # auto: the fewest that hold the model
     usable_fraction: float = Field(default=1.0, gt=0, le=1)  # of each chip's SRAM, for weights+KV+activations
     pe_array: PEArrayConfig
     links: C2CLinks
     topology: Literal["chain", "ring", "all_to_all"] = "ring"
     kv_cache: Literal["sram", "dram"] = "sram"
     dram_tier: str | None = None             # top-level memory tier attached to each chip (IPU Streaming Memory)
-    microbatch_size: int = Field(default=1, gt=0)        # sequences per decode micro-batch
-    prefill_chunk_tokens: int = Field(default=128, gt=0)  # prompt tokens per prefill micro-batch
+    microbatch_size: StrictInt = Field(default=1, gt=0)        # sequences per decode micro-batch
+    prefill_chunk_tokens: StrictInt = Field(default=128, gt=0)  # prompt tokens per prefill micro-batch
     # True: the PE array multiplies narrow stored weights (<= 8-bit, per-tensor or
     # per-row scale) against wider activations in the activations' native mode,
     # with no separate dequantization pass on the vector units: the narrow
@@ -96,19 +96,19 @@ class SpatialConfig(Strict):
     # the array (Groq's "TruePoint" numerics). False: the core compute path
     # (hw_models.compute_path.choose) decides, i.e. weight-only quantization is
     # dequantized on the vector units first.
-    mixed_precision_matmul: bool = False
+    mixed_precision_matmul: StrictBool = False
     # Cycles before a dependent non-GEMM op (vector, attention) can follow: an
     # instruction propagates through the chip's tiles one per cycle (Groq: 20
     # superlanes, 20 cycles; ISCA 2020, T = N + d_func + delta). 0: not modelled.
-    op_issue_cycles: int = Field(default=0, ge=0)
+    op_issue_cycles: StrictInt = Field(default=0, ge=0)
     # Tensor parallelism (hw_models.spatial.tp): chips form groups of this many,
     # the layer pipeline runs over the groups, and each layer is split across
     # the chips of its group (Megatron-style). 1: a pure layer pipeline.
-    tensor_parallel: int = Field(default=1, gt=0)
+    tensor_parallel: StrictInt = Field(default=1, gt=0)
     # Links each chip bonds to each of its t - 1 group peers (an all-to-all
     # group, as in Groq's fully connected 8-card node). An assumption: the
     # rest of the chip's links carry the pipeline hops (see links_per_hop).
-    tensor_parallel_links_per_peer: int = Field(default=1, gt=0)
+    tensor_parallel_links_per_peer: StrictInt = Field(default=1, gt=0)
 
     @property
     def group_links(self) -> int:
