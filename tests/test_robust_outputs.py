@@ -199,3 +199,16 @@ def test_the_same_run_gives_the_same_bytes_under_any_hash_seed(tiny, tmp_path):
         outs.append({p.name: p.read_bytes() for p in out.iterdir()})
     assert sorted(outs[0]) == ["flexgen_t4.json", "hbm_pim.json", "requests.csv", "serve.json", "serve_trace.json"]
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "{tiny}", "--hw", "a6000", "--json", ""], "--json"),
+    (["run", "{tiny}", "--hw", "a6000", "--plots", ""], "--plots"),
+    (["serve", str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"), "--hw", "h100_sxm", "--requests", ""],
+     "--requests"),
+    (["sweep", str(ROOT / "sweeps" / "bandwidth_x_batch.yaml"), "--out", ""], "--out"),
+])
+def test_an_empty_output_path_is_refused(tiny, tmp_path, capsys, argv, option):
+    """`--json ''` ran and wrote nothing, silently."""
+    line = refused(capsys, [str(tiny) if a == "{tiny}" else a for a in argv], tmp_path)
+    assert line == f"error: {option}: an empty path; give a file or folder name"

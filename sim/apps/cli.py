@@ -355,10 +355,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Output options of every subcommand: an empty path ("--json ''") would otherwise write nothing, silently.
+_OUTPUTS = ("json", "chrome_trace", "plots", "requests", "out", "plot", "output")
+
+
+def _check_empty_outputs(args: argparse.Namespace) -> None:
+    for name in _OUTPUTS:
+        if getattr(args, name, None) == "":
+            raise ConfigError(f"--{name.replace('_', '-')}: an empty path; give a file or folder name")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()  # imports every subcommand: Ctrl-C may land here
         args = parser.parse_args(argv)
+        _check_empty_outputs(args)
         return int(args.func(args) or 0)
     except SimError as exc:
         # One line whatever the input held: a value with a newline ("a\nb") is shown escaped.
