@@ -220,3 +220,12 @@ def test_max_requests_raises_the_stream_limit():
     with pytest.raises(ConfigError, match="over max_requests 4"):
         arrival_times(a, np.random.default_rng(0))
     assert len(arrival_times(a.model_copy(update={"max_requests": 5}), np.random.default_rng(0))) == 5
+
+
+@pytest.mark.parametrize("preset, why", [
+    ("groq_lpu", "kind spatial: sim serve cannot cost spatial presets: the pipeline keeps several iterations"),
+    ("a6000_offload", "kind offload: sim serve cannot cost offload presets: a FlexGen block schedule spans"),
+])
+def test_kinds_that_cannot_cost_an_iteration_say_why(tmp_path, capsys, preset, why):
+    line = refused(capsys, ["serve", str(_serve_file(tmp_path)), "--hw", preset], tmp_path)
+    assert line.startswith("error: ") and f"presets/{preset}.yaml: {why}" in line

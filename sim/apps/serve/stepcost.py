@@ -79,7 +79,7 @@ def check_kind(machine: Machine) -> None:
     """Refuse, in one line, a kind whose mapper cannot cost one iteration (offload, spatial)."""
     refusal = getattr(kind_module(machine.kind).MAPPER, "iteration_refusal", "")   # MAPPER may be a factory
     if refusal:
-        raise ConfigError(f"{machine.name}: {refusal}")
+        raise ConfigError(f"{machine.source or machine.name}: kind {machine.kind}: {refusal}")
 
 
 @dataclass(frozen=True)
