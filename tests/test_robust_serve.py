@@ -229,3 +229,16 @@ def test_max_requests_raises_the_stream_limit():
 def test_kinds_that_cannot_cost_an_iteration_say_why(tmp_path, capsys, preset, why):
     line = refused(capsys, ["serve", str(_serve_file(tmp_path)), "--hw", preset], tmp_path)
     assert line.startswith("error: ") and f"presets/{preset}.yaml: {why}" in line
+
+
+@pytest.mark.parametrize("output, rejected", [(8, 0), (9, 20)])
+def test_requests_longer_than_the_context_are_rejected_and_counted(tmp_path, output, rejected):
+    """tinyllama-1.1b's context is 2048 tokens: 2040 + 8 fits, 2040 + 9 is refused (as vLLM answers
+    "maximum context length"), counted, and never scheduled."""
+    def edit(s):
+        s["lengths"] = dict(prompt=dict(dist="fixed", value=2040), output=dict(dist="fixed", value=output))
+    out = tmp_path / "r.json"
+    assert main(["serve", str(_serve_file(tmp_path, edit)), "--hw", "a6000", "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    s = s.get("summary", s)
+    assert (s["rejected"], s["completed"]) == (rejected, 20 - rejected)

@@ -61,6 +61,7 @@ class Scheduler:
         self.max_tokens = getattr(cfg, "max_num_batched_tokens", None) or (1 << 62)
         self.watermark = int(getattr(cfg, "watermark", 0.0) * pool.total)
         self.prompt_limit = prompt_limit
+        self.max_model_len: int | None = None   # set by the engine: longer requests are refused, as vLLM does
         self.preemptions = 0
         self.swapped_out_blocks = self.swapped_in_blocks = 0
 
@@ -75,6 +76,8 @@ class Scheduler:
         return self.pool.blocks_for(r.prompt + r.output + self.lookahead) <= self.pool.total - self.watermark
 
     def add(self, r: Request) -> bool:
+        if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
+            return False   # vLLM answers "maximum context length is ..." and never schedules it
         if not self.fits_ever(r):
             return False
         self.waiting.append(r)
