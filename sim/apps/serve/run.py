@@ -9,9 +9,10 @@ from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.cluster import serve_stream
 from sim.apps.serve.engine import ServeResult
 from sim.apps.serve.metrics import summarize
-from sim.apps.serve.setup import Setup, prepare
-from sim.apps.serve.spec import ServeFile, load_serve_file
+from sim.apps.serve.setup import prepare
+from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
+
 
 def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None,
           progress: Callable[[int, int], None] | None = None, requests: Requests | None = None

@@ -150,9 +150,9 @@ def measured_section(repo: Path, shared: Path | None, out: Path, quick: bool) ->
         "(predicted - measured) / measured. A pure roofline has no launch gaps, no DRAM latency and no GEMM "
         "below peak, so where it sits under a measurement the gap is what those cost on that machine."))
     if shared is None or not shared.is_dir():
-        s.notes.append(f"**Skipped:** the shared validation data (../shared/validation, or `--shared DIR`) is absent "
-                       f"on this machine, so the RTX A6000 and H200 rows are left out; the CPU rows come from this "
-                       f"repository's traces/.")
+        s.notes.append("**Skipped:** the shared validation data (../shared/validation, or `--shared DIR`) is absent "
+                       "on this machine, so the RTX A6000 and H200 rows are left out; the CPU rows come from this "
+                       "repository's traces/.")
     else:
         layer, ops, traces, one_s = a6000_layer_table(shared)
         s.tables += [layer, ops]

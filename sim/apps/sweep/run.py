@@ -147,7 +147,8 @@ def _progress(total: int, enabled: bool):
         def render(self, task) -> Text:
             return Text(f"{task.speed:.1f} points/s" if task.speed else "-- points/s")
 
-    return Progress(TextColumn("{task.description}", markup=False), BarColumn(),   # the spec's name, literally MofNCompleteColumn(), Rate(),
+    # markup=False: the spec's name is printed literally ("[/b]x" is a name, not rich markup).
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), Rate(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                     disable=not enabled, transient=False)
 
