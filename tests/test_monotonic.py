@@ -14,6 +14,7 @@ import pytest
 from hw_models.machine import load_machine, machine_from_dict, preset_names, raw_machine
 from hw_models.registry import mapper_for, simulate
 from sim.core.errors import SimError
+from sim.core.model import load_model
 from sim.core.workload import workload_from_dict
 
 # A 12-head model for presets whose PIM head groups (attacc_dgx: 12) divide no preset model.
@@ -114,3 +115,27 @@ def test_step_time_is_monotonic(preset, weights, prop):
     ys = series(preset, weights, prop, model)
     falls = [(a, b) for a, b in zip(ys, ys[1:]) if b < a - abs(a) * REL]
     assert not falls, f"{preset} {weights} {prop}: {ys}"
+
+
+STACK_PRESETS = ("h200", "a6000")
+
+
+@pytest.mark.parametrize("preset", STACK_PRESETS)
+@pytest.mark.parametrize("stack", ["torch-eager", "torch-cudagraph", "vllm", "vllm-v0", "trtllm", "sarathi"])
+def test_a_step_under_every_stack_never_runs_backwards(preset, stack):
+    """The stacks' kernels, fusions, row walks and floors replace the one-kernel-per-op costs:
+    the same properties hold for one serving iteration (device time) under each of them, with
+    unfused attention so that the softmax's warp and block row kernels are crossed (kv 2048 -> 2049)."""
+    w = _workload("llama2-7b", "fp16", stack=stack, flash_attention=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mapper = mapper_for(load_machine(preset), w, load_model("llama2-7b"))
+
+        def t(seqs):
+            return mapper.iteration(tuple(seqs), device_only=True).time_s
+
+        series = {"batch": [t([(1, 1024)] * b) for b in (1, 2, 8, 32, 128)],
+                  "kv_len": [t([(1, kv)] * 4) for kv in (128, 1024, 2048, 2049, 4096)],
+                  "prompt": [t([(q, q)]) for q in (16, 256, 2048)]}
+    for name, ts in series.items():
+        assert all(b >= a * (1 - REL) for a, b in zip(ts, ts[1:])), (name, ts)
