@@ -20,7 +20,7 @@ from hw_models.kinds import KINDS, preset_sections, section_owners
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
-from sim.core.schema import (Quantity, Strict, collect_sections, not_a_file, read_yaml, set_dotted,
+from sim.core.schema import (Quantity, Strict, collect_sections, read_yaml, require_file, set_dotted,
                              validate_mapping)
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -315,9 +315,7 @@ def resolve_path(spec: str | Path) -> Path:
         return candidate
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        problem = not_a_file(path, "hardware file not found", "a hardware YAML file")
-        if problem:
-            raise ConfigError(f"{path}: {problem}")
+        require_file(path, "hardware file not found", "a hardware YAML file")
         return path
     raise ConfigError(f"unknown hardware preset {text!r}; presets: {', '.join(preset_names())} (see `sim hw list`)")
 

@@ -111,10 +111,15 @@ def not_a_file(path: Path, missing: str = "file not found", expected: str = "a f
     return "not a regular file (a device, FIFO or socket)" if path.exists() else missing
 
 
-def read_yaml(path: Path) -> Any:
-    problem = not_a_file(path, expected="a YAML file")
+def require_file(path: Path, missing: str = "file not found", expected: str = "a file") -> None:
+    """Raise the one-line error of `not_a_file`, naming the path, unless `path` is a readable file."""
+    problem = not_a_file(path, missing, expected)
     if problem:
         raise ConfigError(f"{path}: {problem}")
+
+
+def read_yaml(path: Path) -> Any:
+    require_file(path, expected="a YAML file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

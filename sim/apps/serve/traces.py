@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import ConfigError
-from sim.core.schema import not_a_file
+from sim.core.schema import require_file
 
 # The longest prompt or output a trace row may give (as a generated stream's `max` default):
 # 1e30 tokens would wrap around int64 and run as a negative length.
@@ -48,9 +48,7 @@ class Requests:
 
 
 def _read(path: Path) -> pd.DataFrame:
-    problem = not_a_file(path, "trace file not found", "a trace file")
-    if problem:
-        raise ConfigError(f"{path}: {problem}")
+    require_file(path, "trace file not found", "a trace file")
     try:
         if path.suffix in (".jsonl", ".json"):
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -20,7 +20,7 @@ import csv
 from pathlib import Path
 
 from sim.core.errors import ConfigError
-from sim.core.schema import not_a_file
+from sim.core.schema import require_file
 from sim.apps.trace.chrome import load_chrome_trace
 from sim.apps.trace.ops_table import load_ops_table
 from sim.apps.trace.records import Trace
@@ -32,9 +32,7 @@ def load_trace(path: str | Path, model: str | None = None, tokens: int | None = 
     step per row; a Chrome trace or ops table gives one Trace. `model` and
     `tokens` fill in what a vidur Chrome trace does not record."""
     p = Path(path)
-    problem = not_a_file(p, "trace file not found", "a trace file")
-    if problem:
-        raise ConfigError(f"{p}: {problem}")
+    require_file(p, "trace file not found", "a trace file")
     try:
         return _load_trace(p, model, tokens)
     except UnicodeDecodeError:
