@@ -61,9 +61,14 @@ class ParallelPlan(Strict):
     source: str = Field(default="", exclude=True)
 
     @property
+    def stage_width(self) -> int:
+        """Devices of one pipeline stage: the larger of the TP and EP groups."""
+        return max(self.tp, self.ep)
+
+    @property
     def instance_devices(self) -> int:
-        """Devices of one replica: the larger of the TP and EP groups, times the stages."""
-        return max(self.tp, self.ep) * self.pp
+        """Devices of one replica: a stage's devices times the stages."""
+        return self.stage_width * self.pp
 
     @property
     def devices(self) -> int:
@@ -146,7 +151,7 @@ class ParallelGpuMapper(GpuMapper):
         return lower(self.model, phase, self.group_batch(), q_len, kv_len, self.formats, w.flash_attention, num_layers)
 
     def rank_graph(self, graph: OpGraph) -> tuple[OpGraph, list[Collective]]:
-        if self.model.is_moe and max(self.plan.tp, self.plan.ep) > 1:
+        if self.model.is_moe and self.plan.stage_width > 1:
             return moe_rank(graph, self.model, self.plan.tp, self.plan.ep)
         return shard(graph, self.model, self.plan.tp)
 
@@ -270,13 +275,14 @@ class ParallelGpuMapper(GpuMapper):
     # Energy: one rank per stage is simulated, but every device of the instance draws power. The
     # ranks of a stage do the same work (under ep > tp the busiest rank is simulated: an upper bound).
     def energy_j(self, tl: Timeline) -> float:
-        return max(self.plan.tp, self.plan.ep) * super().energy_j(tl)
+        return self.plan.stage_width * super().energy_j(tl)
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy of every device: each stage's ranks as busy as its simulated one."""
         wall = max(busy_s.values(), default=0.0) if wall_s is None else wall_s
+        one_device = super().power_j
         stages = [{u: busy_s.get(stage_resource(u, j), 0.0) for u in self.machine.units} for j in range(self.plan.pp)]
-        return max(self.plan.tp, self.plan.ep) * sum(super(ParallelGpuMapper, self).power_j(b, wall) for b in stages)
+        return self.plan.stage_width * sum(one_device(b, wall) for b in stages)
 
     def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
         fig = super().figures(gen, decode_tl)
@@ -293,7 +299,7 @@ class ParallelGpuMapper(GpuMapper):
         fp, tier = Footprint(), self.machine.device_tier
         experts = expert_weight_bytes(m, self.formats)
         dense = weight_bytes(m, self.formats) - experts
-        fp.add(tier, "weights", (dense * weight_fraction(m, p.tp) + experts / max(p.tp, p.ep)) / p.pp)
+        fp.add(tier, "weights", (dense * weight_fraction(m, p.tp) + experts / p.stage_width) / p.pp)
         kv = kv_bytes(m, self.formats, self.group_batch(), w.prompt_len + w.gen_len)
         fp.add(tier, "kv_cache", kv * kv_fraction(m, p.tp) * max(self.stage_layers()) / m.num_layers)
         layers = min(m.num_layers, m.first_dense_layers + 1)

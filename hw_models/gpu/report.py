@@ -29,7 +29,7 @@ def parallel_data(mapper, steps: dict[str, tuple[int, Timeline]]) -> dict[str, A
     """The plan of a hw_models.gpu.parallel.ParallelGpuMapper, its memory per device, its
     trace lanes and, for each phase in `steps` ((kv_len, full step timeline)), step_data."""
     p, unit = mapper.plan, mapper.unit_name
-    width = max(p.tp, p.ep)
+    width = p.stage_width
     tier = mapper.machine.device_tier
     fp = mapper.footprint()
     roles = fp.tiers.get(tier, {})
