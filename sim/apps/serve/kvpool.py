@@ -13,6 +13,8 @@ from collections import OrderedDict
 
 
 class BlockPool:
+    null_blocks = 0   # blocks never allocated (vLLM V1's null block, LruBlockPool)
+
     def __init__(self, total_blocks: int, block_size: int, unit_blocks: int = 1, caching: bool = False):
         self.total = total_blocks
         self.block_size = block_size
@@ -32,7 +34,7 @@ class BlockPool:
 
     @property
     def used(self) -> int:
-        return self.total - self.available
+        return self.total - self.null_blocks - self.available
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -109,10 +111,6 @@ class LruBlockPool(BlockPool):
     @property
     def available(self) -> int:
         return self.avail
-
-    @property
-    def used(self) -> int:
-        return self.total - self.null_blocks - self.avail
 
     def allocate(self, n: int) -> bool:
         if n > self.avail:

@@ -232,19 +232,17 @@ class Sarathi(Vllm):
 
 class Orca(Vllm):
     """Iteration-level batching without paging: the pool's blocks are single tokens and a
-    request reserves max_model_len of them when admitted."""
-
-    reserve = 0   # tokens of KV per request, set by the engine (max_model_len)
+    request reserves max_model_len of them when admitted (a longer request is refused by `add`)."""
 
     def _admit(self, r: Request) -> bool:
-        need = self.reserve
+        need = self.max_model_len
         if not self.pool.allocate(need):
             return False
         r.blocks = need
         return True
 
     def fits_ever(self, r: Request) -> bool:
-        return r.prompt + r.output <= self.reserve <= self.pool.total
+        return self.max_model_len <= self.pool.total
 
     def _grow(self, r: Request, tokens: int) -> int:
         return 0

@@ -42,7 +42,7 @@ class VllmV1(Scheduler):
         self.cached: dict[int, int] = {}                 # request -> leading units already cached
 
     def fits_ever(self, r: Request) -> bool:
-        capacity = self.pool.total - getattr(self.pool, "null_blocks", 0)
+        capacity = self.pool.total - self.pool.null_blocks
         return self.pool.blocks_for(r.prompt + r.output + self.lookahead) <= capacity
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:

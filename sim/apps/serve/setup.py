@@ -72,7 +72,7 @@ class Setup:
         lookahead = spec.k if spec else 0
         limit = self.max_tokens if cfg.kind in ("vllm-v0", "orca") else None
         sched = SCHEDULERS[cfg.kind](cfg, pool, lookahead, limit)
-        sched.reserve = sched.max_model_len = self.max_model_len
+        sched.max_model_len = self.max_model_len
         return sched
 
 
