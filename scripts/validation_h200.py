@@ -19,20 +19,12 @@ from sim.apps.trace.plots import scatter
 from sim.apps.trace.replay import replay
 from sim.apps.trace.timing import step_timings
 from sim.apps.trace.validate import Validation, mape, validate
-from validation_h200_stacks import stacks_section  # scripts/, beside this file
+from md_table import pct as _pct, table as _table  # scripts/, beside this file
+from validation_h200_stacks import stacks_section
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_DIR = ROOT / "traces" / "h200"
 REPLAY_TARGET = "h100_sxm"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def _stem(t: Trace) -> str:

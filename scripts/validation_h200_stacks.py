@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from energy_h200 import MICRO, PUBLISHED_DECODE_W, decode_rows, fit_flop_energy
+from md_table import pct as _pct, table as _table  # scripts/, beside this file
 from hw_models.cost import roofline_cost
 from hw_models.machine import load_machine
 from hw_models.row_kernels import WARP_SOFTMAX_MAX
@@ -32,15 +33,6 @@ FIT = ("llama2-7b_L4_fp16_b1_p1024", "llama2-13b_L4_fp16_b8_p1024", "llama2-7b_L
 CONFIGS = (("h200", None), ("h200", "torch-eager"), ("h200_calibrated", "torch-eager"))
 GEMM_MODELS = ("llama2-7b", "llama2-13b", "llama3-8b", "llama2-70b")   # their (N, K) cover h200_micro's shapes
 QUANT = (("bf16", "bf16_us"), ("fp8_e4m3", "fp8_us"), ("int4", "int4_us"))
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def held_out(traces: list[Trace]) -> list[Trace]:

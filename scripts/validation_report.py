@@ -40,7 +40,8 @@ from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.records import Trace  # noqa: E402
 from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
-from validation_h200 import h200_section  # noqa: E402  (scripts/, beside this file)
+from md_table import pct, table  # noqa: E402  (scripts/, beside this file)
+from validation_h200 import h200_section  # noqa: E402
 from validation_small_ops import small_ops_section  # noqa: E402
 from validation_stack_tables import a6000_stacks, cpu_stacks  # noqa: E402
 from validation_vidur import vidur_section  # noqa: E402
@@ -76,18 +77,8 @@ def a40_machine() -> Machine:
     return machine_from_dict(raw, "a40 (validation_report.py, A40 data sheet)")
 
 
-def pct(x: float) -> str:
-    return f"{x:.1%}"
-
-
 def us(s: float) -> str:
     return f"{s * 1e6:,.1f}"
-
-
-def table(head: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def kind_table(before: Validation, after: Validation) -> str:

@@ -18,7 +18,7 @@ from hw_models.machine import Machine
 from sim.apps.trace.records import Trace
 from sim.apps.trace.stack_calibrate import StackCalibration, calibrate_stack
 from sim.apps.trace.validate import OpRow, Validation, mape, validate
-from validation_h200_stacks import _table   # scripts/, beside this file
+from md_table import pct as _pct, table as _table   # scripts/, beside this file
 
 LAYER = re.compile(r"^L(\d+)\.")
 
@@ -27,10 +27,6 @@ LAYER = re.compile(r"^L(\d+)\.")
 class Config:
     label: str
     validation: Validation
-
-
-def _pct(x: float) -> str:
-    return f"{x:.1%}"
 
 
 def layer_sums(ops: list[OpRow], whole_step: bool = False) -> dict[tuple[str, str, str], tuple[float, float]]:

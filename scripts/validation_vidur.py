@@ -21,14 +21,11 @@ from sim.apps.trace.parser import load_trace
 from sim.apps.trace.plots import scatter
 from sim.apps.trace.stack_calibrate import calibrate_stack
 from sim.apps.trace.validate import Validation, mape, validate
+from md_table import pct as _pct  # scripts/, beside this file
 
 FIT = "Llama-2-7b-hf"
 TEST = ("Llama-2-70b-hf", "CodeLlama-34b-Instruct-hf")
 STACK = "sarathi"
-
-
-def _pct(x: float) -> str:
-    return f"{x:.1%}"
 
 
 def _layer(v: Validation) -> tuple[float, float]:
