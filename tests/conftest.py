@@ -1,7 +1,9 @@
+import json
 import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared/validation beside the checkout; SIM_SHARED_VALIDATION points elsewhere (a git worktree).
@@ -15,3 +17,13 @@ def shared_validation() -> Path:
     if not SHARED_VALIDATION.is_dir():
         pytest.skip("../shared/validation is not present")
     return SHARED_VALIDATION
+
+
+def write_serving_file(folder: Path, base: dict, edit=None, name: str = "s.yaml") -> Path:
+    """`base` (a serving workload as data) written as YAML under `folder`, after `edit(serving section)`."""
+    raw = json.loads(json.dumps(base))   # a deep copy: `edit` mutates it
+    if edit:
+        edit(raw["serving"])
+    path = folder / name
+    path.write_text(yaml.safe_dump(raw))
+    return path

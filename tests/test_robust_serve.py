@@ -13,6 +13,7 @@ import yaml
 
 from sim.apps.cli import main
 from sim.apps.serve.spec import load_serve_file
+from tests.conftest import write_serving_file
 from tests.robust_helpers import TINY_WORKLOAD, refused
 from tests.test_robust_sweep import _threads
 from tests.test_sweep import make_spec
@@ -24,12 +25,7 @@ SERVE = dict(name="s", model="tinyllama-1.1b", serving=dict(
 
 
 def _serve_file(tmp_path, edit=None, name="s.yaml"):
-    raw = json.loads(json.dumps(SERVE))
-    if edit:
-        edit(raw["serving"])
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    return write_serving_file(tmp_path, SERVE, edit, name)
 
 
 def _trace(name, text):

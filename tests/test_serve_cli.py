@@ -4,9 +4,9 @@ import json
 
 import pandas as pd
 import pytest
-import yaml
 
 from sim.apps.cli import main
+from tests.conftest import write_serving_file
 
 BASE = dict(name="t", model="llama2-7b", flash_attention=True, serving=dict(
     arrivals=dict(process="poisson", rate=5, num_requests=30, seed=1),
@@ -15,12 +15,7 @@ BASE = dict(name="t", model="llama2-7b", flash_attention=True, serving=dict(
 
 
 def write(tmp_path, mutate=None, name="s.yaml"):
-    raw = json.loads(json.dumps(BASE))
-    if mutate:
-        mutate(raw["serving"])
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump(raw))
-    return p
+    return write_serving_file(tmp_path, BASE, mutate, name)
 
 
 def test_outputs(tmp_path):
