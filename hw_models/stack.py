@@ -115,7 +115,7 @@ class Stack(Strict):
     description: str = ""
     cite: str                                     # where the kernel structure comes from
     host_launch_s: Quantity = Field(ge=0)         # host cost per kernel launch
-    graphs: StrictBool = False                          # CUDA graphs replay the step: launches hidden
+    graphs: StrictBool = False                    # CUDA graphs replay the step: launches hidden
     floor_s: Quantity = Field(ge=0)               # device floor per kernel, unless an op gives its own
     ops: dict[str, KernelSpec] = {}               # by op kind
     names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind

@@ -52,7 +52,7 @@ class EngineHost:
 
 class StepOverhead(Strict):
     cite: str                                   # where the curve comes from
-    overlap: StrictBool                               # see the module doc
+    overlap: StrictBool                         # see the module doc
     seqs: list[int] = Field(min_length=2)       # sequences in the iteration, strictly increasing
     seconds: list[Quantity] = Field(min_length=2)   # host seconds per iteration at those counts
     tp_extra_s: Quantity = Field(default=0.0, ge=0)   # added when the instance spans > 1 device

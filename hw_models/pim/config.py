@@ -31,25 +31,25 @@ Placement = Literal["bank", "bank_pair", "bank_group", "buffer_die"]
 class PimConfig(Strict):
     tier: str = "hbm"                               # memory tier whose stacks carry PIM units
     stacks: StrictInt = Field(gt=0)
-    pseudo_channels_per_stack: StrictInt = Field(gt=0)    # PIM-enabled pseudo-channels per stack
+    pseudo_channels_per_stack: StrictInt = Field(gt=0)  # PIM-enabled pseudo-channels per stack
     banks_per_pseudo_channel: StrictInt = Field(gt=0)
     bank_groups_per_pseudo_channel: StrictInt = Field(default=4, gt=0)
     placement: Placement = "bank_pair"
     units_per_pseudo_channel: StrictInt = Field(gt=0)
-    simd_lanes: StrictInt = Field(gt=0)                   # MAC lanes per unit
+    simd_lanes: StrictInt = Field(gt=0)             # MAC lanes per unit
     clock_hz: Quantity = Field(gt=0)                # PIM unit clock: one column access per cycle
-    column_bytes: StrictInt = Field(gt=0)                 # bytes one column access delivers to a unit
+    column_bytes: StrictInt = Field(gt=0)           # bytes one column access delivers to a unit
     row_bytes: Quantity = Field(gt=0)               # DRAM row (page) per bank
     row_open_s: Quantity = Field(ge=0)              # tRP + tRCD: close one row, open the next
     formats: tuple[str, ...] = ("fp16",)            # formats the MAC lanes compute in
     mode_switch_s: Quantity = Field(ge=0)           # one transition host mode <-> PIM mode
-    dual_row_buffer: StrictBool = False                   # NeuPIMs: host and PIM accesses run concurrently
+    dual_row_buffer: StrictBool = False             # NeuPIMs: host and PIM accesses run concurrently
     partial_sums_per_output: StrictInt = Field(default=1, gt=0)  # values read back per output (lanes not reduced in-unit)
     softmax: Literal["host", "buffer_die"] = "host"  # where exp/max/sum run
-    activation_functions: StrictBool = False              # LUT activations in memory (GDDR6-AiM)
+    activation_functions: StrictBool = False        # LUT activations in memory (GDDR6-AiM)
     kv_placement: Literal["head", "request"] = "head"  # KV granule mapped to one stack
     energy_internal_j_per_byte: Quantity = Field(ge=0)  # bank -> PIM unit, no I/O (external: the tier's)
-    max_rows: StrictInt = Field(default=16, gt=0)         # skinny-GEMM limit: more input rows stay on the host
+    max_rows: StrictInt = Field(default=16, gt=0)   # skinny-GEMM limit: more input rows stay on the host
     # Decode sub-batch interleaving (NeuPIMs): the batch runs as this many independent op chains
     # so one chain's attention on PIM overlaps another's FC on the host. 1: one chain (serial).
     sub_batches: StrictInt = Field(default=1, gt=0)

@@ -37,7 +37,7 @@ class PEArrayConfig(Strict):
     cols: StrictInt = Field(gt=0)
     dataflow: Literal["ws", "os", "is"] = "ws"
     clock_hz: Quantity = Field(gt=0)
-    arrays: StrictInt = Field(default=1, gt=0)   # identical arrays (planes) sharing a GEMM's folds
+    arrays: StrictInt = Field(default=1, gt=0)  # identical arrays (planes) sharing a GEMM's folds
     format: str                            # the format whose peak rate (units.*.peak_flops_per_s) the arrays deliver
     # Per-format geometry (rows, cols, arrays) where the hardware documents one.
     # A format with neither a mode nor the array's own format runs on the native
@@ -67,7 +67,7 @@ class PEArrayConfig(Strict):
 
 
 class C2CLinks(Strict):
-    count: StrictInt = Field(gt=0)                       # links per chip
+    count: StrictInt = Field(gt=0)                 # links per chip
     bandwidth_bytes_per_s: Quantity = Field(gt=0)  # per link, per direction
     latency_s: Quantity = Field(default=0.0, ge=0)  # per hop
     # Links bonded between consecutive pipeline stages; None: count // 2 on a
@@ -80,14 +80,14 @@ class C2CLinks(Strict):
 
 
 class SpatialConfig(Strict):
-    chips: StrictInt | Literal["auto"] = "auto"    # auto: the fewest that hold the model
+    chips: StrictInt | Literal["auto"] = "auto"  # auto: the fewest that hold the model
     usable_fraction: float = Field(default=1.0, gt=0, le=1)  # of each chip's SRAM, for weights+KV+activations
     pe_array: PEArrayConfig
     links: C2CLinks
     topology: Literal["chain", "ring", "all_to_all"] = "ring"
     kv_cache: Literal["sram", "dram"] = "sram"
     dram_tier: str | None = None             # top-level memory tier attached to each chip (IPU Streaming Memory)
-    microbatch_size: StrictInt = Field(default=1, gt=0)        # sequences per decode micro-batch
+    microbatch_size: StrictInt = Field(default=1, gt=0)  # sequences per decode micro-batch
     prefill_chunk_tokens: StrictInt = Field(default=128, gt=0)  # prompt tokens per prefill micro-batch
     # True: the PE array multiplies narrow stored weights (<= 8-bit, per-tensor or
     # per-row scale) against wider activations in the activations' native mode,
