@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -67,9 +68,56 @@ def sweep_cases(subset: str | None) -> dict[str, dict]:
     return out
 
 
+# Serving cases: each serving file on the presets its header names, and the llama3-8b file under every
+# scheduler kind and stack (smaller streams keep the script quick). Surrogate step costs, as `sim serve`.
+SERVE_SCHEDULERS = ("static", "orca", "vllm", "vllm-v0", "sarathi")
+SERVE_STACKS = ("vllm", "trtllm")
+
+
+def _serve_case(path: Path, hw: str, overrides: dict) -> dict:
+    from sim.apps.serve.run import serve
+    from sim.apps.serve.spec import load_serve_file
+
+    try:
+        _, summary = serve(load_serve_file(path, overrides), load_machine(hw))
+    except SimError as e:
+        return {"error": str(e).splitlines()[0].replace(str(ROOT), "<root>")}
+    return {k: v for k, v in _flat(summary).items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def serve_cases(subset: str | None) -> dict[str, dict]:
+    out = {}
+    for path in sorted((ROOT / "workloads").glob("serve_*.yaml")):
+        if subset and subset not in path.stem:
+            continue
+        presets = sorted(set(re.findall(r"sim serve \S+ --hw (\w+)", path.read_text())))
+        for hw in presets:
+            out[f"serve:{path.stem}@{hw}"] = _serve_case(path, hw, {})
+    path = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
+    if subset and subset not in path.stem:
+        return out
+    small = {"serving.arrivals.num_requests": 200}
+    for kind in SERVE_SCHEDULERS:
+        sched = {"serving.scheduler": {"kind": kind, "batch_size": 16} if kind == "static"
+                 else {"kind": kind, "max_num_seqs": 64}}
+        out[f"serve:{path.stem}:{kind}@h100_sxm"] = _serve_case(path, "h100_sxm", {**small, **sched})
+    for stack in SERVE_STACKS:
+        out[f"serve:{path.stem}:stack={stack}@h100_sxm"] = _serve_case(path, "h100_sxm", {**small, "stack": stack})
+    return out
+
+
 def _file_of(case: str) -> str:
     """The workload or sweep file a case came from (`wl@hw`, `sweep:stem:i`)."""
-    return case.split(":")[1] if case.startswith("sweep:") else case.split("@")[0]
+    if case.startswith(("sweep:", "serve:")):
+        return case.split(":")[1].split("@")[0]
+    return case.split("@")[0]
 
 
 def differences(want: dict, got: dict, rel: float = 1e-9) -> list[str]:
@@ -97,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subset", help="only workloads and sweeps whose file name contains this")
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
-    got = {**workload_cases(a.subset), **sweep_cases(a.subset)}
+    got = {**workload_cases(a.subset), **sweep_cases(a.subset), **serve_cases(a.subset)}
     if a.out:
         a.out.write_text(json.dumps(got, indent=1, sort_keys=True))
         print(f"{len(got)} cases -> {a.out}")
