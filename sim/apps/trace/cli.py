@@ -51,11 +51,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
 
+    if args.format == "aic":
+        return _validate_aic(args)
+    if args.hw is None:
+        raise ConfigError("sim validate: --hw is required (a preset name or YAML file)")
     machine = _machine(args.hw, "validate")
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
-    v = validate(_load(args, args.traces), machine)
+    v = validate(_load(args, args.traces), machine, stack=_stack(args.stack))
     with transaction():  # both outputs or neither
         if args.json:
             write_json(args.json, v.to_json())
@@ -95,17 +99,57 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stack(spec: str | None) -> str | None:
+    """`--stack`, checked before any work (an unknown name is one line, exit 2)."""
+    if spec is not None:
+        from hw_models.stack import load_stack
+        load_stack(spec)
+    return spec
+
+
+def _validate_aic(args: argparse.Namespace) -> int:
+    from sim.apps.outputs import check_output, write_json
+    from sim.apps.trace.aic import HELD_OUT, gpu_sort_key, validate_tables
+
+    for flag in ("plot", "model", "tokens", "tp"):
+        if getattr(args, flag):
+            raise ConfigError(f"sim validate --format aic: --{flag} applies to traces, not to aiconfigurator tables")
+    if args.json:
+        check_output(args.json)
+    v = validate_tables([Path(p) for p in args.traces], args.hw, _stack(args.stack), args.limit)
+    if args.json:
+        write_json(args.json, v.to_json())
+    console = Console(markup=False)
+    by = v.mape_by_family()
+    for held, title in ((False, "in-sample GPUs"), (True, "held-out GPUs (report only: never fitted on)")):
+        keys = sorted((k for k in by if (k[0] in HELD_OUT) == held), key=lambda k: (gpu_sort_key(k[0]), k[1]))
+        if not keys:
+            continue
+        t = Table(title=f"aiconfigurator per-op MAPE, {title}")
+        for col in ("GPU", "family", "rows", "MAPE", "stack"):
+            t.add_column(col, justify="right" if col in ("rows", "MAPE") else "left")
+        for gpu, fam in keys:
+            n, m = by[gpu, fam]
+            stacks = sorted({r.stack or "-" for r in v.rows if r.gpu == gpu and r.family == fam})
+            t.add_row(gpu, fam, str(n), f"{m:.1%}", ", ".join(stacks))
+        console.print(t)
+    for line in v.skipped:
+        console.print(f"not costed: {line}")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from sim.apps.outputs import check_output, write_json
     from sim.apps.trace.replay import replay
 
     machine = _machine(args.hw, "replay")
     source = _machine(args.source_hw, "replay") if args.source_hw else None
+    stack = _stack(args.stack)
     if args.json:
         check_output(args.json)
     console = Console(markup=False)
     for trace in _load(args, [args.traces]):
-        r = replay(trace, machine, source)
+        r = replay(trace, machine, source, stack=stack)
         if args.json:
             write_json(args.json, r.to_json())
         _print_replay(console, trace, r, args.all)
@@ -189,9 +233,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    v = sub.add_parser("validate", help="compare measured traces with the simulator op by op")
+    v = sub.add_parser("validate", help="compare measured traces (or aiconfigurator op tables) with the simulator "
+                                        "op by op")
     _add_trace_args(v)
-    v.add_argument("--hw", required=True, help="hardware preset name or YAML file")
+    v.add_argument("--hw", help="hardware preset name or YAML file (--format aic: default the preset of the GPU "
+                                "the table's file name says)")
+    v.add_argument("--format", choices=("trace", "aic"), default="trace",
+                   help="aic: the arguments are NVIDIA aiconfigurator per-op tables (shared/validation/aic "
+                        "<table>_<gpu>.csv.gz); MAPE per op family per GPU, held-out GPUs apart")
+    v.add_argument("--stack", help="software stack the measured runs used (hw_models/stacks; --format aic: "
+                                   "default each row's engine's stack)")
+    v.add_argument("--limit", type=int, metavar="N", help="--format aic: at most N rows per table, evenly spread")
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
     v.add_argument("--plot", metavar="P", help="write a log-log scatter of simulated vs measured (PNG)")
     v.add_argument("--all", action="store_true", help="print every row")
@@ -203,6 +255,7 @@ def register(sub) -> None:
     r.add_argument("--source-hw", metavar="PRESET",
                    help="the machine the trace was measured on, for scaled mode (default: the preset whose name "
                         "the trace's device name holds, e.g. h200 for 'NVIDIA H200')")
+    r.add_argument("--stack", help="software stack to run the rebuilt steps under (hw_models/stacks)")
     r.add_argument("--json", metavar="PATH")
     r.add_argument("--all", action="store_true", help="print every row")
     r.set_defaults(func=cmd_replay)
