@@ -202,15 +202,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     base = load_machine(args.hw)
     check_output(args.output)  # before the fit, not after it
+    if (args.report or args.force) and not args.held_out:
+        raise ConfigError("--report and --force compare with --held-out traces: give some")
     name = args.name or Path(args.output).stem
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
     cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces)
     console = Console(markup=False)
-    if args.held_out:   # refuses (ConfigError) before anything is written
-        h = held_out(_load(args, args.held_out), base, cal.machine, args.stack)
+    if args.held_out:   # refuses (ConfigError) before anything is written, unless --report / --force
+        h = held_out(_load(args, args.held_out), base, cal.machine, args.stack, refuse=not (args.report or args.force))
+        if args.report:
+            console.print(f"{h.line()}: {'worse: sim calibrate would refuse it' if h.worse else 'not worse'}; "
+                          "--report writes nothing")
+            return 0
         note += f"\nHeld out ({len(args.held_out)} traces, {h.n_ops} ops): per-op MAPE {h.before:.1%} -> {h.after:.1%}"
+        if h.worse:   # --force: written anyway, and the preset says so
+            note += " (WORSE on the held-out traces: written with --force)"
         console.print(note.splitlines()[-1])
     else:
         console.print("no --held-out traces: the calibrated preset's error on unseen data is not checked")
@@ -273,4 +281,8 @@ def register(sub) -> None:
                         "cannot tell a kind's curve from its shape")
     c.add_argument("--held-out", nargs="+", metavar="TRACE", default=[],
                    help="traces not fitted: refuse (exit 2) to write a preset whose per-op MAPE on them is worse")
+    c.add_argument("--report", action="store_true",
+                   help="with --held-out: print the held-out MAPE before and after the fit and write nothing")
+    c.add_argument("--force", action="store_true",
+                   help="with --held-out: write the preset even when the held-out MAPE is worse (its header says so)")
     c.set_defaults(func=cmd_calibrate)
