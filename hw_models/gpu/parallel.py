@@ -57,7 +57,7 @@ class ParallelPlan(Strict):
     ep: StrictInt = Field(default=1, gt=0)
     micro_batches: StrictInt = Field(default=1, gt=0)
     topology: str | None = None
-    algorithm: Literal["ring", "tree"] = "ring"
+    algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom"] = "ring"   # network.collectives
     source: str = Field(default="", exclude=True)
 
     @property

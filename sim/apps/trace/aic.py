@@ -19,7 +19,10 @@ What each row's measured call contains, and what it is compared with:
 * gen_attn / ctx_attn: TensorRT-LLM's call is the whole attention op (RoPE, KV-cache write and
   the kernel): against sim's attention + rope + kv_append; vLLM's and SGLang's forward write the
   cache but apply no RoPE: attention + kv_append;
-* comm: nccl-tests' out-of-place time, against the collective on the GPU's node topology.
+* comm: nccl-tests' out-of-place time, against the collective on the GPU's node topology with the
+  algorithm the source runs (NCCL's fitted protocols, or the engine's custom all-reduce; the
+  stack column of the table shows it). The vLLM / SGLang `_eager` rows are left out: the
+  engines replay graphs.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "vllm"}
 GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_e4m3", "nvfp4": "nvfp4",
                "int4_wo": "int4", "int8_wo": "int8", "sq": "int8"}
 KV_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
+# The collective algorithm each measured source runs (hw_models.network.collectives); SGLang's custom
+# all-reduce is vLLM's kernel (sgl-kernel allreduce, adapted from vLLM's custom_all_reduce.cuh).
+COMM_ALGORITHM = {"nccl": "nccl", "trtllm_custom_ar": "trtllm_custom", "vllm_custom_ar": "vllm_custom",
+                  "sglang_custom_ar": "vllm_custom"}
 COMM_KIND = {"all_reduce": ALL_REDUCE, "all_gather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER,
              "alltoall": ALL_TO_ALL}
 US = 1e-6
@@ -198,8 +205,9 @@ def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation) -> None:
         # vLLM / SGLang custom all-reduce come as graph and eager pairs: the engines replay graphs.
         part = part[~part["kernel_source"].str.endswith("_eager")]
         for n, nbytes, lat in part[["num_gpus", "bytes", "latency_us"]].itertuples(index=False):
-            sim_s = collective_s(topo, kind, float(nbytes), int(n))
-            out.rows.append(Row(gpu, f"{op} {src}", src, None, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
+            algorithm = COMM_ALGORITHM.get(src, "ring")
+            sim_s = collective_s(topo, kind, float(nbytes), int(n), algorithm)
+            out.rows.append(Row(gpu, f"{op} {src}", src, algorithm, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
 
 
 def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None = None,
