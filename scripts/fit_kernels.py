@@ -7,6 +7,11 @@ Blackwell datacenter tables, aic/README.md) and writes the fitted files:
 * hw_models/network/engine_collectives.yaml: per node topology (H100 -> dgx_h100, A100 ->
   dgx_a100) and group size, NCCL's two protocol lines per collective and each engine's
   one-shot / two-shot custom all-reduce line (hw_models.network.engine_collectives).
+* hw_models/attention_kernels.yaml: per attention kernel family, the decode figures per KV
+  format (fixed, per-CTA, KV stream efficiency) and the prefill efficiency curve over the
+  sequence length (hw_models.attention_kernels), on the H100, A100 and RTX PRO 6000 tables
+  (L40S has no sim preset). The target is the measured call less what sim charges for the
+  other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
 
 Every line is fitted by least squares on the relative error (each point weighted by
 1 / measured), so small and large messages count alike. NCCL's two lines: for each split
@@ -21,6 +26,7 @@ the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
 from __future__ import annotations
 
 import argparse
+from functools import cache
 import os
 import sys
 from pathlib import Path
@@ -145,6 +151,135 @@ def fit_all() -> str:
     return render({node: fit_node(gpu) for gpu, node in IN_SAMPLE.items()})
 
 
+# Attention families: which rows of the tables each is fitted on, and the engines' source naming the kernel.
+ATTENTION = {
+    "trtllm_attention": dict(
+        framework="trtllm", kernel=None, stack="trtllm",
+        description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused",
+        cite="TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: "
+             "XQA decode kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
+             "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)"),
+    "flash_attn": dict(
+        framework="vllm", kernel="flash_attn", stack="vllm",
+        description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
+        cite="vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl.forward -> vllm_flash_attn "
+             "flash_attn_varlen_func; fa_utils.get_flash_attn_version: FA3 on SM 9.0, else FA2)"),
+}
+ATTN_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
+KV_FMT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
+BIG_KV_BYTES = 256e6      # larger than the in-sample GPUs' L2 (A100 40 MB, H100 50 MB, RTX PRO 6000 128 MB)
+
+
+@cache
+def _gpu_figures(preset: str) -> tuple[int, float, float]:
+    """(SMs, streaming bandwidth = bandwidth x memory_max, bf16 peak) of a preset."""
+    from hw_models.compute_path import native_rates
+    from hw_models.machine import load_machine
+    m = load_machine(preset)
+    u = m.units[m.main_unit]
+    return (u.efficiency.parallel_units, m.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.memory_max,
+            native_rates(u)["bf16"])
+
+
+def _attention_table(name: str, table: str) -> list[tuple]:
+    """(preset, row, [(op, sim seconds)]) for the family's rows of every in-sample GPU's table."""
+    from sim.apps.trace.aic import attention_ops
+    spec = ATTENTION[name]
+    out = []
+    for gpu, preset in ATTN_GPUS.items():
+        df = pd.read_csv(SHARED / f"{table}_{gpu}.csv.gz")
+        df = df[df["framework"] == spec["framework"]]
+        if spec["kernel"]:
+            df = df[df["kernel_source"].str.contains(spec["kernel"])]
+        decode = table == "gen_attn"
+        for r in df.itertuples(index=False):
+            q_len, kv_len = (1, int(r.step) + 1) if decode else (int(r.isl), int(r.isl))
+            ops = attention_ops(preset, spec["stack"], spec["framework"], "decode" if decode else "prefill",
+                                int(r.batch), q_len, kv_len, int(r.heads), int(r.kv_heads), int(r.head_dim),
+                                KV_FMT[r.kv_dtype])
+            out.append((preset, r, ops))
+    return out
+
+
+def _weighted_nnls(X: np.ndarray, t: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Coefficients c >= 0 minimizing sum(((others + X c) - t) / t)^2."""
+    from scipy.optimize import nnls
+    c, _ = nnls(X / t[:, None], (t - others) / t)
+    return c
+
+
+def fit_decode(name: str) -> dict:
+    rows = _attention_table(name, "gen_attn")
+    out = {}
+    for kv in ("bfloat16", "fp8"):
+        sel = [(p, r, ops) for p, r, ops in rows if r.kv_dtype == kv]
+        if len(sel) < 10:
+            continue
+        X, t, others = [], [], []
+        for preset, r, ops in sel:
+            sms, bw, _ = _gpu_figures(preset)
+            kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
+            X.append([1.0, r.batch * r.kv_heads / sms, kv_bytes / bw])
+            t.append(r.latency_us * 1e-6)
+            others.append(sum(sec for _, sec in ops[1:]))
+        X, t, others = np.array(X), np.array(t), np.array(others)
+        # Stage 1: the stream efficiency on caches too large for any in-sample GPU's L2 (>= 256 MB: a
+        # replayed graph re-reads a small cache from L2), at most 1 (the KV cannot stream faster than
+        # DRAM); stage 2: the fixed and per-CTA costs on every row with that efficiency.
+        big = X[:, 2] * np.array([_gpu_figures(p)[1] for p, _, _ in sel]) >= BIG_KV_BYTES
+        inv_eff = max(_weighted_nnls(X[big], t[big], others[big])[2], 1.0)
+        fixed, cta = _weighted_nnls(X[:, :2], t, others + X[:, 2] * inv_eff)
+        eff = 1.0 / inv_eff
+        pred = others + X @ np.array([fixed, cta, inv_eff])
+        out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "cta_s": _sig(cta), "kv_stream_efficiency": _sig(eff),
+                           "rows": len(t), "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
+    return out
+
+
+def fit_prefill(name: str) -> dict | None:
+    rows = [(p, r, ops) for p, r, ops in _attention_table(name, "ctx_attn")
+            if r.kv_dtype == "bfloat16" and r.attn_dtype == "bfloat16"]
+    if len(rows) < 10:
+        return None
+    lens = sorted({int(r.isl) for _, r, _ in rows})
+    col = {q: i + 1 for i, q in enumerate(lens)}
+    X, t, others = np.zeros((len(rows), len(lens) + 1)), [], []
+    for i, (preset, r, ops) in enumerate(rows):
+        X[i, 0] = 1.0
+        X[i, col[int(r.isl)]] = ops[0][0].flops / _gpu_figures(preset)[2]
+        t.append(r.latency_us * 1e-6)
+        others.append(sum(sec for _, sec in ops[1:]))
+    t, others = np.array(t), np.array(others)
+    c = _weighted_nnls(X, t, others)
+    fracs = np.minimum(1.0, 1.0 / np.maximum(c[1:], 1e-9))
+    fracs = np.maximum.accumulate(fracs)    # never lower with a longer sequence (hw_models.attention_kernels)
+    points = [[q, _sig(f)] for q, f in zip(lens, fracs)]
+    pred = others + c[0] + np.array([X[i, col[int(r.isl)]] / points[col[int(r.isl)] - 1][1]
+                                     for i, (_, r, _) in enumerate(rows)])
+    return {"fixed_s": _sig(c[0]), "rate_points": points, "rows": len(t),
+            "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
+
+
+def render_attention() -> str:
+    lines = ["# Generated by scripts/fit_kernels.py from aiconfigurator's measured attention tables of the in-sample",
+             "# GPUs (shared/validation/aic gen_attn / ctx_attn: H100, A100, RTX PRO 6000; H200 / Blackwell held out).",
+             "# Do not edit: rerun the script. hw_models/attention_kernels.py says how each figure is used.",
+             "families:"]
+    for name, spec in ATTENTION.items():
+        lines += [f"  {name}:", f"    description: {spec['description']}", f"    cite: >-",
+                  f"      {spec['cite']}", "    decode:"]
+        for fmt, d in fit_decode(name).items():
+            lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, cta_s: {d['cta_s']:.3g}, "
+                         f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, rows: {d['rows']}, "
+                         f"fit_mape: {d['fit_mape']}}}")
+        pf = fit_prefill(name)
+        if pf:
+            pts = ", ".join(f"[{q}, {f:.3g}]" for q, f in pf["rate_points"])
+            lines += ["    prefill:", f"      fixed_s: {pf['fixed_s']:.3g}", f"      rate_points: [{pts}]",
+                      f"      rows: {pf['rows']}", f"      fit_mape: {pf['fit_mape']}"]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="rewrite the shipped YAML")
@@ -153,19 +288,21 @@ def main() -> int:
     if not (SHARED / "comm_h100.csv.gz").is_file():
         print(f"{SHARED} not found: nothing to fit")
         return 0
-    text = fit_all()
+    from hw_models.attention_kernels import KERNELS_FILE
+    outputs = {FITS_FILE: fit_all(), KERNELS_FILE: render_attention()}
     if args.check:
-        shipped = FITS_FILE.read_text() if FITS_FILE.is_file() else ""
-        if shipped != text:
-            print(f"{FITS_FILE} differs from scripts/fit_kernels.py's fit: rerun with --write")
-            return 1
-        print(f"{FITS_FILE}: as fitted")
-        return 0
-    if args.write:
-        FITS_FILE.write_text(text)
-        print(f"wrote {FITS_FILE}")
-    else:
-        print(text)
+        stale = [p for p, text in outputs.items() if not p.is_file() or p.read_text() != text]
+        for p in stale:
+            print(f"{p} differs from scripts/fit_kernels.py's fit: rerun with --write")
+        if not stale:
+            print("shipped fits are the script's output")
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        if args.write:
+            path.write_text(text)
+            print(f"wrote {path}")
+        else:
+            print(text)
     return 0
 
 

@@ -168,13 +168,21 @@ def _model(heads: int, kv_heads: int, head_dim: int):
     return load_model(_attention_model(heads, kv_heads, head_dim))
 
 
-def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
-                kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str) -> float:
-    """Simulated seconds of one engine attention call: its ops of one lowered layer."""
+def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int, kv_len: int,
+                  heads: int, kv_heads: int, head_dim: int, kv_fmt: str) -> list[tuple[Op, float]]:
+    """The ops of one lowered layer an engine's attention call covers, each with its simulated
+    seconds under `stack` (the attention op first)."""
     model = _model(heads, kv_heads, head_dim)
     graph = lower(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True, 1)
     mapper = _mapper(preset, stack)
-    return sum(mapper.cost(graph.op(name)).duration_s for name in ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT))
+    return [(graph.op(n), mapper.cost(graph.op(n)).duration_s) for n in ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT)]
+
+
+def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
+                kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str) -> float:
+    """Simulated seconds of one engine attention call: its ops of one lowered layer."""
+    return sum(s for _, s in attention_ops(preset, stack, engine, phase, batch, q_len, kv_len, heads, kv_heads,
+                                           head_dim, kv_fmt))
 
 
 def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: str | None,
