@@ -219,19 +219,22 @@ def fit_decode(name: str) -> dict:
         for preset, r, ops in sel:
             sms, bw, _ = _gpu_figures(preset)
             kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
-            X.append([1.0, r.batch * r.kv_heads / sms, kv_bytes / bw])
+            ctas = r.batch * r.kv_heads / sms
+            mha = r.heads == r.kv_heads
+            X.append([1.0, 0.0 if mha else ctas, ctas if mha else 0.0, kv_bytes / bw])
             t.append(r.latency_us * 1e-6)
             others.append(sum(sec for _, sec in ops[1:]))
         X, t, others = np.array(X), np.array(t), np.array(others)
         # Stage 1: the stream efficiency on caches too large for any in-sample GPU's L2 (>= 256 MB: a
         # replayed graph re-reads a small cache from L2), at most 1 (the KV cannot stream faster than
         # DRAM); stage 2: the fixed and per-CTA costs on every row with that efficiency.
-        big = X[:, 2] * np.array([_gpu_figures(p)[1] for p, _, _ in sel]) >= BIG_KV_BYTES
-        inv_eff = max(_weighted_nnls(X[big], t[big], others[big])[2], 1.0)
-        fixed, cta = _weighted_nnls(X[:, :2], t, others + X[:, 2] * inv_eff)
+        big = X[:, 3] * np.array([_gpu_figures(p)[1] for p, _, _ in sel]) >= BIG_KV_BYTES
+        inv_eff = max(_weighted_nnls(X[big], t[big], others[big])[3], 1.0)
+        fixed, cta, mha_cta = _weighted_nnls(X[:, :3], t, others + X[:, 3] * inv_eff)
         eff = 1.0 / inv_eff
-        pred = others + X @ np.array([fixed, cta, inv_eff])
-        out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "cta_s": _sig(cta), "kv_stream_efficiency": _sig(eff),
+        pred = others + X @ np.array([fixed, cta, mha_cta, inv_eff])
+        out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "cta_s": _sig(cta), "mha_cta_s": _sig(mha_cta),
+                           "kv_stream_efficiency": _sig(eff),
                            "rows": len(t), "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
     return out
 
@@ -270,6 +273,7 @@ def render_attention() -> str:
                   f"      {spec['cite']}", "    decode:"]
         for fmt, d in fit_decode(name).items():
             lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, cta_s: {d['cta_s']:.3g}, "
+                         f"mha_cta_s: {d['mha_cta_s']:.3g}, "
                          f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, rows: {d['rows']}, "
                          f"fit_mape: {d['fit_mape']}}}")
         pf = fit_prefill(name)
