@@ -5,7 +5,7 @@ Reads shared/validation/aic (H100, A100, RTX PRO 6000, L40S; never the held-out 
 Blackwell datacenter tables, aic/README.md) and writes the fitted files:
 
 * hw_models/network/engine_collectives.yaml: per node topology (H100 -> dgx_h100, A100 ->
-  dgx_a100) and group size, NCCL's two protocol lines per collective and each engine's
+  dgx_a100, RTX PRO 6000 -> rtx_pro_6000_x8_pcie) and group size, NCCL's two protocol lines per collective and each engine's
   one-shot / two-shot custom all-reduce line (hw_models.network.engine_collectives).
 * hw_models/attention_kernels.yaml: per attention kernel family, the decode figures per KV
   format (fixed, per-CTA, KV stream efficiency) and the prefill efficiency curve over the
@@ -38,10 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.network.collectives import ALL_REDUCE, alpha_beta  # noqa: E402
-from hw_models.network.engine_collectives import FITS_FILE, ONE_SHOT, custom_kernel  # noqa: E402
+from hw_models.network.engine_collectives import FITS_FILE, ONE_SHOT, custom_allowed, custom_kernel  # noqa: E402
+from hw_models.network.topology import load_topology  # noqa: E402
 
 SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation")) / "aic"
-IN_SAMPLE = {"h100": "dgx_h100", "a100": "dgx_a100"}     # GPUs with comm tables and a node preset
+IN_SAMPLE = {"h100": "dgx_h100", "a100": "dgx_a100", "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}   # comm table + node
 COMM_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
              "alltoall": "all_to_all"}
 ENGINES = {"trtllm_custom_ar": "trtllm", "vllm_custom_ar": "vllm"}
@@ -96,6 +97,7 @@ def fit_node(gpu: str) -> dict:
             steps, factor = alpha_beta(kind, "ring", int(n))
             out["nccl"].setdefault(kind, {})[int(n)] = nccl_lines(med.index.to_numpy(float),
                                                                  med.to_numpy() * 1e-6, steps, factor)
+    topo = load_topology(IN_SAMPLE[gpu])
     for src, engine in ENGINES.items():
         rows = df[(df["source"] == src) & (df["op"] == "all_reduce")]
         if rows.empty:
@@ -103,6 +105,8 @@ def fit_node(gpu: str) -> dict:
         latest = rows[rows["version"] == _latest(rows["version"])]
         for n, part in sorted(latest.groupby("num_gpus")):
             n = int(n)
+            if not custom_allowed(engine, topo, n):   # the engine hands every message to NCCL here
+                continue
             med = part.groupby("bytes")["latency_us"].median()
             kernels = {}
             for kernel in sorted({custom_kernel(engine, b, n) for b in med.index} - {None}):

@@ -23,7 +23,7 @@ each falls back to the ring where the topology has no such fit.
 
 from __future__ import annotations
 
-from hw_models.network.engine_collectives import custom_all_reduce_s, nccl_s
+from hw_models.network.engine_collectives import custom_all_reduce_s, custom_allowed, nccl_s
 from hw_models.network.topology import Topology, log2_steps
 from sim.core.errors import ConfigError
 
@@ -63,7 +63,7 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown collective algorithm {algorithm!r}; algorithms: {', '.join(ALGORITHMS)}")
     in_node = 1 < ranks <= topo.devices_per_node and kind != SEND_RECV
-    if in_node and algorithm in CUSTOM and kind == ALL_REDUCE:
+    if in_node and algorithm in CUSTOM and kind == ALL_REDUCE and custom_allowed(CUSTOM[algorithm], topo, ranks):
         custom = custom_all_reduce_s(topo.name, CUSTOM[algorithm], nbytes, ranks)
         if custom is not None:
             return custom

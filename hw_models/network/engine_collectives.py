@@ -100,6 +100,16 @@ def custom_kernel(engine: str, nbytes: float, ranks: int) -> str | None:
     raise ConfigError(f"unknown custom all-reduce {engine!r}; engines: trtllm, vllm")
 
 
+def custom_allowed(engine: str, topo, ranks: int) -> bool:
+    """Whether the engine runs its custom all-reduce on this node at all: both need peer access over
+    NVLink. TensorRT-LLM's AUTO strategy returns NCCL without NVLink (allreduceOp.cpp:
+    `if (isAuto && !mIsNVLINKSupported) return NCCL`); vLLM disables it on more than two PCIe-only
+    GPUs (custom_all_reduce.py: full_nvlink required for world_size > 2)."""
+    if topo.interconnect.kind == "nvswitch":
+        return True
+    return engine == "vllm" and ranks == 2
+
+
 def custom_all_reduce_s(topology: str, engine: str, nbytes: float, ranks: int) -> float | None:
     """The engine's custom all-reduce time, None where it hands the message to NCCL or the
     topology has no fit for the engine at this group size."""

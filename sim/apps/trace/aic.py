@@ -50,7 +50,8 @@ from sim.core.workload import Workload
 TABLES = ("gemm_sglang", "gemm", "gen_attn", "ctx_attn", "comm")   # longest prefix first
 HELD_OUT = ("h200", "b200", "b300", "gb200")    # aic README: out-of-sample, report only
 PRESET = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000", "h200": "h200", "b200": "b200"}
-NODE = {"h100": "dgx_h100", "a100": "dgx_a100", "h200": "hgx_h200"}
+NODE = {"h100": "dgx_h100", "a100": "dgx_a100", "h200": "hgx_h200", "b200": "hgx_b200",
+        "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
 STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "vllm"}
 # The row's dtype -> the stored weight format sim lowers it with.
 GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_e4m3", "nvfp4": "nvfp4",
@@ -199,7 +200,7 @@ def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: 
             out.rows.append(Row(gpu, family, fw, st, lat * US, sim_s, f"b{b} q{q_len} kv{kv_len} h{h}/{kvh}"))
 
 
-def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation) -> None:
+def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation, baseline: bool = False) -> None:
     node = NODE.get(gpu)
     if node is None:
         out.skipped.append(f"{gpu} comm: no node preset for this GPU")
@@ -213,17 +214,19 @@ def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation) -> None:
         # vLLM / SGLang custom all-reduce come as graph and eager pairs: the engines replay graphs.
         part = part[~part["kernel_source"].str.endswith("_eager")]
         for n, nbytes, lat in part[["num_gpus", "bytes", "latency_us"]].itertuples(index=False):
-            algorithm = COMM_ALGORITHM.get(src, "ring")
+            algorithm = "ring" if baseline else COMM_ALGORITHM.get(src, "ring")
             sim_s = collective_s(topo, kind, float(nbytes), int(n), algorithm)
             out.rows.append(Row(gpu, f"{op} {src}", src, algorithm, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
 
 
 def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None = None,
-                    limit: int | None = None) -> AicValidation:
+                    limit: int | None = None, baseline: bool = False) -> AicValidation:
     """Cost every row of the aiconfigurator tables `paths` (module doc). `hw`: one preset for
     every table (default: the preset of the GPU the file name says); `stack`: one stack for
     every row (default: the row engine's); `limit`: at most this many rows per table, spread
-    evenly (a quick look; the figures of docs/validation.md use all rows)."""
+    evenly (a quick look; the figures of docs/validation.md use all rows). `baseline`: as sim
+    costed these ops before issue 28 (ring all-reduce on the topology's datasheet or vidur fit),
+    the "before" column of docs/validation.md."""
     out = AicValidation()
     for path in paths:
         table, gpu = table_of(path)
@@ -231,7 +234,7 @@ def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None 
         if limit is not None and len(df) > limit:
             df = df.iloc[:: math.ceil(len(df) / limit)]
         if table == "comm":
-            _comm_rows(df, gpu, out)
+            _comm_rows(df, gpu, out, baseline)
             continue
         preset = hw or PRESET.get(gpu)
         if preset is None:

@@ -1,0 +1,74 @@
+"""The aiconfigurator per-op section of docs/validation.md (called by scripts/validation_report.py).
+
+Every table of shared/validation/aic costed by `sim validate --format aic` (sim.apps.trace.aic):
+MAPE per op family per GPU, "before" (the stacks and collectives as they were before issue 28:
+no attention kernel family, the host launch on every graph-replayed kernel, ring all-reduce on
+the datasheet/vidur topology) and "after". The H100, A100 and RTX PRO 6000 tables are in
+sample (scripts/fit_kernels.py fits on them); H200 and Blackwell datacenter tables, where
+present, are held out and reported apart.
+
+    SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/validation_aic.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from md_table import pct, table  # noqa: E402  (scripts/, beside this file)
+from sim.apps.trace.aic import HELD_OUT, table_of, validate_tables  # noqa: E402
+
+TABLES = ("gemm", "gemm_sglang", "gen_attn", "ctx_attn", "comm")
+
+
+def _tables(shared: Path) -> list[Path]:
+    folder = shared / "aic"
+    return sorted(p for p in folder.glob("*.csv.gz") if table_of(p)[0] in TABLES) if folder.is_dir() else []
+
+
+def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:
+    paths = _tables(shared)
+    if not paths:
+        return "", {}
+    after = validate_tables(paths)
+    before = validate_tables(paths, baseline=True)
+    b, a = before.mape_by_family(), after.mape_by_family()
+    figures = {f"aic.{gpu}.{fam}.{k}": v[1] for k, by in (("before", b), ("after", a)) for (gpu, fam), v in by.items()}
+    parts = []
+    for held, title in ((False, "In sample (fitted on by scripts/fit_kernels.py)"),
+                        (True, "Held out (never fitted on: report only)")):
+        keys = [k for k in a if (k[0] in HELD_OUT) == held]
+        if not keys:
+            parts.append(f"### {title}\n\nNo such table in shared/validation/aic.\n")
+            continue
+        rows = [[gpu, fam, str(a[gpu, fam][0]), pct(b[gpu, fam][1]) if (gpu, fam) in b else "-",
+                 pct(a[gpu, fam][1])] for gpu, fam in keys]
+        parts.append(f"### {title}\n\n" + table_fn(["GPU", "family", "rows", "MAPE before", "MAPE after"], rows) + "\n")
+    skipped = "".join(f"- {line}\n" for line in dict.fromkeys(after.skipped))
+    text = f"""## aiconfigurator per-op tables (`sim validate --format aic`)
+
+{__doc__.split(chr(10) + chr(10), 1)[1].split(chr(10) + chr(10))[0].strip()}
+Reproduce: `sim validate --format aic ../shared/validation/aic/<table>_<gpu>.csv.gz` (each row under its engine's
+stack; `--stack NAME` for one stack on every row).
+
+{chr(10).join(parts)}
+Not costed:
+
+{skipped}"""
+    return text, figures
+
+
+def main() -> int:
+    shared = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+    text, _ = aic_section(shared)
+    print(text or f"{shared}/aic not found")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
