@@ -236,9 +236,9 @@ class Machine(Strict):
     memory: dict[str, Tier]
     units: dict[str, Unit]
     links: dict[str, Link] = {}
-    # Per software stack (hw_models/stacks), the kernel figures `sim calibrate --stack` fitted on this
+    # Per software stack (hw_models/stack/presets), the kernel figures `sim calibrate --stack` fitted on this
     # machine: {stack: {ops: {kind: {floor_s, memory_efficiency, prefill: {...}}}, names: {...}}}. They
-    # replace the stack file's where this machine runs that stack (hw_models.stack.stack_for checks them).
+    # replace the stack file's where this machine runs that stack (hw_models.stack.spec.stack_for checks them).
     stacks: dict[str, dict[str, Any]] = {}
     # Kind-specific sections (offload's `host`, `pim`, `spatial`: hw_models.kinds says
     # which kind owns which key), kept as given and validated by that kind when used.
