@@ -1,5 +1,5 @@
-"""Mapping a model onto a pipeline of spatial chips, and the static cost of
-every op slice on its chip.
+"""Partitioning a model across a pipeline of spatial chips (which chip holds which
+op slices), and the static cost of every op slice on its chip.
 
 The model is a stream of ops in graph order (embed, L0.attn_norm, ..., lm_head),
 each holding resident bytes: its weights and, when the KV cache lives in SRAM,
