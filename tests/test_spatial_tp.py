@@ -1,7 +1,8 @@
 """Tensor-parallel groups on the spatial kind (spatial.tensor_parallel;
 hw_models/network/sharding.py splits, hw_models/spatial/tp.py times the
-collectives): hand-derived decode latency on a toy, t = 1 is the pure pipeline exactly, the split rules come from structure, collectives and
-split GEMMs by hand on groq_lpu, and the t = 8 Llama-2-70B figure."""
+collectives): hand-derived decode latency on a toy, t = 1 is the pure pipeline
+exactly, the split rules come from structure, collectives and split GEMMs by hand
+on groq_lpu, and the t = 8 Llama-2-70B figure."""
 
 import copy
 from functools import lru_cache
