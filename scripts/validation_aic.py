@@ -22,13 +22,21 @@ if str(ROOT) not in sys.path:
 
 from md_table import pct, table  # noqa: E402  (scripts/, beside this file)
 from sim.apps.trace.aic import HELD_OUT, table_of, validate_tables  # noqa: E402
-
-TABLES = ("gemm", "gemm_sglang", "gen_attn", "ctx_attn", "comm")
-
+from sim.core.errors import ConfigError  # noqa: E402
 
 def _tables(shared: Path) -> list[Path]:
     folder = shared / "aic"
-    return sorted(p for p in folder.glob("*.csv.gz") if table_of(p)[0] in TABLES) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.csv.gz") if _is_table(p))   # not quant_*, llama_*, silicon_*
+
+
+def _is_table(path: Path) -> bool:
+    try:
+        table_of(path)
+        return True
+    except ConfigError:
+        return False
 
 
 def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:

@@ -1,11 +1,11 @@
-"""Attention kernel families (hw_models.attention_kernels): decode = fixed + per-CTA + KV stream,
+"""Attention kernel families (hw_models.stack.attention_kernels): decode = fixed + per-CTA + KV stream,
 prefill = fixed + FLOPs at a fraction of the bf16 peak that grows with the sequence length."""
 
 from __future__ import annotations
 
 import pytest
 
-from hw_models.attention_kernels import Decode, Prefill, attention_cost, attention_families
+from hw_models.stack.attention_kernels import Decode, Prefill, attention_cost, attention_families
 from hw_models.machine import load_machine
 from sim.core.errors import ConfigError
 from sim.core.lowering import FormatPolicy, lower

@@ -118,13 +118,20 @@ def read_table(path: Path) -> pd.DataFrame:
         raise ConfigError(f"{path}: cannot read as CSV: {exc}") from None
 
 
+# What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
+ISSUE28_FIELDS = {"attention": None, "graph_gap_s": None}
+
+
 @cache
-def _mapper(preset: str, stack: str | None):
+def _mapper(preset: str, stack: str | None, baseline: bool = False):
     """The preset's mapper under `stack`; only its per-op cost is used, so the model is a placeholder."""
     machine = load_machine(preset)
     if machine.kind != "gpu":
         raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --format aic costs GPU ops (a gpu preset)")
-    return mapper_for(machine, Workload(name="aic", model="llama3-8b", stack=stack), load_model("llama3-8b"))
+    mapper = mapper_for(machine, Workload(name="aic", model="llama3-8b", stack=stack), load_model("llama3-8b"))
+    if baseline and mapper.stack is not None:
+        mapper.stack = mapper.stack.model_copy(update=ISSUE28_FIELDS)
+    return mapper
 
 
 def gemm_op(m: int, n: int, k: int, weight_fmt: str, act_fmt: str = "bf16") -> Op:
@@ -136,7 +143,8 @@ def gemm_op(m: int, n: int, k: int, weight_fmt: str, act_fmt: str = "bf16") -> O
               (("m", m), ("n", n), ("k", k)), act_fmt, 0)
 
 
-def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: AicValidation) -> None:
+def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: AicValidation,
+               baseline: bool = False) -> None:
     for (fw, dtype), part in df.groupby(["framework", "dtype"], sort=True):
         fmt = GEMM_FORMAT.get(dtype)
         if fmt is None:
@@ -144,7 +152,7 @@ def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: 
             continue
         st = stack or STACK.get(fw)
         try:
-            mapper = _mapper(preset, st)
+            mapper = _mapper(preset, st, baseline)
             for m, n, k, lat in part[["m", "n", "k", "latency_us"]].itertuples(index=False):
                 sim_s = mapper.cost(gemm_op(int(m), int(n), int(k), fmt)).duration_s
                 out.rows.append(Row(gpu, f"gemm {dtype}", fw, st, lat * US, sim_s, f"{m}x{n}x{k}"))
@@ -170,24 +178,25 @@ def _model(heads: int, kv_heads: int, head_dim: int):
 
 
 def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int, kv_len: int,
-                  heads: int, kv_heads: int, head_dim: int, kv_fmt: str) -> list[tuple[Op, float]]:
+                  heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False
+                  ) -> list[tuple[Op, float]]:
     """The ops of one lowered layer an engine's attention call covers, each with its simulated
     seconds under `stack` (the attention op first)."""
     model = _model(heads, kv_heads, head_dim)
     graph = lower(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True, 1)
-    mapper = _mapper(preset, stack)
+    mapper = _mapper(preset, stack, baseline)
     return [(graph.op(n), mapper.cost(graph.op(n)).duration_s) for n in ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT)]
 
 
 def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
-                kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str) -> float:
+                kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False) -> float:
     """Simulated seconds of one engine attention call: its ops of one lowered layer."""
     return sum(s for _, s in attention_ops(preset, stack, engine, phase, batch, q_len, kv_len, heads, kv_heads,
-                                           head_dim, kv_fmt))
+                                           head_dim, kv_fmt, baseline))
 
 
 def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: str | None,
-                    out: AicValidation) -> None:
+                    out: AicValidation, baseline: bool = False) -> None:
     decode = table == "gen_attn"
     for (fw, kv), part in df.groupby(["framework", "kv_dtype"], sort=True):
         st = stack or STACK.get(fw)
@@ -196,7 +205,7 @@ def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: 
                                                   "latency_us"]].itertuples(index=False):
             q_len, kv_len = (1, int(step) + 1) if decode else (int(isl), int(isl))
             sim_s = attention_s(preset, st, fw, "decode" if decode else "prefill", int(b), q_len, kv_len,
-                                int(h), int(kvh), int(d), KV_FORMAT.get(kv, "bf16"))
+                                int(h), int(kvh), int(d), KV_FORMAT.get(kv, "bf16"), baseline)
             out.rows.append(Row(gpu, family, fw, st, lat * US, sim_s, f"b{b} q{q_len} kv{kv_len} h{h}/{kvh}"))
 
 
@@ -225,8 +234,9 @@ def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None 
     every table (default: the preset of the GPU the file name says); `stack`: one stack for
     every row (default: the row engine's); `limit`: at most this many rows per table, spread
     evenly (a quick look; the figures of docs/validation.md use all rows). `baseline`: as sim
-    costed these ops before issue 28 (ring all-reduce on the topology's datasheet or vidur fit),
-    the "before" column of docs/validation.md."""
+    costed these ops before issue 28 (ring all-reduce on the topology's datasheet or vidur fit, no
+    attention kernel family, the host launch on graph-replayed kernels), the "before" column of
+    docs/validation.md."""
     out = AicValidation()
     for path in paths:
         table, gpu = table_of(path)
@@ -241,9 +251,9 @@ def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None 
             out.skipped.append(f"{path.name}: no sim preset for {gpu} (give --hw)")
             continue
         if table.startswith("gemm"):
-            _gemm_rows(df, gpu, preset, stack, out)
+            _gemm_rows(df, gpu, preset, stack, out, baseline)
         else:
-            _attention_rows(df, table, gpu, preset, stack, out)
+            _attention_rows(df, table, gpu, preset, stack, out, baseline)
     if not out.rows:
         raise ConfigError("no aiconfigurator rows costed: " + "; ".join(out.skipped or ["the tables are empty"]))
     return out

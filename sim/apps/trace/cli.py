@@ -102,7 +102,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _stack(spec: str | None) -> str | None:
     """`--stack`, checked before any work (an unknown name is one line, exit 2)."""
     if spec is not None:
-        from hw_models.stack import load_stack
+        from hw_models.stack.spec import load_stack
         load_stack(spec)
     return spec
 

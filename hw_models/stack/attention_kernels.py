@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field, field_validator
 
-from hw_models.base import OpCost, bound_of
+from hw_models.op_cost import OpCost, bound_of
 from hw_models.compute_path import native_rates
 from hw_models.machine import Tier, Unit
 from sim.core import graph as g
