@@ -85,3 +85,36 @@ def test_shipped_fits_are_the_scripts_output(shared_validation):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_kernels.py"), "--check"], capture_output=True,
                        text=True, env={"SIM_SHARED_VALIDATION": str(shared_validation), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _tp_mapper(tmp_path, stack: str, algorithm: str | None = None):
+    from hw_models.machine import load_machine
+    from hw_models.registry import mapper_for
+    from sim.core.model import load_model
+    from sim.core.workload import workload_from_dict
+    parallel = {"tp": 4, "topology": "dgx_h100", **({"algorithm": algorithm} if algorithm else {})}
+    w = workload_from_dict(dict(name="t", model="llama2-70b", batch=8, prompt_len=512, gen_len=4, flash_attention=True,
+                                stack=stack, parallel=parallel), str(tmp_path / "t.yaml"))
+    return mapper_for(load_machine("h100_sxm"), w, load_model("llama2-70b"))
+
+
+def test_stack_selects_the_algorithm_and_the_plan_overrides_it(tmp_path):
+    """A stack's `all_reduce` is the TP group's algorithm unless `parallel.algorithm` names one; the
+    shipped trtllm stack names none (its comment: the held-out end-to-end check), so the ring runs."""
+    custom = tmp_path / "trtllm-custom.yaml"
+    custom.write_text("name: trtllm-custom\nbase: trtllm\nall_reduce: trtllm_custom\n")
+    assert _tp_mapper(tmp_path, "trtllm").algorithm == "ring"
+    assert _tp_mapper(tmp_path, str(custom)).algorithm == "trtllm_custom"
+    assert _tp_mapper(tmp_path, str(custom), "nccl").algorithm == "nccl"
+    ring = _tp_mapper(tmp_path, "trtllm").step("decode", 1, 513).time_s
+    fast = _tp_mapper(tmp_path, str(custom)).step("decode", 1, 513).time_s
+    assert fast < ring    # 80 layers x 2 all-reduces of 8 x 8192 x 2 B: one-shot ~3 us, ring ~17 us each
+
+
+def test_unknown_all_reduce_in_a_stack_is_refused(tmp_path):
+    from hw_models.stack.spec import load_stack
+    from sim.core.errors import ConfigError
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nbase: trtllm\nall_reduce: fastest\n")
+    with pytest.raises(ConfigError, match="unknown collective algorithm"):
+        load_stack(str(bad))

@@ -29,8 +29,8 @@ def test_small_slice_prints_families_per_gpu(shared_validation, tmp_path, capsys
     text = capsys.readouterr().out
     assert "in-sample GPUs" in text and "held-out" not in text   # no held-out table given
     fams = {r["family"] for r in json.loads(out.read_text())["mape_by_family"]}
-    assert {"gemm bfloat16", "decode attention kv bfloat16", "prefill attention kv bfloat16",
-            "all_reduce nccl"} <= fams
+    assert {"gemm bfloat16 [trtllm]", "gemm bfloat16 [vllm]", "decode attention kv bfloat16 [trtllm]",
+            "prefill attention kv bfloat16 [vllm]", "all_reduce nccl"} <= fams
     for r in json.loads(out.read_text())["mape_by_family"]:
         assert r["gpu"] == "h100" and not r["held_out"] and r["rows"] > 0 and r["mape"] >= 0
 

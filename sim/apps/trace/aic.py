@@ -155,7 +155,7 @@ def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: 
             mapper = _mapper(preset, st, baseline)
             for m, n, k, lat in part[["m", "n", "k", "latency_us"]].itertuples(index=False):
                 sim_s = mapper.cost(gemm_op(int(m), int(n), int(k), fmt)).duration_s
-                out.rows.append(Row(gpu, f"gemm {dtype}", fw, st, lat * US, sim_s, f"{m}x{n}x{k}"))
+                out.rows.append(Row(gpu, f"gemm {dtype} [{fw}]", fw, st, lat * US, sim_s, f"{m}x{n}x{k}"))
         except ConfigError as exc:   # e.g. a native-only family on a GPU without the format's rate
             out.skipped.append(f"{gpu} gemm {fw} {dtype} under {st}: {exc}")
 
@@ -200,7 +200,7 @@ def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: 
     decode = table == "gen_attn"
     for (fw, kv), part in df.groupby(["framework", "kv_dtype"], sort=True):
         st = stack or STACK.get(fw)
-        family = f"decode attention kv {kv}" if decode else f"prefill attention kv {kv}"
+        family = f"{'decode' if decode else 'prefill'} attention kv {kv} [{fw}]"
         for b, isl, step, h, kvh, d, lat in part[["batch", "isl", "step", "heads", "kv_heads", "head_dim",
                                                   "latency_us"]].itertuples(index=False):
             q_len, kv_len = (1, int(step) + 1) if decode else (int(isl), int(isl))
