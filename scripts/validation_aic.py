@@ -39,6 +39,28 @@ def _is_table(path: Path) -> bool:
         return False
 
 
+NOTES = """What moved, and what did not:
+
+* Collectives: NCCL as the faster of two fitted alpha-beta lines per group size (its small- and large-message
+  protocols), the engines' one-shot / two-shot custom all-reduce with the size thresholds of their source
+  (hw_models/network/engine_collectives.py). Fitted on these tables, so the per-op figures are in sample. The
+  stacks do not select the custom all-reduce by default: with it, the held-out LLM-Inference-Bench 70B TP4
+  end-to-end latency MAPE went 12.2% -> 22.7% (every row too fast; docs/parallelism.md), i.e. a TP step pays
+  more than the isolated nccl-tests / custom-kernel time. `parallel.algorithm: trtllm_custom` (or `vllm_custom`,
+  `nccl`) selects it per workload.
+* bf16 GEMM: graph-replayed kernels pay `graph_gap_s` (1.19 us, the pooled median; by GPU H100 0.93, A100 3.43,
+  RTX PRO 6000 -0.23 us: its 128 MB L2 keeps the small weights the collector replicated) instead of the preset's
+  3-4 us launch. H100 and RTX PRO 6000 improve; A100, whose graph-replayed small GEMMs cost ~3.4 us over the
+  roofline, gets worse: one figure per stack cannot serve both.
+* Decode attention: fixed + per-CTA + KV stream per family and KV format (hw_models/stack/attention_kernels.py),
+  fitted on each family's own engine rows (TensorRT-LLM's, vLLM's FlashAttention). SGLang rows run under the vllm
+  stack and its flash_attn figures; on RTX PRO 6000 SGLang and vLLM's FP8-KV decode run FlashInfer, which has no
+  family of its own here, and the 128 MB L2 holds caches up to ~100 MB across graph replays: that GPU's decode
+  rows get worse.
+* Not done (issue 28 items 2 and 4 in part): FP8 per-tensor / block-scaled, NVFP4 and weight-only GEMM families
+  are unchanged: a stack's quantized family costs those rows, so their before and after are equal."""
+
+
 def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:
     paths = _tables(shared)
     if not paths:
@@ -65,6 +87,8 @@ Reproduce: `sim validate --format aic ../shared/validation/aic/<table>_<gpu>.csv
 stack; `--stack NAME` for one stack on every row).
 
 {chr(10).join(parts)}
+{NOTES}
+
 Not costed:
 
 {skipped}"""
