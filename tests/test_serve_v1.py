@@ -18,7 +18,7 @@ def v1(blocks: int, budget: int, caching: bool = True, max_seqs: int = 256) -> V
 
 
 def step(s: VllmV1) -> list[tuple[int, int]]:
-    """One iteration: schedule, then what the engine does with it (sim.apps.serve.engine._apply):
+    """One iteration: schedule, then what the engine does with it (sim.apps.serve.simulator._apply):
     computed tokens advance, a request whose KV caught up emits a token, a finished one leaves."""
     batch = s.schedule(0.0, True)
     out = [(r.idx, q) for r, q in batch.entries] if batch else []
