@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
+import numpy as np
+import pandas as pd
 from pydantic import Field, StrictInt, model_validator
 
 from sim.apps.serve.disagg_spec import Disaggregated
@@ -41,10 +43,28 @@ class _Count(Strict):
             raise ValueError("give num_requests or duration_s")
         return self
 
+    @property
+    def gap_s(self) -> float:
+        """Seconds between arrivals (between bursts for a burst stream)."""
+        return 1.0 / self.rate
+
+    @property
+    def per_arrival(self) -> int:
+        """Requests arriving together."""
+        return 1
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Arrival times (s) of `n` requests, the first at 0."""
+        raise NotImplementedError
+
 
 class Poisson(_Count):
     process: Literal["poisson"]
     rate: Pos                    # requests per second
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        t = np.cumsum(rng.exponential(self.gap_s, n))
+        return t - t[0]
 
 
 class Gamma(_Count):
@@ -52,16 +72,35 @@ class Gamma(_Count):
     rate: Pos
     cv: CV                       # coefficient of variation of the gaps (1 = Poisson)
 
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        shape = 1.0 / self.cv ** 2   # gaps with mean 1/rate and the given coefficient of variation
+        t = np.cumsum(rng.gamma(shape, self.gap_s / shape, n))
+        return t - t[0]
+
 
 class Constant(_Count):
     process: Literal["constant"]
     rate: Pos
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.arange(n) * self.gap_s
 
 
 class Burst(_Count):
     process: Literal["burst"]
     size: PosInt                 # requests arriving together
     interval_s: Annotated[float, Field(ge=0)] = 0.0   # between bursts (0: one burst)
+
+    @property
+    def gap_s(self) -> float:
+        return self.interval_s
+
+    @property
+    def per_arrival(self) -> int:
+        return self.size
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return (np.arange(n) // self.size) * self.interval_s
 
 
 class TraceArrivals(Strict):
@@ -76,10 +115,18 @@ class _Clip(Strict):
     min: PosInt = 1
     max: PosInt = 1_000_000
 
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        """`n` lengths before rounding and clipping; `key` names the setting in errors, `base` the
+        folder relative paths start from."""
+        raise NotImplementedError
+
 
 class Fixed(_Clip):
     dist: Literal["fixed"]
     value: PosInt
+
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        return np.full(n, float(self.value))
 
 
 class Uniform(_Clip):
@@ -87,11 +134,19 @@ class Uniform(_Clip):
     low: PosInt
     high: PosInt
 
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        if self.high < self.low:
+            raise ConfigError(f"{key}.high: below low")
+        return rng.integers(self.low, self.high + 1, n).astype(float)
+
 
 class Normal(_Clip):
     dist: Literal["normal"]
     mean: Pos
     std: Annotated[float, Field(ge=0)]
+
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        return rng.normal(self.mean, self.std, n)
 
 
 class LogNormal(_Clip):
@@ -99,15 +154,43 @@ class LogNormal(_Clip):
     mean: Pos                    # of the lengths themselves, not of their logarithm
     cv: CV
 
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        sigma2 = np.log1p(self.cv ** 2)   # moments of the lengths -> parameters of their logarithm
+        return rng.lognormal(np.log(self.mean) - sigma2 / 2, np.sqrt(sigma2), n)
+
 
 class Zipf(_Clip):
     dist: Literal["zipf"]
     a: Annotated[float, Field(gt=1)]
 
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        return rng.zipf(self.a, n).astype(float)
+
 
 class Histogram(_Clip):
     dist: Literal["histogram"]
     path: str                    # CSV with columns length,count (relative to the serving file)
+
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        path = base / self.path
+        length, p = read_histogram(path, f"{key}.path: {path}")
+        return rng.choice(length, size=n, p=p / p.sum())
+
+
+def read_histogram(path: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The lengths and counts of a length,count CSV; `where` names it in errors."""
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}: {str(exc).splitlines()[0]}") from None
+    if not {"length", "count"} <= set(df.columns) or df.empty:
+        raise ConfigError(f"{where}: expected columns length,count and at least one row")
+    length, p = (pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in ("length", "count"))
+    if not (np.isfinite(length).all() and np.isfinite(p).all()):   # "abc", NaN, 1e400
+        raise ConfigError(f"{where}: length and count must be finite numbers")
+    if (length < 1).any() or (p < 0).any() or p.sum() <= 0:
+        raise ConfigError(f"{where}: lengths must be positive and counts non-negative, not all zero")
+    return length, p
 
 
 Length = Annotated[Union[Fixed, Uniform, Normal, LogNormal, Zipf, Histogram], Field(discriminator="dist")]
