@@ -17,7 +17,7 @@ n_d and per prefill size measured by exact runs as well. Queries outside the gri
 are costed exactly. tests/test_serve.py checks the surrogate against the exact
 path on TTFT and TPOT.
 
-The engine's host work per iteration (the stack's step_overhead, hw_models.step_overhead)
+The engine's host work per iteration (the stack's step_overhead, hw_models.stack.step_overhead)
 is not interpolated: the tables hold device costs (Mapper.iteration with device_only) and
 ExactCost.engine adds the host work of the iteration's sequence count to either path's
 device cost, as Mapper.with_engine does (a max() with the host time is not linear).
@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Protocol
 
-from hw_models.base import Mapper, OpCost
+from hw_models.base import Mapper
+from hw_models.op_cost import OpCost
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
-from hw_models.step_overhead import HOST
+from hw_models.stack.step_overhead import HOST
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
