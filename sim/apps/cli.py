@@ -23,7 +23,8 @@ from rich.text import Text
 from hw_models.machine import load_machine, preset_names, resolve_path
 from hw_models.registry import cli_registrars, mapper_for, simulate
 from sim.apps.checks import unused_settings
-from sim.apps.outputs import check_output, chrome_trace, transaction, write_json
+from sim.apps.chrome_trace import chrome_trace
+from sim.core.files import check_output, transaction, write_json
 from sim.apps.report import print_report
 from sim.apps.serve import cli as serve_cli
 from sim.apps.survey import cli as survey_cli

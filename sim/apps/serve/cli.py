@@ -29,7 +29,7 @@ def _slo(items: list[str] | None) -> dict[str, float]:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    from sim.apps.outputs import check_output
+    from sim.core.files import check_output
 
     for path in (args.json, args.requests, args.chrome_trace):
         if path:
@@ -83,7 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _write(args, res, summary, sweep=None) -> None:
     """All outputs after the run, every one or none: an interrupted run has written nothing."""
-    from sim.apps.outputs import transaction, write_json
+    from sim.core.files import transaction, write_json
     from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
     with transaction():
@@ -98,7 +98,7 @@ def _write(args, res, summary, sweep=None) -> None:
 
 
 def _capacity(args, file, machine, slo, console) -> int:
-    from sim.apps.outputs import transaction, write_json
+    from sim.core.files import transaction, write_json
     from sim.apps.serve.capacity import find_capacity
     from sim.apps.serve.output import plots
     from sim.apps.serve.report import print_capacity

@@ -46,7 +46,7 @@ def _load(args: argparse.Namespace, paths):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output, transaction, write_json
+    from sim.core.files import check_output, transaction, write_json
     from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
@@ -96,7 +96,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output, write_json
+    from sim.core.files import check_output, write_json
     from sim.apps.trace.replay import replay
 
     machine = _machine(args.hw, "replay")
@@ -152,7 +152,7 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output
+    from sim.core.files import check_output
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
