@@ -50,12 +50,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.report import print_report
     from sim.apps.serve.setup import prepare
     from sim.apps.serve.spec import load_serve_file
-    from sim.core.workload import parse_set
+    from sim.core.settings import split_settings
 
-    sets = parse_set(args.set)
-    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
-    file = load_serve_file(args.file, {k: v for k, v in sets.items() if not k.startswith("hw.")})
-    machine = load_machine(args.hw, hw_sets)
+    sets = split_settings(args.set)
+    file = load_serve_file(args.file, sets.workload)
+    machine = load_machine(args.hw, sets.hw)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
