@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from sim.core.errors import ConfigError, where
