@@ -80,3 +80,22 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"sim {__version__}"
+
+
+def test_validate_takes_hw_settings_and_quiet(tmp_path, capsys):
+    """`sim validate --set hw.…` reaches the machine: at half H200's memory bandwidth no op is
+    faster and the memory-bound ones are slower; -q leaves stdout empty."""
+    import json
+
+    trace = str(ROOT / "traces/h200/llama2-13b_L4_fp16_b8_p1024_d8_cuda.trace.json.gz")
+    base, slow = tmp_path / "base.json", tmp_path / "slow.json"
+    assert main(["validate", trace, "--hw", "h200", "-q", "--json", str(base)]) == 0
+    bw = load_machine("h200").memory[load_machine("h200").device_tier].bandwidth_bytes_per_s
+    assert main(["validate", trace, "--hw", "h200", "-q", "--json", str(slow),
+                 "--set", f"hw.memory.@device.bandwidth_bytes_per_s={bw / 2}"]) == 0
+    assert capsys.readouterr().out == ""
+    before = [r["simulated_s"] for r in json.loads(base.read_text())["ops"]]
+    after = [r["simulated_s"] for r in json.loads(slow.read_text())["ops"]]
+    assert len(before) == len(after) and all(a >= b * (1 - 1e-12) for b, a in zip(before, after))
+    assert sum(after) > 1.2 * sum(before)
+    assert main(["validate", trace, "--hw", "h200", "--set", "batch=4"]) == 2
