@@ -26,8 +26,10 @@ def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
 REPLAY_KINDS = ("gpu", "cpu", "pim")
 
 
-def _machine(spec: str, command: str):
-    machine = load_machine(spec)
+def _machine(spec: str, command: str, settings: list[str] | None = None):
+    from sim.core.settings import hw_only, split_settings
+
+    machine = load_machine(spec, hw_only(split_settings(settings), command))
     if machine.kind not in REPLAY_KINDS:
         raise ConfigError(f"--hw {spec}: kind {machine.kind!r}; sim {command} supports "
                           f"{', '.join(REPLAY_KINDS)} presets (offload and spatial schedule whole models only)")
@@ -46,7 +48,7 @@ def _load(args: argparse.Namespace, paths):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output, transaction, write_json
+    from sim.core.files import check_output, transaction, write_json
     from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
@@ -55,7 +57,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return _validate_aic(args)
     if args.hw is None:
         raise ConfigError("sim validate: --hw is required (a preset name or YAML file)")
-    machine = _machine(args.hw, "validate")
+    machine = _machine(args.hw, "validate", args.set)
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
@@ -65,6 +67,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             write_json(args.json, v.to_json())
         if args.plot:
             scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
+    if args.quiet:
+        return 0
     console = Console(markup=False)
     t = Table(title=f"measured vs simulated on {v.machine}")
     for col in ("step", "op", "kind", "measured", "simulated", "error"):
@@ -108,10 +112,10 @@ def _stack(spec: str | None) -> str | None:
 
 
 def _validate_aic(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output, write_json
+    from sim.core.files import check_output, write_json
     from sim.apps.trace.aic import HELD_OUT, gpu_sort_key, validate_tables
 
-    for flag in ("plot", "model", "tokens", "tp"):
+    for flag in ("plot", "model", "tokens", "tp", "set"):
         if getattr(args, flag):
             raise ConfigError(f"sim validate --format aic: --{flag} applies to traces, not to aiconfigurator tables")
     if args.json:
@@ -119,6 +123,8 @@ def _validate_aic(args: argparse.Namespace) -> int:
     v = validate_tables([Path(p) for p in args.traces], args.hw, _stack(args.stack), args.limit)
     if args.json:
         write_json(args.json, v.to_json())
+    if args.quiet:
+        return 0
     console = Console(markup=False)
     by = v.mape_by_family()
     for held, title in ((False, "in-sample GPUs"), (True, "held-out GPUs (report only: never fitted on)")):
@@ -139,10 +145,10 @@ def _validate_aic(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output, write_json
+    from sim.core.files import check_output, write_json
     from sim.apps.trace.replay import replay
 
-    machine = _machine(args.hw, "replay")
+    machine = _machine(args.hw, "replay", args.set)
     source = _machine(args.source_hw, "replay") if args.source_hw else None
     stack = _stack(args.stack)
     if args.json:
@@ -152,7 +158,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         r = replay(trace, machine, source, stack=stack)
         if args.json:
             write_json(args.json, r.to_json())
-        _print_replay(console, trace, r, args.all)
+        if not args.quiet:
+            _print_replay(console, trace, r, args.all)
     return 0
 
 
@@ -196,7 +203,7 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output
+    from sim.core.files import check_output
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
@@ -240,6 +247,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_hw_set_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", metavar="hw.KEY=VALUE",
+                   help="override a hardware field of --hw (hw.memory.@device.bandwidth_bytes_per_s=2e12)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no tables on stdout (with --json: the file only)")
+
+
 def register(sub) -> None:
     v = sub.add_parser("validate", help="compare measured traces (or aiconfigurator op tables) with the simulator "
                                         "op by op")
@@ -249,12 +262,13 @@ def register(sub) -> None:
     v.add_argument("--format", choices=("trace", "aic"), default="trace",
                    help="aic: the arguments are NVIDIA aiconfigurator per-op tables (shared/validation/aic "
                         "<table>_<gpu>.csv.gz); MAPE per op family per GPU, held-out GPUs apart")
-    v.add_argument("--stack", help="software stack the measured runs used (hw_models/stacks; --format aic: "
+    v.add_argument("--stack", help="software stack the measured runs used (hw_models/stack/presets; --format aic: "
                                    "default each row's engine's stack)")
     v.add_argument("--limit", type=int, metavar="N", help="--format aic: at most N rows per table, evenly spread")
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
     v.add_argument("--plot", metavar="P", help="write a log-log scatter of simulated vs measured (PNG)")
     v.add_argument("--all", action="store_true", help="print every row")
+    _add_hw_set_quiet(v)
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("replay", help="rebuild a traced run and simulate it on other hardware")
@@ -263,9 +277,10 @@ def register(sub) -> None:
     r.add_argument("--source-hw", metavar="PRESET",
                    help="the machine the trace was measured on, for scaled mode (default: the preset whose name "
                         "the trace's device name holds, e.g. h200 for 'NVIDIA H200')")
-    r.add_argument("--stack", help="software stack to run the rebuilt steps under (hw_models/stacks)")
+    r.add_argument("--stack", help="software stack to run the rebuilt steps under (hw_models/stack/presets)")
     r.add_argument("--json", metavar="PATH")
     r.add_argument("--all", action="store_true", help="print every row")
+    _add_hw_set_quiet(r)
     r.set_defaults(func=cmd_replay)
 
     c = sub.add_parser("calibrate", help="fit a preset's efficiency curves to measured traces")
