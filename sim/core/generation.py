@@ -38,15 +38,18 @@ from sim.core.workload import Workload, check_context
 DECODE_SAMPLES = 9
 
 
-def fold_layers(run: Callable[[int], StepResult], num_layers: int, fold: int, exhaustive: bool = False
-                ) -> StepResult:
-    """One step of `num_layers` identical layers from runs of `fold` and `fold + 1`
-    layers (`run(n)` simulates the step with its first n layers). Time, busy time,
-    energy and counters are all extensive in the layer count."""
-    if exhaustive or num_layers <= fold + 1:
+def fold_layers(run: Callable[[int], StepResult], num_layers: int, fold: int, exhaustive: bool = False,
+                period: int = 1) -> StepResult:
+    """One step of `num_layers` layers, repeating every `period` layers (1: all identical;
+    Gemma-2's local/global pair: 2), from runs of `fold` and `fold + period` layers
+    (`run(n)` simulates the step with its first n layers; `fold` is raised so whole
+    periods remain). Time, busy time, energy and counters are all extensive in the
+    layer count."""
+    fold += (num_layers - fold) % period
+    if exhaustive or num_layers <= fold + period:
         return run(num_layers)
-    a, b = run(fold), run(fold + 1)
-    k = num_layers - fold
+    a, b = run(fold), run(fold + period)
+    k = (num_layers - fold) // period
 
     def ext(x: dict[str, float], y: dict[str, float]) -> dict[str, float]:
         return {r: x.get(r, 0.0) + k * (y.get(r, 0.0) - x.get(r, 0.0)) for r in {**x, **y}}
