@@ -31,8 +31,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from sim.core.files import write_json
     from sim.core.workload import load_workload, parse_set
 
-    from rich.console import Console
-
+    from sim.core import tables
 
     sets = parse_set(args.set)
     hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
@@ -53,6 +52,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     result = search(mapper, mapper.spec, args.objective, cap)
     if args.json:
         write_json(args.json, result.summary())
-    Console(markup=False).print(result.table())
-    Console(markup=False).print(f"best: {result.best.policy.describe()}")
+    console = tables.console()
+    console.print(result.table())
+    console.print(f"best: {result.best.policy.describe()}")
     return 0

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -29,6 +28,7 @@ from sim.apps.serve import cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
+from sim.core import tables
 from sim.core.errors import ConfigError, SimError
 from sim.core.footprint import weight_bytes
 from sim.core.formats import get_format, known_formats
@@ -178,7 +178,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
                   r["bound"], fmt_time(r["roofline_s"]), fmt_time(r["simulated_s"]))
     t.add_row("total", "", "", f"{totals['flops']:.3g}", f"{totals['bytes']:.3g}", "", "",
               fmt_time(totals["roofline_s"]), fmt_time(totals["simulated_s"]), style="bold")
-    Console(markup=False).print(t)
+    tables.console().print(t)
     return 0
 
 
@@ -198,7 +198,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
         t.add_row(f"weights in {f}", f"{by_fmt[f]:,} bytes ({by_fmt[f] / 1e9:.2f} GB)")
     for f in fmts:
         t.add_row(f"KV cache per token in {f}", f"{kv[f]:,.0f} bytes")
-    Console(markup=False).print(t)
+    tables.console().print(t)
     return 0
 
 
@@ -215,7 +215,7 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
         rows.append((name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
                      f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
-    console = Console(markup=False)
+    console = tables.console()
     t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)",
               show_edge=False)
     cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
@@ -225,8 +225,9 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
     # In a narrow terminal the description gives way; rich would otherwise squeeze the
     # short columns to nothing. 3 characters of border and padding per column.
     room = console.width - sum(widths) - 3 * (len(cols) + 1) - 1
-    if room >= 10:
-        t.add_column("description", overflow="ellipsis", no_wrap=True, max_width=min(60, room))
+    if room >= 10:   # a pipe or a file has room for all of it
+        t.add_column("description", overflow="ellipsis", no_wrap=True,
+                     max_width=None if tables.full_width() else min(60, room))
     for r in rows:
         t.add_row(*r[: len(t.columns)])
     console.print(t)
@@ -281,7 +282,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
         t.add_row(r["format"], f"{r['bits_per_element']:.3f}",
                   {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
                   f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
-    Console(markup=False).print(t)
+    tables.console().print(t)
     return 0
 
 
@@ -352,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in (*_APPS, *cli_registrars()):
         register(sub)
+    tables.add_to_every_command(p)
     return p
 
 
@@ -370,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()  # imports every subcommand: Ctrl-C may land here
         args = parser.parse_args(argv)
         _check_empty_outputs(args)
-        return int(args.func(args) or 0)
+        tables.configure(args.format, args.width)
+        code = int(args.func(args) or 0)
+        tables.flush()
+        return code
     except SimError as exc:
         # One line whatever the input held: a value with a newline ("a\nb") is shown escaped.
         print("error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)

@@ -11,6 +11,7 @@ from hw_models.base import Section
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
 from hw_models.stack import load_stack
+from sim.core import tables
 from sim.core.results import RunResult, aggregate_by_name, group_name
 from sim.core.units import fmt_bytes, fmt_time
 
@@ -70,7 +71,7 @@ def _phase_energy(result: RunResult) -> str:
 
 
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
-    c = console or Console(markup=False)
+    c = console or tables.console()
     m = result.model
     c.print(_kv_table("Model", [
         ("name", m["name"]),

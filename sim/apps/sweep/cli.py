@@ -42,8 +42,7 @@ def _print_best(spec_path: str, out: str) -> None:
     from sim.apps.sweep.spec import load_spec
     from sim.apps.sweep.store import load_results
 
-    from rich.console import Console
-
+    from sim.core import tables
 
     spec = load_spec(spec_path)
     df = labelled(load_results(out))   # mapping-valued axes as short labels
@@ -53,7 +52,7 @@ def _print_best(spec_path: str, out: str) -> None:
     for i, m in enumerate(spec.metrics):   # a typo, or a run metric asked of serving points (tpot_s vs tpot_p90_s)
         if m not in ok.columns:
             print(f"warning: {spec_path}: metrics.{i}: {m!r} is not a column of the results; left out", file=sys.stderr)
-    Console(stderr=True, markup=False).print(best_table(spec, ok, len(df)))
+    tables.console(stderr=True).print(best_table(spec, ok, len(df)))
 
 
 def best_table(spec, ok, total: int):

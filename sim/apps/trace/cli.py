@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sim.core import tables
+
 from sim.core.errors import ConfigError
 from sim.core.units import fmt_time
 from hw_models.machine import load_machine
@@ -61,7 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             write_json(args.json, v.to_json())
         if args.plot:
             scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
-    console = Console(markup=False)
+    console = tables.console()
     t = Table(title=f"measured vs simulated on {v.machine}")
     for col in ("step", "op", "kind", "measured", "simulated", "error"):
         t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
@@ -103,7 +105,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     source = _machine(args.source_hw, "replay") if args.source_hw else None
     if args.json:
         check_output(args.json)
-    console = Console(markup=False)
+    console = tables.console()
     for trace in _load(args, [args.traces]):
         r = replay(trace, machine, source)
         if args.json:
@@ -163,7 +165,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--name {name!r}: must be one printable line")
     cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces)
-    console = Console(markup=False)
+    console = tables.console()
     if args.held_out:   # refuses (ConfigError) before anything is written
         h = held_out(_load(args, args.held_out), base, cal.machine, args.stack)
         note += f"\nHeld out ({len(args.held_out)} traces, {h.n_ops} ops): per-op MAPE {h.before:.1%} -> {h.after:.1%}"
