@@ -21,6 +21,7 @@ from rich.text import Text
 
 from hw_models.machine import load_machine, preset_names, resolve_path
 from hw_models.registry import cli_registrars, mapper_for, simulate
+from sim.apps import diff
 from sim.apps.checks import unused_settings
 from sim.apps.outputs import check_output, chrome_trace, transaction, write_json
 from sim.apps.report import print_report
@@ -39,7 +40,7 @@ from sim.core.schema import file_dict
 from sim.core.units import fmt_bytes, fmt_time
 from sim.core.workload import load_workload, parse_set
 
-_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register)
+_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register)
 
 
 def _load(args: argparse.Namespace):
