@@ -34,3 +34,4 @@ def test_diff_refuses_what_is_not_a_run(capsys, tmp_path):
     other.write_text(json.dumps({"throughput_tok_s": 1.0}))
     assert main(["diff", str(other), str(other)]) == 2
     assert "not a `sim run --json` result" in capsys.readouterr().err
+

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from hw_models.machine import load_machine, preset_names, resolve_path
 from hw_models.registry import cli_registrars, mapper_for, simulate
-from sim.apps import diff
+from sim.apps import diff, hw_cli
 from sim.apps.checks import unused_settings
 from sim.apps.outputs import check_output, chrome_trace, transaction, write_json
 from sim.apps.report import print_report
@@ -204,6 +204,8 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_list(args: argparse.Namespace) -> int:
+    if args.topologies:
+        return hw_cli.cmd_topologies()
     rows = []
     for name in preset_names():
         try:
@@ -346,7 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
     fp.set_defaults(func=cmd_formats)
 
     hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
-    hp.add_parser("list", help="list presets").set_defaults(func=cmd_hw_list)
+    hl = hp.add_parser("list", help="list presets")
+    hl.add_argument("--topologies", action="store_true", help="list the multi-device topology presets instead")
+    hl.set_defaults(func=cmd_hw_list)
+    hw_cli.register(hp)
     hs = hp.add_parser("show", help="show a preset, or draw a topology (dgx_a100, dgx_h100, ...)")
     hs.add_argument("name", help="preset name, hardware YAML file, or topology preset")
     hs.add_argument("--json", action="store_true", help="print the validated machine as JSON (default: the YAML text)")

@@ -1,0 +1,26 @@
+"""`sim hw check FILE` on the documented example preset (docs/presets.md), and `sim hw list --topologies`."""
+
+import json
+
+from sim.apps.cli import main
+from tests.conftest import ROOT
+
+
+def test_hw_check_example_preset_is_valid_and_cited(capsys):
+    assert main(["hw", "check", str(ROOT / "docs/examples/l40s.yaml"), "--strict", "--format", "json"]) == 0
+    rows = dict(json.loads(capsys.readouterr().out)["rows"])
+    assert rows["citations"] == "every figure has a comment" and rows["smoke run"].startswith("tinyllama")
+
+
+def test_hw_check_names_uncited_figures(capsys, tmp_path):
+    text = (ROOT / "docs/examples/l40s.yaml").read_text().replace("power_w: 350                      # datasheet max power",
+                                                                 "power_w: 350")
+    (tmp_path / "mine.yaml").write_text(text)
+    assert main(["hw", "check", str(tmp_path / "mine.yaml"), "--strict"]) == 1
+    assert "power_w (line" in capsys.readouterr().out
+
+
+def test_hw_list_topologies(capsys):
+    assert main(["hw", "list", "--topologies", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "dgx_h100,h100_sxm,1 x 8,nvswitch" in out
