@@ -75,6 +75,43 @@ def _row_lookup(row: dict, where: str):
     return look
 
 
+def _failed(df: "pd.DataFrame", p: Plot, where: str) -> "pd.DataFrame":
+    """The points that did not run (out of memory, an error), after the plot's `where`
+    filter: a plot marks them instead of leaving a silent gap."""
+    if "status" not in df.columns:
+        return df.iloc[0:0]
+    bad = df[df["status"] != "ok"]
+    if p.where and len(bad):
+        expr = compile_expr(p.where, f"{where}: where")
+        bad = bad[[bool(expr(_row_lookup(row, where))) for row in bad.to_dict("records")]]
+    return bad
+
+
+def failure_kinds(rows: "pd.DataFrame") -> str:
+    """"3 out of memory (CapacityError), 1 ConfigError": why the points failed, counted."""
+    kinds: dict[str, int] = {}
+    for err in rows.get("error", []):
+        name = str(err).split(":", 1)[0] if isinstance(err, str) and err else "error"
+        kinds[name] = kinds.get(name, 0) + 1
+    return ", ".join(f"{n} {'out of memory (CapacityError)' if k == 'CapacityError' else k}"
+                     for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
+def title_for(name: str, p: Plot, columns: list[str]) -> str:
+    """"sweep: TPOT vs batch", the kind's wording, and the `where` filter in the plot's own names."""
+    if p.kind == "heatmap":
+        head = f"{name}: {_label(p.metric)} over {_label(p.x)} and {_label(p.y)}"
+    else:
+        head = f"{name}: {_label(p.y)} vs {_label(p.x)}" + (" (Pareto front)" if p.kind == "pareto" else "")
+    if p.where:
+        where = p.where
+        for col in sorted(columns, key=len, reverse=True):   # longest first: workload.batch before batch
+            if isinstance(col, str) and "." in col and col in where:
+                where = where.replace(col, _label(col))
+        head += f"\nonly where {where}"
+    return head
+
+
 def _order(values: "pd.Series") -> list:
     """Numbers ascending; anything else (presets, formats) in the order the spec lists them."""
     uniq = list(dict.fromkeys(values))
@@ -92,15 +129,18 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     goal = p.goal or default_goal(p.y)
     cols = p.line_columns
     data = _ok(df, [p.x, p.y] + cols, f"plots: {p.kind} {p.y}", p)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    failed = _failed(df, p, f"plots: {p.kind} {p.y}")
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     groups = data.groupby(cols, sort=True) if cols else [((), data)]
-    # With two line columns, color follows the last and the line style the first, so
-    # e.g. PIM on/off at the same context length share a color.
+    # With two line columns, colour follows the last and the line style the first, so
+    # e.g. PIM on/off at the same context length share a colour; the legend explains both.
     styles = ["-", "--", ":", "-."]
-    first = sorted(data[cols[0]].unique(), key=str) if len(cols) > 1 else []
-    last = sorted(data[cols[-1]].unique(), key=str) if len(cols) > 1 else []
+    first = _order(data[cols[0]]) if len(cols) > 1 else []
+    last = _order(data[cols[-1]]) if len(cols) > 1 else []
     ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
     drawn: list[tuple] = []
+    colour_of: dict[tuple, str] = {}
+    twins = False
     for i, (values, g) in enumerate(groups):
         g = g.sort_values(p.x)
         values = values if isinstance(values, tuple) else (values,)
@@ -110,18 +150,62 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
             style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[first.index(values[0]) % 4])
         else:
             style = dict(color=f"C{i % 10}")
+        colour_of[values] = style["color"]
         x, y = _scaled(ax_x, g[p.x]), ax_y(g[p.y])
         twin = _twin(drawn, x, y)
         if twin is not None:  # dashed over the series it coincides with, so both stay visible
             style.update(linestyle=(0, (3, 3)), lw=2.2)
             lbl = f"{lbl} (dashed: within {100 * COINCIDENT_RTOL:g}% of {twin})"
-        ax.plot(x, y, marker="o" if twin is None else "x", ms=4 if twin is None else 7, label=lbl, **style)
+            twins = True
+        ax.plot(x, y, marker="o" if twin is None else "x", ms=4 if twin is None else 7,
+                label=lbl if len(cols) < 2 else None, **style)
         drawn.append((x, y, short))
     if len(data):
         b = data.loc[_best_index(data[p.y], goal)]
         ax.scatter(_scaled(ax_x, [b[p.x]]), ax_y([b[p.y]]),
                    label=f"best ({goal} {ax_y.name} = {ax_y.show(b[p.y])})", **_STAR)
-    return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label)
+    _mark_failed(ax, failed, p, cols, colour_of, ax_x)
+    if len(cols) > 1:
+        _two_way_legend(ax, cols, first, last, styles, twins)
+    return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, legend=len(cols) < 2)
+
+
+def _mark_failed(ax, failed: "pd.DataFrame", p: Plot, cols: list[str], colour_of: dict, ax_x: Axis) -> None:
+    """A cross at the top edge, at each failed point's x, in its line's colour."""
+    if failed.empty or p.x not in failed.columns:
+        return
+    colours = [colour_of.get(tuple(r[c] for c in cols), "black") if cols else "black"
+               for r in failed.to_dict("records")]
+    x = _scaled(ax_x, failed[p.x])
+    seen: dict[str, int] = {}
+    heights = []
+    for v in x:   # several failed lines at one x stack downwards instead of hiding each other
+        heights.append(0.97 - 0.045 * seen.get(str(v), 0))
+        seen[str(v)] = seen.get(str(v), 0) + 1
+    ax.scatter(x, heights, transform=ax.get_xaxis_transform(), marker="X", s=55,
+               c=colours, edgecolors="black", linewidths=0.5, zorder=6, clip_on=False,
+               label=f"not run: {failure_kinds(failed)} (at the top, its line's colour)")
+
+
+def _two_way_legend(ax, cols: list[str], first: list, last: list, styles: list[str], twins: bool) -> None:
+    """One legend that says what colour means and what line style means, then the markers."""
+    from matplotlib.lines import Line2D
+
+    def header(text: str):
+        return Line2D([], [], linestyle="none", label=text)
+
+    handles = [header(f"colour: {_label(cols[-1])}")]
+    handles += [Line2D([], [], color=f"C{i % 10}", marker="o", ms=4, lw=2, label=fmt_value(cols[-1], v))
+                for i, v in enumerate(last)]
+    handles.append(header(f"line style: {_label(cols[0])}"))
+    handles += [Line2D([], [], color="black", linestyle=styles[i % 4], lw=1.5, label=fmt_value(cols[0], v))
+                for i, v in enumerate(first)]
+    if twins:
+        handles.append(Line2D([], [], color="gray", linestyle=(0, (3, 3)), marker="x", lw=2.2,
+                              label=f"x, dashed: within {100 * COINCIDENT_RTOL:g}% of an earlier line"))
+    others, labels = ax.get_legend_handles_labels()
+    handles += [h for h, lbl in zip(others, labels) if lbl and not lbl.startswith("_")]
+    ax.legend(handles=handles, fontsize=7, handlelength=3.2, loc="best")
 
 
 def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
@@ -142,6 +226,13 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         if np.isfinite(v):
             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
                     color="black" if im.norm(v) > 0.6 else "white")  # readable on viridis' yellow end
+    failed = _failed(df, p, f"plots: heatmap {p.z}")
+    for r in failed.to_dict("records"):   # a cell with no value says why, instead of staying blank
+        if r.get(p.x) in list(table.columns) and r.get(p.y) in list(table.index):
+            i, j = list(table.index).index(r[p.y]), list(table.columns).index(r[p.x])
+            if not np.isfinite(arr[i, j]):
+                why = "out of\nmemory" if str(r.get("error", "")).startswith("CapacityError") else "failed"
+                ax.text(j, i, why, ha="center", va="center", fontsize=6, color="dimgray")
     if np.isfinite(arr).any():
         flat = np.nanargmin(arr) if goal == "min" else np.nanargmax(arr)
         i, j = np.unravel_index(flat, arr.shape)
@@ -176,7 +267,13 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
     x, y = ax_x(data[p.x]), ax_y(data[p.y])
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")
+    if p.label:   # the points coloured by the label column, so the cloud reads too, not only the front
+        for i, v in enumerate(_order(data[p.label])):
+            sel = (data[p.label] == v).to_numpy()
+            ax.scatter(x[sel], y[sel], s=14, alpha=0.5, color=f"C{i % 10}",
+                       label=f"{_label(p.label)} = {fmt_value(p.label, v)}")
+    else:
+        ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")
     if len(data):
         f = pareto_front(x, y, gx, gy)
         ax.plot(x[f], y[f], "o-", color="tab:red", ms=5, label="Pareto front")
@@ -192,11 +289,14 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         labels = [str(data[p.label].iloc[i]) for i in f] if p.label else []
     else:
         f, labels = [], []
+    failed = _failed(df, p, f"plots: pareto {p.y}")
+    if len(failed):   # no metrics to place them by: the legend counts them
+        ax.scatter([], [], marker="X", color="black", label=f"not run, not shown: {failure_kinds(failed)}")
     return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, [(x[i], y[i]) for i in f], labels)
 
 
 def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,
-               at: list[tuple] = (), labels: list[str] = ()) -> Path:
+               at: list[tuple] = (), labels: list[str] = (), legend: bool = True) -> Path:
     """Axes, scales, title, grid and legend shared by the line and Pareto plots."""
     from matplotlib import ticker
     ax.set_xlabel(xlabel)
@@ -211,9 +311,10 @@ def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,
         if log:  # "20", "30" rather than 2 x 10^1 on an axis spanning less than a decade
             axis.set_major_formatter(ticker.LogFormatter(labelOnlyBase=False))
             axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    if legend:
+        ax.legend(fontsize=7, handlelength=3)
     # Point labels last, on the final axes: those that would overlap another are dropped.
     texts = [ax.annotate(t, xy, xytext=(4, 3), fontsize=7, textcoords="offset points") for t, xy in zip(labels, at)]
     thin_labels(fig, ax, texts, avoid=(ax.get_legend(),))
@@ -299,7 +400,7 @@ def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path, series: dict[str, d
     written = []
     df = labelled(df)
     for p in spec.plots or default_plots(spec, df):
-        written.append(_DRAW[p.kind](df, p, f"{spec.name}: {_label(p.metric)}", plot_dir / p.filename()))
+        written.append(_DRAW[p.kind](df, p, title_for(spec.name, p, list(df.columns)), plot_dir / p.filename()))
     kv = kv_usage_timeline(df, series or {}, list(spec.axes), f"{spec.name}: KV-cache usage over time",
                            plot_dir / "kv_usage_timeline.png")
     return written + ([kv] if kv else [])
