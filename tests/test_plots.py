@@ -285,3 +285,21 @@ def test_sweep_titles_name_both_metrics_and_the_filter():
                 where="workload.pim_policy == 'auto'")
     assert sweep_plots.title_for("s", heat, cols) == ("s: TPOT over batch and prompt length\n"
                                                      "only where PIM policy == 'auto'")
+
+
+def test_serve_kv_and_batch_panels_are_binned_not_solid(tmp_path, figures, monkeypatch):
+    from sim.apps.serve import output
+
+    monkeypatch.setattr(output, "_save", lambda fig, path: figures.append(fig) or path)
+    # Iterations alternate prefill (1 sequence) and decode (20): the raw step function would fill the
+    # panel; binned, the mean over each span is the time-weighted 10.5 and the shaded range 1..20.
+    n = 400
+    res = type("R", (), {})()
+    res.iterations = {"start_s": np.arange(n) * 0.01, "seqs": np.where(np.arange(n) % 2, 20, 1),
+                      "kv_blocks_used": np.full(n, 50)}
+    res.makespan_s, res.total_blocks = n * 0.01, 100
+    output._kv_and_batch(res, tmp_path / "kv.png", bins=20)
+    kv_ax, batch_ax = figures[-1].axes
+    mean = batch_ax.get_lines()[0].get_ydata()
+    assert np.allclose(mean, 10.5) and np.allclose(kv_ax.get_lines()[0].get_ydata(), 50.0)
+    assert kv_ax.get_ylabel() == "KV blocks in use (% of the pool)"
