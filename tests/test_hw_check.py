@@ -24,3 +24,18 @@ def test_hw_list_topologies(capsys):
     assert main(["hw", "list", "--topologies", "--format", "csv"]) == 0
     out = capsys.readouterr().out
     assert "dgx_h100,h100_sxm,1 x 8,nvswitch" in out
+
+
+def test_capacities_decimal_with_the_binary_size_beside():
+    from sim.core.units import fmt_capacity
+
+    # 48 GiB = 51,539,607,552 bytes: the A6000's "48 GB" is binary; sim prints decimal GB and says so.
+    assert fmt_capacity(48 * 2 ** 30) == "51.54 GB (48 GiB)"
+    assert fmt_capacity(141e9) == "141.00 GB"            # the H200's datasheet figure is decimal
+    assert fmt_capacity(220 * 2 ** 20) == "230.69 MB"    # under 1 GiB: no binary figure
+
+
+def test_report_groups_numbered_units(capsys):
+    assert main(["run", str(ROOT / "workloads/llama2_7b_decode.yaml"), "--hw", "hbm_pim", "--set", "gen_len=4"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "utilization" in ln)
+    assert "pim.stack0-4" in line and "pim.stack1" not in line

@@ -37,7 +37,7 @@ from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
 from sim.core.results import check_finite
 from sim.core.schema import file_dict
-from sim.core.units import fmt_bytes, fmt_time
+from sim.core.units import fmt_capacity, fmt_time
 from sim.core.workload import load_workload, parse_set
 
 _APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register)
@@ -216,10 +216,11 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         tier = m.memory[m.device_tier]
         unit = m.units[m.main_unit]
         best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
-        rows.append((name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+        rows.append((name, m.kind, fmt_capacity(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
                      f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
     console = tables.console()
-    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)",
+    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial; "
+                    "GB = 10^9 bytes, binary size beside where whole)",
               show_edge=False)
     cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]

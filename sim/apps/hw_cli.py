@@ -14,7 +14,7 @@ from hw_models.machine import Machine, load_machine, resolve_path
 from hw_models.registry import simulate
 from sim.core import tables
 from sim.core.errors import SimError
-from sim.core.units import fmt_bytes
+from sim.core.units import fmt_capacity
 from sim.core.workload import Workload
 
 # A YAML line that sets a number (with or without a unit) and has no comment after it.
@@ -52,7 +52,7 @@ def uncited(path: Path) -> list[tuple[int, str]]:
 def machine_rows(m: Machine) -> list[tuple[str, str]]:
     rows = [("name", m.name), ("kind", m.kind), ("description", m.description or "-")]
     for name, tier in m.memory.items():
-        rows.append((f"memory {name}", f"{fmt_bytes(tier.capacity_bytes)} at "
+        rows.append((f"memory {name}", f"{fmt_capacity(tier.capacity_bytes)} at "
                                        f"{tier.bandwidth_bytes_per_s / 1e9:,.0f} GB/s"))
     for name, unit in m.units.items():
         peaks = ", ".join(f"{k} {v / 1e12:,.1f}" for k, v in unit.peak_flops_per_s.items())

@@ -11,9 +11,10 @@ from hw_models.base import Section
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
 from hw_models.stack import load_stack
+from sim.apps.serve.metrics import utilization
 from sim.core import tables
 from sim.core.results import RunResult, aggregate_by_name, group_name
-from sim.core.units import fmt_bytes, fmt_time
+from sim.core.units import fmt_bytes, fmt_capacity, fmt_time
 
 
 def render_section(s: Section) -> Table:
@@ -90,7 +91,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     unit = machine.units[machine.main_unit]
     c.print(_kv_table("Hardware", [
         ("preset", f"{machine.name} ({machine.kind}): {machine.description}"),
-        ("memory", ", ".join(f"{n} {fmt_bytes(t.capacity_bytes)} @ {t.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
+        ("memory", ", ".join(f"{n} {fmt_capacity(t.capacity_bytes)} @ {t.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
                              for n, t in machine.memory.items())),
         ("compute", ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in unit.peak_flops_per_s.items())),
     ]))
@@ -100,7 +101,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("end-to-end", fmt_time(result.e2e_s)),
         ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
-        ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in result.utilization.items())),
+        # Numbered families (40 PIM stacks) as one entry, their mean: pim.stack0-39.
+        ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in utilization(result.utilization, 1.0).items())),
     ]
     c.print(_kv_table("Results", rows))
     mem = Table(title="Peak memory per tier", title_justify="left")

@@ -29,10 +29,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
               + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
               file=sys.stderr)
+        why = _failures(args.out)
+        if why:
+            print(f"not run, recorded as error rows (plots mark them): {why}", file=sys.stderr)
         if s.reused:
             ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
             print(f"reused stored rows (same resolved configuration) for points {ids}", file=sys.stderr)
     return 0
+
+
+def _failures(out: str) -> str:
+    """Why the stored points failed, counted: "6 out of memory (CapacityError)" says they are the
+    expected points that do not fit, not a crash."""
+    from sim.apps.sweep.plots import failure_kinds
+    from sim.apps.sweep.store import load_results
+
+    df = load_results(out)
+    return failure_kinds(df[df["status"] != "ok"]) if "status" in df.columns else ""
 
 
 def _print_best(spec_path: str, out: str) -> None:
