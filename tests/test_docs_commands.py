@@ -19,8 +19,8 @@ from tests.conftest import ROOT
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Run long: whole request streams, sweeps, searches, trace work, the big multi-chip machines.
 SLOW_COMMANDS = ("serve", "sweep", "offload", "calibrate", "replay", "validate", "survey")
-SLOW_INPUTS = ("opt175b_attacc", "llama70b_decode.yaml --hw a6000_offload", "llama70b_groq", "llama70b_tp4_pp2",
-               "ipu_bow", "hbm_pim", "llama13b_decode.yaml --hw a6000 --json")
+SLOW_INPUTS = ("opt175b_attacc", "llama70b_decode.yaml --hw a6000_offload", "llama70b_groq",
+               "ipu_bow", "llama13b_decode.yaml --hw a6000 --json")
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]*\b|…|\.\.\.|\[|<|\bW\b|\bH\b|my_gpu|\bA\.json")
 
 

@@ -9,7 +9,7 @@ search`): every module exposes register(subparsers).
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import warnings
 from contextlib import contextmanager
@@ -29,7 +29,7 @@ from sim.apps.serve import cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
-from sim.core import tables
+from sim.core import flags, tables
 from sim.core.errors import ConfigError, SimError
 from sim.core.footprint import weight_bytes
 from sim.core.formats import get_format, known_formats
@@ -190,7 +190,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     kv = {f: m.kv_bytes_per_token(get_format(f).storage_bytes((1, m.kv_dim)) / m.kv_dim) for f in fmts}
     data = dict(m.to_dict(), params=m.params(), weight_bytes=by_fmt, kv_cache_bytes_per_token=kv)
     if args.json:
-        print(json.dumps(data, indent=1))
+        flags.emit_json(args.json, data)
         return 0
     t = Table(title=f"{m.name}: {m.params():,} parameters", show_header=False, title_justify="left")
     for k, v in m.to_dict().items():
@@ -243,11 +243,14 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
 
     if args.name in topologies():      # a node of devices: draw it (text)
         topo = load_topology(args.name)
-        print(json.dumps(topo.model_dump(), indent=1) if args.json else topo.describe())
+        if args.json:
+            flags.emit_json(args.json, topo.model_dump())
+        else:
+            print(topo.describe())
         return 0
     m = load_machine(args.name)
     if args.json:
-        print(json.dumps(file_dict(m), indent=1))
+        flags.emit_json(args.json, file_dict(m))
     else:
         print(resolve_path(args.name).read_text())
     return 0
@@ -277,7 +280,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
                          storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
                          rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
     if args.json:
-        print(json.dumps(dict(array=source, formats=rows), indent=1, default=float))
+        flags.emit_json(args.json, dict(array=source, formats=rows))
         return 0
     t = Table(title=f"Number formats on {source}")
     for col in ("format", "bits/element", "block", "bytes", "SQNR dB", "rel. RMSE", "max |err|"):
@@ -336,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     mp = sub.add_parser("model", help="model configs").add_subparsers(dest="model_cmd", required=True)
     ms = mp.add_parser("show", help="parameters, bytes per format, KV bytes per token")
     ms.add_argument("model", help="preset name or path to config.json")
-    ms.add_argument("--json", action="store_true", help="print the figures as JSON")
+    flags.json_option(ms, "the figures")
     ms.add_argument("--formats", help="comma-separated formats to tabulate (default fp32,fp16,bf16,int8,int4)")
     ms.set_defaults(func=cmd_model_show)
     ml = mp.add_parser("list", help="model presets")
@@ -345,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     fp = sub.add_parser("formats", help="number formats: exact bits per element and the error each causes")
     fp.add_argument("--formats", help="comma-separated formats (default: all)")
     fp.add_argument("--array", metavar="NPY", help="measure the error on this .npy array (default: Gaussian)")
-    fp.add_argument("--json", action="store_true")
+    flags.json_option(fp, "each format's bits and errors")
     fp.set_defaults(func=cmd_formats)
 
     hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
@@ -355,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     hw_cli.register(hp)
     hs = hp.add_parser("show", help="show a preset, or draw a topology (dgx_a100, dgx_h100, ...)")
     hs.add_argument("name", help="preset name, hardware YAML file, or topology preset")
-    hs.add_argument("--json", action="store_true", help="print the validated machine as JSON (default: the YAML text)")
+    flags.json_option(hs, "the validated machine (default: print the YAML text)")
     hs.set_defaults(func=cmd_hw_show)
 
     for register in (*_APPS, *cli_registrars()):
@@ -379,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()  # imports every subcommand: Ctrl-C may land here
         args = parser.parse_args(argv)
         _check_empty_outputs(args)
-        tables.configure(args.format, args.width)
+        tables.configure(args.format, args.width, args.quiet)
         code = int(args.func(args) or 0)
         tables.flush()
         return code
@@ -390,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:   # `sim roofline ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

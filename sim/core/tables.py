@@ -31,6 +31,7 @@ UNBOUNDED = 100_000
 class _Settings:
     format: str = "table"
     width: int | None = None
+    quiet: bool = False
 
 
 _settings = _Settings()
@@ -54,14 +55,16 @@ def add_to_every_command(parser: argparse.ArgumentParser) -> None:
             return
     if not any("--format" in a.option_strings for a in parser._actions):
         add_options(parser)
+    if not any("-q" in a.option_strings for a in parser._actions):   # -q on every subcommand
+        parser.add_argument("-q", "--quiet", action="store_true", help="no tables on stdout")
 
 
-def configure(fmt: str = "table", width: int | None = None) -> None:
+def configure(fmt: str = "table", width: int | None = None, quiet: bool = False) -> None:
     if width is not None and width < 20:
         from sim.core.errors import ConfigError
 
         raise ConfigError(f"--width {width}: at least 20 columns")
-    _settings.format, _settings.width = fmt, width
+    _settings.format, _settings.width, _settings.quiet = fmt, width, quiet
     _pending.clear()
 
 
@@ -74,6 +77,8 @@ class TableConsole(Console):
     """A rich Console that writes tables in the chosen format."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        if _settings.quiet and not self.stderr:
+            return
         if _settings.format == "table" or self.stderr:
             super().print(*objects, **kwargs)
             return
