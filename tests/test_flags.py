@@ -54,3 +54,10 @@ def test_validate_plots_dir_and_the_old_plot_file(capsys, tmp_path, old, new, wr
 def test_calibrate_out_is_required_and_output_is_an_alias(capsys):
     assert main(["calibrate", TRACE, "--hw", "cpu_host"]) == 2
     assert "--out PRESET.yaml is required" in capsys.readouterr().err
+
+
+def test_a_stack_on_a_kind_without_one_is_reported_ignored(capsys):
+    assert main(["run", str(ROOT / "workloads/llama2_7b_decode.yaml"), "--hw", "hbm_pim", "--set", "stack=vllm",
+                 "--set", "gen_len=4"]) == 0
+    out, err = capsys.readouterr()
+    assert "stack: 'vllm' is ignored" in err and "vllm: ignored (a pim preset costs no software stack)" in out
