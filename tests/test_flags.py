@@ -61,3 +61,27 @@ def test_a_stack_on_a_kind_without_one_is_reported_ignored(capsys):
                  "--set", "gen_len=4"]) == 0
     out, err = capsys.readouterr()
     assert "stack: 'vllm' is ignored" in err and "vllm: ignored (a pim preset costs no software stack)" in out
+
+
+def test_run_reports_each_simulated_step_to_the_progress_bar():
+    from sim.apps.api import load_machine, load_workload, simulate
+    from sim.core.generation import DECODE_SAMPLES, STEP_PROGRESS
+
+    seen = []
+    token = STEP_PROGRESS.set(lambda done, total: seen.append((done, total)))
+    try:
+        simulate(load_workload(ROOT / "workloads/llama2_7b_decode.yaml"), load_machine("h200"))
+    finally:
+        STEP_PROGRESS.reset(token)
+    # The prefill and the 9 sampled decode steps, one call each, counting up to the total.
+    steps = 1 + DECODE_SAMPLES
+    assert seen == [(n, steps) for n in range(1, steps + 1)]
+
+
+def test_progress_bar_is_silent_off_a_terminal(capsys):
+    from sim.apps.progress import bar
+
+    with bar("x", "units", 3) as update:
+        update(1)
+        update(3)
+    assert capsys.readouterr() == ("", "")

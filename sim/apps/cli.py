@@ -21,7 +21,7 @@ from rich.text import Text
 
 from hw_models.machine import load_machine, preset_names, resolve_path
 from hw_models.registry import cli_registrars, mapper_for, simulate
-from sim.apps import diff, hw_cli
+from sim.apps import diff, hw_cli, progress
 from sim.apps.checks import unused_settings
 from sim.apps.outputs import check_output, chrome_trace, transaction, write_json
 from sim.apps.report import print_report
@@ -32,6 +32,7 @@ from sim.apps.trace import cli as trace_cli
 from sim.core import flags, tables
 from sim.core.errors import ConfigError, SimError
 from sim.core.footprint import weight_bytes
+from sim.core.generation import STEP_PROGRESS
 from sim.core.formats import get_format, known_formats
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
@@ -99,8 +100,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         layers = parse_layers(args.gantt_layers)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
-        with _naming(workload, machine):
-            result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
+        with _naming(workload, machine), progress.bar("simulating", "steps", quiet=args.quiet) as update:
+            token = STEP_PROGRESS.set(update)
+            try:
+                result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
+            finally:
+                STEP_PROGRESS.reset(token)
     with transaction():  # every output or none
         _write_run_outputs(args, result, workload, machine, layers)
     if args.quiet:
@@ -274,11 +279,13 @@ def cmd_formats(args: argparse.Namespace) -> int:
         source = "N(0, 1), 256 x 4096, seed 0"
     shape = tuple(x.shape) if x.ndim else (1,)
     rows = []
-    for f in fmts:
-        err = quantization_error(x, f)
-        rows.append(dict(format=f.name, bits_per_element=f.bits_per_element(shape), block=f.block_size,
-                         storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
-                         rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
+    with progress.bar("measuring formats", "formats", len(fmts), quiet=args.quiet) as update:
+        for f in fmts:
+            err = quantization_error(x, f)
+            rows.append(dict(format=f.name, bits_per_element=f.bits_per_element(shape), block=f.block_size,
+                             storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
+                             rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
+            update(len(rows))
     if args.json:
         flags.emit_json(args.json, dict(array=source, formats=rows))
         return 0

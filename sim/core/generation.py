@@ -23,6 +23,7 @@ instead of millions, and each is checked against the exhaustive simulation
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Protocol
@@ -119,13 +120,23 @@ class Generation:
         return float({"mean": t.mean, "first": lambda: t[0], "last": lambda: t[-1]}[which]())
 
 
+# Told (steps done, steps in all) after each simulated step: the CLI's progress bar. A context
+# variable, so that the hardware models between the CLI and this loop need not pass it on.
+STEP_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("STEP_PROGRESS", default=None)
+
+
 def run_generation(step: StepFn, prompt_len: int, gen_len: int, samples: int = DECODE_SAMPLES,
                    exhaustive: bool = False) -> Generation:
     """Prefill, then the sampled decode steps, interpolated over the rest."""
-    prefill = step("prefill", prompt_len, prompt_len)
     kv = decode_kv_lens(prompt_len, gen_len)
     idx = np.arange(len(kv)) if exhaustive else sample_indices(len(kv), samples)
-    sampled = [step("decode", 1, int(kv[i])) for i in idx]
+    told = STEP_PROGRESS.get() or (lambda done, total: None)
+    prefill = step("prefill", prompt_len, prompt_len)
+    told(1, len(idx) + 1)
+    sampled = []
+    for i in idx:
+        sampled.append(step("decode", 1, int(kv[i])))
+        told(len(sampled) + 1, len(idx) + 1)
     times = np.interp(np.arange(len(kv)), idx, [s.time_s for s in sampled]) if len(kv) else np.zeros(0)
     return Generation(prefill, kv, idx, sampled, times, exhaustive)
 

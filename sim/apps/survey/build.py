@@ -4,6 +4,7 @@ atomically (nothing half-written on an error)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from sim.apps.outputs import atomic_write
 from sim.apps.survey import analyses, machines, measured, published, sweeps
@@ -13,15 +14,22 @@ from sim.apps.survey.runs import Setup
 TITLE = "The roofline survey, reproduced and measured"
 
 
-def sections(setup: Setup, repo: Path, shared: Path | None, plots: Path) -> list[Section]:
-    return [published.published_section(),
-            analyses.roofline_section(setup, plots),
-            analyses.quantization_section(setup, plots),
-            analyses.flash_section(setup, plots),
-            sweeps.sweeps_section(setup, plots),
-            machines.offload_section(setup, plots),
-            machines.others_section(setup, plots),
-            measured.measured_section(repo, shared, plots, setup.quick)]
+def sections(setup: Setup, repo: Path, shared: Path | None, plots: Path,
+             done: Callable[[int, int], None] = lambda n, total: None) -> list[Section]:
+    """The survey's sections in order; `done(n, total)` after each (the CLI's progress bar)."""
+    makers = [published.published_section,
+              lambda: analyses.roofline_section(setup, plots),
+              lambda: analyses.quantization_section(setup, plots),
+              lambda: analyses.flash_section(setup, plots),
+              lambda: sweeps.sweeps_section(setup, plots),
+              lambda: machines.offload_section(setup, plots),
+              lambda: machines.others_section(setup, plots),
+              lambda: measured.measured_section(repo, shared, plots, setup.quick)]
+    out = []
+    for make in makers:
+        out.append(make())
+        done(len(out), len(makers))
+    return out
 
 
 def preface(setup: Setup, shared: Path | None, update_docs: bool = False) -> str:
@@ -43,8 +51,9 @@ beside them, with a signed error (predicted - measured) / measured for every pre
 
 
 def build(setup: Setup, repo: Path, shared: Path | None, plots: Path, doc: Path,
-          update_docs: bool = False) -> tuple[Path, list[Section]]:
-    secs = sections(setup, repo, shared if shared and shared.is_dir() else None, plots)
+          update_docs: bool = False, done: Callable[[int, int], None] = lambda n, total: None
+          ) -> tuple[Path, list[Section]]:
+    secs = sections(setup, repo, shared if shared and shared.is_dir() else None, plots, done)
     text = render(TITLE, preface(setup, shared, update_docs), secs, doc.parent)
     atomic_write(doc, lambda p: p.write_text(text))
     return doc, secs
