@@ -303,3 +303,13 @@ def test_serve_kv_and_batch_panels_are_binned_not_solid(tmp_path, figures, monke
     mean = batch_ax.get_lines()[0].get_ydata()
     assert np.allclose(mean, 10.5) and np.allclose(kv_ax.get_lines()[0].get_ydata(), 50.0)
     assert kv_ax.get_ylabel() == "KV blocks in use (% of the pool)"
+
+
+def test_gantt_legend_names_every_bar_kind(figures, tmp_path):
+    from sim.core.results import OpRecord
+
+    ops = [OpRecord("L0.q_proj", "gemm", "gpu", 0.0, 1e-6, 1.0, 1.0, "memory"),
+           OpRecord("L0.dispatch", "all_to_all", "link", 1e-6, 2e-6, 0.0, 1.0, "link")]
+    gantt_mod.gantt(ops, "t", tmp_path / "g.png")
+    legend = [t.get_text() for t in figures[-1].legends[0].get_texts()]
+    assert legend == ["gemm", "all_to_all"]    # the collective's bars are explained too
