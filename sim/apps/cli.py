@@ -225,7 +225,7 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
     console = tables.console()
     t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial; "
                     "GB = 10^9 bytes, binary size beside where whole)",
-              show_edge=False)
+              show_edge=False, caption="multi-device nodes: sim hw list --topologies", caption_justify="left")
     cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     for col, w in zip(cols, widths):
