@@ -276,7 +276,7 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")
     if len(data):
         f = pareto_front(x, y, gx, gy)
-        ax.plot(x[f], y[f], "o-", color="tab:red", ms=5, label="Pareto front")
+        ax.plot(x[f], y[f], "o-", color="black", ms=4, lw=1.2, label="Pareto front")  # black: not a label colour
         # Knee: nearest to the ideal corner with both metrics scaled to [0, 1], better = 0.
         def scaled(v: np.ndarray, goal: str) -> np.ndarray:
             span = v.max() - v.min()
