@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 from rich.table import Table
-from rich.text import Text
 
-from hw_models.machine import load_machine, preset_names, resolve_path
+from hw_models.machine import load_machine
 from hw_models.registry import cli_registrars, mapper_for, simulate
 from sim.apps import diff, hw_cli, progress
 from sim.apps.checks import unused_settings
@@ -38,8 +37,7 @@ from sim.core.formats import get_format, known_formats
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
 from sim.core.results import check_finite
-from sim.core.schema import file_dict
-from sim.core.units import fmt_capacity, fmt_time
+from sim.core.units import fmt_time
 from sim.core.settings import split_settings
 from sim.core.workload import load_workload
 
@@ -207,59 +205,6 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_hw_list(args: argparse.Namespace) -> int:
-    if args.topologies:
-        return hw_cli.cmd_topologies()
-    rows = []
-    for name in preset_names():
-        try:
-            m = load_machine(name)
-        except SimError as exc:
-            rows.append((name, "?", "", "", "", Text(str(exc), style="red")))
-            continue
-        tier = m.memory[m.device_tier]
-        unit = m.units[m.main_unit]
-        best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
-        rows.append((name, m.kind, fmt_capacity(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
-                     f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
-    console = tables.console()
-    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial; "
-                    "GB = 10^9 bytes, binary size beside where whole)",
-              show_edge=False, caption="multi-device nodes: sim hw list --topologies", caption_justify="left")
-    cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    for col, w in zip(cols, widths):
-        t.add_column(col, no_wrap=True, min_width=w)
-    # In a narrow terminal the description gives way; rich would otherwise squeeze the
-    # short columns to nothing. 3 characters of border and padding per column.
-    room = console.width - sum(widths) - 3 * (len(cols) + 1) - 1
-    if room >= 10:   # a pipe or a file has room for all of it
-        t.add_column("description", overflow="ellipsis", no_wrap=True,
-                     max_width=None if tables.full_width() else min(60, room))
-    for r in rows:
-        t.add_row(*r[: len(t.columns)])
-    console.print(t)
-    return 0
-
-
-def cmd_hw_show(args: argparse.Namespace) -> int:
-    from hw_models.network.topology import load_topology, preset_names as topologies
-
-    if args.name in topologies():      # a node of devices: draw it (text)
-        topo = load_topology(args.name)
-        if args.json:
-            flags.emit_json(args.json, topo.model_dump())
-        else:
-            print(topo.describe())
-        return 0
-    m = load_machine(args.name)
-    if args.json:
-        flags.emit_json(args.json, file_dict(m))
-    else:
-        print(resolve_path(args.name).read_text())
-    return 0
-
-
 def cmd_formats(args: argparse.Namespace) -> int:
     """Each format's exact storage and the error it causes on an array."""
     from sim.core.quantize import quantization_error
@@ -360,15 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     flags.json_option(fp, "each format's bits and errors")
     fp.set_defaults(func=cmd_formats)
 
-    hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
-    hl = hp.add_parser("list", help="list presets")
-    hl.add_argument("--topologies", action="store_true", help="list the multi-device topology presets instead")
-    hl.set_defaults(func=cmd_hw_list)
-    hw_cli.register(hp)
-    hs = hp.add_parser("show", help="show a preset, or draw a topology (dgx_a100, dgx_h100, ...)")
-    hs.add_argument("name", help="preset name, hardware YAML file, or topology preset")
-    flags.json_option(hs, "the validated machine (default: print the YAML text)")
-    hs.set_defaults(func=cmd_hw_show)
+    hw_cli.register(sub)
 
     for register in (*_APPS, *cli_registrars()):
         register(sub)

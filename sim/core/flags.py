@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Any
 
+from sim.core.files import write_json
+
 # `--json` given without a path: the old stdout switch of `model show`, `formats`, `hw show`.
 STDOUT = "<stdout>"
 
@@ -37,8 +39,6 @@ def json_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 def emit_json(path: str, data: Any) -> None:
     """`data` to the --json file, or to stdout for the deprecated bare --json."""
-    from sim.core.files import write_json
-
     if path == STDOUT:
         warn_deprecated("--json without a path (JSON on stdout)", "--json PATH, or --format json for the table")
         print(json.dumps(data, indent=1, default=float))

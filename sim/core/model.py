@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields as dc_fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -207,23 +207,7 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     missing = [key_of(k) for k in _REQUIRED if k not in fields]
     if missing:
         raise ConfigError(f"{where(source, 'model')}missing {', '.join(missing)}")
-    for key, value in fields.items():
-        if key in ("family", "expert_load"):
-            continue
-        if key in _BOOL_KEYS:
-            if not isinstance(value, bool):  # "no" is truthy; a typo must not tie the head
-                raise ConfigError(f"{where(source, 'model.' + key_of(key))}must be true or false, got {value!r}")
-            continue
-        if key in _FLOAT_KEYS:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"{where(source, 'model.' + key_of(key))}must be a non-negative number, "
-                                  f"got {value!r}")
-            fields[key] = float(value)
-            continue
-        low = 0 if key in _MOE_KEYS or key in _VARIANT_KEYS else 1   # MoE counts may be 0 (first_k_dense_replace: 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            kind = "a non-negative" if low == 0 else "a positive"
-            raise ConfigError(f"{where(source, 'model.' + key_of(key))}must be {kind} integer, got {value!r}")
+    _check_values(fields, key_of, source)
     _check_moe(fields, source)
     h, heads = fields["hidden_size"], fields["num_heads"]
     if "head_dim" not in fields and h % heads:  # h // heads would silently drop columns (or be 0)
@@ -241,6 +225,26 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     if isinstance(fields.get("expert_load"), dict):
         fields["expert_load"] = expert_load_from(fields["expert_load"], fields.get("num_experts", 0), source)
     return ModelConfig(name=name, **fields)
+
+
+def _check_values(fields: dict[str, Any], key_of: Callable[[str], str], source: str | None) -> None:
+    """Each value of the right type and range (floats made float), named by the user's key."""
+    for key, value in fields.items():
+        at = where(source, "model." + key_of(key))
+        if key in ("family", "expert_load"):
+            continue
+        if key in _BOOL_KEYS:
+            if not isinstance(value, bool):  # "no" is truthy; a typo must not tie the head
+                raise ConfigError(f"{at}must be true or false, got {value!r}")
+        elif key in _FLOAT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{at}must be a non-negative number, got {value!r}")
+            fields[key] = float(value)
+        else:
+            low = 0 if key in _MOE_KEYS or key in _VARIANT_KEYS else 1   # MoE counts may be 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                kind = "a non-negative" if low == 0 else "a positive"
+                raise ConfigError(f"{at}must be {kind} integer, got {value!r}")
 
 
 def _check_moe(fields: dict[str, Any], source: str | None) -> None:

@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sim.core.errors import ConfigError
+
 FORMATS = ("table", "csv", "json")
 # A pipe or a file has no width: wide enough that no cell of any table is cut or wrapped.
 UNBOUNDED = 100_000
@@ -61,8 +63,6 @@ def add_to_every_command(parser: argparse.ArgumentParser) -> None:
 
 def configure(fmt: str = "table", width: int | None = None, quiet: bool = False) -> None:
     if width is not None and width < 20:
-        from sim.core.errors import ConfigError
-
         raise ConfigError(f"--width {width}: at least 20 columns")
     _settings.format, _settings.width, _settings.quiet = fmt, width, quiet
     _pending.clear()

@@ -18,6 +18,7 @@ from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
 from sim.apps.sweep.expr import compile_expr
+from sim.apps.sweep.legend import failure_kinds, mark_failed, title_for, two_way_legend
 from sim.apps.sweep.spec import Plot, SweepSpec, default_goal
 
 if TYPE_CHECKING:
@@ -87,31 +88,6 @@ def _failed(df: "pd.DataFrame", p: Plot, where: str) -> "pd.DataFrame":
     return bad
 
 
-def failure_kinds(rows: "pd.DataFrame") -> str:
-    """"3 out of memory (CapacityError), 1 ConfigError": why the points failed, counted."""
-    kinds: dict[str, int] = {}
-    for err in rows.get("error", []):
-        name = str(err).split(":", 1)[0] if isinstance(err, str) and err else "error"
-        kinds[name] = kinds.get(name, 0) + 1
-    return ", ".join(f"{n} {'out of memory (CapacityError)' if k == 'CapacityError' else k}"
-                     for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
-
-
-def title_for(name: str, p: Plot, columns: list[str]) -> str:
-    """"sweep: TPOT vs batch", the kind's wording, and the `where` filter in the plot's own names."""
-    if p.kind == "heatmap":
-        head = f"{name}: {_label(p.metric)} over {_label(p.x)} and {_label(p.y)}"
-    else:
-        head = f"{name}: {_label(p.y)} vs {_label(p.x)}" + (" (Pareto front)" if p.kind == "pareto" else "")
-    if p.where:
-        where = p.where
-        for col in sorted(columns, key=len, reverse=True):   # longest first: workload.batch before batch
-            if isinstance(col, str) and "." in col and col in where:
-                where = where.replace(col, _label(col))
-        head += f"\nonly where {where}"
-    return head
-
-
 def _order(values: "pd.Series") -> list:
     """Numbers ascending; anything else (presets, formats) in the order the spec lists them."""
     uniq = list(dict.fromkeys(values))
@@ -164,48 +140,12 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         b = data.loc[_best_index(data[p.y], goal)]
         ax.scatter(_scaled(ax_x, [b[p.x]]), ax_y([b[p.y]]),
                    label=f"best ({goal} {ax_y.name} = {ax_y.show(b[p.y])})", **_STAR)
-    _mark_failed(ax, failed, p, cols, colour_of, ax_x)
+    if not failed.empty and p.x in failed.columns:
+        mark_failed(ax, failed, _scaled(ax_x, failed[p.x]), cols, colour_of)
     if len(cols) > 1:
-        _two_way_legend(ax, cols, first, last, styles, twins)
+        two_way_legend(ax, cols, first, last, styles,
+                       f"x, dashed: within {100 * COINCIDENT_RTOL:g}% of an earlier line" if twins else None)
     return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, legend=len(cols) < 2)
-
-
-def _mark_failed(ax, failed: "pd.DataFrame", p: Plot, cols: list[str], colour_of: dict, ax_x: Axis) -> None:
-    """A cross at the top edge, at each failed point's x, in its line's colour."""
-    if failed.empty or p.x not in failed.columns:
-        return
-    colours = [colour_of.get(tuple(r[c] for c in cols), "black") if cols else "black"
-               for r in failed.to_dict("records")]
-    x = _scaled(ax_x, failed[p.x])
-    seen: dict[str, int] = {}
-    heights = []
-    for v in x:   # several failed lines at one x stack downwards instead of hiding each other
-        heights.append(0.97 - 0.045 * seen.get(str(v), 0))
-        seen[str(v)] = seen.get(str(v), 0) + 1
-    ax.scatter(x, heights, transform=ax.get_xaxis_transform(), marker="X", s=55,
-               c=colours, edgecolors="black", linewidths=0.5, zorder=6, clip_on=False,
-               label=f"not run: {failure_kinds(failed)} (at the top, its line's colour)")
-
-
-def _two_way_legend(ax, cols: list[str], first: list, last: list, styles: list[str], twins: bool) -> None:
-    """One legend that says what colour means and what line style means, then the markers."""
-    from matplotlib.lines import Line2D
-
-    def header(text: str):
-        return Line2D([], [], linestyle="none", label=text)
-
-    handles = [header(f"colour: {_label(cols[-1])}")]
-    handles += [Line2D([], [], color=f"C{i % 10}", marker="o", ms=4, lw=2, label=fmt_value(cols[-1], v))
-                for i, v in enumerate(last)]
-    handles.append(header(f"line style: {_label(cols[0])}"))
-    handles += [Line2D([], [], color="black", linestyle=styles[i % 4], lw=1.5, label=fmt_value(cols[0], v))
-                for i, v in enumerate(first)]
-    if twins:
-        handles.append(Line2D([], [], color="gray", linestyle=(0, (3, 3)), marker="x", lw=2.2,
-                              label=f"x, dashed: within {100 * COINCIDENT_RTOL:g}% of an earlier line"))
-    others, labels = ax.get_legend_handles_labels()
-    handles += [h for h, lbl in zip(others, labels) if lbl and not lbl.startswith("_")]
-    ax.legend(handles=handles, fontsize=7, handlelength=3.2, loc="best")
 
 
 def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
