@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from sim.core import flags
 from sim.core.errors import ConfigError
 
 
@@ -160,7 +161,9 @@ def register(subparsers) -> None:
     p.add_argument("--requests", metavar="PATH", help="write the per-request table (.csv or .parquet)")
     p.add_argument("--chrome-trace", metavar="PATH", help="write a Chrome/Perfetto trace: requests and iterations")
     p.add_argument("--plots", metavar="DIR", help="write latency CDFs, KV blocks and batch size over time")
-    p.add_argument("--exact", action="store_true", help="cost every iteration with the op-level simulation")
+    p.add_argument("--exhaustive", dest="exact", action="store_true",
+                   help="cost every iteration with the op-level simulation (no step-cost surrogate)")
+    flags.deprecated_alias(p, "--exact", "--exhaustive", "exact", action="store_true")
     p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
     p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")
     p.add_argument("-q", "--quiet", action="store_true", help="no report or progress bar")
