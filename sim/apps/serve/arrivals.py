@@ -9,6 +9,7 @@ import pandas as pd
 from sim.apps.serve import spec as s
 from sim.apps.serve.traces import Requests, read_trace
 from sim.core.errors import ConfigError
+from sim.core.files import note_input
 
 def make_requests(file: s.ServeFile) -> Requests:
     srv = file.serving
@@ -91,6 +92,7 @@ def sample_lengths(d, n: int, rng: np.random.Generator, file: s.ServeFile, which
 def _histogram(d: s.Histogram, n: int, rng: np.random.Generator, file: s.ServeFile, which: str) -> np.ndarray:
     path = s.resolve(file, d.path)
     key = f"{file.source}: serving.lengths.{which}.path"
+    note_input(path)  # no output of this command may replace it
     try:
         df = pd.read_csv(path)
     except (OSError, ValueError) as exc:

@@ -28,9 +28,12 @@ def _slo(items: list[str] | None) -> dict[str, float]:
     return out
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
+def _check_outputs(args: argparse.Namespace, file) -> None:
     from sim.apps.outputs import check_output
+    from sim.apps.serve.spec import input_files
+    from sim.core.files import note_input
 
+    note_input(*input_files(file))  # read later (the trace, the model's config): refused as outputs now
     for path in (args.json, args.requests, args.chrome_trace):
         if path:
             check_output(path)
@@ -59,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
-    _check_outputs(args)
+    _check_outputs(args, file)
     console = Console(stderr=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

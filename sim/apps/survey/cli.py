@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from hw_models.machine import load_machine
-from sim.apps.outputs import check_output
+from sim.apps.outputs import check_output, transaction
 from sim.apps.survey.runs import Setup
 from sim.core.errors import ConfigError
 
@@ -36,7 +36,8 @@ def cmd_survey(args: argparse.Namespace) -> int:
     doc = check_output(Path(args.doc) if args.doc else plots.parent / f"{plots.name}.md")
     shared = Path(args.shared) if args.shared else default_shared()
     start = time.perf_counter()
-    path, _ = build(Setup.make(machines, args.quick), REPO, shared, plots, doc)
+    with transaction():   # the document and every plot, or none of them (a section may fail late)
+        path, _ = build(Setup.make(machines, args.quick), REPO, shared, plots, doc)
     if not args.quiet:
         print(f"wrote {path} and its plots in {plots}/ ({time.perf_counter() - start:.1f} s)")
     return 0
