@@ -4,6 +4,7 @@ anything is written; the input stays byte for byte. Each case overwrote its inpu
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -28,7 +29,7 @@ def _trace_copy(tmp_path):
 
 
 def _serve_with_trace(tmp_path):
-    (tmp_path / "req.csv").write_text("timestamp,input_length,output_length\n0,32,4\n0.1,16,3\n")
+    (tmp_path / "req.csv").write_text("arrival_s,prompt_len,output_len\n0,32,4\n0.1,16,3\n")
 
     def edit(s):
         s.update(arrivals=dict(process="trace"), trace=dict(path="req.csv", format="plain"))
@@ -132,3 +133,96 @@ def test_survey_names_an_empty_shared_folder(tmp_path):
 
     with pytest.raises(ConfigError, match=r"--shared .*: no RTX A6000 traces in"):
         a6000_layer_table(tmp_path)
+
+
+# ---------------------------------------------------------------- item 2: sweeps key on content
+
+def _serving_sweep(tmp_path, serving_edit, hw="a6000", model=None):
+    import yaml
+
+    from tests.test_sweep_serving import SERVE as SWEEP_SERVE, TINY_MODEL
+
+    raw = json.loads(json.dumps(SWEEP_SERVE))
+    raw["model"] = model or TINY_MODEL
+    serving_edit(raw["serving"])
+    (tmp_path / "serve.yaml").write_text(yaml.safe_dump(raw))
+    spec = dict(name="s", workload="serve.yaml", hw=hw, axes={"workload.serving.scheduler.kind": ["vllm"]},
+                metrics=["ttft_p90_s"])
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    return tmp_path / "sweep.yaml"
+
+
+def _run(spec, out):
+    import concurrent.futures as cf
+
+    from sim.apps.sweep import load_results
+    from sim.apps.sweep.run import run_sweep
+
+    with cf.ThreadPoolExecutor(1) as ex:   # in-process: no fork for one small point
+        s = run_sweep(spec, out, executor=ex, progress=False, plots=False)
+    return s, load_results(out).iloc[0]
+
+
+def _trace_stream(s):
+    s.update(arrivals=dict(process="trace"), trace=dict(path="req.csv", format="plain"))
+    del s["lengths"]
+
+
+def _histogram(s):
+    s["lengths"]["prompt"] = dict(dist="histogram", path="hist.csv")
+
+
+# each: (the serving edit, the file, its first content, the changed content, the hardware, the model,
+# a metric the change must raise: longer prompts batch more tokens per iteration; 8x the layers or
+# a thousandth of the bandwidth make the first token later)
+CHANGES = {
+    "replayed trace": (_trace_stream, "req.csv", "arrival_s,prompt_len,output_len\n" + "0,16,2\n" * 20,
+                       "arrival_s,prompt_len,output_len\n" + "0,400,2\n" * 20, "a6000", None,
+                       "tokens_per_iteration_mean"),
+    "length histogram": (_histogram, "hist.csv", "length,count\n16,1\n", "length,count\n400,1\n", "a6000", None,
+                         "tokens_per_iteration_mean"),
+    "model config.json": (lambda s: None, "config.json", None, None, "a6000", "config.json", "ttft_mean_s"),
+    "hardware YAML": (lambda s: None, "hw.yaml", None, None, "hw.yaml", None, "ttft_mean_s"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHANGES))
+def test_a_sweep_reruns_a_point_whose_file_changed_content(tmp_path, case):
+    # Each file changed content at the same path; the sweep reported the stored (old) numbers.
+    import yaml
+
+    edit, name, first, second, hw, model, metric = CHANGES[case]
+    if name == "config.json":
+        cfg = json.loads((ROOT / "tests" / "data" / "tiny_config.json").read_text())
+        first = json.dumps(cfg)
+        second = json.dumps({**cfg, "num_hidden_layers": cfg["num_hidden_layers"] * 8})   # 8x the layers
+    if name == "hw.yaml":
+        raw = yaml.safe_load((ROOT / "hw_models" / "presets" / "a6000.yaml").read_text())
+        first = yaml.safe_dump(raw)
+        tier = raw["memory"]["hbm"] if "hbm" in raw["memory"] else next(iter(raw["memory"].values()))
+        number, unit = str(tier["bandwidth_bytes_per_s"]).split(maxsplit=1)   # "768 GB/s"
+        tier["bandwidth_bytes_per_s"] = f"{float(number) / 1000:g} {unit}"   # a thousandth: the tiny model feels it
+        second = yaml.safe_dump(raw)
+    (tmp_path / name).write_text(first)
+    spec = _serving_sweep(tmp_path, edit, hw=str(tmp_path / hw) if hw.endswith(".yaml") else hw, model=model)
+    s1, row1 = _run(spec, tmp_path / "out")
+    assert (s1.ran, s1.changed) == (1, [])
+    s2, _ = _run(spec, tmp_path / "out")
+    assert (s2.ran, s2.skipped) == (0, 1)                  # unchanged: reused
+    (tmp_path / name).write_text(second)
+    s3, row3 = _run(spec, tmp_path / "out")
+    assert (s3.ran, s3.skipped) == (1, 0), case            # a new point, not the stale row
+    assert s3.changed == [os.path.realpath(tmp_path / name)]
+    assert row3[metric] > 1.5 * row1[metric], (row1[metric], row3[metric])   # the new content's numbers
+
+
+def test_the_sweep_command_reports_a_changed_file(tmp_path, capsys):
+    (tmp_path / "hist.csv").write_text("length,count\n16,1\n")
+    spec = _serving_sweep(tmp_path, _histogram)
+    argv = ["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--no-plots"]
+    assert main(argv) == 0
+    (tmp_path / "hist.csv").write_text("length,count\n32,1\n")
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"{os.path.realpath(tmp_path / 'hist.csv')}: changed since the stored rows; the points that read it ran again" in err

@@ -29,6 +29,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
               + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
               file=sys.stderr)
+        for path in s.changed:
+            print(f"{path}: changed since the stored rows; the points that read it ran again", file=sys.stderr)
         if s.reused:
             ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
             print(f"reused stored rows (same resolved configuration) for points {ids}", file=sys.stderr)
