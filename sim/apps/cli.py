@@ -8,10 +8,27 @@ search`): every module exposes register(subparsers).
 
 from __future__ import annotations
 
-import argparse
-import json
+import os
 import sys
-import warnings
+
+
+def _interrupted_hook(kind, value, tb) -> None:
+    """Ctrl-C that escapes main() (it lands in the imports below, before main's handler
+    exists): one line and exit status 130, as inside main, not a KeyboardInterrupt traceback.
+    Installed first thing, so the heavy imports that follow are covered."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)   # sys.exit from a hook is ignored; nothing is half-written (atomic writes)
+    sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _interrupted_hook
+
+import argparse  # noqa: E402 (after the hook, on purpose)
+import json  # noqa: E402
+import warnings  # noqa: E402
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator

@@ -169,7 +169,7 @@ def _swap_rate(file: s.ServeFile, machine: Machine) -> float:
     for link in machine.links.values():
         if dev in (link.src, link.dst):
             return link.bandwidth_bytes_per_s
-    host = machine.host or {}
+    host = machine.section("host") or {}   # only offload presets have one
     pcie = host.get("pcie") if isinstance(host, dict) else None
     if isinstance(pcie, dict) and "bandwidth_bytes_per_s" in pcie:
         return parse_quantity(pcie["bandwidth_bytes_per_s"])

