@@ -59,7 +59,7 @@ class Workload(Strict):
     # How narrow formats compute where the hardware lacks them: `auto` dequantizes
     # weights into a native format (weight-only quantization); `native` demands native units.
     compute: Literal["auto", "native"] = "auto"
-    # The software stack that runs the graph (hw_models/stacks/<name>.yaml or a path: torch-eager,
+    # The software stack that runs the graph (hw_models/stack/presets/<name>.yaml or a path: torch-eager,
     # torch-cudagraph, vllm, trtllm): kernels per op, fusion, launch cost, quantized GEMM kernels.
     # None: every op one kernel with the preset's launch overhead (the model before stacks existed).
     stack: str | None = None

@@ -213,7 +213,7 @@ def register(sub) -> None:
     c.add_argument("-o", "--output", required=True, metavar="PRESET.yaml")
     c.add_argument("--name", help="preset name (default: the output file's stem)")
     c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
-    c.add_argument("--stack", help="software stack the traces ran under (hw_models/stacks): its kernels' figures are "
+    c.add_argument("--stack", help="software stack the traces ran under (hw_models/stack/presets): its kernels' figures are "
                                    "fitted into the preset's stacks.<name>, the curves on the ops it leaves to the roofline")
     c.add_argument("--min-traces", type=int, default=1, metavar="N",
                    help="an op kind gets its own curve only with ops from N traces (default 1): one run's shapes "
