@@ -110,3 +110,45 @@ def test_epoch_nanoseconds_are_exact(tmp_path):
 
     assert read_trace(tmp_path / "t.jsonl", "llmservingsim").arrival_s.tolist() == [0.0, 0.001]
     assert yaml  # (imported for the fuzz helpers below)
+
+
+# ---------------------------------------------------------------- item 4: parquet, --find-capacity outputs
+
+def test_requests_parquet_is_written_on_the_plain_install(tmp_path):
+    import pandas as pd
+
+    from tests.test_sweep_serving import SERVE as TINY_SERVE
+
+    f = write_serving_file(tmp_path, TINY_SERVE)
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--requests", str(tmp_path / "r.parquet")]) == 0
+    df = pd.read_parquet(tmp_path / "r.parquet")
+    assert len(df) == TINY_SERVE["serving"]["arrivals"]["num_requests"] and (df["status"] == "completed").all()
+
+
+def test_parquet_without_pyarrow_is_one_line_before_the_run(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)   # import pyarrow -> ImportError, as on an install without it
+    f = _serve_file(tmp_path)
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--requests", str(tmp_path / "r.parquet")], tmp_path)
+    assert line == (f"error: --requests {tmp_path / 'r.parquet'}: writing Parquet needs pyarrow, which this install "
+                    "lacks (pip install pyarrow, or reinstall sim); or give a .csv name")
+
+
+def test_find_capacity_writes_every_output_it_accepts(tmp_path):
+    # --requests and --chrome-trace were accepted with --find-capacity and written nowhere.
+    from tests.test_sweep_serving import SERVE as TINY_SERVE
+
+    raw = json.loads(json.dumps(TINY_SERVE))
+    raw["serving"]["slo"] = dict(ttft_p90=0.0004)   # the tiny model's first token takes about 0.25 ms unloaded
+    raw["serving"]["arrivals"]["num_requests"] = 24
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    out = {n: tmp_path / n for n in ("c.json", "r.csv", "t.json")}
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--find-capacity", "--json", str(out["c.json"]),
+                 "--requests", str(out["r.csv"]), "--chrome-trace", str(out["t.json"])]) == 0
+    cap = json.loads(out["c.json"].read_text())
+    assert cap["capacity_rate_req_s"] > 0
+    rows = out["r.csv"].read_text().splitlines()
+    assert len(rows) == 1 + 24                                   # header + one row per request of the capacity run
+    assert json.loads(out["t.json"].read_text())["traceEvents"]

@@ -241,3 +241,19 @@ def dumps(data: Any) -> str:
 
 def write_json(path: str | Path, data: Any) -> Path:
     return atomic_write(path, lambda p: p.write_text(dumps(data) + "\n"))
+
+
+def require_parquet(what: str) -> None:
+    """One line, not pandas' traceback asking for fastparquet, when pyarrow (a dependency of
+    sim since issue 34) is missing from a broken install."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{what}: writing Parquet needs pyarrow, which this install lacks (pip install pyarrow, "
+                          "or reinstall sim); or give a .csv name") from None
+
+
+def write_parquet(path: str | Path, frame: Any, what: str) -> Path:
+    """`frame` (a pandas DataFrame) as Parquet through pyarrow, atomically."""
+    require_parquet(what)
+    return atomic_write(path, lambda p: frame.to_parquet(p, index=False, engine="pyarrow"))

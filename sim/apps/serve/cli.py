@@ -31,7 +31,7 @@ def _slo(items: list[str] | None) -> dict[str, float]:
 def _check_outputs(args: argparse.Namespace, file) -> None:
     from sim.apps.outputs import check_output
     from sim.apps.serve.spec import input_files
-    from sim.core.files import note_input
+    from sim.core.files import note_input, require_parquet
 
     note_input(*input_files(file))  # read later (the trace, the model's config): refused as outputs now
     for path in (args.json, args.requests, args.chrome_trace):
@@ -39,6 +39,8 @@ def _check_outputs(args: argparse.Namespace, file) -> None:
             check_output(path)
     if args.requests and Path(args.requests).suffix not in (".csv", ".parquet"):
         raise ConfigError(f"--requests {args.requests}: expected a .csv or .parquet file name")
+    if args.requests and Path(args.requests).suffix == ".parquet":
+        require_parquet(f"--requests {args.requests}")   # before the run, not after it
     if args.plots:
         check_output(args.plots, directory=True)
 
@@ -85,7 +87,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _write(args, res, summary, sweep=None) -> None:
-    """All outputs after the run, every one or none: an interrupted run has written nothing."""
+    """All outputs after the run, every one or none: an interrupted run has written nothing.
+    `res` is the run the per-request table, the Chrome trace and the plots show (with
+    --find-capacity, the run at the capacity rate; `summary` is then the search's)."""
     from sim.apps.outputs import transaction, write_json
     from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
@@ -101,9 +105,7 @@ def _write(args, res, summary, sweep=None) -> None:
 
 
 def _capacity(args, file, machine, slo, console) -> int:
-    from sim.apps.outputs import transaction, write_json
     from sim.apps.serve.capacity import find_capacity
-    from sim.apps.serve.output import plots
     from sim.apps.serve.report import print_capacity
     from sim.apps.serve.run import serve
 
@@ -117,15 +119,11 @@ def _capacity(args, file, machine, slo, console) -> int:
                limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
                                                           for p in cap["points"]], summary=best)
     res = None
-    if args.plots:
+    if args.plots or args.requests or args.chrome_trace:   # the run at the capacity rate: what they show
         file2 = file.model_copy(update={"serving": file.serving.model_copy(update={
             "arrivals": file.serving.arrivals.model_copy(update={"rate": cap["rate"]})})})
         res, _ = serve(file2, machine, exact=args.exact)
-    with transaction():
-        if args.json:
-            write_json(args.json, out)
-        if res is not None:
-            plots(res, Path(args.plots), cap["points"])
+    _write(args, res, out, cap["points"])
     if not args.quiet:
         print_capacity(cap)
     return 0
