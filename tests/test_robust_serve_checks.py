@@ -59,6 +59,16 @@ def test_serving_inputs_that_raised_a_traceback(tmp_path, capsys, case):
     assert line == "error: " + message.format(f=f, t=tmp_path / (trace[0] if trace else ""))
 
 
+@pytest.mark.parametrize("plan", [{"pp": 2}, {"micro_batches": 2}])
+def test_serving_with_pipeline_stages_is_one_line(tmp_path, capsys, plan):
+    # ValueError "phase must be prefill or decode, got 'mixed'": a serving step is a mixed batch.
+    f = write_serving_file(tmp_path, {**SERVE, "parallel": {**plan, "topology": "a6000_x8_pcie"}})
+    key, value = next(iter(plan.items()))
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q"], tmp_path)
+    assert line == (f"error: {f}: parallel.{key}: {value}: serving is modelled with pipeline parallelism off (pp 1, "
+                    "micro_batches 1); use tp, or replicas (serving.router) for more devices")
+
+
 def test_negative_sweep_seed_is_refused(tmp_path, capsys):
     from tests.test_sweep import make_spec
 

@@ -59,6 +59,13 @@ def device_share(file, machine: Machine, model: ModelConfig, fmt) -> DeviceShare
     plan, _ = load_plan(raw, file.source, model, machine)
     if plan.attention_dp > 1:
         _check_attention_dp(file, plan)
+    if plan.pp > 1 or plan.micro_batches > 1:
+        # A serving step is one mixed batch (prefills beside decodes); the pipeline schedule
+        # (hw_models/gpu/parallel.py) splits prefill or decode graphs only: a ValueError before.
+        key = "pp" if plan.pp > 1 else "micro_batches"
+        raise ConfigError(f"{file.source or 'workload'}: parallel.{key}: {getattr(plan, key)}: serving is modelled "
+                          "with pipeline parallelism off (pp 1, micro_batches 1); use tp, or replicas "
+                          "(serving.router) for more devices")
     total = weight_bytes(model, fmt)
     experts = expert_weight_bytes(model, fmt)
     layers = -(-model.num_layers // plan.pp)           # the busiest stage's layers
