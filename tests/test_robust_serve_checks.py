@@ -162,3 +162,73 @@ def test_find_capacity_writes_every_output_it_accepts(tmp_path):
     rows = out["r.csv"].read_text().splitlines()
     assert len(rows) == 1 + 24                                   # header + one row per request of the capacity run
     assert json.loads(out["t.json"].read_text())["traceEvents"]
+
+
+# ---------------------------------------------------------------- item 5: serving invariants
+
+def _orca(tmp_path, n=40):
+    # Prompts of 100-3,000 tokens under a 1,000-token budget: Orca does not chunk.
+    def edit(s):
+        s["arrivals"].update(num_requests=n)
+        s["lengths"]["prompt"] = dict(dist="uniform", low=100, high=3000)
+        s["scheduler"] = dict(kind="orca", max_num_batched_tokens=1000)
+    return _serve_file(tmp_path, edit)
+
+
+def test_orca_rejects_a_prompt_over_its_budget_with_the_reason(tmp_path):
+    # Such a request waited forever and blocked every one behind it: 40 of 40 unfinished, exit 0.
+    s = _run_json(tmp_path, _orca(tmp_path))
+    long = sum(1 for p in _prompts(tmp_path) if p > 1000)
+    assert long > 0 and s["completed"] + s["rejected"] == s["requests"] == 40
+    assert s["rejected"] == long and s["completed"] == 40 - long
+    assert s["rejected_reasons"] == {"prompt longer than max_num_batched_tokens (Orca does not chunk)": long}
+
+
+def _prompts(tmp_path) -> list[int]:
+    from sim.apps.serve.arrivals import make_requests
+    from sim.apps.serve.spec import load_serve_file
+
+    return make_requests(load_serve_file(tmp_path / "s.yaml")).prompt_len.tolist()
+
+
+def test_a_request_left_unfinished_fails_loudly(tmp_path, monkeypatch):
+    # The old Orca: never admitted, never rejected. The run must not exit 0 with it unfinished.
+    from sim.apps.serve import schedulers
+    from sim.apps.serve.invariants import InvariantError
+
+    monkeypatch.setattr(schedulers.Orca, "refusal", lambda self, r: None)
+    monkeypatch.setattr(schedulers.Orca, "fits_ever", lambda self, r: True)
+    with pytest.raises(InvariantError, match=r"of 40 requests neither completed nor were rejected"):
+        main(["serve", str(_orca(tmp_path)), "--hw", "a6000", "-q"])
+
+
+def test_busy_shares_stay_at_most_one_with_pools_and_replicas(tmp_path):
+    # engine_busy summed every instance's iterations over one wall time: 3.5 with five instances.
+    def disagg(s):
+        s["arrivals"].update(rate=400, num_requests=60)
+        s["disaggregated"] = dict(prefill=dict(hw="h100_sxm", replicas=2), decode=dict(hw="a6000", replicas=3),
+                                  transfer=dict(bandwidth_bytes_per_s=25e9))
+
+    def replicas(s):
+        s["arrivals"].update(rate=400, num_requests=60)
+        s["router"] = dict(replicas=3)
+    for edit in (disagg, replicas):
+        s = _run_json(tmp_path, _serve_file(tmp_path, edit))
+        assert s["completed"] == 60
+        shares = [s["engine_busy"], *s["utilization"].values()]
+        for side in ("prefill", "decode"):
+            for inst in s.get("disaggregated", {}).get(side, []):
+                shares += [inst["busy"], *inst["utilization"].values()]
+        shares += [x for r in s.get("replicas", []) for x in (r["busy"], *r["utilization"].values())]
+        assert all(0 <= x <= 1 + 1e-9 for x in shares), shares
+        assert s["engine_busy"] > 0.3     # busy, so a share summed over instances would have passed 1
+
+
+def test_a_crawling_budget_is_warned_with_its_iteration_count(tmp_path, capsys):
+    # 20 requests of 64 + 8 tokens under a budget of 1 token: 1,440 iterations at least; vLLM refuses it.
+    f = _serve_file(tmp_path, lambda s: s["scheduler"].update(kind="sarathi", max_num_batched_tokens=1))
+    assert main(["serve", str(f), "--hw", "a6000", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == (f"warning: {f}: serving.scheduler.max_num_batched_tokens: 1 tokens per iteration for 1,440 "
+                           "tokens in the stream: at least 1,440 iterations; vLLM refuses a budget below max_num_seqs "
+                           "(256): \"max_num_batched_tokens must be greater than or equal to max_num_seqs\"")

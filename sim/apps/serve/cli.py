@@ -51,6 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
+    from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.metrics import summarize
     from sim.apps.serve.report import print_report
     from sim.apps.serve.setup import prepare
@@ -72,11 +73,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return _capacity(args, file, machine, slo, console)
         setup = prepare(file, machine, exact=args.exact)
         reqs = make_requests(file)
+        note = budget_warning(file, reqs)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
         with _progress(args.quiet, len(reqs)) as (prog, task):
             res, extra = serve_stream(file, setup, reqs,
                                       None if prog is None else lambda d, n: prog.update(task, completed=d))
     s = summarize(res, slo)
     s.update(extra)
+    check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
     s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
              exact=args.exact)
     _write(args, res, s)
