@@ -20,6 +20,7 @@ from hw_models import curves
 from hw_models.kinds import KINDS, preset_sections, section_owners
 from sim.core import graph as g
 from sim.core.errors import ConfigError
+from sim.core.settings import has_alias, resolve_aliases
 from sim.core.formats import get_format
 from sim.core.schema import (Quantity, Strict, collect_sections, read_yaml, require_file, set_dotted,
                              validate_mapping)
@@ -325,6 +326,14 @@ def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> M
         return spec
     path = resolve_path(spec)
     raw = raw_machine(path)
+    if any(has_alias(key) for key in overrides or {}):
+        overrides = {resolve_aliases(key, machine_aliases(machine_from_dict(raw_machine(path), str(path)))): value
+                     for key, value in overrides.items()}
     for key, value in (overrides or {}).items():
         set_dotted(raw, key, value, source=f"{path} (override hw.{key})")
     return machine_from_dict(raw, str(path))
+
+
+def machine_aliases(machine: Machine) -> dict[str, str]:
+    """What `@device` and `@main` stand for in a hardware path (`--set`, sweeps)."""
+    return {"@device": machine.device_tier, "@main": machine.main_unit}

@@ -29,9 +29,8 @@ def _slo(items: list[str] | None) -> dict[str, float]:
 
 
 def _check_outputs(args: argparse.Namespace, file) -> None:
-    from sim.apps.outputs import check_output
     from sim.apps.serve.spec import input_files
-    from sim.core.files import note_input, require_parquet
+    from sim.core.files import check_output, note_input, require_parquet
 
     note_input(*input_files(file))  # read later (the trace, the model's config): refused as outputs now
     for path in (args.json, args.requests, args.chrome_trace):
@@ -56,12 +55,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.report import print_report
     from sim.apps.serve.setup import prepare
     from sim.apps.serve.spec import load_serve_file
-    from sim.core.workload import parse_set
+    from sim.core.settings import split_settings
 
-    sets = parse_set(args.set)
-    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
-    file = load_serve_file(args.file, {k: v for k, v in sets.items() if not k.startswith("hw.")})
-    machine = load_machine(args.hw, hw_sets)
+    sets = split_settings(args.set)
+    file = load_serve_file(args.file, sets.workload)
+    machine = load_machine(args.hw, sets.hw)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
@@ -95,7 +93,7 @@ def _write(args, res, summary, sweep=None) -> None:
     """All outputs after the run, every one or none: an interrupted run has written nothing.
     `res` is the run the per-request table, the Chrome trace and the plots show (with
     --find-capacity, the run at the capacity rate; `summary` is then the search's)."""
-    from sim.apps.outputs import transaction, write_json
+    from sim.core.files import transaction, write_json
     from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
     with transaction():

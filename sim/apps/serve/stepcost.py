@@ -2,7 +2,7 @@
 request-level engine and the op-level hardware models.
 
 Exact: the iteration's op graph (sim.core.mixed) at 2 and 3 layers through the
-mapper and the engine, extrapolated to L layers as sim.core.generation.step_time
+mapper and the engine, extrapolated to L layers as sim.core.generation.fold_layers
 does (exact once the schedule is periodic after one layer).
 
 Surrogate: exact costs at grid points, interpolated. An iteration is described by
