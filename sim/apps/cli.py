@@ -6,29 +6,18 @@ calibrate, sweep, survey) and from each hardware kind that has one (`sim offload
 search`): every module exposes register(subparsers).
 """
 
+# ruff: noqa: E402 (the imports below follow interrupt.install() on purpose: Ctrl-C during them is covered)
 from __future__ import annotations
 
-import os
 import sys
 
+from sim import interrupt
 
-def _interrupted_hook(kind, value, tb) -> None:
-    """Ctrl-C that escapes main() (it lands in the imports below, before main's handler
-    exists): one line and exit status 130, as inside main, not a KeyboardInterrupt traceback.
-    Installed first thing, so the heavy imports that follow are covered."""
-    if issubclass(kind, KeyboardInterrupt):
-        print("interrupted", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)   # sys.exit from a hook is ignored; nothing is half-written (atomic writes)
-    sys.__excepthook__(kind, value, tb)
+interrupt.install()   # already, when sim was imported as the CLI; here for any other way main() is reached
 
-
-sys.excepthook = _interrupted_hook
-
-import argparse  # noqa: E402 (after the hook, on purpose)
-import json  # noqa: E402
-import warnings  # noqa: E402
+import argparse
+import json
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
