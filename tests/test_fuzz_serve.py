@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hw_models.machine import load_machine
-from sim.apps.serve.engine import DONE, REJECTED
+from sim.apps.serve.simulator import DONE, REJECTED
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import serve_file_from_dict
 from sim.core.errors import SimError

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.apps.serve.engine import DONE, REJECTED, ServeResult
+from sim.apps.serve.simulator import DONE, REJECTED, ServeResult
 
 # Busy seconds are sums of many float iteration times; a share above 1 by this much is rounding.
 UTILIZATION_SLACK = 1e-9

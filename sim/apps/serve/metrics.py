@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.apps.serve.engine import DONE, REJECTED, ServeResult
+from sim.apps.serve.simulator import DONE, REJECTED, ServeResult
 from sim.apps.serve.spec import METRICS
 
 QUANTILES = {"p50": 50, "p90": 90, "p99": 99}
