@@ -1,10 +1,11 @@
-"""Issue 34, items 3-5: the serving inputs that raised a traceback now get one line naming
-the file and key (exit 2, nothing written), and what a serving run reports obeys its
+"""Issue 34, items 3-5: the serving and trace inputs that raised a traceback (or were accepted
+with bad timestamps) now get one line naming the file and key (exit 2, nothing written), and what a serving run reports obeys its
 invariants (every request completed or rejected, utilisation at most 1, large timestamps)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -235,3 +236,24 @@ def test_a_crawling_budget_is_warned_with_its_iteration_count(tmp_path, capsys):
     assert err.strip() == (f"warning: {f}: serving.scheduler.max_num_batched_tokens: 1 tokens per iteration for 1,440 "
                            "tokens in the stream: at least 1,440 iterations; vLLM refuses a budget below max_num_seqs "
                            "(256): \"max_num_batched_tokens must be greater than or equal to max_num_seqs\"")
+
+
+# ---------------------------------------------------------------- Chrome traces with bad timestamps
+
+@pytest.mark.parametrize("ts, message", [
+    (1e300, "ends 1e+294 s after the trace's first event; a profiled run spans less than 24 hours (a corrupt ts or dur?)"),
+    (True, "ts: expected a duration, got True"),
+])
+def test_a_chrome_trace_with_bad_timestamps_is_refused(tmp_path, capsys, ts, message):
+    # Both were accepted for validation: a kernel is attributed by correlation id, not by time.
+    import shutil
+
+    from tests.conftest import ROOT
+
+    src = ROOT / "tests" / "data" / "synthetic_cuda_L1"
+    data = json.loads(Path(f"{src}.trace.json").read_text())
+    data["traceEvents"][3]["ts"] = ts
+    (tmp_path / "t.trace.json").write_text(json.dumps(data))
+    shutil.copy(f"{src}.meta.json", tmp_path / "t.meta.json")
+    line = refused(capsys, ["validate", str(tmp_path / "t.trace.json"), "--hw", "a6000"], tmp_path)
+    assert line == f"error: {tmp_path / 't.trace.json'}: traceEvents[3] ('kernel_embed'): {message}"

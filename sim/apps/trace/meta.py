@@ -56,7 +56,9 @@ def check_meta(raw: Any, source: str) -> dict[str, Any]:
 
 
 def measured(value: Any, where: str) -> float:
-    """A measured duration: a finite, non-negative number."""
+    """A measured duration: a finite, non-negative number (`true` is no number of microseconds)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a duration, got {value!r}")
     try:
         out = float(value)
     except (TypeError, ValueError):
