@@ -1,6 +1,7 @@
 """Issue 34, items 3-5: the serving and trace inputs that raised a traceback (or were accepted
-with bad timestamps) now get one line naming the file and key (exit 2, nothing written), and what a serving run reports obeys its
-invariants (every request completed or rejected, utilisation at most 1, large timestamps)."""
+with bad timestamps) now get one line naming the file and key (exit 2, nothing written), and
+what a serving run reports obeys its invariants (every request completed or rejected,
+utilisation at most 1, large timestamps)."""
 
 from __future__ import annotations
 
