@@ -98,6 +98,12 @@ TRACES = {   # trace.csv contents a hostile user replays
 }
 
 
+# The folder's files each command reads: an output over one of these must be refused. An output
+# over a file the command does not read is the user's explicit choice, not data loss.
+READS = {"serve": {"serve.yaml", "hist.csv", "config.json", "hw.yaml", "link-to-serve"},
+         "trace": {"t.trace.json", "t.meta.json"}, "sweep": {"out/results.sqlite"}}
+
+
 def _commands(d: Path) -> list[tuple[str, list[str], set[str]]]:
     """(label, argv, the outputs it names) for every hostile command of one folder."""
     out: list[tuple[str, list[str], set[str]]] = []
@@ -181,8 +187,10 @@ def main_(argv: list[str] | None = None) -> int:
         rc, err = run_one(argv, a.timeout)
         after = _digest(d)
         counts["commands"] += 1
-        lost = [k for k, v in before.items() if k not in named and after.get(k) != v and not k.startswith("out/")]
-        lost += [k for k in INPUTS if k in named and k in before and after.get(k) != before[k]]
+        reads = READS["serve" if argv[0] == "serve" else "sweep" if argv[0] == "sweep" else "trace"]
+        reads = reads | ({"trace.csv", "hard-to-trace"} if "trace:" in label or "replayed" in label else set())
+        lost = [k for k, v in before.items() if after.get(k) != v and (k not in named or k in reads)
+                and not (k.startswith("out/") and argv[0] == "sweep" and "export" not in argv)]
         if lost:
             counts["data_loss"] += 1
             findings.append(f"DATA LOSS {label}: {lost}")
