@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from sim import interrupt
+from sim.core import interrupt
 
 interrupt.install()   # already, when sim was imported as the CLI; here for any other way main() is reached
 
