@@ -17,7 +17,7 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
     head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
     rows = [
         ("requests", f"{s['completed']} completed, {s['rejected']} rejected of {s['requests']}"
-                     + (" (rejected: longer than the model's context, or KV that never fits the pool)"
+                     + (" (" + "; ".join(f"{n}: {why}" for why, n in s.get("rejected_reasons", {}).items()) + ")"
                         if s["rejected"] else "")),
         ("throughput", f"{s['throughput_tok_s']:,.1f} tokens/s, {s['throughput_req_s']:.3f} requests/s"),
         ("goodput", f"{s['goodput_tok_s']:,.1f} tokens/s, {s['goodput_req_s']:.3f} requests/s"
