@@ -52,6 +52,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.spec import load_serve_file
     from sim.core.settings import split_settings
 
+    if args.no_cache:
+        from sim.apps.serve import tablecache
+        tablecache.disable()
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = load_machine(args.hw, sets.hw)
@@ -163,5 +166,7 @@ def register(subparsers) -> None:
     p.add_argument("--exact", action="store_true", help="cost every iteration with the op-level simulation")
     p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
     p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the persistent step-cost tables (`sim cache info`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no report or progress bar")
     p.set_defaults(func=cmd_serve)
