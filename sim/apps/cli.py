@@ -16,16 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from hw_models.machine import load_machine, preset_names, resolve_path
 from hw_models.registry import cli_registrars, mapper_for, simulate
 from sim.apps.checks import unused_settings
 from sim.apps.chrome_trace import chrome_trace
 from sim.core.files import check_output, transaction, write_json
-from sim.apps.report import print_report
 from sim.apps.serve import cache_cli, cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
@@ -84,6 +79,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from sim.apps.report import print_report
     from sim.apps.gantt import parse_layers
 
     workload, machine = _load(args)
@@ -153,6 +149,8 @@ def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
     workload, machine = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
@@ -182,6 +180,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_model_show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
     m = load_model(args.model)
     fmts = args.formats.split(",") if args.formats else ["fp32", "fp16", "bf16", "int8", "int4"]
     by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
@@ -202,6 +202,9 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
     rows = []
     for name in preset_names():
         try:
@@ -249,6 +252,8 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
 
 def cmd_formats(args: argparse.Namespace) -> int:
     """Each format's exact storage and the error it causes on an array."""
+    from rich.console import Console
+    from rich.table import Table
     from sim.core.quantize import quantization_error
 
     import numpy as np

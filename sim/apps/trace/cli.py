@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from sim.core.errors import ConfigError
 from sim.core.units import fmt_time
 from hw_models.machine import load_machine
@@ -48,6 +45,8 @@ def _load(args: argparse.Namespace, paths):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
     from sim.core.files import check_output, transaction, write_json
     from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
@@ -100,6 +99,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
     from sim.core.files import check_output, write_json
     from sim.apps.trace.replay import replay
 
@@ -117,7 +117,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_replay(console: Console, trace, r, show_all: bool) -> None:
+def _print_replay(console, trace, r, show_all: bool) -> None:
+    from rich.table import Table
     src = r.source_machine or "-"
     t = Table(title=f"{Path(trace.source).name} ({trace.device_name or trace.device}) replayed on {r.machine}; "
               f"measured = {r.measured_from}; scaled = measured x {r.machine}/{src} model ratio")
@@ -157,6 +158,8 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
     from sim.core.files import check_output
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
