@@ -113,6 +113,7 @@ def _capacity(args, file, machine, slo, console) -> int:
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point)
     best = cap["summary"]
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
+               goodput_window_s=cap["window_s"], within_slo=cap["within_slo"],
                limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
                                                           for p in cap["points"]], summary=best)
     res = None
