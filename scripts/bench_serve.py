@@ -53,24 +53,25 @@ m = load_machine("h100_sxm")
 if profile:
     import cProfile, pstats
     pr = cProfile.Profile(); pr.enable()
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 if case == "capacity":
     out = find_capacity(f, m, dict(f.serving.slo))
     extra = dict(rate=out["rate"], runs=len(out["points"]))
 else:
     _, s = serve(f, m)
     extra = dict(iterations=s["iterations"], completed=s["completed"])
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), time.process_time()
 if profile:
     pr.disable(); pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
-print(json.dumps(dict(import_s=t1 - t0, run_s=t3 - t2, rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps(dict(import_s=t1 - t0, run_s=t3 - t2, run_cpu_s=c3 - c2, rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       **extra)))
 """
 
 
-def child(root: Path, args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds and peak RSS (MB) of one child process, and its stdout. The child's own peak is
-    read from wait4's rusage, not RUSAGE_CHILDREN (that is the largest of all children so far)."""
+def child(root: Path, args: list[str], env: dict[str, str]) -> tuple[float, float, str, float]:
+    """Wall seconds and peak RSS (MB) of one child process, its stdout and its CPU seconds. The child's
+    own figures are read from wait4's rusage, not RUSAGE_CHILDREN (that holds the largest of all children
+    so far). On a shared machine CPU seconds are the figure to compare; wall is inflated by the load."""
     t = time.perf_counter()
     p = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE)
     out = p.stdout.read().decode()
@@ -78,20 +79,20 @@ def child(root: Path, args: list[str], env: dict[str, str]) -> tuple[float, floa
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"failed: {' '.join(args)}")
-    return wall, ru.ru_maxrss / 1024, out
+    return wall, ru.ru_maxrss / 1024, out, ru.ru_utime + ru.ru_stime
 
 
 def in_process(root: Path, env: dict[str, str], case: str, n: int, profile: bool = False) -> dict:
-    _, _, out = child(root, [sys.executable, "-c", IN_PROCESS % FILE, case, str(n), str(RATE), "1" if profile else "0"],
+    _, _, out, _ = child(root, [sys.executable, "-c", IN_PROCESS % FILE, case, str(n), str(RATE), "1" if profile else "0"],
                       env)
     return json.loads(out.strip().splitlines()[-1])
 
 
-def sim_serve(root: Path, env: dict[str, str], n: int) -> tuple[float, float]:
-    wall, rss, _ = child(root, [sys.executable, "-m", "sim.apps.cli", "serve", FILE, "--hw", "h100_sxm", "-q",
+def sim_serve(root: Path, env: dict[str, str], n: int) -> tuple[float, float, float]:
+    wall, rss, _, cpu = child(root, [sys.executable, "-m", "sim.apps.cli", "serve", FILE, "--hw", "h100_sxm", "-q",
                                 "--set", f"serving.arrivals.rate={RATE}", "--set", f"serving.arrivals.num_requests={n}"],
                          env)
-    return wall, rss
+    return wall, rss, cpu
 
 
 def import_s(root: Path, env: dict[str, str]) -> float:
@@ -114,6 +115,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cases", default="10k,capacity,startup")
     ap.add_argument("--big", action="store_true", help="also the 1,000,000-request case (minutes)")
+    ap.add_argument("--big-n", type=int, default=1_000_000, help="requests of the big case")
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout whose code runs (default: this one)")
     ap.add_argument("--save", action="store_true", help=f"store the medians in {FIGURES.relative_to(ROOT)}")
     ap.add_argument("--label", default="", help="what the figures are of, stored with --save (a commit)")
@@ -130,23 +132,27 @@ def main() -> None:
         in_process(root, env, "10k", 10_000, a.profile)   # warms the step-cost cache (a miss on a first run)
         runs = [in_process(root, env, "10k", 10_000) for _ in range(a.repeat)]
         whole = [sim_serve(root, env, 10_000) for _ in range(a.repeat)]
-        fig.update({"10k.serve_s": med([r["run_s"] for r in runs]), "10k.process_s": med([w for w, _ in whole]),
-                    "10k.peak_rss_mb": med([r for _, r in whole])})
+        fig.update({"10k.serve_s": med([r["run_s"] for r in runs]), "10k.serve_cpu_s": med([r["run_cpu_s"] for r in runs]),
+                    "10k.process_s": med([w for w, _, _ in whole]), "10k.process_cpu_s": med([c for _, _, c in whole]),
+                    "10k.peak_rss_mb": med([r for _, r, _ in whole])})
         fig["10k.requests_per_s"] = 10_000 / fig["10k.serve_s"]
+        fig["10k.requests_per_cpu_s"] = 10_000 / fig["10k.serve_cpu_s"]
         print(f"10k: {runs[0]['iterations']} iterations; serve() runs {[round(r['run_s'], 2) for r in runs]}, "
-              f"processes {[round(w, 2) for w, _ in whole]}")
+              f"processes {[round(w, 2) for w, _, _ in whole]}")
     if "capacity" in cases:
         runs = [in_process(root, env, "capacity", 1_000) for _ in range(a.repeat)]
         fig["capacity.search_s"] = med([r["run_s"] for r in runs])
+        fig["capacity.search_cpu_s"] = med([r["run_cpu_s"] for r in runs])
         print(f"capacity (1,000-request steps): {runs[0]['rate']:.4g} requests/s after {runs[0]['runs']} runs; "
               f"searches {[round(r['run_s'], 2) for r in runs]}")
     if "startup" in cases:
-        helps = [child(root, [sys.executable, "-m", "sim.apps.cli", "--help"], env)[0] for _ in range(a.repeat)]
-        fig["startup.help_s"] = med(helps)
+        helps = [child(root, [sys.executable, "-m", "sim.apps.cli", "--help"], env) for _ in range(a.repeat)]
+        fig["startup.help_s"] = med([h[0] for h in helps])
+        fig["startup.help_cpu_s"] = med([h[3] for h in helps])
         fig["startup.import_s"] = med([import_s(root, env) for _ in range(a.repeat)])
     if "1m" in cases:
-        wall, rss = sim_serve(root, env, 1_000_000)
-        fig.update({"1m.process_s": wall, "1m.peak_rss_mb": rss, "1m.requests_per_s": 1e6 / wall})
+        wall, rss, cpu = sim_serve(root, env, a.big_n)
+        fig.update({"1m.process_s": wall, "1m.process_cpu_s": cpu, "1m.peak_rss_mb": rss, "1m.requests": a.big_n})
 
     stored = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
     old = stored.get("figures", {})
