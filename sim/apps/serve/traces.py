@@ -175,6 +175,8 @@ def _check_sorted(t: np.ndarray, col: str, path: Path) -> None:
 
 
 def _lengths(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+    import pandas as pd
+
     v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(v) | (v < 1) | (v > MAX_TOKENS) | (v != np.round(v))
     if bad.any():
