@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sim.core import flags, tables
+
 from sim.core.errors import ConfigError
 from sim.core.units import fmt_time
 from hw_models.machine import load_machine
@@ -58,6 +60,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.hw is None:
         raise ConfigError("sim validate: --hw is required (a preset name or YAML file)")
     machine = _machine(args.hw, "validate", args.set)
+    if args.plots:   # the one plot flag of every subcommand: a folder
+        check_output(args.plots, directory=True)
+        args.plot = str(Path(args.plots) / "validate_scatter.png")
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
@@ -69,7 +74,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
     if args.quiet:
         return 0
-    console = Console(markup=False)
+    console = tables.console()
     t = Table(title=f"measured vs simulated on {v.machine}")
     for col in ("step", "op", "kind", "measured", "simulated", "error"):
         t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
@@ -115,7 +120,7 @@ def _validate_aic(args: argparse.Namespace) -> int:
     from sim.core.files import check_output, write_json
     from sim.apps.trace.aic import HELD_OUT, gpu_sort_key, validate_tables
 
-    for flag in ("plot", "model", "tokens", "tp", "set"):
+    for flag in ("plot", "plots", "model", "tokens", "tp", "set"):
         if getattr(args, flag):
             raise ConfigError(f"sim validate --format aic: --{flag} applies to traces, not to aiconfigurator tables")
     if args.json:
@@ -125,7 +130,7 @@ def _validate_aic(args: argparse.Namespace) -> int:
         write_json(args.json, v.to_json())
     if args.quiet:
         return 0
-    console = Console(markup=False)
+    console = tables.console()
     by = v.mape_by_family()
     for held, title in ((False, "in-sample GPUs"), (True, "held-out GPUs (report only: never fitted on)")):
         keys = sorted((k for k in by if (k[0] in HELD_OUT) == held), key=lambda k: (gpu_sort_key(k[0]), k[1]))
@@ -153,7 +158,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     stack = _stack(args.stack)
     if args.json:
         check_output(args.json)
-    console = Console(markup=False)
+    console = tables.console()
     for trace in _load(args, [args.traces]):
         r = replay(trace, machine, source, stack=stack)
         if args.json:
@@ -207,6 +212,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
+    if not args.output:   # not argparse's required=: the deprecated --output spelling fills it too
+        raise ConfigError("sim calibrate: --out PRESET.yaml is required (the calibrated preset to write)")
     base = load_machine(args.hw)
     check_output(args.output)  # before the fit, not after it
     if (args.report or args.force) and not args.held_out:
@@ -216,7 +223,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--name {name!r}: must be one printable line")
     cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces)
-    console = Console(markup=False)
+    console = tables.console()
     if args.held_out:   # refuses (ConfigError) before anything is written, unless --report / --force
         h = held_out(_load(args, args.held_out), base, cal.machine, args.stack, refuse=not (args.report or args.force))
         if args.report:
@@ -266,7 +273,8 @@ def register(sub) -> None:
                                    "default each row's engine's stack)")
     v.add_argument("--limit", type=int, metavar="N", help="--format aic: at most N rows per table, evenly spread")
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
-    v.add_argument("--plot", metavar="P", help="write a log-log scatter of simulated vs measured (PNG)")
+    v.add_argument("--plots", metavar="DIR", help="write DIR/validate_scatter.png: simulated vs measured, log-log")
+    flags.deprecated_alias(v, "--plot", "--plots DIR", "plot", metavar="FILE")
     v.add_argument("--all", action="store_true", help="print every row")
     _add_hw_set_quiet(v)
     v.set_defaults(func=cmd_validate)
@@ -286,7 +294,9 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help="fit a preset's efficiency curves to measured traces")
     _add_trace_args(c)
     c.add_argument("--hw", required=True, help="base preset whose peaks are kept")
-    c.add_argument("-o", "--output", required=True, metavar="PRESET.yaml")
+    c.add_argument("--out", "-o", dest="output", metavar="PRESET.yaml",
+                   help="the calibrated preset to write")
+    flags.deprecated_alias(c, "--output", "--out PRESET.yaml", "output")
     c.add_argument("--name", help="preset name (default: the output file's stem)")
     c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
     c.add_argument("--stack", help="software stack the traces ran under (hw_models/stack/presets): its kernels' figures are "
