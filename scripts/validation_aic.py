@@ -1,6 +1,6 @@
 """The aiconfigurator per-op section of docs/validation.md (called by scripts/validation_report.py).
 
-Every table of shared/validation/aic costed by `sim validate --format aic` (sim.apps.trace.aic):
+Every table of shared/validation/aic costed by `sim validate --input-format aic` (sim.apps.trace.aic):
 MAPE per op family per GPU, "before" (the stacks and collectives as they were before issue 28:
 no attention kernel family, the host launch on every graph-replayed kernel, ring all-reduce on
 the datasheet/vidur topology) and "after". The H100, A100 and RTX PRO 6000 tables are in
@@ -80,10 +80,10 @@ def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:
                  pct(a[gpu, fam][1])] for gpu, fam in keys]
         parts.append(f"### {title}\n\n" + table_fn(["GPU", "family", "rows", "MAPE before", "MAPE after"], rows) + "\n")
     skipped = "".join(f"- {line}\n" for line in dict.fromkeys(after.skipped))
-    text = f"""## aiconfigurator per-op tables (`sim validate --format aic`)
+    text = f"""## aiconfigurator per-op tables (`sim validate --input-format aic`)
 
 {__doc__.split(chr(10) + chr(10), 1)[1].split(chr(10) + chr(10))[0].strip()}
-Reproduce: `sim validate --format aic ../shared/validation/aic/<table>_<gpu>.csv.gz` (each row under its engine's
+Reproduce: `sim validate --input-format aic ../shared/validation/aic/<table>_<gpu>.csv.gz` (each row under its engine's
 stack; `--stack NAME` for one stack on every row).
 
 {chr(10).join(parts)}

@@ -1,4 +1,4 @@
-"""`sim validate --format aic`: aiconfigurator's per-op tables (shared/validation/aic) costed by sim.
+"""`sim validate --input-format aic`: aiconfigurator's per-op tables (shared/validation/aic) costed by sim.
 
 Runs on a small slice of the shared tables (skips without them); the per-family figures of the
 whole tables are in docs/validation.md."""
@@ -25,7 +25,7 @@ def test_small_slice_prints_families_per_gpu(shared_validation, tmp_path, capsys
     aic = _aic(shared_validation)
     out = tmp_path / "aic.json"
     tables = [aic / f"{t}_h100.csv.gz" for t in ("gemm", "gen_attn", "ctx_attn", "comm")]
-    assert main(["validate", "--format", "aic", *map(str, tables), "--limit", "60", "--json", str(out)]) == 0
+    assert main(["validate", "--input-format", "aic", *map(str, tables), "--limit", "60", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "in-sample GPUs" in text and "held-out" not in text   # no held-out table given
     fams = {r["family"] for r in json.loads(out.read_text())["mape_by_family"]}
@@ -38,7 +38,7 @@ def test_small_slice_prints_families_per_gpu(shared_validation, tmp_path, capsys
 def test_stack_applies_to_every_row(shared_validation, tmp_path):
     aic = _aic(shared_validation)
     out = tmp_path / "aic.json"
-    assert main(["validate", "--format", "aic", str(aic / "gemm_h100.csv.gz"), "--limit", "40",
+    assert main(["validate", "--input-format", "aic", str(aic / "gemm_h100.csv.gz"), "--limit", "40",
                  "--stack", "torch-cudagraph", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["mape_by_family"]
 
@@ -46,10 +46,10 @@ def test_stack_applies_to_every_row(shared_validation, tmp_path):
 def test_bad_input_is_one_line(tmp_path, capsys):
     bad = tmp_path / "weights.csv.gz"
     bad.write_text("x")
-    assert main(["validate", "--format", "aic", str(bad)]) == 2
+    assert main(["validate", "--input-format", "aic", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "aiconfigurator table" in err[0]
-    assert main(["validate", "--format", "aic", str(tmp_path / "gemm_h100.csv.gz"), "--stack", "nope"]) == 2
+    assert main(["validate", "--input-format", "aic", str(tmp_path / "gemm_h100.csv.gz"), "--stack", "nope"]) == 2
     assert "unknown software stack" in capsys.readouterr().err
 
 

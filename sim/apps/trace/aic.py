@@ -1,4 +1,4 @@
-"""`sim validate --format aic`: NVIDIA aiconfigurator's measured per-op tables, costed by sim.
+"""`sim validate --input-format aic`: NVIDIA aiconfigurator's measured per-op tables, costed by sim.
 
 The tables (shared/validation/aic, README there) hold per-op latencies taken through each
 engine's own module in a CUDA-graph replay: GEMM by dtype and M/N/K, decode and prefill
@@ -127,7 +127,7 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False):
     """The preset's mapper under `stack`; only its per-op cost is used, so the model is a placeholder."""
     machine = load_machine(preset)
     if machine.kind != "gpu":
-        raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --format aic costs GPU ops (a gpu preset)")
+        raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --input-format aic costs GPU ops (a gpu preset)")
     mapper = mapper_for(machine, Workload(name="aic", model="llama3-8b", stack=stack), load_model("llama3-8b"))
     if baseline and mapper.stack is not None:
         mapper.stack = mapper.stack.model_copy(update=ISSUE28_FIELDS)

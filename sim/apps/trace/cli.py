@@ -55,7 +55,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
 
-    if args.format == "aic":
+    if args.input_format == "aic":
         return _validate_aic(args)
     if args.hw is None:
         raise ConfigError("sim validate: --hw is required (a preset name or YAML file)")
@@ -122,7 +122,7 @@ def _validate_aic(args: argparse.Namespace) -> int:
 
     for flag in ("plot", "plots", "model", "tokens", "tp", "set"):
         if getattr(args, flag):
-            raise ConfigError(f"sim validate --format aic: --{flag} applies to traces, not to aiconfigurator tables")
+            raise ConfigError(f"sim validate --input-format aic: --{flag} applies to traces, not to aiconfigurator tables")
     if args.json:
         check_output(args.json)
     v = validate_tables([Path(p) for p in args.traces], args.hw, _stack(args.stack), args.limit)
@@ -264,14 +264,15 @@ def register(sub) -> None:
     v = sub.add_parser("validate", help="compare measured traces (or aiconfigurator op tables) with the simulator "
                                         "op by op")
     _add_trace_args(v)
-    v.add_argument("--hw", help="hardware preset name or YAML file (--format aic: default the preset of the GPU "
+    v.add_argument("--hw", help="hardware preset name or YAML file (--input-format aic: default the preset of the GPU "
                                 "the table's file name says)")
-    v.add_argument("--format", choices=("trace", "aic"), default="trace",
+    # Not `--format`: that is every command's table output format (sim.core.tables).
+    v.add_argument("--input-format", choices=("trace", "aic"), default="trace",
                    help="aic: the arguments are NVIDIA aiconfigurator per-op tables (shared/validation/aic "
                         "<table>_<gpu>.csv.gz); MAPE per op family per GPU, held-out GPUs apart")
-    v.add_argument("--stack", help="software stack the measured runs used (hw_models/stack/presets; --format aic: "
+    v.add_argument("--stack", help="software stack the measured runs used (hw_models/stack/presets; --input-format aic: "
                                    "default each row's engine's stack)")
-    v.add_argument("--limit", type=int, metavar="N", help="--format aic: at most N rows per table, evenly spread")
+    v.add_argument("--limit", type=int, metavar="N", help="--input-format aic: at most N rows per table, evenly spread")
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
     v.add_argument("--plots", metavar="DIR", help="write DIR/validate_scatter.png: simulated vs measured, log-log")
     flags.deprecated_alias(v, "--plot", "--plots DIR", "plot", metavar="FILE")
