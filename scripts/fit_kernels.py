@@ -41,7 +41,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hw_models.network.collectives import ALL_REDUCE, alpha_beta  # noqa: E402
+from hw_models.network.collectives import alpha_beta  # noqa: E402
 from hw_models.network.engine_collectives import FITS_FILE, ONE_SHOT, custom_allowed, custom_kernel  # noqa: E402
 from hw_models.network.topology import load_topology  # noqa: E402
 
@@ -300,7 +300,7 @@ def render_attention() -> str:
              "# Do not edit: rerun the script. hw_models/stack/attention_kernels.py says how each figure is used.",
              "families:"]
     for name, spec in ATTENTION.items():
-        lines += [f"  {name}:", f"    description: {spec['description']}", f"    cite: >-",
+        lines += [f"  {name}:", f"    description: {spec['description']}", "    cite: >-",
                   f"      {spec['cite']}", "    decode:"]
         for fmt, d in fit_decode(name).items():
             lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, cta_s: {d['cta_s']:.3g}, "
