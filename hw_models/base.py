@@ -230,19 +230,19 @@ class Mapper:
 
     def capped(self, step: StepResult) -> StepResult:
         """`step` under the main unit's board power limit (hw_models.power): where the devices' average
-        power over it would exceed the limit, the clock drops and the step (its device busy times with
-        it) stretches until it does not. Applied after the layer fold, like the host's max()."""
+        power over it would exceed the limit, the clock drops and the step stretches until it does not;
+        its busy times stay those at full clock (they charge the activity energy). Applied after the
+        layer fold, like the host's max()."""
         bp = self.machine.units[self.machine.main_unit].board_power()
         if bp is None or bp.limit_w is None or step.time_s <= 0.0:
             return step
-        n = self.devices
-        s = bp.stretch(step.time_s, self.power_j(step.busy_s, step.time_s) / (n * step.time_s), step.energy_j / n)
+        n, t = self.devices, step.time_s
+        clocked_j = step.energy_j + self.power_j(step.busy_s, t) - self.power_j({}, t)   # activity + dynamic
+        s = bp.stretch(t, clocked_j / n)
         if s == 1.0:
             return step
-        busy = {k: v if k == HOST else v * s for k, v in step.busy_s.items()}
-        return StepResult(step.phase, step.kv_len, step.time_s * s, busy, step.energy_j,
-                          {**step.counters, "power_cap_s": step.counters.get("power_cap_s", 0.0)
-                           + step.time_s * (s - 1.0)})
+        return StepResult(step.phase, step.kv_len, t * s, step.busy_s, step.energy_j,
+                          {**step.counters, "power_cap_s": step.counters.get("power_cap_s", 0.0) + t * (s - 1.0)})
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace; the

@@ -203,11 +203,10 @@ class Unit(Strict):
     @model_validator(mode="after")
     def _power_limit(self) -> "Unit":
         limit = self.power_limit_w or self.power_w
-        if self.idle_power_w is not None and limit is not None and limit <= self.idle_power_w + self.active_power_w:
+        if self.idle_power_w is not None and limit is not None and limit <= self.idle_power_w:
             which = "power_limit_w" if self.power_limit_w else "power_w"
-            raise ValueError(f"{which} {limit:g} W: must exceed idle_power_w + active_power_w "
-                             f"({self.idle_power_w + self.active_power_w:g} W), the power of a busy unit "
-                             "computing nothing")
+            raise ValueError(f"{which} {limit:g} W: must exceed idle_power_w ({self.idle_power_w:g} W): "
+                             "a board cannot be capped below what it draws at rest")
         return self
 
     def flop_energy_j(self, flops: float, fmt: str) -> float:

@@ -14,15 +14,16 @@ GPU running a GEMV keeps every SM clocked (ML.ENERGY's H100 Llama-3.1-8B at batc
 486 W per GPU, docs/energy.md).
 
 The cap: when P exceeds the board power limit L (power_limit_w, else the TDP power_w), the
-GPU lowers its clock until it does not. We take the energy of the work as fixed (each FLOP
-and byte costs what it costs) and stretch the step by s so that the average meets the cap:
+GPU lowers its clock until it does not. The activity and dynamic energies are energies per
+cycle and per op (C V^2 each): we hold them fixed, so a clock slower by s spreads the same
+joules over s times the time, while idle power keeps drawing:
 
-    idle + active x busy / t + dynamic_j / (s t) = L   =>   s = dynamic_j / (t (L - idle - active x busy / t))
+    idle + (active_w x busy + dynamic_j) / (s t) = L   =>   s = (active_w x busy + dynamic_j) / (t (L - idle))
 
-(busy stretches with t, so the activity share is unchanged). Holding the energy per op fixed
-ignores the lower voltage at a lower clock (dynamic energy ~ C V^2 per op), so s is an upper
-bound on the slowdown; the ML.ENERGY runs, which never sit at the cap for long, cannot
-constrain the difference.
+`busy` stays the busy time at full clock (the activity energy), the step's time grows to s t.
+Holding the energy per op fixed ignores the lower voltage at a lower clock (which cuts it
+~V^2), so s is an upper bound on the slowdown; the ML.ENERGY runs, which never sit at the cap
+for long, cannot constrain the difference.
 """
 
 from __future__ import annotations
@@ -43,15 +44,13 @@ class BoardPower:
         """Power without the dynamic part, at a share `busy_fraction` of the time running kernels."""
         return self.idle_w + self.active_w * busy_fraction
 
-    def stretch(self, time_s: float, static_w: float, dynamic_j: float) -> float:
-        """The factor (>= 1) the cap stretches a step of `time_s` seconds by, given one device's
-        static power over it (`static_w`, idle + activity) and its dynamic energy `dynamic_j`
-        (1.0 when the cap does not bind)."""
-        if self.limit_w is None or time_s <= 0.0 or dynamic_j <= 0.0:
+    def stretch(self, time_s: float, clocked_j: float) -> float:
+        """The factor (>= 1) the cap stretches a step of `time_s` seconds by, given one device's energy
+        that scales with its clock over it (`clocked_j`: activity + dynamic); 1.0 when the cap does not bind."""
+        if self.limit_w is None or time_s <= 0.0 or clocked_j <= 0.0:
             return 1.0
-        # limit_w > idle_w + active_w is checked where the unit is read (Unit._power_limit), so headroom > 0.
-        headroom_w = self.limit_w - static_w
-        return max(1.0, dynamic_j / (time_s * headroom_w))
+        # limit_w > idle_w is checked where the unit is read (Unit._power_limit), so the headroom is positive.
+        return max(1.0, clocked_j / (time_s * (self.limit_w - self.idle_w)))
 
     def average_w(self, time_s: float, busy_s: float, dynamic_j: float) -> float:
         """Average power of one device over a step (the formula above)."""
