@@ -112,3 +112,16 @@ def test_board_power_formula():
     assert bp.stretch(1.0, 300.0) == 1.0
     assert BoardPower(100.0).stretch(1.0, 1e9) == 1.0    # no limit, no cap
     assert bp.average_w(2.0, 1.0, 100.0) == pytest.approx(100 + 100 + 50)
+
+
+def test_pim_arithmetic_energy_is_its_flops_at_the_cited_figure():
+    """Llama-2-13B decode, batch 1, on hbm_pim: every GEMV and the attention run on PIM, so its MAC energy
+    per token is 2 x (40 x (4 x 5120^2 + 3 x 5120 x 13824) + 5120 x 32000) weight FLOPs + 2 x 2 x 40 x 5120 x
+    ~1028 attention FLOPs = 26.54e9 FLOPs x 0.75 pJ (Horowitz ISSCC 2014 fp16 MAC) = 19.9 mJ."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = simulate(workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=8), "t"),
+                     load_machine("hbm_pim"))
+    flops = 2 * (40 * (4 * 5120**2 + 3 * 5120 * 13824) + 5120 * 32000) + 2 * 2 * 40 * 5120 * 1028
+    assert r.metrics()["pim.mac_energy_j_per_token"] == pytest.approx(flops * 0.75e-12, rel=0.01)
