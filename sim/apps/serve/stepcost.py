@@ -2,7 +2,7 @@
 request-level engine and the op-level hardware models.
 
 Exact: the iteration's op graph (sim.core.mixed) at 2 and 3 layers through the
-mapper and the engine, extrapolated to L layers as sim.core.generation.step_time
+mapper and the engine, extrapolated to L layers as sim.core.generation.fold_layers
 does (exact once the schedule is periodic after one layer).
 
 Surrogate: exact costs at grid points, interpolated. An iteration is described by
@@ -37,10 +37,11 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
 
-from hw_models.base import Mapper, OpCost
+from hw_models.base import Mapper
+from hw_models.op_cost import OpCost
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
-from hw_models.step_overhead import HOST
+from hw_models.stack.step_overhead import HOST
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
