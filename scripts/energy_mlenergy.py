@@ -170,7 +170,7 @@ def sensitivity() -> str:
     """J/token and power of a few runs at x0.5 and x2 the assumed input lengths."""
     runs = M.load_runs(SHARED)
     pick = [r for r in runs if (r.gpu, r.preset, r.max_num_seqs) in
-            {("H100", "llama3-8b", 64), ("H100", "llama3-70b", 256), ("B200", "llama3-8b", 256)}
+            {("H100", "llama3-8b", 64), ("H100", "llama3-70b", 64), ("B200", "llama3-8b", 64)}
             and r.model != "meta-llama/Llama-3.3-70B-Instruct"]
     rows = ["| run | input scale | J/token | error | W/GPU | error |", "|---|---:|---:|---:|---:|---:|"]
     for r in pick:

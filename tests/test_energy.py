@@ -46,10 +46,10 @@ def test_decode_power_in_the_published_h200_range():
 
 
 def test_presets_without_the_fields_keep_the_old_model():
-    r = _run("h100_sxm")
+    r = _run("a100_80g")
     assert r.prefill_energy_per_token_j is None and "decode_energy_per_token_j" not in r.metrics()
-    # TDP x busy time + DRAM bytes: at least 700 W x the run's GPU-busy time
-    assert r.energy_per_token_j * r.gen_len >= 700 * r.utilization["gpu"] * r.e2e_s
+    # TDP x busy time + DRAM bytes: at least 400 W x the run's GPU-busy time
+    assert r.energy_per_token_j * r.gen_len >= 400 * r.utilization["gpu"] * r.e2e_s
 
 
 def test_negative_flop_energy_is_one_line(tmp_path):

@@ -66,6 +66,13 @@ def test_power_trace_integrates_to_the_energy_and_is_a_perfetto_counter(run):
     assert len(counters) == len(t) and counters[0]["name"] == "power per device (W)"
 
 
+def test_power_plot_is_written(run, tmp_path):
+    from sim.apps.serve.output import plots
+    res, _ = run
+    assert tmp_path / "power.png" in plots(res, tmp_path)
+    assert (tmp_path / "power.png").stat().st_size > 0
+
+
 def test_energy_window_of_the_whole_run_is_the_run(run):
     res, s = run
     joules, tokens = energy_window(res, 0.0, res.makespan_s)
