@@ -48,7 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.cluster import serve_stream
     from sim.apps.serve.metrics import summarize
     from sim.apps.serve.report import print_report
-    from sim.apps.serve.setup import prepare
+    from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
     from sim.core.settings import split_settings
 

@@ -1,4 +1,4 @@
-"""Which engines a serving file runs: one instance (sim.apps.serve.engine), data-parallel
+"""Which engines a serving file runs: one instance (sim.apps.serve.simulator), data-parallel
 replicas behind a router (sim.apps.serve.router), or prefill and decode pools
 (sim.apps.serve.disagg). The one place the CLI and run.serve ask."""
 
@@ -10,10 +10,9 @@ import numpy as np
 
 from sim.apps.serve.disagg import Disagg
 from sim.apps.serve.energy import instance_board
-from sim.apps.serve.engine import DONE, ServeResult, ServeSim
+from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
 from sim.apps.serve.router import merge, policy_of, replica_count, replica_figures, run_replicas
-from sim.apps.serve.setup import Setup
-from sim.apps.serve.stepcost import ExactCost
+from sim.apps.serve.instance import Setup
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import SimError
@@ -25,8 +24,7 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
     """The run's result and the summary entries beyond sim.apps.serve.metrics.summarize's.
     Disaggregated pools take their own presets (`setup`'s machine is not used)."""
     if file.serving.disaggregated is not None:
-        # A cost split over attention groups (attention_dp.GroupedCost) wraps the dense one.
-        exact = isinstance(getattr(setup.target_cost, "dense", setup.target_cost), ExactCost)
+        exact = setup.target_cost.op_level
         res, extra = Disagg(file, reqs, exact, cache).run()
         return check_finite(res, file, "serving.disaggregated: its presets or transfer link"), extra
     hw = setup.machine.source or setup.machine.name

@@ -27,11 +27,11 @@ import simpy
 from hw_models.machine import load_machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
-from sim.apps.serve.engine import REJECTED, ServeResult
+from sim.apps.serve.simulator import REJECTED, ServeResult
 from sim.apps.serve.metrics import utilization
 from sim.apps.serve.router import Replica, choose, merge, policy_of, stream
 from sim.apps.serve.schedulers import Request
-from sim.apps.serve.setup import Setup, prepare
+from sim.apps.serve.instance import Setup, prepare
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError

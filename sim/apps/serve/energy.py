@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from hw_models.power import Board, board_of
-from sim.apps.serve.engine import DONE, ServeResult
+from sim.apps.serve.simulator import DONE, ServeResult
 
 
 def instance_board(setup: Any) -> Board:
-    """The board figures of `setup`'s instance (sim.apps.serve.setup.Setup): the mapper behind its step cost
+    """The board figures of `setup`'s instance (sim.apps.serve.instance.Setup): the mapper behind its step cost
     (exact, interpolated or split over attention groups) knows the devices its plan spans."""
     cost = setup.target_cost
     mapper = getattr(cost, "mapper", None) or getattr(getattr(cost, "exact", None), "mapper", None)

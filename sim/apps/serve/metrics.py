@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sim.apps.serve.energy import energy_summary, total_energy_j
-from sim.apps.serve.engine import DONE, REJECTED, ServeResult
+from sim.apps.serve.simulator import DONE, REJECTED, ServeResult
 from sim.apps.serve.spec import METRICS
 
 QUANTILES = {"p50": 50, "p90": 90, "p99": 99}

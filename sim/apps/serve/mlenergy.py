@@ -30,7 +30,7 @@ import numpy as np
 
 from hw_models.machine import load_machine
 from sim.apps.serve.energy import energy_window
-from sim.apps.serve.engine import DONE, ServeResult
+from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import serve_file_from_dict
 

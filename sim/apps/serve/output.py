@@ -14,7 +14,7 @@ from sim.apps.mpl import pyplot
 from sim.core.files import atomic_write, write_json
 from sim.apps.plots import _save
 from sim.apps.serve.energy import power_trace
-from sim.apps.serve.engine import DONE, ServeResult
+from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
 from sim.core.errors import ConfigError
 

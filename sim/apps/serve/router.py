@@ -21,9 +21,9 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from sim.apps.serve.engine import ServeResult, ServeSim
+from sim.apps.serve.simulator import ServeResult, ServeSim
 from sim.apps.serve.metrics import utilization
-from sim.apps.serve.setup import Setup
+from sim.apps.serve.instance import Setup
 from sim.apps.serve.spec import Router, ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError

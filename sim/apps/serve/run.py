@@ -7,9 +7,9 @@ from typing import Callable
 from hw_models.machine import Machine
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.cluster import serve_stream
-from sim.apps.serve.engine import ServeResult
+from sim.apps.serve.simulator import ServeResult
 from sim.apps.serve.metrics import summarize
-from sim.apps.serve.setup import prepare
+from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
 

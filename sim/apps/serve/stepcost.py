@@ -17,7 +17,7 @@ n_d and per prefill size measured by exact runs as well. Queries outside the gri
 are costed exactly. tests/test_serve.py checks the surrogate against the exact
 path on TTFT and TPOT.
 
-The engine's host work per iteration (the stack's step_overhead, hw_models.step_overhead)
+The engine's host work per iteration (the stack's step_overhead, hw_models.stack.step_overhead)
 is not interpolated: the tables hold device costs (Mapper.iteration with device_only) and
 ExactCost.engine adds the host work of the iteration's sequence count to either path's
 device cost, as Mapper.with_engine does (a max() with the host time is not linear).
@@ -36,6 +36,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
+from typing import Protocol
 
 from hw_models.base import Mapper
 from hw_models.op_cost import OpCost
@@ -62,6 +63,20 @@ def _lerp(a: Cost, b: Cost, w: float) -> Cost:
 
 def _scaled(a: Cost, f: float) -> Cost:
     return tuple(x * f for x in a)
+
+
+class StepCost(Protocol):
+    """What the serving engine reads of a step cost (ExactCost, Surrogate, attention_dp.GroupedCost):
+    one iteration's cost vector (GroupedCost: of its attention groups' iterations together), the
+    resources of the vector's busy entries, and whether the costs are op-level rather than
+    interpolated. Serving reaches the hardware only through these objects and serving_mapper."""
+
+    @property
+    def keys(self) -> list[str]: ...
+
+    op_level: bool
+
+    def __call__(self, it) -> Cost: ...
 
 
 def resource_busy_s(tl: Timeline) -> dict[str, float]:
@@ -108,13 +123,26 @@ def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
     return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
 
 
-class ExactCost:
-    """Op-level cost of an iteration: (seconds, joules, busy seconds per resource of `keys`)."""
+def serving_mapper(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
+    """The kind's mapper for `workload`, refused in one line where it cannot cost an iteration. Serving
+    reads the hardware only through it: iteration, expert_part, device_share, rank_activation_bytes,
+    swap_bytes_per_s, engine_host_s, power_j (hw_models.base.Mapper)."""
+    check_kind(machine)
+    return mapper_for(machine, workload, model)
 
-    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig, host: bool = True):
-        check_kind(machine)
-        self.mapper: Mapper = mapper_for(machine, workload, model)
+
+class ExactCost:
+    """Op-level cost of an iteration: (seconds, joules, busy seconds per resource of `keys`).
+    `experts=False`: one attention group's own ops, the routed experts left out (their part is the
+    mapper's expert_part; sim.apps.serve.attention_dp)."""
+
+    op_level = True
+
+    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig, host: bool = True,
+                 experts: bool = True):
+        self.mapper: Mapper = serving_mapper(machine, workload, model)
         self.host = host     # add the engine's host work (not for a draft model's steps: the iteration pays it once)
+        self.experts = experts
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
@@ -126,7 +154,7 @@ class ExactCost:
         """The mapper's own iteration hook (Mapper.iteration) without the engine's host work,
         plus the units' power while busy."""
         self.calls += 1
-        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True)
+        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
         self.keys += [k for k in step.busy_s if k not in self.keys]
         return (step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s),
                 *(step.busy_s.get(k, 0.0) for k in self.keys))
@@ -171,6 +199,8 @@ class Surrogate:
     Tables: D(n) pure decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk,
     M(rest, n) both together; slopes per decode KV token and per attended prefill pair.
     Each is built on first use (a vLLM run without chunking never mixes, so never builds M)."""
+
+    op_level = False
 
     def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1):
         self.exact, self.q = exact, decode_q

@@ -20,7 +20,7 @@ import simpy
 from hw_models.power import Board
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
-from sim.apps.serve.setup import Setup
+from sim.apps.serve.instance import Setup
 from sim.apps.serve.stepcost import Iteration, features
 from sim.apps.serve.traces import Requests
 

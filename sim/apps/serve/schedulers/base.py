@@ -1,19 +1,13 @@
-"""Iteration schedulers: which sequences run in the next engine iteration, and how
-many new tokens of each.
+"""What every iteration scheduler shares: the request, the batch it returns, and the
+scheduler's state (the waiting queue, the running list, the KV pool) with the KV accounting
+the paged schedulers build on. Each scheduler is a module of its own beside this one,
+found by its settings' class (sim.apps.serve.schedulers.SCHEDULERS):
 
-  static   FasterTransformer-style: a fixed batch, padded to its longest prompt, runs
-           until its longest output is done; the next batch waits.
-  orca     iteration-level scheduling (Orca, OSDI 2022): new prompts join running
-           decodes every iteration; each request reserves KV for max_model_len tokens.
-  vllm-v0  vLLM V0's default scheduler: paged KV blocks allocated on demand; prefill
-           iterations first, then decodes; when a decode needs a block and none is
-           free, the most recently arrived running request is preempted (recompute:
-           its blocks freed, it waits again at the front; swap: its blocks moved to
-           host memory over the link, swapped back in when room returns).
-  sarathi  vLLM V0's chunked-prefill scheduler (Sarathi-Serve, OSDI 2024): decodes
-           first, then prefill chunks, within a token budget per iteration.
-
-vLLM V1's scheduler (`vllm`, the default) is sim.apps.serve.schedulers_v1.
+  static   (static.py)  FasterTransformer-style fixed batches
+  orca     (orca.py)    iteration-level scheduling (Orca, OSDI 2022)
+  vllm-v0  (vllm_v0.py) vLLM V0's default scheduler
+  sarathi  (sarathi.py) vLLM V0's chunked-prefill scheduler (Sarathi-Serve, OSDI 2024)
+  vllm     (vllm.py)    vLLM V1's scheduler, the default
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from sim.apps.serve.kvpool import BlockPool
+from sim.apps.serve.spec import SchedulerConfig
 
 
 class Request:
@@ -52,14 +47,19 @@ class Batch:
 class Scheduler:
     """Shared state: the waiting queue, the running list, the KV pool."""
 
-    def __init__(self, cfg, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
+    # The pool it keeps its KV in, and whether a prompt must fit one iteration's token budget (no
+    # chunked prefill: the engine passes that budget as `prompt_limit`).
+    pool_class: type[BlockPool] = BlockPool
+    whole_prompts = False
+
+    def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         self.cfg, self.pool, self.lookahead = cfg, pool, lookahead
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
-        self.max_seqs = getattr(cfg, "max_num_seqs", 1 << 30)
-        self.max_tokens = getattr(cfg, "max_num_batched_tokens", None) or (1 << 62)
-        self.watermark = int(getattr(cfg, "watermark", 0.0) * pool.total)
+        self.max_seqs = cfg.max_seqs
+        self.max_tokens = cfg.token_budget or (1 << 62)
+        self.watermark = int(cfg.reserve_share * pool.total)
         self.prompt_limit = prompt_limit
         self.max_model_len: int | None = None   # set by the engine: longer requests are refused, as vLLM does
         self.preemptions = 0
@@ -130,7 +130,7 @@ class Scheduler:
     def _preempt(self, victim: Request, batch: Batch) -> None:
         self.preemptions += 1
         victim.preemptions += 1
-        if getattr(self.cfg, "preemption", "recompute") == "swap":
+        if self.cfg.swaps:
             n = victim.blocks + len(victim.shared) * self.pool.unit_blocks
             self.free(victim)
             victim.swapped = n
@@ -174,132 +174,3 @@ class Scheduler:
             batch.swap_blocks += r.blocks
             self.running.append(r)
             batch.entries.append((r, r.pending))
-
-
-class Vllm(Scheduler):
-    def schedule(self, now: float, more_coming: bool) -> Batch | None:
-        batch = Batch([])
-        if not self.swapped:
-            self._prefills(batch, self.max_tokens)
-            if batch.entries:
-                return batch
-        queue = deque(self.running)
-        self.running = []
-        if not self._decodes(batch, queue):
-            self._swap_in(batch)
-        return batch if batch.entries or batch.swap_blocks else None
-
-    def _prefills(self, batch: Batch, budget: int, chunked: bool = False) -> int:
-        """Admit waiting requests first come, first served, while tokens, sequences and blocks last."""
-        while self.waiting and len(self.running) < self.max_seqs and budget > 0:
-            r = self.waiting[0]
-            fresh = r.blocks == 0
-            if fresh and not self._admit(r):
-                break
-            q = r.pending if not chunked else min(r.pending, budget)
-            if q > budget:
-                if fresh:
-                    self.free(r)
-                break
-            self.waiting.popleft()
-            self.running.append(r)
-            batch.entries.append((r, q))
-            budget -= q
-        return budget
-
-
-class Sarathi(Vllm):
-    def schedule(self, now: float, more_coming: bool) -> Batch | None:
-        batch = Batch([])
-        budget = self.max_tokens
-        decoding = deque(r for r in self.running if r.pending == 1 and r.generated)
-        prefilling = [r for r in self.running if not (r.pending == 1 and r.generated)]
-        self.running = []
-        preempted = self._decodes(batch, decoding)
-        budget -= len(batch.entries)
-        for r in prefilling:   # partial prefills continue, oldest first
-            q = min(r.pending, budget)
-            self.running.append(r)
-            if q > 0:
-                batch.entries.append((r, q))
-                budget -= q
-        if not preempted:
-            self._swap_in(batch)
-        if not self.swapped:
-            self._prefills(batch, budget, chunked=True)
-        return batch if batch.entries or batch.swap_blocks else None
-
-
-class Orca(Vllm):
-    """Iteration-level batching without paging: the pool's blocks are single tokens and a
-    request reserves max_model_len of them when admitted (a longer request is refused by `add`)."""
-
-    def _admit(self, r: Request) -> bool:
-        need = self.max_model_len
-        if not self.pool.allocate(need):
-            return False
-        r.blocks = need
-        return True
-
-    def fits_ever(self, r: Request) -> bool:
-        return self.max_model_len <= self.pool.total
-
-    def _grow(self, r: Request, tokens: int) -> int:
-        return 0
-
-    def schedule(self, now: float, more_coming: bool) -> Batch | None:
-        batch = Batch([(r, r.pending) for r in self.running])
-        self._prefills(batch, self.max_tokens)
-        return batch if batch.entries else None
-
-
-class Static(Scheduler):
-    """A batch holds its KV for its longest prompt + longest output for its whole run."""
-
-    def __init__(self, cfg, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
-        super().__init__(cfg, pool, lookahead, prompt_limit)
-        self.step = 0
-        self.shape = (0, 0)
-
-    def timer(self, now: float, more_coming: bool) -> float | None:
-        if self.waiting and not self.running and more_coming:
-            return self.waiting[0].arrival + self.cfg.max_wait_s
-        return None
-
-    def schedule(self, now: float, more_coming: bool) -> Batch | None:
-        if not self.running:
-            full = len(self.waiting) >= self.cfg.batch_size
-            late = self.waiting and now >= self.waiting[0].arrival + self.cfg.max_wait_s
-            if not (full or late or (self.waiting and not more_coming)):
-                return None
-            self._form()
-            if not self.running:
-                return None
-        P, O = self.shape
-        b = len(self.running)
-        live = [r for r in self.running if r.generated < r.output]
-        if self.step == 0:
-            self.step = 1
-            return Batch([(r, r.pending) for r in live], padded=[(P, P)] * b)
-        kv = P + self.step
-        self.step += 1
-        return Batch([(r, 1) for r in live], padded=[(1, kv)] * b)
-
-    def _form(self) -> None:
-        take: list[Request] = []
-        P = O = 0
-        while self.waiting and len(take) < self.cfg.batch_size:
-            r = self.waiting[0]
-            p, o = max(P, r.prompt), max(O, r.output)
-            if self.pool.blocks_for(p + o) * (len(take) + 1) > self.pool.total:
-                break
-            take.append(self.waiting.popleft())
-            P, O = p, o
-        self.running, self.shape, self.step = take, (P, O), 0
-
-    def finish(self, r: Request) -> None:
-        if all(x.generated >= x.output for x in self.running):
-            self.running = []
-
-
-SCHEDULERS = {"vllm-v0": Vllm, "sarathi": Sarathi, "orca": Orca, "static": Static}

@@ -1,0 +1,31 @@
+"""Iteration-level scheduling (`kind: orca`; Orca, OSDI 2022): new prompts join running decodes
+every iteration; each request reserves KV for max_model_len tokens.
+"""
+
+from __future__ import annotations
+
+from sim.apps.serve.schedulers.base import Batch, Request
+from sim.apps.serve.schedulers.vllm_v0 import VllmV0
+
+
+class Orca(VllmV0):
+    """Iteration-level batching without paging: the pool's blocks are single tokens and a
+    request reserves max_model_len of them when admitted (a longer request is refused by `add`)."""
+
+    def _admit(self, r: Request) -> bool:
+        need = self.max_model_len
+        if not self.pool.allocate(need):
+            return False
+        r.blocks = need
+        return True
+
+    def fits_ever(self, r: Request) -> bool:
+        return self.max_model_len <= self.pool.total
+
+    def _grow(self, r: Request, tokens: int) -> int:
+        return 0
+
+    def schedule(self, now: float, more_coming: bool) -> Batch | None:
+        batch = Batch([(r, r.pending) for r in self.running])
+        self._prefills(batch, self.max_tokens)
+        return batch if batch.entries else None
