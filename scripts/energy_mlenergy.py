@@ -40,6 +40,7 @@ NO_CAP = 1e6   # W: the fit's replays run uncapped, so their times do not depend
 # are left out of the table; the CSV has them.
 MAX_SEQS = 512
 TASKS = ("lm-arena-chat", "sourcegraph-fim")
+FIT_EVERY = 4   # the fit's sample: every 4th run of each sweep (--fit --every 4, docs/energy.md)
 CAP_MARGIN = 0.97   # a run predicted above this share of its power limit is replayed under the cap
 
 
@@ -64,8 +65,9 @@ def components(run: M.Run) -> dict:
     return dict(run=run.__dict__, p0=p0, busy=busy, per_pj=p1 - p0, tput=tput)
 
 
-def collect(gpu: str, every: int, cache: Path | None) -> list[dict]:
-    """Components of the sampled runs of `gpu` (max_num_seqs <= MAX_SEQS), read from / written to `cache`."""
+def collect(gpu: str, every: int, cache: Path | None, cached_only: bool = False) -> list[dict]:
+    """Components of the sampled runs of `gpu` (max_num_seqs <= MAX_SEQS), read from / written to `cache`
+    (`cached_only`: the sampled runs the cache has, no new replays)."""
     have = {json.dumps(c["run"], sort_keys=True): c for c in (json.loads(cache.read_text()) if cache and cache.is_file()
                                                               else [])}
     out = []
@@ -73,6 +75,8 @@ def collect(gpu: str, every: int, cache: Path | None) -> list[dict]:
         if r.max_num_seqs > MAX_SEQS or r.task not in TASKS:
             continue
         key = json.dumps(r.__dict__, sort_keys=True)
+        if cached_only and key not in have:
+            continue
         c = have.get(key) or components(r)
         have[key] = c
         out.append(c)
@@ -131,6 +135,15 @@ def table(replays: list[M.Replay]) -> str:
         je, pe, te = ([getattr(x, k) for x in xs] for k in ("j_error", "power_error", "throughput_error"))
         rows.append(f"| {gpu} | {model} | {prec} | {n} | {len(xs)} | {M.mape(je):.1%} | {np.median(je):+.1%} | "
                     f"{M.mape(pe):.1%} | {np.median(pe):+.1%} | {M.mape(te):.1%} |")
+    fitted = {json.dumps(r.__dict__, sort_keys=True) for r in M.sample(M.load_runs(SHARED), FIT_EVERY)}
+    h100 = [x for x in replays if x.run.gpu == "H100"]
+    parts = [("H100 runs the fit used", [x for x in h100 if json.dumps(x.run.__dict__, sort_keys=True) in fitted]),
+             ("H100 runs it did not", [x for x in h100 if json.dumps(x.run.__dict__, sort_keys=True) not in fitted])]
+    for name, xs in parts:
+        if xs:
+            rows.append(f"| *{name}* | | | | {len(xs)} | {M.mape([x.j_error for x in xs]):.1%} | "
+                        f"{np.median([x.j_error for x in xs]):+.1%} | {M.mape([x.power_error for x in xs]):.1%} | "
+                        f"{np.median([x.power_error for x in xs]):+.1%} | {M.mape([x.throughput_error for x in xs]):.1%} |")
     for gpu in ("H100", "B200"):
         xs = [x for x in replays if x.run.gpu == gpu]
         if xs:
@@ -147,13 +160,14 @@ def preset_figures(gpu: str) -> tuple[float, float, float]:
     return u.active_power_w, u.energy_j_per_flop["fp16"], u.power_limit_w or u.power_w
 
 
-def run_table(every: int, cache: Path | None, gpus: tuple[str, ...] = ("H100", "B200")) -> tuple[list[M.Replay], str]:
+def run_table(every: int, cache: Path | None, gpus: tuple[str, ...] = ("H100", "B200"),
+              cached_only: bool = False) -> tuple[list[M.Replay], str]:
     """Every sampled run at its preset's figures: by linearity from its components, or, where the prediction
     comes within CAP_MARGIN of the power limit, replayed under the cap."""
     replays = []
     for gpu in gpus:
         active_w, j, limit = preset_figures(gpu)
-        for c in collect(gpu, every, cache and cache.with_name(f"{cache.stem}_{gpu}{cache.suffix}")):
+        for c in collect(gpu, every, cache and cache.with_name(f"{cache.stem}_{gpu}{cache.suffix}"), cached_only):
             x = predict(c, active_w, j)
             capped = x.power_per_gpu_w > CAP_MARGIN * limit
             if capped:
@@ -188,6 +202,7 @@ def main() -> int:
     ap.add_argument("--sensitivity", action="store_true")
     ap.add_argument("--cache", type=Path, help="JSON file (one per GPU, suffixed) to keep the replays' components in")
     ap.add_argument("--gpus", default="H100,B200", help="GPUs of the table (default %(default)s)")
+    ap.add_argument("--cached-only", action="store_true", help="the table of the sampled runs --cache has, no replays")
     ap.add_argument("--write", action="store_true", help="replace the generated section of docs/energy.md")
     args = ap.parse_args()
     if not (SHARED / M.CSV_NAME).is_file():
@@ -204,7 +219,7 @@ def main() -> int:
     elif args.sensitivity:
         body, section = sensitivity(), (START.replace(":", "-sensitivity:"), END.replace(":", "-sensitivity:"))
     else:
-        body, section = run_table(args.every, args.cache, tuple(args.gpus.split(",")))[1], (START, END)
+        body, section = run_table(args.every, args.cache, tuple(args.gpus.split(",")), args.cached_only)[1], (START, END)
     print(body)
     if args.write:
         text = DOC.read_text()
