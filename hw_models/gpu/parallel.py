@@ -24,6 +24,7 @@ collectives on the node's link, and pipeline stages over micro-batches.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -59,7 +60,8 @@ class ParallelPlan(Strict):
     ep: StrictInt = Field(default=1, gt=0)
     micro_batches: StrictInt = Field(default=1, gt=0)
     topology: str | None = None
-    algorithm: Literal["ring", "tree"] = "ring"
+    # network.collectives; None: the stack's `all_reduce` (the engine's own), else ring
+    algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom"] | None = None
     source: str = Field(default="", exclude=True)
 
     @property
@@ -139,6 +141,11 @@ class ParallelGpuMapper(GpuMapper):
         # (expert_part).
         self._experts_off = False
 
+    @property
+    def algorithm(self) -> str:
+        """The collective algorithm: the plan's, else the stack's engine's own (issue 28), else the ring."""
+        return self.plan.algorithm or (self.stack.all_reduce if self.stack is not None else None) or "ring"
+
     def group_batch(self) -> int:
         """Sequences of one attention group: B / (ep / tp), each group an even share (a generation's
         batch; a serving iteration splits its own way, sim.apps.serve.attention_dp)."""
@@ -162,11 +169,11 @@ class ParallelGpuMapper(GpuMapper):
     def _collective(self, tasks: list[Task], c: Collective, prefix: str, dep: str, link: str) -> None:
         """The collective's task on `link` after `dep`; under a host-launched stack the NCCL
         kernel is one more launch on the host, in issue order after the producing op's."""
-        dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.plan.algorithm)
+        dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.algorithm)
         dur = 0.0 if self._experts_off and c.kind == ALL_TO_ALL else dur
         ranks = c.ranks or self.plan.tp
-        joules = 0.0 if not dur else collective_j(self.topo, c.kind, c.bytes, ranks, self.plan.algorithm)
-        tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.plan.algorithm}", energy_j=joules)
+        joules = 0.0 if not dur else collective_j(self.topo, c.kind, c.bytes, ranks, self.algorithm)
+        tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.algorithm}", energy_j=joules)
         host_s = self.stack.host_launch_s if self.stack else 0.0
         tasks.append(Task(prefix + c.name, link, dur, self.launched(tasks, prefix + c.name, host_s, (dep,)), tag=tag))
 
@@ -246,7 +253,7 @@ class ParallelGpuMapper(GpuMapper):
                 busy[unit + ".compute"] += c.compute_s
                 busy[unit + ".memory"] += c.memory_s
                 joules += c.energy_j
-        busy[LINK] = sum(collective_s(self.topo, c.kind, c.bytes, c.ranks, self.plan.algorithm)
+        busy[LINK] = sum(collective_s(self.topo, c.kind, c.bytes, c.ranks, self.algorithm)
                          for c in colls if c.kind == ALL_TO_ALL and c.after.startswith(f"L{first}."))
         layers = m.num_layers - first
         return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}
@@ -257,18 +264,23 @@ class ParallelGpuMapper(GpuMapper):
         + LM head): in all, of that in TP/EP collectives (the report's time in collectives),
         and the rank's dynamic energy (joules)."""
         w = self.workload
-        two = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
-                    w.flash_attention, num_layers=2)
-        tl = engine.run(self.tp_tasks(two), {}, {}, True)
+        # Layer 0 warms up; "one layer" is layers 1..period on average (period 1 but for models
+        # whose layers alternate, as Gemma-2's local and global attention do).
+        period = self.model.layer_period
+        graph_p = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
+                        w.flash_attention, num_layers=1 + period)
+        tl = engine.run(self.tp_tasks(graph_p), {}, {}, True)
         parts = {"embed": 0.0, "layer": 0.0, "head": 0.0}
         links, joules = dict(parts), dict(parts)
         for iv in tl.intervals:
-            part = "layer" if iv.task.startswith("L1.") else "embed" if iv.task.startswith("embed") else \
-                "head" if not iv.task.startswith("L0.") else None
+            layer = _layer_of(iv.task)
+            part = "layer" if layer is not None and layer >= 1 else "embed" if iv.task.startswith("embed") else \
+                "head" if layer is None else None
             if part:
-                parts[part] += iv.duration_s
-                links[part] += iv.duration_s if iv.resource == LINK else 0.0
-                joules[part] += getattr(iv.tag, "energy_j", 0.0)
+                share = 1.0 / period if part == "layer" else 1.0
+                parts[part] += iv.duration_s * share
+                links[part] += iv.duration_s * share if iv.resource == LINK else 0.0
+                joules[part] += getattr(iv.tag, "energy_j", 0.0) * share
         return parts, links, joules
 
     def stage_layers(self) -> list[int]:
@@ -348,3 +360,12 @@ def MAPPER(machine, workload, model) -> GpuMapper:
     if workload.section("parallel") is None:
         return GpuMapper(machine, workload, model)
     return ParallelGpuMapper(machine, workload, model)
+
+
+_LAYER = re.compile(r"^L(\d+)\.")
+
+
+def _layer_of(task: str) -> int | None:
+    """The layer a task works for (`L3.q_proj` -> 3), None for the embedding and the head."""
+    m = _LAYER.match(task)
+    return int(m.group(1)) if m else None
