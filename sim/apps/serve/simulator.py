@@ -50,8 +50,8 @@ class ServeResult:
     spec_tokens: int = 0
     busy_s: dict[str, float] = field(default_factory=dict)   # per resource, summed over the instances
     instances: int = 1
-    board: Board = Board()   # idle power per device and devices per instance (sim.apps.serve.energy)
     rejected_reasons: dict[str, int] = field(default_factory=dict)   # why requests were refused: reason -> count
+    board: Board = Board()   # idle power per device and devices per instance (sim.apps.serve.energy)
 
 
 class ServeSim:
