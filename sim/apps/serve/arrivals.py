@@ -36,6 +36,8 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
     key = f"{source}: serving.arrivals"
     if isinstance(a, s.Burst):
         gap, per = a.interval_s, a.size
+    elif isinstance(a, s.Closed):   # all zero: the clients set each time as they send (sim.apps.serve.closed)
+        gap, per = 0.0, a.num_requests
     else:
         gap, per = 1.0 / a.rate, 1
     if a.num_requests is None:
@@ -60,7 +62,7 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
     t = t - t[0] if isinstance(a, (s.Poisson, s.Gamma)) else t
     if not np.isfinite(t).all():   # a rate of 1e-320/s: gaps past the largest float
         raise ConfigError(f"{key}: arrival times overflow to infinity; the rate or interval is out of any physical range")
-    if a.duration_s is not None:
+    if getattr(a, "duration_s", None) is not None:   # a closed loop has none
         t = t[t < a.duration_s]
         if len(t) == 0:
             raise ConfigError(f"{key}.duration_s: {a.duration_s}: no request arrives within it")

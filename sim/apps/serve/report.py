@@ -30,6 +30,12 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
     if s.get("host_per_iteration_s"):
         rows.append(("host per iteration", f"{fmt_time(s['host_per_iteration_s'])} mean (the engine's work: "
                                            "schedule, inputs, sampling, outputs; and kernel launches)"))
+    if s.get("benchmark"):   # a closed loop (sim.apps.serve.closed): the means a benchmark client prints
+        b = s["benchmark"]
+        rows.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {fmt_time(b['tpot_s'])}, "
+                                            f"ITL {fmt_time(b['itl_s'])}, E2E {fmt_time(b['e2e_s'])}; "
+                                            f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
+                                            f"tokens/s/GPU over {b['completed']} requests"))
     if s.get("spec_tokens_per_step"):
         rows.append(("speculative", f"{s['spec_tokens_per_step']:.3f} tokens per verify step"))
     for k, v in rows:
