@@ -41,6 +41,7 @@ from hw_models.kernel_families import FAMILIES
 from hw_models.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
                                    serial_values, softmax_block_threads)
 from hw_models.machine import Machine, known_op_kinds
+from hw_models.engine_overheads import EngineOverheads
 from hw_models.step_overhead import StepOverhead
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -122,6 +123,7 @@ class Stack(Strict):
     quant_gemm: dict[str, str] = {}               # weight format -> kernel family
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
+    engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.engine_overheads)
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 

@@ -17,6 +17,11 @@ engine sees a request `front_end_s` after its client sent it (the API server's
 tokenization and hand-off, the stack's `engine_overheads.per_request_s`); a client
 times its request from the send, as the tools do.
 
+Warm-up and cool-down: as benchmark_serving, every request counts by default, the
+ramp (all N prefills queued at t = 0) and the tail (the last requests running with
+fewer than N in flight) included; `warmup_requests` drops the first sends as
+genai-perf's warm-up does. The silicon samples were measured with the former.
+
 The means the tools report (`benchmark_figures`): TTFT, TPOT = (e2e - ttft) /
 (output - 1) per request (vLLM's `calculate_metrics`), ITL over every gap between
 two tokens, E2E, requests/s and output tokens/s over the duration, and output
@@ -41,10 +46,11 @@ class ClosedLoopSim(ServeSim):
     """The engine of sim.apps.serve.engine driven by `concurrency` clients instead of a
     precomputed arrival stream (the stream's arrival times are overwritten by the sends)."""
 
-    def __init__(self, setup, reqs, progress=None, front_end_s: float = 0.0):
+    def __init__(self, setup: Setup, reqs, progress=None, front_end_s: float | None = None):
         super().__init__(setup, reqs, progress)
         self.loop: Closed = setup.file.serving.arrivals
-        self.front_end_s = front_end_s
+        if front_end_s is not None:   # else the stack's (engine.ServeSim)
+            self.front_end_s = front_end_s
         self.next = 0
         self.replied: dict[int, simpy.Event] = {}
 
