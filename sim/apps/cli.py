@@ -27,6 +27,7 @@ from sim.apps.outputs import check_output, chrome_trace, transaction, write_json
 from sim.apps.report import print_report
 from sim.apps.serve import cli as serve_cli
 from sim.apps.survey import cli as survey_cli
+from sim.apps.serve import validate_cli as serve_validate_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
 from sim.core.errors import ConfigError, SimError
@@ -39,7 +40,7 @@ from sim.core.schema import file_dict
 from sim.core.units import fmt_bytes, fmt_time
 from sim.core.workload import load_workload, parse_set
 
-_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register)
+_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, serve_validate_cli.register)
 
 
 def _load(args: argparse.Namespace):

@@ -186,3 +186,61 @@ def mape(results: list[Result]) -> dict[tuple[str, str, str], dict[str, Any]]:
 def overall(results: list[Result]) -> dict[str, float]:
     return {m: float(np.mean([abs(r.error[m]) for r in results if m in r.error]))
             if any(m in r.error for r in results) else float("nan") for m in METRICS}
+
+
+def _pct(v: float) -> str:
+    return "-" if not np.isfinite(v) else f"{v:+.1%}"
+
+
+def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
+           seconds: float, per_run: bool = True) -> str:
+    """Markdown: signed errors per run (unless `per_run` is off), MAPE per (GPU, engine, model), overall."""
+    lines = []
+    if per_run:
+        lines += ["| run | engine | model | TP | N | isl/osl | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | TPOT | "
+                  "E2E | req/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in results:
+            m, s, e = r.run.measured, r.sim, r.error
+            lines.append(f"| {r.run.name[-40:]} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp} | "
+                         f"{r.run.concurrency} | {r.run.isl}/{r.run.osl} | {m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
+                         f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{s['tpot_s'] * 1e3:.2f} | "
+                         f"{_pct(e.get('tpot_s', np.nan))} | {_pct(e.get('e2e_s', np.nan))} | {_pct(e.get('req_s', np.nan))} |")
+        lines.append("")
+    lines += ["| GPU | engine | model | runs | TTFT MAPE | TPOT MAPE | E2E MAPE | req/s MAPE |", "|---|---|---|---|---|---|---|---|"]
+    for (gpu, eng, model), row in mape(results).items():
+        lines.append(f"| {gpu} | {eng} | {model} | {row['runs']} | "
+                     + " | ".join("-" if not np.isfinite(row[k]) else f"{row[k]:.1%}" for k in METRICS) + " |")
+    tot = overall(results)
+    lines.append(f"| all | | | {len(results)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
+                                                             for k in METRICS) + " |")
+    lines += ["", f"{len(results)} runs simulated in {seconds:.0f} s; {len(skipped)} rows not replayable"
+              + (f" ({_reasons(skipped)})" if skipped else "") + (f"; {len(failed)} failed: {_reasons(failed)}" if failed else "")
+              + ". Errors are (simulated - measured) / measured; E2E of the silicon sample is TTFT + TPOT x (osl - 1)."]
+    return "\n".join(lines)
+
+
+def _reasons(items: list[tuple[str, str]]) -> str:
+    counts: dict[str, int] = {}
+    for _, why in items:
+        counts[why] = counts.get(why, 0) + 1
+    return "; ".join(f"{n} x {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+
+
+def scatter(results: list[Result], path) -> None:
+    """Simulated against measured mean TTFT and TPOT, one colour per engine, log axes, y = x drawn."""
+    from sim.apps.mpl import pyplot
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, metric, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
+        for eng in sorted({r.run.engine for r in results}):
+            rs = [r for r in results if r.run.engine == eng]
+            ax.scatter([r.run.measured[metric] * 1e3 for r in rs], [r.sim[metric] * 1e3 for r in rs], s=10, label=eng)
+        lo = min(min(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
+        hi = max(max(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {label} (ms)", ylabel=f"simulated {label} (ms)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
