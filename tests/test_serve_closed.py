@@ -92,3 +92,17 @@ def test_closed_loop_behind_a_router_is_refused():
     f = f.model_copy(update={"serving": f.serving.model_copy(update={"router": {"replicas": 2}})})
     with pytest.raises(ConfigError, match="closed drives one instance"):
         serve(f, H100)
+
+
+def test_find_capacity_searches_the_client_count():
+    from sim.apps.serve.capacity import find_capacity
+
+    f = closed_file(2, 8, prompt=256, output=16)
+    base = serve(closed_file(1, 4, prompt=256, output=16), H100)[1]["benchmark"]["ttft_s"]
+    cap = find_capacity(f, H100, {"ttft_mean": 3.5 * base})
+    assert cap["knob"] == "concurrency" and isinstance(cap["rate"], int) and cap["rate"] >= 1
+    counts = sorted({p["rate"] for p in cap["points"]})
+    assert counts == [int(c) for c in counts]
+    # the answer meets the SLO and one more client does not
+    assert any(p["rate"] == cap["rate"] and p["ok"] for p in cap["points"])
+    assert any(p["rate"] == cap["rate"] + 1 and not p["ok"] for p in cap["points"])

@@ -83,8 +83,11 @@ def _slo(slo: dict[str, float]) -> str:
 
 def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
-    t = Table(title="capacity search (bisection on the arrival rate)", show_header=False, title_justify="left")
-    t.add_row("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")
+    clients = c.get("knob") == "concurrency"
+    t = Table(title=f"capacity search (bisection on the {'client count' if clients else 'arrival rate'})",
+              show_header=False, title_justify="left")
+    t.add_row(*(("most clients meeting the SLO", f"{c['rate']:d}") if clients
+                else ("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")))
     t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s")
     t.add_row("limiting metric", f"{c['limiting']} ({c['limit_ratio']:.2f}x of its limit just above)")
     t.add_row("runs", str(len(c["points"])))

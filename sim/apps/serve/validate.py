@@ -135,6 +135,22 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = 4,
     return serve_file_from_dict(raw, run.name)
 
 
+def machine_loader(engine_side_ttft: bool = False):
+    """Presets by name (or by a GPUS system name), loaded once each. `engine_side_ttft`: the log times TTFT from the engine's own
+    queueing (LLMServingSim's queued_ts), so the API front end is outside it: its term is zeroed."""
+    from hw_models.machine import load_machine
+
+    zero = {"stacks": {e.stack: {"engine_overheads": {"per_request_s": 0.0}} for e in ENGINES.values()}}
+    cache: dict[str, object] = {}
+
+    def load(name: str):
+        name = GPUS.get(name, name)
+        if name not in cache:
+            cache[name] = load_machine(name, zero if engine_side_ttft else None)
+        return cache[name]
+    return load
+
+
 def signed_errors(sim: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
     return {k: (sim[k] - v) / v for k, v in measured.items() if k in sim and v and np.isfinite(v)}
 

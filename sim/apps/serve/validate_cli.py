@@ -13,22 +13,6 @@ from pathlib import Path
 from sim.core.errors import ConfigError
 
 
-def _machine_loader(hw: str, engine_side_ttft: bool = False):
-    """Presets by name, loaded once each. `engine_side_ttft`: the log times TTFT from the engine's own
-    queueing (LLMServingSim's queued_ts), so the API front end is outside it: its term is zeroed."""
-    from hw_models.machine import load_machine
-    from sim.apps.serve.validate import ENGINES
-
-    zero = {"stacks": {e.stack: {"engine_overheads": {"per_request_s": 0.0}} for e in ENGINES.values()}}
-    cache: dict[str, object] = {}
-
-    def load(name: str):
-        if name not in cache:
-            cache[name] = load_machine(name, zero if engine_side_ttft else None)
-        return cache[name]
-    return load
-
-
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
     from sim.apps.serve.validate_readers import is_silicon, read_silicon, read_vllm_bench
@@ -54,10 +38,11 @@ def _runs(args: argparse.Namespace):
 def _folder(args: argparse.Namespace) -> int:
     from sim.apps.serve import measured as M
     from sim.apps.serve.run import serve
+    from sim.apps.serve.validate import machine_loader
 
     folder = Path(args.file)
     stack = args.stack or "vllm"
-    results = M.validate(folder.parent, _machine_loader(args.hw, engine_side_ttft=True),
+    results = M.validate(folder.parent, machine_loader(engine_side_ttft=True),
                          lambda f, m, r: serve(f.model_copy(update={"stack": stack}), m, requests=r),
                          args.limit, names=[folder.name])
     if not results:
@@ -67,7 +52,7 @@ def _folder(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_serving(args: argparse.Namespace) -> int:
-    from sim.apps.serve.validate import render, scatter, simulate
+    from sim.apps.serve.validate import machine_loader, render, scatter, simulate
 
     if Path(args.file).is_dir():
         return _folder(args)
@@ -76,7 +61,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         runs = runs[:: max(1, len(runs) // args.limit)][: args.limit]
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
-    results, failed = simulate(runs, _machine_loader(args.hw), args.stack, args.requests_per_client)
+    results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client)
     print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
     if args.plot:
         scatter(results, Path(args.plot))
