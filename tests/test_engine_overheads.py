@@ -5,6 +5,7 @@ fit script's output (scripts/fit_engine_overheads.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from sim.apps.serve.spec import serve_file_from_dict
 from sim.apps.serve.stepcost import ExactCost, features
 from sim.apps.serve.validate import ENGINES, Run, run_file
 from sim.apps.serve.validate_readers import read_silicon
+from sim.core.errors import ConfigError
 
 BASE = {"model": "tinyllama-1.1b", "formats": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
         "flash_attention": True, "stack": "vllm"}
@@ -107,3 +109,20 @@ def test_replayed_run_file_is_a_closed_loop_of_the_runs_concurrency():
     f = run_file(run)
     assert f.serving.arrivals.concurrency == 16 and f.serving.arrivals.num_requests == 64
     assert f.stack == "trtllm" and f.formats.weights == "fp8_e4m3" and f.section("parallel")["tp"] == 2
+
+
+def test_vllm_benchmark_json_becomes_a_closed_loop_run(tmp_path):
+    from sim.apps.serve.validate_readers import read_vllm_bench
+
+    # The keys benchmark_serving.py --save-result writes (result_json), a made-up 3-request run.
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"max_concurrency": 2, "input_lens": [100, 120, 110], "output_lens": [10, 12, 11],
+                                "mean_ttft_ms": 20.0, "mean_tpot_ms": 5.0, "mean_e2el_ms": 70.0,
+                                "request_throughput": 9.5, "ttfts": [0.02] * 3}))
+    run = read_vllm_bench(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")
+    assert (run.isl, run.osl, run.concurrency, run.num_requests) == (110, 11, 2, 3)
+    assert run.measured == {"ttft_s": 0.02, "tpot_s": 0.005, "e2e_s": 0.07, "req_s": 9.5}
+    assert run_file(run).serving.arrivals.num_requests == 3
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match="not a vLLM benchmark_serving result"):
+        read_vllm_bench(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")

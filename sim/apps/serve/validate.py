@@ -83,6 +83,7 @@ class Run:
     tp: int = 1
     quant: str | None = None     # gemm_quant_mode
     measured: dict[str, float] = field(default_factory=dict)   # METRICS present in the source
+    num_requests: int | None = None   # as measured (None: requests_per_client x concurrency)
 
 
 @dataclass
@@ -123,7 +124,7 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = 4,
         "formats": {"weights": fmt, "activations": fmt, "kv_cache": "bf16"}, "flash_attention": True,
         "stack": stack or eng.stack,
         "serving": {"arrivals": {"process": "closed", "concurrency": run.concurrency,
-                                 "num_requests": run.concurrency * requests_per_client},
+                                 "num_requests": run.num_requests or run.concurrency * requests_per_client},
                     "lengths": {"prompt": {"dist": "fixed", "value": run.isl},
                                 "output": {"dist": "fixed", "value": run.osl}},
                     "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency)}},

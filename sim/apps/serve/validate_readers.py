@@ -90,5 +90,7 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str) -> Run:
         measured["e2e_s"] = d["mean_e2el_ms"] / 1e3
     if "request_throughput" in d:
         measured["req_s"] = float(d["request_throughput"])
+    if model not in MODELS:
+        raise ConfigError(f"--model {model}: no config here; known: {', '.join(MODELS)}")
     return Run(path.stem, gpu, engine, model, int(round(np.mean(d["input_lens"]))),
-               int(round(np.mean(d["output_lens"]))), int(conc), measured=measured)
+               int(round(np.mean(d["output_lens"]))), int(conc), measured=measured, num_requests=len(d["input_lens"]))
