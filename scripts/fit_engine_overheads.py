@@ -44,6 +44,7 @@ def main() -> int:
         print(f"{TRAINING}: not found (set SIM_SHARED_VALIDATION)", file=sys.stderr)
         return 2
     runs, _ = read_silicon(TRAINING, F.TRAINING_SYSTEMS)
+    runs = [r for r in runs if F.in_training(r.name)]
     if args.simulate:
         warnings.simplefilter("ignore")
         machine = load_machine(GPUS["h100_sxm"], F.zero_terms())

@@ -12,13 +12,15 @@ silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the 
    alike whatever the run's scale). Queueing's second-order response to the terms is left to
    the validation run, which simulates with them.
 
-Training set: the silicon sample's `h100_sxm` rows only (TRAINING_SYSTEMS); H200 and Blackwell rows
-of the same table, and every other GPU, are never read here.
+Training set: half the silicon sample's `h100_sxm` rows (TRAINING_SYSTEMS; `in_training`: a hash of
+the run id picks the half, so every engine, model and layout is in both); the other half is the H100
+check the fit never saw. H200 and Blackwell rows of the same table, and every other GPU, are never read here.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,11 @@ class Fit:
     engine: str
     terms: dict[str, float]
     runs: int
+
+
+def in_training(run_id: str) -> bool:
+    """The half of the H100 runs the fit reads (a stable hash of the id, not the row order)."""
+    return hashlib.sha1(run_id.encode()).digest()[0] % 2 == 0
 
 
 def zero_terms() -> dict:
@@ -68,7 +75,7 @@ def fit(rows: list[dict], measured: dict[str, dict[str, float]]) -> list[Fit]:
     out = []
     for engine in sorted({r["engine"] for r in rows}):
         A, y = [], []
-        for r in (r for r in rows if r["engine"] == engine and r["id"] in measured):
+        for r in (r for r in rows if r["engine"] == engine and r["id"] in measured and in_training(r["id"])):
             m = measured[r["id"]]
             A.append(np.array([1.0, r["ttft_steps"], r["ttft_seqs"]]) / m["ttft_s"])
             y.append((m["ttft_s"] - r["sim_ttft_s"]) / m["ttft_s"])

@@ -66,6 +66,13 @@ ENGINES = {
     "sglang": Engine("sglang", {"kind": "vllm", "max_num_batched_tokens": 8192, "max_num_seqs": 256},
                      "sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 60-90 GB"),
 }
+# A closed loop of identical requests stays in lock-step in a simulation (every wave's N prefills queue
+# together), where a real run drifts apart within a few requests (timing jitter, and InferenceMAX's client
+# draws lengths with --random-range-ratio 0.8). Output lengths uniform within +-OUTPUT_SPREAD of osl break the
+# lock-step and keep the mean. REQUESTS_PER_CLIENT: InferenceMAX sends --num-prompts $((CONC * 10)) with
+# --max-concurrency $CONC (SemiAnalysis InferenceMAX benchmark client configuration), vLLM benchmark_serving.
+OUTPUT_SPREAD = 0.1
+REQUESTS_PER_CLIENT = 10
 FORMATS = {None: "bf16", "fp8": "fp8_e4m3"}   # gemm_quant_mode -> weights and activations (KV stays bf16)
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "req_s")
 
@@ -114,9 +121,10 @@ def step_features(res, front_end_s: float = 0.0) -> dict[str, float]:
                 tpot_seqs=float(np.mean(((seqs[z] - seqs[f]) / gaps)[many])) if many.any() else 0.0)
 
 
-def run_file(run: Run, stack: str | None = None, requests_per_client: int = 4,
+def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT,
              overrides: dict[str, Any] | None = None) -> ServeFile:
-    """The serving file of a closed-loop run: `requests_per_client` x concurrency requests."""
+    """The serving file of a closed-loop run: `requests_per_client` x concurrency requests, the prompt as
+    measured, outputs spread by OUTPUT_SPREAD around it."""
     eng = ENGINES[run.engine]
     fmt = FORMATS[run.quant]
     raw: dict[str, Any] = {
@@ -126,7 +134,8 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = 4,
         "serving": {"arrivals": {"process": "closed", "concurrency": run.concurrency,
                                  "num_requests": run.num_requests or run.concurrency * requests_per_client},
                     "lengths": {"prompt": {"dist": "fixed", "value": run.isl},
-                                "output": {"dist": "fixed", "value": run.osl}},
+                                "output": {"dist": "uniform", "low": max(1, round(run.osl * (1 - OUTPUT_SPREAD))),
+                                           "high": round(run.osl * (1 + OUTPUT_SPREAD))}},
                     "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency)}},
     }
     if run.tp > 1:
@@ -157,7 +166,7 @@ def signed_errors(sim: dict[str, float], measured: dict[str, float]) -> dict[str
 
 
 def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | None = None,
-             requests_per_client: int = 4, progress: Callable[[int, int], None] | None = None
+             requests_per_client: int = REQUESTS_PER_CLIENT, progress: Callable[[int, int], None] | None = None
              ) -> tuple[list[Result], list[tuple[str, str]]]:
     """Each run simulated (surrogate costs shared between runs of one model, layout and stack);
     runs that cannot be built come back as (name, reason)."""

@@ -29,6 +29,10 @@ def _runs(args: argparse.Namespace):
                           "osl, batch_size, tp_size, silicon_ttft_ms, silicon_tpot_ms), a benchmark JSON or a case folder")
     systems = {s for s, preset in GPUS.items() if preset == args.hw or s == args.hw}
     runs, skipped = read_silicon(path, systems)
+    if args.held_out:
+        from sim.apps.serve.overhead_fit import in_training
+
+        runs = [r for r in runs if not in_training(r.name)]
     if not runs:
         raise ConfigError(f"{path}: no replayable run on {args.hw} (GPUs in the table map to presets: "
                           f"{', '.join(f'{s}->{p}' for s, p in GPUS.items())})")
@@ -76,9 +80,11 @@ def register(subparsers) -> None:
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
     p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")
     p.add_argument("--model", help="the Hugging Face model name of a benchmark JSON (e.g. meta-llama/Llama-3.1-8B)")
-    p.add_argument("--requests-per-client", type=int, default=4,
-                   help="closed-loop requests per client (default %(default)s; the tools send about 10)")
+    p.add_argument("--requests-per-client", type=int, default=10,
+                   help="closed-loop requests per client (default %(default)s, as InferenceMAX's client)")
     p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table")
+    p.add_argument("--held-out", action="store_true",
+                   help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
     p.add_argument("--plot", metavar="PATH", help="write a scatter plot (simulated vs measured TTFT and TPOT)")
     p.set_defaults(func=cmd_validate_serving)
