@@ -16,34 +16,19 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from hw_models.machine import Machine
-from hw_models.step_overhead import HOST, EngineHost, StepOverhead
+from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
 from sim.core.engine import Task, Timeline
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
 from sim.core.generation import Generation, RunFigures, fold_layers, simulate_generation
-from sim.core.graph import Op, OpGraph
+from sim.core.graph import OpGraph
 from sim.core.lowering import lower
 from sim.core.mixed import lower_iteration
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult, StepResult
 from sim.core.units import fmt_bytes
 from sim.core.workload import Workload
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """How one op runs: where, how long, and what bounds it."""
-
-    op: Op
-    unit: str
-    duration_s: float
-    compute_s: float
-    memory_s: float
-    overhead_s: float
-    bound: str          # "compute", "memory", "link" or "overhead"
-    path: str = ""      # e.g. "fp16 tensor", "int4 weights -> fp16 (dequant)", "PIM"
-    energy_j: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -64,11 +49,6 @@ class Roof:
     @property
     def knee_flop_per_byte(self) -> float:
         return self.peak_flops_per_s / self.bandwidth_bytes_per_s
-
-
-def bound_of(compute_s: float, memory_s: float, overhead_s: float, link_s: float = 0.0) -> str:
-    times = {"compute": compute_s, "memory": memory_s, "link": link_s, "overhead": overhead_s}
-    return max(times, key=times.__getitem__)
 
 
 def timeline_energy_j(tl: Timeline) -> float:
@@ -179,7 +159,7 @@ class Mapper:
 
     def with_engine(self, device: StepResult, n_seqs: int) -> StepResult:
         """`device` (the step's kernels, folded) with the engine's host work of `n_seqs` sequences:
-        serial, the step takes host + device; overlapped, max(host, device) (hw_models.step_overhead).
+        serial, the step takes host + device; overlapped, max(host, device) (hw_models.stack.step_overhead).
         Applied after the layer fold: a max() is not linear in the layer count. The host's busy time
         grows by the host work; `engine_host_s` in the counters."""
         host = self.engine_host_s(n_seqs)

@@ -14,10 +14,10 @@ import math
 import numpy as np
 
 from hw_models import compute_path
-from hw_models.base import OpCost, bound_of
+from hw_models.op_cost import OpCost, bound_of
 from hw_models.machine import Tier, Unit
-from hw_models.stack import Stack
-from hw_models.stack_cost import stack_cost
+from hw_models.stack.spec import Stack
+from hw_models.stack.cost import stack_cost
 from sim.core import graph as g
 from sim.core.graph import Op
 
@@ -73,7 +73,7 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     the unit's, or the op kind's override where the preset has one. `steady`: the
     op continues a kernel that is already running (a later slice of a pipelined
     op), so it pays no launch and no ramps: the pipes are already full. `stack`:
-    the software stack's kernels and quantized GEMM families (hw_models.stack_cost)
+    the software stack's kernels and quantized GEMM families (hw_models.stack.cost)
     where it describes the op; None: one kernel per op, as the preset says."""
     if stack is not None:
         plain = None if _family_gemm(op, stack) else roofline_cost(op, unit, unit_name, tier, mode, steady)

@@ -1,7 +1,7 @@
 """The registry of hardware kinds: one line per kind.
 
 A kind is a folder under hw_models/ whose `__init__` gives the same face
-(hw_models.registry.KindFace): `KIND`, `MAPPER`, the preset section it owns
+(hw_models.registry.FACE): `KIND`, `MAPPER`, the preset section it owns
 and its schema, the workload sections it owns and their schemas, an optional
 CLI `register(subparsers)`, and `report_sections(result)`. This table names
 the module of each kind and the top-level keys it owns in preset and workload

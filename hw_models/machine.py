@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field, StrictInt, field_validator, model_validator
 
+from hw_models import curves
 from hw_models.kinds import KINDS, preset_sections, section_owners
 from sim.core import graph as g
 from sim.core.errors import ConfigError
+from sim.core.settings import has_alias, resolve_aliases
 from sim.core.formats import get_format
 from sim.core.schema import (Quantity, Strict, collect_sections, read_yaml, require_file, set_dotted,
                              validate_mapping)
@@ -54,11 +56,6 @@ def known_op_kinds(v: dict) -> dict:
         if kind not in g.OP_KINDS:
             raise ValueError(f"{kind}: unknown op kind; kinds: {', '.join(g.OP_KINDS)}")
     return v
-
-
-# A split-K slice is at least one threadblock K-tile deep; cuBLAS/CUTLASS Ampere
-# kernels use K-tiles of 32 (the "_32x3" in cutlass_80_..._128x256_32x3 kernel names).
-GEMM_K_TILE = 32
 
 
 class Efficiency(Strict):
@@ -128,22 +125,11 @@ class Efficiency(Strict):
 
     def gemm_waves(self, m, n, k):
         """Fraction of the SMs' tile throughput that does useful work for an M x N x K
-        GEMM (1.0 when the tile fields are off). The output is cut into
-        ceil(M/tile_m) * ceil(N/tile_n) tiles (M and N padded to whole tiles); when
-        there are fewer tiles than SMs, K is split (split-K, as cuBLAS does: grid z
-        of 2-3 in the A6000 traces) into s = floor(SMs / tiles) slices, at most one
-        per K-tile; the CTAs run in ceil(tiles * s / SMs) waves and the last partial
-        wave idles SMs. Useful / issued = M*N*s / (waves * SMs * tile_m * tile_n).
+        GEMM (hw_models.curves.gemm_waves; 1.0 when the tile fields are off).
         Floats or numpy arrays."""
         if not self.tiled:
             return 1.0 if np.ndim(m) == 0 else np.ones(np.shape(m))
-        tm, tn, units = self.gemm_tile_m, self.gemm_tile_n, self.parallel_units
-        m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
-        tiles = np.ceil(m / tm) * np.ceil(n / tn)
-        split = np.clip(np.floor(units / tiles), 1.0, np.maximum(np.ceil(k / GEMM_K_TILE), 1.0))
-        waves = np.ceil(tiles * split / units)
-        out = m * n * split / (waves * units * tm * tn)
-        return float(out) if out.ndim == 0 else out
+        return curves.gemm_waves(m, n, k, self.gemm_tile_m, self.gemm_tile_n, self.parallel_units)
 
     @field_validator("by_kind")
     @classmethod
@@ -151,10 +137,10 @@ class Efficiency(Strict):
         return known_op_kinds(v)
 
     def compute(self, flops: float) -> float:
-        return self.compute_max * (flops / (flops + self.compute_half_flops) if self.compute_half_flops else 1.0)
+        return curves.saturating(flops, self.compute_max, self.compute_half_flops)
 
     def memory(self, nbytes: float) -> float:
-        return self.memory_max * (nbytes / (nbytes + self.memory_half_bytes) if self.memory_half_bytes else 1.0)
+        return curves.saturating(nbytes, self.memory_max, self.memory_half_bytes)
 
     def for_kind(self, kind: str, m: int | None = None) -> "Efficiency":
         """The curve an op of `kind` gets: the unit's, with that kind's overrides (the
@@ -236,9 +222,9 @@ class Machine(Strict):
     memory: dict[str, Tier]
     units: dict[str, Unit]
     links: dict[str, Link] = {}
-    # Per software stack (hw_models/stacks), the kernel figures `sim calibrate --stack` fitted on this
+    # Per software stack (hw_models/stack/presets), the kernel figures `sim calibrate --stack` fitted on this
     # machine: {stack: {ops: {kind: {floor_s, memory_efficiency, prefill: {...}}}, names: {...}}}. They
-    # replace the stack file's where this machine runs that stack (hw_models.stack.stack_for checks them).
+    # replace the stack file's where this machine runs that stack (hw_models.stack.spec.stack_for checks them).
     stacks: dict[str, dict[str, Any]] = {}
     # Kind-specific sections (offload's `host`, `pim`, `spatial`: hw_models.kinds says
     # which kind owns which key), kept as given and validated by that kind when used.
@@ -340,6 +326,14 @@ def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> M
         return spec
     path = resolve_path(spec)
     raw = raw_machine(path)
+    if any(has_alias(key) for key in overrides or {}):
+        overrides = {resolve_aliases(key, machine_aliases(machine_from_dict(raw_machine(path), str(path)))): value
+                     for key, value in overrides.items()}
     for key, value in (overrides or {}).items():
         set_dotted(raw, key, value, source=f"{path} (override hw.{key})")
     return machine_from_dict(raw, str(path))
+
+
+def machine_aliases(machine: Machine) -> dict[str, str]:
+    """What `@device` and `@main` stand for in a hardware path (`--set`, sweeps)."""
+    return {"@device": machine.device_tier, "@main": machine.main_unit}

@@ -81,7 +81,7 @@ class TinyLlama:
         self.dtype, self.device, self.flash = dtype, device, flash
         self.eps = 1e-5
         h, f, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-        H, KV = cfg.num_heads, cfg.num_kv_heads
+        KV = cfg.num_kv_heads
         gen = torch.Generator(device=device).manual_seed(seed)
 
         def w(out_dim: int, in_dim: int, std: float | None = None):

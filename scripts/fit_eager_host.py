@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fit the host time per kernel of eager vLLM (`host_launch_s` in hw_models/stacks/vllm-v0-eager.yaml)
+"""Fit the host time per kernel of eager vLLM (`host_launch_s` in hw_models/stack/presets/vllm-v0-eager.yaml)
 on splitwise's DGX-A100 Llama-2-70B token times only, and report the DGX-H100 rows out of sample
 (docs/parallelism.md, "Which engine measured splitwise").
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from hw_models.stack import STACK_DIR  # noqa: E402
+from hw_models.stack.spec import STACK_DIR  # noqa: E402
 from parallel_validation import SHARED, splitwise  # noqa: E402
 from sim.core.schema import read_yaml  # noqa: E402
 
@@ -66,7 +66,7 @@ def main() -> int:
         x = fit(("a100-80gb",), folder)
         s = TokenLoss(("a100-80gb", "h100-80gb"), folder).errors(x)
         h100_only = fit(("h100-80gb",), folder)
-    print(f"host_launch_s fitted on DGX-A100 token rows: {x * 1e6:.2f} us (paste into hw_models/stacks/{STACK}.yaml)")
+    print(f"host_launch_s fitted on DGX-A100 token rows: {x * 1e6:.2f} us (paste into hw_models/stack/presets/{STACK}.yaml)")
     for hw, g in s.groupby("hw"):
         tag = "in sample" if hw == "a100-80gb" else "out of sample"
         print(f"  {hw} ({tag}): token MAPE {g.token_err.abs().mean():.1%}, prompt MAPE {g.prompt_err.abs().mean():.1%}")

@@ -5,7 +5,7 @@ aiconfigurator silicon sample (procedure: sim/apps/serve/overhead_fit.py).
     python scripts/fit_engine_overheads.py --simulate   # replay the training runs with the terms at zero
                                                         # (minutes): tests/data/engine_overheads_features.csv
     python scripts/fit_engine_overheads.py              # NNLS from that file and the measured means: print
-    python scripts/fit_engine_overheads.py --write      # ... and put the blocks into hw_models/stacks/*.yaml
+    python scripts/fit_engine_overheads.py --write      # ... and put the blocks into hw_models/stack/presets/*.yaml
 
 The features file holds simulated figures only (no measured value); the measured means are read from
 $SIM_SHARED_VALIDATION/aic/silicon_sample_h100.csv.gz, h100_sxm rows. tests/test_engine_overheads.py
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.machine import load_machine  # noqa: E402
-from hw_models.stack import STACK_DIR  # noqa: E402
+from hw_models.stack.spec import STACK_DIR  # noqa: E402
 from sim.apps.serve import overhead_fit as F  # noqa: E402
 from sim.apps.serve.validate import ENGINES, GPUS, simulate  # noqa: E402
 from sim.apps.serve.validate_readers import read_silicon  # noqa: E402

@@ -2,7 +2,7 @@
 """Fit the torch-eager stack's per-kernel floors and memory efficiencies
 (sim.apps.trace.stack_fit) on the H200 calibration traces and report the held-out
 traces' per-op error with the uncalibrated `h200` preset, before (no stack) and
-after. The fitted figures are what hw_models/stacks/torch-eager.yaml holds.
+after. The fitted figures are what hw_models/stack/presets/torch-eager.yaml holds.
 
     python scripts/fit_stack.py
 """
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hw_models.machine import load_machine  # noqa: E402
-from hw_models.stack import load_stack  # noqa: E402
+from hw_models.stack.spec import load_stack  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.stack_fit import fit_stack  # noqa: E402
 from sim.apps.trace.validate import validate  # noqa: E402

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fit the vllm stacks' host time per iteration (`step_overhead` in hw_models/stacks/vllm.yaml,
+"""Fit the vllm stacks' host time per iteration (`step_overhead` in hw_models/stack/presets/vllm.yaml,
 inherited by vllm-v0.yaml) on vidur's A100 cpu_overheads.csv and check it out of sample on
 the A40 one (sim.apps.trace.engine_overhead: what is summed, what is left out, the loss).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hw_models.stack import load_stack  # noqa: E402
+from hw_models.stack.spec import load_stack  # noqa: E402
 from sim.apps.trace.engine_overhead import fit_curve, load_cpu_overheads, mape, predict  # noqa: E402
 
 SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))

@@ -18,7 +18,7 @@ TensorRT-LLM engines are taken as built the same way). Hardware:
 * A100: Polaris nodes, 4 x A100 40 GB SXM4 on NVLink 3 (PROVENANCE infers the 40 GB from the
   run scripts): `a100_80g` with the 40 GB part's datasheet memory (40 GiB, 1,555 GB/s; NVIDIA
   A100 datasheet) on `dgx_a100`'s fitted NVLink collectives.
-Stacks: hw_models/stacks/vllm-v0.yaml (vllm.yaml's kernels, the engine's host work per step serial
+Stacks: hw_models/stack/presets/vllm-v0.yaml (vllm.yaml's kernels, the engine's host work per step serial
 with the GPU: the bench is of 2024, vLLM V0, before V1's async scheduling; --vllm-stack vllm for the
 overlapped V1 engine) and trtllm.yaml (no engine host work: none measured). A row whose batch does not fit the
 simulated device memory is listed but left out of the errors (the engine ran it in waves

@@ -13,7 +13,7 @@ count; this script recomputes it from that case. Step costs are not calibrated o
 are the presets' datasheet figures through the op-level model. The RTX PRO 6000 case is out of sample.
 The engine's host work per iteration is the vllm stack's (fitted on vidur's A100 CPU measurements, not on
 these runs), overlapped with the GPU step as vLLM 0.19's async scheduling runs it; `--stack vllm-v0`
-replays the same runs with it serial, as a sensitivity check (hw_models/stacks/vllm-v0.yaml).
+replays the same runs with it serial, as a sensitivity check (hw_models/stack/presets/vllm-v0.yaml).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from energy_h200 import MICRO, PUBLISHED_DECODE_W, decode_rows, fit_flop_energy
 from md_table import pct as _pct, table as _table  # scripts/, beside this file
 from hw_models.cost import roofline_cost
 from hw_models.machine import load_machine
-from hw_models.row_kernels import WARP_SOFTMAX_MAX
-from hw_models.stack import load_stack
+from hw_models.stack.row_kernels import WARP_SOFTMAX_MAX
+from hw_models.stack.spec import load_stack
 from sim.apps.trace.records import Trace
 from sim.apps.trace.validate import Validation, mape, validate
 from sim.core.graph import GEMM
@@ -121,7 +121,7 @@ def _block_softmax(test: list[Trace], v: Validation) -> tuple[int, float, float,
 
 def _history_text(test: list[Trace], eager: Validation) -> str:
     n, err, meas, sim = _block_softmax(test, eager)
-    return f"""Before the serial row kernels (hw_models/row_kernels.py: PyTorch's small-index embedding walks its rows, the
+    return f"""Before the serial row kernels (hw_models/stack/row_kernels.py: PyTorch's small-index embedding walks its rows, the
 warp softmax walks next_pow2(kv) / 32 values per lane, the RMSNorm mean's reduce_kernel walks a number of
 values per thread set by its block shape, which grows with the rows: the norm's error that rose with batch),
 the same held-out set measured: h200 + torch-eager 10.0% overall, embed 57.8%, softmax 35.0%, norm 18.1%;
@@ -133,9 +133,9 @@ PyTorch's block softmax, a kernel no calibration trace has: the Chrome trace nam
 values in registers, then a block-wide max and a block-wide sum), grid 40 x 1024 threads, 2.46 us median. With
 it unmodelled (the stack charged the 0.94 us floor alone) those ops had a median error of -43.7%, softmax 26.1%
 for both h200 and h200_calibrated under torch-eager (overall 8.1% and 7.9%). torch-eager now costs it
-(`serial.block`, hw_models.stack.BlockReduce): the warp walk's 85.1 ns step x 3 values, plus two block reductions
+(`serial.block`, hw_models.stack.spec.BlockReduce): the warp walk's 85.1 ns step x 3 values, plus two block reductions
 of 5 shuffle+op steps, 3 __syncthreads over 32 warps and 2 shared-memory round trips each (482 cycles, 0.49 us
-for both at 1.98 GHz), every latency cited in hw_models/stacks/torch-eager.yaml and none fitted (no calibration
+for both at 1.98 GHz), every latency cited in hw_models/stack/presets/torch-eager.yaml and none fitted (no calibration
 trace has such a row).
 Those {n} ops now: measured {meas * 1e6:.2f} us, simulated {sim * 1e6:.2f} us, median error {err:+.1%}. Still short by
 about {max(meas - sim, 0.0) * 1e6:.1f} us per op: ~0.8 us in the block kernel (2.46 us measured, 0.94 + 0.74 us modelled;

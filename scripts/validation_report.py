@@ -378,7 +378,7 @@ out of sample.
 {stacks_text}
 ### GEMM tile/wave quantization
 
-`Efficiency.gemm_waves` (hw_models/machine.py): an M x N x K GEMM is cut into ceil(M/tile_m) x
+`Efficiency.gemm_waves` (hw_models/curves.py): an M x N x K GEMM is cut into ceil(M/tile_m) x
 ceil(N/tile_n) output tiles (M and N padded to whole tiles); with fewer tiles than SMs, K is split
 (split-K, as cuBLAS does here: grid z = 2-3 for the 1-128-token GEMMs in kernel_summary.csv) into
 floor(SMs/tiles) slices; the CTAs run in waves over the 84 SMs (hardware.md §1.1) and the last partial

@@ -1,6 +1,6 @@
 """Small ops fitted on one GPU, checked on another (docs/validation.md; issue 15 item 3).
 
-torch-eager's embedding walk (hw_models.row_kernels.index_rows: PyTorch's
+torch-eager's embedding walk (hw_models.stack.row_kernels.index_rows: PyTorch's
 indexSelectSmallIndex for <= 16 indices, a floor plus one fitted step per row) was
 fitted on the H200 calibration traces only (scripts/fit_stack.py). vidur's tables
 time the same kernel: sarathi-serve's `emb` is F.embedding, and the A6000 traces
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hw_models.cost import roofline_cost
 from hw_models.machine import load_machine
-from hw_models.stack import load_stack
+from hw_models.stack.spec import load_stack
 from sim.apps.trace.parser import load_trace
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
@@ -85,7 +85,7 @@ parallel gather) and the A100's 3 us at 1 token. Floors are per GPU; nothing her
 
 {table(["GPU", "tokens", "measured (us)", "before", "after (H200 walk)"], rows)}
 
-The norm's row effect (torch's reduce_kernel, hw_models.row_kernels.row_reduce) cannot be checked this way:
+The norm's row effect (torch's reduce_kernel, hw_models.stack.row_kernels.row_reduce) cannot be checked this way:
 vidur's `input_layernorm` is sarathi's fused rms_norm_kernel (one block per token), not eager torch's
 eight kernels, and is flat in the tokens (A100 Llama-2-7B: 4-5 us from 1 to 48 tokens). No other GPU's
 eager-torch trace is in this project's data.

@@ -96,7 +96,7 @@ def a6000_stacks(fit: list[Trace], test: list[Trace], base: Machine, cal: Machin
 
 These traces ran sarathi-serve's kernels, not plain PyTorch eager: kernel_summary.csv names
 `sarathi::rms_norm_kernel` (one kernel per norm), `sarathi::rotary_embedding_kernel` and
-`sarathi::silu_and_mul_kernel` (hw_models/stacks/sarathi.yaml, whose kernel counts were read off these
+`sarathi::silu_and_mul_kernel` (hw_models/stack/presets/sarathi.yaml, whose kernel counts were read off these
 traces; its timing figures are start values, not fitted here). `torch-eager` (8 kernels per norm, 10 per
 RoPE, figures fitted on the H200) is shown for comparison: its kernel model does not describe these traces.
 "sarathi calibrated" = `sim calibrate --stack sarathi` on the same calibration traces

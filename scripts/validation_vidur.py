@@ -1,6 +1,6 @@
 """docs/validation.md's vidur section: the A100 and A40 tables of vidur's profiler (issue 15).
 
-vidur's ops are sarathi-serve's kernels (PROVENANCE.md §1.1; hw_models/stacks/sarathi.yaml).
+vidur's ops are sarathi-serve's kernels (PROVENANCE.md §1.1; hw_models/stack/presets/sarathi.yaml).
 Per GPU: calibrate on Llama-2-7B's table, report on Llama-2-70B and CodeLlama-34B (every
 row, TP 1-8). Before = the datasheet preset, no stack; "no stack" = the preset's
 per-kind curves fitted by `sim calibrate` (one kernel per op, one curve per op kind:
@@ -124,7 +124,7 @@ Llama-2-7B (every row), reported on Llama-2-70B and CodeLlama-34B (every row). B
 for the A40 (no preset), the a6000 preset's assumptions with the A40 data sheet's figures
 (696 GB/s, 149.7 TFLOPS FP16, 37.4 TFLOPS FP32; see scripts/validation_report.py).
 
-vidur's ops are sarathi-serve's kernels (hw_models/stacks/sarathi.yaml, from the kernel names and launch
+vidur's ops are sarathi-serve's kernels (hw_models/stack/presets/sarathi.yaml, from the kernel names and launch
 shapes in the A6000 traces of the same profiler): `mlp_act` is silu_and_mul_kernel and the norms
 rms_norm_kernel, one block of 1024 threads per token, RoPE rotary_embedding_kernel (512 threads per
 token), `add` a plain torch add. "No stack" = one kernel per op on per-kind curves: `mlp_act` and `add`
@@ -132,7 +132,7 @@ share the elementwise curve, yet on the A100 the add streams at ~1.8-2 TB/s (its
 partly in the 40 MB L2) and silu_and_mul at ~1 TB/s (2-byte loads, one block per token), so the shared
 curve put the add +35% and the SiLU -30%. "Sarathi" = `sim calibrate --stack sarathi` on the same
 Llama-2-7B rows: the GEMM curves on the GEMMs, each kernel its own floor and bandwidth, and the
-one-block-per-token kernels a serial walk of ceil(d / block) steps (hw_models/row_kernels.py token_block,
+one-block-per-token kernels a serial walk of ceil(d / block) steps (hw_models/stack/row_kernels.py token_block,
 rope_block), which sets the flat 1-64-token times (A100 `mlp_act` 7 us at d 11008, 22 us at 28672).
 
 {table(["GPU", "model (test)", "ops", "per-op MAPE before", "no stack", "sarathi", "layer-total MAPE before", "no stack", "sarathi", "max layer error (sarathi)", "worst op row (sarathi)"], _model_rows(runs))}

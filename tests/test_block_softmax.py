@@ -1,5 +1,5 @@
-"""The block-per-row softmax PyTorch runs for rows over 2048 (hw_models.row_kernels.block_row,
-hw_models.stack.BlockReduce), checked by hand against the torch-eager stack's cited figures."""
+"""The block-per-row softmax PyTorch runs for rows over 2048 (hw_models.stack.row_kernels.block_row,
+hw_models.stack.spec.BlockReduce), checked by hand against the torch-eager stack's cited figures."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 from hw_models.cost import roofline_cost
 from hw_models.machine import load_machine
-from hw_models.row_kernels import block_reduce_cycles, block_row, softmax_block_threads, warp_row
-from hw_models.stack import load_stack
+from hw_models.stack.row_kernels import block_reduce_cycles, block_row, softmax_block_threads, warp_row
+from hw_models.stack.spec import load_stack
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.graph import Op, TensorUse
@@ -83,7 +83,7 @@ def test_decode_softmax_of_llama2_13b_past_2048():
 
 def test_calibrated_preset_keeps_the_block_figures():
     """h200_calibrated lays its fitted per_s on torch-eager's softmax; the cited block stays."""
-    from hw_models.stack import stack_for
+    from hw_models.stack.spec import stack_for
     stack = stack_for("torch-eager", load_machine("h200_calibrated"))
     assert stack.ops["softmax"].serial.block == load_stack("torch-eager").ops["softmax"].serial.block
 

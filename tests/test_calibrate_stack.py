@@ -44,9 +44,9 @@ def test_stack_calibration_writes_its_kernels_and_keeps_held_out_error(tmp_path,
     assert "Held out (4 traces" in text
     spec = yaml.safe_load(text)["stacks"]["torch-eager"]
     assert {"norm", "rope", "elementwise"} <= set(spec["ops"]) and "act" in spec["names"]
-    # The fitted machine runs the stack with its own figures (hw_models.stack.stack_for).
+    # The fitted machine runs the stack with its own figures (hw_models.stack.spec.stack_for).
     from hw_models.machine import load_machine
-    from hw_models.stack import stack_for
+    from hw_models.stack.spec import stack_for
     s = stack_for("torch-eager", load_machine(str(out)))
     assert s.ops["norm"].floor_s == pytest.approx(spec["ops"]["norm"]["floor_s"])
 

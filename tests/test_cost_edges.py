@@ -18,7 +18,7 @@ import pytest
 
 from hw_models.cost import roofline_cost, work_time_s
 from hw_models.machine import Efficiency, machine_from_dict, raw_machine
-from hw_models.stack import load_stack
+from hw_models.stack.spec import load_stack
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.footprint import activation_peak_bytes, weight_bytes
@@ -139,11 +139,11 @@ def test_dequantized_gemm_skips_the_wave_term(gpu):
 
 
 def test_a_stack_keeps_the_plain_roofline_where_it_says_nothing(gpu):
-    """torch-eager (hw_models/stacks) has no kernel spec for an fp16 GEMM: the M = 1 GEMV keeps the
+    """torch-eager (hw_models/stack/presets) has no kernel spec for an fp16 GEMM: the M = 1 GEMV keeps the
     plain roofline above, steady slices included. Its norm is `kernels` kernels at its floor moving
     `traffic` x the one-pass bytes at its memory_efficiency x 0.85 x 768 GB/s (8 kernels, traffic 9 there), or
     its mean's serial walk where that is longer: one 4096-wide row is summed by 512 threads, 8 values each
-    (hw_models.row_kernels.row_reduce). fp8_e5m2 weights have no kernel family there, so
+    (hw_models.stack.row_kernels.row_reduce). fp8_e5m2 weights have no kernel family there, so
     compute: native still refuses them on the a6000 (no fp8 rate)."""
     unit, tier = gpu
     eager = load_stack("torch-eager")

@@ -1,4 +1,4 @@
-"""vllm-v0-eager (hw_models/stacks/vllm-v0-eager.yaml): vLLM before CUDA graphs, the engine of
+"""vllm-v0-eager (hw_models/stack/presets/vllm-v0-eager.yaml): vLLM before CUDA graphs, the engine of
 splitwise's profiles. Its figures by hand, the host-bound decode step by hand, and the fit's
 in-sample / out-of-sample errors on splitwise's Llama-2-70B rows (docs/parallelism.md)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from hw_models.machine import load_machine
 from hw_models.registry import simulate
-from hw_models.stack import load_stack
+from hw_models.stack.spec import load_stack
 from sim.core.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Engine overheads (hw_models.engine_overheads) on tiny hand-worked cases: each fitted term moves
+"""Engine overheads (hw_models.stack.engine_overheads) on tiny hand-worked cases: each fitted term moves
 what it should by exactly its size; async scheduling holds a request that reaches a busy engine
 one step longer; the NNLS procedure recovers terms it was given; the shipped stack files are the
 fit script's output (scripts/fit_engine_overheads.py)."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hw_models.machine import load_machine
-from hw_models.stack import STACK_DIR, load_stack
+from hw_models.stack.spec import STACK_DIR, load_stack
 from sim.apps.serve import overhead_fit as F
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.engine import ServeSim
@@ -107,7 +107,9 @@ def test_shipped_stack_terms_are_the_fit_scripts_output(shared_validation):
 def test_replayed_run_file_is_a_closed_loop_of_the_runs_concurrency():
     run = Run("r", "h100_sxm", "trtllm", "Qwen/Qwen3-32B", 1024, 128, 16, tp=2, quant="fp8")
     f = run_file(run)
-    assert f.serving.arrivals.concurrency == 16 and f.serving.arrivals.num_requests == 64
+    assert f.serving.arrivals.concurrency == 16 and f.serving.arrivals.num_requests == 160   # 10 per client
+    out = f.serving.lengths.output
+    assert (out.low, out.high) == (115, 141)   # 128 +- 10%
     assert f.stack == "trtllm" and f.formats.weights == "fp8_e4m3" and f.section("parallel")["tp"] == 2
 
 

@@ -9,7 +9,6 @@ from hw_models.machine import load_machine
 from hw_models.registry import mapper_for
 from sim.core import engine
 from sim.core.errors import ConfigError
-from sim.core.lowering import lower
 from sim.core.workload import Workload
 
 H, F, E = 4096, 14336, 8

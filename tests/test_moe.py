@@ -7,7 +7,6 @@ import pytest
 
 from hw_models.machine import load_machine
 from hw_models.registry import mapper_for
-from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.footprint import weight_bytes
 from sim.core.lowering import FormatPolicy, lower

@@ -102,7 +102,7 @@ def test_tp_rank_waits_for_host_launches(tmp_path):
     any kernel or collective here, the step takes one launch per op and collective plus
     the last task. Before, a TP run dropped the host and ran at device speed."""
     import yaml
-    spec = yaml.safe_load((Path(__file__).parents[1] / "hw_models/stacks/torch-eager.yaml").read_text())
+    spec = yaml.safe_load((Path(__file__).parents[1] / "hw_models/stack/presets/torch-eager.yaml").read_text())
     spec["host_launch_s"] = "1 ms"
     path = tmp_path / "slow-host.yaml"
     path.write_text(yaml.safe_dump(spec))

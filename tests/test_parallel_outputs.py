@@ -10,7 +10,7 @@ from hw_models.machine import load_machine
 from hw_models.network.topology import load_topology
 from hw_models.registry import report_sections, simulate
 from sim.apps.cli import main
-from sim.apps.outputs import chrome_trace
+from sim.apps.chrome_trace import chrome_trace
 from sim.core.model import load_model
 from sim.core.workload import Workload
 

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from sim.apps import outputs
+from sim.core import files
 from sim.apps.cli import main
 from sim.core.errors import ConfigError
 from tests.conftest import ROOT
@@ -87,12 +87,12 @@ def test_validate_checks_both_outputs_before_the_work(tmp_path, capsys):
 
 
 def test_transaction_lands_everything_or_nothing(tmp_path):
-    with outputs.transaction():
-        outputs.write_json(tmp_path / "a.json", {"x": 1})
+    with files.transaction():
+        files.write_json(tmp_path / "a.json", {"x": 1})
         assert not (tmp_path / "a.json").exists()  # staged, not landed
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
-    with pytest.raises(RuntimeError), outputs.transaction():
-        outputs.write_json(tmp_path / "b.json", {"x": 2})
+    with pytest.raises(RuntimeError), files.transaction():
+        files.write_json(tmp_path / "b.json", {"x": 2})
         raise RuntimeError("later failure")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
@@ -136,7 +136,7 @@ def test_a_spatial_sram_of_1e300_bytes_takes_one_chip(tiny, tmp_path):
 
 
 def test_json_is_standard_and_sorted():
-    text = outputs.dumps({"b": float("nan"), "a": [float("inf"), 1.5], "c": {"z": 1, "y": 2}})
+    text = files.dumps({"b": float("nan"), "a": [float("inf"), 1.5], "c": {"z": 1, "y": 2}})
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text) == {"a": [None, 1.5], "b": None, "c": {"y": 2, "z": 1}}
     assert text.index('"a"') < text.index('"b"') < text.index('"c"')

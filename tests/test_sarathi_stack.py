@@ -9,8 +9,8 @@ import pytest
 
 from hw_models.cost import roofline_cost
 from hw_models.machine import load_machine
-from hw_models.row_kernels import rope_block, token_block
-from hw_models.stack import load_stack
+from hw_models.stack.row_kernels import rope_block, token_block
+from hw_models.stack.spec import load_stack
 from sim.apps.trace.shapes import vidur_layer
 from sim.core.errors import ConfigError
 from sim.core.model import load_model

@@ -6,7 +6,6 @@ import pytest
 from hw_models.machine import load_machine
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.engine import ServeSim
-from sim.apps.serve.metrics import per_request
 from sim.apps.serve.router import merge, run_replicas
 from sim.apps.serve.run import serve
 from sim.apps.serve.setup import prepare

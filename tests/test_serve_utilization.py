@@ -5,7 +5,7 @@ import gc
 
 import pytest
 
-from hw_models.base import OpCost
+from hw_models.op_cost import OpCost
 from hw_models.machine import load_machine, machine_from_dict
 from hw_models.registry import mapper_for
 from sim.apps.serve.arrivals import make_requests

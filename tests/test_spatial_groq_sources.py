@@ -10,7 +10,7 @@ import pytest
 
 from hw_models.machine import load_machine
 from hw_models.spatial.config import spatial_config
-from hw_models.spatial.mapping import hop_time_s, return_time_s
+from hw_models.spatial.partition import hop_time_s, return_time_s
 from hw_models.spatial.tp import all_gather_s, all_reduce_s
 from sim.core.workload import load_workload
 from tests.test_spatial import _mapper, _toy_hw, _toy_wl

@@ -1,7 +1,8 @@
-"""Tensor-parallel groups on the spatial kind (spatial.tensor_parallel,
-hw_models/spatial/tp.py): hand-derived decode latency on a toy, t = 1 is the
-pure pipeline exactly, the split rules come from structure, collectives and
-split GEMMs by hand on groq_lpu, and the t = 8 Llama-2-70B figure."""
+"""Tensor-parallel groups on the spatial kind (spatial.tensor_parallel;
+hw_models/network/sharding.py splits, hw_models/spatial/tp.py times the
+collectives): hand-derived decode latency on a toy, t = 1 is the pure pipeline
+exactly, the split rules come from structure, collectives and split GEMMs by hand
+on groq_lpu, and the t = 8 Llama-2-70B figure."""
 
 import copy
 from functools import lru_cache
@@ -10,7 +11,8 @@ import pytest
 
 from hw_models.machine import load_machine, machine_from_dict
 from hw_models.spatial.pipeline import decode_period_s
-from hw_models.spatial.tp import ALL_GATHER, ALL_REDUCE, COLUMN, ROW, all_reduce_s, plan
+from hw_models.network.sharding import ALL_GATHER, ALL_REDUCE, COLUMN, ROW, plan
+from hw_models.spatial.tp import all_reduce_s
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.lowering import lower
 from hw_models.registry import report_sections, simulate

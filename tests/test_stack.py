@@ -1,4 +1,4 @@
-"""Software stacks (hw_models/stacks): schema errors, costs derived by hand, and the
+"""Software stacks (hw_models/stack/presets): schema errors, costs derived by hand, and the
 H200 out-of-sample error of the torch-eager stack (fitted on the other traces)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hw_models.cost import roofline_cost
-from hw_models.kernel_families import families
+from hw_models.stack.kernel_families import families
 from hw_models.machine import load_machine
-from hw_models.stack import load_stack, stack_names
+from hw_models.stack.spec import load_stack, stack_names
 from sim.core.errors import ConfigError
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
@@ -91,7 +91,7 @@ def test_h200_torch_eager_out_of_sample(h200_traces):
     v = validate(test, load_machine("h200"), stack="torch-eager")
     assert v.mape <= 0.15      # measured 8.1% (was 58% without the stack, 10.0% before the serial kernels)
     kinds = v.mape_by_kind()
-    # The serial walks (hw_models.row_kernels), per_s fitted on the other traces: embed 57.8% -> 5.9%,
+    # The serial walks (hw_models.stack.row_kernels), per_s fitted on the other traces: embed 57.8% -> 5.9%,
     # norm 18.1% -> 11.8%, softmax 35.0% -> 26.1% (kv > 2048 runs the block softmax, which no fitted trace has).
     assert kinds["embed"] <= 0.15 and kinds["norm"] <= 0.15 and kinds["softmax"] <= 0.30
     steps = [s for s in v.steps if s.step.endswith("prefill")]

@@ -1,4 +1,4 @@
-"""Serial row kernels (hw_models.row_kernels) and fused GEMMs (hw_models.stack_fuse), checked by hand."""
+"""Serial row kernels (hw_models.stack.row_kernels) and fused GEMMs (hw_models.stack.fuse), checked by hand."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hw_models.cost import roofline_cost
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.machine import load_machine
-from hw_models.row_kernels import index_rows, row_reduce, warp_row
-from hw_models.stack import load_stack
+from hw_models.stack.row_kernels import index_rows, row_reduce, warp_row
+from hw_models.stack.spec import load_stack
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.graph import Op, TensorUse

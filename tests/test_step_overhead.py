@@ -1,4 +1,4 @@
-"""The engine's host work per iteration (hw_models.step_overhead, the vllm stacks' step_overhead):
+"""The engine's host work per iteration (hw_models.stack.step_overhead, the vllm stacks' step_overhead):
 the fitted curve against vidur's table, steps by hand (serial and overlapped), plain torch
 unaffected, serving's surrogate vs exact, and bad stack entries."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from hw_models.machine import load_machine
 from hw_models.registry import mapper_for, simulate
-from hw_models.stack import load_stack
+from hw_models.stack.spec import load_stack
 from sim.apps.serve.run import serve
 from sim.apps.serve.stepcost import ExactCost, features
 from sim.core.errors import ConfigError

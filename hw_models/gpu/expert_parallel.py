@@ -48,7 +48,7 @@ from dataclasses import replace
 
 from hw_models.gpu.tensor_parallel import Collective, shard
 from hw_models.network.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL
-from hw_models.spatial.tp import REPLICATED, OpSplit
+from hw_models.network.sharding import REPLICATED, OpSplit
 from sim.core.formats import get_format
 from sim.core.graph import Op, OpGraph, TensorUse
 from sim.core.lowering import FormatPolicy

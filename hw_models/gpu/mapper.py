@@ -3,7 +3,7 @@
 Kernels run one after another on a stream (the engine resource named after the
 unit); each takes launch overhead + max(compute, memory) time, a roofline with
 the preset's efficiency curves (hw_models.cost). Under a software stack
-(workload `stack:`, hw_models.stack) ops cost as the kernels the stack launches,
+(workload `stack:`, hw_models.stack.spec) ops cost as the kernels the stack launches,
 and where the stack pays host launches (no CUDA graphs) each op's launch is a
 task on an in-order `host` resource that its kernels wait for: a launch-bound
 step runs at the host's pace, while each op's device time stays what it is.
@@ -11,11 +11,12 @@ step runs at the host's pace, while each op's device time stays what it is.
 
 from __future__ import annotations
 
-from hw_models.base import Mapper, OpCost
+from hw_models.base import Mapper
+from hw_models.op_cost import OpCost
 from hw_models.cost import gemm_dims, roofline_cost, weight_format
-from hw_models.stack import stack_for
-from hw_models.stack_fuse import fuse_groups, fused_aliases, fused_away
-from hw_models.step_overhead import HOST
+from hw_models.stack.spec import stack_for
+from hw_models.stack.fuse import fuse_groups, fused_aliases, fused_away
+from hw_models.stack.step_overhead import HOST
 from sim.core.engine import Task
 from sim.core.graph import Op, OpGraph
 
@@ -38,7 +39,7 @@ class GpuMapper(Mapper):
         # cost each distinct (kind, FLOPs, bytes, formats) once.
         # GEMM dims join the key: M x N x K and M x K x N have equal FLOPs and bytes but
         # not equal tile/wave utilization. Under a stack the op's name can select its kernels,
-        # and its input's row shape sets a serial kernel's walk (hw_models.row_kernels).
+        # and its input's row shape sets a serial kernel's walk (hw_models.stack.row_kernels).
         key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op), gemm_dims(op),
                (op.base_name, op.reads[0].shape if op.reads else ()) if self.stack is not None else None,
                op.dims.get("q_len"))
@@ -71,7 +72,7 @@ class GpuMapper(Mapper):
         return self.stack.host_s(op)
 
     def fused(self, graph: OpGraph) -> dict:
-        """The stack's fused GEMMs in `graph` (hw_models.stack_fuse); {} without a stack."""
+        """The stack's fused GEMMs in `graph` (hw_models.stack.fuse); {} without a stack."""
         return fuse_groups(graph, self.stack.fuse) if self.stack is not None else {}
 
     def stream_cost(self, op: Op, fused: dict) -> OpCost:

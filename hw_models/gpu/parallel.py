@@ -36,8 +36,8 @@ from hw_models.gpu.schedule import LINK, StageCost, stage_resource
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_s
 from hw_models.network.topology import Topology, load_topology
-from hw_models.spatial.tp import CollectiveCost   # the tag op_records reads for link and stage tasks
-from hw_models.stack_fuse import fused_aliases
+from hw_models.network.sharding import CollectiveCost   # the tag op_records reads for link and stage tasks
+from hw_models.stack.fuse import fused_aliases
 from sim.core import engine
 from sim.core.engine import Task, Timeline
 from sim.core.errors import ConfigError

@@ -64,7 +64,7 @@ def _step_row(phase: str, s: dict[str, Any]) -> tuple[str, ...]:
 
 
 def engine_section(e: dict[str, Any]) -> Section:
-    """The engine's host work per step (hw_models.step_overhead), from RunResult.extra["engine_host"]."""
+    """The engine's host work per step (hw_models.stack.step_overhead), from RunResult.extra["engine_host"]."""
     rows = [("stack", e["stack"]), ("host work per step", f"{fmt_time(e['host_s'])} at {e['sequences']} sequence(s)"
                                    f"{', ' + str(e['devices']) + ' devices' if e['devices'] > 1 else ''}"),
             ("with the GPU step", e["mode"]),

@@ -1,7 +1,7 @@
 """Megatron tensor parallelism as a graph transform: the graph one rank of a TP
 group runs, plus the collectives it needs.
 
-Which op splits how comes from hw_models.spatial.tp.plan (op kinds and sharded
+Which op splits how comes from hw_models.network.sharding.plan (op kinds and sharded
 activations, never op names): column-parallel GEMMs reading a replicated input
 (q/k/v, gate/up, the LM head by vocabulary columns), row-parallel GEMMs reading a
 sharded one (o_proj, down_proj) followed by an all-reduce, a vocab-parallel
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hw_models.spatial.tp import COLUMN, EMBED_VOCAB, REPLICATED, ROW, OpSplit, plan
+from hw_models.network.sharding import COLUMN, EMBED_VOCAB, REPLICATED, ROW, OpSplit, plan
 from sim.core.graph import Op, OpGraph, TensorUse
 from sim.core.model import ModelConfig
 
@@ -88,7 +88,7 @@ def shard(graph: OpGraph, model: ModelConfig, tp: int,
           overrides: dict[str, OpSplit] | None = None) -> tuple[OpGraph, list[Collective]]:
     """The per-rank graph of a TP group of `tp` ranks and its collectives, in order.
     `sharded_inputs`: activations entering the graph already sharded; `overrides`:
-    op name -> split for ops placed by the caller (spatial.tp.plan)."""
+    op name -> split for ops placed by the caller (network.sharding.plan)."""
     if tp == 1:
         return graph, []
     splits, sharded = plan(graph, sharded_inputs, overrides)

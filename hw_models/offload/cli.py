@@ -20,6 +20,7 @@ def register(subparsers) -> None:
                         "latency: best TPOT at the workload's batch")
     s.add_argument("--max-gpu-mem", metavar="BYTES", help="cap the GPU memory the policy may use, e.g. '12 GB'")
     s.add_argument("--json", metavar="PATH", help="write the search result as JSON")
+    s.add_argument("-q", "--quiet", action="store_true", help="no table on stdout (with --json: the file only)")
     s.set_defaults(func=cmd_search)
 
 
@@ -29,15 +30,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     from hw_models.offload.search import search
     from hw_models.registry import mapper_for
     from sim.core.files import write_json
-    from sim.core.workload import load_workload, parse_set
+    from sim.core.settings import split_settings
+    from sim.core.workload import load_workload
 
     from rich.console import Console
 
 
-    sets = parse_set(args.set)
-    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
-    workload = load_workload(args.workload, {k: v for k, v in sets.items() if not k.startswith("hw.")})
-    machine = load_machine(args.hw, hw_sets)
+    sets = split_settings(args.set)
+    workload = load_workload(args.workload, sets.workload)
+    machine = load_machine(args.hw, sets.hw)
     mapper = mapper_for(machine, workload, workload.model_config_())
     if not isinstance(mapper, OffloadMapper):
         raise ConfigError(f"--hw {args.hw}: kind {machine.kind!r}; the policy search needs an offload preset")
@@ -53,6 +54,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     result = search(mapper, mapper.spec, args.objective, cap)
     if args.json:
         write_json(args.json, result.summary())
+    if args.quiet:
+        return 0
     Console(markup=False).print(result.table())
     Console(markup=False).print(f"best: {result.best.policy.describe()}")
     return 0

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hw_models.base import Mapper, OpCost, bound_of
+from hw_models.base import Mapper
+from hw_models.op_cost import OpCost, bound_of
 from hw_models.cost import roofline_cost
 from hw_models.pim.config import Geometry, load_pim_config, pim_policy
 from hw_models.pim.pipeline import ATTENTION_FAMILY, pipeline_heads, share_gemms

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hw_models.base import OpCost
+from hw_models.op_cost import OpCost
 from hw_models.pim.pipeline import HOST, PIM
 from sim.core import graph as g
 from sim.core.graph import Op, OpGraph

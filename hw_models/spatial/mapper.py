@@ -1,7 +1,7 @@
 """Spatial dataflow machines (Groq LPU, Graphcore IPU): weights resident in
 on-chip SRAM across many chips, layers pipelined from chip to chip.
 
-* Mapping (hw_models.spatial.mapping): the op stream is cut into contiguous,
+* Partition (hw_models.spatial.partition): the op stream is cut into contiguous,
   equal-byte pieces, one per chip; too few chips is a CapacityError naming the
   count needed.
 * Timing: static. An op slice takes max(PE-array tiling time, SRAM time) on its
@@ -26,8 +26,8 @@ from functools import cached_property
 
 from hw_models.base import Mapper
 from hw_models.spatial.config import SpatialConfig, spatial_config
-from hw_models.spatial.mapping import (ChipModel, Partition, PhaseCosts, activation_buffer, partition,
-                                   phase_costs, stage_name)
+from hw_models.spatial.partition import (ChipModel, Partition, PhaseCosts, activation_buffer,
+                                         partition, phase_costs, stage_name)
 from hw_models.spatial import report
 from hw_models.spatial.tp import check_model
 from hw_models.spatial.pipeline import StationTag, decode_period_s, prefill_makespan_s

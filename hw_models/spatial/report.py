@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hw_models.base import Section
-from hw_models.spatial.mapping import PhaseCosts, stage_name
+from hw_models.spatial.partition import PhaseCosts, stage_name
 from sim.core.results import RunResult
 from sim.core.units import fmt_bytes, fmt_time
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hw_models.base import Roof
 from hw_models.machine import Machine
 from hw_models.spatial.config import spatial_config
-from hw_models.spatial.mapping import stage_name
+from hw_models.spatial.partition import stage_name
 from sim.core.units import fmt_si
 
 

@@ -23,7 +23,8 @@ from rich.text import Text
 from hw_models.machine import load_machine, preset_names, resolve_path
 from hw_models.registry import cli_registrars, mapper_for, simulate
 from sim.apps.checks import unused_settings
-from sim.apps.outputs import check_output, chrome_trace, transaction, write_json
+from sim.apps.chrome_trace import chrome_trace
+from sim.core.files import check_output, transaction, write_json
 from sim.apps.report import print_report
 from sim.apps.serve import cli as serve_cli
 from sim.apps.survey import cli as survey_cli
@@ -38,7 +39,8 @@ from sim.core.model import load_model
 from sim.core.results import check_finite
 from sim.core.schema import file_dict
 from sim.core.units import fmt_bytes, fmt_time
-from sim.core.workload import load_workload, parse_set
+from sim.core.settings import split_settings
+from sim.core.workload import load_workload
 
 _APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, serve_validate_cli.register)
 
@@ -48,13 +50,9 @@ def _load(args: argparse.Namespace):
     from hw_models.ideal import ideal
 
 
-    sets = parse_set(getattr(args, "set", None))
-    if getattr(args, "policy", None):
-        sets["policy"] = args.policy
-    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
-    wl_sets = {k: v for k, v in sets.items() if not k.startswith("hw.")}
-    workload = load_workload(args.workload, wl_sets)
-    machine = load_machine(args.hw, hw_sets)
+    sets = split_settings(getattr(args, "set", None), {"policy": args.policy} if getattr(args, "policy", None) else None)
+    workload = load_workload(args.workload, sets.workload)
+    machine = load_machine(args.hw, sets.hw)
     for note in unused_settings(workload, machine, workload.model_config_()):
         print(f"warning: {note}", file=sys.stderr)
     if getattr(args, "ideal", False):
@@ -81,7 +79,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="workload YAML file")
     p.add_argument("--hw", required=True, help="hardware preset name or YAML file (see `sim hw list`)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a workload field (batch=16, formats.weights=int4) or hardware field (hw.memory.hbm.bandwidth_bytes_per_s=2e12)")
+                   help="override a workload field (batch=16, formats.weights=int4) or hardware field "
+                        "(hw.memory.@device.bandwidth_bytes_per_s=2e12); values are YAML (sim.core.settings)")
     p.add_argument("--ideal", action="store_true", help="efficiencies 1 and overheads 0: the pure roofline")
 
 
@@ -307,7 +306,10 @@ def _numeric_array(path: Path):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sim import __version__
+
     p = argparse.ArgumentParser(prog="sim", description="Discrete-event simulator of LLM inference hardware.")
+    p.add_argument("--version", action="version", version=f"sim {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="simulate a workload on a hardware preset")

@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 
 from hw_models.base import Roof  # noqa: E402
 from sim.apps.axes import decimal_axis  # noqa: E402
-from sim.apps.outputs import atomic_write  # noqa: E402
+from sim.core.files import atomic_write  # noqa: E402
 from sim.core.results import OpRecord, RunResult, group_name, merge_pieces  # noqa: E402
 
 _PHASES = (("decode", "o"), ("prefill", "^"))

@@ -10,7 +10,7 @@ from rich.text import Text
 from hw_models.base import Section
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
-from hw_models.stack import load_stack
+from hw_models.stack.spec import load_stack
 from sim.core.results import RunResult, aggregate_by_name, group_name
 from sim.core.units import fmt_bytes, fmt_time
 

@@ -194,14 +194,6 @@ def known_formats() -> list[str]:
     return sorted(_FORMATS)
 
 
-def aliases() -> dict[str, str]:
-    return dict(ALIASES)
-
-
-def canonical_name(name: str) -> str:
-    return get_format(name).name
-
-
 def _normalize(name: str) -> str:
     return str(name).strip().lower().replace("-", "_")
 

@@ -99,7 +99,7 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)   # kind-specific report sections
     simulated_steps: int = 0
     exhaustive: bool = False
-    stack: str = ""                     # the workload's software stack (hw_models/stacks); "" = none
+    stack: str = ""                     # the workload's software stack (hw_models/stack/presets); "" = none
     # Where the kind splits energy by phase: prefill J per prompt token, decode J per token a decode step
     # generates (the first token comes from prefill). None: the kind does not split it.
     prefill_energy_per_token_j: float | None = None

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from sim.core.errors import ConfigError, where
@@ -59,7 +58,7 @@ class Workload(Strict):
     # How narrow formats compute where the hardware lacks them: `auto` dequantizes
     # weights into a native format (weight-only quantization); `native` demands native units.
     compute: Literal["auto", "native"] = "auto"
-    # The software stack that runs the graph (hw_models/stacks/<name>.yaml or a path: torch-eager,
+    # The software stack that runs the graph (hw_models/stack/presets/<name>.yaml or a path: torch-eager,
     # torch-cudagraph, vllm, trtllm): kernels per op, fusion, launch cost, quantized GEMM kernels.
     # None: every op one kernel with the preset's launch overhead (the model before stacks existed).
     stack: str | None = None
@@ -107,20 +106,6 @@ def workload_keys() -> list[str]:
 
 
 WORKLOAD_MAPPING = "a mapping of workload fields"
-
-
-def parse_set(items: list[str] | None) -> dict[str, Any]:
-    """`--set key=value` items into {dotted key: YAML-parsed value}."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set batch=16")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip()] = value
-    return out
 
 
 def workload_from_dict(raw: dict[str, Any], source: str) -> Workload:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from hw_models.step_overhead import HOST
+from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.stepcost import Cost, Iteration, features
 
 Entries = list  # [(Request, new tokens)]

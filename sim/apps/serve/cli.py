@@ -29,7 +29,7 @@ def _slo(items: list[str] | None) -> dict[str, float]:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    from sim.apps.outputs import check_output
+    from sim.core.files import check_output
 
     for path in (args.json, args.requests, args.chrome_trace):
         if path:
@@ -50,12 +50,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.report import print_report
     from sim.apps.serve.setup import prepare
     from sim.apps.serve.spec import load_serve_file
-    from sim.core.workload import parse_set
+    from sim.core.settings import split_settings
 
-    sets = parse_set(args.set)
-    hw_sets = {k.removeprefix("hw."): v for k, v in sets.items() if k.startswith("hw.")}
-    file = load_serve_file(args.file, {k: v for k, v in sets.items() if not k.startswith("hw.")})
-    machine = load_machine(args.hw, hw_sets)
+    sets = split_settings(args.set)
+    file = load_serve_file(args.file, sets.workload)
+    machine = load_machine(args.hw, sets.hw)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
@@ -83,7 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _write(args, res, summary, sweep=None) -> None:
     """All outputs after the run, every one or none: an interrupted run has written nothing."""
-    from sim.apps.outputs import transaction, write_json
+    from sim.core.files import transaction, write_json
     from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
     with transaction():
@@ -98,7 +97,7 @@ def _write(args, res, summary, sweep=None) -> None:
 
 
 def _capacity(args, file, machine, slo, console) -> int:
-    from sim.apps.outputs import transaction, write_json
+    from sim.core.files import transaction, write_json
     from sim.apps.serve.capacity import find_capacity
     from sim.apps.serve.output import plots
     from sim.apps.serve.report import print_capacity

@@ -6,7 +6,7 @@ request (first, last, largest gap) and per iteration, not per token, so memory
 grows with requests and iterations only. Busy time is summed per resource over the
 run (the step costs' resources, sim.apps.serve.stepcost; `host_link` for swaps).
 
-The stack's engine_overheads (hw_models.engine_overheads) add two things here: the API
+The stack's engine_overheads (hw_models.stack.engine_overheads) add two things here: the API
 front end (a request reaches the engine `per_request_s` after it arrives; its latencies
 count from its arrival) and async scheduling (the step that runs next was scheduled when
 the previous one started, so a request that reaches a busy engine is held until the
@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from hw_models.stack import stack_for
+from hw_models.stack.spec import stack_for
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.setup import Setup

@@ -1,6 +1,6 @@
 """What `sim serve` writes: the per-request table (CSV or Parquet), a Chrome trace
 (one lane per request, one for the engine's iterations) and plots. Every file is
-written to a temporary name and renamed (sim.apps.outputs.atomic_write)."""
+written to a temporary name and renamed (sim.core.files.atomic_write)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from sim.apps.mpl import pyplot
-from sim.apps.outputs import atomic_write, write_json
+from sim.core.files import atomic_write, write_json
 from sim.apps.plots import _save
 from sim.apps.serve.engine import DONE, ServeResult
 from sim.apps.serve.metrics import per_request

@@ -1,4 +1,4 @@
-"""The fit of each engine family's engine_overheads (hw_models.engine_overheads) on the H100
+"""The fit of each engine family's engine_overheads (hw_models.stack.engine_overheads) on the H100
 silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the test re-checks.
 
 1. Replay every training run (sim.apps.serve.validate) with the family's stack, async scheduling

@@ -2,7 +2,7 @@
 request-level engine and the op-level hardware models.
 
 Exact: the iteration's op graph (sim.core.mixed) at 2 and 3 layers through the
-mapper and the engine, extrapolated to L layers as sim.core.generation.step_time
+mapper and the engine, extrapolated to L layers as sim.core.generation.fold_layers
 does (exact once the schedule is periodic after one layer).
 
 Surrogate: exact costs at grid points, interpolated. An iteration is described by
@@ -17,7 +17,7 @@ n_d and per prefill size measured by exact runs as well. Queries outside the gri
 are costed exactly. tests/test_serve.py checks the surrogate against the exact
 path on TTFT and TPOT.
 
-The engine's host work per iteration (the stack's step_overhead, hw_models.step_overhead)
+The engine's host work per iteration (the stack's step_overhead, hw_models.stack.step_overhead)
 is not interpolated: the tables hold device costs (Mapper.iteration with device_only) and
 ExactCost.engine adds the host work of the iteration's sequence count to either path's
 device cost, as Mapper.with_engine does (a max() with the host time is not linear).
@@ -37,11 +37,12 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
 
-from hw_models.base import Mapper, OpCost
-from hw_models.engine_overheads import EngineOverheads
+from hw_models.base import Mapper
+from hw_models.op_cost import OpCost
+from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
-from hw_models.step_overhead import HOST
+from hw_models.stack.step_overhead import HOST
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
@@ -135,7 +136,7 @@ class ExactCost:
 
     def engine(self, c: Cost, it: Iteration) -> Cost:
         """Device cost `c` of `it` with the engine's host work (Mapper.with_engine) and its fitted
-        iteration terms (hw_models.engine_overheads: serial, the GPU idles through them): the longer
+        iteration terms (hw_models.stack.engine_overheads: serial, the GPU idles through them): the longer
         wall time's idle power added, the host's busy time grown."""
         host = self.mapper.engine_host_s(len(it.seqs)) if self.host else 0.0
         extra = self.overheads.iteration_s(len(it.seqs)) if self.host and self.overheads else 0.0

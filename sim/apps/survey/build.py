@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.apps.outputs import atomic_write
+from sim.core.files import atomic_write
 from sim.apps.survey import analyses, machines, measured, published, sweeps
 from sim.apps.survey.doc import Section, render
 from sim.apps.survey.runs import Setup

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from hw_models.machine import load_machine
-from sim.apps.outputs import check_output
+from sim.core.files import check_output
 from sim.apps.survey.runs import Setup
 from sim.core.errors import ConfigError
 

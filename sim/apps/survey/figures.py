@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 
-from sim.apps.outputs import atomic_write  # noqa: E402
+from sim.core.files import atomic_write  # noqa: E402
 
 Series = dict[str, tuple[Sequence[float], Sequence[float | None]]]   # label -> (xs, ys)
 

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 import sim
-from hw_models.machine import Machine, machine_from_dict, preset_names, raw_machine
+from hw_models.machine import Machine, machine_aliases, machine_from_dict, preset_names, raw_machine
 from sim.core.errors import ConfigError
 from sim.core.schema import file_dict, read_yaml, set_dotted
+from sim.core.settings import HW_ALIASES, resolve_aliases
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.spec import Range, SweepSpec
@@ -27,7 +28,7 @@ from sim.core.workload import Workload, load_workload, workload_from_dict, workl
 from sim.apps.serve.spec import load_serve_file, serve_file_from_dict
 
 HW_AXIS = "hw"
-ALIASES = ("@device", "@main")
+ALIASES = HW_ALIASES
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,7 @@ class _Resolver:
         """`memory.@device.bandwidth_bytes_per_s` with the aliases replaced for this machine."""
         if not any(a in path for a in ALIASES):
             return path
-        m = self.base_machine(ref, where)
-        return ".".join({"@device": m.device_tier, "@main": m.main_unit}.get(p, p) for p in path.split("."))
+        return resolve_aliases(path, machine_aliases(self.base_machine(ref, where)))
 
     def machine(self, ref: str, overrides: tuple[tuple[str, Any], ...], where: str) -> Machine:
         memo = (ref, _freeze(overrides))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from sim.core.errors import ConfigError, SimError
-from sim.apps.outputs import check_output, transaction
+from sim.core.files import check_output, transaction
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expand import Point, expand
 from sim.apps.sweep.spec import SweepSpec, load_spec

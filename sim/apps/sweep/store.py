@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import sim
 from sim.core.errors import ConfigError
-from sim.apps.outputs import atomic_write
+from sim.core.files import atomic_write
 
 if TYPE_CHECKING:
     import pandas

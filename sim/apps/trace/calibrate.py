@@ -43,7 +43,7 @@ from hw_models.cost import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
 from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machine
 from sim.core import graph as g
 from sim.core.errors import ConfigError
-from sim.apps.outputs import atomic_write
+from sim.core.files import atomic_write
 from sim.apps.trace.records import StepShape, Trace
 from sim.apps.trace.shapes import step_graph
 

@@ -26,8 +26,10 @@ def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
 REPLAY_KINDS = ("gpu", "cpu", "pim")
 
 
-def _machine(spec: str, command: str):
-    machine = load_machine(spec)
+def _machine(spec: str, command: str, settings: list[str] | None = None):
+    from sim.core.settings import hw_only, split_settings
+
+    machine = load_machine(spec, hw_only(split_settings(settings), command))
     if machine.kind not in REPLAY_KINDS:
         raise ConfigError(f"--hw {spec}: kind {machine.kind!r}; sim {command} supports "
                           f"{', '.join(REPLAY_KINDS)} presets (offload and spatial schedule whole models only)")
@@ -46,12 +48,12 @@ def _load(args: argparse.Namespace, paths):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output, transaction, write_json
+    from sim.core.files import check_output, transaction, write_json
     from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
 
-    machine = _machine(args.hw, "validate")
+    machine = _machine(args.hw, "validate", args.set)
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
@@ -61,6 +63,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             write_json(args.json, v.to_json())
         if args.plot:
             scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
+    if args.quiet:
+        return 0
     console = Console(markup=False)
     t = Table(title=f"measured vs simulated on {v.machine}")
     for col in ("step", "op", "kind", "measured", "simulated", "error"):
@@ -96,10 +100,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output, write_json
+    from sim.core.files import check_output, write_json
     from sim.apps.trace.replay import replay
 
-    machine = _machine(args.hw, "replay")
+    machine = _machine(args.hw, "replay", args.set)
     source = _machine(args.source_hw, "replay") if args.source_hw else None
     if args.json:
         check_output(args.json)
@@ -108,7 +112,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         r = replay(trace, machine, source)
         if args.json:
             write_json(args.json, r.to_json())
-        _print_replay(console, trace, r, args.all)
+        if not args.quiet:
+            _print_replay(console, trace, r, args.all)
     return 0
 
 
@@ -152,7 +157,7 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from sim.apps.outputs import check_output
+    from sim.core.files import check_output
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
@@ -188,6 +193,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_hw_set_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", metavar="hw.KEY=VALUE",
+                   help="override a hardware field of --hw (hw.memory.@device.bandwidth_bytes_per_s=2e12)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no tables on stdout (with --json: the file only)")
+
+
 def register(sub) -> None:
     v = sub.add_parser("validate", help="compare measured traces with the simulator op by op")
     _add_trace_args(v)
@@ -195,6 +206,7 @@ def register(sub) -> None:
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
     v.add_argument("--plot", metavar="P", help="write a log-log scatter of simulated vs measured (PNG)")
     v.add_argument("--all", action="store_true", help="print every row")
+    _add_hw_set_quiet(v)
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("replay", help="rebuild a traced run and simulate it on other hardware")
@@ -205,6 +217,7 @@ def register(sub) -> None:
                         "the trace's device name holds, e.g. h200 for 'NVIDIA H200')")
     r.add_argument("--json", metavar="PATH")
     r.add_argument("--all", action="store_true", help="print every row")
+    _add_hw_set_quiet(r)
     r.set_defaults(func=cmd_replay)
 
     c = sub.add_parser("calibrate", help="fit a preset's efficiency curves to measured traces")
@@ -213,7 +226,7 @@ def register(sub) -> None:
     c.add_argument("-o", "--output", required=True, metavar="PRESET.yaml")
     c.add_argument("--name", help="preset name (default: the output file's stem)")
     c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
-    c.add_argument("--stack", help="software stack the traces ran under (hw_models/stacks): its kernels' figures are "
+    c.add_argument("--stack", help="software stack the traces ran under (hw_models/stack/presets): its kernels' figures are "
                                    "fitted into the preset's stacks.<name>, the curves on the ops it leaves to the roofline")
     c.add_argument("--min-traces", type=int, default=1, metavar="N",
                    help="an op kind gets its own curve only with ops from N traces (default 1): one run's shapes "

@@ -1,4 +1,4 @@
-"""Fit an engine's host time per iteration (hw_models.step_overhead) to vidur's
+"""Fit an engine's host time per iteration (hw_models.stack.step_overhead) to vidur's
 cpu_overheads.csv (shared/validation/vidur/cpu_overhead/<gpu>/, PROVENANCE §1.3).
 
 vidur ran a sarathi LLMEngine (vLLM V0 scheduler, Ray workers, dummy weights) with
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from hw_models.step_overhead import StepOverhead
+from hw_models.stack.step_overhead import StepOverhead
 
 PARTS = ("schedule_median", "prepare_inputs_e2e_median", "sampler_e2e_median", "process_model_outputs_median")
 KNOTS = (8, 32, 64, 128)

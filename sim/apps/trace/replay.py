@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from hw_models.base import OpCost
+from hw_models.op_cost import OpCost
 from hw_models.machine import Machine, load_machine, preset_names
 from hw_models.registry import mapper_for
 from sim.core.engine import Task, Timeline, run

@@ -1,7 +1,7 @@
 """Calibration under a software stack, and the held-out check that guards writing.
 
 `sim calibrate --stack NAME` splits the measured ops by who costs them under that
-stack (hw_models.stack_cost): the ops the stack leaves to the preset's roofline
+stack (hw_models.stack.cost): the ops the stack leaves to the preset's roofline
 (GEMMs without a kernel family, SDPA attention under torch-eager) fit the preset's
 efficiency curves (sim.apps.trace.calibrate); the stack's own kernels (norms,
 RoPE, adds, ...) fit the stack's floor and memory efficiency per spec
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from hw_models.machine import Machine, machine_from_dict
-from hw_models.stack import Stack, load_stack
+from hw_models.stack.spec import Stack, load_stack
 from sim.apps.trace.calibrate import Calibration, calibrate
 from sim.apps.trace.records import Trace
 from sim.apps.trace.stack_fit import SpecFit, fit_stack

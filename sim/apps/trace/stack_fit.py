@@ -1,7 +1,7 @@
-"""Fit a software stack's per-kernel figures (hw_models.stack) to measured ops.
+"""Fit a software stack's per-kernel figures (hw_models.stack.spec) to measured ops.
 
 Under a stack an op costs  kernels x floor + max(compute, traffic x bytes /
-(bandwidth x memory_max x memory_efficiency))  (hw_models.stack_cost). The kernel
+(bandwidth x memory_max x memory_efficiency))  (hw_models.stack.cost). The kernel
 count and traffic come from the engine's code (cited in the stack file); what
 this fits, per spec (an op kind or a named op, prefill and decode apart where the
 stack splits them), is the two figures its data constrain: the floor per kernel
@@ -20,8 +20,8 @@ import numpy as np
 
 from hw_models.cost import roofline_cost
 from hw_models.machine import Machine
-from hw_models.row_kernels import serial_values
-from hw_models.stack import Stack
+from hw_models.stack.row_kernels import serial_values
+from hw_models.stack.spec import Stack
 from sim.apps.trace.parser import Trace
 from sim.apps.trace.shapes import step_graph
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from hw_models.base import OpCost
+from hw_models.op_cost import OpCost
 from hw_models.registry import mapper_for
 from hw_models.machine import Machine
 from sim.core.engine import Timeline, run
@@ -108,7 +108,7 @@ def mape(rows: Iterable[OpRow | StepRow]) -> float:
 
 def trace_workload(trace: Trace, step: StepShape, stack: str | None = None) -> Workload:
     """A workload describing the traced step, for the machine's mapper, run under
-    the software stack `stack` (hw_models/stacks; None: one kernel per op)."""
+    the software stack `stack` (hw_models/stack/presets; None: one kernel per op)."""
     fmt = Formats(weights=trace.dtype, activations=trace.dtype, kv_cache=trace.dtype)
     prompt = step.kv_len if step.phase == "prefill" else step.kv_len - step.q_len
     return Workload(name=Path(trace.source).name, model=trace.model.to_dict(), batch=step.batch,

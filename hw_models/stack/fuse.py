@@ -1,4 +1,4 @@
-"""GEMMs a software stack runs as one kernel (hw_models.stack `fuse`).
+"""GEMMs a software stack runs as one kernel (hw_models.stack.spec `fuse`).
 
 vLLM and TensorRT-LLM load q/k/v (and gate/up) weights as one matrix and run one
 GEMM whose N is the members' widths summed (vLLM QKVParallelLinear and
@@ -10,7 +10,7 @@ wave and efficiency curves) and the other members as fused into it (no time).
 
 from __future__ import annotations
 
-from hw_models.base import OpCost
+from hw_models.op_cost import OpCost
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.graph import Op, OpGraph, TensorUse

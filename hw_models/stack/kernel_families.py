@@ -1,7 +1,7 @@
 """Quantized GEMM kernel families: how fast a given kind of kernel runs a GEMM whose
 weights are stored narrow, as a function of M (the rows: tokens in the batch).
 
-One cited file, hw_models/kernel_families.yaml. Each family gives
+One cited file, hw_models/stack/kernel_families.yaml. Each family gives
 * `rate_format`: the matrix rate its math runs at (bf16 for weight-only kernels
   that dequantize in registers, fp8_e4m3 for W8A8), and `rate_points`: achieved
   fraction of that peak at a few M, interpolated in log M and held flat beyond

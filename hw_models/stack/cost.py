@@ -1,5 +1,5 @@
-"""Costs under a software stack (hw_models.stack): an op as the kernels the stack
-launches, and a quantized GEMM as its kernel family (hw_models.kernel_families).
+"""Costs under a software stack (hw_models.stack.spec): an op as the kernels the stack
+launches, and a quantized GEMM as its kernel family (hw_models.stack.kernel_families).
 
 Used by hw_models.cost.roofline_cost when the workload names a stack; returns None
 for ops the stack says nothing about, which keep the preset's one-kernel roofline.
@@ -17,10 +17,10 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
 from __future__ import annotations
 
 from hw_models import compute_path
-from hw_models.base import OpCost, bound_of
-from hw_models.kernel_families import VECTOR, Family, families
+from hw_models.op_cost import OpCost, bound_of
+from hw_models.stack.kernel_families import VECTOR, Family, families
 from hw_models.machine import Tier, Unit
-from hw_models.stack import Stack
+from hw_models.stack.spec import Stack
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.graph import Op

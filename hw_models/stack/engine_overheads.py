@@ -1,5 +1,5 @@
 """A serving engine's own costs beyond the model's kernels and its per-iteration host curve
-(a software stack's `engine_overheads`; hw_models.step_overhead has the curve).
+(a software stack's `engine_overheads`; hw_models.stack.step_overhead has the curve).
 
 Physically named terms, each in seconds, fitted once per engine family by
 scripts/fit_engine_overheads.py (NNLS on the H100 silicon-sample runs; the fit's provenance

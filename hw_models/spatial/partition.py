@@ -1,5 +1,5 @@
-"""Mapping a model onto a pipeline of spatial chips, and the static cost of
-every op slice on its chip.
+"""Partitioning a model across a pipeline of spatial chips (which chip holds which
+op slices), and the static cost of every op slice on its chip.
 
 The model is a stream of ops in graph order (embed, L0.attn_norm, ..., lm_head),
 each holding resident bytes: its weights and, when the KV cache lives in SRAM,
@@ -16,7 +16,7 @@ The activation buffer each chip keeps is the largest live activation set of
 any op, in decode (one micro-batch) or prefill (one chunk).
 
 With spatial.tensor_parallel = t > 1 the same cut runs over groups of t chips
-instead of chips (hw_models.spatial.tp splits each op within its group): the
+instead of chips (hw_models.network.sharding splits each op within its group): the
 stream's bytes count replicated ops t times, a group holds t x (usable SRAM -
 activation buffer), and the chip count is t x the groups needed.
 
@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hw_models.machine import Machine
+from hw_models.network.sharding import ALL_GATHER, CollectiveCost
+from hw_models.network.sharding import plan as tp_plan
 from hw_models.spatial.chip import ChipModel, SliceCost
 from hw_models.spatial.config import SpatialConfig
-from hw_models.spatial.tp import ALL_GATHER, CollectiveCost, collective_s
-from hw_models.spatial.tp import plan as tp_plan
+from hw_models.spatial.tp import collective_s
 from sim.core import graph as g
 from sim.core.formats import get_format
 from sim.core.graph import Op, OpGraph

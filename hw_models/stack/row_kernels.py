@@ -1,10 +1,10 @@
-"""Serial work per thread of the row-wise kernels eager PyTorch launches (hw_models.stack `serial`).
+"""Serial work per thread of the row-wise kernels eager PyTorch launches (hw_models.stack.spec `serial`).
 
 Some small ops are not bound by bandwidth nor by a fixed floor but by how many values
 one thread walks in sequence, which the kernel's launch configuration fixes from the
 tensor's shape: (rows, row length) of the op's first input. Each function returns that
 count; a stack multiplies it by its fitted `per_s` (the latency of one step of the
-walk) and charges max(compute, memory, serial) (hw_models.stack_cost). 0 where the
+walk) and charges max(compute, memory, serial) (hw_models.stack.cost). 0 where the
 library picks a different, parallel kernel for the shape.
 
 Read off PyTorch's CUDA sources (aten/src/ATen/native/cuda), checked against the
@@ -29,7 +29,7 @@ H200 captures (traces/h200, kernel names in their Chrome traces):
   a 5-step warp shuffle, __syncthreads, lane 0 stores its partial, __syncthreads, warp 0
   loads the partials and shuffles 5 steps more, thread 0 stores the result, __syncthreads,
   every thread loads it. `block_reduce_cycles` counts what that chain adds to the warp
-  kernel's own 5-step shuffle per reduction (hw_models.stack.BlockReduce holds the cited
+  kernel's own 5-step shuffle per reduction (hw_models.stack.spec.BlockReduce holds the cited
   latencies).
 * `row_reduce`: a reduction over the contiguous last dim (mean in RMSNorm; Reduce.cuh,
   setReduceConfig): a block of <= 512 threads, block_height = rows (power of two, <= 16

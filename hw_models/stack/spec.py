@@ -1,7 +1,7 @@
 """Software stacks: how an inference engine runs the lowered op graph as kernels.
 
 The lowering (sim.core.lowering) says what an LLM step computes; a stack says how a
-given engine launches it (hw_models/stacks/<name>.yaml, one cited file per stack):
+given engine launches it (hw_models/stack/presets/<name>.yaml, one cited file per stack):
 
 * per op kind (optionally per op name, e.g. `act` vs `attn_residual`, both
   `elementwise`), how many kernels it launches (eager torch runs an RMSNorm as 8),
@@ -12,15 +12,15 @@ given engine launches it (hw_models/stacks/<name>.yaml, one cited file per stack
   neighbour: the op's traffic is paid, no floor, no launch.
 * optionally `serial`: one of its kernels walks values one after another (a warp
   per softmax row, a thread over every index of a small embedding lookup): time
-  max(compute, memory, per_s x values per thread) (hw_models.row_kernels); the warp
+  max(compute, memory, per_s x values per thread) (hw_models.stack.row_kernels); the warp
   softmax's `block:` costs the rows past its limit as PyTorch's block-per-row kernel
   (per_s x values + two block reductions from cited cycle latencies, BlockReduce);
 * the host launch cost per kernel and whether CUDA graphs hide it;
 * which quantized GEMM kernel family it runs per weight format
-  (hw_models.kernel_families);
-* which GEMMs it runs as one (`fuse`: QKV, gate+up; hw_models.stack_fuse);
+  (hw_models.stack.kernel_families);
+* which GEMMs it runs as one (`fuse`: QKV, gate+up; hw_models.stack.fuse);
 * for a serving engine, its host work per iteration and whether the GPU waits for
-  it (`step_overhead`, hw_models.step_overhead); plain torch has none.
+  it (`step_overhead`, hw_models.stack.step_overhead); plain torch has none.
 
 A stack file may name a `base` stack: its figures, with the file's laid on (a
 figure the base lacks cannot be replaced, as for a preset's `stacks:`).
@@ -37,22 +37,22 @@ from pathlib import Path
 
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
-from hw_models.kernel_families import FAMILIES
-from hw_models.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
+from hw_models.stack.kernel_families import FAMILIES
+from hw_models.stack.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
                                    serial_values, softmax_block_threads)
 from hw_models.machine import Machine, known_op_kinds
-from hw_models.engine_overheads import EngineOverheads
-from hw_models.step_overhead import StepOverhead
+from hw_models.stack.engine_overheads import EngineOverheads
+from hw_models.stack.step_overhead import StepOverhead
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.graph import Op
 from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
-STACK_DIR = Path(__file__).parent / "stacks"
+STACK_DIR = Path(__file__).parent / "presets"
 
 
 class BlockReduce(Strict):
-    """The block softmax of rows past the warp kernel's limit (hw_models.row_kernels.block_row):
+    """The block softmax of rows past the warp kernel's limit (hw_models.stack.row_kernels.block_row):
     latencies of the steps its two block-wide reductions add, in SM clock cycles."""
 
     clock_hz: Quantity = Field(gt=0)              # SM clock the cycles run at
@@ -71,9 +71,9 @@ class BlockReduce(Strict):
 
 
 class Serial(Strict):
-    """A kernel bound by the values one thread walks in sequence (hw_models.row_kernels)."""
+    """A kernel bound by the values one thread walks in sequence (hw_models.stack.row_kernels)."""
 
-    work: Literal["index_rows", "warp_row", "row_reduce", "token_block", "rope_block"]   # hw_models.row_kernels
+    work: Literal["index_rows", "warp_row", "row_reduce", "token_block", "rope_block"]   # hw_models.stack.row_kernels
     per_s: Quantity = Field(gt=0)                 # one step of the walk
     block: BlockReduce | None = None              # warp_row only: rows past it run a block per row
 
@@ -123,7 +123,7 @@ class Stack(Strict):
     quant_gemm: dict[str, str] = {}               # weight format -> kernel family
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
-    engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.engine_overheads)
+    engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 
@@ -238,7 +238,7 @@ def stack_for(spec: str | None, machine: Machine) -> Stack | None:
 
 
 def load_stack(spec: str | None) -> Stack | None:
-    """A stack by name (hw_models/stacks) or path; None for None (the preset's one-kernel costing)."""
+    """A stack by name (hw_models/stack/presets) or path; None for None (the preset's one-kernel costing)."""
     if spec is None:
         return None
     path = _path(spec)

@@ -1,6 +1,6 @@
 """The Chrome trace (Perfetto) of a run: one lane per engine resource, op slices
 with their FLOPs and bytes, and counter tracks (memory tiers, buffers, links).
-Files are written through sim.core.files (atomic, all or none), re-exported here."""
+Write it with sim.core.files.write_json (atomic, all or none)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ from typing import Any
 
 from sim.apps.counters import Track, counter_events
 from sim.core.engine import Timeline
-from sim.core.files import atomic_write, check_output, dumps, transaction, write_json  # noqa: F401 (re-exported)
-
-__all__ = ["atomic_write", "check_output", "chrome_trace", "dumps", "transaction", "write_json"]
 
 
 def _lanes(pid: int, resources: list[str], lanes: dict[str, list[str]]) -> tuple[list[dict], dict[str, list[int]]]:

@@ -1,0 +1,80 @@
+"""`--set KEY=VALUE`: the one rule every subcommand follows.
+
+- KEY is a dotted path into the file the subcommand reads (`batch`,
+  `formats.weights`, `serving.arrivals.rate`); an optional `workload.` prefix is
+  dropped. A key starting `hw.` names a field of the hardware preset instead
+  (`hw.memory.hbm.bandwidth_bytes_per_s`), and there `@device` stands for the
+  machine's device memory tier and `@main` for its main unit, as in sweeps
+  (`hw.memory.@device.bandwidth_bytes_per_s=2e12`).
+- VALUE is read as YAML: `16` is an int, `1.5` a float, `true` a bool, `[1, 2]` a
+  list, `int4` a string. Text YAML cannot read stays the plain string. (YAML 1.1 reads
+  `2e12` as a string; the schemas turn it into a number where a number is expected.)
+- A later item for the same key wins.
+- An item without `=`, with an empty key or with an empty part in the key
+  (`a..b`, `hw.`) is refused in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from sim.core.errors import ConfigError
+
+HW_PREFIX = "hw."
+WORKLOAD_PREFIX = "workload."
+# Stand-ins in a hardware path, resolved against the machine being loaded.
+HW_ALIASES = ("@device", "@main")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`--set` items split by what they override."""
+
+    workload: dict[str, Any] = field(default_factory=dict)   # dotted key -> value
+    hw: dict[str, Any] = field(default_factory=dict)         # dotted key without 'hw.' -> value
+
+
+def _item(item: str) -> tuple[str, Any]:
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set batch=16")
+    if any(not part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set {item!r}: empty part in the dotted key {key!r}, e.g. --set formats.weights=int4")
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError:
+        return key, value
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """`--set key=value` items into {dotted key: YAML-parsed value} (the rule above)."""
+    return dict(_item(item) for item in items or [])
+
+
+def split_settings(items: list[str] | None, extra: dict[str, Any] | None = None) -> Settings:
+    """`--set` items (then `extra`, e.g. a flag that is a shorthand for one) split into
+    workload and hardware overrides."""
+    sets = parse_set(items) | (extra or {})
+    return Settings(workload={k.removeprefix(WORKLOAD_PREFIX): v for k, v in sets.items() if not k.startswith(HW_PREFIX)},
+                    hw={k.removeprefix(HW_PREFIX): v for k, v in sets.items() if k.startswith(HW_PREFIX)})
+
+
+def hw_only(settings: Settings, command: str) -> dict[str, Any]:
+    """The hardware overrides of a subcommand that reads no workload file."""
+    if settings.workload:
+        key = next(iter(settings.workload))
+        raise ConfigError(f"--set {key}: sim {command} reads no workload; only hw.* settings apply here")
+    return settings.hw
+
+
+def resolve_aliases(path: str, aliases: dict[str, str]) -> str:
+    """`memory.@device.bandwidth_bytes_per_s` with each alias part replaced."""
+    return ".".join(aliases.get(part, part) for part in path.split("."))
+
+
+def has_alias(path: str) -> bool:
+    return any(part in HW_ALIASES for part in path.split("."))
