@@ -89,7 +89,7 @@ def fit(rows: list[dict], measured: dict[str, dict[str, float]]) -> list[Fit]:
 
 
 def _us(v: float) -> str:
-    return f"{v * 1e6:.4g} us"
+    return f"{v * 1e3:.4g} ms" if v >= 1e-3 else f"{v * 1e6:.4g} us"
 
 
 def block(f: Fit, source: str) -> str:
