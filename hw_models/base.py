@@ -57,6 +57,21 @@ def timeline_energy_j(tl: Timeline) -> float:
 
 
 @dataclass(frozen=True)
+class DeviceShare:
+    """What the busiest device of one serving instance holds under the workload's parallel plan
+    (Mapper.device_share), as fractions of the whole model's figures. A kind without a plan, or
+    without parallelism, serves on one whole device."""
+
+    devices: int = 1            # devices of one instance
+    weights: float = 1.0        # of the model's weight bytes
+    kv: float = 1.0             # of each token's KV bytes
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    groups: int = 1             # attention groups (ep / tp): each holds its own sequences' KV
+
+
+@dataclass(frozen=True)
 class Section:
     """A report section as data: a title, rows of cells, optional column names and a
     caption. The application layer renders it (rich tables, JSON); mappers never
@@ -179,21 +194,50 @@ class Mapper:
             tl = self.run_graph(graph_of(None if n == L else n))
             return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl))
 
-        return fold_layers(run, L, self.fold_layers, exhaustive)
+        return fold_layers(run, L, self.fold_layers, exhaustive, self.model.layer_period)
 
     # Why this kind cannot cost one serving iteration on its own ("" when it can).
     iteration_refusal = ""
 
+    # -- the serving hooks (sim.apps.serve.stepcost and .placement read only these) ----------
+    def device_share(self) -> DeviceShare:
+        """The busiest device's share of the weights and KV under the workload's parallel plan;
+        a kind without one serves on a whole device."""
+        return DeviceShare()
+
+    def rank_activation_bytes(self, graph: OpGraph) -> float:
+        """Peak activation bytes of one device running its share of `graph` (a profiling pass)."""
+        return float(activation_peak_bytes(graph))
+
+    def swap_bytes_per_s(self) -> float | None:
+        """The rate a serving engine swaps KV blocks to the host at: the first link that ends at
+        the device's memory tier; None when the preset has none."""
+        dev = self.machine.device_tier
+        for link in self.machine.links.values():
+            if dev in (link.src, link.dst):
+                return link.bandwidth_bytes_per_s
+        return None
+
+    def expert_part(self, group_tokens: int, total_tokens: int) -> tuple[float, float, dict[str, float]]:
+        """The routed experts' part of an iteration split over attention groups (seconds, joules,
+        busy seconds per resource); only a kind with expert parallelism has one."""
+        raise ConfigError(f"{self.workload.source or 'workload'}: kind {self.machine.kind}: no data-parallel "
+                          "attention groups to split an iteration over")
+
     def iteration(self, seqs: tuple[tuple[int, int], ...], logits: int | None = None,
                   exhaustive: bool = False, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s,
-                  device_only: bool = False) -> StepResult:
+                  device_only: bool = False, experts: bool = True) -> StepResult:
         """One serving iteration: prefill chunks and decode sequences of different lengths,
         each (q_len, kv_len), lowered by sim.core.mixed, identical layers folded, with the
         engine's host work for len(seqs) sequences unless `device_only`. The step-cost
-        oracle of the request-level simulation (sim.apps.serve); `busy` as in _folded."""
+        oracle of the request-level simulation (sim.apps.serve); `busy` as in _folded.
+        `experts=False`: one attention group's own ops only, the routed experts left to
+        `expert_part` (a kind with expert parallelism overrides this)."""
         if self.iteration_refusal:
             raise ConfigError(f"{self.machine.source or self.machine.name}: kind {self.machine.kind}: "
                               f"{self.iteration_refusal}")
+        if not experts:
+            self.expert_part(0, 0)   # the refusal of a kind without expert groups
         flash = self.workload.flash_attention
         step = self._folded("iteration", 0, lambda n: lower_iteration(self.model, seqs, self.formats, flash, n,
                                                                        logits), exhaustive, busy)

@@ -1,5 +1,5 @@
 """Replay measured vLLM serving runs through the serving simulator and compare, per case:
-TTFT mean/p50/p99, TPOT mean/p99, end-to-end latency and throughput (sim.apps.serve.measured).
+TTFT mean/p50/p99, TPOT mean/p99, end-to-end latency and throughput (sim.apps.trace.validate_serving).
 
     python scripts/serving_validation.py            # print the tables
     python scripts/serving_validation.py --write    # and put them in docs/serving.md
@@ -7,7 +7,7 @@ TTFT mean/p50/p99, TPOT mean/p99, end-to-end latency and throughput (sim.apps.se
                                                     # overheads were not fitted on (sim validate-serving)
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/serving_validation.py
 
-Calibration: one figure, on one case. RUNTIME_RESERVED_BYTES (sim/apps/serve/setup.py), the memory the
+Calibration: one figure, on one case. RUNTIME_RESERVED_BYTES (sim/apps/serve/instance.py), the memory the
 engine keeps from KV beyond weights and activations, is set so the RTX 4090 case gets its measured block
 count; this script recomputes it from that case. Step costs are not calibrated on either case: both
 are the presets' datasheet figures through the op-level model. The RTX PRO 6000 case is out of sample.
@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.machine import load_machine  # noqa: E402
-from sim.apps.serve import measured as M  # noqa: E402
+from sim.apps.trace import validate_serving as M  # noqa: E402
 from sim.apps.serve.run import serve  # noqa: E402
-from sim.apps.serve.setup import RUNTIME_RESERVED_BYTES, prepare  # noqa: E402
+from sim.apps.serve.instance import RUNTIME_RESERVED_BYTES, prepare  # noqa: E402
 from sim.apps.serve.validate import machine_loader  # noqa: E402
 
 SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
@@ -54,7 +54,7 @@ def calibration_note() -> str:
     fitted = M.reserved_bytes(case, prepare(M.serve_file(case), load_machine(case.hw)))
     return (f"Calibrated on {CALIBRATION_CASE} only: runtime memory outside weights, activations and KV "
             f"= {fitted / 1e9:.3f} GB from its measured block count "
-            f"(setup.RUNTIME_RESERVED_BYTES = {RUNTIME_RESERVED_BYTES / 1e9:.3f} GB). Nothing else is fitted.")
+            f"(instance.RUNTIME_RESERVED_BYTES = {RUNTIME_RESERVED_BYTES / 1e9:.3f} GB). Nothing else is fitted.")
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ from hw_models.machine import load_machine
 from hw_models.registry import mapper_for, simulate
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.schedulers import Request
-from sim.apps.serve.setup import prepare
+from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import ServeFile
 from sim.core import engine
 from sim.core.errors import ConfigError

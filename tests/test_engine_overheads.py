@@ -15,8 +15,8 @@ from hw_models.machine import load_machine
 from hw_models.stack.spec import STACK_DIR, load_stack
 from sim.apps.serve import overhead_fit as F
 from sim.apps.serve.arrivals import make_requests
-from sim.apps.serve.engine import ServeSim
-from sim.apps.serve.setup import prepare
+from sim.apps.serve.simulator import ServeSim
+from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import serve_file_from_dict
 from sim.apps.serve.stepcost import ExactCost, features
 from sim.apps.serve.validate import ENGINES, Run, run_file
@@ -57,7 +57,7 @@ def test_front_end_adds_once_to_ttft_and_e2e():
 def test_async_scheduling_holds_a_new_request_one_step(async_on):
     # Request 0 at t = 0 decodes alone; request 1 arrives during one of its decode steps.
     f = serve_file({"process": "constant", "rate": 1 / 0.0301, "num_requests": 2})
-    sim = ServeSim(prepare(f, h100(async_scheduling=async_on)), make_requests(f))
+    sim = ServeSim(prepare(f, h100(async_scheduling=async_on, per_request_s=0.0)), make_requests(f))
     res = sim.run()
     it, r = res.iterations, res.requests
     ends = it["start_s"] + it["duration_s"]
@@ -70,7 +70,7 @@ def test_async_scheduling_holds_a_new_request_one_step(async_on):
 
 def test_async_scheduling_leaves_an_idle_engine_alone():
     f = serve_file({"process": "constant", "rate": 0.5, "num_requests": 2})
-    r = {a: ServeSim(prepare(f, h100(async_scheduling=a)), make_requests(f)).run().requests for a in (False, True)}
+    r = {a: ServeSim(prepare(f, h100(async_scheduling=a, per_request_s=0.0)), make_requests(f)).run().requests for a in (False, True)}
     np.testing.assert_allclose(r[True]["first_token_s"], r[False]["first_token_s"], rtol=1e-12)
 
 

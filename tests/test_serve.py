@@ -9,8 +9,8 @@ from hw_models.machine import load_machine
 from hw_models.registry import simulate
 from sim.apps.serve.run import serve
 from sim.apps.serve.arrivals import make_requests
-from sim.apps.serve.engine import ServeSim
-from sim.apps.serve.setup import prepare
+from sim.apps.serve.simulator import ServeSim
+from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import ServeFile
 from sim.core.schema import validate_mapping
 from sim.core.workload import workload_from_dict

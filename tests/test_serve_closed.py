@@ -11,9 +11,9 @@ import pytest
 from hw_models.machine import load_machine
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.closed import ClosedLoopSim, benchmark_figures, in_flight_max
-from sim.apps.serve.engine import DONE, ServeResult
+from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.run import serve
-from sim.apps.serve.setup import prepare
+from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import serve_file_from_dict
 from sim.apps.serve.stepcost import features
 from sim.core.errors import ConfigError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hw_models.machine import load_machine
-from sim.apps.serve.setup import RUNTIME_RESERVED_BYTES, prepare
+from sim.apps.serve.instance import RUNTIME_RESERVED_BYTES, prepare
 from sim.apps.serve.spec import ServeFile
 from sim.core.errors import ConfigError
 from sim.core.schema import validate_mapping

@@ -5,10 +5,10 @@ import pytest
 
 from hw_models.machine import load_machine
 from sim.apps.serve.arrivals import make_requests
-from sim.apps.serve.engine import ServeSim
+from sim.apps.serve.simulator import ServeSim
 from sim.apps.serve.router import merge, run_replicas
 from sim.apps.serve.run import serve
-from sim.apps.serve.setup import prepare
+from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError

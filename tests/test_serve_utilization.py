@@ -9,10 +9,10 @@ from hw_models.op_cost import OpCost
 from hw_models.machine import load_machine, machine_from_dict
 from hw_models.registry import mapper_for
 from sim.apps.serve.arrivals import make_requests
-from sim.apps.serve.engine import ServeSim
+from sim.apps.serve.simulator import ServeSim
 from sim.apps.serve.metrics import summarize, utilization
 from sim.apps.serve.run import serve
-from sim.apps.serve.setup import prepare
+from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.stepcost import resource_busy_s
 from sim.core.mixed import lower_iteration

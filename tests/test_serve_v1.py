@@ -1,4 +1,4 @@
-"""vLLM V1's scheduler (sim.apps.serve.schedulers_v1) on hand-worked scenarios with a tiny block pool:
+"""vLLM V1's scheduler (sim.apps.serve.schedulers.vllm) on hand-worked scenarios with a tiny block pool:
 blocks per chunk, the full-sequence admission gate, the preemption victim and what it keeps, and the
 single LRU free queue of V1's block pool (vllm/v1/core/sched/scheduler.py, kv_cache_manager.py,
 block_pool.py at v0.19). Blocks of 4 tokens; one prefix unit = one block; no trace hashes, so every
@@ -6,20 +6,19 @@ unit is private to its request (only a preempted request can hit its own blocks)
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers import Request
-from sim.apps.serve.schedulers_v1 import VllmV1
+from sim.apps.serve.schedulers.vllm import VllmV1
+from sim.apps.serve.spec import Vllm
 
 
 def v1(blocks: int, budget: int, caching: bool = True, max_seqs: int = 256) -> VllmV1:
-    cfg = SimpleNamespace(max_num_seqs=max_seqs, max_num_batched_tokens=budget)
+    cfg = Vllm(kind="vllm", max_num_seqs=max_seqs, max_num_batched_tokens=budget, block_size=4)
     return VllmV1(cfg, LruBlockPool(blocks, 4, 1, caching))
 
 
 def step(s: VllmV1) -> list[tuple[int, int]]:
-    """One iteration: schedule, then what the engine does with it (sim.apps.serve.engine._apply):
+    """One iteration: schedule, then what the engine does with it (sim.apps.serve.simulator._apply):
     computed tokens advance, a request whose KV caught up emits a token, a finished one leaves."""
     batch = s.schedule(0.0, True)
     out = [(r.idx, q) for r, q in batch.entries] if batch else []

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from hw_models.machine import load_machine
-from sim.apps.serve import measured as M
+from sim.apps.trace import validate_serving as M
 from sim.apps.serve.run import serve
-from sim.apps.serve.setup import RUNTIME_RESERVED_BYTES, prepare
+from sim.apps.serve.instance import RUNTIME_RESERVED_BYTES, prepare
 from sim.apps.serve.traces import block_hashes, read_trace
 
 from tests.conftest import SHARED_VALIDATION

@@ -24,11 +24,13 @@ collectives on the node's link, and pipeline stages over micro-batches.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field, StrictInt
 
+from hw_models.base import DeviceShare
 from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_rank
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.report import parallel_data
@@ -46,6 +48,7 @@ from sim.core.generation import Generation, RunFigures
 from sim.core.graph import OpGraph
 from sim.core.lowering import lower
 from sim.core.mixed import lower_iteration
+from sim.core.results import StepResult
 from sim.core.schema import Strict, validate_mapping
 
 
@@ -132,9 +135,10 @@ class ParallelGpuMapper(GpuMapper):
         if workload.batch % p.micro_batches:
             raise ConfigError(f"{src}: parallel.micro_batches: {p.micro_batches} does not divide batch {workload.batch}")
         # Serving under data-parallel attention (sim.apps.serve.attention_dp) costs an iteration in two
-        # parts: each group's own ops (`experts_off`: the routed experts and their all-to-alls take no
-        # time) and the experts' part over the whole EP group's tokens (expert_part_s).
-        self.experts_off = False
+        # parts: each group's own ops (iteration(experts=False): the routed experts and their all-to-alls
+        # take no time while `_experts_off`) and the experts' part over the whole EP group's tokens
+        # (expert_part).
+        self._experts_off = False
 
     def group_batch(self) -> int:
         """Sequences of one attention group: B / (ep / tp), each group an even share (a generation's
@@ -160,7 +164,7 @@ class ParallelGpuMapper(GpuMapper):
         """The collective's task on `link` after `dep`; under a host-launched stack the NCCL
         kernel is one more launch on the host, in issue order after the producing op's."""
         dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.plan.algorithm)
-        dur = 0.0 if self.experts_off and c.kind == ALL_TO_ALL else dur
+        dur = 0.0 if self._experts_off and c.kind == ALL_TO_ALL else dur
         tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.plan.algorithm}")
         host_s = self.stack.host_launch_s if self.stack else 0.0
         tasks.append(Task(prefix + c.name, link, dur, self.launched(tasks, prefix + c.name, host_s, (dep,)), tag=tag))
@@ -180,7 +184,7 @@ class ParallelGpuMapper(GpuMapper):
         tasks = []
         for op in rank.ops():
             c = self.stream_cost(op, fused)
-            if self.experts_off and op.base_name in EXPERT_OPS:
+            if self._experts_off and op.base_name in EXPERT_OPS:
                 c = replace(c, duration_s=0.0, compute_s=0.0, memory_s=0.0, overhead_s=0.0, energy_j=0.0)
             deps = tuple(prefix + ready.get(d, d) for d in rank.deps(op.name))
             if op.name in waits:
@@ -192,6 +196,35 @@ class ParallelGpuMapper(GpuMapper):
                 self._collective(tasks, after[op.name], prefix, prefix + op.name, link)
                 ready[op.name] = after[op.name].name
         return tasks
+
+    def iteration(self, seqs, logits=None, exhaustive=False, busy=Timeline.busy_s, device_only=False,
+                  experts=True) -> StepResult:
+        """Mapper.iteration; `experts=False` costs one attention group's own ops, the routed experts
+        and their all-to-alls taking no time (their part is expert_part)."""
+        self._experts_off = not experts
+        try:
+            return super().iteration(seqs, logits, exhaustive, busy, device_only)
+        finally:
+            self._experts_off = False
+
+    def device_share(self) -> DeviceShare:
+        """One device of the busiest stage (as footprint): its share of the weights and of each
+        token's KV bytes (its KV heads, its stage's layers)."""
+        p, m = self.plan, self.model
+        share = self._weights_per_device() / weight_bytes(m, self.formats)
+        kv = kv_fraction(m, p.tp) * max(self.stage_layers()) / m.num_layers
+        return DeviceShare(p.instance_devices, share, kv, p.tp, p.ep, p.pp, p.attention_dp)
+
+    def rank_activation_bytes(self, graph: OpGraph) -> float:
+        return float(activation_peak_bytes(self.rank_graph(graph)[0]))
+
+    def _weights_per_device(self) -> float:
+        """Dense weights x weight_fraction(tp) (K/V projections replicated past the KV heads),
+        experts / max(tp, ep), over the pp stages."""
+        p, m = self.plan, self.model
+        experts = expert_weight_bytes(m, self.formats)
+        dense = weight_bytes(m, self.formats) - experts
+        return (dense * weight_fraction(m, p.tp) + experts / p.stage_width) / p.pp
 
     def expert_part(self, group_tokens: int, total_tokens: int) -> tuple[float, float, dict[str, float]]:
         """Seconds, joules and busy seconds per resource (as sim.apps.serve.stepcost reads them) of the
@@ -223,18 +256,23 @@ class ParallelGpuMapper(GpuMapper):
         + LM head): in all, of that in TP/EP collectives (the report's time in collectives),
         and the rank's dynamic energy (joules)."""
         w = self.workload
-        two = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
-                    w.flash_attention, num_layers=2)
-        tl = engine.run(self.tp_tasks(two), {}, {}, True)
+        # Layer 0 warms up; "one layer" is layers 1..period on average (period 1 but for models
+        # whose layers alternate, as Gemma-2's local and global attention do).
+        period = self.model.layer_period
+        graph_p = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
+                        w.flash_attention, num_layers=1 + period)
+        tl = engine.run(self.tp_tasks(graph_p), {}, {}, True)
         parts = {"embed": 0.0, "layer": 0.0, "head": 0.0}
         links, joules = dict(parts), dict(parts)
         for iv in tl.intervals:
-            part = "layer" if iv.task.startswith("L1.") else "embed" if iv.task.startswith("embed") else \
-                "head" if not iv.task.startswith("L0.") else None
+            layer = _layer_of(iv.task)
+            part = "layer" if layer is not None and layer >= 1 else "embed" if iv.task.startswith("embed") else \
+                "head" if layer is None else None
             if part:
-                parts[part] += iv.duration_s
-                links[part] += iv.duration_s if iv.resource == LINK else 0.0
-                joules[part] += getattr(iv.tag, "energy_j", 0.0)
+                share = 1.0 / period if part == "layer" else 1.0
+                parts[part] += iv.duration_s * share
+                links[part] += iv.duration_s * share if iv.resource == LINK else 0.0
+                joules[part] += getattr(iv.tag, "energy_j", 0.0) * share
         return parts, links, joules
 
     def stage_layers(self) -> list[int]:
@@ -297,9 +335,7 @@ class ParallelGpuMapper(GpuMapper):
         KV cache of its KV heads and of its own sequences (B / ep under data-parallel attention)."""
         w, p, m = self.workload, self.plan, self.model
         fp, tier = Footprint(), self.machine.device_tier
-        experts = expert_weight_bytes(m, self.formats)
-        dense = weight_bytes(m, self.formats) - experts
-        fp.add(tier, "weights", (dense * weight_fraction(m, p.tp) + experts / p.stage_width) / p.pp)
+        fp.add(tier, "weights", self._weights_per_device())
         kv = kv_bytes(m, self.formats, self.group_batch(), w.prompt_len + w.gen_len)
         fp.add(tier, "kv_cache", kv * kv_fraction(m, p.tp) * max(self.stage_layers()) / m.num_layers)
         layers = min(m.num_layers, m.first_dense_layers + 1)
@@ -316,3 +352,12 @@ def MAPPER(machine, workload, model) -> GpuMapper:
     if workload.section("parallel") is None:
         return GpuMapper(machine, workload, model)
     return ParallelGpuMapper(machine, workload, model)
+
+
+_LAYER = re.compile(r"^L(\d+)\.")
+
+
+def _layer_of(task: str) -> int | None:
+    """The layer a task works for (`L3.q_proj` -> 3), None for the embedding and the head."""
+    m = _LAYER.match(task)
+    return int(m.group(1)) if m else None

@@ -4,7 +4,6 @@ distributions (numpy, one seeded generator per stream), or a replayed trace."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from sim.apps.serve import spec as s
 from sim.apps.serve.traces import Requests, read_trace
@@ -34,12 +33,7 @@ def make_requests(file: s.ServeFile) -> Requests:
 def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
     """Arrival times (s) of `num_requests` requests, or of all that arrive within `duration_s`."""
     key = f"{source}: serving.arrivals"
-    if isinstance(a, s.Burst):
-        gap, per = a.interval_s, a.size
-    elif isinstance(a, s.Closed):   # all zero: the clients set each time as they send (sim.apps.serve.closed)
-        gap, per = 0.0, a.num_requests
-    else:
-        gap, per = 1.0 / a.rate, 1
+    gap, per = a.gap_s, a.per_arrival
     if a.num_requests is None:
         expected = a.duration_s / gap * per if gap else per
         if expected > a.max_requests:
@@ -50,16 +44,7 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
         raise ConfigError(f"{key}.num_requests: {a.num_requests:,} requests, over max_requests {a.max_requests:,} "
                           f"(raise serving.arrivals.max_requests to run it)")
     n = a.num_requests or (int(expected * 1.5 + 64) if gap else per)
-    if isinstance(a, s.Poisson):
-        t = np.cumsum(rng.exponential(gap, n))
-    elif isinstance(a, s.Gamma):
-        shape = 1.0 / a.cv ** 2   # gaps with mean 1/rate and the given coefficient of variation
-        t = np.cumsum(rng.gamma(shape, gap / shape, n))
-    elif isinstance(a, s.Constant):
-        t = np.arange(n) * gap
-    else:
-        t = (np.arange(n) // per) * gap
-    t = t - t[0] if isinstance(a, (s.Poisson, s.Gamma)) else t
+    t = a.times(n, rng)
     if not np.isfinite(t).all():   # a rate of 1e-320/s: gaps past the largest float
         raise ConfigError(f"{key}: arrival times overflow to infinity; the rate or interval is out of any physical range")
     if getattr(a, "duration_s", None) is not None:   # a closed loop has none
@@ -70,41 +55,11 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
 
 
 def sample_lengths(d, n: int, rng: np.random.Generator, file: s.ServeFile, which: str) -> np.ndarray:
-    if isinstance(d, s.Fixed):
-        x = np.full(n, float(d.value))
-    elif isinstance(d, s.Uniform):
-        if d.high < d.low:
-            raise ConfigError(f"{file.source}: serving.lengths.{which}.high: below low")
-        x = rng.integers(d.low, d.high + 1, n).astype(float)
-    elif isinstance(d, s.Normal):
-        x = rng.normal(d.mean, d.std, n)
-    elif isinstance(d, s.LogNormal):
-        sigma2 = np.log1p(d.cv ** 2)   # moments of the lengths -> parameters of their logarithm
-        x = rng.lognormal(np.log(d.mean) - sigma2 / 2, np.sqrt(sigma2), n)
-    elif isinstance(d, s.Zipf):
-        x = rng.zipf(d.a, n).astype(float)
-    else:
-        x = _histogram(d, n, rng, file, which)
+    # Relative paths (a histogram's CSV) start at the serving file's folder.
+    x = d.draw(n, rng, f"{file.source}: serving.lengths.{which}", s.resolve(file, "."))
     if d.max < d.min:
         raise ConfigError(f"{file.source}: serving.lengths.{which}.max: below min")
     return np.clip(np.round(x), d.min, d.max).astype(np.int64)
-
-
-def _histogram(d: s.Histogram, n: int, rng: np.random.Generator, file: s.ServeFile, which: str) -> np.ndarray:
-    path = s.resolve(file, d.path)
-    key = f"{file.source}: serving.lengths.{which}.path"
-    try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{key}: {path}: {str(exc).splitlines()[0]}") from None
-    if not {"length", "count"} <= set(df.columns) or df.empty:
-        raise ConfigError(f"{key}: {path}: expected columns length,count and at least one row")
-    length, p = (pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in ("length", "count"))
-    if not (np.isfinite(length).all() and np.isfinite(p).all()):   # "abc", NaN, 1e400
-        raise ConfigError(f"{key}: {path}: length and count must be finite numbers")
-    if (length < 1).any() or (p < 0).any() or p.sum() <= 0:
-        raise ConfigError(f"{key}: {path}: lengths must be positive and counts non-negative, not all zero")
-    return rng.choice(length, size=n, p=p / p.sum())
 
 
 def shared_prefix_hashes(prompt: np.ndarray, sp: s.SharedPrefix, rng: np.random.Generator) -> list[tuple[int, ...]]:

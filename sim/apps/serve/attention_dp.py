@@ -14,7 +14,7 @@ combine, and idle groups run empty (dummy) batches, so the iteration takes
 
 D(a): group a's own ops (attention, dense layers, router, the all-gather after the
 combine) on its sequences: the mapper's iteration with the routed experts and their
-all-to-alls set to take no time (ParallelGpuMapper.experts_off), through the usual
+all-to-alls taking no time (Mapper.iteration with experts=False), through the usual
 surrogate or exact cost. X: the routed experts of the busiest rank over all T tokens of
 the iteration plus the all-to-alls, whose buffer is the larger of what the group with
 the most tokens (T_max) sends and what the busiest rank receives
@@ -34,8 +34,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from hw_models.base import Mapper
 from hw_models.stack.step_overhead import HOST
-from sim.apps.serve.stepcost import Cost, Iteration, features
+from sim.apps.serve.stepcost import Cost, Iteration, StepCost, features
 
 Entries = list  # [(Request, new tokens)]
 
@@ -50,10 +51,11 @@ def split(entries: Entries, groups: int) -> tuple[Iteration, ...]:
 
 class GroupedCost:
     """The cost of a batch split over attention groups (module doc). `dense` costs one
-    group's own ops (a Surrogate or ExactCost whose mapper has experts_off set)."""
+    group's own ops (a Surrogate or ExactCost built with experts=False)."""
 
-    def __init__(self, dense, mapper):
+    def __init__(self, dense: StepCost, mapper: Mapper):
         self.dense, self.mapper = dense, mapper
+        self.op_level = dense.op_level
         self._extra: list[str] = []
         self._experts = lru_cache(maxsize=4096)(self._expert_part)
 

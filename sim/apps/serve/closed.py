@@ -35,21 +35,21 @@ from dataclasses import replace
 import numpy as np
 import simpy
 
-from sim.apps.serve.engine import DONE, REJECTED, ServeResult, ServeSim
+from sim.apps.serve.simulator import DONE, REJECTED, ServeResult, ServeSim
 from sim.apps.serve.metrics import per_request
-from sim.apps.serve.placement import device_share
-from sim.apps.serve.setup import Setup
+from sim.apps.serve.instance import Setup
 from sim.apps.serve.spec import Closed
+from sim.apps.serve.stepcost import serving_mapper
 
 
 class ClosedLoopSim(ServeSim):
-    """The engine of sim.apps.serve.engine driven by `concurrency` clients instead of a
+    """The engine of sim.apps.serve.simulator driven by `concurrency` clients instead of a
     precomputed arrival stream (the stream's arrival times are overwritten by the sends)."""
 
     def __init__(self, setup: Setup, reqs, progress=None, front_end_s: float | None = None):
         super().__init__(setup, reqs, progress)
         self.loop: Closed = setup.file.serving.arrivals
-        if front_end_s is not None:   # else the stack's (engine.ServeSim)
+        if front_end_s is not None:   # else the stack's (simulator.ServeSim)
             self.front_end_s = front_end_s
         self.next = 0
         self.replied: dict[int, simpy.Event] = {}
@@ -118,4 +118,4 @@ def benchmark_figures(res: ServeResult, devices: int, warmup: int = 0) -> dict[s
 
 def instance_devices(setup: Setup) -> int:
     """Devices of one instance (tp x pp, max(tp, ep) x pp for MoE): what output tok/s/GPU divides by."""
-    return device_share(setup.file, setup.machine, setup.model, setup.file.formats.policy()).devices
+    return serving_mapper(setup.machine, setup.file, setup.model).device_share().devices

@@ -1,4 +1,4 @@
-"""Which engines a serving file runs: one instance (sim.apps.serve.engine), data-parallel
+"""Which engines a serving file runs: one instance (sim.apps.serve.simulator), data-parallel
 replicas behind a router (sim.apps.serve.router), or prefill and decode pools
 (sim.apps.serve.disagg). The one place the CLI and run.serve ask."""
 
@@ -10,10 +10,9 @@ import numpy as np
 
 from sim.apps.serve.closed import ClosedLoopSim, benchmark_figures, instance_devices
 from sim.apps.serve.disagg import Disagg
-from sim.apps.serve.engine import DONE, ServeResult, ServeSim
+from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
 from sim.apps.serve.router import merge, policy_of, replica_count, replica_figures, run_replicas
-from sim.apps.serve.setup import Setup
-from sim.apps.serve.stepcost import ExactCost
+from sim.apps.serve.instance import Setup
 from sim.apps.serve.spec import Closed, ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError, SimError
@@ -32,8 +31,7 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
         res = check_finite(ClosedLoopSim(setup, reqs, progress).run(), file, setup.machine.source or setup.machine.name)
         return res, dict(benchmark=benchmark_figures(res, instance_devices(setup), loop.warmup_requests))
     if file.serving.disaggregated is not None:
-        # A cost split over attention groups (attention_dp.GroupedCost) wraps the dense one.
-        exact = isinstance(getattr(setup.target_cost, "dense", setup.target_cost), ExactCost)
+        exact = setup.target_cost.op_level
         res, extra = Disagg(file, reqs, exact, cache).run()
         return check_finite(res, file, "serving.disaggregated: its presets or transfer link"), extra
     hw = setup.machine.source or setup.machine.name

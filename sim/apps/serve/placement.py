@@ -12,71 +12,43 @@ groups each hold their own sequences' KV, so the instance's pool is g times a gr
 one pool of g x (blocks per device), shared by the scheduler; a request's blocks sit on
 its group's devices, and a group may take more than its 1/g of the pool while the
 others hold less (round-robin assignment keeps the groups' request counts within one).
-Weights per device follow ParallelGpuMapper.footprint: dense weights x weight_fraction(tp)
-(K/V projections replicated past the KV heads), experts / max(tp, ep), over pp stages.
+
+The shares themselves are the hardware kind's (Mapper.device_share, rank_activation_bytes:
+the gpu kind's follow ParallelGpuMapper.footprint); this module only refuses what serving
+does not model under them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from hw_models.gpu.expert_parallel import expert_weight_bytes, moe_rank
-from hw_models.gpu.parallel import load_plan
-from hw_models.gpu.tensor_parallel import kv_fraction, shard, weight_fraction
-from hw_models.machine import Machine
+from hw_models.base import DeviceShare, Mapper
 from sim.core.errors import ConfigError
-from sim.core.footprint import activation_peak_bytes, weight_bytes
-from sim.core.graph import OpGraph
-from sim.core.model import ModelConfig
 
 
-@dataclass(frozen=True)
-class DeviceShare:
-    """Fractions of the whole model's figures that the busiest device of the instance holds."""
-
-    devices: int = 1
-    weights: float = 1.0        # of the weight bytes
-    kv: float = 1.0             # of each token's KV bytes
-    tp: int = 1
-    ep: int = 1
-    groups: int = 1             # attention groups (ep / tp): each holds its own sequences' KV
-
-    def rank_graph(self, graph: OpGraph, model: ModelConfig) -> OpGraph:
-        """One rank's share of a profiling iteration (for its activation peak)."""
-        if model.is_moe and max(self.tp, self.ep) > 1:
-            return moe_rank(graph, model, self.tp, self.ep)[0]
-        return shard(graph, model, self.tp)[0]
-
-    def activations(self, graph: OpGraph, model: ModelConfig) -> float:
-        return float(activation_peak_bytes(self.rank_graph(graph, model)))
-
-
-def device_share(file, machine: Machine, model: ModelConfig, fmt) -> DeviceShare:
+def device_share(file, mapper: Mapper) -> DeviceShare:
     """The busiest device's share under `file`'s `parallel:` section (a whole device without one)."""
-    raw = file.section("parallel")
-    if raw is None or machine.kind not in ("gpu", "cpu"):
-        return DeviceShare()
-    plan, _ = load_plan(raw, file.source, model, machine)
-    if plan.attention_dp > 1:
-        _check_attention_dp(file, plan)
-    total = weight_bytes(model, fmt)
-    experts = expert_weight_bytes(model, fmt)
-    layers = -(-model.num_layers // plan.pp)           # the busiest stage's layers
-    dense = (total - experts) * weight_fraction(model, plan.tp)
-    weights = (dense + experts / max(plan.tp, plan.ep)) / plan.pp / total
-    return DeviceShare(plan.instance_devices, weights, kv_fraction(model, plan.tp) * layers / model.num_layers,
-                       plan.tp, plan.ep, plan.attention_dp)
+    share = mapper.device_share()
+    if share.groups > 1:
+        _check_attention_dp(file, share)
+    micro_batches = (file.section("parallel") or {}).get("micro_batches", 1)
+    if share.pp > 1 or micro_batches != 1:
+        # A serving step is one mixed batch (prefills beside decodes); the pipeline schedule
+        # (hw_models/gpu/parallel.py) splits prefill or decode graphs only: a ValueError before.
+        key, value = ("pp", share.pp) if share.pp > 1 else ("micro_batches", micro_batches)
+        raise ConfigError(f"{file.source or 'workload'}: parallel.{key}: {value}: serving is modelled "
+                          "with pipeline parallelism off (pp 1, micro_batches 1); use tp, or replicas "
+                          "(serving.router) for more devices")
+    return share
 
 
-def _check_attention_dp(file, plan) -> None:
+def _check_attention_dp(file, share: DeviceShare) -> None:
     """What serving under data-parallel attention (sim.apps.serve.attention_dp) does not model: one line."""
     src, srv = file.source or "workload", file.serving
-    if plan.pp > 1:
-        raise ConfigError(f"{src}: parallel.pp: {plan.pp} with ep {plan.ep} > tp {plan.tp}: serving with "
+    if share.pp > 1:
+        raise ConfigError(f"{src}: parallel.pp: {share.pp} with ep {share.ep} > tp {share.tp}: serving with "
                           "data-parallel attention is modelled with pp = 1")
     if srv.speculative is not None:
-        raise ConfigError(f"{src}: serving.speculative: not modelled with ep {plan.ep} > tp {plan.tp} "
+        raise ConfigError(f"{src}: serving.speculative: not modelled with ep {share.ep} > tp {share.tp} "
                           "(data-parallel attention)")
-    if srv.scheduler.kind == "static":
-        raise ConfigError(f"{src}: serving.scheduler.kind: static batches are not split over attention "
-                          f"groups (ep {plan.ep} > tp {plan.tp}); use orca, vllm or sarathi")
+    if not srv.scheduler.splits_over_groups:
+        raise ConfigError(f"{src}: serving.scheduler.kind: {srv.scheduler.kind} batches are not split over "
+                          f"attention groups (ep {share.ep} > tp {share.tp}); use orca, vllm or sarathi")

@@ -21,9 +21,9 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from sim.apps.serve.engine import ServeResult, ServeSim
+from sim.apps.serve.simulator import ServeResult, ServeSim
 from sim.apps.serve.metrics import utilization
-from sim.apps.serve.setup import Setup
+from sim.apps.serve.instance import Setup
 from sim.apps.serve.spec import Router, ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError
@@ -121,7 +121,8 @@ def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
         sum(r.peak_blocks for r in results), max(r.makespan_s for r in results),
         sum(r.tokens_out for r in results), sum(r.energy_j for r in results),
         [x for r in results for x in r.swap_log], sum(r.spec_steps for r in results),
-        sum(r.spec_tokens for r in results), summed([r.busy_s for r in results]), sum(r.instances for r in results))
+        sum(r.spec_tokens for r in results), summed([r.busy_s for r in results]), sum(r.instances for r in results),
+        {k: int(v) for k, v in summed([r.rejected_reasons for r in results]).items()})
 
 
 def summed(dicts: list[dict[str, float]]) -> dict[str, float]:

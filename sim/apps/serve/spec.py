@@ -12,121 +12,21 @@ of device memory the engine may use for weights, activations and KV blocks,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import Field, model_validator
 
 from sim.apps.serve.disagg_spec import Disaggregated
+# Re-exported: spec.Poisson, spec.Fixed, ... stay where callers look for them.
+from sim.apps.serve.stream_spec import (  # noqa: F401
+    CV, Arrivals, Burst, Closed, Constant, Fixed, Gamma, Histogram, Length, Lengths, LogNormal, Normal, Pos, PosInt,
+    Poisson, TraceArrivals, Uniform, Zipf)
 from sim.core.errors import ConfigError
+from sim.core.model import model_path
 from sim.core.schema import Strict, read_yaml, validate_mapping
 from sim.core.workload import Workload
 
-Pos = Annotated[float, Field(gt=0)]
-PosInt = Annotated[StrictInt, Field(gt=0)]   # `true` or "4" are refused, not read as 1 or 4
-# A coefficient of variation: beyond these a stream is constant or one burst, and cv**2 overflows floats.
-CV = Annotated[float, Field(ge=1e-3, le=1e3)]
-
-
-class _Count(Strict):
-    """How long the stream runs: a number of requests or a duration (seconds)."""
-    num_requests: PosInt | None = None
-    duration_s: Pos | None = None
-    seed: int = 0
-    # A longer stream takes hours to simulate and gigabytes to hold: refused with its count unless raised here.
-    max_requests: PosInt = 1_000_000
-
-    @model_validator(mode="after")
-    def _one(self):
-        if self.num_requests is None and self.duration_s is None:
-            raise ValueError("give num_requests or duration_s")
-        return self
-
-
-class Poisson(_Count):
-    process: Literal["poisson"]
-    rate: Pos                    # requests per second
-
-
-class Gamma(_Count):
-    process: Literal["gamma"]
-    rate: Pos
-    cv: CV                       # coefficient of variation of the gaps (1 = Poisson)
-
-
-class Constant(_Count):
-    process: Literal["constant"]
-    rate: Pos
-
-
-class Burst(_Count):
-    process: Literal["burst"]
-    size: PosInt                 # requests arriving together
-    interval_s: Annotated[float, Field(ge=0)] = 0.0   # between bursts (0: one burst)
-
-
-class TraceArrivals(Strict):
-    process: Literal["trace"]
-    num_requests: PosInt | None = None   # the first requests of the trace only
-
-
-class Closed(Strict):
-    """N clients, each sending its next request when the previous returns (sim.apps.serve.closed)."""
-    process: Literal["closed"]
-    concurrency: PosInt          # clients, each with one request in flight
-    num_requests: PosInt         # sent in all (the first `concurrency` at t = 0)
-    think_time_s: Annotated[float, Field(ge=0)] = 0.0       # a client's pause between a reply and its next send
-    warmup_requests: Annotated[StrictInt, Field(ge=0)] = 0  # the first sends, left out of benchmark_figures
-    seed: int = 0
-    max_requests: PosInt = 1_000_000
-
-
-Arrivals = Annotated[Union[Poisson, Gamma, Constant, Burst, TraceArrivals, Closed], Field(discriminator="process")]
-
-
-class _Clip(Strict):
-    min: PosInt = 1
-    max: PosInt = 1_000_000
-
-
-class Fixed(_Clip):
-    dist: Literal["fixed"]
-    value: PosInt
-
-
-class Uniform(_Clip):
-    dist: Literal["uniform"]
-    low: PosInt
-    high: PosInt
-
-
-class Normal(_Clip):
-    dist: Literal["normal"]
-    mean: Pos
-    std: Annotated[float, Field(ge=0)]
-
-
-class LogNormal(_Clip):
-    dist: Literal["lognormal"]
-    mean: Pos                    # of the lengths themselves, not of their logarithm
-    cv: CV
-
-
-class Zipf(_Clip):
-    dist: Literal["zipf"]
-    a: Annotated[float, Field(gt=1)]
-
-
-class Histogram(_Clip):
-    dist: Literal["histogram"]
-    path: str                    # CSV with columns length,count (relative to the serving file)
-
-
-Length = Annotated[Union[Fixed, Uniform, Normal, LogNormal, Zipf, Histogram], Field(discriminator="dist")]
-
-
-class Lengths(Strict):
-    prompt: Length
-    output: Length
+# The request stream's schema (arrival processes, length distributions) is sim.apps.serve.stream_spec.
 
 
 class Trace(Strict):
@@ -136,11 +36,62 @@ class Trace(Strict):
     hash_block_tokens: PosInt = 512   # tokens per hash id (Mooncake: 512; token-id traces: the block size)
 
 
-class _Blocks(Strict):
-    max_num_seqs: PosInt = 256
+class SchedulerConfig(Strict):
+    """What every scheduler's settings say about it (the traits the engine sizes and builds it by);
+    each kind's class overrides what its fields set. Its scheduler is found by class
+    (sim.apps.serve.schedulers.SCHEDULERS)."""
+    paged: ClassVar[bool] = False            # a paged KV pool of block_size blocks (else one token a block)
+    splits_over_groups: ClassVar[bool] = True   # its batches split over attention groups (attention_dp)
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+
+    @property
+    def max_seqs(self) -> int:
+        """Sequences of one iteration at most (sizes the step-cost grid and the profiling pass)."""
+        return self.max_num_seqs
+
+    @property
+    def token_budget(self) -> int | None:
+        """Tokens of one iteration at most; None: no budget of its own."""
+        return None
+
+    @property
+    def block_tokens(self) -> int:
+        return self.block_size if self.paged else 1
+
+    @property
+    def context_len(self) -> int | None:
+        """KV reserved per request; None: the model's context."""
+        return None
+
+    @property
+    def blocks_override(self) -> int | None:
+        """KV blocks as given rather than sized from memory."""
+        return None
+
+    @property
+    def reserve_share(self) -> float:
+        """Share of the pool kept free when admitting a prompt (vLLM's watermark)."""
+        return 0.0
+
+    @property
+    def swaps(self) -> bool:
+        """Preempted requests' blocks move to host memory (else they are recomputed)."""
+        return False
+
+
+class _Blocks(SchedulerConfig):
+    max_num_seqs: PosInt = 256
     block_size: PosInt = 16
     num_gpu_blocks_override: PosInt | None = None   # KV blocks as given, not sized from memory (as vLLM's)
+    paged: ClassVar[bool] = True
+
+    @property
+    def blocks_override(self) -> int | None:
+        return self.num_gpu_blocks_override
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.max_num_batched_tokens   # each paged kind below sets its own default
 
 
 class _Paged(_Blocks):
@@ -148,24 +99,43 @@ class _Paged(_Blocks):
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_bandwidth_bytes_per_s: Pos | None = None   # default: the preset's host link
 
+    @property
+    def reserve_share(self) -> float:
+        return self.watermark
 
-class Static(Strict):
+    @property
+    def swaps(self) -> bool:
+        return self.preemption == "swap"
+
+
+class Static(SchedulerConfig):
     kind: Literal["static"]
     batch_size: PosInt = 8       # FasterTransformer-style: a batch runs to its longest output
     max_wait_s: Annotated[float, Field(ge=0)] = 0.0   # wait this long for a full batch
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    splits_over_groups: ClassVar[bool] = False   # a padded batch runs whole
+
+    @property
+    def max_seqs(self) -> int:
+        return self.batch_size
 
 
-class Orca(Strict):
+class Orca(SchedulerConfig):
     kind: Literal["orca"]
     max_num_seqs: PosInt = 256
     max_num_batched_tokens: PosInt = 8192
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     max_model_len: PosInt | None = None   # KV reserved per request (default: the model's context)
+
+    @property
+    def context_len(self) -> int | None:
+        return self.max_model_len
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.max_num_batched_tokens
 
 
 class Vllm(_Blocks):
-    """vLLM V1 (sim.apps.serve.schedulers_v1): chunked prefill always, no watermark, recompute only."""
+    """vLLM V1 (sim.apps.serve.schedulers.vllm): chunked prefill always, no watermark, recompute only."""
     kind: Literal["vllm"]
     max_num_batched_tokens: PosInt = 2048          # vllm/config/scheduler.py DEFAULT_MAX_NUM_BATCHED_TOKENS
     preemption: Literal["recompute"] = "recompute"   # V1 has no swap preemption
@@ -181,10 +151,10 @@ class Sarathi(_Paged):
     max_num_batched_tokens: PosInt = 512           # the token budget per iteration (chunk size)
 
 
-Scheduler = Annotated[Union[Static, Orca, Vllm, VllmV0, Sarathi], Field(discriminator="kind")]
-SCHEDULER_OPTIONS = {name: set(cls.model_fields) for name, cls in
-                     (("static", Static), ("orca", Orca), ("vllm", Vllm), ("vllm-v0", VllmV0), ("sarathi", Sarathi))}
-PAGED = ("vllm", "vllm-v0", "sarathi")   # the schedulers with a paged KV pool of block_size blocks
+SCHEDULER_CONFIGS = (Static, Orca, Vllm, VllmV0, Sarathi)
+Scheduler = Annotated[Union[SCHEDULER_CONFIGS], Field(discriminator="kind")]
+SCHEDULER_OPTIONS = {get_args(cls.model_fields["kind"].annotation)[0]: set(cls.model_fields)
+                     for cls in SCHEDULER_CONFIGS}
 
 
 class SharedPrefix(Strict):
@@ -302,3 +272,21 @@ def resolve(spec: ServeFile, rel: str) -> Path:
     """A path in the serving file, relative to the file."""
     p = Path(rel)
     return p if p.is_absolute() else Path(spec.source).parent / p
+
+
+def input_files(spec: ServeFile) -> list[Path]:
+    """Every file a serving file makes a run read besides itself: the model's and the
+    draft's config, the request trace, length histograms, pools' hardware files. For the
+    outputs' guard (no output may replace one) and a sweep's content keys."""
+    srv = spec.serving
+    paths = [model_path(spec.model, spec.source or None)]
+    if srv.speculative is not None:
+        paths.append(model_path(srv.speculative.draft, spec.source or None))
+    if srv.trace is not None:
+        paths.append(resolve(spec, srv.trace.path))
+    for length in (srv.lengths.prompt, srv.lengths.output) if srv.lengths else ():
+        if isinstance(length, Histogram):
+            paths.append(resolve(spec, length.path))
+    if srv.disaggregated is not None:
+        paths += [Path(p.hw) for p in (srv.disaggregated.prefill, srv.disaggregated.decode) if Path(p.hw).is_file()]
+    return [p for p in paths if p is not None]

@@ -36,6 +36,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
+from typing import Protocol
 
 from hw_models.base import Mapper
 from hw_models.op_cost import OpCost
@@ -43,6 +44,7 @@ from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
+from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
@@ -63,6 +65,20 @@ def _lerp(a: Cost, b: Cost, w: float) -> Cost:
 
 def _scaled(a: Cost, f: float) -> Cost:
     return tuple(x * f for x in a)
+
+
+class StepCost(Protocol):
+    """What the serving engine reads of a step cost (ExactCost, Surrogate, attention_dp.GroupedCost):
+    one iteration's cost vector (GroupedCost: of its attention groups' iterations together), the
+    resources of the vector's busy entries, and whether the costs are op-level rather than
+    interpolated. Serving reaches the hardware only through these objects and serving_mapper."""
+
+    @property
+    def keys(self) -> list[str]: ...
+
+    op_level: bool
+
+    def __call__(self, it) -> Cost: ...
 
 
 def resource_busy_s(tl: Timeline) -> dict[str, float]:
@@ -109,13 +125,26 @@ def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
     return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
 
 
-class ExactCost:
-    """Op-level cost of an iteration: (seconds, joules, busy seconds per resource of `keys`)."""
+def serving_mapper(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
+    """The kind's mapper for `workload`, refused in one line where it cannot cost an iteration. Serving
+    reads the hardware only through it: iteration, expert_part, device_share, rank_activation_bytes,
+    swap_bytes_per_s, engine_host_s, power_j (hw_models.base.Mapper)."""
+    check_kind(machine)
+    return mapper_for(machine, workload, model)
 
-    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig, host: bool = True):
-        check_kind(machine)
-        self.mapper: Mapper = mapper_for(machine, workload, model)
+
+class ExactCost:
+    """Op-level cost of an iteration: (seconds, joules, busy seconds per resource of `keys`).
+    `experts=False`: one attention group's own ops, the routed experts left out (their part is the
+    mapper's expert_part; sim.apps.serve.attention_dp)."""
+
+    op_level = True
+
+    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig, host: bool = True,
+                 experts: bool = True):
+        self.mapper: Mapper = serving_mapper(machine, workload, model)
         self.host = host     # add the engine's host work (not for a draft model's steps: the iteration pays it once)
+        self.experts = experts
         stack = getattr(self.mapper, "stack", None)   # GPU mappers run a stack; other kinds have none
         self.overheads: EngineOverheads | None = stack.engine_overheads if stack is not None else None
         self.model = model
@@ -128,11 +157,22 @@ class ExactCost:
     def device(self, it: Iteration) -> Cost:
         """The mapper's own iteration hook (Mapper.iteration) without the engine's host work,
         plus the units' power while busy."""
+        return self.vector(self.point(it))
+
+    def point(self, it: Iteration) -> Point:
+        """The mapper's device cost of `it` as plain data: (seconds, joules, busy seconds per resource
+        in the mapper's order), what sim.apps.serve.tablecache keeps on disk."""
+        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
+        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s), list(step.busy_s.items())
+
+    def vector(self, p: Point) -> Cost:
+        """A point as a cost vector in the order of `keys` (a resource first seen here joins them)."""
         self.calls += 1
-        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True)
-        self.keys += [k for k in step.busy_s if k not in self.keys]
-        return (step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s),
-                *(step.busy_s.get(k, 0.0) for k in self.keys))
+        t, e, busy = p
+        names = [k for k, _ in busy]
+        self.keys += [k for k in names if k not in self.keys]
+        d = dict(busy)
+        return (t, e, *(d.get(k, 0.0) for k in self.keys))
 
     def engine(self, c: Cost, it: Iteration) -> Cost:
         """Device cost `c` of `it` with the engine's host work (Mapper.with_engine) and its fitted
@@ -177,8 +217,14 @@ class Surrogate:
     M(rest, n) both together; slopes per decode KV token and per attended prefill pair.
     Each is built on first use (a vLLM run without chunking never mixes, so never builds M)."""
 
-    def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1):
+    op_level = False
+
+    def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1,
+                 store: TableStore | None = None):
         self.exact, self.q = exact, decode_q
+        self.store = store          # the tables' exact points on disk (sim.apps.serve.tablecache), or None
+        self._points: dict[str, Point] = {}   # the table being built: its points read from `store`
+        self._new = 0                         # ... and how many of them it had to compute
         self.kv0, self.kv1 = decode_q, max(max_kv, decode_q + 1)
         self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
         self.max_decode = max(max_decode, 1)
@@ -190,13 +236,29 @@ class Surrogate:
         return self.exact.keys
 
     def _cost(self, n: int, kv: int, chunk: int, prefix: int = 0) -> Cost:
-        seqs = [(self.q, kv)] * n + ([(chunk, chunk + prefix)] if chunk else [])
-        return self.exact.device(features(seqs, self.q))
+        return self._grid_point([(self.q, kv)] * n + ([(chunk, chunk + prefix)] if chunk else []))
+
+    def _grid_point(self, seqs: list[tuple[int, int]]) -> Cost:
+        """The exact device cost of a grid point: read from the store when it has it, else computed
+        (and remembered for it). Both go through ExactCost.vector, so the vectors are the same."""
+        if self.store is None:
+            return self.exact.device(features(seqs, self.q))
+        k = seqs_key(seqs)
+        p = self._points.get(k)
+        if p is None:
+            p = self._points[k] = self.exact.point(features(seqs, self.q))
+            self._new += 1
+        return self.exact.vector(p)
 
     def table(self, name: str) -> tuple[list[int], list]:
         t = self._tables.get(name)
         if t is None:
+            if self.store is not None:
+                self._points, self._new = self.store.load(name), 0
             t = self._tables[name] = self._build(name)
+            if self.store is not None and self._new:
+                self.store.save(name, self._points)
+            self._points = {}
         return t
 
     def _build(self, name: str):
@@ -235,11 +297,11 @@ class Surrogate:
     def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)
         sizes = [r // c + (i < r % c) for i in range(c)]
-        return self.exact.device(features([(a, a) for a in sizes], self.q))
+        return self._grid_point([(a, a) for a in sizes])
 
     def _split(self, t: int) -> Cost:
         a = t // 2
-        return self.exact.device(features([(a, a), (t - a, t - a)], self.q))
+        return self._grid_point([(a, a), (t - a, t - a)])
 
     @staticmethod
     def _split_pairs(t: int) -> float:

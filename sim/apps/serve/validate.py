@@ -106,7 +106,7 @@ def step_features(res, front_end_s: float = 0.0) -> dict[str, float]:
     between the request reaching the engine and its first token, and between its first and last token
     per gap (the TPOT span). A term of t seconds per iteration and u per sequence adds t x steps + u x
     seqs to each (scripts/fit_engine_overheads.py regresses on them)."""
-    from sim.apps.serve.engine import DONE
+    from sim.apps.serve.simulator import DONE
 
     r, it = res.requests, res.iterations
     ok = r["status"] == DONE

@@ -1,7 +1,7 @@
 """`sim validate-serving FILE --hw PRESET [--stack S]`: measured serving runs against the simulator
 (sim.apps.serve.validate). FILE is a silicon-sample table (its rows of the GPU --hw names), a vLLM
 benchmark_serving result JSON (--engine and --model say what served it), or an LLMServingSim case
-folder (per-request vLLM timestamps, replayed open-loop by sim.apps.serve.measured)."""
+folder (per-request vLLM timestamps, replayed open-loop by sim.apps.trace.validate_serving)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _runs(args: argparse.Namespace):
 
 
 def _folder(args: argparse.Namespace) -> int:
-    from sim.apps.serve import measured as M
+    from sim.apps.trace import validate_serving as M
     from sim.apps.serve.run import serve
     from sim.apps.serve.validate import machine_loader
 

@@ -4,7 +4,7 @@ a real vLLM server's per-request timestamps (vllm/requests.jsonl), its engine
 settings (vllm/meta.json) and the request file it replayed (workloads/*.jsonl).
 
 A case is replayed with the same requests and the same engine settings through the
-`vllm` scheduler (vLLM V1's, sim.apps.serve.schedulers_v1: running requests first,
+`vllm` scheduler (vLLM V1's, sim.apps.serve.schedulers.vllm: running requests first,
 prefills chunked within max_num_batched_tokens, KV blocks per chunk, prefix caching,
 recompute preemption of the last running request, no watermark). Arrivals are the engine's own `queued_ts`
 (relative to the first): TTFT is measured from them, so client-side delays before

@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from hw_models.machine import Machine
 from sim.apps.serve import spec as s
 from sim.apps.serve.attention_dp import GroupedCost
-from sim.apps.serve.kvpool import BlockPool, LruBlockPool
-from sim.apps.serve.placement import DeviceShare, device_share
-from sim.apps.serve.schedulers import SCHEDULERS as V0_SCHEDULERS, Scheduler
-from sim.apps.serve.schedulers_v1 import VllmV1
-from sim.apps.serve.stepcost import ExactCost, Surrogate, check_kind
+from sim.apps.serve.placement import device_share
+from sim.apps.serve.schedulers import Scheduler, scheduler_class
+from sim.apps.serve import tablecache
+from sim.apps.serve.tablecache import TableStore
+from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate, check_kind, serving_mapper
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import kv_bytes, weight_bytes
 from sim.core.mixed import lower_iteration
 from sim.core.model import ModelConfig, load_model
-from sim.core.units import fmt_bytes, parse_quantity
+from sim.core.units import fmt_bytes
 
 
 GRID_MAX_TOKENS = 16384
@@ -38,17 +38,14 @@ GRID_MAX_TOKENS = 16384
 RUNTIME_RESERVED_BYTES = 1.528e9
 
 
-SCHEDULERS = {**V0_SCHEDULERS, "vllm": VllmV1}
-
-
 @dataclass
 class Setup:
     file: s.ServeFile
     machine: Machine
     model: ModelConfig
     draft: ModelConfig | None
-    target_cost: object              # Iteration -> (s, J)
-    draft_cost: object | None
+    target_cost: StepCost
+    draft_cost: StepCost | None
     kv_bytes_per_token: float
     block_bytes: float
     total_blocks: int
@@ -63,15 +60,13 @@ class Setup:
     def scheduler(self, requests: Requests) -> Scheduler:
         cfg = self.file.serving.scheduler
         pc = self.file.serving.prefix_caching
-        paged = cfg.kind in s.PAGED
-        block = cfg.block_size if paged else 1
+        block = cfg.block_tokens
         unit = -(-requests.hash_block_tokens // block) if requests.hash_ids else 1
-        pool = (LruBlockPool if cfg.kind == "vllm" else BlockPool)(self.total_blocks, block, unit,
-                                                                   bool(pc and pc.enabled and paged))
+        cls = scheduler_class(cfg)
+        pool = cls.pool_class(self.total_blocks, block, unit, bool(pc and pc.enabled and cfg.paged))
         spec = self.file.serving.speculative
         lookahead = spec.k if spec else 0
-        limit = self.max_tokens if cfg.kind in ("vllm-v0", "orca") else None
-        sched = SCHEDULERS[cfg.kind](cfg, pool, lookahead, limit)
+        sched = cls(cfg, pool, lookahead, self.max_tokens if cls.whole_prompts else None)
         sched.max_model_len = self.max_model_len
         return sched
 
@@ -88,66 +83,86 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     fmt = file.formats.policy()
     draft = _draft(file, model) if srv.speculative else None
     cfg = srv.scheduler
-    max_model_len = getattr(cfg, "max_model_len", None) or model.max_position_embeddings
-    max_seqs = getattr(cfg, "max_num_seqs", getattr(cfg, "batch_size", 256))
-    max_tokens = getattr(cfg, "max_num_batched_tokens", None) or max(max_model_len, 2048)
+    max_model_len = cfg.context_len or model.max_position_embeddings
+    max_seqs = cfg.max_seqs
+    max_tokens = cfg.token_budget or max(max_model_len, 2048)
     # Per device of the instance (sim.apps.serve.placement): the parallel plan's share of the
     # target's weights, KV heads and layers, and the rank's activations; the draft runs whole.
-    share = device_share(file, machine, model, fmt)
+    mapper = serving_mapper(machine, file, model)
+    share = device_share(file, mapper)
     weights = weight_bytes(model, fmt) * share.weights + (weight_bytes(draft, fmt) if draft else 0)
     per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
     rank_token = _kv_per_token(model, file) * share.kv + (_kv_per_token(draft, file) if draft else 0)
-    act = _profile_activations(model, fmt, file.flash_attention, min(max_tokens, max_seqs * max_model_len), max_seqs,
-                               share)
+    act = _profile_activations(mapper, min(max_tokens, max_seqs * max_model_len), max_seqs)
     tier = machine.memory[machine.device_tier]
     room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - RUNTIME_RESERVED_BYTES
-    block = cfg.block_size if cfg.kind in s.PAGED else 1
+    block = cfg.block_tokens
     if room < rank_token * block:
         raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
                             f"{fmt_bytes(act)} + runtime {fmt_bytes(RUNTIME_RESERVED_BYTES)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
                             f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)")
-    total_blocks = getattr(cfg, "num_gpu_blocks_override", None) or int(room // (rank_token * block)) * share.groups
+    total_blocks = cfg.blocks_override or int(room // (rank_token * block)) * share.groups
     sp = srv.speculative
     # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
     # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
-    # parallel plan among the sections).
+    # parallel plan among the sections), and the loaded model's and draft's configs: a config.json whose content
+    # changed at the same path is another model.
     used = {"model", "formats", "flash_attention", "compute", "stack", "sections", "moe"}
-    key = (machine.model_dump_json(), file.model_dump_json(include=used), exact, max_tokens, max_seqs, max_model_len,
-           sp.model_dump_json() if sp else None)
+    key = (machine.model_dump_json(), file.model_dump_json(include=used), repr(model), repr(draft), exact, max_tokens,
+           max_seqs, max_model_len, sp.model_dump_json() if sp else None)
     costs = cache.get(key) if cache is not None else None
     if costs is None:
         costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, share.groups)
         if cache is not None:
             cache[key] = costs
     return Setup(file, machine, model, draft, costs[0], costs[1], per_token, rank_token * block, total_blocks,
-                 weights, act, _swap_rate(file, machine) if getattr(cfg, "preemption", "") == "swap" else None,
+                 weights, act, _swap_rate(file, mapper) if cfg.swaps else None,
                  max_tokens, max_seqs, max_model_len, share.groups)
 
 
 def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, groups=1):
     spec = file.serving.speculative
     q = spec.k + 1 if spec else 1
-    target = ExactCost(machine, file, model)
+    # Under attention groups the target costs each group's own ops; the experts' part is GroupedCost's.
+    target = ExactCost(machine, file, model, experts=groups == 1)
     # The engine's host work is paid once per iteration, with the target's verify step.
     dcost = ExactCost(machine, file.model_copy(update={"model": file.serving.speculative.draft}), draft,
                       host=False) if draft else None
     # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
     # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
     top = min(max_tokens + max_seqs * q, GRID_MAX_TOKENS)
+    store = _store(file, machine, model, groups == 1)
     if groups > 1:   # each attention group's own ops, then the shared experts (sim.apps.serve.attention_dp)
-        target.mapper.experts_off = True
-        return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len), target.mapper), None
+        return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len, store=store),
+                           target.mapper), None
     if exact:
         return target, dcost
-    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q)
-    return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1) if dcost else None)
+    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q, store=store)
+    return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1,
+                           store=_store(file.model_copy(update={"model": file.serving.speculative.draft}), machine,
+                                        draft, True)) if dcost else None)
 
 
-def _profile_activations(model, fmt, flash, tokens: int, seqs: int, share: DeviceShare) -> float:
+# ServeFile fields no step cost reads; every other field (formats, stack, the parallel plan among the
+# sections, ...) is part of the persistent tables' key, so a field added later is keyed by default.
+_NOT_COSTED = {"name", "source", "batch", "prompt_len", "gen_len", "serving"}
+
+
+def _store(file: s.ServeFile, machine: Machine, model: ModelConfig, experts: bool) -> TableStore | None:
+    """The on-disk store of one step cost's surrogate points (sim.apps.serve.tablecache), or None when
+    the cache is off."""
+    if not tablecache.enabled():
+        return None
+    return TableStore(tablecache.make_key(machine.model_dump_json(), file.model_dump_json(exclude=_NOT_COSTED),
+                                          model, experts))
+
+
+def _profile_activations(mapper, tokens: int, seqs: int) -> float:
+    """One device's activation peak over vLLM's profiling pass (one layer of `seqs` equal prompts)."""
     n = max(1, min(seqs, tokens))
     q = tokens // n
-    graph = lower_iteration(model, ((q, q),) * n, fmt, flash, 1)
-    return share.activations(graph, model)
+    graph = lower_iteration(mapper.model, ((q, q),) * n, mapper.formats, mapper.workload.flash_attention, 1)
+    return mapper.rank_activation_bytes(graph)
 
 
 def _draft(file: s.ServeFile, model: ModelConfig) -> ModelConfig:
@@ -160,17 +175,12 @@ def _draft(file: s.ServeFile, model: ModelConfig) -> ModelConfig:
     return draft
 
 
-def _swap_rate(file: s.ServeFile, machine: Machine) -> float:
+def _swap_rate(file: s.ServeFile, mapper) -> float:
     cfg = file.serving.scheduler
     if cfg.swap_bandwidth_bytes_per_s:
         return cfg.swap_bandwidth_bytes_per_s
-    dev = machine.device_tier
-    for link in machine.links.values():
-        if dev in (link.src, link.dst):
-            return link.bandwidth_bytes_per_s
-    host = machine.host or {}
-    pcie = host.get("pcie") if isinstance(host, dict) else None
-    if isinstance(pcie, dict) and "bandwidth_bytes_per_s" in pcie:
-        return parse_quantity(pcie["bandwidth_bytes_per_s"])
-    raise ConfigError(f"{file.source}: serving.scheduler.preemption: swap needs a host link, and {machine.name} "
+    rate = mapper.swap_bytes_per_s()
+    if rate is not None:
+        return rate
+    raise ConfigError(f"{file.source}: serving.scheduler.preemption: swap needs a host link, and {mapper.machine.name} "
                       "has none; set serving.scheduler.swap_bandwidth_bytes_per_s (e.g. 25 GB/s for PCIe 4.0 x16)")

@@ -26,7 +26,7 @@ import simpy
 from hw_models.stack.spec import stack_for
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
-from sim.apps.serve.setup import Setup
+from sim.apps.serve.instance import Setup
 from sim.apps.serve.stepcost import Iteration, features
 from sim.apps.serve.traces import Requests
 
@@ -56,6 +56,7 @@ class ServeResult:
     spec_tokens: int = 0
     busy_s: dict[str, float] = field(default_factory=dict)   # per resource, summed over the instances
     instances: int = 1
+    rejected_reasons: dict[str, int] = field(default_factory=dict)   # why requests were refused: reason -> count
 
 
 class ServeSim:
@@ -82,6 +83,7 @@ class ServeSim:
         self.swap_log: list[tuple[int, int, int]] = []
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
+        self.rejections: dict[str, int] = {}
         stack = stack_for(setup.file.stack, setup.machine)
         eo = stack.engine_overheads if stack is not None else None
         self.front_end_s = eo.per_request_s if eo else 0.0
@@ -105,7 +107,8 @@ class ServeSim:
                                       for c, v in self.it.items()},
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
                            s.swapped_in_blocks, s.pool.total, s.pool.peak_used, makespan_s, self.tokens, self.energy,
-                           self.swap_log, self.spec_steps, self.spec_tokens, dict(self.busy))
+                           self.swap_log, self.spec_steps, self.spec_tokens, dict(self.busy),
+                           rejected_reasons=dict(self.rejections))
 
     def _arrivals(self, env: simpy.Environment):
         r = self.reqs
@@ -137,10 +140,23 @@ class ServeSim:
         r, hashes = self.reqs, self.reqs.hash_ids
         req = Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i]),
                       hashes[i] if hashes else ())
-        if not self.sched.add(req):
-            self.rec["status"][i] = REJECTED
-            self.done += 1
+        self.admit_or_reject(req)
         self.poke()
+
+    def refusal(self, req: Request) -> str | None:
+        """Why `req` can never run here (sim.apps.serve.schedulers.Scheduler.refusal)."""
+        return self.sched.refusal(req)
+
+    def admit_or_reject(self, req: Request) -> None:
+        """Queue `req`, or reject it now, with its reason, when it can never be scheduled: a
+        request left waiting forever blocked the queue behind it and the run ended with both unfinished."""
+        why = self.refusal(req)
+        if why is None and self.sched.add(req):
+            return
+        why = why or "refused by the scheduler"
+        self.rejections[why] = self.rejections.get(why, 0) + 1
+        self.rec["status"][req.idx] = REJECTED
+        self.done += 1
 
     def poke(self) -> None:
         """Wake an idle engine to look at its queue again."""

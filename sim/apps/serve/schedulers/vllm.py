@@ -30,12 +30,15 @@ priority policy.
 
 from __future__ import annotations
 
-from sim.apps.serve.kvpool import BlockPool
-from sim.apps.serve.schedulers import Batch, Request, Scheduler
+from sim.apps.serve.kvpool import BlockPool, LruBlockPool
+from sim.apps.serve.schedulers.base import Batch, Request, Scheduler
+from sim.apps.serve.spec import SchedulerConfig
 
 
 class VllmV1(Scheduler):
-    def __init__(self, cfg, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
+    pool_class = LruBlockPool   # freed cached blocks evicted least recently used first, as vLLM's free queue
+
+    def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         super().__init__(cfg, pool, lookahead, None)    # chunked prefill: no prompt limit per step
         self.watermark = 0
         self.unit_tokens = pool.unit_blocks * pool.block_size

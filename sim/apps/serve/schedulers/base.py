@@ -1,0 +1,184 @@
+"""What every iteration scheduler shares: the request, the batch it returns, and the
+scheduler's state (the waiting queue, the running list, the KV pool) with the KV accounting
+the paged schedulers build on. Each scheduler is a module of its own beside this one,
+found by its settings' class (sim.apps.serve.schedulers.SCHEDULERS):
+
+  static   (static.py)  FasterTransformer-style fixed batches
+  orca     (orca.py)    iteration-level scheduling (Orca, OSDI 2022)
+  vllm-v0  (vllm_v0.py) vLLM V0's default scheduler
+  sarathi  (sarathi.py) vLLM V0's chunked-prefill scheduler (Sarathi-Serve, OSDI 2024)
+  vllm     (vllm.py)    vLLM V1's scheduler, the default
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sim.apps.serve.kvpool import BlockPool
+from sim.apps.serve.spec import SchedulerConfig
+
+
+class Request:
+    __slots__ = ("idx", "arrival", "prompt", "output", "hashes", "computed", "generated", "blocks", "shared",
+                 "preemptions", "prefix_hit", "sched_at", "first_at", "last_at", "swapped", "published")
+
+    def __init__(self, idx: int, arrival: float, prompt: int, output: int, hashes: tuple[int, ...] = ()):
+        self.idx, self.arrival, self.prompt, self.output, self.hashes = idx, arrival, prompt, output, hashes
+        self.computed = self.generated = self.blocks = self.preemptions = self.prefix_hit = self.swapped = 0
+        self.shared: tuple[int, ...] = ()
+        self.sched_at = self.first_at = self.last_at = -1.0
+        self.published = False
+
+    @property
+    def pending(self) -> int:
+        """Tokens whose KV is still to compute before the next token comes out."""
+        return self.prompt + self.generated - self.computed
+
+
+@dataclass
+class Batch:
+    entries: list[tuple[Request, int]]                     # (request, new tokens this iteration)
+    padded: list[tuple[int, int]] | None = None           # static batches: the sequences actually run
+    swap_blocks: int = 0                                  # blocks moved over the host link
+    preempted: list[tuple[int, int, int]] = field(default_factory=list)   # swapped out: (request, blocks, tokens)
+
+
+class Scheduler:
+    """Shared state: the waiting queue, the running list, the KV pool."""
+
+    # The pool it keeps its KV in, and whether a prompt must fit one iteration's token budget (no
+    # chunked prefill: the engine passes that budget as `prompt_limit`).
+    pool_class: type[BlockPool] = BlockPool
+    whole_prompts = False
+
+    def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
+        self.cfg, self.pool, self.lookahead = cfg, pool, lookahead
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()
+        self.max_seqs = cfg.max_seqs
+        self.max_tokens = cfg.token_budget or (1 << 62)
+        self.watermark = int(cfg.reserve_share * pool.total)
+        self.prompt_limit = prompt_limit
+        self.max_model_len: int | None = None   # set by the engine: longer requests are refused, as vLLM does
+        self.preemptions = 0
+        self.swapped_out_blocks = self.swapped_in_blocks = 0
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def fits_ever(self, r: Request) -> bool:
+        # Without chunking a prompt (and, after a recompute preemption, prompt + output so far)
+        # must fit one iteration's token budget.
+        if self.prompt_limit is not None and r.prompt + r.output > self.prompt_limit:
+            return False
+        return self.pool.blocks_for(r.prompt + r.output + self.lookahead) <= self.pool.total - self.watermark
+
+    def add(self, r: Request) -> bool:
+        if self.refusal(r) is not None:
+            return False
+        self.waiting.append(r)
+        return True
+
+    def refusal(self, r: Request) -> str | None:
+        """Why r can never be scheduled (it is rejected on arrival, never left waiting), or None."""
+        if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
+            return "longer than max_model_len"   # vLLM answers "maximum context length is ..."
+        if self.fits_ever(r):
+            return None
+        if self.prompt_limit is not None and r.prompt + r.output > self.prompt_limit:
+            return "longer than max_num_batched_tokens (no chunked prefill)"
+        return "its KV cache never fits the pool"
+
+    def timer(self, now: float, more_coming: bool) -> float | None:
+        return None
+
+    # -- KV accounting -----------------------------------------------------------
+    def _admit(self, r: Request) -> bool:
+        """Blocks for the whole of r's pending prefill (and its prefix-cache hits), if the watermark allows."""
+        pool = self.pool
+        unit_tokens = pool.unit_blocks * pool.block_size
+        usable = (r.prompt - 1) // unit_tokens if r.computed == 0 else 0   # at least one token computes
+        hits = pool.match(r.hashes[:usable]) if usable else 0
+        need = pool.blocks_for(r.prompt + r.generated + self.lookahead) - hits * pool.unit_blocks
+        # Hold the hits before allocating: an allocation evicts idle cached units, and must not evict these.
+        pool.hold(r.hashes[:hits])
+        if pool.available - need < self.watermark or not pool.allocate(need):
+            pool.drop(r.hashes[:hits])
+            return False
+        if hits:
+            r.shared, r.computed = r.hashes[:hits], hits * unit_tokens
+            r.prefix_hit = max(r.prefix_hit, r.computed)
+        r.blocks = need
+        return True
+
+    def publish(self, r: Request) -> None:
+        """r's prompt is computed: its whole prefix units become cached prefixes."""
+        r.published = True
+        unit = self.pool.unit_blocks * self.pool.block_size
+        for h in r.hashes[len(r.shared): r.prompt // unit]:
+            if self.pool.publish(h):
+                r.shared += (h,)
+                r.blocks -= self.pool.unit_blocks
+
+    def _grow(self, r: Request, tokens: int) -> int:
+        """Blocks r still needs to hold `tokens` tokens (plus lookahead slots)."""
+        return self.pool.blocks_for(tokens + self.lookahead) - r.blocks - len(r.shared) * self.pool.unit_blocks
+
+    def free(self, r: Request) -> None:
+        self.pool.release(r.blocks)
+        self.pool.drop(r.shared)
+        r.blocks, r.shared = 0, ()
+
+    def finish(self, r: Request) -> None:
+        self.running.remove(r)
+        self.free(r)
+
+    def _preempt(self, victim: Request, batch: Batch) -> None:
+        self.preemptions += 1
+        victim.preemptions += 1
+        if self.cfg.swaps:
+            n = victim.blocks + len(victim.shared) * self.pool.unit_blocks
+            self.free(victim)
+            victim.swapped = n
+            self.swapped_out_blocks += n
+            batch.swap_blocks += n
+            batch.preempted.append((victim.idx, n, victim.computed))
+            self.swapped.append(victim)
+        else:
+            self.free(victim)
+            victim.computed, victim.published = 0, False
+            self.waiting.appendleft(victim)
+
+    def _decodes(self, batch: Batch, queue: deque[Request]) -> bool:
+        """Each running decode gets its next block, preempting from the back when none is free.
+        Returns whether anything was preempted."""
+        preempted = False
+        while queue:
+            r = queue.popleft()
+            need = self._grow(r, r.computed + 1)
+            while need > 0 and not self.pool.allocate(need):
+                preempted = True
+                if queue:
+                    self._preempt(queue.pop(), batch)
+                else:
+                    self._preempt(r, batch)
+                    break
+            else:
+                r.blocks += max(need, 0)
+                self.running.append(r)
+                batch.entries.append((r, 1))
+        return preempted
+
+    def _swap_in(self, batch: Batch) -> None:
+        while self.swapped and len(self.running) < self.max_seqs:
+            r = self.swapped[0]
+            if self.pool.available - r.swapped < self.watermark or not self.pool.allocate(r.swapped):
+                return
+            self.swapped.popleft()
+            r.blocks, r.swapped = r.swapped, 0
+            self.swapped_in_blocks += r.blocks
+            batch.swap_blocks += r.blocks
+            self.running.append(r)
+            batch.entries.append((r, r.pending))

@@ -1,0 +1,46 @@
+"""vLLM V0's default scheduler (`kind: vllm-v0`): paged KV blocks allocated on demand; prefill
+iterations first, then decodes; when a decode needs a block and none is free, the most recently
+arrived running request is preempted (recompute: its blocks freed, it waits again at the front;
+swap: its blocks moved to host memory over the link, swapped back in when room returns). Without
+chunked prefill a prompt must fit one iteration's token budget.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sim.apps.serve.schedulers.base import Batch, Scheduler
+
+
+class VllmV0(Scheduler):
+    whole_prompts = True
+
+    def schedule(self, now: float, more_coming: bool) -> Batch | None:
+        batch = Batch([])
+        if not self.swapped:
+            self._prefills(batch, self.max_tokens)
+            if batch.entries:
+                return batch
+        queue = deque(self.running)
+        self.running = []
+        if not self._decodes(batch, queue):
+            self._swap_in(batch)
+        return batch if batch.entries or batch.swap_blocks else None
+
+    def _prefills(self, batch: Batch, budget: int, chunked: bool = False) -> int:
+        """Admit waiting requests first come, first served, while tokens, sequences and blocks last."""
+        while self.waiting and len(self.running) < self.max_seqs and budget > 0:
+            r = self.waiting[0]
+            fresh = r.blocks == 0
+            if fresh and not self._admit(r):
+                break
+            q = r.pending if not chunked else min(r.pending, budget)
+            if q > budget:
+                if fresh:
+                    self.free(r)
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            batch.entries.append((r, q))
+            budget -= q
+        return budget
