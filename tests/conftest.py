@@ -1,5 +1,6 @@
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_VALIDATION = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The persistent step-cost tables (sim.apps.serve.tablecache) of every test and every process a test starts
+# go to a fresh temporary folder, never the user's cache.
+os.environ["SIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="sim-test-cache-")
 
 
 @pytest.fixture

@@ -6,11 +6,17 @@ calibrate, sweep, survey) and from each hardware kind that has one (`sim offload
 search`): every module exposes register(subparsers).
 """
 
+# ruff: noqa: E402 (the imports below follow interrupt.install() on purpose: Ctrl-C during them is covered)
 from __future__ import annotations
+
+import sys
+
+from sim.core import interrupt
+
+interrupt.install()   # already, when sim was imported as the CLI; here for any other way main() is reached
 
 import argparse
 import os
-import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,12 +31,13 @@ from sim.apps.checks import unused_settings
 from sim.apps.chrome_trace import chrome_trace
 from sim.core.files import check_output, transaction, write_json
 from sim.apps.report import print_report
-from sim.apps.serve import cli as serve_cli
+from sim.apps.serve import cache_cli, cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
 from sim.core import flags, tables
 from sim.core.errors import ConfigError, SimError
+from sim.core.files import guard_inputs, note_input
 from sim.core.footprint import weight_bytes
 from sim.core.generation import STEP_PROGRESS
 from sim.core.formats import get_format, known_formats
@@ -41,7 +48,7 @@ from sim.core.units import fmt_time
 from sim.core.settings import split_settings
 from sim.core.workload import load_workload
 
-_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register)
+_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register, cache_cli.register)
 
 
 def _load(args: argparse.Namespace):
@@ -317,6 +324,22 @@ def build_parser() -> argparse.ArgumentParser:
 _OUTPUTS = ("json", "chrome_trace", "plots", "requests", "out", "plot", "output")
 
 
+# Arguments that name files a command reads (`sweep export DIR` reads DIR's store).
+_INPUTS = ("workload", "file", "spec", "traces", "held_out", "hw", "source_hw", "model")
+
+
+def _named_inputs(args: argparse.Namespace) -> list[Path]:
+    """The input files named on the command line that exist (a preset name is no file)."""
+    names = [getattr(args, a, None) for a in _INPUTS]
+    flat = [str(n) for v in names for n in (v if isinstance(v, list) else [v]) if n]
+    if getattr(args, "func", None) is sweep_cli.cmd_sweep:  # a sweep reads its store (to resume, to export)
+        from sim.apps.sweep.store import DB_NAME
+
+        folder = args.target if args.spec == "export" else args.out
+        flat += [str(Path(folder) / DB_NAME)] if folder else []
+    return [Path(n) for n in flat if Path(n).is_file()]
+
+
 def _check_empty_outputs(args: argparse.Namespace) -> None:
     for name in _OUTPUTS:
         if getattr(args, name, None) == "":
@@ -329,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _check_empty_outputs(args)
         tables.configure(args.format, args.width, args.quiet)
-        code = int(args.func(args) or 0)
+        with guard_inputs():  # no output may replace a file the command reads
+            note_input(*_named_inputs(args))  # now, so the commands' early output checks see them
+            code = int(args.func(args) or 0)
         tables.flush()
         return code
     except SimError as exc:

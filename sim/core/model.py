@@ -21,6 +21,7 @@ import yaml
 
 from sim.core.architectures import architecture
 from sim.core.errors import ConfigError, where
+from sim.core.files import note_input
 from sim.core.moe import ExpertLoad
 from sim.core.schema import not_a_file, read_yaml
 
@@ -292,6 +293,18 @@ def _model_name(raw: Any, path: Path) -> str:
     return str(kind or "model")
 
 
+def model_path(spec: str | dict | None, source: str | None = None) -> Path | None:
+    """The file a model reference names (a config.json or YAML), or None for a preset or
+    an inline mapping. A relative path is looked up next to `source` (the workload file) first."""
+    if spec is None or isinstance(spec, dict) or str(spec).lower() in _presets():
+        return None
+    path = Path(str(spec))
+    if source and not path.is_absolute():  # the workload's own folder first, then the current one
+        candidate = Path(source).parent / path
+        path = candidate if candidate.exists() else path
+    return path if path.suffix in (".json", ".yaml", ".yml") or path.exists() else None
+
+
 def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> ModelConfig:
     """A preset name, a path to config.json / .yaml, or an inline mapping."""
     if isinstance(spec, dict):
@@ -300,15 +313,13 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     presets = _presets()
     if text.lower() in presets:
         return from_mapping(presets[text.lower()], text.lower())
-    path = Path(text)
-    if source and not path.is_absolute():  # the workload's own folder first, then the current one
-        candidate = Path(source).parent / path
-        path = candidate if candidate.exists() else path
-    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
+    path = model_path(text, source)
+    if path is not None:
         if not path.is_file():
             problem = not_a_file(path, "not found", "a config.json or YAML file")
             raise ConfigError(f"{where(source, 'model')}model config file {text!r}{' ' if problem == 'not found' else ': '}"
                               f"{problem}")
+        note_input(path)  # no output of this command may replace it
         if path.suffix == ".json":
             try:
                 raw = json.loads(path.read_bytes())

@@ -29,14 +29,18 @@ def _slo(items: list[str] | None) -> dict[str, float]:
     return out
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
-    from sim.core.files import check_output
+def _check_outputs(args: argparse.Namespace, file) -> None:
+    from sim.apps.serve.spec import input_files
+    from sim.core.files import check_output, note_input, require_parquet
 
+    note_input(*input_files(file))  # read later (the trace, the model's config): refused as outputs now
     for path in (args.json, args.requests, args.chrome_trace):
         if path:
             check_output(path)
     if args.requests and Path(args.requests).suffix not in (".csv", ".parquet"):
         raise ConfigError(f"--requests {args.requests}: expected a .csv or .parquet file name")
+    if args.requests and Path(args.requests).suffix == ".parquet":
+        require_parquet(f"--requests {args.requests}")   # before the run, not after it
     if args.plots:
         check_output(args.plots, directory=True)
 
@@ -47,19 +51,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
+    from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.metrics import summarize
     from sim.apps.serve.report import print_report
     from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
     from sim.core.settings import split_settings
 
+    if args.no_cache:
+        from sim.apps.serve import tablecache
+        tablecache.disable()
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = load_machine(args.hw, sets.hw)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
-    _check_outputs(args)
+    _check_outputs(args, file)
     console = Console(stderr=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -67,11 +75,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return _capacity(args, file, machine, slo, console)
         setup = prepare(file, machine, exact=args.exact)
         reqs = make_requests(file)
+        note = budget_warning(file, reqs)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
         with _progress(args.quiet, len(reqs)) as (prog, task):
             res, extra = serve_stream(file, setup, reqs,
                                       None if prog is None else lambda d, n: prog.update(task, completed=d))
     s = summarize(res, slo)
     s.update(extra)
+    check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
     s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
              exact=args.exact)
     _write(args, res, s)
@@ -82,7 +94,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _write(args, res, summary, sweep=None) -> None:
-    """All outputs after the run, every one or none: an interrupted run has written nothing."""
+    """All outputs after the run, every one or none: an interrupted run has written nothing.
+    `res` is the run the per-request table, the Chrome trace and the plots show (with
+    --find-capacity, the run at the capacity rate; `summary` is then the search's)."""
     from sim.core.files import transaction, write_json
     from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
@@ -98,9 +112,7 @@ def _write(args, res, summary, sweep=None) -> None:
 
 
 def _capacity(args, file, machine, slo, console) -> int:
-    from sim.core.files import transaction, write_json
     from sim.apps.serve.capacity import find_capacity
-    from sim.apps.serve.output import plots
     from sim.apps.serve.report import print_capacity
     from sim.apps.serve.run import serve
 
@@ -111,18 +123,15 @@ def _capacity(args, file, machine, slo, console) -> int:
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point)
     best = cap["summary"]
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
+               goodput_window_s=cap["window_s"], within_slo=cap["within_slo"],
                limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
                                                           for p in cap["points"]], summary=best)
     res = None
-    if args.plots:
+    if args.plots or args.requests or args.chrome_trace:   # the run at the capacity rate: what they show
         file2 = file.model_copy(update={"serving": file.serving.model_copy(update={
             "arrivals": file.serving.arrivals.model_copy(update={"rate": cap["rate"]})})})
         res, _ = serve(file2, machine, exact=args.exact)
-    with transaction():
-        if args.json:
-            write_json(args.json, out)
-        if res is not None:
-            plots(res, Path(args.plots), cap["points"])
+    _write(args, res, out, cap["points"])
     if not args.quiet:
         print_capacity(cap)
     return 0
@@ -166,5 +175,7 @@ def register(subparsers) -> None:
     flags.deprecated_alias(p, "--exact", "--exhaustive", "exact", action="store_true")
     p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
     p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the persistent step-cost tables (`sim cache info`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no report or progress bar")
     p.set_defaults(func=cmd_serve)

@@ -18,6 +18,8 @@ from sim.apps.serve import spec as s
 from sim.apps.serve.attention_dp import GroupedCost
 from sim.apps.serve.placement import device_share
 from sim.apps.serve.schedulers import Scheduler, scheduler_class
+from sim.apps.serve import tablecache
+from sim.apps.serve.tablecache import TableStore
 from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate, check_kind, serving_mapper
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
@@ -103,10 +105,11 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     sp = srv.speculative
     # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
     # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
-    # parallel plan among the sections).
+    # parallel plan among the sections), and the loaded model's and draft's configs: a config.json whose content
+    # changed at the same path is another model.
     used = {"model", "formats", "flash_attention", "compute", "stack", "sections", "moe"}
-    key = (machine.model_dump_json(), file.model_dump_json(include=used), exact, max_tokens, max_seqs, max_model_len,
-           sp.model_dump_json() if sp else None)
+    key = (machine.model_dump_json(), file.model_dump_json(include=used), repr(model), repr(draft), exact, max_tokens,
+           max_seqs, max_model_len, sp.model_dump_json() if sp else None)
     costs = cache.get(key) if cache is not None else None
     if costs is None:
         costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, share.groups)
@@ -128,12 +131,30 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
     # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
     # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
     top = min(max_tokens + max_seqs * q, GRID_MAX_TOKENS)
+    store = _store(file, machine, model, groups == 1)
     if groups > 1:   # each attention group's own ops, then the shared experts (sim.apps.serve.attention_dp)
-        return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len), target.mapper), None
+        return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len, store=store),
+                           target.mapper), None
     if exact:
         return target, dcost
-    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q)
-    return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1) if dcost else None)
+    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q, store=store)
+    return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1,
+                           store=_store(file.model_copy(update={"model": file.serving.speculative.draft}), machine,
+                                        draft, True)) if dcost else None)
+
+
+# ServeFile fields no step cost reads; every other field (formats, stack, the parallel plan among the
+# sections, ...) is part of the persistent tables' key, so a field added later is keyed by default.
+_NOT_COSTED = {"name", "source", "batch", "prompt_len", "gen_len", "serving"}
+
+
+def _store(file: s.ServeFile, machine: Machine, model: ModelConfig, experts: bool) -> TableStore | None:
+    """The on-disk store of one step cost's surrogate points (sim.apps.serve.tablecache), or None when
+    the cache is off."""
+    if not tablecache.enabled():
+        return None
+    return TableStore(tablecache.make_key(machine.model_dump_json(), file.model_dump_json(exclude=_NOT_COSTED),
+                                          model, experts))
 
 
 def _profile_activations(mapper, tokens: int, seqs: int) -> float:

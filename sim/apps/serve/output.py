@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from sim.apps.mpl import pyplot
-from sim.core.files import atomic_write, write_json
+from sim.core.files import atomic_write, write_json, write_parquet
 from sim.apps.plots import _save
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
@@ -37,7 +37,7 @@ def write_requests(path: str | Path, res: ServeResult) -> Path:
     path = Path(path)
     df = request_table(res)
     if path.suffix == ".parquet":
-        return atomic_write(path, lambda p: df.to_parquet(p, index=False))
+        return write_parquet(path, df, f"--requests {path}")
     if path.suffix == ".csv":
         return atomic_write(path, lambda p: df.to_csv(p, index=False))
     raise ConfigError(f"--requests {path}: expected a .csv or .parquet file name")

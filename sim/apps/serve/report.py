@@ -17,7 +17,7 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
     head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
     rows = [
         ("requests", f"{s['completed']} completed, {s['rejected']} rejected of {s['requests']}"
-                     + (" (rejected: longer than the model's context, or KV that never fits the pool)"
+                     + (" (" + "; ".join(f"{n}: {why}" for why, n in s.get("rejected_reasons", {}).items()) + ")"
                         if s["rejected"] else "")),
         ("throughput", f"{s['throughput_tok_s']:,.1f} tokens/s, {s['throughput_req_s']:.3f} requests/s"),
         ("goodput", f"{s['goodput_tok_s']:,.1f} tokens/s, {s['goodput_req_s']:.3f} requests/s"
@@ -80,7 +80,9 @@ def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
     console = console or tables.console(markup=True)
     t = Table(title="capacity search (bisection on the arrival rate)", show_header=False, title_justify="left")
     t.add_row("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")
-    t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s")
+    t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s over the run's "
+              f"{c['window_s']:.4g} s (first arrival to last completion; arrivals span ~{c['arrival_window_s']:.4g} s); "
+              f"{c['within_slo']:.1%} of completed requests within the SLO")
     t.add_row("limiting metric", f"{c['limiting']} ({c['limit_ratio']:.2f}x of its limit just above)")
     t.add_row("runs", str(len(c["points"])))
     console.print(t)

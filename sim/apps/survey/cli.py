@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hw_models.machine import load_machine
 from sim.apps.progress import bar
-from sim.core.files import check_output
+from sim.core.files import check_output, transaction
 from sim.apps.survey.runs import Setup
 from sim.core.errors import ConfigError
 
@@ -54,7 +54,8 @@ def cmd_survey(args: argparse.Namespace) -> int:
     plots, doc = _targets(args)
     shared = Path(args.shared) if args.shared else default_shared()
     start = time.perf_counter()
-    with bar("survey sections", "sections", quiet=args.quiet) as update:
+    with transaction(), bar("survey sections", "sections", quiet=args.quiet) as update:
+        # the document and every plot, or none of them (a section may fail late)
         path, _ = build(Setup.make(machines, args.quick), REPO, shared, plots, doc, args.update_docs, update)
     if not args.quiet:
         print(f"wrote {path} and its plots in {plots}/ ({time.perf_counter() - start:.1f} s)")

@@ -32,6 +32,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         why = _failures(args.out)
         if why:
             print(f"not run, recorded as error rows (plots mark them): {why}", file=sys.stderr)
+        for path in s.changed:
+            print(f"{path}: changed since the stored rows; the points that read it ran again", file=sys.stderr)
         if s.reused:
             ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
             print(f"reused stored rows (same resolved configuration) for points {ids}", file=sys.stderr)
