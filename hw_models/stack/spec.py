@@ -37,6 +37,8 @@ from pathlib import Path
 
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
+from hw_models.network.collectives import ALGORITHMS
+from hw_models.stack.attention_kernels import family_names   # the fitted file loads on first use (cached)
 from hw_models.stack.kernel_families import FAMILIES
 from hw_models.stack.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
                                    serial_values, softmax_block_threads)
@@ -141,7 +143,6 @@ class Stack(Strict):
     @field_validator("attention")
     @classmethod
     def _attention(cls, v: str | None) -> str | None:
-        from hw_models.stack.attention_kernels import family_names   # loads the fitted file on use
         if v is not None and v not in family_names():
             raise ValueError(f"unknown attention kernel family {v!r}; families: {', '.join(family_names())}")
         return v
@@ -149,7 +150,6 @@ class Stack(Strict):
     @field_validator("all_reduce")
     @classmethod
     def _all_reduce(cls, v: str | None) -> str | None:
-        from hw_models.network.collectives import ALGORITHMS
         if v is not None and v not in ALGORITHMS:
             raise ValueError(f"unknown collective algorithm {v!r}; algorithms: {', '.join(ALGORITHMS)}")
         return v
