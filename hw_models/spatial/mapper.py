@@ -231,6 +231,11 @@ class SpatialMapper(Mapper):
         return DeviceShare(devices=p.chips, weights=p.weight_bytes[j] / sum(p.weight_bytes) / t, kv=kv / t,
                            tp=t, reserved_bytes=0.0)
 
+    @property
+    def devices(self) -> int:
+        """The chips one instance spans (the serving energy's per-device figures divide by it)."""
+        return self.partition.chips
+
     def rank_activation_bytes(self, graph) -> float:
         """A chip's activation buffer (the partition's, sized for the largest chunk it compiles)."""
         return self.partition.activation_buffer_bytes
