@@ -71,5 +71,14 @@ def test_groq_iteration_is_its_micro_batches_occupancy(tmp_path):
 
 def test_spatial_kv_in_dram_is_refused(tmp_path, capsys):
     f = write_serving_file(tmp_path, SERVE, _edit)
-    line = refused(capsys, ["serve", str(f), "--hw", "ipu_bow", "--set", "hw.spatial.kv_cache=dram"], tmp_path)
+    line = refused(capsys, ["serve", str(f), "--hw", "ipu_bow", "--set", "hw.spatial.kv_cache=dram",
+                            "--set", "hw.spatial.chips=8"], tmp_path)
     assert "spatial.kv_cache: dram: sim serve sizes the KV pool in the chips' SRAM" in line
+
+
+def test_spatial_auto_chips_is_refused(tmp_path, capsys):
+    """chips: auto fills the chips with one batch's KV: no pool is left to serve from."""
+    f = write_serving_file(tmp_path, SERVE, _edit)
+    line = refused(capsys, ["serve", str(f), "--hw", "groq_lpu"], tmp_path)
+    assert "spatial.chips: auto sizes the pipeline to just hold one batch's KV" in line
+    assert "--set hw.spatial.chips=" in line

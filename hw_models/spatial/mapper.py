@@ -220,6 +220,10 @@ class SpatialMapper(Mapper):
         if self.cfg.kv_cache != "sram":
             raise ConfigError(f"{src}: spatial.kv_cache: {self.cfg.kv_cache}: sim serve sizes the KV pool in the "
                               "chips' SRAM; serving with the KV cache in DRAM is not modelled")
+        if self.cfg.chips == "auto":
+            raise ConfigError(f"{src}: spatial.chips: auto sizes the pipeline to just hold one batch's KV ({p.needed} "
+                              f"chips for {self.model.name}), leaving no KV pool to serve from; set a count, e.g. "
+                              f"--set hw.spatial.chips={2 * p.needed}")
         t, kv_all = p.tensor_parallel, sum(p.kv_sram_bytes)
         # The chip that holds the fewest tokens sets the pool (every block lives on every chip, each with its
         # layers' share); chips without layers (the embedding, the LM head) hold no KV and set nothing.
