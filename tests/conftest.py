@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_VALIDATION = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Every serving run in the tests checks the run-wide invariants each iteration (sim.apps.serve.debug_checks).
+os.environ.setdefault("SIM_SERVE_CHECKS", "1")
 
 
 @pytest.fixture

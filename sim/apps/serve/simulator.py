@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from sim.apps.serve import debug_checks
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.instance import Setup
@@ -75,6 +76,7 @@ class ServeSim:
         self.swap_log: list[tuple[int, int, int]] = []
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
+        self.checks = debug_checks.enabled()   # run-wide invariants each iteration (debug mode)
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -82,6 +84,8 @@ class ServeSim:
         env.process(self._arrivals(env))
         env.process(self._engine(env))
         env.run()
+        if self.checks:
+            debug_checks.check_costs(self.setup)
         return self.result(env.now)
 
     def result(self, makespan_s: float) -> ServeResult:
@@ -129,6 +133,8 @@ class ServeSim:
                 yield self.wake if t is None or t <= env.now else env.any_of([self.wake, env.timeout(t - env.now)])
                 continue
             start = env.now
+            if self.checks:
+                debug_checks.check_batch(sched, batch)
             dt, energy = self._cost(batch)
             yield env.timeout(dt)
             self._apply(batch, start, env.now, energy)
@@ -221,6 +227,8 @@ class ServeSim:
                                        prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
                                        len(sched.waiting) + len(sched.swapped))):
             it[c].append(v)
+        if self.checks:
+            debug_checks.check_blocks(sched)
         if self.progress is not None and len(it["start_s"]) % 64 == 0:
             self.progress(self.done, len(self.reqs))
 
@@ -243,4 +251,6 @@ class ServeSim:
         rec["prefix_hit_tokens"][i] = r.prefix_hit
         rec["status"][i] = DONE
         self.done += 1
+        if self.checks:
+            debug_checks.check_finished(r)
         self.sched.finish(r)
