@@ -223,11 +223,12 @@ def test_v1_fully_cached_prompt_still_computes_its_last_block():
 
 
 def test_v1_multi_block_prefix_units():
-    """12 blocks (11 usable), a unit of 2 blocks (8 tokens). A (17 tokens, hashes 1, 2) takes 5 blocks and
+    """6 blocks (5 usable), a unit of 2 blocks (8 tokens). A (17 tokens, hashes 1, 2) takes all 5 blocks and
     caches its 2 whole units as they fill; at its end they join the free queue. B (the same prompt, 2
-    outputs) hits (17 - 1) // 8 = 2 units, 16 tokens: it holds their 4 blocks and allocates 1 for token 17.
-    In use: 5 of 11."""
-    sched = v1(12, unit_blocks=2)
+    outputs) hits (17 - 1) // 8 = 2 units, 16 tokens. The admission gate: B's whole sequence less its hit,
+    5 - 2 x 2 = 1 block, plus the 4 idle hit blocks it takes out of the free queue, is 5 of the 5 free: B is
+    admitted, holds the 4 blocks and allocates 1 for token 17. In use: 5 of 5."""
+    sched = v1(6, unit_blocks=2)
     a, b = Request(0, 0.0, 17, 1, (1, 2)), Request(1, 0.0, 17, 2, (1, 2))
     assert sched.add(a) and step(sched) == [(0, 17)] and sched.pool.used == 0
     assert sched.add(b) and step(sched) == [(1, 1)]
