@@ -227,7 +227,7 @@ class ServeSim:
                                        prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
                                        len(sched.waiting) + len(sched.swapped))):
             it[c].append(v)
-        if self.checks:
+        if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
             debug_checks.check_blocks(sched)
         if self.progress is not None and len(it["start_s"]) % 64 == 0:
             self.progress(self.done, len(self.reqs))
