@@ -24,7 +24,8 @@ from sim.apps.serve.schedulers.sarathi import Sarathi
 from sim.apps.serve.schedulers.static import Static
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
-from sim.apps.serve.simulator import DONE, ServeSim
+from sim.apps.serve.metrics import summarize, utilization
+from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
 from sim.apps.serve.stepcost import Iteration, Surrogate, _grid, features
 from sim.apps.serve.traces import Requests
 
@@ -245,7 +246,7 @@ class LinearCost:
         return 1e-3 + 1e-4 * it.tokens, 0.0
 
 
-def run(sched: Scheduler, prompts: list[int], outputs: list[int]) -> dict[str, np.ndarray]:
+def run_result(sched: Scheduler, prompts: list[int], outputs: list[int]) -> ServeResult:
     n = len(prompts)
     reqs = Requests(np.zeros(n), np.array(prompts), np.array(outputs))
     serving = SimpleNamespace(speculative=None, arrivals=SimpleNamespace())
@@ -253,7 +254,11 @@ def run(sched: Scheduler, prompts: list[int], outputs: list[int]) -> dict[str, n
                             draft_cost=None, groups=1, block_bytes=0.0, swap_bytes_per_s=None)
     res = ServeSim(setup, reqs).run()
     assert (res.requests["status"] == DONE).all()
-    return res.requests
+    return res
+
+
+def run(sched: Scheduler, prompts: list[int], outputs: list[int]) -> dict[str, np.ndarray]:
+    return run_result(sched, prompts, outputs).requests
 
 
 def test_static_token_times():
@@ -310,3 +315,43 @@ def test_surrogate_equals_exact_at_grid_points_and_interpolates_linearly_between
     assert sur.device(features([(24, 24)])) == pytest.approx((1.640e-3, 3.280e-3), rel=1e-9)
     assert sur.device(features([(1, 1)] * 3)) == pytest.approx((1.010e-3, 2.020e-3), rel=1e-9)
     debug_checks.surrogate_at_grid(sur)
+
+
+def test_summary_of_the_static_scenario_by_hand():
+    """The static scenario's summary (sim.apps.serve.metrics), ms: A (2 tokens) first 2.2, last 3.4;
+    B (3) 2.2 and 4.6; C (1) queued 4.6, first and last 5.9; all arrive at 0.
+    TTFT 2.2 2.2 5.9: mean 3.4333, p50 2.2 (the smallest with half the weight at or below), p90 5.9.
+    TPOT (last - first) / (tokens - 1): 1.2, 1.2, none for C. E2E 3.4 4.6 5.9. Gaps: 1.2 twice at 3.4
+    (A and B) and once at 4.6: TBT mean 1.2. Span 5.9 ms: 6 tokens, 3 requests; SLO TTFT <= 3 ms met by A
+    and B (2 requests, 5 tokens). Iterations 2.2, 1.2, 1.2, 1.3 ms running 10, 2, 1, 3 tokens over 2, 2, 2, 1
+    sequences: duration-weighted 29.5 / 5.9 = 5 tokens and 10.5 / 5.9 sequences; busy all of the 5.9 ms."""
+    res = run_result(static(2, 20), [4, 6, 3], [2, 3, 1])
+    out = summarize(res, {"ttft_p90": 3e-3})
+    ms = 1e-3
+    assert (out["requests"], out["completed"], out["rejected"], out["iterations"]) == (3, 3, 0, 4)
+    assert out["duration_s"] == pytest.approx(5.9 * ms, rel=1e-12)
+    assert out["throughput_tok_s"] == pytest.approx(6 / (5.9 * ms), rel=1e-12)
+    assert out["throughput_req_s"] == pytest.approx(3 / (5.9 * ms), rel=1e-12)
+    assert out["goodput_req_s"] == pytest.approx(2 / (5.9 * ms), rel=1e-12)
+    assert out["goodput_tok_s"] == pytest.approx(5 / (5.9 * ms), rel=1e-12)
+    lat = out["latency"]
+    assert [lat["ttft"][k] / ms for k in ("mean", "p50", "p90", "p99", "max")] == pytest.approx(
+        [10.3 / 3, 2.2, 5.9, 5.9, 5.9], rel=1e-12)
+    assert [lat["tpot"][k] / ms for k in ("mean", "p50", "max")] == pytest.approx([1.2, 1.2, 1.2], rel=1e-12)
+    assert [lat["e2e"][k] / ms for k in ("mean", "p50", "max")] == pytest.approx([13.9 / 3, 4.6, 5.9], rel=1e-12)
+    assert [lat["queue"][k] / ms for k in ("mean", "max")] == pytest.approx([4.6 / 3, 4.6], rel=1e-12)
+    assert [lat["tbt"][k] / ms for k in ("mean", "p50", "max")] == pytest.approx([1.2, 1.2, 1.2], rel=1e-12)
+    assert out["tokens_per_iteration"]["mean"] == pytest.approx(5.0, rel=1e-12)
+    assert out["batch_size"]["mean"] == pytest.approx(10.5 / 5.9, rel=1e-12)
+    assert out["engine_busy"] == pytest.approx(1.0, rel=1e-12)
+    assert out["slo_met"] == {"ttft_p90": pytest.approx(5.9 / 3, rel=1e-12)}
+    assert out["kv_blocks_total"] == 20 and out["kv_usage_mean"] == 0.0   # a static batch takes no blocks
+
+
+def test_utilization_folds_numbered_members_into_one_family():
+    """Busy seconds over a 4 s run: gpu 2 s -> 0.5; pim.stack0 and pim.stack1 (1 s and 3 s) -> one entry
+    pim.stack0-1 at their mean 0.5; their .compute parts apart: (1 + 0) / 2 / 4; over 2 instances, halved."""
+    busy = {"gpu": 2.0, "pim.stack0": 1.0, "pim.stack1": 3.0, "pim.stack0.compute": 1.0, "pim.stack1.compute": 0.0}
+    assert utilization(busy, 4.0) == {"gpu": 0.5, "pim.stack0-1": 0.5, "pim.stack0-1.compute": 0.125}
+    assert utilization({"pim.stack3": 2.0}, 4.0, instances=2) == {"pim.stack3": 0.25}
+    assert utilization(busy, 0.0) == {}
