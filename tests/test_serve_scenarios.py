@@ -24,7 +24,7 @@ from sim.apps.serve.schedulers.sarathi import Sarathi
 from sim.apps.serve.schedulers.static import Static
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
-from sim.apps.serve.metrics import summarize, utilization
+from sim.apps.serve.metrics import stats, summarize, utilization
 from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
 from sim.apps.serve.stepcost import Iteration, Surrogate, _grid, features
 from sim.apps.serve.traces import Requests
@@ -355,3 +355,13 @@ def test_utilization_folds_numbered_members_into_one_family():
     assert utilization(busy, 4.0) == {"gpu": 0.5, "pim.stack0-1": 0.5, "pim.stack0-1.compute": 0.125}
     assert utilization({"pim.stack3": 2.0}, 4.0, instances=2) == {"pim.stack3": 0.25}
     assert utilization(busy, 0.0) == {}
+
+
+def test_quantiles_are_the_inverted_cdf():
+    """The p-quantile is the smallest value with at least p of the weight at or below it: of 1 and 2, p50 is
+    1 (half the weight at or below 1); of 1, 2, 3 weighted 1, 1, 2, p50 is 2 (2 of 4 at or below), p90 3.
+    NaNs (one-token TPOTs) are left out of an unweighted sample."""
+    assert stats(np.array([1.0, 2.0]))["p50"] == 1.0
+    w = stats(np.array([3.0, 1.0, 2.0]), np.array([2.0, 1.0, 1.0]))
+    assert (w["p50"], w["p90"], w["max"], w["mean"]) == (2.0, 3.0, 3.0, 2.25)
+    assert stats(np.array([np.nan, 4.0]))["mean"] == 4.0
