@@ -194,7 +194,7 @@ class Mapper:
             tl = self.run_graph(graph_of(None if n == L else n))
             return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl))
 
-        return fold_layers(run, L, self.fold_layers, exhaustive)
+        return fold_layers(run, L, self.fold_layers, exhaustive, self.model.layer_period)
 
     # Why this kind cannot cost one serving iteration on its own ("" when it can).
     iteration_refusal = ""

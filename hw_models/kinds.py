@@ -24,6 +24,7 @@ class KindEntry:
     workload_sections: tuple[str, ...] = ()   # top-level workload keys it owns
     cli: str | None = None                    # the module of its `register(subparsers)`, loaded at start-up
     moe_refusal: str | None = None            # why the kind cannot run Mixture-of-Experts models (None: it can)
+    runs_stack: bool = False                  # whether it costs ops under the workload's software stack
 
 
 # Why three kinds refuse MoE models. The lowering (sim.core.moe) gives a step's expert ops the
@@ -38,8 +39,8 @@ MOE_SPATIAL = ("spatial keeps every op's weights resident on chip, counted from 
                "step reads only its routed experts, so residency would omit the experts chips must still hold")
 
 KINDS: dict[str, KindEntry] = {
-    "gpu": KindEntry("hw_models.gpu", (), ("parallel",)),
-    "cpu": KindEntry("hw_models.gpu", (), ("parallel",)),
+    "gpu": KindEntry("hw_models.gpu", (), ("parallel",), runs_stack=True),
+    "cpu": KindEntry("hw_models.gpu", (), ("parallel",), runs_stack=True),
     "offload": KindEntry("hw_models.offload", ("host",), ("policy",), cli="hw_models.offload.cli",
                          moe_refusal=MOE_OFFLOAD),
     "pim": KindEntry("hw_models.pim", ("pim",), ("pim_policy",), moe_refusal=MOE_PIM),

@@ -48,7 +48,7 @@ def test_deepseek_v2_lite_mla_approximation():
 def test_hf_config_keys(tmp_path):
     cfg = {"model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 256, "moe_intermediate_size": 32,
            "num_hidden_layers": 3, "num_attention_heads": 4, "vocab_size": 100, "n_routed_experts": 8,
-           "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "kv_lora_rank": 16}
+           "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     m = load_model(path)

@@ -244,3 +244,72 @@ def test_chrome_trace_has_counter_events(tmp_path):
     names = {e["name"] for e in events if e["ph"] == "C"}
     assert {"sram occupancy (GB)", "c2c in use (GB/s)"} <= names
     assert Path(trace).stat().st_size > 0
+
+
+def _two_way_frame() -> pd.DataFrame:
+    """PIM on/off x context, over batch; the long context at batch 8 ran out of memory."""
+    rows = []
+    for policy, base in (("auto", 5.0), ("none", 14.0)):
+        for ctx in (256, 4096):
+            for batch in (1, 2, 8):
+                oom = ctx == 4096 and batch == 8
+                rows.append({"workload.pim_policy": policy, "workload.prompt_len": ctx, "workload.batch": batch,
+                             "tpot_s": None if oom else (base + batch + ctx / 1024) / 1e3,
+                             "energy_per_token_j": None if oom else 0.1 * batch,
+                             "status": "error" if oom else "ok",
+                             "error": "CapacityError: needs 48 GB but it holds 32 GB" if oom else ""})
+    return pd.DataFrame(rows)
+
+
+def test_sweep_line_legend_explains_colour_and_style_and_marks_failed_points(figures, tmp_path):
+    df = _two_way_frame()
+    p = Plot(kind="line", x="workload.batch", y="tpot_s", lines=["workload.pim_policy", "workload.prompt_len"],
+             where="workload.batch >= 1")
+    sweep_plots.line(df, p, sweep_plots.title_for("pim", p, list(df.columns)), tmp_path / "l.png")
+    ax = figures[0].axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:3] == ["colour: prompt length", "256 tokens", "4096 tokens"]
+    assert legend[3:6] == ["line style: PIM policy", "auto", "none"]
+    assert any(t.startswith("not run: 2 out of memory (CapacityError)") for t in legend)
+    # Both failed points are drawn (stacked at batch 8), in the 4096-token colour.
+    failed = next(c for c in ax.collections if c.get_label().startswith("not run"))
+    assert len(failed.get_offsets()) == 2
+    assert ax.get_title() == "pim: TPOT vs batch\nonly where batch >= 1"
+
+
+def test_sweep_titles_name_both_metrics_and_the_filter():
+    cols = ["workload.batch", "workload.pim_policy"]
+    pareto = Plot(kind="pareto", x="energy_per_token_j", y="tpot_s")
+    assert sweep_plots.title_for("s", pareto, cols) == "s: TPOT vs energy per token (Pareto front)"
+    heat = Plot(kind="heatmap", x="workload.batch", y="workload.prompt_len", z="tpot_s",
+                where="workload.pim_policy == 'auto'")
+    assert sweep_plots.title_for("s", heat, cols) == ("s: TPOT over batch and prompt length\n"
+                                                     "only where PIM policy == 'auto'")
+
+
+def test_serve_kv_and_batch_panels_are_binned_not_solid(tmp_path, figures, monkeypatch):
+    from sim.apps.serve import output
+
+    monkeypatch.setattr(output, "_save", lambda fig, path: figures.append(fig) or path)
+    # Iterations alternate prefill (1 sequence) and decode (20): the raw step function would fill the
+    # panel; binned, the mean over each span is the time-weighted 10.5 and the shaded range 1..20.
+    n = 400
+    res = type("R", (), {})()
+    res.iterations = {"start_s": np.arange(n) * 0.01, "seqs": np.where(np.arange(n) % 2, 20, 1),
+                      "kv_blocks_used": np.full(n, 50)}
+    res.makespan_s, res.total_blocks = n * 0.01, 100
+    output._kv_and_batch(res, tmp_path / "kv.png", bins=20)
+    kv_ax, batch_ax = figures[-1].axes
+    mean = batch_ax.get_lines()[0].get_ydata()
+    assert np.allclose(mean, 10.5) and np.allclose(kv_ax.get_lines()[0].get_ydata(), 50.0)
+    assert kv_ax.get_ylabel() == "KV blocks in use (% of the pool)"
+
+
+def test_gantt_legend_names_every_bar_kind(figures, tmp_path):
+    from sim.core.results import OpRecord
+
+    ops = [OpRecord("L0.q_proj", "gemm", "gpu", 0.0, 1e-6, 1.0, 1.0, "memory"),
+           OpRecord("L0.dispatch", "all_to_all", "link", 1e-6, 2e-6, 0.0, 1.0, "link")]
+    gantt_mod.gantt(ops, "t", tmp_path / "g.png")
+    legend = [t.get_text() for t in figures[-1].legends[0].get_texts()]
+    assert legend == ["gemm", "all_to_all"]    # the collective's bars are explained too

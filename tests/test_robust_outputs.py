@@ -82,8 +82,8 @@ def test_validate_checks_both_outputs_before_the_work(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("x")
     line = refused(capsys, ["validate", str(ROOT / "tests/data/trace_tinyllama_L1.ops.csv"), "--hw", "cpu_host",
-                            "--json", str(tmp_path / "v.json"), "--plot", str(afile / "p.png")], tmp_path)
-    assert line == f"error: {afile / 'p.png'}: cannot write: {afile} is not a directory"
+                            "--json", str(tmp_path / "v.json"), "--plots", str(afile / "plots")], tmp_path)
+    assert line == f"error: {afile / 'plots'}: cannot write: {afile} is not a directory"
 
 
 def test_transaction_lands_everything_or_nothing(tmp_path):

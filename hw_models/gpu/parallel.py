@@ -24,6 +24,7 @@ collectives on the node's link, and pipeline stages over micro-batches.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -255,18 +256,23 @@ class ParallelGpuMapper(GpuMapper):
         + LM head): in all, of that in TP/EP collectives (the report's time in collectives),
         and the rank's dynamic energy (joules)."""
         w = self.workload
-        two = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
-                    w.flash_attention, num_layers=2)
-        tl = engine.run(self.tp_tasks(two), {}, {}, True)
+        # Layer 0 warms up; "one layer" is layers 1..period on average (period 1 but for models
+        # whose layers alternate, as Gemma-2's local and global attention do).
+        period = self.model.layer_period
+        graph_p = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
+                        w.flash_attention, num_layers=1 + period)
+        tl = engine.run(self.tp_tasks(graph_p), {}, {}, True)
         parts = {"embed": 0.0, "layer": 0.0, "head": 0.0}
         links, joules = dict(parts), dict(parts)
         for iv in tl.intervals:
-            part = "layer" if iv.task.startswith("L1.") else "embed" if iv.task.startswith("embed") else \
-                "head" if not iv.task.startswith("L0.") else None
+            layer = _layer_of(iv.task)
+            part = "layer" if layer is not None and layer >= 1 else "embed" if iv.task.startswith("embed") else \
+                "head" if layer is None else None
             if part:
-                parts[part] += iv.duration_s
-                links[part] += iv.duration_s if iv.resource == LINK else 0.0
-                joules[part] += getattr(iv.tag, "energy_j", 0.0)
+                share = 1.0 / period if part == "layer" else 1.0
+                parts[part] += iv.duration_s * share
+                links[part] += iv.duration_s * share if iv.resource == LINK else 0.0
+                joules[part] += getattr(iv.tag, "energy_j", 0.0) * share
         return parts, links, joules
 
     def stage_layers(self) -> list[int]:
@@ -346,3 +352,12 @@ def MAPPER(machine, workload, model) -> GpuMapper:
     if workload.section("parallel") is None:
         return GpuMapper(machine, workload, model)
     return ParallelGpuMapper(machine, workload, model)
+
+
+_LAYER = re.compile(r"^L(\d+)\.")
+
+
+def _layer_of(task: str) -> int | None:
+    """The layer a task works for (`L3.q_proj` -> 3), None for the embedding and the head."""
+    m = _LAYER.match(task)
+    return int(m.group(1)) if m else None

@@ -33,8 +33,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from sim.core.settings import split_settings
     from sim.core.workload import load_workload
 
-    from rich.console import Console
-
+    from sim.core import tables
 
     sets = split_settings(args.set)
     workload = load_workload(args.workload, sets.workload)
@@ -56,6 +55,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         write_json(args.json, result.summary())
     if args.quiet:
         return 0
-    Console(markup=False).print(result.table())
-    Console(markup=False).print(f"best: {result.best.policy.describe()}")
+    console = tables.console()
+    console.print(result.table())
+    console.print(f"best: {result.best.policy.describe()}")
     return 0

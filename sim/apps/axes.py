@@ -17,11 +17,13 @@ _NAMES = {
     "energy_per_token_j": "energy per token", "params": "parameters", "hw": "hardware",
     "hw.price_usd": "price", "workload.batch": "batch", "workload.prompt_len": "prompt length",
     "workload.gen_len": "generated tokens", "workload.formats.weights": "weight format",
+    "workload.pim_policy": "PIM policy", "workload.stack": "software stack", "serving.arrivals.rate": "arrival rate",
+    "serving.scheduler.kind": "scheduler", "serving.scheduler": "scheduler",
     "workload.formats.activations": "activation format", "workload.formats.kv_cache": "KV cache format",
 }
 _PREFIXES = {"peak_memory_bytes.": "peak memory on ", "utilization.": "utilisation of ",
              "link_utilization.": "utilisation of ", "bytes_per_decode_step.": "bytes per decode step over ",
-             "hw.memory.@device.": "device memory ", "workload.": "", "hw.": ""}
+             "hw.memory.@device.": "device memory ", "workload.": "", "hw.": "", "serving.": ""}
 _COUNTS = {"workload.batch": "sequences", "workload.prompt_len": "tokens", "workload.gen_len": "tokens"}
 
 _TIME = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
@@ -84,7 +86,7 @@ def _name(col: str) -> str:
         return _NAMES[col]
     for prefix, words in _PREFIXES.items():
         if col.startswith(prefix):
-            return words + col[len(prefix):].replace("_", " ")
+            return words + col[len(prefix):].replace("_", " ").replace(".", " ")
     return col.replace("_", " ")
 
 
@@ -100,7 +102,7 @@ def axis_for(col: str, values: Iterable = ()) -> Axis:
         return decimal_axis(name.removesuffix(" flops per s"), values, "FLOP/s", floor=1e9)
     if col.endswith("_tok_s"):
         return Axis(f"{name} (tokens/s)")
-    if col.endswith("_req_s"):
+    if col.endswith("_req_s") or col == "serving.arrivals.rate":
         return Axis(f"{name.removesuffix(' req s')} (requests/s)")
     if "bytes" in col:
         return decimal_axis(name.replace(" bytes", "") if "memory" in name else name, values, "B", floor=1e9)

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import fnmatch
 
-from hw_models.kinds import section_owners
+from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
 from sim.core.lowering import lower
 from sim.core.model import ModelConfig
 from sim.core.workload import Workload
+
+
+def stack_runs(kind: str) -> bool:
+    """Whether presets of `kind` cost ops under the workload's software stack (hw_models.kinds)."""
+    entry = KINDS.get(kind)
+    return entry is not None and entry.runs_stack
 
 
 def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) -> list[str]:
@@ -22,6 +28,9 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
         if machine.kind not in owners:
             notes.append(f"{src}: {key}: only {' and '.join(owners)} presets read it; {machine.name} is kind "
                          f"{machine.kind!r}, so it is ignored")
+    if workload.stack and not stack_runs(machine.kind):
+        notes.append(f"{src}: stack: {workload.stack!r} is ignored: only gpu and cpu presets cost ops under a "
+                     f"software stack; {machine.name} is kind {machine.kind!r}")
     if workload.formats.overrides:
         # One layer of a decode step names every op kind the model has (layers repeat).
         names = [op.name for op in lower(model, "decode", 1, 1, 2, workload.formats.policy(),

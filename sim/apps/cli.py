@@ -6,22 +6,28 @@ calibrate, sweep, survey) and from each hardware kind that has one (`sim offload
 search`): every module exposes register(subparsers).
 """
 
+# ruff: noqa: E402 (the imports below follow interrupt.install() on purpose: Ctrl-C during them is covered)
 from __future__ import annotations
+
+import sys
+
+from sim.core import interrupt
+
+interrupt.install()   # already, when sim was imported as the CLI; here for any other way main() is reached
 
 import argparse
 import json
-import sys
+import os
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from hw_models.machine import load_machine, preset_names, resolve_path
+from hw_models.machine import load_machine
 from hw_models.registry import cli_registrars, mapper_for, simulate
+from sim.apps import diff, hw_cli, progress
 from sim.apps.checks import unused_settings
 from sim.apps.chrome_trace import chrome_trace
 from sim.core.files import check_output, transaction, write_json
@@ -30,18 +36,20 @@ from sim.apps.serve import cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
+from sim.core import flags, tables
 from sim.core.errors import ConfigError, SimError
+from sim.core.files import guard_inputs, note_input
 from sim.core.footprint import weight_bytes
+from sim.core.generation import STEP_PROGRESS
 from sim.core.formats import get_format, known_formats
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
 from sim.core.results import check_finite
-from sim.core.schema import file_dict
-from sim.core.units import fmt_bytes, fmt_time
+from sim.core.units import fmt_time
 from sim.core.settings import split_settings
 from sim.core.workload import load_workload
 
-_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register)
+_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register)
 
 
 def _load(args: argparse.Namespace):
@@ -97,8 +105,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         layers = parse_layers(args.gantt_layers)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
-        with _naming(workload, machine):
-            result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
+        with _naming(workload, machine), progress.bar("simulating", "steps", quiet=args.quiet) as update:
+            token = STEP_PROGRESS.set(update)
+            try:
+                result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
+            finally:
+                STEP_PROGRESS.reset(token)
     with transaction():  # every output or none
         _write_run_outputs(args, result, workload, machine, layers)
     if args.quiet:
@@ -177,7 +189,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
                   r["bound"], fmt_time(r["roofline_s"]), fmt_time(r["simulated_s"]))
     t.add_row("total", "", "", f"{totals['flops']:.3g}", f"{totals['bytes']:.3g}", "", "",
               fmt_time(totals["roofline_s"]), fmt_time(totals["simulated_s"]), style="bold")
-    Console(markup=False).print(t)
+    tables.console().print(t)
     return 0
 
 
@@ -188,7 +200,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     kv = {f: m.kv_bytes_per_token(get_format(f).storage_bytes((1, m.kv_dim)) / m.kv_dim) for f in fmts}
     data = dict(m.to_dict(), params=m.params(), weight_bytes=by_fmt, kv_cache_bytes_per_token=kv)
     if args.json:
-        print(json.dumps(data, indent=1))
+        flags.emit_json(args.json, data)
         return 0
     t = Table(title=f"{m.name}: {m.params():,} parameters", show_header=False, title_justify="left")
     for k, v in m.to_dict().items():
@@ -197,53 +209,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
         t.add_row(f"weights in {f}", f"{by_fmt[f]:,} bytes ({by_fmt[f] / 1e9:.2f} GB)")
     for f in fmts:
         t.add_row(f"KV cache per token in {f}", f"{kv[f]:,.0f} bytes")
-    Console(markup=False).print(t)
-    return 0
-
-
-def cmd_hw_list(args: argparse.Namespace) -> int:
-    rows = []
-    for name in preset_names():
-        try:
-            m = load_machine(name)
-        except SimError as exc:
-            rows.append((name, "?", "", "", "", Text(str(exc), style="red")))
-            continue
-        tier = m.memory[m.device_tier]
-        unit = m.units[m.main_unit]
-        best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
-        rows.append((name, m.kind, fmt_bytes(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
-                     f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
-    console = Console(markup=False)
-    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial)",
-              show_edge=False)
-    cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    for col, w in zip(cols, widths):
-        t.add_column(col, no_wrap=True, min_width=w)
-    # In a narrow terminal the description gives way; rich would otherwise squeeze the
-    # short columns to nothing. 3 characters of border and padding per column.
-    room = console.width - sum(widths) - 3 * (len(cols) + 1) - 1
-    if room >= 10:
-        t.add_column("description", overflow="ellipsis", no_wrap=True, max_width=min(60, room))
-    for r in rows:
-        t.add_row(*r[: len(t.columns)])
-    console.print(t)
-    return 0
-
-
-def cmd_hw_show(args: argparse.Namespace) -> int:
-    from hw_models.network.topology import load_topology, preset_names as topologies
-
-    if args.name in topologies():      # a node of devices: draw it (text)
-        topo = load_topology(args.name)
-        print(json.dumps(topo.model_dump(), indent=1) if args.json else topo.describe())
-        return 0
-    m = load_machine(args.name)
-    if args.json:
-        print(json.dumps(file_dict(m), indent=1))
-    else:
-        print(resolve_path(args.name).read_text())
+    tables.console().print(t)
     return 0
 
 
@@ -265,13 +231,15 @@ def cmd_formats(args: argparse.Namespace) -> int:
         source = "N(0, 1), 256 x 4096, seed 0"
     shape = tuple(x.shape) if x.ndim else (1,)
     rows = []
-    for f in fmts:
-        err = quantization_error(x, f)
-        rows.append(dict(format=f.name, bits_per_element=f.bits_per_element(shape), block=f.block_size,
-                         storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
-                         rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
+    with progress.bar("measuring formats", "formats", len(fmts), quiet=args.quiet) as update:
+        for f in fmts:
+            err = quantization_error(x, f)
+            rows.append(dict(format=f.name, bits_per_element=f.bits_per_element(shape), block=f.block_size,
+                             storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
+                             rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
+            update(len(rows))
     if args.json:
-        print(json.dumps(dict(array=source, formats=rows), indent=1, default=float))
+        flags.emit_json(args.json, dict(array=source, formats=rows))
         return 0
     t = Table(title=f"Number formats on {source}")
     for col in ("format", "bits/element", "block", "bytes", "SQNR dB", "rel. RMSE", "max |err|"):
@@ -280,7 +248,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
         t.add_row(r["format"], f"{r['bits_per_element']:.3f}",
                   {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
                   f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
-    Console(markup=False).print(t)
+    tables.console().print(t)
     return 0
 
 
@@ -333,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     mp = sub.add_parser("model", help="model configs").add_subparsers(dest="model_cmd", required=True)
     ms = mp.add_parser("show", help="parameters, bytes per format, KV bytes per token")
     ms.add_argument("model", help="preset name or path to config.json")
-    ms.add_argument("--json", action="store_true", help="print the figures as JSON")
+    flags.json_option(ms, "the figures")
     ms.add_argument("--formats", help="comma-separated formats to tabulate (default fp32,fp16,bf16,int8,int4)")
     ms.set_defaults(func=cmd_model_show)
     ml = mp.add_parser("list", help="model presets")
@@ -342,23 +310,35 @@ def build_parser() -> argparse.ArgumentParser:
     fp = sub.add_parser("formats", help="number formats: exact bits per element and the error each causes")
     fp.add_argument("--formats", help="comma-separated formats (default: all)")
     fp.add_argument("--array", metavar="NPY", help="measure the error on this .npy array (default: Gaussian)")
-    fp.add_argument("--json", action="store_true")
+    flags.json_option(fp, "each format's bits and errors")
     fp.set_defaults(func=cmd_formats)
 
-    hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
-    hp.add_parser("list", help="list presets").set_defaults(func=cmd_hw_list)
-    hs = hp.add_parser("show", help="show a preset, or draw a topology (dgx_a100, dgx_h100, ...)")
-    hs.add_argument("name", help="preset name, hardware YAML file, or topology preset")
-    hs.add_argument("--json", action="store_true", help="print the validated machine as JSON (default: the YAML text)")
-    hs.set_defaults(func=cmd_hw_show)
+    hw_cli.register(sub)
 
     for register in (*_APPS, *cli_registrars()):
         register(sub)
+    tables.add_to_every_command(p)
     return p
 
 
 # Output options of every subcommand: an empty path ("--json ''") would otherwise write nothing, silently.
 _OUTPUTS = ("json", "chrome_trace", "plots", "requests", "out", "plot", "output")
+
+
+# Arguments that name files a command reads (`sweep export DIR` reads DIR's store).
+_INPUTS = ("workload", "file", "spec", "traces", "held_out", "hw", "source_hw", "model")
+
+
+def _named_inputs(args: argparse.Namespace) -> list[Path]:
+    """The input files named on the command line that exist (a preset name is no file)."""
+    names = [getattr(args, a, None) for a in _INPUTS]
+    flat = [str(n) for v in names for n in (v if isinstance(v, list) else [v]) if n]
+    if getattr(args, "func", None) is sweep_cli.cmd_sweep:  # a sweep reads its store (to resume, to export)
+        from sim.apps.sweep.store import DB_NAME
+
+        folder = args.target if args.spec == "export" else args.out
+        flat += [str(Path(folder) / DB_NAME)] if folder else []
+    return [Path(n) for n in flat if Path(n).is_file()]
 
 
 def _check_empty_outputs(args: argparse.Namespace) -> None:
@@ -372,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()  # imports every subcommand: Ctrl-C may land here
         args = parser.parse_args(argv)
         _check_empty_outputs(args)
-        return int(args.func(args) or 0)
+        tables.configure(args.format, args.width, args.quiet)
+        with guard_inputs():  # no output may replace a file the command reads
+            note_input(*_named_inputs(args))  # now, so the commands' early output checks see them
+            code = int(args.func(args) or 0)
+        tables.flush()
+        return code
     except SimError as exc:
         # One line whatever the input held: a value with a newline ("a\nb") is shown escaped.
         print("error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
@@ -380,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:   # `sim roofline ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ KIND_COLORS = {"gemm": "tab:blue", "attn_score": "tab:orange", "attn_context": "
                "attention": "tab:orange", "softmax": "tab:red", "norm": "tab:green",
                "elementwise": "tab:olive", "rope": "tab:purple", "kv_append": "tab:brown",
                "embed": "tab:gray", "compute": "tab:blue", "transfer": "tab:cyan"}
+OTHER_COLOR = "black"   # kinds without a colour of their own: collectives (all_to_all), a plugin's tags
 MAX_ROWS = 24
 _LAYER = re.compile(r"^L(\d+)\.")
 
@@ -57,7 +58,7 @@ def _panel(ax, ops: list[OpRecord], span: tuple[float, float], subtitle: str) ->
     for i, row in enumerate(labels):
         mine = [o for o in ops if row_of[o.unit] == row]
         ax.broken_barh([(o.start_s * t.scale, o.duration_s * t.scale) for o in mine], (i - 0.4, 0.8),
-                       facecolors=[KIND_COLORS.get(o.kind, "0.4") for o in mine], edgecolor="white", linewidth=0.2)
+                       facecolors=[KIND_COLORS.get(o.kind, OTHER_COLOR) for o in mine], edgecolor="white", linewidth=0.2)
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.set_xlim(span[0] * t.scale, span[1] * t.scale)
@@ -86,9 +87,16 @@ def gantt(ops: list[OpRecord], title: str, path: Path, layers: tuple[int, int] |
         _panel(ax, sel, span, subtitle)
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     kinds = [k for k in KIND_COLORS if any(o.kind == k for o in ops)]
-    if kinds:  # tasks of other kinds (a plugin's tags) get no legend entry
-        handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS[k]) for k in kinds]
-        fig.legend(handles, kinds, fontsize=7, loc="upper right", ncol=min(5, len(kinds)),
+    # Kinds without a colour of their own (link transfers, collectives, a plugin's tags) are the
+    # black bars: one legend entry that names them, so no bar goes unexplained.
+    others = sorted({o.kind for o in ops if o.kind not in KIND_COLORS})
+    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS[k]) for k in kinds]
+    names = list(kinds)
+    if others:
+        handles.append(plt.Rectangle((0, 0), 1, 1, color=OTHER_COLOR))
+        names.append(", ".join(others))
+    if names:
+        fig.legend(handles, names, fontsize=7, loc="upper right", ncol=min(5, len(names)),
                    bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return _save(fig, path)

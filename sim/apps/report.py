@@ -11,8 +11,11 @@ from hw_models.base import Section
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
 from hw_models.stack.spec import load_stack
+from sim.apps.checks import stack_runs
+from sim.apps.serve.metrics import utilization
+from sim.core import tables
 from sim.core.results import RunResult, aggregate_by_name, group_name
-from sim.core.units import fmt_bytes, fmt_time
+from sim.core.units import fmt_bytes, fmt_capacity, fmt_time
 
 
 def render_section(s: Section) -> Table:
@@ -70,7 +73,7 @@ def _phase_energy(result: RunResult) -> str:
 
 
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
-    c = console or Console(markup=False)
+    c = console or tables.console()
     m = result.model
     c.print(_kv_table("Model", [
         ("name", m["name"]),
@@ -84,12 +87,13 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("batch / prompt / new tokens", f"{result.batch} / {result.prompt_len} / {result.gen_len}"),
         ("formats", f"weights {f['weights']}, activations {f['activations']}, KV cache {f['kv_cache']}"
          + (f", overrides {f['overrides']}" if f.get("overrides") else "")),
-        ("software stack", stack_line(result.stack)),
+        ("software stack", stack_line(result.stack) if not result.stack or stack_runs(result.kind) else
+         f"{result.stack}: ignored (a {result.kind} preset costs no software stack)"),
     ]))
     unit = machine.units[machine.main_unit]
     c.print(_kv_table("Hardware", [
         ("preset", f"{machine.name} ({machine.kind}): {machine.description}"),
-        ("memory", ", ".join(f"{n} {fmt_bytes(t.capacity_bytes)} @ {t.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
+        ("memory", ", ".join(f"{n} {fmt_capacity(t.capacity_bytes)} @ {t.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
                              for n, t in machine.memory.items())),
         ("compute", ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in unit.peak_flops_per_s.items())),
     ]))
@@ -99,7 +103,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("end-to-end", fmt_time(result.e2e_s)),
         ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
-        ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in result.utilization.items())),
+        # Numbered families (40 PIM stacks) as one entry, their mean: pim.stack0-39.
+        ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in utilization(result.utilization, 1.0).items())),
     ]
     c.print(_kv_table("Results", rows))
     mem = Table(title="Peak memory per tier", title_justify="left")

@@ -2,7 +2,13 @@
 place, so an interrupted run leaves nothing half-written), straight through for
 devices and FIFOs, all of a command's outputs or none (`transaction`), and JSON
 that is standard (no NaN) and byte-identical run to run (sorted keys). Generic
-file I/O: every stratum may write through it (a kind's CLI, calibration, sweeps)."""
+file I/O: every stratum may write through it (a kind's CLI, calibration, sweeps).
+
+Inputs are sacred: inside `guard_inputs()` (the CLI wraps every command in it) each file
+a reader opens is noted (`note_input`; the shared readers in sim.core.schema do it), and
+an output that resolves, after symlinks and hard links, to a noted input is refused in one
+line before anything is written (`check_output`, which `atomic_write` calls again at the
+moment of writing, so an input read after the early check is protected too)."""
 
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from sim.core.errors import ConfigError
+
+# The files the current command has read: resolved paths and (device, inode) pairs.
+# None outside guard_inputs(): library callers (tests, notebooks) are not tracked.
+_INPUTS: contextvars.ContextVar[dict[str, tuple[int, int] | None] | None] = \
+    contextvars.ContextVar("sim_inputs_read", default=None)
 
 # Per transaction: (commit, abort) callables of the staged writes, in order.
 _STAGED: contextvars.ContextVar[list[tuple[Callable[[], None], Callable[[], None]]] | None] = \
@@ -44,11 +55,63 @@ def _target(path: Path) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
+@contextmanager
+def guard_inputs() -> Iterator[None]:
+    """Track the files read inside (one command's run) so no output may replace one."""
+    token = _INPUTS.set({})
+    try:
+        yield
+    finally:
+        _INPUTS.reset(token)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def note_input(*paths: str | Path | None) -> None:
+    """Record `paths` as read by this command (a no-op outside guard_inputs)."""
+    inputs = _INPUTS.get()
+    if inputs is None:
+        return
+    for path in paths:
+        if path:
+            inputs[os.path.realpath(path)] = _identity(Path(path))
+
+
+def _read_by_this_run(path: Path) -> str | None:
+    """The input `path` resolves to, when this command has read it."""
+    inputs = _INPUTS.get()
+    if not inputs:
+        return None
+    real = os.path.realpath(path)
+    if real in inputs:
+        return real
+    ident = _identity(path)  # a hard link (or bind mount) to an input has another name
+    return next((name for name, i in inputs.items() if ident is not None and i == ident), None)
+
+
+def refuse_inputs(path: Path) -> None:
+    """One line, before anything is written, when the output `path` is a file this run read."""
+    same = _read_by_this_run(path)
+    if same is not None:
+        shown = "" if same == str(path) or same == os.path.abspath(path) else f" (it resolves to {same})"
+        raise ConfigError(f"{path}: refusing to write an output over an input this command reads{shown}; "
+                          "give another output path")
+
+
 def check_output(path: str | Path, directory: bool = False) -> Path:
     """Fail before a long run, not after it, when `path` cannot be written: it is
     an existing directory (or, for `directory`, a file), a read-only file, a socket or
-    block device, or a parent is a file, or the nearest existing parent is not writable."""
+    block device, or a parent is a file, or the nearest existing parent is not writable,
+    or it is a file this command reads (see the module docstring)."""
     path = Path(path)
+    if not directory:
+        refuse_inputs(path)
     if path.is_dir() != directory and path.exists():
         raise ConfigError(f"{path}: is {'a file' if directory else 'a directory'}; "
                           f"expected {'a directory' if directory else 'a file path'}")
@@ -178,3 +241,19 @@ def dumps(data: Any) -> str:
 
 def write_json(path: str | Path, data: Any) -> Path:
     return atomic_write(path, lambda p: p.write_text(dumps(data) + "\n"))
+
+
+def require_parquet(what: str) -> None:
+    """One line, not pandas' traceback asking for fastparquet, when pyarrow (a dependency of
+    sim since issue 34) is missing from a broken install."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{what}: writing Parquet needs pyarrow, which this install lacks (pip install pyarrow, "
+                          "or reinstall sim); or give a .csv name") from None
+
+
+def write_parquet(path: str | Path, frame: Any, what: str) -> Path:
+    """`frame` (a pandas DataFrame) as Parquet through pyarrow, atomically."""
+    require_parquet(what)
+    return atomic_write(path, lambda p: frame.to_parquet(p, index=False, engine="pyarrow"))

@@ -23,6 +23,7 @@ instead of millions, and each is checked against the exhaustive simulation
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Protocol
@@ -38,15 +39,18 @@ from sim.core.workload import Workload, check_context
 DECODE_SAMPLES = 9
 
 
-def fold_layers(run: Callable[[int], StepResult], num_layers: int, fold: int, exhaustive: bool = False
-                ) -> StepResult:
-    """One step of `num_layers` identical layers from runs of `fold` and `fold + 1`
-    layers (`run(n)` simulates the step with its first n layers). Time, busy time,
-    energy and counters are all extensive in the layer count."""
-    if exhaustive or num_layers <= fold + 1:
+def fold_layers(run: Callable[[int], StepResult], num_layers: int, fold: int, exhaustive: bool = False,
+                period: int = 1) -> StepResult:
+    """One step of `num_layers` layers, repeating every `period` layers (1: all identical;
+    Gemma-2's local/global pair: 2), from runs of `fold` and `fold + period` layers
+    (`run(n)` simulates the step with its first n layers; `fold` is raised so whole
+    periods remain). Time, busy time, energy and counters are all extensive in the
+    layer count."""
+    fold += (num_layers - fold) % period
+    if exhaustive or num_layers <= fold + period:
         return run(num_layers)
-    a, b = run(fold), run(fold + 1)
-    k = num_layers - fold
+    a, b = run(fold), run(fold + period)
+    k = (num_layers - fold) // period
 
     def ext(x: dict[str, float], y: dict[str, float]) -> dict[str, float]:
         return {r: x.get(r, 0.0) + k * (y.get(r, 0.0) - x.get(r, 0.0)) for r in {**x, **y}}
@@ -116,13 +120,23 @@ class Generation:
         return float({"mean": t.mean, "first": lambda: t[0], "last": lambda: t[-1]}[which]())
 
 
+# Told (steps done, steps in all) after each simulated step: the CLI's progress bar. A context
+# variable, so that the hardware models between the CLI and this loop need not pass it on.
+STEP_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("STEP_PROGRESS", default=None)
+
+
 def run_generation(step: StepFn, prompt_len: int, gen_len: int, samples: int = DECODE_SAMPLES,
                    exhaustive: bool = False) -> Generation:
     """Prefill, then the sampled decode steps, interpolated over the rest."""
-    prefill = step("prefill", prompt_len, prompt_len)
     kv = decode_kv_lens(prompt_len, gen_len)
     idx = np.arange(len(kv)) if exhaustive else sample_indices(len(kv), samples)
-    sampled = [step("decode", 1, int(kv[i])) for i in idx]
+    told = STEP_PROGRESS.get() or (lambda done, total: None)
+    prefill = step("prefill", prompt_len, prompt_len)
+    told(1, len(idx) + 1)
+    sampled = []
+    for i in idx:
+        sampled.append(step("decode", 1, int(kv[i])))
+        told(len(sampled) + 1, len(idx) + 1)
     times = np.interp(np.arange(len(kv)), idx, [s.time_s for s in sampled]) if len(kv) else np.zeros(0)
     return Generation(prefill, kv, idx, sampled, times, exhaustive)
 

@@ -2,9 +2,12 @@
 
 One function, `lower`, for the whole LLaMA family (GQA/MQA through
 num_kv_heads, SwiGLU, RMSNorm, RoPE) and OPT (LayerNorm, ReLU MLP, learned
-positions, biases). Per-element FLOP counts of the small ops follow the usual
-roofline-tool conventions (LLM-Viewer): RMSNorm 4, LayerNorm 5, RoPE 6 per
-rotated element, softmax 5, SiLU*mul 5, ReLU 1, residual add 1.
+positions, biases), with the decoder variants of sim.core.architectures: q/k/v
+biases, q/k norm, sandwich norms, sliding windows, soft-capping. Per-element
+FLOP counts of the small ops follow the usual roofline-tool conventions
+(LLM-Viewer): RMSNorm 4, LayerNorm 5, RoPE 6 per rotated element, softmax 5,
+SiLU*mul 5 (GELU*mul, Gemma's, counted the same), ReLU 1, residual add 1; our
+own: soft-capping 3 (divide, tanh, multiply).
 """
 
 from __future__ import annotations
@@ -115,9 +118,17 @@ def lm_head(b: _Builder, m: ModelConfig, x: TensorUse, rows: int) -> None:
     b.add("final_norm", g.NORM, (5 if opt else 4) * T * h, [x, norm_w], [xn], None, tokens=T, hidden=h)
     last = b.act("final.xn", rows, h)  # only each sequence's last token reaches the LM head
     head = "embed_tokens" if m.tie_word_embeddings else "lm_head.w"
+    logits = b.act("logits", rows, m.vocab_size)
     b.add("lm_head", g.GEMM, 2 * rows * h * m.vocab_size,
-          [last, b.weight("lm_head", head, m.vocab_size, h)], [b.act("logits", rows, m.vocab_size)],
+          [last, b.weight("lm_head", head, m.vocab_size, h)], [logits],
           None, m=rows, n=m.vocab_size, k=h)
+    if m.final_softcap:
+        b.add("final_softcap", g.ELEMENTWISE, SOFTCAP_FLOPS * rows * m.vocab_size, [logits],
+              [b.act("logits.capped", rows, m.vocab_size)], None, tokens=rows, hidden=m.vocab_size)
+
+
+# cap * tanh(x / cap): a divide, a tanh and a multiply per element (Gemma-2's soft-capping).
+SOFTCAP_FLOPS = 3
 
 
 def _linear(b: _Builder, layer: int, name: str, x: TensorUse, out_dim: int, bias: bool, out: str) -> TensorUse:
@@ -140,6 +151,15 @@ def _norm(b: _Builder, layer: int, name: str, x: TensorUse, opt: bool) -> Tensor
     return y
 
 
+def _qk_norm(b: _Builder, m: ModelConfig, i: int, q: TensorUse, k: TensorUse) -> tuple[TensorUse, TensorUse]:
+    """Qwen3's RMSNorm over each head of q and of k (one head_dim scale each), before RoPE."""
+    op, T = f"L{i}.qk_norm", q.shape[0]
+    q_n, k_n = b.act(f"{op}.q", T, m.q_dim), b.act(f"{op}.k", T, m.kv_dim)
+    b.add(op, g.NORM, 4 * T * (m.q_dim + m.kv_dim), [q, k, b.weight(op, f"{op}.w", 2 * m.head_dim)],
+          [q_n, k_n], i, tokens=T, hidden=m.q_dim + m.kv_dim)
+    return q_n, k_n
+
+
 def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, q_len: int, kv_len: int,
                  flash: bool) -> TensorUse:
     L = f"L{i}"
@@ -147,11 +167,12 @@ def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, 
     q, k, v = qkv(b, m, i, x)
     new_k, new_v = b.kv(f"{L}.k_cache", batch, q_len, m.kv_dim), b.kv(f"{L}.v_cache", batch, q_len, m.kv_dim)
     b.add(f"{L}.kv_append", g.KV_APPEND, 0, [k, v], [new_k, new_v], i, tokens=T, kv_dim=m.kv_dim)
-    k_cache = b.kv(f"{L}.k_cache", batch, kv_len, m.kv_dim)
-    v_cache = b.kv(f"{L}.v_cache", batch, kv_len, m.kv_dim)
+    keys = m.keys_read(i, q_len, kv_len)   # all kv_len keys, or those within a sliding window's reach
+    k_cache = b.kv(f"{L}.k_cache", batch, keys, m.kv_dim)
+    v_cache = b.kv(f"{L}.v_cache", batch, keys, m.kv_dim)
     ctx = b.act(f"{L}.ctx", T, m.q_dim)
-    attention(b, m, i, "", q, k_cache, v_cache, ctx, ((batch, q_len, kv_len),), (batch, m.num_heads, q_len, kv_len),
-              flash, False, batch=batch, heads=m.num_heads, kv_heads=m.num_kv_heads, q_len=q_len, kv_len=kv_len,
+    attention(b, m, i, "", q, k_cache, v_cache, ctx, ((batch, q_len, kv_len),), (batch, m.num_heads, q_len, keys),
+              flash, False, batch=batch, heads=m.num_heads, kv_heads=m.num_kv_heads, q_len=q_len, kv_len=keys,
               head_dim=m.head_dim)
     return mlp_block(b, m, i, x, ctx)
 
@@ -162,9 +183,12 @@ def qkv(b: _Builder, m: ModelConfig, i: int, x: TensorUse) -> tuple[TensorUse, T
     T = x.shape[0]
     opt = m.family == "opt"
     xn = _norm(b, i, "attn_norm", x, opt)
-    q = _linear(b, i, "q_proj", xn, m.q_dim, opt, "q")
-    k = _linear(b, i, "k_proj", xn, m.kv_dim, opt, "k")
-    v = _linear(b, i, "v_proj", xn, m.kv_dim, opt, "v")
+    bias = opt or m.qkv_bias
+    q = _linear(b, i, "q_proj", xn, m.q_dim, bias, "q")
+    k = _linear(b, i, "k_proj", xn, m.kv_dim, bias, "k")
+    v = _linear(b, i, "v_proj", xn, m.kv_dim, bias, "v")
+    if m.qk_norm:
+        q, k = _qk_norm(b, m, i, q, k)
     if not opt:
         q_r, k_r = b.act(f"{L}.q_rot", T, m.q_dim), b.act(f"{L}.k_rot", T, m.kv_dim)
         b.add(f"{L}.rope", g.ROPE, 6 * T * (m.q_dim + m.kv_dim), [q, k], [q_r, k_r], i,
@@ -178,23 +202,34 @@ def attention(b: _Builder, m: ModelConfig, i: int, suffix: str, q: TensorUse, k_
               score_shape: tuple[int, ...], flash: bool, part: bool, after: tuple[str, ...] = (),
               **dims: int) -> str:
     """Attention of `groups` of sequences, each (count, q_len, kv_len), over the given cache
-    tensors; FLOPs summed sequence by sequence. Op names end in `suffix`; the first op waits
-    for `after`. Returns the name of the last op."""
+    tensors (of the keys in reach: ModelConfig.keys_read); FLOPs summed sequence by sequence.
+    Op names end in `suffix`; the first op waits for `after`. Returns the name of the last op."""
     L, H, d = f"L{i}", m.num_heads, m.head_dim
+    elementwise = 5 + (SOFTCAP_FLOPS if m.attn_softcap else 0)   # softmax, and the cap before it
     if flash:
-        # Causal flash kernels skip fully masked blocks: a query attends on
-        # average to kv_len - (q_len - 1) / 2 keys.
-        attended = sum(n * H * ql * (kl - (ql - 1) / 2) for n, ql, kl in groups)
-        b.add(f"{L}.attention{suffix}", g.ATTENTION, 4 * attended * d + 5 * attended, [q, k_cache, v_cache], [ctx],
-              i, part, after, **dims)
+        # Causal flash kernels skip fully masked blocks (and, with a window, those out of reach).
+        attended = sum(n * H * causal_keys(ql, kl, m.window(i)) for n, ql, kl in groups)
+        b.add(f"{L}.attention{suffix}", g.ATTENTION, 4 * attended * d + elementwise * attended,
+              [q, k_cache, v_cache], [ctx], i, part, after, **dims)
         return f"{L}.attention{suffix}"
-    pairs = sum(n * H * ql * kl for n, ql, kl in groups)
+    # Unfused kernels compute every score of the keys read, masked ones included.
+    pairs = sum(n * H * ql * m.keys_read(i, ql, kl) for n, ql, kl in groups)
     scores = b.act(f"{L}.scores{suffix}", *score_shape)
     probs = b.act(f"{L}.probs{suffix}", *score_shape)
     b.add(f"{L}.qk{suffix}", g.ATTN_SCORE, 2 * pairs * d, [q, k_cache], [scores], i, after=after, **dims)
-    b.add(f"{L}.softmax{suffix}", g.SOFTMAX, 5 * pairs, [scores], [probs], i, **dims)
+    b.add(f"{L}.softmax{suffix}", g.SOFTMAX, elementwise * pairs, [scores], [probs], i, **dims)
     b.add(f"{L}.av{suffix}", g.ATTN_CONTEXT, 2 * pairs * d, [probs, v_cache], [ctx], i, part, **dims)
     return f"{L}.av{suffix}"
+
+
+def causal_keys(q_len: int, kv_len: int, window: int = 0) -> float:
+    """Keys the last `q_len` of `kv_len` queries attend to in all, causally: query j (0-based)
+    sees kv_len - q_len + 1 + j keys, or at most `window` of them (0: no window)."""
+    if not window or window >= kv_len:
+        return q_len * (kv_len - (q_len - 1) / 2)
+    first = kv_len - q_len + 1
+    below = max(0, min(kv_len, window - 1) - first + 1)   # queries that see fewer than `window` keys
+    return below * (first + first + below - 1) / 2 + (q_len - below) * window
 
 
 def mlp_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, ctx: TensorUse) -> TensorUse:
@@ -202,7 +237,9 @@ def mlp_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, ctx: TensorUse)
     L = f"L{i}"
     T, h = x.shape
     opt = m.family == "opt"
-    o = _linear(b, i, "o_proj", ctx, h, opt, "attn_out")
+    o = _linear(b, i, "o_proj", ctx, h, opt or m.o_bias, "attn_out")
+    if m.post_norms:
+        o = _norm(b, i, "post_attn_norm", o, False)
     h1 = b.act(f"{L}.h1", T, h)
     b.add(f"{L}.attn_residual", g.ELEMENTWISE, T * h, [x, o], [h1], i, tokens=T, hidden=h)
 
@@ -218,6 +255,8 @@ def mlp_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, ctx: TensorUse)
             branches.append(_swiglu(b, i, hn, m.shared_intermediate, "shared_"))
     else:
         branches = [_swiglu(b, i, hn, m.intermediate_size, "")]
+    if m.post_norms:
+        branches = [_norm(b, i, "post_mlp_norm", branches[0], False), *branches[1:]]
     out = b.act(f"L{i + 1}.in", T, h)
     b.add(f"{L}.mlp_residual", g.ELEMENTWISE, len(branches) * T * h, [h1, *branches], [out], i, tokens=T, hidden=h)
     return out

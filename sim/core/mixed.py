@@ -63,13 +63,13 @@ def _layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, groups: list[tuple
     last: tuple[str, ...] = ()
     for suffix, seqs in groups:
         q_tokens = sum(s[0] for s in seqs)
-        keys = sum(s[1] for s in seqs)
+        keys = sum(m.keys_read(i, ql, kl) for ql, kl in seqs)   # a sliding window reads only its reach
         # A ragged batch: the tensors hold the group's rows back to back; their bytes are the
         # sums over its sequences. Dims give the count, the longest q_len (a mapper's "rows
         # per KV head" test) and the mean kv_len.
         op = attention(b, m, i, suffix, b.act(q.name, q_tokens, m.q_dim), b.kv(f"{L}.k_cache", keys, m.kv_dim),
                        b.kv(f"{L}.v_cache", keys, m.kv_dim), b.act(f"{L}.ctx", q_tokens, m.q_dim),
-                       tuple((1, ql, kl) for ql, kl in seqs), (m.num_heads, sum(ql * kl for ql, kl in seqs)),
+                       tuple((1, ql, kl) for ql, kl in seqs), (m.num_heads, sum(ql * m.keys_read(i, ql, kl) for ql, kl in seqs)),
                        flash, True, last, batch=len(seqs), heads=m.num_heads, kv_heads=m.num_kv_heads,
                        q_len=max(s[0] for s in seqs), kv_len=round(keys / len(seqs)), head_dim=m.head_dim)
         last = (op,)

@@ -1,5 +1,8 @@
 """Model configurations of the LLaMA family (and OPT, for FlexGen's results),
-including Mixture-of-Experts variants (Mixtral, Qwen3-MoE, DeepSeek-V2).
+including Mixture-of-Experts variants (Mixtral, Qwen3-MoE, DeepSeek-V2) and the
+decoder variants of sim.core.architectures (Mistral's sliding window, Qwen2's
+q/k/v biases, Qwen3's q/k norm, Gemma-2's sandwich norms, alternating window and
+soft-capping, Phi-3). Other Hugging Face `model_type`s are refused by name.
 
 A model can be named by preset (`llama2-13b`), by a path to a Hugging Face
 `config.json` (or a YAML file with the same keys), or given inline as a mapping.
@@ -12,11 +15,13 @@ from dataclasses import asdict, dataclass, fields as dc_fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
+from sim.core.architectures import architecture
 from sim.core.errors import ConfigError, where
+from sim.core.files import note_input
 from sim.core.moe import ExpertLoad
 from sim.core.schema import not_a_file, read_yaml
 
@@ -44,6 +49,15 @@ class ModelConfig:
     shared_expert_intermediate_size: int = 0  # total shared width where given directly (Qwen2-MoE)
     first_dense_layers: int = 0               # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
     expert_load: ExpertLoad = ExpertLoad()    # how tokens spread over experts (sim.core.moe)
+    # Decoder variants (sim.core.architectures); the defaults are LLaMA's.
+    qkv_bias: bool = False          # biases on q/k/v (Qwen2; LLaMA/Qwen3 attention_bias)
+    o_bias: bool = False            # a bias on o_proj (LLaMA/Qwen3 attention_bias, not Qwen2)
+    qk_norm: bool = False           # RMSNorm over each head of q and k before RoPE (Qwen3)
+    post_norms: bool = False        # RMSNorm after attention and after the MLP too (Gemma-2)
+    sliding_window: int = 0         # keys a query sees in a windowed layer, its own included; 0: all
+    global_every: int = 0           # with a window: layers 2n+1.. (every n-th) attend to all keys (Gemma-2: 2)
+    attn_softcap: float = 0.0       # cap * tanh(score / cap) on attention scores (Gemma-2: 50); 0: none
+    final_softcap: float = 0.0      # the same on the logits (Gemma-2: 30)
 
     @property
     def is_moe(self) -> bool:
@@ -69,17 +83,37 @@ class ModelConfig:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    def window(self, layer: int) -> int:
+        """The sliding window of layer `layer` in keys, 0 where it attends to all keys."""
+        if not self.sliding_window or (self.global_every and (layer + 1) % self.global_every == 0):
+            return 0
+        return self.sliding_window
+
+    def keys_read(self, layer: int, q_len: int, kv_len: int) -> int:
+        """Cached keys that `q_len` new queries (the last `q_len` of `kv_len` keys) read in
+        layer `layer`: all of them, or with a window W the last W + q_len - 1."""
+        w = self.window(layer)
+        return min(kv_len, w + q_len - 1) if w else kv_len
+
+    @property
+    def layer_period(self) -> int:
+        """Layers after which the pattern repeats (Gemma-2's local/global pair: 2)."""
+        return self.global_every if self.sliding_window and self.global_every else 1
+
     def layer_params(self, layer: int = 0, active: bool = False) -> int:
         """Parameters of layer `layer`; `active`: only the k routed experts a token uses."""
         h, f = self.hidden_size, self.intermediate_size
         attn = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
         if self.family == "opt":  # biases on every projection, LayerNorm weight + bias
             return attn + self.q_dim + 2 * self.kv_dim + h + 2 * h * f + f + h + 2 * 2 * h
+        attn += ((self.q_dim + 2 * self.kv_dim) if self.qkv_bias else 0) + (h if self.o_bias else 0)
+        attn += 2 * self.head_dim if self.qk_norm else 0     # one scale per head dim for q, one for k
+        norms = (4 if self.post_norms else 2) * h
         if not self.is_moe_layer(layer):
-            return attn + 3 * h * f + 2 * h
+            return attn + 3 * h * f + norms
         experts = self.experts_per_token if active else self.num_experts
         return (attn + h * self.num_experts + experts * 3 * h * self.expert_intermediate
-                + 3 * h * self.shared_intermediate + 2 * h)
+                + 3 * h * self.shared_intermediate + norms)
 
     def embedding_params(self) -> int:
         """Token embedding (plus OPT's learned positions, which keep 2 offset rows)."""
@@ -99,16 +133,24 @@ class ModelConfig:
         return 2 * self.num_layers * self.kv_dim * kv_bytes_per_element
 
     def to_dict(self) -> dict[str, Any]:
-        """All fields; a dense model leaves out the (unused) MoE ones."""
+        """All fields; a dense model leaves out the (unused) MoE ones, and the decoder
+        variants are left out where they keep LLaMA's default."""
         out = asdict(self)
         if not self.is_moe:
             for key in _MOE_KEYS:
+                out.pop(key)
+        for key in _VARIANT_KEYS:
+            if out[key] == ModelConfig.__dataclass_fields__[key].default:
                 out.pop(key)
         return out
 
 
 _MOE_KEYS = ("num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
              "shared_expert_intermediate_size", "first_dense_layers", "expert_load")
+_VARIANT_KEYS = ("qkv_bias", "o_bias", "qk_norm", "post_norms", "sliding_window", "global_every",
+                 "attn_softcap", "final_softcap")
+_FLOAT_KEYS = ("attn_softcap", "final_softcap")
+_BOOL_KEYS = ("tie_word_embeddings", "qkv_bias", "o_bias", "qk_norm", "post_norms")
 
 
 # Hugging Face key -> our field. Several HF names map to one field (OPT uses ffn_dim).
@@ -121,6 +163,8 @@ _HF_KEYS = {
     "num_local_experts": "num_experts", "n_routed_experts": "num_experts",
     "num_experts_per_tok": "experts_per_token", "top_k": "experts_per_token",
     "n_shared_experts": "num_shared_experts", "first_k_dense_replace": "first_dense_layers",
+    # Decoder variants (sim.core.architectures).
+    "attn_logit_softcapping": "attn_softcap", "final_logit_softcapping": "final_softcap",
 }
 _OWN_KEYS = {f for f in ModelConfig.__dataclass_fields__} - {"name"}
 _REQUIRED = ("hidden_size", "num_layers", "num_heads", "vocab_size")
@@ -138,34 +182,38 @@ def preset_names() -> list[str]:
 
 def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> ModelConfig:
     """Build a config from HF-style or sim-style keys. Unknown HF keys are ignored
-    (config.json carries many that do not change cost); values are checked."""
+    (config.json carries many that do not change cost); a `model_type` sim does not
+    model, or a feature it does not, is refused (sim.core.architectures); values are
+    checked, and errors name the key as the user wrote it."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where(source, 'model')}expected a mapping of model fields, got {type(raw).__name__}")
+    arch = architecture(raw, source)
+    given = {**arch.defaults, **{k: v for k, v in raw.items() if k not in arch.ignores}}
     fields: dict[str, Any] = {}
-    for key, value in raw.items():
+    named: dict[str, str] = {}        # our field -> the key the user wrote
+    for key, value in given.items():
         target = _HF_KEYS.get(key) or (key if key in _OWN_KEYS else None)
         if target is not None and value is not None:
-            fields[target] = value
-    family = str(raw.get("family") or raw.get("model_type") or "llama").lower()
-    fields["family"] = "opt" if family == "opt" else "llama"
-    missing = [k for k in _REQUIRED if k not in fields]
+            fields[target], named[target] = value, key
+    if given.get("attention_bias"):   # LLaMA, Qwen3: a bias on q, k, v and o
+        fields.update(qkv_bias=True, o_bias=True)
+    fields.update(arch.fixed)
+    fields["family"] = arch.family
+
+    def key_of(field: str) -> str:
+        """The user's name for `field`: theirs where given, else HF's where the file is HF-style."""
+        hf = next((k for k, v in _HF_KEYS.items() if v == field), field)
+        return named.get(field) or (hf if "model_type" in raw or set(raw) & set(_HF_KEYS) - _OWN_KEYS else field)
+
+    missing = [key_of(k) for k in _REQUIRED if k not in fields]
     if missing:
         raise ConfigError(f"{where(source, 'model')}missing {', '.join(missing)}")
-    tie = fields.get("tie_word_embeddings")
-    if tie is not None and not isinstance(tie, bool):  # "no" is truthy; a typo must not tie the head
-        raise ConfigError(f"{where(source, 'model.tie_word_embeddings')}must be true or false, got {tie!r}")
-    for key, value in fields.items():
-        if key in ("family", "tie_word_embeddings", "expert_load"):
-            continue
-        low = 0 if key in _MOE_KEYS else 1   # MoE counts may be 0 (first_k_dense_replace: 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            kind = "a non-negative" if low == 0 else "a positive"
-            raise ConfigError(f"{where(source, 'model.' + key)}must be {kind} integer, got {value!r}")
+    _check_values(fields, key_of, source)
     _check_moe(fields, source)
     h, heads = fields["hidden_size"], fields["num_heads"]
     if "head_dim" not in fields and h % heads:  # h // heads would silently drop columns (or be 0)
-        raise ConfigError(f"{where(source, 'model.hidden_size')}{h} is not divisible by {heads} attention heads; "
-                          "give head_dim explicitly")
+        raise ConfigError(f"{where(source, 'model.' + key_of('hidden_size'))}{h} is not divisible by {heads} "
+                          "attention heads; give head_dim explicitly")
     fields.setdefault("num_kv_heads", heads)
     fields.setdefault("head_dim", h // heads)
     fields.setdefault("intermediate_size", 4 * h)
@@ -173,10 +221,31 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     # HF's default is tied; LLaMA configs say false explicitly, OPT configs leave it out.
     fields.setdefault("tie_word_embeddings", fields["family"] == "opt")
     if heads % fields["num_kv_heads"]:
-        raise ConfigError(f"{where(source, 'model.num_key_value_heads')}{fields['num_kv_heads']} does not divide {heads} attention heads")
+        raise ConfigError(f"{where(source, 'model.' + key_of('num_kv_heads'))}{fields['num_kv_heads']} does not "
+                          f"divide {heads} attention heads")
     if isinstance(fields.get("expert_load"), dict):
         fields["expert_load"] = expert_load_from(fields["expert_load"], fields.get("num_experts", 0), source)
     return ModelConfig(name=name, **fields)
+
+
+def _check_values(fields: dict[str, Any], key_of: Callable[[str], str], source: str | None) -> None:
+    """Each value of the right type and range (floats made float), named by the user's key."""
+    for key, value in fields.items():
+        at = where(source, "model." + key_of(key))
+        if key in ("family", "expert_load"):
+            continue
+        if key in _BOOL_KEYS:
+            if not isinstance(value, bool):  # "no" is truthy; a typo must not tie the head
+                raise ConfigError(f"{at}must be true or false, got {value!r}")
+        elif key in _FLOAT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{at}must be a non-negative number, got {value!r}")
+            fields[key] = float(value)
+        else:
+            low = 0 if key in _MOE_KEYS or key in _VARIANT_KEYS else 1   # MoE counts may be 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                kind = "a non-negative" if low == 0 else "a positive"
+                raise ConfigError(f"{at}must be {kind} integer, got {value!r}")
 
 
 def _check_moe(fields: dict[str, Any], source: str | None) -> None:
@@ -211,6 +280,31 @@ def expert_load_from(raw: dict[str, Any], num_experts: int, source: str | None,
     return ExpertLoad(dist, skew, hist, None if cap is None else float(cap))
 
 
+def _model_name(raw: Any, path: Path) -> str:
+    """What the file says the model is: `_name_or_path`'s last part, `name`, the file's own
+    name unless it is the generic config.json, else its model_type; never the folder, which
+    is often a download cache or a temporary directory."""
+    said = (raw.get("_name_or_path") or raw.get("name")) if isinstance(raw, dict) else None
+    if said:
+        return str(said).rstrip("/").split("/")[-1]
+    if path.stem != "config":
+        return path.stem
+    kind = raw.get("model_type") if isinstance(raw, dict) else None
+    return str(kind or "model")
+
+
+def model_path(spec: str | dict | None, source: str | None = None) -> Path | None:
+    """The file a model reference names (a config.json or YAML), or None for a preset or
+    an inline mapping. A relative path is looked up next to `source` (the workload file) first."""
+    if spec is None or isinstance(spec, dict) or str(spec).lower() in _presets():
+        return None
+    path = Path(str(spec))
+    if source and not path.is_absolute():  # the workload's own folder first, then the current one
+        candidate = Path(source).parent / path
+        path = candidate if candidate.exists() else path
+    return path if path.suffix in (".json", ".yaml", ".yml") or path.exists() else None
+
+
 def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> ModelConfig:
     """A preset name, a path to config.json / .yaml, or an inline mapping."""
     if isinstance(spec, dict):
@@ -219,15 +313,13 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     presets = _presets()
     if text.lower() in presets:
         return from_mapping(presets[text.lower()], text.lower())
-    path = Path(text)
-    if source and not path.is_absolute():  # the workload's own folder first, then the current one
-        candidate = Path(source).parent / path
-        path = candidate if candidate.exists() else path
-    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
+    path = model_path(text, source)
+    if path is not None:
         if not path.is_file():
             problem = not_a_file(path, "not found", "a config.json or YAML file")
             raise ConfigError(f"{where(source, 'model')}model config file {text!r}{' ' if problem == 'not found' else ': '}"
                               f"{problem}")
+        note_input(path)  # no output of this command may replace it
         if path.suffix == ".json":
             try:
                 raw = json.loads(path.read_bytes())
@@ -237,7 +329,5 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
                 raise ConfigError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
         else:
             raw = read_yaml(path)
-        named = (raw.get("_name_or_path") or raw.get("name")) if isinstance(raw, dict) else None
-        name = named or path.parent.name or path.stem
-        return from_mapping(raw, str(name).split("/")[-1], str(path))
+        return from_mapping(raw, _model_name(raw, path), str(path))
     raise ConfigError(f"{where(source, 'model')}unknown model {text!r}; presets: {', '.join(preset_names())}, or a path to config.json")

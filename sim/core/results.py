@@ -121,6 +121,20 @@ class RunResult:
             extra=self.extra,
             simulated_steps=self.simulated_steps, exhaustive=self.exhaustive)
 
+    def to_pandas(self, what: str = "metrics"):
+        """A pandas DataFrame, for notebooks: "metrics" (one row of metrics()), "decode" (the
+        representative decode step, one row per op) or "prefill" (the prefill step's ops)."""
+        import pandas as pd   # only here: the simulator itself does not need pandas
+
+        if what == "metrics":
+            return pd.DataFrame([dict(workload=self.workload, hardware=self.hardware, **self.metrics())])
+        if what not in ("decode", "prefill"):
+            raise ValueError(f"to_pandas({what!r}): 'metrics', 'decode' or 'prefill'")
+        ops = self.decode_ops if what == "decode" else self.prefill_ops
+        return pd.DataFrame([dict(name=o.name, op=o.base_name, kind=o.kind, unit=o.unit, start_s=o.start_s,
+                                  end_s=o.end_s, duration_s=o.duration_s, flops=o.flops, bytes=o.bytes,
+                                  bound=o.bound, energy_j=o.energy_j) for o in ops])
+
     def metrics(self) -> dict[str, float]:
         """Flat scalar metrics, for sweeps and tables."""
         out = dict(ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,

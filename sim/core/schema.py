@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
 
 from sim.core.errors import ConfigError
+from sim.core.files import note_input
 from sim.core.units import dimension_of, parse_quantity
 
 
@@ -116,6 +117,7 @@ def require_file(path: Path, missing: str = "file not found", expected: str = "a
     problem = not_a_file(path, missing, expected)
     if problem:
         raise ConfigError(f"{path}: {problem}")
+    note_input(path)  # no output of this command may replace it
 
 
 def read_yaml(path: Path) -> Any:

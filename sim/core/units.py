@@ -71,10 +71,20 @@ def parse_quantity(value: object, expect: str | None = None) -> float:
 
 
 def fmt_bytes(n: float) -> str:
+    """Bytes in decimal units (GB = 10^9 bytes), sim's one convention, as bandwidths (GB/s) are."""
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def fmt_capacity(n: float) -> str:
+    """A memory's capacity: decimal like every byte count sim prints, and beside it the binary
+    size where the part is a whole number of GiB (a "48 GB" A6000 holds 48 GiB = 51.54 GB), so
+    the figure a datasheet prints is on the line too."""
+    gib = n / 2 ** 30
+    whole = n >= 2 ** 30 and gib == int(gib)
+    return f"{fmt_bytes(n)} ({int(gib):,} GiB)" if whole else fmt_bytes(n)
 
 
 def fmt_time(t: float) -> str:

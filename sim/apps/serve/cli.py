@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from sim.core import flags
 from sim.core.errors import ConfigError
 
 
@@ -28,14 +29,18 @@ def _slo(items: list[str] | None) -> dict[str, float]:
     return out
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
-    from sim.core.files import check_output
+def _check_outputs(args: argparse.Namespace, file) -> None:
+    from sim.apps.serve.spec import input_files
+    from sim.core.files import check_output, note_input, require_parquet
 
+    note_input(*input_files(file))  # read later (the trace, the model's config): refused as outputs now
     for path in (args.json, args.requests, args.chrome_trace):
         if path:
             check_output(path)
     if args.requests and Path(args.requests).suffix not in (".csv", ".parquet"):
         raise ConfigError(f"--requests {args.requests}: expected a .csv or .parquet file name")
+    if args.requests and Path(args.requests).suffix == ".parquet":
+        require_parquet(f"--requests {args.requests}")   # before the run, not after it
     if args.plots:
         check_output(args.plots, directory=True)
 
@@ -46,6 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
+    from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.metrics import summarize
     from sim.apps.serve.report import print_report
     from sim.apps.serve.instance import prepare
@@ -58,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
-    _check_outputs(args)
+    _check_outputs(args, file)
     console = Console(stderr=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -66,11 +72,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return _capacity(args, file, machine, slo, console)
         setup = prepare(file, machine, exact=args.exact)
         reqs = make_requests(file)
+        note = budget_warning(file, reqs)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
         with _progress(args.quiet, len(reqs)) as (prog, task):
             res, extra = serve_stream(file, setup, reqs,
                                       None if prog is None else lambda d, n: prog.update(task, completed=d))
     s = summarize(res, slo)
     s.update(extra)
+    check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
     s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
              exact=args.exact)
     _write(args, res, s)
@@ -81,7 +91,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _write(args, res, summary, sweep=None) -> None:
-    """All outputs after the run, every one or none: an interrupted run has written nothing."""
+    """All outputs after the run, every one or none: an interrupted run has written nothing.
+    `res` is the run the per-request table, the Chrome trace and the plots show (with
+    --find-capacity, the run at the capacity rate; `summary` is then the search's)."""
     from sim.core.files import transaction, write_json
     from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
@@ -97,9 +109,7 @@ def _write(args, res, summary, sweep=None) -> None:
 
 
 def _capacity(args, file, machine, slo, console) -> int:
-    from sim.core.files import transaction, write_json
     from sim.apps.serve.capacity import find_capacity
-    from sim.apps.serve.output import plots
     from sim.apps.serve.report import print_capacity
     from sim.apps.serve.run import serve
 
@@ -113,15 +123,11 @@ def _capacity(args, file, machine, slo, console) -> int:
                limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
                                                           for p in cap["points"]], summary=best)
     res = None
-    if args.plots:
+    if args.plots or args.requests or args.chrome_trace:   # the run at the capacity rate: what they show
         file2 = file.model_copy(update={"serving": file.serving.model_copy(update={
             "arrivals": file.serving.arrivals.model_copy(update={"rate": cap["rate"]})})})
         res, _ = serve(file2, machine, exact=args.exact)
-    with transaction():
-        if args.json:
-            write_json(args.json, out)
-        if res is not None:
-            plots(res, Path(args.plots), cap["points"])
+    _write(args, res, out, cap["points"])
     if not args.quiet:
         print_capacity(cap)
     return 0
@@ -160,7 +166,9 @@ def register(subparsers) -> None:
     p.add_argument("--requests", metavar="PATH", help="write the per-request table (.csv or .parquet)")
     p.add_argument("--chrome-trace", metavar="PATH", help="write a Chrome/Perfetto trace: requests and iterations")
     p.add_argument("--plots", metavar="DIR", help="write latency CDFs, KV blocks and batch size over time")
-    p.add_argument("--exact", action="store_true", help="cost every iteration with the op-level simulation")
+    p.add_argument("--exhaustive", dest="exact", action="store_true",
+                   help="cost every iteration with the op-level simulation (no step-cost surrogate)")
+    flags.deprecated_alias(p, "--exact", "--exhaustive", "exact", action="store_true")
     p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
     p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")
     p.add_argument("-q", "--quiet", action="store_true", help="no report or progress bar")

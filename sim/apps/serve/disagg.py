@@ -38,10 +38,17 @@ from sim.core.errors import ConfigError
 
 
 class PrefillReplica(Replica):
-    def __init__(self, setup: Setup, reqs: Requests, index: int, on_done: Callable[["PrefillReplica", int], None]):
+    def __init__(self, setup: Setup, reqs: Requests, index: int, on_done: Callable[["PrefillReplica", int], None],
+                 decode_refusal: Callable[[int], str | None]):
         super().__init__(setup, reqs, index)
         self.on_done = on_done
+        self.decode_refusal = decode_refusal
         self.link: simpy.Resource | None = None
+
+    def refusal(self, req: Request) -> str | None:
+        # One the decode pool can never take is refused before its prefill (it was prefilled, its
+        # first token emitted, and then dropped by the decode pool).
+        return super().refusal(req) or self.decode_refusal(req.idx)
 
     def _finish(self, r: Request, now: float) -> None:
         super()._finish(r, now)
@@ -58,9 +65,7 @@ class DecodeReplica(Replica):
         self.rec["scheduled_s"][i], self.rec["first_token_s"][i] = scheduled_s, first_token_s
         self.routed += 1
         self.arrived += 1
-        if not self.sched.add(req):
-            self.rec["status"][i] = REJECTED
-            self.done += 1
+        self.admit_or_reject(req)
         self.poke()
 
 
@@ -97,7 +102,8 @@ class Disagg:
         (ps, self.prefill_hw), (ds, self.decode_hw) = (pool_setup(file, k, exact, cache) for k in ("prefill", "decode"))
         one = Requests(reqs.arrival_s, reqs.prompt_len, np.ones_like(reqs.output_len), reqs.hash_ids,
                        reqs.hash_block_tokens)
-        self.prefill = [PrefillReplica(ps, one, k, self._prefilled) for k in range(d.prefill.replicas)]
+        self.prefill = [PrefillReplica(ps, one, k, self._prefilled, self._decode_refusal)
+                        for k in range(d.prefill.replicas)]
         self.decode = [DecodeReplica(ds, reqs, k) for k in range(d.decode.replicas)]
         self.kv_per_token = ds.kv_bytes_per_token
         self.where = np.zeros(len(reqs), dtype=np.int64)    # index into prefill + decode replicas
@@ -109,6 +115,12 @@ class Disagg:
             r.take(i) if r.index == k else r.skip()
         if self.prefill[k].rec["status"][i] == REJECTED:
             self._skip_decode()
+
+    def _decode_refusal(self, i: int) -> str | None:
+        """Why no decode instance could ever hold request i (they are alike: one preset, one setup)."""
+        r = self.reqs
+        why = self.decode[0].refusal(Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i])))
+        return f"decode pool: {why}" if why else None
 
     def _skip_decode(self) -> None:
         for r in self.decode:

@@ -103,10 +103,11 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     sp = srv.speculative
     # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
     # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
-    # parallel plan among the sections).
+    # parallel plan among the sections), and the loaded model's and draft's configs: a config.json whose content
+    # changed at the same path is another model.
     used = {"model", "formats", "flash_attention", "compute", "stack", "sections", "moe"}
-    key = (machine.model_dump_json(), file.model_dump_json(include=used), exact, max_tokens, max_seqs, max_model_len,
-           sp.model_dump_json() if sp else None)
+    key = (machine.model_dump_json(), file.model_dump_json(include=used), repr(model), repr(draft), exact, max_tokens,
+           max_seqs, max_model_len, sp.model_dump_json() if sp else None)
     costs = cache.get(key) if cache is not None else None
     if costs is None:
         costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, share.groups)

@@ -87,6 +87,7 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
     busy = float(it["duration_s"].sum()) if len(it["duration_s"]) else 0.0
     return dict(
         requests=len(r["status"]), completed=done, rejected=int((r["status"] == REJECTED).sum()),
+        rejected_reasons=dict(sorted(res.rejected_reasons.items())),
         duration_s=span, throughput_tok_s=out_tokens / span if span else 0.0,
         throughput_req_s=done / span if span else 0.0,
         goodput_req_s=int(good.sum()) / span if span else 0.0,
@@ -98,7 +99,8 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         iterations=len(it["duration_s"]),
         batch_size=stats(it["seqs"], it["duration_s"]) if busy else {},
         tokens_per_iteration=stats(it["tokens"], it["duration_s"]) if busy else {},
-        engine_busy=busy / res.makespan_s if res.makespan_s else 0.0,
+        # per instance: the iterations of every replica and pool instance over their count x the wall time
+        engine_busy=busy / (res.makespan_s * res.instances) if res.makespan_s else 0.0,
         # the host's busy seconds per iteration: the stack's engine work (step_overhead) and any kernel launches
         host_per_iteration_s=res.busy_s.get("host", 0.0) / len(it["duration_s"]) if len(it["duration_s"]) else 0.0,
         utilization=utilization(res.busy_s, res.makespan_s, res.instances), instances=res.instances,

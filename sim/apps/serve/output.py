@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from sim.apps.mpl import pyplot
-from sim.core.files import atomic_write, write_json
+from sim.core.files import atomic_write, write_json, write_parquet
 from sim.apps.plots import _save
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
@@ -37,7 +37,7 @@ def write_requests(path: str | Path, res: ServeResult) -> Path:
     path = Path(path)
     df = request_table(res)
     if path.suffix == ".parquet":
-        return atomic_write(path, lambda p: df.to_parquet(p, index=False))
+        return write_parquet(path, df, f"--requests {path}")
     if path.suffix == ".csv":
         return atomic_write(path, lambda p: df.to_csv(p, index=False))
     raise ConfigError(f"--requests {path}: expected a .csv or .parquet file name")
@@ -72,16 +72,58 @@ def kv_timeline(res: ServeResult, bins: int = 200) -> dict[str, list[float]]:
     """The share of the KV pool in use over the run, as the time-weighted mean over `bins` equal spans of
     [0, makespan]: each iteration's count holds from its start to the next one's (as kv_and_batch.png
     draws it). `t_s`: the spans' midpoints. Exact: the integral of a step function is piecewise linear."""
+    t, share = binned_mean(res, res.iterations["kv_blocks_used"] / max(res.total_blocks, 1), bins) \
+        if len(res.iterations["start_s"]) else ([], [])
+    return dict(t_s=list(t), kv_share=list(share))
+
+
+def binned_mean(res: ServeResult, values: np.ndarray, bins: int = 200) -> tuple[list[float], list[float]]:
+    """(midpoints, time-weighted means) of a per-iteration step function over `bins` equal spans of
+    [0, makespan]. Empty when nothing ran."""
     it, end = res.iterations, res.makespan_s
     if not len(it["start_s"]) or end <= 0:
-        return dict(t_s=[], kv_share=[])
+        return [], []
     knots = np.append(it["start_s"], end)
-    area = np.concatenate([[0.0], np.cumsum(it["kv_blocks_used"] * np.diff(knots))])
+    area = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float) * np.diff(knots))])
     edges = np.linspace(0.0, end, bins + 1)
     # Before the first iteration nothing is held: the integral is 0 up to its start.
     acc = np.interp(edges, np.concatenate([[0.0], knots]), np.concatenate([[0.0], area]))
-    share = np.diff(acc) / np.diff(edges) / max(res.total_blocks, 1)
-    return dict(t_s=((edges[:-1] + edges[1:]) / 2).tolist(), kv_share=share.tolist())
+    return ((edges[:-1] + edges[1:]) / 2).tolist(), (np.diff(acc) / np.diff(edges)).tolist()
+
+
+def binned_range(res: ServeResult, values: np.ndarray, bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """Per span of binned_mean, the least and largest value of the iterations starting in it (NaN if none)."""
+    start, end = res.iterations["start_s"], res.makespan_s
+    idx = np.minimum((np.asarray(start) / end * bins).astype(int), bins - 1) if end > 0 else np.zeros(0, int)
+    lo, hi = np.full(bins, np.nan), np.full(bins, np.nan)
+    for i, v in zip(idx, values):
+        lo[i] = v if np.isnan(lo[i]) else min(lo[i], v)
+        hi[i] = v if np.isnan(hi[i]) else max(hi[i], v)
+    return lo, hi
+
+
+def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:
+    """KV pool in use and batch size over time. Iterations alternate between a prefill of one or two
+    sequences and a decode of many, so the raw step function fills the panel solid: each panel
+    draws the time-weighted mean per span of makespan / bins, the range of the iterations in it shaded."""
+    plt = pyplot()
+    it = res.iterations
+    fig, ax = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
+    panels = ((ax[0], 100 * it["kv_blocks_used"] / max(res.total_blocks, 1), "KV blocks in use (% of the pool)"),
+              (ax[1], np.asarray(it["seqs"], dtype=float), "batch size (sequences)"))
+    for a, values, label in panels:
+        t, mean = binned_mean(res, values, bins)
+        lo, hi = binned_range(res, values, bins)
+        a.fill_between(t, lo, hi, step="mid", color="C0", alpha=0.25, lw=0,
+                       label=f"least to largest of the iterations in each {res.makespan_s / bins:.2g} s span")
+        a.plot(t, mean, color="C0", lw=1.2, label="time-weighted mean")
+        a.set(ylabel=label)
+        a.set_ylim(bottom=0)
+        a.grid(True, alpha=0.3)
+    ax[0].legend(fontsize=7, loc="upper right")
+    ax[1].set(xlabel="time (s)")
+    ax[0].set_title(f"KV cache and batch over the run ({len(it['start_s']):,} iterations)", fontsize=10)
+    return _save(fig, path)
 
 
 def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None) -> list[Path]:
@@ -95,13 +137,7 @@ def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None
     ax.set(xscale="log", xlabel="seconds", ylabel="fraction of requests", title="latency CDFs")
     ax.legend()
     paths = [_save(fig, out / "latency_cdf.png")]
-    it = res.iterations
-    fig, ax = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    ax[0].step(it["start_s"], it["kv_blocks_used"] / max(res.total_blocks, 1), where="post")
-    ax[0].set(ylabel="KV blocks used (share)")
-    ax[1].step(it["start_s"], it["seqs"], where="post")
-    ax[1].set(ylabel="batch size (sequences)", xlabel="time (s)")
-    paths.append(_save(fig, out / "kv_and_batch.png"))
+    paths.append(_kv_and_batch(res, out / "kv_and_batch.png"))
     if sweep:
         fig, ax = plt.subplots(1, 2, figsize=(10, 4))
         rates = [p["rate"] for p in sweep]

@@ -8,15 +8,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sim.core import tables
 from sim.core.units import fmt_time
 
 
 def print_report(s: dict[str, Any], title: str, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or tables.console(markup=True)
     head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
     rows = [
         ("requests", f"{s['completed']} completed, {s['rejected']} rejected of {s['requests']}"
-                     + (" (rejected: longer than the model's context, or KV that never fits the pool)"
+                     + (" (" + "; ".join(f"{n}: {why}" for why, n in s.get("rejected_reasons", {}).items()) + ")"
                         if s["rejected"] else "")),
         ("throughput", f"{s['throughput_tok_s']:,.1f} tokens/s, {s['throughput_req_s']:.3f} requests/s"),
         ("goodput", f"{s['goodput_tok_s']:,.1f} tokens/s, {s['goodput_req_s']:.3f} requests/s"
@@ -76,7 +77,7 @@ def _slo(slo: dict[str, float]) -> str:
 
 
 def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or tables.console(markup=True)
     t = Table(title="capacity search (bisection on the arrival rate)", show_header=False, title_justify="left")
     t.add_row("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")
     t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s")

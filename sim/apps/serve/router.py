@@ -121,7 +121,8 @@ def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
         sum(r.peak_blocks for r in results), max(r.makespan_s for r in results),
         sum(r.tokens_out for r in results), sum(r.energy_j for r in results),
         [x for r in results for x in r.swap_log], sum(r.spec_steps for r in results),
-        sum(r.spec_tokens for r in results), summed([r.busy_s for r in results]), sum(r.instances for r in results))
+        sum(r.spec_tokens for r in results), summed([r.busy_s for r in results]), sum(r.instances for r in results),
+        {k: int(v) for k, v in summed([r.rejected_reasons for r in results]).items()})
 
 
 def summed(dicts: list[dict[str, float]]) -> dict[str, float]:

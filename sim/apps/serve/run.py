@@ -7,6 +7,7 @@ from typing import Callable
 from hw_models.machine import Machine
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.cluster import serve_stream
+from sim.apps.serve.invariants import check_run
 from sim.apps.serve.simulator import ServeResult
 from sim.apps.serve.metrics import summarize
 from sim.apps.serve.instance import prepare
@@ -24,4 +25,5 @@ def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | 
     result, extra = serve_stream(file, setup, reqs, progress, cache)
     summary = summarize(result, file.serving.slo)
     summary.update(extra)
+    check_run(result, summary, file.source or file.name)
     return result, summary

@@ -50,6 +50,7 @@ class ServeResult:
     spec_tokens: int = 0
     busy_s: dict[str, float] = field(default_factory=dict)   # per resource, summed over the instances
     instances: int = 1
+    rejected_reasons: dict[str, int] = field(default_factory=dict)   # why requests were refused: reason -> count
 
 
 class ServeSim:
@@ -76,6 +77,7 @@ class ServeSim:
         self.swap_log: list[tuple[int, int, int]] = []
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
+        self.rejections: dict[str, int] = {}
         self.checks = debug_checks.enabled()   # run-wide invariants each iteration (debug mode)
 
     def run(self) -> ServeResult:
@@ -95,7 +97,8 @@ class ServeSim:
                                       for c, v in self.it.items()},
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
                            s.swapped_in_blocks, s.pool.total, s.pool.peak_used, makespan_s, self.tokens, self.energy,
-                           self.swap_log, self.spec_steps, self.spec_tokens, dict(self.busy))
+                           self.swap_log, self.spec_steps, self.spec_tokens, dict(self.busy),
+                           rejected_reasons=dict(self.rejections))
 
     def _arrivals(self, env: simpy.Environment):
         r = self.reqs
@@ -111,10 +114,23 @@ class ServeSim:
         req = Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i]),
                       hashes[i] if hashes else ())
         self.arrived += 1
-        if not self.sched.add(req):
-            self.rec["status"][i] = REJECTED
-            self.done += 1
+        self.admit_or_reject(req)
         self.poke()
+
+    def refusal(self, req: Request) -> str | None:
+        """Why `req` can never run here (sim.apps.serve.schedulers.Scheduler.refusal)."""
+        return self.sched.refusal(req)
+
+    def admit_or_reject(self, req: Request) -> None:
+        """Queue `req`, or reject it now, with its reason, when it can never be scheduled: a
+        request left waiting forever blocked the queue behind it and the run ended with both unfinished."""
+        why = self.refusal(req)
+        if why is None and self.sched.add(req):
+            return
+        why = why or "refused by the scheduler"
+        self.rejections[why] = self.rejections.get(why, 0) + 1
+        self.rec["status"][req.idx] = REJECTED
+        self.done += 1
 
     def poke(self) -> None:
         """Wake an idle engine to look at its queue again."""

@@ -22,6 +22,7 @@ from sim.apps.serve.stream_spec import (  # noqa: F401
     CV, Arrivals, Burst, Constant, Fixed, Gamma, Histogram, Length, Lengths, LogNormal, Normal, Pos, PosInt,
     Poisson, TraceArrivals, Uniform, Zipf)
 from sim.core.errors import ConfigError
+from sim.core.model import model_path
 from sim.core.schema import Strict, read_yaml, validate_mapping
 from sim.core.workload import Workload
 
@@ -271,3 +272,21 @@ def resolve(spec: ServeFile, rel: str) -> Path:
     """A path in the serving file, relative to the file."""
     p = Path(rel)
     return p if p.is_absolute() else Path(spec.source).parent / p
+
+
+def input_files(spec: ServeFile) -> list[Path]:
+    """Every file a serving file makes a run read besides itself: the model's and the
+    draft's config, the request trace, length histograms, pools' hardware files. For the
+    outputs' guard (no output may replace one) and a sweep's content keys."""
+    srv = spec.serving
+    paths = [model_path(spec.model, spec.source or None)]
+    if srv.speculative is not None:
+        paths.append(model_path(srv.speculative.draft, spec.source or None))
+    if srv.trace is not None:
+        paths.append(resolve(spec, srv.trace.path))
+    for length in (srv.lengths.prompt, srv.lengths.output) if srv.lengths else ():
+        if isinstance(length, Histogram):
+            paths.append(resolve(spec, length.path))
+    if srv.disaggregated is not None:
+        paths += [Path(p.hw) for p in (srv.disaggregated.prefill, srv.disaggregated.decode) if Path(p.hw).is_file()]
+    return [p for p in paths if p is not None]

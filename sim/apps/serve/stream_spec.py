@@ -12,6 +12,7 @@ import pandas as pd
 from pydantic import Field, StrictInt, model_validator
 
 from sim.core.errors import ConfigError
+from sim.core.files import note_input
 from sim.core.schema import Strict
 
 Pos = Annotated[float, Field(gt=0)]
@@ -24,7 +25,7 @@ class _Count(Strict):
     """How long the stream runs: a number of requests or a duration (seconds)."""
     num_requests: PosInt | None = None
     duration_s: Pos | None = None
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)   # numpy seeds are not negative
     # A longer stream takes hours to simulate and gigabytes to hold: refused with its count unless raised here.
     max_requests: PosInt = 1_000_000
 
@@ -170,6 +171,7 @@ class Histogram(_Clip):
 
 def read_histogram(path: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
     """The lengths and counts of a length,count CSV; `where` names it in errors."""
+    note_input(path)  # no output of this command may replace it
     try:
         df = pd.read_csv(path)
     except (OSError, ValueError) as exc:

@@ -3,7 +3,7 @@ them, prefix-block hash ids).
 
 Layouts:
   azure     CSV  TIMESTAMP,ContextTokens,GeneratedTokens (Azure LLM inference trace 2023;
-            TIMESTAMP a date-time, replayed relative to the first row)
+            TIMESTAMP a date-time; rows may carry different UTC offsets, a time without one is UTC)
   mooncake  JSONL timestamp,input_length,output_length,hash_ids (Mooncake traces;
             timestamp in milliseconds, one hash id per 512-token block)
   plain     CSV or JSONL arrival_s,prompt_len,output_len[,hash_ids]
@@ -11,12 +11,17 @@ Layouts:
             request files, casys-kaist/LLMServingSim workloads/README.md); prefix hashes are
             chained over each hash_block_tokens-token block of input_tok_ids, as vLLM hashes
             its KV blocks (a block's hash covers every token before it)
+
+Every layout is replayed relative to its first row, subtracted exactly (decimal, before any
+rounding to float): absolute timestamps (epoch nanoseconds, 1e17 s) keep their spacing, and
+the simulation's clock starts near 0 where a float still resolves a microsecond.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +56,15 @@ def _read(path: Path) -> pd.DataFrame:
     require_file(path, "trace file not found", "a trace file")
     try:
         if path.suffix in (".jsonl", ".json"):
-            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            # Decimal: a timestamp is kept as written until made relative to the first row's.
+            rows = [json.loads(line, parse_float=Decimal) for line in path.read_text().splitlines() if line.strip()]
+            for i, row in enumerate(rows):
+                if not isinstance(row, dict):   # a JSON array or number: pandas failed on it (TypeError)
+                    kind = {"list": "an array", "str": "a string"}.get(type(row).__name__, "a number or null")
+                    raise ConfigError(f"{path}: line {i + 1} is {kind}; expected one JSON object per "
+                                      "line, e.g. {\"timestamp\": 0, \"input_length\": 100, \"output_length\": 20}")
             return pd.DataFrame(rows)
-        return pd.read_csv(path, skipinitialspace=True)
+        return pd.read_csv(path, skipinitialspace=True, dtype=str)   # as written: see _arrivals
     except (ValueError, pd.errors.ParserError) as exc:
         raise ConfigError(f"{path}: unreadable trace ({str(exc).splitlines()[0]})") from None
 
@@ -81,18 +92,7 @@ def read_trace(path: Path, fmt: str = "auto", time_scale: float = 1.0, hash_bloc
     t_col, p_col, o_col = COLUMNS[layout]
     if limit is not None:
         df = df.iloc[:limit]
-    if layout == "azure":
-        t = pd.to_datetime(df[t_col], errors="coerce")
-        if t.isna().any():
-            raise ConfigError(f"{path}: {t_col}: row {int(t.isna().idxmax()) + 2} is not a date-time")
-        arrival = (t - t.iloc[0]).dt.total_seconds().to_numpy()
-    else:
-        arrival = pd.to_numeric(df[t_col], errors="coerce").to_numpy(dtype=float)
-        if layout == "mooncake":
-            arrival = arrival / 1e3
-        elif layout == "llmservingsim":
-            arrival = arrival / 1e9
-    _check_times(arrival, t_col, path)
+    arrival = _arrivals(df[t_col], layout, path)
     prompt, output = _lengths(df, p_col, path), _lengths(df, o_col, path)
     hashes = None
     if "hash_ids" in df.columns:
@@ -127,11 +127,41 @@ def _ints(ids, col: str, row: int, path: Path) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _check_times(t: np.ndarray, col: str, path: Path) -> None:
-    if not np.isfinite(t).all():   # "abc", NaN, inf or 1e400
-        raise ConfigError(f"{path}: {col}: row {int(np.argmax(~np.isfinite(t))) + 1} is not a finite number")
-    if (t < 0).any():
-        raise ConfigError(f"{path}: {col}: negative timestamp at row {int(np.argmax(t < 0)) + 1}")
+_UNIT_S = {"mooncake": Decimal("1e-3"), "llmservingsim": Decimal("1e-9")}   # the others are in seconds
+
+
+def _arrivals(col: pd.Series, layout: str, path: Path) -> np.ndarray:
+    """Seconds after the first row's arrival (see the module docstring)."""
+    name = str(col.name)
+    if layout == "azure":
+        # utc=True: rows with different offsets (a daylight-saving change) are one timeline, not a ValueError;
+        # ISO 8601 rows may differ in precision (".5" on one, none on the next); other layouts row by row.
+        t = pd.to_datetime(col, errors="coerce", utc=True, format="ISO8601")
+        if t.isna().any():
+            t = pd.to_datetime(col, errors="coerce", utc=True, format="mixed")
+        if t.isna().any():
+            raise ConfigError(f"{path}: {name}: row {int(t.isna().to_numpy().argmax()) + 1} is not a date-time")
+        rel = (t - t.iloc[0]).dt.total_seconds().to_numpy()
+        _check_sorted(rel, name, path)
+        return rel
+    stamps = []
+    for i, v in enumerate(col):
+        try:
+            d = Decimal(str(v).strip())
+        except InvalidOperation:
+            d = Decimal("NaN")
+        if not d.is_finite() or not np.isfinite(float(d)):   # "abc", NaN, inf or 1e400
+            raise ConfigError(f"{path}: {name}: row {i + 1} is not a finite number")
+        if d < 0:
+            raise ConfigError(f"{path}: {name}: negative timestamp at row {i + 1}")
+        stamps.append(d)
+    unit = _UNIT_S.get(layout, Decimal(1))
+    rel = np.array([float((d - stamps[0]) * unit) for d in stamps])
+    _check_sorted(rel, name, path)
+    return rel
+
+
+def _check_sorted(t: np.ndarray, col: str, path: Path) -> None:
     if len(t) > 1 and (np.diff(t) < 0).any():
         raise ConfigError(f"{path}: {col}: timestamps not sorted (row {int(np.argmax(np.diff(t) < 0)) + 2} "
                           "comes before the row above it)")

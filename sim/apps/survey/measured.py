@@ -18,6 +18,7 @@ from sim.apps.survey.doc import MEASURED, Section, Table, error, ms, us
 from sim.apps.survey.runs import machine, run
 from sim.apps.trace.parser import load_trace
 from sim.apps.trace.records import Trace
+from sim.core.errors import ConfigError
 from sim.apps.trace.validate import validate
 
 # scripts/validation_report.py calibrates a6000_calibrated on these token counts: in sample for it.
@@ -56,6 +57,9 @@ def _tokens(label: str) -> int:
 
 def a6000_layer_table(shared: Path) -> tuple[Table, Table, list[Trace], float]:
     traces = [t for p in sorted((shared / A6000_TRACES).glob("*.json")) for t in load_trace(p)]
+    if not traces:   # a folder without the measurements: say which, not "no measured ops"
+        raise ConfigError(f"--shared {shared}: no RTX A6000 traces in {shared / A6000_TRACES} (expected the shared "
+                          "validation data, see its PROVENANCE.md)")
     roof, sim, cal = (step_sums(traces, "a6000", flat=True), step_sums(traces, "a6000"),
                       step_sums(traces, "a6000_calibrated"))
     rows = []

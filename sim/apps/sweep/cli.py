@@ -29,10 +29,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
               + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
               file=sys.stderr)
+        why = _failures(args.out)
+        if why:
+            print(f"not run, recorded as error rows (plots mark them): {why}", file=sys.stderr)
+        for path in s.changed:
+            print(f"{path}: changed since the stored rows; the points that read it ran again", file=sys.stderr)
         if s.reused:
             ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
             print(f"reused stored rows (same resolved configuration) for points {ids}", file=sys.stderr)
     return 0
+
+
+def _failures(out: str) -> str:
+    """Why the stored points failed, counted: "6 out of memory (CapacityError)" says they are the
+    expected points that do not fit, not a crash."""
+    from sim.apps.sweep.plots import failure_kinds
+    from sim.apps.sweep.store import load_results
+
+    df = load_results(out)
+    return failure_kinds(df[df["status"] != "ok"]) if "status" in df.columns else ""
 
 
 def _print_best(spec_path: str, out: str) -> None:
@@ -42,8 +57,7 @@ def _print_best(spec_path: str, out: str) -> None:
     from sim.apps.sweep.spec import load_spec
     from sim.apps.sweep.store import load_results
 
-    from rich.console import Console
-
+    from sim.core import tables
 
     spec = load_spec(spec_path)
     df = labelled(load_results(out))   # mapping-valued axes as short labels
@@ -53,7 +67,7 @@ def _print_best(spec_path: str, out: str) -> None:
     for i, m in enumerate(spec.metrics):   # a typo, or a run metric asked of serving points (tpot_s vs tpot_p90_s)
         if m not in ok.columns:
             print(f"warning: {spec_path}: metrics.{i}: {m!r} is not a column of the results; left out", file=sys.stderr)
-    Console(stderr=True, markup=False).print(best_table(spec, ok, len(df)))
+    tables.console(stderr=True).print(best_table(spec, ok, len(df)))
 
 
 def best_table(spec, ok, total: int):

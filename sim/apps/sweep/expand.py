@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.spec import Range, SweepSpec
 from sim.core.workload import Workload, load_workload, workload_from_dict, workload_keys
-from sim.apps.serve.spec import load_serve_file, serve_file_from_dict
+from sim.apps.serve.spec import ServeFile, input_files, load_serve_file, serve_file_from_dict
+from sim.core.model import model_path
 
 HW_AXIS = "hw"
 ALIASES = HW_ALIASES
@@ -37,7 +39,8 @@ class Point:
     axes: dict[str, Any]         # axis path -> value, as the spec gives it
     columns: dict[str, Any]      # recorded config fields (spec.columns)
     config: dict[str, Any]       # what the worker needs: workload/machine dumps and their sources
-    key: str                     # hash of the resolved config and sim.__version__
+    key: str                     # hash of the resolved config, its files' contents and sim.__version__
+    contents: dict[str, str] = field(default_factory=dict)   # every file the point reads -> sha256
 
 
 @dataclass
@@ -121,9 +124,56 @@ def _split(axes: dict[str, Any]) -> tuple[Any, tuple, tuple]:
     return axes.get(HW_AXIS), tuple(wl), tuple(hw)
 
 
-def config_key(workload: Workload, machine: Machine) -> str:
+_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".csv", ".parquet", ".gz")
+
+
+def _named_files(node: Any, folder: Path) -> list[Path]:
+    """The files a config's string values name (a stack, a topology, an MoE histogram): a
+    value with a data file's suffix that exists beside the workload or in the current folder."""
+    if isinstance(node, dict):
+        return [p for v in node.values() for p in _named_files(v, folder)]
+    if isinstance(node, (list, tuple)):
+        return [p for v in node for p in _named_files(v, folder)]
+    if isinstance(node, str) and node.endswith(_FILE_SUFFIXES) and "\n" not in node:
+        for p in (folder / node, Path(node)):
+            if p.is_file():
+                return [p]
+    return []
+
+
+def point_files(workload: Workload, machine: Machine, hw_ref: str) -> list[Path]:
+    """Every file a point reads: the workload (or serving) file, the model's config, a serving
+    file's trace, histograms and draft, the hardware file (`hw_ref`, unless a preset) and
+    whatever the configs name by path."""
+    source = workload.source or None
+    paths = [Path(p) for p in (source, machine.source, hw_ref) if p and Path(p).is_file()]
+    paths += [p for p in [model_path(workload.model, source)] if p is not None]
+    if isinstance(workload, ServeFile):
+        paths += input_files(workload)
+    folder = Path(source).parent if source else Path(".")
+    paths += _named_files(workload.model_dump(mode="json"), folder) + _named_files(machine.model_dump(mode="json"), folder)
+    return sorted({Path(os.path.realpath(p)) for p in paths if p.is_file()})
+
+
+class Digests:
+    """sha256 of each file's content, read once per expansion."""
+
+    def __init__(self) -> None:
+        self._memo: dict[Path, str] = {}
+
+    def __call__(self, paths: list[Path]) -> dict[str, str]:
+        for p in paths:
+            if p not in self._memo:
+                self._memo[p] = hashlib.sha256(p.read_bytes()).hexdigest()
+        return {str(p): self._memo[p] for p in paths}
+
+
+def config_key(workload: Workload, machine: Machine, contents: dict[str, str] | None = None) -> str:
+    """The store's key of a point: its resolved config, the content of every file it reads
+    (`contents`: path -> sha256; a changed trace or config.json is a new point, not a stale
+    row) and the simulator's version."""
     blob = json.dumps({"workload": workload.model_dump(mode="json"), "machine": machine.model_dump(mode="json"),
-                       "sim": sim.__version__}, sort_keys=True, default=str)
+                       "files": sorted((contents or {}).values()), "sim": sim.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -216,6 +266,7 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
     recorded = spec.recorded_columns()
     points: list[Point] = []
     seen: set[str] = set()
+    digests = Digests()
     for combo in _combinations(spec):
         label = ", ".join(f"{k}={v}" for k, v in combo.items())
         where = f"{spec.source}: point ({label})"
@@ -232,12 +283,13 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
         if when is not None:
             if not when(lambda p: hw_value or spec.hw if p == HW_AXIS else look(p)):
                 continue
-        key = config_key(workload, machine)
+        contents = digests(point_files(workload, machine, ref))
+        key = config_key(workload, machine, contents)
         if key in seen:  # random draws or rounding can repeat a point
             continue
         seen.add(key)
         columns = {c: look_col(c) for c in recorded}
         config = dict(workload=file_dict(workload), workload_source=str(wl_path),
                       machine=file_dict(machine), machine_source=machine.source, serving=serving)
-        points.append(Point(len(points), dict(combo), columns, config, key))
+        points.append(Point(len(points), dict(combo), columns, config, key, contents))
     return points

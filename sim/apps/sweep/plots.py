@@ -18,6 +18,7 @@ from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
 from sim.apps.sweep.expr import compile_expr
+from sim.apps.sweep.legend import failure_kinds, mark_failed, title_for, two_way_legend
 from sim.apps.sweep.spec import Plot, SweepSpec, default_goal
 
 if TYPE_CHECKING:
@@ -75,6 +76,18 @@ def _row_lookup(row: dict, where: str):
     return look
 
 
+def _failed(df: "pd.DataFrame", p: Plot, where: str) -> "pd.DataFrame":
+    """The points that did not run (out of memory, an error), after the plot's `where`
+    filter: a plot marks them instead of leaving a silent gap."""
+    if "status" not in df.columns:
+        return df.iloc[0:0]
+    bad = df[df["status"] != "ok"]
+    if p.where and len(bad):
+        expr = compile_expr(p.where, f"{where}: where")
+        bad = bad[[bool(expr(_row_lookup(row, where))) for row in bad.to_dict("records")]]
+    return bad
+
+
 def _order(values: "pd.Series") -> list:
     """Numbers ascending; anything else (presets, formats) in the order the spec lists them."""
     uniq = list(dict.fromkeys(values))
@@ -92,15 +105,18 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     goal = p.goal or default_goal(p.y)
     cols = p.line_columns
     data = _ok(df, [p.x, p.y] + cols, f"plots: {p.kind} {p.y}", p)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    failed = _failed(df, p, f"plots: {p.kind} {p.y}")
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     groups = data.groupby(cols, sort=True) if cols else [((), data)]
-    # With two line columns, color follows the last and the line style the first, so
-    # e.g. PIM on/off at the same context length share a color.
+    # With two line columns, colour follows the last and the line style the first, so
+    # e.g. PIM on/off at the same context length share a colour; the legend explains both.
     styles = ["-", "--", ":", "-."]
-    first = sorted(data[cols[0]].unique(), key=str) if len(cols) > 1 else []
-    last = sorted(data[cols[-1]].unique(), key=str) if len(cols) > 1 else []
+    first = _order(data[cols[0]]) if len(cols) > 1 else []
+    last = _order(data[cols[-1]]) if len(cols) > 1 else []
     ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
     drawn: list[tuple] = []
+    colour_of: dict[tuple, str] = {}
+    twins = False
     for i, (values, g) in enumerate(groups):
         g = g.sort_values(p.x)
         values = values if isinstance(values, tuple) else (values,)
@@ -110,18 +126,26 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
             style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[first.index(values[0]) % 4])
         else:
             style = dict(color=f"C{i % 10}")
+        colour_of[values] = style["color"]
         x, y = _scaled(ax_x, g[p.x]), ax_y(g[p.y])
         twin = _twin(drawn, x, y)
         if twin is not None:  # dashed over the series it coincides with, so both stay visible
             style.update(linestyle=(0, (3, 3)), lw=2.2)
             lbl = f"{lbl} (dashed: within {100 * COINCIDENT_RTOL:g}% of {twin})"
-        ax.plot(x, y, marker="o" if twin is None else "x", ms=4 if twin is None else 7, label=lbl, **style)
+            twins = True
+        ax.plot(x, y, marker="o" if twin is None else "x", ms=4 if twin is None else 7,
+                label=lbl if len(cols) < 2 else None, **style)
         drawn.append((x, y, short))
     if len(data):
         b = data.loc[_best_index(data[p.y], goal)]
         ax.scatter(_scaled(ax_x, [b[p.x]]), ax_y([b[p.y]]),
                    label=f"best ({goal} {ax_y.name} = {ax_y.show(b[p.y])})", **_STAR)
-    return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label)
+    if not failed.empty and p.x in failed.columns:
+        mark_failed(ax, failed, _scaled(ax_x, failed[p.x]), cols, colour_of)
+    if len(cols) > 1:
+        two_way_legend(ax, cols, first, last, styles,
+                       f"x, dashed: within {100 * COINCIDENT_RTOL:g}% of an earlier line" if twins else None)
+    return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, legend=len(cols) < 2)
 
 
 def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
@@ -142,6 +166,13 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         if np.isfinite(v):
             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
                     color="black" if im.norm(v) > 0.6 else "white")  # readable on viridis' yellow end
+    failed = _failed(df, p, f"plots: heatmap {p.z}")
+    for r in failed.to_dict("records"):   # a cell with no value says why, instead of staying blank
+        if r.get(p.x) in list(table.columns) and r.get(p.y) in list(table.index):
+            i, j = list(table.index).index(r[p.y]), list(table.columns).index(r[p.x])
+            if not np.isfinite(arr[i, j]):
+                why = "out of\nmemory" if str(r.get("error", "")).startswith("CapacityError") else "failed"
+                ax.text(j, i, why, ha="center", va="center", fontsize=6, color="dimgray")
     if np.isfinite(arr).any():
         flat = np.nanargmin(arr) if goal == "min" else np.nanargmax(arr)
         i, j = np.unravel_index(flat, arr.shape)
@@ -176,10 +207,16 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
     x, y = ax_x(data[p.x]), ax_y(data[p.y])
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")
+    if p.label:   # the points coloured by the label column, so the cloud reads too, not only the front
+        for i, v in enumerate(_order(data[p.label])):
+            sel = (data[p.label] == v).to_numpy()
+            ax.scatter(x[sel], y[sel], s=14, alpha=0.5, color=f"C{i % 10}",
+                       label=f"{_label(p.label)} = {fmt_value(p.label, v)}")
+    else:
+        ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")
     if len(data):
         f = pareto_front(x, y, gx, gy)
-        ax.plot(x[f], y[f], "o-", color="tab:red", ms=5, label="Pareto front")
+        ax.plot(x[f], y[f], "o-", color="black", ms=4, lw=1.2, label="Pareto front")  # black: not a label colour
         # Knee: nearest to the ideal corner with both metrics scaled to [0, 1], better = 0.
         def scaled(v: np.ndarray, goal: str) -> np.ndarray:
             span = v.max() - v.min()
@@ -192,11 +229,14 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         labels = [str(data[p.label].iloc[i]) for i in f] if p.label else []
     else:
         f, labels = [], []
+    failed = _failed(df, p, f"plots: pareto {p.y}")
+    if len(failed):   # no metrics to place them by: the legend counts them
+        ax.scatter([], [], marker="X", color="black", label=f"not run, not shown: {failure_kinds(failed)}")
     return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, [(x[i], y[i]) for i in f], labels)
 
 
 def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,
-               at: list[tuple] = (), labels: list[str] = ()) -> Path:
+               at: list[tuple] = (), labels: list[str] = (), legend: bool = True) -> Path:
     """Axes, scales, title, grid and legend shared by the line and Pareto plots."""
     from matplotlib import ticker
     ax.set_xlabel(xlabel)
@@ -211,9 +251,10 @@ def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,
         if log:  # "20", "30" rather than 2 x 10^1 on an axis spanning less than a decade
             axis.set_major_formatter(ticker.LogFormatter(labelOnlyBase=False))
             axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    if legend:
+        ax.legend(fontsize=7, handlelength=3)
     # Point labels last, on the final axes: those that would overlap another are dropped.
     texts = [ax.annotate(t, xy, xytext=(4, 3), fontsize=7, textcoords="offset points") for t, xy in zip(labels, at)]
     thin_labels(fig, ax, texts, avoid=(ax.get_legend(),))
@@ -299,7 +340,7 @@ def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path, series: dict[str, d
     written = []
     df = labelled(df)
     for p in spec.plots or default_plots(spec, df):
-        written.append(_DRAW[p.kind](df, p, f"{spec.name}: {_label(p.metric)}", plot_dir / p.filename()))
+        written.append(_DRAW[p.kind](df, p, title_for(spec.name, p, list(df.columns)), plot_dir / p.filename()))
     kv = kv_usage_timeline(df, series or {}, list(spec.axes), f"{spec.name}: KV-cache usage over time",
                            plot_dir / "kv_usage_timeline.png")
     return written + ([kv] if kv else [])

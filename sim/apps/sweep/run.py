@@ -132,6 +132,7 @@ class Summary:
     failed: int       # of those run now
     seconds: float    # running the points: first submit to last result (no executor start-up)
     reused: list[int] = field(default_factory=list)   # point ids whose stored rows were reused
+    changed: list[str] = field(default_factory=list)  # files whose content changed since the folder's last run
 
     @property
     def points_per_s(self) -> float:
@@ -199,7 +200,11 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
     check_output(out, directory=True)
     with Store(out, lock=True) as store:  # one writer per folder until the plots are drawn
         reused = store.adopt(points)
+        contents = {path: digest for p in points for path, digest in p.contents.items()}
+        before = store.meta().get("contents") or {}
+        changed = sorted(path for path, digest in contents.items() if before.get(path, digest) != digest)
         store.set_meta(name=spec.name, spec=spec.model_dump(mode="json"), keys=[p.key for p in points],
+                       contents={**before, **contents},
                        axes=list(spec.axes))
         done = {p.key for p in reused}
         todo = [p for p in points if p.key not in done]
@@ -209,7 +214,7 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
             with make_executor(executor, workers) as ex:
                 ran, failed, seconds = run_points(todo, store, ex, progress, description=spec.name)
         finish(spec, out, plots)
-    return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused])
+    return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused], changed)
 
 
 def finish(spec: SweepSpec, out: Path, plots: bool = True) -> list[Path]:

@@ -167,7 +167,7 @@ class SweepSpec(Strict):
     axes: dict[str, AxisValues] = Field(min_length=1)
     mode: Literal["grid", "zip", "random"] = "grid"
     samples: int | None = Field(default=None, ge=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)   # numpy seeds are not negative
     when: str | None = None             # constraint; points where it is false are dropped
     metrics: list[str] = ["tpot_s", "ttft_s", "throughput_tok_s", "energy_per_token_j"]
     # Config fields recorded in every row besides the axes (for plots such as cost Pareto fronts).

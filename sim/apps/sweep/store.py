@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import sim
 from sim.core.errors import ConfigError
-from sim.core.files import atomic_write
+from sim.core.files import atomic_write, require_parquet, write_parquet
 
 if TYPE_CHECKING:
     import pandas
@@ -202,16 +202,13 @@ def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Pa
     if csv:
         written.append(atomic_write(csv, lambda p: df.to_csv(p, index=False)))
     if parquet:
-        try:
-            import pyarrow  # noqa: F401
-        except ModuleNotFoundError:
-            raise ConfigError("sweep export --parquet needs pyarrow (pip install pyarrow)") from None
+        require_parquet(f"sweep export --parquet {parquet}")
         # Mixed-type axis columns (e.g. numbers and strings) cannot go to parquet as objects.
         frame = df.copy()
         for col in frame.columns:
             if frame[col].dtype == object:
                 frame[col] = frame[col].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v))
-        written.append(atomic_write(parquet, lambda p: frame.to_parquet(p, index=False)))
+        written.append(write_parquet(parquet, frame, f"sweep export --parquet {parquet}"))
     return written
 
 

@@ -53,6 +53,9 @@ class _Kernels:
         self.span_us = (min(a, start), max(b, start + dur))
 
 
+MAX_SPAN_US = 24 * 3600e6   # microseconds: a day, far beyond any profiled run
+
+
 def load_chrome_trace(p: Path, model: str | None = None, tokens: int | None = None) -> Trace:
     """One torch profiler trace -> one Trace. `model` and `tokens` fill in what a
     vidur trace does not record; the project's traces take them from PREFIX.meta.json."""
@@ -79,7 +82,7 @@ def _events(p: Path, data: Any) -> list[Any]:
 
 def _spans(p: Path, events: list[Any]) -> list[Event]:
     """The complete ('X') events, with `ts` and `dur` checked and made floats; at least one."""
-    out = []
+    out, wheres = [], []
     for i, e in enumerate(events):
         if not (isinstance(e, dict) and e.get("ph") == "X" and "ts" in e):
             continue
@@ -87,8 +90,17 @@ def _spans(p: Path, events: list[Any]) -> list[Event]:
         ts = measured(e["ts"], f"{where}: ts")
         dur = measured(e.get("dur", 0.0), f"{where}: dur")
         out.append({**e, "ts": ts, "dur": dur})
+        wheres.append(where)
     if not out:
         raise ConfigError(f"{p}: torch Chrome trace has no complete ('X') events")
+    # A kernel is found by its launch's correlation id, not its time: a ts of 1e300 was accepted and
+    # stretched the device span. A profiled run of a few steps spans seconds, never a day.
+    t0 = min(e["ts"] for e in out)
+    ends = [e["ts"] + e["dur"] - t0 for e in out]
+    far = max(range(len(out)), key=ends.__getitem__)
+    if not ends[far] <= MAX_SPAN_US:
+        raise ConfigError(f"{wheres[far]}: ends {ends[far] / 1e6:.3g} s after the trace's first event; a profiled "
+                          f"run spans less than {MAX_SPAN_US / 3.6e9:g} hours (a corrupt ts or dur?)")
     return out
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sim.core import flags, tables
+
 from sim.core.errors import ConfigError
 from sim.core.units import fmt_time
 from hw_models.machine import load_machine
@@ -54,6 +56,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sim.apps.trace.validate import validate
 
     machine = _machine(args.hw, "validate", args.set)
+    if args.plots:   # the one plot flag of every subcommand: a folder
+        check_output(args.plots, directory=True)
+        args.plot = str(Path(args.plots) / "validate_scatter.png")
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
@@ -65,7 +70,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
     if args.quiet:
         return 0
-    console = Console(markup=False)
+    console = tables.console()
     t = Table(title=f"measured vs simulated on {v.machine}")
     for col in ("step", "op", "kind", "measured", "simulated", "error"):
         t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
@@ -107,7 +112,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     source = _machine(args.source_hw, "replay") if args.source_hw else None
     if args.json:
         check_output(args.json)
-    console = Console(markup=False)
+    console = tables.console()
     for trace in _load(args, [args.traces]):
         r = replay(trace, machine, source)
         if args.json:
@@ -161,6 +166,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
+    if not args.output:   # not argparse's required=: the deprecated --output spelling fills it too
+        raise ConfigError("sim calibrate: --out PRESET.yaml is required (the calibrated preset to write)")
     base = load_machine(args.hw)
     check_output(args.output)  # before the fit, not after it
     name = args.name or Path(args.output).stem
@@ -168,7 +175,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--name {name!r}: must be one printable line")
     cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces)
-    console = Console(markup=False)
+    console = tables.console()
     if args.held_out:   # refuses (ConfigError) before anything is written
         h = held_out(_load(args, args.held_out), base, cal.machine, args.stack)
         note += f"\nHeld out ({len(args.held_out)} traces, {h.n_ops} ops): per-op MAPE {h.before:.1%} -> {h.after:.1%}"
@@ -204,7 +211,8 @@ def register(sub) -> None:
     _add_trace_args(v)
     v.add_argument("--hw", required=True, help="hardware preset name or YAML file")
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
-    v.add_argument("--plot", metavar="P", help="write a log-log scatter of simulated vs measured (PNG)")
+    v.add_argument("--plots", metavar="DIR", help="write DIR/validate_scatter.png: simulated vs measured, log-log")
+    flags.deprecated_alias(v, "--plot", "--plots DIR", "plot", metavar="FILE")
     v.add_argument("--all", action="store_true", help="print every row")
     _add_hw_set_quiet(v)
     v.set_defaults(func=cmd_validate)
@@ -223,7 +231,9 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help="fit a preset's efficiency curves to measured traces")
     _add_trace_args(c)
     c.add_argument("--hw", required=True, help="base preset whose peaks are kept")
-    c.add_argument("-o", "--output", required=True, metavar="PRESET.yaml")
+    c.add_argument("--out", "-o", dest="output", metavar="PRESET.yaml",
+                   help="the calibrated preset to write")
+    flags.deprecated_alias(c, "--output", "--out PRESET.yaml", "output")
     c.add_argument("--name", help="preset name (default: the output file's stem)")
     c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
     c.add_argument("--stack", help="software stack the traces ran under (hw_models/stack/presets): its kernels' figures are "

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from sim.core.errors import ConfigError
+from sim.core.files import note_input
 from sim.core.formats import get_format
 from sim.core.model import ModelConfig, from_mapping, load_model
 from sim.core.schema import validation_error
@@ -55,7 +56,9 @@ def check_meta(raw: Any, source: str) -> dict[str, Any]:
 
 
 def measured(value: Any, where: str) -> float:
-    """A measured duration: a finite, non-negative number."""
+    """A measured duration: a finite, non-negative number (`true` is no number of microseconds)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a duration, got {value!r}")
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -67,6 +70,7 @@ def measured(value: Any, where: str) -> float:
 
 def read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
     """The parsed JSON of `p`, gunzipped first when it starts with gzip's magic bytes."""
+    note_input(p)  # no output of this command may replace it
     try:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":

@@ -76,12 +76,20 @@ class Scheduler:
         return self.pool.blocks_for(r.prompt + r.output + self.lookahead) <= self.pool.total - self.watermark
 
     def add(self, r: Request) -> bool:
-        if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
-            return False   # vLLM answers "maximum context length is ..." and never schedules it
-        if not self.fits_ever(r):
+        if self.refusal(r) is not None:
             return False
         self.waiting.append(r)
         return True
+
+    def refusal(self, r: Request) -> str | None:
+        """Why r can never be scheduled (it is rejected on arrival, never left waiting), or None."""
+        if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
+            return "longer than max_model_len"   # vLLM answers "maximum context length is ..."
+        if self.fits_ever(r):
+            return None
+        if self.prompt_limit is not None and r.prompt + r.output > self.prompt_limit:
+            return "longer than max_num_batched_tokens (no chunked prefill)"
+        return "its KV cache never fits the pool"
 
     def timer(self, now: float, more_coming: bool) -> float | None:
         return None

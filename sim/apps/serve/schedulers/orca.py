@@ -20,7 +20,18 @@ class Orca(VllmV0):
         return True
 
     def fits_ever(self, r: Request) -> bool:
-        return self.max_model_len <= self.pool.total
+        # A reservation of max_model_len tokens, and (Orca does not chunk) the whole prompt in one
+        # iteration's budget: a longer prompt was left waiting forever, and every request behind it.
+        return self.max_model_len <= self.pool.total and (self.prompt_limit is None or r.prompt <= self.prompt_limit)
+
+    def refusal(self, r: Request) -> str | None:
+        if super().refusal(r) is None:
+            return None
+        if self.max_model_len > self.pool.total:
+            return "max_model_len tokens of KV (Orca reserves them per request) over the pool"
+        if self.prompt_limit is not None and r.prompt > self.prompt_limit:
+            return "prompt longer than max_num_batched_tokens (Orca does not chunk)"
+        return "longer than max_model_len"
 
     def _grow(self, r: Request, tokens: int) -> int:
         return 0

@@ -1,0 +1,107 @@
+"""`sim diff A.json B.json`: what changed between two `sim run --json` results: the
+inputs that differ, the headline metrics, and the decode step op by op (each op summed
+over its layers), largest change first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from sim.core import tables
+from sim.core.errors import ConfigError
+from sim.core.results import _without_layer
+from sim.core.schema import require_file
+from sim.core.units import fmt_time
+
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "energy_per_token_j")
+TIMES = ("ttft_s", "tpot_s", "e2e_s")
+INPUTS = ("workload", "hardware", "kind", "stack", "batch", "prompt_len", "gen_len", "formats", "model",
+          "decode_kv_len", "exhaustive")
+
+
+def load_result(path: str) -> dict[str, Any]:
+    """A `sim run --json` file, checked to be one."""
+    p = Path(path)
+    require_file(p, expected="a `sim run --json` result")
+    try:
+        data = json.loads(p.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or "ops" not in data or "tpot_s" not in data:
+        raise ConfigError(f"{path}: not a `sim run --json` result (no tpot_s and ops); "
+                          "sim diff compares two runs' JSON")
+    return data
+
+
+def ops_by_name(data: dict[str, Any]) -> dict[str, tuple[str, float]]:
+    """Decode-step ops by name without the layer (L3.q_proj -> q_proj): (kind, summed seconds)."""
+    out: dict[str, tuple[str, float]] = {}
+    for o in data["ops"]:
+        name = _without_layer(o["name"])
+        kind, secs = out.get(name, (o["kind"], 0.0))
+        out[name] = (kind, secs + o["end_s"] - o["start_s"])
+    return out
+
+
+def changed_inputs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(key, A, B) for each input that differs, nested mappings key by key (model.num_layers)."""
+    rows = []
+    for key in INPUTS:
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            rows += [(f"{key}.{k}", str(x.get(k, "-")), str(y.get(k, "-")))
+                     for k in sorted(set(x) | set(y), key=str) if x.get(k) != y.get(k)]
+        elif x != y:
+            rows.append((key, str(x), str(y)))
+    return rows
+
+
+def _ratio(x: float, y: float) -> str:
+    return f"{y / x:.3g}x" if x else "-"
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    a, b = load_result(args.a), load_result(args.b)
+    console = tables.console()
+    console.print(f"A: {args.a}\nB: {args.b}")
+    inputs = Table(title="inputs that differ", title_justify="left")
+    for col in ("input", "A", "B"):
+        inputs.add_column(col)
+    for row in changed_inputs(a, b) or [("(none)", "", "")]:
+        inputs.add_row(*row)
+    console.print(inputs)
+    metrics = Table(title="metrics", title_justify="left")
+    for col in ("metric", "A", "B", "B / A"):
+        metrics.add_column(col, justify="left" if col == "metric" else "right")
+    for m in METRICS:
+        x, y = a.get(m), b.get(m)
+        if x is None or y is None:
+            continue
+        show = fmt_time if m in TIMES else (lambda v: f"{v:,.4g}")
+        metrics.add_row(m, show(x), show(y), _ratio(x, y))
+    console.print(metrics)
+    oa, ob = ops_by_name(a), ops_by_name(b)
+    names = sorted(set(oa) | set(ob), key=lambda n: -abs(ob.get(n, ("", 0.0))[1] - oa.get(n, ("", 0.0))[1]))
+    ops = Table(title="decode step, op by op", caption="each op summed over its layers; largest change first",
+                title_justify="left", caption_justify="left")
+    for col in ("op", "kind", "A", "B", "B - A", "B / A"):
+        ops.add_column(col, justify="left" if col in ("op", "kind") else "right")
+    for n in names[: None if args.all else 20]:
+        kind, x = oa.get(n, (ob.get(n, ("", 0.0))[0], 0.0))
+        y = ob.get(n, (kind, 0.0))[1]
+        ops.add_row(n, kind, fmt_time(x) if n in oa else "absent", fmt_time(y) if n in ob else "absent",
+                    ("+" if y >= x else "-") + fmt_time(abs(y - x)), _ratio(x, y))
+    console.print(ops)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diff", help="compare two `sim run --json` results: inputs, metrics, op by op")
+    p.add_argument("a", metavar="A.json")
+    p.add_argument("b", metavar="B.json")
+    p.add_argument("--all", action="store_true", help="every op (default: the 20 that changed most)")
+    p.set_defaults(func=cmd_diff)

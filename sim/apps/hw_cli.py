@@ -1,0 +1,168 @@
+"""`sim hw`: list the presets (or, --topologies, the multi-device nodes), show one, and
+check a preset of one's own (valid, simulates, every figure cited; docs/presets.md)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import warnings
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from hw_models.machine import Machine, load_machine, preset_names, resolve_path
+from hw_models.network.topology import load_topology, preset_names as topology_names
+from hw_models.registry import simulate
+from sim.core import flags, tables
+from sim.core.errors import SimError
+from sim.core.schema import file_dict
+from sim.core.units import fmt_capacity
+from sim.core.workload import Workload
+
+# A YAML line that sets a number (with or without a unit) and has no comment after it.
+_FIGURE = re.compile(r"^\s*([A-Za-z_][\w.]*):\s*[-+]?\d[\w.+\- /]*$")
+# The smoke run: small enough to fit every device sim ships, long enough to reach decode.
+SMOKE = dict(name="hw_check", model="tinyllama-1.1b", batch=1, prompt_len=128, gen_len=4)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _commented(lines: list[str], i: int) -> bool:
+    """Line i carries a comment, or the line above is one."""
+    return "#" in lines[i] or (i > 0 and lines[i - 1].lstrip().startswith("#"))
+
+
+def uncited(path: Path) -> list[tuple[int, str]]:
+    """(line, key) of each figure in the file without a source comment: on its line, on the
+    line above, or on its parent key (a comment block above `efficiency:` covers its fields)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        m = _FIGURE.match(line)
+        if not m or m.group(1) == "version" or _commented(lines, i):
+            continue
+        parent = next((j for j in range(i - 1, -1, -1)
+                       if lines[j].strip() and not lines[j].lstrip().startswith("#")
+                       and _indent(lines[j]) < _indent(line)), None)
+        if parent is None or not _commented(lines, parent):
+            out.append((i + 1, m.group(1)))
+    return out
+
+
+def machine_rows(m: Machine) -> list[tuple[str, str]]:
+    rows = [("name", m.name), ("kind", m.kind), ("description", m.description or "-")]
+    for name, tier in m.memory.items():
+        rows.append((f"memory {name}", f"{fmt_capacity(tier.capacity_bytes)} at "
+                                       f"{tier.bandwidth_bytes_per_s / 1e9:,.0f} GB/s"))
+    for name, unit in m.units.items():
+        peaks = ", ".join(f"{k} {v / 1e12:,.1f}" for k, v in unit.peak_flops_per_s.items())
+        rows.append((f"unit {name}", f"peak TFLOP/s: {peaks or '-'}"))
+    return rows
+
+
+def cmd_hw_check(args: argparse.Namespace) -> int:
+    path = resolve_path(args.file)
+    machine = load_machine(path)           # the schema: one line naming the key if anything is off
+    t = Table(title=f"{path}: valid", show_header=False, title_justify="left")
+    for k, v in machine_rows(machine):
+        t.add_row(k, v)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = simulate(Workload(**SMOKE), machine, detail=False)
+        t.add_row("smoke run", f"{SMOKE['model']} decode, batch 1: TTFT {r.ttft_s * 1e3:.3g} ms, "
+                               f"TPOT {r.tpot_s * 1e3:.3g} ms")
+    except SimError as exc:
+        t.add_row("smoke run", f"failed: {exc}")
+        tables.console().print(t)
+        return 2
+    missing = uncited(path)
+    t.add_row("citations", "every figure has a comment" if not missing else
+              f"{len(missing)} figure(s) without a source comment: "
+              + ", ".join(f"{k} (line {n})" for n, k in missing))
+    tables.console().print(t)
+    return 1 if missing and args.strict else 0
+
+
+def cmd_topologies() -> int:
+    t = Table(title="Topology presets (multi-device nodes; `sim hw show NAME` draws one)")
+    for col in ("name", "device", "devices", "interconnect", "per device", "fabric", "description"):
+        t.add_column(col, justify="right" if col in ("devices", "per device") else "left")
+    for name in topology_names():
+        topo = load_topology(name)
+        ic, f = topo.interconnect, topo.fabric
+        t.add_row(name, topo.device, f"{topo.nodes} x {topo.devices_per_node}", ic.kind,
+                  f"{ic.bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
+                  f"{f.name} {f.nics_per_node} x {f.bandwidth_bytes_per_s * 8 / 1e9:,.0f} Gb/s" if f else "-",
+                  topo.description)
+    tables.console().print(t)
+    return 0
+
+
+def cmd_hw_list(args: argparse.Namespace) -> int:
+    if args.topologies:
+        return cmd_topologies()
+    rows = []
+    for name in preset_names():
+        try:
+            m = load_machine(name)
+        except SimError as exc:
+            rows.append((name, "?", "", "", "", Text(str(exc), style="red")))
+            continue
+        tier = m.memory[m.device_tier]
+        unit = m.units[m.main_unit]
+        best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
+        rows.append((name, m.kind, fmt_capacity(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+                     f"{unit.peak_flops_per_s[best] / 1e12:.0f} TFLOP/s {best}", m.description))
+    console = tables.console()
+    t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial; "
+                    "GB = 10^9 bytes, binary size beside where whole)",
+              show_edge=False, caption="multi-device nodes: sim hw list --topologies", caption_justify="left")
+    cols = ("name", "kind", "memory", "bandwidth", "peak (best format)")
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    for col, w in zip(cols, widths):
+        t.add_column(col, no_wrap=True, min_width=w)
+    # In a narrow terminal the description gives way; rich would otherwise squeeze the
+    # short columns to nothing. 3 characters of border and padding per column.
+    room = console.width - sum(widths) - 3 * (len(cols) + 1) - 1
+    if room >= 10:   # a pipe or a file has room for all of it
+        t.add_column("description", overflow="ellipsis", no_wrap=True,
+                     max_width=None if tables.full_width() else min(60, room))
+    for r in rows:
+        t.add_row(*r[: len(t.columns)])
+    console.print(t)
+    return 0
+
+
+def cmd_hw_show(args: argparse.Namespace) -> int:
+    if args.name in topology_names():      # a node of devices: draw it (text)
+        topo = load_topology(args.name)
+        if args.json:
+            flags.emit_json(args.json, topo.model_dump())
+        else:
+            print(topo.describe())
+        return 0
+    m = load_machine(args.name)
+    if args.json:
+        flags.emit_json(args.json, file_dict(m))
+    else:
+        print(resolve_path(args.name).read_text())
+    return 0
+
+
+def register(sub) -> None:
+    hp = sub.add_parser("hw", help="hardware presets").add_subparsers(dest="hw_cmd", required=True)
+    hl = hp.add_parser("list", help="list presets")
+    hl.add_argument("--topologies", action="store_true", help="list the multi-device topology presets instead")
+    hl.set_defaults(func=cmd_hw_list)
+    hs = hp.add_parser("show", help="show a preset, or draw a topology (dgx_a100, dgx_h100, ...)")
+    hs.add_argument("name", help="preset name, hardware YAML file, or topology preset")
+    flags.json_option(hs, "the validated machine (default: print the YAML text)")
+    hs.set_defaults(func=cmd_hw_show)
+    c = hp.add_parser("check", help="check a hardware preset file: valid, simulates, every figure cited")
+    c.add_argument("file", help="a hardware YAML file (or a preset name)")
+    c.add_argument("--strict", action="store_true", help="exit 1 when a figure has no source comment")
+    c.set_defaults(func=cmd_hw_check)

@@ -1,0 +1,78 @@
+"""What a sweep plot says besides its data: the title (both metrics and the `where` filter),
+a legend that explains colour and line style at once, and the points that did not run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sim.apps.axes import axis_for, fmt_value
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sim.apps.sweep.spec import Plot
+
+
+def _label(col: str) -> str:
+    return axis_for(col).name
+
+
+def failure_kinds(rows: "pd.DataFrame") -> str:
+    """"3 out of memory (CapacityError), 1 ConfigError": why the points failed, counted."""
+    kinds: dict[str, int] = {}
+    for err in rows.get("error", []):
+        name = str(err).split(":", 1)[0] if isinstance(err, str) and err else "error"
+        kinds[name] = kinds.get(name, 0) + 1
+    return ", ".join(f"{n} {'out of memory (CapacityError)' if k == 'CapacityError' else k}"
+                     for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
+def title_for(name: str, p: Plot, columns: list[str]) -> str:
+    """"sweep: TPOT vs batch", the kind's wording, and the `where` filter in the plot's own names."""
+    if p.kind == "heatmap":
+        head = f"{name}: {_label(p.metric)} over {_label(p.x)} and {_label(p.y)}"
+    else:
+        head = f"{name}: {_label(p.y)} vs {_label(p.x)}" + (" (Pareto front)" if p.kind == "pareto" else "")
+    if p.where:
+        where = p.where
+        for col in sorted(columns, key=len, reverse=True):   # longest first: workload.batch before batch
+            if isinstance(col, str) and "." in col and col in where:
+                where = where.replace(col, _label(col))
+        head += f"\nonly where {where}"
+    return head
+
+
+def mark_failed(ax, failed: "pd.DataFrame", x: list, cols: list[str], colour_of: dict) -> None:
+    """A cross at the top edge, at each failed point's x (`x`, in the axis' unit), in its line's colour."""
+    if failed.empty:
+        return
+    colours = [colour_of.get(tuple(r[c] for c in cols), "black") if cols else "black"
+               for r in failed.to_dict("records")]
+    seen: dict[str, int] = {}
+    heights = []
+    for v in x:   # several failed lines at one x stack downwards instead of hiding each other
+        heights.append(0.97 - 0.045 * seen.get(str(v), 0))
+        seen[str(v)] = seen.get(str(v), 0) + 1
+    ax.scatter(x, heights, transform=ax.get_xaxis_transform(), marker="X", s=55,
+               c=colours, edgecolors="black", linewidths=0.5, zorder=6, clip_on=False,
+               label=f"not run: {failure_kinds(failed)} (at the top, its line's colour)")
+
+
+def two_way_legend(ax, cols: list[str], first: list, last: list, styles: list[str], twins: str | None) -> None:
+    """One legend that says what colour means and what line style means, then the markers."""
+    from matplotlib.lines import Line2D
+
+    def header(text: str):
+        return Line2D([], [], linestyle="none", label=text)
+
+    handles = [header(f"colour: {_label(cols[-1])}")]
+    handles += [Line2D([], [], color=f"C{i % 10}", marker="o", ms=4, lw=2, label=fmt_value(cols[-1], v))
+                for i, v in enumerate(last)]
+    handles.append(header(f"line style: {_label(cols[0])}"))
+    handles += [Line2D([], [], color="black", linestyle=styles[i % 4], lw=1.5, label=fmt_value(cols[0], v))
+                for i, v in enumerate(first)]
+    if twins:   # the coincident-series note (`twins`: its wording)
+        handles.append(Line2D([], [], color="gray", linestyle=(0, (3, 3)), marker="x", lw=2.2, label=twins))
+    others, labels = ax.get_legend_handles_labels()
+    handles += [h for h, lbl in zip(others, labels) if lbl and not lbl.startswith("_")]
+    ax.legend(handles=handles, fontsize=7, handlelength=3.2, loc="best")

@@ -1,0 +1,130 @@
+"""Which Hugging Face `model_type`s sim models, and what each one fixes.
+
+A config.json names its architecture in `model_type`; the keys beside it give
+sizes, but several cost-relevant features are implied by the type alone
+(Qwen2's q/k/v biases, Qwen3's q/k norm, Gemma-2's sandwich norms and
+alternating sliding window) or take the class's default when the file leaves
+them out (Mistral's 4096-key window, Gemma's tied head). A type not in
+`ARCHITECTURES`, or a config that switches on a feature the op graph does not
+have, is refused in one line naming the feature: running it as LLaMA would
+give wrong parameter counts and times without a word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sim.core.errors import ConfigError, where
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A config key whose value asks for a feature sim does not model."""
+
+    key: str
+    applies: Callable[[Any, dict[str, Any]], bool]   # (value, whole config) -> True where the feature is on
+    feature: str                     # what is not modelled, in the user's words
+    hint: str = ""                   # what to do instead
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What one model_type fixes. `fixed`: ModelConfig fields the type implies; `defaults`:
+    the HF config class's defaults for keys a config.json may leave out (HF key -> value)."""
+
+    family: str = "llama"
+    fixed: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    refusals: tuple[Refusal, ...] = ()
+    ignores: tuple[str, ...] = ()    # HF keys present but inactive (Qwen's sliding_window without use_sliding_window)
+
+
+def _on(value: Any, raw: dict[str, Any]) -> bool:
+    return bool(value)
+
+
+def _not_one(value: Any, raw: dict[str, Any]) -> bool:
+    return value not in (None, 1)
+
+
+_SWA_LAYERS = Refusal("use_sliding_window", _on, "a sliding window on the layers above max_window_layers")
+_SPARSE_STEP = Refusal("decoder_sparse_step", _not_one, "MoE on every n-th layer only (decoder_sparse_step > 1)")
+_MLP_ONLY = Refusal("mlp_only_layers", _on, "dense MLP layers among MoE ones (mlp_only_layers)")
+_MLP_BIAS = Refusal("mlp_bias", _on, "biases on the MLP projections (mlp_bias)")
+_LLAMA_LIKE = (_MLP_BIAS,)
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": Architecture(defaults={"tie_word_embeddings": False}, refusals=_LLAMA_LIKE),
+    # MistralConfig's default window is 4096 (v0.1 writes it; v0.2 on write null).
+    "mistral": Architecture(defaults={"tie_word_embeddings": False, "sliding_window": 4096}, refusals=_LLAMA_LIKE),
+    "mixtral": Architecture(defaults={"tie_word_embeddings": False}),
+    # Qwen configs carry a sliding_window that only use_sliding_window switches on.
+    "qwen2": Architecture(fixed={"qkv_bias": True}, defaults={"tie_word_embeddings": False},
+                          refusals=(_SWA_LAYERS,), ignores=("sliding_window",)),
+    "qwen3": Architecture(fixed={"qk_norm": True}, defaults={"tie_word_embeddings": False},
+                          refusals=(_SWA_LAYERS,), ignores=("sliding_window",)),
+    "qwen3_moe": Architecture(fixed={"qk_norm": True}, defaults={"tie_word_embeddings": False},
+                              refusals=(_SWA_LAYERS, _SPARSE_STEP, _MLP_ONLY), ignores=("sliding_window",)),
+    "gemma": Architecture(defaults={"tie_word_embeddings": True, "head_dim": 256}),
+    # Gemma-2: norms before and after attention and MLP, a 4096-key window on every other
+    # layer (layer 0 local), tanh soft-capping of attention scores (50) and logits (30).
+    "gemma2": Architecture(fixed={"post_norms": True, "global_every": 2},
+                           defaults={"tie_word_embeddings": True, "head_dim": 256, "sliding_window": 4096,
+                                     "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}),
+    "phi3": Architecture(defaults={"tie_word_embeddings": False},
+                         refusals=(Refusal("partial_rotary_factor", lambda v, raw: v not in (None, 1, 1.0),
+                                           "RoPE on part of each head (partial_rotary_factor < 1)"),)),
+    "opt": Architecture(family="opt", defaults={"tie_word_embeddings": True},
+                        refusals=(Refusal("do_layer_norm_before", lambda v, raw: v is False,
+                                          "LayerNorm after attention (do_layer_norm_before: false, OPT-350m)"),
+                                  Refusal("word_embed_proj_dim",
+                                          lambda v, raw: v is not None and v != raw.get("hidden_size"),
+                                          "an embedding narrower than hidden_size (word_embed_proj_dim, "
+                                          "OPT-350m)"))),
+    # DeepSeek's MLA has its own keys; the deepseek-v2-lite preset approximates it as MQA
+    # (see sim/core/data/models.yaml), a raw config with kv_lora_rank is refused.
+    "deepseek_v2": Architecture(defaults={"tie_word_embeddings": False},
+                                refusals=(Refusal("kv_lora_rank", _on, "multi-head latent attention",
+                                                  "the deepseek-v2-lite preset approximates it as MQA"),)),
+}
+
+# Types users meet that sim does not model, with the feature that rules each out.
+KNOWN_UNSUPPORTED = {
+    "gpt2": "a GELU MLP without a gate and learned positions (n_embd, n_layer, n_head keys)",
+    "falcon": "parallel attention and MLP blocks with LayerNorm",
+    "phi": "parallel attention and MLP blocks with partial rotary embeddings",
+    "gpt_neox": "parallel residual blocks with partial rotary embeddings",
+    "gptj": "parallel attention and MLP blocks with partial rotary embeddings",
+    "bloom": "ALiBi positions and a GELU MLP without a gate",
+    "mpt": "ALiBi positions and a GELU MLP without a gate",
+    "qwen2_moe": "the sigmoid gate on the shared expert",
+    "gemma3": "5:1 interleaved local/global attention and a vision tower",
+    "gemma3_text": "5:1 interleaved local/global attention",
+    "deepseek_v3": "multi-head latent attention and node-limited routing",
+    "phimoe": "Phi-3.5-MoE's sparse-mixer routing and biases",
+    "mamba": "state-space layers instead of attention",
+    "jamba": "interleaved state-space and attention layers",
+}
+
+
+def architecture(raw: dict[str, Any], source: str | None) -> Architecture:
+    """The Architecture of a config mapping; a refused type or feature raises ConfigError.
+    No model_type (a sim-style YAML or an inline mapping): its `family`, LLaMA by default."""
+    kind = raw.get("model_type")
+    if kind is None:
+        family = str(raw.get("family") or "llama").lower()
+        return ARCHITECTURES["opt" if family == "opt" else "llama"]
+    kind = str(kind).lower()
+    arch = ARCHITECTURES.get(kind)
+    if arch is None:
+        why = KNOWN_UNSUPPORTED.get(kind)
+        listed = ", ".join(sorted(ARCHITECTURES))
+        raise ConfigError(f"{where(source, 'model_type')}{kind!r} is not modelled"
+                          f"{f' ({why})' if why else ''}; modelled types: {listed}")
+    for refusal in arch.refusals:
+        if refusal.key in raw and refusal.applies(raw[refusal.key], raw):
+            raise ConfigError(f"{where(source, refusal.key)}{refusal.feature} is not modelled "
+                              f"(model_type {kind}, {refusal.key}: {raw[refusal.key]!r})"
+                              f"{'; ' + refusal.hint if refusal.hint else ''}")
+    return arch

@@ -1,0 +1,29 @@
+"""Ctrl-C that escapes the CLI's main() (it lands in the imports, before main's handler
+exists): one line, `interrupted`, and exit status 130, as inside main, not a
+KeyboardInterrupt traceback. Standard library only: it is installed while `sim` itself
+is first imported, before anything heavy loads."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _hook(kind, value, tb) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)   # sys.exit from a hook is ignored; nothing is half-written (atomic writes)
+    sys.__excepthook__(kind, value, tb)
+
+
+def install() -> None:
+    sys.excepthook = _hook
+
+
+def running_the_cli() -> bool:
+    """This process is the `sim` command: the console script, or `python -m sim.apps.cli` (runpy
+    shows argv[0] as "-m" while it imports the module's packages)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    return argv0 == "-m" or os.path.basename(argv0) == "sim"

@@ -1,0 +1,41 @@
+"""`sim hw check FILE` on the documented example preset (docs/presets.md), and `sim hw list --topologies`."""
+
+import json
+
+from sim.apps.cli import main
+from tests.conftest import ROOT
+
+
+def test_hw_check_example_preset_is_valid_and_cited(capsys):
+    assert main(["hw", "check", str(ROOT / "docs/examples/l40s.yaml"), "--strict", "--format", "json"]) == 0
+    rows = dict(json.loads(capsys.readouterr().out)["rows"])
+    assert rows["citations"] == "every figure has a comment" and rows["smoke run"].startswith("tinyllama")
+
+
+def test_hw_check_names_uncited_figures(capsys, tmp_path):
+    text = (ROOT / "docs/examples/l40s.yaml").read_text().replace("power_w: 350                      # datasheet max power",
+                                                                 "power_w: 350")
+    (tmp_path / "mine.yaml").write_text(text)
+    assert main(["hw", "check", str(tmp_path / "mine.yaml"), "--strict"]) == 1
+    assert "power_w (line" in capsys.readouterr().out
+
+
+def test_hw_list_topologies(capsys):
+    assert main(["hw", "list", "--topologies", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "dgx_h100,h100_sxm,1 x 8,nvswitch" in out
+
+
+def test_capacities_decimal_with_the_binary_size_beside():
+    from sim.core.units import fmt_capacity
+
+    # 48 GiB = 51,539,607,552 bytes: the A6000's "48 GB" is binary; sim prints decimal GB and says so.
+    assert fmt_capacity(48 * 2 ** 30) == "51.54 GB (48 GiB)"
+    assert fmt_capacity(141e9) == "141.00 GB"            # the H200's datasheet figure is decimal
+    assert fmt_capacity(220 * 2 ** 20) == "230.69 MB"    # under 1 GiB: no binary figure
+
+
+def test_report_groups_numbered_units(capsys):
+    assert main(["run", str(ROOT / "workloads/llama2_7b_decode.yaml"), "--hw", "hbm_pim", "--set", "gen_len=4"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "utilization" in ln)
+    assert "pim.stack0-4" in line and "pim.stack1" not in line

@@ -1,0 +1,260 @@
+"""Issue 34, items 3-5: the serving and trace inputs that raised a traceback (or were accepted
+with bad timestamps) now get one line naming the file and key (exit 2, nothing written), and
+what a serving run reports obeys its invariants (every request completed or rejected,
+utilisation at most 1, large timestamps)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.apps.cli import main
+from tests.conftest import write_serving_file
+from tests.robust_helpers import refused
+from tests.test_robust_serve import SERVE
+
+
+def _serve_file(tmp_path, edit=None):
+    return write_serving_file(tmp_path, SERVE, edit)
+
+
+def _trace(name, fmt):
+    def edit(s):
+        s.update(arrivals=dict(process="trace"), trace=dict(path=name, format=fmt))
+        del s["lengths"]
+    return edit
+
+
+# ---------------------------------------------------------------- tracebacks -> one line
+
+BAD = {   # case: (serving edit, trace file name and text or None, the message after "error: FILE: ")
+    "negative seed": (lambda s: s["arrivals"].update(seed=-1), None,   # numpy ValueError
+                      "{f}: serving.arrivals.poisson.seed: Input should be greater than or equal to 0"),
+    "swap without a host link": (lambda s: s["scheduler"].update(kind="vllm-v0", preemption="swap"), None,
+                                 # AttributeError: 'Machine' object has no attribute 'host'
+                                 "{f}: serving.scheduler.preemption: swap needs a host link, and a6000 has none; set "
+                                 "serving.scheduler.swap_bandwidth_bytes_per_s (e.g. 25 GB/s for PCIe 4.0 x16)"),
+    "mooncake line that is an array": (_trace("t.jsonl", "mooncake"),   # TypeError in pandas
+                                       ("t.jsonl", '{"timestamp": 0, "input_length": 3, "output_length": 2}\n[1, 2]\n'),
+                                       "{t}: line 2 is an array; expected one JSON object per line, e.g. "
+                                       '{{"timestamp": 0, "input_length": 100, "output_length": 20}}'),
+    "azure offsets out of order": (_trace("t.csv", "azure"),   # 18:15:47+01:00 is 17:15:47 UTC: an hour earlier
+                                   ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n"
+                                             "2023-11-16 18:15:47+01:00,10,2\n"),
+                                   "{t}: TIMESTAMP: timestamps not sorted (row 2 comes before the row above it)"),
+    "azure words": (_trace("t.csv", "azure"),
+                    ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\nyesterday,10,2\n"),
+                    "{t}: TIMESTAMP: row 2 is not a date-time"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_serving_inputs_that_raised_a_traceback(tmp_path, capsys, case):
+    edit, trace, message = BAD[case]
+    f = _serve_file(tmp_path, edit)
+    if trace:
+        (tmp_path / trace[0]).write_text(trace[1])
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json")], tmp_path)
+    assert line == "error: " + message.format(f=f, t=tmp_path / (trace[0] if trace else ""))
+
+
+@pytest.mark.parametrize("plan", [{"pp": 2}, {"micro_batches": 2}])
+def test_serving_with_pipeline_stages_is_one_line(tmp_path, capsys, plan):
+    # ValueError "phase must be prefill or decode, got 'mixed'": a serving step is a mixed batch.
+    f = write_serving_file(tmp_path, {**SERVE, "parallel": {**plan, "topology": "a6000_x8_pcie"}})
+    key, value = next(iter(plan.items()))
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q"], tmp_path)
+    if key == "micro_batches":   # the plan refuses it first (2 micro-batches of a batch of 1): one line too
+        assert line.startswith(f"error: {f}: parallel.micro_batches: 2"), line
+        return
+    assert line == (f"error: {f}: parallel.{key}: {value}: serving is modelled with pipeline parallelism off (pp 1, "
+                    "micro_batches 1); use tp, or replicas (serving.router) for more devices")
+
+
+def test_negative_sweep_seed_is_refused(tmp_path, capsys):
+    from tests.test_sweep import make_spec
+
+    spec = make_spec(tmp_path, {"workload.batch": {"min": 1, "max": 8}}, mode="random", samples=2, seed=-3)
+    line = refused(capsys, ["sweep", str(spec), "--out", str(tmp_path / "out"), "-q"], tmp_path)
+    assert line == f"error: {spec}: seed: Input should be greater than or equal to 0"
+
+
+def _run_json(tmp_path, f) -> dict:
+    out = tmp_path / "o.json"
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_azure_rows_with_different_offsets_are_one_timeline(tmp_path):
+    # pandas refused mixed offsets with a ValueError traceback. 18:15:46.5 UTC and 19:15:47+01:00
+    # (18:15:47 UTC) are 0.5 s apart: the second request arrives 0.5 s after the first.
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5+00:00,64,8\n"
+                                    "2023-11-16 19:15:47+01:00,64,8\n")
+    f = _serve_file(tmp_path, _trace("t.csv", "azure"))
+    from sim.apps.serve.traces import read_trace
+
+    assert read_trace(tmp_path / "t.csv", "azure").arrival_s.tolist() == [0.0, 0.5]
+    s = _run_json(tmp_path, f)
+    assert s["completed"] == 2 and s["duration_s"] > 0.5
+
+
+def test_large_absolute_timestamps_keep_their_spacing(tmp_path):
+    # Near 1e17 s a float's spacing is 16 s: every request's TTFT came out 0 and the throughput 0.
+    # Relative to the first row, subtracted exactly, the arrivals are 0, 0.5 and 1 s.
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_len,output_len\n100000000000000000,64,8\n"
+                                    "100000000000000000.5,64,8\n100000000000000001,64,8\n")
+    from sim.apps.serve.traces import read_trace
+
+    assert read_trace(tmp_path / "t.csv", "plain").arrival_s.tolist() == [0.0, 0.5, 1.0]
+    small = tmp_path / "small.csv"
+    small.write_text("arrival_s,prompt_len,output_len\n0,64,8\n0.5,64,8\n1,64,8\n")
+    big = _run_json(tmp_path, _serve_file(tmp_path, _trace("t.csv", "plain")))
+    same = _run_json(tmp_path, _serve_file(tmp_path, _trace("small.csv", "plain")))
+    assert big["completed"] == 3 and big["latency"]["ttft"]["mean"] > 0 and big["throughput_tok_s"] > 0
+    assert big["latency"] == same["latency"] and big["throughput_tok_s"] == same["throughput_tok_s"]
+
+
+def test_epoch_nanoseconds_are_exact(tmp_path):
+    # LLMServingSim's arrival_time_ns as epoch nanoseconds (1.7e18): 1 ms apart, exactly.
+    (tmp_path / "t.jsonl").write_text('{"arrival_time_ns": 1700000000000000001, "input_toks": 3, "output_toks": 2}\n'
+                                      '{"arrival_time_ns": 1700000000001000001, "input_toks": 3, "output_toks": 2}\n')
+    from sim.apps.serve.traces import read_trace
+
+    assert read_trace(tmp_path / "t.jsonl", "llmservingsim").arrival_s.tolist() == [0.0, 0.001]
+    assert yaml  # (imported for the fuzz helpers below)
+
+
+# ---------------------------------------------------------------- item 4: parquet, --find-capacity outputs
+
+def test_requests_parquet_is_written_on_the_plain_install(tmp_path):
+    import pandas as pd
+
+    from tests.test_sweep_serving import SERVE as TINY_SERVE
+
+    f = write_serving_file(tmp_path, TINY_SERVE)
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--requests", str(tmp_path / "r.parquet")]) == 0
+    df = pd.read_parquet(tmp_path / "r.parquet")
+    assert len(df) == TINY_SERVE["serving"]["arrivals"]["num_requests"] and (df["status"] == "completed").all()
+
+
+def test_parquet_without_pyarrow_is_one_line_before_the_run(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)   # import pyarrow -> ImportError, as on an install without it
+    f = _serve_file(tmp_path)
+    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--requests", str(tmp_path / "r.parquet")], tmp_path)
+    assert line == (f"error: --requests {tmp_path / 'r.parquet'}: writing Parquet needs pyarrow, which this install "
+                    "lacks (pip install pyarrow, or reinstall sim); or give a .csv name")
+
+
+def test_find_capacity_writes_every_output_it_accepts(tmp_path):
+    # --requests and --chrome-trace were accepted with --find-capacity and written nowhere.
+    from tests.test_sweep_serving import SERVE as TINY_SERVE
+
+    raw = json.loads(json.dumps(TINY_SERVE))
+    raw["serving"]["slo"] = dict(ttft_p90=0.0004)   # the tiny model's first token takes about 0.25 ms unloaded
+    raw["serving"]["arrivals"]["num_requests"] = 24
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    out = {n: tmp_path / n for n in ("c.json", "r.csv", "t.json")}
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--find-capacity", "--json", str(out["c.json"]),
+                 "--requests", str(out["r.csv"]), "--chrome-trace", str(out["t.json"])]) == 0
+    cap = json.loads(out["c.json"].read_text())
+    assert cap["capacity_rate_req_s"] > 0
+    rows = out["r.csv"].read_text().splitlines()
+    assert len(rows) == 1 + 24                                   # header + one row per request of the capacity run
+    assert json.loads(out["t.json"].read_text())["traceEvents"]
+
+
+# ---------------------------------------------------------------- item 5: serving invariants
+
+def _orca(tmp_path, n=40):
+    # Prompts of 100-3,000 tokens under a 1,000-token budget: Orca does not chunk.
+    def edit(s):
+        s["arrivals"].update(num_requests=n)
+        s["lengths"]["prompt"] = dict(dist="uniform", low=100, high=3000)
+        s["scheduler"] = dict(kind="orca", max_num_batched_tokens=1000)
+    return _serve_file(tmp_path, edit)
+
+
+def test_orca_rejects_a_prompt_over_its_budget_with_the_reason(tmp_path):
+    # Such a request waited forever and blocked every one behind it: 40 of 40 unfinished, exit 0.
+    s = _run_json(tmp_path, _orca(tmp_path))
+    long = sum(1 for p in _prompts(tmp_path) if p > 1000)
+    assert long > 0 and s["completed"] + s["rejected"] == s["requests"] == 40
+    assert s["rejected"] == long and s["completed"] == 40 - long
+    assert s["rejected_reasons"] == {"prompt longer than max_num_batched_tokens (Orca does not chunk)": long}
+
+
+def _prompts(tmp_path) -> list[int]:
+    from sim.apps.serve.arrivals import make_requests
+    from sim.apps.serve.spec import load_serve_file
+
+    return make_requests(load_serve_file(tmp_path / "s.yaml")).prompt_len.tolist()
+
+
+def test_a_request_left_unfinished_fails_loudly(tmp_path, monkeypatch):
+    # The old Orca: never admitted, never rejected. The run must not exit 0 with it unfinished.
+    from sim.apps.serve.schedulers import orca
+    from sim.apps.serve.invariants import InvariantError
+
+    monkeypatch.setattr(orca.Orca, "refusal", lambda self, r: None)
+    monkeypatch.setattr(orca.Orca, "fits_ever", lambda self, r: True)
+    with pytest.raises(InvariantError, match=r"of 40 requests neither completed nor were rejected"):
+        main(["serve", str(_orca(tmp_path)), "--hw", "a6000", "-q"])
+
+
+def test_busy_shares_stay_at_most_one_with_pools_and_replicas(tmp_path):
+    # engine_busy summed every instance's iterations over one wall time: 3.5 with five instances.
+    def disagg(s):
+        s["arrivals"].update(rate=400, num_requests=60)
+        s["disaggregated"] = dict(prefill=dict(hw="h100_sxm", replicas=2), decode=dict(hw="a6000", replicas=3),
+                                  transfer=dict(bandwidth_bytes_per_s=25e9))
+
+    def replicas(s):
+        s["arrivals"].update(rate=400, num_requests=60)
+        s["router"] = dict(replicas=3)
+    for edit in (disagg, replicas):
+        s = _run_json(tmp_path, _serve_file(tmp_path, edit))
+        assert s["completed"] == 60
+        shares = [s["engine_busy"], *s["utilization"].values()]
+        for side in ("prefill", "decode"):
+            for inst in s.get("disaggregated", {}).get(side, []):
+                shares += [inst["busy"], *inst["utilization"].values()]
+        shares += [x for r in s.get("replicas", []) for x in (r["busy"], *r["utilization"].values())]
+        assert all(0 <= x <= 1 + 1e-9 for x in shares), shares
+        assert s["engine_busy"] > 0.3     # busy, so a share summed over instances would have passed 1
+
+
+def test_a_crawling_budget_is_warned_with_its_iteration_count(tmp_path, capsys):
+    # 20 requests of 64 + 8 tokens under a budget of 1 token: 1,440 iterations at least; vLLM refuses it.
+    f = _serve_file(tmp_path, lambda s: s["scheduler"].update(kind="sarathi", max_num_batched_tokens=1))
+    assert main(["serve", str(f), "--hw", "a6000", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == (f"warning: {f}: serving.scheduler.max_num_batched_tokens: 1 tokens per iteration for 1,440 "
+                           "tokens in the stream: at least 1,440 iterations; vLLM refuses a budget below max_num_seqs "
+                           "(256): \"max_num_batched_tokens must be greater than or equal to max_num_seqs\"")
+
+
+# ---------------------------------------------------------------- Chrome traces with bad timestamps
+
+@pytest.mark.parametrize("ts, message", [
+    (1e300, "ends 1e+294 s after the trace's first event; a profiled run spans less than 24 hours (a corrupt ts or dur?)"),
+    (True, "ts: expected a duration, got True"),
+])
+def test_a_chrome_trace_with_bad_timestamps_is_refused(tmp_path, capsys, ts, message):
+    # Both were accepted for validation: a kernel is attributed by correlation id, not by time.
+    import shutil
+
+    from tests.conftest import ROOT
+
+    src = ROOT / "tests" / "data" / "synthetic_cuda_L1"
+    data = json.loads(Path(f"{src}.trace.json").read_text())
+    data["traceEvents"][3]["ts"] = ts
+    (tmp_path / "t.trace.json").write_text(json.dumps(data))
+    shutil.copy(f"{src}.meta.json", tmp_path / "t.meta.json")
+    line = refused(capsys, ["validate", str(tmp_path / "t.trace.json"), "--hw", "a6000"], tmp_path)
+    assert line == f"error: {tmp_path / 't.trace.json'}: traceEvents[3] ('kernel_embed'): {message}"
