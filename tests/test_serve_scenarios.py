@@ -365,3 +365,35 @@ def test_quantiles_are_the_inverted_cdf():
     w = stats(np.array([3.0, 1.0, 2.0]), np.array([2.0, 1.0, 1.0]))
     assert (w["p50"], w["p90"], w["max"], w["mean"]) == (2.0, 3.0, 3.0, 2.25)
     assert stats(np.array([np.nan, 4.0]))["mean"] == 4.0
+
+
+class FeatureCost:
+    """An exact cost linear in the features the surrogate's tables interpolate (tokens, decode sequences,
+    their KV, prefill chunks): the tables are differences and slopes of it, so interpolating them must give
+    it back exactly, on the grid or off it. (Attended pairs are left out: they are quadratic in a chunk's
+    tokens, which the tables are indexed by, so a pairs term is interpolated, not reproduced.)"""
+    keys: list[str] = []
+
+    def device(self, it: Iteration) -> tuple[float, float]:
+        t = 1e-3 + 1e-6 * it.tokens + 2e-9 * it.decode_kv + 4e-6 * it.chunks + 5e-7 * it.n_decode
+        return t, 3 * t
+
+    def engine(self, c, it):
+        return c
+
+
+@pytest.mark.parametrize("seqs", [
+    [(1, 40)] * 5,                                   # decodes at KV 40 (the kv slope table)
+    [(1, 40), (1, 900), (1, 7)],                     # mixed KV lengths
+    [(1, 2000)] * 3,                                 # KV beyond the grid's last point (extended linearly)
+    [(1, 30)] * 6 + [(37, 37)],                      # decodes with a fresh chunk (the M table)
+    [(1, 30)] * 3 + [(20, 120)],                     # a chunk after a 100-token prefix (pairs)
+    [(12, 12), (17, 17), (9, 9)],                    # three fresh chunks (the C table)
+    [(5, 5), (40, 40)],                              # two uneven fresh chunks (the split table)
+    [(1, 64)] * 2 + [(10, 50), (13, 13)],            # all of it at once
+])
+def test_surrogate_reproduces_a_cost_linear_in_its_features(seqs):
+    sur = Surrogate(FeatureCost(), max_tokens=64, max_decode=8, max_kv=1024)
+    it = features(seqs)
+    assert sur.device(it) == pytest.approx(FeatureCost().device(it), rel=1e-9, abs=0)
+    assert sur.exact_fallbacks == 0
