@@ -98,6 +98,26 @@ def test_v0_prefill_first_then_decodes_and_recompute_preemption_of_the_latest():
     assert a.generated == 7 and b.generated == 6 and not sched.busy() and sched.pool.used == 0
 
 
+def test_v0_swap_preemption_and_swap_in():
+    """The scenario above with preemption: swap (6 blocks, budget 64; A prompt 8 output 7, B 8 and 7).
+    it1-it5 as above. it6: A's token 13 needs a 4th block: B (12 tokens computed, 3 blocks) is swapped out
+    (3 blocks over the link; B keeps its 12 computed tokens) and A runs alone. it7: no prefill while B is
+    swapped; A's 7th token (its 14th fits its 4th block); B cannot come back (2 free < 3); A ends.
+    it8: B is swapped in (3 blocks back over the link) and decodes token 13, which needs a 4th block:
+    blocks_for(13) = 4, allocated with the swap-in (this scenario found it missing: the debug checks'
+    blocks-per-computed-token rule)."""
+    cfg = s.VllmV0(kind="vllm-v0", block_size=4, watermark=0.0, max_num_batched_tokens=64, preemption="swap")
+    sched = VllmV0(cfg, BlockPool(6, 4), prompt_limit=64)
+    sched.max_model_len = 1 << 20
+    a, b = Request(0, 0.0, prompt=8, output=7), Request(1, 0.0, prompt=8, output=7)
+    assert sched.add(a) and sched.add(b)
+    got = [step(sched) for _ in range(7)]
+    assert got == [[(0, 8), (1, 8)]] + [[(0, 1), (1, 1)]] * 4 + [[(0, 1)], [(0, 1)]]
+    assert sched.swapped_out_blocks == 3 and b.computed == 12 and list(sched.swapped) == [b]
+    assert step(sched) == [(1, 1)]
+    assert sched.swapped_in_blocks == 3 and b.blocks == 4
+
+
 def test_v0_prefix_cache_evicts_the_least_recently_used_unit():
     """6 blocks, prefix caching, one block a unit. A (prompt 5, hash 10) and then B (prompt 5, hash 20),
     one output token each, run one after the other: each publishes its full first block, then ends;

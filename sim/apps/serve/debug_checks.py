@@ -9,7 +9,8 @@ a figure no test pins (issue 32). Checked at every iteration:
   computes past its own tokens (prompt + generated);
 - KV blocks: what the requests hold plus the cached units held plus what is free or evictable
   is the pool, to the block (every BLOCKS_EVERY-th iteration in a run: the count walks every
-  request; a leaked block stays leaked, so the sample finds it);
+  request; a leaked block stays leaked, so the sample finds it), and every running request
+  holds blocks for the tokens it has computed;
 - a prefix-cache hit is shorter than the prompt (at least one token computes).
 
 At every finish: the request emitted exactly its output length, and arrival <= scheduled <=
@@ -63,6 +64,11 @@ def check_blocks(sched: Scheduler) -> None:
         _fail(f"KV blocks: requests hold {held}, {avail} free or evictable, but the pool has {usable}")
     if avail < 0 or pool.free < 0:
         _fail(f"KV blocks: negative free count (available {avail}, free {pool.free})")
+    for r in sched.running:
+        have = r.blocks + len(r.shared) * pool.unit_blocks
+        if have < pool.blocks_for(r.computed):
+            _fail(f"request {r.idx} holds {have} KV blocks for {r.computed} computed tokens "
+                  f"({pool.blocks_for(r.computed)} needed)")
 
 
 def check_batch(sched: Scheduler, batch: Batch) -> None:
