@@ -1,106 +1,170 @@
 #!/usr/bin/env python3
-"""Speed and memory of `sim serve` (issue 13 targets), measured, medians printed.
+"""Speed and memory of `sim serve` on fixed cases (issue 30), medians printed, with the ratio to the
+figures stored in scripts/bench_serve_figures.json (the previous commit's, written by --save).
 
-1. Capacity of llama3-8b on h100_sxm for workloads/serve_llama3_8b_sharegpt.yaml's SLO
-   (bisection, 2,000 requests per point), then 10,000 requests at 80% of it: wall time of
-   the whole `sim serve` process (target <= 10 s on one core).
-2. 1,000,000 requests at the same rate (surrogate step costs): peak resident memory of the
-   process (target < 2 GB) and its wall time.
-3. The same 200-request case with surrogate and with --exact step costs: wall-time ratio,
-   and the agreement of TTFT/TPOT mean and p99.
+Cases (llama3-8b on h100_sxm, workloads/serve_llama3_8b_sharegpt.yaml, vLLM V0 as in the file):
+  10k       10,000 requests at RATE (80% of the file's SLO capacity, below): the serve() call in a
+            fresh process (warm step-cost cache: a process has run the key before), the whole
+            `sim serve` process, its peak RSS, requests simulated per second of serve().
+  capacity  --find-capacity with 1,000-request steps in a fresh process, warm step-cost cache.
+  startup   `sim --help` whole process, and the import time of sim.apps.cli (python -X importtime).
+  1m        1,000,000 requests at RATE, whole `sim serve` process: wall and peak RSS (--big to run it).
+Each case runs in its own process, so an earlier case's memory or imports do not flatter a later one.
 
-    python scripts/bench_serve.py [--repeat 3] [--big 1000000] [--skip-big] [--scheduler vllm]
+    python scripts/bench_serve.py [--repeat 3] [--cases 10k,capacity,startup] [--big] [--save]
+                                  [--root DIR] [--profile] [--no-cache]
 
---scheduler replaces the file's serving.scheduler.kind (vllm-v0 in the file; vllm is V1's).
+--root runs another checkout's code (e.g. the previous commit exported to a folder) with these cases:
+before/after figures measured back to back. --no-cache sets SIM_NO_CACHE=1 for every child.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+FIGURES = ROOT / "scripts" / "bench_serve_figures.json"
+FILE = "workloads/serve_llama3_8b_sharegpt.yaml"
+# The file's SLO capacity (ttft_p90 0.2 s, tpot_p90 0.05 s) found by find_capacity with 2,000-request
+# steps at commit cc181f4: 56.5625 requests/s (ttft_p90 limiting); 80% of it. Fixed, so every commit
+# runs the same stream.
+RATE = 0.8 * 56.5625
 
-from hw_models.machine import load_machine  # noqa: E402
-from sim.apps.serve.capacity import find_capacity  # noqa: E402
-from sim.apps.serve.spec import load_serve_file  # noqa: E402
+IN_PROCESS = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from hw_models.machine import load_machine
+from sim.apps.serve.spec import load_serve_file
+from sim.apps.serve.run import serve
+from sim.apps.serve.capacity import find_capacity
+t1 = time.perf_counter()
+case, n, rate, profile = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
+f = load_serve_file(%r, {"serving.arrivals.num_requests": n, "serving.arrivals.rate": rate})
+m = load_machine("h100_sxm")
+if profile:
+    import cProfile, pstats
+    pr = cProfile.Profile(); pr.enable()
+t2, c2 = time.perf_counter(), time.process_time()
+if case == "capacity":
+    out = find_capacity(f, m, dict(f.serving.slo))
+    extra = dict(rate=out["rate"], runs=len(out["points"]))
+else:
+    _, s = serve(f, m)
+    extra = dict(iterations=s["iterations"], completed=s["completed"])
+t3, c3 = time.perf_counter(), time.process_time()
+if profile:
+    pr.disable(); pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+print(json.dumps(dict(import_s=t1 - t0, run_s=t3 - t2, run_cpu_s=c3 - c2, rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      **extra)))
+"""
 
-FILE = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
-SIM = [sys.executable, "-m", "sim.apps.cli"]
+
+def child(root: Path, args: list[str], env: dict[str, str]) -> tuple[float, float, str, float]:
+    """Wall seconds and peak RSS (MB) of one child process, its stdout and its CPU seconds. The child's
+    own figures are read from wait4's rusage, not RUSAGE_CHILDREN (that holds the largest of all children
+    so far). On a shared machine CPU seconds are the figure to compare; wall is inflated by the load."""
+    t = time.perf_counter()
+    p = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.PIPE)
+    out = p.stdout.read().decode()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"failed: {' '.join(args)}")
+    return wall, ru.ru_maxrss / 1024, out, ru.ru_utime + ru.ru_stime
 
 
-KIND: list[str] = []   # --set serving.scheduler.kind=... for every run, when --scheduler is given
+def in_process(root: Path, env: dict[str, str], case: str, n: int, profile: bool = False) -> dict:
+    _, _, out, _ = child(root, [sys.executable, "-c", IN_PROCESS % FILE, case, str(n), str(RATE), "1" if profile else "0"],
+                      env)
+    return json.loads(out.strip().splitlines()[-1])
 
 
-def run_sim(args: list[str]) -> tuple[float, float, float, dict]:
-    """Wall seconds, CPU seconds and peak RSS (MB) of one `sim serve` process, and its JSON summary.
-    Peak RSS is read from /usr/bin/time-style rusage of that child alone (ru_maxrss of
-    RUSAGE_CHILDREN is the largest of all children so far, so the big run goes last)."""
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "s.json"
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t = time.perf_counter()
-        subprocess.run([*SIM, "serve", str(FILE), "--hw", "h100_sxm", "-q", "--json", str(out), *KIND, *args],
-                       check=True, cwd=ROOT)
-        wall = time.perf_counter() - t
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-        return wall, cpu, r1.ru_maxrss / 1024, json.loads(out.read_text())
+def sim_serve(root: Path, env: dict[str, str], n: int) -> tuple[float, float, float]:
+    wall, rss, _, cpu = child(root, [sys.executable, "-m", "sim.apps.cli", "serve", FILE, "--hw", "h100_sxm", "-q",
+                                "--set", f"serving.arrivals.rate={RATE}", "--set", f"serving.arrivals.num_requests={n}"],
+                         env)
+    return wall, rss, cpu
+
+
+def import_s(root: Path, env: dict[str, str]) -> float:
+    """Cumulative import time of sim.apps.cli (python -X importtime), seconds."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import sim.apps.cli"], cwd=root, env=env,
+                       capture_output=True, text=True, check=True)
+    for line in p.stderr.splitlines():
+        m = re.match(r"import time:\s+\d+ \|\s+(\d+) \| sim\.apps\.cli$", line)
+        if m:
+            return int(m.group(1)) / 1e6
+    raise SystemExit("no import time for sim.apps.cli")
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--big", type=int, default=1_000_000)
-    ap.add_argument("--skip-big", action="store_true")
-    ap.add_argument("--scheduler", help="serving.scheduler.kind for every run (default: the file's)")
+    ap.add_argument("--cases", default="10k,capacity,startup")
+    ap.add_argument("--big", action="store_true", help="also the 1,000,000-request case (minutes)")
+    ap.add_argument("--big-n", type=int, default=1_000_000, help="requests of the big case")
+    ap.add_argument("--root", type=Path, default=ROOT, help="checkout whose code runs (default: this one)")
+    ap.add_argument("--save", action="store_true", help=f"store the medians in {FIGURES.relative_to(ROOT)}")
+    ap.add_argument("--label", default="", help="what the figures are of, stored with --save (a commit)")
+    ap.add_argument("--profile", action="store_true", help="cProfile one 10k run (stderr)")
+    ap.add_argument("--no-cache", action="store_true")
     a = ap.parse_args()
-    sets = {"serving.arrivals.num_requests": 2000}
-    if a.scheduler:
-        KIND.extend(["--set", f"serving.scheduler.kind={a.scheduler}"])
-        sets["serving.scheduler.kind"] = a.scheduler
+    root = a.root.resolve()
+    env = dict(os.environ, PYTHONPATH=str(root))
+    if a.no_cache:
+        env["SIM_NO_CACHE"] = "1"
+    cases = a.cases.split(",") + (["1m"] if a.big else [])
+    fig: dict[str, float] = {}
+    if "10k" in cases:
+        in_process(root, env, "10k", 10_000, a.profile)   # warms the step-cost cache (a miss on a first run)
+        runs = [in_process(root, env, "10k", 10_000) for _ in range(a.repeat)]
+        whole = [sim_serve(root, env, 10_000) for _ in range(a.repeat)]
+        fig.update({"10k.serve_s": med([r["run_s"] for r in runs]), "10k.serve_cpu_s": med([r["run_cpu_s"] for r in runs]),
+                    "10k.process_s": med([w for w, _, _ in whole]), "10k.process_cpu_s": med([c for _, _, c in whole]),
+                    "10k.peak_rss_mb": med([r for _, r, _ in whole])})
+        fig["10k.requests_per_s"] = 10_000 / fig["10k.serve_s"]
+        fig["10k.requests_per_cpu_s"] = 10_000 / fig["10k.serve_cpu_s"]
+        print(f"10k: {runs[0]['iterations']} iterations; serve() runs {[round(r['run_s'], 2) for r in runs]}, "
+              f"processes {[round(w, 2) for w, _, _ in whole]}")
+    if "capacity" in cases:
+        runs = [in_process(root, env, "capacity", 1_000) for _ in range(a.repeat)]
+        fig["capacity.search_s"] = med([r["run_s"] for r in runs])
+        fig["capacity.search_cpu_s"] = med([r["run_cpu_s"] for r in runs])
+        print(f"capacity (1,000-request steps): {runs[0]['rate']:.4g} requests/s after {runs[0]['runs']} runs; "
+              f"searches {[round(r['run_s'], 2) for r in runs]}")
+    if "startup" in cases:
+        helps = [child(root, [sys.executable, "-m", "sim.apps.cli", "--help"], env) for _ in range(a.repeat)]
+        fig["startup.help_s"] = med([h[0] for h in helps])
+        fig["startup.help_cpu_s"] = med([h[3] for h in helps])
+        fig["startup.import_s"] = med([import_s(root, env) for _ in range(a.repeat)])
+    if "1m" in cases:
+        wall, rss, cpu = sim_serve(root, env, a.big_n)
+        fig.update({"1m.process_s": wall, "1m.process_cpu_s": cpu, "1m.peak_rss_mb": rss, "1m.requests": a.big_n})
 
-    f = load_serve_file(FILE, sets)
-    t = time.perf_counter()
-    cap = find_capacity(f, load_machine("h100_sxm"), dict(f.serving.slo))
-    rate = 0.8 * cap["rate"]
-    print(f"capacity (SLO {f.serving.slo}): {cap['rate']:.2f} requests/s, limited by {cap['limiting']} "
-          f"({len(cap['points'])} runs, {time.perf_counter() - t:.1f} s); 80%: {rate:.2f} requests/s")
-
-    walls, cpus = [], []
-    for _ in range(a.repeat):
-        wall, cpu, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set",
-                                     "serving.arrivals.num_requests=10000"])
-        walls.append(wall)
-        cpus.append(cpu)
-    print(f"10,000 requests at {rate:.2f}/s: median wall {statistics.median(walls):.2f} s, CPU "
-          f"{statistics.median(cpus):.2f} s over {a.repeat} "
-          f"(walls {', '.join(f'{w:.2f}' for w in walls)}), {s['iterations']} iterations, "
-          f"TTFT p90 {s['latency']['ttft']['p90'] * 1e3:.1f} ms, TPOT p90 {s['latency']['tpot']['p90'] * 1e3:.2f} ms")
-
-    small = ["--set", f"serving.arrivals.rate={rate}", "--set", "serving.arrivals.num_requests=200"]
-    ws, cs, _, sur = run_sim(small)
-    we, ce, _, ex = run_sim(small + ["--exact"])
-    print(f"200 requests: surrogate {ws:.2f} s wall / {cs:.2f} s CPU, --exact {we:.2f} s / {ce:.2f} s "
-          f"(x{ce / cs:.1f} CPU; whole processes, the surrogate's tables included)")
-    for m in ("ttft", "tpot"):
-        for st in ("mean", "p99"):
-            x, y = sur["latency"][m][st], ex["latency"][m][st]
-            print(f"  {m} {st}: surrogate {x * 1e3:.3f} ms, exact {y * 1e3:.3f} ms ({x / y - 1:+.3%})")
-
-    if not a.skip_big:
-        wall, cpu, rss, s = run_sim(["--set", f"serving.arrivals.rate={rate}", "--set",
-                                     f"serving.arrivals.num_requests={a.big}"])
-        print(f"{a.big:,} requests (surrogate): wall {wall:.1f} s, CPU {cpu:.1f} s, peak RSS {rss:.0f} MB, "
-              f"{s['completed']:,} completed, {s['iterations']:,} iterations")
+    stored = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    old = stored.get("figures", {})
+    print(f"\n{'figure':22s} {'now':>10s} {'stored':>10s} {'now/stored':>10s}   (stored: {stored.get('label', '-')})")
+    for k, v in fig.items():
+        o = old.get(k)
+        print(f"{k:22s} {v:10.3f} {o if o is not None else float('nan'):10.3f} "
+              f"{v / o if o else float('nan'):10.2f}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; CPU time of children "
+          f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime:.1f} s")
+    if a.save:
+        FIGURES.write_text(json.dumps(dict(label=a.label, figures={**old, **fig}), indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from sim.core import interrupt
 interrupt.install()   # already, when sim was imported as the CLI; here for any other way main() is reached
 
 import argparse
-import json
 import os
 import warnings
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ from sim.apps.checks import unused_settings
 from sim.apps.chrome_trace import chrome_trace
 from sim.core.files import check_output, transaction, write_json
 from sim.apps.report import print_report
-from sim.apps.serve import cli as serve_cli
+from sim.apps.serve import cache_cli, cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
@@ -49,7 +48,7 @@ from sim.core.units import fmt_time
 from sim.core.settings import split_settings
 from sim.core.workload import load_workload
 
-_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register)
+_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register, cache_cli.register)
 
 
 def _load(args: argparse.Namespace):

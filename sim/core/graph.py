@@ -10,8 +10,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import networkx as nx
-
 ROLES = ("weight", "kv", "activation")
 
 # Op kinds. Mappers decide placement from these, never from names.
@@ -100,16 +98,48 @@ def column_share(op: Op, n_cols: int, name: str) -> Op:
     return Op(name, op.kind, op.flops * n_cols / n, reads, writes, shape, op.compute_format, op.layer)
 
 
+class Dag:
+    """The few networkx.DiGraph operations an OpGraph uses (nodes with attributes in insertion order,
+    predecessors in edge order), without importing networkx: its import was most of `sim`'s start-up
+    (issue 30). to_networkx() gives the full graph for analysis."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict] = {}
+        self._preds: dict[str, dict[str, None]] = {}
+
+    def add_node(self, name: str, **attrs) -> None:
+        self.nodes.setdefault(name, {}).update(attrs)
+        self._preds.setdefault(name, {})
+
+    def add_edge(self, u: str, v: str) -> None:
+        for n in (u, v):
+            self.add_node(n)
+        self._preds[v][u] = None
+
+    def predecessors(self, name: str) -> Iterator[str]:
+        return iter(self._preds[name])
+
+    def number_of_nodes(self) -> int:
+        return len(self.nodes)
+
+    def to_networkx(self):
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from(self.nodes.items())
+        g.add_edges_from((u, v) for v, ps in self._preds.items() for u in ps)
+        return g
+
+
 @dataclass
 class OpGraph:
-    """A DAG of ops (networkx) with data-dependency edges, in insertion order,
-    which is a topological order."""
+    """A DAG of ops with data-dependency edges, in insertion order, which is a topological order."""
 
     phase: str                 # "prefill" or "decode"
     batch: int
     q_len: int
     kv_len: int
-    dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+    dag: Dag = field(default_factory=Dag)
 
     def add(self, op: Op, deps: list[str]) -> None:
         self.dag.add_node(op.name, op=op)

@@ -61,6 +61,13 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
     best = next(p for p in points if p["rate"] == lo)["summary"]
     above = next(p for p in points if p["rate"] == hi)["summary"]
     limiting = max(above["slo_met"], key=above["slo_met"].get)
+    # Goodput and capacity over one stated window (issue 30): the capacity run's span, first arrival to last
+    # completion. Goodput is below the rate by the requests outside the SLO and by the drain after the last
+    # arrival (span longer than the arrivals' window); both shares are reported so the two figures reconcile.
+    n = best["requests"]
+    arrivals_s = (n - 1) / lo if n > 1 else 0.0   # the expected arrival window of the stream at rate `lo`
     return dict(rate=lo, goodput_req_s=best["goodput_req_s"], goodput_tok_s=best["goodput_tok_s"],
+                window_s=best["duration_s"], within_slo=best["goodput_req_s"] / best["throughput_req_s"]
+                if best["throughput_req_s"] else 0.0, arrival_window_s=arrivals_s,
                 limiting=limiting, limit_ratio=above["slo_met"][limiting],
                 points=sorted(points, key=lambda p: p["rate"]), summary=best)

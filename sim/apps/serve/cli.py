@@ -58,6 +58,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.spec import load_serve_file
     from sim.core.settings import split_settings
 
+    if args.no_cache:
+        from sim.apps.serve import tablecache
+        tablecache.disable()
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = load_machine(args.hw, sets.hw)
@@ -120,6 +123,7 @@ def _capacity(args, file, machine, slo, console) -> int:
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point)
     best = cap["summary"]
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
+               goodput_window_s=cap["window_s"], within_slo=cap["within_slo"],
                limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
                                                           for p in cap["points"]], summary=best)
     res = None
@@ -171,5 +175,7 @@ def register(subparsers) -> None:
     flags.deprecated_alias(p, "--exact", "--exhaustive", "exact", action="store_true")
     p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
     p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the persistent step-cost tables (`sim cache info`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no report or progress bar")
     p.set_defaults(func=cmd_serve)

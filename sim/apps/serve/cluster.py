@@ -9,6 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from sim.apps.serve.disagg import Disagg
+from sim.apps.serve.energy import instance_board
 from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
 from sim.apps.serve.router import merge, policy_of, replica_count, replica_figures, run_replicas
 from sim.apps.serve.instance import Setup
@@ -29,12 +30,14 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
     hw = setup.machine.source or setup.machine.name
     n = replica_count(file)
     if n == 1 and file.serving.router is None:
-        return check_finite(ServeSim(setup, reqs, progress).run(), file, hw), {}
-    policy = policy_of(file)
-    results, where = run_replicas(setup, reqs, n, policy, progress)
-    reps = replica_figures(results, where)
-    extra = dict(router=policy, replicas=reps, engine_busy=sum(r["busy"] for r in reps) / n)
-    return check_finite(merge(results, where), file, hw), extra
+        res, extra = ServeSim(setup, reqs, progress).run(), {}
+    else:
+        policy = policy_of(file)
+        results, where = run_replicas(setup, reqs, n, policy, progress)
+        reps = replica_figures(results, where)
+        res, extra = merge(results, where), dict(router=policy, replicas=reps, engine_busy=sum(r["busy"] for r in reps) / n)
+    res.board = instance_board(setup)
+    return check_finite(res, file, hw), extra
 
 
 def check_finite(res: ServeResult, file: ServeFile, hw: str) -> ServeResult:

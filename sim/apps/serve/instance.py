@@ -18,6 +18,8 @@ from sim.apps.serve import spec as s
 from sim.apps.serve.attention_dp import GroupedCost
 from sim.apps.serve.placement import device_share
 from sim.apps.serve.schedulers import Scheduler, scheduler_class
+from sim.apps.serve import tablecache
+from sim.apps.serve.tablecache import TableStore
 from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate, check_kind, serving_mapper
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
@@ -129,12 +131,30 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
     # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
     # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
     top = min(max_tokens + max_seqs * q, GRID_MAX_TOKENS)
+    store = _store(file, machine, model, groups == 1)
     if groups > 1:   # each attention group's own ops, then the shared experts (sim.apps.serve.attention_dp)
-        return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len), target.mapper), None
+        return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len, store=store),
+                           target.mapper), None
     if exact:
         return target, dcost
-    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q)
-    return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1) if dcost else None)
+    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q, store=store)
+    return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1,
+                           store=_store(file.model_copy(update={"model": file.serving.speculative.draft}), machine,
+                                        draft, True)) if dcost else None)
+
+
+# ServeFile fields no step cost reads; every other field (formats, stack, the parallel plan among the
+# sections, ...) is part of the persistent tables' key, so a field added later is keyed by default.
+_NOT_COSTED = {"name", "source", "batch", "prompt_len", "gen_len", "serving"}
+
+
+def _store(file: s.ServeFile, machine: Machine, model: ModelConfig, experts: bool) -> TableStore | None:
+    """The on-disk store of one step cost's surrogate points (sim.apps.serve.tablecache), or None when
+    the cache is off."""
+    if not tablecache.enabled():
+        return None
+    return TableStore(tablecache.make_key(machine.model_dump_json(), file.model_dump_json(exclude=_NOT_COSTED),
+                                          model, experts))
 
 
 def _profile_activations(mapper, tokens: int, seqs: int) -> float:

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from hw_models.power import Board
 from sim.apps.serve import debug_checks
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
@@ -51,6 +52,7 @@ class ServeResult:
     busy_s: dict[str, float] = field(default_factory=dict)   # per resource, summed over the instances
     instances: int = 1
     rejected_reasons: dict[str, int] = field(default_factory=dict)   # why requests were refused: reason -> count
+    board: Board = Board()   # idle power per device and devices per instance (sim.apps.serve.energy)
 
 
 class ServeSim:

@@ -43,6 +43,7 @@ from hw_models.op_cost import OpCost
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
+from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
@@ -153,11 +154,22 @@ class ExactCost:
     def device(self, it: Iteration) -> Cost:
         """The mapper's own iteration hook (Mapper.iteration) without the engine's host work,
         plus the units' power while busy."""
-        self.calls += 1
+        return self.vector(self.point(it))
+
+    def point(self, it: Iteration) -> Point:
+        """The mapper's device cost of `it` as plain data: (seconds, joules, busy seconds per resource
+        in the mapper's order), what sim.apps.serve.tablecache keeps on disk."""
         step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
-        self.keys += [k for k in step.busy_s if k not in self.keys]
-        return (step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s),
-                *(step.busy_s.get(k, 0.0) for k in self.keys))
+        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s), list(step.busy_s.items())
+
+    def vector(self, p: Point) -> Cost:
+        """A point as a cost vector in the order of `keys` (a resource first seen here joins them)."""
+        self.calls += 1
+        t, e, busy = p
+        names = [k for k, _ in busy]
+        self.keys += [k for k in names if k not in self.keys]
+        d = dict(busy)
+        return (t, e, *(d.get(k, 0.0) for k in self.keys))
 
     def engine(self, c: Cost, it: Iteration) -> Cost:
         """Device cost `c` of `it` with the engine's host work (Mapper.with_engine): the longer
@@ -202,8 +214,12 @@ class Surrogate:
 
     op_level = False
 
-    def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1):
+    def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1,
+                 store: TableStore | None = None):
         self.exact, self.q = exact, decode_q
+        self.store = store          # the tables' exact points on disk (sim.apps.serve.tablecache), or None
+        self._points: dict[str, Point] = {}   # the table being built: its points read from `store`
+        self._new = 0                         # ... and how many of them it had to compute
         self.kv0, self.kv1 = decode_q, max(max_kv, decode_q + 1)
         self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
         self.max_decode = max(max_decode, 1)
@@ -215,13 +231,29 @@ class Surrogate:
         return self.exact.keys
 
     def _cost(self, n: int, kv: int, chunk: int, prefix: int = 0) -> Cost:
-        seqs = [(self.q, kv)] * n + ([(chunk, chunk + prefix)] if chunk else [])
-        return self.exact.device(features(seqs, self.q))
+        return self._grid_point([(self.q, kv)] * n + ([(chunk, chunk + prefix)] if chunk else []))
+
+    def _grid_point(self, seqs: list[tuple[int, int]]) -> Cost:
+        """The exact device cost of a grid point: read from the store when it has it, else computed
+        (and remembered for it). Both go through ExactCost.vector, so the vectors are the same."""
+        if self.store is None:
+            return self.exact.device(features(seqs, self.q))
+        k = seqs_key(seqs)
+        p = self._points.get(k)
+        if p is None:
+            p = self._points[k] = self.exact.point(features(seqs, self.q))
+            self._new += 1
+        return self.exact.vector(p)
 
     def table(self, name: str) -> tuple[list[int], list]:
         t = self._tables.get(name)
         if t is None:
+            if self.store is not None:
+                self._points, self._new = self.store.load(name), 0
             t = self._tables[name] = self._build(name)
+            if self.store is not None and self._new:
+                self.store.save(name, self._points)
+            self._points = {}
         return t
 
     def _build(self, name: str):
@@ -260,11 +292,11 @@ class Surrogate:
     def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)
         sizes = [r // c + (i < r % c) for i in range(c)]
-        return self.exact.device(features([(a, a) for a in sizes], self.q))
+        return self._grid_point([(a, a) for a in sizes])
 
     def _split(self, t: int) -> Cost:
         a = t // 2
-        return self.exact.device(features([(a, a), (t - a, t - a)], self.q))
+        return self._grid_point([(a, a), (t - a, t - a)])
 
     @staticmethod
     def _split_pairs(t: int) -> float:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import numpy as np
-import pandas as pd
 from pydantic import Field, StrictInt, model_validator
 
 from sim.core.errors import ConfigError
@@ -171,6 +170,8 @@ class Histogram(_Clip):
 
 def read_histogram(path: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
     """The lengths and counts of a length,count CSV; `where` names it in errors."""
+    import pandas as pd   # here, not at the top: pandas is most of `sim`'s start-up (issue 30)
+
     note_input(path)  # no output of this command may replace it
     try:
         df = pd.read_csv(path)

@@ -23,12 +23,15 @@ import json
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sim.core.errors import ConfigError
 from sim.core.schema import require_file
+
+if TYPE_CHECKING:
+    import pandas as pd   # imported where a trace is read: pandas is most of `sim`'s start-up otherwise (issue 30)
 
 # The longest prompt or output a trace row may give (as a generated stream's `max` default):
 # 1e30 tokens would wrap around int64 and run as a negative length.
@@ -53,6 +56,8 @@ class Requests:
 
 
 def _read(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     require_file(path, "trace file not found", "a trace file")
     try:
         if path.suffix in (".jsonl", ".json"):
@@ -132,6 +137,8 @@ _UNIT_S = {"mooncake": Decimal("1e-3"), "llmservingsim": Decimal("1e-9")}   # th
 
 def _arrivals(col: pd.Series, layout: str, path: Path) -> np.ndarray:
     """Seconds after the first row's arrival (see the module docstring)."""
+    import pandas as pd
+
     name = str(col.name)
     if layout == "azure":
         # utc=True: rows with different offsets (a daylight-saving change) are one timeline, not a ValueError;
@@ -168,6 +175,8 @@ def _check_sorted(t: np.ndarray, col: str, path: Path) -> None:
 
 
 def _lengths(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+    import pandas as pd
+
     v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(v) | (v < 1) | (v > MAX_TOKENS) | (v != np.round(v))
     if bad.any():

@@ -1,0 +1,26 @@
+"""`sim cache info|clear`: the persistent step-cost tables (sim.apps.serve.tablecache)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from sim.apps.serve import tablecache
+
+    path = tablecache.cache_dir() / tablecache.FILE
+    if args.cache_cmd == "clear":
+        tablecache.clear()
+        print(f"cleared {path}")
+        return 0
+    size = sum(p.stat().st_size for p in path.parent.glob(tablecache.FILE + "*")) if path.parent.is_dir() else 0
+    state = "off (SIM_NO_CACHE)" if not tablecache.enabled() else "on"
+    print(f"{path}: {size / 1e6:.2f} MB; cache {state}; {tablecache.ENV_DIR} moves it")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("cache", help="the persistent step-cost tables of `sim serve`")
+    sub = p.add_subparsers(dest="cache_cmd", required=True)
+    sub.add_parser("info", help="where the cache is and its size").set_defaults(func=cmd_cache)
+    sub.add_parser("clear", help="delete every cached step cost").set_defaults(func=cmd_cache)

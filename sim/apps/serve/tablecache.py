@@ -1,0 +1,135 @@
+"""Persistent step-cost tables (issue 30): the exact iteration costs the surrogate interpolates
+(sim.apps.serve.stepcost.Surrogate), kept on disk so a second run, a sweep point or a capacity-search
+step with the same costing inputs pays nothing for them.
+
+Storage is SQLite (the standard library's sqlite3) in the user cache directory (platformdirs), one
+row per (key, table): a JSON object from each grid point's sequences to its exact device cost
+(seconds, joules, and the busy seconds per resource in the order the mapper reported them). JSON,
+not pickle: a cache file is data, never code, and Python's float repr round-trips exactly, so a
+cached cost is the computed one to the bit. The surrogate replays a cached point through the same
+ExactCost.vector a computed one goes through, so a run with the cache is the run without it.
+
+The key hashes everything a cost reads: the machine's content (a preset edited in place changes it),
+the model's configuration, the workload's costing fields (formats, stack, parallel plan, ...), the
+package version and a hash of the costing code itself (hw_models, sim.core, this package's stepcost).
+Concurrent runs on one key are safe: each write is one INSERT OR REPLACE in SQLite's own transaction
+(WAL journal, a busy timeout), and both writers store the same content.
+
+SIM_CACHE_DIR overrides the directory (tests point it at a temporary one); SIM_NO_CACHE=1 or
+`--no-cache` (disable()) turns the cache off; `sim cache clear` empties it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from dataclasses import asdict, is_dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+ENV_DIR = "SIM_CACHE_DIR"
+ENV_OFF = "SIM_NO_CACHE"
+FILE = "step_costs.sqlite"
+SCHEMA = 1        # the row format; part of every key
+_disabled = False
+
+Point = tuple[float, float, list[tuple[str, float]]]   # (seconds, joules, busy seconds per resource, in order)
+
+
+def disable() -> None:
+    """Turn the cache off for this process (--no-cache)."""
+    global _disabled
+    _disabled = True
+
+
+def enabled() -> bool:
+    return not _disabled and os.environ.get(ENV_OFF, "") in ("", "0")
+
+
+def cache_dir() -> Path:
+    d = os.environ.get(ENV_DIR)
+    if d:
+        return Path(d)
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("sim", appauthor=False))
+
+
+@lru_cache(maxsize=1)
+def code_hash() -> str:
+    """A hash of the source a cost depends on: every .py and .yaml file of hw_models and sim.core,
+    and the surrogate's own module. An edit to any of them is a new key (a stale cost cannot survive
+    a code change)."""
+    root = Path(__file__).resolve().parents[3]
+    h = hashlib.sha256()
+    files = [p for d in ("hw_models", "sim/core") for p in (root / d).rglob("*") if p.suffix in (".py", ".yaml")]
+    files.append(root / "sim" / "apps" / "serve" / "stepcost.py")
+    for p in sorted(files):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _plain(x: Any) -> Any:
+    return asdict(x) if is_dataclass(x) else x
+
+
+def make_key(*parts: Any) -> str:
+    """A key over `parts` (JSON-able values or dataclasses), the package version and the code hash."""
+    from sim import __version__
+    blob = json.dumps([SCHEMA, __version__, code_hash(), *map(_plain, parts)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class TableStore:
+    """The cached points of one costing key; `load(name)` and `save(name, points)` per surrogate table."""
+
+    def __init__(self, key: str, folder: Path | None = None):
+        self.key = key
+        self.path = (folder or cache_dir()) / FILE
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(self.path, timeout=60)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("CREATE TABLE IF NOT EXISTS points (key TEXT, name TEXT, value TEXT, PRIMARY KEY (key, name))")
+        return con
+
+    def load(self, name: str) -> dict[str, Point]:
+        try:
+            con = self._connect()
+            try:
+                row = con.execute("SELECT value FROM points WHERE key = ? AND name = ?", (self.key, name)).fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return {}      # an unreadable cache is a miss, never a failed run
+        if row is None:
+            return {}
+        return {k: (t, e, [tuple(b) for b in busy]) for k, (t, e, busy) in json.loads(row[0]).items()}
+
+    def save(self, name: str, points: dict[str, Point]) -> None:
+        blob = json.dumps(points)
+        try:
+            con = self._connect()
+            try:
+                with con:
+                    con.execute("INSERT OR REPLACE INTO points VALUES (?, ?, ?)", (self.key, name, blob))
+            finally:
+                con.close()
+        except sqlite3.Error:
+            pass           # a read-only or full cache directory costs speed, not the run
+
+
+def seqs_key(seqs: tuple[tuple[int, int], ...] | list[tuple[int, int]]) -> str:
+    return json.dumps([list(s) for s in seqs], separators=(",", ":"))
+
+
+def clear(folder: Path | None = None) -> Path:
+    """Delete the cache file (and SQLite's journal files); the path it was at."""
+    path = (folder or cache_dir()) / FILE
+    for p in (path, path.with_name(FILE + "-wal"), path.with_name(FILE + "-shm")):
+        p.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,145 @@
+"""Persistent step-cost tables (sim.apps.serve.tablecache, issue 30): a run with the cache is the run
+without it, the key moves with every costing input, and concurrent writers never corrupt the file.
+Every test uses a temporary cache directory (conftest points SIM_CACHE_DIR at one; here a fresh one each)."""
+
+import json
+import multiprocessing
+import sqlite3
+
+import pytest
+from hw_models.machine import load_machine, resolve_path
+from sim.apps.serve import tablecache
+from sim.apps.serve.instance import prepare
+from sim.apps.serve.run import serve
+from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.tablecache import TableStore
+from sim.core.schema import validate_mapping
+
+# A small grid (a 1.1B model, 256-token budget, 8 sequences) keeps the cold tables to a few seconds.
+SERVING = dict(arrivals=dict(process="poisson", rate=20.0, num_requests=60, seed=5),
+               lengths=dict(prompt=dict(dist="uniform", low=16, high=200), output=dict(dist="uniform", low=4, high=40)),
+               scheduler=dict(kind="vllm", max_num_batched_tokens=256, max_num_seqs=8))
+
+
+def small_file(**top) -> ServeFile:
+    return validate_mapping(ServeFile, {"name": "t", "model": "tinyllama-1.1b", "serving": SERVING, **top}, "t.yaml",
+                            "a serving file")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(tablecache.ENV_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(tablecache.ENV_OFF, raising=False)
+    return tmp_path / "cache"
+
+
+def _rows(folder) -> dict[tuple[str, str], dict]:
+    con = sqlite3.connect(folder / tablecache.FILE)
+    try:
+        return {(k, n): json.loads(v) for k, n, v in con.execute("SELECT key, name, value FROM points")}
+    finally:
+        con.close()
+
+
+def test_results_identical_without_cold_and_warm_cache(cache_dir, monkeypatch):
+    f, m = small_file(), load_machine("a6000")
+    monkeypatch.setenv(tablecache.ENV_OFF, "1")
+    res0, off = serve(f, m)
+    assert not cache_dir.exists()                       # off: nothing written
+    monkeypatch.delenv(tablecache.ENV_OFF)
+    res1, cold = serve(f, m)
+    rows = _rows(cache_dir)
+    assert rows and all(rows.values())
+    setup = prepare(f, m)
+    setup.target_cost.table("D")
+    assert setup.target_cost.exact.calls == len(setup.target_cost.table("D")[0])   # replayed, every point
+    res2, warm = serve(f, m)
+    assert off == cold == warm                          # every figure, to the bit
+    for a, b in ((res0, res1), (res0, res2)):
+        for c in a.requests:
+            assert a.requests[c].tobytes() == b.requests[c].tobytes(), c
+    assert _rows(cache_dir) == rows                      # a warm run writes nothing new
+
+
+def test_warm_tables_make_no_mapper_call(cache_dir, monkeypatch):
+    f, m = small_file(), load_machine("a6000")
+    serve(f, m)
+    setup = prepare(f, m)
+    calls = []
+    real = setup.target_cost.exact.point
+    monkeypatch.setattr(setup.target_cost.exact, "point", lambda it: calls.append(it) or real(it))
+    for name in ("D", "P", "kv", "pairs", "M"):
+        setup.target_cost.table(name)
+    assert calls == []
+
+
+def test_key_changes_with_a_preset_figure(cache_dir, tmp_path):
+    """Edit one figure of a preset file: its tables are a miss, the original's still a hit."""
+    text = resolve_path("a6000").read_text()
+    assert "bandwidth_bytes_per_s: 768 GB/s" in text
+    edited = tmp_path / "a6000_slow.yaml"
+    edited.write_text(text.replace("bandwidth_bytes_per_s: 768 GB/s", "bandwidth_bytes_per_s: 700 GB/s"))
+    f = small_file()
+    a = prepare(f, load_machine("a6000")).target_cost
+    b = prepare(f, load_machine(str(edited))).target_cost
+    assert a.store.key != b.store.key
+    a.table("D")
+    assert b.store.load("D") == {}                       # a miss
+    assert a.store.load("D")                             # the original hits
+    assert b.table("D")[1] != a.table("D")[1]            # and its costs differ (slower memory)
+
+
+@pytest.mark.parametrize("top", [dict(formats=dict(weights="int8")), dict(flash_attention=True),
+                                 dict(model="llama2-7b")])
+def test_key_changes_with_each_costing_input(cache_dir, top):
+    m = load_machine("a6000")
+    assert prepare(small_file(), m).target_cost.store.key != prepare(small_file(**top), m).target_cost.store.key
+
+
+def test_key_ignores_the_stream(cache_dir):
+    """Rate and request count change no step cost: a capacity search's steps share one key."""
+    m = load_machine("a6000")
+    srv = dict(SERVING, arrivals=dict(SERVING["arrivals"], rate=99.0, num_requests=7))
+    other = validate_mapping(ServeFile, dict(name="u", model="tinyllama-1.1b", serving=srv), "u.yaml", "a serving file")
+    assert prepare(small_file(), m).target_cost.store.key == prepare(other, m).target_cost.store.key
+
+
+def _writer(folder: str, seed: int, n: int) -> None:
+    store = TableStore("shared-key", __import__("pathlib").Path(folder))
+    for i in range(n):
+        name = f"t{(i + seed) % 3}"
+        store.save(name, {f"[[{j},{j}]]": (j * 1e-3, j * 0.5, [("gpu", j * 1e-3)]) for j in range(200)})
+        got = store.load(name)
+        assert len(got) == 200 and got["[[7,7]]"] == (7e-3, 3.5, [("gpu", 7e-3)])
+
+
+def test_two_processes_one_key_never_corrupt(cache_dir):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(cache_dir), s, 40)) for s in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    con = sqlite3.connect(cache_dir / tablecache.FILE)
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    con.close()
+    rows = _rows(cache_dir)
+    assert sorted(n for _, n in rows) == ["t0", "t1", "t2"] and all(len(v) == 200 for v in rows.values())
+
+
+def test_unreadable_cache_is_a_miss(cache_dir):
+    cache_dir.mkdir(parents=True)
+    (cache_dir / tablecache.FILE).write_bytes(b"not a database" * 100)
+    store = TableStore("k")
+    assert store.load("D") == {}
+    store.save("D", {"[[1,1]]": (1.0, 1.0, [])})          # no exception: a broken cache costs speed only
+
+
+def test_clear_and_cli(cache_dir, capsys):
+    from sim.apps.cli import main
+
+    TableStore("k").save("D", {"[[1,1]]": (1.0, 1.0, [])})
+    assert main(["cache", "info"]) == 0 and str(cache_dir) in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert not (cache_dir / tablecache.FILE).exists()
