@@ -270,7 +270,9 @@ def run_result(sched: Scheduler, prompts: list[int], outputs: list[int]) -> Serv
     n = len(prompts)
     reqs = Requests(np.zeros(n), np.array(prompts), np.array(outputs))
     serving = SimpleNamespace(speculative=None, arrivals=SimpleNamespace())
-    setup = SimpleNamespace(scheduler=lambda _: sched, file=SimpleNamespace(serving=serving), target_cost=LinearCost(),
+    # No stack: no engine overheads, no async scheduling (each step scheduled when the last ends).
+    setup = SimpleNamespace(scheduler=lambda _: sched, file=SimpleNamespace(serving=serving, stack=None), machine=None,
+                            target_cost=LinearCost(),
                             draft_cost=None, groups=1, block_bytes=0.0, swap_bytes_per_s=None)
     res = ServeSim(setup, reqs).run()
     assert (res.requests["status"] == DONE).all()
