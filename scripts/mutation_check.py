@@ -7,7 +7,8 @@ test files); a mutant is killed when a test fails. Prints the kill rate per modu
 every survivor (`mutmut show NAME` shows its diff). Exits 1 when the overall rate is below
 --min-kill-rate, 2 when mutmut itself fails.
 
-    python scripts/mutation_check.py [--sample 147] [--min-kill-rate 0.9] [--log mutmut.log]
+    python scripts/mutation_check.py [--sample 147] [--only core|new|MODULE,...] [--min-kill-rate 0.9]
+                                     [--log mutmut.log]
 
 --sample DIGITS runs only the mutants whose number ends in one of DIGITS (147: 30 %, a fixed subset, so
 runs compare); CI uses it to stay within its time budget (~1 min). Without it every mutant runs (~4 min on an
@@ -32,6 +33,14 @@ the killed mutants of their lines):
   generation.sample_indices  `n < samples`: at n == samples, linspace(0, n - 1, n) rounds to arange(n).
   pim.mapper.decide  `pim_s <= host`; `memory_s > duration / 2`: differ only at an exact float tie
       (the second changes only the wording of the reason).
+
+Issue 32's modules (`--only new`), measured 2026-12-02 on mutants numbered *3 (10 %, 256 mutants, ~8 min on
+a loaded 2-core machine), with their hand-worked tests (tests/test_serve_scenarios.py and the others in
+pyproject's selection): 52.2 % before this issue's tests, 74 % after (schedulers 75.0, KV pool 85.0,
+metrics 77.8, surrogate 68.9, collectives 90.0, parallel plan 2 of 3, MoE routing 2 of 5, stack cost 70.8,
+kernel families 100 %). Below the 90 % target, so CI does not gate on them yet; the survivors are listed
+by the run and not yet argued equivalent (many are the V0 swap path, Static's timer and the surrogate's
+pairs/split tables, which the serving runs in tests/test_serve.py cover but are too slow to run per mutant).
 
 TARGETS are mutmut's mutant-name globs (module, then `x_` + function or `xǁClassǁ` + method); their
 files are pyproject's [tool.mutmut] only_mutate. A glob that matches nothing is reported: a function
@@ -60,7 +69,22 @@ TARGETS: dict[str, list[str]] = {
     "folding": [f"sim.core.generation.x_{f}__mutmut_*" for f in ("fold_layers", "sample_indices", "decode_kv_lens")],
     "PIM decision": [f"hw_models.pim.mapper.xǁPimMapperǁ{f}__mutmut_*" for f in ("decide", "piece_cost")]
     + ["hw_models.pim.layout.xǁ*ǁsplit_gemm__mutmut_*"],
+    # issue 32: the code written since, reached through its hand-worked tests
+    "schedulers": [f"sim.apps.serve.schedulers.{m}.*__mutmut_*"
+                   for m in ("base", "orca", "sarathi", "static", "vllm", "vllm_v0")],
+    "KV pool": ["sim.apps.serve.kvpool.*__mutmut_*"],
+    "metrics": ["sim.apps.serve.metrics.*__mutmut_*"],
+    "surrogate": ["sim.apps.serve.stepcost.xǁSurrogateǁ*__mutmut_*", "sim.apps.serve.stepcost.x__interp__mutmut_*",
+                  "sim.apps.serve.stepcost.x_features__mutmut_*", "sim.apps.serve.stepcost.x__grid__mutmut_*"],
+    "collectives": ["hw_models.network.collectives.*__mutmut_*"],
+    # (ParallelPlan's figures are properties, which mutmut 3.8 leaves alone: decorated functions are not mutated)
+    "parallel plan": ["hw_models.gpu.parallel.xǁParallelGpuMapperǁenergy_j__mutmut_*",
+                      "hw_models.gpu.parallel.xǁParallelGpuMapperǁpower_j__mutmut_*"],
+    "MoE routing": ["sim.core.moe.*__mutmut_*"],
+    "stack cost": ["hw_models.stack.cost.*__mutmut_*"],
+    "kernel families": ["hw_models.stack.kernel_families.*__mutmut_*"],
 }
+CORE = ("footprint", "formats", "roofline cost", "folding", "PIM decision")   # issue 21's set
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255}      # test failed, pytest error, timeout, caught by type check
 SURVIVED = {0, 5, 33}                           # tests passed, or no test covers the mutant
 
@@ -78,10 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-kill-rate", type=float, default=0.0, help="fail below this overall fraction")
     ap.add_argument("--sample", default="", help="digits: run only mutants whose number ends in one of them")
     ap.add_argument("--log", type=Path, default=REPO / "mutants-run.log", help="mutmut's own output")
+    ap.add_argument("--only", default="", help="comma-separated modules of TARGETS (default: all); "
+                    "'core' for issue 21's, 'new' for issue 32's")
     args = ap.parse_args(argv)
 
+    chosen = [m.strip() for m in args.only.split(",") if m.strip()]
+    chosen = [x for m in chosen for x in (CORE if m == "core" else [t for t in TARGETS if t not in CORE]
+                                              if m == "new" else [m])]
+    unknown = [m for m in chosen if m not in TARGETS]
+    if unknown:
+        print(f"--only: no module {', '.join(unknown)} (modules: {', '.join(TARGETS)}, core, new)")
+        return 2
     tail = f"[{args.sample}]" if args.sample else ""
-    targets = {module: [p + tail for p in patterns] for module, patterns in TARGETS.items()}
+    targets = {module: [p + tail for p in patterns] for module, patterns in TARGETS.items()
+               if not chosen or module in chosen}
     globs = [g for gs in targets.values() for g in gs]
     shutil.rmtree(REPO / "mutants", ignore_errors=True)   # no verdicts cached from an earlier run
     t0 = time.monotonic()

@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_VALIDATION = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Every serving run in the tests checks the run-wide invariants each iteration (sim.apps.serve.debug_checks).
+os.environ.setdefault("SIM_SERVE_CHECKS", "1")
 # The persistent step-cost tables (sim.apps.serve.tablecache) of every test and every process a test starts
 # go to a fresh temporary folder, never the user's cache.
 os.environ["SIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="sim-test-cache-")

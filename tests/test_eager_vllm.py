@@ -63,15 +63,15 @@ def test_tp_does_not_lower_the_floor():
 
 
 def test_splitwise_token_errors_in_and_out_of_sample(shared_validation, monkeypatch):
-    """The fit's reported figures (scripts/fit_eager_host.py): DGX-A100 token MAPE 5.8% in sample;
-    DGX-H100 36.0% out of sample, an over-prediction at TP 4-8 and batch <= 8 (the H100
-    node's host runs the step faster)."""
+    """Error ceilings, not pins (an improvement must never fail them): the fit's reported figures
+    (scripts/fit_eager_host.py) are DGX-A100 token MAPE 5.8% in sample, DGX-H100 36.0% out of sample,
+    an over-prediction at TP 4-8 and batch <= 8 (the H100 node's host runs the step faster)."""
     monkeypatch.setenv("SIM_SHARED_VALIDATION", str(shared_validation))
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     sys.modules.pop("parallel_validation", None)
     from parallel_validation import splitwise
     s = splitwise("vllm-v0-eager")
     a100, h100 = s[s.hw == "a100-80gb"], s[s.hw == "h100-80gb"]
-    assert a100.token_err.abs().mean() == pytest.approx(0.058, abs=0.005)
-    assert h100.token_err.abs().mean() == pytest.approx(0.360, abs=0.01)
+    assert a100.token_err.abs().mean() <= 0.065
+    assert h100.token_err.abs().mean() <= 0.38
     assert (h100[(h100.tp >= 4) & (h100.batch <= 8)].token_err > 0).all()

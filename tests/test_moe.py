@@ -124,3 +124,13 @@ def test_mixtral_decode_time_steps_with_experts_touched():
         kv = 2 * 32 * (b - 1) * 129 * 1024 * 2
         assert times[b] - times[1] == pytest.approx((extra * expert_bytes + kv) / rate, rel=0.03)
     assert times[8] / times[1] > 2 and times[64] / times[32] < 1.02
+
+
+def test_capacity_counts_every_choice_of_top_k():
+    """Capacity C T k / E counts all k choices of each token (GShard). E = 4, k = 2, Zipf skew 1: shares
+    .48 .24 .16 .12, picked with q = min(1, 2 p) = .96 .48 .32 .24; 100 tokens want 96 48 32 24 (200 = k T).
+    Capacity 1.0 x 100 x 2 / 4 = 50 per expert: the first keeps 50, 46 assignments are dropped."""
+    r = route(4, 2, ExpertLoad("zipf", 1.0, (), 1.0), 100)
+    assert np.allclose(r.tokens, [50, 48, 32, 24]) and r.dropped == pytest.approx(46)
+    # At C = 2 every expert's cap (100) is above its load: nothing is dropped.
+    assert route(4, 2, ExpertLoad("zipf", 1.0, (), 2.0), 100).dropped == 0

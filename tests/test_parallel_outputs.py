@@ -183,3 +183,35 @@ def test_energy_counts_every_device():
     tp2 = dynamic(run({"tp": 2}), 2)
     assert one < tp2 < 1.03 * one
     assert dynamic(run({"tp": 2, "pp": 2}), 4) == pytest.approx(tp2, rel=1e-9)
+
+
+def test_energy_under_expert_and_data_parallelism_by_hand():
+    """Mixtral-8x7B on h200 (HBM 4.0e-11 J/byte), batch 4, 4 generated tokens: 4 steps (the prefill and 3
+    decodes). EP 2 over TP 1 (ep > tp: two attention groups, sim.apps.serve.attention_dp's split of the
+    batch): every FLOP and every expert byte is done once over the two devices, the KV split with the
+    batch, but each group reads the dense (non-expert) weights itself: one extra read of them per step,
+    less the embedding table (a lookup of 4 rows, not a weight read). Dynamic energy = one GPU's + 4 x
+    (dense - 32000 x 4096 x 2 bytes) x 4.0e-11 J + the all-to-all's link energy. DP 2: two independent replicas, each with its own
+    batch: the energy per token is one replica's."""
+    from hw_models.gpu.expert_parallel import expert_weight_bytes
+    from sim.core.footprint import weight_bytes
+    from sim.core.lowering import FormatPolicy
+
+    def run(parallel):
+        w = Workload(model="mixtral-8x7b", batch=B, prompt_len=PROMPT, gen_len=GEN, flash_attention=True,
+                     **({"parallel": {**parallel, "topology": "hgx_h200"}} if parallel else {}))
+        # Activity power off (issue 33): it is charged per device's busy time, not per op.
+        return simulate(w, load_machine("h200", {"units.gpu.active_power_w": 0.0}), detail=False)
+
+    def dynamic(r, devices):
+        return r.energy_per_token_j * B * GEN - 117.1 * devices * r.e2e_s
+
+    m, fmt = load_model("mixtral-8x7b"), FormatPolicy()
+    dense_read = weight_bytes(m, fmt) - expert_weight_bytes(m, fmt) - 32000 * 4096 * 2
+    single = run(None)
+    one = dynamic(single, 1)
+    # Plus the all-to-all's bytes over NVLink at hgx_h200's 10.4 pJ/B (issue 33), not derived here: under
+    # 0.1% of the total (measured 1.5 mJ of 15.2 J).
+    ep2 = dynamic(run({"ep": 2}), 2)
+    assert one + GEN * dense_read * 4.0e-11 < ep2 < one + GEN * dense_read * 4.0e-11 + 1e-3 * one
+    assert run({"dp": 2}).energy_per_token_j == pytest.approx(single.energy_per_token_j, rel=1e-12)

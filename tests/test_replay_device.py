@@ -20,12 +20,13 @@ from sim.apps.trace.parser import load_trace
 from sim.apps.trace.replay import names_device, replay
 from sim.apps.trace.timing import DEVICE, launch_note, step_timings
 from sim.apps.trace.validate import validate
+from tests.conftest import SHARED_VALIDATION
 
 ROOT = Path(__file__).resolve().parents[1]
 SYN = ROOT / "tests" / "data" / "synthetic_cuda_L1.trace.json"
 H200 = ROOT / "traces" / "h200"
 H200_TRACES = sorted(H200.glob("*.trace.json.gz"))
-SHARED_H200 = ROOT.parent / "shared" / "validation" / "h200" / "traces"
+SHARED_H200 = SHARED_VALIDATION / "h200" / "traces"
 
 
 def _half_bandwidth_h200():

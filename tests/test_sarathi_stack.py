@@ -3,7 +3,6 @@ and the vidur A100 table under it, calibrated on Llama-2-7B, out of sample on Ll
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,9 @@ from hw_models.stack.spec import load_stack
 from sim.apps.trace.shapes import vidur_layer
 from sim.core.errors import ConfigError
 from sim.core.model import load_model
+from tests.conftest import SHARED_VALIDATION
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "validation"
+SHARED = SHARED_VALIDATION
 VIDUR_A100 = SHARED / "vidur" / "a100"
 
 

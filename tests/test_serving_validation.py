@@ -80,7 +80,6 @@ def test_comparison_table_has_errors(root):
     assert [row[0] for row in res.rows] == [label for label, _, _ in M.ROWS]
     for label, sim, real, err in res.rows:
         assert sim > 0 and real > 0 and math.isfinite(err)
-        assert err == pytest.approx(sim / real - 1)
     table = M.render(results)
     assert f"**{CASE}**" in table and table.count("\n| ") == 1 + len(M.ROWS)
     assert "TPOT mean" in table and "%" in table

@@ -102,3 +102,54 @@ def test_bad_fuse_group_is_one_line(tmp_path):
     path.write_text("name: bad\ncite: t\nhost_launch_s: 1 us\nfloor_s: 1 us\nops: {embed: {serial: {work: x, per_s: 1 ns}}}\n")
     with pytest.raises(ConfigError, match=r"bad.yaml.*ops.embed.serial.work.*index_rows"):
         load_stack(str(path))
+
+
+def test_rate_fraction_is_interpolated_in_log_m_and_held_flat_beyond_the_ends():
+    """Points (1, 0.2) and (100, 0.6): M = 10 is halfway in log M: 0.4 (linear in M would give
+    0.2 + 0.4 x 9 / 99 = 0.236); M = 1000 holds 0.6, M = 0 counts as 1: 0.2."""
+    from hw_models.stack.kernel_families import Family
+
+    fam = Family(cite="test", rate_points=[(1, 0.2), (100, 0.6)])
+    assert fam.rate_fraction(10) == pytest.approx(0.4, rel=1e-12)
+    assert fam.rate_fraction(1000) == 0.6 and fam.rate_fraction(0) == 0.2
+
+
+@pytest.mark.parametrize("stack, machine, fmt", [
+    ("torch-eager", "h200", "nvfp4"), ("torch-cudagraph", "h200", "mxfp4"),
+    ("vllm", "h200", "nvfp4"), ("vllm", "h200", "mxfp4"),
+    ("trtllm", "b200", "nvfp4"), ("trtllm", "b200", "mxfp4"),
+])
+def test_fp4_weight_gemm_under_each_stack_priced_by_hand(stack, machine, fmt):
+    """llama2-7b's gate_proj at batch 4 (m 4, n 11008, k 4096) with 4-bit weights: nvfp4 stores 4 bits +
+    an 8-bit scale per 16 elements (4.5 bits) and one fp32 tensor scale (4 B), mxfp4 an 8-bit scale per 32
+    (4.25 bits); fp16 activations in
+    (m k x 2 B) and out (m n x 2 B). Memory-bound at m = 4, so each family's time is its memory term:
+    - dequant_gemm (torch stacks, no fused kernel): a pass reads the narrow weights and writes them in
+      16 bits, the GEMM reads the 16-bit ones: (w + 2 x 2 n k + act) / bw, + the family's 2 us floor + the
+      stack's floor for the extra kernel;
+    - fp4_marlin_emulated (vLLM on Hopper): 2 us + w / (0.95 bw) + act / bw;
+    - blackwell_block_scaled (TensorRT-LLM on B200, native FP4): 2 us + (w + act) / bw.
+    bw = HBM bandwidth x memory_max (h200: 4.13 TB/s x 1.0; b200: 8 TB/s x 0.85)."""
+    from hw_models.stack.cost import stack_cost
+
+    mach = load_machine(machine)
+    unit_name = next(iter(mach.units))
+    unit = mach.units[unit_name]
+    tier = mach.memory[unit.memory]
+    st = load_stack(stack)
+    graph = lower(load_model("llama2-7b"), "decode", 4, 1, 100, FormatPolicy(fmt, "fp16", "fp16", ()), True, 1)
+    op = graph.op("L0.gate_proj")
+    m, n, k = 4, 11008, 4096
+    assert (op.dims["m"], op.dims["n"], op.dims["k"]) == (m, n, k)
+    w = n * k * (4 + 8 / (16 if fmt == "nvfp4" else 32)) / 8 + (4 if fmt == "nvfp4" else 0)
+    act = (m * k + m * n) * 2
+    bw = {"h200": 4.13e12 * 1.0, "b200": 8e12 * 0.85}[machine]
+    family = st.family(fmt)
+    want = {"dequant_gemm": 2e-6 + st.floor_s + (w + 2 * 2 * n * k + act) / bw,
+            "fp4_marlin_emulated": 2e-6 + w / (0.95 * bw) + act / bw,
+            "blackwell_block_scaled": 2e-6 + (w + act) / bw}[family]
+    assert family == {"torch-eager": "dequant_gemm", "torch-cudagraph": "dequant_gemm", "vllm": "fp4_marlin_emulated",
+                      "trtllm": "blackwell_block_scaled"}[stack]
+    cost = stack_cost(op, unit, unit_name, tier, st, None)
+    assert cost.duration_s == pytest.approx(want, rel=1e-9, abs=0)
+    assert cost.memory_s > cost.compute_s    # memory-bound, as assumed above

@@ -22,10 +22,12 @@ from sim.apps.serve.spec import ServeFile
 from sim.core.workload import workload_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
-# vllm.yaml's knots as fitted (ms) and the fit errors scripts/fit_step_overhead.py reports.
+# vllm.yaml's knots as fitted (ms). scripts/fit_step_overhead.py reports MAPE 5.5% on A100 (in sample) and
+# 63.2% on A40 (out of sample, another host): the ceilings below sit just above them, so the curve may
+# improve but not get worse.
 KNOTS_MS = {8: 1.183, 32: 2.142, 64: 3.547, 128: 6.218}
 TP_EXTRA_MS = 0.747
-A100_MAPE, A40_MAPE = 0.055, 0.632
+A100_MAPE_MAX, A40_MAPE_MAX = 0.06, 0.65
 
 
 def vllm_curve():
@@ -58,8 +60,8 @@ def test_curve_reproduces_vidur_a100_within_the_reported_error(shared_validation
     a100 = load_cpu_overheads(folder / "a100" / "cpu_overheads.csv")
     a40 = load_cpu_overheads(folder / "a40" / "cpu_overheads.csv")
     c = vllm_curve()
-    assert mape(c, a100) == pytest.approx(A100_MAPE, abs=0.002)
-    assert mape(c, a40) == pytest.approx(A40_MAPE, abs=0.005)       # out of sample: another host
+    assert mape(c, a100) <= A100_MAPE_MAX
+    assert mape(c, a40) <= A40_MAPE_MAX       # out of sample: another host
     # Summed medians by hand, Llama-2-7B TP1 batch 64 (row 7): 1.021 + 0.606 + 0.824 + 1.061 ms.
     row = a100[(a100.model == "Llama-2-7b-hf") & (a100.batch_size == 64)].iloc[0]
     assert row.host_s == pytest.approx(3.512e-3, abs=2e-6)

@@ -26,10 +26,11 @@ from sim.apps.trace.records import MeasuredOp, StepShape, Trace
 from sim.apps.trace.replay import replay
 from sim.apps.trace.shapes import vidur_layer
 from sim.apps.trace.validate import simulate_step, validate
+from tests.conftest import SHARED_VALIDATION
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "trace_tinyllama_L1.trace.json.gz"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "validation"
+SHARED = SHARED_VALIDATION
 A6000_TRACES = SHARED / "maveriq-a6000" / "vidur_profiler_traces" / "Llama-2-7b-hf"
 shared = pytest.mark.skipif(not A6000_TRACES.is_dir(), reason="../shared/validation not present")
 

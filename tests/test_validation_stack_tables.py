@@ -10,13 +10,13 @@ import pytest
 from hw_models.machine import load_machine
 from sim.apps.trace.parser import load_trace
 from sim.apps.trace.validate import OpRow, StepRow, Validation
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SHARED_VALIDATION
 
 if str(ROOT / "scripts") not in sys.path:
     sys.path.insert(0, str(ROOT / "scripts"))
 import validation_stack_tables as tables  # noqa: E402  (scripts/)
 
-A6000 = ROOT.parent / "shared" / "validation" / "maveriq-a6000" / "vidur_profiler_traces" / "Llama-2-7b-hf"
+A6000 = SHARED_VALIDATION / "maveriq-a6000" / "vidur_profiler_traces" / "Llama-2-7b-hf"
 A6000_FIT = {1, 16, 128, 1024}   # scripts/validation_report.py A6000_FIT_TOKENS
 
 

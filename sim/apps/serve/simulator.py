@@ -25,6 +25,7 @@ import simpy
 
 from hw_models.stack.spec import stack_for
 from hw_models.power import Board
+from sim.apps.serve import debug_checks
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.instance import Setup
@@ -93,6 +94,7 @@ class ServeSim:
         self.held: list[tuple[float, int]] = []   # (when it reached the engine, request) awaiting a scheduling
         self.stepping = False                     # a step is running
         self.last_start = float("-inf")           # when the last step started: the next one was scheduled then
+        self.checks = debug_checks.enabled()   # run-wide invariants each iteration (debug mode)
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -100,6 +102,8 @@ class ServeSim:
         env.process(self._arrivals(env))
         env.process(self._engine(env))
         env.run()
+        if self.checks:
+            debug_checks.check_costs(self.setup)
         return self.result(env.now)
 
     def result(self, makespan_s: float) -> ServeResult:
@@ -182,6 +186,8 @@ class ServeSim:
                 yield self.wake if t is None or t <= env.now else env.any_of([self.wake, env.timeout(t - env.now)])
                 continue
             start = self.last_start = env.now
+            if self.checks:
+                debug_checks.check_batch(sched, batch)
             dt, energy = self._cost(batch)
             self.stepping = True
             yield env.timeout(dt)
@@ -276,6 +282,8 @@ class ServeSim:
                                        prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
                                        len(sched.waiting) + len(sched.swapped))):
             it[c].append(v)
+        if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
+            debug_checks.check_blocks(sched)
         if self.progress is not None and len(it["start_s"]) % 64 == 0:
             self.progress(self.done, len(self.reqs))
 
@@ -298,4 +306,6 @@ class ServeSim:
         rec["prefix_hit_tokens"][i] = r.prefix_hit
         rec["status"][i] = DONE
         self.done += 1
+        if self.checks:
+            debug_checks.check_finished(r)
         self.sched.finish(r)

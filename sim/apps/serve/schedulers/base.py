@@ -174,11 +174,15 @@ class Scheduler:
     def _swap_in(self, batch: Batch) -> None:
         while self.swapped and len(self.running) < self.max_seqs:
             r = self.swapped[0]
-            if self.pool.available - r.swapped < self.watermark or not self.pool.allocate(r.swapped):
+            # The blocks swapped out come back, and the token it computes now may open one more
+            # (vLLM V0's _schedule_swapped: _swap_in, then _append_slots).
+            grow = max(self.pool.blocks_for(r.computed + r.pending + self.lookahead) - r.swapped, 0)
+            need = r.swapped + grow
+            if self.pool.available - need < self.watermark or not self.pool.allocate(need):
                 return
             self.swapped.popleft()
-            r.blocks, r.swapped = r.swapped, 0
-            self.swapped_in_blocks += r.blocks
-            batch.swap_blocks += r.blocks
+            self.swapped_in_blocks += r.swapped
+            batch.swap_blocks += r.swapped
+            r.blocks, r.swapped = need, 0
             self.running.append(r)
             batch.entries.append((r, r.pending))
