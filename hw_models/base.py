@@ -69,6 +69,7 @@ class DeviceShare:
     ep: int = 1
     pp: int = 1
     groups: int = 1             # attention groups (ep / tp): each holds its own sequences' KV
+    reserved_bytes: float | None = None   # the runtime's reserve per device; None: the serving engine's default
 
 
 @dataclass(frozen=True)

@@ -219,8 +219,8 @@ def test_max_requests_raises_the_stream_limit():
 
 
 @pytest.mark.parametrize("preset, why", [
-    ("groq_lpu", "kind spatial: sim serve cannot cost spatial presets: the pipeline keeps several iterations"),
-    ("a6000_offload", "kind offload: sim serve cannot cost offload presets: a FlexGen block schedule spans"),
+    ("a6000_offload", "kind offload: sim serve cannot cost offload presets: a FlexGen block schedule streams"),
+    ("flexgen_t4", "kind offload: sim serve cannot cost offload presets: a FlexGen block schedule streams"),
 ])
 def test_kinds_that_cannot_cost_an_iteration_say_why(tmp_path, capsys, preset, why):
     line = refused(capsys, ["serve", str(_serve_file(tmp_path)), "--hw", preset], tmp_path)

@@ -44,8 +44,9 @@ class OffloadMapper(Mapper):
     # (tests/test_offload.py checks it against the exhaustive run).
     fold_layers = 3
     # A FlexGen block schedule spans a whole batch's generation, not one iteration.
-    iteration_refusal = ("sim serve cannot cost offload presets: a FlexGen block schedule spans a whole batch's "
-                         "generation, not one iteration")
+    iteration_refusal = ("sim serve cannot cost offload presets: a FlexGen block schedule streams the weights once "
+                         "per block of batches over a static batch's whole generation, so no iteration exists to "
+                         "admit or retire a request at; use sim run (its policy search) for offload throughput")
 
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)

@@ -24,16 +24,16 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-from hw_models.base import Mapper
+from hw_models.base import DeviceShare, Mapper
 from hw_models.spatial.config import SpatialConfig, spatial_config
 from hw_models.spatial.partition import (ChipModel, Partition, PhaseCosts, activation_buffer,
                                          partition, phase_costs, stage_name)
 from hw_models.spatial import report
 from hw_models.spatial.tp import check_model
-from hw_models.spatial.pipeline import StationTag, decode_period_s, prefill_makespan_s
+from hw_models.spatial.pipeline import StationTag, decode_period_s, iteration_period_s, prefill_makespan_s
 from sim.core import engine
 from sim.core.engine import Task, Timeline
-from sim.core.errors import CapacityError
+from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import Footprint
 from sim.core.lowering import lower
 from sim.core.generation import Generation, RunFigures
@@ -43,8 +43,6 @@ from sim.core.units import fmt_bytes
 
 class SpatialMapper(Mapper):
     kind = "spatial"
-    iteration_refusal = ("sim serve cannot cost spatial presets: the pipeline keeps several iterations in flight "
-                         "across its chips, so one iteration's cost is not its latency")
 
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
@@ -212,6 +210,88 @@ class SpatialMapper(Mapper):
         utilization = {"chips.busy": 1 - util["bubble"], "chips.compute": util["compute_mean"],
                        "chips.sram_bw": util["sram_mean"], "c2c": util["link_mean"]}
         return RunFigures(w.batch, utilization, static_j + dyn_j, extra=extra)
+
+    # -- the serving hooks (hw_models.base.Mapper; sim.apps.serve reads only these) ----------
+    def device_share(self) -> DeviceShare:
+        """The fullest chip's share of the weights and of each token's KV (its layers' share), in its
+        SRAM; no runtime reserve (a chip runs a compiled static schedule, no allocator or CUDA context).
+        KV in DRAM is refused: the pipeline's KV then lives outside the tier serving sizes its pool in."""
+        p, src = self.partition, self.machine.source or self.machine.name
+        if self.cfg.kv_cache != "sram":
+            raise ConfigError(f"{src}: spatial.kv_cache: {self.cfg.kv_cache}: sim serve sizes the KV pool in the "
+                              "chips' SRAM; serving with the KV cache in DRAM is not modelled")
+        if self.cfg.chips == "auto":
+            raise ConfigError(f"{src}: spatial.chips: auto sizes the pipeline to just hold one batch's KV ({p.needed} "
+                              f"chips for {self.model.name}), leaving no KV pool to serve from; set a count, e.g. "
+                              f"--set hw.spatial.chips={2 * p.needed}")
+        t, kv_all = p.tensor_parallel, sum(p.kv_sram_bytes)
+        # The chip that holds the fewest tokens sets the pool (every block lives on every chip, each with its
+        # layers' share); chips without layers (the embedding, the LM head) hold no KV and set nothing.
+        room = [p.capacity_per_chip_bytes * t - p.activation_buffer_bytes * t - p.weight_bytes[c]
+                for c in range(p.stages)]
+        j = min((c for c in range(p.stages) if p.kv_sram_bytes[c] > 0), default=0,
+                key=lambda c: room[c] / p.kv_sram_bytes[c])
+        kv = p.kv_sram_bytes[j] / kv_all if kv_all else 1.0 / p.stages
+        return DeviceShare(devices=p.chips, weights=p.weight_bytes[j] / sum(p.weight_bytes) / t, kv=kv / t,
+                           tp=t, reserved_bytes=0.0)
+
+    @property
+    def devices(self) -> int:
+        """The chips one instance spans (the serving energy's per-device figures divide by it)."""
+        return self.partition.chips
+
+    def rank_activation_bytes(self, graph) -> float:
+        """A chip's activation buffer (the partition's, sized for the largest chunk it compiles)."""
+        return self.partition.activation_buffer_bytes
+
+    def swap_bytes_per_s(self) -> float | None:
+        return None   # weights and KV in SRAM: no host tier to swap KV blocks to
+
+    def iteration(self, seqs, logits=None, exhaustive=False, busy=None, device_only=False,
+                  experts=True) -> StepResult:
+        """One serving iteration through the pipeline: its decode sequences in micro-batches of
+        spatial.microbatch_size (each at its sequences' mean kv_len: attention work is linear in it),
+        each prefill chunk a micro-batch of its own, all in flight at once. The cost is what the
+        pipeline is occupied for before the iteration's sequences can enter again, their sampled
+        tokens having come back (iteration_period_s): max(one micro-batch's fill latency, the
+        busiest station's total). It is not m fills: several micro-batches (the serving engine's
+        iterations of other systems) are in the pipeline together. Energy: the slices' dynamic
+        energy plus every chip's power over the period (as figures() charges a run)."""
+        src = self.machine.source or self.machine.name
+        if logits is not None or not experts:
+            raise ConfigError(f"{src}: kind spatial: speculative decoding and data-parallel attention are not "
+                              "modelled on a chip pipeline")
+        costs = [self._serving_costs(*mb) for mb in self._microbatches(seqs)]
+        period = iteration_period_s([c.stations() for c in costs])
+        part = self.partition
+        dyn = sum(sl.energy_j for c in costs for row in c.slice_costs for sl in row) * part.tensor_parallel
+        power = self.machine.units[self.machine.main_unit].power_w or 0.0
+        chip_s = sum(sum(c.stage_s) for c in costs) / part.stages
+        link_s = sum(sum(c.hop_s) + c.return_s for c in costs) / max(part.stages, 1)
+        return StepResult("iteration", 0, period, {"chips": chip_s, "c2c": link_s},
+                          dyn + power * part.chips * period)
+
+    def power_j(self, busy_s, wall_s=None) -> float:
+        return 0.0   # iteration() charges the chips' power over its period already
+
+    def _microbatches(self, seqs) -> list[tuple[str, int, int, int]]:
+        """(phase, sequences, q_len, kv_len) of each micro-batch of an iteration."""
+        dec = [kv for q, kv in seqs if q == 1]
+        mb = self.cfg.microbatch_size
+        out = [("decode", len(g), 1, round(sum(g) / len(g))) for g in (dec[i:i + mb] for i in range(0, len(dec), mb))]
+        return out + [("prefill", 1, q, kv) for q, kv in seqs if q > 1]
+
+    def _serving_costs(self, phase: str, n: int, q: int, kv: int) -> PhaseCosts:
+        key = (phase, n, q, kv)
+        c = self._cost_cache.get(key)
+        if c is None:
+            g = lower(self.model, phase, n, q, kv, self.formats, self.workload.flash_attention)
+            c = self._cost_cache[key] = phase_costs(g, self.partition, self.chip, n if phase == "decode" else 1)
+        return c
+
+    @cached_property
+    def _cost_cache(self) -> dict:
+        return {}
 
     def matmul_path(self):
         """How the workload's weight GEMMs run on a chip (format, rate, dequantization)."""

@@ -92,3 +92,18 @@ def decode_period_s(stations: list[tuple[str, float]], microbatches: int, exhaus
 def prefill_makespan_s(stations: list[tuple[str, float]], chunks: int, exhaustive: bool = False) -> float:
     tl, _ = run_stations(stations, chunks, 1, closed=False, exhaustive=exhaustive)
     return tl.makespan_s
+
+
+def iteration_period_s(micro_batches: list[list[tuple[str, float]]]) -> float:
+    """The time one serving iteration occupies the pipeline when its micro-batches (each a list of
+    stations, in the same order) are all in flight and each must finish before its sequences enter
+    again: the larger of the slowest micro-batch's fill latency (it cannot come back sooner) and the
+    busiest station's total work (every micro-batch passes it once). For identical micro-batches
+    this is decode_period_s's closed-loop period, max(fill, m x slowest station) (max-plus, as in the
+    module doc); for unlike ones it is that bound, the prefill chunks and decode groups interleaving."""
+    fill = max(sum(t for _, t in st) for st in micro_batches)
+    load: dict[str, float] = {}
+    for st in micro_batches:
+        for res, t in st:
+            load[res] = load.get(res, 0.0) + t
+    return max(fill, max(load.values()))

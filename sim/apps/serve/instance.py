@@ -95,11 +95,12 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     rank_token = _kv_per_token(model, file) * share.kv + (_kv_per_token(draft, file) if draft else 0)
     act = _profile_activations(mapper, min(max_tokens, max_seqs * max_model_len), max_seqs)
     tier = machine.memory[machine.device_tier]
-    room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - RUNTIME_RESERVED_BYTES
+    reserved = RUNTIME_RESERVED_BYTES if share.reserved_bytes is None else share.reserved_bytes
+    room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - reserved
     block = cfg.block_tokens
     if room < rank_token * block:
         raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
-                            f"{fmt_bytes(act)} + runtime {fmt_bytes(RUNTIME_RESERVED_BYTES)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
+                            f"{fmt_bytes(act)} + runtime {fmt_bytes(reserved)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
                             f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)")
     total_blocks = cfg.blocks_override or int(room // (rank_token * block)) * share.groups
     sp = srv.speculative

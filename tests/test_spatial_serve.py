@@ -1,0 +1,84 @@
+"""Serving on the spatial kind (issue 29 item 6): a serving iteration's cost on a chip pipeline is
+its occupancy with its micro-batches in flight, not the sum of their latencies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hw_models.spatial.pipeline import decode_period_s, iteration_period_s
+from sim.apps.cli import main
+from tests.conftest import write_serving_file
+from tests.robust_helpers import refused
+from tests.test_robust_serve import SERVE
+
+# Two chips, a hop between them and the sampled token's return: 2 + 1 + 3 + 0.5 s.
+STATIONS = [("chip0", 2.0), ("c2c0", 1.0), ("chip1", 3.0), ("c2c.return", 0.5)]
+
+
+@pytest.mark.parametrize("m, period", [
+    (1, 6.5),   # one micro-batch: its fill latency, 2 + 1 + 3 + 0.5
+    (2, 6.5),   # two in flight: chip1 works 2 x 3 = 6 s < the 6.5 s a micro-batch takes to come back
+    (3, 9.0),   # three: chip1's 3 x 3 = 9 s of work sets the period, not 3 x 6.5 s of latencies
+])
+def test_iteration_period_by_hand(m, period):
+    assert iteration_period_s([STATIONS] * m) == pytest.approx(period)
+    # The closed-loop engine simulation of the same micro-batches agrees (alike micro-batches: exact).
+    assert decode_period_s(STATIONS, m, exhaustive=True) == pytest.approx(period)
+
+
+def test_unlike_micro_batches_by_hand():
+    """A prefill chunk (chip times 4 and 5) beside one decode group: chip1 carries 3 + 5 = 8 s of work,
+    less than the chunk's own fill, 4 + 1 + 5 = 10 s; beside two, chip1's 3 + 3 + 5 = 11 s sets it."""
+    chunk = [("chip0", 4.0), ("c2c0", 1.0), ("chip1", 5.0)]
+    assert iteration_period_s([STATIONS, chunk]) == pytest.approx(10.0)
+    assert iteration_period_s([STATIONS, STATIONS, chunk]) == pytest.approx(11.0)   # chip1: 3 + 3 + 5
+
+
+def _edit(s):
+    s["arrivals"].update(num_requests=8)
+
+
+def test_groq_serves(tmp_path):
+    out = tmp_path / "r.json"
+    f = write_serving_file(tmp_path, SERVE, _edit)
+    assert main(["serve", str(f), "--hw", "groq_lpu", "--set", "hw.spatial.chips=64", "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    s = s.get("summary", s)
+    assert s["completed"] == 8
+
+
+def test_groq_iteration_is_its_micro_batches_occupancy(tmp_path):
+    """The mapper's iteration: decode sequences in micro-batches, each prefill chunk its own, the
+    period of those stations (not their summed latencies)."""
+    from hw_models.machine import load_machine
+    from hw_models.registry import mapper_for
+    from sim.apps.serve.spec import load_serve_file
+    f = load_serve_file(write_serving_file(tmp_path, SERVE, _edit))
+    m = load_machine("groq_lpu", {"spatial.chips": 64})
+    mp = mapper_for(m, f, f.model_config_())
+    seqs = ((1, 100),) * (2 * mp.cfg.microbatch_size) + ((32, 32),)
+    step = mp.iteration(seqs, device_only=True)
+    mbs = mp._microbatches(seqs)
+    assert len(mbs) == 3
+    st = [mp._serving_costs(*b).stations() for b in mbs]
+    assert step.time_s == pytest.approx(iteration_period_s(st))
+    assert step.time_s < sum(sum(t for _, t in s) for s in st)   # in flight together
+    share = mp.device_share()
+    assert share.devices == 64 and 0 < share.kv < 1 and share.reserved_bytes == 0.0
+
+
+def test_spatial_kv_in_dram_is_refused(tmp_path, capsys):
+    f = write_serving_file(tmp_path, SERVE, _edit)
+    line = refused(capsys, ["serve", str(f), "--hw", "ipu_bow", "--set", "hw.spatial.kv_cache=dram",
+                            "--set", "hw.spatial.chips=8"], tmp_path)
+    assert "spatial.kv_cache: dram: sim serve sizes the KV pool in the chips' SRAM" in line
+
+
+def test_spatial_auto_chips_is_refused(tmp_path, capsys):
+    """chips: auto fills the chips with one batch's KV: no pool is left to serve from."""
+    f = write_serving_file(tmp_path, SERVE, _edit)
+    line = refused(capsys, ["serve", str(f), "--hw", "groq_lpu"], tmp_path)
+    assert "spatial.chips: auto sizes the pipeline to just hold one batch's KV" in line
+    assert "--set hw.spatial.chips=" in line
