@@ -30,6 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sim import __version__
+
 ENV_DIR = "SIM_CACHE_DIR"
 ENV_OFF = "SIM_NO_CACHE"
 FILE = "step_costs.sqlite"
@@ -78,7 +80,6 @@ def _plain(x: Any) -> Any:
 
 def make_key(*parts: Any) -> str:
     """A key over `parts` (JSON-able values or dataclasses), the package version and the code hash."""
-    from sim import __version__
     blob = json.dumps([SCHEMA, __version__, code_hash(), *map(_plain, parts)], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -17,7 +17,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hw_models.machine import load_machine
+from sim.apps.mpl import pyplot
+from sim.apps.serve.run import serve
+from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict
+from sim.core.errors import SimError
 
 # Llama-3.1 has Llama-3's shapes (sim/core/data/models.yaml llama3-8b/-70b) with a 128k context
 # (meta-llama/Llama-3.1-8B config.json max_position_embeddings 131072); Qwen3-32B from its config.json
@@ -106,8 +111,6 @@ def step_features(res, front_end_s: float = 0.0) -> dict[str, float]:
     between the request reaching the engine and its first token, and between its first and last token
     per gap (the TPOT span). A term of t seconds per iteration and u per sequence adds t x steps + u x
     seqs to each (scripts/fit_engine_overheads.py regresses on them)."""
-    from sim.apps.serve.simulator import DONE
-
     r, it = res.requests, res.iterations
     ok = r["status"] == DONE
     ends = it["start_s"] + it["duration_s"]
@@ -148,8 +151,6 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
 def machine_loader(engine_side_ttft: bool = False):
     """Presets by name (or by a GPUS system name), loaded once each. `engine_side_ttft`: the log times TTFT from the engine's own
     queueing (LLMServingSim's queued_ts), so the API front end is outside it: its term is zeroed."""
-    from hw_models.machine import load_machine
-
     zero = {"stacks": {e.stack: {"engine_overheads": {"per_request_s": 0.0}} for e in ENGINES.values()}}
     cache: dict[str, object] = {}
 
@@ -170,9 +171,6 @@ def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | No
              ) -> tuple[list[Result], list[tuple[str, str]]]:
     """Each run simulated (surrogate costs shared between runs of one model, layout and stack);
     runs that cannot be built come back as (name, reason)."""
-    from sim.apps.serve.run import serve
-    from sim.core.errors import SimError
-
     cache: dict = {}
     out, failed = [], []
     for i, run in enumerate(runs):
@@ -254,8 +252,6 @@ def _reasons(items: list[tuple[str, str]]) -> str:
 
 def scatter(results: list[Result], path) -> None:
     """Simulated against measured mean TTFT and TPOT, one colour per engine, log axes, y = x drawn."""
-    from sim.apps.mpl import pyplot
-
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
     for ax, metric, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
