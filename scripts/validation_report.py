@@ -23,6 +23,7 @@ from the same calibration sets.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -45,8 +46,9 @@ from validation_h200 import h200_section  # noqa: E402
 from validation_small_ops import small_ops_section  # noqa: E402
 from validation_stack_tables import a6000_stacks, cpu_stacks  # noqa: E402
 from validation_vidur import vidur_section  # noqa: E402
+from validation_aic import aic_section  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "validation"
+SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 A6000_FIT_TOKENS = {1, 16, 128, 1024}
 CPU_FIT_PROMPT = 128
 # A trace is "loaded" when the 1-minute load average (before or after, .meta.json) exceeds
@@ -412,7 +414,7 @@ def main(argv=None) -> dict:
         figures.update(f)
     if SHARED.is_dir():
         for fn in (lambda: a6000_section(img, args.write_presets), lambda: vidur_section(SHARED, img, table),
-                   lambda: small_ops_section(SHARED, table)):
+                   lambda: small_ops_section(SHARED, table), lambda: aic_section(SHARED, table)):
             text, f = fn()
             sections.append(text)
             figures.update(f)

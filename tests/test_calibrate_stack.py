@@ -35,6 +35,26 @@ def test_worse_held_out_is_refused(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_report_shows_the_refused_comparison_and_force_writes_it(tmp_path, capsys):
+    """The same refused calibration: --report prints the held-out MAPE before and after and writes
+    nothing (exit 0); --force writes the preset and its header says it is worse on the held-out traces."""
+    out = tmp_path / "x.yaml"
+    cpu = str(ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv")
+    held = _split()[1][0]
+    assert main(["calibrate", cpu, "--hw", "h200", "--held-out", held, "-o", str(out), "--report"]) == 0
+    text = capsys.readouterr().out
+    assert "held-out per-op MAPE" in text and "would refuse" in text and not out.exists()
+    assert main(["calibrate", cpu, "--hw", "h200", "--held-out", held, "-o", str(out), "--force"]) == 0
+    assert "WORSE on the held-out traces: written with --force" in out.read_text()
+
+
+def test_report_without_held_out_is_one_line(tmp_path, capsys):
+    cpu = str(ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv")
+    assert main(["calibrate", cpu, "--hw", "h200", "-o", str(tmp_path / "x.yaml"), "--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--held-out" in err[0]
+
+
 def test_stack_calibration_writes_its_kernels_and_keeps_held_out_error(tmp_path, capsys):
     fit, test = _split()
     out = tmp_path / "h200_cal.yaml"

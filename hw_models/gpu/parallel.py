@@ -60,7 +60,8 @@ class ParallelPlan(Strict):
     ep: StrictInt = Field(default=1, gt=0)
     micro_batches: StrictInt = Field(default=1, gt=0)
     topology: str | None = None
-    algorithm: Literal["ring", "tree"] = "ring"
+    # network.collectives; None: the stack's `all_reduce` (the engine's own), else ring
+    algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom"] | None = None
     source: str = Field(default="", exclude=True)
 
     @property
@@ -140,6 +141,11 @@ class ParallelGpuMapper(GpuMapper):
         # (expert_part).
         self._experts_off = False
 
+    @property
+    def algorithm(self) -> str:
+        """The collective algorithm: the plan's, else the stack's engine's own (issue 28), else the ring."""
+        return self.plan.algorithm or (self.stack.all_reduce if self.stack is not None else None) or "ring"
+
     def group_batch(self) -> int:
         """Sequences of one attention group: B / (ep / tp), each group an even share (a generation's
         batch; a serving iteration splits its own way, sim.apps.serve.attention_dp)."""
@@ -163,9 +169,9 @@ class ParallelGpuMapper(GpuMapper):
     def _collective(self, tasks: list[Task], c: Collective, prefix: str, dep: str, link: str) -> None:
         """The collective's task on `link` after `dep`; under a host-launched stack the NCCL
         kernel is one more launch on the host, in issue order after the producing op's."""
-        dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.plan.algorithm)
+        dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.algorithm)
         dur = 0.0 if self._experts_off and c.kind == ALL_TO_ALL else dur
-        tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.plan.algorithm}")
+        tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.algorithm}")
         host_s = self.stack.host_launch_s if self.stack else 0.0
         tasks.append(Task(prefix + c.name, link, dur, self.launched(tasks, prefix + c.name, host_s, (dep,)), tag=tag))
 
@@ -245,7 +251,7 @@ class ParallelGpuMapper(GpuMapper):
                 busy[unit + ".compute"] += c.compute_s
                 busy[unit + ".memory"] += c.memory_s
                 joules += c.energy_j
-        busy[LINK] = sum(collective_s(self.topo, c.kind, c.bytes, c.ranks, self.plan.algorithm)
+        busy[LINK] = sum(collective_s(self.topo, c.kind, c.bytes, c.ranks, self.algorithm)
                          for c in colls if c.kind == ALL_TO_ALL and c.after.startswith(f"L{first}."))
         layers = m.num_layers - first
         return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}

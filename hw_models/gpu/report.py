@@ -36,7 +36,7 @@ def parallel_data(mapper, steps: dict[str, tuple[int, Timeline]]) -> dict[str, A
     memory = dict(tier=tier, weights=roles.get("weights", 0.0), kv_cache=roles.get("kv_cache", 0.0),
                   activations=roles.get("activations", 0.0), total=fp.total(tier),
                   capacity=mapper.machine.memory[tier].capacity_bytes)
-    plan = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, micro_batches=p.micro_batches, algorithm=p.algorithm,
+    plan = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, micro_batches=p.micro_batches, algorithm=mapper.algorithm,
                 topology=mapper.topo.name if mapper.topo else None, devices_per_replica=p.instance_devices,
                 devices=p.devices, stage_layers=mapper.stage_layers())
     pipelined = p.pp > 1 or p.micro_batches > 1

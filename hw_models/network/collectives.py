@@ -14,17 +14,24 @@ whole buffer, alpha = latency of one message step, B = per-rank bandwidth per di
 With a fit for the group size (Topology.fitted, from NCCL measurements in one node)
 alpha and B are the fitted ones: the all-reduce fit serves every ring/tree collective,
 the send/recv fit point-to-point; otherwise the interconnect's datasheet figures.
+
+Algorithms `nccl`, `trtllm_custom` and `vllm_custom` are the collectives as the engines
+run them in one node (hw_models.network.engine_collectives): NCCL's fitted protocol
+lines, and the engines' one-shot / two-shot custom all-reduce below their size limits;
+each falls back to the ring where the topology has no such fit.
 """
 
 from __future__ import annotations
 
+from hw_models.network.engine_collectives import custom_all_reduce_s, custom_allowed, nccl_s
 from hw_models.network.topology import Topology, log2_steps
 from sim.core.errors import ConfigError
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV)
-ALGORITHMS = ("ring", "tree")
+ALGORITHMS = ("ring", "tree", "nccl", "trtllm_custom", "vllm_custom")
+CUSTOM = {"trtllm_custom": "trtllm", "vllm_custom": "vllm"}
 
 
 def alpha_beta(kind: str, algorithm: str, ranks: int) -> tuple[float, float]:
@@ -55,6 +62,16 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
     """Seconds for one collective of `nbytes` over `ranks` devices."""
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown collective algorithm {algorithm!r}; algorithms: {', '.join(ALGORITHMS)}")
-    steps, factor = alpha_beta(kind, algorithm, ranks)
+    in_node = 1 < ranks <= topo.devices_per_node and kind != SEND_RECV
+    if in_node and algorithm in CUSTOM and kind == ALL_REDUCE and custom_allowed(CUSTOM[algorithm], topo, ranks):
+        custom = custom_all_reduce_s(topo.name, CUSTOM[algorithm], nbytes, ranks)
+        if custom is not None:
+            return custom
+    ring = "tree" if algorithm == "tree" else "ring"
+    steps, factor = alpha_beta(kind, ring, ranks)
+    if in_node and algorithm != ring:   # nccl, or a custom all-reduce handing the message to NCCL
+        fitted = nccl_s(topo.name, kind, nbytes, ranks, steps, factor)
+        if fitted is not None:
+            return fitted
     alpha, bw = parameters(topo, kind, ranks)
     return steps * alpha + factor * nbytes / bw

@@ -122,6 +122,12 @@ class Stack(Strict):
     quant_gemm: dict[str, str] = {}               # weight format -> kernel family
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
+    # Under CUDA graphs a kernel the stack says nothing else about (a dense GEMM, an attention kernel
+    # without a family) pays this device gap to its predecessor in the replayed graph instead of the
+    # preset's host launch overhead (None: the launch overhead, as before; scripts/fit_kernels.py).
+    graph_gap_s: Quantity | None = Field(default=None, ge=0)
+    attention: str | None = None                  # attention kernel family (stack/attention_kernels.yaml)
+    all_reduce: str | None = None                 # the collective algorithm it runs (network.collectives)
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 
@@ -129,6 +135,22 @@ class Stack(Strict):
     @classmethod
     def _kinds(cls, v: dict[str, KernelSpec]) -> dict[str, KernelSpec]:
         return known_op_kinds(v)
+
+    @field_validator("attention")
+    @classmethod
+    def _attention(cls, v: str | None) -> str | None:
+        from hw_models.stack.attention_kernels import family_names   # loads the fitted file on use
+        if v is not None and v not in family_names():
+            raise ValueError(f"unknown attention kernel family {v!r}; families: {', '.join(family_names())}")
+        return v
+
+    @field_validator("all_reduce")
+    @classmethod
+    def _all_reduce(cls, v: str | None) -> str | None:
+        from hw_models.network.collectives import ALGORITHMS
+        if v is not None and v not in ALGORITHMS:
+            raise ValueError(f"unknown collective algorithm {v!r}; algorithms: {', '.join(ALGORITHMS)}")
+        return v
 
     @field_validator("fuse")
     @classmethod

@@ -16,7 +16,6 @@ from sim.core import interrupt
 interrupt.install()   # already, when sim was imported as the CLI; here for any other way main() is reached
 
 import argparse
-import json
 import os
 import warnings
 from contextlib import contextmanager

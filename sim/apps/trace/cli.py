@@ -55,6 +55,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
 
+    if args.input_format == "aic":
+        return _validate_aic(args)
+    if args.hw is None:
+        raise ConfigError("sim validate: --hw is required (a preset name or YAML file)")
     machine = _machine(args.hw, "validate", args.set)
     if args.plots:   # the one plot flag of every subcommand: a folder
         check_output(args.plots, directory=True)
@@ -62,7 +66,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
-    v = validate(_load(args, args.traces), machine)
+    v = validate(_load(args, args.traces), machine, stack=_stack(args.stack))
     with transaction():  # both outputs or neither
         if args.json:
             write_json(args.json, v.to_json())
@@ -104,17 +108,59 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stack(spec: str | None) -> str | None:
+    """`--stack`, checked before any work (an unknown name is one line, exit 2)."""
+    if spec is not None:
+        from hw_models.stack.spec import load_stack
+        load_stack(spec)
+    return spec
+
+
+def _validate_aic(args: argparse.Namespace) -> int:
+    from sim.core.files import check_output, write_json
+    from sim.apps.trace.aic import HELD_OUT, gpu_sort_key, validate_tables
+
+    for flag in ("plot", "plots", "model", "tokens", "tp", "set"):
+        if getattr(args, flag):
+            raise ConfigError(f"sim validate --input-format aic: --{flag} applies to traces, not to aiconfigurator tables")
+    if args.json:
+        check_output(args.json)
+    v = validate_tables([Path(p) for p in args.traces], args.hw, _stack(args.stack), args.limit)
+    if args.json:
+        write_json(args.json, v.to_json())
+    if args.quiet:
+        return 0
+    console = tables.console()
+    by = v.mape_by_family()
+    for held, title in ((False, "in-sample GPUs"), (True, "held-out GPUs (report only: never fitted on)")):
+        keys = sorted((k for k in by if (k[0] in HELD_OUT) == held), key=lambda k: (gpu_sort_key(k[0]), k[1]))
+        if not keys:
+            continue
+        t = Table(title=f"aiconfigurator per-op MAPE, {title}")
+        for col in ("GPU", "family", "rows", "MAPE", "stack"):
+            t.add_column(col, justify="right" if col in ("rows", "MAPE") else "left")
+        for gpu, fam in keys:
+            n, m = by[gpu, fam]
+            stacks = sorted({r.stack or "-" for r in v.rows if r.gpu == gpu and r.family == fam})
+            t.add_row(gpu, fam, str(n), f"{m:.1%}", ", ".join(stacks))
+        console.print(t)
+    for line in v.skipped:
+        console.print(f"not costed: {line}")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from sim.core.files import check_output, write_json
     from sim.apps.trace.replay import replay
 
     machine = _machine(args.hw, "replay", args.set)
     source = _machine(args.source_hw, "replay") if args.source_hw else None
+    stack = _stack(args.stack)
     if args.json:
         check_output(args.json)
     console = tables.console()
     for trace in _load(args, [args.traces]):
-        r = replay(trace, machine, source)
+        r = replay(trace, machine, source, stack=stack)
         if args.json:
             write_json(args.json, r.to_json())
         if not args.quiet:
@@ -170,15 +216,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("sim calibrate: --out PRESET.yaml is required (the calibrated preset to write)")
     base = load_machine(args.hw)
     check_output(args.output)  # before the fit, not after it
+    if (args.report or args.force) and not args.held_out:
+        raise ConfigError("--report and --force compare with --held-out traces: give some")
     name = args.name or Path(args.output).stem
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
     cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces)
     console = tables.console()
-    if args.held_out:   # refuses (ConfigError) before anything is written
-        h = held_out(_load(args, args.held_out), base, cal.machine, args.stack)
+    if args.held_out:   # refuses (ConfigError) before anything is written, unless --report / --force
+        h = held_out(_load(args, args.held_out), base, cal.machine, args.stack, refuse=not (args.report or args.force))
+        if args.report:
+            console.print(f"{h.line()}: {'worse: sim calibrate would refuse it' if h.worse else 'not worse'}; "
+                          "--report writes nothing")
+            return 0
         note += f"\nHeld out ({len(args.held_out)} traces, {h.n_ops} ops): per-op MAPE {h.before:.1%} -> {h.after:.1%}"
+        if h.worse:   # --force: written anyway, and the preset says so
+            note += " (WORSE on the held-out traces: written with --force)"
         console.print(note.splitlines()[-1])
     else:
         console.print("no --held-out traces: the calibrated preset's error on unseen data is not checked")
@@ -207,9 +261,18 @@ def _add_hw_set_quiet(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    v = sub.add_parser("validate", help="compare measured traces with the simulator op by op")
+    v = sub.add_parser("validate", help="compare measured traces (or aiconfigurator op tables) with the simulator "
+                                        "op by op")
     _add_trace_args(v)
-    v.add_argument("--hw", required=True, help="hardware preset name or YAML file")
+    v.add_argument("--hw", help="hardware preset name or YAML file (--input-format aic: default the preset of the GPU "
+                                "the table's file name says)")
+    # Not `--format`: that is every command's table output format (sim.core.tables).
+    v.add_argument("--input-format", choices=("trace", "aic"), default="trace",
+                   help="aic: the arguments are NVIDIA aiconfigurator per-op tables (shared/validation/aic "
+                        "<table>_<gpu>.csv.gz); MAPE per op family per GPU, held-out GPUs apart")
+    v.add_argument("--stack", help="software stack the measured runs used (hw_models/stack/presets; --input-format aic: "
+                                   "default each row's engine's stack)")
+    v.add_argument("--limit", type=int, metavar="N", help="--input-format aic: at most N rows per table, evenly spread")
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
     v.add_argument("--plots", metavar="DIR", help="write DIR/validate_scatter.png: simulated vs measured, log-log")
     flags.deprecated_alias(v, "--plot", "--plots DIR", "plot", metavar="FILE")
@@ -223,6 +286,7 @@ def register(sub) -> None:
     r.add_argument("--source-hw", metavar="PRESET",
                    help="the machine the trace was measured on, for scaled mode (default: the preset whose name "
                         "the trace's device name holds, e.g. h200 for 'NVIDIA H200')")
+    r.add_argument("--stack", help="software stack to run the rebuilt steps under (hw_models/stack/presets)")
     r.add_argument("--json", metavar="PATH")
     r.add_argument("--all", action="store_true", help="print every row")
     _add_hw_set_quiet(r)
@@ -243,4 +307,8 @@ def register(sub) -> None:
                         "cannot tell a kind's curve from its shape")
     c.add_argument("--held-out", nargs="+", metavar="TRACE", default=[],
                    help="traces not fitted: refuse (exit 2) to write a preset whose per-op MAPE on them is worse")
+    c.add_argument("--report", action="store_true",
+                   help="with --held-out: print the held-out MAPE before and after the fit and write nothing")
+    c.add_argument("--force", action="store_true",
+                   help="with --held-out: write the preset even when the held-out MAPE is worse (its header says so)")
     c.set_defaults(func=cmd_calibrate)

@@ -143,12 +143,14 @@ def _busy_by_op(timeline: Timeline, op_of: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def _plan(trace: Trace, shape, machine: Machine, graph) -> tuple[list[Task], object]:
-    mapper = mapper_for(machine, trace_workload(trace, shape), trace.model)
+def _plan(trace: Trace, shape, machine: Machine, graph, stack: str | None = None) -> tuple[list[Task], object]:
+    mapper = mapper_for(machine, trace_workload(trace, shape, stack), trace.model)
     return mapper.plan_step(graph), mapper
 
 
-def replay(trace: Trace, machine: Machine, source: Machine | None = None) -> Replay:
+def replay(trace: Trace, machine: Machine, source: Machine | None = None, stack: str | None = None) -> Replay:
+    """`trace` rebuilt and run on `machine` (and on `source`, for scaled mode), under the software
+    stack `stack` on both (hw_models/stacks; None: one kernel per op)."""
     if trace.ops and not any(m.duration_s > 0 for m in trace.ops):
         # A speed-up against nothing measured is not a result (issue 17: a "63.8x" from zero rows).
         raise ConfigError(f"{trace.source}: every measured op lasts 0 s: nothing to replay against")
@@ -160,13 +162,13 @@ def replay(trace: Trace, machine: Machine, source: Machine | None = None) -> Rep
     for j, (shape, timing) in enumerate(zip(trace.steps, step_timings(trace))):
         meas = meas_by_step.get(j, {})
         graph = step_graph(trace, shape)
-        tasks, mapper = _plan(trace, shape, machine, graph)
+        tasks, mapper = _plan(trace, shape, machine, graph, stack)
         op_of, target_s = _per_op(tasks)
         predicted_tl = run(tasks, mapper.resources(), mapper.containers())
         predicted = _busy_by_op(predicted_tl, op_of)
         scaled, scaled_tl, factor = {}, None, {}
         if src is not None:
-            source_s = target_s if src is machine else _per_op(_plan(trace, shape, src, graph)[0])[1]
+            source_s = target_s if src is machine else _per_op(_plan(trace, shape, src, graph, stack)[0])[1]
             factor = {n: meas[n] / source_s[n] for n in meas if source_s.get(n, 0.0) > 0}
             scaled_tasks = [replace(t, duration_s=t.duration_s * factor[op_of[t.id]]) if op_of[t.id] in factor
                             else t for t in tasks]

@@ -106,16 +106,27 @@ class HeldOut:
     n_ops: int
     before: float     # per-op MAPE of the base preset
     after: float      # of the calibrated one
+    base: str = ""
+    stack: str | None = None
+
+    @property
+    def worse(self) -> bool:
+        return self.after > self.before
+
+    def line(self) -> str:
+        return (f"held-out per-op MAPE {self.before:.1%} with {self.base} -> {self.after:.1%} calibrated, over "
+                f"{self.n_ops} ops{f', stack {self.stack}' if self.stack else ''}")
 
 
-def held_out(traces: list[Trace], base: Machine, calibrated: Machine, stack: str | None) -> HeldOut:
-    """Per-op MAPE on traces the fit did not see, before and after; refuses a calibration
-    that made it worse."""
+def held_out(traces: list[Trace], base: Machine, calibrated: Machine, stack: str | None,
+             refuse: bool = True) -> HeldOut:
+    """Per-op MAPE on traces the fit did not see, before and after; with `refuse`, refuses
+    (ConfigError) a calibration that made it worse."""
     before = validate(traces, base, stack=stack)
     after = validate(traces, calibrated, stack=stack)
-    if after.mape > before.mape:
-        raise ConfigError(f"--held-out: the calibration makes the held-out per-op MAPE worse ({before.mape:.1%} "
-                          f"with {base.name} -> {after.mape:.1%} over {len(after.ops)} ops"
-                          f"{f', stack {stack}' if stack else ''}); preset not written")
-    return HeldOut(len(after.ops), before.mape, after.mape)
+    h = HeldOut(len(after.ops), before.mape, after.mape, base.name, stack)
+    if refuse and h.worse:
+        raise ConfigError(f"--held-out: the calibration makes the held-out per-op MAPE worse ({h.line()}); preset not written "
+                          "(--report shows the comparison, --force writes it anyway)")
+    return h
 

@@ -1,0 +1,150 @@
+"""Attention kernel families: how the engines' attention kernels spend time, beyond the roofline.
+
+A decode attention kernel is not only its KV stream: measured through the engines' own
+modules (aiconfigurator's tables, shared/validation/aic) it has a fixed cost (several us at
+batch 1, whatever the KV length), and a cost per CTA that grows with the sequences in the
+batch (hundreds of us at batch 1024 with 1-token caches), and streams the KV cache at a
+measured fraction of the bandwidth. Per family and KV format:
+
+    decode  = fixed_s + cta_s x batch x kv_heads / SMs + KV bytes / (bandwidth x memory_max x kv_stream_efficiency)
+
+`cta_s` is SM-seconds per CTA (one per sequence and KV head: FlashAttention's and XQA's
+grids), so the term follows the GPU's SM count (unit efficiency.parallel_units); measured
+on H100 (132 SMs), A100 (108) and RTX PRO 6000 (188) it is ~3-4 us of one SM per CTA for
+FlashAttention. TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
+H100) and one-KV-head-per-query-head models through masked MHA (~1.4): `mha_cta_s` is the
+per-CTA figure where heads == kv_heads. A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak that
+grows with the sequence length:
+
+    prefill = fixed_s + FLOPs / (bf16 peak x fraction(q_len))   (held flat past the ends)
+
+The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
+attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
+Without parallel_units the decode CTA term cannot be placed: the op keeps the roofline.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from hw_models.op_cost import OpCost, bound_of
+from hw_models.compute_path import native_rates
+from hw_models.machine import Tier, Unit
+from sim.core import graph as g
+from sim.core.errors import ConfigError
+from sim.core.formats import get_format
+from sim.core.graph import Op
+from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
+
+KERNELS_FILE = Path(__file__).parent / "attention_kernels.yaml"
+
+
+class Decode(Strict):
+    fixed_s: Quantity = Field(ge=0)
+    cta_s: Quantity = Field(ge=0)                       # SM-seconds per (sequence, KV head) CTA, grouped queries
+    mha_cta_s: Quantity = Field(ge=0)                   # the same where every query head has its own KV head
+    kv_stream_efficiency: float = Field(gt=0, le=1.5)   # x the unit's memory_max
+    rows: int = 0                                       # measured rows fitted
+    fit_mape: float = 0.0                               # in-sample MAPE of the whole call
+
+    def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int) -> float:
+        per_cta = self.mha_cta_s if heads == kv_heads else self.cta_s
+        return self.fixed_s + per_cta * batch * kv_heads / sms
+
+    def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float) -> float:
+        return self.overhead_s(batch, heads, kv_heads, sms) + kv_bytes / (bandwidth * self.kv_stream_efficiency)
+
+
+class Prefill(Strict):
+    fixed_s: Quantity = Field(ge=0)
+    rate_points: list[tuple[int, float]] = Field(min_length=1)   # (q_len, fraction of the bf16 peak)
+    rows: int = 0
+    fit_mape: float = 0.0
+
+    @field_validator("rate_points")
+    @classmethod
+    def _monotone(cls, v: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        for (l0, f0), (l1, f1) in zip(v, v[1:]):
+            if l1 <= l0 or f1 < f0:
+                raise ValueError(f"({l0}, {f0}) then ({l1}, {f1}): q_len must increase and the fraction not fall")
+        if any(not 0 < f <= 1 for _, f in v):
+            raise ValueError("fractions must lie in (0, 1]")
+        return v
+
+    def fraction(self, q_len: int) -> float:
+        xs = [math.log(p[0]) for p in self.rate_points]
+        return float(np.interp(math.log(max(q_len, 1)), xs, [p[1] for p in self.rate_points]))
+
+    def time_s(self, flops: float, q_len: int, peak: float) -> float:
+        return self.fixed_s + flops / (peak * self.fraction(q_len))
+
+
+class AttentionFamily(Strict):
+    description: str = ""
+    cite: str                                   # the engines' source and the measured tables
+    decode: dict[str, Decode] = {}              # KV format -> figures
+    prefill: Prefill | None = None
+
+    @field_validator("decode")
+    @classmethod
+    def _formats(cls, v: dict[str, Decode]) -> dict[str, Decode]:
+        try:
+            return {get_format(k).name: d for k, d in v.items()}
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class AttentionKernels(Strict):
+    families: dict[str, AttentionFamily]
+    source: str = Field(default="", exclude=True)
+
+
+@cache
+def _load(path: Path, mtime_ns: int) -> dict[str, AttentionFamily]:
+    return validate_mapping(AttentionKernels, read_yaml(path), str(path), "a mapping with `families:`").families
+
+
+def attention_families(path: Path = KERNELS_FILE) -> dict[str, AttentionFamily]:
+    if not path.is_file():
+        return {}
+    return _load(path, path.stat().st_mtime_ns)
+
+
+def family_names() -> list[str]:
+    return sorted(attention_families())
+
+
+def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str) -> OpCost | None:
+    """`op` (a fused attention op) as `family`'s kernel; None where the family has no figures
+    for it (a KV format not fitted, no prefill curve, a unit without its SM count): the op
+    then keeps the roofline."""
+    fam = attention_families().get(family)
+    if fam is None:
+        raise ConfigError(f"attention: unknown kernel family {family!r}; families: {', '.join(family_names())}")
+    if op.kind != g.ATTENTION:
+        return None
+    d = op.dims
+    kv = [t for t in op.reads if t.role == "kv"]
+    kv_bytes = float(sum(t.bytes for t in kv))
+    energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, "bf16")
+    if d.get("q_len", 1) == 1:
+        fig = fam.decode.get(get_format(kv[0].fmt).name) if kv else None
+        sms = unit.efficiency.parallel_units
+        if fig is None or not sms:
+            return None
+        bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.ATTENTION).memory_max
+        memory_s = kv_bytes / (bw * fig.kv_stream_efficiency)
+        heads = d.get("heads", 1)
+        overhead_s = fig.overhead_s(d.get("batch", 1), heads, d.get("kv_heads", heads), sms)
+        return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
+                      bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
+    if fam.prefill is None or "bf16" not in native_rates(unit, unit_name):
+        return None
+    compute_s = op.flops / (native_rates(unit, unit_name)["bf16"] * fam.prefill.fraction(d["q_len"]))
+    return OpCost(op, unit_name, fam.prefill.fixed_s + compute_s, compute_s, 0.0, fam.prefill.fixed_s,
+                  bound_of(compute_s, 0.0, fam.prefill.fixed_s), f"{family} prefill", energy)

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Fit the engines' kernel figures on aiconfigurator's measured op tables of the in-sample GPUs.
+
+Reads shared/validation/aic (H100, A100, RTX PRO 6000, L40S; never the held-out H200 or
+Blackwell datacenter tables, aic/README.md) and writes the fitted files:
+
+* hw_models/network/engine_collectives.yaml: per node topology (H100 -> dgx_h100, A100 ->
+  dgx_a100, RTX PRO 6000 -> rtx_pro_6000_x8_pcie) and group size, NCCL's two protocol lines per collective and each engine's
+  one-shot / two-shot custom all-reduce line (hw_models.network.engine_collectives).
+* graph_gap_s of the CUDA-graph stacks (hw_models/stack/presets vllm, trtllm, torch-cudagraph): the
+  median over the in-sample bf16 GEMMs with M <= 16 and weights <= 8 MB (both engines, H100, A100,
+  RTX PRO 6000) of measured time less the roofline's time without its launch overhead. --check
+  compares it with the stacks' figure (hand-copied into their YAML, whose comments cite it).
+* hw_models/stack/attention_kernels.yaml: per attention kernel family, the decode figures per KV
+  format (fixed, per-CTA, KV stream efficiency) and the prefill efficiency curve over the
+  sequence length (hw_models.stack.attention_kernels), on the H100, A100 and RTX PRO 6000 tables
+  (L40S has no sim preset). The target is the measured call less what sim charges for the
+  other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
+
+Every line is fitted by least squares on the relative error (each point weighted by
+1 / measured), so small and large messages count alike. NCCL's two lines: for each split
+of the sorted message sizes, one line through the sizes below and one through those above;
+the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
+
+    python scripts/fit_kernels.py            # print the fits and their MAPE
+    python scripts/fit_kernels.py --write    # rewrite the shipped YAML
+    python scripts/fit_kernels.py --check    # exit 1 if the shipped YAML differs from the fit
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import cache
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hw_models.network.collectives import alpha_beta  # noqa: E402
+from hw_models.network.engine_collectives import FITS_FILE, ONE_SHOT, custom_allowed, custom_kernel  # noqa: E402
+from hw_models.network.topology import load_topology  # noqa: E402
+
+SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation")) / "aic"
+IN_SAMPLE = {"h100": "dgx_h100", "a100": "dgx_a100", "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}   # comm table + node
+COMM_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+             "alltoall": "all_to_all"}
+ENGINES = {"trtllm_custom_ar": "trtllm", "vllm_custom_ar": "vllm"}
+MIN_BYTES = 1024          # the NCCL tables start at 1 KB; smaller custom rows are kept
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def line_fit(x: np.ndarray, y: np.ndarray, c: np.ndarray | None = None) -> tuple[float, float]:
+    """(a, b) of y ~ a c + b x, least squares on the relative error, both >= 0; c defaults to 1."""
+    c = np.ones_like(x) if c is None else c
+    w = 1.0 / y
+    A = np.vstack([c * w, x * w]).T
+    (a, b), *_ = np.linalg.lstsq(A, np.ones_like(y), rcond=None)
+    if a < 0:
+        a, b = 0.0, float(np.sum(x * w * w * y) / np.sum((x * w) ** 2)) if np.any(x) else 0.0
+    if b <= 0:
+        b = float(np.median(y / np.maximum(x, 1.0))) * 1e-3 or 1e-18
+        a = float(np.sum(c * w * (1 - b * x * w)) / np.sum((c * w) ** 2))
+    return float(max(a, 0.0)), float(b)
+
+
+def nccl_lines(size: np.ndarray, t: np.ndarray, steps: float, factor: float) -> list[dict]:
+    """Two protocol lines (module doc); t seconds for whole-buffer bytes `size`."""
+    order = np.argsort(size)
+    size, t = size[order], t[order]
+    c, x = np.full_like(size, steps), factor * size
+    best = None
+    for cut in range(2, len(size) - 1):
+        lines = [line_fit(x[:cut], t[:cut], c[:cut]), line_fit(x[cut:], t[cut:], c[cut:])]
+        pred = np.min([a * c + b * x for a, b in lines], axis=0)
+        mape = float(np.mean(np.abs(pred - t) / t))
+        if best is None or mape < best[0]:
+            best = (mape, lines)
+    return [{"latency_s": _sig(a), "bandwidth_bytes_per_s": _sig(1.0 / b)} for a, b in best[1]]
+
+
+def _comm(gpu: str) -> pd.DataFrame:
+    df = pd.read_csv(SHARED / f"comm_{gpu}.csv.gz")
+    return df[~df["kernel_source"].str.endswith("_eager")]   # the engines replay CUDA graphs
+
+
+def fit_node(gpu: str) -> dict:
+    df = _comm(gpu)
+    out: dict = {"fitted_on": f"shared/validation/aic/comm_{gpu}.csv.gz", "nccl": {}, "custom": {}}
+    nccl = df[(df["source"] == "nccl") & (df["bytes"] >= MIN_BYTES)]
+    for op, kind in COMM_KIND.items():
+        for n, part in sorted(nccl[nccl["op"] == op].groupby("num_gpus")):
+            med = part.groupby("bytes")["latency_us"].median()
+            steps, factor = alpha_beta(kind, "ring", int(n))
+            out["nccl"].setdefault(kind, {})[int(n)] = nccl_lines(med.index.to_numpy(float),
+                                                                 med.to_numpy() * 1e-6, steps, factor)
+    topo = load_topology(IN_SAMPLE[gpu])
+    for src, engine in ENGINES.items():
+        rows = df[(df["source"] == src) & (df["op"] == "all_reduce")]
+        if rows.empty:
+            continue
+        latest = rows[rows["version"] == _latest(rows["version"])]
+        for n, part in sorted(latest.groupby("num_gpus")):
+            n = int(n)
+            if not custom_allowed(engine, topo, n):   # the engine hands every message to NCCL here
+                continue
+            med = part.groupby("bytes")["latency_us"].median()
+            kernels = {}
+            for kernel in sorted({custom_kernel(engine, b, n) for b in med.index} - {None}):
+                sel = [b for b in med.index if custom_kernel(engine, b, n) == kernel]
+                if len(sel) < 2:
+                    continue
+                s = np.array(sel, dtype=float)
+                moved = (n - 1) * s if kernel == ONE_SHOT else 2 * (n - 1) / n * s
+                a, b = line_fit(moved, med.loc[sel].to_numpy() * 1e-6)
+                kernels[kernel] = {"latency_s": _sig(a), "bandwidth_bytes_per_s": _sig(1.0 / b)}
+            if kernels:
+                out["custom"].setdefault(engine, {})[n] = kernels
+    return out
+
+
+def _latest(versions: pd.Series) -> str:
+    def key(v: str) -> tuple:
+        return tuple(int(p) if p.isdigit() else 0 for p in str(v).replace("rc", ".").replace("post", ".").split("."))
+    return max(versions.astype(str).unique(), key=key)
+
+
+def render(fits: dict[str, dict]) -> str:
+    lines = ["# Generated by scripts/fit_kernels.py from aiconfigurator's measured comm tables of the in-sample GPUs",
+             "# (shared/validation/aic; H200 / Blackwell tables are held out). Do not edit: rerun the script.",
+             "# hw_models/network/engine_collectives.py says how each line is used.", "nodes:"]
+    for node, f in fits.items():
+        lines += [f"  {node}:", f"    fitted_on: {f['fitted_on']}", "    nccl:"]
+        for kind, by_n in f["nccl"].items():
+            lines.append(f"      {kind}:")
+            for n, ls in by_n.items():
+                lines.append(f"        {n}: [" + ", ".join(
+                    f"{{latency_s: {x['latency_s']:.3g}, bandwidth_bytes_per_s: {x['bandwidth_bytes_per_s']:.3g}}}"
+                    for x in ls) + "]")
+        lines.append("    custom:")
+        for engine, by_n in f["custom"].items():
+            lines.append(f"      {engine}:")
+            for n, ks in by_n.items():
+                lines.append(f"        {n}:")
+                for k, x in ks.items():
+                    lines.append(f"          {k}: {{latency_s: {x['latency_s']:.3g}, "
+                                 f"bandwidth_bytes_per_s: {x['bandwidth_bytes_per_s']:.3g}}}")
+    return "\n".join(lines) + "\n"
+
+
+def fit_all() -> str:
+    return render({node: fit_node(gpu) for gpu, node in IN_SAMPLE.items()})
+
+
+# Attention families: which rows of the tables each is fitted on, and the engines' source naming the kernel.
+ATTENTION = {
+    "trtllm_attention": dict(
+        framework="trtllm", kernel=None, stack="trtllm",
+        description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused",
+        cite="TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: "
+             "XQA decode kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
+             "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)"),
+    "flash_attn": dict(
+        framework="vllm", kernel="flash_attn", stack="vllm",
+        description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
+        cite="vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl.forward -> vllm_flash_attn "
+             "flash_attn_varlen_func; fa_utils.get_flash_attn_version: FA3 on SM 9.0, else FA2)"),
+}
+ATTN_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
+KV_FMT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
+BIG_KV_BYTES = 256e6      # larger than the in-sample GPUs' L2 (A100 40 MB, H100 50 MB, RTX PRO 6000 128 MB)
+
+
+@cache
+def _gpu_figures(preset: str) -> tuple[int, float, float]:
+    """(SMs, streaming bandwidth = bandwidth x memory_max, bf16 peak) of a preset."""
+    from hw_models.compute_path import native_rates
+    from hw_models.machine import load_machine
+    m = load_machine(preset)
+    u = m.units[m.main_unit]
+    return (u.efficiency.parallel_units, m.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.memory_max,
+            native_rates(u)["bf16"])
+
+
+def _attention_table(name: str, table: str) -> list[tuple]:
+    """(preset, row, [(op, sim seconds)]) for the family's rows of every in-sample GPU's table."""
+    from sim.apps.trace.aic import attention_ops
+    spec = ATTENTION[name]
+    out = []
+    for gpu, preset in ATTN_GPUS.items():
+        df = pd.read_csv(SHARED / f"{table}_{gpu}.csv.gz")
+        df = df[df["framework"] == spec["framework"]]
+        if spec["kernel"]:
+            df = df[df["kernel_source"].str.contains(spec["kernel"])]
+        decode = table == "gen_attn"
+        for r in df.itertuples(index=False):
+            q_len, kv_len = (1, int(r.step) + 1) if decode else (int(r.isl), int(r.isl))
+            ops = attention_ops(preset, spec["stack"], spec["framework"], "decode" if decode else "prefill",
+                                int(r.batch), q_len, kv_len, int(r.heads), int(r.kv_heads), int(r.head_dim),
+                                KV_FMT[r.kv_dtype])
+            out.append((preset, r, ops))
+    return out
+
+
+def _weighted_nnls(X: np.ndarray, t: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Coefficients c >= 0 minimizing sum(((others + X c) - t) / t)^2."""
+    from scipy.optimize import nnls
+    c, _ = nnls(X / t[:, None], (t - others) / t)
+    return c
+
+
+def fit_decode(name: str) -> dict:
+    rows = _attention_table(name, "gen_attn")
+    out = {}
+    for kv in ("bfloat16", "fp8"):
+        sel = [(p, r, ops) for p, r, ops in rows if r.kv_dtype == kv]
+        if len(sel) < 10:
+            continue
+        X, t, others = [], [], []
+        for preset, r, ops in sel:
+            sms, bw, _ = _gpu_figures(preset)
+            kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
+            ctas = r.batch * r.kv_heads / sms
+            mha = r.heads == r.kv_heads
+            X.append([1.0, 0.0 if mha else ctas, ctas if mha else 0.0, kv_bytes / bw])
+            t.append(r.latency_us * 1e-6)
+            others.append(sum(sec for _, sec in ops[1:]))
+        X, t, others = np.array(X), np.array(t), np.array(others)
+        # Stage 1: the stream efficiency on caches too large for any in-sample GPU's L2 (>= 256 MB: a
+        # replayed graph re-reads a small cache from L2), at most 1 (the KV cannot stream faster than
+        # DRAM); stage 2: the fixed and per-CTA costs on every row with that efficiency.
+        big = X[:, 3] * np.array([_gpu_figures(p)[1] for p, _, _ in sel]) >= BIG_KV_BYTES
+        inv_eff = max(_weighted_nnls(X[big], t[big], others[big])[3], 1.0)
+        fixed, cta, mha_cta = _weighted_nnls(X[:, :3], t, others + X[:, 3] * inv_eff)
+        eff = 1.0 / inv_eff
+        pred = others + X @ np.array([fixed, cta, mha_cta, inv_eff])
+        out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "cta_s": _sig(cta), "mha_cta_s": _sig(mha_cta),
+                           "kv_stream_efficiency": _sig(eff),
+                           "rows": len(t), "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
+    return out
+
+
+def fit_prefill(name: str) -> dict | None:
+    rows = [(p, r, ops) for p, r, ops in _attention_table(name, "ctx_attn")
+            if r.kv_dtype == "bfloat16" and r.attn_dtype == "bfloat16"]
+    if len(rows) < 10:
+        return None
+    lens = sorted({int(r.isl) for _, r, _ in rows})
+    col = {q: i + 1 for i, q in enumerate(lens)}
+    X, t, others = np.zeros((len(rows), len(lens) + 1)), [], []
+    for i, (preset, r, ops) in enumerate(rows):
+        X[i, 0] = 1.0
+        X[i, col[int(r.isl)]] = ops[0][0].flops / _gpu_figures(preset)[2]
+        t.append(r.latency_us * 1e-6)
+        others.append(sum(sec for _, sec in ops[1:]))
+    t, others = np.array(t), np.array(others)
+    c = _weighted_nnls(X, t, others)
+    fracs = np.minimum(1.0, 1.0 / np.maximum(c[1:], 1e-9))
+    fracs = np.maximum.accumulate(fracs)    # never lower with a longer sequence (hw_models.stack.attention_kernels)
+    points = [[q, _sig(f)] for q, f in zip(lens, fracs)]
+    pred = others + c[0] + np.array([X[i, col[int(r.isl)]] / points[col[int(r.isl)] - 1][1]
+                                     for i, (_, r, _) in enumerate(rows)])
+    return {"fixed_s": _sig(c[0]), "rate_points": points, "rows": len(t),
+            "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
+
+
+GAP_STACKS = ("vllm", "trtllm", "torch-cudagraph")
+
+
+def fit_graph_gap() -> tuple[float, dict[str, float]]:
+    """(pooled median gap, per-GPU median) over the small bf16 GEMMs (module doc)."""
+    from hw_models.cost import roofline_cost
+    from hw_models.machine import load_machine
+    from sim.apps.trace.aic import gemm_op
+    gaps, by_gpu = [], {}
+    for gpu, preset in ATTN_GPUS.items():
+        m = load_machine(preset)
+        u = m.units[m.main_unit]
+        df = pd.read_csv(SHARED / f"gemm_{gpu}.csv.gz")
+        df = df[(df["dtype"] == "bfloat16") & (df["m"] <= 16) & (df["n"] * df["k"] * 2 <= 8e6)]
+        mine = []
+        for r in df.itertuples(index=False):
+            c = roofline_cost(gemm_op(int(r.m), int(r.n), int(r.k), "bf16"), u, m.main_unit, m.memory[u.memory])
+            mine.append(r.latency_us * 1e-6 - (c.duration_s - c.overhead_s))
+        by_gpu[gpu] = float(np.median(mine))
+        gaps += mine
+    return _sig(float(np.median(gaps))), by_gpu
+
+
+def render_attention() -> str:
+    lines = ["# Generated by scripts/fit_kernels.py from aiconfigurator's measured attention tables of the in-sample",
+             "# GPUs (shared/validation/aic gen_attn / ctx_attn: H100, A100, RTX PRO 6000; H200 / Blackwell held out).",
+             "# Do not edit: rerun the script. hw_models/stack/attention_kernels.py says how each figure is used.",
+             "families:"]
+    for name, spec in ATTENTION.items():
+        lines += [f"  {name}:", f"    description: {spec['description']}", "    cite: >-",
+                  f"      {spec['cite']}", "    decode:"]
+        for fmt, d in fit_decode(name).items():
+            lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, cta_s: {d['cta_s']:.3g}, "
+                         f"mha_cta_s: {d['mha_cta_s']:.3g}, "
+                         f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, rows: {d['rows']}, "
+                         f"fit_mape: {d['fit_mape']}}}")
+        pf = fit_prefill(name)
+        if pf:
+            pts = ", ".join(f"[{q}, {f:.3g}]" for q, f in pf["rate_points"])
+            lines += ["    prefill:", f"      fixed_s: {pf['fixed_s']:.3g}", f"      rate_points: [{pts}]",
+                      f"      rows: {pf['rows']}", f"      fit_mape: {pf['fit_mape']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--write", action="store_true", help="rewrite the shipped YAML")
+    p.add_argument("--check", action="store_true", help="exit 1 if the shipped YAML differs from the fit")
+    args = p.parse_args()
+    if not (SHARED / "comm_h100.csv.gz").is_file():
+        print(f"{SHARED} not found: nothing to fit")
+        return 0
+    from hw_models.stack.attention_kernels import KERNELS_FILE
+    from hw_models.stack.spec import load_stack
+    outputs = {FITS_FILE: fit_all(), KERNELS_FILE: render_attention()}
+    gap, by_gpu = fit_graph_gap()
+    print(f"graph_gap_s: {gap:.3g} (median by GPU: "
+          + ", ".join(f"{g} {v * 1e6:.2f} us" for g, v in by_gpu.items()) + ")")
+    if args.check:
+        stale = [str(p) for p, text in outputs.items() if not p.is_file() or p.read_text() != text]
+        stale += [f"stack {s}: graph_gap_s {load_stack(s).graph_gap_s} (fit {gap:.3g})" for s in GAP_STACKS
+                  if load_stack(s).graph_gap_s is None or abs(load_stack(s).graph_gap_s - gap) > 1e-12]
+        for p in stale:
+            print(f"{p} differs from scripts/fit_kernels.py's fit: rerun with --write (stacks: copy the figure)")
+        if not stale:
+            print("shipped fits are the script's output")
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        if args.write:
+            path.write_text(text)
+            print(f"wrote {path}")
+        else:
+            print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

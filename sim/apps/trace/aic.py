@@ -1,0 +1,263 @@
+"""`sim validate --input-format aic`: NVIDIA aiconfigurator's measured per-op tables, costed by sim.
+
+The tables (shared/validation/aic, README there) hold per-op latencies taken through each
+engine's own module in a CUDA-graph replay: GEMM by dtype and M/N/K, decode and prefill
+attention, NCCL and the engines' custom all-reduce. Each row is rebuilt as the op (or ops)
+sim's lowering writes for it and costed by the machine's mapper under the stack of the row's
+engine (TensorRT-LLM rows under `trtllm`, vLLM under `vllm`; SGLang has no stack of its own
+and runs under `vllm`, whose kernels it shares: sgl-kernel carries vLLM's custom ops), or
+under one `--stack` for every row. Collectives are costed on the GPU's node preset.
+
+The file name says the GPU (`gemm_h100.csv.gz`): its preset is the one sim ships for it.
+H200 and Blackwell datacenter tables are this project's out-of-sample check (README of the
+tables): they are read and reported as held out, never fitted on (scripts/fit_kernels.py
+reads only the in-sample GPUs).
+
+What each row's measured call contains, and what it is compared with:
+* gemm: the engine's Linear (FP8 rows include the activation quantization kernel), against
+  one GEMM op y[M,N] = x[M,K] W[N,K]^T with W stored in the row's format;
+* gen_attn / ctx_attn: TensorRT-LLM's call is the whole attention op (RoPE, KV-cache write and
+  the kernel): against sim's attention + rope + kv_append; vLLM's and SGLang's forward write the
+  cache but apply no RoPE: attention + kv_append;
+* comm: nccl-tests' out-of-place time, against the collective on the GPU's node topology with the
+  algorithm the source runs (NCCL's fitted protocols, or the engine's custom all-reduce; the
+  stack column of the table shows it). The vLLM / SGLang `_eager` rows are left out: the
+  engines replay graphs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from hw_models.machine import load_machine
+from hw_models.network.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, collective_s
+from hw_models.network.topology import load_topology
+from hw_models.registry import mapper_for
+from sim.core import graph as g
+from sim.core.errors import ConfigError
+from sim.core.formats import get_format
+from sim.core.graph import Op, TensorUse
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+from sim.core.workload import Workload
+
+TABLES = ("gemm_sglang", "gemm", "gen_attn", "ctx_attn", "comm")   # longest prefix first
+HELD_OUT = ("h200", "b200", "b300", "gb200")    # aic README: out-of-sample, report only
+PRESET = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000", "h200": "h200", "b200": "b200"}
+NODE = {"h100": "dgx_h100", "a100": "dgx_a100", "h200": "hgx_h200", "b200": "hgx_b200",
+        "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
+STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "vllm"}
+# The row's dtype -> the stored weight format sim lowers it with.
+GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_e4m3", "nvfp4": "nvfp4",
+               "int4_wo": "int4", "int8_wo": "int8", "sq": "int8"}
+KV_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
+# The collective algorithm each measured source runs (hw_models.network.collectives); SGLang's custom
+# all-reduce is vLLM's kernel (sgl-kernel allreduce, adapted from vLLM's custom_all_reduce.cuh).
+COMM_ALGORITHM = {"nccl": "nccl", "trtllm_custom_ar": "trtllm_custom", "vllm_custom_ar": "vllm_custom",
+                  "sglang_custom_ar": "vllm_custom"}
+COMM_KIND = {"all_reduce": ALL_REDUCE, "all_gather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER,
+             "alltoall": ALL_TO_ALL}
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Row:
+    gpu: str
+    family: str        # what the MAPE is grouped by: "gemm fp8", "decode attention kv bf16", ...
+    engine: str        # trtllm, vllm, sglang, nccl, trtllm_custom_ar, ...
+    stack: str | None
+    measured_s: float
+    simulated_s: float
+    shape: str
+
+    @property
+    def error(self) -> float:
+        return (self.simulated_s - self.measured_s) / self.measured_s
+
+
+@dataclass
+class AicValidation:
+    rows: list[Row] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)   # one line per table (or part) not costed, and why
+
+    def mape_by_family(self) -> dict[tuple[str, str], tuple[int, float]]:
+        """(gpu, family) -> (rows, MAPE)."""
+        groups: dict[tuple[str, str], list[float]] = {}
+        for r in self.rows:
+            groups.setdefault((r.gpu, r.family), []).append(abs(r.error))
+        return {k: (len(v), statistics.fmean(v)) for k, v in sorted(groups.items())}
+
+    def to_json(self) -> dict:
+        return {"mape_by_family": [{"gpu": gpu, "family": fam, "rows": n, "mape": m, "held_out": gpu in HELD_OUT}
+                                   for (gpu, fam), (n, m) in self.mape_by_family().items()],
+                "skipped": self.skipped}
+
+
+def table_of(path: Path) -> tuple[str, str]:
+    """(table, gpu) from a file name such as gemm_rtx_pro_6000.csv.gz."""
+    stem = path.name.split(".", 1)[0]
+    for t in TABLES:
+        if stem.startswith(t + "_"):
+            return t, stem[len(t) + 1:]
+    raise ConfigError(f"{path}: not an aiconfigurator table (expected <table>_<gpu>.csv.gz, table one of "
+                      f"{', '.join(TABLES)})")
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found (an aiconfigurator table, shared/validation/aic)")
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise ConfigError(f"{path}: cannot read as CSV: {exc}") from None
+
+
+# What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
+ISSUE28_FIELDS = {"attention": None, "graph_gap_s": None}
+
+
+@cache
+def _mapper(preset: str, stack: str | None, baseline: bool = False):
+    """The preset's mapper under `stack`; only its per-op cost is used, so the model is a placeholder."""
+    machine = load_machine(preset)
+    if machine.kind != "gpu":
+        raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --input-format aic costs GPU ops (a gpu preset)")
+    mapper = mapper_for(machine, Workload(name="aic", model="llama3-8b", stack=stack), load_model("llama3-8b"))
+    if baseline and mapper.stack is not None:
+        mapper.stack = mapper.stack.model_copy(update=ISSUE28_FIELDS)
+    return mapper
+
+
+def gemm_op(m: int, n: int, k: int, weight_fmt: str, act_fmt: str = "bf16") -> Op:
+    """One GEMM y[M,N] = x[M,K] W[N,K]^T as sim.core.lowering._linear writes it."""
+    def t(name: str, role: str, shape: tuple[int, ...], fmt: str) -> TensorUse:
+        return TensorUse(name, role, shape, fmt, get_format(fmt).storage_bytes(shape))
+    reads = (t("x", "activation", (m, k), act_fmt), t("w", "weight", (n, k), weight_fmt))
+    return Op("L0.gemm", g.GEMM, 2.0 * m * n * k, reads, (t("y", "activation", (m, n), act_fmt),),
+              (("m", m), ("n", n), ("k", k)), act_fmt, 0)
+
+
+def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: AicValidation,
+               baseline: bool = False) -> None:
+    for (fw, dtype), part in df.groupby(["framework", "dtype"], sort=True):
+        fmt = GEMM_FORMAT.get(dtype)
+        if fmt is None:
+            out.skipped.append(f"{gpu} gemm {fw} {dtype}: no sim format for it")
+            continue
+        st = stack or STACK.get(fw)
+        try:
+            mapper = _mapper(preset, st, baseline)
+            for m, n, k, lat in part[["m", "n", "k", "latency_us"]].itertuples(index=False):
+                sim_s = mapper.cost(gemm_op(int(m), int(n), int(k), fmt)).duration_s
+                out.rows.append(Row(gpu, f"gemm {dtype} [{fw}]", fw, st, lat * US, sim_s, f"{m}x{n}x{k}"))
+        except ConfigError as exc:   # e.g. a native-only family on a GPU without the format's rate
+            out.skipped.append(f"{gpu} gemm {fw} {dtype} under {st}: {exc}")
+
+
+def _attention_model(heads: int, kv_heads: int, head_dim: int) -> dict:
+    h = heads * head_dim
+    return {"name": f"attn{heads}x{kv_heads}x{head_dim}", "hidden_size": h, "intermediate_size": 4 * h,
+            "num_layers": 1, "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
+            "vocab_size": 32000, "max_position_embeddings": 1 << 20}
+
+
+# The ops of a lowered layer an engine's attention call covers (module doc).
+ATTENTION_OPS = {"trtllm": ("L0.attention", "L0.rope", "L0.kv_append")}
+ATTENTION_OPS_DEFAULT = ("L0.attention", "L0.kv_append")
+
+
+@cache
+def _model(heads: int, kv_heads: int, head_dim: int):
+    return load_model(_attention_model(heads, kv_heads, head_dim))
+
+
+def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int, kv_len: int,
+                  heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False
+                  ) -> list[tuple[Op, float]]:
+    """The ops of one lowered layer an engine's attention call covers, each with its simulated
+    seconds under `stack` (the attention op first)."""
+    model = _model(heads, kv_heads, head_dim)
+    graph = lower(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True, 1)
+    mapper = _mapper(preset, stack, baseline)
+    return [(graph.op(n), mapper.cost(graph.op(n)).duration_s) for n in ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT)]
+
+
+def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
+                kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False) -> float:
+    """Simulated seconds of one engine attention call: its ops of one lowered layer."""
+    return sum(s for _, s in attention_ops(preset, stack, engine, phase, batch, q_len, kv_len, heads, kv_heads,
+                                           head_dim, kv_fmt, baseline))
+
+
+def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: str | None,
+                    out: AicValidation, baseline: bool = False) -> None:
+    decode = table == "gen_attn"
+    for (fw, kv), part in df.groupby(["framework", "kv_dtype"], sort=True):
+        st = stack or STACK.get(fw)
+        family = f"{'decode' if decode else 'prefill'} attention kv {kv} [{fw}]"
+        for b, isl, step, h, kvh, d, lat in part[["batch", "isl", "step", "heads", "kv_heads", "head_dim",
+                                                  "latency_us"]].itertuples(index=False):
+            q_len, kv_len = (1, int(step) + 1) if decode else (int(isl), int(isl))
+            sim_s = attention_s(preset, st, fw, "decode" if decode else "prefill", int(b), q_len, kv_len,
+                                int(h), int(kvh), int(d), KV_FORMAT.get(kv, "bf16"), baseline)
+            out.rows.append(Row(gpu, family, fw, st, lat * US, sim_s, f"b{b} q{q_len} kv{kv_len} h{h}/{kvh}"))
+
+
+def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation, baseline: bool = False) -> None:
+    node = NODE.get(gpu)
+    if node is None:
+        out.skipped.append(f"{gpu} comm: no node preset for this GPU")
+        return
+    topo = load_topology(node)
+    for (src, op), part in df.groupby(["source", "op"], sort=True):
+        kind = COMM_KIND.get(op)
+        if kind is None:
+            out.skipped.append(f"{gpu} comm {src} {op}: no sim collective")
+            continue
+        # vLLM / SGLang custom all-reduce come as graph and eager pairs: the engines replay graphs.
+        part = part[~part["kernel_source"].str.endswith("_eager")]
+        for n, nbytes, lat in part[["num_gpus", "bytes", "latency_us"]].itertuples(index=False):
+            algorithm = "ring" if baseline else COMM_ALGORITHM.get(src, "ring")
+            sim_s = collective_s(topo, kind, float(nbytes), int(n), algorithm)
+            out.rows.append(Row(gpu, f"{op} {src}", src, algorithm, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
+
+
+def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None = None,
+                    limit: int | None = None, baseline: bool = False) -> AicValidation:
+    """Cost every row of the aiconfigurator tables `paths` (module doc). `hw`: one preset for
+    every table (default: the preset of the GPU the file name says); `stack`: one stack for
+    every row (default: the row engine's); `limit`: at most this many rows per table, spread
+    evenly (a quick look; the figures of docs/validation.md use all rows). `baseline`: as sim
+    costed these ops before issue 28 (ring all-reduce on the topology's datasheet or vidur fit, no
+    attention kernel family, the host launch on graph-replayed kernels), the "before" column of
+    docs/validation.md."""
+    out = AicValidation()
+    for path in paths:
+        table, gpu = table_of(path)
+        df = read_table(path)
+        if limit is not None and len(df) > limit:
+            df = df.iloc[:: math.ceil(len(df) / limit)]
+        if table == "comm":
+            _comm_rows(df, gpu, out, baseline)
+            continue
+        preset = hw or PRESET.get(gpu)
+        if preset is None:
+            out.skipped.append(f"{path.name}: no sim preset for {gpu} (give --hw)")
+            continue
+        if table.startswith("gemm"):
+            _gemm_rows(df, gpu, preset, stack, out, baseline)
+        else:
+            _attention_rows(df, table, gpu, preset, stack, out, baseline)
+    if not out.rows:
+        raise ConfigError("no aiconfigurator rows costed: " + "; ".join(out.skipped or ["the tables are empty"]))
+    return out
+
+
+def gpu_sort_key(gpu: str) -> tuple[bool, str]:
+    return gpu in HELD_OUT, gpu

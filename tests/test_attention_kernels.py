@@ -1,0 +1,90 @@
+"""Attention kernel families (hw_models.stack.attention_kernels): decode = fixed + per-CTA + KV stream,
+prefill = fixed + FLOPs at a fraction of the bf16 peak that grows with the sequence length."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.stack.attention_kernels import Decode, Prefill, attention_cost, attention_families
+from hw_models.machine import load_machine
+from sim.core.errors import ConfigError
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+
+MODEL = {"name": "t", "hidden_size": 4096, "intermediate_size": 14336, "num_layers": 1, "num_heads": 32,
+         "num_kv_heads": 8, "head_dim": 128, "vocab_size": 32000, "max_position_embeddings": 1 << 20}
+
+
+def _op(phase: str, batch: int, q_len: int, kv_len: int, kv: str = "bf16"):
+    graph = lower(load_model(MODEL), phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv), True, 1)
+    return graph.op("L0.attention")
+
+
+def _cost(op, family: str, preset: str = "h100_sxm"):
+    m = load_machine(preset)
+    u = m.units[m.main_unit]
+    return attention_cost(op, u, m.main_unit, m.memory[u.memory], family)
+
+
+def test_decode_by_hand():
+    """8 us + 3 us x (132 x 8 CTAs / 132 SMs) + 1 GB / (1 TB/s x 0.5) = 8 + 24 + 2000 us;
+    an MHA model (heads == kv_heads) pays mha_cta_s per CTA instead."""
+    d = Decode(fixed_s=8e-6, cta_s=3e-6, mha_cta_s=1e-6, kv_stream_efficiency=0.5)
+    assert d.time_s(132, 32, 8, 1e9, 132, 1e12) == pytest.approx(2032e-6)
+    assert d.time_s(132, 8, 8, 1e9, 132, 1e12) == pytest.approx(2016e-6)
+
+
+def test_prefill_by_hand():
+    """10 us + 1 TFLOP / (1000 TFLOP/s x fraction); the fraction interpolates in log q_len:
+    halfway between 1024 (0.4) and 4096 (0.6) in log is 2048 -> 0.5."""
+    p = Prefill(fixed_s=10e-6, rate_points=[(1024, 0.4), (4096, 0.6)])
+    assert p.fraction(2048) == pytest.approx(0.5)
+    assert p.fraction(1) == 0.4 and p.fraction(1 << 20) == 0.6
+    assert p.time_s(1e12, 2048, 1e15) == pytest.approx(10e-6 + 1e12 / (1e15 * 0.5))
+    with pytest.raises(ValueError):
+        Prefill(fixed_s=0, rate_points=[(1024, 0.5), (4096, 0.4)])   # falls with a longer sequence
+
+
+def test_shipped_decode_floor_and_stream_on_h100():
+    """The shipped figures on the H100 preset: floor = fixed + per-CTA x 8 KV heads / 132 SMs at batch 1;
+    the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x memory_max 0.85 x efficiency)."""
+    for name, fam in attention_families().items():
+        d = fam.decode["bf16"]
+        c = _cost(_op("decode", 1, 1, 4096), name)
+        kv_bytes = 2 * 4096 * 8 * 128 * 2
+        assert c.overhead_s == pytest.approx(d.fixed_s + d.cta_s * 8 / 132)
+        assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency))
+        assert c.duration_s == pytest.approx(c.overhead_s + c.memory_s)
+
+
+@pytest.mark.parametrize("family", sorted(attention_families()))
+@pytest.mark.parametrize("kv", ["bf16", "fp8_e4m3"])
+def test_decode_never_faster_with_more_work(family, kv):
+    if kv not in attention_families()[family].decode:
+        pytest.skip(f"{family} has no {kv} figures")
+    for preset in ("h100_sxm", "a100_80g", "rtx_pro_6000"):
+        for batch in (1, 8, 64, 512):
+            t = [_cost(_op("decode", batch, 1, n, kv), family, preset).duration_s for n in (2, 64, 1024, 8192, 65536)]
+            assert t == sorted(t)
+        for n in (2, 4096):
+            t = [_cost(_op("decode", b, 1, n, kv), family, preset).duration_s for b in (1, 4, 32, 256, 2048)]
+            assert t == sorted(t)
+
+
+@pytest.mark.parametrize("family", sorted(attention_families()))
+def test_prefill_never_faster_with_more_work(family):
+    for preset in ("h100_sxm", "a100_80g", "rtx_pro_6000"):
+        t = [_cost(_op("prefill", 1, n, n), family, preset).duration_s for n in (16, 128, 1024, 4096, 16384)]
+        assert t == sorted(t)
+        t = [_cost(_op("prefill", b, 2048, 2048), family, preset).duration_s for b in (1, 2, 8)]
+        assert t == sorted(t)
+
+
+def test_no_sm_count_keeps_the_roofline():
+    """b200.yaml leaves parallel_units unset (SM count unverified): the decode CTA term cannot be placed."""
+    assert _cost(_op("decode", 8, 1, 4096), "flash_attn", "b200") is None
+
+
+def test_unknown_family_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown kernel family"):
+        _cost(_op("decode", 1, 1, 16), "nope")

@@ -1,0 +1,81 @@
+"""`sim validate --input-format aic`: aiconfigurator's per-op tables (shared/validation/aic) costed by sim.
+
+Runs on a small slice of the shared tables (skips without them); the per-family figures of the
+whole tables are in docs/validation.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.apps.cli import main
+from sim.apps.trace.aic import HELD_OUT, gemm_op, table_of
+
+
+def _aic(shared_validation: Path) -> Path:
+    folder = shared_validation / "aic"
+    if not (folder / "gemm_h100.csv.gz").is_file():
+        pytest.skip("shared/validation/aic is not present")
+    return folder
+
+
+def test_small_slice_prints_families_per_gpu(shared_validation, tmp_path, capsys):
+    aic = _aic(shared_validation)
+    out = tmp_path / "aic.json"
+    tables = [aic / f"{t}_h100.csv.gz" for t in ("gemm", "gen_attn", "ctx_attn", "comm")]
+    assert main(["validate", "--input-format", "aic", *map(str, tables), "--limit", "60", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "in-sample GPUs" in text and "held-out" not in text   # no held-out table given
+    fams = {r["family"] for r in json.loads(out.read_text())["mape_by_family"]}
+    assert {"gemm bfloat16 [trtllm]", "gemm bfloat16 [vllm]", "decode attention kv bfloat16 [trtllm]",
+            "prefill attention kv bfloat16 [vllm]", "all_reduce nccl"} <= fams
+    for r in json.loads(out.read_text())["mape_by_family"]:
+        assert r["gpu"] == "h100" and not r["held_out"] and r["rows"] > 0 and r["mape"] >= 0
+
+
+def test_stack_applies_to_every_row(shared_validation, tmp_path):
+    aic = _aic(shared_validation)
+    out = tmp_path / "aic.json"
+    assert main(["validate", "--input-format", "aic", str(aic / "gemm_h100.csv.gz"), "--limit", "40",
+                 "--stack", "torch-cudagraph", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["mape_by_family"]
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "weights.csv.gz"
+    bad.write_text("x")
+    assert main(["validate", "--input-format", "aic", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "aiconfigurator table" in err[0]
+    assert main(["validate", "--input-format", "aic", str(tmp_path / "gemm_h100.csv.gz"), "--stack", "nope"]) == 2
+    assert "unknown software stack" in capsys.readouterr().err
+
+
+def test_table_names_and_held_out():
+    assert table_of(Path("gemm_sglang_rtx_pro_6000.csv.gz")) == ("gemm_sglang", "rtx_pro_6000")
+    assert table_of(Path("gen_attn_h200.csv.gz")) == ("gen_attn", "h200")
+    assert "h200" in HELD_OUT and "b200" in HELD_OUT and "h100" not in HELD_OUT
+
+
+def test_gemm_op_is_the_lowering_gemm():
+    """2 M N K FLOPs; bytes = x (M K x 2 B) + W (N K x stored bytes) + y (M N x 2 B)."""
+    op = gemm_op(4, 1024, 512, "fp8_e4m3")
+    assert op.flops == 2 * 4 * 1024 * 512
+    assert op.bytes == 4 * 512 * 2 + 1024 * 512 * 1 + 4 * 1024 * 2
+
+
+def test_stack_flag_on_trace_validate_and_replay(tmp_path, capsys):
+    """--stack reaches the mapper: the torch-eager H200 per-op MAPE differs from the one-kernel-per-op one."""
+    traces = sorted((Path(__file__).resolve().parent.parent / "traces" / "h200").glob("llama3-8b*.trace.json.gz"))
+    if not traces:
+        pytest.skip("no H200 traces")
+    plain, eager = tmp_path / "plain.json", tmp_path / "eager.json"
+    assert main(["validate", str(traces[0]), "--hw", "h200", "--json", str(plain)]) == 0
+    assert main(["validate", str(traces[0]), "--hw", "h200", "--stack", "torch-eager", "--json", str(eager)]) == 0
+    p, e = json.loads(plain.read_text()), json.loads(eager.read_text())
+    assert p["stack"] is None and e["stack"] == "torch-eager" and p["mape"] != e["mape"]
+    assert main(["replay", str(traces[0]), "--hw", "h200", "--stack", "torch-eager"]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(traces[0]), "--hw", "h200", "--stack", "nope"]) == 2
