@@ -8,6 +8,7 @@ Cases (llama3-8b on h100_sxm, workloads/serve_llama3_8b_sharegpt.yaml, vLLM V0 a
             `sim serve` process, its peak RSS, requests simulated per second of serve().
   capacity  --find-capacity with 1,000-request steps in a fresh process, warm step-cost cache.
   startup   `sim --help` whole process, and the import time of sim.apps.cli (python -X importtime).
+  exact     200 requests, surrogate against --exact: CPU ratio, TTFT/TPOT mean and p99 agreement.
   1m        1,000,000 requests at RATE, whole `sim serve` process: wall and peak RSS (--big to run it).
 Each case runs in its own process, so an earlier case's memory or imports do not flatter a later one.
 
@@ -28,6 +29,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -150,6 +152,20 @@ def main() -> None:
         fig["startup.help_s"] = med([h[0] for h in helps])
         fig["startup.help_cpu_s"] = med([h[3] for h in helps])
         fig["startup.import_s"] = med([import_s(root, env) for _ in range(a.repeat)])
+    if "exact" in cases:   # 200 requests, surrogate against --exact: CPU ratio and latency agreement
+        out: dict[str, dict] = {}
+        for mode, extra in (("surrogate", []), ("exact", ["--exact"])):
+            with tempfile.TemporaryDirectory() as d:
+                js = Path(d) / "s.json"
+                _, _, _, cpu = child(root, [sys.executable, "-m", "sim.apps.cli", "serve", FILE, "--hw", "h100_sxm", "-q",
+                                            "--set", f"serving.arrivals.rate={RATE}", "--set",
+                                            "serving.arrivals.num_requests=200", "--json", str(js), *extra], env)
+                out[mode] = dict(cpu=cpu, s=json.loads(js.read_text()))
+        fig["exact.cpu_ratio"] = out["exact"]["cpu"] / out["surrogate"]["cpu"]
+        for m in ("ttft", "tpot"):
+            for st in ("mean", "p99"):
+                x, y = out["surrogate"]["s"]["latency"][m][st], out["exact"]["s"]["latency"][m][st]
+                print(f"200 requests, {m} {st}: surrogate {x * 1e3:.3f} ms, exact {y * 1e3:.3f} ms ({x / y - 1:+.3%})")
     if "1m" in cases:
         wall, rss, cpu = sim_serve(root, env, a.big_n)
         fig.update({"1m.process_s": wall, "1m.process_cpu_s": cpu, "1m.peak_rss_mb": rss, "1m.requests": a.big_n})
