@@ -12,6 +12,7 @@ from hw_models.machine import Machine
 from hw_models.registry import report_sections
 from hw_models.stack.spec import load_stack
 from sim.apps.checks import stack_runs
+from sim.apps.utilization import utilization
 from sim.core import tables
 from sim.core.results import RunResult, aggregate_by_name, group_name
 from sim.core.units import fmt_bytes, fmt_capacity, fmt_time
@@ -72,9 +73,6 @@ def _phase_energy(result: RunResult) -> str:
 
 
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
-    # Here, not at the top: the serving package (simpy, its schedulers) is no start-up import (issue 30).
-    from sim.apps.serve.metrics import utilization
-
     c = console or tables.console()
     m = result.model
     c.print(_kv_table("Model", [

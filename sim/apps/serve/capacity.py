@@ -68,6 +68,12 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
         mid = (lo + hi) // 2 if closed else (lo + hi) / 2
         ok, _ = run(mid)
         lo, hi = (mid, hi) if ok else (lo, mid)
+    return _report(points, lo, hi, knob, closed)
+
+
+def _report(points: list[dict[str, Any]], lo: float, hi: float, knob: str, closed: bool) -> dict[str, Any]:
+    """The capacity found (`lo`, the highest passing knob value), the SLO that limits it (read at `hi`, the
+    lowest failing one), and the run at capacity's goodput."""
     best = next(p for p in points if p["rate"] == lo)["summary"]
     above = next(p for p in points if p["rate"] == hi)["summary"]
     limiting = max(above["slo_met"], key=above["slo_met"].get)

@@ -3,7 +3,6 @@ the SLO, KV and batch statistics, utilisation per resource, energy per token."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -11,6 +10,7 @@ import numpy as np
 from sim.apps.serve.energy import energy_summary, total_energy_j
 from sim.apps.serve.simulator import DONE, REJECTED, ServeResult
 from sim.apps.serve.spec import METRICS
+from sim.apps.utilization import utilization  # noqa: F401 (re-exported: serving's figures use it)
 
 QUANTILES = {"p50": 50, "p90": 90, "p99": 99}
 
@@ -40,29 +40,6 @@ def stats(x: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
         out[name] = float(xs[min(np.searchsorted(cw, q / 100 * cw[-1]), len(xs) - 1)])
     out["max"] = float(xs[-1])
     return out
-
-
-# A numbered member of a family of resources (pim.stack3, pim.stack3.memory): the digits before the part.
-_MEMBER = re.compile(r"^(.*\D)(\d+)(\.compute|\.memory)?$")
-
-
-def utilization(busy_s: dict[str, float], wall_s: float, instances: int = 1) -> dict[str, float]:
-    """Each resource's busy time over `wall_s` (the mean over `instances` of an instance's resource).
-    Numbered members of one family (pim.stack0 ... pim.stack4) as one entry, pim.stack0-4: their mean."""
-    if not wall_s:
-        return {}
-    families: dict[tuple[str, str], dict[int, float]] = {}
-    for name, b in busy_s.items():
-        m = _MEMBER.match(name)
-        head, num, part = (m.group(1), int(m.group(2)), m.group(3) or "") if m else (name, -1, "")
-        members = families.setdefault((head, part), {})
-        members[num] = members.get(num, 0.0) + b
-    out = {}
-    for (head, part), members in families.items():
-        nums = sorted(members)
-        name = head if nums == [-1] else f"{head}{nums[0]}" if len(nums) == 1 else f"{head}{nums[0]}-{nums[-1]}"
-        out[name + part] = float(sum(members.values()) / (len(nums) * instances * wall_s))
-    return dict(sorted(out.items()))
 
 
 def meets(lat: dict[str, np.ndarray], slo: dict[str, float]) -> np.ndarray:
