@@ -60,9 +60,9 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         extra_s += (w_bytes + dense) / bw
         memory_s = (dense + other) / bw
         overhead_s += stack.floor_s
-    if fam.activation_quant:  # read 16-bit activations, write 8-bit ones
-        extra_s += m * k * (BF16_BYTES + 1) / bw
-        overhead_s += stack.floor_s
+    if fam.activation_quant:  # read 16-bit activations, write 8-bit ones: one more kernel
+        extra_s += m * k * (BF16_BYTES + 1) / (bw * fam.quant_stream_efficiency)
+        overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
     duration = overhead_s + extra_s + max(compute_s, memory_s)
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,

@@ -10,9 +10,15 @@ One cited file, hw_models/stack/kernel_families.yaml. Each family gives
   fraction of the unit's streaming efficiency (memory_max);
 * `floor_s`: the kernel's device floor; `activation_quant`: whether a separate pass
   quantizes the activations first (W8A8: read 2 B, write 1 B per element, one kernel);
+  `quant_floor_s` / `quant_stream_efficiency`: that kernel's own floor (default: the
+  stack's floor) and streaming rate (fraction of memory_max), where measured;
 * `dequant_pass`: dequantize-then-GEMM: a separate kernel writes the weights out
   in 16 bits and a 16-bit GEMM reads them back.
 A family not measured on the machine at hand carries `assumed:` saying so.
+
+Two files: kernel_families.yaml (written by hand, cited per family) and
+kernel_families_fitted.yaml (written by scripts/fit_kernels.py from aiconfigurator's
+in-sample GEMM and activation-quantization tables; a name may be in only one).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
 VECTOR = "vector"   # rate_format: the unit's vector (CUDA-core) rate
 FAMILIES_FILE = Path(__file__).parent / "kernel_families.yaml"
+FITTED_FILE = Path(__file__).parent / "kernel_families_fitted.yaml"
 
 
 class Family(Strict):
@@ -41,6 +48,8 @@ class Family(Strict):
     weight_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
     floor_s: Quantity = Field(default=0.0, ge=0)
     activation_quant: bool = False
+    quant_floor_s: Quantity | None = Field(default=None, ge=0)
+    quant_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
     dequant_pass: bool = False
 
     @field_validator("rate_points")
@@ -81,8 +90,15 @@ def _load(path: Path, mtime_ns: int) -> dict[str, Family]:
     return validate_mapping(Families, read_yaml(path), str(path), "a mapping with `families:`").families
 
 
-def families(path: Path = FAMILIES_FILE) -> dict[str, Family]:
-    return _load(path, path.stat().st_mtime_ns)
+def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> dict[str, Family]:
+    out = dict(_load(path, path.stat().st_mtime_ns))
+    if fitted is not None and fitted.is_file():
+        more = _load(fitted, fitted.stat().st_mtime_ns)
+        both = sorted(set(out) & set(more))
+        if both:
+            raise ConfigError(f"{fitted}: {', '.join(both)} also in {path} (a family lives in one file)")
+        out.update(more)
+    return out
 
 
 class _Names:
