@@ -382,6 +382,8 @@ def fit_quant_gemm(name: str) -> dict:
         points.append([int(m), float(grid[int(np.argmin(err))])])
     fracs = np.maximum.accumulate([f for _, f in points])   # never lower with more rows (kernel_families)
     points = [[m, _sig(f)] for (m, _), f in zip(points, fracs)]
+    for i in range(1, len(points)):    # nor growing faster than M: more rows never take less time
+        points[i][1] = min(points[i][1], points[i - 1][1] * points[i][0] / points[i - 1][0])
     frac_of = dict(points)
     pred = floor + np.maximum(c_ / np.array([frac_of[int(m)] for m in m_]), mem) + (t_ - y_)
     return {"spec": spec, "quant": q, "floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff),

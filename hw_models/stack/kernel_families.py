@@ -4,8 +4,10 @@ weights are stored narrow, as a function of M (the rows: tokens in the batch).
 One cited file, hw_models/stack/kernel_families.yaml. Each family gives
 * `rate_format`: the matrix rate its math runs at (bf16 for weight-only kernels
   that dequantize in registers, fp8_e4m3 for W8A8), and `rate_points`: achieved
-  fraction of that peak at a few M, interpolated in log M and held flat beyond
-  the ends. Must not fall as M grows (more rows never lower a kernel's throughput);
+  fraction of that peak at a few M, interpolated as a power law between points (linear
+  in log M, log fraction) and held flat beyond the ends. Must not fall as M grows (more
+  rows never lower a kernel's throughput) nor grow faster than M (more rows never take
+  less time: a fraction linear in M between points keeps the compute time flat);
 * `weight_stream_efficiency`: the narrow weights' streaming rate at small M, as a
   fraction of the unit's streaming efficiency (memory_max);
 * `floor_s`: the kernel's device floor; `activation_quant`: whether a separate pass
@@ -63,6 +65,9 @@ class Family(Strict):
                 raise ValueError(f"M must increase: {m0} then {m1}")
             if f1 < f0:
                 raise ValueError(f"not monotone: fraction falls from {f0} at M={m0} to {f1} at M={m1}")
+            if f1 / f0 > (m1 / m0) * (1 + 1e-9):
+                raise ValueError(f"fraction grows faster than M from M={m0} ({f0}) to M={m1} ({f1}): "
+                                 "more rows would take less time")
         return v
 
     @field_validator("rate_format")
@@ -77,7 +82,8 @@ class Family(Strict):
 
     def rate_fraction(self, m: int) -> float:
         ms = [math.log(p[0]) for p in self.rate_points]
-        return float(np.interp(math.log(max(m, 1)), ms, [p[1] for p in self.rate_points]))
+        fs = [math.log(p[1]) for p in self.rate_points]
+        return math.exp(float(np.interp(math.log(max(m, 1)), ms, fs)))
 
 
 class Families(Strict):
