@@ -301,6 +301,18 @@ QUANT_GEMM = {
         description="TensorRT-LLM weight-only INT8 (W8A16) GEMM / GEMV, dequantizing in registers",
         cite="TensorRT-LLM WeightOnlyQuantMatmul plugin (cpp/tensorrt_llm/plugins/weightOnlyQuantMatmulPlugin: "
              "CUTLASS fpA_intB GEMM, batched GEMV kernels at small M); aic kernel trt_weight_only_plugin"),
+    "trtllm_nvfp4": dict(
+        framework="trtllm", dtype="nvfp4", kernel=None, quant=None, rate_format="nvfp4",
+        description="TensorRT-LLM NVFP4 W4A4 Linear on Blackwell (block-scaled FP4 MMA), activation quantize included",
+        cite="TensorRT-LLM tensorrt_llm/_torch/modules/linear.py NVFP4LinearMethod.apply (torch.ops.trtllm.fp4_quantize, "
+             "then torch.ops.trtllm.nvfp4_gemm); fitted on RTX PRO 6000 (SM 12.0) only: the datacenter Blackwell "
+             "tables (B200 / GB200) are held out, so B200 uses these fractions unfitted"),
+    "vllm_nvfp4": dict(
+        framework="vllm", dtype="nvfp4", kernel="FlashInferCutlassNvFp4LinearKernel", quant=None, rate_format="nvfp4",
+        description="vLLM NVFP4 W4A4 Linear on Blackwell: scaled_fp4_quant, then FlashInfer's CUTLASS FP4 GEMM (native)",
+        cite="vllm/model_executor/layers/quantization/modelopt.py ModelOptNvFp4LinearMethod (native FP4 GEMM on SM 10.x / "
+             "12.x, Marlin weight-only emulation below); aic kernel FlashInferCutlassNvFp4LinearKernel. Fitted on RTX PRO "
+             "6000 only (B200 / GB200 tables held out)"),
 }
 QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
@@ -327,9 +339,9 @@ def _gemm_parts(preset: str, m: int, n: int, k: int, fmt: str, rate_format: str)
 def _floor_and_stream(x: np.ndarray, y: np.ndarray, big: np.ndarray) -> tuple[float, float]:
     """(floor, stream efficiency) of y ~ floor + x / efficiency: the efficiency on the `big` rows
     (streams at least twice the GPU's L2: a replayed graph re-reads a smaller one from cache),
-    at most 1 (nothing streams faster than DRAM at memory_max); then the floor on every row with it."""
-    _, inv_eff = line_fit(x[big], y[big])
-    inv_eff = max(inv_eff, 1.0)
+    at most 1 (nothing streams faster than DRAM at memory_max), taken as 1 where no row is that
+    big (rendered as `assumed:`); then the floor on every row with it."""
+    inv_eff = max(line_fit(x[big], y[big])[1], 1.0) if np.count_nonzero(big) >= 2 else 1.0
     w = 1.0 / y ** 2
     floor = max(float(np.sum((y - x * inv_eff) * w) / np.sum(w)), 0.0)
     return floor, 1.0 / inv_eff
@@ -372,7 +384,8 @@ def fit_quant_gemm(name: str) -> dict:
                          get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu]))
     m_, w_, o_, c_, y_, t_, wb_ = (np.array(v) for v in zip(*rows))
     small = m_ <= MEMORY_BOUND_M
-    floor, eff = _floor_and_stream(w_[small], y_[small] - o_[small], wb_[small] >= 2.0)
+    big = wb_[small] >= 2.0
+    floor, eff = _floor_and_stream(w_[small], y_[small] - o_[small], big)
     mem = w_ / eff + o_
     grid = np.linspace(0.01, 1.0, 100)
     points = []
@@ -387,7 +400,7 @@ def fit_quant_gemm(name: str) -> dict:
     frac_of = dict(points)
     pred = floor + np.maximum(c_ / np.array([frac_of[int(m)] for m in m_]), mem) + (t_ - y_)
     return {"spec": spec, "quant": q, "floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff),
-            "rate_points": points, "rows": len(t_), "fitted_on": fitted_on,
+            "rate_points": points, "rows": len(t_), "fitted_on": fitted_on, "stream_measured": bool(np.count_nonzero(big) >= 2),
             "fit_mape": round(float(np.mean(np.abs(pred - t_) / t_)), 4)}
 
 
@@ -402,6 +415,8 @@ def render_quant_gemm() -> str:
         lines += [f"  {name}:  # {f['rows']} rows ({', '.join(f['fitted_on'])}), fit MAPE {f['fit_mape']}",
                   f"    description: \"{spec['description']}\"", "    cite: >-", f"      {spec['cite']}",
                   f"    rate_format: {spec['rate_format']}", f"    rate_points: [{pts}]",
+                  *([] if f["stream_measured"] else [
+                      "    assumed: weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)"]),
                   f"    weight_stream_efficiency: {f['weight_stream_efficiency']:.3g}",
                   f"    floor_s: {f['floor_s']:.3g}"]
         if q:

@@ -18,6 +18,8 @@ FITTED = {
     "vllm_fp8_per_tensor": ("h100_sxm", "vllm", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
     "trtllm_w4a16": ("a100_80g", "trtllm", "int4", None, A100_STREAM_BYTES_PER_S),
     "trtllm_w8a16": ("a100_80g", "trtllm", "int8", None, A100_STREAM_BYTES_PER_S),
+    "trtllm_nvfp4": ("rtx_pro_6000", "trtllm", "nvfp4", None, None),
+    "vllm_nvfp4": ("rtx_pro_6000", "vllm", "nvfp4", None, None),
 }
 
 
@@ -73,3 +75,12 @@ def test_never_faster_with_more_work(family):
         assert all(b >= a * (1 - 1e-12) for a, b in zip(t, t[1:])), (n, k, t)
         assert _cost_s(family, 64, 2 * n, k) >= t[ms.index(64)]
         assert _cost_s(family, 64, n, 2 * k) >= t[ms.index(64)]
+
+
+def test_vllm_fp4_is_native_on_blackwell_and_marlin_before():
+    """vLLM runs NVFP4 natively where the GPU has an FP4 tensor rate (RTX PRO 6000, B200) and as Marlin
+    weight-only emulation where it has none (H100): the same weights cost what each kernel does."""
+    op = gemm_op(4096, 4096, 4096, "nvfp4")
+    assert _mapper("rtx_pro_6000", "vllm").cost(op).path == "vllm_nvfp4"
+    assert _mapper("b200", "vllm").cost(op).path == "vllm_nvfp4"
+    assert _mapper("h100_sxm", "vllm").cost(op).path == "fp4_marlin_emulated"

@@ -11,7 +11,8 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   max(flops / (rate x fraction(M)), weights / (bandwidth x memory_max x stream
   efficiency) + other bytes / (bandwidth x memory_max)), plus the activation
   quantization pass (W8A8) or the dequantization pass (dequantize-then-GEMM), each
-  one more kernel at the stack's floor.
+  one more kernel at the stack's floor. Where the unit lacks the family's native rate and
+  the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ BF16_BYTES = 2
 
 def _weight(op: Op):
     return next((t for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
+
+
+def _has_rate(fam: Family, unit: Unit, unit_name: str) -> bool:
+    return fam.rate_format == VECTOR or fam.rate_format in compute_path.native_rates(unit, unit_name)
 
 
 def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str) -> float:
@@ -76,6 +81,8 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     if op.kind == g.GEMM:
         w = _weight(op)
         family = stack.family(w.fmt) if w is not None and w.fmt != op.compute_format else None
+        if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):
+            family = stack.emulated_family(w.fmt)
         if family is not None:
             return family_cost(op, unit, unit_name, tier, stack, family)
     if op.kind == g.ATTENTION and stack.attention is not None:

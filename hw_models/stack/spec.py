@@ -120,6 +120,9 @@ class Stack(Strict):
     ops: dict[str, KernelSpec] = {}               # by op kind
     names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind
     quant_gemm: dict[str, str] = {}               # weight format -> kernel family
+    # weight format -> the family run instead where the unit lacks the native rate quant_gemm's family needs
+    # (vLLM: native FP4 GEMMs on Blackwell, Marlin weight-only emulation before it)
+    quant_gemm_emulated: dict[str, str] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     # Under CUDA graphs a kernel the stack says nothing else about (a dense GEMM, an attention kernel
@@ -164,7 +167,7 @@ class Stack(Strict):
             seen |= set(members)
         return v
 
-    @field_validator("quant_gemm")
+    @field_validator("quant_gemm", "quant_gemm_emulated")
     @classmethod
     def _families(cls, v: dict[str, str]) -> dict[str, str]:
         out = {}
@@ -198,6 +201,9 @@ class Stack(Strict):
 
     def family(self, weight_fmt: str | None) -> str | None:
         return self.quant_gemm.get(get_format(weight_fmt).name) if weight_fmt else None
+
+    def emulated_family(self, weight_fmt: str) -> str | None:
+        return self.quant_gemm_emulated.get(get_format(weight_fmt).name)
 
 
 def stack_names() -> list[str]:

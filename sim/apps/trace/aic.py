@@ -123,7 +123,8 @@ ISSUE28_FIELDS = {"attention": None, "graph_gap_s": None}
 # The fitted quantized GEMM families (hw_models/stack/kernel_families_fitted.yaml) -> the hand family the
 # stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
 ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
-                    "trtllm_w4a16": "marlin", "trtllm_w8a16": "marlin"}
+                    "trtllm_w4a16": "marlin", "trtllm_w8a16": "marlin",
+                    "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated"}
 
 
 @cache
@@ -135,7 +136,8 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False):
     mapper = mapper_for(machine, Workload(name="aic", model="llama3-8b", stack=stack), load_model("llama3-8b"))
     if baseline and mapper.stack is not None:
         quant = {f: ISSUE28_FAMILIES.get(fam, fam) for f, fam in mapper.stack.quant_gemm.items()}
-        mapper.stack = mapper.stack.model_copy(update={**ISSUE28_FIELDS, "quant_gemm": quant})
+        mapper.stack = mapper.stack.model_copy(update={**ISSUE28_FIELDS, "quant_gemm": quant,
+                                                            "quant_gemm_emulated": {}})
     return mapper
 
 
