@@ -165,7 +165,7 @@ class Mapper:
     def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
         """One step, identical layers folded, with the engine's host work (with_engine)."""
         device = self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
-        return self.with_engine(device, self.workload.batch)
+        return self.with_engine(self.capped(device), self.workload.batch)
 
     def engine_host_s(self, n_seqs: int) -> float:
         """Host seconds the engine spends on an iteration of `n_seqs` sequences (0 without one)."""
@@ -241,6 +241,7 @@ class Mapper:
         flash = self.workload.flash_attention
         step = self._folded("iteration", 0, lambda n: lower_iteration(self.model, seqs, self.formats, flash, n,
                                                                        logits), exhaustive, busy)
+        step = self.capped(step)
         return step if device_only else self.with_engine(step, len(seqs))
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
@@ -248,8 +249,24 @@ class Mapper:
         idle board power over the whole span where the preset gives it (board power as idle +
         dynamic, the dynamic part in the tasks' energy), else its power_w over its busy time."""
         wall = max(busy_s.values(), default=0.0) if wall_s is None else wall_s
-        return sum(u.idle_power_w * wall if u.idle_power_w is not None else (u.power_w or 0.0) *
-                   busy_s.get(name, 0.0) for name, u in self.machine.units.items())
+        return sum(u.idle_power_w * wall + u.active_power_w * busy_s.get(name, 0.0) if u.idle_power_w is not None
+                   else (u.power_w or 0.0) * busy_s.get(name, 0.0) for name, u in self.machine.units.items())
+
+    def capped(self, step: StepResult) -> StepResult:
+        """`step` under the main unit's board power limit (hw_models.power): where the devices' average
+        power over it would exceed the limit, the clock drops and the step stretches until it does not;
+        its busy times stay those at full clock (they charge the activity energy). Applied after the
+        layer fold, like the host's max()."""
+        bp = self.machine.units[self.machine.main_unit].board_power()
+        if bp is None or bp.limit_w is None or step.time_s <= 0.0:
+            return step
+        n, t = self.devices, step.time_s
+        clocked_j = step.energy_j + self.power_j(step.busy_s, t) - self.power_j({}, t)   # activity + dynamic
+        s = bp.stretch(t, clocked_j / n)
+        if s == 1.0:
+            return step
+        return StepResult(step.phase, step.kv_len, t * s, step.busy_s, step.energy_j,
+                          {**step.counters, "power_cap_s": step.counters.get("power_cap_s", 0.0) + t * (s - 1.0)})
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace; the

@@ -18,6 +18,7 @@ from pydantic import Field, StrictInt, field_validator, model_validator
 
 from hw_models import curves
 from hw_models.kinds import KINDS, preset_sections, section_owners
+from hw_models.power import BoardPower
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.settings import has_alias, resolve_aliases
@@ -172,6 +173,27 @@ class Unit(Strict):
     # power_w x busy time. A format without an entry is charged the largest entry given.
     idle_power_w: Quantity | None = Field(default=None, ge=0)
     energy_j_per_flop: dict[str, Quantity] = {}
+    # Issue 33 (hw_models/power.py): power running kernels adds over idle, whatever they compute (clock
+    # tree and leakage at boost clock), charged over the unit's busy time; and the board power limit
+    # (what-if: `--set units.gpu.power_limit_w=400`; default power_w, the TDP) that stretches a step
+    # whose average power would exceed it. Both only with idle_power_w (board power as idle + dynamic).
+    active_power_w: Quantity = Field(default=0.0, ge=0)
+    power_limit_w: Quantity | None = Field(default=None, gt=0)
+
+    def board_power(self) -> BoardPower | None:
+        """The unit's board-power figures (hw_models.power), None without idle_power_w."""
+        if self.idle_power_w is None:
+            return None
+        return BoardPower(self.idle_power_w, self.active_power_w, self.power_limit_w or self.power_w)
+
+    @model_validator(mode="after")
+    def _power_limit(self) -> "Unit":
+        limit = self.power_limit_w or self.power_w
+        if self.idle_power_w is not None and limit is not None and limit <= self.idle_power_w:
+            which = "power_limit_w" if self.power_limit_w else "power_w"
+            raise ValueError(f"{which} {limit:g} W: must exceed idle_power_w ({self.idle_power_w:g} W): "
+                             "a board cannot be capped below what it draws at rest")
+        return self
 
     def flop_energy_j(self, flops: float, fmt: str) -> float:
         """Dynamic energy of `flops` computed in `fmt` (0 without energy_j_per_flop)."""

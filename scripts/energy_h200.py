@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The H200's board-power model (issue 15): where its figures come from, and its check.
 
-Board power = idle + dynamic energy per FLOP (per format) + energy per byte per
-memory tier (hw_models.machine.Unit.idle_power_w / energy_j_per_flop).
+Board power = idle + activity (active_power_w while kernels run; issue 33, fitted on
+ML.ENERGY's H100 runs by scripts/energy_mlenergy.py --fit) + dynamic energy per FLOP
+(per format) + energy per byte per memory tier (hw_models/power.py).
 
 * idle_power_w: measured, ../shared/validation/h200/h200_micro.json power.idle_w.
 * energy_j_per_flop (fp16/bf16): the one figure fitted, from the same file's
@@ -51,7 +52,7 @@ def machines() -> tuple:
     """(h200 as the preset gives it, h200 with the old energy model: no idle/per-FLOP figures)."""
     raw = raw_machine("h200")
     old = raw_machine("h200")
-    for key in ("idle_power_w", "energy_j_per_flop"):
+    for key in ("idle_power_w", "active_power_w", "energy_j_per_flop"):
         old["units"]["gpu"].pop(key, None)
     return machine_from_dict(raw, "h200"), machine_from_dict(old, "h200 (old energy model)")
 
@@ -65,15 +66,20 @@ def fit_flop_energy(micro: dict) -> dict:
     p = micro["power"]
     meas = p["prefill_llama2_7b_fp16_b1_p2048"]
     t_s = meas["ms_per_call"] / 1e3
-    dynamic_j = (meas["avg_power_w"] - p["idle_w"]) * t_s
     raw = raw_machine("h200")
     u = raw["units"]["gpu"]
+    # The GPU is busy throughout the measured prefill: its activity power (issue 33) over the measured time
+    # is not the FLOPs' (scripts/energy_mlenergy.py ties J/FLOP to active_power_w the same way).
+    dynamic_j = (meas["avg_power_w"] - p["idle_w"] - machine_from_dict(raw, "h200").units["gpu"].active_power_w) * t_s
     ratios = {k: float(v) / float(u["energy_j_per_flop"]["fp16"]) for k, v in u["energy_j_per_flop"].items()}
+    u["power_limit_w"] = 1e6   # uncapped: the fit needs energy linear in J/FLOP at the measured time
+    u["active_power_w"] = 0.0  # taken out of the measured energy above
     out = {}
     for scale in (0.0, 1e-12):
         u["energy_j_per_flop"] = {k: r * scale for k, r in ratios.items()}
         r = simulate(_workload(**PREFILL), machine_from_dict(raw, "fit"), detail=False)
-        out[scale] = r.prefill_energy_per_token_j * 2048 - p["idle_w"] * r.ttft_s   # the dynamic part
+        # the dynamic part, with the preset's activity power (active_power_w x busy; issue 33)
+        out[scale] = r.prefill_energy_per_token_j * 2048 - p["idle_w"] * r.ttft_s
     bytes_j, per_pj = out[0.0], (out[1e-12] - out[0.0])
     return dict(measured_dynamic_j=dynamic_j, model_bytes_j=bytes_j, fp16_j_per_flop=(dynamic_j - bytes_j) / per_pj
                 * 1e-12, measured_j_per_token=meas["j_per_token"], measured_s=t_s)

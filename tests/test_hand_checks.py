@@ -178,7 +178,7 @@ def test_pim_time_is_the_slowest_stack_with_both_mode_switches():
     assert d.where == "pim" and d.why == f"{d.host.duration_s / slowest:.1f}x faster than host"
     assert [p.stack for p in d.pieces] == [0, 1, 2, 3, 4]
     assert d.pim_s == pytest.approx(slowest, rel=1e-9)
-    # Each stack's piece: DRAM energy 0.55 pJ/bit inside the banks, 3.59 pJ/bit through the pins.
+    # Each stack's piece: DRAM energy 0.55 pJ/bit inside the banks, 3.59 pJ/bit through the pins ...
     for p, groups, imbalance in zip(d.pieces, (80, 40, 40, 40, 40), (1.0, 1.2, 1.2, 1.2, 1.2)):
         c = m.piece_cost(op, p, 2)
         assert c.duration_s == pytest.approx(stack_s(groups, imbalance), rel=1e-9)
@@ -187,7 +187,9 @@ def test_pim_time_is_the_slowest_stack_with_both_mode_switches():
         assert c.transfer_s == pytest.approx(groups * (256 + 2050 * 16) / HBM_PINS, rel=1e-9)
         assert c.energy_internal_j == pytest.approx(groups * group * 0.55e-12 * 8, rel=1e-9)
         assert c.energy_external_j == pytest.approx(groups * (256 + 2050 * 16) * 3.59e-12 * 8, rel=1e-9)
-        assert c.energy_j == pytest.approx(c.energy_internal_j + c.energy_external_j, rel=1e-12)
+        # ... and the MACs: 262,400 FLOP per group at 0.75 pJ/FLOP (pim.energy_j_per_flop's default, issue 33)
+        assert c.energy_mac_j == pytest.approx(groups * 262_400 * 0.75e-12, rel=1e-9)
+        assert c.energy_j == pytest.approx(c.energy_internal_j + c.energy_external_j + c.energy_mac_j, rel=1e-12)
 
 
 def gemv(n: int, k: int) -> Op:

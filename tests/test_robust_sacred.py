@@ -119,7 +119,7 @@ def test_survey_writes_nothing_when_a_late_section_fails(tmp_path, capsys, monke
     # An empty --shared folder made the measured section fail after the plots were written.
     import sim.apps.survey.build as build
 
-    def failing(setup, repo, shared, plots, doc, *rest):
+    def failing(setup, repo, shared, plots, doc, *options):   # options: update_docs, the progress hook
         files.atomic_write(plots / "early.png", lambda p: p.write_bytes(b"png"))
         raise ConfigError(f"--shared {shared}: no RTX A6000 traces")
     monkeypatch.setattr(build, "build", failing)

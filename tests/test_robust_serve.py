@@ -67,7 +67,7 @@ BAD_FILES = {
                      "serving.lengths.prompt.lognormal.cv: Input should be less than or equal to 1000"),
     "newline-in-a-tag": (lambda s: s["arrivals"].update(process="a\nb"),   # was printed on two lines
                          "serving.arrivals: Input tag 'a\\nb' found using 'process' does not match any of the "
-                         "expected tags: 'poisson', 'gamma', 'constant', 'burst', 'trace'"),
+                         "expected tags: 'poisson', 'gamma', 'constant', 'burst', 'trace', 'closed'"),
 }
 
 

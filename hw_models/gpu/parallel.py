@@ -36,7 +36,7 @@ from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.report import parallel_data
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
-from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_s
+from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
 from hw_models.network.topology import Topology, load_topology
 from hw_models.network.sharding import CollectiveCost   # the tag op_records reads for link and stage tasks
 from hw_models.stack.fuse import fused_aliases
@@ -171,7 +171,9 @@ class ParallelGpuMapper(GpuMapper):
         kernel is one more launch on the host, in issue order after the producing op's."""
         dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.algorithm)
         dur = 0.0 if self._experts_off and c.kind == ALL_TO_ALL else dur
-        tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.algorithm}")
+        ranks = c.ranks or self.plan.tp
+        joules = 0.0 if not dur else collective_j(self.topo, c.kind, c.bytes, ranks, self.algorithm)
+        tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.algorithm}", energy_j=joules)
         host_s = self.stack.host_launch_s if self.stack else 0.0
         tasks.append(Task(prefix + c.name, link, dur, self.launched(tasks, prefix + c.name, host_s, (dep,)), tag=tag))
 

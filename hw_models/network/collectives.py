@@ -58,6 +58,12 @@ def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
     return topo.step_latency(ranks), topo.ring_bandwidth(2 if kind == SEND_RECV else ranks)
 
 
+def collective_j(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str = "ring") -> float:
+    """Link energy one rank spends on a collective of `nbytes`: the bytes it sends (the bandwidth term's
+    factor x nbytes) at the interconnect's energy_j_per_byte."""
+    return alpha_beta(kind, algorithm, ranks)[1] * nbytes * topo.interconnect.energy_j_per_byte
+
+
 def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str = "ring") -> float:
     """Seconds for one collective of `nbytes` over `ranks` devices."""
     if algorithm not in ALGORITHMS:

@@ -32,6 +32,7 @@ class Interconnect(Strict):
     kind: Literal["nvswitch", "nvlink_pairs", "pcie_switch"]
     bandwidth_bytes_per_s: Quantity = Field(gt=0)        # per device, per direction
     latency_s: Quantity = Field(default=0.0, ge=0)       # per message step
+    energy_j_per_byte: Quantity = Field(default=0.0, ge=0)   # per byte a device sends (issue 33; 0: not charged)
     pcie_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)  # between pairs (nvlink_pairs)
 
     @model_validator(mode="after")

@@ -117,10 +117,11 @@ class PimMapper(Mapper):
         duration = overhead_s + max(memory_s, compute_s) + transfer_s + p.extra_s
         e_int = p.stream_bytes * cfg.energy_internal_j_per_byte
         e_ext = (p.in_bytes + p.out_bytes + p.extra_bytes) * self.tier.energy_j_per_byte
+        e_mac = p.flops * cfg.energy_j_per_flop
         bound = bound_of(compute_s, memory_s, overhead_s, transfer_s + p.extra_s)
         return PimOpCost(op, self.stack_names[p.stack], duration, compute_s, memory_s, overhead_s, bound,
-                         f"PIM ({cfg.placement})", e_int + e_ext, p.stack, transfer_s, switch_s,
-                         p.stream_bytes, e_int, e_ext)
+                         f"PIM ({cfg.placement})", e_int + e_ext + e_mac, p.stack, transfer_s, switch_s,
+                         p.stream_bytes, e_int, e_ext, e_mac)
 
     # -- what PIM can run (hw_models.pim.layout) --------------------------------
     def split(self, op: Op, s: Schedule = SERIAL) -> tuple[Piece, ...] | str:

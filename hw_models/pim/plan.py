@@ -40,6 +40,7 @@ class PimOpCost(OpCost):
     stream_bytes: float = 0.0
     energy_internal_j: float = 0.0
     energy_external_j: float = 0.0
+    energy_mac_j: float = 0.0      # the PIM units' arithmetic (PimConfig.energy_j_per_flop)
 
 
 @dataclass(frozen=True)

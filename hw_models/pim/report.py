@@ -19,7 +19,7 @@ from sim.core.units import fmt_time
 
 def step_breakdown(tl: Timeline) -> dict[str, float]:
     """Per decode step: PIM busy seconds, mode-switch seconds, streamed bytes, DRAM energy split."""
-    out = dict(pim_busy_s=0.0, mode_switch_s=0.0, stream_bytes=0.0, e_int_j=0.0, e_ext_j=0.0)
+    out = dict(pim_busy_s=0.0, mode_switch_s=0.0, stream_bytes=0.0, e_int_j=0.0, e_ext_j=0.0, e_mac_j=0.0)
     for i in tl.intervals:
         c = i.tag
         if hasattr(c, "stream_bytes"):
@@ -28,6 +28,7 @@ def step_breakdown(tl: Timeline) -> dict[str, float]:
             out["stream_bytes"] += c.stream_bytes
             out["e_int_j"] += c.energy_internal_j
             out["e_ext_j"] += c.energy_external_j
+            out["e_mac_j"] += c.energy_mac_j
         else:
             out["e_ext_j"] += getattr(c, "energy_j", 0.0)
     return out
@@ -66,6 +67,7 @@ def pim_metrics(tl: Timeline, decisions: list[Decision], cfg: PimConfig, geo: Ge
         "pim.mode_switch_s_per_step": b["mode_switch_s"] / S,
         "pim.dram_energy_internal_j_per_token": b["e_int_j"] / batch,
         "pim.dram_energy_external_j_per_token": b["e_ext_j"] / batch,
+        "pim.mac_energy_j_per_token": b["e_mac_j"] / batch,
         "pim.ops_on_pim_per_layer": float(sum(d.where == "pim" and d.op.layer is not None for d in decisions)),
     }
 
@@ -91,7 +93,8 @@ def summary(cfg: PimConfig, geo: Geometry, policy: str, schedule: str, tier_ener
                    f"{geo.exposed_row_open_s * 1e9:.1f} ns per {cfg.row_bytes:.0f} B row"),
         policy=policy, schedule=schedule,
         energy_per_bit=(f"{cfg.energy_internal_j_per_byte * 1e12 / 8:.2f} vs "
-                        f"{tier_energy_j_per_byte * 1e12 / 8:.2f} pJ/bit"))
+                        f"{tier_energy_j_per_byte * 1e12 / 8:.2f} pJ/bit"),
+        mac_energy=f"{cfg.energy_j_per_flop * 1e12:.2f} pJ/FLOP, Horowitz ISSCC 2014 45 nm fp16 MAC")
 
 
 def report_sections(result: RunResult) -> list[Section]:
@@ -125,7 +128,9 @@ def _summary_rows(result: RunResult, x: dict[str, float], s: dict[str, str]) -> 
               f"external {x['pim.dram_energy_external_j_per_token'] * 1e3:.1f} mJ")
     if "pim.dram_energy_no_pim_j_per_token" in x:
         energy += f"; without PIM {x['pim.dram_energy_no_pim_j_per_token'] * 1e3:.1f} mJ"
-    # ASSUMED: the PIM units' arithmetic energy is not modelled (no measurement of it exists here; Samsung's
-    # and AttAcc's published figures are per DRAM bit), so PIM energy is its DRAM access energy alone.
+    # The PIM units' arithmetic (issue 33): no measurement is published; PimConfig.energy_j_per_flop is a
+    # logic-process figure (lower bound), 3x it the upper bound we print beside it.
+    mac = x.get("pim.mac_energy_j_per_token", 0.0)
     return rows + [("DRAM energy per token", f"{energy} ({s['energy_per_bit']})"),
-                   ("PIM arithmetic energy", "not modelled (assumed small next to DRAM access; no measurement)")]
+                   ("PIM arithmetic energy", f"{mac * 1e3:.2f} mJ per token ({s['mac_energy']}; up to "
+                                             f"{3 * mac * 1e3:.2f} mJ at 3x for DRAM-process logic)")]

@@ -129,7 +129,9 @@ class ChipModel:
         overhead = unit.launch_overhead_s
         times = {"compute": compute_s, "memory": sram_s, "dram": dram_s, "overhead": overhead}
         bound = max(times, key=times.__getitem__)
-        energy = sram_bytes * (self.sram.energy_j_per_byte or 0.0)
+        # The arithmetic at the unit's energy_j_per_flop (issue 33; 0 without it): the PE array's format, else vector.
+        energy = sram_bytes * (self.sram.energy_j_per_byte or 0.0) + unit.flop_energy_j(
+            f * op.flops, path.fmt if op.kind == g.GEMM or op.kind in MATRIX_NO_WEIGHT else "vector")
         if dram_bytes:
             energy += dram_bytes * (self.dram.energy_j_per_byte or 0.0)
         return SliceCost(op, chip, f, overhead + max(compute_s, memory_s), compute_s, memory_s, overhead, bound,

@@ -183,8 +183,14 @@ class SpatialMapper(Mapper):
         dec = self.decode_costs(gen.rep_kv)
         period = self.decode_step_s(gen.rep_kv, gen.exhaustive)
         util = self._utilization(dec, period)
-        power = self.machine.units[self.machine.main_unit].power_w
-        static_j = (power or 0.0) * part.chips * gen.e2e_s
+        unit = self.machine.units[self.machine.main_unit]
+        power = unit.power_w
+        if unit.idle_power_w is not None:
+            # Board power as idle + activity + dynamic (hw_models/power.py), as the GPU presets: a chip is
+            # active for the share of the decode period it is not in the pipeline's bubble.
+            static_j = (unit.idle_power_w + unit.active_power_w * (1 - util["bubble"])) * part.chips * gen.e2e_s
+        else:
+            static_j = (power or 0.0) * part.chips * gen.e2e_s
         # Slice costs are one chip's, and each of a group's t chips spends it.
         dyn_j = (sum(c.energy_j for row in self.prefill_costs().slice_costs for c in row) * w.batch * self.chunks_per_seq
                  + sum(c.energy_j for row in dec.slice_costs for c in row) * self.microbatches * len(gen.kv_lens)

@@ -37,10 +37,13 @@ from pathlib import Path
 
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
+from hw_models.network.collectives import ALGORITHMS
+from hw_models.stack.attention_kernels import family_names   # the fitted file loads on first use (cached)
 from hw_models.stack.kernel_families import FAMILIES
 from hw_models.stack.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
                                    serial_values, softmax_block_threads)
 from hw_models.machine import Machine, known_op_kinds
+from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.stack.step_overhead import StepOverhead
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -125,6 +128,7 @@ class Stack(Strict):
     quant_gemm_emulated: dict[str, str] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
+    engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
     # Under CUDA graphs a kernel the stack says nothing else about (a dense GEMM, an attention kernel
     # without a family) pays this device gap to its predecessor in the replayed graph instead of the
     # preset's host launch overhead (None: the launch overhead, as before; scripts/fit_kernels.py).
@@ -142,7 +146,6 @@ class Stack(Strict):
     @field_validator("attention")
     @classmethod
     def _attention(cls, v: str | None) -> str | None:
-        from hw_models.stack.attention_kernels import family_names   # loads the fitted file on use
         if v is not None and v not in family_names():
             raise ValueError(f"unknown attention kernel family {v!r}; families: {', '.join(family_names())}")
         return v
@@ -150,7 +153,6 @@ class Stack(Strict):
     @field_validator("all_reduce")
     @classmethod
     def _all_reduce(cls, v: str | None) -> str | None:
-        from hw_models.network.collectives import ALGORITHMS
         if v is not None and v not in ALGORITHMS:
             raise ValueError(f"unknown collective algorithm {v!r}; algorithms: {', '.join(ALGORITHMS)}")
         return v

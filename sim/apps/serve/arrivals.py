@@ -47,7 +47,7 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
     t = a.times(n, rng)
     if not np.isfinite(t).all():   # a rate of 1e-320/s: gaps past the largest float
         raise ConfigError(f"{key}: arrival times overflow to infinity; the rate or interval is out of any physical range")
-    if a.duration_s is not None:
+    if getattr(a, "duration_s", None) is not None:   # a closed loop has none
         t = t[t < a.duration_s]
         if len(t) == 0:
             raise ConfigError(f"{key}.duration_s: {a.duration_s}: no request arrives within it")

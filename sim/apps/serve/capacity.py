@@ -1,6 +1,9 @@
 """The highest arrival rate whose run meets every SLO (Vidur-Search style): grow or
 shrink the rate by doubling until the SLO flips, then bisect. Every run replays the
-same seed, so latency rises with rate (tests/test_serve.py) and bisection is sound."""
+same seed, so latency rises with rate (tests/test_serve.py) and bisection is sound.
+Under a closed loop (sim.apps.serve.closed) the knob is the number of clients, an
+integer: doubled, then bisected to adjacent counts, each client sending as many
+requests as in the file (num_requests / concurrency)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from typing import Any, Callable
 
 from hw_models.machine import Machine
 from sim.apps.serve.run import serve
-from sim.apps.serve.spec import Burst, ServeFile, TraceArrivals
+from sim.apps.serve.spec import Burst, Closed, ServeFile, TraceArrivals
 from sim.core.errors import ConfigError
 
 DOUBLINGS = 16
@@ -18,16 +21,20 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
                   exact: bool = False, on_point: Callable[[float, dict], None] | None = None) -> dict[str, Any]:
     a = file.serving.arrivals
     if isinstance(a, (Burst, TraceArrivals)):
-        raise ConfigError(f"{file.source}: serving.arrivals.process: --find-capacity varies a rate; "
-                          f"{a.process} arrivals have none (use poisson, gamma or constant)")
+        raise ConfigError(f"{file.source}: serving.arrivals.process: --find-capacity varies a rate or a client count; "
+                          f"{a.process} arrivals have neither (use poisson, gamma, constant or closed)")
     if not slo:
         raise ConfigError(f"{file.source}: serving.slo: --find-capacity needs an SLO (--slo ttft_p90=0.2)")
     cache: dict = {}
     points: list[dict[str, Any]] = []
+    closed = isinstance(a, Closed)
+    knob = "concurrency" if closed else "rate"
 
     def run(rate: float) -> tuple[bool, dict]:
+        update = {"concurrency": int(rate), "num_requests": int(rate) * max(1, a.num_requests // a.concurrency)} \
+            if closed else {"rate": rate}
         f = file.model_copy(update={"serving": file.serving.model_copy(update={
-            "arrivals": a.model_copy(update={"rate": rate}), "slo": slo})})
+            "arrivals": a.model_copy(update=update), "slo": slo})})
         _, s = serve(f, machine, exact=exact, cache=cache)
         ok = s["completed"] > 0 and all(v <= 1.0 for v in s["slo_met"].values())
         points.append(dict(rate=rate, ok=ok, summary=s))
@@ -36,7 +43,7 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
         return ok, s
 
     lo, hi = None, None
-    rate = a.rate
+    rate = getattr(a, knob)
     for _ in range(DOUBLINGS):
         ok, _ = run(rate)
         if ok:
@@ -46,16 +53,19 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             rate *= 2
         else:
             hi = rate
-            if lo is not None:
+            if lo is not None or (closed and rate == 1):
                 break
-            rate /= 2
+            rate = rate // 2 if closed else rate / 2
+    unit = "clients" if closed else "requests/s"
     if lo is None:
-        raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} requests/s")
+        raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} {unit}")
     if hi is None:
-        raise ConfigError(f"{file.source}: serving.slo: still met at {lo:.3g} requests/s; the stream is too short "
+        raise ConfigError(f"{file.source}: serving.slo: still met at {lo:.3g} {unit}; the stream is too short "
                           "to load the machine (raise serving.arrivals.num_requests)")
     for _ in range(bisections):
-        mid = (lo + hi) / 2
+        if closed and hi - lo <= 1:
+            break
+        mid = (lo + hi) // 2 if closed else (lo + hi) / 2
         ok, _ = run(mid)
         lo, hi = (mid, hi) if ok else (lo, mid)
     best = next(p for p in points if p["rate"] == lo)["summary"]
@@ -65,8 +75,9 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
     # completion. Goodput is below the rate by the requests outside the SLO and by the drain after the last
     # arrival (span longer than the arrivals' window); both shares are reported so the two figures reconcile.
     n = best["requests"]
-    arrivals_s = (n - 1) / lo if n > 1 else 0.0   # the expected arrival window of the stream at rate `lo`
-    return dict(rate=lo, goodput_req_s=best["goodput_req_s"], goodput_tok_s=best["goodput_tok_s"],
+    # the expected arrival window of the stream at rate `lo` (a closed loop has none)
+    arrivals_s = (n - 1) / lo if n > 1 and not closed else 0.0
+    return dict(rate=lo, knob=knob, goodput_req_s=best["goodput_req_s"], goodput_tok_s=best["goodput_tok_s"],
                 window_s=best["duration_s"], within_slo=best["goodput_req_s"] / best["throughput_req_s"]
                 if best["throughput_req_s"] else 0.0, arrival_window_s=arrivals_s,
                 limiting=limiting, limit_ratio=above["slo_met"][limiting],

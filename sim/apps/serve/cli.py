@@ -115,11 +115,13 @@ def _capacity(args, file, machine, slo, console) -> int:
     from sim.apps.serve.capacity import find_capacity
     from sim.apps.serve.report import print_capacity
     from sim.apps.serve.run import serve
+    from sim.apps.serve.spec import Closed
 
     def point(rate, s):
         if not args.quiet:
             worst = max(s["slo_met"], key=s["slo_met"].get)
-            console.print(f"  rate {rate:8.4g}/s: {worst} {s['slo_met'][worst]:.2f}x of limit")
+            console.print(f"  {'clients' if isinstance(file.serving.arrivals, Closed) else 'rate'} {rate:8.4g}"
+                          f"{'' if isinstance(file.serving.arrivals, Closed) else '/s'}: {worst} {s['slo_met'][worst]:.2f}x of limit")
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point)
     best = cap["summary"]
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
@@ -129,7 +131,7 @@ def _capacity(args, file, machine, slo, console) -> int:
     res = None
     if args.plots or args.requests or args.chrome_trace:   # the run at the capacity rate: what they show
         file2 = file.model_copy(update={"serving": file.serving.model_copy(update={
-            "arrivals": file.serving.arrivals.model_copy(update={"rate": cap["rate"]})})})
+            "arrivals": file.serving.arrivals.model_copy(update={cap["knob"]: cap["rate"]})})})
         res, _ = serve(file2, machine, exact=args.exact)
     _write(args, res, out, cap["points"])
     if not args.quiet:

@@ -8,13 +8,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sim.apps.serve.closed import ClosedLoopSim, benchmark_figures, instance_devices
 from sim.apps.serve.disagg import Disagg
+from sim.apps.serve.energy import instance_board
 from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
 from sim.apps.serve.router import merge, policy_of, replica_count, replica_figures, run_replicas
 from sim.apps.serve.instance import Setup
-from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.spec import Closed, ServeFile
 from sim.apps.serve.traces import Requests
-from sim.core.errors import SimError
+from sim.core.errors import ConfigError, SimError
 
 
 def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
@@ -22,6 +24,13 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
                  cache: dict | None = None) -> tuple[ServeResult, dict[str, Any]]:
     """The run's result and the summary entries beyond sim.apps.serve.metrics.summarize's.
     Disaggregated pools take their own presets (`setup`'s machine is not used)."""
+    loop = file.serving.arrivals
+    if isinstance(loop, Closed):
+        if file.serving.disaggregated is not None or file.serving.router is not None:
+            raise ConfigError(f"{file.source}: serving.arrivals.process: closed drives one instance; a router or "
+                              "disaggregated pools under a closed loop are not modelled")
+        res = check_finite(ClosedLoopSim(setup, reqs, progress).run(), file, setup.machine.source or setup.machine.name)
+        return res, dict(benchmark=benchmark_figures(res, instance_devices(setup), loop.warmup_requests))
     if file.serving.disaggregated is not None:
         exact = setup.target_cost.op_level
         res, extra = Disagg(file, reqs, exact, cache).run()
@@ -29,12 +38,14 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
     hw = setup.machine.source or setup.machine.name
     n = replica_count(file)
     if n == 1 and file.serving.router is None:
-        return check_finite(ServeSim(setup, reqs, progress).run(), file, hw), {}
-    policy = policy_of(file)
-    results, where = run_replicas(setup, reqs, n, policy, progress)
-    reps = replica_figures(results, where)
-    extra = dict(router=policy, replicas=reps, engine_busy=sum(r["busy"] for r in reps) / n)
-    return check_finite(merge(results, where), file, hw), extra
+        res, extra = ServeSim(setup, reqs, progress).run(), {}
+    else:
+        policy = policy_of(file)
+        results, where = run_replicas(setup, reqs, n, policy, progress)
+        reps = replica_figures(results, where)
+        res, extra = merge(results, where), dict(router=policy, replicas=reps, engine_busy=sum(r["busy"] for r in reps) / n)
+    res.board = instance_board(setup)
+    return check_finite(res, file, hw), extra
 
 
 def check_finite(res: ServeResult, file: ServeFile, hw: str) -> ServeResult:

@@ -13,6 +13,7 @@ import pandas as pd
 from sim.apps.mpl import pyplot
 from sim.core.files import atomic_write, write_json, write_parquet
 from sim.apps.plots import _save
+from sim.apps.serve.energy import power_trace
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
 from sim.core.errors import ConfigError
@@ -53,6 +54,10 @@ def chrome_trace(res: ServeResult) -> dict[str, Any]:
         ev.append(dict(ph="X", pid=1, tid=1, name=f"iter {i}", ts=it["start_s"][i] * 1e6, dur=it["duration_s"][i] * 1e6,
                        args=dict(seqs=int(it["seqs"][i]), tokens=int(it["tokens"][i]),
                                  kv_blocks=int(it["kv_blocks_used"][i]))))
+    ev.append(dict(ph="M", pid=3, name="process_name", args=dict(name="power")))
+    times, watts = power_trace(res)
+    ev += [dict(ph="C", pid=3, name="power per device (W)", ts=t * 1e6, args=dict(W=round(float(w), 3)))
+           for t, w in zip(times, watts)]
     r = res.requests
     for i in np.flatnonzero(r["status"] == DONE):
         spans = (("queued", r["arrival_s"][i], r["scheduled_s"][i]), ("prefill", r["scheduled_s"][i], r["first_token_s"][i]),
@@ -138,6 +143,11 @@ def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None
     ax.legend()
     paths = [_save(fig, out / "latency_cdf.png")]
     paths.append(_kv_and_batch(res, out / "kv_and_batch.png"))
+    times, watts = power_trace(res)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.step(times, watts, where="post")
+    ax.set(xlabel="time (s)", ylabel="power per device (W)", title="power over the run (iterations; idle between)")
+    paths.append(_save(fig, out / "power.png"))
     if sweep:
         fig, ax = plt.subplots(1, 2, figsize=(10, 4))
         rates = [p["rate"] for p in sweep]

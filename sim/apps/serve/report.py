@@ -28,9 +28,23 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
         ("energy", f"{s['energy_per_token_j']:.3g} J per output token"),
     ]
+    e = s.get("energy")
+    if e and e["total_j"]:
+        ph = e["by_phase_j"]
+        rows += [("energy per request", f"{e['per_request_j']:.4g} J; run total {e['total_j']:.4g} J: prefill "
+                                        f"{ph['prefill'] / e['total_j']:.0%}, decode {ph['decode'] / e['total_j']:.0%}, "
+                                        f"idle {ph['idle'] / e['total_j']:.0%}"),
+                 ("power per device", f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
+                                      f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})")]
     if s.get("host_per_iteration_s"):
         rows.append(("host per iteration", f"{fmt_time(s['host_per_iteration_s'])} mean (the engine's work: "
                                            "schedule, inputs, sampling, outputs; and kernel launches)"))
+    if s.get("benchmark"):   # a closed loop (sim.apps.serve.closed): the means a benchmark client prints
+        b = s["benchmark"]
+        rows.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {fmt_time(b['tpot_s'])}, "
+                                            f"ITL {fmt_time(b['itl_s'])}, E2E {fmt_time(b['e2e_s'])}; "
+                                            f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
+                                            f"tokens/s/GPU over {b['completed']} requests"))
     if s.get("spec_tokens_per_step"):
         rows.append(("speculative", f"{s['spec_tokens_per_step']:.3f} tokens per verify step"))
     for k, v in rows:
@@ -78,10 +92,14 @@ def _slo(slo: dict[str, float]) -> str:
 
 def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
     console = console or tables.console(markup=True)
-    t = Table(title="capacity search (bisection on the arrival rate)", show_header=False, title_justify="left")
-    t.add_row("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")
+    clients = c.get("knob") == "concurrency"
+    t = Table(title=f"capacity search (bisection on the {'client count' if clients else 'arrival rate'})",
+              show_header=False, title_justify="left")
+    t.add_row(*(("most clients meeting the SLO", f"{c['rate']:d}") if clients
+                else ("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")))
     t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s over the run's "
-              f"{c['window_s']:.4g} s (first arrival to last completion; arrivals span ~{c['arrival_window_s']:.4g} s); "
+              f"{c['window_s']:.4g} s (first arrival to last completion"
+              + ("" if clients else f"; arrivals span ~{c['arrival_window_s']:.4g} s") + "); "
               f"{c['within_slo']:.1%} of completed requests within the SLO")
     t.add_row("limiting metric", f"{c['limiting']} ({c['limit_ratio']:.2f}x of its limit just above)")
     t.add_row("runs", str(len(c["points"])))

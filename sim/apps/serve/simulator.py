@@ -5,6 +5,12 @@ long, hand out the tokens, retire finished requests. Token times are kept per
 request (first, last, largest gap) and per iteration, not per token, so memory
 grows with requests and iterations only. Busy time is summed per resource over the
 run (the step costs' resources, sim.apps.serve.stepcost; `host_link` for swaps).
+
+The stack's engine_overheads (hw_models.stack.engine_overheads) add two things here: the API
+front end (a request reaches the engine `per_request_s` after it arrives; its latencies
+count from its arrival) and async scheduling (the step that runs next was scheduled when
+the previous one started, so a request that reaches a busy engine is held until the
+scheduling after the step it arrived during: one step longer than a synchronous engine).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from hw_models.stack.spec import stack_for
+from hw_models.power import Board
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.instance import Setup
@@ -50,6 +58,7 @@ class ServeResult:
     busy_s: dict[str, float] = field(default_factory=dict)   # per resource, summed over the instances
     instances: int = 1
     rejected_reasons: dict[str, int] = field(default_factory=dict)   # why requests were refused: reason -> count
+    board: Board = Board()   # idle power per device and devices per instance (sim.apps.serve.energy)
 
 
 class ServeSim:
@@ -77,6 +86,13 @@ class ServeSim:
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
         self.rejections: dict[str, int] = {}
+        stack = stack_for(setup.file.stack, setup.machine)
+        eo = stack.engine_overheads if stack is not None else None
+        self.front_end_s = eo.per_request_s if eo else 0.0
+        self.async_scheduling = bool(eo and eo.async_scheduling)
+        self.held: list[tuple[float, int]] = []   # (when it reached the engine, request) awaiting a scheduling
+        self.stepping = False                     # a step is running
+        self.last_start = float("-inf")           # when the last step started: the next one was scheduled then
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -99,17 +115,33 @@ class ServeSim:
     def _arrivals(self, env: simpy.Environment):
         r = self.reqs
         for i in range(len(r)):
-            dt = r.arrival_s[i] - env.now
+            dt = r.arrival_s[i] + self.front_end_s - env.now
             if dt > 0:
                 yield env.timeout(dt)
             self.arrive(i)
 
     def arrive(self, i: int) -> None:
         """Request `i` of the stream reaches this engine now (a router calls it too)."""
+        self.arrived += 1
+        if self.async_scheduling and self.stepping:
+            self.held.append((self.env.now, i))
+        else:
+            self._admit(i)
+
+    def _release(self, cutoff: float) -> None:
+        """Held requests that reached the engine by `cutoff` go to the scheduler."""
+        keep = []
+        for t, i in self.held:
+            if t <= cutoff:
+                self._admit(i)
+            else:
+                keep.append((t, i))
+        self.held = keep
+
+    def _admit(self, i: int) -> None:
         r, hashes = self.reqs, self.reqs.hash_ids
         req = Request(i, float(r.arrival_s[i]), int(r.prompt_len[i]), int(r.output_len[i]),
                       hashes[i] if hashes else ())
-        self.arrived += 1
         self.admit_or_reject(req)
         self.poke()
 
@@ -137,16 +169,23 @@ class ServeSim:
         total = len(self.reqs)
         sched = self.sched
         while self.done < total:
-            more = self.arrived < total
+            if self.held:   # async scheduling: those that arrived before the last step began
+                self._release(self.last_start)
+            more = self.arrived < total or bool(self.held)
             batch = sched.schedule(env.now, more) if sched.busy() else None
+            if batch is None and self.held:   # the step scheduled then was empty: schedule again at once
+                self._release(env.now)
+                continue
             if batch is None:
                 self.wake = env.event()
                 t = sched.timer(env.now, more)
                 yield self.wake if t is None or t <= env.now else env.any_of([self.wake, env.timeout(t - env.now)])
                 continue
-            start = env.now
+            start = self.last_start = env.now
             dt, energy = self._cost(batch)
+            self.stepping = True
             yield env.timeout(dt)
+            self.stepping = False
             self._apply(batch, start, env.now, energy)
 
     def _cost(self, batch: Batch) -> tuple[float, float]:

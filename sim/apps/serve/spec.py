@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from sim.apps.serve.disagg_spec import Disaggregated
 # Re-exported: spec.Poisson, spec.Fixed, ... stay where callers look for them.
 from sim.apps.serve.stream_spec import (  # noqa: F401
-    CV, Arrivals, Burst, Constant, Fixed, Gamma, Histogram, Length, Lengths, LogNormal, Normal, Pos, PosInt,
+    CV, Arrivals, Burst, Closed, Constant, Fixed, Gamma, Histogram, Length, Lengths, LogNormal, Normal, Pos, PosInt,
     Poisson, TraceArrivals, Uniform, Zipf)
 from sim.core.errors import ConfigError
 from sim.core.model import model_path

@@ -40,6 +40,7 @@ from typing import Protocol
 
 from hw_models.base import Mapper
 from hw_models.op_cost import OpCost
+from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
@@ -144,6 +145,8 @@ class ExactCost:
         self.mapper: Mapper = serving_mapper(machine, workload, model)
         self.host = host     # add the engine's host work (not for a draft model's steps: the iteration pays it once)
         self.experts = experts
+        stack = getattr(self.mapper, "stack", None)   # GPU mappers run a stack; other kinds have none
+        self.overheads: EngineOverheads | None = stack.engine_overheads if stack is not None else None
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
@@ -172,12 +175,14 @@ class ExactCost:
         return (t, e, *(d.get(k, 0.0) for k in self.keys))
 
     def engine(self, c: Cost, it: Iteration) -> Cost:
-        """Device cost `c` of `it` with the engine's host work (Mapper.with_engine): the longer
+        """Device cost `c` of `it` with the engine's host work (Mapper.with_engine) and its fitted
+        iteration terms (hw_models.stack.engine_overheads: serial, the GPU idles through them): the longer
         wall time's idle power added, the host's busy time grown."""
         host = self.mapper.engine_host_s(len(it.seqs)) if self.host else 0.0
-        if not host:
+        extra = self.overheads.iteration_s(len(it.seqs)) if self.host and self.overheads else 0.0
+        if not host and not extra:
             return c
-        t = self.mapper.step_overhead.step_s(c[0], host)
+        t = (self.mapper.step_overhead.step_s(c[0], host) if host else c[0]) + extra
         if HOST not in self.keys:
             self.keys.append(HOST)
         out = list(c) + [0.0] * (2 + len(self.keys) - len(c))

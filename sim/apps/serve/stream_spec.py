@@ -99,7 +99,30 @@ class TraceArrivals(Strict):
     num_requests: PosInt | None = None   # the first requests of the trace only
 
 
-Arrivals = Annotated[Union[Poisson, Gamma, Constant, Burst, TraceArrivals], Field(discriminator="process")]
+class Closed(Strict):
+    """N clients, each sending its next request when the previous returns (sim.apps.serve.closed)."""
+    process: Literal["closed"]
+    concurrency: PosInt          # clients, each with one request in flight
+    num_requests: PosInt         # sent in all (the first `concurrency` at t = 0)
+    think_time_s: Annotated[float, Field(ge=0)] = 0.0       # a client's pause between a reply and its next send
+    warmup_requests: Annotated[StrictInt, Field(ge=0)] = 0  # the first sends, left out of benchmark_figures
+    seed: int = Field(default=0, ge=0)
+    max_requests: PosInt = 1_000_000
+
+    @property
+    def gap_s(self) -> float:
+        """No schedule: every time is 0, the clients set each one as they send."""
+        return 0.0
+
+    @property
+    def per_arrival(self) -> int:
+        return self.num_requests
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.zeros(n)
+
+
+Arrivals = Annotated[Union[Poisson, Gamma, Constant, Burst, TraceArrivals, Closed], Field(discriminator="process")]
 
 
 class _Clip(Strict):

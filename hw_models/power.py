@@ -1,0 +1,70 @@
+"""Board power of a device (issue 33): static, activity and dynamic power, and the board
+power limit as a cap that stretches a step when it binds.
+
+A device's power over a step of `t` seconds in which its kernels run `busy` seconds:
+
+    P = idle_power_w                      static: the board at rest (leakage, fans, VRM, HBM refresh)
+      + active_power_w x busy / t         activity: what running any kernel adds at boost clock
+                                          (clock tree, SM/L2/NoC leakage at boost voltage), whatever it computes
+      + dynamic_j / t                     FLOPs x energy_j_per_flop[format] + bytes x tier energy_j_per_byte
+                                          + link bytes x link energy_j_per_byte (the tasks' OpCost.energy_j)
+
+The activity term is why a memory-bound decode draws far more than idle + bytes x J/byte: a
+GPU running a GEMV keeps every SM clocked (ML.ENERGY's H100 Llama-3.1-8B at batch 8 draws
+486 W per GPU, docs/energy.md).
+
+The cap: when P exceeds the board power limit L (power_limit_w, else the TDP power_w), the
+GPU lowers its clock until it does not. The activity and dynamic energies are energies per
+cycle and per op (C V^2 each): we hold them fixed, so a clock slower by s spreads the same
+joules over s times the time, while idle power keeps drawing:
+
+    idle + (active_w x busy + dynamic_j) / (s t) = L   =>   s = (active_w x busy + dynamic_j) / (t (L - idle))
+
+`busy` stays the busy time at full clock (the activity energy), the step's time grows to s t.
+Holding the energy per op fixed ignores the lower voltage at a lower clock (which cuts it
+~V^2), so s is an upper bound on the slowdown; the ML.ENERGY runs, which never sit at the cap
+for long, cannot constrain the difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BoardPower:
+    """Per-device power figures (W) of one unit; `limit_w` None: no cap."""
+
+    idle_w: float
+    active_w: float = 0.0
+    limit_w: float | None = None
+
+    def static_w(self, busy_fraction: float) -> float:
+        """Power without the dynamic part, at a share `busy_fraction` of the time running kernels."""
+        return self.idle_w + self.active_w * busy_fraction
+
+    def stretch(self, time_s: float, clocked_j: float) -> float:
+        """The factor (>= 1) the cap stretches a step of `time_s` seconds by, given one device's energy
+        that scales with its clock over it (`clocked_j`: activity + dynamic); 1.0 when the cap does not bind."""
+        if self.limit_w is None or time_s <= 0.0 or clocked_j <= 0.0:
+            return 1.0
+        # limit_w > idle_w is checked where the unit is read (Unit._power_limit), so the headroom is positive.
+        return max(1.0, clocked_j / (time_s * (self.limit_w - self.idle_w)))
+
+    def average_w(self, time_s: float, busy_s: float, dynamic_j: float) -> float:
+        """Average power of one device over a step (the formula above)."""
+        return self.static_w(busy_s / time_s) + dynamic_j / time_s if time_s > 0 else self.idle_w
+
+
+@dataclass(frozen=True)
+class Board:
+    """What a serving instance draws when it has no work: `idle_w` per device, `devices` per instance."""
+
+    idle_w: float = 0.0
+    devices: int = 1
+
+
+def board_of(machine: Any, devices: int) -> Board:
+    """A machine's idle board figures: its main unit's idle power (0 without one), `devices` per instance."""
+    return Board(machine.units[machine.main_unit].idle_power_w or 0.0, devices)

@@ -1,0 +1,44 @@
+"""A serving engine's own costs beyond the model's kernels and its per-iteration host curve
+(a software stack's `engine_overheads`; hw_models.stack.step_overhead has the curve).
+
+Physically named terms, each in seconds, fitted once per engine family by
+scripts/fit_engine_overheads.py (NNLS on the H100 silicon-sample runs; the fit's provenance
+is stored beside them) and never refitted per case:
+
+* `step_s`: the GPU's idle time per iteration that the engine does not hide (graph launch,
+  the device-host synchronisation that reads the sampled ids, bookkeeping between steps);
+* `per_seq_s`: the same per scheduled sequence (sampler, logits processing, per-request
+  state updates and input preparation that grow with the batch);
+* `per_request_s`: the API front end, once per request: HTTP handling, tokenization and the
+  hand-off to the engine core before the engine sees the request; counted from the client's
+  send, so it adds to TTFT and E2E but occupies no engine time.
+
+Both step terms add to the iteration's wall time serially: they are what the fit found the
+GPU waiting for, over and above the overlapped host curve.
+
+`async_scheduling` is the engine's documented design, not a fitted figure: the engine
+schedules iteration n+1 while iteration n runs, so a request arriving during iteration n
+is first scheduled into n+2 (vLLM V1: vllm/v1/engine/core.py EngineCore.step_with_batch_queue
+with vllm/v1/core/sched/async_scheduler.py AsyncScheduler, default since vLLM 0.14;
+SGLang: managers/scheduler.py event_loop_overlap; TensorRT-LLM's PyTorch backend:
+py_executor.py _executor_loop_overlap, on unless disable_overlap_scheduler).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, StrictBool
+
+from sim.core.schema import Quantity, Strict
+
+
+class EngineOverheads(Strict):
+    cite: str                                        # where async_scheduling comes from
+    async_scheduling: StrictBool = False             # see the module doc
+    step_s: Quantity = Field(default=0.0, ge=0)      # exposed GPU idle per iteration
+    per_seq_s: Quantity = Field(default=0.0, ge=0)   # ... per scheduled sequence
+    per_request_s: Quantity = Field(default=0.0, ge=0)   # API front end per request
+    fit: str = ""                                    # the fit's provenance (script, training set, date)
+
+    def iteration_s(self, seqs: int) -> float:
+        """Seconds an iteration of `seqs` sequences adds to its wall time."""
+        return self.step_s + self.per_seq_s * seqs

@@ -1,0 +1,121 @@
+"""Closed-loop load: N clients, each sending its next request when its previous one
+returns (after an optional think time), as every public serving benchmark drives a
+server:
+
+* vLLM `benchmarks/benchmark_serving.py --max-concurrency N` (vllm-project/vllm,
+  `benchmark()`): with the default request rate (inf) every request task starts at
+  once and `limited_request_func` waits on `asyncio.Semaphore(max_concurrency)`, so
+  the first N requests go out at t = 0 and each completion lets the next one in; all
+  requests count in the means (no warm-up is excluded) and the duration runs from the
+  start to the last completion;
+* NVIDIA genai-perf / aiperf `--concurrency N` (the aiconfigurator silicon samples
+  and InferenceX runs) keep N requests in flight the same way; `--warmup-request-count`
+  drops the first requests from the statistics: `warmup_requests` here.
+
+Requests are sent in stream order (the i-th send takes request i's lengths). The
+engine sees a request `front_end_s` after its client sent it (the API server's
+tokenization and hand-off, the stack's `engine_overheads.per_request_s`); a client
+times its request from the send, as the tools do.
+
+Warm-up and cool-down: as benchmark_serving, every request counts by default, the
+ramp (all N prefills queued at t = 0) and the tail (the last requests running with
+fewer than N in flight) included; `warmup_requests` drops the first sends as
+genai-perf's warm-up does. The silicon samples were measured with the former.
+
+The means the tools report (`benchmark_figures`): TTFT, TPOT = (e2e - ttft) /
+(output - 1) per request (vLLM's `calculate_metrics`), ITL over every gap between
+two tokens, E2E, requests/s and output tokens/s over the duration, and output
+tokens/s per GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import simpy
+
+from sim.apps.serve.simulator import DONE, REJECTED, ServeResult, ServeSim
+from sim.apps.serve.metrics import per_request
+from sim.apps.serve.instance import Setup
+from sim.apps.serve.spec import Closed
+from sim.apps.serve.stepcost import serving_mapper
+
+
+class ClosedLoopSim(ServeSim):
+    """The engine of sim.apps.serve.simulator driven by `concurrency` clients instead of a
+    precomputed arrival stream (the stream's arrival times are overwritten by the sends)."""
+
+    def __init__(self, setup: Setup, reqs, progress=None, front_end_s: float | None = None):
+        super().__init__(setup, reqs, progress)
+        self.loop: Closed = setup.file.serving.arrivals
+        if front_end_s is not None:   # else the stack's (simulator.ServeSim)
+            self.front_end_s = front_end_s
+        self.next = 0
+        self.replied: dict[int, simpy.Event] = {}
+
+    def _arrivals(self, env: simpy.Environment):
+        for _ in range(min(self.loop.concurrency, len(self.reqs))):
+            env.process(self._client(env))
+        return
+        yield  # a generator, as the base process is
+
+    def _client(self, env: simpy.Environment):
+        while self.next < len(self.reqs):
+            i, self.next = self.next, self.next + 1
+            self.reqs.arrival_s[i] = self.rec["arrival_s"][i] = env.now
+            done = self.replied[i] = env.event()
+            if self.front_end_s:
+                yield env.timeout(self.front_end_s)
+            self.arrive(i)
+            if self.rec["status"][i] == REJECTED:
+                done.succeed()
+            yield done
+            if self.loop.think_time_s:
+                yield env.timeout(self.loop.think_time_s)
+
+    def _finish(self, r, now: float) -> None:
+        super()._finish(r, now)
+        self.replied[r.idx].succeed()
+
+
+def in_flight_max(res: ServeResult) -> int:
+    """The most requests sent and not yet answered at any instant (a send at the instant of a
+    reply counts after it, as a client sends its next request once the previous returned)."""
+    r = res.requests
+    ok = r["status"] == DONE
+    events = sorted([(t, 1) for t in r["arrival_s"][ok]] + [(t, -1) for t in r["finish_s"][ok]])
+    n = peak = 0
+    for _, d in events:   # at equal times -1 sorts first
+        n += d
+        peak = max(peak, n)
+    return peak
+
+
+def benchmark_figures(res: ServeResult, devices: int, warmup: int = 0) -> dict[str, float]:
+    """The means a benchmark client reports (module doc), over the completed requests after
+    the first `warmup` sends; seconds, requests/s, tokens/s."""
+    r = res.requests
+    order = np.argsort(r["arrival_s"], kind="stable")
+    keep = np.ones(len(order), dtype=bool)
+    keep[order[:warmup]] = False
+    sub = replace(res, requests={k: v[keep] for k, v in r.items()})
+    lat = per_request(sub)
+    ok = sub.requests["status"] == DONE
+    first, fin, out = (sub.requests[c][ok] for c in ("first_token_s", "finish_s", "output_tokens"))
+    start = float(np.min(sub.requests["arrival_s"][ok])) if ok.any() else 0.0
+    span = float(np.max(fin)) - start if ok.any() else 0.0
+    gaps = float(np.sum(np.maximum(out - 1, 0)))
+    return dict(ttft_s=float(np.mean(lat["ttft"])) if ok.any() else float("nan"),
+                tpot_s=float(np.nanmean(lat["tpot"])) if (out > 1).any() else float("nan"),
+                itl_s=float(np.sum(fin - first) / gaps) if gaps else float("nan"),
+                e2e_s=float(np.mean(lat["e2e"])) if ok.any() else float("nan"),
+                req_s=int(ok.sum()) / span if span else 0.0,
+                out_tok_s=float(out.sum()) / span if span else 0.0,
+                out_tok_s_per_gpu=float(out.sum()) / span / devices if span else 0.0,
+                completed=int(ok.sum()))
+
+
+def instance_devices(setup: Setup) -> int:
+    """Devices of one instance (tp x pp, max(tp, ep) x pp for MoE): what output tok/s/GPU divides by."""
+    return serving_mapper(setup.machine, setup.file, setup.model).device_share().devices

@@ -1,0 +1,108 @@
+"""Energy of a serving run (issue 33): joules per output token and per request, average
+and peak power per device, energy by phase (prefill, decode, idle), and power over time.
+
+Each iteration's joules come from the step cost (dynamic energy of its ops + the units'
+idle and activity power over it, hw_models.power). Between iterations an engine waits
+for work and its devices draw their idle power: that is the `idle` phase. An iteration
+that mixes prefill chunks and decodes (chunked prefill) is split between the two phases by
+its tokens: a decode sequence is one token, the rest of the iteration's tokens are prefill
+(a token share, not a FLOP share: attention over a long prompt costs a prefill token more,
+so the prefill share is a lower bound).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hw_models.power import Board, board_of
+from sim.apps.serve.simulator import DONE, ServeResult
+
+
+def instance_board(setup: Any) -> Board:
+    """The board figures of `setup`'s instance (sim.apps.serve.instance.Setup): the mapper behind its step cost
+    (exact, interpolated or split over attention groups) knows the devices its plan spans."""
+    cost = setup.target_cost
+    mapper = getattr(cost, "mapper", None) or getattr(getattr(cost, "exact", None), "mapper", None)
+    return board_of(setup.machine, int(getattr(mapper, "devices", 1)))
+
+
+def phase_split(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
+    """Per iteration: (prefill joules, decode joules), its energy split by tokens (module doc)."""
+    it = res.iterations
+    tokens = np.maximum(it["tokens"], 1.0)
+    decode_tokens = np.clip(it["seqs"] - it["prefill_seqs"], 0.0, tokens)
+    pre = it["energy_j"] * (1.0 - decode_tokens / tokens)
+    return pre, it["energy_j"] - pre
+
+
+def idle_s(res: ServeResult) -> float:
+    """Seconds the instances' engines waited for work over the run (summed over instances)."""
+    return max(res.makespan_s * res.instances - float(res.iterations["duration_s"].sum()), 0.0)
+
+
+def total_energy_j(res: ServeResult) -> float:
+    """The run's energy: its iterations' and the devices' idle power between them."""
+    return res.energy_j + res.board.idle_w * res.board.devices * idle_s(res)
+
+
+def energy_summary(res: ServeResult) -> dict[str, Any]:
+    """The run's energy figures (plain data for the JSON and the report)."""
+    b, it = res.board, res.iterations
+    devices = b.devices * res.instances
+    pre, dec = phase_split(res)
+    total = total_energy_j(res)
+    done = int((res.requests["status"] == DONE).sum())
+    dur = it["duration_s"]
+    # Peak: the most any iteration drew per device (its energy over its time); idle power when none ran.
+    per_device_w = np.where(dur > 0, it["energy_j"] / np.where(dur > 0, dur, 1.0) / b.devices, 0.0)
+    return dict(
+        total_j=total,
+        per_output_token_j=total / res.tokens_out if res.tokens_out else 0.0,
+        per_request_j=total / done if done else 0.0,
+        devices=devices,
+        avg_power_per_device_w=total / (res.makespan_s * devices) if res.makespan_s else 0.0,
+        peak_power_per_device_w=float(per_device_w.max()) if len(per_device_w) else b.idle_w,
+        by_phase_j=dict(prefill=float(pre.sum()), decode=float(dec.sum()), idle=total - res.energy_j),
+    )
+
+
+def power_trace(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
+    """Power per device over the run as a step function: (times, watts from each time to the next);
+    between iterations the idle power. With several instances their iterations interleave and the
+    trace is each iteration's own devices' power."""
+    it, b = res.iterations, res.board
+    t: list[float] = []
+    w: list[float] = []
+    end = 0.0
+    for s, d, e in zip(it["start_s"], it["duration_s"], it["energy_j"]):
+        if s > end and res.instances == 1:
+            t.append(end)
+            w.append(b.idle_w)
+        t.append(float(s))
+        w.append(float(e / d / b.devices) if d > 0 else b.idle_w)
+        end = s + d
+    t.append(end)
+    w.append(b.idle_w)
+    return np.asarray(t), np.asarray(w)
+
+
+def energy_window(res: ServeResult, t0: float, t1: float) -> tuple[float, float]:
+    """(joules, output tokens) between times t0 and t1: iterations pro rata by overlap (their power is
+    flat over them), idle gaps at idle power (one instance), each request's tokens spread evenly from
+    its first token to its last. For a steady-state window as ML.ENERGY's (scripts/energy_mlenergy.py)."""
+    it, b = res.iterations, res.board
+    s, d = it["start_s"], it["duration_s"]
+    overlap = np.clip(np.minimum(s + d, t1) - np.maximum(s, t0), 0.0, None)
+    joules = float(np.sum(np.where(d > 0, it["energy_j"] * overlap / np.where(d > 0, d, 1.0), 0.0)))
+    if res.instances == 1:
+        joules += b.idle_w * b.devices * max((t1 - t0) - float(overlap.sum()), 0.0)
+    r = res.requests
+    ok = r["status"] == DONE
+    first, fin, out = r["first_token_s"][ok], r["finish_s"][ok], r["output_tokens"][ok]
+    span = fin - first
+    inside = np.clip(np.minimum(fin, t1) - np.maximum(first, t0), 0.0, None)
+    tokens = np.where(span > 0, (out - 1) * inside / np.where(span > 0, span, 1.0), 0.0)
+    tokens += (first >= t0) & (first < t1)   # the first token, emitted at first_token_s
+    return joules, float(tokens.sum())

@@ -1,0 +1,174 @@
+"""Replay of the ML.ENERGY Benchmark v3 serving runs (issue 33): each run's model, GPU,
+parallelism and `max_num_seqs` as a closed-loop serving file, simulated, and its
+steady-state energy per output token and power per GPU set against the measured ones.
+
+The runs (../shared/validation/energy/mlenergy_llm_runs.csv, README there): vLLM 0.11.1,
+every request sent at once, concurrency held at `max_num_seqs`, chunked prefill with an
+8192-token budget, outputs until EOS; GPU energy (NVML) over a steady-state window that
+starts when `max_num_seqs` requests have their first token and ends when
+`requests - max_num_seqs - 1` have finished. We replay exactly that window.
+
+Assumptions (the data do not give them):
+* Input lengths are not published. Per task, a lognormal with the mean of INPUT_MEAN
+  (LMArena conversations with their history, GPQA questions, Sourcegraph FIM code context;
+  our estimates) and `input_scale` to show how much the answer depends on it.
+* Output lengths: a lognormal with the run's measured mean (`avg_output_tokens`), cv
+  OUTPUT_CV, clipped at the task's cap.
+* Requests per replay: REQUESTS_PER_SEQ x max_num_seqs (at least MIN_REQUESTS), fewer than
+  the benchmark's 198-24,576, so the steady state is shorter; prefix caching (on in the
+  benchmark, which repeats prompts) is off.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hw_models.machine import load_machine
+from sim.apps.serve.energy import energy_window
+from sim.apps.serve.simulator import DONE, ServeResult
+from sim.apps.serve.run import serve
+from sim.apps.serve.spec import serve_file_from_dict
+
+CSV_NAME = "energy/mlenergy_llm_runs.csv"
+# Hugging Face id -> this project's model preset (same layer shapes: Llama 3.1/3.3 differ from Llama 3
+# only in RoPE scaling and context length; the Qwen3-30B-A3B 2507 and Coder checkpoints share Qwen3-30B-A3B's config).
+MODELS = {
+    "meta-llama/Llama-3.1-8B-Instruct": "llama3-8b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama3-70b",
+    "meta-llama/Llama-3.3-70B-Instruct": "llama3-70b",
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b",
+    "Qwen/Qwen3-30B-A3B-Thinking-2507": "qwen3-30b-a3b",
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": "qwen3-30b-a3b",
+}
+PRESETS = {"H100": "h100_sxm", "B200": "b200"}
+TOPOLOGY = {"H100": "dgx_h100", "B200": "hgx_b200"}   # hw_models/network/presets: one 8-GPU node
+FORMATS = {"bfloat16": "bf16"}
+# Assumed mean input tokens per task (module doc), estimates: LMArena prompts are mostly short single turns,
+# a later turn carries the conversation so far but vLLM's prefix cache (on in the benchmark) skips recomputing
+# it; GPQA-diamond questions are a few hundred tokens with the chat template; FIM prompts are long code context.
+INPUT_MEAN = {"lm-arena-chat": 500, "gpqa": 300, "sourcegraph-fim": 3000}
+INPUT_CV = 1.0
+OUTPUT_CAP = {"lm-arena-chat": 4096, "gpqa": 32768, "sourcegraph-fim": 2048}   # the benchmark's max_tokens
+OUTPUT_CV = 1.0
+REQUESTS_PER_SEQ = 3
+MIN_REQUESTS = 64
+BATCHED_TOKENS = 8192   # every v3 config's max-num-batched-tokens
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run (the CSV's columns this replay reads)."""
+
+    gpu: str
+    model: str
+    precision: str
+    task: str
+    num_gpus: int
+    tp: int
+    ep: int
+    max_num_seqs: int
+    avg_output_tokens: float
+    j_per_token: float
+    power_per_gpu_w: float
+    throughput_tok_s: float
+
+    @property
+    def preset(self) -> str:
+        return MODELS[self.model]
+
+
+def load_runs(shared: Path) -> list[Run]:
+    """The v3 runs this project can replay: a model with a preset, a format it has, no data parallelism."""
+    out = []
+    with open(shared / CSV_NAME, newline="") as f:
+        for r in csv.DictReader(f):
+            if (r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS
+                    or int(float(r["data_parallel"] or 1)) != 1 or int(float(r["pipeline_parallel"] or 1)) != 1):
+                continue
+            out.append(Run(r["gpu"], r["model"], r["precision"], r["task"], int(r["num_gpus"]),
+                           int(r["tensor_parallel"]), int(float(r["expert_parallel"] or 1)), int(r["max_num_seqs"]),
+                           float(r["avg_output_tokens"]), float(r["energy_per_output_token_j"]),
+                           float(r["avg_power_per_gpu_w"]), float(r["output_throughput_tok_s"])))
+    return out
+
+
+def sample(runs: list[Run], every: int) -> list[Run]:
+    """Every `every`-th run of each sweep (GPU, model, task, parallelism) by max_num_seqs, its largest always."""
+    sweeps: dict[tuple, list[Run]] = {}
+    for r in runs:
+        sweeps.setdefault((r.gpu, r.model, r.task, r.tp, r.ep), []).append(r)
+    out = []
+    for rs in sweeps.values():
+        rs = sorted(rs, key=lambda r: r.max_num_seqs)
+        out += rs[::every] + ([rs[-1]] if (len(rs) - 1) % every else [])
+    return out
+
+
+def serve_file(run: Run, input_scale: float = 1.0) -> Any:
+    """The closed-loop serving file of `run` (module doc)."""
+    fmt = FORMATS[run.precision]
+    n = max(REQUESTS_PER_SEQ * run.max_num_seqs, MIN_REQUESTS)
+    raw = dict(
+        name=f"mlenergy {run.gpu} {run.model} seqs {run.max_num_seqs}", model=run.preset,
+        formats=dict(weights=fmt, activations=fmt, kv_cache=fmt), flash_attention=True, stack="vllm",
+        parallel=dict(tp=run.tp, ep=run.ep, **({"topology": TOPOLOGY[run.gpu]} if run.num_gpus > 1 else {})),
+        serving=dict(
+            arrivals=dict(process="burst", size=n, num_requests=n, seed=0),
+            lengths=dict(prompt=dict(dist="lognormal", mean=INPUT_MEAN[run.task] * input_scale, cv=INPUT_CV, min=1,
+                                     max=16384),
+                         output=dict(dist="lognormal", mean=run.avg_output_tokens, cv=OUTPUT_CV, min=1,
+                                     max=OUTPUT_CAP[run.task])),
+            scheduler=dict(kind="vllm", max_num_seqs=run.max_num_seqs, max_num_batched_tokens=BATCHED_TOKENS)))
+    return serve_file_from_dict(raw, "mlenergy replay")
+
+
+def steady_window(res: ServeResult, max_num_seqs: int) -> tuple[float, float]:
+    """ML.ENERGY's steady state: from the time `max_num_seqs` requests have their first token to the time
+    `requests - max_num_seqs - 1` have finished (at least one request's worth when the replay is short)."""
+    r = res.requests
+    ok = r["status"] == DONE
+    first = np.sort(r["first_token_s"][ok])
+    fin = np.sort(r["finish_s"][ok])
+    b = min(max_num_seqs, len(first)) - 1
+    t0 = float(first[b])
+    t1 = float(fin[max(len(fin) - max_num_seqs - 2, 0)])
+    return t0, t1 if t1 > t0 else float(fin[-1])
+
+
+@dataclass(frozen=True)
+class Replay:
+    run: Run
+    j_per_token: float
+    power_per_gpu_w: float
+    throughput_tok_s: float
+
+    @property
+    def j_error(self) -> float:
+        return self.j_per_token / self.run.j_per_token - 1.0
+
+    @property
+    def power_error(self) -> float:
+        return self.power_per_gpu_w / self.run.power_per_gpu_w - 1.0
+
+    @property
+    def throughput_error(self) -> float:
+        return self.throughput_tok_s / self.run.throughput_tok_s - 1.0
+
+
+def replay(run: Run, machine: Any = None, input_scale: float = 1.0, cache: dict | None = None) -> Replay:
+    """Simulate `run` (surrogate step costs) and read its steady-state figures."""
+    machine = machine or load_machine(PRESETS[run.gpu])
+    res, _ = serve(serve_file(run, input_scale), machine, cache=cache)
+    t0, t1 = steady_window(res, run.max_num_seqs)
+    joules, tokens = energy_window(res, t0, t1)
+    span = t1 - t0
+    return Replay(run, joules / tokens, joules / span / run.num_gpus, tokens / span)
+
+
+def mape(errors: list[float]) -> float:
+    return float(np.mean(np.abs(errors))) if errors else float("nan")

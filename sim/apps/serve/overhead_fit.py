@@ -1,0 +1,112 @@
+"""The fit of each engine family's engine_overheads (hw_models.stack.engine_overheads) on the H100
+silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the test re-checks.
+
+1. Replay every training run (sim.apps.serve.validate) with the family's stack, async scheduling
+   on and the three terms at zero; keep per run the simulated mean TTFT and TPOT and the step
+   features (validate.step_features: iterations and scheduled sequences inside each span).
+2. To first order a term of t s per iteration, u s per scheduled sequence and f s per request
+   moves the means by
+       TTFT: f + t x ttft_steps + u x ttft_seqs,      TPOT: t x tpot_steps + u x tpot_seqs,
+   so (f, t, u) >= 0 solve one non-negative least-squares problem per family (scipy nnls) over
+   both equations of every run, each row divided by its measured value (relative errors weigh
+   alike whatever the run's scale). Queueing's second-order response to the terms is left to
+   the validation run, which simulates with them.
+
+Training set: half the silicon sample's `h100_sxm` rows (TRAINING_SYSTEMS; `in_training`: a hash of
+the run id picks the half, so every engine, model and layout is in both); the other half is the H100
+check the fit never saw. H200 and Blackwell rows of the same table, and every other GPU, are never read here.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from sim.apps.serve.validate import ENGINES, Result
+
+TRAINING_SYSTEMS = {"h100_sxm"}
+FEATURES = ("sim_ttft_s", "sim_tpot_s", "ttft_steps", "ttft_seqs", "tpot_steps", "tpot_seqs")
+TERMS = ("per_request_s", "step_s", "per_seq_s")
+START, END = "  # fit:start", "  # fit:end"
+
+
+@dataclass(frozen=True)
+class Fit:
+    engine: str
+    terms: dict[str, float]
+    runs: int
+
+
+def in_training(run_id: str) -> bool:
+    """The half of the H100 runs the fit reads (a stable hash of the id, not the row order)."""
+    return hashlib.sha1(run_id.encode()).digest()[0] % 2 == 0
+
+
+def zero_terms() -> dict:
+    """Machine overrides (hw_models.stack.stack_for) that zero every family's fitted terms."""
+    return {"stacks": {e.stack: {"engine_overheads": {t: 0.0 for t in TERMS}} for e in ENGINES.values()}}
+
+
+def feature_rows(results: list[Result]) -> list[dict]:
+    return [{"id": r.run.name, "engine": r.run.engine, "sim_ttft_s": r.sim["ttft_s"], "sim_tpot_s": r.sim["tpot_s"],
+             **r.features} for r in results]
+
+
+def write_features(rows: list[dict], path: Path) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, ["id", "engine", *FEATURES])
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def read_features(path: Path) -> list[dict]:
+    with path.open() as fh:
+        return [{k: (float(v) if k in FEATURES else v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def fit(rows: list[dict], measured: dict[str, dict[str, float]]) -> list[Fit]:
+    """One Fit per engine family from the zero-term features and the measured means (by run id)."""
+    out = []
+    for engine in sorted({r["engine"] for r in rows}):
+        A, y = [], []
+        for r in (r for r in rows if r["engine"] == engine and r["id"] in measured and in_training(r["id"])):
+            m = measured[r["id"]]
+            A.append(np.array([1.0, r["ttft_steps"], r["ttft_seqs"]]) / m["ttft_s"])
+            y.append((m["ttft_s"] - r["sim_ttft_s"]) / m["ttft_s"])
+            A.append(np.array([0.0, r["tpot_steps"], r["tpot_seqs"]]) / m["tpot_s"])
+            y.append((m["tpot_s"] - r["sim_tpot_s"]) / m["tpot_s"])
+        if not A:
+            continue
+        x, _ = nnls(np.array(A), np.array(y))
+        out.append(Fit(engine, dict(zip(TERMS, (float(v) for v in x))), len(A) // 2))
+    return out
+
+
+def _us(v: float) -> str:
+    return f"{v * 1e3:.4g} ms" if v >= 1e-3 else f"{v * 1e6:.4g} us"
+
+
+def block(f: Fit, source: str) -> str:
+    """The YAML lines between a stack file's fit markers."""
+    return "\n".join([f"  step_s: {_us(f.terms['step_s'])}", f"  per_seq_s: {_us(f.terms['per_seq_s'])}",
+                      f"  per_request_s: {_us(f.terms['per_request_s'])}",
+                      f"  fit: scripts/fit_engine_overheads.py, NNLS on {f.runs} {f.engine} runs of {source} "
+                      "(h100_sxm rows only)"])
+
+
+def shipped_block(stack_file: Path) -> str:
+    text = stack_file.read_text()
+    return text.partition(START + "\n")[2].partition(END)[0].rstrip("\n")
+
+
+def with_block(stack_file: Path, body: str) -> str:
+    text = stack_file.read_text()
+    head, _, rest = text.partition(START + "\n")
+    _, _, tail = rest.partition(END)
+    return f"{head}{START}\n{body}\n{END}{tail}"

@@ -1,0 +1,272 @@
+"""`sim validate-serving FILE --hw PRESET`: replay measured serving runs through the
+serving simulator and print signed errors per run and MAPE per (GPU, engine, model).
+
+Layouts read (sim.apps.serve.validate_readers): the aiconfigurator silicon-sample table
+(closed-loop runs: concurrency, fixed isl/osl, backend, TP; mean TTFT and TPOT), a vLLM
+`benchmark_serving` result JSON, and LLMServingSim's per-request vLLM folders. Each run
+becomes a serving file (`run_file`): a closed loop of `concurrency` clients, or the
+measured open-loop arrivals, under the engine's stack and scheduler defaults (ENGINES),
+and is simulated with surrogate step costs shared between runs of one model, layout and
+stack. Errors are (sim - measured) / measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from sim.apps.serve.spec import ServeFile, serve_file_from_dict
+
+# Llama-3.1 has Llama-3's shapes (sim/core/data/models.yaml llama3-8b/-70b) with a 128k context
+# (meta-llama/Llama-3.1-8B config.json max_position_embeddings 131072); Qwen3-32B from its config.json
+# (Qwen/Qwen3-32B: hidden 5120, 64 layers, 64 heads, 8 KV heads, head_dim 128, MLP 25600, vocab 151936,
+# untied head, 40960 positions).
+# The context is the served one, as benchmark servers are launched (--max-model-len): 16k holds every
+# replayed run (isl + osl <= 9216) and bounds the step-cost grid (a 128k grid costs seconds per run).
+SERVED_CONTEXT = 16384
+_LLAMA31 = dict(vocab_size=128256, max_position_embeddings=SERVED_CONTEXT, num_key_value_heads=8)
+MODELS: dict[str, dict[str, Any]] = {
+    "meta-llama/Llama-3.1-8B-Instruct": dict(name="llama3.1-8b", hidden_size=4096, intermediate_size=14336,
+                                             num_hidden_layers=32, num_attention_heads=32, **_LLAMA31),
+    "meta-llama/Llama-3.1-70B": dict(name="llama3.1-70b", hidden_size=8192, intermediate_size=28672,
+                                     num_hidden_layers=80, num_attention_heads=64, **_LLAMA31),
+    "Qwen/Qwen3-32B": dict(name="qwen3-32b", hidden_size=5120, intermediate_size=25600, num_hidden_layers=64,
+                           num_attention_heads=64, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                           max_position_embeddings=SERVED_CONTEXT, tie_word_embeddings=False),
+}
+MODELS["meta-llama/Llama-3.1-8B"] = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+
+# aiconfigurator `system` names -> this project's presets (hw_models/presets), and the node a TP group
+# spans (hw_models/network/presets; None: no multi-GPU node preset).
+GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200", "b200_sxm": "b200", "rtx_pro_6000": "rtx_pro_6000",
+        "a100_sxm": "a100_80g", "rtx4090": "rtx4090"}
+NODES = {"h100_sxm": "dgx_h100", "h200": "hgx_h200", "a100_80g": "dgx_a100"}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How an engine family is replayed: its stack and the scheduler settings it runs by default."""
+    stack: str
+    scheduler: dict[str, Any]
+    cite: str
+
+
+# Every engine runs chunked prefill with running requests first, which the `vllm` (V1) scheduler models;
+# the token budget is each engine's default on an 80 GB GPU. The sequence limit is 256 (vLLM's classic
+# default) or the run's concurrency if larger: the engines' own limits (1024-2048) exceed every replayed
+# concurrency, and a 1024-sequence step-cost grid costs seconds per run for nothing.
+ENGINES = {
+    "vllm": Engine("vllm", {"kind": "vllm", "max_num_batched_tokens": 8192, "max_num_seqs": 256},
+                   "vllm/engine/arg_utils.py _set_default_args: OPENAI_API_SERVER on >= 70 GiB devices: "
+                   "max_num_batched_tokens 8192, max_num_seqs 1024"),
+    "trtllm": Engine("trtllm", {"kind": "vllm", "max_num_batched_tokens": 8192, "max_num_seqs": 256},
+                     "tensorrt_llm/llmapi/llm_args.py: max_num_tokens 8192, max_batch_size 2048"),
+    "sglang": Engine("sglang", {"kind": "vllm", "max_num_batched_tokens": 8192, "max_num_seqs": 256},
+                     "sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 60-90 GB"),
+}
+# A closed loop of identical requests stays in lock-step in a simulation (every wave's N prefills queue
+# together), where a real run drifts apart within a few requests (timing jitter, and InferenceMAX's client
+# draws lengths with --random-range-ratio 0.8). Output lengths uniform within +-OUTPUT_SPREAD of osl break the
+# lock-step and keep the mean. REQUESTS_PER_CLIENT: InferenceMAX sends --num-prompts $((CONC * 10)) with
+# --max-concurrency $CONC (SemiAnalysis InferenceMAX benchmark client configuration), vLLM benchmark_serving.
+OUTPUT_SPREAD = 0.1
+REQUESTS_PER_CLIENT = 10
+FORMATS = {None: "bf16", "fp8": "fp8_e4m3"}   # gemm_quant_mode -> weights and activations (KV stays bf16)
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "req_s")
+
+
+@dataclass
+class Run:
+    """One measured serving run: what was served and how, and the means measured."""
+    name: str
+    gpu: str                     # aiconfigurator system name (h100_sxm) or a preset
+    engine: str                  # vllm, trtllm, sglang
+    model: str                   # the Hugging Face name (a key of MODELS)
+    isl: int
+    osl: int
+    concurrency: int
+    tp: int = 1
+    quant: str | None = None     # gemm_quant_mode
+    measured: dict[str, float] = field(default_factory=dict)   # METRICS present in the source
+    num_requests: int | None = None   # as measured (None: requests_per_client x concurrency)
+
+
+@dataclass
+class Result:
+    run: Run
+    sim: dict[str, float]
+    error: dict[str, float]      # signed (sim - measured) / measured, per metric measured
+    features: dict[str, float] = field(default_factory=dict)   # step_features: what the fitted terms scale with
+
+
+def step_features(res, front_end_s: float = 0.0) -> dict[str, float]:
+    """Per request, means over the completed ones: the iterations (and the sequences they ran) that end
+    between the request reaching the engine and its first token, and between its first and last token
+    per gap (the TPOT span). A term of t seconds per iteration and u per sequence adds t x steps + u x
+    seqs to each (scripts/fit_engine_overheads.py regresses on them)."""
+    from sim.apps.serve.simulator import DONE
+
+    r, it = res.requests, res.iterations
+    ok = r["status"] == DONE
+    ends = it["start_s"] + it["duration_s"]
+    seqs = np.concatenate([[0.0], np.cumsum(it["seqs"])])
+    arr, first, fin, out = r["arrival_s"][ok] + front_end_s, r["first_token_s"][ok], r["finish_s"][ok], r["output_tokens"][ok]
+    a, f, z = (np.searchsorted(ends, t, side="right") for t in (arr - 1e-12, first + 1e-12, fin + 1e-12))
+    gaps = np.maximum(out - 1, 1)
+    many = out > 1
+    return dict(ttft_steps=float(np.mean(f - a)), ttft_seqs=float(np.mean(seqs[f] - seqs[a])),
+                tpot_steps=float(np.mean(((z - f) / gaps)[many])) if many.any() else 0.0,
+                tpot_seqs=float(np.mean(((seqs[z] - seqs[f]) / gaps)[many])) if many.any() else 0.0)
+
+
+def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT,
+             overrides: dict[str, Any] | None = None) -> ServeFile:
+    """The serving file of a closed-loop run: `requests_per_client` x concurrency requests, the prompt as
+    measured, outputs spread by OUTPUT_SPREAD around it."""
+    eng = ENGINES[run.engine]
+    fmt = FORMATS[run.quant]
+    raw: dict[str, Any] = {
+        "name": run.name, "model": MODELS[run.model],
+        "formats": {"weights": fmt, "activations": fmt, "kv_cache": "bf16"}, "flash_attention": True,
+        "stack": stack or eng.stack,
+        "serving": {"arrivals": {"process": "closed", "concurrency": run.concurrency,
+                                 "num_requests": run.num_requests or run.concurrency * requests_per_client},
+                    "lengths": {"prompt": {"dist": "fixed", "value": run.isl},
+                                "output": {"dist": "uniform", "low": max(1, round(run.osl * (1 - OUTPUT_SPREAD))),
+                                           "high": round(run.osl * (1 + OUTPUT_SPREAD))}},
+                    "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency)}},
+    }
+    if run.tp > 1:
+        raw["parallel"] = {"tp": run.tp, "topology": NODES.get(GPUS.get(run.gpu, run.gpu))}
+    for k, v in (overrides or {}).items():
+        raw[k] = v
+    return serve_file_from_dict(raw, run.name)
+
+
+def machine_loader(engine_side_ttft: bool = False):
+    """Presets by name (or by a GPUS system name), loaded once each. `engine_side_ttft`: the log times TTFT from the engine's own
+    queueing (LLMServingSim's queued_ts), so the API front end is outside it: its term is zeroed."""
+    from hw_models.machine import load_machine
+
+    zero = {"stacks": {e.stack: {"engine_overheads": {"per_request_s": 0.0}} for e in ENGINES.values()}}
+    cache: dict[str, object] = {}
+
+    def load(name: str):
+        name = GPUS.get(name, name)
+        if name not in cache:
+            cache[name] = load_machine(name, zero if engine_side_ttft else None)
+        return cache[name]
+    return load
+
+
+def signed_errors(sim: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
+    return {k: (sim[k] - v) / v for k, v in measured.items() if k in sim and v and np.isfinite(v)}
+
+
+def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | None = None,
+             requests_per_client: int = REQUESTS_PER_CLIENT, progress: Callable[[int, int], None] | None = None
+             ) -> tuple[list[Result], list[tuple[str, str]]]:
+    """Each run simulated (surrogate costs shared between runs of one model, layout and stack);
+    runs that cannot be built come back as (name, reason)."""
+    from sim.apps.serve.run import serve
+    from sim.core.errors import SimError
+
+    cache: dict = {}
+    out, failed = [], []
+    for i, run in enumerate(runs):
+        try:
+            file = run_file(run, stack, requests_per_client)
+            res, summary = serve(file, machine_for(run.gpu), cache=cache)
+        except SimError as exc:
+            failed.append((run.name, str(exc).splitlines()[0]))
+            continue
+        b = summary["benchmark"]
+        sim = {k: b[k] for k in METRICS}
+        out.append(Result(run, sim, signed_errors(sim, run.measured), step_features(res)))
+        if progress:
+            progress(i + 1, len(runs))
+    return out, failed
+
+
+def group_key(r: Result) -> tuple[str, str, str]:
+    return (r.run.gpu, r.run.engine, r.run.model.split("/")[-1])
+
+
+def mape(results: list[Result]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Per (GPU, engine, model): runs and the mean |error| of each metric measured."""
+    groups: dict[tuple[str, str, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault(group_key(r), []).append(r)
+    out = {}
+    for key, rs in sorted(groups.items()):
+        row: dict[str, Any] = {"runs": len(rs)}
+        for m in METRICS:
+            e = [abs(r.error[m]) for r in rs if m in r.error]
+            row[m] = float(np.mean(e)) if e else float("nan")
+        out[key] = row
+    return out
+
+
+def overall(results: list[Result]) -> dict[str, float]:
+    return {m: float(np.mean([abs(r.error[m]) for r in results if m in r.error]))
+            if any(m in r.error for r in results) else float("nan") for m in METRICS}
+
+
+def _pct(v: float) -> str:
+    return "-" if not np.isfinite(v) else f"{v:+.1%}"
+
+
+def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
+           seconds: float, per_run: bool = True) -> str:
+    """Markdown: signed errors per run (unless `per_run` is off), MAPE per (GPU, engine, model), overall."""
+    lines = []
+    if per_run:
+        lines += ["| run | engine | model | TP | N | isl/osl | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | TPOT | "
+                  "E2E | req/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in results:
+            m, s, e = r.run.measured, r.sim, r.error
+            lines.append(f"| {r.run.name[-40:]} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp} | "
+                         f"{r.run.concurrency} | {r.run.isl}/{r.run.osl} | {m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
+                         f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{s['tpot_s'] * 1e3:.2f} | "
+                         f"{_pct(e.get('tpot_s', np.nan))} | {_pct(e.get('e2e_s', np.nan))} | {_pct(e.get('req_s', np.nan))} |")
+        lines.append("")
+    lines += ["| GPU | engine | model | runs | TTFT MAPE | TPOT MAPE | E2E MAPE | req/s MAPE |", "|---|---|---|---|---|---|---|---|"]
+    for (gpu, eng, model), row in mape(results).items():
+        lines.append(f"| {gpu} | {eng} | {model} | {row['runs']} | "
+                     + " | ".join("-" if not np.isfinite(row[k]) else f"{row[k]:.1%}" for k in METRICS) + " |")
+    tot = overall(results)
+    lines.append(f"| all | | | {len(results)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
+                                                             for k in METRICS) + " |")
+    lines += ["", f"{len(results)} runs simulated in {seconds:.0f} s; {len(skipped)} rows not replayable"
+              + (f" ({_reasons(skipped)})" if skipped else "") + (f"; {len(failed)} failed: {_reasons(failed)}" if failed else "")
+              + ". Errors are (simulated - measured) / measured; E2E of the silicon sample is TTFT + TPOT x (osl - 1)."]
+    return "\n".join(lines)
+
+
+def _reasons(items: list[tuple[str, str]]) -> str:
+    counts: dict[str, int] = {}
+    for _, why in items:
+        counts[why] = counts.get(why, 0) + 1
+    return "; ".join(f"{n} x {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+
+
+def scatter(results: list[Result], path) -> None:
+    """Simulated against measured mean TTFT and TPOT, one colour per engine, log axes, y = x drawn."""
+    from sim.apps.mpl import pyplot
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, metric, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
+        for eng in sorted({r.run.engine for r in results}):
+            rs = [r for r in results if r.run.engine == eng]
+            ax.scatter([r.run.measured[metric] * 1e3 for r in rs], [r.sim[metric] * 1e3 for r in rs], s=10, label=eng)
+        lo = min(min(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
+        hi = max(max(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {label} (ms)", ylabel=f"simulated {label} (ms)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,90 @@
+"""`sim validate-serving FILE --hw PRESET [--stack S]`: measured serving runs against the simulator
+(sim.apps.serve.validate). FILE is a silicon-sample table (its rows of the GPU --hw names), a vLLM
+benchmark_serving result JSON (--engine and --model say what served it), or an LLMServingSim case
+folder (per-request vLLM timestamps, replayed open-loop by sim.apps.trace.validate_serving)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+from sim.core.errors import ConfigError
+
+
+def _runs(args: argparse.Namespace):
+    from sim.apps.serve.validate import GPUS
+    from sim.apps.serve.validate_readers import is_silicon, read_silicon, read_vllm_bench
+
+    path = Path(args.file)
+    if path.suffix == ".json":
+        if not (args.engine and args.model):
+            raise ConfigError(f"{path}: a benchmark_serving JSON does not say what served it: give --engine and --model")
+        return [read_vllm_bench(path, args.hw, args.engine, args.model)], []
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found")
+    if not is_silicon(path):
+        raise ConfigError(f"{path}: not a silicon-sample table (expected columns backend, model_path, system, isl, "
+                          "osl, batch_size, tp_size, silicon_ttft_ms, silicon_tpot_ms), a benchmark JSON or a case folder")
+    systems = {s for s, preset in GPUS.items() if preset == args.hw or s == args.hw}
+    runs, skipped = read_silicon(path, systems)
+    if args.held_out:
+        from sim.apps.serve.overhead_fit import in_training
+
+        runs = [r for r in runs if not in_training(r.name)]
+    if not runs:
+        raise ConfigError(f"{path}: no replayable run on {args.hw} (GPUs in the table map to presets: "
+                          f"{', '.join(f'{s}->{p}' for s, p in GPUS.items())})")
+    return runs, skipped
+
+
+def _folder(args: argparse.Namespace) -> int:
+    from sim.apps.trace import validate_serving as M
+    from sim.apps.serve.run import serve
+    from sim.apps.serve.validate import machine_loader
+
+    folder = Path(args.file)
+    stack = args.stack or "vllm"
+    results = M.validate(folder.parent, machine_loader(engine_side_ttft=True),
+                         lambda f, m, r: serve(f.model_copy(update={"stack": stack}), m, requests=r),
+                         args.limit, names=[folder.name])
+    if not results:
+        raise ConfigError(f"{folder}: not an LLMServingSim case folder (vllm/meta.json, vllm/requests.jsonl)")
+    print(M.render(results))
+    return 0
+
+
+def cmd_validate_serving(args: argparse.Namespace) -> int:
+    from sim.apps.serve.validate import machine_loader, render, scatter, simulate
+
+    if Path(args.file).is_dir():
+        return _folder(args)
+    runs, skipped = _runs(args)
+    if args.limit:
+        runs = runs[:: max(1, len(runs) // args.limit)][: args.limit]
+    warnings.simplefilter("ignore")
+    t0 = time.perf_counter()
+    results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client)
+    print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
+    if args.plot:
+        scatter(results, Path(args.plot))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("validate-serving", help="replay measured serving runs and print the simulator's errors",
+                              description=__doc__)
+    p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving JSON or LLMServingSim case folder")
+    p.add_argument("--hw", required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
+    p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
+    p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")
+    p.add_argument("--model", help="the Hugging Face model name of a benchmark JSON (e.g. meta-llama/Llama-3.1-8B)")
+    p.add_argument("--requests-per-client", type=int, default=10,
+                   help="closed-loop requests per client (default %(default)s, as InferenceMAX's client)")
+    p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table")
+    p.add_argument("--held-out", action="store_true",
+                   help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
+    p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
+    p.add_argument("--plot", metavar="PATH", help="write a scatter plot (simulated vs measured TTFT and TPOT)")
+    p.set_defaults(func=cmd_validate_serving)

@@ -1,0 +1,130 @@
+"""Engine overheads (hw_models.stack.engine_overheads) on tiny hand-worked cases: each fitted term moves
+what it should by exactly its size; async scheduling holds a request that reaches a busy engine
+one step longer; the NNLS procedure recovers terms it was given; the shipped stack files are the
+fit script's output (scripts/fit_engine_overheads.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hw_models.machine import load_machine
+from hw_models.stack.spec import STACK_DIR, load_stack
+from sim.apps.serve import overhead_fit as F
+from sim.apps.serve.arrivals import make_requests
+from sim.apps.serve.simulator import ServeSim
+from sim.apps.serve.instance import prepare
+from sim.apps.serve.spec import serve_file_from_dict
+from sim.apps.serve.stepcost import ExactCost, features
+from sim.apps.serve.validate import ENGINES, Run, run_file
+from sim.apps.serve.validate_readers import read_silicon
+from sim.core.errors import ConfigError
+
+BASE = {"model": "tinyllama-1.1b", "formats": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
+        "flash_attention": True, "stack": "vllm"}
+
+
+def h100(**terms):
+    return load_machine("h100_sxm", {"stacks": {"vllm": {"engine_overheads": terms}}})
+
+
+def serve_file(arrivals: dict, prompt: int = 200, output: int = 40):
+    return serve_file_from_dict({**BASE, "serving": {
+        "arrivals": arrivals, "lengths": {"prompt": {"dist": "fixed", "value": prompt},
+                                          "output": {"dist": "fixed", "value": output}}}}, "t.yaml")
+
+
+def test_step_and_sequence_terms_add_to_the_iteration():
+    f = serve_file({"process": "poisson", "rate": 1, "num_requests": 1})
+    it = features([(1, 100)] * 4)
+    plain = ExactCost(h100(step_s=0.0, per_seq_s=0.0), f, f.model_config_())(it)[0]
+    more = ExactCost(h100(step_s=300e-6, per_seq_s=20e-6), f, f.model_config_())(it)[0]
+    assert more - plain == pytest.approx(300e-6 + 4 * 20e-6, rel=1e-9)
+
+
+def test_front_end_adds_once_to_ttft_and_e2e():
+    f = serve_file({"process": "constant", "rate": 0.5, "num_requests": 3})   # 2 s apart: the engine idles between
+    runs = {fe: ServeSim(prepare(f, h100(per_request_s=fe)), make_requests(f)).run().requests for fe in (0.0, 0.005)}
+    a, b = runs[0.0], runs[0.005]
+    np.testing.assert_allclose((b["first_token_s"] - b["arrival_s"]) - (a["first_token_s"] - a["arrival_s"]), 0.005)
+    np.testing.assert_allclose((b["finish_s"] - b["arrival_s"]) - (a["finish_s"] - a["arrival_s"]), 0.005)
+
+
+@pytest.mark.parametrize("async_on", [False, True])
+def test_async_scheduling_holds_a_new_request_one_step(async_on):
+    # Request 0 at t = 0 decodes alone; request 1 arrives during one of its decode steps.
+    f = serve_file({"process": "constant", "rate": 1 / 0.0301, "num_requests": 2})
+    sim = ServeSim(prepare(f, h100(async_scheduling=async_on, per_request_s=0.0)), make_requests(f))
+    res = sim.run()
+    it, r = res.iterations, res.requests
+    ends = it["start_s"] + it["duration_s"]
+    k = int(np.searchsorted(ends, r["arrival_s"][1]))   # the step running when it arrived
+    assert it["start_s"][k] < r["arrival_s"][1] < ends[k]
+    # Synchronous: scheduled into the next step, at the end of step k. Async: step k + 1 had been
+    # scheduled when step k began, so it waits for k + 1 to end.
+    assert r["scheduled_s"][1] == pytest.approx(ends[k + 1] if async_on else ends[k], rel=1e-12)
+
+
+def test_async_scheduling_leaves_an_idle_engine_alone():
+    f = serve_file({"process": "constant", "rate": 0.5, "num_requests": 2})
+    r = {a: ServeSim(prepare(f, h100(async_scheduling=a, per_request_s=0.0)), make_requests(f)).run().requests for a in (False, True)}
+    np.testing.assert_allclose(r[True]["first_token_s"], r[False]["first_token_s"], rtol=1e-12)
+
+
+def test_nnls_recovers_the_terms_it_was_built_from():
+    f_s, t_s, u_s = 0.004, 0.0006, 0.00002
+    rng = np.random.default_rng(1)
+    rows, measured = [], {}
+    for i in range(12):
+        x = dict(ttft_steps=rng.uniform(1, 10), ttft_seqs=rng.uniform(5, 500), tpot_steps=1.0,
+                 tpot_seqs=rng.uniform(1, 128), sim_ttft_s=rng.uniform(0.05, 1), sim_tpot_s=rng.uniform(0.005, 0.05))
+        rows.append({"id": str(i), "engine": "vllm", **x})
+        measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + f_s + t_s * x["ttft_steps"] + u_s * x["ttft_seqs"],
+                            "tpot_s": x["sim_tpot_s"] + t_s * x["tpot_steps"] + u_s * x["tpot_seqs"]}
+    (fit,) = F.fit(rows, measured)
+    assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s}, rel=1e-6)
+
+
+def test_async_scheduling_is_on_by_default_under_vllm_and_off_under_v0():
+    assert load_stack("vllm").engine_overheads.async_scheduling
+    assert not load_stack("vllm-v0").engine_overheads.async_scheduling
+
+
+def test_shipped_stack_terms_are_the_fit_scripts_output(shared_validation):
+    features = Path(__file__).parent / "data" / "engine_overheads_features.csv"
+    runs, _ = read_silicon(shared_validation / "aic" / "silicon_sample_h100.csv.gz", F.TRAINING_SYSTEMS)
+    fits = F.fit(F.read_features(features), {r.name: r.measured for r in runs})
+    assert {f.engine for f in fits} == set(ENGINES)
+    for f in fits:
+        stack_file = STACK_DIR / f"{ENGINES[f.engine].stack}.yaml"
+        assert F.shipped_block(stack_file) == F.block(f, "silicon_sample_h100.csv.gz"), \
+            f"{stack_file.name}: run scripts/fit_engine_overheads.py --write"
+
+
+def test_replayed_run_file_is_a_closed_loop_of_the_runs_concurrency():
+    run = Run("r", "h100_sxm", "trtllm", "Qwen/Qwen3-32B", 1024, 128, 16, tp=2, quant="fp8")
+    f = run_file(run)
+    assert f.serving.arrivals.concurrency == 16 and f.serving.arrivals.num_requests == 160   # 10 per client
+    out = f.serving.lengths.output
+    assert (out.low, out.high) == (115, 141)   # 128 +- 10%
+    assert f.stack == "trtllm" and f.formats.weights == "fp8_e4m3" and f.section("parallel")["tp"] == 2
+
+
+def test_vllm_benchmark_json_becomes_a_closed_loop_run(tmp_path):
+    from sim.apps.serve.validate_readers import read_vllm_bench
+
+    # The keys benchmark_serving.py --save-result writes (result_json), a made-up 3-request run.
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"max_concurrency": 2, "input_lens": [100, 120, 110], "output_lens": [10, 12, 11],
+                                "mean_ttft_ms": 20.0, "mean_tpot_ms": 5.0, "mean_e2el_ms": 70.0,
+                                "request_throughput": 9.5, "ttfts": [0.02] * 3}))
+    run = read_vllm_bench(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")
+    assert (run.isl, run.osl, run.concurrency, run.num_requests) == (110, 11, 2, 3)
+    assert run.measured == {"ttft_s": 0.02, "tpot_s": 0.005, "e2e_s": 0.07, "req_s": 9.5}
+    assert run_file(run).serving.arrivals.num_requests == 3
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match="not a vLLM benchmark_serving result"):
+        read_vllm_bench(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")

@@ -1,0 +1,127 @@
+"""The board-power model (issue 33, hw_models/power.py): hand-derived power of a memory-bound
+decode, the stretch of a binding cap, and the monotone properties a reader expects."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.ideal import ideal
+from hw_models.machine import load_machine, machine_from_dict, raw_machine
+from hw_models.power import BoardPower
+from hw_models.registry import mapper_for, simulate
+from sim.core.errors import ConfigError
+from sim.core.workload import workload_from_dict
+
+IDLE_W, ACTIVE_W = 80.0, 120.0
+GDDR_J_PER_BYTE = 7.0e-11    # a6000.yaml
+BW = 768e9                   # a6000.yaml, efficiency 1 under ideal()
+
+
+def _machine(j_per_flop: float = 0.0, limit_w: float | None = None):
+    """a6000 with efficiencies 1 and no overheads (ideal), board power idle + activity + dynamic."""
+    raw = raw_machine("a6000")
+    u = raw["units"]["gpu"]
+    u.update(idle_power_w=IDLE_W, active_power_w=ACTIVE_W, energy_j_per_flop={"fp16": j_per_flop, "vector": j_per_flop})
+    if limit_w is not None:
+        u["power_limit_w"] = limit_w
+    return ideal(machine_from_dict(raw, "test"))
+
+
+def _mapper(machine, **kw):
+    w = workload_from_dict({**dict(model="llama2-7b", batch=1, prompt_len=1024, gen_len=8), **kw}, "test")
+    return mapper_for(machine, w, w.model_config_())
+
+
+def _power_w(mapper, step) -> float:
+    return (step.energy_j + mapper.power_j(step.busy_s, step.time_s)) / step.time_s
+
+
+def test_memory_bound_decode_draws_idle_plus_active_plus_bytes_at_bandwidth():
+    """Llama-2-7B decode, batch 1, fp16, on an ideal a6000: every op streams its bytes at 768 GB/s and the
+    GPU is busy throughout, so P = idle + active + J/byte x bandwidth = 80 + 120 + 7e-11 x 768e9 = 253.76 W,
+    and the step's dynamic energy is its bytes x 7e-11 J (no FLOP energy)."""
+    m = _mapper(_machine())
+    step = m.step("decode", 1, 1024)
+    assert step.busy_s["gpu"] == pytest.approx(step.time_s, rel=1e-9)
+    assert _power_w(m, step) == pytest.approx(IDLE_W + ACTIVE_W + GDDR_J_PER_BYTE * BW, rel=1e-6)
+    # bytes / bandwidth = time (the roofline of test_gpu_sim), so the bytes' energy is J/byte x BW x time
+    assert step.energy_j == pytest.approx(GDDR_J_PER_BYTE * BW * step.time_s, rel=1e-6)
+
+
+def test_binding_cap_stretches_the_step_by_the_predicted_factor():
+    """A compute-bound prefill (2048 tokens) at 2 pJ/FLOP draws ~420 W uncapped; under a 300 W cap the
+    step stretches by s = (active x busy + dynamic) / (t (300 - idle)) and then averages exactly 300 W."""
+    free = _mapper(_machine(2e-12, limit_w=1e6), prompt_len=2048)
+    capped = _mapper(_machine(2e-12, limit_w=300.0), prompt_len=2048)
+    a, b = free.step("prefill", 2048, 2048), capped.step("prefill", 2048, 2048)
+    assert _power_w(free, a) > 300.0
+    s = (ACTIVE_W * a.busy_s["gpu"] + a.energy_j) / (a.time_s * (300.0 - IDLE_W))
+    assert s > 1.05
+    assert b.time_s == pytest.approx(a.time_s * s, rel=1e-9)
+    assert b.energy_j == pytest.approx(a.energy_j)          # the work costs what it costs
+    assert _power_w(capped, b) == pytest.approx(300.0, rel=1e-9)
+    assert b.counters["power_cap_s"] == pytest.approx(b.time_s - a.time_s)
+
+
+def test_cap_that_does_not_bind_changes_nothing():
+    """The decode above draws 254 W: a 300 W cap leaves it alone."""
+    a = _mapper(_machine(limit_w=1e6)).step("decode", 1, 1024)
+    b = _mapper(_machine(limit_w=300.0)).step("decode", 1, 1024)
+    assert b.time_s == a.time_s and "power_cap_s" not in b.counters
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_lower_power_limit_never_shortens_a_step(phase):
+    """h100_sxm, Llama-3-8B batch 64: step times under 700 ... 150 W never fall as the limit falls."""
+    times = []
+    for limit in (700, 600, 500, 450, 400, 300, 200, 150):
+        m = load_machine("h100_sxm", {"units.gpu.power_limit_w": limit})
+        w = workload_from_dict(dict(model="llama3-8b", batch=64, prompt_len=512, gen_len=2), "test")
+        mapper = mapper_for(m, w, w.model_config_())
+        times.append(mapper.step(phase, 512 if phase == "prefill" else 1, 512).time_s)
+    assert all(b >= a for a, b in zip(times, times[1:]))
+    assert times[-1] > times[0]          # and 150 W binds for both phases
+
+
+def test_energy_per_token_falls_with_batch_until_compute_bound():
+    """h100_sxm, Llama-3-8B decode: J per token falls as the batch grows (the weights' bytes and the static
+    power are shared) up to the compute-bound knee (~300 sequences: 989 TFLOP/s x 0.8 / (2 x 3.35 TB/s x
+    0.85 / 2 B)); past it, it stays within 5% (compute energy per token is constant)."""
+    def jpt(batch: int) -> float:
+        w = workload_from_dict(dict(model="llama3-8b", batch=batch, prompt_len=256, gen_len=4, stack="vllm"), "t")
+        r = simulate(w, load_machine("h100_sxm"), detail=False)
+        return r.decode_energy_per_token_j
+    batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    e = [jpt(b) for b in batches]
+    assert all(b < a for a, b in zip(e, e[1:]))
+    assert jpt(512) == pytest.approx(e[-1], rel=0.05) or jpt(512) < e[-1]
+
+
+def test_power_limit_below_idle_plus_active_is_refused_in_one_line():
+    raw = raw_machine("h100_sxm")
+    raw["units"]["gpu"]["power_limit_w"] = 100
+    with pytest.raises(ConfigError, match="power_limit_w 100 W: must exceed idle_power_w"):
+        machine_from_dict(raw, "test")
+
+
+def test_board_power_formula():
+    """The stretch by hand: 100 W idle, 500 W limit, 800 J of activity + dynamic energy over 1 s ->
+    s = 800 / (1 x 400) = 2 (then 100 + 800 / 2 = 500 W)."""
+    bp = BoardPower(idle_w=100.0, active_w=200.0, limit_w=500.0)
+    assert bp.stretch(1.0, 800.0) == pytest.approx(2.0)
+    assert bp.stretch(1.0, 300.0) == 1.0
+    assert BoardPower(100.0).stretch(1.0, 1e9) == 1.0    # no limit, no cap
+    assert bp.average_w(2.0, 1.0, 100.0) == pytest.approx(100 + 100 + 50)
+
+
+def test_pim_arithmetic_energy_is_its_flops_at_the_cited_figure():
+    """Llama-2-13B decode, batch 1, on hbm_pim: every GEMV and the attention run on PIM, so its MAC energy
+    per token is 2 x (40 x (4 x 5120^2 + 3 x 5120 x 13824) + 5120 x 32000) weight FLOPs + 2 x 2 x 40 x 5120 x
+    ~1028 attention FLOPs = 26.54e9 FLOPs x 0.75 pJ (Horowitz ISSCC 2014 fp16 MAC) = 19.9 mJ."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = simulate(workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=8), "t"),
+                     load_machine("hbm_pim"))
+    flops = 2 * (40 * (4 * 5120**2 + 3 * 5120 * 13824) + 5120 * 32000) + 2 * 2 * 40 * 5120 * 1028
+    assert r.metrics()["pim.mac_energy_j_per_token"] == pytest.approx(flops * 0.75e-12, rel=0.01)

@@ -1,0 +1,108 @@
+"""Closed-loop load (sim.apps.serve.closed): N clients, each sending its next request when the
+previous one returns. Properties of any closed loop: never more than N in flight; at N = 1 every
+request meets an idle engine, so its TTFT is one lone prefill step; throughput rises with N until
+the engine's batch limit saturates it. The benchmark means are checked by hand on a made-up run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hw_models.machine import load_machine
+from sim.apps.serve.arrivals import make_requests
+from sim.apps.serve.closed import ClosedLoopSim, benchmark_figures, in_flight_max
+from sim.apps.serve.simulator import DONE, ServeResult
+from sim.apps.serve.run import serve
+from sim.apps.serve.instance import prepare
+from sim.apps.serve.spec import serve_file_from_dict
+from sim.apps.serve.stepcost import features
+from sim.core.errors import ConfigError
+
+H100 = load_machine("h100_sxm")
+
+
+def closed_file(n: int, m: int, prompt: dict | int = 256, output: dict | int = 16, **extra):
+    length = (lambda v: {"dist": "fixed", "value": v} if isinstance(v, int) else v)
+    raw = {"model": "tinyllama-1.1b", "formats": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
+           "flash_attention": True,
+           "serving": {"arrivals": {"process": "closed", "concurrency": n, "num_requests": m, **extra},
+                       "lengths": {"prompt": length(prompt), "output": length(output)},
+                       "scheduler": {"kind": "vllm", "max_num_seqs": 4}}}
+    return serve_file_from_dict(raw, "closed.yaml")
+
+
+def test_in_flight_never_exceeds_concurrency():
+    f = closed_file(3, 24, prompt={"dist": "uniform", "low": 16, "high": 600},
+                    output={"dist": "uniform", "low": 2, "high": 40})
+    res, s = serve(f, H100)
+    assert s["completed"] == 24
+    assert in_flight_max(res) == 3
+    r = res.requests
+    # The first three go out together at t = 0; every later send is some earlier request's reply.
+    assert (r["arrival_s"][:3] == 0).all()
+    assert set(r["arrival_s"][3:]) <= set(r["finish_s"])
+
+
+def test_one_client_sees_a_lone_prefill_and_think_time_spaces_sends():
+    f = closed_file(1, 5, prompt=300, output=4, think_time_s=0.25)
+    setup = prepare(f, H100)
+    reqs = make_requests(f)
+    res = ClosedLoopSim(setup, reqs).run()
+    r = res.requests
+    lone = setup.target_cost(features([(300, 300)]))[0]
+    np.testing.assert_allclose(r["first_token_s"] - r["arrival_s"], lone, rtol=1e-12)
+    np.testing.assert_allclose(r["arrival_s"][1:], r["finish_s"][:-1] + 0.25, rtol=1e-12)
+
+
+def test_front_end_delay_adds_to_every_ttft():
+    f = closed_file(1, 3, prompt=300, output=4)
+    setup = prepare(f, H100)
+    base = ClosedLoopSim(setup, make_requests(f)).run().requests
+    slow = ClosedLoopSim(setup, make_requests(f), front_end_s=0.004).run().requests
+    np.testing.assert_allclose((slow["first_token_s"] - slow["arrival_s"]) - (base["first_token_s"] - base["arrival_s"]),
+                               0.004, rtol=1e-9)
+
+
+def test_throughput_rises_with_clients_until_the_batch_limit():
+    rate = {n: serve(closed_file(n, 32), H100)[1]["benchmark"]["req_s"] for n in (1, 2, 4, 8)}
+    assert rate[2] > 1.3 * rate[1] and rate[4] > 1.3 * rate[2]
+    # max_num_seqs 4: four more clients only wait in the queue.
+    assert rate[8] == pytest.approx(rate[4], rel=0.05)
+
+
+def test_benchmark_means_by_hand():
+    # Two requests: sent at 0 and 1 s, first tokens at 0.5 and 1.2 s, last at 2.5 (5 tokens) and 1.2 s (1 token).
+    req = {"arrival_s": np.array([0.0, 1.0]), "first_token_s": np.array([0.5, 1.2]),
+           "finish_s": np.array([2.5, 1.2]), "output_tokens": np.array([5.0, 1.0]),
+           "scheduled_s": np.array([0.0, 1.0]), "max_tbt_s": np.array([0.5, np.nan]),
+           "status": np.array([DONE, DONE])}
+    res = ServeResult(req, {}, np.zeros(0), np.zeros(0), 0, 0, 0, 1, 0, 2.5, 6, 0.0)
+    b = benchmark_figures(res, devices=2)
+    assert b["ttft_s"] == pytest.approx((0.5 + 0.2) / 2)
+    assert b["tpot_s"] == pytest.approx(2.0 / 4)          # the one-token request has no TPOT
+    assert b["itl_s"] == pytest.approx(2.0 / 4)
+    assert b["e2e_s"] == pytest.approx((2.5 + 0.2) / 2)
+    assert b["req_s"] == pytest.approx(2 / 2.5) and b["out_tok_s_per_gpu"] == pytest.approx(6 / 2.5 / 2)
+    w = benchmark_figures(res, devices=2, warmup=1)       # the first send left out
+    assert w["ttft_s"] == pytest.approx(0.2) and w["completed"] == 1
+
+
+def test_closed_loop_behind_a_router_is_refused():
+    f = closed_file(2, 4)
+    f = f.model_copy(update={"serving": f.serving.model_copy(update={"router": {"replicas": 2}})})
+    with pytest.raises(ConfigError, match="closed drives one instance"):
+        serve(f, H100)
+
+
+def test_find_capacity_searches_the_client_count():
+    from sim.apps.serve.capacity import find_capacity
+
+    f = closed_file(2, 8, prompt=256, output=16)
+    base = serve(closed_file(1, 4, prompt=256, output=16), H100)[1]["benchmark"]["ttft_s"]
+    cap = find_capacity(f, H100, {"ttft_mean": 3.5 * base})
+    assert cap["knob"] == "concurrency" and isinstance(cap["rate"], int) and cap["rate"] >= 1
+    counts = sorted({p["rate"] for p in cap["points"]})
+    assert counts == [int(c) for c in counts]
+    # the answer meets the SLO and one more client does not
+    assert any(p["rate"] == cap["rate"] and p["ok"] for p in cap["points"])
+    assert any(p["rate"] == cap["rate"] + 1 and not p["ok"] for p in cap["points"])

@@ -1,0 +1,104 @@
+"""Energy of a serving run (issue 33, sim.apps.serve.energy): exact vs surrogate, the phase split, idle
+power between iterations, the power trace and its Perfetto counter, and the ML.ENERGY replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hw_models.machine import load_machine
+from sim.apps.serve import mlenergy as M
+from sim.apps.serve.energy import energy_window, power_trace
+from sim.apps.serve.output import chrome_trace
+from sim.apps.serve.run import serve
+from sim.apps.serve.spec import ServeFile
+from sim.core.schema import validate_mapping
+
+
+def _file(rate: float, n: int = 60, limit_w: float | None = None) -> ServeFile:
+    raw = dict(name="t", model="llama3-8b", flash_attention=True, stack="vllm",
+               serving=dict(arrivals=dict(process="poisson", rate=rate, num_requests=n, seed=1),
+                            lengths=dict(prompt=dict(dist="uniform", low=64, high=1024),
+                                         output=dict(dist="uniform", low=8, high=64)),
+                            scheduler=dict(kind="vllm", max_num_seqs=32, max_num_batched_tokens=2048)))
+    return validate_mapping(ServeFile, raw, "test.yaml", "a serving file")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_machine("h100_sxm")
+
+
+@pytest.fixture(scope="module")
+def run(h100):
+    return serve(_file(4.0), h100)
+
+
+def test_energy_exact_and_surrogate_within_one_percent(h100):
+    _, exact = serve(_file(4.0, n=30), h100, exact=True)
+    _, sur = serve(_file(4.0, n=30), h100)
+    assert sur["energy"]["total_j"] == pytest.approx(exact["energy"]["total_j"], rel=0.01)
+    assert sur["energy_per_token_j"] == pytest.approx(exact["energy_per_token_j"], rel=0.01)
+    for phase in ("prefill", "decode", "idle"):
+        assert sur["energy"]["by_phase_j"][phase] == pytest.approx(exact["energy"]["by_phase_j"][phase], rel=0.01,
+                                                                   abs=1e-3 * exact["energy"]["total_j"])
+
+
+def test_phases_add_up_and_idle_is_idle_power_over_the_gaps(run, h100):
+    """At 4 requests/s the engine waits between bursts of work: the idle phase is the H100's idle power
+    (117.1 W) x the gaps, and the three phases add up to the run's energy."""
+    res, s = run
+    e = s["energy"]
+    gaps = res.makespan_s - res.iterations["duration_s"].sum()
+    assert gaps > 0.05 * res.makespan_s
+    assert e["by_phase_j"]["idle"] == pytest.approx(h100.units["gpu"].idle_power_w * gaps, rel=1e-9)
+    assert sum(e["by_phase_j"].values()) == pytest.approx(e["total_j"], rel=1e-9)
+    assert e["total_j"] == pytest.approx(s["energy_per_token_j"] * res.tokens_out, rel=1e-9)
+    assert e["per_request_j"] == pytest.approx(e["total_j"] / s["completed"], rel=1e-9)
+    assert h100.units["gpu"].idle_power_w < e["avg_power_per_device_w"] < e["peak_power_per_device_w"] <= 700.0 + 1e-6
+
+
+def test_power_trace_integrates_to_the_energy_and_is_a_perfetto_counter(run):
+    res, s = run
+    t, w = power_trace(res)
+    assert np.sum(w[:-1] * np.diff(t)) == pytest.approx(s["energy"]["total_j"], rel=1e-6)
+    counters = [e for e in chrome_trace(res)["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len(t) and counters[0]["name"] == "power per device (W)"
+
+
+def test_power_plot_is_written(run, tmp_path):
+    from sim.apps.serve.output import plots
+    res, _ = run
+    assert tmp_path / "power.png" in plots(res, tmp_path)
+    assert (tmp_path / "power.png").stat().st_size > 0
+
+
+def test_energy_window_of_the_whole_run_is_the_run(run):
+    res, s = run
+    joules, tokens = energy_window(res, 0.0, res.makespan_s)
+    assert joules == pytest.approx(s["energy"]["total_j"], rel=1e-9)
+    assert tokens == pytest.approx(res.tokens_out, rel=1e-9)
+
+
+def test_lower_power_limit_never_shortens_the_run():
+    """The same stream under 700, 400 and 250 W: the run never gets shorter, its power never higher."""
+    spans, peaks = [], []
+    for limit in (700, 400, 250):
+        res, s = serve(_file(50.0, n=40), load_machine("h100_sxm", {"units.gpu.power_limit_w": limit}))
+        spans.append(res.makespan_s)
+        peaks.append(s["energy"]["peak_power_per_device_w"])
+        assert peaks[-1] <= limit * (1 + 1e-9)
+    assert spans == sorted(spans) and spans[-1] > spans[0]
+
+
+def test_mlenergy_replay_of_one_h100_run(shared_validation):
+    """One in-sample run (H100, Llama-3.1-8B, max_num_seqs 64, not one of the 19 the fit used): power per
+    GPU within the issue's H100 target (10%; the model says 579 W against 616 W measured). Its J/token misses
+    the 12% target (-24%): the simulated throughput is 25% high, and J/token = power x GPUs / throughput
+    (docs/energy.md has the whole table)."""
+    run = next(r for r in M.load_runs(shared_validation)
+               if r.gpu == "H100" and r.preset == "llama3-8b" and r.max_num_seqs == 64)
+    x = M.replay(run)
+    assert abs(x.power_error) < 0.10
+    # exact but for the CSV's rounding (J/token to 5 decimals, power to 0.1 W, tok/s to 0.01)
+    assert x.j_error == pytest.approx((1 + x.power_error) / (1 + x.throughput_error) - 1, rel=1e-3)

@@ -1,0 +1,39 @@
+"""`sim validate-serving`: bad input is one line and exit 2; the silicon-sample reader keeps the
+replayable rows and says why it skips the others."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.apps.cli import main
+from sim.apps.serve.validate_readers import read_silicon
+
+ROW = dict(id="r1", backend="trtllm", model_path="Qwen/Qwen3-32B", system="h100_sxm", mode="agg", isl=1024, osl=128,
+           gemm_quant_mode="fp8", batch_size=16, tp_size=2, pp_size=1, attention_dp_size=None,
+           silicon_ttft_ms=150.0, silicon_tpot_ms=10.0)
+
+
+def test_silicon_reader_keeps_replayable_rows_and_says_why_not(tmp_path):
+    rows = [ROW, {**ROW, "id": "r2", "mode": "disagg"}, {**ROW, "id": "r3", "model_path": "openai/gpt-oss-120b"},
+            {**ROW, "id": "r4", "system": "b200_sxm"}]
+    path = tmp_path / "s.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert [r.name for r in runs] == ["r1"]
+    r = runs[0]
+    assert (r.engine, r.tp, r.concurrency, r.quant) == ("trtllm", 2, 16, "fp8")
+    assert r.measured == {"ttft_s": 0.15, "tpot_s": 0.01, "e2e_s": 0.15 + 0.01 * 127}
+    assert dict(skipped) == {"r2": "disaggregated serving (prefill and decode workers) is not replayed",
+                             "r3": "model openai/gpt-oss-120b has no config here"}
+
+
+def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys):
+    other = tmp_path / "x.csv"
+    other.write_text("a,b\n1,2\n")
+    bench = tmp_path / "b.json"
+    bench.write_text("{}")
+    for argv in ([str(tmp_path / "none.csv"), "--hw", "h100_sxm"], [str(other), "--hw", "h100_sxm"],
+                 [str(bench), "--hw", "h100_sxm"]):
+        assert main(["validate-serving", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err and "\n" not in err and "Traceback" not in err
