@@ -16,6 +16,13 @@ Blackwell datacenter tables, aic/README.md) and writes the fitted files:
   sequence length (hw_models.stack.attention_kernels), on the H100, A100 and RTX PRO 6000 tables
   (L40S has no sim preset). The target is the measured call less what sim charges for the
   other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
+* hw_models/stack/kernel_families_fitted.yaml: the quantized GEMM families the engines run
+  (hw_models.stack.kernel_families), on each family's rows of the gemm tables (QUANT_GEMM). A
+  W8A8 family's activation-quantization kernel is fitted first on the engine's quant table
+  (floor + bytes / streaming rate), then the GEMM on the measured call less that kernel:
+  stage 1 the floor and weight-stream efficiency on the memory-bound rows (M <= 16), stage 2
+  the achieved fraction of the rate at each measured M (the fraction minimizing the MAPE of
+  that M's rows, held non-decreasing in M as the family model requires).
 
 Every line is fitted by least squares on the relative error (each point weighted by
 1 / measured), so small and large messages count alike. NCCL's two lines: for each split
@@ -175,7 +182,7 @@ ATTENTION = {
 }
 ATTN_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
 KV_FMT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
-BIG_KV_BYTES = 256e6      # larger than the in-sample GPUs' L2 (A100 40 MB, H100 50 MB, RTX PRO 6000 128 MB)
+BIG_KV_BYTES = 256e6      # KV caches / weights / activations larger than the in-sample GPUs' L2 (A100 40 MB, H100 50 MB, RTX PRO 6000 128 MB)
 
 
 @cache
@@ -271,6 +278,154 @@ def fit_prefill(name: str) -> dict | None:
             "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
 
 
+# Quantized GEMM families: the gemm-table rows each is fitted on (framework, dtype, kernel column) and the
+# engine's quant-table rows of its activation-quantization kernel (None: weight-only, no such kernel).
+QUANT_GEMM = {
+    "trtllm_fp8_per_tensor": dict(
+        framework="trtllm", dtype="fp8", kernel=None, quant="trtllm", rate_format="fp8_e4m3",
+        description="TensorRT-LLM per-tensor FP8 W8A8 Linear: a static per-tensor quantize kernel, then cuBLASLt FP8 GEMM",
+        cite="TensorRT-LLM tensorrt_llm/_torch/modules/linear.py FP8QDQLinearMethod.apply "
+             "(torch.ops.tensorrt_llm.static_quantize_e4m3_per_tensor, then torch.ops.trtllm.cublas_scaled_mm)"),
+    "vllm_fp8_per_tensor": dict(
+        framework="vllm", dtype="fp8", kernel="cutlass_fp8_scaled_mm", quant="vllm", rate_format="fp8_e4m3",
+        description="vLLM per-tensor FP8 W8A8 Linear: scaled_fp8_quant kernel, then CUTLASS cutlass_scaled_mm",
+        cite="vllm/model_executor/layers/quantization/utils/w8a8_utils.py Fp8LinearOp.apply (ops.scaled_fp8_quant, "
+             "then cutlass_scaled_mm: csrc/quantization/cutlass_w8a8/scaled_mm_entry.cu)"),
+    "trtllm_w4a16": dict(
+        framework="trtllm", dtype="int4_wo", kernel=None, quant=None, rate_format="bf16",
+        description="TensorRT-LLM weight-only INT4 (W4A16) GEMM / GEMV, dequantizing in registers",
+        cite="TensorRT-LLM WeightOnlyQuantMatmul plugin (cpp/tensorrt_llm/plugins/weightOnlyQuantMatmulPlugin: "
+             "CUTLASS fpA_intB GEMM, batched GEMV kernels at small M); aic kernel trt_weight_only_plugin"),
+    "trtllm_w8a16": dict(
+        framework="trtllm", dtype="int8_wo", kernel=None, quant=None, rate_format="bf16",
+        description="TensorRT-LLM weight-only INT8 (W8A16) GEMM / GEMV, dequantizing in registers",
+        cite="TensorRT-LLM WeightOnlyQuantMatmul plugin (cpp/tensorrt_llm/plugins/weightOnlyQuantMatmulPlugin: "
+             "CUTLASS fpA_intB GEMM, batched GEMV kernels at small M); aic kernel trt_weight_only_plugin"),
+    "trtllm_nvfp4": dict(
+        framework="trtllm", dtype="nvfp4", kernel=None, quant=None, rate_format="nvfp4",
+        description="TensorRT-LLM NVFP4 W4A4 Linear on Blackwell (block-scaled FP4 MMA), activation quantize included",
+        cite="TensorRT-LLM tensorrt_llm/_torch/modules/linear.py NVFP4LinearMethod.apply (torch.ops.trtllm.fp4_quantize, "
+             "then torch.ops.trtllm.nvfp4_gemm); fitted on RTX PRO 6000 (SM 12.0) only: the datacenter Blackwell "
+             "tables (B200 / GB200) are held out, so B200 uses these fractions unfitted"),
+    "vllm_nvfp4": dict(
+        framework="vllm", dtype="nvfp4", kernel="FlashInferCutlassNvFp4LinearKernel", quant=None, rate_format="nvfp4",
+        description="vLLM NVFP4 W4A4 Linear on Blackwell: scaled_fp4_quant, then FlashInfer's CUTLASS FP4 GEMM (native)",
+        cite="vllm/model_executor/layers/quantization/modelopt.py ModelOptNvFp4LinearMethod (native FP4 GEMM on SM 10.x / "
+             "12.x, Marlin weight-only emulation below); aic kernel FlashInferCutlassNvFp4LinearKernel. Fitted on RTX PRO "
+             "6000 only (B200 / GB200 tables held out)"),
+}
+QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
+QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
+MEMORY_BOUND_M = 16
+L2_BYTES = {"h100": 50e6, "a100": 40e6, "rtx_pro_6000": 128e6}   # datasheets (as BIG_KV_BYTES's comment)
+
+
+def _gemm_parts(preset: str, m: int, n: int, k: int, fmt: str, rate_format: str) -> tuple[float, ...]:
+    """(weight bytes / bw, other bytes / bw, activation-quant bytes / bw, flops / rate) as
+    hw_models.stack.cost.family_cost splits one GEMM (bw: bandwidth x the unit's memory_max at M)."""
+    from hw_models.compute_path import native_rates
+    from hw_models.machine import load_machine
+    from sim.apps.trace.aic import gemm_op
+    from sim.core import graph as g
+    mach = load_machine(preset)
+    u = mach.units[mach.main_unit]
+    bw = mach.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.for_kind(g.GEMM, m).memory_max
+    op = gemm_op(m, n, k, fmt)
+    w = next(t.bytes for t in op.reads if t.role == "weight")
+    rate = u.vector_flops_per_s if rate_format == "vector" else native_rates(u)[rate_format]
+    return w / bw, (op.bytes - w) / bw, m * k * 3 / bw, op.flops / rate
+
+
+def _floor_and_stream(x: np.ndarray, y: np.ndarray, big: np.ndarray) -> tuple[float, float]:
+    """(floor, stream efficiency) of y ~ floor + x / efficiency: the efficiency on the `big` rows
+    (streams at least twice the GPU's L2: a replayed graph re-reads a smaller one from cache),
+    at most 1 (nothing streams faster than DRAM at memory_max), taken as 1 where no row is that
+    big (rendered as `assumed:`); then the floor on every row with it."""
+    inv_eff = max(line_fit(x[big], y[big])[1], 1.0) if np.count_nonzero(big) >= 2 else 1.0
+    w = 1.0 / y ** 2
+    floor = max(float(np.sum((y - x * inv_eff) * w) / np.sum(w)), 0.0)
+    return floor, 1.0 / inv_eff
+
+
+def fit_quant_kernel(engine: str) -> dict:
+    x, t, nbytes = [], [], []
+    for gpu, preset in QUANT_GPUS.items():
+        path = SHARED / f"quant_{gpu}.csv.gz"
+        if not path.is_file():
+            continue
+        df = pd.read_csv(path)
+        for r in df[df["kernel_source"] == QUANT_KERNEL[engine]].itertuples(index=False):
+            x.append(_gemm_parts(preset, int(r.m), 1, int(r.k), "bf16", "bf16")[2])
+            t.append(r.latency_us * 1e-6)
+            nbytes.append(3.0 * r.m * r.k / L2_BYTES[gpu])
+    floor, eff = _floor_and_stream(np.array(x), np.array(t), np.array(nbytes) >= 2.0)
+    return {"floor_s": _sig(floor), "stream_efficiency": _sig(eff), "rows": len(t)}
+
+
+def fit_quant_gemm(name: str) -> dict:
+    from sim.apps.trace.aic import GEMM_FORMAT
+    from sim.core.formats import get_format
+    spec = QUANT_GEMM[name]
+    fmt = GEMM_FORMAT[spec["dtype"]]
+    q = fit_quant_kernel(spec["quant"]) if spec["quant"] else None
+    rows, fitted_on = [], []
+    for gpu, preset in QUANT_GPUS.items():
+        df = pd.read_csv(SHARED / f"gemm_{gpu}.csv.gz")
+        df = df[(df["framework"] == spec["framework"]) & (df["dtype"] == spec["dtype"])]
+        if spec["kernel"]:
+            df = df[df["kernel"] == spec["kernel"]]
+        if df.empty:
+            continue
+        fitted_on.append(gpu)
+        for r in df.itertuples(index=False):
+            w, o, qx, c = _gemm_parts(preset, int(r.m), int(r.n), int(r.k), fmt, spec["rate_format"])
+            quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
+            rows.append((int(r.m), w, o, c, r.latency_us * 1e-6 - quant_s, r.latency_us * 1e-6,
+                         get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu]))
+    m_, w_, o_, c_, y_, t_, wb_ = (np.array(v) for v in zip(*rows))
+    small = m_ <= MEMORY_BOUND_M
+    big = wb_[small] >= 2.0
+    floor, eff = _floor_and_stream(w_[small], y_[small] - o_[small], big)
+    mem = w_ / eff + o_
+    grid = np.linspace(0.01, 1.0, 100)
+    points = []
+    for m in sorted(set(m_.tolist())):
+        sel = m_ == m
+        err = [np.mean(np.abs(floor + np.maximum(c_[sel] / f, mem[sel]) - y_[sel]) / t_[sel]) for f in grid]
+        points.append([int(m), float(grid[int(np.argmin(err))])])
+    fracs = np.maximum.accumulate([f for _, f in points])   # never lower with more rows (kernel_families)
+    points = [[m, _sig(f)] for (m, _), f in zip(points, fracs)]
+    for i in range(1, len(points)):    # nor growing faster than M: more rows never take less time
+        points[i][1] = min(points[i][1], points[i - 1][1] * points[i][0] / points[i - 1][0])
+    frac_of = dict(points)
+    pred = floor + np.maximum(c_ / np.array([frac_of[int(m)] for m in m_]), mem) + (t_ - y_)
+    return {"spec": spec, "quant": q, "floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff),
+            "rate_points": points, "rows": len(t_), "fitted_on": fitted_on, "stream_measured": bool(np.count_nonzero(big) >= 2),
+            "fit_mape": round(float(np.mean(np.abs(pred - t_) / t_)), 4)}
+
+
+def render_quant_gemm() -> str:
+    lines = ["# Generated by scripts/fit_kernels.py from aiconfigurator's measured gemm and quant tables of the in-sample",
+             "# GPUs (shared/validation/aic; H200 / Blackwell held out). Do not edit: rerun the script.",
+             "# hw_models/stack/kernel_families.py says how each figure is used.", "families:"]
+    for name in QUANT_GEMM:
+        f = fit_quant_gemm(name)
+        spec, q = f["spec"], f["quant"]
+        pts = ", ".join(f"[{m}, {v:.3g}]" for m, v in f["rate_points"])
+        lines += [f"  {name}:  # {f['rows']} rows ({', '.join(f['fitted_on'])}), fit MAPE {f['fit_mape']}",
+                  f"    description: \"{spec['description']}\"", "    cite: >-", f"      {spec['cite']}",
+                  f"    rate_format: {spec['rate_format']}", f"    rate_points: [{pts}]",
+                  *([] if f["stream_measured"] else [
+                      "    assumed: weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)"]),
+                  f"    weight_stream_efficiency: {f['weight_stream_efficiency']:.3g}",
+                  f"    floor_s: {f['floor_s']:.3g}"]
+        if q:
+            lines += [f"    activation_quant: true  # quant kernel fitted on {q['rows']} quant-table rows",
+                      f"    quant_floor_s: {q['floor_s']:.3g}",
+                      f"    quant_stream_efficiency: {q['stream_efficiency']:.3g}"]
+    return "\n".join(lines) + "\n"
+
+
 GAP_STACKS = ("vllm", "trtllm", "torch-cudagraph")
 
 
@@ -324,8 +479,9 @@ def main() -> int:
         print(f"{SHARED} not found: nothing to fit")
         return 0
     from hw_models.stack.attention_kernels import KERNELS_FILE
+    from hw_models.stack.kernel_families import FITTED_FILE
     from hw_models.stack.spec import load_stack
-    outputs = {FITS_FILE: fit_all(), KERNELS_FILE: render_attention()}
+    outputs = {FITS_FILE: fit_all(), KERNELS_FILE: render_attention(), FITTED_FILE: render_quant_gemm()}
     gap, by_gpu = fit_graph_gap()
     print(f"graph_gap_s: {gap:.3g} (median by GPU: "
           + ", ".join(f"{g} {v * 1e6:.2f} us" for g, v in by_gpu.items()) + ")")

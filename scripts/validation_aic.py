@@ -57,8 +57,17 @@ NOTES = """What moved, and what did not:
   stack and its flash_attn figures; on RTX PRO 6000 SGLang and vLLM's FP8-KV decode run FlashInfer, which has no
   family of its own here, and the 128 MB L2 holds caches up to ~100 MB across graph replays: that GPU's decode
   rows get worse.
-* Not done (issue 28 items 2 and 4 in part): FP8 per-tensor / block-scaled, NVFP4 and weight-only GEMM families
-  are unchanged: a stack's quantized family costs those rows, so their before and after are equal."""
+* Quantized GEMMs (hw_models/stack/kernel_families_fitted.yaml, fitted by scripts/fit_kernels.py on these
+  tables: in sample): per-tensor FP8 as the engines run it, an activation-quantize kernel (fitted on the quant
+  tables) then the scaled GEMM with its floor and M-curve, one family per engine (TensorRT-LLM cuBLASLt, vLLM
+  CUTLASS); TensorRT-LLM's weight-only INT4 / INT8 plugin (A100); native NVFP4 per engine on RTX PRO 6000 (the
+  vllm stack now runs FP4 natively where the GPU has an FP4 rate, Marlin emulation elsewhere). "Before" costs
+  them with the hand families the stacks named before (fp8_scaled_mm, fitted on the H200; marlin's figures for
+  TRT-LLM weight-only; blackwell_block_scaled; vLLM's FP4 as Marlin emulation). B200 uses the NVFP4 fractions
+  fitted on RTX PRO 6000, unfitted there (its tables are held out).
+* Not done (issue 28 items 2 and 4 in part): block-scaled FP8 has no format or family of its own (its rows are
+  costed as per-tensor FP8, and TensorRT-LLM's got worse: its block kernel has no quantize-kernel-plus-cuBLASLt
+  floor); SmoothQuant (`sq`) rows run as weight-only INT8; MXFP4 keeps its hand families."""
 
 
 def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:

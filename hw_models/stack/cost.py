@@ -11,7 +11,8 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   max(flops / (rate x fraction(M)), weights / (bandwidth x memory_max x stream
   efficiency) + other bytes / (bandwidth x memory_max)), plus the activation
   quantization pass (W8A8) or the dequantization pass (dequantize-then-GEMM), each
-  one more kernel at the stack's floor.
+  one more kernel at the stack's floor. Where the unit lacks the family's native rate and
+  the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ BF16_BYTES = 2
 
 def _weight(op: Op):
     return next((t for t in op.reads if t.role == "weight" and len(t.shape) > 1), None)
+
+
+def _has_rate(fam: Family, unit: Unit, unit_name: str) -> bool:
+    return fam.rate_format == VECTOR or fam.rate_format in compute_path.native_rates(unit, unit_name)
 
 
 def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str) -> float:
@@ -60,9 +65,9 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         extra_s += (w_bytes + dense) / bw
         memory_s = (dense + other) / bw
         overhead_s += stack.floor_s
-    if fam.activation_quant:  # read 16-bit activations, write 8-bit ones
-        extra_s += m * k * (BF16_BYTES + 1) / bw
-        overhead_s += stack.floor_s
+    if fam.activation_quant:  # read 16-bit activations, write 8-bit ones: one more kernel
+        extra_s += m * k * (BF16_BYTES + 1) / (bw * fam.quant_stream_efficiency)
+        overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
     duration = overhead_s + extra_s + max(compute_s, memory_s)
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
@@ -76,6 +81,8 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     if op.kind == g.GEMM:
         w = _weight(op)
         family = stack.family(w.fmt) if w is not None and w.fmt != op.compute_format else None
+        if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):
+            family = stack.emulated_family(w.fmt)
         if family is not None:
             return family_cost(op, unit, unit_name, tier, stack, family)
     if op.kind == g.ATTENTION and stack.attention is not None:

@@ -4,15 +4,23 @@ weights are stored narrow, as a function of M (the rows: tokens in the batch).
 One cited file, hw_models/stack/kernel_families.yaml. Each family gives
 * `rate_format`: the matrix rate its math runs at (bf16 for weight-only kernels
   that dequantize in registers, fp8_e4m3 for W8A8), and `rate_points`: achieved
-  fraction of that peak at a few M, interpolated in log M and held flat beyond
-  the ends. Must not fall as M grows (more rows never lower a kernel's throughput);
+  fraction of that peak at a few M, interpolated as a power law between points (linear
+  in log M, log fraction) and held flat beyond the ends. Must not fall as M grows (more
+  rows never lower a kernel's throughput) nor grow faster than M (more rows never take
+  less time: a fraction linear in M between points keeps the compute time flat);
 * `weight_stream_efficiency`: the narrow weights' streaming rate at small M, as a
   fraction of the unit's streaming efficiency (memory_max);
 * `floor_s`: the kernel's device floor; `activation_quant`: whether a separate pass
   quantizes the activations first (W8A8: read 2 B, write 1 B per element, one kernel);
+  `quant_floor_s` / `quant_stream_efficiency`: that kernel's own floor (default: the
+  stack's floor) and streaming rate (fraction of memory_max), where measured;
 * `dequant_pass`: dequantize-then-GEMM: a separate kernel writes the weights out
   in 16 bits and a 16-bit GEMM reads them back.
 A family not measured on the machine at hand carries `assumed:` saying so.
+
+Two files: kernel_families.yaml (written by hand, cited per family) and
+kernel_families_fitted.yaml (written by scripts/fit_kernels.py from aiconfigurator's
+in-sample GEMM and activation-quantization tables; a name may be in only one).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
 VECTOR = "vector"   # rate_format: the unit's vector (CUDA-core) rate
 FAMILIES_FILE = Path(__file__).parent / "kernel_families.yaml"
+FITTED_FILE = Path(__file__).parent / "kernel_families_fitted.yaml"
 
 
 class Family(Strict):
@@ -41,6 +50,8 @@ class Family(Strict):
     weight_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
     floor_s: Quantity = Field(default=0.0, ge=0)
     activation_quant: bool = False
+    quant_floor_s: Quantity | None = Field(default=None, ge=0)
+    quant_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
     dequant_pass: bool = False
 
     @field_validator("rate_points")
@@ -54,6 +65,9 @@ class Family(Strict):
                 raise ValueError(f"M must increase: {m0} then {m1}")
             if f1 < f0:
                 raise ValueError(f"not monotone: fraction falls from {f0} at M={m0} to {f1} at M={m1}")
+            if f1 / f0 > (m1 / m0) * (1 + 1e-9):
+                raise ValueError(f"fraction grows faster than M from M={m0} ({f0}) to M={m1} ({f1}): "
+                                 "more rows would take less time")
         return v
 
     @field_validator("rate_format")
@@ -68,7 +82,8 @@ class Family(Strict):
 
     def rate_fraction(self, m: int) -> float:
         ms = [math.log(p[0]) for p in self.rate_points]
-        return float(np.interp(math.log(max(m, 1)), ms, [p[1] for p in self.rate_points]))
+        fs = [math.log(p[1]) for p in self.rate_points]
+        return math.exp(float(np.interp(math.log(max(m, 1)), ms, fs)))
 
 
 class Families(Strict):
@@ -81,8 +96,15 @@ def _load(path: Path, mtime_ns: int) -> dict[str, Family]:
     return validate_mapping(Families, read_yaml(path), str(path), "a mapping with `families:`").families
 
 
-def families(path: Path = FAMILIES_FILE) -> dict[str, Family]:
-    return _load(path, path.stat().st_mtime_ns)
+def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> dict[str, Family]:
+    out = dict(_load(path, path.stat().st_mtime_ns))
+    if fitted is not None and fitted.is_file():
+        more = _load(fitted, fitted.stat().st_mtime_ns)
+        both = sorted(set(out) & set(more))
+        if both:
+            raise ConfigError(f"{fitted}: {', '.join(both)} also in {path} (a family lives in one file)")
+        out.update(more)
+    return out
 
 
 class _Names:

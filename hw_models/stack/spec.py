@@ -123,6 +123,9 @@ class Stack(Strict):
     ops: dict[str, KernelSpec] = {}               # by op kind
     names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind
     quant_gemm: dict[str, str] = {}               # weight format -> kernel family
+    # weight format -> the family run instead where the unit lacks the native rate quant_gemm's family needs
+    # (vLLM: native FP4 GEMMs on Blackwell, Marlin weight-only emulation before it)
+    quant_gemm_emulated: dict[str, str] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
@@ -166,7 +169,7 @@ class Stack(Strict):
             seen |= set(members)
         return v
 
-    @field_validator("quant_gemm")
+    @field_validator("quant_gemm", "quant_gemm_emulated")
     @classmethod
     def _families(cls, v: dict[str, str]) -> dict[str, str]:
         out = {}
@@ -200,6 +203,9 @@ class Stack(Strict):
 
     def family(self, weight_fmt: str | None) -> str | None:
         return self.quant_gemm.get(get_format(weight_fmt).name) if weight_fmt else None
+
+    def emulated_family(self, weight_fmt: str) -> str | None:
+        return self.quant_gemm_emulated.get(get_format(weight_fmt).name)
 
 
 def stack_names() -> list[str]:

@@ -120,6 +120,11 @@ def read_table(path: Path) -> pd.DataFrame:
 
 # What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
 ISSUE28_FIELDS = {"attention": None, "graph_gap_s": None}
+# The fitted quantized GEMM families (hw_models/stack/kernel_families_fitted.yaml) -> the hand family the
+# stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
+ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
+                    "trtllm_w4a16": "marlin", "trtllm_w8a16": "marlin",
+                    "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated"}
 
 
 @cache
@@ -130,7 +135,9 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False):
         raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --input-format aic costs GPU ops (a gpu preset)")
     mapper = mapper_for(machine, Workload(name="aic", model="llama3-8b", stack=stack), load_model("llama3-8b"))
     if baseline and mapper.stack is not None:
-        mapper.stack = mapper.stack.model_copy(update=ISSUE28_FIELDS)
+        quant = {f: ISSUE28_FAMILIES.get(fam, fam) for f, fam in mapper.stack.quant_gemm.items()}
+        mapper.stack = mapper.stack.model_copy(update={**ISSUE28_FIELDS, "quant_gemm": quant,
+                                                            "quant_gemm_emulated": {}})
     return mapper
 
 
@@ -235,7 +242,8 @@ def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None 
     every row (default: the row engine's); `limit`: at most this many rows per table, spread
     evenly (a quick look; the figures of docs/validation.md use all rows). `baseline`: as sim
     costed these ops before issue 28 (ring all-reduce on the topology's datasheet or vidur fit, no
-    attention kernel family, the host launch on graph-replayed kernels), the "before" column of
+    attention kernel family, the host launch on graph-replayed kernels, the hand-written quantized
+    GEMM families), the "before" column of
     docs/validation.md."""
     out = AicValidation()
     for path in paths:

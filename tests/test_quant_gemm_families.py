@@ -1,0 +1,86 @@
+"""Quantized GEMM families fitted on aiconfigurator's in-sample tables (hw_models/stack/
+kernel_families_fitted.yaml, scripts/fit_kernels.py): each family's floor and slope checked
+by hand from the YAML figures and the preset's datasheet bandwidth, and never faster with
+more work."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.stack.kernel_families import families
+from sim.apps.trace.aic import _mapper, gemm_op
+
+H100_STREAM_BYTES_PER_S = 3.35e12 * 0.85     # h100_sxm.yaml: datasheet bandwidth x memory_max
+A100_STREAM_BYTES_PER_S = 2.039e12 * 0.85    # a100_80g.yaml
+# family -> (preset, stack, weight format, weight bytes per element, streaming rate of that preset)
+FITTED = {
+    "trtllm_fp8_per_tensor": ("h100_sxm", "trtllm", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
+    "vllm_fp8_per_tensor": ("h100_sxm", "vllm", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
+    "trtllm_w4a16": ("a100_80g", "trtllm", "int4", None, A100_STREAM_BYTES_PER_S),
+    "trtllm_w8a16": ("a100_80g", "trtllm", "int8", None, A100_STREAM_BYTES_PER_S),
+    "trtllm_nvfp4": ("rtx_pro_6000", "trtllm", "nvfp4", None, None),
+    "vllm_nvfp4": ("rtx_pro_6000", "vllm", "nvfp4", None, None),
+}
+
+
+def _cost_s(family: str, m: int, n: int, k: int) -> float:
+    preset, stack, fmt, _, _ = FITTED[family]
+    return _mapper(preset, stack).cost(gemm_op(m, n, k, fmt)).duration_s
+
+
+def test_stacks_name_the_fitted_families():
+    for family, (preset, stack, fmt, _, _) in FITTED.items():
+        assert _mapper(preset, stack).stack.family(fmt) == family
+
+
+@pytest.mark.parametrize("family", FITTED)
+def test_floor_is_the_fitted_kernels(family):
+    """A tiny GEMM (M=1, 64x64: under a ns of data) costs the GEMM kernel's floor plus, for
+    W8A8, the quantize kernel's floor: two kernels."""
+    fam = families()[family]
+    want = fam.floor_s + (fam.quant_floor_s if fam.activation_quant else 0.0)
+    assert _cost_s(family, 1, 64, 64) == pytest.approx(want, rel=0.01)
+
+
+@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "vllm_fp8_per_tensor"])
+def test_fp8_slope_at_m1_is_the_weight_stream(family):
+    """At M=1 the FP8 GEMM streams its 1-byte weights: going from 4096x4096 to 8192x8192 adds
+    (8192^2 - 4096^2) B / (3.35 TB/s x 0.85 x efficiency), plus the activations: x grows by
+    4096 bf16 values (and the quantize pass reads 2 B + writes 1 B of each), y by 4096 bf16."""
+    fam = families()[family]
+    bw = FITTED[family][4]
+    extra_w = (8192 ** 2 - 4096 ** 2) / (bw * fam.weight_stream_efficiency)
+    extra_act = (4096 * 2 + 4096 * 2) / bw + 4096 * 3 / (bw * fam.quant_stream_efficiency)
+    slope = _cost_s(family, 1, 8192, 8192) - _cost_s(family, 1, 4096, 4096)
+    assert slope == pytest.approx(extra_w + extra_act, rel=0.01)
+
+
+@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "trtllm_w8a16"])
+def test_large_m_is_compute_at_the_fitted_fraction(family):
+    """At M=8192, 8192x8192 the GEMM is compute-bound: 2 M N K / (peak x fraction(8192)) over
+    the floor (989 TFLOP/s bf16, 1979 FP8 on H100; 312 bf16 on A100: the presets' datasheet peaks)."""
+    fam = families()[family]
+    peak = {"trtllm_fp8_per_tensor": 1979e12, "trtllm_w8a16": 312e12}[family]
+    compute = 2.0 * 8192 ** 3 / (peak * fam.rate_fraction(8192))
+    quant = (fam.quant_floor_s + 8192 * 8192 * 3 / (H100_STREAM_BYTES_PER_S * fam.quant_stream_efficiency)
+             if fam.activation_quant else 0.0)
+    assert _cost_s(family, 8192, 8192, 8192) == pytest.approx(fam.floor_s + quant + compute, rel=0.01)
+
+
+@pytest.mark.parametrize("family", FITTED)
+def test_never_faster_with_more_work(family):
+    ms = [1, 2, 3, 4, 8, 16, 24, 32, 64, 100, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    for n, k in [(1024, 1024), (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)]:
+        t = [_cost_s(family, m, n, k) for m in ms]
+        assert all(b >= a * (1 - 1e-12) for a, b in zip(t, t[1:])), (n, k, t)
+        assert _cost_s(family, 64, 2 * n, k) >= t[ms.index(64)]
+        assert _cost_s(family, 64, n, 2 * k) >= t[ms.index(64)]
+
+
+def test_vllm_fp4_is_native_on_blackwell_and_marlin_before():
+    """vLLM runs NVFP4 natively where the GPU has an FP4 tensor rate (RTX PRO 6000, B200) and as Marlin
+    weight-only emulation where it has none (H100): the same weights cost what each kernel does."""
+    op = gemm_op(4096, 4096, 4096, "nvfp4")
+    assert _mapper("rtx_pro_6000", "vllm").cost(op).path == "vllm_nvfp4"
+    assert _mapper("b200", "vllm").cost(op).path == "vllm_nvfp4"
+    assert _mapper("h100_sxm", "vllm").cost(op).path == "fp4_marlin_emulated"
