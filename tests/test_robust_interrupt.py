@@ -24,7 +24,8 @@ def _interrupt(argv: list[str], delay_s: float) -> tuple[int, str]:
     """Run `sim argv`, send SIGINT after `delay_s` (unless it has finished); (exit status, stderr).
     A signal before the interpreter has installed its handler kills the process silently (status
     -SIGINT, which a shell reports as 130, like ours): counted as 130 here, with its empty stderr
-    standing for the one line."""
+    standing for the one line. Killed by SIGINT with the one line printed (Python re-raises an
+    interrupt that ends the interpreter as the signal itself) counts as 130 the same way."""
     # The child gets the default SIGINT handler: a background job of a non-interactive shell ignores it.
     proc = subprocess.Popen([sys.executable, "-m", "sim.apps.cli", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -34,7 +35,8 @@ def _interrupt(argv: list[str], delay_s: float) -> tuple[int, str]:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    if proc.returncode == -signal.SIGINT and not err:
+    if proc.returncode == -signal.SIGINT and err.decode().strip() in ("", "interrupted"):
+        # killed by SIGINT after (or before) the one line: a shell reports this status as 130 too
         return 130, "interrupted"
     return proc.returncode, err.decode()
 
