@@ -32,11 +32,16 @@ from sim.core.workload import load_workload, workload_from_dict  # noqa: E402
 SWEEP_POINTS = 2
 
 
-def _case(workload, machine) -> dict:
+def _recorded(run) -> dict:
+    """`run()`'s metrics, or the first line of the user error it raises (a refusal is pinned too)."""
     try:
-        return simulate(workload, machine).metrics()
+        return run()
     except SimError as e:
         return {"error": str(e).splitlines()[0].replace(str(ROOT), "<root>")}
+
+
+def _case(workload, machine) -> dict:
+    return _recorded(lambda: simulate(workload, machine).metrics())
 
 
 def workload_cases(subset: str | None) -> dict[str, dict]:
@@ -78,11 +83,10 @@ def _serve_case(path: Path, hw: str, overrides: dict) -> dict:
     from sim.apps.serve.run import serve
     from sim.apps.serve.spec import load_serve_file
 
-    try:
+    def run() -> dict:
         _, summary = serve(load_serve_file(path, overrides), load_machine(hw))
-    except SimError as e:
-        return {"error": str(e).splitlines()[0].replace(str(ROOT), "<root>")}
-    return {k: v for k, v in _flat(summary).items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        return {k: v for k, v in _flat(summary).items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    return _recorded(run)
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

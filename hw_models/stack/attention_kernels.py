@@ -26,7 +26,6 @@ Without parallel_units the decode CTA term cannot be placed: the op keeps the ro
 from __future__ import annotations
 
 import math
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +34,12 @@ from pydantic import Field, field_validator
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.compute_path import native_rates
 from hw_models.machine import Tier, Unit
+from hw_models.stack.kernel_families import read_families
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.graph import Op
-from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
+from sim.core.schema import Quantity, Strict
 
 KERNELS_FILE = Path(__file__).parent / "attention_kernels.yaml"
 
@@ -104,15 +104,10 @@ class AttentionKernels(Strict):
     source: str = Field(default="", exclude=True)
 
 
-@cache
-def _load(path: Path, mtime_ns: int) -> dict[str, AttentionFamily]:
-    return validate_mapping(AttentionKernels, read_yaml(path), str(path), "a mapping with `families:`").families
-
-
 def attention_families(path: Path = KERNELS_FILE) -> dict[str, AttentionFamily]:
     if not path.is_file():
         return {}
-    return _load(path, path.stat().st_mtime_ns)
+    return read_families(AttentionKernels, path)
 
 
 def family_names() -> list[str]:

@@ -91,15 +91,22 @@ class Families(Strict):
     source: str = Field(default="", exclude=True)
 
 
+def read_families(schema: type[Strict], path: Path) -> dict:
+    """The `families:` of a kernel-family file, checked by `schema` (a Strict model with a `families`
+    mapping), read once per content: the cache is keyed by the file's modification time. The quantized
+    GEMM families and the attention families (hw_models.stack.attention_kernels) both load this way."""
+    return _load(schema, path, path.stat().st_mtime_ns)
+
+
 @cache
-def _load(path: Path, mtime_ns: int) -> dict[str, Family]:
-    return validate_mapping(Families, read_yaml(path), str(path), "a mapping with `families:`").families
+def _load(schema: type[Strict], path: Path, mtime_ns: int) -> dict:
+    return validate_mapping(schema, read_yaml(path), str(path), "a mapping with `families:`").families
 
 
 def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> dict[str, Family]:
-    out = dict(_load(path, path.stat().st_mtime_ns))
+    out = dict(read_families(Families, path))
     if fitted is not None and fitted.is_file():
-        more = _load(fitted, fitted.stat().st_mtime_ns)
+        more = read_families(Families, fitted)
         both = sorted(set(out) & set(more))
         if both:
             raise ConfigError(f"{fitted}: {', '.join(both)} also in {path} (a family lives in one file)")
