@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(REPO / "mutants", ignore_errors=True)   # no verdicts cached from an earlier run
     t0 = time.monotonic()
     with args.log.open("w") as log:
-        rc = subprocess.run([sys.executable, "-m", "mutmut", "run", *globs], cwd=REPO, stdout=log,
+        env = {**os.environ, "SIM_HYPOTHESIS_PROFILE": "derandomized"}   # tests/conftest.py: same verdict every run
+        rc = subprocess.run([sys.executable, "-m", "mutmut", "run", *globs], cwd=REPO, stdout=log, env=env,
                             stderr=subprocess.STDOUT).returncode
     elapsed = time.monotonic() - t0
     codes = statuses()

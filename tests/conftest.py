@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared/validation beside the checkout; SIM_SHARED_VALIDATION points elsewhere (a git worktree).
@@ -16,6 +17,12 @@ os.environ.setdefault("SIM_SERVE_CHECKS", "1")
 # The persistent step-cost tables (sim.apps.serve.tablecache) of every test and every process a test starts
 # go to a fresh temporary folder, never the user's cache.
 os.environ["SIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="sim-test-cache-")
+# Mutation testing (scripts/mutation_check.py) needs tests that give the same verdict on every run: there the
+# property tests draw from hypothesis's fixed per-test seed (SIM_HYPOTHESIS_PROFILE=derandomized), so a fresh
+# random draw cannot fail the clean run or a mutant by chance.
+settings.register_profile("derandomized", derandomize=True)
+if os.environ.get("SIM_HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["SIM_HYPOTHESIS_PROFILE"])
 
 
 @pytest.fixture
