@@ -20,7 +20,7 @@ os.environ["SIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="sim-test-cache-")
 # Mutation testing (scripts/mutation_check.py) needs tests that give the same verdict on every run: there the
 # property tests draw from hypothesis's fixed per-test seed (SIM_HYPOTHESIS_PROFILE=derandomized), so a fresh
 # random draw cannot fail the clean run or a mutant by chance.
-settings.register_profile("derandomized", derandomize=True)
+settings.register_profile("derandomized", derandomize=True, database=None)   # no replay of saved draws
 if os.environ.get("SIM_HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["SIM_HYPOTHESIS_PROFILE"])
 
