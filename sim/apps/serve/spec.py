@@ -151,7 +151,14 @@ class Sarathi(_Paged):
     max_num_batched_tokens: PosInt = 512           # the token budget per iteration (chunk size)
 
 
-SCHEDULER_CONFIGS = (Static, Orca, Vllm, VllmV0, Sarathi)
+class Sglang(_Blocks):
+    """SGLang (sim.apps.serve.schedulers.sglang): prefill batches first, apart from decodes."""
+    kind: Literal["sglang"]
+    max_num_batched_tokens: PosInt = 8192   # chunked_prefill_size (server_args.py: 8192 on a 60-90 GB GPU)
+    preemption: Literal["recompute"] = "recompute"   # retract_decode: back to the waiting queue, recomputed
+
+
+SCHEDULER_CONFIGS = (Static, Orca, Vllm, VllmV0, Sarathi, Sglang)
 Scheduler = Annotated[Union[SCHEDULER_CONFIGS], Field(discriminator="kind")]
 SCHEDULER_OPTIONS = {get_args(cls.model_fields["kind"].annotation)[0]: set(cls.model_fields)
                      for cls in SCHEDULER_CONFIGS}

@@ -68,7 +68,7 @@ ENGINES = {
                    "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "trtllm": Engine("trtllm", {"kind": "vllm", "max_num_batched_tokens": 8192, "max_num_seqs": 256},
                      "tensorrt_llm/llmapi/llm_args.py: max_num_tokens 8192, max_batch_size 2048"),
-    "sglang": Engine("sglang", {"kind": "vllm", "max_num_batched_tokens": 8192, "max_num_seqs": 256},
+    "sglang": Engine("sglang", {"kind": "sglang", "max_num_batched_tokens": 8192, "max_num_seqs": 256},
                      "sglang/srt/server_args.py: chunked_prefill_size 8192 on a GPU of 60-90 GB"),
 }
 # A closed loop of identical requests stays in lock-step in a simulation (every wave's N prefills queue

@@ -55,7 +55,9 @@ class VllmV1(Scheduler):
             self._waiting(batch, budget)
         return batch if batch.entries else None
 
-    def _running(self, batch: Batch) -> tuple[int, bool]:
+    def _running(self, batch: Batch, prefills_only: bool = False) -> tuple[int, bool]:
+        """`prefills_only`: pass over decoding requests (one token pending), for a scheduler that runs
+        prefill batches apart from decodes (schedulers/sglang.py)."""
         budget, running, preempted = self.max_tokens, self.running, False
         pool, entries, cached, unit_tokens = self.pool, batch.entries, self.cached, self.unit_tokens
         bs, ub, look, caching = pool.block_size, pool.unit_blocks, self.lookahead, pool.caching
@@ -63,6 +65,9 @@ class VllmV1(Scheduler):
         while i < len(running) and budget > 0:
             r = running[i]
             q = r.prompt + r.generated - r.computed
+            if prefills_only and q <= 1:
+                i += 1
+                continue
             if q > budget:
                 q = budget
             end = r.computed + q
