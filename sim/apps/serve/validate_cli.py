@@ -15,13 +15,13 @@ from sim.core.errors import ConfigError
 
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
-    from sim.apps.serve.validate_readers import is_silicon, read_silicon, read_vllm_bench
+    from sim.apps.serve.validate_readers import is_silicon, read_bench_json, read_silicon
 
     path = Path(args.file)
     if path.suffix == ".json":
         if not (args.engine and args.model):
-            raise ConfigError(f"{path}: a benchmark_serving JSON does not say what served it: give --engine and --model")
-        return [read_vllm_bench(path, args.hw, args.engine, args.model)], []
+            raise ConfigError(f"{path}: a benchmark JSON does not say what served it: give --engine and --model")
+        return [read_bench_json(path, args.hw, args.engine, args.model)], []
     if not path.is_file():
         raise ConfigError(f"{path}: not found")
     if not is_silicon(path):
