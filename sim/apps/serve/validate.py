@@ -13,6 +13,7 @@ stack. Errors are (sim - measured) / measured.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -277,3 +278,31 @@ def scatter(results: list[Result], path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def error_plot(results: list[Result], path) -> None:
+    """Signed TTFT and TPOT errors against the run's concurrency, one colour per engine: where a
+    scheduling behaviour the model lacks shows (errors that grow with the clients)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, metric, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
+        for eng in sorted({r.run.engine for r in results}):
+            rs = [r for r in results if r.run.engine == eng and metric in r.error]
+            ax.scatter([r.run.concurrency for r in rs], [r.error[metric] * 100 for r in rs], s=10, label=eng)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set(xscale="log", xlabel="concurrency (clients)", ylabel=f"{label} error (%)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_plots(results: list[Result], folder) -> list:
+    """`sim validate-serving --plots DIR`: the scatter (scatter.png) and the errors by concurrency
+    (errors_vs_concurrency.png) into `folder`, created if missing; the paths written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = [folder / "scatter.png", folder / "errors_vs_concurrency.png"]
+    scatter(results, out[0])
+    error_plot(results, out[1])
+    return out

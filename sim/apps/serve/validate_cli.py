@@ -56,8 +56,10 @@ def _folder(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_serving(args: argparse.Namespace) -> int:
-    from sim.apps.serve.validate import machine_loader, render, scatter, simulate
+    from sim.apps.serve.validate import machine_loader, render, scatter, simulate, write_plots
 
+    if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
+        raise ConfigError(f"--plots {args.plots}: exists and is not a folder")
     if Path(args.file).is_dir():
         return _folder(args)
     runs, skipped = _runs(args)
@@ -69,6 +71,9 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
     if args.plot:
         scatter(results, Path(args.plot))
+    if args.plots:
+        for path in write_plots(results, Path(args.plots)):
+            print(f"wrote {path}")
     return 0
 
 
@@ -86,5 +91,7 @@ def register(subparsers) -> None:
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
-    p.add_argument("--plot", metavar="PATH", help="write a scatter plot (simulated vs measured TTFT and TPOT)")
+    p.add_argument("--plots", metavar="DIR", help="write the plots into DIR (created): scatter.png (simulated vs "
+                   "measured TTFT and TPOT) and errors_vs_concurrency.png (signed errors by clients)")
+    p.add_argument("--plot", metavar="PATH", help="write only the scatter plot, to PATH")
     p.set_defaults(func=cmd_validate_serving)
