@@ -52,3 +52,11 @@ def test_plots_folder_gets_the_scatter_and_the_error_plot(tmp_path, capsys):
     assert main([*argv, "--plots", str(path)]) == 2      # a file, not a folder: one line, nothing run
     err = capsys.readouterr().err.strip()
     assert "not a folder" in err and "\n" not in err
+
+
+def test_fp4_rows_on_hopper_are_skipped_with_the_reason(tmp_path):
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "model_path": "openai/gpt-oss-120b", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}]
+                 ).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert not runs and "nvfp4 weights on h100_sxm: no native FP4" in dict(skipped)["r1"]

@@ -29,6 +29,8 @@ import pandas as pd
 from sim.apps.serve.validate import ENGINES, GPUS, MODELS, Run
 from sim.core.errors import ConfigError
 
+FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
+NO_NATIVE_FP4 = {"h100_sxm", "h200_sxm", "a100_sxm"}   # FP4 tensor cores from Blackwell on
 SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -65,6 +67,10 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
 def _unreplayable(row) -> str:
     if row.mode != "agg":
         return "disaggregated serving (prefill and decode workers) is not replayed"
+    quant = {q for q in (row.gemm_quant_mode, getattr(row, "moe_quant_mode", None)) if isinstance(q, str)}
+    if quant & FP4 and row.system in NO_NATIVE_FP4:
+        return (f"{'/'.join(sorted(quant & FP4))} weights on {row.system}: no native FP4 there (the engine's emulated "
+                "weight-only kernels are not what sim prices)")
     if row.model_path not in MODELS:
         return f"model {row.model_path} has no config here"
     if row.backend not in ENGINES:
