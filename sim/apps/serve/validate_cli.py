@@ -1,7 +1,8 @@
 """`sim validate-serving FILE --hw PRESET [--stack S]`: measured serving runs against the simulator
 (sim.apps.serve.validate). FILE is a silicon-sample table (its rows of the GPU --hw names), a vLLM
-benchmark_serving result JSON (--engine and --model say what served it), or an LLMServingSim case
-folder (per-request vLLM timestamps, replayed open-loop by sim.apps.trace.validate_serving)."""
+benchmark_serving result JSON or a genai-perf profile_export_genai_perf.json (--engine and --model say
+what served it), or an LLMServingSim case folder (per-request vLLM timestamps, replayed open-loop by
+sim.apps.trace.validate_serving). --plots DIR writes the scatter and the errors by concurrency."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-serving", help="replay measured serving runs and print the simulator's errors",
                               description=__doc__)
-    p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving JSON or LLMServingSim case folder")
+    p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving or genai-perf JSON, or LLMServingSim case folder")
     p.add_argument("--hw", required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
     p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")
