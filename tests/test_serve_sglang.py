@@ -5,7 +5,9 @@ Blocks of 4 tokens, as tests/test_serve_v1.py (whose `step` plays the engine's p
 
 from __future__ import annotations
 
+from hw_models.machine import load_machine
 from sim.apps.serve.kvpool import LruBlockPool
+from sim.apps.serve.run import serve
 from sim.apps.serve.schedulers import Request
 from sim.apps.serve.schedulers.sglang import Sglang
 from sim.apps.serve.spec import Sglang as SglangConfig, serve_file_from_dict
@@ -56,3 +58,19 @@ def test_kind_sglang_is_a_serving_scheduler_with_sglangs_chunk_default():
         "lengths": {"prompt": {"dist": "fixed", "value": 64}, "output": {"dist": "fixed", "value": 8}},
         "scheduler": {"kind": "sglang"}}}, "t.yaml")
     assert f.serving.scheduler.token_budget == 8192    # chunked_prefill_size on a 60-90 GB GPU
+
+
+def test_a_closed_loop_of_identical_requests_stays_in_waves_under_sglang_not_under_vllm():
+    """The engine behaviour the measured SGLang runs show (docs/serving.md, lock-step): 4 clients, identical
+    requests, a budget of one prompt per step. SGLang prefills the burst one prompt a step with every decode
+    stalled, so all four finish in the same step and the next wave leaves together; vLLM V1 decodes the first
+    prompts beside the later ones, so they finish a step apart and the waves smear into staggered sends."""
+    def finishes(kind: str) -> list[int]:
+        f = serve_file_from_dict({"model": "tinyllama-1.1b", "flash_attention": True, "serving": {
+            "arrivals": {"process": "closed", "concurrency": 4, "num_requests": 12},
+            "lengths": {"prompt": {"dist": "fixed", "value": 256}, "output": {"dist": "fixed", "value": 8}},
+            "scheduler": {"kind": kind, "max_num_batched_tokens": 256, "max_num_seqs": 4}}}, "t.yaml")
+        res, _ = serve(f, load_machine("h100_sxm"))
+        return [len(set(res.requests["finish_s"][i:i + 4].round(12))) for i in (0, 4, 8)]
+    assert finishes("sglang") == [1, 1, 1]        # each wave of 4 finishes in one step
+    assert finishes("vllm")[0] == 4               # the first wave already finishes in 4 different steps
