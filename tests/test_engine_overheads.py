@@ -111,6 +111,10 @@ def test_replayed_run_file_is_a_closed_loop_of_the_runs_concurrency():
     out = f.serving.lengths.output
     assert (out.low, out.high) == (115, 141)   # 128 +- 10% under mixed batching (validate.ENGINES, lock-step note)
     assert f.stack == "trtllm" and f.formats.weights == "fp8_e4m3" and f.section("parallel")["tp"] == 2
+    assert f.formats.kv_cache == "fp8_e4m3" and f.serving.scheduler.kind == "trtllm"   # FP8 checkpoint: FP8 KV
+    bf16 = run_file(Run("b", "h100_sxm", "trtllm", "Qwen/Qwen3-32B", 1024, 128, 16))
+    vllm_fp8 = run_file(Run("v", "h100_sxm", "vllm", "Qwen/Qwen3-32B", 1024, 128, 16, quant="fp8"))
+    assert bf16.formats.kv_cache == "bf16" and vllm_fp8.formats.kv_cache == "bf16"   # vLLM: the model dtype
     sg = run_file(Run("s", "h100_sxm", "sglang", "Qwen/Qwen3-32B", 1024, 128, 16)).serving
     assert sg.scheduler.kind == "sglang" and sg.lengths.output.dist == "fixed" and sg.lengths.output.value == 128
 

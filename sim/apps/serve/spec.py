@@ -158,7 +158,14 @@ class Sglang(_Blocks):
     preemption: Literal["recompute"] = "recompute"   # retract_decode: back to the waiting queue, recomputed
 
 
-SCHEDULER_CONFIGS = (Static, Orca, Vllm, VllmV0, Sarathi, Sglang)
+class Trtllm(_Blocks):
+    """TensorRT-LLM (sim.apps.serve.schedulers.trtllm): GUARANTEED_NO_EVICT admission, mixed batches."""
+    kind: Literal["trtllm"]
+    max_num_batched_tokens: PosInt = 8192   # max_num_tokens (tensorrt_llm/llmapi/llm_args.py)
+    preemption: Literal["recompute"] = "recompute"   # never happens: admission reserves every request's KV
+
+
+SCHEDULER_CONFIGS = (Static, Orca, Vllm, VllmV0, Sarathi, Sglang, Trtllm)
 Scheduler = Annotated[Union[SCHEDULER_CONFIGS], Field(discriminator="kind")]
 SCHEDULER_OPTIONS = {get_args(cls.model_fields["kind"].annotation)[0]: set(cls.model_fields)
                      for cls in SCHEDULER_CONFIGS}

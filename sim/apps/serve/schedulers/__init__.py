@@ -13,6 +13,7 @@ from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.sarathi import Sarathi
 from sim.apps.serve.schedulers.sglang import Sglang
 from sim.apps.serve.schedulers.static import Static
+from sim.apps.serve.schedulers.trtllm import Trtllm
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
 
@@ -23,6 +24,7 @@ SCHEDULERS: dict[type[s.SchedulerConfig], type[Scheduler]] = {
     s.Orca: Orca,
     s.Static: Static,
     s.Sglang: Sglang,
+    s.Trtllm: Trtllm,
 }
 
 

@@ -99,7 +99,7 @@ class VllmV1(Scheduler):
             # (hit blocks no one holds are in the free queue, so they count against it too).
             full = pool.blocks_for(tokens) - len(hits) * unit
             need = pool.blocks_for(computed + q + (self.lookahead if r.computed else 0)) - len(hits) * unit
-            if max(full, need) + (pool.idle_blocks(hits) if hits else 0) > pool.available:
+            if max(full, need) + (pool.idle_blocks(hits) if hits else 0) > pool.available or not self._admits(r):
                 return
             pool.hold(hits)
             pool.allocate(need)
@@ -112,6 +112,10 @@ class VllmV1(Scheduler):
             self._cache(r, computed + q)
             batch.entries.append((r, q))
             budget -= q
+
+    def _admits(self, r: Request) -> bool:
+        """A further admission rule of a subclass (schedulers/trtllm.py); V1 has none."""
+        return True
 
     def _key(self, r: Request, j: int) -> object:
         """Unit j's cache key: the trace's hash over the prompt, then a key of r's own."""
