@@ -349,6 +349,23 @@ QUANT_GEMM = {
         cite="vllm/model_executor/layers/quantization/modelopt.py ModelOptNvFp4LinearMethod (native FP4 GEMM on SM 10.x / "
              "12.x, Marlin weight-only emulation below); aic kernel FlashInferCutlassNvFp4LinearKernel. Fitted on RTX PRO "
              "6000 only (B200 / GB200 tables held out)"),
+    "trtllm_fp8_block": dict(
+        framework="trtllm", dtype="fp8_block", kernel=None, quant="trtllm", rate_format="fp8_e4m3",
+        assumed="the 1x128 activation-quantize kernel's floor and streaming rate are those fitted on the engine's "
+                "per-tensor quantize kernel (no block-quantize table is measured)",
+        description="TensorRT-LLM block-scaled FP8 Linear (DeepSeek-V3 128x128 weight tiles, 1x128 activation groups)",
+        cite="TensorRT-LLM tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod.apply "
+             "(torch.ops.trtllm.fp8_quantize_1x128, then torch.ops.trtllm.fp8_block_scaling_gemm); aic kernel torch_flow"),
+    "vllm_fp8_block": dict(
+        framework="vllm", dtype="fp8_block", kernel=None, quant="vllm", rate_format="fp8_e4m3",
+        assumed="the 1x128 activation-quantize kernel's floor and streaming rate are those fitted on the engine's "
+                "per-tensor quantize kernel (no block-quantize table is measured)",
+        description="vLLM block-scaled FP8 Linear on Hopper: per-token-group quantize, then FlashInfer's block-scale "
+                    "GEMM at small M (~60 us at M <= 16, aic README) and DeepGEMM above",
+        cite="vllm/model_executor/layers/quantization/utils/fp8_utils.py (W8A8BlockFp8LinearOp: QuantFP8 1x128 groups, "
+             "then should_use_flashinfer_for_blockscale_fp8_gemm -> flashinfer_fp8_blockscale_gemm, "
+             "should_use_deepgemm_for_fp8_linear -> DeepGEMM fp8_gemm_nt, else CUTLASS blockwise); aic kernels "
+             "flashinfer_fp8_block, deepgemm_fp8_block (H100 only)"),
 }
 QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
@@ -398,26 +415,43 @@ def fit_quant_kernel(engine: str) -> dict:
     return {"floor_s": _sig(floor), "stream_efficiency": _sig(eff), "rows": len(t)}
 
 
-def fit_quant_gemm(name: str) -> dict:
-    from sim.apps.trace.aic import GEMM_FORMAT
+def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[list[tuple], list[str]]:
+    """Per measured row of the family on `gpus`: (M, weight s, other s, compute s, measured less the quantize
+    kernel, measured, weight bytes / L2), as _gemm_parts splits it; and the GPUs that have rows."""
     from sim.core.formats import get_format
-    spec = QUANT_GEMM[name]
-    fmt = GEMM_FORMAT[spec["dtype"]]
-    q = fit_quant_kernel(spec["quant"]) if spec["quant"] else None
-    rows, fitted_on = [], []
-    for gpu, preset in QUANT_GPUS.items():
+    rows, found = [], []
+    for gpu in gpus:
         df = pd.read_csv(SHARED / f"gemm_{gpu}.csv.gz")
         df = df[(df["framework"] == spec["framework"]) & (df["dtype"] == spec["dtype"])]
         if spec["kernel"]:
             df = df[df["kernel"] == spec["kernel"]]
         if df.empty:
             continue
-        fitted_on.append(gpu)
+        found.append(gpu)
         for r in df.itertuples(index=False):
-            w, o, qx, c = _gemm_parts(preset, int(r.m), int(r.n), int(r.k), fmt, spec["rate_format"])
+            w, o, qx, c = _gemm_parts(QUANT_GPUS[gpu], int(r.m), int(r.n), int(r.k), fmt, spec["rate_format"])
             quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
             rows.append((int(r.m), w, o, c, r.latency_us * 1e-6 - quant_s, r.latency_us * 1e-6,
                          get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu]))
+    return rows, found
+
+
+def _quant_mape(rows: list[tuple], floor: float, eff: float, frac_of: dict[int, float]) -> float:
+    m_, w_, o_, c_, y_, t_, _ = (np.array(v) for v in zip(*rows))
+    pred = floor + np.maximum(c_ / np.array([frac_of[int(m)] for m in m_]), w_ / eff + o_) + (t_ - y_)
+    return round(float(np.mean(np.abs(pred - t_) / t_)), 4)
+
+
+def fit_quant_gemm(name: str, hold_out: str | None = None) -> dict | None:
+    """The family's figures fitted on the in-sample GPUs less `hold_out` (whose rows, if any, give
+    `held_out_mape`)."""
+    from sim.apps.trace.aic import GEMM_FORMAT
+    spec = QUANT_GEMM[name]
+    fmt = GEMM_FORMAT[spec["dtype"]]
+    q = fit_quant_kernel(spec["quant"]) if spec["quant"] else None
+    rows, fitted_on = _quant_rows(spec, fmt, q, [gpu for gpu in QUANT_GPUS if gpu != hold_out])
+    if not rows:    # only the held-out GPU has this family's rows
+        return None
     m_, w_, o_, c_, y_, t_, wb_ = (np.array(v) for v in zip(*rows))
     small = m_ <= MEMORY_BOUND_M
     big = wb_[small] >= 2.0
@@ -433,11 +467,11 @@ def fit_quant_gemm(name: str) -> dict:
     points = [[m, _sig(f)] for (m, _), f in zip(points, fracs)]
     for i in range(1, len(points)):    # nor growing faster than M: more rows never take less time
         points[i][1] = min(points[i][1], points[i - 1][1] * points[i][0] / points[i - 1][0])
-    frac_of = dict(points)
-    pred = floor + np.maximum(c_ / np.array([frac_of[int(m)] for m in m_]), mem) + (t_ - y_)
+    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out else []
     return {"spec": spec, "quant": q, "floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff),
             "rate_points": points, "rows": len(t_), "fitted_on": fitted_on, "stream_measured": bool(np.count_nonzero(big) >= 2),
-            "fit_mape": round(float(np.mean(np.abs(pred - t_) / t_)), 4)}
+            "fit_mape": _quant_mape(rows, floor, eff, dict(points)),
+            "held_out_mape": _quant_mape(held, floor, eff, dict(points)) if held else None}
 
 
 def render_quant_gemm() -> str:
@@ -451,8 +485,10 @@ def render_quant_gemm() -> str:
         lines += [f"  {name}:  # {f['rows']} rows ({', '.join(f['fitted_on'])}), fit MAPE {f['fit_mape']}",
                   f"    description: \"{spec['description']}\"", "    cite: >-", f"      {spec['cite']}",
                   f"    rate_format: {spec['rate_format']}", f"    rate_points: [{pts}]",
-                  *([] if f["stream_measured"] else [
-                      "    assumed: weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)"]),
+                  *([f"    assumed: \"{'; '.join(a)}\""] if (a := [x for x in (
+                      None if f["stream_measured"] else
+                      "weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)",
+                      spec.get("assumed")) if x]) else []),
                   f"    weight_stream_efficiency: {f['weight_stream_efficiency']:.3g}",
                   f"    floor_s: {f['floor_s']:.3g}"]
         if q:
@@ -509,7 +545,13 @@ def render_attention() -> str:
 
 
 def report_hold_out(gpu: str) -> None:
-    """Decode attention fitted without `gpu`'s rows: MAPE per GPU (the held-out one out of sample)."""
+    """Decode attention and the quantized GEMM families fitted without `gpu`'s rows: MAPE per GPU (the
+    held-out one out of sample)."""
+    for name in QUANT_GEMM:
+        f = fit_quant_gemm(name, gpu)
+        if f is not None and f["held_out_mape"] is not None:
+            print(f"gemm {name}, fitted on {', '.join(f['fitted_on'])}: in sample {f['fit_mape']:.1%}, "
+                  f"{gpu} (held out) {f['held_out_mape']:.1%}")
     preset = ATTN_GPUS[gpu]
     for name in ATTENTION:
         for fmt, d in fit_decode(name, preset).items():

@@ -54,7 +54,7 @@ NODE = {"h100": "dgx_h100", "a100": "dgx_a100", "h200": "hgx_h200", "b200": "hgx
         "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
 STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "vllm"}
 # The row's dtype -> the stored weight format sim lowers it with.
-GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_e4m3", "nvfp4": "nvfp4",
+GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128", "nvfp4": "nvfp4",
                "int4_wo": "int4", "int8_wo": "int8", "sq": "int8"}
 KV_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 # The collective algorithm each measured source runs (hw_models.network.collectives); SGLang's custom
@@ -124,7 +124,9 @@ ISSUE28_FIELDS = {"attention": None, "graph_gap_s": None}
 # stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
 ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
                     "trtllm_w4a16": "marlin", "trtllm_w8a16": "marlin",
-                    "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated"}
+                    "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated",
+                    # block-scaled FP8 had no format: its rows ran as per-tensor FP8 under the hand family
+                    "trtllm_fp8_block": "fp8_scaled_mm", "vllm_fp8_block": "fp8_scaled_mm"}
 
 
 @cache
