@@ -418,6 +418,8 @@ def test_fp8_block128_hand_derived():
     x[5, 3] = np.nan
     y = quantize(x, "fp8_block128")
     assert np.isnan(y[:128]).all() and y[128, 0] == 2.0
+    tiny = quantize(np.array([3e-45, 1e-40], np.float32), "fp8_block128")   # the fp32 scale floors at 2^-149
+    assert np.isfinite(tiny).all() and tiny[1] == pytest.approx(1e-40, rel=0.07)
     assert get_format("fp8_block").name == "fp8_block128"
     assert get_format("fp8_block128").nominal_bits_per_element == 8 + 32 / (128 * 128)
 
@@ -552,6 +554,7 @@ _FP16_SCALE_FLOOR = 2.0 ** -24
        st.sampled_from(["nvfp4", "int8", "int4", "int4_g64", "int4_g128_asym", "int8_pt", "int4_pc", "fp8_block128"]))
 @example(np.array([[1e-7]], np.float32), "int8")   # amax/127 underflows fp16: the scale clamps
 @example(np.array([[7.8019735e-07]], np.float32), "int4")   # amax/7 subnormal: scale rounds up 7%
+@example(np.array([[3e-45]], np.float32), "fp8_block128")   # amax/448 underflows fp32: the scale floors
 def test_scaled_formats_finite_and_error_bounded(x, name):
     y = quantize(x, name)
     assert y.shape == x.shape and np.isfinite(y).all()

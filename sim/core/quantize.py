@@ -18,7 +18,8 @@ casts (round to nearest, ties to even); scales follow:
   block_scale = E4M3(clamp(block_amax/6/tensor_scale, 2^-6, 448));
   P = E2M1(clamp(x/(tensor_scale*block_scale), -6, 6)).
 * block (fp8_block128): per 128 x 128 tile of the last two axes (a 1-D input:
-  per 128 along it), scale = amax / 448 in fp32 (an all-zero tile: 1);
+  per 128 along it), scale = amax / 448 in fp32 (an all-zero tile: 1; at least
+  the smallest fp32 subnormal);
   P = E4M3(saturate(x / scale)) rounded once from the float32 quotient, as the
   engines' quantize kernels do; value = P * scale.
 * int: symmetric absmax, scale = amax/qmax rounded to the scale format (fp16,
@@ -152,6 +153,7 @@ def _quantize_block2d(x: np.ndarray, fmt: NumberFormat) -> np.ndarray:
     amax = np.max(np.where(finite, np.abs(t), 0.0), axis=(-3, -1), keepdims=True)
     bad = ~finite.all(axis=(-3, -1), keepdims=True)
     scale = np.where(amax > 0, amax / np.float32(fmt.max_normal), 1.0).astype(np.float32)
+    scale = np.maximum(scale, np.float32(2.0 ** -149))   # the smallest fp32 scale (a tile of subnormals)
     with np.errstate(over="ignore", invalid="ignore"):
         out = _cast_elements((t / scale).astype(np.float32), fmt) * scale
     out = np.where(bad, np.float32(np.nan), out).reshape(p.shape)[..., :r, :c]
