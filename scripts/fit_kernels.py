@@ -366,6 +366,14 @@ QUANT_GEMM = {
              "then should_use_flashinfer_for_blockscale_fp8_gemm -> flashinfer_fp8_blockscale_gemm, "
              "should_use_deepgemm_for_fp8_linear -> DeepGEMM fp8_gemm_nt, else CUTLASS blockwise); aic kernels "
              "flashinfer_fp8_block, deepgemm_fp8_block (H100 only)"),
+    "sglang_fp8_block": dict(
+        framework="sglang", dtype="fp8_block", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
+        assumed="the 1x128 activation-quantize kernel (sgl-kernel per_token_group_quant_fp8) takes the floor and "
+                "streaming rate fitted on vLLM's per-tensor quantize kernel (no block-quantize table is measured)",
+        description="SGLang block-scaled FP8 Linear on Hopper: per-token-group quantize, then DeepGEMM gemm_nt_f8f8bf16",
+        cite="sglang python/sglang/srt/layers/quantization/fp8_utils.py (apply_fp8_linear block path: "
+             "sglang_per_token_group_quant_fp8, then w8a8_block_fp8_matmul_deepgemm); aic kernel "
+             "sglang_deepgemm_gemm_nt_f8f8bf16 (gemm_sglang tables, H100 only)"),
 }
 QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
@@ -421,7 +429,7 @@ def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[
     from sim.core.formats import get_format
     rows, found = [], []
     for gpu in gpus:
-        df = pd.read_csv(SHARED / f"gemm_{gpu}.csv.gz")
+        df = pd.read_csv(SHARED / f"{spec.get('table', 'gemm')}_{gpu}.csv.gz")
         df = df[(df["framework"] == spec["framework"]) & (df["dtype"] == spec["dtype"])]
         if spec["kernel"]:
             df = df[df["kernel"] == spec["kernel"]]

@@ -60,7 +60,7 @@ NOTES = """What moved, and what did not:
   at > 1 GB of KV (they cannot read the cache they name): left out of the fit, still costed here. Held out by GPU
   (`scripts/fit_kernels.py --hold-out GPU`, fitted on the other two): vLLM FlashAttention bf16 H100 10.7%, A100
   19.3%, RTX PRO 6000 23.2%; TensorRT-LLM bf16 H100 19.8%, A100 (MHA rows) 20.3%, RTX PRO 6000 37.1%. SGLang rows
-  run under the vllm stack and its flash_attn figures; on RTX PRO 6000 SGLang and vLLM's FP8-KV decode run
+  run under the sglang stack (vllm's kernels and its flash_attn figures); on RTX PRO 6000 SGLang and vLLM's FP8-KV decode run
   FlashInfer, which has no family of its own here, and the 128 MB L2 holds caches up to ~100 MB across graph
   replays (a replayed single layer; in serving the other layers evict them): that GPU's decode rows stay worst.
 * Quantized GEMMs (hw_models/stack/kernel_families_fitted.yaml, fitted by scripts/fit_kernels.py on these
@@ -74,8 +74,9 @@ NOTES = """What moved, and what did not:
 * Block-scaled FP8 (DeepSeek-V3 128x128 tiles): its own format `fp8_block128` (one fp32 scale per tile, exact
   bytes) and a family per engine (TensorRT-LLM's fp8_block_scaling_gemm; vLLM's FlashInfer block-scale GEMM at
   small M and DeepGEMM above), fitted on the fp8_block rows (H100 and RTX PRO 6000 for TensorRT-LLM; H100 only for
-  vLLM). TensorRT-LLM's held out by GPU: fitted on H100, RTX PRO 6000 27.5%; fitted on RTX PRO 6000, H100 15.9%.
-  SGLang's fp8_block rows (DeepGEMM, ~11 us at M = 1) run under the vllm stack and vLLM's ~60 us FlashInfer floor.
+  vLLM), and SGLang's DeepGEMM (~11 us at M = 1, where vLLM's FlashInfer path takes ~60 us; the sglang stack names
+  it, fitted on the gemm_sglang H100 rows). TensorRT-LLM's held out by GPU: fitted on H100, RTX PRO 6000 27.5%;
+  fitted on RTX PRO 6000, H100 15.9%.
 * Not done: per-tensor FP8 under vLLM / SGLang still misses (H100 held out 23.8%): at large M and small N x K the
   measured call grows with M alone (vLLM 0.24, M = 8192, N = K = 512: 68 us, TensorRT-LLM 23 us, the measured
   quantize kernel 5 us), which no per-M rate or quantize pass here reproduces. SmoothQuant (`sq`) rows run as

@@ -22,6 +22,7 @@ FITTED = {
     "vllm_nvfp4": ("rtx_pro_6000", "vllm", "nvfp4", None, None),
     "trtllm_fp8_block": ("h100_sxm", "trtllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
     "vllm_fp8_block": ("h100_sxm", "vllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
+    "sglang_fp8_block": ("h100_sxm", "sglang", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
 }
 
 
@@ -88,7 +89,7 @@ def test_vllm_fp4_is_native_on_blackwell_and_marlin_before():
     assert _mapper("h100_sxm", "vllm").cost(op).path == "fp4_marlin_emulated"
 
 
-@pytest.mark.parametrize("family", ["trtllm_fp8_block", "vllm_fp8_block"])
+@pytest.mark.parametrize("family", ["trtllm_fp8_block", "vllm_fp8_block", "sglang_fp8_block"])
 def test_fp8_block_slope_at_m1_counts_the_tile_scales(family):
     """At M=1 a block-scaled FP8 GEMM streams its 1-byte weights plus one 4-byte fp32 scale per 128x128
     tile: 4096x4096 -> 8192x8192 adds (8192^2 - 4096^2) B + (64^2 - 32^2) x 4 B = 50,331,648 + 12,288 B
@@ -108,3 +109,4 @@ def test_fp8_block_rows_run_the_block_family():
     op = gemm_op(16, 4096, 4096, GEMM_FORMAT["fp8_block"])
     assert _mapper("h100_sxm", "trtllm").cost(op).path == "trtllm_fp8_block"
     assert _mapper("h100_sxm", "vllm").cost(op).path == "vllm_fp8_block"
+    assert _mapper("h100_sxm", "sglang").cost(op).path == "sglang_fp8_block"
