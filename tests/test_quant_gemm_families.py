@@ -58,12 +58,13 @@ def test_fp8_slope_at_m1_is_the_weight_stream(family):
     assert slope == pytest.approx(extra_w + extra_act, rel=0.01)
 
 
-@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "trtllm_w8a16"])
+@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "trtllm_w8a16", "trtllm_fp8_block", "sglang_fp8_block"])
 def test_large_m_is_compute_at_the_fitted_fraction(family):
     """At M=8192, 8192x8192 the GEMM is compute-bound: 2 M N K / (peak x fraction(8192)) over
     the floor (989 TFLOP/s bf16, 1979 FP8 on H100; 312 bf16 on A100: the presets' datasheet peaks)."""
     fam = families()[family]
-    peak = {"trtllm_fp8_per_tensor": 1979e12, "trtllm_w8a16": 312e12}[family]
+    peak = {"trtllm_fp8_per_tensor": 1979e12, "trtllm_w8a16": 312e12, "trtllm_fp8_block": 1979e12,
+            "sglang_fp8_block": 1979e12}[family]
     compute = 2.0 * 8192 ** 3 / (peak * fam.rate_fraction(8192))
     quant = (fam.quant_floor_s + 8192 * 8192 * 3 / (H100_STREAM_BYTES_PER_S * fam.quant_stream_efficiency)
              if fam.activation_quant else 0.0)
