@@ -32,6 +32,8 @@ the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
     python scripts/fit_kernels.py            # print the fits and their MAPE
     python scripts/fit_kernels.py --write    # rewrite the shipped YAML
     python scripts/fit_kernels.py --check    # exit 1 if the shipped YAML differs from the fit
+    python scripts/fit_kernels.py --hold-out a100   # refit decode attention and the quantized GEMMs without
+                                                    # one GPU; print the MAPE per GPU (nothing written)
 """
 
 from __future__ import annotations
