@@ -109,6 +109,8 @@ class ServeSim:
     def result(self, makespan_s: float) -> ServeResult:
         """What the run recorded (a router running several engines in one environment calls it)."""
         s = self.sched
+        for r in (*s.running, *s.waiting, *s.swapped):   # unfinished: their gaps so far (finished ones at _finish)
+            self.rec["max_tbt_s"][r.idx] = r.max_tbt
         return ServeResult(self.rec, {c: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0)
                                       for c, v in self.it.items()},
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
@@ -236,10 +238,66 @@ class ServeSim:
         return t + swap_s, e
 
     def _apply(self, batch: Batch, start: float, now: float, energy: float) -> None:
-        rec, sched, spec = self.rec, self.sched, self.spec
         # Gaps by the time of the previous token: requests that emitted together share one sample
         # (weighted), so memory grows with iterations, not with tokens.
         gaps: dict[float, int] = {}
+        if self.spec or self.sched.reference:
+            tokens, prefill = self._hand_out_reference(batch, start, now, gaps)
+        else:
+            tokens, prefill = self._hand_out(batch, start, now, gaps)
+        for t0, count in gaps.items():
+            self.tbt.append(now - t0)
+            self.tbt_w.append(float(count))
+        self.energy += energy
+        it, sched = self.it, self.sched
+        for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
+                                       prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
+                                       len(sched.waiting) + len(sched.swapped))):
+            it[c].append(v)
+        if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
+            debug_checks.check_blocks(sched)
+        if self.progress is not None and len(it["start_s"]) % 64 == 0:
+            self.progress(self.done, len(self.reqs))
+
+    def _hand_out(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
+        """Each scheduled request's tokens computed and its token (if any) emitted; (tokens, prefill
+        sequences). The same decisions as _hand_out_reference in one pass with the per-request work
+        a decode needs kept to attribute arithmetic (issue 30): no speculative decoding here."""
+        sched = self.sched
+        caching = sched.pool.caching
+        scheduled, first = self.rec["scheduled_s"], self.rec["first_token_s"]
+        tokens = prefill = emitted = 0
+        for r, q in batch.entries:
+            if r.sched_at < 0:
+                r.sched_at = scheduled[r.idx] = start
+            tokens += q
+            g = r.generated
+            if q != 1 or not g:
+                prefill += 1
+            c = r.computed = r.computed + q
+            if c < r.prompt + g:
+                continue        # a prefill chunk that emits nothing yet
+            g = r.generated = g + 1
+            emitted += 1
+            if caching and not r.published:
+                sched.publish(r)
+            la = r.last_at
+            if r.first_at < 0:
+                r.first_at = first[r.idx] = now
+            else:
+                gaps[la] = gaps.get(la, 0) + 1
+            if la >= 0 and not now - la <= r.max_tbt:
+                r.max_tbt = now - la
+            r.last_at = now
+            if g >= r.output:
+                self._finish(r, now)
+        self.tokens += emitted
+        return tokens, prefill
+
+    def _hand_out_reference(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
+        """The hand-out as written before issue 30 (speculative decoding runs it; the property test
+        compares schedules against it, tests/test_serve_fastpath.py)."""
+        rec, sched, spec = self.rec, self.sched, self.spec
         tokens = prefill = 0
         for r, q in batch.entries:
             if r.sched_at < 0:
@@ -268,24 +326,12 @@ class ServeSim:
                 gaps[r.last_at] = gaps.get(r.last_at, 0) + 1
             if r.last_at >= 0:
                 gap = now - r.last_at
-                if not gap <= rec["max_tbt_s"][r.idx]:
-                    rec["max_tbt_s"][r.idx] = gap
+                if not gap <= r.max_tbt:
+                    r.max_tbt = gap
             r.last_at = now
             if r.generated >= r.output:
                 self._finish(r, now)
-        for t0, count in gaps.items():
-            self.tbt.append(now - t0)
-            self.tbt_w.append(float(count))
-        self.energy += energy
-        it = self.it
-        for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
-                                       prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
-                                       len(sched.waiting) + len(sched.swapped))):
-            it[c].append(v)
-        if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
-            debug_checks.check_blocks(sched)
-        if self.progress is not None and len(it["start_s"]) % 64 == 0:
-            self.progress(self.done, len(self.reqs))
+        return tokens, prefill
 
     def _accepted(self, r: Request) -> int:
         """Tokens one verify step yields: accepted drafts (each with probability alpha, stopping at the
@@ -301,6 +347,7 @@ class ServeSim:
         rec = self.rec
         i = r.idx
         rec["finish_s"][i] = now
+        rec["max_tbt_s"][i] = r.max_tbt
         rec["output_tokens"][i] = r.generated
         rec["preemptions"][i] = r.preemptions
         rec["prefix_hit_tokens"][i] = r.prefix_hit
