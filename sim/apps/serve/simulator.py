@@ -28,8 +28,9 @@ from hw_models.power import Board
 from sim.apps.serve import debug_checks
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
+from sim.apps.serve.cohort import DecodeCohort, finite
 from sim.apps.serve.instance import Setup
-from sim.apps.serve.stepcost import Iteration, features
+from sim.apps.serve.stepcost import Iteration, entry_features, features
 from sim.apps.serve.traces import Requests
 
 REQUEST_COLUMNS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
@@ -95,6 +96,10 @@ class ServeSim:
         self.stepping = False                     # a step is running
         self.last_start = float("-inf")           # when the last step started: the next one was scheduled then
         self.checks = debug_checks.enabled()   # run-wide invariants each iteration (debug mode)
+        sched = self.sched
+        if (sched.decode_cohort and not sched.reference and not self.spec and setup.groups <= 1
+                and type(sched)._grow is Scheduler._grow):
+            sched.cohort = DecodeCohort()      # decode steps as array operations (sim.apps.serve.cohort)
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -109,6 +114,7 @@ class ServeSim:
     def result(self, makespan_s: float) -> ServeResult:
         """What the run recorded (a router running several engines in one environment calls it)."""
         s = self.sched
+        self._sync()
         for r in (*s.running, *s.waiting, *s.swapped):   # unfinished: their gaps so far (finished ones at _finish)
             self.rec["max_tbt_s"][r.idx] = r.max_tbt
         return ServeResult(self.rec, {c: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0)
@@ -189,6 +195,7 @@ class ServeSim:
                 continue
             start = self.last_start = env.now
             if self.checks:
+                self._sync()
                 debug_checks.check_batch(sched, batch)
             dt, energy = self._cost(batch)
             self.stepping = True
@@ -202,6 +209,9 @@ class ServeSim:
         if swap_s:
             self.busy["host_link"] = self.busy.get("host_link", 0.0) + swap_s
         self.swap_log.extend(batch.preempted)
+        if batch.cohort is not None:
+            t, e = self._costed(s.target_cost, batch.cohort.features())
+            return t + swap_s, e
         if batch.padded is not None:
             t, e = self._costed(s.target_cost, features(batch.padded))
             return t + swap_s, e
@@ -209,7 +219,7 @@ class ServeSim:
             t, e = self._costed(s.target_cost, split(batch.entries, s.groups))
             return t + swap_s, e
         if not self.spec:
-            t, e = self._costed(s.target_cost, features([(q, r.computed + q) for r, q in batch.entries]))
+            t, e = self._costed(s.target_cost, entry_features(batch.entries))
             return t + swap_s, e
         return self._spec_cost(batch, swap_s)
 
@@ -241,9 +251,13 @@ class ServeSim:
         # Gaps by the time of the previous token: requests that emitted together share one sample
         # (weighted), so memory grows with iterations, not with tokens.
         gaps: dict[float, int] = {}
-        if self.spec or self.sched.reference:
+        if batch.cohort is not None and finite(now):
+            tokens, prefill = self._hand_out_cohort(batch.cohort, now, gaps)
+        elif self.spec or self.sched.reference:
             tokens, prefill = self._hand_out_reference(batch, start, now, gaps)
         else:
+            if batch.cohort is not None:   # a step that ends at no finite time: counted per request
+                batch.cohort.dissolve()
             tokens, prefill = self._hand_out(batch, start, now, gaps)
         for t0, count in gaps.items():
             self.tbt.append(now - t0)
@@ -255,9 +269,23 @@ class ServeSim:
                                        len(sched.waiting) + len(sched.swapped))):
             it[c].append(v)
         if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
+            self._sync()
             debug_checks.check_blocks(sched)
         if self.progress is not None and len(it["start_s"]) % 64 == 0:
             self.progress(self.done, len(self.reqs))
+
+    def _sync(self) -> None:
+        """The cohort's counters back on its members' Request objects (before anything reads them)."""
+        if self.sched.cohort is not None:
+            self.sched.cohort.sync()
+
+    def _hand_out_cohort(self, cohort: DecodeCohort, now: float, gaps: dict[float, int]) -> tuple[int, int]:
+        """A cohort decode step's hand-out: one token to every member (no prefill, nothing to publish)."""
+        n = len(cohort)
+        for r in cohort.hand_out(now, gaps):
+            self._finish(r, now)
+        self.tokens += n
+        return n, 0
 
     def _hand_out(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
         """Each scheduled request's tokens computed and its token (if any) emitted; (tokens, prefill
@@ -266,7 +294,8 @@ class ServeSim:
         sched = self.sched
         caching = sched.pool.caching
         scheduled, first = self.rec["scheduled_s"], self.rec["first_token_s"]
-        tokens = prefill = emitted = 0
+        tokens = prefill = emitted = run = 0
+        run_at = None   # the previous-token time of the current run of emitters (a decode batch shares one)
         for r, q in batch.entries:
             if r.sched_at < 0:
                 r.sched_at = scheduled[r.idx] = start
@@ -284,13 +313,19 @@ class ServeSim:
             la = r.last_at
             if r.first_at < 0:
                 r.first_at = first[r.idx] = now
-            else:
-                gaps[la] = gaps.get(la, 0) + 1
+            elif la == run_at:
+                run += 1
+            else:   # counted a run at a time: the keys enter `gaps` in the order they first appear
+                if run:
+                    gaps[run_at] = gaps.get(run_at, 0) + run
+                run_at, run = la, 1
             if la >= 0 and not now - la <= r.max_tbt:
                 r.max_tbt = now - la
             r.last_at = now
             if g >= r.output:
                 self._finish(r, now)
+        if run:
+            gaps[run_at] = gaps.get(run_at, 0) + run
         self.tokens += emitted
         return tokens, prefill
 

@@ -125,6 +125,25 @@ def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
     return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
 
 
+def entry_features(entries) -> Iteration:
+    """features() of a batch's (request, new tokens) entries, each sequence (q, computed + q), in one
+    pass (the engine calls it every iteration)."""
+    seqs: list[tuple[int, int]] = []
+    add_seq = seqs.append
+    T = nd = sd = 0
+    pairs = 0.0
+    for r, q in entries:
+        kv = r.computed + q
+        add_seq((q, kv))
+        T += q
+        if q == 1:
+            nd += 1
+            sd += kv
+        else:
+            pairs += q * (kv - (q - 1) / 2)
+    return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
+
+
 def serving_mapper(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
     """The kind's mapper for `workload`, refused in one line where it cannot cost an iteration. Serving
     reads the hardware only through it: iteration, expert_part, device_share, rank_activation_bytes,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.spec import SchedulerConfig
@@ -43,6 +44,7 @@ class Batch:
     padded: list[tuple[int, int]] | None = None           # static batches: the sequences actually run
     swap_blocks: int = 0                                  # blocks moved over the host link
     preempted: list[tuple[int, int, int]] = field(default_factory=list)   # swapped out: (request, blocks, tokens)
+    cohort: Any = None   # a decode step of a sim.apps.serve.cohort.DecodeCohort: its members, one token each
 
 
 class Scheduler:
@@ -55,6 +57,10 @@ class Scheduler:
     # True runs the per-request paths written before issue 30 (scheduler and engine hand-out), which
     # tests/test_serve_fastpath.py compares the fast paths against on random streams.
     reference = False
+    # Whether this scheduler's decode steps may run as a DecodeCohort (sim.apps.serve.cohort), which the
+    # engine then sets in `cohort`; only a scheduler that builds cohort steps says so (vllm_v0.py).
+    decode_cohort = False
+    cohort: Any = None
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         self.cfg, self.pool, self.lookahead = cfg, pool, lookahead

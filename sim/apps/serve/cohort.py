@@ -1,0 +1,124 @@
+"""The running requests of a vLLM V0 engine in their decode phase as a struct of numpy arrays
+(issue 30): in a step where every running request decodes one token (V0's usual step), handing
+out the tokens, finding who finished, growing KV blocks and costing the step are array operations
+over the cohort, and per-request Python work is left to what changed (a request joining after its
+prefill, one that finished, one that crossed into a new KV block).
+
+While a request is a member its counters live here, not on its Request object: `computed`,
+`generated`, `last_at` and `max_tbt` on the object are stale until `sync` writes them back (the
+engine does before anything that reads them: a finish, the debug checks, the result), and
+`dissolve` hands them back for good (the scheduler does before any other kind of step: a
+preemption, a swap). KV blocks are written through to the object (`blocks`) as they grow, so the
+pool's accounting never goes stale. Members are always the head of the scheduler's running list, in
+its order, so the batch's entries come out in the order the per-request path would give them.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import repeat
+
+import numpy as np
+
+from sim.apps.serve.kvpool import BlockPool
+from sim.apps.serve.schedulers.base import Request
+from sim.apps.serve.stepcost import Iteration
+
+_COLUMNS = (("computed", np.int64), ("generated", np.int64), ("held", np.int64), ("output", np.int64),
+            ("last_at", float), ("max_tbt", float))
+
+
+class DecodeCohort:
+    def __init__(self) -> None:
+        self.reqs: list[Request] = []
+        self.entries: list[tuple[Request, int]] = []   # (member, 1): a decode step's batch entries
+        for name, dtype in _COLUMNS:
+            setattr(self, name, np.zeros(0, dtype))
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def join(self, new: list[Request], unit_blocks: int) -> None:
+        """Running requests past their prefill (one token pending) become members, at the tail."""
+        if not new:
+            return
+        self.reqs += new
+        self.entries += [(r, 1) for r in new]
+        cols = (("computed", [r.computed for r in new]), ("generated", [r.generated for r in new]),
+                ("held", [r.blocks + len(r.shared) * unit_blocks for r in new]), ("output", [r.output for r in new]),
+                ("last_at", [r.last_at for r in new]), ("max_tbt", [r.max_tbt for r in new]))
+        for name, values in cols:
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate((a, np.asarray(values, dtype=a.dtype))))
+
+    def sync(self) -> None:
+        """Write the members' counters back to their Request objects."""
+        for r, c, g, la, mt in zip(self.reqs, self.computed.tolist(), self.generated.tolist(),
+                                   self.last_at.tolist(), self.max_tbt.tolist()):
+            r.computed, r.generated, r.last_at, r.max_tbt = c, g, la, mt
+
+    def dissolve(self) -> None:
+        """Every member back to its Request object; the cohort empty."""
+        self.sync()
+        self.__init__()
+
+    def grow(self, pool: BlockPool, lookahead: int) -> bool:
+        """Each member's block for its next token, in one allocation; False (nothing taken) when the
+        pool cannot hold them all (the per-request path then preempts)."""
+        need = (self.computed + lookahead) // pool.block_size + 1 - self.held
+        grow = np.flatnonzero(need > 0)
+        if not len(grow):
+            return True
+        n = need[grow]
+        if not pool.allocate(int(n.sum())):
+            return False
+        self.held[grow] += n
+        reqs = self.reqs
+        for j, k in zip(grow.tolist(), n.tolist()):
+            reqs[j].blocks += k
+        return True
+
+    def features(self) -> Iteration:
+        """The decode step's features (stepcost.features of its (1, computed + 1) sequences)."""
+        kv = self.computed + 1
+        n = len(kv)
+        return Iteration(tuple(zip(repeat(1, n), kv.tolist())), n, n, int(kv.sum()), 0.0, 0)
+
+    def hand_out(self, now: float, gaps: dict[float, int]) -> list[Request]:
+        """Every member's token emitted at `now`: counts, gaps (by the previous token's time, in the
+        order the members first show one) and largest gaps. Returns the members that finished, in
+        batch order, synced and no longer members."""
+        self.computed += 1
+        self.generated += 1
+        la = self.last_at
+        if la[0] == la[-1] and (la == la[0]).all():
+            gaps[float(la[0])] = gaps.get(float(la[0]), 0) + len(la)
+        else:   # members that joined since the last step carry their own previous times
+            times, first, counts = np.unique(la, return_index=True, return_counts=True)
+            for j in np.argsort(first, kind="stable").tolist():
+                t = float(times[j])
+                gaps[t] = gaps.get(t, 0) + int(counts[j])
+        gap = now - la
+        wider = ~(gap <= self.max_tbt)       # NaN (no gap yet) is always wider, as in the per-request path
+        self.max_tbt[wider] = gap[wider]
+        la[:] = now
+        finished = self.generated >= self.output
+        if not finished.any():
+            return []
+        done = np.flatnonzero(finished).tolist()
+        out = [self.reqs[j] for j in done]
+        for r, j in zip(out, done):
+            r.computed, r.generated, r.last_at, r.max_tbt = (int(self.computed[j]), int(self.generated[j]), now,
+                                                             float(self.max_tbt[j]))
+        for j in reversed(done):
+            del self.reqs[j]
+            del self.entries[j]
+        keep = ~finished
+        for name, _ in _COLUMNS:
+            setattr(self, name, getattr(self, name)[keep])
+        return out
+
+
+def finite(now: float) -> bool:
+    """A step that ends at a finite time (a cost out of any range leaves the cohort to the per-request path)."""
+    return math.isfinite(now)
