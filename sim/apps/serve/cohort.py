@@ -24,12 +24,16 @@ from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.schedulers.base import Request
 from sim.apps.serve.stepcost import Iteration
 
-_COLUMNS = (("computed", np.int64), ("generated", np.int64), ("held", np.int64), ("output", np.int64),
-            ("last_at", float), ("max_tbt", float))
+# held: blocks a member holds (its own and its share of cached units); room: the computed count from
+# which its next token needs one more block, held * block_size - lookahead.
+_COLUMNS = (("computed", np.int64), ("generated", np.int64), ("held", np.int64), ("room", np.int64),
+            ("output", np.int64), ("last_at", float), ("max_tbt", float))
 
 
 class DecodeCohort:
-    def __init__(self) -> None:
+    def __init__(self, block_size: int = 1, lookahead: int = 0) -> None:
+        self.block_size, self.lookahead = block_size, lookahead
+        self.mixed = False   # members' previous token times may differ (some joined since the last step)
         self.reqs: list[Request] = []
         self.entries: list[tuple[Request, int]] = []   # (member, 1): a decode step's batch entries
         for name, dtype in _COLUMNS:
@@ -44,8 +48,10 @@ class DecodeCohort:
             return
         self.reqs += new
         self.entries += [(r, 1) for r in new]
-        cols = (("computed", [r.computed for r in new]), ("generated", [r.generated for r in new]),
-                ("held", [r.blocks + len(r.shared) * unit_blocks for r in new]), ("output", [r.output for r in new]),
+        self.mixed = True
+        held = [r.blocks + len(r.shared) * unit_blocks for r in new]
+        cols = (("computed", [r.computed for r in new]), ("generated", [r.generated for r in new]), ("held", held),
+                ("room", [h * self.block_size - self.lookahead for h in held]), ("output", [r.output for r in new]),
                 ("last_at", [r.last_at for r in new]), ("max_tbt", [r.max_tbt for r in new]))
         for name, values in cols:
             a = getattr(self, name)
@@ -60,19 +66,20 @@ class DecodeCohort:
     def dissolve(self) -> None:
         """Every member back to its Request object; the cohort empty."""
         self.sync()
-        self.__init__()
+        self.__init__(self.block_size, self.lookahead)
 
-    def grow(self, pool: BlockPool, lookahead: int) -> bool:
+    def grow(self, pool: BlockPool) -> bool:
         """Each member's block for its next token, in one allocation; False (nothing taken) when the
         pool cannot hold them all (the per-request path then preempts)."""
-        need = (self.computed + lookahead) // pool.block_size + 1 - self.held
-        grow = np.flatnonzero(need > 0)
-        if not len(grow):
+        full = self.computed >= self.room
+        if not full.any():
             return True
-        n = need[grow]
+        grow = np.flatnonzero(full)
+        n = (self.computed[grow] + self.lookahead) // self.block_size + 1 - self.held[grow]   # Scheduler._grow
         if not pool.allocate(int(n.sum())):
             return False
         self.held[grow] += n
+        self.room[grow] = self.held[grow] * self.block_size - self.lookahead
         reqs = self.reqs
         for j, k in zip(grow.tolist(), n.tolist()):
             reqs[j].blocks += k
@@ -91,17 +98,19 @@ class DecodeCohort:
         self.computed += 1
         self.generated += 1
         la = self.last_at
-        if la[0] == la[-1] and (la == la[0]).all():
-            gaps[float(la[0])] = gaps.get(float(la[0]), 0) + len(la)
+        if not self.mixed:   # every member emitted at the last step: one gap
+            t = float(la[0])
+            gaps[t] = gaps.get(t, 0) + len(la)
+            np.fmax(self.max_tbt, now - t, out=self.max_tbt)
         else:   # members that joined since the last step carry their own previous times
             times, first, counts = np.unique(la, return_index=True, return_counts=True)
             for j in np.argsort(first, kind="stable").tolist():
                 t = float(times[j])
                 gaps[t] = gaps.get(t, 0) + int(counts[j])
-        gap = now - la
-        wider = ~(gap <= self.max_tbt)       # NaN (no gap yet) is always wider, as in the per-request path
-        self.max_tbt[wider] = gap[wider]
+            # fmax: NaN (no gap yet) gives way, as `not gap <= max_tbt` does per request (gaps are finite)
+            np.fmax(self.max_tbt, now - la, out=self.max_tbt)
         la[:] = now
+        self.mixed = False
         finished = self.generated >= self.output
         if not finished.any():
             return []

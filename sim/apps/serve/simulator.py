@@ -99,7 +99,8 @@ class ServeSim:
         sched = self.sched
         if (sched.decode_cohort and not sched.reference and not self.spec and setup.groups <= 1
                 and type(sched)._grow is Scheduler._grow):
-            sched.cohort = DecodeCohort()      # decode steps as array operations (sim.apps.serve.cohort)
+            # decode steps as array operations (sim.apps.serve.cohort)
+            sched.cohort = DecodeCohort(sched.pool.block_size, sched.lookahead)
 
     def run(self) -> ServeResult:
         env = simpy.Environment()

@@ -55,11 +55,17 @@ KV_POINTS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 Cost = tuple[float, ...]   # (seconds, joules, busy seconds per resource in ExactCost.keys' order)
 
 
+# Equal lengths (the usual case) take a list comprehension over zip: the same sums, a few times
+# faster than the padded generator, and the engine adds and interpolates costs every iteration.
 def add(a: Cost, b: Cost) -> Cost:
+    if len(a) == len(b):
+        return tuple([x + y for x, y in zip(a, b)])
     return tuple(x + y for x, y in zip_longest(a, b, fillvalue=0.0))
 
 
 def _lerp(a: Cost, b: Cost, w: float) -> Cost:
+    if len(a) == len(b):
+        return tuple([x + w * (y - x) for x, y in zip(a, b)])
     return tuple(x + w * (y - x) for x, y in zip_longest(a, b, fillvalue=0.0))
 
 

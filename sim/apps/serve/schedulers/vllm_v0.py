@@ -59,7 +59,7 @@ class VllmV0(Scheduler):
         if not self.swapped and self.running and all(
                 r.generated and r.computed == r.prompt + r.generated - 1 and (r.published or not caching) for r in new):
             c.join(new, self.pool.unit_blocks)
-            if c.grow(self.pool, self.lookahead):
+            if c.grow(self.pool):
                 return Batch(list(c.entries), cohort=c)
         if len(c):
             c.dissolve()
