@@ -64,8 +64,10 @@ class ServeResult:
 
 
 class ServeSim:
-    def __init__(self, setup: Setup, reqs: Requests, progress: Callable[[int, int], None] | None = None):
+    def __init__(self, setup: Setup, reqs: Requests, progress: Callable[[int, int], None] | None = None,
+                 watch: Callable[["ServeSim"], None] | None = None):
         self.setup, self.reqs, self.progress = setup, reqs, progress
+        self.watch = watch   # looks at the run every 64 iterations; may stop it by raising (sim.apps.serve.early_stop)
         self.sched: Scheduler = setup.scheduler(reqs)
         n = len(reqs)
         self.rec = {c: np.full(n, np.nan) for c in REQUEST_COLUMNS}
@@ -274,6 +276,8 @@ class ServeSim:
             debug_checks.check_blocks(sched)
         if self.progress is not None and len(it["start_s"]) % 64 == 0:
             self.progress(self.done, len(self.reqs))
+        if self.watch is not None and len(it["start_s"]) % 64 == 0:
+            self.watch(self)
 
     def _sync(self) -> None:
         """The cohort's counters back on its members' Request objects (before anything reads them)."""
