@@ -102,11 +102,11 @@ class DecodeCohort:
             t = float(la[0])
             gaps[t] = gaps.get(t, 0) + len(la)
             np.fmax(self.max_tbt, now - t, out=self.max_tbt)
-        else:   # members that joined since the last step carry their own previous times
-            times, first, counts = np.unique(la, return_index=True, return_counts=True)
-            for j in np.argsort(first, kind="stable").tolist():
-                t = float(times[j])
-                gaps[t] = gaps.get(t, 0) + int(counts[j])
+        else:   # members that joined since the last step carry their own previous times, in runs
+            starts = [0, *(np.flatnonzero(la[1:] != la[:-1]) + 1).tolist(), len(la)]
+            times = la[starts[:-1]].tolist()
+            for t, a, b in zip(times, starts, starts[1:]):
+                gaps[t] = gaps.get(t, 0) + b - a
             # fmax: NaN (no gap yet) gives way, as `not gap <= max_tbt` does per request (gaps are finite)
             np.fmax(self.max_tbt, now - la, out=self.max_tbt)
         la[:] = now
