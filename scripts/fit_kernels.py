@@ -186,11 +186,18 @@ BIG_KV_BYTES = 256e6      # KV caches / weights / activations larger than the in
 
 
 @cache
+def _machine(preset: str):
+    """A preset loaded once: the fits read it per measured row (tens of thousands), never change it,
+    and a YAML load and validation per row took ~30 % of `--check`'s time."""
+    from hw_models.machine import load_machine
+    return load_machine(preset)
+
+
+@cache
 def _gpu_figures(preset: str) -> tuple[int, float, float]:
     """(SMs, streaming bandwidth = bandwidth x memory_max, bf16 peak) of a preset."""
     from hw_models.compute_path import native_rates
-    from hw_models.machine import load_machine
-    m = load_machine(preset)
+    m = _machine(preset)
     u = m.units[m.main_unit]
     return (u.efficiency.parallel_units, m.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.memory_max,
             native_rates(u)["bf16"])
@@ -324,10 +331,9 @@ def _gemm_parts(preset: str, m: int, n: int, k: int, fmt: str, rate_format: str)
     """(weight bytes / bw, other bytes / bw, activation-quant bytes / bw, flops / rate) as
     hw_models.stack.cost.family_cost splits one GEMM (bw: bandwidth x the unit's memory_max at M)."""
     from hw_models.compute_path import native_rates
-    from hw_models.machine import load_machine
     from sim.apps.trace.aic import gemm_op
     from sim.core import graph as g
-    mach = load_machine(preset)
+    mach = _machine(preset)
     u = mach.units[mach.main_unit]
     bw = mach.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.for_kind(g.GEMM, m).memory_max
     op = gemm_op(m, n, k, fmt)

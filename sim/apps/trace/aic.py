@@ -189,10 +189,21 @@ def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch
                   ) -> list[tuple[Op, float]]:
     """The ops of one lowered layer an engine's attention call covers, each with its simulated
     seconds under `stack` (the attention op first)."""
+    mapper = _mapper(preset, stack, baseline)
+    return [(op, mapper.cost(op).duration_s)
+            for op in _layer_ops(ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT), phase, batch, q_len, kv_len,
+                                 heads, kv_heads, head_dim, kv_fmt)]
+
+
+@cache
+def _layer_ops(names: tuple[str, ...], phase: str, batch: int, q_len: int, kv_len: int, heads: int,
+               kv_heads: int, head_dim: int, kv_fmt: str) -> tuple[Op, ...]:
+    """The ops `names` of one lowered layer of that shape. Lowered once per shape: the tables
+    repeat each shape on every GPU and engine, and lowering a whole layer for three of its ops
+    was most of the fit's time (scripts/fit_kernels.py)."""
     model = _model(heads, kv_heads, head_dim)
     graph = lower(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True, 1)
-    mapper = _mapper(preset, stack, baseline)
-    return [(graph.op(n), mapper.cost(graph.op(n)).duration_s) for n in ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT)]
+    return tuple(graph.op(n) for n in names)
 
 
 def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
