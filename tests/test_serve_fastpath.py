@@ -74,6 +74,7 @@ def run(stream: dict, reference: bool) -> tuple[ServeResult, list[Iteration]]:
     serving = SimpleNamespace(speculative=None, arrivals=SimpleNamespace())
     setup = SimpleNamespace(scheduler=lambda _: sched, file=SimpleNamespace(serving=serving, stack=None), machine=None,
                             target_cost=cost, draft_cost=None, groups=1, block_bytes=1.0, swap_bytes_per_s=1e6)
+    sched.cohort_min = stream.get("cohort_min", 1)   # cohorts from any size: these streams run a few requests
     old = Scheduler.reference
     Scheduler.reference = reference
     try:
@@ -94,7 +95,7 @@ def streams(draw) -> dict:
     return dict(arrival_s=np.cumsum(gaps).tolist(), prompt=prompt, output=output, hashes=hashes if caching else None,
                 kind=draw(st.sampled_from(["vllm-v0", "vllm-v0", "sarathi", "vllm", "orca"])),
                 blocks=draw(st.integers(8, 40)), swap=draw(st.booleans()), caching=caching,
-                budget=draw(st.sampled_from([16, 48, 256])))
+                budget=draw(st.sampled_from([16, 48, 256])), cohort_min=draw(st.sampled_from([1, 1, 4])))
 
 
 def assert_same(a: ServeResult, b: ServeResult) -> None:

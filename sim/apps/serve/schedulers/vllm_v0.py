@@ -15,6 +15,7 @@ from sim.apps.serve.schedulers.base import Batch, Scheduler
 class VllmV0(Scheduler):
     whole_prompts = True
     decode_cohort = True
+    cohort_min = 32   # running requests from which decode steps run as a cohort (_cohort_step)
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
         batch = Batch([])
@@ -54,9 +55,16 @@ class VllmV0(Scheduler):
         """The decode step as array operations over the cohort (sim.apps.serve.cohort): every running
         request one token, when none waits to swap in, each is past its prefill and the pool holds
         their new blocks. Else None, the cohort dissolved, and the per-request path decides."""
-        c, new = self.cohort, self.running[len(self.cohort):]
+        c, running = self.cohort, len(self.running)
+        # Small batches: numpy's fixed cost per array operation outweighs a Python loop over a few
+        # requests; a cohort forms from cohort_min running requests and dissolves below half of it.
+        if running < (self.cohort_min // 2 if len(c) else self.cohort_min):
+            if len(c):
+                c.dissolve()
+            return None
+        new = self.running[len(c):]
         caching = self.pool.caching
-        if not self.swapped and self.running and all(
+        if not self.swapped and all(
                 r.generated and r.computed == r.prompt + r.generated - 1 and (r.published or not caching) for r in new):
             c.join(new, self.pool.unit_blocks)
             if c.grow(self.pool):
