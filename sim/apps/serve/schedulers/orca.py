@@ -12,6 +12,8 @@ class Orca(VllmV0):
     """Iteration-level batching without paging: the pool's blocks are single tokens and a
     request reserves max_model_len of them when admitted (a longer request is refused by `add`)."""
 
+    decode_cohort = False   # its own schedule: no cohort steps
+
     def _admit(self, r: Request) -> bool:
         need = self.max_model_len
         if not self.pool.allocate(need):
