@@ -11,7 +11,6 @@ during decode runs (members joining a cohort), for each paged scheduler and Orca
 
 from __future__ import annotations
 
-import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,7 +20,6 @@ from hypothesis import strategies as st
 
 from sim.apps.serve import spec as s
 from sim.apps.serve.cohort import DecodeCohort
-from sim.apps.serve.debug_checks import ServeInvariantError
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers import Scheduler
 from sim.apps.serve.schedulers.orca import Orca
@@ -113,12 +111,7 @@ def assert_same(a: ServeResult, b: ServeResult) -> None:
 @settings(max_examples=150, deadline=None)
 @given(streams())
 def test_fast_paths_schedule_exactly_as_the_reference(stream):
-    try:
-        ref, ref_steps = run(stream, reference=True)
-    except ServeInvariantError as exc:   # Orca's decodes are not charged to its budget: the same refusal
-        with pytest.raises(ServeInvariantError, match=re.escape(str(exc))):
-            run(stream, reference=False)
-        return
+    ref, ref_steps = run(stream, reference=True)   # the per-iteration invariants hold on both paths
     fast, fast_steps = run(stream, reference=False)
     assert fast_steps == ref_steps          # the same sequences costed at every step, in order
     assert_same(fast, ref)
