@@ -17,8 +17,9 @@ SERVING = dict(arrivals=dict(process="closed", concurrency=4, num_requests=16),
 TABLES = ("D", "P", "kv", "pairs", "split", "C", "M")
 
 
-def small_file() -> ServeFile:
-    return validate_mapping(ServeFile, {"name": "t", "model": "tinyllama-1.1b", "serving": SERVING}, "t.yaml",
+def small_file(max_num_seqs: int = 16) -> ServeFile:
+    srv = dict(SERVING, scheduler=dict(SERVING["scheduler"], max_num_seqs=max_num_seqs))
+    return validate_mapping(ServeFile, {"name": "t", "model": "tinyllama-1.1b", "serving": srv}, "t.yaml",
                             "a serving file")
 
 
@@ -63,3 +64,24 @@ def test_lazy_row_computes_each_entry_once():
     row = LazyRow(lambda x: seen.append(x) or x * x, [1, 2, 3, 4])
     assert (row[1], row[-1], row[1], row[1:3]) == (4, 16, 4, [4, 9])
     assert seen == [2, 4, 3] and row.computed() == 3 and len(row) == 4
+
+
+def test_runs_sharing_a_key_share_points_exactly(tmp_path, monkeypatch):
+    """Two runs whose files differ only in the engine's sequence limit (another grid end, one store key)
+    share one book of points (lazytable.book); the second run's figures equal its run alone, uncached."""
+    other = small_file(max_num_seqs=12)
+    m = load_machine("a6000")
+    monkeypatch.setenv(tablecache.ENV_OFF, "1")
+    alone_res, alone = serve(other, m)
+    monkeypatch.delenv(tablecache.ENV_OFF)
+    monkeypatch.setenv(tablecache.ENV_DIR, str(tmp_path / "cache"))
+    a = prepare(small_file(), m).target_cost
+    b = prepare(other, m).target_cost
+    assert a.store.key == b.store.key and a.book is b.book and a.max_decode != b.max_decode
+    serve(small_file(), m)
+    shared = sum(len(v) for v in a.book.points.values())
+    res, summary = serve(other, m)
+    assert summary == alone
+    for c in res.requests:
+        assert res.requests[c].tobytes() == alone_res.requests[c].tobytes(), c
+    assert shared > 0

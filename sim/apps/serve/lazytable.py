@@ -8,7 +8,10 @@ interpolated cost, is the one the full table gives, to the bit (tests/test_lazyt
 
 PointBook keeps a table's exact points from the persistent cache (sim.apps.serve.tablecache) and the new
 ones computed, and writes a table back once it has new points: on `flush_all()` (serve calls it after a
-run) or when the process ends.
+run) or when the process ends. One book serves every surrogate of a store key in the process (`book`):
+runs that differ only in what the key leaves out (the request stream, the engine's limits, which set the
+grid's ends) share the points their grids have in common. A point is the mapper's cost of its sequences
+alone (ExactCost.point), so sharing it is exact.
 """
 
 from __future__ import annotations
@@ -72,9 +75,24 @@ class PointBook:
         return p
 
     def flush(self) -> None:
+        """Write each table with new points, merged into what is on disk (another process on this key may
+        have added points since it was read)."""
         for name in sorted(self.dirty):
-            self.store.save(name, self.points[name])
+            merged = self.store.load(name)
+            merged.update(self.points[name])
+            self.store.save(name, merged)
         self.dirty.clear()
+
+
+_BOOKS: dict[tuple[str, str], PointBook] = {}
+
+
+def book(store: TableStore) -> PointBook:
+    """The process's one book of `store`'s key."""
+    k = (store.key, str(store.path))
+    if k not in _BOOKS:
+        _BOOKS[k] = PointBook(store)
+    return _BOOKS[k]
 
 
 def flush_all() -> None:

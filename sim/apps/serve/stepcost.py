@@ -44,7 +44,7 @@ from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
-from sim.apps.serve.lazytable import LazyRow, PointBook
+from sim.apps.serve.lazytable import LazyRow, book
 from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
@@ -250,7 +250,7 @@ class Surrogate:
                  store: TableStore | None = None):
         self.exact, self.q = exact, decode_q
         self.store = store          # the tables' exact points on disk (sim.apps.serve.tablecache), or None
-        self.book = PointBook(store) if store is not None else None
+        self.book = book(store) if store is not None else None
         self._table = ""            # the table whose entry is being computed (its points' row in `store`)
         self.kv0, self.kv1 = decode_q, max(max_kv, decode_q + 1)
         self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
