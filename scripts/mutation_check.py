@@ -59,6 +59,8 @@ import sys
 import time
 from pathlib import Path
 
+from mutation_equivalents import reasons   # scripts/: the survivors argued equivalent, with why
+
 REPO = Path(__file__).resolve().parent.parent
 
 TARGETS: dict[str, list[str]] = {
@@ -98,6 +100,38 @@ def statuses() -> dict[str, int | None]:
     return out
 
 
+def report(targets: dict[str, list[str]], codes: dict[str, int | None]) -> float:
+    """Print each module's kill rate, the survivors not argued equivalent, and any listed equivalent
+    that was killed; return the overall rate (the argued equivalents left out)."""
+    print(f"{'module':<15} {'mutants':>8} {'killed':>7} {'survived':>9} {'equivalent':>11} {'kill rate':>10}")
+    equivalent = reasons()
+    killed_all = total_all = 0
+    survivors: list[str] = []
+    stale: list[str] = []
+    for module, patterns in targets.items():
+        names = [n for n in codes if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+        for p in TARGETS[module]:
+            if not any(fnmatch.fnmatchcase(n, p) for n in codes):
+                print(f"  note: no mutant matches {p} (moved or renamed? update TARGETS)")
+        checked = [n for n in names if codes[n] is not None and codes[n] != 34]
+        killed = [n for n in checked if codes[n] in KILLED]
+        stale += sorted(n for n in killed if n in equivalent)
+        argued = [n for n in checked if n not in killed and n in equivalent]
+        survivors += sorted(n for n in checked if n not in killed and n not in equivalent)
+        counted = len(checked) - len(argued)
+        killed_all, total_all = killed_all + len(killed), total_all + counted
+        rate = len(killed) / counted if counted else float("nan")
+        print(f"{module:<15} {counted:>8} {len(killed):>7} {counted - len(killed):>9} {len(argued):>11} {rate:>10.1%}")
+    rate = killed_all / total_all if total_all else 0.0
+    print(f"mutation kill rate: {rate:.1%} ({killed_all} of {total_all} mutants killed; "
+          "those argued equivalent in scripts/mutation_equivalents.py left out)")
+    for name in survivors:
+        print(f"  survived: {name}")
+    for name in stale:
+        print(f"  note: {name} is listed as equivalent but was killed (renumbered? re-argue it)")
+    return rate
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--min-kill-rate", type=float, default=0.0, help="fail below this overall fraction")
@@ -131,24 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     print(f"mutation testing (mutmut), {elapsed:.0f} s" + (f", mutants numbered *[{args.sample}]" if tail else ""))
-    print(f"{'module':<15} {'mutants':>8} {'killed':>7} {'survived':>9} {'kill rate':>10}")
-    killed_all = total_all = 0
-    survivors: list[str] = []
-    for module, patterns in targets.items():
-        names = [n for n in codes if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-        for p in TARGETS[module]:
-            if not any(fnmatch.fnmatchcase(n, p) for n in codes):
-                print(f"  note: no mutant matches {p} (moved or renamed? update TARGETS)")
-        checked = [n for n in names if codes[n] is not None and codes[n] != 34]
-        killed = [n for n in checked if codes[n] in KILLED]
-        survivors += sorted(n for n in checked if codes[n] not in KILLED)
-        killed_all, total_all = killed_all + len(killed), total_all + len(checked)
-        rate = len(killed) / len(checked) if checked else float("nan")
-        print(f"{module:<15} {len(checked):>8} {len(killed):>7} {len(checked) - len(killed):>9} {rate:>10.1%}")
-    rate = killed_all / total_all if total_all else 0.0
-    print(f"mutation kill rate: {rate:.1%} ({killed_all} of {total_all} mutants killed)")
-    for name in survivors:
-        print(f"  survived: {name}")
+    rate = report(targets, codes)
     if rate < args.min_kill_rate:
         print(f"FAILED: kill rate {rate:.1%} below {args.min_kill_rate:.0%}")
         return 1
