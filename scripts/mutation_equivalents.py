@@ -7,6 +7,8 @@ not found (re-argue it from `mutmut show NAME`)."""
 from __future__ import annotations
 
 KV = "sim.apps.serve.kvpool.x"
+SCHED = "sim.apps.serve.schedulers."
+SUR = "sim.apps.serve.stepcost.x"
 
 EQUIVALENT: dict[str, tuple[str, ...]] = {
     # --- core (issue 21's set)
@@ -36,6 +38,43 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "the same order":
         (f"{KV}ǁLruBlockPoolǁrelease__mutmut_4", f"{KV}ǁLruBlockPoolǁrelease__mutmut_5",
          f"{KV}ǁLruBlockPoolǁrelease__mutmut_6", f"{KV}ǁLruBlockPoolǁrelease__mutmut_9"),
+    # --- schedulers
+    "Static.__init__ `shape = (1, 0)`: _form sets the shape before schedule first reads it (schedule forms "
+    "a batch whenever none runs)":
+        (f"{SCHED}static.xǁStaticǁ__init____mutmut_13",),
+    "Static._form `P = O = 1`: the batch's shape is the max over its requests, each with at least 1 prompt "
+    "and 1 output token (traces refuse lengths below 1), so a start of 1 gives the same max":
+        (f"{SCHED}static.xǁStaticǁ_form__mutmut_3",),
+    "VllmV1._cache `cached.get(idx)` without the default 0: _waiting sets cached[idx] before its first _cache "
+    "and _running calls it only for a request in `cached`, so the default is never used":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_cache__mutmut_13",),
+    "VllmV1._running `_preempt(victim, None)`: V1's _preempt never reads the batch (no swapping in V1)":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_33",),
+    "VllmV1._running `>=` before _cache: with no new full unit _cache's loop is empty and it sets nothing":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_43",),
+    "VllmV1._waiting `(r.computed == 0) or True`: a waiting V1 request has computed 0 (new, or preempted, "
+    "which resets it)":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_waiting__mutmut_13",),
+    # --- surrogate
+    "_grid: `range(64, 513, 16)` / `range(512, 1025, 64)` add 512 / 1024, which the next range / the loop "
+    "add anyway: the points are a set":
+        (f"{SUR}__grid__mutmut_23", f"{SUR}__grid__mutmut_33"),
+    "_interpolated `c = (0.0, 1.0)`: every branch overwrites c (an iteration has at least one token)":
+        (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_3",),
+    "_interpolated `rest >= 1` for the chunk table: an iteration with rest == 1 never gets here "
+    "(Surrogate.device costs it exactly)":
+        (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_123",),
+    "_interpolated `dp >= 1` picks the pairs or split slope: dp is a whole count of pairs (q x prefix) for "
+    "one chunk; at dp == 0 either slope is scaled by 0, and a fractional 0 < dp < 1 (unequal chunks) "
+    "moves the cost by under one attended pair's slope":
+        (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_183",),
+    "_bilinear `ns[j + 1] >= ns[j]`: the grids are strictly increasing (_grid's sorted set, CHUNKS), so "
+    "the equal case never occurs":
+        (f"{SUR}ǁSurrogateǁ_bilinear__mutmut_53",),
+    "_build P `t >= 1`: a grid point at 1 token is never interpolated into (rest == 1 is costed exactly; "
+    "P is read at rest >= 2 or at a mixed iteration's tokens >= 3)":
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_73",),
+
 }
 
 
