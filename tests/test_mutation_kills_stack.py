@@ -89,3 +89,14 @@ def test_family_file_is_read_again_when_it_changes(tmp_path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     second = read_families(Families, path)
     assert set(first) - set(second) == {"marlin"}
+
+
+def test_attention_kernel_cost_is_charged_to_its_unit():
+    """bf16 decode attention of Llama-2-7B (KV 1024) under vllm runs flash_attn's decode kernel on the
+    h100's gpu: the cost names that unit (the engine books busy time under it) and that kernel."""
+    u, name, tier = _h100()
+    graph = lower(load_model("llama2-7b"), "decode", 1, 1, 1024, FormatPolicy("bf16", "bf16", "bf16", ()),
+                  True, num_layers=1)
+    op = next(o for o in graph.ops() if o.kind == "attention")
+    got = roofline_cost(op, u, name, tier, stack=load_stack("vllm"))
+    assert (got.unit, got.path) == ("gpu", "flash_attn decode")
