@@ -64,16 +64,9 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "_interpolated `rest >= 1` for the chunk table: an iteration with rest == 1 never gets here "
     "(Surrogate.device costs it exactly)":
         (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_123",),
-    "_interpolated `dp >= 1` picks the pairs or split slope: dp is a whole count of pairs (q x prefix) for "
-    "one chunk; at dp == 0 either slope is scaled by 0, and a fractional 0 < dp < 1 (unequal chunks) "
-    "moves the cost by under one attended pair's slope":
-        (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_183",),
     "_bilinear `ns[j + 1] >= ns[j]`: the grids are strictly increasing (_grid's sorted set, CHUNKS), so "
     "the equal case never occurs":
         (f"{SUR}ǁSurrogateǁ_bilinear__mutmut_53",),
-    "_build P `t >= 1`: a grid point at 1 token is never interpolated into (rest == 1 is costed exactly; "
-    "P is read at rest >= 2 or at a mixed iteration's tokens >= 3)":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_73",),
 
 }
 

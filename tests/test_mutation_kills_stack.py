@@ -11,9 +11,11 @@ import pytest
 
 from hw_models.cost import roofline_cost
 from hw_models.machine import load_machine
-from hw_models.stack.cost import stack_cost
-from hw_models.stack.kernel_families import FAMILIES_FILE, Families, read_families
-from hw_models.stack.spec import load_stack
+from hw_models.stack import cost as stack_cost_module
+from hw_models.stack.cost import family_cost, stack_cost
+from hw_models.stack.kernel_families import FAMILIES_FILE, Families, families, read_families
+from hw_models.stack.spec import KernelSpec, load_stack
+from sim.core.graph import Op, TensorUse
 from sim.apps.trace.aic import gemm_op
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
@@ -100,3 +102,45 @@ def test_attention_kernel_cost_is_charged_to_its_unit():
     op = next(o for o in graph.ops() if o.kind == "attention")
     got = roofline_cost(op, u, name, tier, stack=load_stack("vllm"))
     assert (got.unit, got.path) == ("gpu", "flash_attn decode")
+
+
+def test_dequant_pass_and_activation_quant_both_add_their_traffic(monkeypatch):
+    """A family with both extra kernels (dequant_gemm with activation quantization: W4A8 through 16-bit
+    weights), nvfp4 M = 1, 4096 x 4096 on h100_sxm under torch-eager: the dequant kernel reads the
+    9 437 188 B of nvfp4 weights and writes 33 554 432 B of bf16 ones, the quantization kernel moves
+    4096 x 3 B; the GEMM then reads the bf16 weights and 16 384 B of activations, all at 2.8475 TB/s.
+    Floors: 2 us (family) + 1.2 us + 1.2 us (the stack's, for each extra kernel) = 4.4 us."""
+    fam = families()["dequant_gemm"].model_copy(update={"activation_quant": True})
+    monkeypatch.setattr(stack_cost_module, "families", lambda: {"w4a8_dequant": fam})
+    u, name, tier = _h100()
+    got = family_cost(gemm_op(1, 4096, 4096, "nvfp4"), u, name, tier, load_stack("torch-eager"), "w4a8_dequant")
+    extra_s = (9437188 + 33554432) / BW + 4096 * 3 / BW
+    assert got.overhead_s == pytest.approx(4.4e-6, rel=1e-12)
+    assert got.memory_s == pytest.approx((33554432 + 16384) / BW + extra_s, rel=1e-12)
+
+
+def test_gemm_kernel_spec_reads_the_small_m_curve():
+    """A stack giving GEMMs a kernel spec (1 kernel, 1 us floor) on cpu_host_calibrated, whose fitted
+    small-M curve (M <= 1) streams at memory_max 0.07224 (its GEMM curve: 0.02138): fp32 weights, M = 1,
+    4096 x 4096 (67 125 248 B with the bf16 activations) at 204.8 GB/s x 0.07224 = 4.5371 ms, + 1 us."""
+    m = load_machine("cpu_host_calibrated")
+    u, tier = m.units["cpu"], m.memory[m.units["cpu"].memory]
+    eager = load_stack("torch-eager")
+    stack = eager.model_copy(update={"ops": {**eager.ops, "gemm": KernelSpec(kernels=1, floor_s=1e-6)}})
+    op = gemm_op(1, 4096, 4096, "fp32")
+    plain = roofline_cost(op, u, "cpu", tier)
+    got = stack_cost(op, u, "cpu", tier, stack, plain)
+    memory_s = 67125248 / (204.8e9 * 0.07224)
+    assert got.memory_s == pytest.approx(memory_s, rel=1e-12)
+    assert got.duration_s == pytest.approx(1e-6 + max(plain.compute_s, memory_s), rel=1e-12)
+
+
+def test_gemm_without_a_stored_weight_keeps_the_plain_roofline():
+    """A GEMM of two activations (no 2-D weight: nothing for a quantized family to stream) under
+    torch-eager, which has no GEMM kernel spec: the stack leaves it to the plain roofline."""
+    x = TensorUse("x", "activation", (8, 64), "bf16", 8 * 64 * 2)
+    y = TensorUse("y", "activation", (64, 32), "bf16", 64 * 32 * 2)
+    out = TensorUse("z", "activation", (8, 32), "bf16", 8 * 32 * 2)
+    op = Op("L0.xy", "gemm", 2 * 8 * 64 * 32, (x, y), (out,), (("m", 8), ("n", 32), ("k", 64)), "bf16", 0)
+    u, name, tier = _h100()
+    assert stack_cost(op, u, name, tier, load_stack("torch-eager"), roofline_cost(op, u, name, tier)) is None
