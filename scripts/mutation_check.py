@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--min-kill-rate", type=float, default=0.0, help="fail below this overall fraction")
     ap.add_argument("--sample", default="", help="digits: run only mutants whose number ends in one of them")
+    ap.add_argument("--sample-new", default=None, help="digits for issue 32's modules (default: --sample's)")
     ap.add_argument("--log", type=Path, default=REPO / "mutants-run.log", help="mutmut's own output")
     ap.add_argument("--only", default="", help="comma-separated modules of TARGETS (default: all); "
                     "'core' for issue 21's, 'new' for issue 32's")
@@ -148,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"--only: no module {', '.join(unknown)} (modules: {', '.join(TARGETS)}, core, new)")
         return 2
-    tail = f"[{args.sample}]" if args.sample else ""
-    targets = {module: [p + tail for p in patterns] for module, patterns in TARGETS.items()
+    def tail(module: str) -> str:
+        digits = args.sample if module in CORE or args.sample_new is None else args.sample_new
+        return f"[{digits}]" if digits else ""
+
+    targets = {module: [p + tail(module) for p in patterns] for module, patterns in TARGETS.items()
                if not chosen or module in chosen}
     globs = [g for gs in targets.values() for g in gs]
     shutil.rmtree(REPO / "mutants", ignore_errors=True)   # no verdicts cached from an earlier run
@@ -164,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutmut failed (exit {rc}); see {args.log}")
         return 2
 
-    print(f"mutation testing (mutmut), {elapsed:.0f} s" + (f", mutants numbered *[{args.sample}]" if tail else ""))
+    samples = sorted({tail(m) for m in targets} - {""})
+    print(f"mutation testing (mutmut), {elapsed:.0f} s" + (f", mutants numbered *{' and *'.join(samples)}"
+                                                           if samples else ""))
     rate = report(targets, codes)
     if rate < args.min_kill_rate:
         print(f"FAILED: kill rate {rate:.1%} below {args.min_kill_rate:.0%}")
