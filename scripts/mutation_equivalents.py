@@ -9,6 +9,7 @@ from __future__ import annotations
 KV = "sim.apps.serve.kvpool.x"
 SCHED = "sim.apps.serve.schedulers."
 SUR = "sim.apps.serve.stepcost.x"
+MET = "sim.apps.serve.metrics.x_"
 
 EQUIVALENT: dict[str, tuple[str, ...]] = {
     # --- core (issue 21's set)
@@ -68,6 +69,19 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "the equal case never occurs":
         (f"{SUR}ǁSurrogateǁ_bilinear__mutmut_53",),
 
+    # --- metrics (whole set)
+    "`key.rpartition('_')` for partition: an SLO key is METRIC_STAT and no metric name has an underscore":
+        (f"{MET}meets__mutmut_8", f"{MET}slo_check__mutmut_4"),
+    "stats: float('NAN') is nan; argsort kind None/default/'STABLE' only reorders equal values, and a "
+    "quantile is a value, the same for any of them; `len(xs) + 1` in the index guard: searchsorted of "
+    "q/100 x the total weight (q <= 99) never passes the last index":
+        (f"{MET}stats__mutmut_11", f"{MET}stats__mutmut_18", f"{MET}stats__mutmut_20",
+         f"{MET}stats__mutmut_22", f"{MET}stats__mutmut_48"),
+    "summarize: lat_stats['tbt'] is overwritten on the next line (so computing it from the per-request "
+    "gaps first changes nothing); stats of an empty gap array with weights is the NaN table, as without; "
+    "the sum of no iterations' durations is 0.0 either way":
+        (f"{MET}summarize__mutmut_51", f"{MET}summarize__mutmut_52", f"{MET}summarize__mutmut_57",
+         f"{MET}summarize__mutmut_68"),
 }
 
 
