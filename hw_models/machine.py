@@ -79,6 +79,9 @@ class Efficiency(Strict):
     compute_ramp_s: float | None = Field(default=None, ge=0)
     memory_ramp_s: float | None = Field(default=None, ge=0)
     parallel_units: StrictInt | None = Field(default=None, gt=0)
+    # SM boost clock: on-chip serial work (a kernel's prologue, a split-KV combine) takes cycles, so its
+    # time scales as 1 / clock across GPUs (hw_models.stack.attention_kernels); None: not placed.
+    clock_hz: Quantity | None = Field(default=None, gt=0)
     gemm_tile_m: StrictInt | None = Field(default=None, gt=0)
     gemm_tile_n: StrictInt | None = Field(default=None, gt=0)
     by_kind: dict[str, KindEfficiency] = {}

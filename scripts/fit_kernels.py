@@ -32,6 +32,8 @@ the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
     python scripts/fit_kernels.py            # print the fits and their MAPE
     python scripts/fit_kernels.py --write    # rewrite the shipped YAML
     python scripts/fit_kernels.py --check    # exit 1 if the shipped YAML differs from the fit
+    python scripts/fit_kernels.py --hold-out a100   # refit decode attention and the quantized GEMMs without
+                                                    # one GPU; print the MAPE per GPU (nothing written)
 """
 
 from __future__ import annotations
@@ -186,16 +188,25 @@ BIG_KV_BYTES = 256e6      # KV caches / weights / activations larger than the in
 
 
 @cache
-def _gpu_figures(preset: str) -> tuple[int, float, float]:
-    """(SMs, streaming bandwidth = bandwidth x memory_max, bf16 peak) of a preset."""
-    from hw_models.compute_path import native_rates
+def _machine(preset: str):
+    """A preset loaded once: the fits read it per measured row (tens of thousands), never change it,
+    and a YAML load and validation per row took ~30 % of `--check`'s time."""
     from hw_models.machine import load_machine
-    m = load_machine(preset)
+    return load_machine(preset)
+
+
+@cache
+def _gpu_figures(preset: str) -> tuple[int, float, float, float, float]:
+    """(SMs, streaming bandwidth = bandwidth x memory_max, bf16 peak, SM clock, DRAM peak) of a preset."""
+    from hw_models.compute_path import native_rates
+    m = _machine(preset)
     u = m.units[m.main_unit]
-    return (u.efficiency.parallel_units, m.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.memory_max,
-            native_rates(u)["bf16"])
+    peak = m.memory[u.memory].bandwidth_bytes_per_s
+    return (u.efficiency.parallel_units, peak * u.efficiency.memory_max, native_rates(u)["bf16"],
+            u.efficiency.clock_hz, peak)
 
 
+@cache
 def _attention_table(name: str, table: str) -> list[tuple]:
     """(preset, row, [(op, sim seconds)]) for the family's rows of every in-sample GPU's table."""
     from sim.apps.trace.aic import attention_ops
@@ -223,34 +234,68 @@ def _weighted_nnls(X: np.ndarray, t: np.ndarray, others: np.ndarray) -> np.ndarr
     return c
 
 
-def fit_decode(name: str) -> dict:
+def _reads_less_than_named(rows: list[tuple]) -> set[tuple[str, bool]]:
+    """(preset, grouped-query) groups whose caches over BIG_KV_BYTES take, at the median, less time than
+    their bytes at the DRAM peak: those calls cannot read the KV cache the row names (TensorRT-LLM 1.0's
+    grouped-query rows on A100 stream 1.45x the A100's 2039 GB/s at >1 GB), so they are left out."""
+    by: dict[tuple[str, bool], list[float]] = {}
+    for preset, r, ops in rows:
+        kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
+        if kv_bytes >= BIG_KV_BYTES:
+            by.setdefault((preset, r.heads != r.kv_heads), []).append(kv_bytes / _gpu_figures(preset)[4] / (r.latency_us * 1e-6))
+    return {k for k, v in by.items() if np.median(v) > 1.0}
+
+
+def _decode_columns(sel: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: [1, 1 / clock, grouped CTAs / SMs, MHA CTAs / SMs, KV / bw, KV / (bw x CTAs)] (the
+    terms of hw_models.stack.attention_kernels.Decode), the measured seconds, sim's seconds for the
+    other ops of the call, and the KV bytes."""
+    X, t, others, kvb = [], [], [], []
+    for preset, r, ops in sel:
+        sms, bw, _, clock, _ = _gpu_figures(preset)
+        kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
+        ctas = r.batch * r.kv_heads
+        mha = r.heads == r.kv_heads
+        X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0,
+                  kv_bytes / bw, kv_bytes / bw / ctas])
+        t.append(r.latency_us * 1e-6)
+        others.append(sum(sec for _, sec in ops[1:]))
+        kvb.append(kv_bytes)
+    return np.array(X), np.array(t), np.array(others), np.array(kvb)
+
+
+def fit_decode(name: str, hold_out: str | None = None) -> dict:
+    """Per KV format: the Decode figures fitted on the in-sample rows (less `hold_out`'s preset), and
+    the MAPE on every GPU's rows (`mape_by_gpu`; the held-out GPU's is out of sample)."""
     rows = _attention_table(name, "gen_attn")
+    dropped = _reads_less_than_named(rows)
     out = {}
     for kv in ("bfloat16", "fp8"):
-        sel = [(p, r, ops) for p, r, ops in rows if r.kv_dtype == kv]
+        sel = [(p, r, ops) for p, r, ops in rows if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped]
         if len(sel) < 10:
             continue
-        X, t, others = [], [], []
-        for preset, r, ops in sel:
-            sms, bw, _ = _gpu_figures(preset)
-            kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
-            ctas = r.batch * r.kv_heads / sms
-            mha = r.heads == r.kv_heads
-            X.append([1.0, 0.0 if mha else ctas, ctas if mha else 0.0, kv_bytes / bw])
-            t.append(r.latency_us * 1e-6)
-            others.append(sum(sec for _, sec in ops[1:]))
-        X, t, others = np.array(X), np.array(t), np.array(others)
-        # Stage 1: the stream efficiency on caches too large for any in-sample GPU's L2 (>= 256 MB: a
-        # replayed graph re-reads a small cache from L2), at most 1 (the KV cannot stream faster than
-        # DRAM); stage 2: the fixed and per-CTA costs on every row with that efficiency.
-        big = X[:, 3] * np.array([_gpu_figures(p)[1] for p, _, _ in sel]) >= BIG_KV_BYTES
-        inv_eff = max(_weighted_nnls(X[big], t[big], others[big])[3], 1.0)
-        fixed, cta, mha_cta = _weighted_nnls(X[:, :3], t, others + X[:, 3] * inv_eff)
-        eff = 1.0 / inv_eff
-        pred = others + X @ np.array([fixed, cta, mha_cta, inv_eff])
-        out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "cta_s": _sig(cta), "mha_cta_s": _sig(mha_cta),
-                           "kv_stream_efficiency": _sig(eff),
-                           "rows": len(t), "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
+        X, t, others, kvb = _decode_columns(sel)
+        fit = np.array([p != hold_out for p, _, _ in sel])
+        if fit.sum() < 10:    # only the held-out GPU has this format's rows
+            continue
+        # Stage 1: the stream efficiency and its ramp on caches too large for any in-sample GPU's L2 (>= 256
+        # MB: a replayed graph re-reads a small cache from L2), the efficiency at most 1 (the KV cannot stream
+        # faster than DRAM at memory_max); stage 2: the fixed and per-CTA costs on every row with them.
+        big = fit & (kvb >= BIG_KV_BYTES)
+        c1 = _weighted_nnls(X[big], t[big], others[big])
+        inv_eff = max(c1[4], 1.0)
+        ramp = c1[5] / c1[4] if c1[4] > 0 else 0.0
+        mem = (X[:, 4] + ramp * X[:, 5]) * inv_eff
+        fixed, cycles, cta, mha_cta = _weighted_nnls(X[fit, :4], t[fit], others[fit] + mem[fit])
+        err = np.abs(others + X[:, :4] @ np.array([fixed, cycles, cta, mha_cta]) + mem - t) / t
+        presets = np.array([p for p, _, _ in sel])
+        out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "fixed_cycles": _sig(cycles), "cta_s": _sig(cta),
+                           "mha_cta_s": _sig(mha_cta), "kv_stream_efficiency": _sig(1.0 / inv_eff),
+                           "kv_ramp_ctas": _sig(ramp), "rows": int(fit.sum()),
+                           "fit_mape": round(float(err[fit].mean()), 4),
+                           "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))},
+                           "dropped": sorted(f"{p} {'grouped' if g else 'mha'}" for p, g in dropped
+                                             if any(p == q and r.kv_dtype == kv for q, r, _ in rows))}
     return out
 
 
@@ -313,6 +358,31 @@ QUANT_GEMM = {
         cite="vllm/model_executor/layers/quantization/modelopt.py ModelOptNvFp4LinearMethod (native FP4 GEMM on SM 10.x / "
              "12.x, Marlin weight-only emulation below); aic kernel FlashInferCutlassNvFp4LinearKernel. Fitted on RTX PRO "
              "6000 only (B200 / GB200 tables held out)"),
+    "trtllm_fp8_block": dict(
+        framework="trtllm", dtype="fp8_block", kernel=None, quant="trtllm", rate_format="fp8_e4m3",
+        assumed="the 1x128 activation-quantize kernel's floor and streaming rate are those fitted on the engine's "
+                "per-tensor quantize kernel (no block-quantize table is measured)",
+        description="TensorRT-LLM block-scaled FP8 Linear (DeepSeek-V3 128x128 weight tiles, 1x128 activation groups)",
+        cite="TensorRT-LLM tensorrt_llm/_torch/modules/linear.py FP8BlockScalesLinearMethod.apply "
+             "(torch.ops.trtllm.fp8_quantize_1x128, then torch.ops.trtllm.fp8_block_scaling_gemm); aic kernel torch_flow"),
+    "vllm_fp8_block": dict(
+        framework="vllm", dtype="fp8_block", kernel=None, quant="vllm", rate_format="fp8_e4m3",
+        assumed="the 1x128 activation-quantize kernel's floor and streaming rate are those fitted on the engine's "
+                "per-tensor quantize kernel (no block-quantize table is measured)",
+        description="vLLM block-scaled FP8 Linear on Hopper: per-token-group quantize, then FlashInfer's block-scale "
+                    "GEMM at small M (~60 us at M <= 16, aic README) and DeepGEMM above",
+        cite="vllm/model_executor/layers/quantization/utils/fp8_utils.py (W8A8BlockFp8LinearOp: QuantFP8 1x128 groups, "
+             "then should_use_flashinfer_for_blockscale_fp8_gemm -> flashinfer_fp8_blockscale_gemm, "
+             "should_use_deepgemm_for_fp8_linear -> DeepGEMM fp8_gemm_nt, else CUTLASS blockwise); aic kernels "
+             "flashinfer_fp8_block, deepgemm_fp8_block (H100 only)"),
+    "sglang_fp8_block": dict(
+        framework="sglang", dtype="fp8_block", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
+        assumed="the 1x128 activation-quantize kernel (sgl-kernel per_token_group_quant_fp8) takes the floor and "
+                "streaming rate fitted on vLLM's per-tensor quantize kernel (no block-quantize table is measured)",
+        description="SGLang block-scaled FP8 Linear on Hopper: per-token-group quantize, then DeepGEMM gemm_nt_f8f8bf16",
+        cite="sglang python/sglang/srt/layers/quantization/fp8_utils.py (apply_fp8_linear block path: "
+             "sglang_per_token_group_quant_fp8, then w8a8_block_fp8_matmul_deepgemm); aic kernel "
+             "sglang_deepgemm_gemm_nt_f8f8bf16 (gemm_sglang tables, H100 only)"),
 }
 QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
@@ -324,10 +394,9 @@ def _gemm_parts(preset: str, m: int, n: int, k: int, fmt: str, rate_format: str)
     """(weight bytes / bw, other bytes / bw, activation-quant bytes / bw, flops / rate) as
     hw_models.stack.cost.family_cost splits one GEMM (bw: bandwidth x the unit's memory_max at M)."""
     from hw_models.compute_path import native_rates
-    from hw_models.machine import load_machine
     from sim.apps.trace.aic import gemm_op
     from sim.core import graph as g
-    mach = load_machine(preset)
+    mach = _machine(preset)
     u = mach.units[mach.main_unit]
     bw = mach.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.for_kind(g.GEMM, m).memory_max
     op = gemm_op(m, n, k, fmt)
@@ -362,26 +431,43 @@ def fit_quant_kernel(engine: str) -> dict:
     return {"floor_s": _sig(floor), "stream_efficiency": _sig(eff), "rows": len(t)}
 
 
-def fit_quant_gemm(name: str) -> dict:
-    from sim.apps.trace.aic import GEMM_FORMAT
+def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[list[tuple], list[str]]:
+    """Per measured row of the family on `gpus`: (M, weight s, other s, compute s, measured less the quantize
+    kernel, measured, weight bytes / L2), as _gemm_parts splits it; and the GPUs that have rows."""
     from sim.core.formats import get_format
-    spec = QUANT_GEMM[name]
-    fmt = GEMM_FORMAT[spec["dtype"]]
-    q = fit_quant_kernel(spec["quant"]) if spec["quant"] else None
-    rows, fitted_on = [], []
-    for gpu, preset in QUANT_GPUS.items():
-        df = pd.read_csv(SHARED / f"gemm_{gpu}.csv.gz")
+    rows, found = [], []
+    for gpu in gpus:
+        df = pd.read_csv(SHARED / f"{spec.get('table', 'gemm')}_{gpu}.csv.gz")
         df = df[(df["framework"] == spec["framework"]) & (df["dtype"] == spec["dtype"])]
         if spec["kernel"]:
             df = df[df["kernel"] == spec["kernel"]]
         if df.empty:
             continue
-        fitted_on.append(gpu)
+        found.append(gpu)
         for r in df.itertuples(index=False):
-            w, o, qx, c = _gemm_parts(preset, int(r.m), int(r.n), int(r.k), fmt, spec["rate_format"])
+            w, o, qx, c = _gemm_parts(QUANT_GPUS[gpu], int(r.m), int(r.n), int(r.k), fmt, spec["rate_format"])
             quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
             rows.append((int(r.m), w, o, c, r.latency_us * 1e-6 - quant_s, r.latency_us * 1e-6,
                          get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu]))
+    return rows, found
+
+
+def _quant_mape(rows: list[tuple], floor: float, eff: float, frac_of: dict[int, float]) -> float:
+    m_, w_, o_, c_, y_, t_, _ = (np.array(v) for v in zip(*rows))
+    pred = floor + np.maximum(c_ / np.array([frac_of[int(m)] for m in m_]), w_ / eff + o_) + (t_ - y_)
+    return round(float(np.mean(np.abs(pred - t_) / t_)), 4)
+
+
+def fit_quant_gemm(name: str, hold_out: str | None = None) -> dict | None:
+    """The family's figures fitted on the in-sample GPUs less `hold_out` (whose rows, if any, give
+    `held_out_mape`)."""
+    from sim.apps.trace.aic import GEMM_FORMAT
+    spec = QUANT_GEMM[name]
+    fmt = GEMM_FORMAT[spec["dtype"]]
+    q = fit_quant_kernel(spec["quant"]) if spec["quant"] else None
+    rows, fitted_on = _quant_rows(spec, fmt, q, [gpu for gpu in QUANT_GPUS if gpu != hold_out])
+    if not rows:    # only the held-out GPU has this family's rows
+        return None
     m_, w_, o_, c_, y_, t_, wb_ = (np.array(v) for v in zip(*rows))
     small = m_ <= MEMORY_BOUND_M
     big = wb_[small] >= 2.0
@@ -397,11 +483,11 @@ def fit_quant_gemm(name: str) -> dict:
     points = [[m, _sig(f)] for (m, _), f in zip(points, fracs)]
     for i in range(1, len(points)):    # nor growing faster than M: more rows never take less time
         points[i][1] = min(points[i][1], points[i - 1][1] * points[i][0] / points[i - 1][0])
-    frac_of = dict(points)
-    pred = floor + np.maximum(c_ / np.array([frac_of[int(m)] for m in m_]), mem) + (t_ - y_)
+    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out else []
     return {"spec": spec, "quant": q, "floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff),
             "rate_points": points, "rows": len(t_), "fitted_on": fitted_on, "stream_measured": bool(np.count_nonzero(big) >= 2),
-            "fit_mape": round(float(np.mean(np.abs(pred - t_) / t_)), 4)}
+            "fit_mape": _quant_mape(rows, floor, eff, dict(points)),
+            "held_out_mape": _quant_mape(held, floor, eff, dict(points)) if held else None}
 
 
 def render_quant_gemm() -> str:
@@ -415,8 +501,10 @@ def render_quant_gemm() -> str:
         lines += [f"  {name}:  # {f['rows']} rows ({', '.join(f['fitted_on'])}), fit MAPE {f['fit_mape']}",
                   f"    description: \"{spec['description']}\"", "    cite: >-", f"      {spec['cite']}",
                   f"    rate_format: {spec['rate_format']}", f"    rate_points: [{pts}]",
-                  *([] if f["stream_measured"] else [
-                      "    assumed: weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)"]),
+                  *([f"    assumed: \"{'; '.join(a)}\""] if (a := [x for x in (
+                      None if f["stream_measured"] else
+                      "weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)",
+                      spec.get("assumed")) if x]) else []),
                   f"    weight_stream_efficiency: {f['weight_stream_efficiency']:.3g}",
                   f"    floor_s: {f['floor_s']:.3g}"]
         if q:
@@ -458,10 +546,12 @@ def render_attention() -> str:
         lines += [f"  {name}:", f"    description: {spec['description']}", "    cite: >-",
                   f"      {spec['cite']}", "    decode:"]
         for fmt, d in fit_decode(name).items():
-            lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, cta_s: {d['cta_s']:.3g}, "
-                         f"mha_cta_s: {d['mha_cta_s']:.3g}, "
-                         f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, rows: {d['rows']}, "
-                         f"fit_mape: {d['fit_mape']}}}")
+            lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, fixed_cycles: {d['fixed_cycles']:.3g}, "
+                         f"cta_s: {d['cta_s']:.3g}, mha_cta_s: {d['mha_cta_s']:.3g}, "
+                         f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, "
+                         f"kv_ramp_ctas: {d['kv_ramp_ctas']:.3g}, rows: {d['rows']}, fit_mape: {d['fit_mape']}}}")
+            if d["dropped"]:
+                lines.append(f"      # left out (they read less than they name): {', '.join(d['dropped'])}")
         pf = fit_prefill(name)
         if pf:
             pts = ", ".join(f"[{q}, {f:.3g}]" for q, f in pf["rate_points"])
@@ -470,13 +560,33 @@ def render_attention() -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_hold_out(gpu: str) -> None:
+    """Decode attention and the quantized GEMM families fitted without `gpu`'s rows: MAPE per GPU (the
+    held-out one out of sample)."""
+    for name in QUANT_GEMM:
+        f = fit_quant_gemm(name, gpu)
+        if f is not None and f["held_out_mape"] is not None:
+            print(f"gemm {name}, fitted on {', '.join(f['fitted_on'])}: in sample {f['fit_mape']:.1%}, "
+                  f"{gpu} (held out) {f['held_out_mape']:.1%}")
+    preset = ATTN_GPUS[gpu]
+    for name in ATTENTION:
+        for fmt, d in fit_decode(name, preset).items():
+            by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in d["mape_by_gpu"].items())
+            print(f"decode {name} kv {fmt}, fitted without {gpu}: {by}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="rewrite the shipped YAML")
     p.add_argument("--check", action="store_true", help="exit 1 if the shipped YAML differs from the fit")
+    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode attention without this GPU and "
+                   "print the MAPE per GPU (nothing written)")
     args = p.parse_args()
     if not (SHARED / "comm_h100.csv.gz").is_file():
         print(f"{SHARED} not found: nothing to fit")
+        return 0
+    if args.hold_out:
+        report_hold_out(args.hold_out)
         return 0
     from hw_models.stack.attention_kernels import KERNELS_FILE
     from hw_models.stack.kernel_families import FITTED_FILE

@@ -19,7 +19,7 @@ from sim.core.quantize import quantization_error  # noqa: E402
 EXTRA = ["int8_pt", "int8_g64", "int4_pc", "int4_g64", "int4_g128_asym"]
 ORDER = ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1",
          "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4",
-         "int8", "int4"]
+         "fp8_block128", "int8", "int4"]
 
 
 def _g(x: float) -> str:
@@ -46,6 +46,7 @@ def main() -> None:
     for n in names:
         f = get_format(n)
         block = "-" if f.block_size is None else ("row" if f.block_size == 0 else str(f.block_size))
+        block = f"{f.block_rows}x{block}" if f.block_rows > 1 else block
         scale = "-" if not f.scale_bits else f"{f.scale_format} ({f.scale_bits} b)"
         if f.zero_bits:
             scale += f" + int{f.zero_bits} zero"

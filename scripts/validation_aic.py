@@ -53,10 +53,16 @@ NOTES = """What moved, and what did not:
   3-4 us launch. H100 and RTX PRO 6000 improve; A100, whose graph-replayed small GEMMs cost ~3.4 us over the
   roofline, gets worse: one figure per stack cannot serve both.
 * Decode attention: fixed + per-CTA + KV stream per family and KV format (hw_models/stack/attention_kernels.py),
-  fitted on each family's own engine rows (TensorRT-LLM's, vLLM's FlashAttention). SGLang rows run under the vllm
-  stack and its flash_attn figures; on RTX PRO 6000 SGLang and vLLM's FP8-KV decode run FlashInfer, which has no
-  family of its own here, and the 128 MB L2 holds caches up to ~100 MB across graph replays: that GPU's decode
-  rows get worse.
+  fitted on each family's own engine rows (TensorRT-LLM's, vLLM's FlashAttention). The fixed cost is mostly SM
+  cycles (fitted per GPU on vLLM's rows it is 14.1 / 11.3 / 9.8 us on A100 / H100 / RTX PRO 6000, on one line in
+  1 / clock: `clock_hz` on the GPU presets), and the KV stream reaches its rate only with enough CTAs in flight
+  (CTAs / (CTAs + kv_ramp_ctas)). TensorRT-LLM 1.0's grouped-query rows on A100 stream 1.45x the A100's DRAM peak
+  at > 1 GB of KV (they cannot read the cache they name): left out of the fit, still costed here. Held out by GPU
+  (`scripts/fit_kernels.py --hold-out GPU`, fitted on the other two): vLLM FlashAttention bf16 H100 10.7%, A100
+  19.3%, RTX PRO 6000 23.2%; TensorRT-LLM bf16 H100 19.8%, A100 (MHA rows) 20.3%, RTX PRO 6000 37.1%. SGLang rows
+  run under the sglang stack (vllm's kernels and its flash_attn figures); on RTX PRO 6000 SGLang and vLLM's FP8-KV decode run
+  FlashInfer, which has no family of its own here, and the 128 MB L2 holds caches up to ~100 MB across graph
+  replays (a replayed single layer; in serving the other layers evict them): that GPU's decode rows stay worst.
 * Quantized GEMMs (hw_models/stack/kernel_families_fitted.yaml, fitted by scripts/fit_kernels.py on these
   tables: in sample): per-tensor FP8 as the engines run it, an activation-quantize kernel (fitted on the quant
   tables) then the scaled GEMM with its floor and M-curve, one family per engine (TensorRT-LLM cuBLASLt, vLLM
@@ -65,9 +71,16 @@ NOTES = """What moved, and what did not:
   them with the hand families the stacks named before (fp8_scaled_mm, fitted on the H200; marlin's figures for
   TRT-LLM weight-only; blackwell_block_scaled; vLLM's FP4 as Marlin emulation). B200 uses the NVFP4 fractions
   fitted on RTX PRO 6000, unfitted there (its tables are held out).
-* Not done (issue 28 items 2 and 4 in part): block-scaled FP8 has no format or family of its own (its rows are
-  costed as per-tensor FP8, and TensorRT-LLM's got worse: its block kernel has no quantize-kernel-plus-cuBLASLt
-  floor); SmoothQuant (`sq`) rows run as weight-only INT8; MXFP4 keeps its hand families."""
+* Block-scaled FP8 (DeepSeek-V3 128x128 tiles): its own format `fp8_block128` (one fp32 scale per tile, exact
+  bytes) and a family per engine (TensorRT-LLM's fp8_block_scaling_gemm; vLLM's FlashInfer block-scale GEMM at
+  small M and DeepGEMM above), fitted on the fp8_block rows (H100 and RTX PRO 6000 for TensorRT-LLM; H100 only for
+  vLLM), and SGLang's DeepGEMM (~11 us at M = 1, where vLLM's FlashInfer path takes ~60 us; the sglang stack names
+  it, fitted on the gemm_sglang H100 rows). TensorRT-LLM's held out by GPU: fitted on H100, RTX PRO 6000 27.5%;
+  fitted on RTX PRO 6000, H100 15.9%.
+* Not done: per-tensor FP8 under vLLM / SGLang still misses (H100 held out 23.8%): at large M and small N x K the
+  measured call grows with M alone (vLLM 0.24, M = 8192, N = K = 512: 68 us, TensorRT-LLM 23 us, the measured
+  quantize kernel 5 us), which no per-M rate or quantize pass here reproduces. SmoothQuant (`sq`) rows run as
+  weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families)."""
 
 
 def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:

@@ -34,6 +34,16 @@ def test_decode_by_hand():
     assert d.time_s(132, 8, 8, 1e9, 132, 1e12) == pytest.approx(2016e-6)
 
 
+def test_decode_cycles_and_ramp_by_hand():
+    """20,000 cycles at 2 GHz = 10 us on top of fixed_s; the KV stream with kv_ramp_ctas 2 and 1 x 2 CTAs
+    runs at half its many-CTA rate: 1 GB / (1 TB/s x 0.5) x (1 + 2 / 2) = 4000 us. At 1 GHz the cycles
+    cost 20 us: the fixed part falls with the clock."""
+    d = Decode(fixed_s=1e-6, fixed_cycles=20000, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2)
+    assert d.time_s(1, 8, 2, 1e9, 132, 1e12, 2e9) == pytest.approx(11e-6 + 4000e-6)
+    assert d.overhead_s(1, 8, 2, 132, 1e9) == pytest.approx(21e-6)
+    assert d.memory_s(1e9, 200, 1e12) == pytest.approx(2000e-6 * 1.01)
+
+
 def test_prefill_by_hand():
     """10 us + 1 TFLOP / (1000 TFLOP/s x fraction); the fraction interpolates in log q_len:
     halfway between 1024 (0.4) and 4096 (0.6) in log is 2048 -> 0.5."""
@@ -46,15 +56,26 @@ def test_prefill_by_hand():
 
 
 def test_shipped_decode_floor_and_stream_on_h100():
-    """The shipped figures on the H100 preset: floor = fixed + per-CTA x 8 KV heads / 132 SMs at batch 1;
-    the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x memory_max 0.85 x efficiency)."""
+    """The shipped figures on the H100 preset: floor = fixed + cycles / 1.98 GHz + per-CTA x 8 KV heads /
+    132 SMs at batch 1; the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x memory_max 0.85 x
+    efficiency) x (1 + kv_ramp_ctas / 8 CTAs)."""
     for name, fam in attention_families().items():
         d = fam.decode["bf16"]
         c = _cost(_op("decode", 1, 1, 4096), name)
         kv_bytes = 2 * 4096 * 8 * 128 * 2
-        assert c.overhead_s == pytest.approx(d.fixed_s + d.cta_s * 8 / 132)
-        assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency))
+        assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 / 132)
+        assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency)
+                                           * (1 + d.kv_ramp_ctas / 8))
         assert c.duration_s == pytest.approx(c.overhead_s + c.memory_s)
+
+
+def test_decode_fixed_cost_falls_with_the_clock():
+    """Same family, same shape: the A100 (1.41 GHz) pays more fixed cost than the RTX PRO 6000 (2.617 GHz)
+    by exactly fixed_cycles x (1/1.41 - 1/2.617) GHz^-1 plus the per-CTA term's SM-count difference."""
+    for name, fam in attention_families().items():
+        d = fam.decode["bf16"]
+        a, p = (_cost(_op("decode", 1, 1, 16), name, preset).overhead_s for preset in ("a100_80g", "rtx_pro_6000"))
+        assert a - p == pytest.approx(d.fixed_cycles * (1 / 1.41e9 - 1 / 2.617e9) + d.cta_s * 8 * (1 / 108 - 1 / 188))
 
 
 @pytest.mark.parametrize("family", sorted(attention_families()))

@@ -62,6 +62,9 @@ EXPECTED_BYTES = {
     # --- NVFP4: fp4 elements + 1-byte E4M3 scale per 16 + one 4-byte fp32 tensor scale ---
     ("nvfp4", A): 4096 * 4096 // 2 + 4096 * (4096 // 16) + 4,   # 8,388,608 + 1,048,576 + 4 = 9,437,188
     ("nvfp4", R): 4096 * 4000 // 2 + 4096 * (4000 // 16) + 4,   # 8,192,000 + 1,024,000 + 4 = 9,216,004
+    # --- fp8_block128: 1-byte e4m3 elements + one 4-byte fp32 scale per 128 x 128 tile ---
+    ("fp8_block128", A): 4096 * 4096 + 32 * 32 * 4,    # 32 x 32 tiles: 16,777,216 + 4,096 = 16,781,312
+    ("fp8_block128", R): 4096 * 4000 + 32 * 32 * 4,    # 4000 / 128 = 31.25 -> 32 tile columns: 16,388,096
     # --- int8: per output channel (row) 2-byte fp16 scale ---
     ("int8", A): 4096 * 4096 + 4096 * 2,               # 16,777,216 + 8,192 = 16,785,408
     ("int8", R): 4096 * 4000 + 4096 * 2,               # 16,384,000 + 8,192 = 16,392,192
@@ -99,6 +102,9 @@ EXPECTED_RAGGED = {
     ("nvfp4", Q): 4096 * 4001 // 2 + 4096 * 251 + 4,           # 251 blocks per row: 8,194,048 + 1,028,096 + 4
     ("int4", Q): 4096 * 4001 // 2 + 4096 * 32 * 2,             # 32 groups per row
     ("int8", Q): 4096 * 4001 + 4096 * 2,
+    ("fp8_block128", Q): 4096 * 4001 + 32 * 32 * 4,   # 4001 / 128 -> 32 tile columns, 4096 / 128 = 32 rows
+    ("fp8_block128", (129, 128)): 129 * 128 + 2 * 4,   # a 129-row weight: a second, one-row tile
+    ("fp8_block128", (300,)): 300 + 3 * 4,             # 1-D: blocks of 128 along it
 }
 
 
@@ -400,6 +406,24 @@ def test_nan_in_channel_makes_row_nan():
     np.testing.assert_array_equal(y[[0, 2]], quantize(np.ones((2, 10)), "int8"))
 
 
+def test_fp8_block128_hand_derived():
+    """Tile amax 1344 -> scale 1344 / 448 = 3: 1 / 3 = 0.333.. rounds to e4m3 0.34375 (2^-2 x 1.375),
+    reads back 1.03125; 1344 / 3 = 448 exactly. The tile spans 128 rows: a row in the next tile keeps
+    its own scale (amax 2 -> scale 2/448, 2 reads back exactly)."""
+    x = np.zeros((129, 4), np.float32)
+    x[0, :2] = 1.0, 1344.0
+    x[128, 0] = 2.0
+    y = quantize(x, "fp8_block128")
+    assert y[0, 0] == 1.03125 and y[0, 1] == 1344.0 and y[128, 0] == 2.0
+    x[5, 3] = np.nan
+    y = quantize(x, "fp8_block128")
+    assert np.isnan(y[:128]).all() and y[128, 0] == 2.0
+    tiny = quantize(np.array([3e-45, 1e-40], np.float32), "fp8_block128")   # the fp32 scale floors at 2^-149
+    assert np.isfinite(tiny).all() and tiny[1] == pytest.approx(1e-40, rel=0.07)
+    assert get_format("fp8_block").name == "fp8_block128"
+    assert get_format("fp8_block128").nominal_bits_per_element == 8 + 32 / (128 * 128)
+
+
 # ---------------------------------------------------------------- emulation: shapes
 
 @pytest.mark.parametrize("name", ["mxfp4", "mxfp8_e4m3", "mxint8", "int4_g64", "int4", "nvfp4"])
@@ -466,7 +490,7 @@ _finite = st.floats(-2.0 ** 100, 2.0 ** 100, allow_nan=False, width=32)
 @settings(max_examples=60, deadline=None)
 @given(hnp.arrays(np.float32, st.tuples(st.integers(1, 3), st.integers(1, 70)), elements=_finite),
        st.sampled_from(["mxfp4", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp8_e4m3", "mxfp8_e5m2", "mxint8",
-                        "fp8_e4m3", "fp4", "fp6_e2m3"]))
+                        "fp8_e4m3", "fp4", "fp6_e2m3", "fp8_block128"]))
 def test_idempotent_and_bounded(x, name):
     y = quantize(x, name)
     assert y.shape == x.shape and np.isfinite(y).all()
@@ -527,9 +551,10 @@ _FP16_SCALE_FLOOR = 2.0 ** -24
 
 @settings(max_examples=40, deadline=None)
 @given(hnp.arrays(np.float32, st.tuples(st.integers(1, 3), st.integers(1, 300)), elements=_finite),
-       st.sampled_from(["nvfp4", "int8", "int4", "int4_g64", "int4_g128_asym", "int8_pt", "int4_pc"]))
+       st.sampled_from(["nvfp4", "int8", "int4", "int4_g64", "int4_g128_asym", "int8_pt", "int4_pc", "fp8_block128"]))
 @example(np.array([[1e-7]], np.float32), "int8")   # amax/127 underflows fp16: the scale clamps
 @example(np.array([[7.8019735e-07]], np.float32), "int4")   # amax/7 subnormal: scale rounds up 7%
+@example(np.array([[3e-45]], np.float32), "fp8_block128")   # amax/448 underflows fp32: the scale floors
 def test_scaled_formats_finite_and_error_bounded(x, name):
     y = quantize(x, name)
     assert y.shape == x.shape and np.isfinite(y).all()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hw_models.stack.kernel_families import families
-from sim.apps.trace.aic import _mapper, gemm_op
+from sim.apps.trace.aic import GEMM_FORMAT, _mapper, gemm_op
 
 H100_STREAM_BYTES_PER_S = 3.35e12 * 0.85     # h100_sxm.yaml: datasheet bandwidth x memory_max
 A100_STREAM_BYTES_PER_S = 2.039e12 * 0.85    # a100_80g.yaml
@@ -20,6 +20,9 @@ FITTED = {
     "trtllm_w8a16": ("a100_80g", "trtllm", "int8", None, A100_STREAM_BYTES_PER_S),
     "trtllm_nvfp4": ("rtx_pro_6000", "trtllm", "nvfp4", None, None),
     "vllm_nvfp4": ("rtx_pro_6000", "vllm", "nvfp4", None, None),
+    "trtllm_fp8_block": ("h100_sxm", "trtllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
+    "vllm_fp8_block": ("h100_sxm", "vllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
+    "sglang_fp8_block": ("h100_sxm", "sglang", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
 }
 
 
@@ -55,12 +58,13 @@ def test_fp8_slope_at_m1_is_the_weight_stream(family):
     assert slope == pytest.approx(extra_w + extra_act, rel=0.01)
 
 
-@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "trtllm_w8a16"])
+@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "trtllm_w8a16", "trtllm_fp8_block", "sglang_fp8_block"])
 def test_large_m_is_compute_at_the_fitted_fraction(family):
     """At M=8192, 8192x8192 the GEMM is compute-bound: 2 M N K / (peak x fraction(8192)) over
     the floor (989 TFLOP/s bf16, 1979 FP8 on H100; 312 bf16 on A100: the presets' datasheet peaks)."""
     fam = families()[family]
-    peak = {"trtllm_fp8_per_tensor": 1979e12, "trtllm_w8a16": 312e12}[family]
+    peak = {"trtllm_fp8_per_tensor": 1979e12, "trtllm_w8a16": 312e12, "trtllm_fp8_block": 1979e12,
+            "sglang_fp8_block": 1979e12}[family]
     compute = 2.0 * 8192 ** 3 / (peak * fam.rate_fraction(8192))
     quant = (fam.quant_floor_s + 8192 * 8192 * 3 / (H100_STREAM_BYTES_PER_S * fam.quant_stream_efficiency)
              if fam.activation_quant else 0.0)
@@ -84,3 +88,26 @@ def test_vllm_fp4_is_native_on_blackwell_and_marlin_before():
     assert _mapper("rtx_pro_6000", "vllm").cost(op).path == "vllm_nvfp4"
     assert _mapper("b200", "vllm").cost(op).path == "vllm_nvfp4"
     assert _mapper("h100_sxm", "vllm").cost(op).path == "fp4_marlin_emulated"
+
+
+@pytest.mark.parametrize("family", ["trtllm_fp8_block", "vllm_fp8_block", "sglang_fp8_block"])
+def test_fp8_block_slope_at_m1_counts_the_tile_scales(family):
+    """At M=1 a block-scaled FP8 GEMM streams its 1-byte weights plus one 4-byte fp32 scale per 128x128
+    tile: 4096x4096 -> 8192x8192 adds (8192^2 - 4096^2) B + (64^2 - 32^2) x 4 B = 50,331,648 + 12,288 B
+    at 3.35 TB/s x 0.85 x efficiency, plus the activations as the per-tensor FP8 test counts them
+    (x and y each 4096 bf16 more; the 1x128 quantize pass reads 2 B and writes 1 B of each)."""
+    fam = families()[family]
+    bw = FITTED[family][4]
+    extra_w = ((8192 ** 2 - 4096 ** 2) + (64 ** 2 - 32 ** 2) * 4) / (bw * fam.weight_stream_efficiency)
+    extra_act = (4096 * 2 + 4096 * 2) / bw + 4096 * 3 / (bw * fam.quant_stream_efficiency)
+    slope = _cost_s(family, 1, 8192, 8192) - _cost_s(family, 1, 4096, 4096)
+    assert slope == pytest.approx(extra_w + extra_act, rel=0.01)
+
+
+def test_fp8_block_rows_run_the_block_family():
+    """aiconfigurator's fp8_block rows are 128x128 block-scaled FP8 (aic README), not per-tensor FP8."""
+    assert GEMM_FORMAT["fp8_block"] == "fp8_block128"
+    op = gemm_op(16, 4096, 4096, GEMM_FORMAT["fp8_block"])
+    assert _mapper("h100_sxm", "trtllm").cost(op).path == "trtllm_fp8_block"
+    assert _mapper("h100_sxm", "vllm").cost(op).path == "vllm_fp8_block"
+    assert _mapper("h100_sxm", "sglang").cost(op).path == "sglang_fp8_block"

@@ -109,3 +109,15 @@ def test_ctrl_c_during_start_up(delay_s):
         assert "/sim/" not in err and "/hw_models/" not in err, err
         return
     assert (rc, err.strip()) in ((130, "interrupted"), (0, "")), (rc, err)
+
+
+def test_an_import_error_raised_by_ctrl_c_is_an_interrupt():
+    # numpy re-raises a KeyboardInterrupt that lands in its C-extension import as an ImportError
+    # (seen on a loaded machine at delay 0.2 s above): its context is the interrupt, so it is one.
+    code = ("from sim.core import interrupt; interrupt.install()\n"
+            "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt:\n    raise ImportError('numpy')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr.strip()) == (130, "interrupted")
+    plain = subprocess.run([sys.executable, "-c", code.replace("KeyboardInterrupt", "ValueError")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 1 and "ImportError: numpy" in plain.stderr   # other errors keep their traceback

@@ -6,7 +6,16 @@ batch 1, whatever the KV length), and a cost per CTA that grows with the sequenc
 batch (hundreds of us at batch 1024 with 1-token caches), and streams the KV cache at a
 measured fraction of the bandwidth. Per family and KV format:
 
-    decode  = fixed_s + cta_s x batch x kv_heads / SMs + KV bytes / (bandwidth x memory_max x kv_stream_efficiency)
+    decode  = fixed_s + fixed_cycles / clock + cta_s x CTAs / SMs
+              + KV bytes / (bandwidth x memory_max x kv_stream_efficiency) x (1 + kv_ramp_ctas / CTAs)
+
+with CTAs = batch x kv_heads. The fixed cost has a part in seconds (the graph's inter-kernel gaps)
+and a part in cycles (on-chip serial work: the kernels' prologues, the RoPE / cache-write kernel,
+the split-KV combine), which is why it falls with the SM clock: fitted per GPU on the vLLM rows it
+is 14.1 / 11.3 / 9.8 us on A100 (1.41 GHz) / H100 (1.98) / RTX PRO 6000 (2.62), on one line in
+1 / clock (scripts/fit_kernels.py). The KV stream reaches its rate only with enough CTAs in flight
+to cover the DRAM latency (Little's law); split-KV recovers part of it, so the rate rises as
+CTAs / (CTAs + kv_ramp_ctas) (measured: one CTA streams at ~40% of the many-CTA rate on H100 and A100).
 
 `cta_s` is SM-seconds per CTA (one per sequence and KV head: FlashAttention's and XQA's
 grids), so the term follows the GPU's SM count (unit efficiency.parallel_units); measured
@@ -20,7 +29,8 @@ grows with the sequence length:
 
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
 attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
-Without parallel_units the decode CTA term cannot be placed: the op keeps the roofline.
+Without parallel_units (or clock_hz, where the family has cycles) the decode terms cannot be
+placed: the op keeps the roofline.
 """
 
 from __future__ import annotations
@@ -46,18 +56,26 @@ KERNELS_FILE = Path(__file__).parent / "attention_kernels.yaml"
 
 class Decode(Strict):
     fixed_s: Quantity = Field(ge=0)
+    fixed_cycles: float = Field(default=0.0, ge=0)      # SM clock cycles of the fixed cost (needs clock_hz)
     cta_s: Quantity = Field(ge=0)                       # SM-seconds per (sequence, KV head) CTA, grouped queries
     mha_cta_s: Quantity = Field(ge=0)                   # the same where every query head has its own KV head
-    kv_stream_efficiency: float = Field(gt=0, le=1.5)   # x the unit's memory_max
+    kv_stream_efficiency: float = Field(gt=0, le=1.5)   # x the unit's memory_max, with many CTAs in flight
+    kv_ramp_ctas: float = Field(default=0.0, ge=0)      # CTAs at which the KV stream reaches half that rate
     rows: int = 0                                       # measured rows fitted
     fit_mape: float = 0.0                               # in-sample MAPE of the whole call
 
-    def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int) -> float:
+    def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int, clock_hz: float | None = None) -> float:
         per_cta = self.mha_cta_s if heads == kv_heads else self.cta_s
-        return self.fixed_s + per_cta * batch * kv_heads / sms
+        cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
+        return self.fixed_s + cycles_s + per_cta * batch * kv_heads / sms
 
-    def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float) -> float:
-        return self.overhead_s(batch, heads, kv_heads, sms) + kv_bytes / (bandwidth * self.kv_stream_efficiency)
+    def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float) -> float:
+        return kv_bytes / (bandwidth * self.kv_stream_efficiency) * (1.0 + self.kv_ramp_ctas / max(ctas, 1))
+
+    def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
+               clock_hz: float | None = None) -> float:
+        return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz)
+                + self.memory_s(kv_bytes, batch * kv_heads, bandwidth))
 
 
 class Prefill(Strict):
@@ -129,13 +147,14 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str) 
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, "bf16")
     if d.get("q_len", 1) == 1:
         fig = fam.decode.get(get_format(kv[0].fmt).name) if kv else None
-        sms = unit.efficiency.parallel_units
-        if fig is None or not sms:
+        sms, clock = unit.efficiency.parallel_units, unit.efficiency.clock_hz
+        if fig is None or not sms or (fig.fixed_cycles and not clock):
             return None
         bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.ATTENTION).memory_max
-        memory_s = kv_bytes / (bw * fig.kv_stream_efficiency)
-        heads = d.get("heads", 1)
-        overhead_s = fig.overhead_s(d.get("batch", 1), heads, d.get("kv_heads", heads), sms)
+        heads, batch = d.get("heads", 1), d.get("batch", 1)
+        kv_heads = d.get("kv_heads", heads)
+        memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw)
+        overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
     if fam.prefill is None or "bf16" not in native_rates(unit, unit_name):

@@ -16,6 +16,10 @@ Families (`NumberFormat.family`):
   mxint8.
 * ``nvfp4``  - NVIDIA NVFP4: fp4 E2M1 elements, 16 per block with an E4M3
   8-bit block scale, plus one fp32 per-tensor scale.
+* ``block``  - 2-D block-scaled FP8 (DeepSeek-V3): fp8 e4m3 elements, one fp32
+  scale per 128 x 128 tile of the weight (``fp8_block128``; ``block_rows`` is
+  the tile's height). At run time the engines scale activations per 1 x 128
+  group of a token; the weight tile is what is stored.
 * ``int``    - symmetric absmax integers with fp16 scales, per channel (one
   scale per row, block_size 0), per group (``int4_g128``) or per tensor
   (``int8_pt``, one fp32 scale). ``int8`` = per channel, ``int4`` = group 128.
@@ -54,6 +58,7 @@ class NumberFormat:
     scale_format: str | None = None         # format of the block scales: "e8m0", "e4m3", "fp16", "fp32"
     tensor_scale_format: str | None = None  # format of the per-tensor scale: "fp32"
     zero_bits: int = 0              # bits of each block zero-point (asymmetric int only)
+    block_rows: int = 1             # rows sharing each block scale too (2-D tiles: fp8_block128's 128 x 128)
     saturate: bool = True           # finite values beyond max_normal clamp (False: IEEE overflow to Inf)
     description: str = ""
 
@@ -63,6 +68,8 @@ class NumberFormat:
         if self.block_size is None or not shape:
             return 0
         rows = math.prod(shape[:-1])
+        if self.block_rows > 1 and len(shape) >= 2:   # 2-D tiles: a partial tile of rows still takes a scale
+            rows = math.prod(shape[:-2]) * math.ceil(shape[-2] / self.block_rows)
         block = shape[-1] if self.block_size == 0 else self.block_size  # 0 = one scale per row (per channel)
         if block == 0:
             return 0
@@ -89,7 +96,7 @@ class NumberFormat:
         bits + (scale_bits + zero_bits) / block_size; per-channel counts as bits."""
         if not self.block_size:
             return float(self.bits)
-        return self.bits + (self.scale_bits + self.zero_bits) / self.block_size
+        return self.bits + (self.scale_bits + self.zero_bits) / (self.block_size * self.block_rows)
 
 
 def _plain(name: str, bits: int, dtype: str, max_normal: float, emax: int, saturate: bool, desc: str) -> NumberFormat:
@@ -158,6 +165,10 @@ _BUILTIN: list[NumberFormat] = [
     NumberFormat("nvfp4", 4, "float", 16, 8, 32, family="nvfp4", element_dtype="float4_e2m1fn",
                  max_normal=6.0, emax=2, scale_format="e4m3", tensor_scale_format="fp32",
                  description="NVIDIA NVFP4: fp4 E2M1, 16 per E4M3 scale, plus an fp32 tensor scale"),
+    # DeepSeek-V3 block-scaled FP8 (its paper §3.3.2; DeepGEMM, vLLM's and TensorRT-LLM's fp8 block GEMMs).
+    NumberFormat("fp8_block128", 8, "float", 128, 32, 0, family="block", element_dtype="float8_e4m3fn",
+                 max_normal=448.0, emax=8, scale_format="fp32", block_rows=128,
+                 description="block-scaled FP8: e4m3 elements, one fp32 scale per 128 x 128 tile (DeepSeek-V3)"),
     # int8 per output channel with an fp16 scale (LLM.int8/SmoothQuant style).
     _renamed(_int(8, "pc"), "int8"),
     # int4 in groups of 128 with an fp16 scale, as GPTQ/AWQ deploy it.
@@ -179,6 +190,7 @@ ALIASES: dict[str, str] = {
     "mxfp8": "mxfp8_e4m3",
     "mxfp6": "mxfp6_e2m3",
     "mxfp4_e2m1": "mxfp4",
+    "fp8_block": "fp8_block128",
 }
 
 _INT_RE = re.compile(r"^int(4|8)(?:_(pc|pt|g([0-9]+)))?(_asym|_sym)?$")

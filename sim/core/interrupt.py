@@ -9,8 +9,20 @@ import os
 import sys
 
 
+def _interrupted(value: BaseException | None) -> bool:
+    """Ctrl-C, or an error raised while handling one: numpy turns a KeyboardInterrupt that
+    lands inside its C-extension import into an ImportError whose context is the interrupt."""
+    seen: set[int] = set()
+    while value is not None and id(value) not in seen:
+        if isinstance(value, KeyboardInterrupt):
+            return True
+        seen.add(id(value))
+        value = value.__cause__ or value.__context__
+    return False
+
+
 def _hook(kind, value, tb) -> None:
-    if issubclass(kind, KeyboardInterrupt):
+    if issubclass(kind, KeyboardInterrupt) or _interrupted(value):
         print("interrupted", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()

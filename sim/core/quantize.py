@@ -17,6 +17,11 @@ casts (round to nearest, ties to even); scales follow:
 * NVFP4 (torchao two-level): tensor_scale = amax/(448*6) in fp32;
   block_scale = E4M3(clamp(block_amax/6/tensor_scale, 2^-6, 448));
   P = E2M1(clamp(x/(tensor_scale*block_scale), -6, 6)).
+* block (fp8_block128): per 128 x 128 tile of the last two axes (a 1-D input:
+  per 128 along it), scale = amax / 448 in fp32 (an all-zero tile: 1; at least
+  the smallest fp32 subnormal);
+  P = E4M3(saturate(x / scale)) rounded once from the float32 quotient, as the
+  engines' quantize kernels do; value = P * scale.
 * int: symmetric absmax, scale = amax/qmax rounded to the scale format (fp16,
   or fp32 per tensor; fp16 scales clamp to [2^-24, 65504]), q = clamp(rint(x/scale), -2^(b-1), 2^(b-1)-1).
   `_asym` formats: AWQ-style min-max, scale = (max-min)/(2^b-1) (fp16),
@@ -137,6 +142,24 @@ def _quantize_nvfp4(x: np.ndarray, fmt: NumberFormat) -> np.ndarray:
     return _unblocks(out, n).astype(np.float32)
 
 
+def _quantize_block2d(x: np.ndarray, fmt: NumberFormat) -> np.ndarray:
+    x2 = x.reshape((1,) + x.shape) if x.ndim == 1 else x
+    r, c = x2.shape[-2:]
+    br, bc = fmt.block_rows, fmt.block_size
+    pr, pc = -r % br, -c % bc
+    p = np.pad(x2, [(0, 0)] * (x2.ndim - 2) + [(0, pr), (0, pc)])
+    t = p.reshape(p.shape[:-2] + ((r + pr) // br, br, (c + pc) // bc, bc))
+    finite = np.isfinite(t)
+    amax = np.max(np.where(finite, np.abs(t), 0.0), axis=(-3, -1), keepdims=True)
+    bad = ~finite.all(axis=(-3, -1), keepdims=True)
+    scale = np.where(amax > 0, amax / np.float32(fmt.max_normal), 1.0).astype(np.float32)
+    scale = np.maximum(scale, np.float32(2.0 ** -149))   # the smallest fp32 scale (a tile of subnormals)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = _cast_elements((t / scale).astype(np.float32), fmt) * scale
+    out = np.where(bad, np.float32(np.nan), out).reshape(p.shape)[..., :r, :c]
+    return out.reshape(x.shape).astype(np.float32)
+
+
 def _round_scale(s: np.ndarray, fmt: NumberFormat) -> np.ndarray:
     """Round a positive scale to how it is stored (fp16 block scales, fp32 tensor scale)."""
     if fmt.scale_format == "fp16":
@@ -202,6 +225,8 @@ def quantize(array, fmt: str | NumberFormat) -> np.ndarray:
         out = _quantize_nvfp4(x, f)
     elif f.family == "int":
         out = _quantize_int(x, f)
+    elif f.family == "block":
+        out = _quantize_block2d(x, f)
     else:
         raise ConfigError(f"number format {f.name!r}: no numeric emulation for family {f.family!r}")
     return out.reshape(()) if scalar else out

@@ -4,9 +4,9 @@ The tables (shared/validation/aic, README there) hold per-op latencies taken thr
 engine's own module in a CUDA-graph replay: GEMM by dtype and M/N/K, decode and prefill
 attention, NCCL and the engines' custom all-reduce. Each row is rebuilt as the op (or ops)
 sim's lowering writes for it and costed by the machine's mapper under the stack of the row's
-engine (TensorRT-LLM rows under `trtllm`, vLLM under `vllm`; SGLang has no stack of its own
-and runs under `vllm`, whose kernels it shares: sgl-kernel carries vLLM's custom ops), or
-under one `--stack` for every row. Collectives are costed on the GPU's node preset.
+engine (TensorRT-LLM rows under `trtllm`, vLLM under `vllm`, SGLang under `sglang`: vllm's
+kernels, which sgl-kernel shares, with SGLang's own block-scaled FP8 GEMM), or under one
+`--stack` for every row. Collectives are costed on the GPU's node preset.
 
 The file name says the GPU (`gemm_h100.csv.gz`): its preset is the one sim ships for it.
 H200 and Blackwell datacenter tables are this project's out-of-sample check (README of the
@@ -52,9 +52,9 @@ HELD_OUT = ("h200", "b200", "b300", "gb200")    # aic README: out-of-sample, rep
 PRESET = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000", "h200": "h200", "b200": "b200"}
 NODE = {"h100": "dgx_h100", "a100": "dgx_a100", "h200": "hgx_h200", "b200": "hgx_b200",
         "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
-STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "vllm"}
+STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 # The row's dtype -> the stored weight format sim lowers it with.
-GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_e4m3", "nvfp4": "nvfp4",
+GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128", "nvfp4": "nvfp4",
                "int4_wo": "int4", "int8_wo": "int8", "sq": "int8"}
 KV_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 # The collective algorithm each measured source runs (hw_models.network.collectives); SGLang's custom
@@ -124,7 +124,10 @@ ISSUE28_FIELDS = {"attention": None, "graph_gap_s": None}
 # stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
 ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
                     "trtllm_w4a16": "marlin", "trtllm_w8a16": "marlin",
-                    "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated"}
+                    "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated",
+                    # block-scaled FP8 had no format: its rows ran as per-tensor FP8 under the hand family
+                    "trtllm_fp8_block": "fp8_scaled_mm", "vllm_fp8_block": "fp8_scaled_mm",
+                    "sglang_fp8_block": "fp8_scaled_mm"}
 
 
 @cache
@@ -189,10 +192,21 @@ def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch
                   ) -> list[tuple[Op, float]]:
     """The ops of one lowered layer an engine's attention call covers, each with its simulated
     seconds under `stack` (the attention op first)."""
+    mapper = _mapper(preset, stack, baseline)
+    return [(op, mapper.cost(op).duration_s)
+            for op in _layer_ops(ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT), phase, batch, q_len, kv_len,
+                                 heads, kv_heads, head_dim, kv_fmt)]
+
+
+@cache
+def _layer_ops(names: tuple[str, ...], phase: str, batch: int, q_len: int, kv_len: int, heads: int,
+               kv_heads: int, head_dim: int, kv_fmt: str) -> tuple[Op, ...]:
+    """The ops `names` of one lowered layer of that shape. Lowered once per shape: the tables
+    repeat each shape on every GPU and engine, and lowering a whole layer for three of its ops
+    was most of the fit's time (scripts/fit_kernels.py)."""
     model = _model(heads, kv_heads, head_dim)
     graph = lower(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True, 1)
-    mapper = _mapper(preset, stack, baseline)
-    return [(graph.op(n), mapper.cost(graph.op(n)).duration_s) for n in ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT)]
+    return tuple(graph.op(n) for n in names)
 
 
 def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
