@@ -59,10 +59,11 @@ class BoardPower:
 
 @dataclass(frozen=True)
 class Board:
-    """What a serving instance draws when it has no work: `idle_w` per device, `devices` per instance."""
+    """What a serving instance draws when it has no work: `idle_w` per device, `devices` per instance (a
+    mean, not whole, where pools of different instances share one Board: sim.apps.serve.energy.pools_board)."""
 
     idle_w: float = 0.0
-    devices: int = 1
+    devices: float = 1
 
 
 def board_of(machine: Any, devices: int) -> Board:

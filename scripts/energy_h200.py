@@ -1,23 +1,21 @@
 #!/usr/bin/env python3
-"""The H200's board-power model (issue 15): where its figures come from, and its check.
+"""The H200's board-power model (issues 15, 33): where its figures come from, and its held-out checks.
 
-Board power = idle + activity (active_power_w while kernels run; issue 33, fitted on
-ML.ENERGY's H100 runs by scripts/energy_mlenergy.py --fit) + dynamic energy per FLOP
+Board power = idle + activity (active_power_w while kernels run) + dynamic energy per FLOP
 (per format) + energy per byte per memory tier (hw_models/power.py).
 
 * idle_power_w: measured, ../shared/validation/h200/h200_micro.json power.idle_w.
-* energy_j_per_flop (fp16/bf16): the one figure fitted, from the same file's
-  compute-bound prefill (Llama-2-7B fp16, batch 1, 2048 tokens: 676.8 W average
-  over 57.37 ms per call): dynamic energy (avg - idle) x measured time, less the
-  model's bytes x energy_j_per_byte, over the model's FLOPs of that prefill.
-  The other formats' ratios to it are assumptions (hw_models/presets/h200.yaml).
+* active_power_w and energy_j_per_flop (fp16/bf16): h100_sxm.yaml's, fitted on ML.ENERGY's H100
+  runs only (scripts/fit_energy.py; same GH100 die and 700 W board). Nothing here is fitted on
+  the H200.
 * energy_j_per_byte: the preset's HBM figure (cited there), not fitted.
 
-The check is out of sample: decode was never fitted. The H200's measured decode
-energy is held back from shared/validation (PROVENANCE.md §7); what is public is
-issue 15's statement that it is "about half" of what the old model (700 W x busy
-time + DRAM energy) says, and Ma et al. 2026 (arXiv:2605.11999, "The Illusion of
-Power Capping in LLM Decode"): decode on an H200 draws 137-300 W.
+Both checks are held out. Prefill: the same file's compute-bound prefill (Llama-2-7B fp16,
+batch 1, 2048 tokens: 676.8 W average over 57.37 ms per call). Decode: the H200's measured
+decode energy is held back from shared/validation (PROVENANCE.md §7); what is public is
+issue 15's statement that it is "about half" of what the old model (700 W x busy time + DRAM
+energy) says, and Ma et al. 2026 (arXiv:2605.11999, "The Illusion of Power Capping in LLM
+Decode"): decode on an H200 draws 137-300 W.
 
     python scripts/energy_h200.py
 """
@@ -61,28 +59,14 @@ def _workload(**kw):
     return workload_from_dict(dict(name="energy", **kw), "scripts/energy_h200.py")
 
 
-def fit_flop_energy(micro: dict) -> dict:
-    """energy_j_per_flop (fp16) that makes the model's prefill energy the measured one."""
-    p = micro["power"]
-    meas = p["prefill_llama2_7b_fp16_b1_p2048"]
-    t_s = meas["ms_per_call"] / 1e3
-    raw = raw_machine("h200")
-    u = raw["units"]["gpu"]
-    # The GPU is busy throughout the measured prefill: its activity power (issue 33) over the measured time
-    # is not the FLOPs' (scripts/energy_mlenergy.py ties J/FLOP to active_power_w the same way).
-    dynamic_j = (meas["avg_power_w"] - p["idle_w"] - machine_from_dict(raw, "h200").units["gpu"].active_power_w) * t_s
-    ratios = {k: float(v) / float(u["energy_j_per_flop"]["fp16"]) for k, v in u["energy_j_per_flop"].items()}
-    u["power_limit_w"] = 1e6   # uncapped: the fit needs energy linear in J/FLOP at the measured time
-    u["active_power_w"] = 0.0  # taken out of the measured energy above
-    out = {}
-    for scale in (0.0, 1e-12):
-        u["energy_j_per_flop"] = {k: r * scale for k, r in ratios.items()}
-        r = simulate(_workload(**PREFILL), machine_from_dict(raw, "fit"), detail=False)
-        # the dynamic part, with the preset's activity power (active_power_w x busy; issue 33)
-        out[scale] = r.prefill_energy_per_token_j * 2048 - p["idle_w"] * r.ttft_s
-    bytes_j, per_pj = out[0.0], (out[1e-12] - out[0.0])
-    return dict(measured_dynamic_j=dynamic_j, model_bytes_j=bytes_j, fp16_j_per_flop=(dynamic_j - bytes_j) / per_pj
-                * 1e-12, measured_j_per_token=meas["j_per_token"], measured_s=t_s)
+def prefill_check(micro: dict) -> dict:
+    """The measured prefill against the preset's (held out): power, time and J/token, measured and modelled."""
+    meas = micro["power"]["prefill_llama2_7b_fp16_b1_p2048"]
+    r = simulate(_workload(**PREFILL), machines()[0], detail=False)
+    model_j = r.prefill_energy_per_token_j * PREFILL["prompt_len"]
+    return dict(measured_w=meas["avg_power_w"], measured_s=meas["ms_per_call"] / 1e3,
+                measured_j_per_token=meas["j_per_token"], model_s=r.ttft_s, model_w=model_j / r.ttft_s,
+                model_j_per_token=r.prefill_energy_per_token_j)
 
 
 def decode_energy(machine, model: str, batch: int, prompt: int, fmt: str) -> tuple[float, float]:
@@ -110,9 +94,11 @@ def decode_rows() -> list[dict]:
 def main() -> None:
     if not MICRO.is_file():
         sys.exit(f"{MICRO}: not found (shared validation data)")
-    f = fit_flop_energy(json.loads(MICRO.read_text()))
-    print(f"prefill llama2-7b fp16 b1 p2048: measured dynamic {f['measured_dynamic_j']:.2f} J, model bytes "
-          f"{f['model_bytes_j']:.2f} J -> energy_j_per_flop fp16 {f['fp16_j_per_flop']:.3g} J")
+    f = prefill_check(json.loads(MICRO.read_text()))
+    print(f"prefill llama2-7b fp16 b1 p2048 (held out): power {f['model_w']:.1f} W vs measured {f['measured_w']:.1f} W "
+          f"({f['model_w'] / f['measured_w'] - 1:+.1%}); time {f['model_s'] * 1e3:.2f} ms vs {f['measured_s'] * 1e3:.2f} ms; "
+          f"J/token {f['model_j_per_token']:.5f} vs {f['measured_j_per_token']:.5f} "
+          f"({f['model_j_per_token'] / f['measured_j_per_token'] - 1:+.1%})")
     lo, hi = PUBLISHED_DECODE_W
     for r in decode_rows():
         print(f"{r['shape']}: decode J/token old {r['j_old']:.3f} ({r['w_old']:.0f} W) -> new {r['j_new']:.3f} "

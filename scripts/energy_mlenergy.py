@@ -2,7 +2,7 @@
 """Energy against ML.ENERGY's measured serving runs (issue 33): fit on H100, report B200 out of sample.
 
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/energy_mlenergy.py [--every N] [--write]
-    ... --fit            the one fitted figure (active_power_w, H100 runs only; see docs/energy.md)
+    ... --fit            the fitted figures (scripts/fit_energy.py: H100 runs only) into docs/energy.md
     ... --sensitivity    J/token and power against the assumed input lengths (x0.5, x2)
 
 The replay is sim.apps.serve.mlenergy (its module doc states the assumptions). `--write`
@@ -23,106 +23,36 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from fit_energy import MAX_SEQS, TASKS, fit_line, fit_runs  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
-from hw_models.registry import simulate  # noqa: E402
 from sim.apps.serve import mlenergy as M  # noqa: E402
-from sim.apps.serve.energy import energy_window  # noqa: E402
-from sim.apps.serve.run import serve  # noqa: E402
-from sim.core.workload import workload_from_dict  # noqa: E402
+from sim.apps.serve import mlenergy_fit as F  # noqa: E402
 
 SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 DOC = ROOT / "docs" / "energy.md"
 START, END = "<!-- energy-validation:start -->", "<!-- energy-validation:end -->"
-# The formats' energy per FLOP relative to fp16 (hw_models/presets/h200.yaml: ASSUMED ratios).
-FLOP_RATIOS = {"fp16": 1.0, "bf16": 1.0, "fp8_e4m3": 0.5, "fp8_e5m2": 0.5, "int8": 0.5, "fp32": 3.0, "vector": 3.0}
-NO_CAP = 1e6   # W: the fit's replays run uncapped, so their times do not depend on the figures fitted
 # Replay time (minutes per run on a shared 2-core machine): runs above MAX_SEQS and gpqa's (8,000-token outputs)
-# are left out of the table; the CSV has them.
-MAX_SEQS = 512
-TASKS = ("lm-arena-chat", "sourcegraph-fim")
-FIT_EVERY = 4   # the fit's sample: every 4th run of each sweep (--fit --every 4, docs/energy.md)
-CAP_MARGIN = 0.97   # a run predicted above this share of its power limit is replayed under the cap
+# are left out of the table, as out of the fit (scripts/fit_energy.py); the CSV has them.
 
 
-def _machine(preset: str, active_w: float, fp16_j_per_flop: float):
-    return load_machine(preset, {"units.gpu.active_power_w": active_w, "units.gpu.power_limit_w": NO_CAP,
-                                 "units.gpu.energy_j_per_flop": {k: r * fp16_j_per_flop
-                                                                 for k, r in FLOP_RATIOS.items()}})
-
-
-def components(run: M.Run) -> dict:
-    """One run's steady-state power per GPU as its parts: `p0` idle + bytes (+ links) (W), `busy` the GPU's
-    busy share (W per W of active_power_w), `per_pj` W per pJ/FLOP of fp16 (the formats' ratios held), and
-    `tput` the output tokens/s. Uncapped, energy is linear in these figures and the time does not depend on
-    them, so two replays give the power and J/token at any (active_power_w, J/FLOP)."""
-    out = []
-    for scale in (0.0, 1e-12):
-        res, _ = serve(M.serve_file(run), _machine(M.PRESETS[run.gpu], 0.0, scale))
-        t0, t1 = M.steady_window(res, run.max_num_seqs)
-        joules, tokens = energy_window(res, t0, t1)
-        out.append((joules / (t1 - t0) / run.num_gpus, tokens / (t1 - t0), res.busy_s.get("gpu", 0.0) / res.makespan_s))
-    (p0, tput, busy), (p1, _, _) = out
-    return dict(run=run.__dict__, p0=p0, busy=busy, per_pj=p1 - p0, tput=tput)
-
-
-def collect(gpu: str, every: int, cache: Path | None, cached_only: bool = False) -> list[dict]:
+def collect(gpu: str, every: int, cache: Path | None, cached_only: bool = False) -> list[F.Components]:
     """Components of the sampled runs of `gpu` (max_num_seqs <= MAX_SEQS), read from / written to `cache`
     (`cached_only`: the sampled runs the cache has, no new replays)."""
-    have = {json.dumps(c["run"], sort_keys=True): c for c in (json.loads(cache.read_text()) if cache and cache.is_file()
-                                                              else [])}
+    runs = M.load_runs(SHARED)
+    keys = F.run_keys(runs)
+    by_key = {k: r for r, k in keys.items()}
+    have = {c.run: c for c in (F.from_dict(d, by_key) for d in (json.loads(cache.read_text())
+                                                                  if cache and cache.is_file() else [])) if c}
     out = []
-    for r in M.sample([r for r in M.load_runs(SHARED) if r.gpu == gpu], every):
-        if r.max_num_seqs > MAX_SEQS or r.task not in TASKS:
+    for r in M.sample([r for r in runs if r.gpu == gpu], every):
+        if r.max_num_seqs > MAX_SEQS or r.task not in TASKS or (cached_only and r not in have):
             continue
-        key = json.dumps(r.__dict__, sort_keys=True)
-        if cached_only and key not in have:
-            continue
-        c = have.get(key) or components(r)
-        have[key] = c
+        c = have.get(r) or F.components(r)
+        have[r] = c
         out.append(c)
         if cache:
-            cache.write_text(json.dumps(list(have.values())))
+            cache.write_text(json.dumps([x.to_dict(keys) for x in have.values()]))
     return out
-
-
-def predict(c: dict, active_w: float, fp16_j_per_flop: float) -> M.Replay:
-    """The replay of `c`'s run at these figures (uncapped: exact by linearity, components())."""
-    run = M.Run(**c["run"])
-    w = c["p0"] + active_w * c["busy"] + fp16_j_per_flop * 1e12 * c["per_pj"]
-    return M.Replay(run, w * run.num_gpus / c["tput"], w, c["tput"])
-
-
-def h200_prefill_line() -> tuple[float, float]:
-    """The fp16 J/FLOP that makes the H200's measured prefill (h200_micro.json; scripts/energy_h200.py) come
-    out, as (its value at active_power_w 0, its change per W of active_power_w): the prefill keeps the GPU
-    busy throughout, so what active power takes of the measured energy the FLOPs no longer explain."""
-    import json
-    micro = json.loads((SHARED / "h200" / "h200_micro.json").read_text())["power"]
-    meas = micro["prefill_llama2_7b_fp16_b1_p2048"]
-    t_s = meas["ms_per_call"] / 1e3
-    w = workload_from_dict(dict(name="prefill", model="llama2-7b", batch=1, prompt_len=2048, gen_len=1,
-                                formats=dict(weights="fp16", activations="fp16", kv_cache="fp16")), "energy fit")
-    e = []
-    for scale in (0.0, 1e-12):
-        r = simulate(w, _machine("h200", 0.0, scale), detail=False)
-        e.append(r.prefill_energy_per_token_j * 2048 - micro["idle_w"] * r.ttft_s)
-    bytes_j, per_pj = e[0], (e[1] - e[0]) / 1e-12
-    return ((meas["avg_power_w"] - micro["idle_w"]) * t_s - bytes_j) / per_pj, -t_s / per_pj
-
-
-def fit(comps: list[dict]) -> tuple[float, float, float]:
-    """(active_power_w, fp16 J/FLOP, power MAPE): the active power whose H200-prefill-tied J/FLOP gives the
-    smallest mean |power error| over the H100 runs `comps`."""
-    j0, slope = h200_prefill_line()
-    best = None
-    for a in np.arange(0.0, 600.0, 1.0):
-        j = j0 + slope * a
-        if j < 0:
-            break
-        err = M.mape([predict(c, a, j).power_error for c in comps])
-        if best is None or err < best[2]:
-            best = (float(a), float(j), err)
-    return best
 
 
 def table(replays: list[M.Replay]) -> str:
@@ -135,10 +65,10 @@ def table(replays: list[M.Replay]) -> str:
         je, pe, te = ([getattr(x, k) for x in xs] for k in ("j_error", "power_error", "throughput_error"))
         rows.append(f"| {gpu} | {model} | {prec} | {n} | {len(xs)} | {M.mape(je):.1%} | {np.median(je):+.1%} | "
                     f"{M.mape(pe):.1%} | {np.median(pe):+.1%} | {M.mape(te):.1%} |")
-    fitted = {json.dumps(r.__dict__, sort_keys=True) for r in M.sample(M.load_runs(SHARED), FIT_EVERY)}
+    fitted = set(fit_runs(M.load_runs(SHARED)))
     h100 = [x for x in replays if x.run.gpu == "H100"]
-    parts = [("H100 runs the fit used", [x for x in h100 if json.dumps(x.run.__dict__, sort_keys=True) in fitted]),
-             ("H100 runs it did not", [x for x in h100 if json.dumps(x.run.__dict__, sort_keys=True) not in fitted])]
+    parts = [("H100 runs the fit used", [x for x in h100 if x.run in fitted]),
+             ("H100 runs it did not", [x for x in h100 if x.run not in fitted])]
     for name, xs in parts:
         if xs:
             rows.append(f"| *{name}* | | | | {len(xs)} | {M.mape([x.j_error for x in xs]):.1%} | "
@@ -168,8 +98,8 @@ def run_table(every: int, cache: Path | None, gpus: tuple[str, ...] = ("H100", "
     for gpu in gpus:
         active_w, j, limit = preset_figures(gpu)
         for c in collect(gpu, every, cache and cache.with_name(f"{cache.stem}_{gpu}{cache.suffix}"), cached_only):
-            x = predict(c, active_w, j)
-            capped = x.power_per_gpu_w > CAP_MARGIN * limit
+            x = F.predict(c, active_w, j)
+            capped = x.power_per_gpu_w > F.CAP_MARGIN * limit
             if capped:
                 x = M.replay(x.run)
             replays.append(x)
@@ -207,15 +137,8 @@ def main() -> int:
     args = ap.parse_args()
     if not (SHARED / M.CSV_NAME).is_file():
         sys.exit(f"{SHARED / M.CSV_NAME}: not found (shared validation data; set SIM_SHARED_VALIDATION)")
-    cache = args.cache and args.cache.with_name(f"{args.cache.stem}_H100{args.cache.suffix}")
     if args.fit:
-        comps = collect("H100", args.every, cache)
-        a, j, err = fit(comps)
-        j0, slope = h200_prefill_line()
-        body = (f"Fitted on {len(comps)} H100 runs (every {args.every}th of each sweep): active_power_w **{a:.0f} W**, "
-                f"and with it fp16 **{j * 1e12:.3f} pJ/FLOP** (the H200 prefill line: {j0 * 1e12:.3f} pJ/FLOP "
-                f"{slope * 1e12:+.5f} per W of active power); power MAPE at the fit {err:.1%}.")
-        section = ("<!-- energy-fit:start -->", "<!-- energy-fit:end -->")
+        body, section = fit_line(), ("<!-- energy-fit:start -->", "<!-- energy-fit:end -->")
     elif args.sensitivity:
         body, section = sensitivity(), (START.replace(":", "-sensitivity:"), END.replace(":", "-sensitivity:"))
     else:

@@ -83,3 +83,17 @@ def test_bad_disaggregated_sections(kw, match):
 def test_transfer_needs_one_link():
     with pytest.raises(ConfigError, match="give topology or bandwidth_bytes_per_s"):
         _file(transfer={"latency_s": 1e-6})
+
+
+def test_disaggregated_pools_draw_idle_power_between_iterations():
+    """Each replica's idle power over its own idle seconds (issue 33): h100_sxm's 117.1 W for the prefill
+    replica, b200's 167.3 W for the decode one; the run's energy is the iterations' plus those."""
+    from sim.apps.serve.energy import energy_summary, total_energy_j
+
+    res, s = serve(_file(n=4, rate=2.0, decode="b200"), load_machine("h100_sxm"), cache=CACHE)
+    span = res.makespan_s
+    (pre,), (dec,) = s["disaggregated"]["prefill"], s["disaggregated"]["decode"]
+    assert pre["busy"] < 1 and dec["busy"] < 1   # both pools wait for work here
+    want = res.energy_j + 117.1 * (1 - pre["busy"]) * span + 167.3 * (1 - dec["busy"]) * span
+    assert total_energy_j(res) == pytest.approx(want, rel=1e-9)
+    assert energy_summary(res)["by_phase_j"]["idle"] == pytest.approx(want - res.energy_j, rel=1e-9)

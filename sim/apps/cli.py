@@ -33,7 +33,7 @@ from sim.core.files import check_output, transaction, write_json
 from sim.apps.report import print_report
 from sim.apps.serve import cache_cli, cli as serve_cli
 from sim.apps.survey import cli as survey_cli
-from sim.apps.serve import validate_cli as serve_validate_cli
+from sim.apps.serve import mlenergy_cli, validate_cli as serve_validate_cli
 from sim.apps.sweep import cli as sweep_cli
 from sim.apps.trace import cli as trace_cli
 from sim.core import flags, tables
@@ -50,7 +50,7 @@ from sim.core.settings import split_settings
 from sim.core.workload import load_workload
 
 _APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register, cache_cli.register,
-         serve_validate_cli.register)
+         serve_validate_cli.register, mlenergy_cli.register)
 
 
 def _load(args: argparse.Namespace):

@@ -27,6 +27,7 @@ import simpy
 from hw_models.machine import load_machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
+from sim.apps.serve.energy import instance_board, pools_board
 from sim.apps.serve.simulator import REJECTED, ServeResult
 from sim.apps.serve.metrics import utilization
 from sim.apps.serve.router import Replica, choose, merge, policy_of, stream
@@ -105,6 +106,7 @@ class Disagg:
         self.prefill = [PrefillReplica(ps, one, k, self._prefilled, self._decode_refusal)
                         for k in range(d.prefill.replicas)]
         self.decode = [DecodeReplica(ds, reqs, k) for k in range(d.decode.replicas)]
+        self.boards = [instance_board(ps)] * d.prefill.replicas + [instance_board(ds)] * d.decode.replicas
         self.kv_per_token = ds.kv_bytes_per_token
         self.where = np.zeros(len(reqs), dtype=np.int64)    # index into prefill + decode replicas
         self.transfers: list[tuple[float, float, float]] = []   # (bytes, wait s, transfer s)
@@ -160,7 +162,9 @@ class Disagg:
             env.process(r._engine(env))
         env.run()
         results = [r.result(env.now) for r in (*self.prefill, *self.decode)]
-        return merge(results, self.where), self.figures(results, env.now)
+        res = merge(results, self.where)
+        res.board = pools_board(results, self.boards, env.now)   # the pools' idle power between iterations
+        return res, self.figures(results, env.now)
 
     def figures(self, results: list[ServeResult], span: float) -> dict[str, Any]:
         """Per pool: each replica's requests, busy fraction and utilisation per resource; the KV transfers."""

@@ -28,6 +28,18 @@ def instance_board(setup: Any) -> Board:
     return board_of(setup.machine, int(getattr(mapper, "devices", 1)))
 
 
+def pools_board(results: list[ServeResult], boards: list[Board], span_s: float) -> Board:
+    """One Board for instances of different boards (disaggregated pools; `boards[k]` is `results[k]`'s):
+    devices per instance averaged, idle power per device weighted by each instance's idle seconds over
+    `span_s`, so that idle_w x devices x the instances' summed idle seconds (total_energy_j) is the sum of
+    each instance's idle power over its own idle seconds."""
+    idle = [max(span_s - float(r.iterations["duration_s"].sum()), 0.0) for r in results]
+    devices = sum(b.devices for b in boards) / len(boards)
+    weights = idle if sum(idle) > 0 else [1.0] * len(boards)
+    joules = sum(b.idle_w * b.devices * s for b, s in zip(boards, weights))
+    return Board(joules / sum(weights) / devices, devices)
+
+
 def phase_split(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
     """Per iteration: (prefill joules, decode joules), its energy split by tokens (module doc)."""
     it = res.iterations

@@ -82,11 +82,26 @@ class Run:
         return MODELS[self.model]
 
 
+COLUMNS = ("source_id", "gpu", "model", "precision", "task", "num_gpus", "tensor_parallel", "pipeline_parallel",
+           "expert_parallel", "data_parallel", "max_num_seqs", "avg_output_tokens", "energy_per_output_token_j",
+           "avg_power_per_gpu_w", "output_throughput_tok_s")
+
+
 def load_runs(shared: Path) -> list[Run]:
-    """The v3 runs this project can replay: a model with a preset, a format it has, no data parallelism."""
+    """The v3 runs of the shared validation folder's CSV (read_runs)."""
+    return read_runs(shared / CSV_NAME)
+
+
+def read_runs(path: Path) -> list[Run]:
+    """The v3 runs this project can replay: a model with a preset, a format it has, no data parallelism.
+    A file without the columns read raises ValueError."""
     out = []
-    with open(shared / CSV_NAME, newline="") as f:
-        for r in csv.DictReader(f):
+    with open(path, newline="") as f:
+        rows = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (rows.fieldnames or ())]
+        if missing:
+            raise ValueError(f"not an ML.ENERGY runs table: no column {', '.join(missing)}")
+        for r in rows:
             if (r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS
                     or int(float(r["data_parallel"] or 1)) != 1 or int(float(r["pipeline_parallel"] or 1)) != 1):
                 continue

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Fit the board-power figures on ML.ENERGY's H100 serving runs only (issue 33), and check the presets.
+
+Fitted (sim.apps.serve.mlenergy_fit): h100_sxm.yaml's active_power_w and fp16/bf16 energy per FLOP,
+by least squares on the relative power error over every FIT_EVERY-th run of each H100 sweep
+(lm-arena-chat and sourcegraph-fim, max_num_seqs <= MAX_SEQS; runs measured at the 700 W cap
+left out). Nothing else is fitted; the other presets take these figures by rule:
+
+* h200.yaml, h200_calibrated.yaml: the H100's (same GH100 die and 700 W board). The H200's measured
+  prefill power (h200_micro.json) is held out (scripts/energy_h200.py).
+* b200.yaml: active power x the board limits' ratio (1000 / 700 W); J/FLOP x the ratio of joules per
+  peak bf16 FLOP at the limit ((1000 W / 2250 TFLOP/s) / (700 W / 989.4 TFLOP/s)).
+
+The replays behind the fit (two per run, minutes in all) are stored in COMPONENTS (keys and
+simulated figures only; the measured ones are read from the shared CSV).
+
+    python scripts/fit_energy.py            # print the fit
+    python scripts/fit_energy.py --replay   # replay the fit's runs, rewrite COMPONENTS, print the fit
+    python scripts/fit_energy.py --check    # exit 1 if a preset's figures are not the fit's (copy them by hand),
+                                            # or the stored replays are stale (one run replayed afresh)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hw_models.machine import load_machine  # noqa: E402
+from sim.apps.serve import mlenergy as M  # noqa: E402
+from sim.apps.serve import mlenergy_fit as F  # noqa: E402
+
+SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+COMPONENTS = ROOT / "scripts" / "energy_fit_components.json"
+FIT_EVERY = 4
+MAX_SEQS = 512
+TASKS = ("lm-arena-chat", "sourcegraph-fim")
+FIT_GPU, FIT_PRESET = "H100", "h100_sxm"
+SAME_DIE = ("h200", "h200_calibrated")
+STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
+
+
+def fit_runs(runs: list[M.Run]) -> list[M.Run]:
+    """The runs the fit uses (module doc)."""
+    return [r for r in M.sample([r for r in runs if r.gpu == FIT_GPU], FIT_EVERY)
+            if r.max_num_seqs <= MAX_SEQS and r.task in TASKS]
+
+
+def stored(runs: list[M.Run]) -> list[F.Components]:
+    by_key = {k: r for r, k in F.run_keys(runs).items()}
+    got = [F.from_dict(d, by_key) for d in json.loads(COMPONENTS.read_text())]
+    return [c for c in got if c is not None]
+
+
+def replay_all(runs: list[M.Run]) -> list[F.Components]:
+    keys = F.run_keys(runs)
+    comps = []
+    for r in fit_runs(runs):
+        comps.append(F.components(r))
+        print(f"  {r.preset} tp{r.tp} ep{r.ep} {r.task} seqs {r.max_num_seqs}: {comps[-1].tput_tok_s:.0f} tok/s",
+              flush=True)
+    COMPONENTS.write_text(json.dumps([c.to_dict(keys) for c in comps], indent=1) + "\n")
+    print(f"wrote {COMPONENTS}")
+    return comps
+
+
+def derived(fit: F.Fit) -> dict[str, tuple[float, float]]:
+    """(active_power_w, fp16 J/FLOP) each preset must carry, by the module doc's rules."""
+    h100, b200 = (load_machine(p).units["gpu"] for p in (FIT_PRESET, "b200"))
+    limits = (b200.power_limit_w or b200.power_w) / (h100.power_limit_w or h100.power_w)
+    per_peak = limits * h100.peak_flops_per_s["bf16"] / b200.peak_flops_per_s["bf16"]
+    out = {p: (fit.active_power_w, fit.fp16_j_per_flop) for p in (FIT_PRESET, *SAME_DIE)}
+    out["b200"] = (F.sig3(fit.active_power_w * limits), F.sig3(fit.fp16_j_per_flop * per_peak))
+    return out
+
+
+def stale_presets(fit: F.Fit) -> list[str]:
+    bad = []
+    for preset, (a, j) in derived(fit).items():
+        u = load_machine(preset).units["gpu"]
+        have = (u.active_power_w, u.energy_j_per_flop.get("fp16"), u.energy_j_per_flop.get("bf16"))
+        if any(h is None or abs(h - want) > 1e-9 * max(abs(want), 1e-12) for h, want in zip(have, (a, j, j))):
+            bad.append(f"{preset}: active_power_w {have[0]:g}, fp16/bf16 J/FLOP {have[1]:.3g}/{have[2]:.3g}; "
+                       f"the fit gives {a:g} W, {j:.3g} J/FLOP")
+    return bad
+
+
+def stale_components(comps: list[F.Components]) -> list[str]:
+    """The cheapest stored run replayed afresh: a moved serving model makes the stored replays stale."""
+    c = min(comps, key=lambda c: (c.run.num_gpus, c.run.max_num_seqs, c.run.avg_output_tokens))
+    fresh = F.components(c.run)
+    off = [f"{name} {a:.4g} (fresh {b:.4g})" for name, a, b in
+           (("p0_w", c.p0_w, fresh.p0_w), ("per_j_w", c.per_j_w, fresh.per_j_w), ("tput", c.tput_tok_s, fresh.tput_tok_s))
+           if abs(a / b - 1.0) > STALE]
+    return [f"{COMPONENTS.name}: {c.run.preset} seqs {c.run.max_num_seqs}: " + ", ".join(off)] if off else []
+
+
+def fit_line(comps: list[F.Components] | None = None) -> str:
+    """The fit (of the stored components by default), as docs/energy.md states it."""
+    comps = comps if comps is not None else stored(M.load_runs(SHARED))
+    limit = load_machine(FIT_PRESET).units["gpu"]
+    fit = F.fit(comps, limit.power_limit_w or limit.power_w)
+    return (f"Fitted on {fit.runs} H100 runs (every {FIT_EVERY}th of each sweep; {fit.left_out} measured at the "
+            f"700 W cap left out): active_power_w **{fit.active_power_w:g} W**, fp16 "
+            f"**{fit.fp16_j_per_flop * 1e12:.3g} pJ/FLOP**; power MAPE over them {fit.power_mape:.1%}.")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replay", action="store_true", help="replay the fit's runs and rewrite the stored components")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the presets or the stored replays differ")
+    args = ap.parse_args()
+    if not (SHARED / M.CSV_NAME).is_file():
+        print(f"{SHARED / M.CSV_NAME} not found: nothing to fit")
+        return 0
+    runs = M.load_runs(SHARED)
+    comps = replay_all(runs) if args.replay else stored(runs)
+    limit = load_machine(FIT_PRESET).units["gpu"]
+    fit = F.fit(comps, limit.power_limit_w or limit.power_w)
+    print(json.dumps(fit.as_dict()))
+    print(fit_line(comps))
+    if not args.check:
+        return 0
+    bad = stale_presets(fit) + stale_components(comps)
+    for line in bad:
+        print(f"{line}: differs from scripts/fit_energy.py's fit (presets: copy the figures; replays: --replay)")
+    if not bad:
+        print("shipped figures are the script's output")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""`sim validate-energy PATH --hw PRESET`: replay ML.ENERGY's measured serving runs (issue 33) on a
+preset and print the simulated J per output token, power per GPU and output tokens/s against the
+measured ones (sim.apps.serve.mlenergy states the replay's assumptions: input lengths are not
+published). PATH is the runs CSV (energy/mlenergy_llm_runs.csv of the shared validation data) or a
+folder holding it (as `energy/mlenergy_llm_runs.csv` or `mlenergy_llm_runs.csv`)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from rich.table import Table
+
+from sim.core import tables
+from sim.core.errors import ConfigError
+from sim.core.files import check_output, write_json
+
+
+def _csv_path(path: Path) -> Path:
+    from sim.apps.serve import mlenergy as M
+
+    if path.is_dir():
+        for p in (path / M.CSV_NAME, path / Path(M.CSV_NAME).name):
+            if p.is_file():
+                return p
+        raise ConfigError(f"{path}: no {M.CSV_NAME} or {Path(M.CSV_NAME).name} in this folder")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not found")
+    return path
+
+
+def _runs(args: argparse.Namespace) -> list:
+    from sim.apps.serve import mlenergy as M
+
+    gpus = {preset: gpu for gpu, preset in M.PRESETS.items()}
+    if args.hw not in gpus:
+        raise ConfigError(f"--hw {args.hw}: ML.ENERGY has runs on " + ", ".join(f"{p} ({g})" for p, g in gpus.items()))
+    path = _csv_path(Path(args.path))
+    try:
+        runs = M.read_runs(path)
+    except (ValueError, KeyError, csv.Error, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: {e}") from None
+    runs = [r for r in runs if r.gpu == gpus[args.hw] and r.max_num_seqs <= args.max_num_seqs
+            and (args.task is None or r.task == args.task)]
+    runs = M.sample(runs, args.every)[: args.limit]
+    if not runs:
+        raise ConfigError(f"{path}: no replayable {gpus[args.hw]} run (bf16 Llama-3.1/3.3, Qwen3-30B-A3B; "
+                          f"max_num_seqs <= {args.max_num_seqs}{'; task ' + args.task if args.task else ''})")
+    return runs
+
+
+def _table(replays: list) -> Table:
+    from sim.apps.serve import mlenergy as M
+
+    t = Table(title="ML.ENERGY runs: simulated vs measured (error = sim / measured - 1)")
+    for col in ("model", "task", "GPUs", "max_num_seqs", "J/token", "measured", "error", "W/GPU", "measured", "error",
+                "tok/s error"):
+        t.add_column(col)
+    for x in replays:
+        r = x.run
+        t.add_row(r.model.split("/")[1], r.task, str(r.num_gpus), str(r.max_num_seqs), f"{x.j_per_token:.4f}",
+                  f"{r.j_per_token:.4f}", f"{x.j_error:+.1%}", f"{x.power_per_gpu_w:.0f}", f"{r.power_per_gpu_w:.0f}",
+                  f"{x.power_error:+.1%}", f"{x.throughput_error:+.1%}")
+    t.add_row(f"MAPE ({len(replays)} runs)", "", "", "", "", "", f"{M.mape([x.j_error for x in replays]):.1%}", "", "",
+              f"{M.mape([x.power_error for x in replays]):.1%}", f"{M.mape([x.throughput_error for x in replays]):.1%}")
+    return t
+
+
+def _record(x) -> dict:
+    return dict(run=x.run.__dict__, j_per_token=x.j_per_token, power_per_gpu_w=x.power_per_gpu_w,
+                throughput_tok_s=x.throughput_tok_s, j_error=x.j_error, power_error=x.power_error,
+                throughput_error=x.throughput_error)
+
+
+def cmd_validate_energy(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine
+    from sim.apps.serve import mlenergy as M
+
+    if args.json:
+        check_output(args.json)
+    runs = _runs(args)
+    machine = load_machine(args.hw)
+    replays = [M.replay(r, machine, input_scale=args.input_scale) for r in runs]
+    tables.console().print(_table(replays))
+    if args.json:
+        write_json(args.json, dict(hw=args.hw, input_scale=args.input_scale, runs=[_record(x) for x in replays],
+                                   mape=dict(j_per_token=M.mape([x.j_error for x in replays]),
+                                             power_per_gpu=M.mape([x.power_error for x in replays]),
+                                             throughput=M.mape([x.throughput_error for x in replays]))))
+    return 0
+
+
+def _positive(cast):
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
+        return v
+    return parse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("validate-energy", help="replay ML.ENERGY's measured serving runs: J/token and power errors",
+                              description=__doc__)
+    p.add_argument("path", metavar="PATH", help="mlenergy_llm_runs.csv or a folder holding it")
+    p.add_argument("--hw", default="h100_sxm", help="h100_sxm (H100 runs) or b200 (B200 runs); default %(default)s")
+    p.add_argument("--every", type=_positive(int), default=1, help="every Nth run of each sweep (default %(default)s)")
+    p.add_argument("--limit", type=_positive(int), help="at most this many runs")
+    p.add_argument("--max-num-seqs", type=_positive(int), default=512,
+                   help="only runs up to this max_num_seqs (larger ones take minutes each; default %(default)s)")
+    p.add_argument("--task", choices=("lm-arena-chat", "gpqa", "sourcegraph-fim"), help="only this task's runs")
+    p.add_argument("--input-scale", type=_positive(float), default=1.0,
+                   help="scale the assumed mean input lengths (inputs are not published; default %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="write the runs and errors as JSON")
+    p.set_defaults(func=cmd_validate_energy)

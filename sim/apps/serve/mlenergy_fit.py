@@ -1,0 +1,130 @@
+"""The power figures fitted on ML.ENERGY's H100 runs (issue 33): active_power_w and the fp16
+energy per FLOP of h100_sxm.yaml, by least squares on the relative power error.
+
+Uncapped, a replay's power per GPU is linear in the two figures and its time does not
+depend on them (the step times are the roofline's; only the cap would stretch them):
+
+    P = p0 + active_power_w x busy + J/FLOP(fp16) x per_j          (the formats' ratios to fp16 held)
+
+`components` reads p0 (idle + bytes + links), busy (the GPUs' busy share) and per_j (W per
+J/FLOP) from two replays, so the fit needs no replay per trial figure. A run whose measured
+power is within CAP_MARGIN of the board limit ran at the cap: its power is the limit's, not
+the figures', and the fit leaves it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from hw_models.machine import load_machine
+from sim.apps.serve import mlenergy as M
+from sim.apps.serve.energy import energy_window
+from sim.apps.serve.run import serve
+
+NO_CAP_W = 1e6      # the components' replays run uncapped, so their times do not depend on the figures
+CAP_MARGIN = 0.97   # a run measured (or predicted) above this share of its power limit ran at the cap
+PROBE_J_PER_FLOP = 1e-12
+
+
+@dataclass(frozen=True)
+class Components:
+    """One run's simulated steady-state power per GPU as its linear parts (module doc) and its output tokens/s."""
+
+    run: M.Run
+    p0_w: float
+    busy: float
+    per_j_w: float     # W per J/FLOP of fp16
+    tput_tok_s: float
+
+    def to_dict(self, keys: dict[M.Run, tuple]) -> dict:
+        return dict(run=list(keys[self.run]), p0_w=self.p0_w, busy=self.busy, per_j_w=self.per_j_w,
+                    tput_tok_s=self.tput_tok_s)
+
+
+def run_keys(runs: list[M.Run]) -> dict[M.Run, tuple]:
+    """Each run's key: what names it in the CSV, with its rank among runs that share the rest (the data repeat
+    a few configurations), so a stored file need not copy measured figures."""
+    seen: dict[tuple, int] = {}
+    out = {}
+    for r in runs:
+        k = (r.gpu, r.model, r.task, r.tp, r.ep, r.max_num_seqs)
+        seen[k] = seen.get(k, -1) + 1
+        out[r] = (*k, seen[k])
+    return out
+
+
+def machine_at(preset: str, active_w: float, fp16_j_per_flop: float, limit_w: float | None = NO_CAP_W) -> Any:
+    """`preset` with these two figures (the other formats keep their ratio to fp16) and this power limit."""
+    u = load_machine(preset).units["gpu"]
+    ratios = {k: v / u.energy_j_per_flop["fp16"] for k, v in u.energy_j_per_flop.items()}
+    sets: dict[str, Any] = {"units.gpu.active_power_w": active_w,
+                            "units.gpu.energy_j_per_flop": {k: r * fp16_j_per_flop for k, r in ratios.items()}}
+    if limit_w is not None:
+        sets["units.gpu.power_limit_w"] = limit_w
+    return load_machine(preset, sets)
+
+
+def components(run: M.Run) -> Components:
+    """Two uncapped replays of `run` (active power 0; J/FLOP 0 and PROBE_J_PER_FLOP) as Components."""
+    out = []
+    for j in (0.0, PROBE_J_PER_FLOP):
+        res, _ = serve(M.serve_file(run), machine_at(M.PRESETS[run.gpu], 0.0, j))
+        t0, t1 = M.steady_window(res, run.max_num_seqs)
+        joules, tokens = energy_window(res, t0, t1)
+        out.append((joules / (t1 - t0) / run.num_gpus, tokens / (t1 - t0), res.busy_s.get("gpu", 0.0) / res.makespan_s))
+    (p0, tput, busy), (p1, _, _) = out
+    return Components(run, p0, busy, (p1 - p0) / PROBE_J_PER_FLOP, tput)
+
+
+def from_dict(d: dict, runs: dict[tuple, M.Run]) -> Components | None:
+    """Stored components of a run `runs` (key -> run, run_keys inverted) has; None when the data lack it."""
+    run = runs.get(tuple(d["run"]))
+    return run and Components(run, d["p0_w"], d["busy"], d["per_j_w"], d["tput_tok_s"])
+
+
+def predict(c: Components, active_w: float, fp16_j_per_flop: float) -> M.Replay:
+    """The uncapped replay of `c`'s run at these figures (exact by linearity)."""
+    w = c.p0_w + active_w * c.busy + fp16_j_per_flop * c.per_j_w
+    return M.Replay(c.run, w * c.run.num_gpus / c.tput_tok_s, w, c.tput_tok_s)
+
+
+def uncapped(comps: list[Components], limit_w: float) -> list[Components]:
+    """The runs measured below CAP_MARGIN x the board limit (module doc)."""
+    return [c for c in comps if c.run.power_per_gpu_w < CAP_MARGIN * limit_w]
+
+
+@dataclass(frozen=True)
+class Fit:
+    active_power_w: float
+    fp16_j_per_flop: float
+    runs: int            # runs fitted on
+    left_out: int        # runs left out (at the cap)
+    power_mape: float    # over the runs fitted on
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sig3(x: float) -> float:
+    """Three significant figures: what the presets carry."""
+    return float(f"{x:.3g}")
+
+
+def fit(comps: list[Components], limit_w: float) -> Fit:
+    """Least squares on the relative power error over the uncapped runs, both figures >= 0, rounded to 3 figures:
+    minimise sum(((p0 + a busy + j per_j) - P) / P)^2 over (a, j)."""
+    use = uncapped(comps, limit_w)
+    meas = np.array([c.run.power_per_gpu_w for c in use])
+    A = np.array([[c.busy, c.per_j_w] for c in use]) / meas[:, None]
+    y = (meas - np.array([c.p0_w for c in use])) / meas
+    (a, j), *_ = np.linalg.lstsq(A, y, rcond=None)
+    if a < 0 or j < 0:   # a one-figure fit where the other would be negative
+        col = 1 if a < 0 else 0
+        v = float(A[:, col] @ y / (A[:, col] @ A[:, col]))
+        a, j = (0.0, v) if col == 1 else (v, 0.0)
+    a, j = sig3(max(a, 0.0)), sig3(max(j, 0.0))
+    err = M.mape([predict(c, a, j).power_error for c in use])
+    return Fit(a, j, len(use), len(comps) - len(use), err)
