@@ -180,7 +180,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; CPU time of children "
           f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime:.1f} s")
     if a.save:
-        FIGURES.write_text(json.dumps(dict(label=a.label, figures={**old, **fig}), indent=1) + "\n")
+        FIGURES.write_text(json.dumps({**stored, "label": a.label, "figures": {**old, **fig}}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -190,6 +190,20 @@ def test_orca_reserves_max_model_len_per_request():
     assert [step(sched), step(sched)] == [[(2, 4)], [(2, 1)]]
 
 
+def test_orca_charges_running_decodes_to_the_token_budget():
+    """Budget 8 tokens, a pool of 64 slots, max_model_len 16. A (prompt 4, output 3) runs alone: it1 A 4.
+    B (prompt 8, output 1) arrives: in it2 A's decode takes 1 token, leaving 7, and B's 8-token prompt
+    (Orca does not chunk) waits; so in it3 (A's last token). it4: B 8. A full budget for prompts beside
+    the decodes would have run A 1 + B 8 = 9 tokens in it2."""
+    sched = Orca(s.Orca(kind="orca", max_num_batched_tokens=8, max_model_len=16), BlockPool(64, 1), prompt_limit=8)
+    sched.max_model_len = 16
+    a, b = Request(0, 0.0, prompt=4, output=3), Request(1, 0.0, prompt=8, output=1)
+    assert sched.add(a)
+    assert step(sched) == [(0, 4)]
+    assert sched.add(b)
+    assert [step(sched), step(sched), step(sched)] == [[(0, 1)], [(0, 1)], [(1, 8)]]
+
+
 # -- Static ----------------------------------------------------------------------------------------
 
 def static(batch: int, pool_tokens: int) -> Static:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hw_models.machine import Machine
+from sim.apps.serve.early_stop import Settled, Watch
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import Burst, Closed, ServeFile, TraceArrivals
 from sim.core.errors import ConfigError
@@ -18,7 +19,10 @@ DOUBLINGS = 16
 
 
 def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bisections: int = 8,
-                  exact: bool = False, on_point: Callable[[float, dict], None] | None = None) -> dict[str, Any]:
+                  exact: bool = False, on_point: Callable[[float, dict], None] | None = None,
+                  early_stop: bool = True) -> dict[str, Any]:
+    """The capacity (module doc). `early_stop`: a step stops once it fails for certain
+    (sim.apps.serve.early_stop; the same capacity, fewer requests simulated)."""
     a = file.serving.arrivals
     if isinstance(a, (Burst, TraceArrivals)):
         raise ConfigError(f"{file.source}: serving.arrivals.process: --find-capacity varies a rate or a client count; "
@@ -35,8 +39,11 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             if closed else {"rate": rate}
         f = file.model_copy(update={"serving": file.serving.model_copy(update={
             "arrivals": a.model_copy(update=update), "slo": slo})})
-        _, s = serve(f, machine, exact=exact, cache=cache)
-        ok = s["completed"] > 0 and all(v <= 1.0 for v in s["slo_met"].values())
+        try:
+            _, s = serve(f, machine, exact=exact, cache=cache, watch=Watch(slo) if early_stop else None)
+            ok = s["completed"] > 0 and all(v <= 1.0 for v in s["slo_met"].values())
+        except Settled as stop:
+            s, ok = stop.summary, False
         points.append(dict(rate=rate, ok=ok, summary=s))
         if on_point:
             on_point(rate, s)
@@ -76,7 +83,8 @@ def _report(points: list[dict[str, Any]], lo: float, hi: float, knob: str, close
     lowest failing one), and the run at capacity's goodput."""
     best = next(p for p in points if p["rate"] == lo)["summary"]
     above = next(p for p in points if p["rate"] == hi)["summary"]
-    limiting = max(above["slo_met"], key=above["slo_met"].get)
+    # a step stopped early (sim.apps.serve.early_stop) is limited by the SLO that settled it
+    limiting = above["settled"]["slo"] if "settled" in above else max(above["slo_met"], key=above["slo_met"].get)
     # Goodput and capacity over one stated window (issue 30): the capacity run's span, first arrival to last
     # completion. Goodput is below the rate by the requests outside the SLO and by the drain after the last
     # arrival (span longer than the arrivals' window); both shares are reported so the two figures reconcile.
@@ -86,5 +94,5 @@ def _report(points: list[dict[str, Any]], lo: float, hi: float, knob: str, close
     return dict(rate=lo, knob=knob, goodput_req_s=best["goodput_req_s"], goodput_tok_s=best["goodput_tok_s"],
                 window_s=best["duration_s"], within_slo=best["goodput_req_s"] / best["throughput_req_s"]
                 if best["throughput_req_s"] else 0.0, arrival_window_s=arrivals_s,
-                limiting=limiting, limit_ratio=above["slo_met"][limiting],
+                limiting=limiting, limit_ratio=above["slo_met"][limiting], limit_settled="settled" in above,
                 points=sorted(points, key=lambda p: p["rate"]), summary=best)

@@ -119,10 +119,14 @@ def _capacity(args, file, machine, slo, console) -> int:
 
     def point(rate, s):
         if not args.quiet:
-            worst = max(s["slo_met"], key=s["slo_met"].get)
+            st = s.get("settled")
+            worst = st["slo"] if st else max(s["slo_met"], key=s["slo_met"].get)
             console.print(f"  {'clients' if isinstance(file.serving.arrivals, Closed) else 'rate'} {rate:8.4g}"
-                          f"{'' if isinstance(file.serving.arrivals, Closed) else '/s'}: {worst} {s['slo_met'][worst]:.2f}x of limit")
-    cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point)
+                          f"{'' if isinstance(file.serving.arrivals, Closed) else '/s'}: {worst} "
+                          + (f">= {s['slo_met'][worst]:.2f}x of limit, stopped after {st['requests_done']} requests "
+                             f"({st['violations']} over it, {st['allowed']} allowed: fails with certainty)" if st
+                             else f"{s['slo_met'][worst]:.2f}x of limit"))
+    cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point, early_stop=args.early_stop)
     best = cap["summary"]
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
                goodput_window_s=cap["window_s"], within_slo=cap["within_slo"],
@@ -176,6 +180,8 @@ def register(subparsers) -> None:
                    help="cost every iteration with the op-level simulation (no step-cost surrogate)")
     flags.deprecated_alias(p, "--exact", "--exhaustive", "exact", action="store_true")
     p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
+    p.add_argument("--no-early-stop", dest="early_stop", action="store_false",
+                   help="--find-capacity: run every step to its end, even one that already fails its SLO for certain")
     p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the persistent step-cost tables (`sim cache info`)")

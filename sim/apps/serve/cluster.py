@@ -21,9 +21,11 @@ from sim.core.errors import ConfigError, SimError
 
 def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
                  progress: Callable[[int, int], None] | None = None,
-                 cache: dict | None = None) -> tuple[ServeResult, dict[str, Any]]:
+                 cache: dict | None = None, watch: Callable[[ServeSim], None] | None = None
+                 ) -> tuple[ServeResult, dict[str, Any]]:
     """The run's result and the summary entries beyond sim.apps.serve.metrics.summarize's.
-    Disaggregated pools take their own presets (`setup`'s machine is not used)."""
+    Disaggregated pools take their own presets (`setup`'s machine is not used). `watch` looks at a
+    single instance's run as it goes (ServeSim); routers, pools and closed loops run without it."""
     loop = file.serving.arrivals
     if isinstance(loop, Closed):
         if file.serving.disaggregated is not None or file.serving.router is not None:
@@ -38,7 +40,7 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
     hw = setup.machine.source or setup.machine.name
     n = replica_count(file)
     if n == 1 and file.serving.router is None:
-        res, extra = ServeSim(setup, reqs, progress).run(), {}
+        res, extra = ServeSim(setup, reqs, progress, watch).run(), {}
     else:
         policy = policy_of(file)
         results, where = run_replicas(setup, reqs, n, policy, progress)

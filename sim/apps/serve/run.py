@@ -8,7 +8,7 @@ from hw_models.machine import Machine
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.cluster import serve_stream
 from sim.apps.serve.invariants import check_run
-from sim.apps.serve.simulator import ServeResult
+from sim.apps.serve.simulator import ServeResult, ServeSim
 from sim.apps.serve.metrics import summarize
 from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import ServeFile
@@ -16,13 +16,13 @@ from sim.apps.serve.traces import Requests
 
 
 def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None,
-          progress: Callable[[int, int], None] | None = None, requests: Requests | None = None
-          ) -> tuple[ServeResult, dict]:
+          progress: Callable[[int, int], None] | None = None, requests: Requests | None = None,
+          watch: Callable[[ServeSim], None] | None = None) -> tuple[ServeResult, dict]:
     """Simulate the file's request stream on `machine`: the per-request and per-iteration
-    result, and its summary (sim.apps.serve.metrics.summarize)."""
+    result, and its summary (sim.apps.serve.metrics.summarize). `watch`: cluster.serve_stream."""
     setup = prepare(file, machine, exact=exact, cache=cache)
     reqs = requests if requests is not None else make_requests(file)
-    result, extra = serve_stream(file, setup, reqs, progress, cache)
+    result, extra = serve_stream(file, setup, reqs, progress, cache, watch)
     summary = summarize(result, file.serving.slo)
     summary.update(extra)
     check_run(result, summary, file.source or file.name)

@@ -28,8 +28,9 @@ from hw_models.power import Board
 from sim.apps.serve import debug_checks
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
+from sim.apps.serve.cohort import DecodeCohort, finite
 from sim.apps.serve.instance import Setup
-from sim.apps.serve.stepcost import Iteration, features
+from sim.apps.serve.stepcost import Iteration, entry_features, features
 from sim.apps.serve.traces import Requests
 
 REQUEST_COLUMNS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
@@ -63,8 +64,10 @@ class ServeResult:
 
 
 class ServeSim:
-    def __init__(self, setup: Setup, reqs: Requests, progress: Callable[[int, int], None] | None = None):
+    def __init__(self, setup: Setup, reqs: Requests, progress: Callable[[int, int], None] | None = None,
+                 watch: Callable[["ServeSim"], None] | None = None):
         self.setup, self.reqs, self.progress = setup, reqs, progress
+        self.watch = watch   # looks at the run every 64 iterations; may stop it by raising (sim.apps.serve.early_stop)
         self.sched: Scheduler = setup.scheduler(reqs)
         n = len(reqs)
         self.rec = {c: np.full(n, np.nan) for c in REQUEST_COLUMNS}
@@ -95,6 +98,11 @@ class ServeSim:
         self.stepping = False                     # a step is running
         self.last_start = float("-inf")           # when the last step started: the next one was scheduled then
         self.checks = debug_checks.enabled()   # run-wide invariants each iteration (debug mode)
+        sched = self.sched
+        if (sched.decode_cohort and not sched.reference and not self.spec and setup.groups <= 1
+                and type(sched)._grow is Scheduler._grow):
+            # decode steps as array operations (sim.apps.serve.cohort)
+            sched.cohort = DecodeCohort(sched.pool.block_size, sched.lookahead)
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -109,6 +117,9 @@ class ServeSim:
     def result(self, makespan_s: float) -> ServeResult:
         """What the run recorded (a router running several engines in one environment calls it)."""
         s = self.sched
+        self._sync()
+        for r in (*s.running, *s.waiting, *s.swapped):   # unfinished: their gaps so far (finished ones at _finish)
+            self.rec["max_tbt_s"][r.idx] = r.max_tbt
         return ServeResult(self.rec, {c: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0)
                                       for c, v in self.it.items()},
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
@@ -187,6 +198,7 @@ class ServeSim:
                 continue
             start = self.last_start = env.now
             if self.checks:
+                self._sync()
                 debug_checks.check_batch(sched, batch)
             dt, energy = self._cost(batch)
             self.stepping = True
@@ -200,6 +212,9 @@ class ServeSim:
         if swap_s:
             self.busy["host_link"] = self.busy.get("host_link", 0.0) + swap_s
         self.swap_log.extend(batch.preempted)
+        if batch.cohort is not None:
+            t, e = self._costed(s.target_cost, batch.cohort.features())
+            return t + swap_s, e
         if batch.padded is not None:
             t, e = self._costed(s.target_cost, features(batch.padded))
             return t + swap_s, e
@@ -207,7 +222,7 @@ class ServeSim:
             t, e = self._costed(s.target_cost, split(batch.entries, s.groups))
             return t + swap_s, e
         if not self.spec:
-            t, e = self._costed(s.target_cost, features([(q, r.computed + q) for r, q in batch.entries]))
+            t, e = self._costed(s.target_cost, entry_features(batch.entries))
             return t + swap_s, e
         return self._spec_cost(batch, swap_s)
 
@@ -236,10 +251,93 @@ class ServeSim:
         return t + swap_s, e
 
     def _apply(self, batch: Batch, start: float, now: float, energy: float) -> None:
-        rec, sched, spec = self.rec, self.sched, self.spec
         # Gaps by the time of the previous token: requests that emitted together share one sample
         # (weighted), so memory grows with iterations, not with tokens.
         gaps: dict[float, int] = {}
+        if batch.cohort is not None and finite(now):
+            tokens, prefill = self._hand_out_cohort(batch.cohort, now, gaps)
+        elif self.spec or self.sched.reference:
+            tokens, prefill = self._hand_out_reference(batch, start, now, gaps)
+        else:
+            if batch.cohort is not None:   # a step that ends at no finite time: counted per request
+                batch.cohort.dissolve()
+            tokens, prefill = self._hand_out(batch, start, now, gaps)
+        for t0, count in gaps.items():
+            self.tbt.append(now - t0)
+            self.tbt_w.append(float(count))
+        self.energy += energy
+        it, sched = self.it, self.sched
+        for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
+                                       prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
+                                       len(sched.waiting) + len(sched.swapped))):
+            it[c].append(v)
+        if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
+            self._sync()
+            debug_checks.check_blocks(sched)
+        if self.progress is not None and len(it["start_s"]) % 64 == 0:
+            self.progress(self.done, len(self.reqs))
+        if self.watch is not None and len(it["start_s"]) % 64 == 0:
+            self.watch(self)
+
+    def _sync(self) -> None:
+        """The cohort's counters back on its members' Request objects (before anything reads them)."""
+        if self.sched.cohort is not None:
+            self.sched.cohort.sync()
+
+    def _hand_out_cohort(self, cohort: DecodeCohort, now: float, gaps: dict[float, int]) -> tuple[int, int]:
+        """A cohort decode step's hand-out: one token to every member (no prefill, nothing to publish)."""
+        n = len(cohort)
+        for r in cohort.hand_out(now, gaps):
+            self._finish(r, now)
+        self.tokens += n
+        return n, 0
+
+    def _hand_out(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
+        """Each scheduled request's tokens computed and its token (if any) emitted; (tokens, prefill
+        sequences). The same decisions as _hand_out_reference in one pass with the per-request work
+        a decode needs kept to attribute arithmetic (issue 30): no speculative decoding here."""
+        sched = self.sched
+        caching = sched.pool.caching
+        scheduled, first = self.rec["scheduled_s"], self.rec["first_token_s"]
+        tokens = prefill = emitted = run = 0
+        run_at = None   # the previous-token time of the current run of emitters (a decode batch shares one)
+        for r, q in batch.entries:
+            if r.sched_at < 0:
+                r.sched_at = scheduled[r.idx] = start
+            tokens += q
+            g = r.generated
+            if q != 1 or not g:
+                prefill += 1
+            c = r.computed = r.computed + q
+            if c < r.prompt + g:
+                continue        # a prefill chunk that emits nothing yet
+            g = r.generated = g + 1
+            emitted += 1
+            if caching and not r.published:
+                sched.publish(r)
+            la = r.last_at
+            if r.first_at < 0:
+                r.first_at = first[r.idx] = now
+            elif la == run_at:
+                run += 1
+            else:   # counted a run at a time: the keys enter `gaps` in the order they first appear
+                if run:
+                    gaps[run_at] = gaps.get(run_at, 0) + run
+                run_at, run = la, 1
+            if la >= 0 and not now - la <= r.max_tbt:
+                r.max_tbt = now - la
+            r.last_at = now
+            if g >= r.output:
+                self._finish(r, now)
+        if run:
+            gaps[run_at] = gaps.get(run_at, 0) + run
+        self.tokens += emitted
+        return tokens, prefill
+
+    def _hand_out_reference(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
+        """The hand-out as written before issue 30 (speculative decoding runs it; the property test
+        compares schedules against it, tests/test_serve_fastpath.py)."""
+        rec, sched, spec = self.rec, self.sched, self.spec
         tokens = prefill = 0
         for r, q in batch.entries:
             if r.sched_at < 0:
@@ -268,24 +366,12 @@ class ServeSim:
                 gaps[r.last_at] = gaps.get(r.last_at, 0) + 1
             if r.last_at >= 0:
                 gap = now - r.last_at
-                if not gap <= rec["max_tbt_s"][r.idx]:
-                    rec["max_tbt_s"][r.idx] = gap
+                if not gap <= r.max_tbt:
+                    r.max_tbt = gap
             r.last_at = now
             if r.generated >= r.output:
                 self._finish(r, now)
-        for t0, count in gaps.items():
-            self.tbt.append(now - t0)
-            self.tbt_w.append(float(count))
-        self.energy += energy
-        it = self.it
-        for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
-                                       prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
-                                       len(sched.waiting) + len(sched.swapped))):
-            it[c].append(v)
-        if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
-            debug_checks.check_blocks(sched)
-        if self.progress is not None and len(it["start_s"]) % 64 == 0:
-            self.progress(self.done, len(self.reqs))
+        return tokens, prefill
 
     def _accepted(self, r: Request) -> int:
         """Tokens one verify step yields: accepted drafts (each with probability alpha, stopping at the
@@ -301,6 +387,7 @@ class ServeSim:
         rec = self.rec
         i = r.idx
         rec["finish_s"][i] = now
+        rec["max_tbt_s"][i] = r.max_tbt
         rec["output_tokens"][i] = r.generated
         rec["preemptions"][i] = r.preemptions
         rec["prefix_hit_tokens"][i] = r.prefix_hit

@@ -55,11 +55,17 @@ KV_POINTS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 Cost = tuple[float, ...]   # (seconds, joules, busy seconds per resource in ExactCost.keys' order)
 
 
+# Equal lengths (the usual case) take a list comprehension over zip: the same sums, a few times
+# faster than the padded generator, and the engine adds and interpolates costs every iteration.
 def add(a: Cost, b: Cost) -> Cost:
+    if len(a) == len(b):
+        return tuple([x + y for x, y in zip(a, b)])
     return tuple(x + y for x, y in zip_longest(a, b, fillvalue=0.0))
 
 
 def _lerp(a: Cost, b: Cost, w: float) -> Cost:
+    if len(a) == len(b):
+        return tuple([x + w * (y - x) for x, y in zip(a, b)])
     return tuple(x + w * (y - x) for x, y in zip_longest(a, b, fillvalue=0.0))
 
 
@@ -118,6 +124,25 @@ def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
     for q, kv in seqs:
         T += q
         if q == decode_q:
+            nd += 1
+            sd += kv
+        else:
+            pairs += q * (kv - (q - 1) / 2)
+    return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
+
+
+def entry_features(entries) -> Iteration:
+    """features() of a batch's (request, new tokens) entries, each sequence (q, computed + q), in one
+    pass (the engine calls it every iteration)."""
+    seqs: list[tuple[int, int]] = []
+    add_seq = seqs.append
+    T = nd = sd = 0
+    pairs = 0.0
+    for r, q in entries:
+        kv = r.computed + q
+        add_seq((q, kv))
+        T += q
+        if q == 1:
             nd += 1
             sd += kv
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.spec import SchedulerConfig
@@ -21,13 +22,14 @@ from sim.apps.serve.spec import SchedulerConfig
 
 class Request:
     __slots__ = ("idx", "arrival", "prompt", "output", "hashes", "computed", "generated", "blocks", "shared",
-                 "preemptions", "prefix_hit", "sched_at", "first_at", "last_at", "swapped", "published")
+                 "preemptions", "prefix_hit", "sched_at", "first_at", "last_at", "swapped", "published", "max_tbt")
 
     def __init__(self, idx: int, arrival: float, prompt: int, output: int, hashes: tuple[int, ...] = ()):
         self.idx, self.arrival, self.prompt, self.output, self.hashes = idx, arrival, prompt, output, hashes
         self.computed = self.generated = self.blocks = self.preemptions = self.prefix_hit = self.swapped = 0
         self.shared: tuple[int, ...] = ()
         self.sched_at = self.first_at = self.last_at = -1.0
+        self.max_tbt = float("nan")   # largest gap between its tokens so far (the engine records it at the end)
         self.published = False
 
     @property
@@ -42,6 +44,7 @@ class Batch:
     padded: list[tuple[int, int]] | None = None           # static batches: the sequences actually run
     swap_blocks: int = 0                                  # blocks moved over the host link
     preempted: list[tuple[int, int, int]] = field(default_factory=list)   # swapped out: (request, blocks, tokens)
+    cohort: Any = None   # a decode step of a sim.apps.serve.cohort.DecodeCohort: its members, one token each
 
 
 class Scheduler:
@@ -51,6 +54,13 @@ class Scheduler:
     # chunked prefill: the engine passes that budget as `prompt_limit`).
     pool_class: type[BlockPool] = BlockPool
     whole_prompts = False
+    # True runs the per-request paths written before issue 30 (scheduler and engine hand-out), which
+    # tests/test_serve_fastpath.py compares the fast paths against on random streams.
+    reference = False
+    # Whether this scheduler's decode steps may run as a DecodeCohort (sim.apps.serve.cohort), which the
+    # engine then sets in `cohort`; only a scheduler that builds cohort steps says so (vllm_v0.py).
+    decode_cohort = False
+    cohort: Any = None
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         self.cfg, self.pool, self.lookahead = cfg, pool, lookahead
@@ -153,7 +163,25 @@ class Scheduler:
 
     def _decodes(self, batch: Batch, queue: deque[Request]) -> bool:
         """Each running decode gets its next block, preempting from the back when none is free.
-        Returns whether anything was preempted."""
+        Returns whether anything was preempted. When the pool holds every block the decodes need
+        (the usual step) they are taken in one allocation: the same blocks, evictions and peak as one
+        by one (allocations only shrink what is available), without the preemption walk."""
+        if not self.reference and type(self)._grow is Scheduler._grow:
+            bs, ub, look = self.pool.block_size, self.pool.unit_blocks, self.lookahead
+            needs = [(r.computed + look) // bs + 1 - r.blocks - len(r.shared) * ub for r in queue]
+            total = sum(n for n in needs if n > 0)
+            if self.pool.allocate(total):
+                for r, n in zip(queue, needs):
+                    if n > 0:
+                        r.blocks += n
+                self.running.extend(queue)
+                batch.entries.extend([(r, 1) for r in queue])
+                queue.clear()
+                return False
+        return self._decodes_reference(batch, queue)
+
+    def _decodes_reference(self, batch: Batch, queue: deque[Request]) -> bool:
+        """_decodes one request at a time, preempting as it goes (as written before issue 30)."""
         preempted = False
         while queue:
             r = queue.popleft()

@@ -12,6 +12,8 @@ class Orca(VllmV0):
     """Iteration-level batching without paging: the pool's blocks are single tokens and a
     request reserves max_model_len of them when admitted (a longer request is refused by `add`)."""
 
+    decode_cohort = False   # its own schedule: no cohort steps
+
     def _admit(self, r: Request) -> bool:
         need = self.max_model_len
         if not self.pool.allocate(need):
@@ -38,5 +40,7 @@ class Orca(VllmV0):
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
         batch = Batch([(r, r.pending) for r in self.running])
-        self._prefills(batch, self.max_tokens)
+        # the running decodes' tokens count against the iteration's token budget, as in vLLM:
+        # joining prompts get what is left (a full budget let a big batch run over it)
+        self._prefills(batch, self.max_tokens - sum(q for _, q in batch.entries))
         return batch if batch.entries else None

@@ -11,6 +11,7 @@ from sim.apps.serve.schedulers.vllm_v0 import VllmV0
 
 
 class Sarathi(VllmV0):
+    decode_cohort = False   # decodes share steps with prefill chunks
     whole_prompts = False   # prompts run in chunks
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:

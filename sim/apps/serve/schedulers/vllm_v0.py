@@ -14,6 +14,8 @@ from sim.apps.serve.schedulers.base import Batch, Scheduler
 
 class VllmV0(Scheduler):
     whole_prompts = True
+    decode_cohort = True
+    cohort_min = 32   # running requests from which decode steps run as a cohort (_cohort_step)
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
         batch = Batch([])
@@ -21,6 +23,10 @@ class VllmV0(Scheduler):
             self._prefills(batch, self.max_tokens)
             if batch.entries:
                 return batch
+        if self.cohort is not None:
+            step = self._cohort_step()
+            if step is not None:
+                return step
         queue = deque(self.running)
         self.running = []
         if not self._decodes(batch, queue):
@@ -44,3 +50,25 @@ class VllmV0(Scheduler):
             batch.entries.append((r, q))
             budget -= q
         return budget
+
+    def _cohort_step(self) -> Batch | None:
+        """The decode step as array operations over the cohort (sim.apps.serve.cohort): every running
+        request one token, when none waits to swap in, each is past its prefill and the pool holds
+        their new blocks. Else None, the cohort dissolved, and the per-request path decides."""
+        c, running = self.cohort, len(self.running)
+        # Small batches: numpy's fixed cost per array operation outweighs a Python loop over a few
+        # requests; a cohort forms from cohort_min running requests and dissolves below half of it.
+        if running < (self.cohort_min // 2 if len(c) else self.cohort_min):
+            if len(c):
+                c.dissolve()
+            return None
+        new = self.running[len(c):]
+        caching = self.pool.caching
+        if not self.swapped and all(
+                r.generated and r.computed == r.prompt + r.generated - 1 and (r.published or not caching) for r in new):
+            c.join(new, self.pool.unit_blocks)
+            if c.grow(self.pool):
+                return Batch(list(c.entries), cohort=c)
+        if len(c):
+            c.dissolve()
+        return None

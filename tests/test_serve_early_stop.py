@@ -1,0 +1,66 @@
+"""Capacity-search steps that stop once their SLO verdict is a certain failure (sim.apps.serve.early_stop):
+the counts worked by hand, and a search that finds the same capacity, with the same verdict at every
+step, as one that runs every step to its end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hw_models.machine import load_machine
+from sim.apps.serve.capacity import find_capacity
+from sim.apps.serve.early_stop import allowed_violations, settled_failure
+from sim.apps.serve.simulator import REJECTED
+from sim.apps.serve.spec import load_serve_file
+from tests.conftest import ROOT
+
+
+@pytest.mark.parametrize("n, stat, allowed", [
+    (10, "p90", 1),      # p90 of 10 = the 9th smallest: met with 9 within the limit, so 1 violation allowed
+    (1000, "p90", 100),  # the 900th smallest: 100 may be over
+    (10, "p50", 5),      # the 5th smallest: 5 within, 5 over
+    (10, "p99", 0),      # the 10th smallest: none over
+    (10, "max", 0),
+    (10, "mean", None),  # a mean is never settled early
+])
+def test_violations_allowed(n, stat, allowed):
+    assert allowed_violations(n, stat) == allowed
+
+
+def rec(ttft: list[float]) -> dict[str, np.ndarray]:
+    """Ten requests arrived at 0; the first len(ttft) have their first token at those times, none finished."""
+    n = 10
+    first = np.full(n, np.nan)
+    first[:len(ttft)] = ttft
+    return dict(arrival_s=np.zeros(n), first_token_s=first, finish_s=np.full(n, np.nan), scheduled_s=np.zeros(n),
+                output_tokens=np.zeros(n), status=np.zeros(n))
+
+
+def test_two_ttft_violations_of_ten_settle_a_p90():
+    """ttft_p90 <= 0.2 s over 10 requests allows 1 over. Known TTFTs 0.1, 0.5, 0.3: two over, settled;
+    the full run's p90 is at least the 2nd largest known over (0.3 s)."""
+    assert settled_failure(rec([0.1, 0.5, 0.3]), {"ttft_p90": 0.2}) == ("ttft_p90", 2, 1, 0.3)
+    assert settled_failure(rec([0.1, 0.5]), {"ttft_p90": 0.2}) is None          # one over: still open
+    assert settled_failure(rec([0.1, 0.5, 0.3]), {"ttft_mean": 0.2}) is None    # a mean: never early
+
+
+def test_rejected_requests_are_not_counted():
+    r = rec([0.1, 0.5, 0.3])
+    r["status"][2] = REJECTED
+    assert settled_failure(r, {"ttft_p90": 0.2}) is None
+
+
+def test_search_finds_the_same_capacity_with_fewer_requests_simulated():
+    f = load_serve_file(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml", {"serving.arrivals.num_requests": 300})
+    m = load_machine("h100_sxm")
+    slo = {"ttft_p90": 0.2, "tpot_p90": 0.05}
+    full = find_capacity(f, m, slo, early_stop=False)
+    early = find_capacity(f, m, slo)
+    assert early["rate"] == full["rate"]
+    assert [(p["rate"], p["ok"]) for p in early["points"]] == [(p["rate"], p["ok"]) for p in full["points"]]
+    stopped = [(p, q) for p, q in zip(early["points"], full["points"]) if "settled" in p["summary"]]
+    assert stopped, "no step settled early: the test no longer reaches the early stop"
+    for p, q in stopped:   # the settled lower bound is below the full run's value, and over the limit
+        key = p["summary"]["settled"]["slo"]
+        assert 1.0 < p["summary"]["slo_met"][key] <= q["summary"]["slo_met"][key]
+        assert p["summary"]["completed"] < q["summary"]["completed"]
