@@ -49,6 +49,8 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "VllmV1._cache `cached.get(idx)` without the default 0: _waiting sets cached[idx] before its first _cache "
     "and _running calls it only for a request in `cached`, so the default is never used":
         (f"{SCHED}vllm.xǁVllmV1ǁ_cache__mutmut_13",),
+    "Scheduler._decodes (issue 30's one-allocation path) `if n >= 0`: adds 0 blocks to a request that needs none":
+        (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_23",),
     "VllmV1._running `_preempt(victim, None)`: V1's _preempt never reads the batch (no swapping in V1)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_33",),
     "VllmV1._running `>=` before _cache: with no new full unit _cache's loop is empty and it sets nothing":
