@@ -75,8 +75,8 @@ def sweep_cases(subset: str | None) -> dict[str, dict]:
 
 # Serving cases: each serving file on the presets its header names, and the llama3-8b file under every
 # scheduler kind and stack (smaller streams keep the script quick). Surrogate step costs, as `sim serve`.
-SERVE_SCHEDULERS = ("static", "orca", "vllm", "vllm-v0", "sarathi")
-SERVE_STACKS = ("vllm", "trtllm")
+SERVE_SCHEDULERS = ("static", "orca", "vllm", "vllm-v0", "sarathi", "sglang", "trtllm")
+SERVE_STACKS = ("vllm", "trtllm", "sglang")
 
 
 def _serve_case(path: Path, hw: str, overrides: dict) -> dict:

@@ -109,8 +109,41 @@ def test_replayed_run_file_is_a_closed_loop_of_the_runs_concurrency():
     f = run_file(run)
     assert f.serving.arrivals.concurrency == 16 and f.serving.arrivals.num_requests == 160   # 10 per client
     out = f.serving.lengths.output
-    assert (out.low, out.high) == (115, 141)   # 128 +- 10%
+    assert (out.low, out.high) == (115, 141)   # 128 +- 10% under mixed batching (validate.ENGINES, lock-step note)
     assert f.stack == "trtllm" and f.formats.weights == "fp8_e4m3" and f.section("parallel")["tp"] == 2
+    assert f.formats.kv_cache == "fp8_e4m3" and f.serving.scheduler.kind == "trtllm"   # FP8 checkpoint: FP8 KV
+    bf16 = run_file(Run("b", "h100_sxm", "trtllm", "Qwen/Qwen3-32B", 1024, 128, 16))
+    vllm_fp8 = run_file(Run("v", "h100_sxm", "vllm", "Qwen/Qwen3-32B", 1024, 128, 16, quant="fp8"))
+    assert bf16.formats.kv_cache == "bf16" and vllm_fp8.formats.kv_cache == "bf16"   # vLLM: the model dtype
+    sg = run_file(Run("s", "h100_sxm", "sglang", "Qwen/Qwen3-32B", 1024, 128, 16)).serving
+    assert sg.scheduler.kind == "sglang" and sg.lengths.output.dist == "fixed" and sg.lengths.output.value == 128
+
+
+def test_genai_perf_export_becomes_a_closed_loop_run():
+    from sim.apps.serve.validate_readers import read_bench_json
+
+    # A hand-made profile_export_genai_perf.json: 4 clients, 40 requests of 1024 -> 128 tokens, TTFT 85 ms,
+    # ITL 9.173 ms, so latency 85 + 127 x 9.173 = 1250 ms and 4 / 1.25 s = 3.2 requests/s.
+    path = Path(__file__).parent / "data" / "genai_perf" / "profile_export_genai_perf.json"
+    run = read_bench_json(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (run.isl, run.osl, run.concurrency, run.num_requests) == (1024, 128, 4, 40)
+    assert run.measured == pytest.approx({"ttft_s": 0.085, "tpot_s": 0.009173, "e2e_s": 1.25, "req_s": 3.2})
+    assert run_file(run).serving.arrivals.num_requests == 40
+
+
+def test_genai_perf_export_without_concurrency_is_refused(tmp_path):
+    from sim.apps.serve.validate_readers import read_bench_json
+
+    d = json.loads((Path(__file__).parent / "data" / "genai_perf" / "profile_export_genai_perf.json").read_text())
+    del d["input_config"]["concurrency"]
+    (tmp_path / "g.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="input_config.concurrency missing"):
+        read_bench_json(tmp_path / "g.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    d["input_config"]["concurrency"] = 4
+    d["time_to_first_token"]["unit"] = "fortnights"
+    (tmp_path / "g.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="time_to_first_token.unit 'fortnights'"):
+        read_bench_json(tmp_path / "g.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
 
 
 def test_vllm_benchmark_json_becomes_a_closed_loop_run(tmp_path):

@@ -46,13 +46,13 @@ def lengths(draw, hi: int) -> dict:
 
 @st.composite
 def schedulers(draw) -> dict:
-    kind = draw(st.sampled_from(["static", "orca", "vllm", "vllm-v0", "sarathi"]))
+    kind = draw(st.sampled_from(["static", "orca", "vllm", "vllm-v0", "sarathi", "sglang", "trtllm"]))
     out: dict = dict(kind=kind)
     if kind == "static":
         out["batch_size"] = draw(st.integers(1, 16))
         return out
     out["max_num_seqs"] = draw(st.integers(1, 32))
-    # Budgets below a prompt's length are valid: vllm-v0 and orca reject such requests, vllm and sarathi chunk.
+    # Budgets below a prompt's length are valid: vllm-v0 and orca reject such requests, the others chunk.
     out["max_num_batched_tokens"] = draw(st.integers(16, 4 * LONGEST))
     if kind == "orca":
         out["max_model_len"] = draw(st.integers(LONGEST, 512))
@@ -60,7 +60,7 @@ def schedulers(draw) -> dict:
         out["preemption"] = draw(st.sampled_from(["recompute", "swap"]))
         if out["preemption"] == "swap":
             out["swap_bandwidth_bytes_per_s"] = draw(st.sampled_from([1e9, 25e9]))
-    if kind in ("vllm", "vllm-v0", "sarathi") and draw(st.booleans()):
+    if kind in ("vllm", "vllm-v0", "sarathi", "sglang", "trtllm") and draw(st.booleans()):
         out["num_gpu_blocks_override"] = draw(st.integers(8, 400))   # a small pool: preemptions, rejections
     return out
 

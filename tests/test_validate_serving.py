@@ -37,3 +37,26 @@ def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys):
         assert main(["validate-serving", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert err and "\n" not in err and "Traceback" not in err
+
+
+def test_plots_folder_gets_the_scatter_and_the_error_plot(tmp_path, capsys):
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant_mode": None, "tp_size": 1,
+                   "batch_size": 2, "isl": 128, "osl": 8}]).to_csv(path, index=False)
+    out = tmp_path / "plots"
+    argv = ["validate-serving", str(path), "--hw", "h100_sxm", "--requests-per-client", "2", "--summary"]
+    assert main([*argv, "--plots", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {"scatter.png", "errors_vs_concurrency.png"}
+    assert all(p.stat().st_size > 1000 for p in out.iterdir())
+    capsys.readouterr()
+    assert main([*argv, "--plots", str(path)]) == 2      # a file, not a folder: one line, nothing run
+    err = capsys.readouterr().err.strip()
+    assert "not a folder" in err and "\n" not in err
+
+
+def test_fp4_rows_on_hopper_are_skipped_with_the_reason(tmp_path):
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "model_path": "openai/gpt-oss-120b", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}]
+                 ).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert not runs and "nvfp4 weights on h100_sxm: no native FP4" in dict(skipped)["r1"]

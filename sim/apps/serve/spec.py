@@ -151,7 +151,21 @@ class Sarathi(_Paged):
     max_num_batched_tokens: PosInt = 512           # the token budget per iteration (chunk size)
 
 
-SCHEDULER_CONFIGS = (Static, Orca, Vllm, VllmV0, Sarathi)
+class Sglang(_Blocks):
+    """SGLang (sim.apps.serve.schedulers.sglang): prefill batches first, apart from decodes."""
+    kind: Literal["sglang"]
+    max_num_batched_tokens: PosInt = 8192   # chunked_prefill_size (server_args.py: 8192 on a 60-90 GB GPU)
+    preemption: Literal["recompute"] = "recompute"   # retract_decode: back to the waiting queue, recomputed
+
+
+class Trtllm(_Blocks):
+    """TensorRT-LLM (sim.apps.serve.schedulers.trtllm): GUARANTEED_NO_EVICT admission, mixed batches."""
+    kind: Literal["trtllm"]
+    max_num_batched_tokens: PosInt = 8192   # max_num_tokens (tensorrt_llm/llmapi/llm_args.py)
+    preemption: Literal["recompute"] = "recompute"   # never happens: admission reserves every request's KV
+
+
+SCHEDULER_CONFIGS = (Static, Orca, Vllm, VllmV0, Sarathi, Sglang, Trtllm)
 Scheduler = Annotated[Union[SCHEDULER_CONFIGS], Field(discriminator="kind")]
 SCHEDULER_OPTIONS = {get_args(cls.model_fields["kind"].annotation)[0]: set(cls.model_fields)
                      for cls in SCHEDULER_CONFIGS}

@@ -1,7 +1,8 @@
 """`sim validate-serving FILE --hw PRESET [--stack S]`: measured serving runs against the simulator
 (sim.apps.serve.validate). FILE is a silicon-sample table (its rows of the GPU --hw names), a vLLM
-benchmark_serving result JSON (--engine and --model say what served it), or an LLMServingSim case
-folder (per-request vLLM timestamps, replayed open-loop by sim.apps.trace.validate_serving)."""
+benchmark_serving result JSON or a genai-perf profile_export_genai_perf.json (--engine and --model say
+what served it), or an LLMServingSim case folder (per-request vLLM timestamps, replayed open-loop by
+sim.apps.trace.validate_serving). --plots DIR writes the scatter and the errors by concurrency."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from sim.core.errors import ConfigError
 
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
-    from sim.apps.serve.validate_readers import is_silicon, read_silicon, read_vllm_bench
+    from sim.apps.serve.validate_readers import is_silicon, read_bench_json, read_silicon
 
     path = Path(args.file)
     if path.suffix == ".json":
         if not (args.engine and args.model):
-            raise ConfigError(f"{path}: a benchmark_serving JSON does not say what served it: give --engine and --model")
-        return [read_vllm_bench(path, args.hw, args.engine, args.model)], []
+            raise ConfigError(f"{path}: a benchmark JSON does not say what served it: give --engine and --model")
+        return [read_bench_json(path, args.hw, args.engine, args.model)], []
     if not path.is_file():
         raise ConfigError(f"{path}: not found")
     if not is_silicon(path):
@@ -56,8 +57,10 @@ def _folder(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_serving(args: argparse.Namespace) -> int:
-    from sim.apps.serve.validate import machine_loader, render, scatter, simulate
+    from sim.apps.serve.validate import machine_loader, render, scatter, simulate, write_plots
 
+    if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
+        raise ConfigError(f"--plots {args.plots}: exists and is not a folder")
     if Path(args.file).is_dir():
         return _folder(args)
     runs, skipped = _runs(args)
@@ -69,13 +72,16 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
     if args.plot:
         scatter(results, Path(args.plot))
+    if args.plots:
+        for path in write_plots(results, Path(args.plots)):
+            print(f"wrote {path}")
     return 0
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-serving", help="replay measured serving runs and print the simulator's errors",
                               description=__doc__)
-    p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving JSON or LLMServingSim case folder")
+    p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving or genai-perf JSON, or LLMServingSim case folder")
     p.add_argument("--hw", required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
     p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")
@@ -86,5 +92,7 @@ def register(subparsers) -> None:
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
-    p.add_argument("--plot", metavar="PATH", help="write a scatter plot (simulated vs measured TTFT and TPOT)")
+    p.add_argument("--plots", metavar="DIR", help="write the plots into DIR (created): scatter.png (simulated vs "
+                   "measured TTFT and TPOT) and errors_vs_concurrency.png (signed errors by clients)")
+    p.add_argument("--plot", metavar="PATH", help="write only the scatter plot, to PATH")
     p.set_defaults(func=cmd_validate_serving)

@@ -10,6 +10,12 @@
   `result_json`): `max_concurrency`, `input_lens`, `output_lens`, `ttfts`, `itls`, means
   `mean_ttft_ms`, `mean_tpot_ms`, `mean_e2el_ms`, `request_throughput`; the run's engine, GPU and model
   come from the command line (--hw, --engine, --model) since the JSON does not record them.
+* genai-perf `profile_export_genai_perf.json` (triton-inference-server/perf_analyzer
+  genai-perf/genai_perf/export_data/json_exporter.py: the statistics of each metric, then the run's
+  arguments under `input_config`): per metric a mapping with `unit` and `avg` (`time_to_first_token`,
+  `inter_token_latency` (per request (latency - TTFT) / (output tokens - 1), i.e. TPOT),
+  `request_latency`, `request_throughput`, `input_sequence_length`, `output_sequence_length`), and
+  `input_config.concurrency`; engine, GPU and model again from the command line.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import pandas as pd
 from sim.apps.serve.validate import ENGINES, GPUS, MODELS, Run
 from sim.core.errors import ConfigError
 
+FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
+NO_NATIVE_FP4 = {"h100_sxm", "h200_sxm", "a100_sxm"}   # FP4 tensor cores from Blackwell on
 SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -59,6 +67,10 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
 def _unreplayable(row) -> str:
     if row.mode != "agg":
         return "disaggregated serving (prefill and decode workers) is not replayed"
+    quant = {q for q in (row.gemm_quant_mode, getattr(row, "moe_quant_mode", None)) if isinstance(q, str)}
+    if quant & FP4 and row.system in NO_NATIVE_FP4:
+        return (f"{'/'.join(sorted(quant & FP4))} weights on {row.system}: no native FP4 there (the engine's emulated "
+                "weight-only kernels are not what sim prices)")
     if row.model_path not in MODELS:
         return f"model {row.model_path} has no config here"
     if row.backend not in ENGINES:
@@ -74,13 +86,61 @@ def _unreplayable(row) -> str:
     return ""
 
 
-def read_vllm_bench(path: Path, gpu: str, engine: str, model: str) -> Run:
-    """A vLLM benchmark_serving result JSON as one closed-loop run (its max_concurrency, the mean of its
-    input and output lengths)."""
+def _json(path: Path) -> object:
     try:
-        d = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not a readable JSON file ({str(exc).splitlines()[0]})") from None
+
+
+def _known(model: str) -> None:
+    if model not in MODELS:
+        raise ConfigError(f"--model {model}: no config here; known: {', '.join(MODELS)}")
+
+
+def read_bench_json(path: Path, gpu: str, engine: str, model: str) -> Run:
+    """A benchmark result JSON, genai-perf's or vLLM benchmark_serving's, told apart by their keys."""
+    d = _json(path)
+    if isinstance(d, dict) and "input_config" in d:
+        return read_genai_perf(path, gpu, engine, model, d)
+    return read_vllm_bench(path, gpu, engine, model, d)
+
+
+_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | None = None) -> Run:
+    """A genai-perf profile_export_genai_perf.json as one closed-loop run: its concurrency, the mean input
+    and output lengths, request_count requests when recorded."""
+    d = _json(path) if d is None else d
+    need = ("time_to_first_token", "inter_token_latency", "input_sequence_length", "output_sequence_length")
+    if not isinstance(d, dict) or any(not isinstance(d.get(k), dict) or "avg" not in d[k] for k in need):
+        raise ConfigError(f"{path}: not a genai-perf profile export (expected {', '.join(need)} with an avg)")
+    cfg = d.get("input_config") or {}
+    if not cfg.get("concurrency"):
+        raise ConfigError(f"{path}: input_config.concurrency missing: only concurrency-mode runs are replayed")
+
+    def seconds(key: str) -> float:
+        unit = d[key].get("unit", "ms")
+        if unit not in _SECONDS:
+            raise ConfigError(f"{path}: {key}.unit {unit!r}: expected one of {', '.join(_SECONDS)}")
+        return float(d[key]["avg"]) * _SECONDS[unit]
+    measured = {"ttft_s": seconds("time_to_first_token"), "tpot_s": seconds("inter_token_latency")}
+    if isinstance(d.get("request_latency"), dict):
+        measured["e2e_s"] = seconds("request_latency")
+    if isinstance(d.get("request_throughput"), dict):
+        measured["req_s"] = float(d["request_throughput"]["avg"])
+    _known(model)
+    count = cfg.get("request_count") or None
+    return Run(path.stem, gpu, engine, model, int(round(d["input_sequence_length"]["avg"])),
+               int(round(d["output_sequence_length"]["avg"])), int(cfg["concurrency"]), measured=measured,
+               num_requests=int(count) if count else None)
+
+
+def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = None) -> Run:
+    """A vLLM benchmark_serving result JSON as one closed-loop run (its max_concurrency, the mean of its
+    input and output lengths)."""
+    d = _json(path) if d is None else d
     need = ("input_lens", "output_lens", "mean_ttft_ms", "mean_tpot_ms")
     if not isinstance(d, dict) or any(k not in d for k in need):
         raise ConfigError(f"{path}: not a vLLM benchmark_serving result (expected keys {', '.join(need)})")
@@ -90,7 +150,6 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str) -> Run:
         measured["e2e_s"] = d["mean_e2el_ms"] / 1e3
     if "request_throughput" in d:
         measured["req_s"] = float(d["request_throughput"])
-    if model not in MODELS:
-        raise ConfigError(f"--model {model}: no config here; known: {', '.join(MODELS)}")
+    _known(model)
     return Run(path.stem, gpu, engine, model, int(round(np.mean(d["input_lens"]))),
                int(round(np.mean(d["output_lens"]))), int(conc), measured=measured, num_requests=len(d["input_lens"]))

@@ -11,7 +11,9 @@ from sim.apps.serve import spec as s
 from sim.apps.serve.schedulers.base import Batch, Request, Scheduler
 from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.sarathi import Sarathi
+from sim.apps.serve.schedulers.sglang import Sglang
 from sim.apps.serve.schedulers.static import Static
+from sim.apps.serve.schedulers.trtllm import Trtllm
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
 
@@ -21,6 +23,8 @@ SCHEDULERS: dict[type[s.SchedulerConfig], type[Scheduler]] = {
     s.Sarathi: Sarathi,
     s.Orca: Orca,
     s.Static: Static,
+    s.Sglang: Sglang,
+    s.Trtllm: Trtllm,
 }
 
 

@@ -8,6 +8,8 @@ found by its settings' class (sim.apps.serve.schedulers.SCHEDULERS):
   vllm-v0  (vllm_v0.py) vLLM V0's default scheduler
   sarathi  (sarathi.py) vLLM V0's chunked-prefill scheduler (Sarathi-Serve, OSDI 2024)
   vllm     (vllm.py)    vLLM V1's scheduler, the default
+  sglang   (sglang.py)  SGLang's: prefill batches first, apart from decodes
+  trtllm   (trtllm.py)  TensorRT-LLM's GUARANTEED_NO_EVICT admission over vllm.py's batching
 """
 
 from __future__ import annotations

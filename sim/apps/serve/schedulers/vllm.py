@@ -55,7 +55,9 @@ class VllmV1(Scheduler):
             self._waiting(batch, budget)
         return batch if batch.entries else None
 
-    def _running(self, batch: Batch) -> tuple[int, bool]:
+    def _running(self, batch: Batch, prefills_only: bool = False) -> tuple[int, bool]:
+        """`prefills_only`: pass over decoding requests (one token pending), for a scheduler that runs
+        prefill batches apart from decodes (schedulers/sglang.py)."""
         budget, running, preempted = self.max_tokens, self.running, False
         pool, entries, cached, unit_tokens = self.pool, batch.entries, self.cached, self.unit_tokens
         bs, ub, look, caching = pool.block_size, pool.unit_blocks, self.lookahead, pool.caching
@@ -63,6 +65,9 @@ class VllmV1(Scheduler):
         while i < len(running) and budget > 0:
             r = running[i]
             q = r.prompt + r.generated - r.computed
+            if prefills_only and q <= 1:
+                i += 1
+                continue
             if q > budget:
                 q = budget
             end = r.computed + q
@@ -94,7 +99,7 @@ class VllmV1(Scheduler):
             # (hit blocks no one holds are in the free queue, so they count against it too).
             full = pool.blocks_for(tokens) - len(hits) * unit
             need = pool.blocks_for(computed + q + (self.lookahead if r.computed else 0)) - len(hits) * unit
-            if max(full, need) + (pool.idle_blocks(hits) if hits else 0) > pool.available:
+            if max(full, need) + (pool.idle_blocks(hits) if hits else 0) > pool.available or not self._admits(r):
                 return
             pool.hold(hits)
             pool.allocate(need)
@@ -107,6 +112,10 @@ class VllmV1(Scheduler):
             self._cache(r, computed + q)
             batch.entries.append((r, q))
             budget -= q
+
+    def _admits(self, r: Request) -> bool:
+        """A further admission rule of a subclass (schedulers/trtllm.py); V1 has none."""
+        return True
 
     def _key(self, r: Request, j: int) -> object:
         """Unit j's cache key: the trace's hash over the prompt, then a key of r's own."""

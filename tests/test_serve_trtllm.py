@@ -1,0 +1,40 @@
+"""TensorRT-LLM's GUARANTEED_NO_EVICT admission (sim.apps.serve.schedulers.trtllm) on a hand-worked pool:
+a request starts only when its whole life's KV (prompt + every output token) fits beside what the running
+ones will still take, so nothing is preempted where vLLM V1 admits and then preempts. Blocks of 4 tokens,
+8 usable (block 0 is the null block); tests/test_serve_v1.py's `step` plays the engine."""
+
+from __future__ import annotations
+
+from sim.apps.serve.kvpool import LruBlockPool
+from sim.apps.serve.schedulers import Request
+from sim.apps.serve.schedulers.trtllm import Trtllm
+from sim.apps.serve.schedulers.vllm import VllmV1
+from sim.apps.serve.spec import Trtllm as TrtllmConfig, Vllm
+from tests.test_serve_v1 import step
+
+
+def pair(cls, cfg):
+    s = cls(cfg(kind=cfg.model_fields["kind"].annotation.__args__[0], max_num_batched_tokens=64, block_size=4),
+            LruBlockPool(9, 4, 1, False))
+    assert s.add(Request(0, 0.0, prompt=8, output=12))     # life: 20 tokens = 5 blocks
+    assert s.add(Request(1, 0.0, prompt=8, output=12))     # the same
+    return s
+
+
+def test_a_request_waits_until_its_whole_life_fits():
+    s = pair(Trtllm, TrtllmConfig)
+    # 5 + 5 = 10 blocks > 8: request 1 waits though its prompt's 2 blocks are free now.
+    assert step(s) == [(0, 8)]
+    assert [r.idx for r in s.waiting] == [1]
+    for _ in range(11):
+        step(s)                                  # request 0's 11 more tokens: it finishes, its 5 blocks return
+    assert step(s) == [(1, 8)] and not s.waiting
+    assert s.preemptions == 0
+
+
+def test_vllm_v1_admits_both_and_preempts_instead():
+    s = pair(VllmV1, Vllm)
+    assert step(s) == [(0, 8), (1, 8)]           # both prompts fit the free blocks now
+    for _ in range(12):
+        step(s)
+    assert s.preemptions >= 1                    # two sequences of 19 KV tokens need 10 blocks of the 8
