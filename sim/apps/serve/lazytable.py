@@ -89,7 +89,7 @@ _BOOKS: dict[tuple[str, str], PointBook] = {}
 
 def book(store: TableStore) -> PointBook:
     """The process's one book of `store`'s key."""
-    k = (store.key, str(store.path))
+    k = (getattr(store, "key", str(id(store))), str(getattr(store, "path", "")))   # a stand-in store: by identity
     if k not in _BOOKS:
         _BOOKS[k] = PointBook(store)
     return _BOOKS[k]
