@@ -125,8 +125,8 @@ def test_the_comparison_can_fail(monkeypatch):
     ref, ref_steps = run(stream, reference=True)
     features = DecodeCohort.features
 
-    def off_by_one(self) -> Iteration:
-        it = features(self)
+    def off_by_one(self, rest=None) -> Iteration:
+        it = features(self, rest)
         return Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv + it.n_decode, it.pairs, it.chunks)
     monkeypatch.setattr(DecodeCohort, "features", off_by_one)
     fast, fast_steps = run(stream, reference=False)

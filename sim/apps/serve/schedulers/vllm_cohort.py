@@ -3,8 +3,8 @@
 pool holds their new blocks in one allocation. Then the pass makes the same decisions as the
 per-request loop of VllmV1._running: each request one token, its block for that token (the same
 blocks, evictions and peak, as allocations only ever take from the head of the free queue), and the
-unit its token fills cached. The waiting pass then runs as usual; a prompt joining makes the step a
-mixed one, handed out per request (the cohort dissolved first).
+unit its token fills cached. The waiting pass then runs as usual: prompts it admits are entries after
+the members', costed and handed out per request (DecodeCohort.features, the engine's hand-out).
 
 Caching a member's filled unit after the one allocation, not between allocations, changes nothing:
 a decode fills a unit past the prompt, whose key is private to the request and was never cached
@@ -48,10 +48,7 @@ def cohort_step(sched: VllmV1) -> Batch | None:
     if sched.pool.caching:
         _cache_filled(sched)
     batch = Batch(list(c.entries), cohort=c)
-    sched._waiting(batch, sched.max_tokens - n)
-    if len(batch.entries) > n:   # a prompt joined: a mixed step, costed and handed out per request
-        c.dissolve()
-        batch.cohort = None
+    sched._waiting(batch, sched.max_tokens - n)   # prompts it admits follow the members, per request
     return batch
 
 
