@@ -1,5 +1,6 @@
-"""The running requests of a vLLM V0 engine in their decode phase as a struct of numpy arrays
-(issue 30): in a step where every running request decodes one token (V0's usual step), handing
+"""The running requests of a vLLM engine in their decode phase as a struct of numpy arrays (issue
+30; V0: schedulers/vllm_v0.py, V1: schedulers/vllm_cohort.py, whose steps may carry admitted prompts
+after the members): in a step where every running request decodes one token (the usual step), handing
 out the tokens, finding who finished, growing KV blocks and costing the step are array operations
 over the cohort, and per-request Python work is left to what changed (a request joining after its
 prefill, one that finished, one that crossed into a new KV block).
