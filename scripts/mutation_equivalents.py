@@ -1,0 +1,92 @@
+"""Surviving mutants argued equivalent (issue 32): each changes nothing a caller can observe, so
+scripts/mutation_check.py leaves it out of the kill rate and prints how many it left out. Keys are
+the reasons, values mutmut's mutant names. A name is tied to mutmut's numbering of its function: an
+edit to the function renumbers them, and the check then reports a listed name that was killed or
+not found (re-argue it from `mutmut show NAME`)."""
+
+from __future__ import annotations
+
+KV = "sim.apps.serve.kvpool.x"
+SCHED = "sim.apps.serve.schedulers."
+SUR = "sim.apps.serve.stepcost.x"
+MET = "sim.apps.serve.metrics.x_"
+
+EQUIVALENT: dict[str, tuple[str, ...]] = {
+    # --- core (issue 21's set)
+    "decide: `pim_s <= host.duration_s` differs from `<` only when the PIM and host times are the "
+    "same float, a tie no preset produces (either placement then costs the same)":
+        ("hw_models.pim.mapper.xǁPimMapperǁdecide__mutmut_177",),
+    # --- KV pool
+    "peak_used: `used >= peak` assigns the value it already holds":
+        (f"{KV}ǁBlockPoolǁallocate__mutmut_16", f"{KV}ǁLruBlockPoolǁallocate__mutmut_31"),
+    "OrderedDict.popitem / move_to_end with last=None: None is falsy, the same as last=False":
+        (f"{KV}ǁBlockPoolǁallocate__mutmut_5", f"{KV}ǁLruBlockPoolǁallocate__mutmut_9",
+         f"{KV}ǁLruBlockPoolǁallocate__mutmut_20"),
+    "BlockPool.drop: the idle map's values are never read (it is an ordered set)":
+        (f"{KV}ǁBlockPoolǁdrop__mutmut_6",),
+    "LruBlockPool.__init__ `free = 1`: LruBlockPool never reads `free` (available, allocate and "
+    "release are its own, on the queue)":
+        (f"{KV}ǁLruBlockPoolǁ__init____mutmut_13",),
+    "LruBlockPool.allocate: an evicted unit's leftover keyed None instead of a fresh object(): only one "
+    "such leftover can exist (it is re-inserted at the head and the next allocation pops it before "
+    "any other unit can be evicted), and None is no cached hash either":
+        (f"{KV}ǁLruBlockPoolǁallocate__mutmut_15",),
+    "LruBlockPool: a run of 0 blocks left in the queue (`m >= n` keeps an emptied run at the head; "
+    "release(0) with `n < 0` appends one): it hands out no block and is popped like any run":
+        (f"{KV}ǁLruBlockPoolǁallocate__mutmut_16", f"{KV}ǁLruBlockPoolǁrelease__mutmut_1"),
+    "LruBlockPool.release: merging a release into the plain run at the tail is bookkeeping only; "
+    "never merging (tail None) or looking up the tail of an empty queue gives the same blocks in "
+    "the same order":
+        (f"{KV}ǁLruBlockPoolǁrelease__mutmut_4", f"{KV}ǁLruBlockPoolǁrelease__mutmut_5",
+         f"{KV}ǁLruBlockPoolǁrelease__mutmut_6", f"{KV}ǁLruBlockPoolǁrelease__mutmut_9"),
+    # --- schedulers
+    "Static.__init__ `shape = (1, 0)`: _form sets the shape before schedule first reads it (schedule forms "
+    "a batch whenever none runs)":
+        (f"{SCHED}static.xǁStaticǁ__init____mutmut_13",),
+    "Static._form `P = O = 1`: the batch's shape is the max over its requests, each with at least 1 prompt "
+    "and 1 output token (traces refuse lengths below 1), so a start of 1 gives the same max":
+        (f"{SCHED}static.xǁStaticǁ_form__mutmut_3",),
+    "VllmV1._cache `cached.get(idx)` without the default 0: _waiting sets cached[idx] before its first _cache "
+    "and _running calls it only for a request in `cached`, so the default is never used":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_cache__mutmut_13",),
+    "Scheduler._decodes (issue 30's one-allocation path) `if n >= 0`: adds 0 blocks to a request that needs none":
+        (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_23",),
+    "VllmV1._running `_preempt(victim, None)`: V1's _preempt never reads the batch (no swapping in V1)":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_33",),
+    "VllmV1._running `>=` before _cache: with no new full unit _cache's loop is empty and it sets nothing":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_43",),
+    "VllmV1._waiting `(r.computed == 0) or True`: a waiting V1 request has computed 0 (new, or preempted, "
+    "which resets it)":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_waiting__mutmut_13",),
+    # --- surrogate
+    "_grid: `range(64, 513, 16)` / `range(512, 1025, 64)` add 512 / 1024, which the next range / the loop "
+    "add anyway: the points are a set":
+        (f"{SUR}__grid__mutmut_23", f"{SUR}__grid__mutmut_33"),
+    "_interpolated `c = (0.0, 1.0)`: every branch overwrites c (an iteration has at least one token)":
+        (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_3",),
+    "_interpolated `rest >= 1` for the chunk table: an iteration with rest == 1 never gets here "
+    "(Surrogate.device costs it exactly)":
+        (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_123",),
+    "_bilinear `ns[j + 1] >= ns[j]`: the grids are strictly increasing (_grid's sorted set, CHUNKS), so "
+    "the equal case never occurs":
+        (f"{SUR}ǁSurrogateǁ_bilinear__mutmut_53",),
+
+    # --- metrics (whole set)
+    "`key.rpartition('_')` for partition: an SLO key is METRIC_STAT and no metric name has an underscore":
+        (f"{MET}meets__mutmut_8", f"{MET}slo_check__mutmut_4"),
+    "stats: float('NAN') is nan; argsort kind None/default/'STABLE' only reorders equal values, and a "
+    "quantile is a value, the same for any of them; `len(xs) + 1` in the index guard: searchsorted of "
+    "q/100 x the total weight (q <= 99) never passes the last index":
+        (f"{MET}stats__mutmut_11", f"{MET}stats__mutmut_18", f"{MET}stats__mutmut_20",
+         f"{MET}stats__mutmut_22", f"{MET}stats__mutmut_48"),
+    "summarize: lat_stats['tbt'] is overwritten on the next line (so computing it from the per-request "
+    "gaps first changes nothing); stats of an empty gap array with weights is the NaN table, as without; "
+    "the sum of no iterations' durations is 0.0 either way":
+        (f"{MET}summarize__mutmut_51", f"{MET}summarize__mutmut_52", f"{MET}summarize__mutmut_57",
+         f"{MET}summarize__mutmut_68"),
+}
+
+
+def reasons() -> dict[str, str]:
+    """mutant name -> why it is equivalent."""
+    return {name: why for why, names in EQUIVALENT.items() for name in names}

@@ -1,0 +1,148 @@
+"""Costs under a software stack, MoE routing shares and the kernel-family file cache, worked by hand
+(issue 32: the survivors of the mutation job on hw_models.stack.cost, sim.core.moe and
+hw_models.stack.kernel_families)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from hw_models.cost import roofline_cost
+from hw_models.machine import load_machine
+from hw_models.stack import cost as stack_cost_module
+from hw_models.stack.cost import family_cost, stack_cost
+from hw_models.stack.kernel_families import FAMILIES_FILE, Families, families, read_families
+from hw_models.stack.spec import KernelSpec, load_stack
+from sim.core.graph import Op, TensorUse
+from sim.apps.trace.aic import gemm_op
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+from sim.core.moe import ExpertLoad
+
+# h100_sxm: HBM 3.35 TB/s at memory_max 0.85, 4e-11 J/byte (the preset's figures); its FP8 energy per FLOP is
+# read from the preset (a fitted figure that moves with the energy fits).
+BW = 3.35e12 * 0.85
+J_PER_BYTE = 4e-11
+
+
+def _h100():
+    m = load_machine("h100_sxm")
+    u = m.units[m.main_unit]
+    return u, m.main_unit, m.memory[u.memory]
+
+
+def test_w8a8_fp8_gemm_under_torch_eager_by_hand():
+    """fp8 q_proj, M = 1, 4096 x 4096, bf16 activations, under torch-eager (fp8_e4m3 -> fp8_scaled_mm):
+    weights 16 777 216 B streamed at 0.83 of 2.8475 TB/s = 7.0987 us, activations 8192 + 8192 B at
+    2.8475 TB/s = 5.75 ns; the activation-quantization pass reads 2 B and writes 1 B of 4096
+    activations: 12 288 B / 2.8475 TB/s = 4.32 ns, one more kernel at the stack's 1.2 us floor (the
+    family gives no floor of its own) on top of the family's 3.9 us: overhead 5.1 us, duration
+    5.1 + 0.00432 + 7.1045 = 12.2088 us. Energy: 16 793 600 B x 4e-11 = 671.74 uJ + 2 x 4096^2 FLOP at the
+    preset's FP8 energy per FLOP. The unit is the gpu, the path the family."""
+    u, name, tier = _h100()
+    got = roofline_cost(gemm_op(1, 4096, 4096, "fp8"), u, name, tier, stack=load_stack("torch-eager"))
+    memory_s = 16777216 / (BW * 0.83) + 16384 / BW
+    extra_s = 4096 * 3 / BW
+    assert got.overhead_s == pytest.approx(5.1e-6, rel=1e-12)
+    assert got.memory_s == pytest.approx(memory_s + extra_s, rel=1e-12)
+    assert got.duration_s == pytest.approx(5.1e-6 + extra_s + memory_s, rel=1e-12)
+    fp8_j_per_flop = u.energy_j_per_flop["fp8_e4m3"]
+    assert got.energy_j == pytest.approx(16793600 * J_PER_BYTE + 2 * 4096**2 * fp8_j_per_flop, rel=1e-12, abs=0)
+    assert (got.unit, got.path) == ("gpu", "fp8_scaled_mm")
+
+
+def test_eager_norm_kernel_spec_on_a_preset_below_full_bandwidth():
+    """RMSNorm of Llama-2-7B prefill (1 x 1024 tokens, fp16) under torch-eager on h100_sxm: 8 kernels
+    at 1.34 us, 9 passes over its bytes at 0.85 x 3.35 TB/s x 0.713 (memory_max below 1, unlike h200's).
+    The plain roofline charged the bytes once: the 8 more passes add 8 x bytes x 4e-11 J."""
+    u, name, tier = _h100()
+    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
+                  False, num_layers=1)
+    op = graph.op("L0.attn_norm")
+    plain = roofline_cost(op, u, name, tier)
+    got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
+    memory_s = 9.0 * op.bytes / (BW * 0.713)
+    assert got.memory_s == pytest.approx(memory_s, rel=1e-12)
+    assert got.duration_s == pytest.approx(8 * 1.34e-6 + max(plain.compute_s, memory_s), rel=1e-12)
+    assert got.energy_j == pytest.approx(plain.energy_j + 8 * op.bytes * J_PER_BYTE, rel=1e-12)
+    assert got.unit == "gpu"
+
+
+def test_expert_shares_by_hand():
+    """Default (uniform) over 4 experts: 1/4 each. Zipf skew 1 over 3: 1, 1/2, 1/3 over 11/6 =
+    6/11, 3/11, 2/11. A histogram 3, 1: 3/4, 1/4."""
+    assert ExpertLoad().shares(4) == pytest.approx([0.25] * 4, rel=1e-12)
+    assert ExpertLoad("zipf").shares(3) == pytest.approx(np.array([6, 3, 2]) / 11, rel=1e-12)
+    assert ExpertLoad("histogram", histogram=(3.0, 1.0)).shares(2) == pytest.approx([0.75, 0.25], rel=1e-12)
+
+
+def test_family_file_is_read_again_when_it_changes(tmp_path):
+    """The cache is keyed by the file's modification time: a file rewritten with one family fewer
+    (and a later mtime) gives one family fewer, not the first read's mapping."""
+    path = tmp_path / "families.yaml"
+    text = FAMILIES_FILE.read_text()
+    path.write_text(text)
+    first = read_families(Families, path)
+    assert "marlin" in first
+    start = text.index("  marlin:")
+    end = text.index("\n  dequant_gemm:")
+    path.write_text(text[:start] + text[end + 1:])
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    second = read_families(Families, path)
+    assert set(first) - set(second) == {"marlin"}
+
+
+def test_attention_kernel_cost_is_charged_to_its_unit():
+    """bf16 decode attention of Llama-2-7B (KV 1024) under vllm runs flash_attn's decode kernel on the
+    h100's gpu: the cost names that unit (the engine books busy time under it) and that kernel."""
+    u, name, tier = _h100()
+    graph = lower(load_model("llama2-7b"), "decode", 1, 1, 1024, FormatPolicy("bf16", "bf16", "bf16", ()),
+                  True, num_layers=1)
+    op = next(o for o in graph.ops() if o.kind == "attention")
+    got = roofline_cost(op, u, name, tier, stack=load_stack("vllm"))
+    assert (got.unit, got.path) == ("gpu", "flash_attn decode")
+
+
+def test_dequant_pass_and_activation_quant_both_add_their_traffic(monkeypatch):
+    """A family with both extra kernels (dequant_gemm with activation quantization: W4A8 through 16-bit
+    weights), nvfp4 M = 1, 4096 x 4096 on h100_sxm under torch-eager: the dequant kernel reads the
+    9 437 188 B of nvfp4 weights and writes 33 554 432 B of bf16 ones, the quantization kernel moves
+    4096 x 3 B; the GEMM then reads the bf16 weights and 16 384 B of activations, all at 2.8475 TB/s.
+    Floors: 2 us (family) + 1.2 us + 1.2 us (the stack's, for each extra kernel) = 4.4 us."""
+    fam = families()["dequant_gemm"].model_copy(update={"activation_quant": True})
+    monkeypatch.setattr(stack_cost_module, "families", lambda: {"w4a8_dequant": fam})
+    u, name, tier = _h100()
+    got = family_cost(gemm_op(1, 4096, 4096, "nvfp4"), u, name, tier, load_stack("torch-eager"), "w4a8_dequant")
+    extra_s = (9437188 + 33554432) / BW + 4096 * 3 / BW
+    assert got.overhead_s == pytest.approx(4.4e-6, rel=1e-12)
+    assert got.memory_s == pytest.approx((33554432 + 16384) / BW + extra_s, rel=1e-12)
+
+
+def test_gemm_kernel_spec_reads_the_small_m_curve():
+    """A stack giving GEMMs a kernel spec (1 kernel, 1 us floor) on cpu_host_calibrated, whose fitted
+    small-M curve (M <= 1) streams at memory_max 0.07224 (its GEMM curve: 0.02138): fp32 weights, M = 1,
+    4096 x 4096 (67 125 248 B with the bf16 activations) at 204.8 GB/s x 0.07224 = 4.5371 ms, + 1 us."""
+    m = load_machine("cpu_host_calibrated")
+    u, tier = m.units["cpu"], m.memory[m.units["cpu"].memory]
+    eager = load_stack("torch-eager")
+    stack = eager.model_copy(update={"ops": {**eager.ops, "gemm": KernelSpec(kernels=1, floor_s=1e-6)}})
+    op = gemm_op(1, 4096, 4096, "fp32")
+    plain = roofline_cost(op, u, "cpu", tier)
+    got = stack_cost(op, u, "cpu", tier, stack, plain)
+    memory_s = 67125248 / (204.8e9 * 0.07224)
+    assert got.memory_s == pytest.approx(memory_s, rel=1e-12)
+    assert got.duration_s == pytest.approx(1e-6 + max(plain.compute_s, memory_s), rel=1e-12)
+
+
+def test_gemm_without_a_stored_weight_keeps_the_plain_roofline():
+    """A GEMM of two activations (no 2-D weight: nothing for a quantized family to stream) under
+    torch-eager, which has no GEMM kernel spec: the stack leaves it to the plain roofline."""
+    x = TensorUse("x", "activation", (8, 64), "bf16", 8 * 64 * 2)
+    y = TensorUse("y", "activation", (64, 32), "bf16", 64 * 32 * 2)
+    out = TensorUse("z", "activation", (8, 32), "bf16", 8 * 32 * 2)
+    op = Op("L0.xy", "gemm", 2 * 8 * 64 * 32, (x, y), (out,), (("m", 8), ("n", 32), ("k", 64)), "bf16", 0)
+    u, name, tier = _h100()
+    assert stack_cost(op, u, name, tier, load_stack("torch-eager"), roofline_cost(op, u, name, tier)) is None

@@ -1,0 +1,146 @@
+"""The serving surrogate's tables and features on exact costs simple enough to work by hand (issue 32:
+the survivors of the mutation job on sim.apps.serve.stepcost): a KV term that is not linear, an attended-
+pairs term, more prefill chunks than the chunk table holds, the table store, decode steps of 2 tokens.
+Costs are (seconds, joules = 2 x seconds); `Poly` is the exact path, a polynomial in the features."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.apps.serve.stepcost import Iteration, Surrogate, _grid, features
+
+
+class Poly:
+    """Exact cost 1 ms + a x tokens + b x attended pairs + c x (summed decode KV)^2."""
+    keys: list[str] = []
+
+    def __init__(self, a: float = 0.0, b: float = 0.0, c: float = 0.0):
+        self.a, self.b, self.c, self.points = a, b, c, 0
+
+    def device(self, it: Iteration) -> tuple[float, float]:
+        t = 1e-3 + self.a * it.tokens + self.b * it.pairs + self.c * it.decode_kv ** 2
+        return t, 2 * t
+
+    def point(self, it: Iteration):
+        self.points += 1
+        t, e = self.device(it)
+        return t, e, []
+
+    def vector(self, p) -> tuple[float, float]:
+        return p[0], p[1]
+
+    def engine(self, c, it):
+        return c
+
+
+def test_features_count_the_prefill_chunks():
+    """Two prefill chunks (4 and 3 tokens) and one decode (q 1, KV 5): 8 tokens, 1 decode of KV 5, 2 chunks,
+    pairs 4 x (4 - 1.5) + 3 x (3 - 1) = 16."""
+    it = features([(4, 4), (3, 3), (1, 5)])
+    assert (it.tokens, it.n_decode, it.decode_kv, it.pairs, it.chunks) == (8, 1, 5, 16.0, 2)
+
+
+def test_split_pairs_and_halves():
+    """One fresh chunk of 5 tokens attends 1 + 2 + 3 + 4 + 5 = 15 pairs, its halves 2 and 3 tokens 3 + 6:
+    6 more; of 4 tokens 10 against 3 + 3: 4 more. The split point asks the exact path for the halves
+    (4, 4) and (4, 4) of 8 tokens: pairs 10 + 10 = 20 (a third, 2 and 6, would be 3 + 21 = 24)."""
+    assert Surrogate._split_pairs(5) == 6.0 and Surrogate._split_pairs(4) == 4.0
+    sur = Surrogate(Poly(b=1e-9), max_tokens=64, max_decode=8, max_kv=128)
+    assert sur._split(8) == pytest.approx((1e-3 + 20e-9, 2e-3 + 40e-9), rel=1e-12)
+
+
+def test_kv_slope_interpolated_between_grid_points():
+    """One decode at KV 100, exact cost 1 ms + 1e-12 x KV^2 (max_kv 1024: the KV grid 1, 64, 256, 1024).
+    D(1) at KV 1 plus the KV table's difference, interpolated between KV 64 and 256 (w = 36 / 192 = 0.1875):
+    1e-12 x (1 + 4095 + 0.1875 x 61440) = 1e-12 x 15616 over 1 ms (the exact cost has 10000)."""
+    sur = Surrogate(Poly(c=1e-12), max_tokens=64, max_decode=8, max_kv=1024)
+    assert sur.device(features([(1, 100)]))[0] - 1e-3 == pytest.approx(15616e-12, rel=1e-6, abs=0)
+
+
+def test_prefill_after_a_prefix_adds_its_pairs():
+    """16 new tokens after a prefix of 84 (KV 100): exact 1 ms + 1 us x 16 + 1 ns x 16 x (100 - 7.5) pairs.
+    The surrogate: P(16) (a fresh chunk, 136 pairs) + the pairs slope (1 ns) x (1480 - 136): exact, the
+    cost being linear in pairs. Through __call__ (no host work here) the same."""
+    sur = Surrogate(Poly(a=1e-6, b=1e-9), max_tokens=64, max_decode=8, max_kv=128)
+    want = 1e-3 + 16e-6 + 1480e-9
+    it = features([(16, 100)])
+    assert sur.device(it)[0] == pytest.approx(want, rel=1e-12)
+    assert sur(it) == pytest.approx((want, 2 * want), rel=1e-12)
+
+
+def test_more_chunks_than_the_chunk_table_holds():
+    """40 fresh chunks of 2 tokens (max_tokens 80, a grid point of every table): 80 tokens, 40 x 3 = 120
+    pairs. The chunk table stops at 32 chunks: P(80) + C(32, 80) is the exact cost of 32 chunks of 80 tokens
+    (16 of 3, 16 of 2: 96 + 48 = 144 pairs); its formula count is 32 x 2.5 x 3.5 / 2 = 140, 20 more than
+    the 120 attended: 20 pairs fewer at the split table's slope (1 ns per pair): 1 ms + 80 us + 124 ns."""
+    sur = Surrogate(Poly(a=1e-6, b=1e-9), max_tokens=80, max_decode=8, max_kv=128)
+    it = features([(2, 2)] * 40)
+    assert (it.tokens, it.pairs, it.chunks) == (80, 120.0, 40)
+    assert sur.device(it)[0] == pytest.approx(1e-3 + 80e-6 + 124e-9, rel=1e-12)
+
+
+def test_two_token_decode_steps():
+    """decode_q 2 (a draft token verified per step): 3 decodes of q 2 at KV 2 are 6 tokens, all decode,
+    no prefill and no pairs. Exact 1 ms + 1 us per token (+ 1 ns per prefill pair): the D table at
+    n = 2 (4 tokens) and 4 (8 tokens), at n = 3 halfway: 1 ms + 6 us. (Read as 3 decodes of 1 token,
+    the 4.5 tokens left would be costed as a prefill chunk with its pairs.)"""
+    sur = Surrogate(Poly(a=1e-6, b=1e-9), max_tokens=64, max_decode=8, max_kv=128, decode_q=2)
+    assert sur.device(features([(2, 2)] * 3, 2)) == pytest.approx((1.006e-3, 2.012e-3), rel=1e-12)
+
+
+def test_outside_the_grid_is_exact_and_counted():
+    """65 tokens with max_tokens 64: costed exactly (1 ms + 65 us), one fallback counted."""
+    sur = Surrogate(Poly(a=1e-6), max_tokens=64, max_decode=8, max_kv=128)
+    assert sur.device(features([(65, 65)]))[0] == pytest.approx(1.065e-3, rel=1e-12)
+    assert sur.exact_fallbacks == 1
+
+
+class Store:
+    """An in-memory TableStore: load and save per table name."""
+
+    def __init__(self):
+        self.saved: dict[str, dict] = {}
+
+    def load(self, name: str) -> dict:
+        return dict(self.saved.get(name, {}))
+
+    def save(self, name: str, points: dict) -> None:
+        self.saved[name] = dict(points)
+
+
+def test_table_points_are_stored_and_reused():
+    """max_tokens 8: a fresh chunk of 6 tokens reads the P table (points 2, 4, 8) and the pairs table (the
+    same 3 chunks, fresh and after a prefix: 6 points). The first surrogate computes those 9 exact points
+    and saves them per table; a second one on the same store computes none and gives the same cost
+    (1 ms + 6 us)."""
+    store, first, second = Store(), Poly(a=1e-6), Poly(a=1e-6)
+    a = Surrogate(first, max_tokens=8, max_decode=1, max_kv=16, store=store)
+    assert a.device(features([(6, 6)]))[0] == pytest.approx(1.006e-3, rel=1e-12)
+    assert first.points == 9 and (len(store.saved["P"]), len(store.saved["pairs"])) == (3, 6)
+    b = Surrogate(second, max_tokens=8, max_decode=1, max_kv=16, store=store)
+    assert b.device(features([(6, 6)]))[0] == pytest.approx(1.006e-3, rel=1e-12)
+    assert second.points == 0
+
+
+def test_coarse_grid_grows_by_1_6_above_1024():
+    """The coarse tables (KV slopes, chunks, mixed) take 64 ... 768 by hand-picked steps, then x 1.6 per
+    point from 1024 (1638, 2620, 4192), and the top: their interpolation error is bounded by this spacing."""
+    assert _grid(5000, fine=False) == [0, 1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+                                       1024, 1638, 2620, 4192, 5000]
+
+
+def test_kv_grid_of_the_shortest_requests():
+    """max_kv 2 (requests of 1 + 1 tokens): the KV grid is {1, 2}, so a decode at KV 2 is a grid point,
+    costed exactly: 1 ms + 1e-12 x 2^2. (A grid up to 3 would interpolate 1e-12 x (1 + 8 / 2) there.)"""
+    sur = Surrogate(Poly(c=1e-12), max_tokens=8, max_decode=1, max_kv=2)
+    assert sur.device(features([(1, 2)]))[0] - 1e-3 == pytest.approx(4e-12, rel=1e-6, abs=0)
+
+
+def test_mixed_table_is_coarse_in_the_decode_count():
+    """80 decodes at KV 1 and a fresh 16-token chunk, max_decode 128, exact 1 ms + 1e-12 x (decode KV)^2:
+    P(96) has no decodes (1 ms); the mixed table M(n, 16) = 1e-12 n^2 is held at the coarse decode counts
+    64 and 96 (the GEMMs' kinks cancel in M: module doc), so n = 80 is halfway: 1e-12 x (4096 + 9216) / 2
+    = 6656e-12 over 1 ms (the exact cost has 6400e-12)."""
+    sur = Surrogate(Poly(c=1e-12), max_tokens=128, max_decode=128, max_kv=16)
+    it = features([(1, 1)] * 80 + [(16, 16)])
+    assert sur.device(it)[0] - 1e-3 == pytest.approx(6656e-12, rel=1e-6, abs=0)
