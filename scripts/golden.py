@@ -114,6 +114,11 @@ def serve_cases(subset: str | None) -> dict[str, dict]:
         out[f"serve:{path.stem}:{kind}@h100_sxm"] = _serve_case(path, "h100_sxm", {**small, **sched})
     for stack in SERVE_STACKS:
         out[f"serve:{path.stem}:stack={stack}@h100_sxm"] = _serve_case(path, "h100_sxm", {**small, "stack": stack})
+    # near capacity (~56/s): over 32 requests run at once, so the decode cohort's array steps are pinned too
+    busy = {"serving.arrivals.num_requests": 1000, "serving.arrivals.rate": 45.0}
+    for kind in ("vllm", "vllm-v0"):
+        out[f"serve:{path.stem}:{kind}:busy@h100_sxm"] = _serve_case(
+            path, "h100_sxm", {**busy, "serving.scheduler": {"kind": kind}})
     return out
 
 

@@ -24,6 +24,7 @@ from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers import Scheduler
 from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.sarathi import Sarathi
+from sim.apps.serve.schedulers import vllm
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
 from sim.apps.serve.simulator import ServeResult, ServeSim
@@ -125,11 +126,35 @@ def test_the_comparison_can_fail(monkeypatch):
     ref, ref_steps = run(stream, reference=True)
     features = DecodeCohort.features
 
-    def off_by_one(self) -> Iteration:
-        it = features(self)
+    def off_by_one(self, rest=None) -> Iteration:
+        it = features(self, rest)
         return Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv + it.n_decode, it.pairs, it.chunks)
     monkeypatch.setattr(DecodeCohort, "features", off_by_one)
     fast, fast_steps = run(stream, reference=False)
     assert fast_steps != ref_steps
     with pytest.raises(AssertionError):
         assert_same(fast, ref)
+
+
+def test_v1_cohort_steps_carry_admitted_prompts(monkeypatch):
+    """A V1 decode run that prompts keep joining, with prefix caching and a pool tight enough to
+    preempt: some cohort steps carry prompts the waiting pass admitted after their members, and the
+    schedule is still exactly the reference's (so the comparison above does reach that path)."""
+    carried = []
+    cohort_step = vllm.cohort_step
+
+    def spy(sched):
+        b = cohort_step(sched)
+        carried.append(b is not None and len(b.entries) > len(b.cohort))
+        return b
+    monkeypatch.setattr(vllm, "cohort_step", spy)
+    n = 12
+    prompt = [10 + 3 * (i % 4) for i in range(n)]
+    stream = dict(arrival_s=[2e-3 * i for i in range(n)], prompt=prompt, output=[20] * n, kind="vllm", blocks=40,
+                  hashes=[tuple(i % 2 for _ in range(p // BLOCK)) for i, p in enumerate(prompt)], swap=False,
+                  caching=True, budget=256, cohort_min=1)
+    ref, ref_steps = run(stream, reference=True)
+    fast, fast_steps = run(stream, reference=False)
+    assert any(carried) and ref.preemptions > 0
+    assert fast_steps == ref_steps
+    assert_same(fast, ref)

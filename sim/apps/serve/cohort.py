@@ -1,5 +1,6 @@
-"""The running requests of a vLLM V0 engine in their decode phase as a struct of numpy arrays
-(issue 30): in a step where every running request decodes one token (V0's usual step), handing
+"""The running requests of a vLLM engine in their decode phase as a struct of numpy arrays (issue
+30; V0: schedulers/vllm_v0.py, V1: schedulers/vllm_cohort.py, whose steps may carry admitted prompts
+after the members): in a step where every running request decodes one token (the usual step), handing
 out the tokens, finding who finished, growing KV blocks and costing the step are array operations
 over the cohort, and per-request Python work is left to what changed (a request joining after its
 prefill, one that finished, one that crossed into a new KV block).
@@ -22,7 +23,7 @@ import numpy as np
 
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.schedulers.base import Request
-from sim.apps.serve.stepcost import Iteration
+from sim.apps.serve.stepcost import Iteration, entry_features
 
 # held: blocks a member holds (its own and its share of cached units); room: the computed count from
 # which its next token needs one more block, held * block_size - lookahead.
@@ -85,11 +86,18 @@ class DecodeCohort:
             reqs[j].blocks += k
         return True
 
-    def features(self) -> Iteration:
-        """The decode step's features (stepcost.features of its (1, computed + 1) sequences)."""
+    def features(self, rest: list[tuple[Request, int]] | None = None) -> Iteration:
+        """The decode step's features (stepcost.features of its (1, computed + 1) sequences), then those
+        of `rest`, entries after the members (stepcost.entry_features): the same sums in the same order,
+        as the members add nothing to `pairs`."""
         kv = self.computed + 1
         n = len(kv)
-        return Iteration(tuple(zip(repeat(1, n), kv.tolist())), n, n, int(kv.sum()), 0.0, 0)
+        seqs = tuple(zip(repeat(1, n), kv.tolist()))
+        if not rest:
+            return Iteration(seqs, n, n, int(kv.sum()), 0.0, 0)
+        it = entry_features(rest)
+        return Iteration(seqs + it.seqs, n + it.tokens, n + it.n_decode, int(kv.sum()) + it.decode_kv, it.pairs,
+                         it.chunks)
 
     def hand_out(self, now: float, gaps: dict[float, int]) -> list[Request]:
         """Every member's token emitted at `now`: counts, gaps (by the previous token's time, in the

@@ -213,7 +213,7 @@ class ServeSim:
             self.busy["host_link"] = self.busy.get("host_link", 0.0) + swap_s
         self.swap_log.extend(batch.preempted)
         if batch.cohort is not None:
-            t, e = self._costed(s.target_cost, batch.cohort.features())
+            t, e = self._costed(s.target_cost, batch.cohort.features(batch.entries[len(batch.cohort):]))
             return t + swap_s, e
         if batch.padded is not None:
             t, e = self._costed(s.target_cost, features(batch.padded))
@@ -255,7 +255,7 @@ class ServeSim:
         # (weighted), so memory grows with iterations, not with tokens.
         gaps: dict[float, int] = {}
         if batch.cohort is not None and finite(now):
-            tokens, prefill = self._hand_out_cohort(batch.cohort, now, gaps)
+            tokens, prefill = self._hand_out_cohort(batch, start, now, gaps)
         elif self.spec or self.sched.reference:
             tokens, prefill = self._hand_out_reference(batch, start, now, gaps)
         else:
@@ -284,13 +284,15 @@ class ServeSim:
         if self.sched.cohort is not None:
             self.sched.cohort.sync()
 
-    def _hand_out_cohort(self, cohort: DecodeCohort, now: float, gaps: dict[float, int]) -> tuple[int, int]:
-        """A cohort decode step's hand-out: one token to every member (no prefill, nothing to publish)."""
-        n = len(cohort)
-        for r in cohort.hand_out(now, gaps):
+    def _hand_out_cohort(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
+        """A cohort step's hand-out: one token to every member (no prefill, nothing to publish), then the
+        entries after the members (prompts a V1 step admitted, schedulers/vllm_cohort.py) per request."""
+        n, rest = len(batch.cohort), batch.entries[len(batch.cohort):]
+        for r in batch.cohort.hand_out(now, gaps):
             self._finish(r, now)
         self.tokens += n
-        return n, 0
+        tokens, prefill = self._hand_out(Batch(rest), start, now, gaps) if rest else (0, 0)
+        return n + tokens, prefill
 
     def _hand_out(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
         """Each scheduled request's tokens computed and its token (if any) emitted; (tokens, prefill

@@ -60,7 +60,7 @@ class Scheduler:
     # tests/test_serve_fastpath.py compares the fast paths against on random streams.
     reference = False
     # Whether this scheduler's decode steps may run as a DecodeCohort (sim.apps.serve.cohort), which the
-    # engine then sets in `cohort`; only a scheduler that builds cohort steps says so (vllm_v0.py).
+    # engine then sets in `cohort`; only a scheduler that builds cohort steps says so (vllm_v0.py, vllm.py).
     decode_cohort = False
     cohort: Any = None
 

@@ -24,6 +24,7 @@ from sim.apps.serve.schedulers.vllm import VllmV1
 
 
 class Sglang(VllmV1):
+    decode_cohort = False   # its steps differ from V1's; no cohort pass of its own (schedulers/vllm_cohort.py)
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
         prefill = Batch([])
         budget, preempted = self._running(prefill, prefills_only=True)   # the chunked request first

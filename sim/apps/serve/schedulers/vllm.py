@@ -32,11 +32,14 @@ from __future__ import annotations
 
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers.base import Batch, Request, Scheduler
+from sim.apps.serve.schedulers.vllm_cohort import cohort_step
 from sim.apps.serve.spec import SchedulerConfig
 
 
 class VllmV1(Scheduler):
     pool_class = LruBlockPool   # freed cached blocks evicted least recently used first, as vLLM's free queue
+    decode_cohort = True
+    cohort_min = 32   # running requests from which pure decode steps run as a cohort (vllm_cohort.py)
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         super().__init__(cfg, pool, lookahead, None)    # chunked prefill: no prompt limit per step
@@ -49,6 +52,10 @@ class VllmV1(Scheduler):
         return self.pool.blocks_for(r.prompt + r.output + self.lookahead) <= capacity
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
+        if self.cohort is not None:
+            step = cohort_step(self)
+            if step is not None:
+                return step
         batch = Batch([])
         budget, preempted = self._running(batch)
         if not preempted:
