@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sim.apps.cli import main
-from sim.apps.survey import measured
+from sim.apps.survey import figures, measured
 from sim.apps.survey.build import build
 from sim.apps.survey.cli import REPO
 from sim.apps.survey.doc import MEASURED
@@ -25,8 +25,12 @@ ERROR = re.compile(r"^[+-]\d+(\.\d+)?%")
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory):
     root = tmp_path_factory.mktemp("survey")
-    doc, sections = build(Setup.make(("a6000", "h200"), quick=True), REPO, SHARED_VALIDATION,
-                          root / "survey", root / "survey.md")
+    # Half the resolution: the tests check each picture is written, non-trivial and linked, not its
+    # pixels; this saves about a third of the save time (bbox_inches="tight" still draws twice).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, "PNG_DPI", 50)
+        doc, sections = build(Setup.make(("a6000", "h200"), quick=True), REPO, SHARED_VALIDATION,
+                              root / "survey", root / "survey.md")
     return doc, sections
 
 

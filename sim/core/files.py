@@ -65,6 +65,22 @@ def guard_inputs() -> Iterator[None]:
         _INPUTS.reset(token)
 
 
+@contextmanager
+def capture_inputs() -> Iterator[list[str]]:
+    """The files noted inside, listed (even outside guard_inputs) and still noted for the
+    enclosing command: a cache of what a reader built can note them again on a hit."""
+    outer = _INPUTS.get()
+    token = _INPUTS.set({})
+    seen: list[str] = []
+    try:
+        yield seen
+    finally:
+        seen.extend((_INPUTS.get() or {}).keys())
+        _INPUTS.reset(token)
+        if outer is not None:
+            note_input(*seen)
+
+
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)

@@ -85,13 +85,19 @@ def read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
                           f"column {exc.colno} ({exc.msg}); truncated?") from None
 
 
-def meta_beside(p: Path) -> dict[str, Any]:
-    """The checked PREFIX.meta.json next to PREFIX.trace.json[.gz] or PREFIX.ops.csv; {} when absent."""
+def meta_path_beside(p: Path) -> Path | None:
+    """Where PREFIX.meta.json would sit next to PREFIX.trace.json[.gz] or PREFIX.ops.csv (it may not exist)."""
     for suffix in (".trace.json.gz", ".trace.json", ".json.gz", ".json", ".ops.csv"):
         if p.name.endswith(suffix):
-            meta = p.with_name(p.name[: -len(suffix)] + ".meta.json")
-            if meta.is_file():
-                return check_meta(read_json(meta, "a capture_trace .meta.json"), str(meta))
+            return p.with_name(p.name[: -len(suffix)] + ".meta.json")
+    return None
+
+
+def meta_beside(p: Path) -> dict[str, Any]:
+    """The checked PREFIX.meta.json next to PREFIX.trace.json[.gz] or PREFIX.ops.csv; {} when absent."""
+    meta = meta_path_beside(p)
+    if meta is not None and meta.is_file():
+        return check_meta(read_json(meta, "a capture_trace .meta.json"), str(meta))
     return {}
 
 

@@ -16,12 +16,17 @@ builds the graphs (vidur's fused shapes included).
 
 from __future__ import annotations
 
+import copy
 import csv
+import dataclasses
+import os
 from pathlib import Path
 
 from sim.core.errors import ConfigError
+from sim.core.files import capture_inputs, note_input
 from sim.core.schema import require_file
 from sim.apps.trace.chrome import load_chrome_trace
+from sim.apps.trace.meta import meta_path_beside
 from sim.apps.trace.ops_table import load_ops_table
 from sim.apps.trace.records import Trace
 from sim.apps.trace.vidur import load_vidur_table
@@ -33,10 +38,46 @@ def load_trace(path: str | Path, model: str | None = None, tokens: int | None = 
     `tokens` fill in what a vidur Chrome trace does not record."""
     p = Path(path)
     require_file(p, "trace file not found", "a trace file")
+    key = (os.path.realpath(p), model, tokens)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] == _stamps(p, hit[1]):
+        note_input(*hit[1])  # a hit reads the same files as a load: none may be an output
+        return [_copy(t) for t in hit[2]]
     try:
-        return _load_trace(p, model, tokens)
+        with capture_inputs() as read:
+            traces = _load_trace(p, model, tokens)
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a trace: binary data (not UTF-8 text)") from None
+    if len(_CACHE) >= _CACHE_ENTRIES:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = (_stamps(p, read), tuple(read), traces)
+    return [_copy(t) for t in traces]
+
+
+# Parsing a Chrome trace costs ~0.35 s (JSON, then kernel attribution), and the survey,
+# replay, stack and validation paths read the same few dozen traces again and again.
+# An entry holds while every file the load read (the trace, its .meta.json sidecar, any
+# model config) and the sidecar's absence are unchanged: (path, mtime, size) of each.
+_CACHE_ENTRIES = 256
+_Stamp = tuple[str, int, int] | tuple[str, None, None]
+_CACHE: dict[tuple[str, str | None, int | None], tuple[tuple[_Stamp, ...], tuple[str, ...], list[Trace]]] = {}
+
+
+def _stamps(p: Path, read: tuple[str, ...] | list[str]) -> tuple[_Stamp, ...]:
+    sidecar = meta_path_beside(p)
+    out: list[_Stamp] = []
+    for name in dict.fromkeys([str(p), *([str(sidecar)] if sidecar else []), *read]):
+        try:
+            st = os.stat(name)
+            out.append((name, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((name, None, None))
+    return tuple(out)
+
+
+def _copy(t: Trace) -> Trace:
+    """A caller's own Trace: fresh lists and meta (ops, steps and the model are frozen dataclasses)."""
+    return dataclasses.replace(t, steps=list(t.steps), ops=list(t.ops), meta=copy.deepcopy(t.meta))
 
 
 def _load_trace(p: Path, model: str | None, tokens: int | None) -> list[Trace]:
