@@ -11,6 +11,7 @@ from sim.apps.serve.invariants import check_run
 from sim.apps.serve.simulator import ServeResult, ServeSim
 from sim.apps.serve.metrics import summarize
 from sim.apps.serve.instance import prepare
+from sim.apps.serve.lazytable import flush_all
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
 
@@ -23,6 +24,7 @@ def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | 
     setup = prepare(file, machine, exact=exact, cache=cache)
     reqs = requests if requests is not None else make_requests(file)
     result, extra = serve_stream(file, setup, reqs, progress, cache, watch)
+    flush_all()   # the step-cost points this run computed, to the persistent cache
     summary = summarize(result, file.serving.slo)
     summary.update(extra)
     check_run(result, summary, file.source or file.name)

@@ -44,6 +44,7 @@ from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
+from sim.apps.serve.lazytable import LazyRow, book
 from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
@@ -240,7 +241,8 @@ class Surrogate:
     """Interpolated exact costs; `max_tokens`, `max_decode` and `max_kv` bound the grid.
     Tables: D(n) pure decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk,
     M(rest, n) both together; slopes per decode KV token and per attended prefill pair.
-    Each is built on first use (a vLLM run without chunking never mixes, so never builds M)."""
+    Each is made on first use (a vLLM run without chunking never mixes, so never builds M), and its
+    entries are computed as interpolations first read them (sim.apps.serve.lazytable)."""
 
     op_level = False
 
@@ -248,8 +250,8 @@ class Surrogate:
                  store: TableStore | None = None):
         self.exact, self.q = exact, decode_q
         self.store = store          # the tables' exact points on disk (sim.apps.serve.tablecache), or None
-        self._points: dict[str, Point] = {}   # the table being built: its points read from `store`
-        self._new = 0                         # ... and how many of them it had to compute
+        self.book = book(store) if store is not None else None
+        self._table = ""            # the table whose entry is being computed (its points' row in `store`)
         self.kv0, self.kv1 = decode_q, max(max_kv, decode_q + 1)
         self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
         self.max_decode = max(max_decode, 1)
@@ -266,58 +268,60 @@ class Surrogate:
     def _grid_point(self, seqs: list[tuple[int, int]]) -> Cost:
         """The exact device cost of a grid point: read from the store when it has it, else computed
         (and remembered for it). Both go through ExactCost.vector, so the vectors are the same."""
-        if self.store is None:
+        if self.book is None:
             return self.exact.device(features(seqs, self.q))
-        k = seqs_key(seqs)
-        p = self._points.get(k)
-        if p is None:
-            p = self._points[k] = self.exact.point(features(seqs, self.q))
-            self._new += 1
-        return self.exact.vector(p)
+        return self.exact.vector(self.book.get(self._table, seqs_key(seqs),
+                                               lambda: self.exact.point(features(seqs, self.q))))
 
     def table(self, name: str) -> tuple[list[int], list]:
         t = self._tables.get(name)
         if t is None:
-            if self.store is not None:
-                self._points, self._new = self.store.load(name), 0
+            if self.book is not None:
+                self.book.open(name)
             t = self._tables[name] = self._build(name)
-            if self.store is not None and self._new:
-                self.store.save(name, self._points)
-            self._points = {}
         return t
+
+    def _row(self, name: str, f, xs: list[int]) -> LazyRow:
+        """Table `name`'s entries f(x) over `xs`, each computed on first read."""
+        def at(x):
+            self._table = name
+            return f(x)
+        return LazyRow(at, xs)
 
     def _build(self, name: str):
         D, R = self.max_decode, self.max_tokens
         if name == "D":
             xs = [n for n in _grid(D) if n]
-            return xs, [self._cost(n, self.kv0, 0) for n in xs]
+            return xs, self._row(name, lambda n: self._cost(n, self.kv0, 0), xs)
         if name == "P":
             xs = [t for t in _grid(R) if t > 1]
-            return xs, [self._cost(0, 0, t) for t in xs]
+            return xs, self._row(name, lambda t: self._cost(0, 0, t), xs)
         if name == "kv":   # n decodes at mean kv_len k minus n at kv_len decode_q: linear in k on a GPU,
             # not where attention moves between host and PIM as it grows, hence several k.
             ns = [n for n in _grid(D, fine=False) if n]
             ks = sorted({k for k in KV_POINTS if self.kv0 < k < self.kv1} | {self.kv0, self.kv1})
-            return (ns, ks), [[self._slope(self._cost(n, self.kv0, 0), self._cost(n, k, 0), 1.0) for k in ks]
-                              for n in ns]
+            return (ns, ks), [self._row(name, lambda k, n=n: self._slope(self._cost(n, self.kv0, 0),
+                                                                         self._cost(n, k, 0), 1.0), ks) for n in ns]
         if name == "pairs":   # per attended pair more than one fresh chunk of `rest` tokens: after a prefix
             xs = [t for t in _grid(R, fine=False) if t > 1]
-            return xs, [self._slope(self._cost(0, 0, t), self._cost(0, 0, t, self.kv1), t * self.kv1) for t in xs]
+            return xs, self._row(name, lambda t: self._slope(self._cost(0, 0, t), self._cost(0, 0, t, self.kv1),
+                                                             t * self.kv1), xs)
         if name == "C":   # c equal fresh chunks minus one chunk of the same tokens (vLLM's prefill iterations)
             rs = [t for t in _grid(R, fine=False) if t > 1]
-            return (CHUNKS, rs), [[self._slope(self._cost(0, 0, r), self._chunks(r, c), 1.0) for r in rs]
-                                  for c in CHUNKS]
+            return (CHUNKS, rs), [self._row(name, lambda r, c=c: self._slope(self._cost(0, 0, r), self._chunks(r, c),
+                                                                             1.0), rs) for c in CHUNKS]
         if name == "split":   # per attended pair fewer: the tokens as two fresh chunks. Kept apart from
             # "pairs" because attention of short fresh chunks is often memory-bound, after a prefix compute-bound.
             xs = [t for t in _grid(R, fine=False) if t > 3]
-            return xs, [self._slope(self._cost(0, 0, t), self._split(t), -self._split_pairs(t)) for t in xs]
+            return xs, self._row(name, lambda t: self._slope(self._cost(0, 0, t), self._split(t),
+                                                             -self._split_pairs(t)), xs)
         # M: a mixed iteration minus one fresh chunk of the same tokens. The GEMMs' kinks in T
         # cancel, so what is left (decode attention, the chunk's smaller attention, LM-head rows)
         # is smooth and a coarse grid holds it; P(T) on its fine grid adds the GEMMs back.
         ns = [n for n in _grid(D, fine=False) if n]
         rs = [t for t in _grid(R, fine=False) if t > 1]
-        M = [[self._slope(self._cost(0, 0, r + n * self.q), self._cost(n, self.kv0, r), 1.0) for r in rs] for n in ns]
-        return (ns, rs), M
+        return (ns, rs), [self._row(name, lambda r, n=n: self._slope(self._cost(0, 0, r + n * self.q),
+                                                                     self._cost(n, self.kv0, r), 1.0), rs) for n in ns]
 
     def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)

@@ -1,0 +1,105 @@
+"""Surrogate tables filled on demand (issue 29's speed target).
+
+A surrogate table (sim.apps.serve.stepcost.Surrogate) spans every iteration its engine limits allow,
+but one run reaches few of them: a closed loop at fixed prompt and output lengths touches a handful of
+(decode count, tokens) cells. Building every grid point up front was most of `sim validate-serving`'s
+time. Here an entry is computed the first time an interpolation reads it; the grid, and so every
+interpolated cost, is the one the full table gives, to the bit (tests/test_lazytable.py).
+
+PointBook keeps a table's exact points from the persistent cache (sim.apps.serve.tablecache) and the new
+ones computed, and writes a table back once it has new points: on `flush_all()` (serve calls it after a
+run) or when the process ends. One book serves every surrogate of a store key in the process (`book`):
+runs that differ only in what the key leaves out (the request stream, the engine's limits, which set the
+grid's ends) share the points their grids have in common. A point is the mapper's cost of its sequences
+alone (ExactCost.point), so sharing it is exact.
+"""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+from collections.abc import Sequence
+from typing import Any, Callable
+
+from sim.apps.serve.tablecache import Point, TableStore
+
+_MISSING = object()
+
+
+class LazyRow(Sequence):
+    """`f(x)` for each x of `xs`, each computed on its first read and kept."""
+
+    def __init__(self, f: Callable[[Any], Any], xs: Sequence):
+        self._f, self._xs = f, xs
+        self._ys: list[Any] = [_MISSING] * len(xs)
+
+    def __len__(self) -> int:
+        return len(self._xs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        y = self._ys[i]
+        if y is _MISSING:
+            y = self._ys[i] = self._f(self._xs[i])
+        return y
+
+    def computed(self) -> int:
+        """How many entries have been computed so far."""
+        return sum(y is not _MISSING for y in self._ys)
+
+
+_PENDING: weakref.WeakSet = weakref.WeakSet()   # the books with points not yet written
+
+
+class PointBook:
+    """The exact points of each table of one store: loaded on the table's first use, new ones added."""
+
+    def __init__(self, store: TableStore):
+        self.store = store
+        self.points: dict[str, dict[str, Point]] = {}
+        self.dirty: set[str] = set()
+
+    def open(self, name: str) -> None:
+        if name not in self.points:
+            self.points[name] = self.store.load(name)
+
+    def get(self, name: str, key: str, compute: Callable[[], Point]) -> Point:
+        """The point of table `name` at `key`: the stored one, else computed and remembered."""
+        table = self.points[name]
+        p = table.get(key)
+        if p is None:
+            p = table[key] = compute()
+            self.dirty.add(name)
+            _PENDING.add(self)
+        return p
+
+    def flush(self) -> None:
+        """Write each table with new points, merged into what is on disk (another process on this key may
+        have added points since it was read)."""
+        for name in sorted(self.dirty):
+            merged = self.store.load(name)
+            merged.update(self.points[name])
+            self.store.save(name, merged)
+        self.dirty.clear()
+
+
+_BOOKS: dict[tuple[str, str], PointBook] = {}
+
+
+def book(store: TableStore) -> PointBook:
+    """The process's one book of `store`'s key."""
+    k = (getattr(store, "key", str(id(store))), str(getattr(store, "path", "")))   # a stand-in store: by identity
+    if k not in _BOOKS:
+        _BOOKS[k] = PointBook(store)
+    return _BOOKS[k]
+
+
+def flush_all() -> None:
+    """Write every table that has new points to the persistent cache."""
+    for book in list(_PENDING):
+        book.flush()
+    _PENDING.clear()
+
+
+atexit.register(flush_all)   # a process that ends outside serve() keeps what it computed

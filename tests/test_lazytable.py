@@ -1,0 +1,87 @@
+"""Lazy surrogate tables (sim.apps.serve.lazytable, issue 29's speed target): a run that computes only the
+table entries it reads gives the same figures, to the bit, as one whose tables were all built first."""
+
+import pytest
+from hw_models.machine import load_machine
+from sim.apps.serve import tablecache
+from sim.apps.serve.instance import prepare
+from sim.apps.serve.lazytable import LazyRow
+from sim.apps.serve.run import serve
+from sim.apps.serve.spec import ServeFile
+from sim.core.schema import validate_mapping
+
+# A closed loop at fixed lengths, chunked prefill mixing with decodes: it reads D, P, kv, pairs and M.
+SERVING = dict(arrivals=dict(process="closed", concurrency=4, num_requests=16),
+               lengths=dict(prompt=dict(dist="fixed", value=300), output=dict(dist="uniform", low=8, high=24)),
+               scheduler=dict(kind="vllm", max_num_batched_tokens=512, max_num_seqs=16))
+TABLES = ("D", "P", "kv", "pairs", "split", "C", "M")
+
+
+def small_file(max_num_seqs: int = 16) -> ServeFile:
+    srv = dict(SERVING, scheduler=dict(SERVING["scheduler"], max_num_seqs=max_num_seqs))
+    return validate_mapping(ServeFile, {"name": "t", "model": "tinyllama-1.1b", "serving": srv}, "t.yaml",
+                            "a serving file")
+
+
+def _entries(sur) -> tuple[int, int]:
+    """(entries computed, entries in all tables) over the tables the surrogate has made."""
+    done = total = 0
+    for _, ys in sur._tables.values():
+        for row in (ys if isinstance(ys, list) else [ys]):
+            done, total = done + row.computed(), total + len(row)
+    return done, total
+
+
+@pytest.fixture
+def no_disk(monkeypatch):
+    monkeypatch.setenv(tablecache.ENV_OFF, "1")   # every entry computed here, none read from a cache
+
+
+def test_lazy_run_equals_the_full_table_run(no_disk):
+    f, m = small_file(), load_machine("a6000")
+    lazy_res, lazy = serve(f, m, cache=(c1 := {}))
+    sur = next(iter(c1.values()))[0]
+    done, total = _entries(sur)
+    assert 0 < done < total                           # it read some entries, not all
+
+    cache: dict = {}
+    full_sur = prepare(f, m, cache=cache).target_cost
+    for name in TABLES:                               # every entry of every table, before the run
+        _, ys = full_sur.table(name)
+        for row in (ys if isinstance(ys, list) else [ys]):
+            list(row)
+    assert _entries(full_sur)[0] == _entries(full_sur)[1]
+    full_res, full = serve(f, m, cache=cache)
+    assert lazy == full                               # every figure, to the bit
+    for c in lazy_res.requests:
+        assert lazy_res.requests[c].tobytes() == full_res.requests[c].tobytes(), c
+    for c in lazy_res.iterations:
+        assert lazy_res.iterations[c].tobytes() == full_res.iterations[c].tobytes(), c
+
+
+def test_lazy_row_computes_each_entry_once():
+    seen = []
+    row = LazyRow(lambda x: seen.append(x) or x * x, [1, 2, 3, 4])
+    assert (row[1], row[-1], row[1], row[1:3]) == (4, 16, 4, [4, 9])
+    assert seen == [2, 4, 3] and row.computed() == 3 and len(row) == 4
+
+
+def test_runs_sharing_a_key_share_points_exactly(tmp_path, monkeypatch):
+    """Two runs whose files differ only in the engine's sequence limit (another grid end, one store key)
+    share one book of points (lazytable.book); the second run's figures equal its run alone, uncached."""
+    other = small_file(max_num_seqs=12)
+    m = load_machine("a6000")
+    monkeypatch.setenv(tablecache.ENV_OFF, "1")
+    alone_res, alone = serve(other, m)
+    monkeypatch.delenv(tablecache.ENV_OFF)
+    monkeypatch.setenv(tablecache.ENV_DIR, str(tmp_path / "cache"))
+    a = prepare(small_file(), m).target_cost
+    b = prepare(other, m).target_cost
+    assert a.store.key == b.store.key and a.book is b.book and a.max_decode != b.max_decode
+    serve(small_file(), m)
+    shared = sum(len(v) for v in a.book.points.values())
+    res, summary = serve(other, m)
+    assert summary == alone
+    for c in res.requests:
+        assert res.requests[c].tobytes() == alone_res.requests[c].tobytes(), c
+    assert shared > 0
