@@ -6,7 +6,19 @@ is first imported, before anything heavy loads."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+
+# Set by our SIGINT handler: C code may swallow the KeyboardInterrupt it raised and put an
+# unrelated error in its place (CPython's PyCapsule_Import, reached from numpy's import, raises
+# "could not import module datetime" with no trace of the interrupt), so the chain alone can miss it.
+_received = False
+
+
+def _on_sigint(signum, frame) -> None:
+    global _received
+    _received = True
+    raise KeyboardInterrupt
 
 
 def _interrupted(value: BaseException | None) -> bool:
@@ -22,7 +34,7 @@ def _interrupted(value: BaseException | None) -> bool:
 
 
 def _hook(kind, value, tb) -> None:
-    if issubclass(kind, KeyboardInterrupt) or _interrupted(value):
+    if issubclass(kind, KeyboardInterrupt) or _received or _interrupted(value):
         print("interrupted", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -32,6 +44,11 @@ def _hook(kind, value, tb) -> None:
 
 def install() -> None:
     sys.excepthook = _hook
+    try:   # Python's own handler only: never one a user or a host program set
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:   # not the main thread: only the main thread receives signals anyway
+        pass
 
 
 def running_the_cli() -> bool:
