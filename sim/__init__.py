@@ -6,7 +6,7 @@ import sys as _sys
 # Until sim.core.interrupt is imported (finding and compiling it takes a millisecond or two, long
 # enough for a Ctrl-C to land in), a KeyboardInterrupt is the one line and status 130 already.
 # Only when this process is the `sim` command; interrupt.install() replaces it below.
-if _sys.argv and (_sys.argv[0] == "-m" or _sys.argv[0].endswith(("/sim", "\\sim.exe", "/sim.exe"))):
+if _sys.argv and (_sys.argv[0] == "-m" or _os.path.basename(_sys.argv[0]) == "sim"):   # = interrupt.running_the_cli
     def _early_hook(kind, value, tb) -> None:
         if issubclass(kind, KeyboardInterrupt):
             print("interrupted", file=_sys.stderr)
