@@ -83,7 +83,7 @@ TARGETS: dict[str, list[str]] = {
     + ["hw_models.pim.layout.xǁ*ǁsplit_gemm__mutmut_*"],
     # issue 32: the code written since, reached through its hand-worked tests
     "schedulers": [f"sim.apps.serve.schedulers.{m}.*__mutmut_*"
-                   for m in ("base", "orca", "sarathi", "static", "vllm", "vllm_v0")],
+                   for m in ("base", "orca", "sarathi", "static", "vllm", "vllm_v0", "vllm_cohort", "sglang", "trtllm")],
     "KV pool": ["sim.apps.serve.kvpool.*__mutmut_*"],
     "metrics": ["sim.apps.serve.metrics.*__mutmut_*"],
     "surrogate": ["sim.apps.serve.stepcost.xǁSurrogateǁ*__mutmut_*", "sim.apps.serve.stepcost.x__interp__mutmut_*",
@@ -95,6 +95,10 @@ TARGETS: dict[str, list[str]] = {
     "MoE routing": ["sim.core.moe.*__mutmut_*"],
     "stack cost": ["hw_models.stack.cost.*__mutmut_*"],
     "kernel families": ["hw_models.stack.kernel_families.*__mutmut_*"],
+    # the decode cohort's array pass (issue 30), the capacity search's early stop, the surrogate's lazy table
+    "cohort": ["sim.apps.serve.cohort.*__mutmut_*"],
+    "early stop": ["sim.apps.serve.early_stop.*__mutmut_*"],
+    "lazy table": ["sim.apps.serve.lazytable.*__mutmut_*"],
 }
 CORE = ("footprint", "formats", "roofline cost", "folding", "PIM decision")   # issue 21's set
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255}      # test failed, pytest error, timeout, caught by type check

@@ -1,0 +1,158 @@
+"""More scheduler paths worked by hand (issue 32: the survivors of the whole-set mutation run on
+sim.apps.serve.schedulers): an idle scheduler of every kind, two swap preemptions in one V0 step of
+requests that hold only cached units, one request preempted twice, Sarathi's partial prefills sharing
+the budget, Static's batch edges, Orca's refusals at their limits, TensorRT-LLM's reservation at its
+limit. Blocks of 4 tokens; `apply` (tests/test_serve_scenarios.py) does what the engine does with a
+batch, the run-wide invariants checked around it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.apps.serve import spec as s
+from sim.apps.serve.kvpool import BlockPool, LruBlockPool
+from sim.apps.serve.schedulers import SCHEDULERS, Request
+from sim.apps.serve.schedulers.orca import Orca
+from sim.apps.serve.schedulers.sarathi import Sarathi
+from sim.apps.serve.schedulers.static import Static
+from sim.apps.serve.schedulers.trtllm import Trtllm
+from sim.apps.serve.schedulers.vllm_v0 import VllmV0
+from tests.test_serve_scenarios import apply, step, v0
+from tests.test_serve_v1 import step as step_v1
+
+CONFIGS = {"static": s.Static, "orca": s.Orca, "vllm-v0": s.VllmV0, "sarathi": s.Sarathi, "vllm": s.Vllm,
+           "sglang": s.Sglang, "trtllm": s.Trtllm}
+
+
+@pytest.mark.parametrize("kind", CONFIGS)
+def test_an_idle_scheduler_schedules_nothing(kind):
+    """Nothing waiting, nothing running: every kind returns no batch (None, not an empty one, which the
+    engine would run as an iteration of nothing); so after its one request has run to its end."""
+    cfg = CONFIGS[kind](kind=kind)
+    cls = SCHEDULERS[type(cfg)]
+    sched = cls(cfg, cls.pool_class(64, 4 if kind not in ("static", "orca") else 1), prompt_limit=1 << 20)
+    sched.max_model_len = 64
+    assert sched.schedule(0.0, False) is None
+    assert sched.add(Request(0, 0.0, 4, 2))
+    for _ in range(3):
+        step(sched)
+    assert not sched.busy() and sched.schedule(0.0, False) is None
+
+
+def test_v0_swaps_two_requests_out_in_one_step_with_their_cached_units():
+    """V0, swap preemption, prefix caching, 8 blocks of 4 tokens, a prefix unit of 2 blocks (8 tokens).
+    A, B, C, D: prompt 8 (one unit, hashes 10..13), output 4. it1: the four prompts, 2 blocks each: 8 used;
+    each publishes its unit, so it holds 0 blocks of its own and 1 cached unit (2 blocks).
+    it2: token 9 of each needs a 3rd block (blocks_for(9) = 3 - 2 held), none free. A: D (the last) is
+    swapped out: 0 own + 1 unit x 2 = 2 blocks over the link, its unit idle in the pool; A's block evicts
+    it (2 free, 1 taken). B takes the other. C: none free, nothing behind it: C swaps itself out (2 blocks).
+    The step: A 1, B 1; 4 blocks over the link, preempted (D, 2 blocks, 8 tokens), (C, 2, 8)."""
+    cfg = s.VllmV0(kind="vllm-v0", block_size=4, watermark=0.0, max_num_batched_tokens=64, preemption="swap")
+    sched = VllmV0(cfg, BlockPool(8, 4, 2, True), prompt_limit=64)
+    sched.max_model_len = 1 << 20
+    reqs = [Request(i, 0.0, 8, 4, (10 + i,)) for i in range(4)]
+    assert all(sched.add(r) for r in reqs)
+    assert step(sched) == [(0, 8), (1, 8), (2, 8), (3, 8)]
+    assert [(r.blocks, r.shared) for r in reqs] == [(0, (10 + i,)) for i in range(4)] and sched.pool.used == 8
+    batch = sched.schedule(0.0, True)
+    assert apply(sched, batch) == [(0, 1), (1, 1)]
+    assert batch.swap_blocks == 4 and batch.preempted == [(3, 2, 8), (2, 2, 8)]
+    assert sched.swapped_out_blocks == 4 and sched.preemptions == 2 and list(sched.swapped) == [reqs[3], reqs[2]]
+
+
+def test_v0_preempts_the_same_request_twice():
+    """V0, recompute, 4 blocks, budget 64; A (prompt 4, output 6), B (2, 10), C (4, 6), caching on (no
+    hashes: only the published flag moves).
+    it1: the three prompts, 1 block each (1 free); tokens 1.
+    it2: A's token 5 takes the free block; B's 3rd fits; C's 5th needs a block, none free, C is last: C
+         preempts itself (computed 0, to wait again; it will publish its prompt again when recomputed).
+    it3: C's 5 tokens need 2 blocks, 1 free: it waits; A, B decode. it4: B's 5th token takes the free block.
+    it5: A, B decode. it6: A's 9th token needs a 3rd block: B (the last) is preempted (2 blocks back);
+         A's 6th and last token, A ends. it7: B (7 tokens) and C (5), 2 blocks each.
+    it8: B 1, C 1. it9: B's 9th token needs a 3rd block: C is preempted a second time. it10-11: B to
+    its 10th token. it12: C recomputes 7 tokens; it13-14: its 5th and 6th."""
+    sched = v0(blocks=4, budget=64, caching=True)
+    a, b, c = Request(0, 0.0, 4, 6), Request(1, 0.0, 2, 10), Request(2, 0.0, 4, 6)
+    assert sched.add(a) and sched.add(b) and sched.add(c)
+    assert step(sched) == [(0, 4), (1, 2), (2, 4)] and c.published
+    assert step(sched) == [(0, 1), (1, 1)] and c.preemptions == 1 and not c.published and list(sched.waiting) == [c]
+    got = [step(sched) for _ in range(12)]
+    assert got == [[(0, 1), (1, 1)]] * 3 + [[(0, 1)], [(1, 7), (2, 5)], [(1, 1), (2, 1)]] + [[(1, 1)]] * 3 \
+        + [[(2, 7)], [(2, 1)], [(2, 1)]]
+    assert (a.preemptions, b.preemptions, c.preemptions, sched.preemptions) == (0, 1, 2, 3)
+    assert not sched.busy() and sched.pool.used == 0
+
+
+def test_sarathi_partial_prefills_share_what_the_decodes_leave():
+    """Sarathi, budget 4, 40 blocks. A (prompt 3, output 3), B, C, D (prompt 6, output 2).
+    it1: A 3, B's first chunk 1 (budget 0). it2: A decodes 1; B continues 3 (budget 0).
+    it3: A 1 (its last); B's last 2 (budget 1); C is admitted with the 1 left.
+    it4: B decodes 1 (its last); C continues 3. it5: C's last 2; D admitted with 2.
+    it6: C 1 (its last); D continues 3. it7: D's one prompt token left, a chunk of 1. it8: D decodes."""
+    sched = v0(blocks=40, budget=4, cls=Sarathi)
+    for i, (p, o) in enumerate([(3, 3), (6, 2), (6, 2), (6, 2)]):
+        assert sched.add(Request(i, 0.0, p, o))
+    got = [step(sched) for _ in range(8)]
+    assert got == [[(0, 3), (1, 1)], [(0, 1), (1, 3)], [(0, 1), (1, 2), (2, 1)], [(1, 1), (2, 3)],
+                   [(2, 2), (3, 2)], [(2, 1), (3, 3)], [(3, 1)], [(3, 1)]]
+    assert not sched.busy()
+
+
+def _static(batch: int, pool_tokens: int, max_wait_s: float = 0.0, prompt_limit: int | None = None) -> Static:
+    return Static(s.Static(kind="static", batch_size=batch, max_wait_s=max_wait_s), BlockPool(pool_tokens, 1),
+                  prompt_limit=prompt_limit)
+
+
+def test_static_batch_edges():
+    """Batch size 2, a pool of 20 token slots. Three requests of 6 + 4 tokens wait: the batch takes 2
+    (not 3), whose KV (6 + 4) x 2 = 20 slots fills the pool exactly. While it runs with the third
+    waiting, no timer is set. A request of 12 + 8 = 20 tokens fits the pool alone (no lookahead slot);
+    with a prompt limit of 16 (no chunking) it is refused."""
+    sched = _static(2, 20)
+    reqs = [Request(i, 0.0, 6, 4) for i in range(3)]
+    assert all(sched.add(r) for r in reqs)
+    batch = sched.schedule(0.0, True)
+    assert [(r.idx, q) for r, q in batch.entries] == [(0, 6), (1, 6)] and batch.padded == [(6, 6)] * 2
+    assert sched.timer(0.0, True) is None
+    assert _static(2, 20).refusal(Request(0, 0.0, 12, 8)) is None
+    assert _static(2, 20, prompt_limit=16).add(Request(0, 0.0, 12, 8)) is False
+
+
+def test_static_starts_a_late_batch_on_its_deadline():
+    """Batch size 4, max_wait 1 s, more coming: a lone request of t = 0.5 s waits at 1.4 s and starts at
+    1.5 s exactly (arrival + max_wait), the batch not full."""
+    sched = _static(4, 100, max_wait_s=1.0)
+    assert sched.add(Request(0, 0.5, 3, 1))
+    assert sched.schedule(1.4, True) is None
+    assert [(r.idx, q) for r, q in sched.schedule(1.5, True).entries] == [(0, 3)]
+
+
+def test_orca_refusals_at_their_limits():
+    """Orca reserves max_model_len = 32 token slots of a 32-slot pool: that fits. Without a prompt limit
+    a request of 30 + 4 > 32 tokens is longer than max_model_len; with a budget of 16, a prompt of exactly
+    16 is no reason either: 16 + 20 > 32 is still 'longer than max_model_len'; 16 + 8 is accepted."""
+    for limit in (None, 16):
+        sched = Orca(s.Orca(kind="orca", max_model_len=32), BlockPool(32, 1), prompt_limit=limit)
+        sched.max_model_len = 32
+        assert sched.refusal(Request(0, 0.0, 16, 8)) is None
+        assert sched.refusal(Request(0, 0.0, 30 if limit is None else 16, 4 if limit is None else 20)) \
+            == "longer than max_model_len"
+
+
+def _trtllm(blocks: int, lookahead: int = 0) -> Trtllm:
+    cfg = s.Trtllm(kind="trtllm", max_num_batched_tokens=64, block_size=4)
+    return Trtllm(cfg, LruBlockPool(blocks, 4, 1, False), lookahead) if lookahead else \
+        Trtllm(cfg, LruBlockPool(blocks, 4, 1, False))
+
+
+def test_trtllm_reservation_at_its_limits():
+    """8 usable blocks (9, block 0 the null block). A (prompt 8, output 8: 4 blocks) and B (8 + 8) reserve
+    4 + 4 = 8 blocks, exactly the pool: both start. With a lookahead of 1 slot (speculative decoding),
+    10 usable blocks: A (4 + 12 + 1 = 17 tokens: 5 blocks) and B (4 + 20 + 1 = 25: 7 blocks) reserve 12 > 10:
+    B waits."""
+    sched = _trtllm(9)
+    assert sched.add(Request(0, 0.0, 8, 8)) and sched.add(Request(1, 0.0, 8, 8))
+    assert step_v1(sched) == [(0, 8), (1, 8)] and sched.reserved == {0: 4, 1: 4}
+    sched = _trtllm(11, lookahead=1)
+    assert sched.add(Request(0, 0.0, 4, 12)) and sched.add(Request(1, 0.0, 4, 20))
+    assert step_v1(sched) == [(0, 4)] and sched.reserved == {0: 5}
