@@ -9,9 +9,10 @@ every survivor (`mutmut show NAME` shows its diff). Exits 1 when the overall rat
 --min-kill-rate, 2 when mutmut itself fails.
 
     python scripts/mutation_check.py [--sample 147] [--sample-new 3] [--only core|new|MODULE,...]
-                                     [--min-kill-rate 0.9] [--log mutmut.log]
+                                     [--min-kill-rate 0.9] [--log mutmut.log] [--resume]
 
---sample DIGITS runs only the mutants whose number ends in one of DIGITS (147: 30 %, a fixed subset, so
+--resume reruns only what an earlier run left surviving or unrun (a whole set in pieces, or after new
+tests). --sample DIGITS runs only the mutants whose number ends in one of DIGITS (147: 30 %, a fixed subset, so
 runs compare); CI uses it to stay within its time budget. --sample-new gives issue 32's modules their own
 digits. Without them every mutant runs (core alone ~4 min on an idle 2-core machine; all ~3 500 mutants,
 most of them issue 32's, several times that).
@@ -153,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", type=Path, default=REPO / "mutants-run.log", help="mutmut's own output")
     ap.add_argument("--only", default="", help="comma-separated modules of TARGETS (default: all); "
                     "'core' for issue 21's, 'new' for issue 32's")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep mutants/ and its verdicts; run only the chosen mutants that survived or were not "
+                         "run (after adding tests; a changed source file is mutated afresh by mutmut)")
     args = ap.parse_args(argv)
 
     chosen = [m.strip() for m in args.only.split(",") if m.strip()]
@@ -169,7 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     targets = {module: [p + tail(module) for p in patterns] for module, patterns in TARGETS.items()
                if not chosen or module in chosen}
     globs = [g for gs in targets.values() for g in gs]
-    shutil.rmtree(REPO / "mutants", ignore_errors=True)   # no verdicts cached from an earlier run
+    if args.resume:
+        globs = unsettled(globs, statuses())
+        if not globs:
+            print("--resume: no mutant of these modules left to run; their verdicts as they stand:")
+            return verdict(report(targets, statuses()), args.min_kill_rate)
+    else:
+        shutil.rmtree(REPO / "mutants", ignore_errors=True)   # no verdicts cached from an earlier run
     t0 = time.monotonic()
     with args.log.open("w") as log:
         env = {**os.environ, "SIM_HYPOTHESIS_PROFILE": "derandomized"}   # tests/conftest.py: same verdict every run
@@ -184,11 +194,20 @@ def main(argv: list[str] | None = None) -> int:
     samples = sorted({tail(m) for m in targets} - {""})
     print(f"mutation testing (mutmut), {elapsed:.0f} s" + (f", mutants numbered *{' and *'.join(samples)}"
                                                            if samples else ""))
-    rate = report(targets, codes)
-    if rate < args.min_kill_rate:
-        print(f"FAILED: kill rate {rate:.1%} below {args.min_kill_rate:.0%}")
+    return verdict(report(targets, codes), args.min_kill_rate)
+
+
+def verdict(rate: float, min_kill_rate: float) -> int:
+    if rate < min_kill_rate:
+        print(f"FAILED: kill rate {rate:.1%} below {min_kill_rate:.0%}")
         return 1
     return 0
+
+
+def unsettled(globs: list[str], codes: dict[str, int | None]) -> list[str]:
+    """The mutants of `globs` an earlier run left surviving or did not reach (--resume): tests only
+    added since cannot revive a killed one, so only these need running again."""
+    return sorted(n for n, c in codes.items() if c not in KILLED and any(fnmatch.fnmatchcase(n, g) for g in globs))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from sim.apps.serve import spec as s
+from sim.apps.serve.cohort import DecodeCohort
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers import SCHEDULERS, Request
 from sim.apps.serve.schedulers.orca import Orca
@@ -156,3 +157,34 @@ def test_trtllm_reservation_at_its_limits():
     sched = _trtllm(11, lookahead=1)
     assert sched.add(Request(0, 0.0, 4, 12)) and sched.add(Request(1, 0.0, 4, 20))
     assert step_v1(sched) == [(0, 4)] and sched.reserved == {0: 5}
+
+
+def _cohort_run(sched: VllmV0, steps: int) -> list[int]:
+    """Steps as the engine runs them with a decode cohort (sim.apps.serve.simulator: a cohort step's
+    members each emit a token, the finished leave); each step's cohort size, 0 for a per-request step."""
+    sizes = []
+    for _ in range(steps):
+        batch = sched.schedule(0.0, True)
+        if batch.cohort is None:
+            apply(sched, batch)
+            sizes.append(0)
+            continue
+        sizes.append(len(batch.cohort))
+        for r in batch.cohort.hand_out(0.0, {}):
+            sched.finish(r)
+    return sizes
+
+
+@pytest.mark.parametrize("n", [4, 5])
+def test_v0_cohort_forms_from_cohort_min_and_dissolves_below_half(n):
+    """V0 with prefix caching (so a member must have published its prompt), cohort_min 5 (5 // 2 = 2),
+    64 blocks; n requests of prompt 4 and outputs 2, 3, 4, ...: after it1 (the prompts) n decode.
+    n = 5: a cohort of 5 forms at it2 (5 >= 5); a member leaves each step and the cohort keeps stepping
+    while 4, 3, 2 (>= 2) run; with 1 left (< 2) it dissolves and the last request decodes per request.
+    n = 4: no cohort ever forms (4 < 5), the steps are per request."""
+    sched = v0(blocks=64, caching=True)
+    sched.cohort_min, sched.cohort = 5, DecodeCohort(4, 0)
+    reqs = [Request(i, 0.0, 4, 2 + i) for i in range(n)]
+    assert all(sched.add(r) for r in reqs)
+    assert _cohort_run(sched, n + 1) == ([0, 5, 4, 3, 2, 0] if n == 5 else [0] * 5)
+    assert [r.generated for r in reqs] == [r.output for r in reqs] and not sched.busy()
