@@ -40,9 +40,27 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
         (f"{KV}ǁLruBlockPoolǁrelease__mutmut_4", f"{KV}ǁLruBlockPoolǁrelease__mutmut_5",
          f"{KV}ǁLruBlockPoolǁrelease__mutmut_6", f"{KV}ǁLruBlockPoolǁrelease__mutmut_9"),
     # --- schedulers
-    "Static.__init__ `shape = (1, 0)`: _form sets the shape before schedule first reads it (schedule forms "
-    "a batch whenever none runs)":
-        (f"{SCHED}static.xǁStaticǁ__init____mutmut_13",),
+    "Static.__init__ `shape = (1, 0)` (or None, (0, 1)), `step = None` (or 1): _form sets the shape and the "
+    "step before schedule first reads them (schedule forms a batch whenever none runs)":
+        tuple(f"{SCHED}static.xǁStaticǁ__init____mutmut_{i}" for i in (10, 11, 12, 13, 14)),
+    "Orca._grow `return 1`: never called (Orca.schedule does not reach Scheduler._decodes); it exists so "
+    "that the one-allocation and cohort paths, which test `type(sched)._grow is Scheduler._grow`, leave Orca be":
+        (f"{SCHED}orca.xǁOrcaǁ_grow__mutmut_1",),
+    "Trtllm.__init__ passing None (or nothing) for prompt_limit: VllmV1.__init__ discards it (chunked "
+    "prefill: no prompt limit)":
+        (f"{SCHED}trtllm.xǁTrtllmǁ__init____mutmut_5", f"{SCHED}trtllm.xǁTrtllmǁ__init____mutmut_9"),
+    "Trtllm.free `reserved.pop(idx)` without the default: free is reached only for a running request "
+    "(finish, _preempt), and every running request came through _admits, which reserved it":
+        (f"{SCHED}trtllm.xǁTrtllmǁfree__mutmut_4",),
+    "Scheduler._decodes_reference `preempted = None`: returned as a truth value only (`if not ...`), None "
+    "is falsy as False; `need >= 0`: allocate(0) always succeeds, so the loop is not entered at 0 either":
+        (f"{SCHED}base.xǁSchedulerǁ_decodes_reference__mutmut_1", f"{SCHED}base.xǁSchedulerǁ_decodes_reference__mutmut_12"),
+    "VllmV0._cohort_step's member test loosened (`caching = None`, `and` -> `or` in it): the test holds for "
+    "every running V0 request anyway (V0 prefills whole prompts and schedule returns on any prefill step, "
+    "so a running request has its token out, one token pending, and its prompt published under caching, "
+    "which the engine does at the first token; a swapped-in one keeps what it computed); it guards the "
+    "cohort against a future change":
+        tuple(f"{SCHED}vllm_v0.xǁVllmV0ǁ_cohort_step__mutmut_{i}" for i in (8, 12, 13)),
     "Static._form `P = O = 1`: the batch's shape is the max over its requests, each with at least 1 prompt "
     "and 1 output token (traces refuse lengths below 1), so a start of 1 gives the same max":
         (f"{SCHED}static.xǁStaticǁ_form__mutmut_3",),

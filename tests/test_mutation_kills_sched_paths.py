@@ -12,11 +12,12 @@ import pytest
 from sim.apps.serve import spec as s
 from sim.apps.serve.cohort import DecodeCohort
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
-from sim.apps.serve.schedulers import SCHEDULERS, Request
+from sim.apps.serve.schedulers import SCHEDULERS, Batch, Request
 from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.sarathi import Sarathi
 from sim.apps.serve.schedulers.static import Static
 from sim.apps.serve.schedulers.trtllm import Trtllm
+from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
 from tests.test_serve_scenarios import apply, step, v0
 from tests.test_serve_v1 import step as step_v1
@@ -159,7 +160,7 @@ def test_trtllm_reservation_at_its_limits():
     assert step_v1(sched) == [(0, 4)] and sched.reserved == {0: 5}
 
 
-def _cohort_run(sched: VllmV0, steps: int) -> list[int]:
+def _cohort_run(sched: VllmV0 | VllmV1, steps: int) -> list[int]:
     """Steps as the engine runs them with a decode cohort (sim.apps.serve.simulator: a cohort step's
     members each emit a token, the finished leave); each step's cohort size, 0 for a per-request step."""
     sizes = []
@@ -170,8 +171,11 @@ def _cohort_run(sched: VllmV0, steps: int) -> list[int]:
             sizes.append(0)
             continue
         sizes.append(len(batch.cohort))
+        rest = batch.entries[len(batch.cohort):]   # prompts a V1 step admitted after the members
         for r in batch.cohort.hand_out(0.0, {}):
             sched.finish(r)
+        if rest:
+            apply(sched, Batch(rest))
     return sizes
 
 
@@ -187,4 +191,45 @@ def test_v0_cohort_forms_from_cohort_min_and_dissolves_below_half(n):
     reqs = [Request(i, 0.0, 4, 2 + i) for i in range(n)]
     assert all(sched.add(r) for r in reqs)
     assert _cohort_run(sched, n + 1) == ([0, 5, 4, 3, 2, 0] if n == 5 else [0] * 5)
+    assert [r.generated for r in reqs] == [r.output for r in reqs] and not sched.busy()
+
+
+def test_v1_prefix_units_of_two_blocks_and_a_lookahead_slot():
+    """V1, 16 blocks of 4 tokens (15 usable), prefix units of 2 blocks (8 tokens), caching, a lookahead
+    of 1 slot (speculative decoding), budget 12. A: prompt 18, hashes 1, 2, output 4.
+    it1: A's chunk 12: blocks_for(12) = 3 (no lookahead for a first chunk); unit 1 (tokens 0-7) is full:
+         cached, A holds it (2 blocks) and 1 block of its own. 3 used.
+    it2: A's last 6: blocks_for(18 + 1) = 5, less 1 own and 1 unit of 2: 2 more (3 own); unit 2 full:
+         cached, A keeps 1 own. 5 used. A's token 1. B arrives: prompt 17, hashes 1, 2, output 2.
+    it3: A 1 (end 19: blocks_for(20) = 5, held: no block). B hits both units ((17 - 1) // 8 = 2): 16
+         tokens; computes 1 token, blocks_for(17) = 5 less 4 shared: 1 block. 6 used; prefix hit 16.
+    it4: A 1 (end 20: blocks_for(21) = 6: its lookahead slot opens a 6th block), B 1 (end 18: 5, held):
+         B's 2nd and last token, its own block freed: A 2 own + 2 units = 6 used.
+    it5: A's 4th and last (end 21, blocks_for(22) = 6, held); everything freed, both units idle."""
+    cfg = s.Vllm(kind="vllm", max_num_seqs=256, max_num_batched_tokens=12, block_size=4)
+    sched = VllmV1(cfg, LruBlockPool(16, 4, 2, True), lookahead=1)
+    a, b = Request(0, 0.0, 18, 4, (1, 2)), Request(1, 0.0, 17, 2, (1, 2))
+    assert sched.add(a)
+
+    def it() -> tuple:
+        return step(sched), a.blocks, list(a.shared), b.blocks, sched.pool.used
+    assert it() == ([(0, 12)], 1, [1], 0, 3)
+    assert it() == ([(0, 6)], 1, [1, 2], 0, 5) and a.generated == 1
+    assert sched.add(b)
+    assert it() == ([(0, 1), (1, 1)], 1, [1, 2], 1, 6) and b.shared == [1, 2] and b.prefix_hit == 16
+    assert it() == ([(0, 1), (1, 1)], 2, [1, 2], 0, 6) and b.generated == 2
+    assert it() == ([(0, 1)], 0, [], 0, 0) and not sched.busy()
+    assert sched.pool.available == 15 and len(sched.pool.refs) == 2
+
+
+def test_v1_cohort_forms_from_cohort_min_within_the_budget():
+    """The V0 scenario above under V1 (schedulers/vllm_cohort.py), prompts of 1 token, caching on, 64
+    blocks, a budget of 5 tokens: it1 runs the 5 prompts; from it2 the 5 decodes take the whole budget
+    (5 tokens for 5 running is within it): a cohort of 5, then 4, 3, 2, then per request."""
+    cfg = s.Vllm(kind="vllm", max_num_seqs=256, max_num_batched_tokens=5, block_size=4)
+    sched = VllmV1(cfg, LruBlockPool(64, 4, 1, True))
+    sched.cohort_min, sched.cohort = 5, DecodeCohort(4, 0)
+    reqs = [Request(i, 0.0, 1, 2 + i) for i in range(5)]
+    assert all(sched.add(r) for r in reqs)
+    assert _cohort_run(sched, 6) == [0, 5, 4, 3, 2, 0]
     assert [r.generated for r in reqs] == [r.output for r in reqs] and not sched.busy()
