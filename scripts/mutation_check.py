@@ -104,6 +104,7 @@ TARGETS: dict[str, list[str]] = {
 CORE = ("footprint", "formats", "roofline cost", "folding", "PIM decision")   # issue 21's set
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255}      # test failed, pytest error, timeout, caught by type check
 SURVIVED = {0, 5, 33}                           # tests passed, or no test covers the mutant
+TIMEOUT = {36, -24, 24, 152}                    # killed by the time limit (pyproject's timeout_multiplier)
 
 
 def statuses() -> dict[str, int | None]:
@@ -117,7 +118,8 @@ def statuses() -> dict[str, int | None]:
 def report(targets: dict[str, list[str]], codes: dict[str, int | None]) -> float:
     """Print each module's kill rate, the survivors not argued equivalent, and any listed equivalent
     that was killed; return the overall rate (the argued equivalents left out)."""
-    print(f"{'module':<15} {'mutants':>8} {'killed':>7} {'survived':>9} {'equivalent':>11} {'kill rate':>10}")
+    print(f"{'module':<15} {'mutants':>8} {'killed':>7} {'survived':>9} {'equivalent':>11} {'kill rate':>10} "
+          f"{'(timeouts)':>10}")
     equivalent = reasons()
     killed_all = total_all = 0
     survivors: list[str] = []
@@ -135,7 +137,9 @@ def report(targets: dict[str, list[str]], codes: dict[str, int | None]) -> float
         counted = len(checked) - len(argued)
         killed_all, total_all = killed_all + len(killed), total_all + counted
         rate = len(killed) / counted if counted else float("nan")
-        print(f"{module:<15} {counted:>8} {len(killed):>7} {counted - len(killed):>9} {len(argued):>11} {rate:>10.1%}")
+        timeouts = sum(codes[n] in TIMEOUT for n in killed)
+        print(f"{module:<15} {counted:>8} {len(killed):>7} {counted - len(killed):>9} {len(argued):>11} {rate:>10.1%} "
+              f"{timeouts:>10}")
     rate = killed_all / total_all if total_all else 0.0
     print(f"mutation kill rate: {rate:.1%} ({killed_all} of {total_all} mutants killed; "
           "those argued equivalent in scripts/mutation_equivalents.py left out)")

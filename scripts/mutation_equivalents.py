@@ -43,6 +43,13 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "Static.__init__ `shape = (1, 0)` (or None, (0, 1)), `step = None` (or 1): _form sets the shape and the "
     "step before schedule first reads them (schedule forms a batch whenever none runs)":
         tuple(f"{SCHED}static.xǁStaticǁ__init____mutmut_{i}" for i in (10, 11, 12, 13, 14)),
+    "Scheduler._decodes: which path runs (`not self.reference or ...`, `self.reference and ...`, `_grow is not "
+    "Scheduler._grow`): the one-allocation path and _decodes_reference decide the same (issue 30; "
+    "tests/test_serve_fastpath.py compares them on random streams), so taking either one changes no output":
+        tuple(f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_{i}" for i in (1, 2, 4)),
+    "Scheduler._swap_in `r.swapped = 1` after the swap-in: r.swapped is read only while r waits in the "
+    "swapped queue, and every swap-out sets it first":
+        (f"{SCHED}base.xǁSchedulerǁ_swap_in__mutmut_27",),
     "Orca._grow `return 1`: never called (Orca.schedule does not reach Scheduler._decodes); it exists so "
     "that the one-allocation and cohort paths, which test `type(sched)._grow is Scheduler._grow`, leave Orca be":
         (f"{SCHED}orca.xǁOrcaǁ_grow__mutmut_1",),

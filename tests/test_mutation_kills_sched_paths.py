@@ -60,6 +60,13 @@ def test_v0_swaps_two_requests_out_in_one_step_with_their_cached_units():
     assert apply(sched, batch) == [(0, 1), (1, 1)]
     assert batch.swap_blocks == 4 and batch.preempted == [(3, 2, 8), (2, 2, 8)]
     assert sched.swapped_out_blocks == 4 and sched.preemptions == 2 and list(sched.swapped) == [reqs[3], reqs[2]]
+    # it3, it4: A and B decode tokens 3, 4 (their 3 blocks hold 12 tokens) and end: all 8 blocks free or
+    # evictable (their units stay cached, idle).
+    # it5: D and C come back in one step, 2 blocks each over the link, plus the block their 9th token opens.
+    assert [step(sched), step(sched)] == [[(0, 1), (1, 1)]] * 2 and sched.pool.available == 8
+    batch = sched.schedule(0.0, True)
+    assert apply(sched, batch) == [(3, 1), (2, 1)]
+    assert batch.swap_blocks == 4 and sched.swapped_in_blocks == 4 and (reqs[3].blocks, reqs[2].blocks) == (3, 3)
 
 
 def test_v0_preempts_the_same_request_twice():
@@ -233,3 +240,23 @@ def test_v1_cohort_forms_from_cohort_min_within_the_budget():
     assert all(sched.add(r) for r in reqs)
     assert _cohort_run(sched, 6) == [0, 5, 4, 3, 2, 0]
     assert [r.generated for r in reqs] == [r.output for r in reqs] and not sched.busy()
+
+
+def test_v0_lookahead_slots_in_decodes_preemption_and_swap_in():
+    """V0, swap preemption, a lookahead of 1 slot, 5 blocks of 4 tokens. A, B: prompt 7, output 4.
+    it1: both prompts, blocks_for(7 + 1) = 2 each: 4 used, 1 free.
+    it2: token 8 with its slot needs blocks_for(9) = 3 each: 2 more, 1 free; A takes it, B (the last)
+         swaps itself out (2 blocks, 7 tokens computed).
+    it3: A's token 9 (3 blocks hold 12 >= 9 + 1); B needs its 2 blocks back plus blocks_for(7 + 1 + 1) - 2
+         = 1: 3 > 2 free, it stays out. it4: A's 4th and last token (10 + 1 <= 12).
+    it5: B comes back with 3 blocks (2 over the link) and decodes."""
+    cfg = s.VllmV0(kind="vllm-v0", block_size=4, watermark=0.0, max_num_batched_tokens=64, preemption="swap")
+    sched = VllmV0(cfg, BlockPool(5, 4), lookahead=1, prompt_limit=64)
+    sched.max_model_len = 1 << 20
+    a, b = Request(0, 0.0, 7, 4), Request(1, 0.0, 7, 4)
+    assert sched.add(a) and sched.add(b)
+    assert step(sched) == [(0, 7), (1, 7)] and sched.pool.used == 4
+    assert step(sched) == [(0, 1)] and a.blocks == 3 and list(sched.swapped) == [b] and b.swapped == 2
+    assert [step(sched), step(sched)] == [[(0, 1)], [(0, 1)]] and list(sched.swapped) == [b]
+    batch = sched.schedule(0.0, True)
+    assert apply(sched, batch) == [(1, 1)] and batch.swap_blocks == 2 and b.blocks == 3
