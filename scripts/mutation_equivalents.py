@@ -47,6 +47,10 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "Scheduler._grow`): the one-allocation path and _decodes_reference decide the same (issue 30; "
     "tests/test_serve_fastpath.py compares them on random streams), so taking either one changes no output":
         tuple(f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_{i}" for i in (1, 2, 4)),
+    "Scheduler._swap_in `len(running) <= max_seqs`: a request is swapped out only from the running list, and "
+    "none is admitted while any is swapped (V0 and Sarathi prefill only with the swapped queue empty), so "
+    "running + swapped <= max_seqs, and running < max_seqs whenever one waits to swap in":
+        (f"{SCHED}base.xǁSchedulerǁ_swap_in__mutmut_2",),
     "Scheduler._swap_in `r.swapped = 1` after the swap-in: r.swapped is read only while r waits in the "
     "swapped queue, and every swap-out sets it first":
         (f"{SCHED}base.xǁSchedulerǁ_swap_in__mutmut_27",),

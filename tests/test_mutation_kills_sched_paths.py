@@ -260,3 +260,20 @@ def test_v0_lookahead_slots_in_decodes_preemption_and_swap_in():
     assert [step(sched), step(sched)] == [[(0, 1)], [(0, 1)]] and list(sched.swapped) == [b]
     batch = sched.schedule(0.0, True)
     assert apply(sched, batch) == [(1, 1)] and batch.swap_blocks == 2 and b.blocks == 3
+
+
+def test_v0_swap_in_may_leave_exactly_the_watermark_free():
+    """V0, swap preemption, 4 blocks, watermark 0.25 (1 block). A, B: prompt 4, output 6.
+    it1: both prompts, 1 block each (4 - 1 = 3 and 3 - 1 = 2 free, not below 1). it2: token 5 of each
+    opens a 2nd block: 4 used. it3-5: tokens 6-8 fit. it6: token 9 of each needs a 3rd block, none is
+    free: B (the last) is swapped out (2 blocks); A takes one and emits its 6th and last token: 4 free.
+    it7: B needs its 2 blocks back plus blocks_for(9) - 2 = 1: 4 - 3 = 1 free after, not below the
+    watermark: B comes back and emits its 6th token."""
+    cfg = s.VllmV0(kind="vllm-v0", block_size=4, watermark=0.25, max_num_batched_tokens=64, preemption="swap")
+    sched = VllmV0(cfg, BlockPool(4, 4), prompt_limit=64)
+    sched.max_model_len = 1 << 20
+    a, b = Request(0, 0.0, 4, 6), Request(1, 0.0, 4, 6)
+    assert sched.watermark == 1 and sched.add(a) and sched.add(b)
+    got = [step(sched) for _ in range(7)]
+    assert got == [[(0, 4), (1, 4)]] + [[(0, 1), (1, 1)]] * 4 + [[(0, 1)], [(1, 1)]]
+    assert sched.swapped_out_blocks == sched.swapped_in_blocks == 2 and not sched.busy()
