@@ -115,7 +115,7 @@ def _static(batch: int, pool_tokens: int, max_wait_s: float = 0.0, prompt_limit:
 def test_static_batch_edges():
     """Batch size 2, a pool of 20 token slots. Three requests of 6 + 4 tokens wait: the batch takes 2
     (not 3), whose KV (6 + 4) x 2 = 20 slots fills the pool exactly. While it runs with the third
-    waiting, no timer is set. A request of 12 + 8 = 20 tokens fits the pool alone (no lookahead slot);
+    waiting, no timer is set; in a pool of 100 slots the batch size alone stops it at 2. A request of 12 + 8 = 20 tokens fits the pool alone (no lookahead slot);
     with a prompt limit of 16 (no chunking) it is refused."""
     sched = _static(2, 20)
     reqs = [Request(i, 0.0, 6, 4) for i in range(3)]
@@ -123,6 +123,9 @@ def test_static_batch_edges():
     batch = sched.schedule(0.0, True)
     assert [(r.idx, q) for r, q in batch.entries] == [(0, 6), (1, 6)] and batch.padded == [(6, 6)] * 2
     assert sched.timer(0.0, True) is None
+    roomy = _static(2, 100)   # the batch size alone stops the batch at 2
+    assert all(roomy.add(Request(i, 0.0, 6, 4)) for i in range(3))
+    assert [r.idx for r, _ in roomy.schedule(0.0, True).entries] == [0, 1]
     assert _static(2, 20).refusal(Request(0, 0.0, 12, 8)) is None
     assert _static(2, 20, prompt_limit=16).add(Request(0, 0.0, 12, 8)) is False
 
