@@ -1,0 +1,58 @@
+"""The early stop's pieces worked by hand without a capacity search (issue 32: the survivors of the
+mutation run on sim.apps.serve.early_stop, whose only other test runs two searches): which values are
+final for each metric, and the Watch that stops a run on a tiny engine once a p90 has failed for certain."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from sim.apps.serve.early_stop import Settled, Watch, allowed_violations, known, settled_failure
+from sim.apps.serve.simulator import DONE, REJECTED, ServeSim
+from sim.apps.serve.traces import Requests
+from tests.test_serve_fastpath import RecordingCost, scheduler
+
+NAN = np.nan
+
+
+def test_known_values_of_each_metric():
+    """Five requests arrived at 0.0: A done (scheduled 0.05, first token 0.1, finish 0.5, 5 tokens), B
+    waiting, C running (scheduled 0.1, first token 0.2), D done with 1 token (0.1, 0.3, 0.9), E rejected
+    (its times, were any recorded, do not count). TTFT known for A, C, D; queueing for A, C, D; E2E for
+    the done A, D; TPOT for A only ((0.5 - 0.1) / (5 - 1) = 0.1 s; D's single token has no TPOT)."""
+    rec = dict(arrival_s=np.zeros(5), scheduled_s=np.array([0.05, NAN, 0.1, 0.1, 0.2]),
+               first_token_s=np.array([0.1, NAN, 0.2, 0.3, 0.4]), finish_s=np.array([0.5, NAN, NAN, 0.9, 0.6]),
+               output_tokens=np.array([5, 0, 1, 1, 3]), status=np.array([DONE, 0.0, 0.0, DONE, REJECTED]))
+    np.testing.assert_allclose(known(rec, "ttft"), [0.1, 0.2, 0.3])
+    np.testing.assert_allclose(known(rec, "queue"), [0.05, 0.1, 0.1])
+    np.testing.assert_allclose(known(rec, "e2e"), [0.5, 0.9])
+    np.testing.assert_allclose(known(rec, "tpot"), [0.1])
+    assert known(rec, "tbt") is None
+    # e2e_max <= 0.6 s: D's 0.9 s is one violation of the none a max allows: settled, bound 0.9 s
+    assert settled_failure(rec, {"e2e_max": 0.6}) == ("e2e_max", 1, 0, 0.9)
+    assert settled_failure(rec, {"e2e_max": 0.9}) is None and allowed_violations(5, "p5x") is None
+
+
+def test_watch_stops_a_run_whose_p90_has_failed():
+    """40 requests at t = 0 (prompt 8, output 80) on a V0 engine of 1000 blocks, budget 256, at most 8
+    running (tests/test_serve_fastpath.scheduler), under ttft_p90 <= 1 ns: every first token violates it,
+    and a p90 of 40 allows 4. Iteration 1 prefills 8 prompts (their first tokens); 2-64 decode them. The
+    watch looks at iteration 64: 8 known violations > 4, so the run stops there, none of the 80-token
+    requests done, and the settled p90's bound is the 5th largest known TTFT."""
+    reqs = Requests(np.zeros(40), np.full(40, 8), np.full(40, 80), None)
+    sched = scheduler("vllm-v0", 1000, False, False, 256)
+    serving = SimpleNamespace(speculative=None, arrivals=SimpleNamespace())
+    setup = SimpleNamespace(scheduler=lambda _: sched, file=SimpleNamespace(serving=serving, stack=None), machine=None,
+                            target_cost=RecordingCost(), draft_cost=None, groups=1, block_bytes=1.0,
+                            swap_bytes_per_s=1e6)
+    sim = ServeSim(setup, reqs, watch=Watch({"ttft_p90": 1e-9}))
+    with pytest.raises(Settled) as stop:
+        sim.run()
+    s = stop.value.summary
+    ttft = known(sim.rec, "ttft")
+    assert s["settled"]["slo"] == "ttft_p90" and s["settled"]["allowed"] == 4 == allowed_violations(40, "p90")
+    assert s["settled"]["violations"] == len(ttft) == 8 and s["settled"]["requests_done"] == s["completed"] == 0
+    assert s["slo_met"]["ttft_p90"] == pytest.approx(np.sort(ttft)[::-1][4] / 1e-9)
+    assert stop.value.args == (s,)
