@@ -87,6 +87,15 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "VllmV1._waiting `(r.computed == 0) or True`: a waiting V1 request has computed 0 (new, or preempted, "
     "which resets it)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_waiting__mutmut_13",),
+    # --- early stop, lazy tables
+    "allowed_violations: `arange(1, n + 1)` of ints (no dtype) searched for a float finds the same index; "
+    "`n + 2` adds an element past q/100 x n <= n, which searchsorted (left) never passes; `min(idx, n + 1)`: "
+    "idx <= n - 1 for every percentile up to 100, so the min is idx either way":
+        tuple(f"sim.apps.serve.early_stop.x_allowed_violations__mutmut_{i}" for i in (19, 22, 25, 37)),
+    "settled_failure `key.rpartition('_')`: an SLO key is METRIC_STAT and no metric name has an underscore":
+        ("sim.apps.serve.early_stop.x_settled_failure__mutmut_4",),
+    "lazytable.book: a store without `path` keyed 'None' instead of '': one constant for another":
+        ("sim.apps.serve.lazytable.x_book__mutmut_15",),
     # --- surrogate
     "_grid: `range(64, 513, 16)` / `range(512, 1025, 64)` add 512 / 1024, which the next range / the loop "
     "add anyway: the points are a set":
