@@ -177,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     targets = {module: [p + tail(module) for p in patterns] for module, patterns in TARGETS.items()
                if not chosen or module in chosen}
     globs = [g for gs in targets.values() for g in gs]
+    earlier: dict[str, int | None] = {}
     if args.resume:
-        globs = unsettled(globs, statuses())
+        earlier = statuses()
+        globs = unsettled(globs, earlier)
         if not globs:
             print("--resume: no mutant of these modules left to run; their verdicts as they stand:")
             return verdict(report(targets, statuses()), args.min_kill_rate)
@@ -190,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         rc = subprocess.run([sys.executable, "-m", "mutmut", "run", *globs], cwd=REPO, stdout=log, env=env,
                             stderr=subprocess.STDOUT).returncode
     elapsed = time.monotonic() - t0
-    codes = statuses()
+    # A changed test selection makes mutmut forget every verdict; the mutants not rerun keep their earlier one.
+    codes = {**earlier, **{n: c for n, c in statuses().items() if c is not None or n not in earlier}}
     if rc != 0 or not codes:
         print(f"mutmut failed (exit {rc}); see {args.log}")
         return 2
