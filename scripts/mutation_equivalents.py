@@ -54,6 +54,15 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "Scheduler._swap_in `r.swapped = 1` after the swap-in: r.swapped is read only while r waits in the "
     "swapped queue, and every swap-out sets it first":
         (f"{SCHED}base.xǁSchedulerǁ_swap_in__mutmut_27",),
+    "vllm_cohort._decoding's caching test loosened (`published or ...`, `cached.get(idx, None / 1 / no default)`): "
+    "under caching a running V1 request is always in `cached` (set at admission, dropped only by free) with "
+    "cached == computed // unit_tokens (_waiting, _running and _cache_filled cache each unit as its tokens are "
+    "scheduled), and one with its first token out is published (the engine publishes at the first token, and "
+    "V1's preemption keeps the flag), so each form gives the same truth value":
+        tuple(f"{SCHED}vllm_cohort.x__decoding__mutmut_{i}" for i in (10, 12, 14, 15)),
+    "vllm_cohort._cache_filled `_cache(r, computed + 2)`: _cache caps the tokens at prompt + generated, which "
+    "is computed + 1 for a member (one token pending)":
+        (f"{SCHED}vllm_cohort.x__cache_filled__mutmut_18",),
     "Orca._grow `return 1`: never called (Orca.schedule does not reach Scheduler._decodes); it exists so "
     "that the one-allocation and cohort paths, which test `type(sched)._grow is Scheduler._grow`, leave Orca be":
         (f"{SCHED}orca.xǁOrcaǁ_grow__mutmut_1",),

@@ -232,17 +232,63 @@ def test_v1_prefix_units_of_two_blocks_and_a_lookahead_slot():
     assert sched.pool.available == 15 and len(sched.pool.refs) == 2
 
 
-def test_v1_cohort_forms_from_cohort_min_within_the_budget():
-    """The V0 scenario above under V1 (schedulers/vllm_cohort.py), prompts of 1 token, caching on, 64
-    blocks, a budget of 5 tokens: it1 runs the 5 prompts; from it2 the 5 decodes take the whole budget
-    (5 tokens for 5 running is within it): a cohort of 5, then 4, 3, 2, then per request."""
+@pytest.mark.parametrize("caching", [True, False])
+def test_v1_cohort_forms_from_cohort_min_within_the_budget(caching):
+    """The V0 scenario above under V1 (schedulers/vllm_cohort.py), prompts of 1 token, 64 blocks, a budget
+    of 5 tokens, with and without prefix caching: it1 runs the 5 prompts; from it2 the 5 decodes take the
+    whole budget (5 tokens for 5 running is within it): a cohort of 5, then 4, 3, 2, then per request."""
     cfg = s.Vllm(kind="vllm", max_num_seqs=256, max_num_batched_tokens=5, block_size=4)
-    sched = VllmV1(cfg, LruBlockPool(64, 4, 1, True))
+    sched = VllmV1(cfg, LruBlockPool(64, 4, 1, caching))
     sched.cohort_min, sched.cohort = 5, DecodeCohort(4, 0)
     reqs = [Request(i, 0.0, 1, 2 + i) for i in range(5)]
     assert all(sched.add(r) for r in reqs)
     assert _cohort_run(sched, 6) == [0, 5, 4, 3, 2, 0]
     assert [r.generated for r in reqs] == [r.output for r in reqs] and not sched.busy()
+
+
+def test_v1_a_prompt_joins_the_cohort_after_its_prefill():
+    """V1, caching, cohort_min 4 (4 // 2 = 2), budget 64: requests 0-3 (prompt 1, outputs 2-5); it1 the
+    prompts; it2 a cohort of 4 (request 0 ends). Request 4 (prompt 1, output 3) arrives: it3 the 3 members
+    step and the waiting pass adds its prompt after them (request 1 ends). it4: request 4, one token
+    pending and its units cached as far as computed, joins: a cohort of 3 (request 2 ends); it5: 2."""
+    cfg = s.Vllm(kind="vllm", max_num_seqs=256, max_num_batched_tokens=64, block_size=4)
+    sched = VllmV1(cfg, LruBlockPool(64, 4, 1, True))
+    sched.cohort_min, sched.cohort = 4, DecodeCohort(4, 0)
+    assert all(sched.add(Request(i, 0.0, 1, 2 + i)) for i in range(4))
+    assert _cohort_run(sched, 2) == [0, 4]
+    assert sched.add(Request(4, 0.0, 1, 3))
+    assert _cohort_run(sched, 3) == [3, 3, 2]
+
+
+def test_v1_preempts_the_same_request_twice():
+    """V1, 5 blocks (4 usable), no caching, budget 64. A (prompt 8, output 5), B, C (prompt 4, output 6).
+    it1: A 8 (2 blocks), B 4, C 4 (1 each): 4 used. it2: A's 9th token needs a block: C (the last) is
+         preempted; B's 5th needs one, none is free and B is now the last: B preempts itself.
+    it3-5: A to its 5th token, then ends: 4 free. it6: B and C recompute 5 tokens each (2 blocks each).
+    it7-9: both decode. it10: B's 9th token needs a 3rd block: C is preempted a second time; B ends.
+    it11: C recomputes 9 tokens (3 blocks) and ends."""
+    cfg = s.Vllm(kind="vllm", max_num_seqs=256, max_num_batched_tokens=64, block_size=4)
+    sched = VllmV1(cfg, LruBlockPool(5, 4, 1, False))
+    a, b, c = Request(0, 0.0, 8, 5), Request(1, 0.0, 4, 6), Request(2, 0.0, 4, 6)
+    assert sched.add(a) and sched.add(b) and sched.add(c)
+    got = [step(sched) for _ in range(11)]
+    assert got == [[(0, 8), (1, 4), (2, 4)]] + [[(0, 1)]] * 4 + [[(1, 5), (2, 5)]] + [[(1, 1), (2, 1)]] * 3 \
+        + [[(1, 1)], [(2, 9)]]
+    assert (a.preemptions, b.preemptions, c.preemptions, sched.preemptions) == (0, 1, 2, 3)
+
+
+def test_v1_a_trace_hash_of_a_partial_block_is_not_a_prefix_key():
+    """V1, caching, blocks of 4. A (prompt 6) carries trace hashes 1, 2, the second over its partial 2nd
+    block (Mooncake hashes every 512-token block, the last one partial too). Its 2nd block fills with
+    generated tokens at its 8th token: cached under A's own key, not hash 2. B (prompt 9, hashes 1, 2, 3)
+    then hits only block 1 (4 tokens) and computes 5."""
+    cfg = s.Vllm(kind="vllm", max_num_seqs=256, max_num_batched_tokens=64, block_size=4)
+    sched = VllmV1(cfg, LruBlockPool(16, 4, 1, True))
+    a, b = Request(0, 0.0, 6, 4, (1, 2)), Request(1, 0.0, 9, 1, (1, 2, 3))
+    assert sched.add(a)
+    assert [step(sched) for _ in range(4)] == [[(0, 6)], [(0, 1)], [(0, 1)], [(0, 1)]] and not sched.busy()
+    assert sched.add(b) and step(sched) == [(1, 5)] and b.prefix_hit == 4
+
 
 
 def test_v0_lookahead_slots_in_decodes_preemption_and_swap_in():
