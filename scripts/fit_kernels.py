@@ -32,8 +32,8 @@ the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
     python scripts/fit_kernels.py            # print the fits and their MAPE
     python scripts/fit_kernels.py --write    # rewrite the shipped YAML
     python scripts/fit_kernels.py --check    # exit 1 if the shipped YAML differs from the fit
-    python scripts/fit_kernels.py --hold-out a100   # refit decode attention and the quantized GEMMs without
-                                                    # one GPU; print the MAPE per GPU (nothing written)
+    python scripts/fit_kernels.py --hold-out a100   # refit attention (decode, prefill) and the quantized GEMMs
+                                                    # without one GPU; print the MAPE per GPU (nothing written)
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
     return out
 
 
-def fit_prefill(name: str) -> dict | None:
+def fit_prefill(name: str, hold_out: str | None = None) -> dict | None:
     """The fixed cost and the fraction of the bf16 peak per measured sequence length, fitted together by
     least squares on the relative error, the fraction parametrized as a cumulative sum of non-negative steps
     so that it never falls with a longer sequence (hw_models.stack.attention_kernels): fitting each length
@@ -345,12 +345,17 @@ def fit_prefill(name: str) -> dict | None:
     def rel(x: np.ndarray) -> np.ndarray:
         return (others + x[0] + ideal / fracs(x[1:])[idx] - t) / t
 
+    presets = np.array([p for p, _, _ in rows])
+    fit = presets != hold_out     # `hold_out`: a preset whose rows are only checked (mape_by_gpu)
+    if fit.sum() < 10:    # only the held-out GPU has this family's rows
+        return None
     x0 = np.r_[5e-6, 0.05, np.full(len(lens) - 1, 0.5 / len(lens))]
-    x = least_squares(rel, x0, bounds=(np.r_[0.0, np.full(len(lens), 1e-6)], np.inf)).x
+    x = least_squares(lambda x: rel(x)[fit], x0, bounds=(np.r_[0.0, np.full(len(lens), 1e-6)], np.inf)).x
     points = [[q, _sig(f)] for q, f in zip(lens, fracs(x[1:]))]
-    pred = others + _sig(x[0]) + ideal / np.array([points[i][1] for i in idx])
-    return {"fixed_s": _sig(x[0]), "rate_points": points, "rows": len(t),
-            "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
+    err = np.abs(others + _sig(x[0]) + ideal / np.array([points[i][1] for i in idx]) - t) / t
+    return {"fixed_s": _sig(x[0]), "rate_points": points, "rows": int(fit.sum()),
+            "fit_mape": round(float(err[fit].mean()), 4),
+            "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))}}
 
 
 # Quantized GEMM families: the gemm-table rows each is fitted on (framework, dtype, kernel column) and the
@@ -606,14 +611,18 @@ def report_hold_out(gpu: str) -> None:
         for fmt, d in fit_decode(name, preset).items():
             by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in d["mape_by_gpu"].items())
             print(f"decode {name} kv {fmt}, fitted without {gpu}: {by}")
+        pf = fit_prefill(name, preset)
+        if pf is not None and preset in pf["mape_by_gpu"] and len(pf["mape_by_gpu"]) > 1:
+            by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in pf["mape_by_gpu"].items())
+            print(f"prefill {name} kv bf16, fitted without {gpu}: {by}")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="rewrite the shipped YAML")
     p.add_argument("--check", action="store_true", help="exit 1 if the shipped YAML differs from the fit")
-    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode attention without this GPU and "
-                   "print the MAPE per GPU (nothing written)")
+    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode and prefill attention and the "
+                   "quantized GEMMs without this GPU and print the MAPE per GPU (nothing written)")
     args = p.parse_args()
     if not (SHARED / "comm_h100.csv.gz").is_file():
         print(f"{SHARED} not found: nothing to fit")
