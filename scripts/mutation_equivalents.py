@@ -103,8 +103,8 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
         tuple(f"sim.apps.serve.early_stop.x_allowed_violations__mutmut_{i}" for i in (19, 22, 25, 37)),
     "settled_failure `key.rpartition('_')`: an SLO key is METRIC_STAT and no metric name has an underscore":
         ("sim.apps.serve.early_stop.x_settled_failure__mutmut_4",),
-    "lazytable.book: a store without `path` keyed 'None' instead of '': one constant for another":
-        ("sim.apps.serve.lazytable.x_book__mutmut_15",),
+    "lazytable.book: a store without `path` keyed 'None' or 'XXXX' instead of '': one constant for another":
+        ("sim.apps.serve.lazytable.x_book__mutmut_15", "sim.apps.serve.lazytable.x_book__mutmut_21"),
     # --- surrogate
     "_grid: `range(64, 513, 16)` / `range(512, 1025, 64)` add 512 / 1024, which the next range / the loop "
     "add anyway: the points are a set":

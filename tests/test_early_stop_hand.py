@@ -18,23 +18,26 @@ NAN = np.nan
 
 
 def test_known_values_of_each_metric():
-    """Five requests arrived at 0.0: A done (scheduled 0.05, first token 0.1, finish 0.5, 5 tokens), B
-    waiting, C running (scheduled 0.1, first token 0.2), D done with 1 token (0.1, 0.3, 0.9), E rejected
-    (its times, were any recorded, do not count). TTFT known for A, C, D; queueing for A, C, D; E2E for
-    the done A, D; TPOT for A only ((0.5 - 0.1) / (5 - 1) = 0.1 s; D's single token has no TPOT)."""
-    rec = dict(arrival_s=np.zeros(5), scheduled_s=np.array([0.05, NAN, 0.1, 0.1, 0.2]),
-               first_token_s=np.array([0.1, NAN, 0.2, 0.3, 0.4]), finish_s=np.array([0.5, NAN, NAN, 0.9, 0.6]),
-               output_tokens=np.array([5, 0, 1, 1, 3]), status=np.array([DONE, 0.0, 0.0, DONE, REJECTED]))
-    np.testing.assert_allclose(known(rec, "ttft"), [0.1, 0.2, 0.3])
-    np.testing.assert_allclose(known(rec, "queue"), [0.05, 0.1, 0.1])
-    np.testing.assert_allclose(known(rec, "e2e"), [0.5, 0.9])
-    np.testing.assert_allclose(known(rec, "tpot"), [0.1])
+    """Six requests, all arrived at 0.25 s (times in eighths, exact in binary): A done (scheduled 0.375,
+    first token 0.5, finish 1.0, 5 tokens), B waiting, C running (0.5, 0.625), D done with 2 tokens (0.5,
+    0.75, 1.5), E rejected (its times, were any recorded, do not count), F done with 1 token (0.5, 0.75,
+    0.75). TTFT known for A, C, D, F: 0.25, 0.375, 0.5, 0.5; queueing 0.125, 0.25, 0.25, 0.25; E2E for the
+    done A, D, F: 0.75, 1.25, 0.5; TPOT for A ((1.0 - 0.5) / 4 = 0.125) and D ((1.5 - 0.75) / 1 = 0.75),
+    none for F's single token."""
+    rec = dict(arrival_s=np.full(6, 0.25), scheduled_s=np.array([0.375, NAN, 0.5, 0.5, 0.625, 0.5]),
+               first_token_s=np.array([0.5, NAN, 0.625, 0.75, 0.75, 0.75]),
+               finish_s=np.array([1.0, NAN, NAN, 1.5, 1.0, 0.75]), output_tokens=np.array([5, 0, 1, 2, 3, 1]),
+               status=np.array([DONE, 0.0, 0.0, DONE, REJECTED, DONE]))
+    assert known(rec, "ttft").tolist() == [0.25, 0.375, 0.5, 0.5]
+    assert known(rec, "queue").tolist() == [0.125, 0.25, 0.25, 0.25]
+    assert known(rec, "e2e").tolist() == [0.75, 1.25, 0.5]
+    assert known(rec, "tpot").tolist() == [0.125, 0.75]
     assert known(rec, "tbt") is None
-    # e2e_max <= 0.6 s: D's 0.9 s is one violation of the none a max allows: settled, bound 0.9 s
-    assert settled_failure(rec, {"e2e_max": 0.6}) == ("e2e_max", 1, 0, 0.9)
-    assert settled_failure(rec, {"e2e_max": 0.9}) is None       # at the limit is no violation
+    # e2e_max <= 1 s: D's 1.25 s is one violation of the none a max allows: settled, bound 1.25 s
+    assert settled_failure(rec, {"e2e_max": 1.0}) == ("e2e_max", 1, 0, 1.25)
+    assert settled_failure(rec, {"e2e_max": 1.25}) is None       # at the limit is no violation
     # a mean SLO is passed over, not the end of the check: the e2e_max after it still settles
-    assert settled_failure(rec, {"ttft_mean": 0.01, "e2e_max": 0.6}) == ("e2e_max", 1, 0, 0.9)
+    assert settled_failure(rec, {"ttft_mean": 0.01, "e2e_max": 1.0}) == ("e2e_max", 1, 0, 1.25)
     # p5 of 10: the 1st smallest must be within, 9 may be over; 'x50' is no percentile
     assert allowed_violations(10, "p5") == 9 and allowed_violations(10, "x50") is None
 
@@ -59,4 +62,4 @@ def test_watch_stops_a_run_whose_p90_has_failed():
     assert s["settled"]["slo"] == "ttft_p90" and s["settled"]["allowed"] == 4 == allowed_violations(40, "p90")
     assert s["settled"]["violations"] == len(ttft) == 8 and s["settled"]["requests_done"] == s["completed"] == 0
     assert s["slo_met"]["ttft_p90"] == pytest.approx(np.sort(ttft)[::-1][4] / 1e-9)
-    assert stop.value.args == (s,)
+    assert stop.value.args == (s,) and s["settled"]["confidence"].startswith("certain")
