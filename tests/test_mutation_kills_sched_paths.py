@@ -281,13 +281,18 @@ def test_v1_a_trace_hash_of_a_partial_block_is_not_a_prefix_key():
     """V1, caching, blocks of 4. A (prompt 6) carries trace hashes 1, 2, the second over its partial 2nd
     block (Mooncake hashes every 512-token block, the last one partial too). Its 2nd block fills with
     generated tokens at its 8th token: cached under A's own key, not hash 2. B (prompt 9, hashes 1, 2, 3)
-    then hits only block 1 (4 tokens) and computes 5."""
+    then hits only block 1 (4 tokens) and computes 5. A prompt of exactly two blocks keeps both hashes."""
     cfg = s.Vllm(kind="vllm", max_num_seqs=256, max_num_batched_tokens=64, block_size=4)
     sched = VllmV1(cfg, LruBlockPool(16, 4, 1, True))
     a, b = Request(0, 0.0, 6, 4, (1, 2)), Request(1, 0.0, 9, 1, (1, 2, 3))
     assert sched.add(a)
     assert [step(sched) for _ in range(4)] == [[(0, 6)], [(0, 1)], [(0, 1)], [(0, 1)]] and not sched.busy()
     assert sched.add(b) and step(sched) == [(1, 5)] and b.prefix_hit == 4
+    # C (prompt 8, hashes 7, 8: two whole blocks) caches both under the trace's hashes; D (prompt 9,
+    # hashes 7, 8, 9) hits both (8 tokens) and computes 1.
+    c, d = Request(2, 0.0, 8, 1, (7, 8)), Request(3, 0.0, 9, 1, (7, 8, 9))
+    assert sched.add(c) and step(sched) == [(2, 8)]
+    assert sched.add(d) and step(sched) == [(3, 1)] and d.prefix_hit == 8
 
 
 
@@ -326,3 +331,18 @@ def test_v0_swap_in_may_leave_exactly_the_watermark_free():
     got = [step(sched) for _ in range(7)]
     assert got == [[(0, 4), (1, 4)]] + [[(0, 1), (1, 1)]] * 4 + [[(0, 1)], [(1, 1)]]
     assert sched.swapped_out_blocks == sched.swapped_in_blocks == 2 and not sched.busy()
+
+
+def test_v0_swap_in_of_a_request_whose_next_token_fits_its_blocks():
+    """V0, swap preemption, 4 blocks. A (prompt 8, output 3), B (prompt 5, output 3): 2 blocks each.
+    it2: A's 9th token needs a 3rd block; B's 6th fits its 2 blocks; none is free: B (the last) is
+    swapped out (2 blocks) and A takes one. it3: A's 10th token, its last (B cannot come back: 1 free).
+    it4: B comes back with just its 2 blocks (its 6th token needs no new one) and decodes; it5: its last."""
+    cfg = s.VllmV0(kind="vllm-v0", block_size=4, watermark=0.0, max_num_batched_tokens=64, preemption="swap")
+    sched = VllmV0(cfg, BlockPool(4, 4), prompt_limit=64)
+    sched.max_model_len = 1 << 20
+    a, b = Request(0, 0.0, 8, 3), Request(1, 0.0, 5, 3)
+    assert sched.add(a) and sched.add(b)
+    assert [step(sched), step(sched), step(sched)] == [[(0, 8), (1, 5)], [(0, 1)], [(0, 1)]] and b.swapped == 2
+    assert step(sched) == [(1, 1)] and b.blocks == 2 and sched.swapped_in_blocks == 2
+    assert step(sched) == [(1, 1)] and not sched.busy()
