@@ -96,6 +96,11 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "VllmV1._waiting `(r.computed == 0) or True`: a waiting V1 request has computed 0 (new, or preempted, "
     "which resets it)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_waiting__mutmut_13",),
+    # --- decode cohort
+    "DecodeCohort.features: `repeat(1)` without a count is cut by zip at the cohort's length; `pairs` 0 "
+    "(an int) where 0.0, chunks left at the default 0: equal numbers, equal hashes, the same arithmetic":
+        ("sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_14",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_27"),
     # --- early stop, lazy tables
     "allowed_violations: `arange(1, n + 1)` of ints (no dtype) searched for a float finds the same index; "
     "`n + 2` adds an element past q/100 x n <= n, which searchsorted (left) never passes; `min(idx, n + 1)`: "
