@@ -63,6 +63,23 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "vllm_cohort._cache_filled `_cache(r, computed + 2)`: _cache caps the tokens at prompt + generated, which "
     "is computed + 1 for a member (one token pending)":
         (f"{SCHED}vllm_cohort.x__cache_filled__mutmut_18",),
+    "Scheduler._admit with `usable` for any computed (`or True`, `else 1`), or matching with no usable unit: "
+    "_admit is reached only for a request holding no blocks, whose computed is 0 (new, or reset by a "
+    "recompute preemption; a swapped one comes back through _swap_in), and match of no hashes hits nothing":
+        tuple(f"{SCHED}base.xǁSchedulerǁ_admit__mutmut_{i}" for i in (6, 12, 15)),
+    "Scheduler._decodes `sum(n for n in needs if n >= 0)`: the zeros add nothing":
+        (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_16",),
+    "VllmV0._prefills `return` (None) for `break`: every caller (V0, Sarathi, Orca) ignores what it returns":
+        (f"{SCHED}vllm_v0.xǁVllmV0ǁ_prefills__mutmut_15", f"{SCHED}vllm_v0.xǁVllmV0ǁ_prefills__mutmut_26"),
+    "VllmV1.__init__: the watermark (None or 1 for 0) is never read by V1 (its own fits_ever, no _admit, no "
+    "swapping); passing no prompt limit is passing None":
+        tuple(f"{SCHED}vllm.xǁVllmV1ǁ__init____mutmut_{i}" for i in (8, 9, 10)),
+    "VllmV1._running `q >= budget` for `>`: at q == budget, q = budget changes nothing":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_23",),
+    "VllmV1.free: a freed request's `cached` entry left behind (`pop(None, None)`) is overwritten when it is "
+    "admitted again (_waiting) and read only for running requests; `pop(idx)` without the default: free is "
+    "reached only for running requests, all in `cached` since their admission":
+        (f"{SCHED}vllm.xǁVllmV1ǁfree__mutmut_6", f"{SCHED}vllm.xǁVllmV1ǁfree__mutmut_8"),
     "Orca._grow `return 1`: never called (Orca.schedule does not reach Scheduler._decodes); it exists so "
     "that the one-allocation and cohort paths, which test `type(sched)._grow is Scheduler._grow`, leave Orca be":
         (f"{SCHED}orca.xǁOrcaǁ_grow__mutmut_1",),

@@ -15,6 +15,7 @@ from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers import SCHEDULERS, Batch, Request
 from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.sarathi import Sarathi
+from sim.apps.serve.schedulers.sglang import Sglang
 from sim.apps.serve.schedulers.static import Static
 from sim.apps.serve.schedulers.trtllm import Trtllm
 from sim.apps.serve.schedulers.vllm import VllmV1
@@ -346,3 +347,54 @@ def test_v0_swap_in_of_a_request_whose_next_token_fits_its_blocks():
     assert [step(sched), step(sched), step(sched)] == [[(0, 8), (1, 5)], [(0, 1)], [(0, 1)]] and b.swapped == 2
     assert step(sched) == [(1, 1)] and b.blocks == 2 and sched.swapped_in_blocks == 2
     assert step(sched) == [(1, 1)] and not sched.busy()
+
+
+def test_refusals_at_the_pool_and_budget_limits():
+    """V0 (10 blocks of 4, watermark 0.2: 2 kept free, budget 16, no chunking): 8 blocks may be taken, so
+    16 + 16 = 32 tokens fit, 36 do not; a prompt + output of exactly the 16-token budget fits, 17 not; with
+    a lookahead of 1 slot, 32 tokens take 33 slots: 9 blocks, refused. V1 (9 blocks, block 0 null: 8
+    usable): 32 tokens fit, 33 do not, nor 32 with a lookahead slot."""
+    def v0_(lookahead: int = 0, budget: int = 64) -> VllmV0:
+        cfg = s.VllmV0(kind="vllm-v0", block_size=4, watermark=0.2, max_num_batched_tokens=budget)
+        return VllmV0(cfg, BlockPool(10, 4), lookahead, prompt_limit=budget)
+    assert v0_().refusal(Request(0, 0.0, 16, 16)) is None and v0_().refusal(Request(0, 0.0, 4, 32)) is not None
+    assert v0_(budget=16).refusal(Request(0, 0.0, 12, 4)) is None and v0_(budget=16).refusal(Request(0, 0.0, 12, 5))
+    assert v0_(lookahead=1).refusal(Request(0, 0.0, 16, 16)) is not None
+
+    def v1_(lookahead: int = 0) -> VllmV1:
+        cfg = s.Vllm(kind="vllm", max_num_batched_tokens=64, block_size=4)
+        return VllmV1(cfg, LruBlockPool(9, 4, 1, False), lookahead)
+    assert v1_().refusal(Request(0, 0.0, 16, 16)) is None and v1_().refusal(Request(0, 0.0, 16, 17)) is not None
+    assert v1_().refusal(Request(0, 0.0, 4, 32)) is not None and v1_(1).refusal(Request(0, 0.0, 16, 16)) is not None
+
+
+def test_v1_the_last_token_of_the_budget_goes_to_the_last_running():
+    """V1, budget 3: A, B, C (prompt 1, output 3) take 1 token each in it1; in it2 each decodes, the 3rd
+    decode taking the budget's last token."""
+    sched = VllmV1(s.Vllm(kind="vllm", max_num_batched_tokens=3, block_size=4), LruBlockPool(16, 4, 1, False))
+    assert all(sched.add(Request(i, 0.0, 1, 3)) for i in range(3))
+    assert [step(sched), step(sched)] == [[(0, 1), (1, 1), (2, 1)]] * 2
+
+
+def test_sglang_a_two_token_remainder_is_a_prefill():
+    """SGLang, budget 8: A (prompt 4, output 5), B (prompt 6). it1: A 4, B's first 4. it2: B's last 2 are
+    a prefill batch of their own (more than one token pending), A's decode waits; it3 both decode."""
+    sched = Sglang(s.Sglang(kind="sglang", max_num_batched_tokens=8, block_size=4), LruBlockPool(16, 4, 1, False))
+    assert sched.add(Request(0, 0.0, 4, 5)) and sched.add(Request(1, 0.0, 6, 3))
+    assert [step(sched), step(sched), step(sched)] == [[(0, 4), (1, 4)], [(1, 2)], [(0, 1), (1, 1)]]
+
+
+def test_v0_admission_and_decode_blocks_with_a_lookahead_and_units_of_two():
+    """V0, max 2 running: A, B, C (prompt 8, output 3) wait; it1 admits A and B only. With a lookahead of
+    1 slot, a prompt of 8 takes blocks_for(9) = 3 blocks. With prefix caching in units of 2 blocks, A
+    (prompt 8, hash 1) publishes its unit (holding 0 blocks of its own); its 9th token needs
+    blocks_for(9) - 2 = 1 block of its own."""
+    cfg = s.VllmV0(kind="vllm-v0", block_size=4, watermark=0.0, max_num_batched_tokens=64, max_num_seqs=2)
+    sched = VllmV0(cfg, BlockPool(40, 4), prompt_limit=64)
+    assert all(sched.add(Request(i, 0.0, 8, 3)) for i in range(3))
+    assert step(sched) == [(0, 8), (1, 8)]
+    look, a = VllmV0(cfg, BlockPool(40, 4), 1, prompt_limit=64), Request(0, 0.0, 8, 3)
+    assert look.add(a) and step(look) == [(0, 8)] and a.blocks == 3
+    units, a = VllmV0(cfg, BlockPool(40, 4, 2, True), prompt_limit=64), Request(0, 0.0, 8, 3, (1,))
+    assert units.add(a) and step(units) == [(0, 8)] and (a.blocks, a.shared) == (0, (1,))
+    assert step(units) == [(0, 1)] and a.blocks == 1 and units.pool.used == 3
