@@ -45,9 +45,16 @@ scripts/mutation_equivalents.py (left out of the rate; the script notes a listed
 as after a renumbering). Core on *47 (CI's): 97.0 % before (5 survivors), now 100 % (165 of 165, the
 PIM tie argued equivalent). Whole sets: KV pool 80.1 % (121 of 151) before, 100 % (137 of 137, 14 argued
 equivalent) after; metrics 88.5 % (332 of 375) with the first kill tests, 100 % (364 of 364, 11 argued) after.
-The sample overstates the whole set where the kill tests aimed at it: schedulers 81.0 % (512 of 632, 6
-argued) on the whole set after this work, 120 survivors mostly in V1's _running/_waiting/_cache, V0's
-_prefills, the swap path (_swap_in, _preempt) and Sarathi's schedule: the next tests to write.
+Whole sets, 2026-12-02 (issue 32, later): the scheduler set now takes in sglang.py, trtllm.py and
+vllm_cohort.py (842 mutants), and the decode cohort (cohort.py), the capacity search's early stop and the
+lazy tables join as sets of their own. Schedulers 80.9 % (296 of 366) on the part run before the new
+tests (base, orca, sarathi, sglang, static, trtllm, vllm_v0 in part), 98.3 % (342 of 348) on the same
+mutants after; the whole set after: 96.2 % (769 of 799; 40 argued equivalent, 3 not reached, 10
+timeouts), 100 % (89 of 89) on CI's *3. Decode cohort 93.0 % (225 of 242, 4 argued). Early stop 45.4 %
+(74 of 163, its only test the excluded search) before, 100 % (158 of 158, 5 argued) after; lazy table
+82.1 % (46 of 56) before, 100 % (54 of 54, 2 argued) after. The kill tests: tests/test_mutation_kills_
+sched_paths.py, test_early_stop_hand.py, test_lazytable_book.py. The other new sets were not rerun whole.
+A whole set runs in pieces with --resume (each piece's verdicts kept).
 CI gates both in one mutmut run: `--only core,new --sample 47 --sample-new 3 --min-kill-rate 0.90`
 (423 mutants after the last merge of main: 216 CPU-s, 4.7 min wall with 75 % of the CPU; 324 CPU-s and 15 min at
 load 8-11 before: about 2-3 min on two idle cores).
