@@ -173,6 +173,7 @@ class ExactCost:
         self.experts = experts
         stack = getattr(self.mapper, "stack", None)   # GPU mappers run a stack; other kinds have none
         self.overheads: EngineOverheads | None = stack.engine_overheads if stack is not None else None
+        self.collectives = self.mapper.collectives_per_iteration() if self.overheads else 0
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
@@ -205,7 +206,7 @@ class ExactCost:
         iteration terms (hw_models.stack.engine_overheads: serial, the GPU idles through them): the longer
         wall time's idle power added, the host's busy time grown."""
         host = self.mapper.engine_host_s(len(it.seqs)) if self.host else 0.0
-        extra = self.overheads.iteration_s(len(it.seqs)) if self.host and self.overheads else 0.0
+        extra = self.overheads.iteration_s(len(it.seqs), self.collectives) if self.host and self.overheads else 0.0
         if not host and not extra:
             return c
         t = (self.mapper.step_overhead.step_s(c[0], host) if host else c[0]) + extra
