@@ -188,7 +188,7 @@ class ExactCost:
     def point(self, it: Iteration) -> Point:
         """The mapper's device cost of `it` as plain data: (seconds, joules, busy seconds per resource
         in the mapper's order), what sim.apps.serve.tablecache keeps on disk."""
-        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
+        step = self.mapper.iteration(tuple(it.seqs), it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
         return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s), list(step.busy_s.items())
 
     def vector(self, p: Point) -> Cost:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from sim.apps.serve.schedulers.base import Batch, Request
 
 if TYPE_CHECKING:
@@ -59,10 +57,7 @@ def _dissolved(c: DecodeCohort) -> None:
 
 def _cache_filled(sched: VllmV1) -> None:
     """Members whose token this step fills a unit: that unit cached (VllmV1._cache), in running order."""
-    c = sched.cohort
-    filled = np.flatnonzero((c.computed + 1) % sched.unit_tokens == 0).tolist()
-    for j in filled:
-        r = c.reqs[j]
+    for r, computed, generated in sched.cohort.filling(sched.unit_tokens):
         # the member's true counters on its object (as sync would write them) before _cache reads them
-        r.computed, r.generated = int(c.computed[j]), int(c.generated[j])
-        sched._cache(r, r.computed + 1)
+        r.computed, r.generated = computed, generated
+        sched._cache(r, computed + 1)
