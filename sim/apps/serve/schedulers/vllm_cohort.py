@@ -30,9 +30,10 @@ def _decoding(sched: VllmV1, r: Request) -> bool:
     return not sched.pool.caching or (r.published and sched.cached.get(r.idx, 0) == r.computed // sched.unit_tokens)
 
 
-def cohort_step(sched: VllmV1) -> Batch | None:
-    """The step, its running pass over the cohort (sim.apps.serve.cohort); None (the cohort dissolved)
-    when the per-request pass must decide: too few running, budget short, a prefill, no blocks."""
+def cohort_step(sched: VllmV1, waiting: bool = True) -> Batch | None:
+    """The step, its running pass over the cohort (sim.apps.serve.cohort), then (`waiting`) its waiting
+    pass; None (the cohort dissolved) when the per-request pass must decide: too few running, budget
+    short, a prefill, no blocks."""
     c, n = sched.cohort, len(sched.running)
     # Small batches: numpy's fixed cost per array operation outweighs a Python loop over a few requests.
     if n < (sched.cohort_min // 2 if len(c) else sched.cohort_min) or n > sched.max_tokens:
@@ -46,7 +47,8 @@ def cohort_step(sched: VllmV1) -> Batch | None:
     if sched.pool.caching:
         _cache_filled(sched)
     batch = Batch(list(c.entries), cohort=c)
-    sched._waiting(batch, sched.max_tokens - n)   # prompts it admits follow the members, per request
+    if waiting:
+        sched._waiting(batch, sched.max_tokens - n)   # prompts it admits follow the members, per request
     return batch
 
 
