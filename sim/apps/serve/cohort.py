@@ -40,11 +40,12 @@ class _Member:
     """A member's offsets and what it carried in: computed = base + tick, generated = computed - lag;
     held: blocks it holds (its own and its share of cached units); mt, la: its largest gap and its
     previous token's time when it joined (mt then includes its first gap in the cohort); since: the
-    first step whose shared gap is its own (-1 before its first hand-out here)."""
-    __slots__ = ("seq", "base", "lag", "held", "mt", "la", "since")
+    first step whose shared gap is its own (-1 before its first hand-out here); live: still a member."""
+    __slots__ = ("req", "seq", "base", "lag", "held", "mt", "la", "since", "live")
 
-    def __init__(self, seq: int, base: int, lag: int, held: int, mt: float, la: float):
-        self.seq, self.base, self.lag, self.held, self.mt, self.la, self.since = seq, base, lag, held, mt, la, -1
+    def __init__(self, req: Request, seq: int, base: int, lag: int, held: int):
+        self.req, self.seq, self.base, self.lag, self.held = req, seq, base, lag, held
+        self.mt, self.la, self.since, self.live = req.max_tbt, req.last_at, -1, True
 
 
 class _Peaks:
@@ -113,16 +114,17 @@ class DecodeCohort:
         self.entries: list[tuple[Request, int]] = []   # (member, 1): a decode step's batch entries
         self.base: list[int] = []                      # each member's base, in member order
         self.seqs: list[int] = []                      # each member's join number, in member order
-        self.members: dict[Request, _Member] = {}
+        self.members: list[_Member] = []               # in member order
         self.tick = 0          # hand-outs so far
         self.joined = 0        # join numbers handed out
         self.kv = 0            # the members' summed computed tokens
         self.last = math.nan   # the last hand-out's time
         self.old = 0           # members at the last hand-out: the head; those after it joined since
         self.peaks = _Peaks()  # the shared gap of each hand-out
-        self.grows: defaultdict[int, list[Request]] = defaultdict(list)   # step -> members whose token then needs a block
-        self.ends: defaultdict[int, list[Request]] = defaultdict(list)    # step -> members whose token then is their last
-        self.fills: defaultdict[int, list[Request]] | None = None   # step -> members whose token fills a unit
+        # step -> the members whose token then needs a block, is their last, fills a cache unit
+        self.grows: defaultdict[int, list[_Member]] = defaultdict(list)
+        self.ends: defaultdict[int, list[_Member]] = defaultdict(list)
+        self.fills: defaultdict[int, list[_Member]] | None = None
         self.unit = 0
 
     def __len__(self) -> int:
@@ -132,39 +134,39 @@ class DecodeCohort:
         """Running requests past their prefill (one token pending) become members, at the tail."""
         if not new:
             return
-        t, bs, look, members = self.tick, self.block_size, self.lookahead, self.members
+        t, bs, look = self.tick, self.block_size, self.lookahead
         for r in new:
             held = r.blocks + len(r.shared) * unit_blocks
             base = r.computed - t
-            m = members[r] = _Member(self.joined, base, r.computed - r.generated, held, r.max_tbt, r.last_at)
+            m = _Member(r, self.joined, base, r.computed - r.generated, held)
             self.joined += 1
+            self.members.append(m)
             self.seqs.append(m.seq)
             self.base.append(base)
             self.kv += r.computed
-            self.grows[max(held * bs - look - base, t)].append(r)   # due once computed reaches its room
-            self.ends[t + max(r.output - r.generated, 1)].append(r)
+            self.grows[max(held * bs - look - base, t)].append(m)   # due once computed reaches its room
+            self.ends[t + max(r.output - r.generated, 1)].append(m)
             if self.fills is not None:
-                self.fills[t + (-(r.computed + 1)) % self.unit].append(r)
+                self.fills[t + (-(r.computed + 1)) % self.unit].append(m)
         self.reqs += new
         self.entries += [(r, 1) for r in new]
 
-    def _due(self, book: dict[int, list[Request]], ordered: bool = True) -> list[Request]:
+    def _due(self, book: dict[int, list[_Member]], ordered: bool = True) -> list[_Member]:
         """The members booked under this step, in member order when `ordered` (finished ones' bookings
         are dropped)."""
         due = book.pop(self.tick, None)
         if not due:
             return []
-        members = self.members
-        due = [r for r in due if r in members]
+        due = [m for m in due if m.live]
         if ordered and len(due) > 1:
-            due.sort(key=lambda r: members[r].seq)
+            due.sort(key=_seq)
         return due
 
     def sync(self) -> None:
         """Write the members' counters back to their Request objects."""
         t, peaks = self.tick, self.peaks
-        for r in self.reqs:
-            m = self.members[r]
+        for m in self.members:
+            r = m.req
             r.computed = c = m.base + t
             r.generated = c - m.lag
             if m.since < 0:
@@ -183,16 +185,16 @@ class DecodeCohort:
         due = self._due(self.grows, ordered=False)   # one allocation: the order changes nothing
         if not due:
             return True
-        t, bs, look, members = self.tick, self.block_size, self.lookahead, self.members
-        need = [(members[r].base + t + look) // bs + 1 - members[r].held for r in due]   # Scheduler._grow
+        t, bs, look = self.tick, self.block_size, self.lookahead
+        need = [(m.base + t + look) // bs + 1 - m.held for m in due]   # Scheduler._grow
         if not pool.allocate(sum(need)):
             self.grows[t] = due
             return False
-        for r, k in zip(due, need):
-            m = members[r]
+        grows = self.grows
+        for m, k in zip(due, need):
             m.held += k
-            r.blocks += k
-            self.grows[m.held * bs - look - m.base].append(r)
+            m.req.blocks += k
+            grows[m.held * bs - look - m.base].append(m)
         return True
 
     def filling(self, unit: int) -> list[tuple[Request, int, int]]:
@@ -200,14 +202,13 @@ class DecodeCohort:
         tokens ((computed + 1) % unit == 0), in member order. The first call books every member."""
         if self.fills is None:
             self.fills, self.unit = defaultdict(list), unit
-            for r in self.reqs:
-                self.fills[self.tick + (-(self.members[r].base + self.tick + 1)) % unit].append(r)
+            for m in self.members:
+                self.fills[self.tick + (-(m.base + self.tick + 1)) % unit].append(m)
         out = []
-        for r in self._due(self.fills):
-            m = self.members[r]
+        for m in self._due(self.fills):
             c = m.base + self.tick
-            out.append((r, c, c - m.lag))
-            self.fills[self.tick + unit].append(r)
+            out.append((m.req, c, c - m.lag))
+            self.fills[self.tick + unit].append(m)
         return out
 
     def features(self, rest: list[tuple[Request, int]] | None = None) -> Iteration:
@@ -232,23 +233,28 @@ class DecodeCohort:
         if self.old:   # the head emitted together at the last hand-out: one gap
             gaps[self.last] = gaps.get(self.last, 0) + self.old
             self.peaks.push(t, now - self.last)
-        members = self.members
-        for r in self.reqs[self.old:]:   # joined since: each its own previous time, its first gap here
-            m = members[r]
+        for m in self.members[self.old:]:   # joined since: each its own previous time, its first gap here
             gaps[m.la] = gaps.get(m.la, 0) + 1
             m.mt = _fmax(m.mt, now - m.la)
             m.since = t + 1
         self.last, self.old = now, n
         done = self._due(self.ends)
-        for r in done:
-            m = members.pop(r)
+        out = []
+        for m in done:
+            r = m.req
             r.computed = c = m.base + t
             r.generated, r.last_at, r.max_tbt = c - m.lag, now, _fmax(m.mt, self.peaks.since(m.since))
             self.kv -= c
+            m.live = False
             j = bisect_left(self.seqs, m.seq)
-            del self.reqs[j], self.entries[j], self.base[j], self.seqs[j]
+            del self.reqs[j], self.entries[j], self.base[j], self.seqs[j], self.members[j]
+            out.append(r)
         self.old -= len(done)
-        return done
+        return out
+
+
+def _seq(m: _Member) -> int:
+    return m.seq
 
 
 def finite(now: float) -> bool:
