@@ -39,7 +39,7 @@ from sim.apps.serve.spec import SchedulerConfig
 class VllmV1(Scheduler):
     pool_class = LruBlockPool   # freed cached blocks evicted least recently used first, as vLLM's free queue
     decode_cohort = True
-    cohort_min = 32   # running requests from which pure decode steps run as a cohort (vllm_cohort.py)
+    cohort_min = 8   # running requests from which pure decode steps run as a cohort (vllm_cohort.py; measured)
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         super().__init__(cfg, pool, lookahead, None)    # chunked prefill: no prompt limit per step

@@ -35,7 +35,8 @@ def cohort_step(sched: VllmV1, waiting: bool = True) -> Batch | None:
     pass; None (the cohort dissolved) when the per-request pass must decide: too few running, budget
     short, a prefill, no blocks."""
     c, n = sched.cohort, len(sched.running)
-    # Small batches: numpy's fixed cost per array operation outweighs a Python loop over a few requests.
+    # Small batches: the cohort's fixed cost per step outweighs a Python loop over a few requests
+    # (cohort_min 8 against 32, 16 and 4: least CPU at 10-20 running, 2,000 requests at 8/s).
     if n < (sched.cohort_min // 2 if len(c) else sched.cohort_min) or n > sched.max_tokens:
         return _dissolved(c)
     new = sched.running[len(c):]
