@@ -1,6 +1,6 @@
 """The running requests of a vLLM engine in their decode phase, kept so that a step costs work in
-proportion to what changed, not to the batch (issue 30; V0: schedulers/vllm_v0.py, V1:
-schedulers/vllm_cohort.py, whose steps may carry admitted prompts after the members).
+proportion to what changed, not to the batch (issue 30; V0: schedulers/vllm_v0.py, V1, SGLang and
+TensorRT-LLM: schedulers/vllm_cohort.py, whose V1 steps may carry admitted prompts after the members).
 
 In a step where every running request decodes one token (the usual step) every member's counters
 grow by one, so a member's counters are kept as offsets from the cohort's step count (`tick`):
