@@ -98,11 +98,14 @@ def _write(args, res, summary, sweep=None) -> None:
     `res` is the run the per-request table, the Chrome trace and the plots show (with
     --find-capacity, the run at the capacity rate; `summary` is then the search's)."""
     from sim.core.files import transaction, write_json
-    from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
     with transaction():
         if args.json:
             write_json(args.json, summary)
+        if not (args.requests or args.chrome_trace or args.plots):
+            return   # sim.apps.serve.output loads pandas and matplotlib (~0.5 s): only when a file needs them
+        from sim.apps.serve.output import plots, write_chrome_trace, write_requests
+
         if args.requests:
             write_requests(args.requests, res)
         if args.chrome_trace:
