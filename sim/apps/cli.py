@@ -85,7 +85,6 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hw_models.registry import simulate
-    from sim.apps.report import print_report
     from sim.core.generation import STEP_PROGRESS
     from sim.core.results import check_finite
     from sim.apps.gantt import parse_layers
@@ -111,6 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_run_outputs(args, result, workload, machine, layers)
     if args.quiet:
         return 0
+    from sim.apps.report import print_report   # rich tables and the kinds' report sections
 
     print_report(result, machine)
     return 0
