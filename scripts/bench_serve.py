@@ -7,7 +7,8 @@ Cases (llama3-8b on h100_sxm, workloads/serve_llama3_8b_sharegpt.yaml, vLLM V0 a
             fresh process (warm step-cost cache: a process has run the key before), the whole
             `sim serve` process, its peak RSS, requests simulated per second of serve().
   capacity  --find-capacity with 1,000-request steps in a fresh process, warm step-cost cache.
-  startup   `sim --help` whole process, and the import time of sim.apps.cli (python -X importtime).
+  startup   `sim --help` whole process, and the import time of sim.apps.cli (python -X importtime, and CPU
+            seconds), beside the floor: `python -c pass` and `python -c "import numpy"`, whole processes.
   run       a small `sim run` (workloads/llama2_7b_decode.yaml on h100_sxm, -q) whole process.
   sweep200  sweeps/serve_sweep200.yaml (200 serving points of 1,000 requests) with --executor dask-local
             --workers 2 --no-plots, whole process, on a cold step-cost cache (a new SIM_CACHE_DIR):
@@ -128,6 +129,13 @@ def sweep200(root: Path, env: dict[str, str], i: int, keep: Path | None) -> tupl
     return wall, cpu
 
 
+def import_cpu_s(root: Path, env: dict[str, str]) -> float:
+    """CPU seconds of `import sim.apps.cli` (process_time; -X importtime's figures are wall, which a
+    shared machine inflates)."""
+    code = "import time; t = time.process_time(); import sim.apps.cli; print(time.process_time() - t)"
+    return float(child(root, [sys.executable, "-c", code], env)[2].strip())
+
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -173,6 +181,9 @@ def main() -> None:
         fig["startup.help_s"] = med([h[0] for h in helps])
         fig["startup.help_cpu_s"] = med([h[3] for h in helps])
         fig["startup.import_s"] = med([import_s(root, env) for _ in range(a.repeat)])
+        fig["startup.import_cpu_s"] = med([import_cpu_s(root, env) for _ in range(a.repeat)])
+        fig["startup.floor_cpu_s"] = med([child(root, [sys.executable, "-c", "pass"], env)[3] for _ in range(a.repeat)])
+        fig["startup.numpy_cpu_s"] = med([child(root, [sys.executable, "-c", "import numpy"], env)[3] for _ in range(a.repeat)])
     if "run" in cases:
         runs = [child(root, [sys.executable, "-m", "sim.apps.cli", "run", "workloads/llama2_7b_decode.yaml", "--hw",
                              "h100_sxm", "-q"], env) for _ in range(a.repeat)]
