@@ -61,17 +61,22 @@ class PointBook:
         self.dirty: set[str] = set()
         self.seen: dict[str, Any] = {}     # per table, the store's stamp when it was last read
 
+    def _stamp(self) -> Any:
+        """The store's write stamp; None for a store without one (a stand-in): then no re-read."""
+        stamp = getattr(self.store, "stamp", None)
+        return stamp() if stamp else None
+
     def open(self, name: str) -> None:
         if name not in self.points:
-            self.seen[name] = self.store.stamp()
+            self.seen[name] = self._stamp()
             self.points[name] = self.store.load(name)
 
     def _reread(self, name: str, key: str) -> Point | None:
         """`key`'s point from the store if another process has written since this one read it: the
         workers of a sweep, started together on a cold cache, then compute each point once between
         them instead of once each (a point is ~20-40 ms; a re-read, a stat and a SELECT)."""
-        stamp = self.store.stamp()
-        if stamp == self.seen.get(name):
+        stamp = self._stamp()
+        if stamp is None or stamp == self.seen.get(name):
             return None
         self.seen[name] = stamp
         for k, v in self.store.load(name).items():
