@@ -195,7 +195,7 @@ def test_failing_points_leave_the_others_intact(tmp_path, monkeypatch):
     assert df[small]["tpot_s"].isna().all()
 
     # an unexpected exception (a bug) in one point: recorded with its message, the rest run
-    import sim.apps.sweep.run as sweep_run   # where the worker looks simulate up
+    import sim.apps.sweep.point as sweep_run   # where the worker looks simulate up
 
     real = sweep_run.simulate
 
