@@ -82,6 +82,9 @@ class Efficiency(Strict):
     # SM boost clock: on-chip serial work (a kernel's prologue, a split-KV combine) takes cycles, so its
     # time scales as 1 / clock across GPUs (hw_models.stack.attention_kernels); None: not placed.
     clock_hz: Quantity | None = Field(default=None, gt=0)
+    # CUDA compute capability (9.0 Hopper, 12.0 Blackwell RTX): the engines pick their attention kernels by it
+    # (hw_models.stack.attention_kernels.AttentionRule); None: the stack's default family.
+    compute_capability: float | None = Field(default=None, gt=0)
     gemm_tile_m: StrictInt | None = Field(default=None, gt=0)
     gemm_tile_n: StrictInt | None = Field(default=None, gt=0)
     by_kind: dict[str, KindEfficiency] = {}

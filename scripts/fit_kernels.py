@@ -32,8 +32,8 @@ the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
     python scripts/fit_kernels.py            # print the fits and their MAPE
     python scripts/fit_kernels.py --write    # rewrite the shipped YAML
     python scripts/fit_kernels.py --check    # exit 1 if the shipped YAML differs from the fit
-    python scripts/fit_kernels.py --hold-out a100   # refit decode attention and the quantized GEMMs without
-                                                    # one GPU; print the MAPE per GPU (nothing written)
+    python scripts/fit_kernels.py --hold-out a100   # refit attention (decode, prefill) and the quantized GEMMs
+                                                    # without one GPU; print the MAPE per GPU (nothing written)
 """
 
 from __future__ import annotations
@@ -181,6 +181,17 @@ ATTENTION = {
         description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
         cite="vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl.forward -> vllm_flash_attn "
              "flash_attn_varlen_func; fa_utils.get_flash_attn_version: FA3 on SM 9.0, else FA2)"),
+    "flashinfer": dict(
+        framework="sglang", kernel="flashinfer", stack="sglang", check=("vllm", "flashinfer", "vllm"),
+        description="FlashInfer paged decode / prefill through SGLang's flashinfer backend (its default off Hopper and "
+                    "datacenter Blackwell) and vLLM's FLASHINFER backend (FP8 KV where FlashAttention has none)",
+        cite="sglang python/sglang/srt/server_args.py ServerArgs._get_default_attn_backend (MHA: fa3 on Hopper with "
+             "CUDA >= 12.3, trtllm_mha on SM 10.x, else flashinfer) -> layers/attention/flashinfer_backend.py "
+             "(BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper); vllm/platforms/cuda.py "
+             "_get_backend_priorities (FlashInfer first on SM 10.x, after FLASH_ATTN elsewhere; FLASH_ATTN takes FP8 "
+             "KV only with FA3 on Hopper: vllm/attention/utils/fa_utils.py flash_attn_supports_fp8). Fitted on "
+             "SGLang's rows (RTX PRO 6000: the only in-sample GPU with a preset whose SGLang rows run FlashInfer); "
+             "vLLM's FlashInfer rows of the same GPU are the check"),
 }
 ATTN_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
 KV_FMT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
@@ -207,20 +218,22 @@ def _gpu_figures(preset: str) -> tuple[int, float, float, float, float]:
 
 
 @cache
-def _attention_table(name: str, table: str) -> list[tuple]:
-    """(preset, row, [(op, sim seconds)]) for the family's rows of every in-sample GPU's table."""
+def _attention_table(name: str, table: str, check: bool = False) -> list[tuple]:
+    """(preset, row, [(op, sim seconds)]) for the family's rows of every in-sample GPU's table (`check`:
+    the rows of the family's kernel run by another engine, which are never fitted on)."""
     from sim.apps.trace.aic import attention_ops
     spec = ATTENTION[name]
+    framework, kernel, stack = spec["check"] if check else (spec["framework"], spec["kernel"], spec["stack"])
     out = []
     for gpu, preset in ATTN_GPUS.items():
         df = pd.read_csv(SHARED / f"{table}_{gpu}.csv.gz")
-        df = df[df["framework"] == spec["framework"]]
-        if spec["kernel"]:
-            df = df[df["kernel_source"].str.contains(spec["kernel"])]
+        df = df[df["framework"] == framework]
+        if kernel:
+            df = df[df["kernel_source"].str.contains(kernel)]
         decode = table == "gen_attn"
         for r in df.itertuples(index=False):
             q_len, kv_len = (1, int(r.step) + 1) if decode else (int(r.isl), int(r.isl))
-            ops = attention_ops(preset, spec["stack"], spec["framework"], "decode" if decode else "prefill",
+            ops = attention_ops(preset, stack, framework, "decode" if decode else "prefill",
                                 int(r.batch), q_len, kv_len, int(r.heads), int(r.kv_heads), int(r.head_dim),
                                 KV_FMT[r.kv_dtype])
             out.append((preset, r, ops))
@@ -264,6 +277,11 @@ def _decode_columns(sel: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return np.array(X), np.array(t), np.array(others), np.array(kvb)
 
 
+def _decode_errors(X: np.ndarray, t: np.ndarray, others: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """|relative error| per row of the Decode model with coefficients `coef` (_decode_columns' order)."""
+    return np.abs(others + X @ coef - t) / t
+
+
 def fit_decode(name: str, hold_out: str | None = None) -> dict:
     """Per KV format: the Decode figures fitted on the in-sample rows (less `hold_out`'s preset), and
     the MAPE on every GPU's rows (`mape_by_gpu`; the held-out GPU's is out of sample)."""
@@ -287,40 +305,57 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
         ramp = c1[5] / c1[4] if c1[4] > 0 else 0.0
         mem = (X[:, 4] + ramp * X[:, 5]) * inv_eff
         fixed, cycles, cta, mha_cta = _weighted_nnls(X[fit, :4], t[fit], others[fit] + mem[fit])
-        err = np.abs(others + X[:, :4] @ np.array([fixed, cycles, cta, mha_cta]) + mem - t) / t
+        coef = np.array([fixed, cycles, cta, mha_cta, inv_eff, ramp * inv_eff])
+        err = _decode_errors(X, t, others, coef)
         presets = np.array([p for p, _, _ in sel])
+        check = [(p, r, ops) for p, r, ops in (_attention_table(name, "gen_attn", True) if "check" in ATTENTION[name]
+                                               else []) if r.kv_dtype == kv]
         out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "fixed_cycles": _sig(cycles), "cta_s": _sig(cta),
                            "mha_cta_s": _sig(mha_cta), "kv_stream_efficiency": _sig(1.0 / inv_eff),
                            "kv_ramp_ctas": _sig(ramp), "rows": int(fit.sum()),
                            "fit_mape": round(float(err[fit].mean()), 4),
                            "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))},
+                           "check_mape": round(float(_decode_errors(*_decode_columns(check)[:3], coef).mean()), 4)
+                           if check else None, "check_rows": len(check),
                            "dropped": sorted(f"{p} {'grouped' if g else 'mha'}" for p, g in dropped
                                              if any(p == q and r.kv_dtype == kv for q, r, _ in rows))}
     return out
 
 
-def fit_prefill(name: str) -> dict | None:
+def fit_prefill(name: str, hold_out: str | None = None) -> dict | None:
+    """The fixed cost and the fraction of the bf16 peak per measured sequence length, fitted together by
+    least squares on the relative error, the fraction parametrized as a cumulative sum of non-negative steps
+    so that it never falls with a longer sequence (hw_models.stack.attention_kernels): fitting each length
+    freely and then raising the later ones to the running maximum let one noisy short length (FlashInfer
+    at 32 tokens, where the FLOPs are a sliver of a ~6 us call) pin every longer one at the peak."""
+    from scipy.optimize import least_squares
     rows = [(p, r, ops) for p, r, ops in _attention_table(name, "ctx_attn")
             if r.kv_dtype == "bfloat16" and r.attn_dtype == "bfloat16"]
     if len(rows) < 10:
         return None
     lens = sorted({int(r.isl) for _, r, _ in rows})
-    col = {q: i + 1 for i, q in enumerate(lens)}
-    X, t, others = np.zeros((len(rows), len(lens) + 1)), [], []
-    for i, (preset, r, ops) in enumerate(rows):
-        X[i, 0] = 1.0
-        X[i, col[int(r.isl)]] = ops[0][0].flops / _gpu_figures(preset)[2]
-        t.append(r.latency_us * 1e-6)
-        others.append(sum(sec for _, sec in ops[1:]))
-    t, others = np.array(t), np.array(others)
-    c = _weighted_nnls(X, t, others)
-    fracs = np.minimum(1.0, 1.0 / np.maximum(c[1:], 1e-9))
-    fracs = np.maximum.accumulate(fracs)    # never lower with a longer sequence (hw_models.stack.attention_kernels)
-    points = [[q, _sig(f)] for q, f in zip(lens, fracs)]
-    pred = others + c[0] + np.array([X[i, col[int(r.isl)]] / points[col[int(r.isl)] - 1][1]
-                                     for i, (_, r, _) in enumerate(rows)])
-    return {"fixed_s": _sig(c[0]), "rate_points": points, "rows": len(t),
-            "fit_mape": round(float(np.mean(np.abs(pred - t) / t)), 4)}
+    idx = np.searchsorted(lens, [int(r.isl) for _, r, _ in rows])
+    ideal = np.array([ops[0][0].flops / _gpu_figures(p)[2] for p, _, ops in rows])   # seconds at the bf16 peak
+    t = np.array([r.latency_us * 1e-6 for _, r, _ in rows])
+    others = np.array([sum(sec for _, sec in ops[1:]) for _, _, ops in rows])
+
+    def fracs(steps: np.ndarray) -> np.ndarray:
+        return np.minimum(np.cumsum(steps), 1.0)
+
+    def rel(x: np.ndarray) -> np.ndarray:
+        return (others + x[0] + ideal / fracs(x[1:])[idx] - t) / t
+
+    presets = np.array([p for p, _, _ in rows])
+    fit = presets != hold_out     # `hold_out`: a preset whose rows are only checked (mape_by_gpu)
+    if fit.sum() < 10:    # only the held-out GPU has this family's rows
+        return None
+    x0 = np.r_[5e-6, 0.05, np.full(len(lens) - 1, 0.5 / len(lens))]
+    x = least_squares(lambda x: rel(x)[fit], x0, bounds=(np.r_[0.0, np.full(len(lens), 1e-6)], np.inf)).x
+    points = [[q, _sig(f)] for q, f in zip(lens, fracs(x[1:]))]
+    err = np.abs(others + _sig(x[0]) + ideal / np.array([points[i][1] for i in idx]) - t) / t
+    return {"fixed_s": _sig(x[0]), "rate_points": points, "rows": int(fit.sum()),
+            "fit_mape": round(float(err[fit].mean()), 4),
+            "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))}}
 
 
 # Quantized GEMM families: the gemm-table rows each is fitted on (framework, dtype, kernel column) and the
@@ -550,6 +585,9 @@ def render_attention() -> str:
                          f"cta_s: {d['cta_s']:.3g}, mha_cta_s: {d['mha_cta_s']:.3g}, "
                          f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, "
                          f"kv_ramp_ctas: {d['kv_ramp_ctas']:.3g}, rows: {d['rows']}, fit_mape: {d['fit_mape']}}}")
+            if d["check_mape"] is not None:
+                lines.append(f"      # {' '.join(ATTENTION[name]['check'][:2])} rows of this KV format (not fitted on): "
+                             f"{d['check_rows']}, MAPE {d['check_mape']}")
             if d["dropped"]:
                 lines.append(f"      # left out (they read less than they name): {', '.join(d['dropped'])}")
         pf = fit_prefill(name)
@@ -573,14 +611,18 @@ def report_hold_out(gpu: str) -> None:
         for fmt, d in fit_decode(name, preset).items():
             by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in d["mape_by_gpu"].items())
             print(f"decode {name} kv {fmt}, fitted without {gpu}: {by}")
+        pf = fit_prefill(name, preset)
+        if pf is not None and preset in pf["mape_by_gpu"] and len(pf["mape_by_gpu"]) > 1:
+            by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in pf["mape_by_gpu"].items())
+            print(f"prefill {name} kv bf16, fitted without {gpu}: {by}")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="rewrite the shipped YAML")
     p.add_argument("--check", action="store_true", help="exit 1 if the shipped YAML differs from the fit")
-    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode attention without this GPU and "
-                   "print the MAPE per GPU (nothing written)")
+    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode and prefill attention and the "
+                   "quantized GEMMs without this GPU and print the MAPE per GPU (nothing written)")
     args = p.parse_args()
     if not (SHARED / "comm_h100.csv.gz").is_file():
         print(f"{SHARED} not found: nothing to fit")

@@ -59,10 +59,24 @@ NOTES = """What moved, and what did not:
   (CTAs / (CTAs + kv_ramp_ctas)). TensorRT-LLM 1.0's grouped-query rows on A100 stream 1.45x the A100's DRAM peak
   at > 1 GB of KV (they cannot read the cache they name): left out of the fit, still costed here. Held out by GPU
   (`scripts/fit_kernels.py --hold-out GPU`, fitted on the other two): vLLM FlashAttention bf16 H100 10.7%, A100
-  19.3%, RTX PRO 6000 23.2%; TensorRT-LLM bf16 H100 19.8%, A100 (MHA rows) 20.3%, RTX PRO 6000 37.1%. SGLang rows
-  run under the sglang stack (vllm's kernels and its flash_attn figures); on RTX PRO 6000 SGLang and vLLM's FP8-KV decode run
-  FlashInfer, which has no family of its own here, and the 128 MB L2 holds caches up to ~100 MB across graph
-  replays (a replayed single layer; in serving the other layers evict them): that GPU's decode rows stay worst.
+  19.3%, RTX PRO 6000 23.2%; TensorRT-LLM bf16 H100 19.8%, A100 (MHA rows) 20.3%, RTX PRO 6000 37.1%.
+* FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows, the only in-sample
+  GPU with a preset whose SGLang rows run it (L40S has no sim preset), so no GPU can be held out; vLLM's
+  FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2%). The stacks now pick their
+  backend as the engines' source does, by the GPU's `compute_capability` and the KV format: SGLang fa3 on Hopper,
+  trtllm_mha on SM 10.x, FlashInfer elsewhere (server_args.py _get_default_attn_backend); vLLM FlashInfer on
+  SM 10.x and for FP8 KV off Hopper (platforms/cuda.py _get_backend_priorities; FA2 reads no FP8 KV). A row is
+  costed with the family of the kernel it measured (SGLang 0.5.10's A100 rows ran flash_attention). The RTX PRO
+  6000 decode rows stay worst: its 128 MB L2 holds caches up to ~100 MB across graph replays (a replayed single
+  layer; in serving the other layers evict them), and FlashInfer's bf16 fit (38%) is dominated by them. vLLM's
+  FP8-KV prefill (FlashInfer's fiprefill) runs slower than SGLang's bf16 FlashInfer prefill the curve was fitted
+  on: it moved 23.0% -> 36.7% (no FP8-KV prefill curve yet).
+* Prefill attention: fixed + FLOPs at a fraction of the bf16 peak per sequence length, now fitted jointly with the
+  fraction as a sum of non-negative steps (never falling with the length); the shipped TensorRT-LLM and
+  FlashAttention curves are unchanged, FlashInfer's no longer sticks at the peak past 32 tokens. Held out by GPU
+  (`scripts/fit_kernels.py --hold-out GPU`, fitted on the other two; bf16 KV): TensorRT-LLM H100 14.3%, A100 11.6%,
+  RTX PRO 6000 15.5%; FlashAttention H100 20.9%, A100 15.3%, RTX PRO 6000 24.5% (FA3 on Hopper and FA2 elsewhere
+  share one curve).
 * Quantized GEMMs (hw_models/stack/kernel_families_fitted.yaml, fitted by scripts/fit_kernels.py on these
   tables: in sample): per-tensor FP8 as the engines run it, an activation-quantize kernel (fitted on the quant
   tables) then the scaled GEMM with its floor and M-curve, one family per engine (TensorRT-LLM cuBLASLt, vLLM

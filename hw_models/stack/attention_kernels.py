@@ -117,6 +117,39 @@ class AttentionFamily(Strict):
             raise ValueError(str(exc)) from None
 
 
+class AttentionRule(Strict):
+    """One line of an engine's attention-backend choice: `family` runs where the GPU's compute
+    capability major is one of `capability_major` and the KV cache is stored in one of `kv`
+    (an empty list matches anything; a GPU without compute_capability matches no capability list)."""
+    family: str
+    capability_major: list[int] = []
+    kv: list[str] = []
+
+    @field_validator("kv")
+    @classmethod
+    def _kv(cls, v: list[str]) -> list[str]:
+        try:
+            return [get_format(k).name for k in v]
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    def matches(self, capability: float | None, kv_fmt: str | None) -> bool:
+        if self.capability_major and (capability is None or int(capability) not in self.capability_major):
+            return False
+        return not self.kv or (kv_fmt is not None and get_format(kv_fmt).name in self.kv)
+
+
+def select_family(default: str | None, rules: list[AttentionRule], capability: float | None,
+                  kv_fmt: str | None) -> str | None:
+    """The first rule that matches names the family; none: `default` (the stack's `attention`)."""
+    return next((r.family for r in rules if r.matches(capability, kv_fmt)), default)
+
+
+def kv_format(op: Op) -> str | None:
+    """The storage format of `op`'s KV-cache reads (None: it reads none)."""
+    return next((t.fmt for t in op.reads if t.role == "kv"), None)
+
+
 class AttentionKernels(Strict):
     families: dict[str, AttentionFamily]
     source: str = Field(default="", exclude=True)

@@ -21,7 +21,7 @@ from hw_models import compute_path
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.stack.kernel_families import VECTOR, Family, families
 from hw_models.machine import Tier, Unit
-from hw_models.stack.attention_kernels import attention_cost
+from hw_models.stack.attention_kernels import attention_cost, kv_format
 from hw_models.stack.spec import Stack
 from sim.core import graph as g
 from sim.core.errors import ConfigError
@@ -85,8 +85,10 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
             family = stack.emulated_family(w.fmt)
         if family is not None:
             return family_cost(op, unit, unit_name, tier, stack, family)
-    if op.kind == g.ATTENTION and stack.attention is not None:
-        hit = attention_cost(op, unit, unit_name, tier, stack.attention)
+    attention = stack.attention_family(unit.efficiency.compute_capability, kv_format(op)) \
+        if op.kind == g.ATTENTION else None
+    if attention is not None:
+        hit = attention_cost(op, unit, unit_name, tier, attention)
         if hit is not None:
             return hit
     spec = stack.spec(op)

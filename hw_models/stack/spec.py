@@ -38,7 +38,7 @@ from pathlib import Path
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
 from hw_models.network.collectives import ALGORITHMS
-from hw_models.stack.attention_kernels import family_names   # the fitted file loads on first use (cached)
+from hw_models.stack.attention_kernels import AttentionRule, family_names, select_family   # fitted file: loaded on first use
 from hw_models.stack.kernel_families import FAMILIES
 from hw_models.stack.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cycles, block_row, rows_of,
                                    serial_values, softmax_block_threads)
@@ -113,6 +113,12 @@ class KernelSpec(Strict):
         return self
 
 
+
+def _known_attention_family(v: str | None) -> str | None:
+    if v is not None and v not in family_names():
+        raise ValueError(f"unknown attention kernel family {v!r}; families: {', '.join(family_names())}")
+    return v
+
 class Stack(Strict):
     name: str
     description: str = ""
@@ -134,6 +140,9 @@ class Stack(Strict):
     # preset's host launch overhead (None: the launch overhead, as before; scripts/fit_kernels.py).
     graph_gap_s: Quantity | None = Field(default=None, ge=0)
     attention: str | None = None                  # attention kernel family (stack/attention_kernels.yaml)
+    # the engine's backend choice by GPU and KV format, first match wins over `attention` (vLLM: FlashInfer
+    # where FlashAttention has no FP8 KV; SGLang: FA3 on Hopper, FlashInfer elsewhere)
+    attention_rules: list[AttentionRule] = []
     all_reduce: str | None = None                 # the collective algorithm it runs (network.collectives)
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
@@ -146,9 +155,18 @@ class Stack(Strict):
     @field_validator("attention")
     @classmethod
     def _attention(cls, v: str | None) -> str | None:
-        if v is not None and v not in family_names():
-            raise ValueError(f"unknown attention kernel family {v!r}; families: {', '.join(family_names())}")
+        return _known_attention_family(v)
+
+    @field_validator("attention_rules")
+    @classmethod
+    def _attention_rules(cls, v: list[AttentionRule]) -> list[AttentionRule]:
+        for r in v:
+            _known_attention_family(r.family)
         return v
+
+    def attention_family(self, capability: float | None, kv_fmt: str | None) -> str | None:
+        """The attention kernel family this engine runs on a GPU of that compute capability."""
+        return select_family(self.attention, self.attention_rules, capability, kv_fmt)
 
     @field_validator("all_reduce")
     @classmethod

@@ -119,7 +119,7 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 # What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
-ISSUE28_FIELDS = {"attention": None, "graph_gap_s": None}
+ISSUE28_FIELDS = {"attention": None, "attention_rules": [], "graph_gap_s": None}
 # The fitted quantized GEMM families (hw_models/stack/kernel_families_fitted.yaml) -> the hand family the
 # stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
 ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
@@ -130,9 +130,21 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
                     "sglang_fp8_block": "fp8_scaled_mm"}
 
 
+# The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
+# where that is not the one its engine's stack picks on the GPU (SGLang 0.5.10's A100 rows ran
+# flash_attention, where SGLang's default there is FlashInfer).
+KERNEL_FAMILY = (("torch_flow", "trtllm_attention"), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
+                 ("flash_attention", "flash_attn"), ("fa3", "flash_attn"))
+
+
+def measured_family(kernel_source: str) -> str | None:
+    return next((fam for key, fam in KERNEL_FAMILY if key in kernel_source), None)
+
+
 @cache
-def _mapper(preset: str, stack: str | None, baseline: bool = False):
-    """The preset's mapper under `stack`; only its per-op cost is used, so the model is a placeholder."""
+def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: str | None = None):
+    """The preset's mapper under `stack` (running the `attention` family, if given); only its per-op
+    cost is used, so the model is a placeholder."""
     machine = load_machine(preset)
     if machine.kind != "gpu":
         raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --input-format aic costs GPU ops (a gpu preset)")
@@ -141,6 +153,8 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False):
         quant = {f: ISSUE28_FAMILIES.get(fam, fam) for f, fam in mapper.stack.quant_gemm.items()}
         mapper.stack = mapper.stack.model_copy(update={**ISSUE28_FIELDS, "quant_gemm": quant,
                                                             "quant_gemm_emulated": {}})
+    elif attention is not None and mapper.stack is not None:
+        mapper.stack = mapper.stack.model_copy(update={"attention": attention, "attention_rules": []})
     return mapper
 
 
@@ -188,11 +202,11 @@ def _model(heads: int, kv_heads: int, head_dim: int):
 
 
 def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int, kv_len: int,
-                  heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False
-                  ) -> list[tuple[Op, float]]:
+                  heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False,
+                  attention: str | None = None) -> list[tuple[Op, float]]:
     """The ops of one lowered layer an engine's attention call covers, each with its simulated
-    seconds under `stack` (the attention op first)."""
-    mapper = _mapper(preset, stack, baseline)
+    seconds under `stack` (the attention op first; run as `attention`'s family, if given)."""
+    mapper = _mapper(preset, stack, baseline, attention)
     return [(op, mapper.cost(op).duration_s)
             for op in _layer_ops(ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT), phase, batch, q_len, kv_len,
                                  heads, kv_heads, head_dim, kv_fmt)]
@@ -210,23 +224,25 @@ def _layer_ops(names: tuple[str, ...], phase: str, batch: int, q_len: int, kv_le
 
 
 def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
-                kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False) -> float:
+                kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False,
+                attention: str | None = None) -> float:
     """Simulated seconds of one engine attention call: its ops of one lowered layer."""
     return sum(s for _, s in attention_ops(preset, stack, engine, phase, batch, q_len, kv_len, heads, kv_heads,
-                                           head_dim, kv_fmt, baseline))
+                                           head_dim, kv_fmt, baseline, attention))
 
 
 def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: str | None,
                     out: AicValidation, baseline: bool = False) -> None:
     decode = table == "gen_attn"
-    for (fw, kv), part in df.groupby(["framework", "kv_dtype"], sort=True):
+    for (fw, kv, src), part in df.groupby(["framework", "kv_dtype", "kernel_source"], sort=True):
         st = stack or STACK.get(fw)
+        attention = None if stack or baseline else measured_family(str(src))
         family = f"{'decode' if decode else 'prefill'} attention kv {kv} [{fw}]"
         for b, isl, step, h, kvh, d, lat in part[["batch", "isl", "step", "heads", "kv_heads", "head_dim",
                                                   "latency_us"]].itertuples(index=False):
             q_len, kv_len = (1, int(step) + 1) if decode else (int(isl), int(isl))
             sim_s = attention_s(preset, st, fw, "decode" if decode else "prefill", int(b), q_len, kv_len,
-                                int(h), int(kvh), int(d), KV_FORMAT.get(kv, "bf16"), baseline)
+                                int(h), int(kvh), int(d), KV_FORMAT.get(kv, "bf16"), baseline, attention)
             out.rows.append(Row(gpu, family, fw, st, lat * US, sim_s, f"b{b} q{q_len} kv{kv_len} h{h}/{kvh}"))
 
 
