@@ -174,7 +174,6 @@ class ExactCost:
         self.experts = experts
         stack = getattr(self.mapper, "stack", None)   # GPU mappers run a stack; other kinds have none
         self.overheads: EngineOverheads | None = stack.engine_overheads if stack is not None else None
-        self.collectives = self.mapper.collectives_per_iteration() if self.overheads else 0
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
@@ -210,7 +209,7 @@ class ExactCost:
         n = len(it.seqs)
         host, extra = self._host.get(n) or self._host.setdefault(n, (
             self.mapper.engine_host_s(n) if self.host else 0.0,
-            self.overheads.iteration_s(n, self.collectives) if self.host and self.overheads else 0.0))   # per count, once
+            self.overheads.iteration_s(n, self.mapper.collectives_per_iteration()) if self.host and self.overheads else 0.0))   # per count, once
         if not host and not extra:
             return c
         t = (self.mapper.step_overhead.step_s(c[0], host) if host else c[0]) + extra
