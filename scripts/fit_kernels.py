@@ -23,6 +23,9 @@ Blackwell datacenter tables, aic/README.md) and writes the fitted files:
   stage 1 the floor and weight-stream efficiency on the memory-bound rows (M <= 16), stage 2
   the achieved fraction of the rate at each measured M (the fraction minimizing the MAPE of
   that M's rows, held non-decreasing in M as the family model requires).
+  The same file holds one dense bf16 GEMM family per in-sample GPU (dense_bf16_<gpu>, named by the
+  GPU preset's efficiency.dense_gemm), fitted the same way on that GPU's bf16 rows of all three
+  engines; --hold-out GPU also fits it pooled on the other two GPUs and reports the third.
 
 Every line is fitted by least squares on the relative error (each point weighted by
 1 / measured), so small and large messages count alike. NCCL's two lines: for each split
@@ -32,7 +35,7 @@ the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
     python scripts/fit_kernels.py            # print the fits and their MAPE
     python scripts/fit_kernels.py --write    # rewrite the shipped YAML
     python scripts/fit_kernels.py --check    # exit 1 if the shipped YAML differs from the fit
-    python scripts/fit_kernels.py --hold-out a100   # refit attention (decode, prefill) and the quantized GEMMs
+    python scripts/fit_kernels.py --hold-out a100   # refit attention (decode, prefill), the quantized and dense GEMMs
                                                     # without one GPU; print the MAPE per GPU (nothing written)
 """
 
