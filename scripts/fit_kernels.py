@@ -517,25 +517,32 @@ def fit_quant_gemm(name: str, hold_out: str | None = None) -> dict | None:
     return {"spec": spec, "quant": q, "fitted_on": fitted_on, **_fit_curve(rows, held)}
 
 
-def _fit_curve(rows: list[tuple], held: list[tuple]) -> dict:
+def _fit_curve(rows: list[tuple], held: list[tuple], flat_below: bool = False) -> dict:
     """Floor, weight-stream efficiency and the fraction of the rate per measured M fitted on `rows`
     (_rows_of; module doc: stage 1 on the memory-bound rows, stage 2 per M), with the MAPE on `rows`
-    and on `held` (None when empty)."""
+    and on `held` (None when empty). `flat_below`: at the smallest M, where every row is memory-bound
+    for any fraction (the MAPE is the same at 1.0: the data do not see the compute term), the fraction
+    is that of the first M whose rows do see it (the most the curve allows: never higher with fewer
+    rows) instead of the grid's lowest 0.01, which would report a memory-bound GEMM's compute as busy."""
     m_, w_, o_, c_, y_, t_, wb_ = (np.array(v) for v in zip(*rows))
     small = m_ <= MEMORY_BOUND_M
     big = wb_[small] >= 2.0
     floor, eff = _floor_and_stream(w_[small], y_[small] - o_[small], big)
     mem = w_ / eff + o_
     grid = np.linspace(0.01, 1.0, 100)
-    points = []
+    points, seen = [], []
     for m in sorted(set(m_.tolist())):
         sel = m_ == m
         err = [np.mean(np.abs(floor + np.maximum(c_[sel] / f, mem[sel]) - y_[sel]) / t_[sel]) for f in grid]
         points.append([int(m), float(grid[int(np.argmin(err))])])
+        seen.append(bool(min(err) < err[-1] - 1e-12))
     fracs = np.maximum.accumulate([f for _, f in points])   # never lower with more rows (kernel_families)
     points = [[m, _sig(f)] for (m, _), f in zip(points, fracs)]
     for i in range(1, len(points)):    # nor growing faster than M: more rows never take less time
         points[i][1] = min(points[i][1], points[i - 1][1] * points[i][0] / points[i - 1][0])
+    first = seen.index(True) if flat_below and any(seen) else 0
+    for i in range(first):
+        points[i][1] = points[first][1]
     return {"floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff), "rate_points": points,
             "rows": len(t_), "stream_measured": bool(np.count_nonzero(big) >= 2),
             "fit_mape": _quant_mape(rows, floor, eff, dict(points)),
@@ -570,7 +577,7 @@ def fit_dense_gemm(gpus: tuple[str, ...], hold_out: str | None = None) -> dict:
     per M bucket, held_out_by_m."""
     rows = [r for gpu in gpus for r in _dense_rows(gpu)]
     held = _dense_rows(hold_out) if hold_out else []
-    f = _fit_curve(rows, held)
+    f = _fit_curve(rows, held, flat_below=True)
     pts = dict(f["rate_points"])
     f["held_out_by_m"] = {f"{lo}-{hi}": _quant_mape(sel, f["floor_s"], f["weight_stream_efficiency"], pts)
                           for lo, hi in M_BUCKETS if (sel := [r for r in held if lo <= r[0] <= hi])}
