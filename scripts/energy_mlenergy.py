@@ -3,7 +3,7 @@
 
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/energy_mlenergy.py [--every N] [--write]
     ... --fit            the fitted figures (scripts/fit_energy.py: H100 runs only) into docs/energy.md
-    ... --sensitivity    J/token and power against the assumed input lengths (x0.5, x2)
+    ... --sensitivity    J/token and power against the assumed input lengths (x0.5, x1, x2, LMSYS-Chat-1M's)
 
 The replay is sim.apps.serve.mlenergy (its module doc states the assumptions). `--write`
 replaces the generated section of docs/energy.md.
@@ -27,6 +27,7 @@ from fit_energy import MAX_SEQS, TASKS, fit_line, fit_runs  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
 from sim.apps.serve import mlenergy as M  # noqa: E402
 from sim.apps.serve import mlenergy_fit as F  # noqa: E402
+from sim.apps.serve import mlenergy_inputs as I  # noqa: E402
 
 SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 DOC = ROOT / "docs" / "energy.md"
@@ -111,14 +112,16 @@ def run_table(every: int, cache: Path | None, gpus: tuple[str, ...] = ("H100", "
 
 
 def sensitivity() -> str:
-    """J/token and power of a few runs at x0.5 and x2 the assumed input lengths."""
+    """J/token and power of a few runs at x0.5, x1 and x2 the assumed input lengths, and at the chat prompt
+    LMSYS-Chat-1M's statistics would give (sim.apps.serve.mlenergy_inputs)."""
+    lmsys = I.request_prompt_tokens(I.LMSYS_CHAT_1M) / M.INPUT_MEAN["lm-arena-chat"]
     runs = M.load_runs(SHARED)
     pick = [r for r in runs if (r.gpu, r.preset, r.max_num_seqs) in
             {("H100", "llama3-8b", 64), ("H100", "llama3-70b", 64), ("B200", "llama3-8b", 64)}
             and r.model != "meta-llama/Llama-3.3-70B-Instruct"]
     rows = ["| run | input scale | J/token | error | W/GPU | error |", "|---|---:|---:|---:|---:|---:|"]
     for r in pick:
-        for s in (0.5, 1.0, 2.0):
+        for s in (0.5, 1.0, 2.0, round(lmsys, 2)):
             x = M.replay(r, input_scale=s)
             rows.append(f"| {r.gpu} {r.preset} seqs {r.max_num_seqs} | {s:g} | {x.j_per_token:.4f} | {x.j_error:+.1%} | "
                         f"{x.power_per_gpu_w:.0f} | {x.power_error:+.1%} |")

@@ -23,18 +23,18 @@ def _run(hw: str, gen_len: int = 2, **kw):
 
 
 def test_decode_step_energy_by_hand():
-    """One decode step (kv 257): idle 117.1 W x its time + activity 268 W x the GPU's busy time
-    + bytes x 4e-11 J/B + fp16 FLOPs x 0.621e-12 J + vector FLOPs x 1.86e-12 J (h200.yaml's figures)."""
+    """One decode step (kv 257): idle 117.1 W x its time + activity 272 W x the GPU's busy time
+    + bytes x 4e-11 J/B + fp16 FLOPs x 0.675e-12 J + vector FLOPs x 2.03e-12 J (h200.yaml's figures)."""
     r = _run("h200")
     graph = lower(load_model("llama2-7b"), "decode", 1, 1, 257, FormatPolicy("fp16", "fp16", "fp16", ()), False)
     ops = list(graph.ops())
-    dynamic = (sum(o.bytes for o in ops) * 4.0e-11 + sum(o.flops for o in ops if o.kind in MATRIX) * 0.621e-12
-               + sum(o.flops for o in ops if o.kind not in MATRIX) * 1.86e-12)
+    dynamic = (sum(o.bytes for o in ops) * 4.0e-11 + sum(o.flops for o in ops if o.kind in MATRIX) * 0.675e-12
+               + sum(o.flops for o in ops if o.kind not in MATRIX) * 2.03e-12)
     w = workload_from_dict(dict(name="e", model="llama2-7b", batch=1, prompt_len=256, gen_len=2,
                                 formats=dict(weights="fp16", activations="fp16", kv_cache="fp16")), "test")
     step = mapper_for(load_machine("h200"), w, w.model_config_()).step("decode", 1, 257, exhaustive=True)
     assert step.time_s == pytest.approx(r.tpot_s, rel=1e-12)
-    expect = 117.1 * r.tpot_s + 268.0 * step.busy_s["gpu"] + dynamic
+    expect = 117.1 * r.tpot_s + 272.0 * step.busy_s["gpu"] + dynamic
     assert r.decode_energy_per_token_j == pytest.approx(expect, rel=1e-9)
     total = r.energy_per_token_j * r.batch * r.gen_len
     assert r.prefill_energy_per_token_j * 256 + r.decode_energy_per_token_j == pytest.approx(total, rel=1e-12)
@@ -74,6 +74,6 @@ def test_negative_flop_energy_is_one_line(tmp_path):
     from sim.core.errors import ConfigError
     hw = tmp_path / "hw.yaml"
     src = (Path(__file__).resolve().parent.parent / "hw_models/presets/h200.yaml").read_text()
-    hw.write_text(src.replace("fp32: 1.86e-12 ", "fp32: -1.86e-12 "))
+    hw.write_text(src.replace("fp32: 2.03e-12 ", "fp32: -2.03e-12 "))
     with pytest.raises(ConfigError, match=r"energy_j_per_flop.*fp32.*>= 0"):
         load_machine(str(hw))

@@ -1,6 +1,6 @@
-"""ML.ENERGY replay (issue 33): the fit recovers known figures by hand, the shipped presets are
-scripts/fit_energy.py's output, and `sim validate-energy` replays a slice of the measured runs
-(bad input: one line, exit 2)."""
+"""ML.ENERGY replay (issue 33): the assumed chat prompt lengths are the published statistics'
+arithmetic, the fit recovers known figures by hand, the shipped presets are scripts/fit_energy.py's
+output, and `sim validate-energy` replays a slice of the measured runs (bad input: one line, exit 2)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from sim.apps.cli import main
 from sim.apps.serve import mlenergy as M
 from sim.apps.serve import mlenergy_fit as F
+from sim.apps.serve import mlenergy_inputs as I
 from tests.conftest import ROOT
 
 
@@ -22,6 +23,28 @@ def _run(power_w: float, **kw) -> M.Run:
                 num_gpus=1, tp=1, ep=1, max_num_seqs=8, avg_output_tokens=400.0, j_per_token=0.5,
                 power_per_gpu_w=power_w, throughput_tok_s=1000.0)
     return M.Run(**{**base, **kw})
+
+
+def test_chat_prompt_is_the_published_arena_figures_with_history():
+    # By hand: 1.2 turns x 52.3 tokens + 0.2 x 189.5 response tokens + 30 template = 130.66 (arXiv:2309.11998).
+    assert I.request_prompt_tokens(I.CHATBOT_ARENA_33K) == pytest.approx(130.66)
+    assert M.INPUT_MEAN["lm-arena-chat"] == 131
+    # The closed form against the sum it stands for: geometric turns of mean m, request k carries k prompts and
+    # k - 1 responses; mean over requests = sum_t P(t) sum_k (k p + (k-1) r) / E[T], series cut where P < 1e-30.
+    for s in (I.CHATBOT_ARENA_33K, I.LMSYS_CHAT_1M):
+        q = 1.0 - 1.0 / s.turns
+        pt = [(1.0 - q) * q ** (t - 1) for t in range(1, 200)]
+        total = sum(w * sum(k * s.prompt_tokens + (k - 1) * s.response_tokens for k in range(1, t + 1))
+                    for t, w in zip(range(1, 200), pt))
+        turns = sum(t * w for t, w in zip(range(1, 200), pt))
+        assert I.request_prompt_tokens(s, 0.0) == pytest.approx(total / turns, rel=1e-9)
+
+
+def test_prefix_cache_skips_all_but_one_turn_in_m():
+    # Request k recomputes only its prompt and the previous response: p + r (m-1)/m = (m p + (m-1) r) / m,
+    # so a perfect prefix cache skips 1 - 1/m of the history tokens: 1/6 at the Arena's 1.2 turns, 1/2 at 2.0.
+    assert I.prefix_cached_share(I.CHATBOT_ARENA_33K) == pytest.approx(1.0 / 6.0)
+    assert I.prefix_cached_share(I.LMSYS_CHAT_1M) == pytest.approx(0.5)
 
 
 def test_fit_recovers_the_figures_that_made_the_powers():

@@ -10,13 +10,14 @@ starts when `max_num_seqs` requests have their first token and ends when
 
 Assumptions (the data do not give them):
 * Input lengths are not published. Per task, a lognormal with the mean of INPUT_MEAN
-  (LMArena conversations with their history, GPQA questions, Sourcegraph FIM code context;
-  our estimates) and `input_scale` to show how much the answer depends on it.
+  (sim.apps.serve.mlenergy_inputs: LMArena conversations with their history, from the
+  published statistics of the Arena's earlier data; GPQA and FIM our estimates) and
+  `input_scale` to show how much the answer depends on it.
 * Output lengths: a lognormal with the run's measured mean (`avg_output_tokens`), cv
   OUTPUT_CV, clipped at the task's cap.
 * Requests per replay: REQUESTS_PER_SEQ x max_num_seqs (at least MIN_REQUESTS), fewer than
   the benchmark's 198-24,576, so the steady state is shorter; prefix caching (on in the
-  benchmark, which repeats prompts) is off.
+  benchmark, whose later turns repeat the earlier ones' prompts) is off (mlenergy_inputs).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 
 from hw_models.machine import load_machine
 from sim.apps.serve.energy import energy_window
+from sim.apps.serve.mlenergy_inputs import INPUT_MEAN
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import serve_file_from_dict
@@ -48,10 +50,6 @@ MODELS = {
 PRESETS = {"H100": "h100_sxm", "B200": "b200"}
 TOPOLOGY = {"H100": "dgx_h100", "B200": "hgx_b200"}   # hw_models/network/presets: one 8-GPU node
 FORMATS = {"bfloat16": "bf16"}
-# Assumed mean input tokens per task (module doc), estimates: LMArena prompts are mostly short single turns,
-# a later turn carries the conversation so far but vLLM's prefix cache (on in the benchmark) skips recomputing
-# it; GPQA-diamond questions are a few hundred tokens with the chat template; FIM prompts are long code context.
-INPUT_MEAN = {"lm-arena-chat": 500, "gpqa": 300, "sourcegraph-fim": 3000}
 INPUT_CV = 1.0
 OUTPUT_CAP = {"lm-arena-chat": 4096, "gpqa": 32768, "sourcegraph-fim": 2048}   # the benchmark's max_tokens
 OUTPUT_CV = 1.0
