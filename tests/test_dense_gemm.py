@@ -1,7 +1,7 @@
 """Dense bf16 GEMM fitted per GPU (issue 28; kernel_families_fitted.yaml dense_bf16_<gpu>, written by
 scripts/fit_kernels.py, named by the preset's efficiency.dense_gemm): floor and slopes checked by hand
 from the YAML figures and the presets' datasheet figures, never faster with more work, and GPUs
-without a fitted family (H200) or stacks without CUDA graphs keep the roofline."""
+whose preset names no family (H100, H200) or stacks without CUDA graphs keep the roofline."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from sim.apps.trace.aic import _mapper, gemm_op
 # preset -> (family, datasheet DRAM bandwidth x the preset's memory_max, datasheet dense bf16 peak)
 FITTED = {
     "a100_80g": ("dense_bf16_a100", 2.039e12 * 0.85, 312e12),
-    "h100_sxm": ("dense_bf16_h100", 3.35e12 * 0.85, 989.4e12),
-    "rtx_pro_6000": ("dense_bf16_rtx_pro_6000", None, None),
+    "rtx_pro_6000": ("dense_bf16_rtx_pro_6000", 1.792e12 * 0.85, 503.8e12),
 }
 GRAPH_STACKS = ("vllm", "trtllm", "sglang")
 
@@ -40,7 +39,7 @@ def test_floor_is_the_fitted_kernels(preset, stack):
     assert _cost_s(preset, 1, 64, 64, stack) == pytest.approx(families()[FITTED[preset][0]].floor_s, rel=0.01)
 
 
-@pytest.mark.parametrize("preset", ["a100_80g", "h100_sxm"])
+@pytest.mark.parametrize("preset", FITTED)
 def test_slope_at_m1_is_the_weight_stream(preset):
     """At M=1 the GEMM streams its weights: 4096x4096 -> 8192x8192 adds (8192^2 - 4096^2) x 2 B at the
     streaming rate x the fitted efficiency, plus 4096 more bf16 inputs and 4096 more bf16 outputs at the
@@ -51,7 +50,7 @@ def test_slope_at_m1_is_the_weight_stream(preset):
     assert _cost_s(preset, 1, 8192, 8192) - _cost_s(preset, 1, 4096, 4096) == pytest.approx(want, rel=0.01)
 
 
-@pytest.mark.parametrize("preset", ["a100_80g", "h100_sxm"])
+@pytest.mark.parametrize("preset", FITTED)
 def test_slope_at_large_m_is_the_fitted_fraction_of_the_peak(preset):
     """At M=8192 the GEMM is compute-bound (8192^3 x 2 FLOP / 312 TFLOP/s = 3.5 ms vs 0.4 GB of traffic,
     0.23 ms on A100): doubling N adds 2 x 8192 x 4096 x 8192 FLOP at the peak x the family's fraction at
@@ -82,13 +81,14 @@ def test_never_faster_with_more_work(preset):
         assert _non_decreasing(by_k), (m, by_k)
 
 
-def test_gpu_without_a_fitted_family_keeps_the_graph_replayed_roofline():
-    """H200 (no aic table, no dense_gemm): the preset's roofline less its launch plus the stack's
-    graph gap, as before the dense families."""
-    machine = load_machine("h200")
+@pytest.mark.parametrize("preset", ["h100_sxm", "h200"])
+def test_gpu_without_a_fitted_family_keeps_the_graph_replayed_roofline(preset):
+    """H100 (fitted, dense_bf16_h100, but not named: its roofline with the gap is within a point of it) and
+    H200 (no aic table): the preset's roofline less its launch plus the stack's graph gap."""
+    machine = load_machine(preset)
     unit = machine.units["gpu"]
     assert unit.efficiency.dense_gemm is None
-    mapper = _mapper("h200", "vllm")
+    mapper = _mapper(preset, "vllm")
     for m, n, k in [(1, 4096, 4096), (256, 14336, 4096), (4096, 8192, 8192)]:
         op = gemm_op(m, n, k, "bf16")
         plain = roofline_cost(op, unit, "gpu", machine.memory[unit.memory])

@@ -12,11 +12,8 @@ from sim.apps.trace.aic import gemm_op
 
 
 def _h100():
-    """h100_sxm's unit without its fitted dense GEMM family (tests/test_dense_gemm.py covers that), so
-    that its bf16 GEMMs take the roofline path whose launch the gap replaces."""
     m = load_machine("h100_sxm")
     u = m.units[m.main_unit]
-    u = u.model_copy(update={"efficiency": u.efficiency.model_copy(update={"dense_gemm": None})})
     return u, m.main_unit, m.memory[u.memory]
 
 
