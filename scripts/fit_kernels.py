@@ -579,7 +579,7 @@ def fit_dense_gemm(gpus: tuple[str, ...], hold_out: str | None = None) -> dict:
     held = _dense_rows(hold_out) if hold_out else []
     f = _fit_curve(rows, held, flat_below=True)
     pts = dict(f["rate_points"])
-    f["held_out_by_m"] = {f"{lo}-{hi}": _quant_mape(sel, f["floor_s"], f["weight_stream_efficiency"], pts)
+    f["held_out_by_m"] = {f"{lo}-{hi}" if hi < M_BUCKETS[-1][1] else f">={lo}": _quant_mape(sel, f["floor_s"], f["weight_stream_efficiency"], pts)
                           for lo, hi in M_BUCKETS if (sel := [r for r in held if lo <= r[0] <= hi])}
     return {"fitted_on": list(gpus), **f}
 
