@@ -45,7 +45,7 @@ from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.decodecost import DecodeCosts
-from sim.apps.serve.lazytable import LazyRow, book
+from sim.apps.serve.lazytable import LazyRow, Remembered, book
 from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
@@ -260,7 +260,7 @@ class Surrogate:
         self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
         self.max_decode = max(max_decode, 1)
         self._tables: dict[str, tuple[list[int], list]] = {}
-        self.exact_fallbacks = 0
+        self.exact_fallbacks, self._seen = 0, Remembered()   # device costs by the features they read
         self._decode = DecodeCosts(self.table, _interp)   # pure decode steps in one pass
 
     @property
@@ -356,8 +356,11 @@ class Surrogate:
         if it.tokens > self.max_tokens or n > self.max_decode or it.logits is not None or rest == 1:
             self.exact_fallbacks += 1
             return self.exact.device(it)
-        c = self._decode(n, it.decode_kv) if n and not rest else None
-        return c if c is not None else self._interpolated(it, n, rest)
+        c = self._seen.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
+        if c is None:
+            d = self._decode(n, it.decode_kv) if n and not rest else None
+            c = self._seen.put(key, d if d is not None else self._interpolated(it, n, rest))
+        return c
 
     def _interpolated(self, it: Iteration, n: int, rest: int) -> Cost:
         """The interpolated device cost of `it` (n decode sequences, `rest` other tokens)."""
