@@ -245,6 +245,11 @@ class Mapper:
         step = self.capped(step)
         return step if device_only else self.with_engine(step, len(seqs))
 
+    def collectives_per_iteration(self) -> int:
+        """Collectives one serving iteration runs between devices (hw_models.stack.engine_overheads'
+        per_collective_s scales with it); a kind on one device runs none."""
+        return 0
+
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy over a span of `wall_s` seconds (default: the longest busy time): a unit's
         idle board power over the whole span where the preset gives it (board power as idle +

@@ -11,10 +11,11 @@ modules load on first use, keeping `sim --help` fast).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from sim.core.workload import register_sections
+from sim.core.sections import register_sections
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class KindEntry:
     module: str | ModuleType                  # the kind's folder (a module path, or the module itself)
     preset_sections: tuple[str, ...] = ()     # top-level preset keys it owns
     workload_sections: tuple[str, ...] = ()   # top-level workload keys it owns
-    cli: str | None = None                    # the module of its `register(subparsers)`, loaded at start-up
+    cli: str | None = None                    # the module of its `register(subparsers)`, loaded at start-up:
+                                              # outside the folder, or the folder's __init__ loads too
     moe_refusal: str | None = None            # why the kind cannot run Mixture-of-Experts models (None: it can)
     runs_stack: bool = False                  # whether it costs ops under the workload's software stack
 
@@ -41,7 +43,7 @@ MOE_SPATIAL = ("spatial keeps every op's weights resident on chip, counted from 
 KINDS: dict[str, KindEntry] = {
     "gpu": KindEntry("hw_models.gpu", (), ("parallel",), runs_stack=True),
     "cpu": KindEntry("hw_models.gpu", (), ("parallel",), runs_stack=True),
-    "offload": KindEntry("hw_models.offload", ("host",), ("policy",), cli="hw_models.offload.cli",
+    "offload": KindEntry("hw_models.offload", ("host",), ("policy",), cli="hw_models.offload_cli",
                          moe_refusal=MOE_OFFLOAD),
     "pim": KindEntry("hw_models.pim", ("pim",), ("pim_policy",), moe_refusal=MOE_PIM),
     "spatial": KindEntry("hw_models.spatial", ("spatial",), moe_refusal=MOE_SPATIAL),
@@ -64,3 +66,10 @@ def section_owners(key: str, where: str) -> list[str]:
 
 
 register_sections({s for e in KINDS.values() for s in e.workload_sections})
+
+
+def cli_registrars() -> list:
+    """Each kind's `register(subparsers)` (its face's `register`), from the CLI module the
+    registry line names, so that start-up does not load every kind's models."""
+    modules = dict.fromkeys(e.cli for e in KINDS.values() if e.cli)
+    return [importlib.import_module(m).register for m in modules]

@@ -85,6 +85,9 @@ class Efficiency(Strict):
     # CUDA compute capability (9.0 Hopper, 12.0 Blackwell RTX): the engines pick their attention kernels by it
     # (hw_models.stack.attention_kernels.AttentionRule); None: the stack's default family.
     compute_capability: float | None = Field(default=None, gt=0)
+    # The kernel family (hw_models/stack/kernel_families_fitted.yaml, fitted per GPU by scripts/fit_kernels.py) that
+    # costs this GPU's dense 16-bit GEMMs under a CUDA-graph stack; None: the roofline above with the stack's gap.
+    dense_gemm: str | None = None
     gemm_tile_m: StrictInt | None = Field(default=None, gt=0)
     gemm_tile_n: StrictInt | None = Field(default=None, gt=0)
     by_kind: dict[str, KindEfficiency] = {}

@@ -19,7 +19,7 @@ import importlib
 from types import ModuleType
 
 from hw_models.base import Mapper, Section
-from hw_models.kinds import KINDS
+from hw_models.kinds import KINDS, cli_registrars  # noqa: F401 (cli_registrars: re-exported)
 from hw_models.machine import Machine
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
@@ -62,8 +62,3 @@ def report_sections(result: RunResult) -> list[Section]:
     return kind_module(result.kind).report_sections(result) if result.kind else []
 
 
-def cli_registrars() -> list:
-    """Each kind's `register(subparsers)` (its face's `register`), from the CLI module the
-    registry line names, so that start-up does not load every kind's models."""
-    modules = dict.fromkeys(e.cli for e in KINDS.values() if e.cli)
-    return [importlib.import_module(m).register for m in modules]

@@ -7,13 +7,19 @@ Cases (llama3-8b on h100_sxm, workloads/serve_llama3_8b_sharegpt.yaml, vLLM V0 a
             fresh process (warm step-cost cache: a process has run the key before), the whole
             `sim serve` process, its peak RSS, requests simulated per second of serve().
   capacity  --find-capacity with 1,000-request steps in a fresh process, warm step-cost cache.
-  startup   `sim --help` whole process, and the import time of sim.apps.cli (python -X importtime).
+  startup   `sim --help` whole process, and the import time of sim.apps.cli (python -X importtime, and CPU
+            seconds), beside the floor: `python -c pass` and `python -c "import numpy"`, whole processes.
+  run       a small `sim run` (workloads/llama2_7b_decode.yaml on h100_sxm, -q) whole process.
+  sweep200  sweeps/serve_sweep200.yaml (200 serving points of 1,000 requests) with --executor dask-local
+            --workers 2 --no-plots, whole process, on a cold step-cost cache (a new SIM_CACHE_DIR):
+            CPU of the sweep and its workers. --sweep-out DIR keeps each run's results.csv there
+            (DIR/sweep<i>.csv) to compare runs point by point.
   exact     200 requests, surrogate against --exact: CPU ratio, TTFT/TPOT mean and p99 agreement.
   1m        1,000,000 requests at RATE, whole `sim serve` process: wall and peak RSS (--big to run it).
 Each case runs in its own process, so an earlier case's memory or imports do not flatter a later one.
 
-    python scripts/bench_serve.py [--repeat 3] [--cases 10k,capacity,startup] [--big] [--save]
-                                  [--root DIR] [--profile] [--no-cache]
+    python scripts/bench_serve.py [--repeat 3] [--cases 10k,capacity,startup,run,sweep200] [--big] [--save]
+                                  [--root DIR] [--profile] [--no-cache] [--sweep-out DIR]
 
 --root runs another checkout's code (e.g. the previous commit exported to a folder) with these cases:
 before/after figures measured back to back. --no-cache sets SIM_NO_CACHE=1 for every child.
@@ -108,6 +114,28 @@ def import_s(root: Path, env: dict[str, str]) -> float:
     raise SystemExit("no import time for sim.apps.cli")
 
 
+def sweep200(root: Path, env: dict[str, str], i: int, keep: Path | None) -> tuple[float, float]:
+    """Wall and CPU seconds of the 200-point sweep (this checkout's spec, `root`'s code) on a cold cache.
+    wait4's rusage of the sweep holds its Dask scheduler's, nannies' and workers' CPU: they are its
+    descendants, each waited for before it exits."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "sweep"
+        wall, _, _, cpu = child(root, [sys.executable, "-m", "sim.apps.cli", "sweep", str(ROOT / "sweeps" / "serve_sweep200.yaml"),
+                                       "--out", str(out), "--executor", "dask-local", "--workers", "2", "--no-plots", "-q"],
+                                {**env, "SIM_CACHE_DIR": str(Path(d) / "cache")})
+        if keep:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"sweep{i}.csv").write_bytes((out / "results.csv").read_bytes())
+    return wall, cpu
+
+
+def import_cpu_s(root: Path, env: dict[str, str]) -> float:
+    """CPU seconds of `import sim.apps.cli` (process_time; -X importtime's figures are wall, which a
+    shared machine inflates)."""
+    code = "import time; t = time.process_time(); import sim.apps.cli; print(time.process_time() - t)"
+    return float(child(root, [sys.executable, "-c", code], env)[2].strip())
+
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -123,6 +151,7 @@ def main() -> None:
     ap.add_argument("--label", default="", help="what the figures are of, stored with --save (a commit)")
     ap.add_argument("--profile", action="store_true", help="cProfile one 10k run (stderr)")
     ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--sweep-out", type=Path, help="keep each sweep200 run's results.csv here")
     a = ap.parse_args()
     root = a.root.resolve()
     env = dict(os.environ, PYTHONPATH=str(root))
@@ -152,6 +181,17 @@ def main() -> None:
         fig["startup.help_s"] = med([h[0] for h in helps])
         fig["startup.help_cpu_s"] = med([h[3] for h in helps])
         fig["startup.import_s"] = med([import_s(root, env) for _ in range(a.repeat)])
+        fig["startup.import_cpu_s"] = med([import_cpu_s(root, env) for _ in range(a.repeat)])
+        fig["startup.floor_cpu_s"] = med([child(root, [sys.executable, "-c", "pass"], env)[3] for _ in range(a.repeat)])
+        fig["startup.numpy_cpu_s"] = med([child(root, [sys.executable, "-c", "import numpy"], env)[3] for _ in range(a.repeat)])
+    if "run" in cases:
+        runs = [child(root, [sys.executable, "-m", "sim.apps.cli", "run", "workloads/llama2_7b_decode.yaml", "--hw",
+                             "h100_sxm", "-q"], env) for _ in range(a.repeat)]
+        fig["run.process_s"], fig["run.process_cpu_s"] = med([r[0] for r in runs]), med([r[3] for r in runs])
+    if "sweep200" in cases:
+        sweeps = [sweep200(root, env, i, a.sweep_out) for i in range(a.repeat)]
+        fig["sweep200.process_s"], fig["sweep200.process_cpu_s"] = med([w for w, _ in sweeps]), med([c for _, c in sweeps])
+        print(f"sweep200 (cold cache): CPU {[round(c, 1) for _, c in sweeps]}, wall {[round(w, 1) for w, _ in sweeps]}")
     if "exact" in cases:   # 200 requests, surrogate against --exact: CPU ratio and latency agreement
         out: dict[str, dict] = {}
         for mode, extra in (("surrogate", []), ("exact", ["--exact"])):

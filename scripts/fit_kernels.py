@@ -23,6 +23,9 @@ Blackwell datacenter tables, aic/README.md) and writes the fitted files:
   stage 1 the floor and weight-stream efficiency on the memory-bound rows (M <= 16), stage 2
   the achieved fraction of the rate at each measured M (the fraction minimizing the MAPE of
   that M's rows, held non-decreasing in M as the family model requires).
+  The same file holds one dense bf16 GEMM family per in-sample GPU (dense_bf16_<gpu>, named by the
+  GPU preset's efficiency.dense_gemm), fitted the same way on that GPU's bf16 rows of all three
+  engines; --hold-out GPU also fits it pooled on the other two GPUs and reports the third.
 
 Every line is fitted by least squares on the relative error (each point weighted by
 1 / measured), so small and large messages count alike. NCCL's two lines: for each split
@@ -32,7 +35,7 @@ the split whose min(line_1, line_2) has the lowest MAPE over all sizes wins.
     python scripts/fit_kernels.py            # print the fits and their MAPE
     python scripts/fit_kernels.py --write    # rewrite the shipped YAML
     python scripts/fit_kernels.py --check    # exit 1 if the shipped YAML differs from the fit
-    python scripts/fit_kernels.py --hold-out a100   # refit attention (decode, prefill) and the quantized GEMMs
+    python scripts/fit_kernels.py --hold-out a100   # refit attention (decode, prefill), the quantized and dense GEMMs
                                                     # without one GPU; print the MAPE per GPU (nothing written)
 """
 
@@ -466,10 +469,21 @@ def fit_quant_kernel(engine: str) -> dict:
     return {"floor_s": _sig(floor), "stream_efficiency": _sig(eff), "rows": len(t)}
 
 
-def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[list[tuple], list[str]]:
-    """Per measured row of the family on `gpus`: (M, weight s, other s, compute s, measured less the quantize
-    kernel, measured, weight bytes / L2), as _gemm_parts splits it; and the GPUs that have rows."""
+def _rows_of(df: pd.DataFrame, gpu: str, fmt: str, rate_format: str, q: dict | None) -> list[tuple]:
+    """Per measured row of `df` (one GPU's gemm-table rows): (M, weight s, other s, compute s, measured less
+    the quantize kernel, measured, weight bytes / L2), as _gemm_parts splits it."""
     from sim.core.formats import get_format
+    rows = []
+    for r in df.itertuples(index=False):
+        w, o, qx, c = _gemm_parts(QUANT_GPUS[gpu], int(r.m), int(r.n), int(r.k), fmt, rate_format)
+        quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
+        rows.append((int(r.m), w, o, c, r.latency_us * 1e-6 - quant_s, r.latency_us * 1e-6,
+                     get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu]))
+    return rows
+
+
+def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[list[tuple], list[str]]:
+    """_rows_of the family's rows on `gpus`; and the GPUs that have rows."""
     rows, found = [], []
     for gpu in gpus:
         df = pd.read_csv(SHARED / f"{spec.get('table', 'gemm')}_{gpu}.csv.gz")
@@ -479,11 +493,7 @@ def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[
         if df.empty:
             continue
         found.append(gpu)
-        for r in df.itertuples(index=False):
-            w, o, qx, c = _gemm_parts(QUANT_GPUS[gpu], int(r.m), int(r.n), int(r.k), fmt, spec["rate_format"])
-            quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
-            rows.append((int(r.m), w, o, c, r.latency_us * 1e-6 - quant_s, r.latency_us * 1e-6,
-                         get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu]))
+        rows += _rows_of(df, gpu, fmt, spec["rate_format"], q)
     return rows, found
 
 
@@ -503,26 +513,98 @@ def fit_quant_gemm(name: str, hold_out: str | None = None) -> dict | None:
     rows, fitted_on = _quant_rows(spec, fmt, q, [gpu for gpu in QUANT_GPUS if gpu != hold_out])
     if not rows:    # only the held-out GPU has this family's rows
         return None
+    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out else []
+    return {"spec": spec, "quant": q, "fitted_on": fitted_on, **_fit_curve(rows, held)}
+
+
+def _fit_curve(rows: list[tuple], held: list[tuple], flat_below: bool = False) -> dict:
+    """Floor, weight-stream efficiency and the fraction of the rate per measured M fitted on `rows`
+    (_rows_of; module doc: stage 1 on the memory-bound rows, stage 2 per M), with the MAPE on `rows`
+    and on `held` (None when empty). `flat_below`: at the smallest M, where every row is memory-bound
+    for any fraction (the MAPE is the same at 1.0: the data do not see the compute term), the fraction
+    is that of the first M whose rows do see it (the most the curve allows: never higher with fewer
+    rows) instead of the grid's lowest 0.01, which would report a memory-bound GEMM's compute as busy."""
     m_, w_, o_, c_, y_, t_, wb_ = (np.array(v) for v in zip(*rows))
     small = m_ <= MEMORY_BOUND_M
     big = wb_[small] >= 2.0
     floor, eff = _floor_and_stream(w_[small], y_[small] - o_[small], big)
     mem = w_ / eff + o_
     grid = np.linspace(0.01, 1.0, 100)
-    points = []
+    points, seen = [], []
     for m in sorted(set(m_.tolist())):
         sel = m_ == m
         err = [np.mean(np.abs(floor + np.maximum(c_[sel] / f, mem[sel]) - y_[sel]) / t_[sel]) for f in grid]
         points.append([int(m), float(grid[int(np.argmin(err))])])
+        seen.append(bool(min(err) < err[-1] - 1e-12))
     fracs = np.maximum.accumulate([f for _, f in points])   # never lower with more rows (kernel_families)
     points = [[m, _sig(f)] for (m, _), f in zip(points, fracs)]
     for i in range(1, len(points)):    # nor growing faster than M: more rows never take less time
         points[i][1] = min(points[i][1], points[i - 1][1] * points[i][0] / points[i - 1][0])
-    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out else []
-    return {"spec": spec, "quant": q, "floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff),
-            "rate_points": points, "rows": len(t_), "fitted_on": fitted_on, "stream_measured": bool(np.count_nonzero(big) >= 2),
+    first = seen.index(True) if flat_below and any(seen) else 0
+    for i in range(first):
+        points[i][1] = points[first][1]
+    return {"floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff), "rate_points": points,
+            "rows": len(t_), "stream_measured": bool(np.count_nonzero(big) >= 2),
             "fit_mape": _quant_mape(rows, floor, eff, dict(points)),
             "held_out_mape": _quant_mape(held, floor, eff, dict(points)) if held else None}
+
+
+# Dense bf16 GEMM per in-sample GPU: the engines' cuBLAS GEMM (TensorRT-LLM, vLLM and SGLang rows pooled: all
+# call cuBLAS for an unquantized Linear), CUDA-graph replayed, as a family per GPU that the GPU's preset names
+# (efficiency.dense_gemm). Per GPU because the tables disagree: A100's small GEMMs cost ~8 us over the stream,
+# H100's ~4 us; a family pooled over the other two GPUs is the held-out figure (--hold-out).
+DENSE_TABLES = ("gemm", "gemm_sglang")
+M_BUCKETS = ((1, 8), (16, 128), (256, 1024), (2048, 1 << 30))
+
+
+def dense_family(gpu: str) -> str:
+    return f"dense_bf16_{gpu}"
+
+
+@cache
+def _dense_rows(gpu: str) -> list[tuple]:
+    rows = []
+    for table in DENSE_TABLES:
+        path = SHARED / f"{table}_{gpu}.csv.gz"
+        if path.is_file():
+            df = pd.read_csv(path)
+            rows += _rows_of(df[df["dtype"] == "bfloat16"], gpu, "bf16", "bf16", None)
+    return rows
+
+
+def fit_dense_gemm(gpus: tuple[str, ...], hold_out: str | None = None) -> dict:
+    """The dense bf16 figures fitted on `gpus`' rows pooled; `hold_out`'s rows give held_out_mape and,
+    per M bucket, held_out_by_m."""
+    rows = [r for gpu in gpus for r in _dense_rows(gpu)]
+    held = _dense_rows(hold_out) if hold_out else []
+    f = _fit_curve(rows, held, flat_below=True)
+    pts = dict(f["rate_points"])
+    f["held_out_by_m"] = {f"{lo}-{hi}" if hi < M_BUCKETS[-1][1] else f">={lo}": _quant_mape(sel, f["floor_s"], f["weight_stream_efficiency"], pts)
+                          for lo, hi in M_BUCKETS if (sel := [r for r in held if lo <= r[0] <= hi])}
+    return {"fitted_on": list(gpus), **f}
+
+
+def _curve_lines(f: dict, assumed: str | None) -> list[str]:
+    """A fitted family's rate curve, stream efficiency and floor as kernel_families_fitted.yaml lines."""
+    pts = ", ".join(f"[{m}, {v:.3g}]" for m, v in f["rate_points"])
+    notes = [x for x in (None if f["stream_measured"] else
+                         "weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)", assumed) if x]
+    return [f"    rate_points: [{pts}]", *([f"    assumed: \"{'; '.join(notes)}\""] if notes else []),
+            f"    weight_stream_efficiency: {f['weight_stream_efficiency']:.3g}", f"    floor_s: {f['floor_s']:.3g}"]
+
+
+def render_dense_gemm() -> list[str]:
+    lines = []
+    for gpu in QUANT_GPUS:
+        f = fit_dense_gemm((gpu,))
+        tables = " and ".join(f"{t}_{gpu}" for t in DENSE_TABLES)
+        lines += [f"  {dense_family(gpu)}:  # {f['rows']} rows ({gpu}), fit MAPE {f['fit_mape']}",
+                  f"    description: \"Dense bf16 GEMM on {QUANT_GPUS[gpu]} as the engines run it (cuBLAS, CUDA-graph "
+                  "replayed)\"", "    cite: >-",
+                  f"      aiconfigurator {tables}.csv.gz bfloat16 rows (TensorRT-LLM, vLLM, SGLang; each engine's "
+                  "unquantized Linear calls cuBLAS through torch), named by the preset's efficiency.dense_gemm",
+                  "    rate_format: bf16", *_curve_lines(f, None)]
+    return lines
 
 
 def render_quant_gemm() -> str:
@@ -532,21 +614,14 @@ def render_quant_gemm() -> str:
     for name in QUANT_GEMM:
         f = fit_quant_gemm(name)
         spec, q = f["spec"], f["quant"]
-        pts = ", ".join(f"[{m}, {v:.3g}]" for m, v in f["rate_points"])
         lines += [f"  {name}:  # {f['rows']} rows ({', '.join(f['fitted_on'])}), fit MAPE {f['fit_mape']}",
                   f"    description: \"{spec['description']}\"", "    cite: >-", f"      {spec['cite']}",
-                  f"    rate_format: {spec['rate_format']}", f"    rate_points: [{pts}]",
-                  *([f"    assumed: \"{'; '.join(a)}\""] if (a := [x for x in (
-                      None if f["stream_measured"] else
-                      "weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)",
-                      spec.get("assumed")) if x]) else []),
-                  f"    weight_stream_efficiency: {f['weight_stream_efficiency']:.3g}",
-                  f"    floor_s: {f['floor_s']:.3g}"]
+                  f"    rate_format: {spec['rate_format']}", *_curve_lines(f, spec.get("assumed"))]
         if q:
             lines += [f"    activation_quant: true  # quant kernel fitted on {q['rows']} quant-table rows",
                       f"    quant_floor_s: {q['floor_s']:.3g}",
                       f"    quant_stream_efficiency: {q['stream_efficiency']:.3g}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + render_dense_gemm()) + "\n"
 
 
 GAP_STACKS = ("vllm", "trtllm", "torch-cudagraph")
@@ -600,7 +675,12 @@ def render_attention() -> str:
 
 def report_hold_out(gpu: str) -> None:
     """Decode attention and the quantized GEMM families fitted without `gpu`'s rows: MAPE per GPU (the
-    held-out one out of sample)."""
+    held-out one out of sample); dense bf16 GEMM fitted on the other GPUs pooled, and on `gpu` itself."""
+    own = fit_dense_gemm((gpu,))
+    pooled = fit_dense_gemm(tuple(g for g in QUANT_GPUS if g != gpu), gpu)
+    by_m = ", ".join(f"M {b} {v:.1%}" for b, v in pooled["held_out_by_m"].items())
+    print(f"gemm dense bf16: {gpu} fitted on itself {own['fit_mape']:.1%}; fitted on {', '.join(pooled['fitted_on'])} "
+          f"(pooled): in sample {pooled['fit_mape']:.1%}, {gpu} (held out) {pooled['held_out_mape']:.1%} ({by_m})")
     for name in QUANT_GEMM:
         f = fit_quant_gemm(name, gpu)
         if f is not None and f["held_out_mape"] is not None:
@@ -621,8 +701,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="rewrite the shipped YAML")
     p.add_argument("--check", action="store_true", help="exit 1 if the shipped YAML differs from the fit")
-    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode and prefill attention and the "
-                   "quantized GEMMs without this GPU and print the MAPE per GPU (nothing written)")
+    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode and prefill attention, the "
+                   "quantized and the dense bf16 GEMMs without this GPU and print the MAPE per GPU (nothing written)")
     args = p.parse_args()
     if not (SHARED / "comm_h100.csv.gz").is_file():
         print(f"{SHARED} not found: nothing to fit")

@@ -57,16 +57,19 @@ def vidur_tp(machine_name: str = "a100_80g", stack: str | None = None, every: in
         cal = calibrate_stack(tp1, base, stack).cal.machine
     rows = []
     for trace in traces:
-        per_step = {}   # a step's ops share one sharded layer and one mapper: built once, not per op
+        per_step = {}   # a step's ops share one sharded layer: built once, not per op
+        # One mapper per trace: GpuMapper.cost reads the machine, the workload's compute settings and its
+        # stack, the same for every step of a trace, never the step's batch or lengths.
+        mapper = None
         for m in trace.medians()[::every]:
             step = trace.steps[m.step]
             if step.tp == 1 or m.duration_s <= 0:
                 continue
             if m.step not in per_step:
-                per_step[m.step] = (shard(vidur_layer(trace.model, step.tokens, 1), trace.model, step.tp,
-                                          VIDUR_SHARDED)[0], GpuMapper(cal, trace_workload(trace, step, stack), trace.model))
-            rank, mapper = per_step[m.step]
-            sim = mapper.cost(rank.op(m.name)).duration_s
+                per_step[m.step] = shard(vidur_layer(trace.model, step.tokens, 1), trace.model, step.tp,
+                                         VIDUR_SHARDED)[0]
+            mapper = mapper or GpuMapper(cal, trace_workload(trace, step, stack), trace.model)
+            sim = mapper.cost(per_step[m.step].op(m.name)).duration_s
             rows.append(dict(model=Path(trace.source).parent.name, tp=step.tp, op=m.name, tokens=step.tokens,
                              measured_s=m.duration_s, simulated_s=sim))
     d = pd.DataFrame(rows)

@@ -49,9 +49,18 @@ NOTES = """What moved, and what did not:
   more than the isolated nccl-tests / custom-kernel time. `parallel.algorithm: trtllm_custom` (or `vllm_custom`,
   `nccl`) selects it per workload.
 * bf16 GEMM: graph-replayed kernels pay `graph_gap_s` (1.19 us, the pooled median; by GPU H100 0.93, A100 3.43,
-  RTX PRO 6000 -0.23 us: its 128 MB L2 keeps the small weights the collector replicated) instead of the preset's
-  3-4 us launch. H100 and RTX PRO 6000 improve; A100, whose graph-replayed small GEMMs cost ~3.4 us over the
-  roofline, gets worse: one figure per stack cannot serve both.
+  RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100 and RTX PRO 6000 the dense GEMM is a
+  kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
+  `efficiency.dense_gemm`), fitted by scripts/fit_kernels.py on that GPU's rows of all three engines as the
+  quantized families are: floor A100 5.5 / H100 3.3 / RTX PRO 6000 0.9 us, weight stream 0.78 / 0.85 / 0.84 of
+  the DRAM peak, fraction of the bf16 peak 0.63 / 0.59 / 0.51 at M = 256 and 0.80 / 0.79 / 0.76 at M = 8192.
+  H100's family (7.9-9.0% on its rows) is shipped but not named by h100_sxm: the roofline with the gap is within
+  a point of it, and H200 (same die, no table) and the ML.ENERGY H100 power fit stay on that one model. Held
+  out by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 13.2%, A100 23.4%, RTX PRO 6000 24.1%: the
+  figures do not carry across GPUs, so GPUs without a named family keep the roofline with the gap. RTX PRO 6000
+  stays worst: its 128 MB L2 holds the collector's 6-32 MB weights across replays (measured faster than DRAM),
+  which pulls its floor to 0.9 us where rows past the L2 show 6-7 us; and at M 256-1024 with <= 8 MB of weights
+  it is ~35% fast (too few tiles for 188 SMs: a curve in M alone does not see N x K).
 * Decode attention: fixed + per-CTA + KV stream per family and KV format (hw_models/stack/attention_kernels.py),
   fitted on each family's own engine rows (TensorRT-LLM's, vLLM's FlashAttention). The fixed cost is mostly SM
   cycles (fitted per GPU on vLLM's rows it is 14.1 / 11.3 / 9.8 us on A100 / H100 / RTX PRO 6000, on one line in

@@ -99,15 +99,17 @@ def _tp_mapper(tmp_path, stack: str, algorithm: str | None = None):
 
 
 def test_stack_selects_the_algorithm_and_the_plan_overrides_it(tmp_path):
-    """A stack's `all_reduce` is the TP group's algorithm unless `parallel.algorithm` names one; the
-    shipped trtllm stack names none (its comment: the held-out end-to-end check), so the ring runs."""
-    custom = tmp_path / "trtllm-custom.yaml"
-    custom.write_text("name: trtllm-custom\nbase: trtllm\nall_reduce: trtllm_custom\n")
-    assert _tp_mapper(tmp_path, "trtllm").algorithm == "ring"
-    assert _tp_mapper(tmp_path, str(custom)).algorithm == "trtllm_custom"
-    assert _tp_mapper(tmp_path, str(custom), "nccl").algorithm == "nccl"
-    ring = _tp_mapper(tmp_path, "trtllm").step("decode", 1, 513).time_s
-    fast = _tp_mapper(tmp_path, str(custom)).step("decode", 1, 513).time_s
+    """A stack's `all_reduce` is the TP group's algorithm unless `parallel.algorithm` names one: the shipped
+    engine stacks run their own custom all-reduce, vllm-v0 the ring (its comment: the held-out end-to-end check)."""
+    ringed = tmp_path / "trtllm-ring.yaml"
+    ringed.write_text("name: trtllm-ring\nbase: trtllm\nall_reduce: ring\n")
+    assert _tp_mapper(tmp_path, "trtllm").algorithm == "trtllm_custom"
+    assert _tp_mapper(tmp_path, "vllm").algorithm == _tp_mapper(tmp_path, "sglang").algorithm == "vllm_custom"
+    assert _tp_mapper(tmp_path, "vllm-v0").algorithm == "ring"
+    assert _tp_mapper(tmp_path, str(ringed)).algorithm == "ring"
+    assert _tp_mapper(tmp_path, "trtllm", "nccl").algorithm == "nccl"
+    ring = _tp_mapper(tmp_path, str(ringed)).step("decode", 1, 513).time_s
+    fast = _tp_mapper(tmp_path, "trtllm").step("decode", 1, 513).time_s
     assert fast < ring    # 80 layers x 2 all-reduces of 8 x 8192 x 2 B: one-shot ~3 us, ring ~17 us each
 
 

@@ -45,6 +45,19 @@ def test_step_and_sequence_terms_add_to_the_iteration():
     assert more - plain == pytest.approx(300e-6 + 4 * 20e-6, rel=1e-9)
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+def test_collective_term_adds_once_per_tp_collective(tp):
+    # tinyllama has 22 layers: under TP each runs two all-reduces (after o_proj and down_proj), plus the
+    # embedding's all-reduce and the logits' all-gather: 2 x 22 + 2 = 46 collectives an iteration; none on one GPU.
+    f = serve_file_from_dict({**BASE, "parallel": {"tp": tp, "topology": "dgx_h100"}, "serving": {
+        "arrivals": {"process": "poisson", "rate": 1, "num_requests": 1},
+        "lengths": {"prompt": {"dist": "fixed", "value": 200}, "output": {"dist": "fixed", "value": 40}}}}, "t.yaml")
+    it = features([(1, 100)] * 4)
+    plain = ExactCost(h100(per_collective_s=0.0), f, f.model_config_())(it)[0]
+    more = ExactCost(h100(per_collective_s=10e-6), f, f.model_config_())(it)[0]
+    assert more - plain == pytest.approx((46 if tp > 1 else 0) * 10e-6, rel=1e-9, abs=1e-15)
+
+
 def test_front_end_adds_once_to_ttft_and_e2e():
     f = serve_file({"process": "constant", "rate": 0.5, "num_requests": 3})   # 2 s apart: the engine idles between
     runs = {fe: ServeSim(prepare(f, h100(per_request_s=fe)), make_requests(f)).run().requests for fe in (0.0, 0.005)}
@@ -75,17 +88,20 @@ def test_async_scheduling_leaves_an_idle_engine_alone():
 
 
 def test_nnls_recovers_the_terms_it_was_built_from():
-    f_s, t_s, u_s = 0.004, 0.0006, 0.00002
+    f_s, t_s, u_s, c_s = 0.004, 0.0006, 0.00002, 0.000008
     rng = np.random.default_rng(1)
     rows, measured = [], {}
-    for i in range(12):
+    for i in range(16):
         x = dict(ttft_steps=rng.uniform(1, 10), ttft_seqs=rng.uniform(5, 500), tpot_steps=1.0,
-                 tpot_seqs=rng.uniform(1, 128), sim_ttft_s=rng.uniform(0.05, 1), sim_tpot_s=rng.uniform(0.005, 0.05))
+                 tpot_seqs=rng.uniform(1, 128), sim_ttft_s=rng.uniform(0.05, 1), sim_tpot_s=rng.uniform(0.005, 0.05),
+                 collectives=float(rng.choice([0, 66, 130, 162])))
         rows.append({"id": str(i), "engine": "vllm", **x})
-        measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + f_s + t_s * x["ttft_steps"] + u_s * x["ttft_seqs"],
-                            "tpot_s": x["sim_tpot_s"] + t_s * x["tpot_steps"] + u_s * x["tpot_seqs"]}
+        step = t_s + c_s * x["collectives"]
+        measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + f_s + step * x["ttft_steps"] + u_s * x["ttft_seqs"],
+                            "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"] + u_s * x["tpot_seqs"]}
     (fit,) = F.fit(rows, measured)
-    assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s}, rel=1e-6)
+    assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s,
+                                       "per_collective_s": c_s}, rel=1e-6)
 
 
 def test_async_scheduling_is_on_by_default_under_vllm_and_off_under_v0():
@@ -117,6 +133,24 @@ def test_replayed_run_file_is_a_closed_loop_of_the_runs_concurrency():
     assert bf16.formats.kv_cache == "bf16" and vllm_fp8.formats.kv_cache == "bf16"   # vLLM: the model dtype
     sg = run_file(Run("s", "h100_sxm", "sglang", "Qwen/Qwen3-32B", 1024, 128, 16)).serving
     assert sg.scheduler.kind == "sglang" and sg.lengths.output.dist == "fixed" and sg.lengths.output.value == 128
+
+
+@pytest.mark.parametrize("engine, family", [("trtllm", "trtllm_fp8_per_tensor"), ("vllm", "vllm_fp8_per_tensor")])
+def test_fp8_run_gemms_are_the_engines_w8a8_kernels(engine, family):
+    # The engines quantize bf16 activations per Linear call, so the replay keeps activations bf16 and every
+    # FP8 GEMM of an iteration is priced by the stack's fitted W8A8 family (quantize kernel + scaled GEMM),
+    # not by the plain roofline at the FP8 peak.
+    f = run_file(Run("r", "h100_sxm", engine, "Qwen/Qwen3-32B", 1024, 128, 16, quant="fp8"))
+    assert f.formats.weights == "fp8_e4m3" and f.formats.activations == "bf16"
+    paths = {}
+
+    def busy(tl):
+        paths.update({i.task: getattr(i.tag, "path", None) for i in tl.intervals if i.task.endswith("_proj")})
+        return {}
+    ExactCost(load_machine("h100_sxm"), f, f.model_config_()).mapper.iteration(((1, 1100),) * 8, busy=busy,
+                                                                                 device_only=True)
+    gemms = {k: v for k, v in paths.items() if k.split(".")[-1] in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}
+    assert gemms and set(gemms.values()) == {family}
 
 
 def test_genai_perf_export_becomes_a_closed_loop_run():

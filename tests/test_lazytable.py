@@ -5,9 +5,10 @@ import pytest
 from hw_models.machine import load_machine
 from sim.apps.serve import tablecache
 from sim.apps.serve.instance import prepare
-from sim.apps.serve.lazytable import LazyRow
+from sim.apps.serve.lazytable import LazyRow, PointBook
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.tablecache import TableStore
 from sim.core.schema import validate_mapping
 
 # A closed loop at fixed lengths, chunked prefill mixing with decodes: it reads D, P, kv, pairs and M.
@@ -85,3 +86,21 @@ def test_runs_sharing_a_key_share_points_exactly(tmp_path, monkeypatch):
     for c in res.requests:
         assert res.requests[c].tobytes() == alone_res.requests[c].tobytes(), c
     assert shared > 0
+
+
+def test_a_point_another_process_stored_is_read_not_computed(tmp_path):
+    """Two sweep workers on a cold cache: once one has written a point, the other's miss on it re-reads
+    the store and takes the stored point (no compute); a point nobody stored is still computed."""
+    mine, other = PointBook(TableStore("k", tmp_path)), TableStore("k", tmp_path)
+    mine.open("D")                                          # read while the store was empty
+    other.save("D", {"[[1,1]]": (1.5, 2.5, [("gpu", 1.5)])})  # the other worker's flush
+    computed = []
+
+    def compute():
+        computed.append(1)
+        return (9.0, 9.0, [])
+
+    assert mine.get("D", "[[1,1]]", compute) == (1.5, 2.5, [("gpu", 1.5)])
+    assert computed == []
+    assert mine.get("D", "[[2,1]]", compute) == (9.0, 9.0, [])   # not on disk: computed
+    assert computed == [1]

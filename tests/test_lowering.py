@@ -3,7 +3,7 @@
 import networkx as nx
 import pytest
 
-from sim.core.lowering import FormatPolicy, lower
+from sim.core.lowering import FormatPolicy, lower, lower_attention
 from sim.core.model import load_model
 
 M = load_model("llama2-7b")
@@ -84,3 +84,21 @@ def test_formats_per_role_and_override():
     assert norm_w.fmt == "fp16"                              # vectors stay in the activation format
     k = next(t for t in g.op("L0.qk").reads if t.role == "kv")
     assert k.bytes == KV * 4096 + KV * 2                     # int8 per row + one fp16 scale per row
+
+
+@pytest.mark.parametrize("name", ["llama2-7b", "opt-6.7b", "qwen3-8b", "mistral-7b", "gemma-2-9b"])
+@pytest.mark.parametrize("phase,batch,q_len,kv_len,flash", [("decode", 3, 1, 9000, True),
+                                                             ("prefill", 2, 300, 300, False)])
+def test_attention_half_has_the_ops_of_the_whole_step(name, phase, batch, q_len, kv_len, flash):
+    """lower_attention (what sim.apps.trace.aic costs per engine attention call) builds layer 0's
+    ops up to the attention exactly as `lower` does (q/k norm, RoPE or none, windows, unfused
+    attention), and nothing of the MLP, the embedding or the LM head."""
+    model = load_model(name)
+    pol = FormatPolicy("bf16", "bf16", "fp8_e4m3")
+    whole = lower(model, phase, batch, q_len, kv_len, pol, flash, 1)
+    half = lower_attention(model, phase, batch, q_len, kv_len, pol, flash)
+    names = [op.name for op in half.ops()]
+    assert "L0.kv_append" in names and ("L0.attention" if flash else "L0.av") in names
+    assert {"embed", "L0.o_proj", "L0.down_proj", "lm_head"}.isdisjoint(names)
+    for n in names:
+        assert half.op(n) == whole.op(n), n

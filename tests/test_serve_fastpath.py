@@ -6,7 +6,8 @@ record, the gap samples and the pool's figures must be equal, not close.
 
 The streams are drawn to reach the paths that differ: pools small enough to preempt (recompute and
 swap), prefix caching with shared hash prefixes, requests that finish in their prefill, arrivals
-during decode runs (members joining a cohort), for each paged scheduler and Orca.
+during decode runs (members joining a cohort), for each paged scheduler (SGLang's and TensorRT-LLM's
+decode steps run V1's cohort pass) and Orca.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers import Scheduler
 from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.sarathi import Sarathi
+from sim.apps.serve.schedulers.sglang import Sglang
+from sim.apps.serve.schedulers.trtllm import Trtllm
 from sim.apps.serve.schedulers import vllm
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
@@ -32,6 +35,7 @@ from sim.apps.serve.stepcost import Iteration
 from sim.apps.serve.traces import Requests
 
 BLOCK = 4
+V1_KINDS = {"vllm": (s.Vllm, VllmV1), "sglang": (s.Sglang, Sglang), "trtllm": (s.Trtllm, Trtllm)}
 
 
 class RecordingCost:
@@ -54,9 +58,10 @@ def scheduler(kind: str, blocks: int, swap: bool, caching: bool, budget: int) ->
         sched: Scheduler = Orca(cfg, BlockPool(blocks * BLOCK, 1), prompt_limit=budget)
         sched.max_model_len = 64
         return sched
-    if kind == "vllm":
-        cfg = s.Vllm(kind="vllm", block_size=BLOCK, max_num_batched_tokens=budget, max_num_seqs=8)
-        return VllmV1(cfg, LruBlockPool(blocks, BLOCK, 1, caching))
+    if kind in V1_KINDS:
+        conf, cls = V1_KINDS[kind]
+        cfg = conf(kind=kind, block_size=BLOCK, max_num_batched_tokens=budget, max_num_seqs=8)
+        return cls(cfg, LruBlockPool(blocks, BLOCK, 1, caching))
     cls, conf = (Sarathi, s.Sarathi) if kind == "sarathi" else (VllmV0, s.VllmV0)
     cfg = conf(kind=kind, block_size=BLOCK, watermark=0.0, max_num_batched_tokens=budget, max_num_seqs=8,
                preemption="swap" if swap else "recompute")
@@ -92,7 +97,7 @@ def streams(draw) -> dict:
     # Hash units of BLOCK tokens from a small alphabet, so prompts share prefixes.
     hashes = [tuple(draw(st.lists(st.integers(0, 2), min_size=p // BLOCK, max_size=p // BLOCK))) for p in prompt]
     return dict(arrival_s=np.cumsum(gaps).tolist(), prompt=prompt, output=output, hashes=hashes if caching else None,
-                kind=draw(st.sampled_from(["vllm-v0", "vllm-v0", "sarathi", "vllm", "orca"])),
+                kind=draw(st.sampled_from(["vllm-v0", "vllm-v0", "sarathi", "vllm", "orca", "sglang", "trtllm"])),
                 blocks=draw(st.integers(8, 40)), swap=draw(st.booleans()), caching=caching,
                 budget=draw(st.sampled_from([16, 48, 256])), cohort_min=draw(st.sampled_from([1, 1, 4])))
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hw_models.machine import load_machine
-from sim.apps.serve.output import kv_timeline
+from sim.apps.serve.timeline import kv_timeline
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import load_serve_file
 from sim.apps.sweep import load_results

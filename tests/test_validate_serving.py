@@ -39,6 +39,22 @@ def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys):
         assert err and "\n" not in err and "Traceback" not in err
 
 
+def test_a_json_that_is_not_json_says_so_before_asking_what_served_it(tmp_path, capsys):
+    """Issue 29: a binary file named .json was answered 'a benchmark JSON does not say what served it'."""
+    binary = tmp_path / "random.json"
+    binary.write_bytes(bytes(range(256)) * 4)       # 0x80 alone is no UTF-8 start byte
+    text = tmp_path / "text.json"
+    text.write_text("rows: [1, 2]\n")             # YAML, not JSON
+    for path in (binary, text):
+        for extra in ([], ["--engine", "vllm", "--model", "llama3-8b"]):
+            assert main(["validate-serving", str(path), "--hw", "h100_sxm", *extra]) == 2
+            err = capsys.readouterr().err.strip()
+            assert "\n" not in err and "Traceback" not in err
+            assert f"{path}: not JSON (" in err, err
+    assert main(["validate-serving", str(tmp_path / "none.json"), "--hw", "h100_sxm"]) == 2
+    assert capsys.readouterr().err.strip().endswith("none.json: not found")
+
+
 def test_plots_folder_gets_the_scatter_and_the_error_plot(tmp_path, capsys):
     path = tmp_path / "s.csv"
     pd.DataFrame([{**ROW, "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant_mode": None, "tp_size": 1,

@@ -215,6 +215,16 @@ class ParallelGpuMapper(GpuMapper):
         finally:
             self._experts_off = False
 
+    def collectives_per_iteration(self) -> int:
+        """The TP/EP collectives of one rank's iteration (two all-reduces a layer, the embedding's and the
+        logits' gather under TP): the same for any batch, so counted once on a one-sequence iteration."""
+        if self.plan.stage_width == 1:
+            return 0
+        if not hasattr(self, "_collectives"):
+            graph = lower_iteration(self.model, ((1, 1),), self.formats, self.workload.flash_attention, None)
+            self._collectives = len(self.rank_graph(graph)[1])
+        return self._collectives
+
     def device_share(self) -> DeviceShare:
         """One device of the busiest stage (as footprint): its share of the weights and of each
         token's KV bytes (its KV heads, its stage's layers)."""

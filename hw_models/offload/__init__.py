@@ -3,7 +3,7 @@ policy (or a search for one) and a block schedule over PCIe, disk and compute.""
 
 from __future__ import annotations
 
-from hw_models.offload.cli import register
+from hw_models.offload_cli import register
 from hw_models.offload.mapper import OffloadMapper
 from hw_models.offload.report import report_sections
 from hw_models.offload.spec import HostSpec

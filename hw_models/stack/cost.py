@@ -13,6 +13,8 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   quantization pass (W8A8) or the dequantization pass (dequantize-then-GEMM), each
   one more kernel at the stack's floor. Where the unit lacks the family's native rate and
   the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
+* A dense 16-bit GEMM replayed from a CUDA graph on a GPU whose preset names a fitted
+  dense family (efficiency.dense_gemm): that family's time, as above (no extra pass).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sim.core.errors import ConfigError
 from sim.core.graph import Op
 
 BF16_BYTES = 2
+DENSE_FORMATS = ("bf16", "fp16")   # what a dense family's bf16 rate covers
 
 
 def _weight(op: Op):
@@ -36,6 +39,18 @@ def _weight(op: Op):
 
 def _has_rate(fam: Family, unit: Unit, unit_name: str) -> bool:
     return fam.rate_format == VECTOR or fam.rate_format in compute_path.native_rates(unit, unit_name)
+
+
+def _dense_family(op: Op, unit: Unit, stack: Stack) -> str | None:
+    """The GPU's fitted dense GEMM family for a 16-bit GEMM replayed from a CUDA graph (the tables it is
+    fitted on are graph-replayed: its floor holds the gap), else None (the roofline with the stack's gap)."""
+    name = unit.efficiency.dense_gemm
+    if name is None or op.compute_format not in DENSE_FORMATS or not (stack.graphs and stack.graph_gap_s is not None):
+        return None
+    if name not in families():
+        raise ConfigError(f"efficiency.dense_gemm: {name!r} is not a kernel family "
+                          f"(hw_models/stack/kernel_families*.yaml: {', '.join(sorted(families()))})")
+    return name
 
 
 def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str) -> float:
@@ -80,7 +95,8 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     term); None where the stack leaves the op to the plain roofline."""
     if op.kind == g.GEMM:
         w = _weight(op)
-        family = stack.family(w.fmt) if w is not None and w.fmt != op.compute_format else None
+        family = None if w is None else stack.family(w.fmt) if w.fmt != op.compute_format else \
+            _dense_family(op, unit, stack)
         if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):
             family = stack.emulated_family(w.fmt)
         if family is not None:

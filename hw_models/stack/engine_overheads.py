@@ -9,11 +9,16 @@ is stored beside them) and never refitted per case:
   the device-host synchronisation that reads the sampled ids, bookkeeping between steps);
 * `per_seq_s`: the same per scheduled sequence (sampler, logits processing, per-request
   state updates and input preparation that grow with the batch);
+* `per_collective_s`: the same per tensor-parallel collective of the iteration (two all-reduces
+  a layer, the embedding's and the logits' gather; none on one GPU): a collective is a barrier,
+  so each one waits for the slowest rank (launch and kernel jitter, the host syncs of a
+  multi-process engine), which the isolated all-reduce measurement (aiconfigurator's tables:
+  every rank in step, graph-replayed) that prices the kernel does not see;
 * `per_request_s`: the API front end, once per request: HTTP handling, tokenization and the
   hand-off to the engine core before the engine sees the request; counted from the client's
   send, so it adds to TTFT and E2E but occupies no engine time.
 
-Both step terms add to the iteration's wall time serially: they are what the fit found the
+The step terms add to the iteration's wall time serially: they are what the fit found the
 GPU waiting for, over and above the overlapped host curve.
 
 `async_scheduling` is the engine's documented design, not a fitted figure: the engine
@@ -36,9 +41,10 @@ class EngineOverheads(Strict):
     async_scheduling: StrictBool = False             # see the module doc
     step_s: Quantity = Field(default=0.0, ge=0)      # exposed GPU idle per iteration
     per_seq_s: Quantity = Field(default=0.0, ge=0)   # ... per scheduled sequence
+    per_collective_s: Quantity = Field(default=0.0, ge=0)   # ... per TP collective of the iteration
     per_request_s: Quantity = Field(default=0.0, ge=0)   # API front end per request
     fit: str = ""                                    # the fit's provenance (script, training set, date)
 
-    def iteration_s(self, seqs: int) -> float:
-        """Seconds an iteration of `seqs` sequences adds to its wall time."""
-        return self.step_s + self.per_seq_s * seqs
+    def iteration_s(self, seqs: int, collectives: int = 0) -> float:
+        """Seconds an iteration of `seqs` sequences and `collectives` TP collectives adds to its wall time."""
+        return self.step_s + self.per_seq_s * seqs + self.per_collective_s * collectives

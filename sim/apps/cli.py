@@ -22,15 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rich.table import Table
-
-from hw_models.machine import load_machine
-from hw_models.registry import cli_registrars, mapper_for, simulate
-from sim.apps import diff, hw_cli, progress
-from sim.apps.checks import unused_settings
-from sim.apps.chrome_trace import chrome_trace
+from hw_models.kinds import cli_registrars
+from sim.apps import diff_cli, hw_cli, progress
 from sim.core.files import check_output, transaction, write_json
-from sim.apps.report import print_report
 from sim.apps.serve import cache_cli, cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.serve import mlenergy_cli, validate_cli as serve_validate_cli
@@ -39,24 +33,21 @@ from sim.apps.trace import cli as trace_cli
 from sim.core import flags, tables
 from sim.core.errors import ConfigError, SimError
 from sim.core.files import guard_inputs, note_input
-from sim.core.footprint import weight_bytes
-from sim.core.generation import STEP_PROGRESS
-from sim.core.formats import get_format, known_formats
-from sim.core.lowering import FormatPolicy, lower
-from sim.core.model import load_model
-from sim.core.results import check_finite
-from sim.core.units import fmt_time
-from sim.core.settings import split_settings
-from sim.core.workload import load_workload
 
-_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff.register, cache_cli.register,
+# Only the parser's modules load at start-up (`sim --help` in ~0.1 s); each command imports
+# what it simulates with (pydantic, numpy, the kinds, rich tables) when it runs.
+
+_APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.register, diff_cli.register, cache_cli.register,
          serve_validate_cli.register, mlenergy_cli.register)
 
 
 def _load(args: argparse.Namespace):
     """Workload and machine from the common arguments, with --set overrides."""
     from hw_models.ideal import ideal
-
+    from hw_models.machine import load_machine
+    from sim.apps.checks import unused_settings
+    from sim.core.settings import split_settings
+    from sim.core.workload import load_workload
 
     sets = split_settings(getattr(args, "set", None), {"policy": args.policy} if getattr(args, "policy", None) else None)
     workload = load_workload(args.workload, sets.workload)
@@ -93,6 +84,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from hw_models.registry import simulate
+    from sim.core.generation import STEP_PROGRESS
+    from sim.core.results import check_finite
     from sim.apps.gantt import parse_layers
 
     workload, machine = _load(args)
@@ -116,12 +110,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_run_outputs(args, result, workload, machine, layers)
     if args.quiet:
         return 0
+    from sim.apps.report import print_report   # rich tables and the kinds' report sections
 
     print_report(result, machine)
     return 0
 
 
 def _write_run_outputs(args: argparse.Namespace, result, workload, machine, layers) -> None:
+    from sim.apps.chrome_trace import chrome_trace
     from hw_models.roofs import roofs
     from sim.apps.counters import step_tracks
     from sim.apps.gantt import gantt
@@ -147,7 +143,8 @@ def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]
     time and the simulated one."""
     from hw_models.cost import roofline_cost
     from hw_models.ideal import ideal
-
+    from hw_models.registry import mapper_for
+    from sim.core.lowering import lower
 
     model = workload.model_config_()
     mapper = mapper_for(machine, workload, model)
@@ -166,6 +163,10 @@ def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from sim.core.units import fmt_time
+
     workload, machine = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
@@ -195,6 +196,13 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_model_show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from sim.core.footprint import weight_bytes
+    from sim.core.formats import get_format
+    from sim.core.lowering import FormatPolicy
+    from sim.core.model import load_model
+
     m = load_model(args.model)
     fmts = args.formats.split(",") if args.formats else ["fp32", "fp16", "bf16", "int8", "int4"]
     by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
@@ -216,6 +224,9 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
 def cmd_formats(args: argparse.Namespace) -> int:
     """Each format's exact storage and the error it causes on an array."""
+    from rich.table import Table
+
+    from sim.core.formats import get_format, known_formats
     from sim.core.quantize import quantization_error
 
     import numpy as np

@@ -97,11 +97,3 @@ def cmd_diff(args: argparse.Namespace) -> int:
                     ("+" if y >= x else "-") + fmt_time(abs(y - x)), _ratio(x, y))
     console.print(ops)
     return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("diff", help="compare two `sim run --json` results: inputs, metrics, op by op")
-    p.add_argument("a", metavar="A.json")
-    p.add_argument("b", metavar="B.json")
-    p.add_argument("--all", action="store_true", help="every op (default: the 20 that changed most)")
-    p.set_defaults(func=cmd_diff)

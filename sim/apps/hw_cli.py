@@ -7,18 +7,16 @@ import argparse
 import re
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-from rich.text import Text
-
-from hw_models.machine import Machine, load_machine, preset_names, resolve_path
-from hw_models.network.topology import load_topology, preset_names as topology_names
-from hw_models.registry import simulate
 from sim.core import flags, tables
 from sim.core.errors import SimError
-from sim.core.schema import file_dict
 from sim.core.units import fmt_capacity
-from sim.core.workload import Workload
+
+if TYPE_CHECKING:
+    from hw_models.machine import Machine
+
+# The presets, the kinds and rich's tables load inside each command: `sim --help` needs none of them.
 
 # A YAML line that sets a number (with or without a unit) and has no comment after it.
 _FIGURE = re.compile(r"^\s*([A-Za-z_][\w.]*):\s*[-+]?\d[\w.+\- /]*$")
@@ -64,6 +62,12 @@ def machine_rows(m: Machine) -> list[tuple[str, str]]:
 
 
 def cmd_hw_check(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from hw_models.machine import load_machine, resolve_path
+    from hw_models.registry import simulate
+    from sim.core.workload import Workload
+
     path = resolve_path(args.file)
     machine = load_machine(path)           # the schema: one line naming the key if anything is off
     t = Table(title=f"{path}: valid", show_header=False, title_justify="left")
@@ -88,6 +92,10 @@ def cmd_hw_check(args: argparse.Namespace) -> int:
 
 
 def cmd_topologies() -> int:
+    from rich.table import Table
+
+    from hw_models.network.topology import load_topology, preset_names as topology_names
+
     t = Table(title="Topology presets (multi-device nodes; `sim hw show NAME` draws one)")
     for col in ("name", "device", "devices", "interconnect", "per device", "fabric", "description"):
         t.add_column(col, justify="right" if col in ("devices", "per device") else "left")
@@ -103,6 +111,11 @@ def cmd_topologies() -> int:
 
 
 def cmd_hw_list(args: argparse.Namespace) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    from hw_models.machine import load_machine, preset_names
+
     if args.topologies:
         return cmd_topologies()
     rows = []
@@ -138,6 +151,10 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_show(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine, resolve_path
+    from hw_models.network.topology import load_topology, preset_names as topology_names
+    from sim.core.schema import file_dict
+
     if args.name in topology_names():      # a node of devices: draw it (text)
         topo = load_topology(args.name)
         if args.json:

@@ -160,8 +160,26 @@ def _qk_norm(b: _Builder, m: ModelConfig, i: int, q: TensorUse, k: TensorUse) ->
     return q_n, k_n
 
 
+def lower_attention(model: ModelConfig, phase: str, batch: int, q_len: int, kv_len: int,
+                    formats: FormatPolicy = FormatPolicy(), flash_attention: bool = False) -> OpGraph:
+    """The attention half of layer 0 of `lower`'s step (norm, q/k/v, RoPE, KV append, attention),
+    its ops equal to those `lower` builds, without the embedding, the MLP or the LM head: what an
+    engine's attention call covers (sim.apps.trace.aic), at a third of a whole step's lowering."""
+    graph = OpGraph(phase, batch, q_len, kv_len)
+    b = _Builder(graph, formats)
+    _attention_block(b, model, 0, b.act("L0.in", batch * q_len, model.hidden_size), batch, q_len, kv_len,
+                     flash_attention)
+    return graph
+
+
 def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, q_len: int, kv_len: int,
                  flash: bool) -> TensorUse:
+    return mlp_block(b, m, i, x, _attention_block(b, m, i, x, batch, q_len, kv_len, flash))
+
+
+def _attention_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, q_len: int, kv_len: int,
+                     flash: bool) -> TensorUse:
+    """Layer `i` up to the attention's output (ctx): qkv, the KV append and the attention."""
     L = f"L{i}"
     T = x.shape[0]
     q, k, v = qkv(b, m, i, x)
@@ -174,7 +192,7 @@ def _lower_layer(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: int, 
     attention(b, m, i, "", q, k_cache, v_cache, ctx, ((batch, q_len, kv_len),), (batch, m.num_heads, q_len, keys),
               flash, False, batch=batch, heads=m.num_heads, kv_heads=m.num_kv_heads, q_len=q_len, kv_len=keys,
               head_dim=m.head_dim)
-    return mlp_block(b, m, i, x, ctx)
+    return ctx
 
 
 def qkv(b: _Builder, m: ModelConfig, i: int, x: TensorUse) -> tuple[TensorUse, TensorUse, TensorUse]:

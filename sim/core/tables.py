@@ -16,17 +16,18 @@ import csv
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from sim.core.errors import ConfigError
 
 FORMATS = ("table", "csv", "json")
 # A pipe or a file has no width: wide enough that no cell of any table is cut or wrapped.
 UNBOUNDED = 100_000
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 @dataclass
@@ -73,20 +74,27 @@ def full_width(stderr: bool = False) -> bool:
     return _settings.width is not None or not (sys.stderr if stderr else sys.stdout).isatty()
 
 
-class TableConsole(Console):
-    """A rich Console that writes tables in the chosen format."""
+@cache
+def _table_console() -> type:
+    """TableConsole, a rich Console that writes tables in the chosen format. Built on first use:
+    rich's console and table modules take ~60 ms to import, which `sim --help` need not pay."""
+    from rich.console import Console
+    from rich.table import Table
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        if _settings.quiet and not self.stderr:
-            return
-        if _settings.format == "table" or self.stderr:
-            super().print(*objects, **kwargs)
-            return
-        for obj in objects:
-            if isinstance(obj, Table):
-                _emit(obj)
-            else:   # notes and headings stay readable, on stderr, out of the data
-                Console(stderr=True, markup=False, highlight=False).print(obj, **kwargs)
+    class TableConsole(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+            if _settings.quiet and not self.stderr:
+                return
+            if _settings.format == "table" or self.stderr:
+                super().print(*objects, **kwargs)
+                return
+            for obj in objects:
+                if isinstance(obj, Table):
+                    _emit(obj)
+                else:   # notes and headings stay readable, on stderr, out of the data
+                    Console(stderr=True, markup=False, highlight=False).print(obj, **kwargs)
+
+    return TableConsole
 
 
 def console(stderr: bool = False, markup: bool = False) -> Console:
@@ -94,10 +102,12 @@ def console(stderr: bool = False, markup: bool = False) -> Console:
     width = _settings.width
     if width is None and full_width(stderr):
         width = UNBOUNDED
-    return TableConsole(stderr=stderr, markup=markup, width=width, highlight=False)
+    return _table_console()(stderr=stderr, markup=markup, width=width, highlight=False)
 
 
 def _plain(cell: Any) -> str:
+    from rich.text import Text
+
     if isinstance(cell, Text):
         return cell.plain
     return str(cell) if cell is not None else ""

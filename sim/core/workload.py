@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator, model_validator
 
+from sim.core.sections import KIND_SECTIONS
 from sim.core.errors import ConfigError, where
 from sim.core.formats import get_format
 from sim.core.lowering import FormatPolicy
@@ -89,15 +90,6 @@ class Workload(Strict):
         if not model.is_moe:
             raise ConfigError(f"{where(src, 'moe')}{model.name} has no experts")
         return replace(model, expert_load=expert_load_from(self.moe, model.num_experts, src, "moe"))
-
-
-# Top-level workload keys that hardware kinds own; hw_models.kinds registers them
-# (the core cannot know the kinds: it sits below them).
-KIND_SECTIONS: set[str] = set()
-
-
-def register_sections(names: set[str] | list[str]) -> None:
-    KIND_SECTIONS.update(names)
 
 
 def workload_keys() -> list[str]:

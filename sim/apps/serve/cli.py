@@ -46,14 +46,11 @@ def _check_outputs(args: argparse.Namespace, file) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from hw_models.machine import load_machine
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
     from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.metrics import summarize
-    from sim.apps.serve.report import print_report
     from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
     from sim.core.settings import split_settings
@@ -68,11 +65,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
     _check_outputs(args, file)
-    console = Console(stderr=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if args.find_capacity:
-            return _capacity(args, file, machine, slo, console)
+            return _capacity(args, file, machine, slo)
         setup = prepare(file, machine, exact=args.exact)
         reqs = make_requests(file)
         note = budget_warning(file, reqs)
@@ -88,6 +84,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
              exact=args.exact)
     _write(args, res, s)
     if not args.quiet:
+        from sim.apps.serve.report import print_report   # rich's tables: only to print them
+
         print_report(s, f"{file.name}: {setup.model.name} on {machine.name}, {file.serving.scheduler.kind} scheduler"
                         + (" (exact step costs)" if args.exact else ""))
     return 0
@@ -98,11 +96,14 @@ def _write(args, res, summary, sweep=None) -> None:
     `res` is the run the per-request table, the Chrome trace and the plots show (with
     --find-capacity, the run at the capacity rate; `summary` is then the search's)."""
     from sim.core.files import transaction, write_json
-    from sim.apps.serve.output import plots, write_chrome_trace, write_requests
 
     with transaction():
         if args.json:
             write_json(args.json, summary)
+        if not (args.requests or args.chrome_trace or args.plots):
+            return   # sim.apps.serve.output loads pandas and matplotlib (~0.5 s): only when a file needs them
+        from sim.apps.serve.output import plots, write_chrome_trace, write_requests
+
         if args.requests:
             write_requests(args.requests, res)
         if args.chrome_trace:
@@ -111,11 +112,15 @@ def _write(args, res, summary, sweep=None) -> None:
             plots(res, Path(args.plots), sweep)
 
 
-def _capacity(args, file, machine, slo, console) -> int:
+def _capacity(args, file, machine, slo) -> int:
+    from rich.console import Console
+
     from sim.apps.serve.capacity import find_capacity
     from sim.apps.serve.report import print_capacity
     from sim.apps.serve.run import serve
     from sim.apps.serve.spec import Closed
+
+    console = Console(stderr=True)
 
     def point(rate, s):
         if not args.quiet:
@@ -148,11 +153,11 @@ class _progress:
         self.quiet, self.total = quiet or not sys.stderr.isatty(), total
 
     def __enter__(self):
+        if self.quiet:   # rich's progress and console modules (~0.1 s) only for a bar on a terminal
+            return None, None
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        if self.quiet:
-            return None, None
         self.p = Progress(TextColumn("serving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=Console(stderr=True), transient=True)
         self.p.__enter__()

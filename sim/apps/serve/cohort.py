@@ -1,9 +1,17 @@
-"""The running requests of a vLLM engine in their decode phase as a struct of numpy arrays (issue
-30; V0: schedulers/vllm_v0.py, V1: schedulers/vllm_cohort.py, whose steps may carry admitted prompts
-after the members): in a step where every running request decodes one token (the usual step), handing
-out the tokens, finding who finished, growing KV blocks and costing the step are array operations
-over the cohort, and per-request Python work is left to what changed (a request joining after its
-prefill, one that finished, one that crossed into a new KV block).
+"""The running requests of a vLLM engine in their decode phase, kept so that a step costs work in
+proportion to what changed, not to the batch (issue 30; V0: schedulers/vllm_v0.py, V1, SGLang and
+TensorRT-LLM: schedulers/vllm_cohort.py, whose V1 steps may carry admitted prompts after the members).
+
+In a step where every running request decodes one token (the usual step) every member's counters
+grow by one, so a member's counters are kept as offsets from the cohort's step count (`tick`):
+computed = base + tick, generated = computed - lag. What happens to a member at a known step is
+booked under that step when it joins: the step its next token needs one more KV block (every
+block_size steps after the first), the step it finishes (output - generated steps on), and under
+V1 prefix caching the steps its token fills a cache unit. A step then touches only the members
+booked under it; the batch's sequences for the cost are the one O(batch) piece, built in C.
+Token gaps: the members present at the last hand-out share its time, so each step's gap is one
+number; a member's largest gap is the largest of the gaps since it joined, read at the end from a
+suffix-maximum stack (_Peaks), and its first gap in the cohort (from its own previous token) apart.
 
 While a request is a member its counters live here, not on its Request object: `computed`,
 `generated`, `last_at` and `max_tbt` on the object are stale until `sync` writes them back (the
@@ -11,34 +19,113 @@ engine does before anything that reads them: a finish, the debug checks, the res
 `dissolve` hands them back for good (the scheduler does before any other kind of step: a
 preemption, a swap). KV blocks are written through to the object (`blocks`) as they grow, so the
 pool's accounting never goes stale. Members are always the head of the scheduler's running list, in
-its order, so the batch's entries come out in the order the per-request path would give them.
+its order (join order), so the batch's entries come out in the order the per-request path would give
+them; members booked under one step are handled in that order (their join number, `seq`).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Sequence
 from itertools import repeat
-
-import numpy as np
 
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.schedulers.base import Request
 from sim.apps.serve.stepcost import Iteration, entry_features
 
-# held: blocks a member holds (its own and its share of cached units); room: the computed count from
-# which its next token needs one more block, held * block_size - lookahead.
-_COLUMNS = (("computed", np.int64), ("generated", np.int64), ("held", np.int64), ("room", np.int64),
-            ("output", np.int64), ("last_at", float), ("max_tbt", float))
+
+class _Member:
+    """A member's offsets and what it carried in: computed = base + tick, generated = computed - lag;
+    held: blocks it holds (its own and its share of cached units); mt, la: its largest gap and its
+    previous token's time when it joined (mt then includes its first gap in the cohort); since: the
+    first step whose shared gap is its own (-1 before its first hand-out here); live: still a member."""
+    __slots__ = ("req", "seq", "base", "lag", "held", "mt", "la", "since", "live")
+
+    def __init__(self, req: Request, seq: int, base: int, lag: int, held: int):
+        self.req, self.seq, self.base, self.lag, self.held = req, seq, base, lag, held
+        self.mt, self.la, self.since, self.live = req.max_tbt, req.last_at, -1, True
+
+
+class _Peaks:
+    """The largest of the gaps pushed at steps >= i, for any i: a stack of (step, gap) whose gaps fall
+    strictly (a gap hides every earlier one no larger), so the answer is its first entry at or after i."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.gaps: list[float] = []
+
+    def push(self, step: int, gap: float) -> None:
+        steps, gaps = self.steps, self.gaps
+        while gaps and gaps[-1] <= gap:
+            gaps.pop()
+            steps.pop()
+        steps.append(step)
+        gaps.append(gap)
+
+    def since(self, step: int) -> float | None:
+        k = bisect_left(self.steps, step)
+        return self.gaps[k] if k < len(self.gaps) else None
+
+
+class DecodeSeqs(Sequence):
+    """A cohort step's sequences, (1, base + k) per member then `rest`, as a tuple equal to the one
+    stepcost.features is given, built on first use: an interpolated cost reads only how many there are."""
+    __slots__ = ("_bases", "_k", "_rest", "_seqs")
+
+    def __init__(self, bases: tuple[int, ...], k: int, rest: tuple[tuple[int, int], ...] = ()):
+        self._bases, self._k, self._rest = bases, k, rest
+        self._seqs: tuple[tuple[int, int], ...] | None = None
+
+    def seqs(self) -> tuple[tuple[int, int], ...]:
+        if self._seqs is None:
+            self._seqs = tuple(zip(repeat(1, len(self._bases)), map(self._k.__add__, self._bases))) + self._rest
+        return self._seqs
+
+    def __len__(self) -> int:
+        return len(self._bases) + len(self._rest)
+
+    def __getitem__(self, i):
+        return self.seqs()[i]
+
+    def __iter__(self):
+        return iter(self.seqs())
+
+    def __eq__(self, other) -> bool:
+        return self.seqs() == (other.seqs() if isinstance(other, DecodeSeqs) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.seqs())
+
+    def __repr__(self) -> str:
+        return repr(self.seqs())
+
+
+def _fmax(a: float, b: float | None) -> float:
+    """np.fmax for a largest gap `a` (NaN: none yet) and a gap `b` (None: none): NaN gives way."""
+    return a if b is None or a >= b else b
 
 
 class DecodeCohort:
     def __init__(self, block_size: int = 1, lookahead: int = 0) -> None:
         self.block_size, self.lookahead = block_size, lookahead
-        self.mixed = False   # members' previous token times may differ (some joined since the last step)
         self.reqs: list[Request] = []
         self.entries: list[tuple[Request, int]] = []   # (member, 1): a decode step's batch entries
-        for name, dtype in _COLUMNS:
-            setattr(self, name, np.zeros(0, dtype))
+        self.base: list[int] = []                      # each member's base, in member order
+        self.seqs: list[int] = []                      # each member's join number, in member order
+        self.members: list[_Member] = []               # in member order
+        self.tick = 0          # hand-outs so far
+        self.joined = 0        # join numbers handed out
+        self.kv = 0            # the members' summed computed tokens
+        self.last = math.nan   # the last hand-out's time
+        self.old = 0           # members at the last hand-out: the head; those after it joined since
+        self.peaks = _Peaks()  # the shared gap of each hand-out
+        # step -> the members whose token then needs a block, is their last, fills a cache unit
+        self.grows: defaultdict[int, list[_Member]] = defaultdict(list)
+        self.ends: defaultdict[int, list[_Member]] = defaultdict(list)
+        self.fills: defaultdict[int, list[_Member]] | None = None
+        self.unit = 0
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -47,22 +134,45 @@ class DecodeCohort:
         """Running requests past their prefill (one token pending) become members, at the tail."""
         if not new:
             return
+        t, bs, look = self.tick, self.block_size, self.lookahead
+        for r in new:
+            held = r.blocks + len(r.shared) * unit_blocks
+            base = r.computed - t
+            m = _Member(r, self.joined, base, r.computed - r.generated, held)
+            self.joined += 1
+            self.members.append(m)
+            self.seqs.append(m.seq)
+            self.base.append(base)
+            self.kv += r.computed
+            self.grows[max(held * bs - look - base, t)].append(m)   # due once computed reaches its room
+            self.ends[t + max(r.output - r.generated, 1)].append(m)
+            if self.fills is not None:
+                self.fills[t + (-(r.computed + 1)) % self.unit].append(m)
         self.reqs += new
         self.entries += [(r, 1) for r in new]
-        self.mixed = True
-        held = [r.blocks + len(r.shared) * unit_blocks for r in new]
-        cols = (("computed", [r.computed for r in new]), ("generated", [r.generated for r in new]), ("held", held),
-                ("room", [h * self.block_size - self.lookahead for h in held]), ("output", [r.output for r in new]),
-                ("last_at", [r.last_at for r in new]), ("max_tbt", [r.max_tbt for r in new]))
-        for name, values in cols:
-            a = getattr(self, name)
-            setattr(self, name, np.concatenate((a, np.asarray(values, dtype=a.dtype))))
+
+    def _due(self, book: dict[int, list[_Member]], ordered: bool = True) -> list[_Member]:
+        """The members booked under this step, in member order when `ordered` (finished ones' bookings
+        are dropped)."""
+        due = book.pop(self.tick, None)
+        if not due:
+            return []
+        due = [m for m in due if m.live]
+        if ordered and len(due) > 1:
+            due.sort(key=_seq)
+        return due
 
     def sync(self) -> None:
         """Write the members' counters back to their Request objects."""
-        for r, c, g, la, mt in zip(self.reqs, self.computed.tolist(), self.generated.tolist(),
-                                   self.last_at.tolist(), self.max_tbt.tolist()):
-            r.computed, r.generated, r.last_at, r.max_tbt = c, g, la, mt
+        t, peaks = self.tick, self.peaks
+        for m in self.members:
+            r = m.req
+            r.computed = c = m.base + t
+            r.generated = c - m.lag
+            if m.since < 0:
+                r.last_at, r.max_tbt = m.la, m.mt
+            else:
+                r.last_at, r.max_tbt = self.last, _fmax(m.mt, peaks.since(m.since))
 
     def dissolve(self) -> None:
         """Every member back to its Request object; the cohort empty."""
@@ -72,68 +182,79 @@ class DecodeCohort:
     def grow(self, pool: BlockPool) -> bool:
         """Each member's block for its next token, in one allocation; False (nothing taken) when the
         pool cannot hold them all (the per-request path then preempts)."""
-        full = self.computed >= self.room
-        if not full.any():
+        due = self._due(self.grows, ordered=False)   # one allocation: the order changes nothing
+        if not due:
             return True
-        grow = np.flatnonzero(full)
-        n = (self.computed[grow] + self.lookahead) // self.block_size + 1 - self.held[grow]   # Scheduler._grow
-        if not pool.allocate(int(n.sum())):
+        t, bs, look = self.tick, self.block_size, self.lookahead
+        need = [(m.base + t + look) // bs + 1 - m.held for m in due]   # Scheduler._grow
+        if not pool.allocate(sum(need)):
+            self.grows[t] = due
             return False
-        self.held[grow] += n
-        self.room[grow] = self.held[grow] * self.block_size - self.lookahead
-        reqs = self.reqs
-        for j, k in zip(grow.tolist(), n.tolist()):
-            reqs[j].blocks += k
+        grows = self.grows
+        for m, k in zip(due, need):
+            m.held += k
+            m.req.blocks += k
+            grows[m.held * bs - look - m.base].append(m)
         return True
+
+    def filling(self, unit: int) -> list[tuple[Request, int, int]]:
+        """(member, computed, generated) of the members whose token this step fills a unit of `unit`
+        tokens ((computed + 1) % unit == 0), in member order. The first call books every member."""
+        if self.fills is None:
+            self.fills, self.unit = defaultdict(list), unit
+            for m in self.members:
+                self.fills[self.tick + (-(m.base + self.tick + 1)) % unit].append(m)
+        out = []
+        for m in self._due(self.fills):
+            c = m.base + self.tick
+            out.append((m.req, c, c - m.lag))
+            self.fills[self.tick + unit].append(m)
+        return out
 
     def features(self, rest: list[tuple[Request, int]] | None = None) -> Iteration:
         """The decode step's features (stepcost.features of its (1, computed + 1) sequences), then those
         of `rest`, entries after the members (stepcost.entry_features): the same sums in the same order,
         as the members add nothing to `pairs`."""
-        kv = self.computed + 1
-        n = len(kv)
-        seqs = tuple(zip(repeat(1, n), kv.tolist()))
+        n = len(self.base)
+        kv = self.kv + n
         if not rest:
-            return Iteration(seqs, n, n, int(kv.sum()), 0.0, 0)
+            return Iteration(DecodeSeqs(tuple(self.base), self.tick + 1), n, n, kv, 0.0, 0)
         it = entry_features(rest)
-        return Iteration(seqs + it.seqs, n + it.tokens, n + it.n_decode, int(kv.sum()) + it.decode_kv, it.pairs,
-                         it.chunks)
+        return Iteration(DecodeSeqs(tuple(self.base), self.tick + 1, it.seqs), n + it.tokens, n + it.n_decode,
+                         kv + it.decode_kv, it.pairs, it.chunks)
 
     def hand_out(self, now: float, gaps: dict[float, int]) -> list[Request]:
         """Every member's token emitted at `now`: counts, gaps (by the previous token's time, in the
         order the members first show one) and largest gaps. Returns the members that finished, in
         batch order, synced and no longer members."""
-        self.computed += 1
-        self.generated += 1
-        la = self.last_at
-        if not self.mixed:   # every member emitted at the last step: one gap
-            t = float(la[0])
-            gaps[t] = gaps.get(t, 0) + len(la)
-            np.fmax(self.max_tbt, now - t, out=self.max_tbt)
-        else:   # members that joined since the last step carry their own previous times, in runs
-            starts = [0, *(np.flatnonzero(la[1:] != la[:-1]) + 1).tolist(), len(la)]
-            times = la[starts[:-1]].tolist()
-            for t, a, b in zip(times, starts, starts[1:]):
-                gaps[t] = gaps.get(t, 0) + b - a
-            # fmax: NaN (no gap yet) gives way, as `not gap <= max_tbt` does per request (gaps are finite)
-            np.fmax(self.max_tbt, now - la, out=self.max_tbt)
-        la[:] = now
-        self.mixed = False
-        finished = self.generated >= self.output
-        if not finished.any():
-            return []
-        done = np.flatnonzero(finished).tolist()
-        out = [self.reqs[j] for j in done]
-        for r, j in zip(out, done):
-            r.computed, r.generated, r.last_at, r.max_tbt = (int(self.computed[j]), int(self.generated[j]), now,
-                                                             float(self.max_tbt[j]))
-        for j in reversed(done):
-            del self.reqs[j]
-            del self.entries[j]
-        keep = ~finished
-        for name, _ in _COLUMNS:
-            setattr(self, name, getattr(self, name)[keep])
+        n = len(self.reqs)
+        self.tick = t = self.tick + 1
+        self.kv += n
+        if self.old:   # the head emitted together at the last hand-out: one gap
+            gaps[self.last] = gaps.get(self.last, 0) + self.old
+            self.peaks.push(t, now - self.last)
+        for m in self.members[self.old:]:   # joined since: each its own previous time, its first gap here
+            gaps[m.la] = gaps.get(m.la, 0) + 1
+            m.mt = _fmax(m.mt, now - m.la)
+            m.since = t + 1
+        self.last, self.old = now, n
+        done = self._due(self.ends)
+        out = []
+        for m in done:
+            r = m.req
+            r.computed = c = m.base + t
+            r.generated, r.last_at, r.max_tbt = c - m.lag, now, _fmax(m.mt, self.peaks.since(m.since))
+            self.kv -= c
+            m.live = False
+            j = bisect_left(self.seqs, m.seq)
+            del self.reqs[j], self.entries[j], self.base[j], self.seqs[j], self.members[j]
+            out.append(r)
+        self.old -= len(done)
         return out
+
+
+def _seq(m: _Member) -> int:
+    return m.seq
 
 
 def finite(now: float) -> bool:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from sim.core import tables
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, write_json
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def _csv_path(path: Path) -> Path:
@@ -51,6 +53,8 @@ def _runs(args: argparse.Namespace) -> list:
 
 
 def _table(replays: list) -> Table:
+    from rich.table import Table
+
     from sim.apps.serve import mlenergy as M
 
     t = Table(title="ML.ENERGY runs: simulated vs measured (error = sim / measured - 1)")

@@ -16,6 +16,7 @@ from sim.apps.plots import _save
 from sim.apps.serve.energy import power_trace
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
+from sim.apps.serve.timeline import binned_mean, binned_range
 from sim.core.errors import ConfigError
 
 STATUS = {0.0: "unfinished", 1.0: "completed", 2.0: "rejected"}
@@ -71,40 +72,6 @@ def chrome_trace(res: ServeResult) -> dict[str, Any]:
 
 def write_chrome_trace(path: str | Path, res: ServeResult) -> Path:
     return write_json(path, chrome_trace(res))
-
-
-def kv_timeline(res: ServeResult, bins: int = 200) -> dict[str, list[float]]:
-    """The share of the KV pool in use over the run, as the time-weighted mean over `bins` equal spans of
-    [0, makespan]: each iteration's count holds from its start to the next one's (as kv_and_batch.png
-    draws it). `t_s`: the spans' midpoints. Exact: the integral of a step function is piecewise linear."""
-    t, share = binned_mean(res, res.iterations["kv_blocks_used"] / max(res.total_blocks, 1), bins) \
-        if len(res.iterations["start_s"]) else ([], [])
-    return dict(t_s=list(t), kv_share=list(share))
-
-
-def binned_mean(res: ServeResult, values: np.ndarray, bins: int = 200) -> tuple[list[float], list[float]]:
-    """(midpoints, time-weighted means) of a per-iteration step function over `bins` equal spans of
-    [0, makespan]. Empty when nothing ran."""
-    it, end = res.iterations, res.makespan_s
-    if not len(it["start_s"]) or end <= 0:
-        return [], []
-    knots = np.append(it["start_s"], end)
-    area = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float) * np.diff(knots))])
-    edges = np.linspace(0.0, end, bins + 1)
-    # Before the first iteration nothing is held: the integral is 0 up to its start.
-    acc = np.interp(edges, np.concatenate([[0.0], knots]), np.concatenate([[0.0], area]))
-    return ((edges[:-1] + edges[1:]) / 2).tolist(), (np.diff(acc) / np.diff(edges)).tolist()
-
-
-def binned_range(res: ServeResult, values: np.ndarray, bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """Per span of binned_mean, the least and largest value of the iterations starting in it (NaN if none)."""
-    start, end = res.iterations["start_s"], res.makespan_s
-    idx = np.minimum((np.asarray(start) / end * bins).astype(int), bins - 1) if end > 0 else np.zeros(0, int)
-    lo, hi = np.full(bins, np.nan), np.full(bins, np.nan)
-    for i, v in zip(idx, values):
-        lo[i] = v if np.isnan(lo[i]) else min(lo[i], v)
-        hi[i] = v if np.isnan(hi[i]) else max(hi[i], v)
-    return lo, hi
 
 
 def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:

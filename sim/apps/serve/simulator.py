@@ -73,15 +73,14 @@ class ServeSim:
         self.rec = {c: np.full(n, np.nan) for c in REQUEST_COLUMNS}
         self.rec["arrival_s"][:] = reqs.arrival_s
         self.rec["prompt_tokens"][:] = reqs.prompt_len
-        self.rec["output_tokens"][:] = 0
-        self.rec["preemptions"][:] = 0
-        self.rec["prefix_hit_tokens"][:] = 0
-        self.rec["status"][:] = 0
+        for c in ("output_tokens", "preemptions", "prefix_hit_tokens", "status"):
+            self.rec[c][:] = 0
         self.it = {c: array("d") for c in ITER_COLUMNS}
+        self.it_add = [self.it[c].append for c in ITER_COLUMNS]   # in ITER_COLUMNS' order
         self.tbt, self.tbt_w = array("d"), array("d")
         self.spec = setup.file.serving.speculative
         self.rng = random.Random(setup.file.serving.arrivals.__dict__.get("seed", 0))
-        self.done = 0
+        self.done = self.iterations = 0
         self.arrived = 0
         self.wake: simpy.Event | None = None
         self.tokens = 0
@@ -266,17 +265,18 @@ class ServeSim:
             self.tbt.append(now - t0)
             self.tbt_w.append(float(count))
         self.energy += energy
-        it, sched = self.it, self.sched
-        for c, v in zip(ITER_COLUMNS, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
-                                       prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
-                                       len(sched.waiting) + len(sched.swapped))):
-            it[c].append(v)
-        if self.checks and len(it["start_s"]) % debug_checks.BLOCKS_EVERY == 1:
+        sched = self.sched
+        for add, v in zip(self.it_add, (start, now - start, energy, len(batch.padded or batch.entries), tokens,
+                                        prefill, sched.pool.used, batch.swap_blocks, len(sched.running),
+                                        len(sched.waiting) + len(sched.swapped))):
+            add(v)
+        self.iterations = n = self.iterations + 1
+        if self.checks and n % debug_checks.BLOCKS_EVERY == 1:
             self._sync()
             debug_checks.check_blocks(sched)
-        if self.progress is not None and len(it["start_s"]) % 64 == 0:
+        if self.progress is not None and n % 64 == 0:
             self.progress(self.done, len(self.reqs))
-        if self.watch is not None and len(it["start_s"]) % 64 == 0:
+        if self.watch is not None and n % 64 == 0:
             self.watch(self)
 
     def _sync(self) -> None:

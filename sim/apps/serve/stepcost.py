@@ -44,7 +44,8 @@ from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
-from sim.apps.serve.lazytable import LazyRow, book
+from sim.apps.serve.decodecost import DecodeCosts
+from sim.apps.serve.lazytable import LazyRow, Remembered, book
 from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
@@ -176,6 +177,7 @@ class ExactCost:
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
+        self._host: dict[int, tuple[float, float]] = {}   # sequences -> (engine host s, overhead s)
 
     def __call__(self, it: Iteration) -> Cost:
         return self.engine(self.device(it), it)
@@ -188,7 +190,7 @@ class ExactCost:
     def point(self, it: Iteration) -> Point:
         """The mapper's device cost of `it` as plain data: (seconds, joules, busy seconds per resource
         in the mapper's order), what sim.apps.serve.tablecache keeps on disk."""
-        step = self.mapper.iteration(it.seqs, it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
+        step = self.mapper.iteration(tuple(it.seqs), it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
         return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s), list(step.busy_s.items())
 
     def vector(self, p: Point) -> Cost:
@@ -204,8 +206,10 @@ class ExactCost:
         """Device cost `c` of `it` with the engine's host work (Mapper.with_engine) and its fitted
         iteration terms (hw_models.stack.engine_overheads: serial, the GPU idles through them): the longer
         wall time's idle power added, the host's busy time grown."""
-        host = self.mapper.engine_host_s(len(it.seqs)) if self.host else 0.0
-        extra = self.overheads.iteration_s(len(it.seqs)) if self.host and self.overheads else 0.0
+        n = len(it.seqs)
+        host, extra = self._host.get(n) or self._host.setdefault(n, (
+            self.mapper.engine_host_s(n) if self.host else 0.0,
+            self.overheads.iteration_s(n, self.mapper.collectives_per_iteration()) if self.host and self.overheads else 0.0))   # per count, once
         if not host and not extra:
             return c
         t = (self.mapper.step_overhead.step_s(c[0], host) if host else c[0]) + extra
@@ -256,7 +260,8 @@ class Surrogate:
         self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
         self.max_decode = max(max_decode, 1)
         self._tables: dict[str, tuple[list[int], list]] = {}
-        self.exact_fallbacks = 0
+        self.exact_fallbacks, self._seen = 0, Remembered()   # device costs by the features they read
+        self._decode = DecodeCosts(self.table, _interp)   # pure decode steps in one pass
 
     @property
     def keys(self) -> list[str]:
@@ -351,7 +356,11 @@ class Surrogate:
         if it.tokens > self.max_tokens or n > self.max_decode or it.logits is not None or rest == 1:
             self.exact_fallbacks += 1
             return self.exact.device(it)
-        return self._interpolated(it, n, rest)
+        c = self._seen.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
+        if c is None:
+            d = self._decode(n, it.decode_kv) if n and not rest else None
+            c = self._seen.put(key, d if d is not None else self._interpolated(it, n, rest))
+        return c
 
     def _interpolated(self, it: Iteration, n: int, rest: int) -> Cost:
         """The interpolated device cost of `it` (n decode sequences, `rest` other tokens)."""

@@ -98,6 +98,17 @@ class TableStore:
         con.execute("CREATE TABLE IF NOT EXISTS points (key TEXT, name TEXT, value TEXT, PRIMARY KEY (key, name))")
         return con
 
+    def stamp(self) -> tuple[tuple[int, int], ...]:
+        """(mtime, size) of the cache file and its WAL journal: it changes when any process writes."""
+        out = []
+        for p in (self.path, self.path.with_name(FILE + "-wal")):
+            try:
+                st = p.stat()
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append((0, 0))
+        return tuple(out)
+
     def load(self, name: str) -> dict[str, Point]:
         try:
             con = self._connect()

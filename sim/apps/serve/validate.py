@@ -23,6 +23,7 @@ from sim.apps.mpl import pyplot
 from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict
+from sim.apps.serve.stepcost import serving_mapper
 from sim.core.errors import SimError
 
 # Llama-3.1 has Llama-3's shapes (sim/core/data/models.yaml llama3-8b/-70b) with a 128k context
@@ -96,7 +97,14 @@ ENGINES = {
 # REQUESTS_PER_CLIENT: InferenceMAX sends --num-prompts $((CONC * 10)) with --max-concurrency $CONC
 # (SemiAnalysis InferenceMAX benchmark client configuration), vLLM benchmark_serving.
 REQUESTS_PER_CLIENT = 10
-FORMATS = {None: "bf16", "fp8": "fp8_e4m3"}   # gemm_quant_mode -> weights and activations (KV stays bf16)
+# gemm_quant_mode -> the stored weight format. Activations stay bf16 under every quantization: the engines' W8A8
+# Linear quantizes its bf16 input on each call (TensorRT-LLM _torch/modules/linear.py FP8QDQLinearMethod.apply:
+# static_quantize_e4m3_per_tensor, then cublas_scaled_mm; vLLM w8a8_utils.py Fp8LinearOp.apply: scaled_fp8_quant,
+# then cutlass_scaled_mm), the residual stream, norms and attention inputs being bf16. So the stack's W8A8 family
+# (kernel_families_fitted.yaml: quantize kernel + scaled GEMM at its measured rate) prices each GEMM; with fp8
+# activations declared it did not apply (hw_models.stack.cost: a family runs where weights and activations differ)
+# and every FP8 GEMM ran at the plain FP8 peak, 25-45% faster than aic's measured rows at M ~ 1,000.
+FORMATS = {None: "bf16", "fp8": "fp8_e4m3"}
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "req_s")
 
 
@@ -151,7 +159,7 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
     low, high = max(1, round(run.osl * (1 - eng.output_spread))), round(run.osl * (1 + eng.output_spread))
     raw: dict[str, Any] = {
         "name": run.name, "model": MODELS[run.model],
-        "formats": {"weights": fmt, "activations": fmt, "kv_cache": fmt if eng.quantized_kv else "bf16"},
+        "formats": {"weights": fmt, "activations": "bf16", "kv_cache": fmt if eng.quantized_kv else "bf16"},
         "flash_attention": True,
         "stack": stack or eng.stack,
         "serving": {"arrivals": {"process": "closed", "concurrency": run.concurrency,
@@ -182,6 +190,11 @@ def machine_loader(engine_side_ttft: bool = False):
     return load
 
 
+def collectives(file: ServeFile, machine) -> int:
+    """TP collectives per iteration of the run's layout (the per_collective_s term scales with them)."""
+    return serving_mapper(machine, file, file.model_config_()).collectives_per_iteration()
+
+
 def signed_errors(sim: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
     return {k: (sim[k] - v) / v for k, v in measured.items() if k in sim and v and np.isfinite(v)}
 
@@ -202,7 +215,8 @@ def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | No
             continue
         b = summary["benchmark"]
         sim = {k: b[k] for k in METRICS}
-        out.append(Result(run, sim, signed_errors(sim, run.measured), step_features(res)))
+        feats = {**step_features(res), "collectives": float(collectives(file, machine_for(run.gpu)))}
+        out.append(Result(run, sim, signed_errors(sim, run.measured), feats))
         if progress:
             progress(i + 1, len(runs))
     return out, failed

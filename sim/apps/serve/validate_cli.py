@@ -16,10 +16,11 @@ from sim.core.errors import ConfigError
 
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
-    from sim.apps.serve.validate_readers import is_silicon, read_bench_json, read_silicon
+    from sim.apps.serve.validate_readers import is_silicon, read_bench_json, read_json, read_silicon
 
     path = Path(args.file)
     if path.suffix == ".json":
+        read_json(path)   # a file that is not JSON says so before being asked what served it
         if not (args.engine and args.model):
             raise ConfigError(f"{path}: a benchmark JSON does not say what served it: give --engine and --model")
         return [read_bench_json(path, args.hw, args.engine, args.model)], []

@@ -86,11 +86,18 @@ def _unreplayable(row) -> str:
     return ""
 
 
-def _json(path: Path) -> object:
+def read_json(path: Path) -> object:
+    """The parsed file, or one line naming it when it is missing, unreadable or not JSON."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a readable JSON file ({str(exc).splitlines()[0]})") from None
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        return json.loads(data)
+    except ValueError as exc:   # JSONDecodeError, or UnicodeDecodeError for a binary file
+        raise ConfigError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
 
 
 def _known(model: str) -> None:
@@ -100,7 +107,7 @@ def _known(model: str) -> None:
 
 def read_bench_json(path: Path, gpu: str, engine: str, model: str) -> Run:
     """A benchmark result JSON, genai-perf's or vLLM benchmark_serving's, told apart by their keys."""
-    d = _json(path)
+    d = read_json(path)
     if isinstance(d, dict) and "input_config" in d:
         return read_genai_perf(path, gpu, engine, model, d)
     return read_vllm_bench(path, gpu, engine, model, d)
@@ -112,7 +119,7 @@ _SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | None = None) -> Run:
     """A genai-perf profile_export_genai_perf.json as one closed-loop run: its concurrency, the mean input
     and output lengths, request_count requests when recorded."""
-    d = _json(path) if d is None else d
+    d = read_json(path) if d is None else d
     need = ("time_to_first_token", "inter_token_latency", "input_sequence_length", "output_sequence_length")
     if not isinstance(d, dict) or any(not isinstance(d.get(k), dict) or "avg" not in d[k] for k in need):
         raise ConfigError(f"{path}: not a genai-perf profile export (expected {', '.join(need)} with an avg)")
@@ -140,7 +147,7 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
 def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = None) -> Run:
     """A vLLM benchmark_serving result JSON as one closed-loop run (its max_concurrency, the mean of its
     input and output lengths)."""
-    d = _json(path) if d is None else d
+    d = read_json(path) if d is None else d
     need = ("input_lens", "output_lens", "mean_ttft_ms", "mean_tpot_ms")
     if not isinstance(d, dict) or any(k not in d for k in need):
         raise ConfigError(f"{path}: not a vLLM benchmark_serving result (expected keys {', '.join(need)})")

@@ -6,10 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from hw_models.machine import load_machine
 from sim.apps.progress import bar
 from sim.core.files import check_output, transaction
-from sim.apps.survey.runs import Setup
 from sim.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -43,7 +41,10 @@ def _targets(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def cmd_survey(args: argparse.Namespace) -> int:
+    from hw_models.machine import load_machine
     from sim.apps.survey.build import build   # pandas and matplotlib: only for this command
+    from sim.apps.survey.runs import Setup
+
     machines = tuple(m.strip() for m in args.hw.split(",") if m.strip())
     if not machines:
         raise ConfigError("--hw: expected one or more preset names, e.g. --hw a6000,h200")

@@ -1,7 +1,7 @@
 """Running the points of a sweep on a concurrent.futures executor.
 
-The work of one point is `run_point(config)`, a top-level, pure function of the
-point's resolved config (plain dicts), so it pickles to a local process pool
+The work of one point is `run_point(config)` (sim.apps.sweep.point), a top-level, pure
+function of the point's resolved config (plain dicts), so it pickles to a local process pool
 or a Dask cluster alike. Results come back to this process, which alone writes
 the store: one commit per finished point.
 """
@@ -15,56 +15,23 @@ import os
 import signal
 import sys
 import time
-import traceback
-import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-from sim.core.errors import ConfigError, SimError
+from sim.core.errors import ConfigError
 from sim.core.files import check_output, transaction
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expand import Point, expand
 from sim.apps.sweep.spec import SweepSpec, load_spec
 from sim.apps.sweep.store import Store
-from hw_models.machine import machine_from_dict
-from hw_models.registry import simulate
-from sim.core.results import check_finite
-from sim.core.workload import workload_from_dict
 from sim.apps.sweep import plots as sweep_plots
-from sim.apps.sweep.serving import serve_point
+from sim.apps.sweep.point import run_point
 from sim.apps.sweep.store import export, load_results, load_series
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def run_point(config: dict[str, Any]) -> dict[str, Any]:
-    """Simulate one point. Never raises: a failure (the model does not fit, a
-    bug) comes back as status `error` with a one-line message, so one bad point
-    leaves the others intact."""
-
-    t0 = time.perf_counter()
-    series: dict[str, Any] = {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # context-length notes; the row carries the numbers
-            if config.get("serving"):
-                metrics, series["kv_usage"] = serve_point(config)
-            else:
-                workload = workload_from_dict(config["workload"], config["workload_source"])
-                machine = machine_from_dict(config["machine"], config["machine_source"])
-                # detail=False: metrics only, without the per-op timelines a report draws (half the time).
-                metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
-        return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
-                    seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
-    except SimError as exc:
-        msg = f"{type(exc).__name__}: {exc}"
-    except Exception as exc:  # a bug in one point must not stop the sweep; keep where it happened
-        tb = traceback.extract_tb(exc.__traceback__)[-1]
-        msg = f"{type(exc).__name__}: {exc} (at {Path(tb.filename).name}:{tb.lineno})"
-    return dict(status="error", error=" ".join(msg.split()), seconds=time.perf_counter() - t0)
 
 
 @contextmanager

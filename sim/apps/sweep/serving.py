@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from hw_models.machine import Machine, machine_from_dict
-from sim.apps.serve.output import kv_timeline
+from sim.apps.serve.timeline import kv_timeline
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import serve_file_from_dict
 
@@ -37,7 +37,7 @@ def _machine(config: dict[str, Any]) -> tuple[Machine, dict]:
 
 
 def serve_point(config: dict[str, Any]) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """The flat metrics of one serving point, and its KV-usage timeline (sim.apps.serve.output.kv_timeline)."""
+    """The flat metrics of one serving point, and its KV-usage timeline (sim.apps.serve.timeline.kv_timeline)."""
     file = serve_file_from_dict(config["workload"], config["workload_source"])
     machine, cache = _machine(config)
     res, summary = serve(file, machine, cache=cache)

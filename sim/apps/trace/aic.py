@@ -43,7 +43,7 @@ from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.graph import Op, TensorUse
-from sim.core.lowering import FormatPolicy, lower
+from sim.core.lowering import FormatPolicy, lower_attention
 from sim.core.model import load_model
 from sim.core.workload import Workload
 
@@ -215,11 +215,11 @@ def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch
 @cache
 def _layer_ops(names: tuple[str, ...], phase: str, batch: int, q_len: int, kv_len: int, heads: int,
                kv_heads: int, head_dim: int, kv_fmt: str) -> tuple[Op, ...]:
-    """The ops `names` of one lowered layer of that shape. Lowered once per shape: the tables
-    repeat each shape on every GPU and engine, and lowering a whole layer for three of its ops
-    was most of the fit's time (scripts/fit_kernels.py)."""
+    """The ops `names` of one lowered layer of that shape. Lowered once per shape (the tables
+    repeat each shape on every GPU and engine), and only the layer's attention half: lowering the
+    whole step for three of its ops was most of the fit's time (scripts/fit_kernels.py)."""
     model = _model(heads, kv_heads, head_dim)
-    graph = lower(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True, 1)
+    graph = lower_attention(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True)
     return tuple(graph.op(n) for n in names)
 
 

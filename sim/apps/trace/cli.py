@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from sim.core import flags, tables
 
 from sim.core.errors import ConfigError
 from sim.core.units import fmt_time
-from hw_models.machine import load_machine
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# rich's tables and the presets load inside each command: `sim --help` needs neither.
 
 
 def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
@@ -29,6 +31,7 @@ REPLAY_KINDS = ("gpu", "cpu", "pim")
 
 
 def _machine(spec: str, command: str, settings: list[str] | None = None):
+    from hw_models.machine import load_machine
     from sim.core.settings import hw_only, split_settings
 
     machine = load_machine(spec, hw_only(split_settings(settings), command))
@@ -50,6 +53,8 @@ def _load(args: argparse.Namespace, paths):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from sim.core.files import check_output, transaction, write_json
     from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
@@ -117,6 +122,8 @@ def _stack(spec: str | None) -> str | None:
 
 
 def _validate_aic(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from sim.core.files import check_output, write_json
     from sim.apps.trace.aic import HELD_OUT, gpu_sort_key, validate_tables
 
@@ -169,6 +176,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _print_replay(console: Console, trace, r, show_all: bool) -> None:
+    from rich.table import Table
+
     src = r.source_machine or "-"
     t = Table(title=f"{Path(trace.source).name} ({trace.device_name or trace.device}) replayed on {r.machine}; "
               f"measured = {r.measured_from}; scaled = measured x {r.machine}/{src} model ratio")
@@ -208,6 +217,9 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from hw_models.machine import load_machine
     from sim.core.files import check_output
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out

@@ -60,7 +60,8 @@ class Scheduler:
     # tests/test_serve_fastpath.py compares the fast paths against on random streams.
     reference = False
     # Whether this scheduler's decode steps may run as a DecodeCohort (sim.apps.serve.cohort), which the
-    # engine then sets in `cohort`; only a scheduler that builds cohort steps says so (vllm_v0.py, vllm.py).
+    # engine then sets in `cohort`; only a scheduler that builds cohort steps says so (vllm_v0.py, vllm.py,
+    # and sglang.py and trtllm.py through V1's pass).
     decode_cohort = False
     cohort: Any = None
 

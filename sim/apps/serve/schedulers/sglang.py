@@ -21,17 +21,29 @@ from __future__ import annotations
 
 from sim.apps.serve.schedulers.base import Batch
 from sim.apps.serve.schedulers.vllm import VllmV1
+from sim.apps.serve.schedulers.vllm_cohort import cohort_step
 
 
 class Sglang(VllmV1):
-    decode_cohort = False   # its steps differ from V1's; no cohort pass of its own (schedulers/vllm_cohort.py)
+    # Decode steps as V1's cohort pass without its waiting pass (schedulers/vllm_cohort.py). The members
+    # are the running list's head, one token pending each, so the prefill pass, which passes over such
+    # requests, starts after them: they are never preempted by it either, as its preemptions pop the
+    # running list's tail no further than the prefill asking for blocks, which comes after them.
+    decode_cohort = True
+
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
+        c = self.cohort
         prefill = Batch([])
-        budget, preempted = self._running(prefill, prefills_only=True)   # the chunked request first
+        budget, preempted = self._running(prefill, prefills_only=True,   # the chunked request first
+                                          start=len(c) if c is not None else 0)
         if not preempted:
             self._waiting(prefill, budget)
         if prefill.entries:
             return prefill
+        if c is not None:
+            step = cohort_step(self, waiting=False)
+            if step is not None:
+                return step
         decode = Batch([])
         self._running(decode)
         return decode if decode.entries else None

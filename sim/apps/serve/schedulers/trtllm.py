@@ -25,7 +25,7 @@ from sim.apps.serve.spec import SchedulerConfig
 
 
 class Trtllm(VllmV1):
-    decode_cohort = False   # its steps differ from V1's; no cohort pass of its own (schedulers/vllm_cohort.py)
+    decode_cohort = True   # V1's steps, so V1's cohort pass (vllm_cohort.py), whose waiting pass asks _admits
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         super().__init__(cfg, pool, lookahead, prompt_limit)
         self.reserved: dict[int, int] = {}      # request -> blocks its whole life takes

@@ -39,7 +39,7 @@ from sim.apps.serve.spec import SchedulerConfig
 class VllmV1(Scheduler):
     pool_class = LruBlockPool   # freed cached blocks evicted least recently used first, as vLLM's free queue
     decode_cohort = True
-    cohort_min = 32   # running requests from which pure decode steps run as a cohort (vllm_cohort.py)
+    cohort_min = 8   # running requests from which pure decode steps run as a cohort (vllm_cohort.py; measured)
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         super().__init__(cfg, pool, lookahead, None)    # chunked prefill: no prompt limit per step
@@ -62,13 +62,14 @@ class VllmV1(Scheduler):
             self._waiting(batch, budget)
         return batch if batch.entries else None
 
-    def _running(self, batch: Batch, prefills_only: bool = False) -> tuple[int, bool]:
+    def _running(self, batch: Batch, prefills_only: bool = False, start: int = 0) -> tuple[int, bool]:
         """`prefills_only`: pass over decoding requests (one token pending), for a scheduler that runs
-        prefill batches apart from decodes (schedulers/sglang.py)."""
+        prefill batches apart from decodes (schedulers/sglang.py), from running[start] (those before
+        it are known to decode)."""
         budget, running, preempted = self.max_tokens, self.running, False
         pool, entries, cached, unit_tokens = self.pool, batch.entries, self.cached, self.unit_tokens
         bs, ub, look, caching = pool.block_size, pool.unit_blocks, self.lookahead, pool.caching
-        i = 0
+        i = start
         while i < len(running) and budget > 0:
             r = running[i]
             q = r.prompt + r.generated - r.computed

@@ -15,7 +15,7 @@ from sim.apps.serve.schedulers.base import Batch, Scheduler
 class VllmV0(Scheduler):
     whole_prompts = True
     decode_cohort = True
-    cohort_min = 32   # running requests from which decode steps run as a cohort (_cohort_step)
+    cohort_min = 8   # running requests from which decode steps run as a cohort (_cohort_step; measured)
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
         batch = Batch([])
@@ -52,12 +52,12 @@ class VllmV0(Scheduler):
         return budget
 
     def _cohort_step(self) -> Batch | None:
-        """The decode step as array operations over the cohort (sim.apps.serve.cohort): every running
+        """The decode step over the cohort (sim.apps.serve.cohort): every running
         request one token, when none waits to swap in, each is past its prefill and the pool holds
         their new blocks. Else None, the cohort dissolved, and the per-request path decides."""
         c, running = self.cohort, len(self.running)
-        # Small batches: numpy's fixed cost per array operation outweighs a Python loop over a few
-        # requests; a cohort forms from cohort_min running requests and dissolves below half of it.
+        # Small batches: the cohort's fixed cost per step outweighs a Python loop over a few requests;
+        # a cohort forms from cohort_min running requests and dissolves below half of it.
         if running < (self.cohort_min // 2 if len(c) else self.cohort_min):
             if len(c):
                 c.dissolve()

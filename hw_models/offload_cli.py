@@ -1,4 +1,6 @@
-"""`sim offload search WORKLOAD --hw H`: the placement-policy search on its own."""
+"""`sim offload search WORKLOAD --hw H`: the placement-policy search on its own. Beside the kind's
+folder, not in it: importing hw_models.offload.cli would load the folder's __init__ (its mapper and
+schedules) at every `sim` start-up, only to add this subcommand to the parser."""
 
 from __future__ import annotations
 

@@ -1,0 +1,45 @@
+"""The work of one sweep point, `run_point(config)`, in a module of its own: a worker process (a
+process pool's or a Dask worker's) unpickles the function by importing this module, and so loads only
+what a point simulates with, not the sweep's store, plots and pandas (sim.apps.sweep.run)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+from hw_models.machine import machine_from_dict
+from hw_models.registry import simulate
+from sim.apps.sweep.serving import serve_point
+from sim.core.errors import SimError
+from sim.core.results import check_finite
+from sim.core.workload import workload_from_dict
+
+
+def run_point(config: dict[str, Any]) -> dict[str, Any]:
+    """Simulate one point. Never raises: a failure (the model does not fit, a
+    bug) comes back as status `error` with a one-line message, so one bad point
+    leaves the others intact."""
+
+    t0 = time.perf_counter()
+    series: dict[str, Any] = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # context-length notes; the row carries the numbers
+            if config.get("serving"):
+                metrics, series["kv_usage"] = serve_point(config)
+            else:
+                workload = workload_from_dict(config["workload"], config["workload_source"])
+                machine = machine_from_dict(config["machine"], config["machine_source"])
+                # detail=False: metrics only, without the per-op timelines a report draws (half the time).
+                metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
+        return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
+                    seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
+    except SimError as exc:
+        msg = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a bug in one point must not stop the sweep; keep where it happened
+        tb = traceback.extract_tb(exc.__traceback__)[-1]
+        msg = f"{type(exc).__name__}: {exc} (at {Path(tb.filename).name}:{tb.lineno})"
+    return dict(status="error", error=" ".join(msg.split()), seconds=time.perf_counter() - t0)

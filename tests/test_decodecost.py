@@ -1,0 +1,50 @@
+"""The one-pass pure decode cost (sim.apps.serve.decodecost) gives the vector the general
+interpolation (Surrogate._interpolated) gives, to the bit, wherever it answers; and it does answer for
+the steps a serving run has (a mean kv_len within the KV table)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.apps.serve.cohort import DecodeSeqs
+from sim.apps.serve.stepcost import Iteration, Surrogate
+
+
+class CurvedCost:
+    """A device cost curved in every feature (a GEMM-like kink, attention super-linear), so that no
+    interpolation step is exact by accident and a reordered operation shows in the last bits."""
+    keys = ["gpu", "gpu.compute", "gpu.memory"]
+
+    def device(self, it: Iteration) -> tuple[float, ...]:
+        t = 1e-3 + 3e-6 * max(it.tokens, 64) ** 1.1 + 7e-9 * it.decode_kv ** 1.05 + 1e-11 * it.pairs * math.log1p(it.tokens)
+        return t, 0.37 * t + 1e-5 * it.n_decode, 0.9 * t, t / 3, t * math.sqrt(it.n_decode + 1) / 7
+
+
+def surrogate() -> Surrogate:
+    return Surrogate(CurvedCost(), max_tokens=2048, max_decode=256, max_kv=8192)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 9000))
+def test_one_pass_equals_the_general_interpolation(n, kv_mean):
+    sur = surrogate()
+    kv = n * kv_mean + n // 3
+    it = Iteration(tuple((1, kv_mean) for _ in range(n)), n, n, kv, 0.0, 0)
+    fast = sur._decode(n, kv)
+    general = sur._interpolated(it, n, 0)
+    if fast is not None:
+        assert fast == general          # equal, not close
+    assert sur.device(it) == general
+    assert (fast is None) == (kv / n > 8192)   # it answers everywhere in the table's range
+
+
+def test_decode_seqs_read_as_the_tuple_they_stand_for():
+    seqs = DecodeSeqs((3, 7), 5, ((16, 16),))
+    want = ((1, 8), (1, 12), (16, 16))
+    assert seqs == want and want == seqs and len(seqs) == 3 and tuple(seqs) == want and seqs[1] == (1, 12)
+    assert hash(seqs) == hash(want) and seqs != ((1, 8), (1, 12))
+    a = Iteration(seqs, 18, 2, 20, 0.0, 1)
+    assert a == Iteration(want, 18, 2, 20, 0.0, 1) and a != Iteration(want[:2], 18, 2, 20, 0.0, 1)
