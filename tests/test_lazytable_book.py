@@ -7,19 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sim.apps.serve.lazytable import PointBook, book
-
-
-class DictStore:
-    """A store whose 'disk' is a dict of tables; each load is a fresh copy, as a file read is."""
-
-    def __init__(self) -> None:
-        self.disk: dict[str, dict] = {}
-
-    def load(self, name: str) -> dict:
-        return dict(self.disk.get(name, {}))
-
-    def save(self, name: str, table: dict) -> None:
-        self.disk[name] = dict(table)
+from tests.test_mutation_kills_surrogate import Store as DictStore   # its dict of tables stands for the disk
 
 
 def test_one_book_per_key_and_path_and_per_stand_in():
@@ -37,6 +25,6 @@ def test_flush_merges_points_written_since_the_read():
     pb.open("D")
     pb.open("E")
     assert pb.get("D", "x", lambda: 1) == 1 and pb.get("D", "x", lambda: 99) == 1   # computed once
-    store.disk["D"] = {"y": 2}
+    store.saved["D"] = {"y": 2}
     pb.flush()
-    assert store.disk == {"D": {"x": 1, "y": 2}} and not pb.dirty
+    assert store.saved == {"D": {"x": 1, "y": 2}} and not pb.dirty
