@@ -1,0 +1,30 @@
+"""The decode cohort's block growth worked by hand (issue 32: survivors of the mutation job on
+sim.apps.serve.cohort's DecodeCohort.grow). The cohort books a member's next block under the step
+whose token first needs it, with the scheduler's lookahead slots counted (Scheduler._grow)."""
+
+from __future__ import annotations
+
+from sim.apps.serve.cohort import DecodeCohort
+from sim.apps.serve.kvpool import BlockPool
+from sim.apps.serve.schedulers.base import Request
+
+
+def test_blocks_grow_at_the_steps_the_lookahead_slots_need_them():
+    """Block size 4, 2 lookahead slots. A request of a 5-token prompt, its first token out (computed 5,
+    generated 1), holds the 2 blocks that prefill allocated for 5 + 2 slots. Step t (t = 0, 1, ...) computes
+    token 5 + t and needs (5 + t + 2) // 4 + 1 blocks: 3 from step 1 (slots up to 8), 4 from step 5 (up to
+    12), 5 from step 9. The blocks held after each step's grow, steps 0-9: 2, 3, 3, 3, 3, 4, 4, 4, 4, 5;
+    whole blocks, written through to the request and the pool."""
+    pool = BlockPool(total_blocks=16, block_size=4)
+    r = Request(0, 0.0, prompt=5, output=20)
+    r.computed, r.generated, r.blocks = 5, 1, 2
+    assert pool.allocate(2)
+    cohort = DecodeCohort(block_size=4, lookahead=2)
+    cohort.join([r], pool.unit_blocks)
+    held = []
+    for step in range(10):
+        assert cohort.grow(pool)
+        held.append(r.blocks)
+        cohort.hand_out(1.0 + step, {})
+    assert held == [2, 3, 3, 3, 3, 4, 4, 4, 4, 5]
+    assert type(r.blocks) is int and pool.used == 5
