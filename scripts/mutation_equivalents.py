@@ -40,9 +40,64 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
         (f"{KV}ǁLruBlockPoolǁrelease__mutmut_4", f"{KV}ǁLruBlockPoolǁrelease__mutmut_5",
          f"{KV}ǁLruBlockPoolǁrelease__mutmut_6", f"{KV}ǁLruBlockPoolǁrelease__mutmut_9"),
     # --- schedulers
-    "Static.__init__ `shape = (1, 0)`: _form sets the shape before schedule first reads it (schedule forms "
-    "a batch whenever none runs)":
-        (f"{SCHED}static.xǁStaticǁ__init____mutmut_13",),
+    "Static.__init__ `shape = (1, 0)` (or None, (0, 1)), `step = None` (or 1): _form sets the shape and the "
+    "step before schedule first reads them (schedule forms a batch whenever none runs)":
+        tuple(f"{SCHED}static.xǁStaticǁ__init____mutmut_{i}" for i in (10, 11, 12, 13, 14)),
+    "Scheduler._decodes: which path runs (`not self.reference or ...`, `self.reference and ...`, `_grow is not "
+    "Scheduler._grow`): the one-allocation path and _decodes_reference decide the same (issue 30; "
+    "tests/test_serve_fastpath.py compares them on random streams), so taking either one changes no output":
+        tuple(f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_{i}" for i in (1, 2, 4)),
+    "Scheduler._swap_in `len(running) <= max_seqs`: a request is swapped out only from the running list, and "
+    "none is admitted while any is swapped (V0 and Sarathi prefill only with the swapped queue empty), so "
+    "running + swapped <= max_seqs, and running < max_seqs whenever one waits to swap in":
+        (f"{SCHED}base.xǁSchedulerǁ_swap_in__mutmut_2",),
+    "Scheduler._swap_in `r.swapped = 1` after the swap-in: r.swapped is read only while r waits in the "
+    "swapped queue, and every swap-out sets it first":
+        (f"{SCHED}base.xǁSchedulerǁ_swap_in__mutmut_27",),
+    "vllm_cohort._decoding's caching test loosened (`published or ...`, `cached.get(idx, None / 1 / no default)`): "
+    "under caching a running V1 request is always in `cached` (set at admission, dropped only by free) with "
+    "cached == computed // unit_tokens (_waiting, _running and _cache_filled cache each unit as its tokens are "
+    "scheduled), and one with its first token out is published (the engine publishes at the first token, and "
+    "V1's preemption keeps the flag), so each form gives the same truth value":
+        tuple(f"{SCHED}vllm_cohort.x__decoding__mutmut_{i}" for i in (10, 12, 14, 15)),
+    "vllm_cohort._cache_filled `_cache(r, computed + 2)`: _cache caps the tokens at prompt + generated, which "
+    "is computed + 1 for a member (one token pending)":
+        (f"{SCHED}vllm_cohort.x__cache_filled__mutmut_18",),
+    "Scheduler._admit with `usable` for any computed (`or True`, `else 1`), or matching with no usable unit: "
+    "_admit is reached only for a request holding no blocks, whose computed is 0 (new, or reset by a "
+    "recompute preemption; a swapped one comes back through _swap_in), and match of no hashes hits nothing":
+        tuple(f"{SCHED}base.xǁSchedulerǁ_admit__mutmut_{i}" for i in (6, 12, 15)),
+    "Scheduler._decodes `sum(n for n in needs if n >= 0)`: the zeros add nothing":
+        (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_16",),
+    "VllmV0._prefills `return` (None) for `break`: every caller (V0, Sarathi, Orca) ignores what it returns":
+        (f"{SCHED}vllm_v0.xǁVllmV0ǁ_prefills__mutmut_15", f"{SCHED}vllm_v0.xǁVllmV0ǁ_prefills__mutmut_26"),
+    "VllmV1.__init__: the watermark (None or 1 for 0) is never read by V1 (its own fits_ever, no _admit, no "
+    "swapping); passing no prompt limit is passing None":
+        tuple(f"{SCHED}vllm.xǁVllmV1ǁ__init____mutmut_{i}" for i in (8, 9, 10)),
+    "VllmV1._running `q >= budget` for `>`: at q == budget, q = budget changes nothing":
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_23",),
+    "VllmV1.free: a freed request's `cached` entry left behind (`pop(None, None)`) is overwritten when it is "
+    "admitted again (_waiting) and read only for running requests; `pop(idx)` without the default: free is "
+    "reached only for running requests, all in `cached` since their admission":
+        (f"{SCHED}vllm.xǁVllmV1ǁfree__mutmut_6", f"{SCHED}vllm.xǁVllmV1ǁfree__mutmut_8"),
+    "Orca._grow `return 1`: never called (Orca.schedule does not reach Scheduler._decodes); it exists so "
+    "that the one-allocation and cohort paths, which test `type(sched)._grow is Scheduler._grow`, leave Orca be":
+        (f"{SCHED}orca.xǁOrcaǁ_grow__mutmut_1",),
+    "Trtllm.__init__ passing None (or nothing) for prompt_limit: VllmV1.__init__ discards it (chunked "
+    "prefill: no prompt limit)":
+        (f"{SCHED}trtllm.xǁTrtllmǁ__init____mutmut_5", f"{SCHED}trtllm.xǁTrtllmǁ__init____mutmut_9"),
+    "Trtllm.free `reserved.pop(idx)` without the default: free is reached only for a running request "
+    "(finish, _preempt), and every running request came through _admits, which reserved it":
+        (f"{SCHED}trtllm.xǁTrtllmǁfree__mutmut_4",),
+    "Scheduler._decodes_reference `preempted = None`: returned as a truth value only (`if not ...`), None "
+    "is falsy as False; `need >= 0`: allocate(0) always succeeds, so the loop is not entered at 0 either":
+        (f"{SCHED}base.xǁSchedulerǁ_decodes_reference__mutmut_1", f"{SCHED}base.xǁSchedulerǁ_decodes_reference__mutmut_12"),
+    "VllmV0._cohort_step's member test loosened (`caching = None`, `and` -> `or` in it): the test holds for "
+    "every running V0 request anyway (V0 prefills whole prompts and schedule returns on any prefill step, "
+    "so a running request has its token out, one token pending, and its prompt published under caching, "
+    "which the engine does at the first token; a swapped-in one keeps what it computed); it guards the "
+    "cohort against a future change":
+        tuple(f"{SCHED}vllm_v0.xǁVllmV0ǁ_cohort_step__mutmut_{i}" for i in (8, 12, 13)),
     "Static._form `P = O = 1`: the batch's shape is the max over its requests, each with at least 1 prompt "
     "and 1 output token (traces refuse lengths below 1), so a start of 1 gives the same max":
         (f"{SCHED}static.xǁStaticǁ_form__mutmut_3",),
@@ -58,6 +113,25 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "VllmV1._waiting `(r.computed == 0) or True`: a waiting V1 request has computed 0 (new, or preempted, "
     "which resets it)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_waiting__mutmut_13",),
+    # --- decode cohort
+    "DecodeCohort.features: `repeat(1)` without a count is cut by zip at the cohort's length; `pairs` 0 "
+    "(an int) where 0.0, chunks left at the default 0: equal numbers, equal hashes, the same arithmetic":
+        ("sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_14",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_27",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_28"),
+    "DecodeCohort.dissolve dropping the lookahead (default 0): the engine makes a cohort only without "
+    "speculative decoding (ServeSim.__init__), whose draft tokens are the only lookahead (instance.py: "
+    "`spec.k if spec else 0`), so it is 0 already":
+        ("sim.apps.serve.cohort.xǁDecodeCohortǁdissolve__mutmut_4",),
+    # --- early stop, lazy tables
+    "allowed_violations: `arange(1, n + 1)` of ints (no dtype) searched for a float finds the same index; "
+    "`n + 2` adds an element past q/100 x n <= n, which searchsorted (left) never passes; `min(idx, n + 1)`: "
+    "idx <= n - 1 for every percentile up to 100, so the min is idx either way":
+        tuple(f"sim.apps.serve.early_stop.x_allowed_violations__mutmut_{i}" for i in (19, 22, 25, 37)),
+    "settled_failure `key.rpartition('_')`: an SLO key is METRIC_STAT and no metric name has an underscore":
+        ("sim.apps.serve.early_stop.x_settled_failure__mutmut_4",),
+    "lazytable.book: a store without `path` keyed 'None' or 'XXXX' instead of '': one constant for another":
+        ("sim.apps.serve.lazytable.x_book__mutmut_15", "sim.apps.serve.lazytable.x_book__mutmut_21"),
     # --- surrogate
     "_grid: `range(64, 513, 16)` / `range(512, 1025, 64)` add 512 / 1024, which the next range / the loop "
     "add anyway: the points are a set":

@@ -18,7 +18,7 @@ import pytest
 from sim.apps.serve import debug_checks
 from sim.apps.serve import spec as s
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
-from sim.apps.serve.schedulers import Request, Scheduler
+from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.sarathi import Sarathi
 from sim.apps.serve.schedulers.static import Static
@@ -32,8 +32,11 @@ from sim.apps.serve.traces import Requests
 
 def step(sched: Scheduler) -> list[tuple[int, int]]:
     batch = sched.schedule(0.0, True)
-    if batch is None:
-        return []
+    return [] if batch is None else apply(sched, batch)
+
+
+def apply(sched: Scheduler, batch: Batch) -> list[tuple[int, int]]:
+    """What the engine does with a scheduled batch (module doc), the invariants checked around it."""
     debug_checks.check_batch(sched, batch)
     out = [(r.idx, q) for r, q in batch.entries]
     for r, q in batch.entries:
