@@ -116,15 +116,20 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     # --- decode cohort
     "DecodeCohort.features: `repeat(1)` without a count is cut by zip at the cohort's length; `pairs` 0 "
     "(an int) where 0.0, chunks left at the default 0: equal numbers, equal hashes, the same arithmetic":
-        ("sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_14",
-         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_27",
-         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_28"),
+        ("sim.apps.serve.cohort.xǁDecodeSeqsǁseqs__mutmut_12",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_15",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_16"),
     "DecodeCohort.dissolve dropping the lookahead (default 0): the engine makes a cohort only without "
     "speculative decoding (ServeSim.__init__), whose draft tokens are the only lookahead (instance.py: "
     "`spec.k if spec else 0`), so it is 0 already":
         ("sim.apps.serve.cohort.xǁDecodeCohortǁdissolve__mutmut_4",),
     "DecodeCohort.grow `_due(..., ordered=None)`: None is falsy, the same as ordered=False":
         ("sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_3",),
+    "DecodeCohort.grow sorting its due members (`_due` default or ordered=True; `ordered or len > 1`): grow "
+    "takes their blocks in one allocation and each member's count is its own, so their order changes "
+    "nothing; `len(due) >= 1`: sorting a one-member list leaves it as it is":
+        ("sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_5", "sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_6",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_8", "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_9"),
     # --- early stop, lazy tables
     "allowed_violations: `arange(1, n + 1)` of ints (no dtype) searched for a float finds the same index; "
     "`n + 2` adds an element past q/100 x n <= n, which searchsorted (left) never passes; `min(idx, n + 1)`: "
