@@ -28,3 +28,19 @@ def test_blocks_grow_at_the_steps_the_lookahead_slots_need_them():
         cohort.hand_out(1.0 + step, {})
     assert held == [2, 3, 3, 3, 3, 4, 4, 4, 4, 5]
     assert type(r.blocks) is int and pool.used == 5
+
+
+def test_cache_units_filled_when_caching_starts_after_the_first_step():
+    """Cache units of 4 tokens; a member joins at step 0 with computed 5, generated 1 (base 5, lag 4). The
+    first call to `filling` comes at step 1 (computed 6); the step at t computes token 5 + t and fills a unit
+    when (5 + t + 1) % 4 == 0: at t = 2 (computed 7, generated 3) and t = 6 (11, 7), none in between."""
+    r = Request(0, 0.0, prompt=5, output=20)
+    r.computed, r.generated, r.blocks = 5, 1, 1
+    cohort = DecodeCohort(block_size=16)
+    cohort.join([r], 1)
+    cohort.hand_out(1.0, {})
+    fills = []
+    for step in range(1, 8):
+        fills += [(cohort.tick, c, g) for _, c, g in cohort.filling(4)]
+        cohort.hand_out(1.0 + step, {})
+    assert fills == [(2, 7, 3), (6, 11, 7)]
