@@ -130,6 +130,14 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "nothing; `len(due) >= 1`: sorting a one-member list leaves it as it is":
         ("sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_5", "sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_6",
          "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_8", "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_9"),
+    "cohort: `_fmax` `a > b`: at a == b it returns b, the same number (a NaN a loses to b either way); "
+    "_Peaks.push `gaps[-1] < gap` keeps an equal earlier gap, so the stack falls non-strictly and its first "
+    "entry at or after a step is still the largest gap since; sync `m.since <= 0`: since is -1 or a step "
+    "+ 1 >= 2, never 0; hand_out `m.live = None`: live is only tested for truth; join `joined += 2`: join "
+    "numbers are only compared (sort key, bisect), so their spacing changes no order":
+        ("sim.apps.serve.cohort.x__fmax__mutmut_5", "sim.apps.serve.cohort.xǁ_Peaksǁpush__mutmut_5",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁsync__mutmut_7", "sim.apps.serve.cohort.xǁDecodeCohortǁhand_out__mutmut_52",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁjoin__mutmut_22"),
     # --- early stop, lazy tables
     "allowed_violations: `arange(1, n + 1)` of ints (no dtype) searched for a float finds the same index; "
     "`n + 2` adds an element past q/100 x n <= n, which searchsorted (left) never passes; `min(idx, n + 1)`: "

@@ -44,3 +44,19 @@ def test_cache_units_filled_when_caching_starts_after_the_first_step():
         fills += [(cohort.tick, c, g) for _, c, g in cohort.filling(4)]
         cohort.hand_out(1.0 + step, {})
     assert fills == [(2, 7, 3), (6, 11, 7)]
+
+
+def test_shared_gap_adds_to_a_count_already_there():
+    """The gaps map counts tokens by their previous token's time and is shared with the per-request path.
+    A member (previous token at 0.5) gets its token at 1.0: one gap from 0.5. Then the per-request path
+    counts 3 tokens whose previous was at 1.0, and the member's next token at 2.0 adds one more: 4."""
+    r = Request(0, 0.0, prompt=5, output=20)
+    r.computed, r.generated, r.blocks, r.last_at = 5, 1, 1, 0.5
+    cohort = DecodeCohort(block_size=16)
+    cohort.join([r], 1)
+    gaps: dict[float, int] = {}
+    cohort.hand_out(1.0, gaps)
+    assert gaps == {0.5: 1}
+    gaps[1.0] = 3
+    cohort.hand_out(2.0, gaps)
+    assert gaps == {0.5: 1, 1.0: 4}
