@@ -55,6 +55,11 @@ timeouts), 100 % (89 of 89) on CI's *3. Decode cohort 93.0 % (225 of 242, 4 argu
 82.1 % (46 of 56) before, 100 % (54 of 54, 2 argued) after. The kill tests: tests/test_mutation_kills_
 sched_paths.py, test_early_stop_hand.py, test_lazytable_book.py. The other new sets were not rerun whole.
 A whole set runs in pieces with --resume (each piece's verdicts kept).
+CI's sample after the merge of mutation3 (2026-12-02): 97.1 % (509 of 524; 15 survivors in the surrogate,
+stack cost and cohort, two listed V1 equivalents renumbered and killed); with tests/test_mutation_kills_cohort.py
+and the new surrogate and stack tests, 100 % (520 of 520; 5 more argued equivalent, 279 s).
+Whole decode cohort set after its rewrite (327 mutants): 89.6 % (293 of 327, 3 listed equivalents stale); with
+two more hand-worked cohort tests and 13 argued or renumbered, 94.6 % (298 of 315; 17 left, 4 of them not reached).
 CI gates both in one mutmut run: `--only core,new --sample 47 --sample-new 3 --min-kill-rate 0.90`
 (423 mutants after the last merge of main: 216 CPU-s, 4.7 min wall with 75 % of the CPU; 324 CPU-s and 15 min at
 load 8-11 before: about 2-3 min on two idle cores).

@@ -107,22 +107,37 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "Scheduler._decodes (issue 30's one-allocation path) `if n >= 0`: adds 0 blocks to a request that needs none":
         (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_23",),
     "VllmV1._running `_preempt(victim, None)`: V1's _preempt never reads the batch (no swapping in V1)":
-        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_33",),
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_41",),
     "VllmV1._running `>=` before _cache: with no new full unit _cache's loop is empty and it sets nothing":
-        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_43",),
+        (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_51",),
     "VllmV1._waiting `(r.computed == 0) or True`: a waiting V1 request has computed 0 (new, or preempted, "
     "which resets it)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_waiting__mutmut_13",),
     # --- decode cohort
     "DecodeCohort.features: `repeat(1)` without a count is cut by zip at the cohort's length; `pairs` 0 "
     "(an int) where 0.0, chunks left at the default 0: equal numbers, equal hashes, the same arithmetic":
-        ("sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_14",
-         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_27",
-         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_28"),
+        ("sim.apps.serve.cohort.xǁDecodeSeqsǁseqs__mutmut_12",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_15",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁfeatures__mutmut_16"),
     "DecodeCohort.dissolve dropping the lookahead (default 0): the engine makes a cohort only without "
     "speculative decoding (ServeSim.__init__), whose draft tokens are the only lookahead (instance.py: "
     "`spec.k if spec else 0`), so it is 0 already":
         ("sim.apps.serve.cohort.xǁDecodeCohortǁdissolve__mutmut_4",),
+    "DecodeCohort.grow `_due(..., ordered=None)`: None is falsy, the same as ordered=False":
+        ("sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_3",),
+    "DecodeCohort.grow sorting its due members (`_due` default or ordered=True; `ordered or len > 1`): grow "
+    "takes their blocks in one allocation and each member's count is its own, so their order changes "
+    "nothing; `len(due) >= 1`: sorting a one-member list leaves it as it is":
+        ("sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_5", "sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_6",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_8", "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_9"),
+    "cohort: `_fmax` `a > b`: at a == b it returns b, the same number (a NaN a loses to b either way); "
+    "_Peaks.push `gaps[-1] < gap` keeps an equal earlier gap, so the stack falls non-strictly and its first "
+    "entry at or after a step is still the largest gap since; sync `m.since <= 0`: since is -1 or a step "
+    "+ 1 >= 2, never 0; hand_out `m.live = None`: live is only tested for truth; join `joined += 2`: join "
+    "numbers are only compared (sort key, bisect), so their spacing changes no order":
+        ("sim.apps.serve.cohort.x__fmax__mutmut_5", "sim.apps.serve.cohort.xǁ_Peaksǁpush__mutmut_5",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁsync__mutmut_7", "sim.apps.serve.cohort.xǁDecodeCohortǁhand_out__mutmut_52",
+         "sim.apps.serve.cohort.xǁDecodeCohortǁjoin__mutmut_22"),
     # --- early stop, lazy tables
     "allowed_violations: `arange(1, n + 1)` of ints (no dtype) searched for a float finds the same index; "
     "`n + 2` adds an element past q/100 x n <= n, which searchsorted (left) never passes; `min(idx, n + 1)`: "
@@ -144,6 +159,15 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "_bilinear `ns[j + 1] >= ns[j]`: the grids are strictly increasing (_grid's sorted set, CHUNKS), so "
     "the equal case never occurs":
         (f"{SUR}ǁSurrogateǁ_bilinear__mutmut_53",),
+    "_build: the chunk table's grid `_grid(R, fine=None)`: None is falsy, the same as fine=False":
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_133",),
+    "_build: the chunk table's one-chunk cost `_cost(0, None, r)`: with no decodes the KV argument is not "
+    "read (`[(q, kv)] * 0` is empty)":
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_153",),
+    # --- stack cost
+    "stack_cost `m = dims['m'] if ... or True`: M for every op kind, but for_kind reads it only for a GEMM "
+    "(Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":
+        ("hw_models.stack.cost.x_stack_cost__mutmut_73",),
 
     # --- metrics (whole set)
     "`key.rpartition('_')` for partition: an SLO key is METRIC_STAT and no metric name has an underscore":

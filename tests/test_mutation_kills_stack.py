@@ -15,6 +15,7 @@ from hw_models.stack import cost as stack_cost_module
 from hw_models.stack.cost import family_cost, stack_cost
 from hw_models.stack.kernel_families import FAMILIES_FILE, Families, families, read_families
 from hw_models.stack.spec import KernelSpec, load_stack
+from sim.core.errors import ConfigError
 from sim.core.graph import Op, TensorUse
 from sim.apps.trace.aic import gemm_op
 from sim.core.lowering import FormatPolicy, lower
@@ -67,7 +68,21 @@ def test_eager_norm_kernel_spec_on_a_preset_below_full_bandwidth():
     assert got.memory_s == pytest.approx(memory_s, rel=1e-12)
     assert got.duration_s == pytest.approx(8 * 1.34e-6 + max(plain.compute_s, memory_s), rel=1e-12)
     assert got.energy_j == pytest.approx(plain.energy_j + 8 * op.bytes * J_PER_BYTE, rel=1e-12)
-    assert got.unit == "gpu"
+    assert got.unit == "gpu" and got.op is op
+
+
+def test_extra_passes_on_a_tier_without_an_energy_figure_add_no_energy():
+    """The same RMSNorm on a memory tier with no energy per byte (None in a preset that gives none): the 8
+    more passes add time, not energy; the cost's energy is the plain roofline's."""
+    u, name, tier = _h100()
+    tier = tier.model_copy(update={"energy_j_per_byte": None})
+    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
+                  False, num_layers=1)
+    op = graph.op("L0.attn_norm")
+    plain = roofline_cost(op, u, name, tier)
+    got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
+    assert got.energy_j == plain.energy_j
+    assert got.memory_s == pytest.approx(9.0 * op.bytes / (BW * 0.713), rel=1e-12)
 
 
 def test_expert_shares_by_hand():
@@ -146,3 +161,15 @@ def test_gemm_without_a_stored_weight_keeps_the_plain_roofline():
     op = Op("L0.xy", "gemm", 2 * 8 * 64 * 32, (x, y), (out,), (("m", 8), ("n", 32), ("k", 64)), "bf16", 0)
     u, name, tier = _h100()
     assert stack_cost(op, u, name, tier, load_stack("torch-eager"), roofline_cost(op, u, name, tier)) is None
+
+
+def test_unknown_dense_gemm_family_is_a_config_error_naming_the_known_ones():
+    """A preset naming a dense GEMM family that no family file has (a typo): a bf16 GEMM under vllm (CUDA
+    graphs) refuses with a ConfigError listing the families there are, not a TypeError."""
+    m = load_machine("a100_80g")
+    u = m.units["gpu"]
+    u = u.model_copy(update={"efficiency": u.efficiency.model_copy(update={"dense_gemm": "dense_bf16_typo"})})
+    tier = m.memory[u.memory]
+    op = gemm_op(1, 64, 64, "bf16")
+    with pytest.raises(ConfigError, match="dense_bf16_typo.*dense_bf16_a100"):
+        stack_cost(op, u, "gpu", tier, load_stack("vllm"), roofline_cost(op, u, "gpu", tier))

@@ -149,3 +149,56 @@ def test_mixed_table_is_coarse_in_the_decode_count():
     sur = Surrogate(Poly(c=1e-12), max_tokens=128, max_decode=128, max_kv=16)
     it = features([(1, 1)] * 80 + [(16, 16)])
     assert sur.device(it)[0] - 1e-3 == pytest.approx(6656e-12, rel=1e-6, abs=0)
+
+
+def test_decode_steps_longer_than_max_tokens_stay_in_the_tables():
+    """max_tokens 4 but max_decode 8: a step of 8 one-token decodes has 8 tokens, so the token grid is
+    raised to 8 (max_decode x decode_q) and the step is interpolated, not sent to the exact path: D(8)
+    at KV 1 each, 1 ms + 8 us, no fallback counted."""
+    sur = Surrogate(Poly(a=1e-6), max_tokens=4, max_decode=8, max_kv=16)
+    assert sur.max_tokens == 8
+    assert sur.device(features([(1, 1)] * 8))[0] == pytest.approx(1.008e-3, rel=1e-12)
+    assert sur.exact_fallbacks == 0
+
+
+def test_tables_other_than_d_and_p_take_the_coarse_token_grid():
+    """max_tokens 100: the fine grid has 80 between 64 and 96, the coarse one (module doc: the pairs,
+    split, chunk and mixed terms are smooth in the tokens) does not. Pairs, chunks and mixed start at
+    2 tokens (1 is the exact path's), split at 4 (two halves of at least 2); the mixed table's decode
+    counts are the coarse grid of max_decode 8 less 0."""
+    sur = Surrogate(Poly(), max_tokens=100, max_decode=8, max_kv=128)
+    coarse = [2, 4, 8, 16, 32, 48, 64, 96, 100]
+    assert sur.table("P")[0] == [2, 4, 8, 16, 32, 48, 64, 80, 96, 100]
+    assert sur.table("pairs")[0] == coarse
+    assert sur.table("split")[0] == coarse[1:]
+    assert sur.table("C")[0] == ([1, 2, 4, 8, 16, 32], coarse)
+    assert sur.table("M")[0] == ([1, 2, 4, 8], coarse)
+
+
+def test_mixed_step_kv_between_the_first_grid_points_is_interpolated_not_extended():
+    """One decode at KV 100 and a fresh 16-token chunk, max_kv 1024 (KV grid 1, 64, 256, 1024), exact
+    1 ms + 1e-12 x (decode KV)^2. P(17) has no decode (1 ms); M(1, 16) = 1e-12 x 1^2 (the decode at KV 1);
+    the KV table between 64 and 256 (w = 36 / 192): 1e-12 x (4095 + 0.1875 x 61440) = 15615e-12; no extra
+    pairs (the chunk's 136 are a fresh chunk's). Total 15616e-12 over 1 ms. Only KV beyond the grid's last
+    point (1024) extends the last segment (from 256 and 1024 it would give -134145e-12 here)."""
+    sur = Surrogate(Poly(c=1e-12), max_tokens=64, max_decode=8, max_kv=1024)
+    it = features([(1, 100), (16, 16)])
+    assert (it.tokens, it.n_decode, it.decode_kv) == (17, 1, 100)
+    assert sur.device(it)[0] - 1e-3 == pytest.approx(15616e-12, rel=1e-6, abs=0)
+
+
+def test_pure_decode_steps_take_the_one_pass_path(monkeypatch):
+    """A step of decodes only (3 at KV 40, 70, 90; exact 1 ms + 1 us x tokens + 1e-12 x (decode KV)^2) is
+    costed by DecodeCosts in one pass (speed: the usual step), equal to the general interpolation. By hand:
+    D(3) halfway between D(2) and D(4): 1 ms + 3 us + 1e-12 x (4 + 16) / 2; the KV table K(n, k) =
+    1e-12 x ((n k)^2 - n^2) at mean KV 200 / 3, between 64 and 256 (w = 1 / 72): n = 2: 16380 + 245760 / 72
+    = 19793.33, n = 4: 65520 + 983040 / 72 = 79173.33, halfway 49483.33; in all 49493.33e-12 over 1.003 ms."""
+    sur = Surrogate(Poly(a=1e-6, c=1e-12), max_tokens=64, max_decode=8, max_kv=1024)
+    it = features([(1, 40), (1, 70), (1, 90)])
+    general = sur._interpolated(it, 3, 0)
+
+    def refuse(*_):
+        raise AssertionError("a pure decode step went through the general interpolation")
+    monkeypatch.setattr(sur, "_interpolated", refuse)
+    assert general[0] - 1.003e-3 == pytest.approx(49493.333e-12, rel=1e-6, abs=0)
+    assert sur.device(it) == pytest.approx(general, rel=1e-12)
