@@ -1,6 +1,8 @@
 """Lazy surrogate tables (sim.apps.serve.lazytable, issue 29's speed target): a run that computes only the
 table entries it reads gives the same figures, to the bit, as one whose tables were all built first."""
 
+import time
+
 import pytest
 from hw_models.machine import load_machine
 from sim.apps.serve import tablecache
@@ -93,6 +95,11 @@ def test_a_point_another_process_stored_is_read_not_computed(tmp_path):
     the store and takes the stored point (no compute); a point nobody stored is still computed."""
     mine, other = PointBook(TableStore("k", tmp_path)), TableStore("k", tmp_path)
     mine.open("D")                                          # read while the store was empty
+    # File times are taken from the kernel's coarse clock (one tick, up to 10 ms), and an insert that fits
+    # the table's page leaves the file's size as it was: a write inside the same tick is invisible to the
+    # stamp (the worker then computes the point itself, the behaviour before the re-read). Wait out a tick
+    # so that what is checked is the re-read, not the clock's granularity.
+    time.sleep(0.05)
     other.save("D", {"[[1,1]]": (1.5, 2.5, [("gpu", 1.5)])})  # the other worker's flush
     computed = []
 
