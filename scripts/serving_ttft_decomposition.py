@@ -15,7 +15,8 @@ apart per engine and model by least squares over the runs, in ms:
 
 each fitted on the relative miss (every run weighs alike, as in the overhead fit) and scored by the share of
 the relative miss it explains (R^2 against no term at all) and by the TTFT MAPE left after it. The
-bands table splits the miss by clients (<= 16, 32, >= 64): a load-dependent miss grows across them.
+bands tables split the miss by clients (<= 16, 32, >= 64) and by the measured request rate (clients / E2E): a
+load-dependent miss grows across them.
 
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/serving_ttft_decomposition.py
 """
@@ -37,7 +38,8 @@ from sim.apps.serve.validate_readers import read_silicon  # noqa: E402
 SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
 SILICON = SHARED / "aic" / "silicon_sample_h100.csv.gz"
 FEATURES = ROOT / "tests" / "data" / "engine_overheads_features.csv"
-BANDS = (("<= 16", 0, 16), ("32", 17, 32), (">= 64", 33, 10**9))
+BANDS = (("<= 16", 0, 17), ("32", 17, 33), (">= 64", 33, 10**9))
+RATES = (("< 5", 0.0, 5.0), ("5-20", 5.0, 20.0), (">= 20", 20.0, 1e9))   # measured requests/s: clients / E2E
 
 
 def shape_fits(isl: np.ndarray, sim_ms: np.ndarray, meas_ms: np.ndarray) -> dict[str, tuple[float, float, list]]:
@@ -65,7 +67,7 @@ def main() -> int:
     for run, f in rows:
         groups.setdefault((run.engine, run.model.split("/")[-1] + (f" {run.quant}" if run.quant else "")), []).append((run, f))
     print("| engine | model | runs | TTFT MAPE, terms at 0 | constant: R^2, MAPE after, a ms | per prompt token: R^2, "
-          "MAPE, b us/token | x simulated: R^2, MAPE, k |")
+          "MAPE, a ms + b us/token | x simulated: R^2, MAPE, a ms + k |")
     print("|---|---|---|---|---|---|---|")
     for (engine, model), rs in sorted(groups.items()):
         isl = np.array([r.isl for r, _ in rs], float)
@@ -74,19 +76,26 @@ def main() -> int:
         fits = shape_fits(isl, sim, meas)
         c, p, s = fits["constant"], fits["per prompt token"], fits["x simulated TTFT"]
         print(f"| {engine} | {model} | {len(rs)} | {np.mean(np.abs(sim - meas) / meas):.1%} | {c[0]:.2f}, {c[1]:.1%}, "
-              f"{c[2][0]:.0f} | {p[0]:.2f}, {p[1]:.1%}, {p[2][1] * 1e3:.0f} | {s[0]:.2f}, {s[1]:.1%}, {s[2][1]:+.2f} |")
-    print("\n| engine | model | clients | runs | miss ms (median) | measured / simulated (median) |")
+              f"{c[2][0]:.0f} | {p[0]:.2f}, {p[1]:.1%}, {p[2][0]:.0f} + {p[2][1] * 1e3:.0f} | {s[0]:.2f}, {s[1]:.1%}, "
+              f"{s[2][0]:.0f} {s[2][1]:+.2f} x |")
+    bands(groups, "clients", BANDS, lambda r: r.concurrency)
+    bands(groups, "requests/s", RATES, lambda r: r.concurrency / r.measured["e2e_s"])
+    return 0
+
+
+def bands(groups: dict, label: str, edges: tuple, key) -> None:
+    """The miss by band of `key` (clients, or the measured request rate, where a saturated front end shows)."""
+    print(f"\n| engine | model | {label} | runs | miss ms (median) | measured / simulated (median) |")
     print("|---|---|---|---|---|---|")
     for (engine, model), rs in sorted(groups.items()):
-        for label, lo, hi in BANDS:
-            band = [(r, f) for r, f in rs if lo <= r.concurrency <= hi]
+        for name, lo, hi in edges:
+            band = [(r, f) for r, f in rs if lo <= key(r) < hi]
             if not band:
                 continue
             sim = np.array([f["sim_ttft_s"] for _, f in band]) * 1e3
             meas = np.array([r.measured["ttft_s"] for r, _ in band]) * 1e3
-            print(f"| {engine} | {model} | {label} | {len(band)} | {np.median(meas - sim):.0f} | "
+            print(f"| {engine} | {model} | {name} | {len(band)} | {np.median(meas - sim):.0f} | "
                   f"{np.median(meas / sim):.2f} |")
-    return 0
 
 
 if __name__ == "__main__":
