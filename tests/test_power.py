@@ -10,6 +10,7 @@ from hw_models.machine import load_machine, machine_from_dict, raw_machine
 from hw_models.power import BoardPower
 from hw_models.registry import mapper_for, simulate
 from sim.core.errors import ConfigError
+from sim.core.results import StepResult
 from sim.core.workload import workload_from_dict
 
 IDLE_W, ACTIVE_W = 80.0, 120.0
@@ -125,3 +126,19 @@ def test_pim_arithmetic_energy_is_its_flops_at_the_cited_figure():
                      load_machine("hbm_pim"))
     flops = 2 * (40 * (4 * 5120**2 + 3 * 5120 * 13824) + 5120 * 32000) + 2 * 2 * 40 * 5120 * 1028
     assert r.metrics()["pim.mac_energy_j_per_token"] == pytest.approx(flops * 0.75e-12, rel=0.01)
+
+
+def test_serial_engine_gap_draws_activity_power_in_a_run():
+    """`sim run` under a serial engine (vllm-v0: host + device): the GPU waits through the host's work at boost
+    clock, so the step's energy grows by active_power_w x the gap (idle power over it is charged with the
+    wall time), hw_models.base.Mapper.with_engine / gap_active_j."""
+    h100 = load_machine("h100_sxm")
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=16, prompt_len=256, gen_len=16,
+                                flash_attention=True, stack="vllm-v0"), "t.yaml")
+    m = mapper_for(h100, w, w.model_config_())
+    device = StepResult("decode", 300, 5e-3, {"gpu": 5e-3}, 1.0)    # 5 ms of kernels, 1 J of dynamic energy
+    step = m.with_engine(device, 16)
+    gap = m.engine_host_s(16)
+    assert gap > 0 and step.time_s == pytest.approx(5e-3 + gap, rel=1e-12)
+    assert step.energy_j == pytest.approx(1.0 + h100.units["gpu"].active_power_w * gap, rel=1e-12)
+    assert step.busy_s["gpu"] == 5e-3     # the kernels' busy time is unchanged: the gap is not busy
