@@ -142,3 +142,19 @@ def test_serial_engine_gap_draws_activity_power_in_a_run():
     assert gap > 0 and step.time_s == pytest.approx(5e-3 + gap, rel=1e-12)
     assert step.energy_j == pytest.approx(1.0 + h100.units["gpu"].active_power_w * gap, rel=1e-12)
     assert step.busy_s["gpu"] == 5e-3     # the kernels' busy time is unchanged: the gap is not busy
+
+
+def test_tp_collective_time_draws_activity_power():
+    """A TP rank's all-reduce is a kernel on its SMs, so its time on the link draws activity power like the rank's
+    other kernels (hw_models.gpu.parallel power_j): TP 2 on h100_sxm, 3 ms of kernels and 1 ms of collectives
+    in a 4 ms step, each of the 2 devices draws idle + activity over all 4 ms."""
+    h100 = load_machine("h100_sxm")
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=8, prompt_len=256, gen_len=4,
+                                parallel=dict(tp=2, topology="dgx_h100")), "t.yaml")
+    m = mapper_for(h100, w, w.model_config_())
+    u = h100.units["gpu"]
+    assert m.power_j({"gpu": 3e-3, "link": 1e-3}, 4e-3) == pytest.approx(2 * (u.idle_power_w + u.active_power_w) * 4e-3,
+                                                                          rel=1e-12)
+    # without the collective the last millisecond is idle power only
+    assert m.power_j({"gpu": 3e-3}, 4e-3) == pytest.approx(2 * (u.idle_power_w * 4e-3 + u.active_power_w * 3e-3),
+                                                           rel=1e-12)
