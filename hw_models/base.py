@@ -269,7 +269,11 @@ class Mapper:
         boost voltage that `active_power_w` stands for keep drawing (hw_models.power). The idle power over
         the gap is `power_j({}, gap_s)`; waiting for work between requests stays at idle power."""
         bp = self.machine.units[self.machine.main_unit].board_power()
-        return self.devices * bp.active_w * gap_s if bp is not None and gap_s > 0.0 else 0.0
+        if bp is None or gap_s <= 0.0:
+            return 0.0
+        # Under a power limit below idle + activity the clock drops until the board meets it (nothing to stretch).
+        headroom = bp.active_w if bp.limit_w is None else min(bp.active_w, bp.limit_w - bp.idle_w)
+        return self.devices * headroom * gap_s
 
     def gap_j(self, gap_s: float) -> float:
         """Board energy of the devices over an engine gap inside the serving loop: idle + activity (gap_active_j)."""

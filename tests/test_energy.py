@@ -4,6 +4,8 @@ H200 measurement. Presets without the fields keep TDP x busy time (tests/data/go
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
@@ -77,6 +79,8 @@ def test_negative_flop_energy_is_one_line(tmp_path):
     from sim.core.errors import ConfigError
     hw = tmp_path / "hw.yaml"
     src = (Path(__file__).resolve().parent.parent / "hw_models/presets/h200.yaml").read_text()
-    hw.write_text(src.replace("fp32: 2.17e-12 ", "fp32: -2.17e-12 "))
+    bad = re.sub(r"fp32: ([0-9.]+e-12) ", r"fp32: -\1 ", src, count=1)   # the J/FLOP entry, whatever the fit gave
+    assert bad != src
+    hw.write_text(bad)
     with pytest.raises(ConfigError, match=r"energy_j_per_flop.*fp32.*>= 0"):
         load_machine(str(hw))

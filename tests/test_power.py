@@ -158,3 +158,14 @@ def test_tp_collective_time_draws_activity_power():
     # without the collective the last millisecond is idle power only
     assert m.power_j({"gpu": 3e-3}, 4e-3) == pytest.approx(2 * (u.idle_power_w * 4e-3 + u.active_power_w * 3e-3),
                                                            rel=1e-12)
+
+
+def test_engine_gap_under_a_low_limit_draws_the_limit():
+    """Under a 250 W limit (below idle + activity, 117.1 + 233 W) the clock drops through the gap until the board
+    meets the limit: the gap adds (250 - 117.1) W x its time, not the activity power."""
+    h100 = load_machine("h100_sxm", {"units.gpu.power_limit_w": 250})
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=16, prompt_len=256, gen_len=16,
+                                flash_attention=True, stack="vllm-v0"), "t.yaml")
+    m = mapper_for(h100, w, w.model_config_())
+    step = m.with_engine(StepResult("decode", 300, 5e-3, {"gpu": 5e-3}, 1.0), 16)
+    assert step.energy_j == pytest.approx(1.0 + (250 - h100.units["gpu"].idle_power_w) * m.engine_host_s(16), rel=1e-12)
