@@ -265,7 +265,8 @@ class Mapper:
         host's serial work, the engine's fitted idle terms): sub-millisecond to millisecond gaps between an
         engine's back-to-back iterations leave the GPU at its boost clock and voltage (the driver lowers
         clocks only once "nothing is running on the GPU", NVML's GpuIdle event reason, and a clock change
-        itself takes milliseconds: Velicka et al., arXiv:2502.20075), so the clock tree and the leakage at
+        has a switching latency of its own, measured on GH200 and A100 by Velicka et al., arXiv:2502.20075;
+        we read the abstract, not their figures), so the clock tree and the leakage at
         boost voltage that `active_power_w` stands for keep drawing (hw_models.power). The idle power over
         the gap is `power_j({}, gap_s)`; waiting for work between requests stays at idle power."""
         bp = self.machine.units[self.machine.main_unit].board_power()
