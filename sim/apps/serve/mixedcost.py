@@ -1,0 +1,94 @@
+"""A mixed step's interpolated device cost in one pass (issue 30: under vLLM V1 two in five iterations
+carry decodes and a prefill chunk together, and each took Surrogate._interpolated's dozen
+piecewise-linear steps over cost vectors: a tuple and a few calls per step).
+
+Surrogate._interpolated of n decode sequences and `rest` other tokens is
+    M(n, rest) + P(tokens) + KV(n, mean kv_len) [+ C(chunks, rest)] + pairs_or_split(rest) * dp,
+each term a bilinear or linear read of a table. Here the table entries are read first, in the order
+the general path reads them (an entry is computed on its first read, sim.apps.serve.lazytable), then
+one comprehension does, element by element, the very operations of _interp, _bilinear, add and
+_scaled in their order, so the vector is the same to the bit (tests/test_mixedcost.py). Like
+sim.apps.serve.decodecost, the cases it does not cover (a point below a grid's first entry, a mean
+kv_len past the KV grid, vectors of unequal length) answer None, and the caller takes the general path.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from sim.apps.serve.stepcost import Iteration
+
+Cost = tuple[float, ...]
+# A bilinear read: the entries at (j, i), (j, i + 1), (j + 1, i), (j + 1, i + 1), the weight along the
+# rows' axis, then the clamped weight between the rows (stepcost.Surrogate._bilinear).
+Cell = tuple[Cost, Cost, Cost, Cost, float, float]
+
+
+def _segment(xs: list[int], ys, x: float) -> Optional[tuple[Cost, Cost, float]]:
+    """stepcost._interp's two entries around x and its weight; None where it answers ys[0]."""
+    i = min(bisect_right(xs, x) - 1, len(xs) - 2)
+    if i < 0:
+        return None
+    return ys[i], ys[i + 1], (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+def _cell(ns: list[int], rs: list[int], rows, n: float, r: float) -> Optional[Cell]:
+    """stepcost.Surrogate._bilinear's reads, in its order."""
+    j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
+    lo = _segment(rs, rows[j], r)
+    if lo is None:
+        return None
+    hi = _segment(rs, rows[min(j + 1, len(ns) - 1)], r)
+    w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
+    return lo[0], lo[1], hi[0], hi[1], lo[2], min(max(w, 0.0), 1.0)
+
+
+def _bilinear(c: Cell) -> list[float]:
+    a, b, a2, b2, wr, w = c
+    return [lo + w * ((x2 + wr * (y2 - x2)) - lo) for lo, x2, y2 in zip([x + wr * (y - x) for x, y in zip(a, b)], a2, b2)]
+
+
+class MixedCosts:
+    """Mixed-step costs of one surrogate; `table(name)` is Surrogate.table."""
+
+    def __init__(self, table: Callable):
+        self._table = table
+
+    def __call__(self, it: Iteration, n: int, rest: int) -> Cost | None:
+        """Surrogate._interpolated(it, n, rest) for n > 0 and rest > 0, or None (module doc)."""
+        tokens, decode_kv, chunks, pairs = it.tokens, it.decode_kv, it.chunks, it.pairs
+        (ns, rs), M = self._table("M")
+        m = _cell(ns, rs, M, n, rest)
+        p = _segment(*self._table("P"), tokens) if m else None
+        if p is None:
+            return None
+        (kn, ks), K = self._table("kv")
+        kbar = decode_kv / n
+        k = _cell(kn, ks, K, n, kbar) if kbar <= ks[-1] else None
+        if k is None:
+            return None
+        canon, ch = rest * (rest + 1) / 2, None
+        if chunks > 1 and rest > 1:
+            (cs, crs), C = self._table("C")
+            kc = min(chunks, cs[-1], rest)
+            ch = _cell(cs, crs, C, kc, rest)
+            if ch is None:
+                return None
+            a = rest / kc
+            canon = kc * a * (a + 1) / 2
+        dp = pairs - canon
+        s = _segment(*self._table("pairs" if dp >= 0 or rest < 4 else "split"), rest)
+        if s is None:
+            return None
+        vectors = [m[0], m[1], m[2], m[3], p[0], p[1], k[0], k[1], k[2], k[3], s[0], s[1]] + (list(ch[:4]) if ch else [])
+        if any(len(v) != len(p[0]) for v in vectors):
+            return None
+        # add(add(add(M, P), KV), C) then add(_, _scaled(pairs, dp)), element by element
+        wp, ws = p[2], s[2]
+        base = [x + (p0 + wp * (p1 - p0)) for x, p0, p1 in zip(_bilinear(m), p[0], p[1])]
+        base = [x + y for x, y in zip(base, _bilinear(k))]
+        if ch:
+            base = [x + y for x, y in zip(base, _bilinear(ch))]
+        return tuple([x + (s0 + ws * (s1 - s0)) * dp for x, s0, s1 in zip(base, s[0], s[1])])
