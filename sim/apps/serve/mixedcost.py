@@ -34,15 +34,20 @@ def _segment(xs: list[int], ys, x: float) -> Optional[tuple[Cost, Cost, float]]:
     return ys[i], ys[i + 1], (x - xs[i]) / (xs[i + 1] - xs[i])
 
 
-def _cell(ns: list[int], rs: list[int], rows, n: float, r: float) -> Optional[Cell]:
-    """stepcost.Surrogate._bilinear's reads, in its order."""
+def _rows(ns: list[int], rows, n: float) -> tuple:
+    """stepcost.Surrogate._bilinear's two rows around n and the (clamped) weight between them."""
     j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
-    lo = _segment(rs, rows[j], r)
+    w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
+    return rows[j], rows[min(j + 1, len(ns) - 1)], min(max(w, 0.0), 1.0)
+
+
+def _cell(rs: list[int], lo_row, hi_row, w: float, r: float) -> Optional[Cell]:
+    """stepcost.Surrogate._bilinear's reads at r between two rows, in its order."""
+    lo = _segment(rs, lo_row, r)
     if lo is None:
         return None
-    hi = _segment(rs, rows[min(j + 1, len(ns) - 1)], r)
-    w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
-    return lo[0], lo[1], hi[0], hi[1], lo[2], min(max(w, 0.0), 1.0)
+    hi = _segment(rs, hi_row, r)
+    return lo[0], lo[1], hi[0], hi[1], lo[2], w
 
 
 def _bilinear(c: Cell) -> list[float]:
@@ -55,25 +60,33 @@ class MixedCosts:
 
     def __init__(self, table: Callable):
         self._table = table
+        self._by_n: dict[int, tuple] = {}    # n -> the M and KV grids' rows around n and weights
+
+    def _at(self, n: int) -> tuple:
+        got = self._by_n.get(n)
+        if got is None:
+            (ns, rs), M = self._table("M")
+            (kn, ks), K = self._table("kv")
+            got = self._by_n[n] = (rs, *_rows(ns, M, n), ks, *_rows(kn, K, n))
+        return got
 
     def __call__(self, it: Iteration, n: int, rest: int) -> Cost | None:
         """Surrogate._interpolated(it, n, rest) for n > 0 and rest > 0, or None (module doc)."""
         tokens, decode_kv, chunks, pairs = it.tokens, it.decode_kv, it.chunks, it.pairs
-        (ns, rs), M = self._table("M")
-        m = _cell(ns, rs, M, n, rest)
+        rs, m_lo, m_hi, wm, ks, k_lo, k_hi, wk = self._at(n)
+        m = _cell(rs, m_lo, m_hi, wm, rest)
         p = _segment(*self._table("P"), tokens) if m else None
         if p is None:
             return None
-        (kn, ks), K = self._table("kv")
         kbar = decode_kv / n
-        k = _cell(kn, ks, K, n, kbar) if kbar <= ks[-1] else None
+        k = _cell(ks, k_lo, k_hi, wk, kbar) if kbar <= ks[-1] else None
         if k is None:
             return None
         canon, ch = rest * (rest + 1) / 2, None
         if chunks > 1 and rest > 1:
             (cs, crs), C = self._table("C")
             kc = min(chunks, cs[-1], rest)
-            ch = _cell(cs, crs, C, kc, rest)
+            ch = _cell(crs, *_rows(cs, C, kc), rest)
             if ch is None:
                 return None
             a = rest / kc
@@ -83,7 +96,7 @@ class MixedCosts:
         if s is None:
             return None
         vectors = [m[0], m[1], m[2], m[3], p[0], p[1], k[0], k[1], k[2], k[3], s[0], s[1]] + (list(ch[:4]) if ch else [])
-        if any(len(v) != len(p[0]) for v in vectors):
+        if len(set(map(len, vectors))) > 1:
             return None
         # add(add(add(M, P), KV), C) then add(_, _scaled(pairs, dp)), element by element
         wp, ws = p[2], s[2]
