@@ -1,6 +1,7 @@
-"""The one-pass mixed-step cost (sim.apps.serve.mixedcost) gives the vector the general interpolation
-(Surrogate._interpolated) gives, to the bit, wherever it answers; and it does answer for the mixed
-steps a serving run has (a mean kv_len within the KV table, any number of prefill chunks)."""
+"""The one-pass cost of steps with prefill tokens (sim.apps.serve.mixedcost) gives the vector the general
+interpolation (Surrogate._interpolated) gives, to the bit, wherever it answers; and it does answer for the
+steps a serving run has (decodes beside the prefill or none, a mean kv_len within the KV table, any
+number of prefill chunks)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ def surrogate() -> Surrogate:
 
 @st.composite
 def mixed_steps(draw) -> list[tuple[int, int]]:
-    """n decodes at kv_lens around a mean, then 1-6 prefill chunks (fresh or after a prefix)."""
-    n = draw(st.integers(1, 200))
+    """n decodes (or none: a prefill batch) at kv_lens around a mean, then 1-6 prefill chunks (fresh or
+    after a prefix)."""
+    n = draw(st.integers(0, 200))
     mean = draw(st.integers(1, 9000))
     seqs = [(1, max(1, mean + draw(st.integers(-mean // 2, mean // 2)))) for _ in range(min(n, 4))]
     seqs += [(1, mean)] * (n - len(seqs))
@@ -38,7 +40,7 @@ def test_one_pass_equals_the_general_interpolation(seqs):
     if fast is not None:
         assert fast == general          # equal, not close
         assert [x.hex() for x in fast] == [x.hex() for x in general]   # and the same bits (a -0.0 shows)
-    assert (fast is None) == (it.decode_kv / n > 8192)   # it answers everywhere in the KV table's range
+    assert (fast is None) == (n > 0 and it.decode_kv / n > 8192)   # it answers everywhere in the KV table's range
     sur = surrogate()
     if it.tokens <= sur.max_tokens:
         assert sur.device(it) == general

@@ -1,15 +1,17 @@
-"""A mixed step's interpolated device cost in one pass (issue 30: under vLLM V1 two in five iterations
-carry decodes and a prefill chunk together, and each took Surrogate._interpolated's dozen
-piecewise-linear steps over cost vectors: a tuple and a few calls per step).
+"""A step's interpolated device cost in one pass when it has prefill tokens (issue 30: under vLLM V1
+two in five iterations carry decodes and a prefill chunk together, under V0 one in seven is a prefill
+batch, and each took Surrogate._interpolated's dozen piecewise-linear steps over cost vectors: a tuple
+and a few calls per step; pure decode steps are sim.apps.serve.decodecost's).
 
 Surrogate._interpolated of n decode sequences and `rest` other tokens is
     M(n, rest) + P(tokens) + KV(n, mean kv_len) [+ C(chunks, rest)] + pairs_or_split(rest) * dp,
-each term a bilinear or linear read of a table. Here the table entries are read first, in the order
-the general path reads them (an entry is computed on its first read, sim.apps.serve.lazytable), then
-one comprehension does, element by element, the very operations of _interp, _bilinear, add and
-_scaled in their order, so the vector is the same to the bit (tests/test_mixedcost.py). Like
-sim.apps.serve.decodecost, the cases it does not cover (a point below a grid's first entry, a mean
-kv_len past the KV grid, vectors of unequal length) answer None, and the caller takes the general path.
+or, without decodes, P(rest) [+ C(chunks, rest)] + pairs_or_split(rest) * dp, each term a bilinear or
+linear read of a table. Here the table entries are read first, in the order the general path reads
+them (an entry is computed on its first read, sim.apps.serve.lazytable), then a few comprehensions do,
+element by element, the very operations of _interp, _bilinear, add and _scaled in their order, so the
+vector is the same to the bit (tests/test_mixedcost.py). Like sim.apps.serve.decodecost, the cases it
+does not cover (a point below a grid's first entry, a mean kv_len past the KV grid, vectors of unequal
+length) answer None, and the caller takes the general path.
 """
 
 from __future__ import annotations
@@ -71,37 +73,43 @@ class MixedCosts:
         return got
 
     def __call__(self, it: Iteration, n: int, rest: int) -> Cost | None:
-        """Surrogate._interpolated(it, n, rest) for n > 0 and rest > 0, or None (module doc)."""
-        tokens, decode_kv, chunks, pairs = it.tokens, it.decode_kv, it.chunks, it.pairs
-        rs, m_lo, m_hi, wm, ks, k_lo, k_hi, wk = self._at(n)
-        m = _cell(rs, m_lo, m_hi, wm, rest)
-        p = _segment(*self._table("P"), tokens) if m else None
+        """Surrogate._interpolated(it, n, rest) for rest > 0 (beside n decodes, or none), or None (module doc)."""
+        m = k = ch = None
+        if n:
+            rs, m_lo, m_hi, wm, ks, k_lo, k_hi, wk = self._at(n)
+            m = _cell(rs, m_lo, m_hi, wm, rest)
+            if m is None:
+                return None
+        p = _segment(*self._table("P"), it.tokens)
         if p is None:
             return None
-        kbar = decode_kv / n
-        k = _cell(ks, k_lo, k_hi, wk, kbar) if kbar <= ks[-1] else None
-        if k is None:
-            return None
-        canon, ch = rest * (rest + 1) / 2, None
-        if chunks > 1 and rest > 1:
+        if n:
+            kbar = it.decode_kv / n
+            k = _cell(ks, k_lo, k_hi, wk, kbar) if kbar <= ks[-1] else None
+            if k is None:
+                return None
+        canon = rest * (rest + 1) / 2
+        if it.chunks > 1 and rest > 1:
             (cs, crs), C = self._table("C")
-            kc = min(chunks, cs[-1], rest)
+            kc = min(it.chunks, cs[-1], rest)
             ch = _cell(crs, *_rows(cs, C, kc), rest)
             if ch is None:
                 return None
             a = rest / kc
             canon = kc * a * (a + 1) / 2
-        dp = pairs - canon
+        dp = it.pairs - canon
         s = _segment(*self._table("pairs" if dp >= 0 or rest < 4 else "split"), rest)
         if s is None:
             return None
-        vectors = [m[0], m[1], m[2], m[3], p[0], p[1], k[0], k[1], k[2], k[3], s[0], s[1]] + (list(ch[:4]) if ch else [])
-        if len(set(map(len, vectors))) > 1:
+        if len(set(map(len, [*p[:2], *s[:2]] + [v for c in (m, k, ch) if c for v in c[:4]]))) > 1:
             return None
-        # add(add(add(M, P), KV), C) then add(_, _scaled(pairs, dp)), element by element
+        # add(add(add(M, P), KV), C) (P alone without decodes), then add(_, _scaled(pairs, dp)), element by element
         wp, ws = p[2], s[2]
-        base = [x + (p0 + wp * (p1 - p0)) for x, p0, p1 in zip(_bilinear(m), p[0], p[1])]
-        base = [x + y for x, y in zip(base, _bilinear(k))]
+        if m:
+            base = [x + (p0 + wp * (p1 - p0)) for x, p0, p1 in zip(_bilinear(m), p[0], p[1])]
+            base = [x + y for x, y in zip(base, _bilinear(k))]
+        else:
+            base = [p0 + wp * (p1 - p0) for p0, p1 in zip(p[0], p[1])]
         if ch:
             base = [x + y for x, y in zip(base, _bilinear(ch))]
         return tuple([x + (s0 + ws * (s1 - s0)) * dp for x, s0, s1 in zip(base, s[0], s[1])])

@@ -358,7 +358,7 @@ class Surrogate:
             return self.exact.device(it)
         c = self._seen.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
         if c is None:
-            d = (self._mixed(it, n, rest) if rest else self._decode(n, it.decode_kv)) if n else None   # one pass
+            d = self._mixed(it, n, rest) if rest else self._decode(n, it.decode_kv) if n else None   # one pass
             c = self._seen.put(key, d if d is not None else self._interpolated(it, n, rest))
         return c
 
