@@ -105,6 +105,11 @@ class MixedCosts:
             return None
         # add(add(add(M, P), KV), C) (P alone without decodes), then add(_, _scaled(pairs, dp)), element by element
         wp, ws = p[2], s[2]
+        if m and not ch:   # V1's usual mixed step: the same operations in one comprehension (left to right)
+            (a, b, a2, b2, wr, wm), (c, d, c2, d2, wkr, wk) = m, k
+            return tuple([(lo := x + wr * (y - x)) + wm * ((x2 + wr * (y2 - x2)) - lo) + (p0 + wp * (p1 - p0))
+                          + ((klo := u + wkr * (v - u)) + wk * ((u2 + wkr * (v2 - u2)) - klo)) + (s0 + ws * (s1 - s0)) * dp
+                          for x, y, x2, y2, p0, p1, u, v, u2, v2, s0, s1 in zip(a, b, a2, b2, *p[:2], c, d, c2, d2, *s[:2])])
         if m:
             base = [x + (p0 + wp * (p1 - p0)) for x, p0, p1 in zip(_bilinear(m), p[0], p[1])]
             base = [x + y for x, y in zip(base, _bilinear(k))]
