@@ -44,12 +44,12 @@ def _rows(ns: list[int], rows, n: float) -> tuple:
 
 
 def _cell(rs: list[int], lo_row, hi_row, w: float, r: float) -> Optional[Cell]:
-    """stepcost.Surrogate._bilinear's reads at r between two rows, in its order."""
-    lo = _segment(rs, lo_row, r)
-    if lo is None:
+    """stepcost.Surrogate._bilinear's reads at r between two rows, in its order (both rows' segment is
+    the one around r in rs)."""
+    i = min(bisect_right(rs, r) - 1, len(rs) - 2)
+    if i < 0:
         return None
-    hi = _segment(rs, hi_row, r)
-    return lo[0], lo[1], hi[0], hi[1], lo[2], w
+    return lo_row[i], lo_row[i + 1], hi_row[i], hi_row[i + 1], (r - rs[i]) / (rs[i + 1] - rs[i]), w
 
 
 def _bilinear(c: Cell) -> list[float]:
