@@ -104,7 +104,7 @@ NOTES = """What moved, and what did not:
   FlashAttention bf16 H100 10.7 -> 13.5%, A100 19.3 -> 21.2%, RTX PRO 6000 23.2 -> 27.3% (worse: the pooled fit
   takes the PRO 6000's L2 rows at the too-high rate); TensorRT-LLM bf16 H100 19.8 -> 14.6%, A100 (MHA rows) 20.3
   -> 19.6%, RTX PRO 6000 37.1 -> 20.3%; TensorRT-LLM FP8 KV H100 33.7 -> 49.8% (fitted on RTX PRO 6000 alone), RTX
-  PRO 6000 39.0% (fitted on H100 alone). Where the residual sits: A100 and RTX PRO 6000 batches 1-8 run 12-28%
+  PRO 6000 37.2 -> 39.0% (fitted on H100 alone). Where the residual sits: A100 and RTX PRO 6000 batches 1-8 run 12-28%
   fast; H100 vLLM batches 16-64 10-14% slow; SGLang's fa3 rows on H100, costed with the FlashAttention family
   fitted on vLLM's, are 14-33% slow at every batch (its decode call is cheaper than vLLM's at every size: an
   engine cost, not the kernel's).
