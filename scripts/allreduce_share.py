@@ -29,7 +29,7 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -207,14 +207,11 @@ def markdown(rows: list[tuple[Case, dict[str, float]]], context: int) -> str:
 
 
 def write_doc(text: str, doc: Path = DOC) -> None:
+    """Replace the text between the markers (its section's prose is written by hand around them)."""
     body = doc.read_text()
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in body:
-        body = body[:body.index(BEGIN)] + block + body[body.index(END) + len(END):]
-    else:
-        body = body.rstrip("\n") + "\n\n## All-reduce share of a TP decode step (aiconfigurator tables vs sim)\n\n" \
-            "`scripts/allreduce_share.py --write` (issue 28).\n\n" + block + "\n"
-    doc.write_text(body)
+    if BEGIN not in body or END not in body:
+        raise ValueError(f"{doc}: no {BEGIN} ... {END} markers")
+    doc.write_text(body[:body.index(BEGIN)] + f"{BEGIN}\n{text}\n{END}" + body[body.index(END) + len(END):])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default="trtllm,vllm,sglang", help="(%(default)s)")
     ap.add_argument("--batches", default="1,8,32,128", help="decode batch sizes (%(default)s)")
     ap.add_argument("--context", type=int, default=1024, help="kv_len of the step (%(default)s)")
+    ap.add_argument("--sglang-ar-version", default=ENGINES["sglang"].comm_version,
+                    help="SGLang version whose custom all-reduce rows the table side reads (%(default)s: the version of "
+                         "its GEMM and attention rows; the table also has 0.5.9 and 0.5.10)")
     ap.add_argument("--write", action="store_true", help=f"put the table into {DOC.relative_to(ROOT)}")
     args = ap.parse_args(argv)
     try:
@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (SHARED / "aic" / "comm_h100.csv.gz").is_file():
         print(f"{SHARED / 'aic'}: not found (set SIM_SHARED_VALIDATION)", file=sys.stderr)
         return 2
+    ENGINES["sglang"] = replace(ENGINES["sglang"], comm_version=args.sglang_ar_version)
     machine = load_machine("h100_sxm")
     try:
         rows = [(c, row(c, machine)) for c in todo]
@@ -248,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(rows, args.context)
     print(text)
     if args.write:
-        write_doc(text)
+        try:
+            write_doc(text)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 
