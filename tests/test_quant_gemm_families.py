@@ -39,9 +39,10 @@ def test_stacks_name_the_fitted_families():
 @pytest.mark.parametrize("family", FITTED)
 def test_floor_is_the_fitted_kernels(family):
     """A tiny GEMM (M=1, 64x64: under a ns of data) costs the GEMM kernel's floor plus, for
-    W8A8, the quantize kernel's floor: two kernels."""
+    W8A8, the quantize kernel's floor: two kernels; plus, for a family with a serial K-walk, its
+    walk over K = 64 (64 x k_walk_s_per_k, at most 0.23 us: the fits' walks are <= 3.6 ns per K)."""
     fam = families()[family]
-    want = fam.floor_s + (fam.quant_floor_s if fam.activation_quant else 0.0)
+    want = fam.floor_s + (fam.quant_floor_s if fam.activation_quant else 0.0) + 64 * fam.k_walk_s_per_k
     assert _cost_s(family, 1, 64, 64) == pytest.approx(want, rel=0.01)
 
 
@@ -69,6 +70,21 @@ def test_large_m_is_compute_at_the_fitted_fraction(family):
     quant = (fam.quant_floor_s + 8192 * 8192 * 3 / (H100_STREAM_BYTES_PER_S * fam.quant_stream_efficiency)
              if fam.activation_quant else 0.0)
     assert _cost_s(family, 8192, 8192, 8192) == pytest.approx(fam.floor_s + quant + compute, rel=0.01)
+
+
+@pytest.mark.parametrize("family", ["trtllm_nvfp4", "vllm_nvfp4"])
+def test_k_walk_sets_the_pace_of_a_narrow_gemm(family):
+    """RTX PRO 6000 NVFP4 at M = 1, N = 512: the weights (512 x 16384 x 0.5 B + one 1-byte scale per 16 =
+    4.7 MB) stream in 4.7e6 / (1792 GB/s x 0.85) = 3.1 us, far below the walk over K (16384 x 3.3-3.6 ns =
+    54-59 us), so K 8192 -> 16384 adds exactly 8192 x k_walk_s_per_k, and doubling N to 1024 (6.2 us of
+    stream, 1.7 us of compute at 1% of 2015 TFLOP/s) adds nothing. aic measures this shape at 62.1 us
+    (vLLM) and 47.9-62 us (TRT-LLM, N 512-16384 medians): flat in N, linear in K."""
+    fam = families()[family]
+    assert fam.k_walk_s_per_k > 0
+    slope = _cost_s(family, 1, 512, 16384) - _cost_s(family, 1, 512, 8192)
+    assert slope == pytest.approx(8192 * fam.k_walk_s_per_k, rel=1e-9)
+    assert _cost_s(family, 1, 1024, 16384) == pytest.approx(_cost_s(family, 1, 512, 16384), rel=1e-9)
+    assert _cost_s(family, 1, 512, 16384) == pytest.approx(fam.floor_s + 16384 * fam.k_walk_s_per_k, rel=1e-9)
 
 
 @pytest.mark.parametrize("family", FITTED)

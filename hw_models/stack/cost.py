@@ -9,7 +9,8 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   is the latency a small kernel pays. Compute as the plain roofline computes it.
 * A GEMM whose weight format the stack maps to a family: time = family floor +
   max(flops / (rate x fraction(M)), weights / (bandwidth x memory_max x stream
-  efficiency) + other bytes / (bandwidth x memory_max)), plus the activation
+  efficiency) + other bytes / (bandwidth x memory_max), K x the family's serial K-walk
+  time per element), plus the activation
   quantization pass (W8A8) or the dequantization pass (dequantize-then-GEMM), each
   one more kernel at the stack's floor. Where the unit lacks the family's native rate and
   the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
@@ -80,6 +81,8 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         extra_s += (w_bytes + dense) / bw
         memory_s = (dense + other) / bw
         overhead_s += stack.floor_s
+    # A CTA walks K in order: with few tiles the walk's latency, not the stream, sets the pace.
+    memory_s = max(memory_s, k * fam.k_walk_s_per_k)
     if fam.activation_quant:  # read 16-bit activations, write 8-bit ones: one more kernel
         extra_s += m * k * (BF16_BYTES + 1) / (bw * fam.quant_stream_efficiency)
         overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
