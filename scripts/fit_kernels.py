@@ -371,9 +371,40 @@ QUANT_GEMM = {
              "(torch.ops.tensorrt_llm.static_quantize_e4m3_per_tensor, then torch.ops.trtllm.cublas_scaled_mm)"),
     "vllm_fp8_per_tensor": dict(
         framework="vllm", dtype="fp8", kernel="cutlass_fp8_scaled_mm", quant="vllm", rate_format="fp8_e4m3",
-        description="vLLM per-tensor FP8 W8A8 Linear: scaled_fp8_quant kernel, then CUTLASS cutlass_scaled_mm",
+        gpus=("h100",),
+        description="vLLM per-tensor FP8 W8A8 Linear: scaled_fp8_quant kernel, then CUTLASS cutlass_scaled_mm "
+                    "(the SM 9.0 kernels; SM 12.x: vllm_fp8_per_tensor_sm120)",
         cite="vllm/model_executor/layers/quantization/utils/w8a8_utils.py Fp8LinearOp.apply (ops.scaled_fp8_quant, "
-             "then cutlass_scaled_mm: csrc/quantization/cutlass_w8a8/scaled_mm_entry.cu)"),
+             "then cutlass_scaled_mm: csrc/quantization/cutlass_w8a8/scaled_mm_entry.cu; "
+             "c3x/scaled_mm_sm90_fp8_dispatch.cuh: tile 64x64x128 at M <= 64, 64x128x128 to 128, 128x128x128 above); "
+             "fitted on H100 only"),
+    "vllm_fp8_per_tensor_sm120": dict(
+        framework="vllm", dtype="fp8", kernel="cutlass_fp8_scaled_mm", quant="vllm", rate_format="fp8_e4m3",
+        gpus=("rtx_pro_6000",),
+        description="vLLM per-tensor FP8 W8A8 Linear on SM 12.x (RTX Blackwell): scaled_fp8_quant, then CUTLASS "
+                    "cutlass_scaled_mm's single SM 12.0 configuration",
+        cite="vllm csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm120_fp8_dispatch.cuh (sm120_fp8_config_default: "
+             "one tile 256x128x64, cluster 1x1x1, for every shape); fitted on RTX PRO 6000 only"),
+    "sglang_fp8_per_tensor": dict(
+        framework="sglang", dtype="fp8", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
+        gpus=("h100",),
+        assumed="the activation-quantize kernel takes the floor and streaming rate fitted on vLLM's per-tensor "
+                "quantize kernel (no SGLang quantize table is measured)",
+        description="SGLang per-tensor FP8 W8A8 Linear on Hopper: quantize, then sgl-kernel fp8_scaled_mm "
+                    "(cutlass_scaled_mm_sm90_fp8)",
+        cite="sglang python/sglang/srt/layers/quantization/fp8_utils.py apply_fp8_linear (cutlass path: "
+             "sgl_kernel.fp8_scaled_mm); sgl-kernel csrc/gemm/fp8_gemm_kernel.cu fp8_scaled_mm (SM 9.x: "
+             "cutlass_scaled_mm_sm90_fp8); aic kernel sglang_sgl_kernel_fp8_scaled_mm, H100 rows only"),
+    "sglang_fp8_per_tensor_sm120": dict(
+        framework="sglang", dtype="fp8", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
+        gpus=("rtx_pro_6000",),
+        assumed="the activation-quantize kernel takes the floor and streaming rate fitted on vLLM's per-tensor "
+                "quantize kernel (no SGLang quantize table is measured)",
+        description="SGLang per-tensor FP8 W8A8 Linear on SM 12.x: quantize, then sgl-kernel fp8_scaled_mm's "
+                    "single SM 12.0 CUTLASS configuration (no tile scheduler: one CTA walks all of K per tile)",
+        cite="sgl-kernel csrc/gemm/fp8_gemm_kernel.cu fp8_scaled_mm (SM >= 12.0: sm120_fp8_dispatch_shape -> "
+             "sm120_fp8_dispatch_bias, CTA 128x128x128, cluster 1x1x1, TileSchedulerType void, for every shape); "
+             "aic kernel sglang_sgl_kernel_fp8_scaled_mm, RTX PRO 6000 rows only"),
     "trtllm_w4a16": dict(
         framework="trtllm", dtype="int4_wo", kernel=None, quant=None, rate_format="bf16",
         description="TensorRT-LLM weight-only INT4 (W4A16) GEMM / GEMV, dequantizing in registers",
@@ -429,7 +460,8 @@ QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6
 # for the families fitted on two GPUs, the MAPE of each GPU held out (fit_kernels.py --hold-out): not for
 # trtllm_fp8_block (held-out H100 15.9% -> 31%: the walk fitted on the RTX PRO 6000 is 3x H100's) nor
 # vllm_fp8_block (no change).
-K_WALK = {"trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "trtllm_w4a16", "trtllm_w8a16", "trtllm_nvfp4",
+K_WALK = {"trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor",
+          "sglang_fp8_per_tensor_sm120", "trtllm_w4a16", "trtllm_w8a16", "trtllm_nvfp4",
           "vllm_nvfp4", "sglang_fp8_block"}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
 MEMORY_BOUND_M = 16
@@ -519,10 +551,11 @@ def fit_quant_gemm(name: str, hold_out: str | None = None) -> dict | None:
     spec = QUANT_GEMM[name]
     fmt = GEMM_FORMAT[spec["dtype"]]
     q = fit_quant_kernel(spec["quant"]) if spec["quant"] else None
-    rows, fitted_on = _quant_rows(spec, fmt, q, [gpu for gpu in QUANT_GPUS if gpu != hold_out])
+    gpus = spec.get("gpus", tuple(QUANT_GPUS))   # a per-architecture family: its architecture's GPU only
+    rows, fitted_on = _quant_rows(spec, fmt, q, [gpu for gpu in gpus if gpu != hold_out])
     if not rows:    # only the held-out GPU has this family's rows
         return None
-    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out else []
+    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out in gpus else []
     return {"spec": spec, "quant": q, "fitted_on": fitted_on, **_fit_curve(rows, held, k_walk=name in K_WALK)}
 
 

@@ -8,14 +8,19 @@ from __future__ import annotations
 import pytest
 
 from hw_models.stack.kernel_families import families
+from hw_models.stack.spec import load_stack
 from sim.apps.trace.aic import GEMM_FORMAT, _mapper, gemm_op
 
 H100_STREAM_BYTES_PER_S = 3.35e12 * 0.85     # h100_sxm.yaml: datasheet bandwidth x memory_max
 A100_STREAM_BYTES_PER_S = 2.039e12 * 0.85    # a100_80g.yaml
+PRO6000_STREAM_BYTES_PER_S = 1792e9 * 0.85   # rtx_pro_6000.yaml
 # family -> (preset, stack, weight format, weight bytes per element, streaming rate of that preset)
 FITTED = {
     "trtllm_fp8_per_tensor": ("h100_sxm", "trtllm", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
     "vllm_fp8_per_tensor": ("h100_sxm", "vllm", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
+    "vllm_fp8_per_tensor_sm120": ("rtx_pro_6000", "vllm", "fp8_e4m3", 1.0, PRO6000_STREAM_BYTES_PER_S),
+    "sglang_fp8_per_tensor": ("h100_sxm", "sglang", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
+    "sglang_fp8_per_tensor_sm120": ("rtx_pro_6000", "sglang", "fp8_e4m3", 1.0, PRO6000_STREAM_BYTES_PER_S),
     "trtllm_w4a16": ("a100_80g", "trtllm", "int4", None, A100_STREAM_BYTES_PER_S),
     "trtllm_w8a16": ("a100_80g", "trtllm", "int8", None, A100_STREAM_BYTES_PER_S),
     "trtllm_nvfp4": ("rtx_pro_6000", "trtllm", "nvfp4", None, None),
@@ -33,7 +38,18 @@ def _cost_s(family: str, m: int, n: int, k: int) -> float:
 
 def test_stacks_name_the_fitted_families():
     for family, (preset, stack, fmt, _, _) in FITTED.items():
-        assert _mapper(preset, stack).stack.family(fmt) == family
+        assert _mapper(preset, stack).cost(gemm_op(16, 4096, 4096, fmt)).path == family
+
+
+def test_the_architecture_picks_the_per_tensor_fp8_kernel():
+    """sgl-kernel's and vLLM's CUTLASS FP8 GEMMs build one configuration on SM 12.x and shape-dispatched
+    ones on SM 9.0 (fp8_gemm_kernel.cu, scaled_mm_sm120_fp8_dispatch.cuh): the stacks say so per compute
+    capability (RTX PRO 6000 12.0, H100 9.0); a GPU of another architecture (A100, 8.0) takes quant_gemm's."""
+    for stack, default in (("sglang", "sglang_fp8_per_tensor"), ("vllm", "vllm_fp8_per_tensor")):
+        st = load_stack(stack)
+        assert st.family("fp8_e4m3", 12.0) == f"{default}_sm120"
+        assert st.family("fp8_e4m3", 9.0) == st.family("fp8_e4m3", 8.0) == st.family("fp8_e4m3") == default
+        assert st.family("nvfp4", 12.0) == "vllm_nvfp4"    # formats the capability table does not name
 
 
 @pytest.mark.parametrize("family", FITTED)
@@ -46,7 +62,7 @@ def test_floor_is_the_fitted_kernels(family):
     assert _cost_s(family, 1, 64, 64) == pytest.approx(want, rel=0.01)
 
 
-@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "vllm_fp8_per_tensor"])
+@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "sglang_fp8_per_tensor"])
 def test_fp8_slope_at_m1_is_the_weight_stream(family):
     """At M=1 the FP8 GEMM streams its 1-byte weights: going from 4096x4096 to 8192x8192 adds
     (8192^2 - 4096^2) B / (3.35 TB/s x 0.85 x efficiency), plus the activations: x grows by
@@ -72,19 +88,23 @@ def test_large_m_is_compute_at_the_fitted_fraction(family):
     assert _cost_s(family, 8192, 8192, 8192) == pytest.approx(fam.floor_s + quant + compute, rel=0.01)
 
 
-@pytest.mark.parametrize("family", ["trtllm_nvfp4", "vllm_nvfp4"])
+@pytest.mark.parametrize("family", ["trtllm_nvfp4", "vllm_nvfp4", "vllm_fp8_per_tensor_sm120",
+                                    "sglang_fp8_per_tensor_sm120"])
 def test_k_walk_sets_the_pace_of_a_narrow_gemm(family):
-    """RTX PRO 6000 NVFP4 at M = 1, N = 512: the weights (512 x 16384 x 0.5 B + one 1-byte scale per 16 =
-    4.7 MB) stream in 4.7e6 / (1792 GB/s x 0.85) = 3.1 us, far below the walk over K (16384 x 3.3-3.6 ns =
-    54-59 us), so K 8192 -> 16384 adds exactly 8192 x k_walk_s_per_k, and doubling N to 1024 (6.2 us of
-    stream, 1.7 us of compute at 1% of 2015 TFLOP/s) adds nothing. aic measures this shape at 62.1 us
-    (vLLM) and 47.9-62 us (TRT-LLM, N 512-16384 medians): flat in N, linear in K."""
+    """RTX PRO 6000 at M = 1, N = 512: the weights (NVFP4: 512 x 16384 x 0.5 B + one 1-byte scale per 16 =
+    4.7 MB; FP8: 8.4 MB) stream in at most 8.4e6 / (1792 GB/s x 0.85) = 5.5 us, below the walk over K
+    (16384 x 1.5-6.8 ns = 24-112 us), so K 8192 -> 16384 adds exactly 8192 x k_walk_s_per_k (plus, for
+    W8A8, the quantize pass's 8192 x 3 B more at its streaming rate), and doubling N to 1024 (at most 11 us
+    of stream, 1.7 us of compute at 1% of the FP4 peak) adds nothing. aic measures the NVFP4 shape at
+    62.1 us (vLLM) and 47.9-62 us (TRT-LLM, N 512-16384 medians): flat in N, linear in K."""
     fam = families()[family]
     assert fam.k_walk_s_per_k > 0
+    quant = 8192 * 3 / (PRO6000_STREAM_BYTES_PER_S * fam.quant_stream_efficiency) if fam.activation_quant else 0.0
     slope = _cost_s(family, 1, 512, 16384) - _cost_s(family, 1, 512, 8192)
-    assert slope == pytest.approx(8192 * fam.k_walk_s_per_k, rel=1e-9)
+    assert slope == pytest.approx(8192 * fam.k_walk_s_per_k + quant, rel=1e-6)
     assert _cost_s(family, 1, 1024, 16384) == pytest.approx(_cost_s(family, 1, 512, 16384), rel=1e-9)
-    assert _cost_s(family, 1, 512, 16384) == pytest.approx(fam.floor_s + 16384 * fam.k_walk_s_per_k, rel=1e-9)
+    if not fam.activation_quant:
+        assert _cost_s(family, 1, 512, 16384) == pytest.approx(fam.floor_s + 16384 * fam.k_walk_s_per_k, rel=1e-9)
 
 
 @pytest.mark.parametrize("family", FITTED)

@@ -98,8 +98,12 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     term); None where the stack leaves the op to the plain roofline."""
     if op.kind == g.GEMM:
         w = _weight(op)
-        family = None if w is None else stack.family(w.fmt) if w.fmt != op.compute_format else \
-            _dense_family(op, unit, stack)
+        if w is None:
+            family = None
+        elif w.fmt != op.compute_format:   # narrow weights: the family the engine runs on this architecture
+            family = stack.family(w.fmt, unit.efficiency.compute_capability)
+        else:
+            family = _dense_family(op, unit, stack)
         if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):
             family = stack.emulated_family(w.fmt)
         if family is not None:
