@@ -427,6 +427,12 @@ QUANT_GEMM = {
         cite="vllm/model_executor/layers/quantization/modelopt.py ModelOptNvFp4LinearMethod (native FP4 GEMM on SM 10.x / "
              "12.x, Marlin weight-only emulation below); aic kernel FlashInferCutlassNvFp4LinearKernel. Fitted on RTX PRO "
              "6000 only (B200 / GB200 tables held out)"),
+    "sglang_nvfp4": dict(
+        framework="sglang", dtype="nvfp4", kernel=None, quant=None, rate_format="nvfp4", table="gemm_sglang",
+        description="SGLang NVFP4 W4A4 Linear on Blackwell: scaled_fp4_quant, then FlashInfer's CUTLASS FP4 GEMM",
+        cite="sglang python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp4LinearMethod.apply "
+             "(scaled_fp4_quant, then fp4_gemm: FlashInfer mm_fp4, CUTLASS backend); aic kernel "
+             "sglang_flashinfer_cutlass_nvfp4 (gemm_sglang tables). Fitted on RTX PRO 6000 only (B200 / GB200 held out)"),
     "trtllm_fp8_block": dict(
         framework="trtllm", dtype="fp8_block", kernel=None, quant="trtllm", rate_format="fp8_e4m3",
         assumed="the 1x128 activation-quantize kernel's floor and streaming rate are those fitted on the engine's "
@@ -462,7 +468,7 @@ QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6
 # vllm_fp8_block (no change).
 K_WALK = {"trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor",
           "sglang_fp8_per_tensor_sm120", "trtllm_w4a16", "trtllm_w8a16", "trtllm_nvfp4",
-          "vllm_nvfp4", "sglang_fp8_block"}
+          "vllm_nvfp4", "sglang_nvfp4", "sglang_fp8_block"}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
 MEMORY_BOUND_M = 16
 L2_BYTES = {"h100": 50e6, "a100": 40e6, "rtx_pro_6000": 128e6}   # datasheets (as BIG_KV_BYTES's comment)

@@ -25,6 +25,7 @@ FITTED = {
     "trtllm_w8a16": ("a100_80g", "trtllm", "int8", None, A100_STREAM_BYTES_PER_S),
     "trtllm_nvfp4": ("rtx_pro_6000", "trtllm", "nvfp4", None, None),
     "vllm_nvfp4": ("rtx_pro_6000", "vllm", "nvfp4", None, None),
+    "sglang_nvfp4": ("rtx_pro_6000", "sglang", "nvfp4", None, None),
     "trtllm_fp8_block": ("h100_sxm", "trtllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
     "vllm_fp8_block": ("h100_sxm", "vllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
     "sglang_fp8_block": ("h100_sxm", "sglang", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
@@ -49,7 +50,7 @@ def test_the_architecture_picks_the_per_tensor_fp8_kernel():
         st = load_stack(stack)
         assert st.family("fp8_e4m3", 12.0) == f"{default}_sm120"
         assert st.family("fp8_e4m3", 9.0) == st.family("fp8_e4m3", 8.0) == st.family("fp8_e4m3") == default
-        assert st.family("nvfp4", 12.0) == "vllm_nvfp4"    # formats the capability table does not name
+        assert st.family("nvfp4", 12.0) == f"{stack}_nvfp4"    # formats the capability table does not name
 
 
 @pytest.mark.parametrize("family", FITTED)
@@ -88,7 +89,7 @@ def test_large_m_is_compute_at_the_fitted_fraction(family):
     assert _cost_s(family, 8192, 8192, 8192) == pytest.approx(fam.floor_s + quant + compute, rel=0.01)
 
 
-@pytest.mark.parametrize("family", ["trtllm_nvfp4", "vllm_nvfp4", "vllm_fp8_per_tensor_sm120",
+@pytest.mark.parametrize("family", ["trtllm_nvfp4", "vllm_nvfp4", "sglang_nvfp4", "vllm_fp8_per_tensor_sm120",
                                     "sglang_fp8_per_tensor_sm120"])
 def test_k_walk_sets_the_pace_of_a_narrow_gemm(family):
     """RTX PRO 6000 at M = 1, N = 512: the weights (NVFP4: 512 x 16384 x 0.5 B + one 1-byte scale per 16 =
