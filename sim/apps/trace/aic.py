@@ -119,7 +119,7 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 # What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
-ISSUE28_FIELDS = {"attention": None, "attention_rules": [], "graph_gap_s": None}
+ISSUE28_FIELDS = {"attention": None, "attention_rules": [], "graph_gap_s": None, "quant_gemm_by_capability": {}}
 # The fitted quantized GEMM families (hw_models/stack/kernel_families_fitted.yaml) -> the hand family the
 # stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
 ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
@@ -127,7 +127,10 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
                     "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated",
                     # block-scaled FP8 had no format: its rows ran as per-tensor FP8 under the hand family
                     "trtllm_fp8_block": "fp8_scaled_mm", "vllm_fp8_block": "fp8_scaled_mm",
-                    "sglang_fp8_block": "fp8_scaled_mm"}
+                    "sglang_fp8_block": "fp8_scaled_mm",
+                    # per-architecture and SGLang's own families: SGLang then ran vLLM's (base) families
+                    "vllm_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_fp8_per_tensor": "fp8_scaled_mm",
+                    "sglang_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_nvfp4": "fp4_marlin_emulated"}
 
 
 # The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
