@@ -27,6 +27,7 @@ FITTED = {
     "vllm_nvfp4": ("rtx_pro_6000", "vllm", "nvfp4", None, None),
     "sglang_nvfp4": ("rtx_pro_6000", "sglang", "nvfp4", None, None),
     "trtllm_fp8_block": ("h100_sxm", "trtllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
+    "trtllm_fp8_block_sm120": ("rtx_pro_6000", "trtllm", "fp8_block128", None, PRO6000_STREAM_BYTES_PER_S),
     "vllm_fp8_block": ("h100_sxm", "vllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
     "sglang_fp8_block": ("h100_sxm", "sglang", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
 }
@@ -42,15 +43,19 @@ def test_stacks_name_the_fitted_families():
         assert _mapper(preset, stack).cost(gemm_op(16, 4096, 4096, fmt)).path == family
 
 
-def test_the_architecture_picks_the_per_tensor_fp8_kernel():
+def test_the_architecture_picks_the_fp8_kernel():
     """sgl-kernel's and vLLM's CUTLASS FP8 GEMMs build one configuration on SM 12.x and shape-dispatched
-    ones on SM 9.0 (fp8_gemm_kernel.cu, scaled_mm_sm120_fp8_dispatch.cuh): the stacks say so per compute
-    capability (RTX PRO 6000 12.0, H100 9.0); a GPU of another architecture (A100, 8.0) takes quant_gemm's."""
+    ones on SM 9.0 (fp8_gemm_kernel.cu, scaled_mm_sm120_fp8_dispatch.cuh), and TensorRT-LLM's block-scaled FP8
+    GEMM picks its kernel by SM version (fp8BlockScalingGemm.cpp): the stacks say so per compute capability
+    (RTX PRO 6000 12.0, H100 9.0); a GPU of another architecture (A100, 8.0) takes quant_gemm's."""
     for stack, default in (("sglang", "sglang_fp8_per_tensor"), ("vllm", "vllm_fp8_per_tensor")):
         st = load_stack(stack)
         assert st.family("fp8_e4m3", 12.0) == f"{default}_sm120"
         assert st.family("fp8_e4m3", 9.0) == st.family("fp8_e4m3", 8.0) == st.family("fp8_e4m3") == default
         assert st.family("nvfp4", 12.0) == f"{stack}_nvfp4"    # formats the capability table does not name
+    trtllm = load_stack("trtllm")
+    assert trtllm.family("fp8_block128", 12.0) == "trtllm_fp8_block_sm120"
+    assert trtllm.family("fp8_block128", 9.0) == "trtllm_fp8_block" and trtllm.family("fp8_e4m3", 12.0) == "trtllm_fp8_per_tensor"
 
 
 @pytest.mark.parametrize("family", FITTED)

@@ -133,7 +133,8 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
                     "sglang_fp8_block": "fp8_scaled_mm",
                     # per-architecture and SGLang's own families: SGLang then ran vLLM's (base) families
                     "vllm_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_fp8_per_tensor": "fp8_scaled_mm",
-                    "sglang_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_nvfp4": "fp4_marlin_emulated"}
+                    "sglang_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_nvfp4": "fp4_marlin_emulated",
+                    "trtllm_fp8_block_sm120": "fp8_scaled_mm"}
 
 
 # The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
