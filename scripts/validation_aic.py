@@ -48,7 +48,13 @@ NOTES = """What moved, and what did not:
   stacks do not select the custom all-reduce by default: with it, the held-out LLM-Inference-Bench 70B TP4
   end-to-end latency MAPE went 12.2% -> 22.7% (every row too fast; docs/parallelism.md), i.e. a TP step pays
   more than the isolated nccl-tests / custom-kernel time. `parallel.algorithm: trtllm_custom` (or `vllm_custom`,
-  `nccl`) selects it per workload.
+  `nccl`) selects it per workload. An engine's custom all-reduce rows are reported per release: on RTX PRO 6000
+  (PCIe) the older releases' 2-GPU rows (vLLM 0.19.0, SGLang 0.5.10, TensorRT-LLM 1.3.0rc10) take ~2.5x the
+  latest release's time at every size, NCCL fallback included (1 GB: 70 ms against 27 ms), 55-65% off, while the
+  latest releases are within 4.6-6.7% (where 4 and 8 PCIe GPUs hand every message to NCCL, as the engines'
+  source says). A row whose kernel_source names the kernel it ran is costed with it (SGLang 0.5.6.post2 on H100
+  ran TensorRT-LLM's: 22.3% -> 13.7%). Missed: SGLang 0.5.14 on H100 (34%) runs a faster kernel than vLLM's
+  (4 GPUs: 2.6 us against 4.6 us at 256 B), which has no fitted line here.
 * bf16 GEMM: graph-replayed kernels pay `graph_gap_s` (1.19 us, the pooled median; by GPU H100 0.93, A100 3.43,
   RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100 and RTX PRO 6000 the dense GEMM is a
   kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
@@ -118,13 +124,17 @@ NOTES = """What moved, and what did not:
   bytes) and a family per engine (TensorRT-LLM's fp8_block_scaling_gemm; vLLM's FlashInfer block-scale GEMM at
   small M and DeepGEMM above), fitted on the fp8_block rows (H100 and RTX PRO 6000 for TensorRT-LLM; H100 only for
   vLLM), and SGLang's DeepGEMM (~11 us at M = 1, where vLLM's FlashInfer path takes ~60 us; the sglang stack names
-  it, fitted on the gemm_sglang H100 rows). TensorRT-LLM's held out by GPU: fitted on H100, RTX PRO 6000 27.5%;
-  fitted on RTX PRO 6000, H100 15.9%.
+  it, fitted on the gemm_sglang H100 rows). TensorRT-LLM's, fitted on both GPUs pooled, held out by GPU:
+  fitted on H100, RTX PRO 6000 27.5%; fitted on RTX PRO 6000, H100 15.9%; its kernel is picked by SM version
+  (cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp), so it is now a family per architecture with its own K-walk
+  (1.1 / 3.0 ns per K): H100 12.4% -> 8.7%, RTX PRO 6000 25.7% -> 19.2%.
 * Not done: per-tensor FP8 under vLLM on H100 still misses (14.3%): at large M and small K the measured call
   grows with M (vLLM 0.24, M = 8192, N = K = 512: 68 us, TensorRT-LLM 23 us, the measured quantize kernel 5 us;
   over the model ~7 ns per row at K = 512, and a step between K = 2048 and 2560: 17 -> 42 us at M = 8192), which
-  no per-M rate, quantize pass or walk here reproduces. Block-scaled FP8 on RTX PRO 6000 (TensorRT-LLM 25.7%) and
-  vLLM's on H100 (19.6%) are unchanged. SmoothQuant (`sq`) rows run as
+  no per-M rate, quantize pass or walk here reproduces. Block-scaled FP8 on RTX PRO 6000 (TensorRT-LLM 19.2%) and
+  vLLM's on H100 (19.6%, unchanged) miss. TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no
+  per-architecture kernel choice to cite) stays one family on both GPUs: 11.1% / 13.0% in sample, held out by GPU
+  H100 17.6%, RTX PRO 6000 14.9%. SmoothQuant (`sq`) rows run as
   weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families)."""
 
 
