@@ -11,8 +11,9 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   max(flops / (rate x fraction(M)), weights / (bandwidth x memory_max x stream
   efficiency) + other bytes / (bandwidth x memory_max), K x the family's serial K-walk
   time per element), plus the activation
-  quantization pass (W8A8) or the dequantization pass (dequantize-then-GEMM), each
-  one more kernel at the stack's floor. Where the unit lacks the family's native rate and
+  quantization pass (W8A8; with a dynamic scale, the scale pass: max(activations / bandwidth,
+  M x quant_row_s)) or the dequantization pass (dequantize-then-GEMM), each one more kernel at
+  the stack's floor. Where the unit lacks the family's native rate and
   the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
 * A dense 16-bit GEMM replayed from a CUDA graph on a GPU whose preset names a fitted
   dense family (efficiency.dense_gemm): that family's time, as above (no extra pass).
@@ -86,6 +87,8 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     if fam.activation_quant:  # read 16-bit activations, write 8-bit ones: one more kernel
         extra_s += m * k * (BF16_BYTES + 1) / (bw * fam.quant_stream_efficiency)
         overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
+        if fam.quant_row_s:   # a dynamic scale: one block per token reads the activations again
+            extra_s += max(m * k * BF16_BYTES / bw, m * fam.quant_row_s)
     duration = overhead_s + extra_s + max(compute_s, memory_s)
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
