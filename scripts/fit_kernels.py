@@ -483,9 +483,11 @@ QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6
 # The families whose activation scale is computed per call by a pass with one thread block per token (vLLM's
 # dynamic per-tensor FP8: ops.scaled_fp8_quant(x, None) -> dynamic_scaled_fp8_quant, csrc/quantization/fp8/
 # common.cu: segmented_max_reduction, grid = num_tokens, each block an atomicMax into one float, then the quantize
-# kernel): a fixed time per row (token), fitted on a grid (ns). At M = 8192, N = K = 512 vLLM's call takes 68 us
-# against TensorRT-LLM's (static scale) 23 us.
-ROW_SCALE = {"vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120"}
+# kernel): a fixed time per row (token), fitted on a grid (ns; 0 included). At M = 8192, N = K = 512 vLLM's call
+# takes 68 us against TensorRT-LLM's (static scale) 23 us. SGLang's dynamic activations take a per-token scale
+# (python/sglang/srt/layers/quantization/fp8_utils.py apply_fp8_linear: input_scale None -> sglang_per_token_quant_fp8,
+# one block per row computing its max): the same pass structure, fitted the same way.
+ROW_SCALE = {"vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor", "sglang_fp8_per_tensor_sm120"}
 ROW_SCALE_GRID = [x * 1e-9 for x in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12)]
 K_WALK = {"trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor",
           "sglang_fp8_per_tensor_sm120", "trtllm_fp8_block", "trtllm_fp8_block_sm120", "trtllm_w4a16", "trtllm_w8a16", "trtllm_nvfp4",
