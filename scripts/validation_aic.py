@@ -118,7 +118,17 @@ NOTES = """What moved, and what did not:
   c3x/scaled_mm_sm120_fp8_dispatch.cuh: 256x128x64) and M-dispatched ones on SM 9.0, so the stacks name a family
   per compute capability (`quant_gemm_by_capability`), each fitted on its architecture's GPU only (no GPU left
   to hold out): SGLang FP8 RTX PRO 6000 33.6% -> 7.7% (a walk of 6.8 ns per K, 4.6x vLLM's there), H100 14.4% ->
-  12.1%; vLLM FP8 H100 18.4% -> 14.3%, RTX PRO 6000 16.6% -> 13.5%. SGLang's NVFP4 rows have their own family
+  12.1%; vLLM FP8 H100 18.4% -> 14.3%, RTX PRO 6000 16.6% -> 13.5%. Across engines on H100 (vLLM's and SGLang's
+  SM 9.0 kernels are the same CUTLASS port) the walk helps the engine not fitted on: vLLM's family on SGLang's
+  rows 12.6% -> 12.0%, SGLang's on vLLM's 17.2% -> 16.2%.
+* Dynamic activation scale (`quant_row_s`): vLLM's per-tensor FP8 computes its activation scale per call with one
+  thread block per token, each an atomicMax into one float (ops.scaled_fp8_quant(x, None) ->
+  csrc/quantization/fp8/common.cu segmented_max_reduction, grid = num_tokens), so the call grows with M at a
+  fixed time per row (M = 8192, N = K = 512: vLLM 68 us, TensorRT-LLM with a static scale 23 us). The pass is
+  charged max(re-reading x, M x quant_row_s), the time per row fitted on a grid: 7 ns on H100 (14.3% -> 8.9%),
+  4 ns on RTX PRO 6000 (13.5% -> 11.4%); the large-M fraction of the FP8 peak rises to 0.69-0.74 (TensorRT-LLM's
+  0.68). SGLang's dynamic per-token quantize (sglang_per_token_quant_fp8, one block per row): 1 ns on H100
+  (12.1% -> 10.5%), none on RTX PRO 6000. SGLang's NVFP4 rows have their own family
   (SGLang's quantize, then FlashInfer's CUTLASS GEMM): 29.2% -> 9.9% (vLLM's family on them: 17%).
 * Block-scaled FP8 (DeepSeek-V3 128x128 tiles): its own format `fp8_block128` (one fp32 scale per tile, exact
   bytes) and a family per engine (TensorRT-LLM's fp8_block_scaling_gemm; vLLM's FlashInfer block-scale GEMM at
@@ -128,14 +138,10 @@ NOTES = """What moved, and what did not:
   fitted on H100, RTX PRO 6000 27.5%; fitted on RTX PRO 6000, H100 15.9%; its kernel is picked by SM version
   (cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp), so it is now a family per architecture with its own K-walk
   (1.1 / 3.0 ns per K): H100 12.4% -> 8.7%, RTX PRO 6000 25.7% -> 19.2%.
-* Not done: per-tensor FP8 under vLLM on H100 still misses (14.3%): at large M and small K the measured call
-  grows with M (vLLM 0.24, M = 8192, N = K = 512: 68 us, TensorRT-LLM 23 us, the measured quantize kernel 5 us;
-  over the model ~7 ns per row at K = 512, and a step between K = 2048 and 2560: 17 -> 42 us at M = 8192), which
-  no per-M rate, quantize pass or walk here reproduces. Block-scaled FP8 on RTX PRO 6000 (TensorRT-LLM 19.2%) and
-  vLLM's on H100 (19.6%, unchanged) miss. TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no
-  per-architecture kernel choice to cite) stays one family on both GPUs: 11.1% / 13.0% in sample, held out by GPU
-  H100 17.6%, RTX PRO 6000 14.9%. SmoothQuant (`sq`) rows run as
-  weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families)."""
+* Not done: block-scaled FP8 on RTX PRO 6000 (TensorRT-LLM 19.2%) and vLLM's on H100 (19.6%, unchanged) miss.
+  TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no per-architecture kernel choice to cite) stays one
+  family on both GPUs: 11.1% / 13.0% in sample, held out by GPU H100 17.6%, RTX PRO 6000 14.9%. SmoothQuant
+  (`sq`) rows run as weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families)."""
 
 
 def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:
