@@ -25,7 +25,7 @@ import simpy
 
 from hw_models.stack.spec import stack_for
 from hw_models.power import Board
-from sim.apps.serve import debug_checks
+from sim.apps.serve import debug_checks, runahead
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.cohort import DecodeCohort, finite
@@ -102,6 +102,8 @@ class ServeSim:
                 and type(sched)._grow is Scheduler._grow):
             # decode steps as array operations (sim.apps.serve.cohort)
             sched.cohort = DecodeCohort(sched.pool.block_size, sched.lookahead)
+        # runs of pure decode steps in one timeout (sim.apps.serve.runahead)
+        self.ahead = runahead.enabled() and sched.runs_ahead() and not self.spec and setup.groups <= 1 and not self.checks
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -200,10 +202,15 @@ class ServeSim:
                 self._sync()
                 debug_checks.check_batch(sched, batch)
             dt, energy = self._cost(batch)
+            run = runahead.plan(self, batch, dt, energy) if self.ahead else None
             self.stepping = True
-            yield env.timeout(dt)
+            for wait in run.waits() if run else (dt,):
+                yield env.timeout(wait)
             self.stepping = False
-            self._apply(batch, start, env.now, energy)
+            if run:
+                runahead.land(self, run)
+            else:
+                self._apply(batch, start, env.now, energy)
 
     def _cost(self, batch: Batch) -> tuple[float, float]:
         s = self.setup
