@@ -29,11 +29,9 @@ import heapq
 import os
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from sim.apps.serve.cohort import DecodeSeqs
+from sim.apps.serve.cohort import DecodeCohort, DecodeSeqs
 from sim.apps.serve.lazytable import Remembered
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.stepcost import Iteration
@@ -54,14 +52,15 @@ def enabled() -> bool:
 @dataclass
 class Run:
     """Steps 1..k of a pure decode batch: times[j] is step j's end (times[0] the first's start)."""
-    reqs: list[Request]
-    computed: list[int]            # each member's computed tokens before the first step
-    generated: list[int]
+    batch: Batch
+    kv0: int                       # the members' summed computed tokens before the first step
     last_at: float                 # the members' previous token
     times: list[float]
     energy: list[float]            # joules of each step
-    used: list[int]                # the pool's used blocks after each step's allocations
-    dts: list[float] = field(default_factory=list)   # each step's duration as the engine waits it
+    used: Any                      # the pool's used blocks after each step's allocations
+    dts: list[float]               # each step's duration as the engine waits it
+    computed: list[int] = field(default_factory=list)   # per request (no cohort): before the first step
+    generated: list[int] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -85,6 +84,12 @@ def _steps_left(sched: Scheduler, entries: list[tuple[Request, int]]) -> int:
     return left if la >= 0 else 0
 
 
+def _cohort_left(c: DecodeCohort, n: int) -> int:
+    """Steps until the first member finishes, when the batch is the whole cohort and every member took
+    part in its last hand-out (one previous token time); else 0."""
+    return min(min(c.ends) - c.tick, MAX_STEPS) if len(c) == n == c.old else 0
+
+
 def _fits(cost, n: int) -> bool:
     """The cost interpolates n decode sequences (no exact fallback, whose count a read-ahead would move)."""
     return getattr(cost, "op_level", True) is False and n <= getattr(cost, "max_decode", n) \
@@ -93,74 +98,59 @@ def _fits(cost, n: int) -> bool:
 
 def plan(sim: ServeSim, batch: Batch, dt: float, energy: float) -> Run | None:
     """The run that `batch`, scheduled now and costing (dt, energy), starts; None: one step as usual."""
-    sched, entries = sim.sched, batch.entries
+    sched, entries, c = sim.sched, batch.entries, batch.cohort
     n = len(entries)
-    if (not n or n != len(sched.running) or sched.waiting or sched.swapped or sim.held or batch.cohort is not None
-            or batch.padded is not None or batch.swap_blocks or batch.preempted
-            or (sched.cohort is not None and n >= sched.cohort_min) or not _fits(sim.setup.target_cost, n)):
+    if (not n or n != len(sched.running) or sched.waiting or sched.swapped or sim.held or batch.padded is not None
+            or batch.swap_blocks or batch.preempted or not _fits(sim.setup.target_cost, n)):
         return None
-    cap = _steps_left(sched, entries)
+    cap = _cohort_left(c, n) if c is not None else _steps_left(sched, entries)
     if sim.progress is not None or sim.watch is not None:
         cap = min(cap, WATCH_EVERY - sim.iterations % WATCH_EVERY)
     now, bound = sim.env.now, sim.env.peek()
     if cap < 2 or not now + dt < bound:
         return None
-    reqs = [r for r, _ in entries]
-    run = Run(reqs, [r.computed for r in reqs], [r.generated for r in reqs], reqs[0].last_at,
-              [now, now + dt], [energy], [sched.pool.used], [dt])
+    if c is not None:
+        run = Run(batch, c.kv, c.last, [now, now + dt], [energy], [sched.pool.used], [dt])
+    else:
+        reqs = [r for r, _ in entries]
+        c0 = [r.computed for r in reqs]
+        run = Run(batch, sum(c0), reqs[0].last_at, [now, now + dt], [energy], [sched.pool.used], [dt], c0,
+                  [r.generated for r in reqs])
     _extend(sim, run, cap, bound)
     return run if run.steps > 1 else None
 
 
-def _vectors(cost, n: int, kv0: int, bases: tuple[int, ...], first: int, last: int) -> list[tuple]:
-    """The cost vectors of steps first..last (their decode KV kv0 + n * step). A pure decode step's
-    interpolated cost reads only its features, so they are kept by (n, KV, the cost's resources)."""
+def _timed(sim: ServeSim, run: Run, cap: int, bound: float) -> list[tuple]:
+    """Cost vectors of steps 2.. in a row while each ends before `bound` (at most cap - 1, all of one
+    length), their end times appended to run.times as the engine's clock adds them. A pure decode step's
+    interpolated cost reads only its features, so vectors are kept by (n, KV, the cost's resources)."""
+    b, c, cost = run.batch, run.batch.cohort, sim.setup.target_cost
+    n, kv0, times = len(b.entries), run.kv0, run.times
+    bases, tick = (tuple(c.base), c.tick) if c is not None else (tuple(run.computed), 0)
     memo = _MEMO.get(cost)
     if memo is None:
         memo = _MEMO[cost] = Remembered()
-    width, out = len(cost.keys), []
-    for j in range(first, last + 1):
+    t, width, out = times[-1], len(cost.keys), []
+    for j in range(2, cap + 1):
         kv = kv0 + n * j
-        c = memo.get((n, kv, width))
-        if c is None:
-            c = memo.put((n, kv, width), cost(Iteration(DecodeSeqs(bases, j), n, n, kv, 0.0, 0)))
+        v = memo.get((n, kv, width))
+        if v is None:
+            v = memo.put((n, kv, width), cost(Iteration(DecodeSeqs(bases, tick + j), n, n, kv, 0.0, 0)))
             width = len(cost.keys)
-        out.append(c)
+        t += v[0]
+        if not t < bound or (out and len(v) != len(out[0])):
+            break
+        times.append(t)
+        out.append(v)
     return out
 
 
-def _timed(sim: ServeSim, run: Run, cap: int, bound: float) -> np.ndarray:
-    """Cost vectors of steps 2.. in a row while each ends before `bound` (read a chunk at a time, sized
-    by the first step's duration), at most cap - 1, all of one length."""
-    n, c0 = len(run.reqs), run.computed
-    kv0, bases, t, dt = sum(c0), tuple(c0), run.times[-1], run.dts[0]
-    rows: list[np.ndarray] = []
-    j = 2
-    while j <= cap:
-        guess = int(min((bound - t) / dt, cap)) if dt > 0 else cap
-        m = min(cap, j + max(guess, 8) - 1)
-        vs = _vectors(sim.setup.target_cost, n, kv0, bases, j, m)
-        width = len(rows[0][0]) if rows else len(vs[0])
-        same = next((i for i, v in enumerate(vs) if len(v) != width), len(vs))
-        block = np.array(vs[:same], dtype=float).reshape(same, width)
-        ends = np.add.accumulate(np.concatenate(([t], block[:, 0])))[1:]   # as the engine's clock adds them
-        fit = int(np.argmin(ends < bound)) if not (ends < bound).all() else same
-        rows.append(block[:fit])
-        if fit < len(vs):
-            break
-        t, j = ends[-1], m + 1
-    return np.concatenate(rows) if rows else np.zeros((0, 2))
-
-
-def _extend(sim: ServeSim, run: Run, cap: int, bound: float) -> None:
-    """Steps 2..cap while each ends before `bound` and the pool holds its blocks (module doc)."""
-    sched = sim.sched
-    pool, reqs, c0, g0 = sched.pool, run.reqs, run.computed, run.generated
-    vs = _timed(sim, run, cap, bound)
-    last = len(vs) + 1            # the last step the costs allow
-    events: list[tuple[int, int]] = [(sched.decode_event(r) - c0[p] + 1, p) for p, r in enumerate(reqs)]
+def _regrow_requests(sched: Scheduler, run: Run, last: int, used: list[tuple[int, int]]) -> int:
+    """The scheduler's block (and cache) work of steps 2..last for members on their requests, at the
+    steps decode_event names; the last step the pool allows."""
+    reqs, c0, g0, pool = [r for r, _ in run.batch.entries], run.computed, run.generated, sched.pool
+    events = [(sched.decode_event(r) - c0[p] + 1, p) for p, r in enumerate(reqs)]
     heapq.heapify(events)
-    used = [(1, pool.used)]       # (from step, the pool's used blocks)
     while events and events[0][0] <= last:
         j, due = events[0][0], []
         while events and events[0][0] == j:
@@ -168,74 +158,77 @@ def _extend(sim: ServeSim, run: Run, cap: int, bound: float) -> None:
         due.sort()
         needs = [sched.decode_need(reqs[p], c0[p] + j - 1) for p in due]
         if sum(x for x in needs if x > 0) > pool.available:
-            last = j - 1          # the scheduler would preempt at step j
-            break
+            return j - 1          # the scheduler would preempt at step j
         for p in due:   # the counters regrow reads, as they stand when step j is scheduled
             reqs[p].computed, reqs[p].generated = c0[p] + j - 1, g0[p] + j - 1
         sched.regrow([(reqs[p], x) for p, x in zip(due, needs)])
         for p in due:
             heapq.heappush(events, (sched.decode_event(reqs[p]) - c0[p] + 1, p))
         used.append((j, pool.used))
-    vs = vs[:last - 1]
-    _commit_busy(sim, vs)
-    t = np.add.accumulate(np.concatenate(([run.times[-1]], vs[:, 0])))[1:]
-    run.times += t.tolist()
-    run.dts += vs[:, 0].tolist()
-    run.energy += vs[:, 1].tolist()
-    u = np.empty(last, dtype=float)
-    for j, v in used:
-        u[j - 1:] = v
-    run.used = u
+    return last
 
 
-def _commit_busy(sim: ServeSim, vs: np.ndarray) -> None:
-    """Each resource's busy seconds of the steps `vs`, added one step at a time as the engine adds them."""
+def _regrow_cohort(sched: Scheduler, c: DecodeCohort, last: int, used: list[tuple[int, int]]) -> int:
+    """The same for a cohort: its steps 2..last scheduled at the ticks it booked work under."""
+    t0, fills = c.tick, c.fills if c.fills is not None else {}
+    try:
+        for j in range(2, last + 1):
+            c.tick = t0 + j - 1   # step j is scheduled after j - 1 hand-outs
+            if c.tick in c.grows or c.tick in fills:
+                if not sched.cohort_regrow(c):
+                    return j - 1
+                used.append((j, sched.pool.used))
+        return last
+    finally:
+        c.tick = t0               # the hand-outs themselves are landed at the end (land)
+
+
+def _extend(sim: ServeSim, run: Run, cap: int, bound: float) -> None:
+    """Steps 2..cap while each ends before `bound` and the pool holds its blocks (module doc)."""
+    sched, c = sim.sched, run.batch.cohort
+    vs = _timed(sim, run, cap, bound)
+    used = [(1, sched.pool.used)]       # (from step, the pool's used blocks)
+    if c is not None:
+        last = _regrow_cohort(sched, c, len(vs) + 1, used)
+    else:
+        last = _regrow_requests(sched, run, len(vs) + 1, used)
+    del vs[last - 1:], run.times[last + 1:]
     busy = sim.busy
-    if not len(vs):
-        return
-    for i, k in enumerate(sim.setup.target_cost.keys[:vs.shape[1] - 2]):
-        busy[k] = _seq_sum(busy.get(k, 0.0), vs[:, 2 + i])
-
-
-def _seq_sum(start: float, xs: np.ndarray) -> float:
-    """start + xs[0] + xs[1] + ..., added in order (as the engine adds them one step at a time)."""
-    return float(np.add.accumulate(np.concatenate(([start], xs)))[-1])
+    for k, col in zip(sim.setup.target_cost.keys, list(zip(*vs))[2:]):   # one step at a time, as the engine
+        b = busy.get(k, 0.0)
+        for v in col:
+            b += v
+        busy[k] = b
+    run.dts += [v[0] for v in vs]
+    run.energy += [v[1] for v in vs]
+    run.used = [u for (j, u), (nxt, _) in zip(used, used[1:] + [(last + 1, 0)]) for _ in range(nxt - j)]
 
 
 def land(sim: ServeSim, run: Run) -> None:
-    """At the run's end: what the engine's hand-out and records would hold after its k steps."""
-    sched, k, n = sim.sched, run.steps, len(run.reqs)
-    times = np.array(run.times)
-    now = run.times[-1]
-    durations = np.diff(times)
-    gaps = durations.copy()
-    gaps[0] = run.times[1] - run.last_at     # the first step's gap is from the members' previous token
-    peak = float(gaps.max())
-    done = []
-    for r, c, g in zip(run.reqs, run.computed, run.generated):
-        r.computed, r.generated, r.last_at = c + k, g + k, now
-        if not peak <= r.max_tbt:
-            r.max_tbt = peak
-        if g + k >= r.output:
-            done.append(r)
-    for r in done:
-        sim._finish(r, now)
-    sim.tbt.frombytes(gaps.tobytes())
-    sim.tbt_w.frombytes(np.full(k, float(n)).tobytes())
-    sim.tokens += n * k
-    energy = np.array(run.energy)
-    sim.energy = _seq_sum(sim.energy, energy)
-    run.used[-1] = sched.pool.used
-    running = np.full(k, float(n))
-    running[-1] = len(sched.running)
-    full, zero = np.full(k, float(n)), np.zeros(k)
-    for col, v in zip(sim.it.values(), (times[:-1], durations, energy, full, full, zero, np.array(run.used, dtype=float),
-                                        zero, running, zero)):
-        col.frombytes(v.tobytes())
-    sim.iterations += k
-    sim.last_start = run.times[-2]
-    if sim.iterations % WATCH_EVERY == 0:
-        if sim.progress is not None:
-            sim.progress(sim.done, len(sim.reqs))
-        if sim.watch is not None:
-            sim.watch(sim)
+    """At the run's end: steps 1..k-1 written as the engine's hand-out and records would hold them (no
+    member finishes in them), then step k handed out by the engine itself (its finishes, its records)."""
+    k, n, b, times = run.steps, len(run.batch.entries), run.batch, run.times
+    durations = [y - x for x, y in zip(times[:k - 1], times[1:k])]
+    gaps = [times[1] - run.last_at] + durations[1:]   # the first step's gap is from the members' previous token
+    if b.cohort is not None:
+        b.cohort.advance(times[1:k])
+    else:
+        peak, now = max(gaps), times[k - 1]
+        for (r, _), c, g in zip(b.entries, run.computed, run.generated):
+            r.computed, r.generated, r.last_at = c + k - 1, g + k - 1, now
+            if not peak <= r.max_tbt:
+                r.max_tbt = peak
+    sim.tbt.extend(gaps)
+    full, zero = [float(n)] * (k - 1), [0.0] * (k - 1)
+    sim.tbt_w.extend(full)
+    sim.tokens += n * (k - 1)
+    e = sim.energy
+    for x in run.energy[:k - 1]:
+        e += x
+    sim.energy = e
+    for col, v in zip(sim.it.values(), (times[:k - 1], durations, run.energy[:k - 1], full, full, zero,
+                                        run.used[:k - 1], zero, full, zero)):
+        col.extend(v)
+    sim.iterations += k - 1
+    sim.last_start = times[k - 1]
+    sim._apply(b, times[k - 1], times[k], run.energy[k - 1])

@@ -158,6 +158,11 @@ class Scheduler:
             if n > 0:
                 r.blocks += n
 
+    def cohort_regrow(self, cohort: Any) -> bool:
+        """A decode cohort step's scheduling at the cohort's tick (vllm_v0.py's _cohort_step): the members
+        due a block get it, in one allocation; False (nothing taken) when the pool cannot hold them."""
+        return cohort.grow(self.pool)
+
     def _grow(self, r: Request, tokens: int) -> int:
         """Blocks r still needs to hold `tokens` tokens (plus lookahead slots)."""
         return self.pool.blocks_for(tokens + self.lookahead) - r.blocks - len(r.shared) * self.pool.unit_blocks

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers.base import Batch, Request, Scheduler
-from sim.apps.serve.schedulers.vllm_cohort import cohort_step
+from sim.apps.serve.schedulers.vllm_cohort import cohort_step, grow_members
 from sim.apps.serve.spec import SchedulerConfig
 
 
@@ -169,6 +169,9 @@ class VllmV1(Scheduler):
             end = r.computed + 1
             if pool.caching and end // self.unit_tokens > cached[r.idx]:
                 self._cache(r, end)
+
+    def cohort_regrow(self, cohort) -> bool:
+        return grow_members(self, cohort)
 
     def publish(self, r: Request) -> None:
         r.published = True                  # cached as blocks fill, in _cache
