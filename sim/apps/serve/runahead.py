@@ -1,23 +1,27 @@
 """Decode run-ahead (issue 30): a run of pure decode steps taken in one simpy timeout.
 
 Between two events that can change a batch, the steps of a batch in which every running request
-decodes one token are determined: the batch stays the same and each context grows by one a step, so
-the engine (sim.apps.serve.simulator) can cost those steps in a row, book each member's KV blocks at
-the step the scheduler would (Scheduler.regrow, at the steps Scheduler.decode_event names), wait
-their summed time at once, and then write what the step-by-step path writes: every member's counters
-and largest gap, the gap samples, the iteration records, energy and busy time in step order, the
-finishes. The run ends with the first step that
-  - finishes a member (that step is the last one taken),
+decodes one token are determined: the batch stays the same and each context grows by one a step. So
+the engine (sim.apps.serve.simulator), having scheduled and costed such a step, costs the next ones in
+a row, books the KV blocks (and, V1 with prefix caching, the filled units) the scheduler would book at
+each, waits their summed time at once, and writes what the step-by-step path writes: every member's
+counters and largest gap, the gap samples, the iteration records, energy and busy time in step order;
+the run's last step is handed out by the engine itself (its finishes, its records). The run ends
+before the first step that
   - would end at or after the next event in the simulation's queue (an arrival, another engine's step,
     a timer): nothing else runs inside a run, so every step is scheduled on the state the first saw,
   - needs more blocks than the pool has (the scheduler would preempt there),
-  - reaches an iteration count the progress and watch callbacks look at (every 64),
-or after MAX_STEPS. The first step is scheduled and costed by the engine as usual; a run is taken only
-where the scheduler would give every later step the same entries: nothing waiting, swapped out or held
-(async scheduling), every running request in the batch with one token pending and the same previous
-token time, no cohort step (sim.apps.serve.cohort) and none about to form, an interpolated cost
-(op-level costs, and steps beyond the surrogate's grid, opt out), no speculative decoding, no attention
-groups, no debug checks. A step cost read ahead but not taken is the one the engine's next step reads.
+  - follows a member's last token or an iteration count that progress and watch look at (every 64),
+or after MAX_STEPS. Requests decoding on their own objects get their blocks at the steps
+Scheduler.decode_event names (Scheduler.regrow); a cohort (sim.apps.serve.cohort) keeps its members'
+counters and advances its tick (DecodeCohort.advance), its bookings replayed at their ticks
+(Scheduler.cohort_regrow). A run is taken only where the scheduler would give every later step the
+same entries: nothing waiting, swapped out or held (async scheduling), every running request in the
+batch with one token pending and one previous token time (a cohort: every member was in its last
+hand-out), an interpolated cost (op-level costs and steps beyond the surrogate's grid opt out), no
+speculative decoding, no attention groups. Under debug checks (sim.apps.serve.debug_checks) the first
+step's batch is checked as usual and the pool's books before the last. A step cost read ahead but not
+taken is the one the engine's next step reads.
 
 SIM_NO_RUNAHEAD=1 turns it off (ServeSim.ahead): tests/test_serve_runahead.py runs random streams both
 ways and requires every output equal, not close.
@@ -31,6 +35,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sim.apps.serve import debug_checks
 from sim.apps.serve.cohort import DecodeCohort, DecodeSeqs
 from sim.apps.serve.lazytable import Remembered
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
@@ -47,6 +52,11 @@ _MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # step cost -> 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "") in ("", "0")
+
+
+def allowed(sim: ServeSim) -> bool:
+    """Whether `sim` may take runs at all (module doc)."""
+    return enabled() and sim.sched.runs_ahead() and not sim.spec and sim.setup.groups <= 1
 
 
 @dataclass
@@ -207,7 +217,7 @@ def _extend(sim: ServeSim, run: Run, cap: int, bound: float) -> None:
 def land(sim: ServeSim, run: Run) -> None:
     """At the run's end: steps 1..k-1 written as the engine's hand-out and records would hold them (no
     member finishes in them), then step k handed out by the engine itself (its finishes, its records)."""
-    k, n, b, times = run.steps, len(run.batch.entries), run.batch, run.times
+    k, n, b, times, sched = run.steps, len(run.batch.entries), run.batch, run.times, sim.sched
     durations = [y - x for x, y in zip(times[:k - 1], times[1:k])]
     gaps = [times[1] - run.last_at] + durations[1:]   # the first step's gap is from the members' previous token
     if b.cohort is not None:
@@ -231,4 +241,7 @@ def land(sim: ServeSim, run: Run) -> None:
         col.extend(v)
     sim.iterations += k - 1
     sim.last_start = times[k - 1]
+    if sim.checks:   # debug mode: the pool's books as the last step starts (its batch was checked at the first)
+        sim._sync()
+        debug_checks.check_blocks(sched)
     sim._apply(b, times[k - 1], times[k], run.energy[k - 1])

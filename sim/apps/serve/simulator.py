@@ -80,8 +80,7 @@ class ServeSim:
         self.tbt, self.tbt_w = array("d"), array("d")
         self.spec = setup.file.serving.speculative
         self.rng = random.Random(setup.file.serving.arrivals.__dict__.get("seed", 0))
-        self.done = self.iterations = 0
-        self.arrived = 0
+        self.done = self.iterations = self.arrived = 0
         self.wake: simpy.Event | None = None
         self.tokens = 0
         self.energy = 0.0
@@ -102,8 +101,7 @@ class ServeSim:
                 and type(sched)._grow is Scheduler._grow):
             # decode steps as array operations (sim.apps.serve.cohort)
             sched.cohort = DecodeCohort(sched.pool.block_size, sched.lookahead)
-        # runs of pure decode steps in one timeout (sim.apps.serve.runahead)
-        self.ahead = runahead.enabled() and sched.runs_ahead() and not self.spec and setup.groups <= 1 and not self.checks
+        self.ahead = runahead.allowed(self)   # runs of pure decode steps in one timeout
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -207,10 +205,7 @@ class ServeSim:
             for wait in run.waits() if run else (dt,):
                 yield env.timeout(wait)
             self.stepping = False
-            if run:
-                runahead.land(self, run)
-            else:
-                self._apply(batch, start, env.now, energy)
+            runahead.land(self, run) if run else self._apply(batch, start, env.now, energy)
 
     def _cost(self, batch: Batch) -> tuple[float, float]:
         s = self.setup
@@ -350,8 +345,7 @@ class ServeSim:
         tokens = prefill = 0
         for r, q in batch.entries:
             if r.sched_at < 0:
-                r.sched_at = start
-                rec["scheduled_s"][r.idx] = start
+                r.sched_at = rec["scheduled_s"][r.idx] = start
             tokens += q
             decoding = q == 1 and r.generated > 0
             if spec and decoding:
@@ -369,8 +363,7 @@ class ServeSim:
                     sched.publish(r)
             self.tokens += n_tok
             if r.first_at < 0:
-                r.first_at = now
-                rec["first_token_s"][r.idx] = now
+                r.first_at = rec["first_token_s"][r.idx] = now
             else:
                 gaps[r.last_at] = gaps.get(r.last_at, 0) + 1
             if r.last_at >= 0:
