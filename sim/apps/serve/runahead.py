@@ -159,7 +159,8 @@ def _regrow_requests(sched: Scheduler, run: Run, last: int, used: list[tuple[int
     """The scheduler's block (and cache) work of steps 2..last for members on their requests, at the
     steps decode_event names; the last step the pool allows."""
     reqs, c0, g0, pool = [r for r, _ in run.batch.entries], run.computed, run.generated, sched.pool
-    events = [(sched.decode_event(r) - c0[p] + 1, p) for p, r in enumerate(reqs)]
+    # (step, member): the first step's scheduling left each one no work before step 2
+    events = [(max(sched.decode_event(r) - c0[p] + 1, 2), p) for p, r in enumerate(reqs)]
     heapq.heapify(events)
     while events and events[0][0] <= last:
         j, due = events[0][0], []
