@@ -104,7 +104,7 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     attention = stack.attention_family(unit.efficiency.compute_capability, kv_format(op)) \
         if op.kind == g.ATTENTION else None
     if attention is not None:
-        hit = attention_cost(op, unit, unit_name, tier, attention)
+        hit = attention_cost(op, unit, unit_name, tier, attention, stack.single_layer_replay)
         if hit is not None:
             return hit
     spec = stack.spec(op)

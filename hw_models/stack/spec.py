@@ -144,6 +144,10 @@ class Stack(Strict):
     # where FlashAttention has no FP8 KV; SGLang: FA3 on Hopper, FlashInfer elsewhere)
     attention_rules: list[AttentionRule] = []
     all_reduce: str | None = None                 # the collective algorithm it runs (network.collectives)
+    # The measurement condition of per-op tables that replay ONE layer in a CUDA graph: a KV cache that fits
+    # the L2 is re-read from it (hw_models.stack.attention_kernels). Set only by sim.apps.trace.aic; a stack
+    # file leaves it off, since in serving every other layer evicts the cache.
+    single_layer_replay: StrictBool = False
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 

@@ -46,6 +46,7 @@ from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.decodecost import DecodeCosts
 from sim.apps.serve.lazytable import LazyRow, Remembered, book
+from sim.apps.serve.mixedcost import MixedCosts
 from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
@@ -155,7 +156,7 @@ def entry_features(entries) -> Iteration:
 def serving_mapper(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
     """The kind's mapper for `workload`, refused in one line where it cannot cost an iteration. Serving
     reads the hardware only through it: iteration, expert_part, device_share, rank_activation_bytes,
-    swap_bytes_per_s, engine_host_s, power_j (hw_models.base.Mapper)."""
+    swap_bytes_per_s, engine_host_s, power_j, gap_j (hw_models.base.Mapper)."""
     check_kind(machine)
     return mapper_for(machine, workload, model)
 
@@ -204,8 +205,8 @@ class ExactCost:
 
     def engine(self, c: Cost, it: Iteration) -> Cost:
         """Device cost `c` of `it` with the engine's host work (Mapper.with_engine) and its fitted
-        iteration terms (hw_models.stack.engine_overheads: serial, the GPU idles through them): the longer
-        wall time's idle power added, the host's busy time grown."""
+        iteration terms (hw_models.stack.engine_overheads: serial, the GPU runs no kernel through them): the
+        longer wall time's board power added at boost clock (Mapper.gap_j), the host's busy time grown."""
         n = len(it.seqs)
         host, extra = self._host.get(n) or self._host.setdefault(n, (
             self.mapper.engine_host_s(n) if self.host else 0.0,
@@ -216,7 +217,7 @@ class ExactCost:
         if HOST not in self.keys:
             self.keys.append(HOST)
         out = list(c) + [0.0] * (2 + len(self.keys) - len(c))
-        out[0], out[1] = t, c[1] + self.mapper.power_j({}, t - c[0])
+        out[0], out[1] = t, c[1] + self.mapper.gap_j(t - c[0])
         out[2 + self.keys.index(HOST)] += host
         return tuple(out)
 
@@ -242,11 +243,10 @@ def _interp(xs: list[int], ys: list, x: float) -> Cost:
 
 
 class Surrogate:
-    """Interpolated exact costs; `max_tokens`, `max_decode` and `max_kv` bound the grid.
-    Tables: D(n) pure decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk,
-    M(rest, n) both together; slopes per decode KV token and per attended prefill pair.
-    Each is made on first use (a vLLM run without chunking never mixes, so never builds M), and its
-    entries are computed as interpolations first read them (sim.apps.serve.lazytable)."""
+    """Interpolated exact costs; `max_tokens`, `max_decode` and `max_kv` bound the grid. Tables: D(n) pure
+    decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk, M(rest, n) both together; slopes
+    per decode KV token and per attended prefill pair. Each is made on first use (a vLLM run without chunking
+    never mixes, so never builds M), its entries computed as interpolations first read them (lazytable)."""
 
     op_level = False
 
@@ -261,7 +261,7 @@ class Surrogate:
         self.max_decode = max(max_decode, 1)
         self._tables: dict[str, tuple[list[int], list]] = {}
         self.exact_fallbacks, self._seen = 0, Remembered()   # device costs by the features they read
-        self._decode = DecodeCosts(self.table, _interp)   # pure decode steps in one pass
+        self._decode, self._mixed = DecodeCosts(self.table, _interp), MixedCosts(self.table)
 
     @property
     def keys(self) -> list[str]:
@@ -358,7 +358,7 @@ class Surrogate:
             return self.exact.device(it)
         c = self._seen.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
         if c is None:
-            d = self._decode(n, it.decode_kv) if n and not rest else None
+            d = self._mixed(it, n, rest) if rest else self._decode(n, it.decode_kv) if n else None   # one pass
             c = self._seen.put(key, d if d is not None else self._interpolated(it, n, rest))
         return c
 

@@ -155,6 +155,8 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: s
                                                             "quant_gemm_emulated": {}})
     elif attention is not None and mapper.stack is not None:
         mapper.stack = mapper.stack.model_copy(update={"attention": attention, "attention_rules": []})
+    if not baseline and mapper.stack is not None:   # the tables replay one layer: small caches stay in L2
+        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True})
     return mapper
 
 
