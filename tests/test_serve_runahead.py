@@ -50,8 +50,8 @@ def run(stream: dict, ahead: bool) -> tuple[ServeResult, list[tuple[int, int]], 
     calls: list[tuple[int, int]] = []
     sim = ServeSim(setup, reqs, progress=(lambda d, t: calls.append((d, t))) if stream.get("progress") else None)
     sim.async_scheduling, sim.front_end_s = stream.get("async", False), stream.get("front_end_s", 0.0)
-    assert sim.ahead == (sched.runs_ahead() and runahead.enabled())   # on by default where the scheduler allows it
-    sim.ahead = ahead and sim.ahead
+    assert bool(sim.ahead) == (sched.runs_ahead() and runahead.enabled())   # on by default where the scheduler allows it
+    sim.ahead = sim.ahead if ahead else 0
     landed = []
     land = runahead.land
 

@@ -12,7 +12,8 @@ before the first step that
     a timer): nothing else runs inside a run, so every step is scheduled on the state the first saw,
   - needs more blocks than the pool has (the scheduler would preempt there),
   - follows a member's last token or an iteration count that progress and watch look at (every 64),
-or after MAX_STEPS. Requests decoding on their own objects get their blocks at the steps
+or after MAX_STEPS; none starts with fewer than MIN_STEPS in reach (a shorter one costs more to plan
+than the steps it saves: at 80% load, 1,000,000 requests took 11% more CPU with runs from 2 steps). Requests decoding on their own objects get their blocks at the steps
 Scheduler.decode_event names (Scheduler.regrow); a cohort (sim.apps.serve.cohort) keeps its members'
 counters and advances its tick (DecodeCohort.advance), its bookings replayed at their ticks
 (Scheduler.cohort_regrow). A run is taken only where the scheduler would give every later step the
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 ENV = "SIM_NO_RUNAHEAD"
 MAX_STEPS = 4096    # steps in one run: its lists stay small
+MAX_SEQS = 1 << 30
+MIN_STEPS = 4       # shorter runs are not taken (module doc)
 WATCH_EVERY = 64    # the engine calls progress and watch every this many iterations
 _MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # step cost -> its pure decode vectors
 
@@ -54,9 +57,14 @@ def enabled() -> bool:
     return os.environ.get(ENV, "") in ("", "0")
 
 
-def allowed(sim: ServeSim) -> bool:
-    """Whether `sim` may take runs at all (module doc)."""
-    return enabled() and sim.sched.runs_ahead() and not sim.spec and sim.setup.groups <= 1
+def allowed(sim: ServeSim) -> int:
+    """The most decode sequences `sim` may take runs of (0: none; module doc): where its step cost is
+    interpolated, as many as the cost's grid holds."""
+    cost = sim.setup.target_cost
+    if not (enabled() and sim.sched.runs_ahead() and not sim.spec and sim.setup.groups <= 1) \
+            or getattr(cost, "op_level", True) is not False:
+        return 0
+    return min(getattr(cost, "max_decode", MAX_SEQS), getattr(cost, "max_tokens", MAX_SEQS), MAX_SEQS)
 
 
 @dataclass
@@ -100,24 +108,21 @@ def _cohort_left(c: DecodeCohort, n: int) -> int:
     return min(min(c.ends) - c.tick, MAX_STEPS) if len(c) == n == c.old else 0
 
 
-def _fits(cost, n: int) -> bool:
-    """The cost interpolates n decode sequences (no exact fallback, whose count a read-ahead would move)."""
-    return getattr(cost, "op_level", True) is False and n <= getattr(cost, "max_decode", n) \
-        and n <= getattr(cost, "max_tokens", n)
-
-
 def plan(sim: ServeSim, batch: Batch, dt: float, energy: float) -> Run | None:
     """The run that `batch`, scheduled now and costing (dt, energy), starts; None: one step as usual."""
     sched, entries, c = sim.sched, batch.entries, batch.cohort
     n = len(entries)
-    if (not n or n != len(sched.running) or sched.waiting or sched.swapped or sim.held or batch.padded is not None
-            or batch.swap_blocks or batch.preempted or not _fits(sim.setup.target_cost, n)):
+    # the cheap refusals first: the engine asks at every step
+    if (not n or n > sim.ahead or entries[0][1] != 1 or n != len(sched.running) or sched.waiting or sched.swapped
+            or sim.held or batch.padded is not None or batch.swap_blocks or batch.preempted):
+        return None
+    now, bound = sim.env.now, sim.env.peek()
+    if not now + MIN_STEPS * dt < bound:
         return None
     cap = _cohort_left(c, n) if c is not None else _steps_left(sched, entries)
     if sim.progress is not None or sim.watch is not None:
         cap = min(cap, WATCH_EVERY - sim.iterations % WATCH_EVERY)
-    now, bound = sim.env.now, sim.env.peek()
-    if cap < 2 or not now + dt < bound:
+    if cap < MIN_STEPS:
         return None
     if c is not None:
         run = Run(batch, c.kv, c.last, [now, now + dt], [energy], [sched.pool.used], [dt])
