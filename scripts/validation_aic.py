@@ -8,6 +8,7 @@ sample (scripts/fit_kernels.py fits on them); H200 and Blackwell datacenter tabl
 present, are held out and reported apart.
 
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/validation_aic.py
+    ... python scripts/validation_aic.py --write   # splice the section into docs/validation.md
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ NOTES = """What moved, and what did not:
   with the custom kernel and no such term (`sim run` has none) the held-out LLM-Inference-Bench 70B TP4 end-to-end
   latency MAPE went 12.2% -> 22.7% (every row too fast; docs/parallelism.md). `parallel.algorithm` overrides it per
   workload.
+  An engine's custom all-reduce rows are reported per release: on RTX PRO 6000
+  (PCIe) the older releases' 2-GPU rows (vLLM 0.19.0, SGLang 0.5.10, TensorRT-LLM 1.3.0rc10) take ~2.5x the
+  latest release's time at every size, NCCL fallback included (1 GB: 70 ms against 27 ms), 55-65% off, while the
+  latest releases are within 4.6-6.7% (where 4 and 8 PCIe GPUs hand every message to NCCL, as the engines'
+  source says). A row whose kernel_source names the kernel it ran is costed with it (SGLang 0.5.6.post2 on H100
+  ran TensorRT-LLM's: 22.3% -> 13.7%). Missed: SGLang 0.5.14 on H100 (34%) runs a faster kernel than vLLM's
+  (4 GPUs: 2.6 us against 4.6 us at 256 B), which has no fitted line here.
 * bf16 GEMM: graph-replayed kernels pay `graph_gap_s` (1.19 us, the pooled median; by GPU H100 0.93, A100 3.43,
   RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100 and RTX PRO 6000 the dense GEMM is a
   kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
@@ -61,8 +69,12 @@ NOTES = """What moved, and what did not:
   out by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 13.2%, A100 23.4%, RTX PRO 6000 24.1%: the
   figures do not carry across GPUs, so GPUs without a named family keep the roofline with the gap. RTX PRO 6000
   stays worst: its 128 MB L2 holds the collector's 6-32 MB weights across replays (measured faster than DRAM),
-  which pulls its floor to 0.9 us where rows past the L2 show 6-7 us; and at M 256-1024 with <= 8 MB of weights
-  it is ~35% fast (too few tiles for 188 SMs: a curve in M alone does not see N x K).
+  which pulls its floor to 0.9 us where rows past the L2 show 6-7 us (at M 2-64 the rows with <= 2 MB of weights
+  are 54-59% fast, those with 8-32 MB 17-26% slow); and at M 256-1024 with <= 8 MB of weights it is ~35% fast.
+  A wave-quantization term (compute x waves x SMs / tiles, tiles = ceil(M / tm) ceil(N / tn), fixed tiles
+  64x64 to 256x128) does not mend it: it raised the MAPE of every GEMM family tried, in sample and held out by
+  GPU (RTX PRO 6000 bf16 17.5% -> 33-101%, H100 8.5% -> 14-47%, vLLM FP8 17.5% -> 21-34%): the libraries pick
+  tiles and split K for few-tile shapes, which one fixed tile does not see. Not kept.
 * Decode attention: fixed + per-CTA + KV stream per family and KV format (hw_models/stack/attention_kernels.py),
   fitted on each family's own engine rows (TensorRT-LLM's, vLLM's FlashAttention). The fixed cost is mostly SM
   cycles (`clock_hz` on the GPU presets), and the KV stream reaches its rate only with enough CTAs in flight
@@ -138,16 +150,43 @@ NOTES = """What moved, and what did not:
   them with the hand families the stacks named before (fp8_scaled_mm, fitted on the H200; marlin's figures for
   TRT-LLM weight-only; blackwell_block_scaled; vLLM's FP4 as Marlin emulation). B200 uses the NVFP4 fractions
   fitted on RTX PRO 6000, unfitted there (its tables are held out).
+* Serial K-walk (`k_walk_s_per_k`, hw_models/stack/kernel_families.py): a family's memory term is at least K x its
+  fitted walk. At small M the RTX PRO 6000 NVFP4 rows of all three engines grow linearly in K and stay flat in N
+  far above the weight stream (M = 1, N = 512: 6 us at K = 512, 62 us at K = 16384 for 4 MB of weights); fitted
+  per engine the walk is 3.3-3.6 ns per K (TensorRT-LLM NVFP4 25.8% -> 13.8%, vLLM 22.9% -> 9.1%). Kept where it
+  lowers the fit and, for a family fitted on two GPUs, each held-out GPU's MAPE: TensorRT-LLM per-tensor FP8 held
+  out H100 18.0% -> 17.6%, RTX PRO 6000 15.0% -> 14.9%; across engines on H100, vLLM's family on SGLang's rows
+  12.6% -> 12.0% and SGLang's on vLLM's 17.2% -> 16.2%. Not for block-scaled FP8 (TensorRT-LLM held out H100
+  15.9% -> 31%). The weight-only INT4 / INT8 plugin: 13.7% -> 11.6%, 11.8% -> 10.5%.
+* Per architecture: sgl-kernel's fp8_scaled_mm and vLLM's cutlass_scaled_mm build a single CUTLASS configuration
+  on SM 12.x (sgl-kernel csrc/gemm/fp8_gemm_kernel.cu: CTA 128x128x128, cluster 1x1x1, no tile scheduler; vLLM
+  c3x/scaled_mm_sm120_fp8_dispatch.cuh: 256x128x64) and M-dispatched ones on SM 9.0, so the stacks name a family
+  per compute capability (`quant_gemm_by_capability`), each fitted on its architecture's GPU only (no GPU left
+  to hold out): SGLang FP8 RTX PRO 6000 33.6% -> 7.7% (a walk of 6.8 ns per K, 4.6x vLLM's there), H100 14.4% ->
+  12.1%; vLLM FP8 H100 18.4% -> 14.3%, RTX PRO 6000 16.6% -> 13.5%. Across engines on H100 (vLLM's and SGLang's
+  SM 9.0 kernels are the same CUTLASS port) the walk helps the engine not fitted on: vLLM's family on SGLang's
+  rows 12.6% -> 12.0%, SGLang's on vLLM's 17.2% -> 16.2%.
+* Dynamic activation scale (`quant_row_s`): vLLM's per-tensor FP8 computes its activation scale per call with one
+  thread block per token, each an atomicMax into one float (ops.scaled_fp8_quant(x, None) ->
+  csrc/quantization/fp8/common.cu segmented_max_reduction, grid = num_tokens), so the call grows with M at a
+  fixed time per row (M = 8192, N = K = 512: vLLM 68 us, TensorRT-LLM with a static scale 23 us). The pass is
+  charged max(re-reading x, M x quant_row_s), the time per row fitted on a grid: 7 ns on H100 (14.3% -> 8.9%),
+  4 ns on RTX PRO 6000 (13.5% -> 11.4%); the large-M fraction of the FP8 peak rises to 0.69-0.74 (TensorRT-LLM's
+  0.68). SGLang's dynamic per-token quantize (sglang_per_token_quant_fp8, one block per row): 1 ns on H100
+  (12.1% -> 10.5%), none on RTX PRO 6000. SGLang's NVFP4 rows have their own family
+  (SGLang's quantize, then FlashInfer's CUTLASS GEMM): 29.2% -> 9.9% (vLLM's family on them: 17%).
 * Block-scaled FP8 (DeepSeek-V3 128x128 tiles): its own format `fp8_block128` (one fp32 scale per tile, exact
   bytes) and a family per engine (TensorRT-LLM's fp8_block_scaling_gemm; vLLM's FlashInfer block-scale GEMM at
   small M and DeepGEMM above), fitted on the fp8_block rows (H100 and RTX PRO 6000 for TensorRT-LLM; H100 only for
   vLLM), and SGLang's DeepGEMM (~11 us at M = 1, where vLLM's FlashInfer path takes ~60 us; the sglang stack names
-  it, fitted on the gemm_sglang H100 rows). TensorRT-LLM's held out by GPU: fitted on H100, RTX PRO 6000 27.5%;
-  fitted on RTX PRO 6000, H100 15.9%.
-* Not done: per-tensor FP8 under vLLM / SGLang still misses (H100 held out 23.8%): at large M and small N x K the
-  measured call grows with M alone (vLLM 0.24, M = 8192, N = K = 512: 68 us, TensorRT-LLM 23 us, the measured
-  quantize kernel 5 us), which no per-M rate or quantize pass here reproduces. SmoothQuant (`sq`) rows run as
-  weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families)."""
+  it, fitted on the gemm_sglang H100 rows). TensorRT-LLM's, fitted on both GPUs pooled, held out by GPU:
+  fitted on H100, RTX PRO 6000 27.5%; fitted on RTX PRO 6000, H100 15.9%; its kernel is picked by SM version
+  (cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp), so it is now a family per architecture with its own K-walk
+  (1.1 / 3.0 ns per K): H100 12.4% -> 8.7%, RTX PRO 6000 25.7% -> 19.2%.
+* Not done: block-scaled FP8 on RTX PRO 6000 (TensorRT-LLM 19.2%) and vLLM's on H100 (19.6%, unchanged) miss.
+  TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no per-architecture kernel choice to cite) stays one
+  family on both GPUs: 11.1% / 13.0% in sample, held out by GPU H100 17.6%, RTX PRO 6000 14.9%. SmoothQuant
+  (`sq`) rows run as weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families)."""
 
 
 def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:
@@ -184,9 +223,23 @@ Not costed:
     return text, figures
 
 
+SECTION_END = "\n_Report generated in"   # validation_report.py's last line follows this section
+
+
+def write_section(text: str, doc: Path = ROOT / "docs" / "validation.md") -> None:
+    """Replace docs/validation.md's aic section (from its heading to the report's closing line) with `text`."""
+    old = doc.read_text()
+    start, end = old.index(text.split("\n", 1)[0]), old.rindex(SECTION_END)
+    doc.write_text(old[:start] + text + old[end:])
+
+
 def main() -> int:
     shared = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
     text, _ = aic_section(shared)
+    if text and "--write" in sys.argv[1:]:   # splice this section alone, without rerunning the whole report
+        write_section(text)
+        print("wrote the aic section of docs/validation.md")
+        return 0
     print(text or f"{shared}/aic not found")
     return 0
 
