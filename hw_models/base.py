@@ -177,13 +177,15 @@ class Mapper:
         """`device` (the step's kernels, folded) with the engine's host work of `n_seqs` sequences:
         serial, the step takes host + device; overlapped, max(host, device) (hw_models.stack.step_overhead).
         Applied after the layer fold: a max() is not linear in the layer count. The host's busy time
-        grows by the host work; `engine_host_s` in the counters."""
+        grows by the host work; `engine_host_s` in the counters. The devices draw activity power through the
+        gap the host leaves them (gap_active_j), charged in the step's energy; idle power over it in `figures`."""
         host = self.engine_host_s(n_seqs)
         if not host:
             return device
         busy = {**device.busy_s, HOST: device.busy_s.get(HOST, 0.0) + host}
-        return StepResult(device.phase, device.kv_len, self.step_overhead.step_s(device.time_s, host), busy,
-                          device.energy_j, {**device.counters, "engine_host_s": host})
+        wall = self.step_overhead.step_s(device.time_s, host)
+        return StepResult(device.phase, device.kv_len, wall, busy, device.energy_j + self.gap_active_j(wall - device.time_s),
+                          {**device.counters, "engine_host_s": host})
 
     def _folded(self, phase: str, kv_len: int, graph_of: Callable[[int | None], OpGraph],
                 exhaustive: bool, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s) -> StepResult:
@@ -257,6 +259,26 @@ class Mapper:
         wall = max(busy_s.values(), default=0.0) if wall_s is None else wall_s
         return sum(u.idle_power_w * wall + u.active_power_w * busy_s.get(name, 0.0) if u.idle_power_w is not None
                    else (u.power_w or 0.0) * busy_s.get(name, 0.0) for name, u in self.machine.units.items())
+
+    def gap_active_j(self, gap_s: float) -> float:
+        """Activity energy of the devices over an engine gap of `gap_s` seconds inside the serving loop (the
+        host's serial work, the engine's fitted idle terms): sub-millisecond to millisecond gaps between an
+        engine's back-to-back iterations leave the GPU at its boost clock and voltage (the driver lowers
+        clocks only once "nothing is running on the GPU", NVML's GpuIdle event reason, and a clock change
+        has a switching latency of its own, measured on GH200 and A100 by Velicka et al., arXiv:2502.20075;
+        we read the abstract, not their figures), so the clock tree and the leakage at
+        boost voltage that `active_power_w` stands for keep drawing (hw_models.power). The idle power over
+        the gap is `power_j({}, gap_s)`; waiting for work between requests stays at idle power."""
+        bp = self.machine.units[self.machine.main_unit].board_power()
+        if bp is None or gap_s <= 0.0:
+            return 0.0
+        # Under a power limit below idle + activity the clock drops until the board meets it (nothing to stretch).
+        headroom = bp.active_w if bp.limit_w is None else min(bp.active_w, bp.limit_w - bp.idle_w)
+        return self.devices * headroom * gap_s
+
+    def gap_j(self, gap_s: float) -> float:
+        """Board energy of the devices over an engine gap inside the serving loop: idle + activity (gap_active_j)."""
+        return self.power_j({}, gap_s) + self.gap_active_j(gap_s)
 
     def capped(self, step: StepResult) -> StepResult:
         """`step` under the main unit's board power limit (hw_models.power): where the devices' average

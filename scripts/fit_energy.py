@@ -11,7 +11,7 @@ left out). Nothing else is fitted; the other presets take these figures by rule:
 * b200.yaml: active power x the board limits' ratio (1000 / 700 W); J/FLOP x the ratio of joules per
   peak bf16 FLOP at the limit ((1000 W / 2250 TFLOP/s) / (700 W / 989.4 TFLOP/s)).
 
-The replays behind the fit (two per run, minutes in all) are stored in COMPONENTS (keys and
+The replays behind the fit (three per run, minutes in all) are stored in COMPONENTS (keys and
 simulated figures only; the measured ones are read from the shared CSV).
 
     python scripts/fit_energy.py            # print the fit
@@ -95,7 +95,8 @@ def stale_components(comps: list[F.Components]) -> list[str]:
     c = min(comps, key=lambda c: (c.run.num_gpus, c.run.max_num_seqs, c.run.avg_output_tokens))
     fresh = F.components(c.run)
     off = [f"{name} {a:.4g} (fresh {b:.4g})" for name, a, b in
-           (("p0_w", c.p0_w, fresh.p0_w), ("per_j_w", c.per_j_w, fresh.per_j_w), ("tput", c.tput_tok_s, fresh.tput_tok_s))
+           (("p0_w", c.p0_w, fresh.p0_w), ("busy", c.busy, fresh.busy), ("per_j_w", c.per_j_w, fresh.per_j_w),
+            ("tput", c.tput_tok_s, fresh.tput_tok_s))
            if abs(a / b - 1.0) > STALE]
     return [f"{COMPONENTS.name}: {c.run.preset} seqs {c.run.max_num_seqs}: " + ", ".join(off)] if off else []
 

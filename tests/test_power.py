@@ -10,6 +10,7 @@ from hw_models.machine import load_machine, machine_from_dict, raw_machine
 from hw_models.power import BoardPower
 from hw_models.registry import mapper_for, simulate
 from sim.core.errors import ConfigError
+from sim.core.results import StepResult
 from sim.core.workload import workload_from_dict
 
 IDLE_W, ACTIVE_W = 80.0, 120.0
@@ -125,3 +126,46 @@ def test_pim_arithmetic_energy_is_its_flops_at_the_cited_figure():
                      load_machine("hbm_pim"))
     flops = 2 * (40 * (4 * 5120**2 + 3 * 5120 * 13824) + 5120 * 32000) + 2 * 2 * 40 * 5120 * 1028
     assert r.metrics()["pim.mac_energy_j_per_token"] == pytest.approx(flops * 0.75e-12, rel=0.01)
+
+
+def test_serial_engine_gap_draws_activity_power_in_a_run():
+    """`sim run` under a serial engine (vllm-v0: host + device): the GPU waits through the host's work at boost
+    clock, so the step's energy grows by active_power_w x the gap (idle power over it is charged with the
+    wall time), hw_models.base.Mapper.with_engine / gap_active_j."""
+    h100 = load_machine("h100_sxm")
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=16, prompt_len=256, gen_len=16,
+                                flash_attention=True, stack="vllm-v0"), "t.yaml")
+    m = mapper_for(h100, w, w.model_config_())
+    device = StepResult("decode", 300, 5e-3, {"gpu": 5e-3}, 1.0)    # 5 ms of kernels, 1 J of dynamic energy
+    step = m.with_engine(device, 16)
+    gap = m.engine_host_s(16)
+    assert gap > 0 and step.time_s == pytest.approx(5e-3 + gap, rel=1e-12)
+    assert step.energy_j == pytest.approx(1.0 + h100.units["gpu"].active_power_w * gap, rel=1e-12)
+    assert step.busy_s["gpu"] == 5e-3     # the kernels' busy time is unchanged: the gap is not busy
+
+
+def test_tp_collective_time_draws_activity_power():
+    """A TP rank's all-reduce is a kernel on its SMs, so its time on the link draws activity power like the rank's
+    other kernels (hw_models.gpu.parallel power_j): TP 2 on h100_sxm, 3 ms of kernels and 1 ms of collectives
+    in a 4 ms step, each of the 2 devices draws idle + activity over all 4 ms."""
+    h100 = load_machine("h100_sxm")
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=8, prompt_len=256, gen_len=4,
+                                parallel=dict(tp=2, topology="dgx_h100")), "t.yaml")
+    m = mapper_for(h100, w, w.model_config_())
+    u = h100.units["gpu"]
+    assert m.power_j({"gpu": 3e-3, "link": 1e-3}, 4e-3) == pytest.approx(2 * (u.idle_power_w + u.active_power_w) * 4e-3,
+                                                                          rel=1e-12)
+    # without the collective the last millisecond is idle power only
+    assert m.power_j({"gpu": 3e-3}, 4e-3) == pytest.approx(2 * (u.idle_power_w * 4e-3 + u.active_power_w * 3e-3),
+                                                           rel=1e-12)
+
+
+def test_engine_gap_under_a_low_limit_draws_the_limit():
+    """Under a 250 W limit (below idle + activity, 117.1 + 233 W) the clock drops through the gap until the board
+    meets the limit: the gap adds (250 - 117.1) W x its time, not the activity power."""
+    h100 = load_machine("h100_sxm", {"units.gpu.power_limit_w": 250})
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=16, prompt_len=256, gen_len=16,
+                                flash_attention=True, stack="vllm-v0"), "t.yaml")
+    m = mapper_for(h100, w, w.model_config_())
+    step = m.with_engine(StepResult("decode", 300, 5e-3, {"gpu": 5e-3}, 1.0), 16)
+    assert step.energy_j == pytest.approx(1.0 + (250 - h100.units["gpu"].idle_power_w) * m.engine_host_s(16), rel=1e-12)

@@ -334,10 +334,15 @@ class ParallelGpuMapper(GpuMapper):
         return self.plan.stage_width * super().energy_j(tl)
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
-        """Static energy of every device: each stage's ranks as busy as its simulated one."""
+        """Static energy of every device: each stage's ranks as busy as its simulated one. A TP/EP collective is a
+        kernel on the ranks' SMs (NCCL's and the engines' custom all-reduce alike: vllm csrc/custom_all_reduce.cuh),
+        so its time on the link draws the unit's activity power too (capped at the wall time: the two run one after
+        the other in a step); a pipelined step's stage tasks hold their collectives already (pipeline_tasks)."""
         wall = max(busy_s.values(), default=0.0) if wall_s is None else wall_s
         one_device = super().power_j
         stages = [{u: busy_s.get(stage_resource(u, j), 0.0) for u in self.machine.units} for j in range(self.plan.pp)]
+        main = self.unit_name
+        stages[0][main] = min(stages[0][main] + busy_s.get(LINK, 0.0), max(wall, stages[0][main]))
         return self.plan.stage_width * sum(one_device(b, wall) for b in stages)
 
     def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:

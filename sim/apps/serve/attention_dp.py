@@ -76,7 +76,7 @@ class GroupedCost:
         host = self.mapper.engine_host_s(sum(len(it.seqs) for it in groups))   # one scheduler for the instance
         if host:
             wall = self.mapper.step_overhead.step_s(t, host)
-            t, j, extra = wall, j + self.mapper.power_j({}, wall - t), (*extra, (HOST, host))
+            t, j, extra = wall, j + self.mapper.gap_j(wall - t), (*extra, (HOST, host))
         for k, v in extra:
             busy[k] = busy.get(k, 0.0) + v
             if k not in self.dense.keys and k not in self._extra:

@@ -6,8 +6,9 @@ depend on them (the step times are the roofline's; only the cap would stretch th
 
     P = p0 + active_power_w x busy + J/FLOP(fp16) x per_j          (the formats' ratios to fp16 held)
 
-`components` reads p0 (idle + bytes + links), busy (the GPUs' busy share) and per_j (W per
-J/FLOP) from two replays, so the fit needs no replay per trial figure. A run whose measured
+`components` reads p0 (idle + bytes + links), busy (the share of the time the GPUs draw activity
+power: their kernels and the engine's in-loop gaps) and per_j (W per J/FLOP) from three replays, so
+the fit needs no replay per trial figure. A run whose measured
 power is within CAP_MARGIN of the board limit ran at the cap: its power is the limit's, not
 the figures', and the fit leaves it out.
 """
@@ -27,6 +28,7 @@ from sim.apps.serve.run import serve
 NO_CAP_W = 1e6      # the components' replays run uncapped, so their times do not depend on the figures
 CAP_MARGIN = 0.97   # a run measured (or predicted) above this share of its power limit ran at the cap
 PROBE_J_PER_FLOP = 1e-12
+PROBE_ACTIVE_W = 100.0
 
 
 @dataclass(frozen=True)
@@ -68,15 +70,17 @@ def machine_at(preset: str, active_w: float, fp16_j_per_flop: float, limit_w: fl
 
 
 def components(run: M.Run) -> Components:
-    """Two uncapped replays of `run` (active power 0; J/FLOP 0 and PROBE_J_PER_FLOP) as Components."""
+    """Three uncapped replays of `run` (nothing; PROBE_J_PER_FLOP; PROBE_ACTIVE_W) as Components: `busy` is the share
+    of the steady window the devices draw activity power over (their kernels and the engine's in-loop gaps,
+    hw_models.base.Mapper.gap_active_j), read off the replay like the other parts."""
     out = []
-    for j in (0.0, PROBE_J_PER_FLOP):
-        res, _ = serve(M.serve_file(run), machine_at(M.PRESETS[run.gpu], 0.0, j))
+    for a, j in ((0.0, 0.0), (0.0, PROBE_J_PER_FLOP), (PROBE_ACTIVE_W, 0.0)):
+        res, _ = serve(M.serve_file(run), machine_at(M.PRESETS[run.gpu], a, j))
         t0, t1 = M.steady_window(res, run.max_num_seqs)
         joules, tokens = energy_window(res, t0, t1)
-        out.append((joules / (t1 - t0) / run.num_gpus, tokens / (t1 - t0), res.busy_s.get("gpu", 0.0) / res.makespan_s))
-    (p0, tput, busy), (p1, _, _) = out
-    return Components(run, p0, busy, (p1 - p0) / PROBE_J_PER_FLOP, tput)
+        out.append((joules / (t1 - t0) / run.num_gpus, tokens / (t1 - t0)))
+    (p0, tput), (p1, _), (pa, _) = out
+    return Components(run, p0, (pa - p0) / PROBE_ACTIVE_W, (p1 - p0) / PROBE_J_PER_FLOP, tput)
 
 
 def from_dict(d: dict, runs: dict[tuple, M.Run]) -> Components | None:

@@ -155,7 +155,7 @@ def entry_features(entries) -> Iteration:
 def serving_mapper(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
     """The kind's mapper for `workload`, refused in one line where it cannot cost an iteration. Serving
     reads the hardware only through it: iteration, expert_part, device_share, rank_activation_bytes,
-    swap_bytes_per_s, engine_host_s, power_j (hw_models.base.Mapper)."""
+    swap_bytes_per_s, engine_host_s, power_j, gap_j (hw_models.base.Mapper)."""
     check_kind(machine)
     return mapper_for(machine, workload, model)
 
@@ -204,8 +204,8 @@ class ExactCost:
 
     def engine(self, c: Cost, it: Iteration) -> Cost:
         """Device cost `c` of `it` with the engine's host work (Mapper.with_engine) and its fitted
-        iteration terms (hw_models.stack.engine_overheads: serial, the GPU idles through them): the longer
-        wall time's idle power added, the host's busy time grown."""
+        iteration terms (hw_models.stack.engine_overheads: serial, the GPU runs no kernel through them): the
+        longer wall time's board power added at boost clock (Mapper.gap_j), the host's busy time grown."""
         n = len(it.seqs)
         host, extra = self._host.get(n) or self._host.setdefault(n, (
             self.mapper.engine_host_s(n) if self.host else 0.0,
@@ -216,7 +216,7 @@ class ExactCost:
         if HOST not in self.keys:
             self.keys.append(HOST)
         out = list(c) + [0.0] * (2 + len(self.keys) - len(c))
-        out[0], out[1] = t, c[1] + self.mapper.power_j({}, t - c[0])
+        out[0], out[1] = t, c[1] + self.mapper.gap_j(t - c[0])
         out[2 + self.keys.index(HOST)] += host
         return tuple(out)
 
