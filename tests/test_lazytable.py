@@ -100,15 +100,25 @@ _WORKER = ("import sys; from pathlib import Path; from sim.apps.serve.tablecache
 
 def test_a_point_another_process_stored_is_read_not_computed(tmp_path):
     """Two sweep workers on a cold cache: once one has written a point, the other's miss on it re-reads
-    the store and takes the stored point (no compute); a point nobody stored is still computed.
+    the store and takes the stored point (no compute); a point nobody stored is still computed, and a
+    miss with no write since the last read reads nothing.
     The other worker's write lands, as far as the file system shows, in the same tick of the kernel's
     coarse file clock: its file times are set back to what they were, and its row fits the page the
     table had, so the cache file's (mtime, size) are unchanged. The write is seen all the same: the
     store's write counter moved in the write's own transaction (a stamp of file times and sizes missed
     such a write, and the worker computed the point itself)."""
-    TableStore("k", tmp_path).save("P", {"[[1,0]]": (1.0, 1.0, [])})   # the cache file exists (another table)
+    TableStore("k", tmp_path).save("D", {"[[0,0]]": (0.5, 0.5, [])})   # table D as a first flush left it
     mine = PointBook(TableStore("k", tmp_path))
-    mine.open("D")                                          # read while table D was empty
+    mine.open("D")
+    loads, load = [], mine.store.load
+    mine.store.load = lambda name: loads.append(name) or load(name)
+    computed = []
+
+    def compute():
+        computed.append(1)
+        return (9.0, 9.0, [])
+
+    assert mine.get("D", "[[3,3]]", compute) == (9.0, 9.0, []) and loads == []   # nobody wrote: no re-read
     files = [tmp_path / tablecache.FILE, tmp_path / (tablecache.FILE + "-wal")]
     before = {p: p.stat() for p in files if p.exists()}
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -117,16 +127,10 @@ def test_a_point_another_process_stored_is_read_not_computed(tmp_path):
         os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))   # the same clock tick
     assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.exists()} == \
         {p: (st.st_mtime_ns, st.st_size) for p, st in before.items()}   # the files look untouched
-    computed = []
-
-    def compute():
-        computed.append(1)
-        return (9.0, 9.0, [])
-
     assert mine.get("D", "[[1,1]]", compute) == (1.5, 2.5, [("gpu", 1.5)])
-    assert computed == []
-    assert mine.get("D", "[[2,1]]", compute) == (9.0, 9.0, [])   # not on disk: computed
-    assert computed == [1]
+    assert computed == [1] and loads == ["D"]
+    assert mine.get("D", "[[2,1]]", compute) == (9.0, 9.0, [])   # not on disk: computed, nothing re-read
+    assert computed == [1, 1] and loads == ["D"]
 
 
 def test_the_write_stamp_counts_every_write_of_a_table(tmp_path):

@@ -13,6 +13,8 @@ the invariants around it."""
 
 from __future__ import annotations
 
+from collections import deque
+
 from sim.apps.serve import spec as s
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.schedulers import Request
@@ -62,11 +64,46 @@ def test_sarathi_swap_in_waits_when_the_decodes_spend_the_budget():
     for r in (a, b):
         r.computed, r.generated, r.blocks = 1, 1, 1
     c.computed, c.generated, c.swapped = 1, 1, 1
-    sched.running, sched.swapped = [a, b], __import__("collections").deque([c])
+    sched.running, sched.swapped = [a, b], deque([c])
     assert sched.pool.allocate(2)                 # A's and B's blocks
     # it1: A 1, B 1 (B's 2nd token ends it); C waits. it2: A 1, C back in (1 block) with the token left.
     assert step(sched) == [(0, 1), (1, 1)] and list(sched.swapped) == [c]
     assert step(sched) == [(0, 1), (2, 1)] and not sched.swapped and c.blocks == 1
+
+
+def test_sarathi_preempts_from_the_back_of_the_whole_running_queue_and_stops_at_the_budget():
+    """Sarathi, budget 2, 4 blocks, recompute. A, B, C, D each decoding with 1 block (computed 4, so
+    A's 5th token needs a 2nd block; B's, C's and D's computed 2 need none); the pool is full. A needs a
+    block, none is free: D, the back of the running queue (past the budget, unscheduled), is preempted
+    (vLLM's _schedule_running pops the victim from the whole queue) and its block goes to A. A 1, B 1:
+    the budget is spent, C waits running, unscheduled, and D (to recompute) at the front of the queue:
+    no budget is left for a prefill."""
+    sched = _sched(Sarathi, blocks=4, budget=2)
+    reqs = [Request(i, 0.0, 1, 9) for i in range(4)]
+    for r, computed in zip(reqs, (4, 2, 2, 2)):
+        r.computed, r.generated, r.blocks = computed, computed, 1
+    sched.running = list(reqs)
+    assert sched.pool.allocate(4)
+    assert step(sched) == [(0, 1), (1, 1)]
+    a, b, c, d = reqs
+    assert sched.running == [a, b, c] and list(sched.waiting) == [d] and sched.preemptions == 1
+    assert (a.blocks, c.blocks, d.blocks, d.computed) == (2, 1, 0, 0)
+
+
+def test_swap_in_respects_max_num_seqs():
+    """Sarathi, max_num_seqs 1, budget 4, 10 blocks, swap. A decodes; B (swapped out, 1 block) would fit
+    the blocks and the budget, but A fills the one sequence slot: B stays out until A ends."""
+    cfg = s.Sarathi(kind="sarathi", block_size=4, watermark=0.0, max_num_batched_tokens=4, max_num_seqs=1,
+                    preemption="swap")
+    sched = Sarathi(cfg, BlockPool(10, 4))
+    sched.max_model_len = 1 << 20
+    a, b = Request(0, 0.0, 1, 2), Request(1, 0.0, 1, 3)
+    a.computed, a.generated, a.blocks = 1, 1, 1
+    b.computed, b.generated, b.swapped = 1, 1, 1
+    sched.running, sched.swapped = [a], deque([b])
+    assert sched.pool.allocate(1)
+    assert step(sched) == [(0, 1)] and list(sched.swapped) == [b]      # A's last token; A ends
+    assert step(sched) == [(1, 1)] and not sched.swapped
 
 
 def test_v0_decodes_over_the_budget_wait_a_step():
