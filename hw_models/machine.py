@@ -188,6 +188,11 @@ class Unit(Strict):
     # whose average power would exceed it. Both only with idle_power_w (board power as idle + dynamic).
     active_power_w: Quantity = Field(default=0.0, ge=0)
     power_limit_w: Quantity | None = Field(default=None, gt=0)
+    # The on-chip L2 (issue 28). Serving never reads from it: every other layer of a step evicts a layer's
+    # KV cache. Only a per-op measurement that replays ONE layer (aiconfigurator's tables: a CUDA graph of
+    # one attention call, replayed) re-reads a cache that fits from L2 (hw_models.stack.attention_kernels).
+    l2_bytes: Quantity | None = Field(default=None, gt=0)
+    l2_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
 
     def board_power(self) -> BoardPower | None:
         """The unit's board-power figures (hw_models.power), None without idle_power_w."""

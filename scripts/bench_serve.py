@@ -10,6 +10,9 @@ Cases (llama3-8b on h100_sxm, workloads/serve_llama3_8b_sharegpt.yaml, vLLM V0 a
   startup   `sim --help` whole process, and the import time of sim.apps.cli (python -X importtime, and CPU
             seconds), beside the floor: `python -c pass` and `python -c "import numpy"`, whole processes.
   run       a small `sim run` (workloads/llama2_7b_decode.yaml on h100_sxm, -q) whole process.
+  run13b    `sim run workloads/llama13b_decode.yaml --hw a6000 -q`, whole process (the README's small run).
+  v1        the 10k case's serve() in a fresh process under vLLM V1 (serving.scheduler.kind: vllm).
+  cold      the 10k case's whole `sim serve` process on a cold step-cost cache (a new SIM_CACHE_DIR).
   sweep200  sweeps/serve_sweep200.yaml (200 serving points of 1,000 requests) with --executor dask-local
             --workers 2 --no-plots, whole process, on a cold step-cost cache (a new SIM_CACHE_DIR):
             CPU of the sweep and its workers. --sweep-out DIR keeps each run's results.csv there
@@ -23,6 +26,13 @@ Each case runs in its own process, so an earlier case's memory or imports do not
 
 --root runs another checkout's code (e.g. the previous commit exported to a folder) with these cases:
 before/after figures measured back to back. --no-cache sets SIM_NO_CACHE=1 for every child.
+
+Children write and read compiled bytecode (__pycache__), as an installed package does, whatever
+PYTHONDONTWRITEBYTECODE says here: with it set (as on the development machine) and a checkout without
+__pycache__ (a worktree), every child compiled all of sim's and hw_models' sources again, ~0.3 s CPU of
+each whole process that an installed package does not pay. --no-bytecode measures that case: the
+checkout is copied without __pycache__ and run with PYTHONDONTWRITEBYTECODE=1 (the libraries in the
+environment keep their compiled bytecode).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,7 +67,10 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.capacity import find_capacity
 t1 = time.perf_counter()
 case, n, rate, profile = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
-f = load_serve_file(%r, {"serving.arrivals.num_requests": n, "serving.arrivals.rate": rate})
+sets = {"serving.arrivals.num_requests": n, "serving.arrivals.rate": rate}
+if case == "v1":
+    sets["serving.scheduler.kind"] = "vllm"
+f = load_serve_file(%r, sets)
 m = load_machine("h100_sxm")
 if profile:
     import cProfile, pstats
@@ -151,10 +165,18 @@ def main() -> None:
     ap.add_argument("--label", default="", help="what the figures are of, stored with --save (a commit)")
     ap.add_argument("--profile", action="store_true", help="cProfile one 10k run (stderr)")
     ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--no-bytecode", action="store_true", help="children compile the checkout's sources every run (no __pycache__ of its own)")
     ap.add_argument("--sweep-out", type=Path, help="keep each sweep200 run's results.csv here")
     a = ap.parse_args()
     root = a.root.resolve()
+    if a.no_bytecode:   # a copy of the checkout without __pycache__, none written: the libraries keep theirs
+        copy = Path(tempfile.mkdtemp(prefix="bench-nopyc-")) / "tree"
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv*", "mutants*"))
+        root = copy
     env = dict(os.environ, PYTHONPATH=str(root))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if a.no_bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     if a.no_cache:
         env["SIM_NO_CACHE"] = "1"
     cases = a.cases.split(",") + (["1m"] if a.big else [])
@@ -170,6 +192,19 @@ def main() -> None:
         fig["10k.requests_per_cpu_s"] = 10_000 / fig["10k.serve_cpu_s"]
         print(f"10k: {runs[0]['iterations']} iterations; serve() runs {[round(r['run_s'], 2) for r in runs]}, "
               f"processes {[round(w, 2) for w, _, _ in whole]}")
+    if "v1" in cases:
+        in_process(root, env, "v1", 10_000)   # its own step-cost tables (V1 mixes prefill and decode)
+        runs = [in_process(root, env, "v1", 10_000) for _ in range(a.repeat)]
+        fig["10k.v1.serve_s"] = med([r["run_s"] for r in runs])
+        fig["10k.v1.serve_cpu_s"] = med([r["run_cpu_s"] for r in runs])
+        print(f"10k V1: {runs[0]['iterations']} iterations; serve() runs {[round(r['run_cpu_s'], 2) for r in runs]} s CPU")
+    if "cold" in cases:
+        colds = []
+        for _ in range(a.repeat):
+            with tempfile.TemporaryDirectory() as d:
+                colds.append(sim_serve(root, {**env, "SIM_CACHE_DIR": d}, 10_000))
+        fig["10k.cold_process_s"] = med([w for w, _, _ in colds])
+        fig["10k.cold_process_cpu_s"] = med([c for _, _, c in colds])
     if "capacity" in cases:
         runs = [in_process(root, env, "capacity", 1_000) for _ in range(a.repeat)]
         fig["capacity.search_s"] = med([r["run_s"] for r in runs])
@@ -188,6 +223,10 @@ def main() -> None:
         runs = [child(root, [sys.executable, "-m", "sim.apps.cli", "run", "workloads/llama2_7b_decode.yaml", "--hw",
                              "h100_sxm", "-q"], env) for _ in range(a.repeat)]
         fig["run.process_s"], fig["run.process_cpu_s"] = med([r[0] for r in runs]), med([r[3] for r in runs])
+    if "run13b" in cases:
+        runs = [child(root, [sys.executable, "-m", "sim.apps.cli", "run", "workloads/llama13b_decode.yaml", "--hw",
+                             "a6000", "-q"], env) for _ in range(a.repeat)]
+        fig["run13b.process_s"], fig["run13b.process_cpu_s"] = med([r[0] for r in runs]), med([r[3] for r in runs])
     if "sweep200" in cases:
         sweeps = [sweep200(root, env, i, a.sweep_out) for i in range(a.repeat)]
         fig["sweep200.process_s"], fig["sweep200.process_cpu_s"] = med([w for w, _ in sweeps]), med([c for _, c in sweeps])

@@ -95,7 +95,8 @@ def test_decode_never_faster_with_more_work(family, kv):
 @pytest.mark.parametrize("family", sorted(attention_families()))
 def test_prefill_never_faster_with_more_work(family):
     for preset in ("h100_sxm", "a100_80g", "rtx_pro_6000"):
-        t = [_cost(_op("prefill", 1, n, n), family, preset).duration_s for n in (16, 128, 1024, 4096, 16384)]
+        t = [_cost(_op("prefill", 1, n, n), family, preset).duration_s
+             for n in (16, 20, 24, 32, 48, 64, 128, 1024, 4096, 16384)]   # inside segments too
         assert t == sorted(t)
         t = [_cost(_op("prefill", b, 2048, 2048), family, preset).duration_s for b in (1, 2, 8)]
         assert t == sorted(t)

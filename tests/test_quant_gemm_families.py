@@ -7,20 +7,29 @@ from __future__ import annotations
 
 import pytest
 
+from hw_models.machine import load_machine
+from hw_models.stack import cost
 from hw_models.stack.kernel_families import families
+from hw_models.stack.spec import load_stack
 from sim.apps.trace.aic import GEMM_FORMAT, _mapper, gemm_op
 
 H100_STREAM_BYTES_PER_S = 3.35e12 * 0.85     # h100_sxm.yaml: datasheet bandwidth x memory_max
 A100_STREAM_BYTES_PER_S = 2.039e12 * 0.85    # a100_80g.yaml
+PRO6000_STREAM_BYTES_PER_S = 1792e9 * 0.85   # rtx_pro_6000.yaml
 # family -> (preset, stack, weight format, weight bytes per element, streaming rate of that preset)
 FITTED = {
     "trtllm_fp8_per_tensor": ("h100_sxm", "trtllm", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
     "vllm_fp8_per_tensor": ("h100_sxm", "vllm", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
+    "vllm_fp8_per_tensor_sm120": ("rtx_pro_6000", "vllm", "fp8_e4m3", 1.0, PRO6000_STREAM_BYTES_PER_S),
+    "sglang_fp8_per_tensor": ("h100_sxm", "sglang", "fp8_e4m3", 1.0, H100_STREAM_BYTES_PER_S),
+    "sglang_fp8_per_tensor_sm120": ("rtx_pro_6000", "sglang", "fp8_e4m3", 1.0, PRO6000_STREAM_BYTES_PER_S),
     "trtllm_w4a16": ("a100_80g", "trtllm", "int4", None, A100_STREAM_BYTES_PER_S),
     "trtllm_w8a16": ("a100_80g", "trtllm", "int8", None, A100_STREAM_BYTES_PER_S),
     "trtllm_nvfp4": ("rtx_pro_6000", "trtllm", "nvfp4", None, None),
     "vllm_nvfp4": ("rtx_pro_6000", "vllm", "nvfp4", None, None),
+    "sglang_nvfp4": ("rtx_pro_6000", "sglang", "nvfp4", None, None),
     "trtllm_fp8_block": ("h100_sxm", "trtllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
+    "trtllm_fp8_block_sm120": ("rtx_pro_6000", "trtllm", "fp8_block128", None, PRO6000_STREAM_BYTES_PER_S),
     "vllm_fp8_block": ("h100_sxm", "vllm", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
     "sglang_fp8_block": ("h100_sxm", "sglang", "fp8_block128", None, H100_STREAM_BYTES_PER_S),
 }
@@ -33,19 +42,35 @@ def _cost_s(family: str, m: int, n: int, k: int) -> float:
 
 def test_stacks_name_the_fitted_families():
     for family, (preset, stack, fmt, _, _) in FITTED.items():
-        assert _mapper(preset, stack).stack.family(fmt) == family
+        assert _mapper(preset, stack).cost(gemm_op(16, 4096, 4096, fmt)).path == family
+
+
+def test_the_architecture_picks_the_fp8_kernel():
+    """sgl-kernel's and vLLM's CUTLASS FP8 GEMMs build one configuration on SM 12.x and shape-dispatched
+    ones on SM 9.0 (fp8_gemm_kernel.cu, scaled_mm_sm120_fp8_dispatch.cuh), and TensorRT-LLM's block-scaled FP8
+    GEMM picks its kernel by SM version (fp8BlockScalingGemm.cpp): the stacks say so per compute capability
+    (RTX PRO 6000 12.0, H100 9.0); a GPU of another architecture (A100, 8.0) takes quant_gemm's."""
+    for stack, default in (("sglang", "sglang_fp8_per_tensor"), ("vllm", "vllm_fp8_per_tensor")):
+        st = load_stack(stack)
+        assert st.family("fp8_e4m3", 12.0) == f"{default}_sm120"
+        assert st.family("fp8_e4m3", 9.0) == st.family("fp8_e4m3", 8.0) == st.family("fp8_e4m3") == default
+        assert st.family("nvfp4", 12.0) == f"{stack}_nvfp4"    # formats the capability table does not name
+    trtllm = load_stack("trtllm")
+    assert trtllm.family("fp8_block128", 12.0) == "trtllm_fp8_block_sm120"
+    assert trtllm.family("fp8_block128", 9.0) == "trtllm_fp8_block" and trtllm.family("fp8_e4m3", 12.0) == "trtllm_fp8_per_tensor"
 
 
 @pytest.mark.parametrize("family", FITTED)
 def test_floor_is_the_fitted_kernels(family):
     """A tiny GEMM (M=1, 64x64: under a ns of data) costs the GEMM kernel's floor plus, for
-    W8A8, the quantize kernel's floor: two kernels."""
+    W8A8, the quantize kernel's floor: two kernels; plus, for a family with a serial K-walk, its
+    walk over K = 64 (64 x k_walk_s_per_k, at most 0.23 us: the fits' walks are <= 3.6 ns per K)."""
     fam = families()[family]
-    want = fam.floor_s + (fam.quant_floor_s if fam.activation_quant else 0.0)
+    want = fam.floor_s + (fam.quant_floor_s if fam.activation_quant else 0.0) + 64 * fam.k_walk_s_per_k
     assert _cost_s(family, 1, 64, 64) == pytest.approx(want, rel=0.01)
 
 
-@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "vllm_fp8_per_tensor"])
+@pytest.mark.parametrize("family", ["trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "sglang_fp8_per_tensor"])
 def test_fp8_slope_at_m1_is_the_weight_stream(family):
     """At M=1 the FP8 GEMM streams its 1-byte weights: going from 4096x4096 to 8192x8192 adds
     (8192^2 - 4096^2) B / (3.35 TB/s x 0.85 x efficiency), plus the activations: x grows by
@@ -69,6 +94,46 @@ def test_large_m_is_compute_at_the_fitted_fraction(family):
     quant = (fam.quant_floor_s + 8192 * 8192 * 3 / (H100_STREAM_BYTES_PER_S * fam.quant_stream_efficiency)
              if fam.activation_quant else 0.0)
     assert _cost_s(family, 8192, 8192, 8192) == pytest.approx(fam.floor_s + quant + compute, rel=0.01)
+
+
+@pytest.mark.parametrize("family", ["trtllm_nvfp4", "vllm_nvfp4", "sglang_nvfp4", "vllm_fp8_per_tensor_sm120",
+                                    "sglang_fp8_per_tensor_sm120"])
+def test_k_walk_sets_the_pace_of_a_narrow_gemm(family):
+    """RTX PRO 6000 at M = 1, N = 512: the weights (NVFP4: 512 x 16384 x 0.5 B + one 1-byte scale per 16 =
+    4.7 MB; FP8: 8.4 MB) stream in at most 8.4e6 / (1792 GB/s x 0.85) = 5.5 us, below the walk over K
+    (16384 x 1.5-6.8 ns = 24-112 us), so K 8192 -> 16384 adds exactly 8192 x k_walk_s_per_k (plus, for
+    W8A8, the quantize pass's 8192 x 3 B more at its streaming rate), and doubling N to 1024 (at most 11 us
+    of stream, 1.7 us of compute at 1% of the FP4 peak) adds nothing. aic measures the NVFP4 shape at
+    62.1 us (vLLM) and 47.9-62 us (TRT-LLM, N 512-16384 medians): flat in N, linear in K."""
+    fam = families()[family]
+    assert fam.k_walk_s_per_k > 0
+    quant = 8192 * 3 / (PRO6000_STREAM_BYTES_PER_S * fam.quant_stream_efficiency) if fam.activation_quant else 0.0
+    if fam.quant_row_s:   # the dynamic-scale pass at M = 1: the longer of reading x again (2 B per K) and one row
+        quant += max(16384 * 2 / PRO6000_STREAM_BYTES_PER_S, fam.quant_row_s) - \
+            max(8192 * 2 / PRO6000_STREAM_BYTES_PER_S, fam.quant_row_s)
+    slope = _cost_s(family, 1, 512, 16384) - _cost_s(family, 1, 512, 8192)
+    assert slope == pytest.approx(8192 * fam.k_walk_s_per_k + quant, rel=1e-6)
+    assert _cost_s(family, 1, 1024, 16384) == pytest.approx(_cost_s(family, 1, 512, 16384), rel=1e-9)
+    if not fam.activation_quant:
+        assert _cost_s(family, 1, 512, 16384) == pytest.approx(fam.floor_s + 16384 * fam.k_walk_s_per_k, rel=1e-9)
+
+
+def test_dynamic_scale_pass_costs_a_fixed_time_per_row(monkeypatch):
+    """vLLM's dynamic per-tensor FP8 scale runs one thread block per token (segmented_max_reduction, an atomicMax
+    each into one float): at M = 8192, N = K = 512 on H100 the pass takes 8192 x quant_row_s (7 ns fitted: 57 us)
+    rather than the 8192 x 512 x 2 B = 8.4 MB re-read of x (2.9 us at 3.35 TB/s x 0.85): exactly that over the
+    family without the pass. aic measures vLLM 0.24 at 68 us on this shape, TensorRT-LLM (static scale) 23 us."""
+    fam = families()["vllm_fp8_per_tensor"]
+    assert fam.quant_row_s > 0
+    machine = load_machine("h100_sxm")
+    unit = machine.units[machine.main_unit]
+    args = (gemm_op(8192, 512, 512, "fp8_e4m3"), unit, machine.main_unit, machine.memory[unit.memory],
+            load_stack("vllm"), "vllm_fp8_per_tensor")
+    with_pass = cost.family_cost(*args).duration_s
+    monkeypatch.setattr(cost, "families", lambda: {**families(), "vllm_fp8_per_tensor": fam.model_copy(
+        update={"quant_row_s": 0.0})})
+    assert with_pass - cost.family_cost(*args).duration_s == pytest.approx(
+        max(8192 * fam.quant_row_s, 8192 * 512 * 2 / H100_STREAM_BYTES_PER_S), rel=1e-6)
 
 
 @pytest.mark.parametrize("family", FITTED)

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from sim.apps.cli import main
-from sim.apps.trace.aic import HELD_OUT, gemm_op, table_of
+from sim.apps.trace.aic import HELD_OUT, AicValidation, _comm_rows, gemm_op, table_of
 
 
 def _aic(shared_validation: Path) -> Path:
@@ -79,3 +80,19 @@ def test_stack_flag_on_trace_validate_and_replay(tmp_path, capsys):
     assert main(["replay", str(traces[0]), "--hw", "h200", "--stack", "torch-eager"]) == 0
     capsys.readouterr()
     assert main(["replay", str(traces[0]), "--hw", "h200", "--stack", "nope"]) == 2
+
+
+def test_custom_all_reduce_rows_are_reported_per_release_and_by_the_kernel_they_ran():
+    """Each release of an engine's custom all-reduce is a family of its own (releases change the kernel and its
+    NCCL fallback), NCCL's rows stay one family; a row whose kernel_source names TensorRT-LLM's kernel (SGLang
+    0.5.6.post2 on H100) is costed as trtllm_custom, the others as their engine's algorithm."""
+    rows = [("nccl", "2.29.2", "nccl", 4), ("sglang_custom_ar", "0.5.6.post2", "TRTLLM", 4),
+            ("sglang_custom_ar", "0.5.9", "SGLang_CustomAllReduce_graph", 4),
+            ("sglang_custom_ar", "0.5.9", "SGLang_CustomAllReduce_eager", 4)]
+    df = pd.DataFrame([dict(source=s, version=v, op="all_reduce", kernel_source=k, dtype="bfloat16", num_gpus=n,
+                            elements=32768, bytes=65536, latency_us=5.0) for s, v, k, n in rows])
+    out = AicValidation()
+    _comm_rows(df, "h100", out)
+    got = sorted((r.family, r.stack) for r in out.rows)   # the eager row is dropped: the engines replay graphs
+    assert got == [("all_reduce nccl", "nccl"), ("all_reduce sglang_custom_ar 0.5.6.post2", "trtllm_custom"),
+                   ("all_reduce sglang_custom_ar 0.5.9", "vllm_custom")]

@@ -17,6 +17,13 @@ is 14.1 / 11.3 / 9.8 us on A100 (1.41 GHz) / H100 (1.98) / RTX PRO 6000 (2.62), 
 to cover the DRAM latency (Little's law); split-KV recovers part of it, so the rate rises as
 CTAs / (CTAs + kv_ramp_ctas) (measured: one CTA streams at ~40% of the many-CTA rate on H100 and A100).
 
+A per-op measurement that replays ONE layer's attention call in a CUDA graph (aiconfigurator's tables)
+re-reads a KV cache no larger than the L2 from the L2: those rows stream at the unit's cited L2 read
+bandwidth (Unit.l2_bandwidth_bytes_per_s, with the same ramp) instead of DRAM's, e.g. RTX PRO 6000 rows of
+exactly its 128 MiB L2 run at 2.5 TB/s, 1.4x its DRAM peak, and one of 160 MiB at DRAM speed. Only a
+stack marked `single_layer_replay` (set by sim.apps.trace.aic for those tables, never by a stack file) takes
+it: in serving every other layer of the step evicts the cache, so serving streams it from DRAM.
+
 `cta_s` is SM-seconds per CTA (one per sequence and KV head: FlashAttention's and XQA's
 grids), so the term follows the GPU's SM count (unit efficiency.parallel_units); measured
 on H100 (132 SMs), A100 (108) and RTX PRO 6000 (188) it is ~3-4 us of one SM per CTA for
@@ -71,6 +78,11 @@ class Decode(Strict):
 
     def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float) -> float:
         return kv_bytes / (bandwidth * self.kv_stream_efficiency) * (1.0 + self.kv_ramp_ctas / max(ctas, 1))
+
+    def l2_memory_s(self, kv_bytes: float, ctas: int, l2_bandwidth: float) -> float:
+        """The KV stream re-read from L2 (a single-layer replay, module doc): the cited L2 rate, not the
+        DRAM stream efficiency fitted on caches larger than any L2, with the same ramp in CTAs."""
+        return kv_bytes / l2_bandwidth * (1.0 + self.kv_ramp_ctas / max(ctas, 1))
 
     def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
                clock_hz: float | None = None) -> float:
@@ -165,10 +177,17 @@ def family_names() -> list[str]:
     return sorted(attention_families())
 
 
-def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str) -> OpCost | None:
+def l2_resident(unit: Unit, kv_bytes: float) -> bool:
+    """Whether a single-layer replay re-reads `kv_bytes` of KV cache from `unit`'s L2 (module doc)."""
+    return bool(unit.l2_bytes and unit.l2_bandwidth_bytes_per_s and kv_bytes <= unit.l2_bytes)
+
+
+def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
+                   single_layer_replay: bool = False) -> OpCost | None:
     """`op` (a fused attention op) as `family`'s kernel; None where the family has no figures
     for it (a KV format not fitted, no prefill curve, a unit without its SM count): the op
-    then keeps the roofline."""
+    then keeps the roofline. `single_layer_replay`: the measurement condition of per-op tables
+    (module doc), under which a KV cache that fits the L2 streams from it."""
     fam = attention_families().get(family)
     if fam is None:
         raise ConfigError(f"attention: unknown kernel family {family!r}; families: {', '.join(family_names())}")
@@ -186,7 +205,10 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str) 
         bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.ATTENTION).memory_max
         heads, batch = d.get("heads", 1), d.get("batch", 1)
         kv_heads = d.get("kv_heads", heads)
-        memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw)
+        if single_layer_replay and l2_resident(unit, kv_bytes):
+            memory_s = fig.l2_memory_s(kv_bytes, batch * kv_heads, unit.l2_bandwidth_bytes_per_s)
+        else:
+            memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw)
         overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)

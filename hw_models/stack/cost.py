@@ -9,9 +9,11 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   is the latency a small kernel pays. Compute as the plain roofline computes it.
 * A GEMM whose weight format the stack maps to a family: time = family floor +
   max(flops / (rate x fraction(M)), weights / (bandwidth x memory_max x stream
-  efficiency) + other bytes / (bandwidth x memory_max)), plus the activation
-  quantization pass (W8A8) or the dequantization pass (dequantize-then-GEMM), each
-  one more kernel at the stack's floor. Where the unit lacks the family's native rate and
+  efficiency) + other bytes / (bandwidth x memory_max), K x the family's serial K-walk
+  time per element), plus the activation
+  quantization pass (W8A8; with a dynamic scale, the scale pass: max(activations / bandwidth,
+  M x quant_row_s)) or the dequantization pass (dequantize-then-GEMM), each one more kernel at
+  the stack's floor. Where the unit lacks the family's native rate and
   the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
 * A dense 16-bit GEMM replayed from a CUDA graph on a GPU whose preset names a fitted
   dense family (efficiency.dense_gemm): that family's time, as above (no extra pass).
@@ -80,9 +82,13 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         extra_s += (w_bytes + dense) / bw
         memory_s = (dense + other) / bw
         overhead_s += stack.floor_s
+    # A CTA walks K in order: with few tiles the walk's latency, not the stream, sets the pace.
+    memory_s = max(memory_s, k * fam.k_walk_s_per_k)
     if fam.activation_quant:  # read 16-bit activations, write 8-bit ones: one more kernel
         extra_s += m * k * (BF16_BYTES + 1) / (bw * fam.quant_stream_efficiency)
         overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
+        if fam.quant_row_s:   # a dynamic scale: one block per token reads the activations again
+            extra_s += max(m * k * BF16_BYTES / bw, m * fam.quant_row_s)
     duration = overhead_s + extra_s + max(compute_s, memory_s)
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
@@ -95,8 +101,12 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     term); None where the stack leaves the op to the plain roofline."""
     if op.kind == g.GEMM:
         w = _weight(op)
-        family = None if w is None else stack.family(w.fmt) if w.fmt != op.compute_format else \
-            _dense_family(op, unit, stack)
+        if w is None:
+            family = None
+        elif w.fmt != op.compute_format:   # narrow weights: the family the engine runs on this architecture
+            family = stack.family(w.fmt, unit.efficiency.compute_capability)
+        else:
+            family = _dense_family(op, unit, stack)
         if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):
             family = stack.emulated_family(w.fmt)
         if family is not None:
@@ -104,7 +114,7 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
     attention = stack.attention_family(unit.efficiency.compute_capability, kv_format(op)) \
         if op.kind == g.ATTENTION else None
     if attention is not None:
-        hit = attention_cost(op, unit, unit_name, tier, attention)
+        hit = attention_cost(op, unit, unit_name, tier, attention, stack.single_layer_replay)
         if hit is not None:
             return hit
     spec = stack.spec(op)

@@ -13,7 +13,13 @@ One cited file, hw_models/stack/kernel_families.yaml. Each family gives
 * `floor_s`: the kernel's device floor; `activation_quant`: whether a separate pass
   quantizes the activations first (W8A8: read 2 B, write 1 B per element, one kernel);
   `quant_floor_s` / `quant_stream_efficiency`: that kernel's own floor (default: the
-  stack's floor) and streaming rate (fraction of memory_max), where measured;
+  stack's floor) and streaming rate (fraction of memory_max), where measured; `quant_row_s`: where the
+  activation scale is computed per call by a pass of one thread block per token (vLLM's dynamic
+  per-tensor FP8), that pass's time per row: it costs max(reading the 16-bit activations once more,
+  M x quant_row_s) on top (its launch is inside the fitted floor);
+* `k_walk_s_per_k`: seconds per element of K of the kernel's serial main loop: each CTA walks
+  K in order, and where few tiles run a latency-bound pipeline, not the DRAM, sets the pace (the
+  memory term is at least K x this; fitted, 0 where no such walk shows in the measurements);
 * `dequant_pass`: dequantize-then-GEMM: a separate kernel writes the weights out
   in 16 bits and a 16-bit GEMM reads them back.
 A family not measured on the machine at hand carries `assumed:` saying so.
@@ -52,6 +58,8 @@ class Family(Strict):
     activation_quant: bool = False
     quant_floor_s: Quantity | None = Field(default=None, ge=0)
     quant_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
+    quant_row_s: float = Field(default=0.0, ge=0, lt=1e-6)
+    k_walk_s_per_k: float = Field(default=0.0, ge=0, lt=1e-6)
     dequant_pass: bool = False
 
     @field_validator("rate_points")

@@ -132,6 +132,9 @@ class Stack(Strict):
     # weight format -> the family run instead where the unit lacks the native rate quant_gemm's family needs
     # (vLLM: native FP4 GEMMs on Blackwell, Marlin weight-only emulation before it)
     quant_gemm_emulated: dict[str, str] = {}
+    # compute capability major -> {weight format: family}: where an engine's kernel library builds a different
+    # kernel per architecture (sgl-kernel's fp8_scaled_mm: one CUTLASS config on SM 12.x), taken before quant_gemm
+    quant_gemm_by_capability: dict[int, dict[str, str]] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
@@ -144,6 +147,10 @@ class Stack(Strict):
     # where FlashAttention has no FP8 KV; SGLang: FA3 on Hopper, FlashInfer elsewhere)
     attention_rules: list[AttentionRule] = []
     all_reduce: str | None = None                 # the collective algorithm it runs (network.collectives)
+    # The measurement condition of per-op tables that replay ONE layer in a CUDA graph: a KV cache that fits
+    # the L2 is re-read from it (hw_models.stack.attention_kernels). Set only by sim.apps.trace.aic; a stack
+    # file leaves it off, since in serving every other layer evicts the cache.
+    single_layer_replay: StrictBool = False
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 
@@ -201,6 +208,11 @@ class Stack(Strict):
             out[name] = family
         return out
 
+    @field_validator("quant_gemm_by_capability")
+    @classmethod
+    def _families_by_capability(cls, v: dict[int, dict[str, str]]) -> dict[int, dict[str, str]]:
+        return {major: cls._families(fams) for major, fams in v.items()}
+
     def spec(self, op: Op) -> KernelSpec | None:
         """The kernel spec of `op` under this stack (its name's, else its kind's), the
         prefill override applied for attention-shaped ops with q_len > 1."""
@@ -219,8 +231,13 @@ class Stack(Strict):
         s = self.spec(op)
         return (1 if s is None else s.kernels) * self.host_launch_s
 
-    def family(self, weight_fmt: str | None) -> str | None:
-        return self.quant_gemm.get(get_format(weight_fmt).name) if weight_fmt else None
+    def family(self, weight_fmt: str | None, capability: float | None = None) -> str | None:
+        """The kernel family of a GEMM with weights in `weight_fmt` on a GPU of that compute capability."""
+        if not weight_fmt:
+            return None
+        name = get_format(weight_fmt).name
+        by_arch = self.quant_gemm_by_capability.get(int(capability), {}) if capability is not None else {}
+        return by_arch.get(name) or self.quant_gemm.get(name)
 
     def emulated_family(self, weight_fmt: str) -> str | None:
         return self.quant_gemm_emulated.get(get_format(weight_fmt).name)

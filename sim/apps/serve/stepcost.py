@@ -46,6 +46,7 @@ from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.decodecost import DecodeCosts
 from sim.apps.serve.lazytable import LazyRow, Remembered, book
+from sim.apps.serve.mixedcost import MixedCosts
 from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
@@ -242,11 +243,10 @@ def _interp(xs: list[int], ys: list, x: float) -> Cost:
 
 
 class Surrogate:
-    """Interpolated exact costs; `max_tokens`, `max_decode` and `max_kv` bound the grid.
-    Tables: D(n) pure decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk,
-    M(rest, n) both together; slopes per decode KV token and per attended prefill pair.
-    Each is made on first use (a vLLM run without chunking never mixes, so never builds M), and its
-    entries are computed as interpolations first read them (sim.apps.serve.lazytable)."""
+    """Interpolated exact costs; `max_tokens`, `max_decode` and `max_kv` bound the grid. Tables: D(n) pure
+    decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk, M(rest, n) both together; slopes
+    per decode KV token and per attended prefill pair. Each is made on first use (a vLLM run without chunking
+    never mixes, so never builds M), its entries computed as interpolations first read them (lazytable)."""
 
     op_level = False
 
@@ -261,7 +261,7 @@ class Surrogate:
         self.max_decode = max(max_decode, 1)
         self._tables: dict[str, tuple[list[int], list]] = {}
         self.exact_fallbacks, self._seen = 0, Remembered()   # device costs by the features they read
-        self._decode = DecodeCosts(self.table, _interp)   # pure decode steps in one pass
+        self._decode, self._mixed = DecodeCosts(self.table, _interp), MixedCosts(self.table)
 
     @property
     def keys(self) -> list[str]:
@@ -358,7 +358,7 @@ class Surrogate:
             return self.exact.device(it)
         c = self._seen.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
         if c is None:
-            d = self._decode(n, it.decode_kv) if n and not rest else None
+            d = self._mixed(it, n, rest) if rest else self._decode(n, it.decode_kv) if n else None   # one pass
             c = self._seen.put(key, d if d is not None else self._interpolated(it, n, rest))
         return c
 

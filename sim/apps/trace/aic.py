@@ -61,6 +61,9 @@ KV_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 # all-reduce is vLLM's kernel (sgl-kernel allreduce, adapted from vLLM's custom_all_reduce.cuh).
 COMM_ALGORITHM = {"nccl": "nccl", "trtllm_custom_ar": "trtllm_custom", "vllm_custom_ar": "vllm_custom",
                   "sglang_custom_ar": "vllm_custom"}
+# A row whose kernel_source names the kernel it ran takes that kernel's algorithm (SGLang 0.5.6.post2's H100 rows
+# ran TensorRT-LLM's custom all-reduce: kernel_source TRTLLM).
+COMM_KERNEL = {"TRTLLM": "trtllm_custom"}
 COMM_KIND = {"all_reduce": ALL_REDUCE, "all_gather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER,
              "alltoall": ALL_TO_ALL}
 US = 1e-6
@@ -119,7 +122,7 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 # What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
-ISSUE28_FIELDS = {"attention": None, "attention_rules": [], "graph_gap_s": None}
+ISSUE28_FIELDS = {"attention": None, "attention_rules": [], "graph_gap_s": None, "quant_gemm_by_capability": {}}
 # The fitted quantized GEMM families (hw_models/stack/kernel_families_fitted.yaml) -> the hand family the
 # stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
 ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
@@ -127,7 +130,11 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
                     "trtllm_nvfp4": "blackwell_block_scaled", "vllm_nvfp4": "fp4_marlin_emulated",
                     # block-scaled FP8 had no format: its rows ran as per-tensor FP8 under the hand family
                     "trtllm_fp8_block": "fp8_scaled_mm", "vllm_fp8_block": "fp8_scaled_mm",
-                    "sglang_fp8_block": "fp8_scaled_mm"}
+                    "sglang_fp8_block": "fp8_scaled_mm",
+                    # per-architecture and SGLang's own families: SGLang then ran vLLM's (base) families
+                    "vllm_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_fp8_per_tensor": "fp8_scaled_mm",
+                    "sglang_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_nvfp4": "fp4_marlin_emulated",
+                    "trtllm_fp8_block_sm120": "fp8_scaled_mm"}
 
 
 # The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
@@ -155,6 +162,8 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: s
                                                             "quant_gemm_emulated": {}})
     elif attention is not None and mapper.stack is not None:
         mapper.stack = mapper.stack.model_copy(update={"attention": attention, "attention_rules": []})
+    if not baseline and mapper.stack is not None:   # the tables replay one layer: small caches stay in L2
+        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True})
     return mapper
 
 
@@ -259,10 +268,14 @@ def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation, baseline: bool = 
             continue
         # vLLM / SGLang custom all-reduce come as graph and eager pairs: the engines replay graphs.
         part = part[~part["kernel_source"].str.endswith("_eager")]
-        for n, nbytes, lat in part[["num_gpus", "bytes", "latency_us"]].itertuples(index=False):
-            algorithm = "ring" if baseline else COMM_ALGORITHM.get(src, "ring")
+        for n, nbytes, lat, ver, kernel in part[["num_gpus", "bytes", "latency_us", "version",
+                                                 "kernel_source"]].itertuples(index=False):
+            algorithm = "ring" if baseline else COMM_KERNEL.get(kernel) or COMM_ALGORITHM.get(src, "ring")
             sim_s = collective_s(topo, kind, float(nbytes), int(n), algorithm)
-            out.rows.append(Row(gpu, f"{op} {src}", src, algorithm, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
+            # An engine's custom all-reduce per release: releases change the kernel and its NCCL fallback (RTX PRO
+            # 6000, 2 GPUs: vLLM 0.19.0 2.5x 0.24.0's time at every size; SGLang 0.5.14 a faster kernel on H100).
+            family = f"{op} {src}" if src == "nccl" else f"{op} {src} {ver}"
+            out.rows.append(Row(gpu, family, src, algorithm, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
 
 
 def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None = None,

@@ -1,0 +1,88 @@
+"""The single-layer-replay condition of per-op tables (hw_models.stack.attention_kernels): a KV cache no
+larger than the unit's L2 streams at the cited L2 rate, only when the caller declares that condition
+(sim.apps.trace.aic); serving, whose stacks never declare it, streams every cache from DRAM."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.machine import load_machine
+from hw_models.stack.attention_kernels import Decode, attention_cost, attention_families
+from hw_models.stack.spec import load_stack
+from sim.apps.trace.aic import _mapper
+from sim.core.lowering import FormatPolicy, lower
+from sim.core.model import load_model
+
+MODEL = {"name": "t", "hidden_size": 4096, "intermediate_size": 14336, "num_layers": 1, "num_heads": 32,
+         "num_kv_heads": 8, "head_dim": 128, "vocab_size": 32000, "max_position_embeddings": 1 << 20}
+MIB = 1 << 20
+DRAM_BW = 1792e9 * load_machine("rtx_pro_6000").units["gpu"].efficiency.for_kind("attention").memory_max
+
+
+def _op(batch: int, kv_len: int, kv: str = "bf16"):
+    graph = lower(load_model(MODEL), "decode", batch, 1, kv_len, FormatPolicy("bf16", "bf16", kv), True, 1)
+    return graph.op("L0.attention")
+
+
+def _cost(op, family: str, preset: str, replay: bool):
+    m = load_machine(preset)
+    u = m.units[m.main_unit]
+    return attention_cost(op, u, m.main_unit, m.memory[u.memory], family, replay)
+
+
+def _kv_bytes(op) -> float:
+    return float(sum(t.bytes for t in op.reads if t.role == "kv"))
+
+
+def test_l2_stream_by_hand():
+    """64 MiB from a 20 TB/s L2 with kv_ramp_ctas 2 and 8 CTAs: 67.1 MB / 20 TB/s x (1 + 2 / 8) = 4.194 us;
+    the DRAM stream efficiency (0.5 here) is a DRAM figure and does not apply."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2)
+    assert d.l2_memory_s(64 * MIB, 8, 20e12) == pytest.approx(64 * MIB / 20e12 * 1.25)
+
+
+def test_cache_that_fits_streams_from_l2_only_under_replay():
+    """RTX PRO 6000 (128 MiB L2, 23.35 TB/s): batch 16 x 2048 tokens x 8 KV heads x 128 x 2 (K, V) x 2 B
+    = 128 MiB fits, and under replay streams at 23.35 TB/s x (1 + ramp / 128 CTAs); without the replay
+    condition, and for 160 MiB (batch 20) either way, at the DRAM rate as before."""
+    for name, fam in attention_families().items():
+        d = fam.decode["bf16"]
+        fits = _op(16, 2048)
+        assert _kv_bytes(fits) == 128 * MIB
+        replay = _cost(fits, name, "rtx_pro_6000", True)
+        assert replay.memory_s == pytest.approx(128 * MIB / 23.35e12 * (1 + d.kv_ramp_ctas / 128))
+        plain = _cost(fits, name, "rtx_pro_6000", False)
+        assert plain.memory_s == pytest.approx(d.memory_s(128 * MIB, 128, DRAM_BW))
+        assert replay.overhead_s == plain.overhead_s and replay.memory_s < plain.memory_s
+        big = _op(20, 2048)
+        assert _cost(big, name, "rtx_pro_6000", True).duration_s == _cost(big, name, "rtx_pro_6000", False).duration_s
+
+
+def test_no_l2_rate_no_l2_term():
+    """h100_sxm and a100_80g carry l2_bytes but no L2 read rate (their rows show no gain): replay or not,
+    a 16 MiB cache costs the same."""
+    op = _op(4, 1024)
+    for preset in ("h100_sxm", "a100_80g"):
+        assert _cost(op, "flash_attn", preset, True).duration_s == _cost(op, "flash_attn", preset, False).duration_s
+
+
+def test_serving_stacks_never_declare_replay():
+    """Only the per-op validation path sets single_layer_replay; every shipped stack leaves it off."""
+    for name in ("vllm", "sglang", "trtllm", "torch-cudagraph", "torch-eager"):
+        assert load_stack(name).single_layer_replay is False
+    assert _mapper("rtx_pro_6000", "vllm").stack.single_layer_replay is True
+    assert _mapper("rtx_pro_6000", "vllm", True).stack.single_layer_replay is False   # the "before" column
+
+
+@pytest.mark.parametrize("family", sorted(attention_families()))
+def test_replay_never_faster_with_more_work(family):
+    """Across the L2 boundary too: a longer cache or a larger batch never costs less under replay."""
+    for kv in ("bf16", "fp8_e4m3"):
+        if kv not in attention_families()[family].decode:
+            continue
+        for batch in (1, 16, 64):
+            t = [_cost(_op(batch, n, kv), family, "rtx_pro_6000", True).duration_s
+                 for n in (64, 1024, 2048, 2560, 4096, 65536)]
+            assert t == sorted(t)
+        t = [_cost(_op(b, 2048, kv), family, "rtx_pro_6000", True).duration_s for b in (1, 8, 16, 17, 20, 256)]
+        assert t == sorted(t)
