@@ -65,6 +65,9 @@ class Scheduler:
     # and sglang.py and trtllm.py through V1's pass).
     decode_cohort = False
     cohort: Any = None
+    # Whether a run of pure decode steps may be taken at once (sim.apps.serve.runahead): a scheduler whose
+    # step, when every running request decodes and nothing waits, only grows blocks (`regrow`) says so.
+    run_ahead = False
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         self.cfg, self.pool, self.lookahead = cfg, pool, lookahead
@@ -135,6 +138,31 @@ class Scheduler:
             if self.pool.publish(h):
                 r.shared += (h,)
                 r.blocks -= self.pool.unit_blocks
+
+    def runs_ahead(self) -> bool:
+        return self.run_ahead and not self.reference and type(self)._grow is Scheduler._grow
+
+    def decode_event(self, r: Request) -> int:
+        """r's computed tokens at which its next decode step makes the scheduler act on it: a new block."""
+        return (r.blocks + len(r.shared) * self.pool.unit_blocks) * self.pool.block_size - self.lookahead
+
+    def decode_need(self, r: Request, computed: int) -> int:
+        """Blocks r lacks to decode the token after `computed` (_decodes; VllmV1._running's is the same)."""
+        pool = self.pool
+        return (computed + self.lookahead) // pool.block_size + 1 - r.blocks - len(r.shared) * pool.unit_blocks
+
+    def regrow(self, due: list[tuple[Request, int]]) -> None:
+        """A pure decode step's blocks for the running requests `due` (each with its decode_need; the
+        others need none), the pool holding them all: _decodes' one allocation."""
+        self.pool.allocate(sum(n for _, n in due if n > 0))
+        for r, n in due:
+            if n > 0:
+                r.blocks += n
+
+    def cohort_regrow(self, cohort: Any) -> bool:
+        """A decode cohort step's scheduling at the cohort's tick (vllm_v0.py's _cohort_step): the members
+        due a block get it, in one allocation; False (nothing taken) when the pool cannot hold them."""
+        return cohort.grow(self.pool)
 
     def _grow(self, r: Request, tokens: int) -> int:
         """Blocks r still needs to hold `tokens` tokens (plus lookahead slots)."""

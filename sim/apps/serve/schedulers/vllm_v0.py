@@ -15,6 +15,7 @@ from sim.apps.serve.schedulers.base import Batch, Scheduler
 class VllmV0(Scheduler):
     whole_prompts = True
     decode_cohort = True
+    run_ahead = True
     cohort_min = 8   # running requests from which decode steps run as a cohort (_cohort_step; measured)
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
