@@ -97,7 +97,7 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "so a running request has its token out, one token pending, and its prompt published under caching, "
     "which the engine does at the first token; a swapped-in one keeps what it computed); it guards the "
     "cohort against a future change":
-        tuple(f"{SCHED}vllm_v0.xǁVllmV0ǁ_cohort_step__mutmut_{i}" for i in (8, 12, 13)),
+        tuple(f"{SCHED}vllm_v0.xǁVllmV0ǁ_cohort_step__mutmut_{i}" for i in (10, 14, 15)),
     "Static._form `P = O = 1`: the batch's shape is the max over its requests, each with at least 1 prompt "
     "and 1 output token (traces refuse lengths below 1), so a start of 1 gives the same max":
         (f"{SCHED}static.xǁStaticǁ_form__mutmut_3",),
@@ -105,7 +105,7 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "and _running calls it only for a request in `cached`, so the default is never used":
         (f"{SCHED}vllm.xǁVllmV1ǁ_cache__mutmut_13",),
     "Scheduler._decodes (issue 30's one-allocation path) `if n >= 0`: adds 0 blocks to a request that needs none":
-        (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_23",),
+        (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_34",),
     "VllmV1._running `_preempt(victim, None)`: V1's _preempt never reads the batch (no swapping in V1)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_41",),
     "VllmV1._running `>=` before _cache: with no new full unit _cache's loop is empty and it sets nothing":

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.apps.serve.cohort import DecodeSeqs
+from sim.apps.serve.costvec import within_step
 from sim.apps.serve.stepcost import Iteration, Surrogate
 
 
@@ -37,7 +38,7 @@ def test_one_pass_equals_the_general_interpolation(n, kv_mean):
     general = sur._interpolated(it, n, 0)
     if fast is not None:
         assert fast == general          # equal, not close
-    assert sur.device(it) == general
+    assert sur.device(it) == within_step(general)   # the step-length clamp on top (costvec.within_step)
     assert (fast is None) == (kv / n > 8192)   # it answers everywhere in the table's range
 
 
@@ -48,3 +49,10 @@ def test_decode_seqs_read_as_the_tuple_they_stand_for():
     assert hash(seqs) == hash(want) and seqs != ((1, 8), (1, 12))
     a = Iteration(seqs, 18, 2, 20, 0.0, 1)
     assert a == Iteration(want, 18, 2, 20, 0.0, 1) and a != Iteration(want[:2], 18, 2, 20, 0.0, 1)
+
+
+def test_no_resource_is_busier_than_the_step():
+    """An interpolated busy time above the interpolated step time is cut to it; energy and the rest untouched."""
+    assert within_step((1.0, 5.0, 1.25, 0.5)) == (1.0, 5.0, 1.0, 0.5)
+    ok = (2.0, 3.0, 2.0, 1.5)
+    assert within_step(ok) is ok

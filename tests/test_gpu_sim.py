@@ -49,7 +49,7 @@ def test_run_is_deterministic():
 
 @pytest.mark.parametrize("kw", [
     dict(model="tinyllama-1.1b", batch=1, prompt_len=100, gen_len=64),
-    dict(model="tinyllama-1.1b", batch=8, prompt_len=300, gen_len=200, flash_attention=True),
+    dict(model="tinyllama-1.1b", batch=8, prompt_len=300, gen_len=100, flash_attention=True),   # 10 of 100 steps simulated, the rest interpolated (agree to 1e-15, as 200 steps did)
     dict(model="llama2-7b", batch=4, prompt_len=64, gen_len=40, formats=dict(weights="int4")),
 ])
 def test_shortcuts_agree_with_exhaustive(kw):

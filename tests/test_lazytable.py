@@ -1,7 +1,9 @@
 """Lazy surrogate tables (sim.apps.serve.lazytable, issue 29's speed target): a run that computes only the
 table entries it reads gives the same figures, to the bit, as one whose tables were all built first."""
 
-import time
+import os
+import subprocess
+import sys
 
 import pytest
 from hw_models.machine import load_machine
@@ -12,6 +14,7 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.tablecache import TableStore
 from sim.core.schema import validate_mapping
+from tests.conftest import ROOT
 
 # A closed loop at fixed lengths, chunked prefill mixing with decodes: it reads D, P, kv, pairs and M.
 SERVING = dict(arrivals=dict(process="closed", concurrency=4, num_requests=16),
@@ -90,24 +93,53 @@ def test_runs_sharing_a_key_share_points_exactly(tmp_path, monkeypatch):
     assert shared > 0
 
 
+# The other sweep worker: a process of its own that stores one point of table D (its flush).
+_WORKER = ("import sys; from pathlib import Path; from sim.apps.serve.tablecache import TableStore; "
+           "TableStore('k', Path(sys.argv[1])).save('D', {'[[1,1]]': (1.5, 2.5, [('gpu', 1.5)])})")
+
+
 def test_a_point_another_process_stored_is_read_not_computed(tmp_path):
     """Two sweep workers on a cold cache: once one has written a point, the other's miss on it re-reads
-    the store and takes the stored point (no compute); a point nobody stored is still computed."""
-    mine, other = PointBook(TableStore("k", tmp_path)), TableStore("k", tmp_path)
-    mine.open("D")                                          # read while the store was empty
-    # File times are taken from the kernel's coarse clock (one tick, up to 10 ms), and an insert that fits
-    # the table's page leaves the file's size as it was: a write inside the same tick is invisible to the
-    # stamp (the worker then computes the point itself, the behaviour before the re-read). Wait out a tick
-    # so that what is checked is the re-read, not the clock's granularity.
-    time.sleep(0.05)
-    other.save("D", {"[[1,1]]": (1.5, 2.5, [("gpu", 1.5)])})  # the other worker's flush
+    the store and takes the stored point (no compute); a point nobody stored is still computed, and a
+    miss with no write since the last read reads nothing.
+    The other worker's write lands, as far as the file system shows, in the same tick of the kernel's
+    coarse file clock: its file times are set back to what they were, and its row fits the page the
+    table had, so the cache file's (mtime, size) are unchanged. The write is seen all the same: the
+    store's write counter moved in the write's own transaction (a stamp of file times and sizes missed
+    such a write, and the worker computed the point itself)."""
+    TableStore("k", tmp_path).save("D", {"[[0,0]]": (0.5, 0.5, [])})   # table D as a first flush left it
+    mine = PointBook(TableStore("k", tmp_path))
+    mine.open("D")
+    loads, load = [], mine.store.load
+    mine.store.load = lambda name: loads.append(name) or load(name)
     computed = []
 
     def compute():
         computed.append(1)
         return (9.0, 9.0, [])
 
+    assert mine.get("D", "[[3,3]]", compute) == (9.0, 9.0, []) and loads == []   # nobody wrote: no re-read
+    files = [tmp_path / tablecache.FILE, tmp_path / (tablecache.FILE + "-wal")]
+    before = {p: p.stat() for p in files if p.exists()}
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, "-c", _WORKER, str(tmp_path)], check=True, env=env, timeout=60)
+    for p, st in before.items():
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))   # the same clock tick
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.exists()} == \
+        {p: (st.st_mtime_ns, st.st_size) for p, st in before.items()}   # the files look untouched
     assert mine.get("D", "[[1,1]]", compute) == (1.5, 2.5, [("gpu", 1.5)])
-    assert computed == []
-    assert mine.get("D", "[[2,1]]", compute) == (9.0, 9.0, [])   # not on disk: computed
-    assert computed == [1]
+    assert computed == [1] and loads == ["D"]
+    assert mine.get("D", "[[2,1]]", compute) == (9.0, 9.0, [])   # not on disk: computed, nothing re-read
+    assert computed == [1, 1] and loads == ["D"]
+
+
+def test_the_write_stamp_counts_every_write_of_a_table(tmp_path):
+    """stamp(name) is the number of saves of that table under this key: 0 before any, one more per save,
+    whoever made it; another table's or another key's saves leave it."""
+    store, other_key = TableStore("k", tmp_path), TableStore("j", tmp_path)
+    assert store.stamp("D") == 0
+    store.save("D", {})
+    TableStore("k", tmp_path).save("D", {"[[1,1]]": (1.0, 1.0, [])})   # another store object, same key
+    store.save("P", {})
+    other_key.save("D", {})
+    assert (store.stamp("D"), store.stamp("P"), other_key.stamp("D")) == (2, 1, 1)

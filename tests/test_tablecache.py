@@ -129,6 +129,10 @@ def test_two_processes_one_key_never_corrupt(cache_dir):
     con.close()
     rows = _rows(cache_dir)
     assert sorted(n for _, n in rows) == ["t0", "t1", "t2"] and all(len(v) == 200 for v in rows.values())
+    # Every save counted in the write stamp, none lost to the other process: writer 0 saves t(i % 3) for
+    # i < 40 (t0 14 times, t1 13, t2 13), writer 1 t((i + 1) % 3) (t1 14, t2 13, t0 13).
+    store = TableStore("shared-key", cache_dir)
+    assert [store.stamp(n) for n in ("t0", "t1", "t2")] == [27, 27, 26]
 
 
 def test_unreadable_cache_is_a_miss(cache_dir):

@@ -223,6 +223,17 @@ class DecodeCohort:
         return Iteration(DecodeSeqs(tuple(self.base), self.tick + 1, it.seqs), n + it.tokens, n + it.n_decode,
                          kv + it.decode_kv, it.pairs, it.chunks)
 
+    def advance(self, times: list[float]) -> None:
+        """Hand-outs at `times` at which no member finishes, every member present at the previous one
+        (sim.apps.serve.runahead: the engine records the gaps): each step's one gap to the peak stack."""
+        t, last, push = self.tick, self.last, self.peaks.push
+        for now in times:
+            t += 1
+            push(t, now - last)
+            last = now
+        self.kv += len(self.reqs) * (t - self.tick)
+        self.tick, self.last = t, last
+
     def hand_out(self, now: float, gaps: dict[float, int]) -> list[Request]:
         """Every member's token emitted at `now`: counts, gaps (by the previous token's time, in the
         order the members first show one) and largest gaps. Returns the members that finished, in

@@ -3,8 +3,7 @@
 broken scheduler, KV pool or token accounting fails the test that ran it rather than shifting
 a figure no test pins (issue 32). Checked at every iteration:
 
-- the tokens scheduled fit the iteration's token budget (not checked in an iteration that
-  swaps: a swapped-in request's tokens are not charged to the budget here);
+- the tokens scheduled fit the iteration's token budget (swapped-in requests' tokens included);
 - every scheduled request gets at least one token, appears once, is not finished, and never
   computes past its own tokens (prompt + generated);
 - KV blocks: what the requests hold plus the cached units held plus what is free or evictable
@@ -88,7 +87,7 @@ def check_batch(sched: Scheduler, batch: Batch) -> None:
         if r.prefix_hit >= r.prompt:
             _fail(f"request {r.idx}: prefix-cache hit of {r.prefix_hit} tokens for a {r.prompt}-token prompt")
         tokens += q
-    if batch.padded is None and tokens > sched.max_tokens and not batch.swap_blocks:
+    if batch.padded is None and tokens > sched.max_tokens:
         _fail(f"{tokens} tokens scheduled in one iteration, over the budget of {sched.max_tokens}")
 
 

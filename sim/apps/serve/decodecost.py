@@ -2,7 +2,7 @@
 iteration). Surrogate._interpolated of n decode sequences and nothing else is D(n) plus the KV table
 read bilinearly at (n, mean kv_len): five piecewise-linear steps over cost vectors. What depends on n
 alone (D(n), the two KV rows around n and the weight between them) is kept per n; what is left is
-one comprehension doing, element by element, the very operations of _interp, _bilinear and add in
+one comprehension doing, element by element, the very operations of interp, _bilinear and add in
 their order, so the vector is the same to the bit (tests/test_decodecost.py).
 
 Cases the one pass does not cover (a mean kv_len outside the table's range, vectors of unequal
@@ -18,17 +18,17 @@ Cost = tuple[float, ...]
 
 
 class DecodeCosts:
-    """Pure decode costs of one surrogate; `table(name)` is Surrogate.table, `interp` stepcost._interp."""
+    """Pure decode costs of one surrogate; `table(name)` is Surrogate.table, `interp` costvec.interp."""
 
     def __init__(self, table: Callable, interp: Callable):
-        self._table, self._interp = table, interp
+        self._table, self.interp = table, interp
         self._by_n: dict[int, tuple] = {}
 
     def _at(self, n: int) -> tuple:
         """D(n), the KV grid and rows around n, and _bilinear's (clamped) weight between them."""
         got = self._by_n.get(n)
         if got is None:
-            d = self._interp(*self._table("D"), n)
+            d = self.interp(*self._table("D"), n)
             (ns, ks), K = self._table("kv")
             j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
             w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
@@ -47,6 +47,6 @@ class DecodeCosts:
         if not len(d) == len(a) == len(b) == len(a2) == len(b2):
             return None
         wk = (kbar - ks[i]) / (ks[i + 1] - ks[i])
-        # _lerp(x, y, wk) on each row, _lerp(lo, hi, w) between them, add(D(n), that)
+        # lerp(x, y, wk) on each row, lerp(lo, hi, w) between them, add(D(n), that)
         return tuple([de + (lo + w * ((x2 + wk * (y2 - x2)) - lo))
                       for de, lo, x2, y2 in zip(d, [x + wk * (y - x) for x, y in zip(a, b)], a2, b2)])

@@ -77,23 +77,23 @@ class PointBook:
         self.store = store
         self.points: dict[str, dict[str, Point]] = {}
         self.dirty: set[str] = set()
-        self.seen: dict[str, Any] = {}     # per table, the store's stamp when it was last read
+        self.seen: dict[str, Any] = {}     # per table, its write stamp when it was last read
 
-    def _stamp(self) -> Any:
-        """The store's write stamp; None for a store without one (a stand-in): then no re-read."""
+    def _stamp(self, name: str) -> Any:
+        """Table `name`'s write stamp in the store; None for a store without one (a stand-in): then no re-read."""
         stamp = getattr(self.store, "stamp", None)
-        return stamp() if stamp else None
+        return stamp(name) if stamp else None
 
     def open(self, name: str) -> None:
         if name not in self.points:
-            self.seen[name] = self._stamp()
+            self.seen[name] = self._stamp(name)   # before the load: a write in between is re-read, not lost
             self.points[name] = self.store.load(name)
 
     def _reread(self, name: str, key: str) -> Point | None:
         """`key`'s point from the store if another process has written since this one read it: the
         workers of a sweep, started together on a cold cache, then compute each point once between
-        them instead of once each (a point is ~20-40 ms; a re-read, a stat and a SELECT)."""
-        stamp = self._stamp()
+        them instead of once each (a point is ~20-40 ms; a re-read, two SELECTs)."""
+        stamp = self._stamp(name)
         if stamp is None or stamp == self.seen.get(name):
             return None
         self.seen[name] = stamp

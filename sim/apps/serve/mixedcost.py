@@ -8,7 +8,7 @@ Surrogate._interpolated of n decode sequences and `rest` other tokens is
 or, without decodes, P(rest) [+ C(chunks, rest)] + pairs_or_split(rest) * dp, each term a bilinear or
 linear read of a table. Here the table entries are read first, in the order the general path reads
 them (an entry is computed on its first read, sim.apps.serve.lazytable), then a few comprehensions do,
-element by element, the very operations of _interp, _bilinear, add and _scaled in their order, so the
+element by element, the very operations of interp, _bilinear, add and scaled in their order, so the
 vector is the same to the bit (tests/test_mixedcost.py). Like sim.apps.serve.decodecost, the cases it
 does not cover (a point below a grid's first entry, a mean kv_len past the KV grid, vectors of unequal
 length) answer None, and the caller takes the general path.
@@ -29,7 +29,7 @@ Cell = tuple[Cost, Cost, Cost, Cost, float, float]
 
 
 def _segment(xs: list[int], ys, x: float) -> Optional[tuple[Cost, Cost, float]]:
-    """stepcost._interp's two entries around x and its weight; None where it answers ys[0]."""
+    """costvec.interp's two entries around x and its weight; None where it answers ys[0]."""
     i = min(bisect_right(xs, x) - 1, len(xs) - 2)
     if i < 0:
         return None
@@ -103,7 +103,7 @@ class MixedCosts:
             return None
         if len(set(map(len, [*p[:2], *s[:2]] + [v for c in (m, k, ch) if c for v in c[:4]]))) > 1:
             return None
-        # add(add(add(M, P), KV), C) (P alone without decodes), then add(_, _scaled(pairs, dp)), element by element
+        # add(add(add(M, P), KV), C) (P alone without decodes), then add(_, scaled(pairs, dp)), element by element
         wp, ws = p[2], s[2]
         if m and not ch:   # V1's usual mixed step: the same operations in one comprehension (left to right)
             (a, b, a2, b2, wr, wm), (c, d, c2, d2, wkr, wk) = m, k

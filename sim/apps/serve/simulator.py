@@ -25,7 +25,7 @@ import simpy
 
 from hw_models.stack.spec import stack_for
 from hw_models.power import Board
-from sim.apps.serve import debug_checks
+from sim.apps.serve import debug_checks, runahead
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.cohort import DecodeCohort, finite
@@ -80,8 +80,7 @@ class ServeSim:
         self.tbt, self.tbt_w = array("d"), array("d")
         self.spec = setup.file.serving.speculative
         self.rng = random.Random(setup.file.serving.arrivals.__dict__.get("seed", 0))
-        self.done = self.iterations = 0
-        self.arrived = 0
+        self.done = self.iterations = self.arrived = 0
         self.wake: simpy.Event | None = None
         self.tokens = 0
         self.energy = 0.0
@@ -102,6 +101,7 @@ class ServeSim:
                 and type(sched)._grow is Scheduler._grow):
             # decode steps as array operations (sim.apps.serve.cohort)
             sched.cohort = DecodeCohort(sched.pool.block_size, sched.lookahead)
+        self.ahead = runahead.allowed(self)   # runs of pure decode steps in one timeout
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -200,10 +200,12 @@ class ServeSim:
                 self._sync()
                 debug_checks.check_batch(sched, batch)
             dt, energy = self._cost(batch)
+            run = runahead.plan(self, batch, dt, energy) if self.ahead else None
             self.stepping = True
-            yield env.timeout(dt)
+            for wait in run.waits() if run else (dt,):
+                yield env.timeout(wait)
             self.stepping = False
-            self._apply(batch, start, env.now, energy)
+            runahead.land(self, run) if run else self._apply(batch, start, env.now, energy)
 
     def _cost(self, batch: Batch) -> tuple[float, float]:
         s = self.setup
@@ -343,8 +345,7 @@ class ServeSim:
         tokens = prefill = 0
         for r, q in batch.entries:
             if r.sched_at < 0:
-                r.sched_at = start
-                rec["scheduled_s"][r.idx] = start
+                r.sched_at = rec["scheduled_s"][r.idx] = start
             tokens += q
             decoding = q == 1 and r.generated > 0
             if spec and decoding:
@@ -362,8 +363,7 @@ class ServeSim:
                     sched.publish(r)
             self.tokens += n_tok
             if r.first_at < 0:
-                r.first_at = now
-                rec["first_token_s"][r.idx] = now
+                r.first_at = rec["first_token_s"][r.idx] = now
             else:
                 gaps[r.last_at] = gaps.get(r.last_at, 0) + 1
             if r.last_at >= 0:

@@ -44,6 +44,7 @@ from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
+from sim.apps.serve.costvec import Cost, interp, lerp, scaled, within_step, add
 from sim.apps.serve.decodecost import DecodeCosts
 from sim.apps.serve.lazytable import LazyRow, Remembered, book
 from sim.apps.serve.mixedcost import MixedCosts
@@ -55,27 +56,6 @@ from sim.core.workload import Workload
 
 CHUNKS = [1, 2, 4, 8, 16, 32]
 KV_POINTS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
-Cost = tuple[float, ...]   # (seconds, joules, busy seconds per resource in ExactCost.keys' order)
-
-
-# Equal lengths (the usual case) take a list comprehension over zip: the same sums, a few times
-# faster than the padded generator, and the engine adds and interpolates costs every iteration.
-def add(a: Cost, b: Cost) -> Cost:
-    if len(a) == len(b):
-        return tuple([x + y for x, y in zip(a, b)])
-    return tuple(x + y for x, y in zip_longest(a, b, fillvalue=0.0))
-
-
-def _lerp(a: Cost, b: Cost, w: float) -> Cost:
-    if len(a) == len(b):
-        return tuple([x + w * (y - x) for x, y in zip(a, b)])
-    return tuple(x + w * (y - x) for x, y in zip_longest(a, b, fillvalue=0.0))
-
-
-def _scaled(a: Cost, f: float) -> Cost:
-    return tuple(x * f for x in a)
-
-
 class StepCost(Protocol):
     """What the serving engine reads of a step cost (ExactCost, Surrogate, attention_dp.GroupedCost):
     one iteration's cost vector (GroupedCost: of its attention groups' iterations together), the
@@ -234,14 +214,6 @@ def _grid(top: int, fine: bool = True) -> list[int]:
     return sorted({p for p in pts if p < top} | {top})
 
 
-def _interp(xs: list[int], ys: list, x: float) -> Cost:
-    """Piecewise-linear interpolation of costs; x within [xs[0], xs[-1]]."""
-    i = min(bisect_right(xs, x) - 1, len(xs) - 2)
-    if i < 0:
-        return ys[0]
-    return _lerp(ys[i], ys[i + 1], (x - xs[i]) / (xs[i + 1] - xs[i]))
-
-
 class Surrogate:
     """Interpolated exact costs; `max_tokens`, `max_decode` and `max_kv` bound the grid. Tables: D(n) pure
     decode (n sequences at kv_len decode_q), P(T) one fresh prefill chunk, M(rest, n) both together; slopes
@@ -261,7 +233,7 @@ class Surrogate:
         self.max_decode = max(max_decode, 1)
         self._tables: dict[str, tuple[list[int], list]] = {}
         self.exact_fallbacks, self._seen = 0, Remembered()   # device costs by the features they read
-        self._decode, self._mixed = DecodeCosts(self.table, _interp), MixedCosts(self.table)
+        self._decode, self._mixed = DecodeCosts(self.table, interp), MixedCosts(self.table)
 
     @property
     def keys(self) -> list[str]:
@@ -359,7 +331,7 @@ class Surrogate:
         c = self._seen.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
         if c is None:
             d = self._mixed(it, n, rest) if rest else self._decode(n, it.decode_kv) if n else None   # one pass
-            c = self._seen.put(key, d if d is not None else self._interpolated(it, n, rest))
+            c = self._seen.put(key, within_step(d if d is not None else self._interpolated(it, n, rest)))
         return c
 
     def _interpolated(self, it: Iteration, n: int, rest: int) -> Cost:
@@ -368,18 +340,18 @@ class Surrogate:
         if n:
             if rest:
                 (ns, rs), M = self.table("M")
-                c = add(self._bilinear(ns, rs, M, n, rest), _interp(*self.table("P"), it.tokens))
+                c = add(self._bilinear(ns, rs, M, n, rest), interp(*self.table("P"), it.tokens))
             else:
-                c = _interp(*self.table("D"), n)
+                c = interp(*self.table("D"), n)
             (ns, ks), K = self.table("kv")
             kbar = it.decode_kv / n
             if kbar > ks[-1]:   # beyond the grid: extend the last segment linearly
                 lo, hi = self._bilinear(ns, ks, K, n, ks[-2]), self._bilinear(ns, ks, K, n, ks[-1])
-                c = add(c, _lerp(lo, hi, 1.0 + (kbar - ks[-1]) / (ks[-1] - ks[-2])))
+                c = add(c, lerp(lo, hi, 1.0 + (kbar - ks[-1]) / (ks[-1] - ks[-2])))
             else:
                 c = add(c, self._bilinear(ns, ks, K, n, kbar))
         elif rest:
-            c = _interp(*self.table("P"), rest)
+            c = interp(*self.table("P"), rest)
         canon = rest * (rest + 1) / 2
         if it.chunks > 1 and rest > 1:
             (cs, rs), C = self.table("C")
@@ -389,12 +361,12 @@ class Surrogate:
             canon = k * a * (a + 1) / 2
         if rest:
             dp = it.pairs - canon
-            c = add(c, _scaled(_interp(*self.table("pairs" if dp >= 0 or rest < 4 else "split"), rest), dp))
+            c = add(c, scaled(interp(*self.table("pairs" if dp >= 0 or rest < 4 else "split"), rest), dp))
         return c
 
     @staticmethod
     def _bilinear(ns: list[int], rs: list[int], M: list[list], n: int, r: int) -> Cost:
         j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
-        lo, hi = _interp(rs, M[j], r), _interp(rs, M[min(j + 1, len(ns) - 1)], r)
+        lo, hi = interp(rs, M[j], r), interp(rs, M[min(j + 1, len(ns) - 1)], r)
         w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
-        return _lerp(lo, hi, min(max(w, 0.0), 1.0))
+        return lerp(lo, hi, min(max(w, 0.0), 1.0))

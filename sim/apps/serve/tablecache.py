@@ -13,7 +13,8 @@ The key hashes everything a cost reads: the machine's content (a preset edited i
 the model's configuration, the workload's costing fields (formats, stack, parallel plan, ...), the
 package version and a hash of the costing code itself (hw_models, sim.core, this package's stepcost).
 Concurrent runs on one key are safe: each write is one INSERT OR REPLACE in SQLite's own transaction
-(WAL journal, a busy timeout), and both writers store the same content.
+(WAL journal, a busy timeout), and both writers store the same content. The same transaction bumps the
+table's write counter (`stamp`), by which a process sees that another one has written since it read.
 
 SIM_CACHE_DIR overrides the directory (tests point it at a temporary one); SIM_NO_CACHE=1 or
 `--no-cache` (disable()) turns the cache off; `sim cache clear` empties it.
@@ -96,18 +97,24 @@ class TableStore:
         con = sqlite3.connect(self.path, timeout=60)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("CREATE TABLE IF NOT EXISTS points (key TEXT, name TEXT, value TEXT, PRIMARY KEY (key, name))")
+        con.execute("CREATE TABLE IF NOT EXISTS writes (key TEXT, name TEXT, n INTEGER, PRIMARY KEY (key, name))")
         return con
 
-    def stamp(self) -> tuple[tuple[int, int], ...]:
-        """(mtime, size) of the cache file and its WAL journal: it changes when any process writes."""
-        out = []
-        for p in (self.path, self.path.with_name(FILE + "-wal")):
+    def stamp(self, name: str) -> int:
+        """How many times table `name` of this key has been written, by any process: a write counter
+        bumped in the transaction of each save, so a write cannot be missed (a file's (mtime, size) can:
+        the kernel's coarse clock ticks every few ms, and an insert that fits its page keeps the size).
+        Not SQLite's `PRAGMA data_version`: that compares states seen by one open connection, and a
+        store opens one per operation. -1: unreadable (a miss, as in load)."""
+        try:
+            con = self._connect()
             try:
-                st = p.stat()
-                out.append((st.st_mtime_ns, st.st_size))
-            except OSError:
-                out.append((0, 0))
-        return tuple(out)
+                row = con.execute("SELECT n FROM writes WHERE key = ? AND name = ?", (self.key, name)).fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return -1
+        return 0 if row is None else row[0]
 
     def load(self, name: str) -> dict[str, Point]:
         try:
@@ -127,8 +134,10 @@ class TableStore:
         try:
             con = self._connect()
             try:
-                with con:
+                with con:   # one transaction: a reader sees the new row and the new count, or neither
                     con.execute("INSERT OR REPLACE INTO points VALUES (?, ?, ?)", (self.key, name, blob))
+                    con.execute("INSERT INTO writes VALUES (?, ?, 1) ON CONFLICT (key, name) DO UPDATE SET n = n + 1",
+                                (self.key, name))
             finally:
                 con.close()
         except sqlite3.Error:

@@ -15,6 +15,7 @@ found by its settings' class (sim.apps.serve.schedulers.SCHEDULERS):
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,9 @@ class Scheduler:
     # and sglang.py and trtllm.py through V1's pass).
     decode_cohort = False
     cohort: Any = None
+    # Whether a run of pure decode steps may be taken at once (sim.apps.serve.runahead): a scheduler whose
+    # step, when every running request decodes and nothing waits, only grows blocks (`regrow`) says so.
+    run_ahead = False
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         self.cfg, self.pool, self.lookahead = cfg, pool, lookahead
@@ -135,6 +139,31 @@ class Scheduler:
                 r.shared += (h,)
                 r.blocks -= self.pool.unit_blocks
 
+    def runs_ahead(self) -> bool:
+        return self.run_ahead and not self.reference and type(self)._grow is Scheduler._grow
+
+    def decode_event(self, r: Request) -> int:
+        """r's computed tokens at which its next decode step makes the scheduler act on it: a new block."""
+        return (r.blocks + len(r.shared) * self.pool.unit_blocks) * self.pool.block_size - self.lookahead
+
+    def decode_need(self, r: Request, computed: int) -> int:
+        """Blocks r lacks to decode the token after `computed` (_decodes; VllmV1._running's is the same)."""
+        pool = self.pool
+        return (computed + self.lookahead) // pool.block_size + 1 - r.blocks - len(r.shared) * pool.unit_blocks
+
+    def regrow(self, due: list[tuple[Request, int]]) -> None:
+        """A pure decode step's blocks for the running requests `due` (each with its decode_need; the
+        others need none), the pool holding them all: _decodes' one allocation."""
+        self.pool.allocate(sum(n for _, n in due if n > 0))
+        for r, n in due:
+            if n > 0:
+                r.blocks += n
+
+    def cohort_regrow(self, cohort: Any) -> bool:
+        """A decode cohort step's scheduling at the cohort's tick (vllm_v0.py's _cohort_step): the members
+        due a block get it, in one allocation; False (nothing taken) when the pool cannot hold them."""
+        return cohort.grow(self.pool)
+
     def _grow(self, r: Request, tokens: int) -> int:
         """Blocks r still needs to hold `tokens` tokens (plus lookahead slots)."""
         return self.pool.blocks_for(tokens + self.lookahead) - r.blocks - len(r.shared) * self.pool.unit_blocks
@@ -164,29 +193,33 @@ class Scheduler:
             victim.computed, victim.published = 0, False
             self.waiting.appendleft(victim)
 
-    def _decodes(self, batch: Batch, queue: deque[Request]) -> bool:
+    def _decodes(self, batch: Batch, queue: deque[Request], limit: int | None = None) -> bool:
         """Each running decode gets its next block, preempting from the back when none is free.
-        Returns whether anything was preempted. When the pool holds every block the decodes need
-        (the usual step) they are taken in one allocation: the same blocks, evictions and peak as one
-        by one (allocations only shrink what is available), without the preemption walk."""
+        Returns whether anything was preempted. At most `limit` decodes are scheduled (the token
+        budget left, one token each); the rest stay running, unscheduled this iteration, as vLLM V0's
+        _schedule_running stops when the budget is spent (and preempts from the back of the whole
+        running queue, the unscheduled first). When the pool holds every block the scheduled decodes
+        need (the usual step) they are taken in one allocation: the same blocks, evictions and peak as
+        one by one (allocations only shrink what is available), without the preemption walk."""
         if not self.reference and type(self)._grow is Scheduler._grow:
+            head = queue if limit is None or limit >= len(queue) else list(islice(queue, limit))
             bs, ub, look = self.pool.block_size, self.pool.unit_blocks, self.lookahead
-            needs = [(r.computed + look) // bs + 1 - r.blocks - len(r.shared) * ub for r in queue]
+            needs = [(r.computed + look) // bs + 1 - r.blocks - len(r.shared) * ub for r in head]
             total = sum(n for n in needs if n > 0)
             if self.pool.allocate(total):
-                for r, n in zip(queue, needs):
+                for r, n in zip(head, needs):
                     if n > 0:
                         r.blocks += n
                 self.running.extend(queue)
-                batch.entries.extend([(r, 1) for r in queue])
+                batch.entries.extend([(r, 1) for r in head])
                 queue.clear()
                 return False
-        return self._decodes_reference(batch, queue)
+        return self._decodes_reference(batch, queue, limit)
 
-    def _decodes_reference(self, batch: Batch, queue: deque[Request]) -> bool:
+    def _decodes_reference(self, batch: Batch, queue: deque[Request], limit: int | None = None) -> bool:
         """_decodes one request at a time, preempting as it goes (as written before issue 30)."""
-        preempted = False
-        while queue:
+        preempted, scheduled = False, 0
+        while queue and (limit is None or scheduled < limit):
             r = queue.popleft()
             need = self._grow(r, r.computed + 1)
             while need > 0 and not self.pool.allocate(need):
@@ -200,20 +233,28 @@ class Scheduler:
                 r.blocks += max(need, 0)
                 self.running.append(r)
                 batch.entries.append((r, 1))
+                scheduled += 1
+        self.running.extend(queue)   # over the budget: running, not scheduled this iteration
+        queue.clear()
         return preempted
 
-    def _swap_in(self, batch: Batch) -> None:
-        while self.swapped and len(self.running) < self.max_seqs:
+    def _swap_in(self, batch: Batch, budget: int) -> int:
+        """Swapped requests back in, oldest first, while sequences, blocks and the token budget last;
+        the budget left. vLLM V0's _schedule_swapped stops at the first that the budget cannot take
+        (budget.can_schedule), in the default scheduler and the chunked one alike."""
+        while self.swapped and len(self.running) < self.max_seqs and self.swapped[0].pending <= budget:
             r = self.swapped[0]
             # The blocks swapped out come back, and the token it computes now may open one more
             # (vLLM V0's _schedule_swapped: _swap_in, then _append_slots).
             grow = max(self.pool.blocks_for(r.computed + r.pending + self.lookahead) - r.swapped, 0)
             need = r.swapped + grow
             if self.pool.available - need < self.watermark or not self.pool.allocate(need):
-                return
+                break
             self.swapped.popleft()
             self.swapped_in_blocks += r.swapped
             batch.swap_blocks += r.swapped
             r.blocks, r.swapped = need, 0
             self.running.append(r)
             batch.entries.append((r, r.pending))
+            budget -= r.pending
+        return budget

@@ -13,6 +13,7 @@ class Orca(VllmV0):
     request reserves max_model_len of them when admitted (a longer request is refused by `add`)."""
 
     decode_cohort = False   # its own schedule: no cohort steps
+    run_ahead = False       # nor decode run-ahead
 
     def _admit(self, r: Request) -> bool:
         need = self.max_model_len

@@ -20,7 +20,9 @@ class Sarathi(VllmV0):
         decoding = deque(r for r in self.running if r.pending == 1 and r.generated)
         prefilling = [r for r in self.running if not (r.pending == 1 and r.generated)]
         self.running = []
-        preempted = self._decodes(batch, decoding)
+        # Decodes first, one token each, as many as the budget takes (vLLM V0's chunked scheduler stops
+        # its running queue when the budget is spent; the rest wait, still running, for the next step).
+        preempted = self._decodes(batch, decoding, limit=budget)
         budget -= len(batch.entries)
         for r in prefilling:   # partial prefills continue, oldest first
             q = min(r.pending, budget)
@@ -29,7 +31,7 @@ class Sarathi(VllmV0):
                 batch.entries.append((r, q))
                 budget -= q
         if not preempted:
-            self._swap_in(batch)
+            budget = self._swap_in(batch, budget)
         if not self.swapped:
             self._prefills(batch, budget, chunked=True)
         return batch if batch.entries or batch.swap_blocks else None

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
 from sim.apps.serve.schedulers.base import Batch, Request, Scheduler
-from sim.apps.serve.schedulers.vllm_cohort import cohort_step
+from sim.apps.serve.schedulers.vllm_cohort import cohort_step, grow_members
 from sim.apps.serve.spec import SchedulerConfig
 
 
 class VllmV1(Scheduler):
     pool_class = LruBlockPool   # freed cached blocks evicted least recently used first, as vLLM's free queue
     decode_cohort = True
+    run_ahead = True
     cohort_min = 8   # running requests from which pure decode steps run as a cohort (vllm_cohort.py; measured)
 
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
@@ -153,6 +154,24 @@ class VllmV1(Scheduler):
                 r.blocks -= self.pool.unit_blocks
         if full > done:
             self.cached[r.idx] = full
+
+    def decode_event(self, r: Request) -> int:
+        at = super().decode_event(r)   # or, with prefix caching, the token that fills its next unit
+        return min(at, (self.cached[r.idx] + 1) * self.unit_tokens - 1) if self.pool.caching else at
+
+    def regrow(self, due: list[tuple[Request, int]]) -> None:
+        """_running's pure decode step for `due`: each its block, then the unit its token fills cached."""
+        pool, cached = self.pool, self.cached
+        for r, need in due:
+            if need > 0:
+                pool.allocate(need)
+                r.blocks += need
+            end = r.computed + 1
+            if pool.caching and end // self.unit_tokens > cached[r.idx]:
+                self._cache(r, end)
+
+    def cohort_regrow(self, cohort) -> bool:
+        return grow_members(self, cohort)
 
     def publish(self, r: Request) -> None:
         r.published = True                  # cached as blocks fill, in _cache

@@ -43,14 +43,22 @@ def cohort_step(sched: VllmV1, waiting: bool = True) -> Batch | None:
     if not all(_decoding(sched, r) for r in new):
         return _dissolved(c)
     c.join(new, sched.pool.unit_blocks)
-    if not c.grow(sched.pool):
+    if not grow_members(sched, c):
         return _dissolved(c)
-    if sched.pool.caching:
-        _cache_filled(sched)
     batch = Batch(list(c.entries), cohort=c)
     if waiting:
         sched._waiting(batch, sched.max_tokens - n)   # prompts it admits follow the members, per request
     return batch
+
+
+def grow_members(sched: VllmV1, c: DecodeCohort) -> bool:
+    """The members due a block get it (False: the pool cannot hold them, nothing taken), then the units
+    their tokens fill are cached."""
+    if not c.grow(sched.pool):
+        return False
+    if sched.pool.caching:
+        _cache_filled(sched)
+    return True
 
 
 def _dissolved(c: DecodeCohort) -> None:

@@ -15,6 +15,7 @@ from sim.apps.serve.schedulers.base import Batch, Scheduler
 class VllmV0(Scheduler):
     whole_prompts = True
     decode_cohort = True
+    run_ahead = True
     cohort_min = 8   # running requests from which decode steps run as a cohort (_cohort_step; measured)
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
@@ -29,8 +30,10 @@ class VllmV0(Scheduler):
                 return step
         queue = deque(self.running)
         self.running = []
-        if not self._decodes(batch, queue):
-            self._swap_in(batch)
+        # vLLM refuses a budget below max_num_seqs; here it is allowed (with a warning), and the budget
+        # caps a decode step as it does Sarathi's: the decodes over it wait, running, for the next step.
+        if not self._decodes(batch, queue, limit=self.max_tokens):
+            self._swap_in(batch, self.max_tokens - len(batch.entries))
         return batch if batch.entries or batch.swap_blocks else None
 
     def _prefills(self, batch: Batch, budget: int, chunked: bool = False) -> int:
@@ -57,8 +60,9 @@ class VllmV0(Scheduler):
         their new blocks. Else None, the cohort dissolved, and the per-request path decides."""
         c, running = self.cohort, len(self.running)
         # Small batches: the cohort's fixed cost per step outweighs a Python loop over a few requests;
-        # a cohort forms from cohort_min running requests and dissolves below half of it.
-        if running < (self.cohort_min // 2 if len(c) else self.cohort_min):
+        # a cohort forms from cohort_min running requests and dissolves below half of it. A cohort step
+        # runs every member, so it cannot run more requests than the token budget.
+        if running < (self.cohort_min // 2 if len(c) else self.cohort_min) or running > self.max_tokens:
             if len(c):
                 c.dissolve()
             return None
