@@ -72,7 +72,9 @@ def test_ctrl_c_at_random_times_during_sim_serve(tmp_path):
     for _ in range(6):
         for n in names:
             (out / n).unlink(missing_ok=True)
-        rc, err = _interrupt(argv, rng.uniform(0.0, whole))
+        # Up to 3/4 of the timed run: on a shared, loaded machine one run can take 2x another, and signals
+        # drawn up to the very end then land after it (outcome 0) more often than inside it.
+        rc, err = _interrupt(argv, rng.uniform(0.0, 0.75 * whole))
         if rc == 130:
             assert err.strip() == "interrupted", err   # one line, no traceback
         else:
