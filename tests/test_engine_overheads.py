@@ -58,6 +58,21 @@ def test_collective_term_adds_once_per_tp_collective(tp):
     assert more - plain == pytest.approx((46 if tp > 1 else 0) * 10e-6, rel=1e-9, abs=1e-15)
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_extra_rank_term_adds_once_per_worker_beyond_the_first(tp):
+    # One GPU runs its worker in process (vLLM's UniProcExecutor): no hand-off, 0. TP 2 and 4 hand the
+    # batch to 2 and 4 worker processes: 1 and 3 extra ranks, so 1 x 50 us and 3 x 50 us an iteration,
+    # whatever the batch; step_s (here 0.2 ms) is paid at every TP alike.
+    f = serve_file_from_dict({**BASE, "parallel": {"tp": tp, "topology": "dgx_h100"}, "serving": {
+        "arrivals": {"process": "poisson", "rate": 1, "num_requests": 1},
+        "lengths": {"prompt": {"dist": "fixed", "value": 200}, "output": {"dist": "fixed", "value": 40}}}}, "t.yaml")
+    for seqs in (1, 6):
+        it = features([(1, 100)] * seqs)
+        plain = ExactCost(h100(step_s=0.0, per_extra_rank_s=0.0), f, f.model_config_())(it)[0]
+        more = ExactCost(h100(step_s=200e-6, per_extra_rank_s=50e-6), f, f.model_config_())(it)[0]
+        assert more - plain == pytest.approx(200e-6 + (tp - 1) * 50e-6, rel=1e-9)
+
+
 def test_front_end_adds_once_to_ttft_and_e2e():
     f = serve_file({"process": "constant", "rate": 0.5, "num_requests": 3})   # 2 s apart: the engine idles between
     runs = {fe: ServeSim(prepare(f, h100(per_request_s=fe)), make_requests(f)).run().requests for fe in (0.0, 0.005)}
@@ -88,20 +103,21 @@ def test_async_scheduling_leaves_an_idle_engine_alone():
 
 
 def test_nnls_recovers_the_terms_it_was_built_from():
-    f_s, t_s, u_s, c_s = 0.004, 0.0006, 0.00002, 0.000008
+    f_s, t_s, u_s, c_s, r_s = 0.004, 0.0006, 0.00002, 0.000008, 0.0002
     rng = np.random.default_rng(1)
     rows, measured = [], {}
-    for i in range(16):
+    for i in range(24):
+        ranks = float(rng.choice([1, 2, 4, 8]))
         x = dict(ttft_steps=rng.uniform(1, 10), ttft_seqs=rng.uniform(5, 500), tpot_steps=1.0,
                  tpot_seqs=rng.uniform(1, 128), sim_ttft_s=rng.uniform(0.05, 1), sim_tpot_s=rng.uniform(0.005, 0.05),
-                 collectives=float(rng.choice([0, 66, 130, 162])))
+                 collectives=0.0 if ranks == 1 else float(rng.choice([66, 130, 162])), ranks=ranks)
         rows.append({"id": str(i), "engine": "vllm", **x})
-        step = t_s + c_s * x["collectives"]
+        step = t_s + c_s * x["collectives"] + r_s * (ranks - 1)
         measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + f_s + step * x["ttft_steps"] + u_s * x["ttft_seqs"],
                             "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"] + u_s * x["tpot_seqs"]}
     (fit,) = F.fit(rows, measured)
     assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s,
-                                       "per_collective_s": c_s}, rel=1e-6)
+                                       "per_collective_s": c_s, "per_extra_rank_s": r_s}, rel=1e-6)
 
 
 def test_async_scheduling_is_on_by_default_under_vllm_and_off_under_v0():

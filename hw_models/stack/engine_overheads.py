@@ -14,6 +14,18 @@ is stored beside them) and never refitted per case:
   so each one waits for the slowest rank (launch and kernel jitter, the host syncs of a
   multi-process engine), which the isolated all-reduce measurement (aiconfigurator's tables:
   every rank in step, graph-replayed) that prices the kernel does not see;
+* `per_extra_rank_s`: the same per executor rank beyond the first (an instance of TP x PP devices runs
+  one worker process per device): a multi-GPU engine hands every step's batch to each worker process
+  and collects the result, where a one-GPU engine calls its worker in process. vLLM V1:
+  vllm/v1/executor/multiproc_executor.py MultiprocExecutor.collective_rpc writes the pickled
+  SchedulerOutput once into a shared-memory ring (distributed/device_communicators/shm_broadcast.py
+  MessageQueue(n_reader = world_size)) that every worker polls and unpickles, and a slot is reused only
+  after all n readers have flagged it read; one rank's ModelRunnerOutput comes back through its response
+  queue. world_size 1 runs vllm/v1/executor/uniproc_executor.py UniProcExecutor (no queue, no other
+  process: config/parallel.py picks "uni" for one device, "mp" on one node otherwise). TensorRT-LLM's
+  PyTorch executor and SGLang run one scheduler per rank in lock-step and broadcast the new requests
+  from rank 0 every iteration (py_executor.py _fetch_new_requests over the MPI/torch dist group;
+  SGLang managers/scheduler.py recv_requests -> broadcast_pyobj), the same per-step shape;
 * `per_request_s`: the API front end, once per request: HTTP handling, tokenization and the
   hand-off to the engine core before the engine sees the request; counted from the client's
   send, so it adds to TTFT and E2E but occupies no engine time.
@@ -42,9 +54,12 @@ class EngineOverheads(Strict):
     step_s: Quantity = Field(default=0.0, ge=0)      # exposed GPU idle per iteration
     per_seq_s: Quantity = Field(default=0.0, ge=0)   # ... per scheduled sequence
     per_collective_s: Quantity = Field(default=0.0, ge=0)   # ... per TP collective of the iteration
+    per_extra_rank_s: Quantity = Field(default=0.0, ge=0)   # ... per executor rank beyond the first
     per_request_s: Quantity = Field(default=0.0, ge=0)   # API front end per request
     fit: str = ""                                    # the fit's provenance (script, training set, date)
 
-    def iteration_s(self, seqs: int, collectives: int = 0) -> float:
-        """Seconds an iteration of `seqs` sequences and `collectives` TP collectives adds to its wall time."""
-        return self.step_s + self.per_seq_s * seqs + self.per_collective_s * collectives
+    def iteration_s(self, seqs: int, collectives: int = 0, ranks: int = 1) -> float:
+        """Seconds an iteration of `seqs` sequences and `collectives` TP collectives, on an instance of
+        `ranks` devices, adds to its wall time."""
+        return (self.step_s + self.per_seq_s * seqs + self.per_collective_s * collectives
+                + self.per_extra_rank_s * (ranks - 1))

@@ -5,11 +5,11 @@ silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the 
    on and the three terms at zero; keep per run the simulated mean TTFT and TPOT and the step
    features (validate.step_features: iterations and scheduled sequences inside each span).
 2. To first order a term of t s per iteration, u s per scheduled sequence, c s per TP collective
-   (an iteration runs `collectives` of them, mapper.collectives_per_iteration) and f s per request
-   moves the means by
-       TTFT: f + (t + c x collectives) x ttft_steps + u x ttft_seqs,
-       TPOT: (t + c x collectives) x tpot_steps + u x tpot_seqs,
-   so (f, t, u, c) >= 0 solve one non-negative least-squares problem per family (scipy nnls) over
+   (an iteration runs `collectives` of them, mapper.collectives_per_iteration), r s per executor rank
+   beyond the first (an instance of `ranks` devices) and f s per request moves the means by
+       TTFT: f + (t + c x collectives + r x (ranks - 1)) x ttft_steps + u x ttft_seqs,
+       TPOT: (t + c x collectives + r x (ranks - 1)) x tpot_steps + u x tpot_seqs,
+   so (f, t, u, c, r) >= 0 solve one non-negative least-squares problem per family (scipy nnls) over
    both equations of every run, each row divided by its measured value (relative errors weigh
    alike whatever the run's scale). Queueing's second-order response to the terms is left to
    the validation run, which simulates with them.
@@ -32,8 +32,8 @@ from scipy.optimize import nnls
 from sim.apps.serve.validate import ENGINES, Result
 
 TRAINING_SYSTEMS = {"h100_sxm"}
-FEATURES = ("sim_ttft_s", "sim_tpot_s", "ttft_steps", "ttft_seqs", "tpot_steps", "tpot_seqs", "collectives")
-TERMS = ("per_request_s", "step_s", "per_seq_s", "per_collective_s")
+FEATURES = ("sim_ttft_s", "sim_tpot_s", "ttft_steps", "ttft_seqs", "tpot_steps", "tpot_seqs", "collectives", "ranks")
+TERMS = ("per_request_s", "step_s", "per_seq_s", "per_collective_s", "per_extra_rank_s")
 START, END = "  # fit:start", "  # fit:end"
 
 
@@ -79,10 +79,10 @@ def fit(rows: list[dict], measured: dict[str, dict[str, float]]) -> list[Fit]:
         A, y = [], []
         for r in (r for r in rows if r["engine"] == engine and r["id"] in measured and in_training(r["id"])):
             m = measured[r["id"]]
-            c = r["collectives"]
-            A.append(np.array([1.0, r["ttft_steps"], r["ttft_seqs"], c * r["ttft_steps"]]) / m["ttft_s"])
+            c, x = r["collectives"], r["ranks"] - 1
+            A.append(np.array([1.0, r["ttft_steps"], r["ttft_seqs"], c * r["ttft_steps"], x * r["ttft_steps"]]) / m["ttft_s"])
             y.append((m["ttft_s"] - r["sim_ttft_s"]) / m["ttft_s"])
-            A.append(np.array([0.0, r["tpot_steps"], r["tpot_seqs"], c * r["tpot_steps"]]) / m["tpot_s"])
+            A.append(np.array([0.0, r["tpot_steps"], r["tpot_seqs"], c * r["tpot_steps"], x * r["tpot_steps"]]) / m["tpot_s"])
             y.append((m["tpot_s"] - r["sim_tpot_s"]) / m["tpot_s"])
         if not A:
             continue
@@ -99,6 +99,7 @@ def block(f: Fit, source: str) -> str:
     """The YAML lines between a stack file's fit markers."""
     return "\n".join([f"  step_s: {_us(f.terms['step_s'])}", f"  per_seq_s: {_us(f.terms['per_seq_s'])}",
                       f"  per_collective_s: {_us(f.terms['per_collective_s'])}",
+                      f"  per_extra_rank_s: {_us(f.terms['per_extra_rank_s'])}",
                       f"  per_request_s: {_us(f.terms['per_request_s'])}",
                       f"  fit: scripts/fit_engine_overheads.py, NNLS on {f.runs} {f.engine} runs of {source} "
                       "(h100_sxm rows only)"])

@@ -190,7 +190,7 @@ class ExactCost:
         n = len(it.seqs)
         host, extra = self._host.get(n) or self._host.setdefault(n, (
             self.mapper.engine_host_s(n) if self.host else 0.0,
-            self.overheads.iteration_s(n, self.mapper.collectives_per_iteration()) if self.host and self.overheads else 0.0))   # per count, once
+            self.overheads.iteration_s(n, self.mapper.collectives_per_iteration(), self.mapper.devices) if self.host and self.overheads else 0.0))   # per count, once
         if not host and not extra:
             return c
         t = (self.mapper.step_overhead.step_s(c[0], host) if host else c[0]) + extra

@@ -190,9 +190,11 @@ def machine_loader(engine_side_ttft: bool = False):
     return load
 
 
-def collectives(file: ServeFile, machine) -> int:
-    """TP collectives per iteration of the run's layout (the per_collective_s term scales with them)."""
-    return serving_mapper(machine, file, file.model_config_()).collectives_per_iteration()
+def layout_features(file: ServeFile, machine) -> dict[str, float]:
+    """What the per-iteration layout terms scale with: TP collectives per iteration (per_collective_s) and
+    the instance's devices, one executor rank each (per_extra_rank_s)."""
+    mapper = serving_mapper(machine, file, file.model_config_())
+    return {"collectives": float(mapper.collectives_per_iteration()), "ranks": float(mapper.devices)}
 
 
 def signed_errors(sim: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
@@ -215,7 +217,7 @@ def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | No
             continue
         b = summary["benchmark"]
         sim = {k: b[k] for k in METRICS}
-        feats = {**step_features(res), "collectives": float(collectives(file, machine_for(run.gpu)))}
+        feats = {**step_features(res), **layout_features(file, machine_for(run.gpu))}
         out.append(Result(run, sim, signed_errors(sim, run.measured), feats))
         if progress:
             progress(i + 1, len(runs))
