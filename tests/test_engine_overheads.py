@@ -115,7 +115,7 @@ def test_nnls_recovers_the_terms_it_was_built_from():
         step = t_s + c_s * x["collectives"] + r_s * (ranks - 1)
         measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + f_s + step * x["ttft_steps"] + u_s * x["ttft_seqs"],
                             "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"] + u_s * x["tpot_seqs"]}
-    (fit,) = F.fit(rows, measured)
+    (fit,) = F.fit(rows, measured, rank_term=True)
     assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s,
                                        "per_collective_s": c_s, "per_extra_rank_s": r_s}, rel=1e-6)
 

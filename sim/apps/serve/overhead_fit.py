@@ -72,14 +72,18 @@ def read_features(path: Path) -> list[dict]:
         return [{k: (float(v) if k in FEATURES else v) for k, v in row.items()} for row in csv.DictReader(fh)]
 
 
-def fit(rows: list[dict], measured: dict[str, dict[str, float]]) -> list[Fit]:
-    """One Fit per engine family from the zero-term features and the measured means (by run id)."""
+def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: bool = False) -> list[Fit]:
+    """One Fit per engine family from the zero-term features and the measured means (by run id).
+    `rank_term` fits per_extra_rank_s too. The shipped fit leaves it at 0: every vLLM training run is TP 2-8,
+    so these rows cannot tell a flat step from one that grows with the ranks, and the data that can disagree
+    (a TP1 step without the flat term replays ML.ENERGY's vLLM 0.11.1 H100 TP1 runs ~50% too fast and moves the
+    RTX PRO 6000 vLLM 0.19 run out of its band, while the RTX 4090 TP1 run prefers it; docs/serving.md)."""
     out = []
     for engine in sorted({r["engine"] for r in rows}):
         A, y = [], []
         for r in (r for r in rows if r["engine"] == engine and r["id"] in measured and in_training(r["id"])):
             m = measured[r["id"]]
-            c, x = r["collectives"], r["ranks"] - 1
+            c, x = r["collectives"], (r["ranks"] - 1) if rank_term else 0.0
             A.append(np.array([1.0, r["ttft_steps"], r["ttft_seqs"], c * r["ttft_steps"], x * r["ttft_steps"]]) / m["ttft_s"])
             y.append((m["ttft_s"] - r["sim_ttft_s"]) / m["ttft_s"])
             A.append(np.array([0.0, r["tpot_steps"], r["tpot_seqs"], c * r["tpot_steps"], x * r["tpot_steps"]]) / m["tpot_s"])
