@@ -393,6 +393,15 @@ def fit_prefill(name: str, hold_out: str | None = None) -> dict | None:
 
 # Quantized GEMM families: the gemm-table rows each is fitted on (framework, dtype, kernel column) and the
 # engine's quant-table rows of its activation-quantization kernel (None: weight-only, no such kernel).
+# SGLang's per-tensor FP8 families (one per architecture) share everything but their GPUs and kernel notes; they
+# borrow the quantize kernel of vLLM's (aic measures no SGLang quantize table).
+SGLANG_FP8 = dict(framework="sglang", dtype="fp8", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
+                  assumed="the activation-quantize kernel takes the floor and streaming rate fitted on vLLM's "
+                          "per-tensor quantize kernel (no SGLang quantize table is measured)")
+
+# vLLM's per-tensor FP8 families: one per architecture (CUTLASS builds other configurations on SM 12.x).
+VLLM_FP8 = dict(framework="vllm", dtype="fp8", kernel="cutlass_fp8_scaled_mm", quant="vllm", rate_format="fp8_e4m3")
+
 QUANT_GEMM = {
     "trtllm_fp8_per_tensor": dict(
         framework="trtllm", dtype="fp8", kernel=None, quant="trtllm", rate_format="fp8_e4m3",
@@ -400,8 +409,7 @@ QUANT_GEMM = {
         cite="TensorRT-LLM tensorrt_llm/_torch/modules/linear.py FP8QDQLinearMethod.apply "
              "(torch.ops.tensorrt_llm.static_quantize_e4m3_per_tensor, then torch.ops.trtllm.cublas_scaled_mm)"),
     "vllm_fp8_per_tensor": dict(
-        framework="vllm", dtype="fp8", kernel="cutlass_fp8_scaled_mm", quant="vllm", rate_format="fp8_e4m3",
-        gpus=("h100",),
+        **VLLM_FP8, gpus=("h100",),
         description="vLLM per-tensor FP8 W8A8 Linear: scaled_fp8_quant kernel, then CUTLASS cutlass_scaled_mm "
                     "(the SM 9.0 kernels; SM 12.x: vllm_fp8_per_tensor_sm120)",
         cite="vllm/model_executor/layers/quantization/utils/w8a8_utils.py Fp8LinearOp.apply (ops.scaled_fp8_quant, "
@@ -409,27 +417,20 @@ QUANT_GEMM = {
              "c3x/scaled_mm_sm90_fp8_dispatch.cuh: tile 64x64x128 at M <= 64, 64x128x128 to 128, 128x128x128 above); "
              "fitted on H100 only"),
     "vllm_fp8_per_tensor_sm120": dict(
-        framework="vllm", dtype="fp8", kernel="cutlass_fp8_scaled_mm", quant="vllm", rate_format="fp8_e4m3",
-        gpus=("rtx_pro_6000",),
+        **VLLM_FP8, gpus=("rtx_pro_6000",),
         description="vLLM per-tensor FP8 W8A8 Linear on SM 12.x (RTX Blackwell): scaled_fp8_quant, then CUTLASS "
                     "cutlass_scaled_mm's single SM 12.0 configuration",
         cite="vllm csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm120_fp8_dispatch.cuh (sm120_fp8_config_default: "
              "one tile 256x128x64, cluster 1x1x1, for every shape); fitted on RTX PRO 6000 only"),
     "sglang_fp8_per_tensor": dict(
-        framework="sglang", dtype="fp8", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
-        gpus=("h100",),
-        assumed="the activation-quantize kernel takes the floor and streaming rate fitted on vLLM's per-tensor "
-                "quantize kernel (no SGLang quantize table is measured)",
+        **SGLANG_FP8, gpus=("h100",),
         description="SGLang per-tensor FP8 W8A8 Linear on Hopper: quantize, then sgl-kernel fp8_scaled_mm "
                     "(cutlass_scaled_mm_sm90_fp8)",
         cite="sglang python/sglang/srt/layers/quantization/fp8_utils.py apply_fp8_linear (cutlass path: "
              "sgl_kernel.fp8_scaled_mm); sgl-kernel csrc/gemm/fp8_gemm_kernel.cu fp8_scaled_mm (SM 9.x: "
              "cutlass_scaled_mm_sm90_fp8); aic kernel sglang_sgl_kernel_fp8_scaled_mm, H100 rows only"),
     "sglang_fp8_per_tensor_sm120": dict(
-        framework="sglang", dtype="fp8", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
-        gpus=("rtx_pro_6000",),
-        assumed="the activation-quantize kernel takes the floor and streaming rate fitted on vLLM's per-tensor "
-                "quantize kernel (no SGLang quantize table is measured)",
+        **SGLANG_FP8, gpus=("rtx_pro_6000",),
         description="SGLang per-tensor FP8 W8A8 Linear on SM 12.x: quantize, then sgl-kernel fp8_scaled_mm's "
                     "single SM 12.0 CUTLASS configuration (no tile scheduler: one CTA walks all of K per tile)",
         cite="sgl-kernel csrc/gemm/fp8_gemm_kernel.cu fp8_scaled_mm (SM >= 12.0: sm120_fp8_dispatch_shape -> "
