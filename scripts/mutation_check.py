@@ -99,7 +99,8 @@ TARGETS: dict[str, list[str]] = {
                    for m in ("base", "orca", "sarathi", "static", "vllm", "vllm_v0", "vllm_cohort", "sglang", "trtllm")],
     "KV pool": ["sim.apps.serve.kvpool.*__mutmut_*"],
     "metrics": ["sim.apps.serve.metrics.*__mutmut_*"],
-    "surrogate": ["sim.apps.serve.stepcost.xǁSurrogateǁ*__mutmut_*", "sim.apps.serve.stepcost.x__interp__mutmut_*",
+    "surrogate": ["sim.apps.serve.stepcost.xǁSurrogateǁ*__mutmut_*", "sim.apps.serve.costvec.x_interp__mutmut_*",
+                  "sim.apps.serve.costvec.x_within_step__mutmut_*",
                   "sim.apps.serve.stepcost.x_features__mutmut_*", "sim.apps.serve.stepcost.x__grid__mutmut_*"],
     "collectives": ["hw_models.network.collectives.*__mutmut_*"],
     # (ParallelPlan's figures are properties, which mutmut 3.8 leaves alone: decorated functions are not mutated)
