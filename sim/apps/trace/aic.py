@@ -49,9 +49,10 @@ from sim.core.workload import Workload
 
 TABLES = ("gemm_sglang", "gemm", "gen_attn", "ctx_attn", "comm")   # longest prefix first
 HELD_OUT = ("h200", "b200", "b300", "gb200")    # aic README: out-of-sample, report only
-PRESET = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000", "h200": "h200", "b200": "b200"}
+PRESET = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000", "l40s": "l40s", "h200": "h200",
+          "b200": "b200"}
 NODE = {"h100": "dgx_h100", "a100": "dgx_a100", "h200": "hgx_h200", "b200": "hgx_b200",
-        "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
+        "rtx_pro_6000": "rtx_pro_6000_x8_pcie", "l40s": "l40s_x8_pcie"}
 STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 # The row's dtype -> the stored weight format sim lowers it with.
 GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128", "nvfp4": "nvfp4",
