@@ -135,7 +135,10 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
                     # per-architecture and SGLang's own families: SGLang then ran vLLM's (base) families
                     "vllm_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_fp8_per_tensor": "fp8_scaled_mm",
                     "sglang_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_nvfp4": "fp4_marlin_emulated",
-                    "trtllm_fp8_block_sm120": "fp8_scaled_mm"}
+                    "trtllm_fp8_block_sm120": "fp8_scaled_mm",
+                    # Ada (SM 8.9) families (scripts/fit_kernels_ada.py)
+                    "vllm_fp8_per_tensor_sm89": "fp8_scaled_mm", "sglang_fp8_per_tensor_sm89": "fp8_scaled_mm",
+                    "trtllm_fp8_block_sm89": "fp8_scaled_mm", "vllm_fp8_block_sm89": "fp8_scaled_mm"}
 
 
 # The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
