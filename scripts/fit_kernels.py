@@ -16,7 +16,7 @@ its own node's collectives, its dense bf16 family and the SM 8.9 families of fit
 * hw_models/stack/attention_kernels.yaml: per attention kernel family, the decode figures per KV
   format (fixed, per-CTA, KV stream efficiency) and the prefill efficiency curve over the
   sequence length (hw_models.stack.attention_kernels), on the H100, A100 and RTX PRO 6000 tables
-  (L40S has no sim preset). The target is the measured call less what sim charges for the
+  (L40S is not fitted on: its rows are costed held out). The target is the measured call less what sim charges for the
   other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
 * hw_models/stack/kernel_families_fitted.yaml: the quantized GEMM families the engines run
   (hw_models.stack.kernel_families), on each family's rows of the gemm tables (QUANT_GEMM). A
