@@ -120,8 +120,8 @@ NOTES = """What moved, and what did not:
   fast; H100 vLLM batches 16-64 10-14% slow; SGLang's fa3 rows on H100, costed with the FlashAttention family
   fitted on vLLM's, are 14-33% slow at every batch (its decode call is cheaper than vLLM's at every size: an
   engine cost, not the kernel's).
-* FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows, the only in-sample
-  GPU fitted on whose SGLang rows run it (L40S, which runs it too, is costed held out: 18.2% decode bf16), so no fitted GPU is held out; vLLM's
+* FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
+  SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 18.5% with the L2 term). The
   stacks pick their backend as the engines' source does, by the GPU's `compute_capability` and the KV format:
   SGLang fa3 on Hopper, trtllm_mha on SM 10.x, FlashInfer elsewhere (server_args.py _get_default_attn_backend);
