@@ -11,6 +11,8 @@ import json
 import pytest
 
 from hw_models.machine import load_machine
+from hw_models.network.collectives import collective_s
+from hw_models.network.engine_collectives import ONE_SHOT, custom_all_reduce_s, node_fits
 from hw_models.network.topology import load_topology
 from hw_models.stack.kernel_families import families
 from hw_models.stack.spec import load_stack
@@ -111,3 +113,19 @@ def test_l40s_tables_costed_from_the_cli(shared_validation, tmp_path):
     assert {"gemm bfloat16 [vllm]", "gemm fp8 [vllm]", "decode attention kv bfloat16 [trtllm]",
             "all_reduce nccl"} <= {r["family"] for r in rows}
     assert all(r["gpu"] == "l40s" and not r["held_out"] and r["rows"] > 0 for r in rows)
+
+
+def test_l40s_node_collectives_are_its_fitted_lines():
+    """l40s_x8_pcie (PCIe, no NVLink): NCCL all-reduce at 8 ranks is the faster of its two fitted lines, ring
+    steps 2 x 7 = 14 and 2 x 7/8 of the bytes per rank; vLLM's custom all-reduce runs only at 2 PCIe ranks
+    (one-shot: latency + 1 x S / B), TensorRT-LLM's never (no NVLink): those hand the message to NCCL."""
+    topo = load_topology("l40s_x8_pcie")
+    lo, hi = node_fits("l40s_x8_pcie").nccl["all_reduce"][8]
+    for s in (4096.0, 256 * 2 ** 20):
+        want = min(14 * ln.latency_s + 2 * 7 / 8 * s / ln.bandwidth_bytes_per_s for ln in (lo, hi))
+        assert collective_s(topo, "all_reduce", s, 8, "nccl") == pytest.approx(want)
+    line = node_fits("l40s_x8_pcie").custom["vllm"][2][ONE_SHOT]
+    assert custom_all_reduce_s("l40s_x8_pcie", "vllm", 65536.0, 2) == pytest.approx(
+        line.latency_s + 65536.0 / line.bandwidth_bytes_per_s)
+    assert custom_all_reduce_s("l40s_x8_pcie", "vllm", 65536.0, 4) is None
+    assert custom_all_reduce_s("l40s_x8_pcie", "trtllm", 65536.0, 2) is None
