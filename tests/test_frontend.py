@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hw_models.machine import load_machine
+from sim.apps.serve import overhead_fit as F
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.closed import ClosedLoopSim, in_flight_max
 from sim.apps.serve.instance import prepare
@@ -105,3 +106,15 @@ def test_no_service_time_builds_no_front_end():
     _, b = run(f, front_end_servers=3)
     for c in ("first_token_s", "finish_s"):
         np.testing.assert_array_equal(a.requests[c], b.requests[c])
+
+
+def test_the_fit_keeps_the_per_token_time_its_rows_were_replayed_under():
+    # overhead_fit step 3: the front end's time per token is no NNLS column; the rows carry the value they were
+    # replayed under and the fit writes it into the stack block beside the NNLS terms (70 us -> "70 us").
+    rows = [{"id": str(i), "engine": "trtllm", "sim_ttft_s": 0.1, "sim_tpot_s": 0.01, "ttft_steps": 3.0 + i,
+             "ttft_seqs": 20.0 * i, "tpot_steps": 1.0, "tpot_seqs": 8.0 + i, "collectives": 0.0, "ranks": 1.0,
+             F.FRONT: 70e-6} for i in range(6)]
+    measured = {r["id"]: {"ttft_s": 0.15, "tpot_s": 0.011} for r in rows}
+    (fit,) = F.fit(rows, measured)
+    assert fit.terms[F.FRONT] == 70e-6
+    assert "  front_end_output_token_s: 70 us" in F.block(fit, "x.csv").splitlines()
