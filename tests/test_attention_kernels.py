@@ -44,6 +44,20 @@ def test_decode_cycles_and_ramp_by_hand():
     assert d.memory_s(1e9, 200, 1e12) == pytest.approx(2000e-6 * 1.01)
 
 
+def test_mha_kernel_stream_by_hand():
+    """A family whose MHA calls run another kernel (TensorRT-LLM's masked MHA, not XQA) streams them at its
+    own figures: 1 GB / (1 TB/s x 0.25) x (1 + 6 / 2 CTAs) = 16,000 us where heads == kv_heads (8 / 8, 1 x 8
+    CTAs: x (1 + 6 / 8) = 7000 us), the grouped figures (0.5, ramp 2) elsewhere; without MHA figures both
+    layouts take the grouped ones."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2,
+               mha_kv_stream_efficiency=0.25, mha_kv_ramp_ctas=6)
+    assert d.memory_s(1e9, 2, 1e12, mha=True) == pytest.approx(16000e-6)
+    assert d.time_s(1, 8, 8, 1e9, 132, 1e12) == pytest.approx(7000e-6)
+    assert d.time_s(1, 32, 8, 1e9, 132, 1e12) == pytest.approx(2000e-6 * 1.25)
+    plain = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2)
+    assert plain.time_s(1, 8, 8, 1e9, 132, 1e12) == plain.time_s(1, 32, 8, 1e9, 132, 1e12)
+
+
 def test_prefill_by_hand():
     """10 us + 1 TFLOP / (1000 TFLOP/s x fraction); the fraction interpolates in log q_len:
     halfway between 1024 (0.4) and 4096 (0.6) in log is 2048 -> 0.5."""
@@ -65,7 +79,7 @@ def test_shipped_decode_floor_and_stream_on_h100():
         kv_bytes = 2 * 4096 * 8 * 128 * 2
         assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 / 132)
         assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency)
-                                           * (1 + d.kv_ramp_ctas / 8))
+                                           * (1 + d.kv_ramp_ctas / 8))   # grouped (32 / 8): not the MHA figures
         assert c.duration_s == pytest.approx(c.overhead_s + c.memory_s)
 
 

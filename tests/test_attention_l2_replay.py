@@ -41,16 +41,27 @@ def test_l2_stream_by_hand():
     assert d.l2_memory_s(64 * MIB, 8, 20e12) == pytest.approx(64 * MIB / 20e12 * 1.25)
 
 
+def test_l2_stream_efficiency_by_hand():
+    """The same 64 MiB at l2_stream_efficiency 0.125 (2.5 TB/s of the 20 TB/s cited): 8x the time, 33.55 us;
+    an MHA call (mha=True) with its own ramp 6: x (1 + 6 / 8) instead of x 1.25."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2,
+               mha_kv_stream_efficiency=0.25, mha_kv_ramp_ctas=6, l2_stream_efficiency=0.125)
+    assert d.l2_memory_s(64 * MIB, 8, 20e12) == pytest.approx(64 * MIB / 2.5e12 * 1.25)
+    assert d.l2_memory_s(64 * MIB, 8, 20e12, mha=True) == pytest.approx(64 * MIB / 2.5e12 * 1.75)
+
+
 def test_cache_that_fits_streams_from_l2_only_under_replay():
     """RTX PRO 6000 (128 MiB L2, 23.35 TB/s): batch 16 x 2048 tokens x 8 KV heads x 128 x 2 (K, V) x 2 B
-    = 128 MiB fits, and under replay streams at 23.35 TB/s x (1 + ramp / 128 CTAs); without the replay
+    = 128 MiB fits, and under replay streams at 23.35 TB/s x l2_stream_efficiency / (1 + ramp / 128 CTAs), still
+    faster than DRAM (the fitted efficiencies put the L2 at 2.9-4.9 TB/s, DRAM at 1.5 TB/s); without the replay
     condition, and for 160 MiB (batch 20) either way, at the DRAM rate as before."""
     for name, fam in attention_families().items():
         d = fam.decode["bf16"]
         fits = _op(16, 2048)
         assert _kv_bytes(fits) == 128 * MIB
         replay = _cost(fits, name, "rtx_pro_6000", True)
-        assert replay.memory_s == pytest.approx(128 * MIB / 23.35e12 * (1 + d.kv_ramp_ctas / 128))
+        assert replay.memory_s == pytest.approx(128 * MIB / (23.35e12 * d.l2_stream_efficiency)
+                                                * (1 + d.kv_ramp_ctas / 128))
         plain = _cost(fits, name, "rtx_pro_6000", False)
         assert plain.memory_s == pytest.approx(d.memory_s(128 * MIB, 128, DRAM_BW))
         assert replay.overhead_s == plain.overhead_s and replay.memory_s < plain.memory_s

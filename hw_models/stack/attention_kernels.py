@@ -68,6 +68,11 @@ class Decode(Strict):
     mha_cta_s: Quantity = Field(ge=0)                   # the same where every query head has its own KV head
     kv_stream_efficiency: float = Field(gt=0, le=1.5)   # x the unit's memory_max, with many CTAs in flight
     kv_ramp_ctas: float = Field(default=0.0, ge=0)      # CTAs at which the KV stream reaches half that rate
+    # The same two where heads == kv_heads, for a family that runs those through another kernel (module doc:
+    # TensorRT-LLM's masked MHA against XQA); None: the grouped-query figures.
+    mha_kv_stream_efficiency: float | None = Field(default=None, gt=0, le=1.5)
+    mha_kv_ramp_ctas: float | None = Field(default=None, ge=0)
+    l2_stream_efficiency: float = Field(default=1.0, gt=0, le=1.0)   # x the unit's cited L2 read rate (replay)
     rows: int = 0                                       # measured rows fitted
     fit_mape: float = 0.0                               # in-sample MAPE of the whole call
 
@@ -76,18 +81,27 @@ class Decode(Strict):
         cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
         return self.fixed_s + cycles_s + per_cta * batch * kv_heads / sms
 
-    def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float) -> float:
-        return kv_bytes / (bandwidth * self.kv_stream_efficiency) * (1.0 + self.kv_ramp_ctas / max(ctas, 1))
+    def stream(self, mha: bool = False) -> tuple[float, float]:
+        """(DRAM stream efficiency, ramp CTAs) of the grouped-query kernel, or of the MHA one (`mha`)."""
+        if mha and self.mha_kv_stream_efficiency is not None:
+            ramp = self.kv_ramp_ctas if self.mha_kv_ramp_ctas is None else self.mha_kv_ramp_ctas
+            return self.mha_kv_stream_efficiency, ramp
+        return self.kv_stream_efficiency, self.kv_ramp_ctas
 
-    def l2_memory_s(self, kv_bytes: float, ctas: int, l2_bandwidth: float) -> float:
-        """The KV stream re-read from L2 (a single-layer replay, module doc): the cited L2 rate, not the
-        DRAM stream efficiency fitted on caches larger than any L2, with the same ramp in CTAs."""
-        return kv_bytes / l2_bandwidth * (1.0 + self.kv_ramp_ctas / max(ctas, 1))
+    def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float, mha: bool = False) -> float:
+        eff, ramp = self.stream(mha)
+        return kv_bytes / (bandwidth * eff) * (1.0 + ramp / max(ctas, 1))
+
+    def l2_memory_s(self, kv_bytes: float, ctas: int, l2_bandwidth: float, mha: bool = False) -> float:
+        """The KV stream re-read from L2 (a single-layer replay, module doc): the cited L2 rate at the
+        fitted l2_stream_efficiency, not the DRAM stream efficiency fitted on caches larger than any L2,
+        with the same ramp in CTAs."""
+        return kv_bytes / (l2_bandwidth * self.l2_stream_efficiency) * (1.0 + self.stream(mha)[1] / max(ctas, 1))
 
     def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
                clock_hz: float | None = None) -> float:
         return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz)
-                + self.memory_s(kv_bytes, batch * kv_heads, bandwidth))
+                + self.memory_s(kv_bytes, batch * kv_heads, bandwidth, heads == kv_heads))
 
 
 class Prefill(Strict):
@@ -206,9 +220,9 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         heads, batch = d.get("heads", 1), d.get("batch", 1)
         kv_heads = d.get("kv_heads", heads)
         if single_layer_replay and l2_resident(unit, kv_bytes):
-            memory_s = fig.l2_memory_s(kv_bytes, batch * kv_heads, unit.l2_bandwidth_bytes_per_s)
+            memory_s = fig.l2_memory_s(kv_bytes, batch * kv_heads, unit.l2_bandwidth_bytes_per_s, heads == kv_heads)
         else:
-            memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw)
+            memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw, heads == kv_heads)
         overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
