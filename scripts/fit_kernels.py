@@ -171,14 +171,28 @@ def fit_all() -> str:
     return render({node: fit_node(gpu) for gpu, node in IN_SAMPLE.items()})
 
 
-# Attention families: which rows of the tables each is fitted on, and the engines' source naming the kernel.
+# Attention families: which rows of the tables each is fitted on (`gpus`: only those GPUs' rows), the engines'
+# source naming the kernel; `mha_kernel`: MHA calls run another kernel (own stream figures); `walk`: fit a
+# serial walk per KV token for grouped-query calls (hw_models.stack.attention_kernels).
+TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True)
+TRTLLM_ATTENTION_CITE = (
+    "TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: XQA decode "
+    "kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
+    "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)")
 ATTENTION = {
     "trtllm_attention": dict(
-        framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True,
-        description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused",
-        cite="TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: "
-             "XQA decode kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
-             "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)"),
+        TRTLLM_ATTENTION, gpus=("h100", "a100"),
+        description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused "
+                    "(SM 8.x / 9.x; SM 12.x runs trtllm_attention_sm120)",
+        cite=TRTLLM_ATTENTION_CITE + "; fitted on the H100 and A100 rows"),
+    "trtllm_attention_sm120": dict(
+        TRTLLM_ATTENTION, gpus=("rtx_pro_6000",), walk=True,
+        description="TensorRT-LLM attention op on SM 12.x (RTX Blackwell), as trtllm_attention; its FP8-KV "
+                    "grouped-query decode does not split the sequence across CTAs (kv_walk_s_per_token)",
+        cite=TRTLLM_ATTENTION_CITE + "; fitted on the RTX PRO 6000 rows (the only in-sample SM 12.x GPU: none held "
+             "out). XQA's multi_block_mode (decoderXQARunner, xqaDispatcher.cpp getWorkspaceSize: nbSubSeq "
+             "sub-sequences per sequence) is what splits it elsewhere; why the SM 12.x FP8-KV path runs "
+             "without it is not established from the source, only measured"),
     "flash_attn": dict(
         framework="vllm", kernel="flash_attn", stack="vllm",
         description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
@@ -237,6 +251,8 @@ def _attention_table(name: str, table: str, check: bool = False) -> list[tuple]:
     framework, kernel, stack = spec["check"] if check else (spec["framework"], spec["kernel"], spec["stack"])
     out = []
     for gpu, preset in ATTN_GPUS.items():
+        if gpu not in spec.get("gpus", ATTN_GPUS):
+            continue
         df = pd.read_csv(SHARED / f"{table}_{gpu}.csv.gz")
         df = df[df["framework"] == framework]
         if kernel:
@@ -272,8 +288,8 @@ def _reads_less_than_named(rows: list[tuple]) -> set[tuple[str, bool]]:
 
 def _decode_columns(sel: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row: [1, 1 / clock, grouped CTAs / SMs, MHA CTAs / SMs, KV / bw, KV / (bw x CTAs),
-    KV / L2 bw, KV / (L2 bw x CTAs)] (the terms of hw_models.stack.attention_kernels.Decode; the DRAM
-    pair is zero where the replayed cache fits the L2, the L2 pair zero elsewhere), the measured seconds,
+    KV / L2 bw, KV / (L2 bw x CTAs), grouped-query kv_len] (the terms of hw_models.stack.attention_kernels.Decode;
+    the DRAM pair is zero where the replayed cache fits the L2, the L2 pair zero elsewhere), the measured seconds,
     sim's seconds for the other ops of the call, and the KV bytes."""
     X, t, others, kvb = [], [], [], []
     for preset, r, ops in sel:
@@ -284,7 +300,8 @@ def _decode_columns(sel: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarra
         mha = r.heads == r.kv_heads
         stream = [kv_bytes / bw, kv_bytes / bw / ctas, 0.0, 0.0] if kv_bytes > l2_bytes else \
             [0.0, 0.0, kv_bytes / l2_bw, kv_bytes / l2_bw / ctas]
-        X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0, *stream])
+        X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0, *stream,
+                  0.0 if mha else r.step + 1.0])
         t.append(r.latency_us * 1e-6)
         others.append(sum(sec for _, sec in ops[1:]))
         kvb.append(kv_bytes)
@@ -297,8 +314,9 @@ def _predict(X: np.ndarray, f: dict) -> np.ndarray:
     mha = X[:, 3] > 0
     inv_eff = np.where(mha, 1.0 / f["mha_kv_stream_efficiency"], 1.0 / f["kv_stream_efficiency"])
     ramp = np.where(mha, f["mha_kv_ramp_ctas"], f["kv_ramp_ctas"])
+    stream = inv_eff * (X[:, 4] + ramp * X[:, 5]) + (X[:, 6] + ramp * X[:, 7]) / f["l2_stream_efficiency"]
     return (f["fixed_s"] + f["fixed_cycles"] * X[:, 1] + f["cta_s"] * X[:, 2] + f["mha_cta_s"] * X[:, 3]
-            + inv_eff * (X[:, 4] + ramp * X[:, 5]) + (X[:, 6] + ramp * X[:, 7]) / f["l2_stream_efficiency"])
+            + np.maximum(stream, f["kv_walk_s_per_token"] * X[:, 8]))
 
 
 def _decode_errors(X: np.ndarray, t: np.ndarray, others: np.ndarray, f: dict) -> np.ndarray:
@@ -338,8 +356,28 @@ def _fit_figures(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarr
     c = _weighted_nnls(np.c_[X[fit, :4], l2[fit]], t[fit], others[fit] + dram[fit])
     # The cited L2 rate is a ceiling (efficiency <= 1); no rows in L2 (no GPU cites a rate): 1, unused.
     f.update(fixed_s=c[0], fixed_cycles=c[1], cta_s=c[2], mha_cta_s=c[3],
-             l2_stream_efficiency=1.0 / max(c[4], 1.0) if (l2[fit] > 0).any() else 1.0)
+             l2_stream_efficiency=1.0 / max(c[4], 1.0) if (l2[fit] > 0).any() else 1.0, kv_walk_s_per_token=0.0)
     return f
+
+
+WALK_GRID_S = np.arange(0.0, 20.05e-9, 0.1e-9)   # seconds per KV token of one CTA's walk
+
+
+def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray, fit: np.ndarray,
+              mha_kernel: bool) -> dict:
+    """The figures with a serial walk per KV token (hw_models.stack.attention_kernels): per walk on a grid, the
+    other figures fitted (_fit_figures) on the rows the walk does not bind (its kv_len x walk below the stream
+    fitted without one), and the walk whose whole model has the least in-sample MAPE kept (0: no walk)."""
+    base = _fit_figures(X, t, others, kvb, fit, mha_kernel)
+    stream = _predict(X, base) - _predict(X * np.r_[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], base)
+    best, best_mape = base, float(_decode_errors(X, t, others, base)[fit].mean())
+    for w in WALK_GRID_S[1:]:
+        free = fit & (w * X[:, 8] < stream)
+        f = {**_fit_figures(X, t, others, kvb, free, mha_kernel), "kv_walk_s_per_token": w}
+        mape = float(_decode_errors(X, t, others, f)[fit].mean())
+        if mape < best_mape:
+            best, best_mape = f, mape
+    return best
 
 
 def fit_decode(name: str, hold_out: str | None = None) -> dict:
@@ -356,7 +394,9 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
         fit = np.array([p != hold_out for p, _, _ in sel])
         if fit.sum() < 10:    # only the held-out GPU has this format's rows
             continue
-        f = {k: _sig(v) for k, v in _fit_figures(X, t, others, kvb, fit, ATTENTION[name].get("mha_kernel", False)).items()}
+        spec = ATTENTION[name]
+        f = {k: _sig(v) for k, v in (_fit_walk if spec.get("walk") else _fit_figures)(
+            X, t, others, kvb, fit, spec.get("mha_kernel", False)).items()}
         err = _decode_errors(X, t, others, f)
         presets = np.array([p for p, _, _ in sel])
         check = [(p, r, ops) for p, r, ops in (_attention_table(name, "gen_attn", True) if "check" in ATTENTION[name]
@@ -819,6 +859,8 @@ def _optional_stream(d: dict) -> str:
         out += f"mha_kv_stream_efficiency: {d['mha_kv_stream_efficiency']:.3g}, mha_kv_ramp_ctas: {d['mha_kv_ramp_ctas']:.3g}, "
     if d["l2_stream_efficiency"] != 1.0:
         out += f"l2_stream_efficiency: {d['l2_stream_efficiency']:.3g}, "
+    if d["kv_walk_s_per_token"]:
+        out += f"kv_walk_s_per_token: {d['kv_walk_s_per_token']:.3g}, "
     return out
 
 

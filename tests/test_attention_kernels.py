@@ -58,6 +58,21 @@ def test_mha_kernel_stream_by_hand():
     assert plain.time_s(1, 8, 8, 1e9, 132, 1e12) == plain.time_s(1, 32, 8, 1e9, 132, 1e12)
 
 
+def test_kv_walk_by_hand():
+    """A kernel that walks the cache unsplit: 10 ns per token x 32,768 tokens = 327.68 us, whatever the batch
+    (1 or 4) and KV heads, while the stream is shorter (1 GB / (1 TB/s x 0.5) = 2000 us takes over at batch 8
+    x 8 KV heads: the larger of the two); an MHA call (heads == kv_heads) never walks. Never faster with more
+    tokens: the walk and the stream both grow with kv_len."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_walk_s_per_token=10e-9)
+    assert d.walk_s(32768) == pytest.approx(327.68e-6) and d.walk_s(32768, mha=True) == 0.0
+    assert d.time_s(1, 8, 1, 1e6, 132, 1e12, kv_len=32768) == pytest.approx(327.68e-6)
+    assert d.time_s(4, 32, 8, 1e6, 132, 1e12, kv_len=32768) == pytest.approx(327.68e-6)
+    assert d.time_s(8, 32, 8, 1e9, 132, 1e12, kv_len=32768) == pytest.approx(2000e-6)
+    assert d.time_s(1, 8, 8, 1e6, 132, 1e12, kv_len=32768) == pytest.approx(2e-6)
+    times = [d.time_s(1, 8, 1, 2 * n * 128 * 2.0, 132, 1e12, kv_len=n) for n in (1, 512, 4096, 32768, 131072)]
+    assert times == sorted(times)
+
+
 def test_prefill_by_hand():
     """10 us + 1 TFLOP / (1000 TFLOP/s x fraction); the fraction interpolates in log q_len:
     halfway between 1024 (0.4) and 4096 (0.6) in log is 2048 -> 0.5."""

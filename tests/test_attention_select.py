@@ -88,7 +88,7 @@ def test_unknown_family_in_a_rule_is_refused():
                                  "attention_rules": [{"family": "nope"}]}, "t.yaml", "a stack")
 
 
-@pytest.mark.parametrize("src, family", [("torch_flow", "trtllm_attention"), ("fa3", "flash_attn"),
+@pytest.mark.parametrize("src, family", [("torch_flow", None), ("torch_flow_flashinfer", None), ("fa3", "flash_attn"),
                                          ("flash_attention", "flash_attn"), ("vllm_flash_attn_fa2", "flash_attn"),
                                          ("vllm_flashinfer_fidecode", "flashinfer"), ("flashinfer", "flashinfer"),
                                          ("triton", None)])

@@ -140,7 +140,8 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
 # The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
 # where that is not the one its engine's stack picks on the GPU (SGLang 0.5.10's A100 rows ran
 # flash_attention, where SGLang's default there is FlashInfer).
-KERNEL_FAMILY = (("torch_flow", "trtllm_attention"), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
+# TensorRT-LLM's op (torch_flow) takes the trtllm stack's own pick, which is per architecture (attention_rules).
+KERNEL_FAMILY = (("torch_flow", None), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
                  ("flash_attention", "flash_attn"), ("fa3", "flash_attn"))
 
 
