@@ -9,7 +9,7 @@ import pytest
 from hw_models.machine import load_machine
 from hw_models.stack.attention_kernels import Decode, attention_cost, attention_families
 from hw_models.stack.spec import load_stack
-from sim.apps.trace.aic import _mapper
+from sim.apps.trace.aic import _mapper, attention_ops
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
 
@@ -97,3 +97,15 @@ def test_replay_never_faster_with_more_work(family):
             assert t == sorted(t)
         t = [_cost(_op(b, 2048, kv), family, "rtx_pro_6000", True).duration_s for b in (1, 8, 16, 17, 20, 256)]
         assert t == sorted(t)
+
+
+def test_mapper_tells_kv_heads_and_kv_format_apart():
+    """Batch 32, 2 tokens, 32 heads: 4 KV heads of bf16 cache and 8 of FP8 have equal FLOPs, bytes and query
+    shape (the GPU mapper's cost key before): costed one after the other by the same mapper, each takes its own
+    format's figures (the FP8 call at 12.2 us, not the bf16 one's 9.4)."""
+    bf16 = attention_ops("rtx_pro_6000", "trtllm", "trtllm", "decode", 32, 1, 2, 32, 4, 128, "bf16")[0]
+    fp8 = attention_ops("rtx_pro_6000", "trtllm", "trtllm", "decode", 32, 1, 2, 32, 8, 128, "fp8_e4m3")[0]
+    assert (bf16[0].flops, bf16[0].bytes) == (fp8[0].flops, fp8[0].bytes)
+    for op, seconds in (bf16, fp8):
+        assert seconds == _cost(op, "trtllm_attention_sm120", "rtx_pro_6000", True).duration_s
+    assert fp8[1] != bf16[1]
