@@ -173,7 +173,8 @@ def fit_all() -> str:
 
 # Attention families: which rows of the tables each is fitted on (`gpus`: only those GPUs' rows), the engines'
 # source naming the kernel; `mha_kernel`: MHA calls run another kernel (own stream figures); `walk`: fit a
-# serial walk per KV token for grouped-query calls (hw_models.stack.attention_kernels).
+# serial walk per KV token for grouped-query calls (hw_models.stack.attention_kernels); `skip_decode`: a GPU's
+# decode rows of that KV format run another kernel and are not fitted on.
 TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True)
 TRTLLM_ATTENTION_CITE = (
     "TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: XQA decode "
@@ -181,10 +182,11 @@ TRTLLM_ATTENTION_CITE = (
     "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)")
 ATTENTION = {
     "trtllm_attention": dict(
-        TRTLLM_ATTENTION, gpus=("h100", "a100"),
+        TRTLLM_ATTENTION, skip_decode={"rtx_pro_6000": "fp8"},
         description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused "
                     "(SM 8.x / 9.x; SM 12.x runs trtllm_attention_sm120)",
-        cite=TRTLLM_ATTENTION_CITE + "; fitted on the H100 and A100 rows"),
+        cite=TRTLLM_ATTENTION_CITE + "; fitted on every in-sample GPU's rows but the RTX PRO 6000's FP8-KV decode "
+             "(another kernel: it walks the cache unsplit, trtllm_attention_sm120), so that a GPU can be held out"),
     "trtllm_attention_sm120": dict(
         TRTLLM_ATTENTION, gpus=("rtx_pro_6000",), walk=True,
         description="TensorRT-LLM attention op on SM 12.x (RTX Blackwell), as trtllm_attention; its FP8-KV "
@@ -396,7 +398,9 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
     dropped = _reads_less_than_named(rows)
     out = {}
     for kv in ("bfloat16", "fp8"):
-        sel = [(p, r, ops) for p, r, ops in rows if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped]
+        skip = {ATTN_GPUS[g] for g, k in ATTENTION[name].get("skip_decode", {}).items() if k == kv}
+        sel = [(p, r, ops) for p, r, ops in rows
+               if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped and p not in skip]
         if len(sel) < 10:
             continue
         X, t, others, kvb = _decode_columns(sel)
