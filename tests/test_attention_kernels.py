@@ -139,3 +139,14 @@ def test_no_sm_count_keeps_the_roofline():
 def test_unknown_family_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown kernel family"):
         _cost(_op("decode", 1, 1, 16), "nope")
+
+
+def test_shipped_sm120_fp8_walk_on_rtx_pro_6000():
+    """trtllm_attention_sm120's FP8-KV grouped decode on the RTX PRO 6000 at batch 1, 32,768 tokens, 32 / 8 heads:
+    the walk (32,768 x kv_walk_s_per_token, ~311 us) outlasts the 67 MB stream (~160 us with its ramp at 8 CTAs), so
+    the call is the overhead (~8.3 us) plus the walk; aic measured 320 us (gen_attn_rtx_pro_6000, TensorRT-LLM
+    1.3.0rc20; the family's fit MAPE is 10%, the row itself within 5%)."""
+    d = attention_families()["trtllm_attention_sm120"].decode["fp8_e4m3"]
+    c = _cost(_op("decode", 1, 1, 32768, "fp8_e4m3"), "trtllm_attention_sm120", "rtx_pro_6000")
+    assert c.memory_s == pytest.approx(32768 * d.kv_walk_s_per_token)
+    assert c.duration_s == pytest.approx(320e-6, rel=0.05)
