@@ -145,6 +145,10 @@ NOTES = """What moved, and what did not:
   SGLang's flash_attention rows stream at 0.40-0.58 of the peak; TensorRT-LLM's grouped rows, left out of the fit,
   50-90% slow at large caches), vLLM's FA2 on RTX PRO 6000 at batches 1-4 and 2-32K tokens (15-48% fast: FA2's
   split-KV heuristic, not modelled), and every engine's step between 128 and 512 tokens (a KV tile per CTA).
+  Held out by GPU (`scripts/fit_kernels.py --hold-out GPU`; previous stop in brackets): FlashAttention bf16 H100
+  10.9% (13.5), A100 19.8% (21.2), RTX PRO 6000 27.3% (27.3: its L2 rate is fitted on its own rows only);
+  TensorRT-LLM bf16 H100 14.9% (14.6), A100 19.1% (19.6), RTX PRO 6000 20.3% (20.3, under trtllm_attention);
+  trtllm_attention_sm120 and sglang_fa3 are fitted on their one in-sample GPU: none held out.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows, the only in-sample
   GPU with a preset whose SGLang rows run it (L40S has no sim preset), so no GPU can be held out; vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 18.5% with the L2 term). The
