@@ -7,7 +7,8 @@ batch (hundreds of us at batch 1024 with 1-token caches), and streams the KV cac
 measured fraction of the bandwidth. Per family and KV format:
 
     decode  = fixed_s + fixed_cycles / clock + cta_s x CTAs / SMs
-              + KV bytes / (bandwidth x memory_max x kv_stream_efficiency) x (1 + kv_ramp_ctas / CTAs)
+              + max(KV bytes / (bandwidth x memory_max x kv_stream_efficiency) x (1 + kv_ramp_ctas / CTAs),
+                    kv_len x kv_walk_s_per_token)    (the walk: grouped-query calls only, below)
 
 with CTAs = batch x kv_heads. The fixed cost has a part in seconds (the graph's inter-kernel gaps)
 and a part in cycles (on-chip serial work: the kernels' prologues, the RoPE / cache-write kernel,
