@@ -2,10 +2,12 @@
 """Fit the engines' kernel figures on aiconfigurator's measured op tables of the in-sample GPUs.
 
 Reads shared/validation/aic (H100, A100, RTX PRO 6000, L40S; never the held-out H200 or
-Blackwell datacenter tables, aic/README.md) and writes the fitted files:
+Blackwell datacenter tables, aic/README.md) and writes the fitted files. The L40S rows feed only
+its own node's collectives, its dense bf16 family and the SM 8.9 families of fit_kernels_ada.py
+(the pooled families and graph_gap_s keep the other three GPUs' figures):
 
 * hw_models/network/engine_collectives.yaml: per node topology (H100 -> dgx_h100, A100 ->
-  dgx_a100, RTX PRO 6000 -> rtx_pro_6000_x8_pcie) and group size, NCCL's two protocol lines per collective and each engine's
+  dgx_a100, RTX PRO 6000 -> rtx_pro_6000_x8_pcie, L40S -> l40s_x8_pcie) and group size, NCCL's two protocol lines per collective and each engine's
   one-shot / two-shot custom all-reduce line (hw_models.network.engine_collectives).
 * graph_gap_s of the CUDA-graph stacks (hw_models/stack/presets vllm, trtllm, torch-cudagraph): the
   median over the in-sample bf16 GEMMs with M <= 16 and weights <= 8 MB (both engines, H100, A100,
@@ -14,7 +16,7 @@ Blackwell datacenter tables, aic/README.md) and writes the fitted files:
 * hw_models/stack/attention_kernels.yaml: per attention kernel family, the decode figures per KV
   format (fixed, per-CTA, KV stream efficiency) and the prefill efficiency curve over the
   sequence length (hw_models.stack.attention_kernels), on the H100, A100 and RTX PRO 6000 tables
-  (L40S has no sim preset). The target is the measured call less what sim charges for the
+  (L40S is not fitted on: its rows are costed held out). The target is the measured call less what sim charges for the
   other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
 * hw_models/stack/kernel_families_fitted.yaml: the quantized GEMM families the engines run
   (hw_models.stack.kernel_families), on each family's rows of the gemm tables (QUANT_GEMM). A
@@ -56,9 +58,11 @@ sys.path.insert(0, str(ROOT))
 from hw_models.network.collectives import alpha_beta  # noqa: E402
 from hw_models.network.engine_collectives import FITS_FILE, ONE_SHOT, custom_allowed, custom_kernel  # noqa: E402
 from hw_models.network.topology import load_topology  # noqa: E402
+from fit_kernels_ada import ADA_FP8, ADA_GPUS, ADA_K_WALK, ADA_L2_BYTES, ADA_ROW_SCALE  # noqa: E402  (scripts/)
 
 SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation")) / "aic"
-IN_SAMPLE = {"h100": "dgx_h100", "a100": "dgx_a100", "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}   # comm table + node
+IN_SAMPLE = {"h100": "dgx_h100", "a100": "dgx_a100", "rtx_pro_6000": "rtx_pro_6000_x8_pcie",   # comm table + node
+             "l40s": "l40s_x8_pcie"}
 COMM_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
              "alltoall": "all_to_all"}
 ENGINES = {"trtllm_custom_ar": "trtllm", "vllm_custom_ar": "vllm"}
@@ -503,7 +507,9 @@ QUANT_GEMM = {
              "sglang_per_token_group_quant_fp8, then w8a8_block_fp8_matmul_deepgemm); aic kernel "
              "sglang_deepgemm_gemm_nt_f8f8bf16 (gemm_sglang tables, H100 only)"),
 }
-QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
+QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}   # the pooled families' GPUs
+GEMM_PRESETS = {**QUANT_GPUS, **ADA_GPUS}   # every in-sample GPU with gemm tables (the Ada ones: fit_kernels_ada.py)
+QUANT_GEMM.update(ADA_FP8)
 # The families whose memory term includes a serial K-walk (hw_models.stack.kernel_families k_walk_s_per_k): at
 # small M their time grows with K at a fixed N far above the weight stream (RTX PRO 6000 NVFP4, all three engines:
 # M = 1, N = 512, K 512 -> 16384 takes 6 -> 62 us for 4 MB of weights). Kept where it lowers the fit's MAPE and,
@@ -518,14 +524,15 @@ QUANT_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6
 # takes 68 us against TensorRT-LLM's (static scale) 23 us. SGLang's dynamic activations take a per-token scale
 # (python/sglang/srt/layers/quantization/fp8_utils.py apply_fp8_linear: input_scale None -> sglang_per_token_quant_fp8,
 # one block per row computing its max): the same pass structure, fitted the same way.
-ROW_SCALE = {"vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor", "sglang_fp8_per_tensor_sm120"}
+ROW_SCALE = {"vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor", "sglang_fp8_per_tensor_sm120",
+             *ADA_ROW_SCALE}
 ROW_SCALE_GRID = [x * 1e-9 for x in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12)]
 K_WALK = {"trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor",
           "sglang_fp8_per_tensor_sm120", "trtllm_fp8_block", "trtllm_fp8_block_sm120", "trtllm_w4a16", "trtllm_w8a16", "trtllm_nvfp4",
-          "vllm_nvfp4", "sglang_nvfp4", "sglang_fp8_block"}
+          "vllm_nvfp4", "sglang_nvfp4", "sglang_fp8_block", *ADA_K_WALK}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
 MEMORY_BOUND_M = 16
-L2_BYTES = {"h100": 50e6, "a100": 40e6, "rtx_pro_6000": 128e6}   # datasheets (as BIG_KV_BYTES's comment)
+L2_BYTES = {"h100": 50e6, "a100": 40e6, "rtx_pro_6000": 128e6, **ADA_L2_BYTES}   # datasheets (as BIG_KV_BYTES's comment)
 
 
 def _gemm_parts(preset: str, m: int, n: int, k: int, fmt: str, rate_format: str) -> tuple[float, ...]:
@@ -554,9 +561,10 @@ def _floor_and_stream(x: np.ndarray, y: np.ndarray, big: np.ndarray) -> tuple[fl
     return floor, 1.0 / inv_eff
 
 
-def fit_quant_kernel(engine: str) -> dict:
+def fit_quant_kernel(engine: str, gpus: tuple[str, ...] | None = None) -> dict:
+    """The engine's activation-quantize kernel on the quant tables of `gpus` (default: the pooled GPUs)."""
     x, t, nbytes = [], [], []
-    for gpu, preset in QUANT_GPUS.items():
+    for gpu, preset in ((g, GEMM_PRESETS[g]) for g in gpus or QUANT_GPUS):
         path = SHARED / f"quant_{gpu}.csv.gz"
         if not path.is_file():
             continue
@@ -575,7 +583,7 @@ def _rows_of(df: pd.DataFrame, gpu: str, fmt: str, rate_format: str, q: dict | N
     from sim.core.formats import get_format
     rows = []
     for r in df.itertuples(index=False):
-        w, o, qx, c = _gemm_parts(QUANT_GPUS[gpu], int(r.m), int(r.n), int(r.k), fmt, rate_format)
+        w, o, qx, c = _gemm_parts(GEMM_PRESETS[gpu], int(r.m), int(r.n), int(r.k), fmt, rate_format)
         quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
         rows.append((int(r.m), w, o, c, r.latency_us * 1e-6 - quant_s, r.latency_us * 1e-6,
                      get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu], int(r.k), qx))
@@ -610,12 +618,14 @@ def fit_quant_gemm(name: str, hold_out: str | None = None) -> dict | None:
     from sim.apps.trace.aic import GEMM_FORMAT
     spec = QUANT_GEMM[name]
     fmt = GEMM_FORMAT[spec["dtype"]]
-    q = fit_quant_kernel(spec["quant"]) if spec["quant"] else None
+    q = fit_quant_kernel(spec["quant"], spec.get("quant_gpus")) if spec["quant"] else None
     gpus = spec.get("gpus", tuple(QUANT_GPUS))   # a per-architecture family: its architecture's GPU only
     rows, fitted_on = _quant_rows(spec, fmt, q, [gpu for gpu in gpus if gpu != hold_out])
     if not rows:    # only the held-out GPU has this family's rows
         return None
-    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out in gpus else []
+    # a pooled family is never fitted on an Ada GPU: with --hold-out l40s its rows there are out of sample
+    held = _quant_rows(spec, fmt, q, [hold_out])[0] if hold_out in gpus or (hold_out in ADA_GPUS and
+                                                                          "gpus" not in spec) else []
     best = None
     for row_s in ROW_SCALE_GRID if name in ROW_SCALE else [0.0]:   # the per-row scale pass: the best on the grid
         f = _fit_curve(_less_row_pass(rows, row_s), _less_row_pass(held, row_s), k_walk=name in K_WALK)
@@ -730,11 +740,11 @@ def _curve_lines(f: dict, assumed: str | None) -> list[str]:
 
 def render_dense_gemm() -> list[str]:
     lines = []
-    for gpu in QUANT_GPUS:
+    for gpu in GEMM_PRESETS:
         f = fit_dense_gemm((gpu,))
         tables = " and ".join(f"{t}_{gpu}" for t in DENSE_TABLES)
         lines += [f"  {dense_family(gpu)}:  # {f['rows']} rows ({gpu}), fit MAPE {f['fit_mape']}",
-                  f"    description: \"Dense bf16 GEMM on {QUANT_GPUS[gpu]} as the engines run it (cuBLAS, CUDA-graph "
+                  f"    description: \"Dense bf16 GEMM on {GEMM_PRESETS[gpu]} as the engines run it (cuBLAS, CUDA-graph "
                   "replayed)\"", "    cite: >-",
                   f"      aiconfigurator {tables}.csv.gz bfloat16 rows (TensorRT-LLM, vLLM, SGLang; each engine's "
                   "unquantized Linear calls cuBLAS through torch), named by the preset's efficiency.dense_gemm",
@@ -822,6 +832,9 @@ def report_hold_out(gpu: str) -> None:
         if f is not None and f["held_out_mape"] is not None:
             print(f"gemm {name}, fitted on {', '.join(f['fitted_on'])}: in sample {f['fit_mape']:.1%}, "
                   f"{gpu} (held out) {f['held_out_mape']:.1%}")
+    if gpu not in ATTN_GPUS:   # Ada: the pooled attention families never see its rows (sim validate costs them)
+        print(f"attention: {gpu} is not fitted on; `sim validate --input-format aic` on its tables is the held-out figure")
+        return
     preset = ATTN_GPUS[gpu]
     for name in ATTENTION:
         for fmt, d in fit_decode(name, preset).items():
@@ -837,7 +850,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="rewrite the shipped YAML")
     p.add_argument("--check", action="store_true", help="exit 1 if the shipped YAML differs from the fit")
-    p.add_argument("--hold-out", choices=sorted(ATTN_GPUS), help="fit decode and prefill attention, the "
+    p.add_argument("--hold-out", choices=sorted(GEMM_PRESETS), help="fit decode and prefill attention, the "
                    "quantized and the dense bf16 GEMMs without this GPU and print the MAPE per GPU (nothing written)")
     args = p.parse_args()
     if not (SHARED / "comm_h100.csv.gz").is_file():

@@ -3,9 +3,9 @@
 Every table of shared/validation/aic costed by `sim validate --input-format aic` (sim.apps.trace.aic):
 MAPE per op family per GPU, "before" (the stacks and collectives as they were before issue 28:
 no attention kernel family, the host launch on every graph-replayed kernel, ring all-reduce on
-the datasheet/vidur topology) and "after". The H100, A100 and RTX PRO 6000 tables are in
-sample (scripts/fit_kernels.py fits on them); H200 and Blackwell datacenter tables, where
-present, are held out and reported apart.
+the datasheet/vidur topology) and "after". The H100, A100, RTX PRO 6000 and L40S tables are in
+sample (scripts/fit_kernels.py fits on them; L40S only its own families, scripts/fit_kernels_ada.py);
+H200 and Blackwell datacenter tables, where present, are held out and reported apart.
 
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/validation_aic.py
     ... python scripts/validation_aic.py --write   # splice the section into docs/validation.md
@@ -120,8 +120,8 @@ NOTES = """What moved, and what did not:
   fast; H100 vLLM batches 16-64 10-14% slow; SGLang's fa3 rows on H100, costed with the FlashAttention family
   fitted on vLLM's, are 14-33% slow at every batch (its decode call is cheaper than vLLM's at every size: an
   engine cost, not the kernel's).
-* FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows, the only in-sample
-  GPU with a preset whose SGLang rows run it (L40S has no sim preset), so no GPU can be held out; vLLM's
+* FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
+  SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 18.5% with the L2 term). The
   stacks pick their backend as the engines' source does, by the GPU's `compute_capability` and the KV format:
   SGLang fa3 on Hopper, trtllm_mha on SM 10.x, FlashInfer elsewhere (server_args.py _get_default_attn_backend);
@@ -186,7 +186,20 @@ NOTES = """What moved, and what did not:
 * Not done: block-scaled FP8 on RTX PRO 6000 (TensorRT-LLM 19.2%) and vLLM's on H100 (19.6%, unchanged) miss.
   TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no per-architecture kernel choice to cite) stays one
   family on both GPUs: 11.1% / 13.0% in sample, held out by GPU H100 17.6%, RTX PRO 6000 14.9%. SmoothQuant
-  (`sq`) rows run as weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families)."""
+  (`sq`) rows run as weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families).
+* L40S (Ada, SM 8.9; preset `l40s` from its datasheet, node `l40s_x8_pcie`): its rows feed only its own fits
+  (scripts/fit_kernels_ada.py), so the pooled families and graph_gap_s keep the other GPUs' figures: NCCL and custom
+  all-reduce lines on its PCIe node (NCCL all_reduce 139% -> 7.7%; its 4- and 8-GPU rows reach only 1-5 GB/s of bus
+  bandwidth), `dense_bf16_l40s` (bf16 GEMM, datasheet roofline with the graph gap -> fitted: vLLM 28.1 -> 18.5%,
+  SGLang 30.5 -> 19.9%, TensorRT-LLM 40.5 -> 29.3%; pooled over the other three GPUs and held out, 30.7%), and SM 8.9
+  FP8 families the stacks name by capability 8.9 (A100's 8.0 is untouched): vLLM per-tensor 25.9 -> 22.9%, SGLang
+  36.3 -> 24.4%, TensorRT-LLM block-scaled 38.5 -> 22.9%, vLLM block-scaled (Triton, ~300 us a call at any shape)
+  65.9 -> 13.3%. TensorRT-LLM per-tensor FP8 stays the pooled cuBLASLt family, so L40S is its held-out GPU (22.6%).
+  Attention is not fitted on L40S: the pooled families cost its rows out of sample (decode bf16 18-20%, prefill
+  bf16 26-37%, TensorRT-LLM FP8 KV decode 40%). Missed: SGLang's custom all-reduce 0.5.12 (268%). The RTX 4090 (same
+  SM and clock) was given `dense_bf16_l40s` under a rule stated before measuring (rtx4090.yaml): its vLLM serving run
+  went +11.5 / +8.5 / +10.8 / -8.2% -> +129 / +110 / +124 / -51% (TTFT / TPOT / E2E / throughput), so it keeps the
+  roofline; the small-M rate fractions are not tensor-bound and do not scale with the GeForce half-rate peak."""
 
 
 def aic_section(shared: Path, table_fn=table) -> tuple[str, dict]:
