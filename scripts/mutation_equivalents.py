@@ -106,6 +106,8 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
         (f"{SCHED}vllm.xǁVllmV1ǁ_cache__mutmut_13",),
     "Scheduler._decodes (issue 30's one-allocation path) `if n >= 0`: adds 0 blocks to a request that needs none":
         (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_34",),
+    "Scheduler.regrow (run-ahead's one allocation) `sum(... if n >= 0)`: the zeros add nothing to the blocks taken":
+        (f"{SCHED}base.xǁSchedulerǁregrow__mutmut_3",),
     "VllmV1._running `_preempt(victim, None)`: V1's _preempt never reads the batch (no swapping in V1)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_41",),
     "VllmV1._running `>=` before _cache: with no new full unit _cache's loop is empty and it sets nothing":
@@ -165,9 +167,9 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "read (`[(q, kv)] * 0` is empty)":
         (f"{SUR}ǁSurrogateǁ_build__mutmut_153",),
     # --- stack cost
-    "stack_cost `m = dims['m'] if ... or True`: M for every op kind, but for_kind reads it only for a GEMM "
-    "(Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":
-        ("hw_models.stack.cost.x_stack_cost__mutmut_73",),
+    "stack_cost `m = op.dims.get('m') if ... or True`: M for every op kind, but for_kind reads it only for a "
+    "GEMM (Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":
+        ("hw_models.stack.cost.x_stack_cost__mutmut_76",),
 
     # --- metrics (whole set)
     "`key.rpartition('_')` for partition: an SLO key is METRIC_STAT and no metric name has an underscore":
