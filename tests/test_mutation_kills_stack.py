@@ -34,6 +34,13 @@ def _h100():
     return u, m.main_unit, m.memory[u.memory]
 
 
+def _norm_op():
+    """The RMSNorm of Llama-2-7B prefill, 1 x 1024 tokens, fp16 (one layer lowered)."""
+    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
+                  False, num_layers=1)
+    return graph.op("L0.attn_norm")
+
+
 def test_w8a8_fp8_gemm_under_torch_eager_by_hand():
     """fp8 q_proj, M = 1, 4096 x 4096, bf16 activations, under torch-eager (fp8_e4m3 -> fp8_scaled_mm):
     weights 16 777 216 B streamed at 0.83 of 2.8475 TB/s = 7.0987 us, activations 8192 + 8192 B at
@@ -59,9 +66,7 @@ def test_eager_norm_kernel_spec_on_a_preset_below_full_bandwidth():
     at 1.34 us, 9 passes over its bytes at 0.85 x 3.35 TB/s x 0.713 (memory_max below 1, unlike h200's).
     The plain roofline charged the bytes once: the 8 more passes add 8 x bytes x 4e-11 J."""
     u, name, tier = _h100()
-    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
-                  False, num_layers=1)
-    op = graph.op("L0.attn_norm")
+    op = _norm_op()
     plain = roofline_cost(op, u, name, tier)
     got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
     memory_s = 9.0 * op.bytes / (BW * 0.713)
@@ -76,9 +81,7 @@ def test_extra_passes_on_a_tier_without_an_energy_figure_add_no_energy():
     more passes add time, not energy; the cost's energy is the plain roofline's."""
     u, name, tier = _h100()
     tier = tier.model_copy(update={"energy_j_per_byte": None})
-    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
-                  False, num_layers=1)
-    op = graph.op("L0.attn_norm")
+    op = _norm_op()
     plain = roofline_cost(op, u, name, tier)
     got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
     assert got.energy_j == plain.energy_j
@@ -208,9 +211,7 @@ def test_kernel_spec_cost_keeps_the_plain_roofline_path():
     test_eager_norm_kernel_spec_on_a_preset_below_full_bandwidth) reprices the op's memory and launches, not
     the way it computes: the cost keeps the plain roofline's compute path (reports group ops by it)."""
     u, name, tier = _h100()
-    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
-                  False, num_layers=1)
-    op = graph.op("L0.attn_norm")
+    op = _norm_op()
     plain = roofline_cost(op, u, name, tier)
     got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
     assert plain.path and got.path == plain.path
