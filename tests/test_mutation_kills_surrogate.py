@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from sim.apps.serve.costvec import add, lerp
 from sim.apps.serve.lazytable import flush_all
 from sim.apps.serve.stepcost import Iteration, Surrogate, _grid, features
 
@@ -232,3 +233,14 @@ def test_a_fraction_of_a_pair_more_than_the_even_split_reads_the_pairs_table():
     want = 1e-3 + 2e-6 + 9.75e-9
     assert sur._interpolated(it, 0, 5)[0] == pytest.approx(want, rel=1e-12)
     assert sur.device(it)[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_cost_vectors_of_unequal_length_pad_the_shorter_with_zeros():
+    """Kills costvec.lerp__mutmut_13 (`y + x` in the padded branch). A cost made before a resource joined
+    ExactCost.keys is one entry shorter: that resource was not busy, 0 s. lerp((1, 2), (3, 4, 5), 1/4) =
+    (1 + 2/4, 2 + 2/4, 0 + 5/4) = (1.5, 2.5, 1.25); add gives (4, 6, 5); the equal-length branch the same
+    numbers where the lengths match."""
+    assert lerp((1.0, 2.0), (3.0, 4.0, 5.0), 0.25) == (1.5, 2.5, 1.25)
+    assert lerp((3.0, 4.0, 5.0), (1.0, 2.0), 0.25) == (2.5, 3.5, 3.75)
+    assert lerp((1.0, 2.0, 0.0), (3.0, 4.0, 5.0), 0.25) == (1.5, 2.5, 1.25)
+    assert add((1.0, 2.0), (3.0, 4.0, 5.0)) == (4.0, 6.0, 5.0) == add((1.0, 2.0, 0.0), (3.0, 4.0, 5.0))
