@@ -132,9 +132,10 @@ class Stack(Strict):
     # weight format -> the family run instead where the unit lacks the native rate quant_gemm's family needs
     # (vLLM: native FP4 GEMMs on Blackwell, Marlin weight-only emulation before it)
     quant_gemm_emulated: dict[str, str] = {}
-    # compute capability major -> {weight format: family}: where an engine's kernel library builds a different
-    # kernel per architecture (sgl-kernel's fp8_scaled_mm: one CUTLASS config on SM 12.x), taken before quant_gemm
-    quant_gemm_by_capability: dict[int, dict[str, str]] = {}
+    # compute capability -> {weight format: family}: where an engine's kernel library builds a different
+    # kernel per architecture (sgl-kernel's fp8_scaled_mm: one CUTLASS config on SM 12.x), taken before quant_gemm.
+    # A key with a minor version (8.9: Ada) names that SM only; a whole number (12) every minor version of it.
+    quant_gemm_by_capability: dict[float, dict[str, str]] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
@@ -210,7 +211,7 @@ class Stack(Strict):
 
     @field_validator("quant_gemm_by_capability")
     @classmethod
-    def _families_by_capability(cls, v: dict[int, dict[str, str]]) -> dict[int, dict[str, str]]:
+    def _families_by_capability(cls, v: dict[float, dict[str, str]]) -> dict[float, dict[str, str]]:
         return {major: cls._families(fams) for major, fams in v.items()}
 
     def spec(self, op: Op) -> KernelSpec | None:
@@ -236,7 +237,8 @@ class Stack(Strict):
         if not weight_fmt:
             return None
         name = get_format(weight_fmt).name
-        by_arch = self.quant_gemm_by_capability.get(int(capability), {}) if capability is not None else {}
+        by_cap = self.quant_gemm_by_capability
+        by_arch = (by_cap.get(capability) or by_cap.get(int(capability), {})) if capability is not None else {}
         return by_arch.get(name) or self.quant_gemm.get(name)
 
     def emulated_family(self, weight_fmt: str) -> str | None:

@@ -49,9 +49,10 @@ from sim.core.workload import Workload
 
 TABLES = ("gemm_sglang", "gemm", "gen_attn", "ctx_attn", "comm")   # longest prefix first
 HELD_OUT = ("h200", "b200", "b300", "gb200")    # aic README: out-of-sample, report only
-PRESET = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000", "h200": "h200", "b200": "b200"}
+PRESET = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000", "l40s": "l40s", "h200": "h200",
+          "b200": "b200"}
 NODE = {"h100": "dgx_h100", "a100": "dgx_a100", "h200": "hgx_h200", "b200": "hgx_b200",
-        "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
+        "rtx_pro_6000": "rtx_pro_6000_x8_pcie", "l40s": "l40s_x8_pcie"}
 STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 # The row's dtype -> the stored weight format sim lowers it with.
 GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128", "nvfp4": "nvfp4",
@@ -134,14 +135,19 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
                     # per-architecture and SGLang's own families: SGLang then ran vLLM's (base) families
                     "vllm_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_fp8_per_tensor": "fp8_scaled_mm",
                     "sglang_fp8_per_tensor_sm120": "fp8_scaled_mm", "sglang_nvfp4": "fp4_marlin_emulated",
-                    "trtllm_fp8_block_sm120": "fp8_scaled_mm"}
+                    "trtllm_fp8_block_sm120": "fp8_scaled_mm",
+                    # Ada (SM 8.9) families (scripts/fit_kernels_ada.py)
+                    "vllm_fp8_per_tensor_sm89": "fp8_scaled_mm", "sglang_fp8_per_tensor_sm89": "fp8_scaled_mm",
+                    "trtllm_fp8_block_sm89": "fp8_scaled_mm", "vllm_fp8_block_sm89": "fp8_scaled_mm"}
 
 
 # The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
 # where that is not the one its engine's stack picks on the GPU (SGLang 0.5.10's A100 rows ran
 # flash_attention, where SGLang's default there is FlashInfer).
-KERNEL_FAMILY = (("torch_flow", "trtllm_attention"), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
-                 ("flash_attention", "flash_attn"), ("fa3", "flash_attn"))
+# TensorRT-LLM's op (torch_flow) takes the trtllm stack's own pick, which is per architecture (attention_rules).
+# SGLang's fa3 (sgl-kernel's build) is its own family; vLLM's vllm_flash_attn_fa3 matches flash_attn first.
+KERNEL_FAMILY = (("torch_flow", None), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
+                 ("flash_attention", "flash_attn"), ("fa3", "sglang_fa3"))
 
 
 def measured_family(kernel_source: str) -> str | None:
