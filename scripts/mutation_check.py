@@ -64,6 +64,16 @@ CI gates both in one mutmut run: `--only core,new --sample 47 --sample-new 3 --m
 (423 mutants after the last merge of main: 216 CPU-s, 4.7 min wall with 75 % of the CPU; 324 CPU-s and 15 min at
 load 8-11 before: about 2-3 min on two idle cores).
 
+This stop (issue 32, later): CI's sample on 8373f6d, 97.3 % (532 of 547; 1511 s wall, 456 CPU-s at load ~12),
+its 15 survivors in the run-ahead hooks (decode_event, decode_need, regrow, runs_ahead, V1's cohort_regrow),
+DecodeCohort.advance, the stack's family cost and the surrogate's pairs/split choice: after
+tests/test_mutation_kills_runahead.py and the added stack and surrogate tests, 99.8 % (549 of 550, one
+argued equivalent more). The selection then took in the last two stops' modules (one-pass costs, all of
+costvec, run-ahead, closed loop, serving validation's figures and the overhead fit, engine terms, attention
+kernels, engine collectives: 898 more mutants); on their *3 (201 mutants) 73.1 % before any test of their
+own (run-ahead 74.5, closed loop 73.9, validation 38.9, engine terms 75.0, attention kernels 78.1, engine
+collectives 92.3, one-pass costs 94.1 %), with tests/test_validate_figures.py added for the validation set.
+
 TARGETS are mutmut's mutant-name globs (module, then `x_` + function or `xǁClassǁ` + method); their
 files are pyproject's [tool.mutmut] only_mutate. A glob that matches nothing is reported: a function
 that moved needs both lists updated.
