@@ -170,6 +170,8 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "StepOverhead.host_s `n_seqs < x[0]`: at n_seqs == x[0] the first segment's extension is y[0] + 0 x slope "
     "and np.interp gives y[0]: the same number":
         ("hw_models.stack.step_overhead.xǁStepOverheadǁhost_s__mutmut_3",),
+    "validate.mape: float('NAN') is nan":
+        ("sim.apps.serve.validate.x_mape__mutmut_23",),
     "runahead.Run.waits `times[+1]`: a one-step run has times[1] == times[-1]; a longer one then waits each "
     "step's dt, and the clock adds them as _timed added them to make times, so the run ends at times[-1] to "
     "the bit either way (only more simpy events)":
