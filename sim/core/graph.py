@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from sim.core.frozen import frozen
+
 ROLES = ("weight", "kv", "activation")
 
 # Op kinds. Mappers decide placement from these, never from names.
@@ -26,7 +28,7 @@ EMBED = "embed"
 OP_KINDS = (GEMM, ATTN_SCORE, ATTN_CONTEXT, ATTENTION, SOFTMAX, NORM, ELEMENTWISE, ROPE, KV_APPEND, EMBED)
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorUse:
     """One tensor read or written by an op. `name` is a stable identity
     ("L3.wq", "L3.k_cache", "L3.q") shared by every op that touches it."""
@@ -42,7 +44,7 @@ class TensorUse:
         return math.prod(self.shape)
 
 
-@dataclass(frozen=True)
+@frozen
 class Op:
     name: str                       # "L12.q_proj"
     kind: str
