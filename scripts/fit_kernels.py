@@ -175,19 +175,44 @@ def fit_all() -> str:
     return render({node: fit_node(gpu) for gpu, node in IN_SAMPLE.items()})
 
 
-# Attention families: which rows of the tables each is fitted on, and the engines' source naming the kernel.
+# Attention families: which rows of the tables each is fitted on (`gpus`: only those GPUs' rows), the engines'
+# source naming the kernel; `mha_kernel`: MHA calls run another kernel (own stream figures); `walk`: fit a
+# serial walk per KV token for grouped-query calls (hw_models.stack.attention_kernels); `skip_decode`: a GPU's
+# decode rows of that KV format run another kernel and are not fitted on.
+TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True)
+TRTLLM_ATTENTION_CITE = (
+    "TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: XQA decode "
+    "kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
+    "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)")
 ATTENTION = {
     "trtllm_attention": dict(
-        framework="trtllm", kernel=None, stack="trtllm",
-        description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused",
-        cite="TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: "
-             "XQA decode kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
-             "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)"),
+        TRTLLM_ATTENTION, skip_decode={"rtx_pro_6000": "fp8"},
+        description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused "
+                    "(SM 8.x / 9.x; SM 12.x runs trtllm_attention_sm120)",
+        cite=TRTLLM_ATTENTION_CITE + "; fitted on every in-sample GPU's rows but the RTX PRO 6000's FP8-KV decode "
+             "(another kernel: it walks the cache unsplit, trtllm_attention_sm120), so that a GPU can be held out"),
+    "trtllm_attention_sm120": dict(
+        TRTLLM_ATTENTION, gpus=("rtx_pro_6000",), walk=True,
+        description="TensorRT-LLM attention op on SM 12.x (RTX Blackwell), as trtllm_attention; its FP8-KV "
+                    "grouped-query decode does not split the sequence across CTAs (kv_walk_s_per_token)",
+        cite=TRTLLM_ATTENTION_CITE + "; fitted on the RTX PRO 6000 rows (the only in-sample SM 12.x GPU: none held "
+             "out). XQA's multi_block_mode (decoderXQARunner, xqaDispatcher.cpp getWorkspaceSize: nbSubSeq "
+             "sub-sequences per sequence) is what splits it elsewhere; why the SM 12.x FP8-KV path runs "
+             "without it is not established from the source, only measured"),
     "flash_attn": dict(
         framework="vllm", kernel="flash_attn", stack="vllm",
         description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
         cite="vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl.forward -> vllm_flash_attn "
              "flash_attn_varlen_func; fa_utils.get_flash_attn_version: FA3 on SM 9.0, else FA2)"),
+    "sglang_fa3": dict(
+        framework="sglang", kernel="fa3", stack="sglang",
+        description="FlashAttention-3 as SGLang runs it on Hopper (sgl-kernel's own FA3 build, paged KV through "
+                    "flash_attn_with_kvcache), fitted apart from vLLM's FA3 (vllm_flash_attn flash_attn_varlen_func)",
+        cite="sglang python/sglang/srt/layers/attention/flashattention_backend.py (FlashAttentionBackend.forward_decode "
+             "-> sgl_kernel.flash_attn.flash_attn_with_kvcache); server_args.py _get_default_attn_backend (fa3 on Hopper). "
+             "Fitted on SGLang's H100 rows (kernel_source fa3; the only in-sample Hopper GPU: none held out): its "
+             "decode call is cheaper than vLLM's at every size (bf16 rows 14-33% below the flash_attn family), and "
+             "its FP8-KV rows of >= 1 GB stream at 0.63 of the DRAM peak where vLLM's take 0.84"),
     "flashinfer": dict(
         framework="sglang", kernel="flashinfer", stack="sglang", check=("vllm", "flashinfer", "vllm"),
         description="FlashInfer paged decode / prefill through SGLang's flashinfer backend (its default off Hopper and "
@@ -241,6 +266,8 @@ def _attention_table(name: str, table: str, check: bool = False) -> list[tuple]:
     framework, kernel, stack = spec["check"] if check else (spec["framework"], spec["kernel"], spec["stack"])
     out = []
     for gpu, preset in ATTN_GPUS.items():
+        if gpu not in spec.get("gpus", ATTN_GPUS):
+            continue
         df = pd.read_csv(SHARED / f"{table}_{gpu}.csv.gz")
         df = df[df["framework"] == framework]
         if kernel:
@@ -276,8 +303,8 @@ def _reads_less_than_named(rows: list[tuple]) -> set[tuple[str, bool]]:
 
 def _decode_columns(sel: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row: [1, 1 / clock, grouped CTAs / SMs, MHA CTAs / SMs, KV / bw, KV / (bw x CTAs),
-    KV / L2 bw, KV / (L2 bw x CTAs)] (the terms of hw_models.stack.attention_kernels.Decode; the DRAM
-    pair is zero where the replayed cache fits the L2, the L2 pair zero elsewhere), the measured seconds,
+    KV / L2 bw, KV / (L2 bw x CTAs), grouped-query kv_len] (the terms of hw_models.stack.attention_kernels.Decode;
+    the DRAM pair is zero where the replayed cache fits the L2, the L2 pair zero elsewhere), the measured seconds,
     sim's seconds for the other ops of the call, and the KV bytes."""
     X, t, others, kvb = [], [], [], []
     for preset, r, ops in sel:
@@ -288,16 +315,84 @@ def _decode_columns(sel: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarra
         mha = r.heads == r.kv_heads
         stream = [kv_bytes / bw, kv_bytes / bw / ctas, 0.0, 0.0] if kv_bytes > l2_bytes else \
             [0.0, 0.0, kv_bytes / l2_bw, kv_bytes / l2_bw / ctas]
-        X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0, *stream])
+        X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0, *stream,
+                  0.0 if mha else r.step + 1.0])
         t.append(r.latency_us * 1e-6)
         others.append(sum(sec for _, sec in ops[1:]))
         kvb.append(kv_bytes)
     return np.array(X), np.array(t), np.array(others), np.array(kvb)
 
 
-def _decode_errors(X: np.ndarray, t: np.ndarray, others: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    """|relative error| per row of the Decode model with coefficients `coef` (_decode_columns' order)."""
-    return np.abs(others + X @ coef - t) / t
+def _predict(X: np.ndarray, f: dict) -> np.ndarray:
+    """Attention seconds per row of the Decode figures `f` (fit_decode's keys) on _decode_columns' X:
+    an MHA row (X[:, 3] > 0) streams at the MHA kernel's efficiency and ramp."""
+    mha = X[:, 3] > 0
+    inv_eff = np.where(mha, 1.0 / f["mha_kv_stream_efficiency"], 1.0 / f["kv_stream_efficiency"])
+    ramp = np.where(mha, f["mha_kv_ramp_ctas"], f["kv_ramp_ctas"])
+    stream = inv_eff * (X[:, 4] + ramp * X[:, 5]) + (X[:, 6] + ramp * X[:, 7]) / f["l2_stream_efficiency"]
+    return (f["fixed_s"] + f["fixed_cycles"] * X[:, 1] + f["cta_s"] * X[:, 2] + f["mha_cta_s"] * X[:, 3]
+            + np.maximum(stream, f["kv_walk_s_per_token"] * X[:, 8]))
+
+
+def _decode_errors(X: np.ndarray, t: np.ndarray, others: np.ndarray, f: dict) -> np.ndarray:
+    """|relative error| per row of the Decode model with figures `f`."""
+    return np.abs(others + _predict(X, f) - t) / t
+
+
+MIN_STREAM_ROWS = 20     # large-cache rows below which a head layout takes the pooled stream fit
+
+
+def _stream_fit(X: np.ndarray, t: np.ndarray, others: np.ndarray) -> tuple[float, float]:
+    """(stream efficiency, ramp CTAs) on large-cache rows, fitted with the fixed and per-CTA columns (a large
+    cache at batch 1024 still pays its CTAs), the efficiency at most 1 (the KV cannot stream faster than DRAM
+    at memory_max)."""
+    c = _weighted_nnls(X[:, :6], t, others)
+    return 1.0 / max(c[4], 1.0), (c[5] / c[4] if c[4] > 0 else 0.0)
+
+
+def _fit_figures(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray, fit: np.ndarray,
+                 mha_kernel: bool) -> dict:
+    """Stage 1: the stream efficiency and its ramp on caches too large for any in-sample GPU's L2 (>= 256
+    MB), per head layout where the family runs MHA through another kernel (`mha_kernel`); stage 2: the fixed
+    and per-CTA costs and the L2 stream's efficiency on every row, with the DRAM stream of stage 1.
+    Stage 2 on the DRAM-streamed rows alone was worse on every GPU but the RTX PRO 6000 (vLLM FlashAttention
+    bf16 A100 21.5 -> 22.7%, H100 10.8 -> 13.5%): small caches are where the fixed and per-CTA costs are
+    not buried under the stream."""
+    big = fit & (kvb >= BIG_KV_BYTES)
+    mha = X[:, 3] > 0
+    pooled = _stream_fit(X[big], t[big], others[big])
+    own = {m: _stream_fit(X[big & (mha == m)], t[big & (mha == m)], others[big & (mha == m)])
+           if mha_kernel and (big & (mha == m)).sum() >= MIN_STREAM_ROWS else pooled for m in (False, True)}
+    f = {"kv_stream_efficiency": own[False][0], "kv_ramp_ctas": own[False][1],
+         "mha_kv_stream_efficiency": own[True][0], "mha_kv_ramp_ctas": own[True][1]}
+    ramp = np.where(mha, f["mha_kv_ramp_ctas"], f["kv_ramp_ctas"])
+    dram = np.where(mha, 1.0 / f["mha_kv_stream_efficiency"], 1.0 / f["kv_stream_efficiency"]) * (X[:, 4] + ramp * X[:, 5])
+    l2 = X[:, 6] + ramp * X[:, 7]
+    c = _weighted_nnls(np.c_[X[fit, :4], l2[fit]], t[fit], others[fit] + dram[fit])
+    # The cited L2 rate is a ceiling (efficiency <= 1); no rows in L2 (no GPU cites a rate): 1, unused.
+    f.update(fixed_s=c[0], fixed_cycles=c[1], cta_s=c[2], mha_cta_s=c[3],
+             l2_stream_efficiency=1.0 / max(c[4], 1.0) if (l2[fit] > 0).any() else 1.0, kv_walk_s_per_token=0.0)
+    return f
+
+
+WALK_GRID_S = np.arange(0.0, 20.05e-9, 0.1e-9)   # seconds per KV token of one CTA's walk
+
+
+def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray, fit: np.ndarray,
+              mha_kernel: bool) -> dict:
+    """The figures with a serial walk per KV token (hw_models.stack.attention_kernels): per walk on a grid, the
+    other figures fitted (_fit_figures) on the rows the walk does not bind (its kv_len x walk below the stream
+    fitted without one), and the walk whose whole model has the least in-sample MAPE kept (0: no walk)."""
+    base = _fit_figures(X, t, others, kvb, fit, mha_kernel)
+    stream = _predict(X, base) - _predict(X * np.r_[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], base)
+    best, best_mape = base, float(_decode_errors(X, t, others, base)[fit].mean())
+    for w in WALK_GRID_S[1:]:
+        free = fit & (w * X[:, 8] < stream)
+        f = {**_fit_figures(X, t, others, kvb, free, mha_kernel), "kv_walk_s_per_token": w}
+        mape = float(_decode_errors(X, t, others, f)[fit].mean())
+        if mape < best_mape:
+            best, best_mape = f, mape
+    return best
 
 
 def fit_decode(name: str, hold_out: str | None = None) -> dict:
@@ -307,38 +402,25 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
     dropped = _reads_less_than_named(rows)
     out = {}
     for kv in ("bfloat16", "fp8"):
-        sel = [(p, r, ops) for p, r, ops in rows if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped]
+        skip = {ATTN_GPUS[g] for g, k in ATTENTION[name].get("skip_decode", {}).items() if k == kv}
+        sel = [(p, r, ops) for p, r, ops in rows
+               if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped and p not in skip]
         if len(sel) < 10:
             continue
         X, t, others, kvb = _decode_columns(sel)
         fit = np.array([p != hold_out for p, _, _ in sel])
         if fit.sum() < 10:    # only the held-out GPU has this format's rows
             continue
-        # Stage 1: the stream efficiency and its ramp on caches too large for any in-sample GPU's L2 (>= 256
-        # MB: a replayed graph re-reads a small cache from L2), the efficiency at most 1 (the KV cannot stream
-        # faster than DRAM at memory_max); stage 2: the fixed and per-CTA costs on every row, with the stream of
-        # a cache that fits the L2 at the preset's cited L2 rate (same ramp; a single-layer replay re-reads it
-        # from L2), never fitted. Stage 2 on the DRAM-streamed rows alone was worse on every GPU but the RTX PRO
-        # 6000 (vLLM FlashAttention bf16 A100 21.5 -> 22.7%, H100 10.8 -> 13.5%): small caches are where the
-        # fixed and per-CTA costs are not buried under the stream.
-        big = fit & (kvb >= BIG_KV_BYTES)
-        c1 = _weighted_nnls(X[big, :6], t[big], others[big])
-        inv_eff = max(c1[4], 1.0)
-        ramp = c1[5] / c1[4] if c1[4] > 0 else 0.0
-        coef_mem = np.array([inv_eff, ramp * inv_eff, 1.0, ramp])
-        mem = X[:, 4:] @ coef_mem
-        fixed, cycles, cta, mha_cta = _weighted_nnls(X[fit, :4], t[fit], others[fit] + mem[fit])
-        coef = np.r_[fixed, cycles, cta, mha_cta, coef_mem]
-        err = _decode_errors(X, t, others, coef)
+        spec = ATTENTION[name]
+        f = {k: _sig(v) for k, v in (_fit_walk if spec.get("walk") else _fit_figures)(
+            X, t, others, kvb, fit, spec.get("mha_kernel", False)).items()}
+        err = _decode_errors(X, t, others, f)
         presets = np.array([p for p, _, _ in sel])
         check = [(p, r, ops) for p, r, ops in (_attention_table(name, "gen_attn", True) if "check" in ATTENTION[name]
                                                else []) if r.kv_dtype == kv]
-        out[KV_FMT[kv]] = {"fixed_s": _sig(fixed), "fixed_cycles": _sig(cycles), "cta_s": _sig(cta),
-                           "mha_cta_s": _sig(mha_cta), "kv_stream_efficiency": _sig(1.0 / inv_eff),
-                           "kv_ramp_ctas": _sig(ramp), "rows": int(fit.sum()),
-                           "fit_mape": round(float(err[fit].mean()), 4),
+        out[KV_FMT[kv]] = {**f, "rows": int(fit.sum()), "fit_mape": round(float(err[fit].mean()), 4),
                            "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))},
-                           "check_mape": round(float(_decode_errors(*_decode_columns(check)[:3], coef).mean()), 4)
+                           "check_mape": round(float(_decode_errors(*_decode_columns(check)[:3], f).mean()), 4)
                            if check else None, "check_rows": len(check),
                            "dropped": sorted(f"{p} {'grouped' if g else 'mha'}" for p, g in dropped
                                              if any(p == q and r.kv_dtype == kv for q, r, _ in rows))}
@@ -793,6 +875,18 @@ def fit_graph_gap() -> tuple[float, dict[str, float]]:
     return _sig(float(np.median(gaps))), by_gpu
 
 
+def _optional_stream(d: dict) -> str:
+    """The Decode fields that differ from their defaults (hw_models.stack.attention_kernels), as YAML."""
+    out = ""
+    if (d["mha_kv_stream_efficiency"], d["mha_kv_ramp_ctas"]) != (d["kv_stream_efficiency"], d["kv_ramp_ctas"]):
+        out += f"mha_kv_stream_efficiency: {d['mha_kv_stream_efficiency']:.3g}, mha_kv_ramp_ctas: {d['mha_kv_ramp_ctas']:.3g}, "
+    if d["l2_stream_efficiency"] != 1.0:
+        out += f"l2_stream_efficiency: {d['l2_stream_efficiency']:.3g}, "
+    if d["kv_walk_s_per_token"]:
+        out += f"kv_walk_s_per_token: {d['kv_walk_s_per_token']:.3g}, "
+    return out
+
+
 def render_attention() -> str:
     lines = ["# Generated by scripts/fit_kernels.py from aiconfigurator's measured attention tables of the in-sample",
              "# GPUs (shared/validation/aic gen_attn / ctx_attn: H100, A100, RTX PRO 6000; H200 / Blackwell held out).",
@@ -805,7 +899,8 @@ def render_attention() -> str:
             lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, fixed_cycles: {d['fixed_cycles']:.3g}, "
                          f"cta_s: {d['cta_s']:.3g}, mha_cta_s: {d['mha_cta_s']:.3g}, "
                          f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, "
-                         f"kv_ramp_ctas: {d['kv_ramp_ctas']:.3g}, rows: {d['rows']}, fit_mape: {d['fit_mape']}}}")
+                         f"kv_ramp_ctas: {d['kv_ramp_ctas']:.3g}, {_optional_stream(d)}"
+                         f"rows: {d['rows']}, fit_mape: {d['fit_mape']}}}")
             if d["check_mape"] is not None:
                 lines.append(f"      # {' '.join(ATTENTION[name]['check'][:2])} rows of this KV format (not fitted on): "
                              f"{d['check_rows']}, MAPE {d['check_mape']}")

@@ -44,6 +44,35 @@ def test_decode_cycles_and_ramp_by_hand():
     assert d.memory_s(1e9, 200, 1e12) == pytest.approx(2000e-6 * 1.01)
 
 
+def test_mha_kernel_stream_by_hand():
+    """A family whose MHA calls run another kernel (TensorRT-LLM's masked MHA, not XQA) streams them at its
+    own figures: 1 GB / (1 TB/s x 0.25) x (1 + 6 / 2 CTAs) = 16,000 us where heads == kv_heads (8 / 8, 1 x 8
+    CTAs: x (1 + 6 / 8) = 7000 us), the grouped figures (0.5, ramp 2) elsewhere; without MHA figures both
+    layouts take the grouped ones."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2,
+               mha_kv_stream_efficiency=0.25, mha_kv_ramp_ctas=6)
+    assert d.memory_s(1e9, 2, 1e12, mha=True) == pytest.approx(16000e-6)
+    assert d.time_s(1, 8, 8, 1e9, 132, 1e12) == pytest.approx(7000e-6)
+    assert d.time_s(1, 32, 8, 1e9, 132, 1e12) == pytest.approx(2000e-6 * 1.25)
+    plain = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2)
+    assert plain.time_s(1, 8, 8, 1e9, 132, 1e12) == plain.time_s(1, 32, 8, 1e9, 132, 1e12)
+
+
+def test_kv_walk_by_hand():
+    """A kernel that walks the cache unsplit: 10 ns per token x 32,768 tokens = 327.68 us, whatever the batch
+    (1 or 4) and KV heads, while the stream is shorter (1 GB / (1 TB/s x 0.5) = 2000 us takes over at batch 8
+    x 8 KV heads: the larger of the two); an MHA call (heads == kv_heads) never walks. Never faster with more
+    tokens: the walk and the stream both grow with kv_len."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_walk_s_per_token=10e-9)
+    assert d.walk_s(32768) == pytest.approx(327.68e-6) and d.walk_s(32768, mha=True) == 0.0
+    assert d.time_s(1, 8, 1, 1e6, 132, 1e12, kv_len=32768) == pytest.approx(327.68e-6)
+    assert d.time_s(4, 32, 8, 1e6, 132, 1e12, kv_len=32768) == pytest.approx(327.68e-6)
+    assert d.time_s(8, 32, 8, 1e9, 132, 1e12, kv_len=32768) == pytest.approx(2000e-6)
+    assert d.time_s(1, 8, 8, 1e6, 132, 1e12, kv_len=32768) == pytest.approx(2e-6)
+    times = [d.time_s(1, 8, 1, 2 * n * 128 * 2.0, 132, 1e12, kv_len=n) for n in (1, 512, 4096, 32768, 131072)]
+    assert times == sorted(times)
+
+
 def test_prefill_by_hand():
     """10 us + 1 TFLOP / (1000 TFLOP/s x fraction); the fraction interpolates in log q_len:
     halfway between 1024 (0.4) and 4096 (0.6) in log is 2048 -> 0.5."""
@@ -65,7 +94,7 @@ def test_shipped_decode_floor_and_stream_on_h100():
         kv_bytes = 2 * 4096 * 8 * 128 * 2
         assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 / 132)
         assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency)
-                                           * (1 + d.kv_ramp_ctas / 8))
+                                           * (1 + d.kv_ramp_ctas / 8))   # grouped (32 / 8): not the MHA figures
         assert c.duration_s == pytest.approx(c.overhead_s + c.memory_s)
 
 
@@ -110,3 +139,14 @@ def test_no_sm_count_keeps_the_roofline():
 def test_unknown_family_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown kernel family"):
         _cost(_op("decode", 1, 1, 16), "nope")
+
+
+def test_shipped_sm120_fp8_walk_on_rtx_pro_6000():
+    """trtllm_attention_sm120's FP8-KV grouped decode on the RTX PRO 6000 at batch 1, 32,768 tokens, 32 / 8 heads:
+    the walk (32,768 x kv_walk_s_per_token, ~311 us) outlasts the 67 MB stream (~160 us with its ramp at 8 CTAs), so
+    the call is the overhead (~8.3 us) plus the walk; aic measured 320 us (gen_attn_rtx_pro_6000, TensorRT-LLM
+    1.3.0rc20; the family's fit MAPE is 10%, the row itself within 5%)."""
+    d = attention_families()["trtllm_attention_sm120"].decode["fp8_e4m3"]
+    c = _cost(_op("decode", 1, 1, 32768, "fp8_e4m3"), "trtllm_attention_sm120", "rtx_pro_6000")
+    assert c.memory_s == pytest.approx(32768 * d.kv_walk_s_per_token)
+    assert c.duration_s == pytest.approx(320e-6, rel=0.05)

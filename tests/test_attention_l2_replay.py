@@ -9,7 +9,7 @@ import pytest
 from hw_models.machine import load_machine
 from hw_models.stack.attention_kernels import Decode, attention_cost, attention_families
 from hw_models.stack.spec import load_stack
-from sim.apps.trace.aic import _mapper
+from sim.apps.trace.aic import _mapper, attention_ops
 from sim.core.lowering import FormatPolicy, lower
 from sim.core.model import load_model
 
@@ -41,16 +41,27 @@ def test_l2_stream_by_hand():
     assert d.l2_memory_s(64 * MIB, 8, 20e12) == pytest.approx(64 * MIB / 20e12 * 1.25)
 
 
+def test_l2_stream_efficiency_by_hand():
+    """The same 64 MiB at l2_stream_efficiency 0.125 (2.5 TB/s of the 20 TB/s cited): 8x the time, 33.55 us;
+    an MHA call (mha=True) with its own ramp 6: x (1 + 6 / 8) instead of x 1.25."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2,
+               mha_kv_stream_efficiency=0.25, mha_kv_ramp_ctas=6, l2_stream_efficiency=0.125)
+    assert d.l2_memory_s(64 * MIB, 8, 20e12) == pytest.approx(64 * MIB / 2.5e12 * 1.25)
+    assert d.l2_memory_s(64 * MIB, 8, 20e12, mha=True) == pytest.approx(64 * MIB / 2.5e12 * 1.75)
+
+
 def test_cache_that_fits_streams_from_l2_only_under_replay():
     """RTX PRO 6000 (128 MiB L2, 23.35 TB/s): batch 16 x 2048 tokens x 8 KV heads x 128 x 2 (K, V) x 2 B
-    = 128 MiB fits, and under replay streams at 23.35 TB/s x (1 + ramp / 128 CTAs); without the replay
+    = 128 MiB fits, and under replay streams at 23.35 TB/s x l2_stream_efficiency / (1 + ramp / 128 CTAs), still
+    faster than DRAM (the fitted efficiencies put the L2 at 2.9-4.9 TB/s, DRAM at 1.5 TB/s); without the replay
     condition, and for 160 MiB (batch 20) either way, at the DRAM rate as before."""
     for name, fam in attention_families().items():
         d = fam.decode["bf16"]
         fits = _op(16, 2048)
         assert _kv_bytes(fits) == 128 * MIB
         replay = _cost(fits, name, "rtx_pro_6000", True)
-        assert replay.memory_s == pytest.approx(128 * MIB / 23.35e12 * (1 + d.kv_ramp_ctas / 128))
+        assert replay.memory_s == pytest.approx(128 * MIB / (23.35e12 * d.l2_stream_efficiency)
+                                                * (1 + d.kv_ramp_ctas / 128))
         plain = _cost(fits, name, "rtx_pro_6000", False)
         assert plain.memory_s == pytest.approx(d.memory_s(128 * MIB, 128, DRAM_BW))
         assert replay.overhead_s == plain.overhead_s and replay.memory_s < plain.memory_s
@@ -86,3 +97,15 @@ def test_replay_never_faster_with_more_work(family):
             assert t == sorted(t)
         t = [_cost(_op(b, 2048, kv), family, "rtx_pro_6000", True).duration_s for b in (1, 8, 16, 17, 20, 256)]
         assert t == sorted(t)
+
+
+def test_mapper_tells_kv_heads_and_kv_format_apart():
+    """Batch 32, 2 tokens, 32 heads: 4 KV heads of bf16 cache and 8 of FP8 have equal FLOPs, bytes and query
+    shape (the GPU mapper's cost key before): costed one after the other by the same mapper, each takes its own
+    format's figures (the FP8 call at 12.2 us, not the bf16 one's 9.4)."""
+    bf16 = attention_ops("rtx_pro_6000", "trtllm", "trtllm", "decode", 32, 1, 2, 32, 4, 128, "bf16")[0]
+    fp8 = attention_ops("rtx_pro_6000", "trtllm", "trtllm", "decode", 32, 1, 2, 32, 8, 128, "fp8_e4m3")[0]
+    assert (bf16[0].flops, bf16[0].bytes) == (fp8[0].flops, fp8[0].bytes)
+    for op, seconds in (bf16, fp8):
+        assert seconds == _cost(op, "trtllm_attention_sm120", "rtx_pro_6000", True).duration_s
+    assert fp8[1] != bf16[1]

@@ -44,8 +44,8 @@ def test_rules_by_hand():
 
 
 @pytest.mark.parametrize("preset, kv, family", [
-    ("h100_sxm", "bf16", "flash_attn"),          # fa3 on Hopper
-    ("h200", "fp8_e4m3", "flash_attn"),
+    ("h100_sxm", "bf16", "sglang_fa3"),          # fa3 on Hopper (sgl-kernel's build)
+    ("h200", "fp8_e4m3", "sglang_fa3"),
     ("rtx_pro_6000", "bf16", "flashinfer"),      # SM 12.0: neither Hopper nor SM 10.x
     ("a100_80g", "bf16", "flashinfer"),
     ("rtx4090", "fp8_e4m3", "flashinfer"),
@@ -88,7 +88,7 @@ def test_unknown_family_in_a_rule_is_refused():
                                  "attention_rules": [{"family": "nope"}]}, "t.yaml", "a stack")
 
 
-@pytest.mark.parametrize("src, family", [("torch_flow", "trtllm_attention"), ("fa3", "flash_attn"),
+@pytest.mark.parametrize("src, family", [("torch_flow", None), ("torch_flow_flashinfer", None), ("fa3", "sglang_fa3"), ("vllm_flash_attn_fa3", "flash_attn"),
                                          ("flash_attention", "flash_attn"), ("vllm_flash_attn_fa2", "flash_attn"),
                                          ("vllm_flashinfer_fidecode", "flashinfer"), ("flashinfer", "flashinfer"),
                                          ("triton", None)])

@@ -40,9 +40,11 @@ class GpuMapper(Mapper):
         # GEMM dims join the key: M x N x K and M x K x N have equal FLOPs and bytes but
         # not equal tile/wave utilization. Under a stack the op's name can select its kernels,
         # and its input's row shape sets a serial kernel's walk (hw_models.stack.row_kernels).
+        # KV heads and the reads' formats too: a decode attention with 8 KV heads of FP8 cache has the FLOPs,
+        # bytes and query shape of one with 4 KV heads of bf16, not its kernel (per-op tables cost both).
         key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op), gemm_dims(op),
                (op.base_name, op.reads[0].shape if op.reads else ()) if self.stack is not None else None,
-               op.dims.get("q_len"))
+               op.dims.get("q_len"), op.dims.get("kv_heads"), tuple(t.fmt for t in op.reads))
         hit = self._costs.get(key)
         if hit is None:
             hit = self._costs[key] = roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute,

@@ -7,7 +7,8 @@ batch (hundreds of us at batch 1024 with 1-token caches), and streams the KV cac
 measured fraction of the bandwidth. Per family and KV format:
 
     decode  = fixed_s + fixed_cycles / clock + cta_s x CTAs / SMs
-              + KV bytes / (bandwidth x memory_max x kv_stream_efficiency) x (1 + kv_ramp_ctas / CTAs)
+              + max(KV bytes / (bandwidth x memory_max x kv_stream_efficiency) x (1 + kv_ramp_ctas / CTAs),
+                    kv_len x kv_walk_s_per_token)    (the walk: grouped-query calls only, below)
 
 with CTAs = batch x kv_heads. The fixed cost has a part in seconds (the graph's inter-kernel gaps)
 and a part in cycles (on-chip serial work: the kernels' prologues, the RoPE / cache-write kernel,
@@ -19,8 +20,10 @@ CTAs / (CTAs + kv_ramp_ctas) (measured: one CTA streams at ~40% of the many-CTA 
 
 A per-op measurement that replays ONE layer's attention call in a CUDA graph (aiconfigurator's tables)
 re-reads a KV cache no larger than the L2 from the L2: those rows stream at the unit's cited L2 read
-bandwidth (Unit.l2_bandwidth_bytes_per_s, with the same ramp) instead of DRAM's, e.g. RTX PRO 6000 rows of
-exactly its 128 MiB L2 run at 2.5 TB/s, 1.4x its DRAM peak, and one of 160 MiB at DRAM speed. Only a
+bandwidth (Unit.l2_bandwidth_bytes_per_s) at the family's fitted `l2_stream_efficiency`, with the same ramp,
+instead of DRAM's: RTX PRO 6000 rows of exactly its 128 MiB L2 run at ~2.5 TB/s, 1.4x its DRAM peak, and one of
+160 MiB at DRAM speed, and that GPU's cited rate is ASSUMED (23.35 TB/s, scaled from the A100 whitepaper), so
+the efficiency (0.12-0.21: 2.9-4.9 TB/s) carries the measured rate, not a kernel's share of a known one. Only a
 stack marked `single_layer_replay` (set by sim.apps.trace.aic for those tables, never by a stack file) takes
 it: in serving every other layer of the step evicts the cache, so serving streams it from DRAM.
 
@@ -29,10 +32,19 @@ grids), so the term follows the GPU's SM count (unit efficiency.parallel_units);
 on H100 (132 SMs), A100 (108) and RTX PRO 6000 (188) it is ~3-4 us of one SM per CTA for
 FlashAttention. TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
 H100) and one-KV-head-per-query-head models through masked MHA (~1.4): `mha_cta_s` is the
-per-CTA figure where heads == kv_heads. A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak that
+per-CTA figure where heads == kv_heads, and a family whose MHA calls run another kernel streams them at its
+own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas` (TensorRT-LLM: H100 FP8-KV rows of >= 1 GB stream at 0.73
+of the DRAM peak through masked MHA, 0.90 through XQA; scripts/attn_residuals.py). A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak that
 grows with the sequence length:
 
     prefill = fixed_s + FLOPs / (bf16 peak x fraction(q_len))   (held flat past the ends)
+
+Where a kernel runs one CTA per (sequence, KV head) over the whole cache, without splitting the sequence
+across CTAs (TensorRT-LLM's XQA multi_block_mode splits it; its SM 12.x FP8-KV grouped-query rows show no
+split), the call takes at least kv_len x `kv_walk_s_per_token` whatever the batch and KV heads up to one wave:
+the RTX PRO 6000 rows take 85 / 320 / 1260 us at 8K / 32K / 128K tokens for batch 1-8 and 1-8 KV heads alike
+(~9.6 ns, 25 SM cycles, per token), where the bf16-KV rows of the same GPU and the H100's FP8 rows take 31-40 us
+at 128K. The KV term is the larger of the stream and that walk (for a ragged batch, at the mean kv_len).
 
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
 attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
@@ -68,6 +80,12 @@ class Decode(Strict):
     mha_cta_s: Quantity = Field(ge=0)                   # the same where every query head has its own KV head
     kv_stream_efficiency: float = Field(gt=0, le=1.5)   # x the unit's memory_max, with many CTAs in flight
     kv_ramp_ctas: float = Field(default=0.0, ge=0)      # CTAs at which the KV stream reaches half that rate
+    # The same two where heads == kv_heads, for a family that runs those through another kernel (module doc:
+    # TensorRT-LLM's masked MHA against XQA); None: the grouped-query figures.
+    mha_kv_stream_efficiency: float | None = Field(default=None, gt=0, le=1.5)
+    mha_kv_ramp_ctas: float | None = Field(default=None, ge=0)
+    l2_stream_efficiency: float = Field(default=1.0, gt=0, le=1.0)   # x the unit's cited L2 read rate (replay)
+    kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # grouped-query KV term >= kv_len x this (module doc)
     rows: int = 0                                       # measured rows fitted
     fit_mape: float = 0.0                               # in-sample MAPE of the whole call
 
@@ -76,18 +94,33 @@ class Decode(Strict):
         cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
         return self.fixed_s + cycles_s + per_cta * batch * kv_heads / sms
 
-    def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float) -> float:
-        return kv_bytes / (bandwidth * self.kv_stream_efficiency) * (1.0 + self.kv_ramp_ctas / max(ctas, 1))
+    def stream(self, mha: bool = False) -> tuple[float, float]:
+        """(DRAM stream efficiency, ramp CTAs) of the grouped-query kernel, or of the MHA one (`mha`)."""
+        if mha and self.mha_kv_stream_efficiency is not None:
+            ramp = self.kv_ramp_ctas if self.mha_kv_ramp_ctas is None else self.mha_kv_ramp_ctas
+            return self.mha_kv_stream_efficiency, ramp
+        return self.kv_stream_efficiency, self.kv_ramp_ctas
 
-    def l2_memory_s(self, kv_bytes: float, ctas: int, l2_bandwidth: float) -> float:
-        """The KV stream re-read from L2 (a single-layer replay, module doc): the cited L2 rate, not the
-        DRAM stream efficiency fitted on caches larger than any L2, with the same ramp in CTAs."""
-        return kv_bytes / l2_bandwidth * (1.0 + self.kv_ramp_ctas / max(ctas, 1))
+    def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float, mha: bool = False) -> float:
+        eff, ramp = self.stream(mha)
+        return kv_bytes / (bandwidth * eff) * (1.0 + ramp / max(ctas, 1))
+
+    def l2_memory_s(self, kv_bytes: float, ctas: int, l2_bandwidth: float, mha: bool = False) -> float:
+        """The KV stream re-read from L2 (a single-layer replay, module doc): the cited L2 rate at the
+        fitted l2_stream_efficiency, not the DRAM stream efficiency fitted on caches larger than any L2,
+        with the same ramp in CTAs."""
+        return kv_bytes / (l2_bandwidth * self.l2_stream_efficiency) * (1.0 + self.stream(mha)[1] / max(ctas, 1))
+
+    def walk_s(self, kv_len: int, mha: bool = False) -> float:
+        """The least time a grouped-query call's KV term takes where the kernel does not split the sequence:
+        one CTA walks all kv_len tokens of its (sequence, KV head) (module doc)."""
+        return 0.0 if mha else kv_len * self.kv_walk_s_per_token
 
     def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
-               clock_hz: float | None = None) -> float:
+               clock_hz: float | None = None, kv_len: int = 0) -> float:
+        mha = heads == kv_heads
         return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz)
-                + self.memory_s(kv_bytes, batch * kv_heads, bandwidth))
+                + max(self.memory_s(kv_bytes, batch * kv_heads, bandwidth, mha), self.walk_s(kv_len, mha)))
 
 
 class Prefill(Strict):
@@ -206,9 +239,10 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         heads, batch = d.get("heads", 1), d.get("batch", 1)
         kv_heads = d.get("kv_heads", heads)
         if single_layer_replay and l2_resident(unit, kv_bytes):
-            memory_s = fig.l2_memory_s(kv_bytes, batch * kv_heads, unit.l2_bandwidth_bytes_per_s)
+            memory_s = fig.l2_memory_s(kv_bytes, batch * kv_heads, unit.l2_bandwidth_bytes_per_s, heads == kv_heads)
         else:
-            memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw)
+            memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw, heads == kv_heads)
+        memory_s = max(memory_s, fig.walk_s(d.get("kv_len", 1), heads == kv_heads))
         overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)

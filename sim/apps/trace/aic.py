@@ -144,8 +144,10 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
 # The attention family each measured kernel (kernel_source) is; a row is costed with the family it measured
 # where that is not the one its engine's stack picks on the GPU (SGLang 0.5.10's A100 rows ran
 # flash_attention, where SGLang's default there is FlashInfer).
-KERNEL_FAMILY = (("torch_flow", "trtllm_attention"), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
-                 ("flash_attention", "flash_attn"), ("fa3", "flash_attn"))
+# TensorRT-LLM's op (torch_flow) takes the trtllm stack's own pick, which is per architecture (attention_rules).
+# SGLang's fa3 (sgl-kernel's build) is its own family; vLLM's vllm_flash_attn_fa3 matches flash_attn first.
+KERNEL_FAMILY = (("torch_flow", None), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
+                 ("flash_attention", "flash_attn"), ("fa3", "sglang_fa3"))
 
 
 def measured_family(kernel_source: str) -> str | None:
