@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import timeit
 from dataclasses import InitVar, dataclass, field
 
 import pytest
@@ -99,24 +98,11 @@ def test_initvar_and_slots_are_refused():
             a: int
 
 
-def test_building_costs_less_than_a_frozen_dataclass():
-    """The point of the module: the sampled hot records (9 fields, as OpCost) build in well under the
-    frozen dataclass's time. Measured ~3x on this machine; asserted at 1.5x, the best of 5 repeats
-    of each, so a loaded machine's noise does not decide it."""
-    @frozen
-    class Fast9:
-        a: int
-        b: int
-        c: int
-        d: int
-        e: int
-        f: int
-        g: int
-        h: str = ""
-        i: float = 0.0
-
-    Slow9 = dataclass(frozen=True)(type("Slow9", (), {"__annotations__": dict(Fast9.__annotations__),
-                                                       "h": "", "i": 0.0}))
-    fast = min(timeit.repeat(lambda: Fast9(1, 2, 3, 4, 5, 6, 7, "x", 1.0), number=20_000, repeat=5))
-    slow = min(timeit.repeat(lambda: Slow9(1, 2, 3, 4, 5, 6, 7, "x", 1.0), number=20_000, repeat=5))
-    assert fast * 1.5 < slow, (fast, slow)
+def test_the_init_stores_into_the_instance_dict_without_setattr_calls():
+    """The point of the module, checked on the code rather than by a timing (a loaded machine makes
+    timings flaky): dataclass(frozen=True) calls object.__setattr__ once per field, ~3x the cost of
+    the plain dict stores @frozen's __init__ makes (measured 1.3 against 3.5 us for OpCost's 9 fields)."""
+    names = Point.__init__.__code__.co_names
+    assert names == ("__dict__",), names
+    slow = dataclass(frozen=True)(type("SlowPoint", (), {"__annotations__": {"x": "int"}}))
+    assert "__setattr__" in slow.__init__.__code__.co_names   # what it replaces
