@@ -10,7 +10,10 @@ the sequences of the iteration.
 The stack gives it as a curve: host seconds at a few sequence counts, interpolated
 piecewise linearly and extended linearly past either end (the first and last
 segment's slope), never below zero; `tp_extra_s` is added when the model runs on more
-than one device (the driver hands inputs to the other workers). How it meets the
+than one device (the driver hands inputs to the other workers), and `per_seq_s` per
+sequence on top of the curve: host work an engine does per sequence that the curve's
+engine did not (vLLM V1's over vidur's V0 measurement; presets/vllm.yaml says where its
+figure comes from). How it meets the
 device's step is the engine's design, not a constant:
 
 * `overlap: false` (a serial loop, vLLM V0 / sarathi): the GPU waits while the host
@@ -56,6 +59,7 @@ class StepOverhead(Strict):
     seqs: list[int] = Field(min_length=2)       # sequences in the iteration, strictly increasing
     seconds: list[Quantity] = Field(min_length=2)   # host seconds per iteration at those counts
     tp_extra_s: Quantity = Field(default=0.0, ge=0)   # added when the instance spans > 1 device
+    per_seq_s: Quantity = Field(default=0.0, ge=0)    # host seconds per sequence beyond the curve's engine
     note: str = ""
 
     @field_validator("seqs")
@@ -90,7 +94,7 @@ class StepOverhead(Strict):
             v = y[-1] + (n_seqs - x[-1]) * (y[-1] - y[-2]) / (x[-1] - x[-2])
         else:
             v = float(np.interp(n_seqs, x, y))
-        return max(v, 0.0) + (self.tp_extra_s if devices > 1 else 0.0)
+        return max(v, 0.0) + self.per_seq_s * n_seqs + (self.tp_extra_s if devices > 1 else 0.0)
 
     def step_s(self, device_s: float, host_s: float) -> float:
         """The iteration's wall time given its device time and its host time."""

@@ -1,0 +1,80 @@
+"""The fit of vLLM V1's host work per sequence beyond vidur's V0 curve (the vllm stack's
+`step_overhead.per_seq_s`, hw_models.stack.step_overhead) on ML.ENERGY's H100 runs only: the
+procedure scripts/fit_v1_host.py runs.
+
+Each run's steady decode step is read as max_num_seqs / output tokens per second (the time one
+step takes if every running sequence emits a token a step; the runs hold >= 85% of max_num_seqs
+running, the prefill chunks of the new requests ride in the same steps). The simulated step is
+the vllm stack's: max(device, host) + the engine's serial terms (hw_models.stack.engine_overheads),
+the device's decode step of max_num_seqs sequences at the mean context (the task's prompt mean +
+half the run's mean output). Only the host term depends on the figure fitted.
+
+The figure is the one that minimises the step's MAPE over every H100 run, on a 1 us grid. Runs
+measured within CAP_MARGIN of the board limit stay in: a GPU at its cap is busy (a step that waited
+for the host would draw less), so its step is the device's, and it bounds the host's from above
+(a larger figure makes the run host-bound and too slow). B200 is the out-of-sample check: the
+same host CPU work beside another GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hw_models.machine import load_machine
+from sim.apps.serve import mlenergy as M
+from sim.apps.serve.mlenergy_fit import CAP_MARGIN
+from sim.apps.serve.mlenergy_inputs import INPUT_MEAN
+from sim.apps.serve.stepcost import ExactCost, features
+
+GRID_S = np.arange(0.0, 300e-6, 1e-6)    # per-sequence host seconds tried
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """One run's simulated step parts (seconds) and its measured step."""
+
+    run: M.Run
+    device_s: float
+    host_s: float         # the stack's host curve at max_num_seqs, per_seq_s left out
+    serial_s: float       # the engine's serial terms (engine_overheads.iteration_s)
+    measured_s: float
+    limit_w: float        # the board's power limit
+
+    def step_s(self, per_seq_s: float) -> float:
+        return max(self.device_s, self.host_s + per_seq_s * self.run.max_num_seqs) + self.serial_s
+
+    @property
+    def capped(self) -> bool:
+        return self.run.power_per_gpu_w >= CAP_MARGIN * self.limit_w
+
+
+def step_point(run: M.Run, machine: Any) -> StepPoint:
+    """`run`'s step parts under the vllm stack as shipped, its host term without per_seq_s."""
+    f = M.serve_file(run)
+    cost = ExactCost(machine, f, f.model_config_())
+    n = run.max_num_seqs
+    ctx = round(INPUT_MEAN[run.task] + run.avg_output_tokens / 2)
+    mapper = cost.mapper
+    host = mapper.step_overhead.model_copy(update={"per_seq_s": 0.0}).host_s(n, mapper.devices)
+    serial = cost.overheads.iteration_s(n, mapper.collectives_per_iteration(), mapper.devices)
+    gpu = machine.units["gpu"]
+    return StepPoint(run, cost.device(features([(1, ctx)] * n))[0], host, serial, n / run.throughput_tok_s,
+                     gpu.power_limit_w or gpu.power_w)
+
+
+def points(runs: list[M.Run], gpu: str) -> list[StepPoint]:
+    machine = load_machine(M.PRESETS[gpu])
+    return [step_point(r, machine) for r in runs if r.gpu == gpu]
+
+
+def fit(pts: list[StepPoint]) -> float:
+    """The grid's per-sequence seconds of least step MAPE over `pts`."""
+    return float(GRID_S[int(np.argmin([step_mape(pts, s) for s in GRID_S]))])
+
+
+def step_mape(pts: list[StepPoint], per_seq_s: float) -> float:
+    return M.mape([p.step_s(per_seq_s) / p.measured_s - 1.0 for p in pts])
+
