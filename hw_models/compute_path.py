@@ -49,12 +49,12 @@ memory time (roofline max), so it only shows when an op is compute bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 from hw_models.machine import Unit
 from sim.core.errors import ConfigError
 from sim.core.formats import NumberFormat, get_format
+from sim.core.frozen import frozen
 
 # Wider formats to fall back to, best first.
 _FALLBACK = ("bf16", "fp16", "fp32")
@@ -62,7 +62,7 @@ _FALLBACK = ("bf16", "fp16", "fp32")
 DEQUANT_FLOPS_PER_ELEMENT = 2.0
 
 
-@dataclass(frozen=True)
+@frozen
 class ComputePath:
     fmt: str                 # format the arithmetic runs in
     rate_flops_per_s: float  # peak matrix rate in that format

@@ -5,12 +5,12 @@ model takes it without importing base.py (which imports the stack model)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from sim.core.frozen import frozen
 from sim.core.graph import Op
 
 
-@dataclass(frozen=True)
+@frozen
 class OpCost:
     """How one op runs: where, how long, and what bounds it."""
 

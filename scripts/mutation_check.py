@@ -64,6 +64,25 @@ CI gates both in one mutmut run: `--only core,new --sample 47 --sample-new 3 --m
 (423 mutants after the last merge of main: 216 CPU-s, 4.7 min wall with 75 % of the CPU; 324 CPU-s and 15 min at
 load 8-11 before: about 2-3 min on two idle cores).
 
+This stop (issue 32, later): CI's sample on 8373f6d, 97.3 % (532 of 547; 1511 s wall, 456 CPU-s at load ~12),
+its 15 survivors in the run-ahead hooks (decode_event, decode_need, regrow, runs_ahead, V1's cohort_regrow),
+DecodeCohort.advance, the stack's family cost and the surrogate's pairs/split choice: after
+tests/test_mutation_kills_runahead.py and the added stack and surrogate tests, 99.8 % (549 of 550, one
+argued equivalent more). The selection then took in the last two stops' modules (one-pass costs, all of
+costvec, run-ahead, closed loop, serving validation's figures and the overhead fit, engine terms, attention
+kernels, engine collectives: 898 more mutants); on their *3 (201 mutants) 73.1 % before any test of their
+own (run-ahead 74.5, closed loop 73.9, validation 38.9, engine terms 75.0, attention kernels 78.1, engine
+collectives 92.3, one-pass costs 94.1 %); with tests/test_validate_figures.py, the host-curve and collective
+tests and five more argued equivalent, 77.7 % (160 of 206, after a merge of main renumbered the attention
+kernels: run-ahead 75.9, closed loop 73.9, validation 50.0 (step_features has no test that reaches it),
+attention kernels 80.0, one-pass costs 97.0, engine terms and collectives 100 %). The closed loop's
+no-gap figures and validate.group_key got tests after that run (not rerun). CPU: the new modules with the
+surrogate set, 294 mutants, 345 CPU-s (486 s wall at load ~10): CI's sample grows from 547 to about 756
+mutants and from ~456 to ~700 CPU-s. So CI samples the newest modules on numbers ending in 03-43
+(--sample-newest '[0-4]3', about 5 %): 81.6 % (80 of 98; run-ahead 69.0, closed loop 81.8, validation 50.0,
+attention kernels 93.8, the rest 100 %), 193 CPU-s run alone (stats and clean run included), so CI's sample is
+about 648 mutants, ~97 % and ~600-650 CPU-s (estimated from the parts; not run whole).
+
 TARGETS are mutmut's mutant-name globs (module, then `x_` + function or `xǁClassǁ` + method); their
 files are pyproject's [tool.mutmut] only_mutate. A glob that matches nothing is reported: a function
 that moved needs both lists updated.
@@ -99,8 +118,7 @@ TARGETS: dict[str, list[str]] = {
                    for m in ("base", "orca", "sarathi", "static", "vllm", "vllm_v0", "vllm_cohort", "sglang", "trtllm")],
     "KV pool": ["sim.apps.serve.kvpool.*__mutmut_*"],
     "metrics": ["sim.apps.serve.metrics.*__mutmut_*"],
-    "surrogate": ["sim.apps.serve.stepcost.xǁSurrogateǁ*__mutmut_*", "sim.apps.serve.costvec.x_interp__mutmut_*",
-                  "sim.apps.serve.costvec.x_within_step__mutmut_*",
+    "surrogate": ["sim.apps.serve.stepcost.xǁSurrogateǁ*__mutmut_*", "sim.apps.serve.costvec.*__mutmut_*",
                   "sim.apps.serve.stepcost.x_features__mutmut_*", "sim.apps.serve.stepcost.x__grid__mutmut_*"],
     "collectives": ["hw_models.network.collectives.*__mutmut_*"],
     # (ParallelPlan's figures are properties, which mutmut 3.8 leaves alone: decorated functions are not mutated)
@@ -113,8 +131,22 @@ TARGETS: dict[str, list[str]] = {
     "cohort": ["sim.apps.serve.cohort.*__mutmut_*"],
     "early stop": ["sim.apps.serve.early_stop.*__mutmut_*"],
     "lazy table": ["sim.apps.serve.lazytable.*__mutmut_*"],
+    # the last two stops' modules (issue 32, later): the one-pass decode and mixed costs, decode run-ahead,
+    # closed-loop load, serving validation's figures and the engine-overhead fit, and the stack's engine terms
+    "one-pass costs": ["sim.apps.serve.decodecost.*__mutmut_*", "sim.apps.serve.mixedcost.*__mutmut_*"],
+    "run-ahead": ["sim.apps.serve.runahead.*__mutmut_*"],
+    "closed loop": ["sim.apps.serve.closed.*__mutmut_*"],
+    # (run_file, simulate and the report's text and plots are left out: whole serving runs and wording)
+    "validation": [f"sim.apps.serve.validate.x_{f}__mutmut_*"
+                   for f in ("step_features", "layout_features", "signed_errors", "group_key", "mape", "overall")]
+    + ["sim.apps.serve.overhead_fit.*__mutmut_*"],
+    "engine terms": ["hw_models.stack.engine_overheads.*__mutmut_*", "hw_models.stack.step_overhead.*__mutmut_*"],
+    "attention kernels": ["hw_models.stack.attention_kernels.*__mutmut_*"],
+    "engine collectives": ["hw_models.network.engine_collectives.*__mutmut_*"],
 }
 CORE = ("footprint", "formats", "roofline cost", "folding", "PIM decision")   # issue 21's set
+NEWEST = ("one-pass costs", "run-ahead", "closed loop", "validation", "engine terms", "attention kernels",
+          "engine collectives")   # the last two stops' modules: CI samples them more sparsely (--sample-newest)
 KILLED = {1, 3, 36, 37, -24, 24, 152, 255}      # test failed, pytest error, timeout, caught by type check
 SURVIVED = {0, 5, 33}                           # tests passed, or no test covers the mutant
 TIMEOUT = {36, -24, 24, 152}                    # killed by the time limit (pyproject's timeout_multiplier)
@@ -168,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-kill-rate", type=float, default=0.0, help="fail below this overall fraction")
     ap.add_argument("--sample", default="", help="digits: run only mutants whose number ends in one of them")
     ap.add_argument("--sample-new", default=None, help="digits for issue 32's modules (default: --sample's)")
+    ap.add_argument("--sample-newest", default=None,
+                    help="a glob the NEWEST modules' mutant numbers end with, e.g. '[0-4]3' (about 5 %%; default: "
+                         "--sample-new's digits)")
     ap.add_argument("--log", type=Path, default=REPO / "mutants-run.log", help="mutmut's own output")
     ap.add_argument("--only", default="", help="comma-separated modules of TARGETS (default: all); "
                     "'core' for issue 21's, 'new' for issue 32's")
@@ -184,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--only: no module {', '.join(unknown)} (modules: {', '.join(TARGETS)}, core, new)")
         return 2
     def tail(module: str) -> str:
+        if module in NEWEST and args.sample_newest is not None:
+            return args.sample_newest
         digits = args.sample if module in CORE or args.sample_new is None else args.sample_new
         return f"[{digits}]" if digits else ""
 

@@ -106,6 +106,8 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
         (f"{SCHED}vllm.xǁVllmV1ǁ_cache__mutmut_13",),
     "Scheduler._decodes (issue 30's one-allocation path) `if n >= 0`: adds 0 blocks to a request that needs none":
         (f"{SCHED}base.xǁSchedulerǁ_decodes__mutmut_34",),
+    "Scheduler.regrow (run-ahead's one allocation) `sum(... if n >= 0)`: the zeros add nothing to the blocks taken":
+        (f"{SCHED}base.xǁSchedulerǁregrow__mutmut_3",),
     "VllmV1._running `_preempt(victim, None)`: V1's _preempt never reads the batch (no swapping in V1)":
         (f"{SCHED}vllm.xǁVllmV1ǁ_running__mutmut_41",),
     "VllmV1._running `>=` before _cache: with no new full unit _cache's loop is empty and it sets nothing":
@@ -156,18 +158,33 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "_interpolated `rest >= 1` for the chunk table: an iteration with rest == 1 never gets here "
     "(Surrogate.device costs it exactly)":
         (f"{SUR}ǁSurrogateǁ_interpolated__mutmut_123",),
-    "_bilinear `ns[j + 1] >= ns[j]`: the grids are strictly increasing (_grid's sorted set, CHUNKS), so "
-    "the equal case never occurs":
-        (f"{SUR}ǁSurrogateǁ_bilinear__mutmut_53",),
+    "costvec.rows_around weight 1.0 (not 0.0) where the grid has one point or does not rise: a one-point grid "
+    "gives the same row twice (rows[min(j + 1, 0)]), so the weight multiplies a difference of exactly 0, and "
+    "the grids are otherwise strictly increasing (_grid's sorted set, CHUNKS)":
+        ("sim.apps.serve.costvec.x_rows_around__mutmut_33",),
+    "MixedCosts: the split table taken only below 4 tokens (`rest <= 4` for `< 4`): at rest 4 the chunks are "
+    "one of 4 tokens or two of 2 (a 1-token sequence is a decode), whose pairs are at least the even split's "
+    "canon (kv >= q; the sum of q(q + 1)/2 is convex), so dp >= 0 takes the pairs table either way":
+        ("sim.apps.serve.mixedcost.xǁMixedCostsǁ__call____mutmut_103",),
+    # --- the last two stops' modules
+    "StepOverhead.host_s `n_seqs < x[0]`: at n_seqs == x[0] the first segment's extension is y[0] + 0 x slope "
+    "and np.interp gives y[0]: the same number":
+        ("hw_models.stack.step_overhead.xǁStepOverheadǁhost_s__mutmut_3",),
+    "validate.mape: float('NAN') is nan":
+        ("sim.apps.serve.validate.x_mape__mutmut_23",),
+    "runahead.Run.waits `times[+1]`: a one-step run has times[1] == times[-1]; a longer one then waits each "
+    "step's dt, and the clock adds them as _timed added them to make times, so the run ends at times[-1] to "
+    "the bit either way (only more simpy events)":
+        ("sim.apps.serve.runahead.xǁRunǁwaits__mutmut_3",),
     "_build: the chunk table's grid `_grid(R, fine=None)`: None is falsy, the same as fine=False":
         (f"{SUR}ǁSurrogateǁ_build__mutmut_133",),
     "_build: the chunk table's one-chunk cost `_cost(0, None, r)`: with no decodes the KV argument is not "
     "read (`[(q, kv)] * 0` is empty)":
         (f"{SUR}ǁSurrogateǁ_build__mutmut_153",),
     # --- stack cost
-    "stack_cost `m = dims['m'] if ... or True`: M for every op kind, but for_kind reads it only for a GEMM "
-    "(Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":
-        ("hw_models.stack.cost.x_stack_cost__mutmut_73",),
+    "stack_cost `m = op.dims.get('m') if ... or True`: M for every op kind, but for_kind reads it only for a "
+    "GEMM (Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":
+        ("hw_models.stack.cost.x_stack_cost__mutmut_76",),
 
     # --- metrics (whole set)
     "`key.rpartition('_')` for partition: an SLO key is METRIC_STAT and no metric name has an underscore":

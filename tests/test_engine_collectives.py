@@ -14,6 +14,7 @@ from hw_models.network.collectives import ALGORITHMS, collective_s
 from hw_models.network.engine_collectives import (ONE_SHOT, TWO_SHOT, custom_all_reduce_s, custom_kernel,
                                                   nccl_s, node_fits)
 from hw_models.network.topology import load_topology
+from sim.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
@@ -120,3 +121,10 @@ def test_unknown_all_reduce_in_a_stack_is_refused(tmp_path):
     bad.write_text("name: bad\nbase: trtllm\nall_reduce: fastest\n")
     with pytest.raises(ConfigError, match="unknown collective algorithm"):
         load_stack(str(bad))
+
+
+def test_unknown_custom_all_reduce_engine_names_the_known_ones():
+    """Kills engine_collectives.custom_kernel__mutmut_43 (the refusal without its message): an engine with no
+    custom all-reduce is refused in a line naming the two that have one."""
+    with pytest.raises(ConfigError, match="unknown custom all-reduce 'sglang'; engines: trtllm, vllm"):
+        custom_kernel("sglang", 1024.0, 2)

@@ -34,6 +34,13 @@ def _h100():
     return u, m.main_unit, m.memory[u.memory]
 
 
+def _norm_op():
+    """The RMSNorm of Llama-2-7B prefill, 1 x 1024 tokens, fp16 (one layer lowered)."""
+    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
+                  False, num_layers=1)
+    return graph.op("L0.attn_norm")
+
+
 def test_w8a8_fp8_gemm_under_torch_eager_by_hand():
     """fp8 q_proj, M = 1, 4096 x 4096, bf16 activations, under torch-eager (fp8_e4m3 -> fp8_scaled_mm):
     weights 16 777 216 B streamed at 0.83 of 2.8475 TB/s = 7.0987 us, activations 8192 + 8192 B at
@@ -59,9 +66,7 @@ def test_eager_norm_kernel_spec_on_a_preset_below_full_bandwidth():
     at 1.34 us, 9 passes over its bytes at 0.85 x 3.35 TB/s x 0.713 (memory_max below 1, unlike h200's).
     The plain roofline charged the bytes once: the 8 more passes add 8 x bytes x 4e-11 J."""
     u, name, tier = _h100()
-    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
-                  False, num_layers=1)
-    op = graph.op("L0.attn_norm")
+    op = _norm_op()
     plain = roofline_cost(op, u, name, tier)
     got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
     memory_s = 9.0 * op.bytes / (BW * 0.713)
@@ -76,9 +81,7 @@ def test_extra_passes_on_a_tier_without_an_energy_figure_add_no_energy():
     more passes add time, not energy; the cost's energy is the plain roofline's."""
     u, name, tier = _h100()
     tier = tier.model_copy(update={"energy_j_per_byte": None})
-    graph = lower(load_model("llama2-7b"), "prefill", 1, 1024, 1024, FormatPolicy("fp16", "fp16", "fp16", ()),
-                  False, num_layers=1)
-    op = graph.op("L0.attn_norm")
+    op = _norm_op()
     plain = roofline_cost(op, u, name, tier)
     got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
     assert got.energy_j == plain.energy_j
@@ -173,3 +176,42 @@ def test_unknown_dense_gemm_family_is_a_config_error_naming_the_known_ones():
     op = gemm_op(1, 64, 64, "bf16")
     with pytest.raises(ConfigError, match="dense_bf16_typo.*dense_bf16_a100"):
         stack_cost(op, u, "gpu", tier, load_stack("vllm"), roofline_cost(op, u, "gpu", tier))
+
+
+def test_dynamic_scale_pass_adds_its_time_and_stays_memory_bound(monkeypatch):
+    """Kills stack.cost.family_cost__mutmut_93 (the per-row scale pass subtracted), __mutmut_143 (the extra
+    kernels subtracted from the memory term that names the bound) and __mutmut_113 (1 J a byte on a tier
+    with no energy figure). An FP8 W8A8 family with a dynamic activation scale, its figures set plainly
+    (no floors but its own 10 us, full streaming rates, no K walk, 0.9 us a row for the scale), M = 64,
+    4096 x 4096 under torch-eager on h100_sxm (2.8475 TB/s): the GEMM reads 16 777 216 B of weights and
+    524 288 B of bf16 activations and writes 524 288 B; the quantization kernel moves 64 x 4096 x 3 B, the
+    scale kernel the larger of a re-read (64 x 4096 x 2 B: 0.18 us) and 64 x 0.9 us = 57.6 us. Memory term
+    (17 825 792 + 786 432) B / 2.8475 TB/s + 57.6 us, ~64 us: memory-bound, the 10 us floor below it. On a
+    tier with no energy per byte the energy is the FLOPs' alone: 2 x 64 x 4096^2 at the FP8 figure."""
+    plain = dict(floor_s=10e-6, weight_stream_efficiency=1.0, k_walk_s_per_k=0.0, quant_floor_s=0.0,
+                 quant_stream_efficiency=1.0, quant_row_s=9e-7, dequant_pass=False, activation_quant=True)
+    fam = families()["fp8_scaled_mm"].model_copy(update=plain)
+    monkeypatch.setattr(stack_cost_module, "families", lambda: {"w8a8_dynamic": fam})
+    u, name, tier = _h100()
+    op = gemm_op(64, 4096, 4096, "fp8")
+    assert op.bytes == 16777216 + 2 * 524288
+    got = family_cost(op, u, name, tier.model_copy(update={"energy_j_per_byte": None}), load_stack("torch-eager"),
+                      "w8a8_dynamic")
+    memory_s = (16777216 + 2 * 524288) / BW
+    extra_s = 64 * 4096 * 3 / BW + 64 * 9e-7
+    assert got.memory_s == pytest.approx(memory_s + extra_s, rel=1e-12)
+    assert got.overhead_s == pytest.approx(10e-6, rel=1e-12)
+    assert got.duration_s == pytest.approx(10e-6 + extra_s + max(got.compute_s, memory_s), rel=1e-12)
+    assert got.bound == "memory" and got.compute_s < memory_s + extra_s
+    assert got.energy_j == pytest.approx(2 * 64 * 4096**2 * u.energy_j_per_flop["fp8_e4m3"], rel=1e-12, abs=0)
+
+
+def test_kernel_spec_cost_keeps_the_plain_roofline_path():
+    """Kills stack.cost.stack_cost__mutmut_113 (the path dropped). A stack's kernel spec (the RMSNorm of
+    test_eager_norm_kernel_spec_on_a_preset_below_full_bandwidth) reprices the op's memory and launches, not
+    the way it computes: the cost keeps the plain roofline's compute path (reports group ops by it)."""
+    u, name, tier = _h100()
+    op = _norm_op()
+    plain = roofline_cost(op, u, name, tier)
+    got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
+    assert plain.path and got.path == plain.path

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from sim.apps.serve.costvec import add, lerp
 from sim.apps.serve.lazytable import flush_all
 from sim.apps.serve.stepcost import Iteration, Surrogate, _grid, features
 
@@ -202,3 +203,44 @@ def test_pure_decode_steps_take_the_one_pass_path(monkeypatch):
     monkeypatch.setattr(sur, "_interpolated", refuse)
     assert general[0] - 1.003e-3 == pytest.approx(49493.333e-12, rel=1e-6, abs=0)
     assert sur.device(it) == pytest.approx(general, rel=1e-12)
+
+
+class Chunky(Poly):
+    """Poly with e seconds a prefill chunk: splitting tokens into more chunks costs more than their fewer
+    attended pairs save, so the "split" table's slope per pair differs from the "pairs" table's."""
+
+    def __init__(self, b: float, e: float):
+        super().__init__(b=b)
+        self.e = e
+
+    def device(self, it: Iteration) -> tuple[float, float]:
+        t = 1e-3 + self.b * it.pairs + self.e * it.chunks
+        return t, 2 * t
+
+
+def test_a_fraction_of_a_pair_more_than_the_even_split_reads_the_pairs_table():
+    """Kills stepcost.Surrogate._interpolated__mutmut_183 (`dp >= 1`: a step with 0 < dp < 1 read the split
+    table). Two fresh chunks of 3 and 2 tokens attend 3 x 2 + 2 x 1.5 = 9 pairs; the chunk table's even split
+    of 5 tokens in 2 (2.5 each) 2 x 2.5 x 3.5 / 2 = 8.75, so dp = 0.25: more pairs than the even split, the
+    "pairs" slope. Exact cost 1 ms + b x pairs + e x chunks (b = 1e-9, e = 1e-6). By table, at rest 5 (coarse
+    grid 4, 8: w = 1/4; fine P grid the same points): P(5) = 1 ms + e + b (10 + 26 / 4) = 1 ms + e + 16.5 b;
+    C(2 chunks, 5) = e - b (4 + 12 / 4) = e - 7 b; pairs slope b everywhere: + 0.25 b. Sum 1 ms + 2 e + 9.75 b.
+    The split slope at 5 is b - e (1/4 + (1/16 - 1/4) / 4) = b - 13 e / 64: 5e-8 s less. The one-pass mixed
+    cost (mixedcost) gives the same."""
+    sur = Surrogate(Chunky(b=1e-9, e=1e-6), max_tokens=64, max_decode=8, max_kv=128)
+    it = features([(3, 3), (2, 2)])
+    assert (it.pairs, it.chunks, it.tokens) == (9.0, 2, 5)
+    want = 1e-3 + 2e-6 + 9.75e-9
+    assert sur._interpolated(it, 0, 5)[0] == pytest.approx(want, rel=1e-12)
+    assert sur.device(it)[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_cost_vectors_of_unequal_length_pad_the_shorter_with_zeros():
+    """Kills costvec.lerp__mutmut_13 (`y + x` in the padded branch). A cost made before a resource joined
+    ExactCost.keys is one entry shorter: that resource was not busy, 0 s. lerp((1, 2), (3, 4, 5), 1/4) =
+    (1 + 2/4, 2 + 2/4, 0 + 5/4) = (1.5, 2.5, 1.25); add gives (4, 6, 5); the equal-length branch the same
+    numbers where the lengths match."""
+    assert lerp((1.0, 2.0), (3.0, 4.0, 5.0), 0.25) == (1.5, 2.5, 1.25)
+    assert lerp((3.0, 4.0, 5.0), (1.0, 2.0), 0.25) == (2.5, 3.5, 3.75)
+    assert lerp((1.0, 2.0, 0.0), (3.0, 4.0, 5.0), 0.25) == (1.5, 2.5, 1.25)
+    assert add((1.0, 2.0), (3.0, 4.0, 5.0)) == (4.0, 6.0, 5.0) == add((1.0, 2.0, 0.0), (3.0, 4.0, 5.0))

@@ -11,7 +11,7 @@ import pytest
 from hw_models.machine import load_machine
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.closed import ClosedLoopSim, benchmark_figures, in_flight_max
-from sim.apps.serve.simulator import DONE, ServeResult
+from sim.apps.serve.simulator import DONE, REJECTED, ServeResult
 from sim.apps.serve.run import serve
 from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import serve_file_from_dict
@@ -106,3 +106,23 @@ def test_find_capacity_searches_the_client_count():
     # the answer meets the SLO and one more client does not
     assert any(p["rate"] == cap["rate"] and p["ok"] for p in cap["points"])
     assert any(p["rate"] == cap["rate"] + 1 and not p["ok"] for p in cap["points"])
+
+
+def test_benchmark_figures_without_gaps_or_completions():
+    """What a client reports with nothing to average, by hand: one request answered with a single token (at
+    0.4 s, sent at 0.1) has a TTFT and an E2E of 0.3 s but no gap between tokens, so TPOT and ITL are NaN,
+    over a span of 0.3 s: 1 / 0.3 requests/s, 1 / 0.3 tokens/s, half that per GPU on 2. With only a
+    rejected request nothing completed: every mean NaN, every rate 0."""
+    req = {"arrival_s": np.array([0.1, 0.2]), "first_token_s": np.array([0.4, np.nan]),
+           "finish_s": np.array([0.4, np.nan]), "output_tokens": np.array([1.0, 0.0]),
+           "scheduled_s": np.array([0.1, np.nan]), "max_tbt_s": np.array([np.nan, np.nan]),
+           "status": np.array([DONE, REJECTED])}
+    res = ServeResult(req, {}, np.zeros(0), np.zeros(0), 0, 0, 0, 1, 0, 0.4, 1, 0.0)
+    b = benchmark_figures(res, devices=2)
+    assert b["ttft_s"] == pytest.approx(0.3) and b["e2e_s"] == pytest.approx(0.3) and b["completed"] == 1
+    assert np.isnan(b["tpot_s"]) and np.isnan(b["itl_s"])
+    assert b["req_s"] == pytest.approx(1 / 0.3) and b["out_tok_s"] == pytest.approx(1 / 0.3)
+    assert b["out_tok_s_per_gpu"] == pytest.approx(0.5 / 0.3)
+    none = benchmark_figures(res, devices=2, warmup=1)     # the answered request left out as warm-up
+    assert none["completed"] == 0 and (none["req_s"], none["out_tok_s"], none["out_tok_s_per_gpu"]) == (0.0, 0.0, 0.0)
+    assert all(np.isnan(none[k]) for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"))

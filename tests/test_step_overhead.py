@@ -11,6 +11,7 @@ import pytest
 from hw_models.machine import load_machine
 from hw_models.registry import mapper_for, simulate
 from hw_models.stack.spec import load_stack
+from hw_models.stack.step_overhead import StepOverhead
 from sim.apps.serve.run import serve
 from sim.apps.serve.stepcost import ExactCost, features
 from sim.core.errors import ConfigError
@@ -202,3 +203,13 @@ def test_attention_groups_pay_the_host_work_once():
     assert c[0] == pytest.approx(5e-3 + 2e-3 + hand_host_s(8, devices=2))
     busy = dict(zip(g.keys, c[2:]))
     assert busy["host"] == pytest.approx(hand_host_s(8, devices=2)) and busy["gpu"] == pytest.approx(7e-3)
+
+
+def test_curve_extends_past_its_last_point_with_its_last_segment():
+    """Kills StepOverhead.host_s__mutmut_33 (`y[+2]`: the slope taken from the third point). Host seconds 1, 2,
+    3, 5, 9 ms at 1, 2, 4, 8, 16 sequences: past 16 the last segment's slope (9 - 5) / 8 = 0.5 ms a sequence,
+    so 20 sequences take 9 + 4 x 0.5 = 11 ms; below the first point the first segment's 1 ms a sequence,
+    never below 0 (0 sequences: 0 ms)."""
+    curve = StepOverhead(cite="hand", overlap=False, seqs=[1, 2, 4, 8, 16], seconds=[1e-3, 2e-3, 3e-3, 5e-3, 9e-3])
+    assert curve.host_s(20) == pytest.approx(11e-3, rel=1e-12)
+    assert curve.host_s(16) == pytest.approx(9e-3, rel=1e-12) and curve.host_s(0) == 0.0

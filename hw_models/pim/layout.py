@@ -5,15 +5,15 @@ weights interleaved over every unit of every stack, the KV cache of one
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from hw_models.pim.config import Geometry, PimConfig
 from hw_models.pim.plan import ATTN_KINDS, SERIAL, Piece, Schedule
 from sim.core import graph as g
+from sim.core.frozen import frozen
 from sim.core.graph import Op
 
 
-@dataclass(frozen=True)
+@frozen
 class Layout:
     cfg: PimConfig
     geo: Geometry

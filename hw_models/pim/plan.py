@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from hw_models.op_cost import OpCost
 from hw_models.pim.pipeline import HOST, PIM
 from sim.core import graph as g
+from sim.core.frozen import frozen
 from sim.core.graph import Op, OpGraph
 
 ATTN_KINDS = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)   # matrix attention ops (softmax aside)
 
 
-@dataclass(frozen=True)
+@frozen
 class Piece:
     """One op's share of work on one stack."""
 
@@ -30,7 +31,7 @@ class Piece:
     imbalance: float = 1.0   # busiest pseudo-channel / average
 
 
-@dataclass(frozen=True)
+@frozen
 class PimOpCost(OpCost):
     """An OpCost for one stack's piece, with the parts the report explains."""
 

@@ -5,7 +5,6 @@ is spilled), non-GEMM ops at the matrix (attention) or vector rate."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from hw_models import compute_path
 from hw_models.machine import Machine
@@ -13,12 +12,13 @@ from hw_models.spatial.config import SpatialConfig
 from hw_models.spatial.pe_array import gemm_cycles, shared_gemm_cycles
 from sim.core import graph as g
 from sim.core.formats import get_format
+from sim.core.frozen import frozen
 from sim.core.graph import Op
 
 MATRIX_NO_WEIGHT = (g.ATTN_SCORE, g.ATTN_CONTEXT, g.ATTENTION)
 
 
-@dataclass(frozen=True)
+@frozen
 class SliceCost:
     """One op slice on one chip: the tag of its engine task."""
 

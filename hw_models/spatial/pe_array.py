@@ -48,6 +48,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from sim.core.frozen import frozen
+
 Dataflow = Literal["ws", "os", "is"]
 _DATAFLOWS: tuple[str, ...] = ("ws", "os", "is")
 
@@ -74,7 +76,7 @@ class PEArray:
         return self.rows * self.cols
 
 
-@dataclass(frozen=True)
+@frozen
 class GemmCycles:
     """Cycle breakdown of one GEMM on one PE array."""
 

@@ -18,9 +18,10 @@ from typing import Any, Iterable
 import simpy
 
 from sim.core.errors import CapacityError
+from sim.core.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Task:
     id: str
     resource: str

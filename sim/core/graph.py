@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator
+
+from sim.core.frozen import frozen
 
 ROLES = ("weight", "kv", "activation")
 
@@ -26,7 +29,7 @@ EMBED = "embed"
 OP_KINDS = (GEMM, ATTN_SCORE, ATTN_CONTEXT, ATTENTION, SOFTMAX, NORM, ELEMENTWISE, ROPE, KV_APPEND, EMBED)
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorUse:
     """One tensor read or written by an op. `name` is a stable identity
     ("L3.wq", "L3.k_cache", "L3.q") shared by every op that touches it."""
@@ -42,7 +45,7 @@ class TensorUse:
         return math.prod(self.shape)
 
 
-@dataclass(frozen=True)
+@frozen
 class Op:
     name: str                       # "L12.q_proj"
     kind: str
@@ -53,7 +56,9 @@ class Op:
     compute_format: str = "fp16"    # format the arithmetic is specified in (activations)
     layer: int | None = None
 
-    @property
+    # dims and bytes are read several times per op by every mapper: computed once (the op is frozen).
+    # dims is shared by its readers, which only read it.
+    @cached_property
     def dims(self) -> dict[str, int]:
         return dict(self.shape)
 
@@ -62,7 +67,7 @@ class Op:
         """Name without the layer prefix: "L12.q_proj" -> "q_proj"."""
         return self.name.split(".", 1)[1] if self.layer is not None else self.name
 
-    @property
+    @cached_property
     def bytes(self) -> int:
         return sum(t.bytes for t in self.reads) + sum(t.bytes for t in self.writes)
 

@@ -8,9 +8,10 @@ from typing import Any
 
 from sim.core.engine import Timeline
 from sim.core.errors import SimError
+from sim.core.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class OpRecord:
     name: str
     kind: str

@@ -28,12 +28,41 @@ def scaled(a: Cost, f: float) -> Cost:
     return tuple(x * f for x in a)
 
 
-def interp(xs: list[int], ys: list, x: float) -> Cost:
-    """Piecewise-linear interpolation of costs; x within [xs[0], xs[-1]]."""
+def segment(xs: list[int], ys, x: float) -> tuple[Cost, Cost, float] | None:
+    """The two entries of ys around x and the weight between them (interp's reads, in its order); None
+    below xs[1]'s segment, where interp answers ys[0]."""
     i = min(bisect_right(xs, x) - 1, len(xs) - 2)
     if i < 0:
-        return ys[0]
-    return lerp(ys[i], ys[i + 1], (x - xs[i]) / (xs[i + 1] - xs[i]))
+        return None
+    return ys[i], ys[i + 1], (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+def interp(xs: list[int], ys: list, x: float) -> Cost:
+    """Piecewise-linear interpolation of costs; x within [xs[0], xs[-1]]."""
+    s = segment(xs, ys, x)
+    return ys[0] if s is None else lerp(*s)
+
+
+def rows_around(ns: list[int], rows, n: float) -> tuple:
+    """A table's two rows around n on its grid `ns` and the weight between them, clamped to [0, 1] (a
+    bilinear read's first step: Surrogate._bilinear, the one-pass decode and mixed costs)."""
+    j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
+    w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
+    return rows[j], rows[min(j + 1, len(ns) - 1)], min(max(w, 0.0), 1.0)
+
+
+# A bilinear read: the entries at (j, i), (j, i + 1), (j + 1, i), (j + 1, i + 1), the weight along the
+# rows' axis, then the clamped weight between the rows (Surrogate._bilinear).
+Cell = tuple[Cost, Cost, Cost, Cost, float, float]
+
+
+def cell(rs: list[int], lo_row, hi_row, w: float, r: float) -> Cell | None:
+    """Surrogate._bilinear's reads at r between two rows (rows_around), in its order (both rows' segment
+    is the one around r in rs); None below rs[1]'s segment."""
+    i = min(bisect_right(rs, r) - 1, len(rs) - 2)
+    if i < 0:
+        return None
+    return lo_row[i], lo_row[i + 1], hi_row[i], hi_row[i + 1], (r - rs[i]) / (rs[i + 1] - rs[i]), w
 
 
 def within_step(c: Cost) -> Cost:

@@ -11,10 +11,9 @@ length) answer None, and the caller takes the general path.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Callable
 
-Cost = tuple[float, ...]
+from sim.apps.serve.costvec import Cost, cell, rows_around
 
 
 class DecodeCosts:
@@ -30,9 +29,7 @@ class DecodeCosts:
         if got is None:
             d = self.interp(*self._table("D"), n)
             (ns, ks), K = self._table("kv")
-            j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
-            w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
-            got = self._by_n[n] = (d, ks, K[j], K[min(j + 1, len(ns) - 1)], min(max(w, 0.0), 1.0))
+            got = self._by_n[n] = (d, ks, *rows_around(ns, K, n))
         return got
 
     def __call__(self, n: int, decode_kv: int) -> Cost | None:
@@ -40,13 +37,12 @@ class DecodeCosts:
         kbar = decode_kv / n
         if kbar > ks[-1]:
             return None
-        i = min(bisect_right(ks, kbar) - 1, len(ks) - 2)
-        if i < 0:
+        c = cell(ks, lo_row, hi_row, w, kbar)
+        if c is None:
             return None
-        a, b, a2, b2 = lo_row[i], lo_row[i + 1], hi_row[i], hi_row[i + 1]
+        a, b, a2, b2, wk, _ = c
         if not len(d) == len(a) == len(b) == len(a2) == len(b2):
             return None
-        wk = (kbar - ks[i]) / (ks[i + 1] - ks[i])
         # lerp(x, y, wk) on each row, lerp(lo, hi, w) between them, add(D(n), that)
         return tuple([de + (lo + w * ((x2 + wk * (y2 - x2)) - lo))
                       for de, lo, x2, y2 in zip(d, [x + wk * (y - x) for x, y in zip(a, b)], a2, b2)])

@@ -50,8 +50,8 @@ class LazyRow(Sequence):
 
 
 class Remembered(dict):
-    """Values by key, at most `limit` (cleared when full): the surrogate's device cost by the features it
-    reads (Surrogate.device). Entries are fixed once read, so the same features give the same cost to
+    """Values by key, at most `limit` (cleared when full): the surrogate's costs by the features they read
+    (Surrogate.memo: Surrogate.device's, and run-ahead's whole decode steps). Entries are fixed once read, so the same features give the same cost to
     the bit, and they recur: requests decoding nearly alone meet the kv_lens earlier ones decoded at (a
     sweep point at 0.5 requests/s: 7,916 distinct features in 139,650 iterations). The limit keeps a long
     stream's distinct mixed steps from growing it (65,536 costs: a few MB)."""

@@ -16,40 +16,12 @@ length) answer None, and the caller takes the general path.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable
+
+from sim.apps.serve.costvec import Cell, Cost, cell, rows_around, segment
 
 if TYPE_CHECKING:
     from sim.apps.serve.stepcost import Iteration
-
-Cost = tuple[float, ...]
-# A bilinear read: the entries at (j, i), (j, i + 1), (j + 1, i), (j + 1, i + 1), the weight along the
-# rows' axis, then the clamped weight between the rows (stepcost.Surrogate._bilinear).
-Cell = tuple[Cost, Cost, Cost, Cost, float, float]
-
-
-def _segment(xs: list[int], ys, x: float) -> Optional[tuple[Cost, Cost, float]]:
-    """costvec.interp's two entries around x and its weight; None where it answers ys[0]."""
-    i = min(bisect_right(xs, x) - 1, len(xs) - 2)
-    if i < 0:
-        return None
-    return ys[i], ys[i + 1], (x - xs[i]) / (xs[i + 1] - xs[i])
-
-
-def _rows(ns: list[int], rows, n: float) -> tuple:
-    """stepcost.Surrogate._bilinear's two rows around n and the (clamped) weight between them."""
-    j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
-    w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
-    return rows[j], rows[min(j + 1, len(ns) - 1)], min(max(w, 0.0), 1.0)
-
-
-def _cell(rs: list[int], lo_row, hi_row, w: float, r: float) -> Optional[Cell]:
-    """stepcost.Surrogate._bilinear's reads at r between two rows, in its order (both rows' segment is
-    the one around r in rs)."""
-    i = min(bisect_right(rs, r) - 1, len(rs) - 2)
-    if i < 0:
-        return None
-    return lo_row[i], lo_row[i + 1], hi_row[i], hi_row[i + 1], (r - rs[i]) / (rs[i + 1] - rs[i]), w
 
 
 def _bilinear(c: Cell) -> list[float]:
@@ -69,7 +41,7 @@ class MixedCosts:
         if got is None:
             (ns, rs), M = self._table("M")
             (kn, ks), K = self._table("kv")
-            got = self._by_n[n] = (rs, *_rows(ns, M, n), ks, *_rows(kn, K, n))
+            got = self._by_n[n] = (rs, *rows_around(ns, M, n), ks, *rows_around(kn, K, n))
         return got
 
     def __call__(self, it: Iteration, n: int, rest: int) -> Cost | None:
@@ -77,28 +49,28 @@ class MixedCosts:
         m = k = ch = None
         if n:
             rs, m_lo, m_hi, wm, ks, k_lo, k_hi, wk = self._at(n)
-            m = _cell(rs, m_lo, m_hi, wm, rest)
+            m = cell(rs, m_lo, m_hi, wm, rest)
             if m is None:
                 return None
-        p = _segment(*self._table("P"), it.tokens)
+        p = segment(*self._table("P"), it.tokens)
         if p is None:
             return None
         if n:
             kbar = it.decode_kv / n
-            k = _cell(ks, k_lo, k_hi, wk, kbar) if kbar <= ks[-1] else None
+            k = cell(ks, k_lo, k_hi, wk, kbar) if kbar <= ks[-1] else None
             if k is None:
                 return None
         canon = rest * (rest + 1) / 2
         if it.chunks > 1 and rest > 1:
             (cs, crs), C = self._table("C")
             kc = min(it.chunks, cs[-1], rest)
-            ch = _cell(crs, *_rows(cs, C, kc), rest)
+            ch = cell(crs, *rows_around(cs, C, kc), rest)
             if ch is None:
                 return None
             a = rest / kc
             canon = kc * a * (a + 1) / 2
         dp = it.pairs - canon
-        s = _segment(*self._table("pairs" if dp >= 0 or rest < 4 else "split"), rest)
+        s = segment(*self._table("pairs" if dp >= 0 or rest < 4 else "split"), rest)
         if s is None:
             return None
         if len(set(map(len, [*p[:2], *s[:2]] + [v for c in (m, k, ch) if c for v in c[:4]]))) > 1:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import heapq
 import os
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +49,6 @@ MAX_STEPS = 4096    # steps in one run: its lists stay small
 MAX_SEQS = 1 << 30
 MIN_STEPS = 4       # shorter runs are not taken (module doc)
 WATCH_EVERY = 64    # the engine calls progress and watch every this many iterations
-_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # step cost -> its pure decode vectors
 
 
 def enabled() -> bool:
@@ -142,9 +140,9 @@ def _timed(sim: ServeSim, run: Run, cap: int, bound: float) -> list[tuple]:
     b, c, cost = run.batch, run.batch.cohort, sim.setup.target_cost
     n, kv0, times = len(b.entries), run.kv0, run.times
     bases, tick = (tuple(c.base), c.tick) if c is not None else (tuple(run.computed), 0)
-    memo = _MEMO.get(cost)
-    if memo is None:
-        memo = _MEMO[cost] = Remembered()
+    memo = getattr(cost, "memo", None)   # the surrogate's (Surrogate.memo; its device costs' keys are longer)
+    if memo is None:                    # a cost without one: remembered for this run only
+        memo = Remembered()
     t, width, out = times[-1], len(cost.keys), []
     for j in range(2, cap + 1):
         kv = kv0 + n * j

@@ -33,7 +33,6 @@ shorter; the missing entries are zero.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Protocol
@@ -44,7 +43,7 @@ from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.step_overhead import HOST
-from sim.apps.serve.costvec import Cost, interp, lerp, scaled, within_step, add
+from sim.apps.serve.costvec import Cost, add, interp, lerp, rows_around, scaled, within_step
 from sim.apps.serve.decodecost import DecodeCosts
 from sim.apps.serve.lazytable import LazyRow, Remembered, book
 from sim.apps.serve.mixedcost import MixedCosts
@@ -232,7 +231,9 @@ class Surrogate:
         self.max_tokens = max(max_tokens, max_decode * decode_q, 2)
         self.max_decode = max(max_decode, 1)
         self._tables: dict[str, tuple[list[int], list]] = {}
-        self.exact_fallbacks, self._seen = 0, Remembered()   # device costs by the features they read
+        # costs by the features they read: device costs keyed (n, rest, decode_kv, pairs, chunks) here, whole
+        # pure decode steps (n, decode_kv, len(keys)) by sim.apps.serve.runahead; one bound for both
+        self.exact_fallbacks, self.memo = 0, Remembered()
         self._decode, self._mixed = DecodeCosts(self.table, interp), MixedCosts(self.table)
 
     @property
@@ -328,10 +329,10 @@ class Surrogate:
         if it.tokens > self.max_tokens or n > self.max_decode or it.logits is not None or rest == 1:
             self.exact_fallbacks += 1
             return self.exact.device(it)
-        c = self._seen.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
+        c = self.memo.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads
         if c is None:
             d = self._mixed(it, n, rest) if rest else self._decode(n, it.decode_kv) if n else None   # one pass
-            c = self._seen.put(key, within_step(d if d is not None else self._interpolated(it, n, rest)))
+            c = self.memo.put(key, within_step(d if d is not None else self._interpolated(it, n, rest)))
         return c
 
     def _interpolated(self, it: Iteration, n: int, rest: int) -> Cost:
@@ -366,7 +367,5 @@ class Surrogate:
 
     @staticmethod
     def _bilinear(ns: list[int], rs: list[int], M: list[list], n: int, r: int) -> Cost:
-        j = max(0, min(bisect_right(ns, n) - 1, len(ns) - 2))
-        lo, hi = interp(rs, M[j], r), interp(rs, M[min(j + 1, len(ns) - 1)], r)
-        w = (n - ns[j]) / (ns[j + 1] - ns[j]) if len(ns) > 1 and ns[j + 1] > ns[j] else 0.0
-        return lerp(lo, hi, min(max(w, 0.0), 1.0))
+        lo_row, hi_row, w = rows_around(ns, M, n)
+        return lerp(interp(rs, lo_row, r), interp(rs, hi_row, r), w)
