@@ -26,9 +26,13 @@ is stored beside them) and never refitted per case:
   PyTorch executor and SGLang run one scheduler per rank in lock-step and broadcast the new requests
   from rank 0 every iteration (py_executor.py _fetch_new_requests over the MPI/torch dist group;
   SGLang managers/scheduler.py recv_requests -> broadcast_pyobj), the same per-step shape;
-* `per_request_s`: the API front end, once per request: HTTP handling, tokenization and the
-  hand-off to the engine core before the engine sees the request; counted from the client's
-  send, so it adds to TTFT and E2E but occupies no engine time.
+* `per_request_s`: a pure delay once per request before the engine sees it, counted from the
+  client's send: it adds to TTFT and E2E and occupies nothing (no queue forms behind it);
+* `front_end_*`: the API front end as a resource (sim/apps/serve/frontend.py cites which work runs in
+  the API process of each engine): `front_end_servers` processes, each serving one job at a time from
+  one queue; a request in takes `front_end_request_s` + `front_end_prompt_token_s` x its prompt, an
+  engine step's tokens out `front_end_output_token_s` each. Requests queue behind streaming work, so
+  TTFT, E2E and a closed loop's sends move with the token rate; all zero builds no front end.
 
 The step terms add to the iteration's wall time serially: they are what the fit found the
 GPU waiting for, over and above the overlapped host curve.
@@ -55,7 +59,12 @@ class EngineOverheads(Strict):
     per_seq_s: Quantity = Field(default=0.0, ge=0)   # ... per scheduled sequence
     per_collective_s: Quantity = Field(default=0.0, ge=0)   # ... per TP collective of the iteration
     per_extra_rank_s: Quantity = Field(default=0.0, ge=0)   # ... per executor rank beyond the first
-    per_request_s: Quantity = Field(default=0.0, ge=0)   # API front end per request
+    per_request_s: Quantity = Field(default=0.0, ge=0)   # pure delay per request (occupies nothing)
+    # the API front end as a resource (sim/apps/serve/frontend.py): its processes and service times
+    front_end_servers: int = Field(default=1, ge=1)
+    front_end_request_s: Quantity = Field(default=0.0, ge=0)        # per request taken in (HTTP, hand-off)
+    front_end_prompt_token_s: Quantity = Field(default=0.0, ge=0)   # ... per prompt token (tokenize)
+    front_end_output_token_s: Quantity = Field(default=0.0, ge=0)   # per streamed token (detokenize, SSE)
     fit: str = ""                                    # the fit's provenance (script, training set, date)
 
     def iteration_s(self, seqs: int, collectives: int = 0, ranks: int = 1) -> float:

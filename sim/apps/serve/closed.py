@@ -12,10 +12,12 @@ server:
   and InferenceX runs) keep N requests in flight the same way; `--warmup-request-count`
   drops the first requests from the statistics: `warmup_requests` here.
 
-Requests are sent in stream order (the i-th send takes request i's lengths). The
-engine sees a request `front_end_s` after its client sent it (the API server's
-tokenization and hand-off, the stack's `engine_overheads.per_request_s`); a client
-times its request from the send, as the tools do.
+Requests are sent in stream order (the i-th send takes request i's lengths). A request
+reaches the server `front_end_s` after its client sent it (the stack's pure delay
+`engine_overheads.per_request_s`), then the API front end when the stack has one
+(sim.apps.serve.frontend: queued behind its streaming work), then the engine; a client
+times its request from the send, as the tools do, and sends its next one when the front
+end has streamed the last token.
 
 Warm-up and cool-down: as benchmark_serving, every request counts by default, the
 ramp (all N prefills queued at t = 0) and the tail (the last requests running with
@@ -67,16 +69,23 @@ class ClosedLoopSim(ServeSim):
             done = self.replied[i] = env.event()
             if self.front_end_s:
                 yield env.timeout(self.front_end_s)
-            self.arrive(i)
-            if self.rec["status"][i] == REJECTED:
-                done.succeed()
+            self.enter(i)
             yield done
             if self.loop.think_time_s:
                 yield env.timeout(self.loop.think_time_s)
 
+    def admit_or_reject(self, req) -> None:
+        super().admit_or_reject(req)
+        if self.rec["status"][req.idx] == REJECTED:   # refused (also after a front end or an async hold)
+            self.replied[req.idx].succeed()
+
     def _finish(self, r, now: float) -> None:
         super()._finish(r, now)
-        self.replied[r.idx].succeed()
+        if self.front is None:
+            self.replied[r.idx].succeed()
+
+    def delivered(self, i: int) -> None:
+        self.replied[i].succeed()   # the client has the last token: it sends its next request
 
 
 def in_flight_max(res: ServeResult) -> int:

@@ -13,6 +13,11 @@ silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the 
    both equations of every run, each row divided by its measured value (relative errors weigh
    alike whatever the run's scale). Queueing's second-order response to the terms is left to
    the validation run, which simulates with them.
+3. The API front end's service time per streamed token (sim/apps/serve/frontend.py) is no first-order term:
+   what it does is queueing, which only the simulation gives. It is fitted by profile: the training runs are
+   replayed at each value of a grid with the other terms at zero (`scripts/fit_engine_overheads.py
+   --scan-front-end`), steps 1-2 run at each, and the value whose NNLS leaves the least residual is kept,
+   with its features (the column `front_end_output_token_s` records the value a row was replayed under).
 
 Training set: half the silicon sample's `h100_sxm` rows (TRAINING_SYSTEMS; `in_training`: a hash of
 the run id picks the half, so every engine, model and layout is in both); the other half is the H100
@@ -32,7 +37,9 @@ from scipy.optimize import nnls
 from sim.apps.serve.validate import ENGINES, Result
 
 TRAINING_SYSTEMS = {"h100_sxm"}
-FEATURES = ("sim_ttft_s", "sim_tpot_s", "ttft_steps", "ttft_seqs", "tpot_steps", "tpot_seqs", "collectives", "ranks")
+FEATURES = ("sim_ttft_s", "sim_tpot_s", "ttft_steps", "ttft_seqs", "tpot_steps", "tpot_seqs", "collectives", "ranks",
+            "front_end_output_token_s")
+FRONT = "front_end_output_token_s"   # replayed under, not a first-order term (step 3)
 TERMS = ("per_request_s", "step_s", "per_seq_s", "per_collective_s", "per_extra_rank_s")
 START, END = "  # fit:start", "  # fit:end"
 
@@ -42,6 +49,7 @@ class Fit:
     engine: str
     terms: dict[str, float]
     runs: int
+    residual: float = 0.0   # the NNLS residual norm (relative errors left at first order)
 
 
 def in_training(run_id: str) -> bool:
@@ -54,9 +62,10 @@ def zero_terms() -> dict:
     return {"stacks": {e.stack: {"engine_overheads": {t: 0.0 for t in TERMS}} for e in ENGINES.values()}}
 
 
-def feature_rows(results: list[Result]) -> list[dict]:
+def feature_rows(results: list[Result], front: dict[str, float] | None = None) -> list[dict]:
+    """`front`: per engine, the front end's service time per token the runs were replayed under."""
     return [{"id": r.run.name, "engine": r.run.engine, "sim_ttft_s": r.sim["ttft_s"], "sim_tpot_s": r.sim["tpot_s"],
-             **r.features} for r in results]
+             **r.features, FRONT: (front or {}).get(r.run.engine, 0.0)} for r in results]
 
 
 def write_features(rows: list[dict], path: Path) -> None:
@@ -69,7 +78,8 @@ def write_features(rows: list[dict], path: Path) -> None:
 
 def read_features(path: Path) -> list[dict]:
     with path.open() as fh:
-        return [{k: (float(v) if k in FEATURES else v) for k, v in row.items()} for row in csv.DictReader(fh)]
+        return [{FRONT: 0.0, **{k: (float(v) if k in FEATURES else v) for k, v in row.items()}}
+                for row in csv.DictReader(fh)]
 
 
 def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: bool = False) -> list[Fit]:
@@ -80,9 +90,9 @@ def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: bool
     RTX PRO 6000 vLLM 0.19 run out of its band, while the RTX 4090 TP1 run prefers it; docs/serving.md)."""
     out = []
     for engine in sorted({r["engine"] for r in rows}):
-        A, y = [], []
+        A, y, front = [], [], 0.0
         for r in (r for r in rows if r["engine"] == engine and r["id"] in measured and in_training(r["id"])):
-            m = measured[r["id"]]
+            m, front = measured[r["id"]], r.get(FRONT, 0.0)
             c, x = r["collectives"], (r["ranks"] - 1) if rank_term else 0.0
             A.append(np.array([1.0, r["ttft_steps"], r["ttft_seqs"], c * r["ttft_steps"], x * r["ttft_steps"]]) / m["ttft_s"])
             y.append((m["ttft_s"] - r["sim_ttft_s"]) / m["ttft_s"])
@@ -90,8 +100,8 @@ def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: bool
             y.append((m["tpot_s"] - r["sim_tpot_s"]) / m["tpot_s"])
         if not A:
             continue
-        x, _ = nnls(np.array(A), np.array(y))
-        out.append(Fit(engine, dict(zip(TERMS, (float(v) for v in x))), len(A) // 2))
+        x, residual = nnls(np.array(A), np.array(y))
+        out.append(Fit(engine, {**dict(zip(TERMS, (float(v) for v in x))), FRONT: front}, len(A) // 2, float(residual)))
     return out
 
 
@@ -105,6 +115,7 @@ def block(f: Fit, source: str) -> str:
                       f"  per_collective_s: {_us(f.terms['per_collective_s'])}",
                       f"  per_extra_rank_s: {_us(f.terms['per_extra_rank_s'])}",
                       f"  per_request_s: {_us(f.terms['per_request_s'])}",
+                      f"  {FRONT}: {_us(f.terms.get(FRONT, 0.0))}",
                       f"  fit: scripts/fit_engine_overheads.py, NNLS on {f.runs} {f.engine} runs of {source} "
                       "(h100_sxm rows only)"])
 

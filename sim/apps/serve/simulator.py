@@ -6,11 +6,11 @@ request (first, last, largest gap) and per iteration, not per token, so memory
 grows with requests and iterations only. Busy time is summed per resource over the
 run (the step costs' resources, sim.apps.serve.stepcost; `host_link` for swaps).
 
-The stack's engine_overheads (hw_models.stack.engine_overheads) add two things here: the API
-front end (a request reaches the engine `per_request_s` after it arrives; its latencies
-count from its arrival) and async scheduling (the step that runs next was scheduled when
-the previous one started, so a request that reaches a busy engine is held until the
-scheduling after the step it arrived during: one step longer than a synchronous engine).
+The stack's engine_overheads (hw_models.stack.engine_overheads) add three things here: a pure delay
+(a request reaches the engine `per_request_s` after it arrives; latencies count from its arrival), the
+API front end as a resource when it has service times (sim.apps.serve.frontend; no run-ahead then)
+and async scheduling (the step that runs next was scheduled when the previous one started, so a request
+that reaches a busy engine is held until the scheduling after the step it arrived during).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import simpy
 
 from hw_models.stack.spec import stack_for
 from hw_models.power import Board
-from sim.apps.serve import debug_checks, runahead
+from sim.apps.serve import debug_checks, frontend, runahead, speculative
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.cohort import DecodeCohort, finite
@@ -89,8 +89,9 @@ class ServeSim:
         self.busy: dict[str, float] = {}
         self.rejections: dict[str, int] = {}
         stack = stack_for(setup.file.stack, setup.machine)
-        eo = stack.engine_overheads if stack is not None else None
+        self.eo = eo = stack.engine_overheads if stack is not None else None
         self.front_end_s = eo.per_request_s if eo else 0.0
+        self.front: frontend.FrontEnd | None = None   # built by run(): routers feed replicas themselves
         self.async_scheduling = bool(eo and eo.async_scheduling)
         self.held: list[tuple[float, int]] = []   # (when it reached the engine, request) awaiting a scheduling
         self.stepping = False                     # a step is running
@@ -106,6 +107,9 @@ class ServeSim:
     def run(self) -> ServeResult:
         env = simpy.Environment()
         self.env = env
+        self.front = frontend.make(self, self.eo)
+        if self.front is not None:
+            self.ahead = 0   # the front end takes each step's tokens as the step ends
         env.process(self._arrivals(env))
         env.process(self._engine(env))
         env.run()
@@ -117,6 +121,8 @@ class ServeSim:
         """What the run recorded (a router running several engines in one environment calls it)."""
         s = self.sched
         self._sync()
+        if self.front is not None:
+            self.front.to_client(self.rec)
         for r in (*s.running, *s.waiting, *s.swapped):   # unfinished: their gaps so far (finished ones at _finish)
             self.rec["max_tbt_s"][r.idx] = r.max_tbt
         return ServeResult(self.rec, {c: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0)
@@ -132,7 +138,14 @@ class ServeSim:
             dt = r.arrival_s[i] + self.front_end_s - env.now
             if dt > 0:
                 yield env.timeout(dt)
-            self.arrive(i)
+            self.enter(i)
+
+    def enter(self, i: int) -> None:
+        """Request `i` reaches the server: its front end, or the engine when there is none."""
+        (self.front.send if self.front is not None else self.arrive)(i)
+
+    def delivered(self, i: int) -> None:
+        """The front end has streamed request `i`'s last token (a closed loop's client replies then)."""
 
     def arrive(self, i: int) -> None:
         """Request `i` of the stream reaches this engine now (a router calls it too)."""
@@ -206,6 +219,8 @@ class ServeSim:
                 yield env.timeout(wait)
             self.stepping = False
             runahead.land(self, run) if run else self._apply(batch, start, env.now, energy)
+            if self.front is not None:
+                self.front.step(env.now)
 
     def _cost(self, batch: Batch) -> tuple[float, float]:
         s = self.setup
@@ -225,7 +240,7 @@ class ServeSim:
         if not self.spec:
             t, e = self._costed(s.target_cost, entry_features(batch.entries))
             return t + swap_s, e
-        return self._spec_cost(batch, swap_s)
+        return speculative.step_cost(self, batch, swap_s)
 
     def _costed(self, cost, it: Iteration) -> tuple[float, float]:
         """(seconds, joules) of `it`; its resources' busy times go to the run's totals."""
@@ -234,22 +249,6 @@ class ServeSim:
         for k, v in zip(cost.keys, c[2:]):
             busy[k] = busy.get(k, 0.0) + v
         return c[0], c[1]
-
-    def _spec_cost(self, batch: Batch, swap_s: float) -> tuple[float, float]:
-        """k draft decode steps (the first also runs the prefill chunks through the draft), then one
-        target step verifying k + 1 positions per decoding sequence."""
-        k, s = self.spec.k, self.setup
-        dec = [r for r, q in batch.entries if q == 1 and r.generated]
-        pre = [(q, r.computed + q) for r, q in batch.entries if not (q == 1 and r.generated)]
-        verify = [(k + 1, r.computed + k + 1) for r in dec]
-        it = features(verify + pre, k + 1)
-        t, e = self._costed(s.target_cost, Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv, it.pairs,
-                                                     it.chunks, len(verify) * (k + 1) + len(pre)))
-        for j in range(k if dec else 1):
-            seqs = [(1, r.computed + 1 + j) for r in dec] + (pre if j == 0 else [])
-            dt, de = self._costed(s.draft_cost, features(seqs))
-            t, e = t + dt, e + de
-        return t + swap_s, e
 
     def _apply(self, batch: Batch, start: float, now: float, energy: float) -> None:
         # Gaps by the time of the previous token: requests that emitted together share one sample
@@ -349,7 +348,7 @@ class ServeSim:
             tokens += q
             decoding = q == 1 and r.generated > 0
             if spec and decoding:
-                n_tok = self._accepted(r)
+                n_tok = speculative.accepted(self, r)
                 r.generated += n_tok
                 r.computed = r.prompt + r.generated - 1
             else:
@@ -375,16 +374,6 @@ class ServeSim:
                 self._finish(r, now)
         return tokens, prefill
 
-    def _accepted(self, r: Request) -> int:
-        """Tokens one verify step yields: accepted drafts (each with probability alpha, stopping at the
-        first rejection) plus the target's own token."""
-        a, k, alpha, rnd = 0, self.spec.k, self.spec.alpha, self.rng.random
-        while a < k and rnd() < alpha:
-            a += 1
-        self.spec_steps += 1
-        self.spec_tokens += min(a + 1, r.output - r.generated)
-        return min(a + 1, r.output - r.generated)
-
     def _finish(self, r: Request, now: float) -> None:
         rec = self.rec
         i = r.idx
@@ -395,6 +384,8 @@ class ServeSim:
         rec["prefix_hit_tokens"][i] = r.prefix_hit
         rec["status"][i] = DONE
         self.done += 1
+        if self.front is not None:
+            self.front.finished.append(i)
         if self.checks:
             debug_checks.check_finished(r)
         self.sched.finish(r)

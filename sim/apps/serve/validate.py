@@ -178,8 +178,9 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
 
 def machine_loader(engine_side_ttft: bool = False):
     """Presets by name (or by a GPUS system name), loaded once each. `engine_side_ttft`: the log times TTFT from the engine's own
-    queueing (LLMServingSim's queued_ts), so the API front end is outside it: its term is zeroed."""
-    zero = {"stacks": {e.stack: {"engine_overheads": {"per_request_s": 0.0}} for e in ENGINES.values()}}
+    queueing (LLMServingSim's queued_ts), so the API front end is outside it: its terms are zeroed."""
+    front = ("per_request_s", "front_end_request_s", "front_end_prompt_token_s", "front_end_output_token_s")
+    zero = {"stacks": {e.stack: {"engine_overheads": dict.fromkeys(front, 0.0)} for e in ENGINES.values()}}
     cache: dict[str, object] = {}
 
     def load(name: str):
