@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fit vLLM V1's per-sequence host work beyond vidur's V0 curve (vllm.yaml step_overhead.per_seq_s) on
-ML.ENERGY's uncapped H100 runs; B200 out of sample (sim.apps.serve.v1_host_fit has the procedure).
+ML.ENERGY's H100 runs (those at the power cap included: they bound the host term from above); B200 out of sample (sim.apps.serve.v1_host_fit has the procedure).
 
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/fit_v1_host.py [--table]
 """
