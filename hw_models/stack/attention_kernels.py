@@ -116,11 +116,18 @@ class Decode(Strict):
         one CTA walks all kv_len tokens of its (sequence, KV head) (module doc)."""
         return 0.0 if mha else kv_len * self.kv_walk_s_per_token
 
+    def kv_s(self, kv_bytes: float, ctas: int, bandwidth: float, kv_len: int, mha: bool,
+             l2_bandwidth: float | None = None) -> float:
+        """The KV term: the stream (from the L2 at `l2_bandwidth` where a single-layer replay re-reads a
+        resident cache, else from DRAM at `bandwidth`), or the unsplit walk where that takes longer."""
+        stream = (self.memory_s(kv_bytes, ctas, bandwidth, mha) if l2_bandwidth is None
+                  else self.l2_memory_s(kv_bytes, ctas, l2_bandwidth, mha))
+        return max(stream, self.walk_s(kv_len, mha))
+
     def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
                clock_hz: float | None = None, kv_len: int = 0) -> float:
-        mha = heads == kv_heads
         return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz)
-                + max(self.memory_s(kv_bytes, batch * kv_heads, bandwidth, mha), self.walk_s(kv_len, mha)))
+                + self.kv_s(kv_bytes, batch * kv_heads, bandwidth, kv_len, heads == kv_heads))
 
 
 class Prefill(Strict):
@@ -238,11 +245,8 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.ATTENTION).memory_max
         heads, batch = d.get("heads", 1), d.get("batch", 1)
         kv_heads = d.get("kv_heads", heads)
-        if single_layer_replay and l2_resident(unit, kv_bytes):
-            memory_s = fig.l2_memory_s(kv_bytes, batch * kv_heads, unit.l2_bandwidth_bytes_per_s, heads == kv_heads)
-        else:
-            memory_s = fig.memory_s(kv_bytes, batch * kv_heads, bw, heads == kv_heads)
-        memory_s = max(memory_s, fig.walk_s(d.get("kv_len", 1), heads == kv_heads))
+        l2_bw = unit.l2_bandwidth_bytes_per_s if single_layer_replay and l2_resident(unit, kv_bytes) else None
+        memory_s = fig.kv_s(kv_bytes, batch * kv_heads, bw, d.get("kv_len", 1), heads == kv_heads, l2_bw)
         overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
