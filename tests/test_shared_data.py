@@ -36,3 +36,10 @@ def test_no_script_computes_the_path_itself():
     copies = [p.name for p in (ROOT / "scripts").glob("*.py")
               if f'os.environ.get("{ENV_VAR}"' in p.read_text() or "environ[\"SIM_SHARED_VALIDATION\"]" in p.read_text()]
     assert copies == []
+
+
+def test_the_survey_honours_the_override(monkeypatch, tmp_path):
+    """`sim survey`'s default data folder (its own cwd-first search otherwise) follows the variable too."""
+    from sim.apps.survey.cli import default_shared
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    assert default_shared() == tmp_path
