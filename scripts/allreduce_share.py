@@ -25,7 +25,6 @@ dgx_h100 with tp = TP; the shares from the decode step's op timeline (rank 0).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import warnings
@@ -44,8 +43,9 @@ from hw_models.network.engine_collectives import custom_kernel  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
 from sim.apps.serve.validate import MODELS  # noqa: E402
 from sim.core.workload import workload_from_dict  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 DOC = ROOT / "docs" / "parallelism.md"
 BEGIN, END = "<!-- allreduce_share: begin -->", "<!-- allreduce_share: end -->"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")

@@ -11,7 +11,6 @@ measured and, in brackets, the MAPE; a negative figure is sim too fast.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from pathlib import Path
@@ -24,8 +23,9 @@ if str(ROOT) not in sys.path:
 
 from hw_models.machine import load_machine  # noqa: E402
 from sim.apps.trace.aic import PRESET, validate_tables  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation")) / "aic"
+SHARED = shared_validation_dir() / "aic"
 GPUS = ("h100", "a100", "rtx_pro_6000")
 SHAPE = re.compile(r"b(\d+) q1 kv(\d+) h(\d+)/(\d+)")
 KV_BYTES = {"bfloat16": 2, "fp8": 1}

@@ -23,7 +23,6 @@ Decode"): decode on an H200 draws 137-300 W.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -34,8 +33,9 @@ if str(ROOT) not in sys.path:
 from hw_models.machine import machine_from_dict, raw_machine  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
 from sim.core.workload import workload_from_dict  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-MICRO = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation")) / "h200" / "h200_micro.json"
+MICRO = shared_validation_dir() / "h200" / "h200_micro.json"
 PREFILL = dict(model="llama2-7b", batch=1, prompt_len=2048, gen_len=1,
                formats=dict(weights="fp16", activations="fp16", kv_cache="fp16"))
 # Decode shapes checked (none fitted): model, batch, prompt, weights/activations format.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,8 +27,9 @@ from hw_models.machine import load_machine  # noqa: E402
 from sim.apps.serve import mlenergy as M  # noqa: E402
 from sim.apps.serve import mlenergy_fit as F  # noqa: E402
 from sim.apps.serve import mlenergy_inputs as I  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 DOC = ROOT / "docs" / "energy.md"
 START, END = "<!-- energy-validation:start -->", "<!-- energy-validation:end -->"
 # Replay time (minutes per run on a shared 2-core machine): runs above MAX_SEQS and gpqa's (8,000-token outputs)

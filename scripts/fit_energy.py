@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -34,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 from hw_models.machine import load_machine  # noqa: E402
 from sim.apps.serve import mlenergy as M  # noqa: E402
 from sim.apps.serve import mlenergy_fit as F  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 COMPONENTS = ROOT / "scripts" / "energy_fit_components.json"
 FIT_EVERY = 4
 MAX_SEQS = 512

@@ -18,7 +18,6 @@ fails if the stack files differ from what this script writes.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
@@ -32,8 +31,9 @@ from hw_models.stack.spec import STACK_DIR, stack_for  # noqa: E402
 from sim.apps.serve import overhead_fit as F  # noqa: E402
 from sim.apps.serve.validate import ENGINES, GPUS, simulate  # noqa: E402
 from sim.apps.serve.validate_readers import read_silicon  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 TRAINING = SHARED / "aic" / "silicon_sample_h100.csv.gz"
 FEATURES = ROOT / "tests" / "data" / "engine_overheads_features.csv"
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 from functools import cache
-import os
 import sys
 from pathlib import Path
 
@@ -59,8 +58,9 @@ from hw_models.network.collectives import alpha_beta  # noqa: E402
 from hw_models.network.engine_collectives import FITS_FILE, ONE_SHOT, custom_allowed, custom_kernel  # noqa: E402
 from hw_models.network.topology import load_topology  # noqa: E402
 from fit_kernels_ada import ADA_FP8, ADA_GPUS, ADA_K_WALK, ADA_L2_BYTES, ADA_ROW_SCALE  # noqa: E402  (scripts/)
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation")) / "aic"
+SHARED = shared_validation_dir() / "aic"
 IN_SAMPLE = {"h100": "dgx_h100", "a100": "dgx_a100", "rtx_pro_6000": "rtx_pro_6000_x8_pcie",   # comm table + node
              "l40s": "l40s_x8_pcie"}
 COMM_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",

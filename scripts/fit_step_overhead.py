@@ -12,7 +12,6 @@ the stack file's own curve's error on both.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -21,8 +20,9 @@ sys.path.insert(0, str(ROOT))
 
 from hw_models.stack.spec import load_stack  # noqa: E402
 from sim.apps.trace.engine_overhead import fit_curve, load_cpu_overheads, mape, predict  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 
 
 def per_group(curve, d) -> str:

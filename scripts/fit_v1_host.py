@@ -8,7 +8,6 @@ ML.ENERGY's H100 runs (those at the power cap included: they bound the host term
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -18,8 +17,9 @@ sys.path.insert(0, str(ROOT))
 from hw_models.stack.spec import load_stack  # noqa: E402
 from sim.apps.serve import mlenergy as M  # noqa: E402
 from sim.apps.serve import v1_host_fit as V  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 
 
 def main() -> int:

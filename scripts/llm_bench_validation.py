@@ -30,7 +30,6 @@ or preempted, which `sim run` does not model).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -45,8 +44,9 @@ from hw_models.registry import simulate  # noqa: E402
 from sim.core.errors import CapacityError  # noqa: E402
 from sim.core.files import atomic_write  # noqa: E402
 from sim.core.workload import Workload  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 DOC = ROOT / "docs" / "parallelism.md"
 BEGIN, END = "<!-- llm-inference-bench: begin (scripts/llm_bench_validation.py) -->", "<!-- llm-inference-bench: end -->"
 MODELS = {"meta-llama/Llama-2-70b-hf": "llama2-70b", "meta-llama/Meta-Llama-3-70B": "llama3-70b"}

@@ -181,6 +181,29 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "_build: the chunk table's one-chunk cost `_cost(0, None, r)`: with no decodes the KV argument is not "
     "read (`[(q, kv)] * 0` is empty)":
         (f"{SUR}ǁSurrogateǁ_build__mutmut_153",),
+    "runahead._timed `v = None` (the memo not read): a run's step vectors are then the cost's own, computed "
+    "afresh; Surrogate.memo holds what that cost returned for the same features (n, KV, width), which a pure "
+    "decode step's interpolated cost alone reads, and its entries are fixed once read (lazytable.Remembered), so "
+    "the same vectors to the bit, only computed again. A vector wider than the run's first (keys grown) ends the "
+    "run there either way, and where a run stops changes no output (the module's invariant, tested to the bit)":
+        ("sim.apps.serve.runahead.x__timed__mutmut_33",),
+    "runahead.allowed reading `MAX_TOKENS` (absent: MAX_SEQS) for `max_tokens`: the one cost a run is allowed "
+    "under is the Surrogate (op_level False; GroupedCost only with groups > 1, refused before), whose "
+    "max_tokens = max(max_tokens, max_decode x decode_q, 2) >= max_decode, so the min is max_decode either way":
+        ("sim.apps.serve.runahead.x_allowed__mutmut_43",),
+    "runahead._regrow_requests `computed = c0 + j + 1` while step j is regrown: the counter is read there only by "
+    "VllmV1.regrow's `end = computed + 1`, which _cache caps at prompt + generated; generated is set right "
+    "(g0 + j - 1) and a decoding member has computed = prompt + generated - 1 (_steps_left's test), so the cap is "
+    "c0 + j, the unmutated end (an earlier `end // unit > cached` test then caches nothing more). The base "
+    "regrow and decode_event (blocks, shared units, cached units) read no counter, and land sets both after "
+    "the run (tried: block sizes 1, 2, 4 under prefix caching give the same run to the bit)":
+        ("sim.apps.serve.runahead.x__regrow_requests__mutmut_43",),
+    "closed.benchmark_figures: float('NAN') is nan":
+        ("sim.apps.serve.closed.x_benchmark_figures__mutmut_123",),
+    "attention_cost `d.get('kv_len', 2)`: every fused attention op has kv_len in its dims (the two builders, "
+    "lowering._attention_block and mixed._layer's groups, set it; measured trace ops are not Ops), so the "
+    "default is never read":
+        ("hw_models.stack.attention_kernels.x_attention_cost__mutmut_103",),
     # --- stack cost
     "stack_cost `m = op.dims.get('m') if ... or True`: M for every op kind, but for_kind reads it only for a "
     "GEMM (Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":

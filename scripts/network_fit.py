@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -19,8 +18,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from hw_models.network.fit import fit_all  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation")) / "vidur" / "network"
+SHARED = shared_validation_dir() / "vidur" / "network"
 
 
 def main() -> int:

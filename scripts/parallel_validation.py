@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -38,8 +37,9 @@ from sim.apps.trace.stack_calibrate import calibrate_stack  # noqa: E402
 from sim.apps.trace.validate import trace_workload  # noqa: E402
 from sim.core.errors import SimError  # noqa: E402
 from sim.core.workload import Workload  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 # vidur's layer leaves attention out: its output (ctx) and the q/k slice RoPE reads enter sharded.
 VIDUR_SHARDED = frozenset({"ctx", "qkv.qk"})
 SPLITWISE_HW = {"a100-80gb": ("a100_80g", "dgx_a100"), "h100-80gb": ("h100_sxm", "dgx_h100")}

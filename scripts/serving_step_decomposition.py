@@ -18,7 +18,6 @@ import argparse
 import collections
 import csv
 import gzip
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -31,8 +30,9 @@ sys.path.insert(0, str(ROOT))
 from hw_models.machine import load_machine  # noqa: E402
 from sim.apps.serve.stepcost import ExactCost, features  # noqa: E402
 from sim.apps.serve.validate import MODELS, Run, run_file  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 SILICON = SHARED / "aic" / "silicon_sample_h100.csv.gz"
 
 

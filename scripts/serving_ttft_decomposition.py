@@ -23,7 +23,6 @@ load-dependent miss grows across them.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -34,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from sim.apps.serve import overhead_fit as F  # noqa: E402
 from sim.apps.serve.validate_readers import read_silicon  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 SILICON = SHARED / "aic" / "silicon_sample_h100.csv.gz"
 FEATURES = ROOT / "tests" / "data" / "engine_overheads_features.csv"
 BANDS = (("<= 16", 0, 17), ("32", 17, 33), (">= 64", 33, 10**9))

@@ -19,7 +19,6 @@ replays the same runs with it serial, as a sensitivity check (hw_models/stack/pr
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
@@ -33,8 +32,9 @@ from sim.apps.trace import validate_serving as M  # noqa: E402
 from sim.apps.serve.run import serve  # noqa: E402
 from sim.apps.serve.instance import RUNTIME_RESERVED_BYTES, prepare  # noqa: E402
 from sim.apps.serve.validate import machine_loader  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 LLMSERVINGSIM = SHARED / "serving" / "llmservingsim"
 CALIBRATION_CASE = "RTX4090_Llama-3.1-8B"
 START, END = "<!-- serving-validation:start -->", "<!-- serving-validation:end -->"

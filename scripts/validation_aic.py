@@ -13,7 +13,6 @@ H200 and Blackwell datacenter tables, where present, are held out and reported a
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ if str(ROOT) not in sys.path:
 from md_table import pct, table  # noqa: E402  (scripts/, beside this file)
 from sim.apps.trace.aic import HELD_OUT, table_of, validate_tables  # noqa: E402
 from sim.core.errors import ConfigError  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
 def _tables(shared: Path) -> list[Path]:
     folder = shared / "aic"
@@ -281,7 +281,7 @@ def write_section(text: str, doc: Path = ROOT / "docs" / "validation.md") -> Non
 
 
 def main() -> int:
-    shared = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+    shared = shared_validation_dir()
     text, _ = aic_section(shared)
     if text and "--write" in sys.argv[1:]:   # splice this section alone, without rerunning the whole report
         write_section(text)

@@ -23,7 +23,6 @@ from the same calibration sets.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -47,8 +46,9 @@ from validation_small_ops import small_ops_section  # noqa: E402
 from validation_stack_tables import a6000_stacks, cpu_stacks  # noqa: E402
 from validation_vidur import vidur_section  # noqa: E402
 from validation_aic import aic_section  # noqa: E402
+from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
-SHARED = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED = shared_validation_dir()
 A6000_FIT_TOKENS = {1, 16, 128, 1024}
 CPU_FIT_PROMPT = 128
 # A trace is "loaded" when the 1-minute load average (before or after, .meta.json) exceeds

@@ -8,9 +8,11 @@ import pytest
 import yaml
 from hypothesis import settings
 
+from sim.core.shared_data import shared_validation_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared/validation beside the checkout; SIM_SHARED_VALIDATION points elsewhere (a git worktree).
-SHARED_VALIDATION = Path(os.environ.get("SIM_SHARED_VALIDATION", ROOT.parent / "shared" / "validation"))
+SHARED_VALIDATION = shared_validation_dir()
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # The simulations build millions of small objects (graphs, ops, events) and few reference cycles, so

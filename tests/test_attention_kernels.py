@@ -150,3 +150,27 @@ def test_shipped_sm120_fp8_walk_on_rtx_pro_6000():
     c = _cost(_op("decode", 1, 1, 32768, "fp8_e4m3"), "trtllm_attention_sm120", "rtx_pro_6000")
     assert c.memory_s == pytest.approx(32768 * d.kv_walk_s_per_token)
     assert c.duration_s == pytest.approx(320e-6, rel=0.05)
+
+
+def test_l2_stream_by_hand():
+    """A single-layer replay re-reads a resident cache from the L2 (kills Decode.l2_memory_s__mutmut_13 and
+    kv_s__mutmut_13): 1 MB / (10 TB/s x l2_stream_efficiency 0.25) x (1 + kv_ramp_ctas 2 / 4 CTAs) = 0.4 x 1.5
+    = 0.6 us, where the DRAM stream takes 1 MB / (1 TB/s x 0.5) x 1.5 = 3 us; no CTA counts as one: x (1 + 2),
+    1.2 us. The unsplit walk of 100 tokens x 10 ns = 1 us outlasts the L2 stream, so kv_s takes it; 10 tokens
+    (0.1 us) do not."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=0.5, kv_ramp_ctas=2, l2_stream_efficiency=0.25,
+               kv_walk_s_per_token=1e-8)
+    assert d.l2_memory_s(1e6, 4, 1e13) == pytest.approx(0.6e-6, rel=1e-12)
+    assert d.l2_memory_s(1e6, 0, 1e13) == pytest.approx(1.2e-6, rel=1e-12)
+    assert d.kv_s(1e6, 4, 1e12, 10, False, l2_bandwidth=1e13) == pytest.approx(0.6e-6, rel=1e-12)
+    assert d.kv_s(1e6, 4, 1e12, 10, False) == pytest.approx(3e-6, rel=1e-12)
+    assert d.kv_s(1e6, 4, 1e12, 100, False, l2_bandwidth=1e13) == pytest.approx(1e-6, rel=1e-12)
+
+
+def test_prefill_needs_a_bf16_peak():
+    """The prefill curve is a fraction of the bf16 peak (module doc): on the T4 (fp16, int8, int4, fp32 tensor
+    rates; no bf16) a prefill call keeps the roofline (None), as on the H100 it does not (kills
+    attention_cost__mutmut_143, `or` -> `and`)."""
+    op = _op("prefill", 1, 128, 128)
+    assert _cost(op, "trtllm_attention") is not None
+    assert _cost(op, "trtllm_attention", "flexgen_t4") is None

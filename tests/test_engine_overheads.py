@@ -119,6 +119,8 @@ def test_nnls_recovers_the_terms_it_was_built_from():
     assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s,
                                        "per_collective_s": c_s, "per_extra_rank_s": r_s,
                                        "front_end_output_token_s": 0.0}, rel=1e-6)
+    # each training run gives a TTFT and a TPOT row; Fit.runs counts runs (overhead_fit.fit__mutmut_103)
+    assert fit.runs == sum(F.in_training(str(i)) for i in range(24)) > 0
 
 
 def test_async_scheduling_is_on_by_default_under_vllm_and_off_under_v0():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from dataclasses import InitVar, dataclass, field
+from typing import ClassVar
 
 import pytest
 from hypothesis import given
@@ -96,6 +97,19 @@ def test_initvar_and_slots_are_refused():
         @frozen(slots=True)
         class Slotted:
             a: int
+    # the annotation as an object (no `from __future__ import annotations`), defaulted or not
+    for ann in ({"a": "int", "scale": InitVar[int]}, {"scale": InitVar[int], "a": "int"}):
+        with pytest.raises(TypeError, match="InitVar"):
+            frozen(type("Built", (), {"__annotations__": ann, "__module__": __name__}))
+
+
+def test_a_class_variable_is_no_initvar():
+    """A ClassVar is left out of fields() and of __init__, as an InitVar is out of fields(): it is accepted."""
+    @frozen
+    class Counted:
+        a: int
+        limit: ClassVar[int] = 4
+    assert (Counted(2).a, Counted.limit, [f.name for f in dataclasses.fields(Counted)]) == (2, 4, ["a"])
 
 
 def test_the_init_stores_into_the_instance_dict_without_setattr_calls():

@@ -11,6 +11,7 @@ import pytest
 from sim.apps.serve import spec as s
 from sim.apps.serve.cohort import DecodeCohort
 from sim.apps.serve.kvpool import BlockPool, LruBlockPool
+from sim.apps.serve.runahead import _steps_left
 from sim.apps.serve.schedulers.base import Request, Scheduler
 from sim.apps.serve.schedulers.orca import Orca
 from sim.apps.serve.schedulers.vllm import VllmV1
@@ -137,3 +138,22 @@ def test_advance_moves_the_cohort_as_its_hand_outs_would():
     cohort.dissolve()
     assert [r.max_tbt for r in reqs] == [1.5, 1.5]
     assert [r.computed for r in reqs] == [5 + 5, 9 + 5]
+
+
+def _decoding(sched: Scheduler, last_at: float, published: bool) -> list:
+    """One running request of 5 prompt tokens, 3 of its 20 out (computed 5 + 3 - 1 = 7: one token pending)."""
+    r = holding(0, (), generated=3, computed=7, last_at=last_at, published=published)
+    sched.running[:] = [r]
+    return [(r, 1)]
+
+
+def test_steps_left_until_the_first_member_finishes():
+    """Kills runahead._steps_left__mutmut_23 (the published test inverted) and __mutmut_33 (a previous token at
+    0 s refused). The one member has 20 - 3 = 17 tokens to go: 17 steps, its previous token at 0 s or 0.5 s.
+    Under prefix caching a member whose prompt is not yet published cannot run ahead (0); a request with no
+    token out yet (last_at -1) neither."""
+    sched = v0()   # a caching pool
+    assert _steps_left(sched, _decoding(sched, 0.0, published=True)) == 17
+    assert _steps_left(sched, _decoding(sched, 0.5, published=True)) == 17
+    assert _steps_left(sched, _decoding(sched, 0.5, published=False)) == 0
+    assert _steps_left(sched, _decoding(sched, -1.0, published=True)) == 0

@@ -126,3 +126,14 @@ def test_benchmark_figures_without_gaps_or_completions():
     none = benchmark_figures(res, devices=2, warmup=1)     # the answered request left out as warm-up
     assert none["completed"] == 0 and (none["req_s"], none["out_tok_s"], none["out_tok_s_per_gpu"]) == (0.0, 0.0, 0.0)
     assert all(np.isnan(none[k]) for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s"))
+
+
+def test_in_flight_max_counts_each_reply_once():
+    """Kills closed.in_flight_max__mutmut_13 (a reply counted as two). Sends at 0, 1, 2, 3 s; the first
+    answered at 1.5 s, the rest at 10 s: in flight 1, 2, then 1 after the reply, 2, 3. The most is 3 (a reply
+    counted twice would leave 0, 1, 2 after it: 2)."""
+    n = 4
+    req = {"arrival_s": np.array([0.0, 1.0, 2.0, 3.0]), "finish_s": np.array([1.5, 10.0, 10.0, 10.0]),
+           "status": np.full(n, DONE)}
+    res = ServeResult(req, {}, np.zeros(0), np.zeros(0), 0, 0, 0, 1, 0, 10.0, 1, 0.0)
+    assert in_flight_max(res) == 3

@@ -37,7 +37,7 @@ class InterpolatedCost(RecordingCost):
         return t, e, 0.5 * t + 1e-7 * it.n_decode
 
 
-def run(stream: dict, ahead: bool) -> tuple[ServeResult, list[tuple[int, int]], int]:
+def run(stream: dict, ahead: bool | int) -> tuple[ServeResult, list[tuple[int, int]], int]:
     """The stream's result, the progress callback's calls and the steps landed by runs."""
     reqs = Requests(np.array(stream["arrival_s"]), np.array(stream["prompt"]), np.array(stream["output"]),
                     stream["hashes"])
@@ -51,7 +51,7 @@ def run(stream: dict, ahead: bool) -> tuple[ServeResult, list[tuple[int, int]], 
     sim = ServeSim(setup, reqs, progress=(lambda d, t: calls.append((d, t))) if stream.get("progress") else None)
     sim.async_scheduling, sim.front_end_s = stream.get("async", False), stream.get("front_end_s", 0.0)
     assert bool(sim.ahead) == (sched.runs_ahead() and runahead.enabled())   # on by default where the scheduler allows it
-    sim.ahead = sim.ahead if ahead else 0
+    sim.ahead = sim.ahead if ahead is True else int(ahead)   # False: off; a number: that many sequences at most
     landed = []
     land = runahead.land
 
@@ -90,8 +90,8 @@ def test_runs_change_no_answer(stream):
 def decode_alone(kind: str, **extra) -> dict:
     """Two requests a second apart, each decoding 40 tokens alone on an idle engine: a run from its
     second token to its last, stopping where its KV blocks grow."""
-    return dict(arrival_s=[0.0, 1.0], prompt=[6, 9], output=[40, 40], hashes=None, kind=kind, blocks=40, swap=False,
-                caching=False, budget=256, **extra)
+    return {**dict(arrival_s=[0.0, 1.0], prompt=[6, 9], output=[40, 40], hashes=None, kind=kind, blocks=40, swap=False,
+                   caching=False, budget=256), **extra}
 
 
 def test_runs_are_taken_and_match_for_each_scheduler():
@@ -140,3 +140,45 @@ def test_blocks_grow_inside_runs():
     for cohort_min in (1, 8):
         on, _, _ = run(decode_alone("vllm", cohort_min=cohort_min), ahead=True)
         assert on.peak_blocks == 12 and on.iterations["kv_blocks_used"].max() == 12
+
+
+def test_a_run_of_as_many_sequences_as_allowed():
+    """Kills runahead.plan__mutmut_13 (`n >= sim.ahead`): each request decodes alone (n = 1), so a limit of one
+    sequence still takes their runs, and a limit of 0 none."""
+    off, _, _ = run(decode_alone("vllm"), ahead=False)
+    on, _, landed = run(decode_alone("vllm"), ahead=1)
+    assert landed > 60
+    same(on, off)
+
+
+def test_runs_stop_where_progress_is_reported():
+    """Kills runahead.plan__mutmut_43: with a progress callback a run stops at the engine's 64th iteration, where
+    the callback is called, so it sees the same (done, total) as step by step: once, at iteration 64, with the
+    first request done (its prefill and 39 decode steps end by iteration 40) out of 2."""
+    stream = decode_alone("vllm", progress=True)
+    off, off_calls, _ = run(stream, ahead=False)
+    on, on_calls, landed = run(stream, ahead=True)
+    assert landed > 60 and on_calls == off_calls == [(1, 2)]
+    same(on, off)
+
+
+def test_every_decode_step_lands_in_a_run():
+    """Each request decodes 39 tokens after its prefill's first, alone: request by request all 39 steps of
+    each are one run (78 landed); as a cohort the first decode step forms the cohort, whose members have had
+    no hand-out yet (_cohort_left 0), so its other 38 are the run (76). Kills runahead._extend__mutmut_23 (a
+    cohort's regrow cut two steps short: 72)."""
+    for kind in ("vllm", "vllm-v0", "sglang", "trtllm"):
+        assert [run(decode_alone(kind, cohort_min=m), ahead=True)[2] for m in (8, 1)] == [78, 76], kind
+
+
+def test_runs_book_blocks_as_steps_under_prefix_caching():
+    """Under prefix caching V1 schedulers act one token before a block fills (test_mutation_kills_runahead),
+    so a run's regrow must ask for the blocks of the token its step writes: the blocks in use, iteration by
+    iteration, are those of the step-by-step run. Kills runahead._regrow_requests__mutmut_33 (the need two
+    tokens on: a block taken two steps early in 19 of the 80 iterations)."""
+    for kind in ("vllm", "sglang", "trtllm", "vllm-v0"):
+        stream = decode_alone(kind, cohort_min=8, caching=True, hashes=[(100,), (200, 201)])   # one per full block
+        off, _, _ = run(stream, ahead=False)
+        on, _, landed = run(stream, ahead=True)
+        assert landed == 78, kind
+        same(on, off)

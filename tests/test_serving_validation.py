@@ -26,7 +26,7 @@ CASE = "RTX4090_Llama-3.1-8B"
 def root():
     path = SHARED_VALIDATION / "serving" / "llmservingsim"
     if not (path / CASE).is_dir():
-        pytest.skip(f"{path / CASE} is not present")
+        pytest.skip(f"{path / CASE} is not present (shared/validation)")
     return path
 
 

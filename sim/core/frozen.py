@@ -10,12 +10,14 @@ straight into the instance's __dict__, the way object.__setattr__ would have sto
 
 Only what these records use is supported: positional and keyword-only fields, defaults,
 default factories, fields left out of __init__, and __post_init__. InitVar
-fields and slots (no __dict__) are refused at class creation, never silently mis-built.
+fields and slots (no __dict__) are refused at class creation, never silently mis-built. Public
+dataclasses API only (fields(), Field attributes, the generated __init__'s signature): no private name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect   # dataclasses imports it already: no cost
 from dataclasses import MISSING, dataclass
 from typing import Any, Callable, TypeVar
 
@@ -37,8 +39,10 @@ def frozen(cls: type[T] | None = None, /, **options: Any) -> Any:
 
 def _fast_init(cls: type) -> Callable[..., None]:
     """An __init__ with dataclass's signature whose body stores into self.__dict__."""
-    # InitVar pseudo-fields are left out of fields(); the class's field table still holds them.
-    if any(f._field_type is dataclasses._FIELD_INITVAR for f in cls.__dataclass_fields__.values()):
+    # InitVar pseudo-fields are left out of fields() but are parameters of dataclass's own __init__:
+    # found through public API only (no dataclasses._FIELD_INITVAR, which a Python release may rename).
+    init_fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    if any(p not in init_fields for p in list(inspect.signature(cls.__init__).parameters)[1:]):   # [0]: self
         raise TypeError(f"{cls.__name__}: @frozen does not support InitVar fields")
     if "__slots__" in cls.__dict__:
         raise TypeError(f"{cls.__name__}: @frozen writes the instance __dict__; a slots class has none")

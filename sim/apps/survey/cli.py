@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
 from sim.apps.progress import bar
 from sim.core.files import check_output, transaction
 from sim.core.errors import ConfigError
+from sim.core.shared_data import ENV_VAR, shared_validation_dir
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def default_shared() -> Path:
-    """../shared/validation beside the working directory's checkout, else beside this one."""
+    """$SIM_SHARED_VALIDATION when set (sim.core.shared_data, the rule the tests and scripts use), else
+    ../shared/validation beside the working directory's checkout, else beside this one."""
+    if ENV_VAR in os.environ:
+        return shared_validation_dir()
     for root in (Path.cwd(), REPO):
         candidate = root.parent / "shared" / "validation"
         if candidate.is_dir():
