@@ -281,7 +281,7 @@ def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation, baseline: bool = 
                 sglang_algorithm(ver, nvlink) if src == "sglang_custom_ar" else COMM_ALGORITHM.get(src, "ring"))
             sim_s = collective_s(topo, kind, float(nbytes), int(n), algorithm)
             # An engine's custom all-reduce per release: releases change the kernel and its NCCL fallback (RTX PRO
-            # 6000, 2 GPUs: vLLM 0.19.0 2.5x 0.24.0's time at every size; SGLang 0.5.14 a faster kernel on H100).
+            # 6000, 2 GPUs: vLLM 0.19.0 2.5x 0.24.0's time at every size; SGLang 0.5.12+ runs its CustomAllReduceV2).
             family = f"{op} {src}" if src == "nccl" else f"{op} {src} {ver}"
             out.rows.append(Row(gpu, family, src, algorithm, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
 
