@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.machine import load_machine  # noqa: E402
-from hw_models.network.engine_collectives import custom_kernel  # noqa: E402
+from hw_models.network.engine_collectives import custom_kernel, sglang_algorithm  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
 from sim.apps.serve.validate import MODELS  # noqa: E402
 from sim.core.workload import workload_from_dict  # noqa: E402
@@ -62,15 +62,17 @@ class Engine:
     comm_kernel: str
     comm_version: str
     collective: str          # engine_collectives' name for its custom all-reduce
+    algorithm: str | None = None   # sim's parallel.algorithm where the stack's default is another release's kernel
 
 
 ENGINES = {
     "trtllm": Engine("gemm_h100", "torch_flow", "torch_flow", "trtllm_custom_ar", "TRTLLM", "1.3.0rc20", "trtllm"),
     "vllm": Engine("gemm_h100", "torch_linear", "vllm_flash_attn_fa3", "vllm_custom_ar", "vLLM_custom_graph",
                    "0.24.0", "vllm"),
-    # SGLang's custom all-reduce is vLLM's kernel ported (hw_models/stack/presets/sglang.yaml): vLLM's thresholds
+    # SGLang 0.5.14 runs its CustomAllReduceV2 (engine_collectives: from 0.5.12), not the v1 kernel (vLLM's) that
+    # the sglang stack keeps for the 0.5.1-0.5.8 runs it was checked on (docs/serving.md): the plan names it
     "sglang": Engine("gemm_sglang_h100", "sglang_torch_linear", "fa3", "sglang_custom_ar",
-                     "SGLang_CustomAllReduce_graph", "0.5.14", "vllm"),
+                     "SGLang_CustomAllReduce_graph", "0.5.14", "sglang", "sglang_custom"),
 }
 
 
@@ -157,7 +159,8 @@ def sim_step(case: Case, machine) -> dict[str, float]:
     raw = {"name": "allreduce_share", "model": MODELS[case.model], "batch": case.batch,
            "prompt_len": case.context - 1, "gen_len": 2, "stack": case.engine, "flash_attention": True,
            "formats": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
-           "parallel": {"tp": case.tp, "topology": "dgx_h100"}}
+           "parallel": {"tp": case.tp, "topology": "dgx_h100",
+                        **({"algorithm": eng.algorithm} if (eng := ENGINES[case.engine]).algorithm else {})}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = simulate(workload_from_dict(raw, "allreduce_share"), machine)
@@ -223,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=1024, help="kv_len of the step (%(default)s)")
     ap.add_argument("--sglang-ar-version", default=ENGINES["sglang"].comm_version,
                     help="SGLang version whose custom all-reduce rows the table side reads (%(default)s: the version of "
-                         "its GEMM and attention rows; the table also has 0.5.9 and 0.5.10)")
+                         "its GEMM and attention rows; the table also has 0.5.9 and 0.5.10); sim runs that "
+                         "release's kernel (V2 from 0.5.12, else vLLM's)")
     ap.add_argument("--write", action="store_true", help=f"put the table into {DOC.relative_to(ROOT)}")
     args = ap.parse_args(argv)
     try:
@@ -239,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (SHARED / "aic" / "comm_h100.csv.gz").is_file():
         print(f"{SHARED / 'aic'}: not found (set SIM_SHARED_VALIDATION)", file=sys.stderr)
         return 2
-    ENGINES["sglang"] = replace(ENGINES["sglang"], comm_version=args.sglang_ar_version)
+    v2 = sglang_algorithm(args.sglang_ar_version, nvlink=True) == "sglang_custom"   # that release's kernel
+    ENGINES["sglang"] = replace(ENGINES["sglang"], comm_version=args.sglang_ar_version,
+                                collective="sglang" if v2 else "vllm", algorithm="sglang_custom" if v2 else None)
     machine = load_machine("h100_sxm")
     try:
         rows = [(c, row(c, machine)) for c in todo]

@@ -55,7 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.network.collectives import alpha_beta  # noqa: E402
-from hw_models.network.engine_collectives import FITS_FILE, ONE_SHOT, custom_allowed, custom_kernel  # noqa: E402
+from hw_models.network.engine_collectives import (  # noqa: E402
+    FITS_FILE, ONE_SHOT, custom_allowed, custom_kernel, sglang_algorithm)
 from hw_models.network.topology import load_topology  # noqa: E402
 from fit_kernels_ada import ADA_FP8, ADA_GPUS, ADA_K_WALK, ADA_L2_BYTES, ADA_ROW_SCALE  # noqa: E402  (scripts/)
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
@@ -65,7 +66,7 @@ IN_SAMPLE = {"h100": "dgx_h100", "a100": "dgx_a100", "rtx_pro_6000": "rtx_pro_60
              "l40s": "l40s_x8_pcie"}
 COMM_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
              "alltoall": "all_to_all"}
-ENGINES = {"trtllm_custom_ar": "trtllm", "vllm_custom_ar": "vllm"}
+ENGINES = {"trtllm_custom_ar": "trtllm", "vllm_custom_ar": "vllm", "sglang_custom_ar": "sglang"}
 MIN_BYTES = 1024          # the NCCL tables start at 1 KB; smaller custom rows are kept
 
 
@@ -120,6 +121,9 @@ def fit_node(gpu: str) -> dict:
     topo = load_topology(IN_SAMPLE[gpu])
     for src, engine in ENGINES.items():
         rows = df[(df["source"] == src) & (df["op"] == "all_reduce")]
+        if engine == "sglang":   # only the releases that run CustomAllReduceV2 on this node
+            nvlink = topo.interconnect.kind == "nvswitch"
+            rows = rows[[sglang_algorithm(v, nvlink) == "sglang_custom" for v in rows["version"]]]
         if rows.empty:
             continue
         latest = rows[rows["version"] == _latest(rows["version"])]

@@ -58,7 +58,7 @@ def test_never_faster_with_more_bytes(algorithm, ranks):
     threshold, kept as its source has it; the drop there is bounded (< 15%)."""
     topo = load_topology("dgx_h100")
     sizes = np.geomspace(256, 1 << 30, 300)
-    engine = {"trtllm_custom": "trtllm", "vllm_custom": "vllm"}.get(algorithm)
+    engine = {"trtllm_custom": "trtllm", "vllm_custom": "vllm", "sglang_custom": "sglang"}.get(algorithm)
     regime = [custom_kernel(engine, s, ranks) if engine else None for s in sizes]
     t = [collective_s(topo, "all_reduce", float(s), ranks, algorithm) for s in sizes]
     for a, b, ra, rb in zip(t, t[1:], regime, regime[1:]):
@@ -125,6 +125,6 @@ def test_unknown_all_reduce_in_a_stack_is_refused(tmp_path):
 
 def test_unknown_custom_all_reduce_engine_names_the_known_ones():
     """Kills engine_collectives.custom_kernel__mutmut_43 (the refusal without its message): an engine with no
-    custom all-reduce is refused in a line naming the two that have one."""
-    with pytest.raises(ConfigError, match="unknown custom all-reduce 'sglang'; engines: trtllm, vllm"):
-        custom_kernel("sglang", 1024.0, 2)
+    custom all-reduce is refused in a line naming the three that have one."""
+    with pytest.raises(ConfigError, match="unknown custom all-reduce 'deepspeed'; engines: trtllm, vllm, sglang"):
+        custom_kernel("deepspeed", 1024.0, 2)

@@ -61,7 +61,7 @@ class ParallelPlan(Strict):
     micro_batches: StrictInt = Field(default=1, gt=0)
     topology: str | None = None
     # network.collectives; None: the stack's `all_reduce` (the engine's own), else ring
-    algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom"] | None = None
+    algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom", "sglang_custom"] | None = None
     source: str = Field(default="", exclude=True)
 
     @property

@@ -15,7 +15,7 @@ With a fit for the group size (Topology.fitted, from NCCL measurements in one no
 alpha and B are the fitted ones: the all-reduce fit serves every ring/tree collective,
 the send/recv fit point-to-point; otherwise the interconnect's datasheet figures.
 
-Algorithms `nccl`, `trtllm_custom` and `vllm_custom` are the collectives as the engines
+Algorithms `nccl`, `trtllm_custom`, `vllm_custom` and `sglang_custom` are the collectives as the engines
 run them in one node (hw_models.network.engine_collectives): NCCL's fitted protocol
 lines, and the engines' one-shot / two-shot custom all-reduce below their size limits;
 each falls back to the ring where the topology has no such fit.
@@ -23,15 +23,29 @@ each falls back to the ring where the topology has no such fit.
 
 from __future__ import annotations
 
-from hw_models.network.engine_collectives import custom_all_reduce_s, custom_allowed, nccl_s
+from hw_models.network.engine_collectives import custom_all_reduce_s, custom_allowed, nccl_s, node_fits
 from hw_models.network.topology import Topology, log2_steps
 from sim.core.errors import ConfigError
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV)
-ALGORITHMS = ("ring", "tree", "nccl", "trtllm_custom", "vllm_custom")
-CUSTOM = {"trtllm_custom": "trtllm", "vllm_custom": "vllm"}
+ALGORITHMS = ("ring", "tree", "nccl", "trtllm_custom", "vllm_custom", "sglang_custom")
+# algorithm -> the custom kernels it may run, first that the node allows and has a fit for: SGLang's
+# CustomAllReduceV2 needs full NVLink and falls back to the v1 kernel, vLLM's (engine_collectives doc)
+CUSTOM = {"trtllm_custom": ("trtllm",), "vllm_custom": ("vllm",), "sglang_custom": ("sglang", "vllm")}
+
+
+def _custom_s(topo: Topology, algorithm: str, nbytes: float, ranks: int) -> float | None:
+    """The custom all-reduce's time, None where the message goes to NCCL."""
+    for engine in CUSTOM[algorithm]:
+        if not custom_allowed(engine, topo, ranks):
+            continue
+        fits = node_fits(topo.name)
+        if fits is None or ranks not in fits.custom.get(engine, {}):
+            continue   # no fit for this kernel here: the next one
+        return custom_all_reduce_s(topo.name, engine, nbytes, ranks)
+    return None
 
 
 def alpha_beta(kind: str, algorithm: str, ranks: int) -> tuple[float, float]:
@@ -69,8 +83,8 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown collective algorithm {algorithm!r}; algorithms: {', '.join(ALGORITHMS)}")
     in_node = 1 < ranks <= topo.devices_per_node and kind != SEND_RECV
-    if in_node and algorithm in CUSTOM and kind == ALL_REDUCE and custom_allowed(CUSTOM[algorithm], topo, ranks):
-        custom = custom_all_reduce_s(topo.name, CUSTOM[algorithm], nbytes, ranks)
+    if in_node and algorithm in CUSTOM and kind == ALL_REDUCE:
+        custom = _custom_s(topo, algorithm, nbytes, ranks)
         if custom is not None:
             return custom
     ring = "tree" if algorithm == "tree" else "ring"

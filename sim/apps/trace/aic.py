@@ -37,6 +37,7 @@ import pandas as pd
 
 from hw_models.machine import load_machine
 from hw_models.network.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, collective_s
+from hw_models.network.engine_collectives import sglang_algorithm
 from hw_models.network.topology import load_topology
 from hw_models.registry import mapper_for
 from sim.core import graph as g
@@ -58,10 +59,9 @@ STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128", "nvfp4": "nvfp4",
                "int4_wo": "int4", "int8_wo": "int8", "sq": "int8"}
 KV_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
-# The collective algorithm each measured source runs (hw_models.network.collectives); SGLang's custom
-# all-reduce is vLLM's kernel (sgl-kernel allreduce, adapted from vLLM's custom_all_reduce.cuh).
-COMM_ALGORITHM = {"nccl": "nccl", "trtllm_custom_ar": "trtllm_custom", "vllm_custom_ar": "vllm_custom",
-                  "sglang_custom_ar": "vllm_custom"}
+# The collective algorithm each measured source runs (hw_models.network.collectives); SGLang's depends on the
+# release (engine_collectives.sglang_algorithm: vLLM's kernel before 0.5.12, its own CustomAllReduceV2 after).
+COMM_ALGORITHM = {"nccl": "nccl", "trtllm_custom_ar": "trtllm_custom", "vllm_custom_ar": "vllm_custom"}
 # A row whose kernel_source names the kernel it ran takes that kernel's algorithm (SGLang 0.5.6.post2's H100 rows
 # ran TensorRT-LLM's custom all-reduce: kernel_source TRTLLM).
 COMM_KERNEL = {"TRTLLM": "trtllm_custom"}
@@ -267,6 +267,7 @@ def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation, baseline: bool = 
         out.skipped.append(f"{gpu} comm: no node preset for this GPU")
         return
     topo = load_topology(node)
+    nvlink = topo.interconnect.kind == "nvswitch"
     for (src, op), part in df.groupby(["source", "op"], sort=True):
         kind = COMM_KIND.get(op)
         if kind is None:
@@ -276,10 +277,11 @@ def _comm_rows(df: pd.DataFrame, gpu: str, out: AicValidation, baseline: bool = 
         part = part[~part["kernel_source"].str.endswith("_eager")]
         for n, nbytes, lat, ver, kernel in part[["num_gpus", "bytes", "latency_us", "version",
                                                  "kernel_source"]].itertuples(index=False):
-            algorithm = "ring" if baseline else COMM_KERNEL.get(kernel) or COMM_ALGORITHM.get(src, "ring")
+            algorithm = "ring" if baseline else COMM_KERNEL.get(kernel) or (
+                sglang_algorithm(ver, nvlink) if src == "sglang_custom_ar" else COMM_ALGORITHM.get(src, "ring"))
             sim_s = collective_s(topo, kind, float(nbytes), int(n), algorithm)
             # An engine's custom all-reduce per release: releases change the kernel and its NCCL fallback (RTX PRO
-            # 6000, 2 GPUs: vLLM 0.19.0 2.5x 0.24.0's time at every size; SGLang 0.5.14 a faster kernel on H100).
+            # 6000, 2 GPUs: vLLM 0.19.0 2.5x 0.24.0's time at every size; SGLang 0.5.12+ runs its CustomAllReduceV2).
             family = f"{op} {src}" if src == "nccl" else f"{op} {src} {ver}"
             out.rows.append(Row(gpu, family, src, algorithm, lat * US, sim_s, f"{n} GPUs {nbytes} B"))
 
