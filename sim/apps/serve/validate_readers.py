@@ -31,6 +31,13 @@ from sim.core.errors import ConfigError
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
 NO_NATIVE_FP4 = {"h100_sxm", "h200_sxm", "a100_sxm"}   # FP4 tensor cores from Blackwell on
+# The silicon sample's runs are InferenceX's (aic README): its benchmark template sets RANDOM_RANGE_RATIO: 0.8
+# for every fixed-length job (SemiAnalysisAI/InferenceX .github/workflows/benchmark-tmpl.yml, env), each engine's
+# launcher passes it on (benchmarks/*.sh run_benchmark_serving --random-range-ratio "$RANDOM_RANGE_RATIO", vLLM,
+# SGLang and trtllm-serve alike), and its client (utils/bench_serving/benchmark_serving.py sample_random_requests)
+# draws both the prompt and the output length of each request uniformly in [int(0.8 L), L]: the isl/osl columns are
+# the upper bounds, the mean lengths 0.9 x them.
+SILICON_RANGE_RATIO = 0.8
 SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -60,7 +67,8 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
         quant = row.gemm_quant_mode if isinstance(row.gemm_quant_mode, str) else None
         runs.append(Run(rid, row.system, row.backend, row.model_path, int(row.isl), int(row.osl), int(row.batch_size),
                         int(row.tp_size), quant,
-                        {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)}))
+                        {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
+                        range_ratio=SILICON_RANGE_RATIO))
     return runs, skipped
 
 
