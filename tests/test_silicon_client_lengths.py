@@ -1,6 +1,7 @@
-"""The silicon sample's runs are replayed with the lengths InferenceX's client drew (validate_readers.
-SILICON_RANGE_RATIO: prompt and output uniform on the integers [int(0.8 L), L]), and their simulated E2E is
-derived from the means as the measured one is (TTFT + TPOT x (osl - 1))."""
+"""The silicon sample's InferenceX runs (dated ids) are replayed with the lengths InferenceX's client drew
+(validate_readers.SILICON_RANGE_RATIO: prompt and output uniform on the integers [int(0.8 L), L]), their
+simulated E2E derived from the means as the measured one is (TTFT + TPOT x (osl - 1)); the other rows keep
+their recorded lengths."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.validate import Run, client_range, run_file, simulate
 from sim.apps.serve.validate_readers import SILICON_RANGE_RATIO, read_silicon
 
-ROW = dict(id="r1", backend="vllm", model_path="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", mode="agg",
+INFX = "2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_260"
+ROW = dict(id=INFX, backend="vllm", model_path="meta-llama/Llama-3.1-8B-Instruct", system="h100_sxm", mode="agg",
            isl=1024, osl=128, gemm_quant_mode=None, batch_size=4, tp_size=1, pp_size=1, attention_dp_size=None,
            silicon_ttft_ms=50.0, silicon_tpot_ms=8.0)
 
@@ -27,9 +29,12 @@ def test_client_range_is_benchmark_serving_s_integer_bounds():
 
 def test_silicon_rows_carry_the_client_ratio_and_replay_its_lengths(tmp_path):
     path = tmp_path / "s.csv"
-    pd.DataFrame([ROW]).to_csv(path, index=False)
-    (run,), _ = read_silicon(path, {"h100_sxm"})
+    aic = "meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h100_sxm_vllm_agg_1024x128_c4_tp1_epnone_1"
+    pd.DataFrame([ROW, {**ROW, "id": aic}]).to_csv(path, index=False)
+    (run, other), _ = read_silicon(path, {"h100_sxm"})
     assert run.range_ratio == SILICON_RANGE_RATIO == 0.8
+    assert other.range_ratio is None   # aiconfigurator's own collection: lengths as recorded
+    assert run_file(other).serving.lengths.prompt.dist == "fixed"
     lengths = run_file(run).serving.lengths
     assert (lengths.prompt.dist, lengths.prompt.low, lengths.prompt.high) == ("uniform", 819, 1024)
     assert (lengths.output.dist, lengths.output.low, lengths.output.high) == ("uniform", 102, 128)
