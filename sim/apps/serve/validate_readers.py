@@ -2,7 +2,8 @@
 
 * silicon sample (aiconfigurator-core `systems/silicon_sample.csv`, NVIDIA ai-dynamo/aiconfigurator;
   shared/validation/aic/README.md): one closed-loop run per row: `batch_size` concurrent clients,
-  fixed `isl`/`osl`, `backend`, `tp_size`, `gemm_quant_mode`; `silicon_ttft_ms`, `silicon_tpot_ms`
+  fixed `isl`/`osl` (InferenceX's rows: the bounds its client drew lengths under, `client_ratio`),
+  `backend`, `tp_size`, `gemm_quant_mode`; `silicon_ttft_ms`, `silicon_tpot_ms`
   (means). Mean E2E is derived exactly from them for fixed lengths: TTFT + TPOT x (osl - 1), since
   TPOT is (e2e - ttft) / (osl - 1) per request. Only aggregated (`mode: agg`) runs of a dense model
   this project has (validate.MODELS) are replayed; the others are listed as skipped, with why.
