@@ -122,6 +122,11 @@ class Run:
     quant: str | None = None     # gemm_quant_mode
     measured: dict[str, float] = field(default_factory=dict)   # METRICS present in the source
     num_requests: int | None = None   # as measured (None: requests_per_client x concurrency)
+    # The benchmark client's random_range_ratio r: it drew each request's prompt and output lengths uniformly
+    # from the integers [int(r x isl), isl] and [int(r x osl), osl] (None: fixed isl, outputs by the engine's
+    # output_spread). The measured E2E is then TTFT + TPOT x (osl - 1) (the source's means, not its lengths'),
+    # and the simulated one is derived the same way.
+    range_ratio: float | None = None
 
 
 @dataclass
@@ -152,11 +157,17 @@ def step_features(res, front_end_s: float = 0.0) -> dict[str, float]:
 
 def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT,
              overrides: dict[str, Any] | None = None) -> ServeFile:
-    """The serving file of a closed-loop run: `requests_per_client` x concurrency requests, the prompt as
-    measured, outputs spread by the engine's output_spread around it."""
+    """The serving file of a closed-loop run: `requests_per_client` x concurrency requests; lengths drawn as
+    the run's client drew them (Run.range_ratio), else the prompt as measured and outputs spread by the
+    engine's output_spread around it."""
     eng = ENGINES[run.engine]
     fmt = FORMATS[run.quant]
     low, high = max(1, round(run.osl * (1 - eng.output_spread))), round(run.osl * (1 + eng.output_spread))
+    prompt: dict[str, Any] = {"dist": "fixed", "value": run.isl}
+    if run.range_ratio is not None:
+        low, high = client_range(run.osl, run.range_ratio)
+        plow, phigh = client_range(run.isl, run.range_ratio)
+        prompt = {"dist": "uniform", "low": plow, "high": phigh} if phigh > plow else prompt
     raw: dict[str, Any] = {
         "name": run.name, "model": MODELS[run.model],
         "formats": {"weights": fmt, "activations": "bf16", "kv_cache": fmt if eng.quantized_kv else "bf16"},
@@ -164,7 +175,7 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
         "stack": stack or eng.stack,
         "serving": {"arrivals": {"process": "closed", "concurrency": run.concurrency,
                                  "num_requests": run.num_requests or run.concurrency * requests_per_client},
-                    "lengths": {"prompt": {"dist": "fixed", "value": run.isl},
+                    "lengths": {"prompt": prompt,
                                 "output": {"dist": "uniform", "low": low, "high": high} if high > low
                                 else {"dist": "fixed", "value": run.osl}},
                     "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency)}},
@@ -174,6 +185,12 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
     for k, v in (overrides or {}).items():
         raw[k] = v
     return serve_file_from_dict(raw, run.name)
+
+
+def client_range(length: int, ratio: float) -> tuple[int, int]:
+    """The integers a random-dataset client draws a length from: InferenceX's benchmark_serving.py
+    sample_random_requests, `lower = int(seq_len * range_ratio)`, `np.random.randint(lower, upper + 1)`."""
+    return max(1, int(length * ratio)), length
 
 
 def machine_loader(engine_side_ttft: bool = False):
@@ -218,6 +235,8 @@ def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | No
             continue
         b = summary["benchmark"]
         sim = {k: b[k] for k in METRICS}
+        if run.range_ratio is not None:   # as the measured E2E is derived (Run.range_ratio)
+            sim["e2e_s"] = sim["ttft_s"] + sim["tpot_s"] * (run.osl - 1)
         feats = {**step_features(res), **layout_features(file, machine_for(run.gpu))}
         out.append(Result(run, sim, signed_errors(sim, run.measured), feats))
         if progress:

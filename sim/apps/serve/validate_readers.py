@@ -2,7 +2,8 @@
 
 * silicon sample (aiconfigurator-core `systems/silicon_sample.csv`, NVIDIA ai-dynamo/aiconfigurator;
   shared/validation/aic/README.md): one closed-loop run per row: `batch_size` concurrent clients,
-  fixed `isl`/`osl`, `backend`, `tp_size`, `gemm_quant_mode`; `silicon_ttft_ms`, `silicon_tpot_ms`
+  fixed `isl`/`osl` (InferenceX's rows: the bounds its client drew lengths under, `client_ratio`),
+  `backend`, `tp_size`, `gemm_quant_mode`; `silicon_ttft_ms`, `silicon_tpot_ms`
   (means). Mean E2E is derived exactly from them for fixed lengths: TTFT + TPOT x (osl - 1), since
   TPOT is (e2e - ttft) / (osl - 1) per request. Only aggregated (`mode: agg`) runs of a dense model
   this project has (validate.MODELS) are replayed; the others are listed as skipped, with why.
@@ -21,6 +22,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,24 @@ from sim.core.errors import ConfigError
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
 NO_NATIVE_FP4 = {"h100_sxm", "h200_sxm", "a100_sxm"}   # FP4 tensor cores from Blackwell on
+# Two collections share the table. Rows with a dated id (`2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_
+# tp4_ep1_260`: vLLM Llama-3.1-70B FP8, gpt-oss, MiniMax) have InferenceX's fixed-seq-len grid exactly (isl x osl in
+# 1k x 1k, 1k x 8k, 8k x 1k; 4-64 clients; SemiAnalysisAI/InferenceX benchmarks/70b_fp8_h100_slurm.sh serves this
+# model on H100 with vLLM). InferenceX's benchmark template sets RANDOM_RANGE_RATIO: 0.8 for them
+# (.github/workflows/benchmark-tmpl.yml, env), its launchers pass it on (run_benchmark_serving --random-range-ratio),
+# and its client (utils/bench_serving/benchmark_serving.py sample_random_requests) draws each request's prompt and
+# output length uniformly in [int(0.8 L), L]: isl/osl are the upper bounds, the mean lengths 0.9 x them. The other rows
+# (ids `<hf name>_<hf name>_h100_sxm_<backend>_agg_...`, isl 1k-4k x osl 128-512) are aiconfigurator's own
+# collection, whose client this project has not found: replayed at the nominal lengths, as before.
+SILICON_RANGE_RATIO = 0.8
+INFERENCEX_ID = re.compile(r"^\d{4}_\d{2}_\d{2}_")
+
+
+def client_ratio(run_id: str) -> float | None:
+    """The client's random_range_ratio of a silicon-sample row (None: lengths as recorded)."""
+    return SILICON_RANGE_RATIO if INFERENCEX_ID.match(run_id) else None
+
+
 SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -60,7 +80,8 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
         quant = row.gemm_quant_mode if isinstance(row.gemm_quant_mode, str) else None
         runs.append(Run(rid, row.system, row.backend, row.model_path, int(row.isl), int(row.osl), int(row.batch_size),
                         int(row.tp_size), quant,
-                        {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)}))
+                        {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
+                        range_ratio=client_ratio(rid)))
     return runs, skipped
 
 
