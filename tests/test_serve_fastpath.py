@@ -30,7 +30,7 @@ from sim.apps.serve.schedulers.trtllm import Trtllm
 from sim.apps.serve.schedulers import vllm
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
-from sim.apps.serve.simulator import ServeResult, ServeSim
+from sim.apps.serve.simulator import ITER_COLUMNS, ServeResult, ServeSim
 from sim.apps.serve.stepcost import Iteration
 from sim.apps.serve.traces import Requests
 
@@ -163,3 +163,23 @@ def test_v1_cohort_steps_carry_admitted_prompts(monkeypatch):
     assert any(carried) and ref.preemptions > 0
     assert fast_steps == ref_steps
     assert_same(fast, ref)
+
+
+def test_iteration_records_by_column():
+    """The engine keeps one flat row a step (ServeSim.iteration_columns cuts the columns out). One
+    5-token prompt, 3 tokens out, alone on V0: a prefill step then two decodes, by hand: seqs 1 each;
+    tokens 5, 1, 1; prefill sequences 1, 0, 0; KV blocks after each step 2, 2 (5 then 6 tokens in
+    4-token blocks), then 0 (the finish frees them before the record); running 1, 1, 0; nothing waiting
+    or swapped. Each step starts where the last ended; RecordingCost's energy is a quarter of its time
+    less the 1e-6 s per sequence."""
+    stream = dict(arrival_s=[0.0], prompt=[5], output=[3], hashes=None, kind="vllm-v0", blocks=8, swap=False,
+                  caching=False, budget=256)
+    it = run(stream, reference=False)[0].iterations
+    assert list(it) == list(ITER_COLUMNS)
+    want = dict(seqs=[1, 1, 1], tokens=[5, 1, 1], prefill_seqs=[1, 0, 0], kv_blocks_used=[2, 2, 0], swap_blocks=[0, 0, 0],
+                running=[1, 1, 0], waiting=[0, 0, 0])
+    for k, v in want.items():
+        assert it[k].tolist() == v, k
+    assert it["start_s"][0] == 0.0
+    np.testing.assert_allclose(it["start_s"][1:], it["start_s"][:-1] + it["duration_s"][:-1], rtol=1e-12)
+    np.testing.assert_allclose(it["energy_j"], 0.25 * (it["duration_s"] - 1e-6), rtol=1e-9)

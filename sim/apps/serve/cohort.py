@@ -182,7 +182,10 @@ class DecodeCohort:
     def grow(self, pool: BlockPool) -> bool:
         """Each member's block for its next token, in one allocation; False (nothing taken) when the
         pool cannot hold them all (the per-request path then preempts)."""
-        due = self._due(self.grows, ordered=False)   # one allocation: the order changes nothing
+        due = self.grows.pop(self.tick, None)   # _due unordered (one allocation: the order changes nothing), inline
+        if not due:
+            return True
+        due = [m for m in due if m.live]
         if not due:
             return True
         t, bs, look = self.tick, self.block_size, self.lookahead

@@ -71,4 +71,7 @@ def within_step(c: Cost) -> Cost:
     can fall below an interpolated busy time; an exact step never has that (its busy times come from its own
     timeline), so clamping is the identity at the grid points."""
     t = c[0]
-    return c if all(b <= t for b in c[2:]) else (t, c[1], *(min(b, t) for b in c[2:]))
+    for b in c[2:]:   # a loop, not all() over a generator: the engine asks every step
+        if not b <= t:
+            return (t, c[1], *(min(b, t) for b in c[2:]))
+    return c

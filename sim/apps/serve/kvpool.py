@@ -40,7 +40,8 @@ class BlockPool:
         return -(-tokens // self.block_size)
 
     def allocate(self, n: int) -> bool:
-        if n > self.available:
+        avail = self.free + len(self.idle) * self.unit_blocks   # `available`, read once: an eviction keeps it
+        if n > avail:
             return False
         while self.free < n:   # evict least recently used idle prefix units
             h, _ = self.idle.popitem(last=False)
@@ -48,7 +49,7 @@ class BlockPool:
             self.free += self.unit_blocks
             self.evictions += 1
         self.free -= n
-        used = self.total - self.available
+        used = self.total - (avail - n)
         if used > self.peak_used:
             self.peak_used = used
         return True

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -240,9 +241,8 @@ def land(sim: ServeSim, run: Run) -> None:
     for x in run.energy[:k - 1]:
         e += x
     sim.energy = e
-    for col, v in zip(sim.it.values(), (times[:k - 1], durations, run.energy[:k - 1], full, full, zero,
-                                        run.used[:k - 1], zero, full, zero)):
-        col.extend(v)
+    sim.add_row(chain.from_iterable(zip(times[:k - 1], durations, run.energy[:k - 1], full, full, zero,   # ITER_COLUMNS
+                                        run.used[:k - 1], zero, full, zero)))
     sim.iterations += k - 1
     sim.last_start = times[k - 1]
     if sim.checks:   # debug mode: the pool's books as the last step starts (its batch was checked at the first)

@@ -68,8 +68,8 @@ class VllmV0(Scheduler):
             return None
         new = self.running[len(c):]
         caching = self.pool.caching
-        if not self.swapped and all(
-                r.generated and r.computed == r.prompt + r.generated - 1 and (r.published or not caching) for r in new):
+        if not self.swapped and (not new or all(
+                r.generated and r.computed == r.prompt + r.generated - 1 and (r.published or not caching) for r in new)):
             c.join(new, self.pool.unit_blocks)
             if c.grow(self.pool):
                 return Batch(list(c.entries), cohort=c)
