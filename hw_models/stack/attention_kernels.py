@@ -45,6 +45,10 @@ bf16 rows' time; vLLM's FlashAttention-3 on H100 1.05-1.25x the bf16 time) and `
 an FP8 cache: FP8 tensor-core math, e.g. TensorRT-LLM's FP8 context FMHA, 0.51-0.55x the bf16 time past 3K tokens
 on RTX PRO 6000 and L40S, 0.65-0.72x on H100; SGLang's FA3 FP8 path). Each falls back to `prefill`. The fraction
 stays one of the bf16 peak, so an FP8-math curve may reach up to twice the bf16 curve's.
+The tables' attn_dtype is aiconfigurator's collector flag (`"fp8" if use_fp8_context_fmha`); TensorRT-LLM's
+`use_fp8_context_fmha` runs the context FMHA in FP8 and is meant for FP8-quantized models (TensorRT-LLM docs,
+performance/perf-best-practices.md, "FP8 Context Fused Multi-Head Attention"), which is why a serving step
+picks `prefill_fp8_query` only where the activations are FP8 too.
 
 Where a kernel runs one CTA per (sequence, KV head) over the whole cache, without splitting the sequence
 across CTAs (TensorRT-LLM's XQA multi_block_mode splits it; its SM 12.x FP8-KV grouped-query rows show no
