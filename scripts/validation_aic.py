@@ -169,13 +169,18 @@ NOTES = """What moved, and what did not:
   (fit 10.93 -> 11.01%, 15.32 -> 15.54%). Held out by GPU (bf16 KV; before -> after): TensorRT-LLM H100 14.3 ->
   14.1%, A100 11.6 -> 9.1%, RTX PRO 6000 15.5 -> 15.7%; FlashAttention H100 20.9 -> 20.6%, A100 15.3 -> 15.5%, RTX
   PRO 6000 24.5 -> 25.0% (FA3 on Hopper and FA2 elsewhere share one curve).
-* FP8-KV prefill: no curve of its own is shipped. Fitted on an engine's own FP8-KV rows, it did not carry:
-  vLLM's FlashInfer fiprefill rows (RTX PRO 6000 only; 15.7% in sample) costed SGLang's FlashInfer FP8-KV rows of
-  the same GPU at 35.8% (SGLang prefills from the new bf16 K/V, not the FP8 cache), and vLLM's FA3 FP8-KV curve
-  (H100 only; 12.9%) costed SGLang's fa3 FP8 rows at 46.6%: the curve is the engine's path, not the kernel
-  family's, and each engine has such rows on one GPU only. TensorRT-LLM's (bf16 and FP8 attention rows pooled, H100
-  and RTX PRO 6000): in sample 28.9 / 29.4% (the bf16 curve: 30.1 / 36.4%), held out RTX PRO 6000 51.7% (fitted on
-  H100), H100 25.6% (fitted on RTX PRO 6000): worse than the bf16 curve on the held-out PRO 6000, so not shipped.
+* FP8-KV prefill: one curve per (query, KV) dtype pair the rows name (`prefill_kv`, `prefill_fp8_query`;
+  sim.apps.trace.aic lowers a row's attn_dtype as the activations' format). The engines run three paths: at
+  >= 3K tokens TensorRT-LLM's FP8-query rows take 0.51-0.55x the bf16 rows' time on RTX PRO 6000 and L40S and
+  0.65-0.72x on H100 (FP8 FMHA math), its bf16-query FP8-KV rows 1.00x on RTX PRO 6000 (the cache converted,
+  bf16 math) but 0.65-0.8x on H100; vLLM's FA3 FP8-KV rows on H100 1.05-1.25x; SGLang's fa3 rows on H100 are
+  FP8-query. Pooling the two TensorRT-LLM row kinds (an earlier attempt) fitted 28.9-29.4%. In sample (before
+  -> after): H100 SGLang / TensorRT-LLM / vLLM 13.3 / 30.6 / 26.6 -> 9.1 / 23.2 / 12.0%, RTX PRO 6000 21.1 / 32.5
+  / 35.8 -> 16.8 / 13.1 / 27.8% (vLLM's fiprefill rows are costed with the FlashInfer family fitted on SGLang's
+  rows). Out of sample, L40S (no attention fitted on it): 23.4 / 55.6 / 36.0 -> 22.8 / 37.2 / 29.4%. Held out by
+  GPU, the TensorRT-LLM FP8-query curve fitted on H100 alone costs the RTX PRO 6000 rows at 67.0% (bf16-query
+  FP8-KV 38.1%): SM 12.x gains more from FP8 math than Hopper, so the shipped SM 12.x family keeps its own
+  curves (fitted on that GPU only: no held-out figure for it).
 * Quantized GEMMs (hw_models/stack/kernel_families_fitted.yaml, fitted by scripts/fit_kernels.py on these
   tables: in sample): per-tensor FP8 as the engines run it, an activation-quantize kernel (fitted on the quant
   tables) then the scaled GEMM with its floor and M-curve, one family per engine (TensorRT-LLM cuBLASLt, vLLM

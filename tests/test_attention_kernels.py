@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hw_models.stack.attention_kernels import Decode, Prefill, attention_cost, attention_families
+from hw_models.stack.attention_kernels import AttentionFamily, Decode, Prefill, attention_cost, attention_families
 from hw_models.machine import load_machine
 from sim.core.errors import ConfigError
 from sim.core.lowering import FormatPolicy, lower
@@ -15,8 +15,8 @@ MODEL = {"name": "t", "hidden_size": 4096, "intermediate_size": 14336, "num_laye
          "num_kv_heads": 8, "head_dim": 128, "vocab_size": 32000, "max_position_embeddings": 1 << 20}
 
 
-def _op(phase: str, batch: int, q_len: int, kv_len: int, kv: str = "bf16"):
-    graph = lower(load_model(MODEL), phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv), True, 1)
+def _op(phase: str, batch: int, q_len: int, kv_len: int, kv: str = "bf16", q: str = "bf16"):
+    graph = lower(load_model(MODEL), phase, batch, q_len, kv_len, FormatPolicy("bf16", q, kv), True, 1)
     return graph.op("L0.attention")
 
 
@@ -122,13 +122,36 @@ def test_decode_never_faster_with_more_work(family, kv):
 
 
 @pytest.mark.parametrize("family", sorted(attention_families()))
-def test_prefill_never_faster_with_more_work(family):
+@pytest.mark.parametrize("q, kv", [("bf16", "bf16"), ("bf16", "fp8_e4m3"), ("fp8_e4m3", "fp8_e4m3")])
+def test_prefill_never_faster_with_more_work(family, q, kv):
     for preset in ("h100_sxm", "a100_80g", "rtx_pro_6000"):
-        t = [_cost(_op("prefill", 1, n, n), family, preset).duration_s
+        t = [_cost(_op("prefill", 1, n, n, kv, q), family, preset).duration_s
              for n in (16, 20, 24, 32, 48, 64, 128, 1024, 4096, 16384)]   # inside segments too
         assert t == sorted(t)
-        t = [_cost(_op("prefill", b, 2048, 2048), family, preset).duration_s for b in (1, 2, 8)]
+        t = [_cost(_op("prefill", b, 2048, 2048, kv, q), family, preset).duration_s for b in (1, 2, 8)]
         assert t == sorted(t)
+
+
+def test_prefill_curve_per_query_and_kv_format_by_hand():
+    """A family with three curves: 16-bit KV -> `prefill`; FP8 KV, 16-bit query -> prefill_kv; FP8 query on
+    FP8 KV -> prefill_fp8_query (FP8 FMHA math); same FLOPs and peak, so the compute time scales as 1 / f."""
+    one = {"fixed_s": 1e-6}
+    fam = AttentionFamily(cite="test", prefill=Prefill(**one, rate_points=[(1, 0.25)]),
+                          prefill_kv={"fp8": Prefill(**one, rate_points=[(1, 0.2)])},
+                          prefill_fp8_query=Prefill(**one, rate_points=[(1, 0.5)]))
+    assert fam.prefill_for("bf16", "bf16").fraction(2048) == 0.25
+    assert fam.prefill_for("fp8_e4m3", "bf16").fraction(2048) == 0.2
+    assert fam.prefill_for("fp8_e4m3", "fp8_e4m3").fraction(2048) == 0.5
+    assert fam.prefill_for("bf16", "fp8_e4m3").fraction(2048) == 0.25   # FP8 math needs both operands in FP8
+    bare = AttentionFamily(cite="test", prefill=Prefill(**one, rate_points=[(1, 0.25)]))
+    assert bare.prefill_for("fp8_e4m3", "fp8_e4m3") is bare.prefill     # no curve of its own: the 16-bit one
+    # Shipped: TensorRT-LLM on SM 12.x, 16K tokens: the FP8-math curve takes the bf16 one's time x f_bf16 / f_fp8.
+    sm120 = attention_families()["trtllm_attention_sm120"]
+    a, b = (_cost(_op("prefill", 1, 16384, 16384, kv, q), "trtllm_attention_sm120", "rtx_pro_6000")
+            for q, kv in (("bf16", "bf16"), ("fp8_e4m3", "fp8_e4m3")))
+    assert b.compute_s / a.compute_s == pytest.approx(
+        sm120.prefill.fraction(16384) / sm120.prefill_fp8_query.fraction(16384))
+    assert b.compute_s < 0.7 * a.compute_s   # measured ~0.54x at 16K (ctx_attn_rtx_pro_6000, trtllm fp8/fp8)
 
 
 def test_no_sm_count_keeps_the_roofline():

@@ -39,6 +39,17 @@ grows with the sequence length:
 
     prefill = fixed_s + FLOPs / (bf16 peak x fraction(q_len))   (held flat past the ends)
 
+with one curve per (query, KV) dtype pair the engines run apart (ctx_attn rows, issue 28): `prefill` (16-bit KV),
+`prefill_kv` (an FP8 cache, 16-bit query: TensorRT-LLM's FMHA converts it on SM 12.x, where those rows take the
+bf16 rows' time; vLLM's FlashAttention-3 on H100 1.05-1.25x the bf16 time) and `prefill_fp8_query` (FP8 query on
+an FP8 cache: FP8 tensor-core math, e.g. TensorRT-LLM's FP8 context FMHA, 0.51-0.55x the bf16 time past 3K tokens
+on RTX PRO 6000 and L40S, 0.65-0.72x on H100; SGLang's FA3 FP8 path). Each falls back to `prefill`. The fraction
+stays one of the bf16 peak, so an FP8-math curve may reach up to twice the bf16 curve's.
+The tables' attn_dtype is aiconfigurator's collector flag (`"fp8" if use_fp8_context_fmha`); TensorRT-LLM's
+`use_fp8_context_fmha` runs the context FMHA in FP8 and is meant for FP8-quantized models (TensorRT-LLM docs,
+performance/perf-best-practices.md, "FP8 Context Fused Multi-Head Attention"), which is why a serving step
+picks `prefill_fp8_query` only where the activations are FP8 too.
+
 Where a kernel runs one CTA per (sequence, KV head) over the whole cache, without splitting the sequence
 across CTAs (TensorRT-LLM's XQA multi_block_mode splits it; its SM 12.x FP8-KV grouped-query rows show no
 split), the call takes at least kv_len x `kv_walk_s_per_token` whatever the batch and KV heads up to one wave:
@@ -158,15 +169,25 @@ class AttentionFamily(Strict):
     description: str = ""
     cite: str                                   # the engines' source and the measured tables
     decode: dict[str, Decode] = {}              # KV format -> figures
-    prefill: Prefill | None = None
+    prefill: Prefill | None = None              # a 16-bit KV cache (and any format without its own curve)
+    prefill_kv: dict[str, Prefill] = {}         # KV format -> its own curve (16-bit query), where the kernel runs another path
+    prefill_fp8_query: Prefill | None = None    # FP8 query on an FP8 cache: FP8 FMHA math (module doc)
 
-    @field_validator("decode")
+    @field_validator("decode", "prefill_kv")
     @classmethod
-    def _formats(cls, v: dict[str, Decode]) -> dict[str, Decode]:
+    def _formats(cls, v: dict) -> dict:
         try:
             return {get_format(k).name: d for k, d in v.items()}
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+
+    def prefill_for(self, kv_fmt: str | None, q_fmt: str | None = None) -> Prefill | None:
+        """The prefill curve of a query in `q_fmt` on a KV cache stored in `kv_fmt` (module doc)."""
+        if not kv_fmt:
+            return self.prefill
+        if q_fmt and get_format(q_fmt).bits <= 8 and get_format(kv_fmt).bits <= 8 and self.prefill_fp8_query:
+            return self.prefill_fp8_query
+        return self.prefill_kv.get(get_format(kv_fmt).name, self.prefill)
 
 
 class AttentionRule(Strict):
@@ -250,8 +271,10 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
-    if fam.prefill is None or "bf16" not in native_rates(unit, unit_name):
+    q = next((t.fmt for t in op.reads if t.role == "activation"), None)
+    pf = fam.prefill_for(kv[0].fmt if kv else None, q)
+    if pf is None or "bf16" not in native_rates(unit, unit_name):
         return None
-    compute_s = op.flops / (native_rates(unit, unit_name)["bf16"] * fam.prefill.fraction(d["q_len"]))
-    return OpCost(op, unit_name, fam.prefill.fixed_s + compute_s, compute_s, 0.0, fam.prefill.fixed_s,
-                  bound_of(compute_s, 0.0, fam.prefill.fixed_s), f"{family} prefill", energy)
+    compute_s = op.flops / (native_rates(unit, unit_name)["bf16"] * pf.fraction(d["q_len"]))
+    return OpCost(op, unit_name, pf.fixed_s + compute_s, compute_s, 0.0, pf.fixed_s,
+                  bound_of(compute_s, 0.0, pf.fixed_s), f"{family} prefill", energy)

@@ -218,46 +218,51 @@ def _model(heads: int, kv_heads: int, head_dim: int):
 
 def attention_ops(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int, kv_len: int,
                   heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False,
-                  attention: str | None = None) -> list[tuple[Op, float]]:
+                  attention: str | None = None, q_fmt: str = "bf16") -> list[tuple[Op, float]]:
     """The ops of one lowered layer an engine's attention call covers, each with its simulated
-    seconds under `stack` (the attention op first; run as `attention`'s family, if given)."""
+    seconds under `stack` (the attention op first; run as `attention`'s family, if given).
+    `q_fmt`: the activations' format (a row's attn_dtype: FP8 where the engine ran FP8 attention math)."""
     mapper = _mapper(preset, stack, baseline, attention)
     return [(op, mapper.cost(op).duration_s)
             for op in _layer_ops(ATTENTION_OPS.get(engine, ATTENTION_OPS_DEFAULT), phase, batch, q_len, kv_len,
-                                 heads, kv_heads, head_dim, kv_fmt)]
+                                 heads, kv_heads, head_dim, kv_fmt, q_fmt)]
 
 
 @cache
 def _layer_ops(names: tuple[str, ...], phase: str, batch: int, q_len: int, kv_len: int, heads: int,
-               kv_heads: int, head_dim: int, kv_fmt: str) -> tuple[Op, ...]:
+               kv_heads: int, head_dim: int, kv_fmt: str, q_fmt: str = "bf16") -> tuple[Op, ...]:
     """The ops `names` of one lowered layer of that shape. Lowered once per shape (the tables
     repeat each shape on every GPU and engine), and only the layer's attention half: lowering the
     whole step for three of its ops was most of the fit's time (scripts/fit_kernels.py)."""
     model = _model(heads, kv_heads, head_dim)
-    graph = lower_attention(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", "bf16", kv_fmt), True)
+    graph = lower_attention(model, phase, batch, q_len, kv_len, FormatPolicy("bf16", q_fmt, kv_fmt), True)
     return tuple(graph.op(n) for n in names)
 
 
 def attention_s(preset: str, stack: str | None, engine: str, phase: str, batch: int, q_len: int,
                 kv_len: int, heads: int, kv_heads: int, head_dim: int, kv_fmt: str, baseline: bool = False,
-                attention: str | None = None) -> float:
+                attention: str | None = None, q_fmt: str = "bf16") -> float:
     """Simulated seconds of one engine attention call: its ops of one lowered layer."""
     return sum(s for _, s in attention_ops(preset, stack, engine, phase, batch, q_len, kv_len, heads, kv_heads,
-                                           head_dim, kv_fmt, baseline, attention))
+                                           head_dim, kv_fmt, baseline, attention, q_fmt))
 
 
 def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: str | None,
                     out: AicValidation, baseline: bool = False) -> None:
     decode = table == "gen_attn"
+    if "attn_dtype" not in df:
+        df = df.assign(attn_dtype="bfloat16")
     for (fw, kv, src), part in df.groupby(["framework", "kv_dtype", "kernel_source"], sort=True):
         st = stack or STACK.get(fw)
         attention = None if stack or baseline else measured_family(str(src))
         family = f"{'decode' if decode else 'prefill'} attention kv {kv} [{fw}]"
-        for b, isl, step, h, kvh, d, lat in part[["batch", "isl", "step", "heads", "kv_heads", "head_dim",
-                                                  "latency_us"]].itertuples(index=False):
+        for b, isl, step, h, kvh, d, lat, q in part[["batch", "isl", "step", "heads", "kv_heads", "head_dim",
+                                                     "latency_us", "attn_dtype"]].itertuples(index=False):
             q_len, kv_len = (1, int(step) + 1) if decode else (int(isl), int(isl))
+            # The query's dtype picks the prefill curve (FP8 FMHA math); decode is keyed on the KV cache alone.
+            q_fmt = "bf16" if decode or baseline else KV_FORMAT.get(q, "bf16")
             sim_s = attention_s(preset, st, fw, "decode" if decode else "prefill", int(b), q_len, kv_len,
-                                int(h), int(kvh), int(d), KV_FORMAT.get(kv, "bf16"), baseline, attention)
+                                int(h), int(kvh), int(d), KV_FORMAT.get(kv, "bf16"), baseline, attention, q_fmt)
             out.rows.append(Row(gpu, family, fw, st, lat * US, sim_s, f"b{b} q{q_len} kv{kv_len} h{h}/{kvh}"))
 
 
