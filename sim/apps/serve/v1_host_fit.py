@@ -11,7 +11,7 @@ half the run's mean output) and the prefill that keeps them running (steady_devi
 state max_num_seqs / mean output requests finish a step and as many new prompts are computed, as
 the replay's continuous batching does). Only the host term depends on the figure fitted.
 Without the prefill the fit put its device time on the host: sourcegraph-fim's 3000-token prompts
-over 250-token outputs are 12 prompt tokens per running sequence per step (fitted 88 us without, 59 us with, engine terms refitted).
+over 250-token outputs are 12 prompt tokens per running sequence per step (fitted 88 us without, 58 us with, engine terms refitted).
 
 The figure is the one that minimises the step's MAPE over every H100 run, on a 1 us grid. Runs
 measured within CAP_MARGIN of the board limit stay in: a GPU at its cap is busy (a step that waited
