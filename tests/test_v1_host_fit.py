@@ -4,7 +4,7 @@ predicts by hand, and the fit recovering a figure planted in synthetic runs."""
 import pytest
 
 from sim.apps.serve import mlenergy as M
-from sim.apps.serve.v1_host_fit import StepPoint, fit, step_mape
+from sim.apps.serve.v1_host_fit import StepPoint, fit, prompts_per_step, steady_device_s, step_mape
 
 
 def run(n: int, tok_s: float, power_w: float = 500.0) -> M.Run:
@@ -32,3 +32,15 @@ def test_fit_recovers_a_planted_figure():
     assert fit(pts) == pytest.approx(37e-6)
     assert step_mape(pts, fit(pts)) == pytest.approx(0.0, abs=1e-9)
     assert step_mape(pts, 0.0) > 0.2
+
+
+def test_steady_step_adds_the_prompts_that_replace_finished_requests():
+    # 512 sequences of 256 output tokens: 2 requests finish a step and 2 prompts are computed. A decode step of
+    # 20 ms that one whole prompt lengthens to 26 ms: 20 + 2 x 6 = 32 ms. sourcegraph-fim's 8 sequences of
+    # 250 tokens: 0.032 prompts a step, the 6 ms a prompt adds paid once in 31.25 steps: 20.192 ms.
+    r = M.Run("H100", "meta-llama/Llama-3.1-8B-Instruct", "bfloat16", "lm-arena-chat", 1, 1, 1, 512, 256.0, 0.1, 500.0, 1e4)
+    assert prompts_per_step(r) == pytest.approx(2.0)
+    assert steady_device_s(0.020, 0.026, prompts_per_step(r)) == pytest.approx(0.032)
+    f = M.Run("H100", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "bfloat16", "sourcegraph-fim", 1, 1, 1, 8, 250.0, 0.1,
+              500.0, 1e4)
+    assert steady_device_s(0.020, 0.026, prompts_per_step(f)) == pytest.approx(0.020192)

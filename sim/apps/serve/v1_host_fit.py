@@ -6,8 +6,12 @@ Each run's steady decode step is read as max_num_seqs / output tokens per second
 step takes if every running sequence emits a token a step; the runs hold >= 85% of max_num_seqs
 running, the prefill chunks of the new requests ride in the same steps). The simulated step is
 the vllm stack's: max(device, host) + the engine's serial terms (hw_models.stack.engine_overheads),
-the device's decode step of max_num_seqs sequences at the mean context (the task's prompt mean +
-half the run's mean output). Only the host term depends on the figure fitted.
+the device's step of max_num_seqs decoding sequences at the mean context (the task's prompt mean +
+half the run's mean output) and the prefill that keeps them running (steady_device_s: in steady
+state max_num_seqs / mean output requests finish a step and as many new prompts are computed, as
+the replay's continuous batching does). Only the host term depends on the figure fitted.
+Without the prefill the fit put its device time on the host: sourcegraph-fim's 3000-token prompts
+over 250-token outputs are 12 prompt tokens per running sequence per step (fitted 88 us without, 58 us with, engine terms refitted).
 
 The figure is the one that minimises the step's MAPE over every H100 run, on a 1 us grid. Runs
 measured within CAP_MARGIN of the board limit stay in: a GPU at its cap is busy (a step that waited
@@ -51,6 +55,19 @@ class StepPoint:
         return self.run.power_per_gpu_w >= CAP_MARGIN * self.limit_w
 
 
+def prompts_per_step(run: M.Run) -> float:
+    """New prompts computed in one steady step: as many as finish, max_num_seqs / mean output tokens."""
+    return run.max_num_seqs / run.avg_output_tokens
+
+
+def steady_device_s(decode_s: float, with_prompt_s: float, prompts: float) -> float:
+    """A steady step's device seconds: the decode step, plus `prompts` times what one whole prompt adds to
+    it (vLLM computes a prompt in one step when it fits max_num_batched_tokens, 8192 in every ML.ENERGY
+    config, so a step carries whole prompts, not a slice of each: an MoE's expert reads are paid per
+    step, and a 93-token slice every step would read the experts a whole prompt reads once in 32)."""
+    return decode_s + prompts * (with_prompt_s - decode_s)
+
+
 def step_point(run: M.Run, machine: Any) -> StepPoint:
     """`run`'s step parts under the vllm stack as shipped, its host term without per_seq_s."""
     f = M.serve_file(run)
@@ -61,8 +78,11 @@ def step_point(run: M.Run, machine: Any) -> StepPoint:
     host = mapper.step_overhead.model_copy(update={"per_seq_s": 0.0}).host_s(n, mapper.devices)
     serial = cost.overheads.iteration_s(n, mapper.collectives_per_iteration(), mapper.devices)
     gpu = machine.units["gpu"]
-    return StepPoint(run, cost.device(features([(1, ctx)] * n))[0], host, serial, n / run.throughput_tok_s,
-                     gpu.power_limit_w or gpu.power_w)
+    prompt = INPUT_MEAN[run.task]
+    decode = [(1, ctx)] * n
+    device = steady_device_s(cost.device(features(decode))[0], cost.device(features(decode + [(prompt, prompt)]))[0],
+                             prompts_per_step(run))
+    return StepPoint(run, device, host, serial, n / run.throughput_tok_s, gpu.power_limit_w or gpu.power_w)
 
 
 def points(runs: list[M.Run], gpu: str) -> list[StepPoint]:
