@@ -24,7 +24,16 @@ overlapped V1 engine) and trtllm.yaml (no engine host work: none measured). A ro
 simulated device memory is listed but left out of the errors (the engine ran it in waves
 or preempted, which `sim run` does not model).
 
-    SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/llm_bench_validation.py [--no-doc]
+By default (--sim-run: the `sim run` batch above instead) each row is replayed as a serving run (sim.apps.serve.run.serve, in process): all
+`batch` requests arrive at t = 0 with fixed lengths (input = output = n), under the engine's scheduler and
+KV pool, so a batch whose KV does not fit runs in waves or with preemption, and the latency is the run's
+makespan. vLLM rows: the `vllm-v0` scheduler (the bench is of 2024, vLLM V0's engine, as the stack above),
+gpu_memory_utilization 0.9 (vLLM's default). TensorRT-LLM rows: the `trtllm` scheduler (in-flight batching,
+GUARANTEED_NO_EVICT) with the KV pool 0.9 of the memory the weights and runtime leave free
+(KvCacheConfig.free_gpu_memory_fraction, "Default is 90%", tensorrt_llm/llmapi/llm_args.py), expressed as
+the gpu_memory_utilization that leaves the same room (trtllm_utilization).
+
+    SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/llm_bench_validation.py [--no-doc] [--sim-run] [--both]
 """
 
 from __future__ import annotations
@@ -37,13 +46,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from hw_models.machine import Machine, load_machine  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
+from sim.apps.serve.instance import RUNTIME_RESERVED_BYTES  # noqa: E402
+from sim.apps.serve.run import serve  # noqa: E402
+from sim.apps.serve.spec import ServeFile  # noqa: E402
+from sim.apps.serve.traces import Requests  # noqa: E402
 from sim.core.errors import CapacityError  # noqa: E402
+from sim.core.footprint import weight_bytes  # noqa: E402
+from sim.core.model import load_model  # noqa: E402
+from sim.core.schema import validate_mapping  # noqa: E402
 from sim.core.files import atomic_write  # noqa: E402
-from sim.core.workload import Workload  # noqa: E402
+from sim.core.workload import Formats, Workload  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
 SHARED = shared_validation_dir()
@@ -93,6 +110,54 @@ def simulate_row(row) -> dict:
             "note": ""}
 
 
+FP16 = Formats(weights="fp16", activations="fp16", kv_cache="fp16")
+TRTLLM_FREE_FRACTION = 0.9   # KvCacheConfig.free_gpu_memory_fraction default (tensorrt_llm/llmapi/llm_args.py)
+SCHEDULERS = {"vLLM": "vllm-v0", "TensorRT-LLM": "trtllm"}
+
+
+def trtllm_utilization(model: str, tp: int, capacity_bytes: float, free_fraction: float = TRTLLM_FREE_FRACTION) -> float:
+    """The gpu_memory_utilization u whose KV room (u x capacity - weights - runtime, sim.apps.serve.instance)
+    equals TRT-LLM's free_fraction x (capacity - weights - runtime): u = 1 - (1 - f) x free / capacity."""
+    free = capacity_bytes - weight_bytes(load_model(model), FP16.policy()) / tp - RUNTIME_RESERVED_BYTES
+    return 1 - (1 - free_fraction) * free / capacity_bytes
+
+
+def offline_batch(model: str, batch: int, n: int, scheduler: dict, parallel: dict, stack: str) -> tuple[ServeFile, Requests]:
+    """An offline generate(batch) call as a serving run: `batch` requests of n prompt and n output tokens,
+    all arriving at t = 0 (no randomness: the lengths are fixed)."""
+    raw = dict(name="llm-inference-bench", model=model, stack=stack, flash_attention=True, parallel=parallel,
+               formats=FP16.model_dump(),
+               serving=dict(arrivals=dict(process="burst", size=batch, num_requests=batch),
+                            lengths=dict(prompt=dict(dist="fixed", value=n), output=dict(dist="fixed", value=n)),
+                            scheduler=scheduler, prefix_caching=dict(enabled=False)))
+    reqs = Requests(arrival_s=np.zeros(batch), prompt_len=np.full(batch, n), output_len=np.full(batch, n))
+    return validate_mapping(ServeFile, raw, "llm-inference-bench", "a serving file"), reqs
+
+
+def serve_row(row) -> dict:
+    """One bench row as a serving run (module docstring): latency = makespan, with the KV pool and
+    preemptions of the run."""
+    hw, _, _, topo = HARDWARE[row.Hardware]
+    n, batch, tp, model = int(row.n), int(row.batch), int(row.gpus), MODELS[row.Model]
+    machine = _machine(row.Hardware)
+    cap = machine.memory[machine.device_tier].capacity_bytes
+    kind = SCHEDULERS[row.Framework]
+    util = trtllm_utilization(model, tp, cap) if kind == "trtllm" else 0.9   # vLLM's default
+    sched = dict(kind=kind, max_num_seqs=max(256, batch), gpu_memory_utilization=util)
+    file, reqs = offline_batch(model, batch, n, sched, {"tp": tp, "topology": topo}, STACKS[row.Framework])
+    out = dict(hw=hw, engine=row.Framework, model=model, tp=tp, n=n, batch=batch,
+               latency_meas_s=float(row.latency_meas_s), tput_meas=float(row.tput_meas))
+    try:
+        res, _ = serve(file, machine, requests=reqs)
+    except CapacityError:
+        return {**out, "latency_sim_s": float("nan"), "tput_sim": float("nan"), "kv_free": float("nan"),
+                "note": "exceeds device memory"}
+    need = batch * -(-2 * n // file.serving.scheduler.block_size)   # blocks the whole batch's KV takes
+    note = f"{res.preemptions} preemptions" if res.preemptions else ""
+    return {**out, "latency_sim_s": res.makespan_s, "tput_sim": batch * 2 * n / res.makespan_s,
+            "kv_free": need / res.total_blocks, "note": note}
+
+
 def kv_share(r, machine: Machine) -> float:
     """The batch's KV cache per device over the memory its weights and activations leave
     free (the simulated footprint): near 1 the engine's own reserves leave it no room."""
@@ -101,9 +166,10 @@ def kv_share(r, machine: Machine) -> float:
     return roles["kv_cache"] / (cap - roles["weights"] - roles.get("activations", 0.0))
 
 
-def compare(rows: pd.DataFrame) -> pd.DataFrame:
+def compare(rows: pd.DataFrame, as_serving: bool = False) -> pd.DataFrame:
     """Simulated vs measured per row; errors are simulated / measured - 1 (signed)."""
-    d = pd.DataFrame([simulate_row(r) for r in rows.itertuples()])
+    one = serve_row if as_serving else simulate_row
+    d = pd.DataFrame([one(r) for r in rows.itertuples()])
     d["latency_err"] = d.latency_sim_s / d.latency_meas_s - 1
     d["tput_err"] = d.tput_sim / d.tput_meas - 1
     return d
@@ -132,22 +198,51 @@ def summary(d: pd.DataFrame) -> str:
     """Per node and engine: rows compared, latency MAPE, mean signed error, worst row."""
     lines = ["| hw | engine | rows simulated | not fitting | latency MAPE | mean signed | worst |", "|---|---|---|---|---|---|---|"]
     for (hw, eng), g in d.groupby(["hw", "engine"], sort=True):
-        ok = g[g.note == ""]
+        ok = simulated(g)
         worst = ok.latency_err.abs().max() if len(ok) else float("nan")
         lines.append(f"| {hw} | {eng} | {len(ok)} | {len(g) - len(ok)} | {_pct(ok.latency_err.abs().mean())[1:]} "
                      f"| {_pct(ok.latency_err.mean())} | {_pct(worst)[1:]} |")
     return "\n".join(lines)
 
 
-def section(d: pd.DataFrame) -> str:
-    ok = d[d.note == ""]
+def simulated(d: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a simulated latency (a preempting serving run counts; one that does not fit does not)."""
+    return d[d.latency_sim_s.notna()]
+
+
+def common(d: pd.DataFrame, other: pd.DataFrame, name: str, alt: str) -> str:
+    """Both models on the rows both simulate (`sim run` leaves out a batch that does not fit), per GPU."""
+    both = d.latency_sim_s.notna() & other.latency_sim_s.notna()
+    parts = []
+    for hw in sorted(set(d.hw)):
+        m = both & (d.hw == hw)
+        parts.append(f"{hw} ({m.sum()} rows): {_pct(d[m].latency_err.abs().mean())[1:]} / "
+                     f"{_pct(d[m].latency_err.mean())} by {name}, {_pct(other[m].latency_err.abs().mean())[1:]} / "
+                     f"{_pct(other[m].latency_err.mean())} by {alt}")
+    return "On the rows both simulate, latency MAPE / mean signed: " + "; ".join(parts) + "."
+
+
+def section(d: pd.DataFrame, as_serving: bool = False, other: pd.DataFrame | None = None) -> str:
+    """The generated doc section: `d`'s table, made by the serving replay if `as_serving`, and the
+    other model's summary (`other`) beside it."""
+    ok = simulated(d)
+    model = ("each row replayed as a serving run (the default: all requests at t = 0 under the engine's "
+             "scheduler and KV pool; KV / free is then the batch's KV over the simulated pool)") if as_serving else \
+        "`sim run` (one batch, prefill then decode; KV / free: the batch's KV over the memory weights leave)"
+    name, alt = ("serving replay", "`sim run`") if as_serving else ("`sim run`", "serving replay (the default)")
+    extra = [] if other is None else ["", f"The other model, {alt}, on the same rows: all simulated rows latency "
+                                      f"MAPE {_pct(simulated(other).latency_err.abs().mean())[1:]}, mean signed "
+                                      f"{_pct(simulated(other).latency_err.mean())}.", "", summary(other), "",
+                                      common(d, other, name, alt)]
     return "\n".join([
         BEGIN,
-        f"Generated by `python scripts/llm_bench_validation.py` ({len(d)} rows, {len(ok)} simulated; "
+        f"Model: {model}. Table by {name}.",
+        "",
+        f"Generated by `python scripts/llm_bench_validation.py{'' if as_serving else ' --sim-run'}{'' if other is None else ' --both'}` ({len(d)} rows, {len(ok)} simulated; "
         "latency err = simulated / measured - 1; throughput is batch x (input + output) / latency, the bench's "
         f"definition, so its error is 1 / (1 + latency err) - 1). All simulated rows: latency MAPE "
         f"{_pct(ok.latency_err.abs().mean())[1:]}, mean signed {_pct(ok.latency_err.mean())}.",
-        "", summary(d), "", markdown_table(d), END])
+        "", summary(d), *extra, "", markdown_table(d), END])
 
 
 def write_doc(text: str, doc: Path = DOC) -> None:
@@ -166,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-doc", action="store_true", help="print only")
     ap.add_argument("--rows", type=int, help="only the first ROWS rows of each node and engine (a quick check)")
     ap.add_argument("--vllm-stack", default=STACKS["vLLM"], help="the stack of the vLLM rows (default %(default)s)")
+    ap.add_argument("--sim-run", action="store_true", help="the table by `sim run` instead of the serving replay")
+    ap.add_argument("--both", action="store_true", help="also the other model's summary (twice the time)")
     a = ap.parse_args(argv)
     STACKS["vLLM"] = a.vllm_stack
     if not (SHARED / "llm-inference-bench").is_dir():
@@ -175,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = bench_rows()
     if a.rows:
         rows = rows.groupby(["Hardware", "Framework"], sort=False).head(a.rows)
-    d = compare(rows)
-    text = section(d)
+    d = compare(rows, not a.sim_run)
+    text = section(d, not a.sim_run, compare(rows, a.sim_run) if a.both else None)
     print(text)
     if not a.no_doc:
         write_doc(text, a.doc)

@@ -77,3 +77,47 @@ def test_summary_mape_from_the_rows(doc):
             assert float(m[6]) / 100 == pytest.approx(sum(errs) / len(errs), abs=1.5e-3)
             seen += 1
     assert seen == 4     # one summary line per node and engine
+
+
+
+def _busy_s(batch: int, blocks: int | None, n: int = 64) -> float:
+    """Seconds the engine's iterations take (their durations summed) for an offline batch of `batch`
+    requests of n + n tokens under TRT-LLM's scheduler, with a pool of `blocks` KV blocks (None: sized
+    from memory). Busy time, not makespan: the run starts after the requests' front-end delay
+    (engine_overheads), charged once since all arrive at t = 0."""
+    from hw_models.machine import load_machine
+    from sim.apps.serve.run import serve
+
+    sched = dict(kind="trtllm", max_num_seqs=256, block_size=16, num_gpu_blocks_override=blocks)
+    file, reqs = bench.offline_batch("llama2-7b", batch, n, sched, {"tp": 1}, "trtllm")
+    res, _ = serve(file, load_machine("a6000"), requests=reqs)
+    assert res.preemptions == 0                     # GUARANTEED_NO_EVICT: admission reserves each request's KV
+    return float(res.iterations["duration_s"].sum())
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_offline_batch_that_does_not_fit_runs_in_waves(k):
+    """TRT-LLM admission (GUARANTEED_NO_EVICT) reserves each request's whole KV: input + output = 2 x 64
+    tokens = 8 blocks of 16. A pool of 8k + 1 blocks (one is the pool's null block, kvpool.LruBlockPool)
+    holds k requests, so 2k requests arriving at t = 0 run as two waves of k: the first k prefill together,
+    decode 63 steps and finish in the same step (equal lengths); only then are the next k admitted, and
+    they repeat the same steps at the same cost. So busy(2k, pool of k) = 2 x busy(k) (to the one step
+    where the second wave is admitted, < 2%). With room for all 2k (pool sized from memory), one wave of
+    2k: decode steps of a 7B model at batch <= 8 are weight-bound (13.5 GB of fp16 weights against a few
+    MB of KV), so it takes well under 1.5 x."""
+    one = _busy_s(k, None)
+    assert _busy_s(2 * k, 8 * k + 1) == pytest.approx(2 * one, rel=0.02)
+    assert _busy_s(2 * k, None) < 1.5 * one
+    assert _busy_s(k, 8 * k + 1) == pytest.approx(one, rel=1e-9)   # k fit the small pool: one wave, as unlimited
+
+
+def test_section_names_its_model_and_gives_both(tmp_path):
+    """--both: the table's model is named, and the other model's summary and the common-row figures follow."""
+    path = tmp_path / "p.md"
+    path.write_text("# x\n")
+    assert bench.main(["--rows", "1", "--both", "--doc", str(path)]) == 0
+    text = path.read_text()
+    assert "Table by serving replay" in text and "The other model, `sim run`" in text
+    assert text.count("| hw | engine | rows simulated |") == 2 and "On the rows both simulate" in text
+    assert bench.main(["--rows", "1", "--sim-run", "--doc", str(path)]) == 0
+    assert "Table by `sim run`" in path.read_text() and "The other model" not in path.read_text()
