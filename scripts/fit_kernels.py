@@ -667,11 +667,19 @@ def fit_quant_kernel(engine: str, gpus: tuple[str, ...] | None = None) -> dict:
 
 def _rows_of(df: pd.DataFrame, gpu: str, fmt: str, rate_format: str, q: dict | None) -> list[tuple]:
     """Per measured row of `df` (one GPU's gemm-table rows): (M, weight s, other s, compute s, measured less
-    the quantize kernel, measured, weight bytes / L2, K, activation-quant bytes / bw), as _gemm_parts splits it."""
+    the quantize kernel, measured, weight bytes / L2, K, activation-quant bytes / bw), as _gemm_parts splits it;
+    where the replayed weights stay in the L2 (hw_models.stack.cost.replay_weight_l2_s), their L2 time is in
+    `other` and the DRAM weight time is 0."""
     from sim.core.formats import get_format
+    from hw_models.stack.cost import replay_weight_l2_s
+    mach = _machine(GEMM_PRESETS[gpu])
+    unit = mach.units[mach.main_unit]
     rows = []
     for r in df.itertuples(index=False):
         w, o, qx, c = _gemm_parts(GEMM_PRESETS[gpu], int(r.m), int(r.n), int(r.k), fmt, rate_format)
+        l2_s = replay_weight_l2_s(unit, get_format(fmt).storage_bytes((int(r.n), int(r.k))))
+        if l2_s is not None:   # the collector's copies stay in the L2: no DRAM stream (family_cost does the same)
+            w, o = 0.0, o + l2_s
         quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
         rows.append((int(r.m), w, o, c, r.latency_us * 1e-6 - quant_s, r.latency_us * 1e-6,
                      get_format(fmt).storage_bytes((int(r.n), int(r.k))) / L2_BYTES[gpu], int(r.k), qx))

@@ -13,7 +13,8 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   time per element), plus the activation
   quantization pass (W8A8; with a dynamic scale, the scale pass: max(activations / bandwidth,
   M x quant_row_s)) or the dequantization pass (dequantize-then-GEMM), each one more kernel at
-  the stack's floor. Where the unit lacks the family's native rate and
+  the stack's floor. Under a single-layer replay (per-op tables) weights whose collector copies fit the
+  L2 stream from it at the unit's L2 rate instead (replay_weight_l2_s). Where the unit lacks the family's native rate and
   the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
 * A dense 16-bit GEMM replayed from a CUDA graph on a GPU whose preset names a fitted
   dense family (efficiency.dense_gemm): that family's time, as above (no extra pass).
@@ -25,13 +26,18 @@ from hw_models import compute_path
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.stack.kernel_families import VECTOR, Family, families
 from hw_models.machine import Tier, Unit
-from hw_models.stack.attention_kernels import attention_cost, kv_format
+from hw_models.stack.attention_kernels import attention_cost, kv_format, l2_resident
 from hw_models.stack.spec import Stack
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.graph import Op
 
 BF16_BYTES = 2
+# A per-op table's GEMM collector cycles through copies of the weights, replayed back to back: TensorRT-LLM
+# max(1, min(5, ceil(L2 / W))) copies (aiconfigurator collector/trtllm/collect_gemm.py run_gemm), vLLM 6
+# (collector/vllm/collect_gemm.py run_gemm, outside_loop_count; 1 for fp8_block). Where the copies' footprint
+# fits the L2 (W <= L2 / 5), every replay re-reads the weights from the L2, not the DRAM.
+REPLAY_WEIGHT_COPIES = 5
 DENSE_FORMATS = ("bf16", "fp16")   # what a dense family's bf16 rate covers
 
 
@@ -55,6 +61,15 @@ def _dense_family(op: Op, unit: Unit, stack: Stack) -> str | None:
     return name
 
 
+def replay_weight_l2_s(unit: Unit, weight_bytes: float) -> float | None:
+    """The weight stream's time from the L2 under a single-layer replay (REPLAY_WEIGHT_COPIES's note), at the
+    unit's cited L2 read rate; None where the copies do not fit the L2 or the preset cites no L2 rate (the DRAM
+    stream). Serving never replays one layer (every other layer evicts the L2), so never takes this."""
+    if not weight_bytes or not l2_resident(unit, REPLAY_WEIGHT_COPIES * weight_bytes):
+        return None
+    return weight_bytes / unit.l2_bandwidth_bytes_per_s
+
+
 def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str) -> float:
     if fam.rate_format == VECTOR:
         return unit.vector_flops_per_s
@@ -75,7 +90,8 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     w_bytes = w.bytes if w is not None else 0
     other = op.bytes - w_bytes
     compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family) * fam.rate_fraction(m))
-    memory_s = w_bytes / (bw * fam.weight_stream_efficiency) + other / bw
+    l2_s = replay_weight_l2_s(unit, w_bytes) if stack.single_layer_replay else None
+    memory_s = (w_bytes / (bw * fam.weight_stream_efficiency) if l2_s is None else l2_s) + other / bw
     extra_s, overhead_s = 0.0, fam.floor_s
     if fam.dequant_pass:     # a kernel writes the weights in 16 bits; the GEMM reads those instead
         dense = n * k * BF16_BYTES
