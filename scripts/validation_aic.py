@@ -55,9 +55,23 @@ NOTES = """What moved, and what did not:
   (PCIe) the older releases' 2-GPU rows (vLLM 0.19.0, SGLang 0.5.10, TensorRT-LLM 1.3.0rc10) take ~2.5x the
   latest release's time at every size, NCCL fallback included (1 GB: 70 ms against 27 ms), 55-65% off, while the
   latest releases are within 4.6-6.7% (where 4 and 8 PCIe GPUs hand every message to NCCL, as the engines'
-  source says). A row whose kernel_source names the kernel it ran is costed with it (SGLang 0.5.6.post2 on H100
-  ran TensorRT-LLM's: 22.3% -> 13.7%). Missed: SGLang 0.5.14 on H100 (34%) runs a faster kernel than vLLM's
-  (4 GPUs: 2.6 us against 4.6 us at 256 B), which has no fitted line here.
+  source says). Three engines' kernels cannot all take the same 2.5x (older/latest at 1 MB: vLLM 3.04, SGLang
+  3.01, TensorRT-LLM's NCCL 2.02; at 64 MB 2.39 / 2.40 / 2.40, where all three hand the message to NCCL): these
+  rows were taken on a slower machine, not fitted on, no per-release factor. A row whose kernel_source names the
+  kernel it ran is costed with it (SGLang 0.5.6.post2 on H100 ran TensorRT-LLM's: 22.3% -> 13.7%).
+  SGLang by release (engine_collectives.sglang_algorithm): before 0.5.12 vLLM's kernel; from 0.5.12 (sglang PR
+  #24363) its JIT CustomAllReduceV2 (custom_all_reduce_v2.py THRESHOLD_2_SHOT_MAP: one-shot up to 16 MiB at 2
+  GPUs, 384 KiB at 4, 160 KiB at 8, two-shot above, NCCL above 16 MiB), algorithm `sglang_custom`, fitted on
+  H100 0.5.14's rows (no other in-sample table has V2 on NVLink): H100 0.5.14 34.0% -> 5.4%. V2 needs full
+  NVLink: on PCIe 0.5.12 runs NCCL (PR #24742 turned the custom backend off, issue #25649; PR #25650 restored
+  the v1 fallback after it): L40S 0.5.12 267.8% -> 263.6%, its 2-GPU rows 30.3% -> 17.6% (4 KB-256 MB; ~16% slower
+  than nccl-tests there, as TensorRT-LLM's NCCL rows are 1.15x at 1 MB). Its 4- and 8-GPU rows stay missed: they
+  reach 21 GB/s of bus bandwidth at 1 GB where NCCL, and every other release's rows on this table (all NCCL:
+  >2 PCIe GPUs), reach 2-4 GB/s (8 GPUs 256 MB: 22.7 ms against nccl-tests' 343 ms): another machine, not fitted.
+  L40S vLLM / SGLang 0.5.10 / 0.5.14 (21-23%) miss at 4 and 8 GPUs only (2 GPUs 4.4-4.9%), where they run NCCL
+  and their rows disagree with nccl-tests' on the same table both ways (vLLM 256 MB: 4 GPUs 108.5 ms against
+  75.5 ms, 8 GPUs 240 ms against 343 ms): no engine source shows another path, so not fitted. The `sglang`
+  stack keeps vLLM's kernel (its serving runs are SGLang 0.5.1-0.5.8); `parallel.algorithm: sglang_custom` selects V2.
 * bf16 GEMM: graph-replayed kernels pay `graph_gap_s` (1.19 us, the pooled median; by GPU H100 0.93, A100 3.43,
   RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100 and RTX PRO 6000 the dense GEMM is a
   kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
@@ -243,7 +257,7 @@ NOTES = """What moved, and what did not:
   36.3 -> 24.4%, TensorRT-LLM block-scaled 38.5 -> 22.9%, vLLM block-scaled (Triton, ~300 us a call at any shape)
   65.9 -> 13.3%. TensorRT-LLM per-tensor FP8 stays the pooled cuBLASLt family, so L40S is its held-out GPU (22.6%).
   Attention is not fitted on L40S: the pooled families cost its rows out of sample (decode bf16 18-20%, prefill
-  bf16 26-37%, TensorRT-LLM FP8 KV decode 40%). Missed: SGLang's custom all-reduce 0.5.12 (268%). The RTX 4090 (same
+  bf16 26-37%, TensorRT-LLM FP8 KV decode 40%). Missed: SGLang's custom all-reduce 0.5.12 (264%: its 4- and 8-GPU rows, another machine; collectives bullet). The RTX 4090 (same
   SM and clock) was given `dense_bf16_l40s` under a rule stated before measuring (rtx4090.yaml): its vLLM serving run
   went +11.5 / +8.5 / +10.8 / -8.2% -> +129 / +110 / +124 / -51% (TTFT / TPOT / E2E / throughput), so it keeps the
   roofline; the small-M rate fractions are not tensor-bound and do not scale with the GeForce half-rate peak."""
