@@ -125,13 +125,10 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "speculative decoding (ServeSim.__init__), whose draft tokens are the only lookahead (instance.py: "
     "`spec.k if spec else 0`), so it is 0 already":
         ("sim.apps.serve.cohort.xǁDecodeCohortǁdissolve__mutmut_4",),
-    "DecodeCohort.grow `_due(..., ordered=None)`: None is falsy, the same as ordered=False":
-        ("sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_3",),
-    "DecodeCohort.grow sorting its due members (`_due` default or ordered=True; `ordered or len > 1`): grow "
-    "takes their blocks in one allocation and each member's count is its own, so their order changes "
-    "nothing; `len(due) >= 1`: sorting a one-member list leaves it as it is":
-        ("sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_5", "sim.apps.serve.cohort.xǁDecodeCohortǁgrow__mutmut_6",
-         "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_8", "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_9"),
+    "DecodeCohort._due `ordered or len > 1`: its callers (fills, ends) all take the default ordered=True, "
+    "so both forms sort (grow pops its bookings inline and unordered since stop 40); `len(due) >= 1`: "
+    "sorting a one-member list leaves it as it is":
+        ("sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_8", "sim.apps.serve.cohort.xǁDecodeCohortǁ_due__mutmut_9"),
     "cohort: `_fmax` `a > b`: at a == b it returns b, the same number (a NaN a loses to b either way); "
     "_Peaks.push `gaps[-1] < gap` keeps an equal earlier gap, so the stack falls non-strictly and its first "
     "entry at or after a step is still the largest gap since; sync `m.since <= 0`: since is -1 or a step "

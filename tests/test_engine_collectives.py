@@ -128,3 +128,23 @@ def test_unknown_custom_all_reduce_engine_names_the_known_ones():
     custom all-reduce is refused in a line naming the three that have one."""
     with pytest.raises(ConfigError, match="unknown custom all-reduce 'deepspeed'; engines: trtllm, vllm, sglang"):
         custom_kernel("deepspeed", 1024.0, 2)
+
+
+def test_trtllm_kernel_at_its_workspace_and_at_three_ranks():
+    """TensorRT-LLM's AUTO choice (module doc, allreduceOp.cpp): a message that fills the 2-rank workspace
+    (16 MiB) exactly still fits it, so it runs one-shot, and one byte more goes to NCCL; only 2 ranks run
+    one-shot at every size: 3 ranks (up to 4) take two-shot from 1e6 B, so 2e6 B is two-shot and 5e5 B one-shot."""
+    MiB = 1024 * 1024
+    assert custom_kernel("trtllm", 16 * MiB, 2) == ONE_SHOT
+    assert custom_kernel("trtllm", 16 * MiB + 1, 2) is None
+    assert custom_kernel("trtllm", 2e6, 3) == TWO_SHOT
+    assert custom_kernel("trtllm", 5e5, 3) == ONE_SHOT
+
+
+def test_release_reads_rc_and_post_numbers():
+    """'1.3.0rc10' is release (1, 3, 0, 10), after 1.3.0rc5 = (1, 3, 0, 5): the rc number is a part of its own,
+    as 'post' is ('0.5.6.post2' -> (0, 5, 6, 2))."""
+    from hw_models.network.engine_collectives import release
+    assert release("1.3.0rc10") == (1, 3, 0, 10)
+    assert release("1.3.0rc10") > release("1.3.0rc5")
+    assert release("0.5.6.post2") == (0, 5, 6, 2)
