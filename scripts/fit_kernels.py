@@ -14,10 +14,11 @@ its own node's collectives, its dense bf16 family and the SM 8.9 families of fit
   RTX PRO 6000) of measured time less the roofline's time without its launch overhead. --check
   compares it with the stacks' figure (hand-copied into their YAML, whose comments cite it).
 * hw_models/stack/attention_kernels.yaml: per attention kernel family, the decode figures per KV
-  format (fixed, per-CTA, KV stream efficiency) and the prefill efficiency curve over the
-  sequence length (hw_models.stack.attention_kernels), on the H100, A100 and RTX PRO 6000 tables
-  (L40S is not fitted on: its rows are costed held out). The target is the measured call less what sim charges for the
-  other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
+  format (fixed, per-CTA, KV stream efficiency) and the prefill curves (fixed, critical-path walk per key,
+  fraction of the bf16 peak per sequence length: hw_models.stack.attention_kernels), on the H100, A100 and
+  RTX PRO 6000 tables pooled, and the prefill curves again per architecture on each GPU's rows alone, the L40S's
+  (SM 8.9) included (`prefill_sm`; its decode rows are not fitted on). The target is the measured call less what
+  sim charges for the other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
 * hw_models/stack/kernel_families_fitted.yaml: the quantized GEMM families the engines run
   (hw_models.stack.kernel_families), on each family's rows of the gemm tables (QUANT_GEMM). A
   W8A8 family's activation-quantization kernel is fitted first on the engine's quant table
