@@ -498,6 +498,22 @@ def _growth_capped(A: np.ndarray, b: np.ndarray, c: np.ndarray, scale: np.ndarra
     return np.maximum(res.x, 0.0)
 
 
+def nnls_prefill(idx: np.ndarray, ideal: np.ndarray, t: np.ndarray, others: np.ndarray, kv_len: np.ndarray,
+                 lens: list[int]) -> np.ndarray:
+    """[fixed_s, walk_s_per_token, fraction at each of `lens`] minimizing the relative error of
+    others + fixed + walk x kv_len + ideal / fraction[idx] against t (fit_prefill's model), by NNLS with
+    1 / fraction = 1 + the non-negative steps from its length on, then under _growth_caps where NNLS breaks them."""
+    from scipy.optimize import nnls
+    steps = [ideal * (idx <= j) for j in range(len(lens))]
+    A = np.column_stack([np.ones_like(t), kv_len, *steps]) / t[:, None]
+    b = (t - others - ideal) / t
+    scale = np.linalg.norm(A, axis=0)
+    scale[scale == 0] = 1.0
+    c = nnls(A / scale, b, maxiter=50 * A.shape[1])[0]
+    c = _growth_capped(A / scale, b, c, scale, lens) / scale
+    return np.r_[c[:2], 1.0 / (1.0 + np.cumsum(c[2:][::-1])[::-1])]
+
+
 def fit_prefill(name: str, hold_out: str | None = None, kv: str = "bfloat16", q: str = "bfloat16",
                 gpus: tuple[str, ...] | None = None) -> dict | None:
     """The fixed cost, the critical-path walk per key and the fraction of the bf16 peak per measured sequence
@@ -507,7 +523,6 @@ def fit_prefill(name: str, hold_out: str | None = None, kv: str = "bfloat16", q:
     1 + a cumulative sum of non-negative steps from the longest length down, so that the fraction never falls with
     a longer sequence and never passes the bf16 peak. `kv`, `q`: the KV cache's and the query's dtype (a row's
     kv_dtype, attn_dtype); each pair is fitted on its own (attention_kernels.PrefillCurves)."""
-    from scipy.optimize import nnls
     rows = _prefill_rows(name, kv, q, gpus or tuple(ATTN_GPUS.values()))
     presets = np.array([p for p, _, _ in rows])
     fit = presets != hold_out     # `hold_out`: a preset whose rows are only checked (mape_by_gpu)
@@ -515,15 +530,8 @@ def fit_prefill(name: str, hold_out: str | None = None, kv: str = "bfloat16", q:
         return None
     lens = sorted({int(r.isl) for _, r, _ in rows})
     idx, ideal, t, others, kv_len = _prefill_columns(rows, lens)
-    steps = [ideal * (idx <= j) for j in range(len(lens))]
-    A = np.column_stack([np.ones_like(t), kv_len, *steps]) / t[:, None]
-    b = (t - others - ideal) / t
-    scale = np.linalg.norm(A[fit], axis=0)
-    scale[scale == 0] = 1.0
-    c = nnls(A[fit] / scale, b[fit], maxiter=50 * A.shape[1])[0]
-    c = _growth_capped(A[fit] / scale, b[fit], c, scale, lens) / scale
-    coef = 1.0 + np.cumsum(c[2:][::-1])[::-1]
-    points = [[q_len, _sig(1.0 / k)] for q_len, k in zip(lens, coef)]
+    c = nnls_prefill(idx[fit], ideal[fit], t[fit], others[fit], kv_len[fit], lens)
+    points = [[q_len, _sig(f)] for q_len, f in zip(lens, c[2:])]
     fixed, walk = _sig(c[0]), _sig(c[1])
     pred = others + fixed + walk * kv_len + ideal / np.array([points[i][1] for i in idx])
     err = np.abs(pred - t) / t
