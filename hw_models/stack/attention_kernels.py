@@ -336,6 +336,6 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
     if pf is None or "bf16" not in native_rates(unit, unit_name):
         return None
     compute_s = op.flops / (native_rates(unit, unit_name)["bf16"] * pf.fraction(d["q_len"]))
-    overhead_s = pf.fixed_s + pf.walk_s(d.get("kv_len", d["q_len"]))
+    overhead_s = pf.fixed_s + pf.walk_s(d["kv_len"])
     return OpCost(op, unit_name, overhead_s + compute_s, compute_s, 0.0, overhead_s,
                   bound_of(compute_s, 0.0, overhead_s), f"{family} prefill", energy)
