@@ -552,6 +552,9 @@ SGLANG_FP8 = dict(framework="sglang", dtype="fp8", kernel=None, quant="vllm", ra
 # 32 (fp8_utils.py _flashinfer_fp8_blockscale_gemm_impl, torch.cond on M < 32): two families, the first naming
 # the second (hw_models.stack.kernel_families switch_m / switch_family).
 VLLM_BLOCK_SWITCH_M = 32
+# TensorRT-LLM's SmoothQuant plugin runs a CUDA-core int8 kernel at M <= 4 and CUTLASS above
+# (smoothQuantGemmPlugin.cpp enqueue): the A100 rows' smallest calls step from ~9 us at M 1-4 to ~20 us at M 8.
+SQ_SWITCH_M = 5
 
 # vLLM's per-tensor FP8 families: one per architecture (CUTLASS builds other configurations on SM 12.x).
 VLLM_FP8 = dict(framework="vllm", dtype="fp8", kernel="cutlass_fp8_scaled_mm", quant="vllm", rate_format="fp8_e4m3")
@@ -661,13 +664,23 @@ QUANT_GEMM = {
              "(H100 rows, M 32-8192)"),
     "trtllm_w8a8_sq": dict(
         framework="trtllm", dtype="sq", kernel="trt_smooth_quant_plugin", quant=None, rate_format="int8", act="int8",
-        gpus=("a100",),
-        description="TensorRT-LLM SmoothQuant W8A8 int8 GEMM (per-channel weight, per-token activation scales), "
-                    "the plugin alone: its activations arrive quantized by an earlier layer",
-        cite="TensorRT-LLM SmoothQuantGemm plugin (cpp/tensorrt_llm/plugins/smoothQuantGemmPlugin: CUTLASS int8 "
-             "GEMM, CutlassInt8GemmRunner); aiconfigurator collector/trtllm/collect_gemm.py times the layer "
-             "PLUGIN_V2_SmoothQuantGemm alone (TensorRT's per-layer profiler: the quantize layer is not in the "
-             "row); aic kernel trt_smooth_quant_plugin, A100 rows"),
+        gpus=("a100",), m_range=(1, SQ_SWITCH_M - 1), switch_m=SQ_SWITCH_M, switch_family="trtllm_w8a8_sq_cutlass",
+        description="TensorRT-LLM SmoothQuant W8A8 int8 Linear at M <= 4: the plugin's CUDA-core int8 kernel "
+                    "(int8_sq_launcher; rate as a fraction of the int8 tensor peak), its activations quantized by an "
+                    "earlier layer; from M = 5 trtllm_w8a8_sq_cutlass",
+        cite="TensorRT-LLM cpp/tensorrt_llm/plugins/smoothQuantGemmPlugin/smoothQuantGemmPlugin.cpp enqueue (m <= 4: "
+             "kernels/int8SQ int8_sq_launcher, else CutlassInt8GemmRunner::gemm with the profiled tactic); "
+             "aiconfigurator collector/trtllm/collect_gemm.py times the layer PLUGIN_V2_SmoothQuantGemm alone "
+             "(TensorRT's per-layer profiler: the quantize layer is not in the row); aic kernel "
+             "trt_smooth_quant_plugin, A100 rows M 1-4"),
+    "trtllm_w8a8_sq_cutlass": dict(
+        framework="trtllm", dtype="sq", kernel="trt_smooth_quant_plugin", quant=None, rate_format="int8", act="int8",
+        gpus=("a100",), m_range=(SQ_SWITCH_M, 1 << 30),
+        description="TensorRT-LLM SmoothQuant W8A8 int8 Linear from M = 5: the plugin's CUTLASS int8 GEMM "
+                    "(CutlassInt8GemmRunner), its activations quantized by an earlier layer",
+        cite="TensorRT-LLM smoothQuantGemmPlugin.cpp enqueue (m > 4: CutlassInt8GemmRunner::gemm, "
+             "cpp/tensorrt_llm/kernels/cutlass_kernels/int8_gemm); aiconfigurator collect_gemm.py (the plugin layer "
+             "alone); aic kernel trt_smooth_quant_plugin, A100 rows M 8-8192"),
     "sglang_fp8_block": dict(
         framework="sglang", dtype="fp8_block", kernel=None, quant="vllm", rate_format="fp8_e4m3", table="gemm_sglang",
         assumed="the 1x128 activation-quantize kernel (sgl-kernel per_token_group_quant_fp8) takes the floor and "
@@ -707,7 +720,7 @@ MIN_S = {"vllm_fp8_block", "vllm_fp8_block_deepgemm", "vllm_fp8_block_sm89"}
 MIN_S_QUANTILES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 K_WALK = {"trtllm_fp8_per_tensor", "vllm_fp8_per_tensor", "vllm_fp8_per_tensor_sm120", "sglang_fp8_per_tensor",
           "sglang_fp8_per_tensor_sm120", "trtllm_fp8_block", "trtllm_fp8_block_sm120", "trtllm_w4a16", "trtllm_w8a16", "trtllm_nvfp4",
-          "vllm_nvfp4", "sglang_nvfp4", "sglang_fp8_block", *ADA_K_WALK}
+          "vllm_nvfp4", "sglang_nvfp4", "sglang_fp8_block", "trtllm_w8a8_sq_cutlass", *ADA_K_WALK}
 QUANT_KERNEL = {"trtllm": "torch_ops", "vllm": "static_scaled_fp8_quant"}   # aic quant table kernel_source
 MEMORY_BOUND_M = 16
 L2_BYTES = {"h100": 50e6, "a100": 40e6, "rtx_pro_6000": 128e6, **ADA_L2_BYTES}   # datasheets (as BIG_KV_BYTES's comment)
@@ -786,6 +799,8 @@ def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[
         df = df[(df["framework"] == spec["framework"]) & (df["dtype"] == spec["dtype"])]
         if spec["kernel"]:
             df = df[df["kernel"] == spec["kernel"]]
+        if "m_range" in spec:   # one of two kernels the engine picks by M
+            df = df[df["m"].between(*spec["m_range"])]
         if df.empty:
             continue
         found.append(gpu)

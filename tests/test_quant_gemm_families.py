@@ -213,22 +213,26 @@ def test_least_call_time_hides_the_stream_beneath_it():
 
 def test_smoothquant_runs_the_w8a8_int8_plugin():
     """TensorRT-LLM's SmoothQuant GEMM takes int8 activations (quantized upstream; aic times the plugin layer
-    alone): int8 weights with int8 activations run trtllm_w8a8_sq (quant_gemm_w8a8), with bf16 activations
-    the weight-only plugin. On A100 a tiny call is its floor (no quantize kernel), and at M = 8192, 8192^3
-    it is compute at the fitted fraction of the int8 peak (624 TOP/s, a100_80g.yaml) over that floor."""
+    alone): int8 weights with int8 activations run the quant_gemm_w8a8 family, with bf16 activations the
+    weight-only plugin. The plugin runs a CUDA-core kernel at M <= 4 and CUTLASS above (smoothQuantGemmPlugin.cpp
+    enqueue): trtllm_w8a8_sq switches to trtllm_w8a8_sq_cutlass at M = 5. On A100 a tiny call is the CUDA-core
+    kernel's floor (no quantize kernel), and at M = 8192, 8192^3 it is CUTLASS's compute at its fitted fraction
+    of the int8 peak (624 TOP/s, a100_80g.yaml) over its floor. Never faster with more rows, across the switch."""
     from sim.apps.trace.aic import GEMM_ACT_FORMAT
     assert GEMM_ACT_FORMAT["sq"] == "int8"
     mapper = _mapper("a100_80g", "trtllm")
-    assert mapper.cost(gemm_op(16, 4096, 4096, "int8", "int8")).path == "trtllm_w8a8_sq"
+    assert [mapper.cost(gemm_op(m, 4096, 4096, "int8", "int8")).path for m in (1, 4, 5, 16)] == \
+        ["trtllm_w8a8_sq"] * 2 + ["trtllm_w8a8_sq_cutlass"] * 2
     assert mapper.cost(gemm_op(16, 4096, 4096, "int8")).path == "trtllm_w8a16"
-    fam = families()["trtllm_w8a8_sq"]
-    assert not fam.activation_quant
-    assert mapper.cost(gemm_op(1, 64, 64, "int8", "int8")).duration_s == pytest.approx(fam.floor_s, rel=0.01)
-    compute = 2.0 * 8192 ** 3 / (624e12 * fam.rate_fraction(8192))
+    gemv, cutlass = families()["trtllm_w8a8_sq"], families()["trtllm_w8a8_sq_cutlass"]
+    assert not gemv.activation_quant and not cutlass.activation_quant
+    assert mapper.cost(gemm_op(1, 64, 64, "int8", "int8")).duration_s == pytest.approx(
+        gemv.floor_s + 64 * gemv.k_walk_s_per_k, rel=0.01)
+    compute = 2.0 * 8192 ** 3 / (624e12 * cutlass.rate_fraction(8192))
     assert mapper.cost(gemm_op(8192, 8192, 8192, "int8", "int8")).duration_s == pytest.approx(
-        fam.floor_s + compute, rel=1e-6)
-    ms = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
-    for n, k in [(1024, 1024), (4096, 4096), (14336, 4096), (28672, 8192)]:
+        cutlass.floor_s + compute, rel=1e-6)
+    ms = [1, 2, 3, 4, 5, 6, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    for n, k in [(1024, 1024), (4096, 4096), (14336, 4096), (28672, 8192), (16384, 16384)]:
         t = [mapper.cost(gemm_op(m, n, k, "int8", "int8")).duration_s for m in ms]
         assert all(b >= a for a, b in zip(t, t[1:])), (n, k, t)
 
