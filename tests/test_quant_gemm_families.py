@@ -209,6 +209,10 @@ def test_least_call_time_hides_the_stream_beneath_it():
     assert slope == pytest.approx((268_435_456 + 16384 * 4) / (bw * fam.weight_stream_efficiency) + 16384 * 2 / bw,
                                   rel=1e-6)
     assert cost_s(4096, 4096) == fam.min_s
+    # vLLM's Triton block-scaled kernel on L40S: aic medians 329-341 us at M 1-16 whatever the shape (min 283 us)
+    triton = families()["vllm_fp8_block_sm89"]
+    assert 280e-6 < triton.min_s < 350e-6 and triton.floor_s == 0
+    assert _mapper("l40s", "vllm").cost(gemm_op(1, 4096, 4096, "fp8_block128")).duration_s == triton.min_s
 
 
 def test_smoothquant_runs_the_w8a8_int8_plugin():
