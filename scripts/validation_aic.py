@@ -272,7 +272,10 @@ NOTES = """What moved, and what did not:
 * Not done: TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no per-architecture kernel choice to cite)
   stays one family on both GPUs: 11.1% / 13.0% in sample, held out by GPU H100 17.6%, RTX PRO 6000 14.9%; on
   L40S (held out for it) 16.1%, and vLLM's SM 8.9 family 16.5% in sample: their errors scatter by shape (vLLM's
-  mean error within +-4% at every M >= 1024, MAPE 19-25% there), which an M-curve does not see. The
+  mean error within +-4% at every M >= 1024, MAPE 19-25% there), which an M-curve does not see: at M = 2048,
+  K = 512 vLLM's rows take 139-223 us for N 5120-8192 but 163 us for N 10240 (sim -57 to -65% on the first,
+  +37% at N 512), grouped by N's power of two as c2x/scaled_mm_sm89_fp8_dispatch.cuh picks its tile by N within
+  each M bucket; not modelled (a family per tile would be chosen on these rows). The
   single-GPU families (each fitted on its architecture's only in-sample GPU) have no held-out figure. MXFP4 and
   vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families).
 * L40S (Ada, SM 8.9; preset `l40s` from its datasheet, node `l40s_x8_pcie`): its rows feed only its own fits
