@@ -15,7 +15,11 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   M x quant_row_s)) or the dequantization pass (dequantize-then-GEMM), each one more kernel at
   the stack's floor. Under a single-layer replay (per-op tables) weights whose collector copies fit the
   L2 stream from it at the unit's L2 rate instead (replay_weight_l2_s). Where the unit lacks the family's native rate and
-  the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
+  the stack names an emulated family for the format (quant_gemm_emulated), that one runs. A family
+  that switches kernel by M (switch_m) costs as its switch_family from that M; a call never takes less
+  than the family's min_s.
+* A GEMM whose activations are as narrow as its weights (W8A8 int8: SmoothQuant) runs the stack's
+  quant_gemm_w8a8 family for the format: the activations come quantized, no quantize pass of its own.
 * A dense 16-bit GEMM replayed from a CUDA graph on a GPU whose preset names a fitted
   dense family (efficiency.dense_gemm): that family's time, as above (no extra pass).
 """
@@ -85,6 +89,8 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     fam = families()[family]
     d = op.dims
     m, n, k = d.get("m", 1), d.get("n", 1), d.get("k", 1)
+    if (other_kernel := fam.at(m)) is not None:   # the engine dispatches this M to another kernel
+        return family_cost(op, unit, unit_name, tier, stack, other_kernel)
     bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.GEMM, m).memory_max
     w = _weight(op)
     w_bytes = w.bytes if w is not None else 0
@@ -105,7 +111,7 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
         if fam.quant_row_s:   # a dynamic scale: one block per token reads the activations again
             extra_s += max(m * k * BF16_BYTES / bw, m * fam.quant_row_s)
-    duration = overhead_s + extra_s + max(compute_s, memory_s)
+    duration = max(fam.min_s, overhead_s + extra_s + max(compute_s, memory_s))
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
                   bound_of(compute_s, memory_s + extra_s, overhead_s), family, energy)
@@ -121,6 +127,8 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
             family = None
         elif w.fmt != op.compute_format:   # narrow weights: the family the engine runs on this architecture
             family = stack.family(w.fmt, unit.efficiency.compute_capability)
+        elif (w8a8 := stack.w8a8_family(w.fmt)) is not None:   # activations as narrow as the weights
+            family = w8a8
         else:
             family = _dense_family(op, unit, stack)
         if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):
