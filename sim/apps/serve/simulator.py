@@ -105,6 +105,8 @@ class ServeSim:
             # decode steps as array operations (sim.apps.serve.cohort)
             sched.cohort = DecodeCohort(sched.pool.block_size, sched.lookahead)
         self.ahead = runahead.allowed(self)   # runs of pure decode steps in one timeout
+        # the cost's pure decode step (Surrogate.decode_step), for a cohort's steps
+        self.decode_step = getattr(setup.target_cost, "decode_step", None)
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -239,7 +241,12 @@ class ServeSim:
         if batch.preempted:
             self.swap_log.extend(batch.preempted)
         if batch.cohort is not None:
-            t, e = self._costed(s.target_cost, batch.cohort.features(batch.entries[len(batch.cohort):]))
+            c = batch.cohort
+            n = len(c)
+            if self.decode_step is not None and len(batch.entries) == n:   # a pure decode step
+                t, e = self._booked(s.target_cost.keys, self.decode_step(n, c.kv + n, c.features))
+            else:
+                t, e = self._costed(s.target_cost, c.features(batch.entries[n:]))
             return t + swap_s, e
         if batch.padded is not None:
             t, e = self._costed(s.target_cost, features(batch.padded))
@@ -254,9 +261,12 @@ class ServeSim:
 
     def _costed(self, cost, it: Iteration) -> tuple[float, float]:
         """(seconds, joules) of `it`; its resources' busy times go to the run's totals."""
-        c = cost(it)
+        return self._booked(cost.keys, cost(it))
+
+    def _booked(self, keys: list[str], c: tuple[float, ...]) -> tuple[float, float]:
+        """(seconds, joules) of a step's cost vector `c`; its resources' busy times go to the run's totals."""
         busy = self.busy
-        for k, v in zip(cost.keys, c[2:]):
+        for k, v in zip(keys, c[2:]):
             busy[k] = busy.get(k, 0.0) + v
         return c[0], c[1]
 
