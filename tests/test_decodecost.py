@@ -98,3 +98,18 @@ def test_decode_step_reads_a_step_run_ahead_kept():
     sur.memo.put((4, 4000, 3), (9.0, 9.0, 9.0, 9.0, 9.0))
     assert sur.decode_step(4, 4000, lambda: None) == (9.0, 9.0, 9.0, 9.0, 9.0)
     assert sur.decode_step(4, 4004, lambda: None) != (9.0, 9.0, 9.0, 9.0, 9.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 8000), st.integers(1, 300))
+def test_cells_kept_between_steps_give_the_general_interpolation(n, kv_mean, steps):
+    """One surrogate over a run of steps (each context one token longer, so the mean kv_len crosses grid
+    points: a kept KV cell is reused inside its segment, replaced past it) gives the general vector each step."""
+    sur = surrogate()
+    for j in range(steps):
+        kv = n * (kv_mean + j) + n // 3
+        if kv / n > 8192:
+            break
+        it = Iteration(tuple((1, kv_mean + j) for _ in range(n)), n, n, kv, 0.0, 0)
+        assert sur._decode(n, kv) == sur._interpolated(it, n, 0)
+    assert len(sur._decode._cells) == 1
