@@ -23,7 +23,7 @@ GRAPH_STACKS = ("vllm", "trtllm", "sglang")
 
 
 def _cost_s(preset: str, m: int, n: int, k: int, stack: str = "vllm") -> float:
-    return _mapper(preset, stack).cost(gemm_op(m, n, k, "bf16")).duration_s
+    return _mapper(preset, stack, collector=stack).cost(gemm_op(m, n, k, "bf16")).duration_s   # as that engine's rows
 
 
 def test_presets_name_their_fitted_family():
