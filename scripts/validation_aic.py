@@ -83,11 +83,14 @@ NOTES = """What moved, and what did not:
   out by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 15.9%, A100 14.1%, RTX PRO 6000 15.8%: the
   figures do not carry across GPUs well enough, so GPUs without a named family keep the roofline with the gap.
   The tables replay one GEMM: the collector cycles through copies of the weights (TensorRT-LLM
-  max(1, min(5, ceil(L2 / W))), aiconfigurator collector/trtllm/collect_gemm.py run_gemm; vLLM 6), so weights with
-  5 W <= L2 stay in the L2 across replays. Under that condition only (`single_layer_replay`, set by
-  `--input-format aic`, never by serving) such weights stream at the preset's L2 rate
-  (hw_models.stack.cost.replay_weight_l2_s; GPUs whose preset cites no L2 rate, H100 and A100, keep DRAM), and the
-  families are fitted with it: RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
+  max(1, min(5, ceil(L2 / W))), aiconfigurator collector/trtllm/collect_gemm.py run_gemm; vLLM and SGLang 6, vLLM's
+  fp8_block and nvfp4 1: collector/vllm and collector/sglang collect_gemm.py, outside_loop_count), so weights whose
+  copies fit the L2 stay in it across replays, each row with its own engine's count (hw_models.stack.cost.
+  replay_weight_copies). Under that condition only (`single_layer_replay`, set by `--input-format aic`, never by
+  serving) such weights stream at the dense family's fitted replay L2 rate (`replay_l2_bytes_per_s`: H100 5.44,
+  A100 2.0, RTX PRO 6000 4.67, L40S 2.52 TB/s, against the presets' assumed 23.35 and 16.96 TB/s on the last two)
+  or else the preset's L2 rate (hw_models.stack.cost.replay_weight_l2_s; none cited on H100 and A100: DRAM), and the
+  families are fitted with it (first with 5 copies on every engine and the presets' rates): RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
   L2 served, where rows past it show 5-7 us), L40S 22.6% -> 16.1%, TensorRT-LLM FP8 12.1% -> 7.8%; held out by GPU
   RTX PRO 6000 bf16 24.1% -> 15.8%, A100 23.4% -> 14.1%, H100 13.2% -> 15.9%. Serving prices the same family with
   the DRAM stream; on the RTX PRO 6000 rows that stream from DRAM (5208 of 10752) the refit is 8.8% -> 7.4% (M
