@@ -76,7 +76,7 @@ NOTES = """What moved, and what did not:
   RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100, H100 and RTX PRO 6000 the dense GEMM is a
   kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
   `efficiency.dense_gemm`), fitted by scripts/fit_kernels.py on that GPU's rows of all three engines as the
-  quantized families are, with the K-walk: floor A100 6.0 / H100 3.4 / RTX PRO 6000 3.8 us, weight stream
+  quantized families are, with the K-walk: floor A100 5.8 / H100 3.35 / RTX PRO 6000 3.84 us, weight stream
   0.78 / 0.85 / 0.84 of the DRAM peak, fraction of the bf16 peak 0.64 / 0.59 / 0.55 at M = 256 and
   0.80 / 0.79 / 0.77 at M = 8192. H200 (same die as H100, no table) keeps the roofline with the gap. Held out
   by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 13.0%, A100 17.3%, RTX PRO 6000 14.9% (before
@@ -87,10 +87,9 @@ NOTES = """What moved, and what did not:
   fp8_block and nvfp4 1: collector/vllm and collector/sglang collect_gemm.py, outside_loop_count), so weights whose
   copies fit the L2 stay in it across replays, each row with its own engine's count (hw_models.stack.cost.
   replay_weight_copies). Under that condition only (`single_layer_replay`, set by `--input-format aic`, never by
-  serving) such weights stream at the dense family's fitted replay L2 rate and fill (`replay_l2_bytes_per_s`,
-  `replay_l2_fill`: H100 8.64 TB/s within 0.7 of its L2, A100 3.7 TB/s within 0.8, RTX PRO 6000 4.67 and L40S
-  2.52 TB/s within all of it, against the presets' assumed 23.35 and 16.96 TB/s on the last two; H100's trtllm
-  rows whose copies fill its L2 exactly run at the DRAM's pace) or else the preset's L2 rate (hw_models.stack.cost.replay_weight_l2_s; none cited on H100 and A100: DRAM), and the
+  serving) such weights stream at the dense family's fitted replay L2 rate (`replay_l2_bytes_per_s`: H100 5.44,
+  A100 2.0, RTX PRO 6000 4.67, L40S 2.52 TB/s, against the presets' assumed 23.35 and 16.96 TB/s on the last two)
+  or else the preset's L2 rate (hw_models.stack.cost.replay_weight_l2_s; none cited on H100 and A100: DRAM), and the
   families are fitted with it (first with 5 copies on every engine and the presets' rates): RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
   L2 served, where rows past it show 5-7 us), L40S 22.6% -> 16.1%, TensorRT-LLM FP8 12.1% -> 7.8%; held out by GPU
   RTX PRO 6000 bf16 24.1% -> 15.8%, A100 23.4% -> 14.1%, H100 13.2% -> 15.9%. Serving prices the same family with
