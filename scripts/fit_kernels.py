@@ -723,12 +723,12 @@ def fit_quant_kernel(engine: str, gpus: tuple[str, ...] | None = None) -> dict:
 
 
 def _rows_of(df: pd.DataFrame, gpu: str, fmt: str, rate_format: str, q: dict | None,
-             l2_bytes_per_s: float | None = None, l2_fill: float = 1.0) -> list[tuple]:
+             l2_bytes_per_s: float | None = None) -> list[tuple]:
     """Per measured row of `df` (one GPU's gemm-table rows): (M, weight s, other s, compute s, measured less
     the quantize kernel, measured, weight bytes / L2, K, activation-quant bytes / bw), as _gemm_parts splits it;
     where the replayed weights stay in the L2 (hw_models.stack.cost.replay_weight_l2_s: the row's collector's
-    copies within `l2_fill` of the L2, at `l2_bytes_per_s` or else the preset's L2 rate), their L2 time is in
-    `other` and the DRAM weight time is 0."""
+    copies, at `l2_bytes_per_s` or else the preset's L2 rate), their L2 time is in `other` and the DRAM weight
+    time is 0."""
     from sim.core.formats import get_format
     from hw_models.stack.cost import replay_weight_l2_s
     mach = _machine(GEMM_PRESETS[gpu])
@@ -737,7 +737,7 @@ def _rows_of(df: pd.DataFrame, gpu: str, fmt: str, rate_format: str, q: dict | N
     for r in df.itertuples(index=False):
         w, o, qx, c = _gemm_parts(GEMM_PRESETS[gpu], int(r.m), int(r.n), int(r.k), fmt, rate_format)
         l2_s = replay_weight_l2_s(unit, get_format(fmt).storage_bytes((int(r.n), int(r.k))), fmt, r.framework,
-                                  l2_bytes_per_s, l2_fill)
+                                  l2_bytes_per_s)
         if l2_s is not None:   # the collector's copies stay in the L2: no DRAM stream (family_cost does the same)
             w, o = 0.0, o + l2_s
         quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
@@ -861,40 +861,34 @@ def dense_family(gpu: str) -> str:
     return f"dense_bf16_{gpu}"
 
 
-# The replay's L2 read rate and fill of a dense family (Family.replay_l2_bytes_per_s, replay_l2_fill): the pair whose
-# fit has the lowest MAPE, the fill on REPLAY_FILL_GRID with the rate on REPLAY_L2_COARSE, then the rate on
-# REPLAY_L2_GRID at that fill. The presets' L2 rates are assumed or absent (rtx_pro_6000.yaml, l40s.yaml, h100_sxm.yaml).
+# The replay's L2 read rate of a dense family (Family.replay_l2_bytes_per_s): the rate on this grid whose fit has
+# the lowest MAPE. The presets' L2 rates are assumed or absent (rtx_pro_6000.yaml, l40s.yaml, h100_sxm.yaml).
 REPLAY_L2_GRID = np.geomspace(1e12, 32e12, 46)
-REPLAY_L2_COARSE = REPLAY_L2_GRID[::5]
-REPLAY_FILL_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.99, 1.0)
 
 
 @cache
-def _dense_rows(gpu: str, l2_bytes_per_s: float | None = None, l2_fill: float = 1.0) -> list[tuple]:
+def _dense_rows(gpu: str, l2_bytes_per_s: float | None = None) -> list[tuple]:
     rows = []
     for table in DENSE_TABLES:
         path = SHARED / f"{table}_{gpu}.csv.gz"
         if path.is_file():
             df = pd.read_csv(path)
-            rows += _rows_of(df[df["dtype"] == "bfloat16"], gpu, "bf16", "bf16", None, l2_bytes_per_s, l2_fill)
+            rows += _rows_of(df[df["dtype"] == "bfloat16"], gpu, "bf16", "bf16", None, l2_bytes_per_s)
     return rows
 
 
-def _dense_fit(gpus: tuple[str, ...], hold_out: str | None, rate: float, fill: float) -> tuple[dict, list[tuple]]:
-    rows = [r for gpu in gpus for r in _dense_rows(gpu, rate, fill)]
-    held = _dense_rows(hold_out, rate, fill) if hold_out else []
-    f = _fit_curve(rows, held, flat_below=True, k_walk=True)
-    return {**f, "replay_l2_bytes_per_s": rate, "replay_l2_fill": fill}, held
-
-
 def fit_dense_gemm(gpus: tuple[str, ...], hold_out: str | None = None) -> dict:
-    """The dense bf16 figures fitted on `gpus`' rows pooled, with one replay L2 rate and fill (REPLAY_L2_GRID's
-    note) and the K-walk; `hold_out`'s rows (at the same rate and fill) give held_out_mape and, per M bucket,
-    held_out_by_m."""
-    def best(pairs):
-        return min((_dense_fit(gpus, hold_out, _sig(float(r)), fl) for r, fl in pairs), key=lambda x: x[0]["fit_mape"])
-    fill = best((r, fl) for fl in REPLAY_FILL_GRID for r in REPLAY_L2_COARSE)[0]["replay_l2_fill"]
-    f, held = best((r, fill) for r in REPLAY_L2_GRID)
+    """The dense bf16 figures fitted on `gpus`' rows pooled, with one replay L2 rate (REPLAY_L2_GRID) and the
+    K-walk; `hold_out`'s rows (at the same L2 rate) give held_out_mape and, per M bucket, held_out_by_m."""
+    best = None
+    for rate in REPLAY_L2_GRID:
+        rate = _sig(float(rate))
+        rows = [r for gpu in gpus for r in _dense_rows(gpu, rate)]
+        held = _dense_rows(hold_out, rate) if hold_out else []
+        f = _fit_curve(rows, held, flat_below=True, k_walk=True)
+        if best is None or f["fit_mape"] < best[0]["fit_mape"]:
+            best = ({**f, "replay_l2_bytes_per_s": rate}, held)
+    f, held = best
     pts = dict(f["rate_points"])
     f["held_out_by_m"] = {f"{lo}-{hi}" if hi < M_BUCKETS[-1][1] else f">={lo}":
                           _quant_mape(sel, f["floor_s"], f["weight_stream_efficiency"], pts, f["k_walk_s_per_k"])
@@ -923,8 +917,7 @@ def render_dense_gemm() -> list[str]:
                   f"      aiconfigurator {tables}.csv.gz bfloat16 rows (TensorRT-LLM, vLLM, SGLang; each engine's "
                   "unquantized Linear calls cuBLAS through torch), named by the preset's efficiency.dense_gemm",
                   "    rate_format: bf16", *_curve_lines(f, None),
-                  f"    replay_l2_bytes_per_s: {f['replay_l2_bytes_per_s']:.3g}  # fitted: REPLAY_L2_GRID",
-                  f"    replay_l2_fill: {f['replay_l2_fill']:.3g}  # fitted: REPLAY_FILL_GRID"]
+                  f"    replay_l2_bytes_per_s: {f['replay_l2_bytes_per_s']:.3g}  # fitted: REPLAY_L2_GRID"]
     return lines
 
 

@@ -83,26 +83,13 @@ def test_no_l2_rate_means_dram():
     args = dict(unit=u, tier=h100.memory[u.memory], family="trtllm_fp8_per_tensor", fmt="fp8_e4m3")
     assert families()["trtllm_fp8_per_tensor"].replay_l2_bytes_per_s is None
     assert _cost(1, 1024, 1024, True, **args).duration_s == _cost(1, 1024, 1024, False, **args).duration_s
-    fam = families()["dense_bf16_h100"]
     dense = dict(unit=u, tier=h100.memory[u.memory], family="dense_bf16_h100")
+    rate = families()["dense_bf16_h100"].replay_l2_bytes_per_s
     bw = h100.memory[u.memory].bandwidth_bytes_per_s * u.efficiency.for_kind("gemm", 1).memory_max
-    w = 4096 * 512 * 2     # 4 MiB: vLLM's 6 copies, 24 MiB, within the fitted share of the 50 MiB L2
-    assert 6 * w <= fam.replay_l2_fill * u.l2_bytes and w / fam.replay_l2_bytes_per_s > 512 * fam.k_walk_s_per_k
-    assert _cost(1, 4096, 512, True, **dense).memory_s == pytest.approx(
-        w / fam.replay_l2_bytes_per_s + (512 + 4096) * 2 / bw, rel=1e-3)
-
-
-def test_fill_share_of_the_l2():
-    """TensorRT-LLM replays 2 copies of a 25 MiB weight (6400 x 2048 bf16) on H100: exactly its 50 MiB L2. The
-    H100 table's rows that fill the L2 exactly run at the DRAM's pace (sim was 16% fast on those 84 trtllm rows
-    with the whole L2), so the dense family's fitted fill (below 1) sends them to DRAM; a 1.0 fill would not."""
-    u = load_machine("h100_sxm").units["gpu"]
-    fam = families()["dense_bf16_h100"]
-    w = 6400 * 2048 * 2
-    assert 2 * w == u.l2_bytes and fam.replay_l2_fill < 1.0
-    assert replay_weight_l2_s(u, w, "bf16", "trtllm", fam.replay_l2_bytes_per_s, fam.replay_l2_fill) is None
-    assert replay_weight_l2_s(u, w, "bf16", "trtllm", fam.replay_l2_bytes_per_s, 1.0) == pytest.approx(
-        w / fam.replay_l2_bytes_per_s)
+    # 4096 x 1024 bf16 = 8 MiB, 6 copies 48 MiB <= 50 MiB: 1.54 us at 5.44 TB/s, over the K-walk's 1024 steps
+    assert _cost(1, 4096, 1024, True, **dense).memory_s == pytest.approx(
+        4096 * 1024 * 2 / rate + (1024 + 4096) * 2 / bw, rel=1e-3)
+    assert 4096 * 1024 * 2 / rate > 1024 * families()["dense_bf16_h100"].k_walk_s_per_k
 
 
 @pytest.mark.parametrize("collector", ["vllm", "sglang"])

@@ -75,15 +75,15 @@ def replay_weight_copies(collector: str | None, l2_bytes: float, weight_bytes: f
 
 
 def replay_weight_l2_s(unit: Unit, weight_bytes: float, weight_fmt: str = "bf16", collector: str | None = None,
-                       l2_bytes_per_s: float | None = None, l2_fill: float = 1.0) -> float | None:
+                       l2_bytes_per_s: float | None = None) -> float | None:
     """The weight stream's time from the L2 under a single-layer replay (TRTLLM_MAX_COPIES's note), at
     `l2_bytes_per_s` (a family's fitted replay rate) or else the unit's L2 read rate; None where the copies do not
-    fit `l2_fill` of the L2 or no rate is given (the DRAM stream). Serving never replays one layer (every other
-    layer evicts the L2), so never takes this."""
+    fit the L2 or no rate is given (the DRAM stream). Serving never replays one layer (every other layer evicts the
+    L2), so never takes this."""
     rate = l2_bytes_per_s or unit.l2_bandwidth_bytes_per_s
     if not weight_bytes or not unit.l2_bytes or not rate:
         return None
-    if replay_weight_copies(collector, unit.l2_bytes, weight_bytes, weight_fmt) * weight_bytes > l2_fill * unit.l2_bytes:
+    if replay_weight_copies(collector, unit.l2_bytes, weight_bytes, weight_fmt) * weight_bytes > unit.l2_bytes:
         return None
     return weight_bytes / rate
 
@@ -108,8 +108,8 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     w_bytes = w.bytes if w is not None else 0
     other = op.bytes - w_bytes
     compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family) * fam.rate_fraction(m))
-    l2_s = replay_weight_l2_s(unit, w_bytes, w.fmt, stack.replay_collector, fam.replay_l2_bytes_per_s,
-                              fam.replay_l2_fill) if stack.single_layer_replay and w is not None else None
+    l2_s = replay_weight_l2_s(unit, w_bytes, w.fmt, stack.replay_collector, fam.replay_l2_bytes_per_s) \
+        if stack.single_layer_replay and w is not None else None
     memory_s = (w_bytes / (bw * fam.weight_stream_efficiency) if l2_s is None else l2_s) + other / bw
     extra_s, overhead_s = 0.0, fam.floor_s
     if fam.dequant_pass:     # a kernel writes the weights in 16 bits; the GEMM reads those instead

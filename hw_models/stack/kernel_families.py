@@ -63,9 +63,6 @@ class Family(Strict):
     # The L2 read rate of the weights under a single-layer replay (hw_models.stack.cost.replay_weight_l2_s), fitted
     # on the per-op tables; replaces the unit's (cited or assumed) L2 rate there only. Serving never reads it.
     replay_l2_bytes_per_s: Quantity | None = Field(default=None, gt=0)
-    # The share of the L2 the replayed copies may fill and still be re-read from it (fitted with the rate: on some
-    # GPUs copies that fill the L2 exactly, as TensorRT-LLM's ceil(L2 / W) rule often makes them, do not stay).
-    replay_l2_fill: float = Field(default=1.0, gt=0, le=1)
     dequant_pass: bool = False
 
     @field_validator("rate_points")
