@@ -28,7 +28,9 @@ its own node's collectives, its dense bf16 family and the SM 8.9 families of fit
   that M's rows, held non-decreasing in M as the family model requires).
   The same file holds one dense bf16 GEMM family per in-sample GPU (dense_bf16_<gpu>, named by the
   GPU preset's efficiency.dense_gemm), fitted the same way on that GPU's bf16 rows of all three
-  engines; --hold-out GPU also fits it pooled on the other two GPUs and reports the third.
+  engines, with the K-walk and the replay's L2 read rate (REPLAY_L2_GRID; each row's weights in the L2 where its
+  engine's collector copies fit, hw_models.stack.cost.replay_weight_copies); --hold-out GPU also fits it pooled on
+  the other two GPUs and reports the third.
 
 Every line is fitted by least squares on the relative error (each point weighted by
 1 / measured), so small and large messages count alike. NCCL's two lines: for each split
