@@ -73,21 +73,24 @@ NOTES = """What moved, and what did not:
   75.5 ms, 8 GPUs 240 ms against 343 ms): no engine source shows another path, so not fitted. The `sglang`
   stack keeps vLLM's kernel (its serving runs are SGLang 0.5.1-0.5.8); `parallel.algorithm: sglang_custom` selects V2.
 * bf16 GEMM: graph-replayed kernels pay `graph_gap_s` (1.19 us, the pooled median; by GPU H100 0.93, A100 3.43,
-  RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100 and RTX PRO 6000 the dense GEMM is a
+  RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100, H100 and RTX PRO 6000 the dense GEMM is a
   kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
   `efficiency.dense_gemm`), fitted by scripts/fit_kernels.py on that GPU's rows of all three engines as the
-  quantized families are: floor A100 5.5 / H100 3.3 / RTX PRO 6000 5.1 us, weight stream 0.78 / 0.85 / 0.84 of
-  the DRAM peak, fraction of the bf16 peak 0.63 / 0.59 / 0.58 at M = 256 and 0.80 / 0.79 / 0.77 at M = 8192.
-  H100's family (7.9-9.0% on its rows) is shipped but not named by h100_sxm: the roofline with the gap is within
-  a point of it, and H200 (same die, no table) and the ML.ENERGY H100 power fit stay on that one model. Held
-  out by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 15.9%, A100 14.1%, RTX PRO 6000 15.8%: the
-  figures do not carry across GPUs well enough, so GPUs without a named family keep the roofline with the gap.
+  quantized families are, with the K-walk: floor A100 5.8 / H100 3.35 / RTX PRO 6000 3.84 us, weight stream
+  0.78 / 0.85 / 0.84 of the DRAM peak, fraction of the bf16 peak 0.64 / 0.59 / 0.55 at M = 256 and
+  0.80 / 0.79 / 0.77 at M = 8192. H200 (same die as H100, no table) keeps the roofline with the gap. Held out
+  by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 13.0%, A100 17.3%, RTX PRO 6000 14.9% (before
+  the per-engine copies, the fitted replay L2 rate and the K-walk: 15.9 / 14.1 / 15.8%): the figures do not
+  carry across GPUs well enough, so GPUs without a named family keep the roofline with the gap.
   The tables replay one GEMM: the collector cycles through copies of the weights (TensorRT-LLM
-  max(1, min(5, ceil(L2 / W))), aiconfigurator collector/trtllm/collect_gemm.py run_gemm; vLLM 6), so weights with
-  5 W <= L2 stay in the L2 across replays. Under that condition only (`single_layer_replay`, set by
-  `--input-format aic`, never by serving) such weights stream at the preset's L2 rate
-  (hw_models.stack.cost.replay_weight_l2_s; GPUs whose preset cites no L2 rate, H100 and A100, keep DRAM), and the
-  families are fitted with it: RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
+  max(1, min(5, ceil(L2 / W))), aiconfigurator collector/trtllm/collect_gemm.py run_gemm; vLLM and SGLang 6, vLLM's
+  fp8_block and nvfp4 1: collector/vllm and collector/sglang collect_gemm.py, outside_loop_count), so weights whose
+  copies fit the L2 stay in it across replays, each row with its own engine's count (hw_models.stack.cost.
+  replay_weight_copies). Under that condition only (`single_layer_replay`, set by `--input-format aic`, never by
+  serving) such weights stream at the dense family's fitted replay L2 rate (`replay_l2_bytes_per_s`: H100 5.44,
+  A100 2.0, RTX PRO 6000 4.67, L40S 2.52 TB/s, against the presets' assumed 23.35 and 16.96 TB/s on the last two)
+  or else the preset's L2 rate (hw_models.stack.cost.replay_weight_l2_s; none cited on H100 and A100: DRAM), and the
+  families are fitted with it (first with 5 copies on every engine and the presets' rates): RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
   L2 served, where rows past it show 5-7 us), L40S 22.6% -> 16.1%, TensorRT-LLM FP8 12.1% -> 7.8%; held out by GPU
   RTX PRO 6000 bf16 24.1% -> 15.8%, A100 23.4% -> 14.1%, H100 13.2% -> 15.9%. Serving prices the same family with
   the DRAM stream; on the RTX PRO 6000 rows that stream from DRAM (5208 of 10752) the refit is 8.8% -> 7.4% (M

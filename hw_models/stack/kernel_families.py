@@ -65,6 +65,9 @@ class Family(Strict):
     quant_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
     quant_row_s: float = Field(default=0.0, ge=0, lt=1e-6)
     k_walk_s_per_k: float = Field(default=0.0, ge=0, lt=1e-6)
+    # The L2 read rate of the weights under a single-layer replay (hw_models.stack.cost.replay_weight_l2_s), fitted
+    # on the per-op tables; replaces the unit's (cited or assumed) L2 rate there only. Serving never reads it.
+    replay_l2_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     dequant_pass: bool = False
     min_s: Quantity = Field(default=0.0, ge=0)
     switch_m: int | None = Field(default=None, gt=1)

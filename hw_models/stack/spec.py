@@ -154,6 +154,9 @@ class Stack(Strict):
     # the L2 is re-read from it (hw_models.stack.attention_kernels). Set only by sim.apps.trace.aic; a stack
     # file leaves it off, since in serving every other layer evicts the cache.
     single_layer_replay: StrictBool = False
+    # Under it, the aiconfigurator collector whose GEMM loop set the weight copies replayed (trtllm, vllm,
+    # sglang: hw_models.stack.cost.replay_weight_copies); None: TensorRT-LLM's rule. Set only by sim.apps.trace.aic.
+    replay_collector: str | None = None
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 

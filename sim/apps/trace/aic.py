@@ -166,9 +166,11 @@ def measured_family(kernel_source: str, prefill: bool = False) -> str | None:
 
 
 @cache
-def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: str | None = None):
-    """The preset's mapper under `stack` (running the `attention` family, if given); only its per-op
-    cost is used, so the model is a placeholder."""
+def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: str | None = None,
+            collector: str | None = None):
+    """The preset's mapper under `stack` (running the `attention` family, if given; its GEMMs replayed as
+    `collector`'s loop replays them, hw_models.stack.cost.replay_weight_copies); only its per-op cost is used,
+    so the model is a placeholder."""
     machine = load_machine(preset)
     if machine.kind != "gpu":
         raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --input-format aic costs GPU ops (a gpu preset)")
@@ -180,7 +182,7 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: s
     elif attention is not None and mapper.stack is not None:
         mapper.stack = mapper.stack.model_copy(update={"attention": attention, "attention_rules": []})
     if not baseline and mapper.stack is not None:   # the tables replay one layer: small caches stay in L2
-        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True})
+        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True, "replay_collector": collector})
     return mapper
 
 
@@ -203,7 +205,7 @@ def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: 
         st = stack or STACK.get(fw)
         act = "bf16" if baseline else GEMM_ACT_FORMAT.get(dtype, "bf16")   # before: SmoothQuant ran as weight-only
         try:
-            mapper = _mapper(preset, st, baseline)
+            mapper = _mapper(preset, st, baseline, collector=fw)
             for m, n, k, lat in part[["m", "n", "k", "latency_us"]].itertuples(index=False):
                 sim_s = mapper.cost(gemm_op(int(m), int(n), int(k), fmt, act)).duration_s
                 out.rows.append(Row(gpu, f"gemm {dtype} [{fw}]", fw, st, lat * US, sim_s, f"{m}x{n}x{k}"))
