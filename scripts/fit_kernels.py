@@ -14,10 +14,11 @@ its own node's collectives, its dense bf16 family and the SM 8.9 families of fit
   RTX PRO 6000) of measured time less the roofline's time without its launch overhead. --check
   compares it with the stacks' figure (hand-copied into their YAML, whose comments cite it).
 * hw_models/stack/attention_kernels.yaml: per attention kernel family, the decode figures per KV
-  format (fixed, per-CTA, KV stream efficiency) and the prefill efficiency curve over the
-  sequence length (hw_models.stack.attention_kernels), on the H100, A100 and RTX PRO 6000 tables
-  (L40S is not fitted on: its rows are costed held out). The target is the measured call less what sim charges for the
-  other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
+  format (fixed, per-CTA, KV stream efficiency) and the prefill curves (fixed, critical-path walk per key,
+  fraction of the bf16 peak per sequence length: hw_models.stack.attention_kernels), on the H100, A100 and
+  RTX PRO 6000 tables pooled, and the prefill curves again per architecture on each GPU's rows alone, the L40S's
+  (SM 8.9) included (`prefill_sm`; its decode rows are not fitted on). The target is the measured call less what
+  sim charges for the other ops the call covers (RoPE, KV-cache write: sim.apps.trace.aic.ATTENTION_OPS).
 * hw_models/stack/kernel_families_fitted.yaml: the quantized GEMM families the engines run
   (hw_models.stack.kernel_families), on each family's rows of the gemm tables (QUANT_GEMM). A
   W8A8 family's activation-quantization kernel is fitted first on the engine's quant table
@@ -188,6 +189,13 @@ TRTLLM_ATTENTION_CITE = (
     "TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: XQA decode "
     "kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
     "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/)")
+VLLM_FLASHINFER_CITE = (
+    "vllm/v1/attention/backends/flashinfer.py (FlashInferImpl.forward: BatchPrefillWithPagedKVCacheWrapper for the "
+    "prefill tokens, BatchDecodeWithPagedKVCacheWrapper for the decode ones); vllm/platforms/cuda.py "
+    "_get_backend_priorities (FP8 KV off Hopper: FLASHINFER, FLASH_ATTN reads FP8 KV only as FA3). Prefill fitted on "
+    "vLLM's FP8-KV ctx_attn rows (kernel_source vllm_flashinfer_fiprefill / _fidecode: RTX PRO 6000 and L40S), which "
+    "take 1.33-1.38x (RTX PRO 6000) and 1.25-1.30x (L40S) SGLang's FlashInfer FP8-KV rows of the same shapes at the "
+    "median from 1K to 16K tokens")
 ATTENTION = {
     "trtllm_attention": dict(
         TRTLLM_ATTENTION, skip_decode={"rtx_pro_6000": "fp8"},
@@ -209,14 +217,16 @@ ATTENTION = {
         cite="vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl.forward -> vllm_flash_attn "
              "flash_attn_varlen_func; fa_utils.get_flash_attn_version: FA3 on SM 9.0, else FA2)"),
     "sglang_fa3": dict(
-        framework="sglang", kernel="fa3", stack="sglang",
+        framework="sglang", kernel="fa3", stack="sglang", prefill_kernel="fa3|flash_attention",
         description="FlashAttention-3 as SGLang runs it on Hopper (sgl-kernel's own FA3 build, paged KV through "
                     "flash_attn_with_kvcache), fitted apart from vLLM's FA3 (vllm_flash_attn flash_attn_varlen_func)",
         cite="sglang python/sglang/srt/layers/attention/flashattention_backend.py (FlashAttentionBackend.forward_decode "
              "-> sgl_kernel.flash_attn.flash_attn_with_kvcache); server_args.py _get_default_attn_backend (fa3 on Hopper). "
              "Fitted on SGLang's H100 rows (kernel_source fa3; the only in-sample Hopper GPU: none held out): its "
              "decode call is cheaper than vLLM's at every size (bf16 rows 14-33% below the flash_attn family), and "
-             "its FP8-KV rows of >= 1 GB stream at 0.63 of the DRAM peak where vLLM's take 0.84"),
+             "its FP8-KV rows of >= 1 GB stream at 0.63 of the DRAM peak where vLLM's take 0.84. Its SM 8.0 prefill "
+             "curve is fitted on SGLang's A100 rows (kernel_source flash_attention, SGLang's FlashAttention backend; "
+             "which build ran is not established from the source, only the tables' kernel column)"),
     "flashinfer": dict(
         framework="sglang", kernel="flashinfer", stack="sglang", check=("vllm", "flashinfer", "vllm"),
         description="FlashInfer paged decode / prefill through SGLang's flashinfer backend (its default off Hopper and "
@@ -228,8 +238,16 @@ ATTENTION = {
              "KV only with FA3 on Hopper: vllm/attention/utils/fa_utils.py flash_attn_supports_fp8). Fitted on "
              "SGLang's rows (RTX PRO 6000: the only in-sample GPU with a preset whose SGLang rows run FlashInfer); "
              "vLLM's FlashInfer rows of the same GPU are the check"),
+    "vllm_flashinfer": {
+        "description": "FlashInfer through vLLM's FLASHINFER backend (FP8 KV off Hopper), FlashInfer's decode kernels "
+                       "(the flashinfer family's figures), vLLM's own prefill path",
+        "cite": VLLM_FLASHINFER_CITE, "framework": "vllm", "kernel": "flashinfer", "stack": "vllm",
+        "decode_from": "flashinfer"},
 }
 ATTN_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
+# Prefill curves per architecture (attention_kernels.PrefillCurves): each GPU's ctx_attn rows also fit curves of its
+# own compute capability, the L40S's (SM 8.9) included; the family's own curves stay pooled on ATTN_GPUS.
+PREFILL_GPUS = {**ATTN_GPUS, **ADA_GPUS}
 KV_FMT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 BIG_KV_BYTES = 256e6      # KV caches / weights / activations larger than the in-sample GPUs' L2 (A100 40 MB, H100 50 MB, RTX PRO 6000 128 MB)
 
@@ -268,9 +286,12 @@ def _attention_table(name: str, table: str, check: bool = False) -> list[tuple]:
     from sim.apps.trace.aic import attention_ops
     spec = ATTENTION[name]
     framework, kernel, stack = spec["check"] if check else (spec["framework"], spec["kernel"], spec["stack"])
+    if table == "ctx_attn" and not check:
+        kernel = spec.get("prefill_kernel", kernel)
+    gpus = PREFILL_GPUS if table == "ctx_attn" else ATTN_GPUS
     out = []
-    for gpu, preset in ATTN_GPUS.items():
-        if gpu not in spec.get("gpus", ATTN_GPUS):
+    for gpu, preset in gpus.items():
+        if gpu not in spec.get("gpus", gpus):
             continue
         df = pd.read_csv(SHARED / f"{table}_{gpu}.csv.gz")
         df = df[df["framework"] == framework]
@@ -431,54 +452,90 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
     return out
 
 
-def fit_prefill(name: str, hold_out: str | None = None, kv: str = "bfloat16", q: str = "bfloat16") -> dict | None:
-    """The fixed cost and the fraction of the bf16 peak per measured sequence length, fitted together by
-    least squares on the relative error, the fraction parametrized as a cumulative sum of non-negative steps
-    so that it never falls with a longer sequence (hw_models.stack.attention_kernels): fitting each length
-    freely and then raising the later ones to the running maximum let one noisy short length (FlashInfer
-    at 32 tokens, where the FLOPs are a sliver of a ~6 us call) pin every longer one at the peak."""
-    from scipy.optimize import least_squares
-    # `kv`, `q`: the KV cache's and the query's dtype (a row's kv_dtype, attn_dtype). Each pair is fitted on its
-    # own (attention_kernels.AttentionFamily): an FP8 cache runs another context path (TensorRT-LLM's FMHA
-    # converts it, or runs FP8 math where the query is FP8 too; FlashAttention-3's FP8 kernel takes FP8 Q/K/V).
-    rows = [(p, r, ops) for p, r, ops in _attention_table(name, "ctx_attn") if r.kv_dtype == kv and r.attn_dtype == q]
-    if len(rows) < 10:
-        return None
-    lens = sorted({int(r.isl) for _, r, _ in rows})
+def _prefill_rows(name: str, kv: str, q: str, gpus: tuple[str, ...]) -> list[tuple]:
+    """The family's ctx_attn rows of that (KV, query) dtype pair on the presets `gpus`."""
+    return [(p, r, ops) for p, r, ops in _attention_table(name, "ctx_attn")
+            if r.kv_dtype == kv and r.attn_dtype == q and p in gpus]
+
+
+def _prefill_columns(rows: list[tuple], lens: list[int]) -> tuple[np.ndarray, ...]:
+    """(idx, ideal, t, others, kv_len) per row: its length's index in `lens`, its FLOPs' seconds at the bf16
+    peak, the measured call, what sim charges for the call's other ops, and the keys its last query tile walks."""
     idx = np.searchsorted(lens, [int(r.isl) for _, r, _ in rows])
-    ideal = np.array([ops[0][0].flops / _gpu_figures(p)[2] for p, _, ops in rows])   # seconds at the bf16 peak
+    ideal = np.array([ops[0][0].flops / _gpu_figures(p)[2] for p, _, ops in rows])
     t = np.array([r.latency_us * 1e-6 for _, r, _ in rows])
     others = np.array([sum(sec for _, sec in ops[1:]) for _, _, ops in rows])
+    kv_len = np.array([float(ops[0][0].dims["kv_len"]) for _, _, ops in rows])
+    return idx, ideal, t, others, kv_len
 
-    # From the second length on, the fraction may grow at most as fast as a causal prefill's FLOPs (~q_len^2):
-    # interpolated linearly in log q_len, f(q_i+1) <= f(q_i) x (1 + 2 ln(q_i+1 / q_i)) keeps the time from falling
-    # with a longer sequence anywhere in the segment (a free step let a curve fitted on TensorRT-LLM's FP8-KV
-    # rows jump 15x from 16 to 32 tokens: 32 tokens cost less than 16). The first step (from 1 token, whose
-    # FLOPs are nil) stays free.
-    # Fitted in log f (bounded increments), started from the free fit with its steps clipped to the bounds.
-    cap = np.r_[np.inf, np.log1p(2.0 * np.diff(np.log(lens)))[1:] * 0.99]   # 0.99: room for 3-figure rounding
 
-    def steps(x: np.ndarray) -> np.ndarray:
-        return np.minimum(np.cumsum(x), 1.0)
+def _growth_caps(lens: list[int]) -> np.ndarray:
+    """The most the fraction may grow from each fitted length to the next, so that the call never gets faster with
+    a longer sequence inside the segment: with the fraction a power law q^a there and the causal FLOPs growing as
+    q (q + 1), the compute time falls nowhere while a <= (2 q + 1) / (q + 1) at the segment's start q
+    (0.99: room for the 3-figure rounding of the shipped fractions)."""
+    q = np.array(lens[:-1], dtype=float)
+    return 0.99 * (np.array(lens[1:]) / q) ** ((2 * q + 1) / (q + 1))
 
-    def fracs(z: np.ndarray) -> np.ndarray:
-        return np.minimum(np.exp(np.cumsum(z)), 1.0)
 
+def _growth_capped(A: np.ndarray, b: np.ndarray, c: np.ndarray, scale: np.ndarray, lens: list[int]) -> np.ndarray:
+    """The NNLS solution `c` (columns scaled by `scale`: fixed, walk, then the steps d_j of c = 1 / fraction), or,
+    where a step breaks _growth_caps (d_i <= (cap_i - 1) c_(i+1), c_(i+1) = 1 + the later steps), the least squares
+    under those caps (SLSQP, started from it)."""
+    from scipy.optimize import minimize
+    caps = _growth_caps(lens)
+
+    def slack(x: np.ndarray) -> np.ndarray:
+        d = x[2:] / scale[2:]
+        later = 1.0 + np.cumsum(d[::-1])[::-1][1:]          # c_(i+1) for i = 0 .. n-2
+        return (caps - 1.0) * later - d[:-1]
+
+    if np.all(slack(c) >= 0):
+        return c
+    res = minimize(lambda x: np.sum((A @ x - b) ** 2), c, jac=lambda x: 2 * A.T @ (A @ x - b), method="SLSQP",
+                   bounds=[(0, None)] * len(c), constraints=[{"type": "ineq", "fun": slack}],
+                   options={"maxiter": 500, "ftol": 1e-12})
+    return np.maximum(res.x, 0.0)
+
+
+def nnls_prefill(idx: np.ndarray, ideal: np.ndarray, t: np.ndarray, others: np.ndarray, kv_len: np.ndarray,
+                 lens: list[int]) -> np.ndarray:
+    """[fixed_s, walk_s_per_token, fraction at each of `lens`] minimizing the relative error of
+    others + fixed + walk x kv_len + ideal / fraction[idx] against t (fit_prefill's model), by NNLS with
+    1 / fraction = 1 + the non-negative steps from its length on, then under _growth_caps where NNLS breaks them."""
+    from scipy.optimize import nnls
+    steps = [ideal * (idx <= j) for j in range(len(lens))]
+    A = np.column_stack([np.ones_like(t), kv_len, *steps]) / t[:, None]
+    b = (t - others - ideal) / t
+    scale = np.linalg.norm(A, axis=0)
+    scale[scale == 0] = 1.0
+    c = nnls(A / scale, b, maxiter=50 * A.shape[1])[0]
+    c = _growth_capped(A / scale, b, c, scale, lens) / scale
+    return np.r_[c[:2], 1.0 / (1.0 + np.cumsum(c[2:][::-1])[::-1])]
+
+
+def fit_prefill(name: str, hold_out: str | None = None, kv: str = "bfloat16", q: str = "bfloat16",
+                gpus: tuple[str, ...] | None = None) -> dict | None:
+    """The fixed cost, the critical-path walk per key and the fraction of the bf16 peak per measured sequence
+    length (hw_models.stack.attention_kernels), fitted together by NNLS on the relative error (scipy.optimize.nnls)
+    on the rows of the presets `gpus` (default: the pooled attention GPUs, ATTN_GPUS) less `hold_out`'s. Linear in
+    its unknowns: the call is fixed + walk x kv_len + ideal x c(q_len), with c = 1 / fraction written as
+    1 + a cumulative sum of non-negative steps from the longest length down, so that the fraction never falls with
+    a longer sequence and never passes the bf16 peak. `kv`, `q`: the KV cache's and the query's dtype (a row's
+    kv_dtype, attn_dtype); each pair is fitted on its own (attention_kernels.PrefillCurves)."""
+    rows = _prefill_rows(name, kv, q, gpus or tuple(ATTN_GPUS.values()))
     presets = np.array([p for p, _, _ in rows])
     fit = presets != hold_out     # `hold_out`: a preset whose rows are only checked (mape_by_gpu)
-    if fit.sum() < 10:    # only the held-out GPU has this family's rows
+    if fit.sum() < 10:            # too few rows (or only the held-out GPU's)
         return None
-    x0 = np.r_[5e-6, 0.05, np.full(len(lens) - 1, 0.5 / len(lens))]
-    free = least_squares(lambda x: ((others + x[0] + ideal / steps(x[1:])[idx] - t) / t)[fit], x0,
-                         bounds=(np.r_[0.0, np.full(len(lens), 1e-6)], np.inf)).x
-    logf = np.log(steps(free[1:]))
-    z0 = np.r_[free[0], logf[0], np.clip(np.diff(logf), 0.0, cap)]
-    lo = np.r_[0.0, -np.inf, np.zeros(len(lens) - 1)]
-    x = least_squares(lambda z: ((others + z[0] + ideal / fracs(z[1:])[idx] - t) / t)[fit], z0,
-                      bounds=(lo, np.r_[np.inf, 0.0, cap])).x
-    points = [[q, _sig(f)] for q, f in zip(lens, fracs(x[1:]))]
-    err = np.abs(others + _sig(x[0]) + ideal / np.array([points[i][1] for i in idx]) - t) / t
-    return {"fixed_s": _sig(x[0]), "rate_points": points, "rows": int(fit.sum()),
+    lens = sorted({int(r.isl) for _, r, _ in rows})
+    idx, ideal, t, others, kv_len = _prefill_columns(rows, lens)
+    c = nnls_prefill(idx[fit], ideal[fit], t[fit], others[fit], kv_len[fit], lens)
+    points = [[q_len, _sig(f)] for q_len, f in zip(lens, c[2:])]
+    fixed, walk = _sig(c[0]), _sig(c[1])
+    pred = others + fixed + walk * kv_len + ideal / np.array([points[i][1] for i in idx])
+    err = np.abs(pred - t) / t
+    return {"fixed_s": fixed, "walk_s_per_token": walk, "rate_points": points, "rows": int(fit.sum()),
             "fit_mape": round(float(err[fit].mean()), 4),
             "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))}}
 
@@ -903,19 +960,57 @@ def _optional_stream(d: dict) -> str:
 
 def _prefill_lines(pf: dict, indent: str) -> list[str]:
     pts = ", ".join(f"[{q}, {f:.3g}]" for q, f in pf["rate_points"])
-    return [f"{indent}fixed_s: {pf['fixed_s']:.3g}", f"{indent}rate_points: [{pts}]", f"{indent}rows: {pf['rows']}",
-            f"{indent}fit_mape: {pf['fit_mape']}"]
+    return [f"{indent}fixed_s: {pf['fixed_s']:.3g}", f"{indent}walk_s_per_token: {pf['walk_s_per_token']:.3g}",
+            f"{indent}rate_points: [{pts}]", f"{indent}rows: {pf['rows']}", f"{indent}fit_mape: {pf['fit_mape']}"]
+
+
+def _pooled_presets(name: str, kv: str, q: str) -> set[str]:
+    return {p for p, _, _ in _prefill_rows(name, kv, q, tuple(ATTN_GPUS.values()))}
+
+
+def _curves_lines(name: str, indent: str, gpus: tuple[str, ...] | None = None) -> list[str]:
+    """A family's prefill curves per (query, KV) dtype pair (attention_kernels.PrefillCurves) fitted on `gpus`;
+    for one GPU, none of a pair whose pooled curve was fitted on that GPU alone (the same curve)."""
+    lines = []
+    for key, kv, q in (("prefill", "bfloat16", "bfloat16"), ("prefill_kv", "fp8", "bfloat16"),
+                       ("prefill_fp8_query", "fp8", "fp8")):
+        pf = None if gpus and _pooled_presets(name, kv, q) == set(gpus) else fit_prefill(name, kv=kv, q=q, gpus=gpus)
+        if pf and key == "prefill_kv":
+            lines += [f"{indent}prefill_kv:", f"{indent}  fp8_e4m3:", *_prefill_lines(pf, indent + "    ")]
+        elif pf:
+            lines += [f"{indent}{key}:", *_prefill_lines(pf, indent + "  ")]
+    return lines
+
+
+def _capability(preset: str) -> float:
+    m = _machine(preset)
+    return m.units[m.main_unit].efficiency.compute_capability
+
+
+def _prefill_sm_lines(name: str) -> list[str]:
+    """The family's curves per architecture (`prefill_sm`): one per GPU with rows of this family, each fitted on
+    that GPU alone, but for the one GPU the pooled curves were already fitted on alone."""
+    lines = []
+    for preset in sorted({p for p, _, _ in _attention_table(name, "ctx_attn")}, key=_capability):
+        own = _curves_lines(name, "        ", (preset,))
+        lines += [f"      {_capability(preset)}:", *own] if own else []
+    return ["    prefill_sm:", *lines] if lines else []
 
 
 def render_attention() -> str:
     lines = ["# Generated by scripts/fit_kernels.py from aiconfigurator's measured attention tables of the in-sample",
-             "# GPUs (shared/validation/aic gen_attn / ctx_attn: H100, A100, RTX PRO 6000; H200 / Blackwell held out).",
+             "# GPUs (shared/validation/aic gen_attn / ctx_attn: H100, A100, RTX PRO 6000; the L40S's ctx_attn rows fit only its",
+             "# SM 8.9 prefill curves (prefill_sm); H200 / Blackwell held out).",
              "# Do not edit: rerun the script. hw_models/stack/attention_kernels.py says how each figure is used.",
              "families:"]
     for name, spec in ATTENTION.items():
         lines += [f"  {name}:", f"    description: {spec['description']}", "    cite: >-",
-                  f"      {spec['cite']}", "    decode:"]
-        for fmt, d in fit_decode(name).items():
+                  f"      {spec['cite']}"]
+        if spec.get("decode_from"):
+            lines.append(f"    decode_from: {spec['decode_from']}")
+        else:
+            lines.append("    decode:")
+        for fmt, d in ({} if spec.get("decode_from") else fit_decode(name)).items():
             lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, fixed_cycles: {d['fixed_cycles']:.3g}, "
                          f"cta_s: {d['cta_s']:.3g}, mha_cta_s: {d['mha_cta_s']:.3g}, "
                          f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, "
@@ -926,15 +1021,7 @@ def render_attention() -> str:
                              f"{d['check_rows']}, MAPE {d['check_mape']}")
             if d["dropped"]:
                 lines.append(f"      # left out (they read less than they name): {', '.join(d['dropped'])}")
-        pf = fit_prefill(name)
-        if pf:
-            lines += ["    prefill:", *_prefill_lines(pf, "      ")]
-        pf8 = fit_prefill(name, kv="fp8")
-        if pf8:
-            lines += ["    prefill_kv:", "      fp8_e4m3:", *_prefill_lines(pf8, "        ")]
-        pq8 = fit_prefill(name, kv="fp8", q="fp8")
-        if pq8:
-            lines += ["    prefill_fp8_query:", *_prefill_lines(pq8, "      ")]
+        lines += _curves_lines(name, "    ") + _prefill_sm_lines(name)
     return "\n".join(lines) + "\n"
 
 
@@ -956,7 +1043,7 @@ def report_hold_out(gpu: str) -> None:
         return
     preset = ATTN_GPUS[gpu]
     for name in ATTENTION:
-        for fmt, d in fit_decode(name, preset).items():
+        for fmt, d in ({} if ATTENTION[name].get("decode_from") else fit_decode(name, preset)).items():
             by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in d["mape_by_gpu"].items())
             print(f"decode {name} kv {fmt}, fitted without {gpu}: {by}")
         for q, kv in (("bfloat16", "bfloat16"), ("bfloat16", "fp8"), ("fp8", "fp8")):

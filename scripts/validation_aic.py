@@ -184,13 +184,20 @@ NOTES = """What moved, and what did not:
   vLLM FlashInfer on SM 10.x and for FP8 KV off Hopper (platforms/cuda.py _get_backend_priorities; FA2 reads no
   FP8 KV). A row is costed with the family of the kernel it measured (SGLang 0.5.10's A100 rows ran
   flash_attention).
-* Prefill attention: fixed + FLOPs at a fraction of the bf16 peak per sequence length, fitted jointly with the
-  fraction, which never falls with the length and, from the second measured length on, grows at most as fast as
-  a causal prefill's FLOPs (f(q') <= f(q) (1 + 2 ln(q'/q)) between neighbours, so the time never falls with a
-  longer sequence inside a segment either). The TensorRT-LLM and FlashAttention curves moved at 16-128 tokens
-  (fit 10.93 -> 11.01%, 15.32 -> 15.54%). Held out by GPU (bf16 KV; before -> after): TensorRT-LLM H100 14.3 ->
-  14.1%, A100 11.6 -> 9.1%, RTX PRO 6000 15.5 -> 15.7%; FlashAttention H100 20.9 -> 20.6%, A100 15.3 -> 15.5%, RTX
-  PRO 6000 24.5 -> 25.0% (FA3 on Hopper and FA2 elsewhere share one curve).
+* Prefill attention: fixed + FLOPs at a fraction of the bf16 peak per sequence length + kv_len x a walk per key
+  (the critical path: the last query tile of a sequence walks all its keys, so a call of few CTAs cannot be
+  faster; Graham's bound), the fraction a power law between fitted lengths. Fitted by NNLS on the relative error
+  (1 / fraction as 1 + non-negative steps: it never falls with the length nor passes the bf16 peak), then, where a
+  step would make a longer sequence faster inside a segment, least squares under that cap. Curves per compute
+  capability (`prefill_sm`: SM 8.0 / 8.9 / 9.0 / 12.0, each fitted on its one in-sample GPU, the L40S's ctx_attn
+  rows included); another GPU takes the family's curves pooled on H100, A100 and RTX PRO 6000. vLLM's FlashInfer
+  FP8-KV rows are a family of their own (`vllm_flashinfer`, decode_from flashinfer); SGLang's A100
+  flash_attention rows take sglang_fa3's SM 8.0 curve. In sample (bf16 KV, SGLang / TensorRT-LLM / vLLM, before
+  -> after): A100 19.8 / 8.3 / 12.9 -> 9.7 / 5.5 / 8.9%, H100 8.1 / 14.5 / 15.4 -> 8.1 / 9.3 / 8.6%, RTX PRO 6000
+  18.0 / 14.8 / 16.5 -> 12.6 / 13.5 / 9.6%, L40S 26.1 / 37.0 / 25.5 -> 19.9 / 21.6 / 14.8%. A per-architecture
+  curve has no held-out figure (one GPU each); the pooled curves held out by GPU (bf16 KV): TensorRT-LLM H100
+  15.9%, A100 11.8%, RTX PRO 6000 16.6%; FlashAttention H100 21.1%, A100 15.3%, RTX PRO 6000 23.6%; SGLang's
+  FlashAttention H100 28.2%, A100 21.3% (scripts/fit_kernels.py fit_prefill with hold_out).
 * FP8-KV prefill: one curve per (query, KV) dtype pair the rows name (`prefill_kv`, `prefill_fp8_query`;
   sim.apps.trace.aic lowers a row's attn_dtype as the activations' format). The engines run three paths: at
   >= 3K tokens TensorRT-LLM's FP8-query rows take 0.51-0.55x the bf16 rows' time on RTX PRO 6000 and L40S and
@@ -198,8 +205,9 @@ NOTES = """What moved, and what did not:
   bf16 math) but 0.65-0.8x on H100; vLLM's FA3 FP8-KV rows on H100 1.05-1.25x; SGLang's fa3 rows on H100 are
   FP8-query. Pooling the two TensorRT-LLM row kinds (an earlier attempt) fitted 28.9-29.4%. In sample (before
   -> after): H100 SGLang / TensorRT-LLM / vLLM 13.3 / 30.6 / 26.6 -> 9.1 / 23.2 / 12.0%, RTX PRO 6000 21.1 / 32.5
-  / 35.8 -> 16.8 / 13.1 / 27.8% (vLLM's fiprefill rows are costed with the FlashInfer family fitted on SGLang's
-  rows). Out of sample, L40S (no attention fitted on it): 23.4 / 55.6 / 36.0 -> 22.8 / 37.2 / 29.4%. Held out by
+  / 35.8 -> 16.8 / 13.1 / 27.8% (vLLM's fiprefill rows then costed with the FlashInfer family fitted on SGLang's
+  rows); L40S 23.4 / 55.6 / 36.0 -> 22.8 / 37.2 / 29.4%. With the per-architecture curves above: H100 8.9 / 11.0 /
+  11.3%, RTX PRO 6000 11.5 / 11.6 / 10.0%, L40S 16.9 / 20.6 / 12.2% (now in sample). Held out by
   GPU, the TensorRT-LLM FP8-query curve fitted on H100 alone costs the RTX PRO 6000 rows at 67.0% (bf16-query
   FP8-KV 38.1%): SM 12.x gains more from FP8 math than Hopper, so the shipped SM 12.x family keeps its own
   curves (fitted on that GPU only: no held-out figure for it).
@@ -256,8 +264,8 @@ NOTES = """What moved, and what did not:
   FP8 families the stacks name by capability 8.9 (A100's 8.0 is untouched): vLLM per-tensor 25.9 -> 22.9%, SGLang
   36.3 -> 24.4%, TensorRT-LLM block-scaled 38.5 -> 22.9%, vLLM block-scaled (Triton, ~300 us a call at any shape)
   65.9 -> 13.3%. TensorRT-LLM per-tensor FP8 stays the pooled cuBLASLt family, so L40S is its held-out GPU (22.6%).
-  Attention is not fitted on L40S: the pooled families cost its rows out of sample (decode bf16 18-20%, prefill
-  bf16 26-37%, TensorRT-LLM FP8 KV decode 40%). Missed: SGLang's custom all-reduce 0.5.12 (264%: its 4- and 8-GPU rows, another machine; collectives bullet). The RTX 4090 (same
+  Decode attention is not fitted on L40S: the pooled families cost its rows out of sample (decode bf16 18-20%,
+  TensorRT-LLM FP8 KV decode 40%); its prefill rows fit the SM 8.9 curves (prefill bullet). Missed: SGLang's custom all-reduce 0.5.12 (264%: its 4- and 8-GPU rows, another machine; collectives bullet). The RTX 4090 (same
   SM and clock) was given `dense_bf16_l40s` under a rule stated before measuring (rtx4090.yaml): its vLLM serving run
   went +11.5 / +8.5 / +10.8 / -8.2% -> +129 / +110 / +124 / -51% (TTFT / TPOT / E2E / throughput), so it keeps the
   roofline; the small-M rate fractions are not tensor-bound and do not scale with the GeForce half-rate peak."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hw_models.stack.attention_kernels import AttentionFamily, Decode, Prefill, attention_cost, attention_families
+from hw_models.stack.attention_kernels import (AttentionFamily, AttentionKernels, Decode, Prefill, PrefillCurves,
+                                               attention_cost, attention_families)
 from hw_models.machine import load_machine
 from sim.core.errors import ConfigError
 from sim.core.lowering import FormatPolicy, lower
@@ -74,14 +75,57 @@ def test_kv_walk_by_hand():
 
 
 def test_prefill_by_hand():
-    """10 us + 1 TFLOP / (1000 TFLOP/s x fraction); the fraction interpolates in log q_len:
-    halfway between 1024 (0.4) and 4096 (0.6) in log is 2048 -> 0.5."""
-    p = Prefill(fixed_s=10e-6, rate_points=[(1024, 0.4), (4096, 0.6)])
-    assert p.fraction(2048) == pytest.approx(0.5)
-    assert p.fraction(1) == 0.4 and p.fraction(1 << 20) == 0.6
-    assert p.time_s(1e12, 2048, 1e15) == pytest.approx(10e-6 + 1e12 / (1e15 * 0.5))
+    """10 us + 1 TFLOP / (1000 TFLOP/s x fraction) + the critical path, 2048 keys x 5 ns = 10.24 us; the fraction is
+    a power law between the fitted lengths: halfway between 1024 (0.4) and 4096 (0.6) in log q_len is 2048 ->
+    sqrt(0.4 x 0.6) = 0.48990 (the geometric mean), flat past the ends."""
+    p = Prefill(fixed_s=10e-6, rate_points=[(1024, 0.4), (4096, 0.6)], walk_s_per_token=5e-9)
+    assert p.fraction(2048) == pytest.approx(0.24 ** 0.5, rel=1e-12)
+    assert p.fraction(1) == pytest.approx(0.4, rel=1e-12) and p.fraction(1 << 20) == pytest.approx(0.6, rel=1e-12)
+    assert p.time_s(1e12, 2048, 1e15, 2048) == pytest.approx(10e-6 + 1e12 / (1e15 * 0.24 ** 0.5) + 10.24e-6)
+    assert p.time_s(1e12, 2048, 1e15) == pytest.approx(10e-6 + 1e12 / (1e15 * 0.24 ** 0.5))   # no keys, no walk
     with pytest.raises(ValueError):
         Prefill(fixed_s=0, rate_points=[(1024, 0.5), (4096, 0.4)])   # falls with a longer sequence
+
+
+def test_prefill_walk_is_the_critical_path_of_few_ctas():
+    """The walk term is what sets a call of few CTAs apart: one sequence, 32 heads at 16K tokens on the A100 under
+    trtllm_attention's SM 8.0 curve pays 16,384 x walk_s_per_token on top of fixed + FLOPs / (peak x f), whatever
+    the batch; at batch 8 the FLOPs' share grows 8x and the walk's stays."""
+    fam = attention_families()["trtllm_attention"]
+    pf = fam.prefill_for("bf16", "bf16", 8.0)
+    assert pf is fam.prefill_sm[8.0].prefill and pf.walk_s_per_token > 0
+    for batch in (1, 8):
+        op = _op("prefill", batch, 16384, 16384)
+        c = _cost(op, "trtllm_attention", "a100_80g")
+        assert c.overhead_s == pytest.approx(pf.fixed_s + 16384 * pf.walk_s_per_token, rel=1e-12)
+        assert c.compute_s == pytest.approx(op.flops / (312e12 * pf.fraction(16384)), rel=1e-12)
+
+
+def test_prefill_curves_per_architecture_by_hand():
+    """A GPU takes its compute capability's curve of the (query, KV) pair, else the family's own curve of that pair,
+    else the broader curves in the same order (module doc): SM 9.0 has its own 16-bit curve only."""
+    one = {"fixed_s": 1e-6}
+    own, sm90 = Prefill(**one, rate_points=[(1, 0.25)]), Prefill(**one, rate_points=[(1, 0.4)])
+    kv8 = Prefill(**one, rate_points=[(1, 0.2)])
+    fam = AttentionFamily(cite="test", prefill=own, prefill_kv={"fp8": kv8},
+                          prefill_sm={9.0: PrefillCurves(prefill=sm90)})
+    assert fam.prefill_for("bf16", "bf16", 9.0) is sm90
+    assert fam.prefill_for("bf16", "bf16", 8.0) is own and fam.prefill_for("bf16", "bf16") is own
+    assert fam.prefill_for("fp8_e4m3", "bf16", 9.0) is kv8       # the pair's own curve before SM 9.0's 16-bit one
+    assert fam.prefill_for("fp8_e4m3", "fp8_e4m3", 9.0) is kv8   # no FP8-math curve anywhere: the KV format's
+
+
+def test_decode_from_takes_the_other_familys_decode():
+    """vllm_flashinfer runs FlashInfer's decode kernels: the same figures as flashinfer, its own prefill curves;
+    a decode_from naming no family, or one with decode figures of its own, is refused."""
+    fams = attention_families()
+    assert fams["vllm_flashinfer"].decode == fams["flashinfer"].decode
+    assert fams["vllm_flashinfer"].prefill_kv["fp8_e4m3"] != fams["flashinfer"].prefill_kv["fp8_e4m3"]
+    base = {"cite": "t", "decode": {"bf16": {"fixed_s": 0, "cta_s": 0, "mha_cta_s": 0, "kv_stream_efficiency": 1}}}
+    with pytest.raises(ValueError, match="decode_from"):
+        AttentionKernels(families={"a": base, "b": {"cite": "t", "decode_from": "nope"}})
+    with pytest.raises(ValueError, match="decode_from"):
+        AttentionKernels(families={"a": base, "b": {**base, "decode_from": "a"}})
 
 
 def test_shipped_decode_floor_and_stream_on_h100():
@@ -124,7 +168,10 @@ def test_decode_never_faster_with_more_work(family, kv):
 @pytest.mark.parametrize("family", sorted(attention_families()))
 @pytest.mark.parametrize("q, kv", [("bf16", "bf16"), ("bf16", "fp8_e4m3"), ("fp8_e4m3", "fp8_e4m3")])
 def test_prefill_never_faster_with_more_work(family, q, kv):
-    for preset in ("h100_sxm", "a100_80g", "rtx_pro_6000"):
+    for preset in ("h100_sxm", "a100_80g", "rtx_pro_6000", "l40s", "b200"):   # each curve of SM 8.0 / 8.9 / 9.0 / 12.0
+        m = load_machine(preset)
+        if attention_families()[family].prefill_for(kv, q, m.units[m.main_unit].efficiency.compute_capability) is None:
+            continue   # no curve for this pair (vllm_flashinfer has FP8-KV ones only)
         t = [_cost(_op("prefill", 1, n, n, kv, q), family, preset).duration_s
              for n in (16, 20, 24, 32, 48, 64, 128, 1024, 4096, 16384)]   # inside segments too
         assert t == sorted(t)

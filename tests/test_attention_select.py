@@ -58,8 +58,8 @@ def test_sglang_picks_fa3_on_hopper_flashinfer_elsewhere(preset, kv, family):
 @pytest.mark.parametrize("preset, kv, family", [
     ("h100_sxm", "fp8_e4m3", "flash_attn"),      # FA3 reads FP8 KV on Hopper
     ("rtx_pro_6000", "bf16", "flash_attn"),      # FA2
-    ("rtx_pro_6000", "fp8_e4m3", "flashinfer"),  # FA2 has no FP8 KV
-    ("a100_80g", "fp8_e4m3", "flashinfer"),
+    ("rtx_pro_6000", "fp8_e4m3", "vllm_flashinfer"),  # FA2 has no FP8 KV: FlashInfer, vLLM's prefill path
+    ("a100_80g", "fp8_e4m3", "vllm_flashinfer"),
 ])
 def test_vllm_runs_flashinfer_for_fp8_kv_off_hopper(preset, kv, family):
     assert _path("vllm", preset, kv) == f"{family} decode"
@@ -90,21 +90,35 @@ def test_unknown_family_in_a_rule_is_refused():
 
 @pytest.mark.parametrize("src, family", [("torch_flow", None), ("torch_flow_flashinfer", None), ("fa3", "sglang_fa3"), ("vllm_flash_attn_fa3", "flash_attn"),
                                          ("flash_attention", "flash_attn"), ("vllm_flash_attn_fa2", "flash_attn"),
-                                         ("vllm_flashinfer_fidecode", "flashinfer"), ("flashinfer", "flashinfer"),
+                                         ("vllm_flashinfer_fidecode", "vllm_flashinfer"), ("flashinfer", "flashinfer"),
                                          ("triton", None)])
 def test_aic_rows_keep_the_kernel_they_measured(src, family):
     assert measured_family(src) == family
 
 
+def test_sglang_flash_attention_prefill_rows_are_sglang_fa3():
+    """SGLang's A100 FlashAttention-backend rows: prefill costed as sglang_fa3 (its SM 8.0 curve, fitted on them),
+    decode still as flash_attn (whose decode figures were fitted on them)."""
+    assert measured_family("flash_attention", prefill=True) == "sglang_fa3"
+    assert measured_family("flash_attention") == "flash_attn"
+    assert measured_family("vllm_flash_attn", prefill=True) == "flash_attn"
+    assert 8.0 in attention_families()["sglang_fa3"].prefill_sm
+
+
 def test_shipped_prefill_by_hand_on_rtx_pro_6000():
-    """Each family's prefill on the RTX PRO 6000 (bf16 peak 503.8 TFLOP/s): fixed_s + the causal FLOPs at
-    the curve's fraction at 512 tokens (a measured point of every shipped curve). FLOPs: batch 4 x 32 heads x
-    512 x 513 / 2 causal scores, each 4 x 128 (QK^T and PV, multiply-add) + 5 (softmax)."""
+    """Each family's 16-bit prefill on the RTX PRO 6000 (SM 12.0, bf16 peak 503.8 TFLOP/s): fixed_s + the causal
+    FLOPs at the curve's fraction at 512 tokens (a measured point of every shipped curve) + 512 keys walked. FLOPs:
+    batch 4 x 32 heads x 512 x 513 / 2 causal scores, each 4 x 128 (QK^T and PV, multiply-add) + 5 (softmax).
+    The curve is SM 12.0's where the family has one, else its own (vllm_flashinfer has no 16-bit curve: None)."""
     m = load_machine("rtx_pro_6000")
     u = m.units[m.main_unit]
     op = _op("bf16", "prefill", 512)
     for name, fam in attention_families().items():
-        frac = dict(fam.prefill.rate_points)[512]
+        pf = fam.prefill_sm[12.0].prefill if 12.0 in fam.prefill_sm and fam.prefill_sm[12.0].prefill else fam.prefill
         c = attention_cost(op, u, m.main_unit, m.memory[u.memory], name)
+        if pf is None:
+            assert c is None
+            continue
+        frac = dict(pf.rate_points)[512]
         assert op.flops == pytest.approx(4 * 32 * 512 * 513 / 2 * (4 * 128 + 5))
-        assert c.duration_s == pytest.approx(fam.prefill.fixed_s + op.flops / (503.8e12 * frac))
+        assert c.duration_s == pytest.approx(pf.fixed_s + op.flops / (503.8e12 * frac) + 512 * pf.walk_s_per_token)

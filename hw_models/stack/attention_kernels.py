@@ -37,7 +37,15 @@ own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas` (TensorRT-LLM: H100 FP8-KV r
 of the DRAM peak through masked MHA, 0.90 through XQA; scripts/attn_residuals.py). A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak that
 grows with the sequence length:
 
-    prefill = fixed_s + FLOPs / (bf16 peak x fraction(q_len))   (held flat past the ends)
+    prefill = fixed_s + FLOPs / (bf16 peak x fraction(q_len)) + kv_len x walk_s_per_token
+
+with the fraction interpolated as a power law between the fitted lengths (linear in log fraction over log
+q_len: FLOPs / fraction then stays a power of q_len inside a segment) and held flat past the ends. The last
+term is the critical path: a causal kernel's CTAs are (sequence, head, query tile) and the last query tile of a
+sequence walks all kv_len keys, so the call lasts at least that walk, on top of the work spread over the SMs
+(Graham's list-scheduling bound: makespan <= work / SMs + the longest task). It is what makes a call of few
+CTAs slow: on H100 vLLM's 1-sequence, 4-head rows at 4K tokens run at 0.23-0.27 of the bf16 peak where 8 heads
+reach 0.36-0.50 (ctx_attn_h100). For a ragged batch the mean kv_len stands for the walk.
 
 with one curve per (query, KV) dtype pair the engines run apart (ctx_attn rows, issue 28): `prefill` (16-bit KV),
 `prefill_kv` (an FP8 cache, 16-bit query: TensorRT-LLM's FMHA converts it on SM 12.x, where those rows take the
@@ -45,6 +53,12 @@ bf16 rows' time; vLLM's FlashAttention-3 on H100 1.05-1.25x the bf16 time) and `
 an FP8 cache: FP8 tensor-core math, e.g. TensorRT-LLM's FP8 context FMHA, 0.51-0.55x the bf16 time past 3K tokens
 on RTX PRO 6000 and L40S, 0.65-0.72x on H100; SGLang's FA3 FP8 path). Each falls back to `prefill`. The fraction
 stays one of the bf16 peak, so an FP8-math curve may reach up to twice the bf16 curve's.
+The curves are per architecture: a family's `prefill_sm` holds, per compute capability (8.0, 8.9, 9.0, 12.0: one
+in-sample GPU each), the curves fitted on that GPU's rows alone (the kernels differ: FlashAttention-3 on Hopper,
+FA2 elsewhere, FlashInfer's SM 8.9 and 12.0 builds); a GPU of another capability takes the family's own curves,
+fitted on the H100, A100 and RTX PRO 6000 rows pooled. A family may take its decode figures from another
+(`decode_from`): vLLM's FlashInfer backend runs FlashInfer's decode kernels, whose figures are fitted on SGLang's
+rows, but its own prefill path (vllm_flashinfer).
 The tables' attn_dtype is aiconfigurator's collector flag (`"fp8" if use_fp8_context_fmha`); TensorRT-LLM's
 `use_fp8_context_fmha` runs the context FMHA in FP8 and is meant for FP8-quantized models (TensorRT-LLM docs,
 performance/perf-best-practices.md, "FP8 Context Fused Multi-Head Attention"), which is why a serving step
@@ -144,6 +158,7 @@ class Decode(Strict):
 class Prefill(Strict):
     fixed_s: Quantity = Field(ge=0)
     rate_points: list[tuple[int, float]] = Field(min_length=1)   # (q_len, fraction of the bf16 peak)
+    walk_s_per_token: Quantity = Field(default=0.0, ge=0)         # critical path: the last query tile's walk
     rows: int = 0
     fit_mape: float = 0.0
 
@@ -158,36 +173,66 @@ class Prefill(Strict):
         return v
 
     def fraction(self, q_len: int) -> float:
+        """The fraction at `q_len`: a power law between the fitted lengths, flat past the ends (module doc)."""
         xs = [math.log(p[0]) for p in self.rate_points]
-        return float(np.interp(math.log(max(q_len, 1)), xs, [p[1] for p in self.rate_points]))
+        return float(np.exp(np.interp(math.log(max(q_len, 1)), xs, [math.log(p[1]) for p in self.rate_points])))
 
-    def time_s(self, flops: float, q_len: int, peak: float) -> float:
-        return self.fixed_s + flops / (peak * self.fraction(q_len))
+    def walk_s(self, kv_len: int) -> float:
+        return kv_len * self.walk_s_per_token
+
+    def time_s(self, flops: float, q_len: int, peak: float, kv_len: int = 0) -> float:
+        return self.fixed_s + flops / (peak * self.fraction(q_len)) + self.walk_s(kv_len)
 
 
-class AttentionFamily(Strict):
-    description: str = ""
-    cite: str                                   # the engines' source and the measured tables
-    decode: dict[str, Decode] = {}              # KV format -> figures
+def _format_keys(v: dict) -> dict:
+    try:
+        return {get_format(k).name: d for k, d in v.items()}
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class PrefillCurves(Strict):
+    """One architecture's prefill curves, per (query, KV) dtype pair (module doc)."""
     prefill: Prefill | None = None              # a 16-bit KV cache (and any format without its own curve)
     prefill_kv: dict[str, Prefill] = {}         # KV format -> its own curve (16-bit query), where the kernel runs another path
     prefill_fp8_query: Prefill | None = None    # FP8 query on an FP8 cache: FP8 FMHA math (module doc)
 
-    @field_validator("decode", "prefill_kv")
+    @field_validator("prefill_kv")
+    @classmethod
+    def _kv_formats(cls, v: dict) -> dict:
+        return _format_keys(v)
+
+    def curves(self, kv_fmt: str | None, q_fmt: str | None = None) -> list[Prefill | None]:
+        """The curves a query in `q_fmt` on a KV cache stored in `kv_fmt` may take, the most specific first:
+        FP8 math (both in FP8), the KV format's own curve, the 16-bit one (module doc); None where not given."""
+        out = []
+        if kv_fmt:
+            kv = get_format(kv_fmt)
+            if q_fmt and get_format(q_fmt).bits <= 8 and kv.bits <= 8:
+                out.append(self.prefill_fp8_query)
+            out.append(self.prefill_kv.get(kv.name))
+        return [*out, self.prefill]
+
+
+class AttentionFamily(PrefillCurves):
+    description: str = ""
+    cite: str                                   # the engines' source and the measured tables
+    decode: dict[str, Decode] = {}              # KV format -> figures
+    decode_from: str | None = None              # take `decode` from this family (module doc)
+    prefill_sm: dict[float, PrefillCurves] = {}   # compute capability -> that architecture's curves
+
+    @field_validator("decode")
     @classmethod
     def _formats(cls, v: dict) -> dict:
-        try:
-            return {get_format(k).name: d for k, d in v.items()}
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        return _format_keys(v)
 
-    def prefill_for(self, kv_fmt: str | None, q_fmt: str | None = None) -> Prefill | None:
-        """The prefill curve of a query in `q_fmt` on a KV cache stored in `kv_fmt` (module doc)."""
-        if not kv_fmt:
-            return self.prefill
-        if q_fmt and get_format(q_fmt).bits <= 8 and get_format(kv_fmt).bits <= 8 and self.prefill_fp8_query:
-            return self.prefill_fp8_query
-        return self.prefill_kv.get(get_format(kv_fmt).name, self.prefill)
+    def prefill_for(self, kv_fmt: str | None, q_fmt: str | None = None,
+                    capability: float | None = None) -> Prefill | None:
+        """The prefill curve of a query in `q_fmt` on a KV cache stored in `kv_fmt`, on a GPU of that compute
+        capability: the most specific curve its architecture's set or else the family's own gives (module doc)."""
+        sets = [self.prefill_sm[capability]] if capability in self.prefill_sm else []
+        ranked = zip(*(c.curves(kv_fmt, q_fmt) for c in (*sets, self)))
+        return next((c for level in ranked for c in level if c is not None), None)
 
 
 class AttentionRule(Strict):
@@ -226,6 +271,21 @@ def kv_format(op: Op) -> str | None:
 class AttentionKernels(Strict):
     families: dict[str, AttentionFamily]
     source: str = Field(default="", exclude=True)
+
+    @field_validator("families")
+    @classmethod
+    def _decode_from(cls, v: dict[str, AttentionFamily]) -> dict[str, AttentionFamily]:
+        """A family with `decode_from` takes that family's decode figures (module doc)."""
+        out = dict(v)
+        for name, fam in v.items():
+            if fam.decode_from is None:
+                continue
+            src = v.get(fam.decode_from)
+            if src is None or src.decode_from is not None or fam.decode:
+                raise ValueError(f"{name}: decode_from {fam.decode_from!r} must name a family with decode figures "
+                                 "of its own, and the family give none itself")
+            out[name] = fam.model_copy(update={"decode": src.decode})
+        return out
 
 
 def attention_families(path: Path = KERNELS_FILE) -> dict[str, AttentionFamily]:
@@ -272,9 +332,10 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
     q = next((t.fmt for t in op.reads if t.role == "activation"), None)
-    pf = fam.prefill_for(kv[0].fmt if kv else None, q)
+    pf = fam.prefill_for(kv[0].fmt if kv else None, q, unit.efficiency.compute_capability)
     if pf is None or "bf16" not in native_rates(unit, unit_name):
         return None
     compute_s = op.flops / (native_rates(unit, unit_name)["bf16"] * pf.fraction(d["q_len"]))
-    return OpCost(op, unit_name, pf.fixed_s + compute_s, compute_s, 0.0, pf.fixed_s,
-                  bound_of(compute_s, 0.0, pf.fixed_s), f"{family} prefill", energy)
+    overhead_s = pf.fixed_s + pf.walk_s(d["kv_len"])
+    return OpCost(op, unit_name, overhead_s + compute_s, compute_s, 0.0, overhead_s,
+                  bound_of(compute_s, 0.0, overhead_s), f"{family} prefill", energy)

@@ -146,11 +146,17 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
 # flash_attention, where SGLang's default there is FlashInfer).
 # TensorRT-LLM's op (torch_flow) takes the trtllm stack's own pick, which is per architecture (attention_rules).
 # SGLang's fa3 (sgl-kernel's build) is its own family; vLLM's vllm_flash_attn_fa3 matches flash_attn first.
-KERNEL_FAMILY = (("torch_flow", None), ("flashinfer", "flashinfer"), ("flash_attn", "flash_attn"),
-                 ("flash_attention", "flash_attn"), ("fa3", "sglang_fa3"))
+# vLLM's FlashInfer rows are the vllm_flashinfer family (FlashInfer's decode figures, vLLM's own prefill path).
+# SGLang's flash_attention prefill rows (A100: SGLang's FlashAttention backend) are sglang_fa3's (its SM 8.0 curve,
+# fitted on them: 19.8% -> 9.7% against vLLM's FA2 curve); their decode rows stay on flash_attn.
+KERNEL_FAMILY = (("torch_flow", None), ("vllm_flashinfer", "vllm_flashinfer"), ("flashinfer", "flashinfer"),
+                 ("flash_attn", "flash_attn"), ("flash_attention", "flash_attn"), ("fa3", "sglang_fa3"))
+PREFILL_KERNEL_FAMILY = {"flash_attention": "sglang_fa3"}
 
 
-def measured_family(kernel_source: str) -> str | None:
+def measured_family(kernel_source: str, prefill: bool = False) -> str | None:
+    if prefill and kernel_source in PREFILL_KERNEL_FAMILY:
+        return PREFILL_KERNEL_FAMILY[kernel_source]
     return next((fam for key, fam in KERNEL_FAMILY if key in kernel_source), None)
 
 
@@ -254,7 +260,7 @@ def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: 
         df = df.assign(attn_dtype="bfloat16")
     for (fw, kv, src), part in df.groupby(["framework", "kv_dtype", "kernel_source"], sort=True):
         st = stack or STACK.get(fw)
-        attention = None if stack or baseline else measured_family(str(src))
+        attention = None if stack or baseline else measured_family(str(src), not decode)
         family = f"{'decode' if decode else 'prefill'} attention kv {kv} [{fw}]"
         for b, isl, step, h, kvh, d, lat, q in part[["batch", "isl", "step", "heads", "kv_heads", "head_dim",
                                                      "latency_us", "attn_dtype"]].itertuples(index=False):
