@@ -10,6 +10,10 @@ the capture does. Decomposed: the family's floor, the weight stream, and the act
 layer at batch 1 (q, k, v, o at 4096 x 4096, gate and up at 11008 x 4096, down at 4096 x 11008) sums them as
 a decode step's GEMMs would.
 
+The headline compares like with like: the capture timed `torch._scaled_mm` alone, so the FP8 error that
+counts is sim's GEMM kernel less its activation-quantization pass ("kernel" columns); the error of sim's
+whole W8A8 op (that pass included) is printed beside it, since serving pays it.
+
 What was fitted on what: the FP8 family's floor and weight-stream efficiency (kernel_families.yaml
 fp8_scaled_mm) were read off this same file's M = 1 rows, tinygemm's too: in sample, not a held-out check.
 
@@ -80,9 +84,9 @@ def summary(rows: list[dict]) -> list[list[str]]:
         meas = sum(c * layer[s]["meas"] for s, c in LAYER_7B.items())
         sim = sum(c * layer[s]["sim"] for s, c in LAYER_7B.items())
         kern = sum(c * (layer[s]["sim"] - layer[s]["quant"]) for s, c in LAYER_7B.items())
-        out.append([fmt, str(len(rs)), f"{statistics.fmean(map(abs, err)):.1%}", f"{statistics.fmean(err):+.1%}",
-                    f"{statistics.fmean(map(abs, err_k)):.1%}", f"{meas:.1f}", f"{sim:.1f}", f"{sim / meas - 1:+.1%}",
-                    f"{kern / meas - 1:+.1%}"])
+        out.append([fmt, str(len(rs)), f"{statistics.fmean(map(abs, err_k)):.1%}", f"{statistics.fmean(err_k):+.1%}",
+                    f"{statistics.fmean(map(abs, err)):.1%}", f"{meas:.1f}", f"{kern:.1f}", f"{kern / meas - 1:+.1%}",
+                    f"{sim / meas - 1:+.1%}"])
     return out
 
 
@@ -95,14 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warnings.simplefilter("ignore")
     rows = rows_for(json.loads(MICRO.read_text()), args.stack)
-    print(table(["format", "N", "K", "measured us", "sim us", "error", "family floor us", "weight stream us",
-                 "quant pass us", "error w/o quant pass"],
-                [[r["fmt"], str(r["n"]), str(r["k"]), f"{r['meas']:.2f}", f"{r['sim']:.2f}", f"{r['sim'] / r['meas'] - 1:+.1%}",
-                  f"{r['floor']:.2f}", f"{r['stream']:.2f}", f"{r['quant']:.2f}",
-                  f"{(r['sim'] - r['quant']) / r['meas'] - 1:+.1%}"] for r in rows]))
+    print(table(["format", "N", "K", "measured us", "sim kernel us", "kernel error", "family floor us",
+                 "weight stream us", "quant pass us", "error with quant pass"],
+                [[r["fmt"], str(r["n"]), str(r["k"]), f"{r['meas']:.2f}", f"{r['sim'] - r['quant']:.2f}",
+                  f"{(r['sim'] - r['quant']) / r['meas'] - 1:+.1%}", f"{r['floor']:.2f}", f"{r['stream']:.2f}",
+                  f"{r['quant']:.2f}", f"{r['sim'] / r['meas'] - 1:+.1%}"] for r in rows]))
     print()
-    print(table(["format", "GEMMs", "MAPE", "mean error", "MAPE w/o quant pass", "7B layer measured us",
-                 "7B layer sim us", "layer error", "layer error w/o quant pass"], summary(rows)))
+    print(table(["format", "GEMMs", "kernel MAPE (as captured)", "kernel mean error", "MAPE with quant pass",
+                 "7B layer measured us", "7B layer sim kernel us", "layer kernel error", "layer error with quant pass"],
+                summary(rows)))
     return 0
 
 

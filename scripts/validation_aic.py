@@ -73,21 +73,24 @@ NOTES = """What moved, and what did not:
   75.5 ms, 8 GPUs 240 ms against 343 ms): no engine source shows another path, so not fitted. The `sglang`
   stack keeps vLLM's kernel (its serving runs are SGLang 0.5.1-0.5.8); `parallel.algorithm: sglang_custom` selects V2.
 * bf16 GEMM: graph-replayed kernels pay `graph_gap_s` (1.19 us, the pooled median; by GPU H100 0.93, A100 3.43,
-  RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100 and RTX PRO 6000 the dense GEMM is a
+  RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100, H100 and RTX PRO 6000 the dense GEMM is a
   kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
   `efficiency.dense_gemm`), fitted by scripts/fit_kernels.py on that GPU's rows of all three engines as the
-  quantized families are: floor A100 5.5 / H100 3.3 / RTX PRO 6000 5.1 us, weight stream 0.78 / 0.85 / 0.84 of
-  the DRAM peak, fraction of the bf16 peak 0.63 / 0.59 / 0.58 at M = 256 and 0.80 / 0.79 / 0.77 at M = 8192.
-  H100's family (7.9-9.0% on its rows) is shipped but not named by h100_sxm: the roofline with the gap is within
-  a point of it, and H200 (same die, no table) and the ML.ENERGY H100 power fit stay on that one model. Held
-  out by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 15.9%, A100 14.1%, RTX PRO 6000 15.8%: the
-  figures do not carry across GPUs well enough, so GPUs without a named family keep the roofline with the gap.
+  quantized families are, with the K-walk: floor A100 5.8 / H100 3.35 / RTX PRO 6000 3.84 us, weight stream
+  0.78 / 0.85 / 0.84 of the DRAM peak, fraction of the bf16 peak 0.64 / 0.59 / 0.55 at M = 256 and
+  0.80 / 0.79 / 0.77 at M = 8192. H200 (same die as H100, no table) keeps the roofline with the gap. Held out
+  by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 13.0%, A100 17.3%, RTX PRO 6000 14.9% (before
+  the per-engine copies, the fitted replay L2 rate and the K-walk: 15.9 / 14.1 / 15.8%): the figures do not
+  carry across GPUs well enough, so GPUs without a named family keep the roofline with the gap.
   The tables replay one GEMM: the collector cycles through copies of the weights (TensorRT-LLM
-  max(1, min(5, ceil(L2 / W))), aiconfigurator collector/trtllm/collect_gemm.py run_gemm; vLLM 6), so weights with
-  5 W <= L2 stay in the L2 across replays. Under that condition only (`single_layer_replay`, set by
-  `--input-format aic`, never by serving) such weights stream at the preset's L2 rate
-  (hw_models.stack.cost.replay_weight_l2_s; GPUs whose preset cites no L2 rate, H100 and A100, keep DRAM), and the
-  families are fitted with it: RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
+  max(1, min(5, ceil(L2 / W))), aiconfigurator collector/trtllm/collect_gemm.py run_gemm; vLLM and SGLang 6, vLLM's
+  fp8_block and nvfp4 1: collector/vllm and collector/sglang collect_gemm.py, outside_loop_count), so weights whose
+  copies fit the L2 stay in it across replays, each row with its own engine's count (hw_models.stack.cost.
+  replay_weight_copies). Under that condition only (`single_layer_replay`, set by `--input-format aic`, never by
+  serving) such weights stream at the dense family's fitted replay L2 rate (`replay_l2_bytes_per_s`: H100 5.44,
+  A100 2.0, RTX PRO 6000 4.67, L40S 2.52 TB/s, against the presets' assumed 23.35 and 16.96 TB/s on the last two)
+  or else the preset's L2 rate (hw_models.stack.cost.replay_weight_l2_s; none cited on H100 and A100: DRAM), and the
+  families are fitted with it (first with 5 copies on every engine and the presets' rates): RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
   L2 served, where rows past it show 5-7 us), L40S 22.6% -> 16.1%, TensorRT-LLM FP8 12.1% -> 7.8%; held out by GPU
   RTX PRO 6000 bf16 24.1% -> 15.8%, A100 23.4% -> 14.1%, H100 13.2% -> 15.9%. Serving prices the same family with
   the DRAM stream; on the RTX PRO 6000 rows that stream from DRAM (5208 of 10752) the refit is 8.8% -> 7.4% (M
@@ -251,11 +254,33 @@ NOTES = """What moved, and what did not:
   it, fitted on the gemm_sglang H100 rows). TensorRT-LLM's, fitted on both GPUs pooled, held out by GPU:
   fitted on H100, RTX PRO 6000 27.5%; fitted on RTX PRO 6000, H100 15.9%; its kernel is picked by SM version
   (cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp), so it is now a family per architecture with its own K-walk
-  (1.1 / 3.0 ns per K): H100 12.4% -> 8.7%, RTX PRO 6000 25.7% -> 19.2%.
-* Not done: block-scaled FP8 on RTX PRO 6000 (TensorRT-LLM 19.2%) and vLLM's on H100 (19.6%, unchanged) miss.
-  TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no per-architecture kernel choice to cite) stays one
-  family on both GPUs: 11.1% / 13.0% in sample, held out by GPU H100 17.6%, RTX PRO 6000 14.9%. SmoothQuant
-  (`sq`) rows run as weight-only INT8; MXFP4 and vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families).
+  (1.1 / 3.0 ns per K): H100 12.4% -> 8.7%, RTX PRO 6000 25.7% -> 19.2%. On RTX PRO 6000 its calls also grow with
+  M at a fixed time per row far over the activations' stream: the dynamic-scale pass's form (`quant_row_s`,
+  22 ns per row fitted; which kernel pays it the rows do not say): 17.8% -> 9.6%.
+* Kernel switch by M (`switch_m` / `switch_family`): vLLM's block-scaled FP8 on Hopper runs FlashInfer's swapAB
+  kernel below M = 32 and DeepGEMM from 32 (fp8_utils.py _flashinfer_fp8_blockscale_gemm_impl, torch.cond on
+  M < 32; the H100 rows name flashinfer_fp8_block at M 1-16, deepgemm_fp8_block at 32-8192): two families, each
+  fitted on its kernel's rows (vllm_fp8_block, vllm_fp8_block_deepgemm; no row at M 17-31, where FlashInfer's
+  compute time is held at M = 16's). Least call time (`min_s`): no call of either kernel, nor of vLLM's Triton
+  block-scaled kernel on L40S, takes less than a fixed time at any shape (FlashInfer ~56-60 us, DeepGEMM ~78-90
+  us, Triton ~285-340 us; the work hides under it: max(min_s, floor + work), floor 0 as no memory-bound row shows
+  one beneath it; min_s chosen on a grid of the rows' time quantiles): H100 vLLM block-scaled 19.6% -> 5.8%
+  (FlashInfer rows 3.5%, DeepGEMM rows 7.0%), L40S 13.6% -> 6.2%.
+* SmoothQuant (`sq`, A100): W8A8 int8 with the activations quantized upstream; aiconfigurator's collector times
+  the SmoothQuantGemm plugin layer alone (collector/trtllm/collect_gemm.py, TensorRT's per-layer profiler), so
+  the row is costed with int8 activations under the stack's `quant_gemm_w8a8` family, no quantize kernel. The
+  plugin runs a CUDA-core kernel at M <= 4 and CUTLASS above (smoothQuantGemmPlugin.cpp enqueue): two families
+  (trtllm_w8a8_sq, trtllm_w8a8_sq_cutlass, the second with a K-walk), fitted on the A100 rows (the smallest
+  calls step from ~9 us at M 1-4 to ~20 us at M 8): 38.1% (as weight-only INT8) -> 10.6%.
+* Not done: TensorRT-LLM's per-tensor FP8 (cuBLASLt, closed source: no per-architecture kernel choice to cite)
+  stays one family on both GPUs: 11.1% / 13.0% in sample, held out by GPU H100 17.6%, RTX PRO 6000 14.9%; on
+  L40S (held out for it) 16.1%, and vLLM's SM 8.9 family 16.5% in sample: their errors scatter by shape (vLLM's
+  mean error within +-4% at every M >= 1024, MAPE 19-25% there), which an M-curve does not see: at M = 2048,
+  K = 512 vLLM's rows take 139-223 us for N 5120-8192 but 163 us for N 10240 (sim -57 to -65% on the first,
+  +37% at N 512), grouped by N's power of two as c2x/scaled_mm_sm89_fp8_dispatch.cuh picks its tile by N within
+  each M bucket; not modelled (a family per tile would be chosen on these rows). The
+  single-GPU families (each fitted on its architecture's only in-sample GPU) have no held-out figure. MXFP4 and
+  vLLM's Marlin W4A16 have no rows in these tables (MXFP4 keeps its hand families).
 * L40S (Ada, SM 8.9; preset `l40s` from its datasheet, node `l40s_x8_pcie`): its rows feed only its own fits
   (scripts/fit_kernels_ada.py), so the pooled families and graph_gap_s keep the other GPUs' figures: NCCL and custom
   all-reduce lines on its PCIe node (NCCL all_reduce 139% -> 7.7%; its 4- and 8-GPU rows reach only 1-5 GB/s of bus

@@ -15,6 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_VALIDATION = shared_validation_dir()
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Some shells (this project's worktree machines among them) export PYTHONDONTWRITEBYTECODE=1, so every Python
+# process a test starts (the CLI, scripts, workers: ~60 of them) recompiled all of sim from source: 0.1-0.15 s
+# of CPU each. The tests' children write and reuse __pycache__ (git-ignored) instead; what they run is unchanged.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # The simulations build millions of small objects (graphs, ops, events) and few reference cycles, so
 # Python's cyclic collector, at its default threshold (a young collection every 700 allocations), spends
 # 10-14 % of a serving test's CPU finding next to nothing. Collect rarely, and never rescan what the

@@ -28,7 +28,7 @@ ADA_FAMILIES = {"vllm_fp8_per_tensor_sm89": ("vllm", "fp8_e4m3"), "sglang_fp8_pe
 
 
 def _cost_s(m: int, n: int, k: int, fmt: str = "bf16", stack: str = "vllm", preset: str = "l40s") -> float:
-    return _mapper(preset, stack).cost(gemm_op(m, n, k, fmt)).duration_s
+    return _mapper(preset, stack, collector=stack).cost(gemm_op(m, n, k, fmt)).duration_s   # as that engine's rows
 
 
 def test_preset_figures_and_node(capsys):
@@ -83,8 +83,8 @@ def test_fp8_m1_slope_is_the_weight_stream(family):
     """M = 1, 6144x6144 -> 8192x8192 FP8: 29.4 MB more 1-byte weights at 864 GB/s x 0.85 x the efficiency (above
     the K-walk: 8192 x <= 2 ns = 16 us against ~70 us of stream), plus 2048 more bf16 inputs and outputs and the
     quantize pass's 3 B per input (read 2, write 1) at its fitted rate. Both shapes stream from DRAM under the
-    tables' replay: 5 copies of 37.7 MB exceed the 96 MiB L2 (hw_models.stack.cost.REPLAY_WEIGHT_COPIES; 4096x4096,
-    5 x 16.8 MB, would stay in it)."""
+    tables' replay: the vLLM / SGLang collectors' 6 copies of 37.7 MB exceed the 96 MiB L2
+    (hw_models.stack.cost.replay_weight_copies; 4096x4096, 6 x 16.8 MB = 96 MiB, would stay in it)."""
     fam = families()[family]
     bw = L40S_STREAM_BYTES_PER_S
     want = (8192 ** 2 - 6144 ** 2) / (bw * fam.weight_stream_efficiency) + 2048 * 4 / bw \

@@ -14,19 +14,23 @@ def test_blocks_grow_at_the_steps_the_lookahead_slots_need_them():
     generated 1), holds the 2 blocks that prefill allocated for 5 + 2 slots. Step t (t = 0, 1, ...) computes
     token 5 + t and needs (5 + t + 2) // 4 + 1 blocks: 3 from step 1 (slots up to 8), 4 from step 5 (up to
     12), 5 from step 9. The blocks held after each step's grow, steps 0-9: 2, 3, 3, 3, 3, 4, 4, 4, 4, 5;
-    whole blocks, written through to the request and the pool."""
+    whole blocks, taken from the pool as they grow and on the request once the cohort syncs (the member's
+    later blocks are its KV phase's, booked per phase: DecodeCohort.grow)."""
     pool = BlockPool(total_blocks=16, block_size=4)
     r = Request(0, 0.0, prompt=5, output=20)
     r.computed, r.generated, r.blocks = 5, 1, 2
     assert pool.allocate(2)
     cohort = DecodeCohort(block_size=4, lookahead=2)
     cohort.join([r], pool.unit_blocks)
-    held = []
+    held, used = [], []
     for step in range(10):
         assert cohort.grow(pool)
+        used.append(pool.used)
+        cohort.sync()
         held.append(r.blocks)
         cohort.hand_out(1.0 + step, {})
     assert held == [2, 3, 3, 3, 3, 4, 4, 4, 4, 5]
+    assert used == held
     assert type(r.blocks) is int and pool.used == 5
 
 

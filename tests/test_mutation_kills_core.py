@@ -45,18 +45,19 @@ def test_no_rate_is_an_infinite_time_not_a_crash():
     assert work_time_s(1e9, 1e12, lambda issued: 0.0) == math.inf
 
 
-def _h100():
-    m = load_machine("h100_sxm")
+def _h200():
+    """H200: no dense GEMM family (h100_sxm names dense_bf16_h100), so a bf16 GEMM keeps the roofline."""
+    m = load_machine("h200")
     u = m.units[m.main_unit]
     return u, m.main_unit, m.memory[u.memory]
 
 
 def test_graph_gap_needs_graphs_and_a_launched_kernel():
-    """bf16 M=1 4096x4096 on h100_sxm under vllm (1.19 us gap): the gap replaces the 3 us launch
+    """bf16 M=1 4096x4096 on h200 under vllm (1.19 us gap): the gap replaces the 3 us launch
     only when the stack replays CUDA graphs and the kernel is launched. With graphs off the same
     stack pays the launch (the plain cost); a steady slice continues a running kernel and pays
     neither (the plain steady cost, no 1.19 us added)."""
-    u, name, tier = _h100()
+    u, name, tier = _h200()
     op = gemm_op(1, 4096, 4096, "bf16")
     plain = roofline_cost(op, u, name, tier)
     eager = load_stack("vllm").model_copy(update={"graphs": False})

@@ -64,9 +64,10 @@ def test_the_architecture_picks_the_fp8_kernel():
 def test_floor_is_the_fitted_kernels(family):
     """A tiny GEMM (M=1, 64x64: under a ns of data) costs the GEMM kernel's floor plus, for
     W8A8, the quantize kernel's floor: two kernels; plus, for a family with a serial K-walk, its
-    walk over K = 64 (64 x k_walk_s_per_k, at most 0.23 us: the fits' walks are <= 3.6 ns per K)."""
+    walk over K = 64 (64 x k_walk_s_per_k, at most 0.23 us: the fits' walks are <= 3.6 ns per K);
+    at least the family's least call time (min_s: vLLM's FlashInfer block-scaled FP8, ~60 us)."""
     fam = families()[family]
-    want = fam.floor_s + (fam.quant_floor_s if fam.activation_quant else 0.0) + 64 * fam.k_walk_s_per_k
+    want = max(fam.min_s, fam.floor_s + (fam.quant_floor_s if fam.activation_quant else 0.0) + 64 * fam.k_walk_s_per_k)
     assert _cost_s(family, 1, 64, 64) == pytest.approx(want, rel=0.01)
 
 
@@ -118,22 +119,26 @@ def test_k_walk_sets_the_pace_of_a_narrow_gemm(family):
         assert _cost_s(family, 1, 512, 16384) == pytest.approx(fam.floor_s + 16384 * fam.k_walk_s_per_k, rel=1e-9)
 
 
-def test_dynamic_scale_pass_costs_a_fixed_time_per_row(monkeypatch):
+@pytest.mark.parametrize("family", ["vllm_fp8_per_tensor", "trtllm_fp8_block_sm120"])
+def test_dynamic_scale_pass_costs_a_fixed_time_per_row(monkeypatch, family):
     """vLLM's dynamic per-tensor FP8 scale runs one thread block per token (segmented_max_reduction, an atomicMax
     each into one float): at M = 8192, N = K = 512 on H100 the pass takes 8192 x quant_row_s (7 ns fitted: 57 us)
     rather than the 8192 x 512 x 2 B = 8.4 MB re-read of x (2.9 us at 3.35 TB/s x 0.85): exactly that over the
-    family without the pass. aic measures vLLM 0.24 at 68 us on this shape, TensorRT-LLM (static scale) 23 us."""
-    fam = families()["vllm_fp8_per_tensor"]
+    family without the pass. aic measures vLLM 0.24 at 68 us on this shape, TensorRT-LLM (static scale) 23 us.
+    TensorRT-LLM's block-scaled FP8 on RTX PRO 6000 pays such a pass too (22 ns per row fitted: 180 us at M = 8192,
+    against 8.4 MB / (1792 GB/s x 0.85) = 5.5 us of re-read)."""
+    preset, stack, fmt, _, bw = FITTED[family]
+    fam = families()[family]
     assert fam.quant_row_s > 0
-    machine = load_machine("h100_sxm")
+    machine = load_machine(preset)
     unit = machine.units[machine.main_unit]
-    args = (gemm_op(8192, 512, 512, "fp8_e4m3"), unit, machine.main_unit, machine.memory[unit.memory],
-            load_stack("vllm"), "vllm_fp8_per_tensor")
+    args = (gemm_op(8192, 512, 512, fmt), unit, machine.main_unit, machine.memory[unit.memory],
+            load_stack(stack), family)
     with_pass = cost.family_cost(*args).duration_s
-    monkeypatch.setattr(cost, "families", lambda: {**families(), "vllm_fp8_per_tensor": fam.model_copy(
+    monkeypatch.setattr(cost, "families", lambda: {**families(), family: fam.model_copy(
         update={"quant_row_s": 0.0})})
     assert with_pass - cost.family_cost(*args).duration_s == pytest.approx(
-        max(8192 * fam.quant_row_s, 8192 * 512 * 2 / H100_STREAM_BYTES_PER_S), rel=1e-6)
+        max(8192 * fam.quant_row_s, 8192 * 512 * 2 / bw), rel=1e-6)
 
 
 @pytest.mark.parametrize("family", FITTED)
@@ -155,7 +160,7 @@ def test_vllm_fp4_is_native_on_blackwell_and_marlin_before():
     assert _mapper("h100_sxm", "vllm").cost(op).path == "fp4_marlin_emulated"
 
 
-@pytest.mark.parametrize("family", ["trtllm_fp8_block", "vllm_fp8_block", "sglang_fp8_block"])
+@pytest.mark.parametrize("family", ["trtllm_fp8_block", "sglang_fp8_block"])
 def test_fp8_block_slope_at_m1_counts_the_tile_scales(family):
     """At M=1 a block-scaled FP8 GEMM streams its 1-byte weights plus one 4-byte fp32 scale per 128x128
     tile: 4096x4096 -> 8192x8192 adds (8192^2 - 4096^2) B + (64^2 - 32^2) x 4 B = 50,331,648 + 12,288 B
@@ -176,3 +181,78 @@ def test_fp8_block_rows_run_the_block_family():
     assert _mapper("h100_sxm", "trtllm").cost(op).path == "trtllm_fp8_block"
     assert _mapper("h100_sxm", "vllm").cost(op).path == "vllm_fp8_block"
     assert _mapper("h100_sxm", "sglang").cost(op).path == "sglang_fp8_block"
+
+
+def test_vllm_block_fp8_switches_kernel_at_m32():
+    """vLLM's block-scaled FP8 on Hopper runs FlashInfer's swapAB kernel below M = 32 and DeepGEMM from 32
+    (fp8_utils.py _flashinfer_fp8_blockscale_gemm_impl, torch.cond on M < 32): the aic H100 rows name
+    flashinfer_fp8_block at M 1-16 and deepgemm_fp8_block at M 32-8192. A tiny GEMM costs each kernel's least
+    call time (aic medians: FlashInfer 59.5-60.4 us at M 1-16, DeepGEMM 88-92 us at M 32-512)."""
+    op = lambda m: gemm_op(m, 64, 64, "fp8_block128")   # noqa: E731
+    mapper = _mapper("h100_sxm", "vllm")
+    assert [mapper.cost(op(m)).path for m in (1, 16, 31, 32, 8192)] == \
+        ["vllm_fp8_block"] * 3 + ["vllm_fp8_block_deepgemm"] * 2
+    assert mapper.cost(op(31)).duration_s == families()["vllm_fp8_block"].min_s
+    assert mapper.cost(op(32)).duration_s == families()["vllm_fp8_block_deepgemm"].min_s
+    assert 50e-6 < families()["vllm_fp8_block"].min_s < 65e-6 and 75e-6 < families()["vllm_fp8_block_deepgemm"].min_s < 95e-6
+
+
+def test_least_call_time_hides_the_stream_beneath_it():
+    """vLLM's FlashInfer block-scaled FP8 at M = 1 (floor 0 under min_s): 16384 x 16384 weights (268 MB + one
+    4-byte scale per 128x128 tile) stream in 94 us at 3.35 TB/s x 0.85, over its ~60 us least call time, so
+    N 16384 -> 32768 adds the weights' 268,435,456 + 16384 x 4 B at that rate and y's 16384 bf16 values; at
+    4096 x 4096 (5.9 us of stream) the call is min_s exactly."""
+    fam = families()["vllm_fp8_block"]
+    bw = H100_STREAM_BYTES_PER_S
+    cost_s = lambda n, k: _mapper("h100_sxm", "vllm").cost(gemm_op(1, n, k, "fp8_block128")).duration_s  # noqa: E731
+    slope = cost_s(32768, 16384) - cost_s(16384, 16384)
+    assert slope == pytest.approx((268_435_456 + 16384 * 4) / (bw * fam.weight_stream_efficiency) + 16384 * 2 / bw,
+                                  rel=1e-6)
+    assert cost_s(4096, 4096) == fam.min_s
+    # vLLM's Triton block-scaled kernel on L40S: aic medians 329-341 us at M 1-16 whatever the shape (min 283 us)
+    triton = families()["vllm_fp8_block_sm89"]
+    assert 280e-6 < triton.min_s < 350e-6 and triton.floor_s == 0
+    assert _mapper("l40s", "vllm").cost(gemm_op(1, 4096, 4096, "fp8_block128")).duration_s == triton.min_s
+
+
+def test_smoothquant_runs_the_w8a8_int8_plugin():
+    """TensorRT-LLM's SmoothQuant GEMM takes int8 activations (quantized upstream; aic times the plugin layer
+    alone): int8 weights with int8 activations run the quant_gemm_w8a8 family, with bf16 activations the
+    weight-only plugin. The plugin runs a CUDA-core kernel at M <= 4 and CUTLASS above (smoothQuantGemmPlugin.cpp
+    enqueue): trtllm_w8a8_sq switches to trtllm_w8a8_sq_cutlass at M = 5. On A100 a tiny call is the CUDA-core
+    kernel's floor (no quantize kernel), and at M = 8192, 8192^3 it is CUTLASS's compute at its fitted fraction
+    of the int8 peak (624 TOP/s, a100_80g.yaml) over its floor. Never faster with more rows, across the switch."""
+    from sim.apps.trace.aic import GEMM_ACT_FORMAT
+    assert GEMM_ACT_FORMAT["sq"] == "int8"
+    mapper = _mapper("a100_80g", "trtllm")
+    assert [mapper.cost(gemm_op(m, 4096, 4096, "int8", "int8")).path for m in (1, 4, 5, 16)] == \
+        ["trtllm_w8a8_sq"] * 2 + ["trtllm_w8a8_sq_cutlass"] * 2
+    assert mapper.cost(gemm_op(16, 4096, 4096, "int8")).path == "trtllm_w8a16"
+    gemv, cutlass = families()["trtllm_w8a8_sq"], families()["trtllm_w8a8_sq_cutlass"]
+    assert not gemv.activation_quant and not cutlass.activation_quant
+    assert mapper.cost(gemm_op(1, 64, 64, "int8", "int8")).duration_s == pytest.approx(
+        gemv.floor_s + 64 * gemv.k_walk_s_per_k, rel=0.01)
+    compute = 2.0 * 8192 ** 3 / (624e12 * cutlass.rate_fraction(8192))
+    assert mapper.cost(gemm_op(8192, 8192, 8192, "int8", "int8")).duration_s == pytest.approx(
+        cutlass.floor_s + compute, rel=1e-6)
+    ms = [1, 2, 3, 4, 5, 6, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    for n, k in [(1024, 1024), (4096, 4096), (14336, 4096), (28672, 8192), (16384, 16384)]:
+        t = [mapper.cost(gemm_op(m, n, k, "int8", "int8")).duration_s for m in ms]
+        assert all(b >= a for a, b in zip(t, t[1:])), (n, k, t)
+
+
+def test_vllm_block_fp8_never_faster_with_more_work_across_the_switch():
+    """More rows never cost less, the switch from FlashInfer to DeepGEMM at M = 32 included (H100 and, for
+    the Triton kernel under its least call time, L40S)."""
+    for preset in ("h100_sxm", "l40s"):
+        mapper = _mapper(preset, "vllm")
+        ms = [1, 2, 4, 8, 16, 24, 31, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+        for n, k in [(1024, 1024), (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (16384, 16384)]:
+            t = [mapper.cost(gemm_op(m, n, k, "fp8_block128")).duration_s for m in ms]
+            assert all(b >= a * (1 - 1e-12) for a, b in zip(t, t[1:])), (preset, n, k, t)
+
+
+def test_switch_needs_both_fields():
+    from hw_models.stack.kernel_families import Family
+    with pytest.raises(ValueError, match="go together"):
+        Family(cite="x", rate_points=[(1, 0.5)], switch_m=32)

@@ -14,30 +14,38 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   quantization pass (W8A8; with a dynamic scale, the scale pass: max(activations / bandwidth,
   M x quant_row_s)) or the dequantization pass (dequantize-then-GEMM), each one more kernel at
   the stack's floor. Under a single-layer replay (per-op tables) weights whose collector copies fit the
-  L2 stream from it at the unit's L2 rate instead (replay_weight_l2_s). Where the unit lacks the family's native rate and
-  the stack names an emulated family for the format (quant_gemm_emulated), that one runs.
+  L2 stream from it at the unit's L2 rate instead (replay_weight_l2_s, with the copies of the row's
+  collector). Where the unit lacks the family's native rate and the stack names an emulated family
+  for the format (quant_gemm_emulated), that one runs. A family that switches kernel by M (switch_m) costs as its switch_family from that M; a call never takes less
+  than the family's min_s.
+* A GEMM whose activations are as narrow as its weights (W8A8 int8: SmoothQuant) runs the stack's
+  quant_gemm_w8a8 family for the format: the activations come quantized, no quantize pass of its own.
 * A dense 16-bit GEMM replayed from a CUDA graph on a GPU whose preset names a fitted
   dense family (efficiency.dense_gemm): that family's time, as above (no extra pass).
 """
 
 from __future__ import annotations
 
+import math
+
 from hw_models import compute_path
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.stack.kernel_families import VECTOR, Family, families
 from hw_models.machine import Tier, Unit
-from hw_models.stack.attention_kernels import attention_cost, kv_format, l2_resident
+from hw_models.stack.attention_kernels import attention_cost, kv_format
 from hw_models.stack.spec import Stack
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.graph import Op
 
 BF16_BYTES = 2
-# A per-op table's GEMM collector cycles through copies of the weights, replayed back to back: TensorRT-LLM
-# max(1, min(5, ceil(L2 / W))) copies (aiconfigurator collector/trtllm/collect_gemm.py run_gemm), vLLM 6
-# (collector/vllm/collect_gemm.py run_gemm, outside_loop_count; 1 for fp8_block). Where the copies' footprint
-# fits the L2 (W <= L2 / 5), every replay re-reads the weights from the L2, not the DRAM.
-REPLAY_WEIGHT_COPIES = 5
+# A per-op table's GEMM collector cycles through copies of the weights, replayed back to back (aiconfigurator
+# collector/<engine>/collect_gemm.py run_gemm): TensorRT-LLM max(1, min(5, ceil(L2 / W))) copies (L2 from the
+# device), vLLM outside_loop_count 6 (1 for fp8_block and nvfp4), SGLang outside_loop_count 6. Where the copies'
+# footprint fits the L2, every replay re-reads the weights from the L2, not the DRAM.
+TRTLLM_MAX_COPIES = 5
+SIX_COPY_COLLECTORS = ("vllm", "sglang")
+VLLM_ONE_COPY_FORMATS = ("fp8_block128", "nvfp4")
 DENSE_FORMATS = ("bf16", "fp16")   # what a dense family's bf16 rate covers
 
 
@@ -61,13 +69,27 @@ def _dense_family(op: Op, unit: Unit, stack: Stack) -> str | None:
     return name
 
 
-def replay_weight_l2_s(unit: Unit, weight_bytes: float) -> float | None:
-    """The weight stream's time from the L2 under a single-layer replay (REPLAY_WEIGHT_COPIES's note), at the
-    unit's cited L2 read rate; None where the copies do not fit the L2 or the preset cites no L2 rate (the DRAM
-    stream). Serving never replays one layer (every other layer evicts the L2), so never takes this."""
-    if not weight_bytes or not l2_resident(unit, REPLAY_WEIGHT_COPIES * weight_bytes):
+def replay_weight_copies(collector: str | None, l2_bytes: float, weight_bytes: float, weight_fmt: str) -> int:
+    """The weight copies `collector`'s GEMM loop replays (TRTLLM_MAX_COPIES's note); None: TensorRT-LLM's rule."""
+    if collector == "vllm" and weight_fmt in VLLM_ONE_COPY_FORMATS:
+        return 1
+    if collector in SIX_COPY_COLLECTORS:
+        return 6
+    return max(1, min(TRTLLM_MAX_COPIES, math.ceil(l2_bytes / weight_bytes)))
+
+
+def replay_weight_l2_s(unit: Unit, weight_bytes: float, weight_fmt: str = "bf16", collector: str | None = None,
+                       l2_bytes_per_s: float | None = None) -> float | None:
+    """The weight stream's time from the L2 under a single-layer replay (TRTLLM_MAX_COPIES's note), at
+    `l2_bytes_per_s` (a family's fitted replay rate) or else the unit's L2 read rate; None where the copies do not
+    fit the L2 or no rate is given (the DRAM stream). Serving never replays one layer (every other layer evicts the
+    L2), so never takes this."""
+    rate = l2_bytes_per_s or unit.l2_bandwidth_bytes_per_s
+    if not weight_bytes or not unit.l2_bytes or not rate:
         return None
-    return weight_bytes / unit.l2_bandwidth_bytes_per_s
+    if replay_weight_copies(collector, unit.l2_bytes, weight_bytes, weight_fmt) * weight_bytes > unit.l2_bytes:
+        return None
+    return weight_bytes / rate
 
 
 def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str) -> float:
@@ -85,12 +107,15 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     fam = families()[family]
     d = op.dims
     m, n, k = d.get("m", 1), d.get("n", 1), d.get("k", 1)
+    if (other_kernel := fam.at(m)) is not None:   # the engine dispatches this M to another kernel
+        return family_cost(op, unit, unit_name, tier, stack, other_kernel)
     bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.GEMM, m).memory_max
     w = _weight(op)
     w_bytes = w.bytes if w is not None else 0
     other = op.bytes - w_bytes
     compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family) * fam.rate_fraction(m))
-    l2_s = replay_weight_l2_s(unit, w_bytes) if stack.single_layer_replay else None
+    l2_s = replay_weight_l2_s(unit, w_bytes, w.fmt, stack.replay_collector, fam.replay_l2_bytes_per_s) \
+        if stack.single_layer_replay and w is not None else None
     memory_s = (w_bytes / (bw * fam.weight_stream_efficiency) if l2_s is None else l2_s) + other / bw
     extra_s, overhead_s = 0.0, fam.floor_s
     if fam.dequant_pass:     # a kernel writes the weights in 16 bits; the GEMM reads those instead
@@ -105,7 +130,7 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
         if fam.quant_row_s:   # a dynamic scale: one block per token reads the activations again
             extra_s += max(m * k * BF16_BYTES / bw, m * fam.quant_row_s)
-    duration = overhead_s + extra_s + max(compute_s, memory_s)
+    duration = max(fam.min_s, overhead_s + extra_s + max(compute_s, memory_s))
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
                   bound_of(compute_s, memory_s + extra_s, overhead_s), family, energy)
@@ -121,6 +146,8 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
             family = None
         elif w.fmt != op.compute_format:   # narrow weights: the family the engine runs on this architecture
             family = stack.family(w.fmt, unit.efficiency.compute_capability)
+        elif (w8a8 := stack.w8a8_family(w.fmt)) is not None:   # activations as narrow as the weights
+            family = w8a8
         else:
             family = _dense_family(op, unit, stack)
         if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):

@@ -21,7 +21,12 @@ One cited file, hw_models/stack/kernel_families.yaml. Each family gives
   K in order, and where few tiles run a latency-bound pipeline, not the DRAM, sets the pace (the
   memory term is at least K x this; fitted, 0 where no such walk shows in the measurements);
 * `dequant_pass`: dequantize-then-GEMM: a separate kernel writes the weights out
-  in 16 bits and a 16-bit GEMM reads them back.
+  in 16 bits and a 16-bit GEMM reads them back;
+* `min_s`: the least time a call takes, whatever its work (a fixed cost the kernel's work hides
+  under: the call costs max(min_s, the rest); 0 where none is measured);
+* `switch_m` / `switch_family`: the engine dispatches to another kernel from M = switch_m up
+  (vLLM's block-scaled FP8: FlashInfer's swapAB kernel below M = 32, DeepGEMM from 32): such
+  calls cost as `switch_family`.
 A family not measured on the machine at hand carries `assumed:` saying so.
 
 Two files: kernel_families.yaml (written by hand, cited per family) and
@@ -36,7 +41,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -60,7 +65,23 @@ class Family(Strict):
     quant_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
     quant_row_s: float = Field(default=0.0, ge=0, lt=1e-6)
     k_walk_s_per_k: float = Field(default=0.0, ge=0, lt=1e-6)
+    # The L2 read rate of the weights under a single-layer replay (hw_models.stack.cost.replay_weight_l2_s), fitted
+    # on the per-op tables; replaces the unit's (cited or assumed) L2 rate there only. Serving never reads it.
+    replay_l2_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     dequant_pass: bool = False
+    min_s: Quantity = Field(default=0.0, ge=0)
+    switch_m: int | None = Field(default=None, gt=1)
+    switch_family: str | None = None
+
+    @model_validator(mode="after")
+    def _switch(self) -> Family:
+        if (self.switch_m is None) != (self.switch_family is None):
+            raise ValueError("switch_m and switch_family go together (the M from which the engine runs that family)")
+        return self
+
+    def at(self, m: int) -> str | None:
+        """The family the engine switches to at `m` rows, else None (this one runs)."""
+        return self.switch_family if self.switch_m is not None and m >= self.switch_m else None
 
     @field_validator("rate_points")
     @classmethod
@@ -119,6 +140,9 @@ def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> d
         if both:
             raise ConfigError(f"{fitted}: {', '.join(both)} also in {path} (a family lives in one file)")
         out.update(more)
+    unknown = sorted(f"{n} -> {f.switch_family}" for n, f in out.items() if f.switch_family and f.switch_family not in out)
+    if unknown:
+        raise ConfigError(f"switch_family names no kernel family: {', '.join(unknown)}")
     return out
 
 

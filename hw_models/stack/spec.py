@@ -136,6 +136,8 @@ class Stack(Strict):
     # kernel per architecture (sgl-kernel's fp8_scaled_mm: one CUTLASS config on SM 12.x), taken before quant_gemm.
     # A key with a minor version (8.9: Ada) names that SM only; a whole number (12) every minor version of it.
     quant_gemm_by_capability: dict[float, dict[str, str]] = {}
+    # weight format -> the family of a GEMM whose activations come in that format too (W8A8 int8: SmoothQuant)
+    quant_gemm_w8a8: dict[str, str] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
@@ -152,6 +154,9 @@ class Stack(Strict):
     # the L2 is re-read from it (hw_models.stack.attention_kernels). Set only by sim.apps.trace.aic; a stack
     # file leaves it off, since in serving every other layer evicts the cache.
     single_layer_replay: StrictBool = False
+    # Under it, the aiconfigurator collector whose GEMM loop set the weight copies replayed (trtllm, vllm,
+    # sglang: hw_models.stack.cost.replay_weight_copies); None: TensorRT-LLM's rule. Set only by sim.apps.trace.aic.
+    replay_collector: str | None = None
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 
@@ -195,7 +200,7 @@ class Stack(Strict):
             seen |= set(members)
         return v
 
-    @field_validator("quant_gemm", "quant_gemm_emulated")
+    @field_validator("quant_gemm", "quant_gemm_emulated", "quant_gemm_w8a8")
     @classmethod
     def _families(cls, v: dict[str, str]) -> dict[str, str]:
         out = {}
@@ -243,6 +248,10 @@ class Stack(Strict):
 
     def emulated_family(self, weight_fmt: str) -> str | None:
         return self.quant_gemm_emulated.get(get_format(weight_fmt).name)
+
+    def w8a8_family(self, fmt: str) -> str | None:
+        """The family of a GEMM with weights and activations both in `fmt`, else None."""
+        return self.quant_gemm_w8a8.get(get_format(fmt).name)
 
 
 def stack_names() -> list[str]:

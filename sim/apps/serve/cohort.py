@@ -17,10 +17,14 @@ While a request is a member its counters live here, not on its Request object: `
 `generated`, `last_at` and `max_tbt` on the object are stale until `sync` writes them back (the
 engine does before anything that reads them: a finish, the debug checks, the result), and
 `dissolve` hands them back for good (the scheduler does before any other kind of step: a
-preemption, a swap). KV blocks are written through to the object (`blocks`) as they grow, so the
-pool's accounting never goes stale. Members are always the head of the scheduler's running list, in
-its order (join order), so the batch's entries come out in the order the per-request path would give
-them; members booked under one step are handled in that order (their join number, `seq`).
+preemption, a swap). KV blocks are booked by phase: once a member has had its first block here
+it needs one more every block_size steps, at the steps congruent to its phase ((-lookahead - base)
+mod block_size), so the members of a phase grow together, one allocation of their count, and a
+member's `blocks` is brought up to date (its phase's grows since it joined the phase) by `sync`, at
+its finish and on dissolve; the pool's own accounting is never stale. Members are always the head
+of the scheduler's running list, in its order (join order), so the batch's entries come out in the
+order the per-request path would give them; members booked under one step are handled in that
+order (their join number, `seq`).
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ class _Member:
     """A member's offsets and what it carried in: computed = base + tick, generated = computed - lag;
     held: blocks it holds (its own and its share of cached units); mt, la: its largest gap and its
     previous token's time when it joined (mt then includes its first gap in the cohort); since: the
-    first step whose shared gap is its own (-1 before its first hand-out here); live: still a member."""
-    __slots__ = ("req", "seq", "base", "lag", "held", "mt", "la", "since", "live")
+    first step whose shared gap is its own (-1 before its first hand-out here); live: still a member;
+    ph: its KV phase once it grows one block every block_size steps (-1 before its first grow here), g0:
+    its phase's grows already on `held` and the object's `blocks`."""
+    __slots__ = ("req", "seq", "base", "lag", "held", "mt", "la", "since", "live", "ph", "g0")
 
     def __init__(self, req: Request, seq: int, base: int, lag: int, held: int):
         self.req, self.seq, self.base, self.lag, self.held = req, seq, base, lag, held
-        self.mt, self.la, self.since, self.live = req.max_tbt, req.last_at, -1, True
+        self.mt, self.la, self.since, self.live, self.ph, self.g0 = req.max_tbt, req.last_at, -1, True, -1, 0
 
 
 class _Peaks:
@@ -121,8 +127,10 @@ class DecodeCohort:
         self.last = math.nan   # the last hand-out's time
         self.old = 0           # members at the last hand-out: the head; those after it joined since
         self.peaks = _Peaks()  # the shared gap of each hand-out
-        # step -> the members whose token then needs a block, is their last, fills a cache unit
+        # step -> the members whose token then needs their first block here, is their last, fills a cache unit
         self.grows: defaultdict[int, list[_Member]] = defaultdict(list)
+        self.count = [0] * block_size   # per KV phase: its live members, each a block every block_size steps
+        self.grown = [0] * block_size   # per KV phase: its grows so far
         self.ends: defaultdict[int, list[_Member]] = defaultdict(list)
         self.fills: defaultdict[int, list[_Member]] | None = None
         self.unit = 0
@@ -164,9 +172,11 @@ class DecodeCohort:
 
     def sync(self) -> None:
         """Write the members' counters back to their Request objects."""
-        t, peaks = self.tick, self.peaks
+        t, peaks, grown = self.tick, self.peaks, self.grown
         for m in self.members:
             r = m.req
+            if m.ph >= 0:
+                _catch_up(m, grown[m.ph])
             r.computed = c = m.base + t
             r.generated = c - m.lag
             if m.since < 0:
@@ -179,25 +189,42 @@ class DecodeCohort:
         self.sync()
         self.__init__(self.block_size, self.lookahead)
 
+    def grows_at(self, tick: int) -> bool:
+        """Whether some member is booked a block at `tick` (its first here, or its phase's)."""
+        return tick in self.grows or self.count[tick % self.block_size] > 0
+
     def grow(self, pool: BlockPool) -> bool:
         """Each member's block for its next token, in one allocation; False (nothing taken) when the
-        pool cannot hold them all (the per-request path then preempts)."""
-        due = self.grows.pop(self.tick, None)   # _due unordered (one allocation: the order changes nothing), inline
+        pool cannot hold them all (the per-request path then preempts). The members of this step's
+        phase need one each; members due their first block here need what Scheduler._grow says, then
+        join their phase."""
+        t, bs = self.tick, self.block_size
+        p = t % bs
+        k = self.count[p]
+        due = self.grows.pop(t, None)   # _due unordered (one allocation: the order changes nothing), inline
+        if due:
+            due = [m for m in due if m.live]
         if not due:
+            if not k:
+                return True
+            if not pool.allocate(k):
+                return False
+            self.grown[p] += 1
             return True
-        due = [m for m in due if m.live]
-        if not due:
-            return True
-        t, bs, look = self.tick, self.block_size, self.lookahead
+        look = self.lookahead
         need = [(m.base + t + look) // bs + 1 - m.held for m in due]   # Scheduler._grow
-        if not pool.allocate(sum(need)):
+        if not pool.allocate(sum(need) + k):
             self.grows[t] = due
             return False
-        grows = self.grows
-        for m, k in zip(due, need):
-            m.held += k
-            m.req.blocks += k
-            grows[m.held * bs - look - m.base].append(m)
+        if k:
+            self.grown[p] += 1
+        count, grown = self.count, self.grown
+        for m, n in zip(due, need):
+            m.held += n
+            m.req.blocks += n
+            m.ph = ph = (-look - m.base) % bs   # next due at held * bs - look - base, then every bs steps
+            m.g0 = grown[ph]
+            count[ph] += 1
         return True
 
     def filling(self, unit: int) -> list[tuple[Request, int, int]]:
@@ -256,6 +283,9 @@ class DecodeCohort:
         out = []
         for m in done:
             r = m.req
+            if m.ph >= 0:
+                _catch_up(m, self.grown[m.ph])
+                self.count[m.ph] -= 1
             r.computed = c = m.base + t
             r.generated, r.last_at, r.max_tbt = c - m.lag, now, _fmax(m.mt, self.peaks.since(m.since))
             self.kv -= c
@@ -265,6 +295,15 @@ class DecodeCohort:
             out.append(r)
         self.old -= len(done)
         return out
+
+
+def _catch_up(m: _Member, grown: int) -> None:
+    """Its phase's grows since `m` last caught up, on `held` and its object's `blocks`."""
+    d = grown - m.g0
+    if d:
+        m.held += d
+        m.req.blocks += d
+        m.g0 = grown
 
 
 def _seq(m: _Member) -> int:

@@ -11,6 +11,7 @@ length) answer None, and the caller takes the general path.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Callable
 
 from sim.apps.serve.costvec import Cost, cell, rows_around
@@ -22,6 +23,10 @@ class DecodeCosts:
     def __init__(self, table: Callable, interp: Callable):
         self._table, self.interp = table, interp
         self._by_n: dict[int, tuple] = {}
+        # n -> the KV cell its last step read: the segment [x0, x0 + dx) of the kv_len grid and its four
+        # entries (fixed once read, sim.apps.serve.lazytable); a step of n whose mean kv_len falls in it
+        # (most: a context grows by one token a step) reads them here, its weight computed as cell() does
+        self._cells: dict[int, tuple] = {}
 
     def _at(self, n: int) -> tuple:
         """D(n), the KV grid and rows around n, and _bilinear's (clamped) weight between them."""
@@ -35,14 +40,21 @@ class DecodeCosts:
     def __call__(self, n: int, decode_kv: int) -> Cost | None:
         d, ks, lo_row, hi_row, w = self._at(n)
         kbar = decode_kv / n
-        if kbar > ks[-1]:
-            return None
-        c = cell(ks, lo_row, hi_row, w, kbar)
-        if c is None:
-            return None
-        a, b, a2, b2, wk, _ = c
-        if not len(d) == len(a) == len(b) == len(a2) == len(b2):
-            return None
+        got = self._cells.get(n)
+        if got is not None and got[0] <= kbar < got[0] + got[1]:
+            x0, dx, a, b, a2, b2 = got
+            wk = (kbar - x0) / dx
+        else:
+            if kbar > ks[-1]:
+                return None
+            c = cell(ks, lo_row, hi_row, w, kbar)
+            if c is None:
+                return None
+            a, b, a2, b2, wk, _ = c
+            if not len(d) == len(a) == len(b) == len(a2) == len(b2):
+                return None
+            i = min(bisect_right(ks, kbar) - 1, len(ks) - 2)   # cell()'s segment
+            self._cells[n] = (ks[i], ks[i + 1] - ks[i], a, b, a2, b2)
         # lerp(x, y, wk) on each row, lerp(lo, hi, w) between them, add(D(n), that)
         return tuple([de + (lo + w * ((x2 + wk * (y2 - x2)) - lo))
                       for de, lo, x2, y2 in zip(d, [x + wk * (y - x) for x, y in zip(a, b)], a2, b2)])

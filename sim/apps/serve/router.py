@@ -74,8 +74,8 @@ def choose(policy: str, i: int, replicas: list[Replica]) -> int:
 
 def stream(env: simpy.Environment, reqs: Requests, route: Callable[[int], None]):
     """The router's process: each request at its arrival time to `route`."""
-    for i in range(len(reqs)):
-        dt = reqs.arrival_s[i] - env.now
+    for i, at in enumerate(reqs.arrivals()):
+        dt = at - env.now
         if dt > 0:
             yield env.timeout(dt)
         route(i)

@@ -189,7 +189,7 @@ def _regrow_cohort(sched: Scheduler, c: DecodeCohort, last: int, used: list[tupl
     try:
         for j in range(2, last + 1):
             c.tick = t0 + j - 1   # step j is scheduled after j - 1 hand-outs
-            if c.tick in c.grows or c.tick in fills:
+            if c.grows_at(c.tick) or c.tick in fills:
                 if not sched.cohort_regrow(c):
                     return j - 1
                 used.append((j, sched.pool.used))

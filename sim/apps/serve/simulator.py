@@ -25,7 +25,7 @@ import simpy
 
 from hw_models.stack.spec import stack_for
 from hw_models.power import Board
-from sim.apps.serve import debug_checks, frontend, runahead, speculative
+from sim.apps.serve import debug_checks, frontend, handout_ref, runahead, speculative
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.cohort import DecodeCohort, finite
@@ -105,6 +105,8 @@ class ServeSim:
             # decode steps as array operations (sim.apps.serve.cohort)
             sched.cohort = DecodeCohort(sched.pool.block_size, sched.lookahead)
         self.ahead = runahead.allowed(self)   # runs of pure decode steps in one timeout
+        # the cost's pure decode step (Surrogate.decode_step), for a cohort's steps
+        self.decode_step = getattr(setup.target_cost, "decode_step", None)
 
     def run(self) -> ServeResult:
         env = simpy.Environment()
@@ -140,9 +142,8 @@ class ServeSim:
         return dict(zip(ITER_COLUMNS, cols))
 
     def _arrivals(self, env: simpy.Environment):
-        r = self.reqs
-        for i in range(len(r)):
-            dt = r.arrival_s[i] + self.front_end_s - env.now
+        for i, at in enumerate(self.reqs.arrivals()):
+            dt = at + self.front_end_s - env.now
             if dt > 0:
                 yield env.timeout(dt)
             self.enter(i)
@@ -240,7 +241,12 @@ class ServeSim:
         if batch.preempted:
             self.swap_log.extend(batch.preempted)
         if batch.cohort is not None:
-            t, e = self._costed(s.target_cost, batch.cohort.features(batch.entries[len(batch.cohort):]))
+            c = batch.cohort
+            n = len(c)
+            if self.decode_step is not None and len(batch.entries) == n:   # a pure decode step
+                t, e = self._booked(s.target_cost.keys, self.decode_step(n, c.kv + n, c.features))
+            else:
+                t, e = self._costed(s.target_cost, c.features(batch.entries[n:]))
             return t + swap_s, e
         if batch.padded is not None:
             t, e = self._costed(s.target_cost, features(batch.padded))
@@ -255,9 +261,12 @@ class ServeSim:
 
     def _costed(self, cost, it: Iteration) -> tuple[float, float]:
         """(seconds, joules) of `it`; its resources' busy times go to the run's totals."""
-        c = cost(it)
+        return self._booked(cost.keys, cost(it))
+
+    def _booked(self, keys: list[str], c: tuple[float, ...]) -> tuple[float, float]:
+        """(seconds, joules) of a step's cost vector `c`; its resources' busy times go to the run's totals."""
         busy = self.busy
-        for k, v in zip(cost.keys, c[2:]):
+        for k, v in zip(keys, c[2:]):
             busy[k] = busy.get(k, 0.0) + v
         return c[0], c[1]
 
@@ -268,7 +277,7 @@ class ServeSim:
         if batch.cohort is not None and finite(now):
             tokens, prefill = self._hand_out_cohort(batch, start, now, gaps)
         elif self.spec or self.sched.reference:
-            tokens, prefill = self._hand_out_reference(batch, start, now, gaps)
+            tokens, prefill = handout_ref.hand_out(self, batch, start, now, gaps)
         else:
             if batch.cohort is not None:   # a step that ends at no finite time: counted per request
                 batch.cohort.dissolve()
@@ -306,7 +315,7 @@ class ServeSim:
 
     def _hand_out(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
         """Each scheduled request's tokens computed and its token (if any) emitted; (tokens, prefill
-        sequences). The same decisions as _hand_out_reference in one pass with the per-request work
+        sequences). The same decisions as handout_ref.hand_out in one pass with the per-request work
         a decode needs kept to attribute arithmetic (issue 30): no speculative decoding here."""
         sched = self.sched
         caching = sched.pool.caching
@@ -344,43 +353,6 @@ class ServeSim:
         if run:
             gaps[run_at] = gaps.get(run_at, 0) + run
         self.tokens += emitted
-        return tokens, prefill
-
-    def _hand_out_reference(self, batch: Batch, start: float, now: float, gaps: dict[float, int]) -> tuple[int, int]:
-        """The hand-out as written before issue 30 (speculative decoding runs it; the property test
-        compares schedules against it, tests/test_serve_fastpath.py)."""
-        rec, sched, spec = self.rec, self.sched, self.spec
-        tokens = prefill = 0
-        for r, q in batch.entries:
-            if r.sched_at < 0:
-                r.sched_at = rec["scheduled_s"][r.idx] = start
-            tokens += q
-            decoding = q == 1 and r.generated > 0
-            if spec and decoding:
-                n_tok = speculative.accepted(self, r)
-                r.generated += n_tok
-                r.computed = r.prompt + r.generated - 1
-            else:
-                prefill += not decoding
-                r.computed += q
-                if r.computed < r.prompt + r.generated:
-                    continue        # a prefill chunk that emits nothing yet
-                r.generated += 1
-                n_tok = 1
-                if sched.pool.caching and not r.published:
-                    sched.publish(r)
-            self.tokens += n_tok
-            if r.first_at < 0:
-                r.first_at = rec["first_token_s"][r.idx] = now
-            else:
-                gaps[r.last_at] = gaps.get(r.last_at, 0) + 1
-            if r.last_at >= 0:
-                gap = now - r.last_at
-                if not gap <= r.max_tbt:
-                    r.max_tbt = gap
-            r.last_at = now
-            if r.generated >= r.output:
-                self._finish(r, now)
         return tokens, prefill
 
     def _finish(self, r: Request, now: float) -> None:

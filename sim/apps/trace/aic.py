@@ -58,6 +58,10 @@ STACK = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 # The row's dtype -> the stored weight format sim lowers it with.
 GEMM_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128", "nvfp4": "nvfp4",
                "int4_wo": "int4", "int8_wo": "int8", "sq": "int8"}
+# The row's dtype -> its activations' format where the measured call takes them quantized: TensorRT-LLM's
+# SmoothQuant plugin is timed alone (W8A8 int8 in, the quantize kernel not in the call: aiconfigurator
+# collector/trtllm/collect_gemm.py), costed as the stack's quant_gemm_w8a8 family. Every other dtype: bf16 in.
+GEMM_ACT_FORMAT = {"sq": "int8"}
 KV_FORMAT = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 # The collective algorithm each measured source runs (hw_models.network.collectives); SGLang's depends on the
 # release (engine_collectives.sglang_algorithm: vLLM's kernel before 0.5.12, its own CustomAllReduceV2 after).
@@ -123,7 +127,8 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 # What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
-ISSUE28_FIELDS = {"attention": None, "attention_rules": [], "graph_gap_s": None, "quant_gemm_by_capability": {}}
+ISSUE28_FIELDS = {"attention": None, "attention_rules": [], "graph_gap_s": None, "quant_gemm_by_capability": {},
+                  "quant_gemm_w8a8": {}}
 # The fitted quantized GEMM families (hw_models/stack/kernel_families_fitted.yaml) -> the hand family the
 # stacks named before (TensorRT-LLM's weight-only family then carried the marlin family's figures).
 ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tensor": "fp8_scaled_mm",
@@ -161,9 +166,11 @@ def measured_family(kernel_source: str, prefill: bool = False) -> str | None:
 
 
 @cache
-def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: str | None = None):
-    """The preset's mapper under `stack` (running the `attention` family, if given); only its per-op
-    cost is used, so the model is a placeholder."""
+def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: str | None = None,
+            collector: str | None = None):
+    """The preset's mapper under `stack` (running the `attention` family, if given; its GEMMs replayed as
+    `collector`'s loop replays them, hw_models.stack.cost.replay_weight_copies); only its per-op cost is used,
+    so the model is a placeholder."""
     machine = load_machine(preset)
     if machine.kind != "gpu":
         raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --input-format aic costs GPU ops (a gpu preset)")
@@ -175,7 +182,7 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: s
     elif attention is not None and mapper.stack is not None:
         mapper.stack = mapper.stack.model_copy(update={"attention": attention, "attention_rules": []})
     if not baseline and mapper.stack is not None:   # the tables replay one layer: small caches stay in L2
-        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True})
+        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True, "replay_collector": collector})
     return mapper
 
 
@@ -196,10 +203,11 @@ def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: 
             out.skipped.append(f"{gpu} gemm {fw} {dtype}: no sim format for it")
             continue
         st = stack or STACK.get(fw)
+        act = "bf16" if baseline else GEMM_ACT_FORMAT.get(dtype, "bf16")   # before: SmoothQuant ran as weight-only
         try:
-            mapper = _mapper(preset, st, baseline)
+            mapper = _mapper(preset, st, baseline, collector=fw)
             for m, n, k, lat in part[["m", "n", "k", "latency_us"]].itertuples(index=False):
-                sim_s = mapper.cost(gemm_op(int(m), int(n), int(k), fmt)).duration_s
+                sim_s = mapper.cost(gemm_op(int(m), int(n), int(k), fmt, act)).duration_s
                 out.rows.append(Row(gpu, f"gemm {dtype} [{fw}]", fw, st, lat * US, sim_s, f"{m}x{n}x{k}"))
         except ConfigError as exc:   # e.g. a native-only family on a GPU without the format's rate
             out.skipped.append(f"{gpu} gemm {fw} {dtype} under {st}: {exc}")
