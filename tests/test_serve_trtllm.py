@@ -38,3 +38,32 @@ def test_vllm_v1_admits_both_and_preempts_instead():
     for _ in range(12):
         step(s)
     assert s.preemptions >= 1                    # two sequences of 19 KV tokens need 10 blocks of the 8
+
+
+def budget_pair(chunked: bool):
+    """Budget 12 tokens, a pool that holds both lives (blocks of 4, 32 usable): prompts of 8 and 6."""
+    s = Trtllm(TrtllmConfig(kind="trtllm", max_num_batched_tokens=12, block_size=4, enable_chunked_prefill=chunked),
+               LruBlockPool(33, 4, 1, False))
+    assert s.add(Request(0, 0.0, prompt=8, output=4))
+    assert s.add(Request(1, 0.0, prompt=6, output=4))
+    return s
+
+
+def test_prompts_run_whole_without_chunked_prefill():
+    # TensorRT-LLM's default: 8 tokens leave 4 of the 12; the 6-token prompt does not fit and waits whole.
+    s = budget_pair(chunked=False)
+    assert step(s) == [(0, 8)]
+    assert step(s) == [(0, 1), (1, 6)]           # next step: one decode + the whole prompt, 7 <= 12
+
+
+def test_chunked_prefill_cuts_the_last_prompt_to_the_budget():
+    s = budget_pair(chunked=True)
+    assert step(s) == [(0, 8), (1, 4)]           # 4 of 6 tokens now, as vLLM V1 chunks
+    assert step(s) == [(0, 1), (1, 2)]
+
+
+def test_a_prompt_over_the_whole_budget_is_refused_without_chunking():
+    s = budget_pair(chunked=False)
+    r = Request(2, 0.0, prompt=13, output=1)
+    assert not s.add(r)
+    assert s.refusal(r) == "longer than max_num_batched_tokens (no chunked prefill)"

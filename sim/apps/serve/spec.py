@@ -162,6 +162,7 @@ class Trtllm(_Blocks):
     """TensorRT-LLM (sim.apps.serve.schedulers.trtllm): GUARANTEED_NO_EVICT admission, mixed batches."""
     kind: Literal["trtllm"]
     max_num_batched_tokens: PosInt = 8192   # max_num_tokens (tensorrt_llm/llmapi/llm_args.py)
+    enable_chunked_prefill: bool = False    # tensorrt_llm/llmapi/llm_args.py: off by default (prompts run whole)
     preemption: Literal["recompute"] = "recompute"   # never happens: admission reserves every request's KV
 
 

@@ -127,6 +127,7 @@ class Run:
     # output_spread). The measured E2E is then TTFT + TPOT x (osl - 1) (the source's means, not its lengths'),
     # and the simulated one is derived the same way.
     range_ratio: float | None = None
+    token_budget: int | None = None   # the engine's max_num_tokens as the run was launched (None: ENGINES')
 
 
 @dataclass
@@ -178,7 +179,8 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
                     "lengths": {"prompt": prompt,
                                 "output": {"dist": "uniform", "low": low, "high": high} if high > low
                                 else {"dist": "fixed", "value": run.osl}},
-                    "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency)}},
+                    "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency),
+                                  **({"max_num_batched_tokens": run.token_budget} if run.token_budget else {})}},
     }
     if run.tp > 1:
         raw["parallel"] = {"tp": run.tp, "topology": NODES.get(GPUS.get(run.gpu, run.gpu))}

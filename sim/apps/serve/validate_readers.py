@@ -81,8 +81,19 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
         runs.append(Run(rid, row.system, row.backend, row.model_path, int(row.isl), int(row.osl), int(row.batch_size),
                         int(row.tp_size), quant,
                         {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
-                        range_ratio=client_ratio(rid)))
+                        range_ratio=client_ratio(rid), token_budget=aic_token_budget(row)))
     return runs, skipped
+
+
+def aic_token_budget(row) -> int | None:
+    """max_num_tokens of a TensorRT-LLM run of aiconfigurator's own collection (ids without a date; every
+    TRT-LLM row of the H100 sample, TensorRT-LLM 1.0.0rc3 mostly): aiconfigurator launches its aggregated
+    TRT-LLM workers with max_num_tokens = batch size + isl + 1500 and chunked prefill off
+    (aiconfigurator generator/backends/trtllm.py, `agg_cfg["max_num_tokens"] = agg_cfg["bs"] + isl + 1500`).
+    None for other engines and for InferenceX's rows (their engine's default)."""
+    if row.backend != "trtllm" or client_ratio(str(row.id)) is not None:
+        return None
+    return int(row.batch_size) + int(row.isl) + 1500
 
 
 def _unreplayable(row) -> str:

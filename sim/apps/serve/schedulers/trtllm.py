@@ -11,9 +11,14 @@ the micro-batch scheduler then fills max_num_tokens with generation and context 
 - Batches mix decodes and context chunks within the token budget, as `kind: vllm` (schedulers/vllm.py,
   whose block mechanics this reuses).
 
-Modelled away: chunked context is off by default in TensorRT-LLM (a context runs whole or waits for
-a step with room; here the last one of a step may be split as in vLLM), MAX_UTILIZATION, the
-KV-cache reuse of its block manager.
+- Chunked context is off by default (llm_args.py `enable_chunked_prefill` False): the micro-batch
+  scheduler then schedules a context whole, and the first one that does not fit the token budget left
+  ends the step's context pass (tensorrt_llm/_torch/pyexecutor/scheduler.py, PyMicroBatchScheduler:
+  "No Chunking: Schedule full context", `batch_num_tokens + req_num_tokens > max_num_tokens: break`).
+  A prompt longer than the whole budget can never run and is refused on arrival. With
+  `enable_chunked_prefill: true` the last prompt of a step is cut to the budget as in vLLM.
+
+Modelled away: MAX_UTILIZATION, the KV-cache reuse of its block manager.
 """
 
 from __future__ import annotations
@@ -29,6 +34,17 @@ class Trtllm(VllmV1):
     def __init__(self, cfg: SchedulerConfig, pool: BlockPool, lookahead: int = 0, prompt_limit: int | None = None):
         super().__init__(cfg, pool, lookahead, prompt_limit)
         self.reserved: dict[int, int] = {}      # request -> blocks its whole life takes
+        self.chunked = bool(getattr(cfg, "enable_chunked_prefill", False))
+        if not self.chunked:
+            self.prompt_limit = self.max_tokens
+
+    def fits_ever(self, r: Request) -> bool:
+        if self.prompt_limit is not None and r.prompt > self.prompt_limit:
+            return False
+        return super().fits_ever(r)
+
+    def _splits(self, r: Request) -> bool:
+        return self.chunked
 
     def _admits(self, r: Request) -> bool:
         life = self.pool.blocks_for(r.prompt + r.output + self.lookahead)

@@ -104,6 +104,8 @@ class VllmV1(Scheduler):
             hits = self._hits(r, tokens) if r.computed == 0 else ()
             computed = max(r.computed, len(hits) * self.unit_tokens)
             q = min(tokens - computed, budget)
+            if q < tokens - computed and not self._splits(r):
+                return                                   # the prompt runs whole or waits (schedulers/trtllm.py)
             # allocate_slots(..., full_sequence_must_fit=True): the whole sequence must fit what is free
             # (hit blocks no one holds are in the free queue, so they count against it too).
             full = pool.blocks_for(tokens) - len(hits) * unit
@@ -124,6 +126,10 @@ class VllmV1(Scheduler):
 
     def _admits(self, r: Request) -> bool:
         """A further admission rule of a subclass (schedulers/trtllm.py); V1 has none."""
+        return True
+
+    def _splits(self, r: Request) -> bool:
+        """Whether r's prompt may be cut to the budget left (chunked prefill); V1 always chunks."""
         return True
 
     def _key(self, r: Request, j: int) -> object:
