@@ -214,6 +214,19 @@ NOTES = """What moved, and what did not:
   GPU, the TensorRT-LLM FP8-query curve fitted on H100 alone costs the RTX PRO 6000 rows at 67.0% (bf16-query
   FP8-KV 38.1%): SM 12.x gains more from FP8 math than Hopper, so the shipped SM 12.x family keeps its own
   curves (fitted on that GPU only: no held-out figure for it).
+* The attention call's other kernels under the replay (stop 44): a replayed call re-reads the same buffers, so
+  the RoPE and KV-write kernels' traffic, where it fits the L2, streams at the unit's L2 rate
+  (hw_models.stack.cost.replay_l2_s; only GPUs whose preset gives an L2 rate, L40S and RTX PRO 6000, both
+  ASSUMED figures). The L40S's TensorRT-LLM bf16 rows of 128 tokens take 34.9 us for the whole call (median of
+  112) where those kernels alone cost 42.8 us at the DRAM rate, so the SM 8.9 fit had pinned every length past 32
+  tokens to one fraction (0.428). Refitted (scripts/fit_kernels.py --write), in sample, bf16 KV SGLang /
+  TensorRT-LLM / vLLM: L40S 19.9 / 21.6 / 14.8 -> 13.6 / 8.1 / 9.8%, RTX PRO 6000 12.6 / 13.5 / 9.6 -> 10.5 / 10.1
+  / 8.1%; FP8 KV L40S 16.9 / 20.6 / 12.2 -> 15.6 / 10.5 / 13.4%, RTX PRO 6000 11.5 / 11.6 / 10.0 -> 11.7 / 8.7 /
+  11.4%. Held out by GPU (pooled curves): RTX PRO 6000 TensorRT-LLM bf16 16.6 -> 16.4%, FP8 KV 40.3 -> 33.5%,
+  FP8 query 68.5 -> 55.1%, FlashAttention 23.6 -> 17.8%; A100 TensorRT-LLM 11.8 -> 16.0% (worse: the pooled
+  curve now follows the RTX PRO 6000 rows' faster short prompts), FlashAttention 15.3 -> 13.1%. The pooled decode
+  families move a little (L40S TensorRT-LLM bf16 14.9 -> 11.8%, FP8 46.0 -> 49.7%); serving, which never
+  replays, moves only through them (two H100 golden cases, < 0.1%).
 * Quantized GEMMs (hw_models/stack/kernel_families_fitted.yaml, fitted by scripts/fit_kernels.py on these
   tables: in sample): per-tensor FP8 as the engines run it, an activation-quantize kernel (fitted on the quant
   tables) then the scaled GEMM with its floor and M-curve, one family per engine (TensorRT-LLM cuBLASLt, vLLM

@@ -109,3 +109,36 @@ def test_mapper_tells_kv_heads_and_kv_format_apart():
     for op, seconds in (bf16, fp8):
         assert seconds == _cost(op, "trtllm_attention_sm120", "rtx_pro_6000", True).duration_s
     assert fp8[1] != bf16[1]
+
+
+def _prefill_ops(batch: int, q_len: int) -> tuple:
+    graph = lower(load_model(MODEL), "prefill", batch, q_len, 0, FormatPolicy("bf16", "bf16", "bf16"), True, 1)
+    return graph.op("L0.rope"), graph.op("L0.kv_append")
+
+
+def _stack_cost(op, preset: str, replay: bool):
+    from hw_models.cost import roofline_cost
+    m = load_machine(preset)
+    u = m.units[m.main_unit]
+    stack = load_stack("trtllm").model_copy(update={"single_layer_replay": replay})
+    return roofline_cost(op, u, m.main_unit, m.memory[u.memory], stack=stack)
+
+
+def test_kernel_traffic_that_fits_the_l2_streams_from_it_under_replay():
+    """The RoPE and KV-write kernels of a replayed attention call (hw_models.stack.cost.replay_l2_s) on the L40S
+    (96 MiB L2, 16.96 TB/s cited as assumed in its preset): 8 sequences x 128 tokens read and write Q and K,
+    (32 + 8) heads x 128 x 2 B x 2 = 20,480 B a token, 20.97 MB, under 96 MiB: traffic / 16.96 TB/s plus the
+    kernel floor, 1.24 us of streaming where the DRAM rate (864 GB/s) would take ~24 us. 8 x 4096 tokens of RoPE
+    traffic (671 MB) does not fit: the DRAM stream, replay or not. Without the replay condition nothing changes."""
+    rope, kv = _prefill_ops(8, 128)
+    assert rope.bytes == 8 * 128 * 40 * 128 * 2 * 2
+    for op in (rope, kv):
+        replay, plain = _stack_cost(op, "l40s", True), _stack_cost(op, "l40s", False)
+        spec = load_stack("trtllm").spec(op)
+        assert replay.memory_s == pytest.approx(spec.traffic * op.bytes / 16.96e12)
+        assert plain.memory_s > 10 * replay.memory_s and replay.overhead_s == plain.overhead_s
+    big, _ = _prefill_ops(8, 4096)
+    assert big.bytes > 96 * MIB
+    assert _stack_cost(big, "l40s", True).duration_s == _stack_cost(big, "l40s", False).duration_s
+    # h100_sxm cites no L2 rate: the DRAM stream under replay too
+    assert _stack_cost(rope, "h100_sxm", True).duration_s == _stack_cost(rope, "h100_sxm", False).duration_s
