@@ -202,7 +202,7 @@ ATTENTION = {
     "trtllm_attention": dict(
         TRTLLM_ATTENTION, skip_decode={"rtx_pro_6000": "fp8"},
         description="TensorRT-LLM attention op (XQA / masked MHA decode, FMHA context), RoPE and KV write fused "
-                    "(SM 8.x / 9.x; SM 12.x runs trtllm_attention_sm120)",
+                    "(SM 8.0 / 9.x; SM 12.x runs trtllm_attention_sm120, SM 8.9 trtllm_attention_sm89)",
         cite=TRTLLM_ATTENTION_CITE + "; fitted on every in-sample GPU's rows but the RTX PRO 6000's FP8-KV decode "
              "(another kernel: it walks the cache unsplit, trtllm_attention_sm120), so that a GPU can be held out"),
     "trtllm_attention_sm120": dict(
@@ -213,6 +213,15 @@ ATTENTION = {
              "out). XQA's multi_block_mode (decoderXQARunner, xqaDispatcher.cpp getWorkspaceSize: nbSubSeq "
              "sub-sequences per sequence) is what splits it elsewhere; why the SM 12.x FP8-KV path runs "
              "without it is not established from the source, only measured"),
+    "trtllm_attention_sm89": dict(
+        TRTLLM_ATTENTION, gpus=("l40s",), walk=True,
+        description="TensorRT-LLM attention op on SM 8.9 (Ada), as trtllm_attention; its FP8-KV grouped-query decode "
+                    "does not split the sequence across CTAs either (kv_walk_s_per_token), as on SM 12.x",
+        cite=TRTLLM_ATTENTION_CITE + "; fitted on the L40S rows (the only in-sample SM 8.9 GPU: none held out). Its "
+             "FP8-KV grouped-query rows at batch 1 grow with the KV length at the same time for 1-8 KV heads, as the "
+             "RTX PRO 6000's do (trtllm_attention_sm120); XQA kernels are compiled for the running GPU's SM version "
+             "(cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQAImplJIT, NVRTC; precompiled: "
+             "cubin/xqa_kernel_cubin.h per SM), so SM 8.9's are not SM 8.0's"),
     "flash_attn": dict(
         framework="vllm", kernel="flash_attn", stack="vllm",
         description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
@@ -290,7 +299,8 @@ def _attention_table(name: str, table: str, check: bool = False) -> list[tuple]:
     framework, kernel, stack = spec["check"] if check else (spec["framework"], spec["kernel"], spec["stack"])
     if table == "ctx_attn" and not check:
         kernel = spec.get("prefill_kernel", kernel)
-    gpus = PREFILL_GPUS if table == "ctx_attn" else ATTN_GPUS
+    # decode rows: the pooled GPUs, or the GPUs a family names (the L40S's only for its own SM 8.9 family)
+    gpus = PREFILL_GPUS if table == "ctx_attn" or "gpus" in spec else ATTN_GPUS
     out = []
     for gpu, preset in gpus.items():
         if gpu not in spec.get("gpus", gpus):

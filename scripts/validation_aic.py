@@ -177,8 +177,12 @@ NOTES = """What moved, and what did not:
   (SM 8.9; no attention family is fitted on them) are out of sample for these changes, decode (previous stop ->
   now): bf16 SGLang 18.2 -> 13.0, TensorRT-LLM 18.3 -> 14.9, vLLM 19.6 -> 16.2; FP8 SGLang 20.6 -> 10.3, vLLM 14.4
   -> 11.2, TensorRT-LLM 40.1 -> 46.0: its FP8-KV grouped rows show the SM 12.x walk too (batch 1 at >= 8K tokens
-  95% fast under trtllm_attention, now fitted on H100's FP8 rows alone); no SM 8.9 rule is shipped, since it
-  would be chosen on these rows.
+  95% fast under trtllm_attention, now fitted on H100's FP8 rows alone); no SM 8.9 rule was shipped then, since it
+  would have been chosen on these rows. Stop 44 ships it, fitted on the L40S rows (so the L40S is in sample for
+  it, none held out): `trtllm_attention_sm89`, the trtllm stack's rule for the exact SM version 8.9
+  (`attention_rules: capability`), with the unsplit walk: the L40S FP8-KV grouped rows at batch 1 take 139 / 271 /
+  533 / 1057 / 2106 us at 8K / 16K / 32K / 64K / 128K tokens for every head layout from 4 / 1 to 64 / 8 (16.1 ns a
+  token). TensorRT-LLM L40S decode FP8 49.7 -> 15.6%, bf16 11.8 -> 10.7%.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The

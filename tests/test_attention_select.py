@@ -43,6 +43,24 @@ def test_rules_by_hand():
     assert select_family("a", [AttentionRule(family="d", kv=["fp8"])], None, "fp8_e4m3") == "d"   # alias
 
 
+def test_exact_capability_rule_by_hand():
+    """`capability` matches the exact SM version, not its major: SM 8.9 (Ada) apart from SM 8.0 (Ampere)."""
+    rules = [AttentionRule(family="ada", capability=[8.9])]
+    assert select_family("a", rules, 8.9, "bf16") == "ada"
+    assert select_family("a", rules, 8.0, "bf16") == "a"
+    assert select_family("a", rules, 8.6, "bf16") == "a"
+    assert select_family("a", rules, None, "bf16") == "a"
+
+
+@pytest.mark.parametrize("preset, family", [
+    ("l40s", "trtllm_attention_sm89"), ("a100_80g", "trtllm_attention"), ("h100_sxm", "trtllm_attention"),
+    ("rtx_pro_6000", "trtllm_attention_sm120")])
+def test_trtllm_attention_by_sm_version(preset, family):
+    m = load_machine(preset)
+    cap = m.units[m.main_unit].efficiency.compute_capability
+    assert load_stack("trtllm").attention_family(cap, "fp8_e4m3") == family
+
+
 @pytest.mark.parametrize("preset, kv, family", [
     ("h100_sxm", "bf16", "sglang_fa3"),          # fa3 on Hopper (sgl-kernel's build)
     ("h200", "fp8_e4m3", "sglang_fa3"),

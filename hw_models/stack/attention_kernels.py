@@ -237,10 +237,12 @@ class AttentionFamily(PrefillCurves):
 
 class AttentionRule(Strict):
     """One line of an engine's attention-backend choice: `family` runs where the GPU's compute
-    capability major is one of `capability_major` and the KV cache is stored in one of `kv`
+    capability major is one of `capability_major`, its exact capability one of `capability` (SM 8.9 apart
+    from SM 8.0: the engines build kernels per SM version), and the KV cache is stored in one of `kv`
     (an empty list matches anything; a GPU without compute_capability matches no capability list)."""
     family: str
     capability_major: list[int] = []
+    capability: list[float] = []
     kv: list[str] = []
 
     @field_validator("kv")
@@ -253,6 +255,8 @@ class AttentionRule(Strict):
 
     def matches(self, capability: float | None, kv_fmt: str | None) -> bool:
         if self.capability_major and (capability is None or int(capability) not in self.capability_major):
+            return False
+        if self.capability and capability not in self.capability:
             return False
         return not self.kv or (kv_fmt is not None and get_format(kv_fmt).name in self.kv)
 
