@@ -198,6 +198,18 @@ VLLM_FLASHINFER_CITE = (
     "vLLM's FP8-KV ctx_attn rows (kernel_source vllm_flashinfer_fiprefill / _fidecode: RTX PRO 6000 and L40S), which "
     "take 1.33-1.38x (RTX PRO 6000) and 1.25-1.30x (L40S) SGLang's FlashInfer FP8-KV rows of the same shapes at the "
     "median from 1K to 16K tokens")
+
+
+def _trtllm_walk_family(gpu: str, arch: str, gpu_name: str, sm: str, why: str) -> dict:
+    """TensorRT-LLM's attention op on an architecture whose FP8-KV grouped-query decode walks the cache unsplit,
+    fitted on that architecture's one in-sample GPU (`walk`: kv_walk_s_per_token)."""
+    return dict(TRTLLM_ATTENTION, gpus=(gpu,), walk=True,
+                description=f"TensorRT-LLM attention op on {arch}, as trtllm_attention; its FP8-KV grouped-query "
+                            "decode does not split the sequence across CTAs (kv_walk_s_per_token)",
+                cite=f"{TRTLLM_ATTENTION_CITE}; fitted on the {gpu_name} rows (the only in-sample {sm} GPU: none "
+                     f"held out). {why}")
+
+
 ATTENTION = {
     "trtllm_attention": dict(
         TRTLLM_ATTENTION, skip_decode={"rtx_pro_6000": "fp8"},
@@ -205,23 +217,17 @@ ATTENTION = {
                     "(SM 8.0 / 9.x; SM 12.x runs trtllm_attention_sm120, SM 8.9 trtllm_attention_sm89)",
         cite=TRTLLM_ATTENTION_CITE + "; fitted on every in-sample GPU's rows but the RTX PRO 6000's FP8-KV decode "
              "(another kernel: it walks the cache unsplit, trtllm_attention_sm120), so that a GPU can be held out"),
-    "trtllm_attention_sm120": dict(
-        TRTLLM_ATTENTION, gpus=("rtx_pro_6000",), walk=True,
-        description="TensorRT-LLM attention op on SM 12.x (RTX Blackwell), as trtllm_attention; its FP8-KV "
-                    "grouped-query decode does not split the sequence across CTAs (kv_walk_s_per_token)",
-        cite=TRTLLM_ATTENTION_CITE + "; fitted on the RTX PRO 6000 rows (the only in-sample SM 12.x GPU: none held "
-             "out). XQA's multi_block_mode (decoderXQARunner, xqaDispatcher.cpp getWorkspaceSize: nbSubSeq "
-             "sub-sequences per sequence) is what splits it elsewhere; why the SM 12.x FP8-KV path runs "
-             "without it is not established from the source, only measured"),
-    "trtllm_attention_sm89": dict(
-        TRTLLM_ATTENTION, gpus=("l40s",), walk=True,
-        description="TensorRT-LLM attention op on SM 8.9 (Ada), as trtllm_attention; its FP8-KV grouped-query decode "
-                    "does not split the sequence across CTAs either (kv_walk_s_per_token), as on SM 12.x",
-        cite=TRTLLM_ATTENTION_CITE + "; fitted on the L40S rows (the only in-sample SM 8.9 GPU: none held out). Its "
-             "FP8-KV grouped-query rows at batch 1 grow with the KV length at the same time for 1-8 KV heads, as the "
-             "RTX PRO 6000's do (trtllm_attention_sm120); XQA kernels are compiled for the running GPU's SM version "
-             "(cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQAImplJIT, NVRTC; precompiled: "
-             "cubin/xqa_kernel_cubin.h per SM), so SM 8.9's are not SM 8.0's"),
+    "trtllm_attention_sm120": _trtllm_walk_family(
+        "rtx_pro_6000", "SM 12.x (RTX Blackwell)", "RTX PRO 6000", "SM 12.x",
+        "XQA's multi_block_mode (decoderXQARunner, xqaDispatcher.cpp getWorkspaceSize: nbSubSeq sub-sequences per "
+        "sequence) is what splits it elsewhere; why the SM 12.x FP8-KV path runs without it is not established from "
+        "the source, only measured"),
+    "trtllm_attention_sm89": _trtllm_walk_family(
+        "l40s", "SM 8.9 (Ada)", "L40S", "SM 8.9",
+        "Its FP8-KV grouped-query rows at batch 1 take the same time for 1-8 KV heads at every KV length, as the RTX "
+        "PRO 6000's do (trtllm_attention_sm120); XQA kernels are compiled for the running GPU's SM version "
+        "(cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQAImplJIT, NVRTC; precompiled: "
+        "cubin/xqa_kernel_cubin.h per SM), so SM 8.9's are not SM 8.0's"),
     "flash_attn": dict(
         framework="vllm", kernel="flash_attn", stack="vllm",
         description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
