@@ -788,12 +788,12 @@ def fit_quant_kernel(engine: str, gpus: tuple[str, ...] | None = None) -> dict:
 
 
 def _rows_of(df: pd.DataFrame, gpu: str, fmt: str, rate_format: str, q: dict | None, act: str = "bf16",
-             l2_bytes_per_s: float | None = None) -> list[tuple]:
+             l2_bytes_per_s: float | None = None, replay_l2: bool = True) -> list[tuple]:
     """Per measured row of `df` (one GPU's gemm-table rows): (M, weight s, other s, compute s, measured less
     the quantize kernel, measured, weight bytes / L2, K, activation-quant bytes / bw), as _gemm_parts splits it;
     where the replayed weights stay in the L2 (hw_models.stack.cost.replay_weight_l2_s: the row's collector's
     copies, at `l2_bytes_per_s` or else the preset's L2 rate), their L2 time is in `other` and the DRAM weight
-    time is 0."""
+    time is 0 (`replay_l2` False: every row from DRAM, for _dense_base to place the L2 per rate)."""
     from sim.core.formats import get_format
     from hw_models.stack.cost import replay_weight_l2_s
     mach = _machine(GEMM_PRESETS[gpu])
@@ -802,7 +802,7 @@ def _rows_of(df: pd.DataFrame, gpu: str, fmt: str, rate_format: str, q: dict | N
     for r in df.itertuples(index=False):
         w, o, qx, c = _gemm_parts(GEMM_PRESETS[gpu], int(r.m), int(r.n), int(r.k), fmt, rate_format, act)
         l2_s = replay_weight_l2_s(unit, get_format(fmt).storage_bytes((int(r.n), int(r.k))), fmt, r.framework,
-                                  l2_bytes_per_s)
+                                  l2_bytes_per_s) if replay_l2 else None
         if l2_s is not None:   # the collector's copies stay in the L2: no DRAM stream (family_cost does the same)
             w, o = 0.0, o + l2_s
         quant_s = q["floor_s"] + qx / q["stream_efficiency"] if q else 0.0
@@ -925,9 +925,10 @@ def _fit_curve(rows: list[tuple], held: list[tuple], flat_below: bool = False, k
     points, seen = [], []
     for m in sorted(set(m_.tolist())):
         sel = m_ == m
-        q = t_[sel] - y_[sel]
-        err = [np.mean(np.abs(np.maximum(min_s, floor + np.maximum(c_[sel] / f, mem[sel]) + q) - t_[sel]) / t_[sel])
-               for f in grid]
+        q, t = t_[sel] - y_[sel], t_[sel]
+        # every grid fraction at once (rows of the grid): the same arithmetic per fraction as one row at a time
+        err = list(np.mean(np.abs(np.maximum(min_s, floor + np.maximum(c_[sel] / grid[:, None], mem[sel]) + q) - t) / t,
+                           axis=1))
         points.append([int(m), float(grid[int(np.argmin(err))])])
         seen.append(bool(min(err) < err[-1] - 1e-12))
     fracs = np.maximum.accumulate([f for _, f in points])   # never lower with more rows (kernel_families)
@@ -961,14 +962,37 @@ REPLAY_L2_GRID = np.geomspace(1e12, 32e12, 46)
 
 
 @cache
-def _dense_rows(gpu: str, l2_bytes_per_s: float | None = None) -> list[tuple]:
-    rows = []
+def _dense_base(gpu: str) -> tuple[list[tuple], list[float | None]]:
+    """The GPU's bf16 rows (_rows_of) with every weight streamed from DRAM, and per row the weight bytes where
+    the row's collector's copies fit the L2 (replay_weight_copies), else None: what no replay rate changes,
+    built once for the REPLAY_L2_GRID search."""
+    from hw_models.stack.cost import replay_weight_copies
+    unit = _machine(GEMM_PRESETS[gpu]).units[_machine(GEMM_PRESETS[gpu]).main_unit]
+    rows, l2_weights = [], []
     for table in DENSE_TABLES:
         path = SHARED / f"{table}_{gpu}.csv.gz"
         if path.is_file():
             df = pd.read_csv(path)
-            rows += _rows_of(df[df["dtype"] == "bfloat16"], gpu, "bf16", "bf16", None, l2_bytes_per_s=l2_bytes_per_s)
-    return rows
+            df = df[df["dtype"] == "bfloat16"]
+            rows += _rows_of(df, gpu, "bf16", "bf16", None, replay_l2=False)
+            for r in df.itertuples(index=False):
+                wb = float(int(r.n) * int(r.k) * 2)
+                fits = unit.l2_bytes and replay_weight_copies(r.framework, unit.l2_bytes, wb, "bf16") * wb <= unit.l2_bytes
+                l2_weights.append(wb if fits else None)
+    return rows, l2_weights
+
+
+@cache
+def _dense_rows(gpu: str, l2_bytes_per_s: float | None = None) -> list[tuple]:
+    """_dense_base's rows with the weights that stay in the L2 read at `l2_bytes_per_s` (else the preset's L2
+    rate; neither: DRAM), as _rows_of places them."""
+    rows, l2_weights = _dense_base(gpu)
+    unit = _machine(GEMM_PRESETS[gpu]).units[_machine(GEMM_PRESETS[gpu]).main_unit]
+    rate = l2_bytes_per_s or unit.l2_bandwidth_bytes_per_s
+    if not rate:
+        return rows
+    return [row if wb is None else (row[0], 0.0, row[2] + wb / rate, *row[3:])
+            for row, wb in zip(rows, l2_weights)]
 
 
 def fit_dense_gemm(gpus: tuple[str, ...], hold_out: str | None = None) -> dict:
