@@ -137,6 +137,7 @@ def test_kernel_traffic_that_fits_the_l2_streams_from_it_under_replay():
         spec = load_stack("trtllm").spec(op)
         assert replay.memory_s == pytest.approx(spec.traffic * op.bytes / 16.96e12)
         assert plain.memory_s > 10 * replay.memory_s and replay.overhead_s == plain.overhead_s
+        assert plain.bound == "memory"     # fused into the attention op: no kernel floor of its own (trtllm.yaml)
     big, _ = _prefill_ops(8, 4096)
     assert big.bytes > 96 * MIB
     assert _stack_cost(big, "l40s", True).duration_s == _stack_cost(big, "l40s", False).duration_s

@@ -67,3 +67,11 @@ def test_a_prompt_over_the_whole_budget_is_refused_without_chunking():
     r = Request(2, 0.0, prompt=13, output=1)
     assert not s.add(r)
     assert s.refusal(r) == "longer than max_num_batched_tokens (no chunked prefill)"
+
+
+def test_a_prompt_of_exactly_the_budget_runs_alone():
+    """A 12-token prompt under the 12-token budget fits (the scheduler's `>` test: batch + prompt > budget breaks):
+    it is accepted and runs whole in a step of its own once the running requests leave it room."""
+    s = Trtllm(TrtllmConfig(kind="trtllm", max_num_batched_tokens=12, block_size=4), LruBlockPool(33, 4, 1, False))
+    assert s.add(Request(0, 0.0, prompt=12, output=2))
+    assert step(s) == [(0, 12)]
