@@ -69,20 +69,22 @@ def test_ctrl_c_at_random_times_during_sim_serve(tmp_path):
     assert rc == 0 and _whole_or_absent(out, names), err
     rng = random.Random(34)
     outcomes = []
-    for _ in range(6):
+    while len(outcomes) < 12 and outcomes.count(130) < 3:
         for n in names:
             (out / n).unlink(missing_ok=True)
         # Up to 3/4 of the timed run: on a shared, loaded machine one run can take 2x another, and signals
         # drawn up to the very end then land after it (outcome 0) more often than inside it.
-        rc, err = _interrupt(argv, rng.uniform(0.0, 0.75 * whole))
+        delay_s = rng.uniform(0.0, 0.75 * whole)
+        rc, err = _interrupt(argv, delay_s)
         if rc == 130:
             assert err.strip() == "interrupted", err   # one line, no traceback
         else:
             assert rc == 0, err   # finished before the signal
+            whole = min(whole, delay_s)   # a run took less than the timed one: draw the next signals earlier
         written = _whole_or_absent(out, names)
         assert written or rc == 130, (rc, written)   # interrupted after the outputs landed: whole
         outcomes.append(rc)
-    assert outcomes.count(130) >= 3, outcomes   # most tries land inside the run
+    assert outcomes.count(130) >= 3, outcomes   # enough tries land inside the run for the checks to mean something
 
 
 def test_ctrl_c_at_random_times_during_a_sweep_keeps_the_store_whole(tmp_path):
