@@ -224,8 +224,8 @@ NOTES = """What moved, and what did not:
   ASSUMED figures). The L40S's TensorRT-LLM bf16 rows of 128 tokens take 34.9 us for the whole call (median of
   112) where those kernels alone cost 42.8 us at the DRAM rate, so the SM 8.9 fit had pinned every length past 32
   tokens to one fraction (0.428). Refitted (scripts/fit_kernels.py --write), in sample, bf16 KV SGLang /
-  TensorRT-LLM / vLLM: L40S 19.9 / 21.6 / 14.8 -> 13.6 / 8.1 / 9.8%, RTX PRO 6000 12.6 / 13.5 / 9.6 -> 10.5 / 10.1
-  / 8.1%; FP8 KV L40S 16.9 / 20.6 / 12.2 -> 15.6 / 10.5 / 13.4%, RTX PRO 6000 11.5 / 11.6 / 10.0 -> 11.7 / 8.7 /
+  TensorRT-LLM / vLLM: L40S 19.9 / 21.6 / 14.8 -> 13.6 / 8.1 / 9.8% (8.2% for TensorRT-LLM after trtllm_attention_sm89 below), RTX PRO 6000 12.6 / 13.5 / 9.6 -> 10.5 / 10.1
+  / 8.1%; FP8 KV L40S 16.9 / 20.6 / 12.2 -> 15.6 / 10.5 / 13.4% (TensorRT-LLM 9.9% after it), RTX PRO 6000 11.5 / 11.6 / 10.0 -> 11.7 / 8.7 /
   11.4%. Held out by GPU (pooled curves): RTX PRO 6000 TensorRT-LLM bf16 16.6 -> 16.4%, FP8 KV 40.3 -> 33.5%,
   FP8 query 68.5 -> 55.1%, FlashAttention 23.6 -> 17.8%; A100 TensorRT-LLM 11.8 -> 16.0% (worse: the pooled
   curve now follows the RTX PRO 6000 rows' faster short prompts), FlashAttention 15.3 -> 13.1%. The pooled decode
