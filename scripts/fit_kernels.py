@@ -964,9 +964,10 @@ REPLAY_L2_GRID = np.geomspace(1e12, 32e12, 46)
 @cache
 def _dense_base(gpu: str) -> tuple[list[tuple], list[float | None]]:
     """The GPU's bf16 rows (_rows_of) with every weight streamed from DRAM, and per row the weight bytes where
-    the row's collector's copies fit the L2 (replay_weight_copies), else None: what no replay rate changes,
+    the row's collector's copies fit the L2 (hw_models.stack.cost.replay_weights_fit), else None: what no replay rate changes,
     built once for the REPLAY_L2_GRID search."""
-    from hw_models.stack.cost import replay_weight_copies
+    from hw_models.stack.cost import replay_weights_fit
+    from sim.core.formats import get_format
     unit = _machine(GEMM_PRESETS[gpu]).units[_machine(GEMM_PRESETS[gpu]).main_unit]
     rows, l2_weights = [], []
     for table in DENSE_TABLES:
@@ -976,9 +977,8 @@ def _dense_base(gpu: str) -> tuple[list[tuple], list[float | None]]:
             df = df[df["dtype"] == "bfloat16"]
             rows += _rows_of(df, gpu, "bf16", "bf16", None, replay_l2=False)
             for r in df.itertuples(index=False):
-                wb = float(int(r.n) * int(r.k) * 2)
-                fits = unit.l2_bytes and replay_weight_copies(r.framework, unit.l2_bytes, wb, "bf16") * wb <= unit.l2_bytes
-                l2_weights.append(wb if fits else None)
+                wb = get_format("bf16").storage_bytes((int(r.n), int(r.k)))
+                l2_weights.append(wb if replay_weights_fit(unit, wb, "bf16", r.framework) else None)
     return rows, l2_weights
 
 

@@ -86,11 +86,15 @@ def replay_weight_l2_s(unit: Unit, weight_bytes: float, weight_fmt: str = "bf16"
     fit the L2 or no rate is given (the DRAM stream). Serving never replays one layer (every other layer evicts the
     L2), so never takes this."""
     rate = l2_bytes_per_s or unit.l2_bandwidth_bytes_per_s
-    if not weight_bytes or not unit.l2_bytes or not rate:
-        return None
-    if replay_weight_copies(collector, unit.l2_bytes, weight_bytes, weight_fmt) * weight_bytes > unit.l2_bytes:
+    if not rate or not replay_weights_fit(unit, weight_bytes, weight_fmt, collector):
         return None
     return weight_bytes / rate
+
+
+def replay_weights_fit(unit: Unit, weight_bytes: float, weight_fmt: str = "bf16", collector: str | None = None) -> bool:
+    """Whether `collector`'s replayed weight copies (replay_weight_copies) fit `unit`'s L2."""
+    return bool(weight_bytes and unit.l2_bytes) and \
+        replay_weight_copies(collector, unit.l2_bytes, weight_bytes, weight_fmt) * weight_bytes <= unit.l2_bytes
 
 
 def replay_l2_s(unit: Unit, traffic_bytes: float) -> float | None:
