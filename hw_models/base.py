@@ -173,12 +173,28 @@ class Mapper:
         so = self.step_overhead
         return so.host_s(n_seqs, self.devices) if so is not None else 0.0
 
+    def sampler(self, n_seqs: int) -> tuple[float, float]:
+        """Device seconds and activity + DRAM joules of one step's sampling over `n_seqs` sequences: a
+        `sampling: top_p` workload on a stack with a `top_p_sampler` (hw_models.stack.sampler), else none (an
+        argmax or a draw rides in the LM head's kernels). Every device samples the whole vocabulary, in step."""
+        spec = getattr(getattr(self, "stack", None), "top_p_sampler", None)
+        if spec is None or self.workload.sampling != "top_p" or n_seqs <= 0:
+            return 0.0, 0.0
+        tier = self.machine.memory[self.machine.units[self.machine.main_unit].memory]
+        vocab = self.model.vocab_size
+        t = spec.seconds(n_seqs, vocab, tier.bandwidth_bytes_per_s)
+        return t, self.gap_active_j(t) + self.devices * spec.dram_bytes(n_seqs, vocab) * (tier.energy_j_per_byte or 0.0)
+
     def with_engine(self, device: StepResult, n_seqs: int) -> StepResult:
         """`device` (the step's kernels, folded) with the engine's host work of `n_seqs` sequences:
         serial, the step takes host + device; overlapped, max(host, device) (hw_models.stack.step_overhead).
         Applied after the layer fold: a max() is not linear in the layer count. The host's busy time
         grows by the host work; `engine_host_s` in the counters. The devices draw activity power through the
         gap the host leaves them (gap_active_j), charged in the step's energy; idle power over it in `figures`."""
+        sample_s, sample_j = self.sampler(n_seqs)
+        if sample_s:   # the sampler's kernels follow the step's on the device, before the host reads the ids
+            device = StepResult(device.phase, device.kv_len, device.time_s + sample_s, device.busy_s,
+                                device.energy_j + sample_j, {**device.counters, "sampler_s": sample_s})
         host = self.engine_host_s(n_seqs)
         if not host:
             return device

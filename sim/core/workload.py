@@ -63,6 +63,11 @@ class Workload(Strict):
     # torch-cudagraph, vllm, trtllm): kernels per op, fusion, launch cost, quantized GEMM kernels.
     # None: every op one kernel with the preset's launch overhead (the model before stacks existed).
     stack: str | None = None
+    # How each step picks its tokens: `greedy` (temperature 0, an argmax inside the LM head's kernels: most
+    # benchmark clients), `random` (temperature > 0, no top-k/top-p: a softmax and a draw, a few passes over the
+    # logits, not charged) or `top_p`
+    # (a nucleus: a stack with a `top_p_sampler` sorts every row's logits each step, hw_models.stack.sampler).
+    sampling: Literal["greedy", "random", "top_p"] = "greedy"
     # Top-level keys a hardware kind owns (offload's `policy`, PIM's `pim_policy`), kept
     # as given and validated by that kind's own schema when it runs the workload.
     sections: dict[str, Any] = {}

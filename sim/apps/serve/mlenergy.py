@@ -15,6 +15,9 @@ Assumptions (the data do not give them):
   `input_scale` to show how much the answer depends on it.
 * Output lengths: a lognormal with the run's measured mean (`avg_output_tokens`), cv
   OUTPUT_CV, clipped at the task's cap.
+* Sampling: the benchmark's client sends top_p 0.95 at temperature 0.8 with every request
+  (ml-energy/benchmark mlenergy/benchmark/llm/benchmark.py, its defaults @c1d6557; no config overrides
+  them), so the replay samples with top-p (`sampling: top_p`; hw_models.stack.sampler): known, not assumed.
 * Requests per replay: REQUESTS_PER_SEQ x max_num_seqs (at least MIN_REQUESTS), fewer than
   the benchmark's 198-24,576, so the steady state is shorter; prefix caching (on in the
   benchmark, whose later turns repeat the earlier ones' prompts) is off (mlenergy_inputs).
@@ -128,7 +131,7 @@ def serve_file(run: Run, input_scale: float = 1.0) -> Any:
     n = max(REQUESTS_PER_SEQ * run.max_num_seqs, MIN_REQUESTS)
     raw = dict(
         name=f"mlenergy {run.gpu} {run.model} seqs {run.max_num_seqs}", model=run.preset,
-        formats=dict(weights=fmt, activations=fmt, kv_cache=fmt), flash_attention=True, stack="vllm",
+        formats=dict(weights=fmt, activations=fmt, kv_cache=fmt), flash_attention=True, stack="vllm", sampling="top_p",
         parallel=dict(tp=run.tp, ep=run.ep, **({"topology": TOPOLOGY[run.gpu]} if run.num_gpus > 1 else {})),
         serving=dict(
             arrivals=dict(process="burst", size=n, num_requests=n, seed=0),

@@ -157,7 +157,7 @@ class ExactCost:
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
-        self._host: dict[int, tuple[float, float]] = {}   # sequences -> (engine host s, overhead s)
+        self._host: dict[int, tuple[float, float, float, float]] = {}   # sequences -> (engine host s, overhead s, sampler s, J)
 
     def __call__(self, it: Iteration) -> Cost:
         return self.engine(self.device(it), it)
@@ -190,9 +190,12 @@ class ExactCost:
 
     def engine_n(self, c: Cost, n: int) -> Cost:
         """engine() of a step of n sequences: all it reads of the step."""
-        host, extra = self._host.get(n) or self._host.setdefault(n, (
+        host, extra, sample_s, sample_j = self._host.get(n) or self._host.setdefault(n, (
             self.mapper.engine_host_s(n) if self.host else 0.0,
-            self.overheads.iteration_s(n, self.mapper.collectives_per_iteration(), self.mapper.devices) if self.host and self.overheads else 0.0))   # per count, once
+            self.overheads.iteration_s(n, self.mapper.collectives_per_iteration(), self.mapper.devices) if self.host and self.overheads else 0.0,
+            *(self.mapper.sampler(n) if self.host else (0.0, 0.0))))   # per count, once
+        if sample_s:   # device work after the step's kernels (Mapper.with_engine): idle power over it too
+            c = (c[0] + sample_s, c[1] + sample_j + self.mapper.power_j({}, sample_s), *c[2:])
         if not host and not extra:
             return c
         t = (self.mapper.step_overhead.step_s(c[0], host) if host else c[0]) + extra

@@ -81,7 +81,7 @@ def step_point(run: M.Run, machine: Any) -> StepPoint:
     prompt = INPUT_MEAN[run.task]
     decode = [(1, ctx)] * n
     device = steady_device_s(cost.device(features(decode))[0], cost.device(features(decode + [(prompt, prompt)]))[0],
-                             prompts_per_step(run))
+                             prompts_per_step(run)) + mapper.sampler(n)[0]   # top-p: the replay's sampling
     return StepPoint(run, device, host, serial, n / run.throughput_tok_s, gpu.power_limit_w or gpu.power_w)
 
 

@@ -1,0 +1,67 @@
+"""The GPU work of sampling with top-p: a sort of every sequence's logits, each step (a software stack's
+`top_p_sampler`).
+
+A step that samples greedily (temperature 0: every benchmark client of this project's serving data but
+ML.ENERGY's) takes an argmax over the logits: a read of the LM head's output, inside the kernels the graph
+already has. With top-p, vLLM V1's PyTorch-native sampler (vllm/v1/sample/ops/topk_topp_sampler.py
+`apply_top_k_top_p`, the default on CUDA from vLLM 0.11.1: FlashInfer's sampler off by default since
+vllm-project/vllm#26859, "disabled by default and opt-in", #29415) sorts the fp32 logits of every row
+(`logits.sort`), softmaxes and cumsums the sorted row, masks it and scatters it back, then softmaxes again and
+draws with exponential noise (`random_sample`). The sort is most of it: vllm-project/vllm#11394 measured
+top-p costing ShareGPT 15% of its throughput (47.40 -> 40.20 req/s) before FlashInfer's kernel.
+
+How long. `torch.sort` over rows longer than 4096 runs aten/src/ATen/native/cuda/SortStable.cu
+`launch_stable_sort_kernel`: fewer than 128 rows sort as one device-wide radix sort over every row (then
+a stable sort by row), 128 rows or more as CUB's segmented radix sort, one thread block per row. So:
+
+* `fixed_s`, once per step: the ~dozen kernels and allocations, timed with one row;
+* `bytes_per_logit` at the device's peak DRAM rate, per logit (rows x vocabulary): the streaming part.
+  The figure is what the published timings take, not a byte count: the sort does not stream at peak;
+* from 128 rows, at least `block_s_per_logit` x the vocabulary: the segmented sort's one wave, each
+  block sorting its row alone, is latency-bound until the rows fill the GPU's blocks.
+
+Fitted by least squares (tests/test_sampler.py re-derives them) on timings of `apply_top_k_top_p` alone
+(top-p 0.9 on every row, vocabulary 131072; benchmarks/benchmark_topk_topp.py, PyTorch column), none of
+them this project's serving data: vllm-project/vllm#42191 (H100: 1 row 0.128 ms), #33538 (the same
+author's H100 sweep: 512 rows 8.787 ms, 1024 rows 16.312 ms), #51507 (the same script on H200: 64 rows
+1.132 ms, 128 rows 4.180 ms, 512 rows 6.194 ms). The 512-row time scales with the DRAM rate between the
+two GPUs (8.787 / 6.194 = 1.42, 4.8 / 3.35 TB/s = 1.43), which is why the streaming part is charged at it.
+The rest of the sampler (two softmaxes, the noise, the argmax) is ~10 more passes over fp32 rows, inside the
+fit's residual, not charged apart.
+
+Energy: the time is the device's, busy at boost clock (Mapper.gap_j), and `dram_bytes_per_logit` is what the
+kernels move (counted from the code above: the sort's passes over keys, int64 indices and their
+scratch, ~170 bytes; the softmaxes, cumsum, mask, scatter, noise and argmax ~90), at the memory's
+energy per byte.
+
+Every tensor-parallel rank samples the whole vocabulary (vLLM V1 all-gathers the logits on CUDA:
+LogitsProcessor._gather_logits, Platform.use_all_gather), so the time is not divided by TP.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from sim.core.schema import Quantity, Strict
+
+SEGMENTED_ROWS = 128   # SortStable.cu: below it the device-wide sort, from it CUB's segmented sort
+
+
+class TopPSampler(Strict):
+    cite: str
+    fixed_s: Quantity = Field(ge=0)                 # per step
+    bytes_per_logit: float = Field(gt=0)            # at the peak DRAM rate
+    block_s_per_logit: Quantity = Field(ge=0)       # the segmented sort's one-wave floor, per logit of a row
+    dram_bytes_per_logit: float = Field(ge=0)       # moved, for the energy
+
+    def seconds(self, rows: int, vocab: int, dram_bytes_per_s: float) -> float:
+        """Device seconds of one step's top-p sampling over `rows` rows of `vocab` logits."""
+        if rows <= 0:
+            return 0.0
+        stream = rows * vocab * self.bytes_per_logit / dram_bytes_per_s
+        if rows >= SEGMENTED_ROWS:
+            stream = max(stream, vocab * self.block_s_per_logit)
+        return self.fixed_s + stream
+
+    def dram_bytes(self, rows: int, vocab: int) -> float:
+        return max(rows, 0) * vocab * self.dram_bytes_per_logit
