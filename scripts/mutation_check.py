@@ -146,7 +146,8 @@ TARGETS: dict[str, list[str]] = {
     "validation": [f"sim.apps.serve.validate.x_{f}__mutmut_*"
                    for f in ("step_features", "layout_features", "signed_errors", "group_key", "mape", "overall")]
     + ["sim.apps.serve.overhead_fit.*__mutmut_*"],
-    "engine terms": ["hw_models.stack.engine_overheads.*__mutmut_*", "hw_models.stack.step_overhead.*__mutmut_*"],
+    "engine terms": ["hw_models.stack.engine_overheads.*__mutmut_*", "hw_models.stack.step_overhead.*__mutmut_*",
+                     "hw_models.stack.sampler.*__mutmut_*"],
     "attention kernels": ["hw_models.stack.attention_kernels.*__mutmut_*"],
     "engine collectives": ["hw_models.network.engine_collectives.*__mutmut_*"],
 }

@@ -11,6 +11,7 @@ from hw_models.registry import mapper_for
 from hw_models.stack.sampler import SEGMENTED_ROWS
 from hw_models.stack.sampler_fit import PUBLISHED, fit
 from hw_models.stack.spec import load_stack
+from sim.apps.serve.run import serve
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.stepcost import ExactCost, features
 from sim.core.model import load_model
@@ -49,6 +50,9 @@ def test_seconds_by_hand():
     # 200 rows, the segmented sort still in its one wave: the floor (3.976 ms) above the stream (3.392 ms)
     assert s.seconds(200, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + LLAMA3_VOCAB * BLOCK_S)
     assert s.seconds(0, LLAMA3_VOCAB, H100_BW) == 0.0
+    assert s.seconds(1, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + LLAMA3_VOCAB * BYTES / H100_BW)
+    assert s.dram_bytes(64, LLAMA3_VOCAB) == 64 * LLAMA3_VOCAB * DRAM_BYTES
+    assert s.dram_bytes(0, LLAMA3_VOCAB) == 0.0 and s.dram_bytes(-1, LLAMA3_VOCAB) == 0.0
 
 
 def test_never_falls_with_rows_and_jumps_where_torch_changes_sort():
@@ -110,3 +114,19 @@ def test_bad_sampling_is_one_line(tmp_path, capsys):
     path.write_text("model: llama3-8b\nsampling: nucleus\n")
     line = refused(capsys, ["run", str(path), "--hw", "h100_sxm"], tmp_path)
     assert "sampling" in line and str(path) in line
+
+
+def test_serving_reports_the_sampler_busy_time():
+    """One request, so every iteration samples one row: the `sampler` utilisation x the run's span is the
+    iterations x the one-row time; a greedy run has no such entry."""
+    h100 = load_machine("h100_sxm")
+    one = dict(arrivals=dict(process="poisson", rate=6.0, num_requests=1, seed=5),
+               lengths=dict(prompt=dict(dist="uniform", low=32, high=64), output=dict(dist="uniform", low=4, high=8)))
+    runs = {s: serve(validate_mapping(ServeFile, dict(name="t", model="llama3-8b", flash_attention=True, stack="vllm-v0",
+                                                      sampling=s, serving=one), "t.yaml", "a serving file"), h100)[1]
+            for s in ("greedy", "top_p")}
+    top = runs["top_p"]
+    t1 = load_stack("vllm").top_p_sampler.seconds(1, LLAMA3_VOCAB, H100_BW)
+    assert top["utilization"]["sampler"] * top["duration_s"] == pytest.approx(top["iterations"] * t1, rel=1e-9)
+    assert "sampler" not in runs["greedy"]["utilization"]
+    assert top["duration_s"] == pytest.approx(runs["greedy"]["duration_s"] + top["iterations"] * t1, rel=1e-9)

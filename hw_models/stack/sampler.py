@@ -45,6 +45,7 @@ from pydantic import Field
 from sim.core.schema import Quantity, Strict
 
 SEGMENTED_ROWS = 128   # SortStable.cu: below it the device-wide sort, from it CUB's segmented sort
+SAMPLER = "sampler"    # its busy entry in a serving iteration's cost (sim.apps.serve.stepcost)
 
 
 class TopPSampler(Strict):

@@ -42,6 +42,7 @@ from hw_models.op_cost import OpCost
 from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
+from hw_models.stack.sampler import SAMPLER
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.costvec import Cost, add, interp, lerp, rows_around, scaled, within_step
 from sim.apps.serve.decodecost import DecodeCosts
@@ -194,17 +195,25 @@ class ExactCost:
             self.mapper.engine_host_s(n) if self.host else 0.0,
             self.overheads.iteration_s(n, self.mapper.collectives_per_iteration(), self.mapper.devices) if self.host and self.overheads else 0.0,
             *(self.mapper.sampler(n) if self.host else (0.0, 0.0))))   # per count, once
-        if sample_s:   # device work after the step's kernels (Mapper.with_engine): idle power over it too
-            c = (c[0] + sample_s, c[1] + sample_j + self.mapper.power_j({}, sample_s), *c[2:])
-        if not host and not extra:
+        if not host and not extra and not sample_s:
             return c
-        t = (self.mapper.step_overhead.step_s(c[0], host) if host else c[0]) + extra
-        if HOST not in self.keys:
-            self.keys.append(HOST)
-        out = list(c) + [0.0] * (2 + len(self.keys) - len(c))
-        out[0], out[1] = t, c[1] + self.mapper.gap_j(t - c[0])
-        out[2 + self.keys.index(HOST)] += host
+        out = list(c)
+        if sample_s:   # device work after the step's kernels (Mapper.with_engine), busy as `sampler`; idle power over it too
+            out[0] += sample_s
+            out[1] += sample_j + self.mapper.power_j({}, sample_s)
+            self._add_busy(out, SAMPLER, sample_s)
+        if host or extra:
+            t = (self.mapper.step_overhead.step_s(out[0], host) if host else out[0]) + extra
+            out[0], out[1] = t, out[1] + self.mapper.gap_j(t - out[0])
+            self._add_busy(out, HOST, host)
         return tuple(out)
+
+    def _add_busy(self, out: list[float], key: str, seconds: float) -> None:
+        """`seconds` onto resource `key`'s busy entry of the vector `out` (the key joins `keys` if new)."""
+        if key not in self.keys:
+            self.keys.append(key)
+        out += [0.0] * (2 + len(self.keys) - len(out))
+        out[2 + self.keys.index(key)] += seconds
 
 
 def _grid(top: int, fine: bool = True) -> list[int]:
