@@ -24,7 +24,7 @@ H100_IDLE_W, H100_ACTIVE_W = 117.1, 231.0
 HBM_J_PER_BYTE = 4.0e-11
 LLAMA3_VOCAB = 128256
 # vllm.yaml as shipped
-FIXED_S, BYTES, BLOCK_S, DRAM_BYTES = 0.114e-3, 443.0, 31.0e-9, 260.0
+FIXED_S, BYTES, BLOCK_S, DRAW_BYTES, DRAM_BYTES = 0.114e-3, 443.0, 31.0e-9, 46.0, 260.0
 
 
 def test_shipped_figures_are_the_fit():
@@ -44,13 +44,15 @@ def test_fit_residuals_on_the_published_timings():
 
 def test_seconds_by_hand():
     s = load_stack("vllm").top_p_sampler
-    # 64 rows, the device-wide sort: fixed + rows x vocab x bytes / rate
-    assert s.seconds(64, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + 64 * LLAMA3_VOCAB * BYTES / H100_BW)
-    assert s.seconds(64, LLAMA3_VOCAB, H100_BW) == pytest.approx(1.1995e-3, rel=1e-3)
+    assert s.draw_bytes_per_logit == DRAW_BYTES
+    draw = LLAMA3_VOCAB * DRAW_BYTES / H100_BW   # the rest of the sampler, per row
+    # 64 rows, the device-wide sort: fixed + rows x vocab x (bytes + draw bytes) / rate
+    assert s.seconds(64, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + 64 * LLAMA3_VOCAB * BYTES / H100_BW + 64 * draw)
+    assert s.seconds(64, LLAMA3_VOCAB, H100_BW) == pytest.approx(1.3122e-3, rel=1e-3)
     # 200 rows, the segmented sort still in its one wave: the floor (3.976 ms) above the stream (3.392 ms)
-    assert s.seconds(200, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + LLAMA3_VOCAB * BLOCK_S)
+    assert s.seconds(200, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + LLAMA3_VOCAB * BLOCK_S + 200 * draw)
     assert s.seconds(0, LLAMA3_VOCAB, H100_BW) == 0.0
-    assert s.seconds(1, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + LLAMA3_VOCAB * BYTES / H100_BW)
+    assert s.seconds(1, LLAMA3_VOCAB, H100_BW) == pytest.approx(FIXED_S + LLAMA3_VOCAB * BYTES / H100_BW + draw)
     assert s.dram_bytes(64, LLAMA3_VOCAB) == 64 * LLAMA3_VOCAB * DRAM_BYTES
     assert s.dram_bytes(0, LLAMA3_VOCAB) == 0.0 and s.dram_bytes(-1, LLAMA3_VOCAB) == 0.0
 

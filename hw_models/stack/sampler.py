@@ -26,8 +26,11 @@ them this project's serving data: vllm-project/vllm#42191 (H100: 1 row 0.128 ms)
 author's H100 sweep: 512 rows 8.787 ms, 1024 rows 16.312 ms), #51507 (the same script on H200: 64 rows
 1.132 ms, 128 rows 4.180 ms, 512 rows 6.194 ms). The 512-row time scales with the DRAM rate between the
 two GPUs (8.787 / 6.194 = 1.42, 4.8 / 3.35 TB/s = 1.43), which is why the streaming part is charged at it.
-The rest of the sampler (two softmaxes, the noise, the argmax) is ~10 more passes over fp32 rows, inside the
-fit's residual, not charged apart.
+The timings are of the masking alone. The rest of vLLM's sampler streams the rows a few more times, counted
+from its code (vllm/v1/sample/sampler.py, topk_topp_sampler.py `random_sample`) as `draw_bytes_per_logit`
+at the DRAM rate: the LM head's bf16 logits to fp32 (2 + 4 B), the temperature divide (4 + 4), the softmax
+after the mask (4 + 4 + 4: a max and sum pass, then the write), the exponential noise (4), the divide by it
+(4 + 4 + 4) and the argmax (4): 46 bytes a logit.
 
 Energy: the time is the device's, busy at boost clock (Mapper.gap_j), and `dram_bytes_per_logit` is what the
 kernels move (counted from the code above: the sort's passes over keys, int64 indices and their
@@ -53,6 +56,7 @@ class TopPSampler(Strict):
     fixed_s: Quantity = Field(ge=0)                 # per step
     bytes_per_logit: float = Field(gt=0)            # at the peak DRAM rate
     block_s_per_logit: Quantity = Field(ge=0)       # the segmented sort's one-wave floor, per logit of a row
+    draw_bytes_per_logit: float = Field(default=0.0, ge=0)   # the rest of the sampler, at the peak DRAM rate
     dram_bytes_per_logit: float = Field(ge=0)       # moved, for the energy
 
     def seconds(self, rows: int, vocab: int, dram_bytes_per_s: float) -> float:
@@ -62,7 +66,7 @@ class TopPSampler(Strict):
         stream = rows * vocab * self.bytes_per_logit / dram_bytes_per_s
         if rows >= SEGMENTED_ROWS:
             stream = max(stream, vocab * self.block_s_per_logit)
-        return self.fixed_s + stream
+        return self.fixed_s + stream + rows * vocab * self.draw_bytes_per_logit / dram_bytes_per_s
 
     def dram_bytes(self, rows: int, vocab: int) -> float:
         return max(rows, 0) * vocab * self.dram_bytes_per_logit

@@ -75,3 +75,12 @@ def within_step(c: Cost) -> Cost:
         if not b <= t:
             return (t, c[1], *(min(b, t) for b in c[2:]))
     return c
+
+
+def add_busy(out: list[float], keys: list[str], key: str, seconds: float) -> None:
+    """`seconds` onto resource `key`'s busy entry of the cost list `out` (its entries after time and energy in
+    the order of `keys`; `key` joins `keys` if new, `out` grows to match)."""
+    if key not in keys:
+        keys.append(key)
+    out += [0.0] * (2 + len(keys) - len(out))
+    out[2 + keys.index(key)] += seconds

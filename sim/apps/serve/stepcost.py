@@ -44,7 +44,7 @@ from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.stack.sampler import SAMPLER
 from hw_models.stack.step_overhead import HOST
-from sim.apps.serve.costvec import Cost, add, interp, lerp, rows_around, scaled, within_step
+from sim.apps.serve.costvec import Cost, add, add_busy, interp, lerp, rows_around, scaled, within_step
 from sim.apps.serve.decodecost import DecodeCosts
 from sim.apps.serve.lazytable import LazyRow, Remembered, book
 from sim.apps.serve.mixedcost import MixedCosts
@@ -201,19 +201,12 @@ class ExactCost:
         if sample_s:   # device work after the step's kernels (Mapper.with_engine), busy as `sampler`; idle power over it too
             out[0] += sample_s
             out[1] += sample_j + self.mapper.power_j({}, sample_s)
-            self._add_busy(out, SAMPLER, sample_s)
+            add_busy(out, self.keys, SAMPLER, sample_s)
         if host or extra:
             t = (self.mapper.step_overhead.step_s(out[0], host) if host else out[0]) + extra
             out[0], out[1] = t, out[1] + self.mapper.gap_j(t - out[0])
-            self._add_busy(out, HOST, host)
+            add_busy(out, self.keys, HOST, host)
         return tuple(out)
-
-    def _add_busy(self, out: list[float], key: str, seconds: float) -> None:
-        """`seconds` onto resource `key`'s busy entry of the vector `out` (the key joins `keys` if new)."""
-        if key not in self.keys:
-            self.keys.append(key)
-        out += [0.0] * (2 + len(self.keys) - len(out))
-        out[2 + self.keys.index(key)] += seconds
 
 
 def _grid(top: int, fine: bool = True) -> list[int]:
