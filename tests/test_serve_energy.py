@@ -20,8 +20,8 @@ from sim.core.model import load_model
 from sim.core.schema import validate_mapping
 
 
-def _file(rate: float, n: int = 60, limit_w: float | None = None) -> ServeFile:
-    raw = dict(name="t", model="llama3-8b", flash_attention=True, stack="vllm",
+def _file(rate: float, n: int = 60, limit_w: float | None = None, sampling: str = "greedy") -> ServeFile:
+    raw = dict(name="t", model="llama3-8b", flash_attention=True, stack="vllm", sampling=sampling,
                serving=dict(arrivals=dict(process="poisson", rate=rate, num_requests=n, seed=1),
                             lengths=dict(prompt=dict(dist="uniform", low=64, high=1024),
                                          output=dict(dist="uniform", low=8, high=64)),
@@ -39,9 +39,10 @@ def run(h100):
     return serve(_file(4.0), h100)
 
 
-def test_energy_exact_and_surrogate_within_one_percent(h100):
-    _, exact = serve(_file(4.0, n=30), h100, exact=True)
-    _, sur = serve(_file(4.0, n=30), h100)
+@pytest.mark.parametrize("sampling", ["greedy", "top_p"])   # top_p: the sampler's GPU work rides on both paths
+def test_energy_exact_and_surrogate_within_one_percent(h100, sampling):
+    _, exact = serve(_file(4.0, n=30, sampling=sampling), h100, exact=True)
+    _, sur = serve(_file(4.0, n=30, sampling=sampling), h100)
     assert sur["energy"]["total_j"] == pytest.approx(exact["energy"]["total_j"], rel=0.01)
     assert sur["energy_per_token_j"] == pytest.approx(exact["energy_per_token_j"], rel=0.01)
     for phase in ("prefill", "decode", "idle"):
