@@ -132,3 +132,18 @@ def test_serving_reports_the_sampler_busy_time():
     assert top["utilization"]["sampler"] * top["duration_s"] == pytest.approx(top["iterations"] * t1, rel=1e-9)
     assert "sampler" not in runs["greedy"]["utilization"]
     assert top["duration_s"] == pytest.approx(runs["greedy"]["duration_s"] + top["iterations"] * t1, rel=1e-9)
+
+
+def test_top_p_on_a_stack_without_the_sampler_warns(tmp_path, capsys):
+    """trtllm models no top-p sampler: the run goes on, with one warning naming the file and key."""
+    from sim.apps.cli import main
+    path = tmp_path / "w.yaml"
+    path.write_text("model: llama3-8b\nbatch: 4\ngen_len: 4\nstack: trtllm\nsampling: top_p\n")
+    capsys.readouterr()
+    assert main(["run", str(path), "--hw", "h100_sxm", "-q"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"warning: {path}: sampling: top_p costs nothing here: stack 'trtllm' has no top_p_sampler "
+                   "(the vllm stacks model vLLM's sort-based sampler, hw_models/stack/sampler.py)"]
+    path.write_text("model: llama3-8b\nbatch: 4\ngen_len: 4\nstack: vllm\nsampling: top_p\n")
+    assert main(["run", str(path), "--hw", "h100_sxm", "-q"]) == 0
+    assert capsys.readouterr().err.strip() == ""

@@ -8,6 +8,7 @@ import fnmatch
 
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
+from hw_models.stack.spec import load_stack
 from sim.core.lowering import lower
 from sim.core.model import ModelConfig
 from sim.core.workload import Workload
@@ -31,6 +32,10 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
     if workload.stack and not stack_runs(machine.kind):
         notes.append(f"{src}: stack: {workload.stack!r} is ignored: only gpu and cpu presets cost ops under a "
                      f"software stack; {machine.name} is kind {machine.kind!r}")
+    if workload.sampling == "top_p" and stack_runs(machine.kind) and (
+            workload.stack is None or load_stack(workload.stack).top_p_sampler is None):
+        notes.append(f"{src}: sampling: top_p costs nothing here: stack {workload.stack!r} has no top_p_sampler "
+                     "(the vllm stacks model vLLM's sort-based sampler, hw_models/stack/sampler.py)")
     if workload.formats.overrides:
         # One layer of a decode step names every op kind the model has (layers repeat).
         names = [op.name for op in lower(model, "decode", 1, 1, 2, workload.formats.policy(),

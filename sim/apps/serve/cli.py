@@ -53,6 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.metrics import summarize
     from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
+    from sim.apps.checks import unused_settings
     from sim.core.settings import split_settings
 
     if args.no_cache:
@@ -61,6 +62,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = load_machine(args.hw, sets.hw)
+    for note in unused_settings(file, machine, file.model_config_()):
+        print(f"warning: {note}", file=sys.stderr)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
