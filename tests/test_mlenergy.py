@@ -110,3 +110,24 @@ def test_validate_energy_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert main(["validate-energy", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert err and "\n" not in err and "Traceback" not in err, argv
+
+
+def test_the_replay_samples_top_p_as_the_benchmark_client_does():
+    """ml-energy/benchmark's client sends top_p 0.95 at temperature 0.8 (sim.apps.serve.mlenergy module doc);
+    `sampling` is the what-if."""
+    assert M.serve_file(_run(500.0)).sampling == "top_p"
+    assert M.serve_file(_run(500.0), sampling="greedy").sampling == "greedy"
+
+
+def test_validate_energy_greedy_what_if_is_faster(shared_validation, tmp_path):
+    """Without the sampler's GPU work the same run reads more tokens/s (at 8 sequences the sampler is ~0.26 ms
+    of a ~7.5 ms step)."""
+    path = _slice(shared_validation, tmp_path)
+    out = {}
+    for s in ("top_p", "greedy"):
+        assert main(["validate-energy", str(path), "--hw", "h100_sxm", "--sampling", s, "-q",
+                     "--json", str(tmp_path / f"{s}.json")]) == 0
+        out[s] = json.loads((tmp_path / f"{s}.json").read_text())
+    assert out["greedy"]["sampling"] == "greedy"
+    assert out["greedy"]["runs"][0]["throughput_tok_s"] > out["top_p"]["runs"][0]["throughput_tok_s"]
+

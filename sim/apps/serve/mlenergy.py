@@ -125,13 +125,13 @@ def sample(runs: list[Run], every: int) -> list[Run]:
     return out
 
 
-def serve_file(run: Run, input_scale: float = 1.0) -> Any:
-    """The closed-loop serving file of `run` (module doc)."""
+def serve_file(run: Run, input_scale: float = 1.0, sampling: str = "top_p") -> Any:
+    """The closed-loop serving file of `run` (module doc); `sampling` other than the benchmark's top_p: a what-if."""
     fmt = FORMATS[run.precision]
     n = max(REQUESTS_PER_SEQ * run.max_num_seqs, MIN_REQUESTS)
     raw = dict(
         name=f"mlenergy {run.gpu} {run.model} seqs {run.max_num_seqs}", model=run.preset,
-        formats=dict(weights=fmt, activations=fmt, kv_cache=fmt), flash_attention=True, stack="vllm", sampling="top_p",
+        formats=dict(weights=fmt, activations=fmt, kv_cache=fmt), flash_attention=True, stack="vllm", sampling=sampling,
         parallel=dict(tp=run.tp, ep=run.ep, **({"topology": TOPOLOGY[run.gpu]} if run.num_gpus > 1 else {})),
         serving=dict(
             arrivals=dict(process="burst", size=n, num_requests=n, seed=0),
@@ -176,10 +176,11 @@ class Replay:
         return self.throughput_tok_s / self.run.throughput_tok_s - 1.0
 
 
-def replay(run: Run, machine: Any = None, input_scale: float = 1.0, cache: dict | None = None) -> Replay:
+def replay(run: Run, machine: Any = None, input_scale: float = 1.0, cache: dict | None = None,
+           sampling: str = "top_p") -> Replay:
     """Simulate `run` (surrogate step costs) and read its steady-state figures."""
     machine = machine or load_machine(PRESETS[run.gpu])
-    res, _ = serve(serve_file(run, input_scale), machine, cache=cache)
+    res, _ = serve(serve_file(run, input_scale, sampling), machine, cache=cache)
     t0, t1 = steady_window(res, run.max_num_seqs)
     joules, tokens = energy_window(res, t0, t1)
     span = t1 - t0

@@ -85,10 +85,11 @@ def cmd_validate_energy(args: argparse.Namespace) -> int:
         check_output(args.json)
     runs = _runs(args)
     machine = load_machine(args.hw)
-    replays = [M.replay(r, machine, input_scale=args.input_scale) for r in runs]
+    replays = [M.replay(r, machine, input_scale=args.input_scale, sampling=args.sampling) for r in runs]
     tables.console().print(_table(replays))
     if args.json:
-        write_json(args.json, dict(hw=args.hw, input_scale=args.input_scale, runs=[_record(x) for x in replays],
+        write_json(args.json, dict(hw=args.hw, input_scale=args.input_scale, sampling=args.sampling,
+                                   runs=[_record(x) for x in replays],
                                    mape=dict(j_per_token=M.mape([x.j_error for x in replays]),
                                              power_per_gpu=M.mape([x.power_error for x in replays]),
                                              throughput=M.mape([x.throughput_error for x in replays]))))
@@ -119,5 +120,8 @@ def register(subparsers) -> None:
     p.add_argument("--task", choices=("lm-arena-chat", "gpqa", "sourcegraph-fim"), help="only this task's runs")
     p.add_argument("--input-scale", type=_positive(float), default=1.0,
                    help="scale the assumed mean input lengths (inputs are not published; default %(default)s)")
+    p.add_argument("--sampling", choices=("top_p", "greedy", "random"), default="top_p",
+                   help="how the replay samples: the benchmark's client sends top_p 0.95 (default); greedy or random "
+                        "replays without the top-p sampler's GPU work, to see its share")
     p.add_argument("--json", metavar="PATH", help="write the runs and errors as JSON")
     p.set_defaults(func=cmd_validate_energy)
