@@ -176,14 +176,17 @@ class Mapper:
     def sampler(self, n_seqs: int) -> tuple[float, float]:
         """Device seconds and activity + DRAM joules of one step's sampling over `n_seqs` sequences: a
         `sampling: top_p` workload on a stack with a `top_p_sampler` (hw_models.stack.sampler), else none (an
-        argmax or a draw rides in the LM head's kernels). Every device samples the whole vocabulary, in step."""
+        argmax or a draw rides in the LM head's kernels). Every device of the last pipeline stage samples the whole
+        vocabulary, in step (vLLM V1 all-gathers the logits there); the other stages wait through it."""
         spec = getattr(getattr(self, "stack", None), "top_p_sampler", None)
         if spec is None or self.workload.sampling != "top_p" or n_seqs <= 0:
             return 0.0, 0.0
         tier = self.machine.memory[self.machine.units[self.machine.main_unit].memory]
         vocab = self.model.vocab_size
         t = spec.seconds(n_seqs, vocab, tier.bandwidth_bytes_per_s)
-        return t, self.gap_active_j(t) + self.devices * spec.dram_bytes(n_seqs, vocab) * (tier.energy_j_per_byte or 0.0)
+        plan = getattr(self, "plan", None)
+        samplers = plan.stage_width if plan is not None else self.devices
+        return t, self.gap_active_j(t) + samplers * spec.dram_bytes(n_seqs, vocab) * (tier.energy_j_per_byte or 0.0)
 
     def with_engine(self, device: StepResult, n_seqs: int) -> StepResult:
         """`device` (the step's kernels, folded) with the engine's host work of `n_seqs` sequences:

@@ -64,11 +64,12 @@ def test_never_falls_with_rows_and_jumps_where_torch_changes_sort():
     assert t[SEGMENTED_ROWS - 1] > 1.5 * t[SEGMENTED_ROWS - 2]
 
 
-def serve_file(stack: str, sampling: str, tp: int = 1) -> ServeFile:
+def serve_file(stack: str, sampling: str, tp: int = 1, pp: int = 1) -> ServeFile:
     s = dict(arrivals=dict(process="poisson", rate=6.0, num_requests=4, seed=5),
              lengths=dict(prompt=dict(dist="uniform", low=32, high=64), output=dict(dist="uniform", low=4, high=8)))
     return validate_mapping(ServeFile, dict(name="t", model="llama3-8b", flash_attention=True, stack=stack,
-                                            sampling=sampling, parallel=dict(tp=tp, **({"topology": "dgx_h100"} if tp > 1 else {})), serving=s), "t.yaml",
+                                            sampling=sampling, parallel=dict(tp=tp, pp=pp, **({"topology": "dgx_h100"} if tp * pp > 1 else {})),
+                                            serving=s), "t.yaml",
                             "a serving file")
 
 
@@ -86,11 +87,17 @@ def test_a_top_p_step_adds_the_sampler_serially_with_its_energy(rows):
     assert top_p[1] - greedy[1] == pytest.approx(joules, rel=1e-9)
 
 
-def test_every_tp_rank_samples_the_whole_vocabulary():
+def test_every_tp_rank_of_the_last_stage_samples_the_whole_vocabulary():
     h100 = load_machine("h100_sxm")
     one = mapper_for(h100, serve_file("vllm", "top_p"), load_model("llama3-8b")).sampler(96)
     two = mapper_for(h100, serve_file("vllm", "top_p", tp=2), load_model("llama3-8b")).sampler(96)
     assert two[0] == pytest.approx(one[0]) and two[1] == pytest.approx(2 * one[1])
+    # Two pipeline stages: only the last one samples; the first idles through it (at activity power, as any
+    # in-loop gap): the DRAM energy is one device's.
+    staged = mapper_for(h100, serve_file("vllm", "top_p", pp=2), load_model("llama3-8b"))
+    t, j = staged.sampler(96)
+    dram = 96 * LLAMA3_VOCAB * DRAM_BYTES * HBM_J_PER_BYTE
+    assert t == pytest.approx(one[0]) and j == pytest.approx(2 * H100_ACTIVE_W * t + dram)
 
 
 @pytest.mark.parametrize("stack, sampling", [("vllm", "greedy"), ("vllm", "random"), ("sglang", "top_p"),
