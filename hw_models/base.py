@@ -181,7 +181,7 @@ class Mapper:
         spec = getattr(getattr(self, "stack", None), "top_p_sampler", None)
         if spec is None or self.workload.sampling != "top_p" or n_seqs <= 0:
             return 0.0, 0.0
-        tier = self.machine.memory[self.machine.units[self.machine.main_unit].memory]
+        tier = self.machine.memory[self.machine.device_tier]
         vocab = self.model.vocab_size
         t = spec.seconds(n_seqs, vocab, tier.bandwidth_bytes_per_s)
         plan = getattr(self, "plan", None)

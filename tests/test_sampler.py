@@ -154,3 +154,14 @@ def test_top_p_on_a_stack_without_the_sampler_warns(tmp_path, capsys):
     path.write_text("model: llama3-8b\nbatch: 4\ngen_len: 4\nstack: vllm\nsampling: top_p\n")
     assert main(["run", str(path), "--hw", "h100_sxm", "-q"]) == 0
     assert capsys.readouterr().err.strip() == ""
+
+
+def test_the_warning_reads_the_stack_as_the_preset_runs_it():
+    """A preset that drops the sampler from its vllm stack (`stacks:`) charges none and is warned about, as the
+    mapper sees the stack (stack_for), not the stack file alone."""
+    from sim.apps.checks import unused_settings
+    h100 = load_machine("h100_sxm", {"stacks": {"vllm": {"top_p_sampler": None}}})
+    w = workload_from_dict(dict(name="t", model="llama3-8b", stack="vllm", sampling="top_p"), "t.yaml")
+    assert mapper_for(h100, w, load_model("llama3-8b")).sampler(64) == (0.0, 0.0)
+    assert [n for n in unused_settings(w, h100, load_model("llama3-8b")) if "sampling" in n]
+    assert not unused_settings(w, load_machine("h100_sxm"), load_model("llama3-8b"))

@@ -51,6 +51,16 @@ SEGMENTED_ROWS = 128   # SortStable.cu: below it the device-wide sort, from it C
 SAMPLER = "sampler"    # its busy entry in a serving iteration's cost (sim.apps.serve.stepcost)
 
 
+def mask_seconds(rows: int, vocab: int, dram_bytes_per_s: float, fixed_s: float, bytes_per_logit: float,
+                 block_s_per_logit: float) -> float:
+    """The sort and mask alone (what the published timings measure): fixed + the stream at the DRAM rate, from
+    SEGMENTED_ROWS rows at least the segmented sort's one wave (module doc)."""
+    stream = rows * vocab * bytes_per_logit / dram_bytes_per_s
+    if rows >= SEGMENTED_ROWS:
+        stream = max(stream, vocab * block_s_per_logit)
+    return fixed_s + stream
+
+
 class TopPSampler(Strict):
     cite: str
     fixed_s: Quantity = Field(ge=0)                 # per step
@@ -63,10 +73,8 @@ class TopPSampler(Strict):
         """Device seconds of one step's top-p sampling over `rows` rows of `vocab` logits."""
         if rows <= 0:
             return 0.0
-        stream = rows * vocab * self.bytes_per_logit / dram_bytes_per_s
-        if rows >= SEGMENTED_ROWS:
-            stream = max(stream, vocab * self.block_s_per_logit)
-        return self.fixed_s + stream + rows * vocab * self.draw_bytes_per_logit / dram_bytes_per_s
+        return (mask_seconds(rows, vocab, dram_bytes_per_s, self.fixed_s, self.bytes_per_logit, self.block_s_per_logit)
+                + rows * vocab * self.draw_bytes_per_logit / dram_bytes_per_s)
 
     def dram_bytes(self, rows: int, vocab: int) -> float:
         return max(rows, 0) * vocab * self.dram_bytes_per_logit

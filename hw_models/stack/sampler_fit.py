@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from hw_models.stack.sampler import SEGMENTED_ROWS
+from hw_models.stack.sampler import mask_seconds
 
 VOCAB = 131072
 H100_BYTES_PER_S = 3.35e12   # hw_models/presets/h100_sxm.yaml
@@ -43,10 +43,7 @@ class SamplerFit:
     block_s_per_logit: float
 
     def seconds(self, t: Timing) -> float:
-        stream = t.rows * VOCAB * self.bytes_per_logit / t.dram_bytes_per_s
-        if t.rows >= SEGMENTED_ROWS:
-            stream = max(stream, VOCAB * self.block_s_per_logit)
-        return self.fixed_s + stream
+        return mask_seconds(t.rows, VOCAB, t.dram_bytes_per_s, self.fixed_s, self.bytes_per_logit, self.block_s_per_logit)
 
 
 def fit(points: tuple[Timing, ...] = PUBLISHED) -> SamplerFit:

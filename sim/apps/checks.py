@@ -8,7 +8,7 @@ import fnmatch
 
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
-from hw_models.stack.spec import load_stack
+from hw_models.stack.spec import stack_for
 from sim.core.lowering import lower
 from sim.core.model import ModelConfig
 from sim.core.workload import Workload
@@ -33,7 +33,7 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
         notes.append(f"{src}: stack: {workload.stack!r} is ignored: only gpu and cpu presets cost ops under a "
                      f"software stack; {machine.name} is kind {machine.kind!r}")
     if workload.sampling == "top_p" and stack_runs(machine.kind) and (
-            workload.stack is None or load_stack(workload.stack).top_p_sampler is None):
+            workload.stack is None or stack_for(workload.stack, machine).top_p_sampler is None):
         notes.append(f"{src}: sampling: top_p costs nothing here: stack {workload.stack!r} has no top_p_sampler "
                      "(the vllm stacks model vLLM's sort-based sampler, hw_models/stack/sampler.py)")
     if workload.formats.overrides:
