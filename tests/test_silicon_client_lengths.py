@@ -62,3 +62,19 @@ def test_simulated_e2e_is_derived_like_the_measured_one(tmp_path):
     (res,), failed = simulate(runs, lambda gpu: machine, requests_per_client=2)
     assert not failed
     assert np.isclose(res.sim["e2e_s"], res.sim["ttft_s"] + res.sim["tpot_s"] * 7)
+
+
+def test_silicon_rows_are_sampled_as_their_server_did(tmp_path):
+    """InferenceX's client sends temperature 0 (greedy); aiconfigurator's own collection sends no sampling
+    parameter, and Dynamo's vLLM worker then samples with the model's generation_config.json (Qwen3-32B: top-k 20
+    with top-p 0.95), which the vllm stack prices as its top-p sampler; other engines' rows stay greedy
+    (validate_readers.silicon_sampling)."""
+    path = tmp_path / "s.csv"
+    aic = "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_{}_agg_1024x128_c8_tp2_epnone_1"
+    qwen = {**ROW, "model_path": "Qwen/Qwen3-32B", "tp_size": 2}
+    rows = [{**qwen, "id": INFX}, {**qwen, "id": aic.format("vllm")},
+            {**qwen, "id": aic.format("trtllm"), "backend": "trtllm"}]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    infx, vllm, trtllm = read_silicon(path, {"h100_sxm"})[0]
+    assert (infx.sampling, vllm.sampling, trtllm.sampling) == ("greedy", "top_p", "greedy")
+    assert run_file(vllm).sampling == "top_p" and run_file(infx).sampling == "greedy"

@@ -128,6 +128,9 @@ class Run:
     # and the simulated one is derived the same way.
     range_ratio: float | None = None
     token_budget: int | None = None   # the engine's max_num_tokens as the run was launched (None: ENGINES')
+    # How the engine sampled the run's requests (Workload.sampling): what the client sent, or where it sent nothing,
+    # the server's defaults (validate_readers.silicon_sampling says which for the silicon sample's rows).
+    sampling: str = "greedy"
 
 
 @dataclass
@@ -174,6 +177,7 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
         "formats": {"weights": fmt, "activations": "bf16", "kv_cache": fmt if eng.quantized_kv else "bf16"},
         "flash_attention": True,
         "stack": stack or eng.stack,
+        "sampling": run.sampling,
         "serving": {"arrivals": {"process": "closed", "concurrency": run.concurrency,
                                  "num_requests": run.num_requests or run.concurrency * requests_per_client},
                     "lengths": {"prompt": prompt,

@@ -51,6 +51,30 @@ def client_ratio(run_id: str) -> float | None:
     return SILICON_RANGE_RATIO if INFERENCEX_ID.match(run_id) else None
 
 
+# How the silicon sample's requests were sampled. InferenceX's client sends `temperature: 0.0` with every request
+# (utils/bench_serving/backend_request_func.py, async_request_openai_completions and _chat_completions): greedy.
+# aiconfigurator's own collection is benchmarked by `aiconfigurator eval` (src/aiconfigurator/eval/benchmarks/
+# genai_perf_runner.py: genai-perf chat, streaming, `--extra-inputs` max_tokens, min_tokens and ignore_eos only,
+# no sampling parameter) against a Dynamo deployment (tools/automation/launch_eval.sh), so the worker's defaults
+# decide. Dynamo's vLLM worker takes them from the model's generation_config.json (ai-dynamo/dynamo
+# components/backends/vllm/src/dynamo/vllm/main.py setup_vllm_engine: `get_diff_sampling_param()`), which for
+# Qwen3-32B is temperature 0.6, top_k 20, top_p 0.95 (the Qwen/Qwen3-32B model card), and vLLM 0.12 masks
+# top-k with top-p by sorting each row's whole vocabulary (apply_top_k_top_p: the `vllm` stack's top_p_sampler).
+# Dynamo's TensorRT-LLM worker starts from TensorRT-LLM's own SamplingParams() with only the tokenizer's ids set
+# (components/backends/trtllm main.py: `default_sampling_params._setup(tokenizer)`, no generation config), so its
+# rows decode greedily; what Dynamo's SGLang worker defaults to is not established here (the sglang stack prices
+# no sampler either), so those rows stay greedy too.
+GENERATION_CONFIG_TOP_P = {"Qwen/Qwen3-32B"}   # served models whose generation_config.json sets top_p < 1
+DYNAMO_GENERATION_DEFAULTS = {"vllm"}          # engines whose Dynamo worker applies generation_config.json
+
+
+def silicon_sampling(run_id: str, backend: str, model: str) -> str:
+    """How a silicon-sample row's requests were sampled (Workload.sampling; the note above)."""
+    if client_ratio(run_id) is None and backend in DYNAMO_GENERATION_DEFAULTS and model in GENERATION_CONFIG_TOP_P:
+        return "top_p"
+    return "greedy"
+
+
 SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -81,7 +105,8 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
         runs.append(Run(rid, row.system, row.backend, row.model_path, int(row.isl), int(row.osl), int(row.batch_size),
                         int(row.tp_size), quant,
                         {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
-                        range_ratio=client_ratio(rid), token_budget=aic_token_budget(row)))
+                        range_ratio=client_ratio(rid), token_budget=aic_token_budget(row),
+                        sampling=silicon_sampling(rid, row.backend, row.model_path)))
     return runs, skipped
 
 
