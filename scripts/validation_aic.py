@@ -78,7 +78,8 @@ NOTES = """What moved, and what did not:
   `efficiency.dense_gemm`), fitted by scripts/fit_kernels.py on that GPU's rows of all three engines as the
   quantized families are, with the K-walk: floor A100 5.8 / H100 3.35 / RTX PRO 6000 3.84 us, weight stream
   0.78 / 0.85 / 0.84 of the DRAM peak, fraction of the bf16 peak 0.64 / 0.59 / 0.55 at M = 256 and
-  0.80 / 0.79 / 0.77 at M = 8192. H200 (same die as H100, no table) keeps the roofline with the gap. Held out
+  0.80 / 0.79 / 0.77 at M = 8192. H200 (same die as H100, no table) keeps the roofline with the gap (named on it,
+  the H100's family reads 13.9% on this project's own H200 graph-timed bf16 GEMMs against the roofline's 8.3%: the H200 section). Held out
   by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 13.0%, A100 17.3%, RTX PRO 6000 14.9% (before
   the per-engine copies, the fitted replay L2 rate and the K-walk: 15.9 / 14.1 / 15.8%): the figures do not
   carry across GPUs well enough, so GPUs without a named family keep the roofline with the gap.

@@ -90,6 +90,33 @@ def _quant_rows(micro: dict) -> tuple[list[list[str]], dict]:
     return rows, figures
 
 
+def _dense_family_text(micro: dict) -> tuple[str, dict]:
+    """Whether the H100's fitted dense GEMM family (hw_models/stack/kernel_families_fitted.yaml, fitted on the aic
+    H100 tables) carries to the H200, the same GH100 die with faster HBM: the bf16 graph-timed GEMMs of this file
+    under a graph-replayed stack (vllm), with the preset as it ships (the roofline with the stack's graph gap) and
+    with efficiency.dense_gemm naming dense_bf16_h100."""
+    machine = load_machine("h200")
+    unit, tier = machine.units["gpu"], machine.memory["hbm"]
+    h100_family = unit.model_copy(update={"efficiency": unit.efficiency.model_copy(
+        update={"dense_gemm": "dense_bf16_h100"})})
+    stack = load_stack("vllm")
+    errs: dict[str, list[float]] = {"roofline": [], "family": []}
+    for m in sorted({r["M"] for r in micro["graph_timed_gemm_us"]}):
+        ops = _gemm_ops("bf16", m)
+        for r in (r for r in micro["graph_timed_gemm_us"] if r["M"] == m and (r["N"], r["K"]) in ops):
+            meas = r["bf16_us"] * 1e-6
+            for key, u in (("roofline", unit), ("family", h100_family)):
+                sim = roofline_cost(ops[(r["N"], r["K"])], u, "gpu", tier, stack=stack).duration_s
+                errs[key].append((sim - meas) / meas)
+    (a, b), n = (statistics.fmean(map(abs, errs[k])) for k in ("roofline", "family")), len(errs["family"])
+    text = (f"The H100's fitted dense bf16 family does not carry to this GPU, the same die: on these {n} bf16 GEMMs "
+            f"under a graph-replayed stack (`vllm`) the preset as it ships (the roofline with the stack's graph gap) "
+            f"reads {_pct(a)} MAPE (median {statistics.median(errs['roofline']):+.1%}), the same preset naming "
+            f"`dense_bf16_h100` {_pct(b)} (median {statistics.median(errs['family']):+.1%}), so `h200` names no "
+            f"dense family.")
+    return text, {"h200.dense_gemm_mape.roofline": a, "h200.dense_gemm_mape.h100_family": b}
+
+
 def _energy_text() -> tuple[str, dict]:
     f = prefill_check(json.loads(MICRO.read_text()))
     rows = [[r["shape"], f"{r['j_old']:.3f}", f"{r['w_old']:.0f}", f"{r['j_new']:.3f}", f"{r['w_new']:.0f}",
@@ -154,8 +181,10 @@ def stacks_section(traces: list[Trace]) -> tuple[str, dict]:
     figures = {f"h200.op_mape.{hw}.{stack or 'none'}": v.mape for (hw, stack), v in zip(CONFIGS, vs)}
     heads = [_label(hw, s) for hw, s in CONFIGS]
     quant_rows, qf = _quant_rows(json.loads(MICRO.read_text())) if MICRO.is_file() else ([], {})
+    dense, df = _dense_family_text(json.loads(MICRO.read_text())) if MICRO.is_file() else ("", {})
     energy, ef = _energy_text() if MICRO.is_file() else ("(../shared/validation/h200 absent: skipped)", {})
     figures.update(qf)
+    figures.update(df)
     figures.update(ef)
     text = f"""## H200 under software stacks (out of sample)
 
@@ -181,6 +210,8 @@ preset) and after (torch-eager's kernel families: tinygemm W4A16, FP8 W8A8 `_sca
 points were read off this same file, so this is **in sample**; quantized end-to-end decode on the H200 is held back.
 
 {_table(["weights", "GEMMs", "MAPE before", "median before", "MAPE after", "median after"], quant_rows)}
+
+{dense}
 
 ### Energy
 
