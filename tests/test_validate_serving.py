@@ -76,3 +76,21 @@ def test_fp4_rows_on_hopper_are_skipped_with_the_reason(tmp_path):
                  ).to_csv(path, index=False)
     runs, skipped = read_silicon(path, {"h100_sxm"})
     assert not runs and "nvfp4 weights on h100_sxm: no native FP4" in dict(skipped)["r1"]
+
+
+def test_truncated_or_malformed_rows_are_skipped_with_the_reason(tmp_path):
+    """A row cut short (a truncated file: its measured columns empty) or holding text where a number belongs is
+    reported as not replayable, naming what is missing, instead of being simulated against NaN or raising."""
+    row = dict(id="qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1", backend="vllm",
+               model_path="Qwen/Qwen3-32B", system="h100_sxm", mode="agg", isl=1024, osl=128, gemm_quant_mode=None,
+               batch_size=8, tp_size=2, pp_size=1, attention_dp_size=None, silicon_ttft_ms=120.0, silicon_tpot_ms=9.0)
+    rows = [row, {**row, "id": "cut", "silicon_ttft_ms": None, "silicon_tpot_ms": None},
+            {**row, "id": "text", "isl": "x"}, {**row, "id": "conc", "batch_size": "abc"}]
+    path = tmp_path / "s.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert [r.name for r in runs] == [row["id"]]
+    why = dict(skipped)
+    assert why["cut"] == "no positive silicon_ttft_ms, silicon_tpot_ms (a truncated or incomplete row)"
+    assert why["text"] == "no positive isl (a truncated or incomplete row)"
+    assert why["conc"] == "no TP size or concurrency"

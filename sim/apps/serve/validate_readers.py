@@ -77,6 +77,8 @@ def silicon_sampling(run_id: str, backend: str, model: str) -> str:
 
 SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
+SILICON_NUMERIC = {"isl", "osl", "batch_size", "tp_size", "pp_size", "attention_dp_size", "silicon_ttft_ms",
+                   "silicon_tpot_ms"}
 
 
 def is_silicon(path: Path) -> bool:
@@ -91,6 +93,8 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
     """The replayable runs of a silicon-sample table (of `systems` only, when given), and the
     skipped rows as (id, reason)."""
     df = pd.read_csv(path)
+    for col in SILICON_NUMERIC & set(df.columns):   # text where a number belongs: NaN, which _unreplayable names
+        df[col] = pd.to_numeric(df[col], errors="coerce")
     runs, skipped = [], []
     for row in df.itertuples(index=False):
         rid = str(row.id)
@@ -121,6 +125,11 @@ def aic_token_budget(row) -> int | None:
     return int(row.batch_size) + int(row.isl) + 1500
 
 
+def _positive(value) -> bool:
+    """A finite number above zero (not NaN, not a string a malformed row left)."""
+    return isinstance(value, (int, float, np.number)) and bool(np.isfinite(value)) and value > 0
+
+
 def _unreplayable(row) -> str:
     if row.mode != "agg":
         return "disaggregated serving (prefill and decode workers) is not replayed"
@@ -134,8 +143,11 @@ def _unreplayable(row) -> str:
         return f"engine {row.backend} unknown"
     if row.system not in GPUS:
         return f"GPU {row.system} has no preset"
-    if not (pd.notna(row.tp_size) and pd.notna(row.batch_size)):
+    if not (_positive(row.tp_size) and _positive(row.batch_size)):
         return "no TP size or concurrency"
+    missing = [c for c in ("isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms") if not _positive(getattr(row, c))]
+    if missing:   # a row cut short (a truncated file) or written without its measurement
+        return f"no positive {', '.join(missing)} (a truncated or incomplete row)"
     if isinstance(row.gemm_quant_mode, str) and row.gemm_quant_mode != "fp8":
         return f"GEMM quantization {row.gemm_quant_mode} not replayed"
     if (pd.notna(row.pp_size) and row.pp_size > 1) or (pd.notna(row.attention_dp_size) and row.attention_dp_size > 1):
