@@ -30,16 +30,18 @@ sys.path.insert(0, str(ROOT))
 from hw_models.machine import load_machine  # noqa: E402
 from sim.apps.serve.stepcost import ExactCost, features  # noqa: E402
 from sim.apps.serve.validate import MODELS, Run, run_file  # noqa: E402
+from sim.apps.serve.validate_readers import silicon_sampling  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
 SHARED = shared_validation_dir()
 SILICON = SHARED / "aic" / "silicon_sample_h100.csv.gz"
 
 
-def measured_steps(path: Path) -> dict[tuple, tuple[float, int]]:
-    """(engine, model, quant, tp, isl, c) -> (D(c) in ms, osl values) for every aggregated H100 group with
-    two or more osl values."""
+def measured_steps(path: Path) -> dict[tuple, tuple[float, int, str]]:
+    """(engine, model, quant, tp, isl, c) -> (D(c) in ms, osl values, how its server sampled) for every
+    aggregated H100 group with two or more osl values."""
     groups: dict[tuple, list[tuple[int, float]]] = collections.defaultdict(list)
+    sampling: dict[tuple, str] = {}
     with gzip.open(path, "rt") as fh:
         for r in csv.DictReader(fh):
             if r["mode"] != "agg" or r["system"] != "h100_sxm" or not r["batch_size"] or r["model_path"] not in MODELS:
@@ -47,6 +49,7 @@ def measured_steps(path: Path) -> dict[tuple, tuple[float, int]]:
             key = (r["backend"], r["model_path"], r["gemm_quant_mode"] or None, int(r["tp_size"]), int(r["isl"]),
                    int(r["batch_size"]))
             groups[key].append((int(r["osl"]), float(r["silicon_tpot_ms"])))
+            sampling[key] = silicon_sampling(r["id"], r["backend"], r["model_path"])
     out = {}
     for key, rows in groups.items():
         rows = sorted(set(rows))
@@ -54,14 +57,15 @@ def measured_steps(path: Path) -> dict[tuple, tuple[float, int]]:
             continue
         x = np.array([1.0 / o for o, _ in rows])
         a, _ = np.polyfit(x, np.array([t for _, t in rows]), 1)[::-1]
-        out[key] = (float(a), len(rows))
+        out[key] = (float(a), len(rows), sampling[key])
     return out
 
 
-def simulated_step(machine, key: tuple) -> tuple[float, float]:
-    """sim's decode step of c sequences (ms) and the marginal cost of one prefill of isl tokens in it."""
+def simulated_step(machine, key: tuple, sampling: str = "greedy") -> tuple[float, float]:
+    """sim's decode step of c sequences (ms) and the marginal cost of one prefill of isl tokens in it, sampling
+    as the group's server did (validate_readers.silicon_sampling)."""
     engine, model, quant, tp, isl, c = key
-    f = run_file(Run("step", "h100_sxm", engine, model, isl, 256, c, tp, quant))
+    f = run_file(Run("step", "h100_sxm", engine, model, isl, 256, c, tp, quant, sampling=sampling))
     cost = ExactCost(machine, f, f.model_config_())
     d = cost(features([(1, isl + 128)] * c))[0]
     mixed = cost(features([(1, isl + 128)] * c + [(isl, isl)]))[0]
@@ -81,11 +85,11 @@ def main() -> int:
     machine = load_machine("h100_sxm")
     print("| engine | model | quant | TP | clients | measured D(c) ms | sim D(c) ms | error | sim prefill in step ms |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for key, (meas, _) in sorted(measured_steps(SILICON).items(), key=lambda kv: (*kv[0][:2], kv[0][2] or "", *kv[0][3:])):
+    for key, (meas, _, sampling) in sorted(measured_steps(SILICON).items(), key=lambda kv: (*kv[0][:2], kv[0][2] or "", *kv[0][3:])):
         engine, model, quant, tp, isl, c = key
         if isl != args.isl or (args.engine and engine != args.engine) or (args.model and args.model not in model):
             continue
-        sim, prefill = simulated_step(machine, key)
+        sim, prefill = simulated_step(machine, key, sampling)
         print(f"| {engine} | {model.split('/')[-1]} | {quant or 'bf16'} | {tp} | {c} | {meas:.2f} | {sim:.2f} | "
               f"{sim / meas - 1:+.1%} | {prefill:.1f} |")
     return 0
