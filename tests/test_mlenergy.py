@@ -112,6 +112,25 @@ def test_validate_energy_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert err and "\n" not in err and "Traceback" not in err, argv
 
 
+def test_a_truncated_runs_table_names_the_line_and_column(tmp_path, capsys):
+    """A replayable row cut short (a truncated file: its last columns empty) is one line naming where, exit 2."""
+    header = ",".join(M.COLUMNS)
+    row = dict(zip(M.COLUMNS, ["mlenergy-v3", "H100", "meta-llama/Llama-3.1-8B-Instruct", "bfloat16", "lm-arena-chat",
+                               "1", "1", "1", "1", "1", "8", "404.2", "0.4548", "486.4", "1077.0"]))
+    full = ",".join(row.values())
+    cut = full[:full.index(",8,") + 2]          # ends with max_num_seqs
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{header}\n{full}\n{cut}\n")
+    with pytest.raises(ValueError, match="line 3: avg_output_tokens is None, not a number"):
+        M.read_runs(path)
+    assert main(["validate-energy", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "line 3: avg_output_tokens" in err and "\n" not in err and "Traceback" not in err
+    path.write_text(f"{header}\n{full}\n")
+    (run,) = M.read_runs(path)
+    assert (run.max_num_seqs, run.avg_output_tokens, run.throughput_tok_s) == (8, 404.2, 1077.0)
+
+
 def test_the_replay_samples_top_p_as_the_benchmark_client_does():
     """ml-energy/benchmark's client sends top_p 0.95 at temperature 0.8 (sim.apps.serve.mlenergy module doc);
     `sampling` is the what-if."""

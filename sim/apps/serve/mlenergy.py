@@ -95,7 +95,8 @@ def load_runs(shared: Path) -> list[Run]:
 
 def read_runs(path: Path) -> list[Run]:
     """The v3 runs this project can replay: a model with a preset, a format it has, no data parallelism.
-    A file without the columns read raises ValueError."""
+    A file without the columns read, or a replayable row whose numbers are missing or not numbers (a
+    truncated file), raises ValueError naming the line and the column."""
     out = []
     with open(path, newline="") as f:
         rows = csv.DictReader(f)
@@ -103,14 +104,33 @@ def read_runs(path: Path) -> list[Run]:
         if missing:
             raise ValueError(f"not an ML.ENERGY runs table: no column {', '.join(missing)}")
         for r in rows:
-            if (r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS
-                    or int(float(r["data_parallel"] or 1)) != 1 or int(float(r["pipeline_parallel"] or 1)) != 1):
+            if r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS:
                 continue
-            out.append(Run(r["gpu"], r["model"], r["precision"], r["task"], int(r["num_gpus"]),
-                           int(r["tensor_parallel"]), int(float(r["expert_parallel"] or 1)), int(r["max_num_seqs"]),
-                           float(r["avg_output_tokens"]), float(r["energy_per_output_token_j"]),
-                           float(r["avg_power_per_gpu_w"]), float(r["output_throughput_tok_s"])))
+            n = {c: _number(r, c, rows.line_num) for c in NUMBERS}
+            if int(n["data_parallel"]) != 1 or int(n["pipeline_parallel"]) != 1:
+                continue
+            out.append(Run(r["gpu"], r["model"], r["precision"], r["task"], int(n["num_gpus"]),
+                           int(n["tensor_parallel"]), int(n["expert_parallel"]), int(n["max_num_seqs"]),
+                           n["avg_output_tokens"], n["energy_per_output_token_j"], n["avg_power_per_gpu_w"],
+                           n["output_throughput_tok_s"]))
     return out
+
+
+# The numeric columns read, and the value an empty cell means (None: the cell must hold a number).
+NUMBERS: dict[str, float | None] = {
+    "data_parallel": 1.0, "pipeline_parallel": 1.0, "expert_parallel": 1.0, "num_gpus": None,
+    "tensor_parallel": None, "max_num_seqs": None, "avg_output_tokens": None, "energy_per_output_token_j": None,
+    "avg_power_per_gpu_w": None, "output_throughput_tok_s": None}
+
+
+def _number(row: dict, col: str, line: int) -> float:
+    value, default = row.get(col), NUMBERS[col]
+    if not value and default is not None:
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"line {line}: {col} is {value!r}, not a number (a truncated or malformed row)") from None
 
 
 def sample(runs: list[Run], every: int) -> list[Run]:
