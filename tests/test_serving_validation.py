@@ -83,3 +83,24 @@ def test_comparison_table_has_errors(root):
     table = M.render(results)
     assert f"**{CASE}**" in table and table.count("\n| ") == 1 + len(M.ROWS)
     assert "TPOT mean" in table and "%" in table
+
+
+def test_a_truncated_case_folder_is_one_line_naming_file_and_line(tmp_path):
+    """A measured case whose requests.jsonl was cut mid-line, or whose rows lack a field, or whose meta.json does
+    not parse, is a ConfigError naming the file (and line), not a JSON traceback."""
+    from sim.core.errors import ConfigError
+    case = tmp_path / "RTX4090_x" / "vllm"
+    case.mkdir(parents=True)
+    (case / "meta.json").write_text(json.dumps({"dataset_path": "w.jsonl", "engine_kwargs": {}}))
+    row = dict(request_id="bench-0", input_toks=10, output_toks=3, queued_ts=1.0, first_token_ts=1.1, last_token_ts=1.2)
+    (case / "requests.jsonl").write_text(json.dumps(row) + "\n" + json.dumps({**row, "request_id": "bench-1"})[:40])
+    with pytest.raises(ConfigError, match=r"requests.jsonl:2: not JSON .*a truncated file"):
+        M.load_case(case.parent)
+    (case / "requests.jsonl").write_text(json.dumps(row) + "\n" + json.dumps({"request_id": "bench-1"}) + "\n")
+    with pytest.raises(ConfigError, match="requests.jsonl: line 2: no input_toks"):
+        M.load_case(case.parent)
+    (case / "requests.jsonl").write_text(json.dumps(row) + "\n")
+    assert [r["request_id"] for r in M.load_case(case.parent).measured] == ["bench-0"]
+    (case / "meta.json").write_text('{"dataset_path": "w.js')
+    with pytest.raises(ConfigError, match=r"meta.json: not JSON"):
+        M.load_case(case.parent)

@@ -65,13 +65,31 @@ def cases(root: Path) -> list[Case]:
 
 
 def load_case(folder: Path) -> Case:
-    meta = json.loads((folder / "vllm" / "meta.json").read_text())
+    meta = _json(folder / "vllm" / "meta.json")
     prefix = folder.name.split("_")[0]
     if prefix not in PRESETS:
         raise ConfigError(f"{folder}: no preset for {prefix}; known: {', '.join(PRESETS)}")
-    rows = [json.loads(line) for line in (folder / "vllm" / "requests.jsonl").read_text().splitlines() if line]
-    rows.sort(key=lambda r: int(r["request_id"].rpartition("-")[2]))
+    path = folder / "vllm" / "requests.jsonl"
+    rows = [_json(path, text, n) for n, text in enumerate(path.read_text().splitlines(), 1) if text]
+    missing = [f"line {n}: no {k}" for n, r in enumerate(rows, 1) for k in REQUEST_KEYS if not isinstance(r, dict) or k not in r]
+    if missing or "dataset_path" not in meta:
+        raise ConfigError(f"{path if missing else folder / 'vllm' / 'meta.json'}: "
+                          f"{missing[0] if missing else 'no dataset_path'} (a truncated or foreign file?)")
+    rows.sort(key=lambda r: int(str(r["request_id"]).rpartition("-")[2]))
     return Case(folder.name, PRESETS[prefix], meta, rows, folder.parent / meta["dataset_path"])
+
+
+# What each measured request row must carry (LLMServingSim's bench/core/recorder.py layout).
+REQUEST_KEYS = ("request_id", "input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
+
+
+def _json(path: Path, text: str | None = None, line: int | None = None) -> Any:
+    """`path`'s JSON (or one line of it), or a ConfigError naming the file and line when it does not parse."""
+    try:
+        return json.loads(path.read_text() if text is None else text)
+    except json.JSONDecodeError as e:
+        where = f"{path}:{line}" if line is not None else str(path)
+        raise ConfigError(f"{where}: not JSON ({e.msg} at column {e.colno}; a truncated file?)") from None
 
 
 def requests(case: Case, limit: int | None = None) -> Requests:
