@@ -94,3 +94,26 @@ def test_truncated_or_malformed_rows_are_skipped_with_the_reason(tmp_path):
     assert why["cut"] == "no positive silicon_ttft_ms, silicon_tpot_ms (a truncated or incomplete row)"
     assert why["text"] == "no positive isl (a truncated or incomplete row)"
     assert why["conc"] == "no TP size or concurrency"
+
+
+def _cut_gzip(path, header: str, row: str, rows: int = 4000) -> None:
+    """A gzip'd CSV cut at half its bytes: what a download or a copy that stopped early leaves."""
+    import gzip
+    data = gzip.compress((header + "\n" + "\n".join([row] * rows) + "\n").encode())
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_gzip_cut_short_is_one_line_naming_it(tmp_path, capsys):
+    """A silicon table, an aiconfigurator op table and a serving trace whose .gz ends early: one line, exit 2,
+    no EOFError traceback (pandas reads a gzip lazily, so even the header read can hit the cut)."""
+    silicon = tmp_path / "silicon_sample_h100.csv.gz"
+    _cut_gzip(silicon, "id,backend,model_path,system,mode,isl,osl,batch_size,tp_size,silicon_ttft_ms,silicon_tpot_ms",
+              "r,vllm,Qwen/Qwen3-32B,h100_sxm,agg,1024,128,8,2,120.0,9.0")
+    assert main(["validate-serving", str(silicon), "--hw", "h100_sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cannot read as CSV" in err and "truncated" in err
+    table = tmp_path / "gemm_h100.csv.gz"
+    _cut_gzip(table, "framework,version,kernel_source,m,n,k,gemm_dtype,latency_us", "vllm,0.14.0,x,1,4096,4096,bfloat16,10.0")
+    assert main(["validate", "--input-format", "aic", str(table)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cannot read as CSV" in err

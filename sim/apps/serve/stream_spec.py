@@ -198,7 +198,7 @@ def read_histogram(path: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
     note_input(path)  # no output of this command may replace it
     try:
         df = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
+    except (OSError, EOFError, ValueError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{where}: {str(exc).splitlines()[0]}") from None
     if not {"length", "count"} <= set(df.columns) or df.empty:
         raise ConfigError(f"{where}: expected columns length,count and at least one row")

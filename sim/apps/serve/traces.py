@@ -79,7 +79,7 @@ def _read(path: Path) -> pd.DataFrame:
                                       "line, e.g. {\"timestamp\": 0, \"input_length\": 100, \"output_length\": 20}")
             return pd.DataFrame(rows)
         return pd.read_csv(path, skipinitialspace=True, dtype=str)   # as written: see _arrivals
-    except (ValueError, pd.errors.ParserError) as exc:
+    except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: unreadable trace ({str(exc).splitlines()[0]})") from None
 
 

@@ -84,6 +84,8 @@ SILICON_NUMERIC = {"isl", "osl", "batch_size", "tp_size", "pp_size", "attention_
 def is_silicon(path: Path) -> bool:
     try:
         head = pd.read_csv(path, nrows=0)
+    except EOFError as exc:   # a gzip cut short: what it is cannot be read, say so rather than "not a table"
+        raise ConfigError(f"{path}: cannot read as CSV: {exc} (a truncated file?)") from None
     except (OSError, ValueError, UnicodeDecodeError):
         return False
     return SILICON_COLUMNS <= set(head.columns)
@@ -92,7 +94,10 @@ def is_silicon(path: Path) -> bool:
 def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run], list[tuple[str, str]]]:
     """The replayable runs of a silicon-sample table (of `systems` only, when given), and the
     skipped rows as (id, reason)."""
-    df = pd.read_csv(path)
+    try:
+        df = pd.read_csv(path)
+    except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
+        raise ConfigError(f"{path}: cannot read as CSV: {str(exc).splitlines()[0]}") from None
     for col in SILICON_NUMERIC & set(df.columns):   # text where a number belongs: NaN, which _unreplayable names
         df[col] = pd.to_numeric(df[col], errors="coerce")
     runs, skipped = [], []

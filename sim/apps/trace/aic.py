@@ -122,7 +122,7 @@ def read_table(path: Path) -> pd.DataFrame:
         raise ConfigError(f"{path}: not found (an aiconfigurator table, shared/validation/aic)")
     try:
         return pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
+    except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: cannot read as CSV: {exc}") from None
 
 
