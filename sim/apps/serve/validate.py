@@ -283,12 +283,13 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
     """Markdown: signed errors per run (unless `per_run` is off), MAPE per (GPU, engine, model), overall."""
     lines = []
     if per_run:
-        lines += ["| run | engine | model | TP | N | isl/osl | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | TPOT | "
-                  "E2E | req/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| run | engine | model | TP | N | isl/osl | sampling | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | "
+                  "TPOT | E2E | req/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in results:
             m, s, e = r.run.measured, r.sim, r.error
             lines.append(f"| {r.run.name[-40:]} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp} | "
-                         f"{r.run.concurrency} | {r.run.isl}/{r.run.osl} | {m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
+                         f"{r.run.concurrency} | {r.run.isl}/{r.run.osl} | {r.run.sampling} | "
+                         f"{m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
                          f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{s['tpot_s'] * 1e3:.2f} | "
                          f"{_pct(e.get('tpot_s', np.nan))} | {_pct(e.get('e2e_s', np.nan))} | {_pct(e.get('req_s', np.nan))} |")
         lines.append("")
