@@ -115,12 +115,46 @@ def test_nnls_recovers_the_terms_it_was_built_from():
         step = t_s + c_s * x["collectives"] + r_s * (ranks - 1)
         measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + f_s + step * x["ttft_steps"] + u_s * x["ttft_seqs"],
                             "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"] + u_s * x["tpot_seqs"]}
-    (fit,) = F.fit(rows, measured, rank_term=True)
+    (fit,) = F.fit(rows, measured, rank_term="joint")
     assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s,
                                        "per_collective_s": c_s, "per_extra_rank_s": r_s,
                                        "front_end_output_token_s": 0.0}, rel=1e-6)
     # each training run gives a TTFT and a TPOT row; Fit.runs counts runs (overhead_fit.fit__mutmut_103)
     assert fit.runs == sum(F.in_training(str(i)) for i in range(24)) > 0
+
+
+def test_staged_rank_term_fits_only_what_the_flat_terms_leave():
+    """Every run TP >= 2 (vLLM's training rows): a flat step and a per-rank cost cannot be told apart in one
+    solve. "staged" keeps the rank-free fit's terms exactly and puts on the rank term the one-column least
+    squares of what they leave, max(0, X.r / X.X) by hand; "off" leaves it at 0; a bad name is an error."""
+    rng = np.random.default_rng(2)
+    rows, measured = [], {}
+    for i in range(40):
+        ranks = float(rng.choice([2, 4, 8]))
+        x = dict(ttft_steps=rng.uniform(1, 10), ttft_seqs=rng.uniform(5, 500), tpot_steps=1.0,
+                 tpot_seqs=rng.uniform(1, 128), sim_ttft_s=rng.uniform(0.05, 1), sim_tpot_s=rng.uniform(0.005, 0.05),
+                 collectives=128.0, ranks=ranks)
+        rows.append({"id": str(i), "engine": "vllm", **x})
+        step = 0.0004 + 0.0001 * (ranks - 1)
+        measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + 0.01 + step * x["ttft_steps"],
+                            "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"]}
+    (off,), (staged,) = F.fit(rows, measured, "off"), F.fit(rows, measured, "staged")
+    assert off.terms["per_extra_rank_s"] == 0.0
+    assert {k: v for k, v in staged.terms.items() if k != "per_extra_rank_s"} == \
+        {k: v for k, v in off.terms.items() if k != "per_extra_rank_s"}
+    X, r = [], []
+    for row in (row for row in rows if F.in_training(row["id"])):
+        m, t = measured[row["id"]], off.terms
+        flat = t["step_s"] + t["per_collective_s"] * row["collectives"]
+        for key, fixed, steps, seqs in (("ttft_s", 1.0, "ttft_steps", "ttft_seqs"), ("tpot_s", 0.0, "tpot_steps", "tpot_seqs")):
+            left = m[key] - row["sim_" + key] - fixed * t["per_request_s"] - flat * row[steps] - t["per_seq_s"] * row[seqs]
+            X.append((row["ranks"] - 1) * row[steps] / m[key])
+            r.append(left / m[key])
+    X, r = np.array(X), np.array(r)
+    assert staged.terms["per_extra_rank_s"] == pytest.approx(max(0.0, X @ r / (X @ X)), rel=1e-9)
+    assert staged.terms["per_extra_rank_s"] > 0 and staged.residual <= off.residual
+    with pytest.raises(ValueError, match="rank_term 'both'"):
+        F.fit(rows, measured, "both")
 
 
 def test_async_scheduling_is_on_by_default_under_vllm_and_off_under_v0():

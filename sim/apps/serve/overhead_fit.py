@@ -9,10 +9,11 @@ silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the 
    beyond the first (an instance of `ranks` devices) and f s per request moves the means by
        TTFT: f + (t + c x collectives + r x (ranks - 1)) x ttft_steps + u x ttft_seqs,
        TPOT: (t + c x collectives + r x (ranks - 1)) x tpot_steps + u x tpot_seqs,
-   so (f, t, u, c, r) >= 0 solve one non-negative least-squares problem per family (scipy nnls) over
+   so (f, t, u, c) >= 0 solve one non-negative least-squares problem per family (scipy nnls) over
    both equations of every run, each row divided by its measured value (relative errors weigh
-   alike whatever the run's scale). Queueing's second-order response to the terms is left to
-   the validation run, which simulates with them.
+   alike whatever the run's scale), and r >= 0 a second one on what they leave (`fit`'s note: every
+   vLLM training run is TP >= 2, so fitted jointly r would take the flat step's place). Queueing's
+   second-order response to the terms is left to the validation run, which simulates with them.
 3. The API front end's service time per streamed token (sim/apps/serve/frontend.py) is no first-order term:
    what it does is queueing, which only the simulation gives. It is fitted by profile: the training runs are
    replayed at each value of a grid with the other terms at zero (`scripts/fit_engine_overheads.py
@@ -82,25 +83,40 @@ def read_features(path: Path) -> list[dict]:
                 for row in csv.DictReader(fh)]
 
 
-def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: bool = False) -> list[Fit]:
+RANK_TERMS = ("off", "joint", "staged")
+
+
+def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: str = "staged") -> list[Fit]:
     """One Fit per engine family from the zero-term features and the measured means (by run id).
-    `rank_term` fits per_extra_rank_s too. The shipped fit leaves it at 0: every vLLM training run is TP 2-8,
-    so these rows cannot tell a flat step from one that grows with the ranks, and the data that can disagree
-    (a TP1 step without the flat term replays ML.ENERGY's vLLM 0.11.1 H100 TP1 runs ~50% too fast and moves the
-    RTX PRO 6000 vLLM 0.19 run out of its band, while the RTX 4090 TP1 run prefers it; docs/serving.md)."""
+
+    `rank_term` says how per_extra_rank_s is fitted. "joint": in the one NNLS with the other terms. Every vLLM
+    training run is TP 2-8, so those rows cannot tell a flat step from one that grows with the ranks: jointly,
+    NNLS puts it all on the ranks (step_s 0), which replays the TP1 runs of other sources (ML.ENERGY's vLLM
+    0.11.1 H100 runs, the RTX PRO 6000 and RTX 4090 vLLM 0.19 runs) far too fast. "staged" (shipped): the other
+    terms first, without it, then the per-rank term alone by NNLS on what they leave (relative errors, the same
+    rows), so it takes only the part that grows with the ranks and never moves the flat step. "off": 0."""
+    if rank_term not in RANK_TERMS:
+        raise ValueError(f"rank_term {rank_term!r}: one of {', '.join(RANK_TERMS)}")
     out = []
     for engine in sorted({r["engine"] for r in rows}):
-        A, y, front = [], [], 0.0
+        A, y, X, front = [], [], [], 0.0
         for r in (r for r in rows if r["engine"] == engine and r["id"] in measured and in_training(r["id"])):
             m, front = measured[r["id"]], r.get(FRONT, 0.0)
-            c, x = r["collectives"], (r["ranks"] - 1) if rank_term else 0.0
-            A.append(np.array([1.0, r["ttft_steps"], r["ttft_seqs"], c * r["ttft_steps"], x * r["ttft_steps"]]) / m["ttft_s"])
-            y.append((m["ttft_s"] - r["sim_ttft_s"]) / m["ttft_s"])
-            A.append(np.array([0.0, r["tpot_steps"], r["tpot_seqs"], c * r["tpot_steps"], x * r["tpot_steps"]]) / m["tpot_s"])
-            y.append((m["tpot_s"] - r["sim_tpot_s"]) / m["tpot_s"])
+            c, x = r["collectives"], r["ranks"] - 1
+            for key, fixed, steps, seqs in (("ttft_s", 1.0, "ttft_steps", "ttft_seqs"),
+                                            ("tpot_s", 0.0, "tpot_steps", "tpot_seqs")):
+                A.append(np.array([fixed, r[steps], r[seqs], c * r[steps]]) / m[key])
+                X.append(x * r[steps] / m[key])
+                y.append((m[key] - r["sim_" + key]) / m[key])
         if not A:
             continue
-        x, residual = nnls(np.array(A), np.array(y))
+        A, X, y = np.array(A), np.array(X)[:, None], np.array(y)
+        if rank_term == "joint":
+            x, residual = nnls(np.hstack([A, X]), y)
+        else:
+            x, residual = nnls(A, y)
+            rank, residual = nnls(X, y - A @ x) if rank_term == "staged" else (np.zeros(1), residual)
+            x = np.r_[x, rank]
         out.append(Fit(engine, {**dict(zip(TERMS, (float(v) for v in x))), FRONT: front}, len(A) // 2, float(residual)))
     return out
 
