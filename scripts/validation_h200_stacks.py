@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 from energy_h200 import MICRO, PUBLISHED_DECODE_W, decode_rows, prefill_check
@@ -68,19 +69,25 @@ def _gemm_ops(fmt: str, m: int) -> dict[tuple[int, int], object]:
     return out
 
 
+def _timed_gemms(micro: dict, fmt: str) -> Iterator[tuple[object, dict]]:
+    """(op, measured row) for each graph-timed GEMM of h200_micro.json with `fmt` weights, M by M."""
+    for m in sorted({r["M"] for r in micro["graph_timed_gemm_us"]}):
+        ops = _gemm_ops(fmt, m)
+        for r in (r for r in micro["graph_timed_gemm_us"] if r["M"] == m and (r["N"], r["K"]) in ops):
+            yield ops[(r["N"], r["K"])], r
+
+
 def _quant_rows(micro: dict) -> tuple[list[list[str]], dict]:
     machine = load_machine("h200")
     unit, tier = machine.units["gpu"], machine.memory["hbm"]
     eager = load_stack("torch-eager")
     errs: dict[tuple[str, str], list[float]] = {}
     for fmt, key in QUANT:
-        for m in sorted({r["M"] for r in micro["graph_timed_gemm_us"]}):
-            ops = _gemm_ops(fmt, m)
-            for r in (r for r in micro["graph_timed_gemm_us"] if r["M"] == m and (r["N"], r["K"]) in ops):
-                op, meas = ops[(r["N"], r["K"])], r[key] * 1e-6
-                for label, stack in (("no stack", None), ("torch-eager", eager)):
-                    sim = roofline_cost(op, unit, "gpu", tier, stack=stack).duration_s
-                    errs.setdefault((fmt, label), []).append((sim - meas) / meas)
+        for op, r in _timed_gemms(micro, fmt):
+            meas = r[key] * 1e-6
+            for label, stack in (("no stack", None), ("torch-eager", eager)):
+                sim = roofline_cost(op, unit, "gpu", tier, stack=stack).duration_s
+                errs.setdefault((fmt, label), []).append((sim - meas) / meas)
     rows, figures = [], {}
     for fmt, _ in QUANT:
         b, a = errs[(fmt, "no stack")], errs[(fmt, "torch-eager")]
@@ -101,13 +108,11 @@ def _dense_family_text(micro: dict) -> tuple[str, dict]:
         update={"dense_gemm": "dense_bf16_h100"})})
     stack = load_stack("vllm")
     errs: dict[str, list[float]] = {"roofline": [], "family": []}
-    for m in sorted({r["M"] for r in micro["graph_timed_gemm_us"]}):
-        ops = _gemm_ops("bf16", m)
-        for r in (r for r in micro["graph_timed_gemm_us"] if r["M"] == m and (r["N"], r["K"]) in ops):
-            meas = r["bf16_us"] * 1e-6
-            for key, u in (("roofline", unit), ("family", h100_family)):
-                sim = roofline_cost(ops[(r["N"], r["K"])], u, "gpu", tier, stack=stack).duration_s
-                errs[key].append((sim - meas) / meas)
+    for op, r in _timed_gemms(micro, "bf16"):
+        meas = r["bf16_us"] * 1e-6
+        for key, u in (("roofline", unit), ("family", h100_family)):
+            sim = roofline_cost(op, u, "gpu", tier, stack=stack).duration_s
+            errs[key].append((sim - meas) / meas)
     (a, b), n = (statistics.fmean(map(abs, errs[k])) for k in ("roofline", "family")), len(errs["family"])
     text = (f"The H100's fitted dense bf16 family does not carry to this GPU, the same die: on these {n} bf16 GEMMs "
             f"under a graph-replayed stack (`vllm`) the preset as it ships (the roofline with the stack's graph gap) "
@@ -117,8 +122,8 @@ def _dense_family_text(micro: dict) -> tuple[str, dict]:
     return text, {"h200.dense_gemm_mape.roofline": a, "h200.dense_gemm_mape.h100_family": b}
 
 
-def _energy_text() -> tuple[str, dict]:
-    f = prefill_check(json.loads(MICRO.read_text()))
+def _energy_text(micro: dict) -> tuple[str, dict]:
+    f = prefill_check(micro)
     rows = [[r["shape"], f"{r['j_old']:.3f}", f"{r['w_old']:.0f}", f"{r['j_new']:.3f}", f"{r['w_new']:.0f}",
              f"{r['ratio']:.2f}", f"{r['ratio'] / 0.5 - 1:+.0%}"] for r in decode_rows()]
     lo, hi = PUBLISHED_DECODE_W
@@ -180,9 +185,10 @@ def stacks_section(traces: list[Trace]) -> tuple[str, dict]:
     vs = [validate(test, load_machine(hw), stack=stack) for hw, stack in CONFIGS]
     figures = {f"h200.op_mape.{hw}.{stack or 'none'}": v.mape for (hw, stack), v in zip(CONFIGS, vs)}
     heads = [_label(hw, s) for hw, s in CONFIGS]
-    quant_rows, qf = _quant_rows(json.loads(MICRO.read_text())) if MICRO.is_file() else ([], {})
-    dense, df = _dense_family_text(json.loads(MICRO.read_text())) if MICRO.is_file() else ("", {})
-    energy, ef = _energy_text() if MICRO.is_file() else ("(../shared/validation/h200 absent: skipped)", {})
+    micro = json.loads(MICRO.read_text()) if MICRO.is_file() else None
+    quant_rows, qf = _quant_rows(micro) if micro else ([], {})
+    dense, df = _dense_family_text(micro) if micro else ("", {})
+    energy, ef = _energy_text(micro) if micro else ("(../shared/validation/h200 absent: skipped)", {})
     figures.update(qf)
     figures.update(df)
     figures.update(ef)

@@ -26,6 +26,7 @@ import numpy as np
 from sim.apps.serve.metrics import stats
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests, read_trace
+from sim.apps.serve.validate_readers import read_json
 from sim.core.errors import ConfigError
 from sim.core.schema import validate_mapping
 
@@ -65,16 +66,13 @@ def cases(root: Path) -> list[Case]:
 
 
 def load_case(folder: Path) -> Case:
-    meta = _json(folder / "vllm" / "meta.json")
+    meta = read_json(folder / "vllm" / "meta.json")
     prefix = folder.name.split("_")[0]
     if prefix not in PRESETS:
         raise ConfigError(f"{folder}: no preset for {prefix}; known: {', '.join(PRESETS)}")
-    path = folder / "vllm" / "requests.jsonl"
-    rows = [_json(path, text, n) for n, text in enumerate(path.read_text().splitlines(), 1) if text]
-    missing = [f"line {n}: no {k}" for n, r in enumerate(rows, 1) for k in REQUEST_KEYS if not isinstance(r, dict) or k not in r]
-    if missing or "dataset_path" not in meta:
-        raise ConfigError(f"{path if missing else folder / 'vllm' / 'meta.json'}: "
-                          f"{missing[0] if missing else 'no dataset_path'} (a truncated or foreign file?)")
+    if not isinstance(meta, dict) or "dataset_path" not in meta:
+        raise ConfigError(f"{folder / 'vllm' / 'meta.json'}: no dataset_path (a truncated or foreign file?)")
+    rows = _request_rows(folder / "vllm" / "requests.jsonl")
     rows.sort(key=lambda r: int(str(r["request_id"]).rpartition("-")[2]))
     return Case(folder.name, PRESETS[prefix], meta, rows, folder.parent / meta["dataset_path"])
 
@@ -83,13 +81,22 @@ def load_case(folder: Path) -> Case:
 REQUEST_KEYS = ("request_id", "input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
 
 
-def _json(path: Path, text: str | None = None, line: int | None = None) -> Any:
-    """`path`'s JSON (or one line of it), or a ConfigError naming the file and line when it does not parse."""
-    try:
-        return json.loads(path.read_text() if text is None else text)
-    except json.JSONDecodeError as e:
-        where = f"{path}:{line}" if line is not None else str(path)
-        raise ConfigError(f"{where}: not JSON ({e.msg} at column {e.colno}; a truncated file?)") from None
+def _request_rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON object of each line of `path`, or a ConfigError naming the file and line of the first that does
+    not parse or lacks one of REQUEST_KEYS (a file cut short, a foreign layout)."""
+    rows = []
+    for n, text in enumerate(path.read_text().splitlines(), 1):
+        if not text:
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno}; a truncated file?)") from None
+        missing = [k for k in REQUEST_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ConfigError(f"{path}: line {n}: no {missing[0]} (a truncated or foreign file?)")
+        rows.append(row)
+    return rows
 
 
 def requests(case: Case, limit: int | None = None) -> Requests:
