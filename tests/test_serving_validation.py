@@ -101,6 +101,9 @@ def test_a_truncated_case_folder_is_one_line_naming_file_and_line(tmp_path):
         M.load_case(case.parent)
     (case / "requests.jsonl").write_text(json.dumps(row) + "\n")
     assert [r["request_id"] for r in M.load_case(case.parent).measured] == ["bench-0"]
+    (case / "requests.jsonl").write_bytes(b"\x00\x01binary\xff\n")
+    with pytest.raises(ConfigError, match=r"requests.jsonl: cannot be read as text"):
+        M.load_case(case.parent)
     (case / "meta.json").write_text('{"dataset_path": "w.js')
     with pytest.raises(ConfigError, match=r"meta.json: not JSON"):
         M.load_case(case.parent)

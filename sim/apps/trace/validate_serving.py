@@ -84,8 +84,12 @@ REQUEST_KEYS = ("request_id", "input_toks", "output_toks", "queued_ts", "first_t
 def _request_rows(path: Path) -> list[dict[str, Any]]:
     """The JSON object of each line of `path`, or a ConfigError naming the file and line of the first that does
     not parse or lacks one of REQUEST_KEYS (a file cut short, a foreign layout)."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:   # missing, unreadable, or a binary file
+        raise ConfigError(f"{path}: cannot be read as text ({str(e).splitlines()[0]})") from None
     rows = []
-    for n, text in enumerate(path.read_text().splitlines(), 1):
+    for n, text in enumerate(lines, 1):
         if not text:
             continue
         try:
