@@ -229,10 +229,22 @@ ATTENTION = {
         "(cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQAImplJIT, NVRTC; precompiled: "
         "cubin/xqa_kernel_cubin.h per SM), so SM 8.9's are not SM 8.0's"),
     "flash_attn": dict(
-        framework="vllm", kernel="flash_attn", stack="vllm",
-        description="FlashAttention (FA2 on Ampere/Ada/Blackwell GeForce, FA3 on Hopper) through vLLM's FLASH_ATTN backend",
+        framework="vllm", kernel="flash_attn", stack="vllm", decode_gpus=("h100",),
+        description="FlashAttention through vLLM's FLASH_ATTN backend, FA3 on Hopper (decode fitted on the H100's rows; "
+                    "the prefill curves on every GPU's, per architecture in prefill_sm); FA2's decode is flash_attn2",
         cite="vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl.forward -> vllm_flash_attn "
              "flash_attn_varlen_func; fa_utils.get_flash_attn_version: FA3 on SM 9.0, else FA2)"),
+    "flash_attn2": dict(
+        framework="vllm", kernel="flash_attn", stack="vllm", gpus=("a100", "rtx_pro_6000"), walk="mha", fa2_split=True,
+        prefill_from="flash_attn",
+        description="FlashAttention-2 through vLLM's FLASH_ATTN backend (Ampere, Ada, RTX Blackwell); grouped-query "
+                    "decode split across CTAs by FA2's heuristic, MHA decode unsplit (one CTA walks the whole cache)",
+        cite="vllm/v1/attention/backends/flash_attn.py (fa_utils.get_flash_attn_version: FA2 off SM 9.0); "
+             "vllm-project/flash-attention csrc/flash_attn/flash_api.cpp mha_varlen_fwd (split-KV only where "
+             "seqlenq_ngroups_swapped: one query token and more query than KV heads) and set_params_splitkv / "
+             "num_splits_heuristic. Fitted on the A100 and RTX PRO 6000 rows (kernel_source vllm_flash_attn, "
+             "vllm_flash_attn_fa2); the L40S's (SM 8.9, FA2) are held out. Prefill: flash_attn's curves (prefill_from), "
+             "which are per architecture already"),
     "sglang_fa3": dict(
         framework="sglang", kernel="fa3", stack="sglang", prefill_kernel="fa3|flash_attention",
         description="FlashAttention-3 as SGLang runs it on Hopper (sgl-kernel's own FA3 build, paged KV through "
@@ -344,22 +356,26 @@ def _reads_less_than_named(rows: list[tuple]) -> set[tuple[str, bool]]:
     return {k for k, v in by.items() if np.median(v) > 1.0}
 
 
-def _decode_columns(sel: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _decode_columns(sel: list[tuple], fa2_split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row: [1, 1 / clock, grouped CTAs / SMs, MHA CTAs / SMs, KV / bw, KV / (bw x CTAs),
-    KV / L2 bw, KV / (L2 bw x CTAs), grouped-query kv_len] (the terms of hw_models.stack.attention_kernels.Decode;
-    the DRAM pair is zero where the replayed cache fits the L2, the L2 pair zero elsewhere), the measured seconds,
-    sim's seconds for the other ops of the call, and the KV bytes."""
+    KV / L2 bw, KV / (L2 bw x CTAs), grouped-query kv_len, MHA kv_len, split] (the terms of
+    hw_models.stack.attention_kernels.Decode; the DRAM pair is zero where the replayed cache fits the L2, the L2 pair
+    zero elsewhere; `fa2_split`: CTAs count FlashAttention-2's splits and `split` is 1 where it splits), the measured
+    seconds, sim's seconds for the other ops of the call, and the KV bytes."""
+    from hw_models.stack.attention_kernels import Decode
+    split_of = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1, fa2_split=fa2_split).splits
     X, t, others, kvb = [], [], [], []
     for preset, r, ops in sel:
         sms, bw, _, clock, _ = _gpu_figures(preset)
         l2_bytes, l2_bw = _l2(preset)
         kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
-        ctas = r.batch * r.kv_heads
+        splits = split_of(r.batch, r.heads, r.kv_heads, sms, r.step + 1, r.head_dim)
+        ctas = r.batch * r.kv_heads * splits
         mha = r.heads == r.kv_heads
         stream = [kv_bytes / bw, kv_bytes / bw / ctas, 0.0, 0.0] if kv_bytes > l2_bytes else \
             [0.0, 0.0, kv_bytes / l2_bw, kv_bytes / l2_bw / ctas]
         X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0, *stream,
-                  0.0 if mha else r.step + 1.0])
+                  0.0 if mha else r.step + 1.0, r.step + 1.0 if mha else 0.0, float(splits > 1)])
         t.append(r.latency_us * 1e-6)
         others.append(sum(sec for _, sec in ops[1:]))
         kvb.append(kv_bytes)
@@ -373,8 +389,9 @@ def _predict(X: np.ndarray, f: dict) -> np.ndarray:
     inv_eff = np.where(mha, 1.0 / f["mha_kv_stream_efficiency"], 1.0 / f["kv_stream_efficiency"])
     ramp = np.where(mha, f["mha_kv_ramp_ctas"], f["kv_ramp_ctas"])
     stream = inv_eff * (X[:, 4] + ramp * X[:, 5]) + (X[:, 6] + ramp * X[:, 7]) / f["l2_stream_efficiency"]
+    walk = np.maximum(f["kv_walk_s_per_token"] * X[:, 8], f["mha_kv_walk_s_per_token"] * X[:, 9])
     return (f["fixed_s"] + f["fixed_cycles"] * X[:, 1] + f["cta_s"] * X[:, 2] + f["mha_cta_s"] * X[:, 3]
-            + np.maximum(stream, f["kv_walk_s_per_token"] * X[:, 8]))
+            + f["combine_s"] * X[:, 10] + np.maximum(stream, walk))
 
 
 def _decode_errors(X: np.ndarray, t: np.ndarray, others: np.ndarray, f: dict) -> np.ndarray:
@@ -411,27 +428,31 @@ def _fit_figures(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarr
     ramp = np.where(mha, f["mha_kv_ramp_ctas"], f["kv_ramp_ctas"])
     dram = np.where(mha, 1.0 / f["mha_kv_stream_efficiency"], 1.0 / f["kv_stream_efficiency"]) * (X[:, 4] + ramp * X[:, 5])
     l2 = X[:, 6] + ramp * X[:, 7]
-    c = _weighted_nnls(np.c_[X[fit, :4], l2[fit]], t[fit], others[fit] + dram[fit])
+    c = _weighted_nnls(np.c_[X[fit, :4], l2[fit], X[fit, 10]], t[fit], others[fit] + dram[fit])
     # The cited L2 rate is a ceiling (efficiency <= 1); no rows in L2 (no GPU cites a rate): 1, unused.
     f.update(fixed_s=c[0], fixed_cycles=c[1], cta_s=c[2], mha_cta_s=c[3],
-             l2_stream_efficiency=1.0 / max(c[4], 1.0) if (l2[fit] > 0).any() else 1.0, kv_walk_s_per_token=0.0)
+             l2_stream_efficiency=1.0 / max(c[4], 1.0) if (l2[fit] > 0).any() else 1.0, combine_s=c[5],
+             kv_walk_s_per_token=0.0, mha_kv_walk_s_per_token=0.0)
     return f
 
 
-WALK_GRID_S = np.arange(0.0, 20.05e-9, 0.1e-9)   # seconds per KV token of one CTA's walk
+WALK_GRID_S = np.arange(0.0, 30.05e-9, 0.1e-9)   # seconds per KV token of one CTA's walk
+WALK_KEY = {"grouped": ("kv_walk_s_per_token", 8), "mha": ("mha_kv_walk_s_per_token", 9)}
 
 
 def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray, fit: np.ndarray,
-              mha_kernel: bool) -> dict:
-    """The figures with a serial walk per KV token (hw_models.stack.attention_kernels): per walk on a grid, the
-    other figures fitted (_fit_figures) on the rows the walk does not bind (its kv_len x walk below the stream
-    fitted without one), and the walk whose whole model has the least in-sample MAPE kept (0: no walk)."""
+              mha_kernel: bool, calls: str = "grouped") -> dict:
+    """The figures with a serial walk per KV token of `calls` (grouped-query or MHA; hw_models.stack.
+    attention_kernels): per walk on a grid, the other figures fitted (_fit_figures) on the rows the walk does not
+    bind (its kv_len x walk below the stream fitted without one), and the walk whose whole model has the least
+    in-sample MAPE kept (0: no walk)."""
+    key, col = WALK_KEY[calls]
     base = _fit_figures(X, t, others, kvb, fit, mha_kernel)
-    stream = _predict(X, base) - _predict(X * np.r_[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], base)
+    stream = _predict(X, base) - _predict(X * np.isin(np.arange(X.shape[1]), (0, 1, 2, 3, 10)), base)
     best, best_mape = base, float(_decode_errors(X, t, others, base)[fit].mean())
     for w in WALK_GRID_S[1:]:
-        free = fit & (w * X[:, 8] < stream)
-        f = {**_fit_figures(X, t, others, kvb, free, mha_kernel), "kv_walk_s_per_token": w}
+        free = fit & (w * X[:, col] < stream)
+        f = {**_fit_figures(X, t, others, kvb, free, mha_kernel), key: w}
         mape = float(_decode_errors(X, t, others, f)[fit].mean())
         if mape < best_mape:
             best, best_mape = f, mape
@@ -446,24 +467,28 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
     out = {}
     for kv in ("bfloat16", "fp8"):
         skip = {ATTN_GPUS[g] for g, k in ATTENTION[name].get("skip_decode", {}).items() if k == kv}
+        spec = ATTENTION[name]
         sel = [(p, r, ops) for p, r, ops in rows
-               if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped and p not in skip]
+               if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped and p not in skip
+               and ("decode_gpus" not in spec or p in {ATTN_GPUS[g] for g in spec["decode_gpus"]})]
         if len(sel) < 10:
             continue
-        X, t, others, kvb = _decode_columns(sel)
+        X, t, others, kvb = _decode_columns(sel, spec.get("fa2_split", False))
         fit = np.array([p != hold_out for p, _, _ in sel])
         if fit.sum() < 10:    # only the held-out GPU has this format's rows
             continue
-        spec = ATTENTION[name]
-        f = {k: _sig(v) for k, v in (_fit_walk if spec.get("walk") else _fit_figures)(
-            X, t, others, kvb, fit, spec.get("mha_kernel", False)).items()}
+        walk = spec.get("walk")
+        f = {k: _sig(v) for k, v in (_fit_walk(X, t, others, kvb, fit, spec.get("mha_kernel", False),
+                                               "grouped" if walk is True else walk) if walk else
+                                     _fit_figures(X, t, others, kvb, fit, spec.get("mha_kernel", False))).items()}
+        f["fa2_split"] = spec.get("fa2_split", False)
         err = _decode_errors(X, t, others, f)
         presets = np.array([p for p, _, _ in sel])
         check = [(p, r, ops) for p, r, ops in (_attention_table(name, "gen_attn", True) if "check" in ATTENTION[name]
                                                else []) if r.kv_dtype == kv]
         out[KV_FMT[kv]] = {**f, "rows": int(fit.sum()), "fit_mape": round(float(err[fit].mean()), 4),
                            "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))},
-                           "check_mape": round(float(_decode_errors(*_decode_columns(check)[:3], f).mean()), 4)
+                           "check_mape": round(float(_decode_errors(*_decode_columns(check, f["fa2_split"])[:3], f).mean()), 4)
                            if check else None, "check_rows": len(check),
                            "dropped": sorted(f"{p} {'grouped' if g else 'mha'}" for p, g in dropped
                                              if any(p == q and r.kv_dtype == kv for q, r, _ in rows))}
@@ -1092,6 +1117,10 @@ def _optional_stream(d: dict) -> str:
         out += f"l2_stream_efficiency: {d['l2_stream_efficiency']:.3g}, "
     if d["kv_walk_s_per_token"]:
         out += f"kv_walk_s_per_token: {d['kv_walk_s_per_token']:.3g}, "
+    if d["mha_kv_walk_s_per_token"]:
+        out += f"mha_kv_walk_s_per_token: {d['mha_kv_walk_s_per_token']:.3g}, "
+    if d["fa2_split"]:
+        out += f"fa2_split: true, combine_s: {d['combine_s']:.3g}, "
     return out
 
 
@@ -1158,7 +1187,8 @@ def render_attention() -> str:
                              f"{d['check_rows']}, MAPE {d['check_mape']}")
             if d["dropped"]:
                 lines.append(f"      # left out (they read less than they name): {', '.join(d['dropped'])}")
-        lines += _curves_lines(name, "    ") + _prefill_sm_lines(name)
+        lines += ([f"    prefill_from: {spec['prefill_from']}"] if spec.get("prefill_from") else
+                  _curves_lines(name, "    ") + _prefill_sm_lines(name))
     return "\n".join(lines) + "\n"
 
 
@@ -1183,7 +1213,8 @@ def report_hold_out(gpu: str) -> None:
         for fmt, d in ({} if ATTENTION[name].get("decode_from") else fit_decode(name, preset)).items():
             by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in d["mape_by_gpu"].items())
             print(f"decode {name} kv {fmt}, fitted without {gpu}: {by}")
-        for q, kv in (("bfloat16", "bfloat16"), ("bfloat16", "fp8"), ("fp8", "fp8")):
+        for q, kv in () if ATTENTION[name].get("prefill_from") else (("bfloat16", "bfloat16"), ("bfloat16", "fp8"),
+                                                                       ("fp8", "fp8")):
             pf = fit_prefill(name, preset, kv, q)
             if pf is not None and preset in pf["mape_by_gpu"] and len(pf["mape_by_gpu"]) > 1:
                 by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in pf["mape_by_gpu"].items())

@@ -170,7 +170,8 @@ NOTES = """What moved, and what did not:
   30.6 -> 9.9, 18.5 -> 13.6. Still missed: A100 (vLLM and SGLang at batches 1-4 and >= 2K tokens 25-43% fast,
   SGLang's flash_attention rows stream at 0.40-0.58 of the peak; TensorRT-LLM's grouped rows, left out of the fit,
   50-90% slow at large caches), vLLM's FA2 on RTX PRO 6000 at batches 1-4 and 2-32K tokens (15-48% fast: FA2's
-  split-KV heuristic, not modelled), and every engine's step between 128 and 512 tokens (a KV tile per CTA).
+  split-KV heuristic, not modelled then: the next bullet), and every engine's step between 128 and 512 tokens (a KV
+  tile per CTA; FA2's is its split-KV combine kernel, the next bullet).
   Held out by GPU (`scripts/fit_kernels.py --hold-out GPU`; previous stop in brackets): FlashAttention bf16 H100
   10.9% (13.5), A100 19.8% (21.2), RTX PRO 6000 27.3% (27.3: its L2 rate is fitted on its own rows only);
   TensorRT-LLM bf16 H100 14.9% (14.6), A100 19.1% (19.6), RTX PRO 6000 20.3% (20.3, under trtllm_attention);
@@ -184,6 +185,28 @@ NOTES = """What moved, and what did not:
   (`attention_rules: capability`), with the unsplit walk: the L40S FP8-KV grouped rows at batch 1 take 139 / 271 /
   533 / 1057 / 2106 us at 8K / 16K / 32K / 64K / 128K tokens for every head layout from 4 / 1 to 64 / 8 (16.1 ns a
   token). TensorRT-LLM L40S decode FP8 49.7 -> 15.6%, bf16 11.8 -> 10.7%.
+* FlashAttention-2 is not FlashAttention-3 (stop 47). vLLM runs FA3 on SM 9.0 and FA2 elsewhere
+  (vllm/attention/utils/fa_utils.py get_flash_attn_version), but one `flash_attn` decode fit had pooled the H100's
+  FA3 rows with the A100's and RTX PRO 6000's FA2 rows. The FA2 rows show two mechanisms of FA2's source
+  (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp) that FA3's do not:
+  - MHA decode is not split: mha_varlen_fwd splits the KV only where seqlenq_ngroups_swapped (one query token
+    and more query than KV heads). An MHA call keeps one CTA per (sequence, head) walking the whole cache: the A100
+    rows at batch 1-4, 4/4 and 8/8 heads, take 3.02 ms at 128K tokens whatever the batch and heads (23 ns a token;
+    RTX PRO 6000 19.6 ns, L40S 18.6 ns), where the same cache through FA3 on the H100 takes 0.10-0.22 ms.
+    `mha_kv_walk_s_per_token` (fitted: 19 ns) is the MHA counterpart of the grouped-query walk above.
+  - Grouped-query decode is split by num_splits_heuristic (2 CTAs per SM, 128-token key blocks at head_dim 128,
+    the fewest splits within 85% of the best wave efficiency, at most 128), and a split call runs a second kernel
+    to merge the partials: the rows step up at 129 tokens (one block -> two) at batch 1-8 on every FA2 GPU.
+    `fa2_split` makes the CTAs of the ramp and the per-CTA cost count the splits (hw_models/stack/
+    fa2_splits.py), and `combine_s` (fitted: 3.95 us) is paid where the call splits.
+  `flash_attn2` carries both, fitted on the A100 and RTX PRO 6000 vLLM rows; the `vllm` stack picks it on SM 8.x
+  and 12.x (attention_rules); `flash_attn` keeps FA3 decode, fitted on the H100 rows alone. Decode MAPE, bf16 KV,
+  vLLM (before -> after): A100 18.9 -> 13.0%, RTX PRO 6000 17.6 -> 13.3%, H100 9.7 -> 9.8%; L40S (FA2, never
+  fitted on for decode: held out) 16.3 -> 14.6%. Held out by GPU (`--hold-out`, fitted on the other FA2 GPU): A100
+  19.8 -> 16.3%, RTX PRO 6000 27.3 -> 21.3%. SGLang's A100 flash_attention decode rows (which FlashAttention build
+  ran is not established) read closest under flash_attn2: 19.6 -> 17.5% (FA3's H100 figures 34%, sglang_fa3 45%).
+  Out of sample, the LLMServingSim vLLM 0.19 replays (TP1, Llama-3.1-8B; TTFT / TPOT / throughput): RTX PRO 6000
+  -21.8 / -9.4 / +9.4 -> -19.3 / -8.3 / +7.7%, RTX 4090 +9.3 / +6.5 / -6.6 -> +11.3 / +8.2 / -8.1%.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The

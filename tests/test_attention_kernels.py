@@ -128,18 +128,73 @@ def test_decode_from_takes_the_other_familys_decode():
         AttentionKernels(families={"a": base, "b": {**base, "decode_from": "a"}})
 
 
+def test_prefill_from_takes_every_curve_of_the_other_family():
+    """prefill_from copies prefill, prefill_kv, prefill_fp8_query and prefill_sm; naming no family, a family
+    without curves, or giving curves itself is refused. Shipped: flash_attn2 differs from flash_attn in decode only."""
+    curve = {"fixed_s": 1e-6, "rate_points": [[1, 0.5]]}
+    base = {"cite": "t", "decode": {"bf16": {"fixed_s": 0, "cta_s": 0, "mha_cta_s": 0, "kv_stream_efficiency": 1}},
+            "prefill": curve, "prefill_sm": {8.0: {"prefill": {**curve, "fixed_s": 2e-6}}}}
+    fams = AttentionKernels(families={"a": base, "b": {"cite": "t", "prefill_from": "a"}}).families
+    assert fams["b"].prefill == fams["a"].prefill and fams["b"].prefill_sm == fams["a"].prefill_sm
+    assert fams["b"].prefill_for("bf16", capability=8.0).fixed_s == 2e-6 and not fams["b"].decode
+    for bad in ({"cite": "t", "prefill_from": "nope"}, {"cite": "t", "prefill_from": "a", "prefill": curve}):
+        with pytest.raises(ValueError, match="prefill_from"):
+            AttentionKernels(families={"a": base, "b": bad})
+    with pytest.raises(ValueError, match="prefill_from"):
+        AttentionKernels(families={"a": {"cite": "t"}, "b": {"cite": "t", "prefill_from": "a"}})
+    shipped = attention_families()
+    assert shipped["flash_attn2"].prefill_sm == shipped["flash_attn"].prefill_sm
+    assert shipped["flash_attn2"].decode["bf16"] != shipped["flash_attn"].decode["bf16"]
+
+
 def test_shipped_decode_floor_and_stream_on_h100():
-    """The shipped figures on the H100 preset: floor = fixed + cycles / 1.98 GHz + per-CTA x 8 KV heads /
-    132 SMs at batch 1; the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x memory_max 0.85 x
-    efficiency) x (1 + kv_ramp_ctas / 8 CTAs)."""
+    """The shipped figures on the H100 preset: floor = fixed + cycles / 1.98 GHz + per-CTA x 8 KV heads x splits /
+    132 SMs at batch 1 (+ combine_s where split); the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x
+    memory_max 0.85 x efficiency) x (1 + kv_ramp_ctas / (8 x splits) CTAs). Splits: 1, but for FlashAttention-2's
+    family, whose heuristic splits this call 32 ways (test_fa2_splits_by_hand)."""
     for name, fam in attention_families().items():
         d = fam.decode["bf16"]
         c = _cost(_op("decode", 1, 1, 4096), name)
         kv_bytes = 2 * 4096 * 8 * 128 * 2
-        assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 / 132)
+        s = 32 if d.fa2_split else 1
+        assert d.splits(1, 32, 8, 132, 4096) == s
+        assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 * s / 132
+                                             + (d.combine_s if s > 1 else 0.0))
         assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency)
-                                           * (1 + d.kv_ramp_ctas / 8))   # grouped (32 / 8): not the MHA figures
+                                           * (1 + d.kv_ramp_ctas / (8 * s)))   # grouped (32 / 8): not the MHA figures
         assert c.duration_s == pytest.approx(c.overhead_s + c.memory_s)
+
+
+def test_fa2_splits_by_hand():
+    """FlashAttention-2's heuristic (flash_api.cpp num_splits_heuristic: 2 x SMs slots, 128-token key blocks at
+    head_dim 128, at most 128 splits, the fewest eligible splits within 85% of the best wave efficiency).
+    - 1 CTA, 108 SMs, 131,072 tokens: 1024 blocks, up to 128 splits, efficiency s / 216, best 128 / 216 = 0.593;
+      0.85 of it needs s >= 108.8, and the first s that changes ceil(1024 / s) from there is 114 (9 blocks each).
+    - 8 CTAs, 132 SMs, 4096 tokens: 32 blocks; eligible 1-8, 11, 16, 32; 32 splits fill 256 of 264 slots (0.97),
+      16 fill 0.48 < 0.85 x 0.97: 32.
+    - 8 CTAs, 108 SMs, 4096 tokens: 16 splits (128 / 216 = 0.593) tie 32 (256 / 216: 1.185 waves, 0.593): 16.
+    - 173 CTAs on 108 SMs (>= 0.8 x 216), or a cache of one 128-token block: no split."""
+    from hw_models.stack.fa2_splits import fa2_num_splits
+    assert fa2_num_splits(1, 108, 131072) == 114
+    assert fa2_num_splits(8, 132, 4096) == 32
+    assert fa2_num_splits(8, 108, 4096) == 16
+    assert fa2_num_splits(173, 108, 131072) == 1 and fa2_num_splits(172, 108, 131072) > 1
+    assert fa2_num_splits(1, 108, 128) == 1 and fa2_num_splits(1, 108, 129) == 2
+
+
+def test_fa2_family_splits_grouped_calls_and_walks_mha_ones():
+    """Split-KV runs only where the query heads are swapped into rows (one query token, more query than KV heads:
+    flash_api.cpp mha_varlen_fwd), so an MHA call keeps one CTA per (sequence, head) and walks the whole cache:
+    1 x 8 CTAs at 131,072 tokens and 20 ns a token = 2.62 ms, far above its 537 MB stream at 1 TB/s x (1 + 2 / 8).
+    A grouped call of the same cache pays combine_s once it splits (114 ways), none at 128 tokens (one block)."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1.0, kv_ramp_ctas=2,
+               mha_kv_walk_s_per_token=20e-9, fa2_split=True, combine_s=4e-6)
+    assert d.splits(1, 8, 8, 108, 131072) == 1 and d.splits(1, 8, 1, 108, 131072) == 114
+    assert d.time_s(1, 8, 8, 537e6, 108, 1e12, kv_len=131072) == pytest.approx(131072 * 20e-9)
+    assert d.time_s(1, 8, 1, 67e6, 108, 1e12, kv_len=131072) == pytest.approx(4e-6 + 67e6 / 1e12 * (1 + 2 / 114))
+    assert d.time_s(1, 8, 1, 65536.0, 108, 1e12, kv_len=128) == pytest.approx(65536 / 1e12 * 3)
+    plain = d.model_copy(update={"fa2_split": False})
+    assert plain.splits(1, 8, 1, 108, 131072) == 1
 
 
 def test_decode_fixed_cost_falls_with_the_clock():

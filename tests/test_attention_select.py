@@ -75,7 +75,10 @@ def test_sglang_picks_fa3_on_hopper_flashinfer_elsewhere(preset, kv, family):
 
 @pytest.mark.parametrize("preset, kv, family", [
     ("h100_sxm", "fp8_e4m3", "flash_attn"),      # FA3 reads FP8 KV on Hopper
-    ("rtx_pro_6000", "bf16", "flash_attn"),      # FA2
+    ("h100_sxm", "bf16", "flash_attn"),          # FA3 on SM 9.0 (fa_utils.get_flash_attn_version)
+    ("rtx_pro_6000", "bf16", "flash_attn2"),     # FA2 elsewhere
+    ("a100_80g", "bf16", "flash_attn2"),
+    ("l40s", "bf16", "flash_attn2"),
     ("rtx_pro_6000", "fp8_e4m3", "vllm_flashinfer"),  # FA2 has no FP8 KV: FlashInfer, vLLM's prefill path
     ("a100_80g", "fp8_e4m3", "vllm_flashinfer"),
 ])
@@ -107,7 +110,8 @@ def test_unknown_family_in_a_rule_is_refused():
 
 
 @pytest.mark.parametrize("src, family", [("torch_flow", None), ("torch_flow_flashinfer", None), ("fa3", "sglang_fa3"), ("vllm_flash_attn_fa3", "flash_attn"),
-                                         ("flash_attention", "flash_attn"), ("vllm_flash_attn_fa2", "flash_attn"),
+                                         ("flash_attention", "flash_attn2"), ("vllm_flash_attn_fa2", "flash_attn2"),
+                                         ("vllm_flash_attn", None),
                                          ("vllm_flashinfer_fidecode", "vllm_flashinfer"), ("flashinfer", "flashinfer"),
                                          ("triton", None)])
 def test_aic_rows_keep_the_kernel_they_measured(src, family):
@@ -116,10 +120,11 @@ def test_aic_rows_keep_the_kernel_they_measured(src, family):
 
 def test_sglang_flash_attention_prefill_rows_are_sglang_fa3():
     """SGLang's A100 FlashAttention-backend rows: prefill costed as sglang_fa3 (its SM 8.0 curve, fitted on them),
-    decode still as flash_attn (whose decode figures were fitted on them)."""
+    decode as flash_attn2 (the fitted decode figures that read them closest; which build ran is not established).
+    vLLM's A100 rows name no FlashAttention version: the stack picks it by the GPU (FA2 on SM 8.0)."""
     assert measured_family("flash_attention", prefill=True) == "sglang_fa3"
-    assert measured_family("flash_attention") == "flash_attn"
-    assert measured_family("vllm_flash_attn", prefill=True) == "flash_attn"
+    assert measured_family("flash_attention") == "flash_attn2"
+    assert measured_family("vllm_flash_attn", prefill=True) is None
     assert 8.0 in attention_families()["sglang_fa3"].prefill_sm
 
 

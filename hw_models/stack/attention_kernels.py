@@ -8,7 +8,7 @@ measured fraction of the bandwidth. Per family and KV format:
 
     decode  = fixed_s + fixed_cycles / clock + cta_s x CTAs / SMs
               + max(KV bytes / (bandwidth x memory_max x kv_stream_efficiency) x (1 + kv_ramp_ctas / CTAs),
-                    kv_len x kv_walk_s_per_token)    (the walk: grouped-query calls only, below)
+                    kv_len x kv_walk_s_per_token)    (the walk: grouped-query calls, or MHA ones, below)
 
 with CTAs = batch x kv_heads. The fixed cost has a part in seconds (the graph's inter-kernel gaps)
 and a part in cycles (on-chip serial work: the kernels' prologues, the RoPE / cache-write kernel,
@@ -58,7 +58,8 @@ in-sample GPU each), the curves fitted on that GPU's rows alone (the kernels dif
 FA2 elsewhere, FlashInfer's SM 8.9 and 12.0 builds); a GPU of another capability takes the family's own curves,
 fitted on the H100, A100 and RTX PRO 6000 rows pooled. A family may take its decode figures from another
 (`decode_from`): vLLM's FlashInfer backend runs FlashInfer's decode kernels, whose figures are fitted on SGLang's
-rows, but its own prefill path (vllm_flashinfer).
+rows, but its own prefill path (vllm_flashinfer). `prefill_from` takes every prefill curve likewise: flash_attn2
+differs from flash_attn in decode only, and flash_attn's prefill curves are per architecture already.
 The tables' attn_dtype is aiconfigurator's collector flag (`"fp8" if use_fp8_context_fmha`); TensorRT-LLM's
 `use_fp8_context_fmha` runs the context FMHA in FP8 and is meant for FP8-quantized models (TensorRT-LLM docs,
 performance/perf-best-practices.md, "FP8 Context Fused Multi-Head Attention"), which is why a serving step
@@ -70,6 +71,14 @@ split), the call takes at least kv_len x `kv_walk_s_per_token` whatever the batc
 the RTX PRO 6000 rows take 85 / 320 / 1260 us at 8K / 32K / 128K tokens for batch 1-8 and 1-8 KV heads alike
 (~9.6 ns, 25 SM cycles, per token), where the bf16-KV rows of the same GPU and the H100's FP8 rows take 31-40 us
 at 128K. The KV term is the larger of the stream and that walk (for a ragged batch, at the mean kv_len).
+
+FlashAttention-2 (vLLM off SM 9.0: `flash_attn2`) splits the sequence only for grouped-query decode, where the
+query heads of a KV head become rows of one tile (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp
+mha_varlen_fwd: seqlenq_ngroups_swapped). An MHA decode call therefore walks each (sequence, head)'s whole cache in
+one CTA (`mha_kv_walk_s_per_token`: the A100 rows take 3.0 ms at 128K tokens for 1-4 sequences of 4-8 heads
+alike), and a grouped-query call is split the way num_splits_heuristic chooses (`fa2_split`, fa2_num_splits): its
+CTAs are batch x kv_heads x splits, for the per-CTA cost and the stream's ramp, and a split call pays `combine_s`
+for the kernel that merges the partial results. For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
 
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
 attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
@@ -88,6 +97,7 @@ from pydantic import Field, field_validator
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.compute_path import native_rates
 from hw_models.machine import Tier, Unit
+from hw_models.stack.fa2_splits import fa2_num_splits
 from hw_models.stack.kernel_families import read_families
 from sim.core import graph as g
 from sim.core.errors import ConfigError
@@ -111,13 +121,26 @@ class Decode(Strict):
     mha_kv_ramp_ctas: float | None = Field(default=None, ge=0)
     l2_stream_efficiency: float = Field(default=1.0, gt=0, le=1.0)   # x the unit's cited L2 read rate (replay)
     kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # grouped-query KV term >= kv_len x this (module doc)
+    mha_kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # the same for MHA calls (FlashAttention-2)
+    # FlashAttention-2's split-KV (module doc): grouped-query calls split the sequence by its heuristic, and a
+    # split call pays `combine_s` for the kernel that merges the partial results.
+    fa2_split: bool = False
+    combine_s: Quantity = Field(default=0.0, ge=0)
     rows: int = 0                                       # measured rows fitted
     fit_mape: float = 0.0                               # in-sample MAPE of the whole call
 
-    def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int, clock_hz: float | None = None) -> float:
+    def splits(self, batch: int, heads: int, kv_heads: int, sms: int, kv_len: int, head_dim: int = 128) -> int:
+        """CTAs per (sequence, KV head): FlashAttention-2's choice where the family splits (fa2_split), else 1."""
+        if not self.fa2_split or heads == kv_heads:
+            return 1
+        return fa2_num_splits(batch * kv_heads * -(-(heads // kv_heads) // 64), sms, kv_len, head_dim)
+
+    def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int, clock_hz: float | None = None,
+                   splits: int = 1) -> float:
         per_cta = self.mha_cta_s if heads == kv_heads else self.cta_s
         cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
-        return self.fixed_s + cycles_s + per_cta * batch * kv_heads / sms
+        combine_s = self.combine_s if splits > 1 else 0.0
+        return self.fixed_s + cycles_s + per_cta * batch * kv_heads * splits / sms + combine_s
 
     def stream(self, mha: bool = False) -> tuple[float, float]:
         """(DRAM stream efficiency, ramp CTAs) of the grouped-query kernel, or of the MHA one (`mha`)."""
@@ -137,9 +160,9 @@ class Decode(Strict):
         return kv_bytes / (l2_bandwidth * self.l2_stream_efficiency) * (1.0 + self.stream(mha)[1] / max(ctas, 1))
 
     def walk_s(self, kv_len: int, mha: bool = False) -> float:
-        """The least time a grouped-query call's KV term takes where the kernel does not split the sequence:
-        one CTA walks all kv_len tokens of its (sequence, KV head) (module doc)."""
-        return 0.0 if mha else kv_len * self.kv_walk_s_per_token
+        """The least time the KV term takes where the kernel does not split the sequence: one CTA walks all
+        kv_len tokens of its (sequence, KV head) (module doc); per call kind, grouped-query or MHA."""
+        return kv_len * (self.mha_kv_walk_s_per_token if mha else self.kv_walk_s_per_token)
 
     def kv_s(self, kv_bytes: float, ctas: int, bandwidth: float, kv_len: int, mha: bool,
              l2_bandwidth: float | None = None) -> float:
@@ -151,8 +174,9 @@ class Decode(Strict):
 
     def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
                clock_hz: float | None = None, kv_len: int = 0) -> float:
-        return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz)
-                + self.kv_s(kv_bytes, batch * kv_heads, bandwidth, kv_len, heads == kv_heads))
+        splits = self.splits(batch, heads, kv_heads, sms, kv_len)
+        return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz, splits)
+                + self.kv_s(kv_bytes, batch * kv_heads * splits, bandwidth, kv_len, heads == kv_heads))
 
 
 class Prefill(Strict):
@@ -214,11 +238,15 @@ class PrefillCurves(Strict):
         return [*out, self.prefill]
 
 
+PREFILL_FIELDS = ("prefill", "prefill_kv", "prefill_fp8_query", "prefill_sm")
+
+
 class AttentionFamily(PrefillCurves):
     description: str = ""
     cite: str                                   # the engines' source and the measured tables
     decode: dict[str, Decode] = {}              # KV format -> figures
     decode_from: str | None = None              # take `decode` from this family (module doc)
+    prefill_from: str | None = None             # take every prefill curve from this family (module doc)
     prefill_sm: dict[float, PrefillCurves] = {}   # compute capability -> that architecture's curves
 
     @field_validator("decode")
@@ -279,16 +307,21 @@ class AttentionKernels(Strict):
     @field_validator("families")
     @classmethod
     def _decode_from(cls, v: dict[str, AttentionFamily]) -> dict[str, AttentionFamily]:
-        """A family with `decode_from` takes that family's decode figures (module doc)."""
+        """A family with `decode_from` takes that family's decode figures, one with `prefill_from` its prefill
+        curves (module doc)."""
         out = dict(v)
         for name, fam in v.items():
-            if fam.decode_from is None:
-                continue
-            src = v.get(fam.decode_from)
-            if src is None or src.decode_from is not None or fam.decode:
-                raise ValueError(f"{name}: decode_from {fam.decode_from!r} must name a family with decode figures "
-                                 "of its own, and the family give none itself")
-            out[name] = fam.model_copy(update={"decode": src.decode})
+            for key, fields in (("decode_from", ("decode",)), ("prefill_from", PREFILL_FIELDS)):
+                src_name = getattr(fam, key)
+                if src_name is None:
+                    continue
+                src = v.get(src_name)
+                if (src is None or getattr(src, key) is not None or any(getattr(fam, f) for f in fields)
+                        or not any(getattr(src, f) for f in fields)):
+                    what = "decode figures" if key == "decode_from" else "prefill curves"
+                    raise ValueError(f"{name}: {key} {src_name!r} must name a family with {what} of its own, and "
+                                     f"the family give none itself")
+                out[name] = out[name].model_copy(update={f: getattr(src, f) for f in fields})
         return out
 
 
@@ -331,8 +364,10 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         heads, batch = d.get("heads", 1), d.get("batch", 1)
         kv_heads = d.get("kv_heads", heads)
         l2_bw = unit.l2_bandwidth_bytes_per_s if single_layer_replay and l2_resident(unit, kv_bytes) else None
-        memory_s = fig.kv_s(kv_bytes, batch * kv_heads, bw, d.get("kv_len", 1), heads == kv_heads, l2_bw)
-        overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock)
+        kv_len = d.get("kv_len", 1)
+        splits = fig.splits(batch, heads, kv_heads, sms, kv_len, d.get("head_dim", 128))
+        memory_s = fig.kv_s(kv_bytes, batch * kv_heads * splits, bw, kv_len, heads == kv_heads, l2_bw)
+        overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock, splits)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
     q = next((t.fmt for t in op.reads if t.role == "activation"), None)

@@ -150,12 +150,14 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
 # where that is not the one its engine's stack picks on the GPU (SGLang 0.5.10's A100 rows ran
 # flash_attention, where SGLang's default there is FlashInfer).
 # TensorRT-LLM's op (torch_flow) takes the trtllm stack's own pick, which is per architecture (attention_rules).
-# SGLang's fa3 (sgl-kernel's build) is its own family; vLLM's vllm_flash_attn_fa3 matches flash_attn first.
+# SGLang's fa3 (sgl-kernel's build) is its own family; vLLM's rows name FA2 or FA3 (vllm_flash_attn_fa2 / _fa3:
+# flash_attn2 / flash_attn), or neither (A100: vllm_flash_attn), where the stack picks by the GPU as vLLM does.
 # vLLM's FlashInfer rows are the vllm_flashinfer family (FlashInfer's decode figures, vLLM's own prefill path).
 # SGLang's flash_attention prefill rows (A100: SGLang's FlashAttention backend) are sglang_fa3's (its SM 8.0 curve,
 # fitted on them: 19.8% -> 9.7% against vLLM's FA2 curve); their decode rows stay on flash_attn.
 KERNEL_FAMILY = (("torch_flow", None), ("vllm_flashinfer", "vllm_flashinfer"), ("flashinfer", "flashinfer"),
-                 ("flash_attn", "flash_attn"), ("flash_attention", "flash_attn"), ("fa3", "sglang_fa3"))
+                 ("flash_attn_fa2", "flash_attn2"), ("flash_attn_fa3", "flash_attn"), ("vllm_flash_attn", None),
+                 ("flash_attention", "flash_attn2"), ("fa3", "sglang_fa3"))
 PREFILL_KERNEL_FAMILY = {"flash_attention": "sglang_fa3"}
 
 
