@@ -205,8 +205,9 @@ NOTES = """What moved, and what did not:
   fitted on for decode: held out) 16.3 -> 14.6%. Held out by GPU (`--hold-out`, fitted on the other FA2 GPU): A100
   19.8 -> 16.3%, RTX PRO 6000 27.3 -> 21.3%. SGLang's A100 flash_attention decode rows (which FlashAttention build
   ran is not established) read closest under flash_attn2: 19.6 -> 17.5% (FA3's H100 figures 34%, sglang_fa3 45%).
-  Out of sample, the LLMServingSim vLLM 0.19 replays (TP1, Llama-3.1-8B; TTFT / TPOT / throughput): RTX PRO 6000
-  -21.8 / -9.4 / +9.4 -> -19.3 / -8.3 / +7.7%, RTX 4090 +9.3 / +6.5 / -6.6 -> +11.3 / +8.2 / -8.1%.
+  Out of sample, the LLMServingSim vLLM 0.19 replays (TP1, Llama-3.1-8B; TTFT / TPOT / throughput, after the coupled
+  refits of docs/energy.md): RTX PRO 6000 -21.8 / -9.4 / +9.4 -> -19.0 / -8.2 / +7.5%, back inside the +-20% TTFT
+  band; RTX 4090 +9.3 / +6.5 / -6.6 -> +11.5 / +8.4 / -8.2%.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The
