@@ -208,6 +208,13 @@ NOTES = """What moved, and what did not:
   Out of sample, the LLMServingSim vLLM 0.19 replays (TP1, Llama-3.1-8B; TTFT / TPOT / throughput, after the coupled
   refits of docs/energy.md): RTX PRO 6000 -21.8 / -9.4 / +9.4 -> -19.0 / -8.2 / +7.5%, back inside the +-20% TTFT
   band; RTX 4090 +9.3 / +6.5 / -6.6 -> +11.5 / +8.4 / -8.2%.
+  Tried and not kept: TensorRT-LLM's multi-block decode counted the same way. Its source splits every call
+  (attentionOp.h mMultiBlockMode = true): XQA for grouped-query calls with enough work (decoderXQAImplJIT::
+  mayHavePerfGain), computeMultiBlockCount sub-sequences each (>= 128 tokens, <= round(sqrt(8 n)), about 8 waves);
+  masked MHA otherwise, min(ceil((kv_len + 1) / 128), ceil(SMs / (batch x heads))) tiles; both merge in-kernel.
+  Refitted with those CTAs, trtllm_attention's bf16 decode went H100 13.7 -> 17.3%, A100 18.3 -> 20.6% (rows not
+  left out), RTX PRO 6000 12.1 -> 11.7%, FP8 H100 14.8 -> 18.6%: the counts read from a source of unknown release
+  do not describe these rows, so trtllm_attention keeps CTAs = batch x KV heads.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The
