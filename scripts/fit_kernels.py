@@ -235,7 +235,7 @@ ATTENTION = {
         cite="vllm/v1/attention/backends/flash_attn.py (FlashAttentionImpl.forward -> vllm_flash_attn "
              "flash_attn_varlen_func; fa_utils.get_flash_attn_version: FA3 on SM 9.0, else FA2)"),
     "flash_attn2": dict(
-        framework="vllm", kernel="flash_attn", stack="vllm", gpus=("a100", "rtx_pro_6000"), walk="mha", fa2_split=True,
+        framework="vllm", kernel="flash_attn", stack="vllm", gpus=("a100", "rtx_pro_6000"), walk="mha", split="fa2",
         prefill_from="flash_attn",
         description="FlashAttention-2 through vLLM's FLASH_ATTN backend (Ampere, Ada, RTX Blackwell); grouped-query "
                     "decode split across CTAs by FA2's heuristic, MHA decode unsplit (one CTA walks the whole cache)",
@@ -257,7 +257,7 @@ ATTENTION = {
              "curve is fitted on SGLang's A100 rows (kernel_source flash_attention, SGLang's FlashAttention backend; "
              "which build ran is not established from the source, only the tables' kernel column)"),
     "flashinfer": dict(
-        framework="sglang", kernel="flashinfer", stack="sglang", check=("vllm", "flashinfer", "vllm"),
+        framework="sglang", kernel="flashinfer", stack="sglang", check=("vllm", "flashinfer", "vllm"), split="flashinfer",
         description="FlashInfer paged decode / prefill through SGLang's flashinfer backend (its default off Hopper and "
                     "datacenter Blackwell) and vLLM's FLASHINFER backend (FP8 KV where FlashAttention has none)",
         cite="sglang python/sglang/srt/server_args.py ServerArgs._get_default_attn_backend (MHA: fa3 on Hopper with "
@@ -266,7 +266,9 @@ ATTENTION = {
              "_get_backend_priorities (FlashInfer first on SM 10.x, after FLASH_ATTN elsewhere; FLASH_ATTN takes FP8 "
              "KV only with FA3 on Hopper: vllm/attention/utils/fa_utils.py flash_attn_supports_fp8). Fitted on "
              "SGLang's rows (RTX PRO 6000: the only in-sample GPU with a preset whose SGLang rows run FlashInfer); "
-             "vLLM's FlashInfer rows of the same GPU are the check"),
+             "vLLM's FlashInfer rows of the same GPU are the check. Decode split (partition-kv): "
+             "include/flashinfer/attention/scheduler.cuh BatchDecodeWithPagedKVCacheWorkEstimationDispatched, "
+             "PartitionPagedKVCacheBinarySearchMinNumPagePerBatch"),
     "vllm_flashinfer": {
         "description": "FlashInfer through vLLM's FLASHINFER backend (FP8 KV off Hopper), FlashInfer's decode kernels "
                        "(the flashinfer family's figures), vLLM's own prefill path",
@@ -356,26 +358,27 @@ def _reads_less_than_named(rows: list[tuple]) -> set[tuple[str, bool]]:
     return {k for k, v in by.items() if np.median(v) > 1.0}
 
 
-def _decode_columns(sel: list[tuple], fa2_split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _decode_columns(sel: list[tuple], split: str = "none",
+                    blocks_per_sm: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row: [1, 1 / clock, grouped CTAs / SMs, MHA CTAs / SMs, KV / bw, KV / (bw x CTAs),
     KV / L2 bw, KV / (L2 bw x CTAs), grouped-query kv_len, MHA kv_len, split] (the terms of
     hw_models.stack.attention_kernels.Decode; the DRAM pair is zero where the replayed cache fits the L2, the L2 pair
-    zero elsewhere; `fa2_split`: CTAs count FlashAttention-2's splits and `split` is 1 where it splits), the measured
-    seconds, sim's seconds for the other ops of the call, and the KV bytes."""
+    zero elsewhere; "MHA": the call runs the family's MHA kernel; CTAs as the family's `split` launches them and
+    `split` 1 where a sequence is split), the measured seconds, sim's seconds for the other ops of the call, and the
+    KV bytes."""
     from hw_models.stack.attention_kernels import Decode
-    split_of = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1, fa2_split=fa2_split).splits
+    launch = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1, split=split,
+                    blocks_per_sm=blocks_per_sm).launch
     X, t, others, kvb = [], [], [], []
     for preset, r, ops in sel:
         sms, bw, _, clock, _ = _gpu_figures(preset)
         l2_bytes, l2_bw = _l2(preset)
         kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
-        splits = split_of(r.batch, r.heads, r.kv_heads, sms, r.step + 1, r.head_dim)
-        ctas = r.batch * r.kv_heads * splits
-        mha = r.heads == r.kv_heads
+        ctas, pieces, mha = launch(r.batch, r.heads, r.kv_heads, sms, r.step + 1, r.head_dim)
         stream = [kv_bytes / bw, kv_bytes / bw / ctas, 0.0, 0.0] if kv_bytes > l2_bytes else \
             [0.0, 0.0, kv_bytes / l2_bw, kv_bytes / l2_bw / ctas]
         X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0, *stream,
-                  0.0 if mha else r.step + 1.0, r.step + 1.0 if mha else 0.0, float(splits > 1)])
+                  0.0 if mha else r.step + 1.0, r.step + 1.0 if mha else 0.0, float(pieces > 1)])
         t.append(r.latency_us * 1e-6)
         others.append(sum(sec for _, sec in ops[1:]))
         kvb.append(kv_bytes)
@@ -459,6 +462,26 @@ def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray,
     return best
 
 
+BLOCKS_PER_SM_GRID = (1, 2, 3, 4, 6, 8)   # FlashInfer's decode occupancy, the figure its tables do not give
+
+
+def _fit_split(spec: dict, sel: list[tuple], fit: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """The Decode figures of `sel` as the family's kernel splits its calls (`split`), with the X, t and others
+    they were fitted on; FlashInfer's occupancy (blocks_per_sm) is the grid value with the least in-sample MAPE."""
+    split, walk = spec.get("split", "none"), spec.get("walk")
+    best = None
+    for blocks in BLOCKS_PER_SM_GRID if split == "flashinfer" else (1,):
+        X, t, others, kvb = _decode_columns(sel, split, blocks)
+        f = {k: _sig(v) for k, v in (_fit_walk(X, t, others, kvb, fit, spec.get("mha_kernel", False),
+                                               "grouped" if walk is True else walk) if walk else
+                                     _fit_figures(X, t, others, kvb, fit, spec.get("mha_kernel", False))).items()}
+        f.update(split=split, blocks_per_sm=blocks)
+        mape = float(_decode_errors(X, t, others, f)[fit].mean())
+        if best is None or mape < best[0]:
+            best = (mape, f, X, t, others)
+    return best[1:]
+
+
 def fit_decode(name: str, hold_out: str | None = None) -> dict:
     """Per KV format: the Decode figures fitted on the in-sample rows (less `hold_out`'s preset), and
     the MAPE on every GPU's rows (`mape_by_gpu`; the held-out GPU's is out of sample)."""
@@ -473,22 +496,18 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
                and ("decode_gpus" not in spec or p in {ATTN_GPUS[g] for g in spec["decode_gpus"]})]
         if len(sel) < 10:
             continue
-        X, t, others, kvb = _decode_columns(sel, spec.get("fa2_split", False))
         fit = np.array([p != hold_out for p, _, _ in sel])
         if fit.sum() < 10:    # only the held-out GPU has this format's rows
             continue
-        walk = spec.get("walk")
-        f = {k: _sig(v) for k, v in (_fit_walk(X, t, others, kvb, fit, spec.get("mha_kernel", False),
-                                               "grouped" if walk is True else walk) if walk else
-                                     _fit_figures(X, t, others, kvb, fit, spec.get("mha_kernel", False))).items()}
-        f["fa2_split"] = spec.get("fa2_split", False)
+        f, X, t, others = _fit_split(spec, sel, fit)
         err = _decode_errors(X, t, others, f)
         presets = np.array([p for p, _, _ in sel])
         check = [(p, r, ops) for p, r, ops in (_attention_table(name, "gen_attn", True) if "check" in ATTENTION[name]
                                                else []) if r.kv_dtype == kv]
         out[KV_FMT[kv]] = {**f, "rows": int(fit.sum()), "fit_mape": round(float(err[fit].mean()), 4),
                            "mape_by_gpu": {p: round(float(err[presets == p].mean()), 4) for p in sorted(set(presets))},
-                           "check_mape": round(float(_decode_errors(*_decode_columns(check, f["fa2_split"])[:3], f).mean()), 4)
+                           "check_mape": round(float(_decode_errors(*_decode_columns(check, f["split"], f["blocks_per_sm"])[:3], f)
+                                                   .mean()), 4)
                            if check else None, "check_rows": len(check),
                            "dropped": sorted(f"{p} {'grouped' if g else 'mha'}" for p, g in dropped
                                              if any(p == q and r.kv_dtype == kv for q, r, _ in rows))}
@@ -1119,8 +1138,10 @@ def _optional_stream(d: dict) -> str:
         out += f"kv_walk_s_per_token: {d['kv_walk_s_per_token']:.3g}, "
     if d["mha_kv_walk_s_per_token"]:
         out += f"mha_kv_walk_s_per_token: {d['mha_kv_walk_s_per_token']:.3g}, "
-    if d["fa2_split"]:
-        out += f"fa2_split: true, combine_s: {d['combine_s']:.3g}, "
+    if d["split"] != "none":
+        out += f"split: {d['split']}, combine_s: {d['combine_s']:.3g}, "
+    if d["split"] == "flashinfer":
+        out += f"blocks_per_sm: {d['blocks_per_sm']}, "
     return out
 
 

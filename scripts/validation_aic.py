@@ -215,6 +215,20 @@ NOTES = """What moved, and what did not:
   Refitted with those CTAs, trtllm_attention's bf16 decode went H100 13.7 -> 17.3%, A100 18.3 -> 20.6% (rows not
   left out), RTX PRO 6000 12.1 -> 11.7%, FP8 H100 14.8 -> 18.6%: the counts read from a source of unknown release
   do not describe these rows, so trtllm_attention keeps CTAs = batch x KV heads.
+* FlashInfer's partition-kv decode (stop 47). FlashInfer plans every batch decode on the host
+  (flashinfer-ai/flashinfer include/flashinfer/attention/scheduler.cuh, BatchDecodeWithPagedKVCacheWorkEstimation
+  Dispatched): a grid of (chunks, KV heads) with room for blocks per SM x SMs CTAs; where batch x KV heads leaves
+  room, PartitionPagedKVCacheBinarySearchMinNumPagePerBatch cuts each sequence into the fewest chunks of at least
+  128 tokens that fit, for MHA and grouped-query calls alike, and a second kernel merges them. The rows show it:
+  SGLang's RTX PRO 6000 and L40S calls at batch 1-8 take one more ~2 us step from 129 tokens (RTX PRO 6000 8/1
+  heads: 6.3 us at 64 tokens, 8.4 us at 256), where sim had read 20-30% fast up to 4K tokens. `split: flashinfer`
+  (hw_models/stack/flashinfer_splits.py) counts the chunks' CTAs and charges `combine_s` (fitted: 1.94 us bf16,
+  1.52 us FP8) where a sequence is split; the occupancy, which the tables do not give, is fitted on a grid
+  (`blocks_per_sm`: 2 for the bf16 cache, 1 for FP8). Under CUDA graphs FlashInfer runs its partition-kv kernel
+  even unsplit, but the rows show no step below 129 tokens, so only a split call pays the merge. Decode MAPE
+  (before -> after): RTX PRO 6000 SGLang bf16 10.9 -> 8.4%, FP8 9.6 -> 7.3% (fitted on); vLLM's FlashInfer FP8-KV
+  rows (the check, not fitted on) 13.6 -> 13.0%; L40S (held out) SGLang bf16 12.4 -> 9.2%, FP8 10.3 -> 7.9%, vLLM
+  FP8 11.3 -> 10.3%.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The

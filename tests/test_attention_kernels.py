@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hw_models.stack.flashinfer_splits import flashinfer_chunks
 from hw_models.stack.attention_kernels import (AttentionFamily, AttentionKernels, Decode, Prefill, PrefillCurves,
                                                attention_cost, attention_families)
 from hw_models.machine import load_machine
@@ -151,13 +152,14 @@ def test_shipped_decode_floor_and_stream_on_h100():
     """The shipped figures on the H100 preset: floor = fixed + cycles / 1.98 GHz + per-CTA x 8 KV heads x splits /
     132 SMs at batch 1 (+ combine_s where split); the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x
     memory_max 0.85 x efficiency) x (1 + kv_ramp_ctas / (8 x splits) CTAs). Splits: 1, but for FlashAttention-2's
-    family, whose heuristic splits this call 32 ways (test_fa2_splits_by_hand)."""
+    family, whose heuristic splits this call 32 ways (test_fa2_splits_by_hand), and FlashInfer's, whose grid
+    decides (test_flashinfer_chunks_by_hand)."""
     for name, fam in attention_families().items():
         d = fam.decode["bf16"]
         c = _cost(_op("decode", 1, 1, 4096), name)
         kv_bytes = 2 * 4096 * 8 * 128 * 2
-        s = 32 if d.fa2_split else 1
-        assert d.splits(1, 32, 8, 132, 4096) == s
+        s = {"none": 1, "fa2": 32}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096, d.blocks_per_sm)
+        assert d.launch(1, 32, 8, 132, 4096)[1] == s
         assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 * s / 132
                                              + (d.combine_s if s > 1 else 0.0))
         assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency)
@@ -188,13 +190,30 @@ def test_fa2_family_splits_grouped_calls_and_walks_mha_ones():
     1 x 8 CTAs at 131,072 tokens and 20 ns a token = 2.62 ms, far above its 537 MB stream at 1 TB/s x (1 + 2 / 8).
     A grouped call of the same cache pays combine_s once it splits (114 ways), none at 128 tokens (one block)."""
     d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1.0, kv_ramp_ctas=2,
-               mha_kv_walk_s_per_token=20e-9, fa2_split=True, combine_s=4e-6)
-    assert d.splits(1, 8, 8, 108, 131072) == 1 and d.splits(1, 8, 1, 108, 131072) == 114
+               mha_kv_walk_s_per_token=20e-9, split="fa2", combine_s=4e-6)
+    assert d.launch(1, 8, 8, 108, 131072) == (8, 1, True) and d.launch(1, 8, 1, 108, 131072) == (114, 114, False)
     assert d.time_s(1, 8, 8, 537e6, 108, 1e12, kv_len=131072) == pytest.approx(131072 * 20e-9)
     assert d.time_s(1, 8, 1, 67e6, 108, 1e12, kv_len=131072) == pytest.approx(4e-6 + 67e6 / 1e12 * (1 + 2 / 114))
     assert d.time_s(1, 8, 1, 65536.0, 108, 1e12, kv_len=128) == pytest.approx(65536 / 1e12 * 3)
-    plain = d.model_copy(update={"fa2_split": False})
-    assert plain.splits(1, 8, 1, 108, 131072) == 1
+    plain = d.model_copy(update={"split": "none"})
+    assert plain.launch(1, 8, 1, 108, 131072) == (1, 1, False)
+
+
+def test_flashinfer_chunks_by_hand():
+    """FlashInfer's plan (scheduler.cuh): 188 SMs x 2 blocks = 376 CTAs of room. One sequence of 8 KV heads leaves
+    room for 47 chunks each: 131,072 tokens in chunks of ceil(131072 / 47) = 2789 tokens, 47 chunks; 128 tokens stay
+    one chunk (the 128-token floor), 129 make two; 47 sequences x 8 heads fill the grid: no split, nor at 46 (368
+    CTAs: no room for a second chunk each), where 23 leave room for two. A split MHA call
+    pays combine_s like a grouped one (FlashInfer splits both)."""
+    assert flashinfer_chunks(1, 8, 188, 131072, 2) == 47
+    assert flashinfer_chunks(1, 8, 188, 128, 2) == 1 and flashinfer_chunks(1, 8, 188, 129, 2) == 2
+    assert flashinfer_chunks(47, 8, 188, 131072, 2) == 1 and flashinfer_chunks(46, 8, 188, 131072, 2) == 1
+    assert flashinfer_chunks(23, 8, 188, 131072, 2) == 2     # 184 CTAs: room for two chunks a sequence
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1.0, split="flashinfer", combine_s=2e-6,
+               blocks_per_sm=2)
+    assert d.launch(1, 8, 8, 188, 131072) == (8 * 47, 47, True)
+    assert d.overhead_s(1, 8, 8, 188, kv_len=129) == pytest.approx(2e-6)
+    assert d.overhead_s(1, 8, 8, 188, kv_len=128) == 0.0
 
 
 def test_decode_fixed_cost_falls_with_the_clock():

@@ -76,9 +76,10 @@ FlashAttention-2 (vLLM off SM 9.0: `flash_attn2`) splits the sequence only for g
 query heads of a KV head become rows of one tile (vllm-project/flash-attention csrc/flash_attn/flash_api.cpp
 mha_varlen_fwd: seqlenq_ngroups_swapped). An MHA decode call therefore walks each (sequence, head)'s whole cache in
 one CTA (`mha_kv_walk_s_per_token`: the A100 rows take 3.0 ms at 128K tokens for 1-4 sequences of 4-8 heads
-alike), and a grouped-query call is split the way num_splits_heuristic chooses (`fa2_split`, fa2_num_splits): its
+alike), and a grouped-query call is split the way num_splits_heuristic chooses (`split: fa2`, fa2_splits.py): its
 CTAs are batch x kv_heads x splits, for the per-CTA cost and the stream's ramp, and a split call pays `combine_s`
-for the kernel that merges the partial results. For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
+for the kernel that merges the partial results. FlashInfer (`split: flashinfer`, flashinfer_splits.py) splits MHA
+and grouped-query calls alike, into chunks of at least 128 tokens, as many as its grid has room for. For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
 
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
 attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
@@ -90,6 +91,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -98,6 +100,7 @@ from hw_models.op_cost import OpCost, bound_of
 from hw_models.compute_path import native_rates
 from hw_models.machine import Tier, Unit
 from hw_models.stack.fa2_splits import fa2_num_splits
+from hw_models.stack.flashinfer_splits import flashinfer_chunks
 from hw_models.stack.kernel_families import read_families
 from sim.core import graph as g
 from sim.core.errors import ConfigError
@@ -122,25 +125,32 @@ class Decode(Strict):
     l2_stream_efficiency: float = Field(default=1.0, gt=0, le=1.0)   # x the unit's cited L2 read rate (replay)
     kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # grouped-query KV term >= kv_len x this (module doc)
     mha_kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # the same for MHA calls (FlashAttention-2)
-    # FlashAttention-2's split-KV (module doc): grouped-query calls split the sequence by its heuristic, and a
-    # split call pays `combine_s` for the kernel that merges the partial results.
-    fa2_split: bool = False
+    # How the kernel splits a sequence across CTAs (module doc): "none", FlashAttention-2's heuristic ("fa2",
+    # grouped-query calls only), FlashInfer's partition-kv ("flashinfer", with the fitted occupancy
+    # `blocks_per_sm`); a split call pays `combine_s` for the kernel that merges the partial results.
+    split: Literal["none", "fa2", "flashinfer"] = "none"
     combine_s: Quantity = Field(default=0.0, ge=0)
+    blocks_per_sm: int = Field(default=1, ge=1)
     rows: int = 0                                       # measured rows fitted
     fit_mape: float = 0.0                               # in-sample MAPE of the whole call
 
-    def splits(self, batch: int, heads: int, kv_heads: int, sms: int, kv_len: int, head_dim: int = 128) -> int:
-        """CTAs per (sequence, KV head): FlashAttention-2's choice where the family splits (fa2_split), else 1."""
-        if not self.fa2_split or heads == kv_heads:
-            return 1
-        return fa2_num_splits(batch * kv_heads * -(-(heads // kv_heads) // 64), sms, kv_len, head_dim)
+    def launch(self, batch: int, heads: int, kv_heads: int, sms: int, kv_len: int = 1,
+               head_dim: int = 128) -> tuple[int, int, bool]:
+        """(CTAs, pieces each sequence is split into, whether the MHA kernel runs it) of the call as the family's
+        kernel launches it. Unsplit: one CTA per (sequence, KV head), the MHA kernel where heads == kv_heads."""
+        n = 1
+        if self.split == "flashinfer":
+            n = flashinfer_chunks(batch, kv_heads, sms, kv_len, self.blocks_per_sm)
+        elif self.split == "fa2" and heads != kv_heads:
+            n = fa2_num_splits(batch * kv_heads * -(-(heads // kv_heads) // 64), sms, kv_len, head_dim)
+        return batch * kv_heads * n, n, heads == kv_heads
 
     def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int, clock_hz: float | None = None,
-                   splits: int = 1) -> float:
-        per_cta = self.mha_cta_s if heads == kv_heads else self.cta_s
+                   kv_len: int = 1, head_dim: int = 128) -> float:
+        ctas, n, mha = self.launch(batch, heads, kv_heads, sms, kv_len, head_dim)
         cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
-        combine_s = self.combine_s if splits > 1 else 0.0
-        return self.fixed_s + cycles_s + per_cta * batch * kv_heads * splits / sms + combine_s
+        combine_s = self.combine_s if n > 1 else 0.0
+        return self.fixed_s + cycles_s + (self.mha_cta_s if mha else self.cta_s) * ctas / sms + combine_s
 
     def stream(self, mha: bool = False) -> tuple[float, float]:
         """(DRAM stream efficiency, ramp CTAs) of the grouped-query kernel, or of the MHA one (`mha`)."""
@@ -174,9 +184,9 @@ class Decode(Strict):
 
     def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
                clock_hz: float | None = None, kv_len: int = 0) -> float:
-        splits = self.splits(batch, heads, kv_heads, sms, kv_len)
-        return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz, splits)
-                + self.kv_s(kv_bytes, batch * kv_heads * splits, bandwidth, kv_len, heads == kv_heads))
+        ctas, _, mha = self.launch(batch, heads, kv_heads, sms, kv_len)
+        return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz, kv_len)
+                + self.kv_s(kv_bytes, ctas, bandwidth, kv_len, mha))
 
 
 class Prefill(Strict):
@@ -364,10 +374,10 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         heads, batch = d.get("heads", 1), d.get("batch", 1)
         kv_heads = d.get("kv_heads", heads)
         l2_bw = unit.l2_bandwidth_bytes_per_s if single_layer_replay and l2_resident(unit, kv_bytes) else None
-        kv_len = d.get("kv_len", 1)
-        splits = fig.splits(batch, heads, kv_heads, sms, kv_len, d.get("head_dim", 128))
-        memory_s = fig.kv_s(kv_bytes, batch * kv_heads * splits, bw, kv_len, heads == kv_heads, l2_bw)
-        overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock, splits)
+        kv_len, head_dim = d.get("kv_len", 1), d.get("head_dim", 128)
+        ctas, _, mha = fig.launch(batch, heads, kv_heads, sms, kv_len, head_dim)
+        memory_s = fig.kv_s(kv_bytes, ctas, bw, kv_len, mha, l2_bw)
+        overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock, kv_len, head_dim)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
     q = next((t.fmt for t in op.reads if t.role == "activation"), None)
