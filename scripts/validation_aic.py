@@ -206,8 +206,8 @@ NOTES = """What moved, and what did not:
   19.8 -> 16.3%, RTX PRO 6000 27.3 -> 21.3%. SGLang's A100 flash_attention decode rows (which FlashAttention build
   ran is not established) read closest under flash_attn2: 19.6 -> 17.5% (FA3's H100 figures 34%, sglang_fa3 45%).
   Out of sample, the LLMServingSim vLLM 0.19 replays (TP1, Llama-3.1-8B; TTFT / TPOT / throughput, after the coupled
-  refits of docs/energy.md): RTX PRO 6000 -21.8 / -9.4 / +9.4 -> -19.0 / -8.2 / +7.5%, back inside the +-20% TTFT
-  band; RTX 4090 +9.3 / +6.5 / -6.6 -> +11.5 / +8.4 / -8.2%.
+  refits of docs/energy.md, before the stream cap below): RTX PRO 6000 -21.8 / -9.4 / +9.4 -> -19.0 / -8.2 / +7.5%,
+  back inside the +-20% TTFT band; RTX 4090 +9.3 / +6.5 / -6.6 -> +11.5 / +8.4 / -8.2%.
   Tried and not kept: TensorRT-LLM's multi-block decode counted the same way. Its source splits every call
   (attentionOp.h mMultiBlockMode = true): XQA for grouped-query calls with enough work (decoderXQAImplJIT::
   mayHavePerfGain), computeMultiBlockCount sub-sequences each (>= 128 tokens, <= round(sqrt(8 n)), about 8 waves);
@@ -229,6 +229,19 @@ NOTES = """What moved, and what did not:
   (before -> after): RTX PRO 6000 SGLang bf16 10.9 -> 8.4%, FP8 9.6 -> 7.3% (fitted on); vLLM's FlashInfer FP8-KV
   rows (the check, not fitted on) 13.6 -> 13.0%; L40S (held out) SGLang bf16 12.4 -> 9.2%, FP8 10.3 -> 7.9%, vLLM
   FP8 11.3 -> 10.3%.
+* The KV stream may pass memory_max (stop 47). Every decode family's stream efficiency had been capped at 1 of the
+  preset's streaming rate, the DRAM peak x memory_max (0.85 on every in-sample GPU, AttAcc's generic figure), and
+  sat on the cap; FlashAttention-3 on the H100 streams caches of >= 1 GB at 0.90 of the HBM3 peak (median; 0.95
+  at most), so every H100 FA3 row past ~1K tokens read 9-12% slow. The cap is now the DRAM peak itself
+  (efficiency <= 1 / memory_max; fit_kernels._peak_over_stream), and a call never streams above the tier's peak
+  (Decode.memory_s; the h200 preset's memory_max is 1.0 over its measured 4.13 TB/s, so nothing passes that).
+  Decode MAPE (before -> after): H100 bf16 SGLang 12.0 -> 9.7%, vLLM 9.8 -> 8.1%, TensorRT-LLM 13.7 -> 13.4%; FP8
+  SGLang 7.1 -> 7.1%, vLLM 6.8 -> 7.4%, TensorRT-LLM 14.8 -> 14.9%; RTX PRO 6000 vLLM bf16 13.3 -> 12.5%; L40S (held
+  out) vLLM bf16 14.6 -> 14.3%, FP8 10.3 -> 10.9%. The faster H100 attention moved the coupled serving fits
+  (docs/energy.md): vLLM step_s 682.1 -> 851.5 us, SGLang per_seq_s 6.77 -> 11.07 us, TensorRT-LLM per_seq_s
+  7.11 -> 8.58 us; the silicon sample's held-out TTFT / TPOT / E2E 24.2 / 7.4 / 7.3 -> 24.1 / 7.3 / 7.2%. The
+  LLMServingSim RTX PRO 6000 case moves back out of its TTFT band (-19.0 -> -21.5%; TPOT -9.3%, throughput +8.6%),
+  the RTX 4090 case +11.5 -> +10.9% (TPOT +7.9%, throughput -7.9%).
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The

@@ -161,7 +161,7 @@ def test_tp_collective_time_draws_activity_power():
 
 
 def test_engine_gap_under_a_low_limit_draws_the_limit():
-    """Under a 250 W limit (below idle + activity, 117.1 + 230 W) the clock drops through the gap until the board
+    """Under a 250 W limit (below idle + activity, 117.1 + 231 W) the clock drops through the gap until the board
     meets the limit: the gap adds (250 - 117.1) W x its time, not the activity power."""
     h100 = load_machine("h100_sxm", {"units.gpu.power_limit_w": 250})
     w = workload_from_dict(dict(name="t", model="llama2-7b", batch=16, prompt_len=256, gen_len=16,

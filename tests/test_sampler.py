@@ -20,7 +20,7 @@ from sim.core.workload import workload_from_dict
 from tests.robust_helpers import refused
 
 H100_BW = 3.35e12          # h100_sxm.yaml
-H100_IDLE_W, H100_ACTIVE_W = 117.1, 230.0
+H100_IDLE_W, H100_ACTIVE_W = 117.1, 231.0
 HBM_J_PER_BYTE = 4.0e-11
 LLAMA3_VOCAB = 128256
 # vllm.yaml as shipped

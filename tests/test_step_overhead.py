@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KNOTS_MS = {8: 1.183, 32: 2.142, 64: 3.547, 128: 6.218}
 TP_EXTRA_MS = 0.747
 # vllm.yaml's per_seq_s (V1's host work per sequence beyond vidur's V0 curve; scripts/fit_v1_host.py): vllm-v0 has 0.
-V1_PER_SEQ_MS = 0.061
+V1_PER_SEQ_MS = 0.060
 A100_MAPE_MAX, A40_MAPE_MAX = 0.06, 0.65
 
 

@@ -17,6 +17,9 @@ is 14.1 / 11.3 / 9.8 us on A100 (1.41 GHz) / H100 (1.98) / RTX PRO 6000 (2.62), 
 1 / clock (scripts/fit_kernels.py). The KV stream reaches its rate only with enough CTAs in flight
 to cover the DRAM latency (Little's law); split-KV recovers part of it, so the rate rises as
 CTAs / (CTAs + kv_ramp_ctas) (measured: one CTA streams at ~40% of the many-CTA rate on H100 and A100).
+The efficiency is fitted against the preset's memory_max (0.85 on every in-sample GPU: AttAcc's generic cap) and may
+pass 1 up to the DRAM peak, which no stream passes: FlashAttention-3 on the H100 streams caches of >= 1 GB at
+0.90-0.95 of the HBM3 peak (aic gen_attn rows).
 
 A per-op measurement that replays ONE layer's attention call in a CUDA graph (aiconfigurator's tables)
 re-reads a KV cache no larger than the L2 from the L2: those rows stream at the unit's cited L2 read
@@ -159,9 +162,13 @@ class Decode(Strict):
             return self.mha_kv_stream_efficiency, ramp
         return self.kv_stream_efficiency, self.kv_ramp_ctas
 
-    def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float, mha: bool = False) -> float:
+    def memory_s(self, kv_bytes: float, ctas: int, bandwidth: float, mha: bool = False,
+                 peak: float | None = None) -> float:
+        """The KV stream from DRAM at `bandwidth` (the tier's rate x memory_max) x the fitted efficiency, never above
+        the tier's `peak`: the efficiency is fitted against memory_max, which a kernel may beat (module doc)."""
         eff, ramp = self.stream(mha)
-        return kv_bytes / (bandwidth * eff) * (1.0 + ramp / max(ctas, 1))
+        rate = bandwidth * eff if peak is None else min(bandwidth * eff, peak)
+        return kv_bytes / rate * (1.0 + ramp / max(ctas, 1))
 
     def l2_memory_s(self, kv_bytes: float, ctas: int, l2_bandwidth: float, mha: bool = False) -> float:
         """The KV stream re-read from L2 (a single-layer replay, module doc): the cited L2 rate at the
@@ -175,10 +182,10 @@ class Decode(Strict):
         return kv_len * (self.mha_kv_walk_s_per_token if mha else self.kv_walk_s_per_token)
 
     def kv_s(self, kv_bytes: float, ctas: int, bandwidth: float, kv_len: int, mha: bool,
-             l2_bandwidth: float | None = None) -> float:
+             l2_bandwidth: float | None = None, peak: float | None = None) -> float:
         """The KV term: the stream (from the L2 at `l2_bandwidth` where a single-layer replay re-reads a
-        resident cache, else from DRAM at `bandwidth`), or the unsplit walk where that takes longer."""
-        stream = (self.memory_s(kv_bytes, ctas, bandwidth, mha) if l2_bandwidth is None
+        resident cache, else from DRAM at `bandwidth`, at most `peak`), or the unsplit walk where that takes longer."""
+        stream = (self.memory_s(kv_bytes, ctas, bandwidth, mha, peak) if l2_bandwidth is None
                   else self.l2_memory_s(kv_bytes, ctas, l2_bandwidth, mha))
         return max(stream, self.walk_s(kv_len, mha))
 
@@ -376,7 +383,7 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         l2_bw = unit.l2_bandwidth_bytes_per_s if single_layer_replay and l2_resident(unit, kv_bytes) else None
         kv_len, head_dim = d.get("kv_len", 1), d.get("head_dim", 128)
         ctas, _, mha = fig.launch(batch, heads, kv_heads, sms, kv_len, head_dim)
-        memory_s = fig.kv_s(kv_bytes, ctas, bw, kv_len, mha, l2_bw)
+        memory_s = fig.kv_s(kv_bytes, ctas, bw, kv_len, mha, l2_bw, tier.bandwidth_bytes_per_s)
         overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock, kv_len, head_dim)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
