@@ -199,6 +199,32 @@ def test_fa2_family_splits_grouped_calls_and_walks_mha_ones():
     assert plain.launch(1, 8, 1, 108, 131072) == (1, 1, False)
 
 
+def test_fa2_counts_query_tiles_past_64_grouped_heads():
+    """FA2 swaps a KV head's query heads into rows of 64-row tiles: 128 query heads on one KV head are 2 tiles, so
+    one sequence is 2 CTAs before the split. On 108 SMs (216 slots) at 131,072 tokens (1024 blocks), 2 x s / 216
+    peaks among the eligible splits at s = 103 (0.954); the first eligible s with 0.85 of that (s >= 87.6) is 94
+    (ceil(1024 / 94) = 11 against 12 at 93). Counting one tile, as for <= 64 heads, would give 114."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1.0, split="fa2")
+    assert d.launch(1, 128, 1, 108, 131072) == (94, 94, False)
+    assert d.launch(1, 64, 1, 108, 131072) == (114, 114, False)
+
+
+def test_kv_stream_never_passes_the_tiers_peak():
+    """The fitted efficiency may pass 1 (it is against memory_max), never the DRAM peak: 1 GB at 0.85 TB/s x 1.4 =
+    1.19 TB/s would pass a 1 TB/s peak, so it streams at 1 TB/s (1 ms x (1 + 2 / 100)); without a peak, 0.84 ms. On
+    the h200 preset (memory_max 1.0 over its measured 4.13 TB/s) a shipped efficiency above 1 streams at 4.13 TB/s."""
+    d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1.4, kv_ramp_ctas=2)
+    assert d.kv_s(1e9, 100, 0.85e12, 1, False, peak=1e12) == pytest.approx(1e-3 * 1.02)
+    assert d.kv_s(1e9, 100, 0.85e12, 1, False) == pytest.approx(1e9 / 1.19e12 * 1.02)
+    fam = attention_families()["flash_attn"]
+    eff, ramp = fam.decode["bf16"].stream()
+    assert eff > 1.0
+    op = _op("decode", 64, 1, 8192)
+    kv_bytes = 2 * 64 * 8192 * 8 * 128 * 2
+    c = _cost(op, "flash_attn", "h200")
+    assert c.memory_s == pytest.approx(kv_bytes / 4.13e12 * (1 + ramp / (64 * 8)))
+
+
 def test_flashinfer_chunks_by_hand():
     """FlashInfer's plan (scheduler.cuh): 188 SMs x 2 blocks = 376 CTAs of room. One sequence of 8 KV heads leaves
     room for 47 chunks each: 131,072 tokens in chunks of ceil(131072 / 47) = 2789 tokens, 47 chunks; 128 tokens stay
