@@ -203,7 +203,7 @@ VLLM_FLASHINFER_CITE = (
 def _trtllm_walk_family(gpu: str, arch: str, gpu_name: str, sm: str, why: str) -> dict:
     """TensorRT-LLM's attention op on an architecture whose FP8-KV grouped-query decode walks the cache unsplit,
     fitted on that architecture's one in-sample GPU (`walk`: kv_walk_s_per_token)."""
-    return dict(TRTLLM_ATTENTION, gpus=(gpu,), walk=True,
+    return dict(TRTLLM_ATTENTION, gpus=(gpu,), walk="grouped",
                 description=f"TensorRT-LLM attention op on {arch}, as trtllm_attention; its FP8-KV grouped-query "
                             "decode does not split the sequence across CTAs (kv_walk_s_per_token)",
                 cite=f"{TRTLLM_ATTENTION_CITE}; fitted on the {gpu_name} rows (the only in-sample {sm} GPU: none "
@@ -450,6 +450,7 @@ def _fit_figures(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarr
 
 WALK_GRID_S = np.arange(0.0, 30.05e-9, 0.1e-9)   # seconds per KV token of one CTA's walk
 WALK_KEY = {"grouped": ("kv_walk_s_per_token", 8), "mha": ("mha_kv_walk_s_per_token", 9)}
+OVERHEAD_COLUMNS = (0, 1, 2, 3, 10)   # _decode_columns' fixed, cycles, per-CTA and split columns: all but the KV term
 
 
 def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray, fit: np.ndarray,
@@ -460,7 +461,7 @@ def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray,
     in-sample MAPE kept (0: no walk)."""
     key, col = WALK_KEY[calls]
     base = _fit_figures(X, t, others, kvb, fit, mha_kernel)
-    stream = _predict(X, base) - _predict(X * np.isin(np.arange(X.shape[1]), (0, 1, 2, 3, 10)), base)
+    stream = _predict(X, base) - _predict(X * np.isin(np.arange(X.shape[1]), OVERHEAD_COLUMNS), base)
     best, best_mape = base, float(_decode_errors(X, t, others, base)[fit].mean())
     for w in WALK_GRID_S[1:]:
         free = fit & (w * X[:, col] < stream)
@@ -481,9 +482,9 @@ def _fit_split(spec: dict, sel: list[tuple], fit: np.ndarray) -> tuple[dict, np.
     best = None
     for blocks in BLOCKS_PER_SM_GRID if split == "flashinfer" else (1,):
         X, t, others, kvb = _decode_columns(sel, split, blocks)
-        f = {k: _sig(v) for k, v in (_fit_walk(X, t, others, kvb, fit, spec.get("mha_kernel", False),
-                                               "grouped" if walk is True else walk) if walk else
-                                     _fit_figures(X, t, others, kvb, fit, spec.get("mha_kernel", False))).items()}
+        mha_kernel = spec.get("mha_kernel", False)
+        f = {k: _sig(v) for k, v in (_fit_walk(X, t, others, kvb, fit, mha_kernel, walk) if walk else
+                                     _fit_figures(X, t, others, kvb, fit, mha_kernel)).items()}
         f.update(split=split, blocks_per_sm=blocks)
         mape = float(_decode_errors(X, t, others, f)[fit].mean())
         if best is None or mape < best[0]:
@@ -500,9 +501,10 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
     for kv in ("bfloat16", "fp8"):
         skip = {ATTN_GPUS[g] for g, k in ATTENTION[name].get("skip_decode", {}).items() if k == kv}
         spec = ATTENTION[name]
+        decode_presets = {ATTN_GPUS[g] for g in spec["decode_gpus"]} if "decode_gpus" in spec else None
         sel = [(p, r, ops) for p, r, ops in rows
                if r.kv_dtype == kv and (p, r.heads != r.kv_heads) not in dropped and p not in skip
-               and ("decode_gpus" not in spec or p in {ATTN_GPUS[g] for g in spec["decode_gpus"]})]
+               and (decode_presets is None or p in decode_presets)]
         if len(sel) < 10:
             continue
         fit = np.array([p != hold_out for p, _, _ in sel])
@@ -1243,8 +1245,9 @@ def report_hold_out(gpu: str) -> None:
         for fmt, d in ({} if ATTENTION[name].get("decode_from") else fit_decode(name, preset)).items():
             by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in d["mape_by_gpu"].items())
             print(f"decode {name} kv {fmt}, fitted without {gpu}: {by}")
-        for q, kv in () if ATTENTION[name].get("prefill_from") else (("bfloat16", "bfloat16"), ("bfloat16", "fp8"),
-                                                                       ("fp8", "fp8")):
+        if ATTENTION[name].get("prefill_from"):   # its prefill curves are another family's
+            continue
+        for q, kv in (("bfloat16", "bfloat16"), ("bfloat16", "fp8"), ("fp8", "fp8")):
             pf = fit_prefill(name, preset, kv, q)
             if pf is not None and preset in pf["mape_by_gpu"] and len(pf["mape_by_gpu"]) > 1:
                 by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in pf["mape_by_gpu"].items())

@@ -17,9 +17,7 @@ is 14.1 / 11.3 / 9.8 us on A100 (1.41 GHz) / H100 (1.98) / RTX PRO 6000 (2.62), 
 1 / clock (scripts/fit_kernels.py). The KV stream reaches its rate only with enough CTAs in flight
 to cover the DRAM latency (Little's law); split-KV recovers part of it, so the rate rises as
 CTAs / (CTAs + kv_ramp_ctas) (measured: one CTA streams at ~40% of the many-CTA rate on H100 and A100).
-The efficiency is fitted against the preset's memory_max (0.85 on every in-sample GPU: AttAcc's generic cap) and may
-pass 1 up to the DRAM peak, which no stream passes: FlashAttention-3 on the H100 streams caches of >= 1 GB at
-0.90-0.95 of the HBM3 peak (aic gen_attn rows).
+The efficiency, against memory_max (0.85 in sample), may pass 1 up to the DRAM peak (FA3 on the H100: 0.90-0.95).
 
 A per-op measurement that replays ONE layer's attention call in a CUDA graph (aiconfigurator's tables)
 re-reads a KV cache no larger than the L2 from the L2: those rows stream at the unit's cited L2 read
@@ -82,7 +80,8 @@ one CTA (`mha_kv_walk_s_per_token`: the A100 rows take 3.0 ms at 128K tokens for
 alike), and a grouped-query call is split the way num_splits_heuristic chooses (`split: fa2`, fa2_splits.py): its
 CTAs are batch x kv_heads x splits, for the per-CTA cost and the stream's ramp, and a split call pays `combine_s`
 for the kernel that merges the partial results. FlashInfer (`split: flashinfer`, flashinfer_splits.py) splits MHA
-and grouped-query calls alike, into chunks of at least 128 tokens, as many as its grid has room for. For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
+and grouped-query calls alike, into chunks of at least 128 tokens, as many as its grid has room for. For a ragged
+batch the mean kv_len stands for FA2's max_seqlen_k.
 
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
 attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
@@ -150,7 +149,11 @@ class Decode(Strict):
 
     def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int, clock_hz: float | None = None,
                    kv_len: int = 1, head_dim: int = 128) -> float:
-        ctas, n, mha = self.launch(batch, heads, kv_heads, sms, kv_len, head_dim)
+        return self.launch_overhead_s(self.launch(batch, heads, kv_heads, sms, kv_len, head_dim), sms, clock_hz)
+
+    def launch_overhead_s(self, launch: tuple[int, int, bool], sms: int, clock_hz: float | None = None) -> float:
+        """The fixed, per-CTA and combine costs of a call launched as `launch` (Decode.launch's answer)."""
+        ctas, n, mha = launch
         cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
         combine_s = self.combine_s if n > 1 else 0.0
         return self.fixed_s + cycles_s + (self.mha_cta_s if mha else self.cta_s) * ctas / sms + combine_s
@@ -191,9 +194,9 @@ class Decode(Strict):
 
     def time_s(self, batch: int, heads: int, kv_heads: int, kv_bytes: float, sms: int, bandwidth: float,
                clock_hz: float | None = None, kv_len: int = 0) -> float:
-        ctas, _, mha = self.launch(batch, heads, kv_heads, sms, kv_len)
-        return (self.overhead_s(batch, heads, kv_heads, sms, clock_hz, kv_len)
-                + self.kv_s(kv_bytes, ctas, bandwidth, kv_len, mha))
+        launch = self.launch(batch, heads, kv_heads, sms, kv_len)
+        return (self.launch_overhead_s(launch, sms, clock_hz)
+                + self.kv_s(kv_bytes, launch[0], bandwidth, kv_len, launch[2]))
 
 
 class Prefill(Strict):
@@ -381,10 +384,10 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         heads, batch = d.get("heads", 1), d.get("batch", 1)
         kv_heads = d.get("kv_heads", heads)
         l2_bw = unit.l2_bandwidth_bytes_per_s if single_layer_replay and l2_resident(unit, kv_bytes) else None
-        kv_len, head_dim = d.get("kv_len", 1), d.get("head_dim", 128)
-        ctas, _, mha = fig.launch(batch, heads, kv_heads, sms, kv_len, head_dim)
-        memory_s = fig.kv_s(kv_bytes, ctas, bw, kv_len, mha, l2_bw, tier.bandwidth_bytes_per_s)
-        overhead_s = fig.overhead_s(batch, heads, kv_heads, sms, clock, kv_len, head_dim)
+        kv_len = d.get("kv_len", 1)
+        launch = fig.launch(batch, heads, kv_heads, sms, kv_len, d.get("head_dim", 128))
+        memory_s = fig.kv_s(kv_bytes, launch[0], bw, kv_len, launch[2], l2_bw, tier.bandwidth_bytes_per_s)
+        overhead_s = fig.launch_overhead_s(launch, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)
     q = next((t.fmt for t in op.reads if t.role == "activation"), None)

@@ -21,6 +21,6 @@ def flashinfer_chunks(batch: int, kv_heads: int, sms: int, kv_len: int, blocks_p
     slots = blocks_per_sm * sms
     if batch * kv_heads >= slots:
         return 1
-    per_seq = max(slots // (batch * kv_heads), 1)          # chunks a sequence may have and still fit the grid
+    per_seq = slots // (batch * kv_heads)                  # chunks a sequence may have and still fit the grid (>= 1)
     chunk = max(MIN_CHUNK_TOKENS, -(-kv_len // per_seq))    # the smallest chunk that gives no more than that
     return -(-max(kv_len, 1) // chunk)
