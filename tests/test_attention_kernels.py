@@ -209,6 +209,18 @@ def test_fa2_counts_query_tiles_past_64_grouped_heads():
     assert d.launch(1, 64, 1, 108, 131072) == (114, 114, False)
 
 
+def test_fa2_key_block_follows_the_ops_head_dim():
+    """FA2's key blocks are 256 tokens at head_dim <= 64 and 128 at head_dim 128 (flash_api.cpp set_params_splitkv): a
+    200-token cache is one block at head_dim 64 (no split, no combine kernel) and two at 128 (split in two on the
+    A100's 216 slots). attention_cost reads the op's head_dim."""
+    d = attention_families()["flash_attn2"].decode["bf16"]
+    assert d.launch(1, 32, 8, 108, 200, 64)[1] == 1 and d.launch(1, 32, 8, 108, 200, 128)[1] == 2
+    narrow = {**MODEL, "hidden_size": 2048, "head_dim": 64}
+    graph = lower(load_model(narrow), "decode", 1, 1, 200, FormatPolicy("bf16", "bf16", "bf16"), True, 1)
+    c = _cost(graph.op("L0.attention"), "flash_attn2", "a100_80g")
+    assert c.overhead_s == pytest.approx(d.launch_overhead_s(d.launch(1, 32, 8, 108, 200, 64), 108, 1.41e9))
+
+
 def test_kv_stream_never_passes_the_tiers_peak():
     """The fitted efficiency may pass 1 (it is against memory_max), never the DRAM peak: 1 GB at 0.85 TB/s x 1.4 =
     1.19 TB/s would pass a 1 TB/s peak, so it streams at 1 TB/s (1 ms x (1 + 2 / 100)); without a peak, 0.84 ms. On
