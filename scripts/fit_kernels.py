@@ -256,6 +256,18 @@ ATTENTION = {
              "its FP8-KV rows of >= 1 GB stream at 0.63 of the DRAM peak where vLLM's take 0.84. Its SM 8.0 prefill "
              "curve is fitted on SGLang's A100 rows (kernel_source flash_attention, SGLang's FlashAttention backend; "
              "which build ran is not established from the source, only the tables' kernel column)"),
+    "sglang_fa3_sm80": dict(
+        framework="sglang", kernel="flash_attention", stack="sglang", gpus=("a100",), split="fa3",
+        prefill_from="sglang_fa3",
+        description="FlashAttention-3's SM 8.x build as SGLang's fa3 backend runs it off Hopper (sgl-kernel "
+                    "flash_attn_with_kvcache, paged KV of one-token pages); decode split as FA3's varlen heuristic "
+                    "splits it, MHA and grouped-query calls alike",
+        cite="sglang python/sglang/srt/layers/attention/attention_registry.py create_flashattention_v3_backend (SM "
+             "8.x for non-MLA models, SM 9.x) -> layers/attention/flashattention_backend.py; Dao-AILab/flash-attention "
+             "hopper/flash_api.cpp get_num_splits, hopper/heuristics.h num_splits_heuristic, hopper/"
+             "flash_prepare_scheduler.cu prepare_varlen_num_blocks_kernel, hopper/tile_size.h tile_size_fwd_sm8x. "
+             "Fitted on SGLang's A100 rows (kernel_source flash_attention; the only in-sample SM 8.0 GPU: none held "
+             "out). Prefill: sglang_fa3's curves (prefill_from), whose SM 8.0 curve is fitted on the same A100 rows"),
     "flashinfer": dict(
         framework="sglang", kernel="flashinfer", stack="sglang", check=("vllm", "flashinfer", "vllm"), split="flashinfer",
         description="FlashInfer paged decode / prefill through SGLang's flashinfer backend (its default off Hopper and "
@@ -270,10 +282,13 @@ ATTENTION = {
              "include/flashinfer/attention/scheduler.cuh BatchDecodeWithPagedKVCacheWorkEstimationDispatched, "
              "PartitionPagedKVCacheBinarySearchMinNumPagePerBatch"),
     "vllm_flashinfer": {
-        "description": "FlashInfer through vLLM's FLASHINFER backend (FP8 KV off Hopper), FlashInfer's decode kernels "
-                       "(the flashinfer family's figures), vLLM's own prefill path",
-        "cite": VLLM_FLASHINFER_CITE, "framework": "vllm", "kernel": "flashinfer", "stack": "vllm",
-        "decode_from": "flashinfer"},
+        "description": "FlashInfer through vLLM's FLASHINFER backend (FP8 KV off Hopper), FlashInfer's partition-kv "
+                       "decode and vLLM's own prefill path, both fitted on vLLM's rows",
+        "cite": VLLM_FLASHINFER_CITE + ". Decode fitted on vLLM's RTX PRO 6000 FP8-KV gen_attn rows (the L40S's held "
+                "out): they take ~2.5 us more at small caches than SGLang's FlashInfer rows (the flashinfer family's "
+                "figures read them at 13.0% MAPE), through a wrapper vLLM plans itself; which part costs it is not "
+                "established from the source",
+        "framework": "vllm", "kernel": "flashinfer", "stack": "vllm", "split": "flashinfer"},
 }
 ATTN_GPUS = {"h100": "h100_sxm", "a100": "a100_80g", "rtx_pro_6000": "rtx_pro_6000"}
 # Prefill curves per architecture (attention_kernels.PrefillCurves): each GPU's ctx_attn rows also fit curves of its
@@ -1204,11 +1219,8 @@ def render_attention() -> str:
     for name, spec in ATTENTION.items():
         lines += [f"  {name}:", f"    description: {spec['description']}", "    cite: >-",
                   f"      {spec['cite']}"]
-        if spec.get("decode_from"):
-            lines.append(f"    decode_from: {spec['decode_from']}")
-        else:
-            lines.append("    decode:")
-        for fmt, d in ({} if spec.get("decode_from") else fit_decode(name)).items():
+        lines.append("    decode:")
+        for fmt, d in fit_decode(name).items():
             lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, fixed_cycles: {d['fixed_cycles']:.3g}, "
                          f"cta_s: {d['cta_s']:.3g}, mha_cta_s: {d['mha_cta_s']:.3g}, "
                          f"kv_stream_efficiency: {d['kv_stream_efficiency']:.3g}, "
@@ -1242,7 +1254,7 @@ def report_hold_out(gpu: str) -> None:
         return
     preset = ATTN_GPUS[gpu]
     for name in ATTENTION:
-        for fmt, d in ({} if ATTENTION[name].get("decode_from") else fit_decode(name, preset)).items():
+        for fmt, d in fit_decode(name, preset).items():
             by = ", ".join(f"{p}{' (held out)' if p == preset else ''} {v:.1%}" for p, v in d["mape_by_gpu"].items())
             print(f"decode {name} kv {fmt}, fitted without {gpu}: {by}")
         if ATTENTION[name].get("prefill_from"):   # its prefill curves are another family's

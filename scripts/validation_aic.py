@@ -204,7 +204,8 @@ NOTES = """What moved, and what did not:
   vLLM (before -> after): A100 18.9 -> 13.0%, RTX PRO 6000 17.6 -> 13.3%, H100 9.7 -> 9.8%; L40S (FA2, never
   fitted on for decode: held out) 16.3 -> 14.6%. Held out by GPU (`--hold-out`, fitted on the other FA2 GPU): A100
   19.8 -> 16.3%, RTX PRO 6000 27.3 -> 21.3%. SGLang's A100 flash_attention decode rows (which FlashAttention build
-  ran is not established) read closest under flash_attn2: 19.6 -> 17.5% (FA3's H100 figures 34%, sglang_fa3 45%).
+  ran was not established then) read closest under flash_attn2: 19.6 -> 17.5% (FA3's H100 figures 34%, sglang_fa3
+  45%); stop 48 finds the build (below).
   Out of sample, the LLMServingSim vLLM 0.19 replays (TP1, Llama-3.1-8B; TTFT / TPOT / throughput, after the coupled
   refits of docs/energy.md, before the stream cap below): RTX PRO 6000 -21.8 / -9.4 / +9.4 -> -19.0 / -8.2 / +7.5%,
   back inside the +-20% TTFT band; RTX 4090 +9.3 / +6.5 / -6.6 -> +11.5 / +8.4 / -8.2%.
@@ -242,6 +243,25 @@ NOTES = """What moved, and what did not:
   7.11 -> 8.58 us; the silicon sample's held-out TTFT / TPOT / E2E 24.2 / 7.4 / 7.3 -> 24.1 / 7.3 / 7.2%. The
   LLMServingSim RTX PRO 6000 case moves back out of its TTFT band (-19.0 -> -21.5%; TPOT -9.3%, throughput +8.6%),
   the RTX 4090 case +11.5 -> +10.9% (TPOT +7.9%, throughput -7.9%).
+* FlashAttention-3 on SM 8.x, and vLLM's own FlashInfer decode (stop 48). SGLang's A100 rows (kernel_source
+  flash_attention) are its `fa3` backend, which SGLang allows on SM 8.x for non-MLA models (python/sglang/srt/
+  layers/attention/attention_registry.py create_flashattention_v3_backend): FlashAttention-3's code base built for
+  SM 8.0, not FA2. A decode call there is varlen, and FA3 splits it in two steps (Dao-AILab/flash-attention
+  hopper/flash_api.cpp get_num_splits, heuristics.h num_splits_heuristic, flash_prepare_scheduler.cu): a bound
+  from the wave efficiency over the KV heads as if the batch were one sequence (no split at <= 4 key blocks), then
+  per sequence its key blocks over the blocks each SM should take (batch x blocks x 1.1 x KV heads / SMs), MHA and
+  grouped-query calls alike (hw_models/stack/fa3_splits.py, `split: fa3`). Under FA2's rules (MHA never split)
+  the MHA rows at batch 1-8 and >= 2K tokens had read 40-670% slow; the family `sglang_fa3_sm80`, fitted on
+  these rows (the only in-sample SM 8.0 GPU: none held out), streams large caches at 0.81 of memory_max (0.69 of
+  the peak: one-token pages), where the rows at batch >= 16 and >= 512 tokens had read 30-50% fast. Fitted with
+  no split 15.5%, FA2's 13.2%, FA3's 11.7%. A100 SGLang decode bf16 17.8 -> 11.7%. Left: a step at 512 tokens
+  (FA3's split kernel takes over from 5 key blocks, whatever the per-sequence count; charging its CTAs apart
+  gained 0.2 points, not kept; a reading of the source, not measured apart), and small caches at batch >= 256
+  read 20-27% fast. vLLM's FlashInfer FP8-KV decode
+  rows had taken SGLang's FlashInfer figures (`decode_from`, read at 13.0%): they cost 2.5 us more at small
+  caches and run at another occupancy (blocks_per_sm 1), through the plan vLLM's backend makes itself; fitted on
+  vLLM's own RTX PRO 6000 rows (`vllm_flashinfer` decode, `decode_from` retired), 13.0 -> 7.1% in sample and
+  10.9 -> 8.1% on the L40S, held out.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The
@@ -257,8 +277,8 @@ NOTES = """What moved, and what did not:
   step would make a longer sequence faster inside a segment, least squares under that cap. Curves per compute
   capability (`prefill_sm`: SM 8.0 / 8.9 / 9.0 / 12.0, each fitted on its one in-sample GPU, the L40S's ctx_attn
   rows included); another GPU takes the family's curves pooled on H100, A100 and RTX PRO 6000. vLLM's FlashInfer
-  FP8-KV rows are a family of their own (`vllm_flashinfer`, decode_from flashinfer); SGLang's A100
-  flash_attention rows take sglang_fa3's SM 8.0 curve. In sample (bf16 KV, SGLang / TensorRT-LLM / vLLM, before
+  FP8-KV rows are a family of their own (`vllm_flashinfer`); SGLang's A100
+  flash_attention rows take sglang_fa3's SM 8.0 curve (through sglang_fa3_sm80's prefill_from). In sample (bf16 KV, SGLang / TensorRT-LLM / vLLM, before
   -> after): A100 19.8 / 8.3 / 12.9 -> 9.7 / 5.5 / 8.9%, H100 8.1 / 14.5 / 15.4 -> 8.1 / 9.3 / 8.6%, RTX PRO 6000
   18.0 / 14.8 / 16.5 -> 12.6 / 13.5 / 9.6%, L40S 26.1 / 37.0 / 25.5 -> 19.9 / 21.6 / 14.8%. A per-architecture
   curve has no held-out figure (one GPU each); the pooled curves held out by GPU (bf16 KV): TensorRT-LLM H100

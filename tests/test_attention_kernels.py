@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hw_models.stack.fa3_splits import fa3_num_splits, static_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
 from hw_models.stack.attention_kernels import (AttentionFamily, AttentionKernels, Decode, Prefill, PrefillCurves,
                                                attention_cost, attention_families)
@@ -116,17 +117,14 @@ def test_prefill_curves_per_architecture_by_hand():
     assert fam.prefill_for("fp8_e4m3", "fp8_e4m3", 9.0) is kv8   # no FP8-math curve anywhere: the KV format's
 
 
-def test_decode_from_takes_the_other_familys_decode():
-    """vllm_flashinfer runs FlashInfer's decode kernels: the same figures as flashinfer, its own prefill curves;
-    a decode_from naming no family, or one with decode figures of its own, is refused."""
+def test_vllm_flashinfer_decode_is_fitted_on_vllms_own_rows():
+    """vLLM's FlashInfer decode rows take longer at small caches than SGLang's (2.5 us more fixed cost, fitted):
+    the family has its own FP8-KV decode figures, split as FlashInfer's partition-kv, and its own prefill curves."""
     fams = attention_families()
-    assert fams["vllm_flashinfer"].decode == fams["flashinfer"].decode
+    own, sglang = fams["vllm_flashinfer"].decode["fp8_e4m3"], fams["flashinfer"].decode["fp8_e4m3"]
+    assert own.split == "flashinfer" and own.rows > 0 and own != sglang
+    assert own.fixed_s > sglang.fixed_s
     assert fams["vllm_flashinfer"].prefill_kv["fp8_e4m3"] != fams["flashinfer"].prefill_kv["fp8_e4m3"]
-    base = {"cite": "t", "decode": {"bf16": {"fixed_s": 0, "cta_s": 0, "mha_cta_s": 0, "kv_stream_efficiency": 1}}}
-    with pytest.raises(ValueError, match="decode_from"):
-        AttentionKernels(families={"a": base, "b": {"cite": "t", "decode_from": "nope"}})
-    with pytest.raises(ValueError, match="decode_from"):
-        AttentionKernels(families={"a": base, "b": {**base, "decode_from": "a"}})
 
 
 def test_prefill_from_takes_every_curve_of_the_other_family():
@@ -152,13 +150,15 @@ def test_shipped_decode_floor_and_stream_on_h100():
     """The shipped figures on the H100 preset: floor = fixed + cycles / 1.98 GHz + per-CTA x 8 KV heads x splits /
     132 SMs at batch 1 (+ combine_s where split); the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x
     memory_max 0.85 x efficiency) x (1 + kv_ramp_ctas / (8 x splits) CTAs). Splits: 1, but for FlashAttention-2's
-    family, whose heuristic splits this call 32 ways (test_fa2_splits_by_hand), and FlashInfer's, whose grid
-    decides (test_flashinfer_chunks_by_hand)."""
+    family, whose heuristic splits this call 32 ways (test_fa2_splits_by_hand), FlashAttention-3's SM 8.x build,
+    13 ways (test_fa3_splits_by_hand), and FlashInfer's, whose grid decides (test_flashinfer_chunks_by_hand)."""
     for name, fam in attention_families().items():
+        if "bf16" not in fam.decode:    # vllm_flashinfer: FP8 KV only (vLLM runs FlashAttention on 16-bit caches)
+            continue
         d = fam.decode["bf16"]
         c = _cost(_op("decode", 1, 1, 4096), name)
         kv_bytes = 2 * 4096 * 8 * 128 * 2
-        s = {"none": 1, "fa2": 32}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096, d.blocks_per_sm)
+        s = {"none": 1, "fa2": 32, "fa3": 13}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096, d.blocks_per_sm)
         assert d.launch(1, 32, 8, 132, 4096)[1] == s
         assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 * s / 132
                                              + (d.combine_s if s > 1 else 0.0))
@@ -182,6 +182,26 @@ def test_fa2_splits_by_hand():
     assert fa2_num_splits(8, 108, 4096) == 16
     assert fa2_num_splits(173, 108, 131072) == 1 and fa2_num_splits(172, 108, 131072) > 1
     assert fa2_num_splits(1, 108, 128) == 1 and fa2_num_splits(1, 108, 129) == 2
+
+
+def test_fa3_splits_by_hand():
+    """FlashAttention-3's varlen split on SM 8.x (fa3_splits: a bound from num_splits_heuristic over the KV heads, then
+    ceil(n-blocks / ceil(batch x n-blocks x 1.1 x KV heads / SMs)) per sequence, capped by it; 112-token key blocks
+    where the bound splits, 64 where it does not).
+    - batch 1, 8 KV heads, 132 SMs, 4096 tokens: 37 blocks; the bound's efficiency 8s / 132 peaks at s = 33 (2
+      waves, 1.0) and first passes 0.85 at s = 15 (0.91); per SM ceil(37 x 1.1 x 8 / 132) = 3 blocks: 13 splits.
+    - batch 1, 4 KV heads (MHA 4/4), 108 SMs, 32,768 tokens: 293 blocks, bound 23 (92 / 108 = 0.85); per SM
+      ceil(293 x 1.1 x 4 / 108) = 12: ceil(293 / 12) = 25, capped at 23.
+    - batch 8, 1 KV head, 108 SMs, 65,536 tokens: 586 blocks, bound 92; per SM 48: 13 splits.
+    - batch 64, 8 KV heads, 108 SMs, 4096 tokens: bound 12, per SM 193 blocks: 1 split.
+    - 256 tokens: 3 blocks of 112 (<= 4): no split."""
+    assert static_splits(8, 132, 37) == 15 and fa3_num_splits(1, 8, 132, 4096) == 13
+    assert static_splits(4, 108, 293) == 23 and fa3_num_splits(1, 4, 108, 32768) == 23
+    assert fa3_num_splits(8, 1, 108, 65536) == 13
+    assert static_splits(8, 108, 37) == 12 and fa3_num_splits(64, 8, 108, 4096) == 1
+    assert fa3_num_splits(1, 4, 108, 256) == 1
+    assert Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1, split="fa3").launch(1, 4, 4, 108, 32768) \
+        == (4 * 23, 23, True)   # MHA calls split too (packed GQA of one head)
 
 
 def test_fa2_family_splits_grouped_calls_and_walks_mha_ones():
@@ -258,6 +278,8 @@ def test_decode_fixed_cost_falls_with_the_clock():
     """Same family, same shape: the A100 (1.41 GHz) pays more fixed cost than the RTX PRO 6000 (2.617 GHz)
     by exactly fixed_cycles x (1/1.41 - 1/2.617) GHz^-1 plus the per-CTA term's SM-count difference."""
     for name, fam in attention_families().items():
+        if "bf16" not in fam.decode:    # vllm_flashinfer: FP8 KV only (vLLM runs FlashAttention on 16-bit caches)
+            continue
         d = fam.decode["bf16"]
         a, p = (_cost(_op("decode", 1, 1, 16), name, preset).overhead_s for preset in ("a100_80g", "rtx_pro_6000"))
         assert a - p == pytest.approx(d.fixed_cycles * (1 / 1.41e9 - 1 / 2.617e9) + d.cta_s * 8 * (1 / 108 - 1 / 188))

@@ -110,7 +110,7 @@ def test_unknown_family_in_a_rule_is_refused():
 
 
 @pytest.mark.parametrize("src, family", [("torch_flow", None), ("torch_flow_flashinfer", None), ("fa3", "sglang_fa3"), ("vllm_flash_attn_fa3", "flash_attn"),
-                                         ("flash_attention", "flash_attn2"), ("vllm_flash_attn_fa2", "flash_attn2"),
+                                         ("flash_attention", "sglang_fa3_sm80"), ("vllm_flash_attn_fa2", "flash_attn2"),
                                          ("vllm_flash_attn", None),
                                          ("vllm_flashinfer_fidecode", "vllm_flashinfer"), ("flashinfer", "flashinfer"),
                                          ("triton", None)])
@@ -118,14 +118,15 @@ def test_aic_rows_keep_the_kernel_they_measured(src, family):
     assert measured_family(src) == family
 
 
-def test_sglang_flash_attention_prefill_rows_are_sglang_fa3():
-    """SGLang's A100 FlashAttention-backend rows: prefill costed as sglang_fa3 (its SM 8.0 curve, fitted on them),
-    decode as flash_attn2 (the fitted decode figures that read them closest; which build ran is not established).
+def test_sglang_flash_attention_rows_are_fa3_on_sm80():
+    """SGLang's A100 FlashAttention-backend rows run FlashAttention-3's SM 8.x build (SGLang's fa3 backend takes
+    SM 8.x): decode costed as sglang_fa3_sm80 (fitted on them), prefill as sglang_fa3's SM 8.0 curve (prefill_from).
     vLLM's A100 rows name no FlashAttention version: the stack picks it by the GPU (FA2 on SM 8.0)."""
-    assert measured_family("flash_attention", prefill=True) == "sglang_fa3"
-    assert measured_family("flash_attention") == "flash_attn2"
-    assert measured_family("vllm_flash_attn", prefill=True) is None
-    assert 8.0 in attention_families()["sglang_fa3"].prefill_sm
+    fams = attention_families()
+    assert measured_family("flash_attention") == "sglang_fa3_sm80"
+    assert fams["sglang_fa3_sm80"].decode["bf16"].split == "fa3"
+    assert fams["sglang_fa3_sm80"].prefill_sm[8.0] == fams["sglang_fa3"].prefill_sm[8.0]
+    assert measured_family("vllm_flash_attn") is None
 
 
 def test_shipped_prefill_by_hand_on_rtx_pro_6000():

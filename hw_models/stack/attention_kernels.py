@@ -57,10 +57,9 @@ stays one of the bf16 peak, so an FP8-math curve may reach up to twice the bf16 
 The curves are per architecture: a family's `prefill_sm` holds, per compute capability (8.0, 8.9, 9.0, 12.0: one
 in-sample GPU each), the curves fitted on that GPU's rows alone (the kernels differ: FlashAttention-3 on Hopper,
 FA2 elsewhere, FlashInfer's SM 8.9 and 12.0 builds); a GPU of another capability takes the family's own curves,
-fitted on the H100, A100 and RTX PRO 6000 rows pooled. A family may take its decode figures from another
-(`decode_from`): vLLM's FlashInfer backend runs FlashInfer's decode kernels, whose figures are fitted on SGLang's
-rows, but its own prefill path (vllm_flashinfer). `prefill_from` takes every prefill curve likewise: flash_attn2
-differs from flash_attn in decode only, and flash_attn's prefill curves are per architecture already.
+fitted on the H100, A100 and RTX PRO 6000 rows pooled. A family may take every prefill curve from another
+(`prefill_from`): flash_attn2 differs from flash_attn in decode only, and flash_attn's curves are per architecture
+already; sglang_fa3_sm80 (FA3's SM 8.x build under SGLang) takes sglang_fa3's, whose SM 8.0 curve is its own.
 The tables' attn_dtype is aiconfigurator's collector flag (`"fp8" if use_fp8_context_fmha`); TensorRT-LLM's
 `use_fp8_context_fmha` runs the context FMHA in FP8 and is meant for FP8-quantized models (TensorRT-LLM docs,
 performance/perf-best-practices.md, "FP8 Context Fused Multi-Head Attention"), which is why a serving step
@@ -102,6 +101,7 @@ from hw_models.op_cost import OpCost, bound_of
 from hw_models.compute_path import native_rates
 from hw_models.machine import Tier, Unit
 from hw_models.stack.fa2_splits import fa2_num_splits
+from hw_models.stack.fa3_splits import fa3_num_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
 from hw_models.stack.kernel_families import read_families
 from sim.core import graph as g
@@ -128,9 +128,9 @@ class Decode(Strict):
     kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # grouped-query KV term >= kv_len x this (module doc)
     mha_kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # the same for MHA calls (FlashAttention-2)
     # How the kernel splits a sequence across CTAs (module doc): "none", FlashAttention-2's heuristic ("fa2",
-    # grouped-query calls only), FlashInfer's partition-kv ("flashinfer", with the fitted occupancy
-    # `blocks_per_sm`); a split call pays `combine_s` for the kernel that merges the partial results.
-    split: Literal["none", "fa2", "flashinfer"] = "none"
+    # grouped-query calls only), FlashAttention-3's on SM 8.x ("fa3"), FlashInfer's partition-kv ("flashinfer", with
+    # the fitted occupancy `blocks_per_sm`); a split call pays `combine_s` for the kernel that merges the partials.
+    split: Literal["none", "fa2", "fa3", "flashinfer"] = "none"
     combine_s: Quantity = Field(default=0.0, ge=0)
     blocks_per_sm: int = Field(default=1, ge=1)
     rows: int = 0                                       # measured rows fitted
@@ -145,6 +145,8 @@ class Decode(Strict):
             n = flashinfer_chunks(batch, kv_heads, sms, kv_len, self.blocks_per_sm)
         elif self.split == "fa2" and heads != kv_heads:
             n = fa2_num_splits(batch * kv_heads * -(-(heads // kv_heads) // 64), sms, kv_len, head_dim)
+        elif self.split == "fa3":
+            n = fa3_num_splits(batch, kv_heads, sms, kv_len, head_dim)
         return batch * kv_heads * n, n, heads == kv_heads
 
     def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int, clock_hz: float | None = None,
@@ -265,7 +267,6 @@ class AttentionFamily(PrefillCurves):
     description: str = ""
     cite: str                                   # the engines' source and the measured tables
     decode: dict[str, Decode] = {}              # KV format -> figures
-    decode_from: str | None = None              # take `decode` from this family (module doc)
     prefill_from: str | None = None             # take every prefill curve from this family (module doc)
     prefill_sm: dict[float, PrefillCurves] = {}   # compute capability -> that architecture's curves
 
@@ -326,22 +327,18 @@ class AttentionKernels(Strict):
 
     @field_validator("families")
     @classmethod
-    def _decode_from(cls, v: dict[str, AttentionFamily]) -> dict[str, AttentionFamily]:
-        """A family with `decode_from` takes that family's decode figures, one with `prefill_from` its prefill
-        curves (module doc)."""
+    def _prefill_from(cls, v: dict[str, AttentionFamily]) -> dict[str, AttentionFamily]:
+        """A family with `prefill_from` takes that family's prefill curves (module doc)."""
         out = dict(v)
         for name, fam in v.items():
-            for key, fields in (("decode_from", ("decode",)), ("prefill_from", PREFILL_FIELDS)):
-                src_name = getattr(fam, key)
-                if src_name is None:
-                    continue
-                src = v.get(src_name)
-                if (src is None or getattr(src, key) is not None or any(getattr(fam, f) for f in fields)
-                        or not any(getattr(src, f) for f in fields)):
-                    what = "decode figures" if key == "decode_from" else "prefill curves"
-                    raise ValueError(f"{name}: {key} {src_name!r} must name a family with {what} of its own, and "
-                                     f"the family give none itself")
-                out[name] = out[name].model_copy(update={f: getattr(src, f) for f in fields})
+            if fam.prefill_from is None:
+                continue
+            src = v.get(fam.prefill_from)
+            if (src is None or src.prefill_from is not None or any(getattr(fam, f) for f in PREFILL_FIELDS)
+                    or not any(getattr(src, f) for f in PREFILL_FIELDS)):
+                raise ValueError(f"{name}: prefill_from {fam.prefill_from!r} must name a family with prefill curves "
+                                 f"of its own, and the family give none itself")
+            out[name] = fam.model_copy(update={f: getattr(src, f) for f in PREFILL_FIELDS})
         return out
 
 

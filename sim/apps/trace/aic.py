@@ -157,13 +157,10 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
 # fitted on them: 19.8% -> 9.7% against vLLM's FA2 curve); their decode rows stay on flash_attn.
 KERNEL_FAMILY = (("torch_flow", None), ("vllm_flashinfer", "vllm_flashinfer"), ("flashinfer", "flashinfer"),
                  ("flash_attn_fa2", "flash_attn2"), ("flash_attn_fa3", "flash_attn"), ("vllm_flash_attn", None),
-                 ("flash_attention", "flash_attn2"), ("fa3", "sglang_fa3"))
-PREFILL_KERNEL_FAMILY = {"flash_attention": "sglang_fa3"}
+                 ("flash_attention", "sglang_fa3_sm80"), ("fa3", "sglang_fa3"))
 
 
-def measured_family(kernel_source: str, prefill: bool = False) -> str | None:
-    if prefill and kernel_source in PREFILL_KERNEL_FAMILY:
-        return PREFILL_KERNEL_FAMILY[kernel_source]
+def measured_family(kernel_source: str) -> str | None:
     return next((fam for key, fam in KERNEL_FAMILY if key in kernel_source), None)
 
 
@@ -270,7 +267,7 @@ def _attention_rows(df: pd.DataFrame, table: str, gpu: str, preset: str, stack: 
         df = df.assign(attn_dtype="bfloat16")
     for (fw, kv, src), part in df.groupby(["framework", "kv_dtype", "kernel_source"], sort=True):
         st = stack or STACK.get(fw)
-        attention = None if stack or baseline else measured_family(str(src), not decode)
+        attention = None if stack or baseline else measured_family(str(src))
         family = f"{'decode' if decode else 'prefill'} attention kv {kv} [{fw}]"
         for b, isl, step, h, kvh, d, lat, q in part[["batch", "isl", "step", "heads", "kv_heads", "head_dim",
                                                      "latency_us", "attn_dtype"]].itertuples(index=False):
