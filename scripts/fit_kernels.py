@@ -375,24 +375,25 @@ def _reads_less_than_named(rows: list[tuple]) -> set[tuple[str, bool]]:
 
 def _decode_columns(sel: list[tuple], split: str = "none",
                     blocks_per_sm: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: [1, 1 / clock, grouped CTAs / SMs, MHA CTAs / SMs, KV / bw, KV / (bw x CTAs),
+    """Per row: [1, 1 / clock, grouped CTAs / SMs, MHA CTAs / SMs (the CTAs the per-CTA cost counts:
+    Decode.cta_units), KV / bw, KV / (bw x CTAs),
     KV / L2 bw, KV / (L2 bw x CTAs), grouped-query kv_len, MHA kv_len, split] (the terms of
     hw_models.stack.attention_kernels.Decode; the DRAM pair is zero where the replayed cache fits the L2, the L2 pair
     zero elsewhere; "MHA": the call runs the family's MHA kernel; CTAs as the family's `split` launches them and
     `split` 1 where a sequence is split), the measured seconds, sim's seconds for the other ops of the call, and the
     KV bytes."""
     from hw_models.stack.attention_kernels import Decode
-    launch = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1, split=split,
-                    blocks_per_sm=blocks_per_sm).launch
+    shape = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1, split=split, blocks_per_sm=blocks_per_sm)
     X, t, others, kvb = [], [], [], []
     for preset, r, ops in sel:
         sms, bw, _, clock, _ = _gpu_figures(preset)
         l2_bytes, l2_bw = _l2(preset)
         kv_bytes = sum(u.bytes for u in ops[0][0].reads if u.role == "kv")
-        ctas, pieces, mha = launch(r.batch, r.heads, r.kv_heads, sms, r.step + 1, r.head_dim)
+        ctas, pieces, mha = launch = shape.launch(r.batch, r.heads, r.kv_heads, sms, r.step + 1, r.head_dim)
+        units = shape.cta_units(launch) / sms     # what the per-CTA cost counts
         stream = [kv_bytes / bw, kv_bytes / bw / ctas, 0.0, 0.0] if kv_bytes > l2_bytes else \
             [0.0, 0.0, kv_bytes / l2_bw, kv_bytes / l2_bw / ctas]
-        X.append([1.0, 1.0 / clock, 0.0 if mha else ctas / sms, ctas / sms if mha else 0.0, *stream,
+        X.append([1.0, 1.0 / clock, 0.0 if mha else units, units if mha else 0.0, *stream,
                   0.0 if mha else r.step + 1.0, r.step + 1.0 if mha else 0.0, float(pieces > 1)])
         t.append(r.latency_us * 1e-6)
         others.append(sum(sec for _, sec in ops[1:]))

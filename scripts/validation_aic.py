@@ -254,7 +254,10 @@ NOTES = """What moved, and what did not:
   the MHA rows at batch 1-8 and >= 2K tokens had read 40-670% slow; the family `sglang_fa3_sm80`, fitted on
   these rows (the only in-sample SM 8.0 GPU: none held out), streams large caches at 0.81 of memory_max (0.69 of
   the peak: one-token pages), where the rows at batch >= 16 and >= 512 tokens had read 30-50% fast. Fitted with
-  no split 15.5%, FA2's 13.2%, FA3's 11.7%. A100 SGLang decode bf16 17.8 -> 11.7%. Left: a step at 512 tokens
+  no split 15.5%, FA2's 13.2%, FA3's 11.7%; with FA3's per-CTA cost counted per (sequence, KV head), its split CTAs
+  sharing one packed query tile (Decode.cta_units), 11.6%, and a longer cache that splits fewer ways no longer costs
+  less (counted per split CTA, RTX PRO 6000 batch 1 at 2,560 tokens read 3% under 2,048). A100 SGLang decode bf16
+  17.8 -> 11.6%. Left: a step at 512 tokens
   (FA3's split kernel takes over from 5 key blocks, whatever the per-sequence count; charging its CTAs apart
   gained 0.2 points, not kept; a reading of the source, not measured apart), and small caches at batch >= 256
   read 20-27% fast. vLLM's FlashInfer FP8-KV decode

@@ -160,7 +160,8 @@ def test_shipped_decode_floor_and_stream_on_h100():
         kv_bytes = 2 * 4096 * 8 * 128 * 2
         s = {"none": 1, "fa2": 32, "fa3": 13}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096, d.blocks_per_sm)
         assert d.launch(1, 32, 8, 132, 4096)[1] == s
-        assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * 8 * s / 132
+        per_cta = 8 if d.split == "fa3" else 8 * s    # FA3's per-CTA cost counts (sequence, KV head) pairs
+        assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * per_cta / 132
                                              + (d.combine_s if s > 1 else 0.0))
         assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency)
                                            * (1 + d.kv_ramp_ctas / (8 * s)))   # grouped (32 / 8): not the MHA figures
@@ -200,8 +201,10 @@ def test_fa3_splits_by_hand():
     assert fa3_num_splits(8, 1, 108, 65536) == 13
     assert static_splits(8, 108, 37) == 12 and fa3_num_splits(64, 8, 108, 4096) == 1
     assert fa3_num_splits(1, 4, 108, 256) == 1
-    assert Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1, split="fa3").launch(1, 4, 4, 108, 32768) \
-        == (4 * 23, 23, True)   # MHA calls split too (packed GQA of one head)
+    d = Decode(fixed_s=0, cta_s=1e-6, mha_cta_s=2e-6, kv_stream_efficiency=1, split="fa3", combine_s=3e-6)
+    assert d.launch(1, 4, 4, 108, 32768) == (4 * 23, 23, True)   # MHA calls split too (packed GQA of one head)
+    # the per-CTA cost counts the 4 (sequence, KV head) pairs, not the 92 split CTAs; the combine is paid
+    assert d.overhead_s(1, 4, 4, 108, kv_len=32768) == pytest.approx(2e-6 * 4 / 108 + 3e-6)
 
 
 def test_fa2_family_splits_grouped_calls_and_walks_mha_ones():

@@ -10,11 +10,9 @@ measured fraction of the bandwidth. Per family and KV format:
               + max(KV bytes / (bandwidth x memory_max x kv_stream_efficiency) x (1 + kv_ramp_ctas / CTAs),
                     kv_len x kv_walk_s_per_token)    (the walk: grouped-query calls, or MHA ones, below)
 
-with CTAs = batch x kv_heads. The fixed cost has a part in seconds (the graph's inter-kernel gaps)
-and a part in cycles (on-chip serial work: the kernels' prologues, the RoPE / cache-write kernel,
-the split-KV combine), which is why it falls with the SM clock: fitted per GPU on the vLLM rows it
-is 14.1 / 11.3 / 9.8 us on A100 (1.41 GHz) / H100 (1.98) / RTX PRO 6000 (2.62), on one line in
-1 / clock (scripts/fit_kernels.py). The KV stream reaches its rate only with enough CTAs in flight
+with CTAs = batch x kv_heads. The fixed cost has a part in seconds (the graph's inter-kernel gaps) and a part in
+cycles (on-chip serial work: the kernels' prologues, the RoPE / cache-write kernel, the split-KV combine), which is
+why it falls with the SM clock (vLLM's rows: 14.1 / 11.3 / 9.8 us on A100 / H100 / RTX PRO 6000, one line in 1 / clock). The KV stream reaches its rate only with enough CTAs in flight
 to cover the DRAM latency (Little's law); split-KV recovers part of it, so the rate rises as
 CTAs / (CTAs + kv_ramp_ctas) (measured: one CTA streams at ~40% of the many-CTA rate on H100 and A100).
 The efficiency, against memory_max (0.85 in sample), may pass 1 up to the DRAM peak (FA3 on the H100: 0.90-0.95).
@@ -28,10 +26,8 @@ the efficiency (0.12-0.21: 2.9-4.9 TB/s) carries the measured rate, not a kernel
 stack marked `single_layer_replay` (set by sim.apps.trace.aic for those tables, never by a stack file) takes
 it: in serving every other layer of the step evicts the cache, so serving streams it from DRAM.
 
-`cta_s` is SM-seconds per CTA (one per sequence and KV head: FlashAttention's and XQA's
-grids), so the term follows the GPU's SM count (unit efficiency.parallel_units); measured
-on H100 (132 SMs), A100 (108) and RTX PRO 6000 (188) it is ~3-4 us of one SM per CTA for
-FlashAttention. TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
+`cta_s` is SM-seconds per CTA (one per sequence and KV head: FlashAttention's and XQA's grids), so the term
+follows the GPU's SM count (unit efficiency.parallel_units): ~3-4 us of one SM per CTA for FlashAttention. TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
 H100) and one-KV-head-per-query-head models through masked MHA (~1.4): `mha_cta_s` is the
 per-CTA figure where heads == kv_heads, and a family whose MHA calls run another kernel streams them at its
 own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas` (TensorRT-LLM: H100 FP8-KV rows of >= 1 GB stream at 0.73
@@ -48,12 +44,10 @@ sequence walks all kv_len keys, so the call lasts at least that walk, on top of 
 CTAs slow: on H100 vLLM's 1-sequence, 4-head rows at 4K tokens run at 0.23-0.27 of the bf16 peak where 8 heads
 reach 0.36-0.50 (ctx_attn_h100). For a ragged batch the mean kv_len stands for the walk.
 
-with one curve per (query, KV) dtype pair the engines run apart (ctx_attn rows, issue 28): `prefill` (16-bit KV),
-`prefill_kv` (an FP8 cache, 16-bit query: TensorRT-LLM's FMHA converts it on SM 12.x, where those rows take the
-bf16 rows' time; vLLM's FlashAttention-3 on H100 1.05-1.25x the bf16 time) and `prefill_fp8_query` (FP8 query on
-an FP8 cache: FP8 tensor-core math, e.g. TensorRT-LLM's FP8 context FMHA, 0.51-0.55x the bf16 time past 3K tokens
-on RTX PRO 6000 and L40S, 0.65-0.72x on H100; SGLang's FA3 FP8 path). Each falls back to `prefill`. The fraction
-stays one of the bf16 peak, so an FP8-math curve may reach up to twice the bf16 curve's.
+with one curve per (query, KV) dtype pair the engines run apart (ctx_attn rows, issue 28; docs/validation.md):
+`prefill` (16-bit KV), `prefill_kv` (an FP8 cache, 16-bit query) and `prefill_fp8_query` (FP8 query on an FP8 cache:
+FP8 tensor-core math, e.g. TensorRT-LLM's FP8 context FMHA). Each falls back to `prefill`. The fraction stays one of
+the bf16 peak, so an FP8-math curve may reach up to twice the bf16 curve's.
 The curves are per architecture: a family's `prefill_sm` holds, per compute capability (8.0, 8.9, 9.0, 12.0: one
 in-sample GPU each), the curves fitted on that GPU's rows alone (the kernels differ: FlashAttention-3 on Hopper,
 FA2 elsewhere, FlashInfer's SM 8.9 and 12.0 builds); a GPU of another capability takes the family's own curves,
@@ -79,8 +73,10 @@ one CTA (`mha_kv_walk_s_per_token`: the A100 rows take 3.0 ms at 128K tokens for
 alike), and a grouped-query call is split the way num_splits_heuristic chooses (`split: fa2`, fa2_splits.py): its
 CTAs are batch x kv_heads x splits, for the per-CTA cost and the stream's ramp, and a split call pays `combine_s`
 for the kernel that merges the partial results. FlashInfer (`split: flashinfer`, flashinfer_splits.py) splits MHA
-and grouped-query calls alike, into chunks of at least 128 tokens, as many as its grid has room for. For a ragged
-batch the mean kv_len stands for FA2's max_seqlen_k.
+and grouped-query calls alike, into chunks of at least 128 tokens, as many as its grid has room for.
+FlashAttention-3's SM 8.x build (`split: fa3`, fa3_splits.py) splits both kinds too, by a bound over the KV heads and
+a per-sequence count; its split CTAs share one packed query tile, so its per-CTA cost counts (sequence, KV head)
+pairs (Decode.cta_units). For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
 
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
 attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
@@ -153,12 +149,18 @@ class Decode(Strict):
                    kv_len: int = 1, head_dim: int = 128) -> float:
         return self.launch_overhead_s(self.launch(batch, heads, kv_heads, sms, kv_len, head_dim), sms, clock_hz)
 
+    def cta_units(self, launch: tuple[int, int, bool]) -> int:
+        """The CTAs the per-CTA cost counts: every CTA launched, but for FlashAttention-3 ("fa3"), whose split CTAs
+        share one packed query tile, one per (sequence, KV head): fitted so, the A100 rows read 11.6% against 11.7%,
+        and a longer cache that splits fewer ways never costs less (module doc)."""
+        return launch[0] // launch[1] if self.split == "fa3" else launch[0]
+
     def launch_overhead_s(self, launch: tuple[int, int, bool], sms: int, clock_hz: float | None = None) -> float:
         """The fixed, per-CTA and combine costs of a call launched as `launch` (Decode.launch's answer)."""
-        ctas, n, mha = launch
         cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
-        combine_s = self.combine_s if n > 1 else 0.0
-        return self.fixed_s + cycles_s + (self.mha_cta_s if mha else self.cta_s) * ctas / sms + combine_s
+        combine_s = self.combine_s if launch[1] > 1 else 0.0
+        return self.fixed_s + cycles_s + (self.mha_cta_s if launch[2] else self.cta_s) * self.cta_units(launch) / sms \
+            + combine_s
 
     def stream(self, mha: bool = False) -> tuple[float, float]:
         """(DRAM stream efficiency, ramp CTAs) of the grouped-query kernel, or of the MHA one (`mha`)."""
