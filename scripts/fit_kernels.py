@@ -186,7 +186,9 @@ def fit_all() -> str:
 # source naming the kernel; `mha_kernel`: MHA calls run another kernel (own stream figures); `walk`: fit a
 # serial walk per KV token for grouped-query calls (hw_models.stack.attention_kernels); `skip_decode`: a GPU's
 # decode rows of that KV format run another kernel and are not fitted on.
-TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True)
+# TensorRT-LLM's multi-block mode (hw_models/stack/xqa_splits.py): its merge priced where a sequence is cut; the
+# walk families' FP8-KV grouped calls do not split (their `walk`), so they take it for the 16-bit cache only.
+TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True, split="xqa")
 TRTLLM_ATTENTION_CITE = (
     "TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: XQA decode "
     "kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
@@ -203,7 +205,7 @@ VLLM_FLASHINFER_CITE = (
 def _trtllm_walk_family(gpu: str, arch: str, gpu_name: str, sm: str, why: str) -> dict:
     """TensorRT-LLM's attention op on an architecture whose FP8-KV grouped-query decode walks the cache unsplit,
     fitted on that architecture's one in-sample GPU (`walk`: kv_walk_s_per_token)."""
-    return dict(TRTLLM_ATTENTION, gpus=(gpu,), walk="grouped",
+    return dict(TRTLLM_ATTENTION, gpus=(gpu,), walk="grouped", split={"bfloat16": "xqa"},
                 description=f"TensorRT-LLM attention op on {arch}, as trtllm_attention; its FP8-KV grouped-query "
                             "decode does not split the sequence across CTAs (kv_walk_s_per_token)",
                 cite=f"{TRTLLM_ATTENTION_CITE}; fitted on the {gpu_name} rows (the only in-sample {sm} GPU: none "
@@ -494,7 +496,7 @@ BLOCKS_PER_SM_GRID = (1, 2, 3, 4, 6, 8)   # FlashInfer's decode occupancy, the f
 def _fit_split(spec: dict, sel: list[tuple], fit: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """The Decode figures of `sel` as the family's kernel splits its calls (`split`), with the X, t and others
     they were fitted on; FlashInfer's occupancy (blocks_per_sm) is the grid value with the least in-sample MAPE."""
-    split, walk = spec.get("split", "none"), spec.get("walk")
+    split, walk = spec.get("split", "none"), spec.get("walk")   # split: one kernel's, or by KV format (fit_decode)
     best = None
     for blocks in BLOCKS_PER_SM_GRID if split == "flashinfer" else (1,):
         X, t, others, kvb = _decode_columns(sel, split, blocks)
@@ -526,7 +528,9 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
         fit = np.array([p != hold_out for p, _, _ in sel])
         if fit.sum() < 10:    # only the held-out GPU has this format's rows
             continue
-        f, X, t, others = _fit_split(spec, sel, fit)
+        split = spec.get("split", "none")
+        f, X, t, others = _fit_split({**spec, "split": split.get(kv, "none") if isinstance(split, dict) else split},
+                                     sel, fit)
         err = _decode_errors(X, t, others, f)
         presets = np.array([p for p, _, _ in sel])
         check = [(p, r, ops) for p, r, ops in (_attention_table(name, "gen_attn", True) if "check" in ATTENTION[name]

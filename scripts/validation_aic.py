@@ -265,6 +265,21 @@ NOTES = """What moved, and what did not:
   caches and run at another occupancy (blocks_per_sm 1), through the plan vLLM's backend makes itself; fitted on
   vLLM's own RTX PRO 6000 rows (`vllm_flashinfer` decode, `decode_from` retired), 13.0 -> 7.1% in sample and
   10.9 -> 8.1% on the L40S, held out.
+* TensorRT-LLM's multi-block merge (stop 48). TensorRT-LLM decodes in multi-block mode by default: a sequence with
+  a history of 256 tokens or more is cut into sub-sequences (history // 128, at most round(sqrt(8 n)), cut back
+  where the call passes 8 waves; cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQAImplCommon.h
+  computeMultiBlockCount, kMinHistoryTokensPerBlock 128, kTargetWaveFactor 8), whose partials the kernel merges
+  through a scratch buffer zeroed before each call. Every GPU's rows step up between 256 and 512 tokens at small
+  batches (H100 4/1 heads, batch 1: 11.3 us at 256 tokens, 15.1 us at 512), where sim had read 15-40% fast.
+  `split: xqa` (hw_models/stack/xqa_splits.py, hand-derived test) prices the merge (`combine_s`, fitted: 3.67 us
+  bf16, 2.21 us FP8) where the count passes 1, and keeps one CTA per (sequence, KV head) for the CTA terms: counting
+  the sub-sequences there read worse (bf16 14.4%, as stop 47 found for the whole count). The walk families
+  (trtllm_attention_sm120, _sm89) take it for the 16-bit cache only (their FP8-KV grouped calls walk unsplit;
+  with it their FP8 rows read 10.5 / 16.5% against 9.4 / 15.5%). Decode MAPE (before -> after): H100 bf16 13.4 ->
+  11.7%, FP8 14.9 -> 13.2%; A100 bf16 22.1 -> 20.6% (its grouped rows that read less than they name stay in the
+  table); RTX PRO 6000 bf16 11.8 -> 9.5%; L40S bf16 10.6 -> 8.4%. Held out by GPU (`--hold-out`): H100 12.4%, A100
+  17.7%, RTX PRO 6000 16.5% (without the merge 14.1 / 18.5 / 20.3%). The serving fits were redone (docs/serving.md:
+  TensorRT-LLM step_s 496.2 -> 388.9 us).
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The

@@ -7,6 +7,7 @@ import pytest
 
 from hw_models.stack.fa3_splits import fa3_num_splits, static_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
+from hw_models.stack.xqa_splits import xqa_multi_block_count
 from hw_models.stack.attention_kernels import (AttentionFamily, AttentionKernels, Decode, Prefill, PrefillCurves,
                                                attention_cost, attention_families)
 from hw_models.machine import load_machine
@@ -151,20 +152,24 @@ def test_shipped_decode_floor_and_stream_on_h100():
     132 SMs at batch 1 (+ combine_s where split); the stream term = 2 x kv x 8 x 128 x 2 B / (3.35 TB/s x
     memory_max 0.85 x efficiency) x (1 + kv_ramp_ctas / (8 x splits) CTAs). Splits: 1, but for FlashAttention-2's
     family, whose heuristic splits this call 32 ways (test_fa2_splits_by_hand), FlashAttention-3's SM 8.x build,
-    13 ways (test_fa3_splits_by_hand), and FlashInfer's, whose grid decides (test_flashinfer_chunks_by_hand)."""
+    13 ways (test_fa3_splits_by_hand), TensorRT-LLM's multi-block mode, 16 sub-sequences whose merge is paid but whose
+    CTAs are not counted (test_xqa_multi_block_by_hand), and FlashInfer's, whose grid decides
+    (test_flashinfer_chunks_by_hand)."""
     for name, fam in attention_families().items():
         if "bf16" not in fam.decode:    # vllm_flashinfer: FP8 KV only (vLLM runs FlashAttention on 16-bit caches)
             continue
         d = fam.decode["bf16"]
         c = _cost(_op("decode", 1, 1, 4096), name)
         kv_bytes = 2 * 4096 * 8 * 128 * 2
-        s = {"none": 1, "fa2": 32, "fa3": 13}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096, d.blocks_per_sm)
+        s = {"none": 1, "fa2": 32, "fa3": 13, "xqa": 16}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096,
+                                                                                          d.blocks_per_sm)
         assert d.launch(1, 32, 8, 132, 4096)[1] == s
-        per_cta = 8 if d.split == "fa3" else 8 * s    # FA3's per-CTA cost counts (sequence, KV head) pairs
+        per_cta = 8 if d.split in ("fa3", "xqa") else 8 * s    # FA3's and XQA's count (sequence, KV head) pairs
+        ramp_ctas = 8 if d.split == "xqa" else 8 * s             # XQA's sub-sequences: merged, not counted
         assert c.overhead_s == pytest.approx(d.fixed_s + d.fixed_cycles / 1.98e9 + d.cta_s * per_cta / 132
                                              + (d.combine_s if s > 1 else 0.0))
         assert c.memory_s == pytest.approx(kv_bytes / (3.35e12 * 0.85 * d.kv_stream_efficiency)
-                                           * (1 + d.kv_ramp_ctas / (8 * s)))   # grouped (32 / 8): not the MHA figures
+                                           * (1 + d.kv_ramp_ctas / ramp_ctas))   # grouped (32 / 8): not the MHA figures
         assert c.duration_s == pytest.approx(c.overhead_s + c.memory_s)
 
 
@@ -205,6 +210,26 @@ def test_fa3_splits_by_hand():
     assert d.launch(1, 4, 4, 108, 32768) == (4 * 23, 23, True)   # MHA calls split too (packed GQA of one head)
     # the per-CTA cost counts the 4 (sequence, KV head) pairs, not the 92 split CTAs; the combine is paid
     assert d.overhead_s(1, 4, 4, 108, kv_len=32768) == pytest.approx(2e-6 * 4 / 108 + 3e-6)
+
+
+def test_xqa_multi_block_by_hand():
+    """TensorRT-LLM's multi-block count (xqa_splits: history // 128, at most round(sqrt(8 n)), cut back past 8 waves,
+    within 6000 sub-sequences over the batch).
+    - batch 1, 8 KV heads, 132 SMs, 4096 tokens: history 4095 -> 31, sqrt(248) = 15.7 -> 16; 8 x 16 / 132 = 0.97 wave.
+    - 256 tokens: history 255 -> 1: no multi-block; 257 tokens: 2 (sqrt(16) = 4 does not bind).
+    - batch 256, 8 KV heads, 132 SMs, 4096 tokens: 16 -> 248 waves / 8 = 31 -> floor(16 / 31) = 0 -> 1.
+    - batch 64, 1 KV head, 132 SMs, 65,536 tokens: 511 -> round(sqrt(4088)) = 64; 31 waves / 8 -> floor(64 / 3.88) = 16.
+    - batch 2048, 1 KV head, 10,000 SMs, 131,072 tokens: 1023 -> 90; 18.4 waves / 8 -> floor(90 / 2.30) = 39; the
+      workspace: 6000 // 2048 = 2."""
+    assert xqa_multi_block_count(1, 8, 132, 4096) == 16
+    assert xqa_multi_block_count(1, 8, 132, 256) == 1 and xqa_multi_block_count(1, 8, 132, 257) == 2
+    assert xqa_multi_block_count(256, 8, 132, 4096) == 1
+    assert xqa_multi_block_count(64, 1, 132, 65536) == 16
+    assert xqa_multi_block_count(2048, 1, 10_000, 131072) == 2
+    d = Decode(fixed_s=0, cta_s=1e-6, mha_cta_s=2e-6, kv_stream_efficiency=1, split="xqa", combine_s=3e-6)
+    assert d.launch(1, 32, 8, 132, 4096) == (8, 16, False)   # one CTA per (sequence, KV head) counted
+    assert d.overhead_s(1, 32, 8, 132, kv_len=4096) == pytest.approx(1e-6 * 8 / 132 + 3e-6)
+    assert d.overhead_s(1, 32, 8, 132, kv_len=256) == pytest.approx(1e-6 * 8 / 132)   # no merge
 
 
 def test_fa2_family_splits_grouped_calls_and_walks_mha_ones():

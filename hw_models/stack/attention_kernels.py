@@ -76,7 +76,9 @@ for the kernel that merges the partial results. FlashInfer (`split: flashinfer`,
 and grouped-query calls alike, into chunks of at least 128 tokens, as many as its grid has room for.
 FlashAttention-3's SM 8.x build (`split: fa3`, fa3_splits.py) splits both kinds too, by a bound over the KV heads and
 a per-sequence count; its split CTAs share one packed query tile, so its per-CTA cost counts (sequence, KV head)
-pairs (Decode.cta_units). For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
+pairs (Decode.cta_units). TensorRT-LLM's multi-block mode (`split: xqa`, xqa_splits.py) pays its merge where a
+sequence is cut, but its CTAs stay one per (sequence, KV head): counted with the sub-sequences, the rows read worse.
+For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
 
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
 attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
@@ -86,11 +88,9 @@ placed: the op keeps the roofline.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 from pydantic import Field, field_validator
 
 from hw_models.op_cost import OpCost, bound_of
@@ -99,7 +99,9 @@ from hw_models.machine import Tier, Unit
 from hw_models.stack.fa2_splits import fa2_num_splits
 from hw_models.stack.fa3_splits import fa3_num_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
+from hw_models.stack.xqa_splits import xqa_multi_block_count
 from hw_models.stack.kernel_families import read_families
+from hw_models.stack.prefill_curves import Prefill, PrefillCurves, format_keys
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -125,8 +127,9 @@ class Decode(Strict):
     mha_kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # the same for MHA calls (FlashAttention-2)
     # How the kernel splits a sequence across CTAs (module doc): "none", FlashAttention-2's heuristic ("fa2",
     # grouped-query calls only), FlashAttention-3's on SM 8.x ("fa3"), FlashInfer's partition-kv ("flashinfer", with
-    # the fitted occupancy `blocks_per_sm`); a split call pays `combine_s` for the kernel that merges the partials.
-    split: Literal["none", "fa2", "fa3", "flashinfer"] = "none"
+    # the fitted occupancy `blocks_per_sm`), TensorRT-LLM's multi-block mode ("xqa"); a split call pays `combine_s`
+    # for merging the partials.
+    split: Literal["none", "fa2", "fa3", "flashinfer", "xqa"] = "none"
     combine_s: Quantity = Field(default=0.0, ge=0)
     blocks_per_sm: int = Field(default=1, ge=1)
     rows: int = 0                                       # measured rows fitted
@@ -143,6 +146,8 @@ class Decode(Strict):
             n = fa2_num_splits(batch * kv_heads * -(-(heads // kv_heads) // 64), sms, kv_len, head_dim)
         elif self.split == "fa3":
             n = fa3_num_splits(batch, kv_heads, sms, kv_len, head_dim)
+        elif self.split == "xqa":   # the merge priced, its sub-sequence CTAs not counted (module doc)
+            return batch * kv_heads, xqa_multi_block_count(batch, kv_heads, sms, kv_len), heads == kv_heads
         return batch * kv_heads * n, n, heads == kv_heads
 
     def overhead_s(self, batch: int, heads: int, kv_heads: int, sms: int, clock_hz: float | None = None,
@@ -203,65 +208,6 @@ class Decode(Strict):
                 + self.kv_s(kv_bytes, launch[0], bandwidth, kv_len, launch[2]))
 
 
-class Prefill(Strict):
-    fixed_s: Quantity = Field(ge=0)
-    rate_points: list[tuple[int, float]] = Field(min_length=1)   # (q_len, fraction of the bf16 peak)
-    walk_s_per_token: Quantity = Field(default=0.0, ge=0)         # critical path: the last query tile's walk
-    rows: int = 0
-    fit_mape: float = 0.0
-
-    @field_validator("rate_points")
-    @classmethod
-    def _monotone(cls, v: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        for (l0, f0), (l1, f1) in zip(v, v[1:]):
-            if l1 <= l0 or f1 < f0:
-                raise ValueError(f"({l0}, {f0}) then ({l1}, {f1}): q_len must increase and the fraction not fall")
-        if any(not 0 < f <= 1 for _, f in v):
-            raise ValueError("fractions must lie in (0, 1]")
-        return v
-
-    def fraction(self, q_len: int) -> float:
-        """The fraction at `q_len`: a power law between the fitted lengths, flat past the ends (module doc)."""
-        xs = [math.log(p[0]) for p in self.rate_points]
-        return float(np.exp(np.interp(math.log(max(q_len, 1)), xs, [math.log(p[1]) for p in self.rate_points])))
-
-    def walk_s(self, kv_len: int) -> float:
-        return kv_len * self.walk_s_per_token
-
-    def time_s(self, flops: float, q_len: int, peak: float, kv_len: int = 0) -> float:
-        return self.fixed_s + flops / (peak * self.fraction(q_len)) + self.walk_s(kv_len)
-
-
-def _format_keys(v: dict) -> dict:
-    try:
-        return {get_format(k).name: d for k, d in v.items()}
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-
-
-class PrefillCurves(Strict):
-    """One architecture's prefill curves, per (query, KV) dtype pair (module doc)."""
-    prefill: Prefill | None = None              # a 16-bit KV cache (and any format without its own curve)
-    prefill_kv: dict[str, Prefill] = {}         # KV format -> its own curve (16-bit query), where the kernel runs another path
-    prefill_fp8_query: Prefill | None = None    # FP8 query on an FP8 cache: FP8 FMHA math (module doc)
-
-    @field_validator("prefill_kv")
-    @classmethod
-    def _kv_formats(cls, v: dict) -> dict:
-        return _format_keys(v)
-
-    def curves(self, kv_fmt: str | None, q_fmt: str | None = None) -> list[Prefill | None]:
-        """The curves a query in `q_fmt` on a KV cache stored in `kv_fmt` may take, the most specific first:
-        FP8 math (both in FP8), the KV format's own curve, the 16-bit one (module doc); None where not given."""
-        out = []
-        if kv_fmt:
-            kv = get_format(kv_fmt)
-            if q_fmt and get_format(q_fmt).bits <= 8 and kv.bits <= 8:
-                out.append(self.prefill_fp8_query)
-            out.append(self.prefill_kv.get(kv.name))
-        return [*out, self.prefill]
-
-
 PREFILL_FIELDS = ("prefill", "prefill_kv", "prefill_fp8_query", "prefill_sm")
 
 
@@ -275,7 +221,7 @@ class AttentionFamily(PrefillCurves):
     @field_validator("decode")
     @classmethod
     def _formats(cls, v: dict) -> dict:
-        return _format_keys(v)
+        return format_keys(v)
 
     def prefill_for(self, kv_fmt: str | None, q_fmt: str | None = None,
                     capability: float | None = None) -> Prefill | None:
