@@ -185,7 +185,8 @@ def fit_all() -> str:
 # Attention families: which rows of the tables each is fitted on (`gpus`: only those GPUs' rows), the engines'
 # source naming the kernel; `mha_kernel`: MHA calls run another kernel (own stream figures); `walk`: fit a
 # serial walk per KV token for grouped-query calls (hw_models.stack.attention_kernels); `skip_decode`: a GPU's
-# decode rows of that KV format run another kernel and are not fitted on.
+# decode rows of that KV format run another kernel and are not fitted on; `split`: how the decode kernel splits a
+# sequence (Decode.split), one for every KV format or a dict by the tables' kv_dtype ("none" where not named).
 # TensorRT-LLM's multi-block mode (hw_models/stack/xqa_splits.py): its merge priced where a sequence is cut; the
 # walk families' FP8-KV grouped calls do not split (their `walk`), so they take it for the 16-bit cache only.
 TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True, split="xqa")
@@ -496,7 +497,7 @@ BLOCKS_PER_SM_GRID = (1, 2, 3, 4, 6, 8)   # FlashInfer's decode occupancy, the f
 def _fit_split(spec: dict, sel: list[tuple], fit: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """The Decode figures of `sel` as the family's kernel splits its calls (`split`), with the X, t and others
     they were fitted on; FlashInfer's occupancy (blocks_per_sm) is the grid value with the least in-sample MAPE."""
-    split, walk = spec.get("split", "none"), spec.get("walk")   # split: one kernel's, or by KV format (fit_decode)
+    split, walk = spec.get("split", "none"), spec.get("walk")   # split: this KV format's (fit_decode resolves it)
     best = None
     for blocks in BLOCKS_PER_SM_GRID if split == "flashinfer" else (1,):
         X, t, others, kvb = _decode_columns(sel, split, blocks)

@@ -12,9 +12,10 @@ measured fraction of the bandwidth. Per family and KV format:
 
 with CTAs = batch x kv_heads. The fixed cost has a part in seconds (the graph's inter-kernel gaps) and a part in
 cycles (on-chip serial work: the kernels' prologues, the RoPE / cache-write kernel, the split-KV combine), which is
-why it falls with the SM clock (vLLM's rows: 14.1 / 11.3 / 9.8 us on A100 / H100 / RTX PRO 6000, one line in 1 / clock). The KV stream reaches its rate only with enough CTAs in flight
-to cover the DRAM latency (Little's law); split-KV recovers part of it, so the rate rises as
-CTAs / (CTAs + kv_ramp_ctas) (measured: one CTA streams at ~40% of the many-CTA rate on H100 and A100).
+why it falls with the SM clock (vLLM's rows: 14.1 / 11.3 / 9.8 us on A100 / H100 / RTX PRO 6000, one line in
+1 / clock). The KV stream reaches its rate only with enough CTAs in flight to cover the DRAM latency (Little's law);
+split-KV recovers part of it, so the rate rises as CTAs / (CTAs + kv_ramp_ctas) (one CTA streams at ~40% of the
+many-CTA rate on H100 and A100).
 The efficiency, against memory_max (0.85 in sample), may pass 1 up to the DRAM peak (FA3 on the H100: 0.90-0.95).
 
 A per-op measurement that replays ONE layer's attention call in a CUDA graph (aiconfigurator's tables)
@@ -27,7 +28,8 @@ stack marked `single_layer_replay` (set by sim.apps.trace.aic for those tables, 
 it: in serving every other layer of the step evicts the cache, so serving streams it from DRAM.
 
 `cta_s` is SM-seconds per CTA (one per sequence and KV head: FlashAttention's and XQA's grids), so the term
-follows the GPU's SM count (unit efficiency.parallel_units): ~3-4 us of one SM per CTA for FlashAttention. TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
+follows the GPU's SM count (unit efficiency.parallel_units): ~3-4 us of one SM per CTA for FlashAttention.
+TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
 H100) and one-KV-head-per-query-head models through masked MHA (~1.4): `mha_cta_s` is the
 per-CTA figure where heads == kv_heads, and a family whose MHA calls run another kernel streams them at its
 own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas` (TensorRT-LLM: H100 FP8-KV rows of >= 1 GB stream at 0.73
@@ -99,9 +101,9 @@ from hw_models.machine import Tier, Unit
 from hw_models.stack.fa2_splits import fa2_num_splits
 from hw_models.stack.fa3_splits import fa3_num_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
-from hw_models.stack.xqa_splits import xqa_multi_block_count
 from hw_models.stack.kernel_families import read_families
 from hw_models.stack.prefill_curves import Prefill, PrefillCurves, format_keys
+from hw_models.stack.xqa_splits import xqa_multi_block_count
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -138,7 +140,8 @@ class Decode(Strict):
     def launch(self, batch: int, heads: int, kv_heads: int, sms: int, kv_len: int = 1,
                head_dim: int = 128) -> tuple[int, int, bool]:
         """(CTAs, pieces each sequence is split into, whether the MHA kernel runs it) of the call as the family's
-        kernel launches it. Unsplit: one CTA per (sequence, KV head), the MHA kernel where heads == kv_heads."""
+        kernel launches it. Unsplit: one CTA per (sequence, KV head), the MHA kernel where heads == kv_heads. The CTAs
+        are those the stream's ramp counts: XQA's sub-sequences are not (module doc)."""
         n = 1
         if self.split == "flashinfer":
             n = flashinfer_chunks(batch, kv_heads, sms, kv_len, self.blocks_per_sm)
