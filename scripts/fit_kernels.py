@@ -406,14 +406,14 @@ def _decode_columns(sel: list[tuple], split: str = "none",
 
 def _predict(X: np.ndarray, f: dict) -> np.ndarray:
     """Attention seconds per row of the Decode figures `f` (fit_decode's keys) on _decode_columns' X:
-    an MHA row (X[:, 3] > 0) streams at the MHA kernel's efficiency and ramp."""
+    an MHA row (X[:, 3] > 0) streams at the MHA kernel's efficiency and ramp and pays its fixed cost."""
     mha = X[:, 3] > 0
     inv_eff = np.where(mha, 1.0 / f["mha_kv_stream_efficiency"], 1.0 / f["kv_stream_efficiency"])
     ramp = np.where(mha, f["mha_kv_ramp_ctas"], f["kv_ramp_ctas"])
     stream = inv_eff * (X[:, 4] + ramp * X[:, 5]) + (X[:, 6] + ramp * X[:, 7]) / f["l2_stream_efficiency"]
     walk = np.maximum(f["kv_walk_s_per_token"] * X[:, 8], f["mha_kv_walk_s_per_token"] * X[:, 9])
     return (f["fixed_s"] + f["fixed_cycles"] * X[:, 1] + f["cta_s"] * X[:, 2] + f["mha_cta_s"] * X[:, 3]
-            + f["combine_s"] * X[:, 10] + np.maximum(stream, walk))
+            + f["mha_fixed_s"] * mha + f["combine_s"] * X[:, 10] + np.maximum(stream, walk))
 
 
 def _decode_errors(X: np.ndarray, t: np.ndarray, others: np.ndarray, f: dict) -> np.ndarray:
@@ -442,10 +442,11 @@ def _stream_fit(X: np.ndarray, t: np.ndarray, others: np.ndarray) -> tuple[float
 
 
 def _fit_figures(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray, fit: np.ndarray,
-                 mha_kernel: bool) -> dict:
+                 mha_kernel: bool, mha_fixed: bool = False) -> dict:
     """Stage 1: the stream efficiency and its ramp on caches too large for any in-sample GPU's L2 (>= 256
     MB), per head layout where the family runs MHA through another kernel (`mha_kernel`); stage 2: the fixed
-    and per-CTA costs and the L2 stream's efficiency on every row, with the DRAM stream of stage 1.
+    and per-CTA costs (that MHA kernel's own fixed cost too, `mha_fixed`) and the L2 stream's efficiency on every
+    row, with the DRAM stream of stage 1.
     Stage 2 on the DRAM-streamed rows alone was worse on every GPU but the RTX PRO 6000 (vLLM FlashAttention
     bf16 A100 21.5 -> 22.7%, H100 10.8 -> 13.5%): small caches are where the fixed and per-CTA costs are
     not buried under the stream."""
@@ -459,11 +460,12 @@ def _fit_figures(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarr
     ramp = np.where(mha, f["mha_kv_ramp_ctas"], f["kv_ramp_ctas"])
     dram = np.where(mha, 1.0 / f["mha_kv_stream_efficiency"], 1.0 / f["kv_stream_efficiency"]) * (X[:, 4] + ramp * X[:, 5])
     l2 = X[:, 6] + ramp * X[:, 7]
-    c = _weighted_nnls(np.c_[X[fit, :4], l2[fit], X[fit, 10]], t[fit], others[fit] + dram[fit])
+    cols = [X[fit, :4], l2[fit], X[fit, 10]] + ([mha[fit].astype(float)] if mha_fixed else [])
+    c = _weighted_nnls(np.column_stack(cols), t[fit], others[fit] + dram[fit])
     # The cited L2 rate is a ceiling (efficiency <= 1); no rows in L2 (no GPU cites a rate): 1, unused.
     f.update(fixed_s=c[0], fixed_cycles=c[1], cta_s=c[2], mha_cta_s=c[3],
              l2_stream_efficiency=1.0 / max(c[4], 1.0) if (l2[fit] > 0).any() else 1.0, combine_s=c[5],
-             kv_walk_s_per_token=0.0, mha_kv_walk_s_per_token=0.0)
+             mha_fixed_s=c[6] if mha_fixed else 0.0, kv_walk_s_per_token=0.0, mha_kv_walk_s_per_token=0.0)
     return f
 
 
@@ -473,18 +475,18 @@ OVERHEAD_COLUMNS = (0, 1, 2, 3, 10)   # _decode_columns' fixed, cycles, per-CTA 
 
 
 def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray, fit: np.ndarray,
-              mha_kernel: bool, calls: str = "grouped") -> dict:
+              mha_kernel: bool, calls: str = "grouped", mha_fixed: bool = False) -> dict:
     """The figures with a serial walk per KV token of `calls` (grouped-query or MHA; hw_models.stack.
     attention_kernels): per walk on a grid, the other figures fitted (_fit_figures) on the rows the walk does not
     bind (its kv_len x walk below the stream fitted without one), and the walk whose whole model has the least
     in-sample MAPE kept (0: no walk)."""
     key, col = WALK_KEY[calls]
-    base = _fit_figures(X, t, others, kvb, fit, mha_kernel)
+    base = _fit_figures(X, t, others, kvb, fit, mha_kernel, mha_fixed)
     stream = _predict(X, base) - _predict(X * np.isin(np.arange(X.shape[1]), OVERHEAD_COLUMNS), base)
     best, best_mape = base, float(_decode_errors(X, t, others, base)[fit].mean())
     for w in WALK_GRID_S[1:]:
         free = fit & (w * X[:, col] < stream)
-        f = {**_fit_figures(X, t, others, kvb, free, mha_kernel), key: w}
+        f = {**_fit_figures(X, t, others, kvb, free, mha_kernel, mha_fixed), key: w}
         mape = float(_decode_errors(X, t, others, f)[fit].mean())
         if mape < best_mape:
             best, best_mape = f, mape
@@ -496,18 +498,20 @@ BLOCKS_PER_SM_GRID = (1, 2, 3, 4, 6, 8)   # FlashInfer's decode occupancy, the f
 
 def _fit_split(spec: dict, sel: list[tuple], fit: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """The Decode figures of `sel` as the family's kernel splits its calls (`split`), with the X, t and others
-    they were fitted on; FlashInfer's occupancy (blocks_per_sm) is the grid value with the least in-sample MAPE."""
+    they were fitted on; FlashInfer's occupancy (blocks_per_sm), and whether a family's MHA kernel has a fixed cost
+    of its own (`mha_fixed_s`, 0 or fitted), are what gives the least in-sample MAPE."""
     split, walk = spec.get("split", "none"), spec.get("walk")   # split: this KV format's (fit_decode resolves it)
+    mha_kernel = spec.get("mha_kernel", False)
     best = None
     for blocks in BLOCKS_PER_SM_GRID if split == "flashinfer" else (1,):
         X, t, others, kvb = _decode_columns(sel, split, blocks)
-        mha_kernel = spec.get("mha_kernel", False)
-        f = {k: _sig(v) for k, v in (_fit_walk(X, t, others, kvb, fit, mha_kernel, walk) if walk else
-                                     _fit_figures(X, t, others, kvb, fit, mha_kernel)).items()}
-        f.update(split=split, blocks_per_sm=blocks)
-        mape = float(_decode_errors(X, t, others, f)[fit].mean())
-        if best is None or mape < best[0]:
-            best = (mape, f, X, t, others)
+        for mha_fixed in (False, True) if mha_kernel else (False,):
+            f = {k: _sig(v) for k, v in (_fit_walk(X, t, others, kvb, fit, mha_kernel, walk, mha_fixed) if walk else
+                                         _fit_figures(X, t, others, kvb, fit, mha_kernel, mha_fixed)).items()}
+            f.update(split=split, blocks_per_sm=blocks)
+            mape = float(_decode_errors(X, t, others, f)[fit].mean())
+            if best is None or mape < best[0]:
+                best = (mape, f, X, t, others)
     return best[1:]
 
 
@@ -1170,6 +1174,8 @@ def _optional_stream(d: dict) -> str:
         out += f"kv_walk_s_per_token: {d['kv_walk_s_per_token']:.3g}, "
     if d["mha_kv_walk_s_per_token"]:
         out += f"mha_kv_walk_s_per_token: {d['mha_kv_walk_s_per_token']:.3g}, "
+    if d["mha_fixed_s"]:
+        out += f"mha_fixed_s: {d['mha_fixed_s']:.3g}, "
     if d["split"] != "none":
         out += f"split: {d['split']}, combine_s: {d['combine_s']:.3g}, "
     if d["split"] == "flashinfer":

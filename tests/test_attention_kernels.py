@@ -62,6 +62,17 @@ def test_mha_kernel_stream_by_hand():
     assert plain.time_s(1, 8, 8, 1e9, 132, 1e12) == plain.time_s(1, 32, 8, 1e9, 132, 1e12)
 
 
+def test_mha_kernel_fixed_cost_by_hand():
+    """That kernel's own fixed cost (`mha_fixed_s`: TensorRT-LLM's FP8-KV masked MHA) is paid by MHA calls only:
+    6 us + 3 us + 1 SM-us x 8 CTAs / 132 SMs where heads == kv_heads, 6 us + 2 SM-us x 8 / 132 where they differ;
+    the shipped H100 FP8 figure is 3.06 us (docs/validation.md), none for a 16-bit cache."""
+    d = Decode(fixed_s=6e-6, cta_s=2e-6, mha_cta_s=1e-6, kv_stream_efficiency=1, mha_fixed_s=3e-6)
+    assert d.overhead_s(1, 8, 8, 132) == pytest.approx(9e-6 + 1e-6 * 8 / 132)
+    assert d.overhead_s(1, 32, 8, 132) == pytest.approx(6e-6 + 2e-6 * 8 / 132)
+    trt = attention_families()["trtllm_attention"].decode
+    assert trt["fp8_e4m3"].mha_fixed_s > 0 and trt["bf16"].mha_fixed_s == 0
+
+
 def test_kv_walk_by_hand():
     """A kernel that walks the cache unsplit: 10 ns per token x 32,768 tokens = 327.68 us, whatever the batch
     (1 or 4) and KV heads, while the stream is shorter (1 GB / (1 TB/s x 0.5) = 2000 us takes over at batch 8

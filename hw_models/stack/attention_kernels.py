@@ -32,7 +32,8 @@ follows the GPU's SM count (unit efficiency.parallel_units): ~3-4 us of one SM p
 TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
 H100) and one-KV-head-per-query-head models through masked MHA (~1.4): `mha_cta_s` is the
 per-CTA figure where heads == kv_heads, and a family whose MHA calls run another kernel streams them at its
-own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas` (TensorRT-LLM: H100 FP8-KV rows of >= 1 GB stream at 0.73
+own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas`, and pays that kernel's fixed cost beyond `fixed_s`
+(`mha_fixed_s`: H100 FP8-KV masked MHA ~3 us more than XQA) (TensorRT-LLM: H100 FP8-KV rows of >= 1 GB stream at 0.73
 of the DRAM peak through masked MHA, 0.90 through XQA; scripts/attn_residuals.py). A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak that
 grows with the sequence length:
 
@@ -124,6 +125,7 @@ class Decode(Strict):
     # TensorRT-LLM's masked MHA against XQA); None: the grouped-query figures.
     mha_kv_stream_efficiency: float | None = Field(default=None, gt=0, le=1.5)
     mha_kv_ramp_ctas: float | None = Field(default=None, ge=0)
+    mha_fixed_s: Quantity = Field(default=0.0, ge=0)   # that kernel's fixed cost beyond fixed_s (TensorRT-LLM FP8 KV)
     l2_stream_efficiency: float = Field(default=1.0, gt=0, le=1.0)   # x the unit's cited L2 read rate (replay)
     kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # grouped-query KV term >= kv_len x this (module doc)
     mha_kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # the same for MHA calls (FlashAttention-2)
@@ -167,8 +169,8 @@ class Decode(Strict):
         """The fixed, per-CTA and combine costs of a call launched as `launch` (Decode.launch's answer)."""
         cycles_s = self.fixed_cycles / clock_hz if self.fixed_cycles else 0.0
         combine_s = self.combine_s if launch[1] > 1 else 0.0
-        return self.fixed_s + cycles_s + (self.mha_cta_s if launch[2] else self.cta_s) * self.cta_units(launch) / sms \
-            + combine_s
+        per_cta, extra = (self.mha_cta_s, self.mha_fixed_s) if launch[2] else (self.cta_s, 0.0)
+        return self.fixed_s + cycles_s + extra + per_cta * self.cta_units(launch) / sms + combine_s
 
     def stream(self, mha: bool = False) -> tuple[float, float]:
         """(DRAM stream efficiency, ramp CTAs) of the grouped-query kernel, or of the MHA one (`mha`)."""
