@@ -52,6 +52,12 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "aiconfigurator table" in err[0]
     assert main(["validate", "--input-format", "aic", str(tmp_path / "gemm_h100.csv.gz"), "--stack", "nope"]) == 2
     assert "unknown software stack" in capsys.readouterr().err
+    cut = tmp_path / "gen_attn_a100.csv"     # a copy cut short in its third row
+    cut.write_text("framework,version,kernel_source,batch,isl,step,heads,kv_heads,head_dim,attn_dtype,kv_dtype,"
+                   "latency_us\nvllm,0.14.0,vllm_flash_attn,1,1,1,32,8,128,bfloat16,bfloat16,13.9\nvllm,0.14.0\n")
+    assert main(["validate", "--input-format", "aic", str(cut)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line 3 has no latency_us (a truncated table?)" in err[0]
 
 
 def test_table_names_and_held_out():

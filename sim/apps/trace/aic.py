@@ -121,9 +121,14 @@ def read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ConfigError(f"{path}: not found (an aiconfigurator table, shared/validation/aic)")
     try:
-        return pd.read_csv(path)
+        df = pd.read_csv(path)
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: cannot read as CSV: {exc}") from None
+    # Every op table ends its rows with the measured latency: a row without one was cut short (a truncated copy).
+    missing = df.index[df["latency_us"].isna()] if "latency_us" in df else []
+    if len(missing):
+        raise ConfigError(f"{path}: line {missing[0] + 2} has no latency_us (a truncated table?)")
+    return df
 
 
 # What issue 28 added to the stacks; `baseline` costs without them (docs/validation.md's "before").
@@ -152,9 +157,9 @@ ISSUE28_FAMILIES = {"trtllm_fp8_per_tensor": "fp8_scaled_mm", "vllm_fp8_per_tens
 # TensorRT-LLM's op (torch_flow) takes the trtllm stack's own pick, which is per architecture (attention_rules).
 # SGLang's fa3 (sgl-kernel's build) is its own family; vLLM's rows name FA2 or FA3 (vllm_flash_attn_fa2 / _fa3:
 # flash_attn2 / flash_attn), or neither (A100: vllm_flash_attn), where the stack picks by the GPU as vLLM does.
-# vLLM's FlashInfer rows are the vllm_flashinfer family (FlashInfer's decode figures, vLLM's own prefill path).
-# SGLang's flash_attention prefill rows (A100: SGLang's FlashAttention backend) are sglang_fa3's (its SM 8.0 curve,
-# fitted on them: 19.8% -> 9.7% against vLLM's FA2 curve); their decode rows stay on flash_attn.
+# vLLM's FlashInfer rows are the vllm_flashinfer family (fitted on them, decode and prefill). SGLang's
+# flash_attention rows (A100: its fa3 backend, FlashAttention-3's SM 8.x build) are sglang_fa3_sm80 (decode fitted
+# on them; prefill sglang_fa3's SM 8.0 curve, fitted on them too).
 KERNEL_FAMILY = (("torch_flow", None), ("vllm_flashinfer", "vllm_flashinfer"), ("flashinfer", "flashinfer"),
                  ("flash_attn_fa2", "flash_attn2"), ("flash_attn_fa3", "flash_attn"), ("vllm_flash_attn", None),
                  ("flash_attention", "sglang_fa3_sm80"), ("fa3", "sglang_fa3"))
