@@ -4,11 +4,12 @@ TensorRT-LLM runs its decode attention in multi-block mode by default (attention
 whose history is long enough is cut into sub-sequences of at least kMinHistoryTokensPerBlock tokens, each a CTA,
 whose partial results the kernel merges at the end (a scratch buffer zeroed before every call, the last CTA of a
 (sequence, KV head) reducing the others'). The count (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/
-decoderXQAImplCommon.h computeMultiBlockCount, constants in xqaParams.h / decoderXQAConstants.h):
+decoderXQAImplCommon.h computeMultiBlockCount, with the XQA constants header's kMinHistoryTokensPerBlock,
+kTargetWaveFactor and getXqaMaxNumSubSeq):
 
     n = history // 128;  n = min(n, round(sqrt(8 n)));  n = max(n, 1)
     waves = batch x KV heads x n / SMs;  n = floor(n / (waves / 8)) where waves > 8 (kTargetWaveFactor);  n >= 1
-    n = max(min(n, 6000 // batch), 1)   (the reserved sub-sequence workspace, kXQA_MAX_NUM_SUB_SEQ)
+    n = max(min(n, 6000 // batch), 1)   (the reserved sub-sequence workspace)
 
 with the history the tokens already cached (kv_len - 1 for one new token). hw_models.stack.attention_kernels prices
 the merge (`combine_s`) where n > 1; the CTA terms keep one CTA per (sequence, KV head) (module doc there).
@@ -20,7 +21,7 @@ import math
 
 MIN_HISTORY_TOKENS_PER_BLOCK = 128    # kMinHistoryTokensPerBlock
 TARGET_WAVE_FACTOR = 8                # kTargetWaveFactor
-MAX_SUB_SEQUENCES = 6000              # kXQA_MAX_NUM_SUB_SEQ: the workspace's sub-sequences over the whole batch
+MAX_SUB_SEQUENCES = 6000              # getXqaMaxNumSubSeq (not MLA): the workspace's sub-sequences, whole batch
 
 
 def xqa_multi_block_count(batch: int, kv_heads: int, sms: int, kv_len: int) -> int:
