@@ -26,7 +26,7 @@ from sim.apps.trace.aic import PRESET, validate_tables  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
 SHARED = shared_validation_dir() / "aic"
-GPUS = ("h100", "a100", "rtx_pro_6000")
+GPUS = ("h100", "a100", "rtx_pro_6000", "l40s")   # the L40S: held out for most decode families
 SHAPE = re.compile(r"b(\d+) q1 kv(\d+) h(\d+)/(\d+)")
 KV_BYTES = {"bfloat16": 2, "fp8": 1}
 HEAD_DIM = 128       # every gen_attn row (shared/validation/aic README)
