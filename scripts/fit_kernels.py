@@ -186,10 +186,12 @@ def fit_all() -> str:
 # source naming the kernel; `mha_kernel`: MHA calls run another kernel (own stream figures); `walk`: fit a
 # serial walk per KV token for grouped-query calls (hw_models.stack.attention_kernels); `skip_decode`: a GPU's
 # decode rows of that KV format run another kernel and are not fitted on; `split`: how the decode kernel splits a
-# sequence (Decode.split), one for every KV format or a dict by the tables' kv_dtype ("none" where not named).
+# sequence (Decode.split), one for every KV format or a dict by the tables' kv_dtype ("none" where not named);
+# `context_kernel`: a prefill call runs the context kernel even for one token (AttentionFamily.context_kernel).
 # TensorRT-LLM's multi-block mode (hw_models/stack/xqa_splits.py): its merge priced where a sequence is cut; the
 # walk families' FP8-KV grouped calls do not split (their `walk`), so they take it for the 16-bit cache only.
-TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True, split="xqa")
+TRTLLM_ATTENTION = dict(framework="trtllm", kernel=None, stack="trtllm", mha_kernel=True, split="xqa",
+                        context_kernel=True)
 TRTLLM_ATTENTION_CITE = (
     "TensorRT-LLM tensorrt_llm/_torch/attention_backend/trtllm.py (TrtllmAttention -> thop attention op: XQA decode "
     "kernels cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/, FMHA context "
@@ -1231,6 +1233,8 @@ def render_attention() -> str:
     for name, spec in ATTENTION.items():
         lines += [f"  {name}:", f"    description: {spec['description']}", "    cite: >-",
                   f"      {spec['cite']}"]
+        if spec.get("context_kernel"):
+            lines.append("    context_kernel: true")
         lines.append("    decode:")
         for fmt, d in fit_decode(name).items():
             lines.append(f"      {fmt}: {{fixed_s: {d['fixed_s']:.3g}, fixed_cycles: {d['fixed_cycles']:.3g}, "

@@ -287,6 +287,17 @@ NOTES = """What moved, and what did not:
   cache nor the RTX PRO 6000's FP8 (9.4 -> 10.0% with it). The L40S FP8 context rows at one prompt token, which the
   tables cost as a decode call, read worse with it (their 224 rows 36.6 -> 54.1%; the 2,700 others 8.2%, unmoved):
   L40S FP8 prefill 9.9 -> 11.8%.
+* One-token context calls (stop 48). A ctx_attn row of one prompt token was priced as a decode call (the cost
+  model decided by q_len alone), while scripts/fit_kernels.py fits the prefill curves on those rows with the prefill
+  model (rate points from q_len 1). TensorRT-LLM's attention op sends context requests to its context FMHA and
+  generation requests to XQA / masked MHA (attentionOp enqueueContext / enqueueGeneration), so its families
+  (`context_kernel: true`) now price a prefill step's one-token call by the prefill curve; vLLM's and SGLang's
+  FlashAttention run one varlen kernel for both, so theirs keep the decode figures (priced by the curve too, their
+  one-token rows read worse: vLLM H100 bf16 prefill 8.6 -> 9.3%). The lowering marks a prefill step's attention
+  (`context`). TensorRT-LLM prefill MAPE: H100 bf16 9.4 -> 7.2%, FP8 10.9 -> 7.2%; RTX PRO 6000 10.1 -> 6.9%,
+  8.7 -> 6.4%; L40S 8.3 -> 6.8%, 11.8 -> 8.1% (its one-token rows had read 27-67%). Serving iterations are
+  unchanged (sim.core.mixed.lower_iteration groups one-token sequences with the decodes, unmarked); `sim run`'s
+  prefill of a one-token prompt under the trtllm stack moves.
 * FlashInfer: a family of its own (decode and prefill), fitted on SGLang's RTX PRO 6000 rows alone (the L40S's
   SGLang rows, which run it too, are costed with it held out: decode bf16 18.2%); vLLM's
   FlashInfer FP8-KV decode rows of that GPU are the check (not fitted on: 31.2% -> 13.6% with the fitted L2 rate). The

@@ -243,6 +243,22 @@ def test_xqa_multi_block_by_hand():
     assert d.overhead_s(1, 32, 8, 132, kv_len=256) == pytest.approx(1e-6 * 8 / 132)   # no merge
 
 
+def test_one_token_context_call_runs_the_context_kernel_where_the_engine_does():
+    """A prefill step of one new token: TensorRT-LLM's op sends it to its context FMHA (context_kernel), priced by the
+    family's prefill curve (fixed cost + FLOPs at the curve's q_len-1 fraction + the walk); vLLM's FlashAttention
+    runs it as any one-token varlen call, priced by the decode figures, as the same call in a decode step is."""
+    pre, dec = _op("prefill", 4, 1, 1), _op("decode", 4, 1, 1)
+    assert dict(pre.dims)["context"] == 1 and dict(dec.dims)["context"] == 0
+    trt = attention_families()["trtllm_attention"]
+    assert trt.context_kernel and not attention_families()["flash_attn"].context_kernel
+    pf = trt.prefill_for("bf16", "bf16", 9.0)
+    c = _cost(pre, "trtllm_attention")
+    assert c.path.endswith("prefill")
+    assert c.duration_s == pytest.approx(pf.time_s(pre.flops, 1, 989.4e12, 1))   # h100_sxm.yaml bf16 peak
+    assert _cost(dec, "trtllm_attention").path.endswith("decode")
+    assert _cost(pre, "flash_attn").duration_s == _cost(dec, "flash_attn").duration_s
+
+
 def test_fa2_family_splits_grouped_calls_and_walks_mha_ones():
     """Split-KV runs only where the query heads are swapped into rows (one query token, more query than KV heads:
     flash_api.cpp mha_varlen_fwd), so an MHA call keeps one CTA per (sequence, head) and walks the whole cache:

@@ -44,7 +44,7 @@ class GpuMapper(Mapper):
         # bytes and query shape of one with 4 KV heads of bf16, not its kernel (per-op tables cost both).
         key = (op.kind, op.flops, op.bytes, op.compute_format, weight_format(op), gemm_dims(op),
                (op.base_name, op.reads[0].shape if op.reads else ()) if self.stack is not None else None,
-               op.dims.get("q_len"), op.dims.get("kv_heads"), tuple(t.fmt for t in op.reads))
+               op.dims.get("q_len"), op.dims.get("kv_heads"), op.dims.get("context"), tuple(t.fmt for t in op.reads))
         hit = self._costs.get(key)
         if hit is None:
             hit = self._costs[key] = roofline_cost(op, self.unit, self.unit_name, self.tier, self.workload.compute,

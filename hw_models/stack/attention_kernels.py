@@ -221,6 +221,10 @@ class AttentionFamily(PrefillCurves):
     cite: str                                   # the engines' source and the measured tables
     decode: dict[str, Decode] = {}              # KV format -> figures
     prefill_from: str | None = None             # take every prefill curve from this family (module doc)
+    # A prefill step's call runs the engine's context kernel even for one new token (TensorRT-LLM's attention op
+    # sends context requests to its FMHA, generation ones to XQA); else a one-token call is priced as decode, as
+    # one varlen kernel runs both (vLLM's and SGLang's FlashAttention).
+    context_kernel: bool = False
     prefill_sm: dict[float, PrefillCurves] = {}   # compute capability -> that architecture's curves
 
     @field_validator("decode")
@@ -325,7 +329,7 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
     kv = [t for t in op.reads if t.role == "kv"]
     kv_bytes = float(sum(t.bytes for t in kv))
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, "bf16")
-    if d.get("q_len", 1) == 1:
+    if d.get("q_len", 1) == 1 and not (d.get("context") and fam.context_kernel):
         fig = fam.decode.get(get_format(kv[0].fmt).name) if kv else None
         sms, clock = unit.efficiency.parallel_units, unit.efficiency.clock_hz
         if fig is None or not sms or (fig.fixed_cycles and not clock):

@@ -189,9 +189,11 @@ def _attention_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, batch: i
     k_cache = b.kv(f"{L}.k_cache", batch, keys, m.kv_dim)
     v_cache = b.kv(f"{L}.v_cache", batch, keys, m.kv_dim)
     ctx = b.act(f"{L}.ctx", T, m.q_dim)
+    # `context`: a prefill step's call, which an engine runs through its context kernel even for one new token
+    # (hw_models.stack.attention_kernels prices a one-token call as decode otherwise).
     attention(b, m, i, "", q, k_cache, v_cache, ctx, ((batch, q_len, kv_len),), (batch, m.num_heads, q_len, keys),
               flash, False, batch=batch, heads=m.num_heads, kv_heads=m.num_kv_heads, q_len=q_len, kv_len=keys,
-              head_dim=m.head_dim)
+              head_dim=m.head_dim, context=int(b.graph.phase == "prefill"))
     return ctx
 
 
