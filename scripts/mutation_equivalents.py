@@ -200,7 +200,12 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "attention_cost `d.get('kv_len', 2)`: every fused attention op has kv_len in its dims (the two builders, "
     "lowering._attention_block and mixed._layer's groups, set it; measured trace ops are not Ops), so the "
     "default is never read":
-        ("hw_models.stack.attention_kernels.x_attention_cost__mutmut_90",),
+        ("hw_models.stack.attention_kernels.x_attention_cost__mutmut_96",),
+    "attention_cost `d.get('head_dim', None)` / `d.get('head_dim')` for `d.get('head_dim', 128)`: every fused "
+    "attention op has head_dim in its dims (lowering._attention_block and mixed._layer set it), so the default is "
+    "never read":
+        ("hw_models.stack.attention_kernels.x_attention_cost__mutmut_111",
+         "hw_models.stack.attention_kernels.x_attention_cost__mutmut_113"),
     # --- stack cost
     "stack_cost `m = op.dims.get('m') if ... or True`: M for every op kind, but for_kind reads it only for a "
     "GEMM (Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":
