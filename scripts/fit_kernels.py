@@ -498,12 +498,12 @@ def _fit_walk(X: np.ndarray, t: np.ndarray, others: np.ndarray, kvb: np.ndarray,
 BLOCKS_PER_SM_GRID = (1, 2, 3, 4, 6, 8)   # FlashInfer's decode occupancy, the figure its tables do not give
 
 
-def _fit_split(spec: dict, sel: list[tuple], fit: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
-    """The Decode figures of `sel` as the family's kernel splits its calls (`split`), with the X, t and others
-    they were fitted on; FlashInfer's occupancy (blocks_per_sm), and whether a family's MHA kernel has a fixed cost
+def _fit_split(spec: dict, sel: list[tuple], fit: np.ndarray,
+               split: str) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """The Decode figures of `sel` as the family's kernel splits its calls (`split`: this KV format's), with the X, t
+    and others they were fitted on; FlashInfer's occupancy (blocks_per_sm), and whether a family's MHA kernel has a fixed cost
     of its own (`mha_fixed_s`, 0 or fitted), are what gives the least in-sample MAPE."""
-    split, walk = spec.get("split", "none"), spec.get("walk")   # split: this KV format's (fit_decode resolves it)
-    mha_kernel = spec.get("mha_kernel", False)
+    walk, mha_kernel = spec.get("walk"), spec.get("mha_kernel", False)
     best = None
     for blocks in BLOCKS_PER_SM_GRID if split == "flashinfer" else (1,):
         X, t, others, kvb = _decode_columns(sel, split, blocks)
@@ -536,8 +536,7 @@ def fit_decode(name: str, hold_out: str | None = None) -> dict:
         if fit.sum() < 10:    # only the held-out GPU has this format's rows
             continue
         split = spec.get("split", "none")
-        f, X, t, others = _fit_split({**spec, "split": split.get(kv, "none") if isinstance(split, dict) else split},
-                                     sel, fit)
+        f, X, t, others = _fit_split(spec, sel, fit, split.get(kv, "none") if isinstance(split, dict) else split)
         err = _decode_errors(X, t, others, f)
         presets = np.array([p for p, _, _ in sel])
         check = [(p, r, ops) for p, r, ops in (_attention_table(name, "gen_attn", True) if "check" in ATTENTION[name]

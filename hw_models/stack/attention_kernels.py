@@ -32,10 +32,11 @@ follows the GPU's SM count (unit efficiency.parallel_units): ~3-4 us of one SM p
 TensorRT-LLM runs grouped-query heads through XQA (~5 SM-us per CTA on
 H100) and one-KV-head-per-query-head models through masked MHA (~1.4): `mha_cta_s` is the
 per-CTA figure where heads == kv_heads, and a family whose MHA calls run another kernel streams them at its
-own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas`, and pays that kernel's fixed cost beyond `fixed_s`
-(`mha_fixed_s`: H100 FP8-KV masked MHA ~3 us more than XQA) (TensorRT-LLM: H100 FP8-KV rows of >= 1 GB stream at 0.73
-of the DRAM peak through masked MHA, 0.90 through XQA; scripts/attn_residuals.py). A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak that
-grows with the sequence length:
+own `mha_kv_stream_efficiency` / `mha_kv_ramp_ctas` (TensorRT-LLM: H100 FP8-KV rows of >= 1 GB stream at 0.73 of
+the DRAM peak through masked MHA, 0.90 through XQA; scripts/attn_residuals.py) and pays that kernel's own fixed cost
+beyond `fixed_s` (`mha_fixed_s`: TensorRT-LLM's FP8-KV masked MHA, ~3 us more than XQA on H100).
+
+A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak that grows with the sequence length:
 
     prefill = fixed_s + FLOPs / (bf16 peak x fraction(q_len)) + kv_len x walk_s_per_token
 
