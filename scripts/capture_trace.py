@@ -53,6 +53,9 @@ from sim.apps.trace.scrub import json_name, portable_argv, scrub_chrome_text, wr
 from sim.core.model import ModelConfig, load_model  # noqa: E402
 
 DTYPES = ("fp32", "bf16", "fp16")
+# Projection weight formats (`--weights`): the layers' seven linears; embed and lm_head stay in --dtype.
+WEIGHT_FORMATS = ("fp8_e4m3", "int4")
+INT4_GROUP = 128
 CSV_COLUMNS = ("step", "phase", "op", "layer", "cpu_time_us", "device_time_us", "batch", "q_len", "kv_len")
 LAYER_OPS = ("attn_norm", "q_proj", "k_proj", "v_proj", "rope", "kv_append", "qk", "softmax", "av",
              "o_proj", "attn_residual", "mlp_norm", "gate_proj", "up_proj", "act", "down_proj", "mlp_residual")
@@ -74,7 +77,7 @@ class TinyLlama:
     preallocated KV cache, softmax attention (or SDPA), SiLU-gated MLP."""
 
     def __init__(self, cfg: ModelConfig, layers: int, batch: int, max_len: int, dtype, device, flash: bool,
-                 seed: int = 0):
+                 seed: int = 0, weights: str | None = None):
         import torch
         self.torch = torch
         self.cfg, self.layers, self.batch, self.max_len = cfg, layers, batch, max_len
@@ -92,12 +95,15 @@ class TinyLlama:
         def ones(n: int):
             return torch.ones(n, dtype=dtype, device=device)
 
+        def proj(out_dim: int, in_dim: int):
+            return quantized_linear(w(out_dim, in_dim), weights) if weights else w(out_dim, in_dim)
+
         self.embed = w(cfg.vocab_size, h, std=1.0)
         self.blocks = []
         for _ in range(layers):
             self.blocks.append(dict(
-                attn_norm=ones(h), q=w(cfg.q_dim, h), k=w(cfg.kv_dim, h), v=w(cfg.kv_dim, h), o=w(h, cfg.q_dim),
-                mlp_norm=ones(h), gate=w(f, h), up=w(f, h), down=w(h, f),
+                attn_norm=ones(h), q=proj(cfg.q_dim, h), k=proj(cfg.kv_dim, h), v=proj(cfg.kv_dim, h),
+                o=proj(h, cfg.q_dim), mlp_norm=ones(h), gate=proj(f, h), up=proj(f, h), down=proj(h, f),
                 k_cache=torch.zeros(batch, KV, max_len, d, dtype=dtype, device=device),
                 v_cache=torch.zeros(batch, KV, max_len, d, dtype=dtype, device=device)))
         self.final_norm = ones(h)
@@ -147,11 +153,11 @@ class TinyLlama:
             with rf(f"{L}.attn_norm"):
                 xn = self._rms(x, p["attn_norm"])
             with rf(f"{L}.q_proj"):
-                qh = F.linear(xn, p["q"])
+                qh = _linear(F, xn, p["q"])
             with rf(f"{L}.k_proj"):
-                kh = F.linear(xn, p["k"])
+                kh = _linear(F, xn, p["k"])
             with rf(f"{L}.v_proj"):
-                vh = F.linear(xn, p["v"])
+                vh = _linear(F, xn, p["v"])
             with rf(f"{L}.rope"):
                 qh = qh.view(B, q, H, d).transpose(1, 2)  # (B, H, q, d)
                 kh = kh.view(B, q, KV, d).transpose(1, 2)
@@ -179,19 +185,19 @@ class TinyLlama:
                     ctx = torch.matmul(probs.view(B, KV, G * q, kv), v_all)  # (B, KV, G*q, d)
                     ctx = ctx.view(B, H, q, d).transpose(1, 2).reshape(B * q, H * d)
             with rf(f"{L}.o_proj"):
-                o = F.linear(ctx, p["o"])
+                o = _linear(F, ctx, p["o"])
             with rf(f"{L}.attn_residual"):
                 x = x + o
             with rf(f"{L}.mlp_norm"):
                 xn = self._rms(x, p["mlp_norm"])
             with rf(f"{L}.gate_proj"):
-                gate = F.linear(xn, p["gate"])
+                gate = _linear(F, xn, p["gate"])
             with rf(f"{L}.up_proj"):
-                up = F.linear(xn, p["up"])
+                up = _linear(F, xn, p["up"])
             with rf(f"{L}.act"):
                 a = F.silu(gate) * up
             with rf(f"{L}.down_proj"):
-                m = F.linear(a, p["down"])
+                m = _linear(F, a, p["down"])
             with rf(f"{L}.mlp_residual"):
                 x = x + m
         with rf("final_norm"):
@@ -200,6 +206,61 @@ class TinyLlama:
             last = xn.view(B, q, h)[:, -1]  # only each sequence's last token
             logits = F.linear(last, self.lm_head)
         return logits
+
+
+def _linear(F, x, weight):
+    """x @ weight.T: a plain tensor through F.linear, a quantized weight through its own kernel."""
+    return F.linear(x, weight) if hasattr(weight, "dim") else weight(x)
+
+
+class Fp8Linear:
+    """W8A8 FP8 as a per-tensor-scaled deployment runs it: e4m3 weights with one scale, the activation cast
+    to e4m3 by one elementwise kernel (a static unit scale: these activations are O(1), far inside e4m3's
+    +-448, so no amax pass), then one torch._scaled_mm with a 16-bit output."""
+
+    def __init__(self, w):
+        import torch
+        self.torch = torch
+        self.w_scale = (w.abs().amax().float() / 448.0).clamp(min=1e-12)
+        self.wq_t = (w.float() / self.w_scale).to(torch.float8_e4m3fn).t()   # column-major (in, out), as required
+        self.a_scale = torch.ones((), dtype=torch.float32, device=w.device)
+        self.out_dtype = w.dtype
+
+    def __call__(self, x):
+        torch = self.torch
+        return torch._scaled_mm(x.to(torch.float8_e4m3fn), self.wq_t, scale_a=self.a_scale, scale_b=self.w_scale,
+                                out_dtype=self.out_dtype)
+
+
+class Int4Linear:
+    """W4A16 as torchao's int4 weight-only path runs it: asymmetric 4-bit weights in groups of 128 along K,
+    packed for tinygemm (aten._weight_int4pack_mm; bf16 activations), one kernel per projection."""
+
+    def __init__(self, w):
+        import torch
+        self.torch = torch
+        n, k = w.shape
+        g = w.float().reshape(n, k // INT4_GROUP, INT4_GROUP)
+        lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+        scale = ((hi - lo) / 15).clamp(min=1e-6)
+        zero = lo + 8 * scale                                   # tinygemm dequantizes (q - 8) * scale + zero
+        q = ((g - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+        self.cuda = w.is_cuda
+        if self.cuda:
+            self.packed = torch.ops.aten._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), 8)
+        else:
+            self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 8)
+        self.scales_zeros = torch.stack([scale, zero], -1).reshape(n, k // INT4_GROUP, 2).transpose(0, 1) \
+            .contiguous().to(w.dtype)
+
+    def __call__(self, x):
+        aten = self.torch.ops.aten
+        mm = aten._weight_int4pack_mm if self.cuda else aten._weight_int4pack_mm_for_cpu
+        return mm(x, self.packed, INT4_GROUP, self.scales_zeros)
+
+
+def quantized_linear(w, fmt: str):
+    return {"fp8_e4m3": Fp8Linear, "int4": Int4Linear}[fmt](w)
 
 
 def _rotate_half(torch, x):
@@ -314,7 +375,8 @@ def _safe(text: str) -> str:
 
 
 def default_name(cfg: ModelConfig, layers: int, args) -> str:
-    parts = [_safe(cfg.name), f"L{layers}", args.dtype, f"b{args.batch}", f"p{args.prompt}",
+    parts = [_safe(cfg.name), f"L{layers}", args.dtype + (f"-w{args.weights}" if args.weights else ""),
+             f"b{args.batch}", f"p{args.prompt}",
              f"d{args.decode_steps}", args.device] + (["flash"] if args.flash else [])
     return "_".join(parts)
 
@@ -349,6 +411,9 @@ def parse_args(argv=None):
     ap.add_argument("--decode-steps", type=int, default=16)
     ap.add_argument("--flash", action="store_true",
                     help="F.scaled_dot_product_attention as one `attention` op instead of qk/softmax/av")
+    ap.add_argument("--weights", choices=WEIGHT_FORMATS, default=None,
+                    help="quantize the layers' projection weights (fp8_e4m3: W8A8 torch._scaled_mm; int4: W4A16 "
+                         "tinygemm, group 128); embed and lm_head stay in --dtype. Needs --dtype bf16")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--out", default=None,
                     help="path prefix, a .json.gz trace file (meta/ops beside it), or a directory "
@@ -362,6 +427,8 @@ def parse_args(argv=None):
             ap.error(f"--{key.replace('_', '-')} must be >= 1")
     if args.decode_steps < 0:
         ap.error("--decode-steps must be >= 0")
+    if args.weights and args.dtype != "bf16":
+        ap.error(f"--weights {args.weights} needs --dtype bf16 (the quantized kernels' activation format)")
     return args
 
 
@@ -386,7 +453,8 @@ def main(argv=None) -> dict:
 
     load_before = _loadavg()
     t0 = time.perf_counter()
-    model = TinyLlama(cfg, layers, args.batch, max_len, dtype, args.device, args.flash, seed=args.seed)
+    model = TinyLlama(cfg, layers, args.batch, max_len, dtype, args.device, args.flash, seed=args.seed,
+                      weights=args.weights)
     t_build = time.perf_counter() - t0
 
     with torch.inference_mode():
@@ -438,6 +506,8 @@ def main(argv=None) -> dict:
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "dtype": args.dtype,
+        # The layers' projection weights' format (embed and lm_head stay in dtype); absent: dtype.
+        **({"weights": args.weights} if args.weights else {}),
         "flash": args.flash,
         "model": cfg.to_dict(),
         "layers": layers,
