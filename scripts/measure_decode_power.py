@@ -4,6 +4,8 @@
 Each case builds capture_trace's plain-torch LLaMA (random weights; `--weights` quantizes the projections as
 capture_trace does: W8A8 FP8 `torch._scaled_mm`, W4A16 tinygemm int4), captures one step as a CUDA graph and:
 
+* counts its kernels and their summed device time in one replay under the profiler (the rest of the step is
+  the gaps between graph nodes);
 * times it: `--reps` blocks of `--replays` back-to-back replays between two CUDA events; the step time is the
   median block's mean (graph replay: no host launch, the inter-kernel gaps stay), the spread is max/min block;
 * draws power from it: replays back-to-back for `--seconds` after a one-second warm-up while NVML reads the board
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from capture_trace import WEIGHT_FORMATS, TinyLlama, _nvidia_driver  # noqa: E402
+from measure_graph_kernels import replay_kernels  # noqa: E402
 from sim.apps.trace.scrub import portable_argv  # noqa: E402
 from sim.core.model import load_model  # noqa: E402
 
@@ -242,8 +245,9 @@ def measure(cfg, layers: int, case: Case, device: str, board: Board | SmiBoard |
             graph.replay()
         torch.cuda.synchronize()
         step_s, spread = time_graph(torch, graph.replay, args.replays, args.reps)
+        k = replay_kernels(torch, graph.replay, 1)
         out = dict(case=case.name, **asdict(case), step_s=step_s, block_spread=spread, graph=True,
-                   tokens_per_step=case.tokens_per_step)
+                   tokens_per_step=case.tokens_per_step, kernel_s=k["kernel_s"], kernels=k["kernels"])
         if board is not None:
             p = draw(torch, board, graph.replay, step_s, args.seconds)
             p["j_per_token"] = p["avg_power_w"] * p["step_s_in_window"] / case.tokens_per_step
