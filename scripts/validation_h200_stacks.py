@@ -132,8 +132,8 @@ idle power is measured. The measured prefill (Llama-2-7B fp16, batch 1, 2048 tok
 {f['measured_s'] * 1e3:.1f} ms; the model {f['model_w']:.0f} W over {f['model_s'] * 1e3:.1f} ms
 ({f['model_w'] / f['measured_w'] - 1:+.1%} power, {f['model_j_per_token'] / f['measured_j_per_token'] - 1:+.1%} J/token).
 Decode (torch-eager stack, {len(rows)} shapes; old = 700 W x busy
-time + DRAM bytes, new = idle + dynamic). The H200's measured decode energy is held back from this repository's data;
-the checks are the published H200 decode power of {lo:.0f}-{hi:.0f} W (Ma et al. 2026, arXiv:2605.11999) and
+time + DRAM bytes, new = idle + dynamic). The shared folder holds back the H200's measured decode energy; this project's own
+measurement of it is in "H200: whole graph-replayed steps, quantized weights and board power" below. Here the checks are the published H200 decode power of {lo:.0f}-{hi:.0f} W (Ma et al. 2026, arXiv:2605.11999) and
 issue 15's "measured decode energy per token is about half what the model says" (last column: new vs 0.5 x old).
 
 {_table(["decode shape", "old J/token", "old W", "new J/token", "new W", "new / old", "vs issue's ~0.5"], rows)}
@@ -213,7 +213,8 @@ overall and <= 25% per kind; h200_calibrated <= 8% overall.
 
 MAPE and median error of the h200 model per weight format, before (no stack: the dequantize path of the
 preset) and after (torch-eager's kernel families: tinygemm W4A16, FP8 W8A8 `_scaled_mm`). The families' rate
-points were read off this same file, so this is **in sample**; quantized end-to-end decode on the H200 is held back.
+points were read off this same file, so this is **in sample**; quantized end-to-end decode on the H200 is measured
+in "H200: whole graph-replayed steps, quantized weights and board power" below (held out).
 
 {_table(["weights", "GEMMs", "MAPE before", "median before", "MAPE after", "median after"], quant_rows)}
 

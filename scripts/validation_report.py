@@ -5,7 +5,8 @@ always out of sample, before calibration (datasheet presets) and after.
   * this machine's CPU traces (traces/cpu/*.ops.csv, scripts/capture_trace.py):
     calibrate on the prompt-128 traces, report on the prompt-512 ones;
   * H200 captures (traces/h200, scripts/validation_h200.py): the uncalibrated
-    h200 preset, per op by kind and per step from device time;
+    h200 preset, per op by kind and per step from device time; whole graph-replayed
+    steps, quantized weights and board power (scripts/validation_h200_graph.py);
   * RTX A6000, Llama-2-7B layer, torch profiler traces at 1-4096 tokens
     (../shared/validation/maveriq-a6000): calibrate on {1, 16, 128, 1024} tokens,
     report on {512, 2048, 4096};
@@ -42,6 +43,7 @@ from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
 from md_table import pct, table  # noqa: E402  (scripts/, beside this file)
 from validation_h200 import h200_section  # noqa: E402
+from validation_h200_graph import h200_graph_section  # noqa: E402
 from validation_small_ops import small_ops_section  # noqa: E402
 from validation_stack_tables import a6000_stacks, cpu_stacks  # noqa: E402
 from validation_vidur import vidur_section  # noqa: E402
@@ -408,7 +410,7 @@ def main(argv=None) -> dict:
     img = out.parent / "img"
     t0 = time.perf_counter()
     sections, figures = [], {}
-    for fn in (lambda: cpu_section(img, args.write_presets), lambda: h200_section(img)):
+    for fn in (lambda: cpu_section(img, args.write_presets), lambda: h200_section(img), h200_graph_section):
         text, f = fn()
         sections.append(text)
         figures.update(f)

@@ -48,3 +48,45 @@ def test_never_faster_with_more_rows(stack):
         t = [roofline_cost(gemm_op(m, n, k, "bf16"), u, name, tier, stack=s).duration_s
              for m in (1, 2, 8, 16, 64, 256, 1024, 8192)]
         assert t == sorted(t)
+
+
+def _norm_op():
+    from sim.core.lowering import FormatPolicy, lower
+    from sim.core.model import load_model
+    graph = lower(load_model("llama2-7b"), "decode", 1, 1, 513, FormatPolicy("bf16", "bf16", "bf16"),
+                  flash_attention=True, num_layers=1)
+    return graph.op("L0.attn_norm")
+
+
+def test_graph_nodes_add_their_gap_per_kernel():
+    """torch-cudagraph prices a decode RMSNorm as 8 kernels (torch-cudagraph.yaml ops.norm); replayed from a graph
+    each leaves node_gap_s to the next node: 8 x 0.34715 us more than the same stack without the gap."""
+    u, name, tier = _h200()
+    op, s = _norm_op(), load_stack("torch-cudagraph")
+    assert s.ops["norm"].kernels == 8 and s.node_gap_s == pytest.approx(0.34715e-6)
+    with_gap = roofline_cost(op, u, name, tier, stack=s)
+    without = roofline_cost(op, u, name, tier, stack=s.model_copy(update={"node_gap_s": None}))
+    assert with_gap.duration_s - without.duration_s == pytest.approx(8 * 0.34715e-6)
+    assert with_gap.overhead_s == pytest.approx(8 * (1.34e-6 + 0.34715e-6))
+
+
+def test_no_node_gap_when_launched_from_the_host():
+    """Eager launches: the host's launch gap is the stack's host cost, not a graph node's; node_gap_s is ignored."""
+    u, name, tier = _h200()
+    op = _norm_op()
+    eager = load_stack("torch-eager")
+    gapped = eager.model_copy(update={"node_gap_s": 1e-6})
+    assert roofline_cost(op, u, name, tier, stack=gapped).duration_s == \
+        pytest.approx(roofline_cost(op, u, name, tier, stack=eager).duration_s)
+
+
+def test_node_gap_is_the_calibration_steps_measurement():
+    """The shipped figure is (replay - kernels' device time) / kernels of the one calibration step
+    (scripts/validation_h200_graph.py; the other graph-replayed steps are held out)."""
+    import json
+    from pathlib import Path
+    doc = json.loads((Path(__file__).resolve().parent.parent / "traces" / "h200" / "graph_steps" /
+                      "llama2-7b_kernels.json").read_text())
+    c = next(c for c in doc["cases"] if c["case"] == "decode:bf16:1:512")
+    assert load_stack("torch-cudagraph").node_gap_s == pytest.approx((c["step_s"] - c["kernel_s"]) / c["kernels"],
+                                                                     rel=1e-4)

@@ -147,6 +147,9 @@ class Stack(Strict):
     # without a family) pays this device gap to its predecessor in the replayed graph instead of the
     # preset's host launch overhead (None: the launch overhead, as before; scripts/fit_kernels.py).
     graph_gap_s: Quantity | None = Field(default=None, ge=0)
+    # Under CUDA graphs, the gap each kernel of an op the stack prices by its kernels (ops, names) leaves to the
+    # next graph node: those floors are fitted on kernel device times, which exclude it (None: no gap).
+    node_gap_s: Quantity | None = Field(default=None, ge=0)
     attention: str | None = None                  # attention kernel family (stack/attention_kernels.yaml)
     # the engine's backend choice by GPU and KV format, first match wins over `attention` (vLLM: FlashInfer
     # where FlashAttention has no FP8 KV; SGLang: FA3 on Hopper, FlashInfer elsewhere)
@@ -230,7 +233,10 @@ class Stack(Strict):
         return s
 
     def floor_of(self, spec: KernelSpec) -> float:
-        return spec.kernels * (self.floor_s if spec.floor_s is None else spec.floor_s)
+        """The device time `spec`'s kernels pay beyond their work: each one's floor, and under CUDA graphs
+        each one's gap to the next node."""
+        gap = self.node_gap_s if self.graphs and self.node_gap_s is not None else 0.0
+        return spec.kernels * ((self.floor_s if spec.floor_s is None else spec.floor_s) + gap)
 
     def host_s(self, op: Op) -> float:
         """Host time to launch `op`'s kernels (0 under CUDA graphs)."""

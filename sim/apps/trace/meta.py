@@ -38,6 +38,7 @@ class TraceMeta(BaseModel):
     decode_steps: StrictInt | None = Field(default=None, ge=0)
     layers: StrictInt | None = Field(default=None, gt=0)
     dtype: str = "fp32"
+    weights: str | None = None     # capture_trace --weights: the projections' format (embed, lm_head: dtype)
     flash: StrictBool = False
     device: str = "cpu"
     device_name: str = ""
@@ -129,10 +130,13 @@ def sim_trace_shape(trace: Trace, meta: dict[str, Any], model: str | None) -> No
         return
     trace.model = load_model(model) if model else _sim_model(meta, trace.source)
     trace.dtype = str(meta.get("dtype", "fp32"))
-    try:
-        get_format(trace.dtype)
-    except ConfigError as exc:
-        raise ConfigError(f"{trace.source}: dtype in its .meta.json: {exc}") from None
+    trace.weights = meta.get("weights")
+    for key in ("dtype", "weights"):
+        try:
+            if getattr(trace, key) is not None:
+                get_format(getattr(trace, key))
+        except ConfigError as exc:
+            raise ConfigError(f"{trace.source}: {key} in its .meta.json: {exc}") from None
     trace.num_layers = int(meta["layers"]) if "layers" in meta else None
     trace.flash = bool(meta.get("flash", False))
     trace.device_name = trace.device_name or str(meta.get("device_name", ""))

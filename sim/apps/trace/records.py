@@ -59,6 +59,7 @@ class Trace:
     steps: list[StepShape] = field(default_factory=list)
     ops: list[MeasuredOp] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    weights: str | None = None      # the layers' projection weights' format where not dtype (embed, lm_head: dtype)
 
     def medians(self) -> list[MeasuredOp]:
         """One op per (step, name): the median over repeats (vidur's statistic), in first-seen order."""

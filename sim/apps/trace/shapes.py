@@ -15,8 +15,14 @@ from sim.core.model import ModelConfig
 from sim.apps.trace.records import StepShape, Trace
 
 
-def formats_for(dtype: str) -> FormatPolicy:
-    return FormatPolicy(weights=dtype, activations=dtype, kv_cache=dtype)
+def weight_overrides(dtype: str, weights: str | None) -> dict[str, str]:
+    """capture_trace --weights quantizes the layers' projections only: embed and lm_head keep `dtype`."""
+    return {"embed": dtype, "lm_head": dtype} if weights and weights != dtype else {}
+
+
+def formats_for(dtype: str, weights: str | None = None) -> FormatPolicy:
+    return FormatPolicy(weights=weights or dtype, activations=dtype, kv_cache=dtype,
+                        overrides=tuple(weight_overrides(dtype, weights).items()))
 
 
 def vidur_layer(model: ModelConfig, tokens: int, tp: int = 1, dtype: str = "fp16") -> OpGraph:
@@ -69,5 +75,5 @@ def step_graph(trace: Trace, step: StepShape) -> OpGraph:
         raise ConfigError(f"{trace.source}: the trace does not say which model ran (no .meta.json beside it?)")
     if trace.vocabulary == "vidur":
         return vidur_layer(trace.model, step.tokens, step.tp, trace.dtype)
-    return lower(trace.model, step.phase, step.batch, step.q_len, step.kv_len, formats_for(trace.dtype),
+    return lower(trace.model, step.phase, step.batch, step.q_len, step.kv_len, formats_for(trace.dtype, trace.weights),
                  trace.flash, num_layers=trace.num_layers)

@@ -27,7 +27,7 @@ from sim.core.engine import Timeline, run
 from sim.core.errors import ConfigError
 from sim.core.graph import OpGraph
 from sim.apps.trace.records import StepShape, Trace
-from sim.apps.trace.shapes import step_graph
+from sim.apps.trace.shapes import step_graph, weight_overrides
 from sim.apps.trace.timing import WALL, StepTiming, step_timings
 from sim.core.workload import Formats, Workload
 
@@ -109,7 +109,8 @@ def mape(rows: Iterable[OpRow | StepRow]) -> float:
 def trace_workload(trace: Trace, step: StepShape, stack: str | None = None) -> Workload:
     """A workload describing the traced step, for the machine's mapper, run under
     the software stack `stack` (hw_models/stack/presets; None: one kernel per op)."""
-    fmt = Formats(weights=trace.dtype, activations=trace.dtype, kv_cache=trace.dtype)
+    fmt = Formats(weights=trace.weights or trace.dtype, activations=trace.dtype, kv_cache=trace.dtype,
+                  overrides=weight_overrides(trace.dtype, trace.weights))
     prompt = step.kv_len if step.phase == "prefill" else step.kv_len - step.q_len
     return Workload(name=Path(trace.source).name, model=trace.model.to_dict(), batch=step.batch,
                     prompt_len=max(prompt, 1), gen_len=1, formats=fmt, flash_attention=trace.flash, stack=stack)
