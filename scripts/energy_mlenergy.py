@@ -85,10 +85,12 @@ def table(replays: list[M.Replay]) -> str:
     return "\n".join(rows)
 
 
-def preset_figures(gpu: str) -> tuple[float, float, float]:
-    """(active_power_w, fp16 J/FLOP, power limit W) of the GPU's preset."""
-    u = load_machine(M.PRESETS[gpu]).units["gpu"]
-    return u.active_power_w, u.energy_j_per_flop["fp16"], u.power_limit_w or u.power_w
+def preset_figures(gpu: str) -> tuple[float, float, float, float]:
+    """(active_power_w, fp16 J/FLOP, HBM J/byte, power limit W) of the GPU's preset."""
+    m = load_machine(M.PRESETS[gpu])
+    u = m.units["gpu"]
+    return u.active_power_w, u.energy_j_per_flop["fp16"], m.memory[u.memory].energy_j_per_byte, \
+        u.power_limit_w or u.power_w
 
 
 def run_table(every: int, cache: Path | None, gpus: tuple[str, ...] = ("H100", "B200"),
@@ -97,9 +99,9 @@ def run_table(every: int, cache: Path | None, gpus: tuple[str, ...] = ("H100", "
     comes within CAP_MARGIN of the power limit, replayed under the cap."""
     replays = []
     for gpu in gpus:
-        active_w, j, limit = preset_figures(gpu)
+        active_w, j, b, limit = preset_figures(gpu)
         for c in collect(gpu, every, cache and cache.with_name(f"{cache.stem}_{gpu}{cache.suffix}"), cached_only):
-            x = F.predict(c, active_w, j)
+            x = F.predict(c, active_w, j, b)
             capped = x.power_per_gpu_w > F.CAP_MARGIN * limit
             if capped:
                 x = M.replay(x.run)

@@ -48,22 +48,37 @@ def test_prefix_cache_skips_all_but_one_turn_in_m():
 
 
 def test_fit_recovers_the_figures_that_made_the_powers():
-    # Powers made by hand from active 300 W and 0.5 pJ/FLOP: P = p0 + 300 busy + 0.5e-12 per_j.
-    parts = [(120.0, 1.0, 2e14), (150.0, 0.9, 4e14), (100.0, 1.0, 5e14), (130.0, 0.8, 1e14)]
-    comps = [F.Components(_run(p0 + 300.0 * b + 0.5e-12 * q, max_num_seqs=i), p0, b, q, 1000.0)
-             for i, (p0, b, q) in enumerate(parts)]
+    # Powers made by hand from active 300 W, 0.5 pJ/FLOP and 60 pJ/byte: P = p0 + 300 busy + 0.5e-12 per_j
+    # + 60e-12 per_b (per_b: HBM bytes a second), all below 0.97 x 700 W (510-640 W).
+    parts = [(120.0, 1.0, 2e14, 2e12), (150.0, 0.9, 2e14, 1e12), (100.0, 1.0, 1e14, 3e12), (130.0, 0.8, 1e14, 1.5e12),
+             (110.0, 0.95, 3e14, 0.5e12)]
+    comps = [F.Components(_run(p0 + 300.0 * b + 0.5e-12 * q + 60e-12 * y, max_num_seqs=i), p0, b, q, 1000.0, y)
+             for i, (p0, b, q, y) in enumerate(parts)]
     # A run measured at the cap (700 W: above 0.97 x 700) says only the limit; left out, it cannot pull the fit.
-    comps.append(F.Components(_run(695.0, max_num_seqs=99), 150.0, 1.0, 9e14, 1000.0))
-    fit = F.fit(comps, 700.0)
-    assert (fit.active_power_w, fit.fp16_j_per_flop, fit.runs, fit.left_out) == (300.0, 0.5e-12, 4, 1)
-    assert fit.power_mape < 1e-12
+    comps.append(F.Components(_run(695.0, max_num_seqs=99), 150.0, 1.0, 9e14, 1000.0, 1e12))
+    for held in (None, 60e-12):   # the HBM's figure fitted too, or held at the one that made the powers
+        fit = F.fit(comps, 700.0, held)
+        assert (fit.active_power_w, fit.fp16_j_per_flop, fit.hbm_j_per_byte, fit.runs, fit.left_out) == \
+            (300.0, 0.5e-12, 60e-12, 5, 1)
+        assert fit.power_mape < 1e-9
+    # Held at a wrong figure, the other two absorb what they can and the error shows it.
+    assert F.fit(comps, 700.0, 20e-12).power_mape > 0.01
+
+
+def test_fit_keeps_every_figure_non_negative():
+    # Powers made with a negative activity power (-50 W) cannot be met: the fit holds it at 0 and the others absorb.
+    parts = [(120.0, 1.0, 2e14, 2e12), (150.0, 1.0, 4e14, 1e12), (100.0, 1.0, 5e14, 3e12)]
+    comps = [F.Components(_run(p0 - 50.0 * b + 0.5e-12 * q + 60e-12 * y, max_num_seqs=i), p0, b, q, 1000.0, y)
+             for i, (p0, b, q, y) in enumerate(parts)]
+    fit = F.fit(comps, 700.0, None)
+    assert fit.active_power_w == 0.0 and fit.fp16_j_per_flop >= 0 and fit.hbm_j_per_byte >= 0
 
 
 def test_predict_is_power_times_gpus_over_throughput():
-    c = F.Components(_run(500.0, num_gpus=4), 100.0, 0.5, 1e14, 2000.0)
-    x = F.predict(c, 200.0, 1e-12)
-    assert x.power_per_gpu_w == pytest.approx(100.0 + 100.0 + 100.0)
-    assert x.j_per_token == pytest.approx(300.0 * 4 / 2000.0)
+    c = F.Components(_run(500.0, num_gpus=4), 100.0, 0.5, 1e14, 2000.0, 1e12)
+    x = F.predict(c, 200.0, 1e-12, 50e-12)
+    assert x.power_per_gpu_w == pytest.approx(100.0 + 100.0 + 100.0 + 50.0)
+    assert x.j_per_token == pytest.approx(350.0 * 4 / 2000.0)
 
 
 def test_shipped_power_figures_are_the_fit(shared_validation):
