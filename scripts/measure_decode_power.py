@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from capture_trace import WEIGHT_FORMATS, TinyLlama, _nvidia_driver  # noqa: E402
-from measure_graph_kernels import replay_kernels  # noqa: E402
+from measure_graph_kernels import capture_graph, replay_kernels  # noqa: E402
 from sim.apps.trace.scrub import portable_argv  # noqa: E402
 from sim.core.model import load_model  # noqa: E402
 
@@ -231,19 +231,7 @@ def measure(cfg, layers: int, case: Case, device: str, board: Board | SmiBoard |
             t0 = time.perf_counter()
             step()
             return dict(case=case.name, **asdict(case), step_s=time.perf_counter() - t0, graph=False)
-        side = torch.cuda.Stream()   # warm-up off the capture stream, as torch.cuda.graphs' docs ask
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        for _ in range(10):
-            graph.replay()
-        torch.cuda.synchronize()
+        graph = capture_graph(torch, step, replays=10)
         step_s, spread = time_graph(torch, graph.replay, args.replays, args.reps)
         k = replay_kernels(torch, graph.replay, 1)
         out = dict(case=case.name, **asdict(case), step_s=step_s, block_spread=spread, graph=True,

@@ -39,12 +39,13 @@ SDPA_KV = (256, 1024, 4096, 16384)
 SDPA_HEADS = ((32, 32), (32, 8))
 
 
-def graph_time(torch, fn: Callable[[], None], calls: int, reps: int) -> dict:
-    """`calls` calls of `fn` in one graph: per-call replay time, per-call kernel time and count, kernel names."""
+def capture_graph(torch, fn: Callable[[], object], calls: int = 1, warmups: int = 3, replays: int = 3):
+    """`calls` calls of `fn` captured in one CUDA graph, after `warmups` calls off the capture stream (as
+    torch.cuda.graphs' docs ask), and replayed `replays` times before it is returned."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(2):
+        for _ in range(warmups):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
@@ -52,9 +53,15 @@ def graph_time(torch, fn: Callable[[], None], calls: int, reps: int) -> dict:
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
-    for _ in range(3):
+    for _ in range(replays):
         g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_time(torch, fn: Callable[[], None], calls: int, reps: int) -> dict:
+    """`calls` calls of `fn` in one graph: per-call replay time, per-call kernel time and count, kernel names."""
+    g = capture_graph(torch, fn, calls, warmups=2)
     blocks = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
