@@ -93,7 +93,7 @@ def components(run: M.Run) -> Components:
 def from_dict(d: dict, runs: dict[tuple, M.Run]) -> Components | None:
     """Stored components of a run `runs` (key -> run, run_keys inverted) has; None when the data lack it."""
     run = runs.get(tuple(d["run"]))
-    if run is None or "per_b_w" not in d:   # a store from before the HBM's figure was fitted: replay it
+    if run is None or "per_b_w" not in d:   # a store from before the replays read the HBM bytes: replay it
         return None
     return Components(run, d["p0_w"], d["busy"], d["per_j_w"], d["tput_tok_s"], d["per_b_w"])
 
