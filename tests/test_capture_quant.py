@@ -121,3 +121,19 @@ def test_torch_quant_families_are_the_fit_of_the_captures(fmt, family, worst):
     fam = families()[family]
     assert (fam.floor_s, fam.weight_stream_efficiency) == (floor, eff)
     assert err < worst
+
+
+def test_h200_batch1_quantized_decode_within_the_issues_8pct():
+    """Issue 28's target on the H200's own measurement, held out (scripts/validation_h200_graph.py): whole Llama-2-7B
+    and -13B decode steps at batch 1 with FP8 (W8A8) and int4 (W4A16) weights, replayed from a CUDA graph, against
+    the h200 preset under torch-cudagraph: each within 8% (measured at this commit: -3.7, -1.3, -1.1, -4.8%)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("validation_h200_graph", ROOT / "scripts" / "validation_h200_graph.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = {k: c for k, c in mod.cases("_kernels").items()
+            if c["phase"] == "decode" and c["batch"] == 1 and c["weights"] != "bf16"}
+    assert len(rows) == 4
+    for (model, _), c in rows.items():
+        sim_s, _ = mod.simulated(model, c)
+        assert abs(sim_s / c["step_s"] - 1) < 0.08, (model, c["case"], sim_s, c["step_s"])
