@@ -39,6 +39,8 @@ from md_table import pct, table  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
 from hw_models.stack.spec import load_stack  # noqa: E402
+from sim.apps.mpl import pyplot  # noqa: E402
+from sim.apps.plots import _save  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.validate import validate  # noqa: E402
 from sim.core.workload import workload_from_dict  # noqa: E402
@@ -50,6 +52,8 @@ STACK = "torch-cudagraph"
 CAPTURES = [ROOT / "traces" / "h200" / "quant" / f"llama2-7b_L4_bf16{w}_b1_p1024_d8_cuda_flash.trace.json.gz"
             for w in ("", "-wfp8_e4m3", "-wint4")]
 HEADING = "## H200: whole graph-replayed steps, quantized weights and board power"
+PLOT_NAME = "validation_h200_graph.png"
+COLORS = {"bf16": "C0", "fp8_e4m3": "C1", "int4": "C2"}
 NEXT_HEADING = "## RTX A6000"
 
 
@@ -114,6 +118,40 @@ def power_rows() -> tuple[list[list[str]], dict]:
     return rows, errs
 
 
+def plot(path: Path) -> Path:
+    """Simulated against measured: each step's time (left) and its board power (right), by weight format."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    panels = ((axes[0], cases("_kernels"), "step_s", 1e3, "step time (ms), log", True),
+              (axes[1], cases(""), "avg_power_w", 1.0, "board power (W)", False))
+    for ax, steps, key, scale, label, log in panels:
+        lo, hi = float("inf"), 0.0
+        for fmt, color in COLORS.items():
+            pts = [(c[key] * scale, simulated(model, c)[0 if key == "step_s" else 1] * scale)
+                   for (model, _), c in steps.items() if c["weights"] == fmt]
+            xs, ys = [x for x, _ in pts], [y for _, y in pts]
+            ax.scatter(xs, ys, s=22, color=color, label=fmt)
+            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
+        for f in (1.1, 1 / 1.1):
+            ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6, label="±10%" if f > 1 else None)
+        if log:   # plain millisecond ticks: a log axis's default minor labels overlap at this span
+            from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_major_locator(FixedLocator([5, 7, 10, 15, 20, 30, 60]))
+                axis.set_major_formatter(ScalarFormatter())
+                axis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"simulated {label}")
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0].set_title("H200, graph-replayed steps (torch-cudagraph)", fontsize=10)
+    axes[1].set_title("board power over 3 s of replays (held out)", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def capture_rows() -> list[list[str]]:
     """The 4-layer captures op by op under torch-eager (device time: no graph gaps): per-op MAPE by kind and the
     median decode step's error."""
@@ -130,7 +168,10 @@ def capture_rows() -> list[list[str]]:
     return rows
 
 
-def h200_graph_section() -> tuple[str, dict[str, float]]:
+def h200_graph_section(img: Path | None = None) -> tuple[str, dict[str, float]]:
+    """The docs/validation.md section and its headline figures; with `img`, the plot written into that folder."""
+    if img is not None:
+        plot(img / PLOT_NAME)
     steps, step_errs = step_rows()
     power, power_errs = power_rows()
     b1 = {k: e for k, e in step_errs.items() if ":1:" in k[1] and k[1].startswith("decode")}
@@ -150,6 +191,8 @@ the replay by 0.27-0.40 us a kernel. `torch-cudagraph` charges each kernel of th
 RoPE, KV append, elementwise) `node_gap_s` = {gap * 1e6:.3f} us, measured on the calibration row alone (GEMMs
 already pay `graph_gap_s`, fitted on graph-replayed GEMM tables). Every other row is held out; the FP8 and int4 GEMM
 families are fitted on the 4-layer captures below (`scripts/fit_torch_quant.py`), not on these steps.
+
+![H200 graph-replayed steps: simulated against measured step time and board power](img/validation_h200_graph.png)
 
 {table(["step", "measured ms", "kernels ms", "kernels", "gap us/kernel", "sim ms", "error", ""], steps)}
 
@@ -199,8 +242,9 @@ def main() -> int:
             return 1
         print(f"{STACK}: node_gap_s {shipped:.4g} s matches the calibration step")
         return 0
-    text, _ = h200_graph_section()
-    if "--write" in sys.argv[1:]:
+    write = "--write" in sys.argv[1:]
+    text, _ = h200_graph_section(ROOT / "docs" / "img" if write else None)
+    if write:
         write_section(text)
         print("wrote the H200 graph-step section of docs/validation.md")
         return 0

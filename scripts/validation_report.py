@@ -410,7 +410,7 @@ def main(argv=None) -> dict:
     img = out.parent / "img"
     t0 = time.perf_counter()
     sections, figures = [], {}
-    for fn in (lambda: cpu_section(img, args.write_presets), lambda: h200_section(img), h200_graph_section):
+    for fn in (lambda: cpu_section(img, args.write_presets), lambda: h200_section(img), lambda: h200_graph_section(img)):
         text, f = fn()
         sections.append(text)
         figures.update(f)
