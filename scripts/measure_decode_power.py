@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from capture_trace import WEIGHT_FORMATS, TinyLlama, _nvidia_driver  # noqa: E402
-from measure_graph_kernels import capture_graph, replay_kernels  # noqa: E402
+from measure_graph_kernels import capture_graph, replay_kernels, time_graph  # noqa: E402
 from sim.apps.trace.scrub import portable_argv  # noqa: E402
 from sim.core.model import load_model  # noqa: E402
 
@@ -181,20 +181,6 @@ def build(cfg, layers: int, case: Case, device: str):
     tokens = torch.randint(0, cfg.vocab_size, (case.batch, q), device=device)
     pos = case.tokens if case.phase == "decode" else 0
     return model, (lambda: model.step(tokens, pos))
-
-
-def time_graph(torch, replay, replays: int, reps: int) -> tuple[float, float]:
-    """(median block's mean seconds per replay, max/min block ratio)."""
-    blocks = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            replay()
-        end.record()
-        end.synchronize()
-        blocks.append(start.elapsed_time(end) * 1e-3 / replays)
-    return statistics.median(blocks), max(blocks) / min(blocks)
 
 
 def draw(torch, board: Board | SmiBoard, replay, step_s: float, seconds: float) -> dict:

@@ -59,22 +59,29 @@ def capture_graph(torch, fn: Callable[[], object], calls: int = 1, warmups: int 
     return g
 
 
+def time_graph(torch, replay: Callable[[], None], replays: int, reps: int) -> tuple[float, float]:
+    """`reps` blocks of `replays` back-to-back replays between two CUDA events: (the median block's mean seconds
+    per replay, max / min block)."""
+    blocks = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            replay()
+        end.record()
+        end.synchronize()
+        blocks.append(start.elapsed_time(end) * 1e-3 / replays)
+    return statistics.median(blocks), max(blocks) / min(blocks)
+
+
 def graph_time(torch, fn: Callable[[], None], calls: int, reps: int) -> dict:
     """`calls` calls of `fn` in one graph: per-call replay time, per-call kernel time and count, kernel names."""
     g = capture_graph(torch, fn, calls, warmups=2)
-    blocks = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(5):
-            g.replay()
-        b.record()
-        b.synchronize()
-        blocks.append(a.elapsed_time(b) * 1e-3 / (5 * calls))
-    per_call = statistics.median(blocks)
+    per_replay, spread = time_graph(torch, g.replay, 5, reps)
+    per_call = per_replay / calls
     k = replay_kernels(torch, g.replay, calls)
     del g
-    return dict(per_call_s=per_call, spread=max(blocks) / min(blocks), kernel_s=k["kernel_s"],
+    return dict(per_call_s=per_call, spread=spread, kernel_s=k["kernel_s"],
                 kernels_per_call=k["kernels"], gap_per_kernel_s=(per_call - k["kernel_s"]) / max(k["kernels"], 1e-9),
                 kernels=k["names"])
 
