@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,24 +67,33 @@ def cases(suffix: str) -> dict[tuple[str, str], dict]:
     return out
 
 
-def measured_node_gap_s() -> float:
-    c = cases("_kernels")[CALIBRATION]
+def gap_per_kernel_s(c: dict) -> float:
+    """A replayed step's time beyond its kernels', per kernel."""
     return (c["step_s"] - c["kernel_s"]) / c["kernels"]
+
+
+def measured_node_gap_s() -> float:
+    return gap_per_kernel_s(cases("_kernels")[CALIBRATION])
 
 
 def simulated(model: str, c: dict) -> tuple[float, float]:
     """(step seconds, average board watts) of the measured case on the h200 preset under torch-cudagraph."""
-    decode = c["phase"] == "decode"
-    fmt = c["weights"]
+    return _simulated(model, c["phase"], c["weights"], c["batch"], c["tokens"])
+
+
+@cache   # the step and power tables and the plot ask for the same shapes (the two files repeat them)
+def _simulated(model: str, phase: str, fmt: str, batch: int, tokens: int) -> tuple[float, float]:
+    decode = phase == "decode"
     w = workload_from_dict(dict(
-        name=f"{model} {c['case']}", model=model, batch=c["batch"], prompt_len=c["tokens"], gen_len=2 if decode else 1,
+        name=f"{model} {phase}:{fmt}:{batch}:{tokens}", model=model, batch=batch, prompt_len=tokens,
+        gen_len=2 if decode else 1,
         formats=dict(weights=fmt, activations="bf16", kv_cache="bf16",
                      overrides={} if fmt == "bf16" else {"embed": "bf16", "lm_head": "bf16"}),
         flash_attention=True, stack=STACK), "scripts/validation_h200_graph.py")
     r = simulate(w, load_machine("h200"), detail=False)
     step_s = r.tpot_s if decode else r.ttft_s
     j_per_token = r.decode_energy_per_token_j if decode else r.prefill_energy_per_token_j
-    return step_s, j_per_token * c["tokens_per_step"] / step_s
+    return step_s, j_per_token * batch * (1 if decode else tokens) / step_s
 
 
 def _label(model: str, c: dict) -> str:
@@ -97,9 +107,9 @@ def step_rows() -> tuple[list[list[str]], dict]:
     for key, c in cases("_kernels").items():
         sim_s, _ = simulated(key[0], c)
         err = sim_s / c["step_s"] - 1
-        gap_us = (c["step_s"] - c["kernel_s"]) / c["kernels"] * 1e6
+        gap_us = gap_per_kernel_s(c) * 1e6
         role = "calibration" if key == CALIBRATION else "held out"
-        rows.append([_label(*key[:1], c), f"{c['step_s'] * 1e3:.3f}", f"{c['kernel_s'] * 1e3:.3f}", f"{c['kernels']:.0f}",
+        rows.append([_label(key[0], c), f"{c['step_s'] * 1e3:.3f}", f"{c['kernel_s'] * 1e3:.3f}", f"{c['kernels']:.0f}",
                      f"{gap_us:.3f}", f"{sim_s * 1e3:.3f}", pct(err), role])
         if key != CALIBRATION:
             errs[key] = err
@@ -113,7 +123,7 @@ def power_rows() -> tuple[list[list[str]], dict]:
         j_meas = c["j_per_token"]
         j_sim = sim_w * sim_s / c["tokens_per_step"]
         errs[key] = (sim_w / c["avg_power_w"] - 1, j_sim / j_meas - 1)
-        rows.append([_label(*key[:1], c), f"{c['avg_power_w']:.0f}", f"{c['sm_mhz']:.0f}", f"{sim_w:.0f}",
+        rows.append([_label(key[0], c), f"{c['avg_power_w']:.0f}", f"{c['sm_mhz']:.0f}", f"{sim_w:.0f}",
                      pct(errs[key][0]), f"{j_meas:.4g}", f"{j_sim:.4g}", pct(errs[key][1])])
     return rows, errs
 
