@@ -73,6 +73,16 @@ class DeviceShare:
 
 
 @dataclass(frozen=True)
+class OwnPool:
+    """A batch a kind places itself (Mapper.serving_pool): its sequences and the longest prompt and
+    context (prompt + output) each may have; a serving run refuses longer requests on arrival."""
+
+    sequences: int
+    prompt_tokens: int
+    context_tokens: int
+
+
+@dataclass(frozen=True)
 class Section:
     """A report section as data: a title, rows of cells, optional column names and a
     caption. The application layer renders it (rich tables, JSON); mappers never
@@ -218,14 +228,25 @@ class Mapper:
 
         return fold_layers(run, L, self.fold_layers, exhaustive, self.model.layer_period)
 
-    # Why this kind cannot cost one serving iteration on its own ("" when it can).
-    iteration_refusal = ""
+    # The serving schedulers (spec kinds) that can drive this kind in `sim serve`, None: every one; and
+    # why the others cannot, for the one-line refusal (sim.apps.serve.stepcost.check_kind).
+    serving_schedulers: tuple[str, ...] | None = None
+    serving_schedulers_why = ""
+    # Whether a serving run costs every iteration exactly: a kind whose iteration is not the surrogate's
+    # canonical mixed batch (sim.apps.serve.stepcost) cannot be tabulated by it.
+    serving_exact = False
 
     # -- the serving hooks (sim.apps.serve.stepcost and .placement read only these) ----------
     def device_share(self) -> DeviceShare:
         """The busiest device's share of the weights and KV under the workload's parallel plan;
         a kind without one serves on a whole device."""
         return DeviceShare()
+
+    def serving_pool(self) -> OwnPool | None:
+        """The KV cache a kind keeps where its own placement puts it, which a serving run's pool then holds
+        exactly; None: the serving engine sizes the pool from the device tier's free memory
+        (sim.apps.serve.instance)."""
+        return None
 
     def rank_activation_bytes(self, graph: OpGraph) -> float:
         """Peak activation bytes of one device running its share of `graph` (a profiling pass)."""
@@ -255,9 +276,6 @@ class Mapper:
         oracle of the request-level simulation (sim.apps.serve); `busy` as in _folded.
         `experts=False`: one attention group's own ops only, the routed experts left to
         `expert_part` (a kind with expert parallelism overrides this)."""
-        if self.iteration_refusal:
-            raise ConfigError(f"{self.machine.source or self.machine.name}: kind {self.machine.kind}: "
-                              f"{self.iteration_refusal}")
         if not experts:
             self.expert_part(0, 0)   # the refusal of a kind without expert groups
         flash = self.workload.flash_attention

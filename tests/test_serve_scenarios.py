@@ -384,7 +384,11 @@ def test_summary_of_the_static_scenario_by_hand():
     assert out["batch_size"]["mean"] == pytest.approx(10.5 / 5.9, rel=1e-12)
     assert out["engine_busy"] == pytest.approx(1.0, rel=1e-12)
     assert out["slo_met"] == {"ttft_p90": pytest.approx(5.9 / 3, rel=1e-12)}
-    assert out["kv_blocks_total"] == 20 and out["kv_usage_mean"] == 0.0   # a static batch takes no blocks
+    # A static batch holds (longest prompt + longest output) slots per sequence for its whole run: A and B
+    # 2 x (6 + 3) = 18 of 20 through their first two iterations (2.2 and 1.2 ms); the pool is read after each
+    # iteration's hand-out, so the iterations that finish a batch (1.2 ms, then C's 1.3 ms) read 0.
+    assert out["kv_blocks_total"] == 20
+    assert out["kv_usage_mean"] == pytest.approx(18 * (2.2 + 1.2) / 5.9 / 20, rel=1e-12)
 
 
 def test_utilization_folds_numbered_members_into_one_family():

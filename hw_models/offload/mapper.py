@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from hw_models.base import Mapper
+from hw_models.base import Mapper, OwnPool
 from hw_models.offload import report, sched
 from hw_models.offload.search import search
 from hw_models.offload.spec import Host, Policy, PolicySpec, host_spec, parse_policy
@@ -43,10 +43,15 @@ class OffloadMapper(Mapper):
     # within F layers; the block schedule looks back at most two computes, so F = 3
     # (tests/test_offload.py checks it against the exhaustive run).
     fold_layers = 3
-    # A FlexGen block schedule spans a whole batch's generation, not one iteration.
-    iteration_refusal = ("sim serve cannot cost offload presets: a FlexGen block schedule streams the weights once "
-                         "per block of batches over a static batch's whole generation, so no iteration exists to "
-                         "admit or retire a request at; use sim run (its policy search) for offload throughput")
+    # FlexGen generates a whole block at once: every prompt padded to one length, the block's sequence count
+    # fixed by the policy (FMInference/FlexLLMGen flexllmgen/flex_opt.py, OptLM.generate: `prompt_len =
+    # len(inputs[0])`, `assert num_prompts % (gpu_batch_size * num_gpu_batches) == 0`), every sequence run to
+    # the block's gen_len (`assert stop is None`). A served stream is that: static batching, one block at a time.
+    serving_schedulers = ("static",)
+    serving_schedulers_why = ("a FlexGen block streams every layer's weights once per step for a fixed block of "
+                              "sequences padded to one prompt length, run to its longest output; continuous batching "
+                              "admits and retires sequences between steps, which a block cannot")
+    serving_exact = True   # its steps are whole padded blocks, not the surrogate's mixed batches
 
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
@@ -175,6 +180,37 @@ class OffloadMapper(Mapper):
         w = self.workload
         return run_generation(lambda ph, q, kv: self.policy_step(p, ph, q, kv, buffers, exhaustive),
                               w.prompt_len, w.gen_len, samples, exhaustive)
+
+    # -- the serving hooks (hw_models.base.Mapper; sim serve under scheduler.kind: static) ---------
+    def serving_pool(self) -> OwnPool:
+        """The block the policy places: its sequences, each with up to the workload's prompt_len + gen_len tokens
+        of KV where the policy puts them (GPU, CPU or disk), its prompts up to prompt_len (the activations and
+        the GPU working set are placed for that). A placement that does not fit is a CapacityError."""
+        self.footprint()
+        w = self.workload
+        return OwnPool(self.policy().block_size, w.prompt_len, w.prompt_len + w.gen_len)
+
+    def iteration(self, seqs, logits=None, exhaustive=False, busy=None, device_only=False,
+                  experts=True) -> StepResult:
+        """One step of a served block: the static scheduler's padded sequences, all one prompt (P, P) or all
+        decoding at one kv_len (1, kv). FlexGen computes the whole block whatever part of it is still live
+        (class comment), so the step is the policy's block step (policy_step) for any count up to the block.
+        No engine host work: the step times are the block schedule's."""
+        p, buffers = self._run_policy
+        q, kv = seqs[0]   # no draft logits or attention groups reach it: only the static scheduler drives it
+        if len(seqs) > p.block_size or any(s != (q, kv) for s in seqs):
+            raise ValueError(f"an offload step runs one padded block of <= {p.block_size} alike sequences, "
+                             f"not {len(seqs)} of {sorted(set(seqs))[:4]}")
+        key = (q, kv, exhaustive)
+        step = self._served.get(key)
+        if step is None:
+            step = self._served[key] = self.policy_step(p, "prefill" if q == kv else "decode", q, kv, buffers,
+                                                        exhaustive)
+        return step
+
+    @cached_property
+    def _served(self) -> dict[tuple[int, int, bool], StepResult]:
+        return {}   # a served stream repeats its blocks' shapes
 
     def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
         p, buffers = self._run_policy

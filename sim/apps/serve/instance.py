@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hw_models.base import OwnPool
 from hw_models.machine import Machine
 from sim.apps.serve import spec as s
 from sim.apps.serve.attention_dp import GroupedCost
@@ -56,6 +57,7 @@ class Setup:
     max_seqs: int
     max_model_len: int
     groups: int = 1                  # attention groups (sim.apps.serve.attention_dp)
+    max_prompt: int | None = None    # longest prompt a kind that places its own KV was placed for
 
     def scheduler(self, requests: Requests) -> Scheduler:
         cfg = self.file.serving.scheduler
@@ -68,6 +70,8 @@ class Setup:
         lookahead = spec.k if spec else 0
         sched = cls(cfg, pool, lookahead, self.max_tokens if cls.whole_prompts else None)
         sched.max_model_len = self.max_model_len
+        sched.max_seqs = self.max_seqs   # the settings' figure, or the block of a kind that places its own KV
+        sched.max_prompt = self.max_prompt
         return sched
 
 
@@ -77,7 +81,7 @@ def _kv_per_token(m: ModelConfig, file: s.ServeFile) -> float:
 
 def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None) -> Setup:
     """`cache` (a dict the caller keeps) shares surrogate tables between runs of one model and machine."""
-    check_kind(machine)
+    check_kind(machine, file.serving.scheduler.kind)
     model = file.model_config_()
     srv = file.serving
     fmt = file.formats.policy()
@@ -94,23 +98,31 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
     rank_token = _kv_per_token(model, file) * share.kv + (_kv_per_token(draft, file) if draft else 0)
     act = _profile_activations(mapper, min(max_tokens, max_seqs * max_model_len), max_seqs)
-    tier = machine.memory[machine.device_tier]
-    reserved = RUNTIME_RESERVED_BYTES if share.reserved_bytes is None else share.reserved_bytes
-    room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - reserved
     block = cfg.block_tokens
-    if room < rank_token * block:
-        raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
-                            f"{fmt_bytes(act)} + runtime {fmt_bytes(reserved)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
-                            f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)")
-    total_blocks = cfg.blocks_override or int(room // (rank_token * block)) * share.groups
+    max_prompt: int | None = None
+    own = mapper.serving_pool()
+    if own is not None:   # the kind places its KV itself (offload: the policy's block, on GPU, CPU or disk)
+        _check_block(file, machine, own)
+        max_seqs, max_model_len, max_prompt = own.sequences, own.context_tokens, own.prompt_tokens
+        total_blocks = max_seqs * -(-max_model_len // block)
+    else:
+        tier = machine.memory[machine.device_tier]
+        reserved = RUNTIME_RESERVED_BYTES if share.reserved_bytes is None else share.reserved_bytes
+        room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - reserved
+        if room < rank_token * block:
+            raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
+                                f"{fmt_bytes(act)} + runtime {fmt_bytes(reserved)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
+                                f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)")
+        total_blocks = cfg.blocks_override or int(room // (rank_token * block)) * share.groups
     sp = srv.speculative
     # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
     # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
     # parallel plan among the sections), and the loaded model's and draft's configs: a config.json whose content
     # changed at the same path is another model.
     used = {"model", "formats", "flash_attention", "compute", "stack", "sections", "moe"}
-    key = (machine.model_dump_json(), file.model_dump_json(include=used), repr(model), repr(draft), exact, max_tokens,
-           max_seqs, max_model_len, sp.model_dump_json() if sp else None)
+    exact = exact or mapper.serving_exact
+    key = (machine.model_dump_json(), file.model_dump_json(include=used | ({"batch", "prompt_len", "gen_len"} if own else set())),
+           repr(model), repr(draft), exact, max_tokens, max_seqs, max_model_len, sp.model_dump_json() if sp else None)
     costs = cache.get(key) if cache is not None else None
     if costs is None:
         costs = _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, share.groups)
@@ -118,7 +130,17 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
             cache[key] = costs
     return Setup(file, machine, model, draft, costs[0], costs[1], per_token, rank_token * block, total_blocks,
                  weights, act, _swap_rate(file, mapper) if cfg.swaps else None,
-                 max_tokens, max_seqs, max_model_len, share.groups)
+                 max_tokens, max_seqs, max_model_len, share.groups, max_prompt)
+
+
+def _check_block(file: s.ServeFile, machine: Machine, own: OwnPool) -> None:
+    """A static batch size, where given, must be the block the kind places (offload: the workload's batch and
+    policy, as `sim run` reads them)."""
+    cfg = file.serving.scheduler
+    if "batch_size" in cfg.model_fields_set and cfg.batch_size != own.sequences:
+        raise ConfigError(f"{file.source}: serving.scheduler.batch_size: {cfg.batch_size}, but kind {machine.kind} "
+                          f"runs blocks of {own.sequences} sequences (the workload's batch and policy); set one to "
+                          "the other or leave batch_size out")
 
 
 def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_len, groups=1):

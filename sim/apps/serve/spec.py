@@ -215,6 +215,9 @@ class Serving(Strict):
             raise ValueError("arrivals.process trace needs a trace section, and a trace section needs it")
         if self.trace is None and self.lengths is None:
             raise ValueError("lengths: required unless the requests come from a trace")
+        if self.speculative is not None and isinstance(self.scheduler, Static):
+            raise ValueError("speculative: a static batch runs whole padded steps; speculative decoding is modelled "
+                             "under the iteration-level schedulers, not kind static")
         return self
 
 

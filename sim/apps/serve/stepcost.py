@@ -48,11 +48,11 @@ from sim.apps.serve.costvec import Cost, add, add_busy, interp, lerp, rows_aroun
 from sim.apps.serve.decodecost import DecodeCosts
 from sim.apps.serve.lazytable import LazyRow, Remembered, book
 from sim.apps.serve.mixedcost import MixedCosts
+from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.tablecache import Point, TableStore, seqs_key
 from sim.core.engine import Timeline
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
-from sim.core.workload import Workload
 
 CHUNKS = [1, 2, 4, 8, 16, 32]
 KV_POINTS = [64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
@@ -82,11 +82,14 @@ def resource_busy_s(tl: Timeline) -> dict[str, float]:
     return out
 
 
-def check_kind(machine: Machine) -> None:
-    """Refuse, in one line, a kind whose mapper cannot cost one iteration (offload, spatial)."""
-    refusal = getattr(kind_module(machine.kind).MAPPER, "iteration_refusal", "")   # MAPPER may be a factory
-    if refusal:
-        raise ConfigError(f"{machine.source or machine.name}: kind {machine.kind}: {refusal}")
+def check_kind(machine: Machine, scheduler: str) -> None:
+    """Refuse, in one line, a scheduler kind that cannot drive the machine's kind (Mapper.serving_schedulers:
+    offload serves whole FlexGen blocks, under `static` only)."""
+    mapper = kind_module(machine.kind).MAPPER   # a class, or a factory without the attributes
+    allowed = getattr(mapper, "serving_schedulers", None)
+    if allowed is not None and scheduler not in allowed:
+        raise ConfigError(f"{machine.source or machine.name}: kind {machine.kind} serves under serving.scheduler.kind: "
+                          f"{' | '.join(allowed)}, not {scheduler}: {mapper.serving_schedulers_why}")
 
 
 @dataclass(frozen=True)
@@ -133,11 +136,11 @@ def entry_features(entries) -> Iteration:
     return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
 
 
-def serving_mapper(machine: Machine, workload: Workload, model: ModelConfig) -> Mapper:
-    """The kind's mapper for `workload`, refused in one line where it cannot cost an iteration. Serving
-    reads the hardware only through it: iteration, expert_part, device_share, rank_activation_bytes,
-    swap_bytes_per_s, engine_host_s, power_j, gap_j (hw_models.base.Mapper)."""
-    check_kind(machine)
+def serving_mapper(machine: Machine, workload: ServeFile, model: ModelConfig) -> Mapper:
+    """The kind's mapper for the serving file `workload`, refused in one line where its scheduler cannot drive
+    the kind. Serving reads the hardware only through it: iteration, expert_part, device_share, serving_pool,
+    rank_activation_bytes, swap_bytes_per_s, engine_host_s, power_j, gap_j (hw_models.base.Mapper)."""
+    check_kind(machine, workload.serving.scheduler.kind)
     return mapper_for(machine, workload, model)
 
 
@@ -148,7 +151,7 @@ class ExactCost:
 
     op_level = True
 
-    def __init__(self, machine: Machine, workload: Workload, model: ModelConfig, host: bool = True,
+    def __init__(self, machine: Machine, workload: ServeFile, model: ModelConfig, host: bool = True,
                  experts: bool = True):
         self.mapper: Mapper = serving_mapper(machine, workload, model)
         self.host = host     # add the engine's host work (not for a draft model's steps: the iteration pays it once)

@@ -79,6 +79,7 @@ class Scheduler:
         self.watermark = int(cfg.reserve_share * pool.total)
         self.prompt_limit = prompt_limit
         self.max_model_len: int | None = None   # set by the engine: longer requests are refused, as vLLM does
+        self.max_prompt: int | None = None      # set by the engine where the kind placed a block for its prompts
         self.preemptions = 0
         self.swapped_out_blocks = self.swapped_in_blocks = 0
 
@@ -100,6 +101,11 @@ class Scheduler:
 
     def refusal(self, r: Request) -> str | None:
         """Why r can never be scheduled (it is rejected on arrival, never left waiting), or None."""
+        if self.max_prompt is not None:   # a block the kind placed (offload): its prompt_len and gen_len
+            if r.prompt > self.max_prompt:
+                return "prompt longer than the placed block's prompt_len"
+            if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
+                return "longer than the placed block's prompt_len + gen_len"
         if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
             return "longer than max_model_len"   # vLLM answers "maximum context length is ..."
         if self.fits_ever(r):

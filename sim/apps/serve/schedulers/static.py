@@ -1,5 +1,6 @@
 """FasterTransformer-style static batching (`kind: static`): a fixed batch, padded to its longest
-prompt, runs until its longest output is done; the next batch waits.
+prompt, runs until its longest output is done; the next batch waits. Its size is `batch_size`, or on a
+kind that places its own KV (offload: FlexGen's block) that block (sim.apps.serve.instance).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Static(Scheduler):
 
     def schedule(self, now: float, more_coming: bool) -> Batch | None:
         if not self.running:
-            full = len(self.waiting) >= self.cfg.batch_size
+            full = len(self.waiting) >= self.max_seqs
             late = self.waiting and now >= self.waiting[0].arrival + self.cfg.max_wait_s
             if not (full or late or (self.waiting and not more_coming)):
                 return None
@@ -44,15 +45,21 @@ class Static(Scheduler):
     def _form(self) -> None:
         take: list[Request] = []
         P = O = 0
-        while self.waiting and len(take) < self.cfg.batch_size:
+        while self.waiting and len(take) < self.max_seqs:
             r = self.waiting[0]
             p, o = max(P, r.prompt), max(O, r.output)
             if self.pool.blocks_for(p + o) * (len(take) + 1) > self.pool.total:
                 break
             take.append(self.waiting.popleft())
             P, O = p, o
+        per = self.pool.blocks_for(P + O)
+        if take and self.pool.allocate(per * len(take)):   # checked above: it fits
+            for r in take:
+                r.blocks = per
         self.running, self.shape, self.step = take, (P, O), 0
 
     def finish(self, r: Request) -> None:
         if all(x.generated >= x.output for x in self.running):
+            for x in self.running:
+                self.free(x)
             self.running = []
