@@ -12,6 +12,7 @@ stack. Errors are (sim - measured) / measured.
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -199,19 +200,27 @@ def client_range(length: int, ratio: float) -> tuple[int, int]:
     return max(1, int(length * ratio)), length
 
 
-def machine_loader(engine_side_ttft: bool = False):
-    """Presets by name (or by a GPUS system name), loaded once each. `engine_side_ttft`: the log times TTFT from the engine's own
-    queueing (LLMServingSim's queued_ts), so the API front end is outside it: its terms are zeroed."""
-    front = ("per_request_s", "front_end_request_s", "front_end_prompt_token_s", "front_end_output_token_s")
-    zero = {"stacks": {e.stack: {"engine_overheads": dict.fromkeys(front, 0.0)} for e in ENGINES.values()}}
-    cache: dict[str, object] = {}
+class MachineLoader:
+    """Presets by name (or by a GPUS system name), loaded once each; a plain object, so that worker processes
+    get one (simulate's `jobs`). `engine_side_ttft`: the log times TTFT from the engine's own queueing
+    (LLMServingSim's queued_ts), so the API front end is outside it: its terms are zeroed."""
 
-    def load(name: str):
+    FRONT = ("per_request_s", "front_end_request_s", "front_end_prompt_token_s", "front_end_output_token_s")
+
+    def __init__(self, engine_side_ttft: bool = False):
+        self.engine_side_ttft = engine_side_ttft
+        self.cache: dict[str, object] = {}
+
+    def __call__(self, name: str):
         name = GPUS.get(name, name)
-        if name not in cache:
-            cache[name] = load_machine(name, zero if engine_side_ttft else None)
-        return cache[name]
-    return load
+        if name not in self.cache:
+            zero = {"stacks": {e.stack: {"engine_overheads": dict.fromkeys(self.FRONT, 0.0)} for e in ENGINES.values()}}
+            self.cache[name] = load_machine(name, zero if self.engine_side_ttft else None)
+        return self.cache[name]
+
+
+def machine_loader(engine_side_ttft: bool = False) -> MachineLoader:
+    return MachineLoader(engine_side_ttft)
 
 
 def layout_features(file: ServeFile, machine) -> dict[str, float]:
@@ -225,29 +234,58 @@ def signed_errors(sim: dict[str, float], measured: dict[str, float]) -> dict[str
     return {k: (sim[k] - v) / v for k, v in measured.items() if k in sim and v and np.isfinite(v)}
 
 
+Outcome = tuple[Result | None, tuple[str, str] | None]   # a run's result, or (name, why it could not be built)
+
+
 def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | None = None,
-             requests_per_client: int = REQUESTS_PER_CLIENT, progress: Callable[[int, int], None] | None = None
-             ) -> tuple[list[Result], list[tuple[str, str]]]:
+             requests_per_client: int = REQUESTS_PER_CLIENT, progress: Callable[[int, int], None] | None = None,
+             jobs: int = 1) -> tuple[list[Result], list[tuple[str, str]]]:
     """Each run simulated (surrogate costs shared between runs of one model, layout and stack);
-    runs that cannot be built come back as (name, reason)."""
+    runs that cannot be built come back as (name, reason). `jobs` > 1: in that many worker processes, each
+    taking whole groups of runs that share their costs (`machine_for` must pickle: a MachineLoader); the
+    results are the same as in one process, in the same order (tests/test_validate_serving_jobs.py)."""
+    if jobs <= 1 or len(runs) < 2:
+        outcomes = _simulate_each(runs, machine_for, stack, requests_per_client, progress)
+    else:
+        groups: dict[tuple, list[int]] = {}
+        for i, run in enumerate(runs):   # the runs that share a step-cost table: one model, GPU, layout, engine
+            groups.setdefault((run.model, run.gpu, run.tp, run.quant, run.engine), []).append(i)
+        slots: list[Outcome | None] = [None] * len(runs)
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_simulate_each, [runs[i] for i in idx], machine_for, stack, requests_per_client): idx
+                       for idx in sorted(groups.values(), key=len, reverse=True)}   # the longest first
+            finished = 0
+            for fut in as_completed(futures):
+                for i, outcome in zip(futures[fut], fut.result()):
+                    slots[i] = outcome
+                finished += len(futures[fut])
+                if progress:
+                    progress(finished, len(runs))
+        outcomes = [o for o in slots if o is not None]
+    return [r for r, _ in outcomes if r is not None], [f for _, f in outcomes if f is not None]
+
+
+def _simulate_each(runs: list[Run], machine_for: Callable[[str], Any], stack: str | None, requests_per_client: int,
+                   progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
+    """simulate() in this process: one outcome per run, in order."""
     cache: dict = {}
-    out, failed = [], []
+    out: list[Outcome] = []
     for i, run in enumerate(runs):
         try:
             file = run_file(run, stack, requests_per_client)
             res, summary = serve(file, machine_for(run.gpu), cache=cache)
         except SimError as exc:
-            failed.append((run.name, str(exc).splitlines()[0]))
+            out.append((None, (run.name, str(exc).splitlines()[0])))
             continue
         b = summary["benchmark"]
         sim = {k: b[k] for k in METRICS}
         if run.range_ratio is not None:   # as the measured E2E is derived (Run.range_ratio)
             sim["e2e_s"] = sim["ttft_s"] + sim["tpot_s"] * (run.osl - 1)
         feats = {**step_features(res), **layout_features(file, machine_for(run.gpu))}
-        out.append(Result(run, sim, signed_errors(sim, run.measured), feats))
+        out.append((Result(run, sim, signed_errors(sim, run.measured), feats), None))
         if progress:
             progress(i + 1, len(runs))
-    return out, failed
+    return out
 
 
 def group_key(r: Result) -> tuple[str, str, str]:

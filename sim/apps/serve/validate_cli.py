@@ -7,6 +7,7 @@ sim.apps.trace.validate_serving). --plots DIR writes the scatter and the errors 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
 from pathlib import Path
@@ -57,9 +58,18 @@ def _folder(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workers(args: argparse.Namespace) -> int:
+    if args.workers is None:
+        return os.cpu_count() or 1
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: must be at least 1")
+    return args.workers
+
+
 def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.serve.validate import machine_loader, render, scatter, simulate, write_plots
 
+    workers = _workers(args)
     if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
         raise ConfigError(f"--plots {args.plots}: exists and is not a folder")
     if Path(args.file).is_dir():
@@ -69,7 +79,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         runs = runs[:: max(1, len(runs) // args.limit)][: args.limit]
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
-    results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client)
+    results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client, jobs=workers)
     print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
     if args.plot:
         scatter(results, Path(args.plot))
@@ -93,6 +103,9 @@ def register(subparsers) -> None:
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes, each taking whole groups of runs that share step costs (default: all "
+                        "cores; 1: in this process); the results do not depend on it")
     p.add_argument("--plots", metavar="DIR", help="write the plots into DIR (created): scatter.png (simulated vs "
                    "measured TTFT and TPOT) and errors_vs_concurrency.png (signed errors by clients)")
     p.add_argument("--plot", metavar="PATH", help="write only the scatter plot, to PATH")
