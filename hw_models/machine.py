@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field, StrictInt, field_validator, model_validator
@@ -32,9 +32,18 @@ PRESET_DIR = Path(__file__).parent / "presets"
 class Tier(Strict):
     capacity_bytes: Quantity = Field(gt=0)
     bandwidth_bytes_per_s: Quantity = Field(gt=0)
+    # The datasheet peak where `bandwidth_bytes_per_s` is a measured rate below it (h200: a bf16 sum's 4.13 TB/s of
+    # 4.8): the most a fitted streaming kernel may reach (hw_models.stack.attention_kernels; peak_bytes_per_s).
+    peak_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     write_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     latency_s: Quantity = Field(default=0.0, ge=0)
     energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
+
+    @property
+    def peak_bytes_per_s(self) -> float:
+        """The cap of a fitted stream: the datasheet peak, never below the bandwidth (a what-if that raises the
+        bandwidth past the peak, `--set hw.memory.hbm.bandwidth_bytes_per_s=8e12`, raises the cap with it)."""
+        return max(self.peak_bandwidth_bytes_per_s or 0.0, self.bandwidth_bytes_per_s)
 
 
 class KindEfficiency(Strict):
@@ -68,6 +77,9 @@ class Efficiency(Strict):
     Optional GEMM tile/wave quantization (off unless gemm_tile_m/n are set): see
     `gemm_waves`. `parallel_units` is the number of SMs (or cores) tiles run on."""
 
+    # The fields that say what the GPU is, not how efficient it is: a calibrated preset keeps the base's (SMs, clock,
+    # the compute capability the stacks pick attention kernels by, its dense GEMM family; sim.apps.trace.calibrate).
+    IDENTITY: ClassVar[tuple[str, ...]] = ("parallel_units", "clock_hz", "compute_capability", "dense_gemm")
     compute_max: float = Field(default=1.0, gt=0, le=1)
     compute_half_flops: float = Field(default=0.0, ge=0)
     memory_max: float = Field(default=1.0, gt=0, le=1)

@@ -223,8 +223,10 @@ J per token is the window's energy over the tokens it produced. Idle on this mac
 The same Llama-2-7B at batch 1 over 1024 cached tokens, under the profiler: MAPE per op of the GEMMs and the
 attention, of all ops, and the error of the median decode step's and the prefill step's summed device time. The FP8
 and int4 rows' decode GEMMs are the calibration set of their families (in sample); their prefill GEMMs (M = 1024)
-are not. Attention is cuDNN's fused SDPA kernel on this torch, which no family describes yet: the roofline reads a
-decode call ~37% fast (12.1 us measured, 7.6 us simulated, for 16.8 MB of KV at batch 1).
+are not. Attention is cuDNN's fused SDPA kernel on this torch: a decode call is priced by its measured family
+(`torch_cudnn_sdpa`, fitted on the SDPA sweep of traces/h200/graph_steps/kernels.json by `scripts/fit_torch_attention.py`,
+whose `--held-out` prints these captures' decode attention errors), a prefill call by the roofline (no measured
+family: it reads them 23-53% fast).
 
 {table(["weights", "GEMM MAPE", "attention MAPE", "all ops MAPE", "decode step", "prefill step"], capture_rows())}
 """

@@ -164,15 +164,15 @@ def test_shipped_decode_floor_and_stream_on_h100():
     memory_max 0.85 x efficiency) x (1 + kv_ramp_ctas / (8 x splits) CTAs). Splits: 1, but for FlashAttention-2's
     family, whose heuristic splits this call 32 ways (test_fa2_splits_by_hand), FlashAttention-3's SM 8.x build,
     13 ways (test_fa3_splits_by_hand), TensorRT-LLM's multi-block mode, 16 sub-sequences whose merge is paid but whose
-    CTAs are not counted (test_xqa_multi_block_by_hand), and FlashInfer's, whose grid decides
-    (test_flashinfer_chunks_by_hand)."""
+    CTAs are not counted (test_xqa_multi_block_by_hand), cuDNN's SDPA, 2 (8 pairs, 4096 tokens:
+    tests/test_torch_attention.py), and FlashInfer's, whose grid decides (test_flashinfer_chunks_by_hand)."""
     for name, fam in attention_families().items():
         if "bf16" not in fam.decode:    # vllm_flashinfer: FP8 KV only (vLLM runs FlashAttention on 16-bit caches)
             continue
         d = fam.decode["bf16"]
         c = _cost(_op("decode", 1, 1, 4096), name)
         kv_bytes = 2 * 4096 * 8 * 128 * 2
-        s = {"none": 1, "fa2": 32, "fa3": 13, "xqa": 16}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096,
+        s = {"none": 1, "fa2": 32, "fa3": 13, "xqa": 16, "cudnn": 2}.get(d.split) or flashinfer_chunks(1, 8, 132, 4096,
                                                                                           d.blocks_per_sm)
         assert d.launch(1, 32, 8, 132, 4096)[1] == s
         per_cta = 8 if d.split in ("fa3", "xqa") else 8 * s    # FA3's and XQA's count (sequence, KV head) pairs
@@ -299,7 +299,9 @@ def test_fa2_key_block_follows_the_ops_head_dim():
 def test_kv_stream_never_passes_the_tiers_peak():
     """The fitted efficiency may pass 1 (it is against memory_max), never the DRAM peak: 1 GB at 0.85 TB/s x 1.4 =
     1.19 TB/s would pass a 1 TB/s peak, so it streams at 1 TB/s (1 ms x (1 + 2 / 100)); without a peak, 0.84 ms. On
-    the h200 preset (memory_max 1.0 over its measured 4.13 TB/s) a shipped efficiency above 1 streams at 4.13 TB/s."""
+    the h200 preset (memory_max 1.0 over its measured 4.13 TB/s) a shipped efficiency above 1 streams at 4.13 TB/s x
+    that efficiency, under the 4.8 TB/s datasheet peak (Tier.peak_bandwidth_bytes_per_s) that caps it; before the
+    preset named its peak, the measured 4.13 TB/s was the cap."""
     d = Decode(fixed_s=0, cta_s=0, mha_cta_s=0, kv_stream_efficiency=1.4, kv_ramp_ctas=2)
     assert d.kv_s(1e9, 100, 0.85e12, 1, False, peak=1e12) == pytest.approx(1e-3 * 1.02)
     assert d.kv_s(1e9, 100, 0.85e12, 1, False) == pytest.approx(1e9 / 1.19e12 * 1.02)
@@ -309,7 +311,10 @@ def test_kv_stream_never_passes_the_tiers_peak():
     op = _op("decode", 64, 1, 8192)
     kv_bytes = 2 * 64 * 8192 * 8 * 128 * 2
     c = _cost(op, "flash_attn", "h200")
-    assert c.memory_s == pytest.approx(kv_bytes / 4.13e12 * (1 + ramp / (64 * 8)))
+    assert 4.13e12 * eff < 4.8e12
+    assert c.memory_s == pytest.approx(kv_bytes / (4.13e12 * eff) * (1 + ramp / (64 * 8)))
+    fast = fam.decode["bf16"].model_copy(update={"kv_stream_efficiency": 1.3})   # 5.37 TB/s: the peak binds
+    assert fast.memory_s(kv_bytes, 64 * 8, 4.13e12, peak=4.8e12) == pytest.approx(kv_bytes / 4.8e12 * (1 + ramp / (64 * 8)))
 
 
 def test_flashinfer_chunks_by_hand():

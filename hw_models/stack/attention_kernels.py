@@ -16,7 +16,8 @@ why it falls with the SM clock (vLLM's rows: 14.1 / 11.3 / 9.8 us on A100 / H100
 1 / clock). The KV stream reaches its rate only with enough CTAs in flight to cover the DRAM latency (Little's law);
 split-KV recovers part of it, so the rate rises as CTAs / (CTAs + kv_ramp_ctas) (one CTA streams at ~40% of the
 many-CTA rate on H100 and A100).
-The efficiency, against memory_max (0.85 in sample), may pass 1 up to the DRAM peak (FA3 on the H100: 0.90-0.95).
+The efficiency, against memory_max (0.85 in sample), may pass 1 up to the DRAM peak (FA3 on the H100: 0.90-0.95):
+the tier's `peak_bandwidth_bytes_per_s` where its bandwidth is a measured rate below the datasheet's (h200), else its bandwidth.
 
 A per-op measurement that replays ONE layer's attention call in a CUDA graph (aiconfigurator's tables)
 re-reads a KV cache no larger than the L2 from the L2: those rows stream at the unit's cited L2 read
@@ -84,8 +85,14 @@ pairs (Decode.cta_units). TensorRT-LLM's multi-block mode (`split: xqa`, xqa_spl
 sequence is cut, but its CTAs stay one per (sequence, KV head): counted with the sub-sequences, the rows read worse.
 For a ragged batch the mean kv_len stands for FA2's max_seqlen_k.
 
+PyTorch's SDPA on SM 9.0 (torch 2.11: cuDNN's fused flash kernel, `split: cudnn`) adds a reduction kernel where
+the (sequence, KV head) pairs split in two still fit the SMs and the cache holds >= CUDNN_SPLIT_MIN_KV tokens; how
+many ways it splits is not seen, only the merge (`combine_s`) is priced.
+
 The figures are fitted by scripts/fit_kernels.py on the in-sample GPUs' tables and written to
-attention_kernels.yaml (do not edit it by hand). A stack names its family (`attention:`).
+attention_kernels.yaml (do not edit it by hand); the families fitted on this project's own measurements
+(`torch_cudnn_sdpa`: scripts/fit_torch_attention.py on the H200's SDPA sweep) live in attention_kernels_torch.yaml.
+A stack names its family (`attention:`, or by GPU and KV format in `attention_rules:`).
 Without parallel_units (or clock_hz, where the family has cycles) the decode terms cannot be
 placed: the op keeps the roofline.
 """
@@ -113,6 +120,12 @@ from sim.core.graph import Op
 from sim.core.schema import Quantity, Strict
 
 KERNELS_FILE = Path(__file__).parent / "attention_kernels.yaml"
+MEASURED_FILE = Path(__file__).parent / "attention_kernels_torch.yaml"   # scripts/fit_torch_attention.py
+# cuDNN's fused SDPA (PyTorch 2.11 on SM 9.0) splits a decode call's KV, adding a reduction kernel, where the batch's
+# (sequence, KV head) pairs split in two still fit the SMs and the cache holds at least this many tokens: so on every
+# point of the H200 sweep and every flash capture of traces/h200 (split at 8, 32 and 64 pairs from 1024 tokens on, never
+# at 128 or more pairs, never at 256 tokens; kernels.json, *_flash.trace.json.gz).
+CUDNN_SPLIT_MIN_KV = 1024
 
 
 class Decode(Strict):
@@ -132,9 +145,9 @@ class Decode(Strict):
     mha_kv_walk_s_per_token: Quantity = Field(default=0.0, ge=0)   # the same for MHA calls (FlashAttention-2)
     # How the kernel splits a sequence across CTAs (module doc): "none", FlashAttention-2's heuristic ("fa2",
     # grouped-query calls only), FlashAttention-3's on SM 8.x ("fa3"), FlashInfer's partition-kv ("flashinfer", with
-    # the fitted occupancy `blocks_per_sm`), TensorRT-LLM's multi-block mode ("xqa"); a split call pays `combine_s`
+    # the fitted occupancy `blocks_per_sm`), TensorRT-LLM's multi-block mode ("xqa"), cuDNN's SDPA ("cudnn", CUDNN_SPLIT_MIN_KV); a split call pays `combine_s`
     # for merging the partials.
-    split: Literal["none", "fa2", "fa3", "flashinfer", "xqa"] = "none"
+    split: Literal["none", "fa2", "fa3", "flashinfer", "xqa", "cudnn"] = "none"
     combine_s: Quantity = Field(default=0.0, ge=0)
     blocks_per_sm: int = Field(default=1, ge=1)
     rows: int = 0                                       # measured rows fitted
@@ -152,6 +165,8 @@ class Decode(Strict):
             n = fa2_num_splits(batch * kv_heads * -(-(heads // kv_heads) // 64), sms, kv_len, head_dim)
         elif self.split == "fa3":
             n = fa3_num_splits(batch, kv_heads, sms, kv_len, head_dim)
+        elif self.split == "cudnn" and 2 * batch * kv_heads <= sms and kv_len >= CUDNN_SPLIT_MIN_KV:
+            n = 2   # cuDNN's SDPA adds its lean_reduction kernel; how many ways it splits is not seen (CUDNN_SPLIT_MIN_KV)
         elif self.split == "xqa":   # the merge priced, its sub-sequence CTAs not counted (module doc)
             return batch * kv_heads, xqa_multi_block_count(batch, kv_heads, sms, kv_len), heads == kv_heads
         return batch * kv_heads * n, n, heads == kv_heads
@@ -300,10 +315,17 @@ class AttentionKernels(Strict):
         return out
 
 
-def attention_families(path: Path = KERNELS_FILE) -> dict[str, AttentionFamily]:
-    if not path.is_file():
-        return {}
-    return read_families(AttentionKernels, path)
+def attention_families(path: Path = KERNELS_FILE, measured: Path | None = MEASURED_FILE) -> dict[str, AttentionFamily]:
+    """The families fitted on the aic tables (`path`), with those fitted on this project's own measurements
+    (`measured`: PyTorch's SDPA kernels on the H200); a name lives in one file."""
+    out = dict(read_families(AttentionKernels, path)) if path.is_file() else {}
+    if measured is not None and measured.is_file():
+        more = read_families(AttentionKernels, measured)
+        both = sorted(set(out) & set(more))
+        if both:
+            raise ConfigError(f"{measured}: {', '.join(both)} also in {path} (a family lives in one file)")
+        out.update(more)
+    return out
 
 
 def family_names() -> list[str]:
@@ -341,7 +363,7 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
         l2_bw = unit.l2_bandwidth_bytes_per_s if single_layer_replay and l2_resident(unit, kv_bytes) else None
         kv_len = d.get("kv_len", 1)
         launch = fig.launch(batch, heads, kv_heads, sms, kv_len, d.get("head_dim", 128))
-        memory_s = fig.kv_s(kv_bytes, launch[0], bw, kv_len, launch[2], l2_bw, tier.bandwidth_bytes_per_s)
+        memory_s = fig.kv_s(kv_bytes, launch[0], bw, kv_len, launch[2], l2_bw, tier.peak_bytes_per_s)
         overhead_s = fig.launch_overhead_s(launch, sms, clock)
         return OpCost(op, unit_name, overhead_s + memory_s, 0.0, memory_s, overhead_s,
                       bound_of(0.0, memory_s, overhead_s), f"{family} decode", energy)

@@ -293,8 +293,7 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     u = raw["units"][unit_name]
     u["launch_overhead_s"] = _round(overall.params["overhead_s"])
     eff = {k: _round(overall.params[k]) for k in PARAMS[:4]}
-    if e.parallel_units is not None:
-        eff["parallel_units"] = e.parallel_units
+    eff.update({k: v for k in Efficiency.IDENTITY if (v := getattr(e, k)) is not None})   # what the GPU is
     if tile is not None:
         eff["gemm_tile_m"], eff["gemm_tile_n"] = tile
     if kinds:
