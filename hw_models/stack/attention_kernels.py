@@ -110,7 +110,7 @@ from hw_models.machine import Tier, Unit
 from hw_models.stack.fa2_splits import fa2_num_splits
 from hw_models.stack.fa3_splits import fa3_num_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
-from hw_models.stack.kernel_families import read_families
+from hw_models.stack.kernel_families import read_family_files
 from hw_models.stack.prefill_curves import Prefill, PrefillCurves, format_keys
 from hw_models.stack.xqa_splits import xqa_multi_block_count
 from sim.core import graph as g
@@ -318,14 +318,7 @@ class AttentionKernels(Strict):
 def attention_families(path: Path = KERNELS_FILE, measured: Path | None = MEASURED_FILE) -> dict[str, AttentionFamily]:
     """The families fitted on the aic tables (`path`), with those fitted on this project's own measurements
     (`measured`: PyTorch's SDPA kernels on the H200); a name lives in one file."""
-    out = dict(read_families(AttentionKernels, path)) if path.is_file() else {}
-    if measured is not None and measured.is_file():
-        more = read_families(AttentionKernels, measured)
-        both = sorted(set(out) & set(more))
-        if both:
-            raise ConfigError(f"{measured}: {', '.join(both)} also in {path} (a family lives in one file)")
-        out.update(more)
-    return out
+    return read_family_files(AttentionKernels, path, measured)
 
 
 def family_names() -> list[str]:

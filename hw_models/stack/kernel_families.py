@@ -132,14 +132,20 @@ def _load(schema: type[Strict], path: Path, mtime_ns: int) -> dict:
     return validate_mapping(schema, read_yaml(path), str(path), "a mapping with `families:`").families
 
 
-def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> dict[str, Family]:
-    out = dict(read_families(Families, path))
-    if fitted is not None and fitted.is_file():
-        more = read_families(Families, fitted)
-        both = sorted(set(out) & set(more))
+def read_family_files(schema: type[Strict], path: Path, more: Path | None) -> dict:
+    """The families of `path` (if it exists) and of `more` (if given and it exists); a name lives in one file."""
+    out = dict(read_families(schema, path)) if path.is_file() else {}
+    if more is not None and more.is_file():
+        extra = read_families(schema, more)
+        both = sorted(set(out) & set(extra))
         if both:
-            raise ConfigError(f"{fitted}: {', '.join(both)} also in {path} (a family lives in one file)")
-        out.update(more)
+            raise ConfigError(f"{more}: {', '.join(both)} also in {path} (a family lives in one file)")
+        out.update(extra)
+    return out
+
+
+def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> dict[str, Family]:
+    out = read_family_files(Families, path, fitted)
     unknown = sorted(f"{n} -> {f.switch_family}" for n, f in out.items() if f.switch_family and f.switch_family not in out)
     if unknown:
         raise ConfigError(f"switch_family names no kernel family: {', '.join(unknown)}")
