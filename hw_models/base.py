@@ -80,6 +80,7 @@ class OwnPool:
     sequences: int
     prompt_tokens: int
     context_tokens: int
+    describe: str = ""   # how the kind places it, for the report (offload: the policy)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,19 @@ def test_a_full_block_is_one_flexgen_generation():
     # The step costs are FlexGen-sized: tens of seconds for a 144 x 512 prefill of OPT-30B over PCIe 3.0, and
     # a decode step that streams the CPU-resident 80% of 60 GB of weights (48 GB at 12.6 GB/s, 3.8 s) at least.
     assert 10 < prefill < 300 and decode[0] > 48e9 / 12.6e9
+    assert summary["placed"].startswith("FlexGen block of 144 (weights 20/80/0") and "search" not in summary["placed"]
+
+
+def test_without_a_policy_the_search_places_the_block():
+    """No policy figures: sim run's search chooses one, at most the workload's batch, and the served batches are
+    its block (the report says so)."""
+    raw = _file(output=2, arrivals=dict(process="burst", size=8, num_requests=8)).model_dump(exclude={"source"},
+                                                                                         exclude_unset=True)
+    raw["policy"] = {}
+    res, summary = serve(serve_file_from_dict(raw, "flexgen_serve.yaml"), load_machine("flexgen_t4"))
+    block = int(summary["placed"].split()[3])
+    assert "chosen by the policy search" in summary["placed"] and 1 <= block <= BLOCK
+    assert summary["kv_blocks_total"] == block * 544 and (res.requests["status"] == DONE).all()
 
 
 def test_a_lone_request_pays_the_whole_block():

@@ -187,8 +187,9 @@ class OffloadMapper(Mapper):
         of KV where the policy puts them (GPU, CPU or disk), its prompts up to prompt_len (the activations and
         the GPU working set are placed for that). A placement that does not fit is a CapacityError."""
         self.footprint()
-        w = self.workload
-        return OwnPool(self.policy().block_size, w.prompt_len, w.prompt_len + w.gen_len)
+        w, p = self.workload, self.policy()
+        how = f"FlexGen block of {p.block_size} ({p.describe()}{'; chosen by the policy search' if self.search_result else ''})"
+        return OwnPool(p.block_size, w.prompt_len, w.prompt_len + w.gen_len, how)
 
     def iteration(self, seqs, logits=None, exhaustive=False, busy=None, device_only=False,
                   experts=True) -> StepResult:

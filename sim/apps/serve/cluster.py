@@ -23,9 +23,16 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
                  progress: Callable[[int, int], None] | None = None,
                  cache: dict | None = None, watch: Callable[[ServeSim], None] | None = None
                  ) -> tuple[ServeResult, dict[str, Any]]:
-    """The run's result and the summary entries beyond sim.apps.serve.metrics.summarize's.
-    Disaggregated pools take their own presets (`setup`'s machine is not used). `watch` looks at a
-    single instance's run as it goes (ServeSim); routers, pools and closed loops run without it."""
+    """The run's result and the summary entries beyond sim.apps.serve.metrics.summarize's (`placed`: how a kind
+    that places its own KV placed the batch). Disaggregated pools take their own presets (`setup`'s machine is not
+    used). `watch` looks at a single instance's run as it goes (ServeSim); routers, pools and closed loops run
+    without it."""
+    res, extra = _stream(file, setup, reqs, progress, cache, watch)
+    return res, {**extra, "placed": setup.placed} if setup.placed else extra
+
+
+def _stream(file: ServeFile, setup: Setup, reqs: Requests, progress: Callable[[int, int], None] | None,
+            cache: dict | None, watch: Callable[[ServeSim], None] | None) -> tuple[ServeResult, dict[str, Any]]:
     loop = file.serving.arrivals
     if isinstance(loop, Closed):
         if file.serving.disaggregated is not None or file.serving.router is not None:

@@ -58,6 +58,7 @@ class Setup:
     max_model_len: int
     groups: int = 1                  # attention groups (sim.apps.serve.attention_dp)
     max_prompt: int | None = None    # longest prompt a kind that places its own KV was placed for
+    placed: str = ""                 # how that kind placed it (OwnPool.describe), for the report
 
     def scheduler(self, requests: Requests) -> Scheduler:
         cfg = self.file.serving.scheduler
@@ -130,7 +131,7 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
             cache[key] = costs
     return Setup(file, machine, model, draft, costs[0], costs[1], per_token, rank_token * block, total_blocks,
                  weights, act, _swap_rate(file, mapper) if cfg.swaps else None,
-                 max_tokens, max_seqs, max_model_len, share.groups, max_prompt)
+                 max_tokens, max_seqs, max_model_len, share.groups, max_prompt, own.describe if own else "")
 
 
 def _check_block(file: s.ServeFile, machine: Machine, own: OwnPool) -> None:

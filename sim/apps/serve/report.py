@@ -36,6 +36,8 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
                                         f"idle {ph['idle'] / e['total_j']:.0%}"),
                  ("power per device", f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
                                       f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})")]
+    if s.get("placed"):
+        rows.append(("batch", s["placed"]))
     if s.get("host_per_iteration_s"):
         rows.append(("host per iteration", f"{fmt_time(s['host_per_iteration_s'])} mean (the engine's work: "
                                            "schedule, inputs, sampling, outputs; and kernel launches)"))
