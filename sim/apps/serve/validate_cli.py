@@ -79,7 +79,11 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         runs = runs[:: max(1, len(runs) // args.limit)][: args.limit]
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
-    results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client, jobs=workers)
+    from sim.apps.progress import bar
+
+    with bar("replaying runs", "runs", len(runs), quiet=args.quiet) as update:
+        results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client,
+                                   progress=lambda done, total: update(done), jobs=workers)
     print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
     if args.plot:
         scatter(results, Path(args.plot))
