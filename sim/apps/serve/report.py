@@ -26,6 +26,7 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         ("KV blocks", f"{s['kv_blocks_total']:,} in the pool, peak {s['kv_blocks_peak']:,} "
                       f"({s['kv_blocks_peak'] / max(s['kv_blocks_total'], 1):.0%}), mean use {s['kv_usage_mean']:.0%}"),
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
+        *([("batch", s["placed"])] if s.get("placed") else []),   # a kind that placed its own batch (offload)
         ("energy", f"{s['energy_per_token_j']:.3g} J per output token"),
     ]
     e = s.get("energy")
@@ -36,8 +37,6 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
                                         f"idle {ph['idle'] / e['total_j']:.0%}"),
                  ("power per device", f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
                                       f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})")]
-    if s.get("placed"):
-        rows.append(("batch", s["placed"]))
     if s.get("host_per_iteration_s"):
         rows.append(("host per iteration", f"{fmt_time(s['host_per_iteration_s'])} mean (the engine's work: "
                                            "schedule, inputs, sampling, outputs; and kernel launches)"))
