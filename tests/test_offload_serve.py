@@ -5,20 +5,25 @@ block's longest, the block run to its longest output."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from hw_models.machine import load_machine
-from hw_models.registry import mapper_for
+from hw_models.registry import mapper_for, simulate
 from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE, REJECTED
 from sim.apps.serve.spec import serve_file_from_dict
 from sim.core.errors import CapacityError, ConfigError
+from sim.core.workload import load_workload
 from tests.conftest import write_serving_file
 from tests.robust_helpers import refused
 
 # FlexGen's OPT-30B policy on its T4 machine (workloads/opt30b_flexgen.yaml): a block of 48 x 3 = 144.
 POLICY = dict(wg=20, wc=80, cg=0, cc=100, hg=0, hc=100, gpu_batch_size=48, num_gpu_batches=3, cpu_attention=True)
 BLOCK = 144
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _file(prompt: int = 512, output: int = 4, arrivals: dict | None = None, **extra):
@@ -68,6 +73,23 @@ def test_without_a_policy_the_search_places_the_block():
     block = int(summary["placed"].split()[3])
     assert "chosen by the policy search" in summary["placed"] and 1 <= block <= BLOCK
     assert summary["kv_blocks_total"] == block * 544 and (res.requests["status"] == DONE).all()
+
+
+def test_a_served_block_is_sim_runs_generation():
+    """workloads/opt30b_flexgen.yaml as `sim run` costs it (FlexGen's OPT-30B benchmark: 144 x 512 prompts, 32 new
+    tokens) and the same block served (144 requests at once, 512 / 32 tokens each): one generation, so the served
+    run lasts sim run's end-to-end and delivers its tokens/s (sim run interpolates decode steps linearly in KV,
+    exact for this block's steps; 1e-6)."""
+    machine = load_machine("flexgen_t4")
+    run = simulate(load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml"), machine).metrics()
+    raw = yaml.safe_load((ROOT / "workloads" / "opt30b_flexgen.yaml").read_text())
+    raw["serving"] = dict(arrivals=dict(process="burst", size=BLOCK, num_requests=BLOCK),
+                          lengths=dict(prompt=dict(dist="fixed", value=512), output=dict(dist="fixed", value=32)),
+                          scheduler=dict(kind="static"))
+    _, summary = serve(serve_file_from_dict(raw, "opt30b_flexgen_served.yaml"), machine)
+    assert summary["duration_s"] == pytest.approx(run["e2e_s"], rel=1e-6)
+    assert summary["throughput_tok_s"] == pytest.approx(run["throughput_tok_s"], rel=1e-6)
+    assert summary["latency"]["ttft"]["mean"] == pytest.approx(run["ttft_s"], rel=1e-6)
 
 
 def test_a_lone_request_pays_the_whole_block():
