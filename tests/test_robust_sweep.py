@@ -59,7 +59,7 @@ def test_a_changed_spec_relabels_reused_rows(tmp_path):
 
 _ORPHAN = """
 import concurrent.futures as cf, os, signal, sys
-from sim.apps.sweep.run import die_with_parent
+from sim.apps.workers import die_with_parent
 pool = cf.ProcessPoolExecutor(1, initializer=die_with_parent, initargs=(os.getpid(),))
 print(pool.submit(os.getpid).result(), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)

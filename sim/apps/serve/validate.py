@@ -12,7 +12,7 @@ stack. Errors are (sim - measured) / measured.
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +25,7 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict
 from sim.apps.serve.stepcost import serving_mapper
+from sim.apps.workers import process_pool
 from sim.core.errors import SimError
 
 # Llama-3.1 has Llama-3's shapes (sim/core/data/models.yaml llama3-8b/-70b) with a 128k context
@@ -251,7 +252,7 @@ def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | No
         for i, run in enumerate(runs):   # the runs that share a step-cost table: one model, GPU, layout, engine
             groups.setdefault((run.model, run.gpu, run.tp, run.quant, run.engine), []).append(i)
         slots: list[Outcome | None] = [None] * len(runs)
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with process_pool(jobs) as pool:
             futures = {pool.submit(_simulate_each, [runs[i] for i in idx], machine_for, stack, requests_per_client): idx
                        for idx in sorted(groups.values(), key=len, reverse=True)}   # the longest first
             finished = 0

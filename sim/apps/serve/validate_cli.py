@@ -58,18 +58,11 @@ def _folder(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workers(args: argparse.Namespace) -> int:
-    if args.workers is None:
-        return os.cpu_count() or 1
-    if args.workers < 1:
-        raise ConfigError(f"--workers {args.workers}: must be at least 1")
-    return args.workers
-
-
 def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.serve.validate import machine_loader, render, scatter, simulate, write_plots
+    from sim.apps.workers import check_workers
 
-    workers = _workers(args)
+    check_workers(args.workers)
     if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
         raise ConfigError(f"--plots {args.plots}: exists and is not a folder")
     if Path(args.file).is_dir():
@@ -83,7 +76,8 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
 
     with bar("replaying runs", "runs", len(runs), quiet=args.quiet) as update:
         results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client,
-                                   progress=lambda done, total: update(done), jobs=workers)
+                                   progress=lambda done, total: update(done),
+                                   jobs=args.workers or os.cpu_count() or 1)
     print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
     if args.plot:
         scatter(results, Path(args.plot))

@@ -9,11 +9,8 @@ the store: one commit per finished point.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import ctypes
 import importlib.util
 import os
-import signal
-import sys
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -29,9 +26,9 @@ from sim.apps.sweep.store import Store
 from sim.apps.sweep import plots as sweep_plots
 from sim.apps.sweep.point import run_point
 from sim.apps.sweep.store import export, load_results, load_series
+from sim.apps.workers import check_workers, process_pool
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # The local cluster's housekeeping, slowed: at Dask's defaults (an event-loop health tick every 20 ms in
 # the scheduler and each nanny, a system monitor every 0.5 s, each nanny reading its worker's memory every
 # 0.1 s, a stack sample of the running task every 10 ms) the sweep's own process spent 8.6 s CPU over a
@@ -55,10 +52,7 @@ def make_executor(executor: "str | cf.Executor | None", workers: int | None) -> 
     check_executor(executor, workers)
     with ExitStack() as stack:
         if executor in (None, "", "local"):
-            pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
-                                          initializer=die_with_parent, initargs=(os.getpid(),))
-            stack.callback(pool.shutdown, wait=True, cancel_futures=True)
-            yield pool
+            yield stack.enter_context(process_pool(workers))
             return
         try:
             from distributed import Client, LocalCluster
@@ -83,8 +77,7 @@ def make_executor(executor: "str | cf.Executor | None", workers: int | None) -> 
 
 def check_executor(executor: "str | cf.Executor | None", workers: int | None) -> None:
     """The --executor and --workers values, checked before anything is created."""
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--workers {workers}: must be at least 1")
+    check_workers(workers)
     if isinstance(executor, cf.Executor) or executor in (None, "", "local"):
         return
     if not (executor == "dask-local" or isinstance(executor, str) and executor.startswith("dask://")
@@ -92,15 +85,6 @@ def check_executor(executor: "str | cf.Executor | None", workers: int | None) ->
         raise ConfigError(f"--executor {executor!r}: expected local, dask-local or dask://HOST:PORT")
     if importlib.util.find_spec("distributed") is None:
         raise ConfigError(f"--executor {executor}: needs dask (pip install -e .[cluster])")
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Pool initializer: a worker is killed when the sweep's process dies, even by SIGKILL
-    (Linux PR_SET_PDEATHSIG; elsewhere the pool's own shutdown is all there is)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before the line above ran
-        os._exit(1)
 
 
 @dataclass

@@ -1,0 +1,44 @@
+"""Worker processes for the commands that spread independent jobs over the cores (`sim sweep`, `sim
+validate-serving`): one check of a --workers value, and one process pool whose workers die with the
+command's process and whose queued jobs are cancelled when it stops early."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ctypes
+import os
+import signal
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+from sim.core.errors import ConfigError
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def check_workers(workers: int | None) -> None:
+    """A --workers value (None: all cores), checked before anything is started."""
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers {workers}: must be at least 1")
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Pool initializer: a worker is killed when the command's process dies, even by SIGKILL
+    (Linux PR_SET_PDEATHSIG; elsewhere the pool's own shutdown is all there is)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the line above ran
+        os._exit(1)
+
+
+@contextmanager
+def process_pool(workers: int | None) -> Iterator[cf.ProcessPoolExecutor]:
+    """`workers` processes (None: all cores); on the way out, jobs not yet started are cancelled (an interrupt
+    does not wait for the queue) and the running ones finished."""
+    pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                                  initializer=die_with_parent, initargs=(os.getpid(),))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
