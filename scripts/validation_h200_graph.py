@@ -55,6 +55,7 @@ CAPTURES = [ROOT / "traces" / "h200" / "quant" / f"llama2-7b_L4_bf16{w}_b1_p1024
 HEADING = "## H200: whole graph-replayed steps, quantized weights and board power"
 PLOT_NAME = "validation_h200_graph.png"
 COLORS = {"bf16": "C0", "fp8_e4m3": "C1", "int4": "C2"}
+MARKERS = ("o", "^", "D")   # one per model, in MODELS order; a prefill's marker is hollow
 NEXT_HEADING = "## RTX A6000"
 
 
@@ -129,22 +130,25 @@ def power_rows() -> tuple[list[list[str]], dict]:
 
 
 def plot(path: Path) -> Path:
-    """Simulated against measured: each step's time (left) and its board power (right), by weight format."""
+    """Simulated against measured: each step's time (left) and its board power (right): colour the weight format,
+    marker the model, hollow a prefill (the batch and cache size, which also vary, are in the tables)."""
+    from matplotlib.lines import Line2D
     plt = pyplot()
+    marker = dict(zip(MODELS, MARKERS))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     panels = ((axes[0], cases("_kernels"), "step_s", 1e3, "step time (ms), log", True),
               (axes[1], cases(""), "avg_power_w", 1.0, "board power (W)", False))
     for ax, steps, key, scale, label, log in panels:
         lo, hi = float("inf"), 0.0
-        for fmt, color in COLORS.items():
-            pts = [(c[key] * scale, simulated(model, c)[0 if key == "step_s" else 1] * scale)
-                   for (model, _), c in steps.items() if c["weights"] == fmt]
-            xs, ys = [x for x, _ in pts], [y for _, y in pts]
-            ax.scatter(xs, ys, s=22, color=color, label=fmt)
-            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
+        for (model, case), c in steps.items():
+            x, y = c[key] * scale, simulated(model, c)[0 if key == "step_s" else 1] * scale
+            color = COLORS[c["weights"]]
+            ax.scatter([x], [y], s=24, marker=marker[model], edgecolors=color,
+                       facecolors="none" if case.startswith("prefill") else color)
+            lo, hi = min(lo, x, y), max(hi, x, y)
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
         for f in (1.1, 1 / 1.1):
-            ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6, label="±10%" if f > 1 else None)
+            ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
         if log:   # plain millisecond ticks: a log axis's default minor labels overlap at this span
             from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
             ax.set_xscale("log")
@@ -155,7 +159,11 @@ def plot(path: Path) -> Path:
                 axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"measured {label}")
         ax.set_ylabel(f"simulated {label}")
-        ax.legend(fontsize=7, loc="upper left")
+        keys = ([Line2D([], [], ls="", marker="s", color=col, label=fmt) for fmt, col in COLORS.items()]
+                + [Line2D([], [], ls="", marker=marker[m], color="gray", label=m) for m in MODELS]
+                + [Line2D([], [], ls="", marker="o", mfc="none", color="gray", label="prefill (hollow)"),
+                   Line2D([], [], color="k", lw=0.8, label="y = x"), Line2D([], [], color="k", ls=":", lw=0.6, label="±10%")])
+        ax.legend(handles=keys, fontsize=7, loc="upper left")
     axes[0].set_title("H200, graph-replayed steps (torch-cudagraph)", fontsize=10)
     axes[1].set_title("board power over 3 s of replays (held out)", fontsize=10)
     fig.tight_layout()
