@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Fit the decode attention family PyTorch's SDPA runs on the H200 (`torch_cudnn_sdpa`: torch 2.11 dispatches a
-bf16 decode call to cuDNN's fused flash kernel, `cudnn_generated_fort_native_sdpa_sm80_flash_fprop_*`, adding
-`cudnn::fusion::lean_reduction_kernel` where it splits the KV) and write hw_models/stack/attention_kernels_torch.yaml
+"""Fit the attention family PyTorch's SDPA runs on the H200 (`torch_cudnn_sdpa`: torch 2.11 dispatches a bf16 call
+to cuDNN's fused flash kernels: at decode `cudnn_generated_fort_native_sdpa_sm80_flash_fprop_*`, adding
+`cudnn::fusion::lean_reduction_kernel` where it splits the KV; a causal prefill
+`cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_*`) and write hw_models/stack/attention_kernels_torch.yaml
 (issue 28), or `--check` that the file carries the fit.
 
 Data (calibration): traces/h200/graph_steps/kernels.json `sdpa`, scripts/measure_graph_kernels.py's sweep of one
@@ -16,10 +17,18 @@ KV head), no per-CTA term, no ramp: the 268 MB rows take 63.5-68.1 us from 32 to
 
 fixed_s and 1 / kv_stream_efficiency by least squares on the relative error of the unsplit rows; combine_s the
 median replayed time of the reduction kernel (its device time + the node gap its replay measured) over the split
-rows. Three significant figures. Held out: the six flash captures' decode attention (traces/h200/*_flash, torch
-eager, `sim validate`) and the whole graph-replayed steps (scripts/validation_h200_graph.py).
+rows. Three significant figures.
 
-    python scripts/fit_torch_attention.py [--check]
+Prefill (calibration): traces/h200/graph_steps/prefill_sdpa.json, the same script's sweep of one causal call
+(q_len = kv_len = S = 128-16384, batch 1-32 with batch x S <= 64K, MHA 8-40 heads and GQA 32/8, 64/8, bf16,
+head_dim 128; 252 rows), fitted by scripts/fit_kernels.py's NNLS (nnls_prefill: fixed + kv_len x walk + FLOPs /
+(bf16 peak x fraction(S)), the fraction never falling with S) on the relative error of `per_call_s`, the FLOPs
+those of sim's own lowered attention op.
+
+Held out: the flash captures' attention (traces/h200/*_flash, torch eager, `sim validate`) and the whole
+graph-replayed steps (scripts/validation_h200_graph.py).
+
+    python scripts/fit_torch_attention.py [--check] [--held-out]
 """
 
 from __future__ import annotations
@@ -35,12 +44,16 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
+from fit_kernels import nnls_prefill  # noqa: E402  (scripts/)
+from hw_models.compute_path import native_rates  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
 from hw_models.stack.attention_kernels import CUDNN_SPLIT_MIN_KV, MEASURED_FILE  # noqa: E402
 from sim.core import graph as g  # noqa: E402
 
 SWEEP = ROOT / "traces" / "h200" / "graph_steps" / "kernels.json"
+PREFILL_SWEEP = ROOT / "traces" / "h200" / "graph_steps" / "prefill_sdpa.json"
 L2_BYTES = 50 * 2**20        # GH100's L2 (NVIDIA H100 whitepaper: 50 MB); the H200 is the same die
 REDUCTION = "lean_reduction_kernel"
 FAMILY = "torch_cudnn_sdpa"
@@ -77,20 +90,48 @@ def fit() -> dict:
     model = [fig["fixed_s"] + r["kv_bytes"] / (bw * fig["kv_stream_efficiency"]) + (fig["combine_s"] if splits(r, sms) else 0)
              for r in big]
     fig["fit_mape"] = round(float(np.mean([abs(p / r["per_call_s"] - 1) for p, r in zip(model, big)])), 4)
+    prefill = fit_prefill()
     return {"families": {FAMILY: {
-        "description": "PyTorch SDPA decode on SM 9.0 (torch 2.11): cuDNN's fused flash kernel, a lean reduction "
-                       "kernel where it splits the KV; graph-replayed times",
-        "cite": f"this project's H200 sweep ({SWEEP.relative_to(ROOT)}: {len(big)} rows of >= 4 x L2 fitted); "
-                "kernel names from its profiler records; scripts/fit_torch_attention.py",
-        "decode": {"bf16": fig}}}}
+        "description": "PyTorch SDPA on SM 9.0 (torch 2.11): cuDNN's fused flash kernels (decode: a lean reduction "
+                       "kernel where it splits the KV; prefill: the causal wgmma kernel); graph-replayed times",
+        "cite": f"this project's H200 sweeps ({SWEEP.relative_to(ROOT)}: {len(big)} decode rows of >= 4 x L2 fitted; "
+                f"{PREFILL_SWEEP.relative_to(ROOT)}: {prefill['rows']} causal prefill rows); kernel names from their "
+                "profiler records; scripts/fit_torch_attention.py",
+        "decode": {"bf16": fig},
+        "prefill": prefill}}}
+
+
+def prefill_rows() -> list[dict]:
+    return json.loads(PREFILL_SWEEP.read_text())["prefill"]
+
+
+def fit_prefill() -> dict:
+    """The causal prefill curve (module doc): fixed_s, walk_s_per_token and the fraction of the H200's bf16 peak at
+    each swept S, with its fit MAPE over the rows."""
+    from sim.apps.trace.aic import attention_ops
+    m = load_machine("h200")
+    peak = native_rates(m.units[m.main_unit], m.main_unit)["bf16"]
+    rs = prefill_rows()
+    lens = sorted({r["q_len"] for r in rs})
+    idx = np.searchsorted(lens, [r["q_len"] for r in rs])
+    ideal = np.array([attention_ops("h200", None, "torch", "prefill", r["batch"], r["q_len"], r["kv_len"], r["heads"],
+                                    r["kv_heads"], 128, "bf16")[0][0].flops / peak for r in rs])
+    t = np.array([r["per_call_s"] for r in rs])
+    kv_len = np.array([float(r["kv_len"]) for r in rs])
+    c = nnls_prefill(idx, ideal, t, np.zeros_like(t), kv_len, lens)
+    points = [[q_len, sig(f)] for q_len, f in zip(lens, c[2:])]
+    fixed, walk = sig(c[0]), sig(c[1])
+    pred = fixed + walk * kv_len + ideal / np.array([points[i][1] for i in idx])
+    return {"fixed_s": fixed, "walk_s_per_token": walk, "rate_points": points, "rows": len(rs),
+            "fit_mape": round(float(np.mean(np.abs(pred / t - 1))), 4)}
 
 
 CAPTURES = sorted((ROOT / "traces" / "h200").glob("*_flash.trace.json.gz")) + sorted(
     (ROOT / "traces" / "h200" / "quant").glob("*_flash.trace.json.gz"))
 
 
-def held_out(stack: str = "torch-eager") -> list[tuple[str, list[float]]]:
-    """(capture, the signed errors of its decode attention calls) under `stack` on the h200 preset, as `sim validate`
+def held_out(phase: str = "decode", stack: str = "torch-eager") -> list[tuple[str, list[float]]]:
+    """(capture, the signed errors of its `phase` attention calls) under `stack` on the h200 preset, as `sim validate`
     costs them (measured: the ops' kernel device times)."""
     from sim.apps.trace.parser import load_trace
     from sim.apps.trace.validate import validate
@@ -98,7 +139,7 @@ def held_out(stack: str = "torch-eager") -> list[tuple[str, list[float]]]:
     out = []
     for path in CAPTURES:
         rows = [r for r in validate(load_trace(path), machine, stack=stack).ops
-                if r.kind == g.ATTENTION and "decode" in r.step]
+                if r.kind == g.ATTENTION and phase in r.step]
         out.append((path.name.split(".")[0], [r.error for r in rows]))
     return out
 
@@ -118,18 +159,22 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="fail if the shipped file differs from the fit")
     ap.add_argument("--held-out", action="store_true", help="also print the flash captures' decode attention errors")
     args = ap.parse_args()
-    if args.held_out:
-        errs = held_out()
+    for phase in ("decode", "prefill") if args.held_out else ():
+        errs = [(name, e) for name, e in held_out(phase) if e]
         for name, e in errs:
-            print(f"  {name}: {len(e)} decode attention calls, median error {np.median(e):+.1%}, "
+            print(f"  {name}: {len(e)} {phase} attention calls, median error {np.median(e):+.1%}, "
                   f"MAPE {np.mean(np.abs(e)):.1%}")
         every = np.concatenate([e for _, e in errs])
-        print(f"held out: decode attention MAPE {np.mean(np.abs(every)):.1%} over {len(every)} calls of {len(errs)} captures")
+        print(f"held out: {phase} attention MAPE {np.mean(np.abs(every)):.1%} over {len(every)} calls of "
+              f"{len(errs)} captures")
     fitted = fit()
     text = render(fitted)
     fig = fitted["families"][FAMILY]["decode"]["bf16"]
     print(f"{FAMILY}: fixed {fig['fixed_s'] * 1e6:.2f} us, KV stream x {fig['kv_stream_efficiency']} of the preset's "
           f"bandwidth, merge {fig['combine_s'] * 1e6:.2f} us; {fig['rows']} rows, MAPE {fig['fit_mape']:.1%}")
+    pf = fitted["families"][FAMILY]["prefill"]
+    print(f"{FAMILY} prefill: fixed {pf['fixed_s'] * 1e6:.2f} us, walk {pf['walk_s_per_token'] * 1e9:.2f} ns/key, "
+          f"fraction {', '.join(f'{q}: {f}' for q, f in pf['rate_points'])}; {pf['rows']} rows, MAPE {pf['fit_mape']:.1%}")
     if args.check:
         if not MEASURED_FILE.is_file() or MEASURED_FILE.read_text() != text:
             print(f"{MEASURED_FILE} differs from the fit: rerun scripts/fit_torch_attention.py")

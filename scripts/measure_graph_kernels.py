@@ -11,8 +11,11 @@ is the gap a graph node adds.
   with the activation's cast to e4m3 as its own kernel: per-call time of cast + GEMM and of each kernel.
 * `sdpa`: `F.scaled_dot_product_attention` with one query token per sequence over a KV cache (bf16, head_dim 128;
   MHA 32/32 and GQA 32/8), the backend torch picks: per-call time, kernel time and the kernels' names.
+* `prefill`: the same call causal (`is_causal=True`, q_len = kv_len = S: a whole prompt, as a torch prefill runs
+  it) over S = 128..16384, batch 1..32 (batch x S <= 64K tokens) and the head layouts of LLaMA-family models
+  (MHA 8..40 heads, GQA 32/8 and 64/8), bf16, head_dim 128: per-call time, kernel time and the kernels' names.
 
-    python scripts/measure_graph_kernels.py --out kernels.json [--only gap,fp8,sdpa]
+    python scripts/measure_graph_kernels.py --out kernels.json [--only gap,fp8,sdpa,prefill]
 
 Needs a CUDA GPU; without one it says so and exits 2.
 """
@@ -37,6 +40,10 @@ FP8_M = (1, 2, 4, 8, 16)
 SDPA_BATCH = (1, 4, 16, 64)
 SDPA_KV = (256, 1024, 4096, 16384)
 SDPA_HEADS = ((32, 32), (32, 8))
+PREFILL_S = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PREFILL_BATCH = (1, 2, 4, 8, 16, 32)
+PREFILL_HEADS = ((8, 8), (16, 16), (32, 32), (40, 40), (32, 8), (64, 8))
+PREFILL_MAX_TOKENS = 65536
 
 
 def capture_graph(torch, fn: Callable[[], object], calls: int = 1, warmups: int = 3, replays: int = 3):
@@ -146,10 +153,30 @@ def measure_sdpa(torch, args) -> list[dict]:
     return rows
 
 
+def measure_prefill(torch, args) -> list[dict]:
+    F = torch.nn.functional
+    rows = []
+    for heads, kv_heads in PREFILL_HEADS:
+        for S in PREFILL_S:
+            for b in (b for b in PREFILL_BATCH if b * S <= PREFILL_MAX_TOKENS):
+                q = torch.randn(b, heads, S, 128, device="cuda", dtype=torch.bfloat16)
+                k = torch.randn(b, kv_heads, S, 128, device="cuda", dtype=torch.bfloat16)
+                v = torch.randn_like(k)
+
+                def call():
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=heads != kv_heads)
+                calls = 10 if b * S * heads <= 2 ** 17 else 2   # short calls: more of them per graph
+                rows.append(dict(batch=b, heads=heads, kv_heads=kv_heads, q_len=S, kv_len=S,
+                                 **graph_time(torch, call, calls, args.reps)))
+                print(f"prefill b={b} h={heads}/{kv_heads} S={S}: {rows[-1]['kernel_s'] * 1e6:.1f} us kernel",
+                      flush=True)
+    return rows
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--only", default="gap,fp8,sdpa", help="comma-separated parts: gap, fp8, sdpa")
+    ap.add_argument("--only", default="gap,fp8,sdpa", help="comma-separated parts: gap, fp8, sdpa, prefill")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args(argv)
     import torch
@@ -163,7 +190,7 @@ def main(argv=None) -> dict:
                   date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                   device_name=torch.cuda.get_device_name(), torch_version=torch.__version__,
                   cuda_version=torch.version.cuda, driver_version=_nvidia_driver())
-    parts = {"gap": measure_gap, "fp8": measure_fp8, "sdpa": measure_sdpa}
+    parts = {"gap": measure_gap, "fp8": measure_fp8, "sdpa": measure_sdpa, "prefill": measure_prefill}
     with torch.inference_mode():
         for name in args.only.split(","):
             try:

@@ -7,6 +7,8 @@ The measurements are this project's own (traces/h200, 2026-12-04; traces/README.
   or prefill step captured as one CUDA graph, its replay time, its kernel count and their summed device time;
 * traces/h200/graph_steps/llama2-{7b,13b}.json: the same steps, with the board's power over 3 s of replays (NVML's
   energy counter);
+* traces/h200/graph_steps/llama3-8b.json (a later lease, the same day): Llama-3-8B's long prefills (1-4 sequences of
+  1K-8K tokens) and decode over 2K-8K cached tokens, replay time, kernels and power (2 s windows) in one file;
 * traces/h200/quant/llama2-7b_L4_bf16{,-wfp8_e4m3,-wint4}_b1_p1024_d8_cuda_flash: the same model's 4-layer runs under the
   profiler, op by op (bf16, W8A8 FP8, W4A16 int4).
 
@@ -47,7 +49,11 @@ from sim.apps.trace.validate import validate  # noqa: E402
 from sim.core.workload import workload_from_dict  # noqa: E402
 
 GRAPH = ROOT / "traces" / "h200" / "graph_steps"
-MODELS = ("llama2-7b", "llama2-13b")
+MODELS = ("llama2-7b", "llama2-13b", "llama3-8b")
+# Each model's files: its steps' times and kernels, and its steps under the power window. The Llama-2 runs took
+# them apart (a short window for the kernel file); the Llama-3 run took both in one (its cases carry kernel_s).
+FILES = {"steps": {"llama2-7b": "llama2-7b_kernels", "llama2-13b": "llama2-13b_kernels", "llama3-8b": "llama3-8b"},
+         "power": {m: m for m in MODELS}}
 CALIBRATION = ("llama2-7b", "decode:bf16:1:512")
 STACK = "torch-cudagraph"
 CAPTURES = [ROOT / "traces" / "h200" / "quant" / f"llama2-7b_L4_bf16{w}_b1_p1024_d8_cuda_flash.trace.json.gz"
@@ -59,10 +65,11 @@ MARKERS = ("o", "^", "D")   # one per model, in MODELS order; a prefill's marker
 NEXT_HEADING = "## RTX A6000"
 
 
-def cases(suffix: str) -> dict[tuple[str, str], dict]:
+def cases(what: str) -> dict[tuple[str, str], dict]:
+    """(model, case) -> the measured case, of the "steps" or the "power" files (FILES)."""
     out = {}
-    for model in MODELS:
-        for c in json.loads((GRAPH / f"{model}{suffix}.json").read_text())["cases"]:
+    for model, name in FILES[what].items():
+        for c in json.loads((GRAPH / f"{name}.json").read_text())["cases"]:
             if "error" not in c:
                 out[(model, c["case"])] = c
     return out
@@ -74,7 +81,7 @@ def gap_per_kernel_s(c: dict) -> float:
 
 
 def measured_node_gap_s() -> float:
-    return gap_per_kernel_s(cases("_kernels")[CALIBRATION])
+    return gap_per_kernel_s(cases("steps")[CALIBRATION])
 
 
 def simulated(model: str, c: dict) -> tuple[float, float]:
@@ -105,7 +112,7 @@ def _label(model: str, c: dict) -> str:
 
 def step_rows() -> tuple[list[list[str]], dict]:
     rows, errs = [], {}
-    for key, c in cases("_kernels").items():
+    for key, c in cases("steps").items():
         sim_s, _ = simulated(key[0], c)
         err = sim_s / c["step_s"] - 1
         gap_us = gap_per_kernel_s(c) * 1e6
@@ -119,7 +126,7 @@ def step_rows() -> tuple[list[list[str]], dict]:
 
 def power_rows() -> tuple[list[list[str]], dict]:
     rows, errs = [], {}
-    for key, c in cases("").items():
+    for key, c in cases("power").items():
         sim_s, sim_w = simulated(key[0], c)
         j_meas = c["j_per_token"]
         j_sim = sim_w * sim_s / c["tokens_per_step"]
@@ -136,8 +143,8 @@ def plot(path: Path) -> Path:
     plt = pyplot()
     marker = dict(zip(MODELS, MARKERS))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-    panels = ((axes[0], cases("_kernels"), "step_s", 1e3, "step time (ms), log", True),
-              (axes[1], cases(""), "avg_power_w", 1.0, "board power (W)", False))
+    panels = ((axes[0], cases("steps"), "step_s", 1e3, "step time (ms), log", True),
+              (axes[1], cases("power"), "avg_power_w", 1.0, "board power (W)", False))
     for ax, steps, key, scale, label, log in panels:
         lo, hi = float("inf"), 0.0
         for (model, case), c in steps.items():
@@ -154,7 +161,7 @@ def plot(path: Path) -> Path:
             ax.set_xscale("log")
             ax.set_yscale("log")
             for axis in (ax.xaxis, ax.yaxis):
-                axis.set_major_locator(FixedLocator([5, 7, 10, 15, 20, 30, 60]))
+                axis.set_major_locator(FixedLocator([5, 7, 10, 15, 20, 30, 60, 100, 250]))
                 axis.set_major_formatter(ScalarFormatter())
                 axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"measured {label}")
@@ -165,7 +172,7 @@ def plot(path: Path) -> Path:
                    Line2D([], [], color="k", lw=0.8, label="y = x"), Line2D([], [], color="k", ls=":", lw=0.6, label="±10%")])
         ax.legend(handles=keys, fontsize=7, loc="upper left")
     axes[0].set_title("H200, graph-replayed steps (torch-cudagraph)", fontsize=10)
-    axes[1].set_title("board power over 3 s of replays (held out)", fontsize=10)
+    axes[1].set_title("board power over 2-3 s of replays (held out)", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -196,7 +203,7 @@ def h200_graph_section(img: Path | None = None) -> tuple[str, dict[str, float]]:
     gap = measured_node_gap_s()
     text = f"""{HEADING}
 
-Measured on a lent H200 on 2026-12-04 (traces/h200/graph_steps, traces/README.md): each step of the whole model
+Measured on lent H200s on 2026-12-04 (traces/h200/graph_steps, traces/README.md): each step of the whole model
 captured as one CUDA graph and replayed (`scripts/measure_decode_power.py`); W8A8 FP8 is `torch._scaled_mm` with the
 activation cast by one kernel, int4 is tinygemm W4A16 (group 128); embed and lm_head stay bf16; attention is torch's
 `F.scaled_dot_product_attention` (cuDNN's fused kernel on this torch). Simulated: the `h200` preset under
@@ -208,7 +215,10 @@ A replayed graph takes longer than its kernels: the profiler's kernel time of on
 the replay by 0.27-0.40 us a kernel. `torch-cudagraph` charges each kernel of the ops it prices kernel by kernel (norms,
 RoPE, KV append, elementwise) `node_gap_s` = {gap * 1e6:.3f} us, measured on the calibration row alone (GEMMs
 already pay `graph_gap_s`, fitted on graph-replayed GEMM tables). Every other row is held out; the FP8 and int4 GEMM
-families are fitted on the 4-layer captures below (`scripts/fit_torch_quant.py`), not on these steps.
+families are fitted on the 4-layer captures below (`scripts/fit_torch_quant.py`), not on these steps; the causal
+prefill attention curve on a sweep of single SDPA calls (`scripts/fit_torch_attention.py`). A long prefill can time
+slower than its profiled replay ("gap us/kernel" of ~10 us on Llama-3-8B's 8K prompt): the board is at its 700 W
+limit, and the timed blocks ran at a lower clock than the one profiled replay.
 
 ![H200 graph-replayed steps: simulated against measured step time and board power](img/validation_h200_graph.png)
 
@@ -219,9 +229,10 @@ Batch-1 decode, held out: {", ".join(f"{k[0]} {k[1].split(':')[1]} {pct(e)}" for
 
 ### Board power (held out)
 
-Average board power over 3 s of back-to-back replays (NVML's energy counter) and the SM clock the board ran at;
-J per token is the window's energy over the tokens it produced. Idle on this machine: 79 W at 345 MHz (h200.yaml's
-117 W was read on 2026-11-30 on another H200). Both prefills reached the 700 W limit and clocked down.
+Average board power over 3 s (Llama-3-8B: 2 s) of back-to-back replays (NVML's energy counter) and the SM clock the
+board ran at; J per token is the window's energy over the tokens it produced. Idle on these machines: 79 W at 345 MHz
+(h200.yaml's 117 W was read on 2026-11-30 on another H200). Every bf16 prefill reached the 700 W limit and clocked
+down (1605-1710 MHz).
 
 {table(["step", "measured W", "SM MHz", "sim W", "power error", "measured J/token", "sim J/token", "J/token error"],
         power)}
@@ -231,10 +242,10 @@ J per token is the window's energy over the tokens it produced. Idle on this mac
 The same Llama-2-7B at batch 1 over 1024 cached tokens, under the profiler: MAPE per op of the GEMMs and the
 attention, of all ops, and the error of the median decode step's and the prefill step's summed device time. The FP8
 and int4 rows' decode GEMMs are the calibration set of their families (in sample); their prefill GEMMs (M = 1024)
-are not. Attention is cuDNN's fused SDPA kernel on this torch: a decode call is priced by its measured family
-(`torch_cudnn_sdpa`, fitted on the SDPA sweep of traces/h200/graph_steps/kernels.json by `scripts/fit_torch_attention.py`,
-whose `--held-out` prints these captures' decode attention errors), a prefill call by the roofline (no measured
-family: it reads them 23-53% fast).
+are not. Attention is cuDNN's fused SDPA kernels on this torch, priced by their measured family (`torch_cudnn_sdpa`,
+fitted by `scripts/fit_torch_attention.py` on the SDPA sweeps of traces/h200/graph_steps: kernels.json for decode,
+prefill_sdpa.json for the causal prefill; its `--held-out` prints these captures' attention errors). Before the prefill
+curve (the roofline at 0.80 of the bf16 peak) these captures' prefill attention read 23-53% fast.
 
 {table(["weights", "GEMM MAPE", "attention MAPE", "all ops MAPE", "decode step", "prefill step"], capture_rows())}
 """

@@ -131,7 +131,7 @@ def test_h200_batch1_quantized_decode_within_the_issues_8pct():
     spec = importlib.util.spec_from_file_location("validation_h200_graph", ROOT / "scripts" / "validation_h200_graph.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rows = {k: c for k, c in mod.cases("_kernels").items()
+    rows = {k: c for k, c in mod.cases("steps").items()
             if c["phase"] == "decode" and c["batch"] == 1 and c["weights"] != "bf16"}
     assert len(rows) == 4
     for (model, _), c in rows.items():

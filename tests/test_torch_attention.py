@@ -104,3 +104,42 @@ def test_a_fitted_stream_is_capped_at_the_tier_peak():
     assert Tier(capacity_bytes=1e9, bandwidth_bytes_per_s=1e12, peak_bandwidth_bytes_per_s=0.9e12).peak_bytes_per_s == 1e12
     assert load_machine("h200").memory["hbm"].peak_bytes_per_s == 4.8e12
     assert load_machine("h200", {"memory.hbm.bandwidth_bytes_per_s": 8e12}).memory["hbm"].peak_bytes_per_s == 8e12
+
+
+def _prefill_op(model: str, batch: int, tokens: int):
+    return lower(load_model(model), "prefill", batch, tokens, tokens, FormatPolicy("bf16", "bf16", "bf16"), True,
+                 1).op("L0.attention")
+
+
+def test_prefill_by_hand_on_the_h200():
+    """Llama-2-7B, batch 2, a 2048-token causal prefill: 2 x 32 heads x 2048 x 2049 / 2 scores, each 4 x 128 FLOPs
+    of QK and AV plus 5 of softmax = 69.42 GFLOP. At 2048 (a swept length) the fraction is the fitted one; the call
+    is fixed + FLOPs / (989.4 TFLOP/s x fraction) + 2048 keys of the last query tile's walk. At 2896 (~2048 x
+    sqrt 2, between the sweep's 2048 and 4096) the fraction is the power law's geometric mean of the two."""
+    pf = attention_families()["torch_cudnn_sdpa"].prefill
+    pts = dict(pf.rate_points)
+    for tokens, frac in ((2048, pts[2048]), (2896, (pts[2048] * pts[4096]) ** 0.5)):
+        flops = 2 * 32 * tokens * (tokens + 1) / 2 * (4 * 128 + 5)
+        c = _h200_cost(_prefill_op("llama2-7b", 2, tokens))
+        assert c.duration_s == pytest.approx(pf.fixed_s + flops / (989.4e12 * frac) + tokens * pf.walk_s_per_token,
+                                             rel=2e-3)
+    # the shipped figures (the fit's): a ~5 us floor, cuDNN's causal kernel at ~0.18 of the bf16 peak at 128 tokens
+    # rising to ~0.6 from 4K on (the measured 2 x 32 x 2048 call: 0.144 ms, 0.49 of the peak with its floor)
+    assert 3e-6 < pf.fixed_s < 8e-6 and 0.15 < pts[128] < 0.25 and 0.55 < pts[16384] < 0.65
+
+
+def test_prefill_never_faster_with_more_work():
+    """Longer prompts (across and between the swept lengths) and more sequences never take less time."""
+    by_len = [_h200_cost(_prefill_op("llama3-8b", 1, s)).duration_s for s in range(100, 9000, 350)]
+    assert all(x < y for x, y in zip(by_len, by_len[1:]))
+    by_batch = [_h200_cost(_prefill_op("llama3-8b", b, 1500)).duration_s for b in (1, 2, 3, 8, 32)]
+    assert all(x < y for x, y in zip(by_batch, by_batch[1:]))
+
+
+def test_held_out_captures_prefill_attention_within_the_issue_target():
+    """Issue 28: prefill attention <= 12%. The six flash captures' prefill calls (4 layers each; torch eager, kernel
+    device times) are held out: the curve is fitted on the causal SDPA sweep alone. Before it (the roofline at 0.80
+    of the bf16 peak): 45.3% MAPE, every call fast (-23% .. -52% median per capture)."""
+    errs = [e for _, es in fit.held_out("prefill") for e in es]
+    assert len(errs) == 24
+    assert sum(abs(e) for e in errs) / len(errs) < 0.12
