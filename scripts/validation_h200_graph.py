@@ -230,9 +230,10 @@ Batch-1 decode, held out: {", ".join(f"{k[0]} {k[1].split(':')[1]} {pct(e)}" for
 ### Board power (held out)
 
 Average board power over 3 s (Llama-3-8B: 2 s) of back-to-back replays (NVML's energy counter) and the SM clock the
-board ran at; J per token is the window's energy over the tokens it produced. Idle on these machines: 79 W at 345 MHz
-(h200.yaml's 117 W was read on 2026-11-30 on another H200). Every bf16 prefill reached the 700 W limit and clocked
-down (1605-1710 MHz).
+board ran at; J per token is the window's energy over the tokens it produced. Idle on these machines: 79 W at 345 MHz,
+sampled before any CUDA allocation (bare idle, most likely; a CUDA context adds 26-50 W on HBM GPUs, arXiv:2605.23918,
+and a serving engine holds one: h200.yaml's 117 W, read on 2026-11-30 on another H200, lies in that bracket). Every
+bf16 prefill reached the 700 W limit and clocked down (1605-1710 MHz).
 
 {table(["step", "measured W", "SM MHz", "sim W", "power error", "measured J/token", "sim J/token", "J/token error"],
         power)}
