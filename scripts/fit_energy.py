@@ -7,7 +7,8 @@ non-negative least squares on the relative power error over every FIT_EVERY-th r
 HBM's energy per byte held at the preset's cited 40 pJ. Nothing else is fitted; the other presets take these
 figures by rule:
 
-* h200.yaml, h200_calibrated.yaml: the H100's (same GH100 die and 700 W board). The H200's measured
+* h200.yaml, h200_calibrated.yaml, h100_offload.yaml (its GPU is the h100_sxm's): the H100's (same GH100 die and
+  700 W board). The H200's measured
   prefill and decode power (h200_micro.json; traces/h200/graph_steps) are held out (scripts/energy_h200.py,
   scripts/validation_h200_graph.py).
 * b200.yaml: active power x the board limits' ratio (1000 / 700 W); J/FLOP x the ratio of joules per
@@ -47,7 +48,7 @@ FIT_EVERY = 4
 MAX_SEQS = 512
 TASKS = ("lm-arena-chat", "sourcegraph-fim")
 FIT_GPU, FIT_PRESET = "H100", "h100_sxm"
-SAME_DIE = ("h200", "h200_calibrated")
+SAME_DIE = ("h200", "h200_calibrated", "h100_offload")
 STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
 
 

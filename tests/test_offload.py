@@ -68,16 +68,25 @@ def _gpu_twin(offload_preset: str):
     return machine_from_dict(gpu, "twin")
 
 
-@pytest.mark.parametrize("model", ["llama2-7b", "opt-6.7b"])
-def test_all_on_gpu_equals_core_gpu_simulation(model):
+@pytest.mark.parametrize("model,preset", [("llama2-7b", "a6000_offload"), ("opt-6.7b", "a6000_offload"),
+                                          ("llama2-7b", "h100_offload")])
+def test_all_on_gpu_equals_core_gpu_simulation(model, preset):
     """Everything on the GPU, one GPU batch: no transfers, the GPU chain is the
-    core's op sequence, so prefill and every decode step match the core GPU model."""
+    core's op sequence, so prefill and every decode step match the core GPU model, and so does the energy: the
+    same ops' dynamic energy on top of the same board power (a6000_offload: TDP while busy; h100_offload: idle +
+    activity, as h100_sxm), issue 33's same footing across kinds."""
     pol = dict(wg=1, wc=0, wd=0, cg=1, cc=0, cd=0, hg=1, hc=0, hd=0, gpu_batch_size=4, num_gpu_batches=1)
     w = wl(model, 4, pol, prompt=128, gen=16)
-    off = simulate(w, load_machine("a6000_offload"))
-    core = simulate(wl(model, 4, None, prompt=128, gen=16), _gpu_twin("a6000_offload"))
-    for key in ("ttft_s", "tpot_s", "tpot_first_s", "tpot_last_s", "e2e_s", "throughput_tok_s"):
-        assert getattr(off, key) == pytest.approx(getattr(core, key), rel=1e-9), key
+    off = simulate(w, load_machine(preset))
+    core = simulate(wl(model, 4, None, prompt=128, gen=16), _gpu_twin(preset))
+    for key in ("ttft_s", "tpot_s", "tpot_first_s", "tpot_last_s", "e2e_s", "throughput_tok_s",
+                "energy_per_token_j", "prefill_energy_per_token_j", "decode_energy_per_token_j"):
+        want = getattr(core, key)   # the phase split is None under the TDP model (a6000's)
+        assert getattr(off, key) == (want if want is None else pytest.approx(want, rel=1e-9)), key
+    assert off.energy_per_token_j > 0
+    if preset == "h100_offload":   # its 4 x 128-token prefill binds the 700 W limit: the cap is what matched
+        unlimited = simulate(w, load_machine(preset, {"units.gpu.power_w": 5000}))
+        assert unlimited.ttft_s < 0.95 * off.ttft_s
     assert off.extra["bytes_per_decode_step"] == {"pcie_h2d": 0.0, "pcie_d2h": 0.0, "disk": 0.0}
 
 

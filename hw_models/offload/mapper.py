@@ -152,12 +152,18 @@ class OffloadMapper(Mapper):
     def policy_step(self, p: Policy, phase: str, q_len: int, kv_len: int, buffers: dict[str, float],
                     exhaustive: bool = False) -> StepResult:
         """One step of the block schedule under policy `p`, identical layers folded;
-        counters are the bytes moved over each link."""
+        counters are the bytes moved over each link (and the power cap's stretch, where it binds)."""
         embed, layer, head = self.works(phase, p.gpu_batch_size, q_len, kv_len)
 
         def run(n: int) -> StepResult:
             s = sched.run_step(sched.full_slots(embed, layer, head, n), p, self.rates, phase, buffers)
-            return StepResult(phase, kv_len, s.time_s, s.busy_s, 0.0, s.bytes)
+            # The GPU board's power limit (Mapper.capped) on the GPU's side alone: the host CPU's busy time and
+            # its attention's energy are not the board's. Capped before the fold, which is the same where every
+            # folded run binds: a capped step's time is then linear in its clocked energy.
+            gpu = self.capped(StepResult(phase, kv_len, s.time_s, {"gpu": s.busy_s.get("gpu", 0.0)},
+                                         s.energy_j.get("gpu", 0.0)))
+            return StepResult(phase, kv_len, gpu.time_s, s.busy_s, sum(s.energy_j.values()),
+                              {**s.bytes, **gpu.counters})
 
         return fold_layers(run, self.model.num_layers, self.fold_layers, exhaustive)
 
@@ -218,7 +224,8 @@ class OffloadMapper(Mapper):
         fig = super().figures(gen, decode_tl)
         fig.batch = p.block_size
         mid = self.policy_step(p, "decode", 1, gen.rep_kv, buffers)
-        metrics = {f"bytes_per_decode_step.{link}": b for link, b in mid.counters.items()}
+        moved = {link: mid.counters.get(link, 0.0) for link in sched.LINKS}
+        metrics = {f"bytes_per_decode_step.{link}": b for link, b in moved.items()}
         metrics.update({f"link_utilization.{link}": fig.utilization.get(link, 0.0) for link in sched.LINKS})
         metrics.update({f"policy.{k}": float(v) for k, v in p.to_dict().items()})
         if self.search_result is not None:
@@ -229,7 +236,7 @@ class OffloadMapper(Mapper):
             fig.notes.append(f"the policy search chose an effective batch of {p.block_size} "
                              f"(GPU batch {p.gpu_batch_size} x {p.num_gpu_batches}); the workload's batch "
                              f"{w.batch} is its upper bound")
-        fig.extra = dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=dict(mid.counters),
+        fig.extra = dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
                          offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result))
         if self.search_result is not None:
             # Without the search's wall time: the same run must give byte-identical results.

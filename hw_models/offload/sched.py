@@ -23,6 +23,10 @@ the order the computes need them, which rules out the deadlock of one shared
 FIFO where a far prefetch blocks a near one.
 
 Data from disk goes disk -> CPU memory -> PCIe: two chained transfers.
+
+Energy: each compute task carries its ops' dynamic energy (FLOPs x J/FLOP, bytes x the tier's J/byte), on
+top of which the machine's units draw their static power (hw_models.base.Mapper.power_j), as on the gpu kind.
+Transfers carry none: no offload preset cites a J/byte for PCIe, host DRAM or the disk.
 """
 
 from __future__ import annotations
@@ -59,10 +63,20 @@ class SlotWork:
     hidden_bytes: float = 0.0      # the activation the slot hands to the next slot
     qkv_bytes: float = 0.0         # q, new k, new v: GPU -> CPU for CPU attention
     ctx_bytes: float = 0.0         # attention output: CPU -> GPU
+    # The same ops' dynamic energy (FLOPs x J/FLOP + bytes x their tier's J/byte, OpCost.energy_j): the board's
+    # idle and activity power come on top (hw_models.base.Mapper.power_j), as on the gpu kind.
+    pre_j: float = 0.0
+    attn_gpu_j: float = 0.0
+    post_j: float = 0.0
+    attn_cpu_j: float = 0.0
 
     @property
     def gpu_s(self) -> float:
         return self.pre_s + self.attn_gpu_s + self.post_s
+
+    @property
+    def gpu_j(self) -> float:
+        return self.pre_j + self.attn_gpu_j + self.post_j
 
     @property
     def is_layer(self) -> bool:
@@ -97,7 +111,7 @@ def _full_weight_bytes(model: ModelConfig, t) -> float:
 def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: str, gbs: int, q_len: int,
                kv_len: int, gpu_cost, cpu_cost) -> tuple[SlotWork, SlotWork, SlotWork]:
     """(embed, one layer, head) for one GPU batch of `gbs` sequences.
-    `gpu_cost(op)` / `cpu_cost(op)` give an op's duration on the GPU / host CPU."""
+    `gpu_cost(op)` / `cpu_cost(op)` give an op's OpCost on the GPU / host CPU."""
     graph = lower(model, phase, gbs, q_len, kv_len, formats, flash, num_layers=1)
     groups: dict[str, list] = {"embed": [], "L": [], "head": []}
     for op in graph.ops():
@@ -108,8 +122,14 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
         seen = {t.name: _full_weight_bytes(model, t) for op in ops for t in op.reads if t.role == "weight"}
         return float(sum(seen.values()))
 
+    def cost(ops, on=gpu_cost) -> tuple[float, float]:
+        """Seconds and dynamic joules of `ops` on one side."""
+        costs = [on(o) for o in ops]
+        return sum(c.duration_s for c in costs), sum(c.energy_j for c in costs)
+
     def simple(name: str, ops, hidden: float) -> SlotWork:
-        return SlotWork(name, weights(ops), sum(gpu_cost(o) for o in ops), 0.0, 0.0, hidden_bytes=hidden)
+        s, j = cost(ops)
+        return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j)
 
     layer_ops = groups["L"]
     first_attn = next(i for i, o in enumerate(layer_ops) if o.kind in ATTENTION_KINDS)
@@ -121,11 +141,12 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
     qkv = sum(t.bytes for o in attn if o.kind == g.KV_APPEND for t in o.reads)
     q = next(t.bytes for o in attn for t in o.reads if t.role == "activation" and o.kind != g.KV_APPEND)
     ctx = next(t.bytes for t in attn[-1].writes)
+    (pre_s, pre_j), (attn_s, attn_j), (post_s, post_j) = cost(pre), cost(attn), cost(post)
+    cpu_s, cpu_j = cost(flexgen_cpu_attention(attn), cpu_cost)
     layer = SlotWork(
-        "L", weights(layer_ops), sum(gpu_cost(o) for o in pre), sum(gpu_cost(o) for o in attn),
-        sum(gpu_cost(o) for o in post), attn_cpu_s=sum(cpu_cost(o) for o in flexgen_cpu_attention(attn)),
+        "L", weights(layer_ops), pre_s, attn_s, post_s, attn_cpu_s=cpu_s,
         kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
-        qkv_bytes=qkv + q, ctx_bytes=ctx)
+        qkv_bytes=qkv + q, ctx_bytes=ctx, pre_j=pre_j, attn_gpu_j=attn_j, post_j=post_j, attn_cpu_j=cpu_j)
     return (simple("embed", groups["embed"], hidden), layer, simple("head", groups["head"], 0.0))
 
 
@@ -169,11 +190,11 @@ def flexgen_cpu_attention(attn: list[g.Op]) -> list[g.Op]:
 
 
 def cost_functions(mapper):
-    """Per-op durations on the mapper's GPU and host CPU, with the core's roofline."""
+    """Per-op costs (duration and dynamic energy) on the mapper's GPU and host CPU, with the core's roofline."""
     gpu_unit, gpu_tier = mapper.machine.units[mapper.unit_name], mapper.machine.memory[mapper.machine.device_tier]
     host, mode = mapper.host, mapper.workload.compute
-    return (lambda op: roofline_cost(op, gpu_unit, mapper.unit_name, gpu_tier, mode).duration_s,
-            lambda op: roofline_cost(op, host.cpu, host.cpu_name, host.cpu_memory, mode).duration_s)
+    return (lambda op: roofline_cost(op, gpu_unit, mapper.unit_name, gpu_tier, mode),
+            lambda op: roofline_cost(op, host.cpu, host.cpu_name, host.cpu_memory, mode))
 
 
 @dataclass(frozen=True)
@@ -184,6 +205,7 @@ class Tag:
     bytes: float = 0.0
     bound: str = "link"
     path: str = ""
+    energy_j: float = 0.0      # a compute's dynamic energy (SlotWork); transfers carry none (module doc)
 
 
 @dataclass
@@ -193,6 +215,7 @@ class StepSim:
     bytes: dict[str, float]              # link -> bytes moved in the step
     timeline: Timeline | None = None
     peak_buffer_bytes: dict[str, float] = field(default_factory=dict)
+    energy_j: dict[str, float] = field(default_factory=dict)   # resource -> its computes' dynamic energy
 
 
 def whole(nbytes: float) -> float:
@@ -294,22 +317,27 @@ class _StepBuilder:
         """The GPU batch's compute (split around CPU attention where the policy asks for it)
         and its KV write-back, which later work overlaps: nothing in the step waits on it."""
         cg, cc, cd = self.p.kv_cache
-        gpu = Tag("compute", bound="compute", path="gpu")
+
+        def gpu(joules: float) -> Tag:
+            return Tag("compute", bound="compute", path="gpu", energy_j=joules)
         if self.cpu_attn and work.is_layer:
             a = f"{tag}.pre"
-            self.tasks.append(Task(a, "gpu", work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d), tag=gpu))
+            self.tasks.append(Task(a, "gpu", work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
+                                   tag=gpu(work.pre_j + cg * work.attn_gpu_j)))
             q = self.xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
             c = f"{tag}.cpu_attn"
             self.tasks.append(Task(c, "cpu", (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
-                                   tag=Tag("compute", bound="compute", path="cpu attention")))
+                                   tag=Tag("compute", bound="compute", path="cpu attention",
+                                           energy_j=(cc + cd) * work.attn_cpu_j)))
             r = self.xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
             cid = f"{tag}.post"
             self.tasks.append(Task(cid, "gpu", work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
-                                   tag=gpu))
+                                   tag=gpu(work.post_j)))
             self.store(f"{tag}.kvw", work.kv_write_bytes, cd, 0.0, [c], "kv_cache", over_pcie=False)
             return cid
         cid = f"{tag}.compute"
-        self.tasks.append(Task(cid, "gpu", work.gpu_s, tuple(d for d in deps if d), release=tuple(release), tag=gpu))
+        self.tasks.append(Task(cid, "gpu", work.gpu_s, tuple(d for d in deps if d), release=tuple(release),
+                               tag=gpu(work.gpu_j)))
         if work.is_layer:
             self.store(f"{tag}.kvw", work.kv_write_bytes, cd, cc + cd, [cid], "kv_cache")
         return cid
@@ -326,4 +354,8 @@ def run_step(slots: list[SlotWork], p: Policy, rates: Rates, phase: str, buffers
     for i in tl.intervals:
         if i.resource in moved:
             moved[i.resource] += i.tag.bytes
-    return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used))
+    joules: dict[str, float] = {}
+    for i in tl.intervals:
+        if i.tag.energy_j:
+            joules[i.resource] = joules.get(i.resource, 0.0) + i.tag.energy_j
+    return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used), joules)
