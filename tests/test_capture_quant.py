@@ -137,3 +137,26 @@ def test_h200_batch1_quantized_decode_within_the_issues_8pct():
     for (model, _), c in rows.items():
         sim_s, _ = mod.simulated(model, c)
         assert abs(sim_s / c["step_s"] - 1) < 0.08, (model, c["case"], sim_s, c["step_s"])
+
+
+def test_measure_power_micro_dry_run(tmp_path, monkeypatch):
+    """The power microbenchmark's CPU dry run (small buffers): every case runs once, and each case's bytes and FLOPs
+    per call are the hand counts its power fit divides by: a 256-square bf16 GEMV streams 2 x 256^2 B of weights and
+    does 2 x 256^2 FLOPs, its FP8 twin half the bytes; a 256-cubed GEMM 2 x 256^3 FLOPs; the L2 copy no DRAM bytes."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("measure_power_micro", ROOT / "scripts" / "measure_power_micro.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)   # its dataclass resolves its module by name
+    spec.loader.exec_module(mod)
+    out = tmp_path / "p.json"
+    result = mod.main(["--device", "cpu", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    c = result["cases"]
+    assert set(c) == {"l2_copy", "hbm_copy", "hbm_read", "gemv_bf16", "gemv_fp8", "gemm_bf16", "gemm_fp8"}
+    assert all("error" not in r and r["call_s"] > 0 for r in c.values()), c
+    assert c["gemv_bf16"]["dram_bytes"] == 2 * 256 ** 2 == 2 * c["gemv_fp8"]["dram_bytes"]
+    assert c["gemv_bf16"]["flops"] == c["gemv_fp8"]["flops"] == 2 * 256 ** 2
+    assert c["gemm_bf16"]["flops"] == c["gemm_fp8"]["flops"] == 2 * 256 ** 3
+    assert c["l2_copy"]["dram_bytes"] == 0 and c["hbm_copy"]["dram_bytes"] == 2 * 2 ** 20
+    with pytest.raises(SystemExit, match="unknown case 'nope'"):
+        mod.main(["--device", "cpu", "--out", str(tmp_path / "q.json"), "--only", "nope"])
