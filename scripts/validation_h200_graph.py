@@ -228,7 +228,7 @@ already pay `graph_gap_s`, fitted on graph-replayed GEMM tables). Every other ro
 families are fitted on the 4-layer captures below (`scripts/fit_torch_quant.py`), not on these steps; the causal
 prefill attention curve on a sweep of single SDPA calls (`scripts/fit_torch_attention.py`). A long prefill can time
 slower than its profiled replay ("gap us/kernel" of ~10 us on Llama-3-8B's 8K prompt): the board is at its 700 W
-limit, and the timed blocks ran at a lower clock than the one profiled replay.
+limit, and the timed blocks most likely ran at a lower clock than the one profiled replay (not recorded per replay).
 
 ![H200 graph-replayed steps: simulated against measured step time and board power](img/validation_h200_graph.png)
 
