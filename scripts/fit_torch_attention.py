@@ -37,6 +37,7 @@ import argparse
 import json
 import statistics
 import sys
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +50,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from fit_kernels import nnls_prefill  # noqa: E402  (scripts/)
 from hw_models.compute_path import native_rates  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
-from hw_models.stack.attention_kernels import CUDNN_SPLIT_MIN_KV, MEASURED_FILE  # noqa: E402
+from hw_models.stack.attention_kernels import MEASURED_FILE, cudnn_splits  # noqa: E402
 from sim.core import graph as g  # noqa: E402
 
 SWEEP = ROOT / "traces" / "h200" / "graph_steps" / "kernels.json"
@@ -68,7 +69,7 @@ def rows() -> list[dict]:
 
 
 def splits(r: dict, sms: int) -> bool:
-    return 2 * r["batch"] * r["kv_heads"] <= sms and r["kv_len"] >= CUDNN_SPLIT_MIN_KV
+    return cudnn_splits(r["batch"], r["kv_heads"], sms, r["kv_len"])
 
 
 def fit() -> dict:
@@ -133,15 +134,17 @@ CAPTURES = sorted((ROOT / "traces" / "h200").glob("*_flash.trace.json.gz")) + so
 def held_out(phase: str = "decode", stack: str = "torch-eager") -> list[tuple[str, list[float]]]:
     """(capture, the signed errors of its `phase` attention calls) under `stack` on the h200 preset, as `sim validate`
     costs them (measured: the ops' kernel device times)."""
+    return [(name, [r.error for r in ops if phase in r.step]) for name, ops in _attention_rows(stack)]
+
+
+@cache
+def _attention_rows(stack: str) -> tuple[tuple[str, tuple], ...]:
+    """Each capture's validated attention ops under `stack`: validated once, read per phase by held_out."""
     from sim.apps.trace.parser import load_trace
     from sim.apps.trace.validate import validate
     machine = load_machine("h200")
-    out = []
-    for path in CAPTURES:
-        rows = [r for r in validate(load_trace(path), machine, stack=stack).ops
-                if r.kind == g.ATTENTION and phase in r.step]
-        out.append((path.name.split(".")[0], [r.error for r in rows]))
-    return out
+    return tuple((path.name.split(".")[0], tuple(r for r in validate(load_trace(path), machine, stack=stack).ops
+                                                 if r.kind == g.ATTENTION)) for path in CAPTURES)
 
 
 def render(families: dict) -> str:

@@ -128,6 +128,11 @@ MEASURED_FILE = Path(__file__).parent / "attention_kernels_torch.yaml"   # scrip
 CUDNN_SPLIT_MIN_KV = 1024
 
 
+def cudnn_splits(batch: int, kv_heads: int, sms: int, kv_len: int) -> bool:
+    """Whether cuDNN's SDPA splits a decode call's KV (CUDNN_SPLIT_MIN_KV's note)."""
+    return 2 * batch * kv_heads <= sms and kv_len >= CUDNN_SPLIT_MIN_KV
+
+
 class Decode(Strict):
     fixed_s: Quantity = Field(ge=0)
     fixed_cycles: float = Field(default=0.0, ge=0)      # SM clock cycles of the fixed cost (needs clock_hz)
@@ -165,7 +170,7 @@ class Decode(Strict):
             n = fa2_num_splits(batch * kv_heads * -(-(heads // kv_heads) // 64), sms, kv_len, head_dim)
         elif self.split == "fa3":
             n = fa3_num_splits(batch, kv_heads, sms, kv_len, head_dim)
-        elif self.split == "cudnn" and 2 * batch * kv_heads <= sms and kv_len >= CUDNN_SPLIT_MIN_KV:
+        elif self.split == "cudnn" and cudnn_splits(batch, kv_heads, sms, kv_len):
             n = 2   # cuDNN's SDPA adds its lean_reduction kernel; how many ways it splits is not seen (CUDNN_SPLIT_MIN_KV)
         elif self.split == "xqa":   # the merge priced, its sub-sequence CTAs not counted (module doc)
             return batch * kv_heads, xqa_multi_block_count(batch, kv_heads, sms, kv_len), heads == kv_heads

@@ -101,13 +101,12 @@ class Scheduler:
 
     def refusal(self, r: Request) -> str | None:
         """Why r can never be scheduled (it is rejected on arrival, never left waiting), or None."""
-        if self.max_prompt is not None:   # a block the kind placed (offload): its prompt_len and gen_len
-            if r.prompt > self.max_prompt:
-                return "prompt longer than the placed block's prompt_len"
-            if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
-                return "longer than the placed block's prompt_len + gen_len"
+        placed = self.max_prompt is not None   # a block the kind placed (offload): its prompt_len and gen_len
+        if placed and r.prompt > self.max_prompt:
+            return "prompt longer than the placed block's prompt_len"
         if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
-            return "longer than max_model_len"   # vLLM answers "maximum context length is ..."
+            # vLLM answers "maximum context length is ..."
+            return "longer than the placed block's prompt_len + gen_len" if placed else "longer than max_model_len"
         if self.fits_ever(r):
             return None
         if self.prompt_limit is not None and r.prompt + r.output > self.prompt_limit:
