@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hw_models.machine import load_machine
-from hw_models.stack.spec import STACK_DIR, load_stack
+from hw_models.stack.spec import STACK_DIR, load_stack, stack_for
 from sim.apps.serve import overhead_fit as F
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.simulator import ServeSim
@@ -102,59 +102,95 @@ def test_async_scheduling_leaves_an_idle_engine_alone():
     np.testing.assert_allclose(r[True]["first_token_s"], r[False]["first_token_s"], rtol=1e-12)
 
 
+def _run_id(i: int, direct: bool) -> str:
+    """A silicon-sample-like id: InferenceX's rows are dated (the engine's own server), the rest Dynamo's."""
+    return f"2026_04_06_run_{i}" if direct else f"run_{i}"
+
+
 def test_nnls_recovers_the_terms_it_was_built_from():
-    f_s, t_s, u_s, c_s, r_s = 0.004, 0.0006, 0.00002, 0.000008, 0.0002
+    f_s, g_s, t_s, u_s, c_s, r_s = 0.004, 0.03, 0.0006, 0.00002, 0.000008, 0.0002
     rng = np.random.default_rng(1)
     rows, measured = [], {}
-    for i in range(24):
-        ranks = float(rng.choice([1, 2, 4, 8]))
+    for i in range(40):
+        ranks, direct = float(rng.choice([1, 2, 4, 8])), bool(i % 3)
         x = dict(ttft_steps=rng.uniform(1, 10), ttft_seqs=rng.uniform(5, 500), tpot_steps=1.0,
                  tpot_seqs=rng.uniform(1, 128), sim_ttft_s=rng.uniform(0.05, 1), sim_tpot_s=rng.uniform(0.005, 0.05),
                  collectives=0.0 if ranks == 1 else float(rng.choice([66, 130, 162])), ranks=ranks)
-        rows.append({"id": str(i), "engine": "vllm", **x})
+        rid = _run_id(i, direct)
+        rows.append({"id": rid, "engine": "vllm", **x})
         step = t_s + c_s * x["collectives"] + r_s * (ranks - 1)
-        measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + f_s + step * x["ttft_steps"] + u_s * x["ttft_seqs"],
-                            "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"] + u_s * x["tpot_seqs"]}
+        measured[rid] = {"ttft_s": x["sim_ttft_s"] + (f_s if direct else g_s) + step * x["ttft_steps"]
+                         + u_s * x["ttft_seqs"],
+                         "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"] + u_s * x["tpot_seqs"]}
     (fit,) = F.fit(rows, measured, rank_term="joint")
-    assert fit.terms == pytest.approx({"per_request_s": f_s, "step_s": t_s, "per_seq_s": u_s,
-                                       "per_collective_s": c_s, "per_extra_rank_s": r_s,
+    assert fit.terms == pytest.approx({"per_request_s": f_s, "dynamo_per_request_s": g_s, "step_s": t_s,
+                                       "per_seq_s": u_s, "per_collective_s": c_s, "per_extra_rank_s": r_s,
                                        "front_end_output_token_s": 0.0}, rel=1e-6)
     # each training run gives a TTFT and a TPOT row; Fit.runs counts runs (overhead_fit.fit__mutmut_103)
-    assert fit.runs == sum(F.in_training(str(i)) for i in range(24)) > 0
+    assert fit.runs == sum(F.in_training(r["id"]) for r in rows) > 0
+    # runs of one deployment only: the other deployment's delay cannot be told apart, so it takes the same figure
+    dynamo = [r for r in rows if not r["id"].startswith("2026")]
+    (only,) = F.fit(dynamo, measured, rank_term="joint")
+    assert only.terms["per_request_s"] == only.terms["dynamo_per_request_s"] == pytest.approx(g_s, rel=1e-6)
 
 
-def test_staged_rank_term_fits_only_what_the_flat_terms_leave():
-    """Every run TP >= 2 (vLLM's training rows): a flat step and a per-rank cost cannot be told apart in one
-    solve. "staged" keeps the rank-free fit's terms exactly and puts on the rank term the one-column least
-    squares of what they leave, max(0, X.r / X.X) by hand; "off" leaves it at 0; a bad name is an error."""
+def test_staged_tp_terms_fit_only_what_the_flat_terms_leave():
+    """Every run TP >= 2 (vLLM's training rows): a flat step and a cost per collective or per rank cannot be told
+    apart in one solve. "staged" keeps the TP-free fit's terms exactly and puts on the two TP terms the
+    non-negative least squares of what they leave (by hand: the best non-negative subset solution);
+    "off" leaves them at 0; a bad name is an error."""
     rng = np.random.default_rng(2)
     rows, measured = [], {}
     for i in range(40):
         ranks = float(rng.choice([2, 4, 8]))
         x = dict(ttft_steps=rng.uniform(1, 10), ttft_seqs=rng.uniform(5, 500), tpot_steps=1.0,
                  tpot_seqs=rng.uniform(1, 128), sim_ttft_s=rng.uniform(0.05, 1), sim_tpot_s=rng.uniform(0.005, 0.05),
-                 collectives=128.0, ranks=ranks)
+                 collectives=float(rng.choice([66, 130])), ranks=ranks)
         rows.append({"id": str(i), "engine": "vllm", **x})
-        step = 0.0004 + 0.0001 * (ranks - 1)
+        step = 0.0004 + 0.0001 * (ranks - 1) + 2e-6 * x["collectives"]
         measured[str(i)] = {"ttft_s": x["sim_ttft_s"] + 0.01 + step * x["ttft_steps"],
                             "tpot_s": x["sim_tpot_s"] + step * x["tpot_steps"]}
     (off,), (staged,) = F.fit(rows, measured, "off"), F.fit(rows, measured, "staged")
-    assert off.terms["per_extra_rank_s"] == 0.0
-    assert {k: v for k, v in staged.terms.items() if k != "per_extra_rank_s"} == \
-        {k: v for k, v in off.terms.items() if k != "per_extra_rank_s"}
+    assert off.terms["per_extra_rank_s"] == off.terms["per_collective_s"] == 0.0
+    tp = ("per_collective_s", "per_extra_rank_s")
+    assert {k: v for k, v in staged.terms.items() if k not in tp} == {k: v for k, v in off.terms.items() if k not in tp}
     X, r = [], []
     for row in (row for row in rows if F.in_training(row["id"])):
         m, t = measured[row["id"]], off.terms
-        flat = t["step_s"] + t["per_collective_s"] * row["collectives"]
         for key, fixed, steps, seqs in (("ttft_s", 1.0, "ttft_steps", "ttft_seqs"), ("tpot_s", 0.0, "tpot_steps", "tpot_seqs")):
-            left = m[key] - row["sim_" + key] - fixed * t["per_request_s"] - flat * row[steps] - t["per_seq_s"] * row[seqs]
-            X.append((row["ranks"] - 1) * row[steps] / m[key])
+            left = m[key] - row["sim_" + key] - fixed * t["dynamo_per_request_s"] - t["step_s"] * row[steps] \
+                - t["per_seq_s"] * row[seqs]
+            X.append([row["collectives"] * row[steps] / m[key], (row["ranks"] - 1) * row[steps] / m[key]])
             r.append(left / m[key])
     X, r = np.array(X), np.array(r)
-    assert staged.terms["per_extra_rank_s"] == pytest.approx(max(0.0, X @ r / (X @ X)), rel=1e-9)
-    assert staged.terms["per_extra_rank_s"] > 0 and staged.residual <= off.residual
+    # two unknowns: NNLS is the best of the least-squares solutions on each subset of columns that is >= 0
+    candidates = [np.zeros(2)]
+    for cols in ([0], [1], [0, 1]):
+        sol = np.zeros(2)
+        sol[cols] = np.linalg.solve(X[:, cols].T @ X[:, cols], X[:, cols].T @ r)
+        if (sol >= 0).all():
+            candidates.append(sol)
+    by_hand = min(candidates, key=lambda sol: np.linalg.norm(r - X @ sol))
+    assert [staged.terms[k] for k in tp] == pytest.approx(list(by_hand), rel=1e-9, abs=1e-15)
+    assert by_hand[1] > 0
+    assert staged.residual <= off.residual
     with pytest.raises(ValueError, match="rank_term 'both'"):
         F.fit(rows, measured, "both")
+
+
+def test_a_dynamo_deployment_pays_its_own_request_delay():
+    """`serving.deployment` picks the stack's delay per request: the engine's own server's or Dynamo's
+    (None: the same), and the first token moves by exactly the difference."""
+    f = serve_file({"process": "constant", "rate": 0.5, "num_requests": 2})
+    dyn = f.model_copy(update={"serving": f.serving.model_copy(update={"deployment": "dynamo"})})
+    m = h100(per_request_s=0.005, dynamo_per_request_s=0.030)
+    first = {d: ServeSim(prepare(x, m), make_requests(x)).run().requests["first_token_s"]
+             for d, x in (("direct", f), ("dynamo", dyn))}
+    np.testing.assert_allclose(first["dynamo"] - first["direct"], 0.025, rtol=1e-9)
+    eo = load_stack("trtllm").engine_overheads
+    assert eo.request_delay_s("dynamo") == eo.request_delay_s("direct") == eo.per_request_s
+    unset = stack_for("vllm", h100(per_request_s=0.005, dynamo_per_request_s=None)).engine_overheads
+    assert unset.request_delay_s("dynamo") == unset.request_delay_s("direct") == 0.005
 
 
 def test_async_scheduling_is_on_by_default_under_vllm_and_off_under_v0():

@@ -27,7 +27,12 @@ is stored beside them) and never refitted per case:
   from rank 0 every iteration (py_executor.py _fetch_new_requests over the MPI/torch dist group;
   SGLang managers/scheduler.py recv_requests -> broadcast_pyobj), the same per-step shape;
 * `per_request_s`: a pure delay once per request before the engine sees it, counted from the
-  client's send: it adds to TTFT and E2E and occupies nothing (no queue forms behind it);
+  client's send: it adds to TTFT and E2E and occupies nothing (no queue forms behind it). It is the
+  path in front of the engine, so it depends on how the engine is deployed (a workload's
+  `serving.deployment`): `per_request_s` for the engine's own API server (`vllm serve`,
+  `trtllm-serve`, SGLang's launch_server), `dynamo_per_request_s` behind NVIDIA Dynamo's HTTP
+  frontend and the engine's Dynamo worker (None: the same figure). Where an engine's training runs
+  came through one deployment only, the fit cannot tell them apart and both carry its figure;
 * `front_end_*`: the API front end as a resource (sim/apps/serve/frontend.py cites which work runs in
   the API process of each engine): `front_end_servers` processes, each serving one job at a time from
   one queue; a request in takes `front_end_request_s` + `front_end_prompt_token_s` x its prompt, an
@@ -60,12 +65,19 @@ class EngineOverheads(Strict):
     per_collective_s: Quantity = Field(default=0.0, ge=0)   # ... per TP collective of the iteration
     per_extra_rank_s: Quantity = Field(default=0.0, ge=0)   # ... per executor rank beyond the first
     per_request_s: Quantity = Field(default=0.0, ge=0)   # pure delay per request (occupies nothing)
+    dynamo_per_request_s: Quantity | None = Field(default=None, ge=0)   # ... behind a Dynamo frontend
     # the API front end as a resource (sim/apps/serve/frontend.py): its processes and service times
     front_end_servers: int = Field(default=1, ge=1)
     front_end_request_s: Quantity = Field(default=0.0, ge=0)        # per request taken in (HTTP, hand-off)
     front_end_prompt_token_s: Quantity = Field(default=0.0, ge=0)   # ... per prompt token (tokenize)
     front_end_output_token_s: Quantity = Field(default=0.0, ge=0)   # per streamed token (detokenize, SSE)
     fit: str = ""                                    # the fit's provenance (script, training set, date)
+
+    def request_delay_s(self, deployment: str = "direct") -> float:
+        """The pure delay per request in front of the engine as `deployment` serves it (the module doc)."""
+        if deployment == "dynamo" and self.dynamo_per_request_s is not None:
+            return self.dynamo_per_request_s
+        return self.per_request_s
 
     def iteration_s(self, seqs: int, collectives: int = 0, ranks: int = 1) -> float:
         """Seconds an iteration of `seqs` sequences and `collectives` TP collectives, on an instance of

@@ -14,7 +14,7 @@ server:
 
 Requests are sent in stream order (the i-th send takes request i's lengths). A request
 reaches the server `front_end_s` after its client sent it (the stack's pure delay
-`engine_overheads.per_request_s`), then the API front end when the stack has one
+`engine_overheads.request_delay_s` of the deployment), then the API front end when the stack has one
 (sim.apps.serve.frontend: queued behind its streaming work), then the engine; a client
 times its request from the send, as the tools do, and sends its next one when the front
 end has streamed the last token.

@@ -9,11 +9,15 @@ silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the 
    beyond the first (an instance of `ranks` devices) and f s per request moves the means by
        TTFT: f + (t + c x collectives + r x (ranks - 1)) x ttft_steps + u x ttft_seqs,
        TPOT: (t + c x collectives + r x (ranks - 1)) x tpot_steps + u x tpot_seqs,
-   so (f, t, u, c) >= 0 solve one non-negative least-squares problem per family (scipy nnls) over
-   both equations of every run, each row divided by its measured value (relative errors weigh
-   alike whatever the run's scale), and r >= 0 a second one on what they leave (`fit`'s note: every
-   vLLM training run is TP >= 2, so fitted jointly r would take the flat step's place). Queueing's
-   second-order response to the terms is left to the validation run, which simulates with them.
+   where f is the delay of the run's deployment (validate_readers.silicon_deployment: f_direct for the
+   engine's own server, f_dynamo behind Dynamo; one column each, a run's 1 in its own). (f_direct,
+   f_dynamo, t, u) >= 0 solve one non-negative least-squares problem per family (scipy nnls) over both
+   equations of every run, each row divided by its measured value (relative errors weigh alike whatever
+   the run's scale), and (c, r) >= 0, the terms only a TP > 1 run pays, a second one on what they leave
+   (`fit`'s note: every vLLM training run is TP >= 2, so fitted jointly they would take the flat step's
+   place). A family whose training runs came through one deployment gives the other its figure (the
+   rows cannot tell them apart). Queueing's second-order response to the terms is left to the
+   validation run, which simulates with them.
 3. The API front end's service time per streamed token (sim/apps/serve/frontend.py) is no first-order term:
    what it does is queueing, which only the simulation gives. It is fitted by profile: the training runs are
    replayed at each value of a grid with the other terms at zero (`scripts/fit_engine_overheads.py
@@ -36,12 +40,14 @@ import numpy as np
 from scipy.optimize import nnls
 
 from sim.apps.serve.validate import ENGINES, Result
+from sim.apps.serve.validate_readers import silicon_deployment
 
 TRAINING_SYSTEMS = {"h100_sxm"}
 FEATURES = ("sim_ttft_s", "sim_tpot_s", "ttft_steps", "ttft_seqs", "tpot_steps", "tpot_seqs", "collectives", "ranks",
             "front_end_output_token_s")
 FRONT = "front_end_output_token_s"   # replayed under, not a first-order term (step 3)
-TERMS = ("per_request_s", "step_s", "per_seq_s", "per_collective_s", "per_extra_rank_s")
+TERMS = ("per_request_s", "dynamo_per_request_s", "step_s", "per_seq_s", "per_collective_s", "per_extra_rank_s")
+DEPLOYMENT_TERMS = {"direct": "per_request_s", "dynamo": "dynamo_per_request_s"}   # the delay f of each
 START, END = "  # fit:start", "  # fit:end"
 
 
@@ -89,35 +95,44 @@ RANK_TERMS = ("off", "joint", "staged")
 def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: str = "staged") -> list[Fit]:
     """One Fit per engine family from the zero-term features and the measured means (by run id).
 
-    `rank_term` says how per_extra_rank_s is fitted. "joint": in the one NNLS with the other terms. Every vLLM
-    training run is TP 2-8, so those rows cannot tell a flat step from one that grows with the ranks: jointly,
-    NNLS puts it all on the ranks (step_s 0), which replays the TP1 runs of other sources (ML.ENERGY's vLLM
-    0.11.1 H100 runs, the RTX PRO 6000 and RTX 4090 vLLM 0.19 runs) far too fast. "staged" (shipped): the other
-    terms first, without it, then the per-rank term alone by NNLS on what they leave (relative errors, the same
-    rows), so it takes only the part that grows with the ranks and never moves the flat step. "off": 0."""
+    `rank_term` says how the terms only a TP > 1 run pays (per_collective_s, per_extra_rank_s) are fitted.
+    "joint": in the one NNLS with the others. Every vLLM training run is TP 2-8, so those rows cannot tell a flat
+    step from one that grows with the collectives or the ranks: jointly, NNLS puts the step there (step_s 0 with
+    the per-rank term, or half the step with the per-collective one, once the per-request delay is split by
+    deployment), which replays the TP1 runs of other sources (ML.ENERGY's vLLM 0.11.1 H100 runs, the RTX PRO
+    6000 and RTX 4090 vLLM 0.19 runs) far too fast. "staged" (shipped): the flat terms first, then the TP terms
+    alone by NNLS on what they leave (relative errors, the same rows), so they take only the part that grows with
+    the layout and never move the flat step. "off": the TP terms 0."""
     if rank_term not in RANK_TERMS:
         raise ValueError(f"rank_term {rank_term!r}: one of {', '.join(RANK_TERMS)}")
     out = []
     for engine in sorted({r["engine"] for r in rows}):
-        A, y, X, front = [], [], [], 0.0
+        A, y, X, front, seen = [], [], [], 0.0, set()
         for r in (r for r in rows if r["engine"] == engine and r["id"] in measured and in_training(r["id"])):
             m, front = measured[r["id"]], r.get(FRONT, 0.0)
-            c, x = r["collectives"], r["ranks"] - 1
+            c, x, dep = r["collectives"], r["ranks"] - 1, silicon_deployment(r["id"])
+            seen.add(dep)
             for key, fixed, steps, seqs in (("ttft_s", 1.0, "ttft_steps", "ttft_seqs"),
                                             ("tpot_s", 0.0, "tpot_steps", "tpot_seqs")):
-                A.append(np.array([fixed, r[steps], r[seqs], c * r[steps]]) / m[key])
-                X.append(x * r[steps] / m[key])
+                delay = [fixed * (dep == d) for d in DEPLOYMENT_TERMS]
+                A.append(np.array([*delay, r[steps], r[seqs]]) / m[key])
+                X.append(np.array([c * r[steps], x * r[steps]]) / m[key])
                 y.append((m[key] - r["sim_" + key]) / m[key])
         if not A:
             continue
-        A, X, y = np.array(A), np.array(X)[:, None], np.array(y)
+        A, X, y = np.array(A), np.array(X), np.array(y)
         if rank_term == "joint":
             x, residual = nnls(np.hstack([A, X]), y)
         else:
             x, residual = nnls(A, y)
-            rank, residual = nnls(X, y - A @ x) if rank_term == "staged" else (np.zeros(1), residual)
-            x = np.r_[x, rank]
-        out.append(Fit(engine, {**dict(zip(TERMS, (float(v) for v in x))), FRONT: front}, len(A) // 2, float(residual)))
+            tp, residual = nnls(X, y - A @ x) if rank_term == "staged" else (np.zeros(2), residual)
+            x = np.r_[x, tp]
+        terms = dict(zip(TERMS, (float(v) for v in x)))
+        for dep, term in DEPLOYMENT_TERMS.items():   # a deployment with no runs: the other's figure
+            if dep not in seen:
+                (other,) = set(DEPLOYMENT_TERMS.values()) - {term}
+                terms[term] = terms[other]
+        out.append(Fit(engine, {**terms, FRONT: front}, len(A) // 2, float(residual)))
     return out
 
 
@@ -131,6 +146,7 @@ def block(f: Fit, source: str) -> str:
                       f"  per_collective_s: {_us(f.terms['per_collective_s'])}",
                       f"  per_extra_rank_s: {_us(f.terms['per_extra_rank_s'])}",
                       f"  per_request_s: {_us(f.terms['per_request_s'])}",
+                      f"  dynamo_per_request_s: {_us(f.terms['dynamo_per_request_s'])}",
                       f"  {FRONT}: {_us(f.terms.get(FRONT, 0.0))}",
                       f"  fit: scripts/fit_engine_overheads.py, NNLS on {f.runs} {f.engine} runs of {source} "
                       "(h100_sxm rows only)"])

@@ -7,7 +7,8 @@ grows with requests and iterations only. Busy time is summed per resource over t
 run (the step costs' resources, sim.apps.serve.stepcost; `host_link` for swaps).
 
 The stack's engine_overheads (hw_models.stack.engine_overheads) add three things here: a pure delay
-(a request reaches the engine `per_request_s` after it arrives; latencies count from its arrival), the
+(a request reaches the engine `request_delay_s` of its deployment after it arrives; latencies count from its
+arrival), the
 API front end as a resource when it has service times (sim.apps.serve.frontend; no run-ahead then)
 and async scheduling (the step that runs next was scheduled when the previous one started, so a request
 that reaches a busy engine is held until the scheduling after the step it arrived during).
@@ -92,7 +93,7 @@ class ServeSim:
         self.rejections: dict[str, int] = {}
         stack = stack_for(setup.file.stack, setup.machine)
         self.eo = eo = stack.engine_overheads if stack is not None else None
-        self.front_end_s = eo.per_request_s if eo else 0.0
+        self.front_end_s = eo.request_delay_s(setup.file.serving.deployment) if eo else 0.0
         self.front: frontend.FrontEnd | None = None   # built by run(): routers feed replicas themselves
         self.async_scheduling = bool(eo and eo.async_scheduling)
         self.held: list[tuple[float, int]] = []   # (when it reached the engine, request) awaiting a scheduling

@@ -208,6 +208,10 @@ class Serving(Strict):
     slo: dict[str, Pos] = {}     # e.g. ttft_p90: 0.2, tpot_p90: 0.05 (seconds)
     router: Router | None = None  # sim.apps.serve.router
     disaggregated: Disaggregated | None = None   # sim.apps.serve.disagg
+    # What stands between the clients and the engine: its own API server ("direct": vllm serve, trtllm-serve,
+    # sglang.launch_server) or NVIDIA Dynamo's frontend and worker ("dynamo"); the stack's
+    # engine_overheads.request_delay_s prices each (hw_models.stack.engine_overheads).
+    deployment: Literal["direct", "dynamo"] = "direct"
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -133,6 +133,7 @@ class Run:
     # How the engine sampled the run's requests (Workload.sampling): what the client sent, or where it sent nothing,
     # the server's defaults (validate_readers.silicon_sampling says which for the silicon sample's rows).
     sampling: str = "greedy"
+    deployment: str = "direct"   # what stood between client and engine (Serving.deployment)
 
 
 @dataclass
@@ -185,6 +186,7 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
                     "lengths": {"prompt": prompt,
                                 "output": {"dist": "uniform", "low": low, "high": high} if high > low
                                 else {"dist": "fixed", "value": run.osl}},
+                    "deployment": run.deployment,
                     "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency),
                                   **({"max_num_batched_tokens": run.token_budget} if run.token_budget else {})}},
     }
@@ -206,7 +208,7 @@ class MachineLoader:
     get one (simulate's `jobs`). `engine_side_ttft`: the log times TTFT from the engine's own queueing
     (LLMServingSim's queued_ts), so the API front end is outside it: its terms are zeroed."""
 
-    FRONT = ("per_request_s", "front_end_request_s", "front_end_prompt_token_s", "front_end_output_token_s")
+    FRONT = ("per_request_s", "dynamo_per_request_s", "front_end_request_s", "front_end_prompt_token_s", "front_end_output_token_s")
 
     def __init__(self, engine_side_ttft: bool = False):
         self.engine_side_ttft = engine_side_ttft

@@ -68,6 +68,15 @@ GENERATION_CONFIG_TOP_P = {"Qwen/Qwen3-32B"}   # served models whose generation_
 DYNAMO_GENERATION_DEFAULTS = {"vllm"}          # engines whose Dynamo worker applies generation_config.json
 
 
+def silicon_deployment(run_id: str) -> str:
+    """What served a silicon-sample row (Serving.deployment). InferenceX launches the engine's own server (`vllm
+    serve` in benchmarks/70b_fp8_h100_slurm.sh) and drives it with its benchmark_serving.py; aiconfigurator's own
+    collection deploys each engine behind Dynamo's frontend (tools/automation/launch_eval.sh) and drives it with
+    genai-perf (eval/benchmarks/genai_perf_runner.py). The fitted per-request delay is the client's and the path's
+    together: these rows cannot tell them apart."""
+    return "direct" if INFERENCEX_ID.match(run_id) else "dynamo"
+
+
 def silicon_sampling(run_id: str, backend: str, model: str) -> str:
     """How a silicon-sample row's requests were sampled (Workload.sampling; the note above)."""
     if client_ratio(run_id) is None and backend in DYNAMO_GENERATION_DEFAULTS and model in GENERATION_CONFIG_TOP_P:
@@ -115,7 +124,8 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
                         int(row.tp_size), quant,
                         {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
                         range_ratio=client_ratio(rid), token_budget=aic_token_budget(row),
-                        sampling=silicon_sampling(rid, row.backend, row.model_path)))
+                        sampling=silicon_sampling(rid, row.backend, row.model_path),
+                        deployment=silicon_deployment(rid)))
     return runs, skipped
 
 
