@@ -4,6 +4,7 @@ replayable rows and says why it skips the others."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from sim.apps.cli import main
 from sim.apps.serve.validate_readers import read_silicon
@@ -117,3 +118,28 @@ def test_a_gzip_cut_short_is_one_line_naming_it(tmp_path, capsys):
     assert main(["validate", "--input-format", "aic", str(table)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "cannot read as CSV" in err
+
+
+def test_deployment_flag_moves_ttft_by_the_stacks_dynamo_delay(tmp_path, capsys):
+    """--deployment dynamo serves every run behind Dynamo: a one-client run's TTFT moves by exactly the vllm
+    stack's dynamo_per_request_s - per_request_s (a pure delay: no queue forms behind it); a case folder,
+    which times TTFT from the engine's queue, refuses the flag in one line."""
+    from hw_models.stack.spec import load_stack
+
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant_mode": None,
+                   "tp_size": 1, "batch_size": 1, "isl": 128, "osl": 8}]).to_csv(path, index=False)
+    argv = ["validate-serving", str(path), "--hw", "h100_sxm", "--requests-per-client", "2", "--workers", "1"]
+    ttft = {}
+    for dep in ("direct", "dynamo"):
+        assert main([*argv, "--deployment", dep]) == 0
+        (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| r1 |")]
+        ttft[dep] = float(row.split("|")[8].split("/")[1])   # "TTFT ms meas/sim", printed to 0.1 ms
+    eo = load_stack("vllm").engine_overheads
+    assert eo.dynamo_per_request_s > eo.per_request_s
+    assert ttft["dynamo"] - ttft["direct"] == pytest.approx((eo.dynamo_per_request_s - eo.per_request_s) * 1e3, abs=0.11)
+    case = tmp_path / "case"
+    case.mkdir()
+    assert main(["validate-serving", str(case), "--hw", "h100_sxm", "--deployment", "dynamo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--deployment" in err and "\n" not in err

@@ -1,12 +1,14 @@
 """`sim validate-serving FILE --hw PRESET [--stack S]`: measured serving runs against the simulator
 (sim.apps.serve.validate). FILE is a silicon-sample table (its rows of the GPU --hw names), a vLLM
 benchmark_serving result JSON or a genai-perf profile_export_genai_perf.json (--engine and --model say
-what served it), or an LLMServingSim case folder (per-request vLLM timestamps, replayed open-loop by
-sim.apps.trace.validate_serving). --plots DIR writes the scatter and the errors by concurrency."""
+what served it; --deployment how: the engine's own server by default), or an LLMServingSim case folder
+(per-request vLLM timestamps, replayed open-loop by sim.apps.trace.validate_serving). --plots DIR writes the
+scatter and the errors by concurrency."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 import warnings
@@ -48,6 +50,9 @@ def _folder(args: argparse.Namespace) -> int:
     from sim.apps.serve.validate import machine_loader
 
     folder = Path(args.file)
+    if args.deployment:
+        raise ConfigError(f"{folder}: --deployment: an LLMServingSim case times TTFT from the engine's own queue, "
+                          "so no delay in front of the engine enters it")
     stack = args.stack or "vllm"
     results = M.validate(folder.parent, machine_loader(engine_side_ttft=True),
                          lambda f, m, r: serve(f.model_copy(update={"stack": stack}), m, requests=r),
@@ -68,6 +73,8 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     if Path(args.file).is_dir():
         return _folder(args)
     runs, skipped = _runs(args)
+    if args.deployment:
+        runs = [dataclasses.replace(r, deployment=args.deployment) for r in runs]
     if args.limit:
         runs = runs[:: max(1, len(runs) // args.limit)][: args.limit]
     warnings.simplefilter("ignore")
@@ -95,6 +102,9 @@ def register(subparsers) -> None:
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
     p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")
     p.add_argument("--model", help="the Hugging Face model name of a benchmark JSON (e.g. meta-llama/Llama-3.1-8B)")
+    p.add_argument("--deployment", choices=("direct", "dynamo"),
+                   help="what stood between the clients and the engine (serving.deployment): its own server or "
+                        "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")
     p.add_argument("--requests-per-client", type=int, default=10,
                    help="closed-loop requests per client (default %(default)s, as InferenceMAX's client)")
     p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table")
