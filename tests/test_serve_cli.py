@@ -25,6 +25,7 @@ def test_outputs(tmp_path):
     assert rc == 0
     s = json.loads((tmp_path / "o.json").read_text())
     assert s["completed"] == 30 and s["latency"]["ttft"]["mean"] > 0
+    assert s["deployment"] == "direct"   # the serving path the run was priced for (serving.deployment)
     df = pd.read_csv(tmp_path / "r.csv")
     assert len(df) == 30 and (df["output_tokens"] == 8).all() and (df["ttft_s"] > 0).all()
     tr = json.loads((tmp_path / "t.json").read_text())

@@ -84,12 +84,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     s.update(extra)
     check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
     s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
-             exact=args.exact)
+             deployment=file.serving.deployment, exact=args.exact)
     _write(args, res, s)
     if not args.quiet:
         from sim.apps.serve.report import print_report   # rich's tables: only to print them
 
         print_report(s, f"{file.name}: {setup.model.name} on {machine.name}, {file.serving.scheduler.kind} scheduler"
+                        + (" behind Dynamo" if file.serving.deployment == "dynamo" else "")
                         + (" (exact step costs)" if args.exact else ""))
     return 0
 
