@@ -20,6 +20,15 @@ def test_parameter_counts(name, params):
     assert load_model(name).params() == params
 
 
+def test_opt13b_parameters_by_hand():
+    """facebook/opt-13b (DistServe's serving runs): biases everywhere, two LayerNorms a layer, learned positions
+    with OPTLearnedPositionalEmbedding's offset of 2 rows, a final LayerNorm, the LM head tied to the embedding."""
+    h, ffn, layers, vocab = 5120, 20480, 40, 50272
+    per_layer = 4 * (h * h + h) + (h * ffn + ffn) + (ffn * h + h) + 2 * 2 * h
+    total = layers * per_layer + vocab * h + (2048 + 2) * h + 2 * h
+    assert total == 12_853_473_280 and load_model("opt-13b").params() == total
+
+
 def test_required_presets_exist():
     for name in ("llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "tinyllama-1.1b"):
         assert name in preset_names()

@@ -90,6 +90,20 @@ def test_trace_layouts(tmp_path):
                                        '{"timestamp": 2500, "input_length": 600, "output_length": 7, "hash_ids": [1]}\n')
     r = read_trace(tmp_path / "mc.jsonl")
     assert list(r.arrival_s) == [0.0, 2.5] and r.hash_ids == [(1, 2), (1,)] and list(r.output_len) == [5, 7]
+    # DistServe's request streams: one JSON array, start_time in seconds, named .exp
+    (tmp_path / "vllm-2-1.exp").write_text('[{"prompt_len": 55, "output_len": 4, "start_time": 0.0}, '
+                                           '{"prompt_len": 829, "output_len": 170, "start_time": 1.3806393593549728}]')
+    r = read_trace(tmp_path / "vllm-2-1.exp")
+    assert list(r.arrival_s) == [0.0, 1.3806393593549728] and list(r.prompt_len) == [55, 829]
+    assert list(r.output_len) == [4, 170] and r.hash_ids is None
+
+
+def test_a_json_array_trace_with_a_non_object_is_one_line(tmp_path, capsys):
+    f = write(tmp_path, _trace(tmp_path, '[{"prompt_len": 5, "output_len": 2, "start_time": 0}, 7]', name="t.json"))
+    assert main(["serve", str(f), "--hw", "a6000", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("t.json: item 2 of the array is not an object; expected objects such as "
+                        '{"start_time": 0.0, "prompt_len": 100, "output_len": 20}'), err
 
 
 def test_capacity_search(tmp_path):

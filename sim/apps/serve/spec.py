@@ -31,7 +31,7 @@ from sim.core.workload import Workload
 
 class Trace(Strict):
     path: str                    # relative to the serving file
-    format: Literal["auto", "azure", "mooncake", "plain", "llmservingsim"] = "auto"
+    format: Literal["auto", "azure", "mooncake", "plain", "distserve", "llmservingsim"] = "auto"
     time_scale: Pos = 1.0        # arrival times are multiplied by this (0.5: replay twice as fast)
     hash_block_tokens: PosInt = 512   # tokens per hash id (Mooncake: 512; token-id traces: the block size)
 

@@ -7,6 +7,9 @@ Layouts:
   mooncake  JSONL timestamp,input_length,output_length,hash_ids (Mooncake traces;
             timestamp in milliseconds, one hash id per 512-token block)
   plain     CSV or JSONL arrival_s,prompt_len,output_len[,hash_ids]
+  distserve JSON array of {prompt_len, output_len, start_time} (DistServe's simulator-alignment
+            request streams, LLMServe/DistServe simdistserve/benchmarks/alignment; start_time in seconds;
+            any file whose text is one JSON array of objects is read so, `.exp` included)
   llmservingsim  JSONL arrival_time_ns,input_toks,output_toks[,input_tok_ids] (LLMServingSim's flat
             request files, casys-kaist/LLMServingSim workloads/README.md); prefix hashes are
             chained over each hash_block_tokens-token block of input_tok_ids, as vLLM hashes
@@ -40,6 +43,7 @@ MAX_TOKENS = 1_000_000
 COLUMNS = {"azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
            "mooncake": ("timestamp", "input_length", "output_length"),
            "plain": ("arrival_s", "prompt_len", "output_len"),
+           "distserve": ("start_time", "prompt_len", "output_len"),
            "llmservingsim": ("arrival_time_ns", "input_toks", "output_toks")}
 
 
@@ -69,9 +73,13 @@ def _read(path: Path) -> pd.DataFrame:
 
     require_file(path, "trace file not found", "a trace file")
     try:
-        if path.suffix in (".jsonl", ".json"):
+        text = path.read_text() if path.suffix in (".jsonl", ".json", ".exp") else None
+        rows = _json_array(text, path) if text is not None and text.lstrip().startswith("[") else None
+        if rows is not None:
+            return pd.DataFrame(rows)
+        if text is not None:
             # Decimal: a timestamp is kept as written until made relative to the first row's.
-            rows = [json.loads(line, parse_float=Decimal) for line in path.read_text().splitlines() if line.strip()]
+            rows = [json.loads(line, parse_float=Decimal) for line in text.splitlines() if line.strip()]
             for i, row in enumerate(rows):
                 if not isinstance(row, dict):   # a JSON array or number: pandas failed on it (TypeError)
                     kind = {"list": "an array", "str": "a string"}.get(type(row).__name__, "a number or null")
@@ -81,6 +89,20 @@ def _read(path: Path) -> pd.DataFrame:
         return pd.read_csv(path, skipinitialspace=True, dtype=str)   # as written: see _arrivals
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: unreadable trace ({str(exc).splitlines()[0]})") from None
+
+
+def _json_array(text: str, path: Path) -> list[dict] | None:
+    """The rows of a file that is one JSON array of objects (DistServe's request streams); None where the
+    text is not one JSON value (JSON lines whose first line is an array: the per-line reader says which)."""
+    try:
+        rows = json.loads(text, parse_float=Decimal)
+    except ValueError:
+        return None
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: item {i + 1} of the array is not an object; expected objects such as "
+                              '{"start_time": 0.0, "prompt_len": 100, "output_len": 20}')
+    return rows
 
 
 def _layout(df: pd.DataFrame, fmt: str, path: Path) -> str:
