@@ -6,12 +6,15 @@ The inputs are $SIM_SHARED_VALIDATION/serving/distserve-inputs/ (LLMServe/DistSe
 simdistserve/benchmarks/alignment; shared/validation/PROVENANCE.md section 8: the request streams only, the
 measured latencies held back). Each file is replayed as its system ran it, as far as the provenance says:
 
-* `vllm-<n>-<rate>.exp`: vLLM (most likely 0.2.3) on one GPU, block 16, max_num_seqs 1024,
-  max_num_batched_tokens 16384, gpu_memory_utilization 0.95: the `vllm-v0` scheduler and stack (V0's
-  prefill-first batches, recompute preemption for single-sequence requests);
+* `vllm-<n>-<rate>.exp`: vLLM (most likely 0.2.3, 2023-11-30) on one GPU, block 16, max_num_seqs 1024,
+  max_num_batched_tokens 16384, gpu_memory_utilization 0.95: the `vllm-v0` scheduler (V0's prefill-first
+  batches, recompute preemption for single-sequence requests) and the `vllm-v0-eager` stack: vLLM's CUDA graphs
+  came with vllm-project/vllm#1926, reviewed 2023-12-17, after 0.2.3 (the stack file cites it);
 * `distserve-c21d11-<n>-<rate>.exp`: DistServe, one prefill instance at TP 2 and one decode instance at TP 1
   (`serving.disaggregated`, the KV cache sent over the dgx_a100 topology's NVLink send/recv), each pool under
-  the same scheduler and stack (DistServe's own engine has no stack here: the nearest modelled family).
+  the same scheduler and the `vllm-v0` stack: DistServe's engine runs its own C++ kernels (SwiftTransformer), so
+  eager vLLM's Python launch cost per kernel is not its cost; it has no stack here, and a serial V0 loop with
+  vLLM's kernels is the nearest modelled family.
 
     SIM_SHARED_VALIDATION=/path/to/shared/validation python scripts/distserve_predictions.py [--write]
 """
@@ -48,7 +51,8 @@ def workload(path: Path, system: str) -> dict:
                "scheduler": SCHEDULER}
     if system != "vllm":
         serving["disaggregated"] = DISAGG
-    return {"name": path.stem, "model": "opt-13b", "stack": "vllm-v0", "flash_attention": True,
+    return {"name": path.stem, "model": "opt-13b", "stack": "vllm-v0-eager" if system == "vllm" else "vllm-v0",
+            "flash_attention": True,
             "formats": {"weights": "fp16", "activations": "fp16", "kv_cache": "fp16"}, "serving": serving}
 
 
