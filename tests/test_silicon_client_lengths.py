@@ -38,6 +38,9 @@ def test_silicon_rows_carry_the_client_ratio_and_replay_its_lengths(tmp_path):
     lengths = run_file(run).serving.lengths
     assert (lengths.prompt.dist, lengths.prompt.low, lengths.prompt.high) == ("uniform", 819, 1024)
     assert (lengths.output.dist, lengths.output.low, lengths.output.high) == ("uniform", 102, 128)
+    # served as collected: InferenceX's rows by `vllm serve` itself, aiconfigurator's behind Dynamo
+    assert (run.deployment, other.deployment) == ("direct", "dynamo")
+    assert (run_file(run).serving.deployment, run_file(other).serving.deployment) == ("direct", "dynamo")
     # without a client ratio: the prompt as given, outputs +-10% around osl (Engine.output_spread)
     plain = run_file(Run("p", "h100_sxm", "vllm", ROW["model_path"], 1024, 128, 4)).serving.lengths
     assert (plain.prompt.dist, plain.prompt.value) == ("fixed", 1024)
