@@ -64,8 +64,8 @@ def predict(path: Path, system: str) -> dict:
 
 def table() -> str:
     rows = []
-    for path in sorted(INPUTS.glob("*.exp"), key=lambda p: (NAME.match(p.name).group(1), float(NAME.match(p.name).group(3)))):
-        system, n, rate = NAME.match(path.name).groups()
+    streams = [(*NAME.match(path.name).groups(), path) for path in INPUTS.glob("*.exp")]   # system, n, rate, path
+    for system, n, rate, path in sorted(streams, key=lambda s: (s[0], float(s[2]))):
         p = predict(path, system)
         rows.append(f"| {'vLLM' if system == 'vllm' else 'DistServe 2P+1D'} | {rate} | {p['completed']} / {n} | "
                     f"{p['ttft']['mean'] * 1e3:.1f} | {p['ttft']['p90'] * 1e3:.1f} | {p['tpot']['mean'] * 1e3:.2f} | "

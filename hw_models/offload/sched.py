@@ -351,11 +351,10 @@ def run_step(slots: list[SlotWork], p: Policy, rates: Rates, phase: str, buffers
              keep_timeline: bool = False) -> StepSim:
     tl = engine.run(build_tasks(slots, p, rates, phase), {}, buffers)
     moved: dict[str, float] = dict.fromkeys(LINKS, 0.0)
+    joules: dict[str, float] = {}
     for i in tl.intervals:
         if i.resource in moved:
             moved[i.resource] += i.tag.bytes
-    joules: dict[str, float] = {}
-    for i in tl.intervals:
         if i.tag.energy_j:
             joules[i.resource] = joules.get(i.resource, 0.0) + i.tag.energy_j
     return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used), joules)

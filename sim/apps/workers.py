@@ -23,6 +23,11 @@ def check_workers(workers: int | None) -> None:
         raise ConfigError(f"--workers {workers}: must be at least 1")
 
 
+def worker_count(workers: int | None) -> int:
+    """The processes a --workers value asks for: None means all cores."""
+    return workers or os.cpu_count() or 1
+
+
 def die_with_parent(parent_pid: int) -> None:
     """Pool initializer: a worker is killed when the command's process dies, even by SIGKILL
     (Linux PR_SET_PDEATHSIG; elsewhere the pool's own shutdown is all there is)."""
@@ -36,7 +41,7 @@ def die_with_parent(parent_pid: int) -> None:
 def process_pool(workers: int | None) -> Iterator[cf.ProcessPoolExecutor]:
     """`workers` processes (None: all cores); on the way out, jobs not yet started are cancelled (an interrupt
     does not wait for the queue) and the running ones finished."""
-    pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+    pool = cf.ProcessPoolExecutor(max_workers=worker_count(workers),
                                   initializer=die_with_parent, initargs=(os.getpid(),))
     try:
         yield pool

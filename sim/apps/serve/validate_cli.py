@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import time
 import warnings
 from pathlib import Path
@@ -65,7 +64,7 @@ def _folder(args: argparse.Namespace) -> int:
 
 def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.serve.validate import machine_loader, render, scatter, simulate, write_plots
-    from sim.apps.workers import check_workers
+    from sim.apps.workers import check_workers, worker_count
 
     check_workers(args.workers)
     if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
@@ -84,7 +83,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     with bar("replaying runs", "runs", len(runs), quiet=args.quiet) as update:
         results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client,
                                    progress=lambda done, total: update(done),
-                                   jobs=args.workers or os.cpu_count() or 1)
+                                   jobs=worker_count(args.workers))
     print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
     if args.plot:
         scatter(results, Path(args.plot))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib.util
-import os
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from sim.apps.sweep.store import Store
 from sim.apps.sweep import plots as sweep_plots
 from sim.apps.sweep.point import run_point
 from sim.apps.sweep.store import export, load_results, load_series
-from sim.apps.workers import check_workers, process_pool
+from sim.apps.workers import check_workers, process_pool, worker_count
 
 
 # The local cluster's housekeeping, slowed: at Dask's defaults (an event-loop health tick every 20 ms in
@@ -62,7 +61,7 @@ def make_executor(executor: "str | cf.Executor | None", workers: int | None) -> 
             import dask   # a dependency of distributed, imported above
             # before the cluster: its nannies hand the configuration to the worker processes they start
             stack.enter_context(dask.config.set(LOCAL_DASK_CONFIG))
-            cluster = stack.enter_context(LocalCluster(n_workers=workers or os.cpu_count() or 1,
+            cluster = stack.enter_context(LocalCluster(n_workers=worker_count(workers),
                                                        threads_per_worker=1, processes=True,
                                                        dashboard_address=None))
             client = stack.enter_context(Client(cluster))
