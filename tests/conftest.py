@@ -1,6 +1,8 @@
+import atexit
 import gc
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,6 +33,9 @@ os.environ.setdefault("SIM_SERVE_CHECKS", "1")
 # The persistent step-cost tables (sim.apps.serve.tablecache) of every test and every process a test starts
 # go to a fresh temporary folder, never the user's cache.
 os.environ["SIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="sim-test-cache-")
+# ...and removed when the session ends: a leaked folder per run filled /tmp on a machine that ran the suite
+# some four hundred times.
+atexit.register(shutil.rmtree, os.environ["SIM_CACHE_DIR"], ignore_errors=True)
 # Mutation testing (scripts/mutation_check.py) needs tests that give the same verdict on every run: there the
 # property tests draw from hypothesis's fixed per-test seed (SIM_HYPOTHESIS_PROFILE=derandomized), so a fresh
 # random draw cannot fail the clean run or a mutant by chance.

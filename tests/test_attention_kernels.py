@@ -24,8 +24,8 @@ def _op(phase: str, batch: int, q_len: int, kv_len: int, kv: str = "bf16", q: st
     return graph.op("L0.attention")
 
 
-def _cost(op, family: str, preset: str = "h100_sxm"):
-    m = load_machine(preset)
+def _cost(op, family: str, preset: str = "h100_sxm", overrides: dict | None = None):
+    m = load_machine(preset, overrides)
     u = m.units[m.main_unit]
     return attention_cost(op, u, m.main_unit, m.memory[u.memory], family)
 
@@ -396,8 +396,10 @@ def test_prefill_curve_per_query_and_kv_format_by_hand():
 
 
 def test_no_sm_count_keeps_the_roofline():
-    """b200.yaml leaves parallel_units unset (SM count unverified): the decode CTA term cannot be placed."""
-    assert _cost(_op("decode", 8, 1, 4096), "flash_attn", "b200") is None
+    """A GPU whose SM count is not given (parallel_units unset): the decode CTA term cannot be placed."""
+    op = _op("decode", 8, 1, 4096)
+    assert _cost(op, "flash_attn", "b200") is not None   # 148 SMs (b200.yaml)
+    assert _cost(op, "flash_attn", "b200", {"units.gpu.efficiency.parallel_units": None}) is None
 
 
 def test_unknown_family_is_a_config_error():
