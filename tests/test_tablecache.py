@@ -135,6 +135,33 @@ def test_two_processes_one_key_never_corrupt(cache_dir):
     assert [store.stamp(n) for n in ("t0", "t1", "t2")] == [27, 27, 26]
 
 
+def test_a_lock_sqlite_did_not_wait_out_is_retried(cache_dir, monkeypatch):
+    """SQLite can answer "database is locked" at once in WAL mode (a connection opening while the last one's close
+    checkpoints): a save retries it instead of losing the write; other errors are not retried."""
+    real, calls = TableStore._connect, []
+
+    def flaky(self, message, fails):
+        calls.append(message)
+        if len(calls) <= fails:
+            raise sqlite3.OperationalError(message)
+        return real(self)
+
+    monkeypatch.setattr(tablecache, "LOCK_PAUSE_S", 0.0)
+    monkeypatch.setattr(TableStore, "_connect", lambda self: flaky(self, "database is locked", 2))
+    store = TableStore("k")
+    store.save("D", {"[[1,1]]": (1.0, 1.0, [])})
+    assert len(calls) == 3 and store.stamp("D") == 1 and store.load("D") == {"[[1,1]]": (1.0, 1.0, [])}
+    calls.clear()
+    monkeypatch.setattr(TableStore, "_connect", lambda self: flaky(self, "disk I/O error", 1))
+    store.save("D", {"[[2,2]]": (2.0, 2.0, [])})          # skipped, not retried: a broken cache costs speed only
+    assert len(calls) == 1 and store.stamp("D") == 1 and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(tablecache, "LOCK_RETRIES", 3)
+    monkeypatch.setattr(TableStore, "_connect", lambda self: flaky(self, "database is locked", 99))
+    store.save("D", {"[[3,3]]": (3.0, 3.0, [])})          # a lock that outlasts the retries: skipped after 1 + 3
+    assert len(calls) == 4
+
+
 def test_unreadable_cache_is_a_miss(cache_dir):
     cache_dir.mkdir(parents=True)
     (cache_dir / tablecache.FILE).write_bytes(b"not a database" * 100)
