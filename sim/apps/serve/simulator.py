@@ -7,10 +7,9 @@ grows with requests and iterations only. Busy time is summed per resource over t
 run (the step costs' resources, sim.apps.serve.stepcost; `host_link` for swaps).
 
 The stack's engine_overheads (hw_models.stack.engine_overheads) add three things here: a pure delay
-(a request reaches the engine `request_delay_s` of its deployment after it arrives; latencies count from its
-arrival), the
-API front end as a resource when it has service times (sim.apps.serve.frontend; no run-ahead then)
-and async scheduling (the step that runs next was scheduled when the previous one started, so a request
+(a request reaches the engine `request_delay_s` of its deployment after it arrives; latencies count from
+its arrival), the API front end as a resource when it has service times (sim.apps.serve.frontend; no
+run-ahead then) and async scheduling (the step that runs next was scheduled when the previous one started, so a request
 that reaches a busy engine is held until the scheduling after the step it arrived during).
 """
 
