@@ -29,8 +29,10 @@ its own node's collectives, its dense bf16 family and the SM 8.9 families of fit
   The same file holds one dense bf16 GEMM family per in-sample GPU (dense_bf16_<gpu>, named by the
   GPU preset's efficiency.dense_gemm), fitted the same way on that GPU's bf16 rows of all three
   engines, with the K-walk and the replay's L2 read rate (REPLAY_L2_GRID; each row's weights in the L2 where its
-  engine's collector copies fit, hw_models.stack.cost.replay_weight_copies); --hold-out GPU also fits it pooled on
-  the other two GPUs and reports the third.
+  engine's collector copies fit, hw_models.stack.cost.replay_weight_copies), stage 2 apart on the rows whose
+  weights stream from DRAM (rate_points, what a model runs on) and those read from the L2 (l2_rate_points:
+  hw_models.stack.kernel_families says why); --hold-out GPU also fits it pooled on the other two GPUs and reports
+  the third.
 
 Every line is fitted by least squares on the relative error (each point weighted by
 1 / measured), so small and large messages count alike. NCCL's two lines: for each split
@@ -909,12 +911,20 @@ def _quant_rows(spec: dict, fmt: str, q: dict | None, gpus: list[str]) -> tuple[
     return rows, found
 
 
+def _fractions(m_: np.ndarray, frac_of: dict[int, float]) -> np.ndarray:
+    ms, fs = np.log(list(frac_of)), np.log(list(frac_of.values()))   # as Family.rate_fraction: log-log, flat at the ends
+    return np.exp(np.interp(np.log(m_), ms, fs))
+
+
 def _quant_mape(rows: list[tuple], floor: float, eff: float, frac_of: dict[int, float], walk: float = 0.0,
-                min_s: float = 0.0) -> float:
+                min_s: float = 0.0, l2_frac_of: dict[int, float] | None = None) -> float:
+    """The MAPE of the family's figures on `rows`; `l2_frac_of`: the curve of the rows whose weights the replay reads
+    from the L2 (weight time 0 in _rows_of's tuple; Family.l2_rate_points)."""
     m_, w_, o_, c_, y_, t_, _, k_, _ = (np.array(v) for v in zip(*rows))
     mem = np.maximum(w_ / eff + o_, k_ * walk)
-    ms, fs = np.log(list(frac_of)), np.log(list(frac_of.values()))   # as Family.rate_fraction: log-log, flat at the ends
-    frac = np.exp(np.interp(np.log(m_), ms, fs))
+    frac = _fractions(m_, frac_of)
+    if l2_frac_of:
+        frac = np.where(w_ == 0, _fractions(m_, l2_frac_of), frac)
     pred = np.maximum(min_s, floor + np.maximum(c_ / frac, mem) + (t_ - y_))
     return round(float(np.mean(np.abs(pred - t_) / t_)), 4)
 
@@ -983,7 +993,7 @@ def _floor_stream_walk(x: np.ndarray, o: np.ndarray, y: np.ndarray, k: np.ndarra
 
 
 def _fit_curve(rows: list[tuple], held: list[tuple], flat_below: bool = False, k_walk: bool = False,
-               min_s: float = 0.0) -> dict:
+               min_s: float = 0.0, split_l2: bool = False) -> dict:
     """Floor, weight-stream efficiency, K-walk (`k_walk`; _floor_stream_walk) and the fraction of the
     rate per measured M fitted on `rows` (_rows_of; module doc: stage 1 on the memory-bound rows, stage 2
     per M), with the MAPE on `rows` and on `held` (None when empty). `flat_below`: at the smallest M, where every row is memory-bound
@@ -993,7 +1003,9 @@ def _fit_curve(rows: list[tuple], held: list[tuple], flat_below: bool = False, k
     `min_s`: the family's least call time (kernel_families min_s): every error is taken on max(min_s, the
     rest), and the floor is 0 (its memory-bound rows sit at min_s: no row shows a floor beneath it; stage 1
     sees only rows measured above 1.25 x min_s, where there are three). A family with no row at
-    M <= MEMORY_BOUND_M (one the engine runs from a larger M) takes its smallest M as memory-bound."""
+    M <= MEMORY_BOUND_M (one the engine runs from a larger M) takes its smallest M as memory-bound.
+    `split_l2`: stage 2 apart on the rows whose weights stream from DRAM (`rate_points`) and on those the replay
+    reads from the L2 (`l2_rate_points`; Family.l2_rate_points says why), stage 1 on all."""
     m_, w_, o_, c_, y_, t_, wb_, k_, _ = (np.array(v) for v in zip(*rows))
     small = m_ <= max(MEMORY_BOUND_M, int(m_.min()))
     if min_s and np.count_nonzero(small & (t_ > 1.25 * min_s)) >= 3:
@@ -1002,14 +1014,38 @@ def _fit_curve(rows: list[tuple], held: list[tuple], flat_below: bool = False, k
     floor, eff, walk = _floor_stream_walk(w_[small], o_[small], y_[small], k_[small], big, k_walk)
     floor = 0.0 if min_s else floor
     mem = np.maximum(w_ / eff + o_, k_ * walk)
+    dram = w_ > 0
+    l2 = split_l2 and np.any(~dram) and np.any(dram)
+    points = _rate_points(m_, c_, mem, y_, t_, floor, min_s, flat_below, dram if l2 else np.ones_like(dram))
+    # never below the DRAM curve: a replayed GEMM whose weights outgrow the L2 must not get faster per FLOP
+    l2_points = _rate_points(m_, c_, mem, y_, t_, floor, min_s, flat_below, ~dram, dict(points)) if l2 else None
+    l2_of = dict(l2_points) if l2_points else None
+    return {"floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff), "rate_points": points,
+            "l2_rate_points": l2_points,
+            "k_walk_s_per_k": _sig(walk), "rows": len(t_), "stream_measured": bool(np.count_nonzero(big) >= 2),
+            "min_s": _sig(min_s), "fit_mape": _quant_mape(rows, floor, eff, dict(points), walk, min_s, l2_of),
+            "dram_mape": _quant_mape([r for r, d in zip(rows, dram) if d], floor, eff, dict(points), walk, min_s)
+            if l2 else None,
+            "held_out_mape": _quant_mape(held, floor, eff, dict(points), walk, min_s, l2_of) if held else None}
+
+
+def _rate_points(m_: np.ndarray, c_: np.ndarray, mem: np.ndarray, y_: np.ndarray, t_: np.ndarray, floor: float,
+                 min_s: float, flat_below: bool, rows: np.ndarray, at_least: dict[int, float] | None = None
+                 ) -> list[list]:
+    """Stage 2 of _fit_curve on the `rows` (a mask): per measured M the grid fraction with the least MAPE, held
+    non-decreasing in M and never growing faster than M (kernel_families); `flat_below` as _fit_curve says;
+    `at_least`: a curve the fraction never falls below (chosen on the grid above it, and the result's maximum
+    with it, which keeps both properties)."""
     grid = np.linspace(0.01, 1.0, 100)
     points, seen = [], []
-    for m in sorted(set(m_.tolist())):
-        sel = m_ == m
+    for m in sorted(set(m_[rows].tolist())):
+        sel = rows & (m_ == m)
         q, t = t_[sel] - y_[sel], t_[sel]
+        low = float(_fractions(np.array([m], float), at_least)[0]) if at_least else 0.0
         # every grid fraction at once (rows of the grid): the same arithmetic per fraction as one row at a time
-        err = list(np.mean(np.abs(np.maximum(min_s, floor + np.maximum(c_[sel] / grid[:, None], mem[sel]) + q) - t) / t,
-                           axis=1))
+        err = np.mean(np.abs(np.maximum(min_s, floor + np.maximum(c_[sel] / grid[:, None], mem[sel]) + q) - t) / t,
+                      axis=1)
+        err = list(np.where(grid >= low - 1e-12, err, np.inf))
         points.append([int(m), float(grid[int(np.argmin(err))])])
         seen.append(bool(min(err) < err[-1] - 1e-12))
     fracs = np.maximum.accumulate([f for _, f in points])   # never lower with more rows (kernel_families)
@@ -1019,10 +1055,9 @@ def _fit_curve(rows: list[tuple], held: list[tuple], flat_below: bool = False, k
     first = seen.index(True) if flat_below and any(seen) else 0
     for i in range(first):
         points[i][1] = points[first][1]
-    return {"floor_s": _sig(floor), "weight_stream_efficiency": _sig(eff), "rate_points": points,
-            "k_walk_s_per_k": _sig(walk), "rows": len(t_), "stream_measured": bool(np.count_nonzero(big) >= 2),
-            "min_s": _sig(min_s), "fit_mape": _quant_mape(rows, floor, eff, dict(points), walk, min_s),
-            "held_out_mape": _quant_mape(held, floor, eff, dict(points), walk, min_s) if held else None}
+    if at_least:
+        points = [[m, _sig(max(f, float(_fractions(np.array([m], float), at_least)[0])))] for m, f in points]
+    return points
 
 
 # Dense bf16 GEMM per in-sample GPU: the engines' cuBLAS GEMM (TensorRT-LLM, vLLM and SGLang rows pooled: all
@@ -1084,23 +1119,28 @@ def fit_dense_gemm(gpus: tuple[str, ...], hold_out: str | None = None) -> dict:
         rate = _sig(float(rate))
         rows = [r for gpu in gpus for r in _dense_rows(gpu, rate)]
         held = _dense_rows(hold_out, rate) if hold_out else []
-        f = _fit_curve(rows, held, flat_below=True, k_walk=True)
+        f = _fit_curve(rows, held, flat_below=True, k_walk=True, split_l2=True)
         if best is None or f["fit_mape"] < best[0]["fit_mape"]:
             best = ({**f, "replay_l2_bytes_per_s": rate}, held)
     f, held = best
     pts = dict(f["rate_points"])
     f["held_out_by_m"] = {f"{lo}-{hi}" if hi < M_BUCKETS[-1][1] else f">={lo}":
-                          _quant_mape(sel, f["floor_s"], f["weight_stream_efficiency"], pts, f["k_walk_s_per_k"])
+                          _quant_mape(sel, f["floor_s"], f["weight_stream_efficiency"], pts, f["k_walk_s_per_k"],
+                                      l2_frac_of=dict(f["l2_rate_points"]) if f["l2_rate_points"] else None)
                           for lo, hi in M_BUCKETS if (sel := [r for r in held if lo <= r[0] <= hi])}
     return {"fitted_on": list(gpus), **f}
 
 
 def _curve_lines(f: dict, assumed: str | None) -> list[str]:
     """A fitted family's rate curve, stream efficiency and floor as kernel_families_fitted.yaml lines."""
-    pts = ", ".join(f"[{m}, {v:.3g}]" for m, v in f["rate_points"])
+    def curve(points: list) -> str:
+        return ", ".join(f"[{m}, {v:.3g}]" for m, v in points)
+    pts = curve(f["rate_points"])
     notes = [x for x in (None if f["stream_measured"] else
                          "weight_stream_efficiency 1.0 (no memory-bound row streams over twice the L2)", assumed) if x]
-    return [f"    rate_points: [{pts}]", *([f"    assumed: \"{'; '.join(notes)}\""] if notes else []),
+    l2 = [f"    l2_rate_points: [{curve(f['l2_rate_points'])}]  # the rows the replay reads from the L2"] \
+        if f.get("l2_rate_points") else []
+    return [f"    rate_points: [{pts}]", *l2, *([f"    assumed: \"{'; '.join(notes)}\""] if notes else []),
             f"    weight_stream_efficiency: {f['weight_stream_efficiency']:.3g}", f"    floor_s: {f['floor_s']:.3g}",
             *([f"    k_walk_s_per_k: {f['k_walk_s_per_k']:.3g}"] if f["k_walk_s_per_k"] else []),
             *([f"    min_s: {f['min_s']:.3g}"] if f.get("min_s") else [])]
@@ -1111,7 +1151,8 @@ def render_dense_gemm() -> list[str]:
     for gpu in GEMM_PRESETS:
         f = fit_dense_gemm((gpu,))
         tables = " and ".join(f"{t}_{gpu}" for t in DENSE_TABLES)
-        lines += [f"  {dense_family(gpu)}:  # {f['rows']} rows ({gpu}), fit MAPE {f['fit_mape']}",
+        lines += [f"  {dense_family(gpu)}:  # {f['rows']} rows ({gpu}), fit MAPE {f['fit_mape']}, on the rows streamed "
+                  f"from DRAM {f['dram_mape']}",
                   f"    description: \"Dense bf16 GEMM on {GEMM_PRESETS[gpu]} as the engines run it (cuBLAS, CUDA-graph "
                   "replayed)\"", "    cite: >-",
                   f"      aiconfigurator {tables}.csv.gz bfloat16 rows (TensorRT-LLM, vLLM, SGLang; each engine's "

@@ -120,3 +120,32 @@ def test_a100_in_sample_error(shared_validation):
     err = [abs(_cost_s("a100_80g", int(r.m), int(r.n), int(r.k)) - r.latency_us * 1e-6) / (r.latency_us * 1e-6)
            for r in rows.itertuples(index=False)]
     assert len(err) > 400 and float(np.mean(err)) < 0.12
+
+
+def test_l2_curve_only_where_the_replay_reads_the_weights_from_the_l2():
+    """RTX PRO 6000, M = 128, a 2048 x 2048 bf16 weight (8.4 MB: vLLM's replayed copies fit its 128 MB L2):
+    compute-bound either way (1.07 GFLOP at 503.8 TFLOP/s x ~0.4 is ~5 us against ~2 us of L2 reads), so the
+    call costs the floor + the K-walk-free compute at the L2 curve's fraction in the replay and at the DRAM
+    curve's in a model (no single-layer replay: every other layer evicts the L2), where the weights stream from
+    DRAM at 1.792 TB/s x 0.85 x the stream efficiency (4.9 us) and compute still binds."""
+    fam = families()["dense_bf16_rtx_pro_6000"]
+    assert fam.l2_rate_points is not None
+    m, n, k, peak = 128, 2048, 2048, 503.8e12
+    flops = 2.0 * m * n * k
+    replay = _mapper("rtx_pro_6000", "vllm", collector="vllm")
+    want_replay = fam.floor_s + flops / (peak * fam.rate_fraction(m, l2=True))
+    assert replay.cost(gemm_op(m, n, k, "bf16")).duration_s == pytest.approx(want_replay, rel=1e-6)
+    model = _mapper.__wrapped__("rtx_pro_6000", "vllm", collector="vllm")   # a fresh one: _mapper is cached
+    model.stack = model.stack.model_copy(update={"single_layer_replay": False})
+    dram_s = n * k * 2 / (1.792e12 * 0.85 * fam.weight_stream_efficiency)
+    compute_s = flops / (peak * fam.rate_fraction(m))
+    assert compute_s > dram_s + (m * k + m * n) * 2 / (1.792e12 * 0.85)
+    assert model.cost(gemm_op(m, n, k, "bf16")).duration_s == pytest.approx(fam.floor_s + compute_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("preset", FITTED)
+def test_l2_curve_never_below_the_dram_curve(preset):
+    """A replayed GEMM whose weights outgrow the L2 never gets faster per FLOP (kernel_families l2_rate_points)."""
+    fam = families()[FITTED[preset][0]]
+    for m in (1, 7, 32, 100, 128, 256, 1000, 4096, 8192, 20000):
+        assert fam.rate_fraction(m, l2=True) >= fam.rate_fraction(m) * (1 - 1e-12)

@@ -157,3 +157,14 @@ def test_fp4_weight_gemm_under_each_stack_priced_by_hand(stack, machine, fmt):
     cost = stack_cost(op, unit, unit_name, tier, st, None)
     assert cost.duration_s == pytest.approx(want, rel=1e-9, abs=0)
     assert cost.memory_s > cost.compute_s    # memory-bound, as assumed above
+
+
+def test_l2_rate_points_are_read_only_for_l2_weights_and_checked_like_rate_points():
+    from hw_models.stack.kernel_families import Family
+    fam = Family(cite="test", rate_points=[(1, 0.1), (128, 0.3)], l2_rate_points=[(1, 0.2), (128, 0.5)])
+    assert fam.rate_fraction(128) == pytest.approx(0.3)
+    assert fam.rate_fraction(128, l2=True) == pytest.approx(0.5)
+    assert fam.rate_fraction(1 << 20, l2=True) == pytest.approx(0.5)          # flat past the last point
+    assert Family(cite="test", rate_points=[(1, 0.1)]).rate_fraction(64, l2=True) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="not monotone"):
+        Family(cite="test", rate_points=[(1, 0.1)], l2_rate_points=[(1, 0.5), (64, 0.3)])

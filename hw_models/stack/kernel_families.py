@@ -26,7 +26,18 @@ One cited file, hw_models/stack/kernel_families.yaml. Each family gives
   under: the call costs max(min_s, the rest); 0 where none is measured);
 * `switch_m` / `switch_family`: the engine dispatches to another kernel from M = switch_m up
   (vLLM's block-scaled FP8: FlashInfer's swapAB kernel below M = 32, DeepGEMM from 32): such
-  calls cost as `switch_family`.
+  calls cost as `switch_family`;
+* `l2_rate_points`: the fraction of the rate where the weights are read from the L2, not the DRAM (a single-layer
+  replay whose weight copies fit the L2, hw_models.stack.cost.replay_weight_l2_s), as `rate_points` and never
+  below them; default `rate_points`. The two populations of a replayed table reach different fractions at one M: a
+  GEMM whose weights stream from DRAM issues its MMAs between DRAM loads (at M = 128 the RTX PRO 6000's DRAM rows
+  reach 0.34 of the bf16 peak, its L2 rows 0.45), and one curve over both (the dense families before) fitted
+  neither: on that GPU, whose 128 MB L2 holds half of aiconfigurator's replayed bf16 rows, it read M = 128 at 0.46.
+  (Fitted freely, the L2 rows also fall below the DRAM ones at large M, 0.71 against 0.79 at M = 8192: the
+  matrices that fit the L2 are the small ones, with fewer output tiles to fill the SMs. The L2 curve is held at
+  or above the DRAM one, so that a replayed GEMM whose weights outgrow the L2 never gets faster per FLOP.) A model
+  never replays one layer (every other layer evicts the L2), so it runs on `rate_points`, the DRAM rows' curve
+  (scripts/fit_kernels.py fits the dense families so).
 A family not measured on the machine at hand carries `assumed:` saying so.
 
 Two files: kernel_families.yaml (written by hand, cited per family) and
@@ -58,6 +69,7 @@ class Family(Strict):
     assumed: str = ""                       # what is assumed where no measurement exists
     rate_format: str = "bf16"
     rate_points: list[tuple[int, float]] = Field(min_length=1)
+    l2_rate_points: list[tuple[int, float]] | None = Field(default=None, min_length=1)
     weight_stream_efficiency: float = Field(default=1.0, gt=0, le=1.5)
     floor_s: Quantity = Field(default=0.0, ge=0)
     activation_quant: bool = False
@@ -83,9 +95,11 @@ class Family(Strict):
         """The family the engine switches to at `m` rows, else None (this one runs)."""
         return self.switch_family if self.switch_m is not None and m >= self.switch_m else None
 
-    @field_validator("rate_points")
+    @field_validator("rate_points", "l2_rate_points")
     @classmethod
-    def _monotone(cls, v: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    def _monotone(cls, v: list[tuple[int, float]] | None) -> list[tuple[int, float]] | None:
+        if v is None:
+            return v
         for m, f in v:
             if m <= 0 or not 0 < f <= 1:
                 raise ValueError(f"({m}, {f}): M must be > 0 and the fraction in (0, 1]")
@@ -109,9 +123,11 @@ class Family(Strict):
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
 
-    def rate_fraction(self, m: int) -> float:
-        ms = [math.log(p[0]) for p in self.rate_points]
-        fs = [math.log(p[1]) for p in self.rate_points]
+    def rate_fraction(self, m: int, l2: bool = False) -> float:
+        """The achieved fraction of the rate at `m` rows; `l2`: with the weights read from the L2."""
+        points = self.l2_rate_points if l2 and self.l2_rate_points else self.rate_points
+        ms = [math.log(p[0]) for p in points]
+        fs = [math.log(p[1]) for p in points]
         return math.exp(float(np.interp(math.log(max(m, 1)), ms, fs)))
 
 
