@@ -214,6 +214,10 @@ class Unit(Strict):
 
     @model_validator(mode="after")
     def _power_limit(self) -> "Unit":
+        if self.power_limit_w is not None and self.idle_power_w is None:   # it would be silently ignored
+            raise ValueError(f"power_limit_w {self.power_limit_w:g} W: this unit has no board-power model "
+                             "(idle_power_w, active_power_w, energy_j_per_flop: docs/energy.md), so no cap can bind; "
+                             "presets with one: h100_sxm, h200, b200")
         limit = self.power_limit_w or self.power_w
         if self.idle_power_w is not None and limit is not None and limit <= self.idle_power_w:
             which = "power_limit_w" if self.power_limit_w else "power_w"
@@ -379,7 +383,12 @@ def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> M
                      for key, value in overrides.items()}
     for key, value in (overrides or {}).items():
         set_dotted(raw, key, value, source=f"{path} (override hw.{key})")
-    return machine_from_dict(raw, str(path))
+    try:
+        return machine_from_dict(raw, str(path))
+    except ConfigError:   # name the overrides: the preset alone is valid, the --set / sweep value is not
+        if not overrides:
+            raise
+    return machine_from_dict(raw, f"{path} (with hw.{', hw.'.join(overrides)} overridden)")   # raises, so named
 
 
 def machine_aliases(machine: Machine) -> dict[str, str]:

@@ -143,3 +143,35 @@ def test_every_preset_renders_its_report(tmp_path, capsys, preset):
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "Traceback" not in out.out + out.err and "TPOT" in out.out
+
+
+def test_quiet_with_a_data_format_prints_the_data(capsys):
+    """-q keeps stdout to what was asked for: with --format json/csv that is the tables (docs/cli.md's example)."""
+    assert main(["model", "show", "qwen3-8b", "--format", "json", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0] == ["name", "qwen3-8b"]
+    assert main(["run", WL, "--hw", "a6000", "--set", "gen_len=2", "--format", "csv", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Model\n") and "TTFT (prefill)" in out
+    assert main(["run", WL, "--hw", "a6000", "--set", "gen_len=2", "-q"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_ideal_drops_the_stack_with_a_note(capsys):
+    assert main(["run", WL, "--hw", "a6000", "--ideal", "--set", "stack=torch-eager", "--set", "gen_len=2",
+                 "--format", "json"]) == 0
+    cap = capsys.readouterr()
+    assert "stack 'torch-eager' is not applied" in cap.err
+    assert main(["run", WL, "--hw", "a6000", "--ideal", "--set", "gen_len=2", "--format", "json"]) == 0
+    assert json.loads(cap.out) == json.loads(capsys.readouterr().out)   # the same run as without the stack
+
+
+def test_power_limit_without_a_board_model_is_refused(capsys):
+    assert main(["run", WL, "--hw", "a6000", "--set", "hw.units.gpu.power_limit_w=100"]) == 2
+    line = _err_line(capsys)
+    assert "power_limit_w 100 W: this unit has no board-power model" in line
+    assert "a6000.yaml (with hw.units.gpu.power_limit_w overridden): units.gpu: power_limit_w" in line
+
+
+def test_a_prefill_only_run_has_no_tpot(capsys):
+    assert main(["run", WL, "--hw", "a6000", "--set", "gen_len=1"]) == 0
+    assert "- (gen_len 1: the one token comes from prefill, no decode step)" in capsys.readouterr().out

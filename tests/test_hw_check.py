@@ -1,6 +1,7 @@
 """`sim hw check FILE` on the documented example preset (docs/presets.md), and `sim hw list --topologies`."""
 
 import json
+import re
 
 from sim.apps.cli import main
 from tests.conftest import ROOT
@@ -52,3 +53,14 @@ def test_report_groups_numbered_units(capsys):
     assert main(["run", str(ROOT / "workloads/llama2_7b_decode.yaml"), "--hw", "hbm_pim", "--set", "gen_len=4"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "utilization" in ln)
     assert "pim.stack0-4" in line and "pim.stack1" not in line
+
+
+def test_a_bare_number_where_si_units_are_read_is_flagged(tmp_path, capsys):
+    """864 bytes/s (meant: 864 GB/s) passes the schema; sim hw check names it and --strict fails on it."""
+    from sim.apps.cli import main
+    src = (ROOT / "docs" / "examples" / "l40s.yaml").read_text()
+    bad = tmp_path / "l40s.yaml"
+    bad.write_text(re.sub(r"bandwidth_bytes_per_s: .*", "bandwidth_bytes_per_s: 864", src, count=1))
+    assert main(["hw", "check", str(bad)]) == 0
+    assert "bandwidth_bytes_per_s 864" in capsys.readouterr().out
+    assert main(["hw", "check", str(bad), "--strict"]) == 1

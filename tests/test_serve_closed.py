@@ -137,3 +137,17 @@ def test_in_flight_max_counts_each_reply_once():
            "status": np.full(n, DONE)}
     res = ServeResult(req, {}, np.zeros(0), np.zeros(0), 0, 0, 0, 1, 0, 10.0, 1, 0.0)
     assert in_flight_max(res) == 3
+
+
+def test_closed_loop_energy_counts_idle_power_and_every_device():
+    """A closed loop's energy is an open loop's: its board (sim.apps.serve.energy.instance_board) gives the idle power
+    between iterations (think time leaves the engine idle) and the devices a TP plan spans. h100_sxm idles at
+    117.1 W a device, so with think time the idle share is idle seconds x 117.1 W x 2 devices exactly."""
+    raw = closed_file(1, 4, think_time_s=0.05).model_dump(mode="json", exclude={"source"})
+    raw["parallel"] = {"tp": 2, "topology": "dgx_h100"}
+    res, s = serve(serve_file_from_dict(raw, "closed.yaml"), H100)
+    e = s["energy"]
+    assert e["devices"] == 2
+    idle_s = res.makespan_s - float(res.iterations["duration_s"].sum())
+    assert idle_s > 0.1                       # three think times of 50 ms at least
+    assert e["by_phase_j"]["idle"] == pytest.approx(117.1 * 2 * idle_s, rel=1e-9)

@@ -261,3 +261,15 @@ def test_example_sweeps_expand():
         if not needed <= set(preset_names()):
             continue
         assert len(expand(spec)) > 0, path
+
+
+def test_a_plot_naming_no_column_still_leaves_results_csv(tmp_path):
+    """The columns exist only once the points ran: results.csv is written before the plots, and the error names
+    the sweep file and says the finished points are reused on the rerun."""
+    path = make_spec(tmp_path, {"workload.batch": [1, 2]}, metrics=["tpot_s"],
+                     plots=[{"kind": "line", "x": "workload.batch", "y": "tpot_ms"}])
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match=r"sweep\.yaml: .*no column 'tpot_ms'.*results\.csv is written"):
+        run_sweep(path, out, workers=1, progress=False)
+    assert (out / "results.csv").is_file() and len((out / "results.csv").read_text().splitlines()) == 3
+    assert not (out / "plots").exists() or not any((out / "plots").iterdir())

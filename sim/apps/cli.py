@@ -56,6 +56,9 @@ def _load(args: argparse.Namespace):
         print(f"warning: {note}", file=sys.stderr)
     if getattr(args, "ideal", False):
         machine = ideal(machine)
+        if workload.stack is not None:   # a stack adds kernels, floors and host time: the pure roofline has none
+            print(f"note: --ideal is the pure roofline; stack {workload.stack!r} is not applied", file=sys.stderr)
+            workload = workload.model_copy(update={"stack": None})
     return workload, machine
 
 
@@ -108,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 STEP_PROGRESS.reset(token)
     with transaction():  # every output or none
         _write_run_outputs(args, result, workload, machine, layers)
-    if args.quiet:
+    if not tables.report_wanted(args):
         return 0
     from sim.apps.report import print_report   # rich tables and the kinds' report sections
 
@@ -170,6 +173,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     workload, machine = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
+    if workload.stack is not None:   # its kernels, fusions and host time are sim run's, op by op and per step
+        print(f"note: sim roofline prices each op on the preset's roofline; stack {workload.stack!r} is not applied "
+              "(sim run applies it)", file=sys.stderr)
     if args.json:
         check_output(args.json)
     model = workload.model_config_()

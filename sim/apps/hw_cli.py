@@ -50,6 +50,26 @@ def uncited(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+# Below these a figure is almost surely a bare number meant in GB/s, GB or TFLOP/s (the schema reads SI units):
+# the slowest memory sim ships (a disk) moves ~1e9 B/s, the smallest tier holds MBs, the slowest unit ~1e11 FLOP/s.
+IMPLAUSIBLY_LOW = {"bandwidth_bytes_per_s": 1e8, "capacity_bytes": 1e6, "flops_per_s": 1e9}
+
+
+def implausible(m: Machine) -> list[str]:
+    """Figures far below any real device's: the likely unit slips, each named by its key."""
+    out = []
+    for name, tier in m.memory.items():
+        for key in ("bandwidth_bytes_per_s", "capacity_bytes"):
+            v = getattr(tier, key)
+            if v < IMPLAUSIBLY_LOW[key]:
+                out.append(f"memory.{name}.{key} {v:g}")
+    for name, unit in m.units.items():
+        for fmt, v in unit.peak_flops_per_s.items():
+            if v < IMPLAUSIBLY_LOW["flops_per_s"]:
+                out.append(f"units.{name}.peak_flops_per_s.{fmt} {v:g}")
+    return out
+
+
 def machine_rows(m: Machine) -> list[tuple[str, str]]:
     rows = [("name", m.name), ("kind", m.kind), ("description", m.description or "-")]
     for name, tier in m.memory.items():
@@ -83,12 +103,16 @@ def cmd_hw_check(args: argparse.Namespace) -> int:
         t.add_row("smoke run", f"failed: {exc}")
         tables.console().print(t)
         return 2
+    low = implausible(machine)
+    if low:
+        t.add_row("plausibility", f"far below any real device (a unit slip? figures are SI: write '864 GB/s', "
+                                  f"not 864): {', '.join(low)}")
     missing = uncited(path)
     t.add_row("citations", "every figure has a comment" if not missing else
               f"{len(missing)} figure(s) without a source comment: "
               + ", ".join(f"{k} (line {n})" for n, k in missing))
     tables.console().print(t)
-    return 1 if missing and args.strict else 0
+    return 1 if (missing or low) and args.strict else 0
 
 
 def cmd_topologies() -> int:

@@ -99,7 +99,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     ]))
     rows = [
         ("TTFT (prefill)", fmt_time(result.ttft_s)),
-        ("TPOT mean / first / last", f"{fmt_time(result.tpot_s)} / {fmt_time(result.tpot_first_s)} / {fmt_time(result.tpot_last_s)}"),
+        ("TPOT mean / first / last", f"{fmt_time(result.tpot_s)} / {fmt_time(result.tpot_first_s)} / {fmt_time(result.tpot_last_s)}"
+         if result.gen_len > 1 else "- (gen_len 1: the one token comes from prefill, no decode step)"),
         ("end-to-end", fmt_time(result.e2e_s)),
         ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),

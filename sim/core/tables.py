@@ -62,6 +62,11 @@ def add_to_every_command(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("-q", "--quiet", action="store_true", help="no tables on stdout")
 
 
+def report_wanted(args: argparse.Namespace) -> bool:
+    """Whether a command prints its report: not under -q, unless --format csv/json asked for its tables as data."""
+    return not getattr(args, "quiet", False) or getattr(args, "format", "table") != "table"
+
+
 def configure(fmt: str = "table", width: int | None = None, quiet: bool = False) -> None:
     if width is not None and width < 20:
         raise ConfigError(f"--width {width}: at least 20 columns")
@@ -83,7 +88,8 @@ def _table_console() -> type:
 
     class TableConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
-            if _settings.quiet and not self.stderr:
+            # -q keeps stdout to what was asked for: no report in table form, but --format csv/json asks for the data
+            if _settings.quiet and not self.stderr and _settings.format == "table":
                 return
             if _settings.format == "table" or self.stderr:
                 super().print(*objects, **kwargs)
@@ -91,7 +97,7 @@ def _table_console() -> type:
             for obj in objects:
                 if isinstance(obj, Table):
                     _emit(obj)
-                else:   # notes and headings stay readable, on stderr, out of the data
+                elif not _settings.quiet:   # notes and headings stay readable, on stderr, out of the data
                     Console(stderr=True, markup=False, highlight=False).print(obj, **kwargs)
 
     return TableConsole
@@ -141,3 +147,35 @@ def flush() -> None:
     if _settings.format == "json" and _pending:
         print(json.dumps(_pending[0] if len(_pending) == 1 else _pending, indent=1))
     _pending.clear()
+
+
+def print_markdown(text: str) -> None:
+    """A report written as Markdown (the form docs/ embeds): as is under --format table; under csv/json each
+    pipe table becomes a table of the chosen format on stdout and every other line a note on stderr."""
+    if _settings.format == "table":
+        if not _settings.quiet:
+            print(text)
+        return
+    from rich.table import Table
+
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            t = Table()
+            for name in _cells(line):
+                t.add_column(name)
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                t.add_row(*_cells(lines[i]))
+                i += 1
+            _emit(t)
+            continue
+        if line.strip() and not _settings.quiet:
+            print(line, file=sys.stderr)
+        i += 1
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]

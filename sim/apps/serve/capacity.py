@@ -33,10 +33,10 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
     points: list[dict[str, Any]] = []
     closed = isinstance(a, Closed)
     knob = "concurrency" if closed else "rate"
+    per_client = max(1, a.num_requests // a.concurrency) if closed else 0
 
     def run(rate: float) -> tuple[bool, dict]:
-        update = {"concurrency": int(rate), "num_requests": int(rate) * max(1, a.num_requests // a.concurrency)} \
-            if closed else {"rate": rate}
+        update = {"concurrency": int(rate), "num_requests": int(rate) * per_client} if closed else {"rate": rate}
         f = file.model_copy(update={"serving": file.serving.model_copy(update={
             "arrivals": a.model_copy(update=update), "slo": slo})})
         try:
@@ -75,7 +75,8 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
         mid = (lo + hi) // 2 if closed else (lo + hi) / 2
         ok, _ = run(mid)
         lo, hi = (mid, hi) if ok else (lo, mid)
-    return _report(points, lo, hi, knob, closed)
+    # each client sends the file's requests per client: a closed run's request count scales with the clients
+    return _report(points, lo, hi, knob, closed) | ({"requests_per_client": per_client} if closed else {})
 
 
 def _report(points: list[dict[str, Any]], lo: float, hi: float, knob: str, closed: bool) -> dict[str, Any]:

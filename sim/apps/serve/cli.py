@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from sim.core import flags
+from sim.core import flags, tables
 from sim.core.errors import ConfigError
 
 
@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
              deployment=file.serving.deployment, exact=args.exact)
     _write(args, res, s)
-    if not args.quiet:
+    if tables.report_wanted(args):
         from sim.apps.serve.report import print_report   # rich's tables: only to print them
 
         print_report(s, f"{file.name}: {setup.model.name} on {machine.name}, {file.serving.scheduler.kind} scheduler"
@@ -147,7 +147,7 @@ def _capacity(args, file, machine, slo) -> int:
             "arrivals": file.serving.arrivals.model_copy(update={cap["knob"]: cap["rate"]})})})
         res, _ = serve(file2, machine, exact=args.exact)
     _write(args, res, out, cap["points"])
-    if not args.quiet:
+    if tables.report_wanted(args):
         print_capacity(cap)
     return 0
 

@@ -38,7 +38,9 @@ def _stream(file: ServeFile, setup: Setup, reqs: Requests, progress: Callable[[i
         if file.serving.disaggregated is not None or file.serving.router is not None:
             raise ConfigError(f"{file.source}: serving.arrivals.process: closed drives one instance; a router or "
                               "disaggregated pools under a closed loop are not modelled")
-        res = check_finite(ClosedLoopSim(setup, reqs, progress).run(), file, setup.machine.source or setup.machine.name)
+        res = ClosedLoopSim(setup, reqs, progress).run()
+        res.board = instance_board(setup)   # idle power and the devices the per-device figures divide by
+        res = check_finite(res, file, setup.machine.source or setup.machine.name)
         return res, dict(benchmark=benchmark_figures(res, instance_devices(setup), loop.warmup_requests))
     if file.serving.disaggregated is not None:
         exact = setup.target_cost.op_level

@@ -105,4 +105,8 @@ def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
     at_least = "at least " if c.get("limit_settled") else ""   # that step stopped once it failed for certain
     t.add_row("limiting metric", f"{c['limiting']} ({at_least}{c['limit_ratio']:.2f}x of its limit just above)")
     t.add_row("runs", str(len(c["points"])))
+    if "requests_per_client" in c:
+        k = c["requests_per_client"]
+        t.add_row("requests per run", f"{k} per client, as in the file (num_requests / concurrency): {c['rate'] * k:,} "
+                  "at the capacity found")
     console.print(t)

@@ -320,15 +320,15 @@ def _pct(v: float) -> str:
 
 
 def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
-           seconds: float, per_run: bool = True) -> str:
-    """Markdown: signed errors per run (unless `per_run` is off), MAPE per (GPU, engine, model), overall."""
+           seconds: float, per_run: bool = True, name_width: int | None = 40) -> str:
+    """Markdown: signed errors per run (unless `per_run`), MAPE per GPU/engine/model; names: last `name_width` chars."""
     lines = []
     if per_run:
         lines += ["| run | engine | model | TP | N | isl/osl | sampling | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | "
                   "TPOT | E2E | req/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in results:
             m, s, e = r.run.measured, r.sim, r.error
-            lines.append(f"| {r.run.name[-40:]} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp} | "
+            lines.append(f"| {r.run.name[-name_width:] if name_width else r.run.name} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp} | "
                          f"{r.run.concurrency} | {r.run.isl}/{r.run.osl} | {r.run.sampling} | "
                          f"{m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
                          f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{s['tpot_s'] * 1e3:.2f} | "

@@ -13,6 +13,7 @@ import time
 import warnings
 from pathlib import Path
 
+from sim.core import tables
 from sim.core.errors import ConfigError
 
 
@@ -58,7 +59,7 @@ def _folder(args: argparse.Namespace) -> int:
                          args.limit, names=[folder.name])
     if not results:
         raise ConfigError(f"{folder}: not an LLMServingSim case folder (vllm/meta.json, vllm/requests.jsonl)")
-    print(M.render(results))
+    tables.print_markdown(M.render(results))
     return 0
 
 
@@ -84,7 +85,8 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client,
                                    progress=lambda done, total: update(done),
                                    jobs=worker_count(args.workers))
-    print(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary))
+    tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
+                                 name_width=None if tables.full_width() else 40))
     if args.plot:
         scatter(results, Path(args.plot))
     if args.plots:
@@ -106,7 +108,7 @@ def register(subparsers) -> None:
                         "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")
     p.add_argument("--requests-per-client", type=int, default=10,
                    help="closed-loop requests per client (default %(default)s, as InferenceMAX's client)")
-    p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table")
+    p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table (an LLMServingSim case folder: its first N requests)")
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")

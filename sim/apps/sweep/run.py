@@ -180,12 +180,18 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
 
 
 def finish(spec: SweepSpec, out: Path, plots: bool = True) -> list[Path]:
-    """results.csv and the plots, from the store; all of them or none."""
-
+    """results.csv, then the plots (all of them or none), from the store. A plot that names no column of the
+    results fails only once they exist, so results.csv is written first and the error says so."""
     with transaction():
         written = export(out, csv=out / "results.csv")
-        if plots:
-            df = load_results(out)
-            keys = df["key"].tolist() if "key" in df.columns else []
-            written += sweep_plots.draw_all(spec, df, out, load_series(out, keys))
+    if plots:
+        try:
+            with transaction():
+                df = load_results(out)
+                keys = df["key"].tolist() if "key" in df.columns else []
+                written += sweep_plots.draw_all(spec, df, out, load_series(out, keys))
+        except ConfigError as exc:
+            raise ConfigError(f"{spec.source or spec.name}: {exc} ({out / 'results.csv'} is written; mend the plot "
+                              "and run the sweep again: its finished points are reused, only the plots are drawn)"
+                              ) from None
     return written

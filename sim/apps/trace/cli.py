@@ -77,7 +77,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             write_json(args.json, v.to_json())
         if args.plot:
             scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
-    if args.quiet:
+    if not tables.report_wanted(args):
         return 0
     console = tables.console()
     t = Table(title=f"measured vs simulated on {v.machine}")
@@ -135,7 +135,7 @@ def _validate_aic(args: argparse.Namespace) -> int:
     v = validate_tables([Path(p) for p in args.traces], args.hw, _stack(args.stack), args.limit)
     if args.json:
         write_json(args.json, v.to_json())
-    if args.quiet:
+    if not tables.report_wanted(args):
         return 0
     console = tables.console()
     by = v.mape_by_family()

@@ -244,10 +244,14 @@ def render(results: list[CaseResult]) -> str:
                   f"(after prefix hits).",
                   "", "| figure | simulated | measured | error | target | LLMServingSim's error |",
                   "|---|---|---|---|---|---|"]
+        partial = x["requests"] < len(r.case.measured)   # --limit: the targets and the peer's figure are whole-run
+        if partial:
+            lines[-4] += (f" **The first {x['requests']} of {len(r.case.measured)} requests only** (`--limit`): "
+                          "compared with the same requests measured; no target or LLMServingSim figure applies.")
         for label, s, m, err in r.rows:
-            target = TARGETS.get(label)
+            target = None if partial else TARGETS.get(label)
             verdict = "" if target is None else f"±{target:.0%} " + ("met" if abs(err) <= target else "**missed**")
-            peer = r.peer.get(label)
+            peer = None if partial else r.peer.get(label)
             lines.append(f"| {label} | {_fmt(label, s)} | {_fmt(label, m)} | {err:+.1%} | {verdict} | "
                          + (f"{peer:+.1%}" if peer is not None else "") + " |")
         lines.append("")
