@@ -175,3 +175,15 @@ def test_power_limit_without_a_board_model_is_refused(capsys):
 def test_a_prefill_only_run_has_no_tpot(capsys):
     assert main(["run", WL, "--hw", "a6000", "--set", "gen_len=1"]) == 0
     assert "- (gen_len 1: the one token comes from prefill, no decode step)" in capsys.readouterr().out
+
+
+def test_run_on_a_serving_file_points_to_sim_serve(capsys):
+    assert main(["run", str(ROOT / "workloads/serve_llama3_8b_sharegpt.yaml"), "--hw", "h100_sxm"]) == 2
+    assert "run it with `sim serve" in _err_line(capsys)
+
+
+def test_roofline_warns_past_the_models_context_and_on_a_prefill_kv_len(capsys):
+    assert main(["roofline", WL, "--hw", "a6000", "--kv-len", "100000"]) == 0
+    assert "kv_len 100000 is beyond llama2-13b's max_position_embeddings (4096)" in capsys.readouterr().err
+    assert main(["roofline", WL, "--hw", "a6000", "--phase", "prefill", "--kv-len", "5"]) == 0
+    assert "--kv-len sets a decode step's context" in capsys.readouterr().err

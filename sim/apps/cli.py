@@ -180,6 +180,12 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         check_output(args.json)
     model = workload.model_config_()
     q, kv = (workload.prompt_len, workload.prompt_len) if args.phase == "prefill" else (1, args.kv_len or workload.prompt_len + 1)
+    if args.phase == "prefill" and args.kv_len is not None:
+        print("note: --kv-len sets a decode step's context; a prefill attends over its prompt (prompt_len)",
+              file=sys.stderr)
+    if kv > model.max_position_embeddings:   # as sim run warns (sim.core.workload.check_context)
+        print(f"warning: kv_len {kv} is beyond {model.name}'s max_position_embeddings ({model.max_position_embeddings});"
+              " results extrapolate the model", file=sys.stderr)
     with _naming(workload, machine):
         rows = _roofline_rows(workload, machine, args.phase, q, kv)
     totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),

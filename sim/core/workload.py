@@ -116,6 +116,9 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected {WORKLOAD_MAPPING} at the top level")
+    if "serving" in raw:   # a serving file is a workload plus its request stream: another command runs it
+        raise ConfigError(f"{path}: serving: a serving file (request stream, scheduler); run it with "
+                          f"`sim serve {path} --hw ...`, or drop the section for one batch")
     for key, value in (overrides or {}).items():
         key = key.removeprefix("workload.")
         if key.split(".")[0] not in workload_keys():
