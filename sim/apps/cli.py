@@ -169,6 +169,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from sim.core.units import fmt_time
+    from sim.core.workload import beyond_context
 
     workload, machine = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
@@ -183,9 +184,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     if args.phase == "prefill" and args.kv_len is not None:
         print("note: --kv-len sets a decode step's context; a prefill attends over its prompt (prompt_len)",
               file=sys.stderr)
-    if kv > model.max_position_embeddings:   # as sim run warns (sim.core.workload.check_context)
-        print(f"warning: kv_len {kv} is beyond {model.name}'s max_position_embeddings ({model.max_position_embeddings});"
-              " results extrapolate the model", file=sys.stderr)
+    if (beyond := beyond_context(kv, model)) is not None:   # as sim run warns (sim.core.workload.check_context)
+        print(f"warning: kv_len {kv} is {beyond}", file=sys.stderr)
     with _naming(workload, machine):
         rows = _roofline_rows(workload, machine, args.phase, q, kv)
     totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),

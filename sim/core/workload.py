@@ -131,13 +131,19 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     return workload_from_dict(raw, str(path))
 
 
+def beyond_context(kv_len: int, model: ModelConfig) -> str | None:
+    """What a context of `kv_len` tokens past the model's positions means, or None within them."""
+    if kv_len <= model.max_position_embeddings:
+        return None
+    return f"beyond {model.name}'s max_position_embeddings ({model.max_position_embeddings}); results extrapolate the model"
+
+
 def check_context(workload: Workload, model: ModelConfig) -> list[str]:
     """Warnings about the workload that do not stop a run."""
     notes = []
     total = workload.prompt_len + workload.gen_len
-    if total > model.max_position_embeddings:
-        notes.append(f"kv_len reaches {total}, beyond {model.name}'s max_position_embeddings "
-                     f"({model.max_position_embeddings}); results extrapolate the model")
+    if (beyond := beyond_context(total, model)) is not None:
+        notes.append(f"kv_len reaches {total}, {beyond}")
     for n in notes:
         warnings.warn(n, stacklevel=2)
     return notes
