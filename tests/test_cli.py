@@ -187,3 +187,11 @@ def test_roofline_warns_past_the_models_context_and_on_a_prefill_kv_len(capsys):
     assert "kv_len 100000 is beyond llama2-13b's max_position_embeddings (4096)" in capsys.readouterr().err
     assert main(["roofline", WL, "--hw", "a6000", "--phase", "prefill", "--kv-len", "5"]) == 0
     assert "--kv-len sets a decode step's context" in capsys.readouterr().err
+
+
+def test_gantt_layers_without_plots_is_refused(tmp_path, capsys):
+    """The flag sets the zoom of a plot only --plots writes: alone it would be silently ignored."""
+    from tests.robust_helpers import refused
+    line = refused(capsys, ["run", WL, "--hw", "a6000", "--gantt-layers", "0-1"], tmp_path)
+    assert line == ("error: --gantt-layers chooses the layers of the Gantt plot that --plots DIR writes; "
+                    "add --plots DIR")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
-from hw_models.spatial.pipeline import decode_period_s, iteration_period_s
+from hw_models.spatial.pipeline import decode_period_s, iteration_period_s, prefill_makespan_s
 from sim.apps.cli import main
 from tests.conftest import write_serving_file
 from tests.robust_helpers import refused
@@ -36,6 +37,18 @@ def test_unlike_micro_batches_by_hand():
     assert iteration_period_s([STATIONS, STATIONS, chunk]) == pytest.approx(11.0)   # chip1: 3 + 3 + 5
 
 
+@pytest.mark.parametrize("copies, period", [
+    (1, 6.5),
+    # three compiled chunks of one prompt, back to back: the last leaves 6.5 + 2 x 3 s (chip1) after the
+    # first entered, more than chip1's 9 s of work: its first token waits for the last chunk
+    (3, 12.5),
+])
+def test_chunks_of_one_prompt_by_hand(copies, period):
+    assert iteration_period_s([STATIONS], [copies]) == pytest.approx(period)
+    # the same as the engine's open pipeline of that many chunks (sim run's prefill)
+    assert prefill_makespan_s(STATIONS, copies, exhaustive=True) == pytest.approx(period)
+
+
 def _edit(s):
     s["arrivals"].update(num_requests=8)
 
@@ -61,8 +74,8 @@ def test_groq_iteration_is_its_micro_batches_occupancy(tmp_path):
     seqs = ((1, 100),) * (2 * mp.cfg.microbatch_size) + ((32, 32),)
     step = mp.iteration(seqs, device_only=True)
     mbs = mp._microbatches(seqs)
-    assert len(mbs) == 3
-    st = [mp._serving_costs(*b).stations() for b in mbs]
+    assert len(mbs) == 3 and [b[4] for b in mbs] == [1, 1, 1]   # a 32-token prompt: one compiled chunk
+    st = [mp._serving_costs(*b[:4]).stations() for b in mbs]
     assert step.time_s == pytest.approx(iteration_period_s(st))
     assert step.time_s < sum(sum(t for _, t in s) for s in st)   # in flight together
     share = mp.device_share()
@@ -82,3 +95,53 @@ def test_spatial_auto_chips_is_refused(tmp_path, capsys):
     line = refused(capsys, ["serve", str(f), "--hw", "groq_lpu"], tmp_path)
     assert "spatial.chips: auto sizes the pipeline to just hold one batch's KV" in line
     assert "--set hw.spatial.chips=" in line
+
+
+def test_a_prompt_runs_as_the_pipelines_compiled_chunks(tmp_path):
+    """A 300-token prompt chunk after 100 cached tokens, with 128-token compiled chunks: 3 chunks (the last
+    padded, as sim run prefills) at the mean context 100 + 128 x (3 + 1) / 2 = 356 keys, pipelined."""
+    from hw_models.machine import load_machine
+    from hw_models.registry import mapper_for
+    from sim.apps.serve.spec import load_serve_file
+    f = load_serve_file(write_serving_file(tmp_path, SERVE, _edit))
+    m = load_machine("groq_lpu", {"spatial.chips": 64, "spatial.prefill_chunk_tokens": 128})
+    mp = mapper_for(m, f, f.model_config_())
+    assert mp._microbatches(((300, 400),)) == [("prefill", 1, 128, 356, 3)]
+    st = mp._serving_costs("prefill", 1, 128, 356).stations()
+    assert mp.iteration(((300, 400),), device_only=True).time_s == pytest.approx(
+        prefill_makespan_s(st, 3, exhaustive=True))
+
+
+def test_lone_request_ttft_is_sim_runs_prefill(tmp_path):
+    """One client, nothing else in flight: a request's TTFT under sim serve is the pipelined prefill that
+    sim run reports for the same prompt on the same chips (before this, serving sent the whole prompt
+    through as one micro-batch: 7.7x sim run's on Llama-2-70B, 1024 tokens, 355 chips)."""
+    chips = ["--set", "hw.spatial.chips=64"]
+
+    def one_client(s):
+        s["arrivals"] = dict(process="closed", concurrency=1, num_requests=2)
+        s["lengths"] = dict(prompt=dict(dist="fixed", value=512), output=dict(dist="fixed", value=4))
+    f = write_serving_file(tmp_path, SERVE, one_client)
+    out = tmp_path / "serve.json"
+    assert main(["serve", str(f), "--hw", "groq_lpu", *chips, "--json", str(out), "-q"]) == 0
+    served = json.loads(out.read_text())["benchmark"]   # the closed loop's means
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump(dict(model="tinyllama-1.1b", batch=1, prompt_len=512, gen_len=4)))
+    ran = tmp_path / "run.json"
+    assert main(["run", str(run_file), "--hw", "groq_lpu", *chips, "--json", str(ran), "-q"]) == 0
+    ttft_run = json.loads(ran.read_text())["ttft_s"]
+    assert served["ttft_s"] == pytest.approx(ttft_run, rel=1e-3)
+
+
+def test_memory_table_says_whose_bytes(tmp_path, capsys):
+    """The peak-memory table of a chip pipeline is one chip's (the fullest, which may hold no KV: a slice
+    without attention); its caption names the chip and what all chips hold together."""
+    wl = tmp_path / "w.yaml"
+    wl.write_text(yaml.safe_dump(dict(model="tinyllama-1.1b", batch=1, prompt_len=512, gen_len=4)))
+    out = tmp_path / "r.json"
+    assert main(["run", str(wl), "--hw", "groq_lpu", "--set", "hw.spatial.chips=64", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    sp = data["extra"]["spatial"]
+    assert data["memory_scope"].startswith("one chip, the fullest (chip")
+    assert f" of {sp['chips']}); all chips together hold weights " in data["memory_scope"]
+    assert data["memory_scope"] in " ".join(capsys.readouterr().out.split())

@@ -365,6 +365,7 @@ class ParallelGpuMapper(GpuMapper):
         prefill = lower(m, "prefill", self.group_batch() // p.micro_batches, w.prompt_len, w.prompt_len,
                         self.formats, w.flash_attention, num_layers=layers)
         fp.add(tier, "activations", activation_peak_bytes(self.rank_graph(prefill)[0]))
+        fp.scope = f"one device of {self.devices} (tp={p.tp} pp={p.pp} ep={p.ep}): the fullest stage's share"
         self.check_fits(fp, f"Parallel plan tp={p.tp} pp={p.pp} ep={p.ep}: try a larger tp, pp or ep, "
                             "or a narrower format.")
         return fp

@@ -108,6 +108,8 @@ class SpatialMapper(Mapper):
         fp.add(tier, "weights", p.weight_bytes[j] / t)
         fp.add(tier, "kv_cache", p.kv_sram_bytes[j] / t)
         fp.add(tier, "activations", p.activation_buffer_bytes)
+        fp.scope = (f"one chip, the fullest ({stage_name(j, t)} of {p.chips}); all chips together hold weights "
+                    f"{fmt_bytes(sum(p.weight_bytes))}, KV cache {fmt_bytes(sum(p.kv_sram_bytes))} in SRAM")
         if self.cfg.kv_cache == "dram":
             fp.add(self.cfg.dram_tier, "kv_cache", max(p.kv_dram_bytes) / t)
         return fp
@@ -261,25 +263,38 @@ class SpatialMapper(Mapper):
         if logits is not None or not experts:
             raise ConfigError(f"{src}: kind spatial: speculative decoding and data-parallel attention are not "
                               "modelled on a chip pipeline")
-        costs = [self._serving_costs(*mb) for mb in self._microbatches(seqs)]
-        period = iteration_period_s([c.stations() for c in costs])
+        mbs = self._microbatches(seqs)
+        costs = [self._serving_costs(*mb[:4]) for mb in mbs]
+        copies = [mb[4] for mb in mbs]
+        period = iteration_period_s([c.stations() for c in costs], copies)
         part = self.partition
-        dyn = sum(sl.energy_j for c in costs for row in c.slice_costs for sl in row) * part.tensor_parallel
+        dyn = sum(k * sl.energy_j for c, k in zip(costs, copies) for row in c.slice_costs for sl in row
+                  ) * part.tensor_parallel
         power = self.machine.units[self.machine.main_unit].power_w or 0.0
-        chip_s = sum(sum(c.stage_s) for c in costs) / part.stages
-        link_s = sum(sum(c.hop_s) + c.return_s for c in costs) / max(part.stages, 1)
+        chip_s = sum(k * sum(c.stage_s) for c, k in zip(costs, copies)) / part.stages
+        link_s = sum(k * (sum(c.hop_s) + c.return_s) for c, k in zip(costs, copies)) / max(part.stages, 1)
         return StepResult("iteration", 0, period, {"chips": chip_s, "c2c": link_s},
                           dyn + power * part.chips * period)
 
     def power_j(self, busy_s, wall_s=None) -> float:
         return 0.0   # iteration() charges the chips' power over its period already
 
-    def _microbatches(self, seqs) -> list[tuple[str, int, int, int]]:
-        """(phase, sequences, q_len, kv_len) of each micro-batch of an iteration."""
+    def _microbatches(self, seqs) -> list[tuple[str, int, int, int, int]]:
+        """(phase, sequences, q_len, kv_len, copies) of each micro-batch of an iteration. A prompt chunk
+        the scheduler hands over runs as the pipeline's compiled prefill chunks (spatial.
+        prefill_chunk_tokens, the last one padded, as `sim run` prefills), `copies` alike ones at the
+        chunk's mean context (chunk j of n after p cached tokens attends to p + (j + 1) c keys; the
+        mean keeps the attention work exact, as prefill_graph does), pipelined one behind the other."""
         dec = [kv for q, kv in seqs if q == 1]
         mb = self.cfg.microbatch_size
-        out = [("decode", len(g), 1, round(sum(g) / len(g))) for g in (dec[i:i + mb] for i in range(0, len(dec), mb))]
-        return out + [("prefill", 1, q, kv) for q, kv in seqs if q > 1]
+        out = [("decode", len(g), 1, round(sum(g) / len(g)), 1)
+               for g in (dec[i:i + mb] for i in range(0, len(dec), mb))]
+        for q, kv in seqs:
+            if q > 1:
+                c = min(self.cfg.prefill_chunk_tokens, q)
+                n = math.ceil(q / c)
+                out.append(("prefill", 1, c, min(kv, round(kv - q + c * (n + 1) / 2)), n))
+        return out
 
     def _serving_costs(self, phase: str, n: int, q: int, kv: int) -> PhaseCosts:
         key = (phase, n, q, kv)

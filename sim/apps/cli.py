@@ -92,6 +92,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sim.core.results import check_finite
     from sim.apps.gantt import parse_layers
 
+    if args.gantt_layers and not args.plots:
+        raise ConfigError("--gantt-layers chooses the layers of the Gantt plot that --plots DIR writes; "
+                          "add --plots DIR")
     workload, machine = _load(args)
     for path in (args.json, args.chrome_trace):
         if path:

@@ -108,7 +108,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in utilization(result.utilization, 1.0).items())),
     ]
     c.print(_kv_table("Results", rows))
-    mem = Table(title="Peak memory per tier", title_justify="left")
+    mem = Table(title="Peak memory per tier", title_justify="left", caption=result.memory_scope or None,
+                caption_justify="left")
     for col in ("tier", "weights", "KV cache", "activations", "total", "capacity", "used"):
         mem.add_column(col, justify="left" if col == "tier" else "right")
     for t, roles in result.memory_by_role.items():

@@ -69,6 +69,8 @@ class Footprint:
     """Peak bytes per memory tier, split by role."""
 
     tiers: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Whose bytes these are where a machine spans several devices ("" where the tiers are the machine's).
+    scope: str = ""
 
     def add(self, tier: str, role: str, nbytes: float) -> None:
         roles = self.tiers.setdefault(tier, {"weights": 0.0, "kv_cache": 0.0, "activations": 0.0})

@@ -199,7 +199,7 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
         formats=w.formats.model_dump(), ttft_s=gen.prefill.time_s,
         tpot_s=gen.tpot("mean"), tpot_first_s=gen.tpot("first"), tpot_last_s=gen.tpot("last"),
         e2e_s=e2e, throughput_tok_s=tokens / e2e if e2e else 0.0,
-        peak_memory_bytes={t: fp.total(t) for t in fp.tiers}, memory_by_role=fp.tiers,
+        peak_memory_bytes={t: fp.total(t) for t in fp.tiers}, memory_by_role=fp.tiers, memory_scope=fp.scope,
         utilization=k.utilization, energy_per_token_j=k.energy_j / tokens if tokens else 0.0,
         prefill_ops=op_records(prefill_tl), decode_ops=op_records(decode_tl), decode_kv_len=gen.rep_kv,
         prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes + k.notes,

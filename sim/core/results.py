@@ -101,6 +101,7 @@ class RunResult:
     simulated_steps: int = 0
     exhaustive: bool = False
     stack: str = ""                     # the workload's software stack (hw_models/stack/presets); "" = none
+    memory_scope: str = ""              # whose bytes memory_by_role counts (Footprint.scope)
     # Where the kind splits energy by phase: prefill J per prompt token, decode J per token a decode step
     # generates (the first token comes from prefill). None: the kind does not split it.
     prefill_energy_per_token_j: float | None = None
@@ -116,7 +117,7 @@ class RunResult:
             ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
             tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
             peak_memory_bytes=self.peak_memory_bytes, memory_by_role=self.memory_by_role,
-            utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
+            memory_scope=self.memory_scope, utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
             prefill_energy_per_token_j=self.prefill_energy_per_token_j,
             decode_energy_per_token_j=self.decode_energy_per_token_j, decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
             extra=self.extra,
