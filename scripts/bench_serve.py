@@ -18,6 +18,8 @@ Cases (llama3-8b on h100_sxm, workloads/serve_llama3_8b_sharegpt.yaml, vLLM V0 a
             CPU of the sweep and its workers. --sweep-out DIR keeps each run's results.csv there
             (DIR/sweep<i>.csv) to compare runs point by point.
   exact     200 requests, surrogate against --exact: CPU ratio, TTFT/TPOT mean and p99 agreement.
+  spec      workloads/serve_llama2_7b_speculative.yaml (300 requests, a TinyLlama draft, k = 4) on h100_sxm,
+            whole `sim serve` process on a cold step-cost cache (a new SIM_CACHE_DIR).
   1m        1,000,000 requests at RATE, whole `sim serve` process: wall and peak RSS (--big to run it).
 Each case runs in its own process, so an earlier case's memory or imports do not flatter a later one.
 
@@ -245,6 +247,14 @@ def main() -> None:
             for st in ("mean", "p99"):
                 x, y = out["surrogate"]["s"]["latency"][m][st], out["exact"]["s"]["latency"][m][st]
                 print(f"200 requests, {m} {st}: surrogate {x * 1e3:.3f} ms, exact {y * 1e3:.3f} ms ({x / y - 1:+.3%})")
+    if "spec" in cases:
+        specs = []
+        for _ in range(a.repeat):
+            with tempfile.TemporaryDirectory() as d:
+                specs.append(child(root, [sys.executable, "-m", "sim.apps.cli", "serve",
+                                          "workloads/serve_llama2_7b_speculative.yaml", "--hw", "h100_sxm", "-q"],
+                                   {**env, "SIM_CACHE_DIR": d}))
+        fig["spec.process_s"], fig["spec.process_cpu_s"] = med([r[0] for r in specs]), med([r[3] for r in specs])
     if "1m" in cases:
         wall, rss, cpu = sim_serve(root, env, a.big_n)
         fig.update({"1m.process_s": wall, "1m.process_cpu_s": cpu, "1m.peak_rss_mb": rss, "1m.requests": a.big_n})

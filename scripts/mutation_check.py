@@ -125,7 +125,8 @@ TARGETS: dict[str, list[str]] = {
     "KV pool": ["sim.apps.serve.kvpool.*__mutmut_*"],
     "metrics": ["sim.apps.serve.metrics.*__mutmut_*"],
     "surrogate": ["sim.apps.serve.stepcost.xǁSurrogateǁ*__mutmut_*", "sim.apps.serve.costvec.*__mutmut_*",
-                  "sim.apps.serve.stepcost.x_features__mutmut_*", "sim.apps.serve.stepcost.x__grid__mutmut_*"],
+                  "sim.apps.serve.iteration.x_features__mutmut_*", "sim.apps.serve.iteration.x_verify_logits__mutmut_*",
+                  "sim.apps.serve.stepcost.x__grid__mutmut_*"],
     "collectives": ["hw_models.network.collectives.*__mutmut_*"],
     # (ParallelPlan's figures are properties, which mutmut 3.8 leaves alone: decorated functions are not mutated)
     "parallel plan": ["hw_models.gpu.parallel.xǁParallelGpuMapperǁenergy_j__mutmut_*",

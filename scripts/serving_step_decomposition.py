@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.machine import load_machine  # noqa: E402
-from sim.apps.serve.stepcost import ExactCost, features  # noqa: E402
+from sim.apps.serve.iteration import features  # noqa: E402
+from sim.apps.serve.stepcost import ExactCost  # noqa: E402
 from sim.apps.serve.validate import MODELS, Run, run_file  # noqa: E402
 from sim.apps.serve.validate_readers import silicon_sampling  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402

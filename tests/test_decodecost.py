@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from sim.apps.serve.cohort import DecodeSeqs
 from sim.apps.serve.costvec import within_step
-from sim.apps.serve.stepcost import Iteration, Surrogate
+from sim.apps.serve.iteration import Iteration
+from sim.apps.serve.stepcost import Surrogate
 
 
 class CurvedCost:

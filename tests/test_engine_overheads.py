@@ -18,7 +18,8 @@ from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.simulator import ServeSim
 from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import serve_file_from_dict
-from sim.apps.serve.stepcost import ExactCost, features
+from sim.apps.serve.iteration import features
+from sim.apps.serve.stepcost import ExactCost
 from sim.apps.serve.validate import ENGINES, Run, run_file
 from sim.apps.serve.validate_readers import read_silicon
 from sim.core.errors import ConfigError

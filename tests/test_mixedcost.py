@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.apps.serve.costvec import within_step
-from sim.apps.serve.stepcost import Iteration, Surrogate, features
+from sim.apps.serve.iteration import Iteration, features
+from sim.apps.serve.stepcost import Surrogate
 from tests.test_decodecost import CurvedCost
 
 

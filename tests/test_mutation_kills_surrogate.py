@@ -9,18 +9,20 @@ import pytest
 
 from sim.apps.serve.costvec import add, lerp
 from sim.apps.serve.lazytable import flush_all
-from sim.apps.serve.stepcost import Iteration, Surrogate, _grid, features
+from sim.apps.serve.iteration import Iteration, features
+from sim.apps.serve.stepcost import Surrogate, _grid
 
 
 class Poly:
     """Exact cost 1 ms + a x tokens + b x attended pairs + c x (summed decode KV)^2."""
     keys: list[str] = []
 
-    def __init__(self, a: float = 0.0, b: float = 0.0, c: float = 0.0):
-        self.a, self.b, self.c, self.points = a, b, c, 0
+    def __init__(self, a: float = 0.0, b: float = 0.0, c: float = 0.0, lm: float = 0.0):
+        self.a, self.b, self.c, self.lm, self.points = a, b, c, lm, 0
 
     def device(self, it: Iteration) -> tuple[float, float]:
-        t = 1e-3 + self.a * it.tokens + self.b * it.pairs + self.c * it.decode_kv ** 2
+        rows = len(it.seqs) if it.logits is None else it.logits   # LM-head rows (sim.core.mixed)
+        t = 1e-3 + self.a * it.tokens + self.b * it.pairs + self.c * it.decode_kv ** 2 + self.lm * rows
         return t, 2 * t
 
     def point(self, it: Iteration):
@@ -88,6 +90,22 @@ def test_two_token_decode_steps():
     the 4.5 tokens left would be costed as a prefill chunk with its pairs.)"""
     sur = Surrogate(Poly(a=1e-6, b=1e-9), max_tokens=64, max_decode=8, max_kv=128, decode_q=2)
     assert sur.device(features([(2, 2)] * 3, 2)) == pytest.approx((1.006e-3, 2.012e-3), rel=1e-12)
+
+
+def test_verify_steps_read_their_lm_head_rows_from_the_grid():
+    """decode_q 3 (k = 2 drafts verified): every verify position reaches the LM head, a prefill chunk's last
+    token only. 2 verify rows and a 5-token chunk: 11 tokens, 2 x 3 + 1 = 7 LM-head rows. Exact 1 ms +
+    1 us per token + 10 us per LM-head row; the grid is built with the same rows, so no fallback. A step
+    that asks for other rows (one per sequence) is costed exactly, and counted."""
+    sur = Surrogate(Poly(a=1e-6, lm=1e-5), max_tokens=64, max_decode=8, max_kv=128, decode_q=3)
+    it = features([(3, 3), (3, 3), (5, 5)], 3)
+    assert it.logits == 7
+    assert sur.device(it)[0] == pytest.approx(1e-3 + 11e-6 + 70e-6, rel=1e-9)
+    assert sur.exact_fallbacks == 0
+    plain = Iteration(it.seqs, it.tokens, it.n_decode, it.decode_kv, it.pairs, it.chunks, 3)
+    assert sur.device(plain)[0] == pytest.approx(1e-3 + 11e-6 + 30e-6, rel=1e-12)
+    assert sur.exact_fallbacks == 1
+    assert features([(1, 5), (4, 4)]).logits is None   # the plain step: one row per sequence
 
 
 def test_outside_the_grid_is_exact_and_counted():

@@ -13,7 +13,8 @@ from hw_models.stack.sampler_fit import PUBLISHED, fit
 from hw_models.stack.spec import load_stack
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import ServeFile
-from sim.apps.serve.stepcost import ExactCost, features
+from sim.apps.serve.iteration import features
+from sim.apps.serve.stepcost import ExactCost
 from sim.core.model import load_model
 from sim.core.schema import validate_mapping
 from sim.core.workload import workload_from_dict

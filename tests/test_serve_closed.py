@@ -15,7 +15,7 @@ from sim.apps.serve.simulator import DONE, REJECTED, ServeResult
 from sim.apps.serve.run import serve
 from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import serve_file_from_dict
-from sim.apps.serve.stepcost import features
+from sim.apps.serve.iteration import features
 from sim.core.errors import ConfigError
 
 H100 = load_machine("h100_sxm")

@@ -7,7 +7,7 @@ from hw_models.machine import load_machine
 from sim.apps.serve.run import serve
 from sim.apps.serve.instance import prepare
 from sim.apps.serve.spec import ServeFile
-from sim.apps.serve.stepcost import features
+from sim.apps.serve.iteration import features
 from sim.core.errors import ConfigError
 from sim.core.schema import validate_mapping
 

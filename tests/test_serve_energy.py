@@ -15,7 +15,8 @@ from sim.apps.serve.energy import energy_window, power_trace
 from sim.apps.serve.output import chrome_trace
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import ServeFile
-from sim.apps.serve.stepcost import ExactCost, features
+from sim.apps.serve.iteration import features
+from sim.apps.serve.stepcost import ExactCost
 from sim.core.model import load_model
 from sim.core.schema import validate_mapping
 

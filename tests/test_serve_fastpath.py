@@ -31,7 +31,7 @@ from sim.apps.serve.schedulers import vllm
 from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
 from sim.apps.serve.simulator import ITER_COLUMNS, ServeResult, ServeSim
-from sim.apps.serve.stepcost import Iteration
+from sim.apps.serve.iteration import Iteration
 from sim.apps.serve.traces import Requests
 
 BLOCK = 4

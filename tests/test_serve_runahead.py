@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sim.apps.serve import runahead
 from sim.apps.serve.schedulers import Scheduler
 from sim.apps.serve.simulator import ServeResult, ServeSim
-from sim.apps.serve.stepcost import Iteration
+from sim.apps.serve.iteration import Iteration
 from sim.apps.serve.traces import Requests
 from tests.test_serve_fastpath import BLOCK, RecordingCost, assert_same, scheduler, streams
 

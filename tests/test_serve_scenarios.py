@@ -26,7 +26,8 @@ from sim.apps.serve.schedulers.vllm import VllmV1
 from sim.apps.serve.schedulers.vllm_v0 import VllmV0
 from sim.apps.serve.metrics import stats, summarize, utilization
 from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
-from sim.apps.serve.stepcost import Iteration, Surrogate, _grid, features
+from sim.apps.serve.iteration import Iteration, features
+from sim.apps.serve.stepcost import Surrogate, _grid
 from sim.apps.serve.traces import Requests
 
 

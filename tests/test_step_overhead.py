@@ -13,7 +13,8 @@ from hw_models.registry import mapper_for, simulate
 from hw_models.stack.spec import load_stack
 from hw_models.stack.step_overhead import StepOverhead
 from sim.apps.serve.run import serve
-from sim.apps.serve.stepcost import ExactCost, features
+from sim.apps.serve.iteration import features
+from sim.apps.serve.stepcost import ExactCost
 from sim.core.errors import ConfigError
 from sim.core.model import load_model
 from sim.core.schema import validate_mapping

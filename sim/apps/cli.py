@@ -92,18 +92,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sim.core.results import check_finite
     from sim.apps.gantt import parse_layers
 
-    if args.gantt_layers and not args.plots:
-        raise ConfigError("--gantt-layers chooses the layers of the Gantt plot that --plots DIR writes; "
-                          "add --plots DIR")
+    layers = parse_layers(args.gantt_layers, args.plots)
     workload, machine = _load(args)
     for path in (args.json, args.chrome_trace):
         if path:
             check_output(path)  # before the run, not after it
     if args.plots:
         check_output(args.plots, directory=True)
-    layers = None
-    if args.gantt_layers:
-        layers = parse_layers(args.gantt_layers)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
         with _naming(workload, machine), progress.bar("simulating", "steps", quiet=args.quiet) as update:

@@ -26,8 +26,14 @@ MAX_ROWS = 24
 _LAYER = re.compile(r"^L(\d+)\.")
 
 
-def parse_layers(text: str) -> tuple[int, int]:
-    """`--gantt-layers 0-1` (or `3`): the first and last layer of the zoom panel."""
+def parse_layers(text: str | None, plots: str | None) -> tuple[int, int] | None:
+    """`--gantt-layers 0-1` (or `3`): the first and last layer of the zoom panel (None: not given). The
+    panel is a plot's that `--plots DIR` writes: without it the flag is refused, not ignored."""
+    if not text:
+        return None
+    if plots is None:
+        raise ConfigError("--gantt-layers chooses the layers of the Gantt plot that --plots DIR writes; "
+                          "add --plots DIR")
     m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*", text)
     if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
         raise ConfigError(f"--gantt-layers {text!r}: expected FIRST-LAST layer numbers, e.g. 0-1")

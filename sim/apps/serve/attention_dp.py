@@ -36,7 +36,8 @@ from functools import lru_cache
 
 from hw_models.base import Mapper
 from hw_models.stack.step_overhead import HOST
-from sim.apps.serve.stepcost import Cost, Iteration, StepCost, features
+from sim.apps.serve.iteration import Iteration, features
+from sim.apps.serve.stepcost import Cost, StepCost
 
 Entries = list  # [(Request, new tokens)]
 

@@ -37,7 +37,7 @@ from itertools import repeat
 
 from sim.apps.serve.kvpool import BlockPool
 from sim.apps.serve.schedulers.base import Request
-from sim.apps.serve.stepcost import Iteration, entry_features
+from sim.apps.serve.iteration import Iteration, entry_features
 
 
 class _Member:
@@ -77,7 +77,7 @@ class _Peaks:
 
 class DecodeSeqs(Sequence):
     """A cohort step's sequences, (1, base + k) per member then `rest`, as a tuple equal to the one
-    stepcost.features is given, built on first use: an interpolated cost reads only how many there are."""
+    iteration.features is given, built on first use: an interpolated cost reads only how many there are."""
     __slots__ = ("_bases", "_k", "_rest", "_seqs")
 
     def __init__(self, bases: tuple[int, ...], k: int, rest: tuple[tuple[int, int], ...] = ()):
@@ -242,7 +242,7 @@ class DecodeCohort:
         return out
 
     def features(self, rest: list[tuple[Request, int]] | None = None) -> Iteration:
-        """The decode step's features (stepcost.features of its (1, computed + 1) sequences), then those
+        """The decode step's features (iteration.features of its (1, computed + 1) sequences), then those
         of `rest`, entries after the members (stepcost.entry_features): the same sums in the same order,
         as the members add nothing to `pairs`."""
         n = len(self.base)

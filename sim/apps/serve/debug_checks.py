@@ -26,7 +26,8 @@ import os
 from sim.apps.serve.instance import Setup
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.schedulers.static import Static
-from sim.apps.serve.stepcost import Surrogate, features
+from sim.apps.serve.iteration import features
+from sim.apps.serve.stepcost import Surrogate
 
 ENV = "SIM_SERVE_CHECKS"
 # The surrogate returns the exact cost at a grid point; only float rounding of the lerp remains.

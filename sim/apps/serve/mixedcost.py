@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from sim.apps.serve.costvec import Cell, Cost, cell, rows_around, segment
 
 if TYPE_CHECKING:
-    from sim.apps.serve.stepcost import Iteration
+    from sim.apps.serve.iteration import Iteration
 
 
 def _bilinear(c: Cell) -> list[float]:

@@ -40,7 +40,7 @@ from sim.apps.serve import debug_checks
 from sim.apps.serve.cohort import DecodeCohort, DecodeSeqs
 from sim.apps.serve.lazytable import Remembered
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
-from sim.apps.serve.stepcost import Iteration
+from sim.apps.serve.iteration import Iteration
 
 if TYPE_CHECKING:
     from sim.apps.serve.simulator import ServeSim

@@ -30,7 +30,7 @@ from sim.apps.serve.schedulers import Batch, Request, Scheduler
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.cohort import DecodeCohort, finite
 from sim.apps.serve.instance import Setup
-from sim.apps.serve.stepcost import Iteration, entry_features, features
+from sim.apps.serve.iteration import Iteration, entry_features, features
 from sim.apps.serve.traces import Requests
 
 REQUEST_COLUMNS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",

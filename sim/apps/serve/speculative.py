@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sim.apps.serve.schedulers import Batch, Request
-from sim.apps.serve.stepcost import Iteration, features
+from sim.apps.serve.iteration import Iteration, features
 
 if TYPE_CHECKING:
     from sim.apps.serve.simulator import ServeSim

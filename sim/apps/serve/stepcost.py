@@ -33,7 +33,6 @@ shorter; the missing entries are zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Callable, Protocol
 
@@ -46,6 +45,7 @@ from hw_models.stack.sampler import SAMPLER
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.costvec import Cost, add, add_busy, interp, lerp, rows_around, scaled, within_step
 from sim.apps.serve.decodecost import DecodeCosts
+from sim.apps.serve.iteration import Iteration, features, verify_logits
 from sim.apps.serve.lazytable import LazyRow, Remembered, book
 from sim.apps.serve.mixedcost import MixedCosts
 from sim.apps.serve.spec import ServeFile
@@ -90,50 +90,6 @@ def check_kind(machine: Machine, scheduler: str) -> None:
     if allowed is not None and scheduler not in allowed:
         raise ConfigError(f"{machine.source or machine.name}: kind {machine.kind} serves under serving.scheduler.kind: "
                           f"{' | '.join(allowed)}, not {scheduler}: {mapper.serving_schedulers_why}")
-
-
-@dataclass(frozen=True)
-class Iteration:
-    """One iteration's sequences, each (q_len, kv_len), with the surrogate's features."""
-    seqs: tuple[tuple[int, int], ...]
-    tokens: int
-    n_decode: int
-    decode_kv: int        # summed kv_len of the decode sequences
-    pairs: float          # summed q_len * (kv_len - (q_len - 1) / 2) of the others
-    chunks: int = 0       # the others: prefill chunks
-    logits: int | None = None
-
-
-def features(seqs: list[tuple[int, int]], decode_q: int = 1) -> Iteration:
-    T = nd = sd = 0
-    pairs = 0.0
-    for q, kv in seqs:
-        T += q
-        if q == decode_q:
-            nd += 1
-            sd += kv
-        else:
-            pairs += q * (kv - (q - 1) / 2)
-    return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
-
-
-def entry_features(entries) -> Iteration:
-    """features() of a batch's (request, new tokens) entries, each sequence (q, computed + q), in one
-    pass (the engine calls it every iteration)."""
-    seqs: list[tuple[int, int]] = []
-    add_seq = seqs.append
-    T = nd = sd = 0
-    pairs = 0.0
-    for r, q in entries:
-        kv = r.computed + q
-        add_seq((q, kv))
-        T += q
-        if q == 1:
-            nd += 1
-            sd += kv
-        else:
-            pairs += q * (kv - (q - 1) / 2)
-    return Iteration(tuple(seqs), T, nd, sd, pairs, len(seqs) - nd)
 
 
 def serving_mapper(machine: Machine, workload: ServeFile, model: ModelConfig) -> Mapper:
@@ -355,7 +311,8 @@ class Surrogate:
     def device(self, it: Iteration) -> Cost:
         """The device cost of `it` without the engine's host work (as ExactCost.device)."""
         n, rest = it.n_decode, it.tokens - it.n_decode * self.q
-        if it.tokens > self.max_tokens or n > self.max_decode or it.logits is not None or rest == 1:
+        if (it.tokens > self.max_tokens or n > self.max_decode or rest == 1
+                or it.logits != verify_logits(n, it.chunks, self.q)):   # the grid's LM-head rows, or exact
             self.exact_fallbacks += 1
             return self.exact.device(it)
         c = self.memo.get(key := (n, rest, it.decode_kv, it.pairs, it.chunks))   # all a cost below reads

@@ -68,12 +68,12 @@ def cache_dir() -> Path:
 @lru_cache(maxsize=1)
 def code_hash() -> str:
     """A hash of the source a cost depends on: every .py and .yaml file of hw_models and sim.core,
-    and the surrogate's own module. An edit to any of them is a new key (a stale cost cannot survive
+    and the surrogate's own modules. An edit to any of them is a new key (a stale cost cannot survive
     a code change)."""
     root = Path(__file__).resolve().parents[3]
     h = hashlib.sha256()
     files = [p for d in ("hw_models", "sim/core") for p in (root / d).rglob("*") if p.suffix in (".py", ".yaml")]
-    files.append(root / "sim" / "apps" / "serve" / "stepcost.py")
+    files += [root / "sim" / "apps" / "serve" / name for name in ("stepcost.py", "iteration.py")]
     for p in sorted(files):
         h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())

@@ -31,7 +31,8 @@ from hw_models.machine import load_machine
 from sim.apps.serve import mlenergy as M
 from sim.apps.serve.mlenergy_fit import CAP_MARGIN
 from sim.apps.serve.mlenergy_inputs import INPUT_MEAN
-from sim.apps.serve.stepcost import ExactCost, features
+from sim.apps.serve.iteration import features
+from sim.apps.serve.stepcost import ExactCost
 
 GRID_S = np.arange(0.0, 300e-6, 1e-6)    # per-sequence host seconds tried
 
