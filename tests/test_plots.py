@@ -246,6 +246,20 @@ def test_chrome_trace_has_counter_events(tmp_path):
     assert Path(trace).stat().st_size > 0
 
 
+def test_pipeline_and_tensor_parallel_links_have_counters(tmp_path):
+    """A TP x PP plan's stage-to-stage sends (llama70b_tp4_pp2: one micro-batch's activations, 32 MiB in
+    prefill, over the link after stage 0) show as that link's GB/s: bytes / the send's duration."""
+    trace = tmp_path / "t.json"
+    assert main(["run", str(ROOT / "workloads/llama70b_tp4_pp2.yaml"), "--hw", "h100_sxm", "-q",
+                 "--chrome-trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    sends = [e for e in events if e["ph"] == "X" and e["cat"] == "send_recv" and e["pid"] == 1]
+    rates = [e["args"]["GB/s"] for e in events if e["ph"] == "C" and e["name"] == "link.s0 in use (GB/s)"
+             and e["pid"] == 1]
+    assert sends and max(rates) == pytest.approx(sends[0]["args"]["bytes"] / (sends[0]["dur"] * 1e-6) / 1e9, rel=1e-9)
+    assert min(rates) == 0.0   # idle between the sends
+
+
 def _two_way_frame() -> pd.DataFrame:
     """PIM on/off x context, over batch; the long context at batch 8 ran out of memory."""
     rows = []

@@ -110,17 +110,26 @@ def container_tracks(tl: Timeline) -> dict[str, Track]:
     return out
 
 
+def _is_transfer(tag) -> bool:
+    """A link's work: a transfer task, or an op the mapper bound to a link (a pipeline stage's send)."""
+    if getattr(tag, "bound", "") == "link":
+        return True
+    return getattr(tag, "op", None) is None and getattr(tag, "kind", "transfer") == "transfer"
+
+
 def link_tracks(tl: Timeline) -> dict[str, Track]:
-    """GB/s in use per link family (c2c0, c2c1, ... together as c2c): transfers' bytes / duration."""
+    """GB/s in use per link family (c2c0, c2c1, ... together as c2c; a pipeline rank's link its own):
+    transfers' bytes / duration."""
     deltas: dict[str, list] = {}
     for i in tl.intervals:
         tag = i.tag
         nbytes = getattr(tag, "bytes", 0.0)
-        if getattr(tag, "op", None) is not None or getattr(tag, "kind", "transfer") != "transfer" or not nbytes:
+        if not (nbytes and _is_transfer(tag)):
             continue
         if i.duration_s > 0:
             rate = nbytes / i.duration_s / GB
-            family = re.sub(r"\d+$", "", i.resource) or i.resource
+            # c2c0, c2c1, ... one family; a named link (a parallel plan's link.s0, after stage 0) its own
+            family = i.resource if "." in i.resource else re.sub(r"\d+$", "", i.resource) or i.resource
             deltas.setdefault(family, []).extend([(i.start_s, rate), (i.end_s, -rate)])
     return {f"{link} in use (GB/s)": [(t, {"GB/s": max(v, 0.0)}) for t, v in _steps(d)] for link, d in deltas.items()}
 
