@@ -37,7 +37,14 @@ def _trace(name, text):
 
 # ---------------------------------------------------------------- serving files
 
+NO_CACHE = ("keeps no cached blocks (Orca reserves max_model_len tokens per request, a static batch runs padded "
+            "prompts); prefix caching is modelled under vllm, vllm-v0, sarathi, sglang and trtllm")
 BAD_FILES = {
+    # prefix caching was silently ignored under these two (no hit, the same latencies as without it)
+    "orca-prefix-caching": (lambda s: s.update(scheduler=dict(kind="orca"), prefix_caching=dict(enabled=True)),
+                            "serving: prefix_caching: kind orca " + NO_CACHE),
+    "static-prefix-caching": (lambda s: s.update(scheduler=dict(kind="static"), prefix_caching=dict(enabled=True)),
+                              "serving: prefix_caching: kind static " + NO_CACHE),
     "vllm-swap": (lambda s: s["scheduler"].update(preemption="swap"),
                   "serving.scheduler.preemption: swap: vLLM V1 (kind: vllm) has no swap preemption, only recompute; "
                   "kind: vllm-v0 (or sarathi) supports swap"),

@@ -177,3 +177,29 @@ def test_clear_and_cli(cache_dir, capsys):
     assert main(["cache", "info"]) == 0 and str(cache_dir) in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
     assert not (cache_dir / tablecache.FILE).exists()
+
+
+def test_a_cache_folder_that_is_a_file_costs_speed_not_the_run(tmp_path, monkeypatch, capsys):
+    """SIM_CACHE_DIR naming a file (or a folder that cannot be made): every read a miss, every write skipped,
+    the run the run without a cache (it raised FileExistsError from inside the engine); `sim cache info` says so."""
+    from sim.apps.cli import main
+    blocker = tmp_path / "a.json"
+    blocker.write_text("{}")
+    monkeypatch.setenv(tablecache.ENV_DIR, str(blocker))
+    monkeypatch.delenv(tablecache.ENV_OFF, raising=False)
+    store = TableStore("k")
+    assert store.load("D") == {} and store.stamp("D") == -1
+    store.save("D", {"[[1,1]]": (1.0, 2.0, [])})   # skipped, no exception
+    f = small_file()
+    m = load_machine("a6000")
+    _, with_blocker = serve(f, m)
+    tablecache.disable()
+    try:
+        _, without = serve(f, m)
+    finally:
+        monkeypatch.setattr(tablecache, "_disabled", False)
+    assert with_blocker["latency"] == without["latency"]
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"cache unusable, runs go without it (SIM_CACHE_DIR {blocker}: File exists)" in out
+    assert blocker.read_text() == "{}"

@@ -9,12 +9,16 @@ def cmd_cache(args: argparse.Namespace) -> int:
     from sim.apps.serve import tablecache
 
     path = tablecache.cache_dir() / tablecache.FILE
+    why = tablecache.unusable()   # makes the folder where it can (a run would)
     if args.cache_cmd == "clear":
+        if why or not path.parent.is_dir():
+            print(f"nothing to clear at {path}" + (f" ({why})" if why else ""))
+            return 0
         tablecache.clear()
         print(f"cleared {path}")
         return 0
     size = sum(p.stat().st_size for p in path.parent.glob(tablecache.FILE + "*")) if path.parent.is_dir() else 0
-    state = "off (SIM_NO_CACHE)" if not tablecache.enabled() else "on"
+    state = "off (SIM_NO_CACHE)" if not tablecache.enabled() else f"unusable, runs go without it ({why})" if why else "on"
     print(f"{path}: {size / 1e6:.2f} MB; cache {state}; {tablecache.ENV_DIR} moves it")
     return 0
 

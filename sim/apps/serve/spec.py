@@ -222,6 +222,10 @@ class Serving(Strict):
         if self.speculative is not None and isinstance(self.scheduler, Static):
             raise ValueError("speculative: a static batch runs whole padded steps; speculative decoding is modelled "
                              "under the iteration-level schedulers, not kind static")
+        if self.prefix_caching is not None and self.prefix_caching.enabled and isinstance(self.scheduler, (Static, Orca)):
+            raise ValueError(f"prefix_caching: kind {self.scheduler.kind} keeps no cached blocks (Orca reserves "
+                             "max_model_len tokens per request, a static batch runs padded prompts); prefix caching "
+                             "is modelled under vllm, vllm-v0, sarathi, sglang and trtllm")
         return self
 
 

@@ -80,6 +80,17 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
+def unusable(folder: Path | None = None) -> str:
+    """Why the cache directory cannot hold the cache ("" where it can): a file where the folder belongs, or
+    a folder that cannot be made. Such a cache is a miss on every read and skips every write."""
+    d = folder or cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{ENV_DIR if os.environ.get(ENV_DIR) else 'cache directory'} {d}: {exc.strerror or exc}"
+    return ""
+
+
 def _plain(x: Any) -> Any:
     return asdict(x) if is_dataclass(x) else x
 
@@ -117,7 +128,9 @@ class TableStore:
                 time.sleep(LOCK_PAUSE_S * (1 + attempt % 4))
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        why = unusable(self.path.parent)
+        if why:   # a miss or a skipped save, as an unreadable file is, not a failed run
+            raise sqlite3.OperationalError(why)
         con = sqlite3.connect(self.path, timeout=60)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("CREATE TABLE IF NOT EXISTS points (key TEXT, name TEXT, value TEXT, PRIMARY KEY (key, name))")
