@@ -63,3 +63,22 @@ def test_llama3_8b_params_by_hand():
     # 128256*4096*2 (untied) + 32 * (4096*4096*2 + 4096*1024*2 + 3*4096*14336 + 2*4096) + 4096
     expected = 128256 * 4096 * 2 + 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336 + 2 * 4096) + 4096
     assert load_model("llama3-8b").params() == expected
+
+
+@pytest.mark.parametrize("typo, meant", [("num_key_value_head", "num_key_value_heads"),
+                                         ("tie_word_embedding", "tie_word_embeddings"),
+                                         ("sliding_windw", "sliding_window")])
+def test_a_slip_in_a_hand_written_model_key_is_refused(typo, meant):
+    """Ignored, num_key_value_head ran an 8-head GQA model as MHA (4x the KV cache) without a word."""
+    raw = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+               vocab_size=1000, **{typo: 2})
+    with pytest.raises(ConfigError) as exc:
+        load_model(raw, "w.yaml")
+    assert str(exc.value) == f"w.yaml: model.{typo}: unknown key; did you mean {meant}?"
+
+
+def test_other_unknown_keys_of_a_model_pass():
+    """config.json's cost-free keys, and a longer key holding a known one (Qwen2's use_sliding_window)."""
+    raw = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000,
+               rms_norm_eps=1e-6, torch_dtype="bfloat16", use_sliding_window=False)
+    assert load_model(raw, "w.yaml").num_heads == 8

@@ -245,3 +245,13 @@ def test_requests_longer_than_the_context_are_rejected_and_counted(tmp_path, out
     s = json.loads(out.read_text())
     s = s.get("summary", s)
     assert (s["rejected"], s["completed"]) == (rejected, 20 - rejected)
+
+
+def test_a_scheduler_without_kind_is_the_default_vllm():
+    """`scheduler: {max_num_seqs: 4}` (or --set serving.scheduler.max_num_seqs=4 on a file without the section)
+    said only "Unable to extract tag using discriminator 'kind'"; it is the default scheduler with that option."""
+    from sim.apps.serve.spec import serve_file_from_dict
+    raw = json.loads(json.dumps(SERVE))
+    raw["serving"]["scheduler"] = {"max_num_seqs": 4}
+    sched = serve_file_from_dict(raw, "s.yaml").serving.scheduler
+    assert (sched.kind, sched.max_num_seqs) == ("vllm", 4)

@@ -10,6 +10,8 @@ A model can be named by preset (`llama2-13b`), by a path to a Hugging Face
 
 from __future__ import annotations
 
+import difflib
+
 import json
 from dataclasses import asdict, dataclass, fields as dc_fields
 from functools import cache
@@ -307,9 +309,26 @@ def model_path(spec: str | dict | None, source: str | None = None) -> Path | Non
     return path if path.suffix in (".json", ".yaml", ".yml") or path.exists() else None
 
 
+def check_typos(raw: Any, source: str | None) -> None:
+    """A key of a hand-written model (an inline mapping or a YAML file) one slip from a key sim reads
+    (num_key_value_head for num_key_value_heads) is refused: ignored, it would silently change the model
+    (MHA for GQA). Other unknown keys pass, as config.json's many cost-free ones do; so does a longer key
+    that holds a known one (Qwen2's use_sliding_window beside sliding_window)."""
+    if not isinstance(raw, dict):
+        return
+    known = set(_HF_KEYS) | _OWN_KEYS | {"name", "model_type", "attention_bias"}
+    for key in raw:
+        if not isinstance(key, str) or key in known:
+            continue
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        if near and near[0] not in key:
+            raise ConfigError(f"{where(source, 'model.' + key)}unknown key; did you mean {near[0]}?")
+
+
 def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> ModelConfig:
     """A preset name, a path to config.json / .yaml, or an inline mapping."""
     if isinstance(spec, dict):
+        check_typos(spec, source)
         return from_mapping(spec, str(spec.get("name", "inline")), source)
     text = str(spec)
     presets = _presets()
@@ -331,5 +350,6 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
                 raise ConfigError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
         else:
             raw = read_yaml(path)
+            check_typos(raw, str(path))
         return from_mapping(raw, _model_name(raw, path), str(path))
     raise ConfigError(f"{where(source, 'model')}unknown model {text!r}; presets: {', '.join(preset_names())}, or a path to config.json")

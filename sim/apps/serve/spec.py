@@ -257,6 +257,9 @@ def load_serve_file(path: str | Path, overrides: dict[str, Any] | None = None) -
 def serve_file_from_dict(raw: Any, source: str) -> ServeFile:
     """A serving file's mapping, checked as load_serve_file checks the file (`source` names it in errors)."""
     if isinstance(raw, dict):
+        sched = raw.get("serving", {}).get("scheduler") if isinstance(raw.get("serving"), dict) else None
+        if isinstance(sched, dict) and "kind" not in sched:
+            sched["kind"] = "vllm"   # the default scheduler's (Serving.scheduler), as without the section
         _scheduler_option_check(raw, source)
     spec = validate_mapping(ServeFile, raw, source, "a mapping of workload fields and a serving section")
     check_slo(spec.serving.slo, f"{source}: serving.slo")
