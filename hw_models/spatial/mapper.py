@@ -41,6 +41,14 @@ from sim.core.results import StepResult
 from sim.core.units import fmt_bytes
 
 
+def chunk_context(prefix: int, chunk: int, chunks: int, cap: int) -> int:
+    """The keys each of a prompt's `chunks` compiled chunks is costed at: chunk j of n after `prefix`
+    cached tokens attends to prefix + (j + 1) x chunk keys; every chunk at the mean, prefix + chunk x
+    (n + 1) / 2 (at most `cap`), so the total attention work is exact and the chunks are alike (a static
+    schedule compiles one chunk shape)."""
+    return min(cap, round(prefix + chunk * (chunks + 1) / 2))
+
+
 class SpatialMapper(Mapper):
     kind = "spatial"
 
@@ -61,10 +69,7 @@ class SpatialMapper(Mapper):
         return lower(self.model, "decode", self.mb_size, 1, kv_len, self.formats, self.workload.flash_attention)
 
     def prefill_graph(self):
-        # Chunk j of n attends to (j + 1) * chunk keys; every chunk is costed at
-        # the mean, chunk * (n + 1) / 2, so total attention work is exact and all
-        # chunks are alike (a static schedule compiles one chunk shape).
-        kv = min(self.context, round(self.chunk * (self.chunks_per_seq + 1) / 2))
+        kv = chunk_context(0, self.chunk, self.chunks_per_seq, self.context)
         return lower(self.model, "prefill", 1, self.chunk, kv, self.formats, self.workload.flash_attention)
 
     # -- mapping -------------------------------------------------------------
@@ -283,8 +288,7 @@ class SpatialMapper(Mapper):
         """(phase, sequences, q_len, kv_len, copies) of each micro-batch of an iteration. A prompt chunk
         the scheduler hands over runs as the pipeline's compiled prefill chunks (spatial.
         prefill_chunk_tokens, the last one padded, as `sim run` prefills), `copies` alike ones at the
-        chunk's mean context (chunk j of n after p cached tokens attends to p + (j + 1) c keys; the
-        mean keeps the attention work exact, as prefill_graph does), pipelined one behind the other."""
+        chunk's mean context (chunk_context, as prefill_graph), pipelined one behind the other."""
         dec = [kv for q, kv in seqs if q == 1]
         mb = self.cfg.microbatch_size
         out = [("decode", len(g), 1, round(sum(g) / len(g)), 1)
@@ -293,7 +297,7 @@ class SpatialMapper(Mapper):
             if q > 1:
                 c = min(self.cfg.prefill_chunk_tokens, q)
                 n = math.ceil(q / c)
-                out.append(("prefill", 1, c, min(kv, round(kv - q + c * (n + 1) / 2)), n))
+                out.append(("prefill", 1, c, chunk_context(kv - q, c, n, kv), n))
         return out
 
     def _serving_costs(self, phase: str, n: int, q: int, kv: int) -> PhaseCosts:

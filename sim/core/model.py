@@ -11,7 +11,6 @@ A model can be named by preset (`llama2-13b`), by a path to a Hugging Face
 from __future__ import annotations
 
 import difflib
-
 import json
 from dataclasses import asdict, dataclass, fields as dc_fields
 from functools import cache

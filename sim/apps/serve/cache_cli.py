@@ -11,8 +11,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
     path = tablecache.cache_dir() / tablecache.FILE
     why = tablecache.unusable()   # makes the folder where it can (a run would)
     if args.cache_cmd == "clear":
-        if why or not path.parent.is_dir():
-            print(f"nothing to clear at {path}" + (f" ({why})" if why else ""))
+        if why:
+            print(f"nothing to clear at {path} ({why})")
             return 0
         tablecache.clear()
         print(f"cleared {path}")

@@ -257,7 +257,7 @@ def load_serve_file(path: str | Path, overrides: dict[str, Any] | None = None) -
 def serve_file_from_dict(raw: Any, source: str) -> ServeFile:
     """A serving file's mapping, checked as load_serve_file checks the file (`source` names it in errors)."""
     if isinstance(raw, dict):
-        sched = raw.get("serving", {}).get("scheduler") if isinstance(raw.get("serving"), dict) else None
+        sched = _scheduler_section(raw)
         if isinstance(sched, dict) and "kind" not in sched:
             sched["kind"] = "vllm"   # the default scheduler's (Serving.scheduler), as without the section
         _scheduler_option_check(raw, source)
@@ -266,9 +266,14 @@ def serve_file_from_dict(raw: Any, source: str) -> ServeFile:
     return spec
 
 
+def _scheduler_section(raw: dict[str, Any]) -> Any:
+    """The file's serving.scheduler as written (None where the file has no serving mapping)."""
+    return raw["serving"].get("scheduler") if isinstance(raw.get("serving"), dict) else None
+
+
 def _scheduler_option_check(raw: dict[str, Any], path: Path | str) -> None:
     """A key that belongs to another scheduler gets a message saying so."""
-    sched = (raw.get("serving") or {}).get("scheduler") if isinstance(raw.get("serving"), dict) else None
+    sched = _scheduler_section(raw)
     if not isinstance(sched, dict) or sched.get("kind") not in SCHEDULER_OPTIONS:
         return
     if sched["kind"] == "vllm" and sched.get("preemption") == "swap":
