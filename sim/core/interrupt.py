@@ -42,8 +42,18 @@ def _hook(kind, value, tb) -> None:
     sys.__excepthook__(kind, value, tb)
 
 
+def _unraisable(info) -> None:
+    """An interrupt raised where Python cannot propagate it (a weakref callback such as the import
+    system's module-lock cleanup, a __del__) is only printed as "Exception ignored in", and the run went
+    on to exit 0: it is still Ctrl-C, so it ends the run as one."""
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        _hook(info.exc_type, info.exc_value, info.exc_traceback)
+    sys.__unraisablehook__(info)
+
+
 def install() -> None:
     sys.excepthook = _hook
+    sys.unraisablehook = _unraisable
     try:   # Python's own handler only: never one a user or a host program set
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _on_sigint)
