@@ -97,3 +97,42 @@ def test_disaggregated_pools_draw_idle_power_between_iterations():
     want = res.energy_j + 117.1 * (1 - pre["busy"]) * span + 167.3 * (1 - dec["busy"]) * span
     assert total_energy_j(res) == pytest.approx(want, rel=1e-9)
     assert energy_summary(res)["by_phase_j"]["idle"] == pytest.approx(want - res.energy_j, rel=1e-9)
+
+
+def test_sim_serve_names_the_pools_not_hw(tmp_path, capsys):
+    """The pools run on their own presets: the title and the JSON say which, --hw is not needed (given, it
+    is said to be unused, as it was silently before while the title read 'on h200'), --set hw.* is refused,
+    and the Chrome trace draws each pool's iterations on its own named track instead of one overlapping lane."""
+    import json
+
+    import yaml
+
+    from sim.apps.cli import main
+
+    raw = dict(name="t", model="llama2-7b", flash_attention=True)
+    raw["serving"] = dict(arrivals=dict(process="constant", rate=4.0, num_requests=3, seed=0),
+                          lengths=dict(prompt=dict(dist="fixed", value=PROMPT), output=dict(dist="fixed", value=OUT)),
+                          disaggregated=dict(prefill=dict(hw="h100_sxm", replicas=2), decode=dict(hw="a6000"),
+                                             transfer={"bandwidth_bytes_per_s": 50e9}))
+    f = tmp_path / "d.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    out, trace = tmp_path / "o.json", tmp_path / "t.json"
+    assert main(["serve", str(f), "--hw", "h200", "-q", "--json", str(out), "--chrome-trace", str(trace)]) == 0
+    assert "--hw h200 is not used" in capsys.readouterr().err
+    s = json.loads(out.read_text())
+    assert s["hardware"] == "prefill h100_sxm x2, decode a6000 x1" and s["energy"]["devices"] == 3
+    ev = json.loads(trace.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert names == {1: "prefill 0 (h100_sxm)", 2: "prefill 1 (h100_sxm)", 3: "decode 0 (a6000)"}
+    iters = [e for e in ev if e["pid"] == 1 and e["ph"] == "X"]
+    assert {e["tid"] for e in iters} == {1, 2, 3}
+    for tid in (1, 2, 3):   # no two iterations of one instance overlap on its track
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in iters if e["tid"] == tid)
+        assert all(b[0] >= a[1] - 1e-6 for a, b in zip(spans, spans[1:]))
+    assert main(["serve", str(f), "-q"]) == 0   # no --hw needed
+    assert main(["serve", str(f), "-q", "--set", "hw.memory.hbm.capacity_bytes=1e9"]) == 2
+    assert "--set hw.memory.hbm.capacity_bytes: serving.disaggregated runs each pool" in capsys.readouterr().err
+    raw["serving"].pop("disaggregated")
+    f.write_text(yaml.safe_dump(raw))
+    assert main(["serve", str(f), "-q"]) == 2
+    assert "--hw: required" in capsys.readouterr().err

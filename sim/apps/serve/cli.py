@@ -6,6 +6,7 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from sim.core import flags, tables
 from sim.core.errors import ConfigError
@@ -46,7 +47,6 @@ def _check_outputs(args: argparse.Namespace, file) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from hw_models.machine import load_machine
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
     from sim.apps.serve.invariants import budget_warning, check_run
@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         tablecache.disable()
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
-    machine = load_machine(args.hw, sets.hw)
+    machine = _machine(args, file, sets.hw)
     for note in unused_settings(file, machine, file.model_config_()):
         print(f"warning: {note}", file=sys.stderr)
     slo = _slo(args.slo) or dict(file.serving.slo)
@@ -83,16 +83,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     s = summarize(res, slo)
     s.update(extra)
     check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
-    s.update(hardware=machine.name, model=setup.model.name, scheduler=file.serving.scheduler.kind,
+    hardware = machine.name
+    if file.serving.disaggregated is not None:
+        from sim.apps.serve.disagg import pools_label
+        hardware = pools_label(file)
+    s.update(hardware=hardware, model=setup.model.name, scheduler=file.serving.scheduler.kind,
              deployment=file.serving.deployment, exact=args.exact)
     _write(args, res, s)
     if tables.report_wanted(args):
         from sim.apps.serve.report import print_report   # rich's tables: only to print them
 
-        print_report(s, f"{file.name}: {setup.model.name} on {machine.name}, {file.serving.scheduler.kind} scheduler"
+        print_report(s, f"{file.name}: {setup.model.name} on {hardware}, {file.serving.scheduler.kind} scheduler"
                         + (" behind Dynamo" if file.serving.deployment == "dynamo" else "")
                         + (" (exact step costs)" if args.exact else ""))
     return 0
+
+
+def _machine(args: argparse.Namespace, file, hw_sets: dict[str, Any]):
+    """The machine of --hw; a disaggregated file names each pool's own preset instead, so --hw is not needed
+    there (the prefill pool's machine stands in where one machine is asked for) and --set hw.* has no target."""
+    if file.serving.disaggregated is None:
+        from hw_models.machine import load_machine
+
+        if args.hw is None:
+            raise ConfigError("--hw: required: the hardware preset name or YAML file to serve on (`sim hw list`)")
+        return load_machine(args.hw, hw_sets)
+    from sim.apps.serve.disagg import pool_machine
+    if hw_sets:
+        raise ConfigError(f"--set hw.{next(iter(hw_sets))}: serving.disaggregated runs each pool on its own preset "
+                          "(serving.disaggregated.prefill.hw, .decode.hw): edit those presets instead")
+    if args.hw is not None:
+        print(f"warning: --hw {args.hw} is not used: serving.disaggregated names each pool's hardware", file=sys.stderr)
+    return pool_machine(file, "prefill")
 
 
 def _write(args, res, summary, sweep=None) -> None:
@@ -178,7 +200,8 @@ def register(subparsers) -> None:
                               description="sim serve FILE --hw PRESET: arrivals, scheduler, KV blocks, step costs "
                                           "from the hardware model; see docs/serving.md.")
     p.add_argument("file", metavar="FILE", help="serving file: a workload YAML with a serving: section")
-    p.add_argument("--hw", required=True, help="hardware preset name or YAML file")
+    p.add_argument("--hw", help="hardware preset name or YAML file (not for a file with serving.disaggregated, "
+                                "whose pools name their own)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a field: serving.arrivals.rate=20, hw.memory.hbm.capacity_bytes=40e9")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON")

@@ -19,12 +19,13 @@ token end at the prefill pool.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import simpy
 
-from hw_models.machine import load_machine
+from hw_models.machine import Machine, load_machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
 from sim.apps.serve.energy import instance_board, pools_board
@@ -70,18 +71,29 @@ class DecodeReplica(Replica):
         self.poke()
 
 
+def pool_machine(file: ServeFile, key: str) -> Machine:
+    """The preset of pool `key` (prefill or decode), its errors located at its key."""
+    try:
+        return load_machine(getattr(file.serving.disaggregated, key).hw)
+    except ConfigError as exc:
+        raise ConfigError(f"{file.source}: serving.disaggregated.{key}.hw: {exc}") from None
+
+
 def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tuple[Setup, str]:
     pool = getattr(file.serving.disaggregated, key)
     where = f"{file.source}: serving.disaggregated.{key}"
-    try:
-        machine = load_machine(pool.hw)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.hw: {exc}") from None
+    machine = pool_machine(file, key)
     sections = {k: v for k, v in file.sections.items() if k != "parallel"}
     if pool.parallel is not None:
         sections["parallel"] = pool.parallel
     pool_file = file.model_copy(update={"sections": sections, "source": f"{where}.parallel"})
     return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
+
+
+def pools_label(file: ServeFile) -> str:
+    """What a disaggregated file runs on, for a report's title: "prefill h100_sxm x2, decode a6000 x1"."""
+    d = file.serving.disaggregated
+    return ", ".join(f"{k} {Path(p.hw).stem} x{p.replicas}" for k, p in (("prefill", d.prefill), ("decode", d.decode)))
 
 
 def transfer_s(file: ServeFile, nbytes: float) -> float:
@@ -164,6 +176,8 @@ class Disagg:
         results = [r.result(env.now) for r in (*self.prefill, *self.decode)]
         res = merge(results, self.where)
         res.board = pools_board(results, self.boards, env.now)   # the pools' idle power between iterations
+        res.instance_names = [f"prefill {r.index} ({self.prefill_hw})" for r in self.prefill] + \
+                             [f"decode {r.index} ({self.decode_hw})" for r in self.decode]
         return res, self.figures(results, env.now)
 
     def figures(self, results: list[ServeResult], span: float) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def total_energy_j(res: ServeResult) -> float:
 def energy_summary(res: ServeResult) -> dict[str, Any]:
     """The run's energy figures (plain data for the JSON and the report)."""
     b, it = res.board, res.iterations
-    devices = b.devices * res.instances
+    devices = round(b.devices * res.instances)   # pools average their devices per instance: the total is whole
     pre, dec = phase_split(res)
     total = total_energy_j(res)
     done = int((res.requests["status"] == DONE).sum())

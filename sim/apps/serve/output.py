@@ -51,10 +51,15 @@ def chrome_trace(res: ServeResult) -> dict[str, Any]:
     ev: list[dict[str, Any]] = [dict(ph="M", pid=1, name="process_name", args=dict(name="engine iterations")),
                                 dict(ph="M", pid=2, name="process_name", args=dict(name="requests"))]
     it = res.iterations
+    # Replicas and disaggregated pools run iterations at the same time: one track (tid) per instance.
+    instance = it.get("instance", np.zeros(len(it["start_s"]), dtype=np.int64))
+    for k in np.unique(instance) if "instance" in it else ():
+        name = res.instance_names[k] if k < len(res.instance_names) else f"replica {k}"
+        ev.append(dict(ph="M", pid=1, tid=int(k) + 1, name="thread_name", args=dict(name=name)))
     for i in range(len(it["start_s"])):
-        ev.append(dict(ph="X", pid=1, tid=1, name=f"iter {i}", ts=it["start_s"][i] * 1e6, dur=it["duration_s"][i] * 1e6,
-                       args=dict(seqs=int(it["seqs"][i]), tokens=int(it["tokens"][i]),
-                                 kv_blocks=int(it["kv_blocks_used"][i]))))
+        ev.append(dict(ph="X", pid=1, tid=int(instance[i]) + 1, name=f"iter {i}", ts=it["start_s"][i] * 1e6,
+                       dur=it["duration_s"][i] * 1e6, args=dict(seqs=int(it["seqs"][i]), tokens=int(it["tokens"][i]),
+                                                               kv_blocks=int(it["kv_blocks_used"][i]))))
     ev.append(dict(ph="M", pid=3, name="process_name", args=dict(name="power")))
     times, watts = power_trace(res)
     ev += [dict(ph="C", pid=3, name="power per device (W)", ts=t * 1e6, args=dict(W=round(float(w), 3)))

@@ -112,6 +112,8 @@ def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
         for c, v in res.requests.items():
             reqs[c][mine] = v[mine]
     its = {c: np.concatenate([r.iterations[c] for r in results]) for c in results[0].iterations}
+    # which instance ran each iteration: they overlap in time, and a timeline draws one track each
+    its["instance"] = np.concatenate([np.full(len(r.iterations["start_s"]), k) for k, r in enumerate(results)])
     order = np.argsort(its["start_s"], kind="stable")
     return ServeResult(
         reqs, {c: v[order] for c, v in its.items()},

@@ -61,6 +61,7 @@ class ServeResult:
     instances: int = 1
     rejected_reasons: dict[str, int] = field(default_factory=dict)   # why requests were refused: reason -> count
     board: Board = Board()   # idle power per device and devices per instance (sim.apps.serve.energy)
+    instance_names: list[str] = field(default_factory=list)   # per iterations["instance"] of a merged run, if named
 
 
 class ServeSim:
