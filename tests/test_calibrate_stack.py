@@ -96,3 +96,24 @@ def test_bad_stacks_section_is_one_line(tmp_path, capsys):
                "--set", "gen_len=2", "-q"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "stacks.torch-eager.ops.normz" in err[0] and str(hw) in err[0]
+
+
+def test_gemv_max_m_from_the_command_line(tmp_path, capsys):
+    """--gemv-max-m search fits docs/validation.md's CPU preset from the README's command (it reached only the
+    one-curve fit, whose held-out MAPE is worse); none fits one GEMM curve; a bad value is one line, exit 2."""
+    from hw_models.machine import load_machine
+
+    fit = sorted(str(p) for p in (ROOT / "traces" / "cpu").glob("*fp32*p128*.ops.csv"))
+    if not fit:
+        pytest.skip("no CPU traces")
+    out = tmp_path / "searched.yaml"
+    assert main(["calibrate", *fit, "--hw", "cpu_host", "-o", str(out), "-q", "--gemv-max-m", "search"]) == 0
+    # the fit's choice on these traces, as docs/validation.md's cpu_host_calibrated records it (M <= 1)
+    assert load_machine(str(out)).units["cpu"].efficiency.gemv_max_m == \
+        load_machine("cpu_host_calibrated").units["cpu"].efficiency.gemv_max_m == 1
+    none = tmp_path / "none.yaml"
+    assert main(["calibrate", *fit, "--hw", "cpu_host", "-o", str(none), "-q", "--gemv-max-m", "none"]) == 0
+    assert load_machine(str(none)).units["cpu"].efficiency.gemv_max_m is None
+    assert main(["calibrate", *fit, "--hw", "cpu_host", "-o", str(tmp_path / "x.yaml"), "--gemv-max-m", "0"]) == 2
+    assert "--gemv-max-m '0': expected search, none or a positive whole number" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()

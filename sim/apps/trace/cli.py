@@ -216,6 +216,21 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
         console.print(note)
 
 
+def _gemv_choices(value: str | None) -> list[int | None] | None:
+    """--gemv-max-m as calibrate's gemv_max_m: the thresholds to choose from (None: the base preset's own)."""
+    from sim.apps.trace.calibrate import GEMV_MAX_M
+
+    if value is None:
+        return None
+    if value == "search":
+        return list(GEMV_MAX_M)
+    if value == "none":
+        return [None]
+    if value.isdigit() and int(value) > 0:
+        return [int(value)]
+    raise ConfigError(f"--gemv-max-m {value!r}: expected search, none or a positive whole number of rows")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -234,7 +249,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
     cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
-                              min_traces=args.min_traces)
+                              min_traces=args.min_traces, gemv_max_m=_gemv_choices(args.gemv_max_m))
     console = tables.console()
     if args.held_out:   # refuses (ConfigError) before anything is written, unless --report / --force
         h = held_out(_load(args, args.held_out), base, cal.machine, args.stack, refuse=not (args.report or args.force))
@@ -317,6 +332,10 @@ def register(sub) -> None:
     c.add_argument("--min-traces", type=int, default=1, metavar="N",
                    help="an op kind gets its own curve only with ops from N traces (default 1): one run's shapes "
                         "cannot tell a kind's curve from its shape")
+    c.add_argument("--gemv-max-m", metavar="search|none|M",
+                   help="GEMMs with at most M rows get their own fitted curve (efficiency.gemv): 'search' picks M "
+                        "from none, 1, 8, 64 by the fit on the traces (docs/validation.md's CPU preset), 'none' "
+                        "fits one GEMM curve; default: the base preset's own class")
     c.add_argument("--held-out", nargs="+", metavar="TRACE", default=[],
                    help="traces not fitted: refuse (exit 2) to write a preset whose per-op MAPE on them is worse")
     c.add_argument("--report", action="store_true",

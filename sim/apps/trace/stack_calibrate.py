@@ -93,11 +93,12 @@ def calibrate_stack(traces: list[Trace], base: Machine, stack_name: str, per_kin
 
 
 def calibrate_for(traces: list[Trace], base: Machine, stack: str | None, per_kind: bool = True,
-                  name: str | None = None, min_traces: int = 1) -> tuple[Calibration, str]:
-    """The calibration (under `stack` when given) and the preset header note it adds."""
+                  name: str | None = None, min_traces: int = 1,
+                  gemv_max_m: Iterable[int | None] | None = None) -> tuple[Calibration, str]:
+    """The calibration (under `stack` when given) and the preset header note it adds; `gemv_max_m` as calibrate's."""
     if stack is None:
-        return calibrate(traces, base, per_kind=per_kind, name=name, min_traces=min_traces), ""
-    sc = calibrate_stack(traces, base, stack, per_kind, name, min_traces)
+        return calibrate(traces, base, per_kind=per_kind, name=name, min_traces=min_traces, gemv_max_m=gemv_max_m), ""
+    sc = calibrate_stack(traces, base, stack, per_kind, name, min_traces, gemv_max_m)
     return sc.cal, sc.note()
 
 
