@@ -124,6 +124,20 @@ def test_formats_command_measures_error_on_an_array(tmp_path, capsys):
     assert "not a readable .npy array" in capsys.readouterr().err
 
 
+def test_a_repeated_format_is_shown_once(tmp_path, capsys):
+    # `--formats mxfp4,mxfp4` measured mxfp4 twice and printed two identical rows; MXFP4 and fp8 are
+    # spellings of mxfp4 and fp8_e4m3. Dropped with a warning, as a sweep drops a repeated point.
+    out = tmp_path / "f.json"
+    assert main(["formats", "--formats", "mxfp4, mxfp4,MXFP4,fp8_e4m3,fp8,mxfp4", "-q", "--json", str(out)]) == 0
+    assert [r["format"] for r in json.loads(out.read_text())["formats"]] == ["mxfp4", "fp8_e4m3"]
+    assert capsys.readouterr().err.splitlines() == ["warning: --formats: mxfp4 is listed more than once; shown once",
+                                                    "warning: --formats: MXFP4 is mxfp4 again; shown once",
+                                                    "warning: --formats: fp8 is fp8_e4m3 again; shown once"]
+    assert main(["model", "show", "llama3-8b", "--formats", "int8,mxfp4,mxfp4", "--json", str(out)]) == 0
+    assert list(json.loads(out.read_text())["weight_bytes"]) == ["int8", "mxfp4"]
+    assert capsys.readouterr().err == "warning: --formats: mxfp4 is listed more than once; shown once\n"
+
+
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "hw_models" / "presets").glob("*.yaml")))
 def test_every_preset_renders_its_report(tmp_path, capsys, preset):
     """The full report of `sim run` on every shipped preset (kind sections included): a report

@@ -214,7 +214,8 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     from sim.core.model import load_model
 
     m = load_model(args.model)
-    fmts = args.formats.split(",") if args.formats else ["fp32", "fp16", "bf16", "int8", "int4"]
+    fmts = (flags.comma_list("--formats", args.formats, lambda n: get_format(n).name) if args.formats
+            else ["fp32", "fp16", "bf16", "int8", "int4"])
     by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
     kv = {f: m.kv_bytes_per_token(get_format(f).storage_bytes((1, m.kv_dim)) / m.kv_dim) for f in fmts}
     data = dict(m.to_dict(), params=m.params(), weight_bytes=by_fmt, kv_cache_bytes_per_token=kv)
@@ -242,7 +243,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
     import numpy as np
 
 
-    names = args.formats.split(",") if args.formats else known_formats()
+    names = flags.comma_list("--formats", args.formats, lambda n: get_format(n).name) if args.formats else known_formats()
     fmts = [get_format(n) for n in names]        # unknown names fail before any work
     if args.array:
         path = Path(args.array)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from sim.core.files import write_json
@@ -44,3 +45,21 @@ def emit_json(path: str, data: Any) -> None:
         print(json.dumps(data, indent=1, default=float))
     else:
         write_json(path, data)
+
+
+def comma_list(flag: str, text: str, key: Callable[[str], str] = str) -> list[str]:
+    """The items of a comma-separated `flag` value, stripped, in order. An item that is an earlier one again
+    (the same `key`, e.g. a format's canonical name) is dropped with a warning, as a sweep drops a repeated
+    point and a later --set for a key replaces the earlier one: running it twice only prints the row twice."""
+    first: dict[str, str] = {}   # key -> the spelling kept
+    dropped: dict[str, str] = {}   # a dropped spelling -> the kept one; one warning each
+    for item in (part.strip() for part in text.split(",")):
+        k = key(item)
+        if k in first:
+            dropped.setdefault(item, first[k])
+        else:
+            first[k] = item
+    for item, kept in dropped.items():
+        again = "is listed more than once" if item == kept else f"is {kept} again"
+        print(f"warning: {flag}: {item} {again}; shown once", file=sys.stderr)
+    return list(first.values())
