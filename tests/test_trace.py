@@ -298,6 +298,25 @@ def test_replay_cli_on_other_hardware(tmp_path, capsys):
     assert r["measured_s"] == pytest.approx(57e-6, rel=1e-9) and r["predicted_s"] > 0
 
 
+def test_replay_speedup_below_one_keeps_its_digits(tmp_path, capsys):
+    # A GPU trace replayed on cpu_host: ':.2f' printed 'speed-up 0.07x' here and 'speed-up 0.00x' for the
+    # H200 70B trace (105.446 ms measured, 28.008 s predicted: 0.00376x).
+    from sim.apps.trace.cli import speedup_text
+
+    assert speedup_text(0.105446 / 28.008) == "speed-up 0.00376x (266x slower)"
+    assert speedup_text(1 / 5000) == "speed-up 0.0002x (5,000x slower)"
+    assert speedup_text(0.5) == "speed-up 0.5x (2x slower)"
+    assert speedup_text(36.1411) == "speed-up 36.14x" and speedup_text(1.0) == "speed-up 1.00x"
+    assert speedup_text(float("inf")) == "speed-up not defined (predicted 0 s)"
+    p = _gpu_trace(tmp_path / "tp1_num_tokens_0016_synthetic.json")
+    argv = ["replay", str(p), "--hw", "cpu_host", "--model", "llama2-7b", "--json", str(tmp_path / "r.json")]
+    assert cli_main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())   # rich may wrap the line
+    r = json.loads((tmp_path / "r.json").read_text())
+    x = r["measured_s"] / r["predicted_s"]   # 57 us measured, about 0.8 ms predicted
+    assert 0.01 < x < 0.1 and f"speed-up {x:.3g}x ({1 / x:.3g}x slower)" in out
+
+
 def test_validate_cli_json_and_plot(tmp_path):
     js, png = tmp_path / "v.json", tmp_path / "v.png"
     assert cli_main(["validate", str(TINY), "--hw", "cpu_host", "--json", str(js), "--plot", str(png)]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -205,10 +206,10 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
     n = len(r.steps)
     console.print(f"measured ({r.measured_from}): {fmt_time(r.measured_s)} over {n} step(s)")
     console.print(f"predicted on {r.machine} (its model alone): {fmt_time(r.predicted_s)}: "
-                  f"speed-up {r.speedup('predicted'):.2f}x")
+                  f"{speedup_text(r.speedup('predicted'))}")
     if r.scaled_s is not None:
         console.print(f"scaled (each measured op x {r.machine} / {r.source_machine} predicted; source from "
-                      f"{r.source_from}): {fmt_time(r.scaled_s)}: speed-up {r.speedup('scaled'):.2f}x")
+                      f"{r.source_from}): {fmt_time(r.scaled_s)}: {speedup_text(r.speedup('scaled'))}")
     else:
         console.print(f"scaled: not available ({r.source_from})")
     note = r.launch_note()
@@ -229,6 +230,17 @@ def _gemv_choices(value: str | None) -> list[int | None] | None:
     if value.isdigit() and int(value) > 0:
         return [int(value)]
     raise ConfigError(f"--gemv-max-m {value!r}: expected search, none or a positive whole number of rows")
+
+
+def speedup_text(x: float) -> str:
+    """Measured over replayed time. Below 1 (a GPU trace replayed on cpu_host) ':.2f' printed 'speed-up 0.00x':
+    three significant digits there, and the same ratio the other way up, which reads more easily."""
+    if math.isinf(x):   # Replay.speedup of a replay predicted to take 0 s
+        return "speed-up not defined (predicted 0 s)"
+    if x >= 1 or x <= 0:
+        return f"speed-up {x:.2f}x"
+    slower = f"{1 / x:,.0f}" if 1 / x >= 100 else f"{1 / x:.3g}"   # :.3g writes 5,000 as 5e+03
+    return f"speed-up {x:.3g}x ({slower}x slower)"
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
