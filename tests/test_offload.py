@@ -4,6 +4,7 @@ FlexGen's published throughputs, capacity errors."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -281,3 +282,27 @@ def test_opt_layernorm_keeps_activation_format_and_hf_opt_is_tied():
     hf = dict(model_type="opt", hidden_size=64, ffn_dim=256, num_hidden_layers=2, num_attention_heads=4,
               vocab_size=100, max_position_embeddings=32)
     assert from_mapping(hf, "x").tie_word_embeddings
+
+
+def test_placement_percentages_add_up_to_100(tmp_path, capsys):
+    """Weights 0.3333/0.3333 (disk the rest, 0.3334): each rounded on its own, the report's policy table
+    showed 33.3% 33.3% 33.3% (99.9%) and Policy.describe (the search table, sim serve, capacity errors)
+    33/33/33. The fractions themselves are unchanged."""
+    from sim.apps.cli import main
+
+    p = Policy((0.3333, 0.3333, 0.3334), (0.166, 0.834, 0.0), (0.0, 1.0, 0.0), 48, 3)
+    assert p.describe().startswith("weights 33/33/34, KV 17/83/0, act 0/100/0 (GPU/CPU/disk %)")
+    js = tmp_path / "r.json"
+    assert main(["run", "workloads/opt30b_flexgen.yaml", "--hw", "h100_offload",
+                 "--set", "policy.wg=0.3333", "--set", "policy.wc=0.3333", "--json", str(js)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "│ weights │ 33.3% │ 33.3% │ 33.4% │ │ kv_cache │ 0.0% │ 100.0% │ 0.0% │" in out
+    weights = json.loads(js.read_text())["extra"]["offload"]["placement"]["weights"]
+    assert weights == pytest.approx([0.3333, 0.3333, 0.3334], abs=1e-12)   # the numbers, not the shown ones
+    # The survey's offload table (docs/survey.md) reads the run's policy fractions the same way.
+    from types import SimpleNamespace
+
+    from sim.apps.survey.machines import _placement
+
+    run = SimpleNamespace(extra={"policy": dict(p.to_dict(), wg=1 / 3, wc=1 / 3, wd=1 / 3)})
+    assert _placement(run) == "W 34/33/33, KV 17/83/0, GPU batch 48 x 3"

@@ -21,3 +21,15 @@ def test_errors_and_dimensions():
             parse_quantity(bad)
     with pytest.raises(ValueError, match="expected bytes/s"):
         parse_quantity("80 GiB", expect="bytes/s")
+
+
+def test_whole_percents_add_up_to_100():
+    from sim.core.units import whole_percents
+
+    # Largest remainder: 33.33/33.33/33.34 floor to 33 each, the unit left over goes to the largest remainder.
+    assert whole_percents([0.3333, 0.3333, 0.3334]) == ["33", "33", "34"]
+    assert whole_percents([0.3333, 0.3333, 0.3334], 1) == ["33.3", "33.3", "33.4"]
+    assert whole_percents([1 / 3] * 3) == ["34", "33", "33"]          # a tie: the first
+    assert whole_percents([0.166, 0.834, 0.0]) == ["17", "83", "0"]
+    assert whole_percents([0.29, 0.71, 0.0]) == ["29", "71", "0"]     # 0.29 x 100 is 28.999999999999996
+    assert whole_percents([0.2, 0.8, 0.0], 1) == ["20.0", "80.0", "0.0"]

@@ -9,7 +9,7 @@ from hw_models.base import Section
 from hw_models.offload import sched
 from hw_models.offload.spec import Policy
 from sim.core.results import RunResult, StepResult
-from sim.core.units import fmt_bytes, fmt_time
+from sim.core.units import fmt_bytes, fmt_time, whole_percents
 
 
 def offload_data(p: Policy, mid: StepResult, util: dict[str, float], rates: sched.Rates, search) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def report_sections(result: RunResult) -> list[Section]:
     off = result.extra.get("offload")
     if not off:
         return []
-    roles = [(role, *(f"{100 * x:.1f}%" for x in fr)) for role, fr in off["placement"].items()]
+    roles = [(role, *(f"{x}%" for x in whole_percents(fr, 1))) for role, fr in off["placement"].items()]
     out = [Section(f"Offload policy{' (searched)' if off['searched'] else ''}", roles,
                    ("role", "GPU", "CPU", "disk"), off["caption"])]
     rows = [(link, fmt_bytes(x["bytes"]), fmt_time(x["busy_s"]), f"{x['rate_bytes_per_s'] / 1e9:.2f} GB/s",

@@ -33,6 +33,7 @@ from pydantic import Field, ValidationError
 from hw_models.machine import Machine, Tier, Unit
 from sim.core.errors import ConfigError
 from sim.core.schema import Quantity, Strict, validation_error
+from sim.core.units import whole_percents
 
 # Transfer rate per lane (GT/s) and line-code efficiency, per PCIe generation
 # (PCI-SIG base specs; shared/reference/hardware.md §2.1: x16 gives 15.75 / 31.5 / 63 GB/s).
@@ -132,7 +133,7 @@ class Policy:
         return self.gpu_batch_size * self.num_gpu_batches
 
     def describe(self) -> str:
-        pct = lambda t: "/".join(f"{100 * x:.0f}" for x in t)  # noqa: E731
+        pct = lambda t: "/".join(whole_percents(t))  # noqa: E731
         return (f"weights {pct(self.weights)}, KV {pct(self.kv_cache)}, act {pct(self.activations)} (GPU/CPU/disk %); "
                 f"GPU batch {self.gpu_batch_size} x {self.num_gpu_batches}"
                 f"{', CPU attention' if self.cpu_attention else ''}{'' if self.pinned else ', pageable weights'}")

@@ -7,7 +7,9 @@ FLOP/s, bytes/s, joules, hertz, watts. A plain number passes through unchanged.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 
 _PREFIX = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
@@ -101,3 +103,17 @@ def fmt_si(x: float, unit: str) -> str:
         if abs(x) >= size:
             return f"{x / size:.3g} {prefix}{unit}"
     return f"{x:.3g} {unit}"
+
+
+def whole_percents(fractions: Sequence[float], decimals: int = 0) -> list[str]:
+    """`fractions` of one whole as percentages to `decimals` places that add up to 100 (largest remainder:
+    the units rounding leaves over go to the largest remainders). Each rounded on its own, thirds showed as
+    33/33/33. Fractions that do not add up to 1 are rounded as well as they allow."""
+    scale = 10 ** decimals
+    # round(.., 9): 0.29 x 1000 is 289.99999999999994, which is 290 units, not 289 and a remainder
+    units = [round(100 * scale * f, 9) for f in fractions]
+    shown = [math.floor(u) for u in units]
+    left = 100 * scale - sum(shown)
+    for i in sorted(range(len(units)), key=lambda i: units[i] - shown[i], reverse=True)[:max(left, 0)]:
+        shown[i] += 1
+    return [f"{n / scale:.{decimals}f}" for n in shown]

@@ -12,6 +12,7 @@ from sim.apps.survey import figures
 from sim.apps.survey.doc import Section, Table, ms, ratio
 from sim.apps.survey.runs import MODEL, PROMPT, Setup, machine, pair, run
 from sim.core.results import RunResult
+from sim.core.units import whole_percents
 
 OFFLOAD = "a6000_offload"
 OTHERS = ("hbm_pim", "groq_lpu")
@@ -22,8 +23,9 @@ def _placement(r: RunResult) -> str:
     p = r.extra.get("policy") or {}
     if not p:
         return "-"
-    pct = (lambda k: f"{100 * p.get(k, 0):.0f}" if p.get(k, 0) <= 1 else f"{p.get(k, 0):.0f}")
-    return (f"W {pct('wg')}/{pct('wc')}/{pct('wd')}, KV {pct('cg')}/{pct('cc')}/{pct('cd')}, "
+    # Policy.to_dict: fractions; rounded together so each triple shows 100 (34/33/33, not 33/33/33).
+    pct = lambda *keys: "/".join(whole_percents([p.get(k, 0) for k in keys]))  # noqa: E731
+    return (f"W {pct('wg', 'wc', 'wd')}, KV {pct('cg', 'cc', 'cd')}, "
             f"GPU batch {p.get('gpu_batch_size', '-')} x {p.get('num_gpu_batches', '-')}")
 
 
