@@ -30,6 +30,8 @@ def _trace(name, fmt):
 
 # ---------------------------------------------------------------- tracebacks -> one line
 
+_MC_ROW = '{"timestamp": 0, "input_length": 3, "output_length": 2}\n'
+
 BAD = {   # case: (serving edit, trace file name and text or None, the message after "error: FILE: ")
     "negative seed": (lambda s: s["arrivals"].update(seed=-1), None,   # numpy ValueError
                       "{f}: serving.arrivals.poisson.seed: Input should be greater than or equal to 0"),
@@ -41,6 +43,18 @@ BAD = {   # case: (serving edit, trace file name and text or None, the message a
                                        ("t.jsonl", '{"timestamp": 0, "input_length": 3, "output_length": 2}\n[1, 2]\n'),
                                        "{t}: line 2 is an array; expected one JSON object per line, e.g. "
                                        '{{"timestamp": 0, "input_length": 100, "output_length": 20}}'),
+    # json's "line 1" was the line within the one row parsed; a blank line made the count one short.
+    # Columns: the 33-character cut row ends before column 34; column 17 is the quote where a comma belongs.
+    "mooncake row cut short": (_trace("t.jsonl", "mooncake"),
+                               ("t.jsonl", _MC_ROW * 2 + '{"timestamp": 2, "input_length": '),
+                               "{t}: line 3 is not valid JSON (Expecting value at column 34)"),
+    "mooncake bad row after a blank line": (_trace("t.jsonl", "mooncake"),
+                                            ("t.jsonl", _MC_ROW + "\n" + '{"timestamp": 1 "input_length": 3}\n'),
+                                            "{t}: line 3 is not valid JSON (Expecting ',' delimiter at column 17)"),
+    "mooncake array after a blank line": (_trace("t.jsonl", "mooncake"),
+                                          ("t.jsonl", _MC_ROW + "\n  \n[1, 2]\n" + _MC_ROW),
+                                          "{t}: line 4 is an array; expected one JSON object per line, e.g. "
+                                          '{{"timestamp": 0, "input_length": 100, "output_length": 20}}'),
     "azure offsets out of order": (_trace("t.csv", "azure"),   # 18:15:47+01:00 is 17:15:47 UTC: an hour earlier
                                    ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n"
                                              "2023-11-16 18:15:47+01:00,10,2\n"),
@@ -99,6 +113,16 @@ def test_azure_rows_with_different_offsets_are_one_timeline(tmp_path):
     assert read_trace(tmp_path / "t.csv", "azure").arrival_s.tolist() == [0.0, 0.5]
     s = _run_json(tmp_path, f)
     assert s["completed"] == 2 and s["duration_s"] > 0.5
+
+
+def test_json_lines_are_split_on_newlines_only(tmp_path):
+    # A raw U+2028 inside a JSON string is valid JSON; splitlines() broke the row there ("line 1 is not valid
+    # JSON (Unterminated string ...)"). CRLF line ends and a blank line between rows are read as before.
+    row = '{"timestamp": %d, "input_length": 3, "output_length": 2, "note": "a\u2028b"}\r\n'
+    (tmp_path / "t.jsonl").write_text(row % 0 + "\r\n" + row % 1000, encoding="utf-8")
+    from sim.apps.serve.traces import read_trace
+
+    assert read_trace(tmp_path / "t.jsonl", "mooncake").arrival_s.tolist() == [0.0, 1.0]
 
 
 def test_large_absolute_timestamps_keep_their_spacing(tmp_path):

@@ -78,17 +78,32 @@ def _read(path: Path) -> pd.DataFrame:
         if rows is not None:
             return pd.DataFrame(rows)
         if text is not None:
-            # Decimal: a timestamp is kept as written until made relative to the first row's.
-            rows = [json.loads(line, parse_float=Decimal) for line in text.splitlines() if line.strip()]
-            for i, row in enumerate(rows):
-                if not isinstance(row, dict):   # a JSON array or number: pandas failed on it (TypeError)
-                    kind = {"list": "an array", "str": "a string"}.get(type(row).__name__, "a number or null")
-                    raise ConfigError(f"{path}: line {i + 1} is {kind}; expected one JSON object per "
-                                      "line, e.g. {\"timestamp\": 0, \"input_length\": 100, \"output_length\": 20}")
-            return pd.DataFrame(rows)
+            return pd.DataFrame(_json_lines(text, path))
         return pd.read_csv(path, skipinitialspace=True, dtype=str)   # as written: see _arrivals
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: unreadable trace ({str(exc).splitlines()[0]})") from None
+
+
+def _json_lines(text: str, path: Path) -> list[dict]:
+    """The rows of a JSON-lines file, one object a line; blank lines are skipped. Each line is parsed on
+    its own so an error names the file's line: json's own "line 1" is the line within that one row."""
+    rows = []
+    # split("\n"), not splitlines(): JSON may hold a raw U+2028 in a string, which splitlines() breaks on
+    # (and an editor does not count); json.loads ignores the "\r" a CRLF file leaves.
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            # Decimal: a timestamp is kept as written until made relative to the first row's.
+            row = json.loads(line, parse_float=Decimal)
+        except json.JSONDecodeError as exc:   # a malformed or truncated row
+            raise ConfigError(f"{path}: line {n} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(row, dict):   # a JSON array or number: pandas failed on it (TypeError)
+            kind = {"list": "an array", "str": "a string"}.get(type(row).__name__, "a number or null")
+            raise ConfigError(f"{path}: line {n} is {kind}; expected one JSON object per "
+                              "line, e.g. {\"timestamp\": 0, \"input_length\": 100, \"output_length\": 20}")
+        rows.append(row)
+    return rows
 
 
 def _json_array(text: str, path: Path) -> list[dict] | None:
