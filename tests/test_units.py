@@ -33,3 +33,4 @@ def test_whole_percents_add_up_to_100():
     assert whole_percents([0.166, 0.834, 0.0]) == ["17", "83", "0"]
     assert whole_percents([0.29, 0.71, 0.0]) == ["29", "71", "0"]     # 0.29 x 100 is 28.999999999999996
     assert whole_percents([0.2, 0.8, 0.0], 1) == ["20.0", "80.0", "0.0"]
+    assert whole_percents([0.5, 0.3]) == ["50", "30"]                 # less than a whole keeps its total

@@ -108,12 +108,12 @@ def fmt_si(x: float, unit: str) -> str:
 def whole_percents(fractions: Sequence[float], decimals: int = 0) -> list[str]:
     """`fractions` of one whole as percentages to `decimals` places that add up to 100 (largest remainder:
     the units rounding leaves over go to the largest remainders). Each rounded on its own, thirds showed as
-    33/33/33. Fractions that do not add up to 1 are rounded as well as they allow."""
+    33/33/33. Fractions of less than a whole keep their own total (0.5, 0.3: 50, 30)."""
     scale = 10 ** decimals
     # round(.., 9): 0.29 x 1000 is 289.99999999999994, which is 290 units, not 289 and a remainder
     units = [round(100 * scale * f, 9) for f in fractions]
     shown = [math.floor(u) for u in units]
-    left = 100 * scale - sum(shown)
+    left = round(sum(units)) - sum(shown)   # 100 x scale when they are one whole; never more units than there are
     for i in sorted(range(len(units)), key=lambda i: units[i] - shown[i], reverse=True)[:max(left, 0)]:
         shown[i] += 1
     return [f"{n / scale:.{decimals}f}" for n in shown]
