@@ -145,7 +145,8 @@ def test_serving_on_hardware_out_of_any_physical_range(tmp_path, capsys, edit, s
     from hw_models.machine import resolve_path
 
     f = _serve_file(tmp_path, edit)
-    line = refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json")]
+    hw = [] if edit else ["--hw", "a6000"]   # disaggregated pools name their own presets (--hw is reported unused)
+    line = refused(capsys, ["serve", str(f), *hw, "-q", "--json", str(tmp_path / "o.json")]
                    + (["--set", setting] if setting else []), tmp_path)
     assert line == f"error: {f}: " + message.format(hw=resolve_path("a6000"))
 
