@@ -54,6 +54,13 @@ def test_round_robin_replica_serves_its_substream_exactly(a6000):
     merged = merge(results, where)
     for col in ("first_token_s", "finish_s", "scheduled_s"):
         np.testing.assert_array_equal(merged.requests[col][1::2], alone.requests[col])
+    # KV use: each replica's time-weighted mean, summed, over both pools (one mean over all the iterations,
+    # as before, read one replica's use against two pools: about half the use)
+    from sim.apps.serve.metrics import kv_usage_mean
+    each = [np.average(r.iterations["kv_blocks_used"], weights=r.iterations["duration_s"]) for r in results]
+    assert merged.total_blocks == 2 * results[0].total_blocks
+    assert kv_usage_mean(merged) == pytest.approx(sum(each) / merged.total_blocks, rel=1e-12)
+    assert kv_usage_mean(results[0]) == pytest.approx(each[0] / results[0].total_blocks, rel=1e-12)
 
 
 def _means(rate, n, seeds=4, router=None, **arrivals):

@@ -51,6 +51,21 @@ def meets(lat: dict[str, np.ndarray], slo: dict[str, float]) -> np.ndarray:
     return ok
 
 
+def kv_usage_mean(res: ServeResult) -> float:
+    """KV blocks in use over the iterations' time, as a share of the pool. Merged instances (replicas, pools):
+    each instance's own mean, summed, over their summed pools (one average over every instance's iterations
+    read a per-instance figure against all the pools: 1/N of the use)."""
+    it = res.iterations
+    used, dur = it["kv_blocks_used"], it["duration_s"]
+    inst = it.get("instance", np.zeros(len(dur), dtype=np.int64))
+    total = 0.0
+    for k in np.unique(inst):
+        mine = (inst == k) & (dur > 0)
+        if mine.any():
+            total += float(np.average(used[mine], weights=dur[mine]))
+    return total / res.total_blocks
+
+
 def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
     r = res.requests
     lat = per_request(res)
@@ -72,8 +87,7 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         goodput_tok_s=good_tokens / span if span else 0.0,
         latency=lat_stats, preemptions=res.preemptions, swapped_out_blocks=res.swapped_out_blocks,
         kv_blocks_total=res.total_blocks, kv_blocks_peak=res.peak_blocks,
-        kv_usage_mean=float(np.average(it["kv_blocks_used"], weights=it["duration_s"]) / res.total_blocks)
-        if busy else 0.0,
+        kv_usage_mean=kv_usage_mean(res) if busy else 0.0,
         iterations=len(it["duration_s"]),
         batch_size=stats(it["seqs"], it["duration_s"]) if busy else {},
         tokens_per_iteration=stats(it["tokens"], it["duration_s"]) if busy else {},
