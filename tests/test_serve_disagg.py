@@ -136,3 +136,24 @@ def test_sim_serve_names_the_pools_not_hw(tmp_path, capsys):
     f.write_text(yaml.safe_dump(raw))
     assert main(["serve", str(f), "-q"]) == 2
     assert "--hw: required" in capsys.readouterr().err
+
+
+def test_pools_of_different_plans_report_power_per_own_device():
+    """A TP 2 prefill pool (h100_sxm, dgx_h100) beside a one-GPU a6000 decode pool: each iteration's power is
+    divided by its own pool's devices. The board's devices are the pools' mean (1.5), which read a TP 2 prefill
+    iteration's 2 x ~700 W as ~930 W a device, over the H100's 700 W limit."""
+    from sim.apps.serve.energy import energy_summary, power_trace
+
+    f = _file(n=4, rate=2.0)
+    d = f.serving.disaggregated
+    f = f.model_copy(update={"serving": f.serving.model_copy(update={"disaggregated": d.model_copy(update={
+        "prefill": d.prefill.model_copy(update={"parallel": {"tp": 2, "topology": "dgx_h100"}})})})})
+    res, s = serve(f, load_machine("a6000"), cache=CACHE)
+    it = res.iterations
+    own = np.where(it["instance"] == 0, 2, 1)
+    watts = it["energy_j"] / it["duration_s"] / own
+    assert s["energy"]["devices"] == 3 and res.board.devices == 1.5
+    assert s["energy"]["peak_power_per_device_w"] == pytest.approx(watts.max(), rel=1e-12)
+    assert energy_summary(res)["peak_power_per_device_w"] <= 700.0 + 1e-6   # h100_sxm's board limit (a6000: 300 W)
+    _, trace_w = power_trace(res)
+    assert max(trace_w) == pytest.approx(watts.max(), rel=1e-12)

@@ -176,6 +176,8 @@ class Disagg:
         results = [r.result(env.now) for r in (*self.prefill, *self.decode)]
         res = merge(results, self.where)
         res.board = pools_board(results, self.boards, env.now)   # the pools' idle power between iterations
+        # per iteration its pool's devices: the board's are the pools' mean (a TP 2 prefill beside a TP 1 decode)
+        res.iterations["devices"] = np.array([self.boards[k].devices for k in res.iterations["instance"]], dtype=np.int64)
         res.instance_names = [f"prefill {r.index} ({self.prefill_hw})" for r in self.prefill] + \
                              [f"decode {r.index} ({self.decode_hw})" for r in self.decode]
         return res, self.figures(results, env.now)

@@ -68,7 +68,7 @@ def energy_summary(res: ServeResult) -> dict[str, Any]:
     done = int((res.requests["status"] == DONE).sum())
     dur = it["duration_s"]
     # Peak: the most any iteration drew per device (its energy over its time); idle power when none ran.
-    per_device_w = np.where(dur > 0, it["energy_j"] / np.where(dur > 0, dur, 1.0) / b.devices, 0.0)
+    per_device_w = np.where(dur > 0, it["energy_j"] / np.where(dur > 0, dur, 1.0) / iteration_devices(res), 0.0)
     return dict(
         total_j=total,
         per_output_token_j=total / res.tokens_out if res.tokens_out else 0.0,
@@ -80,6 +80,13 @@ def energy_summary(res: ServeResult) -> dict[str, Any]:
     )
 
 
+def iteration_devices(res: ServeResult) -> np.ndarray:
+    """The devices each iteration ran on: its instance's (disaggregated pools of different plans record them,
+    `iterations["devices"]`), else the board's."""
+    it = res.iterations
+    return np.asarray(it["devices"], dtype=float) if "devices" in it else np.full(len(it["duration_s"]), res.board.devices)
+
+
 def power_trace(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
     """Power per device over the run as a step function: (times, watts from each time to the next);
     between iterations the idle power. With several instances their iterations interleave and the
@@ -88,12 +95,12 @@ def power_trace(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
     t: list[float] = []
     w: list[float] = []
     end = 0.0
-    for s, d, e in zip(it["start_s"], it["duration_s"], it["energy_j"]):
+    for s, d, e, n in zip(it["start_s"], it["duration_s"], it["energy_j"], iteration_devices(res)):
         if s > end and res.instances == 1:
             t.append(end)
             w.append(b.idle_w)
         t.append(float(s))
-        w.append(float(e / d / b.devices) if d > 0 else b.idle_w)
+        w.append(float(e / d / n) if d > 0 else b.idle_w)
         end = s + d
     t.append(end)
     w.append(b.idle_w)
