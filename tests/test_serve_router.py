@@ -61,6 +61,14 @@ def test_round_robin_replica_serves_its_substream_exactly(a6000):
     assert merged.total_blocks == 2 * results[0].total_blocks
     assert kv_usage_mean(merged) == pytest.approx(sum(each) / merged.total_blocks, rel=1e-12)
     assert kv_usage_mean(results[0]) == pytest.approx(each[0] / results[0].total_blocks, rel=1e-12)
+    # The run's KV in use from each iteration's start: both replicas' latest counts (by brute force), not the one
+    # replica's that happened to start an iteration (the KV timeline and plot drew that, against both pools)
+    from sim.apps.serve.timeline import summed_over_instances
+    it = merged.iterations
+    want = [sum(next((u for j, u in reversed(list(enumerate(it["kv_blocks_used"][:i + 1]))) if it["instance"][j] == k), 0)
+                for k in (0, 1)) for i in range(len(it["start_s"]))]
+    np.testing.assert_array_equal(summed_over_instances(merged, it["kv_blocks_used"]), want)
+    assert max(want) > max(it["kv_blocks_used"])   # both replicas hold blocks at once somewhere
 
 
 def _means(rate, n, seeds=4, router=None, **arrivals):

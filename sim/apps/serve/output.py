@@ -16,7 +16,7 @@ from sim.apps.plots import _save
 from sim.apps.serve.energy import power_trace
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
-from sim.apps.serve.timeline import binned_mean, binned_range
+from sim.apps.serve.timeline import binned_mean, binned_range, summed_over_instances
 from sim.core.errors import ConfigError
 
 STATUS = {0.0: "unfinished", 1.0: "completed", 2.0: "rejected"}
@@ -86,8 +86,11 @@ def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:
     plt = pyplot()
     it = res.iterations
     fig, ax = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    panels = ((ax[0], 100 * it["kv_blocks_used"] / max(res.total_blocks, 1), "KV blocks in use (% of the pool)"),
-              (ax[1], np.asarray(it["seqs"], dtype=float), "batch size (sequences)"))
+    several = "instance" in it   # replicas or pools: their counts summed, over their summed pools
+    panels = ((ax[0], 100 * summed_over_instances(res, it["kv_blocks_used"]) / max(res.total_blocks, 1),
+               "KV blocks in use (% of the pools)" if several else "KV blocks in use (% of the pool)"),
+              (ax[1], summed_over_instances(res, it["seqs"]),
+               "batch size (sequences, all instances)" if several else "batch size (sequences)"))
     for a, values, label in panels:
         t, mean = binned_mean(res, values, bins)
         lo, hi = binned_range(res, values, bins)
