@@ -233,6 +233,9 @@ class Mapper:
     # why the others cannot, for the one-line refusal (sim.apps.serve.stepcost.check_kind).
     serving_schedulers: tuple[str, ...] | None = None
     serving_schedulers_why = ""
+    # Why this kind cannot serve with a draft model (serving.speculative), "" where it can: the draft's
+    # weights and KV are placed whole on every device (sim.apps.serve.instance), as an engine runs a small draft.
+    serving_speculative_why = ""
     # Whether a serving run costs every iteration exactly: a kind whose iteration is not the surrogate's
     # canonical mixed batch (sim.apps.serve.stepcost) cannot be tabulated by it.
     serving_exact = False

@@ -145,3 +145,16 @@ def test_memory_table_says_whose_bytes(tmp_path, capsys):
     assert data["memory_scope"].startswith("one chip, the fullest (chip")
     assert f" of {sp['chips']}); all chips together hold weights " in data["memory_scope"]
     assert data["memory_scope"] in " ".join(capsys.readouterr().out.split())
+
+
+def test_speculative_decoding_is_refused_with_the_reason(tmp_path, capsys):
+    # It charged the whole draft to every chip and then failed on serving.scheduler.gpu_memory_utilization,
+    # a knob the spatial kind does not have.
+    def spec(s):
+        s["speculative"] = dict(draft="tinyllama-1.1b", k=4, alpha=0.7)
+    f = write_serving_file(tmp_path, SERVE, spec)
+    line = refused(capsys, ["serve", str(f), "--hw", "groq_lpu", "--set", "hw.spatial.chips=64", "-q"], tmp_path)
+    assert line == (f"error: {f}: serving.speculative: not modelled on groq_lpu (kind spatial): a draft model would "
+                    "need chips of its own (its weights resident in SRAM beside the target's, its own pipeline), and "
+                    "the spatial kind places one model over its chips; serve the draft and target as separate runs "
+                    "to compare them")

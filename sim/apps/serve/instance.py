@@ -21,7 +21,7 @@ from sim.apps.serve.placement import device_share
 from sim.apps.serve.schedulers import Scheduler, scheduler_class
 from sim.apps.serve import tablecache
 from sim.apps.serve.tablecache import TableStore
-from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate, check_kind, serving_mapper
+from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate, check_kind, check_speculative, serving_mapper
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import kv_bytes, weight_bytes
@@ -83,6 +83,7 @@ def _kv_per_token(m: ModelConfig, file: s.ServeFile) -> float:
 def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None) -> Setup:
     """`cache` (a dict the caller keeps) shares surrogate tables between runs of one model and machine."""
     check_kind(machine, file.serving.scheduler.kind)
+    check_speculative(machine, file)
     model = file.model_config_()
     srv = file.serving
     fmt = file.formats.policy()

@@ -92,6 +92,14 @@ def check_kind(machine: Machine, scheduler: str) -> None:
                           f"{' | '.join(allowed)}, not {scheduler}: {mapper.serving_schedulers_why}")
 
 
+def check_speculative(machine: Machine, file: ServeFile) -> None:
+    """Refuse, in one line, speculative decoding on a kind that cannot place a draft (Mapper.serving_speculative_why)."""
+    why = getattr(kind_module(machine.kind).MAPPER, "serving_speculative_why", "")
+    if file.serving.speculative is not None and why:
+        raise ConfigError(f"{file.source or 'workload'}: serving.speculative: not modelled on {machine.name} "
+                          f"(kind {machine.kind}): {why}")
+
+
 def serving_mapper(machine: Machine, workload: ServeFile, model: ModelConfig) -> Mapper:
     """The kind's mapper for the serving file `workload`, refused in one line where its scheduler cannot drive
     the kind. Serving reads the hardware only through it: iteration, expert_part, device_share, serving_pool,
