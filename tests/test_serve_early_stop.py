@@ -66,3 +66,9 @@ def test_search_finds_the_same_capacity_with_fewer_requests_simulated():
         key = p["summary"]["settled"]["slo"]
         assert 1.0 < p["summary"]["slo_met"][key] <= q["summary"]["slo_met"][key]
         assert p["summary"]["completed"] < q["summary"]["completed"]
+    # --plots draws the steps by rate (the search tries them out of order) and marks the stopped ones: their
+    # figures are of the part they ran (drawn as whole runs before)
+    from sim.apps.serve.output import search_steps
+    pts, x, flagged, closed = search_steps(early["points"])
+    assert list(x) == sorted(p["rate"] for p in early["points"]) and not closed
+    assert [p["rate"] for p, f in zip(pts, flagged) if f] == sorted(p["rate"] for p, _ in stopped)

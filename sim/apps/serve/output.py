@@ -124,13 +124,43 @@ def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None
     ax.set(xlabel="time (s)", ylabel="power per device (W)", title="power over the run (iterations; idle between)")
     paths.append(_save(fig, out / "power.png"))
     if sweep:
-        fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-        rates = [p["rate"] for p in sweep]
-        for key in ("ttft", "tpot"):
-            ax[0].plot(rates, [p["summary"]["latency"][key]["p90"] for p in sweep], "o-", label=f"{key} p90")
-        ax[0].set(xlabel="rate (requests/s)", ylabel="seconds", yscale="log")
-        ax[0].legend()
-        ax[1].plot(rates, [p["summary"]["throughput_tok_s"] for p in sweep], "o-")
-        ax[1].set(xlabel="rate (requests/s)", ylabel="throughput (tokens/s)")
-        paths.append(_save(fig, out / "latency_throughput_vs_rate.png"))
+        paths.append(_capacity_search(sweep, out / "latency_throughput_vs_rate.png"))
     return paths
+
+
+def search_steps(sweep: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray, bool]:
+    """--find-capacity's steps by load: (the steps, their loads, which stopped early, whether the load is a closed
+    loop's clients)."""
+    pts = sorted(sweep, key=lambda p: p["rate"])
+    return (pts, np.array([p["rate"] for p in pts], dtype=float),
+            np.array([bool(p["summary"].get("settled")) for p in pts], dtype=bool),
+            bool(pts) and all("benchmark" in p["summary"] for p in pts))   # a closed loop searches its clients
+
+
+def _capacity_search(sweep: list[dict[str, Any]], path: Path) -> Path:
+    """--find-capacity's steps by load (not in the order the search tried them). A step stopped early
+    (sim.apps.serve.early_stop: it had already failed its SLO for certain) ran part of its stream: its
+    figures, those of the part it ran, are drawn hollow (its SLO verdict is certain, not its figures)."""
+    plt = pyplot()
+    pts, x, stopped, closed = search_steps(sweep)
+    fig, ax = plt.subplots(1, 2, figsize=(10, 5.5))
+    series = [(ax[0], f"{key} p90", [p["summary"]["latency"][key]["p90"] for p in pts], f"C{i}")
+              for i, key in enumerate(("ttft", "tpot"))]
+    series.append((ax[1], "throughput", [p["summary"]["throughput_tok_s"] for p in pts], "C2"))
+    for a, label, y, color in series:
+        y = np.asarray(y, dtype=float)
+        a.plot(x[~stopped], y[~stopped], "o-", color=color, label=f"{label} (whole run)")
+        if stopped.any() and a is ax[0]:   # a part run's throughput is over its own span: not drawn
+            a.plot(x[stopped], y[stopped], "o", mfc="none", color=color,
+                   label=f"{label}, stopped early (over its SLO for certain): of the part it ran")
+    for i, key in enumerate(("ttft", "tpot")):   # the limits the search held the steps to
+        limit = (pts[0]["summary"].get("slo") or {}).get(f"{key}_p90") if pts else None
+        if limit:
+            ax[0].axhline(limit, color=f"C{i}", ls="--", lw=0.8, label=f"{key}_p90 SLO")
+    ax[0].set(ylabel="seconds", yscale="log")
+    ax[1].set(ylabel="throughput (tokens/s)", title="whole runs only" if stopped.any() else None)
+    for a in ax:
+        a.set(xlabel="clients" if closed else "rate (requests/s)")
+        a.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15))   # below: the points fill the panel
+    fig.suptitle("--find-capacity: each step tried, by load", fontsize=10)
+    return _save(fig, path)
