@@ -12,6 +12,12 @@ from sim.core import tables
 from sim.core.units import fmt_time
 
 
+def _kv_blocks(s: dict[str, Any]) -> str:
+    pools = "the pool" if s.get("instances", 1) == 1 else f"{s['instances']} instances' pools (summed)"
+    return (f"{s['kv_blocks_total']:,} in {pools}, peak {s['kv_blocks_peak']:,} "
+            f"({s['kv_blocks_peak'] / max(s['kv_blocks_total'], 1):.0%}), mean use {s['kv_usage_mean']:.0%}")
+
+
 def print_report(s: dict[str, Any], title: str, console: Console | None = None) -> None:
     console = console or tables.console(markup=True)
     head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
@@ -23,10 +29,7 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         ("goodput", f"{s['goodput_tok_s']:,.1f} tokens/s, {s['goodput_req_s']:.3f} requests/s"
          + (" (no SLO: all count)" if not s["slo"] else f" within {_slo(s['slo'])}")),
         ("preemptions", f"{s['preemptions']} ({s['swapped_out_blocks']} blocks swapped out)"),
-        ("KV blocks", f"{s['kv_blocks_total']:,} in "
-                      + ("the pool" if s.get("instances", 1) == 1 else f"{s['instances']} instances' pools (summed)")
-                      + f", peak {s['kv_blocks_peak']:,} "
-                      f"({s['kv_blocks_peak'] / max(s['kv_blocks_total'], 1):.0%}), mean use {s['kv_usage_mean']:.0%}"),
+        ("KV blocks", _kv_blocks(s)),
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
         *([("batch", s["placed"])] if s.get("placed") else []),   # a kind that placed its own batch (offload)
         ("energy", f"{s['energy_per_token_j']:.3g} J per output token"),
