@@ -5,9 +5,10 @@ schedules) at every `sim` start-up, only to add this subcommand to the parser.""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from sim.core.errors import ConfigError
-from sim.core.units import parse_quantity
+from sim.core.units import fmt_bytes, parse_quantity
 
 
 def register(subparsers) -> None:
@@ -51,6 +52,11 @@ def cmd_search(args: argparse.Namespace) -> int:
             raise ConfigError(f"--max-gpu-mem {args.max_gpu_mem!r}: {exc}") from None
         if not 0 < cap < float("inf"):
             raise ConfigError(f"--max-gpu-mem {args.max_gpu_mem!r}: must be a positive, finite size, e.g. '12 GB'")
+        device = machine.memory[machine.device_tier].capacity_bytes
+        if cap > device:   # a cap, never more memory than the GPU has: 1 TB on a T4 placed 164 GB on its 16 GB
+            print(f"warning: --max-gpu-mem {args.max_gpu_mem}: more than {machine.name}'s {fmt_bytes(device)}; "
+                  "the GPU's own capacity is the cap", file=sys.stderr)
+            cap = device
         mapper.gpu_capacity_limit = cap
     result = search(mapper, mapper.spec, args.objective, cap)
     if args.json:

@@ -220,3 +220,17 @@ def test_an_empty_output_path_is_refused(tiny, tmp_path, capsys, argv, option):
     """`--json ''` ran and wrote nothing, silently."""
     line = refused(capsys, [str(tiny) if a == "{tiny}" else a for a in argv], tmp_path)
     assert line == f"error: {option}: an empty path; give a file or folder name"
+
+
+def test_max_gpu_mem_over_the_gpu_is_the_gpus_capacity(tmp_path, capsys):
+    # --max-gpu-mem '1 TB' on the 16 GB T4 placed all of OPT-30B's 164 GB on the GPU (41.1 tokens/s, a placement
+    # sim run refuses); a cap above the device is now the device's own capacity, with a warning.
+    wl = ROOT / "workloads" / "opt30b_flexgen.yaml"
+    outs = []
+    for extra in (["--max-gpu-mem", "1 TB"], []):
+        out = tmp_path / f"o{len(outs)}.json"
+        assert main(["offload", "search", str(wl), "--hw", "flexgen_t4", "--set", "policy=search", "-q",
+                     "--json", str(out), *extra]) == 0
+        outs.append({k: v for k, v in json.loads(out.read_text()).items() if k != "elapsed_s"})
+    assert "more than flexgen_t4's 16.00 GB; the GPU's own capacity is the cap" in capsys.readouterr().err
+    assert outs[0] == outs[1] and outs[0]["best"]["wg"] < 0.25

@@ -206,7 +206,8 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
     """Enumerate the candidates, solve each LP, confirm the best with the DES."""
     t0 = time.perf_counter()
     w = mapper.workload
-    cap = gpu_capacity or mapper.machine.memory[mapper.machine.device_tier].capacity_bytes
+    device = mapper.machine.memory[mapper.machine.device_tier].capacity_bytes
+    cap = min(gpu_capacity, device) if gpu_capacity else device   # a cap lowers the GPU's memory, never raises it
     pairs = _batch_pairs(spec, w.batch, objective)
     attn = [spec.cpu_attention] if spec.cpu_attention is not None else [False, True]
     pinned = spec.pinned if spec.pinned is not None else True
