@@ -53,10 +53,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         if not 0 < cap < float("inf"):
             raise ConfigError(f"--max-gpu-mem {args.max_gpu_mem!r}: must be a positive, finite size, e.g. '12 GB'")
         device = machine.memory[machine.device_tier].capacity_bytes
-        if cap > device:   # a cap, never more memory than the GPU has: 1 TB on a T4 placed 164 GB on its 16 GB
+        if cap > device:   # the search and the mapper take min(cap, device): say so
             print(f"warning: --max-gpu-mem {args.max_gpu_mem}: more than {machine.name}'s {fmt_bytes(device)}; "
                   "the GPU's own capacity is the cap", file=sys.stderr)
-            cap = device
         mapper.gpu_capacity_limit = cap
     result = search(mapper, mapper.spec, args.objective, cap)
     if args.json:

@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     hardware = machine.name
     if file.serving.disaggregated is not None:
         from sim.apps.serve.disagg import pools_label
-        hardware = pools_label(file)
+        hardware = pools_label(s["disaggregated"])
     s.update(hardware=hardware, model=setup.model.name, scheduler=file.serving.scheduler.kind,
              deployment=file.serving.deployment, exact=args.exact)
     _write(args, res, s)

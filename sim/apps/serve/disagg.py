@@ -19,7 +19,6 @@ token end at the prefill pool.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -90,10 +89,10 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
     return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
 
 
-def pools_label(file: ServeFile) -> str:
-    """What a disaggregated file runs on, for a report's title: "prefill h100_sxm x2, decode a6000 x1"."""
-    d = file.serving.disaggregated
-    return ", ".join(f"{k} {Path(p.hw).stem} x{p.replicas}" for k, p in (("prefill", d.prefill), ("decode", d.decode)))
+def pools_label(figures: dict[str, Any]) -> str:
+    """What a disaggregated run ran on, from its summary's `disaggregated` figures (Disagg.figures: each replica's
+    machine), for a report's title: "prefill h100_sxm x2, decode a6000 x1"."""
+    return ", ".join(f"{k} {figures[k][0]['hw']} x{len(figures[k])}" for k in ("prefill", "decode"))
 
 
 def transfer_s(file: ServeFile, nbytes: float) -> float:
@@ -177,7 +176,7 @@ class Disagg:
         res = merge(results, self.where)
         res.board = pools_board(results, self.boards, env.now)   # the pools' idle power between iterations
         # per iteration its pool's devices: the board's are the pools' mean (a TP 2 prefill beside a TP 1 decode)
-        res.iterations["devices"] = np.array([self.boards[k].devices for k in res.iterations["instance"]], dtype=np.int64)
+        res.iterations["devices"] = np.array([b.devices for b in self.boards], dtype=np.int64)[res.iterations["instance"]]
         res.instance_names = [f"prefill {r.index} ({self.prefill_hw})" for r in self.prefill] + \
                              [f"decode {r.index} ({self.decode_hw})" for r in self.decode]
         return res, self.figures(results, env.now)
