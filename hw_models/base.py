@@ -23,7 +23,7 @@ from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
 from sim.core.generation import Generation, RunFigures, fold_layers, simulate_generation
 from sim.core.graph import OpGraph
-from sim.core.lowering import lower
+from sim.core.lowering import lower, repeating_from
 from sim.core.mixed import lower_iteration
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult, StepResult
@@ -227,7 +227,14 @@ class Mapper:
             tl = self.run_graph(graph_of(None if n == L else n))
             return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl))
 
-        return fold_layers(run, L, self.fold_layers, exhaustive, self.model.layer_period)
+        return fold_layers(run, L, self.fold_from, exhaustive, self.model.layer_period)
+
+    @property
+    def fold_from(self) -> int:
+        """Layers simulated before the fold extrapolates: `fold_layers`, and at least one past
+        the last layer unlike those after it (sim.core.lowering.repeating_from), so the marginal
+        layer is like every layer it stands for."""
+        return max(self.fold_layers, repeating_from(self.model, self.formats) + 1)
 
     # The serving schedulers (spec kinds) that can drive this kind in `sim serve`, None: every one; and
     # why the others cannot, for the one-line refusal (sim.apps.serve.stepcost.check_kind).

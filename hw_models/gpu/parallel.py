@@ -25,6 +25,7 @@ collectives on the node's link, and pipeline stages over micro-batches.
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -43,10 +44,10 @@ from hw_models.stack.fuse import fused_aliases
 from sim.core import engine
 from sim.core.engine import Task, Timeline
 from sim.core.errors import ConfigError
-from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
+from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, layer_weight_bytes, weight_bytes
 from sim.core.generation import Generation, RunFigures
 from sim.core.graph import OpGraph
-from sim.core.lowering import lower
+from sim.core.lowering import lower, repeating_from
 from sim.core.mixed import lower_iteration
 from sim.core.results import StepResult
 from sim.core.schema import Strict, validate_mapping
@@ -238,11 +239,16 @@ class ParallelGpuMapper(GpuMapper):
 
     def _weights_per_device(self) -> float:
         """Dense weights x weight_fraction(tp) (K/V projections replicated past the KV heads),
-        experts / max(tp, ep), over the pp stages."""
+        experts / max(tp, ep), in the fullest stage: the layers' bytes by stage (formats may differ
+        by layer), the embedding and the head spread over the stages."""
         p, m = self.plan, self.model
         experts = expert_weight_bytes(m, self.formats)
-        dense = weight_bytes(m, self.formats) - experts
-        return (dense * weight_fraction(m, p.tp) + experts / p.stage_width) / p.pp
+        outside, layers = layer_weight_bytes(m, self.formats)
+        in_layers = sum(layers)
+        stage = max(sum(layers[a:a + n]) for a, n in zip(accumulate(self.stage_layers(), initial=0),
+                                                          self.stage_layers())) / in_layers
+        return outside * weight_fraction(m, p.tp) / p.pp + stage * (
+            (in_layers - experts) * weight_fraction(m, p.tp) + experts / p.stage_width)
 
     def expert_part(self, group_tokens: int, total_tokens: int) -> tuple[float, float, dict[str, float]]:
         """Seconds, joules and busy seconds per resource (as sim.apps.serve.stepcost reads them) of the
@@ -269,24 +275,26 @@ class ParallelGpuMapper(GpuMapper):
         return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}
 
     # -- pipeline parallelism -----------------------------------------------
-    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str, float], ...]:
-        """Seconds of one micro-batch on one rank, by part (embedding, one layer, final norm
-        + LM head): in all, of that in TP/EP collectives (the report's time in collectives),
-        and the rank's dynamic energy (joules)."""
+    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str | int, float], ...]:
+        """Seconds of one micro-batch on one rank, by part (embedding; "layer", one repeating layer;
+        each layer unlike the rest by its index; final norm + LM head): in all, of that in TP/EP
+        collectives (the report's time in collectives), and the rank's dynamic energy (joules)."""
         w = self.workload
-        # Layer 0 warms up; "one layer" is layers 1..period on average (period 1 but for models
-        # whose layers alternate, as Gemma-2's local and global attention do).
-        period = self.model.layer_period
+        # Layer 0 warms up unless it is unlike the rest; "layer" is the mean of one period of the
+        # repeating layers (period 1 but for models whose layers alternate, as Gemma-2's local and
+        # global attention do).
+        period, unlike = self.model.layer_period, repeating_from(self.model, self.formats)
+        start = max(1, unlike)
         graph_p = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
-                        w.flash_attention, num_layers=1 + period)
+                        w.flash_attention, num_layers=min(self.model.num_layers, start + period))
         tl = engine.run(self.tp_tasks(graph_p), {}, {}, True)
-        parts = {"embed": 0.0, "layer": 0.0, "head": 0.0}
+        parts: dict[str | int, float] = {"embed": 0.0, "layer": 0.0, "head": 0.0, **dict.fromkeys(range(unlike), 0.0)}
         links, joules = dict(parts), dict(parts)
         for iv in tl.intervals:
             layer = _layer_of(iv.task)
-            part = "layer" if layer is not None and layer >= 1 else "embed" if iv.task.startswith("embed") else \
-                "head" if layer is None else None
-            if part:
+            part = ("embed" if iv.task.startswith("embed") else "head") if layer is None else \
+                "layer" if layer >= start else layer if layer < unlike else None
+            if part is not None:
                 share = 1.0 / period if part == "layer" else 1.0
                 parts[part] += iv.duration_s * share
                 links[part] += iv.duration_s * share if iv.resource == LINK else 0.0
@@ -305,9 +313,10 @@ class ParallelGpuMapper(GpuMapper):
         send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
         tasks = []
         for i in range(m):
-            for j, layers in enumerate(self.stage_layers()):
-                def of(x: dict[str, float]) -> float:
-                    return layers * x["layer"] + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0)
+            for j, (first, layers) in enumerate(zip(accumulate(self.stage_layers(), initial=0), self.stage_layers())):
+                def of(x: dict[str | int, float]) -> float:
+                    return (sum(x.get(i, x["layer"]) for i in range(first, first + layers))
+                            + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0))
                 deps = (f"mb{i}.send{j - 1}",) if j else ()
                 tasks.append(Task(f"mb{i}.stage{j}", stage_resource(self.unit_name, j), of(parts), deps,
                                   tag=StageCost(f"mb{i}.stage{j}", of(parts), of(links), energy_j=of(joules))))

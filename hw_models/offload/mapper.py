@@ -16,11 +16,11 @@ from hw_models.offload import report, sched
 from hw_models.offload.search import search
 from hw_models.offload.spec import Host, Policy, PolicySpec, host_spec, parse_policy
 from sim.core.engine import Timeline
-from sim.core.errors import CapacityError
+from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, weight_bytes
 from sim.core.formats import get_format
 from sim.core.generation import DECODE_SAMPLES, Generation, RunFigures, fold_layers, run_generation
-from sim.core.lowering import lower
+from sim.core.lowering import lower, per_layer_overrides
 from sim.core.results import StepResult
 from sim.core.units import fmt_bytes
 
@@ -64,6 +64,11 @@ class OffloadMapper(Mapper):
         self._works = lru_cache(maxsize=None)(self._works_uncached)
         self.search_result = None
         self.gpu_capacity_limit: float | None = None   # `sim offload search --max-gpu-mem`
+        if per_layer := per_layer_overrides(model, self.formats):
+            raise ConfigError(f"{workload.source or workload.name}: formats.overrides.{per_layer[0]}: the offload kind "
+                              "streams every layer as the first (FlexGen's block schedule repeats one layer's "
+                              "transfers), so formats for some layers only are not modelled; name every layer's op "
+                              f"({per_layer[0].split('.', 1)[-1]}) or use a gpu preset")
 
     # -- per-GPU-batch work ----------------------------------------------
     def _works_uncached(self, phase: str, gbs: int, q_len: int, kv_len: int):

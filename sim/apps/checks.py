@@ -4,12 +4,10 @@ workload file is meant to run on every kind of preset."""
 
 from __future__ import annotations
 
-import fnmatch
-
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
 from hw_models.stack.spec import stack_for
-from sim.core.lowering import lower
+from sim.core.lowering import lower, override_matches
 from sim.core.model import ModelConfig
 from sim.core.workload import Workload
 
@@ -37,12 +35,16 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
         notes.append(f"{src}: sampling: top_p costs nothing here: stack {workload.stack!r} has no top_p_sampler "
                      "(the vllm stacks model vLLM's sort-based sampler, hw_models/stack/sampler.py)")
     if workload.formats.overrides:
-        # One layer of a decode step names every op kind the model has (layers repeat).
-        names = [op.name for op in lower(model, "decode", 1, 1, 2, workload.formats.policy(),
-                                         workload.flash_attention, num_layers=1).ops()]
+        # One layer of a decode step names every op kind the model has (layers repeat); an override may
+        # name the ops of any layer (L31.*), so each layer's names are matched.
+        first = min(model.num_layers, model.first_dense_layers + 1) if model.is_moe else 1  # and one MoE layer
+        ops = list(lower(model, "decode", 1, 1, 2, workload.formats.policy(), workload.flash_attention,
+                         num_layers=first).ops())
+        kinds = sorted({op.name.split(".", 1)[-1] for op in ops})
+        names = [op.name for op in ops if op.layer is None] + [
+            f"L{i}.{op.name.split('.', 1)[1]}" for op in ops if op.layer is not None for i in range(model.num_layers)]
         for pattern in workload.formats.overrides:
-            if not any(fnmatch.fnmatchcase(n, pattern) or fnmatch.fnmatchcase(n.split(".", 1)[-1], pattern)
-                       for n in names):
+            if not any(override_matches(pattern, n) for n in names):
                 notes.append(f"{src}: formats.overrides.{pattern}: matches no op of {model.name} "
-                             f"(op names: {', '.join(sorted({n.split('.', 1)[-1] for n in names}))})")
+                             f"(op names: {', '.join(kinds)}; L0. to L{model.num_layers - 1}. for one layer's)")
     return notes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -45,12 +47,19 @@ def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
+def _paths(paths) -> str:
+    """The compute paths of an op's instances: one, or each with its count where layers differ
+    (formats.overrides on some layers: "int4 -> bf16 dequant x30, bf16 native x2")."""
+    counts = Counter(paths).most_common()
+    return counts[0][0] if len(counts) == 1 else ", ".join(f"{p} x{n}" for p, n in counts)
+
+
 def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> Table:
     t = Table(title=title, title_justify="left")
     for col in ("op", "kind", "count", "time", "share", "bound", "path"):
         t.add_column(col, justify="right" if col in ("count", "time", "share") else "left")
     for name, kind, secs, bound, count in aggregate_by_name(ops)[:n]:
-        path = next((o.path for o in ops if group_name(o) == name), "")
+        path = _paths(o.path for o in ops if group_name(o) == name)
         t.add_row(name, kind, str(count), fmt_time(secs), f"{100 * secs / total_s:.1f}%" if total_s else "-", bound, path)
     return t
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sim.core.formats import get_format
 from sim.core.graph import OpGraph
-from sim.core.lowering import FormatPolicy, lower
+from sim.core.lowering import FormatPolicy, lower, repeating_from
 from sim.core.model import ModelConfig
 from sim.core.units import fmt_bytes
 
@@ -15,21 +15,30 @@ from sim.core.units import fmt_bytes
 def weight_bytes(model: ModelConfig, formats: FormatPolicy) -> int:
     """Every weight tensor once, in its format (a tied LM head counts once), all
     experts included (a step's graph reads only the routed ones)."""
-    # Lower one layer of each kind: the leading dense layers of an MoE model, then one MoE layer.
-    lowered = min(model.num_layers, model.first_dense_layers + 1) if model.is_moe else 1
+    outside, layers = layer_weight_bytes(model, formats)
+    return outside + sum(layers)
+
+
+def layer_weight_bytes(model: ModelConfig, formats: FormatPolicy) -> tuple[int, list[int]]:
+    """The weight bytes outside the layers (embedding, final norm, LM head) and each layer's."""
+    # Lower each layer unlike the ones after it (an MoE model's leading dense layers, layers whose
+    # formats an override sets), then one period of layers for all the rest.
+    first, period = repeating_from(model, formats), model.layer_period
+    lowered = min(model.num_layers, first + period)
     graph = lower(model, "decode", 1, 1, 1, formats, num_layers=lowered)
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int | None, int]] = {}
     for op in graph.ops():
         for t in op.reads:
-            if t.role != "weight":
-                continue
-            size = get_format(t.fmt).storage_bytes(_resident_shape(model, t.name, t.shape))
-            layer = _LAYER.match(t.name)
-            # The last lowered layer stands for itself and every layer after it.
-            last = layer is not None and int(layer.group(1)) == lowered - 1
-            per_layer = model.num_layers - lowered + 1 if last else 1
-            seen[t.name] = max(seen.get(t.name, 0), size * per_layer)
-    return sum(seen.values())
+            if t.role == "weight":
+                layer = _LAYER.match(t.name)
+                size = get_format(t.fmt).storage_bytes(_resident_shape(model, t.name, t.shape))
+                seen[t.name] = (int(layer.group(1)) if layer else None, max(seen.get(t.name, (0, 0))[1], size))
+    per_layer = [0] * lowered
+    for layer, size in seen.values():
+        if layer is not None:
+            per_layer[layer] += size
+    layers = [per_layer[i if i < first else first + (i - first) % period] for i in range(model.num_layers)]
+    return sum(size for layer, size in seen.values() if layer is None), layers
 
 
 _LAYER = re.compile(r"^L(\d+)\.")

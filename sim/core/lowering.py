@@ -35,10 +35,13 @@ class FormatPolicy:
     overrides: tuple[tuple[str, str], ...] = ()
 
     def weight_format(self, op_name: str) -> str:
-        for pattern, fmt in self.overrides:
-            if fnmatch.fnmatchcase(op_name, pattern) or fnmatch.fnmatchcase(op_name.split(".", 1)[-1], pattern):
-                return fmt
-        return self.weights
+        return next((fmt for pattern, fmt in self.overrides if override_matches(pattern, op_name)), self.weights)
+
+
+def override_matches(pattern: str, op_name: str) -> bool:
+    """Whether a `formats.overrides` glob names op `op_name`: its whole name (L0.q_proj) or its
+    name within a layer (q_proj, standing for the op in every layer)."""
+    return fnmatch.fnmatchcase(op_name, pattern) or fnmatch.fnmatchcase(op_name.split(".", 1)[-1], pattern)
 
 
 class _Builder:
@@ -327,3 +330,33 @@ def _moe(b: _Builder, m: ModelConfig, i: int, hn: TensorUse) -> TensorUse:
     # Each kept assignment scales its expert's output by its gate weight and adds it in: 2 per element.
     b.add(f"{L}.moe_combine", g.ELEMENTWISE, 2 * kept * h, [down, gating], [out], i, tokens=T, hidden=h)
     return out
+
+
+@lru_cache(maxsize=256)
+def formats_repeat_from(model: ModelConfig, formats: FormatPolicy) -> int:
+    """The first layer from which every layer's weights take the formats of the layer
+    `layer_period` before it: 0 unless an override names some layers only ("L0.*" keeps the
+    first layer in bf16, which returns 1; "L31.*" of 32 layers the last, which returns 31). The
+    layer fold and the footprint take the layers before it one by one, one layer for the rest."""
+    if not formats.overrides:
+        return 0
+    first = min(model.num_layers, model.first_dense_layers + 1) if model.is_moe else 1
+    ops = lower(model, "decode", 1, 1, 2, formats, num_layers=first).ops()
+    suffixes = sorted({op.name.split(".", 1)[1] for op in ops if op.layer is not None})
+    signature = [tuple(formats.weight_format(f"L{i}.{s}") for s in suffixes) for i in range(model.num_layers)]
+    period = model.layer_period
+    return 1 + max((i for i in range(model.num_layers - period) if signature[i] != signature[i + period]),
+                   default=-1)
+
+
+def per_layer_overrides(model: ModelConfig, formats: FormatPolicy) -> list[str]:
+    """The override globs that give some layers other formats than the rest (L0.*, L3.q_proj)."""
+    return [p for p, f in formats.overrides
+            if formats_repeat_from(model, FormatPolicy(formats.weights, formats.activations, formats.kv_cache,
+                                                       ((p, f),)))]
+
+
+def repeating_from(model: ModelConfig, formats: FormatPolicy) -> int:
+    """The first layer from which the layers repeat every `layer_period` layers, in structure
+    (an MoE model's leading dense layers come before it) and in weight formats."""
+    return max(model.first_dense_layers if model.is_moe else 0, formats_repeat_from(model, formats))

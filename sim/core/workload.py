@@ -123,10 +123,14 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         key = key.removeprefix("workload.")
         if key.split(".")[0] not in workload_keys():
             raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: " + ", ".join(workload_keys()))
+        formats = raw.setdefault("formats", {}) if key.startswith("formats.overrides.") else None
+        if isinstance(formats, dict) and isinstance(formats.setdefault("overrides", {}), dict):
+            # Adding an op's override, not editing one; an op's name holds dots (L0.q_proj), so the
+            # rest of the key is one glob, not a path.
+            formats["overrides"][key.removeprefix("formats.overrides.")] = value
+            continue
         if "." in key:
-            parent = raw.setdefault(key.split(".")[0], {})
-            if key.startswith("formats.overrides.") and isinstance(parent, dict):
-                parent.setdefault("overrides", {})  # adding an op's override, not editing one
+            raw.setdefault(key.split(".")[0], {})
         set_dotted(raw, key, value, source=str(path))
     return workload_from_dict(raw, str(path))
 
