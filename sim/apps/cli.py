@@ -139,33 +139,10 @@ def _write_run_outputs(args: argparse.Namespace, result, workload, machine, laye
               layers)
 
 
-def _roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]:
-    """Per op of one layer (and the embedding and head): FLOPs, bytes, the pure roofline
-    time and the simulated one."""
-    from hw_models.cost import roofline_cost
-    from hw_models.ideal import ideal
-    from hw_models.registry import mapper_for
-    from sim.core.lowering import lower
-
-    model = workload.model_config_()
-    mapper = mapper_for(machine, workload, model)
-    graph = lower(model, phase, workload.batch, q, kv, mapper.formats, workload.flash_attention, num_layers=1)
-    flat = ideal(machine)
-    unit_name = machine.main_unit
-    rows = []
-    for op in graph.ops():
-        pure = roofline_cost(op, flat.units[unit_name], unit_name, flat.memory[flat.device_tier], workload.compute)
-        real = roofline_cost(op, machine.units[unit_name], unit_name, machine.memory[machine.device_tier], workload.compute)
-        count = model.num_layers if op.layer is not None else 1
-        rows.append(dict(op=op.base_name, kind=op.kind, count=count, flops=op.flops, bytes=op.bytes,
-                         intensity=op.flops / op.bytes if op.bytes else 0.0, bound=pure.bound,
-                         roofline_s=pure.duration_s, simulated_s=real.duration_s))
-    return rows
-
-
 def cmd_roofline(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from sim.apps.roofline_rows import roofline_rows
     from sim.core.units import fmt_time
     from sim.core.workload import beyond_context
 
@@ -185,7 +162,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     if (beyond := beyond_context(kv, model)) is not None:   # as sim run warns (sim.core.workload.check_context)
         print(f"warning: kv_len {kv} is {beyond}", file=sys.stderr)
     with _naming(workload, machine):
-        rows = _roofline_rows(workload, machine, args.phase, q, kv)
+        rows = roofline_rows(workload, machine, args.phase, q, kv)
     totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),
                   simulated_s=sum(r["simulated_s"] * r["count"] for r in rows),
                   flops=sum(r["flops"] * r["count"] for r in rows), bytes=sum(r["bytes"] * r["count"] for r in rows))
