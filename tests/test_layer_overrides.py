@@ -162,3 +162,16 @@ def test_layer_spans():
     assert _spans([0, 1, 2, 31]) == "L0-2, L31"
     assert _spans([5]) == "L5"
     assert _spans(list(range(1, 42, 2))) == "L1-41 every 2"
+
+
+def test_a_sweep_axis_sets_an_override_of_one_layer(tmp_path):
+    """A sweep's axis is a dotted key like --set's: `workload.formats.overrides.L0.*` is one glob
+    (it failed with 'formats.overrides: no such field'). L0 in bf16 adds its bytes to the step."""
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"name: ov\nworkload: {ROOT / 'workloads/llama13b_decode.yaml'}\nhw: h100_sxm\naxes:\n"
+                    f"  workload.model: [{TINY}]\n  workload.gen_len: [2]\n  workload.formats.weights: [int4]\n"
+                    "  workload.formats.overrides.L0.*: [bf16, int4]\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    import pandas as pd
+    rows = pd.read_csv(tmp_path / "out" / "results.csv").set_index("workload.formats.overrides.L0.*")
+    assert rows.loc["bf16", "tpot_s"] > rows.loc["int4", "tpot_s"]

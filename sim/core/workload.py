@@ -123,16 +123,22 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         key = key.removeprefix("workload.")
         if key.split(".")[0] not in workload_keys():
             raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: " + ", ".join(workload_keys()))
-        formats = raw.setdefault("formats", {}) if key.startswith("formats.overrides.") else None
-        if isinstance(formats, dict) and isinstance(formats.setdefault("overrides", {}), dict):
-            # Adding an op's override, not editing one; an op's name holds dots (L0.q_proj), so the
-            # rest of the key is one glob, not a path.
-            formats["overrides"][key.removeprefix("formats.overrides.")] = value
-            continue
-        if "." in key:
-            raw.setdefault(key.split(".")[0], {})
-        set_dotted(raw, key, value, source=str(path))
+        set_workload_key(raw, key, value, str(path))
     return workload_from_dict(raw, str(path))
+
+
+def set_workload_key(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Set a dotted workload key (`batch`, `formats.weights`, `formats.overrides.L0.q_proj`) in a
+    workload file's mapping, as `--set` and a sweep's axes do; a section it names may be new."""
+    formats = raw.setdefault("formats", {}) if key.startswith("formats.overrides.") else None
+    if isinstance(formats, dict) and isinstance(formats.setdefault("overrides", {}), dict):
+        # Adding an op's override, not editing one; an op's name holds dots (L0.q_proj), so the
+        # rest of the key is one glob, not a path.
+        formats["overrides"][key.removeprefix("formats.overrides.")] = value
+        return
+    if "." in key:
+        raw.setdefault(key.split(".")[0], {})
+    set_dotted(raw, key, value, source=source)
 
 
 def beyond_context(kv_len: int, model: ModelConfig) -> str | None:

@@ -25,7 +25,7 @@ from sim.core.settings import HW_ALIASES, resolve_aliases
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.spec import Range, SweepSpec
-from sim.core.workload import Workload, load_workload, workload_from_dict, workload_keys
+from sim.core.workload import Workload, load_workload, set_workload_key, workload_from_dict, workload_keys
 from sim.apps.serve.spec import ServeFile, input_files, load_serve_file, serve_file_from_dict
 from sim.core.model import model_path
 
@@ -95,9 +95,7 @@ class _Resolver:
             for path, value in overrides:
                 if path.split(".")[0] not in keys:
                     raise ConfigError(f"{where}: workload.{path}: unknown workload field; fields: " + ", ".join(keys))
-                if "." in path:
-                    raw.setdefault(path.split(".")[0], {})
-                set_dotted(raw, path, value, source=where)
+                set_workload_key(raw, path, value, where)
             wl = serve_file_from_dict(raw, where) if self.serving else workload_from_dict(raw, where)
             # Keep the workload file as source: model paths resolve relative to it.
             self._wl[memo] = wl.model_copy(update={"source": str(self.wl_path)})
