@@ -13,8 +13,10 @@ an element; bf16 2 bytes. A layer in bf16 instead of int4 adds 44,040,192 * 1.48
 65,372,160 bytes (the norms are 1-D and stay in the activation format either way).
 """
 
+import pandas as pd
 import pytest
 
+from hw_models.gpu.expert_parallel import expert_weight_bytes
 from hw_models.registry import mapper_for
 from hw_models.machine import load_machine
 from sim.apps.cli import main
@@ -172,6 +174,15 @@ def test_a_sweep_axis_sets_an_override_of_one_layer(tmp_path):
                     f"  workload.model: [{TINY}]\n  workload.gen_len: [2]\n  workload.formats.weights: [int4]\n"
                     "  workload.formats.overrides.L0.*: [bf16, int4]\n")
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
-    import pandas as pd
     rows = pd.read_csv(tmp_path / "out" / "results.csv").set_index("workload.formats.overrides.L0.*")
     assert rows.loc["bf16", "tpot_s"] > rows.loc["int4", "tpot_s"]
+
+
+def test_expert_bytes_take_each_layers_format():
+    """Mixtral-8x7B (32 MoE layers, 8 experts of 14336 x 4096 per matrix): the experts of layer 0 in
+    bf16, the rest int4: 3 * 8 * 14336 * 4096 elements a layer at 2 bytes, and at 0.515625 bytes."""
+    per_layer = 3 * 8 * 14336 * 4096
+    m = load_model("mixtral-8x7b")
+    assert expert_weight_bytes(m, _int4()) == pytest.approx(32 * per_layer * 0.515625)
+    assert expert_weight_bytes(m, _int4(("L0.expert_*", "bf16"))) == pytest.approx(
+        per_layer * 2 + 31 * per_layer * 0.515625)

@@ -178,10 +178,11 @@ def moe_rank(graph: OpGraph, model: ModelConfig, tp: int, ep: int,
 
 
 def expert_weight_bytes(model: ModelConfig, formats: FormatPolicy) -> float:
-    """Bytes of every routed expert's gate, up and down matrices over the MoE layers."""
+    """Bytes of every routed expert's gate, up and down matrices over the MoE layers, each in its
+    layer's format (formats.overrides may name some layers' experts)."""
     if not model.is_moe:
         return 0.0
-    first = model.first_dense_layers
-    fmt = get_format(formats.weight_format(f"L{first}.expert_gate"))
-    one = fmt.storage_bytes((model.num_experts * model.expert_intermediate, model.hidden_size))
-    return 3.0 * one * (model.num_layers - first)
+    rows, h = model.num_experts * model.expert_intermediate, model.hidden_size
+    shapes = (("expert_gate", (rows, h)), ("expert_up", (rows, h)), ("expert_down", (h, rows)))
+    return float(sum(get_format(formats.weight_format(f"L{i}.{name}")).storage_bytes(shape)
+                     for i in range(model.first_dense_layers, model.num_layers) for name, shape in shapes))
