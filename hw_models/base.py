@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from hw_models.machine import Machine
+from hw_models.power import cap_figures
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -368,8 +369,13 @@ class Mapper:
             fig.energy_by_phase_j = {"prefill": pre, "decode": total - pre}
         if self.step_overhead is not None:
             fig.extra["engine_host"] = self.engine_data(gen)
+        bp = self.machine.units[self.machine.main_unit].board_power()
+        if bp is not None and (cap := cap_figures(gen, bp.limit_w)):
+            fig.extra["power_cap"] = cap
+            phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%}" for p in ("prefill", "decode") if cap[p + "_s"])
+            fig.notes.append(f"power cap: the {cap['limit_w']:.0f} W board limit binds, the clock drops and the steps "
+                             f"stretch: {phases} (hw_models/power.py; --set hw.units.@main.power_limit_w=W for another)")
         return fig
-
     def engine_data(self, gen: Generation) -> dict:
         """The engine's host work per step of the run (plain data for RunResult.extra and the report)."""
         so, b = self.step_overhead, self.workload.batch

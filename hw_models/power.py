@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sim.core.generation import Generation
+
 
 @dataclass(frozen=True)
 class BoardPower:
@@ -69,3 +71,17 @@ class Board:
 def board_of(machine: Any, devices: int) -> Board:
     """A machine's idle board figures: its main unit's idle power (0 without one), `devices` per instance."""
     return Board(machine.units[machine.main_unit].idle_power_w or 0.0, devices)
+
+
+def cap_figures(gen: Generation, limit_w: float | None) -> dict | None:
+    """How far the board power limit stretched a run's steps (the steps' `power_cap_s` counters,
+    hw_models.base.Mapper.capped), None where it never bound: each phase's added time over its
+    time at full clock."""
+    pre = gen.prefill.counters.get("power_cap_s", 0.0)
+    dec = float(sum(s.counters.get("power_cap_s", 0.0) for s in gen.sampled) * gen.share)
+    if pre <= 0.0 and dec <= 0.0:
+        return None
+    dec_total = float(gen.decode_times_s.sum())
+    return dict(limit_w=limit_w, prefill_s=pre, decode_s=dec,
+                prefill_stretch=pre / (gen.prefill.time_s - pre) if pre else 0.0,
+                decode_stretch=dec / (dec_total - dec) if dec else 0.0)

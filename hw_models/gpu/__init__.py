@@ -4,7 +4,7 @@ in issue order on one stream, each a roofline with the preset's efficiency curve
 from __future__ import annotations
 
 from hw_models.gpu.parallel import MAPPER as _mapper
-from hw_models.gpu.parallel import ParallelPlan
+from hw_models.gpu.plan import ParallelPlan
 from hw_models.gpu.report import report_sections
 
 KIND = "gpu"

@@ -25,20 +25,17 @@ collectives on the node's link, and pipeline stages over micro-batches.
 from __future__ import annotations
 
 import re
-from itertools import accumulate
 from dataclasses import replace
-from typing import Any, Literal
-
-from pydantic import Field, StrictInt
+from itertools import accumulate
 
 from hw_models.base import DeviceShare
 from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_rank
 from hw_models.gpu.mapper import GpuMapper
+from hw_models.gpu.plan import load_plan
 from hw_models.gpu.report import parallel_data
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
-from hw_models.network.topology import Topology, load_topology
 from hw_models.network.sharding import CollectiveCost   # the tag op_records reads for link and stage tasks
 from hw_models.stack.fuse import fused_aliases
 from sim.core import engine
@@ -50,79 +47,6 @@ from sim.core.graph import OpGraph
 from sim.core.lowering import lower, repeating_from
 from sim.core.mixed import lower_iteration
 from sim.core.results import StepResult
-from sim.core.schema import Strict, validate_mapping
-
-
-class ParallelPlan(Strict):
-    # StrictInt: `tp: true` or `tp: "4"` are refused, not read as 1 or 4.
-    tp: StrictInt = Field(default=1, gt=0)
-    pp: StrictInt = Field(default=1, gt=0)
-    dp: StrictInt = Field(default=1, gt=0)
-    ep: StrictInt = Field(default=1, gt=0)
-    micro_batches: StrictInt = Field(default=1, gt=0)
-    topology: str | None = None
-    # network.collectives; None: the stack's `all_reduce` (the engine's own), else ring
-    algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom", "sglang_custom"] | None = None
-    source: str = Field(default="", exclude=True)
-
-    @property
-    def stage_width(self) -> int:
-        """Devices of one pipeline stage: the larger of the TP and EP groups."""
-        return max(self.tp, self.ep)
-
-    @property
-    def instance_devices(self) -> int:
-        """Devices of one replica: a stage's devices times the stages."""
-        return self.stage_width * self.pp
-
-    @property
-    def devices(self) -> int:
-        return self.instance_devices * self.dp
-
-    @property
-    def attention_dp(self) -> int:
-        """Ranks of an EP group that split the batch for attention (tp = 1, ep = n)."""
-        return max(1, self.ep // self.tp)
-
-
-def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[ParallelPlan, Topology | None]:
-    """The workload's `parallel:` section, checked against the model and the topology."""
-    src, m = source or "workload", model
-    plan = validate_mapping(ParallelPlan, raw or {}, f"{src}: parallel", "a mapping of parallel fields")
-
-    def bad(key: str, why: str) -> ConfigError:
-        return ConfigError(f"{src}: parallel.{key}: {why}")
-
-    if m.num_heads % plan.tp or m.hidden_size % plan.tp:
-        raise bad("tp", f"{plan.tp} does not divide {m.name}'s {m.num_heads} heads and hidden size {m.hidden_size}")
-    if m.num_kv_heads % plan.tp and plan.tp % m.num_kv_heads:
-        raise bad("tp", f"{plan.tp} neither divides nor is a multiple of {m.name}'s {m.num_kv_heads} KV heads")
-    if plan.pp > m.num_layers:
-        raise bad("pp", f"{plan.pp} stages but {m.name} has {m.num_layers} layers")
-    if plan.ep > 1:
-        _check_ep(plan, m, bad)
-    topo = None
-    if plan.instance_devices > 1:
-        if plan.topology is None:
-            raise bad("topology", "needed when a replica spans devices (presets in hw_models/network/presets)")
-        topo = load_topology(plan.topology, src, "parallel.topology")
-        if topo.device != machine.name:
-            raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
-        topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")
-    return plan, topo
-
-
-def _check_ep(plan: ParallelPlan, m, bad) -> None:
-    """ep ranks hold the experts; ep / tp attention groups of tp ranks each (module doc)."""
-    if not m.is_moe:
-        raise bad("ep", f"{plan.ep}, but {m.name} is a dense model (no experts to place)")
-    if plan.ep > m.num_experts:
-        raise bad("ep", f"{plan.ep} ranks but {m.name} has {m.num_experts} experts")
-    if m.num_experts % plan.ep:
-        raise bad("ep", f"{plan.ep} does not divide {m.name}'s {m.num_experts} experts")
-    if plan.ep % plan.tp:
-        raise bad("ep", f"{plan.ep} is not a multiple of tp {plan.tp}: the ep ranks form ep / tp "
-                  "attention groups of tp ranks")
 
 
 class ParallelGpuMapper(GpuMapper):
@@ -341,6 +265,22 @@ class ParallelGpuMapper(GpuMapper):
     # ranks of a stage do the same work (under ep > tp the busiest rank is simulated: an upper bound).
     def energy_j(self, tl: Timeline) -> float:
         return self.plan.stage_width * super().energy_j(tl)
+
+    def capped(self, step: StepResult) -> StepResult:
+        """A pipelined step under the board power limit per device: a stage's devices work through their own
+        busy time and idle while the other stages work, so each is capped over its busy time, not the step's
+        (averaged over the step, one sequence on two stages drew half the power and ran uncapped, faster than
+        one GPU that the cap stretched). A stage's dynamic energy is taken as its share of the busy time (the
+        step reports the devices' sum), so every stage stretches alike, and the step with them."""
+        bp = self.machine.units[self.machine.main_unit].board_power()
+        if (self.plan.pp == 1 and self.plan.micro_batches == 1) or bp is None or bp.limit_w is None:
+            return super().capped(step)
+        busy = sum(step.busy_s.get(stage_resource(self.unit_name, j), 0.0) for j in range(self.plan.pp))
+        s = bp.stretch(busy, busy * bp.active_w + step.energy_j / self.plan.stage_width)
+        if s == 1.0:
+            return step
+        return StepResult(step.phase, step.kv_len, step.time_s * s, step.busy_s, step.energy_j,
+                          {**step.counters, "power_cap_s": step.counters.get("power_cap_s", 0.0) + step.time_s * (s - 1)})
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy of every device: each stage's ranks as busy as its simulated one. A TP/EP collective is a

@@ -1,0 +1,84 @@
+"""The workload's `parallel:` section (hw_models.gpu.parallel's module doc) and its checks
+against the model and the node's topology."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, StrictInt
+
+from hw_models.network.topology import Topology, load_topology
+from sim.core.errors import ConfigError
+from sim.core.schema import Strict, validate_mapping
+
+
+class ParallelPlan(Strict):
+    # StrictInt: `tp: true` or `tp: "4"` are refused, not read as 1 or 4.
+    tp: StrictInt = Field(default=1, gt=0)
+    pp: StrictInt = Field(default=1, gt=0)
+    dp: StrictInt = Field(default=1, gt=0)
+    ep: StrictInt = Field(default=1, gt=0)
+    micro_batches: StrictInt = Field(default=1, gt=0)
+    topology: str | None = None
+    # network.collectives; None: the stack's `all_reduce` (the engine's own), else ring
+    algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom", "sglang_custom"] | None = None
+    source: str = Field(default="", exclude=True)
+
+    @property
+    def stage_width(self) -> int:
+        """Devices of one pipeline stage: the larger of the TP and EP groups."""
+        return max(self.tp, self.ep)
+
+    @property
+    def instance_devices(self) -> int:
+        """Devices of one replica: a stage's devices times the stages."""
+        return self.stage_width * self.pp
+
+    @property
+    def devices(self) -> int:
+        return self.instance_devices * self.dp
+
+    @property
+    def attention_dp(self) -> int:
+        """Ranks of an EP group that split the batch for attention (tp = 1, ep = n)."""
+        return max(1, self.ep // self.tp)
+
+
+def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[ParallelPlan, Topology | None]:
+    """The workload's `parallel:` section, checked against the model and the topology."""
+    src, m = source or "workload", model
+    plan = validate_mapping(ParallelPlan, raw or {}, f"{src}: parallel", "a mapping of parallel fields")
+
+    def bad(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{src}: parallel.{key}: {why}")
+
+    if m.num_heads % plan.tp or m.hidden_size % plan.tp:
+        raise bad("tp", f"{plan.tp} does not divide {m.name}'s {m.num_heads} heads and hidden size {m.hidden_size}")
+    if m.num_kv_heads % plan.tp and plan.tp % m.num_kv_heads:
+        raise bad("tp", f"{plan.tp} neither divides nor is a multiple of {m.name}'s {m.num_kv_heads} KV heads")
+    if plan.pp > m.num_layers:
+        raise bad("pp", f"{plan.pp} stages but {m.name} has {m.num_layers} layers")
+    if plan.ep > 1:
+        _check_ep(plan, m, bad)
+    topo = None
+    if plan.instance_devices > 1:
+        if plan.topology is None:
+            raise bad("topology", "needed when a replica spans devices (presets in hw_models/network/presets)")
+        topo = load_topology(plan.topology, src, "parallel.topology")
+        if topo.device != machine.name:
+            raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
+        topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")
+    return plan, topo
+
+
+def _check_ep(plan: ParallelPlan, m, bad) -> None:
+    """ep ranks hold the experts; ep / tp attention groups of tp ranks each (module doc)."""
+    if not m.is_moe:
+        raise bad("ep", f"{plan.ep}, but {m.name} is a dense model (no experts to place)")
+    if plan.ep > m.num_experts:
+        raise bad("ep", f"{plan.ep} ranks but {m.name} has {m.num_experts} experts")
+    if m.num_experts % plan.ep:
+        raise bad("ep", f"{plan.ep} does not divide {m.name}'s {m.num_experts} experts")
+    if plan.ep % plan.tp:
+        raise bad("ep", f"{plan.ep} is not a multiple of tp {plan.tp}: the ep ranks form ep / tp "
+                  "attention groups of tp ranks")
