@@ -4,10 +4,13 @@ check a preset of one's own (valid, simulates, every figure cited; docs/presets.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import re
+import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sim.core import flags, tables
 from sim.core.errors import SimError
@@ -181,17 +184,30 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
 
     if args.name in topology_names():      # a node of devices: draw it (text)
         topo = load_topology(args.name)
-        if args.json:
-            flags.emit_json(args.json, topo.model_dump())
-        else:
-            print(topo.describe())
-        return 0
-    m = load_machine(args.name)
-    if args.json:
-        flags.emit_json(args.json, file_dict(m))
+        data, text = topo.model_dump(), topo.describe()
     else:
-        print(resolve_path(args.name).read_text())
+        m = load_machine(args.name)
+        data, text = file_dict(m), resolve_path(args.name).read_text()
+    if args.json:
+        flags.emit_json(args.json, data)
+    elif args.format == "json":   # the validated figures as data, not the file's text (or the node's drawing)
+        print(json.dumps(data, indent=1, default=float))
+    elif args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["key", "value"])
+        writer.writerows(_flat(data))
+    elif not args.quiet:
+        print(text)
     return 0
+
+
+def _flat(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A nested mapping as (dotted key, value) rows, the keys `--set hw.KEY=VALUE` takes."""
+    if isinstance(data, dict):
+        return [row for k, v in data.items() for row in _flat(v, f"{prefix}{k}.")]
+    if isinstance(data, list) and any(isinstance(v, (dict, list)) for v in data):
+        return [row for i, v in enumerate(data) for row in _flat(v, f"{prefix}{i}.")]
+    return [(prefix.rstrip("."), data)]
 
 
 def register(sub) -> None:
