@@ -33,17 +33,19 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
     points: list[dict[str, Any]] = []
     closed = isinstance(a, Closed)
     knob = "concurrency" if closed else "rate"
-    per_client = max(1, a.num_requests // a.concurrency) if closed else 0
+    per_client = requests_per_client(file)
+    passed: dict[float, Any] = {}   # the highest passing step's whole run: what the outputs at capacity show
 
     def run(rate: float) -> tuple[bool, dict]:
-        update = {"concurrency": int(rate), "num_requests": int(rate) * per_client} if closed else {"rate": rate}
-        f = file.model_copy(update={"serving": file.serving.model_copy(update={
-            "arrivals": a.model_copy(update=update), "slo": slo})})
         try:
-            _, s = serve(f, machine, exact=exact, cache=cache, watch=Watch(slo) if early_stop else None)
+            res, s = serve(step_file(file, slo, rate), machine, exact=exact, cache=cache,
+                           watch=Watch(slo) if early_stop else None)
             ok = s["completed"] > 0 and all(v <= 1.0 for v in s["slo_met"].values())
         except Settled as stop:
             s, ok = stop.summary, False
+        if ok and rate >= max(passed, default=rate):
+            passed.clear()
+            passed[rate] = res
         points.append(dict(rate=rate, ok=ok, summary=s))
         if on_point:
             on_point(rate, s)
@@ -76,7 +78,24 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
         ok, _ = run(mid)
         lo, hi = (mid, hi) if ok else (lo, mid)
     # each client sends the file's requests per client: a closed run's request count scales with the clients
-    return _report(points, lo, hi, knob, closed) | ({"requests_per_client": per_client} if closed else {})
+    return (_report(points, lo, hi, knob, closed) | ({"requests_per_client": per_client} if closed else {})
+            | {"result": passed[lo]})
+
+
+def requests_per_client(file: ServeFile) -> int:
+    """A closed loop's requests per client, the file's (num_requests / concurrency); 0 for open arrivals."""
+    a = file.serving.arrivals
+    return max(1, a.num_requests // a.concurrency) if isinstance(a, Closed) else 0
+
+
+def step_file(file: ServeFile, slo: dict[str, float], load: float) -> ServeFile:
+    """The serving file of the search's step at `load`: the arrival rate, or a closed loop's clients, each
+    sending the file's requests per client (so a step's request count scales with its clients)."""
+    a = file.serving.arrivals
+    update = ({"concurrency": int(load), "num_requests": int(load) * requests_per_client(file)}
+              if isinstance(a, Closed) else {"rate": load})
+    return file.model_copy(update={"serving": file.serving.model_copy(update={
+        "arrivals": a.model_copy(update=update), "slo": slo})})
 
 
 def _report(points: list[dict[str, Any]], lo: float, hi: float, knob: str, closed: bool) -> dict[str, Any]:

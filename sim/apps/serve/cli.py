@@ -143,7 +143,6 @@ def _capacity(args, file, machine, slo) -> int:
 
     from sim.apps.serve.capacity import find_capacity
     from sim.apps.serve.report import print_capacity
-    from sim.apps.serve.run import serve
     from sim.apps.serve.spec import Closed
 
     console = Console(stderr=True)
@@ -161,14 +160,12 @@ def _capacity(args, file, machine, slo) -> int:
     best = cap["summary"]
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
                goodput_window_s=cap["window_s"], within_slo=cap["within_slo"],
-               limiting_metric=cap["limiting"], points=[dict(rate=p["rate"], ok=p["ok"], slo_met=p["summary"]["slo_met"])
-                                                          for p in cap["points"]], summary=best)
-    res = None
-    if args.plots or args.requests or args.chrome_trace:   # the run at the capacity rate: what they show
-        file2 = file.model_copy(update={"serving": file.serving.model_copy(update={
-            "arrivals": file.serving.arrivals.model_copy(update={cap["knob"]: cap["rate"]})})})
-        res, _ = serve(file2, machine, exact=args.exact)
-    _write(args, res, out, cap["points"])
+               limiting_metric=cap["limiting"],
+               # a step stopped early ran part of its stream: its verdict is certain, its figures are the part's
+               points=[dict(rate=p["rate"], ok=p["ok"], stopped_early="settled" in p["summary"],
+                            slo_met=p["summary"]["slo_met"]) for p in cap["points"]], summary=best)
+    # --plots, --requests, --chrome-trace show the search's step at capacity itself (the same run as `summary`)
+    _write(args, cap["result"], out, cap["points"])
     if tables.report_wanted(args):
         print_capacity(cap)
     return 0

@@ -137,6 +137,14 @@ def search_steps(sweep: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.
             bool(pts) and all("benchmark" in p["summary"] for p in pts))   # a closed loop searches its clients
 
 
+def slo_series(slo: dict[str, float] | None) -> list[tuple[str, str, float | None]]:
+    """The latency figures a capacity plot draws: (metric, statistic, limit) of each SLO the search held the
+    steps to (ttft_p99, e2e_p50, ...), or TTFT and TPOT p90 without limits where the steps carry none."""
+    if not slo:
+        return [("ttft", "p90", None), ("tpot", "p90", None)]
+    return [(*key.partition("_")[::2], limit) for key, limit in sorted(slo.items())]
+
+
 def _capacity_search(sweep: list[dict[str, Any]], path: Path) -> Path:
     """--find-capacity's steps by load (not in the order the search tried them). A step stopped early
     (sim.apps.serve.early_stop: it had already failed its SLO for certain) ran part of its stream: its
@@ -144,19 +152,19 @@ def _capacity_search(sweep: list[dict[str, Any]], path: Path) -> Path:
     plt = pyplot()
     pts, x, stopped, closed = search_steps(sweep)
     fig, ax = plt.subplots(1, 2, figsize=(10, 5.5))
-    series = [(ax[0], f"{key} p90", [p["summary"]["latency"][key]["p90"] for p in pts], f"C{i}")
-              for i, key in enumerate(("ttft", "tpot"))]
-    series.append((ax[1], "throughput", [p["summary"]["throughput_tok_s"] for p in pts], "C2"))
+    limits = slo_series(pts[0]["summary"].get("slo") if pts else None)
+    series = [(ax[0], f"{metric} {stat}", [p["summary"]["latency"][metric][stat] for p in pts], f"C{i}")
+              for i, (metric, stat, _) in enumerate(limits)]
+    series.append((ax[1], "throughput", [p["summary"]["throughput_tok_s"] for p in pts], f"C{len(limits)}"))
     for a, label, y, color in series:
         y = np.asarray(y, dtype=float)
         a.plot(x[~stopped], y[~stopped], "o-", color=color, label=f"{label} (whole run)")
         if stopped.any() and a is ax[0]:   # a part run's throughput is over its own span: not drawn
             a.plot(x[stopped], y[stopped], "o", mfc="none", color=color,
                    label=f"{label}, stopped early (over its SLO for certain): of the part it ran")
-    for i, key in enumerate(("ttft", "tpot")):   # the limits the search held the steps to
-        limit = (pts[0]["summary"].get("slo") or {}).get(f"{key}_p90") if pts else None
+    for i, (metric, stat, limit) in enumerate(limits):   # the limits the search held the steps to
         if limit:
-            ax[0].axhline(limit, color=f"C{i}", ls="--", lw=0.8, label=f"{key}_p90 SLO")
+            ax[0].axhline(limit, color=f"C{i}", ls="--", lw=0.8, label=f"{metric}_{stat} SLO")
     ax[0].set(ylabel="seconds", yscale="log")
     ax[1].set(ylabel="throughput (tokens/s)", title="whole runs only" if stopped.any() else None)
     for a in ax:

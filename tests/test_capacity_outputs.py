@@ -1,0 +1,37 @@
+"""--find-capacity's outputs at capacity are the search's own step (found by a new-user trial: under
+a closed loop the --requests/--plots/--chrome-trace run re-simulated the file's num_requests at the
+capacity's clients, while the search's step at that load ran clients x requests-per-client), the
+JSON marks the steps stopped early, and the plot draws the figures the SLO names."""
+
+import csv
+import json
+
+import yaml
+
+from sim.apps.cli import main
+from sim.apps.serve.output import slo_series
+from tests.test_serve_closed import closed_file
+
+
+def test_the_outputs_at_capacity_are_the_steps_run(tmp_path):
+    """2 clients x 3 requests each in the file: a step at c clients runs 3c requests. The per-request
+    table at capacity has the step's count and its TTFT p90 is the step's."""
+    raw = closed_file(2, 6, prompt=256, output=16).model_dump(mode="json", exclude={"source"})
+    raw["serving"]["slo"] = {"ttft_p90": 0.006}   # 4 clients 5.0 ms, 8 clients 48 ms (max_num_seqs 4)
+    f = tmp_path / "closed.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    out, req = tmp_path / "cap.json", tmp_path / "r.csv"
+    assert main(["serve", str(f), "--hw", "h100_sxm", "-q", "--find-capacity", "--json", str(out),
+                 "--requests", str(req)]) == 0
+    cap = json.loads(out.read_text())
+    clients = cap["capacity_rate_req_s"]
+    assert clients > 2                      # the search moved off the file's 2 clients
+    rows = list(csv.DictReader(req.open()))
+    assert len(rows) == 3 * clients == cap["summary"]["requests"]
+    assert all(isinstance(p["stopped_early"], bool) for p in cap["points"])
+    assert any(p["stopped_early"] for p in cap["points"] if not p["ok"]) or all(p["ok"] for p in cap["points"][:1])
+
+
+def test_the_plot_draws_what_the_slo_names():
+    assert slo_series({"e2e_p99": 2.0, "ttft_p50": 0.1}) == [("e2e", "p99", 2.0), ("ttft", "p50", 0.1)]
+    assert slo_series(None) == [("ttft", "p90", None), ("tpot", "p90", None)]
