@@ -23,12 +23,7 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
                   early_stop: bool = True) -> dict[str, Any]:
     """The capacity (module doc). `early_stop`: a step stops once it fails for certain
     (sim.apps.serve.early_stop; the same capacity, fewer requests simulated)."""
-    a = file.serving.arrivals
-    if isinstance(a, (Burst, TraceArrivals)):
-        raise ConfigError(f"{file.source}: serving.arrivals.process: --find-capacity varies a rate or a client count; "
-                          f"{a.process} arrivals have neither (use poisson, gamma, constant or closed)")
-    if not slo:
-        raise ConfigError(f"{file.source}: serving.slo: --find-capacity needs an SLO (--slo ttft_p90=0.2)")
+    a = _searchable(file, slo)
     cache: dict = {}
     points: list[dict[str, Any]] = []
     closed = isinstance(a, Closed)
@@ -80,6 +75,17 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
     # each client sends the file's requests per client: a closed run's request count scales with the clients
     return (_report(points, lo, hi, knob, closed) | ({"requests_per_client": per_client} if closed else {})
             | {"result": passed[lo]})
+
+
+def _searchable(file: ServeFile, slo: dict[str, float]):
+    """The file's arrivals, refused in one line where there is no load to search or no SLO to hold."""
+    a = file.serving.arrivals
+    if isinstance(a, (Burst, TraceArrivals)):
+        raise ConfigError(f"{file.source}: serving.arrivals.process: --find-capacity varies a rate or a client count; "
+                          f"{a.process} arrivals have neither (use poisson, gamma, constant or closed)")
+    if not slo:
+        raise ConfigError(f"{file.source}: serving.slo: --find-capacity needs an SLO (--slo ttft_p90=0.2)")
+    return a
 
 
 def requests_per_client(file: ServeFile) -> int:
