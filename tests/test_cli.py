@@ -209,3 +209,10 @@ def test_gantt_layers_without_plots_is_refused(tmp_path, capsys):
     line = refused(capsys, ["run", WL, "--hw", "a6000", "--gantt-layers", "0-1"], tmp_path)
     assert line == ("error: --gantt-layers chooses the layers of the Gantt plot that --plots DIR writes; "
                     "add --plots DIR")
+
+
+def test_model_show_gives_the_experts_width_the_model_uses(capsys):
+    """Mixtral's config has no moe_intermediate_size (0): its experts are intermediate_size (14336) wide."""
+    assert main(["model", "show", "mixtral-8x7b"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "moe_intermediate_size" in line)
+    assert "14336" in row

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.core.units import parse_quantity
+from sim.core.units import fmt_percent, parse_quantity
 
 
 @pytest.mark.parametrize("text,value", [
@@ -34,3 +34,10 @@ def test_whole_percents_add_up_to_100():
     assert whole_percents([0.29, 0.71, 0.0]) == ["29", "71", "0"]     # 0.29 x 100 is 28.999999999999996
     assert whole_percents([0.2, 0.8, 0.0], 1) == ["20.0", "80.0", "0.0"]
     assert whole_percents([0.5, 0.3]) == ["50", "30"]                 # less than a whole keeps its total
+
+
+@pytest.mark.parametrize("fraction, text", [(0.5, "50%"), (1.0, "100%"), (0.0, "0%"), (0.0003, "0.03%"),
+                                            (0.00994, "0.99%"), (0.00996, "1%"), (0.0000123, "0.0012%")])
+def test_a_nonzero_share_never_reads_zero_percent(fraction, text):
+    """A Groq run's chips were 0.03% busy and the report said 0%."""
+    assert fmt_percent(fraction) == text

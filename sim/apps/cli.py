@@ -200,8 +200,11 @@ def cmd_model_show(args: argparse.Namespace) -> int:
         flags.emit_json(args.json, data)
         return 0
     t = Table(title=f"{m.name}: {m.params():,} parameters", show_header=False, title_justify="left")
+    # A field the model reads through another (0: the experts are the dense MLP's width) shows what it means.
+    effective = {"moe_intermediate_size": f"{m.expert_intermediate} (0 in the config: intermediate_size's)"
+                 if m.is_moe and not m.moe_intermediate_size else None}
     for k, v in m.to_dict().items():
-        t.add_row(k, str(v))
+        t.add_row(k, effective.get(k) or str(v))
     for f in fmts:
         t.add_row(f"weights in {f}", f"{by_fmt[f]:,} bytes ({by_fmt[f] / 1e9:.2f} GB)")
     for f in fmts:

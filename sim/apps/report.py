@@ -17,7 +17,7 @@ from sim.apps.checks import stack_runs
 from sim.apps.utilization import utilization
 from sim.core import tables
 from sim.core.results import RunResult, aggregate_by_name, group_name
-from sim.core.units import fmt_bytes, fmt_capacity, fmt_time
+from sim.core.units import fmt_bytes, fmt_capacity, fmt_percent, fmt_time
 
 
 def render_section(s: Section) -> Table:
@@ -114,7 +114,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
         # Numbered families (40 PIM stacks) as one entry, their mean: pim.stack0-39.
-        ("utilization", ", ".join(f"{r} {100 * u:.0f}%" for r, u in utilization(result.utilization, 1.0).items())),
+        ("utilization", ", ".join(f"{r} {fmt_percent(u)}" for r, u in utilization(result.utilization, 1.0).items())),
     ]
     c.print(_kv_table("Results", rows))
     mem = Table(title="Peak memory per tier", title_justify="left", caption=result.memory_scope or None,

@@ -105,6 +105,13 @@ def fmt_si(x: float, unit: str) -> str:
     return f"{x:.3g} {unit}"
 
 
+def fmt_percent(fraction: float) -> str:
+    """A share as a whole percent, with two significant digits below 1% so that a non-zero share never
+    reads 0% (a Groq chip's 0.03% utilisation): 0.5 -> '50%', 0.0003 -> '0.03%', 0 -> '0%'."""
+    pct = 100.0 * fraction
+    return f"{pct:.0f}%" if pct == 0.0 or abs(pct) >= 0.995 else f"{pct:.2g}%"
+
+
 def whole_percents(fractions: Sequence[float], decimals: int = 0) -> list[str]:
     """`fractions` of one whole as percentages to `decimals` places that add up to 100 (largest remainder:
     the units rounding leaves over go to the largest remainders). Each rounded on its own, thirds showed as
