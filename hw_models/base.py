@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
 from hw_models.power import cap_figures
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
@@ -144,16 +145,16 @@ class Mapper:
         for tier, roles in fp.tiers.items():
             need, have = fp.total(tier), self.machine.memory[tier].capacity_bytes
             if need > have:
-                hint = hint or self.capacity_hint()
+                hint = hint or self.capacity_hint(roles)
                 raise CapacityError(
                     f"{self.model.name} ({self.workload.formats.weights} weights, batch {self.workload.batch}, "
                     f"{self.workload.prompt_len}+{self.workload.gen_len} tokens) needs {fmt_bytes(need)} in "
                     f"{self.machine.name}.{tier} ({fp.describe(tier)}) but it holds {fmt_bytes(have)}: "
                     f"short by {fmt_bytes(need - have)}. {hint}")
 
-    def capacity_hint(self) -> str:
-        return ("Try an offload preset that spills to CPU memory and disk (e.g. --hw a6000_offload), "
-                "a narrower weight format (--set formats.weights=int4), or a smaller batch.")
+    def capacity_hint(self, roles: dict[str, float]) -> str:
+        """What to try, given the bytes per role of the tier that overflows (hw_models.capacity_hint)."""
+        return capacity_hint(self.machine, self.workload, roles)
 
     # -- the generation loop's hooks (sim.core.generation.StepModel) -------------
     @property

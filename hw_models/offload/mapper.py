@@ -136,7 +136,7 @@ class OffloadMapper(Mapper):
                                 f"{pl.short}. Lower gpu_batch_size or move more to CPU/disk.")
         return pl.footprint
 
-    def capacity_hint(self) -> str:
+    def capacity_hint(self, roles: dict[str, float]) -> str:
         return "Move more of the weights or KV cache to CPU or disk (policy), or use a smaller batch."
 
     # -- policy -----------------------------------------------------------

@@ -92,7 +92,7 @@ class PimMapper(Mapper):
     def containers(self) -> dict[str, float]:
         return {lock: 1.0 for lock in self.locks} if self.blocked and self.policy != "none" else {}
 
-    def capacity_hint(self) -> str:
+    def capacity_hint(self, roles: dict[str, float]) -> str:
         return (f"PIM memory gives up capacity for logic ({self.machine.description or self.machine.name}): "
                 "try a smaller model, "
                 "batch or context, or a plain-HBM preset such as --hw a100_80g.")
