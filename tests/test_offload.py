@@ -15,6 +15,8 @@ from hw_models.offload.spec import Policy, parse_policy
 from sim.core.errors import CapacityError, ConfigError
 from hw_models.registry import simulate
 from sim.core.workload import load_workload, workload_from_dict
+from sim.apps.cli import main
+from tests.conftest import ROOT
 
 TOY = dict(name="toy", hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
            vocab_size=1000, max_position_embeddings=512)
@@ -306,3 +308,22 @@ def test_placement_percentages_add_up_to_100(tmp_path, capsys):
 
     run = SimpleNamespace(extra={"policy": dict(p.to_dict(), wg=1 / 3, wc=1 / 3, wd=1 / 3)})
     assert _placement(run) == "W 34/33/33, KV 17/83/0, GPU batch 48 x 3"
+
+
+def test_a_fraction_beside_a_percentage_is_refused_in_one_line(capsys):
+    """`--set policy.wg=0.5` on a file with wc: 80 read 0.5% on the GPU and sent 19.5% of the weights to disk,
+    unsaid (found by a new-user trial); all three given (0.5 + 79.5 + 20) mean 0.5% and run."""
+    flexgen = str(ROOT / "workloads/opt30b_flexgen.yaml")
+    assert main(["run", flexgen, "--hw", "a6000_offload", "-q", "--set", "policy.wg=0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "policy.wg: 0.5 beside a percentage (wc: 80)" in err[0] and "write 50" in err[0]
+    spec = parse_policy({"wg": 0.5, "wc": 79.5, "wd": 20, "cg": 0, "cc": 100, "hg": 0, "hc": 100}, 144, "w")
+    assert spec.fractions["wg"] == pytest.approx(0.005) and spec.fractions["wd"] == pytest.approx(0.2)
+
+
+def test_the_disk_tier_cannot_be_the_cpu_memory(capsys):
+    """`--set hw.host.disk=cpu_memory` was accepted: the "disk" then streamed at DRAM speed, sharing its capacity."""
+    assert main(["run", str(ROOT / "workloads/opt30b_flexgen.yaml"), "--hw", "a6000_offload", "-q",
+                 "--set", "hw.host.disk=cpu_memory"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "host.disk: 'cpu_memory' is host.cpu_memory too" in err[0]

@@ -101,6 +101,8 @@ def host_spec(machine: Machine) -> Host:
             raise ConfigError(f"{src}: host.{key}: no memory tier named {name!r}")
         if name == machine.device_tier:
             raise ConfigError(f"{src}: host.{key}: {name!r} is the GPU's own tier")
+    if spec.disk == spec.cpu_memory:   # one tier as both: the "disk" would stream at DRAM speed, sharing its capacity
+        raise ConfigError(f"{src}: host.disk: {spec.disk!r} is host.cpu_memory too; the disk needs a tier of its own")
     if spec.cpu not in machine.units:
         raise ConfigError(f"{src}: host.cpu: no unit named {spec.cpu!r}")
     if machine.units[spec.cpu].memory != spec.cpu_memory:
@@ -167,6 +169,18 @@ class PolicySpec:
                       cpu_attention=bool(self.cpu_attention), pinned=self.pinned is not False)
 
 
+def _check_scale(given: dict[str, float], total: float, missing: str, where: str) -> None:
+    """A fraction beside a percentage (wg: 0.5, wc: 30) reads as 0.5% and sends the remainder to `missing`,
+    most likely not what was meant: refused in one line with both readings, unless all three are given."""
+    small = next((k for k, v in given.items() if 0 < v < 1), None)
+    if total == 100.0 and small is not None:
+        other = next(k for k in given if k != small)
+        v = given[small]
+        raise ConfigError(f"{where}: policy.{small}: {v:g} beside a percentage ({other}: {given[other]:g}) reads as "
+                          f"{v:g}% and leaves {total - sum(given.values()):g}% to {missing}; write {v * 100:g} for "
+                          f"{v:.0%}, or give all three to mean {v:g}%")
+
+
 def _positive_int(raw: dict[str, Any], key: str, where: str) -> int | None:
     v = raw.get(key)
     if v is None:
@@ -199,6 +213,7 @@ def parse_policy(raw: dict[str, Any] | str | None, batch: int, where: str) -> Po
             raise ConfigError(f"{where}: policy.{next(iter(given))}: give two or three of {label}")
         if len(given) == 2:
             missing = next(k for k in keys if k not in given)
+            _check_scale(given, total, missing, where)
             given[missing] = total - sum(given.values())
             if given[missing] < -1e-9:
                 raise ConfigError(f"{where}: policy.{label}: {' + '.join(str(raw[k]) for k in keys if k in raw)} "
