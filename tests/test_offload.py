@@ -327,3 +327,17 @@ def test_the_disk_tier_cannot_be_the_cpu_memory(capsys):
                  "--set", "hw.host.disk=cpu_memory"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "host.disk: 'cpu_memory' is host.cpu_memory too" in err[0]
+
+
+def test_the_gpu_tier_counts_the_streaming_buffers(capsys):
+    """OPT-30B (48 layers of 12 x 7168^2 = 616,562,688 matrix elements, plus biases and norms) with 80% of the weights
+    off the GPU and attention on the CPU (no KV streams): the schedule streams one layer's off-GPU weights, 0.8 x one
+    layer's fp16 bytes, and the GPU tier's peak counts it (the table omitted it; the capacity check did not)."""
+    w = load_workload(ROOT / "workloads/opt30b_flexgen.yaml")
+    m = mapper_for(load_machine("a6000_offload"), w, w.model_config_())
+    roles = m.footprint().tiers["gddr"]
+    layer_bytes = 2 * w.model_config_().layer_params(0)
+    assert roles["streaming_buffers"] == pytest.approx(0.8 * layer_bytes)
+    assert 0.8 * 2 * 616_562_688 < roles["streaming_buffers"] < 0.8 * 2 * 616_562_688 * 1.001
+    assert main(["run", str(ROOT / "workloads/opt30b_flexgen.yaml"), "--hw", "a6000_offload"]) == 0
+    assert "streaming buffers" in capsys.readouterr().out

@@ -117,13 +117,14 @@ class OffloadMapper(Mapper):
         kv_buf = kv_off * layer.kv_read_bytes
         gpu_cap = min(self.machine.memory[gpu].capacity_bytes, self.gpu_capacity_limit or float("inf"))
         free = gpu_cap - fp.total(gpu)
+        # The least the schedule streams through (the run's buffers take whatever else is free, below).
+        fp.add(gpu, "streaming_buffers", w_buf + kv_buf)
         short = None
         for tier in tiers:
             cap = gpu_cap if tier == gpu else self.machine.memory[tier].capacity_bytes
-            need = fp.total(tier) + (w_buf + kv_buf if tier == gpu else 0.0)
-            if need > cap * (1 + 1e-9):
-                what = fp.describe(tier) + (f" + streaming buffers {fmt_bytes(w_buf + kv_buf)}" if tier == gpu else "")
-                short = f"needs {fmt_bytes(need)} in {self.machine.name}.{tier} ({what}) but it holds {fmt_bytes(cap)}"
+            if fp.total(tier) > cap * (1 + 1e-9):
+                short = (f"needs {fmt_bytes(fp.total(tier))} in {self.machine.name}.{tier} ({fp.describe(tier)}) "
+                         f"but it holds {fmt_bytes(cap)}")
                 break
         w_cap = min(2 * w_buf, max(free - kv_buf, w_buf))
         buffers = {sched.W_BUF: sched.whole(max(w_cap, w_buf, 1.0)), sched.KV_BUF: sched.whole(max(free - w_cap, kv_buf, 1.0))}

@@ -119,13 +119,16 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     c.print(_kv_table("Results", rows))
     mem = Table(title="Peak memory per tier", title_justify="left", caption=result.memory_scope or None,
                 caption_justify="left")
-    for col in ("tier", "weights", "KV cache", "activations", "total", "capacity", "used"):
+    # The three roles every run has, then any other a kind adds (offload's streaming buffers).
+    roles_seen = ["weights", "kv_cache", "activations"] + sorted(
+        {r for roles in result.memory_by_role.values() for r in roles} - {"weights", "kv_cache", "activations"})
+    for col in ("tier", *(r.replace("_", " ").replace("kv", "KV") for r in roles_seen), "total", "capacity", "used"):
         mem.add_column(col, justify="left" if col == "tier" else "right")
     for t, roles in result.memory_by_role.items():
         cap = machine.memory[t].capacity_bytes
         total = sum(roles.values())
-        mem.add_row(t, fmt_bytes(roles.get("weights", 0)), fmt_bytes(roles.get("kv_cache", 0)),
-                    fmt_bytes(roles.get("activations", 0)), fmt_bytes(total), fmt_bytes(cap), f"{100 * total / cap:.0f}%")
+        mem.add_row(t, *(fmt_bytes(roles.get(r, 0)) for r in roles_seen), fmt_bytes(total), fmt_bytes(cap),
+                    f"{100 * total / cap:.0f}%")
     c.print(mem)
     layers = m["num_layers"]
     c.print(top_ops_table(f"Top ops, one decode step (kv_len {result.decode_kv_len}), summed over {layers} layers",
