@@ -22,6 +22,7 @@ from hw_models.machine import load_machine
 from sim.apps.cli import main
 from sim.apps.report import _paths
 from sim.apps.roofline_rows import _spans, roofline_rows
+from sim.apps.serve.spec import load_serve_file
 from sim.core.footprint import weight_bytes
 from sim.core.lowering import FormatPolicy, formats_repeat_from, per_layer_overrides, repeating_from
 from sim.core.model import load_model
@@ -186,3 +187,9 @@ def test_expert_bytes_take_each_layers_format():
     assert expert_weight_bytes(m, _int4()) == pytest.approx(32 * per_layer * 0.515625)
     assert expert_weight_bytes(m, _int4(("L0.expert_*", "bf16"))) == pytest.approx(
         per_layer * 2 + 31 * per_layer * 0.515625)
+
+
+def test_serve_set_takes_an_override_glob():
+    """`sim serve --set formats.overrides.L0.*=bf16` failed ('formats.overrides.L0: Input should be a valid string')."""
+    f = load_serve_file(ROOT / "workloads/serve_llama3_8b_sharegpt.yaml", {"formats.overrides.L0.*": "bf16"})
+    assert f.formats.overrides == {"L0.*": "bf16"}

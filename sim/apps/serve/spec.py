@@ -24,7 +24,7 @@ from sim.apps.serve.stream_spec import (  # noqa: F401
 from sim.core.errors import ConfigError
 from sim.core.model import model_path
 from sim.core.schema import Strict, read_yaml, validate_mapping
-from sim.core.workload import Workload
+from sim.core.workload import Workload, set_workload_key
 
 # The request stream's schema (arrival processes, length distributions) is sim.apps.serve.stream_spec.
 
@@ -291,6 +291,9 @@ def _scheduler_option_check(raw: dict[str, Any], path: Path | str) -> None:
 def _set(raw: dict[str, Any], key: str, value: Any, path: Path) -> None:
     """A section the file lacks is added (serving.prefix_caching.enabled=true, serving.slo.ttft_p90=0.2);
     the schema then refuses a key that is no field, naming it."""
+    if key.startswith("formats.overrides."):   # an op's glob holds dots (L0.q_proj): one key, set as sim run sets it
+        set_workload_key(raw, key, value, str(path))
+        return
     node = raw
     parts = key.split(".")
     for p in parts[:-1]:
