@@ -14,6 +14,7 @@ an element; bf16 2 bytes. A layer in bf16 instead of int4 adds 44,040,192 * 1.48
 """
 
 import pandas as pd
+import yaml
 import pytest
 
 from hw_models.gpu.expert_parallel import expert_weight_bytes
@@ -193,3 +194,15 @@ def test_serve_set_takes_an_override_glob():
     """`sim serve --set formats.overrides.L0.*=bf16` failed ('formats.overrides.L0: Input should be a valid string')."""
     f = load_serve_file(ROOT / "workloads/serve_llama3_8b_sharegpt.yaml", {"formats.overrides.L0.*": "bf16"})
     assert f.formats.overrides == {"L0.*": "bf16"}
+
+
+def test_the_fold_starts_past_an_moe_models_dense_layers():
+    """DeepSeek-V3 keeps its first 3 layers dense (first_k_dense_replace): folding from layer 2 took a
+    dense layer's cost for every MoE layer. DeepSeek-V2-Lite's config with 3 dense layers: folded = exhaustive."""
+    raw = {k: v for k, v in yaml.safe_load((ROOT / "sim/core/data/models.yaml").read_text())["deepseek-v2-lite"].items()
+           if k != "source"} | {"first_k_dense_replace": 3, "name": "three-dense"}
+    w = Workload(model=raw, batch=4, prompt_len=256, gen_len=2,
+                 formats={"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"})
+    mp = mapper_for(load_machine("h100_sxm"), w, w.model_config_())
+    assert mp.fold_from == 4
+    assert mp.step("decode", 1, 300).time_s == pytest.approx(mp.step("decode", 1, 300, exhaustive=True).time_s, rel=1e-9)
