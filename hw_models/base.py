@@ -17,7 +17,7 @@ from typing import Callable
 
 from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
-from hw_models.power import cap_figures
+from hw_models.power import cap_figures, with_cap
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -344,7 +344,7 @@ class Mapper:
         if s == 1.0:
             return step
         return StepResult(step.phase, step.kv_len, t * s, step.busy_s, step.energy_j,
-                          {**step.counters, "power_cap_s": step.counters.get("power_cap_s", 0.0) + t * (s - 1.0)})
+                          with_cap(step.counters, t * (s - 1.0), clocked_j / n, t))
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace; the
@@ -371,12 +371,14 @@ class Mapper:
         if self.step_overhead is not None:
             fig.extra["engine_host"] = self.engine_data(gen)
         bp = self.machine.units[self.machine.main_unit].board_power()
-        if bp is not None and (cap := cap_figures(gen, bp.limit_w)):
+        if bp is not None and (cap := cap_figures(gen, bp)):
             fig.extra["power_cap"] = cap
-            phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%}" for p in ("prefill", "decode") if cap[p + "_s"])
-            fig.notes.append(f"power cap: the {cap['limit_w']:.0f} W board limit binds, the clock drops and the steps "
-                             f"stretch: {phases} (hw_models/power.py; --set hw.units.@main.power_limit_w=W for another)")
+            phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} (the board would draw {cap[p + '_board_w']:.0f} W at "
+                               "full clock)" for p in ("prefill", "decode") if cap[p + "_s"])
+            fig.notes.append(f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}; "
+                             "hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
         return fig
+
     def engine_data(self, gen: Generation) -> dict:
         """The engine's host work per step of the run (plain data for RunResult.extra and the report)."""
         so, b = self.step_overhead, self.workload.batch

@@ -73,15 +73,29 @@ def board_of(machine: Any, devices: int) -> Board:
     return Board(machine.units[machine.main_unit].idle_power_w or 0.0, devices)
 
 
-def cap_figures(gen: Generation, limit_w: float | None) -> dict | None:
-    """How far the board power limit stretched a run's steps (the steps' `power_cap_s` counters,
-    hw_models.base.Mapper.capped), None where it never bound: each phase's added time over its
-    time at full clock."""
-    pre = gen.prefill.counters.get("power_cap_s", 0.0)
-    dec = float(sum(s.counters.get("power_cap_s", 0.0) for s in gen.sampled) * gen.share)
-    if pre <= 0.0 and dec <= 0.0:
+def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, window_s: float) -> dict[str, float]:
+    """A capped step's counters (extensive, so they fold over layers and sum over steps): the seconds the cap
+    added, and one device's clocked joules over the window it was averaged on (what its board would draw
+    at full clock: idle + clocked_j / window_s)."""
+    out = dict(counters)
+    for key, v in (("power_cap_s", added_s), ("power_cap_clocked_j", clocked_j), ("power_cap_window_s", window_s)):
+        out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
+    """How far the board power limit stretched a run's steps (their `with_cap` counters), None where it never
+    bound: each phase's added time over its time at full clock, and the power a board would have drawn."""
+    steps = {"prefill": ([gen.prefill], 1.0), "decode": (gen.sampled, gen.share)}
+    sums = {ph: {k: float(sum(st.counters.get(k, 0.0) for st in ss) * w)
+                 for k in ("power_cap_s", "power_cap_clocked_j", "power_cap_window_s")} for ph, (ss, w) in steps.items()}
+    if not any(v["power_cap_s"] > 0.0 for v in sums.values()):
         return None
-    dec_total = float(gen.decode_times_s.sum())
-    return dict(limit_w=limit_w, prefill_s=pre, decode_s=dec,
-                prefill_stretch=pre / (gen.prefill.time_s - pre) if pre else 0.0,
-                decode_stretch=dec / (dec_total - dec) if dec else 0.0)
+    phase_s = {"prefill": gen.prefill.time_s, "decode": float(gen.decode_times_s.sum())}
+    out: dict = {"limit_w": board.limit_w}
+    for ph, v in sums.items():
+        added = v["power_cap_s"]
+        out[f"{ph}_s"] = added
+        out[f"{ph}_stretch"] = added / (phase_s[ph] - added) if added else 0.0
+        out[f"{ph}_board_w"] = board.idle_w + v["power_cap_clocked_j"] / v["power_cap_window_s"] if added else None
+    return out

@@ -33,6 +33,7 @@ from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_r
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
 from hw_models.gpu.report import parallel_data
+from hw_models.power import with_cap
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
@@ -276,11 +277,12 @@ class ParallelGpuMapper(GpuMapper):
         if (self.plan.pp == 1 and self.plan.micro_batches == 1) or bp is None or bp.limit_w is None:
             return super().capped(step)
         busy = sum(step.busy_s.get(stage_resource(self.unit_name, j), 0.0) for j in range(self.plan.pp))
-        s = bp.stretch(busy, busy * bp.active_w + step.energy_j / self.plan.stage_width)
+        clocked_j = busy * bp.active_w + step.energy_j / self.plan.stage_width
+        s = bp.stretch(busy, clocked_j)
         if s == 1.0:
             return step
         return StepResult(step.phase, step.kv_len, step.time_s * s, step.busy_s, step.energy_j,
-                          {**step.counters, "power_cap_s": step.counters.get("power_cap_s", 0.0) + step.time_s * (s - 1)})
+                          with_cap(step.counters, step.time_s * (s - 1), clocked_j, busy))
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy of every device: each stage's ranks as busy as its simulated one. A TP/EP collective is a
