@@ -33,11 +33,11 @@ from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_r
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
 from hw_models.gpu.report import parallel_data
-from hw_models.power import with_cap
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
 from hw_models.network.sharding import CollectiveCost   # the tag op_records reads for link and stage tasks
+from hw_models.power import with_cap
 from hw_models.stack.fuse import fused_aliases
 from sim.core import engine
 from sim.core.engine import Task, Timeline
