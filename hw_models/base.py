@@ -226,10 +226,15 @@ class Mapper:
         L = self.model.num_layers
 
         def run(n: int) -> StepResult:
-            tl = self.run_graph(graph_of(None if n == L else n))
-            return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl))
+            return self.graph_step(phase, kv_len, graph_of(None if n == L else n), busy)
 
         return fold_layers(run, L, self.fold_from, exhaustive, self.model.layer_period)
+
+    def graph_step(self, phase: str, kv_len: int, graph: OpGraph,
+                   busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s) -> StepResult:
+        """`graph` run in the engine as a step: the fold's unit (a pipeline caps its stages here)."""
+        tl = self.run_graph(graph)
+        return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl))
 
     @property
     def fold_from(self) -> int:
@@ -331,10 +336,10 @@ class Mapper:
         return self.power_j({}, gap_s) + self.gap_active_j(gap_s)
 
     def capped(self, step: StepResult) -> StepResult:
-        """`step` under the main unit's board power limit (hw_models.power): where the devices' average
-        power over it would exceed the limit, the clock drops and the step stretches until it does not;
-        its busy times stay those at full clock (they charge the activity energy). Applied after the
-        layer fold, like the host's max()."""
+        """`step` under the main unit's board power limit (hw_models.power): where each device's power over it
+        would exceed the limit, the clock drops and the step stretches until it does not (the devices do the
+        same work at once: each draws the mean; a pipeline caps its stages in graph_step); busy times stay
+        those at full clock (they charge the activity energy). Applied after the fold, like the host's max()."""
         bp = self.machine.units[self.machine.main_unit].board_power()
         if bp is None or bp.limit_w is None or step.time_s <= 0.0:
             return step

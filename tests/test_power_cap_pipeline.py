@@ -4,16 +4,23 @@ Found by a new-user trial: one sequence's prefill on two pipeline stages of H100
 on one H100 (45.6 against 53.9 ms), because the 700 W limit was applied to the power averaged
 over the devices and the step: each stage's GPU idles while the other works, so the average was
 half the draw and the cap never bound, while the single GPU was stretched. A board limits its own
-power while it works (hw_models/power.py): each device is capped over its own busy time.
+power while it works (hw_models/power.py): each stage is capped on its own board's draw while it runs
+(hw_models/gpu/stage_power.py).
 """
 
 import json
 
 import pytest
 
+from hw_models.gpu.schedule import StageCost
+from hw_models.gpu.stage_power import stage_caps
 from hw_models.machine import load_machine
+from hw_models.power import BoardPower
 from hw_models.registry import mapper_for
 from sim.apps.cli import main
+from sim.core import engine
+from sim.core.engine import Task
+from sim.core.lowering import lower
 from sim.core.workload import Workload
 from tests.conftest import ROOT
 
@@ -37,18 +44,37 @@ def test_two_stages_of_one_sequence_are_never_faster_than_one_gpu():
     assert two.time_s >= one.time_s
 
 
-def test_each_stage_is_capped_over_its_own_busy_time():
-    """Hand formula (power.py, with a device's busy time b for the step's t): s = (active_w x b + dynamic
-    J) / (b (L - idle)), b the stages' summed busy time (one device each), the dynamic joules the
-    uncapped step's. The step stretches by s."""
-    mp, free = _step(limit_w=5000.0)
-    _, capped = _step()
+def test_two_stages_in_turn_each_stretch_by_their_own_power():
+    """By hand: 100 W idle, 200 W activity, 500 W limit. Stage 0 runs 1 s with 600 J of dynamic energy, so its
+    board draws 100 + (200 x 1 + 600) / 1 = 900 W while it works: s = 800 / (1 x (500 - 100)) = 2. Stage 1 runs
+    1 s with 100 J: 100 + 300 = 400 W, under the limit, s = 1. In turn the step takes 2 x 1 + 1 = 3 s. The mean
+    over the two boards across the 2 s step, 100 + (800 + 300) / (2 x 2) = 375 W, would never have bound."""
+    bp = BoardPower(idle_w=100.0, active_w=200.0, limit_w=500.0)
+    tasks = [Task("mb0.stage0", "gpu", 1.0, tag=StageCost("mb0.stage0", 1.0, energy_j=600.0)),
+             Task("mb0.stage1", "gpu.s1", 1.0, ("mb0.stage0",), tag=StageCost("mb0.stage1", 1.0, energy_j=100.0))]
+    slowed, hot = stage_caps(tasks, bp)
+    assert [t.duration_s for t in slowed] == [2.0, 1.0]
+    assert hot == (800.0, 1.0)                          # the hottest board: 800 J clocked over its 1 s of work
+    assert engine.run(slowed, {}, {}, True).makespan_s == pytest.approx(3.0)
+    assert stage_caps(tasks, BoardPower(100.0, 200.0, 1000.0))[1] is None   # 900 W < 1000 W: nothing binds
+
+
+def test_each_stage_stretches_by_the_formula():
+    """Llama-3-8B, one 2048-token prompt, pp = 2 on h100_sxm: each stage's task of d_j seconds and e_j dynamic
+    joules stretches by s_j = (active d_j + e_j) / (d_j (700 - idle)), the activation send between them does not,
+    and busy times and energy stay those at full clock."""
+    mp, _ = _step()
     bp = mp.machine.units["gpu"].board_power()
-    b = free.busy_s["gpu"] + free.busy_s["gpu.s1"]
-    s = (bp.active_w * b + free.energy_j) / (b * (700.0 - bp.idle_w))
-    assert s > 1.05
-    assert capped.time_s == pytest.approx(free.time_s * s, rel=1e-9)
-    assert capped.counters["power_cap_s"] == pytest.approx(capped.time_s - free.time_s)
+    graph = lower(mp.model, "prefill", 1, 2048, 2048, mp.formats, False)
+    tasks = mp.plan_step(graph)
+    stages = [t for t in tasks if isinstance(t.tag, StageCost)]
+    (send,) = [t for t in tasks if not isinstance(t.tag, StageCost)]
+    s = [(bp.active_w * t.duration_s + t.tag.energy_j) / (t.duration_s * (700.0 - bp.idle_w)) for t in stages]
+    assert min(s) > 1.05                                 # both stages bind: each board alone draws over 700 W
+    step = mp.graph_step("prefill", 2048, graph)
+    assert step.time_s == pytest.approx(sum(sj * t.duration_s for sj, t in zip(s, stages)) + send.duration_s)
+    assert step.busy_s["gpu"] == pytest.approx(stages[0].duration_s)      # full clock: the activity energy's
+    assert step.counters["power_cap_s"] == pytest.approx(step.time_s - sum(t.duration_s for t in tasks))
 
 
 def test_the_run_says_when_the_cap_binds(tmp_path, capsys):

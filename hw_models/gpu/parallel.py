@@ -34,10 +34,10 @@ from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
 from hw_models.gpu.report import parallel_data
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
+from hw_models.gpu.stage_power import PipelinePower
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
 from hw_models.network.sharding import CollectiveCost   # the tag op_records reads for link and stage tasks
-from hw_models.power import with_cap
 from hw_models.stack.fuse import fused_aliases
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -50,7 +50,7 @@ from sim.core.mixed import lower_iteration
 from sim.core.results import StepResult
 
 
-class ParallelGpuMapper(GpuMapper):
+class ParallelGpuMapper(PipelinePower, GpuMapper):
     kind = "gpu"
 
     def __init__(self, machine, workload, model):
@@ -250,8 +250,13 @@ class ParallelGpuMapper(GpuMapper):
                     tasks.append(Task(f"mb{i}.send{j}", f"{LINK}.s{j}", send_s, (f"mb{i}.stage{j}",), tag=tag))
         return tasks
 
+    @property
+    def pipelined(self) -> bool:
+        """Whether a step runs as pipeline stages over micro-batches (pipeline_tasks)."""
+        return self.plan.pp > 1 or self.plan.micro_batches > 1
+
     def plan_step(self, graph: OpGraph) -> list[Task]:
-        if self.plan.pp == 1 and self.plan.micro_batches == 1:
+        if not self.pipelined:
             return self.tp_tasks(graph)
         # Stage times come from whole layers: the graph's layer count (the generation loop's
         # fold lowers 2 and 3) does not change the schedule, so the fold adds nothing per layer.
@@ -266,23 +271,6 @@ class ParallelGpuMapper(GpuMapper):
     # ranks of a stage do the same work (under ep > tp the busiest rank is simulated: an upper bound).
     def energy_j(self, tl: Timeline) -> float:
         return self.plan.stage_width * super().energy_j(tl)
-
-    def capped(self, step: StepResult) -> StepResult:
-        """A pipelined step under the board power limit per device: a stage's devices work through their own
-        busy time and idle while the other stages work, so each is capped over its busy time, not the step's
-        (averaged over the step, one sequence on two stages drew half the power and ran uncapped, faster than
-        one GPU that the cap stretched). A stage's dynamic energy is taken as its share of the busy time (the
-        step reports the devices' sum), so every stage stretches alike, and the step with them."""
-        bp = self.machine.units[self.machine.main_unit].board_power()
-        if (self.plan.pp == 1 and self.plan.micro_batches == 1) or bp is None or bp.limit_w is None:
-            return super().capped(step)
-        busy = sum(step.busy_s.get(stage_resource(self.unit_name, j), 0.0) for j in range(self.plan.pp))
-        clocked_j = busy * bp.active_w + step.energy_j / self.plan.stage_width
-        s = bp.stretch(busy, clocked_j)
-        if s == 1.0:
-            return step
-        return StepResult(step.phase, step.kv_len, step.time_s * s, step.busy_s, step.energy_j,
-                          with_cap(step.counters, step.time_s * (s - 1), clocked_j, busy))
 
     def power_j(self, busy_s: dict[str, float], wall_s: float | None = None) -> float:
         """Static energy of every device: each stage's ranks as busy as its simulated one. A TP/EP collective is a

@@ -1,0 +1,60 @@
+"""The board power limit under a pipeline (hw_models.power): each device is capped on its own power
+while it works. A pipeline's stages work in turn (one sequence: stage 0, then stage 1), so the mean
+over the devices of a step halves under pp = 2 and would never bind while each board, in its turn,
+draws what one GPU running those layers draws. Each stage task is stretched by its own devices' s over
+the time it runs, and the schedule is run again: a stretched stage delays the stages that wait for it,
+and a bubble gives a device no headroom to spend later."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hw_models.gpu.schedule import StageCost
+from hw_models.power import BoardPower, with_cap
+from sim.core import engine
+from sim.core.engine import Task, Timeline
+from sim.core.graph import OpGraph
+from sim.core.results import StepResult
+
+
+def stage_caps(tasks: list[Task], bp: BoardPower) -> tuple[list[Task], tuple[float, float] | None]:
+    """`tasks` with each stage task stretched by its devices' cap: a device draws idle + (active x d + its
+    dynamic joules) / d through a stage task of d seconds (BoardPower.stretch over d); and the hottest stage
+    device's clocked joules and working seconds over the step, None where no stage binds."""
+    out, work, bound = [], {}, False
+    for task in tasks:
+        if isinstance(task.tag, StageCost):
+            clocked_j = bp.active_w * task.duration_s + task.tag.energy_j   # one rank's, as the tags hold
+            s = bp.stretch(task.duration_s, clocked_j)
+            bound |= s > 1.0
+            j, d = work.get(task.resource, (0.0, 0.0))
+            work[task.resource] = (j + clocked_j, d + task.duration_s)
+            task = replace(task, duration_s=task.duration_s * s)
+        out.append(task)
+    hot = max(work.values(), key=lambda jd: jd[0] / jd[1] if jd[1] else 0.0, default=None)
+    return out, hot if bound else None
+
+
+class PipelinePower:
+    """The cap of hw_models.gpu.parallel.ParallelGpuMapper's pipelined steps (module doc); its TP-only
+    steps keep Mapper.capped (a TP group's ranks work at once, so each draws the mean)."""
+
+    def graph_step(self, phase: str, kv_len: int, graph: OpGraph, busy=Timeline.busy_s) -> StepResult:
+        """Mapper.graph_step with each stage capped; busy times and energy stay those at full clock
+        (they charge the activity and dynamic energy, as Mapper.capped keeps them)."""
+        if not self.pipelined:
+            return super().graph_step(phase, kv_len, graph, busy)
+        tasks = self.plan_step(graph)
+        free = engine.run(tasks, self.resources(), self.containers(), self.in_order)
+        step = StepResult(phase, kv_len, free.makespan_s, busy(free), self.energy_j(free))
+        bp = self.machine.units[self.machine.main_unit].board_power()
+        slowed, hot = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None)
+        if hot is None:
+            return step
+        t = engine.run(slowed, self.resources(), self.containers(), self.in_order).makespan_s
+        # The fold runs the same schedule for any layer count (pipeline_tasks), so these counters fold to themselves.
+        return replace(step, time_s=t, counters=with_cap(step.counters, t - free.makespan_s, *hot))
+
+    def capped(self, step: StepResult) -> StepResult:
+        """A pipelined step is capped stage by stage already (graph_step)."""
+        return step if self.pipelined else super().capped(step)
