@@ -216,3 +216,13 @@ def test_model_show_gives_the_experts_width_the_model_uses(capsys):
     assert main(["model", "show", "mixtral-8x7b"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "moe_intermediate_size" in line)
     assert "14336" in row
+
+
+def test_roofline_says_what_it_leaves_out(capsys):
+    """sim roofline prices one device: a parallel: plan and the board power cap were silently skipped (a trial
+    read the 70B TP4/PP2 table as 141 GB a step on one H100)."""
+    assert main(["roofline", str(ROOT / "workloads/llama70b_tp4_pp2.yaml"), "--hw", "h100_sxm", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "the parallel: plan" in err and "the board power cap" in err
+    assert main(["roofline", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "a6000", "-q"]) == 0
+    assert "note:" not in capsys.readouterr().err       # no stack, no plan, no board-power model on the a6000

@@ -149,9 +149,15 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     workload, machine = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
-    if workload.stack is not None:   # its kernels, fusions and host time are sim run's, op by op and per step
-        print(f"note: sim roofline prices each op on the preset's roofline; stack {workload.stack!r} is not applied "
-              "(sim run applies it)", file=sys.stderr)
+    # What sim run adds and this table does not: a stack's kernels and host time, a plan's split over devices,
+    # the board power cap (a prefill sim run stretches reads shorter here).
+    board = machine.units[machine.main_unit].board_power() if machine.main_unit in machine.units else None
+    skipped = ([f"stack {workload.stack!r}"] if workload.stack is not None else []) + (
+        ["the parallel: plan (the whole model on one device)"] if workload.section("parallel") else []) + (
+        ["the board power cap"] if board is not None and board.limit_w is not None else [])
+    if skipped:
+        print(f"note: sim roofline prices each op on one device's roofline; {', '.join(skipped)}: not applied "
+              "(sim run applies them)", file=sys.stderr)
     if args.json:
         check_output(args.json)
     model = workload.model_config_()
