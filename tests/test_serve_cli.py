@@ -115,3 +115,18 @@ def test_capacity_search(tmp_path):
     ok = [p for p in c["points"] if p["ok"]]
     bad = [p for p in c["points"] if not p["ok"]]
     assert max(p["rate"] for p in ok) == c["capacity_rate_req_s"] < min(p["rate"] for p in bad)
+
+
+def test_serve_says_it_does_not_read_the_one_batch_fields(capsys):
+    """`sim serve --set prompt_len=4000` changed nothing and said nothing (a trial found batch, prompt_len and
+    gen_len silently ignored): each is now named as unread, except on the offload kind, whose block reads them."""
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    f = str(ROOT / "workloads/serve_llama3_8b_sharegpt.yaml")
+    assert main(["serve", f, "--hw", "h100_sxm", "-q", "--set", "serving.arrivals.num_requests=8",
+                 "--set", "prompt_len=4000"]) == 0
+    err = capsys.readouterr().err
+    assert "prompt_len: not read by sim serve" in err and "gen_len" not in err
+    assert main(["serve", f, "--hw", "h100_sxm", "-q", "--set", "serving.arrivals.num_requests=8"]) == 0
+    assert "not read by sim serve" not in capsys.readouterr().err

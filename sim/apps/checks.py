@@ -48,3 +48,19 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
                 notes.append(f"{src}: formats.overrides.{pattern}: matches no op of {model.name} "
                              f"(op names: {', '.join(kinds)}; L0. to L{model.num_layers - 1}. for one layer's)")
     return notes
+
+
+# What a serving run takes from its request stream instead of the workload's one batch; the offload kind
+# reads them (a FlexGen block is one padded batch), the others do not.
+PER_REQUEST = ("batch", "prompt_len", "gen_len")
+BLOCK_KINDS = ("offload",)
+
+
+def unused_in_serving(workload: Workload, machine: Machine) -> list[str]:
+    """Workload fields a serving file sets that `sim serve` does not read on this machine's kind."""
+    if machine.kind in BLOCK_KINDS:
+        return []
+    src = workload.source or workload.name
+    return [f"{src}: {key}: not read by sim serve (each request's lengths come from serving.lengths or the trace, "
+            "the batch from the scheduler); only the offload kind's block reads it"
+            for key in PER_REQUEST if key in workload.model_fields_set]

@@ -53,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.metrics import summarize
     from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
-    from sim.apps.checks import unused_settings
+    from sim.apps.checks import unused_in_serving, unused_settings
     from sim.core.settings import split_settings
 
     if args.no_cache:
@@ -62,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = _machine(args, file, sets.hw)
-    for note in unused_settings(file, machine, file.model_config_()):
+    for note in unused_settings(file, machine, file.model_config_()) + unused_in_serving(file, machine):
         print(f"warning: {note}", file=sys.stderr)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
