@@ -9,6 +9,7 @@ import json
 import yaml
 
 from sim.apps.cli import main
+from sim.apps.serve.capacity import _report
 from sim.apps.serve.output import slo_series
 from tests.test_serve_closed import closed_file
 
@@ -35,3 +36,21 @@ def test_the_outputs_at_capacity_are_the_steps_run(tmp_path):
 def test_the_plot_draws_what_the_slo_names():
     assert slo_series({"e2e_p99": 2.0, "ttft_p50": 0.1}) == [("e2e", "p99", 2.0), ("ttft", "p50", 0.1)]
     assert slo_series(None) == [("ttft", "p90", None), ("tpot", "p90", None)]
+
+
+def _summary(requests: int, duration_s: float) -> dict:
+    return dict(requests=requests, duration_s=duration_s, goodput_req_s=1.0, goodput_tok_s=1.0, throughput_req_s=1.0,
+                slo_met={"ttft_p90": 0.5})
+
+
+def test_a_capacity_that_holds_only_for_a_short_stream_is_flagged():
+    """A trial: 300 requests gave 136 requests/s as capacity where 10,000 gave 51. At 136/s the 300 arrivals span
+    299 / 136 = 2.2 s but the run drained 10 s more: past a quarter of the arrival window, flagged. 3,000 requests
+    at 51.9/s: arrivals 57.8 s, the run 68.9 s, a drain of 11 s (19%): not flagged."""
+    def report(n, rate, duration_s):
+        pts = [dict(rate=rate, ok=True, summary=_summary(n, duration_s)),
+               dict(rate=2 * rate, ok=False, summary=_summary(n, duration_s))]
+        return _report(pts, rate, 2 * rate, "rate", False)
+
+    assert "drained for 10 s after its arrivals' ~2.2 s" in report(300, 136.0, 12.2)["transient"]
+    assert report(3000, 51.875, 68.87)["transient"] is None

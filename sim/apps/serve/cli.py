@@ -159,13 +159,15 @@ def _capacity(args, file, machine, slo) -> int:
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point, early_stop=args.early_stop)
     best = cap["summary"]
     out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
-               goodput_window_s=cap["window_s"], within_slo=cap["within_slo"],
+               goodput_window_s=cap["window_s"], within_slo=cap["within_slo"], transient=cap["transient"],
                limiting_metric=cap["limiting"],
                # a step stopped early ran part of its stream: its verdict is certain, its figures are the part's
                points=[dict(rate=p["rate"], ok=p["ok"], stopped_early="settled" in p["summary"],
                             slo_met=p["summary"]["slo_met"]) for p in cap["points"]], summary=best)
     # --plots, --requests, --chrome-trace show the search's step at capacity itself (the same run as `summary`)
     _write(args, cap["result"], out, cap["points"])
+    if cap["transient"]:
+        print(f"warning: {file.source}: --find-capacity: {cap['transient']}", file=sys.stderr)
     if tables.report_wanted(args):
         print_capacity(cap)
     return 0
