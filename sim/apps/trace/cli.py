@@ -205,11 +205,16 @@ def _print_replay(console: Console, trace, r, show_all: bool) -> None:
     console.print(s)
     n = len(r.steps)
     console.print(f"measured ({r.measured_from}): {fmt_time(r.measured_s)} over {n} step(s)")
+    # A prediction over a measurement mixes the model's own error on the measured machine into the ratio (a trial
+    # read an H100 "1.05x" faster than the measured H200 it is 0.89x of); the scaled line compares like with like.
+    mixed = " over the measured run, the model's own error included (the scaled line leaves it out)" \
+        if r.scaled_s is not None else ""
     console.print(f"predicted on {r.machine} (its model alone): {fmt_time(r.predicted_s)}: "
-                  f"{speedup_text(r.speedup('predicted'))}")
+                  f"{speedup_text(r.speedup('predicted'))}{mixed}")
     if r.scaled_s is not None:
         console.print(f"scaled (each measured op x {r.machine} / {r.source_machine} predicted; source from "
-                      f"{r.source_from}): {fmt_time(r.scaled_s)}: {speedup_text(r.speedup('scaled'))}")
+                      f"{r.source_from}): {fmt_time(r.scaled_s)}: {speedup_text(r.speedup('scaled'))}, "
+                      "the like-for-like figure")
     else:
         console.print(f"scaled: not available ({r.source_from})")
     note = r.launch_note()
