@@ -47,6 +47,13 @@ def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
+def _per_replica(result: RunResult) -> str:
+    """Under a plan with dp replicas one replica is simulated (docs/parallelism.md): its figures are one
+    replica's, which the throughput line says with the deployment's total beside it."""
+    dp = result.extra.get("parallel", {}).get("plan", {}).get("dp", 1)
+    return f" per replica; {dp} replicas: {dp * result.throughput_tok_s:,.1f} tokens/s" if dp > 1 else ""
+
+
 def _paths(paths) -> str:
     """The compute paths of an op's instances: one, or each with its count where layers differ
     (formats.overrides on some layers: "int4 -> bf16 dequant x30, bf16 native x2")."""
@@ -111,7 +118,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("TPOT mean / first / last", f"{fmt_time(result.tpot_s)} / {fmt_time(result.tpot_first_s)} / {fmt_time(result.tpot_last_s)}"
          if result.gen_len > 1 else "- (gen_len 1: the one token comes from prefill, no decode step)"),
         ("end-to-end", fmt_time(result.e2e_s)),
-        ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"),
+        ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"
+         + _per_replica(result)),
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
         # Numbered families (40 PIM stacks) as one entry, their mean: pim.stack0-39.
         ("utilization", ", ".join(f"{r} {fmt_percent(u)}" for r, u in utilization(result.utilization, 1.0).items())),
