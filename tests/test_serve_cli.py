@@ -130,3 +130,14 @@ def test_serve_says_it_does_not_read_the_one_batch_fields(capsys):
     assert "prompt_len: not read by sim serve" in err and "gen_len" not in err
     assert main(["serve", f, "--hw", "h100_sxm", "-q", "--set", "serving.arrivals.num_requests=8"]) == 0
     assert "not read by sim serve" not in capsys.readouterr().err
+
+
+def test_the_summary_gives_the_prefix_cache_hit_share():
+    """The hit rate was only in --requests (prefix_hit_tokens): the summary now gives the completed requests'
+    cached prompt tokens over their prompt tokens, by hand on a three-request table."""
+    import numpy as np
+    from sim.apps.serve.metrics import DONE, prefix_hit_share
+
+    r = {"status": np.array([DONE, DONE, DONE + 1]), "prompt_tokens": np.array([100, 300, 1000]),
+         "prefix_hit_tokens": np.array([50, 150, 1000])}
+    assert prefix_hit_share(r) == 0.5          # (50 + 150) / (100 + 300): the unfinished request left out

@@ -126,8 +126,11 @@ class OffloadMapper(Mapper):
                 short = (f"needs {fmt_bytes(fp.total(tier))} in {self.machine.name}.{tier} ({fp.describe(tier)}) "
                          f"but it holds {fmt_bytes(cap)}")
                 break
-        w_cap = min(2 * w_buf, max(free - kv_buf, w_buf))
-        buffers = {sched.W_BUF: sched.whole(max(w_cap, w_buf, 1.0)), sched.KV_BUF: sched.whole(max(free - w_cap, kv_buf, 1.0))}
+        # Whole-byte chunks, as the schedule acquires them: whole(2 x chunk) is a byte short of two whole chunks
+        # whenever a chunk is fractional, and the next slot's weights then never load during this slot's compute.
+        w_chunk = sched.whole(w_buf)
+        w_cap = min(2 * w_chunk, max(free - kv_buf, w_chunk))
+        buffers = {sched.W_BUF: sched.whole(max(w_cap, 1.0)), sched.KV_BUF: sched.whole(max(free - w_cap, kv_buf, 1.0))}
         return Placement(fp, buffers, short)
 
     def footprint(self) -> Footprint:

@@ -99,7 +99,16 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         energy_per_token_j=total_energy_j(res) / res.tokens_out if res.tokens_out else 0.0,
         energy=energy_summary(res),
         spec_tokens_per_step=res.spec_tokens / res.spec_steps if res.spec_steps else None,
+        # prompt tokens the prefix cache served (not computed) over all prompt tokens of the completed requests
+        prefix_hit_share=prefix_hit_share(r),
         slo=slo, slo_met=slo_check(lat_stats, slo))
+
+
+def prefix_hit_share(r: dict[str, np.ndarray]) -> float:
+    """The completed requests' prompt tokens found in the prefix cache, over their prompt tokens (0: none)."""
+    done = r["status"] == DONE
+    prompt = float(r["prompt_tokens"][done].sum())
+    return float(r["prefix_hit_tokens"][done].sum()) / prompt if prompt else 0.0
 
 
 def slo_check(lat_stats: dict[str, dict[str, float]], slo: dict[str, float]) -> dict[str, float]:

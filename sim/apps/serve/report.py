@@ -51,6 +51,9 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
                                             f"ITL {fmt_time(b['itl_s'])}, E2E {fmt_time(b['e2e_s'])}; "
                                             f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
                                             f"tokens/s/GPU over {b['completed']} requests"))
+    if s.get("prefix_hit_share"):
+        rows.append(("prefix cache", f"{s['prefix_hit_share']:.1%} of the prompt tokens served from cached blocks "
+                                     "(not computed)"))
     if s.get("spec_tokens_per_step"):
         rows.append(("speculative", f"{s['spec_tokens_per_step']:.3f} tokens per verify step"))
     for k, v in rows:
