@@ -216,6 +216,10 @@ def test_model_show_gives_the_experts_width_the_model_uses(capsys):
     assert main(["model", "show", "mixtral-8x7b"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "moe_intermediate_size" in line)
     assert "14336" in row
+    # DeepSeek-V2-Lite: 2 shared experts of 1408 (moe_intermediate_size), no shared_expert_intermediate_size given
+    assert main(["model", "show", "deepseek-v2-lite"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "shared_expert_intermediate_size" in line)
+    assert "2816" in row
 
 
 def test_roofline_says_what_it_leaves_out(capsys):

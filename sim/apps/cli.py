@@ -208,7 +208,9 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     t = Table(title=f"{m.name}: {m.params():,} parameters", show_header=False, title_justify="left")
     # A field the model reads through another (0: the experts are the dense MLP's width) shows what it means.
     effective = {"moe_intermediate_size": f"{m.expert_intermediate} (0 in the config: intermediate_size's)"
-                 if m.is_moe and not m.moe_intermediate_size else None}
+                 if m.is_moe and not m.moe_intermediate_size else None,
+                 "shared_expert_intermediate_size": f"{m.shared_intermediate} (0 in the config: num_shared_experts x "
+                 "the experts' width)" if m.num_shared_experts and not m.shared_expert_intermediate_size else None}
     for k, v in m.to_dict().items():
         t.add_row(k, effective.get(k) or str(v))
     for f in fmts:
