@@ -88,6 +88,22 @@ def _phase_energy(result: RunResult) -> str:
             + (f"{dec:.3f} J per token" if dec is not None else "-") + "; board power as idle + dynamic)")
 
 
+def _memory_table(result: RunResult, machine: Machine) -> Table:
+    """Peak bytes per tier by role: the three every run has, then any a kind adds (offload's streaming buffers)."""
+    mem = Table(title="Peak memory per tier", title_justify="left", caption=result.memory_scope or None,
+                caption_justify="left")
+    roles_seen = ["weights", "kv_cache", "activations"] + sorted(
+        {r for roles in result.memory_by_role.values() for r in roles} - {"weights", "kv_cache", "activations"})
+    for col in ("tier", *(r.replace("_", " ").replace("kv", "KV") for r in roles_seen), "total", "capacity", "used"):
+        mem.add_column(col, justify="left" if col == "tier" else "right")
+    for t, roles in result.memory_by_role.items():
+        cap = machine.memory[t].capacity_bytes
+        total = sum(roles.values())
+        mem.add_row(t, *(fmt_bytes(roles.get(r, 0)) for r in roles_seen), fmt_bytes(total), fmt_bytes(cap),
+                    f"{100 * total / cap:.0f}%")
+    return mem
+
+
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
     c = console or tables.console()
     m = result.model
@@ -125,19 +141,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("utilization", ", ".join(f"{r} {fmt_percent(u)}" for r, u in utilization(result.utilization, 1.0).items())),
     ]
     c.print(_kv_table("Results", rows))
-    mem = Table(title="Peak memory per tier", title_justify="left", caption=result.memory_scope or None,
-                caption_justify="left")
-    # The three roles every run has, then any other a kind adds (offload's streaming buffers).
-    roles_seen = ["weights", "kv_cache", "activations"] + sorted(
-        {r for roles in result.memory_by_role.values() for r in roles} - {"weights", "kv_cache", "activations"})
-    for col in ("tier", *(r.replace("_", " ").replace("kv", "KV") for r in roles_seen), "total", "capacity", "used"):
-        mem.add_column(col, justify="left" if col == "tier" else "right")
-    for t, roles in result.memory_by_role.items():
-        cap = machine.memory[t].capacity_bytes
-        total = sum(roles.values())
-        mem.add_row(t, *(fmt_bytes(roles.get(r, 0)) for r in roles_seen), fmt_bytes(total), fmt_bytes(cap),
-                    f"{100 * total / cap:.0f}%")
-    c.print(mem)
+    c.print(_memory_table(result, machine))
     layers = m["num_layers"]
     c.print(top_ops_table(f"Top ops, one decode step (kv_len {result.decode_kv_len}), summed over {layers} layers",
                           result.decode_ops, result.decode_timeline.makespan_s, layers))

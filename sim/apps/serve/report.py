@@ -18,6 +18,27 @@ def _kv_blocks(s: dict[str, Any]) -> str:
             f"({s['kv_blocks_peak'] / max(s['kv_blocks_total'], 1):.0%}), mean use {s['kv_usage_mean']:.0%}")
 
 
+def _optional_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary rows only some runs have: the engine's host work, a closed loop's means, the prefix cache,
+    speculative decoding."""
+    out: list[tuple[str, str]] = []
+    if s.get("host_per_iteration_s"):
+        out.append(("host per iteration", f"{fmt_time(s['host_per_iteration_s'])} mean (the engine's work: "
+                                          "schedule, inputs, sampling, outputs; and kernel launches)"))
+    if s.get("benchmark"):   # a closed loop (sim.apps.serve.closed): the means a benchmark client prints
+        b = s["benchmark"]
+        out.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {fmt_time(b['tpot_s'])}, "
+                                           f"ITL {fmt_time(b['itl_s'])}, E2E {fmt_time(b['e2e_s'])}; "
+                                           f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
+                                           f"tokens/s/GPU over {b['completed']} requests"))
+    if s.get("prefix_hit_share"):
+        out.append(("prefix cache", f"{s['prefix_hit_share']:.1%} of the prompt tokens served from cached blocks "
+                                     "(not computed)"))
+    if s.get("spec_tokens_per_step"):
+        out.append(("speculative", f"{s['spec_tokens_per_step']:.3f} tokens per verify step"))
+    return out
+
+
 def print_report(s: dict[str, Any], title: str, console: Console | None = None) -> None:
     console = console or tables.console(markup=True)
     head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
@@ -42,20 +63,7 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
                                         f"idle {ph['idle'] / e['total_j']:.0%}"),
                  ("power per device", f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
                                       f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})")]
-    if s.get("host_per_iteration_s"):
-        rows.append(("host per iteration", f"{fmt_time(s['host_per_iteration_s'])} mean (the engine's work: "
-                                           "schedule, inputs, sampling, outputs; and kernel launches)"))
-    if s.get("benchmark"):   # a closed loop (sim.apps.serve.closed): the means a benchmark client prints
-        b = s["benchmark"]
-        rows.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {fmt_time(b['tpot_s'])}, "
-                                            f"ITL {fmt_time(b['itl_s'])}, E2E {fmt_time(b['e2e_s'])}; "
-                                            f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
-                                            f"tokens/s/GPU over {b['completed']} requests"))
-    if s.get("prefix_hit_share"):
-        rows.append(("prefix cache", f"{s['prefix_hit_share']:.1%} of the prompt tokens served from cached blocks "
-                                     "(not computed)"))
-    if s.get("spec_tokens_per_step"):
-        rows.append(("speculative", f"{s['spec_tokens_per_step']:.3f} tokens per verify step"))
+    rows += _optional_rows(s)
     for k, v in rows:
         head.add_row(k, v)
     console.print(head)
