@@ -227,3 +227,14 @@ def test_the_throughput_line_says_it_is_one_replicas(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if "throughput" in x)
     one = float(line.split("tokens/s")[0].split()[-1].replace(",", ""))
     assert "per replica; 2 replicas:" in line and f"{2 * one:,.1f} tokens/s" in line
+
+
+def test_the_top_ops_of_a_pipelined_step_say_they_are_stages(capsys):
+    """Under pp the op table lists whole stages on their own devices at once, whose shares add past 100% (a trial
+    read 8 stage rows at ~20% each); its caption now says so, and a run without pp has no such caption."""
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+    assert main(["run", str(ROOT / "workloads/llama70b_tp4_pp2.yaml"), "--hw", "h100_sxm"]) == 0
+    assert "shares of the step add past 100%" in capsys.readouterr().out
+    assert main(["run", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "h100_sxm"]) == 0
+    assert "shares of the step add past 100%" not in capsys.readouterr().out

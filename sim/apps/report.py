@@ -62,7 +62,12 @@ def _paths(paths) -> str:
 
 
 def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> Table:
-    t = Table(title=title, title_justify="left")
+    # A pipelined step's tasks are whole stages on their own devices, at once: their shares of the step add past
+    # 100%, and their per-op detail is the stages' (docs/parallelism.md).
+    staged = any(o.kind == "stage" for o in ops)
+    t = Table(title=title, title_justify="left", caption_justify="left", caption=(
+        "pipeline stages (one micro-batch's layers each) on their own devices at once: shares of the step add "
+        "past 100%; sim run without pp gives one device's ops") if staged else None)
     for col in ("op", "kind", "count", "time", "share", "bound", "path"):
         t.add_column(col, justify="right" if col in ("count", "time", "share") else "left")
     for name, kind, secs, bound, count in aggregate_by_name(ops)[:n]:
