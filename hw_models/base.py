@@ -324,7 +324,7 @@ class Mapper:
         we read the abstract, not their figures), so the clock tree and the leakage at
         boost voltage that `active_power_w` stands for keep drawing (hw_models.power). The idle power over
         the gap is `power_j({}, gap_s)`; waiting for work between requests stays at idle power."""
-        bp = self.machine.units[self.machine.main_unit].board_power()
+        bp = self.machine.board_power()
         if bp is None or gap_s <= 0.0:
             return 0.0
         # Under a power limit below idle + activity the clock drops until the board meets it (nothing to stretch).
@@ -340,7 +340,7 @@ class Mapper:
         would exceed the limit, the clock drops and the step stretches until it does not (the devices do the
         same work at once: each draws the mean; a pipeline caps its stages in graph_step); busy times stay
         those at full clock (they charge the activity energy). Applied after the fold, like the host's max()."""
-        bp = self.machine.units[self.machine.main_unit].board_power()
+        bp = self.machine.board_power()
         if bp is None or bp.limit_w is None or step.time_s <= 0.0:
             return step
         n, t = self.devices, step.time_s
@@ -375,7 +375,7 @@ class Mapper:
             fig.energy_by_phase_j = {"prefill": pre, "decode": total - pre}
         if self.step_overhead is not None:
             fig.extra["engine_host"] = self.engine_data(gen)
-        bp = self.machine.units[self.machine.main_unit].board_power()
+        bp = self.machine.board_power()
         if bp is not None and (cap := cap_figures(gen, bp)):
             fig.extra["power_cap"] = cap
             phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} (the board would draw {cap[p + '_board_w']:.0f} W at "

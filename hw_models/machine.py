@@ -330,6 +330,10 @@ class Machine(Strict):
     def device_tier(self) -> str:
         return self.units[self.main_unit].memory
 
+    def board_power(self) -> BoardPower | None:
+        """The main unit's board-power figures (Unit.board_power), None without them."""
+        return self.units[self.main_unit].board_power()
+
 
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))

@@ -73,12 +73,16 @@ def board_of(machine: Any, devices: int) -> Board:
     return Board(machine.units[machine.main_unit].idle_power_w or 0.0, devices)
 
 
+# A binding cap's counters on a step (extensive): the seconds it added, one device's clocked joules, their window.
+CAP_COUNTERS = ("power_cap_s", "power_cap_clocked_j", "power_cap_window_s")
+
+
 def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, window_s: float) -> dict[str, float]:
     """A capped step's counters (extensive, so they fold over layers and sum over steps): the seconds the cap
     added, and one device's clocked joules over the window it was averaged on (what its board would draw
     at full clock: idle + clocked_j / window_s)."""
     out = dict(counters)
-    for key, v in (("power_cap_s", added_s), ("power_cap_clocked_j", clocked_j), ("power_cap_window_s", window_s)):
+    for key, v in zip(CAP_COUNTERS, (added_s, clocked_j, window_s)):
         out[key] = out.get(key, 0.0) + v
     return out
 
@@ -88,7 +92,7 @@ def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
     bound: each phase's added time over its time at full clock, and the power a board would have drawn."""
     steps = {"prefill": ([gen.prefill], 1.0), "decode": (gen.sampled, gen.share)}
     sums = {ph: {k: float(sum(st.counters.get(k, 0.0) for st in ss) * w)
-                 for k in ("power_cap_s", "power_cap_clocked_j", "power_cap_window_s")} for ph, (ss, w) in steps.items()}
+                 for k in CAP_COUNTERS} for ph, (ss, w) in steps.items()}
     if not any(v["power_cap_s"] > 0.0 for v in sums.values()):
         return None
     phase_s = {"prefill": gen.prefill.time_s, "decode": float(gen.decode_times_s.sum())}

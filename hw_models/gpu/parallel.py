@@ -170,8 +170,7 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         experts = expert_weight_bytes(m, self.formats)
         outside, layers = layer_weight_bytes(m, self.formats)
         in_layers = sum(layers)
-        stage = max(sum(layers[a:a + n]) for a, n in zip(accumulate(self.stage_layers(), initial=0),
-                                                          self.stage_layers())) / in_layers
+        stage = max(sum(layers[a:a + n]) for a, n in self.stage_spans()) / in_layers
         return outside * weight_fraction(m, p.tp) / p.pp + stage * (
             (in_layers - experts) * weight_fraction(m, p.tp) + experts / p.stage_width)
 
@@ -230,6 +229,10 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         L, pp = self.model.num_layers, self.plan.pp
         return [L // pp + (1 if j < L % pp else 0) for j in range(pp)]
 
+    def stage_spans(self) -> list[tuple[int, int]]:
+        """Each stage's first layer and layer count."""
+        return list(zip(accumulate(self.stage_layers(), initial=0), self.stage_layers()))
+
     def pipeline_tasks(self, graph: OpGraph) -> list[Task]:
         pp, m = self.plan.pp, self.plan.micro_batches
         mb = graph.batch // m
@@ -238,9 +241,9 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
         tasks = []
         for i in range(m):
-            for j, (first, layers) in enumerate(zip(accumulate(self.stage_layers(), initial=0), self.stage_layers())):
+            for j, (first, layers) in enumerate(self.stage_spans()):
                 def of(x: dict[str | int, float]) -> float:
-                    return (sum(x.get(i, x["layer"]) for i in range(first, first + layers))
+                    return (sum(x.get(k, x["layer"]) for k in range(first, first + layers))
                             + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0))
                 deps = (f"mb{i}.send{j - 1}",) if j else ()
                 tasks.append(Task(f"mb{i}.stage{j}", stage_resource(self.unit_name, j), of(parts), deps,
@@ -250,13 +253,8 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
                     tasks.append(Task(f"mb{i}.send{j}", f"{LINK}.s{j}", send_s, (f"mb{i}.stage{j}",), tag=tag))
         return tasks
 
-    @property
-    def pipelined(self) -> bool:
-        """Whether a step runs as pipeline stages over micro-batches (pipeline_tasks)."""
-        return self.plan.pp > 1 or self.plan.micro_batches > 1
-
     def plan_step(self, graph: OpGraph) -> list[Task]:
-        if not self.pipelined:
+        if not self.plan.pipelined:
             return self.tp_tasks(graph)
         # Stage times come from whole layers: the graph's layer count (the generation loop's
         # fold lowers 2 and 3) does not change the schedule, so the fold adds nothing per layer.
@@ -300,9 +298,8 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         fp.add(tier, "weights", self._weights_per_device())
         kv = kv_bytes(m, self.formats, self.group_batch(), w.prompt_len + w.gen_len)
         fp.add(tier, "kv_cache", kv * kv_fraction(m, p.tp) * max(self.stage_layers()) / m.num_layers)
-        layers = min(m.num_layers, m.first_dense_layers + 1)
         prefill = lower(m, "prefill", self.group_batch() // p.micro_batches, w.prompt_len, w.prompt_len,
-                        self.formats, w.flash_attention, num_layers=layers)
+                        self.formats, w.flash_attention, num_layers=m.layers_of_each_kind)
         fp.add(tier, "activations", activation_peak_bytes(self.rank_graph(prefill)[0]))
         fp.scope = f"one device of {self.devices} (tp={p.tp} pp={p.pp} ep={p.ep}): the fullest stage's share"
         self.check_fits(fp, f"Parallel plan tp={p.tp} pp={p.pp} ep={p.ep}: try a larger tp, pp or ep, "

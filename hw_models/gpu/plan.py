@@ -39,6 +39,11 @@ class ParallelPlan(Strict):
         return self.instance_devices * self.dp
 
     @property
+    def pipelined(self) -> bool:
+        """Whether a step runs as pipeline stages over micro-batches (ParallelGpuMapper.pipeline_tasks)."""
+        return self.pp > 1 or self.micro_batches > 1
+
+    @property
     def attention_dp(self) -> int:
         """Ranks of an EP group that split the batch for attention (tp = 1, ep = n)."""
         return max(1, self.ep // self.tp)

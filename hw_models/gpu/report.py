@@ -39,10 +39,9 @@ def parallel_data(mapper, steps: dict[str, tuple[int, Timeline]]) -> dict[str, A
     plan = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, micro_batches=p.micro_batches, algorithm=mapper.algorithm,
                 topology=mapper.topo.name if mapper.topo else None, devices_per_replica=p.instance_devices,
                 devices=p.devices, stage_layers=mapper.stage_layers())
-    pipelined = p.pp > 1 or p.micro_batches > 1
     lanes = lane_layout(unit, width, p.pp) if p.instance_devices > 1 else {}
     return dict(plan=plan, memory_per_device=memory, lanes=lanes,
-                steps={ph: step_data(tl, kv, unit, p.pp, pipelined) for ph, (kv, tl) in steps.items()})
+                steps={ph: step_data(tl, kv, unit, p.pp, p.pipelined) for ph, (kv, tl) in steps.items()})
 
 
 def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:

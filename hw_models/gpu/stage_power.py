@@ -42,12 +42,12 @@ class PipelinePower:
     def graph_step(self, phase: str, kv_len: int, graph: OpGraph, busy=Timeline.busy_s) -> StepResult:
         """Mapper.graph_step with each stage capped; busy times and energy stay those at full clock
         (they charge the activity and dynamic energy, as Mapper.capped keeps them)."""
-        if not self.pipelined:
+        if not self.plan.pipelined:
             return super().graph_step(phase, kv_len, graph, busy)
         tasks = self.plan_step(graph)
         free = engine.run(tasks, self.resources(), self.containers(), self.in_order)
         step = StepResult(phase, kv_len, free.makespan_s, busy(free), self.energy_j(free))
-        bp = self.machine.units[self.machine.main_unit].board_power()
+        bp = self.machine.board_power()
         slowed, hot = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None)
         if hot is None:
             return step
@@ -57,4 +57,4 @@ class PipelinePower:
 
     def capped(self, step: StepResult) -> StepResult:
         """A pipelined step is capped stage by stage already (graph_step)."""
-        return step if self.pipelined else super().capped(step)
+        return step if self.plan.pipelined else super().capped(step)

@@ -37,9 +37,8 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
     if workload.formats.overrides:
         # One layer of a decode step names every op kind the model has (layers repeat); an override may
         # name the ops of any layer (L31.*), so each layer's names are matched.
-        first = min(model.num_layers, model.first_dense_layers + 1) if model.is_moe else 1  # and one MoE layer
         ops = list(lower(model, "decode", 1, 1, 2, workload.formats.policy(), workload.flash_attention,
-                         num_layers=first).ops())
+                         num_layers=model.layers_of_each_kind).ops())
         kinds = sorted({op.name.split(".", 1)[-1] for op in ops})
         names = [op.name for op in ops if op.layer is None] + [
             f"L{i}.{op.name.split('.', 1)[1]}" for op in ops if op.layer is not None for i in range(model.num_layers)]

@@ -151,7 +151,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
     # What sim run adds and this table does not: a stack's kernels and host time, a plan's split over devices,
     # the board power cap (a prefill sim run stretches reads shorter here).
-    board = machine.units[machine.main_unit].board_power() if machine.main_unit in machine.units else None
+    board = machine.board_power()
     skipped = ([f"stack {workload.stack!r}"] if workload.stack is not None else []) + (
         ["the parallel: plan (the whole model on one device)"] if workload.section("parallel") else []) + (
         ["the board power cap"] if board is not None and board.limit_w is not None else [])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from sim.core import graph as g
@@ -340,8 +340,7 @@ def formats_repeat_from(model: ModelConfig, formats: FormatPolicy) -> int:
     layer fold and the footprint take the layers before it one by one, one layer for the rest."""
     if not formats.overrides:
         return 0
-    first = min(model.num_layers, model.first_dense_layers + 1) if model.is_moe else 1
-    ops = lower(model, "decode", 1, 1, 2, formats, num_layers=first).ops()
+    ops = lower(model, "decode", 1, 1, 2, formats, num_layers=model.layers_of_each_kind).ops()
     suffixes = sorted({op.name.split(".", 1)[1] for op in ops if op.layer is not None})
     signature = [tuple(formats.weight_format(f"L{i}.{s}") for s in suffixes) for i in range(model.num_layers)]
     period = model.layer_period
@@ -352,8 +351,7 @@ def formats_repeat_from(model: ModelConfig, formats: FormatPolicy) -> int:
 def per_layer_overrides(model: ModelConfig, formats: FormatPolicy) -> list[str]:
     """The override globs that give some layers other formats than the rest (L0.*, L3.q_proj)."""
     return [p for p, f in formats.overrides
-            if formats_repeat_from(model, FormatPolicy(formats.weights, formats.activations, formats.kv_cache,
-                                                       ((p, f),)))]
+            if formats_repeat_from(model, replace(formats, overrides=((p, f),)))]
 
 
 def repeating_from(model: ModelConfig, formats: FormatPolicy) -> int:

@@ -97,6 +97,12 @@ class ModelConfig:
         return min(kv_len, w + q_len - 1) if w else kv_len
 
     @property
+    def layers_of_each_kind(self) -> int:
+        """The first layers that hold one layer of each kind: an MoE model's leading dense layers and one
+        MoE layer (DeepSeek's first_k_dense_replace), else one layer."""
+        return min(self.num_layers, self.first_dense_layers + 1) if self.is_moe else 1
+
+    @property
     def layer_period(self) -> int:
         """Layers after which the pattern repeats (Gemma-2's local/global pair: 2)."""
         return self.global_every if self.sliding_window and self.global_every else 1
