@@ -66,15 +66,22 @@ class Board:
 
     idle_w: float = 0.0
     devices: float = 1
+    limit_w: float | None = None   # the board power limit a serving report names when the cap binds
 
 
 def board_of(machine: Any, devices: int) -> Board:
-    """A machine's idle board figures: its main unit's idle power (0 without one), `devices` per instance."""
-    return Board(machine.units[machine.main_unit].idle_power_w or 0.0, devices)
+    """A machine's idle board figures: its main unit's idle power (0 without one), `devices` per instance,
+    and its board power limit (None without the board-power model: no cap binds there)."""
+    bp = machine.board_power()
+    return Board(bp.idle_w if bp else 0.0, devices, bp.limit_w if bp else None)
 
 
 # A binding cap's counters on a step (extensive): the seconds it added, one device's clocked joules, their window.
 CAP_COUNTERS = ("power_cap_s", "power_cap_clocked_j", "power_cap_window_s")
+# The entry a serving step cost (sim.apps.serve.stepcost) books the cap's added seconds under, beside the
+# resources' busy seconds: the cost vector is what the surrogate interpolates and the table cache stores, so the
+# added time travels with the step's time through both; it is not a resource (utilization skips it).
+CAP_ADDED = "power_cap"
 
 
 def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, window_s: float) -> dict[str, float]:

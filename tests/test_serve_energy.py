@@ -136,3 +136,20 @@ def test_mlenergy_replay_of_one_h100_run_meets_the_power_target(shared_validatio
     the H100 power MAPE over all the runs still meets it (7.7%, docs/energy.md), this run does not (-17%).
     Strict: when the serving model charges this power again, the xfail fails and comes off."""
     assert abs(_replay_h100_8b_64(shared_validation).power_error) < 0.10
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_serve_reports_the_seconds_the_power_cap_added(exact):
+    """One request runs the same iterations under any limit, so the seconds the 250 W cap adds are the engine
+    time it has over the same run at a limit that never binds; the report names the limit, and utilisation
+    does not count the cap as a resource."""
+    loose, tight = (serve(_file(1.0, n=1), load_machine("h100_sxm", {"units.gpu.power_limit_w": w}), exact=exact)
+                    for w in (5000, 250))
+    assert loose[1]["energy"]["power_cap"] is None
+    engine_s = [float(r.iterations["duration_s"].sum()) for r, _ in (loose, tight)]
+    assert len(loose[0].iterations["duration_s"]) == len(tight[0].iterations["duration_s"])
+    cap = tight[1]["energy"]["power_cap"]
+    assert cap["limit_w"] == 250
+    assert cap["added_s"] == pytest.approx(engine_s[1] - engine_s[0], rel=1e-6)
+    assert cap["stretch"] == pytest.approx(engine_s[1] / engine_s[0] - 1.0, rel=1e-6)
+    assert "power_cap" not in tight[1]["utilization"]

@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import re
 
+from hw_models.power import CAP_ADDED
+
 # A numbered member of a family of resources (pim.stack3, pim.stack3.memory): the digits before the part.
 _MEMBER = re.compile(r"^(.*\D)(\d+)(\.compute|\.memory)?$")
 
 
 def utilization(busy_s: dict[str, float], wall_s: float, instances: int = 1) -> dict[str, float]:
     """Each resource's busy time over `wall_s` (the mean over `instances` of an instance's resource).
-    Numbered members of one family (pim.stack0 ... pim.stack4) as one entry, pim.stack0-4: their mean."""
+    Numbered members of one family (pim.stack0 ... pim.stack4) as one entry, pim.stack0-4: their mean.
+    The power cap's added seconds (CAP_ADDED, booked beside the resources by a serving step) are no resource."""
     if not wall_s:
         return {}
     families: dict[tuple[str, str], dict[int, float]] = {}
     for name, b in busy_s.items():
+        if name == CAP_ADDED:
+            continue
         m = _MEMBER.match(name)
         head, num, part = (m.group(1), int(m.group(2)), m.group(3) or "") if m else (name, -1, "")
         members = families.setdefault((head, part), {})

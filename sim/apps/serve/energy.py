@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hw_models.power import Board, board_of
+from hw_models.power import CAP_ADDED, Board, board_of
 from sim.apps.serve.simulator import DONE, ServeResult
 
 
@@ -37,7 +37,8 @@ def pools_board(results: list[ServeResult], boards: list[Board], span_s: float) 
     devices = sum(b.devices for b in boards) / len(boards)
     weights = idle if sum(idle) > 0 else [1.0] * len(boards)
     joules = sum(b.idle_w * b.devices * s for b, s in zip(boards, weights))
-    return Board(joules / sum(weights) / devices, devices)
+    limits = {b.limit_w for b in boards}
+    return Board(joules / sum(weights) / devices, devices, limits.pop() if len(limits) == 1 else None)
 
 
 def phase_split(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +78,20 @@ def energy_summary(res: ServeResult) -> dict[str, Any]:
         avg_power_per_device_w=total / (res.makespan_s * devices) if res.makespan_s else 0.0,
         peak_power_per_device_w=float(per_device_w.max()) if len(per_device_w) else b.idle_w,
         by_phase_j=dict(prefill=float(pre.sum()), decode=float(dec.sum()), idle=total - res.energy_j),
+        power_cap=cap_summary(res),
     )
+
+
+def cap_summary(res: ServeResult) -> dict[str, Any] | None:
+    """How much the board power limit slowed the run's iterations (hw_models.power: the clock drops until the
+    board meets the limit), None where it never bound: the seconds it added over the run (all instances), and
+    the engine time's stretch, added over what the same iterations would have taken at full clock."""
+    added = float(res.busy_s.get(CAP_ADDED, 0.0))
+    if added <= 0.0:
+        return None
+    engine_s = float(res.iterations["duration_s"].sum())
+    return dict(limit_w=res.board.limit_w, added_s=added,
+                stretch=added / (engine_s - added) if engine_s > added else float("inf"))
 
 
 def iteration_devices(res: ServeResult) -> np.ndarray:

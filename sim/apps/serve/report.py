@@ -63,6 +63,10 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
                                         f"idle {ph['idle'] / e['total_j']:.0%}"),
                  ("power per device", f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
                                       f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})")]
+        if cap := e.get("power_cap"):
+            limit = f"the {cap['limit_w']:g} W board limit" if cap["limit_w"] else "the board power limits"
+            rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.1%} "
+                                      f"({fmt_time(cap['added_s'])} over the run; hw_models/power.py)"))
     rows += _optional_rows(s)
     for k, v in rows:
         head.add_row(k, v)

@@ -41,6 +41,7 @@ from hw_models.op_cost import OpCost
 from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
+from hw_models.power import CAP_ADDED, CAP_COUNTERS
 from hw_models.stack.sampler import SAMPLER
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.costvec import Cost, add, add_busy, interp, lerp, rows_around, scaled, within_step
@@ -139,7 +140,10 @@ class ExactCost:
         """The mapper's device cost of `it` as plain data: (seconds, joules, busy seconds per resource
         in the mapper's order), what sim.apps.serve.tablecache keeps on disk."""
         step = self.mapper.iteration(tuple(it.seqs), it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
-        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s), list(step.busy_s.items())
+        busy = list(step.busy_s.items())
+        if (added := step.counters.get(CAP_COUNTERS[0], 0.0)) > 0.0:   # the board power limit stretched it
+            busy.append((CAP_ADDED, added))
+        return step.time_s, step.energy_j + self.mapper.power_j(step.busy_s, step.time_s), busy
 
     def vector(self, p: Point) -> Cost:
         """A point as a cost vector in the order of `keys` (a resource first seen here joins them)."""
