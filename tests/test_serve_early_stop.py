@@ -72,3 +72,23 @@ def test_search_finds_the_same_capacity_with_fewer_requests_simulated():
     pts, x, flagged, closed = search_steps(early["points"])
     assert list(x) == sorted(p["rate"] for p in early["points"]) and not closed
     assert [p["rate"] for p, f in zip(pts, flagged) if f] == sorted(p["rate"] for p, _ in stopped)
+
+
+def test_closed_loop_search_settles_steps_early_and_finds_the_same_client_count():
+    """A closed loop's steps stop early too: a request's TTFT is known once its first token is out, whenever its
+    client sent it. ttft_p90 within 3 lone prefills over 10 requests a client: the same client count, the
+    same verdict at every step, and the failing steps stop before all their requests are done."""
+    from tests.test_serve_closed import H100, closed_file
+    from sim.apps.serve.run import serve
+
+    f = closed_file(2, 20, prompt=256, output=16)
+    base = serve(closed_file(1, 10, prompt=256, output=16), H100)[1]["benchmark"]["ttft_s"]
+    slo = {"ttft_p90": 3.0 * base}
+    full = find_capacity(f, H100, slo, early_stop=False)
+    early = find_capacity(f, H100, slo)
+    assert early["knob"] == "concurrency" and early["rate"] == full["rate"]
+    assert [(p["rate"], p["ok"]) for p in early["points"]] == [(p["rate"], p["ok"]) for p in full["points"]]
+    stopped = [(p, q) for p, q in zip(early["points"], full["points"]) if "settled" in p["summary"]]
+    assert stopped
+    for p, q in stopped:
+        assert not p["ok"] and p["summary"]["completed"] < q["summary"]["completed"] == 10 * p["rate"]

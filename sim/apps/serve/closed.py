@@ -48,8 +48,8 @@ class ClosedLoopSim(ServeSim):
     """The engine of sim.apps.serve.simulator driven by `concurrency` clients instead of a
     precomputed arrival stream (the stream's arrival times are overwritten by the sends)."""
 
-    def __init__(self, setup: Setup, reqs, progress=None, front_end_s: float | None = None):
-        super().__init__(setup, reqs, progress)
+    def __init__(self, setup: Setup, reqs, progress=None, front_end_s: float | None = None, watch=None):
+        super().__init__(setup, reqs, progress, watch)
         self.loop: Closed = setup.file.serving.arrivals
         if front_end_s is not None:   # else the stack's (simulator.ServeSim)
             self.front_end_s = front_end_s

@@ -25,8 +25,8 @@ def serve_stream(file: ServeFile, setup: Setup, reqs: Requests,
                  ) -> tuple[ServeResult, dict[str, Any]]:
     """The run's result and the summary entries beyond sim.apps.serve.metrics.summarize's (`placed`: how a kind
     that places its own KV placed the batch). Disaggregated pools take their own presets (`setup`'s machine is not
-    used). `watch` looks at a single instance's run as it goes (ServeSim); routers, pools and closed loops run
-    without it."""
+    used). `watch` looks at a single instance's run as it goes (ServeSim), open- or closed-loop; routers and
+    pools run without it."""
     res, extra = _stream(file, setup, reqs, progress, cache, watch)
     return res, {**extra, "placed": setup.placed} if setup.placed else extra
 
@@ -38,7 +38,7 @@ def _stream(file: ServeFile, setup: Setup, reqs: Requests, progress: Callable[[i
         if file.serving.disaggregated is not None or file.serving.router is not None:
             raise ConfigError(f"{file.source}: serving.arrivals.process: closed drives one instance; a router or "
                               "disaggregated pools under a closed loop are not modelled")
-        res = ClosedLoopSim(setup, reqs, progress).run()
+        res = ClosedLoopSim(setup, reqs, progress, watch=watch).run()
         res.board = instance_board(setup)   # idle power and the devices the per-device figures divide by
         res = check_finite(res, file, setup.machine.source or setup.machine.name)
         return res, dict(benchmark=benchmark_figures(res, instance_devices(setup), loop.warmup_requests))

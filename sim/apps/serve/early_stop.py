@@ -9,7 +9,8 @@ n - idx(n) - 1 (the violations allowed) grows with n, so more than N - idx(N) - 
 fail the step for certain. A `max` SLO fails at its first violation. Known: TTFT and queueing delay
 of every request past its first token or its scheduling (it completes: nothing is dropped once
 admitted), TPOT and E2E of completed requests. Mean and TBT SLOs (the gap distribution, weighted) are
-never settled early.
+never settled early. A closed loop (sim.apps.serve.closed) settles the same way: a request not yet sent
+has no value known, and one sent has final values once known, whenever its client sent it.
 
 A settled step's summary is over the requests done when it stopped (marked `settled`); its `slo_met`
 entry for the settling SLO is a lower bound of the full run's value, the (allowed + 1)-th largest
