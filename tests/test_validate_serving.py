@@ -143,3 +143,29 @@ def test_deployment_flag_moves_ttft_by_the_stacks_dynamo_delay(tmp_path, capsys)
     assert main(["validate-serving", str(case), "--hw", "h100_sxm", "--deployment", "dynamo"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--deployment" in err and "\n" not in err
+
+
+def test_json_has_each_run_as_numbers_and_the_errors_reconcile(tmp_path):
+    """--json: a run's measured and simulated means are numbers in seconds, its error is (sim - measured) /
+    measured of them, the group's MAPE is the mean |error| of its runs, and a skipped row says why."""
+    import json
+
+    path = tmp_path / "s.csv"
+    base = {**ROW, "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant_mode": None, "tp_size": 1,
+            "batch_size": 2, "isl": 128, "osl": 8}
+    pd.DataFrame([base, {**base, "id": "r2", "batch_size": 4, "silicon_ttft_ms": 40.0},
+                  {**base, "id": "r3", "mode": "disagg"}]).to_csv(path, index=False)
+    out = tmp_path / "v.json"
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--requests-per-client", "2", "--summary",
+                 "--workers", "1", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert [r["name"] for r in d["runs"]] == ["r1", "r2"] and d["runs"][1]["measured"]["ttft_s"] == 0.04
+    for r in d["runs"]:
+        for m, e in r["error"].items():
+            assert e == pytest.approx(r["sim"][m] / r["measured"][m] - 1.0, rel=1e-9)
+    (group,) = d["mape"]
+    assert group["runs"] == 2 and group["ttft_s"] == pytest.approx(
+        sum(abs(r["error"]["ttft_s"]) for r in d["runs"]) / 2, rel=1e-9)
+    assert d["skipped"] == [{"run": "r3", "why": "disaggregated serving (prefill and decode workers) is not replayed"}]
+    # a path under a file: refused in one line before any replay
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--json", str(path / "v.json")]) == 2

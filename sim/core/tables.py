@@ -44,7 +44,8 @@ _pending: list[dict[str, Any]] = []      # JSON mode: tables printed so far, wri
 def add_options(parser: argparse.ArgumentParser) -> None:
     """--format and --width on `parser` (a subcommand)."""
     parser.add_argument("--format", choices=FORMATS, default="table",
-                        help="tables as boxes (default), CSV or JSON on stdout")
+                        help="tables as boxes (default), or their cells as shown (units in the text) as CSV or JSON on "
+                             "stdout; --json PATH, where a command has it, writes the figures as numbers in SI units")
     parser.add_argument("--width", type=int, metavar="COLUMNS",
                         help="table width in characters (default: the terminal's, unbounded in a pipe or file)")
 

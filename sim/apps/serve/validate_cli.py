@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sim.core import tables
 from sim.core.errors import ConfigError
+from sim.core.files import check_output, write_json
 
 
 def _runs(args: argparse.Namespace):
@@ -72,6 +73,8 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plots {args.plots}: exists and is not a folder")
     if Path(args.file).is_dir():
         return _folder(args)
+    if args.json:
+        check_output(args.json)   # a bad path says so before minutes of replays
     runs, skipped = _runs(args)
     if args.deployment:
         runs = [dataclasses.replace(r, deployment=args.deployment) for r in runs]
@@ -87,12 +90,26 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
                                    jobs=worker_count(args.workers))
     tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
                                  name_width=None if tables.full_width() else 40))
+    if args.json:
+        write_json(args.json, as_json(args.hw, results, skipped, failed))
     if args.plot:
         scatter(results, Path(args.plot))
     if args.plots:
         for path in write_plots(results, Path(args.plots)):
             print(f"wrote {path}")
     return 0
+
+
+def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list[tuple[str, str]]) -> dict:
+    """The replay as data (--json): each run as read (its measured means) with the simulated means and the signed
+    errors, (simulated - measured) / measured, in seconds and requests/s; MAPE per (GPU, engine, model) and over
+    all; the rows not replayed and why."""
+    from sim.apps.serve.validate import mape, overall
+
+    return dict(hw=hw, runs=[dict(dataclasses.asdict(r.run), sim=r.sim, error=r.error) for r in results],
+                mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],
+                overall=dict(runs=len(results), **overall(results)),
+                skipped=[dict(run=n, why=w) for n, w in skipped], failed=[dict(run=n, why=w) for n, w in failed])
 
 
 def register(subparsers) -> None:
@@ -111,6 +128,8 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table (an LLMServingSim case folder: its first N requests)")
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
+    p.add_argument("--json", metavar="PATH", help="write every run's measured and simulated means, signed errors "
+                   "and the MAPE tables as JSON (numbers in seconds and requests/s)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
     p.add_argument("--workers", type=int, metavar="N",
                    help="worker processes, each taking whole groups of runs that share step costs (default: all "
