@@ -31,6 +31,11 @@ class GpuMapper(Mapper):
         self.unit = machine.units[self.unit_name]
         self.tier = machine.memory[self.unit.memory]
         self.stack = stack_for(workload.stack, machine)
+        if self.stack is not None and self.stack.runs_fused_attention and "flash_attention" not in workload.model_fields_set:
+            # The engine's attention is one fused kernel (FlashAttention, FlashInfer, XQA: its family prices it); the
+            # unfused qk, softmax and av of the field's default are not what it launches. Set false explicitly, the
+            # workload keeps them (sim.apps.checks warns).
+            self.workload = workload.model_copy(update={"flash_attention": True})
         self.step_overhead = self.stack.step_overhead if self.stack is not None else None
         self._costs: dict[tuple, OpCost] = {}
 

@@ -182,6 +182,12 @@ class Stack(Strict):
             _known_attention_family(r.family)
         return v
 
+    @property
+    def runs_fused_attention(self) -> bool:
+        """Whether the engine's attention is always one fused kernel: a default family (a serving engine). Torch's
+        stacks have rules only (cuDNN SDPA where a model asks for it): eager attention is theirs to run too."""
+        return self.attention is not None
+
     def attention_family(self, capability: float | None, kv_fmt: str | None) -> str | None:
         """The attention kernel family this engine runs on a GPU of that compute capability."""
         return select_family(self.attention, self.attention_rules, capability, kv_fmt)

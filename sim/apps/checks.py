@@ -1,5 +1,5 @@
 """Checks at the command line's edge: settings that are valid on their own but have no
-effect with this hardware or model. They warn (on stderr) rather than refuse, because one
+effect with this hardware or model, or contradict its software stack. They warn (on stderr) rather than refuse, because one
 workload file is meant to run on every kind of preset."""
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
             workload.stack is None or stack_for(workload.stack, machine).top_p_sampler is None):
         notes.append(f"{src}: sampling: top_p costs nothing here: stack {workload.stack!r} has no top_p_sampler "
                      "(the vllm stacks model vLLM's sort-based sampler, hw_models/stack/sampler.py)")
+    if (workload.stack and stack_runs(machine.kind) and not workload.flash_attention
+            and "flash_attention" in workload.model_fields_set and stack_for(workload.stack, machine).runs_fused_attention):
+        notes.append(f"{src}: flash_attention: false lowers attention as separate qk, softmax and av kernels, which "
+                     f"stack {workload.stack!r} never launches (its attention is one fused kernel, "
+                     "hw_models/stack/attention_kernels.yaml); --set flash_attention=true prices the engine's own "
+                     "(left out, the stack sets it)")
     if workload.formats.overrides:
         # One layer of a decode step names every op kind the model has (layers repeat); an override may
         # name the ops of any layer (L31.*), so each layer's names are matched.

@@ -17,7 +17,7 @@ def roofline_rows(workload, machine, phase: str, q: int, kv: int) -> list[dict]:
     mapper = mapper_for(machine, workload, model)
     L, period, first = model.num_layers, model.layer_period, repeating_from(model, mapper.formats)
     lowered = min(L, first + period)
-    graph = lower(model, phase, workload.batch, q, kv, mapper.formats, workload.flash_attention, num_layers=lowered)
+    graph = lower(model, phase, workload.batch, q, kv, mapper.formats, mapper.workload.flash_attention, num_layers=lowered)
     flat, unit = ideal(machine), machine.main_unit
     rows: dict[tuple, dict] = {}
     for op in graph.ops():
