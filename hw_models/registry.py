@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
+
+from pydantic import ValidationError
 
 from hw_models.base import Mapper, Section
 from hw_models.kinds import KINDS, cli_registrars  # noqa: F401 (cli_registrars: re-exported)
@@ -24,6 +27,7 @@ from hw_models.machine import Machine
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult
+from sim.core.schema import file_dict, validation_error
 from sim.core.workload import Workload
 
 FACE = ("KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections", "roofs")
@@ -62,3 +66,17 @@ def report_sections(result: RunResult) -> list[Section]:
     return kind_module(result.kind).report_sections(result) if result.kind else []
 
 
+
+
+def machine_data(machine: Machine) -> dict[str, Any]:
+    """The machine as data (`sim hw show --format json|csv`): its file's keys, every figure a number
+    in the SI unit its key names. Machine keeps a kind's sections as given ('300 MHz'), so each
+    goes through the kind's PRESET_SCHEMA, which parses its quantities and fills its defaults."""
+    out = file_dict(machine)
+    schema = kind_module(machine.kind).PRESET_SCHEMA
+    for name in machine.sections if schema is not None else ():
+        try:
+            out[name] = schema.model_validate(machine.sections[name]).model_dump()
+        except ValidationError as exc:   # shown as `sim run` would refuse it: file and key
+            raise validation_error(exc, machine.source or machine.name, prefix=name) from None
+    return out

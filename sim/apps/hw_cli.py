@@ -180,14 +180,14 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
 def cmd_hw_show(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine, resolve_path
     from hw_models.network.topology import load_topology, preset_names as topology_names
-    from sim.core.schema import file_dict
+    from hw_models.registry import machine_data
 
     if args.name in topology_names():      # a node of devices: draw it (text)
         topo = load_topology(args.name)
         data, text = topo.model_dump(), topo.describe()
     else:
         m = load_machine(args.name)
-        data, text = file_dict(m), resolve_path(args.name).read_text()
+        data, text = machine_data(m), resolve_path(args.name).read_text()
     if args.json:
         flags.emit_json(args.json, data)
     elif args.format == "json":   # the validated figures as data, not the file's text (or the node's drawing)
