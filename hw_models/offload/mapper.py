@@ -13,6 +13,7 @@ from functools import cached_property, lru_cache
 
 from hw_models.base import Mapper, OwnPool
 from hw_models.offload import report, sched
+from hw_models.offload.advice import placement_advice
 from hw_models.offload.search import search
 from hw_models.offload.spec import Host, Policy, PolicySpec, host_spec, parse_policy
 from sim.core.engine import Timeline
@@ -34,7 +35,7 @@ class Placement:
 
     footprint: Footprint
     buffers: dict[str, float]       # container -> bytes
-    short: str | None               # why it does not fit, or None
+    short: str | None               # why it does not fit and what helps (offload.advice), or None
 
 
 class OffloadMapper(Mapper):
@@ -120,11 +121,12 @@ class OffloadMapper(Mapper):
         # The least the schedule streams through (the run's buffers take whatever else is free, below).
         fp.add(gpu, "streaming_buffers", w_buf + kv_buf)
         short = None
-        for tier in tiers:
-            cap = gpu_cap if tier == gpu else self.machine.memory[tier].capacity_bytes
+        caps = (gpu_cap, *(self.machine.memory[t].capacity_bytes for t in tiers[1:]))
+        for i, (tier, cap) in enumerate(zip(tiers, caps)):
             if fp.total(tier) > cap * (1 + 1e-9):
                 short = (f"needs {fmt_bytes(fp.total(tier))} in {self.machine.name}.{tier} ({fp.describe(tier)}) "
-                         f"but it holds {fmt_bytes(cap)}")
+                         f"but it holds {fmt_bytes(cap)}: short by {fmt_bytes(fp.total(tier) - cap)}. "
+                         + placement_advice(self.machine, tiers, caps, fp, i, p, self.gpu_capacity_limit))
                 break
         # Whole-byte chunks, as the schedule acquires them: whole(2 x chunk) is a byte short of two whole chunks
         # whenever a chunk is fractional, and the next slot's weights then never load during this slot's compute.
@@ -137,7 +139,7 @@ class OffloadMapper(Mapper):
         pl = self.placement(self.policy())
         if pl.short:
             raise CapacityError(f"{self.model.name} on {self.machine.name} with policy [{self.policy().describe()}]: "
-                                f"{pl.short}. Lower gpu_batch_size or move more to CPU/disk.")
+                                f"{pl.short}")
         return pl.footprint
 
     def capacity_hint(self, roles: dict[str, float]) -> str:

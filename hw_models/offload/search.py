@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.table import Table
 
+from hw_models.offload.advice import no_fit
 from hw_models.offload.spec import TRIPLES, Policy, PolicySpec
-from sim.core.errors import CapacityError
-from sim.core.units import fmt_bytes, fmt_time
+from sim.core.units import fmt_time
 
 GPU_BATCH_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 NUM_GPU_BATCHES = (*range(1, 17), 20, 24, 28, 32, 48, 64)
@@ -219,7 +219,7 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
             if c is not None:
                 found.append(c)
     if not found:
-        _no_fit(mapper, cap)
+        raise no_fit(mapper, spec, pairs, cap)
     key = (lambda c: c.lp_decode_s) if objective == "latency" else (lambda c: -c.lp_throughput)
     found.sort(key=key)
     top = found[:confirm]
@@ -230,19 +230,3 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
         c.des_tpot_s = gen.tpot()
     best = min(top, key=(lambda c: c.des_tpot_s) if objective == "latency" else (lambda c: -c.des_throughput))
     return SearchResult(best, top, tried, len(found), objective, time.perf_counter() - t0)
-
-
-def _no_fit(mapper, gpu_capacity: float) -> None:
-    w, m, machine, host = mapper.workload, mapper.model, mapper.machine, mapper.host
-    size = mapper.sizes(1, 1)
-    need = size["weights"] + size["kv_cache"]
-    have = gpu_capacity + host.cpu_memory.capacity_bytes + host.disk.capacity_bytes
-    if need > have:
-        raise CapacityError(
-            f"{m.name} ({w.formats.weights} weights, {w.prompt_len}+{w.gen_len} tokens) needs {fmt_bytes(need)} "
-            f"(weights {fmt_bytes(size['weights'])} + KV cache {fmt_bytes(size['kv_cache'])} at batch 1) but "
-            f"{machine.name} holds {fmt_bytes(have)} across GPU, CPU and disk")
-    raise CapacityError(
-        f"no placement of {m.name} fits {machine.name}: the GPU ({fmt_bytes(gpu_capacity)}) cannot hold one "
-        f"layer's working set and streaming buffers at GPU batch 1, or the fixed policy keys leave no room; "
-        f"workload policy: {w.section('policy')!r}")
