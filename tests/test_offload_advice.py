@@ -141,3 +141,19 @@ def test_search_room_left_by_the_fixed_parts_too_small():
     msg = refusal(w, sets={"memory.gddr.capacity_bytes": gpu, "memory.cpu_memory.capacity_bytes": cpu,
                            "memory.disk.capacity_bytes": disk})
     assert "what the search places" in msg and "--set hw.memory.disk.capacity_bytes=" in msg
+
+
+def test_cpu_attention_without_off_gpu_kv_is_not_reported_as_cpu_attention():
+    """CPU attention reads the KV cache off the GPU; with all of it on the GPU the two attention options are one
+    policy: the search lists it once and does not call it CPU attention, and a fixed policy that sets it says it
+    has no effect."""
+    from hw_models.offload.spec import Policy, PolicySpec
+
+    on_gpu = Policy((1.0, 0.0, 0.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0), 8, 1, cpu_attention=True)
+    assert on_gpu.describe().endswith("GPU batch 8 x 1, CPU attention (no effect: no KV cache off the GPU)")
+    assert "no effect" not in Policy((1.0, 0.0, 0.0), (0.5, 0.5, 0.0), (1.0, 0.0, 0.0), 8, 1, True).describe()
+    w = workload_from_dict(dict(name="t", model="tinyllama-1.1b", batch=8, prompt_len=256, gen_len=16), "t.yaml")
+    m = mapper_for(load_machine("a6000_offload"), w, w.model_config_())
+    res = search(m, PolicySpec({}))
+    assert res.best.policy.kv_cache[0] == 1.0 and not res.best.policy.cpu_attention
+    assert len({c.policy for c in res.top}) == len(res.top)

@@ -21,8 +21,15 @@ def offload_data(p: Policy, mid: StepResult, util: dict[str, float], rates: sche
                 placement={role: list(getattr(p, role)) for role in ("weights", "kv_cache", "activations")},
                 gpu_busy_s=mid.busy_s.get("gpu", 0.0), gpu_utilization=util.get("gpu", 0.0),
                 caption=(f"GPU batch {p.gpu_batch_size} x {p.num_gpu_batches} GPU batches = block of {p.block_size}; "
-                         f"attention over CPU KV on {'CPU' if p.cpu_attention else 'GPU'}; "
+                         f"{_attention(p)}; "
                          f"host weights {'pinned' if p.pinned else 'pageable'}"))
+
+
+def _attention(p: Policy) -> str:
+    """Where attention over the off-GPU KV cache runs; with none off the GPU, CPU attention has nothing to read."""
+    if p.kv_cache[0] >= 1.0:
+        return "KV cache all on the GPU" + (" (policy.cpu_attention has no effect)" if p.cpu_attention else "")
+    return f"attention over CPU KV on {'CPU' if p.cpu_attention else 'GPU'}"
 
 
 def report_sections(result: RunResult) -> list[Section]:

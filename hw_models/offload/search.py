@@ -194,7 +194,10 @@ def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec:
         return None
     x = np.clip(res.x[:9], 0.0, 1.0)
     trip = [tuple(float(v) for v in x[i:i + 3] / x[i:i + 3].sum()) for i in (0, 3, 6)]
-    p = Policy(*trip, gpu_batch_size=gbs, num_gpu_batches=nb, cpu_attention=cpu_attention, pinned=pinned)
+    # CPU attention reads the off-GPU KV cache; with none, the policy is the same as attending on the GPU (the
+    # mapper's buffer and schedule agree), so it is not reported as CPU attention
+    p = Policy(*trip, gpu_batch_size=gbs, num_gpu_batches=nb, cpu_attention=cpu_attention and trip[1][0] < 1.0,
+               pinned=pinned)
     tp, tg = float(res.x[rows.TP]), float(res.x[rows.TG])
     n = mapper.workload.gen_len
     total = tp + max(n - 1, 0) * tg
@@ -222,7 +225,8 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
         raise no_fit(mapper, spec, pairs, cap)
     key = (lambda c: c.lp_decode_s) if objective == "latency" else (lambda c: -c.lp_throughput)
     found.sort(key=key)
-    top = found[:confirm]
+    seen: set[Policy] = set()   # with no KV off the GPU both attention options are one policy (solve_lp): once
+    top = [c for c in found if not (c.policy in seen or seen.add(c.policy))][:confirm]
     for c in top:
         pl = mapper.placement(c.policy)
         gen = mapper.generation(c.policy, pl.buffers, samples=CONFIRM_SAMPLES)

@@ -138,7 +138,12 @@ class Policy:
         pct = lambda t: "/".join(whole_percents(t))  # noqa: E731
         return (f"weights {pct(self.weights)}, KV {pct(self.kv_cache)}, act {pct(self.activations)} (GPU/CPU/disk %); "
                 f"GPU batch {self.gpu_batch_size} x {self.num_gpu_batches}"
-                f"{', CPU attention' if self.cpu_attention else ''}{'' if self.pinned else ', pageable weights'}")
+                f"{self._attention()}{'' if self.pinned else ', pageable weights'}")
+
+    def _attention(self) -> str:
+        if not self.cpu_attention:
+            return ""
+        return ", CPU attention" if self.kv_cache[0] < 1.0 else ", CPU attention (no effect: no KV cache off the GPU)"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
