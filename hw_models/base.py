@@ -18,6 +18,7 @@ from typing import Callable
 from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
 from hw_models.power import cap_figures, with_cap
+from hw_models.stack.engine_data import engine_data
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -373,8 +374,8 @@ class Mapper:
             # Board power as idle + dynamic: energy splits by phase (prefill vs decode steps).
             pre = gen.prefill.energy_j + self.power_j(gen.prefill.busy_s, gen.prefill.time_s)
             fig.energy_by_phase_j = {"prefill": pre, "decode": total - pre}
-        if self.step_overhead is not None:
-            fig.extra["engine_host"] = self.engine_data(gen)
+        if (eng := engine_data(self, gen)) is not None:
+            fig.extra["engine_host"] = eng
         bp = self.machine.board_power()
         if bp is not None and (cap := cap_figures(gen, bp)):
             fig.extra["power_cap"] = cap
@@ -383,16 +384,6 @@ class Mapper:
             fig.notes.append(f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}; "
                              "hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
         return fig
-
-    def engine_data(self, gen: Generation) -> dict:
-        """The engine's host work per step of the run (plain data for RunResult.extra and the report)."""
-        so, b = self.step_overhead, self.workload.batch
-        host = self.engine_host_s(b)
-        hidden = [s.time_s for s in gen.sampled if s.time_s <= host] if so.overlap else []
-        return dict(stack=self.workload.stack, overlap=so.overlap, mode=so.mode, sequences=b, devices=self.devices,
-                    host_s=host, prefill_step_s=gen.prefill.time_s, decode_step_mean_s=gen.tpot("mean"),
-                    host_bound_decode_steps=len(hidden) / len(gen.sampled) if gen.sampled else 0.0,
-                    cite=so.cite)
 
     def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
         return simulate_generation(self, exhaustive=exhaustive, detail=detail)

@@ -63,14 +63,23 @@ def _step_row(phase: str, s: dict[str, Any]) -> tuple[str, ...]:
 
 
 def engine_section(e: dict[str, Any]) -> Section:
-    """The engine's host work per step (hw_models.stack.step_overhead), from RunResult.extra["engine_host"]."""
-    rows = [("stack", e["stack"]), ("host work per step", f"{fmt_time(e['host_s'])} at {e['sequences']} sequence(s)"
-                                   f"{', ' + str(e['devices']) + ' devices' if e['devices'] > 1 else ''}"),
-            ("with the GPU step", e["mode"]),
-            ("prefill step / decode step (mean)", f"{fmt_time(e['prefill_step_s'])} / {fmt_time(e['decode_step_mean_s'])}")]
-    if e["overlap"]:
+    """The engine's host work per step (hw_models.stack.step_overhead) and the fitted terms sim serve adds
+    (hw_models.stack.engine_overheads), from RunResult.extra["engine_host"] (hw_models.stack.engine_data)."""
+    rows = [("stack", e["stack"])]
+    if "host_s" in e:
+        rows += [("host work per step", f"{fmt_time(e['host_s'])} at {e['sequences']} sequence(s)"
+                                        f"{', ' + str(e['devices']) + ' devices' if e['devices'] > 1 else ''}"),
+                 ("with the GPU step", e["mode"])]
+    rows.append(("prefill step / decode step (mean)", f"{fmt_time(e['prefill_step_s'])} / {fmt_time(e['decode_step_mean_s'])}"))
+    if e.get("overlap"):
         rows.append(("decode steps bound by the host", f"{100 * e['host_bound_decode_steps']:.0f}% of those simulated"))
-    return Section("Engine host work (schedule, inputs, sampling, outputs)", rows, caption=e["cite"])
+    if "serve_iteration_s" in e:   # the stack's fitted engine terms: sim serve charges them, not sim run
+        token = e["serve_output_token_s"]
+        rows.append(("sim serve adds (fitted)", f"{fmt_time(e['serve_iteration_s'])} per iteration, "
+                     f"{fmt_time(e['serve_request_s'])} per request"
+                     + (f", {fmt_time(token)} per streamed token in the API front end" if token else "")
+                     + " (hw_models/stack/engine_overheads.py; not in this run's times)"))
+    return Section("Engine host work (schedule, inputs, sampling, outputs)", rows, caption=e.get("cite") or e["serve_cite"])
 
 
 def report_sections(result: RunResult) -> list[Section]:

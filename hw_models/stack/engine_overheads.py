@@ -84,3 +84,10 @@ class EngineOverheads(Strict):
         `ranks` devices, adds to its wall time."""
         return (self.step_s + self.per_seq_s * seqs + self.per_collective_s * collectives
                 + self.per_extra_rank_s * (ranks - 1))
+
+    def serving_terms(self, seqs: int, collectives: int, ranks: int) -> dict[str, float]:
+        """What `sim serve` adds to `sim run`'s step under this stack (plain data for the run's report, which
+        prices the device step and the host work only): the fitted seconds per iteration of `seqs` sequences,
+        the pure delay per request, and the API front end's service per streamed token."""
+        return dict(serve_iteration_s=self.iteration_s(seqs, collectives, ranks),
+                    serve_request_s=self.request_delay_s(), serve_output_token_s=self.front_end_output_token_s)

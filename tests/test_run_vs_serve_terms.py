@@ -1,0 +1,32 @@
+"""`sim run` under a serving stack prices the device step and the host work; `sim serve` adds the stack's fitted
+engine terms (hw_models.stack.engine_overheads). The run's report names them, and they are exactly the gap: one
+request served alone has the run's TPOT plus the per-iteration term, and its TTFT plus the per-request delay too."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_models.machine import load_machine
+from hw_models.registry import simulate
+from sim.apps.serve.run import serve
+from sim.apps.serve.spec import serve_file_from_dict
+from sim.core.workload import Workload
+
+H100 = load_machine("h100_sxm")
+PROMPT, OUT = 512, 32
+
+
+@pytest.mark.parametrize("stack", ["vllm", "trtllm"])
+def test_one_served_request_is_the_run_plus_the_named_terms(stack):
+    base = dict(model="llama3-8b", formats={"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
+                flash_attention=True, stack=stack)
+    run = simulate(Workload(**base, batch=1, prompt_len=PROMPT, gen_len=OUT), H100)
+    e = run.extra["engine_host"]
+    lengths = {"prompt": {"dist": "fixed", "value": PROMPT}, "output": {"dist": "fixed", "value": OUT}}
+    f = serve_file_from_dict({**base, "serving": {"arrivals": {"process": "constant", "rate": 0.1, "num_requests": 1},
+                                                  "lengths": lengths, "scheduler": {"kind": "vllm"}}}, "one.yaml")
+    lat = serve(f, H100, exact=True)[1]["latency"]
+    step = e["serve_iteration_s"]
+    assert step > 0 and e["serve_request_s"] > 0
+    assert lat["tpot"]["mean"] == pytest.approx(run.tpot_s + step, rel=2e-3)
+    assert lat["ttft"]["mean"] == pytest.approx(run.ttft_s + step + e["serve_request_s"], rel=2e-3)
