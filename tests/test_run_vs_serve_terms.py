@@ -30,3 +30,19 @@ def test_one_served_request_is_the_run_plus_the_named_terms(stack):
     assert step > 0 and e["serve_request_s"] > 0
     assert lat["tpot"]["mean"] == pytest.approx(run.tpot_s + step, rel=2e-3)
     assert lat["ttft"]["mean"] == pytest.approx(run.ttft_s + step + e["serve_request_s"], rel=2e-3)
+
+
+def test_a_lone_request_queues_exactly_the_stack_s_request_delay_and_the_summary_names_it():
+    """trtllm's fitted per-request delay (hw_models/stack/presets/trtllm.yaml) is a pure delay before the engine sees
+    a request: an idle engine schedules a lone request as it arrives, so its queueing is that delay alone, and the
+    summary says how much of every latency it is."""
+    from hw_models.stack.spec import stack_for
+
+    lengths = {"prompt": {"dist": "fixed", "value": PROMPT}, "output": {"dist": "fixed", "value": OUT}}
+    f = serve_file_from_dict({"model": "llama3-8b", "flash_attention": True, "stack": "trtllm",
+                              "serving": {"arrivals": {"process": "constant", "rate": 0.1, "num_requests": 1},
+                                          "lengths": lengths, "scheduler": {"kind": "vllm"}}}, "one.yaml")
+    s = serve(f, H100)[1]
+    delay = stack_for("trtllm", H100).engine_overheads.per_request_s
+    assert s["request_delay_s"] == delay > 0.05
+    assert s["latency"]["queue"]["mean"] == pytest.approx(delay, abs=1e-6)

@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
     from sim.apps.serve.invariants import budget_warning, check_run
-    from sim.apps.serve.metrics import summarize
+    from sim.apps.serve.run import summary_of
     from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
     from sim.apps.checks import unused_in_serving, unused_settings
@@ -80,8 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with _progress(args.quiet, len(reqs)) as (prog, task):
             res, extra = serve_stream(file, setup, reqs,
                                       None if prog is None else lambda d, n: prog.update(task, completed=d))
-    s = summarize(res, slo)
-    s.update(extra)
+    s = summary_of(file, machine, res, extra)
     check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
     hardware = machine.name
     if file.serving.disaggregated is not None:
