@@ -36,9 +36,9 @@ from sim.core.workload import Workload
 
 @dataclass(frozen=True)
 class Roof:
-    """One roof of a roofline plot: the peak a unit computes at and the bandwidth it
-    streams operands at. `unit` names an engine resource or a numbered family of them
-    ("pim.stack" stands for pim.stack0, pim.stack1, ...; "chip" for chip0, chip1, ...)."""
+    """One roof of a roofline plot: the peak a unit computes at and the bandwidth it streams operands at.
+    `unit` names an engine resource or a numbered family of them ("pim.stack" stands for pim.stack0, ...;
+    "chip" for chip0, ...), and its later pipeline stages (gpu.s1, ...: gpu.schedule.stage_resource)."""
 
     unit: str
     label: str
@@ -46,7 +46,7 @@ class Roof:
     bandwidth_bytes_per_s: float
 
     def covers(self, resource: str) -> bool:
-        tail = resource[len(self.unit):]
+        tail = resource[len(self.unit):].removeprefix(".s")   # a later pipeline stage runs on the same hardware
         return resource.startswith(self.unit) and (tail == "" or tail.isdigit())
 
     @property

@@ -230,11 +230,79 @@ def test_the_throughput_line_says_it_is_one_replicas(capsys):
 
 
 def test_the_top_ops_of_a_pipelined_step_say_they_are_stages(capsys):
-    """Under pp the op table lists whole stages on their own devices at once, whose shares add past 100% (a trial
-    read 8 stage rows at ~20% each); its caption now says so, and a run without pp has no such caption."""
+    """Under pp the op table lists every stage's ops, the stages on their own devices at once, whose shares add
+    past 100% (a trial read 8 whole-stage rows at ~20% each); its caption says so, a run without pp has none."""
     from sim.apps.cli import main
     from tests.conftest import ROOT
     assert main(["run", str(ROOT / "workloads/llama70b_tp4_pp2.yaml"), "--hw", "h100_sxm"]) == 0
     assert "shares of the step add past 100%" in capsys.readouterr().out
     assert main(["run", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "h100_sxm"]) == 0
     assert "shares of the step add past 100%" not in capsys.readouterr().out
+
+
+def _gemm_and_attention_flops(batch: int, tokens: int, context: float, tp: int) -> float:
+    """One rank's GEMM and attention FLOPs of a llama2-7b step by hand: per token 2 x (4 H^2 + 3 H I) per layer
+    (32 KV heads: every projection splits over tp) and attention 4 H x the keys it reads; per sequence 2 V H for
+    the LM head (the last token's logits only)."""
+    inter = 11008
+    per_token = L * (2 * (4 * H * H + 3 * H * inter) + 4 * H * context)
+    return batch * (tokens * per_token + 2 * V * H) / tp
+
+
+def test_a_pipelined_steps_ops_are_its_stages_ops(tmp_path):
+    """A pp run's op records were its whole-stage tasks, with no FLOPs or bytes, so its JSON ops carried none
+    and its roofline no point. Now each stage's task carries its ops (hw_models.gpu.stage_ops): every rank's op of
+    every micro-batch, labelled mbI.stageJ., on the stage's resource. By hand: their FLOPs are the TP run's
+    (the micro-batches split the batch), and the GEMMs' and attention's FLOPs of the step, within the elementwise
+    ops' (norms, residuals, SiLU, RoPE: ~20 H + 5 I per token and layer against ~4e8 of GEMMs: < 0.1%).
+    They fill each stage's task end to end; the schedule (the step's time) stays the stage tasks'."""
+    from hw_models.roofs import roofs
+    from sim.apps import plots
+
+    pp = _run({"tp": 2, "pp": 2, "micro_batches": 2, "topology": "dgx_a100"})
+    tp = _run({"tp": 2, "topology": "dgx_a100"})
+    kv = pp.decode_kv_len
+    by_hand = {"decode": _gemm_and_attention_flops(B, 1, kv, 2),
+               # causal prefill: a query reads (its position + 1) keys, on average (PROMPT + 1) / 2
+               "prefill": _gemm_and_attention_flops(B, PROMPT, (PROMPT + 1) / 2, 2)}
+    for phase in ("decode", "prefill"):
+        ops = getattr(pp, f"{phase}_ops")
+        flops = sum(o.flops for o in ops)
+        assert flops == pytest.approx(sum(o.flops for o in getattr(tp, f"{phase}_ops")), rel=1e-12)
+        assert flops == pytest.approx(by_hand[phase], rel=2e-3)
+        assert {o.unit for o in ops if o.kind == "gemm"} == {"gpu", "gpu.s1"}
+        tl = getattr(pp, f"{phase}_timeline")
+        for iv in (i for i in tl.intervals if ".stage" in i.task):
+            mine = [o for o in ops if o.name.startswith(iv.task + ".")]
+            assert {o.unit for o in mine} == {iv.resource}
+            assert min(o.start_s for o in mine) == pytest.approx(iv.start_s, rel=1e-12)
+            assert max(o.end_s for o in mine) == pytest.approx(iv.end_s, rel=1e-9)
+            assert sum(o.duration_s for o in mine) == pytest.approx(iv.duration_s, rel=1e-9)
+    # Stage 1 of micro-batch 0 runs layers 16-31 and the head, as its own layers.
+    names = {o.name for o in pp.decode_ops if o.name.startswith("mb0.stage1.")}
+    assert {"mb0.stage1.L16.q_proj", "mb0.stage1.L31.down_proj", "mb0.stage1.lm_head"} <= names
+    assert not any(".L15." in n or "embed" in n for n in names)
+    assert sum(o["flops"] for o in pp.to_json()["ops"]) == pytest.approx(by_hand["decode"], rel=2e-3)
+    drawn = plots.drawn_roofs(pp, roofs(load_machine("a100_80g"), "fp16"))
+    pts = plots.points(pp, drawn)
+    assert {(p.phase, p.unit) for p in pts} == {(ph, u) for ph in ("decode", "prefill") for u in ("gpu", "gpu.s1")}
+    assert [r.unit for r in drawn] == ["gpu"]
+
+
+def test_sim_run_of_a_pp_workload_writes_its_ops_to_json_and_the_roofline(tmp_path):
+    """The shipped pp example, as a user runs it (`--json`, `--plots`): its JSON ops held 8 stage blocks with
+    0 FLOPs and its roofline.png no point. By hand, Llama-2-70B (H 8192, I 28672, 8 KV heads of 128, 80 layers,
+    V 32000) at tp 4, batch 8: one rank's decode GEMMs and attention, each token 2 (2 H^2 + 2 H x 1024 + 3 H I)
+    + 4 H kv_len per layer, and 2 V H per sequence for the LM head, over 4 ranks (elementwise ops < 0.1%)."""
+    out, plots_dir = tmp_path / "out.json", tmp_path / "plots"
+    from tests.conftest import ROOT
+    assert main(["run", str(ROOT / "workloads/llama70b_tp4_pp2.yaml"), "--hw", "h100_sxm", "--json", str(out),
+                 "--plots", str(plots_dir), "-q"]) == 0
+    data = json.loads(out.read_text())
+    h, inter, kv = 8192, 28672, data["decode_kv_len"]
+    by_hand = 8 * (80 * (2 * (2 * h * h + 2 * h * 1024 + 3 * h * inter) + 4 * h * kv) + 2 * V * h) / 4
+    assert sum(o["flops"] for o in data["ops"]) == pytest.approx(by_hand, rel=2e-3)
+    gemms = [o for o in data["ops"] if o["kind"] == "gemm"]
+    assert all(o["flops"] > 0 and o["bytes"] > 0 for o in gemms) and {o["unit"] for o in gemms} == {"gpu", "gpu.s1"}
+    points = json.loads((plots_dir / "roofline.json").read_text())["points"]
+    assert {(p["phase"], p["unit"]) for p in points} == {(ph, u) for ph in ("decode", "prefill") for u in ("gpu", "gpu.s1")}

@@ -14,7 +14,8 @@ collectives on the node's link, and pipeline stages over micro-batches.
   micro-batch i waits for stage j-1 of i (an activation send/recv on link `link.j`)
   and for stage j of i-1 (in-order streams). The bubble is what the schedule leaves
   idle, not a formula. A stage's time per micro-batch is its layers' times: one
-  layer's TP tasks run on their own, times the layers in the stage.
+  layer's TP tasks run on their own, times the layers in the stage. Its task carries
+  those TP tasks for the report's op records (hw_models.gpu.stage_ops).
 * DP: replicas; one replica is simulated (throughput per replica); the serving
   router (sim.apps.serve.router) runs dp replicas.
 * MoE models (hw_models.gpu.expert_parallel): experts TP-split (ep = 1), expert
@@ -24,7 +25,6 @@ collectives on the node's link, and pipeline stages over micro-batches.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from itertools import accumulate
 
@@ -34,6 +34,7 @@ from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
 from hw_models.gpu.report import parallel_data
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
+from hw_models.gpu.stage_ops import StageOps, StageTemplate, layer_of
 from hw_models.gpu.stage_power import PipelinePower
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
@@ -199,10 +200,12 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}
 
     # -- pipeline parallelism -----------------------------------------------
-    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str | int, float], ...]:
+    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str | int, float], dict[str | int, float],
+                                                                dict[str | int, float], StageTemplate]:
         """Seconds of one micro-batch on one rank, by part (embedding; "layer", one repeating layer;
         each layer unlike the rest by its index; final norm + LM head): in all, of that in TP/EP
-        collectives (the report's time in collectives), and the rank's dynamic energy (joules)."""
+        collectives (the report's time in collectives), and the rank's dynamic energy (joules); and
+        the timeline they were summed from, by part, for the stages' op records (hw_models.gpu.stage_ops)."""
         w = self.workload
         # Layer 0 warms up unless it is unlike the rest; "layer" is the mean of one period of the
         # repeating layers (period 1 but for models whose layers alternate, as Gemma-2's local and
@@ -215,7 +218,7 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         parts: dict[str | int, float] = {"embed": 0.0, "layer": 0.0, "head": 0.0, **dict.fromkeys(range(unlike), 0.0)}
         links, joules = dict(parts), dict(parts)
         for iv in tl.intervals:
-            layer = _layer_of(iv.task)
+            layer = layer_of(iv.task)
             part = ("embed" if iv.task.startswith("embed") else "head") if layer is None else \
                 "layer" if layer >= start else layer if layer < unlike else None
             if part is not None:
@@ -223,7 +226,7 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
                 parts[part] += iv.duration_s * share
                 links[part] += iv.duration_s * share if iv.resource == LINK else 0.0
                 joules[part] += getattr(iv.tag, "energy_j", 0.0) * share
-        return parts, links, joules
+        return parts, links, joules, StageTemplate.of(tl, start, period, unlike)
 
     def stage_layers(self) -> list[int]:
         L, pp = self.model.num_layers, self.plan.pp
@@ -236,7 +239,7 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
     def pipeline_tasks(self, graph: OpGraph) -> list[Task]:
         pp, m = self.plan.pp, self.plan.micro_batches
         mb = graph.batch // m
-        parts, links, joules = self._stage_parts(graph, mb)
+        parts, links, joules, template = self._stage_parts(graph, mb)
         act_bytes = mb * graph.q_len * self.model.hidden_size * 2   # activations between stages
         send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
         tasks = []
@@ -246,8 +249,9 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
                     return (sum(x.get(k, x["layer"]) for k in range(first, first + layers))
                             + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0))
                 deps = (f"mb{i}.send{j - 1}",) if j else ()
+                ops = StageOps(template, first, layers, j == 0, j == pp - 1)   # the report's records, not the time
                 tasks.append(Task(f"mb{i}.stage{j}", stage_resource(self.unit_name, j), of(parts), deps,
-                                  tag=StageCost(f"mb{i}.stage{j}", of(parts), of(links), energy_j=of(joules))))
+                                  tag=StageCost(f"mb{i}.stage{j}", of(parts), of(links), energy_j=of(joules), ops=ops)))
                 if j < pp - 1:
                     tag = CollectiveCost(f"mb{i}.send{j}", SEND_RECV, act_bytes, send_s, path=self.topo.name)
                     tasks.append(Task(f"mb{i}.send{j}", f"{LINK}.s{j}", send_s, (f"mb{i}.stage{j}",), tag=tag))
@@ -313,11 +317,3 @@ def MAPPER(machine, workload, model) -> GpuMapper:
         return GpuMapper(machine, workload, model)
     return ParallelGpuMapper(machine, workload, model)
 
-
-_LAYER = re.compile(r"^L(\d+)\.")
-
-
-def _layer_of(task: str) -> int | None:
-    """The layer a task works for (`L3.q_proj` -> 3), None for the embedding and the head."""
-    m = _LAYER.match(task)
-    return int(m.group(1)) if m else None

@@ -13,9 +13,11 @@ its link is its port to the node's switch (NVLink to NVSwitch, or PCIe).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hw_models.gpu.stage_ops import StageOps
 from sim.core.engine import Timeline
+from sim.core.results import InnerOp
 
 LINK = "link"
 
@@ -27,8 +29,9 @@ def stage_resource(unit: str, stage: int) -> str:
 
 @dataclass(frozen=True)
 class StageCost:
-    """A whole pipeline stage of one micro-batch: the tag of its engine task (op_records
-    reads kind, bytes, bound, path, energy_j); `collective_s` of it in TP/EP collectives."""
+    """A whole pipeline stage of one micro-batch: the tag of its engine task; `collective_s` of it in
+    TP/EP collectives. op_records reads its ops (`ops`, hw_models.gpu.stage_ops), or, without them,
+    the stage as one record (kind, bytes, bound, path, energy_j)."""
 
     name: str
     duration_s: float
@@ -38,6 +41,11 @@ class StageCost:
     bound: str = "compute"
     path: str = "pipeline stage"
     energy_j: float = 0.0
+    ops: StageOps | None = field(default=None, compare=False, repr=False)
+
+    def inner_ops(self) -> list[InnerOp]:
+        """The stage's ops one after another from its start (sim.core.results.op_records); [] when unknown."""
+        return self.ops.ops() if self.ops is not None else []
 
 
 def rank_lane(rank: int) -> str:

@@ -61,19 +61,25 @@ def _paths(paths) -> str:
     return counts[0][0] if len(counts) == 1 else ", ".join(f"{p} x{n}" for p, n in counts)
 
 
-def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8) -> Table:
-    # A pipelined step's tasks are whole stages on their own devices, at once: their shares of the step add past
-    # 100%, and their per-op detail is the stages' (docs/parallelism.md).
-    staged = any(o.kind == "stage" for o in ops)
-    t = Table(title=title, title_justify="left", caption_justify="left", caption=(
-        "pipeline stages (one micro-batch's layers each) on their own devices at once: shares of the step add "
-        "past 100%; sim run without pp gives one device's ops") if staged else None)
+def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8, caption: str | None = None) -> Table:
+    t = Table(title=title, title_justify="left", caption_justify="left", caption=caption)
     for col in ("op", "kind", "count", "time", "share", "bound", "path"):
         t.add_column(col, justify="right" if col in ("count", "time", "share") else "left")
     for name, kind, secs, bound, count in aggregate_by_name(ops)[:n]:
         path = _paths(o.path for o in ops if group_name(o) == name)
         t.add_row(name, kind, str(count), fmt_time(secs), f"{100 * secs / total_s:.1f}%" if total_s else "-", bound, path)
     return t
+
+
+def pipeline_caption(result: RunResult) -> str | None:
+    """Under a pipelined plan the op rows are every stage's ops for every micro-batch (hw_models.gpu.stage_ops), the
+    stages on their own devices at once: their shares of the step add past 100% (a trial read 8 whole-stage rows at
+    ~20% each as one device's ops summing to 160%), and an op's count is its layers' times the micro-batches."""
+    plan = result.extra.get("parallel", {}).get("plan")
+    if not plan or (plan["pp"] == 1 and plan["micro_batches"] == 1):
+        return None
+    return (f"stages on their own devices at once: shares of the step add past 100%; one rank's ops of each of "
+            f"{plan['pp']} stage(s) for each of {plan['micro_batches']} micro-batch(es) (count: layers x micro-batches)")
 
 
 def stack_line(spec: str) -> str:
@@ -147,10 +153,10 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     ]
     c.print(_kv_table("Results", rows))
     c.print(_memory_table(result, machine))
-    layers = m["num_layers"]
+    layers, staged = m["num_layers"], pipeline_caption(result)
     c.print(top_ops_table(f"Top ops, one decode step (kv_len {result.decode_kv_len}), summed over {layers} layers",
-                          result.decode_ops, result.decode_timeline.makespan_s, layers))
-    c.print(top_ops_table("Top ops, prefill", result.prefill_ops, result.ttft_s, layers, n=5))
+                          result.decode_ops, result.decode_timeline.makespan_s, layers, caption=staged))
+    c.print(top_ops_table("Top ops, prefill", result.prefill_ops, result.ttft_s, layers, n=5, caption=staged))
     for section in report_sections(result):
         c.print(render_section(section))
     for note in result.notes:

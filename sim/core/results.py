@@ -41,20 +41,44 @@ def _without_layer(name: str) -> str:
     return tail if head.startswith("L") and head[1:].isdigit() and tail else name
 
 
+@frozen
+class InnerOp:
+    """One op of a task that stands for several run one after another (a pipeline stage of one micro-batch,
+    hw_models.gpu.stage_ops): the schedule needs only the task, a report needs its ops. `offset_s` from the
+    task's start; `tag` an OpCost or alike, read as a task's tag is."""
+
+    name: str
+    offset_s: float
+    duration_s: float
+    tag: Any = None
+
+
+def _record(name: str, unit: str, start_s: float, end_s: float, c: Any, group: str, op_name: str) -> OpRecord:
+    op = getattr(c, "op", None)
+    return OpRecord(
+        name=name, kind=op.kind if op is not None else getattr(c, "kind", "transfer"),
+        unit=unit, start_s=start_s, end_s=end_s,
+        flops=op.flops if op is not None else 0.0,
+        bytes=float(op.bytes if op is not None else getattr(c, "bytes", 0.0)),
+        bound=getattr(c, "bound", "link"), path=getattr(c, "path", ""),
+        energy_j=getattr(c, "energy_j", 0.0), group=group, op=op_name)
+
+
 def op_records(timeline: Timeline) -> list[OpRecord]:
-    """Intervals whose tag is an OpCost (or has the same fields) become op records."""
+    """Intervals whose tag is an OpCost (or has the same fields) become op records. A tag whose
+    `inner_ops()` lists the ops its task ran one after another (InnerOp) gives one record per op
+    instead, `<task>.<op>` on the task's resource (the op's own name, across tasks, for tables)."""
     out = []
-    for i in sorted(timeline.intervals, key=lambda i: (i.start_s, i.task)):
-        c = i.tag
-        op = getattr(c, "op", None)
-        out.append(OpRecord(
-            name=i.task, kind=op.kind if op is not None else getattr(c, "kind", "transfer"),
-            unit=i.resource, start_s=i.start_s, end_s=i.end_s,
-            flops=op.flops if op is not None else 0.0,
-            bytes=float(op.bytes if op is not None else getattr(c, "bytes", 0.0)),
-            bound=getattr(c, "bound", "link"), path=getattr(c, "path", ""),
-            energy_j=getattr(c, "energy_j", 0.0), group=i.group or i.task, op=i.op or i.group or i.task))
-    return out
+    for i in timeline.intervals:
+        inner = getattr(i.tag, "inner_ops", None)
+        parts = inner() if callable(inner) else ()
+        if not parts:
+            out.append(_record(i.task, i.resource, i.start_s, i.end_s, i.tag, i.group or i.task,
+                               i.op or i.group or i.task))
+        for p in parts:
+            name, start = f"{i.task}.{p.name}", i.start_s + p.offset_s
+            out.append(_record(name, i.resource, start, start + p.duration_s, p.tag, name, p.name))
+    return sorted(out, key=lambda o: (o.start_s, o.name))
 
 
 @dataclass(frozen=True)
