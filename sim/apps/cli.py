@@ -373,8 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         # One line whatever the input held: a value with a newline ("a\nb") is shown escaped.
         print("error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:   # a command may say what it kept (sim sweep: the points stored)
+        print("interrupted" + (f": {exc.args[0]}" if exc.args else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:   # `sim roofline ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -36,7 +36,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{path}: changed since the stored rows; the points that read it ran again", file=sys.stderr)
         if s.reused:
             ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
-            print(f"reused stored rows (same resolved configuration) for points {ids}", file=sys.stderr)
+            print(f"points {ids}: stored by an earlier run of this folder and reused (same resolved configuration)",
+                  file=sys.stderr)
     return 0
 
 

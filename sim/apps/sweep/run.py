@@ -142,11 +142,21 @@ def run_points(points: list[Point], store: Store, executor: cf.Executor, progres
                 ran += 1
                 failed += outcome["status"] != "ok"
                 bar.advance(task)
-        except BaseException:
+        except BaseException as exc:
             for fut in futures:
                 fut.cancel()
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(ran) from None
             raise
     return ran, failed, time.perf_counter() - t0
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during run_points, after `ran` points were stored."""
+
+    def __init__(self, ran: int):
+        super().__init__()
+        self.ran = ran
 
 
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | None = None,
@@ -173,8 +183,12 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
         ran = failed = 0
         seconds = 0.0
         if todo:
-            with make_executor(executor, workers) as ex:
-                ran, failed, seconds = run_points(todo, store, ex, progress, description=spec.name)
+            try:
+                with make_executor(executor, workers) as ex:
+                    ran, failed, seconds = run_points(todo, store, ex, progress, description=spec.name)
+            except Interrupted as stop:   # the CLI prints "interrupted: " and this
+                raise KeyboardInterrupt(f"{len(done) + stop.ran} of {len(points)} points are stored in "
+                                        f"{store.path}; the same command resumes from them") from None
         finish(spec, out, plots)
     return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused], changed)
 
