@@ -1,5 +1,6 @@
 """Model configs: parameter counts against the published checkpoints, and imports."""
 
+import json
 
 import pytest
 
@@ -82,3 +83,14 @@ def test_other_unknown_keys_of_a_model_pass():
     raw = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000,
                rms_norm_eps=1e-6, torch_dtype="bfloat16", use_sliding_window=False)
     assert load_model(raw, "w.yaml").num_heads == 8
+
+
+def test_a_hf_config_without_its_mlp_width_is_refused(tmp_path):
+    """A config.json with a model_type but no intermediate_size (a new user's hand-written Mistral config) was
+    given 4 x hidden_size (16384, 8.05 B parameters) where Hugging Face would take MistralConfig's 14336: refused,
+    naming the key. A minimal inline mapping, which is sim's own shorthand, keeps 4 x hidden_size."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+                                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}))
+    with pytest.raises(ConfigError, match=r"config.json: model: missing intermediate_size$"):
+        load_model(path)

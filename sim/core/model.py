@@ -209,12 +209,18 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     fields.update(arch.fixed)
     fields["family"] = arch.family
 
+    hf_style = "model_type" in raw or bool(set(raw) & set(_HF_KEYS) - _OWN_KEYS)
+
     def key_of(field: str) -> str:
         """The user's name for `field`: theirs where given, else HF's where the file is HF-style."""
         hf = next((k for k, v in _HF_KEYS.items() if v == field), field)
-        return named.get(field) or (hf if "model_type" in raw or set(raw) & set(_HF_KEYS) - _OWN_KEYS else field)
+        return named.get(field) or (hf if hf_style else field)
 
-    missing = [key_of(k) for k in _REQUIRED if k not in fields]
+    # A Hugging Face config.json (model_type) always states its MLP width (save_pretrained writes every key); one
+    # without it would get its config class's default, the width of the class's reference model, not this one's
+    # (LlamaConfig 11008, MistralConfig 14336): no guess. A minimal inline mapping keeps 4 x hidden_size.
+    need = (*_REQUIRED, *(("intermediate_size",) if "model_type" in raw else ()))
+    missing = [key_of(k) for k in need if k not in fields]
     if missing:
         raise ConfigError(f"{where(source, 'model')}missing {', '.join(missing)}")
     _check_values(fields, key_of, source)
