@@ -276,8 +276,10 @@ def test_groq_mixed_precision_gemm_by_hand():
       max(1, 2 x 160 x 320 x 1 B / 640) = 160 cycles: 676 x 160 + 638 - 1 =
       108,797 cycles.
     * mixed_precision_matmul off: the core path dequantizes on the vector units,
-      2 FLOP x 8192^2 / 4.6 TFLOP/s = 29.18 us on top of the fp16 PE time, and
-      installs fp16 weights (2 B): 676 x 10 + 637 = 7397 cycles."""
+      2 FLOP x 8192^2 / 4.6 TFLOP/s = 29.18 us while the array multiplies (the
+      VXM feeds the MXM: dequant_overlaps_matmul), and installs fp16 weights
+      (2 B): 676 x 10 + 637 = 7397 cycles = 8.22 us; the longer, 29.18 us (one
+      after the other, the flag off: their sum)."""
     hw = load_machine("groq_lpu")
     fp16 = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"), hw)
     op = fp16.decode_graph(1152).op("L0.q_proj")
@@ -302,8 +304,11 @@ def test_groq_mixed_precision_gemm_by_hand():
     assert w8a8.chip.cost(w8a8.decode_graph(1152).op("L0.q_proj"), 1.0, "chip0").path == "PE array int8 native"
     assert q_proj_s(**{"spatial.pe_array.modes": {}}, **hidden) == pytest.approx((169 * 750 / 188 + 958 - 1) / 0.9e9)
     assert q_proj_s(**{"spatial.pe_array.weight_install_bytes_per_cycle": 640}) == pytest.approx(108_797 / 0.9e9)
-    assert q_proj_s(**{"spatial.mixed_precision_matmul": False}) == pytest.approx(
-        7397 / 0.9e9 + 2 * 8192**2 / 4.6e12, rel=1e-12)
+    # the VXM dequantizes while the MXM multiplies (dequant_overlaps_matmul): the longer of the two, 29.18 us; one
+    # after the other 7397 cycles + 29.18 us
+    assert q_proj_s(**{"spatial.mixed_precision_matmul": False}) == pytest.approx(2 * 8192**2 / 4.6e12, rel=1e-12)
+    assert q_proj_s(**{"spatial.mixed_precision_matmul": False, "spatial.dequant_overlaps_matmul": False}) == \
+        pytest.approx(7397 / 0.9e9 + 2 * 8192**2 / 4.6e12, rel=1e-12)
     off = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"),
                   load_machine("groq_lpu", {"spatial.mixed_precision_matmul": False}))
     assert "dequant" in off.chip.cost(op, 1.0, "chip0").path

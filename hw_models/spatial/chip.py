@@ -113,7 +113,8 @@ class ChipModel:
             w_bytes = get_format(path.fmt if path.dequant or w is None else w.fmt).bits / 8
             compute_s = self.pe_time_s(d["m"], n_slice, k_slice, path.fmt, path.rate_flops_per_s, w_bytes)
             if path.dequant and w is not None:
-                compute_s += f * w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT / unit.vector_flops_per_s
+                dequant_s = f * w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT / unit.vector_flops_per_s
+                compute_s = max(compute_s, dequant_s) if self.cfg.dequant_overlaps_matmul else compute_s + dequant_s
             label = f"PE array {path.label}"
         elif op.kind in MATRIX_NO_WEIGHT:
             path = compute_path.choose(unit, self.unit_name, None, op.compute_format, self.mode)

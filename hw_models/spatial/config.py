@@ -97,6 +97,10 @@ class SpatialConfig(Strict):
     # (hw_models.compute_path.choose) decides, i.e. weight-only quantization is
     # dequantized on the vector units first.
     mixed_precision_matmul: StrictBool = False
+    # True: weights the PE array cannot take as stored (block-scaled, below mixed_precision_matmul's reach) are
+    # dequantized by the vector units while the array multiplies, one feeding the other on a stream, so a GEMM
+    # costs the longer of the two; False: the dequantization pass, then the multiply.
+    dequant_overlaps_matmul: StrictBool = False
     # Cycles before a dependent non-GEMM op (vector, attention) can follow: an
     # instruction propagates through the chip's tiles one per cycle (Groq: 20
     # superlanes, 20 cycles; ISCA 2020, T = N + d_func + delta). 0: not modelled.
