@@ -69,6 +69,22 @@ class Board:
     limit_w: float | None = None   # the board power limit a serving report names when the cap binds
 
 
+def over_tdp_note(machine: Any, total_j: float, wall_s: float, devices: int) -> str | None:
+    """A note where a preset without the board-power model (no idle_power_w: its energy is power_w x busy time plus
+    bytes and FLOPs, docs/energy.md) averages more than its power_w, the board's TDP, over a run: no cap binds
+    there, so the J/token is an upper bound, and it is not comparable with a board-power preset's (which draws idle
+    power between kernels and is capped at its limit). None otherwise."""
+    u = machine.units[machine.main_unit]
+    if u.idle_power_w is not None or not u.power_w or wall_s <= 0.0:
+        return None
+    avg_w = total_j / wall_s / max(devices, 1)
+    if avg_w <= u.power_w:
+        return None
+    return (f"energy: {machine.name} has no board-power model (idle_power_w), and its busy-time energy averages "
+            f"{avg_w:.0f} W per device, above its {u.power_w:.0f} W TDP, where no cap binds: read the J/token as an "
+            "upper bound, not comparable with a board-power preset's (docs/energy.md)")
+
+
 def board_of(machine: Any, devices: int) -> Board:
     """A machine's idle board figures: its main unit's idle power (0 without one), `devices` per instance,
     and its board power limit (None without the board-power model: no cap binds there)."""

@@ -169,3 +169,23 @@ def test_engine_gap_under_a_low_limit_draws_the_limit():
     m = mapper_for(h100, w, w.model_config_())
     step = m.with_engine(StepResult("decode", 300, 5e-3, {"gpu": 5e-3}, 1.0), 16)
     assert step.energy_j == pytest.approx(1.0 + (250 - h100.units["gpu"].idle_power_w) * m.engine_host_s(16), rel=1e-12)
+
+
+def test_a_busy_time_preset_above_its_tdp_says_so():
+    """a100_80g keeps the busy-time energy model (no idle_power_w): Llama-2-13B decode averages 453 W against its
+    400 W TDP, which no cap bounds there, so the run says its J/token is an upper bound. The note's figure is the
+    run's energy over its time; a board-power preset (h100_sxm) never gets it, and a run below its TDP neither."""
+    from hw_models.power import over_tdp_note
+    from hw_models.registry import simulate
+    from sim.core.workload import load_workload
+    from tests.conftest import ROOT
+
+    w = load_workload(ROOT / "workloads" / "llama13b_decode.yaml")
+    a100 = load_machine("a100_80g")
+    r = simulate(w, a100)
+    avg_w = r.energy_per_token_j * w.batch * w.gen_len / r.e2e_s   # the run total over its time
+    assert avg_w > 400
+    (note,) = [n for n in r.notes if n.startswith("energy:")]
+    assert f"averages {avg_w:.0f} W per device, above its 400 W TDP" in note
+    assert over_tdp_note(a100, 399.0 * 2.0, 2.0, 1) is None
+    assert not [n for n in simulate(w, load_machine("h100_sxm")).notes if n.startswith("energy:")]
