@@ -628,3 +628,16 @@ def test_gemm_sharing_respects_the_pim_formats():
     graph = lower(m.model, "decode", 1, 1, 1025, m.formats, num_layers=1)
     assert all(m.pim_columns(op) == 0 for op in graph.ops() if op.kind == GEMM)
     assert not any("~" in t.id for t in m.plan_step(graph))
+
+
+def test_a_run_that_never_uses_its_pim_says_why_in_the_summary():
+    """aim_gddr6's units compute bf16 only: an fp16 run places nothing on them, and the PIM summary says so once,
+    with the reason and how many ops it held back (a new user read "1.00x" and found why only row by row)."""
+    w = workload_from_dict(dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=128, gen_len=4,
+                                formats=dict(weights="int8", activations="fp16", kv_cache="fp16")), "t.yaml")
+    rows = dict(report_sections(simulate(w, load_machine("aim_gddr6")))[1].rows)
+    assert rows["PIM unused"].startswith("no op of the step ran on the PIM units: activations in fp16: PIM units "
+                                         "compute bf16 only (")
+    bf16 = workload_from_dict(dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=128, gen_len=4,
+                                   formats=dict(weights="bf16", activations="bf16", kv_cache="bf16")), "t.yaml")
+    assert "PIM unused" not in dict(report_sections(simulate(bf16, load_machine("aim_gddr6")))[1].rows)

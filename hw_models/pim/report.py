@@ -5,6 +5,7 @@ DRAM-side energy per token (internal against external). Figures are data in
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from hw_models.base import Section
@@ -107,7 +108,12 @@ def report_sections(result: RunResult) -> list[Section]:
     placement_section = Section(
         f"PIM placement, one decode step (kv_len {result.decode_kv_len}); layer ops repeat x{layers}", rows,
         ("op", "kind", "ran on", "host (pred.)", "PIM (pred.)", "why"))
-    return [placement_section, Section("PIM", _summary_rows(result, pim["metrics"], pim["summary"]))]
+    summary = _summary_rows(result, pim["metrics"], pim["summary"])
+    if not any(p["where"] == "pim" for p in pim["placement"].values()):   # say why once, not only per op above
+        whys = Counter(p["why"] for p in pim["placement"].values())
+        summary.insert(0, ("PIM unused", "no op of the step ran on the PIM units: " + "; ".join(
+            f"{why} ({n} op{'s' if n > 1 else ''})" for why, n in whys.most_common(3))))
+    return [placement_section, Section("PIM", summary)]
 
 
 def _summary_rows(result: RunResult, x: dict[str, float], s: dict[str, str]) -> list[tuple[str, str]]:
