@@ -327,3 +327,13 @@ def test_gantt_legend_names_every_bar_kind(figures, tmp_path):
     gantt_mod.gantt(ops, "t", tmp_path / "g.png")
     legend = [t.get_text() for t in figures[-1].legends[0].get_texts()]
     assert legend == ["gemm", "all_to_all"]    # the collective's bars are explained too
+
+
+def test_a_line_over_an_axis_it_does_not_split_keeps_the_best_point_at_each_x(figures, tmp_path):
+    """Lines by nothing over a frame where the weight format varies too: four points at each batch, drawn in turn
+    a zigzag (a new user's trial). The line keeps the best (lowest TPOT: int4's, slope 0.6) at each batch, and says so."""
+    sweep_plots.line(_sweep_frame(), Plot(kind="line", x="workload.batch", y="tpot_s"), "t", tmp_path / "l.png")
+    (line,) = [ln for ln in figures[0].axes[0].get_lines() if "points at each x" in ln.get_label()]
+    assert list(line.get_xdata()) == [1, 4, 16]
+    assert list(line.get_ydata()) == pytest.approx([0.6 * (0.01 + 0.001 * b) * 1e3 for b in (1, 4, 16)])
+    assert line.get_label() == "TPOT: min of the points at each x"

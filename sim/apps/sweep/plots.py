@@ -118,9 +118,16 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     colour_of: dict[tuple, str] = {}
     twins = False
     for i, (values, g) in enumerate(groups):
+        # An axis outside `lines` that varies too gives several points at one x: drawn in turn they zigzag, so the
+        # line keeps the best of them at each x and says so.
+        several = bool(g[p.x].duplicated().any())
+        if several:
+            g = g.loc[g.groupby(p.x)[p.y].idxmin() if goal == "min" else g.groupby(p.x)[p.y].idxmax()]
         g = g.sort_values(p.x)
         values = values if isinstance(values, tuple) else (values,)
         lbl = ", ".join(f"{_label(c)} = {fmt_value(c, v)}" for c, v in zip(cols, values)) or None
+        if several:
+            lbl = f"{lbl or _label(p.y)}: {goal} of the points at each x"
         short = ", ".join(fmt_value(c, v) for c, v in zip(cols, values))
         if len(cols) > 1:
             style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[first.index(values[0]) % 4])
