@@ -273,3 +273,14 @@ def test_a_plot_naming_no_column_still_leaves_results_csv(tmp_path):
         run_sweep(path, out, workers=1, progress=False)
     assert (out / "results.csv").is_file() and len((out / "results.csv").read_text().splitlines()) == 3
     assert not (out / "plots").exists() or not any((out / "plots").iterdir())
+
+
+def test_device_memory_is_one_column_over_presets_of_different_memories(tmp_path):
+    """`peak_memory_bytes.@device` (as --set names the tier) is each point's device tier: gddr on an A6000, hbm on an
+    H100, so a sweep over both has one column to plot (the shipped weight_formats sweep named gddr and left the H100
+    rows empty)."""
+    path = make_spec(tmp_path, {"hw": ["a6000", "h100_sxm"]}, metrics=["peak_memory_bytes.@device"])
+    run_sweep(path, tmp_path / "out", workers=1, progress=False, plots=False)
+    df = load_results(tmp_path / "out").set_index("hw")
+    assert df.loc["a6000", "peak_memory_bytes.@device"] == df.loc["a6000", "peak_memory_bytes.gddr"] > 0
+    assert df.loc["h100_sxm", "peak_memory_bytes.@device"] == df.loc["h100_sxm", "peak_memory_bytes.hbm"] > 0

@@ -20,6 +20,7 @@ _NAMES = {
     "workload.pim_policy": "PIM policy", "workload.stack": "software stack", "serving.arrivals.rate": "arrival rate",
     "serving.scheduler.kind": "scheduler", "serving.scheduler": "scheduler",
     "workload.formats.activations": "activation format", "workload.formats.kv_cache": "KV cache format",
+    "peak_memory_bytes.@device": "peak device memory",
 }
 _PREFIXES = {"peak_memory_bytes.": "peak memory on ", "utilization.": "utilisation of ",
              "link_utilization.": "utilisation of ", "bytes_per_decode_step.": "bytes per decode step over ",

@@ -35,6 +35,10 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
                 machine = machine_from_dict(config["machine"], config["machine_source"])
                 # detail=False: metrics only, without the per-op timelines a report draws (half the time).
                 metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
+                # the device tier under the alias a sweep over presets of different memories can name as one column
+                # (hbm on an H100, gddr on an A6000), as --set names it (hw.memory.@device)
+                if f"peak_memory_bytes.{machine.device_tier}" in metrics:
+                    metrics["peak_memory_bytes.@device"] = metrics[f"peak_memory_bytes.{machine.device_tier}"]
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
     except SimError as exc:
