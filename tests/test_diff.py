@@ -35,3 +35,15 @@ def test_diff_refuses_what_is_not_a_run(capsys, tmp_path):
     assert main(["diff", str(other), str(other)]) == 2
     assert "not a `sim run --json` result" in capsys.readouterr().err
 
+
+
+def test_an_op_split_over_units_that_run_at_once_counts_once():
+    """A PIM run's op is five parts, one per stack, at the same time: the diff counts the op from the first part's
+    start to the last's end (2 ms, not 5 x 2 ms), then sums it over layers; a pipelined step's op names its
+    micro-batch and stage, which the diff drops like the layer."""
+    from sim.apps.diff import ops_by_name
+
+    ops = [dict(name=f"L{layer}.down_proj@stack{k}", kind="gemm", start_s=10.0 * layer, end_s=10.0 * layer + 2.0)
+           for layer in range(2) for k in range(5)]
+    ops += [dict(name=f"mb{i}.stage1.L40.q_proj", kind="gemm", start_s=100.0 + i, end_s=100.5 + i) for i in range(2)]
+    assert ops_by_name({"ops": ops}) == {"down_proj": ("gemm", 4.0), "q_proj": ("gemm", 1.0)}
