@@ -306,3 +306,15 @@ def test_sim_run_of_a_pp_workload_writes_its_ops_to_json_and_the_roofline(tmp_pa
     assert all(o["flops"] > 0 and o["bytes"] > 0 for o in gemms) and {o["unit"] for o in gemms} == {"gpu", "gpu.s1"}
     points = json.loads((plots_dir / "roofline.json").read_text())["points"]
     assert {(p["phase"], p["unit"]) for p in points} == {(ph, u) for ph in ("decode", "prefill") for u in ("gpu", "gpu.s1")}
+
+
+def test_a_pipelined_step_s_dataframe_names_each_record_s_op():
+    """to_pandas' `op` column is the op a record works for: a pipelined step's mb0.stage1.L40.q_proj is q_proj, as
+    a one-device run's L40.q_proj is (it read mb0.stage1.L40.q_proj, which groups nothing)."""
+    from sim.core.workload import load_workload
+    from tests.conftest import ROOT
+
+    run = simulate(load_workload(ROOT / "workloads" / "llama70b_tp4_pp2.yaml"), load_machine("h100_sxm"))
+    df = run.to_pandas("decode")
+    q = df[df["name"].str.endswith(".L40.q_proj")]
+    assert len(q) and set(q["op"]) == {"q_proj"} and not df["op"].str.contains(r"stage\d").any()

@@ -157,9 +157,11 @@ class RunResult:
         if what not in ("decode", "prefill"):
             raise ValueError(f"to_pandas({what!r}): 'metrics', 'decode' or 'prefill'")
         ops = self.decode_ops if what == "decode" else self.prefill_ops
-        return pd.DataFrame([dict(name=o.name, op=o.base_name, kind=o.kind, unit=o.unit, start_s=o.start_s,
-                                  end_s=o.end_s, duration_s=o.duration_s, flops=o.flops, bytes=o.bytes,
-                                  bound=o.bound, energy_j=o.energy_j) for o in ops])
+        # `op`: the op a record works for, without its layer (a pipelined step's records name their micro-batch and
+        # stage too: mb0.stage1.L40.q_proj works for q_proj)
+        return pd.DataFrame([dict(name=o.name, op=_without_layer(o.op or o.name), kind=o.kind, unit=o.unit,
+                                  start_s=o.start_s, end_s=o.end_s, duration_s=o.duration_s, flops=o.flops,
+                                  bytes=o.bytes, bound=o.bound, energy_j=o.energy_j) for o in ops])
 
     def metrics(self) -> dict[str, float]:
         """Flat scalar metrics, for sweeps and tables."""
