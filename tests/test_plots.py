@@ -337,3 +337,17 @@ def test_a_line_over_an_axis_it_does_not_split_keeps_the_best_point_at_each_x(fi
     assert list(line.get_xdata()) == [1, 4, 16]
     assert list(line.get_ydata()) == pytest.approx([0.6 * (0.01 + 0.001 * b) * 1e3 for b in (1, 4, 16)])
     assert line.get_label() == "TPOT: min of the points at each x"
+
+
+def test_the_gantt_zoom_finds_a_pipelined_step_s_layers_in_its_first_micro_batch():
+    """A pipelined step's records are mbI.stageJ.L<n>.op: the zoom (layers 0-1) spans the first micro-batch's, not
+    every micro-batch's (which would be the whole stage), and found none before (it matched only L<n>. at the start)."""
+    from sim.apps.gantt import layer_window
+    from sim.core.results import OpRecord
+
+    def rec(name, t):
+        return OpRecord(name=name, kind="gemm", unit="gpu", start_s=t, end_s=t + 1.0, flops=0.0, bytes=0.0, bound="")
+    ops = [rec("mb0.stage0.L0.q_proj", 0.0), rec("mb0.stage0.L1.q_proj", 1.0), rec("mb0.stage0.L2.q_proj", 2.0),
+           rec("mb1.stage0.L0.q_proj", 3.0), rec("L0.q_proj", 10.0)]
+    assert layer_window(ops[:4], (0, 1)) == (0.0, 2.0)
+    assert layer_window(ops[4:], (0, 1)) == (10.0, 11.0)

@@ -23,7 +23,8 @@ KIND_COLORS = {"gemm": "tab:blue", "attn_score": "tab:orange", "attn_context": "
                "embed": "tab:gray", "compute": "tab:blue", "transfer": "tab:cyan"}
 OTHER_COLOR = "black"   # kinds without a colour of their own: collectives (all_to_all), a plugin's tags
 MAX_ROWS = 24
-_LAYER = re.compile(r"^L(\d+)\.")
+# L3.q_proj; a pipelined step's first micro-batch, mb0.stage0.L3.q_proj (the zoom shows that one's layers)
+_LAYER = re.compile(r"^(?:mb0\.stage\d+\.)?L(\d+)\.")
 
 
 def parse_layers(text: str | None, plots: str | None) -> tuple[int, int] | None:
