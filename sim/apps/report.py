@@ -24,7 +24,10 @@ def render_section(s: Section) -> Table:
     """A kind's report section (data) as a rich table: a key-value list without columns."""
     if not s.columns:
         return _kv_table(s.title, s.rows)
-    t = Table(title=s.title, title_justify="left", caption=s.caption or None)
+    # A caption wider than a narrow table (the offload policy's four columns) wraps into a column of its own width:
+    # the table is at least as wide as its caption, up to a line.
+    t = Table(title=s.title, title_justify="left", caption=s.caption or None, caption_justify="left",
+              min_width=min(len(s.caption), 110) if s.caption else None)
     for i, col in enumerate(s.columns):
         t.add_column(col, justify="left" if i == 0 or not _numeric(s.rows, i) else "right")
     for row in s.rows:
