@@ -28,6 +28,8 @@ def test_one_served_request_is_the_run_plus_the_named_terms(stack):
     lat = serve(f, H100, exact=True)[1]["latency"]
     step = e["serve_iteration_s"]
     assert step > 0 and e["serve_request_s"] > 0
+    # the API front end's service per streamed token, as the stack file gives it (trtllm 70 us, vllm none)
+    assert e["serve_output_token_s"] == pytest.approx({"trtllm": 70e-6, "vllm": 0.0}[stack], abs=1e-12)
     assert lat["tpot"]["mean"] == pytest.approx(run.tpot_s + step, rel=2e-3)
     assert lat["ttft"]["mean"] == pytest.approx(run.ttft_s + step + e["serve_request_s"], rel=2e-3)
 
