@@ -50,6 +50,11 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert main(["validate", "--input-format", "aic", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "aiconfigurator table" in err[0]
+    quant = tmp_path / "quant_h100.csv.gz"   # aiconfigurator's, not a table of ops: says which and why
+    quant.write_text("x")
+    assert main(["validate", "--input-format", "aic", str(quant)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "activation-quantization table" in err[0] and "fit_kernels.py" in err[0]
     assert main(["validate", "--input-format", "aic", str(tmp_path / "gemm_h100.csv.gz"), "--stack", "nope"]) == 2
     assert "unknown software stack" in capsys.readouterr().err
     cut = tmp_path / "gen_attn_a100.csv"     # a copy cut short in its third row

@@ -113,6 +113,10 @@ def table_of(path: Path) -> tuple[str, str]:
     for t in TABLES:
         if stem.startswith(t + "_"):
             return t, stem[len(t) + 1:]
+    if stem.startswith("quant_"):   # aiconfigurator's, but the kernel alone, not an op sim lowers
+        raise ConfigError(f"{path}: an aiconfigurator activation-quantization table: no op of sim's graph is that "
+                          "kernel alone (the W8A8 families price it inside each GEMM), so sim validate does not read "
+                          "it; scripts/fit_kernels.py fits the families' quantize pass on it")
     raise ConfigError(f"{path}: not an aiconfigurator table (expected <table>_<gpu>.csv.gz, table one of "
                       f"{', '.join(TABLES)})")
 
