@@ -8,6 +8,7 @@ import pytest
 
 from hw_models.machine import load_machine
 from hw_models.registry import simulate
+from hw_models.stack.spec import stack_for
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import serve_file_from_dict
 from sim.core.workload import Workload
@@ -28,6 +29,9 @@ def test_one_served_request_is_the_run_plus_the_named_terms(stack):
     lat = serve(f, H100, exact=True)[1]["latency"]
     step = e["serve_iteration_s"]
     assert step > 0 and e["serve_request_s"] > 0
+    # by hand: one sequence on one GPU runs no collective and no extra rank, so the term is step_s + per_seq_s
+    eo = stack_for(stack, H100).engine_overheads
+    assert step == pytest.approx(eo.step_s + eo.per_seq_s, rel=1e-12)
     # the API front end's service per streamed token, as the stack file gives it (trtllm 70 us, vllm none)
     assert e["serve_output_token_s"] == pytest.approx({"trtllm": 70e-6, "vllm": 0.0}[stack], abs=1e-12)
     assert lat["tpot"]["mean"] == pytest.approx(run.tpot_s + step, rel=2e-3)
@@ -38,8 +42,6 @@ def test_a_lone_request_queues_exactly_the_stack_s_request_delay_and_the_summary
     """trtllm's fitted per-request delay (hw_models/stack/presets/trtllm.yaml) is a pure delay before the engine sees
     a request: an idle engine schedules a lone request as it arrives, so its queueing is that delay alone, and the
     summary says how much of every latency it is."""
-    from hw_models.stack.spec import stack_for
-
     lengths = {"prompt": {"dist": "fixed", "value": PROMPT}, "output": {"dist": "fixed", "value": OUT}}
     f = serve_file_from_dict({"model": "llama3-8b", "flash_attention": True, "stack": "trtllm",
                               "serving": {"arrivals": {"process": "constant", "rate": 0.1, "num_requests": 1},
