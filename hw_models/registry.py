@@ -66,8 +66,6 @@ def report_sections(result: RunResult) -> list[Section]:
     return kind_module(result.kind).report_sections(result) if result.kind else []
 
 
-
-
 def machine_data(machine: Machine) -> dict[str, Any]:
     """The machine as data (`sim hw show --format json|csv`): its file's keys, every figure a number
     in the SI unit its key names. Machine keeps a kind's sections as given ('300 MHz'), so each

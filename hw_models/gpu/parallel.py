@@ -34,7 +34,7 @@ from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
 from hw_models.gpu.report import parallel_data
 from hw_models.gpu.schedule import LINK, StageCost, stage_resource
-from hw_models.gpu.stage_ops import StageOps, StageTemplate, layer_of
+from hw_models.gpu.stage_ops import StageOps, StageTemplate, part_of
 from hw_models.gpu.stage_power import PipelinePower
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
 from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
@@ -218,9 +218,8 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         parts: dict[str | int, float] = {"embed": 0.0, "layer": 0.0, "head": 0.0, **dict.fromkeys(range(unlike), 0.0)}
         links, joules = dict(parts), dict(parts)
         for iv in tl.intervals:
-            layer = layer_of(iv.task)
-            part = ("embed" if iv.task.startswith("embed") else "head") if layer is None else \
-                "layer" if layer >= start else layer if layer < unlike else None
+            key = part_of(iv.task)
+            part = key if isinstance(key, str) else "layer" if key >= start else key if key < unlike else None
             if part is not None:
                 share = 1.0 / period if part == "layer" else 1.0
                 parts[part] += iv.duration_s * share

@@ -19,17 +19,19 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from sim.core.engine import Timeline
-from sim.core.results import InnerOp
+from sim.core.results import InnerOp, layer_of
 
 PartKey = str | int   # "embed", "head", or a lowered layer's index
 
-_LAYER = re.compile(r"^L(\d+)\.")
+# The prefix of a stage's op records: pipeline_tasks names a stage's task mb<i>.stage<j>, op_records its ops
+# `<task>.<op>` (mb0.stage1.L40.q_proj)
+_STAGE = re.compile(r"^mb(\d+)\.stage\d+\.")
 
 
-def layer_of(task: str) -> int | None:
-    """The layer a task works for (`L3.q_proj` -> 3), None for the embedding and the head."""
-    m = _LAYER.match(task)
-    return int(m.group(1)) if m else None
+def split_stage(name: str) -> tuple[int | None, str]:
+    """(micro-batch, the op's own name) of a pipelined step's op record; (None, name) for any other record."""
+    m = _STAGE.match(name)
+    return (int(m.group(1)), name[m.end():]) if m else (None, name)
 
 
 def part_of(task: str) -> PartKey:

@@ -61,7 +61,7 @@ def placement_advice(machine: Machine, tiers: tuple[str, str, str], caps: tuple[
         helps.append(f"more on {LABELS[i + 1]}: lower {keys(shares, i)}, raise {keys(shares, i + 1)} ({room(i + 1)})")
     if i == 2 and shares and caps[1] > fp.total(tiers[1]):   # no tier after the disk: back to CPU memory
         helps.append(f"less on disk: raise {keys(shares, 1)}, lower {keys(shares, 2)} ({room(1)})")
-    if i == 0 and not p.cpu_attention and p.kv_cache[1] + p.kv_cache[2] > 0:
+    if i == 0 and not p.cpu_attention and p.kv_off_gpu > 0:
         helps.append("policy.cpu_attention: true (attention reads the off-GPU KV cache on the CPU, so the GPU "
                      "keeps no buffer for it)")
     # The homes of the KV cache and activations grow with the block; the GPU's working set with the GPU batch.

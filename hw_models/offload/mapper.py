@@ -114,7 +114,7 @@ class OffloadMapper(Mapper):
         # Buffers for what streams in: one slot's off-GPU weights, one GPU batch's off-GPU KV.
         embed, layer, head = self.works("decode", p.gpu_batch_size, 1, w.prompt_len + w.gen_len - 1)
         w_buf = (p.weights[1] + p.weights[2]) * max(x.weight_bytes for x in (embed, layer, head))
-        kv_off = 0.0 if p.cpu_attention else p.kv_cache[1] + p.kv_cache[2]
+        kv_off = 0.0 if p.cpu_attention else p.kv_off_gpu
         kv_buf = kv_off * layer.kv_read_bytes
         gpu_cap = min(self.machine.memory[gpu].capacity_bytes, self.gpu_capacity_limit or float("inf"))
         free = gpu_cap - fp.total(gpu)

@@ -27,7 +27,7 @@ def offload_data(p: Policy, mid: StepResult, util: dict[str, float], rates: sche
 
 def _attention(p: Policy) -> str:
     """Where attention over the off-GPU KV cache runs; with none off the GPU, CPU attention has nothing to read."""
-    if p.kv_cache[0] >= 1.0:
+    if not p.kv_off_gpu > 0:
         return "KV cache all on the GPU" + (" (policy.cpu_attention has no effect)" if p.cpu_attention else "")
     return f"attention over CPU KV on {'CPU' if p.cpu_attention else 'GPU'}"
 

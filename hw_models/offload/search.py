@@ -16,7 +16,7 @@ and its compute; the DES has them, and the report shows both numbers.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from rich.table import Table
@@ -194,10 +194,11 @@ def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec:
         return None
     x = np.clip(res.x[:9], 0.0, 1.0)
     trip = [tuple(float(v) for v in x[i:i + 3] / x[i:i + 3].sum()) for i in (0, 3, 6)]
-    # CPU attention reads the off-GPU KV cache; with none, the policy is the same as attending on the GPU (the
-    # mapper's buffer and schedule agree), so it is not reported as CPU attention
-    p = Policy(*trip, gpu_batch_size=gbs, num_gpu_batches=nb, cpu_attention=cpu_attention and trip[1][0] < 1.0,
-               pinned=pinned)
+    p = Policy(*trip, gpu_batch_size=gbs, num_gpu_batches=nb, cpu_attention=cpu_attention, pinned=pinned)
+    if p.cpu_attention and not p.kv_off_gpu > 0:
+        # CPU attention reads the off-GPU KV cache; with none, the policy is the same as attending on the GPU (the
+        # mapper's buffer and schedule agree), so it is not reported as CPU attention
+        p = replace(p, cpu_attention=False)
     tp, tg = float(res.x[rows.TP]), float(res.x[rows.TG])
     n = mapper.workload.gen_len
     total = tp + max(n - 1, 0) * tg

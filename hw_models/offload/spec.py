@@ -131,6 +131,12 @@ class Policy:
     pinned: bool = True          # host weights in pinned memory (FlexGen's --pin-weight)
 
     @property
+    def kv_off_gpu(self) -> float:
+        """The KV cache's share off the GPU (CPU memory and disk): what CPU attention reads, else what the GPU's
+        KV buffer streams in."""
+        return self.kv_cache[1] + self.kv_cache[2]
+
+    @property
     def block_size(self) -> int:
         return self.gpu_batch_size * self.num_gpu_batches
 
@@ -143,7 +149,7 @@ class Policy:
     def _attention(self) -> str:
         if not self.cpu_attention:
             return ""
-        return ", CPU attention" if self.kv_cache[0] < 1.0 else ", CPU attention (no effect: no KV cache off the GPU)"
+        return ", CPU attention" if self.kv_off_gpu > 0 else ", CPU attention (no effect: no KV cache off the GPU)"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

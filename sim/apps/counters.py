@@ -16,10 +16,9 @@ import re
 from typing import Any
 
 from sim.core.engine import Timeline
-from sim.core.results import RunResult
+from sim.core.results import RunResult, layer_of, whole_op
 
 Track = list[tuple[float, dict[str, float]]]
-_LAYER = re.compile(r"^L(\d+)\.")
 GB = 1e9
 
 
@@ -53,17 +52,17 @@ def _merge(series: dict[str, list[tuple[float, float]]]) -> Track:
 def kv_appended(tl: Timeline) -> list[float]:
     """Times at which a layer's new KV is in place: its KV append ends (all pieces), or
     where a schedule has no per-op tasks, its last compute ends."""
-    done: dict[str, float] = {}
+    done: dict[str | int, float] = {}   # per op (first pass) or per layer
     for i in tl.intervals:
         op = getattr(i.tag, "op", None)
         if op is not None and op.kind == "kv_append":
-            key = re.sub(r"@.*$", "", i.task)
+            key = whole_op(i.task)
             done[key] = max(done.get(key, 0.0), i.end_s)
     if not done:
         for i in tl.intervals:
-            m = _LAYER.match(i.task)
-            if m and getattr(i.tag, "kind", "") != "transfer":
-                done[m.group(1)] = max(done.get(m.group(1), 0.0), i.end_s)
+            layer = layer_of(i.task)
+            if layer is not None and getattr(i.tag, "kind", "") != "transfer":
+                done[layer] = max(done.get(layer, 0.0), i.end_s)
     return sorted(done.values())
 
 

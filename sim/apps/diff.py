@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,8 @@ from rich.table import Table
 
 from sim.core import tables
 from sim.core.errors import ConfigError
-from sim.core.results import _without_layer
+from hw_models.gpu.stage_ops import split_stage
+from sim.core.results import _without_layer, whole_op
 from sim.core.schema import require_file
 from sim.core.units import fmt_time
 
@@ -38,24 +38,18 @@ def load_result(path: str) -> dict[str, Any]:
     return data
 
 
-# L0.down_proj@stack3: one unit's part of an op split over units that run at once (the PIM stacks)
-_PIECE = re.compile(r"@[^.]*$")
-# mb0.stage1.L40.q_proj: a pipelined step's op of one micro-batch on one stage
-_STAGE = re.compile(r"^mb\d+\.stage\d+\.")
-
-
 def ops_by_name(data: dict[str, Any]) -> dict[str, tuple[str, float]]:
     """Decode-step ops by name without the layer (L3.q_proj -> q_proj) or the pipeline stage: (kind, summed seconds).
     The parts of one op on units that run at once count once, from the first's start to the last's end: summed,
     a PIM run's five stacks read five times the op's time (a new user's diff of a GPU and a PIM run)."""
     spans: dict[str, tuple[str, float, float]] = {}
     for o in data["ops"]:
-        one = _PIECE.sub("", o["name"])
+        one = whole_op(o["name"])
         kind, start, end = spans.get(one, (o["kind"], o["start_s"], o["end_s"]))
         spans[one] = (kind, min(start, o["start_s"]), max(end, o["end_s"]))
     out: dict[str, tuple[str, float]] = {}
     for one, (kind, start, end) in spans.items():
-        name = _without_layer(_STAGE.sub("", one))
+        name = _without_layer(split_stage(one)[1])
         kind, secs = out.get(name, (kind, 0.0))
         out[name] = (kind, secs + end - start)
     return out

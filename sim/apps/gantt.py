@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hw_models.gpu.stage_ops import split_stage
 from sim.apps.axes import time_axis
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save
 from sim.core.errors import ConfigError
-from sim.core.results import OpRecord
+from sim.core.results import OpRecord, layer_of
 
 KIND_COLORS = {"gemm": "tab:blue", "attn_score": "tab:orange", "attn_context": "tab:orange",
                "attention": "tab:orange", "softmax": "tab:red", "norm": "tab:green",
@@ -23,8 +24,6 @@ KIND_COLORS = {"gemm": "tab:blue", "attn_score": "tab:orange", "attn_context": "
                "embed": "tab:gray", "compute": "tab:blue", "transfer": "tab:cyan"}
 OTHER_COLOR = "black"   # kinds without a colour of their own: collectives (all_to_all), a plugin's tags
 MAX_ROWS = 24
-# L3.q_proj; a pipelined step's first micro-batch, mb0.stage0.L3.q_proj (the zoom shows that one's layers)
-_LAYER = re.compile(r"^(?:mb0\.stage\d+\.)?L(\d+)\.")
 
 
 def parse_layers(text: str | None, plots: str | None) -> tuple[int, int] | None:
@@ -44,8 +43,15 @@ def parse_layers(text: str | None, plots: str | None) -> tuple[int, int] | None:
 
 def layer_window(ops: list[OpRecord], layers: tuple[int, int]) -> tuple[float, float] | None:
     """The time span of the ops of layers first..last, or None where the step has none."""
-    sel = [o for o in ops if (m := _LAYER.match(o.name)) and layers[0] <= int(m.group(1)) <= layers[1]]
+    sel = [o for o in ops if (k := _zoom_layer(o.name)) is not None and layers[0] <= k <= layers[1]]
     return (min(o.start_s for o in sel), max(o.end_s for o in sel)) if sel else None
+
+
+def _zoom_layer(name: str) -> int | None:
+    """The layer of an op record (L3.q_proj), a pipelined step's only in its first micro-batch (mb0.stage0.L3.q_proj:
+    the zoom shows that one's layers, not every micro-batch's, which spans the whole stage)."""
+    mb, op = split_stage(name)
+    return layer_of(op) if mb in (None, 0) else None
 
 
 def rows(ops: list[OpRecord]) -> dict[str, str]:

@@ -35,10 +35,22 @@ class OpRecord:
         return _without_layer(self.name)
 
 
+def layer_of(name: str) -> int | None:
+    """The layer an op works for, from its name (`L12.q_proj` -> 12: the lowering names layer ops `L<i>.<op>`);
+    None for the embedding and the head."""
+    head, _, tail = name.partition(".")
+    return int(head[1:]) if head.startswith("L") and head[1:].isdigit() and tail else None
+
+
 def _without_layer(name: str) -> str:
     """`L12.q_proj` -> `q_proj` (the lowering names layer ops `L<i>.<op>`)."""
-    head, _, tail = name.partition(".")
-    return tail if head.startswith("L") and head[1:].isdigit() and tail else name
+    return name.partition(".")[2] if layer_of(name) is not None else name
+
+
+def whole_op(name: str) -> str:
+    """The op a part of it on one unit belongs to: a kind that splits an op over units running at once names
+    each part `<op>@<unit>` (the PIM stacks, a spatial chip's resources): `L0.down_proj@stack3` -> `L0.down_proj`."""
+    return name.partition("@")[0]
 
 
 @frozen
