@@ -270,6 +270,49 @@ def test_genai_perf_export_without_concurrency_is_refused(tmp_path):
         read_bench_json(tmp_path / "g.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
 
 
+def test_aiperf_export_becomes_a_closed_loop_run(tmp_path):
+    from sim.apps.serve.validate_readers import read_bench_json
+
+    # A hand-made profile_export_aiperf.json (aiperf's JsonExportData: genai-perf's metrics at the top level, the
+    # load under input_config.loadgen): 8 clients, 80 requests of 2048 -> 256 tokens after 16 warm-up requests,
+    # TTFT 120 ms, ITL 10 ms, so latency 120 + 255 x 10 = 2670 ms and 8 / 2.67 s = 2.996 requests/s.
+    path = Path(__file__).parent / "data" / "genai_perf" / "profile_export_aiperf.json"
+    want = {"ttft_s": 0.120, "tpot_s": 0.010, "e2e_s": 2.670, "req_s": 2.996}
+    run = read_bench_json(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (run.isl, run.osl, run.concurrency, run.num_requests) == (2048, 256, 8, 80)
+    assert run.measured == pytest.approx(want)
+    # aiperf's warm-up phase ends (every response back) before profiling starts its 8 clients at once: the
+    # replay is the 80 measured sends from an idle engine, none dropped
+    loop = run_file(run).serving.arrivals
+    assert (loop.num_requests, loop.warmup_requests) == (80, 0)
+    # the "records" layout of aiperf's export-level docs: metrics under records, TTFT as `ttft`, and the
+    # count from the request_count metric when the load settings lack it
+    d = json.loads(path.read_text())
+    cfg = d.pop("input_config")
+    del cfg["loadgen"]["request_count"]
+    records = {("ttft" if k == "time_to_first_token" else k): v for k, v in d.items() if isinstance(v, dict)}
+    (tmp_path / "r.json").write_text(json.dumps({"records": records, "input_config": cfg}))
+    again = read_bench_json(tmp_path / "r.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (again.concurrency, again.num_requests) == (8, 80) and again.measured == pytest.approx(want)
+
+
+def test_aiperf_export_refusals(tmp_path):
+    from sim.apps.serve.validate_readers import read_bench_json
+
+    d = json.loads((Path(__file__).parent / "data" / "genai_perf" / "profile_export_aiperf.json").read_text())
+    cases = [("request_rate", lambda x: x["input_config"]["loadgen"].update(request_rate=5.0),
+              "request_rate 5.0: a rate-driven run is not a closed loop"),
+             ("no concurrency", lambda x: x["input_config"]["loadgen"].pop("concurrency"),
+              r"input_config.loadgen.concurrency\)"),
+             ("no TTFT", lambda x: x.pop("time_to_first_token"), "time_to_first_token missing")]
+    for name, spoil, message in cases:
+        bad = json.loads(json.dumps(d))
+        spoil(bad)
+        (tmp_path / "a.json").write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=message):
+            read_bench_json(tmp_path / "a.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
+
+
 def test_vllm_benchmark_json_becomes_a_closed_loop_run(tmp_path):
     from sim.apps.serve.validate_readers import read_vllm_bench
 

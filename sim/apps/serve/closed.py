@@ -8,9 +8,14 @@ server:
   the first N requests go out at t = 0 and each completion lets the next one in; all
   requests count in the means (no warm-up is excluded) and the duration runs from the
   start to the last completion;
-* NVIDIA genai-perf / aiperf `--concurrency N` (the aiconfigurator silicon samples
-  and InferenceX runs) keep N requests in flight the same way; `--warmup-request-count`
-  drops the first requests from the statistics: `warmup_requests` here.
+* NVIDIA genai-perf / aiperf `--concurrency N` (the aiconfigurator silicon samples)
+  keep N requests in flight the same way. Their `--warmup-request-count` is a phase of its
+  own: every warm-up request returns before profiling starts its N clients at once
+  (genai-perf's perf_analyzer: src/concurrency_manager.cc `PerformWarmup` joins the warm-up
+  threads in LoadManager::WaitForWarmupAndCleanup; aiperf: aiperf/timing/
+  credit_issuing_strategy.py `_execute_phases`, "Wait for the credits to be returned before
+  continuing to the next phase"), so the measured requests are a fresh closed loop from an
+  idle engine, ramp included: replayed with no `warmup_requests`.
 
 Requests are sent in stream order (the i-th send takes request i's lengths). A request
 reaches the server `front_end_s` after its client sent it (the stack's pure delay
@@ -21,8 +26,9 @@ end has streamed the last token.
 
 Warm-up and cool-down: as benchmark_serving, every request counts by default, the
 ramp (all N prefills queued at t = 0) and the tail (the last requests running with
-fewer than N in flight) included; `warmup_requests` drops the first sends as
-genai-perf's warm-up does. The silicon samples were measured with the former.
+fewer than N in flight) included; `warmup_requests` drops the first sends of the same
+loop from the statistics, for a tool that keeps measuring across its warm-up (not
+genai-perf's or aiperf's: above). The silicon samples were measured with the former.
 
 The means the tools report (`benchmark_figures`): TTFT, TPOT = (e2e - ttft) /
 (output - 1) per request (vLLM's `calculate_metrics`), ITL over every gap between

@@ -96,8 +96,8 @@ ENGINES = {
 # its kvcache_quant_mode from the checkpoint the same way. The measured runs say so: TRT-LLM Qwen3-32B fp8 at TP1
 # with 64-128 clients ran them all at once (TPOT 100-184 ms), where a bf16 KV pool holds half of them (replayed
 # so, TTFT +350 to +580%, training and held-out rows alike); with FP8 KV, -48 to +23%.
-# REQUESTS_PER_CLIENT: InferenceMAX sends --num-prompts $((CONC * 10)) with --max-concurrency $CONC
-# (SemiAnalysis InferenceMAX benchmark client configuration), vLLM benchmark_serving.
+# REQUESTS_PER_CLIENT: InferenceMAX sends --num-prompts $((CONC * 10)) at --max-concurrency $CONC; aiconfigurator's
+# rows 10c after a warm-up phase that ends before the c clients start afresh (sim.apps.serve.closed).
 REQUESTS_PER_CLIENT = 10
 # gemm_quant_mode -> the stored weight format. Activations stay bf16 under every quantization: the engines' W8A8
 # Linear quantizes its bf16 input on each call (TensorRT-LLM _torch/modules/linear.py FP8QDQLinearMethod.apply:

@@ -1,6 +1,6 @@
 """`sim validate-serving FILE --hw PRESET [--stack S]`: measured serving runs against the simulator
 (sim.apps.serve.validate). FILE is a silicon-sample table (its rows of the GPU --hw names), a vLLM
-benchmark_serving result JSON or a genai-perf profile_export_genai_perf.json (--engine and --model say
+benchmark_serving result JSON, a genai-perf or aiperf profile export JSON (--engine and --model say
 what served it; --deployment how: the engine's own server by default), or an LLMServingSim case folder
 (per-request vLLM timestamps, replayed open-loop by sim.apps.trace.validate_serving). --plots DIR writes the
 scatter and the errors by concurrency."""
@@ -115,7 +115,7 @@ def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-serving", help="replay measured serving runs and print the simulator's errors",
                               description=__doc__)
-    p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving or genai-perf JSON, or LLMServingSim case folder")
+    p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving, genai-perf or aiperf JSON, or LLMServingSim case folder")
     p.add_argument("--hw", required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
     p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")

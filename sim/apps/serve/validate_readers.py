@@ -17,6 +17,10 @@
   `inter_token_latency` (per request (latency - TTFT) / (output tokens - 1), i.e. TPOT),
   `request_latency`, `request_throughput`, `input_sequence_length`, `output_sequence_length`), and
   `input_config.concurrency`; engine, GPU and model again from the command line.
+* aiperf `profile_export_aiperf.json` (ai-dynamo/aiperf, genai-perf's successor, which aiconfigurator's
+  collection ran): the same metrics at the top level (aiperf/common/models/export_models.py, "designed to
+  mimic the structure of the GenAI-Perf JSON output") or under `records` with TTFT as `ttft` (its export-level
+  docs), the load arguments under `input_config.loadgen`.
 """
 
 from __future__ import annotations
@@ -190,9 +194,9 @@ def _known(model: str) -> None:
 
 
 def read_bench_json(path: Path, gpu: str, engine: str, model: str) -> Run:
-    """A benchmark result JSON, genai-perf's or vLLM benchmark_serving's, told apart by their keys."""
+    """A benchmark result JSON, genai-perf's or aiperf's, or vLLM benchmark_serving's, told apart by their keys."""
     d = read_json(path)
-    if isinstance(d, dict) and "input_config" in d:
+    if isinstance(d, dict) and ({"input_config", "records", "time_to_first_token"} & d.keys()):
         return read_genai_perf(path, gpu, engine, model, d)
     return read_vllm_bench(path, gpu, engine, model, d)
 
@@ -200,31 +204,72 @@ def read_bench_json(path: Path, gpu: str, engine: str, model: str) -> Run:
 _SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+# A metric's key in each layout: genai-perf's export and aiperf's (which mirrors it at the top level,
+# aiperf/common/models/export_models.py JsonExportData) name it by its long tag; aiperf's documented "records"
+# layout (docs/tutorials/export-levels: `records.ttft`) by its tag there.
+_METRIC_KEYS = {"time_to_first_token": ("time_to_first_token", "ttft"), "inter_token_latency": ("inter_token_latency",),
+                "input_sequence_length": ("input_sequence_length",), "output_sequence_length": ("output_sequence_length",),
+                "request_latency": ("request_latency",), "request_throughput": ("request_throughput",),
+                "request_count": ("request_count",)}
+
+
+def _metrics(d: dict) -> dict[str, dict]:
+    """Each metric of a genai-perf or aiperf summary by its genai-perf name, where present with an avg."""
+    table = d["records"] if isinstance(d.get("records"), dict) else d
+    out = {}
+    for name, keys in _METRIC_KEYS.items():
+        for k in keys:
+            if isinstance(table.get(k), dict) and table[k].get("avg") is not None:
+                out[name] = table[k]
+                break
+    return out
+
+
+def _load_settings(d: dict) -> dict:
+    """The run's load arguments: genai-perf's `input_config` holds them flat, aiperf's under `loadgen`
+    (its UserConfig dump: aiperf/common/config/user_config.py)."""
+    cfg = d.get("input_config") if isinstance(d.get("input_config"), dict) else {}
+    return cfg["loadgen"] if isinstance(cfg.get("loadgen"), dict) else cfg
+
+
 def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | None = None) -> Run:
-    """A genai-perf profile_export_genai_perf.json as one closed-loop run: its concurrency, the mean input
-    and output lengths, request_count requests when recorded."""
+    """A genai-perf profile_export_genai_perf.json or an aiperf profile_export_aiperf.json as one closed-loop
+    run: its concurrency, the mean input and output lengths, request_count requests when recorded.
+    Warm-up: aiperf runs `--warmup-request-count` as a phase of its own and waits for every warm-up
+    response before the profiling phase starts its N clients at once (aiperf/timing/credit_issuing_strategy.py
+    `_execute_phases`, "Wait for the credits to be returned before continuing to the next phase"), so the
+    measured requests are request_count sends from an idle engine, ramp included: replayed so."""
     d = read_json(path) if d is None else d
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: not a genai-perf or aiperf profile export (a JSON object is expected)")
+    m = _metrics(d)
     need = ("time_to_first_token", "inter_token_latency", "input_sequence_length", "output_sequence_length")
-    if not isinstance(d, dict) or any(not isinstance(d.get(k), dict) or "avg" not in d[k] for k in need):
-        raise ConfigError(f"{path}: not a genai-perf profile export (expected {', '.join(need)} with an avg)")
-    cfg = d.get("input_config") or {}
-    if not cfg.get("concurrency"):
-        raise ConfigError(f"{path}: input_config.concurrency missing: only concurrency-mode runs are replayed")
+    missing = [k for k in need if k not in m]
+    if missing:
+        raise ConfigError(f"{path}: not a genai-perf or aiperf profile export ({', '.join(missing)} missing, "
+                          "each with an avg; a non-streaming run has no TTFT)")
+    load = _load_settings(d)
+    if load.get("request_rate") is not None:
+        raise ConfigError(f"{path}: input_config request_rate {load['request_rate']}: a rate-driven run is not a "
+                          "closed loop; only concurrency-mode runs are replayed")
+    if not load.get("concurrency"):
+        raise ConfigError(f"{path}: input_config.concurrency missing (aiperf: input_config.loadgen.concurrency): "
+                          "only concurrency-mode runs are replayed")
 
     def seconds(key: str) -> float:
-        unit = d[key].get("unit", "ms")
+        unit = m[key].get("unit", "ms")
         if unit not in _SECONDS:
             raise ConfigError(f"{path}: {key}.unit {unit!r}: expected one of {', '.join(_SECONDS)}")
-        return float(d[key]["avg"]) * _SECONDS[unit]
+        return float(m[key]["avg"]) * _SECONDS[unit]
     measured = {"ttft_s": seconds("time_to_first_token"), "tpot_s": seconds("inter_token_latency")}
-    if isinstance(d.get("request_latency"), dict):
+    if "request_latency" in m:
         measured["e2e_s"] = seconds("request_latency")
-    if isinstance(d.get("request_throughput"), dict):
-        measured["req_s"] = float(d["request_throughput"]["avg"])
+    if "request_throughput" in m:
+        measured["req_s"] = float(m["request_throughput"]["avg"])
     _known(model)
-    count = cfg.get("request_count") or None
-    return Run(path.stem, gpu, engine, model, int(round(d["input_sequence_length"]["avg"])),
-               int(round(d["output_sequence_length"]["avg"])), int(cfg["concurrency"]), measured=measured,
+    count = load.get("request_count") or (m["request_count"]["avg"] if "request_count" in m else None)
+    return Run(path.stem, gpu, engine, model, int(round(m["input_sequence_length"]["avg"])),
+               int(round(m["output_sequence_length"]["avg"])), int(load["concurrency"]), measured=measured,
                num_requests=int(count) if count else None)
 
 
