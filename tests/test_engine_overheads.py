@@ -328,3 +328,54 @@ def test_vllm_benchmark_json_becomes_a_closed_loop_run(tmp_path):
     path.write_text("{}")
     with pytest.raises(ConfigError, match="not a vLLM benchmark_serving result"):
         read_vllm_bench(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")
+
+
+def _vllm_result(tmp_path, **keys):
+    """A made-up benchmark_serving result (vllm benchmarks/serve.py result_json keys): 4 requests, one failed."""
+    d = {"model_id": "meta-llama/Llama-3.1-8B", "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 2,
+         "completed": 3, "total_input_tokens": 600, "total_output_tokens": 90, "input_lens": [100, 200, 300, 400],
+         "output_lens": [10, 30, 0, 50], "errors": ["", "", "timeout", ""], "mean_ttft_ms": 20.0, "mean_tpot_ms": 5.0}
+    d.update(keys)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({k: v for k, v in d.items() if v is not None}))
+    return path
+
+
+def test_vllm_result_lengths_rate_and_failures(tmp_path):
+    from sim.apps.serve.validate_readers import read_vllm_bench
+
+    # --save-detailed: the completed requests' own lengths in the order sent, the failed one (an error, no output)
+    # left out; the means are theirs, (100 + 200 + 400) / 3 and (10 + 30 + 50) / 3
+    run = read_vllm_bench(_vllm_result(tmp_path), "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")
+    assert run.lengths == ((100, 200, 400), (10, 30, 50)) and (run.isl, run.osl, run.num_requests) == (233, 30, 3)
+    lengths = run_file(run).serving.lengths
+    assert lengths.prompt.values == [100, 200, 400] and lengths.output.values == [10, 30, 50]
+    # the default file (no --save-detailed): the means of its totals over the completed requests, 600 / 3, 90 / 3
+    plain = _vllm_result(tmp_path, input_lens=None, output_lens=None, errors=None)
+    run = read_vllm_bench(plain, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")
+    assert (run.isl, run.osl, run.num_requests, run.lengths) == (200, 30, 3, None)
+    # --request-rate 4 with no client cap: open-loop Poisson arrivals; burstiness 4: gamma gaps of cv 1/2
+    run = read_vllm_bench(_vllm_result(tmp_path, request_rate=4.0, max_concurrency=None), "h100_sxm", "vllm",
+                          "meta-llama/Llama-3.1-8B")
+    assert run_file(run).serving.arrivals.process == "poisson" and run_file(run).serving.arrivals.rate == 4.0
+    run = read_vllm_bench(_vllm_result(tmp_path, request_rate=4.0, burstiness=4.0, max_concurrency=None), "h100_sxm",
+                          "vllm", "meta-llama/Llama-3.1-8B")
+    assert run_file(run).serving.arrivals.cv == pytest.approx(0.5)
+    for spoil, message in ((dict(request_rate=4.0), "request_rate 4 with max_concurrency 2"),
+                           (dict(input_lens=None, total_input_tokens=None), "the lengths served are unknown"),
+                           (dict(errors=["x"] * 4), "no request completed")):
+        with pytest.raises(ConfigError, match=message):
+            read_vllm_bench(_vllm_result(tmp_path, **spoil), "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")
+
+
+def test_benchmark_json_names_its_model(tmp_path):
+    from sim.apps.serve.validate_readers import logged_model, read_vllm_bench
+
+    assert logged_model({"model_id": "m"}) == "m"
+    assert logged_model({"input_config": {"model": ["g"]}}) == "g"
+    assert logged_model({"input_config": {"endpoint": {"model_names": ["a"]}}}) == "a"
+    assert logged_model({"input_config": {}}) is None
+    # --model takes a model preset or a config.json as well as the replayed tables' names
+    assert read_vllm_bench(_vllm_result(tmp_path), "h100_sxm", "vllm", "mistral-7b").model == "mistral-7b"
+    with pytest.raises(ConfigError, match="not a model of the replayed tables"):
+        read_vllm_bench(_vllm_result(tmp_path), "h100_sxm", "vllm", "no-such-model")

@@ -169,3 +169,19 @@ def test_json_has_each_run_as_numbers_and_the_errors_reconcile(tmp_path):
     assert d["skipped"] == [{"run": "r3", "why": "disaggregated serving (prefill and decode workers) is not replayed"}]
     # a path under a file: refused in one line before any replay
     assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--json", str(path / "v.json")]) == 2
+
+
+def test_no_run_simulated_fails_and_hw_settings_reach_the_preset(tmp_path, capsys):
+    """A new user's trial: on a preset none of the runs can be built, the table was empty and the exit 0, and the
+    advice (--set hw.*) was a flag the command refused. Now exit 2 with the first reason; --set hw.* applies."""
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant_mode": None, "tp_size": 1,
+                   "batch_size": 2, "isl": 128, "osl": 8}]).to_csv(path, index=False)
+    argv = ["validate-serving", str(path), "--hw", "h100_sxm", "--requests-per-client", "2", "--summary"]
+    # 1 GB of HBM holds no 16 GB of weights: the one run fails, so the command does
+    assert main([*argv, "--set", "hw.memory.@device.capacity_bytes=1e9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "none of the 1 run(s) could be simulated" in err and "\n" not in err
+    assert main([*argv, "--set", "batch=4"]) == 2      # only hw.* settings: no workload here
+    assert "only hw.* settings apply" in capsys.readouterr().err
+    assert main(argv) == 0

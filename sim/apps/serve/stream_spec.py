@@ -143,6 +143,16 @@ class Fixed(_Clip):
         return np.full(n, float(self.value))
 
 
+class Sequence(_Clip):
+    """Lengths as listed, request i taking value i (cycled when the stream is longer): a measured run's
+    per-request lengths replayed in its order (validate-serving's benchmark logs)."""
+    dist: Literal["sequence"]
+    values: Annotated[list[PosInt], Field(min_length=1)]
+
+    def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
+        return np.resize(np.asarray(self.values, dtype=float), n)
+
+
 class Uniform(_Clip):
     dist: Literal["uniform"]
     low: PosInt
@@ -210,7 +220,7 @@ def read_histogram(path: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
     return length, p
 
 
-Length = Annotated[Union[Fixed, Uniform, Normal, LogNormal, Zipf, Histogram], Field(discriminator="dist")]
+Length = Annotated[Union[Fixed, Sequence, Uniform, Normal, LogNormal, Zipf, Histogram], Field(discriminator="dist")]
 
 
 class Lengths(Strict):

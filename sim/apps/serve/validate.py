@@ -21,37 +21,14 @@ import numpy as np
 
 from hw_models.machine import load_machine
 from sim.apps.mpl import pyplot
+from sim.apps.serve.closed import benchmark_figures
 from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict
 from sim.apps.serve.stepcost import serving_mapper
+from sim.apps.serve.validate_models import GPUS, MODELS, NODES, SERVED_CONTEXT  # noqa: F401 (re-exported)
 from sim.apps.workers import process_pool
 from sim.core.errors import SimError
-
-# Llama-3.1 has Llama-3's shapes (sim/core/data/models.yaml llama3-8b/-70b) with a 128k context
-# (meta-llama/Llama-3.1-8B config.json max_position_embeddings 131072); Qwen3-32B from its config.json
-# (Qwen/Qwen3-32B: hidden 5120, 64 layers, 64 heads, 8 KV heads, head_dim 128, MLP 25600, vocab 151936,
-# untied head, 40960 positions).
-# The context is the served one, as benchmark servers are launched (--max-model-len): 16k holds every
-# replayed run (isl + osl <= 9216) and bounds the step-cost grid (a 128k grid costs seconds per run).
-SERVED_CONTEXT = 16384
-_LLAMA31 = dict(vocab_size=128256, max_position_embeddings=SERVED_CONTEXT, num_key_value_heads=8)
-MODELS: dict[str, dict[str, Any]] = {
-    "meta-llama/Llama-3.1-8B-Instruct": dict(name="llama3.1-8b", hidden_size=4096, intermediate_size=14336,
-                                             num_hidden_layers=32, num_attention_heads=32, **_LLAMA31),
-    "meta-llama/Llama-3.1-70B": dict(name="llama3.1-70b", hidden_size=8192, intermediate_size=28672,
-                                     num_hidden_layers=80, num_attention_heads=64, **_LLAMA31),
-    "Qwen/Qwen3-32B": dict(name="qwen3-32b", hidden_size=5120, intermediate_size=25600, num_hidden_layers=64,
-                           num_attention_heads=64, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                           max_position_embeddings=SERVED_CONTEXT, tie_word_embeddings=False),
-}
-MODELS["meta-llama/Llama-3.1-8B"] = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
-
-# aiconfigurator `system` names -> this project's presets (hw_models/presets), and the node a TP group
-# spans (hw_models/network/presets; None: no multi-GPU node preset).
-GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200", "b200_sxm": "b200", "rtx_pro_6000": "rtx_pro_6000",
-        "a100_sxm": "a100_80g", "rtx4090": "rtx4090"}
-NODES = {"h100_sxm": "dgx_h100", "h200": "hgx_h200", "a100_80g": "dgx_a100"}
 
 
 @dataclass(frozen=True)
@@ -134,6 +111,12 @@ class Run:
     # the server's defaults (validate_readers.silicon_sampling says which for the silicon sample's rows).
     sampling: str = "greedy"
     deployment: str = "direct"   # what stood between client and engine (Serving.deployment)
+    # An open-loop run (vLLM benchmark_serving --request-rate): requests/s, and its burstiness b (gamma gaps of
+    # shape b: coefficient of variation 1/sqrt(b)); None: a closed loop of `concurrency` clients.
+    rate: float | None = None
+    burstiness: float = 1.0
+    # Each request's prompt and output tokens in the order sent, where the log lists them (else isl/osl as above).
+    lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -164,9 +147,10 @@ def step_features(res, front_end_s: float = 0.0) -> dict[str, float]:
 
 def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT,
              overrides: dict[str, Any] | None = None) -> ServeFile:
-    """The serving file of a closed-loop run: `requests_per_client` x concurrency requests; lengths drawn as
-    the run's client drew them (Run.range_ratio), else the prompt as measured and outputs spread by the
-    engine's output_spread around it."""
+    """The serving file of a run: a closed loop of `requests_per_client` x concurrency requests (or the run's
+    count), or open-loop arrivals at its rate (Run.rate); lengths as logged per request (Run.lengths), else drawn
+    as the run's client drew them (Run.range_ratio), else the prompt as measured and outputs spread by the
+    engine's output_spread around it. `run.model`: a key of MODELS, else a preset name or config.json path."""
     eng = ENGINES[run.engine]
     fmt = FORMATS[run.quant]
     low, high = max(1, round(run.osl * (1 - eng.output_spread))), round(run.osl * (1 + eng.output_spread))
@@ -175,17 +159,22 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
         low, high = client_range(run.osl, run.range_ratio)
         plow, phigh = client_range(run.isl, run.range_ratio)
         prompt = {"dist": "uniform", "low": plow, "high": phigh} if phigh > plow else prompt
+    count = run.num_requests or run.concurrency * requests_per_client
+    arrivals: dict[str, Any] = {"process": "closed", "concurrency": run.concurrency, "num_requests": count}
+    if run.rate is not None:   # vLLM's client: Poisson at burstiness 1, else gamma (benchmark_serving get_request)
+        arrivals = ({"process": "poisson", "rate": run.rate, "num_requests": count} if run.burstiness == 1 else
+                    {"process": "gamma", "rate": run.rate, "cv": run.burstiness ** -0.5, "num_requests": count})
+    output: dict[str, Any] = ({"dist": "uniform", "low": low, "high": high} if high > low
+                              else {"dist": "fixed", "value": run.osl})
+    if run.lengths is not None:
+        prompt, output = ({"dist": "sequence", "values": list(v)} for v in run.lengths)
     raw: dict[str, Any] = {
-        "name": run.name, "model": MODELS[run.model],
+        "name": run.name, "model": MODELS.get(run.model, run.model),
         "formats": {"weights": fmt, "activations": "bf16", "kv_cache": fmt if eng.quantized_kv else "bf16"},
         "flash_attention": True,
         "stack": stack or eng.stack,
         "sampling": run.sampling,
-        "serving": {"arrivals": {"process": "closed", "concurrency": run.concurrency,
-                                 "num_requests": run.num_requests or run.concurrency * requests_per_client},
-                    "lengths": {"prompt": prompt,
-                                "output": {"dist": "uniform", "low": low, "high": high} if high > low
-                                else {"dist": "fixed", "value": run.osl}},
+        "serving": {"arrivals": arrivals, "lengths": {"prompt": prompt, "output": output},
                     "deployment": run.deployment,
                     "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency),
                                   **({"max_num_batched_tokens": run.token_budget} if run.token_budget else {})}},
@@ -210,20 +199,21 @@ class MachineLoader:
 
     FRONT = ("per_request_s", "dynamo_per_request_s", "front_end_request_s", "front_end_prompt_token_s", "front_end_output_token_s")
 
-    def __init__(self, engine_side_ttft: bool = False):
+    def __init__(self, engine_side_ttft: bool = False, overrides: dict[str, Any] | None = None):
         self.engine_side_ttft = engine_side_ttft
+        self.overrides = dict(overrides or {})   # --set hw.KEY=VALUE, dotted paths as load_machine takes them
         self.cache: dict[str, object] = {}
 
     def __call__(self, name: str):
         name = GPUS.get(name, name)
         if name not in self.cache:
             zero = {"stacks": {e.stack: {"engine_overheads": dict.fromkeys(self.FRONT, 0.0)} for e in ENGINES.values()}}
-            self.cache[name] = load_machine(name, zero if self.engine_side_ttft else None)
+            self.cache[name] = load_machine(name, {**self.overrides, **(zero if self.engine_side_ttft else {})} or None)
         return self.cache[name]
 
 
-def machine_loader(engine_side_ttft: bool = False) -> MachineLoader:
-    return MachineLoader(engine_side_ttft)
+def machine_loader(engine_side_ttft: bool = False, overrides: dict[str, Any] | None = None) -> MachineLoader:
+    return MachineLoader(engine_side_ttft, overrides)
 
 
 def layout_features(file: ServeFile, machine) -> dict[str, float]:
@@ -280,7 +270,7 @@ def _simulate_each(runs: list[Run], machine_for: Callable[[str], Any], stack: st
         except SimError as exc:
             out.append((None, (run.name, str(exc).splitlines()[0])))
             continue
-        b = summary["benchmark"]
+        b = summary.get("benchmark") or benchmark_figures(res, 1)   # open loop: the same means, as the client takes them
         sim = {k: b[k] for k in METRICS}
         if run.range_ratio is not None:   # as the measured E2E is derived (Run.range_ratio)
             sim["e2e_s"] = sim["ttft_s"] + sim["tpot_s"] * (run.osl - 1)
@@ -324,12 +314,12 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
     """Markdown: signed errors per run (unless `per_run`), MAPE per GPU/engine/model; names: last `name_width` chars."""
     lines = []
     if per_run:
-        lines += ["| run | engine | model | TP | N | isl/osl | sampling | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | "
+        lines += ["| run | engine | model | TP | N (or rate) | isl/osl | sampling | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | "
                   "TPOT | E2E | req/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in results:
             m, s, e = r.run.measured, r.sim, r.error
             lines.append(f"| {r.run.name[-name_width:] if name_width else r.run.name} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp} | "
-                         f"{r.run.concurrency} | {r.run.isl}/{r.run.osl} | {r.run.sampling} | "
+                         f"{r.run.concurrency if r.run.rate is None else f'{r.run.rate:g}/s'} | {r.run.isl}/{r.run.osl} | {r.run.sampling} | "
                          f"{m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
                          f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{s['tpot_s'] * 1e3:.2f} | "
                          f"{_pct(e.get('tpot_s', np.nan))} | {_pct(e.get('e2e_s', np.nan))} | {_pct(e.get('req_s', np.nan))} |")

@@ -20,14 +20,15 @@ from sim.core.files import check_output, write_json
 
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
-    from sim.apps.serve.validate_readers import is_silicon, read_bench_json, read_json, read_silicon
+    from sim.apps.serve.validate_readers import is_silicon, logged_model, read_bench_json, read_json, read_silicon
 
     path = Path(args.file)
     if path.suffix == ".json":
-        read_json(path)   # a file that is not JSON says so before being asked what served it
-        if not (args.engine and args.model):
-            raise ConfigError(f"{path}: a benchmark JSON does not say what served it: give --engine and --model")
-        return [read_bench_json(path, args.hw, args.engine, args.model)], []
+        model = args.model or logged_model(read_json(path))   # a file that is not JSON says so first
+        if not (args.engine and model):
+            raise ConfigError(f"{path}: a benchmark JSON does not say {'which engine' if model else 'what'} "
+                              f"served it: give --engine{'' if model else ' and --model'}")
+        return [read_bench_json(path, args.hw, args.engine, model)], []
     if not path.is_file():
         raise ConfigError(f"{path}: not found")
     if not is_silicon(path):
@@ -55,13 +56,19 @@ def _folder(args: argparse.Namespace) -> int:
         raise ConfigError(f"{folder}: --deployment: an LLMServingSim case times TTFT from the engine's own queue, "
                           "so no delay in front of the engine enters it")
     stack = args.stack or "vllm"
-    results = M.validate(folder.parent, machine_loader(engine_side_ttft=True),
+    results = M.validate(folder.parent, machine_loader(engine_side_ttft=True, overrides=_hw_sets(args)),
                          lambda f, m, r: serve(f.model_copy(update={"stack": stack}), m, requests=r),
                          args.limit, names=[folder.name])
     if not results:
         raise ConfigError(f"{folder}: not an LLMServingSim case folder (vllm/meta.json, vllm/requests.jsonl)")
     tables.print_markdown(M.render(results))
     return 0
+
+
+def _hw_sets(args: argparse.Namespace) -> dict:
+    from sim.core.settings import hw_only, split_settings
+
+    return hw_only(split_settings(args.set), "validate-serving")
 
 
 def cmd_validate_serving(args: argparse.Namespace) -> int:
@@ -85,9 +92,11 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.progress import bar
 
     with bar("replaying runs", "runs", len(runs), quiet=args.quiet) as update:
-        results, failed = simulate(runs, machine_loader(), args.stack, args.requests_per_client,
+        results, failed = simulate(runs, machine_loader(overrides=_hw_sets(args)), args.stack, args.requests_per_client,
                                    progress=lambda done, total: update(done),
                                    jobs=worker_count(args.workers))
+    if failed and not results:   # nothing to tabulate: say why, and fail
+        raise ConfigError(f"--hw {args.hw}: none of the {len(failed)} run(s) could be simulated; the first: {failed[0][1]}")
     tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
                                  name_width=None if tables.full_width() else 40))
     if args.json:
@@ -106,7 +115,9 @@ def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list
     all; the rows not replayed and why."""
     from sim.apps.serve.validate import mape, overall
 
-    return dict(hw=hw, runs=[dict(dataclasses.asdict(r.run), sim=r.sim, error=r.error) for r in results],
+    def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here
+        return {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
+    return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error) for r in results],
                 mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],
                 overall=dict(runs=len(results), **overall(results)),
                 skipped=[dict(run=n, why=w) for n, w in skipped], failed=[dict(run=n, why=w) for n, w in failed])
@@ -119,7 +130,10 @@ def register(subparsers) -> None:
     p.add_argument("--hw", required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
     p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")
-    p.add_argument("--model", help="the Hugging Face model name of a benchmark JSON (e.g. meta-llama/Llama-3.1-8B)")
+    p.add_argument("--model", help="the model of a benchmark JSON: a Hugging Face name of the replayed tables (e.g. "
+                   "meta-llama/Llama-3.1-8B), a model preset or a config.json (default: the one the file names)")
+    p.add_argument("--set", action="append", metavar="hw.KEY=VALUE",
+                   help="override a hardware field of --hw (hw.spatial.chips=166, hw.memory.@device.bandwidth_bytes_per_s=4e12)")
     p.add_argument("--deployment", choices=("direct", "dynamo"),
                    help="what stood between the clients and the engine (serving.deployment): its own server or "
                         "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")

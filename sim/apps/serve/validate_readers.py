@@ -34,6 +34,7 @@ import pandas as pd
 
 from sim.apps.serve.validate import ENGINES, GPUS, MODELS, Run
 from sim.core.errors import ConfigError
+from sim.core.model import load_model, preset_names
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
 NO_NATIVE_FP4 = {"h100_sxm", "h200_sxm", "a100_sxm"}   # FP4 tensor cores from Blackwell on
@@ -188,9 +189,30 @@ def read_json(path: Path) -> object:
         raise ConfigError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
 
 
-def _known(model: str) -> None:
-    if model not in MODELS:
-        raise ConfigError(f"--model {model}: no config here; known: {', '.join(MODELS)}")
+def _known(model: str) -> str:
+    """The model a benchmark log was served with, as run_file takes it: a name of the replayed tables (MODELS),
+    a model preset, or a config.json / model YAML (made absolute); else the one-line error."""
+    if model in MODELS or model in preset_names():
+        return model
+    if Path(model).is_file():
+        load_model(str(Path(model).resolve()))   # a file that is no model says so here, once
+        return str(Path(model).resolve())
+    raise ConfigError(f"--model {model}: not a model of the replayed tables ({', '.join(MODELS)}), a model preset "
+                      "(`sim model list`) or a config.json path")
+
+
+def logged_model(d: object) -> str | None:
+    """The model a benchmark JSON names: vLLM's `model_id`, genai-perf's `input_config.model`, aiperf's
+    `input_config.endpoint.model_names` (the first); None where it names none."""
+    if not isinstance(d, dict):
+        return None
+    cfg = d.get("input_config") if isinstance(d.get("input_config"), dict) else {}
+    endpoint = cfg.get("endpoint") if isinstance(cfg.get("endpoint"), dict) else {}
+    for name in (d.get("model_id"), cfg.get("model"), endpoint.get("model_names")):
+        name = name[0] if isinstance(name, list) and name else name
+        if isinstance(name, str) and name:
+            return name
+    return None
 
 
 def read_bench_json(path: Path, gpu: str, engine: str, model: str) -> Run:
@@ -266,7 +288,7 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
         measured["e2e_s"] = seconds("request_latency")
     if "request_throughput" in m:
         measured["req_s"] = float(m["request_throughput"]["avg"])
-    _known(model)
+    model = _known(model)
     count = load.get("request_count") or (m["request_count"]["avg"] if "request_count" in m else None)
     return Run(path.stem, gpu, engine, model, int(round(m["input_sequence_length"]["avg"])),
                int(round(m["output_sequence_length"]["avg"])), int(load["concurrency"]), measured=measured,
@@ -274,18 +296,44 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
 
 
 def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = None) -> Run:
-    """A vLLM benchmark_serving result JSON as one closed-loop run (its max_concurrency, the mean of its
-    input and output lengths)."""
+    """A vLLM benchmark_serving / `vllm bench serve` result JSON as one run (vllm-project/vllm
+    benchmarks/serve.py `result_json`): a closed loop of its max_concurrency clients, or open-loop arrivals at
+    its request_rate (Poisson, gamma gaps at a burstiness other than 1); with --save-detailed, each completed
+    request's lengths in the order sent (`errors` names the failed ones, left out), without it the means
+    total_input_tokens / completed and total_output_tokens / completed."""
     d = read_json(path) if d is None else d
-    need = ("input_lens", "output_lens", "mean_ttft_ms", "mean_tpot_ms")
+    need = ("mean_ttft_ms", "mean_tpot_ms")
     if not isinstance(d, dict) or any(k not in d for k in need):
         raise ConfigError(f"{path}: not a vLLM benchmark_serving result (expected keys {', '.join(need)})")
-    conc = d.get("max_concurrency") or len(d["input_lens"])   # no limit: every request in flight at once
+    detailed = "input_lens" in d and "output_lens" in d
+    if not detailed and not (d.get("completed") and "total_input_tokens" in d and "total_output_tokens" in d):
+        raise ConfigError(f"{path}: neither input_lens/output_lens (--save-detailed) nor completed, "
+                          "total_input_tokens and total_output_tokens: the lengths served are unknown")
+    rate = d.get("request_rate")
+    rate = None if rate in (None, "inf") or not np.isfinite(float(rate)) else float(rate)
+    if rate is not None and d.get("max_concurrency"):
+        raise ConfigError(f"{path}: request_rate {rate:g} with max_concurrency {d['max_concurrency']}: arrivals "
+                          "capped by a client count are neither open- nor closed-loop; not replayed")
     measured = {"ttft_s": d["mean_ttft_ms"] / 1e3, "tpot_s": d["mean_tpot_ms"] / 1e3}
     if "mean_e2el_ms" in d:
         measured["e2e_s"] = d["mean_e2el_ms"] / 1e3
     if "request_throughput" in d:
         measured["req_s"] = float(d["request_throughput"])
-    _known(model)
-    return Run(path.stem, gpu, engine, model, int(round(np.mean(d["input_lens"]))),
-               int(round(np.mean(d["output_lens"]))), int(conc), measured=measured, num_requests=len(d["input_lens"]))
+    model = _known(model)
+    lengths = None
+    if detailed:
+        errors = d.get("errors") or [""] * len(d["input_lens"])
+        ok = [i for i, (e, o) in enumerate(zip(errors, d["output_lens"])) if not e and o > 0]
+        if not ok:
+            raise ConfigError(f"{path}: no request completed (errors, or no output tokens)")
+        lengths = (tuple(int(d["input_lens"][i]) for i in ok), tuple(int(d["output_lens"][i]) for i in ok))
+        n, isl, osl = len(ok), float(np.mean(lengths[0])), float(np.mean(lengths[1]))
+        if len(set(lengths[0])) == 1 and len(set(lengths[1])) == 1:
+            lengths = None   # one length for all: the engine's output spread stands in for its drift (ENGINES)
+    else:
+        n = int(d["completed"])
+        isl, osl = d["total_input_tokens"] / n, d["total_output_tokens"] / n
+    conc = d.get("max_concurrency") or n   # no limit: every request in flight at once
+    return Run(path.stem, gpu, engine, model, int(round(isl)), max(1, int(round(osl))), int(conc),
+               measured=measured, num_requests=n, rate=rate, burstiness=float(d.get("burstiness") or 1.0),
+               lengths=lengths)
