@@ -118,3 +118,21 @@ def test_the_fit_keeps_the_per_token_time_its_rows_were_replayed_under():
     (fit,) = F.fit(rows, measured)
     assert fit.terms[F.FRONT] == 70e-6
     assert "  front_end_output_token_s: 70 us" in F.block(fit, "x.csv").splitlines()
+
+
+def test_a_stack_ignored_on_a_kind_adds_none_of_its_engine_terms():
+    """A new user's trial: `stack: trtllm` on hbm_pim warned "ignored" yet added TensorRT-LLM's GPU-fitted 81 ms
+    per-request delay to TTFT (Groq: 14.7 -> 95.8 ms). A kind that runs no stack takes none of its terms."""
+    from sim.apps.serve.run import serve
+
+    f = serve_file({"process": "constant", "rate": 1, "num_requests": 2}, prompt=128, output=8)
+    pim = load_machine("hbm_pim")
+    _, plain = serve(f.model_copy(update={"stack": None}), pim)
+    for stack in ("vllm", "trtllm", "sglang"):
+        _, with_stack = serve(f.model_copy(update={"stack": stack}), pim)
+        assert with_stack["latency"]["ttft"]["mean"] == plain["latency"]["ttft"]["mean"]
+        assert with_stack["request_delay_s"] == 0.0
+    # on a GPU the same stack does add its delay (the fitted per-request term, docs/serving.md)
+    _, gpu_plain = serve(f.model_copy(update={"stack": None}), load_machine("h100_sxm"))
+    _, gpu_trt = serve(f.model_copy(update={"stack": "trtllm"}), load_machine("h100_sxm"))
+    assert gpu_trt["latency"]["ttft"]["mean"] > gpu_plain["latency"]["ttft"]["mean"] + 0.05

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Callable
 
 from hw_models.machine import Machine
-from hw_models.stack.spec import stack_for
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.cluster import serve_stream
 from sim.apps.serve.invariants import check_run
@@ -14,6 +13,7 @@ from sim.apps.serve.metrics import summarize
 from sim.apps.serve.instance import prepare
 from sim.apps.serve.lazytable import flush_all
 from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.stepcost import engine_terms
 from sim.apps.serve.traces import Requests
 
 
@@ -36,7 +36,6 @@ def summary_of(file: ServeFile, machine: Machine, result: ServeResult, extra: di
     and the stack's per-request delay, which the latencies hold: they count from the send (docs/serving.md)."""
     summary = summarize(result, file.serving.slo)
     summary.update(extra)
-    stack = stack_for(file.stack, machine)
-    eo = stack.engine_overheads if stack is not None else None
+    eo = engine_terms(file, machine)
     summary["request_delay_s"] = eo.request_delay_s(file.serving.deployment) if eo else 0.0
     return summary

@@ -23,10 +23,10 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from hw_models.stack.spec import stack_for
 from hw_models.power import Board
 from sim.apps.serve import debug_checks, frontend, handout_ref, runahead, speculative
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
+from sim.apps.serve.stepcost import engine_terms
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.cohort import DecodeCohort, finite
 from sim.apps.serve.instance import Setup
@@ -91,8 +91,7 @@ class ServeSim:
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
         self.rejections: dict[str, int] = {}
-        stack = stack_for(setup.file.stack, setup.machine)
-        self.eo = eo = stack.engine_overheads if stack is not None else None
+        self.eo = eo = engine_terms(setup.file, setup.machine)
         self.front_end_s = eo.request_delay_s(setup.file.serving.deployment) if eo else 0.0
         self.front: frontend.FrontEnd | None = None   # built by run(): routers feed replicas themselves
         self.async_scheduling = bool(eo and eo.async_scheduling)

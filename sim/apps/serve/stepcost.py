@@ -38,11 +38,13 @@ from typing import Callable, Protocol
 
 from hw_models.base import Mapper
 from hw_models.op_cost import OpCost
+from hw_models.kinds import KINDS
 from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
 from hw_models.registry import kind_module, mapper_for
 from hw_models.power import CAP_ADDED, CAP_COUNTERS
 from hw_models.stack.sampler import SAMPLER
+from hw_models.stack.spec import stack_for
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.costvec import Cost, add, add_busy, interp, lerp, rows_around, scaled, within_step
 from sim.apps.serve.decodecost import DecodeCosts
@@ -107,6 +109,15 @@ def serving_mapper(machine: Machine, workload: ServeFile, model: ModelConfig) ->
     rank_activation_bytes, swap_bytes_per_s, engine_host_s, power_j, gap_j (hw_models.base.Mapper)."""
     check_kind(machine, workload.serving.scheduler.kind)
     return mapper_for(machine, workload, model)
+
+
+def engine_terms(file: ServeFile, machine: Machine) -> EngineOverheads | None:
+    """The stack's engine terms where the machine's kind runs the stack (hw_models.kinds runs_stack, as the
+    step costs' mappers do); none on spatial, PIM and offload presets, where the stack is ignored whole
+    (sim.apps.checks warns so), its per-request delay and front end, fitted on GPU engines, included."""
+    entry = KINDS.get(machine.kind)
+    stack = stack_for(file.stack, machine) if entry is not None and entry.runs_stack else None
+    return stack.engine_overheads if stack is not None else None
 
 
 class ExactCost:
