@@ -148,6 +148,30 @@ def test_speculative_tokens_per_step(a6000):
     assert s["completed"] == 60
 
 
+def test_a_perfect_draft_yields_k_plus_one_tokens_a_step(a6000):
+    """alpha = 1, the upper end of an acceptance sweep (was refused: alpha < 1): every draft token is accepted,
+    so each verify step yields exactly k + 1 tokens, the limit of (1 - alpha^(k+1)) / (1 - alpha)."""
+    srv = stream(4.0, n=6, output=(101, 101), sched=dict(kind="vllm", max_num_batched_tokens=4096))
+    srv["speculative"] = dict(draft="tinyllama-1.1b", k=4, alpha=1.0)
+    res, s = serve(file(srv), a6000, cache=CACHE)
+    assert s["completed"] == 6 and s["spec_tokens_per_step"] == 5.0   # 100 tokens after the first: 20 steps of 5
+
+
+def test_spec_tokens_spend_the_v1_token_budget(a6000):
+    """A new user's trial: at a 64-token budget and k = 4 a step ran 19 decodes, 95 verify positions. vLLM V1
+    schedules a decode's spec tokens against the budget (1 + k each, the last cut to what is left): at most
+    ceil(64 / 5) = 13 decoding sequences a step, and every step's budget holds (to the k = 4 tokens the last
+    decode's spec tokens may be cut by)."""
+    srv = stream(20.0, n=40, prompt=(32, 32), output=(128, 128),
+                 sched=dict(kind="vllm", max_num_batched_tokens=64, max_num_seqs=64))
+    srv["speculative"] = dict(draft="tinyllama-1.1b", k=4, alpha=0.7)
+    res, s = serve(file(srv), a6000, cache=CACHE)
+    it = res.iterations
+    decodes = it["seqs"] - it["prefill_seqs"]
+    charged = decodes * 5 + (it["tokens"] - decodes)   # 1 + k a decode, the prefill chunks' own tokens
+    assert s["completed"] == 40 and decodes.max() == 13 and charged.max() <= 64 + 4
+
+
 def test_prefix_caching_reuses_shared_prefix(a6000):
     srv = stream(4.0, n=50, prompt=(600, 800))
     srv["scheduler"] = dict(kind="vllm", max_num_batched_tokens=4096)

@@ -14,11 +14,11 @@ from sim.core.schema import validate_mapping
 GIB = 2**30
 
 
-def _file(model: str, parallel: dict | None) -> ServeFile:
+def _file(model: str, parallel: dict | None, **serving_extra) -> ServeFile:
     serving = dict(arrivals=dict(process="poisson", rate=1, num_requests=4, seed=1),
                    lengths=dict(prompt=dict(dist="uniform", low=32, high=512),
                                 output=dict(dist="uniform", low=8, high=64)),
-                   scheduler=dict(kind="vllm", max_num_batched_tokens=2048, max_num_seqs=8))
+                   scheduler=dict(kind="vllm", max_num_batched_tokens=2048, max_num_seqs=8), **serving_extra)
     raw = dict(name="t", model=model, flash_attention=True, serving=serving)
     if parallel:
         raw["parallel"] = parallel
@@ -67,3 +67,23 @@ def test_ep_over_tp_serving_refusals_in_one_line():
         prepare(f, load_machine("h200"), exact=True)
     msg = str(e.value)
     assert msg.startswith("t.yaml: parallel.pp: 2 with ep 4 > tp 1") and "\n" not in msg
+
+
+def test_a_draft_under_tp_is_sharded_as_its_step_is():
+    """A new user's trial: at TP2 the draft's weights and KV counted whole on each device while its step was
+    priced sharded with all-reduces. The draft now takes its own plan's share, as its step does: TinyLlama
+    (1,100,048,384 parameters, 2.200 GB fp16; 4 KV heads x 64 x 22 layers x 2 x 2 B = 22,528 B of KV a token)
+    at TP2 adds half of each per device."""
+    from sim.core.footprint import kv_bytes, weight_bytes
+    from sim.core.model import load_model
+
+    tiny = load_model("tinyllama-1.1b")
+    assert weight_bytes(tiny, _file("llama2-7b", None).formats.policy()) == pytest.approx(2 * 1_100_048_384, rel=1e-3)
+    assert kv_bytes(tiny, _file("llama2-7b", None).formats.policy(), 1, 1) == 22_528
+    tp2 = {"tp": 2, "topology": "dgx_h100"}
+    plain = prepare(_file("llama2-7b", tp2), load_machine("h100_sxm"), exact=True)
+    spec = prepare(_file("llama2-7b", tp2, speculative={"draft": "tinyllama-1.1b", "k": 4}), load_machine("h100_sxm"),
+                   exact=True)
+    assert spec.weights_bytes - plain.weights_bytes == pytest.approx(2 * 1_100_048_384 / 2, rel=1e-3)
+    # the pool's block is the device's share of both models' KV: (4,096 x 2 x 32 x 2 B) / 2 + 22,528 / 2 a token
+    assert spec.block_bytes == 16 * (524_288 / 2 + 22_528 / 2)

@@ -93,12 +93,16 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     max_seqs = cfg.max_seqs
     max_tokens = cfg.token_budget or max(max_model_len, 2048)
     # Per device of the instance (sim.apps.serve.placement): the parallel plan's share of the
-    # target's weights, KV heads and layers, and the rank's activations; the draft runs whole.
+    # target's weights, KV heads and layers, and the rank's activations. The draft runs under the same plan
+    # (vLLM's draft TP defaults to the target's; its step cost is priced so, _costs), so its share is its own
+    # plan's: its weights and KV heads sharded as its step is.
     mapper = serving_mapper(machine, file, model)
     share = device_share(file, mapper)
-    weights = weight_bytes(model, fmt) * share.weights + (weight_bytes(draft, fmt) if draft else 0)
+    dshare = (serving_mapper(machine, file.model_copy(update={"model": srv.speculative.draft}), draft).device_share()
+              if draft else None)
+    weights = weight_bytes(model, fmt) * share.weights + (weight_bytes(draft, fmt) * dshare.weights if draft else 0)
     per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
-    rank_token = _kv_per_token(model, file) * share.kv + (_kv_per_token(draft, file) if draft else 0)
+    rank_token = _kv_per_token(model, file) * share.kv + (_kv_per_token(draft, file) * dshare.kv if draft else 0)
     act = _profile_activations(mapper, min(max_tokens, max_seqs * max_model_len), max_seqs)
     block = cfg.block_tokens
     max_prompt: int | None = None

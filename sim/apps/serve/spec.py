@@ -185,7 +185,7 @@ class PrefixCaching(Strict):
 class Speculative(Strict):
     draft: str | dict[str, Any]  # a model preset, config.json, or inline mapping
     k: PosInt = 4                # tokens proposed per step
-    alpha: Annotated[float, Field(ge=0, lt=1)] = 0.7   # per-token acceptance rate
+    alpha: Annotated[float, Field(ge=0, le=1)] = 0.7   # per-token acceptance rate (1: every draft accepted, k + 1 a step)
 
 
 METRICS = ("ttft", "tpot", "tbt", "e2e", "queue")

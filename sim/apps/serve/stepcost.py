@@ -115,6 +115,8 @@ def engine_terms(file: ServeFile, machine: Machine) -> EngineOverheads | None:
     """The stack's engine terms where the machine's kind runs the stack (hw_models.kinds runs_stack, as the
     step costs' mappers do); none on spatial, PIM and offload presets, where the stack is ignored whole
     (sim.apps.checks warns so), its per-request delay and front end, fitted on GPU engines, included."""
+    if file.stack is None:
+        return None
     entry = KINDS.get(machine.kind)
     stack = stack_for(file.stack, machine) if entry is not None and entry.runs_stack else None
     return stack.engine_overheads if stack is not None else None

@@ -4,7 +4,8 @@ Scheduler.schedule; vllm/v1/core/kv_cache_manager.py, allocate_slots and free; v
 - No prefill or decode phase: every request has computed tokens catching up with its tokens
   (prompt + generated). One token budget (max_num_batched_tokens) per step.
 - RUNNING first, in running-queue order: each gets min(its pending tokens, the budget left); a
-  partial prefill continues in chunks (long_prefill_token_threshold is 0 by default: no cap).
+  partial prefill continues in chunks (long_prefill_token_threshold is 0 by default: no cap). Under
+  speculative decoding a decode spends 1 + k of the budget (its spec tokens, cut to what is left).
   KV blocks are allocated for the tokens scheduled this step only (allocate_slots(request,
   num_new_tokens)), not for the whole prompt.
 - When a running request cannot get its blocks, the LAST request of the running queue is preempted
@@ -92,7 +93,9 @@ class VllmV1(Scheduler):
             if caching and end // unit_tokens > cached[r.idx]:
                 self._cache(r, end)
             entries.append((r, q))
-            budget -= q
+            # V1 schedules a decode's spec tokens with it, against the same budget (num_tokens_with_spec -
+            # num_computed_tokens, cut to the budget left): 1 + k under speculative decoding
+            budget -= min(budget, q + look) if look and q == 1 and r.generated else q
             i += 1
         return budget, preempted
 
