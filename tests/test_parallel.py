@@ -81,10 +81,21 @@ def test_pipeline_bubble_emerges():
     ({"tp": 8, "topology": "dgx_q"}, "parallel.topology: unknown topology 'dgx_q'"),
     ({"tp": 2, "micro_batches": 3, "topology": "dgx_a100"}, "micro_batches: 3 does not divide batch 8"),
     ({"tq": 2}, "parallel: tq: unknown key"),
+    ({"tp": 8, "pp": 2, "topology": "dgx_a100"}, r"16 ranks but dgx_a100 has 8 devices .*; more nodes: parallel.nodes: 2"),
+    ({"tp": 8, "pp": 2, "topology": "dgx_a100", "nodes": 0}, "parallel: nodes: Input should be greater than 0"),
 ])
 def test_bad_plans(parallel, match):
     with pytest.raises(ConfigError, match=match):
         _mapper(parallel)
+
+
+def test_nodes_extend_a_topology_over_its_fabric():
+    """A new user's trial: two DGX nodes needed a copied topology file (`nodes:` was in no doc). parallel.nodes
+    takes the preset's node that many times, joined by its fabric: a TP8 x PP2 plan then places its 16 ranks, a
+    stage per node, and a ring over both nodes pays the fabric's latency (dgx_a100: 8 x NDR 50 GB/s, 10 us)."""
+    mp = _mapper({"tp": 8, "pp": 2, "topology": "dgx_a100", "nodes": 2})
+    assert (mp.topo.nodes, mp.topo.devices) == (2, 16)
+    assert mp.topo.step_latency(16) == max(mp.topo.interconnect.latency_s, mp.topo.fabric.latency_s)
 
 
 def test_ep_more_than_experts():

@@ -20,6 +20,7 @@ class ParallelPlan(Strict):
     ep: StrictInt = Field(default=1, gt=0)
     micro_batches: StrictInt = Field(default=1, gt=0)
     topology: str | None = None
+    nodes: StrictInt | None = Field(default=None, gt=0)   # nodes of the topology (None: its preset's; a fabric joins them)
     # network.collectives; None: the stack's `all_reduce` (the engine's own), else ring
     algorithm: Literal["ring", "tree", "nccl", "trtllm_custom", "vllm_custom", "sglang_custom"] | None = None
     source: str = Field(default="", exclude=True)
@@ -70,6 +71,10 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
         if plan.topology is None:
             raise bad("topology", "needed when a replica spans devices (presets in hw_models/network/presets)")
         topo = load_topology(plan.topology, src, "parallel.topology")
+        if plan.nodes is not None:
+            if plan.nodes > 1 and topo.fabric is None:
+                raise bad("nodes", f"{plan.nodes}, but {topo.name} has no fabric between nodes")
+            topo = topo.model_copy(update={"nodes": plan.nodes})
         if topo.device != machine.name:
             raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
         topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")

@@ -99,7 +99,9 @@ class Topology(Strict):
     def check_ranks(self, ranks: int, key: str) -> None:
         if ranks > self.devices:
             raise ConfigError(f"{self.source}: {key}: {ranks} ranks but {self.name} has {self.devices} devices "
-                              f"({self.nodes} node(s) x {self.devices_per_node})")
+                              f"({self.nodes} node(s) x {self.devices_per_node})"
+                              + (f"; more nodes: parallel.nodes: {-(-ranks // self.devices_per_node)}"
+                                 if self.fabric is not None and key.startswith("parallel.") else ""))
 
     def describe(self) -> str:
         """A text drawing of the topology, for `sim hw show`-style output."""
