@@ -198,14 +198,17 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
     m = load_model(args.model)
     fmts = (flags.comma_list("--formats", args.formats, lambda n: get_format(n).name) if args.formats
-            else ["fp32", "fp16", "bf16", "int8", "int4"])
+            else ["fp32", "fp16", "bf16", "fp8_e4m3", "int8", "mxfp6_e2m3", "int4", "mxfp4", "nvfp4"])
     by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
     kv = {f: m.kv_bytes_per_token(get_format(f).storage_bytes((1, m.kv_dim)) / m.kv_dim) for f in fmts}
     data = dict(m.to_dict(), params=m.params(), weight_bytes=by_fmt, kv_cache_bytes_per_token=kv)
+    if m.is_moe:   # what one token reads: the routed experts it goes to, not all of them
+        data["active_params"] = m.params(active=True)
     if args.json:
         flags.emit_json(args.json, data)
         return 0
-    t = Table(title=f"{m.name}: {m.params():,} parameters", show_header=False, title_justify="left")
+    active = f" ({data['active_params']:,} active per token)" if m.is_moe else ""
+    t = Table(title=f"{m.name}: {m.params():,} parameters{active}", show_header=False, title_justify="left")
     # A field the model reads through another (0: the experts are the dense MLP's width) shows what it means.
     effective = {"moe_intermediate_size": f"{m.expert_intermediate} (0 in the config: intermediate_size's)"
                  if m.is_moe and not m.moe_intermediate_size else None,

@@ -361,6 +361,9 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
                 raise ConfigError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
         else:
             raw = read_yaml(path)
+            if isinstance(raw, dict) and "model" in raw and "hidden_size" not in raw:   # a workload, not a model
+                raise ConfigError(f"{path}: a workload file (its `model:` names the model), not a model config; "
+                                  "give that model, or a config.json / model YAML")
             check_typos(raw, str(path))
         return from_mapping(raw, _model_name(raw, path), str(path))
     raise ConfigError(f"{where(source, 'model')}unknown model {text!r}; presets: {', '.join(preset_names())}, or a path to config.json")
