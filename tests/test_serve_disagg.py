@@ -157,3 +157,20 @@ def test_pools_of_different_plans_report_power_per_own_device():
     assert energy_summary(res)["peak_power_per_device_w"] <= 700.0 + 1e-6   # h100_sxm's board limit (a6000: 300 W)
     _, trace_w = power_trace(res)
     assert max(trace_w) == pytest.approx(watts.max(), rel=1e-12)
+
+
+def test_a_pool_changes_its_preset_by_hw_overrides():
+    """A new user's trial: a pool on a spatial preset that needed a chip count was told `--set hw.spatial.chips=N`,
+    which a disaggregated file refuses, and a pool had no way to change its preset. `hw_overrides` changes the
+    pool's preset as --set hw.* changes --hw's, and the advice names it. A decode pool on an a6000 whose DRAM
+    runs at half its 768 GB/s decodes slower (memory-bound steps), its prefill pool untouched."""
+    slow = _file(n=2, decode="a6000")
+    pools = slow.serving.disaggregated
+    slow = slow.model_copy(update={"serving": slow.serving.model_copy(update={"disaggregated": pools.model_copy(
+        update={"decode": pools.decode.model_copy(update={"hw_overrides": {"memory.@device.bandwidth_bytes_per_s": 384e9}})})})})
+    _, plain = serve(_file(n=2, decode="a6000"), load_machine("h100_sxm"), cache=CACHE)
+    _, halved = serve(slow, load_machine("h100_sxm"), cache=CACHE)
+    assert halved["latency"]["tpot"]["mean"] > 1.6 * plain["latency"]["tpot"]["mean"]
+    assert halved["latency"]["ttft"]["mean"] == pytest.approx(plain["latency"]["ttft"]["mean"], rel=1e-9)
+    with pytest.raises(ConfigError, match=r"serving.disaggregated.decode.hw_overrides: \{spatial.chips: \d+\}"):
+        serve(_file(n=1, decode="groq_lpu"), load_machine("h100_sxm"), cache=CACHE)

@@ -110,7 +110,8 @@ def _machine(args: argparse.Namespace, file, hw_sets: dict[str, Any]):
     from sim.apps.serve.disagg import pool_machine
     if hw_sets:
         raise ConfigError(f"--set hw.{next(iter(hw_sets))}: serving.disaggregated runs each pool on its own preset "
-                          "(serving.disaggregated.prefill.hw, .decode.hw): edit those presets instead")
+                          "(serving.disaggregated.prefill.hw, .decode.hw): set its fields per pool "
+                          "(serving.disaggregated.decode.hw_overrides: {KEY: VALUE})")
     if args.hw is not None:
         print(f"warning: --hw {args.hw} is not used: serving.disaggregated names each pool's hardware", file=sys.stderr)
     return pool_machine(file, "prefill")

@@ -19,6 +19,7 @@ token end at the prefill pool.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -71,11 +72,18 @@ class DecodeReplica(Replica):
 
 
 def pool_machine(file: ServeFile, key: str) -> Machine:
-    """The preset of pool `key` (prefill or decode), its errors located at its key."""
+    """The preset of pool `key` (prefill or decode) with its hw_overrides, its errors located at its key; advice to
+    `--set hw.X=V` (which a disaggregated file does not take) says the pool's own setting instead."""
+    pool = getattr(file.serving.disaggregated, key)
     try:
-        return load_machine(getattr(file.serving.disaggregated, key).hw)
+        return load_machine(pool.hw, pool.hw_overrides)
     except ConfigError as exc:
-        raise ConfigError(f"{file.source}: serving.disaggregated.{key}.hw: {exc}") from None
+        raise ConfigError(f"{file.source}: serving.disaggregated.{key}.hw: {_pool_advice(exc, key)}") from None
+
+
+def _pool_advice(exc: ConfigError, key: str) -> str:
+    """`exc`'s message with its `--set hw.X=V` advice (no flag a pool takes) as the pool's own setting."""
+    return re.sub(r"--set hw\.([\w.@]+)=(\S+)", rf"serving.disaggregated.{key}.hw_overrides: {{\1: \2}}", str(exc))
 
 
 def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tuple[Setup, str]:
@@ -86,7 +94,10 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
     if pool.parallel is not None:
         sections["parallel"] = pool.parallel
     pool_file = file.model_copy(update={"sections": sections, "source": f"{where}.parallel"})
-    return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
+    try:
+        return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
+    except ConfigError as exc:
+        raise type(exc)(_pool_advice(exc, key)) from None
 
 
 def pools_label(figures: dict[str, Any]) -> str:

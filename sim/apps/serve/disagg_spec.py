@@ -13,6 +13,8 @@ class Pool(Strict):
     hw: str                                 # a hardware preset (hw_models/presets) or a path
     replicas: int = Field(default=1, gt=0)
     parallel: dict[str, Any] | None = None  # the pool's parallel plan (gpu kind), as a workload's
+    # Fields of the pool's preset changed, as `--set hw.KEY=VALUE` changes --hw's ({spatial.chips: 140})
+    hw_overrides: dict[str, Any] | None = None
 
 
 class Transfer(Strict):
