@@ -185,3 +185,51 @@ def test_no_run_simulated_fails_and_hw_settings_reach_the_preset(tmp_path, capsy
     assert main([*argv, "--set", "batch=4"]) == 2      # only hw.* settings: no workload here
     assert "only hw.* settings apply" in capsys.readouterr().err
     assert main(argv) == 0
+
+
+VLLM = {"model_id": "meta-llama/Llama-3.1-8B", "max_concurrency": 2, "input_lens": [100, 200, 300],
+        "output_lens": [10, 30, 50], "errors": ["", "", ""], "mean_ttft_ms": 20.0, "mean_tpot_ms": 5.0}
+
+
+@pytest.mark.parametrize("spoil,message", [
+    (dict(input_lens=[100, 200]), "one entry per request expected: input_lens 2, output_lens 3, errors 3"),
+    (dict(errors=[""]), "one entry per request expected"),
+    (dict(input_lens=["a", 200, 300]), "input_lens.0: Input should be a valid integer"),
+    (dict(input_lens=[100.5, 200, 300]), "input_lens.0: Input should be a valid integer"),
+    (dict(input_lens=[0, 200, 300]), "a completed request of 0 prompt tokens"),
+    (dict(mean_ttft_ms="x"), "mean_ttft_ms: Input should be a valid number"),
+    (dict(request_rate=float("nan"), max_concurrency=None), "request_rate: Input should be a finite number"),
+    (dict(request_rate=0, max_concurrency=None), "request_rate: Input should be greater than 0"),
+    (dict(request_rate=4, burstiness=0, max_concurrency=None), "burstiness: Input should be greater than 0"),
+    (dict(max_concurrency="x"), "max_concurrency: Input should be a valid integer"),
+])
+def test_a_malformed_vllm_result_is_one_line(tmp_path, capsys, spoil, message):
+    """Hostile inputs to the benchmark readers: each was a traceback, or read wrong without a word (burstiness 0
+    as 1, a short `errors` list dropping requests, lengths 100.5 truncated)."""
+    import json
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**VLLM, **spoil}))
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("spoil,message", [
+    (lambda d: d["time_to_first_token"].update(avg="x"), "time_to_first_token.avg 'x': expected a finite number >= 0"),
+    (lambda d: d["time_to_first_token"].update(avg=float("nan")), "time_to_first_token.avg nan"),
+    (lambda d: d["input_config"]["loadgen"].update(concurrency=2.5), "concurrency 2.5: expected a whole number >= 1"),
+    (lambda d: d["input_config"]["loadgen"].update(request_count="x"), "request_count 'x': expected a whole number"),
+    (lambda d: d["input_sequence_length"].update(avg=0), "input_sequence_length.avg 0: no tokens"),
+])
+def test_a_malformed_aiperf_export_is_one_line(tmp_path, capsys, spoil, message):
+    import json
+    from pathlib import Path
+
+    d = json.loads((Path(__file__).parent / "data" / "genai_perf" / "profile_export_aiperf.json").read_text())
+    spoil(d)
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(d))
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err

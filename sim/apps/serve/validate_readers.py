@@ -28,13 +28,16 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from sim.apps.serve.validate import ENGINES, GPUS, MODELS, Run
 from sim.core.errors import ConfigError
 from sim.core.model import load_model, preset_names
+from sim.core.schema import validate_mapping
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
 NO_NATIVE_FP4 = {"h100_sxm", "h200_sxm", "a100_sxm"}   # FP4 tensor cores from Blackwell on
@@ -278,21 +281,72 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
         raise ConfigError(f"{path}: input_config.concurrency missing (aiperf: input_config.loadgen.concurrency): "
                           "only concurrency-mode runs are replayed")
 
+    def avg(key: str) -> float:   # a finite number >= 0, else one line naming it
+        value = m[key]["avg"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+            raise ConfigError(f"{path}: {key}.avg {value!r}: expected a finite number >= 0")
+        return float(value)
+
     def seconds(key: str) -> float:
         unit = m[key].get("unit", "ms")
         if unit not in _SECONDS:
             raise ConfigError(f"{path}: {key}.unit {unit!r}: expected one of {', '.join(_SECONDS)}")
-        return float(m[key]["avg"]) * _SECONDS[unit]
+        return avg(key) * _SECONDS[unit]
+
+    def count(key: str, value: Any) -> int:
+        whole = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value == int(value)
+        if not whole or value < 1:
+            raise ConfigError(f"{path}: input_config {key} {value!r}: expected a whole number >= 1")
+        return int(value)
+
+    def length(key: str) -> int:   # a mean length of tokens: at least one
+        if avg(key) < 0.5:
+            raise ConfigError(f"{path}: {key}.avg {m[key]['avg']!r}: no tokens")
+        return round(avg(key))
     measured = {"ttft_s": seconds("time_to_first_token"), "tpot_s": seconds("inter_token_latency")}
     if "request_latency" in m:
         measured["e2e_s"] = seconds("request_latency")
     if "request_throughput" in m:
-        measured["req_s"] = float(m["request_throughput"]["avg"])
+        measured["req_s"] = avg("request_throughput")
     model = _known(model)
-    count = load.get("request_count") or (m["request_count"]["avg"] if "request_count" in m else None)
-    return Run(path.stem, gpu, engine, model, int(round(m["input_sequence_length"]["avg"])),
-               int(round(m["output_sequence_length"]["avg"])), int(load["concurrency"]), measured=measured,
-               num_requests=int(count) if count else None)
+    n = load.get("request_count") or (m["request_count"]["avg"] if "request_count" in m else None)
+    return Run(path.stem, gpu, engine, model, length("input_sequence_length"), length("output_sequence_length"),
+               count("concurrency", load["concurrency"]), measured=measured,
+               num_requests=count("request_count", n) if n else None)
+
+
+Count = Annotated[StrictInt, Field(ge=0)]
+
+
+class VllmResult(BaseModel):
+    """The keys of a benchmark_serving result this reader takes, checked (its other keys are ignored)."""
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    source: str = ""
+    mean_ttft_ms: Annotated[float, Field(ge=0)]
+    mean_tpot_ms: Annotated[float, Field(ge=0)]
+    mean_e2el_ms: Annotated[float, Field(ge=0)] | None = None
+    request_throughput: Annotated[float, Field(ge=0)] | None = None
+    request_rate: Annotated[float, Field(gt=0)] | None = None   # None: "inf", every request at once
+    burstiness: Annotated[float, Field(gt=0)] | None = None
+    max_concurrency: Annotated[StrictInt, Field(gt=0)] | None = None
+    completed: Count | None = None
+    total_input_tokens: Count | None = None
+    total_output_tokens: Count | None = None
+    input_lens: list[Count] | None = None
+    output_lens: list[Count] | None = None
+    errors: list[str | None] | None = None
+
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _infinite(cls, v: Any) -> Any:   # vLLM writes "inf" (json reads Infinity as a float)
+        return None if v == "inf" or (isinstance(v, float) and v == float("inf")) else v
+
+    @model_validator(mode="after")
+    def _one_per_request(self) -> "VllmResult":
+        counts = {k: len(v) for k in ("input_lens", "output_lens", "errors") if (v := getattr(self, k)) is not None}
+        if len(set(counts.values())) > 1:
+            raise ValueError(f"one entry per request expected: {', '.join(f'{k} {n}' for k, n in counts.items())}")
+        return self
 
 
 def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = None) -> Run:
@@ -305,35 +359,35 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = N
     need = ("mean_ttft_ms", "mean_tpot_ms")
     if not isinstance(d, dict) or any(k not in d for k in need):
         raise ConfigError(f"{path}: not a vLLM benchmark_serving result (expected keys {', '.join(need)})")
-    detailed = "input_lens" in d and "output_lens" in d
-    if not detailed and not (d.get("completed") and "total_input_tokens" in d and "total_output_tokens" in d):
+    v = validate_mapping(VllmResult, d, str(path), "a vLLM benchmark_serving result")
+    detailed = v.input_lens is not None and v.output_lens is not None
+    if not detailed and not (v.completed and v.total_input_tokens is not None and v.total_output_tokens is not None):
         raise ConfigError(f"{path}: neither input_lens/output_lens (--save-detailed) nor completed, "
                           "total_input_tokens and total_output_tokens: the lengths served are unknown")
-    rate = d.get("request_rate")
-    rate = None if rate in (None, "inf") or not np.isfinite(float(rate)) else float(rate)
-    if rate is not None and d.get("max_concurrency"):
-        raise ConfigError(f"{path}: request_rate {rate:g} with max_concurrency {d['max_concurrency']}: arrivals "
+    rate = v.request_rate
+    if rate is not None and v.max_concurrency:
+        raise ConfigError(f"{path}: request_rate {rate:g} with max_concurrency {v.max_concurrency}: arrivals "
                           "capped by a client count are neither open- nor closed-loop; not replayed")
-    measured = {"ttft_s": d["mean_ttft_ms"] / 1e3, "tpot_s": d["mean_tpot_ms"] / 1e3}
-    if "mean_e2el_ms" in d:
-        measured["e2e_s"] = d["mean_e2el_ms"] / 1e3
-    if "request_throughput" in d:
-        measured["req_s"] = float(d["request_throughput"])
+    measured = {"ttft_s": v.mean_ttft_ms / 1e3, "tpot_s": v.mean_tpot_ms / 1e3}
+    if v.mean_e2el_ms is not None:
+        measured["e2e_s"] = v.mean_e2el_ms / 1e3
+    if v.request_throughput is not None:
+        measured["req_s"] = v.request_throughput
     model = _known(model)
     lengths = None
     if detailed:
-        errors = d.get("errors") or [""] * len(d["input_lens"])
-        ok = [i for i, (e, o) in enumerate(zip(errors, d["output_lens"])) if not e and o > 0]
+        errors = v.errors or [""] * len(v.input_lens)
+        ok = [i for i, (e, o) in enumerate(zip(errors, v.output_lens)) if not e and o > 0]
         if not ok:
             raise ConfigError(f"{path}: no request completed (errors, or no output tokens)")
-        lengths = (tuple(int(d["input_lens"][i]) for i in ok), tuple(int(d["output_lens"][i]) for i in ok))
+        if any(v.input_lens[i] == 0 for i in ok):
+            raise ConfigError(f"{path}: input_lens: a completed request of 0 prompt tokens")
+        lengths = (tuple(v.input_lens[i] for i in ok), tuple(v.output_lens[i] for i in ok))
         n, isl, osl = len(ok), float(np.mean(lengths[0])), float(np.mean(lengths[1]))
         if len(set(lengths[0])) == 1 and len(set(lengths[1])) == 1:
             lengths = None   # one length for all: the engine's output spread stands in for its drift (ENGINES)
     else:
-        n = int(d["completed"])
-        isl, osl = d["total_input_tokens"] / n, d["total_output_tokens"] / n
-    conc = d.get("max_concurrency") or n   # no limit: every request in flight at once
-    return Run(path.stem, gpu, engine, model, int(round(isl)), max(1, int(round(osl))), int(conc),
-               measured=measured, num_requests=n, rate=rate, burstiness=float(d.get("burstiness") or 1.0),
-               lengths=lengths)
+        n = v.completed
+        isl, osl = v.total_input_tokens / n, v.total_output_tokens / n
+    return Run(path.stem, gpu, engine, model, max(1, int(round(isl))), max(1, int(round(osl))), v.max_concurrency or n,
+               measured=measured, num_requests=n, rate=rate, burstiness=v.burstiness or 1.0, lengths=lengths)
