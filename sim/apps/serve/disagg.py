@@ -36,7 +36,7 @@ from sim.apps.serve.schedulers import Request
 from sim.apps.serve.instance import Setup, prepare
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, SimError
 
 
 class PrefillReplica(Replica):
@@ -96,8 +96,8 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
     pool_file = file.model_copy(update={"sections": sections, "source": f"{where}.parallel"})
     try:
         return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
-    except ConfigError as exc:
-        raise type(exc)(_pool_advice(exc, key)) from None
+    except SimError as exc:   # the pool's preset, as set, cannot serve the file: say which pool
+        raise type(exc)(f"{where}.hw: {_pool_advice(exc, key)}") from None
 
 
 def pools_label(figures: dict[str, Any]) -> str:
