@@ -375,6 +375,8 @@ def test_benchmark_json_names_its_model(tmp_path):
     assert logged_model({"input_config": {"model": ["g"]}}) == "g"
     assert logged_model({"input_config": {"endpoint": {"model_names": ["a"]}}}) == "a"
     assert logged_model({"input_config": {}}) is None
+    from sim.apps.serve.validate_readers import logged_engine
+    assert [logged_engine({"backend": b}) for b in ("vllm", "tensorrt-llm", "openai-chat")] == ["vllm", "trtllm", None]
     # --model takes a model preset or a config.json as well as the replayed tables' names
     assert read_vllm_bench(_vllm_result(tmp_path), "h100_sxm", "vllm", "mistral-7b").model == "mistral-7b"
     with pytest.raises(ConfigError, match="not a model of the replayed tables"):

@@ -20,15 +20,18 @@ from sim.core.files import check_output, write_json
 
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
-    from sim.apps.serve.validate_readers import is_silicon, logged_model, read_bench_json, read_json, read_silicon
+    from sim.apps.serve.validate_readers import (is_silicon, logged_engine, logged_model, read_bench_json, read_json,
+                                                 read_silicon)
 
     path = Path(args.file)
     if path.suffix == ".json":
-        model = args.model or logged_model(read_json(path))   # a file that is not JSON says so first
-        if not (args.engine and model):
-            raise ConfigError(f"{path}: a benchmark JSON does not say {'which engine' if model else 'what'} "
-                              f"served it: give --engine{'' if model else ' and --model'}")
-        return [read_bench_json(path, args.hw, args.engine, model)], []
+        d = read_json(path)   # a file that is not JSON says so first
+        model, engine = args.model or logged_model(d), args.engine or logged_engine(d)
+        if not (engine and model):
+            missing = [flag for flag, v in (("--engine", engine), ("--model", model)) if not v]
+            raise ConfigError(f"{path}: the benchmark JSON does not say {'which engine' if model else 'what'} "
+                              f"served it: give {' and '.join(missing)}")
+        return [read_bench_json(path, args.hw, engine, model)], []
     if not path.is_file():
         raise ConfigError(f"{path}: not found")
     if not is_silicon(path):
@@ -129,7 +132,8 @@ def register(subparsers) -> None:
     p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving, genai-perf or aiperf JSON, or LLMServingSim case folder")
     p.add_argument("--hw", required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
-    p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"), help="the engine of a benchmark JSON")
+    p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"),
+                   help="the engine of a benchmark JSON (default: the one a vLLM result's backend names)")
     p.add_argument("--model", help="the model of a benchmark JSON: a Hugging Face name of the replayed tables (e.g. "
                    "meta-llama/Llama-3.1-8B), a model preset or a config.json (default: the one the file names)")
     p.add_argument("--set", action="append", metavar="hw.KEY=VALUE",

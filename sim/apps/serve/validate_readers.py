@@ -218,6 +218,16 @@ def logged_model(d: object) -> str | None:
     return None
 
 
+# vLLM benchmark_serving's --backend names the server it drove (benchmarks/backend_request_func.py
+# ASYNC_REQUEST_FUNCS); the engine-specific ones say which engine served the run, the OpenAI ones do not.
+LOGGED_ENGINES = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
+
+
+def logged_engine(d: object) -> str | None:
+    """The engine a vLLM benchmark result names by its `backend`, where it names one."""
+    return LOGGED_ENGINES.get(d.get("backend")) if isinstance(d, dict) and isinstance(d.get("backend"), str) else None
+
+
 def read_bench_json(path: Path, gpu: str, engine: str, model: str) -> Run:
     """A benchmark result JSON, genai-perf's or aiperf's, or vLLM benchmark_serving's, told apart by their keys."""
     d = read_json(path)
