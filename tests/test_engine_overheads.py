@@ -244,7 +244,7 @@ def test_fp8_run_gemms_are_the_engines_w8a8_kernels(engine, family):
 
 
 def test_genai_perf_export_becomes_a_closed_loop_run():
-    from sim.apps.serve.validate_readers import read_bench_json
+    from sim.apps.serve.bench_logs import read_bench_json
 
     # A hand-made profile_export_genai_perf.json: 4 clients, 40 requests of 1024 -> 128 tokens, TTFT 85 ms,
     # ITL 9.173 ms, so latency 85 + 127 x 9.173 = 1250 ms and 4 / 1.25 s = 3.2 requests/s.
@@ -256,7 +256,7 @@ def test_genai_perf_export_becomes_a_closed_loop_run():
 
 
 def test_genai_perf_export_without_concurrency_is_refused(tmp_path):
-    from sim.apps.serve.validate_readers import read_bench_json
+    from sim.apps.serve.bench_logs import read_bench_json
 
     d = json.loads((Path(__file__).parent / "data" / "genai_perf" / "profile_export_genai_perf.json").read_text())
     del d["input_config"]["concurrency"]
@@ -271,7 +271,7 @@ def test_genai_perf_export_without_concurrency_is_refused(tmp_path):
 
 
 def test_aiperf_export_becomes_a_closed_loop_run(tmp_path):
-    from sim.apps.serve.validate_readers import read_bench_json
+    from sim.apps.serve.bench_logs import read_bench_json
 
     # A hand-made profile_export_aiperf.json (aiperf's JsonExportData: genai-perf's metrics at the top level, the
     # load under input_config.loadgen): 8 clients, 80 requests of 2048 -> 256 tokens after 16 warm-up requests,
@@ -297,7 +297,7 @@ def test_aiperf_export_becomes_a_closed_loop_run(tmp_path):
 
 
 def test_aiperf_export_refusals(tmp_path):
-    from sim.apps.serve.validate_readers import read_bench_json
+    from sim.apps.serve.bench_logs import read_bench_json
 
     d = json.loads((Path(__file__).parent / "data" / "genai_perf" / "profile_export_aiperf.json").read_text())
     cases = [("request_rate", lambda x: x["input_config"]["loadgen"].update(request_rate=5.0),
@@ -314,7 +314,7 @@ def test_aiperf_export_refusals(tmp_path):
 
 
 def test_vllm_benchmark_json_becomes_a_closed_loop_run(tmp_path):
-    from sim.apps.serve.validate_readers import read_vllm_bench
+    from sim.apps.serve.bench_logs import read_vllm_bench
 
     # The keys benchmark_serving.py --save-result writes (result_json), a made-up 3-request run.
     path = tmp_path / "bench.json"
@@ -342,7 +342,7 @@ def _vllm_result(tmp_path, **keys):
 
 
 def test_vllm_result_lengths_rate_and_failures(tmp_path):
-    from sim.apps.serve.validate_readers import read_vllm_bench
+    from sim.apps.serve.bench_logs import read_vllm_bench
 
     # --save-detailed: the completed requests' own lengths in the order sent, the failed one (an error, no output)
     # left out; the means are theirs, (100 + 200 + 400) / 3 and (10 + 30 + 50) / 3
@@ -369,13 +369,13 @@ def test_vllm_result_lengths_rate_and_failures(tmp_path):
 
 
 def test_benchmark_json_names_its_model(tmp_path):
-    from sim.apps.serve.validate_readers import logged_model, read_vllm_bench
+    from sim.apps.serve.bench_logs import logged_model, read_vllm_bench
 
     assert logged_model({"model_id": "m"}) == "m"
     assert logged_model({"input_config": {"model": ["g"]}}) == "g"
     assert logged_model({"input_config": {"endpoint": {"model_names": ["a"]}}}) == "a"
     assert logged_model({"input_config": {}}) is None
-    from sim.apps.serve.validate_readers import logged_engine
+    from sim.apps.serve.bench_logs import logged_engine
     assert [logged_engine({"backend": b}) for b in ("vllm", "tensorrt-llm", "openai-chat")] == ["vllm", "trtllm", None]
     # --model takes a model preset or a config.json as well as the replayed tables' names
     assert read_vllm_bench(_vllm_result(tmp_path), "h100_sxm", "vllm", "mistral-7b").model == "mistral-7b"

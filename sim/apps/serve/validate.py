@@ -176,7 +176,8 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
         "sampling": run.sampling,
         "serving": {"arrivals": arrivals, "lengths": {"prompt": prompt, "output": output},
                     "deployment": run.deployment,
-                    "scheduler": {**eng.scheduler, "max_num_seqs": max(eng.scheduler["max_num_seqs"], run.concurrency),
+                    "scheduler": {**eng.scheduler, "max_num_seqs": eng.scheduler["max_num_seqs"] if run.rate is not None
+                                  else max(eng.scheduler["max_num_seqs"], run.concurrency),
                                   **({"max_num_batched_tokens": run.token_budget} if run.token_budget else {})}},
     }
     if run.tp > 1:

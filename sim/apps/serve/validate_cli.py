@@ -20,8 +20,8 @@ from sim.core.files import check_output, write_json
 
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
-    from sim.apps.serve.validate_readers import (is_silicon, logged_engine, logged_model, read_bench_json, read_json,
-                                                 read_silicon)
+    from sim.apps.serve.bench_logs import logged_engine, logged_model, read_bench_json, read_json
+    from sim.apps.serve.validate_readers import is_silicon, read_silicon
 
     path = Path(args.file)
     if path.suffix == ".json":

@@ -26,7 +26,7 @@ import numpy as np
 from sim.apps.serve.metrics import stats
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests, read_trace
-from sim.apps.serve.validate_readers import read_json
+from sim.apps.serve.bench_logs import read_json
 from sim.core.errors import ConfigError
 from sim.core.schema import validate_mapping
 
