@@ -246,3 +246,14 @@ def test_model_show_moe_active_parameters_and_block_formats(capsys, tmp_path):
     work.write_text("model: {name: m, hidden_size: 64, num_layers: 2, num_heads: 4, vocab_size: 100}\n")
     assert main(["model", "show", str(work)]) == 2
     assert "a workload file" in capsys.readouterr().err
+
+
+def test_an_ignored_stack_is_not_recorded(tmp_path, capsys):
+    """A new user's trial: `stack: vllm` on hbm_pim warned "ignored" but the JSON (and so a sweep's row) said
+    stack vllm. The record says what was costed: no stack there, the stack on a GPU."""
+    for hw, recorded in (("hbm_pim", ""), ("a6000", "vllm")):
+        out = tmp_path / f"{hw}.json"
+        assert main(["run", "workloads/llama2_7b_decode.yaml", "--hw", hw, "--set", "stack=vllm", "--set", "gen_len=2",
+                     "--json", str(out), "-q"]) == 0
+        assert json.loads(out.read_text())["stack"] == recorded
+    capsys.readouterr()

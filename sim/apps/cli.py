@@ -188,6 +188,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
+MODEL_SHOW_FORMATS = ("fp32", "fp16", "bf16", "fp8_e4m3", "int8", "mxfp6_e2m3", "int4", "mxfp4", "nvfp4")
+
+
 def cmd_model_show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -198,7 +201,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
 
     m = load_model(args.model)
     fmts = (flags.comma_list("--formats", args.formats, lambda n: get_format(n).name) if args.formats
-            else ["fp32", "fp16", "bf16", "fp8_e4m3", "int8", "mxfp6_e2m3", "int4", "mxfp4", "nvfp4"])
+            else list(MODEL_SHOW_FORMATS))
     by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
     kv = {f: m.kv_bytes_per_token(get_format(f).storage_bytes((1, m.kv_dim)) / m.kv_dim) for f in fmts}
     data = dict(m.to_dict(), params=m.params(), weight_bytes=by_fmt, kv_cache_bytes_per_token=kv)
@@ -316,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms = mp.add_parser("show", help="parameters, bytes per format, KV bytes per token")
     ms.add_argument("model", help="preset name or path to config.json")
     flags.json_option(ms, "the figures")
-    ms.add_argument("--formats", help="comma-separated formats to tabulate (default fp32,fp16,bf16,int8,int4)")
+    ms.add_argument("--formats", help=f"comma-separated formats to tabulate (default {','.join(MODEL_SHOW_FORMATS)})")
     ms.set_defaults(func=cmd_model_show)
     ml = mp.add_parser("list", help="model presets")
     ml.set_defaults(func=lambda a: print("\n".join(__import__("sim.core.model", fromlist=["x"]).preset_names())) or 0)

@@ -203,5 +203,6 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
         utilization=k.utilization, energy_per_token_j=k.energy_j / tokens if tokens else 0.0,
         prefill_ops=op_records(prefill_tl), decode_ops=op_records(decode_tl), decode_kv_len=gen.rep_kv,
         prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes + k.notes,
-        extra=k.extra, simulated_steps=1 + len(gen.sampled_idx), exhaustive=exhaustive, stack=w.stack or "",
+        extra=k.extra, simulated_steps=1 + len(gen.sampled_idx), exhaustive=exhaustive,
+        stack=w.stack if w.stack and getattr(hw, "stack", None) is not None else "",   # "": none, or one the kind ignores
         prefill_energy_per_token_j=j_per_token["prefill"], decode_energy_per_token_j=j_per_token["decode"])
