@@ -136,3 +136,37 @@ def test_a_stack_ignored_on_a_kind_adds_none_of_its_engine_terms():
     _, gpu_plain = serve(f.model_copy(update={"stack": None}), load_machine("h100_sxm"))
     _, gpu_trt = serve(f.model_copy(update={"stack": "trtllm"}), load_machine("h100_sxm"))
     assert gpu_trt["latency"]["ttft"]["mean"] > gpu_plain["latency"]["ttft"]["mean"] + 0.05
+
+
+def test_rejected_requests_miss_the_slo():
+    """An architect's trial: --find-capacity reported a capacity where 21% of the stream was rejected (its KV
+    never fits), the SLO read over the completed requests only. A rejected request is never served: it counts
+    at an unbounded latency against every per-request SLO. 10 requests, 2 of them 400-token prompts a 160-token
+    pool never holds: 20% rejected, so p90 is unbounded while p50 (and the latency table) are the others'."""
+    from sim.apps.serve.run import serve
+
+    f = serve_file_from_dict({**BASE, "serving": {
+        "arrivals": {"process": "constant", "rate": 1, "num_requests": 10},
+        "lengths": {"prompt": {"dist": "sequence", "values": [100] * 4 + [400] + [100] * 4 + [400]},
+                    "output": {"dist": "fixed", "value": 4}},
+        "scheduler": {"kind": "vllm", "num_gpu_blocks_override": 10},
+        "slo": {"ttft_p90": 10.0, "ttft_p50": 10.0}}}, "t.yaml")
+    _, s = serve(f, load_machine("h100_sxm"))
+    assert (s["completed"], s["rejected"]) == (8, 2)
+    assert s["slo_met"]["ttft_p90"] == float("inf") and s["slo_met"]["ttft_p50"] < 1.0
+    assert np.isfinite(s["latency"]["ttft"]["p90"])   # the table stays the served requests'
+
+
+def test_a_capacity_search_that_rejects_says_so():
+    """Every step rejects the same 2 of 10 requests (rate-independent), so p90 is never met: the search fails
+    saying how many were turned away and why, instead of reporting a rate the machine cannot serve."""
+    from sim.apps.serve.capacity import find_capacity
+    from sim.core.errors import ConfigError
+
+    f = serve_file_from_dict({**BASE, "serving": {
+        "arrivals": {"process": "poisson", "rate": 1, "num_requests": 10, "seed": 1},
+        "lengths": {"prompt": {"dist": "sequence", "values": [100] * 4 + [400] + [100] * 4 + [400]},
+                    "output": {"dist": "fixed", "value": 4}},
+        "scheduler": {"kind": "vllm", "num_gpu_blocks_override": 10}}}, "t.yaml")
+    with pytest.raises(ConfigError, match=r"2 of 10 requests were rejected \(2: its KV cache never fits the pool\)"):
+        find_capacity(f, load_machine("h100_sxm"), {"ttft_p90": 10.0})

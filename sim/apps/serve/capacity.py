@@ -64,7 +64,11 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             rate = rate // 2 if closed else rate / 2
     unit = "clients" if closed else "requests/s"
     if lo is None:
-        raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} {unit}")
+        s = points[-1]["summary"]
+        turned = (f"; {s['rejected']} of {s['requests']} requests were rejected ("
+                  + ", ".join(f"{n}: {why}" for why, n in s["rejected_reasons"].items()) + "), each an SLO miss"
+                  ) if s.get("rejected") else ""
+        raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} {unit}{turned}")
     if hi is None:
         raise ConfigError(f"{file.source}: serving.slo: still met at {lo:.3g} {unit}; the stream is too short "
                           "to load the machine (raise serving.arrivals.num_requests)")

@@ -125,6 +125,10 @@ def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
               f"{c['window_s']:.4g} s (first arrival to last completion"
               + ("" if clients else f"; arrivals span ~{c['arrival_window_s']:.4g} s") + "); "
               f"{c['within_slo']:.1%} of completed requests within the SLO")
+    best = c.get("summary") or {}
+    if best.get("rejected"):   # never served, each counts against the SLO (metrics.slo_stats)
+        t.add_row("rejected there", f"{best['rejected']} of {best['requests']} requests ("
+                  + ", ".join(f"{n}: {why}" for why, n in best["rejected_reasons"].items()) + "), each an SLO miss")
     at_least = "at least " if c.get("limit_settled") else ""   # that step stopped once it failed for certain
     t.add_row("limiting metric", f"{c['limiting']} ({at_least}{c['limit_ratio']:.2f}x of its limit just above)")
     t.add_row("runs", str(len(c["points"])))
