@@ -233,3 +233,38 @@ def test_a_malformed_aiperf_export_is_one_line(tmp_path, capsys, spoil, message)
     assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_long_runs_are_served_at_their_length_and_none_completed_is_a_failure(tmp_path, capsys):
+    """A trace workflow trial: a benchmark of 16,300-token prompts on Llama-3.1-8B was served at a fixed 16,384
+    context, every request rejected, and the table showed NaN (req/s -100% into the MAPE), exit 0. The served
+    context now holds the run (the power of two at or above its longest request, up to the model's 131,072), and
+    a run no request of which completes is a failure with the reason, never a NaN row."""
+    import json
+
+    from sim.apps.serve.validate_models import served_model
+
+    assert served_model("meta-llama/Llama-3.1-8B-Instruct", 9216)["max_position_embeddings"] == 16384
+    assert served_model("meta-llama/Llama-3.1-8B-Instruct", 16300 + 256)["max_position_embeddings"] == 32768
+    assert served_model("meta-llama/Llama-3.1-8B-Instruct", 10**6)["max_position_embeddings"] == 131072
+    assert served_model("Qwen/Qwen3-32B", 10**6)["max_position_embeddings"] == 40960
+    assert served_model("mistral-7b", 10**6) == "mistral-7b"
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps({**VLLM, "input_lens": [1000] * 3, "output_lens": [200_000] * 3}))
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert "no request completed (3: longer than max_model_len)" in err
+
+
+def test_a_case_folder_refuses_another_gpu_and_options_it_has_no_output_for(tmp_path, capsys):
+    """A trace workflow trial: a case folder ignored --hw (any preset, even a missing one, gave the RTX 4090's
+    replay), --json and --plots (nothing written, exit 0). The folder's GPU is the one measured: --hw must name it,
+    and the options with no output here are refused in one line, before any replay."""
+    folder = tmp_path / "RTX4090_Llama-3.1-8B"
+    (folder / "vllm").mkdir(parents=True)
+    for argv, message in ((["--hw", "h100_sxm"], "measured on rtx4090: --hw rtx4090"),
+                          (["--hw", "rtx4090", "--json", str(tmp_path / "o.json")], "--json: not for an LLMServingSim"),
+                          (["--hw", "rtx4090", "--summary"], "--summary: not for an LLMServingSim")):
+        assert main(["validate-serving", str(folder), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err

@@ -26,7 +26,7 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict
 from sim.apps.serve.stepcost import serving_mapper
-from sim.apps.serve.validate_models import GPUS, MODELS, NODES, SERVED_CONTEXT  # noqa: F401 (re-exported)
+from sim.apps.serve.validate_models import GPUS, MODELS, NODES, SERVED_CONTEXT, served_model  # noqa: F401 (re-exported)
 from sim.apps.workers import process_pool
 from sim.core.errors import SimError
 
@@ -169,7 +169,8 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
     if run.lengths is not None:
         prompt, output = ({"dist": "sequence", "values": list(v)} for v in run.lengths)
     raw: dict[str, Any] = {
-        "name": run.name, "model": MODELS.get(run.model, run.model),
+        "name": run.name, "model": served_model(run.model, max(map(sum, zip(*run.lengths))) if run.lengths
+                                                else run.isl + 2 * run.osl),
         "formats": {"weights": fmt, "activations": "bf16", "kv_cache": fmt if eng.quantized_kv else "bf16"},
         "flash_attention": True,
         "stack": stack or eng.stack,
@@ -270,6 +271,10 @@ def _simulate_each(runs: list[Run], machine_for: Callable[[str], Any], stack: st
             res, summary = serve(file, machine_for(run.gpu), cache=cache)
         except SimError as exc:
             out.append((None, (run.name, str(exc).splitlines()[0])))
+            continue
+        if not summary["completed"]:   # nothing to compare (no NaN into a MAPE): why, as sim serve says it
+            why = ", ".join(f"{n}: {w}" for w, n in summary["rejected_reasons"].items()) or "none finished"
+            out.append((None, (run.name, f"no request completed ({why})")))
             continue
         b = summary.get("benchmark") or benchmark_figures(res, 1)   # open loop: the same means, as the client takes them
         sim = {k: b[k] for k in METRICS}

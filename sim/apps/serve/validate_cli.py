@@ -58,6 +58,15 @@ def _folder(args: argparse.Namespace) -> int:
     if args.deployment:
         raise ConfigError(f"{folder}: --deployment: an LLMServingSim case times TTFT from the engine's own queue, "
                           "so no delay in front of the engine enters it")
+    measured_on = M.PRESETS.get(folder.name.split("_")[0])
+    if measured_on is not None and args.hw != measured_on:   # errors against another GPU's measurements mean nothing
+        raise ConfigError(f"{folder}: measured on {measured_on}: --hw {measured_on} (a what-if on {args.hw} is "
+                          "`sim serve` of the case's requests, with nothing measured to compare)")
+    unused = [flag for flag, v in (("--json", args.json), ("--plots", args.plots), ("--plot", args.plot),
+                                   ("--summary", args.summary), ("--held-out", args.held_out)) if v]
+    if unused:
+        raise ConfigError(f"{folder}: {', '.join(unused)}: not for an LLMServingSim case folder (its report is the "
+                          "per-case table and the engine's state over time)")
     stack = args.stack or "vllm"
     results = M.validate(folder.parent, machine_loader(engine_side_ttft=True, overrides=_hw_sets(args)),
                          lambda f, m, r: serve(f.model_copy(update={"stack": stack}), m, requests=r),

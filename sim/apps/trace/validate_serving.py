@@ -247,7 +247,9 @@ def render(results: list[CaseResult]) -> str:
         partial = x["requests"] < len(r.case.measured)   # --limit: the targets and the peer's figure are whole-run
         if partial:
             lines[-4] += (f" **The first {x['requests']} of {len(r.case.measured)} requests only** (`--limit`): "
-                          "compared with the same requests measured; no target or LLMServingSim figure applies.")
+                          "compared with the same requests measured, which ran beside the later ones this replay "
+                          "leaves out (a fuller engine: TPOT and E2E read low, throughput high); a quick look, no "
+                          "target or LLMServingSim figure applies.")
         for label, s, m, err in r.rows:
             target = None if partial else TARGETS.get(label)
             verdict = "" if target is None else f"±{target:.0%} " + ("met" if abs(err) <= target else "**missed**")
