@@ -24,12 +24,33 @@ def _split() -> tuple[list[str], list[str]]:
     return ([str(p) for p in paths if p.name.startswith(FIT)], [str(p) for p in paths if not p.name.startswith(FIT)])
 
 
+# A bf16 batch-1 128-token capture refitted onto cpu_host_calibrated makes the fp32 batch-8 512-token one's error far
+# worse (34.4% -> 96.9%): the held-out gate's case. (It was CPU traces fitted onto the h200, now refused outright:
+# test_a_trace_from_another_kind_of_device_is_refused.)
+FIT_CPU = str(ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv")
+HELD_CPU = str(ROOT / "traces/cpu/llama2-7b_L2_fp32_b8_p512_d16_cpu.ops.csv")
+
+
+def test_a_trace_from_another_kind_of_device_is_refused(tmp_path, capsys):
+    """A trace workflow trial: a CPU capture calibrated into `h200` wrote a GPU preset 139x slower, exit 0; an H200
+    capture into cpu_host pinned every efficiency at 1. A trace is compared with or fitted into its own kind only."""
+    h200 = _split()[1][0]
+    for argv in (["calibrate", FIT_CPU, "--hw", "h200", "-o", str(tmp_path / "x.yaml")],
+                 ["calibrate", h200, "--hw", "cpu_host", "-o", str(tmp_path / "x.yaml")],
+                 ["validate", FIT_CPU, "--hw", "h200"], ["validate", h200, "--hw", "cpu_host"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "measured on a" in err and "sim replay maps a trace onto other hardware" in err and "\n" not in err
+    assert not (tmp_path / "x.yaml").exists()
+    assert main(["validate", h200, "--hw", "h100_sxm", "-q"]) == 0   # another GPU: said, not refused
+    assert "measured on NVIDIA H200, compared with --hw h100_sxm, another GPU" in capsys.readouterr().err
+
+
 def test_worse_held_out_is_refused(tmp_path, capsys):
-    """CPU-socket efficiencies fitted onto the h200 make its held-out H200 error far worse: refused,
-    one line naming --held-out, exit 2, nothing written."""
+    """A refit that makes its held-out trace's error far worse: refused, one line naming --held-out, exit 2,
+    nothing written."""
     out = tmp_path / "x.yaml"
-    cpu = str(ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv")
-    rc = main(["calibrate", cpu, "--hw", "h200", "--held-out", _split()[1][0], "-o", str(out)])
+    rc = main(["calibrate", FIT_CPU, "--hw", "cpu_host_calibrated", "--held-out", HELD_CPU, "-o", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--held-out" in err[0] and "worse" in err[0]
     assert not out.exists()
@@ -39,12 +60,11 @@ def test_report_shows_the_refused_comparison_and_force_writes_it(tmp_path, capsy
     """The same refused calibration: --report prints the held-out MAPE before and after and writes
     nothing (exit 0); --force writes the preset and its header says it is worse on the held-out traces."""
     out = tmp_path / "x.yaml"
-    cpu = str(ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv")
-    held = _split()[1][0]
-    assert main(["calibrate", cpu, "--hw", "h200", "--held-out", held, "-o", str(out), "--report"]) == 0
+    argv = ["calibrate", FIT_CPU, "--hw", "cpu_host_calibrated", "--held-out", HELD_CPU, "-o", str(out)]
+    assert main([*argv, "--report"]) == 0
     text = capsys.readouterr().out
     assert "held-out per-op MAPE" in text and "would refuse" in text and not out.exists()
-    assert main(["calibrate", cpu, "--hw", "h200", "--held-out", held, "-o", str(out), "--force"]) == 0
+    assert main([*argv, "--force"]) == 0
     assert "WORSE on the held-out traces: written with --force" in out.read_text()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,8 @@ def _machine(spec: str, command: str, settings: list[str] | None = None):
     return machine
 
 
-def _load(args: argparse.Namespace, paths):
+def _load(args: argparse.Namespace, paths, machine=None):
+    """The traces of `paths`; with `machine`, each checked to come from that kind of device (_same_device)."""
     from sim.apps.trace.parser import load_trace
 
     traces = []
@@ -50,7 +52,26 @@ def _load(args: argparse.Namespace, paths):
         for t in load_trace(path, args.model, args.tokens):
             if args.tp is None or all(s.tp == args.tp for s in t.steps):
                 traces.append(t)
+    for t in traces if machine is not None else ():
+        _same_device(t, machine)
     return traces
+
+
+def _same_device(trace, machine) -> None:
+    """A trace compared with (or fitted into) a preset of another kind of device is refused: a CPU capture fitted
+    into `h200` wrote a GPU preset 139x slower, without a word. A GPU trace on another GPU's preset is said (sim replay
+    is the command that maps one device onto another)."""
+    from sim.apps.trace.replay import names_device
+
+    kind = {"cpu": "cpu", "cuda": "gpu"}.get(trace.device)
+    if kind is not None and (machine.kind == "cpu") != (kind == "cpu"):
+        raise ConfigError(f"{trace.source}: measured on a {kind.upper()} ({trace.device_name or trace.device}), but --hw "
+                          f"{machine.name} is a {machine.kind} preset: give a {kind} preset (sim replay maps a trace "
+                          "onto other hardware)")
+    if kind == "gpu" and trace.device_name and not names_device(machine.name, trace.device_name):
+        print(f"warning: {trace.source}: measured on {trace.device_name}, compared with --hw {machine.name}, another "
+              "GPU: the errors include the two devices' difference (sim replay maps a trace onto other hardware)",
+              file=sys.stderr)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -72,7 +93,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
-    v = validate(_load(args, args.traces), machine, stack=_stack(args.stack))
+    v = validate(_load(args, args.traces, machine), machine, stack=_stack(args.stack))
     with transaction():  # both outputs or neither
         if args.json:
             write_json(args.json, v.to_json())
@@ -265,11 +286,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     name = args.name or Path(args.output).stem
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
-    cal, note = calibrate_for(_load(args, args.traces), base, args.stack, per_kind=not args.single_curve, name=name,
+    cal, note = calibrate_for(_load(args, args.traces, base), base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces, gemv_max_m=_gemv_choices(args.gemv_max_m))
     console = tables.console()
     if args.held_out:   # refuses (ConfigError) before anything is written, unless --report / --force
-        h = held_out(_load(args, args.held_out), base, cal.machine, args.stack, refuse=not (args.report or args.force))
+        h = held_out(_load(args, args.held_out, base), base, cal.machine, args.stack, refuse=not (args.report or args.force))
         if args.report:
             console.print(f"{h.line()}: {'worse: sim calibrate would refuse it' if h.worse else 'not worse'}; "
                           "--report writes nothing")
