@@ -215,3 +215,22 @@ def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
 def test_simulation_errors_name_the_files(tiny, tmp_path, capsys, argv, names):
     line = refused(capsys, [a.format(tiny=tiny) for a in argv], tmp_path)
     assert all(n in line for n in names)
+
+
+def test_json_nested_past_the_parser_is_one_line(tmp_path, capsys):
+    """A trace workflow trial: `[` x 200,000 gave a RecursionError traceback in validate, calibrate, replay and
+    validate-serving; every JSON reader says it is nested too deeply, in one line, exit 2."""
+    deep = "[" * 200_000 + "]" * 200_000
+    (tmp_path / "d.trace.json").write_text(deep)
+    (tmp_path / "d.json").write_text(deep)
+    (tmp_path / "t.jsonl").write_text(deep + "\n")
+    (tmp_path / "s.yaml").write_text("name: s\nmodel: tinyllama-1.1b\nserving:\n  arrivals: {process: trace}\n"
+                                     "  trace: {path: t.jsonl}\n")
+    for argv in (["validate", str(tmp_path / "d.trace.json"), "--hw", "cpu_host"],
+                 ["validate-serving", str(tmp_path / "d.json"), "--hw", "h100_sxm", "--engine", "vllm",
+                  "--model", "mistral-7b"],
+                 ["model", "show", str(tmp_path / "d.json")],
+                 ["serve", str(tmp_path / "s.yaml"), "--hw", "h100_sxm"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "nested too deeply" in err and "\n" not in err and "Traceback" not in err

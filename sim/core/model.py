@@ -359,6 +359,8 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
                 raise ConfigError(f"{path}: not valid JSON: binary data") from None
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
+            except RecursionError:
+                raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
         else:
             raw = read_yaml(path)
             if isinstance(raw, dict) and "model" in raw and "hidden_size" not in raw:   # a workload, not a model

@@ -45,6 +45,8 @@ def read_json(path: Path) -> object:
         return json.loads(data)
     except ValueError as exc:   # JSONDecodeError, or UnicodeDecodeError for a binary file
         raise ConfigError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:   # json recurses per nesting level
+        raise ConfigError(f"{path}: JSON nested too deeply") from None
 
 
 def _known(model: str) -> str:

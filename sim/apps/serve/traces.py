@@ -98,6 +98,8 @@ def _json_lines(text: str, path: Path) -> list[dict]:
             row = json.loads(line, parse_float=Decimal)
         except json.JSONDecodeError as exc:   # a malformed or truncated row
             raise ConfigError(f"{path}: line {n} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: line {n}: JSON nested too deeply") from None
         if not isinstance(row, dict):   # a JSON array or number: pandas failed on it (TypeError)
             kind = {"list": "an array", "str": "a string"}.get(type(row).__name__, "a number or null")
             raise ConfigError(f"{path}: line {n} is {kind}; expected one JSON object per "
@@ -113,6 +115,8 @@ def _json_array(text: str, path: Path) -> list[dict] | None:
         rows = json.loads(text, parse_float=Decimal)
     except ValueError:
         return None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply") from None
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ConfigError(f"{path}: item {i + 1} of the array is not an object; expected objects such as "

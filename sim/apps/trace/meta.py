@@ -81,6 +81,8 @@ def read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
         raise ConfigError(f"{p}: not a readable gzip file ({exc}); truncated?") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not {what}: binary data, not JSON") from None
+    except RecursionError:   # json recurses per nesting level
+        raise ConfigError(f"{p}: not {what}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: not {what}: malformed JSON at line {exc.lineno}, "
                           f"column {exc.colno} ({exc.msg}); truncated?") from None

@@ -96,6 +96,8 @@ def _request_rows(path: Path) -> list[dict[str, Any]]:
             row = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno}; a truncated file?)") from None
+        except RecursionError:
+            raise ConfigError(f"{path}:{n}: JSON nested too deeply") from None
         missing = [k for k in REQUEST_KEYS if not isinstance(row, dict) or k not in row]
         if missing:
             raise ConfigError(f"{path}: line {n}: no {missing[0]} (a truncated or foreign file?)")
