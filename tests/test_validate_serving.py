@@ -268,3 +268,29 @@ def test_a_case_folder_refuses_another_gpu_and_options_it_has_no_output_for(tmp_
         assert main(["validate-serving", str(folder), *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err
+
+
+def test_a_preset_file_replays_the_table_rows_of_its_gpu(tmp_path, capsys):
+    """A trace workflow trial: the silicon sample refused every preset given as a file, so a calibrated H100
+    preset could not be checked on serving runs. A file replays the rows of the GPU its name begins with (a
+    calibrated preset's name, sim calibrate --name), on its node (dgx_h100 takes h100_cal); a copy of h100_sxm
+    so named gives h100_sxm's figures, TP2 row included."""
+    import json
+
+    from tests.conftest import ROOT
+
+    table = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "isl": 256, "osl": 8, "batch_size": 2}]).to_csv(table, index=False)
+    preset = tmp_path / "mine.yaml"
+    preset.write_text((ROOT / "hw_models/presets/h100_sxm.yaml").read_text().replace("\nname: h100_sxm", "\nname: h100_cal"))
+    figures = []
+    for hw in ("h100_sxm", str(preset)):
+        out = tmp_path / "o.json"
+        assert main(["validate-serving", str(table), "--hw", hw, "--requests-per-client", "2", "--summary",
+                     "--json", str(out), "-q"]) == 0
+        figures.append(json.loads(out.read_text())["runs"][0]["sim"])
+    assert figures[0] == figures[1]
+    other = tmp_path / "other.yaml"
+    other.write_text(preset.read_text().replace("\nname: h100_cal", "\nname: zz_gpu"))
+    assert main(["validate-serving", str(table), "--hw", str(other)]) == 2
+    assert "names none of the table's GPUs" in capsys.readouterr().err

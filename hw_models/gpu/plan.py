@@ -75,7 +75,8 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
             if plan.nodes > 1 and topo.fabric is None:
                 raise bad("nodes", f"{plan.nodes}, but {topo.name} has no fabric between nodes")
             topo = topo.model_copy(update={"nodes": plan.nodes})
-        if topo.device != machine.name:
+        # the node's GPU, or a preset of it (h200_calibrated on hgx_h200): the names' first word
+        if topo.device.split("_")[0] != machine.name.split("_")[0]:
             raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
         topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")
     return plan, topo

@@ -201,21 +201,24 @@ class MachineLoader:
 
     FRONT = ("per_request_s", "dynamo_per_request_s", "front_end_request_s", "front_end_prompt_token_s", "front_end_output_token_s")
 
-    def __init__(self, engine_side_ttft: bool = False, overrides: dict[str, Any] | None = None):
+    def __init__(self, engine_side_ttft: bool = False, overrides: dict[str, Any] | None = None,
+                 presets: dict[str, str] | None = None):
         self.engine_side_ttft = engine_side_ttft
         self.overrides = dict(overrides or {})   # --set hw.KEY=VALUE, dotted paths as load_machine takes them
+        self.presets = dict(presets or {})       # a table's GPU -> the preset (file) to replay it on, else GPUS's
         self.cache: dict[str, object] = {}
 
     def __call__(self, name: str):
-        name = GPUS.get(name, name)
+        name = self.presets.get(name) or GPUS.get(name, name)
         if name not in self.cache:
             zero = {"stacks": {e.stack: {"engine_overheads": dict.fromkeys(self.FRONT, 0.0)} for e in ENGINES.values()}}
             self.cache[name] = load_machine(name, {**self.overrides, **(zero if self.engine_side_ttft else {})} or None)
         return self.cache[name]
 
 
-def machine_loader(engine_side_ttft: bool = False, overrides: dict[str, Any] | None = None) -> MachineLoader:
-    return MachineLoader(engine_side_ttft, overrides)
+def machine_loader(engine_side_ttft: bool = False, overrides: dict[str, Any] | None = None,
+                   presets: dict[str, str] | None = None) -> MachineLoader:
+    return MachineLoader(engine_side_ttft, overrides, presets)
 
 
 def layout_features(file: ServeFile, machine) -> dict[str, float]:

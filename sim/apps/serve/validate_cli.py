@@ -37,7 +37,7 @@ def _runs(args: argparse.Namespace):
     if not is_silicon(path):
         raise ConfigError(f"{path}: not a silicon-sample table (expected columns backend, model_path, system, isl, "
                           "osl, batch_size, tp_size, silicon_ttft_ms, silicon_tpot_ms), a benchmark JSON or a case folder")
-    systems = {s for s, preset in GPUS.items() if preset == args.hw or s == args.hw}
+    systems = set(table_presets(args.hw))
     runs, skipped = read_silicon(path, systems)
     if args.held_out:
         from sim.apps.serve.overhead_fit import in_training
@@ -47,6 +47,22 @@ def _runs(args: argparse.Namespace):
         raise ConfigError(f"{path}: no replayable run on {args.hw} (GPUs in the table map to presets: "
                           f"{', '.join(f'{s}->{p}' for s, p in GPUS.items())})")
     return runs, skipped
+
+
+def table_presets(hw: str) -> dict[str, str]:
+    """The table's GPU systems --hw stands for, each with the preset to replay it on: a preset name by GPUS; a preset
+    file (a calibrated one) by its own name, whose first word names the GPU (h100_sxm_calibrated, h100_cal: h100)."""
+    from hw_models.machine import load_machine
+    from sim.apps.serve.validate import GPUS
+
+    if not Path(hw).is_file():
+        return {s: p for s, p in GPUS.items() if p == hw or s == hw}
+    name = load_machine(hw).name
+    found = {s: hw for s, p in GPUS.items() if name.split("_")[0] in (s.split("_")[0], p.split("_")[0])}
+    if not found:
+        raise ConfigError(f"--hw {hw}: its preset {name!r} names none of the table's GPUs ({', '.join(GPUS)}): "
+                          "give it a name that begins with one (sim calibrate --name)")
+    return found
 
 
 def _folder(args: argparse.Namespace) -> int:
@@ -104,7 +120,8 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.progress import bar
 
     with bar("replaying runs", "runs", len(runs), quiet=args.quiet) as update:
-        results, failed = simulate(runs, machine_loader(overrides=_hw_sets(args)), args.stack, args.requests_per_client,
+        loader = machine_loader(overrides=_hw_sets(args), presets=table_presets(args.hw) if Path(args.hw).is_file() else None)
+        results, failed = simulate(runs, loader, args.stack, args.requests_per_client,
                                    progress=lambda done, total: update(done),
                                    jobs=worker_count(args.workers))
     if failed and not results:   # nothing to tabulate: say why, and fail
