@@ -17,7 +17,7 @@ from typing import Callable
 
 from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
-from hw_models.power import cap_figures, over_tdp_note, with_cap
+from hw_models.power import board_of, busy_time_note, cap_figures, with_cap
 from hw_models.stack.engine_data import engine_data
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
@@ -383,9 +383,13 @@ class Mapper:
                                "full clock)" for p in ("prefill", "decode") if cap[p + "_s"])
             fig.notes.append(f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}; "
                              "hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
-        if bp is None and (note := over_tdp_note(self.machine, total, e2e, self.devices)):
+        if bp is None and (note := busy_time_note(self.machine, total, e2e, self.devices)):
             fig.notes.append(note)
         return fig
+
+    def serving_board(self):
+        """The idle draw serving charges between this mapper's iterations (hw_models.power.Board)."""
+        return board_of(self.machine, self.devices)
 
     def simulate(self, exhaustive: bool = False, detail: bool = True) -> RunResult:
         return simulate_generation(self, exhaustive=exhaustive, detail=detail)

@@ -69,20 +69,21 @@ class Board:
     limit_w: float | None = None   # the board power limit a serving report names when the cap binds
 
 
-def over_tdp_note(machine: Any, total_j: float, wall_s: float, devices: int) -> str | None:
-    """A note where a preset without the board-power model (no idle_power_w: its energy is power_w x busy time plus
-    bytes and FLOPs, docs/energy.md) averages more than its power_w, the board's TDP, over a run: no cap binds
-    there, so the J/token is an upper bound, and it is not comparable with a board-power preset's (which draws idle
-    power between kernels and is capped at its limit). None otherwise."""
+def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, whole_run: bool = False) -> str | None:
+    """The note every run on a preset without the board-power model (no idle_power_w) carries: its energy is
+    power_w x busy time (`whole_run`: the spatial kind's chips, over the whole run) plus bytes and FLOPs, no idle
+    draw between busy spans, so its J/token does not compare with a board-power preset's (docs/energy.md); and
+    where it averages more than that power_w, the board's TDP, no cap binds: an upper bound. None with the model."""
     u = machine.units[machine.main_unit]
-    if u.idle_power_w is not None or not u.power_w or wall_s <= 0.0:
+    if u.idle_power_w is not None or not u.power_w:
         return None
-    avg_w = total_j / wall_s / max(devices, 1)
-    if avg_w <= u.power_w:
-        return None
-    return (f"energy: {machine.name} has no board-power model (idle_power_w), and its busy-time energy averages "
-            f"{avg_w:.0f} W per device, above its {u.power_w:.0f} W TDP, where no cap binds: read the J/token as an "
-            "upper bound, not comparable with a board-power preset's (docs/energy.md)")
+    how = "every chip's power_w over the whole run" if whole_run else "power_w over busy time, nothing between"
+    note = (f"energy: {machine.name} has no board-power model (idle_power_w): its J/token counts {how}, plus bytes "
+            "and FLOPs; it does not compare with a board-power preset's (h100_sxm, h200, b200; docs/energy.md)")
+    avg_w = total_j / wall_s / max(devices, 1) if wall_s > 0.0 else 0.0
+    if avg_w > u.power_w:
+        note += f"; it averages {avg_w:.0f} W per device, above its {u.power_w:.0f} W TDP, where no cap binds: an upper bound"
+    return note
 
 
 def board_of(machine: Any, devices: int) -> Board:

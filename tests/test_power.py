@@ -171,11 +171,13 @@ def test_engine_gap_under_a_low_limit_draws_the_limit():
     assert step.energy_j == pytest.approx(1.0 + (250 - h100.units["gpu"].idle_power_w) * m.engine_host_s(16), rel=1e-12)
 
 
-def test_a_busy_time_preset_above_its_tdp_says_so():
+def test_a_busy_time_preset_says_its_energy_is_not_comparable():
     """a100_80g keeps the busy-time energy model (no idle_power_w): Llama-2-13B decode averages 453 W against its
-    400 W TDP, which no cap bounds there, so the run says its J/token is an upper bound. The note's figure is the
-    run's energy over its time; a board-power preset (h100_sxm) never gets it, and a run below its TDP neither."""
-    from hw_models.power import over_tdp_note
+    400 W TDP, which no cap bounds there, so the run says its J/token is an upper bound. Every busy-time run says
+    its J/token does not compare with a board-power preset's (an architect's trial: hbm_pim, groq_lpu and flexgen_t4
+    said nothing, and a J/token comparison across kinds mixed the models); a board-power preset (h100_sxm) never
+    gets the note, and a run below its TDP gets it without the upper-bound clause."""
+    from hw_models.power import busy_time_note
     from hw_models.registry import simulate
     from sim.core.workload import load_workload
     from tests.conftest import ROOT
@@ -186,6 +188,31 @@ def test_a_busy_time_preset_above_its_tdp_says_so():
     avg_w = r.energy_per_token_j * w.batch * w.gen_len / r.e2e_s   # the run total over its time
     assert avg_w > 400
     (note,) = [n for n in r.notes if n.startswith("energy:")]
-    assert f"averages {avg_w:.0f} W per device, above its 400 W TDP" in note
-    assert over_tdp_note(a100, 399.0 * 2.0, 2.0, 1) is None
+    assert f"averages {avg_w:.0f} W per device, above its 400 W TDP" in note and "does not compare" in note
+    below = busy_time_note(a100, 399.0 * 2.0, 2.0, 1)
+    assert "does not compare with a board-power preset's" in below and "TDP" not in below
     assert not [n for n in simulate(w, load_machine("h100_sxm")).notes if n.startswith("energy:")]
+    for hw, how in (("hbm_pim", "over busy time"), ("groq_lpu", "every chip's power_w over the whole run")):
+        (note,) = [n for n in simulate(w, load_machine(hw)).notes if n.startswith("energy:")]
+        assert how in note
+
+
+def test_diff_and_sweep_say_where_the_energy_models_differ():
+    """sim diff of an h100_sxm run against an hbm_pim one printed PIM at 0.2x the energy per token, a ratio of two
+    bookkeepings (an architect's trial): the diff says so when one side only has the board-power model, and a sweep
+    row carries which model its J/token is."""
+    from hw_models.machine import load_machine
+    from sim.apps.diff import energy_footing
+    from sim.apps.sweep.point import run_point
+
+    busy = {"hardware": "hbm_pim", "notes": ["energy: hbm_pim has no board-power model (idle_power_w): ... does not "
+                                             "compare with a board-power preset's"]}
+    board = {"hardware": "h100_sxm", "notes": []}
+    assert "hbm_pim counts busy-time power only" in energy_footing(board, busy)
+    assert energy_footing(board, board) is None and energy_footing(busy, busy) is None
+    w = dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=32, gen_len=2)
+    for hw, model in (("h100_sxm", 1.0), ("a6000", 0.0)):
+        m = load_machine(hw)
+        row = run_point(dict(workload=w, workload_source="t.yaml", machine=m.model_dump(mode="json", exclude={"source"}),
+                             machine_source=m.source))
+        assert row["status"] == "ok" and row["metrics"]["energy_board_model"] == model

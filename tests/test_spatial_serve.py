@@ -60,6 +60,13 @@ def test_groq_serves(tmp_path):
     s = json.loads(out.read_text())
     s = s.get("summary", s)
     assert s["completed"] == 8
+    # An architect's trial: `sim run` charges every chip its 215 W (power_w, no board-power model) for the whole run,
+    # bubbles included, while serving drew 0 W between iterations (178 W average at 83% busy). Now the chips draw
+    # it between iterations too: the average is at least power_w (plus the SRAM/C2C bytes' dynamic energy), and
+    # the run says its J/token is of that model.
+    e = s["energy"]
+    assert e["devices"] == 64 and e["avg_power_per_device_w"] >= 215.0 * (1 - 1e-9)
+    assert "every chip's power_w over the whole run" in e["note"]
 
 
 def test_groq_iteration_is_its_micro_batches_occupancy(tmp_path):

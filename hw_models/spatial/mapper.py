@@ -25,6 +25,7 @@ import math
 from functools import cached_property
 
 from hw_models.base import DeviceShare, Mapper
+from hw_models.power import Board, busy_time_note
 from hw_models.spatial.config import SpatialConfig, spatial_config
 from hw_models.spatial.partition import (ChipModel, Partition, PhaseCosts, activation_buffer,
                                          partition, phase_costs, stage_name)
@@ -219,7 +220,10 @@ class SpatialMapper(Mapper):
         # Decode steady state, means over chips (per chip: extra["spatial"]["utilization"]).
         utilization = {"chips.busy": 1 - util["bubble"], "chips.compute": util["compute_mean"],
                        "chips.sram_bw": util["sram_mean"], "c2c": util["link_mean"]}
-        return RunFigures(w.batch, utilization, static_j + dyn_j, extra=extra)
+        fig = RunFigures(w.batch, utilization, static_j + dyn_j, extra=extra)
+        if note := busy_time_note(self.machine, static_j + dyn_j, gen.e2e_s, part.chips, whole_run=True):
+            fig.notes.append(note)
+        return fig
 
     # -- the serving hooks (hw_models.base.Mapper; sim.apps.serve reads only these) ----------
     def device_share(self) -> DeviceShare:
@@ -286,6 +290,14 @@ class SpatialMapper(Mapper):
 
     def power_j(self, busy_s, wall_s=None) -> float:
         return 0.0   # iteration() charges the chips' power over its period already
+
+    def serving_board(self) -> Board:
+        """Without the board-power model the chips draw power_w whether they compute or not, as `sim run` charges
+        them (figures): between iterations too (it read 0 W there, so serving and run disagreed)."""
+        unit = self.machine.units[self.machine.main_unit]
+        if unit.idle_power_w is None:
+            return Board(unit.power_w or 0.0, self.devices, None)
+        return super().serving_board()
 
     def _microbatches(self, seqs) -> list[tuple[str, int, int, int, int]]:
         """(phase, sequences, q_len, kv_len, copies) of each micro-batch of an iteration. A prompt chunk

@@ -72,6 +72,16 @@ def _ratio(x: float, y: float) -> str:
     return f"{y / x:.3g}x" if x else "-"
 
 
+def energy_footing(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """A note where the two runs' energy models differ (a busy-time preset's note, hw_models.power.busy_time_note,
+    on one side only), so the J/token ratio compares two bookkeepings, not two machines."""
+    busy = [h for h in (a, b) if any(n.startswith("energy:") and "does not compare" in n for n in h.get("notes") or [])]
+    if len(busy) != 1:
+        return None
+    return (f"energy_per_token_j: {busy[0].get('hardware')} counts busy-time power only (no board-power model), the other "
+            "run idle + activity + dynamic power: the ratio mixes the two models (docs/energy.md)")
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     a, b = load_result(args.a), load_result(args.b)
     console = tables.console()
@@ -92,6 +102,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         show = fmt_time if m in TIMES else (lambda v: f"{v:,.4g}")
         metrics.add_row(m, show(x), show(y), _ratio(x, y))
     console.print(metrics)
+    if note := energy_footing(a, b):
+        console.print(note)
     oa, ob = ops_by_name(a), ops_by_name(b)
     names = sorted(set(oa) | set(ob), key=lambda n: -abs(ob.get(n, ("", 0.0))[1] - oa.get(n, ("", 0.0))[1]))
     ops = Table(title="decode step, op by op", caption="each op summed over its layers (its parts on units that run at once counted once); largest change first",

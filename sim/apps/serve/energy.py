@@ -25,7 +25,7 @@ def instance_board(setup: Any) -> Board:
     (exact, interpolated or split over attention groups) knows the devices its plan spans."""
     cost = setup.target_cost
     mapper = getattr(cost, "mapper", None) or getattr(getattr(cost, "exact", None), "mapper", None)
-    return board_of(setup.machine, int(getattr(mapper, "devices", 1)))
+    return mapper.serving_board() if mapper is not None else board_of(setup.machine, 1)
 
 
 def pools_board(results: list[ServeResult], boards: list[Board], span_s: float) -> Board:

@@ -90,6 +90,8 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         console.print(f"TTFT, E2E and queueing count from the send and hold the stack's {fmt_time(s['request_delay_s'])} "
                       "per-request delay before the engine sees a request (engine_overheads, docs/serving.md)")
     console.print(bt)
+    if (s.get("energy") or {}).get("note"):
+        console.print(s["energy"]["note"])
     if s.get("utilization"):
         console.print(utilization_table(s["utilization"], s.get("instances", 1)))
     if s["slo"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from hw_models.machine import Machine
+from hw_models.power import busy_time_note
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.cluster import serve_stream
 from sim.apps.serve.invariants import check_run
@@ -38,4 +39,8 @@ def summary_of(file: ServeFile, machine: Machine, result: ServeResult, extra: di
     summary.update(extra)
     eo = engine_terms(file, machine)
     summary["request_delay_s"] = eo.request_delay_s(file.serving.deployment) if eo else 0.0
+    e = summary["energy"]   # a busy-time preset's J/token says what it counts (hw_models.power.busy_time_note)
+    if note := busy_time_note(machine, e["total_j"], result.makespan_s * result.instances, e["devices"] / max(result.instances, 1),
+                              whole_run=machine.kind == "spatial"):
+        e["note"] = note
     return summary

@@ -28,17 +28,20 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # context-length notes; the row carries the numbers
+            machine = machine_from_dict(config["machine"], config["machine_source"])
             if config.get("serving"):
                 metrics, series["kv_usage"] = serve_point(config)
             else:
                 workload = workload_from_dict(config["workload"], config["workload_source"])
-                machine = machine_from_dict(config["machine"], config["machine_source"])
                 # detail=False: metrics only, without the per-op timelines a report draws (half the time).
                 metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
                 # the device tier under the alias a sweep over presets of different memories can name as one column
                 # (hbm on an H100, gddr on an A6000), as --set names it (hw.memory.@device)
                 if f"peak_memory_bytes.{machine.device_tier}" in metrics:
                     metrics["peak_memory_bytes.@device"] = metrics[f"peak_memory_bytes.{machine.device_tier}"]
+            # which energy model the row's J/token is (1: idle + activity + dynamic; 0: busy-time power only), so a
+            # sweep across kinds shows where energy_per_token_j mixes the two (hw_models.power.busy_time_note)
+            metrics["energy_board_model"] = float(machine.board_power() is not None)
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
     except SimError as exc:
