@@ -64,11 +64,7 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             rate = rate // 2 if closed else rate / 2
     unit = "clients" if closed else "requests/s"
     if lo is None:
-        s = points[-1]["summary"]
-        turned = (f"; {s['rejected']} of {s['requests']} requests were rejected ("
-                  + ", ".join(f"{n}: {why}" for why, n in s["rejected_reasons"].items()) + "), each an SLO miss"
-                  ) if s.get("rejected") else ""
-        raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} {unit}{turned}")
+        raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} {unit}{_turned(points[-1]['summary'])}")
     if hi is None:
         raise ConfigError(f"{file.source}: serving.slo: still met at {lo:.3g} {unit}; the stream is too short "
                           "to load the machine (raise serving.arrivals.num_requests)")
@@ -81,6 +77,14 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
     # each client sends the file's requests per client: a closed run's request count scales with the clients
     return (_report(points, lo, hi, knob, closed) | ({"requests_per_client": per_client} if closed else {})
             | {"result": passed[lo]})
+
+
+def _turned(s: dict[str, Any]) -> str:
+    """A step's rejected requests, each an SLO miss (metrics.slo_stats), as the failing search says them."""
+    if not s.get("rejected"):
+        return ""
+    why = ", ".join(f"{n}: {reason}" for reason, n in s["rejected_reasons"].items())
+    return f"; {s['rejected']} of {s['requests']} requests were rejected ({why}), each an SLO miss"
 
 
 def _searchable(file: ServeFile, slo: dict[str, float]):
