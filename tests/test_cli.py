@@ -257,3 +257,13 @@ def test_an_ignored_stack_is_not_recorded(tmp_path, capsys):
                      "--json", str(out), "-q"]) == 0
         assert json.loads(out.read_text())["stack"] == recorded
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("hw,placement", [("groq_lpu", "the chip pipeline"), ("hbm_pim", "the PIM units"),
+                                          ("flexgen_t4", "the offload placement")])
+def test_roofline_says_what_a_kind_places_beyond_it(capsys, hw, placement):
+    """An architect's trial: `sim roofline` on PIM, spatial and offload presets gave one device's roofline in a column
+    labelled simulated, 3-10x off sim run, without a word. It names what the kind places that the table does not."""
+    assert main(["roofline", "workloads/llama13b_decode.yaml", "--hw", hw, "-q"]) == 0
+    err = capsys.readouterr().err
+    assert f"{placement}" in err and "not applied (sim run applies them)" in err

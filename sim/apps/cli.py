@@ -139,6 +139,13 @@ def _write_run_outputs(args: argparse.Namespace, result, workload, machine, laye
               layers)
 
 
+# What a kind places beyond one device's roofline (an architect's trial: the table read 3-10x off sim run on them,
+# in a column labelled simulated, without a word); `sim run --plots` draws the kind's own roofs.
+_KIND_PLACEMENT = {"pim": "the PIM units (every op on the host GPU alone)",
+                   "spatial": "the chip pipeline (the whole model in one chip's SRAM)",
+                   "offload": "the offload placement (every weight in the GPU's memory, fitting or not)"}
+
+
 def cmd_roofline(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -154,7 +161,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     board = machine.board_power()
     skipped = ([f"stack {workload.stack!r}"] if workload.stack is not None else []) + (
         ["the parallel: plan (the whole model on one device)"] if workload.section("parallel") else []) + (
-        ["the board power cap"] if board is not None and board.limit_w is not None else [])
+        ["the board power cap"] if board is not None and board.limit_w is not None else []) + (
+        [_KIND_PLACEMENT[machine.kind]] if machine.kind in _KIND_PLACEMENT else [])
     if skipped:
         print(f"note: sim roofline prices each op on one device's roofline; {', '.join(skipped)}: not applied "
               "(sim run applies them)", file=sys.stderr)
