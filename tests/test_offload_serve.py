@@ -150,3 +150,17 @@ def test_speculative_decoding_is_refused_under_static_batching(tmp_path, capsys)
     path = write_serving_file(tmp_path, raw)
     line = refused(capsys, ["serve", str(path), "--hw", "flexgen_t4"], tmp_path)
     assert line.startswith("error: ") and "speculative: a static batch runs whole padded steps" in line
+
+
+def test_a_block_placed_for_defaults_is_named():
+    """An architect's trial: an offload serving file without prompt_len / gen_len had its FlexGen block placed for
+    the defaults (512 + 128) and 42% of its stream rejected, with no word of them. The defaults it was placed for
+    are named; a file that sets them gets no note, and kinds without a block none either."""
+    from sim.apps.checks import unused_in_serving
+    from sim.core.workload import workload_from_dict
+
+    bare = workload_from_dict(dict(name="w", model="opt-30b", batch=16), "w.yaml")
+    (note,) = unused_in_serving(bare, load_machine("a6000_offload"))
+    assert "placed for prompt_len 512, gen_len 128" in note and "batch" not in note
+    full = workload_from_dict(dict(name="w", model="opt-30b", batch=16, prompt_len=2048, gen_len=512), "w.yaml")
+    assert unused_in_serving(full, load_machine("a6000_offload")) == []

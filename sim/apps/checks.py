@@ -63,9 +63,11 @@ BLOCK_KINDS = ("offload",)
 
 def unused_in_serving(workload: Workload, machine: Machine) -> list[str]:
     """Workload fields a serving file sets that `sim serve` does not read on this machine's kind."""
-    if machine.kind in BLOCK_KINDS:
-        return []
     src = workload.source or workload.name
+    if machine.kind in BLOCK_KINDS:   # the block is placed for them: defaults the file never set are named
+        unset = [f"{k} {getattr(workload, k)}" for k in PER_REQUEST if k not in workload.model_fields_set]
+        return [f"{src}: the {machine.kind} block is placed for {', '.join(unset)} (defaults, which the file does not set); "
+                "requests past them are rejected: set them to the stream's longest"] if unset else []
     return [f"{src}: {key}: not read by sim serve (each request's lengths come from serving.lengths or the trace, "
             "the batch from the scheduler); only the offload kind's block reads it"
             for key in PER_REQUEST if key in workload.model_fields_set]
