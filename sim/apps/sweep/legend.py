@@ -58,6 +58,11 @@ def mark_failed(ax, failed: "pd.DataFrame", x: list, cols: list[str], colour_of:
                label=f"not run: {failure_kinds(failed)} (at the top, its line's colour)")
 
 
+# The first line axis's values: a line style and a marker each (4 styles alone told 4 apart: a6000 and groq_lpu both
+# solid in an architect's sweep over 7 presets)
+MARKERS = ("o", "s", "^", "D", "v", "P", "*", "h")
+
+
 def two_way_legend(ax, cols: list[str], first: list, last: list, styles: list[str], twins: str | None) -> None:
     """One legend that says what colour means and what line style means, then the markers."""
     from matplotlib.lines import Line2D
@@ -69,10 +74,13 @@ def two_way_legend(ax, cols: list[str], first: list, last: list, styles: list[st
     handles += [Line2D([], [], color=f"C{i % 10}", marker="o", ms=4, lw=2, label=fmt_value(cols[-1], v))
                 for i, v in enumerate(last)]
     handles.append(header(f"line style: {_label(cols[0])}"))
-    handles += [Line2D([], [], color="black", linestyle=styles[i % 4], lw=1.5, label=fmt_value(cols[0], v))
-                for i, v in enumerate(first)]
+    handles += [Line2D([], [], color="black", linestyle=styles[i % 4], marker=MARKERS[i % len(MARKERS)], ms=4, lw=1.5,
+                       label=fmt_value(cols[0], v)) for i, v in enumerate(first)]
     if twins:   # the coincident-series note (`twins`: its wording)
         handles.append(Line2D([], [], color="gray", linestyle=(0, (3, 3)), marker="x", lw=2.2, label=twins))
     others, labels = ax.get_legend_handles_labels()
     handles += [h for h, lbl in zip(others, labels) if lbl and not lbl.startswith("_")]
-    ax.legend(handles=handles, fontsize=7, handlelength=3.2, loc="best")
+    if len(handles) > 10:   # more than the plot can hold beside its lines: outside, to the right
+        ax.legend(handles=handles, fontsize=7, handlelength=3.2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(handles=handles, fontsize=7, handlelength=3.2, loc="best")

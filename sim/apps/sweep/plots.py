@@ -18,7 +18,7 @@ from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
 from sim.apps.sweep.expr import compile_expr
-from sim.apps.sweep.legend import failure_kinds, mark_failed, title_for, two_way_legend
+from sim.apps.sweep.legend import MARKERS, failure_kinds, mark_failed, title_for, two_way_legend
 from sim.apps.sweep.spec import Plot, SweepSpec, default_goal
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     groups = data.groupby(cols, sort=True) if cols else [((), data)]
     # With two line columns, colour follows the last and the line style the first, so
     # e.g. PIM on/off at the same context length share a colour; the legend explains both.
-    styles = ["-", "--", ":", "-."]
+    styles = ["-", "--", ":", "-."]   # with MARKERS, the first of two line axes (two_way_legend)
     first = _order(data[cols[0]]) if len(cols) > 1 else []
     last = _order(data[cols[-1]]) if len(cols) > 1 else []
     ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
@@ -130,7 +130,8 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
             lbl = f"{lbl or _label(p.y)}: {goal} of the points at each x"
         short = ", ".join(fmt_value(c, v) for c, v in zip(cols, values))
         if len(cols) > 1:
-            style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[first.index(values[0]) % 4])
+            j = first.index(values[0])   # line style and marker together tell up to 32 values apart (4 styles alone: 4)
+            style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[j % 4], marker=MARKERS[j % len(MARKERS)])
         else:
             style = dict(color=f"C{i % 10}")
         colour_of[values] = style["color"]
@@ -140,8 +141,10 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
             style.update(linestyle=(0, (3, 3)), lw=2.2)
             lbl = f"{lbl} (dashed: within {100 * COINCIDENT_RTOL:g}% of {twin})"
             twins = True
-        ax.plot(x, y, marker="o" if twin is None else "x", ms=4 if twin is None else 7,
-                label=lbl if len(cols) < 2 else None, **style)
+        style.setdefault("marker", "o")
+        if twin is not None:
+            style["marker"] = "x"
+        ax.plot(x, y, ms=4 if twin is None else 7, label=lbl if len(cols) < 2 else None, **style)
         drawn.append((x, y, short))
     if len(data):
         b = data.loc[_best_index(data[p.y], goal)]
