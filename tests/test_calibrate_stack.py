@@ -64,6 +64,8 @@ def test_report_shows_the_refused_comparison_and_force_writes_it(tmp_path, capsy
     assert main([*argv, "--report"]) == 0
     text = capsys.readouterr().out
     assert "held-out per-op MAPE" in text and "would refuse" in text and not out.exists()
+    assert main([*argv[:-2], "--report"]) == 0   # a dry run needs no --out (a trace workflow trial)
+    assert "would refuse" in capsys.readouterr().out
     assert main([*argv, "--force"]) == 0
     assert "WORSE on the held-out traces: written with --force" in out.read_text()
 

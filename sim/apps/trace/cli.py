@@ -277,13 +277,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
-    if not args.output:   # not argparse's required=: the deprecated --output spelling fills it too
+    if not args.output and not args.report:   # not argparse's required=: the deprecated --output spelling fills it too
         raise ConfigError("sim calibrate: --out PRESET.yaml is required (the calibrated preset to write)")
     base = load_machine(args.hw)
-    check_output(args.output)  # before the fit, not after it
+    if args.output:
+        check_output(args.output)  # before the fit, not after it
     if (args.report or args.force) and not args.held_out:
         raise ConfigError("--report and --force compare with --held-out traces: give some")
-    name = args.name or Path(args.output).stem
+    name = args.name or (Path(args.output).stem if args.output else f"{base.name}_calibrated")
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
     cal, note = calibrate_for(_load(args, args.traces, base), base, args.stack, per_kind=not args.single_curve, name=name,
