@@ -139,3 +139,16 @@ def test_gemv_max_m_from_the_command_line(tmp_path, capsys):
     assert main(["calibrate", *fit, "--hw", "cpu_host", "-o", str(tmp_path / "x.yaml"), "--gemv-max-m", "0"]) == 2
     assert "--gemv-max-m '0': expected search, none or a positive whole number" in capsys.readouterr().err
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_a_fit_its_own_traces_disagree_with_is_said(tmp_path, capsys):
+    """A trace workflow trial: a fit on contended captures made its own training traces 79.8% -> 298.8% and was
+    written without a word. One efficiency curve over bf16 and fp32 captures, on top of cpu_host_calibrated, makes
+    those same traces worse (34.3% -> 64.8%): written (no held-out gate to refuse it), with a warning; a plain fit of
+    one trace onto cpu_host gets none."""
+    out = tmp_path / "x.yaml"
+    mixed = [FIT_CPU, HELD_CPU]
+    assert main(["calibrate", *mixed, "--hw", "cpu_host_calibrated", "--single-curve", "-o", str(out)]) == 0
+    assert "the fit makes its own traces' per-op MAPE worse" in capsys.readouterr().err and out.exists()
+    assert main(["calibrate", HELD_CPU, "--hw", "cpu_host", "-o", str(tmp_path / "y.yaml")]) == 0
+    assert "makes its own traces" not in capsys.readouterr().err

@@ -287,9 +287,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     name = args.name or (Path(args.output).stem if args.output else f"{base.name}_calibrated")
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
-    cal, note = calibrate_for(_load(args, args.traces, base), base, args.stack, per_kind=not args.single_curve, name=name,
+    fit_traces = _load(args, args.traces, base)
+    cal, note = calibrate_for(fit_traces, base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces, gemv_max_m=_gemv_choices(args.gemv_max_m))
     console = tables.console()
+    fit = held_out(fit_traces, base, cal.machine, args.stack, refuse=False)   # the fit's own traces, before and after
+    if fit.worse:   # a fit its own data disagree with (a trace workflow trial: 79.8% -> 298.8%, written silently)
+        print(f"warning: the fit makes its own traces' per-op MAPE worse ({fit.before:.1%} with {base.name} -> "
+              f"{fit.after:.1%}): noisy or contended captures, or traces unlike each other", file=sys.stderr)
     if args.held_out:   # refuses (ConfigError) before anything is written, unless --report / --force
         h = held_out(_load(args, args.held_out, base), base, cal.machine, args.stack, refuse=not (args.report or args.force))
         if args.report:
