@@ -152,3 +152,16 @@ def test_a_fit_its_own_traces_disagree_with_is_said(tmp_path, capsys):
     assert "the fit makes its own traces' per-op MAPE worse" in capsys.readouterr().err and out.exists()
     assert main(["calibrate", HELD_CPU, "--hw", "cpu_host", "-o", str(tmp_path / "y.yaml")]) == 0
     assert "makes its own traces" not in capsys.readouterr().err
+
+
+def test_model_and_tokens_that_contradict_the_file_are_said(capsys):
+    """A trace workflow trial: --model re-costed a capture as another model and --tokens a 512-token vidur trace as
+    4096, silently (the help calls them fill-ins). Where the file says otherwise, the replacement is said; where a
+    file's own model wins (an ops table), that --model does not apply is said."""
+    trace = str(ROOT / "traces/cpu/llama2-7b_L2_fp32_b1_p128_d16_cpu.trace.json.gz")
+    assert main(["validate", trace, "--hw", "cpu_host", "--model", "tinyllama-1.1b", "-q"]) == 0
+    assert "--model tinyllama-1.1b replaces the capture's own llama2-7b" in capsys.readouterr().err
+    assert main(["validate", HELD_CPU, "--hw", "cpu_host", "--model", "tinyllama-1.1b", "-q"]) == 0
+    assert "--model tinyllama-1.1b does not apply: the file names its own model, llama2-7b" in capsys.readouterr().err
+    assert main(["validate", HELD_CPU, "--hw", "cpu_host", "-q"]) == 0
+    assert "warning" not in capsys.readouterr().err

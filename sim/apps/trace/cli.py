@@ -44,7 +44,8 @@ def _machine(spec: str, command: str, settings: list[str] | None = None):
 
 
 def _load(args: argparse.Namespace, paths, machine=None):
-    """The traces of `paths`; with `machine`, each checked to come from that kind of device (_same_device)."""
+    """The traces of `paths`; with `machine`, each checked to come from that kind of device (input_checks)."""
+    from sim.apps.trace.input_checks import overridden, same_device
     from sim.apps.trace.parser import load_trace
 
     traces = []
@@ -53,25 +54,10 @@ def _load(args: argparse.Namespace, paths, machine=None):
             if args.tp is None or all(s.tp == args.tp for s in t.steps):
                 traces.append(t)
     for t in traces if machine is not None else ():
-        _same_device(t, machine)
+        same_device(t, machine)
+    for t in traces:
+        overridden(t, args.model, args.tokens)
     return traces
-
-
-def _same_device(trace, machine) -> None:
-    """A trace compared with (or fitted into) a preset of another kind of device is refused: a CPU capture fitted
-    into `h200` wrote a GPU preset 139x slower, without a word. A GPU trace on another GPU's preset is said (sim replay
-    is the command that maps one device onto another)."""
-    from sim.apps.trace.replay import names_device
-
-    kind = {"cpu": "cpu", "cuda": "gpu"}.get(trace.device)
-    if kind is not None and (machine.kind == "cpu") != (kind == "cpu"):
-        raise ConfigError(f"{trace.source}: measured on a {kind.upper()} ({trace.device_name or trace.device}), but --hw "
-                          f"{machine.name} is a {machine.kind} preset: give a {kind} preset (sim replay maps a trace "
-                          "onto other hardware)")
-    if kind == "gpu" and trace.device_name and not names_device(machine.name, trace.device_name):
-        print(f"warning: {trace.source}: measured on {trace.device_name}, compared with --hw {machine.name}, another "
-              "GPU: the errors include the two devices' difference (sim replay maps a trace onto other hardware)",
-              file=sys.stderr)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -1,0 +1,40 @@
+"""Checks of a trace against what the command was told (sim validate, calibrate): the device it was measured on
+against --hw, and --model / --tokens against what the file itself says."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from sim.apps.trace.replay import names_device
+from sim.core.errors import ConfigError
+
+
+def same_device(trace, machine) -> None:
+    """A trace compared with (or fitted into) a preset of another kind of device is refused: a CPU capture fitted
+    into `h200` wrote a GPU preset 139x slower, without a word. A GPU trace on another GPU's preset is said (sim replay
+    is the command that maps one device onto another)."""
+    kind = {"cpu": "cpu", "cuda": "gpu"}.get(trace.device)
+    if kind is not None and (machine.kind == "cpu") != (kind == "cpu"):
+        raise ConfigError(f"{trace.source}: measured on a {kind.upper()} ({trace.device_name or trace.device}), but --hw "
+                          f"{machine.name} is a {machine.kind} preset: give a {kind} preset (sim replay maps a trace "
+                          "onto other hardware)")
+    if kind == "gpu" and trace.device_name and not names_device(machine.name, trace.device_name):
+        print(f"warning: {trace.source}: measured on {trace.device_name}, compared with --hw {machine.name}, another "
+              "GPU: the errors include the two devices' difference (sim replay maps a trace onto other hardware)",
+              file=sys.stderr)
+
+
+def overridden(trace, model: str | None, tokens: int | None) -> None:
+    """--model and --tokens fill in what a file does not say; where it says otherwise, they win, and the user is told
+    (a trace workflow trial: a TinyLlama capture re-costed as Llama-2-70B, a 512-token trace as 4096, silently)."""
+    own = (trace.meta or {}).get("model") if isinstance(getattr(trace, "meta", None), dict) else None
+    own_name = own.get("name") if isinstance(own, dict) else None
+    if model and own_name not in (None, model):
+        used = getattr(trace.model, "name", None)
+        print(f"warning: {trace.source}: " + (f"--model {model} replaces the capture's own {own_name}" if used != own_name
+              else f"--model {model} does not apply: the file names its own model, {own_name}"), file=sys.stderr)
+    named = re.search(r"num_tokens_0*(\d+)", Path(trace.source).name)
+    if tokens is not None and named and int(named.group(1)) != tokens:
+        print(f"warning: {trace.source}: --tokens {tokens} replaces the {named.group(1)} its name says", file=sys.stderr)
