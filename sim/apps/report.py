@@ -13,7 +13,6 @@ from hw_models.base import Section
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
 from hw_models.stack.spec import load_stack
-from sim.apps.checks import stack_runs
 from sim.apps.utilization import utilization
 from sim.core import tables
 from sim.core.results import RunResult, aggregate_by_name, group_name
@@ -133,8 +132,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("batch / prompt / new tokens", f"{result.batch} / {result.prompt_len} / {result.gen_len}"),
         ("formats", f"weights {f['weights']}, activations {f['activations']}, KV cache {f['kv_cache']}"
          + (f", overrides {f['overrides']}" if f.get("overrides") else "")),
-        ("software stack", stack_line(result.stack) if not result.stack or stack_runs(result.kind) else
-         f"{result.stack}: ignored (a {result.kind} preset costs no software stack)"),
+        ("software stack", f"{result.stack_ignored}: ignored (a {result.kind} preset costs no software stack)"
+         if result.stack_ignored else stack_line(result.stack)),
     ]))
     unit = machine.units[machine.main_unit]
     c.print(_kv_table("Hardware", [

@@ -205,4 +205,5 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
         prefill_timeline=prefill_tl, decode_timeline=decode_tl, notes=notes + k.notes,
         extra=k.extra, simulated_steps=1 + len(gen.sampled_idx), exhaustive=exhaustive,
         stack=w.stack if w.stack and getattr(hw, "stack", None) is not None else "",   # "": none, or one the kind ignores
+        stack_ignored=w.stack if w.stack and getattr(hw, "stack", None) is None else "",
         prefill_energy_per_token_j=j_per_token["prefill"], decode_energy_per_token_j=j_per_token["decode"])

@@ -136,7 +136,8 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)   # kind-specific report sections
     simulated_steps: int = 0
     exhaustive: bool = False
-    stack: str = ""                     # the workload's software stack (hw_models/stack/presets); "" = none
+    stack: str = ""                     # the software stack costed (hw_models/stack/presets); "" = none
+    stack_ignored: str = ""             # one the workload named that this kind costs no stack under
     memory_scope: str = ""              # whose bytes memory_by_role counts (Footprint.scope)
     # Where the kind splits energy by phase: prefill J per prompt token, decode J per token a decode step
     # generates (the first token comes from prefill). None: the kind does not split it.
@@ -157,7 +158,8 @@ class RunResult:
             prefill_energy_per_token_j=self.prefill_energy_per_token_j,
             decode_energy_per_token_j=self.decode_energy_per_token_j, decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
             extra=self.extra,
-            simulated_steps=self.simulated_steps, exhaustive=self.exhaustive)
+            simulated_steps=self.simulated_steps, exhaustive=self.exhaustive,
+            **({"stack_ignored": self.stack_ignored} if self.stack_ignored else {}))
 
     def to_pandas(self, what: str = "metrics"):
         """A pandas DataFrame, for notebooks: "metrics" (one row of metrics()), "decode" (the
