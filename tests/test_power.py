@@ -216,3 +216,26 @@ def test_diff_and_sweep_say_where_the_energy_models_differ():
         row = run_point(dict(workload=w, workload_source="t.yaml", machine=m.model_dump(mode="json", exclude={"source"}),
                              machine_source=m.source))
         assert row["status"] == "ok" and row["metrics"]["energy_board_model"] == model
+
+
+def test_a_sweep_across_energy_models_says_so(tmp_path, capsys):
+    """An architect's trial: a sweep's energy_per_token_j mixed the board-power and busy-time models without a word,
+    and an offload point's batch axis did not reach the model (batch 64 ran as its policy's block). The rows carry
+    energy_board_model and batch_simulated, and the sweep says where either differs."""
+    import csv
+
+    import yaml
+
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama13b_decode.yaml"), hw="a6000",
+                                        axes={"hw": ["h200", "a6000_offload"], "workload.batch": [64],
+                                              "workload.gen_len": [4]})))
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "energy_per_token_j mixes two energy models: 1 row(s)" in err
+    assert "1 point(s) simulated a smaller batch than their workload.batch" in err
+    rows = {r["hw"]: r for r in csv.DictReader(open(tmp_path / "o" / "results.csv"))}
+    assert float(rows["h200"]["batch_simulated"]) == 64 and float(rows["a6000_offload"]["batch_simulated"]) < 64

@@ -181,7 +181,10 @@ class RunResult:
         """Flat scalar metrics, for sweeps and tables."""
         out = dict(ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
                    tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
-                   energy_per_token_j=self.energy_per_token_j, params=float(self.params))
+                   energy_per_token_j=self.energy_per_token_j, params=float(self.params),
+                   # the batch the run simulated: the workload's, or (offload) the block its policy chose under it,
+                   # so a sweep's row shows where a batch axis did not reach the model
+                   batch_simulated=float(self.batch))
         for phase in ("prefill", "decode"):   # only where split: old presets keep their keys
             value = getattr(self, f"{phase}_energy_per_token_j")
             if value is not None:

@@ -69,6 +69,22 @@ def _print_best(spec_path: str, out: str) -> None:
         if m not in ok.columns:
             print(f"warning: {spec_path}: metrics.{i}: {m!r} is not a column of the results; left out", file=sys.stderr)
     tables.console(stderr=True).print(best_table(spec, ok, len(df)))
+    if {"batch_simulated", "workload.batch"} <= set(ok.columns):   # an offload policy's block under the batch asked
+        fewer = int((ok["batch_simulated"] < ok["workload.batch"]).sum())
+        if fewer:
+            print(f"note: {fewer} point(s) simulated a smaller batch than their workload.batch (an offload policy's "
+                  "block; the column batch_simulated says which): plotted at the batch asked", file=sys.stderr)
+    for note in _energy_models(ok):
+        print(note, file=sys.stderr)
+
+
+def _energy_models(ok) -> list[str]:
+    """A note where the rows' J/token mix the two energy models (sim sweep's energy_board_model column)."""
+    if "energy_board_model" not in ok.columns or ok["energy_board_model"].nunique() < 2:
+        return []
+    busy = int((ok["energy_board_model"] == 0).sum())
+    return [f"note: energy_per_token_j mixes two energy models: {busy} row(s) count busy-time power only "
+            "(energy_board_model 0; docs/energy.md), the others idle + activity + dynamic power"]
 
 
 def best_table(spec, ok, total: int):
