@@ -234,3 +234,17 @@ def test_json_nested_past_the_parser_is_one_line(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert "nested too deeply" in err and "\n" not in err and "Traceback" not in err
+
+
+def test_a_sidecar_with_more_layers_than_the_model_is_refused(tmp_path, capsys):
+    """A trace workflow trial: a .meta.json saying 23 layers of the 22-layer TinyLlama validated 23 simulated layers
+    against a 2-layer measurement, and 100,000 layers ran past a minute. The sidecar's layers lie in 1..the model's."""
+    src = ROOT / "traces/cpu/llama2-7b_L2_fp32_b1_p128_d16_cpu"
+    for layers, message in ((33, "layers 33 in its .meta.json: llama2-7b has 32"), (0, "layers: Input should be greater than 0")):
+        meta = json.loads(src.with_name(src.name + ".meta.json").read_text())
+        meta["layers"] = layers
+        (tmp_path / "t.meta.json").write_text(json.dumps(meta))
+        shutil.copy(src.with_name(src.name + ".ops.csv"), tmp_path / "t.ops.csv")
+        assert main(["validate", str(tmp_path / "t.ops.csv"), "--hw", "cpu_host"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err

@@ -140,6 +140,10 @@ def sim_trace_shape(trace: Trace, meta: dict[str, Any], model: str | None) -> No
         except ConfigError as exc:
             raise ConfigError(f"{trace.source}: {key} in its .meta.json: {exc}") from None
     trace.num_layers = int(meta["layers"]) if "layers" in meta else None
+    if trace.model is not None and trace.num_layers is not None and not 1 <= trace.num_layers <= trace.model.num_layers:
+        # a capture runs some of the model's layers: more than it has is a wrong sidecar (a trial's 100000 ran on)
+        raise ConfigError(f"{trace.source}: layers {trace.num_layers} in its .meta.json: {trace.model.name} has "
+                          f"{trace.model.num_layers}")
     trace.flash = bool(meta.get("flash", False))
     trace.device_name = trace.device_name or str(meta.get("device_name", ""))
     trace.meta = meta
