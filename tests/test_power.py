@@ -239,3 +239,27 @@ def test_a_sweep_across_energy_models_says_so(tmp_path, capsys):
     assert "1 point(s) simulated a smaller batch than their workload.batch" in err
     rows = {r["hw"]: r for r in csv.DictReader(open(tmp_path / "o" / "results.csv"))}
     assert float(rows["h200"]["batch_simulated"]) == 64 and float(rows["a6000_offload"]["batch_simulated"]) < 64
+
+
+def test_sweep_data_formats(tmp_path, capsys):
+    """An architect's trial: `sim sweep --format json` printed nothing on stdout (the table went to stderr) and
+    export had no JSON. --format json|csv prints the best-points table as data on stdout; export --json writes one
+    object per point; an export flag on a run is refused (it would be ignored)."""
+    import json
+
+    import yaml
+
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama13b_decode.yaml"), hw="a6000",
+                                        axes={"workload.gen_len": [2, 4]})))
+    out = tmp_path / "o"
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--format", "json", "-q"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["title"].startswith("s: best points") and table["rows"]
+    assert main(["sweep", "export", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert len(rows) == 2 and all(isinstance(r["tpot_s"], float) for r in rows)
+    assert main(["sweep", str(spec), "--out", str(out), "--json", str(tmp_path / "x.json")]) == 2

@@ -75,6 +75,12 @@ def configure(fmt: str = "table", width: int | None = None, quiet: bool = False)
     _pending.clear()
 
 
+def data_format() -> str | None:
+    """The format --format asked tables in as data (csv, json), None for boxes: a command that keeps its tables
+    on stderr as a report prints them on stdout then (sim sweep's best points)."""
+    return _settings.format if _settings.format != "table" else None
+
+
 def full_width(stderr: bool = False) -> bool:
     """Whether tables may be as wide as their content (no terminal to fit, or --width given)."""
     return _settings.width is not None or not (sys.stderr if stderr else sys.stdout).isatty()

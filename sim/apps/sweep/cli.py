@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from sim.apps.sweep import DEFAULT_MAX_POINTS
+from sim.core import tables
 from sim.core.errors import ConfigError
 
 
@@ -16,6 +17,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return cmd_export(args)
     if args.target is not None:
         raise ConfigError(f"sim sweep: unexpected argument {args.target!r} (did you mean --out {args.target}?)")
+    export_only = [f"--{k}" for k in ("csv", "parquet", "json") if getattr(args, k)]
+    if export_only:   # they would be ignored: the run writes results.csv; export writes the others
+        raise ConfigError(f"sim sweep: {', '.join(export_only)} write a finished sweep's results: "
+                          f"sim sweep export DIR {export_only[0]} PATH (a run writes DIR/results.csv itself)")
     if not args.out:
         raise ConfigError("sim sweep: --out DIR is required (the results folder; rerun with the same one to resume)")
 
@@ -24,8 +29,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     s = run_sweep(args.spec, args.out, workers=args.workers, executor=args.executor,
                   progress=not args.quiet, plots=not args.no_plots,
                   max_points=args.max_points or DEFAULT_MAX_POINTS)
-    if not args.quiet:
+    if tables.report_wanted(args):
         _print_best(args.spec, args.out)
+    if not args.quiet:
         print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
               + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
               file=sys.stderr)
@@ -58,7 +64,6 @@ def _print_best(spec_path: str, out: str) -> None:
     from sim.apps.sweep.spec import load_spec
     from sim.apps.sweep.store import load_results
 
-    from sim.core import tables
 
     spec = load_spec(spec_path)
     df = labelled(load_results(out))   # mapping-valued axes as short labels
@@ -68,7 +73,7 @@ def _print_best(spec_path: str, out: str) -> None:
     for i, m in enumerate(spec.metrics):   # a typo, or a run metric asked of serving points (tpot_s vs tpot_p90_s)
         if m not in ok.columns:
             print(f"warning: {spec_path}: metrics.{i}: {m!r} is not a column of the results; left out", file=sys.stderr)
-    tables.console(stderr=True).print(best_table(spec, ok, len(df)))
+    tables.console(stderr=tables.data_format() is None).print(best_table(spec, ok, len(df)))   # --format: data on stdout
     if {"batch_simulated", "workload.batch"} <= set(ok.columns):   # an offload policy's block under the batch asked
         fewer = int((ok["batch_simulated"] < ok["workload.batch"]).sum())
         if fewer:
@@ -116,7 +121,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.target is None:
         raise ConfigError("sim sweep export: expected the sweep's output folder, e.g. sim sweep export out/ --csv r.csv")
-    for path in export(args.target, csv=args.csv, parquet=args.parquet):
+    for path in export(args.target, csv=args.csv, parquet=args.parquet, json_path=args.json):
         print(path, file=sys.stderr)
     return 0
 
@@ -125,7 +130,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep", help="architecture-exploration sweep over workload and hardware fields",
         description="sim sweep SPEC --out DIR runs a sweep file (resumable: rerun to finish the rest); "
-                    "sim sweep export DIR --csv PATH | --parquet PATH writes its results table.")
+                    "sim sweep export DIR --csv PATH | --parquet PATH | --json PATH writes its results table.")
     p.add_argument("spec", metavar="SPEC", help="sweep YAML file, or `export`")
     p.add_argument("target", nargs="?", metavar="DIR", help="with `export`: the sweep's output folder")
     p.add_argument("--out", metavar="DIR", help="output folder: results.sqlite, results.csv, plots/")
@@ -138,4 +143,5 @@ def register(subparsers) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--csv", metavar="PATH", help="export: write the results as CSV")
     p.add_argument("--parquet", metavar="PATH", help="export: write the results as Parquet")
+    p.add_argument("--json", metavar="PATH", help="export: write the results as JSON, one object per point")
     p.set_defaults(func=cmd_sweep)

@@ -194,13 +194,16 @@ def load_series(out_dir: str | Path, keys: Iterable[str]) -> dict[str, dict[str,
         return store.series(keys)
 
 
-def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Path | None = None) -> list[Path]:
-    if not csv and not parquet:
-        raise ConfigError("sweep export: give --csv PATH or --parquet PATH")
+def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Path | None = None,
+           json_path: str | Path | None = None) -> list[Path]:
+    if not csv and not parquet and not json_path:
+        raise ConfigError("sweep export: give --csv PATH, --parquet PATH or --json PATH")
     df = load_results(out_dir)
     written = []
     if csv:
         written.append(atomic_write(csv, lambda p: df.to_csv(p, index=False)))
+    if json_path:   # one object per point, numbers as numbers (NaN as null), as a script reads them
+        written.append(atomic_write(json_path, lambda p: df.to_json(p, orient="records", indent=1)))
     if parquet:
         require_parquet(f"sweep export --parquet {parquet}")
         # Mixed-type axis columns (e.g. numbers and strings) cannot go to parquet as objects.
