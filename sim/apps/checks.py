@@ -65,6 +65,9 @@ def unused_in_serving(workload: Workload, machine: Machine) -> list[str]:
     """Workload fields a serving file sets that `sim serve` does not read on this machine's kind."""
     src = workload.source or workload.name
     if machine.kind in BLOCK_KINDS:   # the block is placed for them: defaults the file never set are named
+        serving = getattr(workload, "serving", None)
+        if serving is not None and serving.scheduler.kind != "static":
+            return []   # refused in one line (the kind serves under static only): no note before it
         unset = [f"{k} {getattr(workload, k)}" for k in PER_REQUEST if k not in workload.model_fields_set]
         return [f"{src}: the {machine.kind} block is placed for {', '.join(unset)} (defaults, which the file does not set); "
                 "requests past them are rejected: set them to the stream's longest"] if unset else []
