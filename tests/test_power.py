@@ -263,3 +263,38 @@ def test_sweep_data_formats(tmp_path, capsys):
     rows = json.loads((tmp_path / "r.json").read_text())
     assert len(rows) == 2 and all(isinstance(r["tpot_s"], float) for r in rows)
     assert main(["sweep", str(spec), "--out", str(out), "--json", str(tmp_path / "x.json")]) == 2
+
+
+def test_a_scale_axis_multiplies_each_machines_own_value(tmp_path, capsys):
+    """An architect's trial: "what if the memory were twice as fast" across presets of different memories needed each
+    machine's baseline by hand (zip mode cannot cross batch). `hw.<field>: {scale: [...]}` takes each machine's own
+    value times the factor: the point's preset holds a6000's 768 GB/s x 2 and h100_sxm's 3.35 TB/s x 2 (the CSV keeps
+    the factor, the plots label it so), and a decode step is about memory-bound, so TPOT falls with it."""
+    import csv
+
+    import yaml
+
+    from hw_models.machine import load_machine
+    from sim.apps.cli import main
+    from sim.apps.sweep.expand import expand
+    from sim.apps.sweep.spec import load_spec
+    from tests.conftest import ROOT
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama13b_decode.yaml"), hw="a6000",
+                                        axes={"hw": ["a6000", "h100_sxm"], "workload.gen_len": [2],
+                                              "hw.memory.@device.bandwidth_bytes_per_s": {"scale": [1, 2]}})))
+    by = {(p.axes["hw"], p.axes["hw.memory.@device.bandwidth_bytes_per_s"]): p for p in expand(load_spec(path))}
+    for hw in ("a6000", "h100_sxm"):
+        m = load_machine(hw)
+        own = m.memory[m.device_tier].bandwidth_bytes_per_s
+        tier = by[(hw, 2)].config["machine"]["memory"][m.device_tier]
+        assert tier["bandwidth_bytes_per_s"] == pytest.approx(2 * own)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o"), "--workers", "1", "-q"]) == 0
+    rows = {(r["hw"], float(r["hw.memory.@device.bandwidth_bytes_per_s"])): float(r["tpot_s"])
+            for r in csv.DictReader(open(tmp_path / "o" / "results.csv"))}
+    assert rows[("a6000", 2.0)] < 0.6 * rows[("a6000", 1.0)]
+    bad = tmp_path / "b.yaml"
+    bad.write_text(path.read_text().replace("hw.memory.@device.bandwidth_bytes_per_s", "workload.batch"))
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "p")]) == 2
+    assert "scale: factors of a machine's own value, for a hw.<field> axis only" in capsys.readouterr().err

@@ -5,6 +5,8 @@ values shown (ms or µs for times, GB for bytes) and the values scaled to it."""
 from __future__ import annotations
 
 import numbers
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -91,11 +93,29 @@ def _name(col: str) -> str:
     return col.replace("_", " ")
 
 
+# The sweep's `scale:` axes being shown (factor_axes): their values are factors, not the field's unit.
+SCALED: ContextVar[frozenset[str]] = ContextVar("scaled_axes", default=frozenset())
+
+
+@contextmanager
+def factor_axes(columns: Iterable[str]):
+    """Within it, these columns' values are factors of each machine's own value (a sweep's `scale:` axes)."""
+    token = SCALED.set(frozenset(columns))
+    try:
+        yield
+    finally:
+        SCALED.reset(token)
+
+
 def axis_for(col: str, values: Iterable = ()) -> Axis:
     """The label and scale of a sweep column: a metric (`tpot_s`), an axis path
     (`workload.batch`, `hw.memory.@device.bandwidth_bytes_per_s`) or a config field."""
     values = [v for v in values if is_number(v)]
     name = _name(col)
+    if col in SCALED.get():
+        base = name.removesuffix(" bytes per s").removesuffix(" bandwidth") + " bandwidth" if col.endswith(
+            "bytes_per_s") else name
+        return Axis(f"{base} (x each machine's own)")
     if col.endswith("bytes_per_s"):
         return decimal_axis(name.removesuffix(" bytes per s").removesuffix(" bandwidth") + " bandwidth",
                             values, "B/s", floor=1e9)

@@ -73,7 +73,10 @@ def _print_best(spec_path: str, out: str) -> None:
     for i, m in enumerate(spec.metrics):   # a typo, or a run metric asked of serving points (tpot_s vs tpot_p90_s)
         if m not in ok.columns:
             print(f"warning: {spec_path}: metrics.{i}: {m!r} is not a column of the results; left out", file=sys.stderr)
-    tables.console(stderr=tables.data_format() is None).print(best_table(spec, ok, len(df)))   # --format: data on stdout
+    from sim.apps.axes import factor_axes
+
+    with factor_axes(spec.scaled_axes()):
+        tables.console(stderr=tables.data_format() is None).print(best_table(spec, ok, len(df)))   # --format: data on stdout
     if {"batch_simulated", "workload.batch"} <= set(ok.columns):   # an offload policy's block under the batch asked
         fewer = int((ok["batch_simulated"] < ok["workload.batch"]).sum())
         if fewer:

@@ -24,7 +24,7 @@ from sim.core.schema import file_dict, read_yaml, set_dotted
 from sim.core.settings import HW_ALIASES, resolve_aliases
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
-from sim.apps.sweep.spec import Range, SweepSpec
+from sim.apps.sweep.spec import RANGES, Range, Scale, SweepSpec
 from sim.core.workload import Workload, load_workload, set_workload_key, workload_from_dict, workload_keys
 from sim.apps.serve.spec import ServeFile, input_files, load_serve_file, serve_file_from_dict
 from sim.core.model import model_path
@@ -83,7 +83,13 @@ class _Resolver:
         if memo not in self._hw:
             raw = raw_machine(ref)
             for path, value in overrides:
-                set_dotted(raw, self.hw_path(ref, path, where), value, source=f"{where} (hw {ref})")
+                resolved = self.hw_path(ref, path, where)
+                if isinstance(value, Scaled):   # a factor of this machine's own value (the preset's, in SI)
+                    own = lookup_in({"hw": file_dict(self.base_machine(ref, where))}, where)(f"hw.{resolved}")
+                    if isinstance(own, bool) or not isinstance(own, (int, float)):
+                        raise ConfigError(f"{where}: hw.{path}: scale: {ref}'s value {own!r} is not a number")
+                    value = own * value.factor
+                set_dotted(raw, resolved, value, source=f"{where} (hw {ref})")
             self._hw[memo] = machine_from_dict(raw, f"{where} (hw {ref})")
         return self._hw[memo]
 
@@ -111,15 +117,26 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-def _split(axes: dict[str, Any]) -> tuple[Any, tuple, tuple]:
-    """Axis values -> (hw value or None, workload overrides, machine overrides)."""
+def _split(axes: dict[str, Any], scaled: frozenset[str] = frozenset()) -> tuple[Any, tuple, tuple]:
+    """Axis values -> (hw value or None, workload overrides, machine overrides); a `scaled` axis's value is a factor
+    of the machine's own, marked (Scaled) for _Resolver.machine."""
     wl, hw = [], []
     for path, value in axes.items():
         if path == HW_AXIS:
             continue
         head, _, rest = path.partition(".")
-        (wl if head == "workload" else hw).append((rest, value))
+        (wl if head == "workload" else hw).append((rest, Scaled(value) if path in scaled else value))
     return axes.get(HW_AXIS), tuple(wl), tuple(hw)
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """A factor of the machine's own value of a field (spec.Scale)."""
+    factor: float
+
+
+def _scaled(spec: SweepSpec) -> frozenset[str]:
+    return frozenset(k for k, v in spec.axes.items() if isinstance(v, Scale))
 
 
 _FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".csv", ".parquet", ".gz")
@@ -181,7 +198,9 @@ def count_points(spec: SweepSpec) -> int:
         return spec.samples or 0
     lengths = []
     for k, v in spec.axes.items():
-        if not isinstance(v, Range):
+        if isinstance(v, Scale):
+            lengths.append(len(v.scale))
+        elif not isinstance(v, Range):
             lengths.append(len(v))
         elif v.step is not None:
             lengths.append(int(math.floor((v.max - v.min) / v.step + 1e-9)) + 1)
@@ -206,10 +225,10 @@ def _combinations(spec: SweepSpec) -> list[dict[str, Any]]:
         for _ in range(spec.samples or 0):
             combo = {}
             for k, v in spec.axes.items():
-                combo[k] = v.sample(rng) if isinstance(v, Range) else _native(v[int(rng.integers(len(v)))])
+                combo[k] = v.sample(rng) if isinstance(v, RANGES) else _native(v[int(rng.integers(len(v)))])
             out.append(combo)
         return out
-    lists = [v.values(f"{spec.source}: axes.{k}") if isinstance(v, Range) else list(v) for k, v in spec.axes.items()]
+    lists = [v.values(f"{spec.source}: axes.{k}") if isinstance(v, RANGES) else list(v) for k, v in spec.axes.items()]
     if spec.mode == "zip":
         lengths = {k: len(v) for k, v in zip(names, lists)}
         if len(set(lengths.values())) > 1:
@@ -234,9 +253,9 @@ def _check_paths(spec: SweepSpec, res: _Resolver, hw_refs: list[str]) -> None:
         head = path.partition(".")[0]
         if head not in ("workload", "hw") or "." not in path:
             raise ConfigError(f"{where}: an axis path starts with 'workload.' or 'hw.' (or is exactly 'hw')")
-        first = values.values(where)[0] if isinstance(values, Range) and spec.mode != "random" else (
-            values.min if isinstance(values, Range) else values[0])
-        _, wl, hw = _split({path: first})
+        first = values.values(where)[0] if isinstance(values, RANGES) and spec.mode != "random" else (
+            values.min if isinstance(values, RANGES) else values[0])
+        _, wl, hw = _split({path: first}, _scaled(spec))
         if wl:
             res.workload(wl, where)
         for ref in hw_refs:
@@ -262,13 +281,14 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
     when = compile_expr(spec.when, f"{spec.source}: when") if spec.when else None
 
     recorded = spec.recorded_columns()
+    scaled = _scaled(spec)
     points: list[Point] = []
     seen: set[str] = set()
     digests = Digests()
     for combo in _combinations(spec):
         label = ", ".join(f"{k}={v}" for k, v in combo.items())
         where = f"{spec.source}: point ({label})"
-        hw_value, wl_over, hw_over = _split(combo)
+        hw_value, wl_over, hw_over = _split(combo, scaled)
         ref = res.hw_ref(hw_value, where) if hw_value is not None else base_ref
         try:
             workload = res.workload(wl_over, where)

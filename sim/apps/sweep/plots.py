@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.apps.axes import Axis, axis_for, fmt_value, is_number, num
+from sim.apps.axes import Axis, axis_for, factor_axes, fmt_value, is_number, num
 from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
@@ -349,8 +349,9 @@ def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path, series: dict[str, d
     plot_dir = out / "plots"
     written = []
     df = labelled(df)
-    for p in spec.plots or default_plots(spec, df):
-        written.append(_DRAW[p.kind](df, p, title_for(spec.name, p, list(df.columns)), plot_dir / p.filename()))
+    with factor_axes(spec.scaled_axes()):   # a scale: axis is labelled as factors, not in the field's unit
+        for p in spec.plots or default_plots(spec, df):
+            written.append(_DRAW[p.kind](df, p, title_for(spec.name, p, list(df.columns)), plot_dir / p.filename()))
     kv = kv_usage_timeline(df, series or {}, list(spec.axes), f"{spec.name}: KV-cache usage over time",
                            plot_dir / "kv_usage_timeline.png")
     return written + ([kv] if kv else [])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -98,7 +98,25 @@ def _number(v: Any) -> Any:
     return v
 
 
-AxisValues = Union[Range, list[Any]]
+class Scale(Strict):
+    """Factors of each machine's own value of a `hw.` field (`{scale: [0.5, 1, 2, 4]}`): "what if the memory
+    were twice as fast" across presets of different memories, crossed with the other axes; the column is the factor."""
+
+    scale: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(min_length=1)
+
+    def values(self, where: str) -> list[float]:
+        return list(self.scale)
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return self.scale[int(rng.integers(len(self.scale)))]
+
+    @property
+    def min(self) -> float:   # the value _check_paths tries an axis with in random mode, as a Range's
+        return self.scale[0]
+
+
+AxisValues = Union[Range, Scale, list[Any]]
+RANGES = (Range, Scale)   # axes that make their values (the others are lists)
 
 
 class Plot(Strict):
@@ -185,12 +203,23 @@ class SweepSpec(Strict):
         return {k: [_number(x) for x in vals] if isinstance(vals, list) else vals for k, vals in v.items()}
 
     @model_validator(mode="after")
+    def _scales(self) -> "SweepSpec":
+        for key, values in self.axes.items():
+            if isinstance(values, Scale) and not (key.startswith("hw.") and key != "hw"):
+                raise ValueError(f"{key}: scale: factors of a machine's own value, for a hw.<field> axis only")
+        return self
+
+    @model_validator(mode="after")
     def _mode(self) -> "SweepSpec":
         if self.mode == "random" and self.samples is None:
             raise ValueError("mode random needs `samples`")
         if self.mode != "random" and self.samples is not None:
             raise ValueError("`samples` is only for mode random")
         return self
+
+    def scaled_axes(self) -> list[str]:
+        """The axes whose values are factors of each machine's own (Scale)."""
+        return [k for k, v in self.axes.items() if isinstance(v, Scale)]
 
     def plot_columns(self) -> list[str]:
         """Every column the plots name (their `where` expressions included); syntax checked."""
