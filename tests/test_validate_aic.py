@@ -107,3 +107,17 @@ def test_custom_all_reduce_rows_are_reported_per_release_and_by_the_kernel_they_
     got = sorted((r.family, r.stack) for r in out.rows)   # the eager row is dropped: the engines replay graphs
     assert got == [("all_reduce nccl", "nccl"), ("all_reduce sglang_custom_ar 0.5.6.post2", "trtllm_custom"),
                    ("all_reduce sglang_custom_ar 0.5.9", "vllm_custom")]
+
+
+def test_another_gpus_preset_and_ignored_options_are_said(shared_validation, tmp_path, capsys):
+    """A trace workflow trial: A100 rows costed on --hw h100_sxm were labelled a100, in-sample, with no word, and
+    --hw had no effect on a comm table. The report and the JSON say both."""
+    aic = _aic(shared_validation)
+    out = tmp_path / "a.json"
+    argv = ["validate", "--input-format", "aic", str(aic / "gemm_a100.csv.gz"), str(aic / "comm_a100.csv.gz"),
+            "--hw", "h100_sxm", "--limit", "20", "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "a100's measured rows costed on --hw h100_sxm, another GPU's preset" in text
+    assert "--hw / --stack do not apply to collectives" in text
+    assert len(json.loads(out.read_text())["notes"]) == 2

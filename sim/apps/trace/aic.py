@@ -93,6 +93,7 @@ class Row:
 class AicValidation:
     rows: list[Row] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)   # one line per table (or part) not costed, and why
+    notes: list[str] = field(default_factory=list)     # what a row was costed on, where not its own GPU's preset
 
     def mape_by_family(self) -> dict[tuple[str, str], tuple[int, float]]:
         """(gpu, family) -> (rows, MAPE)."""
@@ -104,7 +105,7 @@ class AicValidation:
     def to_json(self) -> dict:
         return {"mape_by_family": [{"gpu": gpu, "family": fam, "rows": n, "mape": m, "held_out": gpu in HELD_OUT}
                                    for (gpu, fam), (n, m) in self.mape_by_family().items()],
-                "skipped": self.skipped}
+                "skipped": self.skipped, "notes": self.notes}
 
 
 def table_of(path: Path) -> tuple[str, str]:
@@ -330,9 +331,14 @@ def validate_tables(paths: list[Path], hw: str | None = None, stack: str | None 
         if limit is not None and len(df) > limit:
             df = df.iloc[:: math.ceil(len(df) / limit)]
         if table == "comm":
+            if hw or stack:   # a collective is costed on the table GPU's node and its engine's algorithm
+                out.notes.append(f"{path.name}: --hw / --stack do not apply to collectives (costed on {gpu}'s node)")
             _comm_rows(df, gpu, out, baseline)
             continue
         preset = hw or PRESET.get(gpu)
+        if hw and PRESET.get(gpu) not in (None, hw):   # an a100 table on the h100 preset: rows still say a100
+            out.notes.append(f"{path.name}: {gpu}'s measured rows costed on --hw {hw}, another GPU's preset: the "
+                             "errors include the two GPUs' difference")
         if preset is None:
             out.skipped.append(f"{path.name}: no sim preset for {gpu} (give --hw)")
             continue

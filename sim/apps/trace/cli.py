@@ -161,6 +161,8 @@ def _validate_aic(args: argparse.Namespace) -> int:
         console.print(t)
     for line in v.skipped:
         console.print(f"not costed: {line}")
+    for line in v.notes:
+        console.print(f"note: {line}")
     return 0
 
 
