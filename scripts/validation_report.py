@@ -38,6 +38,7 @@ from sim.core.graph import GEMM  # noqa: E402
 from sim.apps.trace.calibrate import GEMV_MAX_M, TILES, calibrate, write_preset  # noqa: E402
 from sim.apps.trace.floors import cross_run_floor, decode_wall_floor, step_gaps, within_run_floor  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
+from sim.apps.trace.input_checks import CPU_EXTRA_LOAD_LIMIT, capture_load, load_limit  # noqa: E402
 from sim.apps.trace.records import Trace  # noqa: E402
 from sim.apps.trace.plots import scatter  # noqa: E402
 from sim.apps.trace.validate import Validation, mape, validate  # noqa: E402
@@ -53,13 +54,9 @@ from sim.core.shared_data import shared_validation_dir  # noqa: E402
 SHARED = shared_validation_dir()
 A6000_FIT_TOKENS = {1, 16, 128, 1024}
 CPU_FIT_PROMPT = 128
-# A trace is "loaded" when the 1-minute load average (before or after, .meta.json) exceeds
-# the capture's own torch threads by more than this: its own 2 threads account for a load
-# of up to 2 on the 2-vCPU VM (and linger in the next run's "before"), while one more
-# runnable process steals whole time slices from them. Loaded traces are left out when
-# quiet ones cover both the calibration and the test set; otherwise all are used and the
-# section says so.
-CPU_EXTRA_LOAD_LIMIT = 0.5
+# A trace is "loaded" (sim.apps.trace.input_checks: its load above its threads + CPU_EXTRA_LOAD_LIMIT). Loaded traces
+# are left out when quiet ones cover both the calibration and the test set; otherwise all are used and the section
+# says so.
 
 # The A40 has no preset; vidur profiles it. Figures from the NVIDIA A40 data sheet
 # (nvidia.com, 2021): GA102, 48 GB GDDR6 at 696 GB/s, 149.7 TFLOPS dense FP16/BF16
@@ -279,14 +276,7 @@ def _fit_trace(t: Trace) -> bool:
     return t.meta.get("prompt") == CPU_FIT_PROMPT
 
 
-def _load(t: Trace) -> float:
-    """The higher of the 1-minute load averages before and after the capture (inf if unrecorded)."""
-    vals = [v for v in (t.meta.get("loadavg_1m") or {}).values() if isinstance(v, (int, float))]
-    return max(vals) if vals else float("inf")
-
-
-def _load_limit(t: Trace) -> float:
-    return float(t.meta.get("threads") or 1) + CPU_EXTRA_LOAD_LIMIT
+_load, _load_limit = capture_load, load_limit
 
 
 def _noise_note(traces: list[Trace]) -> str:

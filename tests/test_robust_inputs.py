@@ -248,3 +248,17 @@ def test_a_sidecar_with_more_layers_than_the_model_is_refused(tmp_path, capsys):
         assert main(["validate", str(tmp_path / "t.ops.csv"), "--hw", "cpu_host"]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err
+
+
+def test_a_contended_cpu_capture_is_said(tmp_path, capsys):
+    """A trace workflow trial: captures taken under load (up to 75x inflated) were validated and fitted without a
+    word, though the capture records its load. Above its threads + 0.5 (scripts/validation_report.py's rule, now
+    sim.apps.trace.input_checks's), validate says so."""
+    src = ROOT / "traces/cpu/llama2-7b_L2_fp32_b1_p128_d16_cpu"
+    meta = json.loads(src.with_name(src.name + ".meta.json").read_text())
+    shutil.copy(src.with_name(src.name + ".ops.csv"), tmp_path / "t.ops.csv")
+    for load, said in ((2.4, False), (2.6, True)):
+        meta["loadavg_1m"] = {"before": 1.0, "after": load}
+        (tmp_path / "t.meta.json").write_text(json.dumps(meta))
+        assert main(["validate", str(tmp_path / "t.ops.csv"), "--hw", "cpu_host", "-q"]) == 0
+        assert ("captured at a load of 2.60 on 2 thread(s)" in capsys.readouterr().err) == said

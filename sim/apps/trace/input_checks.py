@@ -38,3 +38,28 @@ def overridden(trace, model: str | None, tokens: int | None) -> None:
     named = re.search(r"num_tokens_0*(\d+)", Path(trace.source).name)
     if tokens is not None and named and int(named.group(1)) != tokens:
         print(f"warning: {trace.source}: --tokens {tokens} replaces the {named.group(1)} its name says", file=sys.stderr)
+
+
+# A CPU capture is contended when the 1-minute load average (before or after it, .meta.json) exceeds its own torch
+# threads by more than this: its threads account for a load of up to their count, while one more runnable process
+# steals whole time slices from them (scripts/validation_report.py leaves such captures out of the CPU figures).
+CPU_EXTRA_LOAD_LIMIT = 0.5
+
+
+def capture_load(trace) -> float:
+    """The higher of the 1-minute load averages before and after the capture (inf if unrecorded)."""
+    vals = [v for v in ((trace.meta or {}).get("loadavg_1m") or {}).values() if isinstance(v, (int, float))]
+    return max(vals) if vals else float("inf")
+
+
+def load_limit(trace) -> float:
+    return float((trace.meta or {}).get("threads") or 1) + CPU_EXTRA_LOAD_LIMIT
+
+
+def contended(trace) -> None:
+    """A CPU capture taken under load is said (a trace workflow trial: captures up to 75x inflated by the load
+    alone were validated and fitted without a word)."""
+    load = capture_load(trace)
+    if trace.device == "cpu" and load != float("inf") and load > load_limit(trace):
+        print(f"warning: {trace.source}: captured at a load of {load:.2f} on {int(load_limit(trace) - CPU_EXTRA_LOAD_LIMIT)} "
+              "thread(s): its timings are likely contended (other processes took time slices)", file=sys.stderr)
