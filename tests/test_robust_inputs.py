@@ -262,3 +262,16 @@ def test_a_contended_cpu_capture_is_said(tmp_path, capsys):
         (tmp_path / "t.meta.json").write_text(json.dumps(meta))
         assert main(["validate", str(tmp_path / "t.ops.csv"), "--hw", "cpu_host", "-q"]) == 0
         assert ("captured at a load of 2.60 on 2 thread(s)" in capsys.readouterr().err) == said
+
+
+def test_a_truncated_ops_table_is_said(tmp_path, capsys):
+    """A trace workflow trial: the first 20 lines of an ops table (19 of step 0's 37 ops, no other step) validated
+    against whole steps with exit 0 and no word. Fewer ops than the capture's ops_per_step x steps is said."""
+    src = ROOT / "traces/cpu/llama2-7b_L2_fp32_b1_p128_d16_cpu"
+    lines = src.with_name(src.name + ".ops.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "t.ops.csv").write_text("".join(lines[:20]))
+    shutil.copy(src.with_name(src.name + ".meta.json"), tmp_path / "t.meta.json")
+    assert main(["validate", str(tmp_path / "t.ops.csv"), "--hw", "cpu_host", "-q"]) == 0
+    assert "step(s) 0 partial; 16 step(s) missing (a truncated file?)" in capsys.readouterr().err
+    assert main(["validate", str(src.with_name(src.name + ".ops.csv")), "--hw", "cpu_host", "-q"]) == 0
+    assert "fewer ops" not in capsys.readouterr().err

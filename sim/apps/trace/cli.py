@@ -45,7 +45,7 @@ def _machine(spec: str, command: str, settings: list[str] | None = None):
 
 def _load(args: argparse.Namespace, paths, machine=None):
     """The traces of `paths`; with `machine`, each checked to come from that kind of device (input_checks)."""
-    from sim.apps.trace.input_checks import contended, overridden, same_device
+    from sim.apps.trace.input_checks import contended, overridden, same_device, truncated
     from sim.apps.trace.parser import load_trace
 
     traces = []
@@ -58,6 +58,7 @@ def _load(args: argparse.Namespace, paths, machine=None):
     for t in traces:
         overridden(t, args.model, args.tokens)
         contended(t)
+        truncated(t)
     return traces
 
 

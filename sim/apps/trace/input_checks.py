@@ -63,3 +63,20 @@ def contended(trace) -> None:
     if trace.device == "cpu" and load != float("inf") and load > load_limit(trace):
         print(f"warning: {trace.source}: captured at a load of {load:.2f} on {int(load_limit(trace) - CPU_EXTRA_LOAD_LIMIT)} "
               "thread(s): its timings are likely contended (other processes took time slices)", file=sys.stderr)
+
+
+def truncated(trace) -> None:
+    """An ops table holding fewer ops than its capture wrote (`ops_per_step` a step over `steps`, .meta.json) is said:
+    a cut file validated its first rows against whole steps without a word (a trace workflow trial)."""
+    meta = trace.meta or {}
+    per, steps = meta.get("ops_per_step"), meta.get("steps")
+    if not str(trace.source).endswith(".ops.csv") or not isinstance(per, int) or not isinstance(steps, list):
+        return
+    counts = [sum(1 for o in trace.ops if o.step == i) for i in range(len(steps))]
+    short = [i for i, n in enumerate(counts) if 0 < n < per]
+    missing = [i for i, n in enumerate(counts) if n == 0]
+    if short or missing:
+        print(f"warning: {trace.source}: fewer ops than its capture wrote ({per} a step over {len(steps)} steps): "
+              + "; ".join(x for x in (f"step(s) {', '.join(map(str, short))} partial" if short else "",
+                                      f"{len(missing)} step(s) missing" if missing else "") if x)
+              + " (a truncated file?)", file=sys.stderr)
