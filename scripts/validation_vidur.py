@@ -122,7 +122,10 @@ time of one decoder layer vs num_tokens (1-4096) at TP 1/2/4/8, weights sharded 
 Llama-2-7B (every row), reported on Llama-2-70B and CodeLlama-34B (every row). Before = `a100_80g` preset
 (A100 SXM4 datasheet; vidur's A100 node type is not stated: PCIe 80GB would have 1935 GB/s, not 2039) and,
 for the A40 (no preset), the a6000 preset's assumptions with the A40 data sheet's figures
-(696 GB/s, 149.7 TFLOPS FP16, 37.4 TFLOPS FP32; see scripts/validation_report.py).
+(696 GB/s, 149.7 TFLOPS FP16, 37.4 TFLOPS FP32; see scripts/validation_report.py). From the command line:
+`sim validate .../vidur/a40/<model>/mlp.csv --hw a6000 --set hw.memory.@device.bandwidth_bytes_per_s=696e9
+--set hw.units.@main.peak_flops_per_s.fp16=149.7e12 --set hw.units.@main.peak_flops_per_s.bf16=149.7e12
+--set hw.units.@main.peak_flops_per_s.fp32=37.4e12 --set hw.units.@main.vector_flops_per_s=37.4e12`.
 
 vidur's ops are sarathi-serve's kernels (hw_models/stack/presets/sarathi.yaml, from the kernel names and launch
 shapes in the A6000 traces of the same profiler): `mlp_act` is silu_and_mul_kernel and the norms

@@ -53,8 +53,9 @@ def _load(args: argparse.Namespace, paths, machine=None):
         for t in load_trace(path, args.model, args.tokens):
             if args.tp is None or all(s.tp == args.tp for s in t.steps):
                 traces.append(t)
-    for t in traces if machine is not None else ():
-        same_device(t, machine)
+    said = dict.fromkeys(w for t in traces if machine is not None and (w := same_device(t, machine)))
+    for w in said:   # once per file, not per TP degree of a vidur table
+        print(w, file=sys.stderr)
     for t in traces:
         overridden(t, args.model, args.tokens)
         contended(t)

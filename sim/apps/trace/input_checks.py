@@ -11,19 +11,20 @@ from sim.apps.trace.replay import names_device
 from sim.core.errors import ConfigError
 
 
-def same_device(trace, machine) -> None:
+def same_device(trace, machine) -> str | None:
     """A trace compared with (or fitted into) a preset of another kind of device is refused: a CPU capture fitted
-    into `h200` wrote a GPU preset 139x slower, without a word. A GPU trace on another GPU's preset is said (sim replay
-    is the command that maps one device onto another)."""
+    into `h200` wrote a GPU preset 139x slower, without a word. A GPU trace on another GPU's preset: the warning to
+    print (sim replay is the command that maps one device onto another), once per file (_load)."""
     kind = {"cpu": "cpu", "cuda": "gpu"}.get(trace.device)
     if kind is not None and (machine.kind == "cpu") != (kind == "cpu"):
         raise ConfigError(f"{trace.source}: measured on a {kind.upper()} ({trace.device_name or trace.device}), but --hw "
                           f"{machine.name} is a {machine.kind} preset: give a {kind} preset (sim replay maps a trace "
                           "onto other hardware)")
     if kind == "gpu" and trace.device_name and not names_device(machine.name, trace.device_name):
-        print(f"warning: {trace.source}: measured on {trace.device_name}, compared with --hw {machine.name}, another "
-              "GPU: the errors include the two devices' difference (sim replay maps a trace onto other hardware)",
-              file=sys.stderr)
+        return (f"warning: {str(trace.source).split('#')[0]}: measured on {trace.device_name}, compared with --hw "
+                f"{machine.name}, another GPU: the errors include the two devices' difference (sim replay maps a "
+                "trace onto other hardware)")
+    return None
 
 
 def overridden(trace, model: str | None, tokens: int | None) -> None:
