@@ -64,3 +64,37 @@ def test_a_bare_number_where_si_units_are_read_is_flagged(tmp_path, capsys):
     assert main(["hw", "check", str(bad)]) == 0
     assert "bandwidth_bytes_per_s 864" in capsys.readouterr().out
     assert main(["hw", "check", str(bad), "--strict"]) == 1
+
+
+def test_a_hardware_designers_files(tmp_path, capsys):
+    """A hardware designer's trial: a topology could not hold a device of the user's own (device: must be a shipped
+    preset), hw check / show could not read a topology file, hw check printed "valid" for a broken pim:/spatial:
+    section (the error a table cell, nothing on stderr), and pim.formats took `half` or `fp17` as "not fp16",
+    switching PIM off silently."""
+    from hw_models.network.topology import load_topology
+
+    mine = tmp_path / "my_gpu.yaml"
+    mine.write_text((ROOT / "hw_models/presets/h100_sxm.yaml").read_text().replace("\nname: h100_sxm", "\nname: my_gpu"))
+    topo = tmp_path / "my_node.yaml"
+    topo.write_text((ROOT / "hw_models/network/presets/dgx_h100.yaml").read_text()
+                    .replace("\ndevice: h100_sxm", "\ndevice: my_gpu.yaml"))
+    assert load_topology(topo).device == "my_gpu"
+    assert main(["hw", "check", str(topo)]) == 0 and "valid topology" in capsys.readouterr().out
+    assert main(["hw", "show", str(topo)]) == 0 and "[my_gpu:0]" in capsys.readouterr().out
+    w = tmp_path / "w.yaml"
+    w.write_text(f"name: w\nmodel: llama2-7b\nbatch: 1\nprompt_len: 64\ngen_len: 2\nparallel: {{tp: 2, topology: {topo}}}\n")
+    assert main(["run", str(w), "--hw", str(mine), "-q"]) == 0
+    bad = tmp_path / "groq_torus.yaml"
+    bad.write_text((ROOT / "hw_models/presets/groq_lpu.yaml").read_text().replace("  topology: ring", "  topology: torus", 1))
+    assert main(["hw", "check", str(bad)]) == 2
+    out = capsys.readouterr()
+    assert "valid" not in out.out and "spatial.topology" in out.err and "\n" not in out.err.strip()
+    tpot = []
+    for formats in ("[fp16]", "[half]"):   # an alias is the format: PIM stays on (it read "PIM units compute half only")
+        out = tmp_path / "p.json"
+        assert main(["run", "workloads/llama13b_decode.yaml", "--hw", "hbm_pim", "--set", f"hw.pim.formats={formats}",
+                     "--json", str(out), "-q"]) == 0
+        tpot.append(json.loads(out.read_text())["tpot_s"])
+    assert tpot[0] == tpot[1]
+    assert main(["run", "workloads/llama13b_decode.yaml", "--hw", "hbm_pim", "--set", "hw.pim.formats=[fp17]"]) == 2
+    assert "pim.formats: unknown number format 'fp17'" in capsys.readouterr().err

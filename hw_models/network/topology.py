@@ -59,7 +59,9 @@ class Fitted(Strict):
 class Topology(Strict):
     name: str
     description: str = ""
-    device: str                                   # a hardware preset (hw_models/presets)
+    device: str                                   # a hardware preset (hw_models/presets), or a hardware YAML's path
+    # set by load_topology where `device` was a file: the name is that file's own (a user's new accelerator)
+    device_named_by_file: bool = Field(default=False, exclude=True)
     devices_per_node: int = Field(gt=0)
     nodes: int = Field(default=1, gt=0)
     interconnect: Interconnect
@@ -70,8 +72,9 @@ class Topology(Strict):
 
     @model_validator(mode="after")
     def _device_and_fabric(self) -> "Topology":
-        if not (DEVICE_DIR / f"{self.device}.yaml").is_file():
-            raise ValueError(f"device: no hardware preset named {self.device!r}")
+        if not (DEVICE_DIR / f"{self.device}.yaml").is_file() and not self.device_named_by_file:
+            raise ValueError(f"device: no hardware preset named {self.device!r} (a preset name, or the path of a "
+                             "hardware YAML, relative to this file)")
         if self.nodes > 1 and self.fabric is None:
             raise ValueError("fabric: needed when nodes > 1")
         return self
@@ -134,7 +137,30 @@ def preset_names() -> list[str]:
 @cache
 def _load(path: Path, mtime_ns: int) -> Topology:
     raw = read_yaml(path)
+    device = raw.get("device") if isinstance(raw, dict) else None
+    if isinstance(device, str) and not (DEVICE_DIR / f"{device}.yaml").is_file():
+        file = (path.parent / device) if not Path(device).is_absolute() else Path(device)
+        for candidate in (file, file.with_suffix(".yaml")):
+            if candidate.is_file():   # a device of the user's own: the node holds the preset that file names
+                own = read_yaml(candidate)
+                name = own.get("name") if isinstance(own, dict) else None
+                if not isinstance(name, str):
+                    raise ConfigError(f"{path}: device: {candidate} has no name: a hardware YAML names its device")
+                raw = {**raw, "device": name, "device_named_by_file": True}
+                break
     return validate_mapping(Topology, raw, str(path), "a topology mapping")
+
+
+def is_topology_file(spec: str | Path) -> bool:
+    """Whether `spec` is a YAML file of a node (a `device:` and no `memory:`), not a hardware preset."""
+    path = Path(str(spec))
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        return False
+    try:
+        raw = read_yaml(path)
+    except ConfigError:
+        return False
+    return isinstance(raw, dict) and "device" in raw and "memory" not in raw
 
 
 def load_topology(spec: str | Path, source: str = "", key: str = "topology") -> Topology:

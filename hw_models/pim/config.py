@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt, ValidationError, model_validator
+from pydantic import Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
 from sim.core.errors import ConfigError
+from sim.core.formats import get_format
 from sim.core.schema import Quantity, Strict, validation_error
 from sim.core.workload import Workload
 
@@ -41,7 +42,7 @@ class PimConfig(Strict):
     column_bytes: StrictInt = Field(gt=0)           # bytes one column access delivers to a unit
     row_bytes: Quantity = Field(gt=0)               # DRAM row (page) per bank
     row_open_s: Quantity = Field(ge=0)              # tRP + tRCD: close one row, open the next
-    formats: tuple[str, ...] = ("fp16",)            # formats the MAC lanes compute in
+    formats: tuple[str, ...] = ("fp16",)            # formats the MAC lanes compute in (canonical names: _formats)
     mode_switch_s: Quantity = Field(ge=0)           # one transition host mode <-> PIM mode
     dual_row_buffer: StrictBool = False             # NeuPIMs: host and PIM accesses run concurrently
     partial_sums_per_output: StrictInt = Field(default=1, gt=0)  # values read back per output (lanes not reduced in-unit)
@@ -64,6 +65,16 @@ class PimConfig(Strict):
     # predicted speeds, where that beats placing it whole (AttAcc --ffopt). Needs dual_row_buffer:
     # host and PIM read the banks at once.
     gemm_sharing: StrictBool = False
+
+    @field_validator("formats", mode="after")
+    @classmethod
+    def _formats(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        """Each name as the ops carry it (an alias, `half` or `FP16`, resolves; an unknown one is refused): a
+        typo had switched PIM off without a word (a hardware designer's trial)."""
+        try:
+            return tuple(get_format(name).name for name in v)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _geometry(self) -> "PimConfig":

@@ -227,7 +227,11 @@ def get_format(name: str | NumberFormat) -> NumberFormat:
             gran = "pc" if bits == 8 else "g128"
         if gran == "pt" and suffix == "_asym":
             raise ConfigError(f"number format {name!r}: per-tensor asymmetric int is not modelled")
-        return _int(bits, gran, asym=(suffix == "_asym"))
+        fmt = _int(bits, gran, asym=(suffix == "_asym"))
+        # the defaults spelled out are the registry's own int8 / int4 (docs/formats.md: int8 = int8_pc, int4 =
+        # int4_g128): one format, one name, one rate (spelled out, they had missed the preset's int rates)
+        default = {(8, "pc"): "int8", (4, "g128"): "int4"}.get((bits, gran)) if suffix != "_asym" else None
+        return _FORMATS[default] if default else fmt
     raise ConfigError(
         f"unknown number format {name!r}; known: {', '.join(known_formats())}; "
         f"aliases: {', '.join(sorted(ALIASES))}; int patterns: {INT_PATTERNS}")
