@@ -311,11 +311,16 @@ class Machine(Strict):
         for name, unit in self.units.items():
             if unit.memory not in self.memory:
                 raise ValueError(f"units.{name}.memory: no memory tier named {unit.memory!r}")
+            seen: dict[str, str] = {}
             for fmt in unit.peak_flops_per_s:
                 try:
-                    get_format(fmt)  # a typo would otherwise surface mid-run without the file's name
+                    canonical = get_format(fmt).name  # a typo would otherwise surface mid-run without the file's name
                 except ConfigError as exc:
                     raise ValueError(f"units.{name}.peak_flops_per_s.{fmt}: {exc}") from None
+                if canonical in seen:   # `fp8` beside `fp8_e4m3`: one format given two rates (the faster won silently)
+                    raise ValueError(f"units.{name}.peak_flops_per_s: {seen[canonical]} and {fmt} are one format "
+                                     f"({canonical}): give its rate once")
+                seen[canonical] = fmt
         for name, link in self.links.items():
             for end in (link.src, link.dst):
                 if end not in self.memory and end not in self.units and end != HOST_END:

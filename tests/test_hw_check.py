@@ -98,3 +98,14 @@ def test_a_hardware_designers_files(tmp_path, capsys):
     assert tpot[0] == tpot[1]
     assert main(["run", "workloads/llama13b_decode.yaml", "--hw", "hbm_pim", "--set", "hw.pim.formats=[fp17]"]) == 2
     assert "pim.formats: unknown number format 'fp17'" in capsys.readouterr().err
+
+
+def test_one_format_given_two_rates_is_refused(tmp_path, capsys):
+    """A hardware designer's trial: `fp8` beside `fp8_e4m3` in one preset's rates, the faster silently won and the
+    report listed both. One format, one rate."""
+    text = (ROOT / "hw_models/presets/h100_sxm.yaml").read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("fp8_e4m3:"))
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(text.replace(line, line + "\n" + line.replace("fp8_e4m3:", "fp8:"), 1))
+    assert main(["hw", "check", str(dup)]) == 2
+    assert "fp8_e4m3 and fp8 are one format (fp8_e4m3): give its rate once" in capsys.readouterr().err
