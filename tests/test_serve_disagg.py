@@ -174,3 +174,20 @@ def test_a_pool_changes_its_preset_by_hw_overrides():
     assert halved["latency"]["ttft"]["mean"] == pytest.approx(plain["latency"]["ttft"]["mean"], rel=1e-9)
     with pytest.raises(ConfigError, match=r"serving.disaggregated.decode.hw_overrides: \{spatial.chips: \d+\}"):
         serve(_file(n=1, decode="groq_lpu"), load_machine("h100_sxm"), cache=CACHE)
+
+
+def test_a_prefill_pool_holds_the_kv_until_it_is_sent():
+    """A serving researcher's trial: the prefill pool freed a request's KV at its first token, before the transfer,
+    so at 1 GB/s 46 requests' KV (6x the pool) were "in flight" with the pool at 2% and TTFT unmoved. The blocks stay
+    until the link has sent them: a 100-block pool holds three 528-token requests (33 blocks each); each transfer
+    takes 512 x 524,288 B / 1 GB/s = 0.268 s, so the prefill pool waits on the link and TTFT grows with it."""
+    def run(bandwidth):
+        f = _file(n=12, rate=50.0, transfer={"bandwidth_bytes_per_s": bandwidth, "latency_s": 10e-6})
+        sched = f.serving.scheduler.model_copy(update={"num_gpu_blocks_override": 100})
+        f = f.model_copy(update={"serving": f.serving.model_copy(update={"scheduler": sched})})
+        return serve(f, load_machine("h100_sxm"), cache=CACHE)
+    (fast_res, fast), (slow_res, slow) = run(50e9), run(1e9)
+    assert slow["completed"] == fast["completed"] == 12
+    assert slow["latency"]["ttft"]["mean"] > 5 * fast["latency"]["ttft"]["mean"]
+    # at 1 GB/s, 12 transfers one at a time take 12 x 0.268 s; the last first token waits for most of them
+    assert slow["latency"]["ttft"]["max"] > 8 * 0.268

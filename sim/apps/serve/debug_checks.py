@@ -50,7 +50,7 @@ def _fail(msg: str) -> None:
 
 def held_blocks(sched: Scheduler) -> int:
     """Blocks the requests hold: their own, and each cached unit some request holds (once)."""
-    reqs = (*sched.running, *sched.waiting, *sched.swapped)
+    reqs = (*sched.running, *sched.waiting, *sched.swapped, *getattr(sched, "in_transfer", {}).values())
     units = set().union(*(r.shared for r in reqs)) if reqs else set()
     return sum(r.blocks for r in reqs) + len(units) * sched.pool.unit_blocks
 

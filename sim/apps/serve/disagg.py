@@ -11,7 +11,8 @@ A request goes to a prefill replica (the serving.router policy), which computes 
 and emits the first token. Its KV cache (prompt tokens x KV bytes per token of the model,
 every layer) then crosses to a decode replica: time = the topology's fitted send/recv
 (hw_models.network.collectives, alpha + S/B) or latency + S / bandwidth; one prefill
-replica's transfers go one at a time over its link. The decode replica admits the request
+replica's transfers go one at a time over its link, and its blocks stay in the prefill pool until
+its transfer is done (PrefillReplica.in_transfer). The decode replica admits the request
 with its prompt already computed (KV blocks for prompt + 1 tokens) and generates the rest;
 the gap from the first to the second token includes the transfer. Requests with one output
 token end at the prefill pool.
@@ -41,11 +42,13 @@ from sim.core.errors import ConfigError, SimError
 
 class PrefillReplica(Replica):
     def __init__(self, setup: Setup, reqs: Requests, index: int, on_done: Callable[["PrefillReplica", int], None],
-                 decode_refusal: Callable[[int], str | None]):
+                 decode_refusal: Callable[[int], str | None], goes_on: np.ndarray):
         super().__init__(setup, reqs, index)
+        self.goes_on = goes_on   # per request: it continues in the decode pool (more than one output token)
         self.on_done = on_done
         self.decode_refusal = decode_refusal
         self.link: simpy.Resource | None = None
+        self.sched.in_transfer = {}   # requests whose KV the link has not sent yet (they hold their blocks)
 
     def refusal(self, req: Request) -> str | None:
         # One the decode pool can never take is refused before its prefill (it was prefilled, its
@@ -53,8 +56,25 @@ class PrefillReplica(Replica):
         return super().refusal(req) or self.decode_refusal(req.idx)
 
     def _finish(self, r: Request, now: float) -> None:
-        super()._finish(r, now)
+        # A request that goes on to the decode pool keeps its prompt's KV blocks here until the transfer has sent
+        # them (the prefill instance frees a cache once the decode side has it: Splitwise, DistServe); a slow or busy
+        # link then fills this pool and stalls prefill (a serving researcher's trial: they were freed at the first
+        # token, so 46 requests' KV, 6x the pool, sat "in flight" with the pool at 2%).
+        keep = bool(self.goes_on[r.idx])
+        blocks, shared = r.blocks, r.shared
+        r.blocks, r.shared = 0, ()
+        super()._finish(r, now)   # the scheduler lets the request go, freeing nothing yet
+        r.blocks, r.shared = blocks, shared
+        if keep:
+            self.sched.in_transfer[r.idx] = r
+        else:
+            self.sched.free(r)
         self.on_done(self, r.idx)
+
+    def sent(self, i: int) -> None:
+        """Request i's KV has reached the decode pool: its blocks are free here."""
+        self.sched.free(self.sched.in_transfer.pop(i))
+        self.poke()
 
 
 class DecodeReplica(Replica):
@@ -125,7 +145,7 @@ class Disagg:
         (ps, self.prefill_hw), (ds, self.decode_hw) = (pool_setup(file, k, exact, cache) for k in ("prefill", "decode"))
         one = Requests(reqs.arrival_s, reqs.prompt_len, np.ones_like(reqs.output_len), reqs.hash_ids,
                        reqs.hash_block_tokens)
-        self.prefill = [PrefillReplica(ps, one, k, self._prefilled, self._decode_refusal)
+        self.prefill = [PrefillReplica(ps, one, k, self._prefilled, self._decode_refusal, reqs.output_len > 1)
                         for k in range(d.prefill.replicas)]
         self.decode = [DecodeReplica(ds, reqs, k) for k in range(d.decode.replicas)]
         self.boards = [instance_board(ps)] * d.prefill.replicas + [instance_board(ds)] * d.decode.replicas
@@ -166,6 +186,7 @@ class Disagg:
             yield env.timeout(dur)
         rep.busy["kv_transfer"] = rep.busy.get("kv_transfer", 0.0) + dur   # its link's busy time
         self.transfers.append((nbytes, start - asked, dur))
+        rep.sent(i)
         k = choose(self.policy, i, self.decode)
         self.where[i] = len(self.prefill) + k
         for r in self.decode:
