@@ -146,9 +146,8 @@ class Efficiency(Strict):
         return self.gemm_tile_m is not None
 
     def gemm_waves(self, m, n, k):
-        """Fraction of the SMs' tile throughput that does useful work for an M x N x K
-        GEMM (hw_models.curves.gemm_waves; 1.0 when the tile fields are off).
-        Floats or numpy arrays."""
+        """Fraction of the SMs' tile throughput that does useful work for an M x N x K GEMM
+        (hw_models.curves.gemm_waves; 1.0 when the tile fields are off). Floats or numpy arrays."""
         if not self.tiled:
             return 1.0 if np.ndim(m) == 0 else np.ones(np.shape(m))
         return curves.gemm_waves(m, n, k, self.gemm_tile_m, self.gemm_tile_n, self.parallel_units)
@@ -165,8 +164,7 @@ class Efficiency(Strict):
         return curves.saturating(nbytes, self.memory_max, self.memory_half_bytes)
 
     def for_kind(self, kind: str, m: int | None = None) -> "Efficiency":
-        """The curve an op of `kind` gets: the unit's, with that kind's overrides (the
-        `gemv` ones for a GEMM of M = `m` <= gemv_max_m)."""
+        """The curve an op of `kind` gets: the unit's, with that kind's overrides (the `gemv` ones for M <= gemv_max_m)."""
         over = self._override(kind, m)
         if over is None:
             return self
@@ -246,9 +244,16 @@ class Unit(Strict):
     @field_validator("peak_flops_per_s")
     @classmethod
     def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        seen: dict[str, str] = {}   # `fp8` beside `fp8_e4m3`: one format given two rates (the faster won silently)
         for fmt, rate in v.items():
             if rate <= 0:
                 raise ValueError(f"{fmt}: must be positive")
+            try:
+                canonical = get_format(fmt).name  # a typo would otherwise surface mid-run without the file's name
+            except ConfigError as exc:
+                raise ValueError(f"{fmt}: {exc}") from None
+            if seen.setdefault(canonical, fmt) != fmt:
+                raise ValueError(f"{seen[canonical]} and {fmt} are one format ({canonical}): give its rate once")
         return v
 
 
@@ -311,16 +316,6 @@ class Machine(Strict):
         for name, unit in self.units.items():
             if unit.memory not in self.memory:
                 raise ValueError(f"units.{name}.memory: no memory tier named {unit.memory!r}")
-            seen: dict[str, str] = {}
-            for fmt in unit.peak_flops_per_s:
-                try:
-                    canonical = get_format(fmt).name  # a typo would otherwise surface mid-run without the file's name
-                except ConfigError as exc:
-                    raise ValueError(f"units.{name}.peak_flops_per_s.{fmt}: {exc}") from None
-                if canonical in seen:   # `fp8` beside `fp8_e4m3`: one format given two rates (the faster won silently)
-                    raise ValueError(f"units.{name}.peak_flops_per_s: {seen[canonical]} and {fmt} are one format "
-                                     f"({canonical}): give its rate once")
-                seen[canonical] = fmt
         for name, link in self.links.items():
             for end in (link.src, link.dst):
                 if end not in self.memory and end not in self.units and end != HOST_END:
