@@ -25,7 +25,8 @@ def test_the_outputs_at_capacity_are_the_steps_run(tmp_path):
     assert main(["serve", str(f), "--hw", "h100_sxm", "-q", "--find-capacity", "--json", str(out),
                  "--requests", str(req)]) == 0
     cap = json.loads(out.read_text())
-    clients = cap["capacity_rate_req_s"]
+    clients = cap["capacity_clients"]       # a client count, named as one (it was under capacity_rate_req_s)
+    assert "capacity_rate_req_s" not in cap and all("clients" in p and "rate" not in p for p in cap["points"])
     assert clients > 2                      # the search moved off the file's 2 clients
     rows = list(csv.DictReader(req.open()))
     assert len(rows) == 3 * clients == cap["summary"]["requests"]

@@ -59,7 +59,7 @@ def test_unknown_peak_format_in_hardware_names_the_file(tiny, tmp_path, capsys):
     hw.write_text((ROOT / "hw_models/presets/a6000.yaml").read_text().replace("      fp32: 38.7 TFLOP/s",
                                                                               "      fp17: 38.7 TFLOP/s"))
     assert main(["run", str(tiny), "--hw", str(hw), "-q"]) == 2
-    assert _err(capsys).startswith(f"error: {hw}: units.gpu.peak_flops_per_s.fp17: unknown number format")
+    assert _err(capsys).startswith(f"error: {hw}: units.gpu.peak_flops_per_s: fp17: unknown number format")
 
 
 def test_a_directory_where_a_file_belongs(tiny, tmp_path, capsys):

@@ -146,24 +146,26 @@ def _capacity(args, file, machine, slo) -> int:
     from sim.apps.serve.spec import Closed
 
     console = Console(stderr=True)
+    # a closed loop's search moves the client count, not a rate: the JSON keys say which it holds
+    key = "clients" if isinstance(file.serving.arrivals, Closed) else "rate"
 
     def point(rate, s):
         if not args.quiet:
             st = s.get("settled")
             worst = st["slo"] if st else max(s["slo_met"], key=s["slo_met"].get)
-            console.print(f"  {'clients' if isinstance(file.serving.arrivals, Closed) else 'rate'} {rate:8.4g}"
-                          f"{'' if isinstance(file.serving.arrivals, Closed) else '/s'}: {worst} "
+            console.print(f"  {key} {rate:8.4g}{'' if key == 'clients' else '/s'}: {worst} "
                           + (f">= {s['slo_met'][worst]:.2f}x of limit, stopped after {st['requests_done']} requests "
                              f"({st['violations']} over it, {st['allowed']} allowed: fails with certainty)" if st
                              else f"{s['slo_met'][worst]:.2f}x of limit"))
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point, early_stop=args.early_stop)
     best = cap["summary"]
-    out = dict(capacity_rate_req_s=cap["rate"], goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
-               goodput_window_s=cap["window_s"], within_slo=cap["within_slo"], transient=cap["transient"],
-               limiting_metric=cap["limiting"],
-               # a step stopped early ran part of its stream: its verdict is certain, its figures are the part's
-               points=[dict(rate=p["rate"], ok=p["ok"], stopped_early="settled" in p["summary"],
-                            slo_met=p["summary"]["slo_met"]) for p in cap["points"]], summary=best)
+    out = {"capacity_clients" if key == "clients" else "capacity_rate_req_s": cap["rate"]}
+    out |= dict(goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
+                goodput_window_s=cap["window_s"], within_slo=cap["within_slo"], transient=cap["transient"],
+                limiting_metric=cap["limiting"],
+                # a step stopped early ran part of its stream: its verdict is certain, its figures are the part's
+                points=[{key: p["rate"], "ok": p["ok"], "stopped_early": "settled" in p["summary"],
+                         "slo_met": p["summary"]["slo_met"]} for p in cap["points"]], summary=best)
     # --plots, --requests, --chrome-trace show the search's step at capacity itself (the same run as `summary`)
     _write(args, cap["result"], out, cap["points"])
     if cap["transient"]:
