@@ -316,7 +316,7 @@ def test_serve_kv_and_batch_panels_are_binned_not_solid(tmp_path, figures, monke
     kv_ax, batch_ax = figures[-1].axes
     mean = batch_ax.get_lines()[0].get_ydata()
     assert np.allclose(mean, 10.5) and np.allclose(kv_ax.get_lines()[0].get_ydata(), 50.0)
-    assert kv_ax.get_ylabel() == "KV blocks in use (% of the pool)"
+    assert kv_ax.get_ylabel() == "KV cache in use (% of the pool)"
 
 
 def test_gantt_legend_names_every_bar_kind(figures, tmp_path):

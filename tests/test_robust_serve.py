@@ -103,7 +103,12 @@ def test_histogram_of_words(tmp_path, capsys):
      "hash_ids: row 1 is \"['a']\"; expected a list of integers"),
     (*_trace("t.jsonl", '{"arrival_time_ns": 1, "input_toks": 3, "output_toks": 2, "input_tok_ids": [[1], 2]}\n'),
      "input_tok_ids: row 1 is '[[1], 2]'; expected a list of integers"),
-], ids=["unsorted", "infinite-time", "huge-prompt", "hash-words", "nested-token-ids"])
+    # a serving researcher's trial: 5 ids for 1,024 tokens (2 blocks) ran silently, with made-up hits
+    (*_trace("t.jsonl", '{"timestamp": 1, "input_length": 1024, "output_length": 2, "hash_ids": [1, 2]}\n'
+                        '{"timestamp": 2, "input_length": 1024, "output_length": 2, "hash_ids": [1, 2, 7, 8, 9]}\n'),
+     "hash_ids: row 2 has 5 id(s) for input_length 1024; the mooncake layout gives one per 512-token block "
+     "(trace.hash_block_tokens), 2 here"),
+], ids=["unsorted", "infinite-time", "huge-prompt", "hash-words", "nested-token-ids", "hash-ids-per-block"])
 def test_bad_request_traces(tmp_path, capsys, edit, text, message):
     f = _serve_file(tmp_path, edit)
     name = yaml.safe_load(f.read_text())["serving"]["trace"]["path"]

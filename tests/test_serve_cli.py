@@ -87,7 +87,7 @@ def test_trace_layouts(tmp_path):
     r = read_trace(tmp_path / "az.csv", time_scale=0.5)
     assert list(r.arrival_s) == pytest.approx([0.0, 1.75]) and list(r.prompt_len) == [374, 396]
     (tmp_path / "mc.jsonl").write_text('{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]}\n'
-                                       '{"timestamp": 2500, "input_length": 600, "output_length": 7, "hash_ids": [1]}\n')
+                                       '{"timestamp": 2500, "input_length": 500, "output_length": 7, "hash_ids": [1]}\n')
     r = read_trace(tmp_path / "mc.jsonl")
     assert list(r.arrival_s) == [0.0, 2.5] and r.hash_ids == [(1, 2), (1,)] and list(r.output_len) == [5, 7]
     # DistServe's request streams: one JSON array, start_time in seconds, named .exp
@@ -141,3 +141,22 @@ def test_the_summary_gives_the_prefix_cache_hit_share():
     r = {"status": np.array([DONE, DONE, DONE + 1]), "prompt_tokens": np.array([100, 300, 1000]),
          "prefix_hit_tokens": np.array([50, 150, 1000])}
     assert prefix_hit_share(r) == 0.5          # (50 + 150) / (100 + 300): the unfinished request left out
+
+
+@pytest.mark.parametrize("sched, unit, label", [({"kind": "orca"}, 1, "KV tokens"),
+                                                 ({"kind": "vllm", "block_size": 32}, 32, "KV blocks (32 tokens)")])
+def test_an_unpaged_pool_is_counted_in_tokens(tmp_path, sched, unit, label):
+    """Orca and static reserve KV per token (paged: False), so their pool's 'blocks' were tokens under a blocks
+    label (a serving researcher's trial: '450,258 KV blocks' = 28,141 blocks x 16). The summary names the unit
+    and the report labels the row by it."""
+    from rich.console import Console
+
+    from sim.apps.serve.report import print_report
+
+    f = write(tmp_path, lambda s: s.update(scheduler=sched))
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--json", str(tmp_path / "o.json")]) == 0
+    s = json.loads((tmp_path / "o.json").read_text())
+    assert s["kv_block_tokens"] == unit
+    con = Console(record=True, width=200)
+    print_report(s, "t", con)
+    assert label in con.export_text()

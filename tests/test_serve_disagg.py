@@ -191,3 +191,36 @@ def test_a_prefill_pool_holds_the_kv_until_it_is_sent():
     assert slow["latency"]["ttft"]["mean"] > 5 * fast["latency"]["ttft"]["mean"]
     # at 1 GB/s, 12 transfers one at a time take 12 x 0.268 s; the last first token waits for most of them
     assert slow["latency"]["ttft"]["max"] > 8 * 0.268
+
+
+def _tp(f: ServeFile, **pools) -> ServeFile:
+    d = f.serving.disaggregated
+    upd = {k: getattr(d, k).model_copy(update={"parallel": {"tp": tp, "topology": "dgx_h100"}}) for k, tp in pools.items()}
+    return f.model_copy(update={"serving": f.serving.model_copy(update={"disaggregated": d.model_copy(update=upd)})})
+
+
+@pytest.mark.parametrize("pools, share", [({"prefill": 2}, 1.0), ({"prefill": 2, "decode": 2}, 0.5),
+                                          ({"decode": 4}, 1.0)])
+def test_tensor_parallel_pools_send_their_kv_shards_at_once(pools, share):
+    """Each device of a TP pool holds 1/TP of llama2-7b's 32 KV heads and sends it over its own link (a
+    serving researcher's trial: a TP 2 pool moved the whole KV over one link, 5.3787 ms). The busiest link
+    carries the larger per-device share of the two sides: TP 2 to TP 2 halves it, 134,217,728 B over
+    50 GB/s + 10 us = 2.6944 ms; TP 2 to one device (or one to TP 4) carries the whole KV at one end."""
+    f = _tp(_file(decode="h100_sxm"), **pools)
+    _, s = serve(f, load_machine("h100_sxm"), cache=CACHE)
+    t = s["disaggregated"]["transfer"]
+    assert t["bytes_mean"] == PROMPT * KV_PER_TOKEN   # the request's KV, all of it, moves
+    assert t["time_mean_s"] == pytest.approx(10e-6 + share * PROMPT * KV_PER_TOKEN / 50e9, rel=1e-12)
+
+
+def test_a_transfer_topology_neither_pool_runs_on_is_said():
+    """dgx_h100's NVLink between an h100_sxm prefill pool and an a6000 decode pool (which has none) was priced
+    without a word; both pools on h100_sxm need no note, and a plain link is never checked."""
+    from sim.apps.serve.disagg import transfer_notes
+
+    [note] = transfer_notes(_file(transfer={"topology": "dgx_h100"}))
+    assert note == ("test.yaml: serving.disaggregated.transfer.topology: dgx_h100 links h100_sxm devices, but decode "
+                    "runs on a6000: the KV transfer is priced at dgx_h100's send/recv all the same; give transfer: "
+                    "{bandwidth_bytes_per_s, latency_s} for the link the pools share (PCIe, a NIC)")
+    assert transfer_notes(_file(transfer={"topology": "dgx_h100"}, decode="h100_sxm")) == []
+    assert transfer_notes(_file()) == []

@@ -49,6 +49,7 @@ def _check_outputs(args: argparse.Namespace, file) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
+    from sim.apps.serve.disagg import transfer_notes
     from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.run import summary_of
     from sim.apps.serve.instance import prepare
@@ -62,7 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = _machine(args, file, sets.hw)
-    for note in unused_settings(file, machine, file.model_config_()) + unused_in_serving(file, machine):
+    for note in unused_settings(file, machine, file.model_config_()) + unused_in_serving(file, machine) \
+            + transfer_notes(file):
         print(f"warning: {note}", file=sys.stderr)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:

@@ -12,7 +12,10 @@ and emits the first token. Its KV cache (prompt tokens x KV bytes per token of t
 every layer) then crosses to a decode replica: time = the topology's fitted send/recv
 (hw_models.network.collectives, alpha + S/B) or latency + S / bandwidth; one prefill
 replica's transfers go one at a time over its link, and its blocks stay in the prefill pool until
-its transfer is done (PrefillReplica.in_transfer). The decode replica admits the request
+its transfer is done (PrefillReplica.in_transfer). Under tensor parallelism each device holds its
+share of the KV heads and sends it over its own link, as vLLM's and Mooncake's connectors do, the
+devices at once: S is the larger of a prefill device's share and a decode device's (the side with
+fewer shards sends or receives more per link). The decode replica admits the request
 with its prompt already computed (KV blocks for prompt + 1 tokens) and generates the rest;
 the gap from the first to the second token includes the transfer. Requests with one output
 token end at the prefill pool.
@@ -134,6 +137,21 @@ def transfer_s(file: ServeFile, nbytes: float) -> float:
     return t.latency_s + nbytes / t.bandwidth_bytes_per_s
 
 
+def transfer_notes(file: ServeFile) -> list[str]:
+    """A transfer topology whose device neither pool runs on is still priced as that topology's send/recv:
+    say so (an A6000 has no NVLink to an H100, and an H100-to-A6000 transfer at NVLink 4 rates went unremarked)."""
+    d = file.serving.disaggregated
+    if d is None or d.transfer.topology is None:
+        return []
+    topo = load_topology(d.transfer.topology, file.source, "serving.disaggregated.transfer.topology")
+    off = [f"{k} runs on {name}" for k in ("prefill", "decode") if (name := pool_machine(file, k).name) != topo.device]
+    if not off:
+        return []
+    return [f"{file.source}: serving.disaggregated.transfer.topology: {topo.name} links {topo.device} devices, but "
+            f"{' and '.join(off)}: the KV transfer is priced at {topo.name}'s send/recv all the same; give "
+            "transfer: {bandwidth_bytes_per_s, latency_s} for the link the pools share (PCIe, a NIC)"]
+
+
 class Disagg:
     """The two pools, the router in front of the prefill pool, and the KV transfers."""
 
@@ -150,6 +168,7 @@ class Disagg:
         self.decode = [DecodeReplica(ds, reqs, k) for k in range(d.decode.replicas)]
         self.boards = [instance_board(ps)] * d.prefill.replicas + [instance_board(ds)] * d.decode.replicas
         self.kv_per_token = ds.kv_bytes_per_token
+        self.link_share = max(ps.kv_share, ds.kv_share)   # of a request's KV, what the busiest device link carries
         self.where = np.zeros(len(reqs), dtype=np.int64)    # index into prefill + decode replicas
         self.transfers: list[tuple[float, float, float]] = []   # (bytes, wait s, transfer s)
 
@@ -182,7 +201,7 @@ class Disagg:
         with rep.link.request() as slot:
             yield slot
             start = env.now
-            dur = transfer_s(self.file, nbytes)
+            dur = transfer_s(self.file, nbytes * self.link_share)
             yield env.timeout(dur)
         rep.busy["kv_transfer"] = rep.busy.get("kv_transfer", 0.0) + dur   # its link's busy time
         self.transfers.append((nbytes, start - asked, dur))

@@ -59,6 +59,7 @@ class Setup:
     groups: int = 1                  # attention groups (sim.apps.serve.attention_dp)
     max_prompt: int | None = None    # longest prompt a kind that places its own KV was placed for
     placed: str = ""                 # how that kind placed it (OwnPool.describe), for the report
+    kv_share: float = 1.0            # the share of a token's KV one device holds (1 / TP where the KV heads split)
 
     def scheduler(self, requests: Requests) -> Scheduler:
         cfg = self.file.serving.scheduler
@@ -136,7 +137,8 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
             cache[key] = costs
     return Setup(file, machine, model, draft, costs[0], costs[1], per_token, rank_token * block, total_blocks,
                  weights, act, _swap_rate(file, mapper) if cfg.swaps else None,
-                 max_tokens, max_seqs, max_model_len, share.groups, max_prompt, own.describe if own else "")
+                 max_tokens, max_seqs, max_model_len, share.groups, max_prompt, own.describe if own else "",
+                 share.kv)
 
 
 def _check_block(file: s.ServeFile, machine: Machine, own: OwnPool) -> None:

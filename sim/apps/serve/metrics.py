@@ -86,7 +86,7 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         goodput_req_s=int(good.sum()) / span if span else 0.0,
         goodput_tok_s=good_tokens / span if span else 0.0,
         latency=lat_stats, preemptions=res.preemptions, swapped_out_blocks=res.swapped_out_blocks,
-        kv_blocks_total=res.total_blocks, kv_blocks_peak=res.peak_blocks,
+        kv_blocks_total=res.total_blocks, kv_blocks_peak=res.peak_blocks, kv_block_tokens=res.kv_block_tokens,
         kv_usage_mean=kv_usage_mean(res) if busy else 0.0,
         iterations=len(it["duration_s"]),
         batch_size=stats(it["seqs"], it["duration_s"]) if busy else {},

@@ -88,7 +88,7 @@ def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:
     fig, ax = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
     several = "instance" in it   # replicas or pools: their counts summed, over their summed pools
     panels = ((ax[0], 100 * summed_over_instances(res, it["kv_blocks_used"]) / max(res.total_blocks, 1),
-               "KV blocks in use (% of the pools)" if several else "KV blocks in use (% of the pool)"),
+               "KV cache in use (% of the pools)" if several else "KV cache in use (% of the pool)"),
               (ax[1], summed_over_instances(res, it["seqs"]),
                "batch size (sequences, all instances)" if several else "batch size (sequences)"))
     for a, values, label in panels:

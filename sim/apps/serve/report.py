@@ -12,6 +12,12 @@ from sim.core import tables
 from sim.core.units import fmt_time
 
 
+def _kv_label(s: dict[str, Any]) -> str:
+    """An unpaged pool (orca, static) is counted in tokens: its 'blocks' are one token each."""
+    size = s.get("kv_block_tokens", 16)
+    return "KV tokens" if size == 1 else f"KV blocks ({size} tokens)" if size else "KV blocks"
+
+
 def _kv_blocks(s: dict[str, Any]) -> str:
     pools = "the pool" if s.get("instances", 1) == 1 else f"{s['instances']} instances' pools (summed)"
     return (f"{s['kv_blocks_total']:,} in {pools}, peak {s['kv_blocks_peak']:,} "
@@ -50,7 +56,7 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         ("goodput", f"{s['goodput_tok_s']:,.1f} tokens/s, {s['goodput_req_s']:.3f} requests/s"
          + (" (no SLO: all count)" if not s["slo"] else f" within {_slo(s['slo'])}")),
         ("preemptions", f"{s['preemptions']} ({s['swapped_out_blocks']} blocks swapped out)"),
-        ("KV blocks", _kv_blocks(s)),
+        (_kv_label(s), _kv_blocks(s)),
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
         *([("batch", s["placed"])] if s.get("placed") else []),   # a kind that placed its own batch (offload)
         ("energy", f"{s['energy_per_token_j']:.3g} J per output token"),

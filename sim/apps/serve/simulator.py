@@ -62,6 +62,7 @@ class ServeResult:
     rejected_reasons: dict[str, int] = field(default_factory=dict)   # why requests were refused: reason -> count
     board: Board = Board()   # idle power per device and devices per instance (sim.apps.serve.energy)
     instance_names: list[str] = field(default_factory=list)   # per iterations["instance"] of a merged run, if named
+    kv_block_tokens: int = 16   # tokens per KV block: 1 where the pool is not paged (orca, static); 0 mixed sizes
 
 
 class ServeSim:
@@ -133,7 +134,7 @@ class ServeSim:
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
                            s.swapped_in_blocks, s.pool.total, s.pool.peak_used, makespan_s, self.tokens, self.energy,
                            self.swap_log, self.spec_steps, self.spec_tokens, dict(self.busy),
-                           rejected_reasons=dict(self.rejections))
+                           rejected_reasons=dict(self.rejections), kv_block_tokens=s.pool.block_size)
 
     def iteration_columns(self) -> dict[str, np.ndarray]:
         """The per-iteration records by column (ITER_COLUMNS), each contiguous."""

@@ -152,10 +152,23 @@ def read_trace(path: Path, fmt: str = "auto", time_scale: float = 1.0, hash_bloc
     hashes = None
     if "hash_ids" in df.columns:
         hashes = [_ints(ids, "hash_ids", i, path) for i, ids in enumerate(df["hash_ids"])]
+        if layout == "mooncake":
+            _one_id_per_block(hashes, prompt, hash_block_tokens, path)
     elif "input_tok_ids" in df.columns:
         hashes = [block_hashes(_ints(ids, "input_tok_ids", i, path), hash_block_tokens)
                   for i, ids in enumerate(df["input_tok_ids"])]
     return Requests(arrival * time_scale, prompt, output, hashes, hash_block_tokens)
+
+
+def _one_id_per_block(hashes: list[tuple[int, ...]], prompt: np.ndarray, block_tokens: int, path: Path) -> None:
+    """Mooncake's layout gives one id per hash block of the prompt, the last one partial (ceil(input_length /
+    512)); a row with more or fewer ids has lost its prefix structure, and its hits would be made up."""
+    for i, (ids, n) in enumerate(zip(hashes, prompt)):
+        want = -(-int(n) // block_tokens)
+        if len(ids) != want:
+            raise ConfigError(f"{path}: hash_ids: row {i + 1} has {len(ids)} id(s) for input_length {int(n)}; the "
+                              f"mooncake layout gives one per {block_tokens}-token block (trace.hash_block_tokens), "
+                              f"{want} here")
 
 
 def block_hashes(tokens: list[int], block_tokens: int) -> tuple[int, ...]:
