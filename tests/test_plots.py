@@ -310,13 +310,29 @@ def test_serve_kv_and_batch_panels_are_binned_not_solid(tmp_path, figures, monke
     n = 400
     res = type("R", (), {})()
     res.iterations = {"start_s": np.arange(n) * 0.01, "seqs": np.where(np.arange(n) % 2, 20, 1),
-                      "kv_blocks_used": np.full(n, 50)}
+                      "kv_blocks_used": np.full(n, 50), "duration_s": np.full(n, 0.01)}
     res.makespan_s, res.total_blocks = n * 0.01, 100
     output._kv_and_batch(res, tmp_path / "kv.png", bins=20)
     kv_ax, batch_ax = figures[-1].axes
     mean = batch_ax.get_lines()[0].get_ydata()
     assert np.allclose(mean, 10.5) and np.allclose(kv_ax.get_lines()[0].get_ydata(), 50.0)
-    assert kv_ax.get_ylabel() == "KV cache in use (% of the pool)"
+    assert kv_ax.get_ylabel() == "KV in use (% of pool)"
+
+
+def test_the_batch_panel_counts_an_idle_instance_as_zero():
+    """Two replicas (a serving researcher's trial: three replicas' panel read 3 where one request was in
+    service): replica 0 runs 4 sequences over [0, 1) s and is idle after; replica 1 runs 2 over [0.5, 1.5)
+    and 1 over [1.5, 2) s, then both idle to 4 s. Levels: 4, 6, 2, 1, 0; over [0, 2] the mean is
+    (0.5 x 4 + 0.5 x 6 + 0.5 x 2 + 0.5 x 1) / 2 = 6.5 / 2 = 3.25, over [2, 4] 0 (carried forward: 1.5 and 1)."""
+    from sim.apps.serve.timeline import binned_mean, running_steps
+
+    res = type("R", (), {})()
+    res.iterations = {"start_s": np.array([0.0, 0.5, 1.5]), "duration_s": np.array([1.0, 1.0, 0.5]),
+                      "seqs": np.array([4.0, 2.0, 1.0]), "instance": np.array([0, 1, 1])}
+    res.makespan_s = 4.0
+    knots, levels = running_steps(res, res.iterations["seqs"])
+    assert knots.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0] and levels.tolist() == [4.0, 6.0, 2.0, 1.0, 0.0]
+    assert binned_mean(res, levels, 2, knots)[1] == pytest.approx([3.25, 0.0])
 
 
 def test_gantt_legend_names_every_bar_kind(figures, tmp_path):

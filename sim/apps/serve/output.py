@@ -16,7 +16,7 @@ from sim.apps.plots import _save
 from sim.apps.serve.energy import power_trace
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
-from sim.apps.serve.timeline import binned_mean, binned_range, summed_over_instances
+from sim.apps.serve.timeline import binned_mean, binned_range, running_steps, summed_over_instances
 from sim.core.errors import ConfigError
 
 STATUS = {0.0: "unfinished", 1.0: "completed", 2.0: "rejected"}
@@ -87,15 +87,16 @@ def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:
     it = res.iterations
     fig, ax = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
     several = "instance" in it   # replicas or pools: their counts summed, over their summed pools
-    panels = ((ax[0], 100 * summed_over_instances(res, it["kv_blocks_used"]) / max(res.total_blocks, 1),
-               "KV cache in use (% of the pools)" if several else "KV cache in use (% of the pool)"),
-              (ax[1], summed_over_instances(res, it["seqs"]),
-               "batch size (sequences, all instances)" if several else "batch size (sequences)"))
-    for a, values, label in panels:
-        t, mean = binned_mean(res, values, bins)
-        lo, hi = binned_range(res, values, bins)
+    # KV held stays held between an instance's iterations; a batch is running only during one (0 when idle)
+    panels = ((ax[0], (it["start_s"], 100 * summed_over_instances(res, it["kv_blocks_used"]) / max(res.total_blocks, 1)),
+               "KV in use (% of pools)" if several else "KV in use (% of pool)"),
+              (ax[1], running_steps(res, it["seqs"]),
+               "batch (seqs, all instances)" if several else "batch (sequences)"))
+    for a, (knots, values), label in panels:
+        t, mean = binned_mean(res, values, bins, knots)
+        lo, hi = binned_range(res, values, bins, knots)
         a.fill_between(t, lo, hi, step="mid", color="C0", alpha=0.25, lw=0,
-                       label=f"least to largest of the iterations in each {res.makespan_s / bins:.2g} s span")
+                       label=f"least to largest in each {res.makespan_s / bins:.2g} s span")
         a.plot(t, mean, color="C0", lw=1.2, label="time-weighted mean")
         a.set(ylabel=label)
         a.set_ylim(bottom=0)

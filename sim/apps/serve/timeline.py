@@ -36,13 +36,28 @@ def summed_over_instances(res: ServeResult, values: np.ndarray) -> np.ndarray:
     return total
 
 
-def binned_mean(res: ServeResult, values: np.ndarray, bins: int = 200) -> tuple[list[float], list[float]]:
-    """(midpoints, time-weighted means) of a per-iteration step function over `bins` equal spans of
-    [0, makespan]. Empty when nothing ran."""
+def running_steps(res: ServeResult, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(knots, levels) of a per-iteration count that holds only while its iteration runs (the sequences in a
+    batch), summed over the instances: an idle instance counts 0, not its last batch carried forward (the
+    plot of three replicas read 3 where the per-request table had 1 request in service)."""
+    it = res.iterations
+    start = np.asarray(it["start_s"], dtype=float)
+    values = np.asarray(values, dtype=float)
+    t = np.concatenate([start, start + it["duration_s"]])
+    order = np.argsort(t, kind="stable")
+    t, level = t[order], np.cumsum(np.concatenate([values, -values])[order])
+    last = np.append(t[1:] != t[:-1], True)   # the level once every event at one instant is in
+    return t[last], level[last]
+
+
+def binned_mean(res: ServeResult, values: np.ndarray, bins: int = 200,
+                knots: np.ndarray | None = None) -> tuple[list[float], list[float]]:
+    """(midpoints, time-weighted means) of a step function over `bins` equal spans of [0, makespan]: `values`
+    from each of `knots` (the iterations' starts unless given) to the next. Empty when nothing ran."""
     it, end = res.iterations, res.makespan_s
     if not len(it["start_s"]) or end <= 0:
         return [], []
-    knots = np.append(it["start_s"], end)
+    knots = np.append(it["start_s"] if knots is None else knots, end)
     area = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float) * np.diff(knots))])
     edges = np.linspace(0.0, end, bins + 1)
     # Before the first iteration nothing is held: the integral is 0 up to its start.
@@ -50,9 +65,10 @@ def binned_mean(res: ServeResult, values: np.ndarray, bins: int = 200) -> tuple[
     return ((edges[:-1] + edges[1:]) / 2).tolist(), (np.diff(acc) / np.diff(edges)).tolist()
 
 
-def binned_range(res: ServeResult, values: np.ndarray, bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """Per span of binned_mean, the least and largest value of the iterations starting in it (NaN if none)."""
-    start, end = res.iterations["start_s"], res.makespan_s
+def binned_range(res: ServeResult, values: np.ndarray, bins: int = 200,
+                 knots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per span of binned_mean, the least and largest value taken at a knot in it (NaN if none)."""
+    start, end = res.iterations["start_s"] if knots is None else knots, res.makespan_s
     idx = np.minimum((np.asarray(start) / end * bins).astype(int), bins - 1) if end > 0 else np.zeros(0, int)
     lo, hi = np.full(bins, np.nan), np.full(bins, np.nan)
     for i, v in zip(idx, values):
