@@ -160,3 +160,19 @@ def test_an_unpaged_pool_is_counted_in_tokens(tmp_path, sched, unit, label):
     con = Console(record=True, width=200)
     print_report(s, "t", con)
     assert label in con.export_text()
+
+
+def test_a_rejected_request_keeps_its_requested_length_and_replicas_are_named(tmp_path):
+    """A rejected row read output_tokens 0 and lost the length asked for; behind a router, the table now
+    says which replica served each request (round robin: 0, 1, 0, 1, ...)."""
+    import pandas as pd
+
+    # llama2-7b holds 4,096 positions: about half of these prompts cannot be served
+    f = write(tmp_path, lambda s: s.update(router={"replicas": 2},
+                                           lengths={"prompt": {"dist": "uniform", "low": 3000, "high": 5000},
+                                                    "output": {"dist": "fixed", "value": 8}}))
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--requests", str(tmp_path / "r.csv")]) == 0
+    df = pd.read_csv(tmp_path / "r.csv")
+    rejected = df[df["status"] == "rejected"]
+    assert len(rejected) and (rejected["output_tokens"] == 0).all() and (rejected["requested_output_tokens"] == 8).all()
+    assert df["instance"].tolist() == ["replica 0", "replica 1"] * 15

@@ -224,3 +224,18 @@ def test_a_transfer_topology_neither_pool_runs_on_is_said():
                     "{bandwidth_bytes_per_s, latency_s} for the link the pools share (PCIe, a NIC)")
     assert transfer_notes(_file(transfer={"topology": "dgx_h100"}, decode="h100_sxm")) == []
     assert transfer_notes(_file()) == []
+
+
+def test_the_request_table_names_each_request_s_instances_and_transfer(tmp_path):
+    """A serving researcher's trial: the per-request table could not be attributed to replicas or pools and
+    dropped the transfer. Two prefill replicas round-robin (requests 0, 2, .. on prefill 0), one decode replica;
+    each row's transfer is 512 x 524,288 B over 50 GB/s + 10 us, and its wait + time fit between its first
+    token and its second."""
+    from sim.apps.serve.output import request_table
+
+    res, _ = serve(_file(n=4, rate=2.0, replicas=2), load_machine("a6000"), cache=CACHE)
+    df = request_table(res)
+    assert df["prefill_instance"].tolist() == ["prefill 0 (h100_sxm)", "prefill 1 (h100_sxm)"] * 2
+    assert set(df["instance"]) == {"decode 0 (a6000)"}
+    assert df["kv_transfer_s"].tolist() == pytest.approx([10e-6 + PROMPT * KV_PER_TOKEN / 50e9] * 4, rel=1e-12)
+    assert (df["kv_transfer_wait_s"] >= 0).all() and (df["requested_output_tokens"] == OUT).all()

@@ -171,9 +171,12 @@ class Disagg:
         self.link_share = max(ps.kv_share, ds.kv_share)   # of a request's KV, what the busiest device link carries
         self.where = np.zeros(len(reqs), dtype=np.int64)    # index into prefill + decode replicas
         self.transfers: list[tuple[float, float, float]] = []   # (bytes, wait s, transfer s)
+        # per request: its prefill replica, and its KV transfer's wait for the link and time on it (NaN: none)
+        self.prefill_of = np.zeros(len(reqs), dtype=np.int64)
+        self.transfer_wait_s, self.transfer_time_s = np.full(len(reqs), np.nan), np.full(len(reqs), np.nan)
 
     def _route(self, i: int) -> None:
-        k = self.where[i] = choose(self.policy, i, self.prefill)
+        k = self.where[i] = self.prefill_of[i] = choose(self.policy, i, self.prefill)
         for r in self.prefill:
             r.take(i) if r.index == k else r.skip()
         if self.prefill[k].rec["status"][i] == REJECTED:
@@ -205,6 +208,7 @@ class Disagg:
             yield env.timeout(dur)
         rep.busy["kv_transfer"] = rep.busy.get("kv_transfer", 0.0) + dur   # its link's busy time
         self.transfers.append((nbytes, start - asked, dur))
+        self.transfer_wait_s[i], self.transfer_time_s[i] = start - asked, dur
         rep.sent(i)
         k = choose(self.policy, i, self.decode)
         self.where[i] = len(self.prefill) + k
@@ -225,6 +229,9 @@ class Disagg:
         env.run()
         results = [r.result(env.now) for r in (*self.prefill, *self.decode)]
         res = merge(results, self.where)
+        res.requests |= {"requested_output_tokens": self.reqs.output_len.astype(float),   # the prefill pool's is 1
+                         "prefill_instance": self.prefill_of.astype(float),
+                         "kv_transfer_wait_s": self.transfer_wait_s, "kv_transfer_s": self.transfer_time_s}
         res.board = pools_board(results, self.boards, env.now)   # the pools' idle power between iterations
         # per iteration its pool's devices: the board's are the pools' mean (a TP 2 prefill beside a TP 1 decode)
         res.iterations["devices"] = np.array([b.devices for b in self.boards], dtype=np.int64)[res.iterations["instance"]]

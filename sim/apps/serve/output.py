@@ -25,14 +25,21 @@ STATUS = {0.0: "unfinished", 1.0: "completed", 2.0: "rejected"}
 def request_table(res: ServeResult) -> pd.DataFrame:
     r = res.requests
     df = pd.DataFrame({"id": np.arange(len(r["status"])), **{k: v for k, v in r.items() if k != "status"}})
-    for col in ("prompt_tokens", "output_tokens", "preemptions", "prefix_hit_tokens"):
+    for col in ("prompt_tokens", "output_tokens", "requested_output_tokens", "preemptions", "prefix_hit_tokens"):
         df[col] = df[col].astype(np.int64)
+    for col in ("instance", "prefill_instance"):   # replicas or pools: who served the request, by name
+        if col in df:
+            df[col] = [instance_name(res, int(k)) for k in df[col]]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
     out = df["output_tokens"]
     df["tpot_s"] = np.where(out > 1, (df["finish_s"] - df["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]
     df["status"] = [STATUS[s] for s in r["status"]]
     return df
+
+
+def instance_name(res: ServeResult, k: int) -> str:
+    return res.instance_names[k] if k < len(res.instance_names) else f"replica {k}"
 
 
 def write_requests(path: str | Path, res: ServeResult) -> Path:
@@ -54,7 +61,7 @@ def chrome_trace(res: ServeResult) -> dict[str, Any]:
     # Replicas and disaggregated pools run iterations at the same time: one track (tid) per instance.
     instance = it.get("instance", np.zeros(len(it["start_s"]), dtype=np.int64))
     for k in np.unique(instance) if "instance" in it else ():
-        name = res.instance_names[k] if k < len(res.instance_names) else f"replica {k}"
+        name = instance_name(res, int(k))
         ev.append(dict(ph="M", pid=1, tid=int(k) + 1, name="thread_name", args=dict(name=name)))
     for i in range(len(it["start_s"])):
         ev.append(dict(ph="X", pid=1, tid=int(instance[i]) + 1, name=f"iter {i}", ts=it["start_s"][i] * 1e6,

@@ -111,6 +111,7 @@ def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
         mine = where == k
         for c, v in res.requests.items():
             reqs[c][mine] = v[mine]
+    reqs["instance"] = where.astype(float)   # which replica (or pool instance) served each request
     its = {c: np.concatenate([r.iterations[c] for r in results]) for c in results[0].iterations}
     # which instance ran each iteration: they overlap in time, and a timeline draws one track each
     its["instance"] = np.concatenate([np.full(len(r.iterations["start_s"]), k) for k, r in enumerate(results)])

@@ -34,7 +34,7 @@ from sim.apps.serve.iteration import Iteration, entry_features, features
 from sim.apps.serve.traces import Requests
 
 REQUEST_COLUMNS = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
-                   "preemptions", "prefix_hit_tokens", "max_tbt_s", "status")
+                   "requested_output_tokens", "preemptions", "prefix_hit_tokens", "max_tbt_s", "status")
 ITER_COLUMNS = ("start_s", "duration_s", "energy_j", "seqs", "tokens", "prefill_seqs", "kv_blocks_used",
                 "swap_blocks", "running", "waiting")   # running/waiting: queue lengths after the iteration
 DONE, REJECTED = 1.0, 2.0
@@ -75,6 +75,7 @@ class ServeSim:
         self.rec = {c: np.full(n, np.nan) for c in REQUEST_COLUMNS}
         self.rec["arrival_s"][:] = reqs.arrival_s
         self.rec["prompt_tokens"][:] = reqs.prompt_len
+        self.rec["requested_output_tokens"][:] = reqs.output_len   # kept where none were generated (a rejection)
         for c in ("output_tokens", "preemptions", "prefix_hit_tokens", "status"):
             self.rec[c][:] = 0
         # One row of ITER_COLUMNS per iteration, flat: one extend a step rather than one append per column
