@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 from pydantic import Field, StrictInt, field_validator, model_validator
@@ -24,7 +24,7 @@ from sim.core.errors import ConfigError
 from sim.core.settings import has_alias, resolve_aliases
 from sim.core.formats import get_format
 from sim.core.schema import (Quantity, Strict, collect_sections, read_yaml, require_file, set_dotted,
-                             validate_mapping)
+                             supported_versions, validate_mapping)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -271,7 +271,7 @@ class Link(Strict):
 
 
 class Machine(Strict):
-    version: int = 1
+    version: Annotated[int, supported_versions(1)] = 1   # the preset format; every preset sim ships is 1
     name: str
     kind: str = "gpu"          # one of hw_models.kinds.KINDS
     description: str = ""

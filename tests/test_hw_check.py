@@ -3,8 +3,11 @@
 import json
 import re
 
+import pytest
+
 from sim.apps.cli import main
 from tests.conftest import ROOT
+from tests.robust_helpers import refused
 
 
 def test_hw_check_example_preset_is_valid_and_cited(capsys):
@@ -109,3 +112,45 @@ def test_one_format_given_two_rates_is_refused(tmp_path, capsys):
     dup.write_text(text.replace(line, line + "\n" + line.replace("fp8_e4m3:", "fp8:"), 1))
     assert main(["hw", "check", str(dup)]) == 2
     assert "fp8_e4m3 and fp8 are one format (fp8_e4m3): give its rate once" in capsys.readouterr().err
+
+
+EXAMPLE = ROOT / "docs/examples/l40s.yaml"
+
+
+def _example_with(tmp_path, old: str, new: str):
+    text = EXAMPLE.read_text()
+    assert old in text
+    path = tmp_path / "mine.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("comment", ["#", "# ", "# TODO", "# ???", "# ?", "# tbd: datasheet", "# FIXME later"])
+def test_a_placeholder_comment_is_no_citation(tmp_path, capsys, comment):
+    """A hardware designer's trial: `--strict` took a bare `#`, `# TODO` or `# ???` as a figure's source."""
+    mine = _example_with(tmp_path, "power_w: 350                      # datasheet max power", f"power_w: 350  {comment}")
+    assert main(["hw", "check", str(mine), "--strict", "--format", "json"]) == 1
+    rows = dict(json.loads(capsys.readouterr().out)["rows"])
+    assert rows["citations"].startswith("1 figure(s) without a source comment: power_w (line 24)")
+    above = _example_with(tmp_path, "    power_w: 350                      # datasheet max power",
+                          f"    {comment}\n    power_w: 350")   # on the line above, as a block's comment
+    assert main(["hw", "check", str(above), "--strict", "--format", "json"]) == 1
+    assert "power_w (line 25)" in dict(json.loads(capsys.readouterr().out)["rows"])["citations"]
+
+
+def test_an_unsupported_preset_version_is_refused(tmp_path, capsys):
+    """A hardware designer's trial: `version: 2` was read silently as the format sim knows (1, every shipped preset's)."""
+    mine = _example_with(tmp_path, "\nversion: 1\n", "\nversion: 2\n")
+    assert refused(capsys, ["hw", "check", str(mine)]) == \
+        f"error: {mine}: version: unsupported version 2; supported: 1"
+
+
+@pytest.mark.parametrize("typo, message", [
+    ("capacity_byte", "memory.gddr.capacity_byte: unknown key (did you mean capacity_bytes?)"),
+    ("size", "memory.gddr.capacity_bytes: required key is missing; unknown key beside it: size"),
+])
+def test_a_typo_of_a_required_key_names_what_was_written(tmp_path, capsys, typo, message):
+    """A hardware designer's trial: `capacity_byte:` got only "memory.gddr.capacity_bytes: required key is missing",
+    which hid the line to fix. Every schema's message (sim.core.schema.validation_error) names the unknown key."""
+    mine = _example_with(tmp_path, "    capacity_bytes: 48 GB", f"    {typo}: 48 GB")
+    assert refused(capsys, ["hw", "check", str(mine)]) == f"error: {mine}: {message}"

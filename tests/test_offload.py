@@ -253,6 +253,39 @@ def test_bad_host_section_names_the_key():
         mapper_for(m, wl(TOY, 1), wl(TOY, 1).model_config_())
 
 
+
+def test_an_explicit_host_link_rate_sets_decode_time(tmp_path, capsys):
+    """A hardware designer's trial: the host link could only be PCIe 3-5 by generation and lanes, so
+    `--set hw.host.pcie.bandwidth_bytes_per_s=450e9` (NVLink-C2C's rate per direction) was an unknown key. An
+    explicit rate overrides generation and lanes; `efficiency` applies to it as to theirs. Llama-2-7B fp16 with
+    every weight in CPU memory and the KV cache and activations on the GPU, batch 1: each decode step moves the
+    weights across the link once, 2 B x (32 (4h^2 + 3hf + 2h) + 2 vocab h + h) (test_pcie_bytes_per_decode_step_by_hand),
+    and at 450 GB/s x efficiency 1 that dwarfs the H100's compute, so TPOT = weight bytes / 450 GB/s (within 1%:
+    the last slot's compute and the first slot's load do not overlap)."""
+    h, f, V, L = 4096, 11008, 32000, 32
+    weights = 2 * (L * (4 * h * h + 3 * h * f + 2 * h) + 2 * V * h + h)
+    w = tmp_path / "w.yaml"
+    w.write_text("name: c2c\nmodel: llama2-7b\nbatch: 1\nprompt_len: 64\ngen_len: 8\npolicy: {wg: 0, wc: 100, "
+                 "cg: 100, cc: 0, hg: 100, hc: 0, gpu_batch_size: 1, num_gpu_batches: 1}\n")
+    tpot = {}
+    for rate in ("450e9", "900 GB/s"):
+        out = tmp_path / "r.json"
+        assert main(["run", str(w), "--hw", "h100_offload", "--set", f"hw.host.pcie.bandwidth_bytes_per_s={rate}",
+                     "--set", "hw.host.pcie.efficiency=1", "--json", str(out), "-q"]) == 0
+        tpot[rate] = json.loads(out.read_text())["tpot_s"]
+    assert tpot["450e9"] == pytest.approx(weights / 450e9, rel=0.01)
+    assert tpot["900 GB/s"] == pytest.approx(weights / 900e9, rel=0.01)
+    # A link of another kind needs no generation; a link with neither form is one line naming the key.
+    raw = raw_machine("h100_offload")
+    raw["host"]["pcie"] = {"bandwidth_bytes_per_s": "450 GB/s", "efficiency": 0.8}
+    assert mapper_for(machine_from_dict(raw, "c2c.yaml"), wl(TOY, 1), wl(TOY, 1).model_config_()) \
+        .host.pcie.achieved_bytes_per_s() == pytest.approx(360e9)
+    raw["host"]["pcie"] = {"lanes": 16}
+    with pytest.raises(ConfigError, match=r"^c2c.yaml: host.pcie: the link's rate is missing: give generation") as exc:
+        mapper_for(machine_from_dict(raw, "c2c.yaml"), wl(TOY, 1), wl(TOY, 1).model_config_())
+    assert "\n" not in str(exc.value)
+
+
 # --- search -----------------------------------------------------------------------
 
 def test_search_finds_a_fitting_policy_and_reports_both_numbers():

@@ -97,7 +97,7 @@ class Rates:
 
     @classmethod
     def of(cls, host: Host) -> "Rates":
-        bw = host.pcie.bandwidth_bytes_per_s()
+        bw = host.pcie.achieved_bytes_per_s()
         return cls(bw, bw, host.disk_read_bytes_per_s, host.disk_write_bytes_per_s, host.pcie.pageable_factor,
                    host.pcie.latency_s, host.disk.latency_s)
 

@@ -6,10 +6,10 @@ whose `bandwidth_bytes_per_s` is the sequential read rate and
 `write_bandwidth_bytes_per_s` the write rate) and its CPU a further entry in
 `units`, so the core schema checks them and the core report lists them. The
 free-form `host:` section, validated here (errors name the file and key),
-adds the PCIe link and says which entries are the host's:
+adds the host link (PCIe, or any link by its rate) and says which entries are the host's:
 
     host:
-      pcie: {generation, lanes, efficiency, pageable_factor}
+      pcie: {generation, lanes, efficiency, pageable_factor}   # or bandwidth_bytes_per_s for generation/lanes
       cpu_memory: cpu_memory     # default names
       disk: disk
       cpu: cpu
@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from hw_models.machine import Machine, Tier, Unit
 from sim.core.errors import ConfigError
@@ -41,8 +41,14 @@ PCIE_GENERATIONS = {3: (8e9, 128 / 130), 4: (16e9, 128 / 130), 5: (32e9, 128 / 1
 
 
 class Pcie(Strict):
-    generation: int = Field(ge=3, le=5)
+    """The host link, full duplex. A PCIe 3.0-5.0 link is given by generation and lanes; any other (PCIe 6.0, CXL,
+    NVLink-C2C) by its raw rate per direction, `bandwidth_bytes_per_s`. An explicit rate overrides generation and
+    lanes, so a what-if on a shipped preset (`--set hw.host.pcie.bandwidth_bytes_per_s=450e9`, or a sweep axis over
+    it) needs no other key; `efficiency` applies to either."""
+
+    generation: int | None = Field(default=None, ge=3, le=5)
     lanes: int = Field(default=16, ge=1, le=16)
+    bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     # Achieved / theoretical for large pinned copies (hardware.md §2.1: "~80%").
     efficiency: float = Field(default=0.8, gt=0, le=1)
     # Pageable (unpinned) host memory is staged through a pinned bounce buffer:
@@ -50,10 +56,23 @@ class Pcie(Strict):
     pageable_factor: float = Field(default=0.5, gt=0, le=1)
     latency_s: Quantity = Field(default=0.0, ge=0)
 
-    def bandwidth_bytes_per_s(self) -> float:
-        """Achieved rate per direction (the link is full duplex)."""
+    @model_validator(mode="after")
+    def _rate_given(self) -> "Pcie":
+        if self.generation is None and self.bandwidth_bytes_per_s is None:
+            raise ValueError("the link's rate is missing: give generation (PCIe 3-5, with lanes) or "
+                             "bandwidth_bytes_per_s (per direction, e.g. 450 GB/s for NVLink-C2C)")
+        return self
+
+    def raw_bytes_per_s(self) -> float:
+        """Theoretical rate per direction: the explicit figure, else GT/s x lanes x line code / 8."""
+        if self.bandwidth_bytes_per_s is not None:
+            return self.bandwidth_bytes_per_s
         rate, code = PCIE_GENERATIONS[self.generation]
-        return rate * self.lanes * code / 8 * self.efficiency
+        return rate * self.lanes * code / 8
+
+    def achieved_bytes_per_s(self) -> float:
+        """Achieved rate per direction (the link is full duplex)."""
+        return self.raw_bytes_per_s() * self.efficiency
 
 
 class HostSpec(Strict):

@@ -21,8 +21,11 @@ if TYPE_CHECKING:
 
 # The presets, the kinds and rich's tables load inside each command: `sim --help` needs none of them.
 
-# A YAML line that sets a number (with or without a unit) and has no comment after it.
-_FIGURE = re.compile(r"^\s*([A-Za-z_][\w.]*):\s*[-+]?\d[\w.+\- /]*$")
+# A YAML line that sets a number (with or without a unit), and the text of its comment if it has one.
+_FIGURE = re.compile(r"^\s*([A-Za-z_][\w.]*):\s*[-+]?\d[\w.+\- /]*?\s*(?:#(.*))?$")
+# Comment text that cites nothing: a placeholder for a source to come (`# TODO`, `# TBD: datasheet`, `# FIXME`).
+# Text without a letter or digit (a bare `#`, `# ???`, `# ?`) cites nothing either.
+_PLACEHOLDER = re.compile(r"\s*(TODO|TBD|FIXME)\b", re.IGNORECASE)
 # The smoke run: small enough to fit every device sim ships, long enough to reach decode.
 SMOKE = dict(name="hw_check", model="tinyllama-1.1b", batch=1, prompt_len=128, gen_len=4)
 
@@ -31,9 +34,17 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
+def _cites(comment: str) -> bool:
+    """Comment text that could name a source: some words, not a placeholder for them."""
+    return any(c.isalnum() for c in comment) and not _PLACEHOLDER.match(comment)
+
+
 def _commented(lines: list[str], i: int) -> bool:
-    """Line i carries a comment, or the line above is one."""
-    return "#" in lines[i] or (i > 0 and lines[i - 1].lstrip().startswith("#"))
+    """Line i carries a citing comment, or the line above is one. A figure's own line holds no `#` but its comment's
+    (_FIGURE reads only numbers and units), nor does a parent key's; a comment line is all comment."""
+    own = lines[i].partition("#")
+    above = lines[i - 1].lstrip() if i > 0 else ""
+    return bool(own[1]) and _cites(own[2]) or above.startswith("#") and _cites(above[1:])
 
 
 def uncited(path: Path) -> list[tuple[int, str]]:
@@ -134,7 +145,8 @@ def cmd_hw_check(args: argparse.Namespace) -> int:
     missing = uncited(path)
     t.add_row("citations", "every figure has a comment" if not missing else
               f"{len(missing)} figure(s) without a source comment: "
-              + ", ".join(f"{k} (line {n})" for n, k in missing))
+              + ", ".join(f"{k} (line {n})" for n, k in missing)
+              + " (a bare #, ?, TODO, TBD or FIXME names no source)")
     tables.console().print(t)
     return 1 if (missing or low) and args.strict else 0
 

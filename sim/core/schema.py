@@ -3,6 +3,7 @@ name the file and the key."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -28,6 +29,19 @@ def _quantity(value: Any, info: ValidationInfo) -> float:
 
 
 Quantity = Annotated[float, BeforeValidator(_quantity)]
+
+
+def supported_versions(*versions: int) -> BeforeValidator:
+    """The check of a file's format `version:` key: a version this sim cannot read is refused (a hardware
+    designer's trial: `version: 2` was read silently as version 1)."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or value not in versions:   # `true` is no version, though it equals 1
+            raise ValueError(f"unsupported version {value!r}; supported: {', '.join(map(str, versions))}")
+        return value
+    return BeforeValidator(check)
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -38,18 +52,46 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def validation_error(exc: ValidationError, source: str, prefix: str = "") -> ConfigError:
-    """One line naming the file and the first offending key."""
-    err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-    if prefix:
-        key = f"{prefix}.{key}" if key else prefix
-    msg = err["msg"]
+def _loc(err: Any) -> tuple[str, ...]:
+    """An error's key path, without pydantic's validator steps (`function-after[...]`)."""
+    return tuple(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+
+
+def _message(err: Any) -> str:
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif err["type"] == "missing":
-        msg = "required key is missing"
-    msg = msg.removeprefix("Value error, ")
+        return "unknown key"
+    if err["type"] == "missing":
+        return "required key is missing"
+    return err["msg"].removeprefix("Value error, ")
+
+
+def _typo(errors: list[Any]) -> tuple[tuple[str, ...], str] | None:
+    """A required key missing beside an unknown key is most often one typo (`capacity_byte` for
+    `capacity_bytes`): (path, message) that names the key the user wrote, and the one it likely
+    meant, for the first error when it is such a pair; None otherwise."""
+    first = errors[0]
+    if first["type"] not in ("missing", "extra_forbidden") or not _loc(first):
+        return None
+    parent = _loc(first)[:-1]
+    beside = [e for e in errors if _loc(e)[:-1] == parent]
+    missing = [_loc(e)[-1] for e in beside if e["type"] == "missing"]
+    unknown = [_loc(e)[-1] for e in beside if e["type"] == "extra_forbidden"]
+    if not missing or not unknown:
+        return None
+    for key in unknown:
+        near = difflib.get_close_matches(key, missing, n=1, cutoff=0.6)
+        if near:
+            return (*parent, key), f"unknown key (did you mean {near[0]}?)"
+    if first["type"] == "missing":   # no near name: still say what was written instead
+        return _loc(first), f"required key is missing; unknown key beside it: {', '.join(unknown)}"
+    return None
+
+
+def validation_error(exc: ValidationError, source: str, prefix: str = "") -> ConfigError:
+    """One line naming the file and the first offending key (or the typo behind it)."""
+    errors = exc.errors()
+    loc, msg = _typo(errors) or (_loc(errors[0]), _message(errors[0]))
+    key = ".".join((prefix, *loc) if prefix else loc)
     return ConfigError(f"{source}: {key}: {msg}" if key else f"{source}: {msg}")
 
 
