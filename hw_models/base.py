@@ -254,6 +254,9 @@ class Mapper:
     # Whether a serving run costs every iteration exactly: a kind whose iteration is not the surrogate's
     # canonical mixed batch (sim.apps.serve.stepcost) cannot be tabulated by it.
     serving_exact = False
+    # Decode counts up to which the surrogate tabulates every count: where a kind's placement of an op switches
+    # between units at some batch, its cost (its energy above all) is not linear across the switch.
+    serving_dense_decodes = 0
 
     # -- the serving hooks (sim.apps.serve.stepcost and .placement read only these) ----------
     def device_share(self) -> DeviceShare:

@@ -191,6 +191,8 @@ def test_a_busy_time_preset_says_its_energy_is_not_comparable():
     assert f"averages {avg_w:.0f} W per device, above its 400 W TDP" in note and "does not compare" in note
     below = busy_time_note(a100, 399.0 * 2.0, 2.0, 1)
     assert "does not compare with a board-power preset's" in below and "TDP" not in below
+    # a spatial run averages every chip's power_w exactly: 215.0000000012 W read "above its 215 W TDP"
+    assert "TDP" not in busy_time_note(a100, 400.0 * (1 + 1e-12) * 2.0, 2.0, 1)
     assert not [n for n in simulate(w, load_machine("h100_sxm")).notes if n.startswith("energy:")]
     for hw, how in (("hbm_pim", "over busy time"), ("groq_lpu", "every chip's power_w over the whole run")):
         (note,) = [n for n in simulate(w, load_machine(hw)).notes if n.startswith("energy:")]

@@ -98,7 +98,8 @@ def _phase_energy(result: RunResult) -> str:
         return ""
     dec = result.decode_energy_per_token_j
     return (f" (prefill {result.prefill_energy_per_token_j:.4f} J per prompt token, decode "
-            + (f"{dec:.3f} J per token" if dec is not None else "-") + "; board power as idle + dynamic)")
+            + (f"{dec:.3f} J per token" if dec is not None else "-")
+            + "; board power as idle + activity while busy + per-FLOP and per-byte energy)")
 
 
 def _memory_table(result: RunResult, machine: Machine) -> Table:

@@ -214,8 +214,9 @@ class Surrogate:
     op_level = False
 
     def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1,
-                 store: TableStore | None = None):
+                 store: TableStore | None = None, dense_decodes: int = 0):
         self.exact, self.q = exact, decode_q
+        self.dense_decodes = dense_decodes   # every decode count up to this is a grid point (_decodes)
         self.store = store          # the tables' exact points on disk (sim.apps.serve.tablecache), or None
         self.book = book(store) if store is not None else None
         self._table = ""            # the table whose entry is being computed (its points' row in `store`)
@@ -259,16 +260,16 @@ class Surrogate:
         return LazyRow(at, xs)
 
     def _build(self, name: str):
-        D, R = self.max_decode, self.max_tokens
+        R = self.max_tokens
         if name == "D":
-            xs = [n for n in _grid(D) if n]
+            xs = self._decodes(fine=True)
             return xs, self._row(name, lambda n: self._cost(n, self.kv0, 0), xs)
         if name == "P":
             xs = [t for t in _grid(R) if t > 1]
             return xs, self._row(name, lambda t: self._cost(0, 0, t), xs)
         if name == "kv":   # n decodes at mean kv_len k minus n at kv_len decode_q: linear in k on a GPU,
             # not where attention moves between host and PIM as it grows, hence several k.
-            ns = [n for n in _grid(D, fine=False) if n]
+            ns = self._decodes(fine=False)
             ks = sorted({k for k in KV_POINTS if self.kv0 < k < self.kv1} | {self.kv0, self.kv1})
             return (ns, ks), [self._row(name, lambda k, n=n: self._slope(self._cost(n, self.kv0, 0),
                                                                          self._cost(n, k, 0), 1.0), ks) for n in ns]
@@ -288,10 +289,17 @@ class Surrogate:
         # M: a mixed iteration minus one fresh chunk of the same tokens. The GEMMs' kinks in T
         # cancel, so what is left (decode attention, the chunk's smaller attention, LM-head rows)
         # is smooth and a coarse grid holds it; P(T) on its fine grid adds the GEMMs back.
-        ns = [n for n in _grid(D, fine=False) if n]
+        ns = self._decodes(fine=False)
         rs = [t for t in _grid(R, fine=False) if t > 1]
         return (ns, rs), [self._row(name, lambda r, n=n: self._slope(self._cost(0, 0, r + n * self.q),
                                                                      self._cost(n, self.kv0, r), 1.0), rs) for n in ns]
+
+    def _decodes(self, fine: bool) -> list[int]:
+        """The grid of decode counts, with every count up to `dense_decodes` (a mapper's serving_dense_decodes:
+        where a kind moves ops between its units as the batch grows, as PIM moves a GEMV out of the banks past a
+        few rows, the energy jumps several-fold at that count, and an interpolation across it read 21-38% low)."""
+        dense = min(self.dense_decodes, self.max_decode)
+        return sorted({n for n in _grid(self.max_decode, fine) if n} | set(range(1, dense + 1)))
 
     def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)
