@@ -67,6 +67,9 @@ class Board:
     idle_w: float = 0.0
     devices: float = 1
     limit_w: float | None = None   # the board power limit a serving report names when the cap binds
+    # what else a "device"'s energy holds besides its board: the offload kind's host CPU and disk draw for the GPU
+    # they serve, so its power per device can read above the board's own limit (which binds the GPU alone)
+    with_host: str = ""
 
 
 def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, whole_run: bool = False) -> str | None:

@@ -164,3 +164,23 @@ def test_a_block_placed_for_defaults_is_named():
     assert "placed for prompt_len 512, gen_len 128" in note and "batch" not in note
     full = workload_from_dict(dict(name="w", model="opt-30b", batch=16, prompt_len=2048, gen_len=512), "w.yaml")
     assert unused_in_serving(full, load_machine("a6000_offload")) == []
+
+
+def test_power_per_device_says_it_holds_the_host(tmp_path):
+    """An energy researcher's trial: h100_offload's 'power per device' peaked at 839 W beside a report that its
+    700 W board limit binds: the device's energy holds the host CPU's and the disk's (the cap binds the GPU alone).
+    The figures now say what they hold; a GPU preset's do not."""
+    from rich.console import Console
+
+    from sim.apps.serve.report import print_report
+
+    _, s = serve(_file(), load_machine("flexgen_t4"))
+    assert s["energy"]["power_includes"] == "host CPU and disk"
+    con = Console(record=True, width=240)
+    print_report(s, "t", con)
+    assert "power per device with its host CPU and disk" in con.export_text()
+    f = write_serving_file(tmp_path, dict(name="t", model="tinyllama-1.1b", serving=dict(
+        arrivals=dict(process="burst", size=2, num_requests=2), lengths=dict(prompt=dict(dist="fixed", value=16),
+                                                                             output=dict(dist="fixed", value=2)))))
+    assert "power_includes" not in serve(serve_file_from_dict(yaml.safe_load(f.read_text()), str(f)),
+                                         load_machine("h100_sxm"))[1]["energy"]

@@ -105,6 +105,21 @@ def test_power_limit_below_idle_plus_active_is_refused_in_one_line():
         machine_from_dict(raw, "test")
 
 
+def test_a_power_limit_above_the_tdp_is_said(capsys):
+    """An energy researcher's trial: --set hw.units.gpu.power_limit_w=1500 on h100_sxm (700 W TDP, the highest
+    limit its board takes) ran a 2048-token prefill uncapped (607.6 ms against 773.5 ms at 700 W) without a word.
+    A limit at or below the TDP is no note."""
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    wl = str(ROOT / "workloads/llama13b_decode.yaml")
+    assert main(["run", wl, "--hw", "h100_sxm", "-q", "--set", "hw.units.gpu.power_limit_w=1500"]) == 0
+    err = capsys.readouterr().err
+    assert "units.gpu.power_limit_w: 1500 W is above power_w (700 W, the board's TDP and highest settable limit)" in err
+    assert main(["run", wl, "--hw", "h100_sxm", "-q", "--set", "hw.units.gpu.power_limit_w=700"]) == 0
+    assert "power_limit_w" not in capsys.readouterr().err
+
+
 def test_board_power_formula():
     """The stretch by hand: 100 W idle, 500 W limit, 800 J of activity + dynamic energy over 1 s ->
     s = 800 / (1 x 400) = 2 (then 100 + 800 / 2 = 500 W)."""

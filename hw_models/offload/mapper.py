@@ -8,7 +8,7 @@ without a complete policy the search (hw_models.offload.search) chooses one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 from hw_models.base import Mapper, OwnPool
@@ -207,6 +207,10 @@ class OffloadMapper(Mapper):
         w, p = self.workload, self.policy()
         how = f"FlexGen block of {p.block_size} ({p.describe()}{'; chosen by the policy search' if self.search_result else ''})"
         return OwnPool(p.block_size, w.prompt_len, w.prompt_len + w.gen_len, how)
+
+    def serving_board(self):
+        """The GPU's board, its energy and power per device with the host's CPU and disk beside it."""
+        return replace(super().serving_board(), with_host="host CPU and disk")
 
     def iteration(self, seqs, logits=None, exhaustive=False, busy=None, device_only=False,
                   experts=True) -> StepResult:

@@ -52,7 +52,17 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
             if not any(override_matches(pattern, n) for n in names):
                 notes.append(f"{src}: formats.overrides.{pattern}: matches no op of {model.name} "
                              f"(op names: {', '.join(kinds)}; L0. to L{model.num_layers - 1}. for one layer's)")
-    return notes
+    return notes + limits_above_tdp(machine)
+
+
+def limits_above_tdp(machine: Machine) -> list[str]:
+    """A power limit above the board's TDP runs uncapped up to it, an operating point no board offers: a
+    datacenter GPU's maximum power limit is its TDP (nvidia-smi -q -d POWER: Max Power Limit 700 W on an
+    H100 SXM). Said, not refused: a designer may mean a board of more power."""
+    return [f"{machine.source or machine.name}: units.{name}.power_limit_w: {u.power_limit_w:g} W is above power_w "
+            f"({u.power_w:g} W, the board's TDP and highest settable limit): the board runs as if uncapped to "
+            f"{u.power_limit_w:g} W; raise power_w too for a board of more power"
+            for name, u in machine.units.items() if u.power_limit_w and u.power_w and u.power_limit_w > u.power_w]
 
 
 # What a serving run takes from its request stream instead of the workload's one batch; the offload kind

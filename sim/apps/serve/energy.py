@@ -79,6 +79,7 @@ def energy_summary(res: ServeResult) -> dict[str, Any]:
         peak_power_per_device_w=float(per_device_w.max()) if len(per_device_w) else b.idle_w,
         by_phase_j=dict(prefill=float(pre.sum()), decode=float(dec.sum()), idle=total - res.energy_j),
         power_cap=cap_summary(res),
+        **({"power_includes": b.with_host} if b.with_host else {}),   # beyond the device's board (offload's host)
     )
 
 

@@ -67,8 +67,10 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         rows += [("energy per request", f"{e['per_request_j']:.4g} J; run total {e['total_j']:.4g} J: prefill "
                                         f"{ph['prefill'] / e['total_j']:.0%}, decode {ph['decode'] / e['total_j']:.0%}, "
                                         f"idle {ph['idle'] / e['total_j']:.0%}"),
-                 ("power per device", f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
-                                      f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})")]
+                 ("power per device" + (f" with its {e['power_includes']}" if e.get("power_includes") else ""),
+                  f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
+                  f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})"
+                  + ("; the board limit binds the GPU alone" if e.get("power_includes") else ""))]
         if cap := e.get("power_cap"):
             limit = f"the {cap['limit_w']:g} W board limit" if cap["limit_w"] else "the board power limits"
             rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.1%} "
