@@ -105,6 +105,24 @@ def test_power_trace_integrates_to_the_energy_and_is_a_perfetto_counter(run):
     assert len(counters) == len(t) and counters[0]["name"] == "power per device (W)"
 
 
+def test_replicas_power_trace_is_all_devices_draw():
+    """Two replicas (an energy researcher's trial: one counter interleaved both replicas' iterations, each at
+    its own power, and integrated x 2 devices read 1.3% over the run's energy). By hand: replica 0 runs
+    [0, 1) s at 600 J, replica 1 [0.5, 1.5) s at 400 J, 100 W idle a device, the run ends at 2 s:
+    per device (600 + 100) / 2 = 350 W, then (600 + 400) / 2 = 500, (100 + 400) / 2 = 250, 100 to the end;
+    integrated x 2: 1,000 J of work + 100 W x (4 - 2) device-seconds idle = 1,200 J."""
+    from types import SimpleNamespace
+
+    from hw_models.power import Board
+
+    res = SimpleNamespace(iterations={"start_s": np.array([0.0, 0.5]), "duration_s": np.array([1.0, 1.0]),
+                                      "energy_j": np.array([600.0, 400.0])},
+                          board=Board(idle_w=100.0, devices=1), instances=2, makespan_s=2.0)
+    t, w = power_trace(res)
+    assert t.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0] and w.tolist() == [350.0, 500.0, 250.0, 100.0, 100.0]
+    assert np.sum(w[:-1] * np.diff(t)) * 2 == pytest.approx(1200.0, rel=1e-12)
+
+
 def test_power_plot_is_written(run, tmp_path):
     from sim.apps.serve.output import plots
     import matplotlib.pyplot as plt

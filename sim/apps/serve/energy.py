@@ -103,23 +103,24 @@ def iteration_devices(res: ServeResult) -> np.ndarray:
 
 
 def power_trace(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
-    """Power per device over the run as a step function: (times, watts from each time to the next);
-    between iterations the idle power. With several instances their iterations interleave and the
-    trace is each iteration's own devices' power."""
+    """Power per device over the run as a step function (times, watts from each time to the next, the last
+    time the run's end): all devices' draw over their count, so it integrates to the run's energy. An instance
+    draws idle power between its iterations and its iteration's own power during one; several instances'
+    iterations overlap and add (replicas on one track had read each iteration's own devices in turn, which
+    neither one device's power nor the mean)."""
     it, b = res.iterations, res.board
-    t: list[float] = []
-    w: list[float] = []
-    end = 0.0
-    for s, d, e, n in zip(it["start_s"], it["duration_s"], it["energy_j"], iteration_devices(res)):
-        if s > end and res.instances == 1:
-            t.append(end)
-            w.append(b.idle_w)
-        t.append(float(s))
-        w.append(float(e / d / n) if d > 0 else b.idle_w)
-        end = s + d
-    t.append(end)
-    w.append(b.idle_w)
-    return np.asarray(t), np.asarray(w)
+    devices = b.devices * res.instances
+    idle_w = b.idle_w * b.devices   # an instance's draw at rest, as total_energy_j charges it
+    dur = np.asarray(it["duration_s"], dtype=float)
+    above = np.where(dur > 0, np.asarray(it["energy_j"], dtype=float) / np.where(dur > 0, dur, 1.0) - idle_w, 0.0)
+    start = np.asarray(it["start_s"], dtype=float)
+    t = np.concatenate([[0.0], start, start + dur])
+    order = np.argsort(t, kind="stable")
+    t, level = t[order], np.cumsum(np.concatenate([[idle_w * res.instances], above, -above])[order])
+    last = np.append(t[1:] != t[:-1], True)   # the level once every change at one instant is in
+    t, level = t[last], level[last]
+    end = max(res.makespan_s, float(t[-1]))
+    return np.append(t, end), np.append(level, level[-1]) / devices
 
 
 def energy_window(res: ServeResult, t0: float, t1: float) -> tuple[float, float]:

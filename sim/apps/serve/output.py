@@ -129,7 +129,9 @@ def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None
     times, watts = power_trace(res)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     ax.step(times, watts, where="post")
-    ax.set(xlabel="time (s)", ylabel="power per device (W)", title="power over the run (iterations; idle between)")
+    ax.set(xlabel="time (s)", ylabel="power per device (W)",
+           title="power over the run (iterations; idle between)" if res.instances == 1
+           else f"power over the run: the mean of its {res.board.devices * res.instances:g} devices")
     # from 0 W and without an offset: a flat 215 W drawn as "1e-9 + 2.15e2" made rounding look like swings
     ax.set_ylim(bottom=0, top=max(max(watts, default=0.0) * 1.05, 1.0))
     ax.ticklabel_format(axis="y", useOffset=False)
