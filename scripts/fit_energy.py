@@ -44,18 +44,11 @@ from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
 SHARED = shared_validation_dir()
 COMPONENTS = ROOT / "scripts" / "energy_fit_components.json"
-FIT_EVERY = 4
-MAX_SEQS = 512
-TASKS = ("lm-arena-chat", "sourcegraph-fim")
-FIT_GPU, FIT_PRESET = "H100", "h100_sxm"
+FIT_EVERY, MAX_SEQS, TASKS, FIT_GPU = M.FIT_EVERY, M.FIT_MAX_SEQS, M.FIT_TASKS, M.FIT_GPU   # the fit's runs
+FIT_PRESET = "h100_sxm"
+fit_runs = M.fit_runs
 SAME_DIE = ("h200", "h200_calibrated", "h100_offload")
 STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
-
-
-def fit_runs(runs: list[M.Run]) -> list[M.Run]:
-    """The runs the fit uses (module doc)."""
-    return [r for r in M.sample([r for r in runs if r.gpu == FIT_GPU], FIT_EVERY)
-            if r.max_num_seqs <= MAX_SEQS and r.task in TASKS]
 
 
 def stored(runs: list[M.Run]) -> list[F.Components]:

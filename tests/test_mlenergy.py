@@ -114,6 +114,18 @@ def test_validate_energy_replays_a_slice(shared_validation, tmp_path, capsys):
     assert x["j_per_token"] == pytest.approx(x["power_per_gpu_w"] / x["throughput_tok_s"])
     # In sample (the fit's H100 runs): the power per GPU within the issue's H100 target, 10%.
     assert abs(x["power_error"]) <= 0.10
+    assert x["in_fit"] is True   # the smallest run of its sweep: the fit's first sample of it, marked so
+
+
+def test_the_runs_the_fit_used_are_the_library_s(shared_validation):
+    """scripts/fit_energy.py and `sim validate-energy`'s 'fit' column read one rule (mlenergy.fit_runs): on the
+    published table, 19 H100 runs (docs/energy.md: the fit used 19, one of them left out at the 700 W cap), every
+    4th of each chat and code sweep to 512 sequences, none of another GPU (an energy researcher's trial: the table
+    did not say which rows were in sample)."""
+    runs = M.load_runs(shared_validation)
+    fit = M.fit_runs(runs)
+    assert len(fit) == 19 and {r.gpu for r in fit} == {"H100"}
+    assert all(r.max_num_seqs <= 512 and r.task in ("lm-arena-chat", "sourcegraph-fim") for r in fit)
 
 
 def test_validate_energy_bad_input_is_one_line_and_exit_2(tmp_path, capsys):

@@ -145,6 +145,18 @@ def sample(runs: list[Run], every: int) -> list[Run]:
     return out
 
 
+# The runs the shipped power figures were fitted on (scripts/fit_energy.py): every FIT_EVERY-th run of each H100
+# sweep of these tasks up to FIT_MAX_SEQS sequences. Here, so that a table of replays can mark them in sample.
+FIT_GPU, FIT_EVERY, FIT_MAX_SEQS = "H100", 4, 512
+FIT_TASKS = ("lm-arena-chat", "sourcegraph-fim")
+
+
+def fit_runs(runs: list[Run]) -> list[Run]:
+    """The runs of `runs` (the whole table) the power fit uses."""
+    return [r for r in sample([r for r in runs if r.gpu == FIT_GPU], FIT_EVERY)
+            if r.max_num_seqs <= FIT_MAX_SEQS and r.task in FIT_TASKS]
+
+
 def serve_file(run: Run, input_scale: float = 1.0, sampling: str = "top_p") -> Any:
     """The closed-loop serving file of `run` (module doc); `sampling` other than the benchmark's top_p: a what-if."""
     fmt = FORMATS[run.precision]

@@ -32,7 +32,8 @@ def _csv_path(path: Path) -> Path:
     return path
 
 
-def _runs(args: argparse.Namespace) -> list:
+def _runs(args: argparse.Namespace) -> tuple[list, set]:
+    """The runs to replay, and those of the whole table the shipped power figures were fitted on."""
     from sim.apps.serve import mlenergy as M
 
     gpus = {preset: gpu for gpu, preset in M.PRESETS.items()}
@@ -43,36 +44,43 @@ def _runs(args: argparse.Namespace) -> list:
         runs = M.read_runs(path)
     except (ValueError, KeyError, csv.Error, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: {e}") from None
+    fitted = set(M.fit_runs(runs))
     runs = [r for r in runs if r.gpu == gpus[args.hw] and r.max_num_seqs <= args.max_num_seqs
             and (args.task is None or r.task == args.task)]
     runs = M.sample(runs, args.every)[: args.limit]
     if not runs:
         raise ConfigError(f"{path}: no replayable {gpus[args.hw]} run (bf16 Llama-3.1/3.3, Qwen3-30B-A3B; "
                           f"max_num_seqs <= {args.max_num_seqs}{'; task ' + args.task if args.task else ''})")
-    return runs
+    return runs, fitted
 
 
-def _table(replays: list) -> Table:
+def _table(replays: list, fitted: set) -> Table:
     from rich.table import Table
 
     from sim.apps.serve import mlenergy as M
 
-    t = Table(title="ML.ENERGY runs: simulated vs measured (error = sim / measured - 1)")
-    for col in ("model", "task", "GPUs", "max_num_seqs", "J/token", "measured", "error", "W/GPU", "measured", "error",
-                "tok/s error"):
+    t = Table(title="ML.ENERGY runs: simulated vs measured (error = sim / measured - 1); fit: the run is one the "
+                    "shipped power figures were fitted on (in sample)")
+    for col in ("model", "task", "GPUs", "max_num_seqs", "fit", "J/token", "measured", "error", "W/GPU", "measured",
+                "error", "tok/s error"):
         t.add_column(col)
     for x in replays:
         r = x.run
-        t.add_row(r.model.split("/")[1], r.task, str(r.num_gpus), str(r.max_num_seqs), f"{x.j_per_token:.4f}",
-                  f"{r.j_per_token:.4f}", f"{x.j_error:+.1%}", f"{x.power_per_gpu_w:.0f}", f"{r.power_per_gpu_w:.0f}",
-                  f"{x.power_error:+.1%}", f"{x.throughput_error:+.1%}")
-    t.add_row(f"MAPE ({len(replays)} runs)", "", "", "", "", "", f"{M.mape([x.j_error for x in replays]):.1%}", "", "",
-              f"{M.mape([x.power_error for x in replays]):.1%}", f"{M.mape([x.throughput_error for x in replays]):.1%}")
+        t.add_row(r.model.split("/")[1], r.task, str(r.num_gpus), str(r.max_num_seqs), "yes" if r in fitted else "",
+                  f"{x.j_per_token:.4f}", f"{r.j_per_token:.4f}", f"{x.j_error:+.1%}", f"{x.power_per_gpu_w:.0f}",
+                  f"{r.power_per_gpu_w:.0f}", f"{x.power_error:+.1%}", f"{x.throughput_error:+.1%}")
+    groups = [("", replays)] + ([(" in the fit", [x for x in replays if x.run in fitted]),
+                                 (" not in it", [x for x in replays if x.run not in fitted])]
+                                if any(x.run in fitted for x in replays) else [])
+    for label, xs in groups:
+        if xs:
+            t.add_row(f"MAPE ({len(xs)} runs{label})", "", "", "", "", "", "", f"{M.mape([x.j_error for x in xs]):.1%}",
+                      "", "", f"{M.mape([x.power_error for x in xs]):.1%}", f"{M.mape([x.throughput_error for x in xs]):.1%}")
     return t
 
 
-def _record(x) -> dict:
-    return dict(run=x.run.__dict__, j_per_token=x.j_per_token, power_per_gpu_w=x.power_per_gpu_w,
+def _record(x, fitted: set) -> dict:
+    return dict(run=x.run.__dict__, in_fit=x.run in fitted, j_per_token=x.j_per_token, power_per_gpu_w=x.power_per_gpu_w,
                 throughput_tok_s=x.throughput_tok_s, j_error=x.j_error, power_error=x.power_error,
                 throughput_error=x.throughput_error)
 
@@ -83,13 +91,13 @@ def cmd_validate_energy(args: argparse.Namespace) -> int:
 
     if args.json:
         check_output(args.json)
-    runs = _runs(args)
+    runs, fitted = _runs(args)
     machine = load_machine(args.hw)
     replays = [M.replay(r, machine, input_scale=args.input_scale, sampling=args.sampling) for r in runs]
-    tables.console().print(_table(replays))
+    tables.console().print(_table(replays, fitted))
     if args.json:
         write_json(args.json, dict(hw=args.hw, input_scale=args.input_scale, sampling=args.sampling,
-                                   runs=[_record(x) for x in replays],
+                                   runs=[_record(x, fitted) for x in replays],
                                    mape=dict(j_per_token=M.mape([x.j_error for x in replays]),
                                              power_per_gpu=M.mape([x.power_error for x in replays]),
                                              throughput=M.mape([x.throughput_error for x in replays]))))
