@@ -9,6 +9,8 @@ to SQLite as it finishes, and draws the plots the file asks for.
     run.py     executing points, progress
     store.py   the resumable SQLite result store, export, load_results
     plots.py   line, heatmap and Pareto plots with the best point marked
+    labels.py  a column's name and unit as plots and tables read them ("power limit (W)")
+    names.py   the metric names each kind of point records (run, serve): `metrics:` is checked against them
 """
 
 from __future__ import annotations

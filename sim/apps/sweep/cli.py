@@ -60,19 +60,21 @@ def _failures(out: str) -> str:
 def _print_best(spec_path: str, out: str) -> None:
     """A table of the best point for each of the spec's `metrics`: one line per metric,
     its value with a unit, and the axis values where it was reached."""
+    from sim.apps.sweep.expand import is_serving
+    from sim.apps.sweep.names import for_kind
     from sim.apps.sweep.plots import labelled
     from sim.apps.sweep.spec import load_spec
     from sim.apps.sweep.store import load_results
 
-
     spec = load_spec(spec_path)
+    spec = for_kind(spec, is_serving(spec))
     df = labelled(load_results(out))   # mapping-valued axes as short labels
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
     if ok.empty:
         return
-    for i, m in enumerate(spec.metrics):   # a typo, or a run metric asked of serving points (tpot_s vs tpot_p90_s)
-        if m not in ok.columns:
-            print(f"warning: {spec_path}: metrics.{i}: {m!r} is not a column of the results; left out", file=sys.stderr)
+    for i, m in enumerate(spec.metrics):   # a metric of these points that none recorded (names.check_metrics refused
+        if m not in ok.columns:            # the others): decode_energy_per_token_j without the board-power model
+            print(f"warning: {spec_path}: metrics[{i}]: {m!r} is not a column of the results; left out", file=sys.stderr)
     from sim.apps.axes import factor_axes
 
     with factor_axes(spec.scaled_axes()):
@@ -96,7 +98,8 @@ def _energy_models(ok) -> list[str]:
 
 
 def best_table(spec, ok, total: int):
-    from sim.apps.axes import axis_for, fmt_value, is_number
+    from sim.apps.axes import is_number
+    from sim.apps.sweep.labels import axis_for, fmt_value
     from sim.apps.sweep.spec import default_goal
 
     from rich.table import Table
@@ -107,8 +110,8 @@ def best_table(spec, ok, total: int):
     t.add_column("metric", no_wrap=True)
     t.add_column("best", no_wrap=True, justify="right")
     axes = {a: axis_for(a, ok[a].tolist()) for a in spec.axes}
-    for ax in axes.values():  # a scaled axis says its unit (TB/s); counts and names need none
-        t.add_column(ax.label if ax.scale != 1 else ax.name, overflow="fold")
+    for ax in axes.values():  # the cells are bare numbers: the header says their unit, unless its name does (tokens)
+        t.add_column(ax.label if ax.unit and ax.unit not in ax.name.split() else ax.name, overflow="fold")
     for m in spec.metrics:
         if m not in ok.columns or ok[m].isna().all():
             continue

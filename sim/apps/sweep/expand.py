@@ -24,6 +24,7 @@ from sim.core.schema import file_dict, read_yaml, set_dotted
 from sim.core.settings import HW_ALIASES, resolve_aliases
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
+from sim.apps.sweep.names import check_metrics
 from sim.apps.sweep.spec import RANGES, Range, Scale, SweepSpec
 from sim.core.workload import Workload, load_workload, set_workload_key, workload_from_dict, workload_keys
 from sim.apps.serve.spec import ServeFile, input_files, load_serve_file, serve_file_from_dict
@@ -263,14 +264,25 @@ def _check_paths(spec: SweepSpec, res: _Resolver, hw_refs: list[str]) -> None:
                 res.machine(ref, hw, where)
 
 
+def _serving_file(raw: Any) -> bool:
+    """A workload file with a `serving` section is a serving file: each point is a serving run (sim serve)."""
+    return isinstance(raw, dict) and "serving" in raw
+
+
+def is_serving(spec: SweepSpec) -> bool:
+    """Whether the sweep's points run `sim serve` (its workload is a serving file) or `sim run`."""
+    return _serving_file(read_yaml(spec.workload_path()))
+
+
 def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]:
     """All points of the sweep, validated, after the `when` constraint, without duplicates.
     More than `max_points` combinations is refused before any is made."""
     check_size(spec, max_points)
     wl_path = spec.workload_path()
     wl_raw = read_yaml(wl_path)
-    serving = isinstance(wl_raw, dict) and "serving" in wl_raw   # a serving file: each point is a serving run
+    serving = _serving_file(wl_raw)
     (load_serve_file if serving else load_workload)(wl_path)  # the base workload must be valid on its own
+    check_metrics(spec, serving)   # what the points record depends on their kind: known only here
     res = _Resolver(spec, wl_path, wl_raw, serving)
     base_ref = res.hw_ref(spec.hw, f"{spec.source}: hw")
     hw_values = spec.axes.get(HW_AXIS)

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sim.apps.axes import axis_for, fmt_value
+from sim.apps.sweep.labels import fmt_value, label as _label
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from sim.apps.sweep.spec import Plot
-
-
-def _label(col: str) -> str:
-    return axis_for(col).name
 
 
 def failure_kinds(rows: "pd.DataFrame") -> str:
@@ -56,6 +52,14 @@ def mark_failed(ax, failed: "pd.DataFrame", x: list, cols: list[str], colour_of:
     ax.scatter(x, heights, transform=ax.get_xaxis_transform(), marker="X", s=55,
                c=colours, edgecolors="black", linewidths=0.5, zorder=6, clip_on=False,
                label=f"not run: {failure_kinds(failed)} (at the top, its line's colour)")
+
+
+def no_values(ax, line: str, metric: str, why: str, style: dict) -> None:
+    """A legend entry, in its colour, for a line whose points ran but hold no value of the metric (a preset without
+    the board-power model has no decode J/token): it was dropped without a word, while its failed points were drawn
+    in a colour no legend entry had. `line` names it ("hardware = a6000"; "" for the plot's only line)."""
+    ax.plot([], [], linestyle="none", marker=style.get("marker", "o"), mfc="none", color=style["color"],
+            label=f"{line + ': ' if line else ''}no {metric} ({why})")
 
 
 # The first line axis's values: a line style and a marker each (4 styles alone told 4 apart: a6000 and groq_lpu both

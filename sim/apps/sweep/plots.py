@@ -13,23 +13,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.apps.axes import Axis, axis_for, factor_axes, fmt_value, is_number, num
+from sim.apps.axes import Axis, factor_axes, is_number, num
 from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
 from sim.apps.sweep.expr import compile_expr
-from sim.apps.sweep.legend import MARKERS, failure_kinds, mark_failed, title_for, two_way_legend
+from sim.apps.sweep.labels import axis_for, fmt_value, label as _label
+from sim.apps.sweep.legend import MARKERS, failure_kinds, mark_failed, no_values, title_for, two_way_legend
+from sim.apps.sweep.names import missing_reason
 from sim.apps.sweep.spec import Plot, SweepSpec, default_goal
 
 if TYPE_CHECKING:
     import pandas as pd
 
 _STAR = dict(marker="*", s=260, color="gold", edgecolor="black", linewidths=0.8, zorder=5)
-
-
-def _label(col: str) -> str:
-    """The column's name without a unit, for legends and titles."""
-    return axis_for(col).name
 
 
 def _axis(data: "pd.DataFrame", col: str) -> Axis:
@@ -54,9 +51,11 @@ def _twin(drawn: list[tuple], x, y) -> str | None:
     return None
 
 
-def _ok(df: "pd.DataFrame", cols: list[str], where: str, p: Plot | None = None) -> "pd.DataFrame":
-    """The finished rows with every column the plot needs, after its `where` filter."""
-    for c in cols:
+def _ok(df: "pd.DataFrame", cols: list[str], where: str, p: Plot | None = None,
+        may_lack: tuple[str, ...] = ()) -> "pd.DataFrame":
+    """The finished rows with every column the plot needs, after its `where` filter; a row may lack a value
+    (NaN) of the columns `may_lack` only."""
+    for c in [*cols, *may_lack]:
         if c not in df.columns:
             raise ConfigError(f"{where}: no column {c!r}; columns: {', '.join(map(str, df.columns))}")
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
@@ -100,50 +99,63 @@ def _best_index(values: "pd.Series", goal: str):
     return values.idxmin() if goal == "min" else values.idxmax()
 
 
+# With two line columns, the first's values take these line styles (and MARKERS), the last's the colours.
+STYLES = ["-", "--", ":", "-."]
+
+
+def _style(i: int, values: tuple, first: list, last: list) -> dict:
+    """Series `i`'s colour (and with two line columns, line style and marker: two_way_legend), so e.g. PIM on/off at
+    the same context length share a colour; line style and marker together tell up to 32 values apart."""
+    if not first:
+        return dict(color=f"C{i % 10}")
+    j = first.index(values[0])
+    return dict(color=f"C{last.index(values[-1]) % 10}", linestyle=STYLES[j % 4], marker=MARKERS[j % len(MARKERS)])
+
+
+def _best_at_each_x(g: "pd.DataFrame", p: Plot, goal: str) -> tuple["pd.DataFrame", bool]:
+    """An axis outside `lines` that varies too gives several points at one x: drawn in turn they zigzag, so the
+    line keeps the best of them at each x (and its label says so: the bool)."""
+    several = bool(g[p.x].duplicated().any())
+    if several:
+        g = g.loc[g.groupby(p.x)[p.y].idxmin() if goal == "min" else g.groupby(p.x)[p.y].idxmax()]
+    return g.sort_values(p.x), several
+
+
 def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     plt = pyplot()
     goal = p.goal or default_goal(p.y)
     cols = p.line_columns
-    data = _ok(df, [p.x, p.y] + cols, f"plots: {p.kind} {p.y}", p)
+    # every line's rows, with or without a value of y: a line with none is named, not dropped (no_values)
+    rows = _ok(df, [p.x] + cols, f"plots: {p.kind} {p.y}", p, may_lack=(p.y,))
+    data = rows.dropna(subset=[p.y])
     failed = _failed(df, p, f"plots: {p.kind} {p.y}")
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    groups = data.groupby(cols, sort=True) if cols else [((), data)]
-    # With two line columns, colour follows the last and the line style the first, so
-    # e.g. PIM on/off at the same context length share a colour; the legend explains both.
-    styles = ["-", "--", ":", "-."]   # with MARKERS, the first of two line axes (two_way_legend)
-    first = _order(data[cols[0]]) if len(cols) > 1 else []
-    last = _order(data[cols[-1]]) if len(cols) > 1 else []
-    ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
+    groups = rows.groupby(cols, sort=True) if cols else [((), rows)]
+    first = _order(rows[cols[0]]) if len(cols) > 1 else []
+    last = _order(rows[cols[-1]]) if len(cols) > 1 else []
+    ax_x, ax_y = _axis(rows, p.x), _axis(data, p.y)
     drawn: list[tuple] = []
     colour_of: dict[tuple, str] = {}
     twins = False
     for i, (values, g) in enumerate(groups):
-        # An axis outside `lines` that varies too gives several points at one x: drawn in turn they zigzag, so the
-        # line keeps the best of them at each x and says so.
-        several = bool(g[p.x].duplicated().any())
-        if several:
-            g = g.loc[g.groupby(p.x)[p.y].idxmin() if goal == "min" else g.groupby(p.x)[p.y].idxmax()]
-        g = g.sort_values(p.x)
         values = values if isinstance(values, tuple) else (values,)
         lbl = ", ".join(f"{_label(c)} = {fmt_value(c, v)}" for c, v in zip(cols, values)) or None
+        short = ", ".join(fmt_value(c, v) for c, v in zip(cols, values))
+        style = _style(i, values, first, last)
+        colour_of[values] = style["color"]   # the line's failed points take it, with or without values
+        if g[p.y].isna().all():
+            no_values(ax, lbl or "", _label(p.y), missing_reason(p.y, g), style)
+            continue
+        g, several = _best_at_each_x(g.dropna(subset=[p.y]), p, goal)
         if several:
             lbl = f"{lbl or _label(p.y)}: {goal} of the points at each x"
-        short = ", ".join(fmt_value(c, v) for c, v in zip(cols, values))
-        if len(cols) > 1:
-            j = first.index(values[0])   # line style and marker together tell up to 32 values apart (4 styles alone: 4)
-            style = dict(color=f"C{last.index(values[-1]) % 10}", linestyle=styles[j % 4], marker=MARKERS[j % len(MARKERS)])
-        else:
-            style = dict(color=f"C{i % 10}")
-        colour_of[values] = style["color"]
         x, y = _scaled(ax_x, g[p.x]), ax_y(g[p.y])
         twin = _twin(drawn, x, y)
         if twin is not None:  # dashed over the series it coincides with, so both stay visible
-            style.update(linestyle=(0, (3, 3)), lw=2.2)
+            style.update(linestyle=(0, (3, 3)), lw=2.2, marker="x")
             lbl = f"{lbl} (dashed: within {100 * COINCIDENT_RTOL:g}% of {twin})"
             twins = True
         style.setdefault("marker", "o")
-        if twin is not None:
-            style["marker"] = "x"
         ax.plot(x, y, ms=4 if twin is None else 7, label=lbl if len(cols) < 2 else None, **style)
         drawn.append((x, y, short))
     if len(data):
@@ -153,7 +165,7 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     if not failed.empty and p.x in failed.columns:
         mark_failed(ax, failed, _scaled(ax_x, failed[p.x]), cols, colour_of)
     if len(cols) > 1:
-        two_way_legend(ax, cols, first, last, styles,
+        two_way_legend(ax, cols, first, last, STYLES,
                        f"x, dashed: within {100 * COINCIDENT_RTOL:g}% of an earlier line" if twins else None)
     return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, legend=len(cols) < 2)
 

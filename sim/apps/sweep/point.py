@@ -10,9 +10,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from hw_models.machine import machine_from_dict
+from hw_models.machine import Machine, machine_from_dict
 from hw_models.registry import simulate
-from sim.apps.sweep.serving import serve_point
+from sim.apps.sweep.serving import cap_columns, serve_point
 from sim.core.errors import SimError
 from sim.core.results import check_finite
 from sim.core.workload import workload_from_dict
@@ -32,16 +32,8 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
             if config.get("serving"):
                 metrics, series["kv_usage"] = serve_point(config)
             else:
-                workload = workload_from_dict(config["workload"], config["workload_source"])
-                # detail=False: metrics only, without the per-op timelines a report draws (half the time).
-                metrics = check_finite(simulate(workload, machine, detail=False), machine.source).metrics()
-                # the device tier under the alias a sweep over presets of different memories can name as one column
-                # (hbm on an H100, gddr on an A6000), as --set names it (hw.memory.@device)
-                if f"peak_memory_bytes.{machine.device_tier}" in metrics:
-                    metrics["peak_memory_bytes.@device"] = metrics[f"peak_memory_bytes.{machine.device_tier}"]
-            # which energy model the row's J/token is (1: idle + activity + dynamic; 0: busy-time power only), so a
-            # sweep across kinds shows where energy_per_token_j mixes the two (hw_models.power.busy_time_note)
-            metrics["energy_board_model"] = float(machine.board_power() is not None)
+                metrics = run_metrics(config, machine)
+            metrics.update(board_columns(machine))
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
     except SimError as exc:
@@ -50,3 +42,30 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         msg = f"{type(exc).__name__}: {exc} (at {Path(tb.filename).name}:{tb.lineno})"
     return dict(status="error", error=" ".join(msg.split()), seconds=time.perf_counter() - t0)
+
+
+def run_metrics(config: dict[str, Any], machine: Machine) -> dict[str, float]:
+    """A `sim run` point's metrics: RunResult.metrics(), the device tier's alias and a binding power cap's figures."""
+    workload = workload_from_dict(config["workload"], config["workload_source"])
+    # detail=False: metrics only, without the per-op timelines a report draws (half the time).
+    result = check_finite(simulate(workload, machine, detail=False), machine.source)
+    metrics = result.metrics()
+    # the device tier under the alias a sweep over presets of different memories can name as one column
+    # (hbm on an H100, gddr on an A6000), as --set names it (hw.memory.@device)
+    if f"peak_memory_bytes.{machine.device_tier}" in metrics:
+        metrics["peak_memory_bytes.@device"] = metrics[f"peak_memory_bytes.{machine.device_tier}"]
+    # the run's cap figures are per phase (hw_models.power.cap_figures), a serving run's over its whole engine time
+    cap = result.extra.get("power_cap") or {}
+    metrics.update(cap_columns(cap.get("prefill_s", 0.0) + cap.get("decode_s", 0.0)))
+    metrics.update({f"{phase}_power_cap_stretch": cap.get(f"{phase}_stretch", 0.0) for phase in ("prefill", "decode")})
+    return metrics
+
+
+def board_columns(machine: Machine) -> dict[str, float]:
+    """What every point records of its machine's power model: which energy model the row's J/token is (1: idle +
+    activity + dynamic; 0: busy-time power only), so a sweep across kinds shows where energy_per_token_j mixes the
+    two (hw_models.power.busy_time_note); and with the model, the board power limit (power_limit_w, else the TDP)
+    that power_cap_binds says bound or not, a column whatever the sweep's axes."""
+    board = machine.board_power()
+    return {"energy_board_model": float(board is not None),
+            **({"power_cap_limit_w": board.limit_w} if board is not None and board.limit_w is not None else {})}

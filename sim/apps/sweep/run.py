@@ -19,7 +19,8 @@ from typing import Iterator
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, transaction
 from sim.apps.sweep import DEFAULT_MAX_POINTS
-from sim.apps.sweep.expand import Point, expand
+from sim.apps.sweep.expand import Point, expand, is_serving
+from sim.apps.sweep.names import for_kind
 from sim.apps.sweep.spec import SweepSpec, load_spec
 from sim.apps.sweep.store import Store
 from sim.apps.sweep import plots as sweep_plots
@@ -168,6 +169,7 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
         spec = load_spec(spec)
     check_executor(executor, workers)
     points = expand(spec, max_points)  # everything is validated before anything runs
+    spec = for_kind(spec, is_serving(spec))   # a serving sweep's default metrics are serving metrics
     out = Path(out_dir)
     check_output(out, directory=True)
     with Store(out, lock=True) as store:  # one writer per folder until the plots are drawn

@@ -1,0 +1,170 @@
+"""An energy researcher's trial of `sim sweep`: a power-cap study plotted from results.csv. Serving points record the
+`sim serve` summary's energy block (power per device, joules by phase, a binding cap), run points the same cap
+columns; a line whose points hold no value of the plotted metric is named, not dropped; axis labels say the
+unit once ("power limit (W)", not "units @main power limit w")."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from matplotlib.colors import to_rgba
+from rich.console import Console
+
+from hw_models.machine import load_machine
+from sim.apps.mpl import pyplot
+from sim.apps.serve.run import serve
+from sim.apps.serve.spec import serve_file_from_dict
+from sim.apps.sweep import load_results
+from sim.apps.sweep import plots as sweep_plots
+from sim.apps.sweep.cli import best_table
+from sim.apps.sweep.labels import axis_for, fmt_value
+from sim.apps.sweep.run import run_sweep
+from sim.apps.sweep.spec import Plot
+from tests.test_sweep import make_spec
+from tests.test_sweep_serving import SERVE
+
+LIMIT = "hw.units.@main.power_limit_w"
+
+
+def _sweep(path: Path, out: Path, plots: bool = False) -> None:
+    with cf.ThreadPoolExecutor(1) as ex:   # in-process: a few small points
+        run_sweep(path, out, executor=ex, progress=False, plots=plots)
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the sweep's plot functions would save, kept open for inspection."""
+    kept: list = []
+    monkeypatch.setattr(sweep_plots, "_save", lambda fig, path: kept.append(fig) or path)
+    yield kept
+    for fig in kept:
+        pyplot().close(fig)
+
+
+# ---------------------------------------------------------------- 1: what the points record
+
+def test_serving_points_record_the_energy_block_of_sim_serve(tmp_path):
+    """The tiny model's stream on an H100 under a 150 W limit (it binds: the board draws up to ~350 W at full clock)
+    and the 700 W TDP (it does not): each row's energy columns are `sim serve`'s summary, units in the names."""
+    (tmp_path / "serve.yaml").write_text(yaml.safe_dump(SERVE))
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(yaml.safe_dump(dict(name="cap", workload="serve.yaml", hw="h100_sxm", axes={LIMIT: [150, 700]},
+                                        metrics=["avg_power_per_device_w", "energy_per_token_j"])))
+    _sweep(spec, tmp_path / "out")
+    df = pd.read_csv(tmp_path / "out" / "results.csv").set_index(LIMIT)
+    for limit in (150, 700):
+        e, row = _energy(tmp_path, limit), df.loc[limit]
+        want = {"total_energy_j": e["total_j"], "energy_per_request_j": e["per_request_j"], "devices": 1,
+                "avg_power_per_device_w": e["avg_power_per_device_w"],
+                "peak_power_per_device_w": e["peak_power_per_device_w"],
+                "prefill_energy_j": e["by_phase_j"]["prefill"], "decode_energy_j": e["by_phase_j"]["decode"],
+                "idle_energy_j": e["by_phase_j"]["idle"], "power_cap_limit_w": limit,
+                # J per output token: one column, named as a run point names it
+                "energy_per_token_j": e["per_output_token_j"], "energy_board_model": 1}
+        for col, value in want.items():
+            assert row[col] == pytest.approx(value, rel=1e-9), (limit, col)
+    assert df.loc[150, "power_cap_binds"] == 1 and df.loc[150, "power_cap_added_s"] > 0
+    assert df.loc[150, "power_cap_stretch"] == pytest.approx(_energy(tmp_path, 150)["power_cap"]["stretch"], rel=1e-9)
+    assert df.loc[150, "peak_power_per_device_w"] == pytest.approx(150, rel=1e-6)   # held at the limit
+    assert (df.loc[700, "power_cap_binds"], df.loc[700, "power_cap_added_s"], df.loc[700, "power_cap_stretch"]) == (0, 0, 0)
+
+
+def _energy(tmp_path: Path, limit: float) -> dict:
+    """`sim serve`'s energy block for the sweep's serving file on an H100 under `limit` watts."""
+    _, s = serve(serve_file_from_dict(SERVE, str(tmp_path / "serve.yaml")),
+                 load_machine("h100_sxm", {"units.gpu.power_limit_w": limit}))
+    return s["energy"]
+
+
+def test_run_points_record_the_same_cap_columns(tmp_path):
+    """A `sim run` sweep over the limit names a binding cap with the serving points' columns; the per-phase
+    stretch is the run's own (hw_models.power.cap_figures); a preset without the board-power model has no limit."""
+    path = make_spec(tmp_path, {"hw": ["h100_sxm"], LIMIT: [130, 700], "workload.batch": [8]})
+    _sweep(path, tmp_path / "out")
+    df = load_results(tmp_path / "out").set_index(LIMIT)
+    assert df.loc[130, "power_cap_binds"] == 1 and df.loc[130, "power_cap_added_s"] > 0
+    assert df.loc[130, "decode_power_cap_stretch"] > 0 and df.loc[130, "tpot_s"] > df.loc[700, "tpot_s"]
+    assert list(df["power_cap_limit_w"]) == [130, 700]
+    _sweep(make_spec(tmp_path, {"workload.batch": [1]}), tmp_path / "a6000")   # make_spec's hw: a6000
+    row = load_results(tmp_path / "a6000").iloc[0]
+    assert (row["energy_board_model"], row["power_cap_binds"], row["power_cap_added_s"]) == (0, 0, 0)
+    assert "power_cap_limit_w" not in row.index
+
+
+# ---------------------------------------------------------------- 3: a line without values
+
+def _energy_frame() -> pd.DataFrame:
+    """a6000 ran at batch 1 and 4 without the board-power model (no decode J/token) and failed at 16; h100 ran all."""
+    rows = [{"hw": "a6000", "workload.batch": b, "status": "ok", "decode_energy_per_token_j": float("nan"),
+             "energy_board_model": 0.0} for b in (1, 4)]
+    rows.append({"hw": "a6000", "workload.batch": 16, "status": "error", "error": "CapacityError: no room"})
+    rows += [{"hw": "h100_sxm", "workload.batch": b, "status": "ok", "decode_energy_per_token_j": 2.0 / b,
+              "energy_board_model": 1.0} for b in (1, 4, 16)]
+    return pd.DataFrame(rows)
+
+
+def test_a_line_without_values_is_named_in_its_colour(figures, tmp_path):
+    p = Plot(kind="line", x="workload.batch", y="decode_energy_per_token_j", lines="hw")
+    sweep_plots.line(_energy_frame(), p, "t", tmp_path / "l.png")
+    ax = figures[0].axes[0]
+    entries = dict(zip([t.get_text() for t in ax.get_legend().get_texts()], ax.get_legend().legend_handles))
+    note = "hardware = a6000: no decode energy per token (no board-power model)"
+    assert note in entries and "hardware = h100_sxm" in entries
+    # a6000's failed point is drawn in the colour its legend entry shows (it was black, with no entry)
+    failed = next(c for c in ax.collections if c.get_label().startswith("not run"))
+    colour = entries[note].get_color()
+    assert tuple(failed.get_facecolors()[0]) == pytest.approx(to_rgba(colour))
+    assert [ln.get_label() for ln in ax.get_lines() if len(ln.get_xdata())] == ["hardware = h100_sxm"]
+
+
+def test_a_plot_whose_only_line_has_no_values_says_so(figures, tmp_path):
+    df = _energy_frame()
+    df = df[df["hw"] == "a6000"]
+    sweep_plots.line(df, Plot(kind="line", x="workload.batch", y="decode_energy_per_token_j"), "t", tmp_path / "l.png")
+    legend = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    assert "no decode energy per token (no board-power model)" in legend
+    sweep_plots.line(df.assign(tpot_s=float("nan")), Plot(kind="line", x="workload.batch", y="tpot_s", lines="hw"),
+                     "t", tmp_path / "m.png")
+    legend = [t.get_text() for t in figures[1].axes[0].get_legend().get_texts()]
+    assert "hardware = a6000: no TPOT (not recorded for these points)" in legend
+
+
+# ---------------------------------------------------------------- 4: labels
+
+@pytest.mark.parametrize("col, values, label", [
+    (LIMIT, [300, 700], "power limit (W)"),
+    ("hw.units.@main.power_w", [700], "power (W)"),
+    ("avg_power_per_device_w", [450], "average power per device (W)"),
+    ("decode_energy_per_token_j", [2.0], "decode energy per token (J)"),
+    ("decode_energy_per_token_j", [0.2], "decode energy per token (mJ)"),
+    ("total_energy_j", [3000], "total energy (J)"),
+    ("ttft_p90_s", [0.1], "TTFT p90 (ms)"),
+    ("power_cap_added_s", [3.0], "power cap added (s)"),
+    ("tpot_s", [0.01], "TPOT (ms)"),
+    ("hw.memory.@device.bandwidth_bytes_per_s", [2e12], "device memory bandwidth (TB/s)"),
+    ("hw.links.nvlink.bytes_per_s", [9e11], "links nvlink bandwidth (GB/s)"),
+    ("goodput_tok_s", [10], "goodput (tokens/s)"),
+    ("workload.serving.arrivals.rate", [3], "arrival rate (requests/s)"),
+    ("workload.batch", [4], "batch (sequences)"),
+])
+def test_a_label_says_the_unit_once(col, values, label):
+    assert axis_for(col, values).label == label
+
+
+def test_plot_axes_and_the_best_table_read_naturally(figures, tmp_path):
+    df = pd.DataFrame([{LIMIT: w, "status": "ok", "decode_energy_per_token_j": 300 / w} for w in (300, 500, 700)])
+    sweep_plots.line(df, Plot(kind="line", x=LIMIT, y="decode_energy_per_token_j"), "t", tmp_path / "l.png")
+    ax = figures[0].axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("power limit (W)", "decode energy per token (J)")
+    assert sweep_plots.title_for("s", Plot(kind="line", x=LIMIT, y="avg_power_per_device_w"), []) == (
+        "s: average power per device vs power limit")
+    assert fmt_value(LIMIT, 700) == "700 W"
+    spec = type("Spec", (), dict(name="s", axes=[LIMIT], metrics=["decode_energy_per_token_j"]))
+    buf = io.StringIO()
+    Console(file=buf, width=100).print(best_table(spec, df, len(df)))
+    assert "power limit (W)" in buf.getvalue() and "min decode energy per token" in buf.getvalue()
