@@ -82,7 +82,7 @@ def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, wh
         return None
     how = "every chip's power_w over the whole run" if whole_run else "power_w over busy time, nothing between"
     note = (f"energy: {machine.name} has no board-power model (idle_power_w): its J/token counts {how}, plus bytes "
-            "and FLOPs; it does not compare with a board-power preset's (h100_sxm, h200, b200; docs/energy.md)")
+            "and FLOPs; it does not compare with a board-power preset's (h100_sxm, h200, b200, a100_80g; docs/energy.md)")
     avg_w = total_j / wall_s / max(devices, 1) if wall_s > 0.0 else 0.0
     if avg_w > u.power_w * (1 + 1e-9):   # a spatial run averages its chips' power_w exactly, give or take rounding
         note += (f"; it averages {avg_w:.0f} W per device, above its {u.power_w:.0f} W TDP, which no cap holds here "

@@ -23,13 +23,15 @@ from pydantic import ValidationError
 
 from hw_models.base import Mapper, Section
 from hw_models.kinds import KINDS, cli_registrars  # noqa: F401 (cli_registrars: re-exported)
-from hw_models.machine import Machine
+from hw_models.machine import Machine, machine_aliases
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult
 from sim.core.schema import file_dict, validation_error
+from sim.core.settings import dotted_items, resolve_aliases
 from sim.core.workload import Workload
 
+HW_OVERRIDES, HW_FIGURES = "hw_overrides", "hw_figures"   # hardware_record's keys
 FACE = ("KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections", "roofs")
 
 
@@ -78,3 +80,16 @@ def machine_data(machine: Machine) -> dict[str, Any]:
         except ValidationError as exc:   # shown as `sim run` would refuse it: file and key
             raise validation_error(exc, machine.source or machine.name, prefix=name) from None
     return out
+
+
+def hardware_record(machine: Machine, overrides: dict[str, Any]) -> dict[str, Any]:
+    """What a `sim run --json` result or `sim serve --json` summary records of its hardware beside its name:
+    `hw_overrides`, the `--set hw.*` items (keys without `hw.`, `@device` / `@main` resolved, each value the figure
+    the machine read: `1e-6`, a string to YAML 1.1, as 1e-06; as given where it set a whole mapping), and
+    `hw_figures`, machine_data: every effective figure. Two runs on one preset that differed only in a power cap
+    both said `hardware: h100_sxm`, and sim diff found no input that differed (an architect's trial); with the
+    figures a hardware file against a preset, or an --ideal run, shows what differs too."""
+    figures = machine_data(machine)
+    flat, aliases = dict(dotted_items(figures)), machine_aliases(machine)
+    keys = {resolve_aliases(key, aliases): value for key, value in overrides.items()}
+    return {HW_OVERRIDES: {key: flat.get(key, value) for key, value in keys.items()}, HW_FIGURES: figures}

@@ -13,6 +13,8 @@ figures by rule:
   scripts/validation_h200_graph.py).
 * b200.yaml: active power x the board limits' ratio (1000 / 700 W); J/FLOP x the ratio of joules per
   peak bf16 FLOP at the limit ((1000 W / 2250 TFLOP/s) / (700 W / 989.4 TFLOP/s)); J/byte the H100's.
+* a100_80g.yaml and hbm_pim.yaml's host (an A100 board): the same rule at 400 W and 312 TFLOP/s; hbm_pim's
+  HBM2 keeps its cited J/byte. Checked out of sample on nothing here (ML.ENERGY's A100 runs are vLLM 0.5.4's).
 
 `--free-hbm` fits the HBM's J/byte too and prints that fit beside the shipped one: the runs give 0 W of activity,
 0.817 pJ/FLOP and 155 pJ/byte, power MAPE 8.2% -> 6.4% on them; not shipped, because it does worse where it is not
@@ -48,6 +50,7 @@ FIT_EVERY, MAX_SEQS, TASKS, FIT_GPU = M.FIT_EVERY, M.FIT_MAX_SEQS, M.FIT_TASKS, 
 FIT_PRESET = "h100_sxm"
 fit_runs = M.fit_runs
 SAME_DIE = ("h200", "h200_calibrated", "h100_offload")
+A100_CLASS = ("a100_80g", "hbm_pim")   # an A100 board: the b200.yaml rule with 400 W and 312 TFLOP/s
 STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
 
 
@@ -76,6 +79,12 @@ def derived(fit: F.Fit) -> dict[str, tuple[float, float, float]]:
     per_peak = limits * h100.peak_flops_per_s["bf16"] / b200.peak_flops_per_s["bf16"]
     out = {p: (fit.active_power_w, fit.fp16_j_per_flop, fit.hbm_j_per_byte) for p in (FIT_PRESET, *SAME_DIE)}
     out["b200"] = (F.sig3(fit.active_power_w * limits), F.sig3(fit.fp16_j_per_flop * per_peak), fit.hbm_j_per_byte)
+    a100 = load_machine("a100_80g").units["gpu"]
+    limits = a100.power_w / (h100.power_limit_w or h100.power_w)
+    per_peak = limits * h100.peak_flops_per_s["bf16"] / a100.peak_flops_per_s["bf16"]
+    for preset in A100_CLASS:   # hbm_pim's HBM2 keeps its own cited J/byte (None: not the fit's)
+        out[preset] = (F.sig3(fit.active_power_w * limits), F.sig3(fit.fp16_j_per_flop * per_peak),
+                       fit.hbm_j_per_byte if preset == "a100_80g" else None)
     return out
 
 
@@ -86,7 +95,8 @@ def stale_presets(fit: F.Fit) -> list[str]:
         u = m.units["gpu"]
         have = (u.active_power_w, u.energy_j_per_flop.get("fp16"), u.energy_j_per_flop.get("bf16"),
                 m.memory[u.memory].energy_j_per_byte)
-        if any(h is None or abs(h - want) > 1e-9 * max(abs(want), 1e-12) for h, want in zip(have, (a, j, j, b))):
+        if any(want is not None and (h is None or abs(h - want) > 1e-9 * max(abs(want), 1e-12))
+               for h, want in zip(have, (a, j, j, b))):
             bad.append(f"{preset}: active_power_w {have[0]:g}, fp16/bf16 J/FLOP {have[1]:.3g}/{have[2]:.3g}, "
                        f"HBM J/byte {have[3]:.3g}; the fit gives {a:g} W, {j:.3g} J/FLOP, {b:.3g} J/byte")
     return bad

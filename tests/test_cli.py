@@ -235,12 +235,13 @@ def test_roofline_says_what_it_leaves_out(capsys):
 def test_model_show_moe_active_parameters_and_block_formats(capsys, tmp_path):
     """A new user's trial: `model show` gave MoE totals only and no FP8 / MX / NVFP4 bytes. Mixtral-8x7B: 12.88B
     of its 46.70B parameters are active per token (2 of 8 experts; docs/models.md); NVFP4 stores 4.5 bits an
-    element (an e4m3 scale per 16) plus a per-tensor scale, MXFP4 4.25 (an e8m0 scale per 32)."""
+    element (an e4m3 scale per 16), MXFP4 4.25 (an e8m0 scale per 32). NVFP4's per-tensor fp32 scale belongs to
+    each layer's K and V tensor, not to a token (a hardware designer's trial: 2 x 32 x 4 B counted again per token)."""
     assert main(["model", "show", "mixtral-8x7b", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["active_params"] == 12_879_925_248 and data["params"] == 46_702_792_704
     kv = data["kv_cache_bytes_per_token"]
-    assert kv["fp8_e4m3"] == 2 * 32 * 1024 and kv["nvfp4"] == 2 * 32 * 1024 * 4.5 / 8 + 2 * 32 * 4
+    assert kv["fp8_e4m3"] == 2 * 32 * 1024 and kv["nvfp4"] == 2 * 32 * 1024 * 4.5 / 8
     assert data["weight_bytes"]["mxfp4"] < data["weight_bytes"]["nvfp4"] < data["weight_bytes"]["fp8_e4m3"]
     work = tmp_path / "w.yaml"
     work.write_text("model: {name: m, hidden_size: 64, num_layers: 2, num_heads: 4, vocab_size: 100}\n")

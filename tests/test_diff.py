@@ -2,11 +2,29 @@
 
 import json
 
+import yaml
+
+from hw_models.machine import raw_machine
 from sim.apps.cli import main
 from sim.core.units import fmt_time
 from tests.conftest import ROOT
 
 WORKLOAD = str(ROOT / "workloads" / "llama2_7b_decode.yaml")
+SERVE = str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml")
+CAP = "hw.units.gpu.power_limit_w=300"
+
+
+def _run(path, *argv: str) -> dict:
+    assert main(["run", WORKLOAD, "--hw", "h100_sxm", "--set", "gen_len=4", *argv, "--json", str(path), "-q"]) == 0
+    return json.loads(path.read_text())
+
+
+def _diff(capsys, a, b) -> tuple[list[dict], str]:
+    """sim diff's tables as data, and what it said on stderr."""
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    return json.loads(out), err
 
 
 def test_diff_names_the_change_and_the_ops(capsys, tmp_path):
@@ -47,3 +65,66 @@ def test_an_op_split_over_units_that_run_at_once_counts_once():
            for layer in range(2) for k in range(5)]
     ops += [dict(name=f"mb{i}.stage1.L40.q_proj", kind="gemm", start_s=100.0 + i, end_s=100.5 + i) for i in range(2)]
     assert ops_by_name({"ops": ops}) == {"down_proj": ("gemm", 4.0), "q_proj": ("gemm", 1.0)}
+
+
+def test_a_hardware_set_is_recorded_and_listed(capsys, tmp_path):
+    """Two runs on h100_sxm that differed only in a --set hw.* wrote the same `hardware: h100_sxm`, and sim diff said
+    no input differed beside TTFT 3.19x (an architect's trial): the JSON keeps the overrides (@device resolved) and
+    the effective figures, and the diff lists each figure that differs, marked where a --set gave it."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    ra = _run(a)
+    rb = _run(b, "--set", CAP, "--set", "hw.memory.@device.latency_s=1e-6")
+    assert ra["hw_overrides"] == {} and ra["hw_figures"]["units"]["gpu"]["power_limit_w"] is None
+    assert rb["hw_overrides"] == {"units.gpu.power_limit_w": 300, "memory.hbm.latency_s": 1e-6}
+    assert rb["hw_figures"]["units"]["gpu"]["power_limit_w"] == 300
+    (inputs, *_), _ = _diff(capsys, a, b)
+    assert inputs["rows"] == [["hw.memory.hbm.latency_s", "5e-07", "1e-06 (--set)"],
+                              ["hw.units.gpu.power_limit_w", "null (default)", "300 (--set)"]]
+    # A result written before sim recorded the figures: the diff says the hardware went uncompared.
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({k: v for k, v in rb.items() if not k.startswith("hw_")}))
+    (inputs, *_), err = _diff(capsys, a, old)
+    assert inputs["rows"] == [["(none)", "", ""]] and "hardware figures: not recorded in B" in err
+
+
+def test_a_hardware_file_against_its_preset(capsys, tmp_path):
+    """--hw my.yaml against --hw h100_sxm: the same name, so only the figures tell them apart; an unchanged copy
+    differs in nothing."""
+    raw = raw_machine("h100_sxm")
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(raw))
+    raw["memory"]["hbm"]["bandwidth_bytes_per_s"] = 4e12
+    (tmp_path / "fast.yaml").write_text(yaml.safe_dump(raw))
+    paths = {n: tmp_path / f"{n}.json" for n in ("preset", "same", "fast")}
+    _run(paths["preset"])
+    for n in ("same", "fast"):
+        assert main(["run", WORKLOAD, "--hw", str(tmp_path / f"{n}.yaml"), "--set", "gen_len=4", "--json",
+                     str(paths[n]), "-q"]) == 0
+    assert _diff(capsys, paths["preset"], paths["same"])[0][0]["rows"] == [["(none)", "", ""]]
+    (inputs, *_), _ = _diff(capsys, paths["preset"], paths["fast"])
+    assert inputs["rows"] == [["hw.memory.hbm.bandwidth_bytes_per_s", "3.35e+12", "4e+12"]]
+
+
+def test_two_serve_summaries(capsys, tmp_path):
+    """sim diff refused `sim serve --json` summaries; it compares their inputs, hardware and serving metrics, and
+    refuses a run against a serve summary, or a --find-capacity result, in one line."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for path, extra in ((a, []), (b, ["--set", CAP])):
+        assert main(["serve", SERVE, "--hw", "h100_sxm", "--set", "serving.arrivals.num_requests=20", *extra,
+                     "--json", str(path), "-q"]) == 0
+    (inputs, metrics, *rest), err = _diff(capsys, a, b)
+    assert inputs["rows"] == [["hw.units.gpu.power_limit_w", "null (default)", "300 (--set)"]] and not rest
+    assert "not its serving file" in err   # what a summary does not record, said
+    sa, sb = json.loads(a.read_text()), json.loads(b.read_text())
+    ratio = dict((r[0], r[3]) for r in metrics["rows"])
+    assert ratio["latency.ttft.p90"] == f"{sb['latency']['ttft']['p90'] / sa['latency']['ttft']['p90']:.3g}x"
+    assert ratio["energy.avg_power_per_device_w"] == (
+        f"{sb['energy']['avg_power_per_device_w'] / sa['energy']['avg_power_per_device_w']:.3g}x")
+    run = tmp_path / "run.json"
+    _run(run)
+    capacity = tmp_path / "capacity.json"
+    capacity.write_text(json.dumps({"capacity_rate_req_s": 5.0, "summary": sa}))
+    for x, y, says in ((run, a, "sim diff compares two of one kind"), (capacity, a, "--find-capacity")):
+        capsys.readouterr()
+        assert main(["diff", str(x), str(y)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -176,3 +176,36 @@ def test_a_rejected_request_keeps_its_requested_length_and_replicas_are_named(tm
     rejected = df[df["status"] == "rejected"]
     assert len(rejected) and (rejected["output_tokens"] == 0).all() and (rejected["requested_output_tokens"] == 8).all()
     assert df["instance"].tolist() == ["replica 0", "replica 1"] * 15
+
+
+def test_a_stack_of_another_engine_than_the_scheduler_and_a_stream_all_rejected_are_said(tmp_path, capsys):
+    """A serving researcher's trial: `kind: vllm` under `stack: sglang` ran without a word (SGLang's per-request
+    delay on vLLM's batching), and a run that rejected every request exited 0 as if it had served. Each is one
+    warning; the engine's own pair (vllm with vllm) and a torch stack say nothing."""
+    f = write(tmp_path, lambda s: s.update(lengths={"prompt": {"dist": "fixed", "value": 5000},
+                                                    "output": {"dist": "fixed", "value": 8}}))
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--set", "stack=sglang"]) == 0
+    err = capsys.readouterr().err
+    assert "stack 'sglang' runs beside scheduler.kind 'vllm'" in err and "scheduler.kind: sglang is sglang's own" in err
+    assert "all 30 requests were rejected (30: " in err
+    for stack in ("vllm", "torch-eager"):
+        assert main(["serve", str(write(tmp_path)), "--hw", "a6000", "-q", "--set", f"stack={stack}"]) == 0
+        assert "runs beside" not in capsys.readouterr().err
+
+
+def test_a_pim_machine_whose_units_compute_none_of_the_formats_is_said():
+    """A hardware designer's trial: a bf16 stream on an fp16-only PIM preset served with the plain GPU's figures and
+    no word (`sim run` says it per op). fp16 (the units' format) gets no note; fp16 activations with bf16 weights
+    and KV leave nothing eligible either."""
+    from hw_models.machine import load_machine
+    from sim.apps.checks import pim_ineligible
+    from sim.apps.serve.spec import load_serve_file
+    from tests.conftest import ROOT
+
+    pim, path = load_machine("hbm_pim"), ROOT / "workloads/serve_pim_vs_h200.yaml"
+    assert pim_ineligible(load_serve_file(path, {}), pim) == []
+    [note] = pim_ineligible(load_serve_file(path, {"formats.activations": "bf16"}), pim)
+    assert "no op can run in hbm_pim's PIM units, which compute fp16 only (activations in bf16)" in note
+    [note] = pim_ineligible(load_serve_file(path, {"formats.weights": "bf16", "formats.kv_cache": "bf16"}), pim)
+    assert "(weights in bf16 and KV cache in bf16)" in note
+    assert pim_ineligible(load_serve_file(path, {"formats.activations": "bf16"}), load_machine("h100_sxm")) == []

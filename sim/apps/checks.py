@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
+from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
+from sim.core.formats import get_format
 from sim.core.lowering import lower, override_matches
 from sim.core.model import ModelConfig
 from sim.core.workload import Workload
@@ -63,6 +65,39 @@ def limits_above_tdp(machine: Machine) -> list[str]:
             f"({u.power_w:g} W, the board's TDP and highest settable limit): the board runs as if uncapped to "
             f"{u.power_limit_w:g} W; raise power_w too for a board of more power"
             for name, u in machine.units.items() if u.power_limit_w and u.power_w and u.power_limit_w > u.power_w]
+
+
+# The engines whose stack and scheduler are one program: a stack of one beside another's scheduler prices its
+# kernels and per-request costs under a batching it does not run (sglang's ~110 ms per-request delay on vLLM's).
+ENGINE_SCHEDULERS = {"vllm": ("vllm",), "vllm-v0": ("vllm-v0",), "vllm-v0-eager": ("vllm-v0",),
+                     "sarathi": ("sarathi",), "sglang": ("sglang",), "trtllm": ("trtllm",)}
+
+
+def engine_mismatch(workload: Workload) -> list[str]:
+    """A serving file whose engine stack and scheduler are two engines': said (a serving researcher's trial ran
+    `kind: vllm` under `stack: sglang` without a word). The torch stacks and no stack go with any scheduler."""
+    serving, stack = getattr(workload, "serving", None), workload.stack
+    want = ENGINE_SCHEDULERS.get(stack) if isinstance(stack, str) else None   # a stack file's engine is its own
+    if serving is None or want is None or serving.scheduler.kind in want or serving.disaggregated is not None:
+        return []
+    return [f"{workload.source or workload.name}: stack {stack!r} runs beside scheduler.kind "
+            f"{serving.scheduler.kind!r}: the {stack} engine's kernels and per-request costs priced under "
+            f"another engine's batching; scheduler.kind: {want[0]} is {stack}'s own"]
+
+
+def pim_ineligible(workload: Workload, machine: Machine) -> list[str]:
+    """A PIM machine whose units compute none of this run's formats serves everything on its host, silently the
+    plain GPU's figures (a hardware designer's trial: bf16 on an fp16-only PIM); `sim run` says it per op."""
+    if machine.kind != "pim":
+        return []
+    pim = load_pim_config(machine.section("pim"), machine.source or machine.name).formats
+    f = workload.formats
+    act, weights, kv = (get_format(x).name for x in (f.activations, f.weights, f.kv_cache))
+    if act in pim and (weights in pim or kv in pim):
+        return []
+    why = (f"activations in {act}" if act not in pim else f"weights in {weights} and KV cache in {kv}")
+    return [f"{workload.source or workload.name}: formats: no op can run in {machine.name}'s PIM units, which compute "
+            f"{'/'.join(pim)} only ({why}): every op runs on the host, as the GPU alone would"]
 
 
 # What a serving run takes from its request stream instead of the workload's one batch; the offload kind

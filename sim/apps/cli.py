@@ -42,7 +42,7 @@ _APPS = (trace_cli.register, sweep_cli.register, survey_cli.register, serve_cli.
 
 
 def _load(args: argparse.Namespace):
-    """Workload and machine from the common arguments, with --set overrides."""
+    """Workload, machine and the hardware overrides (for the run JSON) from the common arguments."""
     from hw_models.ideal import ideal
     from hw_models.machine import load_machine
     from sim.apps.checks import unused_settings
@@ -59,7 +59,7 @@ def _load(args: argparse.Namespace):
         if workload.stack is not None:   # a stack adds kernels, floors and host time: the pure roofline has none
             print(f"note: --ideal is the pure roofline; stack {workload.stack!r} is not applied", file=sys.stderr)
             workload = workload.model_copy(update={"stack": None})
-    return workload, machine
+    return workload, machine, sets.hw
 
 
 @contextmanager
@@ -87,13 +87,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hw_models.registry import simulate
+    from hw_models.registry import hardware_record, simulate
     from sim.core.generation import STEP_PROGRESS
     from sim.core.results import check_finite
     from sim.apps.gantt import parse_layers
 
     layers = parse_layers(args.gantt_layers, args.plots)
-    workload, machine = _load(args)
+    workload, machine, hw_sets = _load(args)
     for path in (args.json, args.chrome_trace):
         if path:
             check_output(path)  # before the run, not after it
@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             finally:
                 STEP_PROGRESS.reset(token)
     with transaction():  # every output or none
-        _write_run_outputs(args, result, workload, machine, layers)
+        _write_run_outputs(args, result, workload, machine, layers, hardware_record(machine, hw_sets))
     if not tables.report_wanted(args):
         return 0
     from sim.apps.report import print_report   # rich tables and the kinds' report sections
@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_run_outputs(args: argparse.Namespace, result, workload, machine, layers) -> None:
+def _write_run_outputs(args: argparse.Namespace, result, workload, machine, layers, hw: dict) -> None:
     from sim.apps.chrome_trace import chrome_trace
     from hw_models.roofs import roofs
     from sim.apps.counters import step_tracks
@@ -125,7 +125,7 @@ def _write_run_outputs(args: argparse.Namespace, result, workload, machine, laye
     from sim.apps.plots import roofline
 
     if args.json:
-        write_json(args.json, result.to_json())
+        write_json(args.json, result.to_json() | hw)   # the hardware's overrides and figures: sim diff lists them
     if args.chrome_trace:
         decode = f"decode step (kv_len {result.decode_kv_len})"
         write_json(args.chrome_trace, chrome_trace(
@@ -153,7 +153,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     from sim.core.units import fmt_time
     from sim.core.workload import beyond_context
 
-    workload, machine = _load(args)
+    workload, machine, _ = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
     # What sim run adds and this table does not: a stack's kernels and host time, a plan's split over devices,
@@ -211,7 +211,9 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     fmts = (flags.comma_list("--formats", args.formats, lambda n: get_format(n).name) if args.formats
             else list(MODEL_SHOW_FORMATS))
     by_fmt = {f: weight_bytes(m, FormatPolicy(weights=f, activations="fp16")) for f in fmts}
-    kv = {f: m.kv_bytes_per_token(get_format(f).storage_bytes((1, m.kv_dim)) / m.kv_dim) for f in fmts}
+    # a token's KV: one row more of each layer's K and V (a per-tensor scale, NVFP4's, is the tensor's, not the row's)
+    kv = {f: m.kv_bytes_per_token((get_format(f).storage_bytes((2, m.kv_dim)) - get_format(f).storage_bytes((1, m.kv_dim)))
+                                  / m.kv_dim) for f in fmts}
     data = dict(m.to_dict(), params=m.params(), weight_bytes=by_fmt, kv_cache_bytes_per_token=kv)
     if m.is_moe:   # what one token reads: the routed experts it goes to, not all of them
         data["active_params"] = m.params(active=True)
@@ -243,7 +245,6 @@ def cmd_formats(args: argparse.Namespace) -> int:
     from sim.core.quantize import quantization_error
 
     import numpy as np
-
 
     names = flags.comma_list("--formats", args.formats, lambda n: get_format(n).name) if args.formats else known_formats()
     fmts = [get_format(n) for n in names]        # unknown names fail before any work

@@ -1,41 +1,94 @@
-"""`sim diff A.json B.json`: what changed between two `sim run --json` results: the
-inputs that differ, the headline metrics, and the decode step op by op (each op summed
-over its layers), largest change first."""
+"""`sim diff A.json B.json`: what changed between two `sim run --json` results (the inputs that differ,
+each hardware figure a `--set hw.*` or a hardware file changed among them, the headline metrics, and the
+decode step op by op, each op summed over its layers, largest change first), or between two `sim serve --json`
+summaries (the inputs a summary records, the hardware, and the serving metrics: latency means and tails,
+throughput, goodput, energy)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from sim.core import tables
 from sim.core.errors import ConfigError
 from hw_models.gpu.stage_ops import split_stage
+from hw_models.registry import HW_FIGURES, HW_OVERRIDES
 from sim.core.results import _without_layer, whole_op
 from sim.core.schema import require_file
+from sim.core.settings import dotted_items
 from sim.core.units import fmt_time
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "energy_per_token_j")
 TIMES = ("ttft_s", "tpot_s", "e2e_s")
 INPUTS = ("workload", "hardware", "kind", "stack", "batch", "prompt_len", "gen_len", "formats", "model",
           "decode_kv_len", "exhaustive")
+# A serve summary records no serving file and none of its --set items (arrival rate, lengths): these are the
+# inputs it holds (sim.apps.serve.cli adds the first five to the stream's figures).
+SERVE_INPUTS = ("hardware", "model", "scheduler", "deployment", "exact", "slo", "requests", "instances",
+                "kv_block_tokens")
+SERVE_METRICS = (*(f"latency.{m}.{s}" for m in ("ttft", "tpot", "tbt", "e2e", "queue") for s in ("mean", "p90", "p99")),
+                 "throughput_req_s", "throughput_tok_s", "goodput_req_s", "goodput_tok_s", "energy_per_token_j",
+                 "energy.avg_power_per_device_w", "energy.total_j", "completed", "rejected", "preemptions",
+                 "duration_s")
+SERVE_UNRECORDED = ("a serve summary records its hardware, model, scheduler, deployment, SLO and request count, not its "
+                    "serving file or that file's other settings (arrival rate, lengths): those are not compared")
+HW_ROWS = 12   # hardware figures listed without --all: two presets of different kinds differ in dozens
+# Words about the machine, not figures of it: `hardware` already shows the name, and a description is prose.
+NOT_FIGURES = ("name", "description", "version")
 
 
-def load_result(path: str) -> dict[str, Any]:
-    """A `sim run --json` file, checked to be one."""
+@dataclass(frozen=True)
+class Shape:
+    """What sim diff compares of one kind of result."""
+
+    what: str                    # how a message names it
+    inputs: tuple[str, ...]
+    metrics: tuple[str, ...]     # dotted paths into the JSON (latency.ttft.p90)
+    times: tuple[str, ...]       # the metrics shown as times: these keys, or keys under them
+
+
+RUN = Shape("a `sim run --json` result", INPUTS, METRICS, TIMES)
+SERVE = Shape("a `sim serve --json` summary", SERVE_INPUTS, SERVE_METRICS, ("latency", "duration_s"))
+
+
+def shape_of(path: str, data: Any) -> Shape:
+    """Which kind of result `data` is; anything else is refused in one line that says what to give."""
+    keys = set(data) if isinstance(data, dict) else set()
+    if {"ops", "tpot_s"} <= keys:
+        return RUN
+    if {"latency", "requests"} <= keys:
+        return SERVE
+    if "summary" in keys and keys & {"capacity_rate_req_s", "capacity_clients"}:
+        raise ConfigError(f"{path}: a `sim serve --find-capacity` result; sim diff compares two `sim serve --json` "
+                          "summaries: rerun each at the rate (or clients) it found, with --json, and diff those")
+    raise ConfigError(f"{path}: not a `sim run --json` result (no tpot_s and ops) or a `sim serve --json` summary "
+                      "(no latency and requests); sim diff compares two runs' JSON, or two serve summaries")
+
+
+def load_result(path: str) -> tuple[dict[str, Any], Shape]:
+    """A `sim run --json` result or a `sim serve --json` summary, checked to be one, and which."""
     p = Path(path)
-    require_file(p, expected="a `sim run --json` result")
+    require_file(p, expected="a `sim run --json` result or `sim serve --json` summary")
     try:
         data = json.loads(p.read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict) or "ops" not in data or "tpot_s" not in data:
-        raise ConfigError(f"{path}: not a `sim run --json` result (no tpot_s and ops); "
-                          "sim diff compares two runs' JSON")
-    return data
+    return data, shape_of(path, data)
+
+
+def load_pair(a: str, b: str) -> tuple[dict[str, Any], dict[str, Any], Shape]:
+    """Both results, refused in one line unless of one kind: a run's metrics are not a serve summary's."""
+    (da, sa), (db, sb) = load_result(a), load_result(b)
+    if sa != sb:
+        raise ConfigError(f"{a} is {sa.what} and {b} {sb.what}: sim diff compares two of one kind "
+                          "(two sim run --json results, or two sim serve --json summaries)")
+    return da, db, sa
 
 
 def ops_by_name(data: dict[str, Any]) -> dict[str, tuple[str, float]]:
@@ -55,10 +108,10 @@ def ops_by_name(data: dict[str, Any]) -> dict[str, tuple[str, float]]:
     return out
 
 
-def changed_inputs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+def changed_inputs(a: dict[str, Any], b: dict[str, Any], keys: tuple[str, ...] = INPUTS) -> list[tuple[str, str, str]]:
     """(key, A, B) for each input that differs, nested mappings key by key (model.num_layers)."""
     rows = []
-    for key in INPUTS:
+    for key in keys:
         x, y = a.get(key), b.get(key)
         if isinstance(x, dict) and isinstance(y, dict):
             rows += [(f"{key}.{k}", str(x.get(k, "-")), str(y.get(k, "-")))
@@ -72,48 +125,121 @@ def _ratio(x: float, y: float) -> str:
     return f"{y / x:.3g}x" if x else "-"
 
 
+def _busy_time(data: dict[str, Any]) -> bool:
+    """A result whose energy carries the busy-time note: a run among its notes, a serve summary under energy."""
+    notes = [*(data.get("notes") or []), (data.get("energy") or {}).get("note") or ""]
+    return any(n.startswith("energy:") and "does not compare" in n for n in notes)
+
+
 def energy_footing(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """A note where the two runs' energy models differ (a busy-time preset's note, hw_models.power.busy_time_note,
     on one side only), so the J/token ratio compares two bookkeepings, not two machines."""
-    busy = [h for h in (a, b) if any(n.startswith("energy:") and "does not compare" in n for n in h.get("notes") or [])]
+    busy = [h for h in (a, b) if _busy_time(h)]
     if len(busy) != 1:
         return None
     return (f"energy_per_token_j: {busy[0].get('hardware')} counts busy-time power only (no board-power model), the other "
             "run idle + activity + dynamic power: the ratio mixes the two models (docs/energy.md)")
 
 
-def cmd_diff(args: argparse.Namespace) -> int:
-    a, b = load_result(args.a), load_result(args.b)
-    console = tables.console()
-    console.print(f"A: {args.a}\nB: {args.b}")
-    inputs = Table(title="inputs that differ", title_justify="left")
+def _at(data: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path (latency.ttft.p90), None where any step is missing."""
+    for key in path.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _figure(figures: dict[str, Any], overrides: dict[str, Any], key: str) -> str:
+    """One side's cell: the figure, marked where a --set gave it. A null figure takes the field's default
+    (power_limit_w null: the TDP, power_w), which the machine's schema knows and the JSON does not."""
+    if key not in figures:
+        return "-"
+    value = figures[key]
+    text = "null (default)" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+    return text + (" (--set)" if key in overrides else "")
+
+
+def hardware_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(hw.KEY, A, B) for each effective hardware figure (hw_models.registry.hardware_record) that differs;
+    none where either side recorded no figures (hardware_note says so)."""
+    if not (a.get(HW_FIGURES) and b.get(HW_FIGURES)):
+        return []
+    fa, fb = dict(dotted_items(a[HW_FIGURES])), dict(dotted_items(b[HW_FIGURES]))
+    set_a, set_b = a.get(HW_OVERRIDES) or {}, b.get(HW_OVERRIDES) or {}
+    keys = [k for k in sorted(set(fa) | set(fb))
+            if k.split(".")[0] not in NOT_FIGURES and (k in fa, fa.get(k)) != (k in fb, fb.get(k))]
+    # what a --set gave, then figures both machines have (a bandwidth), then parts one lacks (a link): the rows
+    # without --all stop at the first few
+    keys.sort(key=lambda k: (k not in set_a and k not in set_b, k not in fa or k not in fb))
+    return [(f"hw.{k}", _figure(fa, set_a, k), _figure(fb, set_b, k)) for k in keys]
+
+
+def hardware_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Where a side recorded no figures, that its --set hw.* and hardware file went uncompared."""
+    missing = [name for name, data in (("A", a), ("B", b)) if not data.get(HW_FIGURES)]
+    if not missing:
+        return None
+    return (f"hardware figures: not recorded in {' or '.join(missing)} (written by an older sim, the Python API or a "
+            "disaggregated sim serve): --set hw.* and hardware-file changes are not compared, only the preset name")
+
+
+def input_rows(a: dict[str, Any], b: dict[str, Any], shape: Shape, every: bool) -> list[tuple[str, str, str]]:
+    """The inputs that differ, then the hardware figures (the first HW_ROWS unless `every`)."""
+    hw = hardware_rows(a, b)
+    more = [] if every or len(hw) <= HW_ROWS else [(f"(and {len(hw) - HW_ROWS} more hw.* figures; --all lists them)", "", "")]
+    return changed_inputs(a, b, shape.inputs) + hw[: None if every else HW_ROWS] + more
+
+
+def _inputs_table(rows: list[tuple[str, str, str]]) -> Table:
+    table = Table(title="inputs that differ", title_justify="left")
     for col in ("input", "A", "B"):
-        inputs.add_column(col)
-    for row in changed_inputs(a, b) or [("(none)", "", "")]:
-        inputs.add_row(*row)
-    console.print(inputs)
-    metrics = Table(title="metrics", title_justify="left")
+        table.add_column(col)
+    for row in rows or [("(none)", "", "")]:
+        table.add_row(*row)
+    return table
+
+
+def _metrics_table(a: dict[str, Any], b: dict[str, Any], shape: Shape) -> Table:
+    table = Table(title="metrics", title_justify="left")
     for col in ("metric", "A", "B", "B / A"):
-        metrics.add_column(col, justify="left" if col == "metric" else "right")
-    for m in METRICS:
-        x, y = a.get(m), b.get(m)
-        if x is None or y is None:
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for m in shape.metrics:
+        x, y = _at(a, m), _at(b, m)
+        if not isinstance(x, (int, float)) or not isinstance(y, (int, float)):   # None: not measured (no tokens)
             continue
-        show = fmt_time if m in TIMES else (lambda v: f"{v:,.4g}")
-        metrics.add_row(m, show(x), show(y), _ratio(x, y))
-    console.print(metrics)
-    if note := energy_footing(a, b):
-        console.print(note)
+        show = fmt_time if m.split(".")[0] in shape.times else (lambda v: f"{v:,.4g}")
+        table.add_row(m, show(x), show(y), _ratio(x, y))
+    return table
+
+
+def _ops_table(a: dict[str, Any], b: dict[str, Any], every: bool) -> Table:
     oa, ob = ops_by_name(a), ops_by_name(b)
     names = sorted(set(oa) | set(ob), key=lambda n: -abs(ob.get(n, ("", 0.0))[1] - oa.get(n, ("", 0.0))[1]))
     ops = Table(title="decode step, op by op", caption="each op summed over its layers (its parts on units that run at once counted once); largest change first",
                 title_justify="left", caption_justify="left")
     for col in ("op", "kind", "A", "B", "B - A", "B / A"):
         ops.add_column(col, justify="left" if col in ("op", "kind") else "right")
-    for n in names[: None if args.all else 20]:
+    for n in names[: None if every else 20]:
         kind, x = oa.get(n, (ob.get(n, ("", 0.0))[0], 0.0))
         y = ob.get(n, (kind, 0.0))[1]
         ops.add_row(n, kind, fmt_time(x) if n in oa else "absent", fmt_time(y) if n in ob else "absent",
                     ("+" if y >= x else "-") + fmt_time(abs(y - x)), _ratio(x, y))
-    console.print(ops)
+    return ops
+
+
+def _notes(console: Console, *notes: str | None) -> None:
+    for note in notes:
+        if note:
+            console.print(note)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    a, b, shape = load_pair(args.a, args.b)
+    console = tables.console()
+    console.print(f"A: {args.a}\nB: {args.b}")
+    console.print(_inputs_table(input_rows(a, b, shape, args.all)))
+    _notes(console, SERVE_UNRECORDED if shape is SERVE else None, hardware_note(a, b))
+    console.print(_metrics_table(a, b, shape))
+    _notes(console, energy_footing(a, b))
+    if shape is RUN:
+        console.print(_ops_table(a, b, args.all))
     return 0

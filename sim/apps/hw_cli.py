@@ -10,7 +10,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sim.core import flags, tables
 from sim.core.errors import SimError
@@ -214,6 +214,7 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine, resolve_path
     from hw_models.network.topology import is_topology_file, load_topology, preset_names as topology_names
     from hw_models.registry import machine_data
+    from sim.core.settings import dotted_items
 
     if args.name in topology_names() or is_topology_file(args.name):      # a node of devices: draw it (text)
         topo = load_topology(args.name)
@@ -228,19 +229,10 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["key", "value"])
-        writer.writerows(_flat(data))
+        writer.writerows(dotted_items(data))
     elif not args.quiet:
         print(text)
     return 0
-
-
-def _flat(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """A nested mapping as (dotted key, value) rows, the keys `--set hw.KEY=VALUE` takes."""
-    if isinstance(data, dict):
-        return [row for k, v in data.items() for row in _flat(v, f"{prefix}{k}.")]
-    if isinstance(data, list) and any(isinstance(v, (dict, list)) for v in data):
-        return [row for i, v in enumerate(data) for row in _flat(v, f"{prefix}{i}.")]
-    return [(prefix.rstrip("."), data)]
 
 
 def register(sub) -> None:

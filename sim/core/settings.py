@@ -78,3 +78,13 @@ def resolve_aliases(path: str, aliases: dict[str, str]) -> str:
 
 def has_alias(path: str) -> bool:
     return any(part in HW_ALIASES for part in path.split("."))
+
+
+def dotted_items(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A nested mapping as (dotted key, value) leaves, the keys `--set hw.KEY=VALUE` takes (`sim hw show
+    --format csv`, sim diff's hardware rows); an empty mapping has none."""
+    if isinstance(data, dict):
+        return [row for k, v in data.items() for row in dotted_items(v, f"{prefix}{k}.")]
+    if isinstance(data, list) and any(isinstance(v, (dict, list)) for v in data):
+        return [row for i, v in enumerate(data) for row in dotted_items(v, f"{prefix}{i}.")]
+    return [(prefix.rstrip("."), data)]

@@ -54,7 +54,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.run import summary_of
     from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
-    from sim.apps.checks import unused_in_serving, unused_settings
+    from sim.apps.checks import engine_mismatch, pim_ineligible, unused_in_serving, unused_settings
+    from hw_models.registry import hardware_record
     from sim.core.settings import split_settings
 
     if args.no_cache:
@@ -64,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     file = load_serve_file(args.file, sets.workload)
     machine = _machine(args, file, sets.hw)
     for note in unused_settings(file, machine, file.model_config_()) + unused_in_serving(file, machine) \
-            + transfer_notes(file):
+            + transfer_notes(file) + engine_mismatch(file) + pim_ineligible(file, machine):
         print(f"warning: {note}", file=sys.stderr)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:
@@ -84,12 +85,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                       None if prog is None else lambda d, n: prog.update(task, completed=d))
     s = summary_of(file, machine, res, extra)
     check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
-    hardware = machine.name
+    if s["requests"] and s["rejected"] == s["requests"]:   # a stream nothing of which can run: figures of nothing
+        print(f"warning: {file.source}: all {s['requests']} requests were rejected ("
+              + "; ".join(f"{n}: {why}" for why, n in s["rejected_reasons"].items()) + ")", file=sys.stderr)
+    hardware, hw = machine.name, hardware_record(machine, sets.hw)   # sim diff lists a --set hw.*
     if file.serving.disaggregated is not None:
         from sim.apps.serve.disagg import pools_label
-        hardware = pools_label(s["disaggregated"])
+        hardware, hw = pools_label(s["disaggregated"]), {}   # a machine per pool: no one machine's figures
     s.update(hardware=hardware, model=setup.model.name, scheduler=file.serving.scheduler.kind,
-             deployment=file.serving.deployment, exact=args.exact)
+             deployment=file.serving.deployment, exact=args.exact, **hw)
     _write(args, res, s)
     if tables.report_wanted(args):
         from sim.apps.serve.report import print_report   # rich's tables: only to print them

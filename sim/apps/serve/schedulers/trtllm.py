@@ -18,7 +18,8 @@ the micro-batch scheduler then fills max_num_tokens with generation and context 
   A prompt longer than the whole budget can never run and is refused on arrival. With
   `enable_chunked_prefill: true` the last prompt of a step is cut to the budget as in vLLM.
 
-Modelled away: MAX_UTILIZATION, the KV-cache reuse of its block manager.
+Modelled away: MAX_UTILIZATION. The KV-cache reuse of its block manager is the prefix cache every paged
+scheduler here shares (serving.prefix_caching), at the pool's block granularity.
 """
 
 from __future__ import annotations
