@@ -113,8 +113,18 @@ def test_two_serve_summaries(capsys, tmp_path):
                      "--json", str(path), "-q"]) == 0
     (inputs, metrics, *rest), err = _diff(capsys, a, b)
     assert inputs["rows"] == [["hw.units.gpu.power_limit_w", "null (default)", "300 (--set)"]] and not rest
-    assert "not its serving file" in err   # what a summary does not record, said
+    assert "not its serving section" not in err   # both record it
     sa, sb = json.loads(a.read_text()), json.loads(b.read_text())
+    # the serving section's settings, as run: two rates diffed as "(none)" when the summary did not record them
+    c = tmp_path / "c.json"
+    assert main(["serve", SERVE, "--hw", "h100_sxm", "--set", "serving.arrivals.num_requests=20",
+                 "--set", "serving.arrivals.rate=3", "--json", str(c), "-q"]) == 0
+    (inputs, *_), _ = _diff(capsys, a, c)
+    assert inputs["rows"] == [["serving.arrivals.rate", str(sa["serving"]["arrivals"]["rate"]), "3.0"]]
+    old = tmp_path / "old.json"   # an older sim's summary: without the section, said uncompared
+    old.write_text(json.dumps({k: v for k, v in sa.items() if k != "serving"}))
+    _, err = _diff(capsys, old, a)
+    assert "not its serving section" in err
     ratio = dict((r[0], r[3]) for r in metrics["rows"])
     assert ratio["latency.ttft.p90"] == f"{sb['latency']['ttft']['p90'] / sa['latency']['ttft']['p90']:.3g}x"
     assert ratio["energy.avg_power_per_device_w"] == (

@@ -36,8 +36,8 @@ SERVE_METRICS = (*(f"latency.{m}.{s}" for m in ("ttft", "tpot", "tbt", "e2e", "q
                  "throughput_req_s", "throughput_tok_s", "goodput_req_s", "goodput_tok_s", "energy_per_token_j",
                  "energy.avg_power_per_device_w", "energy.total_j", "completed", "rejected", "preemptions",
                  "duration_s")
-SERVE_UNRECORDED = ("a serve summary records its hardware, model, scheduler, deployment, SLO and request count, not its "
-                    "serving file or that file's other settings (arrival rate, lengths): those are not compared")
+SERVE_UNRECORDED = ("a serve summary of an older sim records its hardware, model, scheduler, deployment, SLO and request "
+                    "count, not its serving section (arrival rate, lengths): those are not compared")
 HW_ROWS = 12   # hardware figures listed without --all: two presets of different kinds differ in dozens
 # Words about the machine, not figures of it: `hardware` already shows the name, and a description is prose.
 NOT_FIGURES = ("name", "description", "version")
@@ -182,11 +182,20 @@ def hardware_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
             "disaggregated sim serve): --set hw.* and hardware-file changes are not compared, only the preset name")
 
 
+def serving_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(serving.KEY, A, B) for each setting of the serving sections that differs (arrivals.rate, lengths...)."""
+    fa, fb = (dict(dotted_items(d.get("serving") or {})) for d in (a, b))
+    return [(f"serving.{k}", str(fa.get(k, "-")), str(fb.get(k, "-"))) for k in sorted(set(fa) | set(fb))
+            if fa.get(k) != fb.get(k)]
+
+
 def input_rows(a: dict[str, Any], b: dict[str, Any], shape: Shape, every: bool) -> list[tuple[str, str, str]]:
-    """The inputs that differ, then the hardware figures (the first HW_ROWS unless `every`)."""
+    """The inputs that differ (a serve summary's serving settings among them), then the hardware figures (the
+    first HW_ROWS unless `every`)."""
     hw = hardware_rows(a, b)
     more = [] if every or len(hw) <= HW_ROWS else [(f"(and {len(hw) - HW_ROWS} more hw.* figures; --all lists them)", "", "")]
-    return changed_inputs(a, b, shape.inputs) + hw[: None if every else HW_ROWS] + more
+    serving = serving_rows(a, b) if shape is SERVE else []
+    return changed_inputs(a, b, shape.inputs) + serving + hw[: None if every else HW_ROWS] + more
 
 
 def _inputs_table(rows: list[tuple[str, str, str]]) -> Table:
@@ -237,7 +246,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     console = tables.console()
     console.print(f"A: {args.a}\nB: {args.b}")
     console.print(_inputs_table(input_rows(a, b, shape, args.all)))
-    _notes(console, SERVE_UNRECORDED if shape is SERVE else None, hardware_note(a, b))
+    unrecorded = shape is SERVE and not (a.get("serving") and b.get("serving"))
+    _notes(console, SERVE_UNRECORDED if unrecorded else None, hardware_note(a, b))
     console.print(_metrics_table(a, b, shape))
     _notes(console, energy_footing(a, b))
     if shape is RUN:
