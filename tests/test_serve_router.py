@@ -114,3 +114,52 @@ def test_replicas_and_dp_must_agree(a6000):
     f = _file(1.0, 4, router={"replicas": 2}, parallel={"dp": 3})
     with pytest.raises(ConfigError, match="serving.router.replicas: 2, but parallel.dp is 3"):
         serve(f, a6000, cache=CACHE)
+
+
+def _prefix_file(router=None, rate=2.0) -> ServeFile:
+    """100 prompts of 512 tokens, each beginning with one of 4 shared 384-token prefixes (a serving researcher's
+    trial: a DP + prefix-caching study had no router that keeps a prefix on the replica caching it)."""
+    serving = dict(arrivals=dict(process="poisson", rate=rate, num_requests=100, seed=3),
+                   lengths=dict(prompt=dict(dist="fixed", value=512), output=dict(dist="fixed", value=8)),
+                   scheduler=dict(kind="vllm"), prefix_caching=dict(enabled=True, shared_prefix=dict(tokens=384, groups=4)))
+    if router:
+        serving["router"] = router
+    raw = dict(name="t", model="llama2-7b", flash_attention=True, serving=serving)
+    return validate_mapping(ServeFile, raw, "test.yaml", "a serving file")
+
+
+def test_cache_aware_routing_keeps_each_prefix_on_one_replica(a6000):
+    """One engine hits (100 - 4) x 384 / (100 x 512) = 72% of the prompt tokens (each group's first prompt
+    computes its prefix). Round robin over 4 replicas computes each prefix on every replica it reaches (lower);
+    cache_aware (SGLang's router) sends a group's first prompt to the replica caching least and the rest to the
+    replica caching it (share 384 / 512 = 0.75 > 0.3): every group on one replica, the one engine's 72%."""
+    _, one = serve(_prefix_file(), a6000, cache=CACHE)
+    assert one["prefix_hit_share"] == pytest.approx(96 * 384 / (100 * 512), rel=1e-9)
+    _, rr = serve(_prefix_file({"replicas": 4, "policy": "round_robin"}), a6000, cache=CACHE)
+    f = _prefix_file({"replicas": 4, "policy": "cache_aware"})
+    res, ca = serve(f, a6000, cache=CACHE)
+    assert rr["prefix_hit_share"] < ca["prefix_hit_share"] == pytest.approx(one["prefix_hit_share"], rel=1e-9)
+    group = [h[0] for h in make_requests(f).hash_ids]   # each prompt's shared-prefix unit
+    where = {g: {int(k) for k, h in zip(res.requests["instance"], group) if h == g} for g in set(group)}
+    assert sorted(len(w) for w in where.values()) == [1, 1, 1, 1]            # a group on one replica
+    assert set().union(*where.values()) == {0, 1, 2, 3}                      # the 4 groups on the 4 empty caches
+
+
+def test_cache_aware_falls_back_to_the_least_loaded_when_imbalanced():
+    """The decision by hand (sim.apps.serve.router.cache_aware): replica 0 caches the request's prefix (share
+    0.75). At loads 10 / 0 it wins; at 70 / 5 the load is imbalanced (70 - 5 > 64 and 70 > 1.5 x 5): the least
+    loaded, replica 1. A request without hashes goes to the least loaded too."""
+    from types import SimpleNamespace
+
+    from sim.apps.serve.kvpool import BlockPool
+    from sim.apps.serve.router import cache_aware
+
+    def replica(load, cached):
+        pool = BlockPool(1000, 16, unit_blocks=24, caching=True)
+        for h in cached:
+            pool.refs[h] = 0
+        return SimpleNamespace(outstanding=load, sched=SimpleNamespace(pool=pool),
+                               reqs=SimpleNamespace(hash_ids=[(7,), ()], prompt_len=np.array([512, 512])))
+    assert cache_aware(0, [replica(10, {7}), replica(0, set())], least=1) == 0
+    assert cache_aware(0, [replica(70, {7}), replica(5, set())], least=1) == 1
+    assert cache_aware(1, [replica(10, {7}), replica(0, set())], least=1) == 1

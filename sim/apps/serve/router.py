@@ -6,7 +6,16 @@ request when it arrives and hands it to one replica:
 
 * round_robin: request i to replica i mod N (vLLM's and most load balancers' default);
 * least_outstanding: to the replica with the fewest requests routed to it and not yet
-  finished (ties to the lowest index), as llm-d / Ray Serve's "least requests" policy.
+  finished (ties to the lowest index), as llm-d / Ray Serve's "least requests" policy;
+* cache_aware: SGLang's router (sgl-router, now SMG: lightseekorg/smg docs/concepts/routing/cache-aware.md
+  and docs/getting-started/load-balancing.md, defaults --cache-threshold 0.3, --balance-abs-threshold 64,
+  --balance-rel-threshold 1.5). When the load is imbalanced (most outstanding - least > 64 and most > 1.5 x
+  least) to the least loaded replica; otherwise to the replica whose prefix cache holds the largest share of
+  the prompt, if that share exceeds 0.3, else to the one caching the least (its "smallest tree": the most
+  room; ties to the less loaded). The share is read from each replica's
+  own pool (SMG mirrors the engines' caches; the older router kept an approximate tree of what it had
+  routed), at the pool's unit (a trace's hash block, a generated shared prefix). Without hashes (no prefix
+  information in the stream) it is least_outstanding.
 
 The result merges the replicas: each request's record from the replica that served it,
 iterations of all replicas (sorted by start), KV blocks summed (peak: the sum of the
@@ -28,7 +37,8 @@ from sim.apps.serve.spec import Router, ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError
 
-POLICIES = ("round_robin", "least_outstanding")
+POLICIES = ("round_robin", "least_outstanding", "cache_aware")
+CACHE_THRESHOLD, BALANCE_ABS, BALANCE_REL = 0.3, 64, 1.5   # SMG's defaults (module doc)
 
 
 class Replica(ServeSim):
@@ -69,7 +79,25 @@ def replica_count(file: ServeFile) -> int:
 def choose(policy: str, i: int, replicas: list[Replica]) -> int:
     if policy == "round_robin":
         return i % len(replicas)
-    return min(range(len(replicas)), key=lambda k: replicas[k].outstanding)
+    least = min(range(len(replicas)), key=lambda k: replicas[k].outstanding)
+    return cache_aware(i, replicas, least) if policy == "cache_aware" else least
+
+
+def cache_aware(i: int, replicas: list[Replica], least: int) -> int:
+    """SGLang's cache-aware choice for request i (module doc); `least`: the least loaded replica."""
+    loads = [r.outstanding for r in replicas]
+    lo, hi = loads[least], max(loads)
+    reqs = replicas[0].reqs
+    hashes = reqs.hash_ids[i] if reqs.hash_ids else ()
+    if (hi - lo > BALANCE_ABS and hi > BALANCE_REL * lo) or not hashes:
+        return least
+    prompt = int(reqs.prompt_len[i])
+    pools = [r.sched.pool for r in replicas]
+    share = [min(p.match(hashes) * p.unit_blocks * p.block_size, prompt) / prompt for p in pools]
+    best = max(range(len(replicas)), key=lambda k: (share[k], -loads[k]))   # ties to the less loaded
+    if share[best] > CACHE_THRESHOLD:
+        return best
+    return min(range(len(replicas)), key=lambda k: (len(pools[k].refs), loads[k]))   # the smallest tree
 
 
 def stream(env: simpy.Environment, reqs: Requests, route: Callable[[int], None]):

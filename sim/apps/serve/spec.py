@@ -195,7 +195,7 @@ STATS = ("mean", "p50", "p90", "p99", "max")
 class Router(Strict):
     """Data parallelism: `replicas` copies of the instance (default: parallel.dp) behind a router."""
     replicas: PosInt | None = None
-    policy: Literal["round_robin", "least_outstanding"] = "round_robin"
+    policy: Literal["round_robin", "least_outstanding", "cache_aware"] = "round_robin"
 
 
 class Serving(Strict):
