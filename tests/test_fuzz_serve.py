@@ -90,7 +90,7 @@ def serving_files(draw) -> tuple[dict, str]:
     layout = draw(st.sampled_from(["one", "one", "replicas", "disaggregated"]))
     if layout == "replicas":
         srv["router"] = dict(replicas=draw(st.integers(2, 3)),
-                             policy=draw(st.sampled_from(["round_robin", "least_outstanding"])))
+                             policy=draw(st.sampled_from(["round_robin", "least_outstanding", "cache_aware"])))
     elif layout == "disaggregated" and "speculative" not in srv and srv["scheduler"]["kind"] != "static":
         srv["disaggregated"] = dict(prefill=dict(hw=draw(st.sampled_from(MACHINES)), replicas=draw(st.integers(1, 2))),
                                     decode=dict(hw=draw(st.sampled_from(MACHINES)), replicas=draw(st.integers(1, 2))),
