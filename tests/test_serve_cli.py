@@ -209,3 +209,27 @@ def test_a_pim_machine_whose_units_compute_none_of_the_formats_is_said():
     [note] = pim_ineligible(load_serve_file(path, {"formats.weights": "bf16", "formats.kv_cache": "bf16"}), pim)
     assert "(weights in bf16 and KV cache in bf16)" in note
     assert pim_ineligible(load_serve_file(path, {"formats.activations": "bf16"}), load_machine("h100_sxm")) == []
+
+
+def test_vllm_s_budget_and_sequence_cap_follow_the_gpu():
+    """A serving researcher's trial: `kind: vllm` ran 2048 tokens and 256 sequences on every preset, where vLLM's
+    OpenAI server takes 8192 and 1024 on a GPU of at least 70 GiB that is not an A100 (EngineArgs.get_batch_defaults;
+    docs/serving.md's own validation says "each engine's default on an 80 GB GPU"). h100_sxm (80 GiB) and h200 get
+    them; a100_80g (an A100) and a6000 (48 GB) keep 2048 / 256; a value the file sets is kept; vllm-v0 is untouched."""
+    from hw_models.machine import load_machine
+    from sim.apps.serve.engine_defaults import with_engine_defaults
+    from sim.apps.serve.spec import serve_file_from_dict
+
+    def sched(hw, **given):
+        raw = json.loads(json.dumps(BASE))
+        raw["serving"]["scheduler"] = {"kind": "vllm", **given}
+        s = with_engine_defaults(serve_file_from_dict(raw, "t.yaml"), load_machine(hw)).serving.scheduler
+        return s.max_num_batched_tokens, s.max_num_seqs
+
+    assert sched("h100_sxm") == sched("h200") == (8192, 1024)
+    assert sched("a100_80g") == sched("a6000") == (2048, 256)
+    assert sched("h100_sxm", max_num_batched_tokens=512) == (512, 1024)
+    raw = json.loads(json.dumps(BASE))
+    raw["serving"]["scheduler"] = {"kind": "vllm-v0"}
+    f = serve_file_from_dict(raw, "t.yaml")
+    assert with_engine_defaults(f, load_machine("h100_sxm")) is f

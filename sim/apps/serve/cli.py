@@ -50,6 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
     from sim.apps.serve.disagg import transfer_notes
+    from sim.apps.serve.engine_defaults import with_engine_defaults
     from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.run import summary_of
     from sim.apps.serve.instance import prepare
@@ -64,6 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = _machine(args, file, sets.hw)
+    file = with_engine_defaults(file, machine)   # vLLM's budget and sequence cap follow the GPU where left out
     for note in unused_settings(file, machine, file.model_config_()) + unused_in_serving(file, machine) \
             + transfer_notes(file) + engine_mismatch(file) + pim_ineligible(file, machine):
         print(f"warning: {note}", file=sys.stderr)

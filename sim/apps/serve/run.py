@@ -8,6 +8,7 @@ from hw_models.machine import Machine
 from hw_models.power import busy_time_note
 from sim.apps.serve.arrivals import make_requests
 from sim.apps.serve.cluster import serve_stream
+from sim.apps.serve.engine_defaults import with_engine_defaults
 from sim.apps.serve.invariants import check_run
 from sim.apps.serve.simulator import ServeResult, ServeSim
 from sim.apps.serve.metrics import summarize
@@ -23,6 +24,7 @@ def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | 
           watch: Callable[[ServeSim], None] | None = None) -> tuple[ServeResult, dict]:
     """Simulate the file's request stream on `machine`: the per-request and per-iteration
     result, and its summary (sim.apps.serve.metrics.summarize). `watch`: cluster.serve_stream."""
+    file = with_engine_defaults(file, machine)
     setup = prepare(file, machine, exact=exact, cache=cache)
     reqs = requests if requests is not None else make_requests(file)
     result, extra = serve_stream(file, setup, reqs, progress, cache, watch)
