@@ -84,15 +84,18 @@ def test_tp_equals_ep_all_reduces_the_combined_output():
 
 
 def test_tp_on_moe_splits_each_expert():
-    """ep = 1, tp = 4: the router is whole on every rank, each expert's width is cut 4 ways
-    and its down projection all-reduced."""
+    """ep = 1, tp = 4: the router is whole on every rank, each expert's width is cut 4 ways, and each rank
+    combines its partial expert outputs before one all-reduce of the combined T x h (a capacity planner's trial:
+    the down projection's T x k x h partial sums were all-reduced, k = 2 times the bytes here, 8 for Qwen3-30B-A3B)."""
     mp = _mapper({"tp": 4, "topology": "hgx_h200"})
     graph = _decode(mp, layers=1)
     rank, colls = moe_rank(graph, mp.model, 4, 1)
     whole = graph.op("L0.expert_gate")
     assert rank.op("L0.expert_gate").flops == pytest.approx(whole.flops / 4)
     assert rank.op("L0.router").flops == whole.dims["k"] * 2 * 64 * E
-    assert [c.kind for c in colls if c.after == "L0.expert_down"] == ["all_reduce"]
+    assert [c.kind for c in colls if c.after == "L0.expert_down"] == []
+    combine = next(c for c in colls if c.after == "L0.moe_combine")
+    assert (combine.kind, combine.bytes) == ("all_reduce", 64 * H * 2)   # batch 64 tokens x hidden, fp16
 
 
 def test_ep8_footprint_per_device():

@@ -14,7 +14,13 @@ which activations are sharded across the group, never from op names:
   sharded. A sharded output that nothing reads (the logits) is all-gathered.
 * GEMM reading a sharded activation: row-parallel, split by K (o_proj,
   down_proj, fc2: the GEMMs that feed a residual add); its partial sums are
-  all-reduced, so its output is replicated.
+  all-reduced, so its output is replicated. Where its output's only readers are
+  elementwise ops that reduce it (write fewer bytes than they read: the MoE combine,
+  a gate-weighted sum over each token's k experts), the sum is linear in the partial
+  sums: every device combines its own, and the all-reduce moves the combined T x h
+  after the combine, not the k times larger T x k x h before it (vLLM's FusedMoE
+  all-reduces its final hidden states after moe_sum; an expert-parallel plan's
+  combine does the same).
 * Any other op reading a sharded activation or the KV cache (RoPE, KV append,
   attention, softmax, the MLP activation function) is split by heads or
   columns with its inputs: 1/t each, output sharded.
@@ -80,7 +86,12 @@ def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset(),
     `overrides`: op name -> split, for ops a caller places itself (an MoE router kept whole)."""
     ops = list(graph.ops())
     read = {t.name for op in ops for t in op.reads if t.role == "activation"}
+    readers: dict[str, list] = {}
+    for op in ops:
+        for t in op.reads:
+            readers.setdefault(t.name, []).append(op)
     sharded: set[str] = set(sharded_inputs)
+    partial: set[str] = set()   # row-parallel partial sums whose all-reduce waits for the op that reduces them
     out: list[OpSplit] = []
     for op in ops:
         acts = [t for t in op.reads if t.role == "activation"]
@@ -90,6 +101,11 @@ def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset(),
             s = overrides[op.name]
         elif op.kind == g.EMBED:
             s = OpSplit(EMBED_VOCAB, ALL_REDUCE, False)
+        elif any(t.name in partial for t in acts):   # each device reduces its partial sums, then one all-reduce
+            s = OpSplit(REPLICATED, ALL_REDUCE, False)
+        elif op.kind == g.GEMM and in_sharded and _reduced_later(op, readers):
+            s = OpSplit(ROW, None, False)
+            partial.update(outs)
         elif op.kind == g.GEMM and in_sharded:
             s = OpSplit(ROW, ALL_REDUCE, False)
         elif op.kind == g.GEMM:
@@ -104,3 +120,12 @@ def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset(),
             sharded.update(outs)
         out.append(s)
     return out, sharded
+
+
+def _reduced_later(op, readers: dict[str, list]) -> bool:
+    """Whether every activation `op` writes is read only by elementwise ops that write fewer bytes than it holds
+    (a weighted sum over its rows, as the MoE combine): its all-reduce can wait for theirs (module doc)."""
+    outs = [t for t in op.writes if t.role == "activation"]
+    return bool(outs) and all(
+        readers.get(t.name) and all(r.kind == g.ELEMENTWISE and sum(w.bytes for w in r.writes) < t.bytes
+                                    for r in readers[t.name]) for t in outs)
