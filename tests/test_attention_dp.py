@@ -1,7 +1,7 @@
 """Expert parallelism with data-parallel attention groups of tp > 1 ranks (ep = g x tp), in
 `sim run` and `sim serve` (hw_models/gpu/expert_parallel.py, sim/apps/serve/attention_dp.py),
 checked by hand on Mixtral-8x7B (h = 4096, 8 experts of width 14336, top-2, 32 layers, 8 KV
-heads of 128) on hgx_h200 (datasheet NVSwitch: alpha 5 us per message step, 450 GB/s per
+heads of 128) on an H200 node of datasheet collectives (tests/data/topologies: hgx_h200 unfitted; NVSwitch: alpha 5 us per message step, 450 GB/s per
 GPU and direction) at tp 2, ep 4: 2 attention groups of 2 ranks, 2 experts per rank."""
 
 import pytest
@@ -17,10 +17,13 @@ from sim.core import engine
 from sim.core.errors import ConfigError
 from sim.core.schema import validate_mapping
 from sim.core.workload import Workload
+from tests.conftest import ROOT as _ROOT
+
+DATASHEET = _ROOT / "tests/data/topologies/nvswitch4_datasheet.yaml"   # hgx_h200 unfitted
 
 H, F = 4096, 14336
 ALPHA, BW = 5e-6, 450e9
-PLAN = {"tp": 2, "ep": 4, "topology": "hgx_h200"}
+PLAN = {"tp": 2, "ep": 4, "topology": str(DATASHEET)}
 
 
 def _mapper(batch=8, parallel=PLAN):
@@ -127,16 +130,16 @@ def test_serving_pool_counts_groups():
     """Each group's devices hold their own sequences' KV: the pool is 2 x what one device holds,
     a device's block 16 tokens x half the KV heads (2 x 32 x 512 x 2 B)."""
     s = prepare(_serve_file(PLAN), load_machine("h200"), exact=True)
-    one = prepare(_serve_file({"tp": 2, "ep": 2, "topology": "hgx_h200"}), load_machine("h200"), exact=True)
+    one = prepare(_serve_file({"tp": 2, "ep": 2, "topology": str(DATASHEET)}), load_machine("h200"), exact=True)
     assert s.block_bytes == one.block_bytes == 16 * 2 * 32 * 512 * 2
     per_device = (0.9 * 141e9 - s.weights_bytes - s.activation_bytes - 1.528e9) // s.block_bytes
     assert s.total_blocks == 2 * per_device
 
 
 @pytest.mark.parametrize("parallel,sched,match", [
-    ({"ep": 4, "pp": 2, "topology": "hgx_h200"}, None, "t.yaml: parallel.pp: 2 with ep 4 > tp 1"),
+    ({"ep": 4, "pp": 2, "topology": str(DATASHEET)}, None, "t.yaml: parallel.pp: 2 with ep 4 > tp 1"),
     (PLAN, dict(kind="static", batch_size=4), "t.yaml: serving.scheduler.kind: static"),
-    ({"tp": 4, "ep": 2, "topology": "hgx_h200"}, None, "t.yaml: parallel.ep: 2 is not a multiple of tp 4"),
+    ({"tp": 4, "ep": 2, "topology": str(DATASHEET)}, None, "t.yaml: parallel.ep: 2 is not a multiple of tp 4"),
 ])
 def test_serving_refusals_one_line(parallel, sched, match):
     with pytest.raises(ConfigError, match=match) as e:

@@ -74,8 +74,10 @@ def test_custom_beats_ring_on_small_messages_and_falls_back_above_limit():
 
 
 def test_topology_without_fit_keeps_the_ring():
-    topo = load_topology("hgx_h200")
-    assert node_fits("hgx_h200") is None
+    """hgx_b200 has no fit of its own nor a node it takes them from: every algorithm is its datasheet ring
+    (hgx_h200 takes DGX H100's: test_a_node_of_the_same_fabric_takes_the_measured_collectives)."""
+    topo = load_topology("hgx_b200")
+    assert node_fits("hgx_b200") is None and topo.collectives_of is None
     for algorithm in ("nccl", "vllm_custom"):
         assert collective_s(topo, "all_reduce", 1e6, 8, algorithm) == collective_s(topo, "all_reduce", 1e6, 8, "ring")
 
@@ -148,3 +150,21 @@ def test_release_reads_rc_and_post_numbers():
     assert release("1.3.0rc10") == (1, 3, 0, 10)
     assert release("1.3.0rc10") > release("1.3.0rc5")
     assert release("0.5.6.post2") == (0, 5, 6, 2)
+
+
+def test_a_node_of_the_same_fabric_takes_the_measured_collectives():
+    """A capacity planner's trial: hgx_h200 (no NCCL table) paid the datasheet ring, 5 us a step, so its TP 8
+    all-reduce was several times DGX H100's on the same NVLink 4 / NVSwitch fabric, and TP 8 decoded slower than
+    TP 4. `collectives_of: dgx_h100` gives it DGX H100's measured lines: the same time for every algorithm and
+    size; hgx_b200 (no such key) keeps its datasheet ring, 2 (n - 1) x 5 us + 2 (n - 1) / n x S / 900 GB/s."""
+    from hw_models.network.collectives import ALL_REDUCE, collective_s
+    from hw_models.network.topology import load_topology
+
+    h100, h200, b200 = (load_topology(n) for n in ("dgx_h100", "hgx_h200", "hgx_b200"))
+    assert h200.collectives_node == "dgx_h100" and b200.collectives_node == "hgx_b200"
+    for algorithm in ("ring", "nccl", "vllm_custom", "trtllm_custom"):
+        for nbytes in (4096, 1 << 20, 64 << 20):
+            for ranks in (2, 4, 8):
+                assert collective_s(h200, ALL_REDUCE, nbytes, ranks, algorithm) == \
+                    collective_s(h100, ALL_REDUCE, nbytes, ranks, algorithm)
+    assert collective_s(b200, ALL_REDUCE, 4096, 8, "ring") == pytest.approx(14 * 5e-6 + 2 * 7 / 8 * 4096 / 900e9)

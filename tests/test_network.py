@@ -7,6 +7,9 @@ from hw_models.network.fit import VIDUR_NODES, fit_all
 from hw_models.network.topology import load_topology, preset_names
 from sim.apps.cli import main
 from sim.core.errors import ConfigError
+from tests.conftest import ROOT as _ROOT
+
+DATASHEET = _ROOT / "tests/data/topologies/nvswitch4_datasheet.yaml"   # hgx_h200 unfitted
 
 
 def test_presets_load():
@@ -16,8 +19,8 @@ def test_presets_load():
 
 
 def test_ring_formulas_by_hand():
-    # hgx_h200 has no fit: datasheet 450 GB/s per direction, 5 us per step.
-    t = load_topology("hgx_h200")
+    # a node without a fit: datasheet 450 GB/s per direction, 5 us per step (hgx_h200 before collectives_of).
+    t = load_topology(str(DATASHEET))
     S, B, a = 64e6, 450e9, 5e-6
     assert collective_s(t, "all_reduce", S, 8) == pytest.approx(14 * a + 2 * 7 / 8 * S / B)
     assert collective_s(t, "all_reduce", S, 8, "tree") == pytest.approx(6 * a + 2 * S / B)

@@ -24,7 +24,7 @@ each falls back to the ring where the topology has no such fit.
 from __future__ import annotations
 
 from hw_models.network.engine_collectives import custom_all_reduce_s, custom_allowed, nccl_s, node_fits
-from hw_models.network.topology import Topology, log2_steps
+from hw_models.network.topology import Topology, load_topology, log2_steps
 from sim.core.errors import ConfigError
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV = (
@@ -41,10 +41,10 @@ def _custom_s(topo: Topology, algorithm: str, nbytes: float, ranks: int) -> floa
     for engine in CUSTOM[algorithm]:
         if not custom_allowed(engine, topo, ranks):
             continue
-        fits = node_fits(topo.name)
+        fits = node_fits(topo.collectives_node)
         if fits is None or ranks not in fits.custom.get(engine, {}):
             continue   # no fit for this kernel here: the next one
-        return custom_all_reduce_s(topo.name, engine, nbytes, ranks)
+        return custom_all_reduce_s(topo.collectives_node, engine, nbytes, ranks)
     return None
 
 
@@ -66,7 +66,8 @@ def alpha_beta(kind: str, algorithm: str, ranks: int) -> tuple[float, float]:
 
 def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
     """(alpha seconds, B bytes/s) for `kind` over `ranks` devices of `topo`."""
-    fit = topo.fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
+    fitted = topo.fitted or (load_topology(topo.collectives_of).fitted if topo.collectives_of else {})
+    fit = fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
     if fit is not None and ranks <= topo.devices_per_node:
         return fit.latency_s, fit.bandwidth_bytes_per_s
     return topo.step_latency(ranks), topo.ring_bandwidth(2 if kind == SEND_RECV else ranks)
@@ -90,7 +91,7 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
     ring = "tree" if algorithm == "tree" else "ring"
     steps, factor = alpha_beta(kind, ring, ranks)
     if in_node and algorithm != ring:   # nccl, or a custom all-reduce handing the message to NCCL
-        fitted = nccl_s(topo.name, kind, nbytes, ranks, steps, factor)
+        fitted = nccl_s(topo.collectives_node, kind, nbytes, ranks, steps, factor)
         if fitted is not None:
             return fitted
     alpha, bw = parameters(topo, kind, ranks)

@@ -68,7 +68,16 @@ class Topology(Strict):
     fabric: Fabric | None = None
     # Per collective and group size (ranks in one node), from scripts/network_fit.py.
     fitted: dict[Literal["all_reduce", "send_recv"], dict[int, Fitted]] = {}
+    # A node of the same links and switch whose measured collectives stand for this one's (its `fitted:` where this
+    # file has none, and its engine_collectives.yaml lines): HGX H200's NVLink 4 on third-generation NVSwitches is
+    # DGX H100's. Without it an unmeasured node pays the datasheet ring (several times NCCL's small-message time).
+    collectives_of: str | None = None
     source: str = Field(default="", exclude=True)
+
+    @property
+    def collectives_node(self) -> str:
+        """The node whose measured collectives this one's are (itself unless collectives_of says another)."""
+        return self.collectives_of or self.name
 
     @model_validator(mode="after")
     def _device_and_fabric(self) -> "Topology":
