@@ -268,3 +268,25 @@ def test_roofline_says_what_a_kind_places_beyond_it(capsys, hw, placement):
     assert main(["roofline", "workloads/llama13b_decode.yaml", "--hw", hw, "-q"]) == 0
     err = capsys.readouterr().err
     assert f"{placement}" in err and "not applied (sim run applies them)" in err
+
+
+def test_formats_on_an_array_that_overflows_fp16_and_on_a_bf16_file(tmp_path, capsys):
+    """A numerics researcher's trial: a value past fp16's 65504 made `sim formats --array` a traceback (log10 of 0:
+    the overflowed error is infinite), and a bf16 .npy (np.save writes ml_dtypes' bfloat16 as |V2) was refused as
+    'not real numbers'. fp16's error there is -inf dB; the bf16 file reads as the same numbers in float32."""
+    import ml_dtypes
+    import numpy as np
+
+    from sim.core.quantize import quantization_error
+
+    assert quantization_error(np.array([1e5, 1.0], np.float32), "fp16")["sqnr_db"] == -np.inf
+    big, half = tmp_path / "big.npy", tmp_path / "bf16.npy"
+    np.save(big, np.array([[1e5, 1.0, -2.0, 3.0]], np.float32))
+    assert main(["formats", "--array", str(big), "--formats", "fp16,bf16", "--json", str(tmp_path / "o.json")]) == 0
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(ml_dtypes.bfloat16)
+    np.save(half, x)
+    assert np.load(half).dtype.str == "|V2"
+    assert main(["formats", "--array", str(half), "--formats", "fp8", "--json", str(tmp_path / "h.json")]) == 0
+    [row] = json.loads((tmp_path / "h.json").read_text())["formats"]
+    assert row["format"] == "fp8_e4m3"
+    assert row["rel_rmse"] == pytest.approx(quantization_error(x.astype(np.float32), "fp8_e4m3")["rel_rmse"], rel=1e-12)

@@ -23,9 +23,10 @@ def _machine(j_per_flop: float = 0.0, limit_w: float | None = None):
     raw = raw_machine("a6000")
     u = raw["units"]["gpu"]
     u.update(idle_power_w=IDLE_W, active_power_w=ACTIVE_W, energy_j_per_flop={"fp16": j_per_flop, "vector": j_per_flop})
-    if limit_w is not None:
-        u["power_limit_w"] = limit_w
-    return ideal(machine_from_dict(raw, "test"))
+    m = ideal(machine_from_dict(raw, "test"))   # ideal() lifts the cap: a limit under test is put back after it
+    if limit_w is None:
+        return m
+    return m.model_copy(update={"units": {**m.units, "gpu": m.units["gpu"].model_copy(update={"power_limit_w": limit_w})}})
 
 
 def _mapper(machine, **kw):
@@ -318,3 +319,22 @@ def test_a_scale_axis_multiplies_each_machines_own_value(tmp_path, capsys):
     bad.write_text(path.read_text().replace("hw.memory.@device.bandwidth_bytes_per_s", "workload.batch"))
     assert main(["sweep", str(bad), "--out", str(tmp_path / "p")]) == 2
     assert "scale: factors of a machine's own value, for a hw.<field> axis only" in capsys.readouterr().err
+
+
+def test_ideal_is_the_roofline_without_the_power_cap():
+    """A numerics researcher's trial: `--ideal` ("the pure roofline") kept the board's power limit, so where it bound
+    the ideal prefill was 41-55% over `sim roofline` (a100_80g, Llama-2-7B, 1024 tokens: 72.7 against 47.0 ms) and
+    format speedups depended on the power model. The ideal machine has no cap; its prefill is the roofline's sum."""
+    from hw_models.ideal import ideal
+    from hw_models.registry import simulate
+    from sim.apps.roofline_rows import roofline_rows
+    from sim.core.workload import load_workload
+    from tests.conftest import ROOT
+
+    a100 = load_machine("a100_80g")
+    assert a100.board_power().limit_w == 400 and ideal(a100).board_power().limit_w is None
+    w = load_workload(ROOT / "workloads/llama2_7b_decode.yaml").model_copy(update={"gen_len": 2,
+                                                                                 "flash_attention": True})
+    r = simulate(w, ideal(a100))
+    roofline_s = sum(row["roofline_s"] * row["count"] for row in roofline_rows(w, a100, "prefill", w.prompt_len, w.prompt_len))
+    assert r.ttft_s == pytest.approx(roofline_s, rel=1e-6)   # 46.976 ms (`sim roofline`'s total)

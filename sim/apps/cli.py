@@ -241,6 +241,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
     """Each format's exact storage and the error it causes on an array."""
     from rich.table import Table
 
+    from sim.apps.arrays import numeric_array
     from sim.core.formats import get_format, known_formats
     from sim.core.quantize import quantization_error
 
@@ -250,7 +251,7 @@ def cmd_formats(args: argparse.Namespace) -> int:
     fmts = [get_format(n) for n in names]        # unknown names fail before any work
     if args.array:
         path = Path(args.array)
-        x = _numeric_array(path)
+        x = numeric_array(path)
         source = f"{path} {x.shape}"
     else:
         x = np.random.default_rng(0).standard_normal((256, 4096)).astype(np.float32)
@@ -276,26 +277,6 @@ def cmd_formats(args: argparse.Namespace) -> int:
                   f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
     tables.console().print(t)
     return 0
-
-
-def _numeric_array(path: Path):
-    """A .npy file of real numbers, all finite (a NaN would score as an infinite SQNR)."""
-    import numpy as np
-
-    try:
-        x = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise SimError(f"{path}: not a readable .npy array ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
-    if not isinstance(x, np.ndarray):  # np.load gives an NpzFile for .npz archives
-        raise SimError(f"{path}: a .npz archive; expected one .npy array")
-    if x.dtype.kind not in "biuf" and x.dtype.name != "bfloat16":
-        raise SimError(f"{path}: array of dtype {x.dtype}; expected real numbers")
-    if x.size == 0:
-        raise SimError(f"{path}: empty array")
-    x = x.astype(np.float64) if x.dtype.kind in "biu" or x.dtype.name == "bfloat16" else x
-    if not np.isfinite(x).all():
-        raise SimError(f"{path}: array holds NaN or infinite values; the error of a format is undefined there")
-    return x
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -251,7 +251,7 @@ def quantization_error(array, fmt: str | NumberFormat) -> dict[str, float]:
     rel = rmse / rms if rms > 0 else (0.0 if rmse == 0 else math.inf)
     if mse == 0:
         sqnr = math.inf
-    elif sig == 0:
+    elif sig == 0 or not math.isfinite(mse):   # a format that overflows (fp16 past 65504) has an infinite error
         sqnr = -math.inf
     else:
         sqnr = 10 * math.log10(sig / mse)
