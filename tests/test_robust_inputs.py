@@ -81,7 +81,7 @@ def test_settings_a_gpu_preset_ignores_are_warned(tiny, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (f"warning: {tiny}: policy: only offload presets read it; a6000 is kind 'gpu', "
                       "so it is ignored")
-    assert err[1].startswith(f"warning: {tiny}: formats.overrides.lmhead: matches no op of tinyllama-1.1b (op names: ")
+    assert err[1].startswith(f"warning: {tiny}: formats.overrides.lmhead: matches no op; the ops it can set in tinyllama-1.1b: ")
     assert len(err) == 2
 
 
@@ -275,3 +275,16 @@ def test_a_truncated_ops_table_is_said(tmp_path, capsys):
     assert "step(s) 0 partial; 16 step(s) missing (a truncated file?)" in capsys.readouterr().err
     assert main(["validate", str(src.with_name(src.name + ".ops.csv")), "--hw", "cpu_host", "-q"]) == 0
     assert "fewer ops" not in capsys.readouterr().err
+
+
+def test_an_override_of_an_op_without_a_weight_matrix_is_warned(tiny, capsys):
+    """A numerics researcher's trial: formats.overrides.qk=fp8 (and softmax, kv_append, attn_norm) ran the baseline
+    without a word, while the typo warning listed those names as valid. An override sets a weight matrix's format:
+    matching only ops without one is said; a matrix op (q_proj) is not."""
+    assert main(["run", str(tiny), "--hw", "a6000", "-q", "--set", "formats.overrides.qk=fp8",
+                 "--set", "formats.overrides.attn_norm=fp8", "--set", "formats.overrides.q_proj=fp8"]) == 0
+    err = capsys.readouterr().err
+    for op in ("qk", "attn_norm"):
+        assert f"formats.overrides.{op}: matches only ops without a weight matrix" in err
+    assert "overrides.q_proj" not in err
+    assert "the ops it can set in tinyllama-1.1b: down_proj, embed, gate_proj, k_proj, lm_head, o_proj" in err

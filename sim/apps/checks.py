@@ -47,13 +47,20 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
         # name the ops of any layer (L31.*), so each layer's names are matched.
         ops = list(lower(model, "decode", 1, 1, 2, workload.formats.policy(), workload.flash_attention,
                          num_layers=model.layers_of_each_kind).ops())
-        kinds = sorted({op.name.split(".", 1)[-1] for op in ops})
-        names = [op.name for op in ops if op.layer is None] + [
-            f"L{i}.{op.name.split('.', 1)[1]}" for op in ops if op.layer is not None for i in range(model.num_layers)]
+        # an override sets a weight matrix's format (norms' 1-D weights stay in theirs)
+        weighted = {op.name.split(".", 1)[-1] for op in ops if any(t.role == "weight" and len(t.shape) > 1
+                                                                    for t in op.reads)}
+        kinds = sorted(weighted)
+        names = [(op.name, op.name.split(".", 1)[-1] in weighted) for op in ops if op.layer is None] + [
+            (f"L{i}.{op.name.split('.', 1)[1]}", op.name.split(".", 1)[1] in weighted)
+            for op in ops if op.layer is not None for i in range(model.num_layers)]
         for pattern in workload.formats.overrides:
-            if not any(override_matches(pattern, n) for n in names):
-                notes.append(f"{src}: formats.overrides.{pattern}: matches no op of {model.name} "
-                             f"(op names: {', '.join(kinds)}; L0. to L{model.num_layers - 1}. for one layer's)")
+            hits = [has_weight for n, has_weight in names if override_matches(pattern, n)]
+            if not any(hits):   # an op without a weight matrix (qk, softmax, a norm) keeps its formats
+                what = ("only ops without a weight matrix, which an override does not change (formats.activations "
+                        "and formats.kv_cache set theirs)") if hits else "no op"
+                notes.append(f"{src}: formats.overrides.{pattern}: matches {what}; the ops it can set in {model.name}: "
+                             f"{', '.join(kinds)} (L0. to L{model.num_layers - 1}. for one layer's)")
     return notes + limits_above_tdp(machine)
 
 
