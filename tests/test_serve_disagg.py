@@ -241,3 +241,18 @@ def test_the_request_table_names_each_request_s_instances_and_transfer(tmp_path)
     assert set(df["instance"]) == {"decode 0 (a6000)"}
     assert df["kv_transfer_s"].tolist() == pytest.approx([10e-6 + PROMPT * KV_PER_TOKEN / 50e9] * 4, rel=1e-12)
     assert (df["kv_transfer_wait_s"] >= 0).all() and (df["requested_output_tokens"] == OUT).all()
+
+
+def test_pools_under_their_own_plans_need_no_file_level_plan():
+    """A capacity planner's trial: two TP 4 pools of Llama-3-70B (141 GB of bf16 weights, 35 GB a device) with no
+    file-level `parallel:` were refused as one TP 1 H100 ("no room for KV blocks"): the run's setup was sized on the
+    prefill GPU under the file's plan, which the pools replace. Each pool's own plan sizes it now."""
+    serving = dict(arrivals=dict(process="poisson", rate=4.0, num_requests=6, seed=0),
+                   lengths=dict(prompt=dict(dist="fixed", value=256), output=dict(dist="fixed", value=8)),
+                   scheduler=dict(kind="vllm", max_num_seqs=64, max_num_batched_tokens=8192),
+                   disaggregated={k: dict(hw="h100_sxm", parallel=dict(tp=4, topology="dgx_h100"))
+                                  for k in ("prefill", "decode")} | {"transfer": {"topology": "dgx_h100"}})
+    f = validate_mapping(ServeFile, dict(name="t", model="llama3-70b", flash_attention=True, serving=serving),
+                         "test.yaml", "a serving file")
+    _, s = serve(f, load_machine("h100_sxm"), cache=CACHE)
+    assert s["completed"] == 6

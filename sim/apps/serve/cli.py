@@ -49,11 +49,10 @@ def _check_outputs(args: argparse.Namespace, file) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
-    from sim.apps.serve.disagg import transfer_notes
+    from sim.apps.serve.disagg import instance_setup, transfer_notes
     from sim.apps.serve.engine_defaults import with_engine_defaults
     from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.run import summary_of
-    from sim.apps.serve.instance import prepare
     from sim.apps.serve.spec import load_serve_file
     from sim.apps.checks import engine_mismatch, pim_ineligible, unused_in_serving, unused_settings
     from hw_models.registry import hardware_record
@@ -77,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")
         if args.find_capacity:
             return _capacity(args, file, machine, slo)
-        setup = prepare(file, machine, exact=args.exact)
+        setup = instance_setup(file, machine, args.exact)
         reqs = make_requests(file)
         note = budget_warning(file, reqs)
         if note:

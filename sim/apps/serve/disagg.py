@@ -123,6 +123,15 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
         raise type(exc)(f"{where}.hw: {_pool_advice(exc, key)}") from None
 
 
+def instance_setup(file: ServeFile, machine: Machine, exact: bool, cache: dict | None = None) -> Setup:
+    """The setup a run is built around: the file's instance, or a disaggregated file's prefill pool under its own
+    plan (a capacity planner's trial: the file-level plan, often none, was sized on the prefill GPU first, and
+    two TP 4 pools of Llama-3-70B were refused as one TP 1 GPU's)."""
+    if file.serving.disaggregated is None:
+        return prepare(file, machine, exact=exact, cache=cache)
+    return pool_setup(file, "prefill", exact, cache)[0]
+
+
 def pools_label(figures: dict[str, Any]) -> str:
     """What a disaggregated run ran on, from its summary's `disaggregated` figures (Disagg.figures: each replica's
     machine), for a report's title: "prefill h100_sxm x2, decode a6000 x1"."""

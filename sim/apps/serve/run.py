@@ -12,7 +12,7 @@ from sim.apps.serve.engine_defaults import with_engine_defaults
 from sim.apps.serve.invariants import check_run
 from sim.apps.serve.simulator import ServeResult, ServeSim
 from sim.apps.serve.metrics import summarize
-from sim.apps.serve.instance import prepare
+from sim.apps.serve.disagg import instance_setup
 from sim.apps.serve.lazytable import flush_all
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.stepcost import engine_terms
@@ -25,7 +25,7 @@ def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | 
     """Simulate the file's request stream on `machine`: the per-request and per-iteration
     result, and its summary (sim.apps.serve.metrics.summarize). `watch`: cluster.serve_stream."""
     file = with_engine_defaults(file, machine)
-    setup = prepare(file, machine, exact=exact, cache=cache)
+    setup = instance_setup(file, machine, exact, cache)
     reqs = requests if requests is not None else make_requests(file)
     result, extra = serve_stream(file, setup, reqs, progress, cache, watch)
     flush_all()   # the step-cost points this run computed, to the persistent cache
