@@ -183,10 +183,13 @@ def test_calibrate_name_must_be_one_line(tmp_path, capsys):
     assert line == "error: --name 'a\\nb': must be one printable line"
 
 
+SAVE_AS = " (float32, float16, bfloat16, integers): save it as one of those"
+
+
 @pytest.mark.parametrize("make, message", [
-    (lambda p: np.save(p, np.array(["a", "b"])), "array of dtype <U1; expected real numbers"),
+    (lambda p: np.save(p, np.array(["a", "b"])), "array of dtype <U1; expected real numbers" + SAVE_AS),
     (lambda p: np.save(p, np.zeros(3, dtype=[("a", "f4"), ("b", "i4")])),
-     "array of dtype [('a', '<f4'), ('b', '<i4')]; expected real numbers"),
+     "array of dtype [('a', '<f4'), ('b', '<i4')]; expected real numbers" + SAVE_AS),
     (lambda p: np.save(p, np.array([1.0, np.nan])), "array holds NaN or infinite values; the error of a format is undefined there"),
     (lambda p: np.savez(p, a=np.zeros(3)), "a .npz archive; expected one .npy array"),
 ])
