@@ -74,10 +74,11 @@ def test_custom_beats_ring_on_small_messages_and_falls_back_above_limit():
 
 
 def test_topology_without_fit_keeps_the_ring():
-    """hgx_b200 has no fit of its own nor a node it takes them from: every algorithm is its datasheet ring
-    (hgx_h200 takes DGX H100's: test_a_node_of_the_same_fabric_takes_the_measured_collectives)."""
-    topo = load_topology("hgx_b200")
-    assert node_fits("hgx_b200") is None and topo.collectives_of is None
+    """A node with no fit of its own nor a node it takes them from (the test topology: HGX H200's datasheet NVSwitch)
+    pays its datasheet ring under every algorithm (hgx_h200 and hgx_b200 take DGX H100's:
+    test_a_node_of_the_same_fabric_takes_the_measured_collectives)."""
+    topo = load_topology(ROOT / "tests" / "data" / "topologies" / "nvswitch4_datasheet.yaml")
+    assert node_fits(topo.name) is None and topo.collectives_of is None and topo.collectives_bandwidth_scale == 1.0
     for algorithm in ("nccl", "vllm_custom"):
         assert collective_s(topo, "all_reduce", 1e6, 8, algorithm) == collective_s(topo, "all_reduce", 1e6, 8, "ring")
 
@@ -153,18 +154,31 @@ def test_release_reads_rc_and_post_numbers():
 
 
 def test_a_node_of_the_same_fabric_takes_the_measured_collectives():
-    """A capacity planner's trial: hgx_h200 (no NCCL table) paid the datasheet ring, 5 us a step, so its TP 8
-    all-reduce was several times DGX H100's on the same NVLink 4 / NVSwitch fabric, and TP 8 decoded slower than
-    TP 4. `collectives_of: dgx_h100` gives it DGX H100's measured lines: the same time for every algorithm and
-    size; hgx_b200 (no such key) keeps its datasheet ring, 2 (n - 1) x 5 us + 2 (n - 1) / n x S / 900 GB/s."""
-    from hw_models.network.collectives import ALL_REDUCE, collective_s
+    """A capacity planner's trial: hgx_h200 and hgx_b200 (no NCCL table) paid the datasheet ring, 5 us a step, so
+    their TP 8 all-reduce was several times DGX H100's and TP 8 decoded slower than TP 4. `collectives_of:
+    dgx_h100` gives them DGX H100's measured lines: hgx_h200 (NVLink 4, 450 GB/s per direction, as DGX H100) the
+    same time for every algorithm and size; hgx_b200 (NVLink 5, 900 GB/s) the same latency and twice the
+    bandwidth, so by hand a fitted line's t = alpha + bytes / B becomes alpha + bytes / 2B: at 4 KB (latency-bound)
+    within 2% of DGX H100's (and below it), at 64 MB (bandwidth-bound) close to half."""
+    from hw_models.network.collectives import ALL_REDUCE, collective_s, parameters
     from hw_models.network.topology import load_topology
 
     h100, h200, b200 = (load_topology(n) for n in ("dgx_h100", "hgx_h200", "hgx_b200"))
-    assert h200.collectives_node == "dgx_h100" and b200.collectives_node == "hgx_b200"
+    assert h200.collectives_node == "dgx_h100" and b200.collectives_node == "dgx_h100"
+    assert h200.collectives_bandwidth_scale == 1.0 and b200.collectives_bandwidth_scale == 2.0
     for algorithm in ("ring", "nccl", "vllm_custom", "trtllm_custom"):
         for nbytes in (4096, 1 << 20, 64 << 20):
             for ranks in (2, 4, 8):
                 assert collective_s(h200, ALL_REDUCE, nbytes, ranks, algorithm) == \
                     collective_s(h100, ALL_REDUCE, nbytes, ranks, algorithm)
-    assert collective_s(b200, ALL_REDUCE, 4096, 8, "ring") == pytest.approx(14 * 5e-6 + 2 * 7 / 8 * 4096 / 900e9)
+    # the ring with the fitted line: steps x alpha + factor x S / (2 B)
+    alpha, bw = parameters(h100, ALL_REDUCE, 8)
+    assert parameters(b200, ALL_REDUCE, 8) == (alpha, pytest.approx(2 * bw))
+    assert collective_s(b200, ALL_REDUCE, 64 << 20, 8, "ring") == \
+        pytest.approx(14 * alpha + 2 * 7 / 8 * (64 << 20) / (2 * bw))
+    for algorithm in ("nccl", "vllm_custom", "trtllm_custom"):
+        small = [collective_s(t, ALL_REDUCE, 4096, 8, algorithm) for t in (h100, b200)]
+        assert 0.98 * small[0] < small[1] < small[0]
+        big = [collective_s(t, ALL_REDUCE, 64 << 20, 8, algorithm) for t in (h100, b200)]
+        assert 0.5 * big[0] < big[1] < 0.6 * big[0]
+

@@ -13,7 +13,8 @@ whole buffer, alpha = latency of one message step, B = per-rank bandwidth per di
 
 With a fit for the group size (Topology.fitted, from NCCL measurements in one node)
 alpha and B are the fitted ones: the all-reduce fit serves every ring/tree collective,
-the send/recv fit point-to-point; otherwise the interconnect's datasheet figures.
+the send/recv fit point-to-point; a node naming another's measured collectives (`collectives_of`) takes
+that node's alphas and its bandwidths at the two links' ratio; otherwise the interconnect's datasheet figures.
 
 Algorithms `nccl`, `trtllm_custom`, `vllm_custom` and `sglang_custom` are the collectives as the engines
 run them in one node (hw_models.network.engine_collectives): NCCL's fitted protocol
@@ -44,7 +45,7 @@ def _custom_s(topo: Topology, algorithm: str, nbytes: float, ranks: int) -> floa
         fits = node_fits(topo.collectives_node)
         if fits is None or ranks not in fits.custom.get(engine, {}):
             continue   # no fit for this kernel here: the next one
-        return custom_all_reduce_s(topo.collectives_node, engine, nbytes, ranks)
+        return custom_all_reduce_s(topo.collectives_node, engine, nbytes, ranks, topo.collectives_bandwidth_scale)
     return None
 
 
@@ -69,7 +70,7 @@ def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
     fitted = topo.fitted or (load_topology(topo.collectives_of).fitted if topo.collectives_of else {})
     fit = fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
     if fit is not None and ranks <= topo.devices_per_node:
-        return fit.latency_s, fit.bandwidth_bytes_per_s
+        return fit.latency_s, fit.bandwidth_bytes_per_s * (1.0 if topo.fitted else topo.collectives_bandwidth_scale)
     return topo.step_latency(ranks), topo.ring_bandwidth(2 if kind == SEND_RECV else ranks)
 
 
@@ -91,7 +92,7 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
     ring = "tree" if algorithm == "tree" else "ring"
     steps, factor = alpha_beta(kind, ring, ranks)
     if in_node and algorithm != ring:   # nccl, or a custom all-reduce handing the message to NCCL
-        fitted = nccl_s(topo.collectives_node, kind, nbytes, ranks, steps, factor)
+        fitted = nccl_s(topo.collectives_node, kind, nbytes, ranks, steps, factor, topo.collectives_bandwidth_scale)
         if fitted is not None:
             return fitted
     alpha, bw = parameters(topo, kind, ranks)

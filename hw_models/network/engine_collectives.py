@@ -83,14 +83,17 @@ def node_fits(topology: str, path: Path = FITS_FILE) -> NodeFits | None:
     return _load(path, path.stat().st_mtime_ns).get(topology)
 
 
-def nccl_s(topology: str, kind: str, nbytes: float, ranks: int, steps: float, factor: float) -> float | None:
+def nccl_s(topology: str, kind: str, nbytes: float, ranks: int, steps: float, factor: float,
+           bandwidth_scale: float = 1.0) -> float | None:
     """NCCL's time for `kind` (ring steps and bandwidth factor given) from the fitted protocol
-    lines, None where the topology has no fit for this collective and group size."""
+    lines, None where the topology has no fit for this collective and group size. `bandwidth_scale`
+    multiplies the fitted bandwidths (a node taking another's fits: Topology.collectives_bandwidth_scale)."""
     fits = node_fits(topology)
     lines = fits.nccl.get(kind, {}).get(ranks) if fits else None
     if not lines:
         return None
-    return min(steps * ln.latency_s + factor * nbytes / ln.bandwidth_bytes_per_s for ln in lines)
+    return min(steps * ln.latency_s + factor * nbytes / (ln.bandwidth_bytes_per_s * bandwidth_scale)
+               for ln in lines)
 
 
 # SGLang CustomAllReduceV2's one-shot limit per group size (THRESHOLD_2_SHOT_MAP, non-SM100: the
@@ -151,9 +154,10 @@ def custom_allowed(engine: str, topo, ranks: int) -> bool:
     return engine == "vllm" and ranks == 2
 
 
-def custom_all_reduce_s(topology: str, engine: str, nbytes: float, ranks: int) -> float | None:
+def custom_all_reduce_s(topology: str, engine: str, nbytes: float, ranks: int,
+                        bandwidth_scale: float = 1.0) -> float | None:
     """The engine's custom all-reduce time, None where it hands the message to NCCL or the
-    topology has no fit for the engine at this group size."""
+    topology has no fit for the engine at this group size (`bandwidth_scale`: as nccl_s)."""
     kernel = custom_kernel(engine, nbytes, ranks)
     fits = node_fits(topology)
     lines = fits.custom.get(engine, {}).get(ranks) if fits else None
@@ -161,4 +165,4 @@ def custom_all_reduce_s(topology: str, engine: str, nbytes: float, ranks: int) -
         return None
     ln = lines[kernel]
     moved = (ranks - 1) * nbytes if kernel == ONE_SHOT else 2 * (ranks - 1) / ranks * nbytes
-    return ln.latency_s + moved / ln.bandwidth_bytes_per_s
+    return ln.latency_s + moved / (ln.bandwidth_bytes_per_s * bandwidth_scale)

@@ -68,9 +68,11 @@ class Topology(Strict):
     fabric: Fabric | None = None
     # Per collective and group size (ranks in one node), from scripts/network_fit.py.
     fitted: dict[Literal["all_reduce", "send_recv"], dict[int, Fitted]] = {}
-    # A node of the same links and switch whose measured collectives stand for this one's (its `fitted:` where this
-    # file has none, and its engine_collectives.yaml lines): HGX H200's NVLink 4 on third-generation NVSwitches is
-    # DGX H100's. Without it an unmeasured node pays the datasheet ring (several times NCCL's small-message time).
+    # A node of the same kind of switched NVLink whose measured collectives stand for this one's (its `fitted:` where
+    # this file has none, and its engine_collectives.yaml lines): HGX H200's NVLink 4 on third-generation NVSwitches
+    # is DGX H100's. Their latencies are taken as measured, their bandwidths at this node's datasheet link over that
+    # node's (collectives_bandwidth_scale: 1 for HGX H200, 2 for HGX B200's NVLink 5). Without it an unmeasured node
+    # pays the datasheet ring (several times NCCL's small-message time).
     collectives_of: str | None = None
     source: str = Field(default="", exclude=True)
 
@@ -78,6 +80,15 @@ class Topology(Strict):
     def collectives_node(self) -> str:
         """The node whose measured collectives this one's are (itself unless collectives_of says another)."""
         return self.collectives_of or self.name
+
+    @property
+    def collectives_bandwidth_scale(self) -> float:
+        """This node's per-device link bandwidth over that of the node whose measured collectives it takes (1
+        without collectives_of): NCCL's and the custom kernels' achieved share of the link is carried across."""
+        if not self.collectives_of:
+            return 1.0
+        other = load_topology(self.collectives_of, self.source, "collectives_of")
+        return self.interconnect.bandwidth_bytes_per_s / other.interconnect.bandwidth_bytes_per_s
 
     @model_validator(mode="after")
     def _device_and_fabric(self) -> "Topology":
