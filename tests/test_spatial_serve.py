@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from hw_models.spatial.pipeline import decode_period_s, iteration_period_s, prefill_makespan_s
+from hw_models.pipeline_period import iteration_period_s
+from hw_models.spatial.pipeline import decode_period_s, prefill_makespan_s
 from sim.apps.cli import main
 from tests.conftest import write_serving_file
 from tests.robust_helpers import refused

@@ -25,6 +25,7 @@ collectives on the node's link, and pipeline stages over micro-batches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import accumulate
 
@@ -33,7 +34,7 @@ from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_r
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
 from hw_models.gpu.report import parallel_data
-from hw_models.gpu.schedule import LINK, StageCost, stage_resource
+from hw_models.gpu.schedule import LINK, StageCost, StageParts, split_micro_batches, stage_resource
 from hw_models.gpu.stage_ops import StageOps, StageTemplate, part_of
 from hw_models.gpu.stage_power import PipelinePower
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
@@ -135,7 +136,14 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
     def iteration(self, seqs, logits=None, exhaustive=False, busy=Timeline.busy_s, device_only=False,
                   experts=True) -> StepResult:
         """Mapper.iteration; `experts=False` costs one attention group's own ops, the routed experts
-        and their all-to-alls taking no time (their part is expert_part)."""
+        and their all-to-alls taking no time (their part is expert_part); under pipeline parallelism its
+        micro-batches in flight (pipelined_iteration)."""
+        if self.plan.pp > 1:
+            if logits is not None or not experts:
+                raise ConfigError(f"{self.workload.source or 'workload'}: parallel.pp: {self.plan.pp}: speculative "
+                                  "decoding and data-parallel attention are not modelled under pipeline parallelism")
+            step = self.pipelined_iteration(seqs, busy)
+            return step if device_only else self.with_engine(step, len(seqs))
         self._experts_off = not experts
         try:
             return super().iteration(seqs, logits, exhaustive, busy, device_only)
@@ -200,20 +208,18 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}
 
     # -- pipeline parallelism -----------------------------------------------
-    def _stage_parts(self, graph: OpGraph, batch: int) -> tuple[dict[str | int, float], dict[str | int, float],
-                                                                dict[str | int, float], StageTemplate]:
-        """Seconds of one micro-batch on one rank, by part (embedding; "layer", one repeating layer;
-        each layer unlike the rest by its index; final norm + LM head): in all, of that in TP/EP
-        collectives (the report's time in collectives), and the rank's dynamic energy (joules); and
-        the timeline they were summed from, by part, for the stages' op records (hw_models.gpu.stage_ops)."""
-        w = self.workload
+    def _stage_parts(self, graph_of: Callable[[int], OpGraph]) -> StageParts:
+        """Seconds of one micro-batch (`graph_of(layers)`: its graph of that many layers) on one rank, by part
+        (embedding; "layer", one repeating layer; each layer unlike the rest by its index; final norm + LM head):
+        in all, of that in TP/EP collectives (the report's time in collectives), and the rank's dynamic energy
+        (joules); and the timeline they were summed from, by part, for the stages' op records
+        (hw_models.gpu.stage_ops)."""
         # Layer 0 warms up unless it is unlike the rest; "layer" is the mean of one period of the
         # repeating layers (period 1 but for models whose layers alternate, as Gemma-2's local and
         # global attention do).
         period, unlike = self.model.layer_period, repeating_from(self.model, self.formats)
         start = max(1, unlike)
-        graph_p = lower(self.model, graph.phase, batch, graph.q_len, graph.kv_len, self.formats,
-                        w.flash_attention, num_layers=min(self.model.num_layers, start + period))
+        graph_p = graph_of(min(self.model.num_layers, start + period))
         tl = engine.run(self.tp_tasks(graph_p), {}, {}, True)
         parts: dict[str | int, float] = {"embed": 0.0, "layer": 0.0, "head": 0.0, **dict.fromkeys(range(unlike), 0.0)}
         links, joules = dict(parts), dict(parts)
@@ -236,25 +242,45 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         return list(zip(accumulate(self.stage_layers(), initial=0), self.stage_layers()))
 
     def pipeline_tasks(self, graph: OpGraph) -> list[Task]:
-        pp, m = self.plan.pp, self.plan.micro_batches
+        m, w = self.plan.micro_batches, self.workload
         mb = graph.batch // m
-        parts, links, joules, template = self._stage_parts(graph, mb)
+        parts = self._stage_parts(lambda n: lower(self.model, graph.phase, mb, graph.q_len, graph.kv_len, self.formats,
+                                                  w.flash_attention, num_layers=n))
         act_bytes = mb * graph.q_len * self.model.hidden_size * 2   # activations between stages
+        return [t for i in range(m) for t in self._micro_batch_tasks(f"mb{i}", parts, act_bytes)]
+
+    def _micro_batch_tasks(self, name: str, parts: StageParts, act_bytes: float) -> list[Task]:
+        """One micro-batch through the stages: stage j's task (its layers' parts) after the activation send
+        from stage j - 1 (`act_bytes` on link.s<j-1>)."""
+        pp = self.plan.pp
+        times, links, joules, template = parts
         send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
         tasks = []
-        for i in range(m):
-            for j, (first, layers) in enumerate(self.stage_spans()):
-                def of(x: dict[str | int, float]) -> float:
-                    return (sum(x.get(k, x["layer"]) for k in range(first, first + layers))
-                            + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0))
-                deps = (f"mb{i}.send{j - 1}",) if j else ()
-                ops = StageOps(template, first, layers, j == 0, j == pp - 1)   # the report's records, not the time
-                tasks.append(Task(f"mb{i}.stage{j}", stage_resource(self.unit_name, j), of(parts), deps,
-                                  tag=StageCost(f"mb{i}.stage{j}", of(parts), of(links), energy_j=of(joules), ops=ops)))
-                if j < pp - 1:
-                    tag = CollectiveCost(f"mb{i}.send{j}", SEND_RECV, act_bytes, send_s, path=self.topo.name)
-                    tasks.append(Task(f"mb{i}.send{j}", f"{LINK}.s{j}", send_s, (f"mb{i}.stage{j}",), tag=tag))
+        for j, (first, layers) in enumerate(self.stage_spans()):
+            def of(x: dict[str | int, float]) -> float:
+                return (sum(x.get(k, x["layer"]) for k in range(first, first + layers))
+                        + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0))
+            deps = (f"{name}.send{j - 1}",) if j else ()
+            ops = StageOps(template, first, layers, j == 0, j == pp - 1)   # the report's records, not the time
+            tasks.append(Task(f"{name}.stage{j}", stage_resource(self.unit_name, j), of(times), deps,
+                              tag=StageCost(f"{name}.stage{j}", of(times), of(links), energy_j=of(joules), ops=ops)))
+            if j < pp - 1:
+                tag = CollectiveCost(f"{name}.send{j}", SEND_RECV, act_bytes, send_s, path=self.topo.name)
+                tasks.append(Task(f"{name}.send{j}", f"{LINK}.s{j}", send_s, (f"{name}.stage{j}",), tag=tag))
         return tasks
+
+    def pipelined_iteration(self, seqs, busy=Timeline.busy_s) -> StepResult:
+        """A serving iteration under pipeline parallelism: its sequences as pp micro-batches (vLLM keeps pp
+        batches in flight, VllmConfig.max_concurrent_batches: "PP requires PP-size concurrent
+        batches to fill the pipeline"), each through every stage; the iteration takes the closed pipeline's
+        period (hw_models.pipeline_period), not a fill and drain: the other micro-batches fill the bubble."""
+        flash, tasks, names = self.workload.flash_attention, [], []
+        for i, group in enumerate(split_micro_batches(seqs, self.plan.pp)):
+            parts = self._stage_parts(lambda n, g=group: lower_iteration(self.model, g, self.formats, flash, n))
+            mb = self._micro_batch_tasks(f"mb{i}", parts, sum(q for q, _ in group) * self.model.hidden_size * 2)
+            tasks += mb
+            names.append([t.id for t in mb])
+        return self.period_step(tasks, names, busy)
 
     def plan_step(self, graph: OpGraph) -> list[Task]:
         if not self.plan.pipelined:

@@ -15,11 +15,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hw_models.gpu.stage_ops import StageOps
+from hw_models.gpu.stage_ops import StageOps, StageTemplate
 from sim.core.engine import Timeline
 from sim.core.results import InnerOp
 
 LINK = "link"
+
+# A micro-batch's seconds on one rank by part ("embed", "layer", "head", an unlike layer's index), of that in
+# collectives, its dynamic joules, and the timeline's template for the op records (ParallelGpuMapper._stage_parts).
+StageParts = tuple[dict, dict, dict, StageTemplate]
+
+
+def split_micro_batches(seqs, m: int) -> list[tuple[tuple[int, int], ...]]:
+    """A serving iteration's (q_len, kv_len) sequences cut into at most `m` micro-batches of near-equal work:
+    largest first, each to the group with the fewest tokens so far (then the least KV to read, then the fewest
+    sequences), so decode counts differ by at most one and a prompt chunk stays whole; empty groups dropped."""
+    groups: list[list[tuple[int, int]]] = [[] for _ in range(max(1, m))]
+    load = [(0, 0, 0)] * len(groups)
+    for q, kv in sorted(seqs, key=lambda s: (-s[0], -s[1])):
+        g = min(range(len(groups)), key=lambda i: (load[i], i))
+        groups[g].append((q, kv))
+        load[g] = (load[g][0] + q, load[g][1] + kv, load[g][2] + 1)
+    return [tuple(g) for g in groups if g]
 
 
 def stage_resource(unit: str, stage: int) -> str:

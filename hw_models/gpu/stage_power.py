@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hw_models.gpu.schedule import StageCost
+from hw_models.pipeline_period import iteration_period_s
 from hw_models.power import BoardPower, with_cap
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -54,6 +55,23 @@ class PipelinePower:
         t = engine.run(slowed, self.resources(), self.containers(), self.in_order).makespan_s
         # The fold runs the same schedule for any layer count (pipeline_tasks), so these counters fold to themselves.
         return replace(step, time_s=t, counters=with_cap(step.counters, t - free.makespan_s, *hot))
+
+    def period_step(self, tasks: list[Task], micro_batches: list[list[str]], busy=Timeline.busy_s) -> StepResult:
+        """A serving iteration whose micro-batches (each the ids of its tasks, in order) are in flight together:
+        the closed pipeline's period over the tasks' times (hw_models.pipeline_period), each stage capped as
+        graph_step caps it; busy times and energy those of the tasks at full clock."""
+        def period(ts: list[Task]) -> float:
+            by_id = {t.id: t for t in ts}
+            return iteration_period_s([[(by_id[i].resource, by_id[i].duration_s) for i in mb] for mb in micro_batches])
+
+        tl = engine.run(tasks, self.resources(), self.containers(), self.in_order)
+        step = StepResult("iteration", 0, period(tasks), busy(tl), self.energy_j(tl))
+        bp = self.machine.board_power()
+        slowed, hot = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None)
+        if hot is None:
+            return step
+        t = period(slowed)
+        return replace(step, time_s=t, counters=with_cap(step.counters, t - step.time_s, *hot))
 
     def capped(self, step: StepResult) -> StepResult:
         """A pipelined step is capped stage by stage already (graph_step)."""

@@ -31,7 +31,8 @@ from hw_models.spatial.partition import (ChipModel, Partition, PhaseCosts, activ
                                          partition, phase_costs, stage_name)
 from hw_models.spatial import report
 from hw_models.spatial.tp import check_model
-from hw_models.spatial.pipeline import StationTag, decode_period_s, iteration_period_s, prefill_makespan_s
+from hw_models.pipeline_period import iteration_period_s
+from hw_models.spatial.pipeline import StationTag, decode_period_s, prefill_makespan_s
 from sim.core import engine
 from sim.core.engine import Task, Timeline
 from sim.core.errors import CapacityError, ConfigError

@@ -92,25 +92,3 @@ def decode_period_s(stations: list[tuple[str, float]], microbatches: int, exhaus
 def prefill_makespan_s(stations: list[tuple[str, float]], chunks: int, exhaustive: bool = False) -> float:
     tl, _ = run_stations(stations, chunks, 1, closed=False, exhaustive=exhaustive)
     return tl.makespan_s
-
-
-def iteration_period_s(micro_batches: list[list[tuple[str, float]]], copies: list[int] | None = None) -> float:
-    """The time one serving iteration occupies the pipeline when its micro-batches (each a list of
-    stations, in the same order) are all in flight and each must finish before its sequences enter
-    again: the larger of the slowest micro-batch's fill latency (it cannot come back sooner) and the
-    busiest station's total work (every micro-batch passes it once). For identical micro-batches
-    this is decode_period_s's closed-loop period, max(fill, m x slowest station) (max-plus, as in the
-    module doc); for unlike ones it is that bound, the prefill chunks and decode groups interleaving.
-
-    `copies[i]` alike micro-batches of entry i that one sequence needs together (a prompt's compiled
-    chunks: its first token waits for the last) enter back to back, so their fill is the tandem's
-    makespan, sum of the stations + (copies - 1) x the slowest (the module doc's max-plus form with
-    every arrival at 0), and each station carries them all."""
-    copies = copies or [1] * len(micro_batches)
-    fill = max(sum(t for _, t in st) + (k - 1) * max((t for _, t in st), default=0.0)
-               for st, k in zip(micro_batches, copies))
-    load: dict[str, float] = {}
-    for st, k in zip(micro_batches, copies):
-        for res, t in st:
-            load[res] = load.get(res, 0.0) + k * t
-    return max(fill, max(load.values()))

@@ -29,14 +29,9 @@ def device_share(file, mapper: Mapper) -> DeviceShare:
     share = mapper.device_share()
     if share.groups > 1:
         _check_attention_dp(file, share)
-    micro_batches = (file.section("parallel") or {}).get("micro_batches", 1)
-    if share.pp > 1 or micro_batches != 1:
-        # A serving step is one mixed batch (prefills beside decodes); the pipeline schedule
-        # (hw_models/gpu/parallel.py) splits prefill or decode graphs only: a ValueError before.
-        key, value = ("pp", share.pp) if share.pp > 1 else ("micro_batches", micro_batches)
-        raise ConfigError(f"{file.source or 'workload'}: parallel.{key}: {value}: serving is modelled "
-                          "with pipeline parallelism off (pp 1, micro_batches 1); use tp, or replicas "
-                          "(serving.router) for more devices")
+    if share.pp > 1 and file.serving.speculative is not None:
+        raise ConfigError(f"{file.source or 'workload'}: serving.speculative: not modelled with parallel.pp "
+                          f"{share.pp} (pipeline parallelism)")
     return share
 
 
