@@ -100,17 +100,23 @@ def test_tp2_report_figures_by_hand(tp2):
 
 def test_pp2_bubble_and_send_lanes_by_hand():
     """pp 2, 4 micro-batches, tp 1: stage 0 (16 layers + embedding) a, stage 1 (16 layers +
-    head) b, send c = alpha + S/B. In-order streams: the step ends at a + c + b + 3 max(a, b);
-    each stage is busy 4 a (4 b) of it. Every send lies on stage 0's device link."""
+    head) b, send c = alpha + S/B. In-order streams from an empty pipeline: the step's schedule (the trace) ends
+    at a + c + b + 3 max(a, b). In steady state the micro-batches stay in flight from step to step, so a decode
+    step takes the closed pipeline's period max(a + c + b, 4 max(a, b)); each stage is busy 4 a (4 b) of it.
+    Every send lies on stage 0's device link."""
     r = _run({"pp": 2, "micro_batches": 4, "topology": "dgx_a100"}, batch=8)
     tl = r.decode_timeline
     d = {i.task: i.duration_s for i in tl.intervals}
     a, b, c = d["mb0.stage0"], d["mb0.stage1"], d["mb0.send0"]
     alpha, bw = _fit("send_recv", 2)
     assert c == pytest.approx(alpha + (8 // 4) * 1 * H * 2 / bw, rel=1e-9)   # 2 tokens' fp16 hidden states
-    span = a + c + b + 3 * max(a, b)
-    assert tl.makespan_s == pytest.approx(span, rel=1e-9)
+    assert tl.makespan_s == pytest.approx(a + c + b + 3 * max(a, b), rel=1e-9)
+    span = max(a + c + b, 4 * max(a, b))
     step = r.extra["parallel"]["steps"]["decode"]
+    assert step["step_s"] == pytest.approx(span, rel=1e-9)
+    # the run's decode steps are those periods (their KV grows from the first step to the last), not the schedule's
+    assert r.tpot_first_s <= span * (1 + 1e-9) and r.tpot_last_s >= span * (1 - 1e-9)
+    assert r.tpot_last_s < tl.makespan_s
     assert step["stage_idle"] == pytest.approx([1 - 4 * a / span, 1 - 4 * b / span], rel=1e-9)
     assert step["bubble"] == pytest.approx(1 - 4 * (a + b) / (2 * span), rel=1e-9)
     # Stage 0 sends, stage 1 receives: both engaged 4 c.

@@ -12,7 +12,8 @@ collectives on the node's link, and pipeline stages over micro-batches.
 * PP: contiguous stages of num_layers / pp layers (the embedding on the first, the
   final norm and LM head on the last), the batch cut into `micro_batches`; stage j of
   micro-batch i waits for stage j-1 of i (an activation send/recv on link `link.j`)
-  and for stage j of i-1 (in-order streams). The bubble is what the schedule leaves
+  and for stage j of i-1 (in-order streams). A decode step takes the closed pipeline's period
+  (schedule.steady_period_s: the micro-batches stay in flight from step to step). The bubble is what the schedule leaves
   idle, not a formula. A stage's time per micro-batch is its layers' times: one
   layer's TP tasks run on their own, times the layers in the stage. Its task carries
   those TP tasks for the report's op records (hw_models.gpu.stage_ops).

@@ -15,12 +15,13 @@ from sim.core.results import RunResult
 from sim.core.units import fmt_bytes, fmt_time
 
 
-def step_data(tl: Timeline, kv_len: int, unit: str, pp: int, pipelined: bool) -> dict[str, Any]:
-    """One step in full: its time, the busiest device's seconds in collectives and their
-    share of the step, and (pipelined plans) each stage's idle fraction and their mean."""
-    span = tl.makespan_s
+def step_data(tl: Timeline, kv_len: int, unit: str, pp: int, pipelined: bool, span_s: float | None = None
+              ) -> dict[str, Any]:
+    """One step in full: its time (`span_s`, default the timeline's makespan), the busiest device's seconds in
+    collectives and their share of the step, and (pipelined plans) each stage's idle fraction and their mean."""
+    span = tl.makespan_s if span_s is None else span_s
     coll = collective_seconds(tl, unit, pp)
-    idle = stage_idle(tl, unit, pp) if pipelined else None
+    idle = stage_idle(tl, unit, pp, span) if pipelined else None
     return dict(kv_len=kv_len, step_s=span, collective_s=max(coll), collective_share=max(coll) / span if span else 0.0,
                 collective_s_per_stage=coll, stage_idle=idle, bubble=sum(idle) / len(idle) if idle else None)
 
@@ -41,7 +42,8 @@ def parallel_data(mapper, steps: dict[str, tuple[int, Timeline]]) -> dict[str, A
                 devices=p.devices, stage_layers=mapper.stage_layers())
     lanes = lane_layout(unit, width, p.pp) if p.instance_devices > 1 else {}
     return dict(plan=plan, memory_per_device=memory, lanes=lanes,
-                steps={ph: step_data(tl, kv, unit, p.pp, p.pipelined) for ph, (kv, tl) in steps.items()})
+                steps={ph: step_data(tl, kv, unit, p.pp, p.pipelined, mapper.step_span_s(ph, tl) if p.pipelined else None)
+                       for ph, (kv, tl) in steps.items()})
 
 
 def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
@@ -95,7 +97,8 @@ def report_sections(result: RunResult) -> list[Section]:
         out.append(Section("Collectives and pipeline bubble, one step in full", rows,
                            ("step", "time", "in collectives", "share", "bubble", "idle per stage"),
                            "per device: the busiest stage's collectives (TP/EP collectives, activation "
-                           "send/recv); bubble: the stages' mean idle fraction of the step"))
+                           "send/recv); bubble: the stages' mean idle fraction of the step (a decode step in "
+                           "steady state: its micro-batches stay in flight from step to step)"))
     m = par["memory_per_device"]
     out.append(Section("Memory per device", [(m["tier"], fmt_bytes(m["weights"]), fmt_bytes(m["kv_cache"]),
                                               fmt_bytes(m["activations"]), fmt_bytes(m["total"]),

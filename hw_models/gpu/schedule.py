@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hw_models.gpu.stage_ops import StageOps, StageTemplate
+from hw_models.pipeline_period import iteration_period_s
 from sim.core.engine import Timeline
 from sim.core.results import InnerOp
 
@@ -111,8 +112,18 @@ def collective_seconds(tl: Timeline, unit: str, pp: int) -> list[float]:
     return out
 
 
-def stage_idle(tl: Timeline, unit: str, pp: int) -> list[float]:
-    """Per stage, the fraction of the step its devices' compute stream is idle (the
-    pipeline bubble as the schedule leaves it; waiting for collectives included)."""
-    span, busy = tl.makespan_s, tl.busy_s()
+def steady_period_s(tl: Timeline) -> float:
+    """A decode step of a pipelined plan in steady state: its micro-batches (tasks `mb<i>.*`) stay in flight from
+    one step to the next, each entering again once its token has left the last stage, so a step takes the closed
+    pipeline's period (hw_models.pipeline_period), not the fill and drain of `tl` run from an empty pipeline."""
+    mbs: dict[str, list[tuple[str, float]]] = {}
+    for iv in sorted(tl.intervals, key=lambda iv: iv.start_s):
+        mbs.setdefault(iv.task.split(".")[0], []).append((iv.resource, iv.duration_s))
+    return iteration_period_s(list(mbs.values())) if mbs else 0.0
+
+
+def stage_idle(tl: Timeline, unit: str, pp: int, span_s: float | None = None) -> list[float]:
+    """Per stage, the fraction of the step (`span_s`, default the timeline's makespan) its devices' compute
+    stream is idle (the pipeline bubble as the schedule leaves it; waiting for collectives included)."""
+    span, busy = (tl.makespan_s if span_s is None else span_s), tl.busy_s()
     return [1.0 - busy.get(stage_resource(unit, j), 0.0) / span if span else 0.0 for j in range(pp)]

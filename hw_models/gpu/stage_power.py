@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hw_models.gpu.schedule import StageCost
+from hw_models.gpu.schedule import StageCost, steady_period_s
 from hw_models.pipeline_period import iteration_period_s
 from hw_models.power import BoardPower, with_cap
 from sim.core import engine
@@ -47,14 +47,20 @@ class PipelinePower:
             return super().graph_step(phase, kv_len, graph, busy)
         tasks = self.plan_step(graph)
         free = engine.run(tasks, self.resources(), self.containers(), self.in_order)
-        step = StepResult(phase, kv_len, free.makespan_s, busy(free), self.energy_j(free))
+        step = StepResult(phase, kv_len, self.step_span_s(phase, free), busy(free), self.energy_j(free))
         bp = self.machine.board_power()
         slowed, hot = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None)
         if hot is None:
             return step
-        t = engine.run(slowed, self.resources(), self.containers(), self.in_order).makespan_s
+        t = self.step_span_s(phase, engine.run(slowed, self.resources(), self.containers(), self.in_order))
         # The fold runs the same schedule for any layer count (pipeline_tasks), so these counters fold to themselves.
-        return replace(step, time_s=t, counters=with_cap(step.counters, t - free.makespan_s, *hot))
+        return replace(step, time_s=t, counters=with_cap(step.counters, t - step.time_s, *hot))
+
+    @staticmethod
+    def step_span_s(phase: str, tl: Timeline) -> float:
+        """A pipelined step's time: a prefill fills and drains the pipeline once (the schedule's makespan); a decode
+        step's micro-batches stay in flight from step to step (schedule.steady_period_s), as an engine keeps them."""
+        return steady_period_s(tl) if phase == "decode" else tl.makespan_s
 
     def period_step(self, tasks: list[Task], micro_batches: list[list[str]], busy=Timeline.busy_s) -> StepResult:
         """A serving iteration whose micro-batches (each the ids of its tasks, in order) are in flight together:
