@@ -110,6 +110,7 @@ class Mapper:
     # as under plain torch or no stack) and the devices one instance spans (its TP/EP x PP group).
     step_overhead: StepOverhead | None = None
     devices = 1
+    power_includes = ""   # what the devices' power holds beyond their boards (offload: its host)
 
     def __init__(self, machine: Machine, workload: Workload, model: ModelConfig):
         self.machine = machine

@@ -31,8 +31,8 @@ def _serving_spec(tmp_path, **extra):
 
 
 @pytest.mark.parametrize("serving, metrics, tail", [
-    (False, ["tpot_s", "avg_power_per_device_w"],
-     "metrics[1]: 'avg_power_per_device_w' is a metric of `sim serve` points only; this sweep's points run "
+    (False, ["tpot_s", "peak_power_per_device_w"],
+     "metrics[1]: 'peak_power_per_device_w' is a metric of `sim serve` points only; this sweep's points run "
      "`sim run` (the workload is not a serving file); theirs: ttft_s, tpot_s,"),
     (True, ["avg_power_per_device_w", "tpot_s"],
      "metrics[1]: 'tpot_s' is a metric of `sim run` points only; this sweep's points run `sim serve` (the workload "

@@ -40,6 +40,7 @@ class Placement:
 
 class OffloadMapper(Mapper):
     kind = "offload"
+    power_includes = "host CPU and disk"   # its energy counts the host's CPU and disk beside the GPU's board
     # Identical layers fold as in the core loop, exact once the schedule is periodic
     # within F layers; the block schedule looks back at most two computes, so F = 3
     # (tests/test_offload.py checks it against the exhaustive run).
@@ -210,7 +211,7 @@ class OffloadMapper(Mapper):
 
     def serving_board(self):
         """The GPU's board, its energy and power per device with the host's CPU and disk beside it."""
-        return replace(super().serving_board(), with_host="host CPU and disk")
+        return replace(super().serving_board(), with_host=self.power_includes)
 
     def iteration(self, seqs, logits=None, exhaustive=False, busy=None, device_only=False,
                   experts=True) -> StepResult:

@@ -151,6 +151,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"
          + _per_replica(result)),
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
+        ("power per device", f"{result.avg_power_per_device_w:,.1f} W average over the run ({result.devices} "
+         f"device{'s' if result.devices > 1 else ''}{', with the ' + result.power_includes if result.power_includes else ''})"),
         # Numbered families (40 PIM stacks) as one entry, their mean: pim.stack0-39.
         ("utilization", ", ".join(f"{r} {fmt_percent(u)}" for r, u in utilization(result.utilization, 1.0).items())),
     ]

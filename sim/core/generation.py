@@ -168,6 +168,10 @@ class StepModel(Protocol):
     def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult: ...
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline: ...
     def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures: ...
+    @property
+    def devices(self) -> int: ...                # devices drawing the run's energy
+    @property
+    def power_includes(self) -> str: ...         # what their power holds beyond their boards ("": nothing)
 
 
 def generate(hw: StepModel, exhaustive: bool = False) -> Generation:
@@ -206,4 +210,5 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
         extra=k.extra, simulated_steps=1 + len(gen.sampled_idx), exhaustive=exhaustive,
         stack=w.stack if w.stack and getattr(hw, "stack", None) is not None else "",   # "": none, or one the kind ignores
         stack_ignored=w.stack if w.stack and getattr(hw, "stack", None) is None else "",
-        prefill_energy_per_token_j=j_per_token["prefill"], decode_energy_per_token_j=j_per_token["decode"])
+        prefill_energy_per_token_j=j_per_token["prefill"], decode_energy_per_token_j=j_per_token["decode"],
+        devices=hw.devices, power_includes=hw.power_includes)

@@ -143,6 +143,14 @@ class RunResult:
     # generates (the first token comes from prefill). None: the kind does not split it.
     prefill_energy_per_token_j: float | None = None
     decode_energy_per_token_j: float | None = None
+    devices: int = 1                    # devices drawing the run's energy (a parallel plan's, a spatial kind's chips)
+    power_includes: str = ""            # what the power holds beyond the devices' boards (offload: its host)
+
+    @property
+    def avg_power_per_device_w(self) -> float:
+        """The run's energy over its time and its devices: the mean board power one device draws."""
+        e = self.energy_per_token_j * self.batch * self.gen_len
+        return e / (self.e2e_s * self.devices) if self.e2e_s and self.devices else 0.0
 
     def to_json(self) -> dict[str, Any]:
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
@@ -156,7 +164,10 @@ class RunResult:
             peak_memory_bytes=self.peak_memory_bytes, memory_by_role=self.memory_by_role,
             memory_scope=self.memory_scope, utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
             prefill_energy_per_token_j=self.prefill_energy_per_token_j,
-            decode_energy_per_token_j=self.decode_energy_per_token_j, decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
+            decode_energy_per_token_j=self.decode_energy_per_token_j, devices=self.devices,
+            avg_power_per_device_w=self.avg_power_per_device_w,
+            **({"power_includes": self.power_includes} if self.power_includes else {}),
+            decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
             extra=self.extra,
             simulated_steps=self.simulated_steps, exhaustive=self.exhaustive,
             **({"stack_ignored": self.stack_ignored} if self.stack_ignored else {}))
@@ -181,7 +192,8 @@ class RunResult:
         """Flat scalar metrics, for sweeps and tables."""
         out = dict(ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
                    tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
-                   energy_per_token_j=self.energy_per_token_j, params=float(self.params),
+                   energy_per_token_j=self.energy_per_token_j, avg_power_per_device_w=self.avg_power_per_device_w,
+                   params=float(self.params),
                    # the batch the run simulated: the workload's, or (offload) the block its policy chose under it,
                    # so a sweep's row shows where a batch axis did not reach the model
                    batch_simulated=float(self.batch))

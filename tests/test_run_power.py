@@ -1,0 +1,47 @@
+"""`sim run`'s average power per device (RunResult.avg_power_per_device_w): the run's energy over its time and the
+devices that draw it, in the report, the JSON and a sweep's metrics, as `sim serve` gives it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hw_models.machine import load_machine
+from hw_models.registry import simulate
+from sim.apps.cli import main
+from sim.core.workload import Workload
+from tests.conftest import ROOT
+
+FORMATS = {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"}
+
+
+def _run(hw: str, parallel: dict | None = None):
+    w = Workload(model="llama2-7b", batch=8, prompt_len=256, gen_len=16, formats=FORMATS, flash_attention=True,
+                 parallel=parallel)
+    return simulate(w, load_machine(hw))
+
+
+def test_average_power_is_the_runs_energy_over_its_time_and_devices():
+    """By definition, and within the board's physics: an H100 (board-power model) draws at least its idle power and
+    at most its 700 W limit on average; two TP ranks each draw their own share, the run's energy over 2 devices."""
+    one, two = _run("h100_sxm"), _run("h100_sxm", {"tp": 2, "topology": "dgx_h100"})
+    idle_w = load_machine("h100_sxm").board_power().idle_w
+    for r, n in ((one, 1), (two, 2)):
+        assert r.devices == n
+        joules = r.energy_per_token_j * r.batch * r.gen_len
+        assert r.avg_power_per_device_w == pytest.approx(joules / (r.e2e_s * n), rel=1e-12)
+        assert idle_w < r.avg_power_per_device_w <= 700.0
+        assert r.metrics()["avg_power_per_device_w"] == r.avg_power_per_device_w
+        assert r.to_json()["avg_power_per_device_w"] == r.avg_power_per_device_w
+
+
+def test_the_report_and_json_say_the_power_and_what_it_holds(tmp_path, capsys):
+    """The offload kind's power holds its host CPU and disk, as `sim serve` says (power_includes)."""
+    out = tmp_path / "r.json"
+    assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "flexgen_t4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["devices"] == 1 and data["power_includes"] == "host CPU and disk"
+    row = next(ln for ln in text.splitlines() if "power per device" in ln)
+    assert f"{data['avg_power_per_device_w']:,.1f} W average over the run (1 device, with the host CPU and disk)" in row
