@@ -54,7 +54,8 @@ def write_requests(path: str | Path, res: ServeResult) -> Path:
 
 def chrome_trace(res: ServeResult) -> dict[str, Any]:
     """Perfetto/Chrome JSON: pid 1 the engine's iterations, pid 2 one lane per request
-    (queued, prefill until the first token, decode until the last)."""
+    (queued, prefill until the first token, between pools the KV transfer's wait and time, decode until the
+    last; a mark where it was preempted), pid 3 the power per device."""
     ev: list[dict[str, Any]] = [dict(ph="M", pid=1, name="process_name", args=dict(name="engine iterations")),
                                 dict(ph="M", pid=2, name="process_name", args=dict(name="requests"))]
     it = res.iterations
@@ -73,12 +74,20 @@ def chrome_trace(res: ServeResult) -> dict[str, Any]:
            for t, w in zip(times, watts)]
     r = res.requests
     for i in np.flatnonzero(r["status"] == DONE):
-        spans = (("queued", r["arrival_s"][i], r["scheduled_s"][i]), ("prefill", r["scheduled_s"][i], r["first_token_s"][i]),
-                 ("decode", r["first_token_s"][i], r["finish_s"][i]))
+        first = r["first_token_s"][i]
+        # disaggregated pools: the KV waits for the link, crosses it, then the decode pool takes the request
+        wait, move = (r["kv_transfer_wait_s"][i], r["kv_transfer_s"][i]) if "kv_transfer_s" in r else (0.0, 0.0)
+        wait, move = (0.0 if np.isnan(wait) else wait), (0.0 if np.isnan(move) else move)
+        spans = (("queued", r["arrival_s"][i], r["scheduled_s"][i]), ("prefill", r["scheduled_s"][i], first),
+                 ("KV transfer wait", first, first + wait), ("KV transfer", first + wait, first + wait + move),
+                 ("decode", first + wait + move, r["finish_s"][i]))
         for name, a, b in spans:
             if b > a:
                 ev.append(dict(ph="X", pid=2, tid=int(i) + 1, name=name, ts=a * 1e6, dur=(b - a) * 1e6,
                                args=dict(request=int(i))))
+    swapped = {i for i, _, _ in res.swap_log}
+    ev += [dict(ph="i", s="t", pid=2, tid=i + 1, name="preempted", ts=t * 1e6,
+                args=dict(request=i, mode="swap" if i in swapped else "recompute")) for t, i in res.preempt_log]
     return {"traceEvents": ev, "displayTimeUnit": "ms"}
 
 

@@ -154,7 +154,8 @@ def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
         [x for r in results for x in r.swap_log], sum(r.spec_steps for r in results),
         sum(r.spec_tokens for r in results), summed([r.busy_s for r in results]), sum(r.instances for r in results),
         {k: int(v) for k, v in summed([r.rejected_reasons for r in results]).items()},
-        kv_block_tokens=sizes.pop() if len(sizes := {r.kv_block_tokens for r in results}) == 1 else 0)
+        kv_block_tokens=sizes.pop() if len(sizes := {r.kv_block_tokens for r in results}) == 1 else 0,
+        preempt_log=sorted(x for r in results for x in r.preempt_log))
 
 
 def summed(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -63,6 +63,7 @@ class ServeResult:
     board: Board = Board()   # idle power per device and devices per instance (sim.apps.serve.energy)
     instance_names: list[str] = field(default_factory=list)   # per iterations["instance"] of a merged run, if named
     kv_block_tokens: int = 16   # tokens per KV block: 1 where the pool is not paged (orca, static); 0 mixed sizes
+    preempt_log: list[tuple[float, int]] = field(default_factory=list)   # (iteration start, request) per preemption
 
 
 class ServeSim:
@@ -90,6 +91,7 @@ class ServeSim:
         self.tokens = 0
         self.energy = 0.0
         self.swap_log: list[tuple[int, int, int]] = []
+        self.preempt_log: list[tuple[float, int]] = []
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
         self.rejections: dict[str, int] = {}
@@ -135,7 +137,8 @@ class ServeSim:
                            np.asarray(self.tbt), np.asarray(self.tbt_w), s.preemptions, s.swapped_out_blocks,
                            s.swapped_in_blocks, s.pool.total, s.pool.peak_used, makespan_s, self.tokens, self.energy,
                            self.swap_log, self.spec_steps, self.spec_tokens, dict(self.busy),
-                           rejected_reasons=dict(self.rejections), kv_block_tokens=s.pool.block_size)
+                           rejected_reasons=dict(self.rejections), kv_block_tokens=s.pool.block_size,
+                           preempt_log=self.preempt_log)
 
     def iteration_columns(self) -> dict[str, np.ndarray]:
         """The per-iteration records by column (ITER_COLUMNS), each contiguous."""
@@ -219,6 +222,8 @@ class ServeSim:
                 yield self.wake if t is None or t <= env.now else env.any_of([self.wake, env.timeout(t - env.now)])
                 continue
             start = self.last_start = env.now
+            if batch.evicted:   # preempted to make room for this iteration (the Chrome trace marks them)
+                self.preempt_log.extend((start, i) for i in batch.evicted)
             if self.checks:
                 self._sync()
                 debug_checks.check_batch(sched, batch)

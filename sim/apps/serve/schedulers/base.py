@@ -47,6 +47,7 @@ class Batch:
     padded: list[tuple[int, int]] | None = None           # static batches: the sequences actually run
     swap_blocks: int = 0                                  # blocks moved over the host link
     preempted: list[tuple[int, int, int]] = field(default_factory=list)   # swapped out: (request, blocks, tokens)
+    evicted: list[int] = field(default_factory=list)      # requests preempted for this iteration, either way
     cohort: Any = None   # a decode step of a sim.apps.serve.cohort.DecodeCohort: its members, one token each
 
 
@@ -185,6 +186,7 @@ class Scheduler:
     def _preempt(self, victim: Request, batch: Batch) -> None:
         self.preemptions += 1
         victim.preemptions += 1
+        batch.evicted.append(victim.idx)
         if self.cfg.swaps:
             n = victim.blocks + len(victim.shared) * self.pool.unit_blocks
             self.free(victim)
