@@ -83,6 +83,9 @@ def test_pipeline_bubble_emerges():
     ({"tq": 2}, "parallel: tq: unknown key"),
     ({"tp": 8, "pp": 2, "topology": "dgx_a100"}, r"16 ranks but dgx_a100 has 8 devices .*; more nodes: parallel.nodes: 2"),
     ({"tp": 8, "pp": 2, "topology": "dgx_a100", "nodes": 0}, "parallel: nodes: Input should be greater than 0"),
+    # stated nodes hold the replicas too: 2 replicas of TP 8 need two DGX nodes (a planner's trial: one was accepted)
+    ({"tp": 8, "dp": 2, "topology": "dgx_a100", "nodes": 1},
+     r"parallel.nodes: 1 node\(s\) of 8 hold 8 devices, but dp 2 x 8 devices per replica need 16; parallel.nodes: 2"),
 ])
 def test_bad_plans(parallel, match):
     with pytest.raises(ConfigError, match=match):

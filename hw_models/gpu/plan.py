@@ -79,6 +79,10 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
         if topo.device.split("_")[0] != machine.name.split("_")[0]:
             raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
         topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")
+        if plan.nodes is not None and plan.devices > topo.devices:   # nodes stated: the replicas must fit them too
+            raise bad("nodes", f"{plan.nodes} node(s) of {topo.devices_per_node} hold {topo.devices} devices, but dp "
+                               f"{plan.dp} x {plan.instance_devices} devices per replica need {plan.devices}; "
+                               f"parallel.nodes: {-(-plan.devices // topo.devices_per_node)}")
     return plan, topo
 
 
