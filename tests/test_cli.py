@@ -227,9 +227,33 @@ def test_roofline_says_what_it_leaves_out(capsys):
     read the 70B TP4/PP2 table as 141 GB a step on one H100)."""
     assert main(["roofline", str(ROOT / "workloads/llama70b_tp4_pp2.yaml"), "--hw", "h100_sxm", "-q"]) == 0
     err = capsys.readouterr().err
-    assert "the parallel: plan" in err and "the board power cap" in err
+    assert "the pipeline stages (parallel.pp: every layer counted on one rank)" in err and "the board power cap" in err
     assert main(["roofline", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "a6000", "-q"]) == 0
     assert "note:" not in capsys.readouterr().err       # no stack, no plan, no board-power model on the a6000
+
+
+def test_roofline_prices_one_tp_rank_and_its_collectives(tmp_path):
+    """A capacity planner's trial: `sim roofline` ignored the plan (the whole model on one device). Under TP 2 on
+    dgx_h100 a rank computes half of each column- or row-split GEMM (Llama-2-7B q_proj at batch 1: 2 x 4096 x 2048
+    FLOPs, was 2 x 4096 x 4096) and two all-reduces a layer of the 4096 x 2 B hidden state, each by hand
+    2 (n - 1) alpha + 2 (n - 1) / n S / B with DGX H100's fitted 2-rank line, and S / B over the datasheet link
+    (450 GB/s per direction) as its pure line."""
+    from hw_models.machine import load_machine
+    from hw_models.network.topology import load_topology
+    from sim.apps.roofline_rows import roofline_rows
+    from sim.core.workload import Workload
+
+    w = Workload(model="llama2-7b", batch=1, prompt_len=128, gen_len=2, flash_attention=True,
+                 formats={"weights": "fp16", "activations": "fp16", "kv_cache": "fp16"},
+                 parallel={"tp": 2, "topology": "dgx_h100"})
+    rows = {r["op"]: r for r in roofline_rows(w, load_machine("h100_sxm"), "decode", 1, 129)}
+    assert rows["q_proj"]["flops"] == 2 * 4096 * 2048
+    fit = load_topology("dgx_h100").fitted["all_reduce"][2]
+    for after in ("o_proj", "down_proj"):
+        ar = rows[f"all_reduce after {after}"]
+        assert ar["count"] == 32 and ar["bytes"] == 4096 * 2
+        assert ar["simulated_s"] == pytest.approx(2 * fit.latency_s + 4096 * 2 / fit.bandwidth_bytes_per_s, rel=1e-9)
+        assert ar["roofline_s"] == pytest.approx(4096 * 2 / 450e9, rel=1e-9)
 
 
 def test_model_show_moe_active_parameters_and_block_formats(capsys, tmp_path):

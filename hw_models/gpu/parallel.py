@@ -39,7 +39,7 @@ from hw_models.gpu.schedule import LINK, StageCost, StageParts, split_micro_batc
 from hw_models.gpu.stage_ops import StageOps, StageTemplate, part_of
 from hw_models.gpu.stage_power import PipelinePower
 from hw_models.gpu.tensor_parallel import Collective, kv_fraction, shard, weight_fraction
-from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, collective_j, collective_s
+from hw_models.network.collectives import ALL_TO_ALL, SEND_RECV, alpha_beta, collective_j, collective_s
 from hw_models.network.sharding import CollectiveCost   # the tag op_records reads for link and stage tasks
 from hw_models.stack.fuse import fused_aliases
 from sim.core import engine
@@ -98,13 +98,23 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
     def _collective(self, tasks: list[Task], c: Collective, prefix: str, dep: str, link: str) -> None:
         """The collective's task on `link` after `dep`; under a host-launched stack the NCCL
         kernel is one more launch on the host, in issue order after the producing op's."""
-        dur = collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.algorithm)
+        dur = self.collective_time_s(c)
         dur = 0.0 if self._experts_off and c.kind == ALL_TO_ALL else dur
         ranks = c.ranks or self.plan.tp
         joules = 0.0 if not dur else collective_j(self.topo, c.kind, c.bytes, ranks, self.algorithm)
         tag = CollectiveCost(c.name, c.kind, c.bytes, dur, path=f"{self.topo.name} {self.algorithm}", energy_j=joules)
         host_s = self.stack.host_launch_s if self.stack else 0.0
         tasks.append(Task(prefix + c.name, link, dur, self.launched(tasks, prefix + c.name, host_s, (dep,)), tag=tag))
+
+    def collective_time_s(self, c: Collective) -> float:
+        """One collective over its group (the TP group unless it names another) on the plan's topology."""
+        return collective_s(self.topo, c.kind, c.bytes, c.ranks or self.plan.tp, self.algorithm)
+
+    def collective_roofline_s(self, c: Collective) -> float:
+        """The collective's bytes over its link at the datasheet bandwidth, no latency (a ring's bytes per rank:
+        `sim roofline`'s pure line for it)."""
+        ranks = c.ranks or self.plan.tp
+        return alpha_beta(c.kind, "ring", ranks)[1] * c.bytes / self.topo.ring_bandwidth(ranks)
 
     def tp_tasks(self, graph: OpGraph, prefix: str = "", resource: str | None = None,
                  link: str = LINK) -> list[Task]:

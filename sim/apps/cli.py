@@ -160,7 +160,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     # the board power cap (a prefill sim run stretches reads shorter here).
     board = machine.board_power()
     skipped = ([f"stack {workload.stack!r}"] if workload.stack is not None else []) + (
-        ["the parallel: plan (the whole model on one device)"] if workload.section("parallel") else []) + (
+        ["the pipeline stages (parallel.pp: every layer counted on one rank)"]
+        if (workload.section("parallel") or {}).get("pp", 1) > 1 else []) + (
         ["the board power cap"] if board is not None and board.limit_w is not None else []) + (
         [_KIND_PLACEMENT[machine.kind]] if machine.kind in _KIND_PLACEMENT else [])
     if skipped:
