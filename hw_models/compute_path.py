@@ -9,6 +9,11 @@ the matrix unit must apply the block scales inside the MMA (Blackwell's
 `tcgen05.mma ... block_scale`, hardware.md §1.2). Hopper's FP8 rate therefore
 does not make mxfp8 native there, and Ampere's `int4` rate (INT4 tensor cores)
 makes the registry's `int4` (int4_g128) native only against int4 activations.
+The exception is the `block` family (`fp8_block128`, DeepSeek-V3's 128 x 128 weight tiles and 1 x 128
+activation groups): its scales are applied outside the MMA, on the CUDA cores, each time the FP8 tensor
+cores' partial sums over 128 K-elements are promoted to FP32 (DeepSeek-V3 technical report §3.3.2,
+"Increasing Accumulation Precision"; DeepGEMM), so it computes at its element format's rate (fp8_e4m3) wherever
+the unit has that, against block-scaled or plain e4m3 activations alike.
 
 What real kernels do with a (stored operand S, activation A) pair, S being the
 weight matrix of a GEMM or the KV cache read by attention (hw_models.cost passes
@@ -108,20 +113,27 @@ def _native_pair(s: NumberFormat, a: NumberFormat, rates: dict[str, float]) -> f
     return None
 
 
+def _on_elements(fmt: NumberFormat) -> NumberFormat:
+    """The format a block-family operand's MMA runs in: its element format (module doc); others are themselves."""
+    return get_format(fmt.element_dtype) if fmt.family == "block" and fmt.element_dtype else fmt
+
+
 def choose(unit: Unit, unit_name: str, weight_fmt: str | None, act_fmt: str, mode: str = "auto",
            stored_role: str = "weight") -> ComputePath:
     """The compute path of a matrix op whose stored operand (`stored_role`: the
     weights of a GEMM, or the KV cache of attention) is in `weight_fmt` (None:
     activations only) and whose activations are in `act_fmt`."""
     rates = native_rates(unit, unit_name)
-    a = get_format(act_fmt)
-    s = get_format(weight_fmt) if weight_fmt else a
+    a0 = get_format(act_fmt)
+    s0 = get_format(weight_fmt) if weight_fmt else a0
+    a, s = _on_elements(a0), _on_elements(s0)
     rate = _native_pair(s, a, rates)
     if rate is not None:
+        pair = a0.name if s0.name == a0.name else f"{s0.name} x {a0.name}"
         if s.name == a.name:
-            return ComputePath(a.name, rate, False, f"{a.name} native")
+            return ComputePath(a.name, rate, False, f"{pair} native" + (f" ({a.name} MMA)" if a0 is not a else ""))
         slower = s.name if rates[s.name] <= rates[a.name] else a.name
-        return ComputePath(slower, rate, False, f"{s.name} x {a.name} native")
+        return ComputePath(slower, rate, False, f"{pair} native")
 
     # Candidates for the common format C, best first (see the module doc). Native
     # compute needs the activation format native too, and may only convert the
