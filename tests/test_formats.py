@@ -485,6 +485,20 @@ def test_quantization_error_fields():
     assert quantization_error(x, "fp32")["sqnr_db"] == math.inf
 
 
+def test_a_float64_input_is_compared_as_given():
+    """A numerics trial: a float64 array's error was measured against its float32 rounding, so fp32 read exact
+    (inf dB). Against the input itself, fp32's error is that rounding: for N(0, 1) a relative error uniform within
+    half an ulp of 2^-23, SQNR ~ 10 log10(12 / 2^-46) ~ 149 dB (the log-uniform mantissa raises it a few dB; 145-158
+    dB defended), and a value past float32's range is an infinite error, not left out."""
+    x = np.random.default_rng(4).standard_normal(1 << 16)
+    assert 145 < quantization_error(x, "fp32")["sqnr_db"] < 158
+    assert quantization_error(x.astype(np.float32), "fp32")["sqnr_db"] == math.inf
+    # a narrow format hardly moves (the float32 rounding is ~100 dB below its own error)
+    assert quantization_error(x, "bf16")["sqnr_db"] == pytest.approx(
+        quantization_error(x.astype(np.float32), "bf16")["sqnr_db"], abs=1e-3)
+    assert quantization_error(np.array([1e39, 1.0]), "fp32")["sqnr_db"] == -math.inf
+
+
 # ---------------------------------------------------------------- properties
 
 _finite = st.floats(-2.0 ** 100, 2.0 ** 100, allow_nan=False, width=32)

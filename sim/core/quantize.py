@@ -233,14 +233,16 @@ def quantize(array, fmt: str | NumberFormat) -> np.ndarray:
 
 
 def quantization_error(array, fmt: str | NumberFormat) -> dict[str, float]:
-    """Error of `quantize(array, fmt)` against the float32 input, over finite inputs.
+    """Error of `quantize(array, fmt)` against the input as given (a float64 array's own values, not their
+    float32 rounding: its fp32 row is that rounding's error, not exact), over finite inputs.
 
     Returns rmse, rel_rmse (rmse / rms of the input), max_abs_err, sqnr_db
     (10 log10(signal power / error power); inf when exact), and rms."""
-    x = np.asarray(array, dtype=np.float32)
-    y = quantize(x, fmt)
-    keep = np.isfinite(x)
-    xd = x[keep].astype(np.float64)
+    ref = np.asarray(array, dtype=np.float64)
+    with np.errstate(over="ignore"):   # beyond float32's range reads as an infinite error below
+        y = quantize(ref.astype(np.float32), fmt)
+    keep = np.isfinite(ref)
+    xd = ref[keep]
     err = y[keep].astype(np.float64) - xd
     if xd.size == 0:
         nan = float("nan")
