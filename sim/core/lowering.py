@@ -37,6 +37,15 @@ class FormatPolicy:
     def weight_format(self, op_name: str) -> str:
         return next((fmt for pattern, fmt in self.overrides if override_matches(pattern, op_name)), self.weights)
 
+    @property
+    def wide(self) -> str:
+        """The format of the residual stream, of the GEMM outputs it and the MLP's activation function read, of
+        the logits and of 1-D weights: the activation format where it has 16 bits or more, else bf16. Quantized
+        deployments quantize a GEMM's input in the kernel before it (vLLM's fused RMSNorm + FP8 quant and SiLU-and-mul
+        + quant; TensorRT-LLM's fused norm-quant plugins) and keep those 16-bit. The attention's q/k/v and output
+        keep the activation format (FP8 attention kernels read and write them so: the fitted attention families)."""
+        return self.activations if get_format(self.activations).bits >= 16 else "bf16"
+
 
 def override_matches(pattern: str, op_name: str) -> bool:
     """Whether a `formats.overrides` glob names op `op_name`: its whole name (L0.q_proj) or its
@@ -56,13 +65,17 @@ class _Builder:
     def act(self, name: str, *shape: int) -> TensorUse:
         return self.tensor(name, "activation", tuple(shape), self.formats.activations)
 
+    def wide(self, name: str, *shape: int) -> TensorUse:
+        """An activation kept 16-bit under a narrower activation format (FormatPolicy.wide)."""
+        return self.tensor(name, "activation", tuple(shape), self.formats.wide)
+
     def kv(self, name: str, *shape: int) -> TensorUse:
         return self.tensor(name, "kv", tuple(shape), self.formats.kv_cache)
 
     def weight(self, op_name: str, name: str, *shape: int) -> TensorUse:
         # Matrices take the weight format; 1-D vectors (norm scales, biases) stay
-        # in the activation format, as every quantized deployment keeps them.
-        fmt = self.formats.weight_format(op_name) if len(shape) > 1 else self.formats.activations
+        # 16-bit (FormatPolicy.wide), as every quantized deployment keeps them.
+        fmt = self.formats.weight_format(op_name) if len(shape) > 1 else self.formats.wide
         return self.tensor(name, "weight", tuple(shape), fmt)
 
     def add(self, name: str, kind: str, flops: float, reads: list[TensorUse], writes: list[TensorUse],
@@ -107,7 +120,7 @@ def embed(b: _Builder, m: ModelConfig, T: int) -> TensorUse:
     reads = [b.weight("embed", "embed_tokens", T, h)]  # one table row per token
     if opt:
         reads.append(b.weight("embed", "embed_positions", T, h))
-    x = b.act("L0.in", T, h)
+    x = b.wide("L0.in", T, h)
     b.add("embed", g.EMBED, T * h if opt else 0, reads, [x], None, tokens=T, hidden=h)
     return x
 
@@ -121,35 +134,38 @@ def lm_head(b: _Builder, m: ModelConfig, x: TensorUse, rows: int) -> None:
     b.add("final_norm", g.NORM, (5 if opt else 4) * T * h, [x, norm_w], [xn], None, tokens=T, hidden=h)
     last = b.act("final.xn", rows, h)  # only each sequence's last token reaches the LM head
     head = "embed_tokens" if m.tie_word_embeddings else "lm_head.w"
-    logits = b.act("logits", rows, m.vocab_size)
+    logits = b.wide("logits", rows, m.vocab_size)
     b.add("lm_head", g.GEMM, 2 * rows * h * m.vocab_size,
           [last, b.weight("lm_head", head, m.vocab_size, h)], [logits],
           None, m=rows, n=m.vocab_size, k=h)
     if m.final_softcap:
         b.add("final_softcap", g.ELEMENTWISE, SOFTCAP_FLOPS * rows * m.vocab_size, [logits],
-              [b.act("logits.capped", rows, m.vocab_size)], None, tokens=rows, hidden=m.vocab_size)
+              [b.wide("logits.capped", rows, m.vocab_size)], None, tokens=rows, hidden=m.vocab_size)
 
 
 # cap * tanh(x / cap): a divide, a tanh and a multiply per element (Gemma-2's soft-capping).
 SOFTCAP_FLOPS = 3
 
 
-def _linear(b: _Builder, layer: int, name: str, x: TensorUse, out_dim: int, bias: bool, out: str) -> TensorUse:
+def _linear(b: _Builder, layer: int, name: str, x: TensorUse, out_dim: int, bias: bool, out: str,
+            wide: bool = True) -> TensorUse:
+    """A GEMM; its output 16-bit (FormatPolicy.wide) unless `wide` is False (q/k/v: the attention's inputs)."""
     op = f"L{layer}.{name}"
     tokens, in_dim = x.shape
     reads = [x, b.weight(op, f"L{layer}.{name}.w", out_dim, in_dim)]
     if bias:
         reads.append(b.weight(op, f"L{layer}.{name}.b", out_dim))
-    y = b.act(f"L{layer}.{out}", tokens, out_dim)
+    y = (b.wide if wide else b.act)(f"L{layer}.{out}", tokens, out_dim)
     b.add(op, g.GEMM, 2 * tokens * in_dim * out_dim, reads, [y], layer, m=tokens, n=out_dim, k=in_dim)
     return y
 
 
-def _norm(b: _Builder, layer: int, name: str, x: TensorUse, opt: bool) -> TensorUse:
+def _norm(b: _Builder, layer: int, name: str, x: TensorUse, opt: bool, to_gemm: bool = True) -> TensorUse:
+    """A norm; `to_gemm`: its output feeds GEMMs (the input norms: quantized there), else the residual (16-bit)."""
     op = f"L{layer}.{name}"
     tokens, h = x.shape
     w = b.weight(op, f"{op}.w", (2 if opt else 1) * h)  # LayerNorm: weight + bias, 1-D like a vector
-    y = b.act(f"{op}.out", tokens, h)
+    y = (b.act if to_gemm else b.wide)(f"{op}.out", tokens, h)
     b.add(op, g.NORM, (5 if opt else 4) * tokens * h, [x, w], [y], layer, tokens=tokens, hidden=h)
     return y
 
@@ -207,9 +223,9 @@ def qkv(b: _Builder, m: ModelConfig, i: int, x: TensorUse) -> tuple[TensorUse, T
     opt = m.family == "opt"
     xn = _norm(b, i, "attn_norm", x, opt)
     bias = opt or m.qkv_bias
-    q = _linear(b, i, "q_proj", xn, m.q_dim, bias, "q")
-    k = _linear(b, i, "k_proj", xn, m.kv_dim, bias, "k")
-    v = _linear(b, i, "v_proj", xn, m.kv_dim, bias, "v")
+    q = _linear(b, i, "q_proj", xn, m.q_dim, bias, "q", wide=False)
+    k = _linear(b, i, "k_proj", xn, m.kv_dim, bias, "k", wide=False)
+    v = _linear(b, i, "v_proj", xn, m.kv_dim, bias, "v", wide=False)
     if m.qk_norm:
         q, k = _qk_norm(b, m, i, q, k)
     if not opt:
@@ -262,8 +278,8 @@ def mlp_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, ctx: TensorUse)
     opt = m.family == "opt"
     o = _linear(b, i, "o_proj", ctx, h, opt or m.o_bias, "attn_out")
     if m.post_norms:
-        o = _norm(b, i, "post_attn_norm", o, False)
-    h1 = b.act(f"{L}.h1", T, h)
+        o = _norm(b, i, "post_attn_norm", o, False, to_gemm=False)
+    h1 = b.wide(f"{L}.h1", T, h)
     b.add(f"{L}.attn_residual", g.ELEMENTWISE, T * h, [x, o], [h1], i, tokens=T, hidden=h)
 
     hn = _norm(b, i, "mlp_norm", h1, opt)
@@ -279,8 +295,8 @@ def mlp_block(b: _Builder, m: ModelConfig, i: int, x: TensorUse, ctx: TensorUse)
     else:
         branches = [_swiglu(b, i, hn, m.intermediate_size, "")]
     if m.post_norms:
-        branches = [_norm(b, i, "post_mlp_norm", branches[0], False), *branches[1:]]
-    out = b.act(f"L{i + 1}.in", T, h)
+        branches = [_norm(b, i, "post_mlp_norm", branches[0], False, to_gemm=False), *branches[1:]]
+    out = b.wide(f"L{i + 1}.in", T, h)
     b.add(f"{L}.mlp_residual", g.ELEMENTWISE, len(branches) * T * h, [h1, *branches], [out], i, tokens=T, hidden=h)
     return out
 
@@ -306,7 +322,7 @@ def _moe(b: _Builder, m: ModelConfig, i: int, hn: TensorUse) -> TensorUse:
     logits = _linear(b, i, "router", hn, E, False, "router_logits")
     r = route(E, k, m.expert_load, T)
     touched, kept = r.experts_touched, r.assignments
-    gating = b.act(f"{L}.routing", T, k)
+    gating = b.wide(f"{L}.routing", T, k)
     # Softmax over E logits (5 per element) and a top-k selection (k compares per logit, our convention).
     b.add(f"{L}.topk", g.SOFTMAX, (5 + k) * T * E, [logits], [gating], i,
           tokens=T, experts=E, top_k=k, dropped=round(r.dropped))
@@ -316,7 +332,7 @@ def _moe(b: _Builder, m: ModelConfig, i: int, hn: TensorUse) -> TensorUse:
 
     def grouped(name: str, src: TensorUse, w_shape: tuple[int, int], out_dim: int, n: int, k_dim: int) -> TensorUse:
         op = f"{L}.{name}"
-        y = b.act(f"{op}.out", a_rows, out_dim)
+        y = b.wide(f"{op}.out", a_rows, out_dim)
         b.add(op, g.GEMM, 2 * kept * h * f, [src, b.weight(op, f"{op}.w", *w_shape)], [y], i,
               m=per_expert, n=n, k=k_dim)
         return y
@@ -326,7 +342,7 @@ def _moe(b: _Builder, m: ModelConfig, i: int, hn: TensorUse) -> TensorUse:
     a = b.act(f"{L}.expert_act.out", a_rows, f)
     b.add(f"{L}.expert_act", g.ELEMENTWISE, 5 * kept * f, [gate, up], [a], i, tokens=a_rows, hidden=f)
     down = grouped("expert_down", a, (h, rows), h, max(1, round(touched * h)), f)
-    out = b.act(f"{L}.moe_out", T, h)
+    out = b.wide(f"{L}.moe_out", T, h)
     # Each kept assignment scales its expert's output by its gate weight and adds it in: 2 per element.
     b.add(f"{L}.moe_combine", g.ELEMENTWISE, 2 * kept * h, [down, gating], [out], i, tokens=T, hidden=h)
     return out
