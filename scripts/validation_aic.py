@@ -76,11 +76,12 @@ NOTES = """What moved, and what did not:
   RTX PRO 6000 -0.23 us) instead of the preset's 3-4 us launch; on A100, H100 and RTX PRO 6000 the dense GEMM is a
   kernel family per GPU (dense_bf16_<gpu> in hw_models/stack/kernel_families_fitted.yaml, named by the preset's
   `efficiency.dense_gemm`), fitted by scripts/fit_kernels.py on that GPU's rows of all three engines as the
-  quantized families are, with the K-walk: floor A100 5.8 / H100 3.35 / RTX PRO 6000 3.84 us, weight stream
-  0.78 / 0.85 / 0.84 of the DRAM peak, fraction of the bf16 peak 0.64 / 0.59 / 0.55 at M = 256 and
-  0.80 / 0.79 / 0.77 at M = 8192. H200 (same die as H100, no table) keeps the roofline with the gap (named on it,
-  the H100's family reads 13.9% on this project's own H200 graph-timed bf16 GEMMs against the roofline's 8.3%: the H200 section). Held out
-  by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 13.0%, A100 17.3%, RTX PRO 6000 14.9% (before
+  quantized families are, with the K-walk: floor A100 5.8 / H100 3.32 / RTX PRO 6000 3.73 us, weight stream
+  0.78 / 0.85 / 0.84 of the DRAM peak, fraction of the bf16 peak on the DRAM rows 0.65 / 0.59 / 0.57 at M = 256 and
+  0.82 / 0.80 / 0.79 at M = 8192 (stop 54; below). H200 (same die as H100, no table) keeps the roofline with the gap (named on it,
+  the H100's family reads 15.7% on this project's own H200 graph-timed bf16 GEMMs against the roofline's 8.3%: the H200 section). Held out
+  by GPU (`--hold-out GPU`: fitted on the other two pooled) H100 12.1%, A100 21.7%, RTX PRO 6000 14.4% (stop 54's
+  two curves; one curve 13.0 / 17.3 / 14.9%; before
   the per-engine copies, the fitted replay L2 rate and the K-walk: 15.9 / 14.1 / 15.8%): the figures do not
   carry across GPUs well enough, so GPUs without a named family keep the roofline with the gap.
   The tables replay one GEMM: the collector cycles through copies of the weights (TensorRT-LLM
@@ -88,8 +89,8 @@ NOTES = """What moved, and what did not:
   fp8_block and nvfp4 1: collector/vllm and collector/sglang collect_gemm.py, outside_loop_count), so weights whose
   copies fit the L2 stay in it across replays, each row with its own engine's count (hw_models.stack.cost.
   replay_weight_copies). Under that condition only (`single_layer_replay`, set by `--input-format aic`, never by
-  serving) such weights stream at the dense family's fitted replay L2 rate (`replay_l2_bytes_per_s`: H100 5.44,
-  A100 2.0, RTX PRO 6000 4.67, L40S 2.52 TB/s, against the presets' assumed 23.35 and 16.96 TB/s on the last two)
+  serving) such weights stream at the dense family's fitted replay L2 rate (`replay_l2_bytes_per_s`: H100 5.04,
+  A100 2.0, RTX PRO 6000 4.32, L40S 2.72 TB/s, against the presets' assumed 23.35 and 16.96 TB/s on the last two)
   or else the preset's L2 rate (hw_models.stack.cost.replay_weight_l2_s; none cited on H100 and A100: DRAM), and the
   families are fitted with it (first with 5 copies on every engine and the presets' rates): RTX PRO 6000 bf16 fit 17.5% -> 11.8% (its floor was pulled to 0.9 us by rows the
   L2 served, where rows past it show 5-7 us), L40S 22.6% -> 16.1%, TensorRT-LLM FP8 12.1% -> 7.8%; held out by GPU
@@ -101,6 +102,27 @@ NOTES = """What moved, and what did not:
   64x64 to 256x128) does not mend it: it raised the MAPE of every GEMM family tried, in sample and held out by
   GPU (RTX PRO 6000 bf16 17.5% -> 33-101%, H100 8.5% -> 14-47%, vLLM FP8 17.5% -> 21-34%): the libraries pick
   tiles and split K for few-tile shapes, which one fixed tile does not see. Not kept.
+  **Two curves, DRAM and L2 (issue 28, stop 54).** A replayed table holds two populations: rows whose weights
+  stream from DRAM, as every layer of a model does, and rows whose weight copies stay in the L2. One fraction
+  curve over both fitted neither: at M = 128 on the RTX PRO 6000 (its 128 MB L2 holds 5,348 of its 10,752 bf16
+  rows) the L2 rows reach 0.45 of the peak, the DRAM rows 0.34, and the one curve read 0.46, so a model's decode
+  GEMMs at 64-256 sequences ran fast (the one curve on the measured rows at M = 128 with N and K of 4096-16384:
+  3-23% fast). Each dense family now has `rate_points` fitted on its DRAM rows only (what serving and `sim run`
+  use) and `l2_rate_points` on the L2 rows (only `--input-format aic` replays read them), held at or above the
+  DRAM curve so that a replayed GEMM whose weights outgrow the L2 never gets faster per FLOP (unconstrained, the
+  L2 rows of small matrices fall below the DRAM curve at large M: fewer output tiles); floor, stream and K-walk
+  stay fitted on all rows (hw_models.stack.kernel_families, scripts/fit_kernels.py `split_l2`). MAPE on each
+  GPU's DRAM rows, one curve -> two: H100 6.67 -> 6.68%, A100 7.83 -> 7.73%, RTX PRO 6000 5.94 -> 5.09%, L40S 8.76%
+  (two curves); on all rows (the per-op table above) H100 7.94 -> 7.99%, A100 8.95 -> 8.96%, RTX PRO 6000 9.37 ->
+  9.63% (the L2 curve's floor costs its L2 rows), L40S 12.41 -> 12.11%. Held out by GPU (`--hold-out`, pooled on
+  the other two): H100 13.0 -> 12.1%, RTX PRO 6000 14.9 -> 14.4%, A100 17.3 -> **21.7%**: worse, at M 16-128
+  (33.5%): the pooled DRAM curve there comes from H100 and RTX PRO 6000, whose small-M kernels reach a smaller
+  share of their larger peaks (H100 0.18 at M = 64 against A100's own 0.30); the one curve's L2 rows had lifted it
+  towards A100's by chance. A fraction of the peak does not carry across architectures either way, which is why
+  no preset uses a pooled family. The serving check this serves: the RTX PRO 6000 vLLM 0.19 run (docs/serving.md)
+  TTFT / TPOT / throughput -21.5 / -9.4 / +8.6% -> -19.7 / -8.2 / +7.4%; its decode steps are still ~8% fast at
+  every batch (per request, TPOT -8 to -10% from the first second to the last), which no GEMM curve explains
+  alone (attention is 59% of its 128-sequence decode step).
 * Decode attention: fixed + per-CTA + KV stream per family and KV format (hw_models/stack/attention_kernels.py),
   fitted on each family's own engine rows (TensorRT-LLM's, vLLM's FlashAttention). The fixed cost is mostly SM
   cycles (`clock_hz` on the GPU presets), and the KV stream reaches its rate only with enough CTAs in flight
