@@ -319,6 +319,16 @@ def test_a_scale_axis_multiplies_each_machines_own_value(tmp_path, capsys):
     bad.write_text(path.read_text().replace("hw.memory.@device.bandwidth_bytes_per_s", "workload.batch"))
     assert main(["sweep", str(bad), "--out", str(tmp_path / "p")]) == 2
     assert "scale: factors of a machine's own value, for a hw.<field> axis only" in capsys.readouterr().err
+    # Two axes naming one field (the @device alias and the tier's own name): one silently won, by axis order, and
+    # the record showed both; refused in one line before any point runs (a DSE trial).
+    twice = tmp_path / "t.yaml"
+    twice.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama13b_decode.yaml"), hw="h100_sxm",
+                                         axes={"hw.memory.@device.bandwidth_bytes_per_s": {"scale": [0.5, 1]},
+                                               "hw.memory.hbm.bandwidth_bytes_per_s": [1e12]})))
+    assert main(["sweep", str(twice), "--out", str(tmp_path / "q")]) == 2
+    assert ("hw.memory.@device.bandwidth_bytes_per_s and hw.memory.hbm.bandwidth_bytes_per_s name the same field "
+            "of h100_sxm (hw.memory.hbm.bandwidth_bytes_per_s); keep one axis") in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
 
 
 def test_ideal_is_the_roofline_without_the_power_cap():

@@ -45,3 +45,19 @@ def test_the_report_and_json_say_the_power_and_what_it_holds(tmp_path, capsys):
     assert data["devices"] == 1 and data["power_includes"] == "host CPU and disk"
     row = next(ln for ln in text.splitlines() if "power per device" in ln)
     assert f"{data['avg_power_per_device_w']:,.1f} W average over the run (1 device, with the host CPU and disk)" in row
+
+
+def test_a_run_without_decode_steps_has_no_tpot(tmp_path):
+    """A DSE trial: a prefill-only workload (gen_len 1) recorded tpot_s = 0, which a sweep ranked the fastest and
+    plotted at 0 s. It has no decode step: NaN in the metrics (a sweep's best-points and plots skip it), None in
+    the JSON; the report says why."""
+    import math
+
+    from sim.core.results import check_finite
+
+    w = Workload(model="llama2-7b", batch=1, prompt_len=256, gen_len=1, formats=FORMATS, flash_attention=True)
+    r = check_finite(simulate(w, load_machine("h100_sxm")), "t")
+    assert all(math.isnan(getattr(r, k)) for k in ("tpot_s", "tpot_first_s", "tpot_last_s"))
+    assert math.isnan(r.metrics()["tpot_s"]) and r.ttft_s > 0
+    assert r.to_json()["tpot_s"] is None
+    assert not math.isnan(_run("h100_sxm").tpot_s)

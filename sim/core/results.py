@@ -159,8 +159,8 @@ class RunResult:
             workload=self.workload, hardware=self.hardware, kind=self.kind, stack=self.stack, model=self.model,
             params=self.params,
             batch=self.batch, prompt_len=self.prompt_len, gen_len=self.gen_len, formats=self.formats,
-            ttft_s=self.ttft_s, tpot_s=self.tpot_s, tpot_first_s=self.tpot_first_s,
-            tpot_last_s=self.tpot_last_s, e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
+            ttft_s=self.ttft_s, tpot_s=_number(self.tpot_s), tpot_first_s=_number(self.tpot_first_s),
+            tpot_last_s=_number(self.tpot_last_s), e2e_s=self.e2e_s, throughput_tok_s=self.throughput_tok_s,
             peak_memory_bytes=self.peak_memory_bytes, memory_by_role=self.memory_by_role,
             memory_scope=self.memory_scope, utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
             prefill_energy_per_token_j=self.prefill_energy_per_token_j,
@@ -215,6 +215,8 @@ def check_finite(result: "RunResult", source: str) -> "RunResult":
     any physical range (a bandwidth of 1e-300 B/s); say so instead of reporting it."""
     for key in ("ttft_s", "tpot_s", "e2e_s"):
         value = getattr(result, key)
+        if key == "tpot_s" and result.gen_len <= 1:
+            continue   # no decode step: NaN says there is no TPOT
         if not (math.isfinite(value) and value >= 0):
             raise SimError(f"{source}: the simulated {key} is {value}: a rate or size in the hardware "
                            "is out of any physical range")
@@ -252,3 +254,8 @@ def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, i
         a[3] += 1
     rows = [(name, kind, t, max(b, key=b.get), n) for name, (kind, t, b, n) in acc.items()]
     return sorted(rows, key=lambda r: -r[2])
+
+
+def _number(v: float) -> float | None:
+    """A figure for JSON: None where there is none (NaN: a run with no decode step has no TPOT)."""
+    return None if math.isnan(v) else v

@@ -83,8 +83,13 @@ class _Resolver:
         memo = (ref, _freeze(overrides))
         if memo not in self._hw:
             raw = raw_machine(ref)
+            named: dict[str, str] = {}   # resolved field -> the axis that set it
             for path, value in overrides:
                 resolved = self.hw_path(ref, path, where)
+                if resolved in named:   # two axes on one field: the later silently won, the record showed both
+                    raise ConfigError(f"{where}: hw.{named[resolved]} and hw.{path} name the same field of {ref} "
+                                      f"(hw.{resolved}); keep one axis")
+                named[resolved] = path
                 if isinstance(value, Scaled):   # a factor of this machine's own value (the preset's, in SI)
                     own = lookup_in({"hw": file_dict(self.base_machine(ref, where))}, where)(f"hw.{resolved}")
                     if isinstance(own, bool) or not isinstance(own, (int, float)):
