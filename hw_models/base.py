@@ -17,7 +17,7 @@ from typing import Callable
 
 from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
-from hw_models.power import board_of, busy_time_note, cap_figures, with_cap
+from hw_models.power import board_of, busy_time_note, cap_figures, cap_note, with_cap
 from hw_models.stack.engine_data import engine_data
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
@@ -383,10 +383,7 @@ class Mapper:
         bp = self.machine.board_power()
         if bp is not None and (cap := cap_figures(gen, bp)):
             fig.extra["power_cap"] = cap
-            phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} (the board would draw {cap[p + '_board_w']:.0f} W at "
-                               "full clock)" for p in ("prefill", "decode") if cap[p + "_s"])
-            fig.notes.append(f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}; "
-                             "hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
+            fig.notes.append(cap_note(cap))
         if bp is None and (note := busy_time_note(self.machine, total, e2e, self.devices)):
             fig.notes.append(note)
         return fig

@@ -115,6 +115,17 @@ def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, windo
     return out
 
 
+def cap_note(cap: dict) -> str:
+    """The run's note where the board power limit bound (cap_figures' figures). A memory-bound step (decode) is
+    stretched as a whole although its HBM keeps its own clock: its stretch is an upper bound, and the note says so."""
+    phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} (the board would draw {cap[p + '_board_w']:.0f} W at full clock"
+                       + ("; an upper bound: every op stretched alike, though memory-bound ones wait on HBM, whose "
+                          "clock the cap does not lower" if p == "decode" else "") + ")"
+                       for p in ("prefill", "decode") if cap[p + "_s"])
+    return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}; "
+            "hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
+
+
 def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
     """How far the board power limit stretched a run's steps (their `with_cap` counters), None where it never
     bound: each phase's added time over its time at full clock, and the power a board would have drawn."""

@@ -142,7 +142,8 @@ def _write_run_outputs(args: argparse.Namespace, result, workload, machine, laye
 # What a kind places beyond one device's roofline (an architect's trial: the table read 3-10x off sim run on them,
 # in a column labelled simulated, without a word); `sim run --plots` draws the kind's own roofs.
 _KIND_PLACEMENT = {"pim": "the PIM units (every op on the host GPU alone)",
-                   "spatial": "the chip pipeline (the whole model in one chip's SRAM)",
+                   "spatial": "the chip pipeline and the PE array's weight installs (the whole model in one chip's "
+                              "SRAM, streamed at its bandwidth)",
                    "offload": "the offload placement (every weight in the GPU's memory, fitting or not)"}
 
 
