@@ -144,6 +144,13 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
                 ready[op.name] = after[op.name].name
         return tasks
 
+    @property
+    def serving_exact(self) -> bool:
+        """A pipelined iteration's period is the larger of a micro-batch's fill and the busiest stage's load, which
+        the surrogate's interpolation over canonical mixed batches does not follow (a multi-GPU planner's trial: 3
+        prompts of 2,000 tokens split 4,000 / 2,000 read TTFT 216 ms against 284 exact): costed exactly."""
+        return self.plan.pp > 1
+
     def iteration(self, seqs, logits=None, exhaustive=False, busy=Timeline.busy_s, device_only=False,
                   experts=True) -> StepResult:
         """Mapper.iteration; `experts=False` costs one attention group's own ops, the routed experts

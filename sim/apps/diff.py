@@ -24,14 +24,14 @@ from sim.core.schema import require_file
 from sim.core.settings import dotted_items
 from sim.core.units import fmt_time
 
-METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "energy_per_token_j")
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "energy_per_token_j", "avg_power_per_device_w", "devices")
 TIMES = ("ttft_s", "tpot_s", "e2e_s")
-INPUTS = ("workload", "hardware", "kind", "stack", "batch", "prompt_len", "gen_len", "formats", "model",
+INPUTS = ("workload", "hardware", "kind", "stack", "batch", "prompt_len", "gen_len", "formats", "parallel", "model",
           "decode_kv_len", "exhaustive")
 # A serve summary records no serving file and none of its --set items (arrival rate, lengths): these are the
 # inputs it holds (sim.apps.serve.cli adds the first five to the stream's figures).
-SERVE_INPUTS = ("hardware", "model", "scheduler", "deployment", "exact", "slo", "requests", "instances",
-                "kv_block_tokens")
+SERVE_INPUTS = ("hardware", "model", "stack", "formats", "parallel", "scheduler", "deployment", "exact", "slo",
+                "requests", "instances", "kv_block_tokens")
 SERVE_METRICS = (*(f"latency.{m}.{s}" for m in ("ttft", "tpot", "tbt", "e2e", "queue") for s in ("mean", "p90", "p99")),
                  "throughput_req_s", "throughput_tok_s", "goodput_req_s", "goodput_tok_s", "energy_per_token_j",
                  "energy.avg_power_per_device_w", "energy.total_j", "completed", "rejected", "preemptions",

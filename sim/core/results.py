@@ -165,6 +165,7 @@ class RunResult:
             memory_scope=self.memory_scope, utilization=self.utilization, energy_per_token_j=self.energy_per_token_j,
             prefill_energy_per_token_j=self.prefill_energy_per_token_j,
             decode_energy_per_token_j=self.decode_energy_per_token_j, devices=self.devices,
+            parallel=(self.extra.get("parallel") or {}).get("plan") or {},
             avg_power_per_device_w=self.avg_power_per_device_w,
             **({"power_includes": self.power_includes} if self.power_includes else {}),
             decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,

@@ -95,7 +95,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         hardware, hw = pools_label(s["disaggregated"]), {}   # a machine per pool: no one machine's figures
     # the serving section as run (its --set items applied), so that sim diff can say which of its settings differ
     s.update(hardware=hardware, model=setup.model.name, scheduler=file.serving.scheduler.kind,
-             deployment=file.serving.deployment, exact=args.exact, **hw,
+             deployment=file.serving.deployment, exact=args.exact, **hw, stack=file.stack or "",
+             formats=file.formats.model_dump(mode="json"), parallel=file.section("parallel") or {},
              serving_file=str(args.file), serving=file.serving.model_dump(mode="json", exclude_none=True))
     _write(args, res, s)
     if tables.report_wanted(args):
