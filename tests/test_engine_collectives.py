@@ -182,3 +182,23 @@ def test_a_node_of_the_same_fabric_takes_the_measured_collectives():
         big = [collective_s(t, ALL_REDUCE, 64 << 20, 8, algorithm) for t in (h100, b200)]
         assert 0.5 * big[0] < big[1] < 0.6 * big[0]
 
+
+
+def test_a_nodes_own_fit_is_not_scaled_and_an_unfitted_node_has_no_custom_line(tmp_path):
+    """collectives_bandwidth_scale applies to lines taken from another node only: a topology with its own `fitted:`
+    uses them as fitted, whatever its collectives_of says. And a node name without engine fits (hgx_b200's own)
+    has no custom all-reduce line: None, the caller's cue to take the named node's or NCCL's."""
+    import yaml
+
+    from hw_models.network.collectives import parameters
+
+    raw = yaml.safe_load((ROOT / "hw_models" / "network" / "presets" / "dgx_h100.yaml").read_text())
+    raw.update(name="own_fit", collectives_of="dgx_h100")
+    raw["interconnect"]["bandwidth_bytes_per_s"] = "900 GB/s"   # twice dgx_h100's: a scale of 2 were it applied
+    path = tmp_path / "own_fit.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    topo = load_topology(path)
+    assert topo.collectives_bandwidth_scale == 2.0
+    fit = load_topology("dgx_h100").fitted["all_reduce"][8]
+    assert parameters(topo, "all_reduce", 8) == (fit.latency_s, fit.bandwidth_bytes_per_s)
+    assert custom_all_reduce_s("hgx_b200", "vllm", 1e6, 8) is None
