@@ -329,6 +329,16 @@ def test_a_scale_axis_multiplies_each_machines_own_value(tmp_path, capsys):
     assert ("hw.memory.@device.bandwidth_bytes_per_s and hw.memory.hbm.bandwidth_bytes_per_s name the same field "
             "of h100_sxm (hw.memory.hbm.bandwidth_bytes_per_s); keep one axis") in capsys.readouterr().err
     assert not (tmp_path / "q").exists()
+    # A bad factor list is told against `scale:` itself, not against a range's missing `min` (a DSE trial)
+    for factors in ([0, 1], [], [-1, 2]):
+        zero = tmp_path / "z.yaml"
+        zero.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama13b_decode.yaml"),
+                                            hw="a6000", axes={"hw.memory.@device.bandwidth_bytes_per_s":
+                                                              {"scale": factors}})))
+        assert main(["sweep", str(zero), "--out", str(tmp_path / "z")]) == 2
+        err = capsys.readouterr().err
+        assert (f"axes: hw.memory.@device.bandwidth_bytes_per_s: scale: {factors!r}: factors of each machine's own "
+                "value, a list of positive numbers") in err and "min" not in err
 
 
 def test_ideal_is_the_roofline_without_the_power_cap():

@@ -193,6 +193,21 @@ class SweepSpec(Strict):
     plots: list[Plot] = []
     source: str = Field(default="", exclude=True)
 
+    @field_validator("axes", mode="before")
+    @classmethod
+    def _scale_factors(cls, v: Any) -> Any:
+        """A `{scale: ...}` axis told against its own form: its factors must be positive numbers, at least one (a DSE
+        trial: `{scale: [0, 1]}` was told that Range's `min` is missing, the union's first member)."""
+        for key, values in (v.items() if isinstance(v, dict) else ()):
+            if isinstance(values, dict) and "scale" in values:
+                factors = values["scale"]
+                if (not isinstance(factors, list) or not factors
+                        or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) and f > 0
+                                   for f in map(_number, factors))):
+                    raise ValueError(f"{key}: scale: {factors!r}: factors of each machine's own value, a list of "
+                                     "positive numbers (e.g. [0.5, 1, 2])")
+        return v
+
     @field_validator("axes")
     @classmethod
     def _axes(cls, v: dict[str, Any]) -> dict[str, Any]:
