@@ -292,13 +292,11 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         batches in flight, VllmConfig.max_concurrent_batches: "PP requires PP-size concurrent
         batches to fill the pipeline"), each through every stage; the iteration takes the closed pipeline's
         period (hw_models.pipeline_period), not a fill and drain: the other micro-batches fill the bubble."""
-        flash, tasks, names = self.workload.flash_attention, [], []
+        flash, tasks = self.workload.flash_attention, []
         for i, group in enumerate(split_micro_batches(seqs, self.plan.pp)):
             parts = self._stage_parts(lambda n, g=group: lower_iteration(self.model, g, self.formats, flash, n))
-            mb = self._micro_batch_tasks(f"mb{i}", parts, sum(q for q, _ in group) * self.model.hidden_size * 2)
-            tasks += mb
-            names.append([t.id for t in mb])
-        return self.period_step(tasks, names, busy)
+            tasks += self._micro_batch_tasks(f"mb{i}", parts, sum(q for q, _ in group) * self.model.hidden_size * 2)
+        return self.stage_step("iteration", 0, tasks, busy)
 
     def plan_step(self, graph: OpGraph) -> list[Task]:
         if not self.plan.pipelined:

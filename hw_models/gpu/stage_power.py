@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hw_models.gpu.schedule import StageCost, steady_period_s
-from hw_models.pipeline_period import iteration_period_s
 from hw_models.power import BoardPower, with_cap
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -41,11 +40,15 @@ class PipelinePower:
     steps keep Mapper.capped (a TP group's ranks work at once, so each draws the mean)."""
 
     def graph_step(self, phase: str, kv_len: int, graph: OpGraph, busy=Timeline.busy_s) -> StepResult:
-        """Mapper.graph_step with each stage capped; busy times and energy stay those at full clock
-        (they charge the activity and dynamic energy, as Mapper.capped keeps them)."""
+        """Mapper.graph_step with each stage capped (stage_step)."""
         if not self.plan.pipelined:
             return super().graph_step(phase, kv_len, graph, busy)
-        tasks = self.plan_step(graph)
+        return self.stage_step(phase, kv_len, self.plan_step(graph), busy)
+
+    def stage_step(self, phase: str, kv_len: int, tasks: list[Task], busy=Timeline.busy_s) -> StepResult:
+        """`tasks` (the stage and send tasks of micro-batches `mb<i>.*`) as one step of `phase` (step_span_s), each
+        stage capped; busy times and energy stay those at full clock (they charge the activity and dynamic energy,
+        as Mapper.capped keeps them)."""
         free = engine.run(tasks, self.resources(), self.containers(), self.in_order)
         step = StepResult(phase, kv_len, self.step_span_s(phase, free), busy(free), self.energy_j(free))
         bp = self.machine.board_power()
@@ -59,25 +62,9 @@ class PipelinePower:
     @staticmethod
     def step_span_s(phase: str, tl: Timeline) -> float:
         """A pipelined step's time: a prefill fills and drains the pipeline once (the schedule's makespan); a decode
-        step's micro-batches stay in flight from step to step (schedule.steady_period_s), as an engine keeps them."""
-        return steady_period_s(tl) if phase == "decode" else tl.makespan_s
-
-    def period_step(self, tasks: list[Task], micro_batches: list[list[str]], busy=Timeline.busy_s) -> StepResult:
-        """A serving iteration whose micro-batches (each the ids of its tasks, in order) are in flight together:
-        the closed pipeline's period over the tasks' times (hw_models.pipeline_period), each stage capped as
-        graph_step caps it; busy times and energy those of the tasks at full clock."""
-        def period(ts: list[Task]) -> float:
-            by_id = {t.id: t for t in ts}
-            return iteration_period_s([[(by_id[i].resource, by_id[i].duration_s) for i in mb] for mb in micro_batches])
-
-        tl = engine.run(tasks, self.resources(), self.containers(), self.in_order)
-        step = StepResult("iteration", 0, period(tasks), busy(tl), self.energy_j(tl))
-        bp = self.machine.board_power()
-        slowed, hot = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None)
-        if hot is None:
-            return step
-        t = period(slowed)
-        return replace(step, time_s=t, counters=with_cap(step.counters, t - step.time_s, *hot))
+        step's micro-batches, and a serving iteration's, stay in flight from step to step (schedule.steady_period_s),
+        as an engine keeps them."""
+        return tl.makespan_s if phase == "prefill" else steady_period_s(tl)
 
     def capped(self, step: StepResult) -> StepResult:
         """A pipelined step is capped stage by stage already (graph_step)."""

@@ -15,7 +15,7 @@ A ring that spans nodes runs at most at the fabric's rate per device
 from __future__ import annotations
 
 import math
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -81,7 +81,7 @@ class Topology(Strict):
         """The node whose measured collectives this one's are (itself unless collectives_of says another)."""
         return self.collectives_of or self.name
 
-    @property
+    @cached_property   # once per topology: it loads the other node (a stat per collective costed, otherwise)
     def collectives_bandwidth_scale(self) -> float:
         """This node's per-device link bandwidth over that of the node whose measured collectives it takes (1
         without collectives_of): NCCL's and the custom kernels' achieved share of the link is carried across."""

@@ -199,13 +199,13 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
     phase = k.energy_by_phase_j
     per_token = {"prefill": k.batch * w.prompt_len, "decode": k.batch * (w.gen_len - 1)}
     j_per_token = {p: phase[p] / n if p in phase and n else None for p, n in per_token.items()}
+    # no decode step (gen_len 1): no TPOT, NaN (None in the JSON), so a sweep never ranks 0 s the fastest
+    tpot = {which: gen.tpot(which) if w.gen_len > 1 else math.nan for which in ("mean", "first", "last")}
     return RunResult(
         workload=w.name, hardware=hw.hardware_name, kind=hw.hardware_kind, model=m.to_dict(), params=m.params(),
         batch=k.batch, prompt_len=w.prompt_len, gen_len=w.gen_len,
         formats=w.formats.model_dump(), ttft_s=gen.prefill.time_s,
-        # no decode step (gen_len 1): no TPOT, NaN (None in the JSON), so a sweep never ranks 0 s the fastest
-        **{f"tpot{k}_s": gen.tpot(w) if w_len > 1 else math.nan
-           for k, w, w_len in (("", "mean", w.gen_len), ("_first", "first", w.gen_len), ("_last", "last", w.gen_len))},
+        tpot_s=tpot["mean"], tpot_first_s=tpot["first"], tpot_last_s=tpot["last"],
         e2e_s=e2e, throughput_tok_s=tokens / e2e if e2e else 0.0,
         peak_memory_bytes={t: fp.total(t) for t in fp.tiers}, memory_by_role=fp.tiers, memory_scope=fp.scope,
         utilization=k.utilization, energy_per_token_j=k.energy_j / tokens if tokens else 0.0,
