@@ -13,8 +13,14 @@ figures by rule:
   scripts/validation_h200_graph.py).
 * b200.yaml: active power x the board limits' ratio (1000 / 700 W); J/FLOP x the ratio of joules per
   peak bf16 FLOP at the limit ((1000 W / 2250 TFLOP/s) / (700 W / 989.4 TFLOP/s)); J/byte the H100's.
-* a100_80g.yaml and hbm_pim.yaml's host (an A100 board): the same rule at 400 W and 312 TFLOP/s; hbm_pim's
-  HBM2 keeps its cited J/byte. Checked out of sample on nothing here (ML.ENERGY's A100 runs are vLLM 0.5.4's).
+* a100_80g.yaml and hbm_pim.yaml's host (an A100 board): active power by b200's rule at 400 W; hbm_pim's HBM2
+  keeps its cited J/byte. The J/FLOP is not scaled (the rule's 1.25 pJ put 390 W of dynamic power on the A100's
+  312 TFLOP/s peak, so the 400 W limit held a saturated GEMM to ~161 TFLOP/s): it is the figure at which a measured
+  saturated bf16 GEMM holds the board at its limit (A100_GEMM: cuBLAS 8192^3 on random data runs at 257 TFLOP/s,
+  clock-throttled by the 400 W limit, where zeros, drawing less, run at 295; H. He, "Strangely, Matrix
+  Multiplications on GPUs Run Faster When Given 'Predictable' Data", thonking.ai, 2024): idle + activity + the
+  GEMM's FLOPs and HBM bytes over its measured time = the limit. No A100 serving power is fitted (ML.ENERGY's A100
+  runs are vLLM 0.5.4's).
 
 `--free-hbm` fits the HBM's J/byte too and prints that fit beside the shipped one: the runs give 0 W of activity,
 0.817 pJ/FLOP and 155 pJ/byte, power MAPE 8.2% -> 6.4% on them; not shipped, because it does worse where it is not
@@ -50,7 +56,10 @@ FIT_EVERY, MAX_SEQS, TASKS, FIT_GPU = M.FIT_EVERY, M.FIT_MAX_SEQS, M.FIT_TASKS, 
 FIT_PRESET = "h100_sxm"
 fit_runs = M.fit_runs
 SAME_DIE = ("h200", "h200_calibrated", "h100_offload")
-A100_CLASS = ("a100_80g", "hbm_pim")   # an A100 board: the b200.yaml rule with 400 W and 312 TFLOP/s
+A100_CLASS = ("a100_80g", "hbm_pim")   # an A100 board: b200.yaml's rule for activity, A100_GEMM for J/FLOP
+# A saturated bf16 GEMM on an A100 at its 400 W limit (module doc: H. He, thonking.ai): its size, and its measured
+# rate on random data (throttled by the limit), in FLOP/s.
+A100_GEMM = (8192, 8192, 8192, 257e12)
 STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
 
 
@@ -80,12 +89,21 @@ def derived(fit: F.Fit) -> dict[str, tuple[float, float, float]]:
     out = {p: (fit.active_power_w, fit.fp16_j_per_flop, fit.hbm_j_per_byte) for p in (FIT_PRESET, *SAME_DIE)}
     out["b200"] = (F.sig3(fit.active_power_w * limits), F.sig3(fit.fp16_j_per_flop * per_peak), fit.hbm_j_per_byte)
     a100 = load_machine("a100_80g").units["gpu"]
-    limits = a100.power_w / (h100.power_limit_w or h100.power_w)
-    per_peak = limits * h100.peak_flops_per_s["bf16"] / a100.peak_flops_per_s["bf16"]
+    active = F.sig3(fit.active_power_w * a100.power_w / (h100.power_limit_w or h100.power_w))
+    j_per_flop = a100_j_per_flop(active, fit.hbm_j_per_byte)
     for preset in A100_CLASS:   # hbm_pim's HBM2 keeps its own cited J/byte (None: not the fit's)
-        out[preset] = (F.sig3(fit.active_power_w * limits), F.sig3(fit.fp16_j_per_flop * per_peak),
-                       fit.hbm_j_per_byte if preset == "a100_80g" else None)
+        out[preset] = (active, j_per_flop, fit.hbm_j_per_byte if preset == "a100_80g" else None)
     return out
+
+
+def a100_j_per_flop(active_power_w: float, hbm_j_per_byte: float) -> float:
+    """The bf16 J/FLOP at which A100_GEMM, at its measured rate, draws exactly the board's limit on a100_80g:
+    (limit - idle - activity - its HBM bytes' power) / rate; the bytes as sim's op counts them (A, B and C once)."""
+    u = load_machine("a100_80g").units["gpu"]
+    m, n, k, rate = A100_GEMM
+    seconds = 2 * m * n * k / rate
+    hbm_w = (m * k + k * n + m * n) * 2 * hbm_j_per_byte / seconds
+    return F.sig3((u.power_w - u.idle_power_w - active_power_w - hbm_w) / rate)
 
 
 def stale_presets(fit: F.Fit) -> list[str]:

@@ -105,9 +105,9 @@ class PimMapper(Mapper):
         return 0.0 if op.name in s.continuations else self.host.launch_overhead_s
 
     def host_cost(self, op: Op, s: Schedule = SERIAL) -> OpCost:
-        c = roofline_cost(op, self.host, self.host_name, self.tier, self.workload.compute,
-                          steady=op.name in s.continuations)
-        return replace(c, energy_j=op.bytes * self.tier.energy_j_per_byte)
+        # the host GPU's op as the gpu kind costs it: its bytes over the pins and its FLOPs at the host's J/FLOP
+        return roofline_cost(op, self.host, self.host_name, self.tier, self.workload.compute,
+                             steady=op.name in s.continuations)
 
     def piece_cost(self, op: Op, p: Piece, switches: int, s: Schedule = SERIAL) -> PimOpCost:
         geo, cfg = self.geo, self.cfg
@@ -319,10 +319,10 @@ class PimMapper(Mapper):
         tl = decode_tl if decode_tl is not None else self.step_timeline("decode", 1, gen.rep_kv)
         w = self.workload
         decisions = self.decisions(self.step_graph("decode", 1, gen.rep_kv, num_layers=1))
-        metrics = report.pim_metrics(tl, decisions, self.cfg, self.geo, w.batch)
+        metrics = report.pim_metrics(tl, decisions, self.cfg, self.geo, w.batch, self.tier.energy_j_per_byte)
         if decode_tl is not None:
             base, base_tl = self.baseline(gen.exhaustive)
-            metrics.update(report.baseline_metrics(gen, base, base_tl, w.batch))
+            metrics.update(report.baseline_metrics(gen, base, base_tl, w.batch, self.tier.energy_j_per_byte))
         summary = report.summary(self.cfg, self.geo, self.policy, report.schedule_line(self.cfg, decisions),
                                  self.tier.energy_j_per_byte)
         fig.extra = dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),

@@ -18,8 +18,9 @@ from sim.core.results import RunResult
 from sim.core.units import fmt_time
 
 
-def step_breakdown(tl: Timeline) -> dict[str, float]:
-    """Per decode step: PIM busy seconds, mode-switch seconds, streamed bytes, DRAM energy split."""
+def step_breakdown(tl: Timeline, j_per_byte: float) -> dict[str, float]:
+    """Per decode step: PIM busy seconds, mode-switch seconds, streamed bytes, DRAM energy split (a host op's
+    bytes over the pins at `j_per_byte`, the tier's; its FLOPs' energy is the host's, not the DRAM's)."""
     out = dict(pim_busy_s=0.0, mode_switch_s=0.0, stream_bytes=0.0, e_int_j=0.0, e_ext_j=0.0, e_mac_j=0.0)
     for i in tl.intervals:
         c = i.tag
@@ -30,8 +31,8 @@ def step_breakdown(tl: Timeline) -> dict[str, float]:
             out["e_int_j"] += c.energy_internal_j
             out["e_ext_j"] += c.energy_external_j
             out["e_mac_j"] += c.energy_mac_j
-        else:
-            out["e_ext_j"] += getattr(c, "energy_j", 0.0)
+        elif (op := getattr(c, "op", None)) is not None:
+            out["e_ext_j"] += op.bytes * j_per_byte
     return out
 
 
@@ -56,11 +57,11 @@ def placement(decisions: list[Decision]) -> dict[str, dict[str, Any]]:
                                  host_s=d.host.duration_s, pim_s=d.pim_s) for d in decisions}
 
 
-def pim_metrics(tl: Timeline, decisions: list[Decision], cfg: PimConfig, geo: Geometry, batch: int
-                ) -> dict[str, float]:
+def pim_metrics(tl: Timeline, decisions: list[Decision], cfg: PimConfig, geo: Geometry, batch: int,
+                j_per_byte: float) -> dict[str, float]:
     """Figures of the representative decode step with PIM."""
     span = tl.makespan_s
-    b = step_breakdown(tl)
+    b = step_breakdown(tl, j_per_byte)
     S = cfg.stacks
     return {
         "pim.utilization": b["pim_busy_s"] / (S * span) if span else 0.0,
@@ -73,10 +74,11 @@ def pim_metrics(tl: Timeline, decisions: list[Decision], cfg: PimConfig, geo: Ge
     }
 
 
-def baseline_metrics(gen: Generation, base: Generation, base_tl: Timeline, batch: int) -> dict[str, float]:
+def baseline_metrics(gen: Generation, base: Generation, base_tl: Timeline, batch: int, j_per_byte: float
+                     ) -> dict[str, float]:
     """What PIM saved against the same GPU without it (policy none)."""
     tpot, tpot0 = gen.tpot(), base.tpot()
-    b0 = step_breakdown(base_tl)
+    b0 = step_breakdown(base_tl, j_per_byte)
     return {"pim.tpot_no_pim_s": tpot0, "pim.speedup_tpot": tpot0 / tpot if tpot else 0.0,
             "pim.e2e_saved_s": base.e2e_s - gen.e2e_s,
             "pim.dram_energy_no_pim_j_per_token": (b0["e_int_j"] + b0["e_ext_j"]) / batch}
