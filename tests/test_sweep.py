@@ -284,3 +284,19 @@ def test_device_memory_is_one_column_over_presets_of_different_memories(tmp_path
     df = load_results(tmp_path / "out").set_index("hw")
     assert df.loc["a6000", "peak_memory_bytes.@device"] == df.loc["a6000", "peak_memory_bytes.gddr"] > 0
     assert df.loc["h100_sxm", "peak_memory_bytes.@device"] == df.loc["h100_sxm", "peak_memory_bytes.hbm"] > 0
+
+
+def test_a_sweep_says_what_its_points_ignore(tmp_path, capsys):
+    """Each point runs with warnings off, so a sweep over an H100 and a Groq LPU under `stack: vllm` priced the LPU
+    rows without the stack and said nothing, where `sim run` warns. The sweep gathers the notes its points' runs would
+    print and says each once, with how many points it holds for (the second run, all points stored, says it too)."""
+    from sim.apps.cli import main
+
+    path = make_spec(tmp_path, {"hw": ["h100_sxm", "groq_lpu"], "workload.stack": ["vllm"]})
+    s = run_sweep(path, tmp_path / "out", workers=1, progress=False, plots=False)
+    (note,) = [n for n in s.notes if "stack" in n]
+    assert note.startswith("1 of 2 points: ") and "stack: 'vllm' is ignored" in note and "groq_lpu" in note
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    assert f"warning: {note}" in capsys.readouterr().err
+    plain = make_spec(tmp_path, {"workload.batch": [1, 2]})
+    assert run_sweep(plain, tmp_path / "plain", workers=1, progress=False, plots=False).notes == []

@@ -8,6 +8,7 @@ from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
+from sim.apps.serve.disagg import transfer_notes
 from sim.core.formats import get_format
 from sim.core.lowering import lower, override_matches
 from sim.core.model import ModelConfig
@@ -62,6 +63,16 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
                 notes.append(f"{src}: formats.overrides.{pattern}: matches {what}; the ops it can set in {model.name}: "
                              f"{', '.join(kinds)} (L0. to L{model.num_layers - 1}. for one layer's)")
     return notes + limits_above_tdp(machine)
+
+
+def input_notes(workload: Workload, machine: Machine) -> list[str]:
+    """Every warning a run of `workload` on `machine` prints before it starts: `sim run`'s, and a serving file's as
+    `sim serve` adds them. sim sweep gathers them over its points, which run with warnings off."""
+    notes = unused_settings(workload, machine, workload.model_config_())
+    if getattr(workload, "serving", None) is not None:
+        notes += (unused_in_serving(workload, machine) + transfer_notes(workload) + engine_mismatch(workload)
+                  + pim_ineligible(workload, machine))
+    return notes
 
 
 def limits_above_tdp(machine: Machine) -> list[str]:

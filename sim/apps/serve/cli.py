@@ -49,12 +49,12 @@ def _check_outputs(args: argparse.Namespace, file) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.arrivals import make_requests
     from sim.apps.serve.cluster import serve_stream
-    from sim.apps.serve.disagg import instance_setup, transfer_notes
+    from sim.apps.serve.disagg import instance_setup
     from sim.apps.serve.engine_defaults import with_engine_defaults
     from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.run import summary_of
     from sim.apps.serve.spec import load_serve_file
-    from sim.apps.checks import engine_mismatch, pim_ineligible, unused_in_serving, unused_settings
+    from sim.apps.checks import input_notes
     from hw_models.registry import hardware_record
     from sim.core.settings import split_settings
 
@@ -65,8 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     file = load_serve_file(args.file, sets.workload)
     machine = _machine(args, file, sets.hw)
     file = with_engine_defaults(file, machine)   # vLLM's budget and sequence cap follow the GPU where left out
-    for note in unused_settings(file, machine, file.model_config_()) + unused_in_serving(file, machine) \
-            + transfer_notes(file) + engine_mismatch(file) + pim_ineligible(file, machine):
+    for note in input_notes(file, machine):
         print(f"warning: {note}", file=sys.stderr)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:

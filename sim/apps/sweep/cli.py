@@ -38,6 +38,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         why = _failures(args.out)
         if why:
             print(f"not run, recorded as error rows (plots mark them): {why}", file=sys.stderr)
+        for note in s.notes:   # each point runs with warnings off: what `sim run` would have said, once
+            print(f"warning: {note}", file=sys.stderr)
         for path in s.changed:
             print(f"{path}: changed since the stored rows; the points that read it ran again", file=sys.stderr)
         if s.reused:

@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ import numpy as np
 
 import sim
 from hw_models.machine import Machine, machine_aliases, machine_from_dict, preset_names, raw_machine
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, SimError
 from sim.core.schema import file_dict, read_yaml, set_dotted
 from sim.core.settings import HW_ALIASES, resolve_aliases
+from sim.apps.checks import input_notes
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.names import check_metrics
@@ -42,6 +44,7 @@ class Point:
     config: dict[str, Any]       # what the worker needs: workload/machine dumps and their sources
     key: str                     # hash of the resolved config, its files' contents and sim.__version__
     contents: dict[str, str] = field(default_factory=dict)   # every file the point reads -> sha256
+    notes: tuple[str, ...] = ()  # what `sim run` / `sim serve` would warn of before this point (sim.apps.checks)
 
 
 @dataclass
@@ -302,6 +305,7 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
     points: list[Point] = []
     seen: set[str] = set()
     digests = Digests()
+    notes: dict[tuple[int, int], tuple[str, ...]] = {}   # per (workload, machine): the resolver shares them
     for combo in _combinations(spec):
         label = ", ".join(f"{k}={v}" for k, v in combo.items())
         where = f"{spec.source}: point ({label})"
@@ -326,5 +330,23 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
         columns = {c: look_col(c) for c in recorded}
         config = dict(workload=file_dict(workload), workload_source=str(wl_path),
                       machine=file_dict(machine), machine_source=machine.source, serving=serving)
-        points.append(Point(len(points), dict(combo), columns, config, key, contents))
+        pair = (id(workload), id(machine))
+        if pair not in notes:
+            notes[pair] = _input_notes(workload, machine)
+        points.append(Point(len(points), dict(combo), columns, config, key, contents, notes[pair]))
     return points
+
+
+def _input_notes(workload: Workload, machine: Machine) -> tuple[str, ...]:
+    """The warnings a run of this point prints (settings its machine ignores, an engine's stack beside another's
+    scheduler); none where checking fails: the point then fails on its own, as an error row."""
+    try:
+        return tuple(input_notes(workload, machine))
+    except SimError:
+        return ()
+
+
+def gathered_notes(points: list[Point]) -> list[str]:
+    """Each distinct note of `points`, with how many points it holds for, in the order first met."""
+    counts = Counter(n for p in points for n in p.notes)
+    return [note if n == len(points) else f"{n} of {len(points)} points: {note}" for note, n in counts.items()]

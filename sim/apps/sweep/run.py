@@ -19,7 +19,7 @@ from typing import Iterator
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, transaction
 from sim.apps.sweep import DEFAULT_MAX_POINTS
-from sim.apps.sweep.expand import Point, expand, is_serving
+from sim.apps.sweep.expand import Point, expand, gathered_notes, is_serving
 from sim.apps.sweep.names import for_kind
 from sim.apps.sweep.spec import SweepSpec, load_spec
 from sim.apps.sweep.store import Store
@@ -96,6 +96,7 @@ class Summary:
     seconds: float    # running the points: first submit to last result (no executor start-up)
     reused: list[int] = field(default_factory=list)   # point ids whose stored rows were reused
     changed: list[str] = field(default_factory=list)  # files whose content changed since the folder's last run
+    notes: list[str] = field(default_factory=list)    # what the points' runs warn of (expand.gathered_notes)
 
     @property
     def points_per_s(self) -> float:
@@ -192,7 +193,8 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
                 raise KeyboardInterrupt(f"{len(done) + stop.ran} of {len(points)} points are stored in "
                                         f"{store.path}; the same command resumes from them") from None
         finish(spec, out, plots)
-    return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused], changed)
+    return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused], changed,
+                   gathered_notes(points))
 
 
 def finish(spec: SweepSpec, out: Path, plots: bool = True) -> list[Path]:
