@@ -300,3 +300,23 @@ def test_a_sweep_says_what_its_points_ignore(tmp_path, capsys):
     assert f"warning: {note}" in capsys.readouterr().err
     plain = make_spec(tmp_path, {"workload.batch": [1, 2]})
     assert run_sweep(plain, tmp_path / "plain", workers=1, progress=False, plots=False).notes == []
+
+
+def test_when_and_where_read_machine_aliases(tmp_path):
+    """An axis takes `hw.memory.@device.bandwidth_bytes_per_s`; `when:` refused the same name as a syntax error and a
+    plot's `where:` the results column `peak_memory_bytes.@device`. Both now read them: `when` as each point's own
+    tier (an A6000's GDDR6 768 GB/s, an H100's HBM3 3.35 TB/s), `where` as the column. `@` elsewhere stays refused."""
+    e = compile_expr("hw.memory.@device.bandwidth_bytes_per_s > 1e12 and peak_memory_bytes.@device < 4e10")
+    assert e.names == ("hw.memory.@device.bandwidth_bytes_per_s", "peak_memory_bytes.@device")
+    for text in ("hw.memory.@ device > 1", "@device > 1", "a @ b"):
+        with pytest.raises(ConfigError):
+            compile_expr(text)
+    path = make_spec(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.batch": [1, 2]},
+                     when="hw.memory.@device.bandwidth_bytes_per_s > 1e12",
+                     plots=[{"kind": "line", "x": "workload.batch", "y": "tpot_s", "lines": "hw",
+                             "where": "peak_memory_bytes.@device < 1e15"}])
+    points = expand(spec_of(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.batch": [1, 2]},
+                            when="hw.memory.@device.bandwidth_bytes_per_s > 1e12"))
+    assert [p.axes["hw"] for p in points] == ["h100_sxm", "h100_sxm"]
+    run_sweep(path, tmp_path / "out", workers=1, progress=False)
+    assert (tmp_path / "out" / "plots" / "line_tpot_s_vs_workload.batch_by_hw.png").is_file()

@@ -317,8 +317,8 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
         except ConfigError as exc:  # some validators raise without naming the file; say which point
             raise (exc if str(exc).startswith(str(spec.source)) else ConfigError(f"{where}: {exc}")) from None
         tree = {"workload": file_dict(workload), "hw": file_dict(machine)}
-        look = lookup_in(tree, f"{spec.source}: when")
-        look_col = lookup_in(tree, f"{spec.source}: columns (or a plot's column)")
+        look = aliased(lookup_in(tree, f"{spec.source}: when"), machine)
+        look_col = aliased(lookup_in(tree, f"{spec.source}: columns (or a plot's column)"), machine)
         if when is not None:
             if not when(lambda p: hw_value or spec.hw if p == HW_AXIS else look(p)):
                 continue
@@ -350,3 +350,9 @@ def gathered_notes(points: list[Point]) -> list[str]:
     """Each distinct note of `points`, with how many points it holds for, in the order first met."""
     counts = Counter(n for p in points for n in p.notes)
     return [note if n == len(points) else f"{n} of {len(points)} points: {note}" for note, n in counts.items()]
+
+
+def aliased(look, machine: Machine):
+    """`look` reading `hw.memory.@device...` as this machine's own tier or unit (as an axis path resolves it)."""
+    aliases = machine_aliases(machine)
+    return lambda path: look(resolve_aliases(path, aliases) if path.startswith("hw.") else path)

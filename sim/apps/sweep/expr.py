@@ -1,6 +1,7 @@
 """A small, safe expression language for a sweep's `when:` constraint.
 
     workload.batch * workload.prompt_len <= 65536 and hw != "groq_lpu"
+    hw.memory.@device.bandwidth_bytes_per_s > 1e12      # a machine alias, as an axis path takes it
 
 The text is parsed with Python's `ast` (expression mode only) and evaluated by
 walking a whitelist of node types: numbers, strings, names as dotted paths
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -33,6 +35,9 @@ _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
 _FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
 _MAX_EXPONENT = 64  # keeps `10 ** 10 ** 10` from hanging the sweep
 _MAX_DIGITS = 300   # and `((9 ** 64) ** 64) ** 64`, whose exponents are each small
+# A dotted name's `.@device` part (a machine alias, sim.core.settings.HW_ALIASES; a results column such as
+# peak_memory_bytes.@device) is not Python: parsed as this identifier, read back as `@device`.
+_AT, _AT_NAME = re.compile(r"\.@(?=[A-Za-z])"), "sim_alias_at_"
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -44,7 +49,7 @@ def _dotted(node: ast.AST) -> str | None:
     if not isinstance(node, ast.Name):
         return None
     parts.append(node.id)
-    return ".".join(reversed(parts))
+    return ".".join(reversed(parts)).replace(_AT_NAME, "@")
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class Expr:
 def compile_expr(text: str, where: str = "when") -> Expr:
     """Parse and check `text`; raises ConfigError naming `where` for anything outside the language."""
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = ast.parse(_AT.sub("." + _AT_NAME, text), mode="eval")
     except SyntaxError as exc:
         raise ConfigError(f"{where}: syntax error in {text!r}: {exc.msg}") from None
     names: list[str] = []
