@@ -347,12 +347,18 @@ def test_gantt_legend_names_every_bar_kind(figures, tmp_path):
 
 def test_a_line_over_an_axis_it_does_not_split_keeps_the_best_point_at_each_x(figures, tmp_path):
     """Lines by nothing over a frame where the weight format varies too: four points at each batch, drawn in turn
-    a zigzag (a new user's trial). The line keeps the best (lowest TPOT: int4's, slope 0.6) at each batch, and says so."""
-    sweep_plots.line(_sweep_frame(), Plot(kind="line", x="workload.batch", y="tpot_s"), "t", tmp_path / "l.png")
-    (line,) = [ln for ln in figures[0].axes[0].get_lines() if "points at each x" in ln.get_label()]
+    a zigzag (a new user's trial). The line keeps the best (lowest TPOT: int4's, slope 0.6) at each batch, and says so,
+    naming the sweep axis it took the best over (the label said "the points" and left the reader to guess which)."""
+    df = _sweep_frame()
+    df.attrs["axes"] = ["workload.formats.weights", "workload.batch"]   # as draw_all passes the sweep's axes
+    sweep_plots.line(df, Plot(kind="line", x="workload.batch", y="tpot_s"), "t", tmp_path / "l.png")
+    (line,) = [ln for ln in figures[0].axes[0].get_lines() if "at each x" in ln.get_label()]
     assert list(line.get_xdata()) == [1, 4, 16]
     assert list(line.get_ydata()) == pytest.approx([0.6 * (0.01 + 0.001 * b) * 1e3 for b in (1, 4, 16)])
-    assert line.get_label() == "TPOT: min of the points at each x"
+    assert line.get_label() == "TPOT: min over weight format at each x"
+    sweep_plots.line(_sweep_frame(), Plot(kind="line", x="workload.batch", y="tpot_s"), "t", tmp_path / "m.png")
+    assert [ln.get_label() for ln in figures[1].axes[0].get_lines() if "at each x" in ln.get_label()] == [
+        "TPOT: min over the points at each x"]   # no axes given: said without names
 
 
 def test_the_gantt_zoom_finds_a_pipelined_step_s_layers_in_its_first_micro_batch():

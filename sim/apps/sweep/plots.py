@@ -112,13 +112,15 @@ def _style(i: int, values: tuple, first: list, last: list) -> dict:
     return dict(color=f"C{last.index(values[-1]) % 10}", linestyle=STYLES[j % 4], marker=MARKERS[j % len(MARKERS)])
 
 
-def _best_at_each_x(g: "pd.DataFrame", p: Plot, goal: str) -> tuple["pd.DataFrame", bool]:
+def _best_at_each_x(g: "pd.DataFrame", p: Plot, goal: str, axes: list[str]) -> tuple["pd.DataFrame", str]:
     """An axis outside `lines` that varies too gives several points at one x: drawn in turn they zigzag, so the
-    line keeps the best of them at each x (and its label says so: the bool)."""
-    several = bool(g[p.x].duplicated().any())
-    if several:
-        g = g.loc[g.groupby(p.x)[p.y].idxmin() if goal == "min" else g.groupby(p.x)[p.y].idxmax()]
-    return g.sort_values(p.x), several
+    line keeps the best of them at each x, and its label says so, naming the axes it took the best over (`axes`:
+    the sweep's; "" where there was one point at each x)."""
+    if not g[p.x].duplicated().any():
+        return g.sort_values(p.x), ""
+    over = [a for a in axes if a in g.columns and a != p.x and a not in p.line_columns and g[a].nunique() > 1]
+    g = g.loc[g.groupby(p.x)[p.y].idxmin() if goal == "min" else g.groupby(p.x)[p.y].idxmax()]
+    return g.sort_values(p.x), f"{goal} over {', '.join(map(_label, over)) if over else 'the points'} at each x"
 
 
 def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
@@ -146,9 +148,9 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         if g[p.y].isna().all():
             no_values(ax, lbl or "", _label(p.y), missing_reason(p.y, g), style)
             continue
-        g, several = _best_at_each_x(g.dropna(subset=[p.y]), p, goal)
-        if several:
-            lbl = f"{lbl or _label(p.y)}: {goal} of the points at each x"
+        g, best = _best_at_each_x(g.dropna(subset=[p.y]), p, goal, df.attrs.get("axes", []))
+        if best:
+            lbl = f"{lbl or _label(p.y)}: {best}"
         x, y = _scaled(ax_x, g[p.x]), ax_y(g[p.y])
         twin = _twin(drawn, x, y)
         if twin is not None:  # dashed over the series it coincides with, so both stay visible
@@ -361,6 +363,7 @@ def draw_all(spec: SweepSpec, df: "pd.DataFrame", out: Path, series: dict[str, d
     plot_dir = out / "plots"
     written = []
     df = labelled(df)
+    df.attrs["axes"] = list(spec.axes)   # a line that keeps the best of several points at one x names them
     with factor_axes(spec.scaled_axes()):   # a scale: axis is labelled as factors, not in the field's unit
         for p in spec.plots or default_plots(spec, df):
             written.append(_DRAW[p.kind](df, p, title_for(spec.name, p, list(df.columns)), plot_dir / p.filename()))
