@@ -256,3 +256,30 @@ def test_pools_under_their_own_plans_need_no_file_level_plan():
                          "test.yaml", "a serving file")
     _, s = serve(f, load_machine("h100_sxm"), cache=CACHE)
     assert s["completed"] == 6
+
+
+def test_a_pool_plan_is_told_at_its_own_key_and_a_file_plan_is_said_unread():
+    """A capacity planner's trial: a file-level `parallel: {tp: 2}` beside pools without one was dropped in silence
+    (the pools served on one GPU each); a pool plan without its topology was told as
+    `serving.disaggregated.decode.hw: <file>: serving.disaggregated.decode.parallel: ...` (file twice, the wrong key);
+    `micro_batches` in a pool's plan read "does not divide batch 1" where the file-level key is refused plainly."""
+    from sim.apps.serve.disagg import pool_setup, unread_plan
+    from sim.apps.serve.spec import serve_file_from_dict
+
+    f = _file(decode="h100_sxm")
+    assert unread_plan(f) == []
+    planned = f.model_copy(update={"sections": {**f.sections, "parallel": {"tp": 2}}})
+    [note] = unread_plan(planned)
+    assert note.startswith("test.yaml: parallel: not read under serving.disaggregated")
+    raw = dict(name="t", model="llama2-7b", serving=dict(
+        arrivals=dict(process="poisson", rate=1.0, num_requests=2, seed=0),
+        lengths=dict(prompt=dict(dist="fixed", value=64), output=dict(dist="fixed", value=4)),
+        disaggregated=dict(prefill=dict(hw="h100_sxm"), decode=dict(hw="h100_sxm", parallel=dict(tp=2)),
+                           transfer=dict(bandwidth_bytes_per_s=50e9))))
+    with pytest.raises(ConfigError) as err:
+        pool_setup(serve_file_from_dict(raw, "d.yaml"), "decode", False, None)
+    assert str(err.value).startswith("d.yaml: serving.disaggregated.decode.parallel: parallel.topology: needed")
+    raw["serving"]["disaggregated"]["decode"]["parallel"] = dict(tp=2, pp=2, micro_batches=4, topology="dgx_h100")
+    with pytest.raises(ConfigError, match=r"^d\.yaml: serving\.disaggregated\.decode\.parallel\.micro_batches: 4: sim "
+                                          r"serve cuts each iteration into pp micro-batches"):
+        serve_file_from_dict(raw, "d.yaml")

@@ -8,7 +8,7 @@ from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
-from sim.apps.serve.disagg import transfer_notes
+from sim.apps.serve.disagg import transfer_notes, unread_plan
 from sim.core.formats import get_format
 from sim.core.lowering import lower, override_matches
 from sim.core.model import ModelConfig
@@ -70,8 +70,8 @@ def input_notes(workload: Workload, machine: Machine) -> list[str]:
     `sim serve` adds them. sim sweep gathers them over its points, which run with warnings off."""
     notes = unused_settings(workload, machine, workload.model_config_())
     if getattr(workload, "serving", None) is not None:
-        notes += (unused_in_serving(workload, machine) + transfer_notes(workload) + engine_mismatch(workload)
-                  + pim_ineligible(workload, machine))
+        notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
+                  + engine_mismatch(workload) + pim_ineligible(workload, machine))
     return notes
 
 

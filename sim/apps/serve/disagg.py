@@ -119,8 +119,9 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
     pool_file = file.model_copy(update={"sections": sections, "source": f"{where}.parallel"})
     try:
         return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
-    except SimError as exc:   # the pool's preset, as set, cannot serve the file: say which pool
-        raise type(exc)(f"{where}.hw: {_pool_advice(exc, key)}") from None
+    except SimError as exc:   # the pool's preset or plan, as set, cannot serve the file: say which pool
+        msg = _pool_advice(exc, key)   # an error of the pool's plan names its key already (its source is it)
+        raise type(exc)(msg if msg.startswith(where) else f"{where}.hw: {msg}") from None
 
 
 def instance_setup(file: ServeFile, machine: Machine, exact: bool, cache: dict | None = None) -> Setup:
@@ -144,6 +145,15 @@ def transfer_s(file: ServeFile, nbytes: float) -> float:
         topo = load_topology(t.topology, file.source, "serving.disaggregated.transfer.topology")
         return collective_s(topo, SEND_RECV, nbytes, 2)
     return t.latency_s + nbytes / t.bandwidth_bytes_per_s
+
+
+def unread_plan(file: ServeFile) -> list[str]:
+    """A file-level `parallel:` beside serving.disaggregated is not read (each pool runs its own plan, none unless
+    given): said, where it was dropped in silence and two pools meant for TP 4 served on one GPU each."""
+    if file.serving.disaggregated is None or "parallel" not in file.sections:
+        return []
+    return [f"{file.source}: parallel: not read under serving.disaggregated, whose pools each run their own plan "
+            "(serving.disaggregated.prefill.parallel, .decode.parallel; one device where a pool gives none)"]
 
 
 def transfer_notes(file: ServeFile) -> list[str]:

@@ -261,12 +261,15 @@ def serve_file_from_dict(raw: Any, source: str) -> ServeFile:
         if isinstance(sched, dict) and "kind" not in sched:
             sched["kind"] = "vllm"   # the default scheduler's (Serving.scheduler), as without the section
         _scheduler_option_check(raw, source)
-        par = raw.get("parallel")
-        if isinstance(par, dict) and par.get("micro_batches", 1) != 1:
-            # `sim run` cuts its batch into micro-batches; a serving engine keeps pp batches in flight instead
-            raise ConfigError(f"{source}: parallel.micro_batches: {par['micro_batches']}: sim serve cuts each iteration "
-                              "into pp micro-batches, the batches vLLM keeps in flight (docs/parallelism.md); leave "
-                              "micro_batches out")
+        disagg = raw["serving"].get("disaggregated") if isinstance(raw.get("serving"), dict) else None
+        pools = {f"serving.disaggregated.{k}.": disagg[k] for k in ("prefill", "decode")
+                 if isinstance(disagg, dict) and isinstance(disagg.get(k), dict)}
+        for key, par in (("", raw.get("parallel")), *((k, pool.get("parallel")) for k, pool in pools.items())):
+            if isinstance(par, dict) and par.get("micro_batches", 1) != 1:
+                # `sim run` cuts its batch into micro-batches; a serving engine keeps pp batches in flight instead
+                raise ConfigError(f"{source}: {key}parallel.micro_batches: {par['micro_batches']}: sim serve cuts each "
+                                  "iteration into pp micro-batches, the batches vLLM keeps in flight "
+                                  "(docs/parallelism.md); leave micro_batches out")
     spec = validate_mapping(ServeFile, raw, source, "a mapping of workload fields and a serving section")
     check_slo(spec.serving.slo, f"{source}: serving.slo")
     return spec
