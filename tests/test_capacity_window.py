@@ -26,3 +26,15 @@ def test_goodput_and_capacity_share_one_window():
     # 80 arrivals at the capacity rate span about 79 / rate seconds; the run's window adds the drain.
     assert cap["arrival_window_s"] == pytest.approx(79 / cap["rate"])
     assert cap["window_s"] > 0.5 * cap["arrival_window_s"]
+
+
+def test_the_capacity_report_gives_goodput_per_device_and_per_list_price():
+    """A planner compares plans and presets per device and per dollar: 13.42 requests/s of goodput on a TP 2 plan
+    of $30,000 GPUs is 6.71 a device and 13.42 / 60 = 0.224 per $1,000; one device of no listed price says nothing."""
+    from sim.apps.serve.report import _per_device
+
+    s = {"energy": {"devices": 2}}
+    assert _per_device(s, 13.42, 30000.0) == ("6.71 requests/s over 2 device(s); 0.224 per $1,000 of list price "
+                                              "(2 x $30,000)")
+    assert _per_device(s, 13.42, None) == "6.71 requests/s over 2 device(s)"
+    assert _per_device({"energy": {"devices": 1}}, 13.42, None) == ""

@@ -180,7 +180,8 @@ def _capacity(args, file, machine, slo) -> int:
     if cap["transient"]:
         print(f"warning: {file.source}: --find-capacity: {cap['transient']}", file=sys.stderr)
     if tables.report_wanted(args):
-        print_capacity(cap)
+        # a disaggregated file's pools have presets of their own: no one price
+        print_capacity(cap, price_usd=None if file.serving.disaggregated else machine.price_usd)
     return 0
 
 

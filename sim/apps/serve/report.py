@@ -124,7 +124,19 @@ def _slo(slo: dict[str, float]) -> str:
     return ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
 
 
-def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
+def _per_device(summary: dict[str, Any], goodput_req_s: float, price_usd: float | None) -> str:
+    """The goodput at capacity per device of the run and, where the preset lists a price, per $1,000 of the GPUs'
+    list price (`price_usd`, the preset's): what a planner compares across plans (TP 4 against TP 2 x 2 replicas) and
+    presets; "" for one device of no listed price."""
+    devices, price = (summary.get("energy") or {}).get("devices") or 0, price_usd
+    if devices < 1 or (devices == 1 and not price):
+        return ""
+    per_price = f"; {goodput_req_s / (devices * price / 1e3):.3g} per $1,000 of list price ({devices} x " \
+                f"${price:,.0f})" if price else ""
+    return f"{goodput_req_s / devices:.4g} requests/s over {devices} device(s){per_price}"
+
+
+def print_capacity(c: dict[str, Any], console: Console | None = None, price_usd: float | None = None) -> None:
     console = console or tables.console(markup=True)
     clients = c.get("knob") == "concurrency"
     t = Table(title=f"capacity search (bisection on the {'client count' if clients else 'arrival rate'})",
@@ -141,6 +153,8 @@ def print_capacity(c: dict[str, Any], console: Console | None = None) -> None:
                   + ", ".join(f"{n}: {why}" for why, n in best["rejected_reasons"].items()) + "), each an SLO miss")
     at_least = "at least " if c.get("limit_settled") else ""   # that step stopped once it failed for certain
     t.add_row("limiting metric", f"{c['limiting']} ({at_least}{c['limit_ratio']:.2f}x of its limit just above)")
+    if line := _per_device(best, c["goodput_req_s"], price_usd):
+        t.add_row("goodput per device", line)
     t.add_row("runs", str(len(c["points"])))
     if "requests_per_client" in c:
         k = c["requests_per_client"]
