@@ -34,7 +34,7 @@ def test_the_capacity_report_gives_goodput_per_device_and_per_list_price():
     from sim.apps.serve.report import _per_device
 
     s = {"energy": {"devices": 2}}
-    assert _per_device(s, 13.42, 30000.0) == ("6.71 requests/s over 2 device(s); 0.224 per $1,000 of list price "
-                                              "(2 x $30,000)")
-    assert _per_device(s, 13.42, None) == "6.71 requests/s over 2 device(s)"
+    assert _per_device(s, 13.42, 30000.0) == ("6.71 requests/s a device (2 of them); 0.224 per $1,000 of list "
+                                              "price (2 x $30,000)")
+    assert _per_device(s, 13.42, None) == "6.71 requests/s a device (2 of them)"
     assert _per_device({"energy": {"devices": 1}}, 13.42, None) == ""

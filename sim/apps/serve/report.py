@@ -133,7 +133,7 @@ def _per_device(summary: dict[str, Any], goodput_req_s: float, price_usd: float 
         return ""
     per_price = f"; {goodput_req_s / (devices * price / 1e3):.3g} per $1,000 of list price ({devices} x " \
                 f"${price:,.0f})" if price else ""
-    return f"{goodput_req_s / devices:.4g} requests/s over {devices} device(s){per_price}"
+    return f"{goodput_req_s / devices:.4g} requests/s a device ({devices} of them){per_price}"
 
 
 def print_capacity(c: dict[str, Any], console: Console | None = None, price_usd: float | None = None) -> None:
