@@ -37,8 +37,8 @@ def cell(machine, model: str, batch: int, ctx: int) -> dict:
                 out["fits"] = True
             except CapacityError:
                 out["fits"] = False
-            out["fc_on_pim"] = sorted({d.op.base_name for d in m.last_decisions
-                                       if d.where == "pim" and d.op.kind == "gemm"})
+            decisions = m.decisions(m.step_graph("decode", 1, ctx, num_layers=1))   # one layer's placement
+            out["fc_on_pim"] = sorted({d.op.base_name for d in decisions if d.where == "pim" and d.op.kind == "gemm"})
     return out
 
 

@@ -148,3 +148,21 @@ def test_a_gemm_bias_is_not_streamed_by_pim():
                  (TensorUse("y", "activation", (1, N), "fp16", 2 * N),), (("m", 1), ("n", N), ("k", K))), [])
     (piece,) = pim_mapper(overrides=ONE).split(graph.op("fcb"))
     assert piece.stream_bytes == W
+
+
+def test_the_crossover_script_runs_and_names_the_gemms_pim_takes():
+    """scripts/pim_crossover.py (docs/pim.md's crossover table) read PimMapper.last_decisions, gone since the mappers
+    return their placement (decisions(graph)): it crashed. One cell: at batch 1 every FC GEMM of Llama-2-13B runs on
+    PIM under auto (a GEMV streams its weights once, in the banks), and the step is faster than without PIM."""
+    import importlib.util
+    from pathlib import Path
+
+    from hw_models.machine import load_machine
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "pim_crossover.py"
+    spec = importlib.util.spec_from_file_location("pim_crossover", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.cell(load_machine("hbm_pim"), "llama2-13b", 1, 512)
+    assert {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= set(out["fc_on_pim"])
+    assert out["auto"] < out["none"] and out["fits"]
