@@ -283,3 +283,15 @@ def test_a_pool_plan_is_told_at_its_own_key_and_a_file_plan_is_said_unread():
     with pytest.raises(ConfigError, match=r"^d\.yaml: serving\.disaggregated\.decode\.parallel\.micro_batches: 4: sim "
                                           r"serve cuts each iteration into pp micro-batches"):
         serve_file_from_dict(raw, "d.yaml")
+
+
+def test_a_disaggregated_run_holds_the_stack_s_request_delay():
+    """The pools' router dropped the stack's per-request delay (vllm: 5.322 ms, hw_models/stack/presets/vllm.yaml)
+    while the report said TTFT held it: one request now reaches the prefill engine no sooner than that after it was
+    sent."""
+    f = _file()
+    staged = f.model_copy(update={"stack": "vllm", "sections": {**f.sections, "stack": "vllm"}})
+    res, s = serve(staged, load_machine("a6000"), cache=CACHE)
+    delay = s["request_delay_s"]
+    assert delay == pytest.approx(5.322e-3, rel=1e-9)
+    assert res.requests["scheduled_s"][0] - res.requests["arrival_s"][0] >= delay - 1e-12

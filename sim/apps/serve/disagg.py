@@ -239,9 +239,9 @@ class Disagg:
 
     def run(self) -> tuple[ServeResult, dict[str, Any]]:
         env = simpy.Environment()
-        env.process(stream(env, self.reqs, self._route))
+        env.process(stream(env, self.reqs, self._route, self.prefill[0].front_end_s))
         for r in (*self.prefill, *self.decode):
-            r.env = env
+            r.start(env)   # each instance's API server: the prefill pool's take requests in, the decode pool's stream
             if isinstance(r, PrefillReplica):
                 r.link = simpy.Resource(env, capacity=1)
             env.process(r._engine(env))

@@ -56,7 +56,7 @@ class Replica(ServeSim):
 
     def take(self, i: int) -> None:
         self.routed += 1
-        self.arrive(i)
+        self.enter(i)   # through its front end, as a lone engine's requests
 
     def skip(self) -> None:
         """A request routed elsewhere: counted as arrived and done here, so the engine stops with the stream."""
@@ -100,10 +100,11 @@ def cache_aware(i: int, replicas: list[Replica], least: int) -> int:
     return min(range(len(replicas)), key=lambda k: (len(pools[k].refs), loads[k]))   # the smallest tree
 
 
-def stream(env: simpy.Environment, reqs: Requests, route: Callable[[int], None]):
-    """The router's process: each request at its arrival time to `route`."""
+def stream(env: simpy.Environment, reqs: Requests, route: Callable[[int], None], delay_s: float = 0.0):
+    """The router's process: each request to `route` `delay_s` after its arrival (the stack's per-request delay,
+    ServeSim.front_end_s, which a lone engine's arrivals take too: one replica behind a router is that engine)."""
     for i, at in enumerate(reqs.arrivals()):
-        dt = at - env.now
+        dt = at + delay_s - env.now
         if dt > 0:
             yield env.timeout(dt)
         route(i)
@@ -124,9 +125,9 @@ def run_replicas(setup: Setup, reqs: Requests, n: int, policy: str,
         if progress is not None and i % 1024 == 0:
             progress(sum(r.done - r.skipped for r in reps), len(reqs))
 
-    env.process(stream(env, reqs, route))     # first, as a single engine starts its arrivals first
+    env.process(stream(env, reqs, route, reps[0].front_end_s))   # first, as a single engine starts its arrivals
     for r in reps:
-        r.env = env
+        r.start(env)
         env.process(r._engine(env))
     env.run()
     return [r.result(env.now) for r in reps], where

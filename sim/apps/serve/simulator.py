@@ -97,7 +97,7 @@ class ServeSim:
         self.rejections: dict[str, int] = {}
         self.eo = eo = engine_terms(setup.file, setup.machine)
         self.front_end_s = eo.request_delay_s(setup.file.serving.deployment) if eo else 0.0
-        self.front: frontend.FrontEnd | None = None   # built by run(): routers feed replicas themselves
+        self.front: frontend.FrontEnd | None = None   # built by start(), in the environment the engine runs in
         self.async_scheduling = bool(eo and eo.async_scheduling)
         self.held: list[tuple[float, int]] = []   # (when it reached the engine, request) awaiting a scheduling
         self.stepping = False                     # a step is running
@@ -112,12 +112,18 @@ class ServeSim:
         # the cost's pure decode step (Surrogate.decode_step), for a cohort's steps
         self.decode_step = getattr(setup.target_cost, "decode_step", None)
 
-    def run(self) -> ServeResult:
-        env = simpy.Environment()
+    def start(self, env: simpy.Environment) -> None:
+        """Join `env` (a router's or a pool's, shared with other engines) with this engine's API front end: an
+        engine behind a router is an engine with its own server, so it takes requests in and streams tokens out
+        through it as one alone does."""
         self.env = env
         self.front = frontend.make(self, self.eo)
         if self.front is not None:
             self.ahead = 0   # the front end takes each step's tokens as the step ends
+
+    def run(self) -> ServeResult:
+        env = simpy.Environment()
+        self.start(env)
         env.process(self._arrivals(env))
         env.process(self._engine(env))
         env.run()
