@@ -233,3 +233,25 @@ def test_vllm_s_budget_and_sequence_cap_follow_the_gpu():
     raw["serving"]["scheduler"] = {"kind": "vllm-v0"}
     f = serve_file_from_dict(raw, "t.yaml")
     assert with_engine_defaults(f, load_machine("h100_sxm")) is f
+
+
+def test_a_stream_all_rejected_writes_its_plots_and_says_its_energy_is_undefined(tmp_path, capsys):
+    """A serving trial: --plots on a run that rejected every request crashed with a traceback (the batch timeline
+    of no iteration), leaving the trace and the request table unwritten; its JSON read 0 J per output token of
+    none, and its SLO line 'infx of limit'. Now every output is written (the plots say nothing ran), the energy
+    per token and per request are null (`-` in the report) and the SLO is unbounded."""
+    import json
+
+    f = write(tmp_path, lambda s: s.update(lengths={"prompt": {"dist": "fixed", "value": 5000},
+                                                    "output": {"dist": "fixed", "value": 8}}))
+    out = tmp_path / "out"
+    assert main(["serve", str(f), "--hw", "a6000", "--plots", str(out / "p"), "--chrome-trace", str(out / "t.json"),
+                 "--requests", str(out / "r.csv"), "--json", str(out / "s.json"), "--slo", "ttft_p90=0.2"]) == 0
+    assert {p.name for p in (out / "p").iterdir()} == {"latency_cdf.png", "kv_and_batch.png", "power.png"}
+    assert (out / "t.json").is_file() and (out / "r.csv").is_file()
+    s = json.loads((out / "s.json").read_text())
+    assert s["completed"] == 0 and s["energy_per_token_j"] is None
+    assert s["energy"]["per_output_token_j"] is None and s["energy"]["per_request_j"] is None
+    err = capsys.readouterr()
+    assert "- (no output token)" in err.out + err.err
+    assert "ttft_p90 unbounded (rejected requests count as never served)" in err.out + err.err

@@ -151,7 +151,7 @@ def _capacity(args, file, machine, slo) -> int:
     from rich.console import Console
 
     from sim.apps.serve.capacity import find_capacity
-    from sim.apps.serve.report import print_capacity
+    from sim.apps.serve.report import of_limit, print_capacity
     from sim.apps.serve.spec import Closed
 
     console = Console(stderr=True)
@@ -163,9 +163,9 @@ def _capacity(args, file, machine, slo) -> int:
             st = s.get("settled")
             worst = st["slo"] if st else max(s["slo_met"], key=s["slo_met"].get)
             console.print(f"  {key} {rate:8.4g}{'' if key == 'clients' else '/s'}: {worst} "
-                          + (f">= {s['slo_met'][worst]:.2f}x of limit, stopped after {st['requests_done']} requests "
+                          + (f">= {of_limit(s['slo_met'][worst])}, stopped after {st['requests_done']} requests "
                              f"({st['violations']} over it, {st['allowed']} allowed: fails with certainty)" if st
-                             else f"{s['slo_met'][worst]:.2f}x of limit"))
+                             else of_limit(s["slo_met"][worst])))
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point, early_stop=args.early_stop)
     best = cap["summary"]
     out = {"capacity_clients" if key == "clients" else "capacity_rate_req_s": cap["rate"]}

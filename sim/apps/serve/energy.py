@@ -72,8 +72,9 @@ def energy_summary(res: ServeResult) -> dict[str, Any]:
     per_device_w = np.where(dur > 0, it["energy_j"] / np.where(dur > 0, dur, 1.0) / iteration_devices(res), 0.0)
     return dict(
         total_j=total,
-        per_output_token_j=total / res.tokens_out if res.tokens_out else 0.0,
-        per_request_j=total / done if done else 0.0,
+        # undefined (JSON null, `-` in the report) where no token came out or no request finished, not 0 J
+        per_output_token_j=total / res.tokens_out if res.tokens_out else float("nan"),
+        per_request_j=total / done if done else float("nan"),
         devices=devices,
         avg_power_per_device_w=total / (res.makespan_s * devices) if res.makespan_s else 0.0,
         peak_power_per_device_w=float(per_device_w.max()) if len(per_device_w) else b.idle_w,

@@ -96,7 +96,7 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         # the host's busy seconds per iteration: the stack's engine work (step_overhead) and any kernel launches
         host_per_iteration_s=res.busy_s.get("host", 0.0) / len(it["duration_s"]) if len(it["duration_s"]) else 0.0,
         utilization=utilization(res.busy_s, res.makespan_s, res.instances), instances=res.instances,
-        energy_per_token_j=total_energy_j(res) / res.tokens_out if res.tokens_out else 0.0,
+        energy_per_token_j=total_energy_j(res) / res.tokens_out if res.tokens_out else float("nan"),   # none out
         energy=energy_summary(res),
         spec_tokens_per_step=res.spec_tokens / res.spec_steps if res.spec_steps else None,
         # prompt tokens the prefix cache served (not computed) over all prompt tokens of the completed requests

@@ -95,6 +95,11 @@ def write_chrome_trace(path: str | Path, res: ServeResult) -> Path:
     return write_json(path, chrome_trace(res))
 
 
+def _nothing(ax, why: str) -> None:
+    """An empty panel that says why it is empty."""
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
 def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:
     """KV pool in use and batch size over time. Iterations alternate between a prefill of one or two
     sequences and a decode of many, so the raw step function fills the panel solid: each panel
@@ -102,6 +107,10 @@ def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:
     plt = pyplot()
     it = res.iterations
     fig, ax = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
+    if not len(it["start_s"]):   # nothing ran (every request rejected): no step function to draw
+        for a in ax:
+            _nothing(a, "no iteration ran")
+        return _save(fig, path)
     several = "instance" in it   # replicas or pools: their counts summed, over their summed pools
     # KV held stays held between an instance's iterations; a batch is running only during one (0 when idle)
     panels = ((ax[0], (it["start_s"], 100 * summed_over_instances(res, it["kv_blocks_used"]) / max(res.total_blocks, 1)),
@@ -127,12 +136,17 @@ def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None
     plt = pyplot()
     lat = per_request(res)
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    drawn = 0
     for m in ("ttft", "tpot", "e2e"):
         x = np.sort(lat[m][~np.isnan(lat[m])])
         if len(x):
             ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=m.upper())
+            drawn += 1
     ax.set(xscale="log", xlabel="seconds", ylabel="fraction of requests", title="latency CDFs")
-    ax.legend()
+    if drawn:
+        ax.legend()
+    else:   # every request rejected (or none finished): said on the plot, not a legend of nothing
+        _nothing(ax, "no request finished")
     paths = [_save(fig, out / "latency_cdf.png")]
     paths.append(_kv_and_batch(res, out / "kv_and_batch.png"))
     times, watts = power_trace(res)

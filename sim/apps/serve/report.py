@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from typing import Any
 
 from rich.console import Console
@@ -59,12 +61,14 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         (_kv_label(s), _kv_blocks(s)),
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
         *([("batch", s["placed"])] if s.get("placed") else []),   # a kind that placed its own batch (offload)
-        ("energy", f"{s['energy_per_token_j']:.3g} J per output token"),
+        ("energy", f"{s['energy_per_token_j']:.3g} J per output token" if s["energy_per_token_j"] == s["energy_per_token_j"]
+         else "- (no output token)"),
     ]
     e = s.get("energy")
     if e and e["total_j"]:
         ph = e["by_phase_j"]
-        rows += [("energy per request", f"{e['per_request_j']:.4g} J; run total {e['total_j']:.4g} J: prefill "
+        per_request = f"{e['per_request_j']:.4g} J" if e["per_request_j"] == e["per_request_j"] else "- (none finished)"
+        rows += [("energy per request", f"{per_request}; run total {e['total_j']:.4g} J: prefill "
                                         f"{ph['prefill'] / e['total_j']:.0%}, decode {ph['decode'] / e['total_j']:.0%}, "
                                         f"idle {ph['idle'] / e['total_j']:.0%}"),
                  ("power per device" + (f" with its {e['power_includes']}" if e.get("power_includes") else ""),
@@ -103,8 +107,13 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
     if s.get("utilization"):
         console.print(utilization_table(s["utilization"], s.get("instances", 1)))
     if s["slo"]:
-        met = ", ".join(f"{k} {v:.2f}x of limit" for k, v in s["slo_met"].items())
+        met = ", ".join(f"{k} {of_limit(v)}" for k, v in s["slo_met"].items())
         console.print(f"SLO: {met}")
+
+
+def of_limit(ratio: float) -> str:
+    """A metric's share of its SLO limit; unbounded where rejected requests (never served) decide the percentile."""
+    return f"{ratio:.2f}x of limit" if np.isfinite(ratio) else "unbounded (rejected requests count as never served)"
 
 
 def utilization_table(u: dict[str, float], instances: int = 1) -> Table:
