@@ -101,6 +101,38 @@ def test_prefill_by_hand():
         Prefill(fixed_s=0, rate_points=[(1024, 0.5), (4096, 0.4)])   # falls with a longer sequence
 
 
+def test_a_chunk_over_a_longer_cache_reads_the_curve_at_the_prompt_of_as_many_pairs():
+    """Every measured row is a whole prompt (kv_len = q_len). A speculative verify of 2 tokens over 1,000 keys read
+    the curve at q_len 2, its lowest fraction, on FLOPs that grow with kv_len: 798 us a layer under trtllm_attention
+    on H100 (Llama-3-70B TP4), 90x the same step's decode attention. It reads it now at the whole prompt with as many
+    causal pairs: n (n + 1) / 2 = 2 x (1000 - 1/2) = 1999, n = 62.73: fixed + the walk of 1000 keys + FLOPs / (peak x
+    fraction(62.73)); a whole prompt (kv_len = q_len) reads q_len itself."""
+    pf = attention_families()["trtllm_attention"].prefill_for("bf16", "bf16", 9.0)
+    op = _op("prefill", 1, 2, 1000)
+    c = _cost(op, "trtllm_attention")
+    n = (-1 + (1 + 8 * 1999) ** 0.5) / 2
+    assert n == pytest.approx(62.7317, rel=1e-5)
+    assert c.compute_s == pytest.approx(op.flops / (989.4e12 * pf.fraction(n)), rel=1e-12)
+    assert c.overhead_s == pytest.approx(pf.fixed_s + 1000 * pf.walk_s_per_token, rel=1e-12)
+    assert c.duration_s < 3 * _cost(_op("decode", 1, 1, 1000), "trtllm_attention").duration_s
+    whole = _op("prefill", 1, 4096, 4096)
+    assert _cost(whole, "trtllm_attention").compute_s == pytest.approx(
+        whole.flops / (989.4e12 * pf.fraction(4096)), rel=1e-12)
+
+
+@pytest.mark.parametrize("family", ["trtllm_attention", "flash_attn", "flashinfer"])
+def test_a_chunk_never_takes_less_time_with_more_queries_or_more_keys(family):
+    """The chunk's length (the whole prompt of as many causal pairs) keeps the time as monotone in each as the curve
+    is in its length (read at kv_len alone, 2 queries over 32 keys took less than over 16: the fraction grows ~x4 a
+    doubling there; read at sqrt(q_len x kv_len), 16 queries over 64 keys took more than 64 over 64)."""
+    for kv in (64, 1000, 8192):
+        t = [_cost(_op("prefill", 1, q, kv), family).duration_s for q in (2, 3, 6, 16, 64) if q <= kv]
+        assert t == sorted(t)
+    for q in (2, 16, 128):
+        t = [_cost(_op("prefill", 1, q, kv), family).duration_s for kv in (128, 256, 1024, 4096, 32768)]
+        assert t == sorted(t)
+
+
 def test_prefill_walk_is_the_critical_path_of_few_ctas():
     """The walk term is what sets a call of few CTAs apart: one sequence, 32 heads at 16K tokens on the A100 under
     trtllm_attention's SM 8.0 curve pays 16,384 x walk_s_per_token on top of fixed + FLOPs / (peak x f), whatever

@@ -77,7 +77,8 @@ def test_weighted_median_needs_half_the_weight():
 
 def test_summary_of_a_run_that_completed_nothing():
     """One request, refused at t = 0: no tokens, no iterations, no gaps, a makespan of 0. Every rate and the
-    span are 0 (not a division by 0), the batch statistics empty, no speculation figure, and every latency
+    span are 0 (not a division by 0), the energy per token undefined, the batch statistics empty, no speculation
+    figure, and every latency
     statistic NaN, under the same names as a run with data (mean, p50, p90, p99, max)."""
     res = _result(
         requests=dict(arrival_s=[0.0], scheduled_s=[NAN], first_token_s=[NAN], finish_s=[NAN], prompt_tokens=[9],
@@ -87,7 +88,8 @@ def test_summary_of_a_run_that_completed_nothing():
         total_blocks=16, peak_blocks=0, makespan_s=0.0, tokens_out=0, energy_j=0.0)
     out = summarize(res, {})
     assert (out["completed"], out["rejected"], out["iterations"]) == (0, 1, 0)
-    assert (out["throughput_tok_s"], out["goodput_req_s"], out["energy_per_token_j"]) == (0.0, 0.0, 0.0)
+    assert (out["throughput_tok_s"], out["goodput_req_s"]) == (0.0, 0.0)
+    assert math.isnan(out["energy_per_token_j"])   # no token out: undefined (JSON null), not 0 J
     assert (out["host_per_iteration_s"], out["kv_usage_mean"]) == (0.0, 0.0)
     assert (out["duration_s"], out["throughput_req_s"], out["goodput_tok_s"], out["engine_busy"]) == (0.0,) * 4
     assert (out["batch_size"], out["tokens_per_iteration"], out["spec_tokens_per_step"]) == ({}, {}, None)

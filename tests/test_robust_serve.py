@@ -235,10 +235,12 @@ def test_max_requests_raises_the_stream_limit():
 @pytest.mark.parametrize("preset", ["a6000_offload", "flexgen_t4"])
 def test_offload_refuses_continuous_batching_and_says_why(tmp_path, capsys, preset):
     """An offload preset serves FlexGen blocks under the static scheduler only (tests/test_offload_serve.py);
-    the file's vllm scheduler is refused in one line that names the kind, the scheduler and the reason."""
-    line = refused(capsys, ["serve", str(_serve_file(tmp_path)), "--hw", preset], tmp_path)
-    assert line.startswith("error: ") and f"presets/{preset}.yaml: kind offload serves under serving.scheduler.kind: " \
-        "static, not vllm: a FlexGen block streams every layer's weights once per step" in line
+    the file's vllm scheduler is refused in one line at the file's key (it named the preset's file, which a serving
+    trial read as the preset being wrong) that names the kind, the scheduler and the reason."""
+    f = _serve_file(tmp_path)
+    line = refused(capsys, ["serve", str(f), "--hw", preset], tmp_path)
+    assert line.startswith(f"error: {f}: serving.scheduler.kind: vllm: {preset} is kind offload, which serves under "
+                           "static only: a FlexGen block streams every layer's weights once per step")
 
 
 @pytest.mark.parametrize("output, rejected", [(8, 0), (9, 20)])
@@ -262,3 +264,10 @@ def test_a_scheduler_without_kind_is_the_default_vllm():
     raw["serving"]["scheduler"] = {"max_num_seqs": 4}
     sched = serve_file_from_dict(raw, "s.yaml").serving.scheduler
     assert (sched.kind, sched.max_num_seqs) == ("vllm", 4)
+
+
+def test_an_unknown_stack_is_told_at_the_workload_file(tmp_path, capsys):
+    """A serving trial: `stack: vllm2` was refused without naming the file that set it."""
+    f = _serve_file(tmp_path)
+    line = refused(capsys, ["serve", str(f), "--hw", "h100_sxm", "--set", "stack=vllm2"], tmp_path)
+    assert line.startswith(f"error: {f}: stack: unknown software stack 'vllm2'; stacks: ")

@@ -295,3 +295,24 @@ def test_a_disaggregated_run_holds_the_stack_s_request_delay():
     delay = s["request_delay_s"]
     assert delay == pytest.approx(5.322e-3, rel=1e-9)
     assert res.requests["scheduled_s"][0] - res.requests["arrival_s"][0] >= delay - 1e-12
+
+
+def test_each_pool_takes_vllm_s_defaults_for_its_own_gpu():
+    """vLLM's token budget and sequence cap follow the GPU (sim.apps.serve.engine_defaults: 8192 and 1024 on >= 70 GiB,
+    else 2048 and 256); a disaggregated file's pools kept the small defaults on every GPU (a serving trial: an H100
+    prefill pool at 2048 tokens an iteration). Each pool takes its own preset's now; a value the file sets is kept."""
+    from sim.apps.serve.disagg import pool_setup
+    from sim.apps.serve.spec import serve_file_from_dict
+
+    raw = dict(name="t", model="llama2-7b", serving=dict(
+        arrivals=dict(process="poisson", rate=1.0, num_requests=2, seed=0),
+        lengths=dict(prompt=dict(dist="fixed", value=64), output=dict(dist="fixed", value=4)),
+        disaggregated=dict(prefill=dict(hw="h100_sxm"), decode=dict(hw="a6000"),
+                           transfer=dict(bandwidth_bytes_per_s=50e9))))
+    got = {k: pool_setup(serve_file_from_dict(raw, "d.yaml"), k, False, None)[0].file.serving.scheduler
+           for k in ("prefill", "decode")}
+    assert (got["prefill"].max_num_batched_tokens, got["prefill"].max_num_seqs) == (8192, 1024)
+    assert (got["decode"].max_num_batched_tokens, got["decode"].max_num_seqs) == (2048, 256)
+    raw["serving"]["scheduler"] = dict(kind="vllm", max_num_batched_tokens=4096)
+    pre = pool_setup(serve_file_from_dict(raw, "d.yaml"), "prefill", False, None)[0].file.serving.scheduler
+    assert (pre.max_num_batched_tokens, pre.max_num_seqs) == (4096, 1024)

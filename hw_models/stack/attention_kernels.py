@@ -42,7 +42,15 @@ A prefill (causal) attention kernel runs at a fraction of the 16-bit tensor peak
     prefill = fixed_s + FLOPs / (bf16 peak x fraction(q_len)) + kv_len x walk_s_per_token
 
 with the fraction interpolated as a power law between the fitted lengths (linear in log fraction over log
-q_len: FLOPs / fraction then stays a power of q_len inside a segment) and held flat past the ends. The last
+q_len: FLOPs / fraction then stays a power of q_len inside a segment) and held flat past the ends. Every measured
+row is a whole prompt (kv_len = q_len: aic's ctx_attn tables, `step` 0), where the query tiles (the CTAs) and each
+tile's walk over the keys grow together. A chunk over a longer cache (a prompt's tail after chunked prefill, a
+speculative verify of k + 1 tokens, a prefix-cache hit) reads the fraction at its kv_len: its FLOPs grow with
+q_len x kv_len, and the few CTAs of a small q_len are the walk term's critical path, not a lower rate on every FLOP
+(read at q_len, a 2-token verify over 1,000 keys cost 798 us a layer against 8.8 us as a decode; stop 60). The
+length read is that of the whole prompt with as many causal (query, key) pairs, so as many FLOPs (`chunk_length`:
+~sqrt(2 q_len kv_len) for a few queries, q_len on every measured row): the time then stays as monotone in q_len and
+in kv_len as the curve is in its length (read at kv_len alone, a longer cache over a few queries could take less). The last
 term is the critical path: a causal kernel's CTAs are (sequence, head, query tile) and the last query tile of a
 sequence walks all kv_len keys, so the call lasts at least that walk, on top of the work spread over the SMs
 (Graham's list-scheduling bound: makespan <= work / SMs + the longest task). It is what makes a call of few
@@ -111,7 +119,7 @@ from hw_models.stack.fa2_splits import fa2_num_splits
 from hw_models.stack.fa3_splits import fa3_num_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
 from hw_models.stack.kernel_families import read_family_files
-from hw_models.stack.prefill_curves import Prefill, PrefillCurves, format_keys
+from hw_models.stack.prefill_curves import Prefill, PrefillCurves, chunk_length, format_keys
 from hw_models.stack.xqa_splits import xqa_multi_block_count
 from sim.core import graph as g
 from sim.core.errors import ConfigError
@@ -369,7 +377,7 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
     pf = fam.prefill_for(kv[0].fmt if kv else None, q, unit.efficiency.compute_capability)
     if pf is None or "bf16" not in native_rates(unit, unit_name):
         return None
-    compute_s = op.flops / (native_rates(unit, unit_name)["bf16"] * pf.fraction(d["q_len"]))
+    compute_s = op.flops / (native_rates(unit, unit_name)["bf16"] * pf.fraction(chunk_length(d["q_len"], d["kv_len"])))
     overhead_s = pf.fixed_s + pf.walk_s(d["kv_len"])
     return OpCost(op, unit_name, overhead_s + compute_s, compute_s, 0.0, overhead_s,
                   bound_of(compute_s, 0.0, overhead_s), f"{family} prefill", energy)

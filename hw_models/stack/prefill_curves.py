@@ -30,7 +30,7 @@ class Prefill(Strict):
             raise ValueError("fractions must lie in (0, 1]")
         return v
 
-    def fraction(self, q_len: int) -> float:
+    def fraction(self, q_len: float) -> float:
         """The fraction at `q_len`: a power law between the fitted lengths, flat past the ends (module doc)."""
         xs = [math.log(p[0]) for p in self.rate_points]
         return float(np.exp(np.interp(math.log(max(q_len, 1)), xs, [math.log(p[1]) for p in self.rate_points])))
@@ -39,7 +39,16 @@ class Prefill(Strict):
         return kv_len * self.walk_s_per_token
 
     def time_s(self, flops: float, q_len: int, peak: float, kv_len: int = 0) -> float:
-        return self.fixed_s + flops / (peak * self.fraction(q_len)) + self.walk_s(kv_len)
+        return self.fixed_s + flops / (peak * self.fraction(chunk_length(q_len, kv_len))) + self.walk_s(kv_len)
+
+
+def chunk_length(q_len: int, kv_len: int) -> float:
+    """The length a prefill curve is read at for the last q_len of kv_len queries: the whole prompt n with as many
+    causal (query, key) pairs, n (n + 1) / 2 = q_len (kv_len - (q_len - 1) / 2) (sim.core.lowering.causal_keys);
+    q_len itself on a whole prompt (kv_len = q_len, as every measured row; no keys: q_len). Module doc of
+    hw_models.stack.attention_kernels says why."""
+    kv = max(kv_len, q_len)
+    return (math.sqrt(1 + 4 * (2 * q_len * kv - q_len * q_len + q_len)) - 1) / 2
 
 
 def format_keys(v: dict) -> dict:

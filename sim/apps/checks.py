@@ -9,6 +9,7 @@ from hw_models.machine import Machine
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
 from sim.apps.serve.disagg import transfer_notes, unread_plan
+from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.lowering import lower, override_matches
 from sim.core.model import ModelConfig
@@ -24,6 +25,11 @@ def stack_runs(kind: str) -> bool:
 def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) -> list[str]:
     """One line per setting this run ignores, naming the workload file and key."""
     src = workload.source or "workload"
+    if workload.stack and stack_runs(machine.kind):
+        try:   # an unknown stack is the workload's key: say which file (stack_for knows only the name)
+            stack_for(workload.stack, machine)
+        except ConfigError as exc:
+            raise ConfigError(f"{src}: {exc}") from None
     notes = []
     for key in workload.sections:
         owners = section_owners(key, "workload")

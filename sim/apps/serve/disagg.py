@@ -32,6 +32,7 @@ import simpy
 from hw_models.machine import Machine, load_machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
+from sim.apps.serve.engine_defaults import pool_defaults
 from sim.apps.serve.energy import instance_board, pools_board
 from sim.apps.serve.simulator import REJECTED, ServeResult
 from sim.apps.serve.metrics import utilization
@@ -116,7 +117,8 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
     sections = {k: v for k, v in file.sections.items() if k != "parallel"}
     if pool.parallel is not None:
         sections["parallel"] = pool.parallel
-    pool_file = file.model_copy(update={"sections": sections, "source": f"{where}.parallel"})
+    # the engine of each pool takes vLLM's device-derived defaults from its own preset (engine_defaults)
+    pool_file = pool_defaults(file.model_copy(update={"sections": sections, "source": f"{where}.parallel"}), machine)
     try:
         return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
     except SimError as exc:   # the pool's preset or plan, as set, cannot serve the file: say which pool

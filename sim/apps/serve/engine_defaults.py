@@ -24,9 +24,15 @@ def large_gpu(machine: Machine) -> bool:
 
 def with_engine_defaults(file: ServeFile, machine: Machine) -> ServeFile:
     """`file` with the engine's device-derived defaults filled in where it leaves them out (module doc). Pools of
-    a disaggregated file run on machines of their own: left as written."""
+    a disaggregated file run on machines of their own: left as written here, each pool's filled for its own preset
+    (pool_defaults, from sim.apps.serve.disagg.pool_setup)."""
+    return file if file.serving.disaggregated is not None else pool_defaults(file, machine)
+
+
+def pool_defaults(file: ServeFile, machine: Machine) -> ServeFile:
+    """`file`'s scheduler with vLLM's defaults for `machine` where the file leaves them out, whatever else it holds."""
     cfg = file.serving.scheduler
-    if cfg.kind != "vllm" or file.serving.disaggregated is not None or not large_gpu(machine):
+    if cfg.kind != "vllm" or not large_gpu(machine):
         return file
     fill = {k: v for k, v in LARGE_GPU_DEFAULTS.items() if k not in cfg.model_fields_set}
     if not fill:

@@ -83,7 +83,7 @@ def _kv_per_token(m: ModelConfig, file: s.ServeFile) -> float:
 
 def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None) -> Setup:
     """`cache` (a dict the caller keeps) shares surrogate tables between runs of one model and machine."""
-    check_kind(machine, file.serving.scheduler.kind)
+    check_kind(machine, file)
     check_speculative(machine, file)
     model = file.model_config_()
     srv = file.serving

@@ -47,6 +47,30 @@ def _optional_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _joules(j: float, fmt: str, unit: str, none: str) -> str:
+    """An energy figure, or `- (none)` where it is undefined (NaN: no token out, no request finished)."""
+    return f"{j:{fmt}} J{unit}" if np.isfinite(j) else f"- ({none})"
+
+
+def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The report's energy rows past J/token: per request and the run's split, power per device, a binding cap."""
+    if not e or not e["total_j"]:
+        return []
+    ph = e["by_phase_j"]
+    rows = [("energy per request", f"{_joules(e['per_request_j'], '.4g', '', 'none finished')}; run total "
+                                   f"{e['total_j']:.4g} J: prefill {ph['prefill'] / e['total_j']:.0%}, decode "
+                                   f"{ph['decode'] / e['total_j']:.0%}, idle {ph['idle'] / e['total_j']:.0%}"),
+            ("power per device" + (f" with its {e['power_includes']}" if e.get("power_includes") else ""),
+             f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
+             f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})"
+             + ("; the board limit binds the GPU alone" if e.get("power_includes") else ""))]
+    if cap := e.get("power_cap"):
+        limit = f"the {cap['limit_w']:g} W board limit" if cap["limit_w"] else "the board power limits"
+        rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.1%} "
+                                  f"({fmt_time(cap['added_s'])} over the run; hw_models/power.py)"))
+    return rows
+
+
 def print_report(s: dict[str, Any], title: str, console: Console | None = None) -> None:
     console = console or tables.console(markup=True)
     head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
@@ -61,25 +85,9 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         (_kv_label(s), _kv_blocks(s)),
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
         *([("batch", s["placed"])] if s.get("placed") else []),   # a kind that placed its own batch (offload)
-        ("energy", f"{s['energy_per_token_j']:.3g} J per output token" if s["energy_per_token_j"] == s["energy_per_token_j"]
-         else "- (no output token)"),
+        ("energy", _joules(s["energy_per_token_j"], ".3g", " per output token", "no output token")),
     ]
-    e = s.get("energy")
-    if e and e["total_j"]:
-        ph = e["by_phase_j"]
-        per_request = f"{e['per_request_j']:.4g} J" if e["per_request_j"] == e["per_request_j"] else "- (none finished)"
-        rows += [("energy per request", f"{per_request}; run total {e['total_j']:.4g} J: prefill "
-                                        f"{ph['prefill'] / e['total_j']:.0%}, decode {ph['decode'] / e['total_j']:.0%}, "
-                                        f"idle {ph['idle'] / e['total_j']:.0%}"),
-                 ("power per device" + (f" with its {e['power_includes']}" if e.get("power_includes") else ""),
-                  f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
-                  f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})"
-                  + ("; the board limit binds the GPU alone" if e.get("power_includes") else ""))]
-        if cap := e.get("power_cap"):
-            limit = f"the {cap['limit_w']:g} W board limit" if cap["limit_w"] else "the board power limits"
-            rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.1%} "
-                                      f"({fmt_time(cap['added_s'])} over the run; hw_models/power.py)"))
-    rows += _optional_rows(s)
+    rows += _energy_rows(s.get("energy")) + _optional_rows(s)
     for k, v in rows:
         head.add_row(k, v)
     console.print(head)

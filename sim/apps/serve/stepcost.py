@@ -85,14 +85,14 @@ def resource_busy_s(tl: Timeline) -> dict[str, float]:
     return out
 
 
-def check_kind(machine: Machine, scheduler: str) -> None:
-    """Refuse, in one line, a scheduler kind that cannot drive the machine's kind (Mapper.serving_schedulers:
-    offload serves whole FlexGen blocks, under `static` only)."""
+def check_kind(machine: Machine, file: ServeFile) -> None:
+    """Refuse, in one line at the serving file's key, a scheduler kind that cannot drive the machine's kind
+    (Mapper.serving_schedulers: offload serves whole FlexGen blocks, under `static` only)."""
     mapper = kind_module(machine.kind).MAPPER   # a class, or a factory without the attributes
-    allowed = getattr(mapper, "serving_schedulers", None)
+    allowed, scheduler = getattr(mapper, "serving_schedulers", None), file.serving.scheduler.kind
     if allowed is not None and scheduler not in allowed:
-        raise ConfigError(f"{machine.source or machine.name}: kind {machine.kind} serves under serving.scheduler.kind: "
-                          f"{' | '.join(allowed)}, not {scheduler}: {mapper.serving_schedulers_why}")
+        raise ConfigError(f"{file.source or file.name}: serving.scheduler.kind: {scheduler}: {machine.name} is kind "
+                          f"{machine.kind}, which serves under {' | '.join(allowed)} only: {mapper.serving_schedulers_why}")
 
 
 def check_speculative(machine: Machine, file: ServeFile) -> None:
@@ -107,7 +107,7 @@ def serving_mapper(machine: Machine, workload: ServeFile, model: ModelConfig) ->
     """The kind's mapper for the serving file `workload`, refused in one line where its scheduler cannot drive
     the kind. Serving reads the hardware only through it: iteration, expert_part, device_share, serving_pool,
     rank_activation_bytes, swap_bytes_per_s, engine_host_s, power_j, gap_j (hw_models.base.Mapper)."""
-    check_kind(machine, workload.serving.scheduler.kind)
+    check_kind(machine, workload)
     return mapper_for(machine, workload, model)
 
 
