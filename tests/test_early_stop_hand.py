@@ -60,6 +60,7 @@ def test_watch_stops_a_run_whose_p90_has_failed():
     s = stop.value.summary
     ttft = known(sim.rec, "ttft")
     assert s["settled"]["slo"] == "ttft_p90" and s["settled"]["allowed"] == 4 == allowed_violations(40, "p90")
-    assert s["settled"]["violations"] == len(ttft) == 8 and s["settled"]["requests_done"] == s["completed"] == 0
+    # the requests the verdict saw: the 8 with a first token (none completed: it read "stopped after 0 requests")
+    assert s["settled"]["violations"] == len(ttft) == 8 and s["settled"]["requests_done"] == 8 and s["completed"] == 0
     assert s["slo_met"]["ttft_p90"] == pytest.approx(np.sort(ttft)[::-1][4] / 1e-9)
     assert stop.value.args == (s,) and s["settled"]["confidence"].startswith("certain")
