@@ -255,3 +255,25 @@ def test_a_stream_all_rejected_writes_its_plots_and_says_its_energy_is_undefined
     err = capsys.readouterr()
     assert "- (no output token)" in err.out + err.err
     assert "ttft_p90 unbounded (rejected requests count as never served)" in err.out + err.err
+
+
+def test_a_shared_prefix_longer_than_every_prompt_is_said():
+    """A serving trial: `shared_prefix.tokens: 500` over 100-token prompts gave no prefix hit, silently (a prompt
+    shorter than the prefix holds none of it). Said now, with the longest prompt the lengths can draw; a prefix that
+    some prompt reaches (uniform up to 600) says nothing."""
+    from hw_models.machine import load_machine
+    from sim.apps.checks import input_notes
+    from sim.apps.serve.spec import serve_file_from_dict
+
+    def notes(prompt: dict) -> list[str]:
+        raw = dict(name="p", model="llama3-8b", serving=dict(
+            arrivals=dict(process="poisson", rate=2.0, num_requests=4),
+            lengths=dict(prompt=prompt, output=dict(dist="fixed", value=8)),
+            prefix_caching=dict(enabled=True, shared_prefix=dict(tokens=500, groups=2))))
+        return [n for n in input_notes(serve_file_from_dict(raw, "p.yaml"), load_machine("h100_sxm")) if "prefix" in n]
+
+    assert notes(dict(dist="fixed", value=100)) == [
+        "p.yaml: serving.prefix_caching.shared_prefix.tokens: 500 is longer than every prompt (at most 100 tokens): "
+        "no request shares it"]
+    assert notes(dict(dist="uniform", low=100, high=600)) == []
+    assert notes(dict(dist="lognormal", mean=100, cv=1.0, max=400)) != []   # the clip bounds it

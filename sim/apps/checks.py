@@ -71,13 +71,27 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
     return notes + limits_above_tdp(machine)
 
 
+def unshared_prefix(workload: Workload) -> list[str]:
+    """A generated stream's shared prefix longer than every prompt it can draw: no request shares it (a prompt
+    shorter than the prefix holds none of it, sim.apps.serve.arrivals.shared_prefix_hashes), which ran silently."""
+    serving = getattr(workload, "serving", None)
+    pc = serving.prefix_caching if serving is not None else None
+    if pc is None or not pc.enabled or pc.shared_prefix is None or serving.lengths is None:
+        return []
+    most = serving.lengths.prompt.most
+    if pc.shared_prefix.tokens <= most:
+        return []
+    return [f"{workload.source or workload.name}: serving.prefix_caching.shared_prefix.tokens: "
+            f"{pc.shared_prefix.tokens} is longer than every prompt (at most {most} tokens): no request shares it"]
+
+
 def input_notes(workload: Workload, machine: Machine) -> list[str]:
     """Every warning a run of `workload` on `machine` prints before it starts: `sim run`'s, and a serving file's as
     `sim serve` adds them. sim sweep gathers them over its points, which run with warnings off."""
     notes = unused_settings(workload, machine, workload.model_config_())
     if getattr(workload, "serving", None) is not None:
         notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
-                  + engine_mismatch(workload) + pim_ineligible(workload, machine))
+                  + engine_mismatch(workload) + pim_ineligible(workload, machine) + unshared_prefix(workload))
     return notes
 
 

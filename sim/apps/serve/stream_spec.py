@@ -134,10 +134,19 @@ class _Clip(Strict):
         folder relative paths start from."""
         raise NotImplementedError
 
+    @property
+    def most(self) -> int:
+        """The longest length the distribution can draw (its clip, unless bounded sooner)."""
+        return self.max
+
 
 class Fixed(_Clip):
     dist: Literal["fixed"]
     value: PosInt
+
+    @property
+    def most(self) -> int:
+        return min(max(self.value, self.min), self.max)
 
     def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
         return np.full(n, float(self.value))
@@ -149,6 +158,10 @@ class Sequence(_Clip):
     dist: Literal["sequence"]
     values: Annotated[list[PosInt], Field(min_length=1)]
 
+    @property
+    def most(self) -> int:
+        return min(max(max(self.values), self.min), self.max)
+
     def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
         return np.resize(np.asarray(self.values, dtype=float), n)
 
@@ -157,6 +170,10 @@ class Uniform(_Clip):
     dist: Literal["uniform"]
     low: PosInt
     high: PosInt
+
+    @property
+    def most(self) -> int:
+        return min(max(self.high, self.min), self.max)
 
     def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
         if self.high < self.low:
