@@ -277,3 +277,23 @@ def test_a_shared_prefix_longer_than_every_prompt_is_said():
         "no request shares it"]
     assert notes(dict(dist="uniform", low=100, high=600)) == []
     assert notes(dict(dist="lognormal", mean=100, cv=1.0, max=400)) != []   # the clip bounds it
+
+
+def test_narrow_activations_without_a_rate_are_said_in_serving():
+    """A serving trial: NVFP4 activations on an H100 ran dequantized to 16 bits with no word in the serve report
+    (`sim run`'s op table shows the path per op). Said where the main unit lists no rate for them; a B200 (native
+    NVFP4) and FP8 on an H100 say nothing."""
+    from hw_models.machine import load_machine
+    from sim.apps.checks import emulated_activations
+    from sim.apps.serve.spec import serve_file_from_dict
+
+    def file(act: str):
+        return serve_file_from_dict(dict(name="f", model="llama3-8b", formats=dict(weights=act, activations=act),
+                                         serving=dict(arrivals=dict(process="poisson", rate=2.0, num_requests=4),
+                                                      lengths=dict(prompt=dict(dist="fixed", value=64),
+                                                                   output=dict(dist="fixed", value=8)))), "f.yaml")
+    assert emulated_activations(file("nvfp4"), load_machine("h100_sxm")) == [
+        "f.yaml: formats.activations: nvfp4 has no matrix rate on h100_sxm: its GEMMs run dequantized to 16 bits "
+        "(sim run's op table shows each op's path)"]
+    assert emulated_activations(file("nvfp4"), load_machine("b200")) == []
+    assert emulated_activations(file("fp8_e4m3"), load_machine("h100_sxm")) == []

@@ -4,6 +4,7 @@ workload file is meant to run on every kind of preset."""
 
 from __future__ import annotations
 
+from hw_models.compute_path import native_rates
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
 from hw_models.pim.config import load_pim_config
@@ -85,13 +86,25 @@ def unshared_prefix(workload: Workload) -> list[str]:
             f"{pc.shared_prefix.tokens} is longer than every prompt (at most {most} tokens): no request shares it"]
 
 
+def emulated_activations(workload: Workload, machine: Machine) -> list[str]:
+    """Narrow activations the machine's main unit has no matrix rate for: its GEMMs dequantize to 16 bits, as `sim
+    run`'s op table shows per op and a serving report did not (a serving trial: NVFP4 W4A4 on an H100)."""
+    act = get_format(workload.formats.activations)
+    unit = machine.units.get(machine.main_unit)
+    if unit is None or act.bits >= 16 or not unit.peak_flops_per_s or act.name in native_rates(unit):
+        return []
+    return [f"{workload.source or workload.name}: formats.activations: {act.name} has no matrix rate on "
+            f"{machine.name}: its GEMMs run dequantized to 16 bits (sim run's op table shows each op's path)"]
+
+
 def input_notes(workload: Workload, machine: Machine) -> list[str]:
     """Every warning a run of `workload` on `machine` prints before it starts: `sim run`'s, and a serving file's as
     `sim serve` adds them. sim sweep gathers them over its points, which run with warnings off."""
     notes = unused_settings(workload, machine, workload.model_config_())
     if getattr(workload, "serving", None) is not None:
         notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
-                  + engine_mismatch(workload) + pim_ineligible(workload, machine) + unshared_prefix(workload))
+                  + engine_mismatch(workload) + pim_ineligible(workload, machine) + unshared_prefix(workload)
+                  + emulated_activations(workload, machine))
     return notes
 
 
