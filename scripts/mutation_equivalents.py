@@ -173,11 +173,16 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "step's dt, and the clock adds them as _timed added them to make times, so the run ends at times[-1] to "
     "the bit either way (only more simpy events)":
         ("sim.apps.serve.runahead.xǁRunǁwaits__mutmut_3",),
+    "_build: the no-decode row `_cost(0, 1, t)`: with no decodes the KV argument is not read (`[(q, kv)] * 0` is "
+    "empty), as `_cost(0, None, r)` below":
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_43",),
+    "_build: the KV grid `self.kv0 <= k`: kv0 is in the set already (`| {self.kv0, self.kv1}`)":
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_53",),
     "_build: the chunk table's grid `_grid(R, fine=None)`: None is falsy, the same as fine=False":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_133",),
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_203",),   # was _133 (mutmut renumbered the function's mutants)
     "_build: the chunk table's one-chunk cost `_cost(0, None, r)`: with no decodes the KV argument is not "
     "read (`[(q, kv)] * 0` is empty)":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_153",),
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_223",),   # was _153
     "runahead._timed `v = None` (the memo not read): a run's step vectors are then the cost's own, computed "
     "afresh; Surrogate.memo holds what that cost returned for the same features (n, KV, width), which a pure "
     "decode step's interpolated cost alone reads, and its entries are fixed once read (lazytable.Remembered), so "
