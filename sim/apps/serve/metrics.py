@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.apps.serve.energy import energy_summary, total_energy_j
+from sim.apps.serve.energy import energy_summary
 from sim.apps.serve.simulator import DONE, REJECTED, ServeResult
 from sim.apps.serve.spec import METRICS
 from sim.apps.utilization import utilization  # noqa: F401 (re-exported: serving's figures use it)
@@ -78,6 +78,7 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
     lat_stats["tbt"] = stats(res.tbt_s, res.tbt_weight) if len(res.tbt_s) else stats(np.zeros(0))
     it = res.iterations
     busy = float(it["duration_s"].sum()) if len(it["duration_s"]) else 0.0
+    energy = energy_summary(res)
     return dict(
         requests=len(r["status"]), completed=done, rejected=int((r["status"] == REJECTED).sum()),
         rejected_reasons=dict(sorted(res.rejected_reasons.items())),
@@ -96,8 +97,7 @@ def summarize(res: ServeResult, slo: dict[str, float]) -> dict[str, Any]:
         # the host's busy seconds per iteration: the stack's engine work (step_overhead) and any kernel launches
         host_per_iteration_s=res.busy_s.get("host", 0.0) / len(it["duration_s"]) if len(it["duration_s"]) else 0.0,
         utilization=utilization(res.busy_s, res.makespan_s, res.instances), instances=res.instances,
-        energy_per_token_j=total_energy_j(res) / res.tokens_out if res.tokens_out else float("nan"),   # none out
-        energy=energy_summary(res),
+        energy_per_token_j=energy["per_output_token_j"], energy=energy,   # NaN where no token came out
         spec_tokens_per_step=res.spec_tokens / res.spec_steps if res.spec_steps else None,
         # prompt tokens the prefix cache served (not computed) over all prompt tokens of the completed requests
         prefix_hit_share=prefix_hit_share(r),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -145,11 +144,11 @@ def _per_device(summary: dict[str, Any], goodput_req_s: float, price_usd: float 
     """The goodput at capacity per device of the run and, where the preset lists a price, per $1,000 of the GPUs'
     list price (`price_usd`, the preset's): what a planner compares across plans (TP 4 against TP 2 x 2 replicas) and
     presets; "" for one device of no listed price."""
-    devices, price = (summary.get("energy") or {}).get("devices") or 0, price_usd
-    if devices < 1 or (devices == 1 and not price):
+    devices = (summary.get("energy") or {}).get("devices") or 0
+    if devices < 1 or (devices == 1 and not price_usd):
         return ""
-    per_price = f"; {goodput_req_s / (devices * price / 1e3):.3g} per $1,000 of list price ({devices} x " \
-                f"${price:,.0f})" if price else ""
+    per_price = f"; {goodput_req_s / (devices * price_usd / 1e3):.3g} per $1,000 of list price ({devices} x " \
+                f"${price_usd:,.0f})" if price_usd else ""
     return f"{goodput_req_s / devices:.4g} requests/s a device ({devices} of them){per_price}"
 
 

@@ -136,7 +136,11 @@ class _Clip(Strict):
 
     @property
     def most(self) -> int:
-        """The longest length the distribution can draw (its clip, unless bounded sooner)."""
+        """The longest length the distribution can draw: its own largest (`_largest`), clipped as draws are."""
+        return min(max(self._largest(), self.min), self.max)
+
+    def _largest(self) -> int:
+        """The largest length before the clip; unbounded distributions reach the clip's max."""
         return self.max
 
 
@@ -144,9 +148,8 @@ class Fixed(_Clip):
     dist: Literal["fixed"]
     value: PosInt
 
-    @property
-    def most(self) -> int:
-        return min(max(self.value, self.min), self.max)
+    def _largest(self) -> int:
+        return self.value
 
     def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
         return np.full(n, float(self.value))
@@ -158,9 +161,8 @@ class Sequence(_Clip):
     dist: Literal["sequence"]
     values: Annotated[list[PosInt], Field(min_length=1)]
 
-    @property
-    def most(self) -> int:
-        return min(max(max(self.values), self.min), self.max)
+    def _largest(self) -> int:
+        return max(self.values)
 
     def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
         return np.resize(np.asarray(self.values, dtype=float), n)
@@ -171,9 +173,8 @@ class Uniform(_Clip):
     low: PosInt
     high: PosInt
 
-    @property
-    def most(self) -> int:
-        return min(max(self.high, self.min), self.max)
+    def _largest(self) -> int:
+        return self.high
 
     def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
         if self.high < self.low:
