@@ -96,3 +96,5 @@ def test_summary_of_a_run_that_completed_nothing():
     for metric in ("ttft", "tpot", "e2e", "queue", "tbt"):
         assert set(out["latency"][metric]) == {"mean", "p50", "p90", "p99", "max"}
         assert all(math.isnan(v) for v in out["latency"][metric].values())
+    # the rejected request counts against a percentile SLO as never served: unbounded, not unknown (NaN)
+    assert summarize(res, {"ttft_p90": 0.2})["slo_met"] == {"ttft_p90": math.inf}
