@@ -12,9 +12,11 @@ from hw_models.registry import mapper_for
 from hw_models.machine import load_machine
 from hw_models.offload.search import search
 from sim.core.workload import workload_from_dict
+from sim.apps.script_help import no_options
 
 
 def main() -> None:
+    no_options(__doc__)
     w = workload_from_dict(dict(name="bench", model="opt-175b", batch=256, prompt_len=512, gen_len=32,
                                 policy="search"), "bench")
     t0 = time.perf_counter()

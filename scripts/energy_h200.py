@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
 from hw_models.machine import machine_from_dict, raw_machine  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
 from sim.core.workload import workload_from_dict  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
 MICRO = shared_validation_dir() / "h200" / "h200_micro.json"
@@ -92,6 +93,7 @@ def decode_rows() -> list[dict]:
 
 
 def main() -> None:
+    no_options(__doc__)
     if not MICRO.is_file():
         sys.exit(f"{MICRO}: not found (shared validation data)")
     f = prefill_check(json.loads(MICRO.read_text()))

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from hw_models.stack.spec import STACK_DIR  # noqa: E402
 from parallel_validation import SHARED, splitwise  # noqa: E402
 from sim.core.schema import read_yaml  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 
 STACK = "vllm-v0-eager"
 BOUNDS_S = (1e-6, 100e-6)
@@ -57,6 +58,7 @@ def fit(hws: tuple[str, ...], folder: Path) -> float:
 
 
 def main() -> int:
+    no_options(__doc__)
     if not SHARED.is_dir():
         print(f"{SHARED} not found (set SIM_SHARED_VALIDATION)", file=sys.stderr)
         return 2

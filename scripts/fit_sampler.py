@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hw_models.stack.sampler_fit import PUBLISHED, fit  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 
 
 def main() -> int:
+    no_options(__doc__)
     f = fit()
     print(f"fixed_s: {f.fixed_s * 1e3:.3f} ms\nbytes_per_logit: {f.bytes_per_logit:.0f}\n"
           f"block_s_per_logit: {f.block_s_per_logit * 1e9:.1f} ns")

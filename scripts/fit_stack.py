@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 from hw_models.machine import load_machine  # noqa: E402
 from hw_models.stack.spec import load_stack  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 from sim.apps.trace.stack_fit import fit_stack  # noqa: E402
 from sim.apps.trace.validate import validate  # noqa: E402
 
@@ -26,6 +27,7 @@ FIT = ("llama2-7b_L4_fp16_b1_p1024", "llama2-13b_L4_fp16_b8_p1024", "llama2-7b_L
 
 
 def main() -> None:
+    no_options(__doc__)
     paths = sorted((ROOT / "traces" / "h200").glob("*.trace.json.gz"))
     fit = [load_trace(p)[0] for p in paths if p.name.startswith(FIT)]
     test = [load_trace(p)[0] for p in paths if not p.name.startswith(FIT)]

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from hw_models.stack.spec import load_stack  # noqa: E402
 from sim.apps.trace.engine_overhead import fit_curve, load_cpu_overheads, mape, predict  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
 SHARED = shared_validation_dir()
@@ -32,6 +33,7 @@ def per_group(curve, d) -> str:
 
 
 def main() -> int:
+    no_options(__doc__)
     folder = SHARED / "vidur" / "cpu_overhead"
     if not folder.is_dir():
         print(f"{folder}: not found (set SIM_SHARED_VALIDATION)", file=sys.stderr)

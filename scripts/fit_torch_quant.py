@@ -39,6 +39,7 @@ from hw_models.machine import load_machine  # noqa: E402
 from hw_models.stack import cost as stack_cost_module  # noqa: E402
 from hw_models.stack.kernel_families import families  # noqa: E402
 from hw_models.stack.spec import load_stack  # noqa: E402
+from sim.apps.script_help import script_args  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.shapes import step_graph  # noqa: E402
 
@@ -90,6 +91,7 @@ def fit(fmt: str) -> tuple[float, float, float]:
 
 
 def main() -> int:
+    args = script_args(__doc__, check="exit 1 where kernel_families.yaml differs from the fits")
     stale = 0
     for fmt, family in FAMILIES.items():
         floor, eff, err = fit(fmt)
@@ -101,7 +103,7 @@ def main() -> int:
               f"at the shipped {fam.floor_s:.3g} s / {fam.weight_stream_efficiency:.3g}: {before:.1%})")
         if (fam.floor_s, fam.weight_stream_efficiency) != (floor, eff):
             stale += 1
-    if "--check" in sys.argv[1:]:
+    if args.check:
         print("kernel_families.yaml carries the fits" if not stale else "kernel_families.yaml: copy the fits above")
         return 1 if stale else 0
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 from hw_models.machine import load_machine
 from hw_models.registry import mapper_for
 from sim.core.workload import load_workload
+from sim.apps.script_help import no_options
 
 POINTS = (("workloads/llama2_7b_groq_2k.yaml", 750.0), ("workloads/llama70b_groq_4k.yaml", 300.0))
 PLANS = {
@@ -39,6 +40,7 @@ def point(path: str, overrides: dict) -> tuple[int, float, object]:
 
 
 def main() -> None:
+    no_options(__doc__)
     print(f"{'plan':40s} {'model':22s} {'chips':>5s} {'tok/s':>7s} {'pub':>5s} {'error':>7s} "
           f"{'stages':>9s} {'hops':>9s} {'coll.':>9s}")
     for plan, overrides in PLANS.items():

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.apps.script_help import no_options
+
 OUT = Path(__file__).resolve().parents[1] / "workloads" / "serving" / "mooncake_style.jsonl"
 
 
 def main() -> None:
+    no_options(__doc__)
     rng = np.random.default_rng(7)
     t = np.cumsum(rng.exponential(1000 / 6.0, 400))
     heads = [list(range(100 * g, 100 * g + k)) for g, k in enumerate((2, 3, 4, 6))]

@@ -36,6 +36,7 @@ for _p in (ROOT, ROOT / "scripts"):
 
 from capture_trace import expected_ops  # noqa: E402  (scripts/, beside this file)
 from sim.core.model import load_model  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 
 PREFIX = ROOT / "tests" / "data" / "synthetic_cuda_L1"
 OPS = expected_ops(1)
@@ -72,6 +73,7 @@ def meta() -> dict:
 
 
 def main() -> None:
+    no_options(__doc__)
     doc = {"schemaVersion": 1, "deviceProperties": [{"name": "NVIDIA H200"}], "traceEvents": events(),
            "traceName": PREFIX.name + ".trace.json"}
     PREFIX.with_name(PREFIX.name + ".trace.json").write_text(json.dumps(doc, indent=0) + "\n")

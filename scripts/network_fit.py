@@ -19,11 +19,13 @@ from rich.table import Table  # noqa: E402
 
 from hw_models.network.fit import fit_all  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 
 SHARED = shared_validation_dir() / "vidur" / "network"
 
 
 def main() -> int:
+    no_options(__doc__)
     if not SHARED.is_dir():
         print(f"{SHARED} not found: nothing to fit")
         return 0

@@ -31,6 +31,7 @@ from hw_models.gpu.tensor_parallel import shard  # noqa: E402
 from hw_models.machine import load_machine  # noqa: E402
 from hw_models.registry import simulate  # noqa: E402
 from sim.apps.trace.calibrate import calibrate  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.shapes import vidur_layer  # noqa: E402
 from sim.apps.trace.stack_calibrate import calibrate_stack  # noqa: E402
@@ -128,6 +129,7 @@ def regimes(stacks=(None, "vllm", "vllm-v0", "torch-eager", "vllm-v0-eager")) ->
 
 
 def main() -> int:
+    no_options(__doc__)
     if not SHARED.is_dir():
         print(f"{SHARED} not found")
         return 0

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim.apps.serve import overhead_fit as F  # noqa: E402
+from sim.apps.script_help import no_options  # noqa: E402
 from sim.apps.serve.validate_readers import read_silicon  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
 
@@ -57,6 +58,7 @@ def shape_fits(isl: np.ndarray, sim_ms: np.ndarray, meas_ms: np.ndarray) -> dict
 
 
 def main() -> int:
+    no_options(__doc__)
     if not SILICON.is_file():
         print(f"{SILICON}: not found (set SIM_SHARED_VALIDATION)", file=sys.stderr)
         return 2

@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sim.apps.script_help import no_options
+
 ROOT = Path(__file__).resolve().parents[1]
 W8, TP = "workloads/llama70b_groq.yaml", "workloads/llama70b_groq_fp16act.yaml"
 BY_SETTING = [
@@ -52,6 +54,7 @@ def run(workload: str, hw: str, sets: list[str]) -> tuple[dict, dict]:
 
 
 def main() -> int:
+    no_options(__doc__)
     for label, workload, hw, sets in BY_SETTING:
         d, m = run(workload, hw, sets)
         print(f"| {label} | {int(m['spatial.chips'])} | {d['tpot_s'] * 1e3:.3f} ms | {m['spatial.tok_s_per_user']:,.1f} | "

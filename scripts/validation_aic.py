@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from md_table import pct, table  # noqa: E402  (scripts/, beside this file)
+from sim.apps.script_help import script_args  # noqa: E402
 from sim.apps.trace.aic import HELD_OUT, table_of, validate_tables  # noqa: E402
 from sim.core.errors import ConfigError  # noqa: E402
 from sim.core.shared_data import shared_validation_dir  # noqa: E402
@@ -495,9 +496,10 @@ def write_section(text: str, doc: Path = ROOT / "docs" / "validation.md") -> Non
 
 
 def main() -> int:
+    args = script_args(__doc__, write="splice the section into docs/validation.md")
     shared = shared_validation_dir()
     text, _ = aic_section(shared)
-    if text and "--write" in sys.argv[1:]:   # splice this section alone, without rerunning the whole report
+    if text and args.write:   # splice this section alone, without rerunning the whole report
         write_section(text)
         print("wrote the aic section of docs/validation.md")
         return 0

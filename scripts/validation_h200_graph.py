@@ -44,6 +44,7 @@ from hw_models.registry import simulate  # noqa: E402
 from hw_models.stack.spec import load_stack  # noqa: E402
 from sim.apps.mpl import pyplot  # noqa: E402
 from sim.apps.plots import _save  # noqa: E402
+from sim.apps.script_help import script_args  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.validate import validate  # noqa: E402
 from sim.core.workload import workload_from_dict  # noqa: E402
@@ -277,15 +278,17 @@ def write_section(text: str, doc: Path = ROOT / "docs" / "validation.md") -> Non
 
 
 def main() -> int:
+    args = script_args(__doc__, check="exit 1 where the stack file differs from the measured gap",
+                       write="write the section and its plots into docs/")
     gap = measured_node_gap_s()
     shipped = load_stack(STACK).node_gap_s
-    if "--check" in sys.argv[1:]:
+    if args.check:
         if shipped is None or abs(shipped - gap) > 5e-10:
             print(f"{STACK}: node_gap_s {shipped} differs from the calibration step's measured {gap:.4g} s")
             return 1
         print(f"{STACK}: node_gap_s {shipped:.4g} s matches the calibration step")
         return 0
-    write = "--write" in sys.argv[1:]
+    write = args.write
     text, _ = h200_graph_section(ROOT / "docs" / "img" if write else None)
     if write:
         write_section(text)

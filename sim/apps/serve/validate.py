@@ -26,7 +26,8 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict
 from sim.apps.serve.stepcost import serving_mapper
-from sim.apps.serve.validate_models import GPUS, MODELS, NODES, SERVED_CONTEXT, served_model  # noqa: F401 (re-exported)
+from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED_CONTEXT,  # noqa: F401 (re-exported)
+                                            checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
 from sim.core.errors import SimError
 
@@ -76,14 +77,6 @@ ENGINES = {
 # REQUESTS_PER_CLIENT: InferenceMAX sends --num-prompts $((CONC * 10)) at --max-concurrency $CONC; aiconfigurator's
 # rows 10c after a warm-up phase that ends before the c clients start afresh (sim.apps.serve.closed).
 REQUESTS_PER_CLIENT = 10
-# gemm_quant_mode -> the stored weight format. Activations stay bf16 under every quantization: the engines' W8A8
-# Linear quantizes its bf16 input on each call (TensorRT-LLM _torch/modules/linear.py FP8QDQLinearMethod.apply:
-# static_quantize_e4m3_per_tensor, then cublas_scaled_mm; vLLM w8a8_utils.py Fp8LinearOp.apply: scaled_fp8_quant,
-# then cutlass_scaled_mm), the residual stream, norms and attention inputs being bf16. So the stack's W8A8 family
-# (kernel_families_fitted.yaml: quantize kernel + scaled GEMM at its measured rate) prices each GEMM; with fp8
-# activations declared it did not apply (hw_models.stack.cost: a family runs where weights and activations differ)
-# and every FP8 GEMM ran at the plain FP8 peak, 25-45% faster than aic's measured rows at M ~ 1,000.
-FORMATS = {None: "bf16", "fp8": "fp8_e4m3"}
 METRICS = ("ttft_s", "tpot_s", "e2e_s", "req_s")
 
 
@@ -117,6 +110,7 @@ class Run:
     burstiness: float = 1.0
     # Each request's prompt and output tokens in the order sent, where the log lists them (else isl/osl as above).
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    ep: int = 1                  # expert-parallel ways of a MoE model (a multiple of tp: parallel.ep)
 
 
 @dataclass
@@ -171,7 +165,7 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
     raw: dict[str, Any] = {
         "name": run.name, "model": served_model(run.model, max(map(sum, zip(*run.lengths))) if run.lengths
                                                 else run.isl + 2 * run.osl),
-        "formats": {"weights": fmt, "activations": "bf16", "kv_cache": fmt if eng.quantized_kv else "bf16"},
+        "formats": checkpoint_formats(run.model, fmt, eng.quantized_kv),
         "flash_attention": True,
         "stack": stack or eng.stack,
         "sampling": run.sampling,
@@ -181,8 +175,8 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
                                   else max(eng.scheduler["max_num_seqs"], run.concurrency),
                                   **({"max_num_batched_tokens": run.token_budget} if run.token_budget else {})}},
     }
-    if run.tp > 1:
-        raw["parallel"] = {"tp": run.tp, "topology": NODES.get(GPUS.get(run.gpu, run.gpu))}
+    if max(run.tp, run.ep) > 1:
+        raw["parallel"] = {"tp": run.tp, "ep": run.ep, "topology": NODES.get(GPUS.get(run.gpu, run.gpu))}
     for k, v in (overrides or {}).items():
         raw[k] = v
     return serve_file_from_dict(raw, run.name)
@@ -247,7 +241,7 @@ def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | No
     else:
         groups: dict[tuple, list[int]] = {}
         for i, run in enumerate(runs):   # the runs that share a step-cost table: one model, GPU, layout, engine
-            groups.setdefault((run.model, run.gpu, run.tp, run.quant, run.engine), []).append(i)
+            groups.setdefault((run.model, run.gpu, run.tp, run.ep, run.quant, run.engine), []).append(i)
         slots: list[Outcome | None] = [None] * len(runs)
         with process_pool(jobs) as pool:
             futures = {pool.submit(_simulate_each, [runs[i] for i in idx], machine_for, stack, requests_per_client): idx

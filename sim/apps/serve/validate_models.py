@@ -15,7 +15,8 @@ SERVED_CONTEXT = 16384
 # The models' own context (their config.json max_position_embeddings): a run longer than SERVED_CONTEXT is served
 # at the power of two that holds it, up to this (validate.run_file).
 NATIVE_CONTEXT = {"meta-llama/Llama-3.1-8B-Instruct": 131072, "meta-llama/Llama-3.1-8B": 131072,
-                  "meta-llama/Llama-3.1-70B": 131072, "Qwen/Qwen3-32B": 40960}
+                  "meta-llama/Llama-3.1-70B": 131072, "Qwen/Qwen3-32B": 40960, "Qwen/Qwen3-235B-A22B-FP8": 40960,
+                  "MiniMaxAI/MiniMax-M2.5": 196608}
 _LLAMA31 = dict(vocab_size=128256, max_position_embeddings=SERVED_CONTEXT, num_key_value_heads=8)
 MODELS: dict[str, dict[str, Any]] = {
     "meta-llama/Llama-3.1-8B-Instruct": dict(name="llama3.1-8b", hidden_size=4096, intermediate_size=14336,
@@ -27,6 +28,51 @@ MODELS: dict[str, dict[str, Any]] = {
                            max_position_embeddings=SERVED_CONTEXT, tie_word_embeddings=False),
 }
 MODELS["meta-llama/Llama-3.1-8B"] = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+# The MoE models of the table. Qwen3-235B-A22B from its config.json (Qwen/Qwen3-235B-A22B: hidden 4096, 94 layers,
+# 64 heads, 4 KV heads, head_dim 128, 128 experts of width 1536, top-8, no shared expert, every layer MoE, vocab
+# 151936, untied head, 40960 positions; the same figures in THUDM/slime scripts/models/qwen3-235B-A22B.sh).
+# MiniMax-M2.5 from MiniMaxAI/MiniMax-M2.5 config.json (hidden 3072, 62 layers, 48 heads, 8 KV heads, head_dim 128,
+# 256 experts of width 1536, top-8, no shared expert, full attention in every layer, vocab 200064, untied head,
+# 196608 positions; tenstorrent/tt-metal's MiniMax-M2.5 helper lists the same). Its sigmoid router and partial
+# RoPE cost nothing this project prices apart, so it lowers as qwen3_moe (GQA with QK norm, top-k routed SwiGLU
+# experts), which is the same op graph.
+_MOE = dict(model_type="qwen3_moe", head_dim=128, max_position_embeddings=SERVED_CONTEXT, tie_word_embeddings=False)
+MODELS["Qwen/Qwen3-235B-A22B-FP8"] = dict(name="qwen3-235b-a22b", hidden_size=4096, intermediate_size=12288,
+                                          moe_intermediate_size=1536, num_hidden_layers=94, num_attention_heads=64,
+                                          num_key_value_heads=4, vocab_size=151936, num_experts=128,
+                                          num_experts_per_tok=8, **_MOE)
+MODELS["MiniMaxAI/MiniMax-M2.5"] = dict(name="minimax-m2.5", hidden_size=3072, intermediate_size=1536,
+                                        moe_intermediate_size=1536, num_hidden_layers=62, num_attention_heads=48,
+                                        num_key_value_heads=8, vocab_size=200064, num_experts=256,
+                                        num_experts_per_tok=8, **_MOE)
+# Checkpoints whose weights are block-scaled FP8 whatever a row's gemm_quant_mode says (the table labels the same
+# checkpoint fp8_block under TensorRT-LLM 1.0 and fp8 under 1.2 and vLLM): both ship weight_block_size [128, 128] in
+# their config.json quantization_config (the Qwen3-235B-A22B-FP8 model card: "fine-grained fp8 quantization with
+# block size of 128").
+BLOCK_FP8_CHECKPOINTS = {"Qwen/Qwen3-235B-A22B-FP8", "MiniMaxAI/MiniMax-M2.5"}
+# The ops those checkpoints keep in 16 bits: their quantization_config.modules_to_not_convert lists lm_head and the
+# MoE router (`mlp.gate` of every layer in Qwen's FP8 MoE releases; `gate` in MiniMax's), which the engines then
+# load unquantized (formats.overrides of the replay; sim.core.lowering names the router `router`).
+UNQUANTIZED_OPS = {name: ("router", "lm_head") for name in BLOCK_FP8_CHECKPOINTS}
+
+
+def checkpoint_formats(model: str, weights: str, quantized_kv: bool) -> dict[str, Any]:
+    """The `formats:` of a replay of `model` with its weights in `weights`. `quantized_kv`: the engine quantizes the
+    KV cache as the checkpoint says (TensorRT-LLM: validate.py's KV note), which a per-tensor FP8 (ModelOpt)
+    checkpoint says, a block-FP8 one not (no kv_cache_quant_algo in Qwen's or MiniMax's quantization_config)."""
+    kv = weights if quantized_kv and weights == "fp8_e4m3" else "bf16"
+    keep = UNQUANTIZED_OPS.get(model, ()) if weights != "bf16" else ()
+    return {"weights": weights, "activations": "bf16", "kv_cache": kv,
+            **({"overrides": dict.fromkeys(keep, "bf16")} if keep else {})}
+
+# gemm_quant_mode -> the stored weight format. Activations stay bf16 under every quantization: the engines' W8A8
+# Linear quantizes its bf16 input on each call (TensorRT-LLM _torch/modules/linear.py FP8QDQLinearMethod.apply:
+# static_quantize_e4m3_per_tensor, then cublas_scaled_mm; vLLM w8a8_utils.py Fp8LinearOp.apply: scaled_fp8_quant,
+# then cutlass_scaled_mm), the residual stream, norms and attention inputs being bf16. So the stack's W8A8 family
+# (kernel_families_fitted.yaml: quantize kernel + scaled GEMM at its measured rate) prices each GEMM; with fp8
+# activations declared it did not apply (hw_models.stack.cost: a family runs where weights and activations differ)
+# and every FP8 GEMM ran at the plain FP8 peak, 25-45% faster than aic's measured rows at M ~ 1,000.
+FORMATS = {None: "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128"}
 
 # aiconfigurator `system` names -> this project's presets (hw_models/presets), and the node a TP group
 # spans (hw_models/network/presets; None: no multi-GPU node preset).

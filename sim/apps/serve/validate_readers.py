@@ -5,8 +5,9 @@
   fixed `isl`/`osl` (InferenceX's rows: the bounds its client drew lengths under, `client_ratio`),
   `backend`, `tp_size`, `gemm_quant_mode`; `silicon_ttft_ms`, `silicon_tpot_ms`
   (means). Mean E2E is derived exactly from them for fixed lengths: TTFT + TPOT x (osl - 1), since
-  TPOT is (e2e - ttft) / (osl - 1) per request. Only aggregated (`mode: agg`) runs of a dense model
-  this project has (validate.MODELS) are replayed; the others are listed as skipped, with why.
+  TPOT is (e2e - ttft) / (osl - 1) per request. Only aggregated (`mode: agg`) runs of a model
+  this project has (validate.MODELS: dense, and MoE at `moe_ep_size` expert-parallel ways) are replayed; the
+  others are listed as skipped, with why.
 * benchmark logs (vLLM benchmark_serving, genai-perf, aiperf JSON): sim.apps.serve.bench_logs.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sim.apps.serve.validate import ENGINES, GPUS, MODELS, Run
+from sim.apps.serve.validate_models import BLOCK_FP8_CHECKPOINTS
 from sim.core.errors import ConfigError
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
@@ -76,8 +78,8 @@ def silicon_sampling(run_id: str, backend: str, model: str) -> str:
 
 SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
-SILICON_NUMERIC = {"isl", "osl", "batch_size", "tp_size", "pp_size", "attention_dp_size", "silicon_ttft_ms",
-                   "silicon_tpot_ms"}
+SILICON_NUMERIC = {"isl", "osl", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
+                   "silicon_ttft_ms", "silicon_tpot_ms"}
 
 
 def is_silicon(path: Path) -> bool:
@@ -109,11 +111,12 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
             skipped.append((rid, why))
             continue
         ttft, tpot = row.silicon_ttft_ms / 1e3, row.silicon_tpot_ms / 1e3
-        quant = row.gemm_quant_mode if isinstance(row.gemm_quant_mode, str) else None
+        quant = "fp8_block" if row.model_path in BLOCK_FP8_CHECKPOINTS else (
+            row.gemm_quant_mode if isinstance(row.gemm_quant_mode, str) else None)
         runs.append(Run(rid, row.system, row.backend, row.model_path, int(row.isl), int(row.osl), int(row.batch_size),
                         int(row.tp_size), quant,
                         {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
-                        range_ratio=client_ratio(rid), token_budget=aic_token_budget(row),
+                        ep=_expert_ways(row), range_ratio=client_ratio(rid), token_budget=aic_token_budget(row),
                         sampling=silicon_sampling(rid, row.backend, row.model_path),
                         deployment=silicon_deployment(rid)))
     return runs, skipped
@@ -128,6 +131,14 @@ def aic_token_budget(row) -> int | None:
     if row.backend != "trtllm" or client_ratio(str(row.id)) is not None:
         return None
     return int(row.batch_size) + int(row.isl) + 1500
+
+
+def _expert_ways(row) -> int:
+    """The expert-parallel ways of a MoE row (moe_ep_size; 1 for a dense model or where the table has none)."""
+    if not MODELS[row.model_path].get("num_experts"):
+        return 1
+    ep = getattr(row, "moe_ep_size", np.nan)
+    return int(ep) if _positive(ep) else 1
 
 
 def _positive(value: float) -> bool:
@@ -153,8 +164,12 @@ def _unreplayable(row) -> str:
     missing = [c for c in ("isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms") if not _positive(getattr(row, c))]
     if missing:   # a row cut short (a truncated file) or written without its measurement
         return f"no positive {', '.join(missing)} (a truncated or incomplete row)"
-    if isinstance(row.gemm_quant_mode, str) and row.gemm_quant_mode != "fp8":
+    if isinstance(row.gemm_quant_mode, str) and row.gemm_quant_mode not in ("fp8", "fp8_block"):
         return f"GEMM quantization {row.gemm_quant_mode} not replayed"
+    moe_tp = getattr(row, "moe_tp_size", np.nan)
+    if MODELS[row.model_path].get("num_experts") and _positive(moe_tp) and moe_tp > 1:
+        return (f"experts split by tensor parallelism (moe_tp_size {int(moe_tp)}): a MoE layout parallel.ep cannot "
+                "express (experts whole on each device, ep a multiple of tp)")
     if (pd.notna(row.pp_size) and row.pp_size > 1) or (pd.notna(row.attention_dp_size) and row.attention_dp_size > 1):
         return "pipeline stages or attention data parallelism"
     return ""

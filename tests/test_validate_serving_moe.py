@@ -1,0 +1,59 @@
+"""The silicon sample's MoE rows (Qwen3-235B-A22B-FP8 under TensorRT-LLM, MiniMax-M2.5 under vLLM): read with their
+expert-parallel ways, their checkpoints' block-FP8 weights and 16-bit router and LM head, and replayed so."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from hw_models.machine import load_machine
+from sim.apps.serve.stepcost import serving_mapper
+from sim.apps.serve.validate import Run, machine_loader, run_file, simulate
+from sim.apps.serve.validate_readers import read_silicon
+
+QWEN = "Qwen/Qwen3-235B-A22B-FP8"
+ROW = dict(id="m1", backend="trtllm", model_path=QWEN, system="h100_sxm", mode="agg", isl=512, osl=128,
+           gemm_quant_mode="fp8_block", moe_quant_mode="fp8_block", batch_size=8, tp_size=8, pp_size=1,
+           attention_dp_size=None, moe_tp_size=1, moe_ep_size=8, silicon_ttft_ms=190.0, silicon_tpot_ms=13.0)
+
+
+def test_moe_rows_carry_their_expert_ways_and_the_checkpoints_block_format(tmp_path):
+    rows = [ROW,
+            # the same checkpoint, labelled fp8 by a later collection (TensorRT-LLM 1.2): its weights are still blocks
+            {**ROW, "id": "m2", "gemm_quant_mode": "fp8", "tp_size": 4, "moe_ep_size": 4},
+            {**ROW, "id": "m3", "tp_size": 4, "moe_tp_size": 2, "moe_ep_size": 2},
+            # a dense model's moe_ep_size means nothing: one way
+            {**ROW, "id": "d1", "model_path": "Qwen/Qwen3-32B", "gemm_quant_mode": "fp8", "moe_ep_size": 8}]
+    path = tmp_path / "s.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    got = {r.name: (r.tp, r.ep, r.quant) for r in runs}
+    assert got == {"m1": (8, 8, "fp8_block"), "m2": (4, 4, "fp8_block"), "d1": (8, 1, "fp8")}
+    assert dict(skipped)["m3"].startswith("experts split by tensor parallelism (moe_tp_size 2)")
+
+
+def test_a_moe_replay_has_the_model_card_size_ep_devices_and_a_16_bit_router():
+    f = run_file(Run("m", "h100_sxm", "trtllm", QWEN, 512, 128, 8, tp=8, quant="fp8_block", ep=8))
+    model = f.model_config_()
+    # Qwen3-235B-A22B model card: 235B parameters in all, 22B active per token.
+    assert model.params() / 1e9 == pytest.approx(235.1, abs=0.1)
+    assert model.params(active=True) / 1e9 == pytest.approx(22.2, abs=0.1)
+    assert f.sections["parallel"]["ep"] == 8
+    assert serving_mapper(load_machine("h100_sxm"), f, model).devices == 8
+    policy = f.formats.policy()
+    assert [policy.weight_format(op) for op in ("L0.router", "lm_head", "L0.expert_up", "L0.qkv_proj")] == \
+        ["bf16", "bf16", "fp8_block128", "fp8_block128"]
+    # The checkpoint names no KV quantization: TensorRT-LLM's `auto` keeps bf16, where a ModelOpt FP8 one is FP8.
+    assert f.formats.kv_cache == "bf16"
+    dense = run_file(Run("d", "h100_sxm", "trtllm", "Qwen/Qwen3-32B", 512, 128, 8, quant="fp8"))
+    assert dense.formats.kv_cache == "fp8_e4m3" and not dense.formats.overrides
+
+
+def test_a_moe_run_replays_and_more_expert_ways_cut_its_decode_time():
+    """Spreading the experts over twice the devices (and TP over them) cannot make the memory-bound decode slower."""
+    runs = [Run(f"ep{n}", "h100_sxm", "trtllm", QWEN, 128, 16, 2, tp=n, quant="fp8_block", ep=n,
+                measured={"ttft_s": 0.1, "tpot_s": 0.01}) for n in (4, 8)]
+    results, failed = simulate(runs, machine_loader(), requests_per_client=2)
+    assert not failed
+    tpot = {r.run.name: r.sim["tpot_s"] for r in results}
+    assert 0 < tpot["ep8"] < tpot["ep4"]
