@@ -17,7 +17,7 @@ import numpy as np
 from hw_models import compute_path
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.machine import Tier, Unit
-from hw_models.stack.spec import Stack
+from hw_models.stack.spec import Stack, is_expert_gemm
 from hw_models.stack.cost import stack_cost
 from sim.core import graph as g
 from sim.core.graph import Op
@@ -59,7 +59,8 @@ def work_time_s(work, peak, efficiency, scale=1.0):
 def _family_gemm(op: Op, stack: Stack) -> bool:
     """Whether `stack` costs `op` as a quantized GEMM kernel family (no plain roofline needed)."""
     w = weight_format(op)
-    return op.kind == g.GEMM and w is not None and w != op.compute_format and stack.family(w) is not None
+    return (op.kind == g.GEMM and w is not None and w != op.compute_format
+            and stack.family(w, experts=is_expert_gemm(op)) is not None)
 
 
 def _graph_replayed(plain: OpCost, gap_s: float) -> OpCost:

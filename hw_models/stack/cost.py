@@ -34,7 +34,7 @@ from hw_models.op_cost import OpCost, bound_of
 from hw_models.stack.kernel_families import VECTOR, Family, families
 from hw_models.machine import Tier, Unit
 from hw_models.stack.attention_kernels import attention_cost, kv_format
-from hw_models.stack.spec import Stack
+from hw_models.stack.spec import Stack, is_expert_gemm
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.graph import Op
@@ -164,7 +164,7 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
         if w is None:
             family = None
         elif w.fmt != op.compute_format:   # narrow weights: the family the engine runs on this architecture
-            family = stack.family(w.fmt, unit.efficiency.compute_capability)
+            family = stack.family(w.fmt, unit.efficiency.compute_capability, is_expert_gemm(op))
         elif (w8a8 := stack.w8a8_family(w.fmt)) is not None:   # activations as narrow as the weights
             family = w8a8
         else:

@@ -52,6 +52,12 @@ from sim.core.graph import Op
 from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
 STACK_DIR = Path(__file__).parent / "presets"
+EXPERT_GEMMS = ("expert_gate", "expert_up", "expert_down")   # a MoE layer's routed experts (sim.core.lowering._moe)
+
+
+def is_expert_gemm(op: Op) -> bool:
+    """Whether `op` is a MoE layer's routed experts (Stack.quant_gemm_experts prices them)."""
+    return op.base_name in EXPERT_GEMMS
 
 
 class BlockReduce(Strict):
@@ -120,6 +126,20 @@ def _known_attention_family(v: str | None) -> str | None:
         raise ValueError(f"unknown attention kernel family {v!r}; families: {', '.join(family_names())}")
     return v
 
+def _known_families(v: dict[str, str]) -> dict[str, str]:
+    """{weight format: kernel family} with the formats by their canonical names."""
+    out = {}
+    for fmt, family in v.items():
+        try:
+            name = get_format(fmt).name
+        except ConfigError as exc:
+            raise ValueError(f"{fmt}: {exc}") from None
+        if family not in FAMILIES:
+            raise ValueError(f"{fmt}: unknown kernel family {family!r}; families: {', '.join(sorted(FAMILIES))}")
+        out[name] = family
+    return out
+
+
 class Stack(Strict):
     name: str
     description: str = ""
@@ -139,6 +159,9 @@ class Stack(Strict):
     quant_gemm_by_capability: dict[float, dict[str, str]] = {}
     # weight format -> the family of a GEMM whose activations come in that format too (W8A8 int8: SmoothQuant)
     quant_gemm_w8a8: dict[str, str] = {}
+    # weight format -> the family a MoE layer's routed experts (grouped GEMMs) run, taken before quant_gemm: the
+    # engine runs its experts in a fused-MoE kernel of its own, not through the dense Linear quant_gemm's family measured
+    quant_gemm_experts: dict[str, str] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
@@ -211,24 +234,15 @@ class Stack(Strict):
             seen |= set(members)
         return v
 
-    @field_validator("quant_gemm", "quant_gemm_emulated", "quant_gemm_w8a8")
+    @field_validator("quant_gemm", "quant_gemm_emulated", "quant_gemm_w8a8", "quant_gemm_experts")
     @classmethod
     def _families(cls, v: dict[str, str]) -> dict[str, str]:
-        out = {}
-        for fmt, family in v.items():
-            try:
-                name = get_format(fmt).name
-            except ConfigError as exc:
-                raise ValueError(f"{fmt}: {exc}") from None
-            if family not in FAMILIES:
-                raise ValueError(f"{fmt}: unknown kernel family {family!r}; families: {', '.join(sorted(FAMILIES))}")
-            out[name] = family
-        return out
+        return _known_families(v)
 
     @field_validator("quant_gemm_by_capability")
     @classmethod
     def _families_by_capability(cls, v: dict[float, dict[str, str]]) -> dict[float, dict[str, str]]:
-        return {major: cls._families(fams) for major, fams in v.items()}
+        return {major: _known_families(fams) for major, fams in v.items()}
 
     def spec(self, op: Op) -> KernelSpec | None:
         """The kernel spec of `op` under this stack (its name's, else its kind's), the
@@ -251,11 +265,14 @@ class Stack(Strict):
         s = self.spec(op)
         return (1 if s is None else s.kernels) * self.host_launch_s
 
-    def family(self, weight_fmt: str | None, capability: float | None = None) -> str | None:
-        """The kernel family of a GEMM with weights in `weight_fmt` on a GPU of that compute capability."""
+    def family(self, weight_fmt: str | None, capability: float | None = None, experts: bool = False) -> str | None:
+        """The kernel family of a GEMM with weights in `weight_fmt` on a GPU of that compute capability;
+        `experts`: a MoE layer's routed experts, which quant_gemm_experts names first."""
         if not weight_fmt:
             return None
         name = get_format(weight_fmt).name
+        if experts and name in self.quant_gemm_experts:
+            return self.quant_gemm_experts[name]
         by_cap = self.quant_gemm_by_capability
         by_arch = (by_cap.get(capability) or by_cap.get(int(capability), {})) if capability is not None else {}
         return by_arch.get(name) or self.quant_gemm.get(name)
