@@ -294,3 +294,30 @@ def test_a_preset_file_replays_the_table_rows_of_its_gpu(tmp_path, capsys):
     other.write_text(preset.read_text().replace("\nname: h100_cal", "\nname: zz_gpu"))
     assert main(["validate-serving", str(table), "--hw", str(other)]) == 2
     assert "names none of the table's GPUs" in capsys.readouterr().err
+
+
+def test_a_benchmark_json_takes_the_servers_layout_from_tp_and_ep(tmp_path, capsys):
+    """A vLLM result records no layout: --tp/--ep give it (default one GPU). Replayed with --json, the run carries
+    them, and at TP 2 the same requests decode faster than on one GPU (each GPU streams half the weights)."""
+    import json
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(VLLM))
+    tpot = {}
+    for extra in ([], ["--tp", "2"]):
+        out = tmp_path / f"o{len(extra)}.json"
+        assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm", "--json", str(out),
+                     "--workers", "1", "-q", *extra]) == 0
+        run = json.loads(out.read_text())["runs"][0]
+        tpot[run["tp"]] = run["sim"]["tpot_s"]
+        assert (run["tp"], run["ep"]) == ((2, 1) if extra else (1, 1))
+    assert tpot[2] < tpot[1]
+    capsys.readouterr()
+    for bad, message in ((["--tp", "0"], "'0': must be > 0"), (["--tp", "x"], "'x': not a number")):
+        with pytest.raises(SystemExit) as exc:
+            main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm", *bad])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    table = tmp_path / "s.csv"
+    pd.DataFrame([ROW]).to_csv(table, index=False)
+    assert main(["validate-serving", str(table), "--hw", "h100_sxm", "--tp", "2"]) == 2
+    assert "--tp/--ep: for a benchmark JSON" in capsys.readouterr().err

@@ -3,10 +3,13 @@ expert-parallel ways, their checkpoints' block-FP8 weights and 16-bit router and
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
 from hw_models.machine import load_machine
+from sim.apps.cli import main
 from sim.apps.serve.stepcost import serving_mapper
 from sim.apps.serve.validate import Run, machine_loader, run_file, simulate
 from sim.apps.serve.validate_readers import read_silicon
@@ -71,3 +74,15 @@ def test_measured_qwen3_235b_rows_replay_within_the_documented_band(shared_valid
     tpot = [r.error["tpot_s"] for r in results]
     assert max(map(abs, tpot)) < 0.20, tpot
     assert sum(abs(r.error["e2e_s"]) for r in results) / len(results) < 0.15
+
+
+def test_a_moe_benchmark_json_replays_its_checkpoint_at_the_given_layout(tmp_path):
+    """A user's own vLLM run of the block-FP8 checkpoint: --tp/--ep give the layout, the checkpoint its weights."""
+    path, out = tmp_path / "r.json", tmp_path / "o.json"
+    path.write_text(json.dumps({"model_id": QWEN, "max_concurrency": 2, "input_lens": [100, 200, 300],
+                                "output_lens": [10, 30, 50], "errors": ["", "", ""], "mean_ttft_ms": 150.0,
+                                "mean_tpot_ms": 12.0}))
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm", "--tp", "8", "--ep", "8",
+                 "--json", str(out), "--workers", "1", "-q"]) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    assert (run["tp"], run["ep"], run["quant"]) == (8, 8, "fp8_block") and run["sim"]["tpot_s"] > 0

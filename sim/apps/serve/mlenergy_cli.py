@@ -11,6 +11,7 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.apps.arg_types import positive
 from sim.core import tables
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, write_json
@@ -104,29 +105,17 @@ def cmd_validate_energy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(cast):
-    def parse(text: str):
-        try:
-            v = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
-        return v
-    return parse
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-energy", help="replay ML.ENERGY's measured serving runs: J/token and power errors",
                               description=__doc__)
     p.add_argument("path", metavar="PATH", help="mlenergy_llm_runs.csv or a folder holding it")
     p.add_argument("--hw", default="h100_sxm", help="h100_sxm (H100 runs) or b200 (B200 runs); default %(default)s")
-    p.add_argument("--every", type=_positive(int), default=1, help="every Nth run of each sweep (default %(default)s)")
-    p.add_argument("--limit", type=_positive(int), help="at most this many runs")
-    p.add_argument("--max-num-seqs", type=_positive(int), default=512,
+    p.add_argument("--every", type=positive(int), default=1, help="every Nth run of each sweep (default %(default)s)")
+    p.add_argument("--limit", type=positive(int), help="at most this many runs")
+    p.add_argument("--max-num-seqs", type=positive(int), default=512,
                    help="only runs up to this max_num_seqs (larger ones take minutes each; default %(default)s)")
     p.add_argument("--task", choices=("lm-arena-chat", "gpqa", "sourcegraph-fim"), help="only this task's runs")
-    p.add_argument("--input-scale", type=_positive(float), default=1.0,
+    p.add_argument("--input-scale", type=positive(float), default=1.0,
                    help="scale the assumed mean input lengths (inputs are not published; default %(default)s)")
     p.add_argument("--sampling", choices=("top_p", "greedy", "random"), default="top_p",
                    help="how the replay samples: the benchmark's client sends top_p 0.95 (default); greedy or random "

@@ -13,6 +13,7 @@ import time
 import warnings
 from pathlib import Path
 
+from sim.apps.arg_types import positive
 from sim.core import tables
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, write_json
@@ -21,6 +22,7 @@ from sim.core.files import check_output, write_json
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
     from sim.apps.serve.bench_logs import logged_engine, logged_model, read_bench_json, read_json
+    from sim.apps.serve.validate_models import checkpoint_quant
     from sim.apps.serve.validate_readers import is_silicon, read_silicon
 
     path = Path(args.file)
@@ -31,7 +33,11 @@ def _runs(args: argparse.Namespace):
             missing = [flag for flag, v in (("--engine", engine), ("--model", model)) if not v]
             raise ConfigError(f"{path}: the benchmark JSON does not say {'which engine' if model else 'what'} "
                               f"served it: give {' and '.join(missing)}")
-        return [read_bench_json(path, args.hw, engine, model)], []
+        run = read_bench_json(path, args.hw, engine, model)
+        return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], []
+    if args.tp or args.ep:
+        raise ConfigError(f"{path}: --tp/--ep: for a benchmark JSON, which does not record the server's layout "
+                          "(a silicon-sample row carries its own tp_size and moe_ep_size; an LLMServingSim case its own)")
     if not path.is_file():
         raise ConfigError(f"{path}: not found")
     if not is_silicon(path):
@@ -164,6 +170,10 @@ def register(subparsers) -> None:
                    "meta-llama/Llama-3.1-8B), a model preset or a config.json (default: the one the file names)")
     p.add_argument("--set", action="append", metavar="hw.KEY=VALUE",
                    help="override a hardware field of --hw (hw.spatial.chips=166, hw.memory.@device.bandwidth_bytes_per_s=4e12)")
+    p.add_argument("--tp", type=positive(int), metavar="N",
+                   help="the tensor-parallel size a benchmark JSON's server ran (--tensor-parallel-size; default 1)")
+    p.add_argument("--ep", type=positive(int), metavar="N",
+                   help="the expert-parallel ways of a MoE benchmark JSON's server (a multiple of --tp; default 1)")
     p.add_argument("--deployment", choices=("direct", "dynamo"),
                    help="what stood between the clients and the engine (serving.deployment): its own server or "
                         "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")

@@ -56,6 +56,12 @@ BLOCK_FP8_CHECKPOINTS = {"Qwen/Qwen3-235B-A22B-FP8", "MiniMaxAI/MiniMax-M2.5"}
 UNQUANTIZED_OPS = {name: ("router", "lm_head") for name in BLOCK_FP8_CHECKPOINTS}
 
 
+def checkpoint_quant(model: str, label: str | None = None) -> str | None:
+    """The gemm_quant_mode a replay of `model` runs (a key of FORMATS): the checkpoint's where its weights are
+    known (BLOCK_FP8_CHECKPOINTS), else what the row says (`label`; None: 16-bit)."""
+    return "fp8_block" if model in BLOCK_FP8_CHECKPOINTS else label
+
+
 def checkpoint_formats(model: str, weights: str, quantized_kv: bool) -> dict[str, Any]:
     """The `formats:` of a replay of `model` with its weights in `weights`. `quantized_kv`: the engine quantizes the
     KV cache as the checkpoint says (TensorRT-LLM: validate.py's KV note), which a per-tensor FP8 (ModelOpt)

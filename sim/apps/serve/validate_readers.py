@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sim.apps.serve.validate import ENGINES, GPUS, MODELS, Run
-from sim.apps.serve.validate_models import BLOCK_FP8_CHECKPOINTS
+from sim.apps.serve.validate_models import checkpoint_quant
 from sim.core.errors import ConfigError
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
@@ -111,8 +111,7 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
             skipped.append((rid, why))
             continue
         ttft, tpot = row.silicon_ttft_ms / 1e3, row.silicon_tpot_ms / 1e3
-        quant = "fp8_block" if row.model_path in BLOCK_FP8_CHECKPOINTS else (
-            row.gemm_quant_mode if isinstance(row.gemm_quant_mode, str) else None)
+        quant = checkpoint_quant(row.model_path, row.gemm_quant_mode if isinstance(row.gemm_quant_mode, str) else None)
         runs.append(Run(rid, row.system, row.backend, row.model_path, int(row.isl), int(row.osl), int(row.batch_size),
                         int(row.tp_size), quant,
                         {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
