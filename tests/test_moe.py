@@ -54,9 +54,14 @@ def test_hf_config_keys(tmp_path):
     m = load_model(path)
     assert (m.num_experts, m.experts_per_token, m.expert_intermediate, m.shared_intermediate,
             m.first_dense_layers) == (8, 2, 32, 32, 1)
-    mixtral = load_model({**cfg, "n_routed_experts": None, "num_local_experts": 4, "moe_intermediate_size": None,
-                          "n_shared_experts": None, "first_k_dense_replace": 0})
+    mixtral = load_model({**cfg, "model_type": "mixtral", "n_routed_experts": None, "num_local_experts": 4,
+                          "moe_intermediate_size": None, "n_shared_experts": None, "first_k_dense_replace": 0})
     assert mixtral.expert_intermediate == 256 and mixtral.num_experts == 4 and mixtral.first_dense_layers == 0
+    # A config class with an expert width of its own (DeepSeek's, Qwen-MoE's) that leaves it out is refused: its
+    # class default is the reference model's width, and the dense width in its place made Qwen3-235B a 1.8T model.
+    for model_type in ("deepseek_v2", "qwen3_moe"):
+        with pytest.raises(ConfigError, match="model: missing moe_intermediate_size"):
+            load_model({**cfg, "model_type": model_type, "moe_intermediate_size": None})
     with pytest.raises(ConfigError, match="num_experts_per_tok.*between 1 and the 8"):
         load_model({**cfg, "num_experts_per_tok": 9})
     assert "num_experts" not in load_model("llama2-7b").to_dict()   # dense configs are unchanged

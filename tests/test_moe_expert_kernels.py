@@ -38,11 +38,26 @@ def test_vllm_experts_run_fp8_scaled_mm_and_its_linear_keeps_the_flashinfer_fami
     assert experts[1].duration_s < 0.25 * dense.duration_s     # the Linear's ~60 us floor is not the experts'
 
 
-def test_stacks_without_an_experts_entry_price_experts_as_their_linear():
-    """TensorRT-LLM's block-FP8 Linear family measures its own kernel (floor ~11 us); no experts entry, no change."""
+def test_trtllm_block_experts_keep_its_own_kernel_and_per_tensor_ones_do_not():
+    """TensorRT-LLM's block-FP8 Linear family measures its own block-scale kernel (floor ~11 us), the library its MoE
+    runs: no experts entry for it. Its per-tensor FP8 Linear (a quantize kernel and cuBLASLt, ~15 us at M = 1) is not
+    what its fused MoE runs: those experts take fp8_scaled_mm, as under vllm."""
     mapper = _mapper("h100_sxm", "trtllm")
     assert mapper.cost(_expert(4, 4096, 4096, "fp8_block128")).path == "trtllm_fp8_block"
     assert load_stack("trtllm").family("fp8_block128", 9.0, experts=True) == "trtllm_fp8_block"
+    assert mapper.cost(_expert(4, 4096, 4096, "fp8_e4m3")).path == "fp8_scaled_mm"
+    assert mapper.cost(gemm_op(4, 4096, 4096, "fp8_e4m3")).path == "trtllm_fp8_per_tensor"
+
+
+@pytest.mark.parametrize("stack", ["vllm", "trtllm", "sglang"])
+def test_an_fp8_expert_never_costs_more_than_a_bf16_one_at_decode(stack):
+    """A user's trial: under trtllm a Qwen3-235B decode ran slower in FP8 than in bf16, its experts at the FP8
+    Linear's floor. Half the bytes of a memory-bound expert GEMM (one expert's 1536 x 4096) now cost less."""
+    mapper = _mapper("h100_sxm", stack)
+    for m in (1, 4, 16):
+        for name in ("expert_up", "expert_down"):
+            fp8, bf16 = (mapper.cost(_expert(m, 1536, 4096, fmt, name)).duration_s for fmt in ("fp8_e4m3", "bf16"))
+            assert fp8 <= bf16, (m, name, fp8, bf16)
     # a 16-bit expert under vllm: no quantized family at all (the dense bf16 one, as before)
     assert load_stack("vllm").family("bf16", 9.0, experts=True) is None
 

@@ -87,3 +87,17 @@ def test_a_draft_under_tp_is_sharded_as_its_step_is():
     assert spec.weights_bytes - plain.weights_bytes == pytest.approx(2 * 1_100_048_384 / 2, rel=1e-3)
     # the pool's block is the device's share of both models' KV: (4,096 x 2 x 32 x 2 B) / 2 + 22,528 / 2 a token
     assert spec.block_bytes == 16 * (524_288 / 2 + 22_528 / 2)
+
+
+def test_a_dense_draft_of_a_moe_target_takes_the_tp_share_without_expert_ways():
+    """A user's trial: a MoE target at tp 2 / ep 2 refused a dense draft ("parallel.ep: 2, but qwen3-8b is a dense
+    model"). The draft is sharded by the tensor parallelism only: it adds half its 16-bit weights per device (Qwen3-8B:
+    36 layers, hidden 4096, MLP 12288, 32 heads of 128, 8 KV heads, vocab 151936, untied: 8,190,735,360 parameters)."""
+    from sim.core.model import load_model
+
+    assert load_model("qwen3-8b").params() == 8_190_735_360
+    par = {"tp": 2, "ep": 2, "topology": "dgx_h100"}
+    plain = prepare(_file("qwen3-30b-a3b", par), load_machine("h100_sxm"), exact=True)
+    spec = prepare(_file("qwen3-30b-a3b", par, speculative={"draft": "qwen3-8b", "k": 2}), load_machine("h100_sxm"),
+                   exact=True)
+    assert spec.weights_bytes - plain.weights_bytes == pytest.approx(2 * 8_190_735_360 / 2, rel=1e-3)

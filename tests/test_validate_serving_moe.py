@@ -10,6 +10,7 @@ import pytest
 
 from hw_models.machine import load_machine
 from sim.apps.cli import main
+from sim.apps.serve.overhead_fit import in_training
 from sim.apps.serve.stepcost import serving_mapper
 from sim.apps.serve.validate import Run, machine_loader, run_file, simulate
 from sim.apps.serve.validate_readers import read_silicon
@@ -86,3 +87,64 @@ def test_a_moe_benchmark_json_replays_its_checkpoint_at_the_given_layout(tmp_pat
                  "--json", str(out), "--workers", "1", "-q"]) == 0
     run = json.loads(out.read_text())["runs"][0]
     assert (run["tp"], run["ep"], run["quant"]) == (8, 8, "fp8_block") and run["sim"]["tpot_s"] > 0
+
+
+def test_hostile_layout_cells_skip_the_row_with_their_reason(tmp_path):
+    """A MoE row's expert ways must be whole and multiply with moe_tp_size to tp_size (the engines' layout); a row
+    that says otherwise was replayed as something else (an empty or bad moe_ep_size as ep 1, 8 ways on 4 GPUs as
+    attention groups, 4.5 as 4)."""
+    bad = {"e_empty": dict(moe_ep_size=None), "e_zero": dict(moe_ep_size=0), "e_text": dict(moe_ep_size="four"),
+           "e_frac": dict(moe_ep_size=4.5), "e_over": dict(moe_ep_size=16), "e_under": dict(moe_ep_size=4),
+           "t_frac": dict(tp_size=8.5), "b_frac": dict(batch_size=2.5), "m_frac": dict(moe_tp_size=1.5),
+           "m_text": dict(moe_tp_size="two"), "q_w4": dict(moe_quant_mode="w4afp8")}
+    rows = [{**ROW, "id": "ok", "moe_tp_size": None}] + [{**ROW, "id": k, **v} for k, v in bad.items()]
+    path = tmp_path / "s.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert [(r.name, r.tp, r.ep) for r in runs] == [("ok", 8, 8)]     # an empty moe_tp_size is 1
+    why = dict(skipped)
+    assert set(why) == set(bad)
+    assert "moe_ep_size 16 x moe_tp_size 1 is not tp_size 8" in why["e_over"]
+    assert "moe_ep_size 4 x moe_tp_size 1 is not tp_size 8" in why["e_under"]
+    assert all("a MoE row needs whole, positive ways" in why[k] for k in ("e_empty", "e_zero", "e_text", "e_frac",
+                                                                          "m_frac", "m_text"))
+    assert "not whole numbers" in why["t_frac"] and "not whole numbers" in why["b_frac"]
+    assert why["q_w4"] == "quantization w4afp8 not replayed (GEMM or MoE)"
+
+
+def test_a_table_without_the_optional_columns_reads_them_as_empty(tmp_path, capsys):
+    """pp_size, attention_dp_size, the MoE columns and the quantization ones may be absent (a traceback each before);
+    id is required, and a table without it is named as not a silicon table, with the columns it needs."""
+    dense = {k: v for k, v in ROW.items() if k not in ("pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
+                                                      "gemm_quant_mode", "moe_quant_mode")}
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**dense, "model_path": "Qwen/Qwen3-32B"}]).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert [(r.tp, r.ep, r.quant) for r in runs] == [(8, 1, None)] and not skipped
+    pd.DataFrame([{**dense, "model_path": QWEN}]).to_csv(path, index=False)   # a MoE row without its ways: skipped
+    assert "a MoE row needs whole, positive ways" in dict(read_silicon(path, {"h100_sxm"})[1])["m1"]
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm"]) == 2
+    err = capsys.readouterr().err
+    assert "1 row(s) skipped: 1 x moe_ep_size" in err and "\n" not in err.strip()
+    pd.DataFrame([{k: v for k, v in dense.items() if k != "id"}]).to_csv(path, index=False)
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm"]) == 2
+    assert "expected columns backend, batch_size, id," in capsys.readouterr().err
+
+
+def test_the_run_table_shows_the_expert_ways_and_held_out_counts_what_it_left_out(tmp_path, capsys):
+    rows = [{**ROW, "id": f"m{i}", "isl": 128, "osl": 8, "batch_size": 2} for i in range(6)]
+    path = tmp_path / "s.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| TP (/EP) |" in out and "| 8/8 |" in out
+    fitted = sum(in_training(r["id"]) for r in rows)
+    assert 0 < fitted < len(rows)   # the ids straddle the hash's halves
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--workers", "1", "--held-out", "--summary"]) == 0
+    assert f"{fitted} rows the engine terms were fitted on left out (--held-out)" in capsys.readouterr().out
+
+
+def test_multi_gpu_rows_of_b200_and_rtx_pro_6000_have_their_node():
+    for gpu, node in (("b200_sxm", "hgx_b200"), ("rtx_pro_6000", "rtx_pro_6000_x8_pcie")):
+        f = run_file(Run("d", gpu, "vllm", "Qwen/Qwen3-32B", 512, 16, 4, tp=2))
+        assert f.sections["parallel"]["topology"] == node

@@ -152,6 +152,9 @@ class ModelConfig:
         return out
 
 
+# model_types whose config class gives the routed experts a width of their own (moe_intermediate_size); Mixtral's
+# experts are intermediate_size wide.
+EXPERT_WIDTH_TYPES = ("qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 _MOE_KEYS = ("num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
              "shared_expert_intermediate_size", "first_dense_layers", "expert_load")
 _VARIANT_KEYS = ("qkv_bias", "o_bias", "qk_norm", "post_norms", "sliding_window", "global_every",
@@ -218,8 +221,12 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
 
     # A Hugging Face config.json (model_type) always states its MLP width (save_pretrained writes every key); one
     # without it would get its config class's default, the width of the class's reference model, not this one's
-    # (LlamaConfig 11008, MistralConfig 14336): no guess. A minimal inline mapping keeps 4 x hidden_size.
-    need = (*_REQUIRED, *(("intermediate_size",) if "model_type" in raw else ()))
+    # (LlamaConfig 11008, MistralConfig 14336): no guess. A minimal inline mapping keeps 4 x hidden_size. The
+    # same for the expert width of the config classes that have one of their own (Qwen3MoeConfig 768, not the
+    # dense intermediate_size a missing key fell back to: a 235B model read as 1.8T).
+    need = (*_REQUIRED, *(("intermediate_size",) if "model_type" in raw else ()),
+            *(("moe_intermediate_size",) if raw.get("model_type") in EXPERT_WIDTH_TYPES and fields.get("num_experts")
+              else ()))
     missing = [key_of(k) for k in need if k not in fields]
     if missing:
         raise ConfigError(f"{where(source, 'model')}missing {', '.join(missing)}")

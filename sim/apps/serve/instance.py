@@ -99,7 +99,7 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
     # plan's: its weights and KV heads sharded as its step is.
     mapper = serving_mapper(machine, file, model)
     share = device_share(file, mapper)
-    dshare = (serving_mapper(machine, file.model_copy(update={"model": srv.speculative.draft}), draft).device_share()
+    dshare = (serving_mapper(machine, draft_file(file, draft), draft).device_share()
               if draft else None)
     weights = weight_bytes(model, fmt) * share.weights + (weight_bytes(draft, fmt) * dshare.weights if draft else 0)
     per_token = _kv_per_token(model, file) + (_kv_per_token(draft, file) if draft else 0)
@@ -157,7 +157,7 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
     # Under attention groups the target costs each group's own ops; the experts' part is GroupedCost's.
     target = ExactCost(machine, file, model, experts=groups == 1)
     # The engine's host work is paid once per iteration, with the target's verify step.
-    dcost = ExactCost(machine, file.model_copy(update={"model": file.serving.speculative.draft}), draft,
+    dcost = ExactCost(machine, draft_file(file, draft), draft,
                       host=False) if draft else None
     # Decode tokens of a speculative iteration are verify rows, k + 1 per sequence.
     # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
@@ -171,7 +171,7 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
         return target, dcost
     sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q, store=store, dense_decodes=dense)
     return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1,
-                           store=_store(file.model_copy(update={"model": file.serving.speculative.draft}), machine,
+                           store=_store(draft_file(file, draft), machine,
                                         draft, True), dense_decodes=dense) if dcost else None)
 
 
@@ -195,6 +195,17 @@ def _profile_activations(mapper, tokens: int, seqs: int) -> float:
     q = tokens // n
     graph = lower_iteration(mapper.model, ((q, q),) * n, mapper.formats, mapper.workload.flash_attention, 1)
     return mapper.rank_activation_bytes(graph)
+
+
+def draft_file(file: s.ServeFile, draft: ModelConfig) -> s.ServeFile:
+    """The serving file the draft's steps are costed under: the target's, the draft its model. A dense draft of a MoE
+    target keeps the tensor parallelism and drops the expert ways (it has no experts to place; speculation with
+    ep > tp, attention groups, is refused before this: sim.apps.serve.placement)."""
+    f = file.model_copy(update={"model": file.serving.speculative.draft})
+    par = f.sections.get("parallel")
+    if draft.is_moe or not isinstance(par, dict) or par.get("ep", 1) == 1:
+        return f
+    return f.model_copy(update={"sections": {**f.sections, "parallel": {**par, "ep": 1}}})
 
 
 def _draft(file: s.ServeFile, model: ModelConfig) -> ModelConfig:

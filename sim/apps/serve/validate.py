@@ -1,14 +1,11 @@
 """`sim validate-serving FILE --hw PRESET`: replay measured serving runs through the
 serving simulator and print signed errors per run and MAPE per (GPU, engine, model).
 
-Layouts read (sim.apps.serve.validate_readers): the aiconfigurator silicon-sample table
-(closed-loop runs: concurrency, fixed isl/osl, backend, TP; mean TTFT and TPOT), a vLLM
-`benchmark_serving` result JSON, and LLMServingSim's per-request vLLM folders. Each run
-becomes a serving file (`run_file`): a closed loop of `concurrency` clients, or the
-measured open-loop arrivals, under the engine's stack and scheduler defaults (ENGINES),
-and is simulated with surrogate step costs shared between runs of one model, layout and
-stack. Errors are (sim - measured) / measured.
-"""
+Layouts read (sim.apps.serve.validate_readers): the aiconfigurator silicon-sample table (closed-loop runs:
+concurrency, fixed isl/osl, backend, TP/EP; mean TTFT and TPOT), a vLLM `benchmark_serving` result JSON, and
+LLMServingSim's per-request vLLM folders. Each run becomes a serving file (`run_file`): a closed loop of
+`concurrency` clients, or the measured open-loop arrivals, under the engine's stack and scheduler defaults
+(ENGINES), simulated with surrogate step costs shared between runs of one model, layout and stack."""
 
 from __future__ import annotations
 
@@ -313,15 +310,15 @@ def _pct(v: float) -> str:
 
 
 def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
-           seconds: float, per_run: bool = True, name_width: int | None = 40) -> str:
+           seconds: float, per_run: bool = True, name_width: int | None = 40, left_out: int = 0) -> str:
     """Markdown: signed errors per run (unless `per_run`), MAPE per GPU/engine/model; names: last `name_width` chars."""
     lines = []
     if per_run:
-        lines += ["| run | engine | model | TP | N (or rate) | isl/osl | sampling | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | "
+        lines += ["| run | engine | model | TP (/EP) | N (or rate) | isl/osl | sampling | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | "
                   "TPOT | E2E | req/s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in results:
             m, s, e = r.run.measured, r.sim, r.error
-            lines.append(f"| {r.run.name[-name_width:] if name_width else r.run.name} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp} | "
+            lines.append(f"| {r.run.name[-name_width:] if name_width else r.run.name} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp}{f'/{r.run.ep}' if r.run.ep > 1 else ''} | "
                          f"{r.run.concurrency if r.run.rate is None else f'{r.run.rate:g}/s'} | {r.run.isl}/{r.run.osl} | {r.run.sampling} | "
                          f"{m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
                          f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{s['tpot_s'] * 1e3:.2f} | "
@@ -335,16 +332,24 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
     lines.append(f"| all | | | {len(results)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
                                                              for k in METRICS) + " |")
     lines += ["", f"{len(results)} runs simulated in {seconds:.0f} s; {len(skipped)} rows not replayable"
-              + (f" ({_reasons(skipped)})" if skipped else "") + (f"; {len(failed)} failed: {_reasons(failed)}" if failed else "")
+              + (f" ({reasons(skipped)})" if skipped else "")
+              + (f"; {left_out} rows the engine terms were fitted on left out (--held-out)" if left_out else "")
+              + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
               + ". Errors are (simulated - measured) / measured; E2E of the silicon sample is TTFT + TPOT x (osl - 1)."]
     return "\n".join(lines)
 
 
-def _reasons(items: list[tuple[str, str]]) -> str:
+def reasons(items: list[tuple[str, str]]) -> str:
     counts: dict[str, int] = {}
     for _, why in items:
         counts[why] = counts.get(why, 0) + 1
     return "; ".join(f"{n} x {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+
+
+def _failures(items: list[tuple[str, str]]) -> str:
+    """The first failures, each with its run (a message from a file the run names, such as a topology's, lacks it)."""
+    more = f"; {len(items) - 4} more" if len(items) > 4 else ""
+    return "; ".join(why if why.startswith(name) else f"{name}: {why}" for name, why in items[:4]) + more
 
 
 def scatter(results: list[Result], path) -> None:

@@ -23,7 +23,9 @@ def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
     from sim.apps.serve.bench_logs import logged_engine, logged_model, read_bench_json, read_json
     from sim.apps.serve.validate_models import checkpoint_quant
-    from sim.apps.serve.validate_readers import is_silicon, read_silicon
+    from sim.apps.serve.overhead_fit import in_training
+    from sim.apps.serve.validate import reasons
+    from sim.apps.serve.validate_readers import SILICON_COLUMNS, is_silicon, read_silicon
 
     path = Path(args.file)
     if path.suffix == ".json":
@@ -41,17 +43,18 @@ def _runs(args: argparse.Namespace):
     if not path.is_file():
         raise ConfigError(f"{path}: not found")
     if not is_silicon(path):
-        raise ConfigError(f"{path}: not a silicon-sample table (expected columns backend, model_path, system, isl, "
-                          "osl, batch_size, tp_size, silicon_ttft_ms, silicon_tpot_ms), a benchmark JSON or a case folder")
+        raise ConfigError(f"{path}: not a silicon-sample table (expected columns {', '.join(sorted(SILICON_COLUMNS))}), "
+                          "a benchmark JSON or a case folder")
     systems = set(table_presets(args.hw))
     runs, skipped = read_silicon(path, systems)
-    if args.held_out:
-        from sim.apps.serve.overhead_fit import in_training
-
-        runs = [r for r in runs if not in_training(r.name)]
+    fitted = [r for r in runs if in_training(r.name)] if args.held_out else []
+    runs = [r for r in runs if r not in fitted]
     if not runs:
-        raise ConfigError(f"{path}: no replayable run on {args.hw} (GPUs in the table map to presets: "
-                          f"{', '.join(f'{s}->{p}' for s, p in GPUS.items())})")
+        why = (f"its {len(fitted)} replayable row(s) are all in the fit's training half (--held-out)" if fitted else
+               f"{len(skipped)} row(s) skipped: {reasons(skipped)}" if skipped else
+               f"GPUs in the table map to presets: {', '.join(f'{s}->{p}' for s, p in GPUS.items())}")
+        raise ConfigError(f"{path}: no replayable run on {args.hw} ({why})")
+    args.left_out = len(fitted)
     return runs, skipped
 
 
@@ -133,7 +136,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     if failed and not results:   # nothing to tabulate: say why, and fail
         raise ConfigError(f"--hw {args.hw}: none of the {len(failed)} run(s) could be simulated; the first: {failed[0][1]}")
     tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
-                                 name_width=None if tables.full_width() else 40))
+                                 name_width=None if tables.full_width() else 40, left_out=getattr(args, "left_out", 0)))
     if args.json:
         write_json(args.json, as_json(args.hw, results, skipped, failed))
     if args.plot:

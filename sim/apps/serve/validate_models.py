@@ -84,7 +84,8 @@ FORMATS = {None: "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128"}
 # spans (hw_models/network/presets; None: no multi-GPU node preset).
 GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200", "b200_sxm": "b200", "rtx_pro_6000": "rtx_pro_6000",
         "a100_sxm": "a100_80g", "rtx4090": "rtx4090"}
-NODES = {"h100_sxm": "dgx_h100", "h200": "hgx_h200", "a100_80g": "dgx_a100"}
+NODES = {"h100_sxm": "dgx_h100", "h200": "hgx_h200", "a100_80g": "dgx_a100", "b200": "hgx_b200",
+         "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
 
 
 def served_model(name: str, longest: int) -> dict[str, Any] | str:

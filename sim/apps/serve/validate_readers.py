@@ -24,6 +24,7 @@ from sim.apps.serve.validate_models import checkpoint_quant
 from sim.core.errors import ConfigError
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
+REPLAYED_QUANT = {"fp8", "fp8_block"}   # gemm_quant_mode / moe_quant_mode values a replay prices (FORMATS)
 NO_NATIVE_FP4 = {"h100_sxm", "h200_sxm", "a100_sxm"}   # FP4 tensor cores from Blackwell on
 # Two collections share the table. Rows with a dated id (`2026_04_06_llama_3_1_70b_h100_sxm_vllm_fp8_agg_1024x1024_c16_
 # tp4_ep1_260`: vLLM Llama-3.1-70B FP8, gpt-oss, MiniMax) have InferenceX's fixed-seq-len grid exactly (isl x osl in
@@ -76,8 +77,9 @@ def silicon_sampling(run_id: str, backend: str, model: str) -> str:
     return "greedy"
 
 
-SILICON_COLUMNS = {"backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
+SILICON_COLUMNS = {"id", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
+OPTIONAL_COLUMNS = {"gemm_quant_mode", "moe_quant_mode", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"}
 SILICON_NUMERIC = {"isl", "osl", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -99,8 +101,11 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
         df = pd.read_csv(path)
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: cannot read as CSV: {str(exc).splitlines()[0]}") from None
-    for col in SILICON_NUMERIC & set(df.columns):   # text where a number belongs: NaN, which _unreplayable names
-        df[col] = pd.to_numeric(df[col], errors="coerce")
+    for col in OPTIONAL_COLUMNS - set(df.columns):   # a table without them: what an empty cell says
+        df[col] = np.nan
+    for col in SILICON_NUMERIC & set(df.columns):   # text where a number belongs: -inf, which _unreplayable names
+        number = pd.to_numeric(df[col], errors="coerce")
+        df[col] = number.mask(number.isna() & df[col].notna(), -np.inf)
     runs, skipped = [], []
     for row in df.itertuples(index=False):
         rid = str(row.id)
@@ -133,11 +138,8 @@ def aic_token_budget(row) -> int | None:
 
 
 def _expert_ways(row) -> int:
-    """The expert-parallel ways of a MoE row (moe_ep_size; 1 for a dense model or where the table has none)."""
-    if not MODELS[row.model_path].get("num_experts"):
-        return 1
-    ep = getattr(row, "moe_ep_size", np.nan)
-    return int(ep) if _positive(ep) else 1
+    """The expert-parallel ways of a MoE row (moe_ep_size, which _moe_layout has checked; 1 for a dense model)."""
+    return int(row.moe_ep_size) if MODELS[row.model_path].get("num_experts") else 1
 
 
 def _positive(value: float) -> bool:
@@ -145,10 +147,14 @@ def _positive(value: float) -> bool:
     return bool(np.isfinite(value) and value > 0)
 
 
+def _whole(value: float) -> bool:
+    return _positive(value) and float(value).is_integer()
+
+
 def _unreplayable(row) -> str:
     if row.mode != "agg":
         return "disaggregated serving (prefill and decode workers) is not replayed"
-    quant = {q for q in (row.gemm_quant_mode, getattr(row, "moe_quant_mode", None)) if isinstance(q, str)}
+    quant = {q for q in (row.gemm_quant_mode, row.moe_quant_mode) if isinstance(q, str)}
     if quant & FP4 and row.system in NO_NATIVE_FP4:
         return (f"{'/'.join(sorted(quant & FP4))} weights on {row.system}: no native FP4 there (the engine's emulated "
                 "weight-only kernels are not what sim prices)")
@@ -160,15 +166,29 @@ def _unreplayable(row) -> str:
         return f"GPU {row.system} has no preset"
     if not (_positive(row.tp_size) and _positive(row.batch_size)):
         return "no TP size or concurrency"
+    if not (_whole(row.tp_size) and _whole(row.batch_size)):
+        return f"tp_size {row.tp_size} / batch_size {row.batch_size}: not whole numbers"
     missing = [c for c in ("isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms") if not _positive(getattr(row, c))]
     if missing:   # a row cut short (a truncated file) or written without its measurement
         return f"no positive {', '.join(missing)} (a truncated or incomplete row)"
-    if isinstance(row.gemm_quant_mode, str) and row.gemm_quant_mode not in ("fp8", "fp8_block"):
-        return f"GEMM quantization {row.gemm_quant_mode} not replayed"
-    moe_tp = getattr(row, "moe_tp_size", np.nan)
-    if MODELS[row.model_path].get("num_experts") and _positive(moe_tp) and moe_tp > 1:
-        return (f"experts split by tensor parallelism (moe_tp_size {int(moe_tp)}): a MoE layout parallel.ep cannot "
-                "express (experts whole on each device, ep a multiple of tp)")
+    unknown = sorted(q for q in quant if q not in REPLAYED_QUANT)
+    if unknown:
+        return f"quantization {'/'.join(unknown)} not replayed (GEMM or MoE)"
     if (pd.notna(row.pp_size) and row.pp_size > 1) or (pd.notna(row.attention_dp_size) and row.attention_dp_size > 1):
         return "pipeline stages or attention data parallelism"
+    return _moe_layout(row) if MODELS[row.model_path].get("num_experts") else ""
+
+
+def _moe_layout(row) -> str:
+    """Why a MoE row's layout cannot be replayed, or "". The engines split the experts moe_tp x moe_ep = tp ways
+    (aiconfigurator's generator enforces it for TensorRT-LLM; vLLM's --enable-expert-parallel spreads them over the
+    TP group); `parallel.ep` keeps each expert whole on its device, so moe_tp must be 1 and moe_ep the TP size."""
+    ep, mtp = row.moe_ep_size, row.moe_tp_size if pd.notna(row.moe_tp_size) else 1
+    if not (_whole(ep) and _whole(mtp)):
+        return f"moe_ep_size {ep!r} / moe_tp_size {row.moe_tp_size!r}: a MoE row needs whole, positive ways"
+    if mtp > 1:
+        return (f"experts split by tensor parallelism (moe_tp_size {int(mtp)}): a MoE layout parallel.ep cannot "
+                "express (experts whole on each device, ep a multiple of tp)")
+    if ep != row.tp_size:
+        return f"moe_ep_size {int(ep)} x moe_tp_size 1 is not tp_size {int(row.tp_size)}: the row's layout disagrees"
     return ""
