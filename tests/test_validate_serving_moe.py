@@ -141,7 +141,7 @@ def test_the_run_table_shows_the_expert_ways_and_held_out_counts_what_it_left_ou
     fitted = sum(in_training(r["id"]) for r in rows)
     assert 0 < fitted < len(rows)   # the ids straddle the hash's halves
     assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--workers", "1", "--held-out", "--summary"]) == 0
-    assert f"{fitted} rows the engine terms were fitted on left out (--held-out)" in capsys.readouterr().out
+    assert f"{fitted} rows of the fit's training half left out (--held-out)" in capsys.readouterr().out
 
 
 def test_multi_gpu_rows_of_b200_and_rtx_pro_6000_have_their_node():

@@ -333,7 +333,7 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
                                                              for k in METRICS) + " |")
     lines += ["", f"{len(results)} runs simulated in {seconds:.0f} s; {len(skipped)} rows not replayable"
               + (f" ({reasons(skipped)})" if skipped else "")
-              + (f"; {left_out} rows the engine terms were fitted on left out (--held-out)" if left_out else "")
+              + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
               + ". Errors are (simulated - measured) / measured; E2E of the silicon sample is TTFT + TPOT x (osl - 1)."]
     return "\n".join(lines)
