@@ -51,12 +51,12 @@ from hw_models.network.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL
 from hw_models.network.sharding import REPLICATED, OpSplit
 from sim.core.formats import get_format
 from sim.core.graph import Op, OpGraph, TensorUse
-from sim.core.lowering import FormatPolicy
+from sim.core.lowering import EXPERT_GEMMS, FormatPolicy
 from sim.core.model import ModelConfig
 from sim.core.moe import Routing, route
 
 ROUTER, TOPK, COMBINE = "router", "topk", "moe_combine"
-EXPERT_OPS = ("expert_gate", "expert_up", "expert_act", "expert_down")
+EXPERT_OPS = (*EXPERT_GEMMS, "expert_act")   # the grouped GEMMs and the activation between them
 _KEEP = OpSplit(REPLICATED, None, False)
 
 

@@ -49,10 +49,10 @@ from hw_models.stack.step_overhead import StepOverhead
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.graph import Op
+from sim.core.lowering import EXPERT_GEMMS
 from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
 STACK_DIR = Path(__file__).parent / "presets"
-EXPERT_GEMMS = ("expert_gate", "expert_up", "expert_down")   # a MoE layer's routed experts (sim.core.lowering._moe)
 
 
 def is_expert_gemm(op: Op) -> bool:
@@ -159,8 +159,9 @@ class Stack(Strict):
     quant_gemm_by_capability: dict[float, dict[str, str]] = {}
     # weight format -> the family of a GEMM whose activations come in that format too (W8A8 int8: SmoothQuant)
     quant_gemm_w8a8: dict[str, str] = {}
-    # weight format -> the family a MoE layer's routed experts (grouped GEMMs) run, taken before quant_gemm: the
-    # engine runs its experts in a fused-MoE kernel of its own, not through the dense Linear quant_gemm's family measured
+    # weight format -> the family a MoE layer's routed experts (grouped GEMMs) run, taken first (before the
+    # capability table and quant_gemm): the engine runs its experts in a fused-MoE kernel of its own, not through
+    # the dense Linear quant_gemm's family measured
     quant_gemm_experts: dict[str, str] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)

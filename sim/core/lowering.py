@@ -311,6 +311,11 @@ def _swiglu(b: _Builder, i: int, hn: TensorUse, width: int, prefix: str) -> Tens
     return _linear(b, i, f"{prefix}down_proj", a, h, False, f"{prefix}mlp_out")
 
 
+# The routed experts' grouped GEMMs as _moe names them: hardware models and stacks key on these names
+# (hw_models.gpu.expert_parallel, hw_models.stack.spec.is_expert_gemm).
+EXPERT_GEMMS = ("expert_gate", "expert_up", "expert_down")
+
+
 def _moe(b: _Builder, m: ModelConfig, i: int, hn: TensorUse) -> TensorUse:
     """Router GEMM, top-k gating, the routed experts as grouped GEMMs, and the
     weighted combine. The experts' work is the expected routing of sim.core.moe:

@@ -36,7 +36,7 @@ def _runs(args: argparse.Namespace):
             raise ConfigError(f"{path}: the benchmark JSON does not say {'which engine' if model else 'what'} "
                               f"served it: give {' and '.join(missing)}")
         run = read_bench_json(path, args.hw, engine, model)
-        return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], []
+        return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], [], 0
     if args.tp or args.ep:
         raise ConfigError(f"{path}: --tp/--ep: for a benchmark JSON, which does not record the server's layout "
                           "(a silicon-sample row carries its own tp_size and moe_ep_size; an LLMServingSim case its own)")
@@ -47,15 +47,16 @@ def _runs(args: argparse.Namespace):
                           "a benchmark JSON or a case folder")
     systems = set(table_presets(args.hw))
     runs, skipped = read_silicon(path, systems)
-    fitted = [r for r in runs if in_training(r.name)] if args.held_out else []
-    runs = [r for r in runs if r not in fitted]
+    left_out = len(runs)
+    if args.held_out:
+        runs = [r for r in runs if not in_training(r.name)]
+    left_out -= len(runs)   # the fit's training half, left out under --held-out
     if not runs:
-        why = (f"its {len(fitted)} replayable row(s) are all in the fit's training half (--held-out)" if fitted else
+        why = (f"its {left_out} replayable row(s) are all in the fit's training half (--held-out)" if left_out else
                f"{len(skipped)} row(s) skipped: {reasons(skipped)}" if skipped else
                f"GPUs in the table map to presets: {', '.join(f'{s}->{p}' for s, p in GPUS.items())}")
         raise ConfigError(f"{path}: no replayable run on {args.hw} ({why})")
-    args.left_out = len(fitted)
-    return runs, skipped
+    return runs, skipped, left_out
 
 
 def table_presets(hw: str) -> dict[str, str]:
@@ -119,7 +120,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         return _folder(args)
     if args.json:
         check_output(args.json)   # a bad path says so before minutes of replays
-    runs, skipped = _runs(args)
+    runs, skipped, left_out = _runs(args)
     if args.deployment:
         runs = [dataclasses.replace(r, deployment=args.deployment) for r in runs]
     if args.limit:
@@ -136,7 +137,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     if failed and not results:   # nothing to tabulate: say why, and fail
         raise ConfigError(f"--hw {args.hw}: none of the {len(failed)} run(s) could be simulated; the first: {failed[0][1]}")
     tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
-                                 name_width=None if tables.full_width() else 40, left_out=getattr(args, "left_out", 0)))
+                                 name_width=None if tables.full_width() else 40, left_out=left_out))
     if args.json:
         write_json(args.json, as_json(args.hw, results, skipped, failed))
     if args.plot:

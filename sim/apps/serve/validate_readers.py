@@ -143,7 +143,7 @@ def _expert_ways(row) -> int:
 
 
 def _positive(value: float) -> bool:
-    """Finite and above zero: read_silicon has made the numeric columns numbers, text where one belongs NaN."""
+    """Finite and above zero: read_silicon has made the numeric columns numbers (an empty cell NaN, text -inf)."""
     return bool(np.isfinite(value) and value > 0)
 
 
