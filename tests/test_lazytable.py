@@ -7,11 +7,12 @@ import sys
 
 import pytest
 from hw_models.machine import load_machine
-from sim.apps.serve import tablecache
+from sim.apps.serve import debug_checks, tablecache
 from sim.apps.serve.instance import prepare
 from sim.apps.serve.lazytable import LazyRow, PointBook
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import ServeFile
+from sim.apps.serve.stepcost import ExactCost
 from sim.apps.serve.tablecache import TableStore
 from sim.core.schema import validate_mapping
 from tests.conftest import ROOT
@@ -143,3 +144,25 @@ def test_the_write_stamp_counts_every_write_of_a_table(tmp_path):
     store.save("P", {})
     other_key.save("D", {})
     assert (store.stamp("D"), store.stamp("P"), other_key.stamp("D")) == (2, 1, 1)
+
+
+def test_with_the_cache_off_runs_of_one_key_share_points_in_memory(tmp_path, monkeypatch):
+    """SIM_NO_CACHE keeps the disk out, not the sharing: a second run of one key in the process costs no grid
+    point again (its book is the first run's; the mapper runs only for the iterations beyond the grid, which
+    are costed exactly every time), writes nothing, and gives the first run's figures."""
+    monkeypatch.setenv(tablecache.ENV_DIR, str(tmp_path / "cache"))
+    monkeypatch.setenv(tablecache.ENV_OFF, "1")
+    monkeypatch.delenv(debug_checks.ENV, raising=False)   # its check of the grid costs grid points exactly
+    f, m = small_file(max_num_seqs=11), load_machine("a6000")   # a limit no other test here uses: a fresh book
+    costed: list[list] = []   # per run, every iteration the mapper costs
+    real = ExactCost.point
+    monkeypatch.setattr(ExactCost, "point", lambda self, it: costed[-1].append(it) or real(self, it))
+    runs = []
+    for _ in range(2):
+        costed.append([])
+        runs.append((*serve(f, m, cache=(c := {})), next(iter(c.values()))[0]))
+    (first_res, first, _), (res, again, sur) = runs
+    assert len(costed[1]) == sur.exact_fallbacks < len(costed[0])
+    assert again == first and not (tmp_path / "cache").exists()
+    for c in res.requests:
+        assert res.requests[c].tobytes() == first_res.requests[c].tobytes(), c

@@ -45,6 +45,7 @@ EXPERT_OPS, COMBINE below); tests/test_expert_parallel.py fails if those change.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from hw_models.gpu.tensor_parallel import Collective, shard
 from hw_models.network.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL
@@ -53,7 +54,7 @@ from sim.core.formats import get_format
 from sim.core.graph import Op, OpGraph, TensorUse
 from sim.core.lowering import EXPERT_GEMMS, FormatPolicy
 from sim.core.model import ModelConfig
-from sim.core.moe import Routing, route
+from sim.core.moe import ExpertLoad, Routing, route
 
 ROUTER, TOPK, COMBINE = "router", "topk", "moe_combine"
 EXPERT_OPS = (*EXPERT_GEMMS, "expert_act")   # the grouped GEMMs and the activation between them
@@ -63,8 +64,13 @@ _KEEP = OpSplit(REPLICATED, None, False)
 def busiest_rank(model: ModelConfig, tokens: float, ep: int) -> Routing:
     """The expected routing of `tokens` tokens restricted to the EP rank with the most
     kept assignments (experts placed contiguously, E / ep per rank)."""
-    r = route(model.num_experts, model.experts_per_token, model.expert_load, round(tokens))
-    return max(r.ranks(ep), key=lambda x: x.assignments)
+    return _busiest(model.num_experts, model.experts_per_token, model.expert_load, round(tokens), ep)
+
+
+@lru_cache(maxsize=1024)
+def _busiest(num_experts: int, top_k: int, load: ExpertLoad, tokens: int, ep: int) -> Routing:
+    """busiest_rank by the hashable figures it depends on: a serving run asks it of every grid point's layers."""
+    return max(route(num_experts, top_k, load, tokens).ranks(ep), key=lambda x: x.assignments)
 
 
 def _resize(t: TensorUse, frac: float, axis: int) -> TensorUse:
@@ -96,16 +102,16 @@ def _rank_expert_op(op: Op, w_frac: float, a_frac: float) -> Op:
 def restrict_experts(graph: OpGraph, model: ModelConfig, ep: int, total: int) -> OpGraph:
     """`graph` with each MoE layer's expert ops cut to the busiest rank's experts, over
     the `total` tokens the whole EP group routes per layer."""
-    out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
-    for op in graph.ops():
-        if op.base_name in EXPERT_OPS:
-            T = _tokens(graph, op)
-            here = route(model.num_experts, model.experts_per_token, model.expert_load, T)
-            mine = busiest_rank(model, total, ep)
-            op = _rank_expert_op(op, float(mine.touched.sum()) / here.experts_touched,
-                                 mine.assignments / here.assignments)
-        out.add(op, graph.deps(op.name))
-    return out
+    mine = busiest_rank(model, total, ep)
+
+    def restricted(op: Op) -> Op:
+        if op.base_name not in EXPERT_OPS:
+            return op
+        here = route(model.num_experts, model.experts_per_token, model.expert_load, _tokens(graph, op))
+        return _rank_expert_op(op, float(mine.touched.sum()) / here.experts_touched,
+                               mine.assignments / here.assignments)
+
+    return graph.with_ops(map(restricted, graph.ops()))
 
 
 def _tokens(graph: OpGraph, op: Op) -> int:
@@ -134,13 +140,9 @@ def all_to_all_bytes(graph: OpGraph, model: ModelConfig, ep: int, layer: int, to
 
 
 def _chunk(graph: OpGraph, names: set[str], frac: float) -> OpGraph:
-    """`graph` with the ops `names` over `frac` of their tokens (a rank's sequence-parallel chunk)."""
-    out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
-    for op in graph.ops():
-        if op.name in names:
-            op = _rank_expert_op(op, 1.0, frac)   # weights whole (router); rows and FLOPs scaled
-        out.add(op, graph.deps(op.name))
-    return out
+    """`graph` with the ops `names` over `frac` of their tokens (a rank's sequence-parallel chunk);
+    weights whole (the router), rows and FLOPs scaled."""
+    return graph.with_ops(_rank_expert_op(op, 1.0, frac) if op.name in names else op for op in graph.ops())
 
 
 def moe_rank(graph: OpGraph, model: ModelConfig, tp: int, ep: int,

@@ -92,14 +92,12 @@ def shard(graph: OpGraph, model: ModelConfig, tp: int,
     if tp == 1:
         return graph, []
     splits, sharded = plan(graph, sharded_inputs, overrides)
-    out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
-    colls: list[Collective] = []
     kv_frac = kv_fraction(model, tp)
-    for op, split in zip(graph.ops(), splits):
-        out.add(_shard_op(op, split, sharded, tp, kv_frac, model.kv_dim), graph.deps(op.name))
-        if split.collective is not None:
-            nbytes = sum(t.bytes for t in op.writes if t.role == "activation")
-            colls.append(Collective(f"{op.name}.{split.collective}", split.collective, op.name, nbytes))
+    ops = list(graph.ops())
+    out = graph.with_ops(_shard_op(op, split, sharded, tp, kv_frac, model.kv_dim) for op, split in zip(ops, splits))
+    colls = [Collective(f"{op.name}.{split.collective}", split.collective, op.name,
+                        sum(t.bytes for t in op.writes if t.role == "activation"))
+             for op, split in zip(ops, splits) if split.collective is not None]
     return out, colls
 
 

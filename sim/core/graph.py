@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from sim.core.frozen import frozen
 
@@ -118,8 +118,16 @@ class Dag:
 
     def add_edge(self, u: str, v: str) -> None:
         for n in (u, v):
-            self.add_node(n)
+            if n not in self._preds:
+                self.add_node(n)
         self._preds[v][u] = None
+
+    def with_attr(self, key: str, values: Iterable) -> Dag:
+        """The same nodes and edges, node i's `key` set to the i-th of `values` (one per node, in order)."""
+        out = Dag()
+        out.nodes = {n: {**attrs, key: v} for (n, attrs), v in zip(self.nodes.items(), values, strict=True)}
+        out._preds = {n: dict(ps) for n, ps in self._preds.items()}
+        return out
 
     def predecessors(self, name: str) -> Iterator[str]:
         return iter(self._preds[name])
@@ -150,6 +158,12 @@ class OpGraph:
         self.dag.add_node(op.name, op=op)
         for d in deps:
             self.dag.add_edge(d, op.name)
+
+    def with_ops(self, ops: Iterable[Op]) -> OpGraph:
+        """This graph's DAG with its ops replaced, one per op in order, each keeping its name and deps (a rank's
+        share of every op, say): the edges are copied, not re-added, which a multi-GPU step does for every op of
+        every grid point."""
+        return OpGraph(self.phase, self.batch, self.q_len, self.kv_len, self.dag.with_attr("op", ops))
 
     def ops(self) -> Iterator[Op]:
         for name in self.dag.nodes:

@@ -20,7 +20,7 @@ from sim.apps.serve.attention_dp import GroupedCost
 from sim.apps.serve.placement import device_share
 from sim.apps.serve.schedulers import Scheduler, scheduler_class
 from sim.apps.serve import tablecache
-from sim.apps.serve.tablecache import TableStore
+from sim.apps.serve.tablecache import MemoryStore, TableStore
 from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate, check_kind, check_speculative, serving_mapper
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
@@ -180,13 +180,11 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
 _NOT_COSTED = {"name", "source", "batch", "prompt_len", "gen_len", "serving"}
 
 
-def _store(file: s.ServeFile, machine: Machine, model: ModelConfig, experts: bool) -> TableStore | None:
-    """The on-disk store of one step cost's surrogate points (sim.apps.serve.tablecache), or None when
-    the cache is off."""
-    if not tablecache.enabled():
-        return None
-    return TableStore(tablecache.make_key(machine.model_dump_json(), file.model_dump_json(exclude=_NOT_COSTED),
-                                          model, experts))
+def _store(file: s.ServeFile, machine: Machine, model: ModelConfig, experts: bool) -> TableStore | MemoryStore:
+    """The store of one step cost's surrogate points (sim.apps.serve.tablecache): on disk, or in this
+    process only when the persistent cache is off."""
+    key = tablecache.make_key(machine.model_dump_json(), file.model_dump_json(exclude=_NOT_COSTED), model, experts)
+    return TableStore(key) if tablecache.enabled() else MemoryStore(key)
 
 
 def _profile_activations(mapper, tokens: int, seqs: int) -> float:

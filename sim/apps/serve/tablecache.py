@@ -18,7 +18,9 @@ store the same content. The same transaction bumps the table's write counter (`s
 that another one has written since it read.
 
 SIM_CACHE_DIR overrides the directory (tests point it at a temporary one); SIM_NO_CACHE=1 or
-`--no-cache` (disable()) turns the cache off; `sim cache clear` empties it.
+`--no-cache` (disable()) turns the persistent cache off: a key's points then live in this process only
+(MemoryStore), shared by its runs of one key as they are with the cache on, never read from or written to
+disk. `sim cache clear` empties it.
 """
 
 from __future__ import annotations
@@ -172,6 +174,24 @@ class TableStore:
             self._run(write)
         except sqlite3.Error:
             pass           # a read-only or full cache directory costs speed, not the run
+
+
+class MemoryStore:
+    """A key's points in this process only (the persistent cache off): nothing loaded, nothing saved. The
+    process's book of the key (sim.apps.serve.lazytable.book) still shares them between its runs of that key,
+    as it does with the cache on: a `sim validate-serving` table's rows of one model and layout compute each
+    common grid point once (a point is the mapper's cost of its sequences alone, so sharing it is exact)."""
+
+    path = ""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def load(self, name: str) -> dict[str, Point]:
+        return {}
+
+    def save(self, name: str, points: dict[str, Point]) -> None:
+        pass
 
 
 def seqs_key(seqs: tuple[tuple[int, int], ...] | list[tuple[int, int]]) -> str:
