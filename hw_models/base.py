@@ -13,6 +13,7 @@ pipeline) overrides `step` and `step_timeline`, never the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable
 
 from hw_models.capacity_hint import capacity_hint
@@ -337,8 +338,15 @@ class Mapper:
         return self.devices * headroom * gap_s
 
     def gap_j(self, gap_s: float) -> float:
-        """Board energy of the devices over an engine gap inside the serving loop: idle + activity (gap_active_j)."""
-        return self.power_j({}, gap_s) + self.gap_active_j(gap_s)
+        """Board energy of the devices over an engine gap inside the serving loop: idle + activity (gap_active_j),
+        both linear in the gap: its watts once per mapper (a serving run asks for every iteration)."""
+        if gap_s <= 0.0:
+            return 0.0
+        return gap_s * self._gap_w
+
+    @cached_property
+    def _gap_w(self) -> float:
+        return self.power_j({}, 1.0) + self.gap_active_j(1.0)
 
     def capped(self, step: StepResult) -> StepResult:
         """`step` under the main unit's board power limit (hw_models.power): where each device's power over it

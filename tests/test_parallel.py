@@ -132,3 +132,19 @@ def test_tp_rank_waits_for_host_launches(tmp_path):
     assert sum(t.duration_s for t in host) == pytest.approx((kernels + len(colls)) * 1e-3)
     tl = engine.run(tasks, {}, {}, True)
     assert (kernels + len(colls)) * 1e-3 < tl.makespan_s < (kernels + len(colls) + 0.1) * 1e-3
+
+
+@pytest.mark.parametrize("model, parallel, hw", [
+    ("llama2-70b", {"tp": 4}, "a100_80g"),                    # dense: 2 all-reduces a layer, embedding, logits
+    ("gemma-2-9b", {"tp": 2}, "a100_80g"),                    # layers in local/global pairs (period 2)
+    ("deepseek-v2-lite", {"tp": 2, "ep": 4}, "h100_sxm"),     # a dense first layer, then dispatch/combine/gather
+    ("qwen3-235b-a22b", {"tp": 4, "ep": 4}, "h100_sxm"),
+])
+def test_collectives_per_iteration_folds_to_the_whole_graphs_count(model, parallel, hw):
+    """The count folded from a few layers (as a step's time is) is the count of the whole model's rank graph."""
+    from sim.core.mixed import lower_iteration
+    mp = _mapper({**parallel, "topology": "dgx_h100" if hw == "h100_sxm" else "dgx_a100"}, model, hw)
+    whole = len(mp.rank_graph(lower_iteration(mp.model, ((1, 1),), mp.formats, True, None))[1])
+    assert mp.collectives_per_iteration() == whole
+    if model == "llama2-70b":
+        assert whole == 2 * 80 + 2

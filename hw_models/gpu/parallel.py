@@ -46,7 +46,7 @@ from sim.core import engine
 from sim.core.engine import Task, Timeline
 from sim.core.errors import ConfigError
 from sim.core.footprint import Footprint, activation_peak_bytes, kv_bytes, layer_weight_bytes, weight_bytes
-from sim.core.generation import Generation, RunFigures
+from sim.core.generation import Generation, RunFigures, layer_fold
 from sim.core.graph import OpGraph
 from sim.core.lowering import lower, repeating_from
 from sim.core.mixed import lower_iteration
@@ -173,9 +173,17 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         logits' gather under TP): the same for any batch, so counted once on a one-sequence iteration."""
         if self.plan.stage_width == 1:
             return 0
-        if not hasattr(self, "_collectives"):
-            graph = lower_iteration(self.model, ((1, 1),), self.formats, self.workload.flash_attention, None)
-            self._collectives = len(self.rank_graph(graph)[1])
+        if not hasattr(self, "_collectives"):   # extensive in the layers: folded as a step is (a 94-layer graph
+            # sharded whole took ~45 ms, once per mapper: a validation table builds two mappers a run)
+            def count(n: int | None) -> int:
+                graph = lower_iteration(self.model, ((1, 1),), self.formats, self.workload.flash_attention, n)
+                return len(self.rank_graph(graph)[1])
+            fold = layer_fold(self.model.num_layers, self.fold_from, self.model.layer_period)
+            if fold is None:
+                self._collectives = count(None)
+            else:
+                a = count(fold[0])
+                self._collectives = a + fold[2] * (count(fold[1]) - a)
         return self._collectives
 
     def device_share(self) -> DeviceShare:

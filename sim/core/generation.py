@@ -41,6 +41,15 @@ from sim.core.workload import Workload, check_context
 DECODE_SAMPLES = 9
 
 
+def layer_fold(num_layers: int, fold: int, period: int = 1) -> tuple[int, int, int] | None:
+    """How fold_layers extrapolates: (a, b, k) for runs of a and b = a + period layers, the whole step being
+    a's + k x (b's - a's) of anything extensive in the layers; None where the step is run whole (too few layers)."""
+    fold += (num_layers - fold) % period
+    if num_layers <= fold + period:
+        return None
+    return fold, fold + period, (num_layers - fold) // period
+
+
 def fold_layers(run: Callable[[int], StepResult], num_layers: int, fold: int, exhaustive: bool = False,
                 period: int = 1) -> StepResult:
     """One step of `num_layers` layers, repeating every `period` layers (1: all identical;
@@ -48,11 +57,11 @@ def fold_layers(run: Callable[[int], StepResult], num_layers: int, fold: int, ex
     (`run(n)` simulates the step with its first n layers; `fold` is raised so whole
     periods remain). Time, busy time, energy and counters are all extensive in the
     layer count."""
-    fold += (num_layers - fold) % period
-    if exhaustive or num_layers <= fold + period:
+    plan = None if exhaustive else layer_fold(num_layers, fold, period)
+    if plan is None:
         return run(num_layers)
-    a, b = run(fold), run(fold + period)
-    k = (num_layers - fold) // period
+    a, b = run(plan[0]), run(plan[1])
+    k = plan[2]
 
     def ext(x: dict[str, float], y: dict[str, float]) -> dict[str, float]:
         return {r: x.get(r, 0.0) + k * (y.get(r, 0.0) - x.get(r, 0.0)) for r in {**x, **y}}
