@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Speed of `sim validate-serving` on a 300-run silicon table (issue 29's target: <= 60 s on 2 cores).
 
-Each measurement is a whole `sim validate-serving` process on a cold step-cost cache (SIM_NO_CACHE=1),
+Each measurement is a whole `sim validate-serving` process on a cold step-cost cache (SIM_NO_CACHE=1: nothing read
+from or written to disk; a process's runs of one model and layout share their grid points, as on a first run),
 over the first --runs replayable H100 rows of shared/validation/aic/silicon_sample_h100.csv.gz (training
 and held-out rows alike, spread by --limit), once per worker count; medians of --repeat and the ratio
 to one worker printed. The machine is shared and noisy: quote the medians.
