@@ -166,3 +166,21 @@ def test_with_the_cache_off_runs_of_one_key_share_points_in_memory(tmp_path, mon
     assert again == first and not (tmp_path / "cache").exists()
     for c in res.requests:
         assert res.requests[c].tobytes() == first_res.requests[c].tobytes(), c
+
+
+def test_the_process_keeps_a_bounded_number_of_books(tmp_path, monkeypatch):
+    """Past MAX_BOOKS keys the least recently used book is dropped, its new points written to its store first; a key
+    used again since stays."""
+    from sim.apps.serve import lazytable
+    monkeypatch.setattr(lazytable, "_BOOKS", {})
+    monkeypatch.setattr(lazytable, "MAX_BOOKS", 2)
+    a, b, c = (TableStore(k, tmp_path) for k in "abc")
+    first = lazytable.book(a)
+    first.open("D")
+    first.get("D", "[[1,1]]", lambda: (1.0, 2.0, []))      # a new point, not yet written
+    lazytable.book(b)
+    assert lazytable.book(a) is first                        # a used again: b is now the oldest
+    lazytable.book(c)
+    assert list(lazytable._BOOKS) == [("a", str(a.path)), ("c", str(c.path))]
+    lazytable.book(TableStore("d", tmp_path))                # a goes, written on the way out
+    assert ("a", str(a.path)) not in lazytable._BOOKS and a.load("D") == {"[[1,1]]": (1.0, 2.0, [])}

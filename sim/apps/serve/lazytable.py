@@ -124,14 +124,20 @@ class PointBook:
 
 
 _BOOKS: dict[tuple[str, str], PointBook] = {}
+# Keys whose books the process keeps for later runs: a sweep of thousands of designs in one process (each its own
+# key) would otherwise hold every design's points to the end. The least recently used book is dropped past this,
+# its new points written first; a run still using it keeps it (only a later run of that key starts a new one).
+MAX_BOOKS = 256
 
 
 def book(store: TableStore) -> PointBook:
     """The process's one book of `store`'s key."""
     k = (getattr(store, "key", str(id(store))), str(getattr(store, "path", "")))   # a stand-in store: by identity
-    if k not in _BOOKS:
-        _BOOKS[k] = PointBook(store)
-    return _BOOKS[k]
+    b = _BOOKS.pop(k, None) or PointBook(store)
+    _BOOKS[k] = b   # most recently used last
+    while len(_BOOKS) > MAX_BOOKS:
+        _BOOKS.pop(next(iter(_BOOKS))).flush()
+    return b
 
 
 def flush_all() -> None:
