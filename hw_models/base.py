@@ -241,9 +241,8 @@ class Mapper:
 
     @property
     def fold_from(self) -> int:
-        """Layers simulated before the fold extrapolates: `fold_layers`, and at least one past
-        the last layer unlike those after it (sim.core.lowering.repeating_from), so the marginal
-        layer is like every layer it stands for."""
+        """Layers simulated before the fold extrapolates: `fold_layers`, and at least one past the last layer unlike
+        those after it (sim.core.lowering.repeating_from), so the marginal layer is like every layer it stands for."""
         return max(self.fold_layers, repeating_from(self.model, self.formats) + 1)
 
     # The serving schedulers (spec kinds) that can drive this kind in `sim serve`, None: every one; and
@@ -262,8 +261,7 @@ class Mapper:
 
     # -- the serving hooks (sim.apps.serve.stepcost and .placement read only these) ----------
     def device_share(self) -> DeviceShare:
-        """The busiest device's share of the weights and KV under the workload's parallel plan;
-        a kind without one serves on a whole device."""
+        """The busiest device's share of the weights and KV under the workload's parallel plan; by default a whole device."""
         return DeviceShare()
 
     def serving_pool(self) -> OwnPool | None:
@@ -322,14 +320,13 @@ class Mapper:
                    else (u.power_w or 0.0) * busy_s.get(name, 0.0) for name, u in self.machine.units.items())
 
     def gap_active_j(self, gap_s: float) -> float:
-        """Activity energy of the devices over an engine gap of `gap_s` seconds inside the serving loop (the
-        host's serial work, the engine's fitted idle terms): sub-millisecond to millisecond gaps between an
-        engine's back-to-back iterations leave the GPU at its boost clock and voltage (the driver lowers
-        clocks only once "nothing is running on the GPU", NVML's GpuIdle event reason, and a clock change
-        has a switching latency of its own, measured on GH200 and A100 by Velicka et al., arXiv:2502.20075;
-        we read the abstract, not their figures), so the clock tree and the leakage at
-        boost voltage that `active_power_w` stands for keep drawing (hw_models.power). The idle power over
-        the gap is `power_j({}, gap_s)`; waiting for work between requests stays at idle power."""
+        """Activity energy of the devices over an engine gap of `gap_s` seconds inside the serving loop (the host's
+        serial work, the engine's fitted idle terms): sub-millisecond to millisecond gaps between an engine's
+        back-to-back iterations leave the GPU at its boost clock and voltage (the driver lowers clocks only once
+        "nothing is running on the GPU", NVML's GpuIdle event reason, and a clock change has a switching latency of
+        its own, measured on GH200 and A100 by Velicka et al., arXiv:2502.20075; we read the abstract, not their
+        figures), so the clock tree and the leakage at boost voltage that `active_power_w` stands for keep drawing
+        (hw_models.power). Idle power over the gap: `power_j({}, gap_s)`; between requests it stays at idle power."""
         bp = self.machine.board_power()
         if bp is None or gap_s <= 0.0:
             return 0.0
@@ -340,9 +337,7 @@ class Mapper:
     def gap_j(self, gap_s: float) -> float:
         """Board energy of the devices over an engine gap inside the serving loop: idle + activity (gap_active_j),
         both linear in the gap: its watts once per mapper (a serving run asks for every iteration)."""
-        if gap_s <= 0.0:
-            return 0.0
-        return gap_s * self._gap_w
+        return gap_s * self._gap_w if gap_s > 0.0 else 0.0
 
     @cached_property
     def _gap_w(self) -> float:
