@@ -18,7 +18,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(f"cleared {path}")
         return 0
     size = sum(p.stat().st_size for p in path.parent.glob(tablecache.FILE + "*")) if path.parent.is_dir() else 0
-    state = "off (SIM_NO_CACHE)" if not tablecache.enabled() else f"unusable, runs go without it ({why})" if why else "on"
+    off = "off (SIM_NO_CACHE: a process's runs share step costs in memory only)"
+    state = off if not tablecache.enabled() else f"unusable, runs go without it ({why})" if why else "on"
     print(f"{path}: {size / 1e6:.2f} MB; cache {state}; {tablecache.ENV_DIR} moves it")
     return 0
 
