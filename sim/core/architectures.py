@@ -48,6 +48,12 @@ def _not_one(value: Any, raw: dict[str, Any]) -> bool:
     return value not in (None, 1)
 
 
+def _alternating(layer_types: Any) -> bool:
+    """gpt-oss's layer_types as global_every 2 lowers them: sliding_attention on even layers, full_attention on odd."""
+    return isinstance(layer_types, list) and all(
+        t == ("sliding_attention" if i % 2 == 0 else "full_attention") for i, t in enumerate(layer_types))
+
+
 _SWA_LAYERS = Refusal("use_sliding_window", _on, "a sliding window on the layers above max_window_layers")
 _SPARSE_STEP = Refusal("decoder_sparse_step", _not_one, "MoE on every n-th layer only (decoder_sparse_step > 1)")
 _MLP_ONLY = Refusal("mlp_only_layers", _on, "dense MLP layers among MoE ones (mlp_only_layers)")
@@ -72,6 +78,15 @@ ARCHITECTURES: dict[str, Architecture] = {
     "gemma2": Architecture(fixed={"post_norms": True, "global_every": 2},
                            defaults={"tie_word_embeddings": True, "head_dim": 256, "sliding_window": 4096,
                                      "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}),
+    # gpt-oss (openai/gpt-oss-120b and -20b config.json): attention_bias (q/k/v/o biases), a 128-key window on
+    # every other layer from layer 0 (layer_types sliding, full, ...), routed SwiGLU experts intermediate_size wide
+    # (num_local_experts, num_experts_per_tok), untied head. Not priced apart: each head's learned attention-sink
+    # logit (one more score per row of the softmax), the clamped SwiGLU (swiglu_limit), biases on the router and
+    # the experts.
+    "gpt_oss": Architecture(fixed={"global_every": 2},
+                            defaults={"tie_word_embeddings": False, "sliding_window": 128, "attention_bias": True},
+                            refusals=(Refusal("layer_types", lambda v, raw: not _alternating(v),
+                                              "a window on layers other than every other one from layer 0"),)),
     "phi3": Architecture(defaults={"tie_word_embeddings": False},
                          refusals=(Refusal("partial_rotary_factor", lambda v, raw: v not in (None, 1, 1.0),
                                            "RoPE on part of each head (partial_rotary_factor < 1)"),)),
