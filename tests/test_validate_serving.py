@@ -15,7 +15,7 @@ ROW = dict(id="r1", backend="trtllm", model_path="Qwen/Qwen3-32B", system="h100_
 
 
 def test_silicon_reader_keeps_replayable_rows_and_says_why_not(tmp_path):
-    rows = [ROW, {**ROW, "id": "r2", "mode": "disagg"}, {**ROW, "id": "r3", "model_path": "openai/gpt-oss-120b"},
+    rows = [ROW, {**ROW, "id": "r2", "mode": "disagg"}, {**ROW, "id": "r3", "model_path": "deepseek-ai/DeepSeek-R1"},
             {**ROW, "id": "r4", "system": "b200_sxm"}]
     path = tmp_path / "s.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
@@ -25,7 +25,7 @@ def test_silicon_reader_keeps_replayable_rows_and_says_why_not(tmp_path):
     assert (r.engine, r.tp, r.concurrency, r.quant) == ("trtllm", 2, 16, "fp8")
     assert r.measured == {"ttft_s": 0.15, "tpot_s": 0.01, "e2e_s": 0.15 + 0.01 * 127}
     assert dict(skipped) == {"r2": "disaggregated serving (prefill and decode workers) is not replayed",
-                             "r3": "model openai/gpt-oss-120b has no config here"}
+                             "r3": "model deepseek-ai/DeepSeek-R1 has no config here"}
 
 
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys):
@@ -73,8 +73,7 @@ def test_plots_folder_gets_the_scatter_and_the_error_plot(tmp_path, capsys):
 
 def test_fp4_rows_on_hopper_are_skipped_with_the_reason(tmp_path):
     path = tmp_path / "s.csv"
-    pd.DataFrame([{**ROW, "model_path": "openai/gpt-oss-120b", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}]
-                 ).to_csv(path, index=False)
+    pd.DataFrame([{**ROW, "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}]).to_csv(path, index=False)
     runs, skipped = read_silicon(path, {"h100_sxm"})
     assert not runs and "nvfp4 weights on h100_sxm: no native FP4" in dict(skipped)["r1"]
 

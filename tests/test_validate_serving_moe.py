@@ -36,6 +36,27 @@ def test_moe_rows_carry_their_expert_ways_and_the_checkpoints_block_format(tmp_p
     assert dict(skipped)["m3"].startswith("experts split by tensor parallelism (moe_tp_size 2)")
 
 
+def test_gpt_oss_rows_run_the_checkpoints_mxfp4_experts_split_over_the_tp_group(tmp_path):
+    """gpt-oss-120b's vLLM rows are labelled nvfp4, but its checkpoint stores the routed experts in MXFP4 and the rest
+    in bf16: the replay serves that, whatever the label; vLLM without expert parallelism splits each expert over the
+    TP group (moe_tp_size = tp_size, moe_ep_size 1: parallel.ep 1). Other engines' MXFP4 experts have no family."""
+    oss = dict(ROW, model_path="openai/gpt-oss-120b", backend="vllm", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
+               tp_size=4, moe_tp_size=4, moe_ep_size=1)
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**oss, "id": "g1"}, {**oss, "id": "g2", "backend": "trtllm", "gemm_quant_mode": "fp8"},
+                  {**oss, "id": "g3", "moe_tp_size": 2, "moe_ep_size": 2}]).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert [(r.name, r.tp, r.ep, r.quant) for r in runs] == [("g1", 4, 1, "mxfp4")]
+    assert dict(skipped)["g2"].startswith("trtllm's mxfp4 experts: no kernel family here")
+    assert dict(skipped)["g3"].startswith("experts split by tensor parallelism (moe_tp_size 2)")
+    f = run_file(runs[0])
+    policy = f.formats.policy()
+    assert [policy.weight_format(op) for op in ("L0.router", "lm_head", "L0.qkv_proj", "L1.expert_up", "L35.expert_down")] \
+        == ["bf16", "bf16", "bf16", "mxfp4", "mxfp4"] and f.formats.kv_cache == "bf16"
+    assert (f.sections["parallel"]["tp"], f.sections["parallel"]["ep"]) == (4, 1)
+    assert f.model_config_().num_experts == 128
+
+
 def test_a_moe_replay_has_the_model_card_size_ep_devices_and_a_16_bit_router():
     f = run_file(Run("m", "h100_sxm", "trtllm", QWEN, 512, 128, 8, tp=8, quant="fp8_block", ep=8))
     model = f.model_config_()

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from sim.core.model import preset_mapping
+from sim.core.lowering import EXPERT_GEMMS
+from sim.core.model import from_mapping, preset_mapping
 
 # Llama-3.1 has Llama-3's shapes (sim/core/data/models.yaml llama3-8b/-70b) with a 128k context
 # (meta-llama/Llama-3.1-8B config.json max_position_embeddings 131072); Qwen3-32B from its config.json
@@ -31,7 +33,8 @@ MODELS: dict[str, dict[str, Any]] = {
 MODELS["meta-llama/Llama-3.1-8B"] = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
 # The MoE models of the table: the presets of sim/core/data/models.yaml, whose `source` lines cite their config.json
 # (Qwen3-235B-A22B; MiniMax-M2.5, lowered as qwen3_moe: the same op graph).
-MOE_PRESETS = {"Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5"}
+MOE_PRESETS = {"Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
+               "openai/gpt-oss-120b": "gpt-oss-120b"}
 for _hf, _preset in MOE_PRESETS.items():
     _raw = {k: v for k, v in preset_mapping(_preset).items() if k != "source"}
     NATIVE_CONTEXT[_hf] = _raw["max_position_embeddings"]
@@ -47,16 +50,26 @@ BLOCK_FP8_CHECKPOINTS = {"Qwen/Qwen3-235B-A22B-FP8", "MiniMaxAI/MiniMax-M2.5"}
 UNQUANTIZED_OPS = {name: ("router", "lm_head") for name in BLOCK_FP8_CHECKPOINTS}
 
 
+# Checkpoints that quantize the routed experts alone: gpt-oss ships its experts in MXFP4 and every other weight in
+# bf16 (openai/gpt-oss-120b config.json quantization_config: quant_method mxfp4, modules_to_not_convert the attention,
+# the router, the embedding and lm_head), whatever a row's label says (the table labels its vLLM rows nvfp4).
+EXPERT_ONLY_CHECKPOINTS = {"openai/gpt-oss-120b": "mxfp4"}
+
+
 def checkpoint_quant(model: str, label: str | None = None) -> str | None:
     """The gemm_quant_mode a replay of `model` runs (a key of FORMATS): the checkpoint's where its weights are
-    known (BLOCK_FP8_CHECKPOINTS), else what the row says (`label`; None: 16-bit)."""
-    return "fp8_block" if model in BLOCK_FP8_CHECKPOINTS else label
+    known (BLOCK_FP8_CHECKPOINTS, EXPERT_ONLY_CHECKPOINTS), else what the row says (`label`; None: 16-bit)."""
+    return "fp8_block" if model in BLOCK_FP8_CHECKPOINTS else EXPERT_ONLY_CHECKPOINTS.get(model, label)
 
 
 def checkpoint_formats(model: str, weights: str, quantized_kv: bool) -> dict[str, Any]:
     """The `formats:` of a replay of `model` with its weights in `weights`. `quantized_kv`: the engine quantizes the
     KV cache as the checkpoint says (TensorRT-LLM: validate.py's KV note), which a per-tensor FP8 (ModelOpt)
-    checkpoint says, a block-FP8 one not (no kv_cache_quant_algo in Qwen's or MiniMax's quantization_config)."""
+    checkpoint says, a block-FP8 one not (no kv_cache_quant_algo in Qwen's or MiniMax's quantization_config).
+    An expert-only checkpoint keeps everything but the routed experts in bf16."""
+    if model in EXPERT_ONLY_CHECKPOINTS:
+        return {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16",
+                "overrides": dict.fromkeys(EXPERT_GEMMS, weights)}
     kv = weights if quantized_kv and weights == "fp8_e4m3" else "bf16"
     keep = UNQUANTIZED_OPS.get(model, ()) if weights != "bf16" else ()
     return {"weights": weights, "activations": "bf16", "kv_cache": kv,
@@ -69,7 +82,7 @@ def checkpoint_formats(model: str, weights: str, quantized_kv: bool) -> dict[str
 # (kernel_families_fitted.yaml: quantize kernel + scaled GEMM at its measured rate) prices each GEMM; with fp8
 # activations declared it did not apply (hw_models.stack.cost: a family runs where weights and activations differ)
 # and every FP8 GEMM ran at the plain FP8 peak, 25-45% faster than aic's measured rows at M ~ 1,000.
-FORMATS = {None: "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128"}
+FORMATS = {None: "bf16", "fp8": "fp8_e4m3", "fp8_block": "fp8_block128", "mxfp4": "mxfp4"}
 
 # aiconfigurator `system` names -> this project's presets (hw_models/presets), and the node a TP group
 # spans (hw_models/network/presets; None: no multi-GPU node preset).
@@ -77,6 +90,13 @@ GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200", "b200_sxm": "b200", "rtx_pro
         "a100_sxm": "a100_80g", "rtx4090": "rtx4090"}
 NODES = {"h100_sxm": "dgx_h100", "h200": "hgx_h200", "a100_80g": "dgx_a100", "b200": "hgx_b200",
          "rtx_pro_6000": "rtx_pro_6000_x8_pcie"}
+
+
+@cache
+def is_moe(name: str) -> bool:
+    """Whether the table's model `name` (a key of MODELS) routes experts, read off its config as a replay builds it
+    (Qwen's configs say num_experts, gpt-oss's num_local_experts)."""
+    return from_mapping(dict(MODELS[name]), name).is_moe
 
 
 def served_model(name: str, longest: int) -> dict[str, Any] | str:

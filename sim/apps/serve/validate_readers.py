@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sim.apps.serve.validate import ENGINES, GPUS, MODELS, Run
-from sim.apps.serve.validate_models import checkpoint_quant
+from sim.apps.serve.validate_models import EXPERT_ONLY_CHECKPOINTS, checkpoint_quant, is_moe
 from sim.core.errors import ConfigError
 
 FP4 = {"nvfp4", "mxfp4", "w4a16_mxfp4"}
@@ -139,7 +139,7 @@ def aic_token_budget(row) -> int | None:
 
 def _expert_ways(row) -> int:
     """The expert-parallel ways of a MoE row (moe_ep_size, which _moe_layout has checked; 1 for a dense model)."""
-    return int(row.moe_ep_size) if MODELS[row.model_path].get("num_experts") else 1
+    return int(row.moe_ep_size) if is_moe(row.model_path) else 1
 
 
 def _positive(value: float) -> bool:
@@ -155,6 +155,11 @@ def _unreplayable(row) -> str:
     if row.mode != "agg":
         return "disaggregated serving (prefill and decode workers) is not replayed"
     quant = {q for q in (row.gemm_quant_mode, row.moe_quant_mode) if isinstance(q, str)}
+    if row.model_path in EXPERT_ONLY_CHECKPOINTS:   # its weights are the checkpoint's, not the label's
+        if row.backend != "vllm":
+            return (f"{row.backend}'s {EXPERT_ONLY_CHECKPOINTS[row.model_path]} experts: no kernel family here (vLLM's "
+                    "take the stack's weight-only FP4 family)")
+        quant = set()
     if quant & FP4 and row.system in NO_NATIVE_FP4:
         return (f"{'/'.join(sorted(quant & FP4))} weights on {row.system}: no native FP4 there (the engine's emulated "
                 "weight-only kernels are not what sim prices)")
@@ -176,7 +181,7 @@ def _unreplayable(row) -> str:
         return f"quantization {'/'.join(unknown)} not replayed (GEMM or MoE)"
     if (pd.notna(row.pp_size) and row.pp_size > 1) or (pd.notna(row.attention_dp_size) and row.attention_dp_size > 1):
         return "pipeline stages or attention data parallelism"
-    return _moe_layout(row) if MODELS[row.model_path].get("num_experts") else ""
+    return _moe_layout(row) if is_moe(row.model_path) else ""
 
 
 def _moe_layout(row) -> str:
@@ -186,6 +191,8 @@ def _moe_layout(row) -> str:
     ep, mtp = row.moe_ep_size, row.moe_tp_size if pd.notna(row.moe_tp_size) else 1
     if not (_whole(ep) and _whole(mtp)):
         return f"moe_ep_size {ep!r} / moe_tp_size {row.moe_tp_size!r}: a MoE row needs whole, positive ways"
+    if ep == 1 and mtp == row.tp_size:   # every expert split over the TP group as a dense MLP is: parallel.ep 1
+        return ""
     if mtp > 1:
         return (f"experts split by tensor parallelism (moe_tp_size {int(mtp)}): a MoE layout parallel.ep cannot "
                 "express (experts whole on each device, ep a multiple of tp)")
