@@ -153,7 +153,9 @@ def test_with_the_cache_off_runs_of_one_key_share_points_in_memory(tmp_path, mon
     monkeypatch.setenv(tablecache.ENV_DIR, str(tmp_path / "cache"))
     monkeypatch.setenv(tablecache.ENV_OFF, "1")
     monkeypatch.delenv(debug_checks.ENV, raising=False)   # its check of the grid costs grid points exactly
-    f, m = small_file(max_num_seqs=11), load_machine("a6000")   # a limit no other test here uses: a fresh book
+    from sim.apps.serve import lazytable
+    monkeypatch.setattr(lazytable, "_BOOKS", {})   # no book from an earlier run of this process (a test rerun)
+    f, m = small_file(max_num_seqs=11), load_machine("a6000")
     costed: list[list] = []   # per run, every iteration the mapper costs
     real = ExactCost.point
     monkeypatch.setattr(ExactCost, "point", lambda self, it: costed[-1].append(it) or real(self, it))
