@@ -103,13 +103,13 @@ def restrict_experts(graph: OpGraph, model: ModelConfig, ep: int, total: int) ->
     """`graph` with each MoE layer's expert ops cut to the busiest rank's experts, over
     the `total` tokens the whole EP group routes per layer."""
     mine = busiest_rank(model, total, ep)
+    touched, assignments = mine.experts_touched, mine.assignments
 
     def restricted(op: Op) -> Op:
         if op.base_name not in EXPERT_OPS:
             return op
         here = route(model.num_experts, model.experts_per_token, model.expert_load, _tokens(graph, op))
-        return _rank_expert_op(op, float(mine.touched.sum()) / here.experts_touched,
-                               mine.assignments / here.assignments)
+        return _rank_expert_op(op, touched / here.experts_touched, assignments / here.assignments)
 
     return graph.with_ops(map(restricted, graph.ops()))
 

@@ -187,7 +187,8 @@ def _unreplayable(row) -> str:
 def _moe_layout(row) -> str:
     """Why a MoE row's layout cannot be replayed, or "". The engines split the experts moe_tp x moe_ep = tp ways
     (aiconfigurator's generator enforces it for TensorRT-LLM; vLLM's --enable-expert-parallel spreads them over the
-    TP group); `parallel.ep` keeps each expert whole on its device, so moe_tp must be 1 and moe_ep the TP size."""
+    TP group). `parallel.ep` expresses two of those layouts: ep 1, each expert split over the whole TP group (moe_tp =
+    tp), and each expert whole on its device (moe_tp 1, moe_ep the TP size); a split between the two is refused."""
     ep, mtp = row.moe_ep_size, row.moe_tp_size if pd.notna(row.moe_tp_size) else 1
     if not (_whole(ep) and _whole(mtp)):
         return f"moe_ep_size {ep!r} / moe_tp_size {row.moe_tp_size!r}: a MoE row needs whole, positive ways"
@@ -195,7 +196,7 @@ def _moe_layout(row) -> str:
         return ""
     if mtp > 1:
         return (f"experts split by tensor parallelism (moe_tp_size {int(mtp)}): a MoE layout parallel.ep cannot "
-                "express (experts whole on each device, ep a multiple of tp)")
+                "express (each expert split over the whole TP group, or whole on each device with ep a multiple of tp)")
     if ep != row.tp_size:
         return f"moe_ep_size {int(ep)} x moe_tp_size 1 is not tp_size {int(row.tp_size)}: the row's layout disagrees"
     return ""
