@@ -20,6 +20,7 @@ from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
 from hw_models.power import board_of, busy_time_note, cap_figures, cap_note, with_cap
 from hw_models.stack.engine_data import engine_data
+from hw_models.stack.sampler import step_sampling
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -190,19 +191,18 @@ class Mapper:
         return so.host_s(n_seqs, self.devices) if so is not None else 0.0
 
     def sampler(self, n_seqs: int) -> tuple[float, float]:
-        """Device seconds and activity + DRAM joules of one step's sampling over `n_seqs` sequences: a
-        `sampling: top_p` workload on a stack with a `top_p_sampler` (hw_models.stack.sampler), else none (an
-        argmax or a draw rides in the LM head's kernels). Every device of the last pipeline stage samples the whole
-        vocabulary, in step (vLLM V1 all-gathers the logits there); the other stages wait through it."""
-        spec = getattr(getattr(self, "stack", None), "top_p_sampler", None)
-        if spec is None or self.workload.sampling != "top_p" or n_seqs <= 0:
+        """Device seconds and activity + DRAM joules of one step's top-p sort and penalty pass over `n_seqs`
+        sequences, as the workload asks and the stack models (hw_models.stack.sampler; else none). The last stage's
+        devices all sample the whole vocabulary, in step (vLLM V1 all-gathers the logits); other stages wait."""
+        stack, tier = getattr(self, "stack", None), self.machine.memory[self.machine.device_tier]
+        t, dram = step_sampling(getattr(stack, "top_p_sampler", None) if self.workload.sampling == "top_p" else None,
+                                getattr(stack, "penalties", None) if self.workload.penalties else None,
+                                n_seqs, self.model.vocab_size, tier.bandwidth_bytes_per_s)
+        if not t:
             return 0.0, 0.0
-        tier = self.machine.memory[self.machine.device_tier]
-        vocab = self.model.vocab_size
-        t = spec.seconds(n_seqs, vocab, tier.bandwidth_bytes_per_s)
         plan = getattr(self, "plan", None)
         samplers = plan.stage_width if plan is not None else self.devices
-        return t, self.gap_active_j(t) + samplers * spec.dram_bytes(n_seqs, vocab) * (tier.energy_j_per_byte or 0.0)
+        return t, self.gap_active_j(t) + samplers * dram * (tier.energy_j_per_byte or 0.0)
 
     def with_engine(self, device: StepResult, n_seqs: int) -> StepResult:
         """`device` (the step's kernels, folded) with the engine's host work of `n_seqs` sequences:

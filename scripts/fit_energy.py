@@ -115,8 +115,9 @@ def stale_presets(fit: F.Fit) -> list[str]:
                 m.memory[u.memory].energy_j_per_byte)
         if any(want is not None and (h is None or abs(h - want) > 1e-9 * max(abs(want), 1e-12))
                for h, want in zip(have, (a, j, j, b))):
-            bad.append(f"{preset}: active_power_w {have[0]:g}, fp16/bf16 J/FLOP {have[1]:.3g}/{have[2]:.3g}, "
-                       f"HBM J/byte {have[3]:.3g}; the fit gives {a:g} W, {j:.3g} J/FLOP, {b:.3g} J/byte")
+            wants = f"{a:g} W, {j:.3g} J/FLOP" + (f", {b:.3g} J/byte" if b is not None else " (its own J/byte)")
+            bad.append(f"{preset}: active_power_w {have[0]:g}, fp16/bf16 J/FLOP {have[1]}/{have[2]}, "
+                       f"HBM J/byte {have[3]}; the fit gives {wants}")
     return bad
 
 

@@ -18,6 +18,11 @@ from sim.apps.serve import mlenergy_inputs as I
 from tests.conftest import ROOT
 
 
+# One replayable row of the runs table (M.COLUMNS), as the published CSV has it
+ROW = ["mlenergy-v3", "H100", "meta-llama/Llama-3.1-8B-Instruct", "bfloat16", "lm-arena-chat",
+       "1", "1", "1", "1", "1", "8", "404.2", "0.4548", "486.4", "1077.0"]
+
+
 def _run(power_w: float, **kw) -> M.Run:
     base = dict(gpu="H100", model="meta-llama/Llama-3.1-8B-Instruct", precision="bfloat16", task="lm-arena-chat",
                 num_gpus=1, tp=1, ep=1, max_num_seqs=8, avg_output_tokens=400.0, j_per_token=0.5,
@@ -142,8 +147,7 @@ def test_validate_energy_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def test_a_truncated_runs_table_names_the_line_and_column(tmp_path, capsys):
     """A replayable row cut short (a truncated file: its last columns empty) is one line naming where, exit 2."""
     header = ",".join(M.COLUMNS)
-    row = dict(zip(M.COLUMNS, ["mlenergy-v3", "H100", "meta-llama/Llama-3.1-8B-Instruct", "bfloat16", "lm-arena-chat",
-                               "1", "1", "1", "1", "1", "8", "404.2", "0.4548", "486.4", "1077.0"]))
+    row = dict(zip(M.COLUMNS, ROW))
     full = ",".join(row.values())
     cut = full[:full.index(",8,") + 2]          # ends with max_num_seqs
     path = tmp_path / "runs.csv"
@@ -158,10 +162,37 @@ def test_a_truncated_runs_table_names_the_line_and_column(tmp_path, capsys):
     assert (run.max_num_seqs, run.avg_output_tokens, run.throughput_tok_s) == (8, 404.2, 1077.0)
 
 
+@pytest.mark.parametrize("col, value, want", [
+    ("num_gpus", "0", "a whole number >= 1"), ("tensor_parallel", "1.5", "a whole number >= 1"),
+    ("max_num_seqs", "0", "a whole number >= 1"), ("avg_output_tokens", "0", "a positive number"),
+    ("energy_per_output_token_j", "nan", "a positive number"), ("energy_per_output_token_j", "inf", "a positive number"),
+    ("avg_power_per_gpu_w", "-400", "a positive number"), ("output_throughput_tok_s", "0", "a positive number")])
+def test_a_cell_no_run_can_have_is_one_line_naming_it(tmp_path, capsys, col, value, want):
+    """A zero, negative or non-finite measurement, or a fractional GPU or sequence count, is refused where it is
+    (it had crashed with a ZeroDivisionError, or been replayed into a NaN MAPE or truncated to an int)."""
+    row = dict(zip(M.COLUMNS, ROW))
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(M.COLUMNS) + "\n" + ",".join({**row, col: value}.values()) + "\n")
+    assert main(["validate-energy", str(path), "--hw", "h100_sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {path}: line 2: {col} is '{value}': expected {want}"
+
+
+def test_a_gzipped_runs_table_reads_as_the_plain_one(tmp_path):
+    import gzip
+    text = ",".join(M.COLUMNS) + "\n" + ",".join(ROW) + "\n"
+    plain, gz = tmp_path / "runs.csv", tmp_path / "runs.csv.gz"
+    plain.write_text(text)
+    gz.write_bytes(gzip.compress(text.encode()))
+    assert M.read_runs(gz) == M.read_runs(plain) and len(M.read_runs(gz)) == 1
+    gz.write_bytes(gzip.compress(text.encode())[:40])        # cut short
+    assert main(["validate-energy", str(gz)]) == 2
+
+
 def test_the_replay_samples_top_p_as_the_benchmark_client_does():
-    """ml-energy/benchmark's client sends top_p 0.95 at temperature 0.8 (sim.apps.serve.mlenergy module doc);
-    `sampling` is the what-if."""
-    assert M.serve_file(_run(500.0)).sampling == "top_p"
+    """ml-energy/benchmark's client sends top_p 0.95 at temperature 0.8 and repetition_penalty 1.1 (sim.apps.serve.
+    mlenergy module doc); `sampling` is the what-if."""
+    assert M.serve_file(_run(500.0)).sampling == "top_p" and M.serve_file(_run(500.0)).penalties
     assert M.serve_file(_run(500.0), sampling="greedy").sampling == "greedy"
 
 

@@ -21,7 +21,7 @@ from sim.core.workload import workload_from_dict
 from tests.robust_helpers import refused
 
 H100_BW = 3.35e12          # h100_sxm.yaml
-H100_IDLE_W, H100_ACTIVE_W = 117.1, 231.0
+H100_IDLE_W, H100_ACTIVE_W = 117.1, 230.0
 HBM_J_PER_BYTE = 4.0e-11
 LLAMA3_VOCAB = 128256
 # vllm.yaml as shipped
@@ -119,11 +119,13 @@ def test_sim_run_decode_step_carries_it():
     assert steps["top_p"].counters["sampler_s"] == pytest.approx(s)
 
 
-def test_bad_sampling_is_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("key, value", [("sampling", "nucleus"), ("penalties", "1.1")])
+def test_bad_sampling_is_one_line(tmp_path, capsys, key, value):
+    """An unknown sampling, or a penalty value where `penalties` is a switch (tests/test_penalties.py)."""
     path = tmp_path / "w.yaml"
-    path.write_text("model: llama3-8b\nsampling: nucleus\n")
+    path.write_text(f"model: llama3-8b\n{key}: {value}\n")
     line = refused(capsys, ["run", str(path), "--hw", "h100_sxm"], tmp_path)
-    assert "sampling" in line and str(path) in line
+    assert key in line and str(path) in line
 
 
 def test_serving_reports_the_sampler_busy_time():

@@ -85,7 +85,7 @@ def test_phases_add_up_and_idle_is_idle_power_over_the_gaps(run, h100):
 def test_engine_gap_draws_idle_plus_activity_power(h100):
     """The vLLM stack's fitted per-iteration terms leave the GPU without a kernel inside the serving loop, but at
     boost clock (hw_models.base.Mapper.gap_active_j): over that gap the board draws idle + activity power,
-    idle_power_w + active_power_w of h100_sxm (117.1 + 231 W as shipped), not the idle power alone."""
+    idle_power_w + active_power_w of h100_sxm (117.1 + 230 W as shipped), not the idle power alone."""
     cost = ExactCost(h100, _file(4.0), load_model("llama3-8b"))
     it = features([(1, 300)] * 12 + [(64, 64)])
     dev, full = cost.device(it), cost(it)

@@ -39,6 +39,24 @@ energy per byte.
 
 Every tensor-parallel rank samples the whole vocabulary (vLLM V1 all-gathers the logits on CUDA:
 LogitsProcessor._gather_logits, Platform.use_all_gather), so the time is not divided by TP.
+
+Penalties (a workload's `penalties: true`, the stack's `penalties`: `PenaltyPass`). A request with a repetition,
+frequency or presence penalty makes vLLM run `apply_all_penalties` over the whole batch every step
+(vllm/v1/sample/sampler.py `apply_penalties`, `no_penalties` is False while any running request has one; vllm/v1/
+sample/ops/penalties.py, vllm/model_executor/layers/utils.py `apply_penalties`, whose own comment reads "The
+penalties implementation is currently quite inefficient"). Its GPU work, counted per (row x vocabulary) entry
+from that code on fp32 logits: for the prompt's and the output's tokens each, a zeroed int64 bin-count tensor
+(write 8 B), a scatter of the tokens into it and a `> 0` mask (read 8, write 1): 2 x 17 B; the repetition
+kernel (`apply_repetition_penalties`: logits and both masks read, logits written: 10 B); the frequency term
+(int64 counts x a float: read 8, write 4; the subtraction from the logits: read 8, write 4) and the presence
+term (bool mask x a float: read 1, write 4; its subtraction 12): 85 B an entry in 15 kernels (the two bin
+counts' zeros, ones_like, scatter and mask, the placeholder fill's compare and masked_fill, the repetition
+kernel, two products, two subtractions). The kernels run eagerly after the model's graph (the sampler is not
+captured); `fixed_s` is their count at ~2 us each (an assumption of the order of this project's fitted H100
+kernel floors, 2-3.3 us). Scatters over the padded token tensors (rows x longest prompt or output) and their
+host-side padding (`make_tensor_with_pad` each step, the prompt tensor each time the batch changes) are left
+out: per token of history, not per vocabulary entry; ML.ENERGY's long-output runs (8,000-token gpqa outputs
+at the same per-sequence host cost as 400-token chats, scripts/fit_v1_host.py) show no such term on H100.
 """
 
 from __future__ import annotations
@@ -78,3 +96,31 @@ class TopPSampler(Strict):
 
     def dram_bytes(self, rows: int, vocab: int) -> float:
         return max(rows, 0) * vocab * self.dram_bytes_per_logit
+
+
+class PenaltyPass(Strict):
+    """vLLM's repetition / frequency / presence penalties over a step's logits (module doc): streaming passes
+    over rows x vocabulary at the peak DRAM rate, as the sampler's draw."""
+
+    cite: str
+    fixed_s: Quantity = Field(ge=0)               # per step: the pass's kernels
+    bytes_per_logit: float = Field(gt=0)          # moved, counted from the code; timed at the peak DRAM rate
+
+    def seconds(self, rows: int, vocab: int, dram_bytes_per_s: float) -> float:
+        """Device seconds of one step's penalties over `rows` rows of `vocab` logits."""
+        return self.fixed_s + rows * vocab * self.bytes_per_logit / dram_bytes_per_s if rows > 0 else 0.0
+
+    def dram_bytes(self, rows: int, vocab: int) -> float:
+        return max(rows, 0) * vocab * self.bytes_per_logit
+
+
+def step_sampling(top_p: TopPSampler | None, penalties: PenaltyPass | None, rows: int, vocab: int,
+                  dram_bytes_per_s: float) -> tuple[float, float]:
+    """Device seconds and DRAM bytes of one step's sampling work beyond an argmax: the top-p sort and the
+    penalties where the workload asks for them (None: not asked, or not modelled on the stack)."""
+    seconds = dram = 0.0
+    for part in (top_p, penalties):
+        if part is not None and rows > 0:
+            seconds += part.seconds(rows, vocab, dram_bytes_per_s)
+            dram += part.dram_bytes(rows, vocab)
+    return seconds, dram

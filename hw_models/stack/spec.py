@@ -44,7 +44,7 @@ from hw_models.stack.row_kernels import (BLOCK_REDUCTIONS, WARP, block_reduce_cy
                                    serial_values, softmax_block_threads)
 from hw_models.machine import Machine, known_op_kinds
 from hw_models.stack.engine_overheads import EngineOverheads
-from hw_models.stack.sampler import TopPSampler
+from hw_models.stack.sampler import PenaltyPass, TopPSampler
 from hw_models.stack.step_overhead import StepOverhead
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
@@ -167,6 +167,7 @@ class Stack(Strict):
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
     top_p_sampler: TopPSampler | None = None   # GPU work of a top-p step (hw_models.stack.sampler); None: not modelled
+    penalties: PenaltyPass | None = None       # GPU work of a step's repetition/frequency/presence penalties; None: not modelled
     # Under CUDA graphs a kernel the stack says nothing else about (a dense GEMM, an attention kernel
     # without a family) pays this device gap to its predecessor in the replayed graph instead of the
     # preset's host launch overhead (None: the launch overhead, as before; scripts/fit_kernels.py).

@@ -44,6 +44,10 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
             workload.stack is None or stack_for(workload.stack, machine).top_p_sampler is None):
         notes.append(f"{src}: sampling: top_p costs nothing here: stack {workload.stack!r} has no top_p_sampler "
                      "(the vllm stacks model vLLM's sort-based sampler, hw_models/stack/sampler.py)")
+    if workload.penalties and stack_runs(machine.kind) and (
+            workload.stack is None or stack_for(workload.stack, machine).penalties is None):
+        notes.append(f"{src}: penalties: true costs nothing here: stack {workload.stack!r} models no penalty pass "
+                     "(the vllm stacks model vLLM's, hw_models/stack/sampler.py)")
     if (workload.stack and stack_runs(machine.kind) and not workload.flash_attention
             and "flash_attention" in workload.model_fields_set and stack_for(workload.stack, machine).runs_fused_attention):
         notes.append(f"{src}: flash_attention: false lowers attention as separate qk, softmax and av kernels, which "

@@ -68,6 +68,9 @@ class Workload(Strict):
     # logits, not charged) or `top_p`
     # (a nucleus: a stack with a `top_p_sampler` sorts every row's logits each step, hw_models.stack.sampler).
     sampling: Literal["greedy", "random", "top_p"] = "greedy"
+    # The requests carry a repetition, frequency or presence penalty (vLLM then runs its penalty pass over every
+    # row's logits each step, hw_models.stack.sampler; ML.ENERGY's client sends repetition_penalty 1.1).
+    penalties: StrictBool = False
     # Top-level keys a hardware kind owns (offload's `policy`, PIM's `pim_policy`), kept
     # as given and validated by that kind's own schema when it runs the workload.
     sections: dict[str, Any] = {}

@@ -18,6 +18,9 @@ Assumptions (the data do not give them):
 * Sampling: the benchmark's client sends top_p 0.95 at temperature 0.8 with every request
   (ml-energy/benchmark mlenergy/benchmark/llm/benchmark.py, its defaults @c1d6557; no config overrides
   them), so the replay samples with top-p (`sampling: top_p`; hw_models.stack.sampler): known, not assumed.
+  The same payload carries `repetition_penalty` 1.1 (both the completions and the chat request functions
+  @c1d6557, "repetition_penalty": 1.1; the configs' extra_body.json files add reasoning settings only), so
+  vLLM runs its penalty pass every step (`penalties: true`; hw_models.stack.sampler): known, not assumed.
 * Requests per replay: REQUESTS_PER_SEQ x max_num_seqs (at least MIN_REQUESTS), fewer than
   the benchmark's 198-24,576, so the steady state is shorter; prefix caching (on in the
   benchmark, whose later turns repeat the earlier ones' prompts) is off (mlenergy_inputs).
@@ -26,6 +29,8 @@ Assumptions (the data do not give them):
 from __future__ import annotations
 
 import csv
+import gzip
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,7 +103,7 @@ def read_runs(path: Path) -> list[Run]:
     A file without the columns read, or a replayable row whose numbers are missing or not numbers (a
     truncated file), raises ValueError naming the line and the column."""
     out = []
-    with open(path, newline="") as f:
+    with _open_text(path) as f:
         rows = csv.DictReader(f)
         missing = [c for c in COLUMNS if c not in (rows.fieldnames or ())]
         if missing:
@@ -116,21 +121,34 @@ def read_runs(path: Path) -> list[Run]:
     return out
 
 
+def _open_text(path: Path):
+    """The table as text, gunzipped where the file is gzip (the shared data's other tables are .csv.gz)."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rt", newline="") if gz else open(path, newline="")
+
+
 # The numeric columns read, and the value an empty cell means (None: the cell must hold a number).
 NUMBERS: dict[str, float | None] = {
     "data_parallel": 1.0, "pipeline_parallel": 1.0, "expert_parallel": 1.0, "num_gpus": None,
     "tensor_parallel": None, "max_num_seqs": None, "avg_output_tokens": None, "energy_per_output_token_j": None,
     "avg_power_per_gpu_w": None, "output_throughput_tok_s": None}
+WHOLE = {"data_parallel", "pipeline_parallel", "expert_parallel", "num_gpus", "tensor_parallel", "max_num_seqs"}
 
 
 def _number(row: dict, col: str, line: int) -> float:
+    """The cell as a number: finite and positive (a measurement or a count), whole where it counts GPUs or
+    sequences; else ValueError naming the line and the column."""
     value, default = row.get(col), NUMBERS[col]
     if not value and default is not None:
         return default
     try:
-        return float(value)
+        x = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"line {line}: {col} is {value!r}, not a number (a truncated or malformed row)") from None
+    if not (math.isfinite(x) and x > 0) or (col in WHOLE and x != int(x)):
+        raise ValueError(f"line {line}: {col} is {value!r}: expected a {'whole number >= 1' if col in WHOLE else 'positive number'}")
+    return x
 
 
 def sample(runs: list[Run], every: int) -> list[Run]:
@@ -164,6 +182,7 @@ def serve_file(run: Run, input_scale: float = 1.0, sampling: str = "top_p") -> A
     raw = dict(
         name=f"mlenergy {run.gpu} {run.model} seqs {run.max_num_seqs}", model=run.preset,
         formats=dict(weights=fmt, activations=fmt, kv_cache=fmt), flash_attention=True, stack="vllm", sampling=sampling,
+        penalties=True,
         parallel=dict(tp=run.tp, ep=run.ep, **({"topology": TOPOLOGY[run.gpu]} if run.num_gpus > 1 else {})),
         serving=dict(
             arrivals=dict(process="burst", size=n, num_requests=n, seed=0),

@@ -43,7 +43,11 @@ def _runs(args: argparse.Namespace) -> tuple[list, set]:
     path = _csv_path(Path(args.path))
     try:
         runs = M.read_runs(path)
-    except (ValueError, KeyError, csv.Error, UnicodeDecodeError) as e:
+    except UnicodeDecodeError:   # a ValueError too: caught first, its codec text says nothing to a user
+        raise ConfigError(f"{path}: not a text CSV (binary content that is not gzip)") from None
+    except EOFError as e:   # a gzip cut short
+        raise ConfigError(f"{path}: {e} (a truncated gzip?)") from None
+    except (ValueError, KeyError, csv.Error, OSError) as e:   # OSError: gzip's BadGzipFile
         raise ConfigError(f"{path}: {e}") from None
     fitted = set(M.fit_runs(runs))
     runs = [r for r in runs if r.gpu == gpus[args.hw] and r.max_num_seqs <= args.max_num_seqs
