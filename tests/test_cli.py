@@ -177,6 +177,15 @@ def test_ideal_drops_the_stack_with_a_note(capsys):
     assert "stack 'torch-eager' is not applied" in cap.err
     assert main(["run", WL, "--hw", "a6000", "--ideal", "--set", "gen_len=2", "--format", "json"]) == 0
     assert json.loads(cap.out) == json.loads(capsys.readouterr().out)   # the same run as without the stack
+    assert "section" not in cap.err                                      # a6000 has no kind section
+
+
+def test_ideal_says_a_kind_section_stays_as_given(capsys):
+    """--ideal idealises units, memory and links; a spatial chip's hops and issue cycles are its `spatial:`
+    section's, applied as given: the run says so rather than passing for a pure roofline."""
+    assert main(["run", WL, "--hw", "groq_lpu", "--ideal", "--set", "gen_len=2", "-q"]) == 0
+    assert capsys.readouterr().err.strip() == ("note: --ideal idealises units, memory and links only; the preset's "
+                                               "`spatial:` section (its spatial timings) is applied as given")
 
 
 def test_power_limit_without_a_board_model_is_refused(capsys):

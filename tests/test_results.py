@@ -47,3 +47,24 @@ def test_engine_carries_group_and_op_into_records():
     assert (recs["t2"].group, recs["t2"].op) == ("t2", "t2")     # whole: its own id
     (merged, alone) = merge_pieces(sorted(recs.values(), key=lambda r: r.name))
     assert merged.name == "g" and (merged.start_s, merged.end_s) == (0.0, 2.0) and alone.name == "t2"
+
+
+@pytest.mark.parametrize("hw", ["hbm_pim", "groq_lpu"])
+def test_a_split_op_s_parts_carry_their_share(hw):
+    """A PIM stack's piece and a spatial chip's slice carry their share of the op's FLOPs and bytes: a step's
+    records sum to the same model's step on a GPU (each part had carried the whole op: hbm_pim's Llama-2-13B
+    decode step summed to 5x its bytes), and merged pieces to the whole op."""
+    from hw_models.machine import load_machine
+    from hw_models.registry import simulate
+    from sim.core.results import merge_pieces, whole_op
+    from sim.core.workload import workload_from_dict
+
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=1, prompt_len=256, gen_len=2), "t.yaml")
+    split, whole = (simulate(w, load_machine(m)).decode_ops for m in (hw, "a6000"))
+    ops = [o for o in split if o.kind != "transfer"]
+    groups = {o.group for o in ops}
+    assert any(sum(o.group == g for o in ops) > 1 for g in groups)     # some op does run in parts
+    assert sum(o.flops for o in ops) == pytest.approx(sum(o.flops for o in whole), rel=1e-9)
+    assert sum(o.bytes for o in ops) == pytest.approx(sum(o.bytes for o in whole), rel=1e-9)
+    flops = {o.name: o.flops for o in whole}
+    assert all(o.flops == pytest.approx(flops[whole_op(o.name)]) for o in merge_pieces(ops))

@@ -34,6 +34,11 @@ def tiny(tmp_path):
     (dict(hidden_size=4, num_attention_heads=8), "model.hidden_size: 4 is not divisible by 8 attention heads; give head_dim explicitly"),
     (dict(head_dim=0), "model.head_dim: must be a positive integer, got 0"),
     (dict(tie_word_embeddings="no"), "model.tie_word_embeddings: must be true or false, got 'no'"),
+    # a string switch is truthy: "false" had added q/k/v/o biases, or refused a window that is off
+    (dict(attention_bias="false"), "model.attention_bias: must be true or false, got 'false'"),
+    (dict(model_type="qwen2", num_key_value_heads=2, use_sliding_window="false", sliding_window=256),
+     "use_sliding_window: must be true or false, got 'false'"),
+    (dict(num_hidden_layers=10**12), "model.num_hidden_layers: 1000000000000 layers: more than 100000 is no model"),
 ])
 def test_bad_config_json(tmp_path, capsys, change, message):
     cfg = tmp_path / "config.json"
@@ -54,10 +59,13 @@ def test_head_dim_given_explicitly_may_differ_from_hidden_over_heads(tmp_path, c
     ("batch: 2.0", "batch: Input should be a valid integer"),
     ("flash_attention: 'yes'", "flash_attention: Input should be a valid boolean"),
     ("batch: 2\nbatch: 4", "malformed YAML at line 5, column 1: duplicate key 'batch'"),
+    # past the longest published context: a run keeps arrays of one entry per decode step (a 10^8 typo ran out of memory)
+    ("gen_len: 100000000", "gen_len: Input should be less than or equal to 10000000"),
 ])
 def test_workload_fields_are_strict(tmp_path, capsys, line, message):
     wl = tmp_path / "w.yaml"
-    wl.write_text(TINY_WORKLOAD.replace("batch: 1\n", "") + line + "\n")
+    wl.write_text(TINY_WORKLOAD.replace("batch: 1\n", "").replace("gen_len: 2\n", "" if "gen_len" in line else "gen_len: 2\n")
+                  + line + "\n")
     assert refused(capsys, ["run", str(wl), "--hw", "a6000", "-q"], tmp_path) == f"error: {wl}: {message}"
 
 

@@ -219,7 +219,14 @@ def test_the_same_run_gives_the_same_bytes_under_any_hash_seed(tiny, tmp_path, m
 def test_an_empty_output_path_is_refused(tiny, tmp_path, capsys, argv, option):
     """`--json ''` ran and wrote nothing, silently."""
     line = refused(capsys, [str(tiny) if a == "{tiny}" else a for a in argv], tmp_path)
-    assert line == f"error: {option}: an empty path; give a file or folder name"
+    assert line == f"error: {option}: an empty path; give a name"
+
+
+def test_a_file_output_ending_in_a_separator_is_a_folder(tiny, tmp_path, capsys):
+    """`--json out/` had written a file named `out` (Path drops the slash)."""
+    out = tmp_path / "newdir"
+    line = refused(capsys, ["run", str(tiny), "--hw", "a6000", "--json", f"{out}/"], tmp_path)
+    assert line == f"error: {out}/: a folder path; expected a file path" and not out.exists()
 
 
 def test_max_gpu_mem_over_the_gpu_is_the_gpus_capacity(tmp_path, capsys):

@@ -124,7 +124,7 @@ class PimMapper(Mapper):
         bound = bound_of(compute_s, memory_s, overhead_s, transfer_s + p.extra_s)
         return PimOpCost(op, self.stack_names[p.stack], duration, compute_s, memory_s, overhead_s, bound,
                          f"PIM ({cfg.placement})", e_int + e_ext + e_mac, p.stack, transfer_s, switch_s,
-                         p.stream_bytes, e_int, e_ext, e_mac)
+                         p.stream_bytes, e_int, e_ext, e_mac, p.flops / op.flops if op.flops else 1.0)
 
     # -- what PIM can run (hw_models.pim.layout) --------------------------------
     def split(self, op: Op, s: Schedule = SERIAL) -> tuple[Piece, ...] | str:

@@ -42,6 +42,7 @@ class PimOpCost(OpCost):
     energy_internal_j: float = 0.0
     energy_external_j: float = 0.0
     energy_mac_j: float = 0.0      # the PIM units' arithmetic (PimConfig.energy_j_per_flop)
+    fraction: float = 1.0          # the piece's share of the op's work (its FLOPs over the op's), for op records
 
 
 @dataclass(frozen=True)

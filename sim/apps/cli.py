@@ -59,6 +59,9 @@ def _load(args: argparse.Namespace):
         if workload.stack is not None:   # a stack adds kernels, floors and host time: the pure roofline has none
             print(f"note: --ideal is the pure roofline; stack {workload.stack!r} is not applied", file=sys.stderr)
             workload = workload.model_copy(update={"stack": None})
+        for name in sorted(machine.sections):   # a kind's own timings (chip hops, PIM mode switches) stay the preset's
+            print(f"note: --ideal idealises units, memory and links only; the preset's `{name}:` section (its "
+                  f"{machine.kind} timings) is applied as given", file=sys.stderr)
     return workload, machine, sets.hw
 
 
@@ -353,7 +356,7 @@ def _named_inputs(args: argparse.Namespace) -> list[Path]:
 def _check_empty_outputs(args: argparse.Namespace) -> None:
     for name in _OUTPUTS:
         if getattr(args, name, None) == "":
-            raise ConfigError(f"--{name.replace('_', '-')}: an empty path; give a file or folder name")
+            raise ConfigError(f"--{name.replace('_', '-')}: an empty path; give a name")
 
 
 def main(argv: list[str] | None = None) -> int:

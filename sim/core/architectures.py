@@ -40,7 +40,13 @@ class Architecture:
     ignores: tuple[str, ...] = ()    # HF keys present but inactive (Qwen's sliding_window without use_sliding_window)
 
 
+class SwitchError(ValueError):
+    """A feature key written as a string (a string "false" is truthy)."""
+
+
 def _on(value: Any, raw: dict[str, Any]) -> bool:
+    if isinstance(value, str):   # a switch, a count (kv_lora_rank) or a list (mlp_only_layers); "false" is truthy
+        raise SwitchError(f"must be true or false, got {value!r}")
     return bool(value)
 
 
@@ -138,7 +144,11 @@ def architecture(raw: dict[str, Any], source: str | None) -> Architecture:
         raise ConfigError(f"{where(source, 'model_type')}{kind!r} is not modelled"
                           f"{f' ({why})' if why else ''}; modelled types: {listed}")
     for refusal in arch.refusals:
-        if refusal.key in raw and refusal.applies(raw[refusal.key], raw):
+        try:
+            applies = refusal.key in raw and refusal.applies(raw[refusal.key], raw)
+        except SwitchError as exc:
+            raise ConfigError(f"{where(source, refusal.key)}{exc}") from None
+        if applies:
             raise ConfigError(f"{where(source, refusal.key)}{refusal.feature} is not modelled "
                               f"(model_type {kind}, {refusal.key}: {raw[refusal.key]!r})"
                               f"{'; ' + refusal.hint if refusal.hint else ''}")

@@ -124,7 +124,10 @@ def check_output(path: str | Path, directory: bool = False) -> Path:
     """Fail before a long run, not after it, when `path` cannot be written: it is
     an existing directory (or, for `directory`, a file), a read-only file, a socket or
     block device, or a parent is a file, or the nearest existing parent is not writable,
-    or it is a file this command reads (see the module docstring)."""
+    or it is a file this command reads (see the module docstring), or a file's path ends in a separator (`out/`
+    names a folder; Path() drops the slash and the file would be written as `out`)."""
+    if not directory and str(path).endswith(("/", os.sep)):
+        raise ConfigError(f"{path}: a folder path; expected a file path")
     path = Path(path)
     if not directory:
         refuse_inputs(path)

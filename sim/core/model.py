@@ -178,6 +178,7 @@ _HF_KEYS = {
 }
 _OWN_KEYS = {f for f in ModelConfig.__dataclass_fields__} - {"name"}
 _REQUIRED = ("hidden_size", "num_layers", "num_heads", "vocab_size")
+MAX_LAYERS = 100_000   # the deepest published LLMs have ~100-200 layers; footprints and graphs are built per layer
 
 
 @cache
@@ -212,7 +213,10 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
         target = _HF_KEYS.get(key) or (key if key in _OWN_KEYS else None)
         if target is not None and value is not None:
             fields[target], named[target] = value, key
-    if given.get("attention_bias"):   # LLaMA, Qwen3: a bias on q, k, v and o
+    bias = given.get("attention_bias")
+    if bias is not None and not isinstance(bias, bool):   # "false" is truthy: it must not add biases
+        raise ConfigError(f"{where(source, 'model.attention_bias')}must be true or false, got {bias!r}")
+    if bias:   # LLaMA, Qwen3: a bias on q, k, v and o
         fields.update(qkv_bias=True, o_bias=True)
     fields.update(arch.fixed)
     fields["family"] = arch.family
@@ -273,6 +277,8 @@ def _check_values(fields: dict[str, Any], key_of: Callable[[str], str], source: 
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 kind = "a non-negative" if low == 0 else "a positive"
                 raise ConfigError(f"{at}must be {kind} integer, got {value!r}")
+            if key == "num_layers" and value > MAX_LAYERS:   # a typo: per-layer lists would fill the memory
+                raise ConfigError(f"{at}{value} layers: more than {MAX_LAYERS} is no model")
 
 
 def _check_moe(fields: dict[str, Any], source: str | None) -> None:

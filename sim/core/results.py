@@ -66,12 +66,15 @@ class InnerOp:
 
 
 def _record(name: str, unit: str, start_s: float, end_s: float, c: Any, group: str, op_name: str) -> OpRecord:
+    """A part of an op split over units that run at once (`<op>@<unit>`: a PIM stack's piece, a spatial chip's
+    slice) carries its `fraction` of the op's FLOPs and bytes, so that a step's records sum to its ops'."""
     op = getattr(c, "op", None)
+    share = getattr(c, "fraction", 1.0)
     return OpRecord(
         name=name, kind=op.kind if op is not None else getattr(c, "kind", "transfer"),
         unit=unit, start_s=start_s, end_s=end_s,
-        flops=op.flops if op is not None else 0.0,
-        bytes=float(op.bytes if op is not None else getattr(c, "bytes", 0.0)),
+        flops=op.flops * share if op is not None else 0.0,
+        bytes=float(op.bytes * share if op is not None else getattr(c, "bytes", 0.0)),
         bound=getattr(c, "bound", "link"), path=getattr(c, "path", ""),
         energy_j=getattr(c, "energy_j", 0.0), group=group, op=op_name)
 
@@ -226,7 +229,7 @@ def check_finite(result: "RunResult", source: str) -> "RunResult":
 
 def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
     """Pieces of one execution that ran side by side (per stack, per chip) become one
-    record spanning them, so a table counts the op's wall time once."""
+    record spanning them, so a table counts the op's wall time once (and its pieces' FLOPs, bytes and energy)."""
     groups: dict[str, list[OpRecord]] = {}
     for o in ops:
         groups.setdefault(o.group or o.name, []).append(o)
@@ -235,6 +238,7 @@ def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
         first = pieces[0]
         out.append(first if len(pieces) == 1 else replace(
             first, name=name, start_s=min(p.start_s for p in pieces), end_s=max(p.end_s for p in pieces),
+            flops=sum(p.flops for p in pieces), bytes=sum(p.bytes for p in pieces),
             energy_j=sum(p.energy_j for p in pieces)))
     return out
 

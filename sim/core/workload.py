@@ -53,7 +53,9 @@ class Workload(Strict):
     # Strict: `batch: true` or `batch: "4"` is a mistake, not a 1 or a 4.
     batch: StrictInt = Field(default=1, gt=0)
     prompt_len: StrictInt = Field(default=512, gt=0)
-    gen_len: StrictInt = Field(default=128, gt=0)
+    # at most the longest published context (Llama 4 Scout's 10M tokens): a run keeps a few arrays of one entry
+    # per decode step (sim.core.generation), so a typo's 10^8 filled gigabytes
+    gen_len: StrictInt = Field(default=128, gt=0, le=10_000_000)
     formats: Formats = Formats()
     flash_attention: StrictBool = False
     # How narrow formats compute where the hardware lacks them: `auto` dequantizes
