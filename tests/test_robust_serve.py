@@ -51,11 +51,11 @@ BAD_FILES = {
     "other-scheduler-option": (lambda s: s["scheduler"].update(watermark=0.1),
                                "serving.scheduler.watermark: an option of the vllm-v0/sarathi scheduler, not of vllm"),
     "negative-rate": (lambda s: s["arrivals"].update(rate=-3),
-                      "serving.arrivals.poisson.rate: Input should be greater than 0"),
+                      "serving.arrivals.rate: Input should be greater than 0"),
     "nan-rate": (lambda s: s["arrivals"].update(rate=float("nan")),
-                 "serving.arrivals.poisson.rate: Input should be a finite number"),
+                 "serving.arrivals.rate: Input should be a finite number"),
     "bool-count": (lambda s: s["arrivals"].update(num_requests=True),   # ran as 1 request
-                   "serving.arrivals.poisson.num_requests: Input should be a valid integer"),
+                   "serving.arrivals.num_requests: Input should be a valid integer"),
     "billion-requests": (lambda s: s["arrivals"].update(num_requests=10**9),   # 8 GB of arrays, then hours
                          "serving.arrivals.num_requests: 1,000,000,000 requests, over max_requests 1,000,000 "
                          "(raise serving.arrivals.max_requests to run it)"),
@@ -64,14 +64,14 @@ BAD_FILES = {
                          "(rate x duration), over max_requests 1,000,000; shorten duration_s, lower the rate or "
                          "raise serving.arrivals.max_requests"),
     "zero-max-requests": (lambda s: s["arrivals"].update(max_requests=0),
-                          "serving.arrivals.poisson.max_requests: Input should be greater than 0"),
+                          "serving.arrivals.max_requests: Input should be greater than 0"),
     "subnormal-rate": (lambda s: s["arrivals"].update(rate=1e-320),
                        "serving.arrivals: arrival times overflow to infinity; the rate or interval is out of any "
                        "physical range"),
     "gamma-cv": (lambda s: s.update(arrivals=dict(process="gamma", rate=10, cv=1e300, num_requests=5)),
-                 "serving.arrivals.gamma.cv: Input should be less than or equal to 1000"),   # OverflowError
+                 "serving.arrivals.cv: Input should be less than or equal to 1000"),   # OverflowError
     "lognormal-cv": (lambda s: s["lengths"].update(prompt=dict(dist="lognormal", mean=100, cv=1e300)),
-                     "serving.lengths.prompt.lognormal.cv: Input should be less than or equal to 1000"),
+                     "serving.lengths.prompt.cv: Input should be less than or equal to 1000"),
     "newline-in-a-tag": (lambda s: s["arrivals"].update(process="a\nb"),   # was printed on two lines
                          "serving.arrivals: Input tag 'a\\nb' found using 'process' does not match any of the "
                          "expected tags: 'poisson', 'gamma', 'constant', 'burst', 'trace', 'closed'"),

@@ -34,7 +34,7 @@ _MC_ROW = '{"timestamp": 0, "input_length": 3, "output_length": 2}\n'
 
 BAD = {   # case: (serving edit, trace file name and text or None, the message after "error: FILE: ")
     "negative seed": (lambda s: s["arrivals"].update(seed=-1), None,   # numpy ValueError
-                      "{f}: serving.arrivals.poisson.seed: Input should be greater than or equal to 0"),
+                      "{f}: serving.arrivals.seed: Input should be greater than or equal to 0"),
     "swap without a host link": (lambda s: s["scheduler"].update(kind="vllm-v0", preemption="swap"), None,
                                  # AttributeError: 'Machine' object has no attribute 'host'
                                  "{f}: serving.scheduler.preemption: swap needs a host link, and a6000 has none; set "

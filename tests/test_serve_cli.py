@@ -43,9 +43,9 @@ def _trace(tmp_path, text, name="tr.csv"):
 
 
 BAD = {
-    "zero rate": (lambda s: s["arrivals"].update(rate=0), "serving.arrivals.poisson.rate"),
-    "negative length": (lambda s: s["lengths"]["output"].update(value=-3), "serving.lengths.output.fixed.value"),
-    "zero block size": (lambda s: s["scheduler"].update(block_size=0), "serving.scheduler.vllm.block_size"),
+    "zero rate": (lambda s: s["arrivals"].update(rate=0), "serving.arrivals.rate"),
+    "negative length": (lambda s: s["lengths"]["output"].update(value=-3), "serving.lengths.output.value"),
+    "zero block size": (lambda s: s["scheduler"].update(block_size=0), "serving.scheduler.block_size"),
     "unknown SLO metric": (lambda s: s.update(slo=dict(latency_p90=1.0)), "latency_p90"),
     "option of another scheduler": (lambda s: s["scheduler"].update(kind="orca", block_size=16),
                                      "serving.scheduler.block_size"),

@@ -87,6 +87,25 @@ def test_benchmark_means_by_hand():
     assert w["ttft_s"] == pytest.approx(0.2) and w["completed"] == 1
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"serving.arrivals.warmup_requests": 8}, "serving.arrivals: warmup_requests 8 leaves none of num_requests 8 to "
+                                              "measure"),   # the means had read "nan us over 0 requests", exit 0
+    ({"serving.arrivals.concurrency": 0}, "serving.arrivals.concurrency: Input should be greater than 0"),
+])
+def test_a_bad_closed_loop_is_one_line_at_the_key_the_file_has(tmp_path, capsys, settings, message):
+    """The key as the file writes it: no union tag (`serving.arrivals.closed.concurrency` named a key no file has)."""
+    import yaml
+    from sim.apps.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(dict(model="llama3-8b", serving=dict(
+        arrivals=dict(process="closed", concurrency=2, num_requests=8),
+        lengths=dict(prompt=dict(dist="fixed", value=64), output=dict(dist="fixed", value=4))))))
+    argv = ["serve", str(path), "--hw", "h100_sxm", "-q"] + [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"error: {path}: {message}"
+
+
 def test_closed_loop_behind_a_router_is_refused():
     f = closed_file(2, 4)
     f = f.model_copy(update={"serving": f.serving.model_copy(update={"router": {"replicas": 2}})})

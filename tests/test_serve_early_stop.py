@@ -92,3 +92,7 @@ def test_closed_loop_search_settles_steps_early_and_finds_the_same_client_count(
     assert stopped
     for p, q in stopped:
         assert not p["ok"] and p["summary"]["completed"] < q["summary"]["completed"] == 10 * p["rate"]
+    # the capacity plot draws them against clients although a stopped step has no benchmark means (it had read
+    # "rate (requests/s)" whenever a step stopped early, the default)
+    from sim.apps.serve.output import search_steps
+    assert search_steps(early["points"])[3]

@@ -175,6 +175,10 @@ def test_clear_and_cli(cache_dir, capsys):
 
     TableStore("k").save("D", {"[[1,1]]": (1.0, 1.0, [])})
     assert main(["cache", "info"]) == 0 and str(cache_dir) in capsys.readouterr().out
+    import json   # --format json, as every subcommand takes it (it printed the sentence)
+    assert main(["cache", "info", "--format", "json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["path"] == str(cache_dir / tablecache.FILE) and info["size_bytes"] > 0 and info["enabled"]
     assert main(["cache", "clear"]) == 0
     assert not (cache_dir / tablecache.FILE).exists()
 

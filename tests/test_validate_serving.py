@@ -180,7 +180,10 @@ def test_no_run_simulated_fails_and_hw_settings_reach_the_preset(tmp_path, capsy
     # 1 GB of HBM holds no 16 GB of weights: the one run fails, so the command does
     assert main([*argv, "--set", "hw.memory.@device.capacity_bytes=1e9"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "none of the 1 run(s) could be simulated" in err and "\n" not in err
+    assert err.startswith(f"error: {path}: none of its 1 run(s) could be simulated on h100_sxm") and "\n" not in err
+    with pytest.raises(SystemExit) as exit_:                       # argparse's check, before any replay
+        main([*argv, "--requests-per-client", "0"])
+    assert exit_.value.code == 2 and "--requests-per-client: '0': must be > 0" in capsys.readouterr().err
     assert main([*argv, "--set", "batch=4"]) == 2      # only hw.* settings: no workload here
     assert "only hw.* settings apply" in capsys.readouterr().err
     assert main(argv) == 0
@@ -201,6 +204,10 @@ VLLM = {"model_id": "meta-llama/Llama-3.1-8B", "max_concurrency": 2, "input_lens
     (dict(request_rate=0, max_concurrency=None), "request_rate: Input should be greater than 0"),
     (dict(request_rate=4, burstiness=0, max_concurrency=None), "burstiness: Input should be greater than 0"),
     (dict(max_concurrency="x"), "max_concurrency: Input should be a valid integer"),
+    # a streamed first token takes time: a TTFT of 0 had dropped the run's TTFT error without a word
+    (dict(mean_ttft_ms=0.0), "mean_ttft_ms: Input should be greater than 0"),
+    # the model the file names, not a --model flag the user never gave
+    (dict(model_id="acme/NotAModel-7B"), "r.json: its model acme/NotAModel-7B: not a model of the replayed tables"),
 ])
 def test_a_malformed_vllm_result_is_one_line(tmp_path, capsys, spoil, message):
     """Hostile inputs to the benchmark readers: each was a traceback, or read wrong without a word (burstiness 0
@@ -220,6 +227,9 @@ def test_a_malformed_vllm_result_is_one_line(tmp_path, capsys, spoil, message):
     (lambda d: d["input_config"]["loadgen"].update(concurrency=2.5), "concurrency 2.5: expected a whole number >= 1"),
     (lambda d: d["input_config"]["loadgen"].update(request_count="x"), "request_count 'x': expected a whole number"),
     (lambda d: d["input_sequence_length"].update(avg=0), "input_sequence_length.avg 0: no tokens"),
+    (lambda d: d["time_to_first_token"].update(avg=0), "time_to_first_token.avg 0: expected a positive time"),
+    # present and 0 is a bad count, not a missing key
+    (lambda d: d["input_config"]["loadgen"].update(concurrency=0), "concurrency 0: expected a whole number >= 1"),
 ])
 def test_a_malformed_aiperf_export_is_one_line(tmp_path, capsys, spoil, message):
     import json
@@ -320,3 +330,11 @@ def test_a_benchmark_json_takes_the_servers_layout_from_tp_and_ep(tmp_path, caps
     pd.DataFrame([ROW]).to_csv(table, index=False)
     assert main(["validate-serving", str(table), "--hw", "h100_sxm", "--tp", "2"]) == 2
     assert "--tp/--ep: for a benchmark JSON" in capsys.readouterr().err
+
+
+def test_skip_reasons_past_the_first_four_say_how_many_more():
+    """The summary line had shown the four commonest reasons and no word of the rest (11 rows, 7 accounted for)."""
+    from sim.apps.serve.validate import reasons
+    items = [(f"r{i}", why) for i, why in enumerate(["a", "a", "b", "c", "d", "e", "f", "f"])]
+    assert reasons(items) == "2 x a; 2 x f; 1 x b; 1 x c; 2 more reasons (2 rows: --json lists them)"
+    assert reasons(items[:3]) == "2 x a; 1 x b"

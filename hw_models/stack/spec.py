@@ -163,6 +163,9 @@ class Stack(Strict):
     # capability table and quant_gemm): the engine runs its experts in a fused-MoE kernel of its own, not through
     # the dense Linear quant_gemm's family measured
     quant_gemm_experts: dict[str, str] = {}
+    # compute capability -> {weight format: family} of the routed experts where the engine's MoE kernel differs by
+    # architecture (vLLM's fused Marlin MoE for MXFP4 on Hopper; Blackwell has native paths), taken first
+    quant_gemm_experts_by_capability: dict[float, dict[str, str]] = {}
     fuse: dict[str, list[str]] = {}               # fused GEMM name -> the GEMMs it runs as one (stack_fuse)
     step_overhead: StepOverhead | None = None     # the engine's host work per iteration (None: no engine)
     engine_overheads: EngineOverheads | None = None   # fitted engine terms, async scheduling (hw_models.stack.engine_overheads)
@@ -241,7 +244,7 @@ class Stack(Strict):
     def _families(cls, v: dict[str, str]) -> dict[str, str]:
         return _known_families(v)
 
-    @field_validator("quant_gemm_by_capability")
+    @field_validator("quant_gemm_by_capability", "quant_gemm_experts_by_capability")
     @classmethod
     def _families_by_capability(cls, v: dict[float, dict[str, str]]) -> dict[float, dict[str, str]]:
         return {major: _known_families(fams) for major, fams in v.items()}
@@ -273,11 +276,11 @@ class Stack(Strict):
         if not weight_fmt:
             return None
         name = get_format(weight_fmt).name
+        if experts and (hit := _by_capability(self.quant_gemm_experts_by_capability, capability).get(name)):
+            return hit
         if experts and name in self.quant_gemm_experts:
             return self.quant_gemm_experts[name]
-        by_cap = self.quant_gemm_by_capability
-        by_arch = (by_cap.get(capability) or by_cap.get(int(capability), {})) if capability is not None else {}
-        return by_arch.get(name) or self.quant_gemm.get(name)
+        return _by_capability(self.quant_gemm_by_capability, capability).get(name) or self.quant_gemm.get(name)
 
     def emulated_family(self, weight_fmt: str) -> str | None:
         return self.quant_gemm_emulated.get(get_format(weight_fmt).name)
@@ -285,6 +288,11 @@ class Stack(Strict):
     def w8a8_family(self, fmt: str) -> str | None:
         """The family of a GEMM with weights and activations both in `fmt`, else None."""
         return self.quant_gemm_w8a8.get(get_format(fmt).name)
+
+
+def _by_capability(table: dict[float, dict[str, str]], capability: float | None) -> dict[str, str]:
+    """A capability table's entry: the exact SM (8.9) first, else its whole major version (12)."""
+    return (table.get(capability) or table.get(int(capability), {})) if capability is not None else {}
 
 
 def stack_names() -> list[str]:

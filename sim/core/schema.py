@@ -87,10 +87,24 @@ def _typo(errors: list[Any]) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
-def validation_error(exc: ValidationError, source: str, prefix: str = "") -> ConfigError:
-    """One line naming the file and the first offending key (or the typo behind it)."""
+def _as_written(loc: tuple[str, ...], raw: Any) -> tuple[str, ...]:
+    """`loc` without the steps the file does not have: a tagged union's tag (`serving.arrivals.closed.concurrency`
+    for the `concurrency` under `arrivals: {process: closed}`) names no key of the user's."""
+    out, node = [], raw
+    for part in loc:
+        if isinstance(node, dict) and part not in node and part in {v for v in node.values() if isinstance(v, str)}:
+            continue   # the tag: the value of the mapping's discriminator key (process: closed), not a key
+        out.append(part)
+        node = node.get(part) if isinstance(node, dict) else (
+            node[int(part)] if isinstance(node, list) and part.isdigit() and int(part) < len(node) else None)
+    return tuple(out)
+
+
+def validation_error(exc: ValidationError, source: str, prefix: str = "", raw: Any = None) -> ConfigError:
+    """One line naming the file and the first offending key (or the typo behind it), as the file writes it."""
     errors = exc.errors()
     loc, msg = _typo(errors) or (_loc(errors[0]), _message(errors[0]))
+    loc = _as_written(loc, raw) if raw is not None else loc
     key = ".".join((prefix, *loc) if prefix else loc)
     return ConfigError(f"{source}: {key}: {msg}" if key else f"{source}: {msg}")
 
@@ -103,7 +117,7 @@ def validate_mapping(model: type[M], raw: Any, source: str, expected: str) -> M:
     try:
         return model.model_validate({**raw, "source": source})
     except ValidationError as exc:
-        raise validation_error(exc, source) from None
+        raise validation_error(exc, source, raw=raw) from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -49,16 +49,18 @@ def read_json(path: Path) -> object:
         raise ConfigError(f"{path}: JSON nested too deeply") from None
 
 
-def _known(model: str) -> str:
+def _known(model: str, named_by: str = "--model") -> str:
     """The model a benchmark log was served with, as run_file takes it: a name of the replayed tables (MODELS),
-    a model preset, or a config.json / model YAML (made absolute); else the one-line error."""
+    a model preset, or a config.json / model YAML (made absolute); else the one-line error, naming where the name
+    came from (`named_by`: the --model flag, or the file that names it)."""
     if model in MODELS or model in preset_names():
         return model
     if Path(model).is_file():
         load_model(str(Path(model).resolve()))   # a file that is no model says so here, once
         return str(Path(model).resolve())
-    raise ConfigError(f"--model {model}: not a model of the replayed tables ({', '.join(MODELS)}), a model preset "
-                      "(`sim model list`) or a config.json path")
+    hint = "" if named_by == "--model" else "; give --model"
+    raise ConfigError(f"{named_by} {model}: not a model of the replayed tables ({', '.join(MODELS)}), a model preset "
+                      f"(`sim model list`) or a config.json path{hint}")
 
 
 def logged_model(d: object) -> str | None:
@@ -85,12 +87,12 @@ def logged_engine(d: object) -> str | None:
     return LOGGED_ENGINES.get(d.get("backend")) if isinstance(d, dict) and isinstance(d.get("backend"), str) else None
 
 
-def read_bench_json(path: Path, gpu: str, engine: str, model: str) -> Run:
+def read_bench_json(path: Path, gpu: str, engine: str, model: str, named_by: str = "--model") -> Run:
     """A benchmark result JSON, genai-perf's or aiperf's, or vLLM benchmark_serving's, told apart by their keys."""
     d = read_json(path)
     if isinstance(d, dict) and ({"input_config", "records", "time_to_first_token"} & d.keys()):
-        return read_genai_perf(path, gpu, engine, model, d)
-    return read_vllm_bench(path, gpu, engine, model, d)
+        return read_genai_perf(path, gpu, engine, model, d, named_by)
+    return read_vllm_bench(path, gpu, engine, model, d, named_by)
 
 
 _SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -124,7 +126,8 @@ def _load_settings(d: dict) -> dict:
     return cfg["loadgen"] if isinstance(cfg.get("loadgen"), dict) else cfg
 
 
-def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | None = None) -> Run:
+def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | None = None,
+                    named_by: str = "--model") -> Run:
     """A genai-perf profile_export_genai_perf.json or an aiperf profile_export_aiperf.json as one closed-loop
     run: its concurrency, the mean input and output lengths, request_count requests when recorded.
     Warm-up: aiperf runs `--warmup-request-count` as a phase of its own and waits for every warm-up
@@ -144,7 +147,7 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
     if load.get("request_rate") is not None:
         raise ConfigError(f"{path}: input_config request_rate {load['request_rate']}: a rate-driven run is not a "
                           "closed loop; only concurrency-mode runs are replayed")
-    if not load.get("concurrency"):
+    if load.get("concurrency") is None:   # 0 is a bad count (count() says so), not a missing one
         raise ConfigError(f"{path}: input_config.concurrency missing (aiperf: input_config.loadgen.concurrency): "
                           "only concurrency-mode runs are replayed")
 
@@ -171,11 +174,13 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
             raise ConfigError(f"{path}: {key}.avg {m[key]['avg']!r}: no tokens")
         return round(avg(key))
     measured = {"ttft_s": seconds("time_to_first_token"), "tpot_s": seconds("inter_token_latency")}
+    if not measured["ttft_s"]:   # a streamed first token takes time: 0 is no measurement (the error would vanish)
+        raise ConfigError(f"{path}: time_to_first_token.avg 0: expected a positive time")
     if "request_latency" in m:
         measured["e2e_s"] = seconds("request_latency")
     if "request_throughput" in m:
         measured["req_s"] = avg("request_throughput")
-    model = _known(model)
+    model = _known(model, named_by)
     n = load.get("request_count") or (m["request_count"]["avg"] if "request_count" in m else None)
     return Run(path.stem, gpu, engine, model, length("input_sequence_length"), length("output_sequence_length"),
                count("concurrency", load["concurrency"]), measured=measured,
@@ -189,7 +194,7 @@ class VllmResult(BaseModel):
     """The keys of a benchmark_serving result this reader takes, checked (its other keys are ignored)."""
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     source: str = ""
-    mean_ttft_ms: Annotated[float, Field(ge=0)]
+    mean_ttft_ms: Annotated[float, Field(gt=0)]   # a streamed first token takes time: 0 is no measurement
     mean_tpot_ms: Annotated[float, Field(ge=0)]
     mean_e2el_ms: Annotated[float, Field(ge=0)] | None = None
     request_throughput: Annotated[float, Field(ge=0)] | None = None
@@ -216,7 +221,8 @@ class VllmResult(BaseModel):
         return self
 
 
-def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = None) -> Run:
+def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = None,
+                    named_by: str = "--model") -> Run:
     """A vLLM benchmark_serving / `vllm bench serve` result JSON as one run (vllm-project/vllm
     benchmarks/serve.py `result_json`): a closed loop of its max_concurrency clients, or open-loop arrivals at
     its request_rate (Poisson, gamma gaps at a burstiness other than 1); with --save-detailed, each completed
@@ -240,7 +246,7 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = N
         measured["e2e_s"] = v.mean_e2el_ms / 1e3
     if v.request_throughput is not None:
         measured["req_s"] = v.request_throughput
-    model = _known(model)
+    model = _known(model, named_by)
     lengths = None
     if detailed:
         errors = v.errors or [""] * len(v.input_lens)

@@ -20,6 +20,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
     size = sum(p.stat().st_size for p in path.parent.glob(tablecache.FILE + "*")) if path.parent.is_dir() else 0
     off = "off (SIM_NO_CACHE: a process's runs share step costs in memory only)"
     state = off if not tablecache.enabled() else f"unusable, runs go without it ({why})" if why else "on"
+    if getattr(args, "format", "table") == "json":   # for scripts, as --format json promises every subcommand
+        import json
+        print(json.dumps(dict(path=str(path), size_bytes=size, enabled=tablecache.enabled(), unusable=why or None,
+                              moved_by=tablecache.ENV_DIR)))
+        return 0
     print(f"{path}: {size / 1e6:.2f} MB; cache {state}; {tablecache.ENV_DIR} moves it")
     return 0
 

@@ -222,7 +222,8 @@ def register(subparsers) -> None:
     p.add_argument("--exhaustive", dest="exact", action="store_true",
                    help="cost every iteration with the op-level simulation (no step-cost surrogate)")
     flags.deprecated_alias(p, "--exact", "--exhaustive", "exact", action="store_true")
-    p.add_argument("--find-capacity", action="store_true", help="bisect the arrival rate for the highest meeting the SLO")
+    p.add_argument("--find-capacity", action="store_true", help="bisect the load for the highest meeting the SLO: the arrival rate, or a closed loop's "
+                   "client count")
     p.add_argument("--no-early-stop", dest="early_stop", action="store_false",
                    help="--find-capacity: run every step to its end, even one that already fails its SLO for certain")
     p.add_argument("--slo", action="append", metavar="METRIC=SECONDS", help="e.g. ttft_p90=0.2 (replaces the file's slo)")

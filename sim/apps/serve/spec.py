@@ -1,6 +1,6 @@
 """The serving file: a workload YAML (model, formats, flash_attention) with a
 `serving:` section. Every field is checked here; an error names the file and the
-key (`serving.arrivals.poisson.rate: Input should be greater than 0`).
+key (`serving.arrivals.rate: Input should be greater than 0`).
 
 Engine settings keep vLLM's meaning (vllm.config / EngineArgs): `block_size`
 tokens per KV block, `max_num_seqs` sequences per iteration,

@@ -109,6 +109,13 @@ class Closed(Strict):
     seed: int = Field(default=0, ge=0)
     max_requests: PosInt = 1_000_000
 
+    @model_validator(mode="after")
+    def _some_measured(self) -> "Closed":
+        if self.warmup_requests >= self.num_requests:   # nothing left to measure: the means would be NaN
+            raise ValueError(f"warmup_requests {self.warmup_requests} leaves none of num_requests "
+                             f"{self.num_requests} to measure")
+        return self
+
     @property
     def gap_s(self) -> float:
         """No schedule: every time is 0, the clients set each one as they send."""

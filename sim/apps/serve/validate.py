@@ -331,7 +331,7 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
     tot = overall(results)
     lines.append(f"| all | | | {len(results)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
                                                              for k in METRICS) + " |")
-    lines += ["", f"{len(results)} runs simulated in {seconds:.0f} s; {len(skipped)} rows not replayable"
+    lines += ["", f"{len(results)} runs simulated in {seconds:.{0 if seconds >= 10 else 1}f} s; {len(skipped)} rows not replayable"
               + (f" ({reasons(skipped)})" if skipped else "")
               + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
@@ -343,7 +343,9 @@ def reasons(items: list[tuple[str, str]]) -> str:
     counts: dict[str, int] = {}
     for _, why in items:
         counts[why] = counts.get(why, 0) + 1
-    return "; ".join(f"{n} x {why}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    more = f"; {len(ranked) - 4} more reasons ({sum(n for _, n in ranked[4:])} rows: --json lists them)" if len(ranked) > 4 else ""
+    return "; ".join(f"{n} x {why}" for why, n in ranked[:4]) + more
 
 
 def _failures(items: list[tuple[str, str]]) -> str:
@@ -377,7 +379,7 @@ def error_plot(results: list[Result], path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
     for ax, metric, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
         for eng in sorted({r.run.engine for r in results}):
-            rs = [r for r in results if r.run.engine == eng and metric in r.error]
+            rs = [r for r in results if r.run.engine == eng and metric in r.error and r.run.rate is None]   # clients
             ax.scatter([r.run.concurrency for r in rs], [r.error[metric] * 100 for r in rs], s=10, label=eng)
         ax.axhline(0, color="k", lw=0.8)
         ax.set(xscale="log", xlabel="concurrency (clients)", ylabel=f"{label} error (%)")

@@ -35,7 +35,7 @@ def _runs(args: argparse.Namespace):
             missing = [flag for flag, v in (("--engine", engine), ("--model", model)) if not v]
             raise ConfigError(f"{path}: the benchmark JSON does not say {'which engine' if model else 'what'} "
                               f"served it: give {' and '.join(missing)}")
-        run = read_bench_json(path, args.hw, engine, model)
+        run = read_bench_json(path, args.hw, engine, model, "--model" if args.model else f"{path}: its model")
         return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], [], 0
     if args.tp or args.ep:
         raise ConfigError(f"{path}: --tp/--ep: for a benchmark JSON, which does not record the server's layout "
@@ -135,7 +135,8 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
                                    progress=lambda done, total: update(done),
                                    jobs=worker_count(args.workers))
     if failed and not results:   # nothing to tabulate: say why, and fail
-        raise ConfigError(f"--hw {args.hw}: none of the {len(failed)} run(s) could be simulated; the first: {failed[0][1]}")
+        raise ConfigError(f"{args.file}: none of its {len(failed)} run(s) could be simulated on {args.hw}; the first: "
+                          f"{failed[0][1]}")
     tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
                                  name_width=None if tables.full_width() else 40, left_out=left_out))
     if args.json:
@@ -154,8 +155,9 @@ def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list
     all; the rows not replayed and why."""
     from sim.apps.serve.validate import mape, overall
 
-    def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here
-        return {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
+    def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here; a rate has no clients
+        d = {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
+        return {**d, "concurrency": None} if r.run.rate is not None else d
     return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error) for r in results],
                 mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],
                 overall=dict(runs=len(results), **overall(results)),
@@ -181,18 +183,19 @@ def register(subparsers) -> None:
     p.add_argument("--deployment", choices=("direct", "dynamo"),
                    help="what stood between the clients and the engine (serving.deployment): its own server or "
                         "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")
-    p.add_argument("--requests-per-client", type=int, default=10,
+    p.add_argument("--requests-per-client", type=positive(int), default=10,
                    help="closed-loop requests per client (default %(default)s, as InferenceMAX's client)")
     p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table (an LLMServingSim case folder: its first N requests)")
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
     p.add_argument("--json", metavar="PATH", help="write every run's measured and simulated means, signed errors "
-                   "and the MAPE tables as JSON (numbers in seconds and requests/s)")
+                   "and the MAPE tables as JSON (numbers in seconds and requests/s; not for a case folder)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
     p.add_argument("--workers", type=int, metavar="N",
                    help="worker processes, each taking whole groups of runs that share step costs (default: all "
                         "cores; 1: in this process); the results do not depend on it")
     p.add_argument("--plots", metavar="DIR", help="write the plots into DIR (created): scatter.png (simulated vs "
-                   "measured TTFT and TPOT) and errors_vs_concurrency.png (signed errors by clients)")
+                   "measured TTFT and TPOT) and errors_vs_concurrency.png (signed errors by clients; not for a case "
+                   "folder)")
     p.add_argument("--plot", metavar="PATH", help="write only the scatter plot, to PATH")
     p.set_defaults(func=cmd_validate_serving)

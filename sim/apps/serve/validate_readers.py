@@ -158,7 +158,7 @@ def _unreplayable(row) -> str:
     if row.model_path in EXPERT_ONLY_CHECKPOINTS:   # its weights are the checkpoint's, not the label's
         if row.backend != "vllm":
             return (f"{row.backend}'s {EXPERT_ONLY_CHECKPOINTS[row.model_path]} experts: no kernel family here (vLLM's "
-                    "take the stack's weight-only FP4 family)")
+                    "take its fused Marlin MoE)")
         quant = set()
     if quant & FP4 and row.system in NO_NATIVE_FP4:
         return (f"{'/'.join(sorted(quant & FP4))} weights on {row.system}: no native FP4 there (the engine's emulated "

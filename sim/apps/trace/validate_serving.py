@@ -231,6 +231,11 @@ def _fmt(label: str, v: float) -> str:
     return f"{v:,.0f}" if label.startswith("throughput") else f"{v * 1e3:,.1f}" if "TPOT" in label else f"{v:,.2f}"
 
 
+def _with_unit(label: str) -> str:
+    """The row's label with the unit _fmt prints it in."""
+    return label if label.startswith("throughput") else f"{label} ({'ms' if 'TPOT' in label else 's'})"
+
+
 def render(results: list[CaseResult]) -> str:
     """The comparison as markdown: one table per case (seconds; TPOT in ms; throughput in output tokens/s)."""
     lines = []
@@ -256,7 +261,7 @@ def render(results: list[CaseResult]) -> str:
             target = None if partial else TARGETS.get(label)
             verdict = "" if target is None else f"±{target:.0%} " + ("met" if abs(err) <= target else "**missed**")
             peer = None if partial else r.peer.get(label)
-            lines.append(f"| {label} | {_fmt(label, s)} | {_fmt(label, m)} | {err:+.1%} | {verdict} | "
+            lines.append(f"| {_with_unit(label)} | {_fmt(label, s)} | {_fmt(label, m)} | {err:+.1%} | {verdict} | "
                          + (f"{peer:+.1%}" if peer is not None else "") + " |")
         lines.append("")
         if r.timeline:
