@@ -68,3 +68,18 @@ def test_a_split_op_s_parts_carry_their_share(hw):
     assert sum(o.bytes for o in ops) == pytest.approx(sum(o.bytes for o in whole), rel=1e-9)
     flops = {o.name: o.flops for o in whole}
     assert all(o.flops == pytest.approx(flops[whole_op(o.name)]) for o in merge_pieces(ops))
+
+
+def test_offload_compute_tasks_carry_their_ops_flops_and_bytes():
+    """FlexGen's per-layer compute task (and, under CPU attention, its GPU and CPU parts) had 0 FLOPs and 0 bytes in
+    the op records, labelled compute-bound: the step's computes now sum to the same model's step on a GPU."""
+    from hw_models.machine import load_machine
+    from hw_models.registry import simulate
+    from sim.core.workload import workload_from_dict
+
+    w = workload_from_dict(dict(name="t", model="llama2-7b", batch=1, prompt_len=256, gen_len=2), "t.yaml")
+    off, gpu = (simulate(w, load_machine(m)).decode_ops for m in ("flexgen_t4", "a6000"))
+    computes = [o for o in off if o.kind == "compute"]
+    assert computes and all(o.flops > 0 for o in computes if o.name.startswith("L"))   # an embedding gathers
+    assert sum(o.flops for o in computes) == pytest.approx(sum(o.flops for o in gpu), rel=1e-9)
+    assert sum(o.bytes for o in computes) == pytest.approx(sum(o.bytes for o in gpu), rel=1e-9)

@@ -69,6 +69,8 @@ class SlotWork:
     attn_gpu_j: float = 0.0
     post_j: float = 0.0
     attn_cpu_j: float = 0.0
+    # The same ops' FLOPs and bytes (pre, attention, post), for the step's op records
+    work: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
 
     @property
     def gpu_s(self) -> float:
@@ -108,6 +110,14 @@ def _full_weight_bytes(model: ModelConfig, t) -> float:
     return get_format(t.fmt).storage_bytes((rows, t.shape[1])) if rows else t.bytes
 
 
+NO_WORK = ((0.0, 0.0), (0.0, 0.0))
+
+
+def work(ops) -> tuple[float, float]:
+    """The FLOPs and bytes of `ops`."""
+    return float(sum(o.flops for o in ops)), float(sum(o.bytes for o in ops))
+
+
 def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: str, gbs: int, q_len: int,
                kv_len: int, gpu_cost, cpu_cost) -> tuple[SlotWork, SlotWork, SlotWork]:
     """(embed, one layer, head) for one GPU batch of `gbs` sequences.
@@ -129,7 +139,7 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
 
     def simple(name: str, ops, hidden: float) -> SlotWork:
         s, j = cost(ops)
-        return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j)
+        return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j, work=(work(ops), *NO_WORK))
 
     layer_ops = groups["L"]
     first_attn = next(i for i, o in enumerate(layer_ops) if o.kind in ATTENTION_KINDS)
@@ -146,7 +156,8 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
     layer = SlotWork(
         "L", weights(layer_ops), pre_s, attn_s, post_s, attn_cpu_s=cpu_s,
         kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
-        qkv_bytes=qkv + q, ctx_bytes=ctx, pre_j=pre_j, attn_gpu_j=attn_j, post_j=post_j, attn_cpu_j=cpu_j)
+        qkv_bytes=qkv + q, ctx_bytes=ctx, pre_j=pre_j, attn_gpu_j=attn_j, post_j=post_j, attn_cpu_j=cpu_j,
+        work=(work(pre), work(attn), work(post)))
     return (simple("embed", groups["embed"], hidden), layer, simple("head", groups["head"], 0.0))
 
 
@@ -206,6 +217,7 @@ class Tag:
     bound: str = "link"
     path: str = ""
     energy_j: float = 0.0      # a compute's dynamic energy (SlotWork); transfers carry none (module doc)
+    flops: float = 0.0         # a compute's FLOPs (its bytes: `bytes`, its ops' tensors)
 
 
 @dataclass
@@ -318,26 +330,28 @@ class _StepBuilder:
         and its KV write-back, which later work overlaps: nothing in the step waits on it."""
         cg, cc, cd = self.p.kv_cache
 
-        def gpu(joules: float) -> Tag:
-            return Tag("compute", bound="compute", path="gpu", energy_j=joules)
+        (pre_f, pre_b), (attn_f, attn_b), (post_f, post_b) = work.work
+
+        def gpu(joules: float, flops: float, nbytes: float) -> Tag:
+            return Tag("compute", nbytes, bound="compute", path="gpu", energy_j=joules, flops=flops)
         if self.cpu_attn and work.is_layer:
             a = f"{tag}.pre"
             self.tasks.append(Task(a, "gpu", work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
-                                   tag=gpu(work.pre_j + cg * work.attn_gpu_j)))
+                                   tag=gpu(work.pre_j + cg * work.attn_gpu_j, pre_f + cg * attn_f, pre_b + cg * attn_b)))
             q = self.xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
             c = f"{tag}.cpu_attn"
             self.tasks.append(Task(c, "cpu", (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
-                                   tag=Tag("compute", bound="compute", path="cpu attention",
-                                           energy_j=(cc + cd) * work.attn_cpu_j)))
+                                   tag=Tag("compute", (cc + cd) * attn_b, bound="compute", path="cpu attention",
+                                           energy_j=(cc + cd) * work.attn_cpu_j, flops=(cc + cd) * attn_f)))
             r = self.xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
             cid = f"{tag}.post"
             self.tasks.append(Task(cid, "gpu", work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
-                                   tag=gpu(work.post_j)))
+                                   tag=gpu(work.post_j, post_f, post_b)))
             self.store(f"{tag}.kvw", work.kv_write_bytes, cd, 0.0, [c], "kv_cache", over_pcie=False)
             return cid
         cid = f"{tag}.compute"
         self.tasks.append(Task(cid, "gpu", work.gpu_s, tuple(d for d in deps if d), release=tuple(release),
-                               tag=gpu(work.gpu_j)))
+                               tag=gpu(work.gpu_j, pre_f + attn_f + post_f, pre_b + attn_b + post_b)))
         if work.is_layer:
             self.store(f"{tag}.kvw", work.kv_write_bytes, cd, cc + cd, [cid], "kv_cache")
         return cid

@@ -73,7 +73,7 @@ def _record(name: str, unit: str, start_s: float, end_s: float, c: Any, group: s
     return OpRecord(
         name=name, kind=op.kind if op is not None else getattr(c, "kind", "transfer"),
         unit=unit, start_s=start_s, end_s=end_s,
-        flops=op.flops * share if op is not None else 0.0,
+        flops=op.flops * share if op is not None else getattr(c, "flops", 0.0),
         bytes=float(op.bytes * share if op is not None else getattr(c, "bytes", 0.0)),
         bound=getattr(c, "bound", "link"), path=getattr(c, "path", ""),
         energy_j=getattr(c, "energy_j", 0.0), group=group, op=op_name)
