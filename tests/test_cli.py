@@ -180,12 +180,25 @@ def test_ideal_drops_the_stack_with_a_note(capsys):
     assert "section" not in cap.err                                      # a6000 has no kind section
 
 
+def test_an_ideal_run_says_so_in_its_report_and_json(tmp_path, capsys):
+    """An --ideal run passed for a real one: its report and JSON said nothing (a trial's finding)."""
+    out = tmp_path / "r.json"
+    assert main(["run", WL, "--hw", "a6000", "--ideal", "--set", "gen_len=2", "--json", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert "--ideal: the pure roofline" in cap.out + cap.err
+    run = json.loads(out.read_text())
+    assert run["ideal"] is True and any(n.startswith("--ideal") for n in run["notes"])
+    assert main(["run", WL, "--hw", "a6000", "--set", "gen_len=2", "--json", str(out), "-q"]) == 0
+    assert "ideal" not in json.loads(out.read_text())
+
+
 def test_ideal_says_a_kind_section_stays_as_given(capsys):
     """--ideal idealises units, memory and links; a spatial chip's hops and issue cycles are its `spatial:`
     section's, applied as given: the run says so rather than passing for a pure roofline."""
     assert main(["run", WL, "--hw", "groq_lpu", "--ideal", "--set", "gen_len=2", "-q"]) == 0
-    assert capsys.readouterr().err.strip() == ("note: --ideal idealises units, memory and links only; the preset's "
-                                               "`spatial:` section (its spatial timings) is applied as given")
+    assert capsys.readouterr().err.strip().splitlines()[0] == (
+        "note: --ideal idealises units, memory and links only; the preset's `spatial:` section (its spatial timings) "
+        "is applied as given")
 
 
 def test_power_limit_without_a_board_model_is_refused(capsys):

@@ -110,8 +110,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
             finally:
                 STEP_PROGRESS.reset(token)
+    hw = hardware_record(machine, hw_sets)
+    if getattr(args, "ideal", False):   # said in the report and the JSON, so an ideal run never passes for a real one
+        result.notes.append("--ideal: the pure roofline (efficiencies 1, overheads and latencies 0, no power cap)")
+        hw["ideal"] = True
     with transaction():  # every output or none
-        _write_run_outputs(args, result, workload, machine, layers, hardware_record(machine, hw_sets))
+        _write_run_outputs(args, result, workload, machine, layers, hw)
     if not tables.report_wanted(args):
         return 0
     from sim.apps.report import print_report   # rich tables and the kinds' report sections
