@@ -205,7 +205,7 @@ def set_dotted(tree: dict[str, Any], path: str, value: Any, source: str = "overr
     node: Any = tree
     for i, key in enumerate(keys[:-1]):
         if not isinstance(node, dict) or key not in node:
-            raise ConfigError(f"{source}: {'.'.join(keys[: i + 1])}: no such field")
+            raise ConfigError(f"{source}: {'.'.join(keys[: i + 1])}: unknown key")   # as a misspelt last key reads
         node = node[key]
     if not isinstance(node, dict):
         raise ConfigError(f"{source}: {path}: parent is not a mapping")
