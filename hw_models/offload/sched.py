@@ -113,8 +113,8 @@ def _full_weight_bytes(model: ModelConfig, t) -> float:
 NO_WORK = ((0.0, 0.0), (0.0, 0.0))
 
 
-def work(ops) -> tuple[float, float]:
-    """The FLOPs and bytes of `ops`."""
+def flops_and_bytes(ops) -> tuple[float, float]:
+    """The FLOPs and bytes of `ops` (SlotWork.work)."""
     return float(sum(o.flops for o in ops)), float(sum(o.bytes for o in ops))
 
 
@@ -139,7 +139,7 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
 
     def simple(name: str, ops, hidden: float) -> SlotWork:
         s, j = cost(ops)
-        return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j, work=(work(ops), *NO_WORK))
+        return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j, work=(flops_and_bytes(ops), *NO_WORK))
 
     layer_ops = groups["L"]
     first_attn = next(i for i, o in enumerate(layer_ops) if o.kind in ATTENTION_KINDS)
@@ -157,7 +157,7 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
         "L", weights(layer_ops), pre_s, attn_s, post_s, attn_cpu_s=cpu_s,
         kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
         qkv_bytes=qkv + q, ctx_bytes=ctx, pre_j=pre_j, attn_gpu_j=attn_j, post_j=post_j, attn_cpu_j=cpu_j,
-        work=(work(pre), work(attn), work(post)))
+        work=(flops_and_bytes(pre), flops_and_bytes(attn), flops_and_bytes(post)))
     return (simple("embed", groups["embed"], hidden), layer, simple("head", groups["head"], 0.0))
 
 

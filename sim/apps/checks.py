@@ -26,9 +26,10 @@ def stack_runs(kind: str) -> bool:
 def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) -> list[str]:
     """One line per setting this run ignores, naming the workload file and key."""
     src = workload.source or "workload"
+    stack = None   # the stack as this machine runs it, read once for the checks below
     if workload.stack and stack_runs(machine.kind):
         try:   # an unknown stack is the workload's key: say which file (stack_for knows only the name)
-            stack_for(workload.stack, machine)
+            stack = stack_for(workload.stack, machine)
         except ConfigError as exc:
             raise ConfigError(f"{src}: {exc}") from None
     notes = []
@@ -40,16 +41,14 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
     if workload.stack and not stack_runs(machine.kind):
         notes.append(f"{src}: stack: {workload.stack!r} is ignored: only gpu and cpu presets cost ops under a "
                      f"software stack; {machine.name} is kind {machine.kind!r}")
-    if workload.sampling == "top_p" and stack_runs(machine.kind) and (
-            workload.stack is None or stack_for(workload.stack, machine).top_p_sampler is None):
+    if workload.sampling == "top_p" and stack_runs(machine.kind) and getattr(stack, "top_p_sampler", None) is None:
         notes.append(f"{src}: sampling: top_p costs nothing here: stack {workload.stack!r} has no top_p_sampler "
                      "(the vllm stacks model vLLM's sort-based sampler, hw_models/stack/sampler.py)")
-    if workload.penalties and stack_runs(machine.kind) and (
-            workload.stack is None or stack_for(workload.stack, machine).penalties is None):
+    if workload.penalties and stack_runs(machine.kind) and getattr(stack, "penalties", None) is None:
         notes.append(f"{src}: penalties: true costs nothing here: stack {workload.stack!r} models no penalty pass "
                      "(the vllm stacks model vLLM's, hw_models/stack/sampler.py)")
-    if (workload.stack and stack_runs(machine.kind) and not workload.flash_attention
-            and "flash_attention" in workload.model_fields_set and stack_for(workload.stack, machine).runs_fused_attention):
+    if (stack is not None and not workload.flash_attention
+            and "flash_attention" in workload.model_fields_set and stack.runs_fused_attention):
         notes.append(f"{src}: flash_attention: false lowers attention as separate qk, softmax and av kernels, which "
                      f"stack {workload.stack!r} never launches (its attention is one fused kernel, "
                      "hw_models/stack/attention_kernels.yaml); --set flash_attention=true prices the engine's own "

@@ -214,8 +214,8 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
         if target is not None and value is not None:
             fields[target], named[target] = value, key
     bias = given.get("attention_bias")
-    if bias is not None and not isinstance(bias, bool):   # "false" is truthy: it must not add biases
-        raise ConfigError(f"{where(source, 'model.attention_bias')}must be true or false, got {bias!r}")
+    if bias is not None:   # "false" is truthy: it must not add biases
+        _require_switch(bias, where(source, "model.attention_bias"))
     if bias:   # LLaMA, Qwen3: a bias on q, k, v and o
         fields.update(qkv_bias=True, o_bias=True)
     fields.update(arch.fixed)
@@ -266,8 +266,7 @@ def _check_values(fields: dict[str, Any], key_of: Callable[[str], str], source: 
         if key in ("family", "expert_load"):
             continue
         if key in _BOOL_KEYS:
-            if not isinstance(value, bool):  # "no" is truthy; a typo must not tie the head
-                raise ConfigError(f"{at}must be true or false, got {value!r}")
+            _require_switch(value, at)   # "no" is truthy; a typo must not tie the head
         elif key in _FLOAT_KEYS:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{at}must be a non-negative number, got {value!r}")
@@ -279,6 +278,11 @@ def _check_values(fields: dict[str, Any], key_of: Callable[[str], str], source: 
                 raise ConfigError(f"{at}must be {kind} integer, got {value!r}")
             if key == "num_layers" and value > MAX_LAYERS:   # a typo: per-layer lists would fill the memory
                 raise ConfigError(f"{at}{value} layers: more than {MAX_LAYERS} is no model")
+
+
+def _require_switch(value: Any, at: str) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{at}must be true or false, got {value!r}")
 
 
 def _check_moe(fields: dict[str, Any], source: str | None) -> None:

@@ -70,9 +70,9 @@ def rate_points(points: list[Point], m: ModelConfig, peak_flops_per_s: float) ->
     for p in points:
         by_m.setdefault(p.rows_per_expert(m), []).append(p.fraction(m, peak_flops_per_s))
     out, floor = [], 0.0
-    for m in sorted(by_m):
-        floor = max(floor, round(float(np.median(by_m[m])), 2))
-        out.append([m, floor])
+    for rows in sorted(by_m):
+        floor = max(floor, round(float(np.median(by_m[rows])), 2))
+        out.append([rows, floor])
     return [[1, out[0][1]], *out] if out and out[0][0] > 1 else out
 
 
