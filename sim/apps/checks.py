@@ -72,7 +72,7 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
                         "and formats.kv_cache set theirs)") if hits else "no op"
                 notes.append(f"{src}: formats.overrides.{pattern}: matches {what}; the ops it can set in {model.name}: "
                              f"{', '.join(kinds)} (L0. to L{model.num_layers - 1}. for one layer's)")
-    return notes + limits_above_tdp(machine)
+    return notes + checkpoint_formats(workload, model) + limits_above_tdp(machine)
 
 
 def unshared_prefix(workload: Workload) -> list[str]:
@@ -98,6 +98,18 @@ def emulated_activations(workload: Workload, machine: Machine) -> list[str]:
         return []
     return [f"{workload.source or workload.name}: formats.activations: {act.name} has no matrix rate on "
             f"{machine.name}: its GEMMs run dequantized to 16 bits (sim run's op table shows each op's path)"]
+
+
+def checkpoint_formats(workload: Workload, model: ModelConfig) -> list[str]:
+    """A quantized checkpoint's config.json (quantization_config) run with the default 16-bit weights: sim costs the
+    workload's formats, not the checkpoint's, which ran silently (a trial: an FP8 checkpoint costed as fp16)."""
+    quant = model.checkpoint_quant
+    if quant is None or "weights" in workload.formats.model_fields_set:
+        return []
+    fix = (f"formats.weights: {quant.weights} costs the checkpoint's" if quant.weights else
+           "set formats.weights to the nearest format sim has (docs/formats.md)")
+    return [f"{workload.source or workload.name}: model: {model.name}'s config.json is quantized ({quant.described}); "
+            f"its weights cost as {workload.formats.weights} here: {fix}"]
 
 
 def input_notes(workload: Workload, machine: Machine) -> list[str]:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import yaml
 
 from sim.core.architectures import architecture
+from sim.core.checkpoint_quant import CheckpointQuant, checkpoint_quant
 from sim.core.errors import ConfigError, where
 from sim.core.files import note_input
 from sim.core.moe import ExpertLoad
@@ -59,6 +60,9 @@ class ModelConfig:
     global_every: int = 0           # with a window: layers 2n+1.. (every n-th) attend to all keys (Gemma-2: 2)
     attn_softcap: float = 0.0       # cap * tanh(score / cap) on attention scores (Gemma-2: 50); 0: none
     final_softcap: float = 0.0      # the same on the logits (Gemma-2: 30)
+    # The checkpoint's own quantization (config.json quantization_config), which costs nothing unless the workload's
+    # formats say so (sim.core.checkpoint_quant; sim.apps.checks warns).
+    checkpoint_quant: CheckpointQuant | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -143,6 +147,7 @@ class ModelConfig:
         """All fields; a dense model leaves out the (unused) MoE ones, and the decoder
         variants are left out where they keep LLaMA's default."""
         out = asdict(self)
+        out.pop("checkpoint_quant")   # not a field a model file sets (the check reads it from config.json)
         if not self.is_moe:
             for key in _MOE_KEYS:
                 out.pop(key)
@@ -256,7 +261,7 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
                           f"divide {heads} attention heads")
     if isinstance(fields.get("expert_load"), dict):
         fields["expert_load"] = expert_load_from(fields["expert_load"], fields.get("num_experts", 0), source)
-    return ModelConfig(name=name, **fields)
+    return ModelConfig(name=name, checkpoint_quant=checkpoint_quant(raw), **fields)
 
 
 def _check_values(fields: dict[str, Any], key_of: Callable[[str], str], source: str | None) -> None:
