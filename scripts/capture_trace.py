@@ -50,6 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from sim.apps.trace.scrub import json_name, portable_argv, scrub_chrome_text, write_gzip  # noqa: E402
+from sim.core.errors import ConfigError  # noqa: E402
 from sim.core.model import ModelConfig, load_model  # noqa: E402
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -432,18 +433,28 @@ def parse_args(argv=None):
     return args
 
 
+def _refuse(message: str) -> None:
+    """A user's mistake: one line and exit status 2, as argparse's own refusals (a trial: an unknown --model printed
+    a traceback, and --layers 0 exited 1 where --batch 0 exited 2)."""
+    print(f"capture_trace: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch
 
-    cfg = load_model(args.model)
+    try:
+        cfg = load_model(args.model)
+    except ConfigError as exc:
+        _refuse(f"--model {str(exc).removeprefix('model: ')}")
     if cfg.family != "llama":
-        raise SystemExit(f"capture_trace: only the llama family is modelled here, {cfg.name} is {cfg.family}")
+        _refuse(f"only the llama family is modelled here, {cfg.name} is {cfg.family}")
     layers = cfg.num_layers if args.layers is None else args.layers
     if not 1 <= layers <= cfg.num_layers:
-        raise SystemExit(f"capture_trace: --layers must be in 1..{cfg.num_layers}")
+        _refuse(f"--layers must be in 1..{cfg.num_layers}")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("capture_trace: --device cuda but torch.cuda.is_available() is False")
+        _refuse("--device cuda but torch.cuda.is_available() is False")
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]

@@ -165,3 +165,43 @@ def test_model_and_tokens_that_contradict_the_file_are_said(capsys):
     assert "--model tinyllama-1.1b does not apply: the file names its own model, llama2-7b" in capsys.readouterr().err
     assert main(["validate", HELD_CPU, "--hw", "cpu_host", "-q"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_one_capture_is_counted_once(tmp_path, capsys):
+    """A capture given twice (one path twice, or its .ops.csv and its .trace.json.gz) was fitted as two and passed
+    --min-traces 2; as --held-out, a fitted capture gave an in-sample figure labelled held out (a trial's
+    findings). Both are refused before anything is written; sim validate says it counts the ops twice."""
+    out = tmp_path / "x.yaml"
+    twin = FIT_CPU.replace(".ops.csv", ".trace.json.gz")
+    for traces in ([FIT_CPU, FIT_CPU], [FIT_CPU, twin]):
+        assert main(["calibrate", *traces, "--hw", "cpu_host", "-o", str(out)]) == 2
+        later = traces[1]
+        assert capsys.readouterr().err.strip() == (f"error: {later}: the same capture as {FIT_CPU}; give each "
+                                                   "capture once (a fit counts it once)")
+    assert main(["calibrate", FIT_CPU, "--hw", "cpu_host", "-o", str(out), "--held-out", twin]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --held-out {twin}: the capture {FIT_CPU} is fitted on; a "
+                                               "held-out figure needs another capture")
+    assert not out.exists()
+    assert main(["validate", FIT_CPU, FIT_CPU, "--hw", "cpu_host", "-q"]) == 0
+    assert f"warning: {FIT_CPU}: the same capture as {FIT_CPU}; its ops count twice" in capsys.readouterr().err
+
+
+def test_replay_refuses_a_table_without_rows_as_validate_does(tmp_path, capsys):
+    """An .ops.csv cut to its header (its .meta.json beside it) replayed to a table of "-" and exit 0 where sim
+    validate refused it (a trial's finding)."""
+    import shutil
+    cut = tmp_path / "cut.ops.csv"
+    cut.write_text(Path(FIT_CPU).read_text().splitlines()[0] + "\n")
+    shutil.copy(FIT_CPU.replace(".ops.csv", ".meta.json"), tmp_path / "cut.meta.json")
+    for cmd in ("replay", "validate"):
+        assert main([cmd, str(cut), "--hw", "cpu_host"]) == 2
+        assert "no measured ops to" in capsys.readouterr().err
+
+
+def test_a_capture_under_the_wrong_stack_says_so(capsys):
+    """An eager CPU capture validated under --stack vllm read "op 'L0.q_proj' ... is not in the simulated graph"
+    without saying why (a trial's finding)."""
+    assert main(["validate", FIT_CPU, "--hw", "cpu_host", "--stack", "vllm"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "is not in the simulated graph; stack 'vllm' builds another op structure (its fused kernels) than the "
+        "capture ran: give the stack the capture ran under, or none")

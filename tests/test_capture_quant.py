@@ -160,3 +160,17 @@ def test_measure_power_micro_dry_run(tmp_path, monkeypatch):
     assert c["l2_copy"]["dram_bytes"] == 0 and c["hbm_copy"]["dram_bytes"] == 2 * 2 ** 20
     with pytest.raises(SystemExit, match="unknown case 'nope'"):
         mod.main(["--device", "cpu", "--out", str(tmp_path / "q.json"), "--only", "nope"])
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--model", "nonexist"], "capture_trace: error: --model unknown model 'nonexist'; presets: "),
+    (["--model", "tinyllama-1.1b", "--layers", "0"], "capture_trace: error: --layers must be in 1..22"),
+])
+def test_a_users_mistake_is_one_line_and_status_2(tmp_path, capsys, argv, line):
+    """An unknown --model printed a traceback, and --layers 0 exited 1 where argparse's refusals exit 2 (a trial)."""
+    pytest.importorskip("torch")
+    with pytest.raises(SystemExit) as exc:
+        _load_script().main([*argv, "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line)

@@ -119,8 +119,12 @@ def test_formats_command_measures_error_on_an_array(tmp_path, capsys):
     assert rows["fp16"]["sqnr_db"] > rows["int4"]["sqnr_db"] > 10
     assert main(["formats", "--formats", "fp5"]) == 2
     assert "unknown number format 'fp5'" in capsys.readouterr().err
-    (tmp_path / "bad.npy").write_text("not an array")
+    (tmp_path / "bad.npy").write_text("not an array")   # no NumPy header: numpy would advise allow_pickle=
     assert main(["formats", "--array", str(tmp_path / "bad.npy")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path / 'bad.npy'}: not a .npy file (it lacks the NumPy "
+                                               "header; write one with numpy.save)")
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "w.npy").read_bytes()[:100])   # a header, then cut short
+    assert main(["formats", "--array", str(tmp_path / "cut.npy")]) == 2
     assert "not a readable .npy array" in capsys.readouterr().err
 
 
@@ -336,3 +340,21 @@ def test_formats_on_an_array_that_overflows_fp16_and_on_a_bf16_file(tmp_path, ca
     [row] = json.loads((tmp_path / "h.json").read_text())["formats"]
     assert row["format"] == "fp8_e4m3"
     assert row["rel_rmse"] == pytest.approx(quantization_error(x.astype(np.float32), "fp8_e4m3")["rel_rmse"], rel=1e-12)
+
+
+def test_json_dash_is_stdout(tmp_path, capsys, monkeypatch):
+    """`--json -` wrote a 131 kB file named `-` (a trial's finding): it is stdout, as for most Unix tools."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(ROOT / "workloads" / "llama2_7b_decode.yaml"), "--hw", "a6000", "--json", "-", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["tpot_s"] > 0
+    assert not (tmp_path / "-").exists()
+
+
+def test_a_field_of_a_preset_model_says_the_model_is_a_name(capsys):
+    """`--set model.num_layers=0` on a workload whose model is a preset read "parent is not a mapping" (a trial):
+    the message says the model is a name and how to give fields."""
+    w7 = str(ROOT / "workloads" / "llama2_7b_decode.yaml")
+    assert main(["run", w7, "--hw", "h100_sxm", "--set", "model.num_layers=0", "-q"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {w7}: model.num_layers: model is 'llama2-7b', a name, not a mapping of fields; to change "
+        "num_layers, give the model as an inline mapping or a config.json / model YAML (docs/models.md)")

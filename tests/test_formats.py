@@ -587,3 +587,16 @@ def test_int8_scale_clamps_at_the_fp16_floor():
     1e-7 / 2^-24 = 1.68 rounds to 2, so the value reads back as 2 * 2^-24 = 1.19e-7."""
     y = quantize(np.array([[1e-7]], np.float32), "int8")
     assert float(y[0, 0]) == pytest.approx(2 * _FP16_SCALE_FLOOR, rel=1e-7)
+
+
+def test_a_value_past_float32_is_inf_without_a_numpy_warning():
+    """quantize(1e39, 'bf16') is inf as documented; numpy's "overflow encountered in cast" leaked to the user's
+    console (a trial's finding)."""
+    import warnings
+
+    import numpy as np
+
+    from sim.core.quantize import quantize
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isinf(quantize(np.array([1e39, -1e39]), "bf16")).all()

@@ -168,17 +168,19 @@ def test_a_block_placed_for_defaults_is_named():
 
 def test_power_per_device_says_it_holds_the_host(tmp_path):
     """An energy researcher's trial: h100_offload's 'power per device' peaked at 839 W beside a report that its
-    700 W board limit binds: the device's energy holds the host CPU's and the disk's (the cap binds the GPU alone).
+    700 W board limit binds: the device's energy holds the host CPU's (the cap binds the GPU alone).
     The figures now say what they hold; a GPU preset's do not."""
     from rich.console import Console
 
     from sim.apps.serve.report import print_report
 
-    _, s = serve(_file(), load_machine("flexgen_t4"))
-    assert s["energy"]["power_includes"] == "host CPU and disk"
+    _, s = serve(_file(), load_machine("a6000_offload"))   # its host CPU has a power figure (270 W)
+    assert s["energy"]["power_includes"] == "host CPU"
     con = Console(record=True, width=240)
     print_report(s, "t", con)
-    assert "power per device with its host CPU and disk" in con.export_text()
+    assert "power per device with its host CPU" in con.export_text()
+    # flexgen_t4's CPU has none: its figures hold the GPU alone and say nothing more (no preset prices the disk)
+    assert "power_includes" not in serve(_file(), load_machine("flexgen_t4"))[1]["energy"]
     f = write_serving_file(tmp_path, dict(name="t", model="tinyllama-1.1b", serving=dict(
         arrivals=dict(process="burst", size=2, num_requests=2), lengths=dict(prompt=dict(dist="fixed", value=16),
                                                                              output=dict(dist="fixed", value=2)))))

@@ -125,6 +125,18 @@ def test_interleaved_schedule_toy(kv_len, second_fc):
     assert tl.makespan_s < serial
 
 
+def test_the_schedule_line_says_a_batch_of_one_does_not_interleave():
+    """A trial's sub_batches 2 at batch 1 printed "2 interleaved sub-batches (NeuPIMs)" beside a TPOT identical to the
+    serial run's: one sequence does not split (sub_batch_sizes). The line now says so; at batch 4 it names 2, at
+    sub_batches 8 and batch 4 the 4 it runs."""
+    def line(batch, n):
+        m = mapper(overrides={"pim.sub_batches": n}, batch=batch, prompt_len=64, gen_len=2)
+        return simulate(m.workload, m.machine).extra["pim"]["summary"]["schedule"]
+    assert line(1, 2) == "sub_batches 2: a batch of 1 does not split, so nothing interleaves"
+    assert line(4, 2) == "2 interleaved sub-batches (NeuPIMs)"
+    assert line(4, 8) == "4 interleaved sub-batches (NeuPIMs)"
+
+
 def test_sub_batches_split_decode_and_reread_weights():
     # sub_batches 2 lowers each decode step as two half-batch chains: every FC runs twice, so the
     # host reads each weight matrix twice per step (NeuPIMs issues one GEMM per sub-batch); the KV

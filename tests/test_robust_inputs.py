@@ -158,7 +158,8 @@ def test_broken_trace_metadata(tmp_path, capsys, edit, message):
 
 @pytest.mark.parametrize("value, message", [("nan", "a duration must be finite and not negative, got 'nan'"),
                                             ("-3", "a duration must be finite and not negative, got '-3'"),
-                                            ("fast", "expected a duration, got 'fast'")])
+                                            ("fast", "expected a duration, got 'fast'"),
+                                            ("", "the duration is missing (a truncated file?)")])
 def test_bad_measured_times_in_an_ops_table(tmp_path, capsys, value, message):
     ops = tmp_path / "t.ops.csv"
     rows = (DATA / "trace_tinyllama_L1.ops.csv").read_text().splitlines()

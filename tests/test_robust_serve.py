@@ -99,6 +99,8 @@ def test_histogram_of_words(tmp_path, capsys):
     (*_trace("t.csv", "arrival_s,prompt_len,output_len\ninf,10,5\n"), "arrival_s: row 1 is not a finite number"),
     (*_trace("t.csv", "arrival_s,prompt_len,output_len\n0,1e30,5\n"),   # wrapped around int64 to a negative length
      "prompt_len: row 1 has 1e+30; token counts must be whole numbers from 1 to 1,000,000"),
+    (*_trace("t.csv", "arrival_s,prompt_len,output_len\n0,10,5\n1,10\n"),   # read "has nan" (a trial)
+     "output_len: row 2 has no number; token counts must be whole numbers from 1 to 1,000,000"),
     (*_trace("t.jsonl", '{"timestamp": 1, "input_length": 3, "output_length": 2, "hash_ids": ["a"]}\n'),
      "hash_ids: row 1 is \"['a']\"; expected a list of integers"),
     (*_trace("t.jsonl", '{"arrival_time_ns": 1, "input_toks": 3, "output_toks": 2, "input_tok_ids": [[1], 2]}\n'),
@@ -108,7 +110,8 @@ def test_histogram_of_words(tmp_path, capsys):
                         '{"timestamp": 2, "input_length": 1024, "output_length": 2, "hash_ids": [1, 2, 7, 8, 9]}\n'),
      "hash_ids: row 2 has 5 id(s) for input_length 1024; the mooncake layout gives one per 512-token block "
      "(trace.hash_block_tokens), 2 here"),
-], ids=["unsorted", "infinite-time", "huge-prompt", "hash-words", "nested-token-ids", "hash-ids-per-block"])
+], ids=["unsorted", "infinite-time", "huge-prompt", "missing-output", "hash-words", "nested-token-ids",
+        "hash-ids-per-block"])
 def test_bad_request_traces(tmp_path, capsys, edit, text, message):
     f = _serve_file(tmp_path, edit)
     name = yaml.safe_load(f.read_text())["serving"]["trace"]["path"]

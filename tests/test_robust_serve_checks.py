@@ -260,9 +260,28 @@ def test_a_crawling_budget_is_warned_with_its_iteration_count(tmp_path, capsys):
     f = _serve_file(tmp_path, lambda s: s["scheduler"].update(kind="sarathi", max_num_batched_tokens=1))
     assert main(["serve", str(f), "--hw", "a6000", "-q"]) == 0
     err = capsys.readouterr().err
-    assert err.strip() == (f"warning: {f}: serving.scheduler.max_num_batched_tokens: 1 tokens per iteration for 1,440 "
-                           "tokens in the stream: at least 1,440 iterations; vLLM refuses a budget below max_num_seqs "
-                           "(256): \"max_num_batched_tokens must be greater than or equal to max_num_seqs\"")
+    assert err.strip() == (f"warning: {f}: serving.scheduler.max_num_batched_tokens: 1 tokens per iteration: the "
+                           "stream needs at least 1,440 iterations (1,440 tokens in the stream over 1 a step); vLLM "
+                           "refuses a budget below max_num_seqs (256): \"max_num_batched_tokens must be greater than "
+                           "or equal to max_num_seqs\"")
+
+
+def test_the_crawl_warning_names_the_bound_it_counts():
+    """82,654 tokens under a 512-token budget need 162 steps, but the longest output (942 tokens) needs 942: the
+    warning said "82,654 tokens in the stream: at least 942 iterations" (a trial's finding)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from sim.apps.serve.invariants import budget_warning
+    file = SimpleNamespace(source="s.yaml", serving=SimpleNamespace(scheduler=SimpleNamespace(
+        kind="sarathi", max_num_batched_tokens=512, max_num_seqs=256)))
+    class Reqs(SimpleNamespace):
+        def __len__(self):
+            return len(self.prompt_len)
+    reqs = Reqs(prompt_len=np.array([80_000, 712]), output_len=np.array([1_000_000, 942]))
+    assert budget_warning(file, reqs).endswith("needs at least 1,000,000 iterations (its longest output "
+                                               "(1,000,000 tokens, one a step))")
 
 
 # ---------------------------------------------------------------- Chrome traces with bad timestamps
@@ -284,3 +303,44 @@ def test_a_chrome_trace_with_bad_timestamps_is_refused(tmp_path, capsys, ts, mes
     shutil.copy(f"{src}.meta.json", tmp_path / "t.meta.json")
     line = refused(capsys, ["validate", str(tmp_path / "t.trace.json"), "--hw", "a6000"], tmp_path)
     assert line == f"error: {tmp_path / 't.trace.json'}: traceEvents[3] ('kernel_embed'): {message}"
+
+
+def test_an_unknown_draft_names_its_own_key(capsys):
+    """`--set serving.speculative.draft=nonexistent` read "model: unknown model", the target's key (a trial)."""
+    from tests.conftest import ROOT
+    spec = str(ROOT / "workloads" / "serve_llama2_7b_speculative.yaml")
+    err = refused(capsys, ["serve", spec, "--hw", "a6000", "--set", "serving.speculative.draft=nonexistent"])
+    assert err.startswith(f"error: {spec}: serving.speculative.draft: unknown model 'nonexistent'; presets: ")
+
+
+def test_a_miss_that_rounds_to_the_limit_reads_as_a_miss():
+    """A failing step's 1.000053 and a passing 0.9977 both read "1.00x of limit" (a trial's finding)."""
+    from sim.apps.serve.report import of_limit
+    assert of_limit(1.000053) == "1.000053x of limit (over)"
+    assert of_limit(0.9977) == "1.00x of limit"
+    assert of_limit(1.06) == "1.06x of limit"
+
+
+def test_the_capacity_headline_is_the_rate_run_and_says_transient():
+    """The headline printed 59.06 of the 59.0625 the search ran (a rerun at 59.06 missed the SLO), and a transient
+    capacity was said only in a warning above the table (a trial's finding)."""
+    from rich.console import Console
+
+    from sim.apps.serve.report import print_capacity
+    c = dict(knob="rate", rate=59.0625, goodput_req_s=29.03, goodput_tok_s=1e4, window_s=31.2, arrival_window_s=16.9,
+             within_slo=0.9, limiting="ttft_p90", limit_ratio=1.06, points=[{}] * 9, summary={},
+             transient="the run at capacity drained ...")
+    con = Console(record=True, width=200)
+    print_capacity(c, con)
+    assert ("59.0625 requests/s (transient: the stream ended before a steady state; warning above)"
+            in con.export_text())
+
+
+def test_a_stream_past_the_clocks_resolution_is_refused(capsys):
+    """A rate of 1e-12 ran on a 7.8 ms grid (float64 seconds at ~5e13 s) and reported 1020 W beside a 700 W limit
+    (a trial's finding): a stream longer than 1e9 s is refused."""
+    from tests.conftest import ROOT
+    f = str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml")
+    err = refused(capsys, ["serve", f, "--hw", "h100_sxm", "--set", "serving.arrivals.rate=1e-12"])
+    assert err == (f"error: {f}: serving.arrivals: the stream spans 1e+15 s, past 1e+09 s (~32 years), where the "
+                   "simulated clock loses its microsecond resolution; raise the rate or shorten the stream")

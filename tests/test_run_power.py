@@ -37,14 +37,23 @@ def test_average_power_is_the_runs_energy_over_its_time_and_devices():
 
 
 def test_the_report_and_json_say_the_power_and_what_it_holds(tmp_path, capsys):
-    """The offload kind's power holds its host CPU and disk, as `sim serve` says (power_includes)."""
+    """The offload kind's power holds its host CPU where the preset gives it a power figure, as `sim serve` says
+    (power_includes); where it gives none (flexgen_t4), the figures hold the GPU alone and a warning says so (a
+    trial read flexgen_t4's 14.6 W as the GPU's and the host's: its CPU drew 0 W)."""
     out = tmp_path / "r.json"
-    assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "flexgen_t4", "--json", str(out)]) == 0
+    assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "a6000_offload", "--json",
+                 str(out)]) == 0
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
-    assert data["devices"] == 1 and data["power_includes"] == "host CPU and disk"
+    assert data["devices"] == 1 and data["power_includes"] == "host CPU"
     row = next(ln for ln in text.splitlines() if "power per device" in ln)
-    assert f"{data['avg_power_per_device_w']:,.1f} W average over the run (1 device, with the host CPU and disk)" in row
+    assert f"{data['avg_power_per_device_w']:,.1f} W average over the run (1 device, with the host CPU)" in row
+    assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "flexgen_t4", "--json",
+                 str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "power_includes" not in json.loads(out.read_text())
+    assert ("warning: energy: flexgen_t4's host CPU (units.cpu) has no power_w: the energy and power count the GPU "
+            "alone (no preset prices the disk)") in captured.out
 
 
 def test_a_run_without_decode_steps_has_no_tpot(tmp_path):

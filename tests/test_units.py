@@ -41,3 +41,11 @@ def test_whole_percents_add_up_to_100():
 def test_a_nonzero_share_never_reads_zero_percent(fraction, text):
     """A Groq run's chips were 0.03% busy and the report said 0%."""
     assert fmt_percent(fraction) == text
+
+
+def test_fmt_rate_keeps_three_digits_below_100():
+    """A rate to one decimal from 100 up, three significant digits below: an offloaded OPT-175B run's 0.053 tokens/s
+    read "0.1" and a 0.269 one "0.3" (a trial's finding)."""
+    from sim.core.units import fmt_rate
+    assert [fmt_rate(x) for x in (0.0532, 0.269, 8.49, 21.44, 177.64, 12345.67, 0.0)] == [
+        "0.0532", "0.269", "8.49", "21.4", "177.6", "12,345.7", "0.0"]

@@ -40,7 +40,6 @@ class Placement:
 
 class OffloadMapper(Mapper):
     kind = "offload"
-    power_includes = "host CPU and disk"   # its energy counts the host's CPU and disk beside the GPU's board
     # Identical layers fold as in the core loop, exact once the schedule is periodic
     # within F layers; the block schedule looks back at most two computes, so F = 3
     # (tests/test_offload.py checks it against the exhaustive run).
@@ -59,6 +58,11 @@ class OffloadMapper(Mapper):
         super().__init__(machine, workload, model)
         self.unit_name = machine.main_unit
         self.host: Host = host_spec(machine)
+        # What the run's energy counts beside the GPU's board: the host CPU where the preset gives it a power figure
+        # (units.<cpu>.power_w: over its busy time), else nothing; no preset gives the disk one (a trial read
+        # "with the host CPU and disk" on flexgen_t4, whose CPU has none: 0 W).
+        cpu = self.host.cpu
+        self.power_includes = "host CPU" if (cpu.power_w or cpu.idle_power_w is not None) else ""
         self.rates = sched.Rates.of(self.host)
         self.spec: PolicySpec = parse_policy(workload.section("policy"), workload.batch,
                                              workload.source or workload.name)
@@ -210,7 +214,7 @@ class OffloadMapper(Mapper):
         return OwnPool(p.block_size, w.prompt_len, w.prompt_len + w.gen_len, how)
 
     def serving_board(self):
-        """The GPU's board, its energy and power per device with the host's CPU and disk beside it."""
+        """The GPU's board, its energy and power per device with the host's CPU beside it where it has a figure."""
         return replace(super().serving_board(), with_host=self.power_includes)
 
     def iteration(self, seqs, logits=None, exhaustive=False, busy=None, device_only=False,
@@ -252,6 +256,9 @@ class OffloadMapper(Mapper):
             fig.notes.append(f"the policy search chose an effective batch of {p.block_size} "
                              f"(GPU batch {p.gpu_batch_size} x {p.num_gpu_batches}); the workload's batch "
                              f"{w.batch} is its upper bound")
+        if not self.power_includes:   # a trial read the power line as the host's too
+            fig.notes.append(f"energy: {self.machine.name}'s host CPU (units.{self.host.cpu_name}) has no power_w: "
+                             "the energy and power count the GPU alone (no preset prices the disk)")
         fig.extra = dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
                          offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result))
         if self.search_result is not None:

@@ -323,7 +323,7 @@ class PimMapper(Mapper):
         if decode_tl is not None:
             base, base_tl = self.baseline(gen.exhaustive)
             metrics.update(report.baseline_metrics(gen, base, base_tl, w.batch, self.tier.energy_j_per_byte))
-        summary = report.summary(self.cfg, self.geo, self.policy, report.schedule_line(self.cfg, decisions),
+        summary = report.summary(self.cfg, self.geo, self.policy, report.schedule_line(self.cfg, decisions, w.batch),
                                  self.tier.energy_j_per_byte)
         fig.extra = dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),
                                                    summary=summary))

@@ -36,7 +36,7 @@ def step_breakdown(tl: Timeline, j_per_byte: float) -> dict[str, float]:
     return out
 
 
-def schedule_line(cfg, decisions: list["Decision"]) -> str:
+def schedule_line(cfg, decisions: list["Decision"], batch: int) -> str:
     parts = []
     if cfg.head_groups > 1:
         parts.append(f"attention blocks pipelined in {cfg.head_groups} head groups (AttAcc --pipeopt)")
@@ -46,8 +46,10 @@ def schedule_line(cfg, decisions: list["Decision"]) -> str:
         others = ", ".join(op.name.removesuffix(PIM_PART) for op in split if op.layer is None)
         parts.append(f"GEMM sharing (AttAcc --ffopt): {per_layer} GEMM(s) per layer split by columns host/PIM"
                      + (f", and {others}" if others else ""))
-    if cfg.sub_batches > 1:
-        parts.append(f"{cfg.sub_batches} interleaved sub-batches (NeuPIMs)")
+    if cfg.sub_batches > 1:   # a decode batch splits into at most one sequence each (PimMapper.sub_batch_sizes)
+        n = min(cfg.sub_batches, batch)
+        parts.append(f"{n} interleaved sub-batches (NeuPIMs)" if n > 1 else
+                     f"sub_batches {cfg.sub_batches}: a batch of 1 does not split, so nothing interleaves")
     return "; ".join(parts) or "serial (one op chain, no overlap schedule)"
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from hw_models.base import Section
 from hw_models.spatial.partition import PhaseCosts, stage_name
 from sim.core.results import RunResult
-from sim.core.units import fmt_bytes, fmt_time
+from sim.core.units import fmt_bytes, fmt_rate, fmt_time
 
 if TYPE_CHECKING:   # annotations only: the mapper imports this module
     from hw_models.spatial.mapper import SpatialMapper
@@ -57,7 +57,8 @@ def summary_rows(mapper: "SpatialMapper", dec: PhaseCosts, period: float, util: 
         ("decode token latency", f"{fmt_time(dec.latency_s)} = stages {fmt_time(sum(dec.stage_s))} + "
          f"{len(dec.hop_s)} hops {fmt_time(sum(dec.hop_s))} + return {fmt_time(dec.return_s)}"),
         ("decode period", f"{fmt_time(period)} (slowest stage {stage_name(slow, t)}: {fmt_time(dec.stage_s[slow])})"),
-        ("tokens/s per user / aggregate", f"{tok_user:,.1f} / {w.batch * tok_user:,.1f}"),
+        ("decode tokens/s per user / aggregate", f"{fmt_rate(tok_user)} / {fmt_rate(w.batch * tok_user)} (1 / the "
+         "decode period, prefill not included)"),
         ("pipeline bubble fraction", f"{100 * util['bubble']:.1f}%"),
         ("utilization (mean / max chip)",
          f"compute ({mapper.matmul_path().fmt} peak) {100 * util['compute_mean']:.2f}% / "

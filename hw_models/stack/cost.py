@@ -111,14 +111,19 @@ def replay_l2_s(unit: Unit, traffic_bytes: float) -> float | None:
     return traffic_bytes / unit.l2_bandwidth_bytes_per_s
 
 
-def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str) -> float:
+def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: str, weight_fmt: str = "") -> float:
     if fam.rate_format == VECTOR:
         return unit.vector_flops_per_s
     rates = compute_path.native_rates(unit, unit_name)
     if fam.rate_format not in rates:
-        raise ConfigError(f"{stack.source or stack.name}: quant_gemm family {family} needs a native "
-                          f"{fam.rate_format} rate, which units.{unit_name} lacks (peak_flops_per_s: "
-                          f"{', '.join(rates)}); use an emulated family for this GPU")
+        # Name the weights the workload gave (mxfp4 runs the nvfp4-rated family: one block-scaled FP4 MMA) and the
+        # way out, not only the family (a trial read "needs a native nvfp4 rate" for its mxfp4 weights).
+        what = f"{weight_fmt} weights run" if weight_fmt else "the"
+        raise ConfigError(f"{stack.source or stack.name}: {what} quant_gemm family {family}, priced at the "
+                          f"{fam.rate_format} tensor-core rate, which units.{unit_name} lacks (peak_flops_per_s: "
+                          f"{', '.join(rates)}); on this GPU give a stack file with `base: {stack.name}` and "
+                          f"quant_gemm mapping {weight_fmt or 'the format'} to an emulated family "
+                          "(fp4_marlin_emulated for FP4 weights: hw_models/stack/kernel_families.yaml), or another formats.weights")
     return rates[fam.rate_format]
 
 
@@ -134,7 +139,8 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     other = op.bytes - w_bytes
     l2_s = replay_weight_l2_s(unit, w_bytes, w.fmt, stack.replay_collector, fam.replay_l2_bytes_per_s) \
         if stack.single_layer_replay and w is not None else None
-    compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family) * fam.rate_fraction(m, l2_s is not None))
+    compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family, w.fmt if w is not None else "")
+                            * fam.rate_fraction(m, l2_s is not None))
     memory_s = (w_bytes / (bw * fam.weight_stream_efficiency) if l2_s is None else l2_s) + other / bw
     extra_s, overhead_s = 0.0, fam.floor_s
     if fam.dequant_pass:     # a kernel writes the weights in 16 bits; the GEMM reads those instead

@@ -14,6 +14,13 @@ def numeric_array(path: Path) -> np.ndarray:
     """A .npy file of real numbers, all finite (a NaN would score as an infinite SQNR). np.save writes
     ml_dtypes' bfloat16 (most checkpoints' format) as a 2-byte void, `|V2`: such an array is read as bfloat16."""
     try:
+        with open(path, "rb") as f:   # np.load reads a file without the .npy magic as a pickle and advises
+            magic = f.read(6)         # allow_pickle=, wrong for a text file (a trial's finding)
+    except OSError as exc:
+        raise SimError(f"{path}: not a readable .npy array ({exc.strerror or exc})") from None
+    if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):   # .npy magic; a .npz is a zip archive
+        raise SimError(f"{path}: not a .npy file (it lacks the NumPy header; write one with numpy.save)")
+    try:
         x = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise SimError(f"{path}: not a readable .npy array ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hw_models.compute_path import native_rates
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine
+from hw_models.offload.spec import host_spec
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
 from sim.apps.serve.disagg import transfer_notes, unread_plan
@@ -120,6 +121,28 @@ def input_notes(workload: Workload, machine: Machine) -> list[str]:
         notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
                   + engine_mismatch(workload) + pim_ineligible(workload, machine) + unshared_prefix(workload)
                   + emulated_activations(workload, machine))
+    return notes
+
+
+def ignored_hw_overrides(machine: Machine, hw: dict) -> list[str]:
+    """`--set hw.memory.<tier>.latency_s` where nothing reads it: only the offload kind's disk tier prices an access
+    latency (offload.sched: a disk read's latency before its bytes); every other tier's streams start at the unit's
+    memory_ramp_s (efficiency), so the run was the same and said nothing (a trial set 1 s on an a6000)."""
+    disk = None
+    if machine.kind == "offload":
+        try:
+            disk = host_spec(machine).disk_name
+        except ConfigError:
+            return []
+    notes = []
+    for key in hw:
+        parts = key.split(".")
+        if len(parts) != 3 or parts[0] != "memory" or parts[2] != "latency_s":
+            continue
+        tier = machine.device_tier if parts[1] == "@device" else parts[1]
+        if tier != disk:
+            notes.append(f"--set hw.{key}: no effect on {machine.name} ({machine.kind} kind): only an offload "
+                         "preset's disk tier reads latency_s; a memory's ramp is its unit's efficiency.memory_ramp_s")
     return notes
 
 

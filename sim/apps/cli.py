@@ -45,14 +45,14 @@ def _load(args: argparse.Namespace):
     """Workload, machine and the hardware overrides (for the run JSON) from the common arguments."""
     from hw_models.ideal import ideal
     from hw_models.machine import load_machine
-    from sim.apps.checks import unused_settings
+    from sim.apps.checks import ignored_hw_overrides, unused_settings
     from sim.core.settings import split_settings
     from sim.core.workload import load_workload
 
     sets = split_settings(getattr(args, "set", None), {"policy": args.policy} if getattr(args, "policy", None) else None)
     workload = load_workload(args.workload, sets.workload)
     machine = load_machine(args.hw, sets.hw)
-    for note in unused_settings(workload, machine, workload.model_config_()):
+    for note in unused_settings(workload, machine, workload.model_config_()) + ignored_hw_overrides(machine, sets.hw):
         print(f"warning: {note}", file=sys.stderr)
     if getattr(args, "ideal", False):
         machine = ideal(machine)
@@ -66,9 +66,11 @@ def _load(args: argparse.Namespace):
 
 
 @contextmanager
-def _naming(workload, machine) -> Iterator[None]:
+def _naming(workload, machine, hw: dict | None = None) -> Iterator[None]:
     """A SimError raised while simulating (the model does not fit, no native rate) names
-    the workload file and the hardware it ran on, when the message does not already."""
+    the workload file and the hardware it ran on, when the message does not already; a kind's section
+    (host, pim, spatial) is checked only when the run builds it, so a bad `--set hw.<key>` read as the preset's
+    own mistake (a trial): the key's --set is named."""
     try:
         yield
     except SimError as exc:
@@ -76,7 +78,8 @@ def _naming(workload, machine) -> Iterator[None]:
         if workload.source and workload.source in msg:
             raise
         if machine.source and machine.source in msg:
-            raise type(exc)(f"{msg} (workload {wl})") from None
+            hit = next((k for k in hw or {} if f": {k}:" in msg), None)
+            raise type(exc)(f"{msg} (workload {wl}{f'; from --set hw.{hit}' if hit else ''})") from None
         raise type(exc)(f"{wl} on {machine.source or machine.name}: {msg}") from None
 
 
@@ -104,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output(args.plots, directory=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
-        with _naming(workload, machine), progress.bar("simulating", "steps", quiet=args.quiet) as update:
+        with _naming(workload, machine, hw_sets), progress.bar("simulating", "steps", quiet=args.quiet) as update:
             token = STEP_PROGRESS.set(update)
             try:
                 result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
@@ -161,7 +164,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     from sim.core.units import fmt_time
     from sim.core.workload import beyond_context
 
-    workload, machine, _ = _load(args)
+    workload, machine, hw_sets = _load(args)
     if args.kv_len is not None and args.kv_len < 1:
         raise ConfigError(f"--kv-len {args.kv_len}: must be at least 1 (the decode token's own key)")
     # What sim run adds and this table does not: a stack's kernels and host time, a plan's split over devices,
@@ -184,7 +187,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if (beyond := beyond_context(kv, model)) is not None:   # as sim run warns (sim.core.workload.check_context)
         print(f"warning: kv_len {kv} is {beyond}", file=sys.stderr)
-    with _naming(workload, machine):
+    with _naming(workload, machine, hw_sets):
         rows = roofline_rows(workload, machine, args.phase, q, kv)
     totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),
                   simulated_s=sum(r["simulated_s"] * r["count"] for r in rows),

@@ -16,7 +16,7 @@ from hw_models.stack.spec import load_stack
 from sim.apps.utilization import utilization
 from sim.core import tables
 from sim.core.results import RunResult, aggregate_by_name, group_name
-from sim.core.units import fmt_bytes, fmt_capacity, fmt_percent, fmt_time
+from sim.core.units import fmt_bytes, fmt_capacity, fmt_percent, fmt_rate, fmt_time
 
 
 def render_section(s: Section) -> Table:
@@ -53,7 +53,7 @@ def _per_replica(result: RunResult) -> str:
     """Under a plan with dp replicas one replica is simulated (docs/parallelism.md): its figures are one
     replica's, which the throughput line says with the deployment's total beside it."""
     dp = result.extra.get("parallel", {}).get("plan", {}).get("dp", 1)
-    return f" per replica; {dp} replicas: {dp * result.throughput_tok_s:,.1f} tokens/s" if dp > 1 else ""
+    return f" per replica; {dp} replicas: {fmt_rate(dp * result.throughput_tok_s)} tokens/s" if dp > 1 else ""
 
 
 def _paths(paths) -> str:
@@ -148,7 +148,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("TPOT mean / first / last", f"{fmt_time(result.tpot_s)} / {fmt_time(result.tpot_first_s)} / {fmt_time(result.tpot_last_s)}"
          if result.gen_len > 1 else "- (gen_len 1: the one token comes from prefill, no decode step)"),
         ("end-to-end", fmt_time(result.e2e_s)),
-        ("throughput", f"{result.throughput_tok_s:,.1f} tokens/s ({result.batch} x {result.gen_len} tokens)"
+        ("throughput", f"{fmt_rate(result.throughput_tok_s)} tokens/s ({result.batch} x {result.gen_len} tokens over "
+                       "the end-to-end time, prefill included)"
          + _per_replica(result)),
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
         ("power per device", f"{result.avg_power_per_device_w:,.1f} W average over the run ({result.devices} "

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -259,6 +260,12 @@ def dumps(data: Any) -> str:
 
 
 def write_json(path: str | Path, data: Any) -> Path:
+    """`data` as JSON at `path`, atomically; `-` is stdout, as for most Unix tools (it wrote a file named `-`, a
+    trial's finding): with a command's tables on stdout too, add -q for the JSON alone."""
+    if str(path) == "-":
+        sys.stdout.write(dumps(data) + "\n")
+        sys.stdout.flush()
+        return Path("-")
     return atomic_write(path, lambda p: p.write_text(dumps(data) + "\n"))
 
 

@@ -211,7 +211,8 @@ def quantize(array, fmt: str | NumberFormat) -> np.ndarray:
     f = get_format(fmt)
     if not f.element_dtype:
         raise ConfigError(f"number format {f.name!r} has no element_dtype, so it cannot be emulated")
-    x = np.asarray(array, dtype=np.float32)
+    with np.errstate(over="ignore"):   # a value past float32's range is +-inf, as documented: no numpy warning
+        x = np.asarray(array, dtype=np.float32)
     if x.size == 0:
         return x.copy()
     scalar = x.ndim == 0

@@ -208,7 +208,12 @@ def set_dotted(tree: dict[str, Any], path: str, value: Any, source: str = "overr
             raise ConfigError(f"{source}: {'.'.join(keys[: i + 1])}: unknown key")   # as a misspelt last key reads
         node = node[key]
     if not isinstance(node, dict):
-        raise ConfigError(f"{source}: {path}: parent is not a mapping")
+        parent = ".".join(keys[:-1])
+        if keys[0] == "model" and isinstance(node, str):   # a preset name or a config.json path, not its fields
+            raise ConfigError(f"{source}: {path}: model is {node!r}, a name, not a mapping of fields; to change "
+                              f"{keys[-1]}, give the model as an inline mapping or a config.json / model YAML "
+                              "(docs/models.md)")
+        raise ConfigError(f"{source}: {path}: {parent} is {node!r}, not a mapping")
     node[keys[-1]] = value
 
 

@@ -97,6 +97,12 @@ def fmt_time(t: float) -> str:
     return f"{t * 1e6:.2f} us"
 
 
+def fmt_rate(x: float) -> str:
+    """A rate to one decimal from 100 up (12,345.6), three significant digits below, so that an offloaded run's
+    0.053 tokens/s does not read 0.1 (a trial's finding): 0.0532 -> '0.0532', 8.49 -> '8.49', 177.64 -> '177.6'."""
+    return f"{x:,.1f}" if abs(x) >= 100 or x == 0 else f"{x:.3g}"
+
+
 def fmt_si(x: float, unit: str) -> str:
     """`x` with the decimal prefix that puts it in [1, 1000): fmt_si(1.536e12, "B/s") == "1.54 TB/s"."""
     for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):

@@ -54,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.run import summary_of
     from sim.apps.serve.spec import load_serve_file
-    from sim.apps.checks import input_notes
+    from sim.apps.checks import ignored_hw_overrides, input_notes
     from hw_models.registry import hardware_record
     from sim.core.settings import split_settings
 
@@ -65,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     file = load_serve_file(args.file, sets.workload)
     machine = _machine(args, file, sets.hw)
     file = with_engine_defaults(file, machine)   # vLLM's budget and sequence cap follow the GPU where left out
-    for note in input_notes(file, machine):
+    for note in input_notes(file, machine) + ignored_hw_overrides(machine, sets.hw):
         print(f"warning: {note}", file=sys.stderr)
     slo = _slo(args.slo) or dict(file.serving.slo)
     if slo != file.serving.slo:

@@ -208,7 +208,13 @@ def draft_file(file: s.ServeFile, draft: ModelConfig) -> s.ServeFile:
 
 def _draft(file: s.ServeFile, model: ModelConfig) -> ModelConfig:
     d = file.serving.speculative.draft
-    draft = load_model(d, file.source or None)
+    try:
+        draft = load_model(d, file.source or None)
+    except ConfigError as exc:   # load_model names `model:`, the target's key (a trial's unknown draft read so)
+        src = f"{file.source}: " if file.source else ""
+        msg = str(exc)
+        raise ConfigError(f"{src}serving.speculative.draft: {msg.removeprefix(f'{src}model: ')}"
+                          if msg.startswith(f"{src}model: ") else msg) from None
     if draft.vocab_size != model.vocab_size:
         raise ConfigError(f"{file.source}: serving.speculative.draft: {draft.name} has a vocabulary of "
                           f"{draft.vocab_size} tokens, {model.name} of {model.vocab_size}; a draft must share "

@@ -119,8 +119,14 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
 
 
 def of_limit(ratio: float) -> str:
-    """A metric's share of its SLO limit; unbounded where rejected requests (never served) decide the percentile."""
-    return f"{ratio:.2f}x of limit" if np.isfinite(ratio) else "unbounded (rejected requests count as never served)"
+    """A metric's share of its SLO limit; unbounded where rejected requests (never served) decide the percentile.
+    A miss that two decimals round to 1.00 gets the digits that show it, and says so (a trial read a failing
+    1.000053 and a passing 0.9977 both as "1.00x")."""
+    if not np.isfinite(ratio):
+        return "unbounded (rejected requests count as never served)"
+    if ratio > 1.0 and f"{ratio:.2f}" == "1.00":
+        return f"{ratio:.6f}".rstrip("0") + "x of limit (over)"
+    return f"{ratio:.2f}x of limit"
 
 
 def utilization_table(u: dict[str, float], instances: int = 1) -> Table:
@@ -157,8 +163,11 @@ def print_capacity(c: dict[str, Any], console: Console | None = None, price_usd:
     clients = c.get("knob") == "concurrency"
     t = Table(title=f"capacity search (bisection on the {'client count' if clients else 'arrival rate'})",
               show_header=False, title_justify="left")
-    t.add_row(*(("most clients meeting the SLO", f"{c['rate']:d}") if clients
-                else ("highest rate meeting the SLO", f"{c['rate']:.4g} requests/s")))
+    # The rate as the search ran it, so that a rerun at the printed rate is that run (a trial's rerun at 59.06 of
+    # 59.0625 missed the SLO); a transient capacity says so where it is read, not only in a warning below.
+    transient = " (transient: the stream ended before a steady state; warning above)" if c.get("transient") else ""
+    t.add_row(*(("most clients meeting the SLO", f"{c['rate']:d}{transient}") if clients
+                else ("highest rate meeting the SLO", f"{c['rate']:.6g} requests/s{transient}")))
     t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s over the run's "
               f"{c['window_s']:.4g} s (first arrival to last completion"
               + ("" if clients else f"; arrivals span ~{c['arrival_window_s']:.4g} s") + "); "

@@ -20,6 +20,9 @@ PosInt = Annotated[StrictInt, Field(gt=0)]   # `true` or "4" are refused, not re
 CV = Annotated[float, Field(ge=1e-3, le=1e3)]
 
 
+MAX_SPAN_S = 1e9   # the longest arrival stream: float64 seconds resolve ~0.12 us at 1e9 s
+
+
 class _Count(Strict):
     """How long the stream runs: a number of requests or a duration (seconds)."""
     num_requests: PosInt | None = None
@@ -32,6 +35,11 @@ class _Count(Strict):
     def _one(self):
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give num_requests or duration_s")
+        span = self.duration_s if self.duration_s is not None else \
+            -(-self.num_requests // self.per_arrival) * self.gap_s
+        if MAX_SPAN_S < span < float("inf"):   # (an infinite one is refused as out of range later) float64 seconds keep ~0.1 us there; a rate of 1e-12 ran on a 7.8 ms grid (a trial)
+            raise ValueError(f"the stream spans {span:.3g} s, past {MAX_SPAN_S:.0e} s (~32 years), where the "
+                             "simulated clock loses its microsecond resolution; raise the rate or shorten the stream")
         return self
 
     @property

@@ -243,6 +243,8 @@ def _lengths(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(v) | (v < 1) | (v > MAX_TOKENS) | (v != np.round(v))
     if bad.any():
-        raise ConfigError(f"{path}: {col}: row {int(np.argmax(bad)) + 1} has {v[np.argmax(bad)]}; "
-                          f"token counts must be whole numbers from 1 to {MAX_TOKENS:,}")
+        i = int(np.argmax(bad))
+        got = "no number" if np.isnan(v[i]) else f"{v[i]:g}"   # a missing cell read "has nan" (a trial)
+        raise ConfigError(f"{path}: {col}: row {i + 1} has {got}; token counts must be whole numbers from 1 to "
+                          f"{MAX_TOKENS:,}")
     return v.astype(np.int64)

@@ -84,6 +84,8 @@ class _Resolver:
 
     def machine(self, ref: str, overrides: tuple[tuple[str, Any], ...], where: str) -> Machine:
         memo = (ref, _freeze(overrides))
+        # a point's `where` may name the preset already (an error row read "hw groq_lpu (hw groq_lpu)", a trial)
+        src = where if f"hw {ref}" in where else f"{where} (hw {ref})"
         if memo not in self._hw:
             raw = raw_machine(ref)
             named: dict[str, str] = {}   # resolved field -> the axis that set it
@@ -98,8 +100,8 @@ class _Resolver:
                     if isinstance(own, bool) or not isinstance(own, (int, float)):
                         raise ConfigError(f"{where}: hw.{path}: scale: {ref}'s value {own!r} is not a number")
                     value = own * value.factor
-                set_dotted(raw, resolved, value, source=f"{where} (hw {ref})")
-            self._hw[memo] = machine_from_dict(raw, f"{where} (hw {ref})")
+                set_dotted(raw, resolved, value, source=src)
+            self._hw[memo] = machine_from_dict(raw, src)
         return self._hw[memo]
 
     def workload(self, overrides: tuple[tuple[str, Any], ...], where: str) -> Workload:

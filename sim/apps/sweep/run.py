@@ -104,6 +104,7 @@ class Summary:
 
 
 def _progress(total: int, enabled: bool):
+    from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
     from rich.text import Text
@@ -112,10 +113,11 @@ def _progress(total: int, enabled: bool):
         def render(self, task) -> Text:
             return Text(f"{task.speed:.1f} points/s" if task.speed else "-- points/s")
 
-    # markup=False: the spec's name is printed literally ("[/b]x" is a name, not rich markup).
+    # markup=False: the spec's name is printed literally ("[/b]x" is a name, not rich markup). On stderr, as sim
+    # run's bar: stdout holds what --format asks for (the bar went there, a trial's `> log` held only it).
     return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), Rate(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    disable=not enabled, transient=False)
+                    console=Console(stderr=True), disable=not enabled, transient=False)
 
 
 def run_points(points: list[Point], store: Store, executor: cf.Executor, progress: bool = True,

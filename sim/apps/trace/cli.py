@@ -43,30 +43,11 @@ def _machine(spec: str, command: str, settings: list[str] | None = None):
     return machine
 
 
-def _load(args: argparse.Namespace, paths, machine=None):
-    """The traces of `paths`; with `machine`, each checked to come from that kind of device (input_checks)."""
-    from sim.apps.trace.input_checks import contended, overridden, same_device, truncated
-    from sim.apps.trace.parser import load_trace
-
-    traces = []
-    for path in paths:
-        for t in load_trace(path, args.model, args.tokens):
-            if args.tp is None or all(s.tp == args.tp for s in t.steps):
-                traces.append(t)
-    said = dict.fromkeys(w for t in traces if machine is not None and (w := same_device(t, machine)))
-    for w in said:   # once per file, not per TP degree of a vidur table
-        print(w, file=sys.stderr)
-    for t in traces:
-        overridden(t, args.model, args.tokens)
-        contended(t)
-        truncated(t)
-    return traces
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from sim.core.files import check_output, transaction, write_json
+    from sim.apps.trace.load_inputs import load_distinct
     from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
@@ -82,7 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in (args.json, args.plot):
         if path:
             check_output(path)  # before the work, not after it
-    v = validate(_load(args, args.traces, machine), machine, stack=_stack(args.stack))
+    v = validate(load_distinct(args, args.traces, machine), machine, stack=_stack(args.stack))
     with transaction():  # both outputs or neither
         if args.json:
             write_json(args.json, v.to_json())
@@ -171,6 +152,7 @@ def _validate_aic(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from sim.core.files import check_output, write_json
+    from sim.apps.trace.load_inputs import load_traces
     from sim.apps.trace.replay import replay
 
     machine = _machine(args.hw, "replay", args.set)
@@ -179,7 +161,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         check_output(args.json)
     console = tables.console()
-    for trace in _load(args, [args.traces]):
+    for trace in load_traces(args, [args.traces]):
+        if not trace.ops:   # sim validate refuses it too; replayed, every measured cell read "-" and it exited 0
+            raise ConfigError(f"{trace.source}: no measured ops to replay (a header without rows?); sim run predicts "
+                              "a workload without a trace")
         r = replay(trace, machine, source, stack=stack)
         if args.json:
             write_json(args.json, r.to_json())
@@ -266,6 +251,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine
     from sim.core.files import check_output
     from sim.apps.trace.calibrate import write_preset
+    from sim.apps.trace.load_inputs import load_distinct
     from sim.apps.trace.stack_calibrate import calibrate_for, held_out
 
     if not args.output and not args.report:   # not argparse's required=: the deprecated --output spelling fills it too
@@ -278,7 +264,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     name = args.name or (Path(args.output).stem if args.output else f"{base.name}_calibrated")
     if not name.isprintable() or not name.strip():  # a newline would write a preset that cannot load
         raise ConfigError(f"--name {name!r}: must be one printable line")
-    fit_traces = _load(args, args.traces, base)
+    fit_traces = load_distinct(args, args.traces, base, refuse=True)
+    held = load_distinct(args, args.held_out, base, refuse=True, fitted=fit_traces) if args.held_out else []
     cal, note = calibrate_for(fit_traces, base, args.stack, per_kind=not args.single_curve, name=name,
                               min_traces=args.min_traces, gemv_max_m=_gemv_choices(args.gemv_max_m))
     console = tables.console()
@@ -287,7 +274,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"warning: the fit makes its own traces' per-op MAPE worse ({fit.before:.1%} with {base.name} -> "
               f"{fit.after:.1%}): noisy or contended captures, or traces unlike each other", file=sys.stderr)
     if args.held_out:   # refuses (ConfigError) before anything is written, unless --report / --force
-        h = held_out(_load(args, args.held_out, base), base, cal.machine, args.stack, refuse=not (args.report or args.force))
+        h = held_out(held, base, cal.machine, args.stack, refuse=not (args.report or args.force))
         if args.report:
             console.print(f"{h.line()}: {'worse: sim calibrate would refuse it' if h.worse else 'not worse'}; "
                           "--report writes nothing")

@@ -3,6 +3,7 @@ against --hw, and --model / --tokens against what the file itself says."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -81,3 +82,25 @@ def truncated(trace) -> None:
               + "; ".join(x for x in (f"step(s) {', '.join(map(str, short))} partial" if short else "",
                                       f"{len(missing)} step(s) missing" if missing else "") if x)
               + " (a truncated file?)", file=sys.stderr)
+
+
+def capture_key(trace) -> tuple:
+    """What identifies one capture whatever file holds it: capture_trace.py's .meta.json (its date, arguments and wall
+    time; an .ops.csv and its .trace.json.gz share it), else the measured ops themselves, to the nanosecond."""
+    meta = trace.meta or {}
+    if meta.get("date") and meta.get("argv") is not None:
+        return ("meta", json.dumps([meta["date"], meta["argv"], meta.get("wall_s")], sort_keys=True, default=str))
+    return ("ops", tuple((o.step, o.name, round(o.duration_s * 1e9)) for o in trace.ops))
+
+
+def repeated_captures(traces, others=()) -> list[tuple[str, str]]:
+    """(later, earlier) source pairs that are one capture: within `traces`, or of `traces` in `others`."""
+    seen = {capture_key(t): str(t.source) for t in others}
+    out = []
+    for t in traces:
+        key = capture_key(t)
+        if key in seen:
+            out.append((str(t.source), seen[key]))
+        else:
+            seen[key] = str(t.source)
+    return out

@@ -58,6 +58,8 @@ def check_meta(raw: Any, source: str) -> dict[str, Any]:
 
 def measured(value: Any, where: str) -> float:
     """A measured duration: a finite, non-negative number (`true` is no number of microseconds)."""
+    if value is None or (isinstance(value, str) and not value.strip()):   # a row cut short (a truncated file)
+        raise ConfigError(f"{where}: the duration is missing (a truncated file?)")
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a duration, got {value!r}")
     try:

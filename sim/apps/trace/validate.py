@@ -163,7 +163,12 @@ def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | N
             sim = simulate_step(trace, shape, machine, stack)
             for m in ops:
                 if m.name not in sim.per_op_s:
-                    raise ConfigError(f"{trace.source}: op {m.name!r} of {shape.label} is not in the simulated graph")
+                    # Under a stack the graph is the engine's (fused attention, fused projections): a trace of another
+                    # op structure names ops it lacks (a trial's eager CPU capture under --stack vllm).
+                    why = (f"; stack {stack!r} builds another op structure (its fused kernels) than the capture ran: "
+                           "give the stack the capture ran under, or none") if stack else ""
+                    raise ConfigError(f"{trace.source}: op {m.name!r} of {shape.label} is not in the simulated "
+                                      f"graph{why}")
                 if m.duration_s <= 0:
                     continue  # an op with no measurable time (e.g. a 0-us memset only) has no relative error
                 op = sim.graph.op(m.name)
