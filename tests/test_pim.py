@@ -653,3 +653,17 @@ def test_a_run_that_never_uses_its_pim_says_why_in_the_summary():
     bf16 = workload_from_dict(dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=128, gen_len=4,
                                    formats=dict(weights="bf16", activations="bf16", kv_cache="bf16")), "t.yaml")
     assert "PIM unused" not in dict(report_sections(simulate(bf16, load_machine("aim_gddr6")))[1].rows)
+
+
+def test_a_run_past_what_the_pim_units_reach_says_so():
+    """An Aquabolt-XL stack is four 4 Gb PIM dies and four 8 Gb plain ones (6 GB; hbm_pim.yaml cites it): its PIM
+    units reach 2 GiB of it, 5 x 2 GiB = 10.74 GB on hbm_pim. Llama-2-13B's decode places every FC layer on PIM:
+    40 layers x (4 x 5120^2 + 3 x 5120 x 13824) x 2 B = 25.38 GB, + lm_head 0.33 GB + the KV it reads (0.89 GB at
+    1,088 tokens) = 26.6 GB > 10.74 GB: the run says its timings assume PIM dies that hold it all (a trial's
+    finding). Attention alone on PIM (the KV cache, 0.89 GB) fits and says nothing."""
+    def notes(**wl):
+        m = mapper(**wl)
+        return [n for n in simulate(m.workload, m.machine).notes if n.startswith("pim: the ops placed on PIM")]
+    got = notes(batch=1, prompt_len=1024, gen_len=128)
+    assert len(got) == 1 and "read 26.59 GB of weights and KV cache, but the PIM units reach 10.74 GB" in got[0]
+    assert notes(batch=1, prompt_len=1024, gen_len=128, pim_policy="attention_only") == []

@@ -65,6 +65,10 @@ class PimConfig(Strict):
     # predicted speeds, where that beats placing it whole (AttAcc --ffopt). Needs dual_row_buffer:
     # host and PIM read the banks at once.
     gemm_sharing: StrictBool = False
+    # Bytes of a stack that its PIM units reach: the dies that carry them, where a stack mixes dies with and
+    # without (Aquabolt-XL: four 4 Gb PIM dies beside four 8 Gb plain ones). None: every die. Said, not placed:
+    # a run that puts more on PIM than this gets a note (PimMapper.figures).
+    pim_capacity_bytes_per_stack: Quantity | None = Field(default=None, gt=0)
 
     @field_validator("formats", mode="after")
     @classmethod

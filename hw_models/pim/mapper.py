@@ -327,6 +327,8 @@ class PimMapper(Mapper):
                                  self.tier.energy_j_per_byte)
         fig.extra = dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),
                                                    summary=summary))
+        if note := report.reach_note(decisions, self.cfg, self.model.num_layers):
+            fig.notes.append(note)
         return fig
 
     def baseline(self, exhaustive: bool = False) -> tuple[Generation, Timeline]:

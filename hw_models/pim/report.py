@@ -15,7 +15,7 @@ from hw_models.pim.plan import Decision
 from sim.core.engine import Timeline
 from sim.core.generation import Generation
 from sim.core.results import RunResult
-from sim.core.units import fmt_time
+from sim.core.units import fmt_bytes, fmt_time
 
 
 def step_breakdown(tl: Timeline, j_per_byte: float) -> dict[str, float]:
@@ -144,3 +144,20 @@ def _summary_rows(result: RunResult, x: dict[str, float], s: dict[str, str]) -> 
     return rows + [("DRAM energy per token", f"{energy} ({s['energy_per_bit']})"),
                    ("PIM arithmetic energy", f"{mac * 1e3:.2f} mJ per token ({s['mac_energy']}; up to "
                                              f"{3 * mac * 1e3:.2f} mJ at 3x for DRAM-process logic)")]
+
+
+def reach_note(decisions: list["Decision"], cfg, num_layers: int) -> str | None:
+    """The note of a run whose PIM-placed weights and KV cache outgrow the bytes its PIM units reach
+    (pim.pim_capacity_bytes_per_stack x stacks), or None: the layer's ops count once per layer, the others once."""
+    if cfg.pim_capacity_bytes_per_stack is None:
+        return None
+    placed = sum(sum(t.bytes for t in d.op.reads if t.role in ("weight", "kv"))
+                 * (num_layers if d.op.layer is not None else 1) for d in decisions if d.where == "pim")
+    reach = cfg.pim_capacity_bytes_per_stack * cfg.stacks
+    if placed <= reach:
+        return None
+    return (f"pim: the ops placed on PIM read {fmt_bytes(placed)} of weights and KV cache, but the PIM units reach "
+            f"{fmt_bytes(reach)} (pim.pim_capacity_bytes_per_stack x {cfg.stacks} stacks; the rest of each stack "
+            "is dies without PIM units, which only the host reads): these timings hold for a part whose PIM dies "
+            "hold it all; sim does not yet split the ops by where their data lies")
+
