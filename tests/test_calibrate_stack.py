@@ -181,6 +181,10 @@ def test_one_capture_is_counted_once(tmp_path, capsys):
     assert main(["calibrate", FIT_CPU, "--hw", "cpu_host", "-o", str(out), "--held-out", twin]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --held-out {twin}: the capture {FIT_CPU} is fitted on; a "
                                                "held-out figure needs another capture")
+    # one held-out capture given twice is that, not a fitted one
+    assert main(["calibrate", FIT_CPU, "--hw", "cpu_host", "-o", str(out), "--held-out", HELD_CPU, HELD_CPU]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {HELD_CPU}: the same capture as {HELD_CPU}; give each "
+                                               "capture once (a fit counts it once)")
     assert not out.exists()
     assert main(["validate", FIT_CPU, FIT_CPU, "--hw", "cpu_host", "-q"]) == 0
     assert f"warning: {FIT_CPU}: the same capture as {FIT_CPU}; its ops count twice" in capsys.readouterr().err

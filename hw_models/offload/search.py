@@ -233,7 +233,7 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
     for c in top:
         _confirm(mapper, c)
     rank = (lambda c: c.des_tpot_s) if objective == "latency" else (lambda c: -c.des_throughput)
-    top += _refine(mapper, spec, objective, cap, min(top, key=rank), {c.policy for c in top}, rank)
+    top += _refine(mapper, spec, set(pairs), objective, cap, min(top, key=rank), {c.policy for c in top}, rank)
     best = min(top, key=rank)
     return SearchResult(best, top, tried, len(found), objective, time.perf_counter() - t0)
 
@@ -247,8 +247,8 @@ def _confirm(mapper, c: Candidate) -> Candidate:
     return c
 
 
-def _refine(mapper, spec: PolicySpec, objective: str, cap: float, best: Candidate, seen: set[Policy],
-            rank) -> list[Candidate]:
+def _refine(mapper, spec: PolicySpec, pairs: set[tuple[int, int]], objective: str, cap: float, best: Candidate,
+            seen: set[Policy], rank) -> list[Candidate]:
     """The event simulation's local search around its best confirmed candidate. The LP's perfect overlap prices a
     weight streamed over PCIe as free when the link has slack and a larger block as no gain once the link is
     covered, so it can rank the simulated best low (a trial: OPT-30B on flexgen_t4, the LP's pick 7.65 tok/s in
@@ -257,7 +257,7 @@ def _refine(mapper, spec: PolicySpec, objective: str, cap: float, best: Candidat
     the same attention); the search moves to the best neighbour that the event simulation rates better, and
     stops where none is (at most MAX_REFINE simulations)."""
     out: list[Candidate] = []
-    current, pairs = best, set(_batch_pairs(spec, mapper.workload.batch, objective))
+    current = best   # `pairs`: the (GPU batch size, GPU batches) the search enumerated
     while len(out) < MAX_REFINE:
         p = current.policy
         moves = [(p.gpu_batch_size, p.num_gpu_batches + d, p.weights[0]) for d in (1, -1)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hw_models.compute_path import native_rates
 from hw_models.kinds import KINDS, section_owners
-from hw_models.machine import Machine
+from hw_models.machine import Machine, machine_aliases
 from hw_models.offload.spec import host_spec
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
@@ -15,6 +15,7 @@ from sim.core.errors import ConfigError
 from sim.core.formats import get_format
 from sim.core.lowering import lower, override_matches
 from sim.core.model import ModelConfig
+from sim.core.settings import resolve_aliases
 from sim.core.workload import Workload
 
 
@@ -135,12 +136,12 @@ def ignored_hw_overrides(machine: Machine, hw: dict) -> list[str]:
         except ConfigError:
             return []
     notes = []
+    aliases = machine_aliases(machine)
     for key in hw:
-        parts = key.split(".")
+        parts = resolve_aliases(key, aliases).split(".")
         if len(parts) != 3 or parts[0] != "memory" or parts[2] != "latency_s":
             continue
-        tier = machine.device_tier if parts[1] == "@device" else parts[1]
-        if tier != disk:
+        if parts[1] != disk:
             notes.append(f"--set hw.{key}: no effect on {machine.name} ({machine.kind} kind): only an offload "
                          "preset's disk tier reads latency_s; a memory's ramp is its unit's efficiency.memory_ramp_s")
     return notes

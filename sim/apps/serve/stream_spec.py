@@ -37,7 +37,9 @@ class _Count(Strict):
             raise ValueError("give num_requests or duration_s")
         span = self.duration_s if self.duration_s is not None else \
             -(-self.num_requests // self.per_arrival) * self.gap_s
-        if MAX_SPAN_S < span < float("inf"):   # (an infinite one is refused as out of range later) float64 seconds keep ~0.1 us there; a rate of 1e-12 ran on a 7.8 ms grid (a trial)
+        # Past MAX_SPAN_S float64 seconds lose the microsecond (a rate of 1e-12 ran on a 7.8 ms grid, a trial); an
+        # infinite span (a subnormal rate) is refused later, as out of any physical range.
+        if MAX_SPAN_S < span < float("inf"):
             raise ValueError(f"the stream spans {span:.3g} s, past {MAX_SPAN_S:.0e} s (~32 years), where the "
                              "simulated clock loses its microsecond resolution; raise the rate or shorten the stream")
         return self

@@ -34,8 +34,9 @@ def load_distinct(args: argparse.Namespace, paths, machine, refuse: bool = False
     an in-sample figure labelled held out (a trial's findings). `refuse`: a ConfigError (calibrate), else a warning
     (validate counts its ops twice, as given); `fitted`: the fit's traces, when these are held out."""
     traces = load_traces(args, paths, machine)
+    fitted_sources = {str(t.source) for t in fitted}
     for later, earlier in repeated_captures(traces, fitted):
-        if fitted:
+        if earlier in fitted_sources:
             raise ConfigError(f"--held-out {later}: the capture {earlier} is fitted on; a held-out figure needs "
                               "another capture")
         if refuse:
