@@ -350,6 +350,22 @@ def test_json_dash_is_stdout(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "-").exists()
 
 
+def test_requests_dash_is_csv_on_stdout(capsys):
+    """`-` is stdout for every writer (sim.core.files.atomic_write), not only --json: --requests - prints the CSV."""
+    w = str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml")
+    assert main(["serve", w, "--hw", "h100_sxm", "--set", "serving.arrivals.num_requests=4", "--requests", "-",
+                 "-q"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("id,arrival_s,") and len(lines) == 5
+
+
+def test_two_outputs_on_stdout_are_refused(capsys):
+    w = str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml")
+    assert main(["serve", w, "--hw", "h100_sxm", "--json", "-", "--requests", "-", "-q"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --json and --requests: both write to stdout (-); give one of them a file path")
+
+
 def test_a_field_of_a_preset_model_says_the_model_is_a_name(capsys):
     """`--set model.num_layers=0` on a workload whose model is a preset read "parent is not a mapping" (a trial):
     the message says the model is a name and how to give fields."""

@@ -106,8 +106,11 @@ def test_transaction_lands_everything_or_nothing(tmp_path):
     # finite, but ramp x peak overflows the curve's half size to infinity: was a ZeroDivisionError traceback
     ("hw.units.gpu.efficiency.compute_ramp_s=1e300", "the simulated ttft_s is nan: a rate or size in the hardware"),
     ("hw.units.gpu.peak_flops_per_s.fp16=0", "units.gpu.peak_flops_per_s: fp16: must be positive"),
-    ("hw.memory.gddr.bandwidth_bytes_per_s=1e-300", "the simulated ttft_s is nan: a rate or size in the hardware"),
-    ("hw.units.gpu.peak_flops_per_s.fp16=1e-300", "the simulated ttft_s is nan: a rate or size in the hardware"),
+    # below one byte / FLOP a second: the schema names the key (it read "ttft_s is nan" without it, a trial)
+    ("hw.memory.gddr.bandwidth_bytes_per_s=1e-300",
+     "memory.gddr.bandwidth_bytes_per_s: '1e-300' is below 1 byte/s: out of any physical range"),
+    ("hw.units.gpu.peak_flops_per_s.fp16=1e-300",
+     "units.gpu.peak_flops_per_s.fp16: '1e-300' is below 1 FLOP/s: out of any physical range"),
 ])
 def test_non_physical_hardware_values_are_refused(tiny, tmp_path, capsys, setting, message):
     line = refused(capsys, ["run", str(tiny), "--hw", "a6000", "-q", "--set", setting,

@@ -141,11 +141,11 @@ def test_set_adds_a_section_the_file_lacks_and_still_names_unknown_keys(tmp_path
 
 
 @pytest.mark.parametrize("edit, setting, message", [
-    (None, "hw.memory.gddr.bandwidth_bytes_per_s=1e-300", "the simulated iteration time is nan s: a rate or size in "
+    (None, "hw.units.gpu.efficiency.compute_ramp_s=1e300", "the simulated iteration time is nan s: a rate or size in "
      "the hardware ({hw}) is out of any physical range"),
     (lambda s: s.update(disaggregated=dict(prefill=dict(hw="a6000"), decode=dict(hw="a6000"),
-                                           transfer=dict(bandwidth_bytes_per_s=1e-300))), None,
-     "the simulated finish time is 2.88e+307 s: a rate or size in the hardware (serving.disaggregated: its presets "
+                                           transfer=dict(bandwidth_bytes_per_s=1, latency_s=1e306))), None,
+     "the simulated finish time is 2e+307 s: a rate or size in the hardware (serving.disaggregated: its presets "
      "or transfer link) is out of any physical range"),
 ], ids=["bandwidth", "disaggregated-transfer"])
 def test_serving_on_hardware_out_of_any_physical_range(tmp_path, capsys, edit, setting, message):

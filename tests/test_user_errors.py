@@ -105,6 +105,16 @@ def test_roofline_kv_len_must_be_positive(tiny, capsys, kv):
     assert _err(capsys) == f"error: --kv-len {kv}: must be at least 1 (the decode token's own key)"
 
 
+@pytest.mark.parametrize("argv", [["calibrate", "t.json", "--hw", "a6000", "-o", "c.yaml", "--min-traces", "0"],
+                                  ["sweep", "s.yaml", "--workers", "0"], ["sweep", "s.yaml", "--max-points", "-1"],
+                                  ["validate", "t.json", "--hw", "a6000", "--limit", "0"]])
+def test_counts_on_the_command_line_must_be_positive(capsys, argv):
+    """`--min-traces 0`, `--workers 0` were taken without a word (a trial): a count flag is argparse's usage error."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and "must be > 0" in capsys.readouterr().err
+
+
 def test_sweep_when_error_while_evaluating_names_the_file(tiny, tmp_path, capsys):
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: s\nworkload: {tiny}\nhw: a6000\naxes:\n  workload.batch: [1, 2]\n"

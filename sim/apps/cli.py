@@ -24,7 +24,7 @@ from typing import Iterator
 
 from hw_models.kinds import cli_registrars
 from sim.apps import diff_cli, hw_cli, progress
-from sim.core.files import check_output, transaction, write_json
+from sim.core.files import check_output, check_outputs, transaction, write_json
 from sim.apps.serve import cache_cli, cli as serve_cli
 from sim.apps.survey import cli as survey_cli
 from sim.apps.serve import mlenergy_cli, validate_cli as serve_validate_cli
@@ -100,9 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     layers = parse_layers(args.gantt_layers, args.plots)
     workload, machine, hw_sets = _load(args)
-    for path in (args.json, args.chrome_trace):
-        if path:
-            check_output(path)  # before the run, not after it
+    check_outputs({"--json": args.json, "--chrome-trace": args.chrome_trace})  # before the run, not after it
     if args.plots:
         check_output(args.plots, directory=True)
     with warnings.catch_warnings():

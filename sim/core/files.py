@@ -156,6 +156,17 @@ def check_output(path: str | Path, directory: bool = False) -> Path:
     return path
 
 
+def check_outputs(named: dict[str, str | None]) -> None:
+    """`check_output` on each of a command's output flags that is set ({flag: path}); stdout (`-`) once at most,
+    as two outputs there would run into one another."""
+    on_stdout = [flag for flag, path in named.items() if path == "-"]
+    if len(on_stdout) > 1:
+        raise ConfigError(f"{' and '.join(on_stdout)}: both write to stdout (-); give one of them a file path")
+    for path in named.values():
+        if path:
+            check_output(path)
+
+
 @contextmanager
 def transaction() -> Iterator[None]:
     """Stage every `atomic_write` inside; land them all at the end, or none on an error."""
@@ -192,10 +203,28 @@ def _write_stream(path: Path, write: Callable[[Path], None]) -> None:
         raise _fail(path, exc) from None
 
 
+def _write_stdout(write: Callable[[Path], None]) -> None:
+    """`write` into a scratch file, then its bytes to stdout: the writers (pandas, matplotlib, json) take a path,
+    and a redirected stdout must be appended to, not replaced by a rename."""
+    with tempfile.TemporaryDirectory(prefix="sim-stdout-") as scratch:
+        tmp = Path(scratch) / "out"
+        write(tmp)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(tmp.read_bytes())
+        sys.stdout.buffer.flush()
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """`write(p)` writes the whole file at `p`; see the module docstring for where it lands."""
-    path = check_output(path)
+    """`write(p)` writes the whole file at `p`; see the module docstring for where it lands. `-` is stdout, as for
+    most Unix tools (`--json -` wrote a file named `-`, a trial's finding), inside a transaction at its end."""
     staged = _STAGED.get()
+    if str(path) == "-":
+        if staged is None:
+            _write_stdout(write)
+        else:
+            staged.append((lambda: _write_stdout(write), lambda: None))
+        return Path("-")
+    path = check_output(path)
     if _is_stream(path):
         if staged is None:
             _write_stream(path, write)
@@ -260,12 +289,8 @@ def dumps(data: Any) -> str:
 
 
 def write_json(path: str | Path, data: Any) -> Path:
-    """`data` as JSON at `path`, atomically; `-` is stdout, as for most Unix tools (it wrote a file named `-`, a
-    trial's finding): with a command's tables on stdout too, add -q for the JSON alone."""
-    if str(path) == "-":
-        sys.stdout.write(dumps(data) + "\n")
-        sys.stdout.flush()
-        return Path("-")
+    """`data` as JSON at `path`, atomically; `-` is stdout (with a command's tables on stdout too, add -q for the
+    JSON alone)."""
     return atomic_write(path, lambda p: p.write_text(dumps(data) + "\n"))
 
 

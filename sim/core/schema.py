@@ -25,7 +25,15 @@ def _quantity(value: Any, info: ValidationInfo) -> float:
         raise ValueError(str(exc)) from None
     if not math.isfinite(out):
         raise ValueError(f"must be a finite number, got {value!r}")
+    dim = dimension_of(info.field_name or "")
+    if dim in _RATES and 0 < abs(out) < 1:
+        # A rate below one byte or FLOP a second overflows every time to infinity (a trial's 1e-300 B/s read
+        # "ttft is nan" without the key); no hardware is that slow.
+        raise ValueError(f"{value!r} is below 1 {_RATES[dim]}: out of any physical range")
     return out
+
+
+_RATES = {"bytes/s": "byte/s", "flop/s": "FLOP/s"}
 
 
 Quantity = Annotated[float, BeforeValidator(_quantity)]

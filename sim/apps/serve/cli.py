@@ -32,14 +32,12 @@ def _slo(items: list[str] | None) -> dict[str, float]:
 
 def _check_outputs(args: argparse.Namespace, file) -> None:
     from sim.apps.serve.spec import input_files
-    from sim.core.files import check_output, note_input, require_parquet
+    from sim.core.files import check_output, check_outputs, note_input, require_parquet
 
     note_input(*input_files(file))  # read later (the trace, the model's config): refused as outputs now
-    for path in (args.json, args.requests, args.chrome_trace):
-        if path:
-            check_output(path)
-    if args.requests and Path(args.requests).suffix not in (".csv", ".parquet"):
-        raise ConfigError(f"--requests {args.requests}: expected a .csv or .parquet file name")
+    check_outputs({"--json": args.json, "--requests": args.requests, "--chrome-trace": args.chrome_trace})
+    if args.requests and args.requests != "-" and Path(args.requests).suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"--requests {args.requests}: expected a .csv or .parquet file name, or - for CSV on stdout")
     if args.requests and Path(args.requests).suffix == ".parquet":
         require_parquet(f"--requests {args.requests}")   # before the run, not after it
     if args.plots:
@@ -216,7 +214,7 @@ def register(subparsers) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a field: serving.arrivals.rate=20, hw.memory.hbm.capacity_bytes=40e9")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON")
-    p.add_argument("--requests", metavar="PATH", help="write the per-request table (.csv or .parquet)")
+    p.add_argument("--requests", metavar="PATH", help="write the per-request table (.csv or .parquet; - for CSV on stdout)")
     p.add_argument("--chrome-trace", metavar="PATH", help="write a Chrome/Perfetto trace: requests and iterations")
     p.add_argument("--plots", metavar="DIR", help="write latency CDFs, KV blocks and batch size over time")
     p.add_argument("--exhaustive", dest="exact", action="store_true",

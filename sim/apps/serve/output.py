@@ -43,12 +43,11 @@ def instance_name(res: ServeResult, k: int) -> str:
 
 
 def write_requests(path: str | Path, res: ServeResult) -> Path:
-    path = Path(path)
     df = request_table(res)
-    if path.suffix == ".parquet":
-        return write_parquet(path, df, f"--requests {path}")
-    if path.suffix == ".csv":
+    if str(path) == "-" or Path(path).suffix == ".csv":   # `-`: CSV on stdout (sim.core.files.atomic_write)
         return atomic_write(path, lambda p: df.to_csv(p, index=False))
+    if Path(path).suffix == ".parquet":
+        return write_parquet(path, df, f"--requests {path}")
     raise ConfigError(f"--requests {path}: expected a .csv or .parquet file name")
 
 

@@ -185,13 +185,13 @@ def register(subparsers) -> None:
                         "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")
     p.add_argument("--requests-per-client", type=positive(int), default=10,
                    help="closed-loop requests per client (default %(default)s, as InferenceMAX's client)")
-    p.add_argument("--limit", type=int, help="replay about this many runs, spread over the table (an LLMServingSim case folder: its first N requests)")
+    p.add_argument("--limit", type=positive(int), help="replay about this many runs, spread over the table (an LLMServingSim case folder: its first N requests)")
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")
     p.add_argument("--json", metavar="PATH", help="write every run's measured and simulated means, signed errors "
                    "and the MAPE tables as JSON (numbers in seconds and requests/s; not for a case folder)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
-    p.add_argument("--workers", type=int, metavar="N",
+    p.add_argument("--workers", type=positive(int), metavar="N",
                    help="worker processes, each taking whole groups of runs that share step costs (default: all "
                         "cores; 1: in this process); the results do not depend on it")
     p.add_argument("--plots", metavar="DIR", help="write the plots into DIR (created): scatter.png (simulated vs "

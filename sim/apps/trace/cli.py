@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.apps.arg_types import positive
 from sim.core import flags, tables
 
 from sim.core.errors import ConfigError
@@ -23,8 +24,8 @@ def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
     p.add_argument("traces", nargs="+" if many else None, metavar="TRACE",
                    help="torch Chrome trace (.json/.json.gz), capture_trace ops table (.ops.csv) or vidur table (mlp.csv)")
     p.add_argument("--model", help="model of a vidur Chrome trace when its folder does not say (e.g. llama2-7b)")
-    p.add_argument("--tokens", type=int, help="token count of a vidur Chrome trace when its name does not say")
-    p.add_argument("--tp", type=int, help="only this tensor-parallel degree of a vidur table")
+    p.add_argument("--tokens", type=positive(int), help="token count of a vidur Chrome trace when its name does not say")
+    p.add_argument("--tp", type=positive(int), help="only this tensor-parallel degree of a vidur table")
 
 
 # Kinds whose mappers cost one op or one folded layer at a time, as replay and validate
@@ -46,7 +47,7 @@ def _machine(spec: str, command: str, settings: list[str] | None = None):
 def cmd_validate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from sim.core.files import check_output, transaction, write_json
+    from sim.core.files import check_output, check_outputs, transaction, write_json
     from sim.apps.trace.load_inputs import load_distinct
     from sim.apps.trace.plots import scatter
     from sim.apps.trace.timing import DEVICE, launch_note
@@ -60,9 +61,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.plots:   # the one plot flag of every subcommand: a folder
         check_output(args.plots, directory=True)
         args.plot = str(Path(args.plots) / "validate_scatter.png")
-    for path in (args.json, args.plot):
-        if path:
-            check_output(path)  # before the work, not after it
+    check_outputs({"--json": args.json, "--plot": args.plot})  # before the work, not after it
     v = validate(load_distinct(args, args.traces, machine), machine, stack=_stack(args.stack))
     with transaction():  # both outputs or neither
         if args.json:
@@ -321,7 +320,7 @@ def register(sub) -> None:
                         "<table>_<gpu>.csv.gz); MAPE per op family per GPU, held-out GPUs apart")
     v.add_argument("--stack", help="software stack the measured runs used (hw_models/stack/presets; --input-format aic: "
                                    "default each row's engine's stack)")
-    v.add_argument("--limit", type=int, metavar="N", help="--input-format aic: at most N rows per table, evenly spread")
+    v.add_argument("--limit", type=positive(int), metavar="N", help="--input-format aic: at most N rows per table, evenly spread")
     v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
     v.add_argument("--plots", metavar="DIR", help="write DIR/validate_scatter.png: simulated vs measured, log-log")
     flags.deprecated_alias(v, "--plot", "--plots DIR", "plot", metavar="FILE")
@@ -351,7 +350,7 @@ def register(sub) -> None:
     c.add_argument("--single-curve", action="store_true", help="one efficiency curve for all op kinds")
     c.add_argument("--stack", help="software stack the traces ran under (hw_models/stack/presets): its kernels' figures are "
                                    "fitted into the preset's stacks.<name>, the curves on the ops it leaves to the roofline")
-    c.add_argument("--min-traces", type=int, default=1, metavar="N",
+    c.add_argument("--min-traces", type=positive(int), default=1, metavar="N",
                    help="an op kind gets its own curve only with ops from N traces (default 1): one run's shapes "
                         "cannot tell a kind's curve from its shape")
     c.add_argument("--gemv-max-m", metavar="search|none|M",
