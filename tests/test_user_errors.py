@@ -106,10 +106,11 @@ def test_roofline_kv_len_must_be_positive(tiny, capsys, kv):
 
 
 @pytest.mark.parametrize("argv", [["calibrate", "t.json", "--hw", "a6000", "-o", "c.yaml", "--min-traces", "0"],
-                                  ["sweep", "s.yaml", "--workers", "0"], ["sweep", "s.yaml", "--max-points", "-1"],
-                                  ["validate", "t.json", "--hw", "a6000", "--limit", "0"]])
+                                  ["validate", "t.json", "--hw", "a6000", "--limit", "0"],
+                                  ["validate", "t.json", "--hw", "a6000", "--tp", "-2"]])
 def test_counts_on_the_command_line_must_be_positive(capsys, argv):
-    """`--min-traces 0`, `--workers 0` were taken without a word (a trial): a count flag is argparse's usage error."""
+    """`--min-traces 0` was taken without a word (a trial): a count flag is argparse's usage error (--workers and
+    --max-points have their own line: tests/test_robust_sweep.py)."""
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2 and "must be > 0" in capsys.readouterr().err

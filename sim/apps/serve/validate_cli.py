@@ -191,7 +191,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", metavar="PATH", help="write every run's measured and simulated means, signed errors "
                    "and the MAPE tables as JSON (numbers in seconds and requests/s; not for a case folder)")
     p.add_argument("--summary", action="store_true", help="only the MAPE table, not every run")
-    p.add_argument("--workers", type=positive(int), metavar="N",
+    p.add_argument("--workers", type=int, metavar="N",
                    help="worker processes, each taking whole groups of runs that share step costs (default: all "
                         "cores; 1: in this process); the results do not depend on it")
     p.add_argument("--plots", metavar="DIR", help="write the plots into DIR (created): scatter.png (simulated vs "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.apps.arg_types import positive
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.core import tables
 from sim.core.errors import ConfigError
@@ -143,11 +142,11 @@ def register(subparsers) -> None:
     p.add_argument("spec", metavar="SPEC", help="sweep YAML file, or `export`")
     p.add_argument("target", nargs="?", metavar="DIR", help="with `export`: the sweep's output folder")
     p.add_argument("--out", metavar="DIR", help="output folder: results.sqlite, results.csv, plots/")
-    p.add_argument("--workers", type=positive(int), metavar="N", help="worker processes (default: all cores)")
+    p.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
     p.add_argument("--executor", metavar="KIND",
                    help="local (default), dask-local (a LocalCluster), or dask://HOST:PORT (a running scheduler)")
     p.add_argument("--no-plots", action="store_true", help="skip the plots (results.csv is still written)")
-    p.add_argument("--max-points", type=positive(int), metavar="N",
+    p.add_argument("--max-points", type=int, metavar="N",
                    help=f"refuse sweeps expanding to more than N points (default {DEFAULT_MAX_POINTS:,})")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--csv", metavar="PATH", help="export: write the results as CSV")
