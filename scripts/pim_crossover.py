@@ -6,7 +6,9 @@ and fc_and_attention, against none. Cells whose KV cache would not fit the
 preset's 30 GiB are still simulated (the step time does not depend on it) and
 marked. Writes a markdown table to stdout and docs/img/pim_crossover.png.
 
-    python scripts/pim_crossover.py [--hw hbm_pim] [--model llama2-13b]
+    python scripts/pim_crossover.py [--hw hbm_pim] [--model llama2-13b] [--all-dies]
+
+--all-dies: as if every die carried PIM units (pim.pim_capacity_bytes_per_stack null; hw_models/pim/reach.py).
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ def main() -> None:
     ap.add_argument("--hw", default="hbm_pim")
     ap.add_argument("--model", default="llama2-13b")
     ap.add_argument("--png", default=str(ROOT / "docs/img/pim_crossover.png"))
+    ap.add_argument("--all-dies", action="store_true", help="every die with PIM units (no reach limit)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    machine = load_machine(args.hw)
+    machine = load_machine(args.hw, {"pim.pim_capacity_bytes_per_stack": None} if args.all_dies else None)
     grid = {(b, c): cell(machine, args.model, b, c) for b in BATCHES for c in CONTEXTS}
 
     print(f"Decode-step speed-up of {args.hw} over the same GPU without PIM ({args.model}, fp16):")

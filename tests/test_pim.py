@@ -160,11 +160,16 @@ def test_sub_batches_split_decode_and_reread_weights():
     assert_host_and_pim_apart(tl)
 
 
+# Every die with PIM units (the preset's four plain dies a stack aside): the Amdahl bound of PIM's bandwidth alone.
+# What the shipped part's PIM dies reach is tests/test_pim_reach.py's.
+ALL_DIES = {"pim.pim_capacity_bytes_per_stack": None}
+
+
 @pytest.fixture(scope="module")
 def llama13b_runs():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        m = load_machine("hbm_pim")
+        m = load_machine("hbm_pim", ALL_DIES)
         auto = simulate(workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=128), "t"), m)
         none = simulate(workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=128,
                                                 pim_policy="none"), "t"), m)
@@ -502,9 +507,9 @@ def test_gemm_sharing_splits_columns_by_speed():
 
 @lru_cache(maxsize=None)
 def sharing_gain(batch: int) -> float:
-    """A Llama-2-13B decode step (kv 1025) on hbm_pim, dual row buffers, attention_only: without over with
-    GEMM sharing."""
-    t = [mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": share},
+    """A Llama-2-13B decode step (kv 1025) on hbm_pim, dual row buffers, attention_only, every die with PIM units
+    (AttAcc's part; the shipped reach is tests/test_pim_reach.py's): without over with GEMM sharing."""
+    t = [mapper(overrides={"pim.dual_row_buffer": True, "pim.gemm_sharing": share, **ALL_DIES},
                 batch=batch, prompt_len=1024, pim_policy="attention_only").step("decode", 1, 1025).time_s
          for share in (False, True)]
     return t[0] / t[1]

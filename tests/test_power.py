@@ -139,7 +139,7 @@ def test_pim_arithmetic_energy_is_its_flops_at_the_cited_figure():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = simulate(workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=8), "t"),
-                     load_machine("hbm_pim"))
+                     load_machine("hbm_pim", {"pim.pim_capacity_bytes_per_stack": None}))   # all on PIM dies
     flops = 2 * (40 * (4 * 5120**2 + 3 * 5120 * 13824) + 5120 * 32000) + 2 * 2 * 40 * 5120 * 1028
     assert r.metrics()["pim.mac_energy_j_per_token"] == pytest.approx(flops * 0.75e-12, rel=0.01)
 

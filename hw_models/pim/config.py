@@ -66,8 +66,8 @@ class PimConfig(Strict):
     # host and PIM read the banks at once.
     gemm_sharing: StrictBool = False
     # Bytes of a stack that its PIM units reach: the dies that carry them, where a stack mixes dies with and
-    # without (Aquabolt-XL: four 4 Gb PIM dies beside four 8 Gb plain ones). None: every die. Said, not placed:
-    # a run that puts more on PIM than this gets a note (PimMapper.figures).
+    # without (Aquabolt-XL: four 4 Gb PIM dies beside four 8 Gb plain ones). None: every die. What the PIM-placed
+    # ops read beyond it lies in the plain dies and runs on the host (hw_models/pim/reach.py).
     pim_capacity_bytes_per_stack: Quantity | None = Field(default=None, gt=0)
 
     @field_validator("formats", mode="after")

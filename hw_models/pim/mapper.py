@@ -37,10 +37,11 @@ from hw_models.base import Mapper
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.cost import roofline_cost
 from hw_models.pim.config import Geometry, load_pim_config, pim_policy
-from hw_models.pim.pipeline import ATTENTION_FAMILY, pipeline_heads, share_gemms
+from hw_models.pim.pipeline import ATTENTION_FAMILY, HOST, PIM, pipeline_heads, share_gemms
 from hw_models.pim import report
 from hw_models.pim.layout import Layout
-from hw_models.pim.plan import SERIAL, Decision, Piece, PimOpCost, Schedule
+from hw_models.pim import reach
+from hw_models.pim.plan import SERIAL, Allocation, Decision, Piece, PimOpCost, Schedule
 from sim.core import graph as g
 from sim.core.engine import Task, Timeline
 from sim.core.generation import Generation, RunFigures, generate
@@ -138,12 +139,15 @@ class PimMapper(Mapper):
         if self.policy == "none":
             return Decision(op, "host", "policy none", host, None)
         forced = s.forced.get(op.name)
+        if forced == "host" and op.name in s.why:   # beyond the PIM dies' reach: what PIM would have taken
+            placed = self.decide(op, replace(s, forced={}))
+            return Decision(op, "host", s.why[op.name], host, placed.pim_s)
         if forced == "host":
             return Decision(op, "host", "GEMM sharing: host columns", host, None)
-        if forced == "pim":   # pim_columns only splits GEMMs that split_gemm accepts
-            pieces = self.layout.split_gemm(op, any_rows=True)
+        if forced == "pim":   # pim_columns and the reach split only split ops that split_gemm / split accept
+            pieces = self.layout.split_gemm(op, any_rows=True) if op.kind == g.GEMM else self.split(op, s)
             pim_s = max(self.piece_cost(op, p, 2, s).duration_s for p in pieces)
-            return Decision(op, "pim", "GEMM sharing: PIM columns", host, pim_s, pieces)
+            return Decision(op, "pim", s.why.get(op.name, "GEMM sharing: PIM columns"), host, pim_s, pieces)
         pieces = self.split(op, s)
         if isinstance(pieces, str):
             return Decision(op, "host", pieces, host, None)
@@ -216,29 +220,45 @@ class PimMapper(Mapper):
                        for p in self.layout.split_gemm(g.column_share(op, n_pim, op.name), any_rows=True))
         return n_pim if max(host_part, pim_part) < (whole.pim_s if whole.where == "pim" else t_host) else 0
 
-    def schedule(self, graph: OpGraph) -> Schedule:
-        """The step's graph rewritten for AttAcc's overlaps (head groups, GEMM sharing),
-        with the forced placements and continuations the planning then uses."""
+    def schedule(self, graph: OpGraph, alloc: Allocation | None = None) -> Schedule:
+        """The step's graph rewritten for AttAcc's overlaps (head groups, GEMM sharing) and for the data the PIM
+        dies reach (`alloc`, default: this step's own), with the forced placements and continuations the planning
+        then uses."""
         cfg = self.cfg
-        if graph.phase != "decode" or self.policy == "none" or (cfg.head_groups == 1 and not cfg.gemm_sharing):
+        if self.policy == "none":
             return Schedule(graph)
-        head_group: dict[str, int] = {}
-        continuations: frozenset[str] = frozenset()
-        if cfg.head_groups > 1:
+        decode = graph.phase == "decode"
+        s = Schedule(graph)
+        if decode and cfg.head_groups > 1:
             G, m = cfg.head_groups, self.model
             layers = len({op.layer for op in graph.ops() if op.layer is not None})
             head_slice = lower(replace(m, num_heads=m.num_heads // G, num_kv_heads=m.num_kv_heads // G),
                                graph.phase, graph.batch, graph.q_len, graph.kv_len, self.formats,
                                self.workload.flash_attention, num_layers=layers)
             graph, head_group = pipeline_heads(graph, head_slice, G)
-            continuations = frozenset(n for n, k in head_group.items() if k)
-        forced: dict[str, str] = {}
-        if cfg.gemm_sharing:
-            partial = Schedule(graph, continuations=continuations, head_group=head_group)
-            graph, forced = share_gemms(graph, lambda op: self.pim_columns(op, partial))
+            s = Schedule(graph, continuations=frozenset(n for n, k in head_group.items() if k), head_group=head_group)
+        if decode and cfg.gemm_sharing:
+            graph, forced = share_gemms(s.graph, lambda op: self.pim_columns(op, s))
             # Both parts of a later head group's GEMM continue their side's kernel.
-            continuations |= {n for n in forced if n.rsplit("~", 1)[0] in continuations}
-        return Schedule(graph, forced, continuations, head_group)
+            continuations = s.continuations | {n for n in forced if n.rsplit("~", 1)[0] in s.continuations}
+            s = replace(s, graph=graph, forced=forced, continuations=continuations)
+        return self.within_reach(s, alloc)   # GEMM sharing's PIM columns read their weights in the PIM dies too
+
+    def within_reach(self, s: Schedule, alloc: Allocation | None = None) -> Schedule:
+        """`s` with the ops whose data the PIM dies cannot hold moved to the host (hw_models.pim.reach)."""
+        if self.cfg.pim_capacity_bytes_per_stack is None:
+            return s
+        if alloc is None:
+            decisions = [(self.decide(op, s), self.op_key(s, op)) for op in s.graph.ops()]
+            alloc = reach.allocate(decisions, self.cfg.pim_capacity_bytes_per_stack * self.cfg.stacks,
+                                   self.model.num_layers, frozenset(s.forced))
+        return reach.apply(s, alloc, lambda op: self.op_key(s, op))
+
+    @staticmethod
+    def op_key(s: Schedule, op: Op) -> str:
+        """The model op `op` works for, without its layer: one key for that op in every layer."""
+        origin = s.origin(op.name)
+        return origin.split(".", 1)[1] if op.layer is not None else origin
 
     def decisions(self, graph: OpGraph) -> list[Decision]:
         """Placement of every op of `graph` as scheduled; of a pipelined attention block
@@ -255,15 +275,18 @@ class PimMapper(Mapper):
         # again (NeuPIMs issues one GEMM per sub-batch; a layer's weights do not fit the GPU's L2).
         # Each chain is one host stream; the host unit and the stacks are shared resources, so the
         # engine runs one chain's attention on PIM while another's FC holds the host.
+        # The PIM dies hold the weights once and every sub-batch's KV: placed as for the whole batch.
         layers = len({op.layer for op in graph.ops() if op.layer is not None})
         w = self.workload
         return self.plan_interleaved([lower(self.model, graph.phase, b, graph.q_len, graph.kv_len, self.formats,
-                                            w.flash_attention, num_layers=layers) for b in sizes])
+                                            w.flash_attention, num_layers=layers) for b in sizes],
+                                     self.within_reach(Schedule(graph)).reach)
 
-    def plan_interleaved(self, graphs: list[OpGraph]) -> list[Task]:
+    def plan_interleaved(self, graphs: list[OpGraph], alloc: Allocation | None = None) -> list[Task]:
         """Independent op chains, one per sub-batch graph, sharing the host and the stacks.
         Tasks are listed chain by chain: at equal ready times the host serves the lower chain."""
-        return [t for k, sub in enumerate(graphs) for t in self.plan_chain(Schedule(sub), f".b{k}")]
+        return [t for k, sub in enumerate(graphs)
+                for t in self.plan_chain(self.within_reach(Schedule(sub), alloc), f".b{k}")]
 
     def plan_chain(self, s: Schedule, suffix: str = "") -> list[Task]:
         """One op chain's tasks (ids end in `suffix`: ".b1" for sub-batch 1)."""
@@ -287,6 +310,10 @@ class PimMapper(Mapper):
                 # holds the stack locks while it waits for its own chain's previous op.
                 tid = op.name + suffix
                 hdeps = deps + ((last_host,) if last_host and last_host not in deps else ())
+                if self.blocked and (twin := op.name.removesuffix(HOST) + PIM) in ids and op.name.endswith(HOST):
+                    # Blocked banks: a split op's two parts cannot overlap, and the host part, holding every
+                    # stack's lock as it came free, would leave some stacks idle behind it: it waits instead.
+                    hdeps += tuple(ids[twin])
                 locks = all_locks if use_locks and op.bytes else ()
                 tasks.append(Task(tid, self.host_name, d.host.duration_s, hdeps, locks, locks, tag=d.host,
                                   op=s.origin(op.name)))
@@ -327,7 +354,7 @@ class PimMapper(Mapper):
                                  self.tier.energy_j_per_byte)
         fig.extra = dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),
                                                    summary=summary))
-        if note := report.reach_note(decisions, self.cfg, self.model.num_layers):
+        if note := report.reach_note(self.schedule(self.step_graph("decode", 1, gen.rep_kv, num_layers=1)).reach):
             fig.notes.append(note)
         return fig
 

@@ -95,24 +95,30 @@ def pipeline_heads(full: OpGraph, head_slice: OpGraph, groups: int) -> tuple[OpG
     return out, group_of
 
 
-def share_gemms(graph: OpGraph, pim_columns: Callable[[Op], int]) -> tuple[OpGraph, dict[str, str]]:
-    """`graph` with every GEMM split into a host part and a PIM part by output
-    columns; `pim_columns(op)` says how many columns go to PIM (0: no split).
+# How an op splits between host and PIM: along which dimension, by which cut.
+_CUTS = {g.GEMM: ("n", g.column_share), **{k: ("batch", g.batch_share) for k in ATTENTION_FAMILY if k != g.SOFTMAX}}
+
+
+def share_gemms(graph: OpGraph, pim_units: Callable[[Op], int], kinds: tuple[str, ...] = (g.GEMM,)
+                ) -> tuple[OpGraph, dict[str, str]]:
+    """`graph` with every op of `kinds` split into a host part and a PIM part: a GEMM by output columns, an
+    attention op by sequences; `pim_units(op)` says how many go to PIM (0: no split).
     Returns the graph and the forced placement of each part."""
     out = OpGraph(graph.phase, graph.batch, graph.q_len, graph.kv_len)
     names: dict[str, list[str]] = {}
     forced: dict[str, str] = {}
     for op in graph.ops():
         deps = [n for d in graph.deps(op.name) for n in names[d]]
-        n_pim = pim_columns(op) if op.kind == g.GEMM else 0
+        n_pim = pim_units(op) if op.kind in kinds else 0
         if not n_pim:
             out.add(op, deps)
             names[op.name] = [op.name]
             continue
-        parts = [(PIM, n_pim)] + ([(HOST, op.dims["n"] - n_pim)] if n_pim < op.dims["n"] else [])
+        dim, cut = _CUTS[op.kind]
+        parts = [(PIM, n_pim)] + ([(HOST, op.dims[dim] - n_pim)] if n_pim < op.dims[dim] else [])
         names[op.name] = []
-        for suffix, cols in parts:
-            part = g.column_share(op, cols, op.name + suffix)
+        for suffix, units in parts:
+            part = cut(op, units, op.name + suffix)
             out.add(part, deps)
             names[op.name].append(part.name)
             forced[part.name] = "pim" if suffix == PIM else "host"

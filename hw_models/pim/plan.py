@@ -56,6 +56,21 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Allocation:
+    """Where the data PIM would read lies (hw_models.pim.reach): ops by key (`Op.base_name` of the op they were cut
+    from) on the host, and the op split between the two."""
+    reach_bytes: float
+    placed_bytes: float                         # what the policy put on PIM, over the whole model
+    host: frozenset[str] = frozenset()
+    split: tuple[str, float] | None = None      # (key, share of its columns or sequences on PIM)
+    moved_bytes: float = 0.0                    # of `placed_bytes`, on the host now
+
+    @property
+    def fits(self) -> bool:
+        return self.placed_bytes <= self.reach_bytes
+
+
+@dataclass(frozen=True)
 class Schedule:
     """One step's op graph as the PIM mapper runs it, with what its rewrites decided."""
 
@@ -63,6 +78,8 @@ class Schedule:
     forced: dict[str, str] = field(default_factory=dict)          # op -> "host" | "pim" (a shared GEMM's parts)
     continuations: frozenset[str] = frozenset()                    # ops inside an earlier op's kernel: no launch
     head_group: dict[str, int] = field(default_factory=dict)      # slice of a pipelined block -> its head group
+    why: dict[str, str] = field(default_factory=dict)             # a forced op's reason, where not GEMM sharing
+    reach: Allocation | None = None                                # the data in PIM dies (hw_models.pim.reach)
 
 
     def origin(self, name: str) -> str:

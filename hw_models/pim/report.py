@@ -11,7 +11,7 @@ from typing import Any
 from hw_models.base import Section
 from hw_models.pim.config import Geometry, PimConfig
 from hw_models.pim.pipeline import PIM as PIM_PART
-from hw_models.pim.plan import Decision
+from hw_models.pim.plan import Allocation, Decision
 from sim.core.engine import Timeline
 from sim.core.generation import Generation
 from sim.core.results import RunResult
@@ -146,18 +146,15 @@ def _summary_rows(result: RunResult, x: dict[str, float], s: dict[str, str]) -> 
                                              f"{3 * mac * 1e3:.2f} mJ at 3x for DRAM-process logic)")]
 
 
-def reach_note(decisions: list["Decision"], cfg, num_layers: int) -> str | None:
+def reach_note(alloc: "Allocation | None") -> str | None:
     """The note of a run whose PIM-placed weights and KV cache outgrow the bytes its PIM units reach
-    (pim.pim_capacity_bytes_per_stack x stacks), or None: the layer's ops count once per layer, the others once."""
-    if cfg.pim_capacity_bytes_per_stack is None:
+    (pim.pim_capacity_bytes_per_stack x stacks), or None: what moved to the host (hw_models.pim.reach)."""
+    if alloc is None or alloc.fits:
         return None
-    placed = sum(sum(t.bytes for t in d.op.reads if t.role in ("weight", "kv"))
-                 * (num_layers if d.op.layer is not None else 1) for d in decisions if d.where == "pim")
-    reach = cfg.pim_capacity_bytes_per_stack * cfg.stacks
-    if placed <= reach:
-        return None
-    return (f"pim: the ops placed on PIM read {fmt_bytes(placed)} of weights and KV cache, but the PIM units reach "
-            f"{fmt_bytes(reach)} (pim.pim_capacity_bytes_per_stack x {cfg.stacks} stacks; the rest of each stack "
-            "is dies without PIM units, which only the host reads): these timings hold for a part whose PIM dies "
-            "hold it all; sim does not yet split the ops by where their data lies")
-
+    moved = sorted(alloc.host)
+    if alloc.split:
+        moved.append(f"{1 - alloc.split[1]:.0%} of {alloc.split[0]}")
+    return (f"pim: the ops placed on PIM read {fmt_bytes(alloc.placed_bytes)} of weights and KV cache, but the PIM "
+            f"units reach {fmt_bytes(alloc.reach_bytes)} (pim.pim_capacity_bytes_per_stack x stacks; the rest of "
+            f"each stack is dies without PIM units): {fmt_bytes(alloc.moved_bytes)} runs on the host from those "
+            f"dies ({', '.join(moved)}; the PIM dies hold the data that gains most per byte)")

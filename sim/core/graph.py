@@ -103,6 +103,25 @@ def column_share(op: Op, n_cols: int, name: str) -> Op:
     return Op(name, op.kind, op.flops * n_cols / n, reads, writes, shape, op.compute_format, op.layer)
 
 
+def batch_share(op: Op, n_seqs: int, name: str) -> Op:
+    """The part of an attention op (dims `batch`) over `n_seqs` of its sequences: that share of its FLOPs and
+    of every tensor (queries, KV cache, scores, context), as if its sequences were alike. Used to run some
+    sequences' attention where their KV cache lies."""
+    batch = op.dims.get("batch")
+    if batch is None:
+        raise ValueError(f"{op.name}: batch_share needs an op with a batch dimension, not {op.kind}")
+    if not 0 < n_seqs <= batch:
+        raise ValueError(f"{op.name}: {n_seqs} of {batch} sequences")
+    f = n_seqs / batch
+
+    def share(t: TensorUse) -> TensorUse:
+        return TensorUse(t.name, t.role, t.shape, t.fmt, round(t.bytes * f))
+
+    shape = tuple((k, n_seqs if k == "batch" else v) for k, v in op.shape)
+    return Op(name, op.kind, op.flops * f, tuple(map(share, op.reads)), tuple(map(share, op.writes)), shape,
+              op.compute_format, op.layer)
+
+
 class Dag:
     """The few networkx.DiGraph operations an OpGraph uses (nodes with attributes in insertion order,
     predecessors in edge order), without importing networkx: its import was most of `sim`'s start-up

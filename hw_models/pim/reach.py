@@ -1,0 +1,111 @@
+"""Which data the PIM units reach: an HBM-PIM stack mixes dies with PIM units and dies without (Aquabolt-XL:
+four 4 Gb PIM dies beside four 8 Gb plain ones, `pim.pim_capacity_bytes_per_stack`), and a PIM unit computes
+only on the banks of its own die. When the ops a step places on PIM read more weights and KV cache than the PIM
+dies hold, the rest lies in plain dies and runs on the host, which reads every die through the pins.
+
+The placement is the one that saves a step the most time: the data whose ops gain the most time per byte on PIM
+(host time - PIM time, over the op's weight or KV bytes) first, whole ops. The first op that no longer fits whole
+is split: a GEMM by output columns (the part whose weight rows fit runs on PIM, the rest on the host, as AttAcc's
+GEMM sharing splits a GEMM), an attention op by sequences (those whose KV fits run on PIM, as if every sequence's
+KV were alike); every op after it runs on the host. The placement is the same in every layer, so a step's layers
+stay alike (the engine folds identical layers): a layer op counts its bytes once per layer of the model. It is
+decided for each step, as if a runtime re-placed the weights and KV cache between steps: the best a placement can
+do, an upper bound on a runtime that places weights at load time and a request's KV when it is admitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from hw_models.pim.pipeline import ATTENTION_FAMILY, share_gemms
+from hw_models.pim.plan import Allocation, Decision, Schedule
+from sim.core import graph as g
+from sim.core.graph import Op
+
+# Why an op runs on the host although PIM would run it: the decision's `why`.
+BEYOND_REACH = "data in dies without PIM units (pim.pim_capacity_bytes_per_stack)"
+SPLIT = {"pim": "PIM reach: the part whose data lies in PIM dies",
+         "host": "PIM reach: the part whose data lies in dies without PIM units"}
+
+
+_SPLITTABLE = (g.GEMM, *(k for k in ATTENTION_FAMILY if k != g.SOFTMAX))
+
+
+def _units(op: Op) -> int:
+    """What `op` splits into between PIM and host: a GEMM's output columns, an attention op's sequences."""
+    if op.kind == g.GEMM:
+        return op.dims["n"]
+    return op.dims.get("batch", 0) if op.kind in _SPLITTABLE else 0
+
+
+def data_bytes(op: Op) -> int:
+    """The bytes a PIM unit must find in its own die: the op's weights and KV cache (inputs are written in)."""
+    return sum(t.bytes for t in op.reads if t.role in ("weight", "kv"))
+
+
+@dataclass
+class _Item:
+    """One op of the model (a layer op stands for that op in every layer): its bytes and gain on PIM."""
+    key: str
+    kind: str
+    bytes: float = 0.0          # over the whole model
+    saved_s: float = 0.0        # host - PIM time, summed over the step's instances seen
+    units: int = 0              # a GEMM's output columns, an attention op's sequences (0: not splittable)
+    ops: int = 0                # the step's ops counted into it (head-group slices of one layer)
+
+
+def allocate(decisions: list[tuple[Decision, str]], reach_bytes: float, num_layers: int,
+             parts: frozenset[str] = frozenset()) -> Allocation:
+    """Fill `reach_bytes` from the PIM-placed decisions (each with its op's key), greedily by time saved per byte.
+    `parts`: ops already cut from another (GEMM sharing's), placed whole or not at all."""
+    items: dict[str, _Item] = {}
+    layer_of: dict[str, int | None] = {}
+    for d, key in decisions:
+        b = data_bytes(d.op)
+        if d.where != "pim" or not b:
+            continue
+        it = items.setdefault(key, _Item(key, d.op.kind))
+        if layer_of.setdefault(key, d.op.layer) != d.op.layer:
+            continue   # another layer's copy: the first layer's (its head-group slices summed) stands for all
+        it.bytes += b * (num_layers if d.op.layer is not None else 1)
+        it.saved_s += d.host.duration_s - (d.pim_s or 0.0)
+        units = 0 if d.op.name in parts else _units(d.op)
+        it.units = units if not it.ops else min(it.units, units)   # one part cut already: the item is whole
+        it.ops += 1
+    placed = sum(it.bytes for it in items.values())
+    if placed <= reach_bytes:
+        return Allocation(reach_bytes, placed)
+    order = sorted(items.values(), key=lambda it: -it.saved_s / it.bytes)   # stable: graph order on ties
+    left, host, split = reach_bytes, set(), None
+    for it in order:
+        if it.bytes <= left:
+            left -= it.bytes
+            continue
+        share = left / it.bytes
+        if split is None and int(share * it.units) >= 1:
+            split = (it.key, int(share * it.units) / it.units)
+        else:
+            host.add(it.key)
+        left = 0.0
+    moved = sum(items[k].bytes for k in host) + (items[split[0]].bytes * (1 - split[1]) if split else 0.0)
+    return Allocation(reach_bytes, placed, frozenset(host), split, moved)
+
+
+def apply(s: Schedule, alloc: Allocation, key: Callable[[Op], str]) -> Schedule:
+    """`s` with `alloc` in force: the split GEMM's parts and the ops beyond reach placed (`Schedule.forced`)."""
+    if alloc.fits:
+        return replace(s, reach=alloc)
+    graph, forced, why, continuations = s.graph, dict(s.forced), dict(s.why), s.continuations
+    if alloc.split:
+        k, share = alloc.split
+        graph, parts = share_gemms(graph, lambda op: int(share * _units(op))
+                                   if key(op) == k and op.name not in s.forced else 0, _SPLITTABLE)
+        forced |= parts
+        why |= {name: SPLIT[where] for name, where in parts.items()}
+        # both parts of a later head group's slice continue their side's kernel (as GEMM sharing's do)
+        continuations |= {n for n in parts if n.rsplit("~", 1)[0] in continuations}
+    for op in graph.ops():
+        if forced.get(op.name, "pim") == "pim" and key(op) in alloc.host:
+            forced[op.name], why[op.name] = "host", BEYOND_REACH
+    return Schedule(graph, forced, continuations, s.head_group, why, alloc)
