@@ -13,7 +13,7 @@ import yaml
 
 from sim.apps.cli import main
 from sim.apps.serve.spec import load_serve_file
-from tests.conftest import write_serving_file
+from tests.conftest import ROOT, write_serving_file
 from tests.robust_helpers import TINY_WORKLOAD, refused
 from tests.test_robust_sweep import _threads
 from tests.test_sweep import make_spec
@@ -274,3 +274,19 @@ def test_an_unknown_stack_is_told_at_the_workload_file(tmp_path, capsys):
     f = _serve_file(tmp_path)
     line = refused(capsys, ["serve", str(f), "--hw", "h100_sxm", "--set", "stack=vllm2"], tmp_path)
     assert line.startswith(f"error: {f}: stack: unknown software stack 'vllm2'; stacks: ")
+
+
+def test_a_closed_loop_key_of_another_process_names_the_process(capsys):
+    """`rate` under `process: closed` read "unknown key" (an architect's trial): the line names the process."""
+    w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
+    closed = "serving.arrivals={process: closed, concurrency: 4, num_requests: 10, rate: 3}"
+    assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", closed]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {w}: serving.arrivals.rate: unknown key for process: closed"
+
+
+def test_more_clients_than_requests_is_warned(capsys):
+    w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
+    closed = "serving.arrivals={process: closed, concurrency: 100, num_requests: 10}"
+    assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", closed]) == 0
+    assert "serving.arrivals.concurrency 100 exceeds num_requests 10: only 10 clients ever send" in \
+        capsys.readouterr().err

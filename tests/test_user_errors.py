@@ -155,3 +155,12 @@ def test_hw_list_keeps_its_columns_in_an_80_column_terminal(capsys, monkeypatch)
     assert main(["hw", "list"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if " a6000 " in line)
     assert "gpu" in row and "51.54 GB" in row and "0.77 TB/s" in row
+
+
+@pytest.mark.parametrize("hw, message", [(["--hw", "a6000", "--hw", "h100_sxm"], "--hw given twice (a6000, h100_sxm)"),
+                                         (["--hw", ""], "--hw: empty; give a preset name or a YAML file")])
+def test_hw_once_and_not_empty(capsys, hw, message):
+    """`--hw a6000 --hw h100_sxm` ran h100_sxm without a word; `--hw ''` read '.: is a directory' (a trial)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(ROOT / "workloads" / "llama13b_decode.yaml"), *hw])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -121,8 +121,19 @@ def input_notes(workload: Workload, machine: Machine) -> list[str]:
     if getattr(workload, "serving", None) is not None:
         notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
                   + engine_mismatch(workload) + pim_ineligible(workload, machine) + unshared_prefix(workload)
-                  + emulated_activations(workload, machine))
+                  + emulated_activations(workload, machine) + idle_clients(workload))
     return notes
+
+
+def idle_clients(workload: Workload) -> list[str]:
+    """A closed loop with more clients than requests: only num_requests are ever in flight (a trial ran 100 clients
+    over 10 requests without a word)."""
+    a = workload.serving.arrivals
+    if getattr(a, "process", None) != "closed" or a.concurrency <= a.num_requests:
+        return []
+    return [f"{workload.source or workload.name}: serving.arrivals.concurrency {a.concurrency} exceeds num_requests "
+            f"{a.num_requests}: only {a.num_requests} clients ever send; raise num_requests to load the engine "
+            f"with {a.concurrency}"]
 
 
 def ignored_hw_overrides(machine: Machine, hw: dict) -> list[str]:

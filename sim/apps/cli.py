@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from sim.apps.arg_types import Once
 from sim.core import interrupt
 
 interrupt.install()   # already, when sim was imported as the CLI; here for any other way main() is reached
@@ -85,7 +86,7 @@ def _naming(workload, machine, hw: dict | None = None) -> Iterator[None]:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="workload YAML file")
-    p.add_argument("--hw", required=True, help="hardware preset name or YAML file (see `sim hw list`)")
+    p.add_argument("--hw", action=Once, required=True, help="hardware preset name or YAML file (see `sim hw list`)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a workload field (batch=16, formats.weights=int4) or hardware field "
                         "(hw.memory.@device.bandwidth_bytes_per_s=2e12); values are YAML (sim.core.settings)")
@@ -304,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gantt-layers", metavar="FIRST-LAST",
                    help="layers the Gantt plot's zoom panel shows (default 0-1)")
     r.add_argument("--exhaustive", action="store_true", help="simulate every layer and step (no shortcuts)")
-    r.add_argument("--policy", help="offload placement policy: 'search' or a policy name")
+    r.add_argument("--policy", help="offload placement: 'search' (the default where the workload has no `policy:` mapping of "
+                        "placement fractions, docs/offload.md)")
     r.add_argument("-q", "--quiet", action="store_true", help="no report on stdout")
     r.set_defaults(func=cmd_run)
 

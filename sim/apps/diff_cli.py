@@ -12,7 +12,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("diff", help="compare two `sim run --json` results: inputs, metrics, op by op")
+    p = sub.add_parser("diff", help="compare two `sim run --json` results (inputs, metrics, op by op) or two "
+                                         "`sim serve --json` summaries")
     p.add_argument("a", metavar="A.json")
     p.add_argument("b", metavar="B.json")
     p.add_argument("--all", action="store_true", help="every op (default: the 20 that changed most)")

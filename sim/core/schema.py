@@ -95,24 +95,28 @@ def _typo(errors: list[Any]) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
-def _as_written(loc: tuple[str, ...], raw: Any) -> tuple[str, ...]:
+def _as_written(loc: tuple[str, ...], raw: Any) -> tuple[tuple[str, ...], str]:
     """`loc` without the steps the file does not have: a tagged union's tag (`serving.arrivals.closed.concurrency`
-    for the `concurrency` under `arrivals: {process: closed}`) names no key of the user's."""
-    out, node = [], raw
+    for the `concurrency` under `arrivals: {process: closed}`) names no key of the user's; and the last tag as the
+    file writes it (`process: closed`), or ''."""
+    out, node, tag = [], raw, ""
     for part in loc:
         if isinstance(node, dict) and part not in node and part in {v for v in node.values() if isinstance(v, str)}:
+            tag = next(f"{k}: {v}" for k, v in node.items() if v == part)
             continue   # the tag: the value of the mapping's discriminator key (process: closed), not a key
         out.append(part)
         node = node.get(part) if isinstance(node, dict) else (
             node[int(part)] if isinstance(node, list) and part.isdigit() and int(part) < len(node) else None)
-    return tuple(out)
+    return tuple(out), tag
 
 
 def validation_error(exc: ValidationError, source: str, prefix: str = "", raw: Any = None) -> ConfigError:
     """One line naming the file and the first offending key (or the typo behind it), as the file writes it."""
     errors = exc.errors()
     loc, msg = _typo(errors) or (_loc(errors[0]), _message(errors[0]))
-    loc = _as_written(loc, raw) if raw is not None else loc
+    loc, tag = _as_written(loc, raw) if raw is not None else (loc, "")
+    if tag and msg == "unknown key":   # `rate` under a closed loop: not a key of that kind (a trial)
+        msg = f"unknown key for {tag}"
     key = ".".join((prefix, *loc) if prefix else loc)
     return ConfigError(f"{source}: {key}: {msg}" if key else f"{source}: {msg}")
 

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from sim.apps.arg_types import Once
 from sim.core import flags, tables
 from sim.core.errors import ConfigError
 
@@ -209,7 +210,7 @@ def register(subparsers) -> None:
                               description="sim serve FILE --hw PRESET: arrivals, scheduler, KV blocks, step costs "
                                           "from the hardware model; see docs/serving.md.")
     p.add_argument("file", metavar="FILE", help="serving file: a workload YAML with a serving: section")
-    p.add_argument("--hw", help="hardware preset name or YAML file (not for a file with serving.disaggregated, "
+    p.add_argument("--hw", action=Once, help="hardware preset name or YAML file (not for a file with serving.disaggregated, "
                                 "whose pools name their own)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a field: serving.arrivals.rate=20, hw.memory.hbm.capacity_bytes=40e9")

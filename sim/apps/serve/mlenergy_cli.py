@@ -11,7 +11,7 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sim.apps.arg_types import positive
+from sim.apps.arg_types import Once, positive
 from sim.core import tables
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, write_json
@@ -113,7 +113,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("validate-energy", help="replay ML.ENERGY's measured serving runs: J/token and power errors",
                               description=__doc__)
     p.add_argument("path", metavar="PATH", help="mlenergy_llm_runs.csv or a folder holding it")
-    p.add_argument("--hw", default="h100_sxm", help="h100_sxm (H100 runs) or b200 (B200 runs); default %(default)s")
+    p.add_argument("--hw", action=Once, default="h100_sxm", help="h100_sxm (H100 runs) or b200 (B200 runs); default %(default)s")
     p.add_argument("--every", type=positive(int), default=1, help="every Nth run of each sweep (default %(default)s)")
     p.add_argument("--limit", type=positive(int), help="at most this many runs")
     p.add_argument("--max-num-seqs", type=positive(int), default=512,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 import warnings
 from pathlib import Path
 
-from sim.apps.arg_types import positive
+from sim.apps.arg_types import Once, positive
 from sim.core import tables
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, write_json
@@ -145,7 +146,8 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         scatter(results, Path(args.plot))
     if args.plots:
         for path in write_plots(results, Path(args.plots)):
-            print(f"wrote {path}")
+            if not args.quiet:   # -q: nothing on stdout but what was asked for (docs/cli.md; a docs trial)
+                print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -168,7 +170,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("validate-serving", help="replay measured serving runs and print the simulator's errors",
                               description=__doc__)
     p.add_argument("file", metavar="FILE", help="silicon-sample CSV(.gz), benchmark_serving, genai-perf or aiperf JSON, or LLMServingSim case folder")
-    p.add_argument("--hw", required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
+    p.add_argument("--hw", action=Once, required=True, help="hardware preset: the GPU whose runs are replayed (h100_sxm, h200, ...)")
     p.add_argument("--stack", help="replay every run under this stack (default: each engine's own)")
     p.add_argument("--engine", choices=("vllm", "trtllm", "sglang"),
                    help="the engine of a benchmark JSON (default: the one a vLLM result's backend names)")

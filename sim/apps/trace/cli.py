@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sim.apps.arg_types import positive
+from sim.apps.arg_types import Once, positive
 from sim.core import flags, tables
 
 from sim.core.errors import ConfigError
@@ -312,7 +312,7 @@ def register(sub) -> None:
     v = sub.add_parser("validate", help="compare measured traces (or aiconfigurator op tables) with the simulator "
                                         "op by op")
     _add_trace_args(v)
-    v.add_argument("--hw", help="hardware preset name or YAML file (--input-format aic: default the preset of the GPU "
+    v.add_argument("--hw", action=Once, help="hardware preset name or YAML file (--input-format aic: default the preset of the GPU "
                                 "the table's file name says)")
     # Not `--format`: that is every command's table output format (sim.core.tables).
     v.add_argument("--input-format", choices=("trace", "aic"), default="trace",
@@ -330,7 +330,7 @@ def register(sub) -> None:
 
     r = sub.add_parser("replay", help="rebuild a traced run and simulate it on other hardware")
     _add_trace_args(r, many=False)
-    r.add_argument("--hw", required=True, help="target hardware preset name or YAML file")
+    r.add_argument("--hw", action=Once, required=True, help="target hardware preset name or YAML file")
     r.add_argument("--source-hw", metavar="PRESET",
                    help="the machine the trace was measured on, for scaled mode (default: the preset whose name "
                         "the trace's device name holds, e.g. h200 for 'NVIDIA H200')")
@@ -342,7 +342,7 @@ def register(sub) -> None:
 
     c = sub.add_parser("calibrate", help="fit a preset's efficiency curves to measured traces")
     _add_trace_args(c)
-    c.add_argument("--hw", required=True, help="base preset whose peaks are kept")
+    c.add_argument("--hw", action=Once, required=True, help="base preset whose peaks are kept")
     c.add_argument("--out", "-o", dest="output", metavar="PRESET.yaml",
                    help="the calibrated preset to write")
     flags.deprecated_alias(c, "--output", "--out PRESET.yaml", "output")
