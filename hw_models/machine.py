@@ -21,9 +21,9 @@ from hw_models.kinds import KINDS, preset_sections, section_owners
 from hw_models.power import BoardPower
 from sim.core import graph as g
 from sim.core.errors import ConfigError
-from sim.core.settings import has_alias, resolve_aliases
+from sim.core.settings import has_alias, relative, resolve_aliases
 from sim.core.formats import get_format
-from sim.core.schema import (Quantity, Strict, collect_sections, read_yaml, require_file, set_dotted,
+from sim.core.schema import (Quantity, Strict, collect_sections, file_dict, read_yaml, require_file, set_dotted,
                              supported_versions, validate_mapping)
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -376,8 +376,7 @@ def machine_from_dict(raw: dict[str, Any], source: str) -> Machine:
 
 
 def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> Machine:
-    """Load a preset by name or path; `overrides` maps dotted paths (without the
-    leading 'hw.') to values, e.g. {"memory.hbm.bandwidth_bytes_per_s": 1.6e12}."""
+    """A preset by name or path; `overrides`: dotted paths (no 'hw.') to values ({"memory.hbm.x_s": 1e-6}, '2x')."""
     if isinstance(spec, Machine) and not overrides:
         return spec
     path = resolve_path(spec)
@@ -385,8 +384,9 @@ def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> M
     if any(has_alias(key) for key in overrides or {}):
         overrides = {resolve_aliases(key, machine_aliases(machine_from_dict(raw_machine(path), str(path)))): value
                      for key, value in overrides.items()}
-    for key, value in (overrides or {}).items():
-        set_dotted(raw, key, value, source=f"{path} (override hw.{key})")
+    for key, value in (overrides or {}).items():   # `2x`: a factor of the preset's own value (sim.core.settings)
+        where, own = f"{path} (override hw.{key})", lambda: file_dict(machine_from_dict(raw_machine(path), str(path)))
+        set_dotted(raw, key, relative(value, own, key, where), source=where)
     try:
         return machine_from_dict(raw, str(path))
     except ConfigError:   # name the overrides: the preset alone is valid, the --set / sweep value is not

@@ -99,3 +99,16 @@ def test_validate_takes_hw_settings_and_quiet(tmp_path, capsys):
     assert len(before) == len(after) and all(a >= b * (1 - 1e-12) for b, a in zip(before, after))
     assert sum(after) > 1.2 * sum(before)
     assert main(["validate", trace, "--hw", "h200", "--set", "batch=4"]) == 2
+
+
+def test_a_hardware_factor_is_the_preset_s_own_value_times_n():
+    """`--set hw.X=2x` (an architect's trial: it read 'unknown unit x'): the a6000's 768 GB/s doubled is 1536 GB/s,
+    the same machine as writing it out; 0.5x halves a peak; a factor of a name is refused in one line."""
+    two = load_machine("a6000", {"memory.@device.bandwidth_bytes_per_s": "2x"})
+    assert two.memory["gddr"].bandwidth_bytes_per_s == 2 * 768e9
+    assert two == load_machine("a6000", {"memory.gddr.bandwidth_bytes_per_s": 1536e9}).model_copy(
+        update={"source": two.source})
+    assert load_machine("a6000", {"units.gpu.peak_flops_per_s.fp16": "0.5x"}).units["gpu"].peak_flops_per_s["fp16"] \
+        == 154.8e12 / 2
+    with pytest.raises(ConfigError, match=r"'2x' is a factor of the preset's value, and it has no number there"):
+        load_machine("a6000", {"units.gpu.memory": "2x"})

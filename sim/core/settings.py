@@ -9,6 +9,8 @@
 - VALUE is read as YAML: `16` is an int, `1.5` a float, `true` a bool, `[1, 2]` a
   list, `int4` a string. Text YAML cannot read stays the plain string. (YAML 1.1 reads
   `2e12` as a string; the schemas turn it into a number where a number is expected.)
+- A hardware VALUE `Nx` (`2x`, `0.5x`) is N times the preset's own value of that field, in SI (a what-if as a
+  factor, as a sweep's `scale:` axis): `hw.memory.@device.bandwidth_bytes_per_s=2x`.
 - A later item for the same key wins.
 - An item without `=`, with an empty key or with an empty part in the key
   (`a..b`, `hw.`) is refused in one line.
@@ -16,8 +18,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -74,6 +77,24 @@ def hw_only(settings: Settings, command: str) -> dict[str, Any]:
 def resolve_aliases(path: str, aliases: dict[str, str]) -> str:
     """`memory.@device.bandwidth_bytes_per_s` with each alias part replaced."""
     return ".".join(aliases.get(part, part) for part in path.split("."))
+
+
+_FACTOR = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*x\s*")
+
+
+def relative(value: Any, own: Callable[[], dict[str, Any]], key: str, where: str) -> Any:
+    """`value`, or where it reads `Nx`, N times the number at dotted `key` of `own()` (the preset as a mapping, SI):
+    `--set hw.X=2x` read as a unit and was refused ("unknown unit 'x'", an architect's trial)."""
+    m = _FACTOR.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        return value
+    node: Any = own()
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise ConfigError(f"{where}: {value!r} is a factor of the preset's value, and it has no number there "
+                          f"({node!r})")
+    return node * float(m.group(1))
 
 
 def has_alias(path: str) -> bool:

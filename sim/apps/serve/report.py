@@ -37,7 +37,7 @@ def _optional_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {fmt_time(b['tpot_s'])}, "
                                            f"ITL {fmt_time(b['itl_s'])}, E2E {fmt_time(b['e2e_s'])}; "
                                            f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
-                                           f"tokens/s/GPU over {b['completed']} requests"))
+                                           f"tokens/s/{b.get('device', 'GPU')} over {b['completed']} requests"))
     if s.get("prefix_hit_share"):
         out.append(("prefix cache", f"{s['prefix_hit_share']:.1%} of the prompt tokens served from cached blocks "
                                      "(not computed)"))
