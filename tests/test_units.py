@@ -49,3 +49,11 @@ def test_fmt_rate_keeps_three_digits_below_100():
     from sim.core.units import fmt_rate
     assert [fmt_rate(x) for x in (0.0532, 0.269, 8.49, 21.44, 177.64, 12345.67, 0.0)] == [
         "0.0532", "0.269", "8.49", "21.4", "177.6", "12,345.7", "0.0"]
+
+
+def test_an_absurd_byte_count_reads_in_powers_of_ten():
+    """`--set batch=99999999999999999999` printed 'needs 111149056000000000.00 TB' (a trial)."""
+    from sim.core.units import fmt_bytes
+
+    assert fmt_bytes(1.11149056e29) == "1.11e+17 TB"
+    assert fmt_bytes(5e17) == "500000.00 TB" and fmt_bytes(2e12) == "2.00 TB"

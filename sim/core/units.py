@@ -73,7 +73,10 @@ def parse_quantity(value: object, expect: str | None = None) -> float:
 
 
 def fmt_bytes(n: float) -> str:
-    """Bytes in decimal units (GB = 10^9 bytes), sim's one convention, as bandwidths (GB/s) are."""
+    """Bytes in decimal units (GB = 10^9 bytes), sim's one convention, as bandwidths (GB/s) are; past 10^6 TB in
+    powers of ten (a batch of 1e20 printed '111149056000000000.00 TB', a trial)."""
+    if abs(n) >= 1e18:
+        return f"{n / 1e12:.3g} TB"
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
