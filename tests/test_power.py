@@ -399,3 +399,23 @@ def test_ideal_is_the_roofline_without_the_power_cap():
     r = simulate(w, ideal(a100))
     roofline_s = sum(row["roofline_s"] * row["count"] for row in roofline_rows(w, a100, "prefill", w.prompt_len, w.prompt_len))
     assert r.ttft_s == pytest.approx(roofline_s, rel=1e-6)   # 46.976 ms (`sim roofline`'s total)
+
+
+def test_a_sweep_whose_spatial_chips_follow_the_points_says_so(tmp_path, capsys):
+    """An architect's trial read ipu_bow's TPOT falling with context: each point had sized its own chip count
+    (spatial.chips 80 -> 728). The sweep now says so, and an axis pinning hw.spatial.chips silences it."""
+    import yaml
+
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    spec = tmp_path / "s.yaml"
+    axes = {"workload.prompt_len": [128, 4000]}
+    spec.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama2_7b_groq_2k.yaml"),
+                                        hw="groq_lpu", axes=axes, metrics=["tpot_s"])))
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1", "--no-plots"]) == 0
+    assert "note: the spatial chip count follows each point (groq_lpu 36-46 chips)" in capsys.readouterr().err
+    spec.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama2_7b_groq_2k.yaml"),
+                                        hw="groq_lpu", axes={**axes, "hw.spatial.chips": [64]}, metrics=["tpot_s"])))
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "p"), "--workers", "1", "--no-plots"]) == 0
+    assert "spatial chip count follows" not in capsys.readouterr().err

@@ -86,8 +86,22 @@ def _print_best(spec_path: str, out: str) -> None:
         if fewer:
             print(f"note: {fewer} point(s) simulated a smaller batch than their workload.batch (an offload policy's "
                   "block; the column batch_simulated says which): plotted at the batch asked", file=sys.stderr)
-    for note in _energy_models(ok):
+    for note in _energy_models(ok) + _sized_chips(ok, spec.axes, str(spec.hw)):
         print(note, file=sys.stderr)
+
+
+def _sized_chips(ok, axes, hw_name: str) -> list[str]:
+    """A note where a spatial preset sized its chip count to each point (spatial.chips varies under one hw and no
+    axis sets it): each such point is another machine (a trial read ipu_bow's TPOT falling with context, at 80 to
+    728 chips)."""
+    if "spatial.chips" not in ok.columns or any(a.endswith("spatial.chips") for a in axes):
+        return []
+    hw = ok["hw"] if "hw" in ok.columns else None
+    groups = ok.groupby(hw) if hw is not None else [(hw_name, ok)]
+    spans = [f"{name} {int(g['spatial.chips'].min())}-{int(g['spatial.chips'].max())}" for name, g in groups
+             if g["spatial.chips"].nunique() > 1]
+    return [f"note: the spatial chip count follows each point ({', '.join(spans)} chips): each is another machine; "
+            "add an axis hw.spatial.chips to compare one"] if spans else []
 
 
 def _energy_models(ok) -> list[str]:
