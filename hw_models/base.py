@@ -258,6 +258,9 @@ class Mapper:
     # Decode counts up to which the surrogate tabulates every count: where a kind's placement of an op switches
     # between units at some batch, its cost (its energy above all) is not linear across the switch.
     serving_dense_decodes = 0
+    # Whether the surrogate needs KV lengths every 25% (not only its usual points): where an op's placement
+    # switches with the KV bytes (PIM dies that hold only so much), its cost kinks between the usual points.
+    serving_dense_kv = False
 
     # -- the serving hooks (sim.apps.serve.stepcost and .placement read only these) ----------
     def device_share(self) -> DeviceShare:

@@ -56,6 +56,11 @@ class PimMapper(Mapper):
     # it runs faster on the host; the host then draws its power and a step's energy jumps ~7x at that count.
     serving_dense_decodes = 32
 
+    @property
+    def serving_dense_kv(self) -> bool:
+        """Past what the PIM dies hold, attention's sequences move to the host (hw_models.pim.reach): a kink in KV."""
+        return self.cfg.pim_capacity_bytes_per_stack is not None
+
     def __init__(self, machine, workload, model):
         super().__init__(machine, workload, model)
         src = machine.source or machine.name

@@ -163,16 +163,16 @@ def _costs(file, machine, model, draft, exact, max_tokens, max_seqs, max_model_l
     # The grid stops at GRID_MAX_TOKENS: larger iterations (an unlimited token budget) are costed exactly.
     top = min(max_tokens + max_seqs * q, GRID_MAX_TOKENS)
     store = _store(file, machine, model, groups == 1)
-    dense = target.mapper.serving_dense_decodes
+    dense = dict(dense_decodes=target.mapper.serving_dense_decodes, dense_kv=target.mapper.serving_dense_kv)
     if groups > 1:   # each attention group's own ops, then the shared experts (sim.apps.serve.attention_dp)
         return GroupedCost(target if exact else Surrogate(target, top, min(max_seqs, top), max_model_len, store=store,
-                                                          dense_decodes=dense), target.mapper), None
+                                                          **dense), target.mapper), None
     if exact:
         return target, dcost
-    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q, store=store, dense_decodes=dense)
+    sur = Surrogate(target, top, min(max_seqs, top // q), max_model_len, q, store=store, **dense)
     return sur, (Surrogate(dcost, top, min(max_seqs, top), max_model_len, 1,
                            store=_store(draft_file(file, draft), machine,
-                                        draft, True), dense_decodes=dense) if dcost else None)
+                                        draft, True), **dense) if dcost else None)
 
 
 # ServeFile fields no step cost reads; every other field (formats, stack, the parallel plan among the

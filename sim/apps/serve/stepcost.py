@@ -214,9 +214,10 @@ class Surrogate:
     op_level = False
 
     def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1,
-                 store: TableStore | None = None, dense_decodes: int = 0):
+                 store: TableStore | None = None, dense_decodes: int = 0, dense_kv: bool = False):
         self.exact, self.q = exact, decode_q
         self.dense_decodes = dense_decodes   # every decode count up to this is a grid point (_decodes)
+        self.dense_kv = dense_kv             # KV lengths every 25% too (Mapper.serving_dense_kv)
         self.store = store          # the tables' exact points on disk (sim.apps.serve.tablecache), or None
         self.book = book(store) if store is not None else None
         self._table = ""            # the table whose entry is being computed (its points' row in `store`)
@@ -270,7 +271,8 @@ class Surrogate:
         if name == "kv":   # n decodes at mean kv_len k minus n at kv_len decode_q: linear in k on a GPU,
             # not where attention moves between host and PIM as it grows, hence several k.
             ns = self._decodes(fine=False)
-            ks = sorted({k for k in KV_POINTS if self.kv0 < k < self.kv1} | {self.kv0, self.kv1})
+            dense = [round(64 * 1.25 ** i) for i in range(64)] if self.dense_kv else []
+            ks = sorted({k for k in KV_POINTS + dense if self.kv0 < k < self.kv1} | {self.kv0, self.kv1})
             return (ns, ks), [self._row(name, lambda k, n=n: self._slope(self._cost(n, self.kv0, 0),
                                                                          self._cost(n, k, 0), 1.0), ks) for n in ns]
         if name == "pairs":   # per attended pair more than one fresh chunk of `rest` tokens: after a prefix
