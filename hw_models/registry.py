@@ -16,6 +16,7 @@ and checks its face:
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -23,13 +24,13 @@ from pydantic import ValidationError
 
 from hw_models.base import Mapper, Section
 from hw_models.kinds import KINDS, cli_registrars  # noqa: F401 (cli_registrars: re-exported)
-from hw_models.machine import Machine, machine_aliases
+from hw_models.machine import Machine, load_machine, machine_aliases
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult
 from sim.core.schema import file_dict, validation_error
 from sim.core.settings import dotted_items, resolve_aliases
-from sim.core.workload import Workload
+from sim.core.workload import Workload, load_workload
 
 HW_OVERRIDES, HW_FIGURES = "hw_overrides", "hw_figures"   # hardware_record's keys
 FACE = ("KIND", "MAPPER", "PRESET_SCHEMA", "WORKLOAD_SCHEMAS", "register", "report_sections", "roofs")
@@ -55,10 +56,16 @@ def mapper_for(machine: Machine, workload: Workload, model: ModelConfig) -> Mapp
     return kind_module(machine.kind).MAPPER(machine, workload, model)
 
 
-def simulate(workload: Workload, machine: Machine, exhaustive: bool = False, detail: bool = True) -> RunResult:
+def simulate(workload: Workload | str | Path, machine: Machine | str | Path, exhaustive: bool = False,
+             detail: bool = True) -> RunResult:
     """Simulate `workload` on `machine`: the public entry point, a pure function
-    of its inputs (so it pickles to sweep workers). `detail=False` skips the
-    per-op timelines of the report (sweeps need only the metrics)."""
+    of its inputs (so it pickles to sweep workers). Either may be given as a file or preset name
+    (load_workload, load_machine; a trial's `simulate(w, "h100_sxm")` had raised AttributeError).
+    `detail=False` skips the per-op timelines of the report (sweeps need only the metrics)."""
+    if isinstance(workload, (str, Path)):
+        workload = load_workload(workload)
+    if isinstance(machine, (str, Path)):
+        machine = load_machine(machine)
     model = workload.model_config_()
     return mapper_for(machine, workload, model).simulate(exhaustive=exhaustive, detail=detail)
 

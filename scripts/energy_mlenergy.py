@@ -45,8 +45,8 @@ def collect(gpu: str, every: int, cache: Path | None, cached_only: bool = False)
     have = {c.run: c for c in (F.from_dict(d, by_key) for d in (json.loads(cache.read_text())
                                                                   if cache and cache.is_file() else [])) if c}
     out = []
-    for r in M.sample([r for r in runs if r.gpu == gpu], every):
-        if r.max_num_seqs > MAX_SEQS or r.task not in TASKS or (cached_only and r not in have):
+    for r in M.select(runs, gpu, every, MAX_SEQS, TASKS):
+        if cached_only and r not in have:
             continue
         c = have.get(r) or F.components(r)
         have[r] = c

@@ -366,6 +366,15 @@ def test_two_outputs_on_stdout_are_refused(capsys):
         "error: --json and --requests: both write to stdout (-); give one of them a file path")
 
 
+def test_one_file_for_two_outputs_is_refused(tmp_path, capsys):
+    """`--json same.csv --requests same.csv` kept only the requests (a trial): refused before the run."""
+    w = str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml")
+    same = str(tmp_path / "same.json")
+    assert main(["serve", w, "--hw", "h100_sxm", "--json", same, "--chrome-trace", same, "-q"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --json and --chrome-trace: both write {same}; give each its own file"
+    assert not (tmp_path / "same.json").exists()
+
+
 def test_a_field_of_a_preset_model_says_the_model_is_a_name(capsys):
     """`--set model.num_layers=0` on a workload whose model is a preset read "parent is not a mapping" (a trial):
     the message says the model is a name and how to give fields."""

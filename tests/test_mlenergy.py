@@ -208,3 +208,19 @@ def test_validate_energy_greedy_what_if_is_faster(shared_validation, tmp_path):
     assert out["greedy"]["sampling"] == "greedy"
     assert out["greedy"]["runs"][0]["throughput_tok_s"] > out["top_p"]["runs"][0]["throughput_tok_s"]
 
+
+
+def test_the_cli_selects_the_runs_of_the_docs_table(shared_validation, capsys):
+    """`sim validate-energy --every 2 --task lm-arena-chat --task sourcegraph-fim` takes docs/energy.md's 32 H100
+    runs (scripts/energy_mlenergy.py's selection): it had filtered by max_num_seqs before sampling, so every sweep's
+    512-sequence run joined as its largest, 37 runs (an energy researcher's trial); and it names the assumed prompts."""
+    import argparse
+
+    from sim.apps.serve.mlenergy_cli import _inputs_line, _runs
+
+    args = argparse.Namespace(hw="h100_sxm", path=str(shared_validation), every=2, max_num_seqs=512, limit=None,
+                              task=["lm-arena-chat", "sourcegraph-fim"])
+    runs, _ = _runs(args)
+    assert len(runs) == 32
+    assert runs == M.select(M.load_runs(shared_validation), "H100", 2, 512, ("lm-arena-chat", "sourcegraph-fim"))
+    assert "lm-arena-chat 262" in _inputs_line(2.0) and "--input-scale 2" in _inputs_line(2.0)

@@ -290,3 +290,45 @@ def test_more_clients_than_requests_is_warned(capsys):
     assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", closed]) == 0
     assert "serving.arrivals.concurrency 100 exceeds num_requests 10: only 10 clients ever send" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prompt, message", [
+    ("{dist: fixed, value: 100, min: 200}", "serving.lengths.prompt: value 100 is outside min 200 .. max 1000000"),
+    ("{dist: lognormal, mean: 100, cv: 1, min: 300, max: 200}", "serving.lengths.prompt: min 300 is above max 200")])
+def test_a_length_its_clip_contradicts_is_refused(capsys, prompt, message):
+    """`value: 100, min: 200` ran every prompt at 200 (a serving engineer's trial)."""
+    w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
+    assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", f"serving.lengths.prompt={prompt}"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {w}: {message}"
+
+
+def test_a_closed_loop_search_whose_first_wave_decides_the_percentile_says_so():
+    """All N clients send at t = 0: with 5 requests a client that wave is a fifth of the stream, more than p90's tail,
+    and a trial's search read 18 clients against 247 at 25 a client. Twice the tail is the line: p90 needs 20."""
+    from sim.apps.serve.capacity import first_wave
+
+    slo = {"ttft_p90": 0.3, "tpot_mean": 0.05}
+    assert "raise serving.arrivals.num_requests to 20 a client" in first_wave(slo, 5)
+    assert "can decide ttft_p90" in first_wave(slo, 19)
+    assert first_wave(slo, 20) is None
+    assert "to 200 a client" in first_wave({"e2e_p99": 1.0}, 100)
+
+
+def test_a_closed_loop_of_identical_requests_is_warned(capsys):
+    w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
+    sets = ["--set", "serving.arrivals={process: closed, concurrency: 4, num_requests: 8}",
+            "--set", "serving.lengths={prompt: {dist: fixed, value: 512}, output: {dist: fixed, value: 16}}"]
+    assert main(["serve", str(w), "--hw", "h100_sxm", "-q", *sets]) == 0
+    assert "every request is the same length, so the 4 clients run in lock-step waves" in capsys.readouterr().err
+
+
+def test_an_slo_below_the_stack_s_request_delay_says_why_no_load_meets_it(tmp_path, capsys):
+    """sglang's fitted delay per request is 109.7 ms (hw_models/stack/presets/sglang.yaml): a ttft_p90 of 0.1 s
+    cannot be met at any load, and the search said only "not met even at 1 clients" (a serving engineer's trial)."""
+    w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
+    sets = ["--set", "stack=sglang", "--set", "serving.scheduler={kind: sglang}",
+            "--set", "serving.arrivals={process: closed, concurrency: 4, num_requests: 40}"]
+    assert main(["serve", str(w), "--hw", "h100_sxm", "-q", *sets, "--find-capacity", "--slo", "ttft_p90=0.1"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "; ttft_p90 is below the 109.7 ms every request waits before the engine sees it (the stack's engine_overheads "
+        "per_request_s for this deployment: docs/serving.md)")

@@ -332,7 +332,7 @@ def test_the_capacity_headline_is_the_rate_run_and_says_transient():
              transient="the run at capacity drained ...")
     con = Console(record=True, width=200)
     print_capacity(c, con)
-    assert ("59.0625 requests/s (transient: the stream ended before a steady state; warning above)"
+    assert ("59.0625 requests/s (transient: the stream's start or end decides it; warning above)"
             in con.export_text())
 
 

@@ -162,6 +162,13 @@ def check_outputs(named: dict[str, str | None]) -> None:
     on_stdout = [flag for flag, path in named.items() if path == "-"]
     if len(on_stdout) > 1:
         raise ConfigError(f"{' and '.join(on_stdout)}: both write to stdout (-); give one of them a file path")
+    seen: dict[str, str] = {}
+    for flag, path in named.items():   # one file named twice: the later write replaced the earlier (a trial)
+        if path and path != "-":
+            real = os.path.realpath(path)
+            if real in seen:
+                raise ConfigError(f"{seen[real]} and {flag}: both write {path}; give each its own file")
+            seen[real] = flag
     for path in named.values():
         if path:
             check_output(path)

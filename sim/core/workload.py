@@ -8,14 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
 from sim.core.sections import KIND_SECTIONS
 from sim.core.errors import ConfigError, where
 from sim.core.formats import get_format
 from sim.core.lowering import FormatPolicy
 from sim.core.model import ModelConfig, expert_load_from, load_model
-from sim.core.schema import Strict, collect_sections, read_yaml, set_dotted, validate_mapping
+from sim.core.schema import Strict, collect_sections, read_yaml, set_dotted, validate_mapping, validation_error
 
 
 def _known_format(name: str) -> str:
@@ -80,6 +80,12 @@ class Workload(Strict):
     # skew, histogram, capacity_factor}; None: uniform and dropless. A model property, not a kind's.
     moe: dict[str, Any] | None = None
     source: str = Field(default="", exclude=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:   # the documented SimError in one line, not pydantic's own (an API trial)
+            raise validation_error(exc, data.get("source") or f"{type(self).__name__}(...)", raw=data) from None
 
     @model_validator(mode="before")
     @classmethod

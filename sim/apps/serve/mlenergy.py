@@ -169,10 +169,18 @@ FIT_GPU, FIT_EVERY, FIT_MAX_SEQS = "H100", 4, 512
 FIT_TASKS = ("lm-arena-chat", "sourcegraph-fim")
 
 
+def select(runs: list[Run], gpu: str, every: int, max_seqs: int, tasks: tuple[str, ...] | None = None) -> list[Run]:
+    """The runs of `gpu` the replays take: every `every`-th of each sweep (sample, over the whole sweep), then those
+    up to `max_seqs` sequences and of `tasks` (None: all). The one selection of the fit, scripts/energy_mlenergy.py
+    and `sim validate-energy` (the CLI had filtered before sampling, so each sweep's 512-sequence run joined as
+    "its largest": 37 H100 runs where docs/energy.md's table has 32, a trial)."""
+    return [r for r in sample([r for r in runs if r.gpu == gpu], every)
+            if r.max_num_seqs <= max_seqs and (tasks is None or r.task in tasks)]
+
+
 def fit_runs(runs: list[Run]) -> list[Run]:
     """The runs of `runs` (the whole table) the power fit uses."""
-    return [r for r in sample([r for r in runs if r.gpu == FIT_GPU], FIT_EVERY)
-            if r.max_num_seqs <= FIT_MAX_SEQS and r.task in FIT_TASKS]
+    return select(runs, FIT_GPU, FIT_EVERY, FIT_MAX_SEQS, FIT_TASKS)
 
 
 def serve_file(run: Run, input_scale: float = 1.0, sampling: str = "top_p") -> Any:

@@ -7,6 +7,7 @@ folder holding it (as `energy/mlenergy_llm_runs.csv` or `mlenergy_llm_runs.csv`)
 from __future__ import annotations
 
 import argparse
+import sys
 import csv
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,12 +51,11 @@ def _runs(args: argparse.Namespace) -> tuple[list, set]:
     except (ValueError, KeyError, csv.Error, OSError) as e:   # OSError: gzip's BadGzipFile
         raise ConfigError(f"{path}: {e}") from None
     fitted = set(M.fit_runs(runs))
-    runs = [r for r in runs if r.gpu == gpus[args.hw] and r.max_num_seqs <= args.max_num_seqs
-            and (args.task is None or r.task == args.task)]
-    runs = M.sample(runs, args.every)[: args.limit]
+    runs = M.select(runs, gpus[args.hw], args.every, args.max_num_seqs, tuple(args.task) if args.task else None)
+    runs = runs[: args.limit]
     if not runs:
         raise ConfigError(f"{path}: no replayable {gpus[args.hw]} run (bf16 Llama-3.1/3.3, Qwen3-30B-A3B; "
-                          f"max_num_seqs <= {args.max_num_seqs}{'; task ' + args.task if args.task else ''})")
+                          f"max_num_seqs <= {args.max_num_seqs}{'; task ' + ', '.join(args.task) if args.task else ''})")
     return runs, fitted
 
 
@@ -84,6 +84,16 @@ def _table(replays: list, fitted: set) -> Table:
     return t
 
 
+def _inputs_line(scale: float) -> str:
+    """The prompt lengths the replays assumed (ML.ENERGY publishes none; a trial found the table silent on it)."""
+    from sim.apps.serve.mlenergy import INPUT_CV
+    from sim.apps.serve.mlenergy_inputs import INPUT_MEAN
+
+    means = ", ".join(f"{task} {mean * scale:g}" for task, mean in INPUT_MEAN.items())
+    return (f"note: prompt lengths are assumed, not published: lognormal (cv {INPUT_CV:g}) with mean tokens {means}"
+            f"{f' (--input-scale {scale:g})' if scale != 1 else ''}; sim.apps.serve.mlenergy_inputs, docs/energy.md")
+
+
 def _record(x, fitted: set) -> dict:
     return dict(run=x.run.__dict__, in_fit=x.run in fitted, j_per_token=x.j_per_token, power_per_gpu_w=x.power_per_gpu_w,
                 throughput_tok_s=x.throughput_tok_s, j_error=x.j_error, power_error=x.power_error,
@@ -100,6 +110,7 @@ def cmd_validate_energy(args: argparse.Namespace) -> int:
     machine = load_machine(args.hw)
     replays = [M.replay(r, machine, input_scale=args.input_scale, sampling=args.sampling) for r in runs]
     tables.console().print(_table(replays, fitted))
+    print(_inputs_line(args.input_scale), file=sys.stderr)
     if args.json:
         write_json(args.json, dict(hw=args.hw, input_scale=args.input_scale, sampling=args.sampling,
                                    runs=[_record(x, fitted) for x in replays],
@@ -118,7 +129,9 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=positive(int), help="at most this many runs")
     p.add_argument("--max-num-seqs", type=positive(int), default=512,
                    help="only runs up to this max_num_seqs (larger ones take minutes each; default %(default)s)")
-    p.add_argument("--task", choices=("lm-arena-chat", "gpqa", "sourcegraph-fim"), help="only this task's runs")
+    p.add_argument("--task", choices=("lm-arena-chat", "gpqa", "sourcegraph-fim"), action="append",
+                   help="only this task's runs (repeat for several: docs/energy.md's table is --task lm-arena-chat "
+                        "--task sourcegraph-fim --every 2)")
     p.add_argument("--input-scale", type=positive(float), default=1.0,
                    help="scale the assumed mean input lengths (inputs are not published; default %(default)s)")
     p.add_argument("--sampling", choices=("top_p", "greedy", "random"), default="top_p",

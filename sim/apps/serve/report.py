@@ -165,7 +165,7 @@ def print_capacity(c: dict[str, Any], console: Console | None = None, price_usd:
               show_header=False, title_justify="left")
     # The rate as the search ran it, so that a rerun at the printed rate is that run (a trial's rerun at 59.06 of
     # 59.0625 missed the SLO); a transient capacity says so where it is read, not only in a warning below.
-    transient = " (transient: the stream ended before a steady state; warning above)" if c.get("transient") else ""
+    transient = " (transient: the stream's start or end decides it; warning above)" if c.get("transient") else ""
     t.add_row(*(("most clients meeting the SLO", f"{c['rate']:d}{transient}") if clients
                 else ("highest rate meeting the SLO", f"{c['rate']:.6g} requests/s{transient}")))
     t.add_row("goodput there", f"{c['goodput_req_s']:.4g} requests/s, {c['goodput_tok_s']:,.1f} tokens/s over the run's "

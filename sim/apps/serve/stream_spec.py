@@ -146,6 +146,12 @@ class _Clip(Strict):
     min: PosInt = 1
     max: PosInt = 1_000_000
 
+    @model_validator(mode="after")
+    def _ordered(self) -> "_Clip":
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
+
     def draw(self, n: int, rng: np.random.Generator, key: str, base: Path) -> np.ndarray:
         """`n` lengths before rounding and clipping; `key` names the setting in errors, `base` the
         folder relative paths start from."""
@@ -164,6 +170,13 @@ class _Clip(Strict):
 class Fixed(_Clip):
     dist: Literal["fixed"]
     value: PosInt
+
+    @model_validator(mode="after")
+    def _inside(self) -> "Fixed":
+        """A fixed value the clip moves is two lengths written for one (a trial's `value: 100, min: 200` ran 200)."""
+        if not self.min <= self.value <= self.max:
+            raise ValueError(f"value {self.value} is outside min {self.min} .. max {self.max}")
+        return self
 
     def _largest(self) -> int:
         return self.value
