@@ -81,8 +81,12 @@ def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, wh
     if u.idle_power_w is not None or not u.power_w:
         return None
     how = "every chip's power_w over the whole run" if whole_run else "power_w over busy time, nothing between"
-    note = (f"energy: {machine.name} has no board-power model (idle_power_w): its J/token counts {how}, plus bytes "
-            "and FLOPs; it does not compare with a board-power preset's (h100_sxm, h200, b200, a100_80g; docs/energy.md)")
+    # "plus bytes and FLOPs" only where the preset prices them (groq_lpu's chips have neither: a trial)
+    dynamic = [w for w, priced in (("bytes", any(m.energy_j_per_byte for m in machine.memory.values())),
+                                   ("FLOPs", bool(u.energy_j_per_flop))) if priced]
+    note = (f"energy: {machine.name} has no board-power model (idle_power_w): its J/token counts {how}"
+            f"{', plus ' + ' and '.join(dynamic) if dynamic else ' (no J/byte or J/FLOP in the preset)'}; it does not "
+            "compare with a board-power preset's (h100_sxm, h200, b200, a100_80g; docs/energy.md)")
     avg_w = total_j / wall_s / max(devices, 1) if wall_s > 0.0 else 0.0
     if avg_w > u.power_w * (1 + 1e-9):   # a spatial run averages its chips' power_w exactly, give or take rounding
         note += (f"; it averages {avg_w:.0f} W per device, above its {u.power_w:.0f} W TDP, which no cap holds here "
@@ -122,7 +126,12 @@ def cap_note(cap: dict) -> str:
                        + ("; an upper bound: every op stretched alike, though memory-bound ones wait on HBM, whose "
                           "clock the cap does not lower" if p == "decode" else "") + ")"
                        for p in ("prefill", "decode") if cap[p + "_s"])
-    return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}; "
+    # No clock floor is modelled: near the idle power the stretch grows without bound (a trial's 120 W limit on an
+    # H100 stretched a prefill 201x), where a real board stops at its lowest clock; say so past 3x.
+    floor = ("; past 3x no clock floor is modelled (a real board stops at its lowest clock): a limit this close to "
+             "the idle power is outside the model" if any(cap[p + "_stretch"] > 2.0 for p in ("prefill", "decode")
+                                                         if cap[p + "_s"]) else "")
+    return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
             "hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
 
 

@@ -419,3 +419,32 @@ def test_a_sweep_whose_spatial_chips_follow_the_points_says_so(tmp_path, capsys)
                                         hw="groq_lpu", axes={**axes, "hw.spatial.chips": [64]}, metrics=["tpot_s"])))
     assert main(["sweep", str(spec), "--out", str(tmp_path / "p"), "--workers", "1", "--no-plots"]) == 0
     assert "spatial chip count follows" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hw", ["hbm_pim", "h100_offload"])
+def test_a_binding_cap_is_in_extra_on_every_kind(hw):
+    """`extra.power_cap` (docs/energy.md) was dropped by the pim and offload kinds, which replaced the figures'
+    extra with their own (an energy researcher's trial): the note said the cap bound, the JSON did not."""
+    import warnings
+
+    w = workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=8), "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = simulate(w, load_machine(hw, {"units.gpu.power_limit_w": 200}))
+    cap = r.extra["power_cap"]
+    assert cap["limit_w"] == 200 and cap["prefill_stretch"] > 0
+    assert any(n.startswith("power cap") for n in r.notes)
+
+
+def test_a_limit_near_idle_says_no_clock_floor_is_modelled():
+    """A 120 W limit on an H100 (117.1 W idle) stretched a prefill 245x: the note says the model has no clock floor
+    past a 3x stretch (an energy researcher's trial), and stays as it was at a stretch below it."""
+    import warnings
+
+    w = workload_from_dict(dict(model="llama2-13b", batch=32, prompt_len=1024, gen_len=4), "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        low = simulate(w, load_machine("h100_sxm", {"units.gpu.power_limit_w": 120}))
+        usual = simulate(w, load_machine("h100_sxm"))
+    assert any("past 3x no clock floor is modelled" in n for n in low.notes)
+    assert not any("no clock floor" in n for n in usual.notes)

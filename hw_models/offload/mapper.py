@@ -259,8 +259,8 @@ class OffloadMapper(Mapper):
         if not self.power_includes:   # a trial read the power line as the host's too
             fig.notes.append(f"energy: {self.machine.name}'s host CPU (units.{self.host.cpu_name}) has no power_w: "
                              "the energy and power count the GPU alone (no preset prices the disk)")
-        fig.extra = dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
-                         offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result))
+        fig.extra |= dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
+                          offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result))
         if self.search_result is not None:
             # Without the search's wall time: the same run must give byte-identical results.
             fig.extra["search"] = {k: v for k, v in self.search_result.summary().items() if k != "elapsed_s"}

@@ -357,8 +357,8 @@ class PimMapper(Mapper):
             metrics.update(report.baseline_metrics(gen, base, base_tl, w.batch, self.tier.energy_j_per_byte))
         summary = report.summary(self.cfg, self.geo, self.policy, report.schedule_line(self.cfg, decisions, w.batch),
                                  self.tier.energy_j_per_byte)
-        fig.extra = dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),
-                                                   summary=summary))
+        fig.extra |= dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),
+                                                    summary=summary))
         if note := report.reach_note(self.schedule(self.step_graph("decode", 1, gen.rep_kv, num_layers=1)).reach):
             fig.notes.append(note)
         return fig

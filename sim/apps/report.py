@@ -160,7 +160,9 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     c.print(_kv_table("Results", rows))
     c.print(_memory_table(result, machine))
     layers, staged = m["num_layers"], pipeline_caption(result)
-    c.print(top_ops_table(f"Top ops, one decode step (kv_len {result.decode_kv_len}), summed over {layers} layers",
+    # gen_len 1 runs no decode step (the first token is prefill's): the table is the step a longer run would take
+    decode = "one decode step" if result.gen_len > 1 else "a decode step (none ran: gen_len 1), as a next token's"
+    c.print(top_ops_table(f"Top ops, {decode} (kv_len {result.decode_kv_len}), summed over {layers} layers",
                           result.decode_ops, result.decode_timeline.makespan_s, layers, caption=staged))
     c.print(top_ops_table("Top ops, prefill", result.prefill_ops, result.ttft_s, layers, n=5, caption=staged))
     for section in report_sections(result):
