@@ -102,11 +102,11 @@ class Section:
 
 class Mapper:
     kind = "base"
-    # Whether each engine resource runs its tasks in the order planned (a CUDA
-    # stream, a DMA queue) rather than in whatever order they become ready.
+    # Whether each engine resource runs its tasks in the order planned (a CUDA stream, a DMA queue) rather than in
+    # whatever order they become ready.
     in_order = False
-    # Layers simulated (and one more) before extrapolating identical layers
-    # (sim.core.generation.fold_layers): how far back the schedule's overlap reaches.
+    # Layers simulated (and one more) before extrapolating identical layers (sim.core.generation.fold_layers): how
+    # far back the schedule's overlap reaches.
     fold_layers = 2
     # The engine's host work per iteration (the workload stack's step_overhead; None: no engine,
     # as under plain torch or no stack) and the devices one instance spans (its TP/EP x PP group).
@@ -245,21 +245,18 @@ class Mapper:
         those after it (sim.core.lowering.repeating_from), so the marginal layer is like every layer it stands for."""
         return max(self.fold_layers, repeating_from(self.model, self.formats) + 1)
 
-    # The serving schedulers (spec kinds) that can drive this kind in `sim serve`, None: every one; and
-    # why the others cannot, for the one-line refusal (sim.apps.serve.stepcost.check_kind).
+    # The serving schedulers (spec kinds) that can drive this kind in `sim serve`, None: every one; and why (check_kind)
     serving_schedulers: tuple[str, ...] | None = None
     serving_schedulers_why = ""
     # Why this kind cannot serve with a draft model (serving.speculative), "" where it can: the draft's
     # weights and KV are placed whole on every device (sim.apps.serve.instance), as an engine runs a small draft.
     serving_speculative_why = ""
-    # Whether a serving run costs every iteration exactly: a kind whose iteration is not the surrogate's
-    # canonical mixed batch (sim.apps.serve.stepcost) cannot be tabulated by it.
+    # Whether a serving run costs every iteration exactly: a kind whose iteration is not the surrogate's canonical
+    # mixed batch (sim.apps.serve.stepcost) cannot be tabulated by it. The surrogate's denser grids, where a kind's
+    # placement of an op switches between units and its cost (its energy above all) is not linear across the switch:
+    # every decode count up to serving_dense_decodes (PIM past a few rows), KV lengths every 25% (PIM dies' reach).
     serving_exact = False
-    # Decode counts up to which the surrogate tabulates every count: where a kind's placement of an op switches
-    # between units at some batch, its cost (its energy above all) is not linear across the switch.
     serving_dense_decodes = 0
-    # Whether the surrogate needs KV lengths every 25% (not only its usual points): where an op's placement
-    # switches with the KV bytes (PIM dies that hold only so much), its cost kinks between the usual points.
     serving_dense_kv = False
 
     # -- the serving hooks (sim.apps.serve.stepcost and .placement read only these) ----------

@@ -67,9 +67,8 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             rate = rate // 2 if closed else rate / 2
     unit = "clients" if closed else "requests/s"
     if lo is None:
-        eo = engine_terms(file, machine)
         raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} {unit}{_turned(points[-1]['summary'])}"
-                          f"{_below_delay(slo, eo.request_delay_s(file.serving.deployment) if eo else 0.0)}")
+                          f"{_below_delay(slo, file, machine)}")
     if hi is None:
         raise ConfigError(f"{file.source}: serving.slo: still met at {lo:.3g} {unit}; the stream is too short "
                           "to load the machine (raise serving.arrivals.num_requests)")
@@ -109,9 +108,11 @@ def _turned(s: dict[str, Any]) -> str:
     return f"; {s['rejected']} of {s['requests']} requests were rejected ({why}), each an SLO miss"
 
 
-def _below_delay(slo: dict[str, float], delay: float) -> str:
-    """Why no load meets a TTFT or E2E SLO shorter than the stack's delay per request (`delay`), which every request
-    pays before the engine sees it (a trial's sglang ttft_p90 0.1 s against its 109.7 ms)."""
+def _below_delay(slo: dict[str, float], file: ServeFile, machine: Machine) -> str:
+    """Why no load meets a TTFT or E2E SLO shorter than the stack's delay per request, which every request pays
+    before the engine sees it (a trial's sglang ttft_p90 0.1 s against its 109.7 ms)."""
+    eo = engine_terms(file, machine)
+    delay = eo.request_delay_s(file.serving.deployment) if eo else 0.0
     short = [k for k, v in slo.items() if k.split("_")[0] in ("ttft", "e2e") and v <= delay]
     return (f"; {', '.join(short)} is below the {delay * 1e3:.4g} ms every request waits before the engine sees it "
             "(the stack's engine_overheads per_request_s for this deployment: docs/serving.md)") if short else ""
