@@ -383,3 +383,16 @@ def test_a_field_of_a_preset_model_says_the_model_is_a_name(capsys):
     assert capsys.readouterr().err.strip() == (
         f"error: {w7}: model.num_layers: model is 'llama2-7b', a name, not a mapping of fields; to change "
         "num_layers, give the model as an inline mapping or a config.json / model YAML (docs/models.md)")
+
+
+def test_stdout_without_a_byte_buffer_takes_text():
+    """A code review: '-' wrote through sys.stdout.buffer, which a StringIO (redirect_stdout, a notebook) lacks."""
+    import contextlib
+    import io
+
+    from sim.core.files import write_json
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        write_json("-", {"a": 1})
+    assert json.loads(out.getvalue()) == {"a": 1}

@@ -12,7 +12,7 @@ import pytest
 
 from hw_models.machine import load_machine
 from hw_models.pim.mapper import PimMapper
-from hw_models.pim.reach import BEYOND_REACH, allocate
+from hw_models.pim.reach import BEYOND_REACH, allocate, data_bytes
 from hw_models.registry import simulate
 from sim.core.graph import GEMM, Op, TensorUse
 from sim.core.workload import workload_from_dict
@@ -30,20 +30,48 @@ def test_allocation_fills_the_dies_by_time_saved_per_byte():
     # a: 1.0 s/B, c: 0.8 s/B (a GEMM of 10 columns), b: 0.5 s/B; 15 B of reach: a whole, half of c's columns, b out.
     d = [_decision("a", 10, 10.0), _decision("b", 10, 5.0), _decision("c", 10, 8.0, columns=10),
          _decision("host_op", 99, 50.0, where="host")]
-    alloc = allocate(d, 15, num_layers=1)
+    alloc = allocate([d], 15, num_layers=1)
     assert alloc.placed_bytes == 30 and not alloc.fits
-    assert alloc.host == {"b"} and alloc.split == ("c", 0.5)
+    assert alloc.host == {"b"} and alloc.split == ("c", 5, 10)
     assert alloc.moved_bytes == 15
-    # An op that cannot split (attention: no columns) goes whole to the host; the rest of the reach stays unused.
-    alloc = allocate(d[:2], 15, num_layers=1)
+    assert allocate([d], 30, num_layers=1).fits
+
+
+def test_an_op_that_cannot_split_goes_to_the_host_and_the_next_may_still_fit():
+    """A code review: the first op that did not fit whole ended the filling even when it could not split (batch-1
+    attention, one sequence), so the rest of the reach stayed empty (Llama-2-13B at 8,192 tokens: 8.72 of 10.74 GB
+    held, 4.3% slower). a 1.0 s/B whole; b 0.8 s/B, 10 B, cannot split; c 0.5 s/B, 4 B: 15 B hold a and c."""
+    d = [_decision("a", 10, 10.0), _decision("b", 10, 8.0), _decision("c", 4, 2.0)]
+    alloc = allocate([d], 15, num_layers=1)
     assert alloc.host == {"b"} and alloc.split is None and alloc.moved_bytes == 10
-    assert allocate(d, 30, num_layers=1).fits
+
+
+def test_sub_batch_chains_share_the_weights_and_sum_their_kv():
+    """A code review: with sub-batches the reach was reckoned for the whole batch's placement, and each chain could
+    put other GEMMs on PIM. Now the chains are allocated together: a weight op's bytes once, a KV op's per chain."""
+    w_op = _decision("w", 10, 10.0, columns=10)                  # reads weights
+    kv0, kv1 = _decision("kv", 6, 3.0), _decision("kv", 6, 3.0)  # one chain's KV each (role 'weight' in the helper)
+    for d, _ in (kv0, kv1):
+        d.op = Op("kv", "attn_score", 1.0, (TensorUse("k", "kv", (1,), "fp16", 6),), (), (("batch", 2),))
+    alloc = allocate([[w_op, kv0], [w_op, kv1]], 100, num_layers=1)
+    assert alloc.placed_bytes == 10 + 12
 
 
 def test_a_layer_op_counts_its_bytes_in_every_layer():
     d = [_decision("x", 10, 1.0)]
     d[0][0].op = Op("L0.x", "attn_score", 1.0, d[0][0].op.reads, (), (("n", 0),), layer=0)
-    assert allocate(d, 10, num_layers=40).placed_bytes == 400
+    assert allocate([d], 10, num_layers=40).placed_bytes == 400
+
+
+def test_a_split_s_share_is_whole_units_whatever_the_rounding():
+    """A code review: the split was a float share, and int(1/49 * 49) is 0: the op stayed whole on PIM while the
+    allocation counted it moved (Llama-2-7B, 49 sequences at 810 tokens: 20.8 GB on PIM against 10.74). The split is
+    whole units now, and the dies never hold more than they reach."""
+    w = workload_from_dict(dict(model="llama2-7b", batch=49, prompt_len=809, gen_len=2), "t")
+    m = PimMapper(load_machine("hbm_pim"), w, w.model_config_())
+    s = m.schedule(m.step_graph("decode", 1, 810, num_layers=1))
+    on_pim = sum(data_bytes(op) for op in s.graph.ops() if m.decide(op, s).where == "pim") * 32
+    assert s.reach.split is not None and on_pim <= s.reach.reach_bytes
 
 
 def _run(overrides=None):
@@ -88,7 +116,7 @@ def test_more_reach_is_never_slower_and_enough_is_the_all_pim_part(reach_run):
 def test_the_split_gemm_s_parts_share_its_work_and_both_read_its_input(reach_run):
     _, m = reach_run
     s = m.schedule(m.step_graph("decode", 1, 1088, num_layers=1))
-    key, share = s.reach.split
+    key, n_pim, n_units = s.reach.split
     whole = next(op for op in m.step_graph("decode", 1, 1088, num_layers=1).ops() if op.base_name == key)
     parts = [op for op in s.graph.ops() if op.base_name.startswith(key + "~")]
     assert {s.forced[p.name] for p in parts} == {"pim", "host"}
@@ -96,7 +124,7 @@ def test_the_split_gemm_s_parts_share_its_work_and_both_read_its_input(reach_run
     weights = [sum(t.bytes for t in p.reads if t.role == "weight") for p in parts]
     assert sum(weights) == pytest.approx(sum(t.bytes for t in whole.reads if t.role == "weight"), abs=2)
     pim = next(p for p in parts if s.forced[p.name] == "pim")
-    assert pim.dims["n"] == share * whole.dims["n"]
+    assert pim.dims["n"] == n_pim and n_units == whole.dims["n"]
     for p in parts:   # the activation vector goes to both
         assert [t.bytes for t in p.reads if t.role == "activation"] == \
             [t.bytes for t in whole.reads if t.role == "activation"]
@@ -112,7 +140,7 @@ def test_attention_splits_by_sequences_when_the_kv_outgrows_what_the_weights_lea
     s = m.schedule(m.step_graph("decode", 1, 2048, num_layers=1))
     per_seq = 2048 * 32 * 4096 * 2   # one sequence's K over the model
     assert s.reach.placed_bytes == 2 * 12 * per_seq
-    assert s.reach.split == ("qk", 8 / 12) and s.reach.host == set()
+    assert s.reach.split == ("qk", 8, 12) and s.reach.host == set()
     qk = {s.forced[op.name]: op.dims["batch"] for op in s.graph.ops() if op.base_name.startswith("qk~")}
     assert qk == {"pim": 8, "host": 4}
     assert s.reach.moved_bytes == 4 * per_seq

@@ -112,3 +112,13 @@ def test_a_hardware_factor_is_the_preset_s_own_value_times_n():
         == 154.8e12 / 2
     with pytest.raises(ConfigError, match=r"'2x' is a factor of the preset's value, and it has no number there"):
         load_machine("a6000", {"units.gpu.memory": "2x"})
+
+
+def test_a_factor_of_a_count_or_of_a_kind_section_s_quantity():
+    """A code review: `pim.stacks=2x` gave 10.0, which a count refuses, and a kind's section keeps its quantities as
+    written ('2 GiB'), which read as no number. A count stays whole (or is refused), a written quantity is parsed."""
+    pim = load_machine("hbm_pim", {"pim.stacks": "2x", "pim.pim_capacity_bytes_per_stack": "0.5x"}).section("pim")
+    assert pim["stacks"] == 10 and isinstance(pim["stacks"], int)
+    assert pim["pim_capacity_bytes_per_stack"] == 2 ** 30
+    with pytest.raises(ConfigError, match=r"'0.5x' of 5 is 2.5, not a whole number"):
+        load_machine("hbm_pim", {"pim.stacks": "0.5x"})

@@ -253,11 +253,13 @@ class PimMapper(Mapper):
         """`s` with the ops whose data the PIM dies cannot hold moved to the host (hw_models.pim.reach)."""
         if self.cfg.pim_capacity_bytes_per_stack is None:
             return s
-        if alloc is None:
-            decisions = [(self.decide(op, s), self.op_key(s, op)) for op in s.graph.ops()]
-            alloc = reach.allocate(decisions, self.cfg.pim_capacity_bytes_per_stack * self.cfg.stacks,
-                                   self.model.num_layers, frozenset(s.forced))
-        return reach.apply(s, alloc, lambda op: self.op_key(s, op))
+        return reach.apply(s, alloc or self.allocation([s]), lambda op: self.op_key(s, op))
+
+    def allocation(self, chains: list[Schedule]) -> Allocation:
+        """What the PIM dies hold for these op chains together (one per sub-batch: they share the weights)."""
+        decisions = [[(self.decide(op, c), self.op_key(c, op)) for op in c.graph.ops()] for c in chains]
+        return reach.allocate(decisions, self.cfg.pim_capacity_bytes_per_stack * self.cfg.stacks,
+                              self.model.num_layers, frozenset(n for c in chains for n in c.forced))
 
     @staticmethod
     def op_key(s: Schedule, op: Op) -> str:
@@ -280,18 +282,18 @@ class PimMapper(Mapper):
         # again (NeuPIMs issues one GEMM per sub-batch; a layer's weights do not fit the GPU's L2).
         # Each chain is one host stream; the host unit and the stacks are shared resources, so the
         # engine runs one chain's attention on PIM while another's FC holds the host.
-        # The PIM dies hold the weights once and every sub-batch's KV: placed as for the whole batch.
         layers = len({op.layer for op in graph.ops() if op.layer is not None})
         w = self.workload
         return self.plan_interleaved([lower(self.model, graph.phase, b, graph.q_len, graph.kv_len, self.formats,
-                                            w.flash_attention, num_layers=layers) for b in sizes],
-                                     self.within_reach(Schedule(graph)).reach)
+                                            w.flash_attention, num_layers=layers) for b in sizes])
 
-    def plan_interleaved(self, graphs: list[OpGraph], alloc: Allocation | None = None) -> list[Task]:
-        """Independent op chains, one per sub-batch graph, sharing the host and the stacks.
-        Tasks are listed chain by chain: at equal ready times the host serves the lower chain."""
-        return [t for k, sub in enumerate(graphs)
-                for t in self.plan_chain(self.within_reach(Schedule(sub), alloc), f".b{k}")]
+    def plan_interleaved(self, graphs: list[OpGraph]) -> list[Task]:
+        """Independent op chains, one per sub-batch graph, sharing the host and the stacks; the PIM dies hold the
+        weights once and every chain's KV, as each chain places its ops. Tasks are listed chain by chain: at equal
+        ready times the host serves the lower chain."""
+        chains = [Schedule(sub) for sub in graphs]
+        alloc = self.allocation(chains) if self.cfg.pim_capacity_bytes_per_stack is not None else None
+        return [t for k, c in enumerate(chains) for t in self.plan_chain(self.within_reach(c, alloc), f".b{k}")]
 
     def plan_chain(self, s: Schedule, suffix: str = "") -> list[Task]:
         """One op chain's tasks (ids end in `suffix`: ".b1" for sub-batch 1)."""

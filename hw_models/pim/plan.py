@@ -62,7 +62,7 @@ class Allocation:
     reach_bytes: float
     placed_bytes: float                         # what the policy put on PIM, over the whole model
     host: frozenset[str] = frozenset()
-    split: tuple[str, float] | None = None      # (key, share of its columns or sequences on PIM)
+    split: tuple[str, int, int] | None = None   # (key, its columns or sequences on PIM, of how many)
     moved_bytes: float = 0.0                    # of `placed_bytes`, on the host now
 
     @property

@@ -15,7 +15,7 @@ do, an upper bound on a runtime that places weights at load time and a request's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from hw_models.pim.pipeline import ATTENTION_FAMILY, share_gemms
@@ -49,30 +49,48 @@ class _Item:
     """One op of the model (a layer op stands for that op in every layer): its bytes and gain on PIM."""
     key: str
     kind: str
-    bytes: float = 0.0          # over the whole model
-    saved_s: float = 0.0        # host - PIM time, summed over the step's instances seen
-    units: int = 0              # a GEMM's output columns, an attention op's sequences (0: not splittable)
-    ops: int = 0                # the step's ops counted into it (head-group slices of one layer)
+    bytes_by_chain: dict[int, float] = field(default_factory=dict)   # over the whole model, per sub-batch chain
+    saved_s: float = 0.0        # host - PIM time, over the whole model and every chain
+    units: int = 0              # a GEMM's output columns, an attention op's sequences, over the chains (0: whole)
+    units_by_chain: dict[int, int] = field(default_factory=dict)
+    weights: bool = False       # reads weights, which the chains share: counted once, not per chain
+    whole: bool = False         # a part GEMM sharing cut already: placed whole or not at all
+
+    @property
+    def bytes(self) -> float:
+        per = self.bytes_by_chain.values()
+        return max(per) if self.weights else sum(per)
 
 
-def allocate(decisions: list[tuple[Decision, str]], reach_bytes: float, num_layers: int,
+def _layers(ops: list[Op]) -> int:
+    return len({op.layer for op in ops if op.layer is not None})
+
+
+def allocate(chains: list[list[tuple[Decision, str]]], reach_bytes: float, num_layers: int,
              parts: frozenset[str] = frozenset()) -> Allocation:
-    """Fill `reach_bytes` from the PIM-placed decisions (each with its op's key), greedily by time saved per byte.
-    `parts`: ops already cut from another (GEMM sharing's), placed whole or not at all."""
+    """Fill `reach_bytes` from the PIM-placed decisions of each op chain (one per sub-batch; each decision with its
+    op's key), greedily by time saved per byte. A layer op's bytes and time count once per layer of the model: the
+    layers in the step's graph stand for all `num_layers` (exact where the layers are alike; a model whose layers
+    differ, a window on some or dense MLPs before MoE ones, is counted by the layers the folded graph holds). The
+    chains share the weights and each holds its own sequences' KV. `parts`: ops GEMM sharing cut already, placed
+    whole or not at all."""
     items: dict[str, _Item] = {}
-    layer_of: dict[str, int | None] = {}
-    for d, key in decisions:
-        b = data_bytes(d.op)
-        if d.where != "pim" or not b:
-            continue
-        it = items.setdefault(key, _Item(key, d.op.kind))
-        if layer_of.setdefault(key, d.op.layer) != d.op.layer:
-            continue   # another layer's copy: the first layer's (its head-group slices summed) stands for all
-        it.bytes += b * (num_layers if d.op.layer is not None else 1)
-        it.saved_s += d.host.duration_s - (d.pim_s or 0.0)
-        units = 0 if d.op.name in parts else _units(d.op)
-        it.units = units if not it.ops else min(it.units, units)   # one part cut already: the item is whole
-        it.ops += 1
+    for c, decisions in enumerate(chains):
+        scale = num_layers / max(_layers([d.op for d, _ in decisions]), 1)
+        for d, key in decisions:
+            b = data_bytes(d.op)
+            if d.where != "pim" or not b:
+                continue
+            it = items.setdefault(key, _Item(key, d.op.kind))
+            per = scale if d.op.layer is not None else 1.0
+            it.bytes_by_chain[c] = it.bytes_by_chain.get(c, 0.0) + b * per
+            it.saved_s += (d.host.duration_s - (d.pim_s or 0.0)) * per
+            it.weights |= any(t.role == "weight" for t in d.op.reads)
+            it.whole |= d.op.name in parts
+            it.units_by_chain.setdefault(c, _units(d.op))   # the first layer's op of the key (head slices alike)
+    for it in items.values():
+        it.units = 0 if it.whole or 0 in it.units_by_chain.values() else (
+            max(it.units_by_chain.values()) if it.weights else sum(it.units_by_chain.values()))
     placed = sum(it.bytes for it in items.values())
     if placed <= reach_bytes:
         return Allocation(reach_bytes, placed)
@@ -82,13 +100,12 @@ def allocate(decisions: list[tuple[Decision, str]], reach_bytes: float, num_laye
         if it.bytes <= left:
             left -= it.bytes
             continue
-        share = left / it.bytes
-        if split is None and int(share * it.units) >= 1:
-            split = (it.key, int(share * it.units) / it.units)
-        else:
+        n_pim = int(left / it.bytes * it.units)
+        if split is None and n_pim >= 1:   # the marginal op: the part that fits, and the reach is full
+            split, left = (it.key, n_pim, it.units), 0.0
+        else:                              # whole or too small a part: the host, and the next may still fit
             host.add(it.key)
-        left = 0.0
-    moved = sum(items[k].bytes for k in host) + (items[split[0]].bytes * (1 - split[1]) if split else 0.0)
+    moved = sum(items[k].bytes for k in host) + (items[split[0]].bytes * (1 - split[1] / split[2]) if split else 0.0)
     return Allocation(reach_bytes, placed, frozenset(host), split, moved)
 
 
@@ -98,9 +115,13 @@ def apply(s: Schedule, alloc: Allocation, key: Callable[[Op], str]) -> Schedule:
         return replace(s, reach=alloc)
     graph, forced, why, continuations = s.graph, dict(s.forced), dict(s.why), s.continuations
     if alloc.split:
-        k, share = alloc.split
-        graph, parts = share_gemms(graph, lambda op: int(share * _units(op))
-                                   if key(op) == k and op.name not in s.forced else 0, _SPLITTABLE)
+        k, n_pim, n_units = alloc.split
+
+        def pim_units(op: Op) -> int:   # this op's share of the split's units (a chain holds some sequences)
+            if key(op) != k or op.name in s.forced:
+                return 0
+            return min(_units(op), max(1, round(n_pim * _units(op) / n_units)))
+        graph, parts = share_gemms(graph, pim_units, _SPLITTABLE)
         forced |= parts
         why |= {name: SPLIT[where] for name, where in parts.items()}
         # both parts of a later head group's slice continue their side's kernel (as GEMM sharing's do)

@@ -153,7 +153,7 @@ def reach_note(alloc: "Allocation | None") -> str | None:
         return None
     moved = sorted(alloc.host)
     if alloc.split:
-        moved.append(f"{1 - alloc.split[1]:.0%} of {alloc.split[0]}")
+        moved.append(f"{1 - alloc.split[1] / alloc.split[2]:.0%} of {alloc.split[0]}")
     return (f"pim: the ops placed on PIM read {fmt_bytes(alloc.placed_bytes)} of weights and KV cache, but the PIM "
             f"units reach {fmt_bytes(alloc.reach_bytes)} (pim.pim_capacity_bytes_per_stack x stacks; the rest of "
             f"each stack is dies without PIM units): {fmt_bytes(alloc.moved_bytes)} runs on the host from those "

@@ -169,8 +169,6 @@ def check_outputs(named: dict[str, str | None]) -> None:
             if real in seen:
                 raise ConfigError(f"{seen[real]} and {flag}: both write {path}; give each its own file")
             seen[real] = flag
-    for path in named.values():
-        if path:
             check_output(path)
 
 
@@ -217,8 +215,12 @@ def _write_stdout(write: Callable[[Path], None]) -> None:
         tmp = Path(scratch) / "out"
         write(tmp)
         sys.stdout.flush()
-        sys.stdout.buffer.write(tmp.read_bytes())
-        sys.stdout.buffer.flush()
+        out = getattr(sys.stdout, "buffer", None)   # a StringIO (redirect_stdout, a notebook) has none: text then
+        if out is None:
+            sys.stdout.write(tmp.read_bytes().decode("utf-8", errors="replace"))
+        else:
+            out.write(tmp.read_bytes())
+            out.flush()
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:

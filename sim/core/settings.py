@@ -25,6 +25,7 @@ from typing import Any, Callable
 import yaml
 
 from sim.core.errors import ConfigError
+from sim.core.units import dimension_of, parse_quantity
 
 HW_PREFIX = "hw."
 WORKLOAD_PREFIX = "workload."
@@ -91,10 +92,20 @@ def relative(value: Any, own: Callable[[], dict[str, Any]], key: str, where: str
     node: Any = own()
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, str):   # a kind's section keeps its quantities as written ('2 GiB')
+        try:
+            node = parse_quantity(node, dimension_of(key.rsplit(".", 1)[-1]))
+        except ValueError:
+            pass
     if isinstance(node, bool) or not isinstance(node, (int, float)):
         raise ConfigError(f"{where}: {value!r} is a factor of the preset's value, and it has no number there "
                           f"({node!r})")
-    return node * float(m.group(1))
+    out = node * float(m.group(1))
+    if isinstance(node, int):   # a count stays a count where the factor keeps it whole (pim.stacks=2x)
+        if out != int(out):
+            raise ConfigError(f"{where}: {value!r} of {node} is {out:g}, not a whole number")
+        return int(out)
+    return out
 
 
 def has_alias(path: str) -> bool:
