@@ -15,7 +15,7 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     # --- core (issue 21's set)
     "decide: `pim_s <= host.duration_s` differs from `<` only when the PIM and host times are the "
     "same float, a tie no preset produces (either placement then costs the same)":
-        ("hw_models.pim.mapper.xǁPimMapperǁdecide__mutmut_177",),
+        ("hw_models.pim.mapper.xǁPimMapperǁdecide__mutmut_215",),   # was _177 (renumbered by stop 65's edits)
     # --- KV pool
     "peak_used: `used >= peak` assigns the value it already holds":
         (f"{KV}ǁBlockPoolǁallocate__mutmut_16", f"{KV}ǁLruBlockPoolǁallocate__mutmut_31"),
@@ -179,10 +179,10 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     "_build: the KV grid `self.kv0 <= k`: kv0 is in the set already (`| {self.kv0, self.kv1}`)":
         (f"{SUR}ǁSurrogateǁ_build__mutmut_53",),
     "_build: the chunk table's grid `_grid(R, fine=None)`: None is falsy, the same as fine=False":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_203",),   # was _133 (mutmut renumbered the function's mutants)
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_142",),   # was _203, _133 (mutmut renumbers a function's mutants on edits)
     "_build: the chunk table's one-chunk cost `_cost(0, None, r)`: with no decodes the KV argument is not "
     "read (`[(q, kv)] * 0` is empty)":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_223",),   # was _153
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_162",),   # was _223, _153
     "runahead._timed `v = None` (the memo not read): a run's step vectors are then the cost's own, computed "
     "afresh; Surrogate.memo holds what that cost returned for the same features (n, KV, width), which a pure "
     "decode step's interpolated cost alone reads, and its entries are fixed once read (lazytable.Remembered), so "
