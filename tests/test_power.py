@@ -448,3 +448,28 @@ def test_a_limit_near_idle_says_no_clock_floor_is_modelled():
         usual = simulate(w, load_machine("h100_sxm"))
     assert any("past 3x no clock floor is modelled" in n for n in low.notes)
     assert not any("no clock floor" in n for n in usual.notes)
+
+
+def test_a_scale_axis_reads_a_kind_section_and_keeps_a_count_whole(tmp_path):
+    """The sweep's `scale:` and `--set hw.X=Nx` are one rule (sim.core.settings.scaled): a kind section's quantity as
+    written ('2 GiB') is read, and a count stays an int (pim.stacks x 2 was 10.0, which the schema refuses), or is
+    refused in one line where the factor leaves it fractional."""
+    import yaml
+
+    from sim.apps.sweep.expand import expand
+    from sim.apps.sweep.spec import load_spec
+    from sim.core.errors import ConfigError
+    from tests.conftest import ROOT
+
+    def points(axes):
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama13b_decode.yaml"),
+                                            hw="hbm_pim", axes=axes)))
+        return expand(load_spec(path))
+
+    [p] = points({"hw.pim.stacks": {"scale": [2]}, "hw.pim.pim_capacity_bytes_per_stack": {"scale": [0.5]}})
+    pim = p.config["machine"]["pim"]
+    assert pim["stacks"] == 10 and isinstance(pim["stacks"], int)
+    assert pim["pim_capacity_bytes_per_stack"] == 2 ** 30
+    with pytest.raises(ConfigError, match=r"hw\.pim\.stacks: scale: hbm_pim's value 5 x 0\.5 is 2\.5, not a whole"):
+        points({"hw.pim.stacks": {"scale": [0.5]}})

@@ -37,7 +37,7 @@ from hw_models.base import Mapper
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.cost import roofline_cost
 from hw_models.pim.config import Geometry, load_pim_config, pim_policy
-from hw_models.pim.pipeline import ATTENTION_FAMILY, HOST, PIM, pipeline_heads, share_gemms
+from hw_models.pim.pipeline import ATTENTION_FAMILY, HOST, PIM, pipeline_heads, share_ops
 from hw_models.pim import report
 from hw_models.pim.layout import Layout
 from hw_models.pim import reach
@@ -243,7 +243,7 @@ class PimMapper(Mapper):
             graph, head_group = pipeline_heads(graph, head_slice, G)
             s = Schedule(graph, continuations=frozenset(n for n, k in head_group.items() if k), head_group=head_group)
         if decode and cfg.gemm_sharing:
-            graph, forced = share_gemms(s.graph, lambda op: self.pim_columns(op, s))
+            graph, forced = share_ops(s.graph, lambda op: self.pim_columns(op, s))
             # Both parts of a later head group's GEMM continue their side's kernel.
             continuations = s.continuations | {n for n in forced if n.rsplit("~", 1)[0] in s.continuations}
             s = replace(s, graph=graph, forced=forced, continuations=continuations)
@@ -268,9 +268,12 @@ class PimMapper(Mapper):
         return origin.split(".", 1)[1] if op.layer is not None else origin
 
     def decisions(self, graph: OpGraph) -> list[Decision]:
-        """Placement of every op of `graph` as scheduled; of a pipelined attention block
-        only the first head group (the others are alike)."""
-        s = self.schedule(graph)
+        """Placement of every op of `graph` as scheduled (decided)."""
+        return self.decided(self.schedule(graph))
+
+    def decided(self, s: Schedule) -> list[Decision]:
+        """Placement of every op of schedule `s`; of a pipelined attention block only the first head group (the
+        others are alike)."""
         return [self.decide(op, s) for op in s.graph.ops() if op.name not in s.continuations]
 
     def plan_step(self, graph: OpGraph) -> list[Task]:
@@ -352,7 +355,8 @@ class PimMapper(Mapper):
         fig = super().figures(gen, decode_tl)
         tl = decode_tl if decode_tl is not None else self.step_timeline("decode", 1, gen.rep_kv)
         w = self.workload
-        decisions = self.decisions(self.step_graph("decode", 1, gen.rep_kv, num_layers=1))
+        s = self.schedule(self.step_graph("decode", 1, gen.rep_kv, num_layers=1))   # its placement and reach
+        decisions = self.decided(s)
         metrics = report.pim_metrics(tl, decisions, self.cfg, self.geo, w.batch, self.tier.energy_j_per_byte)
         if decode_tl is not None:
             base, base_tl = self.baseline(gen.exhaustive)
@@ -361,7 +365,7 @@ class PimMapper(Mapper):
                                  self.tier.energy_j_per_byte)
         fig.extra |= dict(metrics=metrics, pim=dict(metrics=metrics, placement=report.placement(decisions),
                                                     summary=summary))
-        if note := report.reach_note(self.schedule(self.step_graph("decode", 1, gen.rep_kv, num_layers=1)).reach):
+        if note := report.reach_note(s.reach):
             fig.notes.append(note)
         return fig
 

@@ -96,11 +96,16 @@ def pipeline_heads(full: OpGraph, head_slice: OpGraph, groups: int) -> tuple[OpG
 
 
 # How an op splits between host and PIM: along which dimension, by which cut.
-_CUTS = {g.GEMM: ("n", g.column_share), **{k: ("batch", g.batch_share) for k in ATTENTION_FAMILY if k != g.SOFTMAX}}
+CUTS = {g.GEMM: ("n", g.column_share), **{k: ("batch", g.batch_share) for k in ATTENTION_FAMILY if k != g.SOFTMAX}}
 
 
-def share_gemms(graph: OpGraph, pim_units: Callable[[Op], int], kinds: tuple[str, ...] = (g.GEMM,)
-                ) -> tuple[OpGraph, dict[str, str]]:
+def split_units(op: Op) -> int:
+    """What `op` splits into between host and PIM: a GEMM's output columns, an attention op's sequences (0: none)."""
+    return op.dims.get(CUTS[op.kind][0], 0) if op.kind in CUTS else 0
+
+
+def share_ops(graph: OpGraph, pim_units: Callable[[Op], int], kinds: tuple[str, ...] = (g.GEMM,)
+              ) -> tuple[OpGraph, dict[str, str]]:
     """`graph` with every op of `kinds` split into a host part and a PIM part: a GEMM by output columns, an
     attention op by sequences; `pim_units(op)` says how many go to PIM (0: no split).
     Returns the graph and the forced placement of each part."""
@@ -114,8 +119,8 @@ def share_gemms(graph: OpGraph, pim_units: Callable[[Op], int], kinds: tuple[str
             out.add(op, deps)
             names[op.name] = [op.name]
             continue
-        dim, cut = _CUTS[op.kind]
-        parts = [(PIM, n_pim)] + ([(HOST, op.dims[dim] - n_pim)] if n_pim < op.dims[dim] else [])
+        total, cut = split_units(op), CUTS[op.kind][1]
+        parts = [(PIM, n_pim)] + ([(HOST, total - n_pim)] if n_pim < total else [])
         names[op.name] = []
         for suffix, units in parts:
             part = cut(op, units, op.name + suffix)

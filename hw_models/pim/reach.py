@@ -18,25 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from hw_models.pim.pipeline import ATTENTION_FAMILY, share_gemms
+from hw_models.pim.pipeline import CUTS, share_ops, split_units
 from hw_models.pim.plan import Allocation, Decision, Schedule
-from sim.core import graph as g
 from sim.core.graph import Op
 
 # Why an op runs on the host although PIM would run it: the decision's `why`.
 BEYOND_REACH = "data in dies without PIM units (pim.pim_capacity_bytes_per_stack)"
 SPLIT = {"pim": "PIM reach: the part whose data lies in PIM dies",
          "host": "PIM reach: the part whose data lies in dies without PIM units"}
-
-
-_SPLITTABLE = (g.GEMM, *(k for k in ATTENTION_FAMILY if k != g.SOFTMAX))
-
-
-def _units(op: Op) -> int:
-    """What `op` splits into between PIM and host: a GEMM's output columns, an attention op's sequences."""
-    if op.kind == g.GEMM:
-        return op.dims["n"]
-    return op.dims.get("batch", 0) if op.kind in _SPLITTABLE else 0
 
 
 def data_bytes(op: Op) -> int:
@@ -87,7 +76,7 @@ def allocate(chains: list[list[tuple[Decision, str]]], reach_bytes: float, num_l
             it.saved_s += (d.host.duration_s - (d.pim_s or 0.0)) * per
             it.weights |= any(t.role == "weight" for t in d.op.reads)
             it.whole |= d.op.name in parts
-            it.units_by_chain.setdefault(c, _units(d.op))   # the first layer's op of the key (head slices alike)
+            it.units_by_chain.setdefault(c, split_units(d.op))   # the first layer's op of the key (head slices alike)
     for it in items.values():
         it.units = 0 if it.whole or 0 in it.units_by_chain.values() else (
             max(it.units_by_chain.values()) if it.weights else sum(it.units_by_chain.values()))
@@ -120,8 +109,8 @@ def apply(s: Schedule, alloc: Allocation, key: Callable[[Op], str]) -> Schedule:
         def pim_units(op: Op) -> int:   # this op's share of the split's units (a chain holds some sequences)
             if key(op) != k or op.name in s.forced:
                 return 0
-            return min(_units(op), max(1, round(n_pim * _units(op) / n_units)))
-        graph, parts = share_gemms(graph, pim_units, _SPLITTABLE)
+            return min(split_units(op), max(1, round(n_pim * split_units(op) / n_units)))
+        graph, parts = share_ops(graph, pim_units, tuple(CUTS))
         forced |= parts
         why |= {name: SPLIT[where] for name, where in parts.items()}
         # both parts of a later head group's slice continue their side's kernel (as GEMM sharing's do)

@@ -83,29 +83,49 @@ def resolve_aliases(path: str, aliases: dict[str, str]) -> str:
 _FACTOR = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*x\s*")
 
 
-def relative(value: Any, own: Callable[[], dict[str, Any]], key: str, where: str) -> Any:
-    """`value`, or where it reads `Nx`, N times the number at dotted `key` of `own()` (the preset as a mapping, SI):
-    `--set hw.X=2x` read as a unit and was refused ("unknown unit 'x'", an architect's trial)."""
-    m = _FACTOR.fullmatch(value) if isinstance(value, str) else None
-    if m is None:
-        return value
-    node: Any = own()
+class FactorError(ValueError):
+    """A factor of a field that has no number to scale (`product` None), or a count the factor leaves fractional."""
+
+    def __init__(self, node: Any, product: float | None = None):
+        super().__init__(node, product)
+        self.node, self.product = node, product
+
+
+def scaled(tree: dict[str, Any], key: str, factor: float) -> int | float:
+    """`factor` times the number at dotted `key` of `tree` (a preset as a mapping, SI): the one rule of `--set hw.X=Nx`
+    (relative) and a sweep's `scale:` axis. A kind's section keeps its quantities as written ('2 GiB'), which are
+    parsed; a count stays a count (pim.stacks x 2 is 10, not 10.0, which the schema refuses). FactorError else."""
+    node: Any = tree
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, str):   # a kind's section keeps its quantities as written ('2 GiB')
+    if isinstance(node, str):
         try:
             node = parse_quantity(node, dimension_of(key.rsplit(".", 1)[-1]))
         except ValueError:
             pass
     if isinstance(node, bool) or not isinstance(node, (int, float)):
-        raise ConfigError(f"{where}: {value!r} is a factor of the preset's value, and it has no number there "
-                          f"({node!r})")
-    out = node * float(m.group(1))
-    if isinstance(node, int):   # a count stays a count where the factor keeps it whole (pim.stacks=2x)
+        raise FactorError(node)
+    out = node * factor
+    if isinstance(node, int):
         if out != int(out):
-            raise ConfigError(f"{where}: {value!r} of {node} is {out:g}, not a whole number")
+            raise FactorError(node, out)
         return int(out)
     return out
+
+
+def relative(value: Any, own: Callable[[], dict[str, Any]], key: str, where: str) -> Any:
+    """`value`, or where it reads `Nx`, N times the number at dotted `key` of `own()` (scaled):
+    `--set hw.X=2x` read as a unit and was refused ("unknown unit 'x'", an architect's trial)."""
+    m = _FACTOR.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        return value
+    try:
+        return scaled(own(), key, float(m.group(1)))
+    except FactorError as exc:
+        if exc.product is None:
+            raise ConfigError(f"{where}: {value!r} is a factor of the preset's value, and it has no number there "
+                              f"({exc.node!r})") from None
+        raise ConfigError(f"{where}: {value!r} of {exc.node} is {exc.product:g}, not a whole number") from None
 
 
 def has_alias(path: str) -> bool:

@@ -90,7 +90,8 @@ def first_wave(slo: dict[str, float], per_client: int) -> str | None:
     each step's stream) can decide a percentile SLO: the p-th percentile's tail, 1 - p/100 of the requests, holds
     less than twice the wave (the SLO counts every request; warmup_requests trims the benchmark means only). A trial's
     search read 18 clients at 5 requests a client and 247 at 25."""
-    tails = {k: 100 - int(k.rsplit("_p", 1)[1]) for k in slo if "_p" in k and k.rsplit("_p", 1)[1].isdigit()}
+    stats = {k: k.partition("_")[2] for k in slo}   # <metric>_<stat>, as every SLO reader splits it
+    tails = {k: 100 - int(st[1:]) for k, st in stats.items() if st.startswith("p") and st[1:].isdigit()}
     short = sorted(k for k, tail in tails.items() if tail and per_client * tail < 200)   # tails in percent
     if not short:
         return None
@@ -113,7 +114,7 @@ def _below_delay(slo: dict[str, float], file: ServeFile, machine: Machine) -> st
     before the engine sees it (a trial's sglang ttft_p90 0.1 s against its 109.7 ms)."""
     eo = engine_terms(file, machine)
     delay = eo.request_delay_s(file.serving.deployment) if eo else 0.0
-    short = [k for k, v in slo.items() if k.split("_")[0] in ("ttft", "e2e") and v <= delay]
+    short = [k for k, v in slo.items() if k.partition("_")[0] in ("ttft", "e2e") and v <= delay]
     return (f"; {', '.join(short)} is below the {delay * 1e3:.4g} ms every request waits before the engine sees it "
             "(the stack's engine_overheads per_request_s for this deployment: docs/serving.md)") if short else ""
 

@@ -7,8 +7,8 @@ folder holding it (as `energy/mlenergy_llm_runs.csv` or `mlenergy_llm_runs.csv`)
 from __future__ import annotations
 
 import argparse
-import sys
 import csv
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 

@@ -22,7 +22,7 @@ import sim
 from hw_models.machine import Machine, machine_aliases, machine_from_dict, preset_names, raw_machine
 from sim.core.errors import ConfigError, SimError
 from sim.core.schema import file_dict, read_yaml, set_dotted
-from sim.core.settings import HW_ALIASES, resolve_aliases
+from sim.core.settings import HW_ALIASES, FactorError, resolve_aliases, scaled
 from sim.apps.checks import input_notes
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.expr import compile_expr, lookup_in
@@ -95,14 +95,23 @@ class _Resolver:
                     raise ConfigError(f"{where}: hw.{named[resolved]} and hw.{path} name the same field of {ref} "
                                       f"(hw.{resolved}); keep one axis")
                 named[resolved] = path
-                if isinstance(value, Scaled):   # a factor of this machine's own value (the preset's, in SI)
-                    own = lookup_in({"hw": file_dict(self.base_machine(ref, where))}, where)(f"hw.{resolved}")
-                    if isinstance(own, bool) or not isinstance(own, (int, float)):
-                        raise ConfigError(f"{where}: hw.{path}: scale: {ref}'s value {own!r} is not a number")
-                    value = own * value.factor
+                if isinstance(value, Scaled):   # a factor of this machine's own value
+                    value = self._scaled(ref, resolved, path, value.factor, where)
                 set_dotted(raw, resolved, value, source=src)
             self._hw[memo] = machine_from_dict(raw, src)
         return self._hw[memo]
+
+    def _scaled(self, ref: str, resolved: str, path: str, factor: float, where: str) -> int | float:
+        """`factor` times preset `ref`'s own value of field `resolved` (axis `path`), as `--set hw.X=Nx` reads one
+        (sim.core.settings.scaled)."""
+        try:
+            return scaled(file_dict(self.base_machine(ref, where)), resolved, factor)
+        except FactorError as exc:
+            if exc.node is None:   # as the sweep's field lookup says it (expr.lookup_in)
+                raise ConfigError(f"{where}: hw.{resolved}: no such field") from None
+            raise ConfigError(f"{where}: hw.{path}: scale: {ref}'s value {exc.node!r} " + (
+                "is not a number" if exc.product is None else
+                f"x {factor:g} is {exc.product:g}, not a whole number")) from None
 
     def workload(self, overrides: tuple[tuple[str, Any], ...], where: str) -> Workload:
         memo = _freeze(overrides)
