@@ -87,7 +87,9 @@ def main() -> None:
         ax.set_title(f"pim_policy={policy}")
     axes[0].set_ylabel("batch")
     fig.colorbar(im, ax=axes, label="speed-up vs no PIM (decode step)")
-    fig.suptitle(f"{args.model} on {args.hw}: where PIM stops paying (* does not fit)")
+    reach = machine.section("pim").get("pim_capacity_bytes_per_stack")
+    dies = "every die with PIM units" if reach is None else f"PIM dies reach {reach} a stack"
+    fig.suptitle(f"{args.model} on {args.hw} ({dies}): where PIM stops paying (* does not fit)")
     Path(args.png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.png, dpi=110, bbox_inches="tight")
     print(f"\nwrote {args.png}")
