@@ -122,3 +122,10 @@ def test_a_factor_of_a_count_or_of_a_kind_section_s_quantity():
     assert pim["pim_capacity_bytes_per_stack"] == 2 ** 30
     with pytest.raises(ConfigError, match=r"'0.5x' of 5 is 2.5, not a whole number"):
         load_machine("hbm_pim", {"pim.stacks": "0.5x"})
+
+
+@pytest.mark.parametrize("factor", ["1e400x", "0x"])
+def test_a_factor_must_be_finite_and_above_zero(factor):
+    """`--set hw.pim.stacks=1e400x` overflowed to a traceback (a hostile input): bounded as a sweep's scale: is."""
+    with pytest.raises(ConfigError, match="a factor must be a finite number above 0"):
+        load_machine("hbm_pim", {"pim.stacks": factor})

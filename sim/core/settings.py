@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -119,8 +120,11 @@ def relative(value: Any, own: Callable[[], dict[str, Any]], key: str, where: str
     m = _FACTOR.fullmatch(value) if isinstance(value, str) else None
     if m is None:
         return value
+    factor = float(m.group(1))
+    if not 0 < factor < math.inf:   # as a sweep's scale: factors (sim.apps.sweep.spec.Scale): 1e400x overflowed
+        raise ConfigError(f"{where}: {value!r}: a factor must be a finite number above 0")
     try:
-        return scaled(own(), key, float(m.group(1)))
+        return scaled(own(), key, factor)
     except FactorError as exc:
         if exc.product is None:
             raise ConfigError(f"{where}: {value!r} is a factor of the preset's value, and it has no number there "
