@@ -94,6 +94,16 @@ def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, wh
     return note
 
 
+def board_columns(machine: Any) -> dict[str, float]:
+    """What a run records of its machine's power model (RunResult.metrics, every sweep row): which energy model its
+    J/token is (1: idle + activity + dynamic; 0: busy-time power only), so rows across kinds show where
+    energy_per_token_j mixes the two (busy_time_note); and with the model, the board power limit (power_limit_w,
+    else the TDP) that power_cap_binds says bound or not."""
+    board = machine.board_power()
+    return {"energy_board_model": float(board is not None),
+            **({"power_cap_limit_w": board.limit_w} if board is not None and board.limit_w is not None else {})}
+
+
 def board_of(machine: Any, devices: int) -> Board:
     """A machine's idle board figures: its main unit's idle power (0 without one), `devices` per instance,
     and its board power limit (None without the board-power model: no cap binds there)."""

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from hw_models.base import Mapper, Section
 from hw_models.kinds import KINDS, cli_registrars  # noqa: F401 (cli_registrars: re-exported)
 from hw_models.machine import Machine, load_machine, machine_aliases
+from hw_models.power import board_columns
 from sim.core.errors import ConfigError
 from sim.core.model import ModelConfig
 from sim.core.results import RunResult
@@ -67,7 +68,10 @@ def simulate(workload: Workload | str | Path, machine: Machine | str | Path, exh
     if isinstance(machine, (str, Path)):
         machine = load_machine(machine)
     model = workload.model_config_()
-    return mapper_for(machine, workload, model).simulate(exhaustive=exhaustive, detail=detail)
+    result = mapper_for(machine, workload, model).simulate(exhaustive=exhaustive, detail=detail)
+    # which energy model the run's J/token is, and the power limit: a script comparing kinds reads them beside it
+    result.extra.setdefault("metrics", {}).update(board_columns(machine))
+    return result
 
 
 def report_sections(result: RunResult) -> list[Section]:

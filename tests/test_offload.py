@@ -301,6 +301,28 @@ def test_search_finds_a_fitting_policy_and_reports_both_numbers():
         assert c["des_throughput_tok_s"] <= c["lp_throughput_tok_s"] * 1.001
 
 
+def test_the_search_counts_the_kv_buffer_as_the_placement_does():
+    """The LP's GPU row reserves the KV buffer as OffloadMapper.placement does, (1 - cg) x one GPU batch's KV read:
+    with exactly the bytes the all-on-GPU placement needs, the search must take it. Its row had read cg x (KV + the
+    buffer) on top of the whole buffer, 2 x cg x the buffer too many, and picked KV 76/24/0 at 28% fewer tokens/s
+    (a code review's reproducer)."""
+    from hw_models.offload.search import search, solve_lp
+    from hw_models.offload.spec import PolicySpec
+
+    toy = dict(name="toy", hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
+               vocab_size=1000, max_position_embeddings=512)
+    w = workload_from_dict(dict(name="t", model=toy, batch=8, prompt_len=256, gen_len=200, policy=dict(
+        wg=100, wc=0, cg=100, cc=0, hg=100, hc=0, gpu_batch_size=8, num_gpu_batches=1)), "t.yaml")
+    m = mapper_for(load_machine("flexgen_t4"), w, w.model_config_())
+    need = m.placement(m.policy()).footprint.total(m.machine.device_tier)
+    m.gpu_capacity_limit = need * 1.0001
+    assert m.placement(m.policy()).short is None
+    lp = solve_lp(m, 8, 1, False, True, m.spec, "throughput", need * 1.0001)
+    assert lp is not None and lp.policy.kv_cache == (1.0, 0.0, 0.0)
+    best = search(m, PolicySpec({}, 8, 1, cpu_attention=False), "throughput", need * 1.0001, confirm=1).best
+    assert best.policy.weights == best.policy.kv_cache == best.policy.activations == (1.0, 0.0, 0.0)
+
+
 def test_search_is_not_beaten_by_flexgens_own_policy():
     """OPT-30B on flexgen_t4, FlexGen's published policy (workloads/opt30b_flexgen.yaml: weights 20/80/0, KV on the
     CPU, 48 x 3, CPU attention) lies inside the search space. The LP's top three (all 0% of the weights on the GPU,

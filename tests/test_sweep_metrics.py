@@ -15,7 +15,8 @@ from sim.apps.cli import main
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import serve_file_from_dict
 from sim.apps.sweep.names import recorded
-from sim.apps.sweep.point import board_columns, run_metrics
+from hw_models.power import board_columns
+from sim.apps.sweep.point import run_metrics
 from sim.apps.sweep.serving import flat_metrics
 from tests.robust_helpers import refused
 from tests.test_sweep import TINY, make_spec

@@ -130,8 +130,9 @@ def fixed_footprint(mapper, spec: PolicySpec, tiers: tuple[str, str, str], gbs: 
         fixed = keys[0] in spec.fractions   # parse_policy completes a triple: all three keys fixed, or none
         triples[role] = tuple(spec.fractions[k] for k in keys) if fixed else (0.0, 1.0, 0.0)
         for tier, frac in zip(tiers, triples[role] if fixed else ()):
-            if frac > 0:   # the LP's GPU row counts the streamed slot once, in the buffers
-                fp.add(tier, role, frac * (size[role] - (w_slot if role == "weights" and tier == tiers[0] else 0)))
+            if frac > 0:   # the LP's GPU row counts the streamed slot and KV buffer once, in the buffers
+                buffered = {"weights": w_slot, "kv_cache": kv_buf}.get(role, 0.0) if tier == tiers[0] else 0.0
+                fp.add(tier, role, frac * (size[role] - buffered))
     # Where the search may choose CPU attention it has tried it: the advice then does not offer it.
     p = Policy(triples["weights"], triples["kv_cache"], triples["activations"], gbs, bls // gbs,
                cpu_attention=spec.cpu_attention is not False)

@@ -146,7 +146,9 @@ def _time_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, pinn
 
 
 def _memory_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, gpu_capacity: float) -> None:
-    """Bytes per tier within its capacity; the GPU also holds one slot's streamed weights and KV."""
+    """Bytes per tier within its capacity; the GPU also holds one slot's streamed weights and KV. The streamed
+    shares' buffers are (1 - wg) x one slot's weights and (1 - cg) x one GPU batch's KV read (OffloadMapper.
+    placement): constant terms on the right, and the GPU shares' coefficients less the slot each buffer holds."""
     w = mapper.workload
     pe, pl, ph = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
     _, dl_max, _ = mapper.works("decode", gbs, 1, w.prompt_len + w.gen_len - 1)
@@ -154,7 +156,7 @@ def _memory_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, gp
     w_slot = max(pe.weight_bytes, pl.weight_bytes, ph.weight_bytes)
     kv_buf = 0.0 if cpu_attention else dl_max.kv_read_bytes
     rows.at_most(gpu_capacity * (1 - 1e-6) - size["working"] - w_slot - kv_buf,
-                 wg=size["weights"] - w_slot, cg=size["kv_cache"] + kv_buf, hg=size["activations"])
+                 wg=size["weights"] - w_slot, cg=size["kv_cache"] - kv_buf, hg=size["activations"])
     host = mapper.host
     for keys, cap in ((("wc", "cc", "hc"), host.cpu_memory.capacity_bytes), (("wd", "cd", "hd"), host.disk.capacity_bytes)):
         rows.at_most(cap * (1 - 1e-6), **{k: size[role] for k, role in zip(keys, ("weights", "kv_cache", "activations"))})

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from sim.apps.sweep.spec import SweepSpec
 
-# Recorded by every point (sim.apps.sweep.point.board_columns): the board power limit where the machine has the
+# Recorded by every point (hw_models.power.board_columns): the board power limit where the machine has the
 # board-power model, which energy model the row's J/token is, and whether the limit bound (hw_models.power).
 BOTH = ("energy_board_model", "power_cap_limit_w", *serving.CAP)
 # RunResult.metrics()'s fixed names (sim/core/results.py; tests/test_sweep_power.py checks them against a run),

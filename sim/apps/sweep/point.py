@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hw_models.machine import Machine, machine_from_dict
+from hw_models.power import board_columns
 from hw_models.registry import simulate
 from sim.apps.sweep.serving import cap_columns, serve_point
 from sim.core.errors import SimError
@@ -33,7 +34,7 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
                 metrics, series["kv_usage"] = serve_point(config)
             else:
                 metrics = run_metrics(config, machine)
-            metrics.update(board_columns(machine))
+            metrics.update(board_columns(machine))   # a run's metrics hold them already; a serving point's do not
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
     except SimError as exc:
@@ -60,12 +61,3 @@ def run_metrics(config: dict[str, Any], machine: Machine) -> dict[str, float]:
     metrics.update({f"{phase}_power_cap_stretch": cap.get(f"{phase}_stretch", 0.0) for phase in ("prefill", "decode")})
     return metrics
 
-
-def board_columns(machine: Machine) -> dict[str, float]:
-    """What every point records of its machine's power model: which energy model the row's J/token is (1: idle +
-    activity + dynamic; 0: busy-time power only), so a sweep across kinds shows where energy_per_token_j mixes the
-    two (hw_models.power.busy_time_note); and with the model, the board power limit (power_limit_w, else the TDP)
-    that power_cap_binds says bound or not, a column whatever the sweep's axes."""
-    board = machine.board_power()
-    return {"energy_board_model": float(board is not None),
-            **({"power_cap_limit_w": board.limit_w} if board is not None and board.limit_w is not None else {})}

@@ -1,0 +1,40 @@
+"""The Python API says what `sim run` says before a run (sim.apps.api.simulate), and its metrics name the energy
+model behind their J/token (hw_models.power.board_columns)."""
+
+import warnings
+
+import pytest
+
+from sim.apps.api import SimInputWarning, load_machine, load_workload, simulate
+
+WORKLOAD = "workloads/llama2_7b_decode.yaml"
+
+
+def run(workload, machine):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics = simulate(workload, machine).metrics()
+    return metrics, [w for w in caught if w.category is SimInputWarning]
+
+
+def test_a_limit_above_the_tdp_warns_and_the_run_goes_on():
+    metrics, said = run(WORKLOAD, load_machine("h100_sxm", {"units.gpu.power_limit_w": 900}))
+    assert len(said) == 1 and "900 W is above power_w (700 W" in str(said[0].message)
+    assert metrics["power_cap_limit_w"] == 900 and metrics["energy_board_model"] == 1.0
+
+
+def test_a_plain_run_warns_nothing_and_records_the_tdp_as_its_limit():
+    metrics, said = run(WORKLOAD, "h100_sxm")
+    assert said == [] and metrics["power_cap_limit_w"] == 700   # h100_sxm.yaml power_w, no power_limit_w
+
+
+def test_a_setting_the_hardware_ignores_is_named():
+    # a software stack on a spatial preset: sim run's note, naming the key
+    _, said = run(load_workload(WORKLOAD, {"stack": "vllm"}), "groq_lpu")
+    assert any("stack: 'vllm' is ignored" in str(w.message) for w in said)
+
+
+@pytest.mark.parametrize("hw", ["a6000"])
+def test_busy_time_power_has_no_limit_column(hw):
+    metrics, _ = run(WORKLOAD, hw)
+    assert metrics["energy_board_model"] == 0.0 and "power_cap_limit_w" not in metrics
