@@ -63,9 +63,8 @@ def timeline_energy_j(tl: Timeline) -> float:
 
 @dataclass(frozen=True)
 class DeviceShare:
-    """What the busiest device of one serving instance holds under the workload's parallel plan
-    (Mapper.device_share), as fractions of the whole model's figures. A kind without a plan, or
-    without parallelism, serves on one whole device."""
+    """What the busiest device of one serving instance holds under the workload's parallel plan (Mapper.device_share),
+    as fractions of the whole model's figures. A kind without a plan, or without parallelism, serves on one device."""
 
     devices: int = 1            # devices of one instance
     weights: float = 1.0        # of the model's weight bytes
@@ -75,12 +74,13 @@ class DeviceShare:
     pp: int = 1
     groups: int = 1             # attention groups (ep / tp): each holds its own sequences' KV
     reserved_bytes: float | None = None   # the runtime's reserve per device; None: the serving engine's default
+    usable_bytes: float | None = None     # what a device may fill; None: gpu_memory_utilization of its memory
 
 
 @dataclass(frozen=True)
 class OwnPool:
-    """A batch a kind places itself (Mapper.serving_pool): its sequences and the longest prompt and
-    context (prompt + output) each may have; a serving run refuses longer requests on arrival."""
+    """A batch a kind places itself (Mapper.serving_pool): its sequences and the longest prompt and context each
+    may have; a serving run refuses longer requests on arrival."""
 
     sequences: int
     prompt_tokens: int

@@ -38,3 +38,18 @@ def test_the_capacity_report_gives_goodput_per_device_and_per_list_price():
                                               "price (2 x $30,000)")
     assert _per_device(s, 13.42, None) == "6.71 requests/s a device (2 of them)"
     assert _per_device({"energy": {"devices": 1}}, 13.42, None) == ""
+
+
+def test_an_slo_no_rate_meets_names_the_lowest_rate_run():
+    """The error names the lowest rate the search ran, not one it never ran (the last halving had halved it once
+    more: "rate 0.000305/s ... not met even at 0.000153 requests/s", a code review)."""
+    from sim.core.errors import ConfigError
+
+    serving = dict(arrivals=dict(process="poisson", rate=1.0, num_requests=8, seed=5),
+                   lengths=dict(prompt=dict(dist="fixed", value=64), output=dict(dist="fixed", value=4)),
+                   scheduler=dict(kind="vllm"), slo=dict(ttft_p90=1e-6))
+    f = validate_mapping(ServeFile, dict(name="c", model="tinyllama-1.1b", serving=serving), "c.yaml", "a serving file")
+    rates: list[float] = []
+    with pytest.raises(ConfigError, match="not met even at") as err:
+        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), bisections=2, on_point=lambda r, s: rates.append(r))
+    assert f"not met even at {min(rates):.3g} requests/s" in str(err.value)

@@ -301,6 +301,21 @@ def test_search_finds_a_fitting_policy_and_reports_both_numbers():
         assert c["des_throughput_tok_s"] <= c["lp_throughput_tok_s"] * 1.001
 
 
+def test_units_of_any_name_draw_their_power():
+    """The schedule's compute resources are reported under the preset's unit names, which the energy reads: units
+    named t4 and xeon (host.cpu: xeon) gave 0 J/token and a cap that could never bind (a code review)."""
+    w = load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml")
+    raw = raw_machine("flexgen_t4")
+    raw["units"]["cpu"]["power_w"] = 150
+    renamed = copy.deepcopy(raw)
+    renamed["units"] = {"t4": raw["units"]["gpu"], "xeon": raw["units"]["cpu"]}
+    renamed["host"]["cpu"] = "xeon"
+    a = simulate(w, machine_from_dict(raw, "a.yaml"))
+    b = simulate(w, machine_from_dict(renamed, "b.yaml"))
+    assert b.energy_per_token_j > 0 and b.energy_per_token_j == pytest.approx(a.energy_per_token_j, rel=1e-12)
+    assert b.utilization["t4"] == pytest.approx(a.utilization["gpu"], rel=1e-12)
+
+
 def test_the_search_counts_the_kv_buffer_as_the_placement_does():
     """The LP's GPU row reserves the KV buffer as OffloadMapper.placement does, (1 - cg) x one GPU batch's KV read:
     with exactly the bytes the all-on-GPU placement needs, the search must take it. Its row had read cg x (KV + the

@@ -235,6 +235,25 @@ def test_max_requests_raises_the_stream_limit():
     assert len(arrival_times(a.model_copy(update={"max_requests": 5}), np.random.default_rng(0))) == 5
 
 
+def test_a_bursty_stream_runs_its_whole_duration():
+    """A gamma stream of cv 10 at 10/s over 10 s holds more than 1.5 x its expected 100 + 64 = 214 arrivals in about
+    a quarter of seeds (a renewal process of such gaps averages ~150); the stream was drawn 214 long and cut there,
+    ending early without a word (a code review: one seed's last arrival at 2.2 s). Now every seed's stream runs to
+    duration_s, and one whose count passes max_requests is refused."""
+    import numpy as np
+    from sim.apps.serve import spec as s
+    from sim.apps.serve.arrivals import arrival_times
+    from sim.core.errors import ConfigError
+    a = s.Gamma(process="gamma", rate=10.0, cv=10.0, duration_s=10.0)
+    counts = [len(t) for t in (arrival_times(a, np.random.default_rng(seed)) for seed in range(40))]
+    assert max(counts) > 214 and all(c >= 1 for c in counts)
+    assert 100 < np.mean(counts) < 220   # renewal theory: 1 + 100 + (cv^2 - 1) / 2 = 150.5, seeds scatter it
+    small = a.model_copy(update={"max_requests": 120})   # expected 100 passes the first check; a burst does not
+    with pytest.raises(ConfigError, match="more than max_requests 120 requests arrive within 10 s"):
+        for seed in range(40):
+            arrival_times(small, np.random.default_rng(seed))
+
+
 @pytest.mark.parametrize("preset", ["a6000_offload", "flexgen_t4"])
 def test_offload_refuses_continuous_batching_and_says_why(tmp_path, capsys, preset):
     """An offload preset serves FlexGen blocks under the static scheduler only (tests/test_offload_serve.py);

@@ -11,7 +11,7 @@ import yaml
 from hw_models.pipeline_period import iteration_period_s
 from hw_models.spatial.pipeline import decode_period_s, prefill_makespan_s
 from sim.apps.cli import main
-from tests.conftest import write_serving_file
+from tests.conftest import ROOT, write_serving_file
 from tests.robust_helpers import refused
 from tests.test_robust_serve import SERVE
 
@@ -166,3 +166,39 @@ def test_speculative_decoding_is_refused_with_the_reason(tmp_path, capsys):
                     "need chips of its own (its weights resident in SRAM beside the target's, its own pipeline), and "
                     "the spatial kind places one model over its chips; serve the draft and target as separate runs "
                     "to compare them")
+
+
+def test_serving_iterations_draw_the_board_power_model_as_a_run_does():
+    """With idle + activity figures a chip draws idle_w + active_w x its busy share, in a serving iteration as in
+    `sim run`'s figures; the iteration had charged the 215 W TDP over its period, 10x the run (a code review)."""
+    from hw_models.machine import load_machine
+    from hw_models.registry import mapper_for
+    from sim.core.workload import load_workload
+    w = load_workload(ROOT / "workloads" / "llama2_7b_groq_2k.yaml")
+    m = mapper_for(load_machine("groq_lpu", {"spatial.chips": 64, "units.chip.idle_power_w": 20,
+                                             "units.chip.active_power_w": 30}), w, w.model_config_())
+    step = m.iteration([(1, 2000)])
+    per_chip_w = step.energy_j / step.time_s / m.devices
+    run = m.simulate(detail=False)
+    run_w = run.energy_per_token_j * run.batch * run.gen_len / run.e2e_s / m.devices
+    assert 20 <= per_chip_w <= 50 and per_chip_w == pytest.approx(run_w, rel=0.05)
+
+
+def test_the_kv_pool_fills_the_sram_the_compiler_may_use(tmp_path, capsys):
+    """A chip's pool is its usable SRAM (spatial.usable_fraction) less its weights and activations, not the
+    allocator's 0.9 of the whole SRAM: usable_fraction 0.5 had given more blocks than 0.9 (a code review). A file's
+    gpu_memory_utilization is then not read, and said."""
+    from hw_models.machine import load_machine
+    from sim.apps.serve.instance import prepare
+    from sim.apps.serve.spec import load_serve_file
+    f = write_serving_file(tmp_path, {**SERVE, "formats": {"weights": "int8"}},
+                           lambda srv: srv["scheduler"].update(gpu_memory_utilization=0.8))
+    filled = {}
+    for uf in (0.9, 0.5):
+        m = load_machine("groq_lpu", {"spatial.chips": 16, "spatial.usable_fraction": uf})
+        s = prepare(load_serve_file(f), m)
+        sram = m.memory[m.device_tier].capacity_bytes
+        filled[uf] = (s.total_blocks * s.block_bytes + s.weights_bytes + s.activation_bytes) / sram
+    assert filled[0.9] == pytest.approx(0.9, abs=0.01) and filled[0.5] == pytest.approx(0.5, abs=0.01)
+    assert main(["serve", str(f), "--hw", "groq_lpu", "--set", "hw.spatial.chips=16", "-q"]) == 0
+    assert "serving.scheduler.gpu_memory_utilization: not read on groq_lpu (kind spatial)" in capsys.readouterr().err

@@ -235,3 +235,34 @@ def test_tp_capacity_error_names_the_chips():
     """2 chips = 1 group of 2 cannot hold the toy: 2 groups, 4 chips, are needed."""
     with pytest.raises(CapacityError, match=r"needs 4 chips .* in groups of 2 .* spatial\.chips is 2"):
         simulate(_toy_wl(), _tp_toy(chips=2))
+
+
+def test_link_energy_is_the_wire_bytes_of_hops_return_and_collectives():
+    """spatial.links.energy_j_per_byte prices every byte the links carry (it had been accepted and never read: a
+    code review). Toy, 2 groups of 2 chips, 1 pJ/B, payload 80%: one decode micro-batch's link energy is (the hop's
+    cut + 4 B of sampled id from each of the last group's 2 chips over the ring's one return hop + each collective's
+    wire bytes) / 0.8 x 1 pJ. At t = 2 an all-reduce of B is one exchange of the whole B each way, 2 B on the wire,
+    and an all-gather of B sends B/2 each way, B; the cut carries at least the 256-wide fp16 residual (512 B)."""
+    links = {**TP_LINKS, "energy_j_per_byte": 1e-12, "payload_fraction": 0.8}
+    costs = _mapper(_toy_wl(), _tp_toy(links=links)).decode_costs(33)
+    wire = {ALL_REDUCE: 2, ALL_GATHER: 1}
+    colls = sum(wire[c.kind] * c.bytes for row in costs.collectives for _, c in row)
+    assert colls > 0 and len(costs.hop_bytes) == 1 and costs.hop_bytes[0] >= 512
+    expected = (costs.hop_bytes[0] + 4 * 2 + colls) / 0.8 * 1e-12
+    assert costs.link_energy_j == pytest.approx(expected, rel=1e-12)
+    priced = _mapper(_toy_wl(), _tp_toy(links=links))
+    free = _mapper(_toy_wl(), _tp_toy(links={**links, "energy_j_per_byte": None}))
+    seqs = [(1, 33)]
+    assert priced.iteration(seqs).energy_j - free.iteration(seqs).energy_j == pytest.approx(expected, rel=1e-9)
+
+
+def test_an_all_reduce_s_wire_bytes_follow_the_form_it_runs():
+    """At t = 4 a small all-reduce (latency-bound) runs as one exchange of the whole B with each of 3 peers,
+    4 x 3 B on the wire; a large one as reduce-scatter + all-gather, 2 x 3 B (hw_models.spatial.tp)."""
+    from hw_models.spatial.config import spatial_config
+    from hw_models.spatial.tp import collective_wire_bytes
+    cfg = spatial_config(_toy_hw(chips=4, tensor_parallel=4, links=dict(count=5, bandwidth_bytes_per_s=1e9,
+                                                                          latency_s=1e-6)))
+    assert collective_wire_bytes(cfg, ALL_REDUCE, 64.0) == 12 * 64.0       # 1 us of latency dominates
+    assert collective_wire_bytes(cfg, ALL_REDUCE, 1e9) == 6 * 1e9          # the bytes dominate
+    assert collective_wire_bytes(cfg, ALL_GATHER, 1e9) == 3 * 1e9

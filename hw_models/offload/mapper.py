@@ -171,15 +171,19 @@ class OffloadMapper(Mapper):
         counters are the bytes moved over each link (and the power cap's stretch, where it binds)."""
         embed, layer, head = self.works(phase, p.gpu_batch_size, q_len, kv_len)
 
+        # The schedule's compute resources by the units' own names, which Mapper.power_j reads (a preset whose
+        # units were t4 and xeon read 0 J/token: the busy time was booked under "gpu" and "cpu").
+        names = {sched.GPU: self.unit_name, sched.CPU: self.host.cpu_name}
+
         def run(n: int) -> StepResult:
             s = sched.run_step(sched.full_slots(embed, layer, head, n), p, self.rates, phase, buffers)
+            busy = {names.get(r, r): t for r, t in s.busy_s.items()}
             # The GPU board's power limit (Mapper.capped) on the GPU's side alone: the host CPU's busy time and
             # its attention's energy are not the board's. Capped before the fold, which is the same where every
             # folded run binds: a capped step's time is then linear in its clocked energy.
-            gpu = self.capped(StepResult(phase, kv_len, s.time_s, {"gpu": s.busy_s.get("gpu", 0.0)},
-                                         s.energy_j.get("gpu", 0.0)))
-            return StepResult(phase, kv_len, gpu.time_s, s.busy_s, sum(s.energy_j.values()),
-                              {**s.bytes, **gpu.counters})
+            gpu = self.capped(StepResult(phase, kv_len, s.time_s, {self.unit_name: busy.get(self.unit_name, 0.0)},
+                                         s.energy_j.get(sched.GPU, 0.0)))
+            return StepResult(phase, kv_len, gpu.time_s, busy, sum(s.energy_j.values()), {**s.bytes, **gpu.counters})
 
         return fold_layers(run, self.model.num_layers, self.fold_layers, exhaustive)
 
@@ -260,7 +264,8 @@ class OffloadMapper(Mapper):
             fig.notes.append(f"energy: {self.machine.name}'s host CPU (units.{self.host.cpu_name}) has no power_w: "
                              "the energy and power count the GPU alone (no preset prices the disk)")
         fig.extra |= dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
-                          offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result))
+                          offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result,
+                                                     self.unit_name))
         if self.search_result is not None:
             # Without the search's wall time: the same run must give byte-identical results.
             fig.extra["search"] = {k: v for k, v in self.search_result.summary().items() if k != "elapsed_s"}

@@ -12,14 +12,15 @@ from sim.core.results import RunResult, StepResult
 from sim.core.units import fmt_bytes, fmt_time, whole_percents
 
 
-def offload_data(p: Policy, mid: StepResult, util: dict[str, float], rates: sched.Rates, search) -> dict[str, Any]:
+def offload_data(p: Policy, mid: StepResult, util: dict[str, float], rates: sched.Rates, search,
+                 gpu: str) -> dict[str, Any]:
     """What the report says about the policy and the links, as data."""
     rate = {"pcie_h2d": rates.h2d, "pcie_d2h": rates.d2h, "disk": rates.disk_read}
     links = {link: dict(bytes=mid.counters.get(link, 0.0), busy_s=mid.busy_s.get(link, 0.0),
                         rate_bytes_per_s=rate[link], utilization=util.get(link, 0.0)) for link in sched.LINKS}
     return dict(searched=search is not None, step_s=mid.time_s, links=links,
                 placement={role: list(getattr(p, role)) for role in ("weights", "kv_cache", "activations")},
-                gpu_busy_s=mid.busy_s.get("gpu", 0.0), gpu_utilization=util.get("gpu", 0.0),
+                gpu_busy_s=mid.busy_s.get(gpu, 0.0), gpu_utilization=util.get(gpu, 0.0),
                 caption=(f"GPU batch {p.gpu_batch_size} x {p.num_gpu_batches} GPU batches = block of {p.block_size}; "
                          f"{_attention(p)}; "
                          f"host weights {'pinned' if p.pinned else 'pageable'}"))

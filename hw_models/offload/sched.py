@@ -45,6 +45,7 @@ from sim.core.model import ModelConfig
 
 ATTENTION_KINDS = (g.ATTN_SCORE, g.SOFTMAX, g.ATTN_CONTEXT, g.ATTENTION, g.KV_APPEND)
 LINKS = ("pcie_h2d", "pcie_d2h", "disk")
+GPU, CPU = "gpu", "cpu"   # the compute resources; the mapper reports them under the preset's unit names
 W_BUF, KV_BUF = "gpu.weights", "gpu.kv"
 
 
@@ -336,21 +337,21 @@ class _StepBuilder:
             return Tag("compute", nbytes, bound="compute", path="gpu", energy_j=joules, flops=flops)
         if self.cpu_attn and work.is_layer:
             a = f"{tag}.pre"
-            self.tasks.append(Task(a, "gpu", work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
+            self.tasks.append(Task(a, GPU, work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
                                    tag=gpu(work.pre_j + cg * work.attn_gpu_j, pre_f + cg * attn_f, pre_b + cg * attn_b)))
             q = self.xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
             c = f"{tag}.cpu_attn"
-            self.tasks.append(Task(c, "cpu", (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
+            self.tasks.append(Task(c, CPU, (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
                                    tag=Tag("compute", (cc + cd) * attn_b, bound="compute", path="cpu attention",
                                            energy_j=(cc + cd) * work.attn_cpu_j, flops=(cc + cd) * attn_f)))
             r = self.xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
             cid = f"{tag}.post"
-            self.tasks.append(Task(cid, "gpu", work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
+            self.tasks.append(Task(cid, GPU, work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
                                    tag=gpu(work.post_j, post_f, post_b)))
             self.store(f"{tag}.kvw", work.kv_write_bytes, cd, 0.0, [c], "kv_cache", over_pcie=False)
             return cid
         cid = f"{tag}.compute"
-        self.tasks.append(Task(cid, "gpu", work.gpu_s, tuple(d for d in deps if d), release=tuple(release),
+        self.tasks.append(Task(cid, GPU, work.gpu_s, tuple(d for d in deps if d), release=tuple(release),
                                tag=gpu(work.gpu_j, pre_f + attn_f + post_f, pre_b + attn_b + post_b)))
         if work.is_layer:
             self.store(f"{tag}.kvw", work.kv_write_bytes, cd, cc + cd, [cid], "kv_cache")

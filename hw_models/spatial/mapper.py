@@ -201,10 +201,10 @@ class SpatialMapper(Mapper):
             static_j = (unit.idle_power_w + unit.active_power_w * (1 - util["bubble"])) * part.chips * gen.e2e_s
         else:
             static_j = (power or 0.0) * part.chips * gen.e2e_s
-        # Slice costs are one chip's, and each of a group's t chips spends it.
-        dyn_j = (sum(c.energy_j for row in self.prefill_costs().slice_costs for c in row) * w.batch * self.chunks_per_seq
-                 + sum(c.energy_j for row in dec.slice_costs for c in row) * self.microbatches * len(gen.kv_lens)
-                 ) * part.tensor_parallel
+        # Slice costs are one chip's, and each of a group's t chips spends it; the links' energy is every chip's.
+        pre = self.prefill_costs()
+        dyn_j = ((_chip_j(pre) * part.tensor_parallel + pre.link_energy_j) * w.batch * self.chunks_per_seq
+                 + (_chip_j(dec) * part.tensor_parallel + dec.link_energy_j) * self.microbatches * len(gen.kv_lens))
         tokens = w.batch * w.gen_len
         energy_per_token = (static_j + dyn_j) / tokens
         tok_user = 1.0 / period if period else 0.0
@@ -228,8 +228,9 @@ class SpatialMapper(Mapper):
 
     # -- the serving hooks (hw_models.base.Mapper; sim.apps.serve reads only these) ----------
     def device_share(self) -> DeviceShare:
-        """The fullest chip's share of the weights and of each token's KV (its layers' share), in its
-        SRAM; no runtime reserve (a chip runs a compiled static schedule, no allocator or CUDA context).
+        """The fullest chip's share of the weights and of each token's KV (its layers' share), in the usable share of
+        its SRAM (spatial.usable_fraction, in place of an allocator's gpu_memory_utilization); no runtime reserve (a
+        chip runs a compiled static schedule, no allocator or CUDA context).
         KV in DRAM is refused: the pipeline's KV then lives outside the tier serving sizes its pool in."""
         p, src = self.partition, self.machine.source or self.machine.name
         if self.cfg.kv_cache != "sram":
@@ -248,7 +249,7 @@ class SpatialMapper(Mapper):
                 key=lambda c: room[c] / p.kv_sram_bytes[c])
         kv = p.kv_sram_bytes[j] / kv_all if kv_all else 1.0 / p.stages
         return DeviceShare(devices=p.chips, weights=p.weight_bytes[j] / sum(p.weight_bytes) / t, kv=kv / t,
-                           tp=t, reserved_bytes=0.0)
+                           tp=t, reserved_bytes=0.0, usable_bytes=p.capacity_per_chip_bytes)
 
     @property
     def devices(self) -> int:
@@ -281,13 +282,18 @@ class SpatialMapper(Mapper):
         copies = [mb[4] for mb in mbs]
         period = iteration_period_s([c.stations() for c in costs], copies)
         part = self.partition
-        dyn = sum(k * sl.energy_j for c, k in zip(costs, copies) for row in c.slice_costs for sl in row
-                  ) * part.tensor_parallel
-        power = self.machine.units[self.machine.main_unit].power_w or 0.0
+        dyn = sum(k * (_chip_j(c) * part.tensor_parallel + c.link_energy_j) for c, k in zip(costs, copies))
         chip_s = sum(k * sum(c.stage_s) for c, k in zip(costs, copies)) / part.stages
         link_s = sum(k * (sum(c.hop_s) + c.return_s) for c, k in zip(costs, copies)) / max(part.stages, 1)
+        unit = self.machine.units[self.machine.main_unit]
+        if (bp := unit.board_power()) is not None:
+            # Idle + activity power as figures() charges a run: a chip is active for its busy share of the period
+            # (it had charged power_w over the period, 10x a run's 20 W idle + 30 W activity chip: a code review).
+            static_w = bp.idle_w + bp.active_w * min(1.0, chip_s / period if period else 0.0)
+        else:
+            static_w = unit.power_w or 0.0
         return StepResult("iteration", 0, period, {"chips": chip_s, "c2c": link_s},
-                          dyn + power * part.chips * period)
+                          dyn + static_w * part.chips * period)
 
     def power_j(self, busy_s, wall_s=None) -> float:
         return 0.0   # iteration() charges the chips' power over its period already
@@ -353,6 +359,11 @@ class SpatialMapper(Mapper):
                     sram_mean=mean("sram"), link_mean=sum(links) / len(links),
                     compute_max=max(c["compute"] for c in per_chip), sram_max=max(c["sram"] for c in per_chip),
                     link_max=max(links))
+
+
+def _chip_j(costs: PhaseCosts) -> float:
+    """One chip's share of a micro-batch's slices' dynamic energy, over the pipeline's stages."""
+    return sum(c.energy_j for row in costs.slice_costs for c in row)
 
 
 MAPPER = SpatialMapper

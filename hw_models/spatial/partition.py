@@ -36,7 +36,7 @@ from hw_models.network.sharding import ALL_GATHER, CollectiveCost
 from hw_models.network.sharding import plan as tp_plan
 from hw_models.spatial.chip import ChipModel, SliceCost
 from hw_models.spatial.config import SpatialConfig
-from hw_models.spatial.tp import collective_s
+from hw_models.spatial.tp import collective_s, collective_wire_bytes
 from sim.core import graph as g
 from sim.core.formats import get_format
 from sim.core.graph import Op, OpGraph
@@ -245,6 +245,15 @@ class PhaseCosts:
     # slice `position` of the stage's row (-1: before the first slice).
     collectives: list[list[tuple[int, CollectiveCost]]] = field(default_factory=list)
 
+    # The C2C links' energy of the micro-batch's hops and sampled-token return (links.energy_j_per_byte on the
+    # wire bytes, payload over payload_fraction); the collectives carry theirs (CollectiveCost.energy_j).
+    hop_energy_j: float = 0.0
+
+    @property
+    def link_energy_j(self) -> float:
+        """Every chip's link energy for one micro-batch: its hops, its return and its group's collectives."""
+        return self.hop_energy_j + sum(c.energy_j for row in self.collectives for _, c in row)
+
     @property
     def collective_s(self) -> list[float]:
         """Time each stage spends in collectives (0 without tensor parallelism)."""
@@ -281,6 +290,18 @@ def return_time_s(cfg: SpatialConfig, chips: int, tokens: int) -> float:
     return TOKEN_ID_BYTES * tokens / cfg.hop_bandwidth_bytes_per_s + hops * cfg.links.latency_s
 
 
+def wire_j(cfg: SpatialConfig, payload_bytes: float) -> float:
+    """Link energy of `payload_bytes` sent (0 where the preset gives no links.energy_j_per_byte)."""
+    return payload_bytes / cfg.links.payload_fraction * (cfg.links.energy_j_per_byte or 0.0)
+
+
+def hop_energy_j(cfg: SpatialConfig, hop_bytes: list[float], chips: int, feedback_tokens: int, t: int = 1) -> float:
+    """The hops' cuts (whole, however many chips send them) and the sampled ids back to the first stage, on every
+    link they cross (return_time_s's hops), from each of the last group's t chips."""
+    hops = (chips - 1 if cfg.topology == "chain" else 1) if chips > 1 and feedback_tokens else 0
+    return wire_j(cfg, sum(hop_bytes) + TOKEN_ID_BYTES * feedback_tokens * hops * t)
+
+
 def phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_tokens: int) -> PhaseCosts:
     """Station times for one micro-batch of `graph` (lowered with all layers);
     `feedback_tokens` > 0 adds the return of the sampled tokens (decode)."""
@@ -303,7 +324,8 @@ def phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_token
         hop_bytes.append(before[s.op_index] + s.start * outputs[s.op_index])
     hop = [hop_time_s(cfg, b) for b in hop_bytes]
     ret = return_time_s(cfg, part.stages, feedback_tokens) if feedback_tokens else 0.0
-    return PhaseCosts(costs, stage, hop, hop_bytes, ret, flops, sram)
+    return PhaseCosts(costs, stage, hop, hop_bytes, ret, flops, sram,
+                      hop_energy_j=hop_energy_j(cfg, hop_bytes, part.stages, feedback_tokens))
 
 
 def _tp_phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_tokens: int) -> PhaseCosts:
@@ -346,8 +368,10 @@ def _tp_phase_costs(graph: OpGraph, part: Partition, chip: ChipModel, feedback_t
         sram.append(sum(c.sram_bytes for c in row))
     hop = [hop_time_s(cfg, b / t) for b in hop_bytes]
     ret = return_time_s(cfg, part.stages, feedback_tokens) if feedback_tokens else 0.0
-    return PhaseCosts(costs, stage, hop, hop_bytes, ret, flops, sram, t, colls)
+    return PhaseCosts(costs, stage, hop, hop_bytes, ret, flops, sram, t, colls,
+                      hop_energy_j=hop_energy_j(cfg, hop_bytes, part.stages, feedback_tokens, t))
 
 
 def _collective(name: str, kind: str, nbytes: float, cfg: SpatialConfig) -> CollectiveCost:
-    return CollectiveCost(name, kind, nbytes, collective_s(cfg, kind, nbytes))
+    return CollectiveCost(name, kind, nbytes, collective_s(cfg, kind, nbytes),
+                          energy_j=wire_j(cfg, collective_wire_bytes(cfg, kind, nbytes)))

@@ -51,3 +51,13 @@ def all_reduce_s(cfg: SpatialConfig, nbytes: float) -> float:
 
 def collective_s(cfg: SpatialConfig, kind: str, nbytes: float) -> float:
     return all_reduce_s(cfg, nbytes) if kind == ALL_REDUCE else all_gather_s(cfg, nbytes)
+
+
+def collective_wire_bytes(cfg: SpatialConfig, kind: str, nbytes: float) -> float:
+    """Payload bytes the whole group puts on its links for the collective, in the form all_reduce_s picks: an
+    all-gather sends B/t from each of t chips to t - 1 peers, (t - 1) B; the two-hop all-reduce twice that; the
+    one-hop all-reduce the whole B from each chip to each peer, t (t - 1) B."""
+    t = cfg.tensor_parallel
+    if kind != ALL_REDUCE:
+        return (t - 1) * nbytes
+    return 2 * (t - 1) * nbytes if 2 * all_gather_s(cfg, nbytes) <= _peer_exchange_s(cfg, nbytes) else t * (t - 1) * nbytes

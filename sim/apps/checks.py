@@ -225,6 +225,12 @@ def unused_in_serving(workload: Workload, machine: Machine) -> list[str]:
         unset = [f"{k} {getattr(workload, k)}" for k in PER_REQUEST if k not in workload.model_fields_set]
         return [f"{src}: the {machine.kind} block is placed for {', '.join(unset)} (defaults, which the file does not set); "
                 "requests past them are rejected: set them to the stream's longest"] if unset else []
-    return [f"{src}: {key}: not read by sim serve (each request's lengths come from serving.lengths or the trace, "
-            "the batch from the scheduler); only the offload kind's block reads it"
-            for key in PER_REQUEST if key in workload.model_fields_set]
+    notes = [f"{src}: {key}: not read by sim serve (each request's lengths come from serving.lengths or the trace, "
+             "the batch from the scheduler); only the offload kind's block reads it"
+             for key in PER_REQUEST if key in workload.model_fields_set]
+    serving = getattr(workload, "serving", None)
+    if machine.kind == "spatial" and serving is not None and "gpu_memory_utilization" in serving.scheduler.model_fields_set:
+        notes.append(f"{src}: serving.scheduler.gpu_memory_utilization: not read on {machine.name} (kind spatial): a "
+                     "chip's KV pool fills the SRAM its compiler may use, spatial.usable_fraction (--set "
+                     "hw.spatial.usable_fraction=...)")
+    return notes

@@ -48,9 +48,23 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
     if not np.isfinite(t).all():   # a rate of 1e-320/s: gaps past the largest float
         raise ConfigError(f"{key}: arrival times overflow to infinity; the rate or interval is out of any physical range")
     if getattr(a, "duration_s", None) is not None:   # a closed loop has none
+        t = _through(a, t, rng, key)
         t = t[t < a.duration_s]
         if len(t) == 0:
             raise ConfigError(f"{key}.duration_s: {a.duration_s}: no request arrives within it")
+    return t
+
+
+def _through(a, t: np.ndarray, rng: np.random.Generator, key: str) -> np.ndarray:
+    """`t` drawn on until it passes duration_s: 1.5 x the expected count + 64 falls short of a bursty gamma stream
+    (cv 10 at 10/s over 10 s: 48 of 200 seeds ended early, one at 2.2 s, without a word; a code review). The renewal
+    processes go on from their last arrival with fresh gaps; the regular ones are exact and never get here."""
+    while t[-1] < a.duration_s:
+        if len(t) > a.max_requests:
+            raise ConfigError(f"{key}.duration_s: more than max_requests {a.max_requests:,} requests arrive within "
+                              f"{a.duration_s:g} s; shorten duration_s or raise serving.arrivals.max_requests")
+        more = a.times(len(t) + 1, rng)   # first at 0: its gaps follow the last arrival
+        t = np.concatenate([t, t[-1] + more[1:]])
     return t
 
 

@@ -67,7 +67,7 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             rate = rate // 2 if closed else rate / 2
     unit = "clients" if closed else "requests/s"
     if lo is None:
-        raise ConfigError(f"{file.source}: serving.slo: not met even at {rate:.3g} {unit}{_turned(points[-1]['summary'])}"
+        raise ConfigError(f"{file.source}: serving.slo: not met even at {hi:.3g} {unit}{_turned(points[-1]['summary'])}"  # the lowest run
                           f"{_below_delay(slo, file, machine)}")
     if hi is None:
         raise ConfigError(f"{file.source}: serving.slo: still met at {lo:.3g} {unit}; the stream is too short "

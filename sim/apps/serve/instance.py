@@ -81,6 +81,25 @@ def _kv_per_token(m: ModelConfig, file: s.ServeFile) -> float:
     return kv_bytes(m, file.formats.policy(), 1, 1)
 
 
+def _pool_blocks(file, machine: Machine, model: ModelConfig, share, held: tuple[float, float], block_bytes: float
+                 ) -> int:
+    """KV blocks of the instance: each device's room after its weights and activations (`held`) and the
+    runtime's reserve, in blocks, over its attention groups. A kind's own usable share (spatial.usable_fraction:
+    what a chip's compiler may fill) stands for the serving engine's allocator share (a spatial pool had filled 0.9
+    of the SRAM at usable_fraction 0.5, a code review)."""
+    cfg, tier = file.serving.scheduler, machine.memory[machine.device_tier]
+    reserved = RUNTIME_RESERVED_BYTES if share.reserved_bytes is None else share.reserved_bytes
+    usable, of = ((share.usable_bytes, "the device's usable memory") if share.usable_bytes is not None else
+                  (tier.capacity_bytes * cfg.gpu_memory_utilization, f"{cfg.gpu_memory_utilization:g} of "
+                   f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)"))
+    room = usable - sum(held) - reserved
+    if room < block_bytes:
+        raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(held[0])} + activations "
+                            f"{fmt_bytes(held[1])} + runtime {fmt_bytes(reserved)} leave no room for KV blocks in "
+                            f"{fmt_bytes(usable) + ', ' if share.usable_bytes is not None else ''}{of}")
+    return int(room // block_bytes) * share.groups
+
+
 def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None) -> Setup:
     """`cache` (a dict the caller keeps) shares surrogate tables between runs of one model and machine."""
     check_kind(machine, file)
@@ -113,14 +132,8 @@ def prepare(file: s.ServeFile, machine: Machine, exact: bool = False, cache: dic
         max_seqs, max_model_len, max_prompt = own.sequences, own.context_tokens, own.prompt_tokens
         total_blocks = max_seqs * -(-max_model_len // block)
     else:
-        tier = machine.memory[machine.device_tier]
-        reserved = RUNTIME_RESERVED_BYTES if share.reserved_bytes is None else share.reserved_bytes
-        room = tier.capacity_bytes * cfg.gpu_memory_utilization - weights - act - reserved
-        if room < rank_token * block:
-            raise CapacityError(f"{file.source}: {model.name} on {machine.name}: weights {fmt_bytes(weights)} + activations "
-                                f"{fmt_bytes(act)} + runtime {fmt_bytes(reserved)} leave no room for KV blocks in {cfg.gpu_memory_utilization:g} of "
-                                f"{fmt_bytes(tier.capacity_bytes)} per device (serving.scheduler.gpu_memory_utilization)")
-        total_blocks = cfg.blocks_override or int(room // (rank_token * block)) * share.groups
+        total_blocks = cfg.blocks_override or _pool_blocks(file, machine, model, share, (weights, act),
+                                                           rank_token * block)
     sp = srv.speculative
     # By content, not id(machine): an id is reused once its machine is collected, and a cache keyed by it would
     # hand another machine this one's step costs. The file's part: every field a step cost reads (the stack, the
