@@ -16,7 +16,7 @@ and its compute; the DES has them, and the report shows both numbers.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from rich.table import Table
@@ -52,7 +52,6 @@ class SearchResult:
     feasible: int
     objective: str
     elapsed_s: float
-    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         return dict(objective=self.objective, candidates=self.candidates, feasible=self.feasible,
