@@ -68,7 +68,25 @@ def test_plots_folder_gets_the_scatter_and_the_error_plot(tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--plots", str(path)]) == 2      # a file, not a folder: one line, nothing run
     err = capsys.readouterr().err.strip()
-    assert "not a folder" in err and "\n" not in err
+    assert "is a file; expected a directory" in err and "\n" not in err
+
+
+def test_every_output_is_checked_before_the_replays_and_written_together(tmp_path, capsys):
+    """A --plot path matplotlib cannot write (s.xyz), or a folder, is one line and exit 2 with the --json not
+    written; a plot in a folder that does not exist yet is written there (each had been a traceback after the
+    replays, the JSON already written: a serving engineer's trial)."""
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant_mode": None, "tp_size": 1,
+                   "batch_size": 2, "isl": 128, "osl": 8}]).to_csv(path, index=False)
+    argv = ["validate-serving", str(path), "--hw", "h100_sxm", "--requests-per-client", "2", "--summary", "-q"]
+    out = tmp_path / "v.json"
+    for plot, says in ((tmp_path / "s.xyz", "by the path's suffix"), (tmp_path, "is a directory")):
+        assert main([*argv, "--json", str(out), "--plot", str(plot)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and "\n" not in err and not out.exists()
+    nested = tmp_path / "new" / "sub" / "s.svg"
+    assert main([*argv, "--json", str(out), "--plot", str(nested)]) == 0
+    assert out.exists() and nested.read_text().lstrip().startswith("<?xml")
 
 
 def test_fp4_rows_on_hopper_are_skipped_with_the_reason(tmp_path):

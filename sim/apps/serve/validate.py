@@ -27,6 +27,7 @@ from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED
                                             checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
 from sim.core.errors import SimError
+from sim.core.files import atomic_write
 
 
 @dataclass(frozen=True)
@@ -368,7 +369,7 @@ def scatter(results: list[Result], path) -> None:
         ax.set(xscale="log", yscale="log", xlabel=f"measured {label} (ms)", ylabel=f"simulated {label} (ms)")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    atomic_write(path, lambda p: fig.savefig(p, format=Path(path).suffix.lstrip(".").lower() or "png"))
     plt.close(fig)
 
 
@@ -385,15 +386,14 @@ def error_plot(results: list[Result], path) -> None:
         ax.set(xscale="log", xlabel="concurrency (clients)", ylabel=f"{label} error (%)")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    atomic_write(path, lambda p: fig.savefig(p, format=Path(path).suffix.lstrip(".").lower() or "png"))
     plt.close(fig)
 
 
 def write_plots(results: list[Result], folder) -> list:
     """`sim validate-serving --plots DIR`: the scatter (scatter.png) and the errors by concurrency
     (errors_vs_concurrency.png) into `folder`, created if missing; the paths written."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder)   # atomic_write creates it
     out = [folder / "scatter.png", folder / "errors_vs_concurrency.png"]
     scatter(results, out[0])
     error_plot(results, out[1])

@@ -17,7 +17,7 @@ from pathlib import Path
 from sim.apps.arg_types import Once, positive
 from sim.core import tables
 from sim.core.errors import ConfigError
-from sim.core.files import check_output, write_json
+from sim.core.files import check_output, check_outputs, transaction, write_json
 
 
 def _runs(args: argparse.Namespace):
@@ -115,12 +115,9 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.workers import check_workers, worker_count
 
     check_workers(args.workers)
-    if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
-        raise ConfigError(f"--plots {args.plots}: exists and is not a folder")
     if Path(args.file).is_dir():
         return _folder(args)
-    if args.json:
-        check_output(args.json)   # a bad path says so before minutes of replays
+    _check_outputs(args)   # a bad path says so before minutes of replays
     runs, skipped, left_out = _runs(args)
     if args.deployment:
         runs = [dataclasses.replace(r, deployment=args.deployment) for r in runs]
@@ -140,15 +137,30 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
                           f"{failed[0][1]}")
     tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
                                  name_width=None if tables.full_width() else 40, left_out=left_out))
-    if args.json:
-        write_json(args.json, as_json(args.hw, results, skipped, failed))
-    if args.plot:
-        scatter(results, Path(args.plot))
-    if args.plots:
-        for path in write_plots(results, Path(args.plots)):
-            if not args.quiet:   # -q: nothing on stdout but what was asked for (docs/cli.md; a docs trial)
-                print(f"wrote {path}", file=sys.stderr)
+    with transaction():   # every output or none (a plot that failed had left the JSON written)
+        if args.json:
+            write_json(args.json, as_json(args.hw, results, skipped, failed))
+        if args.plot:
+            scatter(results, Path(args.plot))
+        written = write_plots(results, Path(args.plots)) if args.plots else []
+    for path in written if not args.quiet else ():   # -q: nothing but what was asked for (docs/cli.md; a docs trial)
+        print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+# What --plot may name: the formats every matplotlib backend writes (a .xyz path had died in savefig, after the
+# replays and with the JSON written)
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output path, before the replays: one line and nothing written when one cannot be."""
+    check_outputs({"--json": args.json, "--plot": args.plot})
+    if args.plot and Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"--plot {args.plot}: the plot is written as {', '.join(PLOT_SUFFIXES)} by the path's "
+                          "suffix; give one of them")
+    if args.plots:
+        check_output(args.plots, directory=True)
 
 
 def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list[tuple[str, str]]) -> dict:
