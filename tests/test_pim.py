@@ -672,3 +672,23 @@ def test_a_run_past_what_the_pim_units_reach_says_so():
     got = notes(batch=1, prompt_len=1024, gen_len=128)
     assert len(got) == 1 and "read 26.59 GB of weights and KV cache, but the PIM units reach 10.74 GB" in got[0]
     assert notes(batch=1, prompt_len=1024, gen_len=128, pim_policy="attention_only") == []
+
+
+def test_attacc_stacks_run_attention_alone():
+    """attacc_dgx's PIM stacks hold the KV cache alone (pim.computes: attention): a workload without a pim_policy
+    runs as attention_only (it had put the FC layers on stacks without weights, 1.68x instead of 1.11x faster than
+    the GPUs alone on Llama-2-13B, an architect's trial); asking for FC on PIM is refused in one line, and a head
+    group count that divides no head count lists the ones that do."""
+    m = load_machine("attacc_dgx", {"pim.head_groups": 8})
+
+    def run(**policy):
+        w = workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=1024, gen_len=4, **policy), "t.yaml")
+        return PimMapper(m, w, w.model_config_())
+
+    assert run().policy == "attention_only"
+    assert run().step("decode", 1, 1100).time_s == run(pim_policy="attention_only").step("decode", 1, 1100).time_s
+    with pytest.raises(ConfigError, match="hold the KV cache alone and run attention"):
+        run(pim_policy="fc_and_attention")
+    w = workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=64, gen_len=2), "t.yaml")
+    with pytest.raises(ConfigError, match="groups that do: 1, 2, 4, 5, 8, 10, 20, 40"):
+        PimMapper(load_machine("attacc_dgx"), w, w.model_config_())

@@ -69,6 +69,10 @@ class PimConfig(Strict):
     # without (Aquabolt-XL: four 4 Gb PIM dies beside four 8 Gb plain ones). None: every die. What the PIM-placed
     # ops read beyond it lies in the plain dies and runs on the host (hw_models/pim/reach.py).
     pim_capacity_bytes_per_stack: Quantity | None = Field(default=None, gt=0)
+    # What the PIM stacks can run: "any" op the policy places there, or "attention" alone where they hold only the
+    # KV cache and the weights sit in memory without PIM units (AttAcc: the GPUs hold the weights and run the FC
+    # layers). A workload's `auto` then means attention_only; a policy that asks for FC on PIM is refused.
+    computes: Literal["any", "attention"] = "any"
 
     @field_validator("formats", mode="after")
     @classmethod
@@ -158,10 +162,16 @@ PimPolicy = Literal["auto", "attention_only", "fc_and_attention", "none"]
 POLICIES: tuple[str, ...] = PimPolicy.__args__
 
 
-def pim_policy(workload: Workload) -> str:
-    """The workload's `pim_policy` (which ops may run in PIM), `auto` when absent."""
+def pim_policy(workload: Workload, cfg: PimConfig | None = None, machine: str = "") -> str:
+    """The workload's `pim_policy` (which ops may run in PIM), `auto` when absent, as `cfg`'s stacks can run it
+    (PimConfig.computes: an attacc_dgx run of a plain workload had put the FC layers on stacks without weights)."""
     value = workload.section("pim_policy", "auto")
+    src = workload.source or workload.name
     if value not in POLICIES:
-        raise ConfigError(f"{workload.source or workload.name}: pim_policy: {value!r} is not one of "
-                          f"{', '.join(POLICIES)}")
-    return value
+        raise ConfigError(f"{src}: pim_policy: {value!r} is not one of {', '.join(POLICIES)}")
+    if cfg is None or cfg.computes == "any" or value in ("attention_only", "none"):
+        return value
+    if value == "auto":
+        return "attention_only"
+    raise ConfigError(f"{src}: pim_policy: {value}: {machine}'s PIM stacks hold the KV cache alone and run "
+                      "attention (pim.computes: attention); use attention_only, auto or none")

@@ -78,14 +78,16 @@ class PimMapper(Mapper):
                               "(the external DRAM energy per byte)")
         self.geo = Geometry(cfg, self.tier.bandwidth_bytes_per_s / cfg.stacks)
         self.layout = Layout(cfg, self.geo, model.num_kv_heads)
-        self.policy = pim_policy(workload)
+        self.policy = pim_policy(workload, cfg, machine.name)
         self.stack_names = [f"pim.stack{i}" for i in range(cfg.stacks)]
         self.locks = [f"{s}.banks" for s in self.stack_names]
         self._baseline: dict[bool, tuple[Generation, Timeline]] = {}
         H, KV = model.num_heads, model.num_kv_heads
         if H % cfg.head_groups or KV % cfg.head_groups:
+            fits = [g for g in range(1, KV + 1) if H % g == 0 and KV % g == 0]
             raise ConfigError(f"{src}: pim.head_groups: {cfg.head_groups} groups do not divide "
-                              f"{model.name}'s {H} heads and {KV} KV heads")
+                              f"{model.name}'s {H} heads and {KV} KV heads; groups that do: "
+                              f"{', '.join(map(str, fits))} (--set hw.pim.head_groups=N)")
 
     @property
     def in_order(self) -> bool:
