@@ -28,6 +28,21 @@ def test_silicon_reader_keeps_replayable_rows_and_says_why_not(tmp_path):
                              "r3": "model deepseek-ai/DeepSeek-R1 has no config here"}
 
 
+def test_a_measurement_published_twice_counts_once_on_the_training_side(tmp_path):
+    """Two ids, one setup, the same measured TTFT and TPOT to the last digit: one run, and the copy the overhead
+    fit reads where the split parts them (the table carries 13 such vLLM gpt-oss-120b pairs, a trial)."""
+    from sim.apps.serve.overhead_fit import in_training
+    ids = [f"2026_04_06_x_{i}" for i in range(40)]
+    train = next(i for i in ids if in_training(i))
+    held = next(i for i in ids if not in_training(i))
+    rows = [{**ROW, "id": held}, {**ROW, "id": train}, {**ROW, "id": "r3", "silicon_tpot_ms": 10.5}]
+    path = tmp_path / "s.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    runs, skipped = read_silicon(path, {"h100_sxm"})
+    assert [r.name for r in runs] == [train, "r3"]
+    assert skipped == [(held, f"a second publication of {train} (the same setup and measured TTFT and TPOT)")]
+
+
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys):
     other = tmp_path / "x.csv"
     other.write_text("a,b\n1,2\n")

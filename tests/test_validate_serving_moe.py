@@ -153,7 +153,7 @@ def test_a_table_without_the_optional_columns_reads_them_as_empty(tmp_path, caps
 
 
 def test_the_run_table_shows_the_expert_ways_and_held_out_counts_what_it_left_out(tmp_path, capsys):
-    rows = [{**ROW, "id": f"m{i}", "isl": 128, "osl": 8, "batch_size": 2} for i in range(6)]
+    rows = [{**ROW, "id": f"m{i}", "isl": 128, "osl": 8, "batch_size": 2, "silicon_ttft_ms": 150.0 + i} for i in range(6)]
     path = tmp_path / "s.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--workers", "1"]) == 0

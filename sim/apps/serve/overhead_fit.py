@@ -32,7 +32,6 @@ check the fit never saw. H200 and Blackwell rows of the same table, and every ot
 from __future__ import annotations
 
 import csv
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +39,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from sim.apps.serve.validate import ENGINES, Result
-from sim.apps.serve.validate_readers import silicon_deployment
+from sim.apps.serve.validate_readers import in_training, silicon_deployment  # noqa: F401 (in_training: re-exported)
 
 TRAINING_SYSTEMS = {"h100_sxm"}
 FEATURES = ("sim_ttft_s", "sim_tpot_s", "ttft_steps", "ttft_seqs", "tpot_steps", "tpot_seqs", "collectives", "ranks",
@@ -57,11 +56,6 @@ class Fit:
     terms: dict[str, float]
     runs: int
     residual: float = 0.0   # the NNLS residual norm (relative errors left at first order)
-
-
-def in_training(run_id: str) -> bool:
-    """The half of the H100 runs the fit reads (a stable hash of the id, not the row order)."""
-    return hashlib.sha1(run_id.encode()).digest()[0] % 2 == 0
 
 
 def zero_terms() -> dict:
