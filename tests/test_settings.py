@@ -114,6 +114,15 @@ def test_a_hardware_factor_is_the_preset_s_own_value_times_n():
         load_machine("a6000", {"units.gpu.memory": "2x"})
 
 
+def test_a_factor_of_a_key_the_preset_lacks_or_leaves_to_its_default():
+    """A typo (`hmb`) and a figure left to its default (power_limit_w: the TDP) had both read "it has no number
+    there (None)" (an architect's trial); each now says which it is."""
+    with pytest.raises(ConfigError, match=r"'2x' scales the preset's own figure, and the preset has no 'hmb' there"):
+        load_machine("h100_sxm", {"memory.hmb.bandwidth_bytes_per_s": "2x"})
+    with pytest.raises(ConfigError, match=r"the preset leaves this one to its default: give a number"):
+        load_machine("h100_sxm", {"units.gpu.power_limit_w": "2x"})
+
+
 def test_a_factor_of_a_count_or_of_a_kind_section_s_quantity():
     """A code review: `pim.stacks=2x` gave 10.0, which a count refuses, and a kind's section keeps its quantities as
     written ('2 GiB'), which read as no number. A count stays whole (or is refused), a written quantity is parsed."""

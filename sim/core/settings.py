@@ -87,9 +87,9 @@ _FACTOR = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*x\s*")
 class FactorError(ValueError):
     """A factor of a field that has no number to scale (`product` None), or a count the factor leaves fractional."""
 
-    def __init__(self, node: Any, product: float | None = None):
+    def __init__(self, node: Any, product: float | None = None, missing: str | None = None):
         super().__init__(node, product)
-        self.node, self.product = node, product
+        self.node, self.product, self.missing = node, product, missing   # missing: the first key the tree lacks
 
 
 def scaled(tree: dict[str, Any], key: str, factor: float) -> int | float:
@@ -98,7 +98,9 @@ def scaled(tree: dict[str, Any], key: str, factor: float) -> int | float:
     parsed; a count stays a count (pim.stacks x 2 is 10, not 10.0, which the schema refuses). FactorError else."""
     node: Any = tree
     for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or part not in node:
+            raise FactorError(None, missing=part)
+        node = node[part]
     if isinstance(node, str):
         try:
             node = parse_quantity(node, dimension_of(key.rsplit(".", 1)[-1]))
@@ -126,6 +128,14 @@ def relative(value: Any, own: Callable[[], dict[str, Any]], key: str, where: str
     try:
         return scaled(own(), key, factor)
     except FactorError as exc:
+        if exc.missing is not None:   # a typo (`hmb`) had read "it has no number there (None)"
+            raise ConfigError(f"{where}: {value!r} scales the preset's own figure, and the preset has no "
+                              f"{exc.missing!r} there: check the key (`sim hw show PRESET` lists them), or give a "
+                              "number where the figure is derived (a PCIe link's rate: its generation and lanes)"
+                              ) from None
+        if exc.node is None:   # a figure left to its default (power_limit_w: the TDP)
+            raise ConfigError(f"{where}: {value!r} scales the preset's own figure, and the preset leaves this one "
+                              "to its default: give a number") from None
         if exc.product is None:
             raise ConfigError(f"{where}: {value!r} is a factor of the preset's value, and it has no number there "
                               f"({exc.node!r})") from None
