@@ -62,7 +62,10 @@ class OffloadMapper(Mapper):
         # (units.<cpu>.power_w: over its busy time), else nothing; no preset gives the disk one (a trial read
         # "with the host CPU and disk" on flexgen_t4, whose CPU has none: 0 W).
         cpu = self.host.cpu
-        self.power_includes = "host CPU" if (cpu.power_w or cpu.idle_power_w is not None) else ""
+        # Without an idle figure the CPU draws power_w over its busy time alone (Mapper.power_j): said so, since a
+        # trial read "with the host CPU" as the host's whole draw and PCIe-bound runs as near-free on the host.
+        self.power_includes = ("host CPU" if cpu.idle_power_w is not None else
+                               "host CPU's busy time" if cpu.power_w else "")
         self.rates = sched.Rates.of(self.host)
         self.spec: PolicySpec = parse_policy(workload.section("policy"), workload.batch,
                                              workload.source or workload.name)
@@ -263,6 +266,11 @@ class OffloadMapper(Mapper):
         if not self.power_includes:   # a trial read the power line as the host's too
             fig.notes.append(f"energy: {self.machine.name}'s host CPU (units.{self.host.cpu_name}) has no power_w: "
                              "the energy and power count the GPU alone (no preset prices the disk)")
+        elif self.host.cpu.idle_power_w is None:
+            fig.notes.append(f"energy: the host CPU (units.{self.host.cpu_name}) draws its power_w "
+                             f"{self.host.cpu.power_w:g} W over its busy time alone, nothing while it waits, and no "
+                             "preset prices host DRAM, PCIe or the disk: a link-bound step's host energy is a lower "
+                             "bound (docs/offload.md)")
         fig.extra |= dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
                           offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result,
                                                      self.unit_name))
