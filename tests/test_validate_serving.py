@@ -371,3 +371,27 @@ def test_skip_reasons_past_the_first_four_say_how_many_more():
     items = [(f"r{i}", why) for i, why in enumerate(["a", "a", "b", "c", "d", "e", "f", "f"])]
     assert reasons(items) == "2 x a; 2 x f; 1 x b; 1 x c; 2 more reasons (2 rows: --json lists them)"
     assert reasons(items[:3]) == "2 x a; 1 x b"
+
+
+def test_a_log_of_identical_outputs_replays_as_its_summary_export_does(tmp_path):
+    """A detailed benchmark_serving log whose outputs are all one length (--ignore-eos) replays its prompts as
+    logged and its outputs spread by the engine's output_spread, as the same run's summary-only export does: as
+    logged, its clients had run in lock-step waves and the two read TTFT 2.2x apart (a serving engineer's trial).
+    The JSON's lengths_replayed says which."""
+    import json
+    base = dict(backend="vllm", model_id="meta-llama/Llama-3.1-8B-Instruct", max_concurrency=4, request_rate="inf",
+                completed=8, duration=2.0, mean_ttft_ms=50.0, mean_tpot_ms=7.0, mean_itl_ms=7.0, mean_e2el_ms=155.0,
+                request_throughput=4.0, output_throughput=64.0, total_input_tokens=8 * 300, total_output_tokens=128)
+    prompts = [200, 400, 250, 350, 300, 300, 220, 380]
+    detailed = dict(base, input_lens=prompts, output_lens=[16] * 8, errors=[""] * 8)
+    from sim.apps.serve.bench_logs import read_vllm_bench
+    from sim.apps.serve.validate import replayed_lengths, run_file
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(detailed))
+    run = read_vllm_bench(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    f = run_file(run)
+    assert f.serving.lengths.prompt.values == prompts
+    assert (f.serving.lengths.output.dist, f.serving.lengths.output.low, f.serving.lengths.output.high) == \
+        ("uniform", 14, 18)   # 16 +- 10% (ENGINES["vllm"].output_spread), rounded
+    assert replayed_lengths(run) == ("prompts as logged, outputs uniform within +-10% of 16 (the engine's "
+                                     "output_spread): every logged output was 16 tokens")

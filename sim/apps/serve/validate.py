@@ -137,6 +137,20 @@ def step_features(res, front_end_s: float = 0.0) -> dict[str, float]:
                 tpot_seqs=float(np.mean(((seqs[z] - seqs[f]) / gaps)[many])) if many.any() else 0.0)
 
 
+def replayed_lengths(run: Run) -> str:
+    """How run_file draws the run's request lengths, in words (the --json's `lengths_replayed`)."""
+    spread = ENGINES[run.engine].output_spread
+    spread_out = (f"outputs uniform within +-{spread:.0%} of {run.osl} (the engine's output_spread)" if spread
+                  else f"outputs {run.osl}")
+    if run.lengths is not None:
+        if len(set(run.lengths[1])) > 1:
+            return "as logged per request"
+        return f"prompts as logged, {spread_out}: every logged output was {run.lengths[1][0]} tokens"
+    if run.range_ratio is not None:
+        return f"uniform from {run.range_ratio:g} x isl and osl to them, as the client drew them"
+    return f"prompts {run.isl}, {spread_out}"
+
+
 def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT,
              overrides: dict[str, Any] | None = None) -> ServeFile:
     """The serving file of a run: a closed loop of `requests_per_client` x concurrency requests (or the run's
@@ -159,10 +173,15 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
     output: dict[str, Any] = ({"dist": "uniform", "low": low, "high": high} if high > low
                               else {"dist": "fixed", "value": run.osl})
     if run.lengths is not None:
-        prompt, output = ({"dist": "sequence", "values": list(v)} for v in run.lengths)
+        prompt = {"dist": "sequence", "values": list(run.lengths[0])}
+        # Outputs all one length (--ignore-eos at a fixed osl) take the engine's spread, as an export without
+        # per-request lengths does (bench_logs): replayed as logged, the clients had run in lock-step waves and the
+        # detailed log of a run read TTFT 2.2x above its own summary export (a serving engineer's trial).
+        if len(set(run.lengths[1])) > 1:
+            output = {"dist": "sequence", "values": list(run.lengths[1])}
     raw: dict[str, Any] = {
-        "name": run.name, "model": served_model(run.model, max(map(sum, zip(*run.lengths))) if run.lengths
-                                                else run.isl + 2 * run.osl),
+        "name": run.name, "model": served_model(run.model, max(run.lengths[0]) + max(max(run.lengths[1]), high)
+                                                if run.lengths else run.isl + 2 * run.osl),
         "formats": checkpoint_formats(run.model, fmt, eng.quantized_kv),
         "flash_attention": True,
         "stack": stack or eng.stack,
@@ -332,7 +351,7 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
     tot = overall(results)
     lines.append(f"| all | | | {len(results)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
                                                              for k in METRICS) + " |")
-    lines += ["", f"{len(results)} runs simulated in {seconds:.{0 if seconds >= 10 else 1}f} s; {len(skipped)} rows not replayable"
+    lines += ["", f"{len(results)} run{'' if len(results) == 1 else 's'} simulated in {seconds:.{0 if seconds >= 10 else 1}f} s; {len(skipped)} rows not replayable"
               + (f" ({reasons(skipped)})" if skipped else "")
               + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")

@@ -167,10 +167,11 @@ def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list
     """The replay as data (--json): each run as read (its measured means) with the simulated means and the signed
     errors, (simulated - measured) / measured, in seconds and requests/s; MAPE per (GPU, engine, model) and over
     all; the rows not replayed and why."""
-    from sim.apps.serve.validate import mape, overall
+    from sim.apps.serve.validate import mape, overall, replayed_lengths
 
     def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here; a rate has no clients
         d = {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
+        d["lengths_replayed"] = replayed_lengths(r.run)
         return {**d, "concurrency": None} if r.run.rate is not None else d
     return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error) for r in results],
                 mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],
