@@ -5,6 +5,9 @@ to SQLite as it finishes, and draws the plots the file asks for.
 
     spec.py    the sweep file schema
     expand.py  axes -> points (grid, zip, random), validated before anything runs
+    resolve.py a point's workload and machine from the base files and its axis values
+    blame.py   which point and which axis a point's error row names
+    energy.py  the two energy models across rows (ranking, the Pareto front) and a power cap past the model
     expr.py    the safe expression language of `when:`
     run.py     executing points, progress
     store.py   the resumable SQLite result store, export, load_results

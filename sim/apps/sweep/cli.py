@@ -62,6 +62,7 @@ def _failures(out: str) -> str:
 def _print_best(spec_path: str, out: str) -> None:
     """A table of the best point for each of the spec's `metrics`: one line per metric,
     its value with a unit, and the axis values where it was reached."""
+    from sim.apps.sweep.energy import models_note
     from sim.apps.sweep.expand import is_serving
     from sim.apps.sweep.names import for_kind
     from sim.apps.sweep.plots import labelled
@@ -86,7 +87,7 @@ def _print_best(spec_path: str, out: str) -> None:
         if fewer:
             print(f"note: {fewer} point(s) simulated a smaller batch than their workload.batch (an offload policy's "
                   "block; the column batch_simulated says which): plotted at the batch asked", file=sys.stderr)
-    for note in _energy_models(ok) + _sized_chips(ok, spec.axes, str(spec.hw)):
+    for note in models_note(ok) + _sized_chips(ok, spec.axes, str(spec.hw)):
         print(note, file=sys.stderr)
 
 
@@ -104,29 +105,9 @@ def _sized_chips(ok, axes, hw_name: str) -> list[str]:
             "add an axis hw.spatial.chips to compare one"] if spans else []
 
 
-def _energy_models(ok) -> list[str]:
-    """A note where the rows' J/token mix the two energy models (sim sweep's energy_board_model column)."""
-    if "energy_board_model" not in ok.columns or ok["energy_board_model"].nunique() < 2:
-        return []
-    busy = int((ok["energy_board_model"] == 0).sum())
-    return [f"note: energy_per_token_j mixes two energy models: {busy} row(s) count busy-time power only "
-            "(energy_board_model 0; docs/energy.md), the others idle + activity + dynamic power; the best energy "
-            "and power points are the board-power rows'"]
-
-
-def _comparable(ok, metric: str):
-    """The rows whose `metric` can be ranked against each other, and a label for them: an energy or power figure
-    only among the rows of the board-power model where the rows mix both (a busy-time-only row reads several times
-    low: a trial's sweep called flexgen_t4 at 4 W the least energy per token)."""
-    energy = "energy" in metric or "power" in metric or metric.endswith("_j")
-    if not energy or "energy_board_model" not in ok.columns or ok["energy_board_model"].nunique() < 2:
-        return ok, ""
-    board = ok[ok["energy_board_model"] == 1]
-    return (board, " (board-power rows)") if board[metric].notna().any() else (ok, "")
-
-
 def best_table(spec, ok, total: int):
     from sim.apps.axes import is_number
+    from sim.apps.sweep.energy import comparable
     from sim.apps.sweep.labels import axis_for, fmt_value
     from sim.apps.sweep.spec import default_goal
 
@@ -144,7 +125,7 @@ def best_table(spec, ok, total: int):
         if m not in ok.columns or ok[m].isna().all():
             continue
         goal = default_goal(m)
-        rows, where = _comparable(ok, m)
+        rows, where = comparable(ok, m)
         row = rows.loc[rows[m].idxmin() if goal == "min" else rows[m].idxmax()]
         t.add_row(f"{goal} {axis_for(m).name}{where}", fmt_value(m, row[m]),
                   *(f"{row[a] * ax.scale:.4g}" if is_number(row[a]) else str(row[a]) for a, ax in axes.items()))

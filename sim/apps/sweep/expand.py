@@ -1,11 +1,12 @@
 """Axes -> points. Every point is resolved into a validated workload and
 machine here, in the main process, before anything runs: a typo in a dotted
 path or a bad value fails at once with one line naming the sweep file and axis.
+A value that one machine of the `hw` axis refuses and another takes (a power limit on a preset without the
+board-power model) is that machine's: its points are error rows, which name them (sim.apps.sweep.blame).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -19,21 +20,20 @@ from typing import Any
 import numpy as np
 
 import sim
-from hw_models.machine import Machine, machine_aliases, machine_from_dict, preset_names, raw_machine
+from hw_models.machine import Machine, machine_aliases
 from sim.core.errors import ConfigError, SimError
-from sim.core.schema import file_dict, read_yaml, set_dotted
-from sim.core.settings import HW_ALIASES, FactorError, resolve_aliases, scaled
+from sim.core.schema import file_dict, read_yaml
+from sim.core.settings import resolve_aliases
 from sim.apps.checks import input_notes
 from sim.apps.sweep import DEFAULT_MAX_POINTS
+from sim.apps.sweep.blame import attributed, axis_fields, point_label
 from sim.apps.sweep.expr import compile_expr, lookup_in
 from sim.apps.sweep.names import check_metrics
+from sim.apps.sweep.resolve import HW_AXIS, Refused, Resolver, Scaled, point_source
 from sim.apps.sweep.spec import RANGES, Range, Scale, SweepSpec
-from sim.core.workload import Workload, load_workload, set_workload_key, workload_from_dict, workload_keys
-from sim.apps.serve.spec import ServeFile, input_files, load_serve_file, serve_file_from_dict
+from sim.core.workload import Workload, load_workload
+from sim.apps.serve.spec import ServeFile, input_files, load_serve_file
 from sim.core.model import model_path
-
-HW_AXIS = "hw"
-ALIASES = HW_ALIASES
 
 
 @dataclass(frozen=True)
@@ -47,99 +47,9 @@ class Point:
     notes: tuple[str, ...] = ()  # what `sim run` / `sim serve` would warn of before this point (sim.apps.checks)
 
 
-@dataclass
-class _Resolver:
-    """Builds validated workloads and machines from the base files plus overrides,
-    memoizing identical ones (most points share a machine or a workload)."""
-
-    spec: SweepSpec
-    wl_path: Path
-    wl_raw: dict[str, Any]
-    serving: bool = False               # the workload is a serving file: points run sim.apps.serve
-    _wl: dict[tuple, Workload] = field(default_factory=dict)
-    _hw: dict[tuple, Machine] = field(default_factory=dict)
-    _base_hw: dict[str, Machine] = field(default_factory=dict)
-
-    def hw_ref(self, value: Any, where: str) -> str:
-        """A preset name as is; a file path relative to the sweep file."""
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a preset name or hardware file, got {value!r}")
-        if value in preset_names():
-            return value
-        path = self.spec.base_dir / value
-        if path.is_file():
-            return str(path)
-        raise ConfigError(f"{where}: unknown hardware preset or file {value!r}; presets: {', '.join(preset_names())}")
-
-    def base_machine(self, ref: str, where: str) -> Machine:
-        if ref not in self._base_hw:
-            self._base_hw[ref] = self.machine(ref, (), where)
-        return self._base_hw[ref]
-
-    def hw_path(self, ref: str, path: str, where: str) -> str:
-        """`memory.@device.bandwidth_bytes_per_s` with the aliases replaced for this machine."""
-        if not any(a in path for a in ALIASES):
-            return path
-        return resolve_aliases(path, machine_aliases(self.base_machine(ref, where)))
-
-    def machine(self, ref: str, overrides: tuple[tuple[str, Any], ...], where: str) -> Machine:
-        memo = (ref, _freeze(overrides))
-        # a point's `where` may name the preset already (an error row read "hw groq_lpu (hw groq_lpu)", a trial)
-        src = where if f"hw {ref}" in where else f"{where} (hw {ref})"
-        if memo not in self._hw:
-            raw = raw_machine(ref)
-            named: dict[str, str] = {}   # resolved field -> the axis that set it
-            for path, value in overrides:
-                resolved = self.hw_path(ref, path, where)
-                if resolved in named:   # two axes on one field: the later silently won, the record showed both
-                    raise ConfigError(f"{where}: hw.{named[resolved]} and hw.{path} name the same field of {ref} "
-                                      f"(hw.{resolved}); keep one axis")
-                named[resolved] = path
-                if isinstance(value, Scaled):   # a factor of this machine's own value
-                    value = self._scaled(ref, resolved, path, value.factor, where)
-                set_dotted(raw, resolved, value, source=src)
-            self._hw[memo] = machine_from_dict(raw, src)
-        return self._hw[memo]
-
-    def _scaled(self, ref: str, resolved: str, path: str, factor: float, where: str) -> int | float:
-        """`factor` times preset `ref`'s own value of field `resolved` (axis `path`), as `--set hw.X=Nx` reads one
-        (sim.core.settings.scaled)."""
-        try:
-            return scaled(file_dict(self.base_machine(ref, where)), resolved, factor)
-        except FactorError as exc:
-            if exc.node is None:   # as the sweep's field lookup says it (expr.lookup_in)
-                raise ConfigError(f"{where}: hw.{resolved}: no such field") from None
-            raise ConfigError(f"{where}: hw.{path}: scale: {ref}'s value {exc.node!r} " + (
-                "is not a number" if exc.product is None else
-                f"x {factor:g} is {exc.product:g}, not a whole number")) from None
-
-    def workload(self, overrides: tuple[tuple[str, Any], ...], where: str) -> Workload:
-        memo = _freeze(overrides)
-        if memo not in self._wl:
-            raw = copy.deepcopy(self.wl_raw)
-            keys = workload_keys() + (["serving"] if self.serving else [])
-            for path, value in overrides:
-                if path.split(".")[0] not in keys:
-                    raise ConfigError(f"{where}: workload.{path}: unknown workload field; fields: " + ", ".join(keys))
-                set_workload_key(raw, path, value, where)
-            wl = serve_file_from_dict(raw, where) if self.serving else workload_from_dict(raw, where)
-            # Keep the workload file as source: model paths resolve relative to it.
-            self._wl[memo] = wl.model_copy(update={"source": str(self.wl_path)})
-        return self._wl[memo]
-
-
-def _freeze(v: Any) -> Any:
-    """A hashable image of nested lists/dicts, for memo keys."""
-    if isinstance(v, dict):
-        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
-    if isinstance(v, (list, tuple)):
-        return tuple(_freeze(x) for x in v)
-    return v
-
-
 def _split(axes: dict[str, Any], scaled: frozenset[str] = frozenset()) -> tuple[Any, tuple, tuple]:
     """Axis values -> (hw value or None, workload overrides, machine overrides); a `scaled` axis's value is a factor
-    of the machine's own, marked (Scaled) for _Resolver.machine."""
+    of the machine's own, marked (Scaled) for Resolver.machine."""
     wl, hw = [], []
     for path, value in axes.items():
         if path == HW_AXIS:
@@ -147,12 +57,6 @@ def _split(axes: dict[str, Any], scaled: frozenset[str] = frozenset()) -> tuple[
         head, _, rest = path.partition(".")
         (wl if head == "workload" else hw).append((rest, Scaled(value) if path in scaled else value))
     return axes.get(HW_AXIS), tuple(wl), tuple(hw)
-
-
-@dataclass(frozen=True)
-class Scaled:
-    """A factor of the machine's own value of a field (spec.Scale)."""
-    factor: float
 
 
 def _scaled(spec: SweepSpec) -> frozenset[str]:
@@ -262,8 +166,10 @@ def _native(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
-def _check_paths(spec: SweepSpec, res: _Resolver, hw_refs: list[str]) -> None:
-    """Each axis alone, with its first value, against every machine: names the axis that is wrong."""
+def _check_paths(spec: SweepSpec, res: Resolver, hw_refs: list[str]) -> None:
+    """Each axis alone, with its first value, against every machine: names the axis that is wrong. A value that some
+    machines refuse and another takes (a power limit where one preset has no board-power model) is those machines'
+    property: their points become error rows (expand); refused by every machine, it is the file's error."""
     for path, values in spec.axes.items():
         where = f"{spec.source}: axes.{path}"
         if path == HW_AXIS:
@@ -278,9 +184,25 @@ def _check_paths(spec: SweepSpec, res: _Resolver, hw_refs: list[str]) -> None:
         _, wl, hw = _split({path: first}, _scaled(spec))
         if wl:
             res.workload(wl, where)
-        for ref in hw_refs:
-            if hw:
-                res.machine(ref, hw, where)
+        refused = [_refusal(res, ref, hw, where) for ref in hw_refs] if hw else []
+        if refused and all(refused):
+            raise refused[0]
+
+
+def _refusal(res: Resolver, ref: str, overrides: tuple, where: str) -> Refused | None:
+    """Why machine `ref` refuses `overrides` (Refused), None where it takes them; any other error is raised."""
+    try:
+        res.machine(ref, overrides, where)
+    except Refused as exc:
+        return exc
+    return None
+
+
+def _takes(res: Resolver, ref: str, overrides: tuple, where: str) -> bool:
+    try:
+        return _refusal(res, ref, overrides, where) is None
+    except ConfigError:   # a field machine `ref` does not have
+        return False
 
 
 def _serving_file(raw: Any) -> bool:
@@ -302,50 +224,97 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
     serving = _serving_file(wl_raw)
     (load_serve_file if serving else load_workload)(wl_path)  # the base workload must be valid on its own
     check_metrics(spec, serving)   # what the points record depends on their kind: known only here
-    res = _Resolver(spec, wl_path, wl_raw, serving)
+    res = Resolver(spec, wl_path, wl_raw, serving)
     base_ref = res.hw_ref(spec.hw, f"{spec.source}: hw")
     hw_values = spec.axes.get(HW_AXIS)
     hw_refs = [res.hw_ref(v, f"{spec.source}: axes.hw") for v in hw_values] if isinstance(hw_values, list) else [base_ref]
     for ref in hw_refs:
         res.base_machine(ref, f"{spec.source}: hw {ref}")
     _check_paths(spec, res, hw_refs)
-    when = compile_expr(spec.when, f"{spec.source}: when") if spec.when else None
-
-    recorded = spec.recorded_columns()
-    scaled = _scaled(spec)
-    points: list[Point] = []
-    seen: set[str] = set()
-    digests = Digests()
-    notes: dict[tuple[int, int], tuple[str, ...]] = {}   # per (workload, machine): the resolver shares them
+    make = _Points(spec, res, base_ref, hw_refs, serving)
     for combo in _combinations(spec):
-        label = ", ".join(f"{k}={v}" for k, v in combo.items())
-        where = f"{spec.source}: point ({label})"
-        hw_value, wl_over, hw_over = _split(combo, scaled)
-        ref = res.hw_ref(hw_value, where) if hw_value is not None else base_ref
+        make(combo)
+    return make.points
+
+
+@dataclass
+class _Points:
+    """The points of a sweep, made one combination at a time (expand)."""
+
+    spec: SweepSpec
+    res: Resolver
+    base_ref: str
+    hw_refs: list[str]
+    serving: bool
+    points: list[Point] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    digests: Digests = field(default_factory=Digests)
+    notes: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)   # per (workload, machine) pair
+
+    def __post_init__(self) -> None:
+        self.when = compile_expr(self.spec.when, f"{self.spec.source}: when") if self.spec.when else None
+        self.recorded = self.spec.recorded_columns()
+        self.scaled = _scaled(self.spec)
+
+    def __call__(self, combo: dict[str, Any]) -> None:
+        spec, res = self.spec, self.res
+        where = f"{spec.source}: point ({point_label(combo)})"
+        hw_value, wl_over, hw_over = _split(combo, self.scaled)
+        ref = res.hw_ref(hw_value, where) if hw_value is not None else self.base_ref
         try:
             workload = res.workload(wl_over, where)
-            machine = res.machine(ref, hw_over, where)
-        except ConfigError as exc:  # some validators raise without naming the file; say which point
+            refusal = _refusal(res, ref, hw_over, where)
+            if refusal and not any(_takes(res, other, hw_over, where) for other in self.hw_refs):
+                raise refusal   # no machine of the sweep takes these values: the file's error
+        except ConfigError as exc:   # some validators raise without naming the file; say which point
             raise (exc if str(exc).startswith(str(spec.source)) else ConfigError(f"{where}: {exc}")) from None
-        tree = {"workload": file_dict(workload), "hw": file_dict(machine)}
-        look = aliased(lookup_in(tree, f"{spec.source}: when"), machine)
-        look_col = aliased(lookup_in(tree, f"{spec.source}: columns (or a plot's column)"), machine)
-        if when is not None:
-            if not when(lambda p: hw_value or spec.hw if p == HW_AXIS else look(p)):
-                continue
-        contents = digests(point_files(workload, machine, ref))
-        key = config_key(workload, machine, contents)
-        if key in seen:  # random draws or rounding can repeat a point
-            continue
-        seen.add(key)
-        columns = {c: look_col(c) for c in recorded}
-        config = dict(workload=file_dict(workload), workload_source=str(wl_path),
-                      machine=file_dict(machine), machine_source=machine.source, serving=serving)
+        # another machine takes the values this one refused: its point is an error row
+        machine = None if refusal else res.machine(ref, hw_over, where)
+        tree = {"workload": file_dict(workload),
+                "hw": file_dict(machine) if machine else res.overlaid(ref, hw_over, where)}
+        alias = machine or res.base_machine(ref, where)
+        if self.when is not None:
+            look = aliased(lookup_in(tree, f"{spec.source}: when"), alias)
+            if not self.when(lambda p: hw_value or spec.hw if p == HW_AXIS else look(p)):
+                return
+        contents = self.digests(point_files(workload, alias, ref))
+        key = config_key(workload, machine, contents) if machine else refused_key(workload, ref, hw_over, contents)
+        if key in self.seen:  # random draws or rounding can repeat a point
+            return
+        self.seen.add(key)
+        look_col = aliased(lookup_in(tree, f"{spec.source}: columns (or a plot's column)"), alias)
+        columns = {c: look_col(c) for c in self.recorded}
+        self.points.append(Point(len(self.points), dict(combo), columns,
+                                 self._config(combo, ref, workload, machine or refusal, hw_over, where), key, contents,
+                                 self._notes(workload, machine)))
+
+    def _config(self, combo: dict[str, Any], ref: str, workload: Workload, machine: Machine | Refused,
+                hw_over: tuple, where: str) -> dict[str, Any]:
+        """What the worker gets: the point's own source (its errors name it) and the fields its axes set; for a point
+        its machine refused, the refusal, which the worker records as the point's error row."""
+        source = point_source(str(self.spec.source), combo, ref)
+        resolved = {f"hw.{path}": self.res.hw_path(ref, path, where) for path, _ in hw_over}
+        fields = axis_fields(combo, resolved)
+        if isinstance(machine, Refused):
+            return dict(refused=f"ConfigError: {attributed(str(machine), source, fields)}")
+        return dict(workload=file_dict(workload), workload_source=str(self.res.wl_path), machine=file_dict(machine),
+                    machine_source=source, serving=self.serving, fields=fields)
+
+    def _notes(self, workload: Workload, machine: Machine | None) -> tuple[str, ...]:
+        if machine is None:
+            return ()
         pair = (id(workload), id(machine))
-        if pair not in notes:
-            notes[pair] = _input_notes(workload, machine)
-        points.append(Point(len(points), dict(combo), columns, config, key, contents, notes[pair]))
-    return points
+        if pair not in self.notes:
+            self.notes[pair] = _input_notes(workload, machine)
+        return self.notes[pair]
+
+
+def refused_key(workload: Workload, ref: str, overrides: tuple, contents: dict[str, str]) -> str:
+    """The store's key of a point whose machine refused its values: the workload, the preset and the values."""
+    blob = json.dumps({"refused": ref, "workload": workload.model_dump(mode="json"),
+                       "overrides": [(p, v.factor if isinstance(v, Scaled) else v) for p, v in overrides],
+                       "files": sorted(contents.values()), "sim": sim.__version__}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
 def _input_notes(workload: Workload, machine: Machine) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from sim.apps.axes import Axis, factor_axes, is_number, num
 from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
+from sim.apps.sweep.energy import busy_rows
 from sim.apps.sweep.expr import compile_expr
 from sim.apps.sweep.labels import axis_for, fmt_value, label as _label
 from sim.apps.sweep.legend import MARKERS, failure_kinds, mark_failed, no_values, title_for, two_way_legend
@@ -225,38 +226,54 @@ def pareto_front(x: np.ndarray, y: np.ndarray, goal_x: str = "min", goal_y: str 
 
 
 def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
+    """The points and their front; where the rows mix the two energy models and a metric is an energy or power
+    figure, the busy-time rows are drawn hollow and left off the front, as the best-points table ranks them
+    (sim.apps.sweep.energy)."""
     plt = pyplot()
     gx, gy = p.goal_x or default_goal(p.x), p.goal or default_goal(p.y)
     data = _ok(df, [p.x, p.y] + ([p.label] if p.label else []), f"plots: pareto {p.y}", p)
     ax_x, ax_y = _axis(data, p.x), _axis(data, p.y)
     x, y = ax_x(data[p.x]), ax_y(data[p.y])
+    busy = busy_rows(data, [p.x, p.y])
+    on = np.ones(len(data), dtype=bool) if busy is None else ~busy.to_numpy()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    if p.label:   # the points coloured by the label column, so the cloud reads too, not only the front
-        for i, v in enumerate(_order(data[p.label])):
-            sel = (data[p.label] == v).to_numpy()
-            ax.scatter(x[sel], y[sel], s=14, alpha=0.5, color=f"C{i % 10}",
-                       label=f"{_label(p.label)} = {fmt_value(p.label, v)}")
-    else:
-        ax.scatter(x, y, s=14, alpha=0.4, color="tab:gray", label="points")
-    if len(data):
-        f = pareto_front(x, y, gx, gy)
+    _cloud(ax, data, x, y, p.label, on)
+    f, labels = np.array([], dtype=int), []
+    if on.any():
+        f = np.flatnonzero(on)[pareto_front(x[on], y[on], gx, gy)]
         ax.plot(x[f], y[f], "o-", color="black", ms=4, lw=1.2, label="Pareto front")  # black: not a label colour
         # Knee: nearest to the ideal corner with both metrics scaled to [0, 1], better = 0.
         def scaled(v: np.ndarray, goal: str) -> np.ndarray:
-            span = v.max() - v.min()
-            s = (v - v.min()) / span if span else np.zeros_like(v)
+            span = v[on].max() - v[on].min()
+            s = (v - v[on].min()) / span if span else np.zeros_like(v)
             return s if goal == "min" else 1 - s
         dist = np.hypot(scaled(x, gx)[f], scaled(y, gy)[f])
         k = f[int(np.argmin(dist))]
         ax.scatter([x[k]], [y[k]], label=f"best trade-off ({ax_x.name} {num(x[k])} {ax_x.unit}, "
                                          f"{ax_y.name} {num(y[k])} {ax_y.unit})", **_STAR)
         labels = [str(data[p.label].iloc[i]) for i in f] if p.label else []
-    else:
-        f, labels = [], []
     failed = _failed(df, p, f"plots: pareto {p.y}")
     if len(failed):   # no metrics to place them by: the legend counts them
         ax.scatter([], [], marker="X", color="black", label=f"not run, not shown: {failure_kinds(failed)}")
     return _finish_xy(fig, ax, p, title, path, ax_x.label, ax_y.label, [(x[i], y[i]) for i in f], labels)
+
+
+def _cloud(ax, data: "pd.DataFrame", x: np.ndarray, y: np.ndarray, label: str | None, on: np.ndarray) -> None:
+    """A Pareto plot's points, coloured by the `label` column (so the cloud reads too, not only the front); those off
+    the front's comparison (`on` false: busy-time power rows) hollow, with a legend entry saying why."""
+    groups = [(f"{_label(label)} = {fmt_value(label, v)}", (data[label] == v).to_numpy())
+              for v in _order(data[label])] if label else [("points", np.ones(len(data), dtype=bool))]
+    for i, (name, sel) in enumerate(groups):
+        colour = f"C{i % 10}" if label else "tab:gray"
+        filled = (sel & on).any()   # the legend entry is the group's filled marker, hollow where it has none
+        if filled:
+            ax.scatter(x[sel & on], y[sel & on], s=14, alpha=0.5 if label else 0.4, color=colour, label=name)
+        if (sel & ~on).any():
+            ax.scatter(x[sel & ~on], y[sel & ~on], s=18, facecolors="none", edgecolors=colour, linewidths=1.0,
+                       label=None if filled else name)
+    if not on.all():
+        ax.scatter([], [], s=18, facecolors="none", edgecolors="gray", linewidths=1.0,
+                   label="hollow: busy-time power only (energy_board_model 0): off the front (docs/energy.md)")
 
 
 def _finish_xy(fig, ax, p, title: str, path: Path, xlabel: str, ylabel: str,

@@ -13,6 +13,7 @@ from typing import Any
 from hw_models.machine import Machine, machine_from_dict
 from hw_models.power import board_columns
 from hw_models.registry import simulate
+from sim.apps.sweep.blame import attributed
 from sim.apps.sweep.serving import cap_columns, serve_point
 from sim.core.errors import SimError
 from sim.core.results import check_finite
@@ -25,6 +26,8 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
     leaves the others intact."""
 
     t0 = time.perf_counter()
+    if config.get("refused"):   # its machine refused the point's values (sim.apps.sweep.expand): nothing to run
+        return dict(status="error", error=config["refused"], seconds=0.0)
     series: dict[str, Any] = {}
     try:
         with warnings.catch_warnings():
@@ -37,8 +40,8 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
             metrics.update(board_columns(machine))   # a run's metrics hold them already; a serving point's do not
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
-    except SimError as exc:
-        msg = f"{type(exc).__name__}: {exc}"
+    except SimError as exc:   # named by the point's own source and the axis whose field it is about (blame)
+        msg = f"{type(exc).__name__}: {attributed(str(exc), config['machine_source'], config.get('fields') or {})}"
     except Exception as exc:  # a bug in one point must not stop the sweep; keep where it happened
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         msg = f"{type(exc).__name__}: {exc} (at {Path(tb.filename).name}:{tb.lineno})"

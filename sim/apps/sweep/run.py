@@ -19,6 +19,7 @@ from typing import Iterator
 from sim.core.errors import ConfigError
 from sim.core.files import check_output, transaction
 from sim.apps.sweep import DEFAULT_MAX_POINTS
+from sim.apps.sweep.energy import cap_caveats
 from sim.apps.sweep.expand import Point, expand, gathered_notes, is_serving
 from sim.apps.sweep.names import for_kind
 from sim.apps.sweep.spec import SweepSpec, load_spec
@@ -195,8 +196,9 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
                 raise KeyboardInterrupt(f"{len(done) + stop.ran} of {len(points)} points are stored in "
                                         f"{store.path}; the same command resumes from them") from None
         finish(spec, out, plots)
+    # what `sim run` would say of the points after running them, as gathered_notes says what it would say before
     return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused], changed,
-                   gathered_notes(points))
+                   gathered_notes(points) + cap_caveats(load_results(out), list(spec.axes)))
 
 
 def finish(spec: SweepSpec, out: Path, plots: bool = True) -> list[Path]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import sim
 from sim.core.errors import ConfigError
+from sim.apps.sweep.blame import relabelled
 from sim.core.files import atomic_write, require_parquet, write_parquet
 
 if TYPE_CHECKING:
@@ -129,11 +130,13 @@ class Store:
         """The `points` already stored (same resolved config, so the same result), relabelled
         with this sweep's index, axes and columns: a changed spec shows its own axes on
         reused rows, not the old spec's (nor NaN for an axis the old one lacked)."""
-        done = self.done_keys()
-        reused = [p for p in points if p.key in done]
-        with db_errors(self.path), self.db:
-            self.db.executemany("UPDATE points SET idx = ?, axes = ?, columns = ? WHERE key = ?",
-                                [(p.index, json.dumps(p.axes), json.dumps(p.columns, default=str), p.key)
+        with db_errors(self.path):
+            stored = {k: (json.loads(a), e) for k, a, e in self.db.execute("SELECT key, axes, error FROM points")}
+        reused = [p for p in points if p.key in stored]
+        with db_errors(self.path), self.db:   # an error row names its point: by the new axes too (blame)
+            self.db.executemany("UPDATE points SET idx = ?, axes = ?, columns = ?, error = ? WHERE key = ?",
+                                [(p.index, json.dumps(p.axes), json.dumps(p.columns, default=str),
+                                  stored[p.key][1] and relabelled(stored[p.key][1], stored[p.key][0], p.axes), p.key)
                                  for p in reused])
         return reused
 

@@ -1,0 +1,100 @@
+"""A sweep's energy and power figures, read across its rows as `sim run` reads one: rows of the two energy models
+(`energy_board_model`: 1 idle + activity + dynamic board power, 0 busy-time power only, whose J/token reads several
+times low: docs/energy.md) rank and draw apart (the best-points table ranks the board-power rows; a Pareto plot
+leaves busy-time rows off its front, hollow), and a binding power cap past the stretch `sim run` calls outside the
+model says so after the sweep, as `sim run` says it of one point (hw_models.power.cap_note)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hw_models.power import cap_note
+from sim.apps.sweep.blame import point_label
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MODEL = "energy_board_model"
+PHASES = ("prefill", "decode")
+# The words of cap_note's clause past the stretch it models (its threshold stays cap_note's own)
+NO_FLOOR = "no clock floor"
+# Points a note names by their values before "and N more"
+NAMED = 6
+
+
+def board_bound(column: str) -> bool:
+    """Whether rows of the two energy models compare on `column` only apart: an energy or power figure of the run
+    (a config field such as the power limit axis, and the model column itself, compare across them)."""
+    if column == MODEL or column.partition(".")[0] in ("hw", "workload"):
+        return False
+    return "energy" in column or "power" in column or column.endswith("_j")
+
+
+def mixed(rows: "pd.DataFrame") -> bool:
+    return MODEL in rows.columns and rows[MODEL].nunique() > 1
+
+
+def busy_rows(rows: "pd.DataFrame", columns: list[str]) -> "pd.Series | None":
+    """Which of `rows` count busy-time power only, where they mix the two models and one of `columns` is an energy
+    or power figure (board_bound); None where every row compares with every other."""
+    if not mixed(rows) or not any(board_bound(c) for c in columns):
+        return None
+    return rows[MODEL] == 0
+
+
+def comparable(ok: "pd.DataFrame", metric: str) -> tuple["pd.DataFrame", str]:
+    """The rows whose `metric` can be ranked against each other, and a label for them: an energy or power figure
+    only among the rows of the board-power model where the rows mix both (a busy-time-only row reads several times
+    low: a trial's sweep called flexgen_t4 at 4 W the least energy per token)."""
+    busy = busy_rows(ok, [metric])
+    if busy is None:
+        return ok, ""
+    board = ok[~busy]
+    return (board, " (board-power rows)") if board[metric].notna().any() else (ok, "")
+
+
+def models_note(ok: "pd.DataFrame") -> list[str]:
+    """A note where the rows' J/token mix the two energy models."""
+    if not mixed(ok):
+        return []
+    busy = int((ok[MODEL] == 0).sum())
+    return [f"note: energy_per_token_j mixes two energy models: {busy} row(s) count busy-time power only "
+            "(energy_board_model 0; docs/energy.md), the others idle + activity + dynamic power; the best energy "
+            "and power points are the board-power rows', and a Pareto plot of them draws the others hollow, off "
+            "its front"]
+
+
+def _cap(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A run point's power cap figures as hw_models.power.cap_figures gives them (the per-phase stretch it
+    recorded), None where the cap did not bind."""
+    stretch = {p: float(row.get(f"{p}_power_cap_stretch") or 0.0) for p in PHASES}
+    if not any(s > 0 for s in stretch.values()):
+        return None
+    cap: dict[str, Any] = {"limit_w": float(row.get("power_cap_limit_w") or 0.0)}
+    for p in PHASES:   # a phase's added seconds only say whether it bound: the note's test reads the stretch
+        cap.update({f"{p}_s": stretch[p], f"{p}_stretch": stretch[p], f"{p}_board_w": 0.0})
+    return cap
+
+
+def cap_caveats(df: "pd.DataFrame", axes: list[str]) -> list[str]:
+    """The points where a binding power cap stretched a phase past what `sim run` calls outside the model (no clock
+    floor is modelled: near the idle power the stretch grows without bound), named by their values, with the clause
+    of `sim run`'s note: the points run with warnings off, and a sweep had shown a 5.66x TPOT stretch without a word."""
+    ok = df[df["status"] == "ok"] if "status" in df.columns else df
+    if not any(f"{p}_power_cap_stretch" in ok.columns for p in PHASES):   # serving points: sim serve says nothing
+        return []
+    flagged, clause = [], ""
+    for row in ok.to_dict("records"):
+        cap = _cap(row)
+        note = cap_note(cap) if cap else ""
+        if NO_FLOOR not in note:
+            continue
+        clause = clause or next(part for part in note.split("; ") if NO_FLOOR in part)
+        phases = ", ".join(f"{p} {1 + cap[f'{p}_stretch']:.2f}x" for p in PHASES if cap[f"{p}_s"])
+        flagged.append(f"point {row.get('point', '?')} ({point_label({a: row[a] for a in axes if a in row})}: "
+                       f"{phases})")
+    if not flagged:
+        return []
+    named = "; ".join(flagged[:NAMED]) + (f"; and {len(flagged) - NAMED} more" if len(flagged) > NAMED else "")
+    return [f"{len(flagged)} of {len(df)} points: power cap: the board limit stretches a phase beyond what the model "
+            f"covers (`sim run` warns of each such point): {named}; {clause}"]
