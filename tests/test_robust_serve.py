@@ -268,13 +268,17 @@ def test_offload_refuses_continuous_batching_and_says_why(tmp_path, capsys, pres
 @pytest.mark.parametrize("output, rejected", [(8, 0), (9, 20)])
 def test_requests_longer_than_the_context_are_rejected_and_counted(tmp_path, output, rejected):
     """tinyllama-1.1b's context is 2048 tokens: 2040 + 8 fits, 2040 + 9 is refused (as vLLM answers
-    "maximum context length"), counted, and never scheduled."""
+    "maximum context length"), counted, and never scheduled; a stream of them all fails (exit 2, nothing written)."""
+    from sim.apps.serve.run import serve
+    from sim.apps.serve.spec import load_serve_file
+    from hw_models.machine import load_machine
+
     def edit(s):
         s["lengths"] = dict(prompt=dict(dist="fixed", value=2040), output=dict(dist="fixed", value=output))
-    out = tmp_path / "r.json"
-    assert main(["serve", str(_serve_file(tmp_path, edit)), "--hw", "a6000", "--json", str(out)]) == 0
-    s = json.loads(out.read_text())
-    s = s.get("summary", s)
+    f, out = _serve_file(tmp_path, edit), tmp_path / "r.json"
+    assert main(["serve", str(f), "--hw", "a6000", "--json", str(out)]) == (2 if rejected == 20 else 0)
+    assert out.exists() == (rejected < 20)
+    s = serve(load_serve_file(f), load_machine("a6000"))[1]
     assert (s["rejected"], s["completed"]) == (rejected, 20 - rejected)
 
 

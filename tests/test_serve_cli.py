@@ -180,14 +180,16 @@ def test_a_rejected_request_keeps_its_requested_length_and_replicas_are_named(tm
 
 def test_a_stack_of_another_engine_than_the_scheduler_and_a_stream_all_rejected_are_said(tmp_path, capsys):
     """A serving researcher's trial: `kind: vllm` under `stack: sglang` ran without a word (SGLang's per-request
-    delay on vLLM's batching), and a run that rejected every request exited 0 as if it had served. Each is one
-    warning; the engine's own pair (vllm with vllm) and a torch stack say nothing."""
+    delay on vLLM's batching), and a run that rejected every request exited 0 as if it had served. The first is a
+    warning, the second an error (one line, exit 2, nothing written); the engine's own pair (vllm with vllm) and a
+    torch stack say nothing."""
     f = write(tmp_path, lambda s: s.update(lengths={"prompt": {"dist": "fixed", "value": 5000},
                                                     "output": {"dist": "fixed", "value": 8}}))
-    assert main(["serve", str(f), "--hw", "a6000", "-q", "--set", "stack=sglang"]) == 0
+    out = tmp_path / "s.json"
+    assert main(["serve", str(f), "--hw", "a6000", "-q", "--set", "stack=sglang", "--json", str(out)]) == 2
     err = capsys.readouterr().err
     assert "stack 'sglang' runs beside scheduler.kind 'vllm'" in err and "scheduler.kind: sglang is sglang's own" in err
-    assert "all 30 requests were rejected (30: " in err
+    assert "error: " in err and "all 30 requests were rejected (30: " in err and not out.exists()
     for stack in ("vllm", "torch-eager"):
         assert main(["serve", str(write(tmp_path)), "--hw", "a6000", "-q", "--set", f"stack={stack}"]) == 0
         assert "runs beside" not in capsys.readouterr().err
@@ -235,26 +237,26 @@ def test_vllm_s_budget_and_sequence_cap_follow_the_gpu():
     assert with_engine_defaults(f, load_machine("h100_sxm")) is f
 
 
-def test_a_stream_all_rejected_writes_its_plots_and_says_its_energy_is_undefined(tmp_path, capsys):
-    """A serving trial: --plots on a run that rejected every request crashed with a traceback (the batch timeline
-    of no iteration), leaving the trace and the request table unwritten; its JSON read 0 J per output token of
-    none, and its SLO line 'infx of limit'. Now every output is written (the plots say nothing ran), the energy
-    per token and per request are null (`-` in the report) and the SLO is unbounded."""
-    import json
+def test_a_stream_all_rejected_fails_and_its_energy_is_undefined(tmp_path, capsys):
+    """A serving trial: --plots on a run that rejected every request crashed with a traceback; then it wrote every
+    output and exited 0 as if it had served (a later trial). Now it fails in one line that gives the reasons, exit 2,
+    nothing written; its figures, as the API returns them, hold energy per token and per request as null (of no
+    output token)."""
+    from hw_models.machine import load_machine
+    from sim.apps.serve.run import serve
+    from sim.apps.serve.spec import load_serve_file
 
     f = write(tmp_path, lambda s: s.update(lengths={"prompt": {"dist": "fixed", "value": 5000},
                                                     "output": {"dist": "fixed", "value": 8}}))
     out = tmp_path / "out"
     assert main(["serve", str(f), "--hw", "a6000", "--plots", str(out / "p"), "--chrome-trace", str(out / "t.json"),
-                 "--requests", str(out / "r.csv"), "--json", str(out / "s.json"), "--slo", "ttft_p90=0.2"]) == 0
-    assert {p.name for p in (out / "p").iterdir()} == {"latency_cdf.png", "kv_and_batch.png", "power.png"}
-    assert (out / "t.json").is_file() and (out / "r.csv").is_file()
-    s = json.loads((out / "s.json").read_text())
-    assert s["completed"] == 0 and s["energy_per_token_j"] is None
-    assert s["energy"]["per_output_token_j"] is None and s["energy"]["per_request_j"] is None
-    err = capsys.readouterr()
-    assert "- (no output token)" in err.out + err.err
-    assert "ttft_p90 unbounded (rejected requests count as never served)" in err.out + err.err
+                 "--requests", str(out / "r.csv"), "--json", str(out / "s.json"), "--slo", "ttft_p90=0.2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {f}: all 30 requests were rejected (30: ") and "\n" not in err
+    assert not out.exists()
+    _, s = serve(load_serve_file(f), load_machine("a6000"))
+    undefined = [s["energy_per_token_j"], s["energy"]["per_output_token_j"], s["energy"]["per_request_j"]]
+    assert s["completed"] == 0 and all(v is None or v != v for v in undefined)   # None, or NaN (null in JSON)
 
 
 def test_a_shared_prefix_longer_than_every_prompt_is_said():

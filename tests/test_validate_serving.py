@@ -40,7 +40,8 @@ def test_a_measurement_published_twice_counts_once_on_the_training_side(tmp_path
     pd.DataFrame(rows).to_csv(path, index=False)
     runs, skipped = read_silicon(path, {"h100_sxm"})
     assert [r.name for r in runs] == [train, "r3"]
-    assert skipped == [(held, f"a second publication of {train} (the same setup and measured TTFT and TPOT)")]
+    assert skipped == [(held, "a second publication of a kept row's measurement (the same setup, TTFT and TPOT to "
+                              "the last digit)")]
 
 
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys):

@@ -10,7 +10,7 @@ from typing import Any
 
 from sim.apps.arg_types import Once
 from sim.core import flags, tables
-from sim.core.errors import ConfigError
+from sim.core.errors import CapacityError, ConfigError
 
 
 def _slo(items: list[str] | None) -> dict[str, float]:
@@ -84,9 +84,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                       None if prog is None else lambda d, n: prog.update(task, completed=d))
     s = summary_of(file, machine, res, extra)
     check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
-    if s["requests"] and s["rejected"] == s["requests"]:   # a stream nothing of which can run: figures of nothing
-        print(f"warning: {file.source}: all {s['requests']} requests were rejected ("
-              + "; ".join(f"{n}: {why}" for why, n in s["rejected_reasons"].items()) + ")", file=sys.stderr)
+    if s["requests"] and s["rejected"] == s["requests"]:   # figures of nothing: fails as a model that does not fit
+        raise CapacityError(f"{file.source}: all {s['requests']} requests were rejected ("
+                            + "; ".join(f"{n}: {why}" for why, n in s["rejected_reasons"].items()) + ")")
     hardware, hw = machine.name, hardware_record(machine, sets.hw)   # sim diff lists a --set hw.*
     if file.serving.disaggregated is not None:
         from sim.apps.serve.disagg import pools_label

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from hw_models.machine import load_machine
-from sim.apps.mpl import pyplot
 from sim.apps.serve.closed import benchmark_figures
 from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
@@ -27,7 +25,6 @@ from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED
                                             checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
 from sim.core.errors import SimError
-from sim.core.files import atomic_write
 
 
 @dataclass(frozen=True)
@@ -372,48 +369,3 @@ def _failures(items: list[tuple[str, str]]) -> str:
     """The first failures, each with its run (a message from a file the run names, such as a topology's, lacks it)."""
     more = f"; {len(items) - 4} more" if len(items) > 4 else ""
     return "; ".join(why if why.startswith(name) else f"{name}: {why}" for name, why in items[:4]) + more
-
-
-def scatter(results: list[Result], path) -> None:
-    """Simulated against measured mean TTFT and TPOT, one colour per engine, log axes, y = x drawn."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
-    for ax, metric, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
-        for eng in sorted({r.run.engine for r in results}):
-            rs = [r for r in results if r.run.engine == eng]
-            ax.scatter([r.run.measured[metric] * 1e3 for r in rs], [r.sim[metric] * 1e3 for r in rs], s=10, label=eng)
-        lo = min(min(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
-        hi = max(max(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
-        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel=f"measured {label} (ms)", ylabel=f"simulated {label} (ms)")
-        ax.legend()
-    fig.tight_layout()
-    atomic_write(path, lambda p: fig.savefig(p, format=Path(path).suffix.lstrip(".").lower() or "png"))
-    plt.close(fig)
-
-
-def error_plot(results: list[Result], path) -> None:
-    """Signed TTFT and TPOT errors against the run's concurrency, one colour per engine: where a
-    scheduling behaviour the model lacks shows (errors that grow with the clients)."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
-    for ax, metric, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
-        for eng in sorted({r.run.engine for r in results}):
-            rs = [r for r in results if r.run.engine == eng and metric in r.error and r.run.rate is None]   # clients
-            ax.scatter([r.run.concurrency for r in rs], [r.error[metric] * 100 for r in rs], s=10, label=eng)
-        ax.axhline(0, color="k", lw=0.8)
-        ax.set(xscale="log", xlabel="concurrency (clients)", ylabel=f"{label} error (%)")
-        ax.legend()
-    fig.tight_layout()
-    atomic_write(path, lambda p: fig.savefig(p, format=Path(path).suffix.lstrip(".").lower() or "png"))
-    plt.close(fig)
-
-
-def write_plots(results: list[Result], folder) -> list:
-    """`sim validate-serving --plots DIR`: the scatter (scatter.png) and the errors by concurrency
-    (errors_vs_concurrency.png) into `folder`, created if missing; the paths written."""
-    folder = Path(folder)   # atomic_write creates it
-    out = [folder / "scatter.png", folder / "errors_vs_concurrency.png"]
-    scatter(results, out[0])
-    error_plot(results, out[1])
-    return out

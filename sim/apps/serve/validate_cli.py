@@ -111,7 +111,8 @@ def _hw_sets(args: argparse.Namespace) -> dict:
 
 
 def cmd_validate_serving(args: argparse.Namespace) -> int:
-    from sim.apps.serve.validate import machine_loader, render, scatter, simulate, write_plots
+    from sim.apps.serve.validate import machine_loader, render, simulate
+    from sim.apps.serve.validate_plots import scatter, write_plots
     from sim.apps.workers import check_workers, worker_count
 
     check_workers(args.workers)

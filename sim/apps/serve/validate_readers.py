@@ -101,6 +101,9 @@ def in_training(run_id: str) -> bool:
     return hashlib.sha1(run_id.encode()).digest()[0] % 2 == 0
 
 
+REPUBLISHED = "a second publication of a kept row's measurement (the same setup, TTFT and TPOT to the last digit)"
+
+
 def _republished(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
     """One run per measurement: the table publishes some twice under two dates' ids (13 vLLM gpt-oss-120b pairs
     of the H100 sample, the same setup to the last digit of TTFT and TPOT), and a copy counted each time, on both
@@ -116,8 +119,7 @@ def _republished(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
         if k not in kept or in_training(r.name) and not in_training(kept[k].name):
             kept[k] = r
     return ([r for r in runs if kept[key(r)] is r],
-            [(r.name, f"a second publication of {kept[key(r)].name} (the same setup and measured TTFT and TPOT)")
-             for r in runs if kept[key(r)] is not r])
+            [(r.name, REPUBLISHED) for r in runs if kept[key(r)] is not r])
 
 
 def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run], list[tuple[str, str]]]:
