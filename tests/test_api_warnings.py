@@ -38,3 +38,17 @@ def test_a_setting_the_hardware_ignores_is_named():
 def test_busy_time_power_has_no_limit_column(hw):
     metrics, _ = run(WORKLOAD, hw)
     assert metrics["energy_board_model"] == 0.0 and "power_cap_limit_w" not in metrics
+
+
+def test_serve_is_sim_serve_and_warns_what_it_says():
+    """`serve` runs a serving file as `sim serve` does and warns its notes: another engine's stack beside vLLM's
+    scheduler (engine_mismatch) is named; the summary holds the CLI's figures."""
+    from sim.apps.api import load_serve_file, serve
+    f = load_serve_file("workloads/serve_llama3_8b_sharegpt.yaml", {"serving.arrivals.num_requests": 12,
+                                                                    "stack": "sglang"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result, summary = serve(f, "h100_sxm")
+    said = [str(w.message) for w in caught if w.category is SimInputWarning]
+    assert any("stack 'sglang' runs beside scheduler.kind 'vllm-v0'" in m for m in said)
+    assert summary["completed"] == 12 and len(result.requests["finish_s"]) == 12

@@ -3,6 +3,7 @@
     from sim.apps.api import load_workload, load_machine, simulate
     result = simulate(load_workload("workloads/llama2_7b_decode.yaml"), load_machine("h200"))
     result.metrics(); result.to_pandas("decode")
+    served, summary = serve("workloads/serve_llama3_8b_sharegpt.yaml", "h100_sxm")   # sim serve's run and figures
 
 `simulate` here is the registry's with the command line's input checks in front: each note `sim run` prints on
 stderr (a setting this hardware ignores, a power limit above the board's TDP) is a `SimInputWarning`, so a script
@@ -17,12 +18,15 @@ from pathlib import Path
 from hw_models import registry
 from hw_models.machine import Machine, load_machine, preset_names as hardware_presets
 from sim.apps.checks import input_notes
+from sim.apps.serve.run import serve as _serve
+from sim.apps.serve.simulator import ServeResult
+from sim.apps.serve.spec import ServeFile, load_serve_file
 from sim.core.model import load_model, preset_names as model_presets
 from sim.core.results import RunResult
 from sim.core.workload import Workload, load_workload
 
-__all__ = ["RunResult", "SimInputWarning", "Workload", "hardware_presets", "load_machine", "load_model",
-           "load_workload", "model_presets", "simulate"]
+__all__ = ["RunResult", "ServeFile", "ServeResult", "SimInputWarning", "Workload", "hardware_presets", "load_machine",
+           "load_model", "load_serve_file", "load_workload", "model_presets", "serve", "simulate"]
 
 
 class SimInputWarning(UserWarning):
@@ -37,3 +41,15 @@ def simulate(workload: Workload | str | Path, machine: Machine | str | Path, exh
     for note in input_notes(workload, machine):
         warnings.warn(note, SimInputWarning, stacklevel=2)
     return registry.simulate(workload, machine, exhaustive=exhaustive, detail=detail)
+
+
+def serve(file: ServeFile | str | Path, machine: Machine | str | Path, exact: bool = False
+          ) -> tuple[ServeResult, dict]:
+    """`sim serve`'s run of a serving file on `machine`: the per-request and per-iteration result (ServeResult:
+    `.requests`, `.iterations` as column arrays) and the summary the CLI's --json writes (TTFT/TPOT/E2E statistics,
+    throughput, energy, SLOs), after warning what `sim serve` says before it starts."""
+    file = load_serve_file(file) if isinstance(file, (str, Path)) else file
+    machine = load_machine(machine) if isinstance(machine, (str, Path)) else machine
+    for note in input_notes(file, machine):
+        warnings.warn(note, SimInputWarning, stacklevel=2)
+    return _serve(file, machine, exact=exact)
