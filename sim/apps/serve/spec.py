@@ -250,7 +250,7 @@ def load_serve_file(path: str | Path, overrides: dict[str, Any] | None = None) -
     if isinstance(raw, dict):
         _scheduler_option_check(raw, path)
         for key, value in (overrides or {}).items():
-            _set(raw, key, value, path)
+            set_key(raw, key, value, path)
     return serve_file_from_dict(raw, str(path))
 
 
@@ -297,7 +297,7 @@ def _scheduler_option_check(raw: dict[str, Any], path: Path | str) -> None:
                                   f"not of {sched['kind']}")
 
 
-def _set(raw: dict[str, Any], key: str, value: Any, path: Path) -> None:
+def set_key(raw: dict[str, Any], key: str, value: Any, path: Path | str) -> None:
     """A section the file lacks is added (serving.prefix_caching.enabled=true, serving.slo.ttft_p90=0.2);
     the schema then refuses a key that is no field, naming it."""
     if key.startswith("formats.overrides."):   # an op's glob holds dots (L0.q_proj): one key, set as sim run sets it

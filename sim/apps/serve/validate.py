@@ -19,7 +19,7 @@ from hw_models.machine import load_machine
 from sim.apps.serve.closed import benchmark_figures
 from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
-from sim.apps.serve.spec import ServeFile, serve_file_from_dict
+from sim.apps.serve.spec import ServeFile, serve_file_from_dict, set_key
 from sim.apps.serve.stepcost import serving_mapper
 from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED_CONTEXT,  # noqa: F401 (re-exported)
                                             checkpoint_formats, served_model)
@@ -149,7 +149,7 @@ def replayed_lengths(run: Run) -> str:
 
 
 def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQUESTS_PER_CLIENT,
-             overrides: dict[str, Any] | None = None) -> ServeFile:
+             settings: dict[str, Any] | None = None) -> ServeFile:
     """The serving file of a run: a closed loop of `requests_per_client` x concurrency requests (or the run's
     count), or open-loop arrivals at its rate (Run.rate); lengths as logged per request (Run.lengths), else drawn
     as the run's client drew them (Run.range_ratio), else the prompt as measured and outputs spread by the
@@ -191,8 +191,8 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
     }
     if max(run.tp, run.ep) > 1:
         raw["parallel"] = {"tp": run.tp, "ep": run.ep, "topology": NODES.get(GPUS.get(run.gpu, run.gpu))}
-    for k, v in (overrides or {}).items():
-        raw[k] = v
+    for key, value in (settings or {}).items():   # the user's server as launched (validate-serving --set)
+        set_key(raw, key, value, run.name)
     return serve_file_from_dict(raw, run.name)
 
 
@@ -245,20 +245,21 @@ Outcome = tuple[Result | None, tuple[str, str] | None]   # a run's result, or (n
 
 def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | None = None,
              requests_per_client: int = REQUESTS_PER_CLIENT, progress: Callable[[int, int], None] | None = None,
-             jobs: int = 1) -> tuple[list[Result], list[tuple[str, str]]]:
+             jobs: int = 1, settings: dict[str, Any] | None = None) -> tuple[list[Result], list[tuple[str, str]]]:
     """Each run simulated (surrogate costs shared between runs of one model, layout and stack);
     runs that cannot be built come back as (name, reason). `jobs` > 1: in that many worker processes, each
     taking whole groups of runs that share their costs (`machine_for` must pickle: a MachineLoader); the
     results are the same as in one process, in the same order (tests/test_validate_serving_jobs.py)."""
     if jobs <= 1 or len(runs) < 2:
-        outcomes = _simulate_each(runs, machine_for, stack, requests_per_client, progress)
+        outcomes = _simulate_each(runs, machine_for, stack, requests_per_client, progress, settings)
     else:
         groups: dict[tuple, list[int]] = {}
         for i, run in enumerate(runs):   # the runs that share a step-cost table: one model, GPU, layout, engine
             groups.setdefault((run.model, run.gpu, run.tp, run.ep, run.quant, run.engine), []).append(i)
         slots: list[Outcome | None] = [None] * len(runs)
         with process_pool(jobs) as pool:
-            futures = {pool.submit(_simulate_each, [runs[i] for i in idx], machine_for, stack, requests_per_client): idx
+            futures = {pool.submit(_simulate_each, [runs[i] for i in idx], machine_for, stack, requests_per_client,
+                                   None, settings): idx
                        for idx in sorted(groups.values(), key=len, reverse=True)}   # the longest first
             finished = 0
             for fut in as_completed(futures):
@@ -272,13 +273,14 @@ def simulate(runs: list[Run], machine_for: Callable[[str], Any], stack: str | No
 
 
 def _simulate_each(runs: list[Run], machine_for: Callable[[str], Any], stack: str | None, requests_per_client: int,
-                   progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
+                   progress: Callable[[int, int], None] | None = None, settings: dict[str, Any] | None = None
+                   ) -> list[Outcome]:
     """simulate() in this process: one outcome per run, in order."""
     cache: dict = {}
     out: list[Outcome] = []
     for i, run in enumerate(runs):
         try:
-            file = run_file(run, stack, requests_per_client)
+            file = run_file(run, stack, requests_per_client, settings)
             res, summary = serve(file, machine_for(run.gpu), cache=cache)
         except SimError as exc:
             out.append((None, (run.name, str(exc).splitlines()[0])))

@@ -105,9 +105,31 @@ def _folder(args: argparse.Namespace) -> int:
 
 
 def _hw_sets(args: argparse.Namespace) -> dict:
-    from sim.core.settings import hw_only, split_settings
+    from sim.core.settings import split_settings
 
-    return hw_only(split_settings(args.set), "validate-serving")
+    return split_settings(args.set).hw
+
+
+# What a replay takes from the measured run itself: a setting of them would compare another run with this one's
+# measurements.
+REPLAYED = ("name", "model", "serving.arrivals", "serving.lengths", "parallel", "batch", "prompt_len", "gen_len")
+
+
+def _server_sets(args: argparse.Namespace) -> dict:
+    """The --set items that say how the user's server ran (serving.scheduler.max_num_batched_tokens=2048,
+    formats.kv_cache=fp8, serving.prefix_caching.enabled=true): applied to every replayed run (run_file). A trial
+    could not replay a server launched with non-default options: every non-hw key was refused."""
+    from sim.core.settings import split_settings
+
+    sets = split_settings(args.set).workload
+    for key in sets:
+        if any(key == r or key.startswith(r + ".") for r in REPLAYED):
+            raise ConfigError(f"--set {key}: the replay takes it from the measured run (its model, arrivals, "
+                              "lengths and layout: --tp, --ep); set the server's options (serving.scheduler.*, "
+                              "formats.*, stack, serving.prefix_caching.*)")
+    if sets and Path(args.file).is_dir():
+        raise ConfigError(f"--set {next(iter(sets))}: an LLMServingSim case folder replays its own server's settings")
+    return sets
 
 
 def cmd_validate_serving(args: argparse.Namespace) -> int:
@@ -116,6 +138,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.workers import check_workers, worker_count
 
     check_workers(args.workers)
+    settings = _server_sets(args)
     if Path(args.file).is_dir():
         return _folder(args)
     _check_outputs(args)   # a bad path says so before minutes of replays
@@ -124,13 +147,19 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         runs = [dataclasses.replace(r, deployment=args.deployment) for r in runs]
     if args.limit:
         runs = runs[:: max(1, len(runs) // args.limit)][: args.limit]
+    if settings and runs:   # a key the schema refuses: one line before the replays, not one failure per run
+        from sim.apps.serve.validate import run_file
+        try:
+            run_file(runs[0], args.stack, args.requests_per_client, settings)
+        except ConfigError as exc:
+            raise ConfigError(f"--set: {str(exc).split(': ', 1)[-1]}") from None
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
     from sim.apps.progress import bar
 
     with bar("replaying runs", "runs", len(runs), quiet=args.quiet) as update:
         loader = machine_loader(overrides=_hw_sets(args), presets=table_presets(args.hw) if Path(args.hw).is_file() else None)
-        results, failed = simulate(runs, loader, args.stack, args.requests_per_client,
+        results, failed = simulate(runs, loader, args.stack, args.requests_per_client, settings=settings,
                                    progress=lambda done, total: update(done),
                                    jobs=worker_count(args.workers))
     if failed and not results:   # nothing to tabulate: say why, and fail
@@ -190,8 +219,10 @@ def register(subparsers) -> None:
                    help="the engine of a benchmark JSON (default: the one a vLLM result's backend names)")
     p.add_argument("--model", help="the model of a benchmark JSON: a Hugging Face name of the replayed tables (e.g. "
                    "meta-llama/Llama-3.1-8B), a model preset or a config.json (default: the one the file names)")
-    p.add_argument("--set", action="append", metavar="hw.KEY=VALUE",
-                   help="override a hardware field of --hw (hw.spatial.chips=166, hw.memory.@device.bandwidth_bytes_per_s=4e12)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a hardware field of --hw (hw.spatial.chips=166, hw.memory.@device.bandwidth_bytes_per_s=4e12), "
+                        "or an option every replayed server ran with (serving.scheduler.max_num_batched_tokens=2048, "
+                        "formats.kv_cache=fp8)")
     p.add_argument("--tp", type=positive(int), metavar="N",
                    help="the tensor-parallel size a benchmark JSON's server ran (--tensor-parallel-size; default 1)")
     p.add_argument("--ep", type=positive(int), metavar="N",
