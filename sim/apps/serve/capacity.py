@@ -65,7 +65,7 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             if lo is not None or (closed and rate == 1):
                 break
             rate = rate // 2 if closed else rate / 2
-    unit = "clients" if closed else "requests/s"
+    unit = "requests/s" if not closed else "client" if hi == 1 else "clients"   # hi: the lowest failing run
     if lo is None:
         raise ConfigError(f"{file.source}: serving.slo: not met even at {hi:.3g} {unit}{_turned(points[-1]['summary'])}"  # the lowest run
                           f"{_below_delay(slo, file, machine)}")

@@ -34,8 +34,9 @@ def _optional_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                                           "schedule, inputs, sampling, outputs; and kernel launches)"))
     if s.get("benchmark"):   # a closed loop (sim.apps.serve.closed): the means a benchmark client prints
         b = s["benchmark"]
-        out.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {fmt_time(b['tpot_s'])}, "
-                                           f"ITL {fmt_time(b['itl_s'])}, E2E {fmt_time(b['e2e_s'])}; "
+        t = {k: "- (one-token outputs)" if b[k] != b[k] else fmt_time(b[k]) for k in ("tpot_s", "itl_s")}   # NaN
+        out.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {t['tpot_s']}, "
+                                           f"ITL {t['itl_s']}, E2E {fmt_time(b['e2e_s'])}; "
                                            f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
                                            f"tokens/s/{b.get('device', 'GPU')} over {b['completed']} requests"))
     if s.get("prefix_hit_share"):
