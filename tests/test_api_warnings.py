@@ -52,3 +52,17 @@ def test_serve_is_sim_serve_and_warns_what_it_says():
     said = [str(w.message) for w in caught if w.category is SimInputWarning]
     assert any("stack 'sglang' runs beside scheduler.kind 'vllm-v0'" in m for m in said)
     assert summary["completed"] == 12 and len(result.requests["finish_s"]) == 12
+
+
+def test_serve_of_a_stream_nothing_of_which_runs_raises_as_sim_serve_fails():
+    """Prompts past tinyllama's 2048-token context: every request rejected, a CapacityError naming why (sim serve
+    exits 2; the API had returned figures of nothing)."""
+    import pytest as _pytest
+
+    from sim.apps.api import load_serve_file, serve
+    from sim.core.errors import CapacityError
+    f = load_serve_file("workloads/serve_llama3_8b_sharegpt.yaml", {
+        "model": "tinyllama-1.1b", "serving.arrivals.num_requests": 4,
+        "serving.lengths": {"prompt": {"dist": "fixed", "value": 4000}, "output": {"dist": "fixed", "value": 8}}})
+    with _pytest.raises(CapacityError, match="all 4 requests were rejected"):
+        serve(f, "h100_sxm")

@@ -248,6 +248,10 @@ def test_a_bursty_stream_runs_its_whole_duration():
     counts = [len(t) for t in (arrival_times(a, np.random.default_rng(seed)) for seed in range(40))]
     assert max(counts) > 214 and all(c >= 1 for c in counts)
     assert 100 < np.mean(counts) < 220   # renewal theory: 1 + 100 + (cv^2 - 1) / 2 = 150.5, seeds scatter it
+    both = s.Poisson(process="poisson", rate=1.0, num_requests=10, duration_s=100.0)   # whichever comes first
+    assert len(arrival_times(both, np.random.default_rng(0))) == 10
+    one_burst = s.Burst(process="burst", size=8, interval_s=0.0, duration_s=10.0)      # all at 0: the burst, whole
+    assert len(arrival_times(one_burst, np.random.default_rng(0))) == 8
     small = a.model_copy(update={"max_requests": 120})   # expected 100 passes the first check; a burst does not
     with pytest.raises(ConfigError, match="more than max_requests 120 requests arrive within 10 s"):
         for seed in range(40):

@@ -179,3 +179,14 @@ def test_a_pareto_of_energy_leaves_busy_time_rows_off_its_front_hollow(figures, 
     ax = figures[1].axes[0]
     assert not any(t.get_text().startswith("hollow") for t in ax.get_legend().get_texts())
     assert _front(ax) == pytest.approx([10.0])   # the fastest point has the most throughput: it beats the rest
+
+
+def test_a_scale_axis_on_a_figure_left_to_its_default_says_so(tmp_path, capsys):
+    """A code review: `scale:` on power_limit_w (h100_sxm leaves it to its default, the TDP) read "no such field",
+    where `--set hw.units.gpu.power_limit_w=0.8x` says the preset leaves it to its default; a typo still reads
+    "no such field"."""
+    path = make_spec(tmp_path, {"hw": ["h100_sxm"], LIMIT: {"scale": [0.8]}})
+    line = refused(capsys, ["sweep", str(path), "--out", str(tmp_path / "o"), "-q"], tmp_path)
+    assert "h100_sxm leaves it to its default, which a factor cannot scale: give the values" in line
+    path = make_spec(tmp_path, {"hw": ["h100_sxm"], "hw.memory.hmb.bandwidth_bytes_per_s": {"scale": [2]}})
+    assert "no such field" in refused(capsys, ["sweep", str(path), "--out", str(tmp_path / "o"), "-q"], tmp_path)

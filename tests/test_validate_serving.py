@@ -411,6 +411,7 @@ def test_the_server_s_own_options_apply_to_every_replay(tmp_path, capsys):
                    "batch_size": 2, "isl": 128, "osl": 8}]).to_csv(path, index=False)
     argv = ["validate-serving", str(path), "--hw", "h100_sxm", "--requests-per-client", "2", "-q"]
     for key, says in (("serving.arrivals.concurrency=4", "the replay takes it from the measured run"),
+                      ("serving={scheduler: {kind: vllm}}", "--set serving: the replay takes it from the measured run"),
                       ("serving.scheduler.max_num_batchd_tokens=512", "--set: serving.scheduler.max_num_batchd_tokens: "
                                                                      "unknown key")):
         assert main([*argv, "--set", key]) == 2

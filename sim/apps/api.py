@@ -18,7 +18,7 @@ from pathlib import Path
 from hw_models import registry
 from hw_models.machine import Machine, load_machine, preset_names as hardware_presets
 from sim.apps.checks import input_notes
-from sim.apps.serve.run import serve as _serve
+from sim.apps.serve.run import refuse_unserved, serve as _serve
 from sim.apps.serve.simulator import ServeResult
 from sim.apps.serve.spec import ServeFile, load_serve_file
 from sim.core.model import load_model, preset_names as model_presets
@@ -47,9 +47,12 @@ def serve(file: ServeFile | str | Path, machine: Machine | str | Path, exact: bo
           ) -> tuple[ServeResult, dict]:
     """`sim serve`'s run of a serving file on `machine`: the per-request and per-iteration result (ServeResult:
     `.requests`, `.iterations` as column arrays) and the summary the CLI's --json writes (TTFT/TPOT/E2E statistics,
-    throughput, energy, SLOs), after warning what `sim serve` says before it starts."""
+    throughput, energy, SLOs), after warning what `sim serve` says before it starts; a stream whose every request
+    is rejected raises CapacityError, as `sim serve` fails."""
     file = load_serve_file(file) if isinstance(file, (str, Path)) else file
     machine = load_machine(machine) if isinstance(machine, (str, Path)) else machine
     for note in input_notes(file, machine):
         warnings.warn(note, SimInputWarning, stacklevel=2)
-    return _serve(file, machine, exact=exact)
+    result, summary = _serve(file, machine, exact=exact)
+    refuse_unserved(file, summary)   # CapacityError, as sim serve fails
+    return result, summary

@@ -48,7 +48,8 @@ def arrival_times(a, rng: np.random.Generator, source: str = "") -> np.ndarray:
     if not np.isfinite(t).all():   # a rate of 1e-320/s: gaps past the largest float
         raise ConfigError(f"{key}: arrival times overflow to infinity; the rate or interval is out of any physical range")
     if getattr(a, "duration_s", None) is not None:   # a closed loop has none
-        t = _through(a, t, rng, key)
+        if a.num_requests is None and gap:   # a count ends the stream first where both are given; one burst is whole
+            t = _through(a, t, rng, key)
         t = t[t < a.duration_s]
         if len(t) == 0:
             raise ConfigError(f"{key}.duration_s: {a.duration_s}: no request arrives within it")

@@ -10,7 +10,7 @@ from typing import Any
 
 from sim.apps.arg_types import Once
 from sim.core import flags, tables
-from sim.core.errors import CapacityError, ConfigError
+from sim.core.errors import ConfigError
 
 
 def _slo(items: list[str] | None) -> dict[str, float]:
@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.disagg import instance_setup
     from sim.apps.serve.engine_defaults import with_engine_defaults
     from sim.apps.serve.invariants import budget_warning, check_run
-    from sim.apps.serve.run import summary_of
+    from sim.apps.serve.run import refuse_unserved, summary_of
     from sim.apps.serve.spec import load_serve_file
     from sim.apps.checks import ignored_hw_overrides, input_notes
     from hw_models.registry import hardware_record
@@ -84,9 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                       None if prog is None else lambda d, n: prog.update(task, completed=d))
     s = summary_of(file, machine, res, extra)
     check_run(res, s, str(args.file))   # a bug in sim, not the input, if it fails: kept loud
-    if s["requests"] and s["rejected"] == s["requests"]:   # figures of nothing: fails as a model that does not fit
-        raise CapacityError(f"{file.source}: all {s['requests']} requests were rejected ("
-                            + "; ".join(f"{n}: {why}" for why, n in s["rejected_reasons"].items()) + ")")
+    refuse_unserved(file, s)
     hardware, hw = machine.name, hardware_record(machine, sets.hw)   # sim diff lists a --set hw.*
     if file.serving.disaggregated is not None:
         from sim.apps.serve.disagg import pools_label

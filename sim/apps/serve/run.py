@@ -17,6 +17,7 @@ from sim.apps.serve.lazytable import flush_all
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.stepcost import engine_terms
 from sim.apps.serve.traces import Requests
+from sim.core.errors import CapacityError
 
 
 def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | None = None,
@@ -32,6 +33,14 @@ def serve(file: ServeFile, machine: Machine, exact: bool = False, cache: dict | 
     summary = summary_of(file, setup.machine, result, extra)
     check_run(result, summary, file.source or file.name)
     return result, summary
+
+
+def refuse_unserved(file: ServeFile, summary: dict) -> None:
+    """A stream whose every request was rejected: its figures are of nothing (rates 0, idle energy), so `sim serve`
+    and the API's serve fail, one line with the reasons, as a model that does not fit does (it had exited 0)."""
+    if summary["requests"] and summary["rejected"] == summary["requests"]:
+        raise CapacityError(f"{file.source}: all {summary['requests']} requests were rejected ("
+                            + "; ".join(f"{n}: {why}" for why, n in summary["rejected_reasons"].items()) + ")")
 
 
 def summary_of(file: ServeFile, machine: Machine, result: ServeResult, extra: dict) -> dict:

@@ -122,8 +122,10 @@ def _server_sets(args: argparse.Namespace) -> dict:
     from sim.core.settings import split_settings
 
     sets = split_settings(args.set).workload
+    if "stack" in sets and args.stack:
+        raise ConfigError(f"--stack {args.stack} and --set stack={sets['stack']}: two stacks; give one")
     for key in sets:
-        if any(key == r or key.startswith(r + ".") for r in REPLAYED):
+        if any(key == r or key.startswith(r + ".") or r.startswith(key + ".") for r in REPLAYED):   # `serving` too
             raise ConfigError(f"--set {key}: the replay takes it from the measured run (its model, arrivals, "
                               "lengths and layout: --tp, --ep); set the server's options (serving.scheduler.*, "
                               "formats.*, stack, serving.prefix_caching.*)")

@@ -110,8 +110,8 @@ def _republished(runs: list[Run]) -> tuple[list[Run], list[tuple[str, str]]]:
     sides of the training split when the hashes part them (a serving engineer's trial). The training-half copy
     is kept where there is one, so that a fitted measurement is never also held out."""
     def key(r: Run) -> tuple:
-        return (r.gpu, r.engine, r.model, r.isl, r.osl, r.concurrency, r.tp, r.ep, r.quant,
-                r.measured["ttft_s"], r.measured["tpot_s"])
+        return (r.gpu, r.engine, r.model, r.isl, r.osl, r.concurrency, r.tp, r.ep, r.quant, r.range_ratio,
+                r.token_budget, r.sampling, r.deployment, r.measured["ttft_s"], r.measured["tpot_s"])
 
     kept: dict[tuple, Run] = {}
     for r in runs:

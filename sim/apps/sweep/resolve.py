@@ -134,8 +134,11 @@ class Resolver:
         try:
             return scaled(file_dict(self.base_machine(ref, where)), resolved, factor)
         except FactorError as exc:
-            if exc.node is None:   # as the sweep's field lookup says it (expr.lookup_in)
+            if exc.missing is not None:   # as the sweep's field lookup says it (expr.lookup_in)
                 raise ConfigError(f"{where}: hw.{resolved}: no such field") from None
+            if exc.node is None:   # a field the preset leaves to its default (power_limit_w: the TDP), as --set says
+                raise ConfigError(f"{where}: hw.{resolved}: scale: {ref} leaves it to its default, which a factor "
+                                  "cannot scale: give the values") from None
             raise Refused(f"{where}: hw.{path}: scale: {ref}'s value {exc.node!r} " + (
                 "is not a number" if exc.product is None else
                 f"x {factor:g} is {exc.product:g}, not a whole number")) from None
