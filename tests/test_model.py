@@ -35,6 +35,15 @@ def test_required_presets_exist():
         assert name in preset_names()
 
 
+def test_a_hub_name_is_the_preset_that_cites_it():
+    """`model: meta-llama/Llama-3.1-8B-Instruct` (validate-serving's name for it) was an unknown model to sim serve:
+    a Hub repo a preset's `source` cites, or its -Instruct release (the same config.json), is that preset."""
+    assert load_model("meta-llama/Llama-3.1-8B-Instruct").name == "llama3.1-8b"
+    assert load_model("meta-llama/Llama-2-7b-hf").params() == load_model("llama2-7b").params()
+    with pytest.raises(ConfigError, match="unknown model 'meta-llama/Llama-9-8B'"):
+        load_model("meta-llama/Llama-9-8B")
+
+
 def test_hf_config_import():
     m = load_model(ROOT / "tests/data/tiny_config.json")
     assert (m.hidden_size, m.intermediate_size, m.num_heads, m.num_kv_heads, m.num_layers) == (512, 1376, 8, 2, 4)

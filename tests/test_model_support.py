@@ -32,6 +32,8 @@ PUBLISHED = [
     # name, total, decimals of billions printed (None: exact), active or None, non-embedding or None
     ("llama2-7b", 6_738_415_616, None, None, None),
     ("llama3-8b", 8_030_261_248, None, None, None),
+    ("llama3.1-8b", 8.03e9, 2, None, None),        # the meta-llama/Llama-3.1-8B model card
+    ("llama3.1-70b", 70.6e9, 1, None, None),       # the meta-llama/Llama-3.1-70B model card
     ("mistral-7b", 7.24e9, 2, None, None),
     ("mixtral-8x7b", 46.7e9, 1, 12.9e9, None),
     ("qwen2.5-7b", 7.61e9, 2, None, 6.53e9),

@@ -198,6 +198,15 @@ def preset_names() -> list[str]:
     return sorted(_presets())
 
 
+def hub_preset(name: str) -> str | None:
+    """The preset whose `source` cites the Hugging Face repo `name` names (its first word, `meta-llama/Llama-3.1-8B`),
+    or that repo's -Instruct release, which ships the same config.json: `model: meta-llama/Llama-3.1-8B-Instruct`
+    worked in validate-serving and was an unknown model to sim serve (a trial)."""
+    asked = name.lower().removesuffix("-instruct")
+    return next((preset for preset, raw in _presets().items()
+                 if str(raw.get("source", "")).split(" ", 1)[0].lower() == asked), None)
+
+
 def preset_mapping(name: str) -> dict[str, Any]:
     """A shipped preset's keys as models.yaml writes them (its `source` line included)."""
     return dict(_presets()[name])
@@ -338,7 +347,7 @@ def _model_name(raw: Any, path: Path) -> str:
 def model_path(spec: str | dict | None, source: str | None = None) -> Path | None:
     """The file a model reference names (a config.json or YAML), or None for a preset or
     an inline mapping. A relative path is looked up next to `source` (the workload file) first."""
-    if spec is None or isinstance(spec, dict) or str(spec).lower() in _presets():
+    if spec is None or isinstance(spec, dict) or str(spec).lower() in _presets() or hub_preset(str(spec)):
         return None
     path = Path(str(spec))
     if source and not path.is_absolute():  # the workload's own folder first, then the current one
@@ -372,6 +381,8 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     presets = _presets()
     if text.lower() in presets:
         return from_mapping(presets[text.lower()], text.lower())
+    if (hub := hub_preset(text)) is not None and not Path(text).exists():   # a local folder of that name wins
+        return from_mapping(presets[hub], hub)
     path = model_path(text, source)
     if path is not None:
         if not path.is_file():
