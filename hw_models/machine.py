@@ -169,8 +169,7 @@ class Efficiency(Strict):
         if over is None:
             return self
         fields = over.model_dump(exclude_none=True, exclude={"overhead_s"})
-        return Efficiency(**{**self.model_dump(exclude={"by_kind", "gemv", "gemv_max_m"}), **fields}) \
-            if fields else self
+        return Efficiency(**{**self.model_dump(exclude={"by_kind", "gemv", "gemv_max_m"}), **fields}) if fields else self
 
     def overhead_s(self, kind: str, default_s: float, m: int | None = None) -> float:
         over = self._override(kind, m)
@@ -195,9 +194,10 @@ class Unit(Strict):
     # Issue 33 (hw_models/power.py): power running kernels adds over idle, whatever they compute (clock
     # tree and leakage at boost clock), charged over the unit's busy time; and the board power limit
     # (what-if: `--set units.gpu.power_limit_w=400`; default power_w, the TDP) that stretches a step
-    # whose average power would exceed it. Both only with idle_power_w (board power as idle + dynamic).
+    # whose average power would exceed it. Both only with idle_power_w.
     active_power_w: Quantity = Field(default=0.0, ge=0)
     power_limit_w: Quantity | None = Field(default=None, gt=0)
+    power_source: str = ""   # what the board-power figures rest on (fitted, or assumed by a rule): the report says it
     # The on-chip L2 (issue 28). Serving never reads from it: every other layer of a step evicts a layer's
     # KV cache. Only a per-op measurement that replays ONE layer (aiconfigurator's tables: a CUDA graph of
     # one attention call, replayed) re-reads a cache that fits from L2 (hw_models.stack.attention_kernels).

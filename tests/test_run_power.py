@@ -73,3 +73,18 @@ def test_a_run_without_decode_steps_has_no_tpot(tmp_path):
     assert math.isnan(r.metrics()["tpot_s"]) and r.ttft_s > 0
     assert r.to_json()["tpot_s"] is None
     assert not math.isnan(_run("h100_sxm").tpot_s)
+
+
+def test_every_board_power_preset_says_what_its_figures_rest_on(capsys):
+    """An architect's trial: b200's and a100_80g's idle and activity power are the H100's fit scaled by TDP, and the
+    report read exactly as h100_sxm's, whose figures are fitted. Every unit with the board-power model now names
+    its figures' source (fitted, or assumed by a rule), and `sim run` prints it."""
+    from hw_models.machine import load_machine, preset_names
+    board = {(p, n): u.power_source for p in preset_names() for n, u in load_machine(p).units.items()
+             if u.idle_power_w is not None}
+    assert {p for p, _ in board} >= {"h100_sxm", "h200", "b200", "a100_80g", "hbm_pim", "h100_offload"}
+    assert all(src.startswith(("fitted:", "assumed:")) for src in board.values()), board
+    assert board[("h100_sxm", "gpu")].startswith("fitted:") and board[("b200", "gpu")].startswith("assumed:")
+    assert main(["run", str(ROOT / "workloads" / "llama13b_decode.yaml"), "--hw", "b200"]) == 0
+    out = capsys.readouterr().out
+    assert "power figures" in out and "assumed: the H100's fit scaled by the board limits (1000 / 700 W)" in out

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sim.core import flags, tables
 from sim.core.errors import SimError
-from sim.core.formats import get_format
+from sim.core.formats import rate_unit
 from sim.core.units import fmt_capacity
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         unit = m.units[m.main_unit]
         best = max(unit.peak_flops_per_s, key=unit.peak_flops_per_s.get)
         rows.append((name, m.kind, fmt_capacity(tier.capacity_bytes), f"{tier.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
-                     f"{unit.peak_flops_per_s[best] / 1e12:.0f} {_rate_unit(best)} {best}", m.description))
+                     f"{unit.peak_flops_per_s[best] / 1e12:.0f} {rate_unit(best)} {best}", m.description))
     console = tables.console()
     t = Table(title="Hardware presets (memory and bandwidth of the main unit's tier; per chip for spatial; "
                     "GB = 10^9 bytes, binary size beside where whole)",
@@ -265,11 +265,3 @@ def register(sub) -> None:
     c.add_argument("--strict", action="store_true", help="exit 1 when a figure has no source comment")
     c.set_defaults(func=cmd_hw_check)
 
-
-def _rate_unit(fmt: str) -> str:
-    """TOP/s for an integer format's peak (operations, as datasheets give int8/int4), TFLOP/s for a float's (a trial
-    read "1248 TFLOP/s int4")."""
-    try:
-        return "TOP/s" if get_format(fmt).kind == "int" else "TFLOP/s"
-    except SimError:
-        return "TFLOP/s"

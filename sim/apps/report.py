@@ -15,6 +15,7 @@ from hw_models.registry import report_sections
 from hw_models.stack.spec import load_stack
 from sim.apps.utilization import utilization
 from sim.core import tables
+from sim.core.formats import rate_unit
 from sim.core.results import RunResult, aggregate_by_name, group_name
 from sim.core.units import fmt_bytes, fmt_capacity, fmt_percent, fmt_rate, fmt_time
 
@@ -141,7 +142,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("preset", f"{machine.name} ({machine.kind}): {machine.description}"),
         ("memory", ", ".join(f"{n} {fmt_capacity(t.capacity_bytes)} @ {t.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
                              for n, t in machine.memory.items())),
-        ("compute", ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in unit.peak_flops_per_s.items())),
+        ("compute", ", ".join(f"{k} {v / 1e12:.1f} {rate_unit(k)}" for k, v in unit.peak_flops_per_s.items())),
     ]))
     rows = [
         ("TTFT (prefill)", fmt_time(result.ttft_s)),
@@ -154,6 +155,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
         ("power per device", f"{result.avg_power_per_device_w:,.1f} W average over the run ({result.devices} "
          f"device{'s' if result.devices > 1 else ''}{', with the ' + result.power_includes if result.power_includes else ''})"),
+        *([("power figures", unit.power_source)] if unit.power_source else []),   # fitted, or assumed by a rule
         # Numbered families (40 PIM stacks) as one entry, their mean: pim.stack0-39.
         ("utilization", ", ".join(f"{r} {fmt_percent(u)}" for r, u in utilization(result.utilization, 1.0).items())),
     ]

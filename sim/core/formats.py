@@ -235,3 +235,12 @@ def get_format(name: str | NumberFormat) -> NumberFormat:
     raise ConfigError(
         f"unknown number format {name!r}; known: {', '.join(known_formats())}; "
         f"aliases: {', '.join(sorted(ALIASES))}; int patterns: {INT_PATTERNS}")
+
+
+def rate_unit(fmt: str) -> str:
+    """TOP/s for an integer format's peak (operations, as datasheets give int8/int4), TFLOP/s for a float's (a trial
+    read "1248 TFLOP/s int4"); TFLOP/s for a name that is no format ("vector")."""
+    try:
+        return "TOP/s" if get_format(fmt).kind == "int" else "TFLOP/s"
+    except ConfigError:
+        return "TFLOP/s"
