@@ -13,18 +13,15 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import asdict, dataclass, fields as dc_fields
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
-
-import yaml
 
 from sim.core.architectures import architecture
 from sim.core.checkpoint_quant import CheckpointQuant, checkpoint_quant
 from sim.core.errors import ConfigError, where
 from sim.core.files import note_input
 from sim.core.moe import ExpertLoad
+from sim.core.model_presets import _presets, hub_preset, preset_mapping, preset_names  # noqa: F401 (re-exported)
 from sim.core.schema import not_a_file, read_yaml
 
 FAMILIES = ("llama", "opt")
@@ -184,32 +181,6 @@ _HF_KEYS = {
 _OWN_KEYS = {f for f in ModelConfig.__dataclass_fields__} - {"name"}
 _REQUIRED = ("hidden_size", "num_layers", "num_heads", "vocab_size")
 MAX_LAYERS = 100_000   # the deepest published LLMs have ~100-200 layers; footprints and graphs are built per layer
-
-
-@cache
-def _presets() -> dict[str, dict[str, Any]]:
-    text = resources.files("sim.core").joinpath("data/models.yaml").read_text()
-    # The shipped file, not user input: libyaml's parser (when PyYAML has it) reads it ~10x faster
-    # than the pure-Python one, to the same mapping (tests/test_startup.py). Every `sim serve` reads it.
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
-
-
-def preset_names() -> list[str]:
-    return sorted(_presets())
-
-
-def hub_preset(name: str) -> str | None:
-    """The preset whose `source` cites the Hugging Face repo `name` names (its first word, `meta-llama/Llama-3.1-8B`),
-    or that repo's -Instruct release, which ships the same config.json: `model: meta-llama/Llama-3.1-8B-Instruct`
-    worked in validate-serving and was an unknown model to sim serve (a trial)."""
-    asked = name.lower().removesuffix("-instruct")
-    return next((preset for preset, raw in _presets().items()
-                 if str(raw.get("source", "")).split(" ", 1)[0].lower() == asked), None)
-
-
-def preset_mapping(name: str) -> dict[str, Any]:
-    """A shipped preset's keys as models.yaml writes them (its `source` line included)."""
-    return dict(_presets()[name])
 
 
 def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> ModelConfig:
