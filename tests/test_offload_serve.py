@@ -178,7 +178,7 @@ def test_power_per_device_says_it_holds_the_host(tmp_path):
     assert s["energy"]["power_includes"] == "host CPU's busy time"
     con = Console(record=True, width=240)
     print_report(s, "t", con)
-    assert "power per device with its host CPU's busy time" in con.export_text()
+    assert "power per device (with the host CPU's busy time)" in con.export_text()
     # flexgen_t4's CPU has none: its figures hold the GPU alone and say nothing more (no preset prices the disk)
     assert "power_includes" not in serve(_file(), load_machine("flexgen_t4"))[1]["energy"]
     f = write_serving_file(tmp_path, dict(name="t", model="tinyllama-1.1b", serving=dict(

@@ -60,7 +60,7 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
     rows = [("energy per request", f"{_joules(e['per_request_j'], '.4g', '', 'none finished')}; run total "
                                    f"{e['total_j']:.4g} J: prefill {ph['prefill'] / e['total_j']:.0%}, decode "
                                    f"{ph['decode'] / e['total_j']:.0%}, idle {ph['idle'] / e['total_j']:.0%}"),
-            ("power per device" + (f" with its {e['power_includes']}" if e.get("power_includes") else ""),
+            ("power per device" + (f" (with the {e['power_includes']})" if e.get("power_includes") else ""),
              f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
              f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})"
              + ("; the board limit binds the GPU alone" if e.get("power_includes") else ""))]
