@@ -41,8 +41,7 @@ class Tier(Strict):
 
     @property
     def peak_bytes_per_s(self) -> float:
-        """The cap of a fitted stream: the datasheet peak, never below the bandwidth (a what-if that raises the
-        bandwidth past the peak, `--set hw.memory.hbm.bandwidth_bytes_per_s=8e12`, raises the cap with it)."""
+        """The cap of a fitted stream: the datasheet peak, never below the bandwidth (a what-if raises it with it)."""
         return max(self.peak_bandwidth_bytes_per_s or 0.0, self.bandwidth_bytes_per_s)
 
 
@@ -352,14 +351,15 @@ def _raw_preset(path: Path) -> Any:
 
 def resolve_path(spec: str | Path) -> Path:
     text = str(spec)
-    candidate = PRESET_DIR / f"{text}.yaml"
-    if candidate.is_file():
+    if (candidate := PRESET_DIR / f"{text}.yaml").is_file():
         return candidate
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists():
         require_file(path, "hardware file not found", "a hardware YAML file")
         return path
-    raise ConfigError(f"unknown hardware preset {text!r}; presets: {', '.join(preset_names())} (see `sim hw list`)")
+    topo = f" ({text} is a topology: --set parallel.topology={text} and parallel.tp on a device preset)" if (
+        PRESET_DIR.parent / "network" / "presets" / f"{text}.yaml").is_file() else ""   # --hw hgx_h200, a trial
+    raise ConfigError(f"unknown hardware preset {text!r}{topo}; presets: {', '.join(preset_names())} (see `sim hw list`)")
 
 
 def raw_machine(spec: str | Path) -> dict[str, Any]:

@@ -63,7 +63,9 @@ def test_roofline_and_hw_commands(tmp_path, capsys):
 
 @pytest.mark.parametrize("content,expect", [
     ("model: llama2-7b\nbatch: [1\n", "malformed YAML at line"),
-    ("model: llama2-7b\nbatchh: 4\n", "batchh: unknown key"),
+    ("model: llama2-7b\nbatchh: 4\n", "batchh: unknown key (did you mean batch?)"),   # a newcomer's trial
+    ("model: llama2-7b\nformats: {weight: int4}\n", "formats.weight: unknown key (did you mean weights?)"),
+    ("model: llama2-7b\nzzz: 4\n", "zzz: unknown key; keys here: name, model, batch, prompt_len, gen_len, formats"),
     ("model: llama2-7b\nbatch: 0\n", "batch: Input should be greater than 0"),
     ("model: llama2-7b\nprompt_len: -5\n", "prompt_len"),
     ("model: llama9-1t\n", "unknown model 'llama9-1t'"),
@@ -398,3 +400,14 @@ def test_stdout_without_a_byte_buffer_takes_text():
     with contextlib.redirect_stdout(out):
         write_json("-", {"a": 1})
     assert json.loads(out.getvalue()) == {"a": 1}
+
+
+def test_a_topology_given_as_hw_and_a_missing_topology_name_the_topologies(capsys):
+    """A newcomer's trial: `--hw hgx_h200` (a topology `sim hw list --topologies` lists) said only "unknown hardware
+    preset", and a tp of 4 without a topology named no topology."""
+    assert main(["run", WL, "--hw", "hgx_h200", "-q"]) == 2
+    assert "(hgx_h200 is a topology: --set parallel.topology=hgx_h200 and parallel.tp on a device preset)" in \
+        capsys.readouterr().err
+    assert main(["run", WL, "--hw", "h200", "--set", "parallel.tp=4", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "parallel.topology: needed when a replica spans devices: one of " in err and "hgx_h200" in err

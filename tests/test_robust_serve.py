@@ -137,7 +137,8 @@ def test_set_adds_a_section_the_file_lacks_and_still_names_unknown_keys(tmp_path
     spec = load_serve_file(f, {"serving.slo.ttft_p90": 0.2, "serving.prefix_caching.enabled": True})
     assert spec.serving.slo == {"ttft_p90": 0.2} and spec.serving.prefix_caching.enabled
     assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--set", "serving.bogus.x=1"], tmp_path) == \
-        f"error: {f}: serving.bogus: unknown key"
+        f"error: {f}: serving.bogus: unknown key; keys here: arrivals, lengths, trace, scheduler, prefix_caching, " \
+        "speculative, slo, router, disaggregated, deployment"
 
 
 @pytest.mark.parametrize("edit, setting, message", [

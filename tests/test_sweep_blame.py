@@ -190,3 +190,19 @@ def test_a_scale_axis_on_a_figure_left_to_its_default_says_so(tmp_path, capsys):
     assert "h100_sxm leaves it to its default, which a factor cannot scale: give the values" in line
     path = make_spec(tmp_path, {"hw": ["h100_sxm"], "hw.memory.hmb.bandwidth_bytes_per_s": {"scale": [2]}})
     assert "no such field" in refused(capsys, ["sweep", str(path), "--out", str(tmp_path / "o"), "-q"], tmp_path)
+
+
+def test_failed_points_past_the_last_that_ran_are_inside_the_plot():
+    """A newcomer's trial: bandwidth_x_batch's a6000 runs out of memory at batch 32-128, and the plot's legend said
+    the crosses were drawn at the top, but the x-axis ended at 16, the last batch that ran. The limits take them in."""
+    from sim.apps.mpl import pyplot
+    from sim.apps.sweep.legend import mark_failed
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.plot([1, 4, 16], [10, 40, 100])
+    failed = pd.DataFrame({"error": ["CapacityError: x"] * 3, "workload.batch": [32, 64, 128]})
+    mark_failed(ax, failed, [32, 64, 128], [], {})
+    lo, hi = ax.get_xlim()
+    plt.close(fig)
+    assert lo <= 1 and hi >= 128

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictInt
 
-from hw_models.network.topology import Topology, load_topology
+from hw_models.network.topology import Topology, load_topology, preset_names as topology_names
 from sim.core.errors import ConfigError
 from sim.core.schema import Strict, validate_mapping
 
@@ -69,7 +69,8 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
     topo = None
     if plan.instance_devices > 1:
         if plan.topology is None:
-            raise bad("topology", "needed when a replica spans devices (presets in hw_models/network/presets)")
+            raise bad("topology", f"needed when a replica spans devices: one of {', '.join(topology_names())} "
+                                  "(sim hw list --topologies), or a topology YAML file")
         topo = load_topology(plan.topology, src, "parallel.topology")
         if plan.nodes is not None:
             if plan.nodes > 1 and topo.fabric is None:

@@ -104,8 +104,8 @@ def machine_rows(m: Machine) -> list[tuple[str, str]]:
         rows.append((f"memory {name}", f"{fmt_capacity(tier.capacity_bytes)} at "
                                        f"{tier.bandwidth_bytes_per_s / 1e9:,.0f} GB/s"))
     for name, unit in m.units.items():
-        peaks = ", ".join(f"{k} {v / 1e12:,.1f}" for k, v in unit.peak_flops_per_s.items())
-        rows.append((f"unit {name}", f"peak TFLOP/s: {peaks or '-'}"))
+        peaks = ", ".join(f"{k} {v / 1e12:,.1f} {rate_unit(k)}" for k, v in unit.peak_flops_per_s.items())
+        rows.append((f"unit {name}", f"peak: {peaks or '-'}"))
     return rows
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
@@ -110,10 +110,41 @@ def _as_written(loc: tuple[str, ...], raw: Any) -> tuple[tuple[str, ...], str]:
     return tuple(out), tag
 
 
-def validation_error(exc: ValidationError, source: str, prefix: str = "", raw: Any = None) -> ConfigError:
-    """One line naming the file and the first offending key (or the typo behind it), as the file writes it."""
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (itself, or inside Optional / Annotated / a union), None if none."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
+
+
+def _keys_at(model: type[BaseModel] | None, parent: tuple[str, ...]) -> list[str]:
+    """The keys a file may write at `parent` under `model` ([] where the path leaves the models: a mapping of
+    free keys, a tagged union)."""
+    if not parent and hasattr(model, "file_keys"):   # a model whose file holds more than its fields (Workload)
+        return model.file_keys()
+    for part in parent:
+        field = model.model_fields.get(part) if model is not None else None
+        model = _model_in(field.annotation) if field is not None else None
+    return [k for k in model.model_fields if k != "source"] if model is not None else []
+
+
+def _unknown_key(errors: list[Any], model: type[BaseModel] | None) -> str | None:
+    """"unknown key (did you mean batch?)" for a misspelt key the model can name the neighbours of, else the keys
+    there (README: "an unknown key is refused with the list of them"; `bacth: 4` read only "unknown key")."""
+    first = errors[0]
+    keys = _keys_at(model, _loc(first)[:-1]) if first["type"] == "extra_forbidden" and _loc(first) else []
+    if not keys:
+        return None
+    near = difflib.get_close_matches(str(_loc(first)[-1]), keys, n=1, cutoff=0.6)
+    return f"unknown key (did you mean {near[0]}?)" if near else f"unknown key; keys here: {', '.join(keys)}"
+
+
+def validation_error(exc: ValidationError, source: str, prefix: str = "", raw: Any = None,
+                     model: type[BaseModel] | None = None) -> ConfigError:
+    """One line naming the file and the first offending key (or the typo behind it), as the file writes it;
+    with the `model` validated against, a misspelt key's nearest neighbour or the keys it could be."""
     errors = exc.errors()
-    loc, msg = _typo(errors) or (_loc(errors[0]), _message(errors[0]))
+    loc, msg = _typo(errors) or (_loc(errors[0]), _unknown_key(errors, model) or _message(errors[0]))
     loc, tag = _as_written(loc, raw) if raw is not None else (loc, "")
     if tag and msg == "unknown key":   # `rate` under a closed loop: not a key of that kind (a trial)
         msg = f"unknown key for {tag}"
@@ -129,7 +160,7 @@ def validate_mapping(model: type[M], raw: Any, source: str, expected: str) -> M:
     try:
         return model.model_validate({**raw, "source": source})
     except ValidationError as exc:
-        raise validation_error(exc, source, raw=raw) from None
+        raise validation_error(exc, source, raw=raw, model=model) from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -81,11 +81,17 @@ class Workload(Strict):
     moe: dict[str, Any] | None = None
     source: str = Field(default="", exclude=True)
 
+    @classmethod
+    def file_keys(cls) -> list[str]:
+        """The top-level keys a workload file may write (sim.core.schema's did-you-mean reads them)."""
+        return workload_keys()
+
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)
         except ValidationError as exc:   # the documented SimError in one line, not pydantic's own (an API trial)
-            raise validation_error(exc, data.get("source") or f"{type(self).__name__}(...)", raw=data) from None
+            raise validation_error(exc, data.get("source") or f"{type(self).__name__}(...)", raw=data,
+                                   model=type(self)) from None
 
     @model_validator(mode="before")
     @classmethod

@@ -52,6 +52,12 @@ def mark_failed(ax, failed: "pd.DataFrame", x: list, cols: list[str], colour_of:
     ax.scatter(x, heights, transform=ax.get_xaxis_transform(), marker="X", s=55,
                c=colours, edgecolors="black", linewidths=0.5, zorder=6, clip_on=False,
                label=f"not run: {failure_kinds(failed)} (at the top, its line's colour)")
+    # The blended transform leaves the x-limits to the points that ran: failed batches past the last one sat off the
+    # right edge, where the legend said they were drawn (a newcomer's trial). The limits take them in.
+    numeric = [float(v) for v in x if isinstance(v, (int, float)) and v == v]
+    if numeric:
+        ax.update_datalim([(v, 0.0) for v in numeric], updatey=False)
+        ax.autoscale_view(scaley=False)
 
 
 def no_values(ax, line: str, metric: str, why: str, style: dict) -> None:
