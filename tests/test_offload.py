@@ -338,6 +338,17 @@ def test_the_search_counts_the_kv_buffer_as_the_placement_does():
     assert best.policy.weights == best.policy.kv_cache == best.policy.activations == (1.0, 0.0, 0.0)
 
 
+def test_the_search_title_counts_the_rows_it_shows():
+    """A newcomer read "2 candidates, 2 feasible" over a table of 3 policies (the third a local-search neighbour):
+    the title counts the event-simulated rows too."""
+    from hw_models.offload.report import search_section
+
+    s = {"objective": "throughput", "candidates": 2, "feasible": 2, "top": [
+        {"describe": p, "lp_throughput_tok_s": 1.0, "des_throughput_tok_s": 1.0, "lp_tpot_s": 1.0, "des_tpot_s": 1.0}
+        for p in ("a", "b", "c")]}
+    assert "2 candidates, 2 feasible; 3 event-simulated" in search_section(s).title
+
+
 def test_search_is_not_beaten_by_flexgens_own_policy():
     """OPT-30B on flexgen_t4, FlexGen's published policy (workloads/opt30b_flexgen.yaml: weights 20/80/0, KV on the
     CPU, 48 x 3, CPU attention) lies inside the search space. The LP's top three (all 0% of the weights on the GPU,

@@ -7,6 +7,7 @@ from typing import Any
 
 from hw_models.base import Section
 from hw_models.offload import sched
+from hw_models.offload.search import search_title
 from hw_models.offload.spec import Policy
 from sim.core.results import RunResult, StepResult
 from sim.core.units import fmt_bytes, fmt_time, whole_percents
@@ -58,6 +59,5 @@ def search_section(s: dict[str, Any]) -> Section:
              fmt_time(c["des_tpot_s"]) if c["des_tpot_s"] else "-") for c in s["top"]]
     # A run's JSON leaves the search's wall time out (byte-identical outputs): shown only when given.
     took = f", {s['elapsed_s']:.1f} s" if "elapsed_s" in s else ""
-    return Section(f"Policy search ({s['objective']}): {s['candidates']} candidates, {s['feasible']} feasible"
-                   f"{took}; LP (perfect overlap) vs event simulation",
+    return Section(search_title(s["objective"], s["candidates"], s["feasible"], len(rows), took),
                    rows, ("policy", "LP tok/s", "DES tok/s", "LP TPOT", "DES TPOT"))

@@ -44,6 +44,13 @@ class Candidate:
     des_tpot_s: float | None = None
 
 
+def search_title(objective: str, candidates: int, feasible: int, simulated: int, took: str = "") -> str:
+    """The search table's title: the LP's count, and the rows, which the local search may add to (a newcomer read
+    "2 candidates, 2 feasible" over 3 rows)."""
+    return (f"Policy search ({objective}): {candidates} candidates, {feasible} feasible{took}; {simulated} event-"
+            "simulated (the LP's best and the local search's neighbours): LP (perfect overlap) vs event simulation")
+
+
 @dataclass
 class SearchResult:
     best: Candidate
@@ -62,8 +69,8 @@ class SearchResult:
                               des_tpot_s=c.des_tpot_s) for c in self.top])
 
     def table(self) -> Table:
-        t = Table(title=f"Policy search ({self.objective}): {self.candidates} candidates, {self.feasible} feasible, "
-                  f"{self.elapsed_s:.1f} s; LP (perfect overlap) vs event simulation", title_justify="left")
+        t = Table(title=search_title(self.objective, self.candidates, self.feasible, len(self.top),
+                                     f", {self.elapsed_s:.1f} s"), title_justify="left")
         for col in ("policy", "LP tok/s", "DES tok/s", "LP TPOT", "DES TPOT"):
             t.add_column(col, justify="left" if col == "policy" else "right")
         for c in self.top:
