@@ -206,3 +206,12 @@ def test_failed_points_past_the_last_that_ran_are_inside_the_plot():
     lo, hi = ax.get_xlim()
     plt.close(fig)
     assert lo <= 1 and hi >= 128
+
+
+def test_the_energy_models_note_only_where_an_energy_figure_is_ranked():
+    """A newcomer's sweep ranked TPOT and throughput alone and was told its energy_per_token_j mixed two models."""
+    from sim.apps.sweep.energy import models_note
+    ok = pd.DataFrame({"energy_board_model": [1.0, 0.0], "tpot_s": [0.01, 0.02], "energy_per_token_j": [5.0, 1.0]})
+    assert models_note(ok, ["tpot_s", "throughput_tok_s"]) == []
+    assert models_note(ok, ["tpot_s", "energy_per_token_j"])[0].startswith("note: energy_per_token_j mixes two")
+    assert models_note(ok)   # no metrics named: said

@@ -87,7 +87,7 @@ def _print_best(spec_path: str, out: str) -> None:
         if fewer:
             print(f"note: {fewer} point(s) simulated a smaller batch than their workload.batch (an offload policy's "
                   "block; the column batch_simulated says which): plotted at the batch asked", file=sys.stderr)
-    for note in models_note(ok) + _sized_chips(ok, spec.axes, str(spec.hw)):
+    for note in models_note(ok, list(spec.metrics)) + _sized_chips(ok, spec.axes, str(spec.hw)):
         print(note, file=sys.stderr)
 
 

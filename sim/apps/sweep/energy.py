@@ -53,9 +53,10 @@ def comparable(ok: "pd.DataFrame", metric: str) -> tuple["pd.DataFrame", str]:
     return (board, " (board-power rows)") if board[metric].notna().any() else (ok, "")
 
 
-def models_note(ok: "pd.DataFrame") -> list[str]:
-    """A note where the rows' J/token mix the two energy models."""
-    if not mixed(ok):
+def models_note(ok: "pd.DataFrame", metrics: list[str] | None = None) -> list[str]:
+    """A note where the rows' J/token mix the two energy models and the sweep ranks an energy or power figure
+    (`metrics`; None: said whatever it ranks). A sweep of TPOT and throughput alone had printed it (a trial)."""
+    if not mixed(ok) or metrics is not None and not any(board_bound(m) for m in metrics):
         return []
     busy = int((ok[MODEL] == 0).sum())
     return [f"note: energy_per_token_j mixes two energy models: {busy} row(s) count busy-time power only "
