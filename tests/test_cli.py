@@ -411,3 +411,14 @@ def test_a_topology_given_as_hw_and_a_missing_topology_name_the_topologies(capsy
     assert main(["run", WL, "--hw", "h200", "--set", "parallel.tp=4", "-q"]) == 2
     err = capsys.readouterr().err
     assert "parallel.topology: needed when a replica spans devices: one of " in err and "hgx_h200" in err
+
+
+def test_a_format_that_rounds_every_value_to_zero_is_said(tmp_path, capsys):
+    """N(0, 0.02) weights lie below fp4_e2m1's smallest step (0.5; |x| < 0.25 rounds to 0 for all but a ~1e-35
+    tail): its SQNR read 0.0 dB without a word (a newcomer's trial); mxfp4's block scale keeps them, and is not named."""
+    import numpy as np
+    path = tmp_path / "w.npy"
+    np.save(path, (np.random.default_rng(0).standard_normal((64, 64)) * 0.02).astype(np.float32))
+    assert main(["formats", "--array", str(path), "--formats", "fp4_e2m1,mxfp4"]) == 0
+    err = capsys.readouterr().err
+    assert "note: fp4_e2m1: every value rounds to zero (rel. RMSE 1)" in err and "mxfp4:" not in err

@@ -287,6 +287,13 @@ def cmd_formats(args: argparse.Namespace) -> int:
                   {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
                   f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
     tables.console().print(t)
+    # A rel. RMSE of 1 is everything rounded to zero: an unscaled narrow format under values below its smallest
+    # subnormal (fp4_e2m1's 0.5 under N(0, 0.02) weights read "0.0 dB" without a word: a newcomer's trial).
+    lost = [r["format"] for r in rows if r["rel_rmse"] >= 1.0 - 1e-12]
+    if lost:
+        print(f"note: {', '.join(lost)}: every value rounds to zero (rel. RMSE 1): the values lie below the format's "
+              "smallest step and it carries no scale; a scaled format (mxfp4, nvfp4) or a per-tensor scale keeps them",
+              file=sys.stderr)
     return 0
 
 

@@ -171,6 +171,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         c.print(render_section(section))
     for note in result.notes:
         c.print(Text.assemble(("warning:", "yellow"), f" {note}"))
-    c.print(Text(f"{result.simulated_steps} steps simulated"
+    decode = result.simulated_steps - 1   # the prefill and the sampled decode steps (generation.py)
+    c.print(Text(f"{result.simulated_steps} steps simulated (the prefill and {decode} decode step{'s' * (decode != 1)})"
                  f"{' exhaustively' if result.exhaustive else ' (identical layers folded, decode steps interpolated; --exhaustive to check)'}",
                  style="dim"))
