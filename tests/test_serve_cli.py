@@ -299,3 +299,15 @@ def test_narrow_activations_without_a_rate_are_said_in_serving():
         "(sim run's op table shows each op's path)"]
     assert emulated_activations(file("nvfp4"), load_machine("b200")) == []
     assert emulated_activations(file("fp8_e4m3"), load_machine("h100_sxm")) == []
+
+
+def test_capacity_progress_lines_are_not_wrapped_when_piped(capsys):
+    """A newcomer piped --find-capacity through tail and its progress lines broke mid-sentence at 80 columns, where
+    cli.md says the width is unbounded on a pipe: each point is one line, its stop reason on it."""
+    from tests.conftest import ROOT
+    assert main(["serve", str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"), "--hw", "h100_sxm",
+                 "--find-capacity", "--slo", "ttft_p90=0.05"]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    stopped = [ln for ln in lines if "stopped after" in ln]
+    assert stopped and all(ln.strip().startswith("rate") and ln.rstrip().endswith("fails with certainty)")
+                           for ln in stopped)

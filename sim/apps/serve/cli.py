@@ -145,13 +145,11 @@ def _write(args, res, summary, sweep=None) -> None:
 
 
 def _capacity(args, file, machine, slo) -> int:
-    from rich.console import Console
-
     from sim.apps.serve.capacity import find_capacity
     from sim.apps.serve.report import of_limit, print_capacity
     from sim.apps.serve.spec import Closed
 
-    console = Console(stderr=True)
+    console = tables.console(stderr=True)   # unbounded when piped, as cli.md says (a plain Console wrapped at 80)
     # a closed loop's search moves the client count, not a rate: the JSON keys say which it holds
     key = "clients" if isinstance(file.serving.arrivals, Closed) else "rate"
 
