@@ -202,6 +202,8 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
         ("sim.apps.serve.runahead.x__regrow_requests__mutmut_43",),
     "closed.benchmark_figures: float('NAN') is nan":
         ("sim.apps.serve.closed.x_benchmark_figures__mutmut_123",),
+    "closed._itl_s: float('NAN') is nan":
+        ("sim.apps.serve.closed.x__itl_s__mutmut_33",),
     "attention_cost `d.get('kv_len', 2)`: every fused attention op has kv_len in its dims (the two builders, "
     "lowering._attention_block and mixed._layer's groups, set it; measured trace ops are not Ops), so the "
     "default is never read":

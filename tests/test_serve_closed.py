@@ -109,6 +109,18 @@ def test_itl_is_the_gap_between_streamed_chunks():
     assert run["itl_s"] / run["tpot_s"] == pytest.approx((1 - 0.7 ** 5) / 0.3, rel=0.1)
 
 
+def test_itl_without_multi_token_chunks_is_the_measured_requests_own():
+    """One token per chunk (no speculation): ITL is the measured requests' decode span over their gaps, the warm-up
+    send left out, not the run's pooled chunk gap. By hand: the warm-up request's gaps are 1 s (tokens at 0.5, 1.5,
+    2.5), the measured one's 0.1 s (1.2, 1.3, 1.4): ITL 0.2 / 2 = 0.1 s, where the pooled mean is 0.55 s."""
+    req = {"arrival_s": np.array([0.0, 1.0]), "first_token_s": np.array([0.5, 1.2]),
+           "finish_s": np.array([2.5, 1.4]), "output_tokens": np.array([3.0, 3.0]),
+           "scheduled_s": np.array([0.0, 1.0]), "max_tbt_s": np.array([1.0, 0.1]), "status": np.array([DONE, DONE])}
+    res = ServeResult(req, {}, np.array([1.0, 0.1]), np.array([2.0, 2.0]), 0, 0, 0, 1, 0, 2.5, 6, 0.0)
+    assert benchmark_figures(res, devices=1, warmup=1)["itl_s"] == pytest.approx(0.1)
+    assert benchmark_figures(res, devices=1)["itl_s"] == pytest.approx((2.0 + 0.2) / 4)
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"serving.arrivals.warmup_requests": 8}, "serving.arrivals: warmup_requests 8 leaves none of num_requests 8 to "
                                               "measure"),   # the means had read "nan us over 0 requests", exit 0
