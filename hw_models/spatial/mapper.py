@@ -195,12 +195,8 @@ class SpatialMapper(Mapper):
         util = self._utilization(dec, period)
         unit = self.machine.units[self.machine.main_unit]
         power = unit.power_w
-        if unit.idle_power_w is not None:
-            # Board power as idle + activity + dynamic (hw_models/power.py), as the GPU presets: a chip is
-            # active for the share of the decode period it is not in the pipeline's bubble.
-            static_j = (unit.idle_power_w + unit.active_power_w * (1 - util["bubble"])) * part.chips * gen.e2e_s
-        else:
-            static_j = (power or 0.0) * part.chips * gen.e2e_s
+        # A chip is active for the share of the decode period it is not in the pipeline's bubble.
+        static_j = _static_w(unit, 1 - util["bubble"]) * part.chips * gen.e2e_s
         # Slice costs are one chip's, and each of a group's t chips spends it; the links' energy is every chip's.
         pre = self.prefill_costs()
         dyn_j = ((_chip_j(pre) * part.tensor_parallel + pre.link_energy_j) * w.batch * self.chunks_per_seq
@@ -285,13 +281,10 @@ class SpatialMapper(Mapper):
         dyn = sum(k * (_chip_j(c) * part.tensor_parallel + c.link_energy_j) for c, k in zip(costs, copies))
         chip_s = sum(k * sum(c.stage_s) for c, k in zip(costs, copies)) / part.stages
         link_s = sum(k * (sum(c.hop_s) + c.return_s) for c, k in zip(costs, copies)) / max(part.stages, 1)
-        unit = self.machine.units[self.machine.main_unit]
-        if (bp := unit.board_power()) is not None:
-            # Idle + activity power as figures() charges a run: a chip is active for its busy share of the period
-            # (it had charged power_w over the period, 10x a run's 20 W idle + 30 W activity chip: a code review).
-            static_w = bp.idle_w + bp.active_w * min(1.0, chip_s / period if period else 0.0)
-        else:
-            static_w = unit.power_w or 0.0
+        # As figures() charges a run: a chip is active for its busy share of the period (it had charged power_w over
+        # the period, 10x a run's 20 W idle + 30 W activity chip: a code review)
+        busy = min(1.0, chip_s / period) if period else 0.0
+        static_w = _static_w(self.machine.units[self.machine.main_unit], busy)
         return StepResult("iteration", 0, period, {"chips": chip_s, "c2c": link_s},
                           dyn + static_w * part.chips * period)
 
@@ -359,6 +352,13 @@ class SpatialMapper(Mapper):
                     sram_mean=mean("sram"), link_mean=sum(links) / len(links),
                     compute_max=max(c["compute"] for c in per_chip), sram_max=max(c["sram"] for c in per_chip),
                     link_max=max(links))
+
+
+def _static_w(unit, busy_share: float) -> float:
+    """A chip's power beside its dynamic energy: the board-power model's idle + activity at `busy_share`
+    (hw_models.power.BoardPower.static_w), else power_w throughout (the old model)."""
+    bp = unit.board_power()
+    return bp.static_w(busy_share) if bp is not None else unit.power_w or 0.0
 
 
 def _chip_j(costs: PhaseCosts) -> float:

@@ -286,8 +286,12 @@ def return_time_s(cfg: SpatialConfig, chips: int, tokens: int) -> float:
     samples, and sends the ids to its counterpart in the first group."""
     if chips <= 1:
         return 0.0
-    hops = chips - 1 if cfg.topology == "chain" else 1
-    return TOKEN_ID_BYTES * tokens / cfg.hop_bandwidth_bytes_per_s + hops * cfg.links.latency_s
+    return TOKEN_ID_BYTES * tokens / cfg.hop_bandwidth_bytes_per_s + return_hops(cfg, chips) * cfg.links.latency_s
+
+
+def return_hops(cfg: SpatialConfig, chips: int) -> int:
+    """The links the sampled ids cross back to the first stage: one on a ring or all-to-all, the whole chain else."""
+    return chips - 1 if cfg.topology == "chain" else 1
 
 
 def wire_j(cfg: SpatialConfig, payload_bytes: float) -> float:
@@ -298,7 +302,7 @@ def wire_j(cfg: SpatialConfig, payload_bytes: float) -> float:
 def hop_energy_j(cfg: SpatialConfig, hop_bytes: list[float], chips: int, feedback_tokens: int, t: int = 1) -> float:
     """The hops' cuts (whole, however many chips send them) and the sampled ids back to the first stage, on every
     link they cross (return_time_s's hops), from each of the last group's t chips."""
-    hops = (chips - 1 if cfg.topology == "chain" else 1) if chips > 1 and feedback_tokens else 0
+    hops = return_hops(cfg, chips) if chips > 1 and feedback_tokens else 0
     return wire_j(cfg, sum(hop_bytes) + TOKEN_ID_BYTES * feedback_tokens * hops * t)
 
 

@@ -35,9 +35,9 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
             machine = machine_from_dict(config["machine"], config["machine_source"])
             if config.get("serving"):
                 metrics, series["kv_usage"] = serve_point(config)
+                metrics.update(board_columns(machine))   # a run's metrics hold them already (registry.simulate)
             else:
                 metrics = run_metrics(config, machine)
-            metrics.update(board_columns(machine))   # a run's metrics hold them already; a serving point's do not
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
                     seconds=time.perf_counter() - t0, **({"series": series} if series else {}))
     except SimError as exc:   # named by the point's own source and the axis whose field it is about (blame)
