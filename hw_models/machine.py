@@ -214,7 +214,7 @@ class Unit(Strict):
         if self.power_limit_w is not None and self.idle_power_w is None:   # it would be silently ignored
             raise ValueError(f"power_limit_w {self.power_limit_w:g} W: this unit has no board-power model "
                              "(idle_power_w, active_power_w, energy_j_per_flop: docs/energy.md), so no cap can bind; "
-                             "presets with one: e.g. h100_sxm, h200, b200, a100_80g")
+                             "presets with one: e.g. h100_sxm, h200, b200, a100_80g, a6000")
         limit = self.power_limit_w or self.power_w
         if self.idle_power_w is not None and limit is not None and limit <= self.idle_power_w:
             which = "power_limit_w" if self.power_limit_w else "power_w"

@@ -86,7 +86,7 @@ def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, wh
                                    ("FLOPs", bool(u.energy_j_per_flop))) if priced]
     note = (f"energy: {machine.name} has no board-power model (idle_power_w): its J/token counts {how}"
             f"{', plus ' + ' and '.join(dynamic) if dynamic else ' (no J/byte or J/FLOP in the preset)'}; it does not "
-            "compare with a board-power preset's (h100_sxm, h200, b200, a100_80g; docs/energy.md)")
+            "compare with a board-power preset's (h100_sxm, h200, b200, a100_80g, a6000; docs/energy.md)")
     avg_w = total_j / wall_s / max(devices, 1) if wall_s > 0.0 else 0.0
     if avg_w > u.power_w * (1 + 1e-9):   # a spatial run averages its chips' power_w exactly, give or take rounding
         note += (f"; it averages {avg_w:.0f} W per device, above its {u.power_w:.0f} W TDP, which no cap holds here "

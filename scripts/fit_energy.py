@@ -16,11 +16,16 @@ figures by rule:
 * a100_80g.yaml and hbm_pim.yaml's host (an A100 board): active power by b200's rule at 400 W; hbm_pim's HBM2
   keeps its cited J/byte. The J/FLOP is not scaled (the rule's 1.25 pJ put 390 W of dynamic power on the A100's
   312 TFLOP/s peak, so the 400 W limit held a saturated GEMM to ~161 TFLOP/s): it is the figure at which a measured
-  saturated bf16 GEMM holds the board at its limit (A100_GEMM: cuBLAS 8192^3 on random data runs at 257 TFLOP/s,
+  saturated bf16 GEMM holds the board at its limit (GEMM_AT_LIMIT: cuBLAS 8192^3 on random data runs at 257 TFLOP/s,
   clock-throttled by the 400 W limit, where zeros, drawing less, run at 295; H. He, "Strangely, Matrix
   Multiplications on GPUs Run Faster When Given 'Predictable' Data", thonking.ai, 2024): idle + activity + the
   GEMM's FLOPs and HBM bytes over its measured time = the limit. No A100 serving power is fitted (ML.ENERGY's A100
   runs are vLLM 0.5.4's).
+* a6000.yaml, a6000_offload.yaml's GPU and a6000_calibrated.yaml: the A100's rule at 300 W, its GDDR6 keeping its cited J/byte; the GEMM at its limit is Llama-2-7B's
+  fused gate/up projection at 4096 tokens (M 4096, K 4096, N 22016, fp16), 6.096 ms median on an RTX A6000 (vidur
+  profiler, UT-SysML/MaverIQ @ 067d7a1 mlp.csv; shared/validation/vidur/a6000): 121.2 TFLOP/s. That an A6000
+  reaches its limit under sustained compute: NVML reports power-cap ("SW Power Scaling") throttling below the
+  requested clock (forums.developer.nvidia.com/t/203772).
 
 `--free-hbm` fits the HBM's J/byte too and prints that fit beside the shipped one: the runs give 0 W of activity,
 0.817 pJ/FLOP and 155 pJ/byte, power MAPE 8.2% -> 6.4% on them; not shipped, because it does worse where it is not
@@ -56,10 +61,13 @@ FIT_EVERY, MAX_SEQS, TASKS, FIT_GPU = M.FIT_EVERY, M.FIT_MAX_SEQS, M.FIT_TASKS, 
 FIT_PRESET = "h100_sxm"
 fit_runs = M.fit_runs
 SAME_DIE = ("h200", "h200_calibrated", "h100_offload")
-A100_CLASS = ("a100_80g", "hbm_pim")   # an A100 board: b200.yaml's rule for activity, A100_GEMM for J/FLOP
-# A saturated bf16 GEMM on an A100 at its 400 W limit (module doc: H. He, thonking.ai): its size, and its measured
-# rate on random data (throttled by the limit), in FLOP/s.
-A100_GEMM = (8192, 8192, 8192, 257e12)
+# A saturated 16-bit GEMM at the board's limit (module doc): its M, N, K and measured rate (throttled by the
+# limit), in FLOP/s. A100: H. He, thonking.ai (bf16 8192^3 on random data); A6000: vidur's mlp_up_proj, 6.096 ms.
+GEMM_AT_LIMIT = {"a100_80g": (8192, 8192, 8192, 257e12),
+                 "a6000": (4096, 22016, 4096, 2 * 4096 * 22016 * 4096 / 6.096e-3)}
+# Boards scaled from the H100's fit by b200.yaml's rule for activity, their J/FLOP from the GEMM of the board named.
+SCALED_BOARDS = {"a100_80g": "a100_80g", "hbm_pim": "a100_80g",
+                 **{p: "a6000" for p in ("a6000", "a6000_offload", "a6000_calibrated")}}
 STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
 
 
@@ -88,22 +96,23 @@ def derived(fit: F.Fit) -> dict[str, tuple[float, float, float]]:
     per_peak = limits * h100.peak_flops_per_s["bf16"] / b200.peak_flops_per_s["bf16"]
     out = {p: (fit.active_power_w, fit.fp16_j_per_flop, fit.hbm_j_per_byte) for p in (FIT_PRESET, *SAME_DIE)}
     out["b200"] = (F.sig3(fit.active_power_w * limits), F.sig3(fit.fp16_j_per_flop * per_peak), fit.hbm_j_per_byte)
-    a100 = load_machine("a100_80g").units["gpu"]
-    active = F.sig3(fit.active_power_w * a100.power_w / (h100.power_limit_w or h100.power_w))
-    j_per_flop = a100_j_per_flop(active, fit.hbm_j_per_byte)
-    for preset in A100_CLASS:   # hbm_pim's HBM2 keeps its own cited J/byte (None: not the fit's)
-        out[preset] = (active, j_per_flop, fit.hbm_j_per_byte if preset == "a100_80g" else None)
+    for preset, board in SCALED_BOARDS.items():   # hbm_pim's HBM2 and the A6000's GDDR6 keep their cited J/byte
+        u = load_machine(board).units["gpu"]
+        active = F.sig3(fit.active_power_w * u.power_w / (h100.power_limit_w or h100.power_w))
+        out[preset] = (active, gemm_j_per_flop(board, active), fit.hbm_j_per_byte if preset == "a100_80g" else None)
     return out
 
 
-def a100_j_per_flop(active_power_w: float, hbm_j_per_byte: float) -> float:
-    """The bf16 J/FLOP at which A100_GEMM, at its measured rate, draws exactly the board's limit on a100_80g:
-    (limit - idle - activity - its HBM bytes' power) / rate; the bytes as sim's op counts them (A, B and C once)."""
-    u = load_machine("a100_80g").units["gpu"]
-    m, n, k, rate = A100_GEMM
+def gemm_j_per_flop(preset: str, active_power_w: float) -> float:
+    """The 16-bit J/FLOP at which the preset's GEMM_AT_LIMIT, at its measured rate, draws exactly the board's limit:
+    (limit - idle - activity - its DRAM bytes' power) / rate; the bytes as sim's op counts them (A, B and C once), at
+    the preset's own J/byte."""
+    machine = load_machine(preset)
+    u = machine.units["gpu"]
+    m, n, k, rate = GEMM_AT_LIMIT[preset]
     seconds = 2 * m * n * k / rate
-    hbm_w = (m * k + k * n + m * n) * 2 * hbm_j_per_byte / seconds
-    return F.sig3((u.power_w - u.idle_power_w - active_power_w - hbm_w) / rate)
+    dram_w = (m * k + k * n + m * n) * 2 * machine.memory[u.memory].energy_j_per_byte / seconds
+    return F.sig3((u.power_w - u.idle_power_w - active_power_w - dram_w) / rate)
 
 
 def stale_presets(fit: F.Fit) -> list[str]:

@@ -34,7 +34,7 @@ def test_a_setting_the_hardware_ignores_is_named():
     assert any("stack: 'vllm' is ignored" in str(w.message) for w in said)
 
 
-@pytest.mark.parametrize("hw", ["a6000"])
+@pytest.mark.parametrize("hw", ["l40s"])
 def test_busy_time_power_has_no_limit_column(hw):
     metrics, _ = run(WORKLOAD, hw)
     assert metrics["energy_board_model"] == 0.0 and "power_cap_limit_w" not in metrics

@@ -210,10 +210,10 @@ def test_ideal_says_a_kind_section_stays_as_given(capsys):
 
 
 def test_power_limit_without_a_board_model_is_refused(capsys):
-    assert main(["run", WL, "--hw", "a6000", "--set", "hw.units.gpu.power_limit_w=100"]) == 2
+    assert main(["run", WL, "--hw", "l40s", "--set", "hw.units.gpu.power_limit_w=100"]) == 2
     line = _err_line(capsys)
     assert "power_limit_w 100 W: this unit has no board-power model" in line
-    assert "a6000.yaml (with hw.units.gpu.power_limit_w overridden): units.gpu: power_limit_w" in line
+    assert "l40s.yaml (with hw.units.gpu.power_limit_w overridden): units.gpu: power_limit_w" in line
 
 
 def test_a_prefill_only_run_has_no_tpot(capsys):
@@ -258,8 +258,10 @@ def test_roofline_says_what_it_leaves_out(capsys):
     assert main(["roofline", str(ROOT / "workloads/llama70b_tp4_pp2.yaml"), "--hw", "h100_sxm", "-q"]) == 0
     err = capsys.readouterr().err
     assert "the pipeline stages (parallel.pp: every layer counted on one rank)" in err and "the board power cap" in err
+    assert main(["roofline", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "l40s", "-q"]) == 0
+    assert "note:" not in capsys.readouterr().err       # no stack, no plan, no board-power model on the l40s
     assert main(["roofline", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "a6000", "-q"]) == 0
-    assert "note:" not in capsys.readouterr().err       # no stack, no plan, no board-power model on the a6000
+    assert "the board power cap: not applied" in capsys.readouterr().err   # a6000's board power since stop 67
 
 
 def test_roofline_prices_one_tp_rank_and_its_collectives(tmp_path):

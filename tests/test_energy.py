@@ -68,7 +68,7 @@ def test_decode_energy_against_issue_15s_held_out_measurement():
 
 
 def test_presets_without_the_fields_keep_the_old_model():
-    r = _run("a6000")   # (a100_80g has had the board-power model since the A100 rule, scripts/fit_energy.py)
+    r = _run("l40s")   # (a100_80g and a6000 have had the board-power model since the A100 rule, scripts/fit_energy.py)
     assert r.prefill_energy_per_token_j is None and "decode_energy_per_token_j" not in r.metrics()
     # TDP x busy time + DRAM bytes: at least 300 W x the run's GPU-busy time
     assert r.energy_per_token_j * r.gen_len >= 300 * r.utilization["gpu"] * r.e2e_s

@@ -123,24 +123,37 @@ def test_work_time_on_arrays_is_the_scalar_formula():
 # ----------------------------------------------------------------- energy per token
 
 def test_energy_per_token_by_hand():
-    """Llama-2-7B, batch 1, prompt 1 + 2 new tokens on the ideal a6000 (efficiencies 1, no launch):
-    two steps (the one-token prefill and one decode step), each streaming the weights
+    """Llama-2-7B, batch 1, prompt 1 + 2 new tokens on the ideal l40s (efficiencies 1, no launch; the busy-time
+    power model: no idle_power_w): two steps (the one-token prefill and one decode step), each streaming the weights
     2 x (6,738,415,616 - 32000 x 4096) = 13,214,695,424 B (all but the embedding table) plus a
-    few MB of activations and KV, memory bound at 768 GB/s: 17.21 ms each, the GPU busy all along.
-    Energy per step = bytes x 7e-11 J/B (GDDR6) + 300 W x bytes / 768e9 = 13.2147e9 x 4.60625e-10
-    = 6.087 J; two steps over two tokens: 6.087 J per token (the weight stream alone; activations
-    and KV add ~0.1 %). Without the 300 W the figure would be 0.925 J."""
+    few MB of activations and KV, memory bound at 864 GB/s: 15.29 ms each, the GPU busy all along.
+    Energy per step = bytes x 7e-11 J/B (GDDR6) + 350 W x bytes / 864e9 = 13.2147e9 x 4.75093e-10
+    = 6.278 J; two steps over two tokens: 6.278 J per token (the weight stream alone; activations
+    and KV add ~0.1 %). Without the 350 W the figure would be 0.925 J."""
+    w = workload_from_dict(dict(model="llama2-7b", batch=1, prompt_len=1, gen_len=2), "t")
+    r = simulate(w, ideal(load_machine("l40s")), exhaustive=True)
+    stream = 13_214_695_424
+    assert r.ttft_s == pytest.approx(stream / 864e9, rel=5e-3)
+    assert r.e2e_s == pytest.approx(2 * stream / 864e9, rel=5e-3)
+    assert r.energy_per_token_j == pytest.approx(stream * (7e-11 + 350 / 864e9), rel=5e-3)
+    # Power alone (energy per byte 0) is 350 W x the end-to-end time, per token.
+    no_bytes = ideal(load_machine("l40s", {"memory.gddr.energy_j_per_byte": 0.0}))
+    r0 = simulate(w, no_bytes, exhaustive=True)
+    assert r0.energy_per_token_j == pytest.approx(350 * r0.e2e_s / 2, rel=1e-9)
+
+
+def test_board_power_energy_per_token_by_hand():
+    """The same two steps on the ideal a6000 (board power: idle + activity + dynamic; ideal() lifts the cap): each
+    streams 13,214,695,424 B at 768 GB/s, 17.207 ms, the GPU busy all along, so it draws idle 50.2 W + activity
+    98.6 W over that time (2.5604 J), the bytes at 70 pJ (0.9250 J) and the matrix FLOPs, 2 x 6,607,339,520 (the
+    weights but the embedding table) x 1.21 pJ (0.0160 J): 3.501 J per step, one token each. Norms, RoPE and softmax
+    add a few MFLOP at 3.63 pJ (< 0.01 %)."""
     w = workload_from_dict(dict(model="llama2-7b", batch=1, prompt_len=1, gen_len=2), "t")
     r = simulate(w, ideal(load_machine("a6000")), exhaustive=True)
-    stream = 13_214_695_424
-    assert r.ttft_s == pytest.approx(stream / 768e9, rel=5e-3)
-    assert r.e2e_s == pytest.approx(2 * stream / 768e9, rel=5e-3)
-    assert r.energy_per_token_j == pytest.approx(stream * (7e-11 + 300 / 768e9), rel=5e-3)
-    # Power alone (energy per byte 0) is 300 W x the end-to-end time, per token.
-    no_bytes = ideal(load_machine("a6000", {"memory.gddr.energy_j_per_byte": 0.0}))
-    r0 = simulate(w, no_bytes, exhaustive=True)
-    assert r0.energy_per_token_j == pytest.approx(300 * r0.e2e_s / 2, rel=1e-9)
-
+    stream, t = 13_214_695_424, 13_214_695_424 / 768e9
+    by_hand = (50.2 + 98.6) * t + stream * 70e-12 + 2 * 6_607_339_520 * 1.21e-12
+    assert by_hand == pytest.approx(3.501, abs=5e-4)
+    assert r.energy_per_token_j == pytest.approx(by_hand, rel=5e-3)
 
 # ----------------------------------------------------------------- PIM placement
 

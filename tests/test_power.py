@@ -166,7 +166,7 @@ def test_pim_host_ops_charge_their_flops_as_the_gpu_kind_does():
 
 
 def test_a100_saturated_gemm_draws_its_board_limit():
-    """a100_80g's J/FLOP (scripts/fit_energy.py A100_GEMM): cuBLAS bf16 8192^3 on random data runs at 257 TFLOP/s
+    """a100_80g's J/FLOP (scripts/fit_energy.py GEMM_AT_LIMIT): cuBLAS bf16 8192^3 on random data runs at 257 TFLOP/s
     on an A100, clock-throttled at its 400 W limit (H. He, thonking.ai, 2024), so idle + activity + its FLOPs and
     its 3 x 8192^2 x 2 bytes of HBM traffic over 2 x 8192^3 / 257e12 s draw 400 W (to the preset's three figures:
     0.772 pJ +-0.0005 is +-0.13 W); the 400 W cap then never binds below that rate (the survey's A100 2048-token
@@ -180,6 +180,25 @@ def test_a100_saturated_gemm_draws_its_board_limit():
     r = simulate(workload_from_dict(dict(model="llama2-7b", batch=1, prompt_len=2048, gen_len=2,
                                          flash_attention=True), "t.yaml"), load_machine("a100_80g"))
     assert "power cap" not in " ".join(r.notes)
+
+
+def test_a6000_saturated_gemm_draws_its_board_limit():
+    """a6000's J/FLOP (scripts/fit_energy.py GEMM_AT_LIMIT): Llama-2-7B's fused gate/up projection at 4096 tokens
+    (M 4096, K 4096, N 22016, fp16) takes 6.096 ms on an RTX A6000 (vidur profiler, shared/validation/vidur/a6000),
+    121.2 TFLOP/s; idle 50.2 W (117.1 x 300 / 700) + activity 98.6 W (230 x 300 / 700) + its FLOPs and its
+    (M K + K N + M N) x 2 bytes of GDDR6 at 70 pJ over that time draw the 300 W limit (1.21 pJ +-0.005 is +-0.6 W).
+    The README's first command then reads no note about its energy, and its power stays under the limit."""
+    u = load_machine("a6000").units["gpu"]
+    m, k, n, t = 4096, 4096, 22016, 6.096e-3
+    draw = 50.2 + 98.6 + (2 * m * n * k * u.energy_j_per_flop["fp16"] + (m * k + k * n + m * n) * 2 * 70e-12) / t
+    assert u.idle_power_w == 50.2 and u.active_power_w == 98.6
+    assert draw == pytest.approx(300.0, abs=0.7)
+    from hw_models.registry import simulate
+    from sim.core.workload import load_workload
+    from tests.conftest import ROOT
+    r = simulate(load_workload(ROOT / "workloads" / "llama13b_decode.yaml"), load_machine("a6000"))
+    assert not [n for n in r.notes if n.startswith("energy:")]
+    assert 50.2 + 98.6 < r.metrics()["avg_power_per_device_w"] < 300
 
 
 def test_serial_engine_gap_draws_activity_power_in_a_run():
@@ -226,28 +245,29 @@ def test_engine_gap_under_a_low_limit_draws_the_limit():
 
 
 def test_a_busy_time_preset_says_its_energy_is_not_comparable():
-    """a6000 keeps the busy-time energy model (no idle_power_w): Llama-2-13B decode averages 340 W against its
-    300 W TDP, which no cap holds there, and the run says so. Every busy-time run says its J/token does not compare
+    """l40s keeps the busy-time energy model (no idle_power_w): Llama-2-13B decode averages 396 W against its
+    350 W TDP, which no cap holds there, and the run says so (a6000 did, at 340 W against 300, until stop 67 gave it
+    the A100's rule). Every busy-time run says its J/token does not compare
     with a board-power preset's (an architect's trial: PIM, groq_lpu and flexgen_t4 said nothing, and a J/token
-    comparison across kinds mixed the models); a board-power preset (h100_sxm; a100_80g and hbm_pim since the A100
-    rule) never gets the note, and a run below its TDP gets it without the TDP clause."""
+    comparison across kinds mixed the models); a board-power preset (h100_sxm; a100_80g, hbm_pim and a6000 since the
+    A100 rule) never gets the note, and a run below its TDP gets it without the TDP clause."""
     from hw_models.power import busy_time_note
     from hw_models.registry import simulate
     from sim.core.workload import load_workload
     from tests.conftest import ROOT
 
     w = load_workload(ROOT / "workloads" / "llama13b_decode.yaml")
-    a6000 = load_machine("a6000")
-    r = simulate(w, a6000)
+    l40s = load_machine("l40s")
+    r = simulate(w, l40s)
     avg_w = r.energy_per_token_j * w.batch * w.gen_len / r.e2e_s   # the run total over its time
-    assert avg_w > 300
+    assert avg_w > 350
     (note,) = [n for n in r.notes if n.startswith("energy:")]
-    assert f"averages {avg_w:.0f} W per device, above its 300 W TDP" in note and "does not compare" in note
-    below = busy_time_note(a6000, 299.0 * 2.0, 2.0, 1)
+    assert f"averages {avg_w:.0f} W per device, above its 350 W TDP" in note and "does not compare" in note
+    below = busy_time_note(l40s, 349.0 * 2.0, 2.0, 1)
     assert "does not compare with a board-power preset's" in below and "TDP" not in below
     # a spatial run averages every chip's power_w exactly: 215.0000000012 W read "above its 215 W TDP"
-    assert "TDP" not in busy_time_note(a6000, 300.0 * (1 + 1e-12) * 2.0, 2.0, 1)
-    for hw in ("h100_sxm", "a100_80g", "hbm_pim"):
+    assert "TDP" not in busy_time_note(l40s, 350.0 * (1 + 1e-12) * 2.0, 2.0, 1)
+    for hw in ("h100_sxm", "a100_80g", "hbm_pim", "a6000"):
         assert not [n for n in simulate(w, load_machine(hw)).notes if n.startswith("energy:")], hw
     small = w.model_copy(update={"model": "tinyllama-1.1b", "prompt_len": 128, "gen_len": 4})   # aim_gddr6: 12.9 GB
     for hw, how in (("aim_gddr6", "over busy time"), ("groq_lpu", "every chip's power_w over the whole run")):
@@ -270,7 +290,7 @@ def test_diff_and_sweep_say_where_the_energy_models_differ():
     assert "hbm_pim counts busy-time power only" in energy_footing(board, busy)
     assert energy_footing(board, board) is None and energy_footing(busy, busy) is None
     w = dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=32, gen_len=2)
-    for hw, model in (("h100_sxm", 1.0), ("a6000", 0.0)):
+    for hw, model in (("h100_sxm", 1.0), ("l40s", 0.0)):
         m = load_machine(hw)
         row = run_point(dict(workload=w, workload_source="t.yaml", machine=m.model_dump(mode="json", exclude={"source"}),
                              machine_source=m.source))
@@ -290,17 +310,17 @@ def test_a_sweep_across_energy_models_says_so(tmp_path, capsys):
 
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(dict(name="s", workload=str(ROOT / "workloads/llama13b_decode.yaml"), hw="a6000",
-                                        axes={"hw": ["h200", "a6000_offload"], "workload.batch": [64],
+                                        axes={"hw": ["h200", "flexgen_t4"], "workload.batch": [64],
                                               "workload.gen_len": [4]})))
     assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1"]) == 0
     err = capsys.readouterr().err
     assert "energy_per_token_j mixes two energy models: 1 row(s)" in err
     # ranked among the board-power rows only (a busy-time row reads several times low)
     [best] = [line for line in err.splitlines() if "energy per token (board-power rows)" in line]
-    assert "h200" in best and "a6000_offload" not in best
+    assert "h200" in best and "flexgen_t4" not in best
     assert "1 point(s) simulated a smaller batch than their workload.batch" in err
     rows = {r["hw"]: r for r in csv.DictReader(open(tmp_path / "o" / "results.csv"))}
-    assert float(rows["h200"]["batch_simulated"]) == 64 and float(rows["a6000_offload"]["batch_simulated"]) < 64
+    assert float(rows["h200"]["batch_simulated"]) == 64 and float(rows["flexgen_t4"]["batch_simulated"]) < 64
 
 
 def test_sweep_data_formats(tmp_path, capsys):

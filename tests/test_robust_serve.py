@@ -173,9 +173,9 @@ def test_a_serving_sweep_with_a_swap_point_is_refused_before_anything_is_written
 
 def test_a_sweep_metric_no_point_reports_is_warned_and_names_print_literally(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sim.apps.sweep.run.make_executor", _threads)
-    # a run metric the a6000 does not record (no board-power model); an unknown name is refused up front now
+    # a run metric the l40s does not record (no board-power model); an unknown name is refused up front now
     spec = make_spec(tmp_path, {"workload.batch": [1]}, metrics=["tpot_s", "decode_energy_per_token_j"])
-    spec.write_text(spec.read_text().replace("name: t\n", "name: '[/b]x'\n"))   # was a rich MarkupError
+    spec.write_text(spec.read_text().replace("name: t\n", "name: '[/b]x'\n").replace("hw: a6000", "hw: l40s"))
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-plots", "--workers", "1"]) == 0
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.startswith("warning")] == [

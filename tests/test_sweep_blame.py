@@ -92,21 +92,22 @@ def test_an_error_under_another_files_name_gets_its_point_in_front():
 # ---------------------------------------------------------------- 2: a preset that refuses a value
 
 def test_a_preset_refusing_a_power_limit_is_an_error_row_unless_no_preset_takes_it(tmp_path, capsys):
-    """a6000 has no board-power model: its points are error rows beside h100_sxm's, which run; a sweep of a6000
+    """l40s has no board-power model: its points are error rows beside h100_sxm's, which run; a sweep of l40s
     alone can never apply the axis: one line before anything runs, nothing written."""
-    path = make_spec(tmp_path, {"hw": ["h100_sxm", "a6000"], LIMIT: [300, 700]})
+    path = make_spec(tmp_path, {"hw": ["h100_sxm", "l40s"], LIMIT: [300, 700]})
     s = _sweep(path, tmp_path / "o")
     assert (s.ran, s.failed) == (4, 2)
     errors = _errors(tmp_path / "o")
-    assert set(errors) == {("a6000", 300), ("a6000", 700)}
+    assert set(errors) == {("l40s", 300), ("l40s", 700)}
     for limit in (300, 700):
-        assert errors[("a6000", limit)] == (
-            f"ConfigError: {path}: axes.{LIMIT} at point (hw=a6000, {LIMIT}={limit}): units.gpu: power_limit_w "
+        assert errors[("l40s", limit)] == (
+            f"ConfigError: {path}: axes.{LIMIT} at point (hw=l40s, {LIMIT}={limit}): units.gpu: power_limit_w "
             f"{limit} W: this unit has no board-power model (idle_power_w, active_power_w, energy_j_per_flop: "
-            "docs/energy.md), so no cap can bind; presets with one: e.g. h100_sxm, h200, b200, a100_80g")
-    path = make_spec(tmp_path, {LIMIT: [300, 700]})   # make_spec's hw: a6000
+            "docs/energy.md), so no cap can bind; presets with one: e.g. h100_sxm, h200, b200, a100_80g, a6000")
+    path = make_spec(tmp_path, {LIMIT: [300, 700]})
+    path.write_text(path.read_text().replace("hw: a6000", "hw: l40s"))
     line = refused(capsys, ["sweep", str(path), "--out", str(tmp_path / "a"), "-q"], tmp_path)
-    assert line.startswith(f"error: {path}: axes.{LIMIT} (hw a6000): units.gpu: power_limit_w 300 W: this unit has "
+    assert line.startswith(f"error: {path}: axes.{LIMIT} (hw l40s): units.gpu: power_limit_w 300 W: this unit has "
                            "no board-power model")
 
 
@@ -140,7 +141,12 @@ def test_sim_sweep_warns_of_a_cap_past_the_model(tmp_path, capsys):
     700 W TDP the cap does not bind."""
     path = make_spec(tmp_path, {"hw": ["h100_sxm"], LIMIT: [120, 700]})
     assert main(["sweep", str(path), "--out", str(tmp_path / "o"), "--workers", "1", "--no-plots"]) == 0
-    [line] = [ln for ln in capsys.readouterr().err.splitlines() if "power cap" in ln]
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if "power cap: the board limit binds" in ln] == [
+        "warning: power cap: the board limit binds in 1 of 2 points (power_cap_binds 1; their times include the "
+        "stretch, <phase>_power_cap_stretch): a faster compute or memory there is held by the limit (`sim run` says "
+        "so of each)"]
+    [line] = [ln for ln in err if "power cap" in ln and "binds in" not in ln]
     row = load_results(tmp_path / "o").set_index(LIMIT).loc[120]
     assert row["decode_power_cap_stretch"] > 2
     assert line.startswith("warning: 1 of 2 points: power cap: ")

@@ -90,8 +90,10 @@ def test_run_points_record_the_same_cap_columns(tmp_path):
     assert df.loc[130, "power_cap_binds"] == 1 and df.loc[130, "power_cap_added_s"] > 0
     assert df.loc[130, "decode_power_cap_stretch"] > 0 and df.loc[130, "tpot_s"] > df.loc[700, "tpot_s"]
     assert list(df["power_cap_limit_w"]) == [130, 700]
-    _sweep(make_spec(tmp_path, {"workload.batch": [1]}), tmp_path / "a6000")   # make_spec's hw: a6000
-    row = load_results(tmp_path / "a6000").iloc[0]
+    busy = make_spec(tmp_path, {"workload.batch": [1]})
+    busy.write_text(busy.read_text().replace("hw: a6000", "hw: l40s"))   # l40s: busy-time power, no cap
+    _sweep(busy, tmp_path / "l40s")
+    row = load_results(tmp_path / "l40s").iloc[0]
     assert (row["energy_board_model"], row["power_cap_binds"], row["power_cap_added_s"]) == (0, 0, 0)
     assert "power_cap_limit_w" not in row.index
 
@@ -168,3 +170,34 @@ def test_plot_axes_and_the_best_table_read_naturally(figures, tmp_path):
     buf = io.StringIO()
     Console(file=buf, width=100).print(best_table(spec, df, len(df)))
     assert "power limit (W)" in buf.getvalue() and "min decode energy per token" in buf.getvalue()
+
+
+# ---------------------------------------------------------------- 4: a sweep architect's trial (stop 67)
+
+def test_a_binding_cap_is_said_in_the_sweep_summary(tmp_path):
+    """Doubling an H100's fp16 peak moved a batch-16 TTFT 384.7 -> 332.9 ms where the roofline said 301 -> 170: the
+    700 W cap held 40 of 48 points and the summary said nothing (a trial). Under a 130 W limit every point binds."""
+    from sim.apps.sweep.energy import cap_caveats
+
+    path = make_spec(tmp_path, {"hw": ["h100_sxm"], LIMIT: [130, 5000], "workload.batch": [8]})
+    _sweep(path, tmp_path / "out")
+    df = load_results(tmp_path / "out")
+    assert list(df.sort_values(LIMIT)["power_cap_binds"]) == [1, 0]
+    [note] = [n for n in cap_caveats(df, [LIMIT]) if n.startswith("power cap: the board limit binds")]
+    assert note.startswith("power cap: the board limit binds in 1 of 2 points (power_cap_binds 1")
+    assert not [n for n in cap_caveats(df[df[LIMIT] == 5000], [LIMIT]) if "binds in" in n]
+
+
+def test_the_pareto_star_and_the_heatmap_name_what_they_hide(tmp_path, figures):
+    """The Pareto star read 'a6000' for an a6000 at 2x bandwidth with int4 weights; a heatmap cell took the best over
+    a third axis without a word (a trial). The star names the point's varying axis values, the title the axes a cell
+    is the best over."""
+    path = make_spec(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.formats.weights": ["fp16", "int4"]},
+                     plots=[dict(kind="pareto", x="hw.price_usd", y="tpot_s", label="hw"),
+                            dict(kind="heatmap", x="workload.formats.weights", y="workload.batch", z="tpot_s")])
+    _sweep(path, tmp_path / "out", plots=True)
+    labels = [t.get_text() for fig in figures for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
+    [star] = [t for t in labels if t.startswith("best trade-off")]
+    assert "\nat hardware a6000, weight format int4" in star
+    titles = [ax.get_title() for fig in figures for ax in fig.axes]
+    assert any("each cell the min over hardware" in t for t in titles)

@@ -174,9 +174,6 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         if (workload.section("parallel") or {}).get("pp", 1) > 1 else []) + (
         ["the board power cap"] if board is not None and board.limit_w is not None else []) + (
         [_KIND_PLACEMENT[machine.kind]] if machine.kind in _KIND_PLACEMENT else [])
-    if skipped:
-        print(f"note: sim roofline prices each op on one device's roofline; {', '.join(skipped)}: not applied "
-              "(sim run applies them)", file=sys.stderr)
     if args.json:
         check_output(args.json)
     model = workload.model_config_()
@@ -188,6 +185,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         print(f"warning: kv_len {kv} is {beyond}", file=sys.stderr)
     with _naming(workload, machine, hw_sets):
         rows = roofline_rows(workload, machine, args.phase, q, kv)
+    if skipped:   # once the rows are priced: a mistake in the input is its one line alone
+        print(f"note: sim roofline prices each op on one device's roofline; {', '.join(skipped)}: not applied "
+              "(sim run applies them)", file=sys.stderr)
     totals = dict(roofline_s=sum(r["roofline_s"] * r["count"] for r in rows),
                   simulated_s=sum(r["simulated_s"] * r["count"] for r in rows),
                   flops=sum(r["flops"] * r["count"] for r in rows), bytes=sum(r["bytes"] * r["count"] for r in rows))
