@@ -103,8 +103,8 @@ class Section:
 class Mapper:
     kind = "base"
     # Whether each engine resource runs its tasks in the order planned (a CUDA stream, a DMA queue) rather than in
-    # whatever order they become ready.
-    in_order = False
+    # whatever order they become ready. Whether `capped` caps a whole serving iteration (a pipeline caps its stages).
+    in_order, caps_whole_steps = False, True
     # Layers simulated (and one more) before extrapolating identical layers (sim.core.generation.fold_layers): how
     # far back the schedule's overlap reaches.
     fold_layers = 2

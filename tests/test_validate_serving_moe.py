@@ -11,7 +11,7 @@ import pytest
 from hw_models.machine import load_machine
 from sim.apps.cli import main
 from sim.apps.serve.overhead_fit import in_training
-from sim.apps.serve.stepcost import serving_mapper
+from sim.apps.serve.serving_mapper import serving_mapper
 from sim.apps.serve.validate import Run, machine_loader, run_file, simulate
 from sim.apps.serve.validate_readers import read_silicon
 

@@ -69,3 +69,7 @@ class PipelinePower:
     def capped(self, step: StepResult) -> StepResult:
         """A pipelined step is capped stage by stage already (graph_step)."""
         return step if self.plan.pipelined else super().capped(step)
+
+    @property
+    def caps_whole_steps(self) -> bool:
+        return not self.plan.pipelined

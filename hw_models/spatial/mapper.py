@@ -53,6 +53,7 @@ def chunk_context(prefix: int, chunk: int, chunks: int, cap: int) -> int:
 
 class SpatialMapper(Mapper):
     kind = "spatial"
+    caps_whole_steps = False   # no board power limit on a chip pipeline's iteration
     serving_speculative_why = ("a draft model would need chips of its own (its weights resident in SRAM beside the "
                                "target's, its own pipeline), and the spatial kind places one model over its chips; "
                                "serve the draft and target as separate runs to compare them")

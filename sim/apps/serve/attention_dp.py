@@ -35,6 +35,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from hw_models.base import Mapper
+from hw_models.power import CAP_ADDED
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.iteration import Iteration, features
 from sim.apps.serve.stepcost import Cost, StepCost
@@ -74,6 +75,8 @@ class GroupedCost:
         busy = dict(zip(self.dense.keys, slow[2:]))
         s, j, extra = self._experts(max(it.tokens for it in groups), sum(it.tokens for it in groups))
         t, j = slow[0] + s, slow[1] + j
+        if added := self.dense.cap_added_s(t, j):   # the instance's step under its board limit, as ExactCost.capped
+            t, j, extra = t + added, j + self.mapper.power_j({}, added), (*extra, (CAP_ADDED, added))
         host = self.mapper.engine_host_s(sum(len(it.seqs) for it in groups))   # one scheduler for the instance
         if host:
             wall = self.mapper.step_overhead.step_s(t, host)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from hw_models.machine import Machine
 from sim.apps.serve.early_stop import Settled, Watch
 from sim.apps.serve.run import serve
-from sim.apps.serve.stepcost import engine_terms
+from sim.apps.serve.serving_mapper import engine_terms
 from sim.apps.serve.spec import Burst, Closed, ServeFile, TraceArrivals
 from sim.core.errors import ConfigError
 

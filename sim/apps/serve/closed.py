@@ -50,7 +50,7 @@ from sim.apps.serve.simulator import DONE, REJECTED, ServeResult, ServeSim
 from sim.apps.serve.metrics import per_request
 from sim.apps.serve.instance import Setup
 from sim.apps.serve.spec import Closed
-from sim.apps.serve.stepcost import serving_mapper
+from sim.apps.serve.serving_mapper import serving_mapper
 
 
 class ClosedLoopSim(ServeSim):

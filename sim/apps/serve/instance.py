@@ -21,7 +21,8 @@ from sim.apps.serve.placement import device_share
 from sim.apps.serve.schedulers import Scheduler, scheduler_class
 from sim.apps.serve import tablecache
 from sim.apps.serve.tablecache import MemoryStore, TableStore
-from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate, check_kind, check_speculative, serving_mapper
+from sim.apps.serve.serving_mapper import check_kind, check_speculative, serving_mapper
+from sim.apps.serve.stepcost import ExactCost, StepCost, Surrogate
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError, ConfigError
 from sim.core.footprint import kv_bytes, weight_bytes

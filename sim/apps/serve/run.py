@@ -15,7 +15,7 @@ from sim.apps.serve.metrics import summarize
 from sim.apps.serve.disagg import instance_setup
 from sim.apps.serve.lazytable import flush_all
 from sim.apps.serve.spec import ServeFile
-from sim.apps.serve.stepcost import engine_terms
+from sim.apps.serve.serving_mapper import engine_terms
 from sim.apps.serve.traces import Requests
 from sim.core.errors import CapacityError
 

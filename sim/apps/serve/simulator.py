@@ -26,7 +26,7 @@ import simpy
 from hw_models.power import Board
 from sim.apps.serve import debug_checks, frontend, handout_ref, runahead, speculative
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
-from sim.apps.serve.stepcost import engine_terms
+from sim.apps.serve.serving_mapper import engine_terms
 from sim.apps.serve.attention_dp import split
 from sim.apps.serve.cohort import DecodeCohort, finite
 from sim.apps.serve.instance import Setup

@@ -81,7 +81,9 @@ def step_point(run: M.Run, machine: Any) -> StepPoint:
     gpu = machine.units["gpu"]
     prompt = INPUT_MEAN[run.task]
     decode = [(1, ctx)] * n
-    device = steady_device_s(cost.device(features(decode))[0], cost.device(features(decode + [(prompt, prompt)]))[0],
+    def capped_s(seqs: list[tuple[int, int]]) -> float:   # the step under the board limit, as the replay's is
+        return cost.capped(cost.device(features(seqs)))[0]
+    device = steady_device_s(capped_s(decode), capped_s(decode + [(prompt, prompt)]),
                              prompts_per_step(run)) + mapper.sampler(n)[0]   # top-p: the replay's sampling
     return StepPoint(run, device, host, serial, n / run.throughput_tok_s, gpu.power_limit_w or gpu.power_w)
 

@@ -20,7 +20,7 @@ from sim.apps.serve.closed import benchmark_figures
 from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict, set_key
-from sim.apps.serve.stepcost import serving_mapper
+from sim.apps.serve.serving_mapper import serving_mapper
 from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED_CONTEXT,  # noqa: F401 (re-exported)
                                             checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
