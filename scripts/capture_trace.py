@@ -422,6 +422,7 @@ def parse_args(argv=None):
     ap.add_argument("--no-shapes", action="store_true", help="don't record input shapes in the trace")
     ap.add_argument("--no-trace", action="store_true", help="write only meta.json and ops.csv")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true", help="replace a capture already at the output prefix")
     args = ap.parse_args(argv)
     for key in ("batch", "prompt"):
         if getattr(args, key) < 1:
@@ -460,6 +461,10 @@ def main(argv=None) -> dict:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     max_len = args.prompt + args.decode_steps + 1
     prefix, trace_path = output_paths(args.out, default_name(cfg, layers, args), args.device)
+    taken = [q for q in (trace_path, prefix.with_name(prefix.name + ".ops.csv"),
+                         prefix.with_name(prefix.name + ".meta.json")) if q.exists()]
+    if taken and not args.force:   # the default --out is the repository's traces/: never replace a capture unasked
+        _refuse(f"{taken[0]} exists (a capture of this shape): --force replaces it, --out writes elsewhere")
     prefix.parent.mkdir(parents=True, exist_ok=True)
 
     load_before = _loadavg()

@@ -153,6 +153,7 @@ def cmd_hw_check(args: argparse.Namespace) -> int:
     except SimError as exc:
         t.add_row("smoke run", f"failed: {exc}")
         tables.console().print(t)
+        _quiet_failure(args, f"{path}: smoke run failed: {exc}")
         return 2
     low = implausible(machine)
     if low:
@@ -164,7 +165,18 @@ def cmd_hw_check(args: argparse.Namespace) -> int:
               + ", ".join(f"{k} (line {n})" for n, k in missing)
               + " (a bare #, ?, TODO, TBD or FIXME names no source)")
     tables.console().print(t)
-    return 1 if (missing or low) and args.strict else 0
+    if (missing or low) and args.strict:
+        _quiet_failure(args, f"{path}: --strict: " + "; ".join(
+            ([f"{len(missing)} figure(s) without a source comment"] if missing else [])
+            + ([f"far below any real device: {', '.join(low)}"] if low else [])))
+        return 1
+    return 0
+
+
+def _quiet_failure(args: argparse.Namespace, line: str) -> None:
+    """Under -q the table is not printed: a failing check still says why, in one line on stderr."""
+    if getattr(args, "quiet", False):
+        print(f"error: {line}", file=sys.stderr)
 
 
 def cmd_topologies() -> int:

@@ -44,6 +44,7 @@ from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machin
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.files import atomic_write
+from sim.apps.trace.preset_text import cited
 from sim.apps.trace.records import StepShape, Trace
 from sim.apps.trace.shapes import step_graph
 
@@ -384,7 +385,7 @@ def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
         *([f"#   on the all-ops curve (ops from too few traces, --min-traces): {', '.join(cal.kept)}"] if cal.kept else []),
         *([f"# {line}" for line in note.splitlines()]),
     ]
-    text = "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)
+    text = "\n".join(lines) + "\n" + cited(yaml.safe_dump(data, sort_keys=False), cal.base)
     atomic_write(path, lambda p: p.write_text(text))
     return path
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sim.core.errors import ConfigError
 from sim.apps.trace.labels import SIM_OP_RE, STEP_RE, VIDUR_KINDS, VIDUR_RE, sim_label, step_index
-from sim.apps.trace.meta import measured, meta_beside, read_json, sim_trace_shape
+from sim.apps.trace.meta import measured, meta_beside, meta_path_beside, read_json, sim_trace_shape
 from sim.apps.trace.records import MeasuredOp, Trace
 from sim.apps.trace.vidur import vidur_trace_shape
 
@@ -203,8 +203,9 @@ def _shaped_trace(p: Path, data: Any, vocabulary: str | None, device: str,
 def _add_step_walls(p: Path, trace: Trace, steps: list[Event]) -> None:
     """Each step's measured wall time, from its annotation."""
     if steps and not trace.steps:
-        raise ConfigError(f"{p}: step annotations but no {p.name.split('.')[0]}.meta.json beside the trace "
-                          "to give the run's shapes")
+        meta = meta_path_beside(p)
+        raise ConfigError(f"{p}: step annotations but no {meta.name if meta else 'PREFIX.meta.json'} beside the "
+                          "trace to give the run's shapes")
     for s_ev in steps:
         j = step_index(s_ev["name"])
         if j < len(trace.steps):

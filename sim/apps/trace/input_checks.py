@@ -78,10 +78,15 @@ def truncated(trace) -> None:
     short = [i for i, n in enumerate(counts) if 0 < n < per]
     missing = [i for i, n in enumerate(counts) if n == 0]
     if short or missing:
+        # A cut file loses its last rows: the last step it holds is partial, or later ones are missing. Steps short
+        # all through are ops the profiler did not record (traces/README.md: CUDA captures drop some), not a cut.
+        last = max((i for i, n in enumerate(counts) if n), default=-1)
+        cut = bool(missing) or (last in short and counts[last] < min(counts[:last], default=per))
         print(f"warning: {trace.source}: fewer ops than its capture wrote ({per} a step over {len(steps)} steps): "
               + "; ".join(x for x in (f"step(s) {', '.join(map(str, short))} partial" if short else "",
                                       f"{len(missing)} step(s) missing" if missing else "") if x)
-              + " (a truncated file?)", file=sys.stderr)
+              + (" (a truncated file?)" if cut else " (ops the profiler did not record; traces/README.md)"),
+              file=sys.stderr)
 
 
 def capture_key(trace) -> tuple:

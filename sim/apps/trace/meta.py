@@ -78,6 +78,8 @@ def read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
+        if not raw.strip():
+            raise ConfigError(f"{p}: not {what}: the file is empty")
         return json.loads(raw)
     except (EOFError, OSError, zlib.error) as exc:
         raise ConfigError(f"{p}: not a readable gzip file ({exc}); truncated?") from None
@@ -86,8 +88,10 @@ def read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
     except RecursionError:   # json recurses per nesting level
         raise ConfigError(f"{p}: not {what}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
+        # "truncated?" only where the parser ran out of input; a YAML or CSV file fails at its first character
+        cut = "; truncated?" if exc.pos >= len(exc.doc.rstrip()) else ""
         raise ConfigError(f"{p}: not {what}: malformed JSON at line {exc.lineno}, "
-                          f"column {exc.colno} ({exc.msg}); truncated?") from None
+                          f"column {exc.colno} ({exc.msg}){cut}") from None
 
 
 def meta_path_beside(p: Path) -> Path | None:

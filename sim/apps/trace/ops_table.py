@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sim.core.errors import ConfigError
 from sim.apps.trace.labels import sim_label
-from sim.apps.trace.meta import measured, meta_beside, sim_trace_shape
+from sim.apps.trace.meta import measured, meta_beside, meta_path_beside, sim_trace_shape
 from sim.apps.trace.records import MeasuredOp, Trace
 
 
@@ -18,14 +18,23 @@ def load_ops_table(p: Path) -> Trace:
     Ops run back to back: each starts where the one before ended."""
     meta = meta_beside(p)
     if not meta:
-        raise ConfigError(f"{p}: ops table without its .meta.json beside it")
+        where = meta_path_beside(p)
+        raise ConfigError(f"{p}: ops table without its {where.name if where else 'PREFIX.meta.json'} beside it "
+                          "(scripts/capture_trace.py writes both)")
     device = str(meta.get("device", "cpu"))
     trace = Trace(str(p), "sim", device)
     sim_trace_shape(trace, meta, None)
     seen: dict[tuple[int, str], int] = {}
     t = 0.0
     with open(p, newline="") as fh:
-        for i, row in enumerate(csv.DictReader(fh), start=2):
+        reader = csv.DictReader(fh)
+        for i, row in enumerate(reader, start=2):
+            width = len(reader.fieldnames or ())
+            if None in row.values():   # a row cut short: the last line of a truncated file
+                cells = width - sum(v is None for v in row.values())
+                raise ConfigError(f"{p}: line {i}: {cells} cells where the header has {width} (a truncated file?)")
+            if None in row:
+                raise ConfigError(f"{p}: line {i}: {width + len(row[None])} cells where the header has {width}")
             try:
                 name, step = row["op"], int(row["step"])
                 if step < 0:

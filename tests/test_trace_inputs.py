@@ -1,0 +1,116 @@
+"""A trace workflow trial's findings (stop 67): a cut ops table, misnamed meta files, empty and non-JSON inputs, the
+profiler's dropped ops told from a cut file, a calibrated preset that passes `hw check --strict`, a quiet check that
+still says why it failed, and a capture that never replaces another unasked."""
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sim.apps.cli import main
+from tests.conftest import ROOT
+
+CPU = ROOT / "traces" / "cpu" / "llama2-7b_L2_fp32_b1_p512_d16_cpu"
+
+
+def _err(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def _copy(tmp_path: Path, name: str, lines: int | None = None, cut: int = 0) -> Path:
+    """CPU's ops table (its first `lines` lines, the last one `cut` characters short) and its meta, as `name`."""
+    shutil.copy(CPU.with_name(CPU.name + ".meta.json"), tmp_path / f"{name}.meta.json")
+    text = CPU.with_name(CPU.name + ".ops.csv").read_text().splitlines(keepends=True)
+    body = "".join(text[:lines])
+    path = tmp_path / f"{name}.ops.csv"
+    path.write_text(body[:len(body) - cut] if cut else body)
+    return path
+
+
+def test_a_row_cut_short_is_an_error_not_a_measurement(tmp_path, capsys):
+    """The last row of a cut file ('2,decode,L0.down_proj,0,2018.') was validated as a 2.018 ms measurement."""
+    path = _copy(tmp_path, "x", lines=67, cut=12)   # the last row loses its last three cells ('0.0,1,1,1088\n'...)
+    assert main(["validate", str(path), "--hw", "cpu_host", "-q"]) == 2
+    line = _err(capsys)
+    assert line.startswith(f"error: {path}: line 67: ") and "cells where the header has 9 (a truncated file?)" in line
+    extra = _copy(tmp_path, "y", lines=5)
+    extra.write_text(extra.read_text() + "0,prefill,L0.q_proj,0,1,0,1,512,512,9\n")
+    assert main(["validate", str(extra), "--hw", "cpu_host", "-q"]) == 2
+    assert _err(capsys) == f"error: {extra}: line 6: 10 cells where the header has 9"
+
+
+def test_a_cut_file_and_the_profilers_dropped_ops_are_told_apart(tmp_path, capsys):
+    path = _copy(tmp_path, "x", lines=150)   # 149 rows of 37 a step: steps 0-3 whole, step 4 partial, 12 missing
+    assert main(["validate", str(path), "--hw", "cpu_host", "-q"]) == 0
+    warn = [w for w in capsys.readouterr().err.splitlines() if "fewer ops" in w]
+    assert len(warn) == 1 and "step(s) 4 partial; 12 step(s) missing (a truncated file?)" in warn[0]
+    h200 = ROOT / "traces/h200/llama3-8b_L4_bf16_b1_p128_d8_cuda.ops.csv"   # every step lacks the same ops
+    assert main(["validate", str(h200), "--hw", "h200", "-q"]) == 0
+    warn = [w for w in capsys.readouterr().err.splitlines() if "fewer ops" in w]
+    assert len(warn) == 1 and "(ops the profiler did not record; traces/README.md)" in warn[0]
+    assert "truncated" not in warn[0]
+
+
+def test_a_missing_meta_is_named_whole(tmp_path, capsys):
+    """'tinyllama-1.1b_x' wanted 'tinyllama-1.1b_x.meta.json' but the message named 'tinyllama-1.meta.json'."""
+    trace = tmp_path / "tinyllama-1.1b_x.trace.json.gz"
+    shutil.copy(CPU.with_name(CPU.name + ".trace.json.gz"), trace)
+    assert main(["validate", str(trace), "--hw", "cpu_host", "-q"]) == 2
+    assert "no tinyllama-1.1b_x.meta.json beside the trace" in _err(capsys)
+    table = tmp_path / "qwen2.5-7b.ops.csv"
+    shutil.copy(CPU.with_name(CPU.name + ".ops.csv"), table)
+    assert main(["validate", str(table), "--hw", "cpu_host", "-q"]) == 2
+    assert _err(capsys) == (f"error: {table}: ops table without its qwen2.5-7b.meta.json beside it "
+                            "(scripts/capture_trace.py writes both)")
+
+
+def test_empty_and_non_json_inputs_say_what_they_are(tmp_path, capsys):
+    empty = tmp_path / "e.trace.json"
+    empty.write_text("\n")
+    assert main(["validate", str(empty), "--hw", "cpu_host", "-q"]) == 2
+    assert _err(capsys) == f"error: {empty}: not a torch Chrome trace: the file is empty"
+    yaml_file = tmp_path / "w.trace.json"
+    yaml_file.write_text((ROOT / "workloads/llama13b_decode.yaml").read_text())
+    assert main(["validate", str(yaml_file), "--hw", "cpu_host", "-q"]) == 2
+    line = _err(capsys)
+    assert "malformed JSON at line 1, column 1" in line and "truncated" not in line
+    cut = tmp_path / "c.trace.json"
+    cut.write_text('{"traceEvents": [{"name": "a", "ph": "X"')
+    assert main(["validate", str(cut), "--hw", "cpu_host", "-q"]) == 2
+    assert _err(capsys).endswith("; truncated?")
+
+
+def test_a_calibrated_preset_passes_the_strict_check(tmp_path, capsys):
+    """A calibrated preset copied its base's figures without their citation comments: `hw check --strict` failed on
+    every one, and with -q said nothing at all."""
+    out = tmp_path / "mine.yaml"
+    traces = sorted(str(p) for p in (ROOT / "traces/cpu").glob("*fp32*p128*.ops.csv"))
+    assert main(["calibrate", *traces, "--hw", "cpu_host", "-o", str(out), "-q"]) == 0
+    text = out.read_text()
+    assert "memory:  # as cpu_host.yaml (cited there)" in text and "efficiency:  # fitted by sim calibrate" in text
+    [launch] = [line for line in text.splitlines() if line.strip().startswith("launch_overhead_s:")]
+    assert launch.endswith("# fitted by sim calibrate (header)")
+    capsys.readouterr()
+    assert main(["hw", "check", "--strict", "-q", str(out)]) == 0
+    shipped = ROOT / "hw_models/presets/a6000_calibrated.yaml"   # written before, by hand exempt (docs/presets.md)
+    assert main(["hw", "check", "--strict", "-q", str(shipped)]) == 1
+    line = _err(capsys)
+    assert line.startswith(f"error: {shipped}: --strict: ") and "figure(s) without a source comment" in line
+
+
+def test_a_capture_never_replaces_another_unasked(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("capture_trace", ROOT / "scripts/capture_trace.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    taken = tmp_path / "x.ops.csv"
+    taken.write_text("step\n")
+    with pytest.raises(SystemExit) as stop:
+        mod.main(["--model", "tinyllama-1.1b", "--layers", "1", "--prompt", "2", "--decode-steps", "0",
+                  "--out", str(tmp_path / "x")])
+    assert stop.value.code == 2
+    assert _err(capsys) == (f"capture_trace: error: {taken} exists (a capture of this shape): --force replaces it, "
+                            "--out writes elsewhere")
+    assert taken.read_text() == "step\n"
