@@ -9,6 +9,8 @@ the matrix unit must apply the block scales inside the MMA (Blackwell's
 `tcgen05.mma ... block_scale`, hardware.md §1.2). Hopper's FP8 rate therefore
 does not make mxfp8 native there, and Ampere's `int4` rate (INT4 tensor cores)
 makes the registry's `int4` (int4_g128) native only against int4 activations.
+Integer operands scaled per tensor or per row (`int8_pt`, `int4_pc`; symmetric) take their width's integer MMA
+(`int8`, `int4`): their scales multiply the int32 accumulator in the epilogue, outside the dot product.
 The exception is the `block` family (`fp8_block128`, DeepSeek-V3's 128 x 128 weight tiles and 1 x 128
 activation groups): its scales are applied outside the MMA, on the CUDA cores, each time the FP8 tensor
 cores' partial sums over 128 K-elements are promoted to FP32 (DeepSeek-V3 technical report §3.3.2,
@@ -114,8 +116,14 @@ def _native_pair(s: NumberFormat, a: NumberFormat, rates: dict[str, float]) -> f
 
 
 def _on_elements(fmt: NumberFormat) -> NumberFormat:
-    """The format a block-family operand's MMA runs in: its element format (module doc); others are themselves."""
-    return get_format(fmt.element_dtype) if fmt.family == "block" and fmt.element_dtype else fmt
+    """The format an operand's MMA runs in: a block-family operand's element format (module doc); a symmetric
+    integer operand scaled per tensor or per row, the integer MMA of its width (`int8`, `int4`: the scales multiply
+    the int32 accumulator in the epilogue, as SmoothQuant's W8A8 kernels apply them); others are themselves."""
+    if fmt.family == "block" and fmt.element_dtype:
+        return get_format(fmt.element_dtype)
+    if fmt.kind == "int" and not fmt.zero_bits and fmt.block_size in (None, 0):
+        return get_format(f"int{fmt.bits}")
+    return fmt
 
 
 def choose(unit: Unit, unit_name: str, weight_fmt: str | None, act_fmt: str, mode: str = "auto",

@@ -102,3 +102,35 @@ def test_attention_half_has_the_ops_of_the_whole_step(name, phase, batch, q_len,
     assert {"embed", "L0.o_proj", "L0.down_proj", "lm_head"}.isdisjoint(names)
     for n in names:
         assert half.op(n) == whole.op(n), n
+
+
+@pytest.mark.parametrize("act", ["fp8_e4m3", "mxfp4"])
+def test_unfused_attention_scores_stay_16_bit_under_a_narrow_activation_format(act):
+    """The scores are qk's GEMM output and the probabilities softmax's: 16-bit (bf16) whatever formats.activations
+    says, as every other GEMM output (a formats trial: an a6000 W4A4 prefill held its 1 x 1024^2 scores at 0.53 bytes
+    a value, most of its documented 1.08x). Llama-2-7B prefill of 1 x 128: 32 heads x 128 x 128 scores x 2 bytes."""
+    m = load_model("llama2-7b")
+    graph = lower(m, "prefill", 1, 128, 128, FormatPolicy(weights=act, activations=act), flash_attention=False)
+    softmax = graph.op("L0.softmax")
+    (scores,), (probs,) = softmax.reads, softmax.writes
+    assert scores.fmt == probs.fmt == "bf16"
+    assert scores.bytes == probs.bytes == 32 * 128 * 128 * 2
+    q = [t for t in graph.op("L0.qk").reads if t.role == "activation"]
+    assert q and all(t.fmt == act for t in q)   # the GEMM's input keeps the activation format
+
+
+def test_per_tensor_and_per_channel_ints_take_their_widths_mma():
+    """int8_pt W8A8 ran at the bf16 rate on an a6000 while group-wise int4 W4A4 ran at the INT4 rate (a formats
+    trial): a symmetric per-tensor or per-row scale multiplies the int32 accumulator in the epilogue, so the pair runs
+    on the integer MMA of its width; asymmetric and other group sizes stay dequantized unless a preset lists them."""
+    from hw_models.compute_path import choose
+    from hw_models.machine import load_machine
+
+    gpu = load_machine("a6000").units["gpu"]
+    for w, a, mma, rate in (("int8_pt", "int8_pt", "int8", 309.7e12), ("int4_pc", "int4_pc", "int4", 619.4e12),
+                            ("int8", "int8_pt", "int8", 309.7e12)):
+        path = choose(gpu, "gpu", w, a)
+        assert (path.fmt, path.rate_flops_per_s, path.dequant) == (mma, rate, False), (w, a)
+        assert path.label.endswith(f"native ({mma} MMA)") or path.label == f"{w} x {a} native", path.label
+    for w in ("int4_g64", "int4_g128_asym"):
+        assert choose(gpu, "gpu", w, w).dequant, w

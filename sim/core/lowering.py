@@ -253,8 +253,11 @@ def attention(b: _Builder, m: ModelConfig, i: int, suffix: str, q: TensorUse, k_
         return f"{L}.attention{suffix}"
     # Unfused kernels compute every score of the keys read, masked ones included.
     pairs = sum(n * H * ql * m.keys_read(i, ql, kl) for n, ql, kl in groups)
-    scores = b.act(f"{L}.scores{suffix}", *score_shape)
-    probs = b.act(f"{L}.probs{suffix}", *score_shape)
+    # The scores are a GEMM's output and the probabilities the softmax's: 16-bit under a narrower activation
+    # format (FormatPolicy.wide), as an unfused (eager) attention holds them; they were narrow until stop 67, so
+    # an a6000 W4A4 prefill read its 1 x 1024^2 scores at 0.53 bytes a value.
+    scores = b.wide(f"{L}.scores{suffix}", *score_shape)
+    probs = b.wide(f"{L}.probs{suffix}", *score_shape)
     b.add(f"{L}.qk{suffix}", g.ATTN_SCORE, 2 * pairs * d, [q, k_cache], [scores], i, after=after, **dims)
     b.add(f"{L}.softmax{suffix}", g.SOFTMAX, elementwise * pairs, [scores], [probs], i, **dims)
     b.add(f"{L}.av{suffix}", g.ATTN_CONTEXT, 2 * pairs * d, [probs, v_cache], [ctx], i, part, **dims)
