@@ -83,7 +83,8 @@ def test_workers_die_with_a_killed_sweep():
 # ---------------------------------------------------------------- item 5: check before writing
 
 @pytest.mark.parametrize("extra, message", [
-    (["--executor", "spark"], "--executor 'spark': expected local, dask-local or dask://HOST:PORT"),
+    (["--executor", "spark"], "--executor 'spark': expected local, dask-local or dask://HOST:PORT (tcp://HOST:PORT, as "
+                                  "a Dask scheduler prints its address, reads the same)"),
     (["--workers", "-1"], "--workers -1: must be at least 1"),
     (["--max-points", "0"], "--max-points 0: must be at least 1"),
 ])

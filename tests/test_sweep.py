@@ -332,3 +332,13 @@ def test_stdout_holds_the_data_and_the_bar_goes_to_stderr(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[1].startswith("metric,") and "points/s" not in r.stdout   # a title line, the CSV
     assert "points/s" in r.stderr
+
+
+def test_a_scheduler_address_as_dask_prints_it_is_taken():
+    """LocalCluster prints tcp://HOST:PORT; --executor refused it and asked for dask:// (a trial)."""
+    from sim.apps.sweep.run import check_executor, is_remote
+
+    assert is_remote("tcp://127.0.0.1:8786") and is_remote("dask://127.0.0.1:8786") and not is_remote("dask-local")
+    check_executor("tcp://127.0.0.1:8786", None)
+    with pytest.raises(ConfigError, match="tcp://HOST:PORT, as a Dask scheduler prints its address"):
+        check_executor("tcp://", None)

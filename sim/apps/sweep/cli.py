@@ -152,7 +152,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", help="output folder: results.sqlite, results.csv, plots/")
     p.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
     p.add_argument("--executor", metavar="KIND",
-                   help="local (default), dask-local (a LocalCluster), or dask://HOST:PORT (a running scheduler)")
+                   help="local (default), dask-local (a LocalCluster), or dask://HOST:PORT or tcp://HOST:PORT (a running scheduler)")
     p.add_argument("--no-plots", action="store_true", help="skip the plots (results.csv is still written)")
     p.add_argument("--max-points", type=int, metavar="N",
                    help=f"refuse sweeps expanding to more than N points (default {DEFAULT_MAX_POINTS:,})")

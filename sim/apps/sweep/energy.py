@@ -85,6 +85,10 @@ def cap_caveats(df: "pd.DataFrame", axes: list[str]) -> list[str]:
     if not any(f"{p}_power_cap_stretch" in ok.columns for p in PHASES):   # serving points: sim serve says nothing
         return []
     flagged, clause = [], ""
+    binds = int((ok["power_cap_binds"] == 1).sum()) if "power_cap_binds" in ok.columns else 0
+    bound = ([f"power cap: the board limit binds in {binds} of {len(df)} points (power_cap_binds 1; their times "
+              "include the stretch, <phase>_power_cap_stretch): a faster compute or memory there is held by the "
+              "limit (`sim run` says so of each)"] if binds else [])
     for row in ok.to_dict("records"):
         cap = _cap(row)
         note = cap_note(cap) if cap else ""
@@ -95,7 +99,7 @@ def cap_caveats(df: "pd.DataFrame", axes: list[str]) -> list[str]:
         flagged.append(f"point {row.get('point', '?')} ({point_label({a: row[a] for a in axes if a in row})}: "
                        f"{phases})")
     if not flagged:
-        return []
+        return bound
     named = "; ".join(flagged[:NAMED]) + (f"; and {len(flagged) - NAMED} more" if len(flagged) > NAMED else "")
-    return [f"{len(flagged)} of {len(df)} points: power cap: the board limit stretches a phase beyond what the model "
-            f"covers (`sim run` warns of each such point): {named}; {clause}"]
+    return bound + [f"{len(flagged)} of {len(df)} points: power cap: the board limit stretches a phase beyond what "
+                    f"the model covers (`sim run` warns of each such point): {named}; {clause}"]

@@ -177,8 +177,11 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     plt = pyplot()
     goal = p.goal or default_goal(p.z)
     data = _ok(df, [p.x, p.y, p.z], f"plots: heatmap {p.z}", p)
-    # Several points per cell (a third axis) are reduced to the best one.
+    # Several points per cell (a third axis) are reduced to the best one, and the title says over which axes.
     table = data.groupby([p.y, p.x])[p.z].agg(goal).unstack(p.x)
+    over = [a for a in df.attrs.get("axes", []) if a in data.columns and a not in (p.x, p.y) and data[a].nunique() > 1]
+    if over:
+        title += f"\neach cell the {goal} over {', '.join(_label(a) for a in over)}"
     table = table.reindex(index=_order(data[p.y]), columns=_order(data[p.x]))
     ax_z = _axis(data, p.z)
     arr = ax_z(table.to_numpy(dtype=float))
@@ -249,8 +252,12 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
             return s if goal == "min" else 1 - s
         dist = np.hypot(scaled(x, gx)[f], scaled(y, gy)[f])
         k = f[int(np.argmin(dist))]
+        # the point's own axis values, where they vary: a hw label alone hid a scaled, int4 a6000 (a user trial)
+        at = [a for a in df.attrs.get("axes", []) if a in data.columns and data[a].nunique() > 1]
+        where = ", ".join(f"{_label(a)} {fmt_value(a, data[a].iloc[k])}" for a in at)
         ax.scatter([x[k]], [y[k]], label=f"best trade-off ({ax_x.name} {num(x[k])} {ax_x.unit}, "
-                                         f"{ax_y.name} {num(y[k])} {ax_y.unit})", **_STAR)
+                                         f"{ax_y.name} {num(y[k])} {ax_y.unit})" + (f"\nat {where}" if where else ""),
+                   **_STAR)
         labels = [str(data[p.label].iloc[i]) for i in f] if p.label else []
     failed = _failed(df, p, f"plots: pareto {p.y}")
     if len(failed):   # no metrics to place them by: the legend counts them

@@ -67,8 +67,8 @@ def make_executor(executor: "str | cf.Executor | None", workers: int | None) -> 
                                                        threads_per_worker=1, processes=True,
                                                        dashboard_address=None))
             client = stack.enter_context(Client(cluster))
-        elif executor.startswith("dask://"):
-            address = "tcp://" + executor.removeprefix("dask://")
+        elif is_remote(executor):
+            address = "tcp://" + executor.split("://", 1)[1]
             try:
                 client = stack.enter_context(Client(address, timeout="10s"))
             except OSError as exc:
@@ -76,14 +76,19 @@ def make_executor(executor: "str | cf.Executor | None", workers: int | None) -> 
         yield client.get_executor()
 
 
+def is_remote(executor: "str | cf.Executor | None") -> bool:
+    """An address of a running Dask scheduler: dask://HOST:PORT, or tcp://HOST:PORT as the scheduler prints it."""
+    return isinstance(executor, str) and executor.startswith(("dask://", "tcp://"))
+
+
 def check_executor(executor: "str | cf.Executor | None", workers: int | None) -> None:
     """The --executor and --workers values, checked before anything is created."""
     check_workers(workers)
     if isinstance(executor, cf.Executor) or executor in (None, "", "local"):
         return
-    if not (executor == "dask-local" or isinstance(executor, str) and executor.startswith("dask://")
-            and len(executor) > len("dask://")):
-        raise ConfigError(f"--executor {executor!r}: expected local, dask-local or dask://HOST:PORT")
+    if not (executor == "dask-local" or is_remote(executor) and executor.split("://", 1)[1]):
+        raise ConfigError(f"--executor {executor!r}: expected local, dask-local or dask://HOST:PORT "
+                          "(tcp://HOST:PORT, as a Dask scheduler prints its address, reads the same)")
     if importlib.util.find_spec("distributed") is None:
         raise ConfigError(f"--executor {executor}: needs dask (pip install -e .[cluster])")
 
@@ -176,6 +181,15 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
     spec = for_kind(spec, is_serving(spec))   # a serving sweep's default metrics are serving metrics
     out = Path(out_dir)
     check_output(out, directory=True)
+    with ExitStack() as early:
+        # a scheduler's address is reached before the folder is made: an unreachable one leaves nothing behind
+        remote = early.enter_context(make_executor(executor, workers)) if is_remote(executor) else None
+        return _run_in(spec, points, out, remote or executor, workers, progress, plots)
+
+
+def _run_in(spec: SweepSpec, points: list[Point], out: Path, executor: "str | cf.Executor | None",
+            workers: int | None, progress: bool, plots: bool) -> Summary:
+    """run_sweep's work in the output folder `out`, its points expanded and checked."""
     with Store(out, lock=True) as store:  # one writer per folder until the plots are drawn
         reused = store.adopt(points)
         contents = {path: digest for p in points for path, digest in p.contents.items()}
