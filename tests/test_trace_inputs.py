@@ -114,3 +114,15 @@ def test_a_capture_never_replaces_another_unasked(tmp_path, capsys):
     assert _err(capsys) == (f"capture_trace: error: {taken} exists (a capture of this shape): --force replaces it, "
                             "--out writes elsewhere")
     assert taken.read_text() == "step\n"
+
+
+def test_validate_names_its_stack_and_says_a_gpu_stack_on_a_cpu(capsys):
+    """--stack left no trace in the output, and a GPU engine's stack on a CPU trace said nothing (a trial read 88%)."""
+    table = CPU.with_name(CPU.name + ".ops.csv")
+    assert main(["validate", str(table), "--hw", "cpu_host", "--stack", "torch-eager"]) == 0
+    out, err = capsys.readouterr()
+    assert "measured vs simulated on cpu_host under stack torch-eager" in out
+    assert "note: --stack torch-eager: cpu_host is kind cpu, and the stacks model GPU engines' kernels" in err
+    assert main(["validate", str(table), "--hw", "cpu_host"]) == 0
+    out, err = capsys.readouterr()
+    assert "under stack" not in out and "note: --stack" not in err
