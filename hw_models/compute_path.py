@@ -165,8 +165,8 @@ def choose(unit: Unit, unit_name: str, weight_fmt: str | None, act_fmt: str, mod
     # Short labels for the report's path column: "mxfp4 -> fp16 dequant",
     # "kv fp8_e4m3 -> fp16 dequant", "act fp8_e4m3 -> bf16", "fp8_e4m3 +act -> bf16 dequant".
     role = "" if stored_role == "weight" else f"{stored_role} "
-    if dequant:
-        label = f"{role}{s.name}{' +act' if convert else ''} -> {target} dequant"
+    if dequant:   # the operands by their own names (int8_pt, fp8_block128), not the MMA formats they map to
+        label = f"{role}{s0.name}{' +act' if convert else ''} -> {target} dequant"
     else:
-        label = f"act {a.name} -> {target}"
+        label = f"act {a0.name} -> {target}"
     return ComputePath(target, rates[target], dequant, label, convert)

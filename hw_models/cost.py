@@ -98,7 +98,10 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
         # The stored operand: weights of a GEMM, the KV cache of attention (compute_path).
         role = "weight" if op.kind == g.GEMM else "kv"
         stored = next((t.fmt for t in op.reads if t.role == role and len(t.shape) > 1), None)
-        path = compute_path.choose(unit, unit_name, stored, op.compute_format, mode, role)
+        # The other operand as the op reads it: an unfused attention's probabilities are 16-bit whatever the
+        # activation format (sim.core.lowering), so its .V runs at a 16-bit rate, not the activations' MMA.
+        act = next((t.fmt for t in op.reads if t.role == "activation" and len(t.shape) > 1), op.compute_format)
+        path = compute_path.choose(unit, unit_name, stored, act, mode, role)
         rate, label, efmt = path.rate_flops_per_s, path.label, path.fmt
         if path.dequant:
             elements = sum(t.elements for t in op.reads if t.role == role and len(t.shape) > 1)

@@ -133,7 +133,7 @@ def cap_note(cap: dict) -> str:
     """The run's note where the board power limit bound (cap_figures' figures). A memory-bound step (decode) is
     stretched as a whole although its HBM keeps its own clock: its stretch is an upper bound, and the note says so."""
     phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} (the board would draw {cap[p + '_board_w']:.0f} W at full clock"
-                       + ("; an upper bound: every op stretched alike, though memory-bound ones wait on HBM, whose "
+                       + ("; an upper bound: every op stretched alike, though memory-bound ones wait on DRAM, whose "
                           "clock the cap does not lower" if p == "decode" else "") + ")"
                        for p in ("prefill", "decode") if cap[p + "_s"])
     # No clock floor is modelled: near the idle power the stretch grows without bound (a trial's 120 W limit on an
@@ -142,7 +142,8 @@ def cap_note(cap: dict) -> str:
              "the idle power is outside the model" if any(cap[p + "_stretch"] > 2.0 for p in ("prefill", "decode")
                                                          if cap[p + "_s"]) else "")
     return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
-            "hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
+            "each op's joules are kept at full clock, so the energy under a cap is an upper bound (a lower clock "
+            "lowers the voltage too); hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
 
 
 def cap_figures(gen: Generation, board: BoardPower) -> dict | None:

@@ -130,6 +130,20 @@ def stale_presets(fit: F.Fit) -> list[str]:
     return bad
 
 
+def stale_idle() -> list[str]:
+    """Each rule-scaled board's idle power: the H100's (itself assumed: the H200's measured idle) x the board limits'
+    ratio, as its active power (a review: the check held active power and J/FLOP, not the idle figure)."""
+    h100 = load_machine(FIT_PRESET).units["gpu"]
+    limit = h100.power_limit_w or h100.power_w
+    bad = []
+    for preset in ("b200", *SCALED_BOARDS):
+        u = load_machine(preset).units["gpu"]
+        want = round(h100.idle_power_w * (u.power_limit_w or u.power_w) / limit, 1)   # to 0.1 W, as the presets
+        if u.idle_power_w is None or abs(u.idle_power_w - want) > 1e-9 * want:
+            bad.append(f"{preset}: idle_power_w {u.idle_power_w}; the rule gives {want:g} W")
+    return bad
+
+
 def stale_components(comps: list[F.Components]) -> list[str]:
     """The cheapest stored run replayed afresh: a moved serving model makes the stored replays stale."""
     c = min(comps, key=lambda c: (c.run.num_gpus, c.run.max_num_seqs, c.run.avg_output_tokens))
@@ -176,7 +190,7 @@ def main() -> int:
         print("With the HBM's J/byte free (not shipped): " + fit_line(comps, free_hbm=True))
     if not args.check:
         return 0
-    bad = stale_presets(fit) + stale_components(comps)
+    bad = stale_presets(fit) + stale_idle() + stale_components(comps)
     for line in bad:
         print(f"{line}: differs from scripts/fit_energy.py's fit (presets: copy the figures; replays: --replay)")
     if not bad:

@@ -145,3 +145,21 @@ def test_serving_refusals_one_line(parallel, sched, match):
     with pytest.raises(ConfigError, match=match) as e:
         prepare(_serve_file(parallel, sched), load_machine("h200"), exact=True)
     assert "\n" not in str(e.value)
+
+
+def test_an_even_split_costs_what_sim_run_costs_and_the_surrogate_serves():
+    """Eight decodes split evenly over two attention groups cost what `sim run`'s decode step of the same 8 costs,
+    time and energy: the routed experts' joules are every rank's, as the dense part's are (a review: one rank's read
+    the step 2.5 J low, and the board cap saw that). The default surrogate serves the plan too (a review: its grouped
+    cost asked the surrogate for the cap, which it lacked)."""
+    from sim.apps.serve.run import serve
+
+    setup = prepare(_serve_file(PLAN), load_machine("h200"), exact=True)
+    even = split([(_req(i, 600), 1) for i in range(8)], 2)
+    t, j = setup.target_cost(even)[:2]
+    run = _mapper(8)
+    step = run.step("decode", 1, 601)
+    assert t == pytest.approx(step.time_s, rel=1e-9)
+    assert j == pytest.approx(step.energy_j + run.power_j(step.busy_s, step.time_s), rel=1e-5)
+    _, summary = serve(_serve_file(PLAN), load_machine("h200", {"units.gpu.power_limit_w": 400.0}))
+    assert summary["completed"] > 0

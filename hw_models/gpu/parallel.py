@@ -213,7 +213,9 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         """Seconds, joules and busy seconds per resource (as sim.apps.serve.stepcost reads them) of the
         routed experts and their all-to-alls over every MoE layer, on the busiest rank of the straggler
         group (`group_tokens` tokens) of an EP group routing `total_tokens` per layer. Serial on the
-        rank's stream and link (the experts wait for the dispatch, the combine for the experts)."""
+        rank's stream and link (the experts wait for the dispatch, the combine for the experts). The joules are
+        every rank's (each holds its share of the experts, balanced), as an iteration's dense energy counts every
+        rank (a review: one rank's read an 8-decode step 2.5 J, 15%, under `sim run`'s, and the cap saw it)."""
         m, first = self.model, self.model.first_dense_layers
         graph = lower_iteration(m, ((group_tokens, group_tokens),), self.formats, self.workload.flash_attention,
                                 first + 1)
@@ -231,7 +233,8 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         busy[LINK] = sum(collective_s(self.topo, c.kind, c.bytes, c.ranks, self.algorithm)
                          for c in colls if c.kind == ALL_TO_ALL and c.after.startswith(f"L{first}."))
         layers = m.num_layers - first
-        return (busy[unit] + busy[LINK]) * layers, joules * layers, {k: v * layers for k, v in busy.items()}
+        return ((busy[unit] + busy[LINK]) * layers, joules * layers * self.plan.stage_width,
+                {k: v * layers for k, v in busy.items()})
 
     # -- pipeline parallelism -----------------------------------------------
     def _stage_parts(self, graph_of: Callable[[int], OpGraph]) -> StageParts:

@@ -67,9 +67,9 @@ def cell(rs: list[int], lo_row, hi_row, w: float, r: float) -> Cell | None:
 
 def within_step(c: Cost) -> Cost:
     """`c` with no resource busier than the step lasts. The tables are summed in pieces (a mixed step is M + P
-    plus slopes), so where the power cap binds at one grid point and not at its neighbour the interpolated time
-    can fall below an interpolated busy time; an exact step never has that (its busy times come from its own
-    timeline), so clamping is the identity at the grid points."""
+    plus slopes), so the interpolated time can fall below an interpolated busy time; an exact step never has that
+    (its busy times come from its own timeline), so clamping is the identity at the grid points. (The tables hold
+    steps at full clock; the board limit's stretch is applied after: ExactCost.capped.)"""
     t = c[0]
     for b in c[2:]:   # a loop, not all() over a generator: the engine asks every step
         if not b <= t:

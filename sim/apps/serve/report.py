@@ -66,7 +66,7 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
              + ("; the board limit binds the GPU alone" if e.get("power_includes") else ""))]
     if cap := e.get("power_cap"):
         limit = f"the {cap['limit_w']:g} W board limit" if cap["limit_w"] else "the board power limits"
-        rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.1%} "
+        rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.{1 if cap['stretch'] >= 1e-3 else 3}%} "
                                   f"({fmt_time(cap['added_s'])} over the run; hw_models/power.py)"))
     return rows
 

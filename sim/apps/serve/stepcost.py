@@ -222,6 +222,10 @@ class Surrogate:
         self.exact_fallbacks, self.memo = 0, Remembered()
         self._decode, self._mixed = DecodeCosts(self.table, interp), MixedCosts(self.table)
 
+    def cap_added_s(self, t: float, e: float) -> float:
+        """ExactCost.cap_added_s: the board limit's stretch of an interpolated step (attention_dp caps its groups)."""
+        return self.exact.cap_added_s(t, e)
+
     @property
     def keys(self) -> list[str]:
         return self.exact.keys

@@ -75,7 +75,8 @@ def code_hash() -> str:
     root = Path(__file__).resolve().parents[3]
     h = hashlib.sha256()
     files = [p for d in ("hw_models", "sim/core") for p in (root / d).rglob("*") if p.suffix in (".py", ".yaml")]
-    files += [root / "sim" / "apps" / "serve" / name for name in ("stepcost.py", "iteration.py")]
+    files += [root / "sim" / "apps" / "serve" / name for name in ("stepcost.py", "iteration.py",
+                                                                          "serving_mapper.py")]
     for p in sorted(files):
         h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())

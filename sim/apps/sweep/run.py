@@ -182,8 +182,10 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
     out = Path(out_dir)
     check_output(out, directory=True)
     with ExitStack() as early:
-        # a scheduler's address is reached before the folder is made: an unreachable one leaves nothing behind
-        remote = early.enter_context(make_executor(executor, workers)) if is_remote(executor) else None
+        # a scheduler's address is reached before a new folder is made: an unreachable one leaves nothing behind (an
+        # existing folder, all of whose points may be stored, does not need it: it connects when a point is left)
+        fresh = is_remote(executor) and not (out / "results.sqlite").exists()
+        remote = early.enter_context(make_executor(executor, workers)) if fresh else None
         return _run_in(spec, points, out, remote or executor, workers, progress, plots)
 
 

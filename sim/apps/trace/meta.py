@@ -88,8 +88,10 @@ def read_json(p: Path, what: str = "a torch Chrome trace") -> Any:
     except RecursionError:   # json recurses per nesting level
         raise ConfigError(f"{p}: not {what}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
-        # "truncated?" only where the parser ran out of input; a YAML or CSV file fails at its first character
-        cut = "; truncated?" if exc.pos >= len(exc.doc.rstrip()) else ""
+        # "truncated?" where the parser ran out of input or failed on the last line (a cut inside a string fails at
+        # its opening quote); a YAML or CSV file fails at its first character
+        last = exc.doc.rstrip().count("\n") + 1
+        cut = "; truncated?" if exc.pos >= len(exc.doc.rstrip()) or (exc.lineno == last > 1) else ""
         raise ConfigError(f"{p}: not {what}: malformed JSON at line {exc.lineno}, "
                           f"column {exc.colno} ({exc.msg}){cut}") from None
 

@@ -28,7 +28,8 @@ def load_ops_table(p: Path) -> Trace:
     t = 0.0
     with open(p, newline="") as fh:
         reader = csv.DictReader(fh)
-        for i, row in enumerate(reader, start=2):
+        for row in reader:
+            i = reader.line_num   # the file's line (a quoted cell may span lines)
             width = len(reader.fieldnames or ())
             if None in row.values():   # a row cut short: the last line of a truncated file
                 cells = width - sum(v is None for v in row.values())

@@ -25,8 +25,8 @@ def cited(text: str, base: str) -> str:
             continue
         indent, key, value = len(m.group(1)), m.group(2), m.group(4)
         path = [p for p in path if p[0] < indent] + [(indent, key)]
-        fitted = any(k in FITTED_KEYS for _, k in path)
-        if key in FITTED_KEYS or (fitted and not value):   # a fitted figure, or a block of them
+        fitted = any(k in FITTED_KEYS and (k != "stacks" or i == 0) for i, (_, k) in enumerate(path))
+        if (key in FITTED_KEYS and (key != "stacks" or indent == 0)) or (fitted and not value):   # a fitted figure or block
             line += "  # fitted by sim calibrate (header)"
         elif not value or (indent == 0 and key not in NAMES):   # a block of the base's figures, or one at the top
             line += f"  # as {base}.yaml (cited there)"
