@@ -213,7 +213,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON")
     p.add_argument("--requests", metavar="PATH", help="write the per-request table (.csv or .parquet; - for CSV on stdout)")
     p.add_argument("--chrome-trace", metavar="PATH", help="write a Chrome/Perfetto trace: requests and iterations")
-    p.add_argument("--plots", metavar="DIR", help="write latency CDFs, KV blocks and batch size over time")
+    p.add_argument("--plots", metavar="DIR", help="write latency CDFs, KV blocks, batch size and board power over time")
     p.add_argument("--exhaustive", dest="exact", action="store_true",
                    help="cost every iteration with the op-level simulation (no step-cost surrogate)")
     flags.deprecated_alias(p, "--exact", "--exhaustive", "exact", action="store_true")

@@ -63,12 +63,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         args.plot = str(Path(args.plots) / "validate_scatter.png")
     check_outputs({"--json": args.json, "--plot": args.plot})  # before the work, not after it
     v = validate(load_distinct(args, args.traces, machine), machine, stack=_stack(args.stack))
-    if args.stack and machine.kind != "gpu":   # the stacks model GPU engines' kernels
-        from hw_models.kinds import KINDS
-        why = ("which runs no stack: each op is costed as without one" if not KINDS[machine.kind].runs_stack else
-               "and the stacks model GPU engines' kernels: refitted on this machine's CPU traces a stack still read "
-               "69% where no stack reads 29% (docs/validation.md)")
-        print(f"note: --stack {args.stack}: {machine.name} is kind {machine.kind}, {why}", file=sys.stderr)
+    _stack_note(args.stack, machine)
     with transaction():  # both outputs or neither
         if args.json:
             write_json(args.json, v.to_json())
@@ -108,6 +103,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if note:
             console.print(f"{Path(source).name}: {note}")
     return 0
+
+
+def _stack_note(stack: str | None, machine) -> None:
+    """A note where --stack meets a preset that is not a GPU: the stacks model GPU engines' kernels."""
+    if stack and machine.kind != "gpu":
+        from hw_models.kinds import KINDS
+        why = ("which runs no stack: each op is costed as without one" if not KINDS[machine.kind].runs_stack else
+               "and the stacks model GPU engines' kernels: refitted on this machine's CPU traces a stack still read "
+               "69% where no stack reads 29% (docs/validation.md)")
+        print(f"note: --stack {stack}: {machine.name} is kind {machine.kind}, {why}", file=sys.stderr)
 
 
 def _stack(spec: str | None) -> str | None:
