@@ -129,6 +129,8 @@ def test_two_serve_summaries(capsys, tmp_path):
     assert ratio["latency.ttft.p90"] == f"{sb['latency']['ttft']['p90'] / sa['latency']['ttft']['p90']:.3g}x"
     assert ratio["energy.avg_power_per_device_w"] == (
         f"{sb['energy']['avg_power_per_device_w'] / sa['energy']['avg_power_per_device_w']:.3g}x")
+    assert ratio["energy.peak_power_per_device_w"] == (   # an energy trial: the peak was not compared
+        f"{sb['energy']['peak_power_per_device_w'] / sa['energy']['peak_power_per_device_w']:.3g}x")
     run = tmp_path / "run.json"
     _run(run)
     capacity = tmp_path / "capacity.json"
@@ -138,3 +140,17 @@ def test_two_serve_summaries(capsys, tmp_path):
         assert main(["diff", str(x), str(y)]) == 2
         err = capsys.readouterr().err
         assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_two_runs_compare_their_energy_by_phase(capsys, tmp_path):
+    """An energy trial: sim diff of two runs left out the decode and prefill J/token. A run without them (a busy-time
+    preset) leaves their rows out rather than printing a blank."""
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    ra, rb = _run(a), _run(b, "--set", CAP)
+    (_, metrics, *_), _ = _diff(capsys, a, b)
+    ratio = dict((r[0], r[3]) for r in metrics["rows"])
+    for key in ("decode_energy_per_token_j", "prefill_energy_per_token_j"):
+        assert ratio[key] == f"{rb[key] / ra[key]:.3g}x", key
+    assert main(["run", WORKLOAD, "--hw", "l40s", "--set", "gen_len=4", "--json", str(c), "-q"]) == 0
+    (_, metrics, *_), _ = _diff(capsys, a, c)
+    assert "decode_energy_per_token_j" not in [r[0] for r in metrics["rows"]]

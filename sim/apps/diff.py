@@ -24,7 +24,8 @@ from sim.core.schema import require_file
 from sim.core.settings import dotted_items
 from sim.core.units import fmt_time
 
-METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "energy_per_token_j", "avg_power_per_device_w", "devices")
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "energy_per_token_j", "decode_energy_per_token_j",
+           "prefill_energy_per_token_j", "avg_power_per_device_w", "devices")
 TIMES = ("ttft_s", "tpot_s", "e2e_s")
 INPUTS = ("workload", "hardware", "kind", "stack", "batch", "prompt_len", "gen_len", "formats", "parallel", "model",
           "decode_kv_len", "exhaustive")
@@ -34,7 +35,8 @@ SERVE_INPUTS = ("hardware", "model", "stack", "formats", "parallel", "scheduler"
                 "requests", "instances", "kv_block_tokens")
 SERVE_METRICS = (*(f"latency.{m}.{s}" for m in ("ttft", "tpot", "tbt", "e2e", "queue") for s in ("mean", "p90", "p99")),
                  "throughput_req_s", "throughput_tok_s", "goodput_req_s", "goodput_tok_s", "energy_per_token_j",
-                 "energy.avg_power_per_device_w", "energy.total_j", "completed", "rejected", "preemptions",
+                 "energy.avg_power_per_device_w", "energy.peak_power_per_device_w", "energy.total_j", "completed",
+                 "rejected", "preemptions",
                  "duration_s")
 SERVE_UNRECORDED = ("a serve summary of an older sim records its hardware, model, scheduler, deployment, SLO and request "
                     "count, not its serving section (arrival rate, lengths): those are not compared")
