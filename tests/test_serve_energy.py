@@ -231,3 +231,25 @@ def test_the_surrogate_caps_its_interpolated_steps_as_the_exact_step_is_capped()
         assert sur["latency"][m]["mean"] == pytest.approx(exact["latency"][m]["mean"], rel=2e-3), m
     assert sur["energy"]["total_j"] == pytest.approx(exact["energy"]["total_j"], rel=2e-3)
     assert exact["energy"]["power_cap"]["added_s"] > 0
+
+
+def test_a_tp_instance_capped_after_interpolation_is_the_exact_capped_step():
+    """The same under TP 2, whose mapper charges every rank's static power and clamps a rank's compute plus collective
+    time at the wall (ParallelGpuMapper.power_j): ExactCost.capped recomputes it over the stretched wall, as the exact
+    step's energy is (a review had asked whether the two agree beyond one GPU)."""
+    machine = load_machine("h100_sxm", {"units.gpu.power_limit_w": 300.0})
+    raw = dict(name="t", model="llama3-8b", flash_attention=True, stack="vllm",
+               parallel=dict(tp=2, topology="dgx_h100"),
+               serving=dict(arrivals=dict(process="poisson", rate=4.0, num_requests=8, seed=1),
+                            lengths=dict(prompt=dict(dist="uniform", low=64, high=512),
+                                         output=dict(dist="uniform", low=8, high=16)),
+                            scheduler=dict(kind="vllm", max_num_seqs=32, max_num_batched_tokens=2048)))
+    f = validate_mapping(ServeFile, raw, "test.yaml", "a serving file")
+    cost = ExactCost(machine, f, f.model_config_())
+    for seqs in ([(1024, 1024)], [(512, 512)] + [(1, 400)] * 16):
+        it = features(seqs)
+        step = cost.mapper.iteration(tuple(it.seqs), device_only=True)
+        assert step.counters["power_cap_s"] > 0
+        c = cost.capped(cost.device(it))
+        assert c[0] == pytest.approx(step.time_s, rel=1e-12)
+        assert c[1] == pytest.approx(step.energy_j + cost.mapper.power_j(step.busy_s, step.time_s), rel=1e-12)

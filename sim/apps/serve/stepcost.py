@@ -135,8 +135,10 @@ class ExactCost:
         added = self.cap_added_s(c[0], c[1])
         if not added:
             return c
-        out = list(c)
-        out[0], out[1] = c[0] + added, c[1] + self.mapper.power_j({}, added)
+        out, busy = list(c), dict(zip(self.keys, c[2:]))
+        # the units' static power over the stretched wall, as point() charges an exact capped step (a mapper may
+        # clamp busy time at the wall: ParallelGpuMapper.power_j)
+        out[0], out[1] = c[0] + added, c[1] + self.mapper.power_j(busy, c[0] + added) - self.mapper.power_j(busy, c[0])
         add_busy(out, self.keys, CAP_ADDED, added)
         return tuple(out)
 
