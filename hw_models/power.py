@@ -143,7 +143,9 @@ def cap_note(cap: dict) -> str:
                                                          if cap[p + "_s"]) else "")
     return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
             "each op's joules are kept at full clock, so the energy under a cap is an upper bound (a lower clock "
-            "lowers the voltage too); hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
+            "lowers the voltage too), and the step's op records (--json ops, --chrome-trace) are its ops at full "
+            "clock, the stretch on the step as a whole; hw_models/power.py, --set hw.units.@main.power_limit_w=W "
+            "for another limit")
 
 
 def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
