@@ -89,16 +89,22 @@ def replay_all(runs: list[M.Run]) -> list[F.Components]:
     return comps
 
 
+def limits(preset: str) -> float:
+    """The preset's board limit over the fitted H100's: the rule's scale for idle and activity power."""
+    u, h100 = (load_machine(p).units["gpu"] for p in (preset, FIT_PRESET))
+    return (u.power_limit_w or u.power_w) / (h100.power_limit_w or h100.power_w)
+
+
 def derived(fit: F.Fit) -> dict[str, tuple[float, float, float]]:
     """(active_power_w, fp16 J/FLOP, HBM J/byte) each preset must carry, by the module doc's rules."""
     h100, b200 = (load_machine(p).units["gpu"] for p in (FIT_PRESET, "b200"))
-    limits = (b200.power_limit_w or b200.power_w) / (h100.power_limit_w or h100.power_w)
-    per_peak = limits * h100.peak_flops_per_s["bf16"] / b200.peak_flops_per_s["bf16"]
+    b200_limits = limits("b200")
+    per_peak = b200_limits * h100.peak_flops_per_s["bf16"] / b200.peak_flops_per_s["bf16"]
     out = {p: (fit.active_power_w, fit.fp16_j_per_flop, fit.hbm_j_per_byte) for p in (FIT_PRESET, *SAME_DIE)}
-    out["b200"] = (F.sig3(fit.active_power_w * limits), F.sig3(fit.fp16_j_per_flop * per_peak), fit.hbm_j_per_byte)
+    out["b200"] = (F.sig3(fit.active_power_w * b200_limits), F.sig3(fit.fp16_j_per_flop * per_peak),
+                   fit.hbm_j_per_byte)
     for preset, board in SCALED_BOARDS.items():   # hbm_pim's HBM2 and the A6000's GDDR6 keep their cited J/byte
-        u = load_machine(board).units["gpu"]
-        active = F.sig3(fit.active_power_w * u.power_w / (h100.power_limit_w or h100.power_w))
+        active = F.sig3(fit.active_power_w * limits(board))
         out[preset] = (active, gemm_j_per_flop(board, active), fit.hbm_j_per_byte if preset == "a100_80g" else None)
     return out
 
@@ -134,11 +140,10 @@ def stale_idle() -> list[str]:
     """Each rule-scaled board's idle power: the H100's (itself assumed: the H200's measured idle) x the board limits'
     ratio, as its active power (a review: the check held active power and J/FLOP, not the idle figure)."""
     h100 = load_machine(FIT_PRESET).units["gpu"]
-    limit = h100.power_limit_w or h100.power_w
     bad = []
     for preset in ("b200", *SCALED_BOARDS):
         u = load_machine(preset).units["gpu"]
-        want = round(h100.idle_power_w * (u.power_limit_w or u.power_w) / limit, 1)   # to 0.1 W, as the presets
+        want = round(h100.idle_power_w * limits(preset), 1)   # to 0.1 W, as the presets
         if u.idle_power_w is None or abs(u.idle_power_w - want) > 1e-9 * want:
             bad.append(f"{preset}: idle_power_w {u.idle_power_w}; the rule gives {want:g} W")
     return bad

@@ -113,13 +113,18 @@ def _style(i: int, values: tuple, first: list, last: list) -> dict:
     return dict(color=f"C{last.index(values[-1]) % 10}", linestyle=STYLES[j % 4], marker=MARKERS[j % len(MARKERS)])
 
 
+def varying(data: "pd.DataFrame", axes: list[str], skip: tuple[str, ...] = ()) -> list[str]:
+    """The sweep's `axes` with more than one value among `data`'s rows, `skip` left out: what a plot must name."""
+    return [a for a in axes if a in data.columns and a not in skip and data[a].nunique() > 1]
+
+
 def _best_at_each_x(g: "pd.DataFrame", p: Plot, goal: str, axes: list[str]) -> tuple["pd.DataFrame", str]:
     """An axis outside `lines` that varies too gives several points at one x: drawn in turn they zigzag, so the
     line keeps the best of them at each x, and its label says so, naming the axes it took the best over (`axes`:
     the sweep's; "" where there was one point at each x)."""
     if not g[p.x].duplicated().any():
         return g.sort_values(p.x), ""
-    over = [a for a in axes if a in g.columns and a != p.x and a not in p.line_columns and g[a].nunique() > 1]
+    over = varying(g, axes, (p.x, *p.line_columns))
     g = g.loc[g.groupby(p.x)[p.y].idxmin() if goal == "min" else g.groupby(p.x)[p.y].idxmax()]
     return g.sort_values(p.x), f"{goal} over {', '.join(map(_label, over)) if over else 'the points'} at each x"
 
@@ -179,7 +184,7 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     data = _ok(df, [p.x, p.y, p.z], f"plots: heatmap {p.z}", p)
     # Several points per cell (a third axis) are reduced to the best one, and the title says over which axes.
     table = data.groupby([p.y, p.x])[p.z].agg(goal).unstack(p.x)
-    over = [a for a in df.attrs.get("axes", []) if a in data.columns and a not in (p.x, p.y) and data[a].nunique() > 1]
+    over = varying(data, df.attrs.get("axes", []), (p.x, p.y))
     if over:
         title += f"\neach cell the {goal} over {', '.join(_label(a) for a in over)}"
     table = table.reindex(index=_order(data[p.y]), columns=_order(data[p.x]))
@@ -253,8 +258,7 @@ def pareto(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         dist = np.hypot(scaled(x, gx)[f], scaled(y, gy)[f])
         k = f[int(np.argmin(dist))]
         # the point's own axis values, where they vary: a hw label alone hid a scaled, int4 a6000 (a user trial)
-        at = [a for a in df.attrs.get("axes", []) if a in data.columns and data[a].nunique() > 1]
-        where = ", ".join(f"{_label(a)} {fmt_value(a, data[a].iloc[k])}" for a in at)
+        where = ", ".join(f"{_label(a)} {fmt_value(a, data[a].iloc[k])}" for a in varying(data, df.attrs.get("axes", [])))
         ax.scatter([x[k]], [y[k]], label=f"best trade-off ({ax_x.name} {num(x[k])} {ax_x.unit}, "
                                          f"{ax_y.name} {num(y[k])} {ax_y.unit})" + (f"\nat {where}" if where else ""),
                    **_STAR)

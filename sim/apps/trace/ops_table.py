@@ -28,9 +28,9 @@ def load_ops_table(p: Path) -> Trace:
     t = 0.0
     with open(p, newline="") as fh:
         reader = csv.DictReader(fh)
+        width = len(reader.fieldnames or ())   # the header's cells (reading it)
         for row in reader:
             i = reader.line_num   # the file's line (a quoted cell may span lines)
-            width = len(reader.fieldnames or ())
             if None in row.values():   # a row cut short: the last line of a truncated file
                 cells = width - sum(v is None for v in row.values())
                 raise ConfigError(f"{p}: line {i}: {cells} cells where the header has {width} (a truncated file?)")
