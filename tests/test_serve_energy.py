@@ -207,6 +207,22 @@ def test_serve_reports_the_seconds_the_power_cap_added(exact):
     assert "power_cap" not in tight[1]["utilization"]
 
 
+def test_serve_names_what_its_power_figures_rest_on(run):
+    """`sim serve` says where the board figures come from, as `sim run` does (its "power figures" row): the
+    preset's power_source, in the summary and the report; a preset without the board-power model has none."""
+    from rich.console import Console
+
+    from sim.apps.serve.report import print_report
+
+    src = load_machine("h100_sxm").units["gpu"].power_source
+    assert src.startswith("fitted") and run[1]["energy"]["power_source"] == src
+    con = Console(record=True, width=400)
+    print_report(run[1], "t", con)
+    assert any("power figures" in line and src in line for line in con.export_text().splitlines())
+    _, plain = serve(_file(1.0, n=2), load_machine("l40s"))
+    assert "power_source" not in plain["energy"]
+
+
 def test_the_surrogate_caps_its_interpolated_steps_as_the_exact_step_is_capped():
     """The step-cost tables hold iterations at full clock and the cap is applied to the interpolated cost
     (ExactCost.capped, stop 67): interpolated across the limit's kink, capped grid points had read a stream's mean TTFT

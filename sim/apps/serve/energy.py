@@ -38,7 +38,8 @@ def pools_board(results: list[ServeResult], boards: list[Board], span_s: float) 
     weights = idle if sum(idle) > 0 else [1.0] * len(boards)
     joules = sum(b.idle_w * b.devices * s for b, s in zip(boards, weights))
     limits = {b.limit_w for b in boards}
-    return Board(joules / sum(weights) / devices, devices, limits.pop() if len(limits) == 1 else None)
+    return Board(joules / sum(weights) / devices, devices, limits.pop() if len(limits) == 1 else None,
+                 source="; ".join(dict.fromkeys(b.source for b in boards if b.source)))
 
 
 def phase_split(res: ServeResult) -> tuple[np.ndarray, np.ndarray]:
@@ -81,6 +82,7 @@ def energy_summary(res: ServeResult) -> dict[str, Any]:
         by_phase_j=dict(prefill=float(pre.sum()), decode=float(dec.sum()), idle=total - res.energy_j),
         power_cap=cap_summary(res),
         **({"power_includes": b.with_host} if b.with_host else {}),   # beyond the device's board (offload's host)
+        **({"power_source": b.source} if b.source else {}),   # what the board figures rest on, as sim run says
     )
 
 

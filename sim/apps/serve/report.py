@@ -63,7 +63,8 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
             ("power per device" + (f" (with the {e['power_includes']})" if e.get("power_includes") else ""),
              f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
              f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})"
-             + ("; the board limit binds the GPU alone" if e.get("power_includes") else ""))]
+             + ("; the board limit binds the GPU alone" if e.get("power_includes") else "")),
+            *([("power figures", e["power_source"])] if e.get("power_source") else [])]
     if cap := e.get("power_cap"):
         limit = f"the {cap['limit_w']:g} W board limit" if cap["limit_w"] else "the board power limits"
         rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.{1 if cap['stretch'] >= 1e-3 else 3}%} "
