@@ -54,6 +54,22 @@ def test_one_client_sees_a_lone_prefill_and_think_time_spaces_sends():
     np.testing.assert_allclose(r["arrival_s"][1:], r["finish_s"][:-1] + 0.25, rtol=1e-12)
 
 
+@pytest.mark.parametrize("clients", [1, 2])
+def test_the_run_ends_at_the_last_reply_not_after_a_last_think(clients):
+    """A client with nothing left to send does not think: the run's wall time, which utilisation, idle energy and
+    J/token are taken over, ends at the last reply. (A serving trial: 1 client, 3 requests, 10 s of think time read
+    engine_busy 0.087 against 0.124 and J/token 12.4 against 9.4, over one think time past the last reply.) With one
+    client it is every request's E2E plus a think between each two sends."""
+    f = closed_file(clients, 4, prompt=300, output=4, think_time_s=0.5)
+    res, s = serve(f, H100)
+    r = res.requests
+    assert res.makespan_s == pytest.approx(float(r["finish_s"].max()), rel=1e-12)
+    if clients == 1:
+        assert res.makespan_s == pytest.approx(float((r["finish_s"] - r["arrival_s"]).sum()) + 3 * 0.5, rel=1e-12)
+    busy = float(res.iterations["duration_s"].sum())
+    assert s["engine_busy"] == pytest.approx(busy / res.makespan_s, rel=1e-9)
+
+
 def test_front_end_delay_adds_to_every_ttft():
     f = closed_file(1, 3, prompt=300, output=4)
     setup = prepare(f, H100)
