@@ -188,10 +188,29 @@ def test_a_dynamo_deployment_pays_its_own_request_delay():
     first = {d: ServeSim(prepare(x, m), make_requests(x)).run().requests["first_token_s"]
              for d, x in (("direct", f), ("dynamo", dyn))}
     np.testing.assert_allclose(first["dynamo"] - first["direct"], 0.025, rtol=1e-9)
-    eo = load_stack("trtllm").engine_overheads
-    assert eo.request_delay_s("dynamo") == eo.request_delay_s("direct") == eo.per_request_s
+    # TensorRT-LLM's runs all came behind Dynamo: its own server is its Dynamo delay less the Dynamo path's cost
+    # that vLLM's runs, served both ways, show (overhead_fit.unseen_deployments)
+    eo, v = load_stack("trtllm").engine_overheads, load_stack("vllm").engine_overheads
+    path = v.request_delay_s("dynamo") - v.request_delay_s("direct")
+    assert eo.request_delay_s("direct") == pytest.approx(eo.request_delay_s("dynamo") - path, abs=1e-5)
     unset = stack_for("vllm", h100(per_request_s=0.005, dynamo_per_request_s=None)).engine_overheads
     assert unset.request_delay_s("dynamo") == unset.request_delay_s("direct") == 0.005
+
+
+def test_a_deployment_no_run_came_through_takes_the_dynamo_path_of_the_families_served_both_ways():
+    """By hand: vLLM 5 ms direct and 45 ms behind Dynamo (the path costs 40 ms); TensorRT-LLM only behind Dynamo at
+    80 ms is 40 ms direct; a family at 30 ms behind Dynamo is 0 direct, never below; one seen only direct at 10 ms
+    is 50 ms behind Dynamo. Without a family seen both ways each takes the other deployment's figure."""
+    fit = lambda e, d, y: F.Fit(e, {"per_request_s": d, "dynamo_per_request_s": y}, 1)
+    both, dyn, direct = {"direct", "dynamo"}, {"dynamo"}, {"direct"}
+    out = F.unseen_deployments([(fit("vllm", 0.005, 0.045), both), (fit("trtllm", 0.0, 0.080), dyn),
+                                (fit("sglang", 0.0, 0.030), dyn), (fit("x", 0.010, 0.0), direct)])
+    got = [(f.engine, f.terms["per_request_s"], f.terms["dynamo_per_request_s"]) for f in out]
+    want = [("vllm", 0.005, 0.045), ("trtllm", 0.040, 0.080), ("sglang", 0.0, 0.030), ("x", 0.010, 0.050)]
+    for g, w in zip(got, want, strict=True):
+        assert g[0] == w[0] and g[1:] == pytest.approx(w[1:], abs=1e-12)
+    (alone,) = F.unseen_deployments([(fit("trtllm", 0.0, 0.080), dyn)])
+    assert alone.terms["per_request_s"] == alone.terms["dynamo_per_request_s"] == 0.080
 
 
 def test_async_scheduling_is_on_by_default_under_vllm_and_off_under_v0():

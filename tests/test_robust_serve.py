@@ -351,10 +351,10 @@ def test_a_closed_loop_of_identical_requests_is_warned(capsys):
 
 
 def test_an_slo_below_the_stack_s_request_delay_says_why_no_load_meets_it(tmp_path, capsys):
-    """sglang's fitted delay per request is 109.7 ms (hw_models/stack/presets/sglang.yaml): a ttft_p90 of 0.1 s
+    """sglang's fitted delay per request behind Dynamo is 109.7 ms (hw_models/stack/presets/sglang.yaml): a ttft_p90 of 0.1 s
     cannot be met at any load, and the search said only "not met even at 1 clients" (a serving engineer's trial)."""
     w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
-    sets = ["--set", "stack=sglang", "--set", "serving.scheduler={kind: sglang}",
+    sets = ["--set", "stack=sglang", "--set", "serving.scheduler={kind: sglang}", "--set", "serving.deployment=dynamo",
             "--set", "serving.arrivals={process: closed, concurrency: 4, num_requests: 40}"]
     assert main(["serve", str(w), "--hw", "h100_sxm", "-q", *sets, "--find-capacity", "--slo", "ttft_p90=0.1"]) == 2
     err = capsys.readouterr().err.strip()

@@ -48,5 +48,5 @@ def test_a_lone_request_queues_exactly_the_stack_s_request_delay_and_the_summary
                                           "lengths": lengths, "scheduler": {"kind": "vllm"}}}, "one.yaml")
     s = serve(f, H100)[1]
     delay = stack_for("trtllm", H100).engine_overheads.per_request_s
-    assert s["request_delay_s"] == delay > 0.05
+    assert s["request_delay_s"] == delay > 0.04
     assert s["latency"]["queue"]["mean"] == pytest.approx(delay, abs=1e-6)

@@ -44,7 +44,7 @@ def test_one_replica_is_the_plain_engine(a6000):
 
 @pytest.mark.parametrize("stack", ["vllm", "trtllm"])
 def test_one_replica_under_a_stack_is_the_plain_engine_front_end_and_delay_included(a6000, stack):
-    """A serving trial: behind a router the stack's per-request delay (vllm 5.322 ms, trtllm 80.95 ms) and its API
+    """A serving trial: behind a router the stack's per-request delay (vllm 5.322 ms, trtllm 42.06 ms) and its API
     front end (trtllm's 70 us a streamed token) were dropped, so one replica read TTFT 5.3 ms lower than the plain
     engine under vllm and 110 ms under sglang, while the report said they were held. They are the same run now."""
     f = _file(6.0, 60, stack=stack)

@@ -15,8 +15,8 @@ silicon-sample runs: the procedure scripts/fit_engine_overheads.py runs and the 
    equations of every run, each row divided by its measured value (relative errors weigh alike whatever
    the run's scale), and (c, r) >= 0, the terms only a TP > 1 run pays, a second one on what they leave
    (`fit`'s note: every vLLM training run is TP >= 2, so fitted jointly they would take the flat step's
-   place). A family whose training runs came through one deployment gives the other its figure (the
-   rows cannot tell them apart). Queueing's second-order response to the terms is left to the
+   place). A family whose training runs came through one deployment takes the other's delay from the
+   Dynamo path's cost that the families served both ways show (unseen_deployments). Queueing's second-order response to the terms is left to the
    validation run, which simulates with them.
 3. The API front end's service time per streamed token (sim/apps/serve/frontend.py) is no first-order term:
    what it does is queueing, which only the simulation gives. It is fitted by profile: the training runs are
@@ -121,12 +121,30 @@ def fit(rows: list[dict], measured: dict[str, dict[str, float]], rank_term: str 
             x, residual = nnls(A, y)
             tp, residual = nnls(X, y - A @ x) if rank_term == "staged" else (np.zeros(2), residual)
             x = np.r_[x, tp]
-        terms = dict(zip(TERMS, (float(v) for v in x)))
-        for dep, term in DEPLOYMENT_TERMS.items():   # a deployment with no runs: the other's figure
-            if dep not in seen:
-                (other,) = set(DEPLOYMENT_TERMS.values()) - {term}
-                terms[term] = terms[other]
-        out.append(Fit(engine, {**terms, FRONT: front}, len(A) // 2, float(residual)))
+        out.append((Fit(engine, {**dict(zip(TERMS, (float(v) for v in x))), FRONT: front}, len(A) // 2,
+                        float(residual)), seen))
+    return unseen_deployments(out)
+
+
+def unseen_deployments(fits: list[tuple[Fit, set[str]]]) -> list[Fit]:
+    """Each family's delay for a deployment none of its runs came through. Dynamo's path (its HTTP frontend, the
+    etcd / NATS hop to the engine's Dynamo worker, genai-perf's client) is the same software in front of any engine,
+    so its cost over the engine's own server is taken from the families whose runs came both ways (vLLM's:
+    dynamo_per_request_s - per_request_s, their mean where several) and a Dynamo-only family's own server is its
+    Dynamo delay less that, never below 0 (before: the Dynamo delay itself, so `trtllm` and `sglang` served
+    directly added 81 and 110 ms to every first token; a serving trial). Without such a family, the other
+    deployment's figure."""
+    both = [f.terms["dynamo_per_request_s"] - f.terms["per_request_s"] for f, seen in fits
+            if set(DEPLOYMENT_TERMS) <= seen]
+    path = sum(both) / len(both) if both else 0.0
+    out = []
+    for f, seen in fits:
+        terms = dict(f.terms)
+        if "direct" not in seen:
+            terms["per_request_s"] = max(terms["dynamo_per_request_s"] - path, 0.0)
+        if "dynamo" not in seen:
+            terms["dynamo_per_request_s"] = terms["per_request_s"] + path
+        out.append(Fit(f.engine, terms, f.runs, f.residual))
     return out
 
 
