@@ -349,6 +349,20 @@ def test_vllm_benchmark_json_becomes_a_closed_loop_run(tmp_path):
         read_vllm_bench(path, "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B")
 
 
+@pytest.mark.parametrize("text", ["[]", "{}", '{"mean_ttft_ms": 1}'])
+def test_a_json_that_is_no_benchmark_result_says_so_before_asking_for_flags(tmp_path, capsys, text):
+    """A serving trial: `[]` given to validate-serving was told to give --engine, and only with it that it was not
+    a benchmark result. It is said first now, naming both layouts, exit 2."""
+    from sim.apps.cli import main
+
+    path = tmp_path / "x.json"
+    path.write_text(text)
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}: not a benchmark result: neither a vLLM benchmark_serving JSON")
+    assert "--engine" not in err
+
+
 def _vllm_result(tmp_path, **keys):
     """A made-up benchmark_serving result (vllm benchmarks/serve.py result_json keys): 4 requests, one failed."""
     d = {"model_id": "meta-llama/Llama-3.1-8B", "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 2,

@@ -87,10 +87,26 @@ def logged_engine(d: object) -> str | None:
     return LOGGED_ENGINES.get(d.get("backend")) if isinstance(d, dict) and isinstance(d.get("backend"), str) else None
 
 
+VLLM_KEYS = ("mean_ttft_ms", "mean_tpot_ms")
+
+
+def bench_kind(path: Path, d: object) -> str:
+    """Which benchmark wrote the JSON `d`, told apart by its keys: "genai-perf" (genai-perf's or aiperf's export)
+    or "vllm" (benchmark_serving); anything else is refused here, before any flag is asked for (a serving trial:
+    `[]` was first told to give --engine)."""
+    if isinstance(d, dict) and ({"input_config", "records", "time_to_first_token"} & d.keys()):
+        return "genai-perf"
+    if isinstance(d, dict) and all(k in d for k in VLLM_KEYS):
+        return "vllm"
+    raise ConfigError(f"{path}: not a benchmark result: neither a vLLM benchmark_serving JSON (keys "
+                      f"{', '.join(VLLM_KEYS)}) nor a genai-perf / aiperf export (input_config, records or "
+                      "time_to_first_token)")
+
+
 def read_bench_json(path: Path, gpu: str, engine: str, model: str, named_by: str = "--model") -> Run:
     """A benchmark result JSON, genai-perf's or aiperf's, or vLLM benchmark_serving's, told apart by their keys."""
     d = read_json(path)
-    if isinstance(d, dict) and ({"input_config", "records", "time_to_first_token"} & d.keys()):
+    if bench_kind(path, d) == "genai-perf":
         return read_genai_perf(path, gpu, engine, model, d, named_by)
     return read_vllm_bench(path, gpu, engine, model, d, named_by)
 
@@ -229,9 +245,8 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = N
     request's lengths in the order sent (`errors` names the failed ones, left out), without it the means
     total_input_tokens / completed and total_output_tokens / completed."""
     d = read_json(path) if d is None else d
-    need = ("mean_ttft_ms", "mean_tpot_ms")
-    if not isinstance(d, dict) or any(k not in d for k in need):
-        raise ConfigError(f"{path}: not a vLLM benchmark_serving result (expected keys {', '.join(need)})")
+    if not isinstance(d, dict) or any(k not in d for k in VLLM_KEYS):
+        raise ConfigError(f"{path}: not a vLLM benchmark_serving result (expected keys {', '.join(VLLM_KEYS)})")
     v = validate_mapping(VllmResult, d, str(path), "a vLLM benchmark_serving result")
     detailed = v.input_lens is not None and v.output_lens is not None
     if not detailed and not (v.completed and v.total_input_tokens is not None and v.total_output_tokens is not None):

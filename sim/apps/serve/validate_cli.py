@@ -22,7 +22,7 @@ from sim.core.files import check_output, check_outputs, transaction, write_json
 
 def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate import GPUS
-    from sim.apps.serve.bench_logs import logged_engine, logged_model, read_bench_json, read_json
+    from sim.apps.serve.bench_logs import bench_kind, logged_engine, logged_model, read_bench_json, read_json
     from sim.apps.serve.validate_models import checkpoint_quant
     from sim.apps.serve.overhead_fit import in_training
     from sim.apps.serve.validate import reasons
@@ -30,7 +30,8 @@ def _runs(args: argparse.Namespace):
 
     path = Path(args.file)
     if path.suffix == ".json":
-        d = read_json(path)   # a file that is not JSON says so first
+        d = read_json(path)   # a file that is not JSON says so first, then one that is no benchmark's
+        bench_kind(path, d)
         model, engine = args.model or logged_model(d), args.engine or logged_engine(d)
         if not (engine and model):
             missing = [flag for flag, v in (("--engine", engine), ("--model", model)) if not v]
