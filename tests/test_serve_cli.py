@@ -311,3 +311,16 @@ def test_capacity_progress_lines_are_not_wrapped_when_piped(capsys):
     stopped = [ln for ln in lines if "stopped after" in ln]
     assert stopped and all(ln.strip().startswith("rate") and ln.rstrip().endswith("fails with certainty)")
                            for ln in stopped)
+
+
+def test_an_error_from_a_stack_or_topology_file_names_the_serving_file_and_machine(capsys):
+    """A serving trial: FP8 weights on an A6000 under vllm, or TP 16 on an 8-GPU topology, were refused naming only
+    sim's own stack / topology file. As `sim run` does, the line now starts with the user's file and the machine."""
+    from pathlib import Path
+
+    w = str(Path(__file__).parents[1] / "workloads" / "serve_llama3_8b_sharegpt.yaml")
+    for hw, sets in (("a6000", ["stack=vllm", "formats.weights=fp8_e4m3"]),
+                     ("h100_sxm", ["parallel={tp: 16, topology: dgx_h100}"])):
+        assert main(["serve", w, "--hw", hw, "-q", *[x for s in sets for x in ("--set", s)]]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"error: {w} on ") and f"presets/{hw}.yaml: " in err

@@ -316,3 +316,14 @@ def test_each_pool_takes_vllm_s_defaults_for_its_own_gpu():
     raw["serving"]["scheduler"] = dict(kind="vllm", max_num_batched_tokens=4096)
     pre = pool_setup(serve_file_from_dict(raw, "d.yaml"), "prefill", False, None)[0].file.serving.scheduler
     assert (pre.max_num_batched_tokens, pre.max_num_seqs) == (4096, 1024)
+
+
+def test_speculative_decoding_in_pools_is_refused_before_a_pool_checks_its_draft():
+    """A serving trial: a draft of another vocabulary in a disaggregated file was refused as
+    `serving.disaggregated.prefill.parallel: serving.speculative.draft: ...`, a key the file never set, where the
+    whole `serving.speculative` is not modelled with pools: that is said first, for the file's own key."""
+    f = _file()
+    raw = f.model_dump(mode="json", exclude={"source"}, exclude_none=True)
+    raw["serving"]["speculative"] = {"draft": "tinyllama-1.1b", "k": 4, "alpha": 0.7}
+    with pytest.raises(ConfigError, match=r"^test\.yaml: serving\.speculative: not modelled with serving\.disagg"):
+        serve(validate_mapping(ServeFile, raw, "test.yaml", "a serving file"), load_machine("a6000"), cache=CACHE)

@@ -4,6 +4,9 @@ workload file is meant to run on every kind of preset."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from hw_models.compute_path import native_rates
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine, machine_aliases
@@ -11,7 +14,7 @@ from hw_models.offload.spec import host_spec
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
 from sim.apps.serve.disagg import transfer_notes, unread_plan
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, SimError
 from sim.core.formats import get_format
 from sim.core.lowering import lower, override_matches
 from sim.core.model import ModelConfig
@@ -234,3 +237,21 @@ def unused_in_serving(workload: Workload, machine: Machine) -> list[str]:
                      "chip's KV pool fills the SRAM its compiler may use, spatial.usable_fraction (--set "
                      "hw.spatial.usable_fraction=...)")
     return notes
+
+
+@contextmanager
+def naming(workload, machine, hw: dict | None = None) -> Iterator[None]:
+    """A SimError raised while simulating (the model does not fit, no native rate) names
+    the workload file and the hardware it ran on, when the message does not already; a kind's section
+    (host, pim, spatial) is checked only when the run builds it, so a bad `--set hw.<key>` read as the preset's
+    own mistake (a trial): the key's --set is named."""
+    try:
+        yield
+    except SimError as exc:
+        msg, wl = str(exc), workload.source or workload.name
+        if workload.source and workload.source in msg:
+            raise
+        if machine.source and machine.source in msg:
+            hit = next((k for k in hw or {} if f": {k}:" in msg), None)
+            raise type(exc)(f"{msg} (workload {wl}{f'; from --set hw.{hit}' if hit else ''})") from None
+        raise type(exc)(f"{wl} on {machine.source or machine.name}: {msg}") from None

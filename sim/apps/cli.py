@@ -19,9 +19,7 @@ interrupt.install()   # already, when sim was imported as the CLI; here for any 
 import argparse
 import os
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from hw_models.kinds import cli_registrars
 from sim.apps import diff_cli, hw_cli, progress
@@ -66,24 +64,6 @@ def _load(args: argparse.Namespace):
     return workload, machine, sets.hw
 
 
-@contextmanager
-def _naming(workload, machine, hw: dict | None = None) -> Iterator[None]:
-    """A SimError raised while simulating (the model does not fit, no native rate) names
-    the workload file and the hardware it ran on, when the message does not already; a kind's section
-    (host, pim, spatial) is checked only when the run builds it, so a bad `--set hw.<key>` read as the preset's
-    own mistake (a trial): the key's --set is named."""
-    try:
-        yield
-    except SimError as exc:
-        msg, wl = str(exc), workload.source or workload.name
-        if workload.source and workload.source in msg:
-            raise
-        if machine.source and machine.source in msg:
-            hit = next((k for k in hw or {} if f": {k}:" in msg), None)
-            raise type(exc)(f"{msg} (workload {wl}{f'; from --set hw.{hit}' if hit else ''})") from None
-        raise type(exc)(f"{wl} on {machine.source or machine.name}: {msg}") from None
-
-
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="workload YAML file")
     p.add_argument("--hw", action=Once, required=True, help="hardware preset name or YAML file (see `sim hw list`)")
@@ -99,6 +79,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sim.core.results import check_finite
     from sim.apps.gantt import parse_layers
 
+    from sim.apps.checks import naming
+
     layers = parse_layers(args.gantt_layers, args.plots)
     workload, machine, hw_sets = _load(args)
     check_outputs({"--json": args.json, "--chrome-trace": args.chrome_trace})  # before the run, not after it
@@ -106,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output(args.plots, directory=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # notes are printed in the report
-        with _naming(workload, machine, hw_sets), progress.bar("simulating", "steps", quiet=args.quiet) as update:
+        with naming(workload, machine, hw_sets), progress.bar("simulating", "steps", quiet=args.quiet) as update:
             token = STEP_PROGRESS.set(update)
             try:
                 result = check_finite(simulate(workload, machine, exhaustive=args.exhaustive), machine.source)
@@ -183,7 +165,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if (beyond := beyond_context(kv, model)) is not None:   # as sim run warns (sim.core.workload.check_context)
         print(f"warning: kv_len {kv} is {beyond}", file=sys.stderr)
-    with _naming(workload, machine, hw_sets):
+    from sim.apps.checks import naming
+
+    with naming(workload, machine, hw_sets):
         rows = roofline_rows(workload, machine, args.phase, q, kv)
     if skipped:   # once the rows are priced: a mistake in the input is its one line alone
         print(f"note: sim roofline prices each op on one device's roofline; {', '.join(skipped)}: not applied "

@@ -53,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sim.apps.serve.invariants import budget_warning, check_run
     from sim.apps.serve.run import refuse_unserved, summary_of
     from sim.apps.serve.spec import load_serve_file
-    from sim.apps.checks import ignored_hw_overrides, input_notes
+    from sim.apps.checks import ignored_hw_overrides, input_notes, naming
     from hw_models.registry import hardware_record
     from sim.core.settings import split_settings
 
@@ -70,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
     _check_outputs(args, file)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), naming(file, machine, sets.hw):   # an error names the serving file and machine
         warnings.simplefilter("ignore")
         if args.find_capacity:
             return _capacity(args, file, machine, slo)

@@ -111,6 +111,9 @@ def _pool_advice(exc: ConfigError, key: str) -> str:
 
 
 def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tuple[Setup, str]:
+    if file.serving.speculative is not None:   # before a pool checks the draft (a trial: its vocabulary was refused
+        # as a key of the prefill pool's plan, `serving.disaggregated.prefill.parallel: serving.speculative.draft`)
+        raise ConfigError(f"{file.source}: serving.speculative: not modelled with serving.disaggregated")
     pool = getattr(file.serving.disaggregated, key)
     where = f"{file.source}: serving.disaggregated.{key}"
     machine = pool_machine(file, key)
@@ -178,8 +181,6 @@ class Disagg:
 
     def __init__(self, file: ServeFile, reqs: Requests, exact: bool, cache: dict | None):
         d = file.serving.disaggregated
-        if file.serving.speculative is not None:
-            raise ConfigError(f"{file.source}: serving.speculative: not modelled with serving.disaggregated")
         self.file, self.reqs, self.policy = file, reqs, policy_of(file)
         (ps, self.prefill_hw), (ds, self.decode_hw) = (pool_setup(file, k, exact, cache) for k in ("prefill", "decode"))
         one = Requests(reqs.arrival_s, reqs.prompt_len, np.ones_like(reqs.output_len), reqs.hash_ids,
