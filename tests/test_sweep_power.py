@@ -201,3 +201,25 @@ def test_the_pareto_star_and_the_heatmap_name_what_they_hide(tmp_path, figures):
     assert "\nat hardware a6000, weight format int4" in star
     titles = [ax.get_title() for fig in figures for ax in fig.axes]
     assert any("each cell the min over hardware" in t for t in titles)
+
+
+def test_line_and_heatmap_bests_rank_board_power_rows_first():
+    """An architect's trial: a sweep over [ipu_bow, a100_80g] starred ipu_bow's busy-time J/token (1.52 J) in its line
+    and heatmap, where the best-points table ranked a100_80g's 1.70 J. At each x (and in each cell) a board-power row
+    comes before a busy-time one; a group with busy-time rows alone keeps its own best."""
+    from sim.apps.sweep.energy import best_per, cell_tables
+
+    df = pd.DataFrame({"hw": ["ipu_bow", "a100_80g", "ipu_bow", "a100_80g", "ipu_bow"],
+                       "workload.batch": [1, 1, 2, 2, 4], "workload.prompt_len": [512] * 5,
+                       "energy_per_token_j": [1.52, 1.70, 0.80, 0.95, 0.40],
+                       "energy_board_model": [0, 1, 0, 1, 0]})
+    best = best_per(df, ["workload.batch"], "energy_per_token_j", "min")
+    assert list(best["hw"]) == ["a100_80g", "a100_80g", "ipu_bow"]   # batch 4 has the busy-time row alone
+    assert list(best_per(df, ["workload.batch"], "energy_per_token_j", "max")["hw"])[:2] == ["a100_80g", "a100_80g"]
+    table, ranked, among = cell_tables(df, "workload.prompt_len", "workload.batch", "energy_per_token_j", "min")
+    assert among == " (board-power rows)"
+    assert table.loc[512].tolist() == [1.70, 0.95, 0.40]
+    assert ranked.loc[512, 4] != ranked.loc[512, 4] and ranked.loc[512, 2] == 0.95   # the star can't take batch 4
+    # a metric the two models compare on (not energy or power): plain best
+    df["tpot_s"] = [2.0, 3.0, 2.0, 3.0, 2.0]
+    assert list(best_per(df, ["workload.batch"], "tpot_s", "min")["hw"]) == ["ipu_bow"] * 3

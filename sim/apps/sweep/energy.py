@@ -103,3 +103,23 @@ def cap_caveats(df: "pd.DataFrame", axes: list[str]) -> list[str]:
     named = "; ".join(flagged[:NAMED]) + (f"; and {len(flagged) - NAMED} more" if len(flagged) > NAMED else "")
     return bound + [f"{len(flagged)} of {len(df)} points: power cap: the board limit stretches a phase beyond what "
                     f"the model covers (`sim run` warns of each such point): {named}; {clause}"]
+
+
+def best_per(rows: "pd.DataFrame", by: list[str], metric: str, goal: str) -> "pd.DataFrame":
+    """The row of best `metric` (no NaN) at each value of the `by` columns: among a group's board-power rows where
+    the rows mix the two energy models on an energy or power figure (comparable), the group's own rows otherwise
+    (an architect's trial: a line's "min over hardware at each x" and a heatmap's cells took ipu_bow's busy-time
+    J/token, 1.52 J, where the best-points table ranked a100_80g's 1.70 J)."""
+    busy = busy_rows(rows, [metric])
+    key = rows[metric] if goal == "min" else -rows[metric]
+    order = rows.assign(_busy=False if busy is None else busy, _key=key).sort_values(["_busy", "_key"], kind="stable")
+    return rows.loc[order.groupby(by, sort=False).head(1).index]
+
+
+def cell_tables(data: "pd.DataFrame", row: str, col: str, metric: str, goal: str):
+    """A heatmap's cells: each (row, col) cell's best `metric` (best_per), the same table with only the cells its star
+    may rank (the board-power ones where the rows mix the energy models), and the star's label for them."""
+    cells = best_per(data.dropna(subset=[metric]), [row, col], metric, goal)
+    table = cells.set_index([row, col])[metric].unstack(col)
+    ranked, among = comparable(cells, metric)
+    return table, ranked.set_index([row, col])[metric].unstack(col).reindex_like(table), among

@@ -17,7 +17,7 @@ from sim.apps.axes import Axis, factor_axes, is_number, num
 from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
-from sim.apps.sweep.energy import busy_rows
+from sim.apps.sweep.energy import best_per, busy_rows, cell_tables, comparable
 from sim.apps.sweep.expr import compile_expr
 from sim.apps.sweep.labels import axis_for, fmt_value, label as _label
 from sim.apps.sweep.legend import MARKERS, failure_kinds, mark_failed, no_values, title_for, two_way_legend
@@ -96,10 +96,6 @@ def _order(values: "pd.Series") -> list:
     return uniq
 
 
-def _best_index(values: "pd.Series", goal: str):
-    return values.idxmin() if goal == "min" else values.idxmax()
-
-
 # With two line columns, the first's values take these line styles (and MARKERS), the last's the colours.
 STYLES = ["-", "--", ":", "-."]
 
@@ -125,7 +121,7 @@ def _best_at_each_x(g: "pd.DataFrame", p: Plot, goal: str, axes: list[str]) -> t
     if not g[p.x].duplicated().any():
         return g.sort_values(p.x), ""
     over = varying(g, axes, (p.x, *p.line_columns))
-    g = g.loc[g.groupby(p.x)[p.y].idxmin() if goal == "min" else g.groupby(p.x)[p.y].idxmax()]
+    g = best_per(g, [p.x], p.y, goal)   # a board-power row before a busy-time one (sim.apps.sweep.energy)
     return g.sort_values(p.x), f"{goal} over {', '.join(map(_label, over)) if over else 'the points'} at each x"
 
 
@@ -167,9 +163,10 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         ax.plot(x, y, ms=4 if twin is None else 7, label=lbl if len(cols) < 2 else None, **style)
         drawn.append((x, y, short))
     if len(data):
-        b = data.loc[_best_index(data[p.y], goal)]
+        ranked, among = comparable(data, p.y)
+        b = ranked.loc[ranked[p.y].idxmin() if goal == "min" else ranked[p.y].idxmax()]
         ax.scatter(_scaled(ax_x, [b[p.x]]), ax_y([b[p.y]]),
-                   label=f"best ({goal} {ax_y.name} = {ax_y.show(b[p.y])})", **_STAR)
+                   label=f"best{among} ({goal} {ax_y.name} = {ax_y.show(b[p.y])})", **_STAR)
     if not failed.empty and p.x in failed.columns:
         mark_failed(ax, failed, _scaled(ax_x, failed[p.x]), cols, colour_of)
     if len(cols) > 1:
@@ -182,14 +179,15 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     plt = pyplot()
     goal = p.goal or default_goal(p.z)
     data = _ok(df, [p.x, p.y, p.z], f"plots: heatmap {p.z}", p)
-    # Several points per cell (a third axis) are reduced to the best one, and the title says over which axes.
-    table = data.groupby([p.y, p.x])[p.z].agg(goal).unstack(p.x)
+    # Several points per cell (a third axis) are reduced to the best one, and the title says over which axes; the
+    # star ranks the board-power cells where the rows mix the energy models (sim.apps.sweep.energy.cell_tables).
+    table, ranked, among = cell_tables(data, p.y, p.x, p.z, goal)
     over = varying(data, df.attrs.get("axes", []), (p.x, p.y))
     if over:
         title += f"\neach cell the {goal} over {', '.join(_label(a) for a in over)}"
     table = table.reindex(index=_order(data[p.y]), columns=_order(data[p.x]))
     ax_z = _axis(data, p.z)
-    arr = ax_z(table.to_numpy(dtype=float))
+    arr, arr_rank = (ax_z(t.to_numpy(dtype=float)) for t in (table, ranked.reindex_like(table)))
     fig, ax = plt.subplots(figsize=(7, 5))
     im = ax.imshow(arr, origin="lower", aspect="auto", cmap="viridis")
     fig.colorbar(im, ax=ax, label=ax_z.label)
@@ -206,13 +204,13 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
             if not np.isfinite(arr[i, j]):
                 why = "out of\nmemory" if str(r.get("error", "")).startswith("CapacityError") else "failed"
                 ax.text(j, i, why, ha="center", va="center", fontsize=6, color="dimgray")
-    if np.isfinite(arr).any():
-        flat = np.nanargmin(arr) if goal == "min" else np.nanargmax(arr)
+    if np.isfinite(arr_rank).any():
+        flat = np.nanargmin(arr_rank) if goal == "min" else np.nanargmax(arr_rank)
         i, j = np.unravel_index(flat, arr.shape)
         # In the cell's corner, so the cell's value stays readable.
         ax.scatter([j - 0.32], [i + 0.3], **{**_STAR, "s": 160})
         # The legend would cover cells; the best point goes in the title.
-        title += (f"\n★ best ({goal} {ax_z.name} = {num(arr[i, j])} {ax_z.unit}) at {_label(p.x)} = "
+        title += (f"\n★ best{among} ({goal} {ax_z.name} = {num(arr[i, j])} {ax_z.unit}) at {_label(p.x)} = "
                   f"{fmt_value(p.x, table.columns[j])}, {_label(p.y)} = {fmt_value(p.y, table.index[i])}")
     ax.set_xlabel(_label(p.x))   # the tick labels carry the units
     ax.set_ylabel(_label(p.y))
