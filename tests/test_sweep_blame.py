@@ -117,6 +117,22 @@ def test_a_field_typo_is_still_refused_at_once_on_every_preset(tmp_path, capsys)
     assert f"{path}: axes.hw.units.@main.power_limt_w (hw h100_sxm): units.gpu.power_limt_w" in line
 
 
+@pytest.mark.parametrize("values", [[300e6, 600e6], {"scale": [1, 2]}])
+def test_a_section_one_kind_lacks_is_an_error_row_of_that_kinds_points(tmp_path, values):
+    """An architect's trial: `hw.pim.clock_hz` over [hbm_pim, groq_lpu] was refused for the whole file ("pim: unknown
+    key"), and as a factor named no preset at all, where docs/sweeps.md says a value one preset of the hw axis refuses
+    and another takes makes error rows of the first one's points. hbm_pim's points run; groq_lpu's are error rows
+    naming the point and the missing section."""
+    path = make_spec(tmp_path, {"hw": ["hbm_pim", "groq_lpu"], "hw.pim.clock_hz": values})
+    s = _sweep(path, tmp_path / "o")
+    assert (s.ran, s.failed) == (4, 2)
+    df = load_results(tmp_path / "o")
+    bad = df[df["status"] == "error"]
+    assert set(bad["hw"]) == {"groq_lpu"} and set(df[df["status"] != "error"]["hw"]) == {"hbm_pim"}
+    assert all(("pim: unknown key" in e or "hw.pim.clock_hz: no such field" in e) and "hw=groq_lpu" in e
+               for e in bad["error"])
+
+
 # ---------------------------------------------------------------- 2: a cap past the model
 
 def _cap_rows(*stretches: tuple[float, float]) -> pd.DataFrame:

@@ -104,9 +104,11 @@ class PimMapper(Mapper):
         return {lock: 1.0 for lock in self.locks} if self.blocked and self.policy != "none" else {}
 
     def capacity_hint(self, roles: dict[str, float]) -> str:
+        # the plain GPU of the same memory (aim_gddr6 is an A6000-class GDDR6 part, hbm_pim and attacc an A100's HBM)
+        plain = "a plain-GDDR6 preset such as --hw a6000" if self.machine.device_tier == "gddr" else \
+            "a plain-HBM preset such as --hw a100_80g"
         return (f"PIM memory gives up capacity for logic ({self.machine.description or self.machine.name}): "
-                "try a smaller model, "
-                "batch or context, or a plain-HBM preset such as --hw a100_80g.")
+                f"try a smaller model, batch or context, or {plain}.")
 
     # -- costs -------------------------------------------------------------
     def launch_s(self, op: Op, s: Schedule = SERIAL) -> float:

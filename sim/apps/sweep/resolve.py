@@ -116,7 +116,10 @@ class Resolver:
             named[resolved] = path
             if isinstance(value, Scaled):   # a factor of this machine's own value
                 value = self._scaled(ref, resolved, path, value.factor, where)
-            set_dotted(raw, resolved, value, source=src)
+            try:
+                set_dotted(raw, resolved, value, source=src)
+            except ConfigError as exc:   # a field this preset lacks (a PIM section on groq_lpu): another may have it
+                raise Refused(str(exc)) from None
         return raw
 
     def overlaid(self, ref: str, overrides: tuple[tuple[str, Any], ...], where: str) -> dict[str, Any]:
@@ -125,7 +128,10 @@ class Resolver:
         tree = copy.deepcopy(file_dict(self.base_machine(ref, where)))
         for path, value in overrides:
             if not isinstance(value, Scaled):
-                set_dotted(tree, self.hw_path(ref, path, where), value, source=where)
+                try:
+                    set_dotted(tree, self.hw_path(ref, path, where), value, source=where)
+                except ConfigError:   # a field the preset lacks: its column reads missing on the error row
+                    pass
         return tree
 
     def _scaled(self, ref: str, resolved: str, path: str, factor: float, where: str) -> int | float:
@@ -134,8 +140,8 @@ class Resolver:
         try:
             return scaled(file_dict(self.base_machine(ref, where)), resolved, factor)
         except FactorError as exc:
-            if exc.missing is not None:   # as the sweep's field lookup says it (expr.lookup_in)
-                raise ConfigError(f"{where}: hw.{resolved}: no such field") from None
+            if exc.missing is not None:   # as the sweep's field lookup says it (expr.lookup_in); another may have it
+                raise Refused(f"{_named(where, ref)}: hw.{resolved}: no such field") from None
             if exc.node is None:   # a field the preset leaves to its default (power_limit_w: the TDP), as --set says
                 raise ConfigError(f"{where}: hw.{resolved}: scale: {ref} leaves it to its default, which a factor "
                                   "cannot scale: give the values") from None
