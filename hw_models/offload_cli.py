@@ -57,6 +57,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"warning: --max-gpu-mem {args.max_gpu_mem}: more than {machine.name}'s {fmt_bytes(device)}; "
                   "the GPU's own capacity is the cap", file=sys.stderr)
         mapper.gpu_capacity_limit = cap
+    if mapper.spec.complete():   # nothing left to search: say how to search (an architect's trial read "1 candidates")
+        print(f"note: {args.workload}: its policy fixes every placement key and both batch sizes, so the search has "
+              "one candidate; --set policy=search (or leave keys out) to search", file=sys.stderr)
     result = search(mapper, mapper.spec, args.objective, cap)
     if args.json:
         write_json(args.json, result.summary())

@@ -346,7 +346,9 @@ def test_the_search_title_counts_the_rows_it_shows():
     s = {"objective": "throughput", "candidates": 2, "feasible": 2, "top": [
         {"describe": p, "lp_throughput_tok_s": 1.0, "des_throughput_tok_s": 1.0, "lp_tpot_s": 1.0, "des_tpot_s": 1.0}
         for p in ("a", "b", "c")]}
-    assert "2 candidates, 2 feasible; 3 event-simulated" in search_section(s).title
+    assert "2 LP candidates (2 feasible); 3 policies event-simulated" in search_section(s).title
+    s.update(candidates=1, feasible=1, top=s["top"][:1])
+    assert "1 LP candidate (1 feasible); 1 policy event-simulated" in search_section(s).title
 
 
 def test_search_is_not_beaten_by_flexgens_own_policy():
@@ -455,3 +457,21 @@ def test_the_weights_double_buffer_holds_two_whole_byte_chunks():
     chunk = 0.8 * layer.weight_bytes
     assert chunk != math.ceil(chunk) and math.ceil(2 * chunk) < 2 * math.ceil(chunk)   # the case that was a byte short
     assert m.placement(p).buffers[sched.W_BUF] == 2 * math.ceil(chunk)
+
+
+def test_search_of_a_fixed_policy_says_so_and_its_json_gives_the_best_figures(tmp_path, capsys):
+    """An architect's trial: `sim offload search` on FlexGen's OPT-30B file (every key fixed) printed one candidate
+    without a word of why, and its JSON's `best` held the policy alone, its tokens/s only in `top`."""
+    import json
+    from pathlib import Path
+
+    from sim.apps.cli import main
+
+    w = str(Path(__file__).parents[1] / "workloads" / "opt30b_flexgen.yaml")
+    out = tmp_path / "s.json"
+    assert main(["offload", "search", w, "--hw", "flexgen_t4", "--json", str(out), "-q"]) == 0
+    assert "its policy fixes every placement key and both batch sizes" in capsys.readouterr().err
+    d = json.loads(out.read_text())
+    top = d["top"][0]
+    assert d["best_des_throughput_tok_s"] == top["des_throughput_tok_s"] > 0
+    assert d["best_lp_throughput_tok_s"] == top["lp_throughput_tok_s"]

@@ -47,8 +47,12 @@ class Candidate:
 def search_title(objective: str, candidates: int, feasible: int, simulated: int, took: str = "") -> str:
     """The search table's title: the LP's count, and the rows, which the local search may add to (a newcomer read
     "2 candidates, 2 feasible" over 3 rows)."""
-    return (f"Policy search ({objective}): {candidates} candidates, {feasible} feasible{took}; {simulated} event-"
-            "simulated (the LP's best and the local search's neighbours): LP (perfect overlap) vs event simulation")
+    def count(k: int, one: str, many: str) -> str:   # "1 LP candidate", not "1 candidates" (a trial)
+        return f"{k} {one if k == 1 else many}"
+
+    return (f"Policy search ({objective}): {count(candidates, 'LP candidate', 'LP candidates')} ({feasible} feasible)"
+            f"{took}; {count(simulated, 'policy', 'policies')} event-simulated (the LP's best and the local search's "
+            "neighbours): LP (perfect overlap) vs event simulation")
 
 
 @dataclass
@@ -61,8 +65,10 @@ class SearchResult:
     elapsed_s: float
 
     def summary(self) -> dict:
+        b = self.best   # its simulated figures beside its policy (a trial had to look them up in `top`)
         return dict(objective=self.objective, candidates=self.candidates, feasible=self.feasible,
-                    elapsed_s=self.elapsed_s, best=self.best.policy.to_dict(),
+                    elapsed_s=self.elapsed_s, best=b.policy.to_dict(), best_lp_throughput_tok_s=b.lp_throughput,
+                    best_des_throughput_tok_s=b.des_throughput, best_des_tpot_s=b.des_tpot_s,
                     top=[dict(policy=c.policy.to_dict(), describe=c.policy.describe(),
                               lp_throughput_tok_s=c.lp_throughput,
                               lp_tpot_s=c.lp_decode_s, des_throughput_tok_s=c.des_throughput,
