@@ -244,3 +244,14 @@ def test_max_gpu_mem_over_the_gpu_is_the_gpus_capacity(tmp_path, capsys):
         outs.append({k: v for k, v in json.loads(out.read_text()).items() if k != "elapsed_s"})
     assert "more than flexgen_t4's 16.00 GB; the GPU's own capacity is the cap" in capsys.readouterr().err
     assert outs[0] == outs[1] and outs[0]["best"]["wg"] < 0.25
+
+
+def test_a_folder_an_output_makes_is_named(tiny, tmp_path, capsys):
+    """docs/errors.md: a missing folder is made, so a typo in its name writes somewhere new; a note names the folder
+    it made (a docs trial found the promised line missing). Writing there again says nothing."""
+    out = tmp_path / "new" / "deeper" / "run.json"
+    for note in (True, False):
+        assert main(["run", str(tiny), "--hw", "a6000", "-q", "--json", str(out)]) == 0
+        err = capsys.readouterr().err
+        assert (f"note: {out}: made the folder {tmp_path / 'new'}" in err) is note
+    assert out.is_file()

@@ -5,11 +5,12 @@ workload file is meant to run on every kind of preset."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from hw_models.compute_path import native_rates
 from hw_models.kinds import KINDS, section_owners
-from hw_models.machine import Machine, machine_aliases
+from hw_models.machine import Machine, machine_aliases, PRESET_DIR
 from hw_models.offload.spec import host_spec
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
@@ -239,17 +240,23 @@ def unused_in_serving(workload: Workload, machine: Machine) -> list[str]:
     return notes
 
 
+# sim's own preset files (hardware, stack, topology) live under this folder
+PACKAGED = str(Path(PRESET_DIR).parent)
+
+
 @contextmanager
-def naming(workload, machine, hw: dict | None = None) -> Iterator[None]:
+def naming(workload, machine, hw: dict | None = None, packaged_only: bool = False) -> Iterator[None]:
     """A SimError raised while simulating (the model does not fit, no native rate) names
     the workload file and the hardware it ran on, when the message does not already; a kind's section
     (host, pim, spatial) is checked only when the run builds it, so a bad `--set hw.<key>` read as the preset's
-    own mistake (a trial): the key's --set is named."""
+    own mistake (a trial): the key's --set is named. `packaged_only` (sim serve, whose inputs name themselves:
+    a request trace's row, a pool's key): only a message that starts at one of sim's own files (a stack or topology
+    preset) gets them."""
     try:
         yield
     except SimError as exc:
         msg, wl = str(exc), workload.source or workload.name
-        if workload.source and workload.source in msg:
+        if workload.source and workload.source in msg or packaged_only and not msg.startswith(PACKAGED):
             raise
         if machine.source and machine.source in msg:
             hit = next((k for k in hw or {} if f": {k}:" in msg), None)

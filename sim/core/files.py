@@ -258,11 +258,16 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
             except OSError:
                 break
 
+    def said() -> None:   # a folder this write made is named: a typo in a folder name writes somewhere new
+        if made:
+            print(f"note: {path}: made the folder {made[-1]}", file=sys.stderr)
+
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
         if staged is None:
             os.replace(tmp, final)
+            said()
     except OSError as exc:
         abort()
         raise _fail(path, exc) from None
@@ -275,6 +280,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
                 os.replace(tmp, final)
             except OSError as exc:
                 raise _fail(path, exc) from None
+            said()
         staged.append((commit, abort))
     return path
 

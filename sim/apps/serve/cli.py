@@ -70,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if slo != file.serving.slo:
         file = file.model_copy(update={"serving": file.serving.model_copy(update={"slo": slo})})
     _check_outputs(args, file)
-    with warnings.catch_warnings(), naming(file, machine, sets.hw):   # an error names the serving file and machine
+    with warnings.catch_warnings(), naming(file, machine, sets.hw, packaged_only=True):   # a preset's error: whose
         warnings.simplefilter("ignore")
         if args.find_capacity:
             return _capacity(args, file, machine, slo)
