@@ -224,12 +224,12 @@ def _metrics_table(a: dict[str, Any], b: dict[str, Any], shape: Shape) -> Table:
 
 def _ops_table(a: dict[str, Any], b: dict[str, Any], every: bool) -> Table:
     oa, ob = ops_by_name(a), ops_by_name(b)
-    # largest change first, then by name: ties (a power cap moves no op) keep one order from run to run
+    # largest change first, then by name: ties keep one order from run to run
     names = sorted(set(oa) | set(ob), key=lambda n: (-abs(ob.get(n, ("", 0.0))[1] - oa.get(n, ("", 0.0))[1]), n))
-    capped = [tag for tag, d in (("A", a), ("B", b)) if (d.get("extra") or {}).get("power_cap")]
+    capped = [tag for tag, d in (("A", a), ("B", b)) if ((d.get("extra") or {}).get("power_cap") or {}).get("decode_s")]
     caption = ("each op summed over its layers (its parts on units that run at once counted once); largest change first"
-               + (f"; at full clock: the board power cap stretches {' and '.join(capped)}'s steps as a whole "
-                  "(the metrics above), not op by op" if capped else ""))
+               + (f"; the board power cap stretches {' and '.join(capped)}'s decode step, every op alike"
+                  if capped else ""))
     ops = Table(title="decode step, op by op", caption=caption, title_justify="left", caption_justify="left")
     for col in ("op", "kind", "A", "B", "B - A", "B / A"):
         ops.add_column(col, justify="left" if col in ("op", "kind") else "right")
