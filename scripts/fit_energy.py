@@ -21,7 +21,7 @@ figures by rule:
   Multiplications on GPUs Run Faster When Given 'Predictable' Data", thonking.ai, 2024): idle + activity + the
   GEMM's FLOPs and HBM bytes over its measured time = the limit. No A100 serving power is fitted (ML.ENERGY's A100
   runs are vLLM 0.5.4's).
-* a6000.yaml, a6000_offload.yaml's GPU and a6000_calibrated.yaml: the A100's rule at 300 W, its GDDR6 keeping its cited J/byte; the GEMM at its limit is Llama-2-7B's
+* a6000.yaml, a6000_offload.yaml's GPU, a6000_calibrated.yaml and aim_gddr6.yaml's host (an A6000 board): the A100's rule at 300 W, its GDDR6 keeping its cited J/byte; the GEMM at its limit is Llama-2-7B's
   fused gate/up projection at 4096 tokens (M 4096, K 4096, N 22016, fp16), 6.096 ms median on an RTX A6000 (vidur
   profiler, UT-SysML/MaverIQ @ 067d7a1 mlp.csv; shared/validation/vidur/a6000): 121.2 TFLOP/s. That an A6000
   reaches its limit under sustained compute: NVML reports power-cap ("SW Power Scaling") throttling below the
@@ -67,7 +67,7 @@ GEMM_AT_LIMIT = {"a100_80g": (8192, 8192, 8192, 257e12),
                  "a6000": (4096, 22016, 4096, 2 * 4096 * 22016 * 4096 / 6.096e-3)}
 # Boards scaled from the H100's fit by b200.yaml's rule for activity, their J/FLOP from the GEMM of the board named.
 SCALED_BOARDS = {"a100_80g": "a100_80g", "hbm_pim": "a100_80g",
-                 **{p: "a6000" for p in ("a6000", "a6000_offload", "a6000_calibrated")}}
+                 **{p: "a6000" for p in ("a6000", "a6000_offload", "a6000_calibrated", "aim_gddr6")}}
 STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
 
 
