@@ -50,6 +50,9 @@ BAD_FILES = {
                   "kind: vllm-v0 (or sarathi) supports swap"),
     "other-scheduler-option": (lambda s: s["scheduler"].update(watermark=0.1),
                                "serving.scheduler.watermark: an option of the vllm-v0/sarathi scheduler, not of vllm"),
+    # a typo of a scheduler option had read "unknown key for kind: vllm" with no suggestion (a serving trial)
+    "scheduler-option-typo": (lambda s: s["scheduler"].update(max_num_seq=8),
+                              "serving.scheduler.max_num_seq: unknown key for kind: vllm (did you mean max_num_seqs?)"),
     "negative-rate": (lambda s: s["arrivals"].update(rate=-3),
                       "serving.arrivals.rate: Input should be greater than 0"),
     "nan-rate": (lambda s: s["arrivals"].update(rate=float("nan")),
