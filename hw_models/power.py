@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.core.generation import Generation
-from sim.core.results import CLOCK_ADDED_S
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,7 @@ def board_of(machine: Any, devices: int) -> Board:
 
 
 # A binding cap's counters on a step (extensive): the seconds it added, one device's clocked joules, their window.
-CAP_COUNTERS = (CLOCK_ADDED_S, "power_cap_clocked_j", "power_cap_window_s")
+CAP_COUNTERS = ("power_cap_s", "power_cap_clocked_j", "power_cap_window_s")
 # The entry a serving step cost (sim.apps.serve.stepcost) books the cap's added seconds under, beside the
 # resources' busy seconds: the cost vector is what the surrogate interpolates and the table cache stores, so the
 # added time travels with the step's time through both; it is not a resource (utilization skips it).
@@ -146,8 +145,8 @@ def cap_note(cap: dict) -> str:
                                                          if cap[p + "_s"]) else "")
     return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
             "each op's joules are kept at full clock, so the energy under a cap is an upper bound (a lower clock "
-            "lowers the voltage too), and the steps' op records (--json ops, --chrome-trace, the ops table) are "
-            "stretched alike; hw_models/power.py, --set hw.units.@main.power_limit_w=W "
+            "lowers the voltage too), and the step's op records (--json ops, --chrome-trace) are its ops at full "
+            "clock, the stretch on the step as a whole; hw_models/power.py, --set hw.units.@main.power_limit_w=W "
             "for another limit")
 
 

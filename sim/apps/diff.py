@@ -228,8 +228,8 @@ def _ops_table(a: dict[str, Any], b: dict[str, Any], every: bool) -> Table:
     names = sorted(set(oa) | set(ob), key=lambda n: (-abs(ob.get(n, ("", 0.0))[1] - oa.get(n, ("", 0.0))[1]), n))
     capped = [tag for tag, d in (("A", a), ("B", b)) if ((d.get("extra") or {}).get("power_cap") or {}).get("decode_s")]
     caption = ("each op summed over its layers (its parts on units that run at once counted once); largest change first"
-               + (f"; the board power cap stretches {' and '.join(capped)}'s decode step, every op alike"
-                  if capped else ""))
+               + (f"; at full clock: the board power cap stretches {' and '.join(capped)}'s decode step as a whole "
+                  "(the metrics above), not op by op" if capped else ""))
     ops = Table(title="decode step, op by op", caption=caption, title_justify="left", caption_justify="left")
     for col in ("op", "kind", "A", "B", "B - A", "B / A"):
         ops.add_column(col, justify="left" if col in ("op", "kind") else "right")

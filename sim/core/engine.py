@@ -77,12 +77,6 @@ class Timeline:
     def by_task(self) -> dict[str, Interval]:
         return {i.task: i for i in self.intervals}
 
-    def scaled(self, factor: float) -> Timeline:
-        """The same timeline with every time multiplied by `factor` (a clock lowered alike for every task)."""
-        return Timeline([Interval(i.task, i.resource, i.start_s * factor, i.end_s * factor, i.tag, i.group, i.op)
-                         for i in self.intervals], dict(self.peak_used),
-                        {c: [(t * factor, v) for t, v in pts] for c, pts in self.levels.items()})
-
 
 def run(tasks: Iterable[Task], resources: dict[str, int] | None = None,
         containers: dict[str, float] | None = None, in_order: bool = False) -> Timeline:

@@ -203,10 +203,6 @@ def simulate_generation(hw: StepModel, exhaustive: bool = False, detail: bool = 
     decode_tl = hw.step_timeline("decode", 1, gen.rep_kv) if detail else Timeline()
     prefill_tl = hw.step_timeline("prefill", w.prompt_len, w.prompt_len) if detail else Timeline()
     k = hw.figures(gen, decode_tl if detail else None)
-    if detail:   # the reported steps as they ran: a binding board power limit stretched every op alike
-        if any(s.clock_stretch != 1.0 for s in gen.sampled):   # else no decode step was capped: no step to rerun
-            decode_tl = decode_tl.scaled(hw.step("decode", 1, gen.rep_kv, exhaustive).clock_stretch)
-        prefill_tl = prefill_tl.scaled(gen.prefill.clock_stretch)
     tokens = k.batch * w.gen_len
     e2e = gen.e2e_s
     phase = k.energy_by_phase_j

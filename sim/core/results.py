@@ -96,10 +96,6 @@ def op_records(timeline: Timeline) -> list[OpRecord]:
     return sorted(out, key=lambda o: (o.start_s, o.name))
 
 
-# The counter under which a step books the seconds a lowered clock added to it (hw_models.power.with_cap).
-CLOCK_ADDED_S = "power_cap_s"
-
-
 @dataclass(frozen=True)
 class StepResult:
     """One step of a run: its time, each resource's busy time, the energy its
@@ -111,13 +107,6 @@ class StepResult:
     busy_s: dict[str, float]
     energy_j: float = 0.0
     counters: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def clock_stretch(self) -> float:
-        """How far a lowered clock stretched this step: its time over its time at full clock (1: not at all).
-        A kind books the seconds a board power limit added under the counter CLOCK_ADDED_S."""
-        added = self.counters.get(CLOCK_ADDED_S, 0.0)
-        return self.time_s / (self.time_s - added) if 0.0 < added < self.time_s else 1.0
 
 
 @dataclass

@@ -110,22 +110,25 @@ def _as_written(loc: tuple[str, ...], raw: Any) -> tuple[tuple[str, ...], str]:
     return tuple(out), tag
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model an annotation holds (itself, or inside Optional / Annotated / a union), None if none."""
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (itself, or inside Optional / Annotated / a union)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models_in(a)]
 
 
 def _keys_at(model: type[BaseModel] | None, parent: tuple[str, ...]) -> list[str]:
     """The keys a file may write at `parent` under `model` ([] where the path leaves the models: a mapping of
-    free keys, a tagged union)."""
+    free keys). A tagged union's tag in the path (`vllm` of `scheduler: {kind: vllm}`, as pydantic reports it) picks
+    the member whose discriminator takes that value, so a misspelt key there gets its neighbour too."""
     if not parent and hasattr(model, "file_keys"):   # a model whose file holds more than its fields (Workload)
         return model.file_keys()
+    models = [model] if model is not None else []
     for part in parent:
-        field = model.model_fields.get(part) if model is not None else None
-        model = _model_in(field.annotation) if field is not None else None
-    return [k for k in model.model_fields if k != "source"] if model is not None else []
+        hit = next((m for m in models if part in m.model_fields), None)
+        models = _models_in(hit.model_fields[part].annotation) if hit is not None else [
+            m for m in models if any(part in get_args(f.annotation) for f in m.model_fields.values())][:1]
+    return [k for k in models[0].model_fields if k != "source"] if models else []
 
 
 def _unknown_key(errors: list[Any], model: type[BaseModel] | None) -> str | None:
@@ -146,8 +149,8 @@ def validation_error(exc: ValidationError, source: str, prefix: str = "", raw: A
     errors = exc.errors()
     loc, msg = _typo(errors) or (_loc(errors[0]), _unknown_key(errors, model) or _message(errors[0]))
     loc, tag = _as_written(loc, raw) if raw is not None else (loc, "")
-    if tag and msg == "unknown key":   # `rate` under a closed loop: not a key of that kind (a trial)
-        msg = f"unknown key for {tag}"
+    if tag and msg.startswith("unknown key"):   # `rate` under a closed loop: not a key of that kind (a trial)
+        msg = msg.replace("unknown key", f"unknown key for {tag}", 1)
     key = ".".join((prefix, *loc) if prefix else loc)
     return ConfigError(f"{source}: {key}: {msg}" if key else f"{source}: {msg}")
 

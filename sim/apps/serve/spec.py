@@ -11,7 +11,6 @@ of device memory the engine may use for weights, activations and KV blocks,
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
@@ -296,10 +295,6 @@ def _scheduler_option_check(raw: dict[str, Any], path: Path | str) -> None:
             if others:
                 raise ConfigError(f"{path}: serving.scheduler.{key}: an option of the {'/'.join(others)} scheduler, "
                                   f"not of {sched['kind']}")
-            near = difflib.get_close_matches(str(key), sorted(own), n=1, cutoff=0.6)
-            if near:   # a typo (`max_num_seq`) had read "unknown key for kind: vllm" alone (a serving trial)
-                raise ConfigError(f"{path}: serving.scheduler.{key}: unknown key for kind: {sched['kind']} "
-                                  f"(did you mean {near[0]}?)")
 
 
 def set_key(raw: dict[str, Any], key: str, value: Any, path: Path | str) -> None:
