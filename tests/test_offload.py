@@ -474,4 +474,4 @@ def test_search_of_a_fixed_policy_says_so_and_its_json_gives_the_best_figures(tm
     d = json.loads(out.read_text())
     top = d["top"][0]
     assert d["best_des_throughput_tok_s"] == top["des_throughput_tok_s"] > 0
-    assert d["best_lp_throughput_tok_s"] == top["lp_throughput_tok_s"]
+    assert d["best_lp_throughput_tok_s"] == top["lp_throughput_tok_s"] and d["best_lp_tpot_s"] == top["lp_tpot_s"]

@@ -55,6 +55,12 @@ def search_title(objective: str, candidates: int, feasible: int, simulated: int,
             "neighbours): LP (perfect overlap) vs event simulation")
 
 
+def _figures(c: Candidate) -> dict[str, float | None]:
+    """A candidate's LP and event-simulated figures, as the search's JSON gives them."""
+    return dict(lp_throughput_tok_s=c.lp_throughput, lp_tpot_s=c.lp_decode_s, des_throughput_tok_s=c.des_throughput,
+                des_tpot_s=c.des_tpot_s)
+
+
 @dataclass
 class SearchResult:
     best: Candidate
@@ -65,14 +71,11 @@ class SearchResult:
     elapsed_s: float
 
     def summary(self) -> dict:
-        b = self.best   # its simulated figures beside its policy (a trial had to look them up in `top`)
+        # the best policy's figures beside it, as each row of `top` has them (a trial had to look them up there)
         return dict(objective=self.objective, candidates=self.candidates, feasible=self.feasible,
-                    elapsed_s=self.elapsed_s, best=b.policy.to_dict(), best_lp_throughput_tok_s=b.lp_throughput,
-                    best_des_throughput_tok_s=b.des_throughput, best_des_tpot_s=b.des_tpot_s,
-                    top=[dict(policy=c.policy.to_dict(), describe=c.policy.describe(),
-                              lp_throughput_tok_s=c.lp_throughput,
-                              lp_tpot_s=c.lp_decode_s, des_throughput_tok_s=c.des_throughput,
-                              des_tpot_s=c.des_tpot_s) for c in self.top])
+                    elapsed_s=self.elapsed_s, best=self.best.policy.to_dict(),
+                    **{f"best_{k}": v for k, v in _figures(self.best).items()},
+                    top=[dict(policy=c.policy.to_dict(), describe=c.policy.describe(), **_figures(c)) for c in self.top])
 
     def table(self) -> Table:
         t = Table(title=search_title(self.objective, self.candidates, self.feasible, len(self.top),

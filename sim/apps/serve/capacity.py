@@ -111,7 +111,7 @@ def _turned(s: dict[str, Any]) -> str:
 
 def _below_delay(slo: dict[str, float], file: ServeFile, machine: Machine) -> str:
     """Why no load meets a TTFT or E2E SLO shorter than the stack's delay per request, which every request pays
-    before the engine sees it (a trial's sglang ttft_p90 0.1 s against its 109.7 ms)."""
+    before the engine sees it (a trial's sglang ttft_p90 0.1 s against its 109.7 ms behind Dynamo)."""
     eo = engine_terms(file, machine)
     delay = eo.request_delay_s(file.serving.deployment) if eo else 0.0
     short = [k for k, v in slo.items() if k.partition("_")[0] in ("ttft", "e2e") and v <= delay]

@@ -134,16 +134,16 @@ def unseen_deployments(fits: list[tuple[Fit, set[str]]]) -> list[Fit]:
     Dynamo delay less that, never below 0 (before: the Dynamo delay itself, so `trtllm` and `sglang` served
     directly added 81 and 110 ms to every first token; a serving trial). Without such a family, the other
     deployment's figure."""
-    both = [f.terms["dynamo_per_request_s"] - f.terms["per_request_s"] for f, seen in fits
-            if set(DEPLOYMENT_TERMS) <= seen]
-    path = sum(both) / len(both) if both else 0.0
+    direct, dynamo = DEPLOYMENT_TERMS["direct"], DEPLOYMENT_TERMS["dynamo"]
+    both = [f.terms[dynamo] - f.terms[direct] for f, seen in fits if set(DEPLOYMENT_TERMS) <= seen]
+    path = max(sum(both) / len(both), 0.0) if both else 0.0   # a path that costs less than none: none
     out = []
     for f, seen in fits:
         terms = dict(f.terms)
         if "direct" not in seen:
-            terms["per_request_s"] = max(terms["dynamo_per_request_s"] - path, 0.0)
-        if "dynamo" not in seen:
-            terms["dynamo_per_request_s"] = terms["per_request_s"] + path
+            terms[direct] = max(terms[dynamo] - path, 0.0)
+        if "dynamo" not in seen:   # a direct-only family: its own server plus the path (none is shipped)
+            terms[dynamo] = terms[direct] + path
         out.append(Fit(f.engine, terms, f.runs, f.residual))
     return out
 

@@ -201,7 +201,7 @@ def _refusal(res: Resolver, ref: str, overrides: tuple, where: str) -> Refused |
 def _takes(res: Resolver, ref: str, overrides: tuple, where: str) -> bool:
     try:
         return _refusal(res, ref, overrides, where) is None
-    except ConfigError:   # a field machine `ref` does not have
+    except ConfigError:   # any other refusal of machine `ref` (an alias it lacks, two axes on one field)
         return False
 
 

@@ -92,7 +92,8 @@ class Resolver:
 
     def machine(self, ref: str, overrides: tuple[tuple[str, Any], ...], where: str) -> Machine:
         """Preset (or file) `ref` with `overrides`; an error names `where`. Refused: the preset's schema refused a
-        value; any other ConfigError: a field the preset does not have, two axes on one field."""
+        value, or it lacks a field another preset may have (a `pim` section on groq_lpu); any other ConfigError: two
+        axes on one field."""
         memo = (ref, _freeze(overrides))
         if memo not in self._hw:
             raw = self.raw(ref, overrides, where)
