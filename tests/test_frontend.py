@@ -135,7 +135,9 @@ def test_a_stack_ignored_on_a_kind_adds_none_of_its_engine_terms():
     # on a GPU the same stack does add its delay (the fitted per-request term, docs/serving.md)
     _, gpu_plain = serve(f.model_copy(update={"stack": None}), load_machine("h100_sxm"))
     _, gpu_trt = serve(f.model_copy(update={"stack": "trtllm"}), load_machine("h100_sxm"))
-    assert gpu_trt["latency"]["ttft"]["mean"] > gpu_plain["latency"]["ttft"]["mean"] + gpu_trt["request_delay_s"] > 0.01
+    delay = gpu_trt["request_delay_s"]
+    assert delay > 0.01 and gpu_plain["request_delay_s"] == 0.0
+    assert gpu_trt["latency"]["queue"]["mean"] == pytest.approx(delay, abs=1e-6)   # an idle engine: the delay alone
 
 
 def test_rejected_requests_miss_the_slo():
