@@ -13,7 +13,8 @@ figures by rule:
   scripts/validation_h200_graph.py).
 * b200.yaml: active power x the board limits' ratio (1000 / 700 W); J/FLOP x the ratio of joules per
   peak bf16 FLOP at the limit ((1000 W / 2250 TFLOP/s) / (700 W / 989.4 TFLOP/s)); J/byte the H100's.
-* a100_80g.yaml and hbm_pim.yaml's host (an A100 board): active power by b200's rule at 400 W; hbm_pim's HBM2
+* a100_80g.yaml, hbm_pim.yaml's host (an A100 board) and attacc_dgx.yaml's host (eight of them in one unit: eight
+  boards' idle and activity, the same J/FLOP): active power by b200's rule at 400 W; hbm_pim's HBM2
   keeps its cited J/byte. The J/FLOP is not scaled (the rule's 1.25 pJ put 390 W of dynamic power on the A100's
   312 TFLOP/s peak, so the 400 W limit held a saturated GEMM to ~161 TFLOP/s): it is the figure at which a measured
   saturated bf16 GEMM holds the board at its limit (GEMM_AT_LIMIT: cuBLAS 8192^3 on random data runs at 257 TFLOP/s,
@@ -66,8 +67,10 @@ SAME_DIE = ("h200", "h200_calibrated", "h100_offload")
 GEMM_AT_LIMIT = {"a100_80g": (8192, 8192, 8192, 257e12),
                  "a6000": (4096, 22016, 4096, 2 * 4096 * 22016 * 4096 / 6.096e-3)}
 # Boards scaled from the H100's fit by b200.yaml's rule for activity, their J/FLOP from the GEMM of the board named.
-SCALED_BOARDS = {"a100_80g": "a100_80g", "hbm_pim": "a100_80g",
+SCALED_BOARDS = {"a100_80g": "a100_80g", "hbm_pim": "a100_80g", "attacc_dgx": "a100_80g",
                  **{p: "a6000" for p in ("a6000", "a6000_offload", "a6000_calibrated", "aim_gddr6")}}
+# Presets whose one unit is several such boards (attacc_dgx: 8 A100s): idle and activity are that many boards'.
+UNIT_BOARDS = {"attacc_dgx": 8}
 STALE = 0.02   # a stored component more than 2% off a fresh replay of it: rerun --replay
 
 
@@ -105,7 +108,8 @@ def derived(fit: F.Fit) -> dict[str, tuple[float, float, float]]:
                    fit.hbm_j_per_byte)
     for preset, board in SCALED_BOARDS.items():   # hbm_pim's HBM2 and the A6000's GDDR6 keep their cited J/byte
         active = F.sig3(fit.active_power_w * limits(board))
-        out[preset] = (active, gemm_j_per_flop(board, active), fit.hbm_j_per_byte if preset == "a100_80g" else None)
+        out[preset] = (active * UNIT_BOARDS.get(preset, 1), gemm_j_per_flop(board, active),
+                       fit.hbm_j_per_byte if preset == "a100_80g" else None)
     return out
 
 
@@ -128,8 +132,9 @@ def stale_presets(fit: F.Fit) -> list[str]:
         u = m.units["gpu"]
         have = (u.active_power_w, u.energy_j_per_flop.get("fp16"), u.energy_j_per_flop.get("bf16"),
                 m.memory[u.memory].energy_j_per_byte)
+        want_all = (a, j, j if "bf16" in u.peak_flops_per_s else None, b)   # attacc_dgx's A100a runs fp16 alone
         if any(want is not None and (h is None or abs(h - want) > 1e-9 * max(abs(want), 1e-12))
-               for h, want in zip(have, (a, j, j, b))):
+               for h, want in zip(have, want_all)):
             wants = f"{a:g} W, {j:.3g} J/FLOP" + (f", {b:.3g} J/byte" if b is not None else " (its own J/byte)")
             bad.append(f"{preset}: active_power_w {have[0]:g}, fp16/bf16 J/FLOP {have[1]}/{have[2]}, "
                        f"HBM J/byte {have[3]}; the fit gives {wants}")
@@ -143,7 +148,8 @@ def stale_idle() -> list[str]:
     bad = []
     for preset in ("b200", *SCALED_BOARDS):
         u = load_machine(preset).units["gpu"]
-        want = round(h100.idle_power_w * limits(preset), 1)   # to 0.1 W, as the presets
+        board = SCALED_BOARDS.get(preset, preset)   # to 0.1 W a board, as the presets
+        want = round(round(h100.idle_power_w * limits(board), 1) * UNIT_BOARDS.get(preset, 1), 1)
         if u.idle_power_w is None or abs(u.idle_power_w - want) > 1e-9 * want:
             bad.append(f"{preset}: idle_power_w {u.idle_power_w}; the rule gives {want:g} W")
     return bad

@@ -291,6 +291,23 @@ def test_aim_gddr6_without_pim_is_the_a6000_it_is_built_on():
     assert on.tpot_s < plain.tpot_s and on.energy_per_token_j < plain.energy_per_token_j
 
 
+def test_attacc_dgx_is_eight_a100_boards_in_one_unit():
+    """attacc_dgx models its 8 A100a GPUs as one unit: its board figures are 8 a100_80g boards' (idle and activity;
+    the J/FLOP is per FLOP), the 3.2 kW limit theirs together. The shipped OPT-175B run had read 3,300 W "per
+    device" above that limit (busy-time power); a run now averages between the eight boards' idle and that limit."""
+    a100, dgx = (load_machine(p).units["gpu"] for p in ("a100_80g", "attacc_dgx"))
+    assert dgx.idle_power_w == pytest.approx(8 * a100.idle_power_w) and dgx.power_w == 8 * a100.power_w
+    assert dgx.active_power_w == pytest.approx(8 * a100.active_power_w)
+    assert dgx.energy_j_per_flop["fp16"] == a100.energy_j_per_flop["fp16"]
+    twelve = dict(name="twelve-heads", hidden_size=1536, intermediate_size=4096, num_hidden_layers=4,
+                  num_attention_heads=12, vocab_size=32000)   # 12 heads: attacc's 12 head groups divide them
+    w = workload_from_dict(dict(model=twelve, batch=8, prompt_len=512, gen_len=4), "t")
+    r = simulate(w, load_machine("attacc_dgx"))
+    avg_w = r.energy_per_token_j * r.batch * 4 / r.e2e_s
+    assert 8 * a100.idle_power_w < avg_w <= dgx.power_w
+    assert not [n for n in r.notes if n.startswith("energy:")]
+
+
 def test_diff_and_sweep_say_where_the_energy_models_differ():
     """sim diff of an h100_sxm run against an hbm_pim one printed PIM at 0.2x the energy per token, a ratio of two
     bookkeepings (an architect's trial): the diff says so when one side only has the board-power model, and a sweep
