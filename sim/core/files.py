@@ -260,7 +260,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
 
     def said() -> None:   # a folder this write made is named: a typo in a folder name writes somewhere new
         if made:
-            print(f"note: {path}: made the folder {made[-1]}", file=sys.stderr)
+            print(f"note: {path}: made the folder {final.parent}" + (f" (and {len(made) - 1} above it, from "
+                  f"{made[-1]})" if len(made) > 1 else ""), file=sys.stderr)
 
     try:
         write(tmp)

@@ -66,8 +66,8 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
              + ("; the board limit binds the GPU alone" if e.get("power_includes") else "")),
             *([("power figures", e["power_source"])] if e.get("power_source") else [])]
     if cap := e.get("power_cap"):
-        limit = f"the {cap['limit_w']:g} W board limit" if cap["limit_w"] else "the board power limits"
-        rows.append(("power cap", f"{limit} binds and lowers the clock: engine time +{cap['stretch']:.{1 if cap['stretch'] >= 1e-3 else 3}%} "
+        limit = f"the {cap['limit_w']:g} W board limit binds" if cap["limit_w"] else "the board power limits bind"
+        rows.append(("power cap", f"{limit} and lowers the clock: engine time +{cap['stretch']:.{1 if cap['stretch'] >= 1e-3 else 3}%} "
                                   f"({fmt_time(cap['added_s'])} over the run; hw_models/power.py)"))
     return rows
 
