@@ -53,3 +53,22 @@ def test_an_slo_no_rate_meets_names_the_lowest_rate_run():
     with pytest.raises(ConfigError, match="not met even at") as err:
         find_capacity(f, load_machine("a6000"), dict(f.serving.slo), bisections=2, on_point=lambda r, s: rates.append(r))
     assert f"not met even at {min(rates):.3g} requests/s" in str(err.value)
+
+
+def test_an_slo_the_load_does_not_move_stops_halving_and_says_so():
+    """A capacity planner's trial: a 70B TP2 plan whose lone request misses TPOT p90 halved its rate twelve times, to
+    0.0003 requests/s, and said only "not met even at 0.000305 requests/s". A TPOT limit below one lone decode step
+    fails by the same ratio at every load: the search stops after two such steps and names the SLO and its ratio."""
+    from sim.core.errors import ConfigError
+
+    serving = dict(arrivals=dict(process="poisson", rate=1.0, num_requests=8, seed=5),
+                   lengths=dict(prompt=dict(dist="fixed", value=64), output=dict(dist="fixed", value=8)),
+                   scheduler=dict(kind="vllm"), slo=dict(tpot_p90=1e-4))
+    f = validate_mapping(ServeFile, dict(name="c", model="tinyllama-1.1b", serving=serving), "c.yaml", "a serving file")
+    rates: list[float] = []
+    with pytest.raises(ConfigError) as err:
+        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), on_point=lambda r, s: rates.append(r))
+    assert len(rates) <= 3   # 1, 0.5 (and 0.25 where the first two differ): not sixteen halvings
+    msg = str(err.value)
+    assert f"not met even at {min(rates):.3g} requests/s: tpot_p90 at " in msg
+    assert msg.endswith("halving the load no longer moves it: no load meets it")
