@@ -31,13 +31,21 @@ def test_goodput_and_capacity_share_one_window():
 def test_the_capacity_report_gives_goodput_per_device_and_per_list_price():
     """A planner compares plans and presets per device and per dollar: 13.42 requests/s of goodput on a TP 2 plan
     of $30,000 GPUs is 6.71 a device and 13.42 / 60 = 0.224 per $1,000; one device of no listed price says nothing."""
-    from sim.apps.serve.report import _per_device
+    from sim.apps.serve.report import _per_device, plan_price
 
     s = {"energy": {"devices": 2}}
-    assert _per_device(s, 13.42, 30000.0) == ("6.71 requests/s a device (2 of them); 0.224 per $1,000 of list "
-                                              "price (2 x $30,000)")
-    assert _per_device(s, 13.42, None) == "6.71 requests/s a device (2 of them)"
-    assert _per_device({"energy": {"devices": 1}}, 13.42, None) == ""
+    h100, a100, b200 = (load_machine(p) for p in ("h100_sxm", "a100_80g", "b200"))
+    assert h100.price_usd == 30000.0 and a100.price_usd == 15000.0 and b200.price_usd is None
+    assert _per_device(s, 13.42, plan_price([("", h100, 2)])) == (
+        "6.71 requests/s a device (2 of them); 0.224 per $1,000 of list price (2 x $30,000)")
+    # a preset without a price is said, not dropped (a capacity planner's trial read nothing for b200 and l40s)
+    assert _per_device(s, 13.42, plan_price([("", b200, 2)])) == (
+        "6.71 requests/s a device (2 of them); no per-$1,000 figure: b200 lists no price_usd")
+    # pools of different presets (a trial's disaggregated search showed no cost): 1 x $30,000 + 2 x $15,000
+    pools = plan_price([("prefill", h100, 1), ("decode", a100, 2)])
+    assert pools == (60000.0, "prefill 1 x $30,000 + decode 2 x $15,000")
+    assert _per_device({"energy": {"devices": 3}}, 33.35, pools).endswith(
+        "0.556 per $1,000 of list price (prefill 1 x $30,000 + decode 2 x $15,000)")
 
 
 def test_an_slo_no_rate_meets_names_the_lowest_rate_run():

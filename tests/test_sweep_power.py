@@ -223,3 +223,28 @@ def test_line_and_heatmap_bests_rank_board_power_rows_first():
     # a metric the two models compare on (not energy or power): plain best
     df["tpot_s"] = [2.0, 3.0, 2.0, 3.0, 2.0]
     assert list(best_per(df, ["workload.batch"], "tpot_s", "min")["hw"]) == ["ipu_bow"] * 3
+
+
+def test_a_point_records_the_list_price_of_the_devices_it_spans():
+    """A capacity planner's trial plotted cost against TPOT with hw.price_usd, one device's price: an 8-GPU a100 plan
+    ($120,000) read $15,000 and took the Pareto star from a 2-GPU h100 one ($60,000). plan_price_usd is the preset's
+    price x the point's devices, run and serving points alike; a preset with no price records none."""
+    from sim.apps.sweep.point import run_point
+
+    def row(hw: str, serving: bool, **extra):
+        m = load_machine(hw)
+        w = dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=32, gen_len=2, **extra)
+        if serving:
+            w.pop("batch"), w.pop("prompt_len"), w.pop("gen_len")
+            w["serving"] = dict(arrivals=dict(process="constant", rate=1, num_requests=2),
+                                lengths=dict(prompt=dict(dist="fixed", value=32), output=dict(dist="fixed", value=2)))
+        out = run_point(dict(workload=w, workload_source="t.yaml", machine=m.model_dump(mode="json", exclude={"source"}),
+                             machine_source=m.source, serving=serving))
+        assert out["status"] == "ok", out
+        return out["metrics"]
+
+    tp2 = {"parallel": {"tp": 2, "topology": "dgx_h100"}}
+    for serving in (False, True):
+        assert row("h100_sxm", serving, **tp2)["plan_price_usd"] == 2 * 30000.0
+        assert row("a100_80g", serving)["plan_price_usd"] == 15000.0
+        assert "plan_price_usd" not in row("b200", serving)

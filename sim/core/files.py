@@ -121,6 +121,10 @@ def refuse_inputs(path: Path) -> None:
                           "give another output path")
 
 
+# Folders a command was given as folders (--plots DIR, a sweep's --out): atomic_write does not note making them.
+_NAMED_DIRS: set[Path] = set()
+
+
 def check_output(path: str | Path, directory: bool = False) -> Path:
     """Fail before a long run, not after it, when `path` cannot be written: it is
     an existing directory (or, for `directory`, a file), a read-only file, a socket or
@@ -130,6 +134,8 @@ def check_output(path: str | Path, directory: bool = False) -> Path:
     if not directory and str(path).endswith(("/", os.sep)):
         raise ConfigError(f"{path}: a folder path; expected a file path")
     path = Path(path)
+    if directory:   # a folder the command was told to write into: making it (and under it) is no news
+        _NAMED_DIRS.add(Path(os.path.abspath(path)))
     if not directory:
         refuse_inputs(path)
     if path.is_dir() != directory and path.exists():
@@ -259,7 +265,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
                 break
 
     def said() -> None:   # a folder this write made is named: a typo in a folder name writes somewhere new
-        if made:
+        outer = Path(os.path.abspath(made[-1])) if made else None
+        if outer is not None and not any(outer == d or d in outer.parents for d in _NAMED_DIRS):
             print(f"note: {path}: made the folder {final.parent}" + (f" (and {len(made) - 1} above it, from "
                   f"{made[-1]})" if len(made) > 1 else ""), file=sys.stderr)
 

@@ -175,8 +175,12 @@ def _capacity(args, file, machine, slo) -> int:
     if cap["transient"]:
         print(f"warning: {file.source}: --find-capacity: {cap['transient']}", file=sys.stderr)
     if tables.report_wanted(args):
-        # a disaggregated file's pools have presets of their own: no one price
-        print_capacity(cap, price_usd=None if file.serving.disaggregated else machine.price_usd)
+        from sim.apps.serve.disagg import pools_devices
+        from sim.apps.serve.report import plan_price
+        # a disaggregated file's pools have presets of their own: each pool's devices at its price
+        devices = (best.get("energy") or {}).get("devices") or 1
+        print_capacity(cap, price=plan_price(pools_devices(file) if file.serving.disaggregated
+                                             else [("", machine, devices)]))
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
+from hw_models.gpu.plan import ParallelPlan
 from hw_models.machine import Machine, load_machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
@@ -103,6 +104,13 @@ def pool_machine(file: ServeFile, key: str) -> Machine:
         return load_machine(pool.hw, pool.hw_overrides)
     except ConfigError as exc:
         raise ConfigError(f"{file.source}: serving.disaggregated.{key}.hw: {_pool_advice(exc, key)}") from None
+
+
+def pools_devices(file: ServeFile) -> list[tuple[str, Machine, int]]:
+    """(pool, its machine, its devices: replicas x the plan's) of a disaggregated file, for what the pools cost."""
+    d = file.serving.disaggregated
+    return [(key, pool_machine(file, key), getattr(d, key).replicas
+             * ParallelPlan.model_validate(getattr(d, key).parallel or {}).devices) for key in ("prefill", "decode")]
 
 
 def _pool_advice(exc: ConfigError, key: str) -> str:

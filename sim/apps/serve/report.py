@@ -148,19 +148,32 @@ def _slo(slo: dict[str, float]) -> str:
     return ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
 
 
-def _per_device(summary: dict[str, Any], goodput_req_s: float, price_usd: float | None) -> str:
-    """The goodput at capacity per device of the run and, where the preset lists a price, per $1,000 of the GPUs'
-    list price (`price_usd`, the preset's): what a planner compares across plans (TP 4 against TP 2 x 2 replicas) and
-    presets; "" for one device of no listed price."""
+def _per_device(summary: dict[str, Any], goodput_req_s: float, price: tuple[float | None, str]) -> str:
+    """The goodput at capacity per device of the run and per $1,000 of the list price of the devices it spans
+    (`price`: their total in USD and how it sums, from plan_price; None where a preset lists none, which is said):
+    what a planner compares across plans (TP 4 against TP 2 x 2 replicas, disaggregated pools) and presets."""
     devices = (summary.get("energy") or {}).get("devices") or 0
-    if devices < 1 or (devices == 1 and not price_usd):
+    if devices < 1:
         return ""
-    per_price = f"; {goodput_req_s / (devices * price_usd / 1e3):.3g} per $1,000 of list price ({devices} x " \
-                f"${price_usd:,.0f})" if price_usd else ""
+    total, how = price
+    per_price = f"; {goodput_req_s / (total / 1e3):.3g} per $1,000 of list price ({how})" if total else \
+        f"; no per-$1,000 figure: {how}"
     return f"{goodput_req_s / devices:.4g} requests/s a device ({devices} of them){per_price}"
 
 
-def print_capacity(c: dict[str, Any], console: Console | None = None, price_usd: float | None = None) -> None:
+def plan_price(machines: list[tuple[str, Any, int]]) -> tuple[float | None, str]:
+    """The list price of the devices a run spans, from (label, machine, devices) per pool ("" for a single
+    instance): (total USD, how it sums: "2 x $30,000"; "prefill 1 x $30,000 + decode 2 x $15,000"), or (None, which
+    preset lists no price_usd: a capacity planner's trial read no cost for b200 and l40s, and none for pools)."""
+    missing = [m.name for _, m, _ in machines if m.price_usd is None]
+    if missing:
+        return None, f"{', '.join(dict.fromkeys(missing))} lists no price_usd"
+    parts = [f"{label + ' ' if label else ''}{n} x ${m.price_usd:,.0f}" for label, m, n in machines]
+    return sum(m.price_usd * n for _, m, n in machines), " + ".join(parts)
+
+
+def print_capacity(c: dict[str, Any], console: Console | None = None,
+                   price: tuple[float | None, str] = (None, "no price given")) -> None:
     console = console or tables.console(markup=True)
     clients = c.get("knob") == "concurrency"
     t = Table(title=f"capacity search (bisection on the {'client count' if clients else 'arrival rate'})",
@@ -180,7 +193,7 @@ def print_capacity(c: dict[str, Any], console: Console | None = None, price_usd:
                   + ", ".join(f"{n}: {why}" for why, n in best["rejected_reasons"].items()) + "), each an SLO miss")
     at_least = "at least " if c.get("limit_settled") else ""   # that step stopped once it failed for certain
     t.add_row("limiting metric", f"{c['limiting']} ({at_least}{c['limit_ratio']:.2f}x of its limit just above)")
-    if line := _per_device(best, c["goodput_req_s"], price_usd):
+    if line := _per_device(best, c["goodput_req_s"], price):
         t.add_row("goodput per device", line)
     t.add_row("runs", str(len(c["points"])))
     if "requests_per_client" in c:

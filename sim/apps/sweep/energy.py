@@ -59,8 +59,10 @@ def models_note(ok: "pd.DataFrame", metrics: list[str] | None = None) -> list[st
     if not mixed(ok) or metrics is not None and not any(board_bound(m) for m in metrics):
         return []
     busy = int((ok[MODEL] == 0).sum())
-    named = ", ".join(m for m in metrics or [] if board_bound(m)) or "the energy and power figures"   # as ranked
-    return [f"note: {named} mix two energy models: {busy} row(s) count their units' power_w "
+    ranked = [m for m in metrics or [] if board_bound(m)]   # the figures as the sweep ranks them
+    named = f"{', '.join(ranked)} mix" if len(ranked) > 1 else f"{ranked[0]} mixes" if ranked else \
+        "the energy and power figures mix"
+    return [f"note: {named} two energy models: {busy} row(s) count their units' power_w "
             "alone (busy time, or a spatial chip's whole run: energy_board_model 0; docs/energy.md), the others idle + activity + dynamic power; the best energy "
             "and power points are the board-power rows', and a Pareto plot of them draws the others hollow, off "
             "its front"]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # Recorded by every point (hw_models.power.board_columns): the board power limit where the machine has the
 # board-power model, which energy model the row's J/token is, and whether the limit bound (hw_models.power).
-BOTH = ("energy_board_model", "power_cap_limit_w", *serving.CAP)
+BOTH = ("energy_board_model", "power_cap_limit_w", *serving.CAP, "plan_price_usd")
 # RunResult.metrics()'s fixed names (sim/core/results.py; tests/test_sweep_power.py checks them against a run),
 # the device tier's alias (sim.apps.sweep.point) and the per-phase stretch of a binding power cap.
 RUN = tuple(dict.fromkeys(("ttft_s", "tpot_s", "tpot_first_s", "tpot_last_s", "e2e_s", "throughput_tok_s", "energy_per_token_j",
@@ -101,4 +101,6 @@ def missing_reason(metric: str, rows: "pd.DataFrame") -> str:
     board = rows.get("energy_board_model")
     if metric in BOARD_ONLY and board is not None and len(rows) and (board == 0).all():
         return "no board-power model"
+    if metric == "plan_price_usd":   # sim.apps.sweep.point.plan_price
+        return "no price_usd in the preset, or pools of other presets"
     return "not recorded for these points"

@@ -36,6 +36,7 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
             if config.get("serving"):
                 metrics, series["kv_usage"] = serve_point(config)
                 metrics.update(board_columns(machine))   # a run's metrics hold them already (registry.simulate)
+                metrics.update(plan_price(config, machine, metrics.get("devices", 0)))
             else:
                 metrics = run_metrics(config, machine)
         return dict(status="ok", metrics={k: float(v) for k, v in metrics.items()},
@@ -46,6 +47,17 @@ def run_point(config: dict[str, Any]) -> dict[str, Any]:
         tb = traceback.extract_tb(exc.__traceback__)[-1]
         msg = f"{type(exc).__name__}: {exc} (at {Path(tb.filename).name}:{tb.lineno})"
     return dict(status="error", error=" ".join(msg.split()), seconds=time.perf_counter() - t0)
+
+
+def plan_price(config: dict[str, Any], machine: Machine, devices: float) -> dict[str, float]:
+    """`plan_price_usd`: the list price of the devices the point spans (the preset's price_usd x its devices), what a
+    cost axis compares across plans; hw.price_usd is one device's (a capacity planner's trial starred an 8-GPU a100
+    plan at $15,000 beside a 2-GPU h100 one at $30,000). None where the preset lists no price or a disaggregated
+    point's pools are other presets (sim serve --find-capacity prices those)."""
+    pools = ((config.get("workload") or {}).get("serving") or {}).get("disaggregated")
+    if machine.price_usd is None or pools or not devices:
+        return {}
+    return {"plan_price_usd": machine.price_usd * devices}
 
 
 def run_metrics(config: dict[str, Any], machine: Machine) -> dict[str, float]:
@@ -62,5 +74,5 @@ def run_metrics(config: dict[str, Any], machine: Machine) -> dict[str, float]:
     cap = result.extra.get("power_cap") or {}
     metrics.update(cap_columns(cap.get("prefill_s", 0.0) + cap.get("decode_s", 0.0)))
     metrics.update({f"{phase}_power_cap_stretch": cap.get(f"{phase}_stretch", 0.0) for phase in ("prefill", "decode")})
-    return metrics
+    return metrics | plan_price(config, machine, result.devices)
 
