@@ -27,7 +27,9 @@ PINS: dict[str, tuple[float, float]] = {
     "attacc.equal_capacity_gain.head_groups_12": (2.02, 0.03),  # published 2.81x (AttAcc, ASPLOS 2024)
     "attacc.equal_capacity_gain.vs_2xdgx": (0.97, 0.03),
     "attacc.sub_batch_gain.batch_66": (0.55, 0.03),
-    "attacc.sub_batch_gain.batch_512": (1.18, 0.03),
+    # 1.18 (1.176) before attacc_dgx's board-power model (stop 68): its 3.2 kW limit binds on the compute-bound
+    # batch-512 FCs, the more where 2 sub-batches read the weights twice
+    "attacc.sub_batch_gain.batch_512": (1.106, 0.03),
     "attacc.same_batch_gain.batch_64": (1.65, 0.03),
     "attacc.preset_decode_step_s.kv_2112": (23.17e-3, 1e-3),
     # Llama-2-13B on hbm_pim with dual row buffers, GEMM sharing against none (tests/test_pim.py).

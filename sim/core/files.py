@@ -229,6 +229,15 @@ def _write_stdout(write: Callable[[Path], None]) -> None:
             out.flush()
 
 
+def _say_made(path: str | Path, final: Path, made: list[Path]) -> None:
+    """A folder a write made is named (`made`: innermost first): a typo in a folder name writes somewhere new. Not
+    inside a folder the command was given as one (_NAMED_DIRS), where making folders is what it was told."""
+    outer = Path(os.path.abspath(made[-1])) if made else None
+    if outer is not None and not any(outer == d or d in outer.parents for d in _NAMED_DIRS):
+        print(f"note: {path}: made the folder {final.parent}" + (f" (and {len(made) - 1} above it, from {made[-1]})"
+              if len(made) > 1 else ""), file=sys.stderr)
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """`write(p)` writes the whole file at `p`; see the module docstring for where it lands. `-` is stdout, as for
     most Unix tools (`--json -` wrote a file named `-`, a trial's finding), inside a transaction at its end."""
@@ -264,18 +273,12 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
             except OSError:
                 break
 
-    def said() -> None:   # a folder this write made is named: a typo in a folder name writes somewhere new
-        outer = Path(os.path.abspath(made[-1])) if made else None
-        if outer is not None and not any(outer == d or d in outer.parents for d in _NAMED_DIRS):
-            print(f"note: {path}: made the folder {final.parent}" + (f" (and {len(made) - 1} above it, from "
-                  f"{made[-1]})" if len(made) > 1 else ""), file=sys.stderr)
-
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
         if staged is None:
             os.replace(tmp, final)
-            said()
+            _say_made(path, final, made)
     except OSError as exc:
         abort()
         raise _fail(path, exc) from None
@@ -288,7 +291,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
                 os.replace(tmp, final)
             except OSError as exc:
                 raise _fail(path, exc) from None
-            said()
+            _say_made(path, final, made)
         staged.append((commit, abort))
     return path
 

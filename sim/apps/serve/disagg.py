@@ -29,7 +29,6 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from hw_models.gpu.plan import ParallelPlan
 from hw_models.machine import Machine, load_machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
@@ -40,6 +39,7 @@ from sim.apps.serve.metrics import utilization
 from sim.apps.serve.router import Replica, choose, merge, policy_of, stream
 from sim.apps.serve.schedulers import Request
 from sim.apps.serve.instance import Setup, prepare
+from sim.apps.serve.serving_mapper import serving_mapper
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError, SimError
@@ -107,10 +107,23 @@ def pool_machine(file: ServeFile, key: str) -> Machine:
 
 
 def pools_devices(file: ServeFile) -> list[tuple[str, Machine, int]]:
-    """(pool, its machine, its devices: replicas x the plan's) of a disaggregated file, for what the pools cost."""
-    d = file.serving.disaggregated
-    return [(key, pool_machine(file, key), getattr(d, key).replicas
-             * ParallelPlan.model_validate(getattr(d, key).parallel or {}).devices) for key in ("prefill", "decode")]
+    """(pool, its machine, its devices: replicas x its plan's, as its mapper spans them) of a disaggregated file, for
+    what the pools cost."""
+    out = []
+    for key in ("prefill", "decode"):
+        machine, pool_file = pool_machine(file, key), _pool_file(file, key)
+        devices = serving_mapper(machine, pool_file, pool_file.model_config_()).devices
+        out.append((key, machine, getattr(file.serving.disaggregated, key).replicas * devices))
+    return out
+
+
+def _pool_file(file: ServeFile, key: str) -> ServeFile:
+    """The file as pool `key` serves it: the pool's own parallel plan for the file's (none: one device)."""
+    pool = getattr(file.serving.disaggregated, key)
+    sections = {k: v for k, v in file.sections.items() if k != "parallel"}
+    if pool.parallel is not None:
+        sections["parallel"] = pool.parallel
+    return file.model_copy(update={"sections": sections, "source": f"{file.source}: serving.disaggregated.{key}.parallel"})
 
 
 def _pool_advice(exc: ConfigError, key: str) -> str:
@@ -122,14 +135,10 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
     if file.serving.speculative is not None:   # before a pool checks the draft (a trial: its vocabulary was refused
         # as a key of the prefill pool's plan, `serving.disaggregated.prefill.parallel: serving.speculative.draft`)
         raise ConfigError(f"{file.source}: serving.speculative: not modelled with serving.disaggregated")
-    pool = getattr(file.serving.disaggregated, key)
     where = f"{file.source}: serving.disaggregated.{key}"
     machine = pool_machine(file, key)
-    sections = {k: v for k, v in file.sections.items() if k != "parallel"}
-    if pool.parallel is not None:
-        sections["parallel"] = pool.parallel
     # the engine of each pool takes vLLM's device-derived defaults from its own preset (engine_defaults)
-    pool_file = pool_defaults(file.model_copy(update={"sections": sections, "source": f"{where}.parallel"}), machine)
+    pool_file = pool_defaults(_pool_file(file, key), machine)
     try:
         return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
     except SimError as exc:   # the pool's preset or plan, as set, cannot serve the file: say which pool
