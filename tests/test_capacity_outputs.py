@@ -28,6 +28,8 @@ def test_the_outputs_at_capacity_are_the_steps_run(tmp_path):
     clients = cap["capacity_clients"]       # a client count, named as one (it was under capacity_rate_req_s)
     assert "capacity_rate_req_s" not in cap and all("clients" in p and "rate" not in p for p in cap["points"])
     assert clients > 2                      # the search moved off the file's 2 clients
+    # what the devices cost, as the report prices them (one h100_sxm at its preset's $30,000)
+    assert (cap["plan_price_usd"], cap["plan_price"]) == (30000.0, "1 x $30,000")
     rows = list(csv.DictReader(req.open()))
     assert len(rows) == 3 * clients == cap["summary"]["requests"]
     assert all(isinstance(p["stopped_early"], bool) for p in cap["points"])

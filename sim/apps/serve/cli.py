@@ -161,12 +161,18 @@ def _capacity(args, file, machine, slo) -> int:
                           + (f">= {of_limit(s['slo_met'][worst])}, stopped after {st['requests_done']} requests "
                              f"({st['violations']} over it, {st['allowed']} allowed: fails with certainty)" if st
                              else of_limit(s["slo_met"][worst])))
+    from sim.apps.serve.disagg import pools_devices
+    from sim.apps.serve.report import plan_price
+
     cap = find_capacity(file, machine, slo, exact=args.exact, on_point=point, early_stop=args.early_stop)
     best = cap["summary"]
+    # what the devices cost: a disaggregated file's pools at each pool's price (the report and the JSON alike)
+    price_usd, priced = plan_price(pools_devices(file) if file.serving.disaggregated
+                                   else [("", machine, (best.get("energy") or {}).get("devices") or 1)])
     out = {"capacity_clients" if key == "clients" else "capacity_rate_req_s": cap["rate"]}
     out |= dict(goodput_req_s=cap["goodput_req_s"], goodput_tok_s=cap["goodput_tok_s"],
                 goodput_window_s=cap["window_s"], within_slo=cap["within_slo"], transient=cap["transient"],
-                limiting_metric=cap["limiting"],
+                limiting_metric=cap["limiting"], plan_price_usd=price_usd, plan_price=priced,
                 # a step stopped early ran part of its stream: its verdict is certain, its figures are the part's
                 points=[{key: p["rate"], "ok": p["ok"], "stopped_early": "settled" in p["summary"],
                          "slo_met": p["summary"]["slo_met"]} for p in cap["points"]], summary=best)
@@ -175,12 +181,7 @@ def _capacity(args, file, machine, slo) -> int:
     if cap["transient"]:
         print(f"warning: {file.source}: --find-capacity: {cap['transient']}", file=sys.stderr)
     if tables.report_wanted(args):
-        from sim.apps.serve.disagg import pools_devices
-        from sim.apps.serve.report import plan_price
-        # a disaggregated file's pools have presets of their own: each pool's devices at its price
-        devices = (best.get("energy") or {}).get("devices") or 1
-        print_capacity(cap, price=plan_price(pools_devices(file) if file.serving.disaggregated
-                                             else [("", machine, devices)]))
+        print_capacity(cap, price=(price_usd, priced))
     return 0
 
 
