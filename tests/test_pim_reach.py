@@ -159,3 +159,18 @@ def test_gemm_sharing_s_pim_columns_count_against_the_reach():
     (plain, _), (shared, alloc) = step(False), step(True)
     assert alloc.placed_bytes > alloc.reach_bytes >= alloc.placed_bytes - alloc.moved_bytes
     assert plain / shared == pytest.approx(1.23, abs=0.02)
+
+
+def test_pim_dies_beyond_the_stacks_capacity_are_refused():
+    """An architect's trial: `pim.pim_capacity_bytes_per_stack: 20 GiB` on hbm_pim's 6.44 GB stacks ran exactly as
+    `null` (every die PIM) without a word. PIM dies past what the stacks hold name the key, the tier's capacity and
+    the largest figure a stack takes; at most the stack's capacity is taken as given."""
+    from sim.core.errors import ConfigError
+
+    w = workload_from_dict(dict(model="tinyllama-1.1b", batch=1, prompt_len=64, gen_len=2), "t")
+    hbm = load_machine("hbm_pim")
+    stack = hbm.memory["hbm"].capacity_bytes / 5
+    with pytest.raises(ConfigError, match=r"pim\.pim_capacity_bytes_per_stack: 21\.47 GB x 5 stacks is more than "
+                                          r"memory\.hbm's 32\.21 GB; at most 6\.44 GB a stack"):
+        PimMapper(load_machine("hbm_pim", {"pim.pim_capacity_bytes_per_stack": 20 * 2**30}), w, w.model_config_())
+    PimMapper(load_machine("hbm_pim", {"pim.pim_capacity_bytes_per_stack": stack}), w, w.model_config_())

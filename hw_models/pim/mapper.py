@@ -48,6 +48,7 @@ from sim.core.generation import Generation, RunFigures, generate
 from sim.core.errors import ConfigError
 from sim.core.graph import Op, OpGraph
 from sim.core.lowering import lower
+from sim.core.units import fmt_bytes
 
 
 class PimMapper(Mapper):
@@ -73,6 +74,12 @@ class PimMapper(Mapper):
             raise ConfigError(f"{src}: pim.tier: the host unit {self.host_name} streams from {self.host.memory!r}; "
                               f"the PIM stacks must be that tier ({cfg.tier!r})")
         self.tier = machine.memory[cfg.tier]
+        reach = cfg.pim_capacity_bytes_per_stack
+        if reach is not None and reach * cfg.stacks > self.tier.capacity_bytes * (1 + 1e-9):
+            # more PIM dies than the stacks hold: it ran as `null` (every die PIM) without a word (an architect's trial)
+            raise ConfigError(f"{src}: pim.pim_capacity_bytes_per_stack: {fmt_bytes(reach)} x {cfg.stacks} stacks is "
+                              f"more than memory.{cfg.tier}'s {fmt_bytes(self.tier.capacity_bytes)}; at most "
+                              f"{fmt_bytes(self.tier.capacity_bytes / cfg.stacks)} a stack (null: every die has PIM units)")
         if self.tier.energy_j_per_byte is None:
             raise ConfigError(f"{src}: memory.{cfg.tier}.energy_j_per_byte: required for a pim machine "
                               "(the external DRAM energy per byte)")
