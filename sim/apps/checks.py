@@ -5,7 +5,6 @@ workload file is meant to run on every kind of preset."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from hw_models.compute_path import native_rates
@@ -241,7 +240,7 @@ def unused_in_serving(workload: Workload, machine: Machine) -> list[str]:
 
 
 # sim's own preset files (hardware, stack, topology) live under this folder
-PACKAGED = str(Path(PRESET_DIR).parent)
+PACKAGED = str(PRESET_DIR.parent)
 
 
 @contextmanager

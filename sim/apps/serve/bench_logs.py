@@ -103,9 +103,11 @@ def bench_kind(path: Path, d: object) -> str:
                       "time_to_first_token)")
 
 
-def read_bench_json(path: Path, gpu: str, engine: str, model: str, named_by: str = "--model") -> Run:
-    """A benchmark result JSON, genai-perf's or aiperf's, or vLLM benchmark_serving's, told apart by their keys."""
-    d = read_json(path)
+def read_bench_json(path: Path, gpu: str, engine: str, model: str, named_by: str = "--model",
+                    d: object = None) -> Run:
+    """A benchmark result JSON, genai-perf's or aiperf's, or vLLM benchmark_serving's, told apart by their keys
+    (`d`: the file's data where the caller read it already)."""
+    d = read_json(path) if d is None else d
     if bench_kind(path, d) == "genai-perf":
         return read_genai_perf(path, gpu, engine, model, d, named_by)
     return read_vllm_bench(path, gpu, engine, model, d, named_by)

@@ -37,7 +37,7 @@ def _runs(args: argparse.Namespace):
             missing = [flag for flag, v in (("--engine", engine), ("--model", model)) if not v]
             raise ConfigError(f"{path}: the benchmark JSON does not say {'which engine' if model else 'what'} "
                               f"served it: give {' and '.join(missing)}")
-        run = read_bench_json(path, args.hw, engine, model, "--model" if args.model else f"{path}: its model")
+        run = read_bench_json(path, args.hw, engine, model, "--model" if args.model else f"{path}: its model", d)
         return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], [], 0
     if args.tp or args.ep:
         raise ConfigError(f"{path}: --tp/--ep: for a benchmark JSON, which does not record the server's layout "

@@ -107,7 +107,7 @@ def _sized_chips(ok, axes, hw_name: str) -> list[str]:
 
 def best_table(spec, ok, total: int):
     from sim.apps.axes import is_number
-    from sim.apps.sweep.energy import comparable
+    from sim.apps.sweep.energy import best_row
     from sim.apps.sweep.labels import axis_for, fmt_value
     from sim.apps.sweep.spec import default_goal
 
@@ -125,8 +125,7 @@ def best_table(spec, ok, total: int):
         if m not in ok.columns or ok[m].isna().all():
             continue
         goal = default_goal(m)
-        rows, where = comparable(ok, m)
-        row = rows.loc[rows[m].idxmin() if goal == "min" else rows[m].idxmax()]
+        row, where = best_row(ok, m, goal)
         t.add_row(f"{goal} {axis_for(m).name}{where}", fmt_value(m, row[m]),
                   *(f"{row[a] * ax.scale:.4g}" if is_number(row[a]) else str(row[a]) for a, ax in axes.items()))
     return t

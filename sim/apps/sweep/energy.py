@@ -53,6 +53,13 @@ def comparable(ok: "pd.DataFrame", metric: str) -> tuple["pd.DataFrame", str]:
     return (board, " (board-power rows)") if board[metric].notna().any() else (ok, "")
 
 
+def best_row(ok: "pd.DataFrame", metric: str, goal: str) -> tuple["pd.Series", str]:
+    """The row of best `metric` among the rows it may be ranked in (comparable), and their label: what the
+    best-points table and a line plot's star both name."""
+    rows, among = comparable(ok, metric)
+    return rows.loc[rows[metric].idxmin() if goal == "min" else rows[metric].idxmax()], among
+
+
 def models_note(ok: "pd.DataFrame", metrics: list[str] | None = None) -> list[str]:
     """A note where the rows' J/token mix the two energy models and the sweep ranks an energy or power figure
     (`metrics`; None: said whatever it ranks). A sweep of TPOT and throughput alone had printed it (a trial)."""

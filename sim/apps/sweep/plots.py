@@ -17,7 +17,7 @@ from sim.apps.axes import Axis, factor_axes, is_number, num
 from sim.core.errors import ConfigError
 from sim.apps.mpl import pyplot
 from sim.apps.plots import _save, thin_labels
-from sim.apps.sweep.energy import best_per, busy_rows, cell_tables, comparable
+from sim.apps.sweep.energy import best_per, best_row, busy_rows, cell_tables
 from sim.apps.sweep.expr import compile_expr
 from sim.apps.sweep.labels import axis_for, fmt_value, label as _label
 from sim.apps.sweep.legend import MARKERS, failure_kinds, mark_failed, no_values, title_for, two_way_legend
@@ -163,8 +163,7 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         ax.plot(x, y, ms=4 if twin is None else 7, label=lbl if len(cols) < 2 else None, **style)
         drawn.append((x, y, short))
     if len(data):
-        ranked, among = comparable(data, p.y)
-        b = ranked.loc[ranked[p.y].idxmin() if goal == "min" else ranked[p.y].idxmax()]
+        b, among = best_row(data, p.y, goal)
         ax.scatter(_scaled(ax_x, [b[p.x]]), ax_y([b[p.y]]),
                    label=f"best{among} ({goal} {ax_y.name} = {ax_y.show(b[p.y])})", **_STAR)
     if not failed.empty and p.x in failed.columns:
