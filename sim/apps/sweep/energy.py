@@ -131,5 +131,6 @@ def cell_tables(data: "pd.DataFrame", row: str, col: str, metric: str, goal: str
     may rank (the board-power ones where the rows mix the energy models), and the star's label for them."""
     cells = best_per(data.dropna(subset=[metric]), [row, col], metric, goal)
     table = cells.set_index([row, col])[metric].unstack(col)
-    ranked, among = comparable(cells, metric)
+    ranked = comparable(cells, metric)[0]
+    among = comparable(data, metric)[1]   # the rows mix the models: the cells took board-power rows first
     return table, ranked.set_index([row, col])[metric].unstack(col).reindex_like(table), among

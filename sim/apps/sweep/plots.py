@@ -121,8 +121,9 @@ def _best_at_each_x(g: "pd.DataFrame", p: Plot, goal: str, axes: list[str]) -> t
     if not g[p.x].duplicated().any():
         return g.sort_values(p.x), ""
     over = varying(g, axes, (p.x, *p.line_columns))
-    g = best_per(g, [p.x], p.y, goal)   # a board-power row before a busy-time one (sim.apps.sweep.energy)
-    return g.sort_values(p.x), f"{goal} over {', '.join(map(_label, over)) if over else 'the points'} at each x"
+    first = ", board-power rows first" if busy_rows(g, [p.y]) is not None else ""   # sim.apps.sweep.energy.best_per
+    g = best_per(g, [p.x], p.y, goal)
+    return g.sort_values(p.x), f"{goal} over {', '.join(map(_label, over)) if over else 'the points'} at each x{first}"
 
 
 def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
@@ -183,7 +184,7 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     table, ranked, among = cell_tables(data, p.y, p.x, p.z, goal)
     over = varying(data, df.attrs.get("axes", []), (p.x, p.y))
     if over:
-        title += f"\neach cell the {goal} over {', '.join(_label(a) for a in over)}"
+        title += f"\neach cell the {goal} over {', '.join(_label(a) for a in over)}{among and ', board-power rows first'}"
     table = table.reindex(index=_order(data[p.y]), columns=_order(data[p.x]))
     ax_z = _axis(data, p.z)
     arr, arr_rank = (ax_z(t.to_numpy(dtype=float)) for t in (table, ranked.reindex_like(table)))
