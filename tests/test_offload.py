@@ -11,7 +11,7 @@ import pytest
 from hw_models.offload import sched as sched
 from hw_models.registry import mapper_for
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
-from hw_models.offload.spec import Policy, parse_policy
+from hw_models.offload.spec import Policy, host_spec, parse_policy
 from sim.core.errors import CapacityError, ConfigError
 from hw_models.registry import simulate
 from sim.core.workload import load_workload, workload_from_dict
@@ -126,6 +126,39 @@ def test_single_buffer_serialises():
     p = Policy((0.0, 1.0, 0.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0), 1, 1)
     tl = sched.run_step(_toy_slots(5, 1e9, 3.0), p, rates, "decode", {sched.W_BUF: 1e9, sched.KV_BUF: 1.0})
     assert tl.time_s == pytest.approx(20.0, rel=1e-12)
+
+
+def test_transfer_energy_by_hand():
+    """Each transfer costs its bytes at the J/byte of what it crosses (sched module doc): the toy's 5 layers of 1 GB
+    weights, all on disk (weights 0/0/100), cross the disk (1 GB each: 2 nJ/B drive + 0.15 nJ/B host DRAM = 2.15 J)
+    and PCIe (1 GB each: 0.044 nJ/B link + 0.15 nJ/B host DRAM = 0.194 J on the host side, 0.04 nJ/B of GPU memory =
+    0.04 J on the GPU's side): 5 x 2.15 = 10.75 J on the disk, 5 x 0.194 = 0.97 J on the link, 5 x 0.04 = 0.2 J
+    beside the GPU's compute (0 J here). The times do not move."""
+    priced = sched.Rates(1e9, 1e9, 1e9, 1e9, 1.0, link_j_per_byte=0.044e-9, host_dram_j_per_byte=0.15e-9,
+                         gpu_memory_j_per_byte=0.04e-9, disk_j_per_byte=2e-9)
+    p = Policy((0.0, 0.0, 1.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0), 1, 1)
+    buffers = {sched.W_BUF: 2e9, sched.KV_BUF: 1.0}
+    s = sched.run_step(_toy_slots(5, 1e9, 3.0), p, priced, "decode", buffers)
+    assert s.energy_j["disk"] == pytest.approx(10.75, rel=1e-12)
+    assert s.energy_j["pcie_h2d"] == pytest.approx(0.97, rel=1e-12)
+    assert s.energy_j[sched.GPU] == pytest.approx(0.2, rel=1e-12)
+    free = sched.run_step(_toy_slots(5, 1e9, 3.0), p, sched.Rates(1e9, 1e9, 1e9, 1e9, 1.0), "decode", buffers)
+    assert free.time_s == s.time_s and sum(free.energy_j.values()) == 0.0
+
+
+def test_preset_transfer_energy_named_and_reported(capsys):
+    """A preset's transfer figures reach the run: opt30b_flexgen on a6000_offload moves its CPU-resident weights over
+    PCIe each step, whose energy the links table gives as bytes x (link + host DRAM + GPU memory J/byte); flexgen_t4
+    names the figure it lacks (its disk's) in the run's note."""
+    m = load_machine("a6000_offload")
+    rates = sched.Rates.of(host_spec(m), m.memory[m.device_tier])
+    assert rates.link_j_per_byte == pytest.approx(44e-12) and rates.host_dram_j_per_byte == pytest.approx(150e-12)
+    assert rates.gpu_memory_j_per_byte == pytest.approx(70e-12) and rates.disk_j_per_byte == pytest.approx(1.21e-9)
+    r = simulate(load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml"), m)
+    h2d = r.extra["offload"]["links"]["pcie_h2d"]
+    assert h2d["bytes"] > 1e10 and h2d["energy_j"] == pytest.approx(h2d["bytes"] * 264e-12, rel=1e-12)
+    assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "flexgen_t4"]) == 0
+    assert "memory.disk.energy_j_per_byte not given: what crosses the disk is not priced" in capsys.readouterr().out
 
 
 def test_folded_layers_equal_exhaustive():

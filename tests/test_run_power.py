@@ -56,7 +56,7 @@ def test_the_report_and_json_say_the_power_and_what_it_holds(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "power_includes" not in json.loads(out.read_text())
     assert ("warning: energy: flexgen_t4's host CPU (units.cpu) has no power_w: the energy and power count the GPU "
-            "alone (no preset prices the disk)") in captured.out
+            "and the transfers' J/byte alone") in captured.out
 
 
 def test_a_run_without_decode_steps_has_no_tpot(tmp_path):

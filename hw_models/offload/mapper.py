@@ -67,7 +67,7 @@ class OffloadMapper(Mapper):
         # trial read "with the host CPU" as the host's whole draw and PCIe-bound runs as near-free on the host.
         self.power_includes = ("host CPU" if cpu.idle_power_w is not None else
                                "host CPU's busy time" if cpu.power_w else "")
-        self.rates = sched.Rates.of(self.host)
+        self.rates = sched.Rates.of(self.host, machine.memory[machine.device_tier])
         self.spec: PolicySpec = parse_policy(workload.section("policy"), workload.batch,
                                              workload.source or workload.name)
         self.gpu_cost, self.cpu_cost = sched.cost_functions(self)
@@ -221,6 +221,14 @@ class OffloadMapper(Mapper):
         how = f"FlexGen block of {p.block_size} ({p.describe()}{'; chosen by the policy search' if self.search_result else ''})"
         return OwnPool(p.block_size, w.prompt_len, w.prompt_len + w.gen_len, how)
 
+    def unpriced_transfers(self) -> dict[str, str]:
+        """The transfer energies the preset leaves out (sched.Rates: what moving a byte costs): key -> what."""
+        h = self.host
+        keys = {"host.pcie.energy_j_per_byte": (h.pcie.energy_j_per_byte, "the link"),
+                f"memory.{h.cpu_memory_name}.energy_j_per_byte": (h.cpu_memory.energy_j_per_byte, "host DRAM"),
+                f"memory.{h.disk_name}.energy_j_per_byte": (h.disk.energy_j_per_byte, "the disk")}
+        return {k: what for k, (v, what) in keys.items() if v is None}
+
     def serving_board(self):
         """The GPU's board, its energy and power per device with the host's CPU beside it where it has a figure."""
         return replace(super().serving_board(), with_host=self.power_includes)
@@ -264,14 +272,17 @@ class OffloadMapper(Mapper):
             fig.notes.append(f"the policy search chose an effective batch of {p.block_size} "
                              f"(GPU batch {p.gpu_batch_size} x {p.num_gpu_batches}); the workload's batch "
                              f"{w.batch} is its upper bound")
+        unpriced = self.unpriced_transfers()
+        missing = (f"; {', '.join(unpriced)} not given: what crosses {' and '.join(unpriced.values())} is not priced"
+                   if unpriced else "")
         if not self.power_includes:   # a trial read the power line as the host's too
             fig.notes.append(f"energy: {self.machine.name}'s host CPU (units.{self.host.cpu_name}) has no power_w: "
-                             "the energy and power count the GPU alone (no preset prices the disk)")
+                             f"the energy and power count the GPU and the transfers' J/byte alone{missing}")
         elif self.host.cpu.idle_power_w is None:
             fig.notes.append(f"energy: the host CPU (units.{self.host.cpu_name}) draws its power_w "
-                             f"{self.host.cpu.power_w:g} W over its busy time alone, nothing while it waits, and no "
-                             "preset prices host DRAM, PCIe or the disk: a link-bound step's host energy is a lower "
-                             "bound (docs/offload.md)")
+                             f"{self.host.cpu.power_w:g} W over its busy time alone, nothing while it waits, and the "
+                             "DIMMs' and the disk's idle draw is not modelled: a link-bound step's host energy is a "
+                             f"lower bound{missing} (docs/offload.md)")
         fig.extra |= dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
                           offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result,
                                                      self.unit_name))

@@ -26,7 +26,11 @@ Data from disk goes disk -> CPU memory -> PCIe: two chained transfers.
 
 Energy: each compute task carries its ops' dynamic energy (FLOPs x J/FLOP, bytes x the tier's J/byte), on
 top of which the machine's units draw their static power (hw_models.base.Mapper.power_j), as on the gpu kind.
-Transfers carry none: no offload preset cites a J/byte for PCIe, host DRAM or the disk.
+Each transfer carries what moving its bytes costs where the preset gives the figure (Rates): a PCIe copy its
+link's J/byte (`host.pcie.energy_j_per_byte`, both ends' PHYs), one host-DRAM access (the CPU tier's J/byte)
+and one GPU-memory access (the GPU tier's, booked on the GPU: its board draws it, so its power limit counts it);
+a disk transfer the drive's J/byte and one host-DRAM access (data from disk lands in CPU memory first). A figure
+the preset leaves out costs nothing (docs/offload.md names what each preset prices).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hw_models.cost import roofline_cost
+from hw_models.machine import Tier
 from hw_models.offload.spec import Host, Policy
 from sim.core import engine
 from sim.core import graph as g
@@ -97,12 +102,27 @@ class Rates:
     pageable_factor: float
     pcie_latency_s: float = 0.0
     disk_latency_s: float = 0.0
+    # What a byte moved costs (J/byte; 0 where the preset gives no figure): the host link's PHYs, one access of
+    # host DRAM, of the GPU's memory, of the disk (module doc)
+    link_j_per_byte: float = 0.0
+    host_dram_j_per_byte: float = 0.0
+    gpu_memory_j_per_byte: float = 0.0
+    disk_j_per_byte: float = 0.0
 
     @classmethod
-    def of(cls, host: Host) -> "Rates":
+    def of(cls, host: Host, gpu_memory: Tier | None = None) -> "Rates":
         bw = host.pcie.achieved_bytes_per_s()
         return cls(bw, bw, host.disk_read_bytes_per_s, host.disk_write_bytes_per_s, host.pcie.pageable_factor,
-                   host.pcie.latency_s, host.disk.latency_s)
+                   host.pcie.latency_s, host.disk.latency_s, host.pcie.energy_j_per_byte or 0.0,
+                   host.cpu_memory.energy_j_per_byte or 0.0,
+                   (gpu_memory.energy_j_per_byte or 0.0) if gpu_memory is not None else 0.0,
+                   host.disk.energy_j_per_byte or 0.0)
+
+    def transfer_j(self, link: str, nbytes: float) -> tuple[float, float]:
+        """(host-side, GPU-side) joules of moving `nbytes` over `link` (a LINKS name, or disk_r / disk_w)."""
+        if link.startswith("disk"):
+            return nbytes * (self.disk_j_per_byte + self.host_dram_j_per_byte), 0.0
+        return nbytes * (self.link_j_per_byte + self.host_dram_j_per_byte), nbytes * self.gpu_memory_j_per_byte
 
 
 def _full_weight_bytes(model: ModelConfig, t) -> float:
@@ -217,8 +237,9 @@ class Tag:
     bytes: float = 0.0
     bound: str = "link"
     path: str = ""
-    energy_j: float = 0.0      # a compute's dynamic energy (SlotWork); transfers carry none (module doc)
+    energy_j: float = 0.0      # a compute's dynamic energy (SlotWork), a transfer's (module doc)
     flops: float = 0.0         # a compute's FLOPs (its bytes: `bytes`, its ops' tensors)
+    gpu_j: float = 0.0         # the part of a transfer's energy_j on the GPU's memory, which its board draws
 
 
 @dataclass
@@ -270,8 +291,10 @@ class _StepBuilder:
                      "disk_r": (r.disk_read, r.disk_latency_s),
                      "disk_w": (r.disk_write, r.disk_latency_s)}[res]
         resource = "disk" if res.startswith("disk") else res
+        host_j, gpu_j = r.transfer_j(res, nbytes)
         self.tasks.append(Task(tid, resource, lat + nbytes / rate, tuple(d for d in deps if d), tuple(acquire),
-                               tuple(release), Tag("transfer", nbytes, path=f"{kind} {res}")))
+                               tuple(release), Tag("transfer", nbytes, path=f"{kind} {res}",
+                                                   energy_j=host_j + gpu_j, gpu_j=gpu_j)))
         return tid
 
     def chain(self, prefix: str, nbytes: float, disk_frac: float, off_frac: float, deps: list[str], kind: str,
@@ -370,6 +393,7 @@ def run_step(slots: list[SlotWork], p: Policy, rates: Rates, phase: str, buffers
     for i in tl.intervals:
         if i.resource in moved:
             moved[i.resource] += i.tag.bytes
-        if i.tag.energy_j:
-            joules[i.resource] = joules.get(i.resource, 0.0) + i.tag.energy_j
+        if i.tag.energy_j:   # a transfer's GPU-memory side on the GPU (its board's limit counts it)
+            joules[i.resource] = joules.get(i.resource, 0.0) + i.tag.energy_j - i.tag.gpu_j
+            joules[GPU] = joules.get(GPU, 0.0) + i.tag.gpu_j
     return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used), joules)

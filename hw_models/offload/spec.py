@@ -55,6 +55,9 @@ class Pcie(Strict):
     # its copies reach this fraction of the pinned rate.
     pageable_factor: float = Field(default=0.5, gt=0, le=1)
     latency_s: Quantity = Field(default=0.0, ge=0)
+    # What a byte moved costs in the link itself, both ends' PHYs and controllers (the memories it is read from and
+    # written to are priced by their tiers; hw_models.offload.sched); none: not priced
+    energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _rate_given(self) -> "Pcie":
