@@ -119,7 +119,7 @@ from hw_models.stack.fa2_splits import fa2_num_splits
 from hw_models.stack.fa3_splits import fa3_num_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
 from hw_models.stack.kernel_families import read_family_files
-from hw_models.stack.prefill_curves import Prefill, PrefillCurves, chunk_length, format_keys
+from hw_models.stack.prefill_curves import Prefill, PrefillCurves, chunk_length, format_keys, kernel_format
 from hw_models.stack.xqa_splits import xqa_multi_block_count
 from sim.core import graph as g
 from sim.core.errors import ConfigError
@@ -293,7 +293,7 @@ class AttentionRule(Strict):
             return False
         if self.capability and capability not in self.capability:
             return False
-        return not self.kv or (kv_fmt is not None and get_format(kv_fmt).name in self.kv)
+        return not self.kv or (kv_fmt is not None and kernel_format(kv_fmt) in self.kv)
 
 
 def select_family(default: str | None, rules: list[AttentionRule], capability: float | None,
@@ -359,7 +359,7 @@ def attention_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, family: str,
     kv_bytes = float(sum(t.bytes for t in kv))
     energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, "bf16")
     if d.get("q_len", 1) == 1 and not (d.get("context") and fam.context_kernel):
-        fig = fam.decode.get(get_format(kv[0].fmt).name) if kv else None
+        fig = fam.decode.get(kernel_format(kv[0].fmt)) if kv else None
         sms, clock = unit.efficiency.parallel_units, unit.efficiency.clock_hz
         if fig is None or not sms or (fig.fixed_cycles and not clock):
             return None

@@ -51,6 +51,18 @@ def chunk_length(q_len: int, kv_len: int) -> float:
     return (math.sqrt(1 + 4 * (2 * q_len * kv - q_len * q_len + q_len)) - 1) / 2
 
 
+# The attention kernels' tables measure bf16; an fp16 tensor runs the same kernels at the same bytes
+# (FlashAttention-2/3, FlashInfer, TensorRT-LLM's XQA/FMHA and cuDNN's SDPA each instantiate both 16-bit float types),
+# so it takes the bf16 figures (a trial's fp16 cache had silently fallen back to the roofline, 27-46% fast).
+SAME_KERNELS = {"fp16": "bf16"}
+
+
+def kernel_format(fmt: str) -> str:
+    """The format whose fitted figures `fmt` takes (SAME_KERNELS), by its canonical name."""
+    name = get_format(fmt).name
+    return SAME_KERNELS.get(name, name)
+
+
 def format_keys(v: dict) -> dict:
     try:
         return {get_format(k).name: d for k, d in v.items()}
@@ -77,5 +89,5 @@ class PrefillCurves(Strict):
             kv = get_format(kv_fmt)
             if q_fmt and get_format(q_fmt).bits <= 8 and kv.bits <= 8:
                 out.append(self.prefill_fp8_query)
-            out.append(self.prefill_kv.get(kv.name))
+            out.append(self.prefill_kv.get(kernel_format(kv.name)))
         return [*out, self.prefill]
