@@ -44,6 +44,22 @@ def test_stack_applies_to_every_row(shared_validation, tmp_path):
     assert json.loads(out.read_text())["mape_by_family"]
 
 
+def test_rows_reach_the_json_and_all(shared_validation, tmp_path, capsys):
+    """A kernel trial: `--all` was silently ignored on op tables and `--json` held no rows, so which shapes miss
+    could not be read from the CLI. The JSON now holds every row costed, whose errors give the family's MAPE, and
+    `--all` prints them, the largest |error| first."""
+    out = tmp_path / "aic.json"
+    assert main(["validate", "--input-format", "aic", str(_aic(shared_validation) / "gemm_h100.csv.gz"),
+                 "--limit", "12", "--all", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    for fam in data["mape_by_family"]:
+        rows = [r for r in data["rows"] if r["family"] == fam["family"]]
+        assert len(rows) == fam["rows"]
+        assert fam["mape"] == pytest.approx(sum(abs(r["simulated_s"] / r["measured_s"] - 1) for r in rows) / len(rows))
+    text = capsys.readouterr().out
+    assert f"aiconfigurator rows ({len(data['rows'])})" in text and data["rows"][0]["shape"] in text
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     bad = tmp_path / "weights.csv.gz"
     bad.write_text("x")

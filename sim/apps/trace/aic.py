@@ -103,8 +103,13 @@ class AicValidation:
         return {k: (len(v), statistics.fmean(v)) for k, v in sorted(groups.items())}
 
     def to_json(self) -> dict:
+        """The MAPE per (GPU, family) and every row costed (a kernel trial needed the rows to find which shapes
+        miss), with what was not costed and why."""
         return {"mape_by_family": [{"gpu": gpu, "family": fam, "rows": n, "mape": m, "held_out": gpu in HELD_OUT}
                                    for (gpu, fam), (n, m) in self.mape_by_family().items()],
+                "rows": [{"gpu": r.gpu, "family": r.family, "engine": r.engine, "stack": r.stack, "shape": r.shape,
+                          "measured_s": r.measured_s, "simulated_s": r.simulated_s, "error": r.error}
+                         for r in self.rows],
                 "skipped": self.skipped, "notes": self.notes}
 
 

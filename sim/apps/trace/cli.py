@@ -153,11 +153,25 @@ def _validate_aic(args: argparse.Namespace) -> int:
             stacks = sorted({r.stack or "-" for r in v.rows if r.gpu == gpu and r.family == fam})
             t.add_row(gpu, fam, str(n), f"{m:.1%}", ", ".join(stacks))
         console.print(t)
+    if args.all:
+        console.print(_aic_rows_table(v))
     for line in v.skipped:
         console.print(f"not costed: {line}")
     for line in v.notes:
         console.print(f"note: {line}")
     return 0
+
+
+def _aic_rows_table(v):
+    """--all: every row costed, by GPU and family, the largest |error| first (the shapes that miss)."""
+    from rich.table import Table
+
+    t = Table(title=f"aiconfigurator rows ({len(v.rows)}), the largest |error| first in each family")
+    for col in ("GPU", "family", "shape", "measured", "simulated", "error"):
+        t.add_column(col, justify="left" if col in ("GPU", "family", "shape") else "right")
+    for r in sorted(v.rows, key=lambda r: (r.gpu, r.family, -abs(r.error))):
+        t.add_row(r.gpu, r.family, r.shape, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}")
+    return t
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -332,10 +346,12 @@ def register(sub) -> None:
     v.add_argument("--stack", help="software stack the measured runs used (hw_models/stack/presets; --input-format aic: "
                                    "default each row's engine's stack)")
     v.add_argument("--limit", type=positive(int), metavar="N", help="--input-format aic: at most N rows per table, evenly spread")
-    v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction)")
+    v.add_argument("--json", metavar="PATH", help="write per-op rows, MAPE by kind and overall `mape` (a fraction); "
+                   "--input-format aic: every row and the MAPE per (GPU, family)")
     v.add_argument("--plots", metavar="DIR", help="write DIR/validate_scatter.png: simulated vs measured, log-log")
     flags.deprecated_alias(v, "--plot", "--plots DIR", "plot", metavar="FILE")
-    v.add_argument("--all", action="store_true", help="print every row")
+    v.add_argument("--all", action="store_true", help="print every row (--input-format aic: every table row "
+                   "costed, the largest |error| first)")
     _add_hw_set_quiet(v)
     v.set_defaults(func=cmd_validate)
 
