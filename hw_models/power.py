@@ -131,6 +131,13 @@ def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, windo
     return out
 
 
+# No clock floor is modelled: near the idle power the stretch grows without bound (a trial's 120 W limit on an
+# H100 stretched a prefill 201x), where a real board stops at its lowest clock; runs say so past 3x.
+FLOOR_STRETCH = 3.0
+NO_CLOCK_FLOOR = ("past 3x no clock floor is modelled (a real board stops at its lowest clock): a limit this close to "
+                  "the idle power is outside the model")
+
+
 def cap_note(cap: dict) -> str:
     """The run's note where the board power limit bound (cap_figures' figures). A memory-bound step (decode) is
     stretched as a whole although its HBM keeps its own clock: its stretch is an upper bound, and the note says so."""
@@ -138,11 +145,8 @@ def cap_note(cap: dict) -> str:
                        + ("; an upper bound: every op stretched alike, though memory-bound ones wait on DRAM, whose "
                           "clock the cap does not lower" if p == "decode" else "") + ")"
                        for p in ("prefill", "decode") if cap[p + "_s"])
-    # No clock floor is modelled: near the idle power the stretch grows without bound (a trial's 120 W limit on an
-    # H100 stretched a prefill 201x), where a real board stops at its lowest clock; say so past 3x.
-    floor = ("; past 3x no clock floor is modelled (a real board stops at its lowest clock): a limit this close to "
-             "the idle power is outside the model" if any(cap[p + "_stretch"] > 2.0 for p in ("prefill", "decode")
-                                                         if cap[p + "_s"]) else "")
+    floor = f"; {NO_CLOCK_FLOOR}" if any(cap[p + "_stretch"] > FLOOR_STRETCH - 1.0 for p in ("prefill", "decode")
+                                          if cap[p + "_s"]) else ""
     return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
             "each op's joules are kept at full clock, so the energy under a cap is an upper bound (a lower clock "
             "lowers the voltage too), and the step's op records (--json ops, --chrome-trace) are its ops at full "

@@ -207,6 +207,32 @@ def test_serve_reports_the_seconds_the_power_cap_added(exact):
     assert "power_cap" not in tight[1]["utilization"]
 
 
+def test_a_limit_near_idle_power_says_it_is_outside_the_model_and_peaks_at_the_limit():
+    """An energy trial: `sim serve` at 150 W on an H100 read "engine time +909%" with no word that no clock floor is
+    modelled, which `sim run` says past 3x; and its peak power per device read 700.0000000000244 W at a 700 W limit
+    that binds. The report row now carries the clause past 3x (not at a mild limit), and a peak a rounding error
+    above the limit is the limit."""
+    from rich.console import Console
+
+    from sim.apps.serve.report import print_report
+
+    def report(limit_w: float) -> tuple[dict, str]:
+        _, s = serve(_file(1.0, n=2), load_machine("h100_sxm", {"units.gpu.power_limit_w": limit_w}))
+        con = Console(record=True, width=400)
+        print_report(s, "t", con)
+        return s["energy"], con.export_text()
+
+    near_idle, text = report(150.0)
+    assert near_idle["power_cap"]["stretch"] > 2.0 and "no clock floor is modelled" in text
+    mild, text = report(400.0)
+    assert 0.0 < mild["power_cap"]["stretch"] < 2.0 and "no clock floor" not in text
+    assert mild["peak_power_per_device_w"] <= 400.0
+    from sim.apps.serve.energy import _at_most_limit
+    assert _at_most_limit(700.0000000000244, 700.0) == 700.0   # rounding above a binding limit
+    assert _at_most_limit(839.0, 700.0) == 839.0 and _at_most_limit(650.0, 700.0) == 650.0   # offload's host; below
+    assert _at_most_limit(700.0000000000244, None) == 700.0000000000244
+
+
 def test_serve_names_what_its_power_figures_rest_on(run):
     """`sim serve` says where the board figures come from, as `sim run` does (its "power figures" row): the
     preset's power_source, in the summary and the report; a preset without the board-power model has none."""
