@@ -172,6 +172,24 @@ def test_plot_axes_and_the_best_table_read_naturally(figures, tmp_path):
     assert "power limit (W)" in buf.getvalue() and "min decode energy per token" in buf.getvalue()
 
 
+def test_the_best_table_names_every_point_that_ties():
+    """An energy trial: 300, 400 and 700 W gave the same decode J/token (the cap bound at none), and the best-points
+    table named 300 W alone, read as the best limit. Tied points are counted and every value their axes take named;
+    a point alone stays as it was."""
+    df = pd.DataFrame([{LIMIT: w, "workload.batch": b, "status": "ok",
+                        "decode_energy_per_token_j": 0.27194 if w >= 300 else 0.3, "tpot_s": 0.01 * 700 / w + b}
+                       for w in (200, 300, 400, 700) for b in (16,)])
+    spec = type("Spec", (), dict(name="s", axes=[LIMIT, "workload.batch"],
+                                 metrics=["decode_energy_per_token_j", "tpot_s"]))
+    buf = io.StringIO()
+    Console(file=buf, width=160).print(best_table(spec, df, len(df)))
+    lines = buf.getvalue().splitlines()
+    energy = next(ln for ln in lines if "min decode energy per token" in ln)
+    assert "(3 points tie)" in energy and "300, 400, 700" in energy
+    tpot = next(ln for ln in lines if "min TPOT" in ln)
+    assert "tie" not in tpot and "│ 700 " in tpot
+
+
 # ---------------------------------------------------------------- 4: a sweep architect's trial (stop 67)
 
 def test_a_binding_cap_is_said_in_the_sweep_summary(tmp_path):

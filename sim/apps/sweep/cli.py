@@ -106,6 +106,8 @@ def _sized_chips(ok, axes, hw_name: str) -> list[str]:
 
 
 def best_table(spec, ok, total: int):
+    import pandas as pd
+
     from sim.apps.axes import is_number
     from sim.apps.sweep.energy import best_row
     from sim.apps.sweep.labels import axis_for, fmt_value
@@ -121,14 +123,29 @@ def best_table(spec, ok, total: int):
     axes = {a: axis_for(a, ok[a].tolist()) for a in spec.axes}
     for ax in axes.values():  # the cells are bare numbers: the header says their unit, unless its name does (tokens)
         t.add_column(ax.label if ax.unit and ax.unit not in ax.name.split() else ax.name, overflow="fold")
+    def cell(v, ax) -> str:
+        return f"{v * ax.scale:.4g}" if is_number(v) else str(v)
+
     for m in spec.metrics:
         if m not in ok.columns or ok[m].isna().all():
             continue
         goal = default_goal(m)
         row, where = best_row(ok, m, goal)
-        t.add_row(f"{goal} {axis_for(m).name}{where}", fmt_value(m, row[m]),
-                  *(f"{row[a] * ax.scale:.4g}" if is_number(row[a]) else str(row[a]) for a, ax in axes.items()))
+        tied = tied_rows(ok, m, row[m])
+        # Points that tie name every value their axes take (an energy trial read 300 W as the best limit where
+        # 300, 400 and 700 W gave the same J/token: the cap did not bind at any)
+        t.add_row(f"{goal} {axis_for(m).name}{where}",
+                  fmt_value(m, row[m]) + (f" ({len(tied)} points tie)" if len(tied) > 1 else ""),
+                  *(", ".join(cell(v, ax) for v in pd.unique(tied[a])) for a, ax in axes.items()))
     return t
+
+
+def tied_rows(ok, metric: str, best: float):
+    """The comparable rows whose `metric` equals `best` to a relative 1e-9 (the best row among them)."""
+    from sim.apps.sweep.energy import comparable
+
+    rows = comparable(ok, metric)[0]
+    return rows[(rows[metric] - best).abs() <= 1e-9 * abs(best)]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
