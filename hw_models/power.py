@@ -150,7 +150,8 @@ def cap_note(cap: dict) -> str:
     return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
             "each op's joules are kept at full clock, so the energy under a cap is an upper bound (a lower clock "
             "lowers the voltage too), and the step's op records (--json ops, --chrome-trace) are its ops at full "
-            "clock, the stretch on the step as a whole; hw_models/power.py, --set hw.units.@main.power_limit_w=W "
+            "clock, the stretch on the step as a whole, and utilisation is that work over the stretched time (a GPU "
+            "the cap keeps busy reads below 100%); hw_models/power.py, --set hw.units.@main.power_limit_w=W "
             "for another limit")
 
 

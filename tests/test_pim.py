@@ -212,6 +212,8 @@ def test_report_and_timeline(llama13b_runs):
     assert {f"pim.stack{i}" for i in range(5)} <= resources
     assert auto.extra["pim"]["placement"]["softmax"]["where"] == "host"
     assert [s.title.split(",")[0] for s in report_sections(auto)] == ["PIM placement", "PIM"]
+    # an energy trial: the units' own power is not modelled, and the report says so beside their MAC energy
+    assert dict(report_sections(auto)[1].rows)["PIM units' own power"].startswith("not modelled")
 
 
 def test_blocked_mode_keeps_host_and_pim_apart():

@@ -501,6 +501,11 @@ def test_a_limit_near_idle_says_no_clock_floor_is_modelled():
         usual = simulate(w, load_machine("h100_sxm"))
     assert any("past 3x no clock floor is modelled" in n for n in low.notes)
     assert not any("no clock floor" in n for n in usual.notes)
+    # an energy trial read utilization.gpu 11% at 150 W as an idle GPU: the note says it is the full-clock work
+    # over the stretched time, and the figure is that
+    [note] = [n for n in low.notes if n.startswith("power cap:")]
+    assert "utilisation is that work over the stretched time" in note
+    assert low.utilization["gpu"] == pytest.approx(usual.utilization["gpu"] * usual.e2e_s / low.e2e_s, rel=0.02)
 
 
 def test_a_scale_axis_reads_a_kind_section_and_keeps_a_count_whole(tmp_path):

@@ -143,7 +143,11 @@ def _summary_rows(result: RunResult, x: dict[str, float], s: dict[str, str]) -> 
     mac = x.get("pim.mac_energy_j_per_token", 0.0)
     return rows + [("DRAM energy per token", f"{energy} ({s['energy_per_bit']})"),
                    ("PIM arithmetic energy", f"{mac * 1e3:.2f} mJ per token ({s['mac_energy']}; up to "
-                                             f"{3 * mac * 1e3:.2f} mJ at 3x for DRAM-process logic)")]
+                                             f"{3 * mac * 1e3:.2f} mJ at 3x for DRAM-process logic)"),
+                   # an energy trial read most of PIM's J/token saving as the host's activity power going away
+                   ("PIM units' own power", "not modelled: they draw their per-byte and per-FLOP energy alone, no "
+                                            "static or activity power, while the host's board draws its activity "
+                                            "power only while busy (docs/pim.md)")]
 
 
 def reach_note(alloc: "Allocation | None") -> str | None:
