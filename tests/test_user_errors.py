@@ -164,3 +164,16 @@ def test_hw_once_and_not_empty(capsys, hw, message):
     with pytest.raises(SystemExit) as exit_:
         main(["run", str(ROOT / "workloads" / "llama13b_decode.yaml"), *hw])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["validate-energy", "x.csv", "--every", "0"], ["run", "w.yaml"], ["nope"],
+                                  ["offload", "search", "--nope"], ["serve", "w.yaml", "--hw", "h100_sxm", "--seed", "x"]])
+def test_a_usage_error_is_one_line(argv, capsys):
+    """An energy trial: `sim validate-energy PATH --every 0` printed argparse's 7-line usage block before its error,
+    where docs/cli.md promises one line and exit 2 for what the user typed. Every subcommand's parser now says it in
+    one line, naming --help."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "error:" in err and "--help` lists the options" in err
