@@ -44,3 +44,15 @@ def test_a_bad_section_override_names_its_set(capsys):
     err = capsys.readouterr().err.strip()
     assert err.endswith("host.pcie.generation: Input should be less than or equal to 5 (workload "
                         f"{FLEXGEN}; from --set hw.host.pcie.generation)")
+
+
+def test_a_misspelt_key_under_a_named_unit_or_tier_gets_its_neighbour(capsys):
+    """An energy trial: `--set hw.units.gpu.power_limt_w=300` read only "unknown key", where a misspelt workload or
+    sweep key names its neighbour: the schema walk stopped at the unit's own name (`gpu`, a key of the file's, not
+    of the schema). It now steps over such names, under units and memory alike."""
+    w = str(ROOT / "workloads" / "llama2_7b_decode.yaml")
+    for key, near in (("units.gpu.power_limt_w", "power_limit_w"), ("memory.hbm.bandwith_bytes_per_s",
+                                                                      "bandwidth_bytes_per_s"),
+                      ("units.gpu.efficiency.compute_maxx", "compute_max")):
+        assert main(["run", w, "--hw", "h100_sxm", "--set", f"hw.{key}=1"]) == 2
+        assert f"{key}: unknown key (did you mean {near}?)" in capsys.readouterr().err

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, get_args
+from typing import Annotated, Any, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
@@ -124,11 +124,22 @@ def _keys_at(model: type[BaseModel] | None, parent: tuple[str, ...]) -> list[str
     if not parent and hasattr(model, "file_keys"):   # a model whose file holds more than its fields (Workload)
         return model.file_keys()
     models = [model] if model is not None else []
+    free = False   # the last part was a mapping of the file's own names (`units: {gpu: ...}`): this part is one
     for part in parent:
+        if free:
+            free = False
+            continue
         hit = next((m for m in models if part in m.model_fields), None)
+        if hit is not None:
+            free = _is_mapping(hit.model_fields[part].annotation)
         models = _models_in(hit.model_fields[part].annotation) if hit is not None else [
             m for m in models if any(part in get_args(f.annotation) for f in m.model_fields.values())][:1]
     return [k for k in models[0].model_fields if k != "source"] if models else []
+
+
+def _is_mapping(annotation: Any) -> bool:
+    """Whether an annotation is a dict (or an optional one): its keys are the file's names, not the schema's."""
+    return get_origin(annotation) is dict or any(get_origin(a) is dict for a in get_args(annotation))
 
 
 def _unknown_key(errors: list[Any], model: type[BaseModel] | None) -> str | None:
