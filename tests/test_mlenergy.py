@@ -224,3 +224,26 @@ def test_the_cli_selects_the_runs_of_the_docs_table(shared_validation, capsys):
     assert len(runs) == 32
     assert runs == M.select(M.load_runs(shared_validation), "H100", 2, 512, ("lm-arena-chat", "sourcegraph-fim"))
     assert "lm-arena-chat 262" in _inputs_line(2.0) and "--input-scale 2" in _inputs_line(2.0)
+
+
+def test_validate_energy_groups_by_model_and_fit_with_signed_medians():
+    """An energy trial: one MAPE over every model hid the 8B's error growing with max_num_seqs (-6 to -31% inside an
+    8% MAPE), and the JSON held only the overall MAPE. The table and the JSON now give each (model, GPUs) its MAPE
+    and signed median, and the in-fit / not-in-fit split where both occur."""
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from sim.apps.serve.mlenergy_cli import _errors, _groups
+
+    run = namedtuple("Run", "model num_gpus j")   # hashable, as the runs are
+
+    def x(model: str, gpus: int, j: float) -> SimpleNamespace:
+        return SimpleNamespace(run=run(f"org/{model}", gpus, j), j_error=j, power_error=j / 2, throughput_error=-j)
+
+    xs = [x("8B", 1, -0.06), x("8B", 1, -0.19), x("8B", 1, -0.31), x("70B", 4, 0.02), x("70B", 4, -0.04)]
+    groups = _groups(xs, {xs[0].run, xs[3].run})
+    assert list(groups) == ["", " in the fit", " not in it", ": 70B, 4 GPUs", ": 8B, 1 GPU"]
+    eight = _errors(groups[": 8B, 1 GPU"])
+    assert eight["j_median"] == pytest.approx(-0.19) and eight["j_per_token"] == pytest.approx(0.56 / 3)
+    assert _errors(xs)["j_per_token"] == pytest.approx(0.62 / 5) and _errors(xs)["power_per_gpu"] == pytest.approx(0.31 / 5)
+    assert list(_groups(xs[:3], set())) == [""]   # one model, none in the fit: the overall row alone
