@@ -152,8 +152,20 @@ class RunResult:
     @property
     def avg_power_per_device_w(self) -> float:
         """The run's energy over its time and its devices: the mean board power one device draws."""
-        e = self.energy_per_token_j * self.batch * self.gen_len
-        return e / (self.e2e_s * self.devices) if self.e2e_s and self.devices else 0.0
+        return self.energy_total_j / (self.e2e_s * self.devices) if self.e2e_s and self.devices else 0.0
+
+    @property
+    def energy_total_j(self) -> float:
+        """The run's energy: its J per output token over its output tokens."""
+        return self.energy_per_token_j * self.batch * self.gen_len
+
+    @property
+    def energy_by_phase_j(self) -> dict[str, float] | None:
+        """The run's energy split by phase, as `sim serve` gives it (None without the split: a busy-time preset)."""
+        if self.prefill_energy_per_token_j is None:
+            return None
+        prefill = self.prefill_energy_per_token_j * self.batch * self.prompt_len
+        return {"prefill": prefill, "decode": self.energy_total_j - prefill}
 
     def to_json(self) -> dict[str, Any]:
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
@@ -170,6 +182,8 @@ class RunResult:
             decode_energy_per_token_j=self.decode_energy_per_token_j, devices=self.devices,
             parallel=(self.extra.get("parallel") or {}).get("plan") or {},
             avg_power_per_device_w=self.avg_power_per_device_w,
+            # the joules themselves, as `sim serve --json` gives them (an energy trial found only per-token figures)
+            energy_total_j=self.energy_total_j, energy_by_phase_j=self.energy_by_phase_j,
             **({"power_includes": self.power_includes} if self.power_includes else {}),
             decode_kv_len=self.decode_kv_len, ops=ops, notes=self.notes,
             extra=self.extra,
