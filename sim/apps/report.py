@@ -99,7 +99,7 @@ def _phase_energy(result: RunResult) -> str:
         return ""
     dec = result.decode_energy_per_token_j
     return (f" (prefill {result.prefill_energy_per_token_j:.4f} J per prompt token, decode "
-            + (f"{dec:.3f} J per token" if dec is not None else "-")
+            + (f"{dec:.3f} J per token" if dec is not None else "-: no decode step")
             + "; board power as idle + activity while busy + per-FLOP and per-byte energy)")
 
 
@@ -152,7 +152,9 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("throughput", f"{fmt_rate(result.throughput_tok_s)} tokens/s ({result.batch} x {result.gen_len} tokens over "
                        "the end-to-end time, prefill included)"
          + _per_replica(result)),
-        ("energy per token", f"{result.energy_per_token_j:.3f} J" + _phase_energy(result)),
+        # "per output token" said: a prefill-heavy run's figure is the whole run's over few output tokens (a trial)
+        ("energy per token", f"{result.energy_per_token_j:.3f} J per output token, the whole run's"
+         + _phase_energy(result)),
         ("power per device", f"{result.avg_power_per_device_w:,.1f} W average over the run ({result.devices} "
          f"device{'s' if result.devices > 1 else ''}{', with the ' + result.power_includes if result.power_includes else ''})"),
         *([("power figures", unit.power_source)] if unit.power_source else []),   # fitted, or assumed by a rule
