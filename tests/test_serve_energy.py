@@ -295,3 +295,11 @@ def test_a_tp_instance_capped_after_interpolation_is_the_exact_capped_step():
         c = cost.capped(cost.device(it))
         assert c[0] == pytest.approx(step.time_s, rel=1e-12)
         assert c[1] == pytest.approx(step.energy_j + cost.mapper.power_j(step.busy_s, step.time_s), rel=1e-12)
+
+
+def test_run_totals_read_in_one_style():
+    """An energy trial read 'run total 4561 J' in one run and '1.541e+04 J' in the next: whole joules with
+    separators from 100 J, three figures below."""
+    from sim.apps.serve.report import _total
+
+    assert (_total(15410.2), _total(4561.0), _total(12.345), _total(0.5)) == ("15,410", "4,561", "12.3", "0.5")

@@ -48,6 +48,12 @@ def _optional_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _total(j: float) -> str:
+    """A run's joules in one style at any size: whole joules with separators from 100 J (an energy trial read
+    '4561 J' in one run and '1.541e+04 J' in the next), three figures below."""
+    return f"{j:,.0f}" if j >= 100 else f"{j:.3g}"
+
+
 def _joules(j: float, fmt: str, unit: str, none: str) -> str:
     """An energy figure, or `- (none)` where it is undefined (NaN: no token out, no request finished)."""
     return f"{j:{fmt}} J{unit}" if np.isfinite(j) else f"- ({none})"
@@ -59,7 +65,7 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
         return []
     ph = e["by_phase_j"]
     rows = [("energy per request", f"{_joules(e['per_request_j'], '.4g', '', 'none finished')}; run total "
-                                   f"{e['total_j']:.4g} J: prefill {ph['prefill'] / e['total_j']:.0%}, decode "
+                                   f"{_total(e['total_j'])} J: prefill {ph['prefill'] / e['total_j']:.0%}, decode "
                                    f"{ph['decode'] / e['total_j']:.0%}, idle {ph['idle'] / e['total_j']:.0%}"),
             ("power per device" + (f" (with the {e['power_includes']})" if e.get("power_includes") else ""),
              f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
@@ -89,7 +95,7 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         (_kv_label(s), _kv_blocks(s)),
         ("iterations", f"{s['iterations']:,}; engine busy {s['engine_busy']:.0%}"),
         *([("batch", s["placed"])] if s.get("placed") else []),   # a kind that placed its own batch (offload)
-        ("energy", _joules(s["energy_per_token_j"], ".3g", " per output token", "no output token")),
+        ("energy", _joules(s["energy_per_token_j"], ".4g", " per output token", "no output token")),
     ]
     rows += _energy_rows(s.get("energy")) + _optional_rows(s)
     for k, v in rows:
