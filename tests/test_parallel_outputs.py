@@ -324,3 +324,23 @@ def test_a_pipelined_step_s_dataframe_names_each_record_s_op():
     df = run.to_pandas("decode")
     q = df[df["name"].str.endswith(".L40.q_proj")]
     assert len(q) and set(q["op"]) == {"q_proj"} and not df["op"].str.contains(r"stage\d").any()
+
+
+def test_captions_say_what_adds_past_the_step():
+    """A kernel trial: under `stack: vllm` the top-ops shares added to 109.7% (the overlapped engine.host row beside the
+    device's), and the collectives table read a 516 ms prefill against a 563 ms TTFT (the binding power cap's
+    stretch). The top-ops caption says the host overlaps; the collectives caption says its times are at full clock."""
+    from sim.apps.report import host_caption
+    from sim.core.workload import load_workload
+    from tests.conftest import ROOT
+
+    w = load_workload(ROOT / "workloads" / "llama70b_decode.yaml", overrides={
+        "parallel": {"tp": 4, "topology": "dgx_h100"}, "stack": "vllm", "batch": 8, "gen_len": 8})
+    r = simulate(w, load_machine("h100_sxm"))
+    assert r.extra["engine_host"]["overlap"] and "add past 100%" in host_caption(r)
+    assert r.extra.get("power_cap") and r.ttft_s > r.extra["parallel"]["steps"]["prefill"]["step_s"]
+    coll = next(s for s in report_sections(r) if s.title.startswith("Collectives"))
+    assert "times at full clock" in coll.caption
+    plain = simulate(load_workload(ROOT / "workloads" / "llama70b_decode.yaml", overrides={
+        "parallel": {"tp": 4, "topology": "dgx_h100"}, "batch": 8, "gen_len": 8}), load_machine("h100_sxm"))
+    assert host_caption(plain) is None

@@ -98,7 +98,10 @@ def report_sections(result: RunResult) -> list[Section]:
                            ("step", "time", "in collectives", "share", "bubble", "idle per stage"),
                            "per device: the busiest stage's collectives (TP/EP collectives, activation "
                            "send/recv); bubble: the stages' mean idle fraction of the step (a decode step in "
-                           "steady state: its micro-batches stay in flight from step to step)"))
+                           "steady state: its micro-batches stay in flight from step to step)"
+                           # a kernel trial read 516 ms here against a 563 ms TTFT: the cap's stretch
+                           + ("; times at full clock: the binding power cap's stretch (its warning) is on the "
+                              "whole step, in TTFT and TPOT" if result.extra.get("power_cap") else "")))
     m = par["memory_per_device"]
     out.append(Section("Memory per device", [(m["tier"], fmt_bytes(m["weights"]), fmt_bytes(m["kv_cache"]),
                                               fmt_bytes(m["activations"]), fmt_bytes(m["total"]),

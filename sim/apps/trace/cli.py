@@ -146,7 +146,7 @@ def _validate_aic(args: argparse.Namespace) -> int:
         if not keys:
             continue
         t = Table(title=f"aiconfigurator per-op MAPE, {title}")
-        for col in ("GPU", "family", "rows", "MAPE", "stack"):
+        for col in ("GPU", "family", "rows", "MAPE", "stack (collectives: algorithm)"):
             t.add_column(col, justify="right" if col in ("rows", "MAPE") else "left")
         for gpu, fam in keys:
             n, m = by[gpu, fam]
