@@ -56,7 +56,9 @@ def test_batch_one_decode_is_host_bound(tp, topology, device):
     expect = LAUNCHES * HOST_PER_KERNEL_S + host
     tpot = decode(tp, topology, device).tpot_s
     assert tpot == pytest.approx(expect, rel=0.01)
-    assert decode(tp, topology, device, "vllm-v0").tpot_s < 0.75 * tpot
+    # the device's step well below the host's: 0.76 at TP 4 on A100 since the fp16 cache takes FlashAttention's
+    # fitted decode cost (stop 69: it had kept the roofline; it was 0.75 here before)
+    assert decode(tp, topology, device, "vllm-v0").tpot_s < 0.8 * tpot
 
 
 def test_tp_does_not_lower_the_floor():
