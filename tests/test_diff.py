@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import yaml
 
 from hw_models.machine import raw_machine
@@ -154,3 +155,23 @@ def test_two_runs_compare_their_energy_by_phase(capsys, tmp_path):
     assert main(["run", WORKLOAD, "--hw", "l40s", "--set", "gen_len=4", "--json", str(c), "-q"]) == 0
     (_, metrics, *_), _ = _diff(capsys, a, c)
     assert "decode_energy_per_token_j" not in [r[0] for r in metrics["rows"]]
+
+
+@pytest.mark.parametrize("field, value, key", [
+    ("ops", "x", "ops"), ("ops", [{"name": 1, "kind": "gemm", "start_s": 0, "end_s": 1}], "ops.0.name"),
+    ("ops", [{}], "ops.0.name"), ("ops", None, "ops"), ("extra", "x", "extra"), ("notes", 5, "notes"),
+    ("notes", [1], "notes.0"), ("hw_overrides", 5, "hw_overrides"), ("extra", {"power_cap": "x"}, "extra.power_cap"),
+    ("ops", [{"name": "q", "kind": "gemm", "start_s": "x", "end_s": 1}], "ops.0.start_s")])
+def test_a_corrupt_run_json_is_one_line_naming_its_key(tmp_path, capsys, field, value, key):
+    """A hostile-input trial: a hand-edited `sim run --json` file (`"ops": "x"`, `"notes": 5`, an op without a name)
+    crashed sim diff with a traceback, exit 1. The fields it reads are checked first: one line naming the file and
+    key, exit 2."""
+    good = tmp_path / "a.json"
+    assert main(["run", str(ROOT / "workloads" / "llama2_7b_decode.yaml"), "--hw", "a6000", "--json", str(good),
+                 "-q"]) == 0
+    bad = tmp_path / "b.json"
+    bad.write_text(json.dumps({**json.loads(good.read_text()), field: value}))
+    capsys.readouterr()
+    assert main(["diff", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {bad}: {key}:")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -20,7 +21,7 @@ from sim.core.errors import ConfigError
 from hw_models.gpu.stage_ops import split_stage
 from hw_models.registry import HW_FIGURES, HW_OVERRIDES
 from sim.core.results import _without_layer, whole_op
-from sim.core.schema import require_file
+from sim.core.schema import require_file, validation_error
 from sim.core.settings import dotted_items
 from sim.core.units import fmt_time
 
@@ -55,6 +56,43 @@ class Shape:
     times: tuple[str, ...]       # the metrics shown as times: these keys, or keys under them
 
 
+class _Op(BaseModel):
+    """What sim diff reads of a run's op record."""
+
+    name: str
+    kind: str
+    start_s: float
+    end_s: float
+
+
+class _Extra(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    power_cap: dict[str, Any] | None = None
+
+
+class _Energy(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    note: str | None = None
+
+
+class _Fields(BaseModel):
+    """The fields sim diff reads beyond the metrics (which it skips where they are not numbers), checked before it
+    reads them: a hand-edited or corrupt file (`"ops": "x"`, `"notes": 5`) is refused in one line naming the key
+    (a hostile-input trial had tracebacks on each)."""
+
+    model_config = ConfigDict(extra="allow")
+    notes: list[str] | None = None
+    extra: _Extra | None = None
+    energy: _Energy | None = None
+    serving: dict[str, Any] | None = None
+    hw_figures: dict[str, Any] | None = None
+    hw_overrides: dict[str, Any] | None = None
+
+
+class _RunFields(_Fields):
+    ops: list[_Op]
+
+
 RUN = Shape("a `sim run --json` result", INPUTS, METRICS, TIMES)
 SERVE = Shape("a `sim serve --json` summary", SERVE_INPUTS, SERVE_METRICS, ("latency", "duration_s"))
 
@@ -81,7 +119,12 @@ def load_result(path: str) -> tuple[dict[str, Any], Shape]:
         data = json.loads(p.read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    return data, shape_of(path, data)
+    shape = shape_of(path, data)
+    try:
+        (_RunFields if shape is RUN else _Fields).model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, path) from None
+    return data, shape
 
 
 def load_pair(a: str, b: str) -> tuple[dict[str, Any], dict[str, Any], Shape]:
