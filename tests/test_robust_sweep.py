@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from sim.apps.cli import main
 from sim.apps.sweep.run import run_sweep
 from sim.apps.sweep.store import Store
 from tests.conftest import ROOT
@@ -186,3 +187,30 @@ class _threads:
 
 
 assert TINY and yaml  # the shared tiny workload of tests/test_sweep.py
+
+
+def test_export_writes_all_outputs_or_none_and_reads_only_a_sweeps_store(tmp_path, capsys):
+    """A hostile-input trial: `sweep export --csv e.csv --json /proc/x.json` wrote the CSV before the JSON failed;
+    `--json - --csv -` ran both into one another on stdout, exit 0; an export of an empty results.sqlite turned it
+    into a database and exited 0, and a sweep added its tables to a foreign SQLite file. Each is refused in one
+    line, nothing written, the input unchanged."""
+    path = make_spec(tmp_path, {"workload.batch": [1, 2]})
+    with cf.ThreadPoolExecutor(1) as ex:
+        run_sweep(path, tmp_path / "out", executor=ex, progress=False, plots=False)
+    out = str(tmp_path / "out")
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    refused(capsys, ["sweep", "export", out, "--csv", str(exports / "e.csv"), "--json", "/proc/x.json"], exports)
+    assert "both write to stdout" in refused(capsys, ["sweep", "export", out, "--json", "-", "--csv", "-"], exports)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "results.sqlite").write_bytes(b"")
+    line = refused(capsys, ["sweep", "export", str(empty), "--csv", str(exports / "e.csv")], empty)
+    assert "not a sweep's results store" in line and not (exports / "e.csv").exists()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    with sqlite3.connect(foreign / "results.sqlite") as db:
+        db.execute("CREATE TABLE foo (x)")
+    assert "it holds foo" in refused(capsys, ["sweep", str(path), "--out", str(foreign), "--workers", "1"], foreign)
+    assert main(["sweep", "export", out, "--csv", str(exports / "e.csv"), "--json", str(exports / "e.json")]) == 0
+    assert (exports / "e.csv").is_file() and (exports / "e.json").is_file()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import sim
 from sim.core.errors import ConfigError
 from sim.apps.sweep.blame import relabelled
-from sim.core.files import atomic_write, require_parquet, write_parquet
+from sim.core.files import atomic_write, check_outputs, require_parquet, transaction, write_parquet
 
 if TYPE_CHECKING:
     import pandas
@@ -77,15 +77,22 @@ class Store:
             if lock:
                 self._take_lock()
             try:
-                self._open()
+                self._open(create)
             except BaseException:
                 if self._lock is not None:
                     os.close(self._lock)
                 raise
 
-    def _open(self) -> None:
-        # WAL: each commit is one append, readers never block the writer.
+    def _open(self, create: bool = True) -> None:
         self.db = sqlite3.connect(self.path, timeout=30)
+        # A file that is not a sweep's store is refused before anything is written to it (a hostile-input trial:
+        # an export turned an empty results.sqlite into a database, and a sweep added its tables to a foreign one).
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if ("points" not in tables) and (tables or not create):
+            self.db.close()
+            raise ConfigError(f"{self.path}: not a sweep's results store (no points table"
+                              f"{': it holds ' + ', '.join(sorted(tables)) if tables else ''}); give another folder")
+        # WAL: each commit is one append, readers never block the writer.
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # durable across process kills
         self.db.executescript(_SCHEMA)
@@ -201,7 +208,16 @@ def export(out_dir: str | Path, csv: str | Path | None = None, parquet: str | Pa
            json_path: str | Path | None = None) -> list[Path]:
     if not csv and not parquet and not json_path:
         raise ConfigError("sweep export: give --csv PATH, --parquet PATH or --json PATH")
+    # every output checked before any is written, and all landed in one transaction: all or none (a hostile-input
+    # trial's CSV was written before its --json /proc/x.json failed; `--json - --csv -` ran into one another on stdout)
+    check_outputs({flag: str(path) if path else None
+                   for flag, path in {"--csv": csv, "--json": json_path, "--parquet": parquet}.items()})
     df = load_results(out_dir)
+    with transaction():
+        return _write_exports(df, csv, parquet, json_path)
+
+
+def _write_exports(df, csv, parquet, json_path) -> list[Path]:
     written = []
     if csv:
         written.append(atomic_write(csv, lambda p: df.to_csv(p, index=False)))
