@@ -368,3 +368,18 @@ def test_an_slo_below_the_stack_s_request_delay_says_why_no_load_meets_it(tmp_pa
     assert err.endswith(
         "; ttft_p90 is below the 109.7 ms every request waits before the engine sees it (the stack's engine_overheads "
         "per_request_s for this deployment: docs/serving.md)")
+
+
+@pytest.mark.parametrize("line, shown", [('{"timestamp": 0, "input_length": true, "output_length": 5}', "true, a boolean"),
+                                         ('{"timestamp": 0, "input_length": "1954", "output_length": 5}',
+                                          '"1954", a string')])
+def test_a_json_trace_count_that_is_not_a_number_is_refused(tmp_path, line, shown):
+    """A hostile-input trial: a mooncake line's `"input_length": true` ran as a 1-token request and "1954" as a
+    number, where docs/errors.md says such counts are refused."""
+    from sim.apps.serve.traces import read_trace
+    from sim.core.errors import ConfigError
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(line + '\n{"timestamp": 1, "input_length": 20, "output_length": 5}\n')
+    with pytest.raises(ConfigError, match=f"input_length: row 1 has {shown}"):
+        read_trace(path)

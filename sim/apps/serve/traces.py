@@ -237,9 +237,21 @@ def _check_sorted(t: np.ndarray, col: str, path: Path) -> None:
                           "comes before the row above it)")
 
 
+def _json_numbers(values: "pd.Series", col: str, path: Path) -> None:
+    """A JSON count written as true or "20" is refused, as docs/errors.md says (a hostile-input trial: `true` ran as
+    a 1-token request, "1954" as a number); a CSV's cells are all text, which the number check below reads."""
+    if values.dtype != object:
+        return
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or isinstance(v, str) and path.suffix.lower() in (".json", ".jsonl"):
+            raise ConfigError(f"{path}: {col}: row {i + 1} has {json.dumps(v)}, {'a boolean' if isinstance(v, bool) else 'a string'}; "
+                              "token counts must be JSON numbers")
+
+
 def _lengths(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     import pandas as pd
 
+    _json_numbers(df[col], col, path)
     v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(v) | (v < 1) | (v > MAX_TOKENS) | (v != np.round(v))
     if bad.any():
