@@ -109,6 +109,9 @@ def read_runs(path: Path) -> list[Run]:
         if missing:
             raise ValueError(f"not an ML.ENERGY runs table: no column {', '.join(missing)}")
         for r in rows:
+            if None in r.values():   # fewer cells than the header: a row cut short (a trial's was dropped silently)
+                raise ValueError(f"line {rows.line_num} has {sum(v is not None for v in r.values())} of the header's "
+                                 f"{len(rows.fieldnames)} columns (a truncated file?)")
             if r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS:
                 continue
             n = {c: _number(r, c, rows.line_num) for c in NUMBERS}
