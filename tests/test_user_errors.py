@@ -177,3 +177,23 @@ def test_a_usage_error_is_one_line(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "error:" in err and "--help` lists the options" in err
+
+
+def test_hostile_trial_messages_name_the_mistake(tmp_path, capsys):
+    """A hostile-input trial's unclear lines, each now naming what is wrong: an empty model name had read "is a
+    directory"; `-2x` "unknown unit 'x'"; `--source-hw groq_lpu` blamed --hw; a config.json giving a key twice ran
+    with the last value; `sim survey --shared` on a missing folder ran without the measured rows."""
+    from tests.robust_helpers import refused
+
+    w = str(ROOT / "workloads" / "llama2_7b_decode.yaml")
+    assert "the model name is empty" in refused(capsys, ["model", "show", ""])
+    assert "a factor must be a finite number above 0" in refused(
+        capsys, ["run", w, "--hw", "a6000", "--set", "hw.memory.@device.bandwidth_bytes_per_s=-2x"])
+    trace = str(ROOT / "traces" / "h200" / "llama2-13b_L4_fp16_b1_p2048_d8_cuda.ops.csv")
+    assert refused(capsys, ["replay", trace, "--hw", "a6000", "--source-hw", "groq_lpu"]).startswith(
+        "error: --source-hw groq_lpu: kind 'spatial'")
+    twice = tmp_path / "config.json"
+    twice.write_text('{"hidden_size": 256, "hidden_size": 512, "num_hidden_layers": 2}')
+    assert "duplicate key 'hidden_size'" in refused(capsys, ["model", "show", str(twice)])
+    assert refused(capsys, ["survey", "--out", str(tmp_path / "sv"), "--shared", str(tmp_path / "nope"), "--quick"],
+                   tmp_path).startswith(f"error: --shared {tmp_path / 'nope'}: no such folder")

@@ -343,12 +343,29 @@ def check_typos(raw: Any, source: str | None) -> None:
             raise ConfigError(f"{where(source, 'model.' + key)}unknown key; did you mean {near[0]}?")
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook refusing a key given twice (json.loads keeps the last one without a word)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> ModelConfig:
     """A preset name, a path to config.json / .yaml, or an inline mapping."""
     if isinstance(spec, dict):
         check_typos(spec, source)
         return from_mapping(spec, str(spec.get("name", "inline")), source)
     text = str(spec)
+    if not text.strip():   # Path('') is the working folder: the message had read "is a directory" (a trial)
+        raise ConfigError(f"{where(source, 'model')}the model name is empty; give a preset name "
+                          "(`sim model list`) or a path to config.json")
     presets = _presets()
     if text.lower() in presets:
         return from_mapping(presets[text.lower()], text.lower())
@@ -363,7 +380,9 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
         note_input(path)  # no output of this command may replace it
         if path.suffix == ".json":
             try:
-                raw = json.loads(path.read_bytes())
+                raw = json.loads(path.read_bytes(), object_pairs_hook=_unique_keys)
+            except DuplicateKey as exc:   # as a YAML model file's (json keeps the last one silently: a trial)
+                raise ConfigError(f"{path}: duplicate key {exc.args[0]!r}: give each key once") from None
             except UnicodeDecodeError:
                 raise ConfigError(f"{path}: not valid JSON: binary data") from None
             except json.JSONDecodeError as exc:

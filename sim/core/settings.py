@@ -81,7 +81,7 @@ def resolve_aliases(path: str, aliases: dict[str, str]) -> str:
     return ".".join(aliases.get(part, part) for part in path.split("."))
 
 
-_FACTOR = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*x\s*")
+_FACTOR = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*x\s*")   # signed: -2x is refused as a factor, not a unit
 
 
 class FactorError(ValueError):

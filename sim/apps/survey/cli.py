@@ -59,6 +59,9 @@ def cmd_survey(args: argparse.Namespace) -> int:
                               "(offload, PIM and spatial machines have their own sections)")
     plots, doc = _targets(args)
     shared = Path(args.shared) if args.shared else default_shared()
+    if args.shared and not shared.is_dir():   # a mistyped folder ran without the measured rows (a trial)
+        raise ConfigError(f"--shared {args.shared}: no such folder (the shared validation data; leave --shared out "
+                          "to run without it, or give its path)")
     start = time.perf_counter()
     with transaction(), bar("survey sections", "sections", quiet=args.quiet) as update:
         # the document and every plot, or none of them (a section may fail late)

@@ -33,13 +33,13 @@ def _add_trace_args(p: argparse.ArgumentParser, many: bool = True) -> None:
 REPLAY_KINDS = ("gpu", "cpu", "pim")
 
 
-def _machine(spec: str, command: str, settings: list[str] | None = None):
+def _machine(spec: str, command: str, settings: list[str] | None = None, flag: str = "--hw"):
     from hw_models.machine import load_machine
     from sim.core.settings import hw_only, split_settings
 
     machine = load_machine(spec, hw_only(split_settings(settings), command))
     if machine.kind not in REPLAY_KINDS:
-        raise ConfigError(f"--hw {spec}: kind {machine.kind!r}; sim {command} supports "
+        raise ConfigError(f"{flag} {spec}: kind {machine.kind!r}; sim {command} supports "
                           f"{', '.join(REPLAY_KINDS)} presets (offload and spatial schedule whole models only)")
     return machine
 
@@ -180,7 +180,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from sim.apps.trace.replay import replay
 
     machine = _machine(args.hw, "replay", args.set)
-    source = _machine(args.source_hw, "replay") if args.source_hw else None
+    source = _machine(args.source_hw, "replay", flag="--source-hw") if args.source_hw else None
     stack = _stack(args.stack)
     if args.json:
         check_output(args.json)
