@@ -600,3 +600,24 @@ def test_a_value_past_float32_is_inf_without_a_numpy_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.isinf(quantize(np.array([1e39, -1e39]), "bf16")).all()
+
+
+def test_error_figures_of_values_past_the_square_root_of_float64():
+    """A hostile-input trial: an array of 1e308 leaked numpy's overflow warning (its square overflows float64) and
+    read rel. RMSE nan. The powers are taken on the array's own scale: bf16 holds 1e30 to its 8 bits (rel. RMSE
+    of a round-to-nearest bf16 of a constant: |1e30 - bf16(1e30)| / 1e30), and 1e308 overflows fp32 and bf16,
+    an infinite error, without a warning."""
+    import warnings
+
+    import ml_dtypes
+
+    from sim.core.quantize import quantization_error
+
+    x = np.full(10, 1e30)
+    e = quantization_error(x, "bf16")
+    want = abs(float(np.float32(1e30).astype(ml_dtypes.bfloat16)) - 1e30) / 1e30
+    assert e["rel_rmse"] == pytest.approx(want, rel=1e-6) and e["rms"] == pytest.approx(1e30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = quantization_error(np.full(10, 1e308), "fp32")
+    assert huge["sqnr_db"] == -math.inf and huge["rel_rmse"] == math.inf and huge["rms"] == pytest.approx(1e308)

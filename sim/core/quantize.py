@@ -248,15 +248,18 @@ def quantization_error(array, fmt: str | NumberFormat) -> dict[str, float]:
     if xd.size == 0:
         nan = float("nan")
         return {"rmse": nan, "rel_rmse": nan, "max_abs_err": nan, "sqnr_db": nan, "rms": nan}
-    mse = float(np.mean(err ** 2))
-    sig = float(np.mean(xd ** 2))
-    rmse, rms = math.sqrt(mse), math.sqrt(sig)
-    rel = rmse / rms if rms > 0 else (0.0 if rmse == 0 else math.inf)
-    if mse == 0:
+    # The powers on the inputs' own scale (peak 1), so values past 1e154 square without overflowing (a trial's
+    # 1e308 array leaked numpy's warning and read rel. RMSE nan); the ratios do not depend on the scale.
+    peak = float(np.max(np.abs(xd))) or 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        mse_unit, sig_unit = float(np.mean((err / peak) ** 2)), float(np.mean((xd / peak) ** 2))
+    rmse, rms = math.sqrt(mse_unit) * peak, math.sqrt(sig_unit) * peak
+    rel = math.sqrt(mse_unit / sig_unit) if sig_unit > 0 else (0.0 if mse_unit == 0 else math.inf)
+    if mse_unit == 0:
         sqnr = math.inf
-    elif sig == 0 or not math.isfinite(mse):   # a format that overflows (fp16 past 65504) has an infinite error
+    elif sig_unit == 0 or not math.isfinite(mse_unit):   # a format that overflows (fp16 past 65504) has an infinite error
         sqnr = -math.inf
     else:
-        sqnr = 10 * math.log10(sig / mse)
+        sqnr = 10 * math.log10(sig_unit / mse_unit)
     return {"rmse": rmse, "rel_rmse": rel, "max_abs_err": float(np.max(np.abs(err))),
             "sqnr_db": sqnr, "rms": rms}
