@@ -147,18 +147,46 @@ def test_transfer_energy_by_hand():
 
 
 def test_preset_transfer_energy_named_and_reported(capsys):
-    """A preset's transfer figures reach the run: opt30b_flexgen on a6000_offload moves its CPU-resident weights over
-    PCIe each step, whose energy the links table gives as bytes x (link + host DRAM + GPU memory J/byte); flexgen_t4
-    names the figure it lacks (its disk's) in the run's note."""
+    """A preset's figures reach the run: opt30b_flexgen on a6000_offload moves its CPU-resident weights over PCIe each
+    step, each byte one link crossing, one host-DRAM read and one GPU-memory write (44 + 150 + 70 pJ); the run's
+    energy holds the step's transfer joules, as a run whose link, host DRAM and GPU memory cost nothing shows; and
+    flexgen_t4 names, in its note, each figure it lacks (its disk's and its GDDR's) whatever its CPU's figures."""
     m = load_machine("a6000_offload")
     rates = sched.Rates.of(host_spec(m), m.memory[m.device_tier])
     assert rates.link_j_per_byte == pytest.approx(44e-12) and rates.host_dram_j_per_byte == pytest.approx(150e-12)
     assert rates.gpu_memory_j_per_byte == pytest.approx(70e-12) and rates.disk_j_per_byte == pytest.approx(1.21e-9)
-    r = simulate(load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml"), m)
+    w = load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml")
+    r = simulate(w, m)
     h2d = r.extra["offload"]["links"]["pcie_h2d"]
-    assert h2d["bytes"] > 1e10 and h2d["energy_j"] == pytest.approx(h2d["bytes"] * 264e-12, rel=1e-12)
+    assert h2d["bytes"] > 1e10 and h2d["energy_j"] == pytest.approx(h2d["bytes"] * 264e-12, rel=1e-9)
+    # The mid decode step with the link's figure at 0: it costs the link's 44 pJ a byte less, nothing else
+    kv = w.prompt_len + w.gen_len // 2
+    priced = mapper_for(m, w, w.model_config_()).step("decode", 1, kv)
+    free = mapper_for(load_machine("a6000_offload", {"host.pcie.energy_j_per_byte": 0}), w,
+                      w.model_config_()).step("decode", 1, kv)
+    moved = sum(priced.counters[link] for link in ("pcie_h2d", "pcie_d2h"))
+    assert sum(priced.counters.get(sched.TRANSFER_J + link, 0.0) for link in sched.LINKS) == pytest.approx(moved * 264e-12,
+                                                                                                   rel=1e-9)
+    assert priced.energy_j - free.energy_j == pytest.approx(moved * 44e-12, rel=1e-6)
     assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "flexgen_t4"]) == 0
-    assert "memory.disk.energy_j_per_byte not given: what crosses the disk is not priced" in capsys.readouterr().out
+    assert ("energy: memory.gddr.energy_j_per_byte, memory.disk.energy_j_per_byte not given: the bytes through the "
+            "GPU's memory and the disk cost nothing") in capsys.readouterr().out
+
+
+def test_folded_transfer_energy_equals_the_exhaustive_and_pageable_copies_cost_three_dram_accesses():
+    """Folded layers give the exhaustive schedule's energy, every transfer kind in play on a preset that prices them
+    (a review checked it by hand); a pageable weight copy, staged through a pinned buffer, touches host DRAM three
+    times a byte (read, staged write, DMA read), a pinned one once."""
+    pol = dict(wg=30, wc=50, wd=20, cg=20, cc=60, cd=20, hg=0, hc=70, hd=30, gpu_batch_size=2, num_gpu_batches=3)
+    for ca in (False, True):
+        m = mapper(wl(dict(TOY, num_hidden_layers=9), 6, dict(pol, cpu_attention=ca)), "a6000_offload")
+        p = m.policy()
+        b = m.placement(p).buffers
+        for phase, q, kv in (("prefill", 64, 64), ("decode", 1, 70)):
+            fold, full = m.policy_step(p, phase, q, kv, b), m.policy_step(p, phase, q, kv, b, exhaustive=True)
+            assert fold.energy_j == pytest.approx(full.energy_j, rel=1e-9)
+    r = sched.Rates(1e9, 1e9, 1e9, 1e9, 1.0, link_j_per_byte=1.0, host_dram_j_per_byte=10.0, gpu_memory_j_per_byte=100.0)
+    assert r.transfer_j("pcie_h2d", 2.0) == (22.0, 200.0) and r.transfer_j("pcie_h2d", 2.0, pageable=True) == (62.0, 200.0)
 
 
 def test_folded_layers_equal_exhaustive():

@@ -175,12 +175,12 @@ def test_power_per_device_says_it_holds_the_host(tmp_path):
     from sim.apps.serve.report import print_report
 
     _, s = serve(_file(), load_machine("a6000_offload"))   # its host CPU has a power figure (270 W)
-    assert s["energy"]["power_includes"] == "host CPU's busy time"
+    assert s["energy"]["power_includes"] == "host CPU's busy time, host DRAM, link and disk J/byte"
     con = Console(record=True, width=240)
     print_report(s, "t", con)
-    assert "power per device (with the host CPU's busy time)" in con.export_text()
-    # flexgen_t4's CPU has none: its figures hold the GPU alone and say nothing more (no preset prices the disk)
-    assert "power_includes" not in serve(_file(), load_machine("flexgen_t4"))[1]["energy"]
+    assert "power per device (with the host CPU's busy time, host DRAM, link and disk J/byte)" in con.export_text()
+    # flexgen_t4's CPU has none: its figures hold the GPU and the host's priced traffic (its disk is not priced)
+    assert serve(_file(), load_machine("flexgen_t4"))[1]["energy"]["power_includes"] == "host DRAM and link J/byte"
     f = write_serving_file(tmp_path, dict(name="t", model="tinyllama-1.1b", serving=dict(
         arrivals=dict(process="burst", size=2, num_requests=2), lengths=dict(prompt=dict(dist="fixed", value=16),
                                                                              output=dict(dist="fixed", value=2)))))

@@ -47,16 +47,16 @@ def test_the_report_and_json_say_the_power_and_what_it_holds(tmp_path, capsys):
     data = json.loads(out.read_text())
     # a6000_offload's CPU has power_w alone (270 W), drawn while it computes (a trial read "with the host CPU" as
     # the host's whole draw): the line and a note say busy time
-    assert data["devices"] == 1 and data["power_includes"] == "host CPU's busy time"
+    assert data["devices"] == 1 and data["power_includes"] == "host CPU's busy time, host DRAM, link and disk J/byte"
     row = next(ln for ln in text.splitlines() if "power per device" in ln)
-    assert f"{data['avg_power_per_device_w']:,.1f} W average over the run (1 device, with the host CPU's busy time)" in row
+    assert f"{data['avg_power_per_device_w']:,.1f} W average over the run (1 device, with the host CPU's busy time, host DRAM, link and disk J/byte)" in row
     assert "draws its power_w 270 W over its busy time alone, nothing while it waits" in text
     assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "flexgen_t4", "--json",
                  str(out)]) == 0
     captured = capsys.readouterr()
-    assert "power_includes" not in json.loads(out.read_text())
+    assert json.loads(out.read_text())["power_includes"] == "host DRAM and link J/byte"   # its disk unpriced
     assert ("warning: energy: flexgen_t4's host CPU (units.cpu) has no power_w: the energy and power count the GPU "
-            "and the transfers' J/byte alone") in captured.out
+            "and the bytes' J/byte (the transfers', and host DRAM's under CPU attention) alone") in captured.out
 
 
 def test_a_run_without_decode_steps_has_no_tpot(tmp_path):

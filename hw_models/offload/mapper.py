@@ -60,14 +60,15 @@ class OffloadMapper(Mapper):
         self.unit_name = machine.main_unit
         self.host: Host = host_spec(machine)
         # What the run's energy counts beside the GPU's board: the host CPU where the preset gives it a power figure
-        # (units.<cpu>.power_w: over its busy time), else nothing; no preset gives the disk one (a trial read
-        # "with the host CPU and disk" on flexgen_t4, whose CPU has none: 0 W).
+        # (units.<cpu>.power_w: over its busy time), and the host's memory, link and disk traffic where the preset
+        # prices it (a trial read "with the host CPU and disk" on flexgen_t4, whose CPU has none: 0 W).
         cpu = self.host.cpu
         # Without an idle figure the CPU draws power_w over its busy time alone (Mapper.power_j): said so, since a
         # trial read "with the host CPU" as the host's whole draw and PCIe-bound runs as near-free on the host.
-        self.power_includes = ("host CPU" if cpu.idle_power_w is not None else
-                               "host CPU's busy time" if cpu.power_w else "")
         self.rates = sched.Rates.of(self.host, machine.memory[machine.device_tier])
+        traffic = self.rates.host_priced()
+        self.power_includes = ", ".join(x for x in ("host CPU" if cpu.idle_power_w is not None else
+                                                    "host CPU's busy time" if cpu.power_w else "", traffic) if x)
         self.spec: PolicySpec = parse_policy(workload.section("policy"), workload.batch,
                                              workload.source or workload.name)
         self.gpu_cost, self.cpu_cost = sched.cost_functions(self)
@@ -224,7 +225,9 @@ class OffloadMapper(Mapper):
     def unpriced_transfers(self) -> dict[str, str]:
         """The transfer energies the preset leaves out (sched.Rates: what moving a byte costs): key -> what."""
         h = self.host
-        keys = {"host.pcie.energy_j_per_byte": (h.pcie.energy_j_per_byte, "the link"),
+        gpu = self.machine.device_tier
+        keys = {f"memory.{gpu}.energy_j_per_byte": (self.machine.memory[gpu].energy_j_per_byte, "the GPU's memory"),
+                "host.pcie.energy_j_per_byte": (h.pcie.energy_j_per_byte, "the link"),
                 f"memory.{h.cpu_memory_name}.energy_j_per_byte": (h.cpu_memory.energy_j_per_byte, "host DRAM"),
                 f"memory.{h.disk_name}.energy_j_per_byte": (h.disk.energy_j_per_byte, "the disk")}
         return {k: what for k, (v, what) in keys.items() if v is None}
@@ -272,17 +275,18 @@ class OffloadMapper(Mapper):
             fig.notes.append(f"the policy search chose an effective batch of {p.block_size} "
                              f"(GPU batch {p.gpu_batch_size} x {p.num_gpu_batches}); the workload's batch "
                              f"{w.batch} is its upper bound")
-        unpriced = self.unpriced_transfers()
-        missing = (f"; {', '.join(unpriced)} not given: what crosses {' and '.join(unpriced.values())} is not priced"
-                   if unpriced else "")
-        if not self.power_includes:   # a trial read the power line as the host's too
+        if not self.host.cpu.power_w:   # a trial read the power line as the host's too
             fig.notes.append(f"energy: {self.machine.name}'s host CPU (units.{self.host.cpu_name}) has no power_w: "
-                             f"the energy and power count the GPU and the transfers' J/byte alone{missing}")
+                             "the energy and power count the GPU and the bytes' J/byte (the transfers', and host "
+                             "DRAM's under CPU attention) alone")
         elif self.host.cpu.idle_power_w is None:
             fig.notes.append(f"energy: the host CPU (units.{self.host.cpu_name}) draws its power_w "
                              f"{self.host.cpu.power_w:g} W over its busy time alone, nothing while it waits, and the "
                              "DIMMs' and the disk's idle draw is not modelled: a link-bound step's host energy is a "
-                             f"lower bound{missing} (docs/offload.md)")
+                             "lower bound (docs/offload.md)")
+        if unpriced := self.unpriced_transfers():   # whatever the CPU's figures (a review: it had hung on them)
+            fig.notes.append(f"energy: {', '.join(unpriced)} not given: the bytes through "
+                             f"{' and '.join(unpriced.values())} cost nothing (docs/offload.md)")
         fig.extra |= dict(metrics=metrics, policy=p.to_dict(), bytes_per_decode_step=moved,
                           offload=report.offload_data(p, mid, fig.utilization, self.rates, self.search_result,
                                                      self.unit_name))

@@ -19,7 +19,7 @@ def offload_data(p: Policy, mid: StepResult, util: dict[str, float], rates: sche
     rate = {"pcie_h2d": rates.h2d, "pcie_d2h": rates.d2h, "disk": rates.disk_read}
     links = {link: dict(bytes=mid.counters.get(link, 0.0), busy_s=mid.busy_s.get(link, 0.0),
                         rate_bytes_per_s=rate[link], utilization=util.get(link, 0.0),
-                        energy_j=sum(rates.transfer_j(link, mid.counters.get(link, 0.0))))
+                        energy_j=mid.counters.get(sched.TRANSFER_J + link, 0.0))
              for link in sched.LINKS}
     return dict(searched=search is not None, step_s=mid.time_s, links=links,
                 placement={role: list(getattr(p, role)) for role in ("weights", "kv_cache", "activations")},

@@ -39,8 +39,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hw_models.cost import roofline_cost
-from hw_models.machine import Tier
-from hw_models.offload.spec import Host, Policy
+from hw_models.offload.rates import Rates
+from hw_models.offload.spec import Policy
 from sim.core import engine
 from sim.core import graph as g
 from sim.core.engine import Task, Timeline
@@ -52,6 +52,7 @@ ATTENTION_KINDS = (g.ATTN_SCORE, g.SOFTMAX, g.ATTN_CONTEXT, g.ATTENTION, g.KV_AP
 LINKS = ("pcie_h2d", "pcie_d2h", "disk")
 GPU, CPU = "gpu", "cpu"   # the compute resources; the mapper reports them under the preset's unit names
 W_BUF, KV_BUF = "gpu.weights", "gpu.kv"
+TRANSFER_J = "transfer_j."   # a step's counter of a link's transfer energy, both sides (beside its bytes)
 
 
 @dataclass(frozen=True)
@@ -89,40 +90,6 @@ class SlotWork:
     @property
     def is_layer(self) -> bool:
         return self.name.startswith("L")
-
-
-@dataclass(frozen=True)
-class Rates:
-    """Achieved transfer rates in bytes/s."""
-
-    h2d: float
-    d2h: float
-    disk_read: float
-    disk_write: float
-    pageable_factor: float
-    pcie_latency_s: float = 0.0
-    disk_latency_s: float = 0.0
-    # What a byte moved costs (J/byte; 0 where the preset gives no figure): the host link's PHYs, one access of
-    # host DRAM, of the GPU's memory, of the disk (module doc)
-    link_j_per_byte: float = 0.0
-    host_dram_j_per_byte: float = 0.0
-    gpu_memory_j_per_byte: float = 0.0
-    disk_j_per_byte: float = 0.0
-
-    @classmethod
-    def of(cls, host: Host, gpu_memory: Tier | None = None) -> "Rates":
-        bw = host.pcie.achieved_bytes_per_s()
-        return cls(bw, bw, host.disk_read_bytes_per_s, host.disk_write_bytes_per_s, host.pcie.pageable_factor,
-                   host.pcie.latency_s, host.disk.latency_s, host.pcie.energy_j_per_byte or 0.0,
-                   host.cpu_memory.energy_j_per_byte or 0.0,
-                   (gpu_memory.energy_j_per_byte or 0.0) if gpu_memory is not None else 0.0,
-                   host.disk.energy_j_per_byte or 0.0)
-
-    def transfer_j(self, link: str, nbytes: float) -> tuple[float, float]:
-        """(host-side, GPU-side) joules of moving `nbytes` over `link` (a LINKS name, or disk_r / disk_w)."""
-        if link.startswith("disk"):
-            return nbytes * (self.disk_j_per_byte + self.host_dram_j_per_byte), 0.0
-        return nbytes * (self.link_j_per_byte + self.host_dram_j_per_byte), nbytes * self.gpu_memory_j_per_byte
 
 
 def _full_weight_bytes(model: ModelConfig, t) -> float:
@@ -246,10 +213,11 @@ class Tag:
 class StepSim:
     time_s: float
     busy_s: dict[str, float]
-    bytes: dict[str, float]              # link -> bytes moved in the step
+    bytes: dict[str, float]              # link -> bytes moved in the step; TRANSFER_J + link -> their joules
     timeline: Timeline | None = None
     peak_buffer_bytes: dict[str, float] = field(default_factory=dict)
-    energy_j: dict[str, float] = field(default_factory=dict)   # resource -> its computes' dynamic energy
+    energy_j: dict[str, float] = field(default_factory=dict)   # resource -> its tasks' dynamic energy (a transfer's
+                                                               # GPU-memory side under GPU)
 
 
 def whole(nbytes: float) -> float:
@@ -291,7 +259,7 @@ class _StepBuilder:
                      "disk_r": (r.disk_read, r.disk_latency_s),
                      "disk_w": (r.disk_write, r.disk_latency_s)}[res]
         resource = "disk" if res.startswith("disk") else res
-        host_j, gpu_j = r.transfer_j(res, nbytes)
+        host_j, gpu_j = r.transfer_j(res, nbytes, pageable=res == "pcie_h2d" and kind == "weights" and not self.p.pinned)
         self.tasks.append(Task(tid, resource, lat + nbytes / rate, tuple(d for d in deps if d), tuple(acquire),
                                tuple(release), Tag("transfer", nbytes, path=f"{kind} {res}",
                                                    energy_j=host_j + gpu_j, gpu_j=gpu_j)))
@@ -393,6 +361,7 @@ def run_step(slots: list[SlotWork], p: Policy, rates: Rates, phase: str, buffers
     for i in tl.intervals:
         if i.resource in moved:
             moved[i.resource] += i.tag.bytes
+            moved[TRANSFER_J + i.resource] = moved.get(TRANSFER_J + i.resource, 0.0) + i.tag.energy_j
         if i.tag.energy_j:   # a transfer's GPU-memory side on the GPU (its board's limit counts it)
             joules[i.resource] = joules.get(i.resource, 0.0) + i.tag.energy_j - i.tag.gpu_j
             joules[GPU] = joules.get(GPU, 0.0) + i.tag.gpu_j
