@@ -193,6 +193,19 @@ def test_an_fp16_cache_runs_the_bf16_kernels(stack):
     assert fp16 == bf16
 
 
+def test_an_fp16_key_that_would_never_be_read_is_refused():
+    """A review: since fp16 takes the bf16 figures, a rule `kv: [fp16]` could never match and an `fp16:` entry never
+    be read; both are refused, naming the key to write."""
+    from pydantic import ValidationError
+
+    from hw_models.stack.attention_kernels import AttentionRule
+
+    with pytest.raises(ValidationError, match="fp16: takes the bf16 figures"):
+        AttentionRule(family="flash_attn", kv=["fp16"])
+    with pytest.raises(ValidationError, match="fp16: takes the bf16 figures"):
+        PrefillCurves(prefill_kv={"fp16": {"fixed_s": 0, "rate_points": [[1, 0.5]]}})
+
+
 def test_prefill_from_takes_every_curve_of_the_other_family():
     """prefill_from copies prefill, prefill_kv, prefill_fp8_query and prefill_sm; naming no family, a family
     without curves, or giving curves itself is refused. Shipped: flash_attn2 differs from flash_attn in decode only."""

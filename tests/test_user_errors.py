@@ -166,6 +166,13 @@ def test_hw_once_and_not_empty(capsys, hw, message):
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_a_missing_subcommand_names_the_choices(capsys):
+    """A review: with the usage block gone, `sim hw` read "the following arguments are required: hw_cmd"."""
+    with pytest.raises(SystemExit):
+        main(["hw"])
+    assert "sim hw: error: expected a subcommand: list, show, check" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["validate-energy", "x.csv", "--every", "0"], ["run", "w.yaml"], ["nope"],
                                   ["offload", "search", "--nope"], ["serve", "w.yaml", "--hw", "h100_sxm", "--seed", "x"]])
 def test_a_usage_error_is_one_line(argv, capsys):

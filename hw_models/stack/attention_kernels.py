@@ -119,7 +119,8 @@ from hw_models.stack.fa2_splits import fa2_num_splits
 from hw_models.stack.fa3_splits import fa3_num_splits
 from hw_models.stack.flashinfer_splits import flashinfer_chunks
 from hw_models.stack.kernel_families import read_family_files
-from hw_models.stack.prefill_curves import Prefill, PrefillCurves, chunk_length, format_keys, kernel_format
+from hw_models.stack.prefill_curves import (Prefill, PrefillCurves, chunk_length, format_keys, kernel_format,
+                                            same_kernels_refused)
 from hw_models.stack.xqa_splits import xqa_multi_block_count
 from sim.core import graph as g
 from sim.core.errors import ConfigError
@@ -284,7 +285,7 @@ class AttentionRule(Strict):
     @classmethod
     def _kv(cls, v: list[str]) -> list[str]:
         try:
-            return [get_format(k).name for k in v]
+            return [same_kernels_refused(get_format(k).name) for k in v]
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
 

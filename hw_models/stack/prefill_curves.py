@@ -65,9 +65,18 @@ def kernel_format(fmt: str) -> str:
 
 def format_keys(v: dict) -> dict:
     try:
-        return {get_format(k).name: d for k, d in v.items()}
+        return {same_kernels_refused(get_format(k).name): d for k, d in v.items()}
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
+
+
+def same_kernels_refused(name: str) -> str:
+    """A family's figures or a rule keyed by a format that takes another's figures (SAME_KERNELS) would never be
+    read: refused (a review), naming the format to write."""
+    if name in SAME_KERNELS:
+        raise ValueError(f"{name}: takes the {SAME_KERNELS[name]} figures (prefill_curves.SAME_KERNELS); write "
+                         f"{SAME_KERNELS[name]}")
+    return name
 
 
 class PrefillCurves(Strict):

@@ -286,6 +286,9 @@ class OneLineErrors(argparse.ArgumentParser):
     user typed: argparse's own print the usage block first (a trial counted 7 lines for `--every 0`)."""
 
     def error(self, message: str):
+        for action in self._actions:   # a missing subcommand by its choices, not argparse's dest (`hw_cmd`: a review)
+            if isinstance(action, argparse._SubParsersAction) and message.endswith(f"required: {action.dest}"):
+                message = f"expected a subcommand: {', '.join(action.choices)}"
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
 
