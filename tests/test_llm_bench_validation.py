@@ -60,8 +60,9 @@ def test_errors_are_signed_ratios_of_the_columns(doc):
         # too coarse at ~55 tok/s for 0.15%; the latency cells to 1 ms)
         assert _pct(tok_e) == pytest.approx(lat_m / lat_s - 1, abs=1.5e-3)
         # The bench's throughput: batch x (input + output) / latency, input = output = n.
-        # (the tok/s cells round to 0.1 and the latency cells to 1 ms: half a unit of each, abs 0.05 + rel 1e-3;
-        # at batch 1 and ~48 tok/s 0.1% alone was tighter than the cells' rounding: 48.052 -> 48.1 against 48.048)
+        # (the tok/s cells round to 0.1 and the latency cells to 1 ms: the larger of abs 0.05, half a tok/s unit,
+        # and rel 1e-3; at batch 1 and ~48 tok/s 0.1% alone was tighter than the cells' rounding: 48.052 -> 48.1
+        # against 48.048)
         assert tok_m == pytest.approx(int(batch) * 2 * int(n) / lat_m, rel=1e-3, abs=0.05)
         assert tok_s == pytest.approx(int(batch) * 2 * int(n) / lat_s, rel=1e-3, abs=0.05)
         signs.add(lat_e[0])

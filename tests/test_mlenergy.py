@@ -245,10 +245,14 @@ def test_validate_energy_groups_by_model_and_fit_with_signed_medians():
     def x(model: str, gpus: int, j: float) -> SimpleNamespace:
         return SimpleNamespace(run=run(f"org/{model}", gpus, j), j_error=j, power_error=j / 2, throughput_error=-j)
 
+    from sim.apps.serve.mlenergy_cli import _median
+
     xs = [x("8B", 1, -0.06), x("8B", 1, -0.19), x("8B", 1, -0.31), x("70B", 4, 0.02), x("70B", 4, -0.04)]
     groups = _groups(xs, {xs[0].run, xs[3].run})
-    assert list(groups) == ["", " in the fit", " not in it", ": 70B, 4 GPUs", ": 8B, 1 GPU"]
-    eight = _errors(groups[": 8B, 1 GPU"])
-    assert eight["j_median"] == pytest.approx(-0.19) and eight["j_per_token"] == pytest.approx(0.56 / 3)
+    assert [label for label, _, _ in groups] == ["", " in the power fit", " not in the power fit", ": 70B, 4 GPUs",
+                                                 ": 8B, 1 GPU"]
+    assert groups[4][1] == {"runs_of": "model", "model": "8B", "gpus": 1} and groups[1][1]["in_fit"] is True
+    eight = groups[4][2]
+    assert _median(eight) == pytest.approx(-0.19) and _errors(eight)["j_per_token"] == pytest.approx(0.56 / 3)
     assert _errors(xs)["j_per_token"] == pytest.approx(0.62 / 5) and _errors(xs)["power_per_gpu"] == pytest.approx(0.31 / 5)
-    assert list(_groups(xs[:3], set())) == [""]   # one model, none in the fit: the overall row alone
+    assert [label for label, _, _ in _groups(xs[:3], set())] == [""]   # one model, none in the fit: the overall row

@@ -188,6 +188,14 @@ def test_the_best_table_names_every_point_that_ties():
     assert "(3 points tie)" in energy and "300, 400, 700" in energy
     tpot = next(ln for ln in lines if "min TPOT" in ln)
     assert "tie" not in tpot and "│ 700 " in tpot
+    # tied points differing on two axes: their cells say so, where lists would read as every combination (a review)
+    two = pd.DataFrame([{LIMIT: w, "workload.batch": b, "status": "ok", "decode_energy_per_token_j": 0.5}
+                        for w, b in ((300, 16), (400, 32))])
+    buf = io.StringIO()
+    Console(file=buf, width=160).print(best_table(type("Spec", (), dict(name="s", axes=[LIMIT, "workload.batch"],
+                                                                      metrics=["decode_energy_per_token_j"])), two, 2))
+    row = next(ln for ln in buf.getvalue().splitlines() if "min decode energy" in ln)
+    assert "(2 points tie: results.csv lists them)" in row and row.count("(varies)") == 2
 
 
 # ---------------------------------------------------------------- 4: a sweep architect's trial (stop 67)

@@ -173,7 +173,8 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     ]
     c.print(_kv_table("Results", rows))
     c.print(_memory_table(result, machine))
-    layers, staged = m["num_layers"], pipeline_caption(result) or host_caption(result)
+    layers = m["num_layers"]
+    staged = "; ".join(c for c in (pipeline_caption(result), host_caption(result)) if c) or None
     # gen_len 1 runs no decode step (the first token is prefill's): the table is the step a longer run would take
     decode = "one decode step" if result.gen_len > 1 else "a decode step (none ran: gen_len 1), as a next token's"
     c.print(top_ops_table(f"Top ops, {decode} (kv_len {result.decode_kv_len}), summed over {layers} layers",

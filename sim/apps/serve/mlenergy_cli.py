@@ -73,39 +73,45 @@ def _table(replays: list, fitted: set) -> Table:
         t.add_row(r.model.split("/")[1], r.task, str(r.num_gpus), str(r.max_num_seqs), "yes" if r in fitted else "",
                   f"{x.j_per_token:.4f}", f"{r.j_per_token:.4f}", f"{x.j_error:+.1%}", f"{x.power_per_gpu_w:.0f}",
                   f"{r.power_per_gpu_w:.0f}", f"{x.power_error:+.1%}", f"{x.throughput_error:+.1%}")
-    for label, xs in _groups(replays, fitted).items():
+    for label, _, xs in _groups(replays, fitted):
         e = _errors(xs)
         t.add_row(f"MAPE ({len(xs)} runs{label})", "", "", "", "", "", "",
-                  f"{e['j_per_token']:.1%} (median {e['j_median']:+.1%})", "", "",
+                  f"{e['j_per_token']:.1%} (median {_median(xs):+.1%})", "", "",
                   f"{e['power_per_gpu']:.1%}", f"{e['throughput']:.1%}")
     return t
 
 
-def _groups(replays: list, fitted: set) -> dict[str, list]:
-    """The runs the MAPEs are taken over: all; those in the power fit and the others (where both occur); each
-    (model, GPUs), whose signed median shows what one MAPE over every model hides (an energy trial: the 8B's error
-    grows with max_num_seqs, -6 to -31%, inside an 8% MAPE)."""
-    out = {"": replays}
+def _groups(replays: list, fitted: set) -> list[tuple[str, dict, list]]:
+    """The runs the MAPEs are taken over, each with its table label and its JSON keys: all; those in the power fit
+    and the others (where both occur); each (model, GPUs), whose signed median shows what one MAPE over every model
+    hides (an energy trial: the 8B's error grows with max_num_seqs, -6 to -31%, inside an 8% MAPE)."""
+    out = [("", {"runs_of": "all"}, replays)]
     if any(x.run in fitted for x in replays) and not all(x.run in fitted for x in replays):
-        out[" in the fit"] = [x for x in replays if x.run in fitted]
-        out[" not in it"] = [x for x in replays if x.run not in fitted]
+        out += [(" in the power fit", {"runs_of": "fit", "in_fit": True}, [x for x in replays if x.run in fitted]),
+                (" not in the power fit", {"runs_of": "fit", "in_fit": False},
+                 [x for x in replays if x.run not in fitted])]
     by: dict[tuple[str, int], list] = {}
     for x in replays:
         by.setdefault((x.run.model.split("/")[1], x.run.num_gpus), []).append(x)
     if len(by) > 1:
-        out |= {f": {model}, {gpus} GPU{'s' if gpus > 1 else ''}": xs for (model, gpus), xs in sorted(by.items())}
+        out += [(f": {model}, {gpus} GPU{'s' if gpus > 1 else ''}", {"runs_of": "model", "model": model, "gpus": gpus},
+                 xs) for (model, gpus), xs in sorted(by.items())]
     return out
 
 
 def _errors(xs: list) -> dict[str, float]:
-    """MAPEs of J/token, power and tokens/s over `xs`, and the median signed J/token error."""
-    import statistics
-
+    """MAPEs of J/token, power and tokens/s over `xs`."""
     from sim.apps.serve import mlenergy as M
 
     return dict(j_per_token=M.mape([x.j_error for x in xs]), power_per_gpu=M.mape([x.power_error for x in xs]),
-                throughput=M.mape([x.throughput_error for x in xs]),
-                j_median=statistics.median(x.j_error for x in xs))
+                throughput=M.mape([x.throughput_error for x in xs]))
+
+
+def _median(xs: list) -> float:
+    """The median signed J/token error over `xs`."""
+    import statistics
+
+    return statistics.median(x.j_error for x in xs)
 
 
 def _inputs_line(scale: float) -> str:
@@ -136,12 +142,11 @@ def cmd_validate_energy(args: argparse.Namespace) -> int:
     tables.console().print(_table(replays, fitted))
     print(_inputs_line(args.input_scale), file=sys.stderr)
     if args.json:
-        groups = _groups(replays, fitted)
         write_json(args.json, dict(hw=args.hw, input_scale=args.input_scale, sampling=args.sampling,
                                    runs=[_record(x, fitted) for x in replays], mape=_errors(replays),
-                                   # the table's other MAPE rows (an energy trial: the JSON held the overall alone)
-                                   mape_by_group=[dict(group=label.lstrip(": ").strip(), runs=len(xs), **_errors(xs))
-                                                  for label, xs in groups.items() if label]))
+                                   # every MAPE row of the table (an energy trial: the JSON held the overall alone)
+                                   groups=[dict(**keys, runs=len(xs), mape=_errors(xs), j_median_error=_median(xs))
+                                           for _, keys, xs in _groups(replays, fitted)]))
     return 0
 
 

@@ -64,7 +64,8 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not e or not e["total_j"]:
         return []
     ph = e["by_phase_j"]
-    rows = [("energy per request", f"{_joules(e['per_request_j'], '.4g', '', 'none finished')}; run total "
+    per_request = f"{_total(e['per_request_j'])} J" if np.isfinite(e["per_request_j"]) else "- (none finished)"
+    rows = [("energy per request", f"{per_request}; run total "
                                    f"{_total(e['total_j'])} J: prefill {ph['prefill'] / e['total_j']:.0%}, decode "
                                    f"{ph['decode'] / e['total_j']:.0%}, idle {ph['idle'] / e['total_j']:.0%}"),
             ("power per device" + (f" (with the {e['power_includes']})" if e.get("power_includes") else ""),

@@ -132,16 +132,21 @@ def best_table(spec, ok, total: int):
         goal = default_goal(m)
         row, where = best_row(ok, m, goal)
         tied = tied_rows(ok, m, row[m])
-        # Points that tie name every value their axes take (an energy trial read 300 W as the best limit where
-        # 300, 400 and 700 W gave the same J/token: the cap did not bind at any)
+        # Points that tie name every value the axis they differ on takes (an energy trial read 300 W as the best
+        # limit where 300, 400 and 700 W gave the same J/token: the cap bound at none); where they differ on more
+        # than one axis, the lists would read as every combination (a review): those cells say they vary
+        varying = [a for a in axes if tied[a].nunique() > 1]
+        many = len(varying) > 1
         t.add_row(f"{goal} {axis_for(m).name}{where}",
-                  fmt_value(m, row[m]) + (f" ({len(tied)} points tie)" if len(tied) > 1 else ""),
-                  *(", ".join(cell(v, ax) for v in pd.unique(tied[a])) for a, ax in axes.items()))
+                  fmt_value(m, row[m]) + (f" ({len(tied)} points tie{': results.csv lists them' if many else ''})"
+                                          if len(tied) > 1 else ""),
+                  *("(varies)" if many and a in varying else ", ".join(cell(v, ax) for v in pd.unique(tied[a]))
+                    for a, ax in axes.items()))
     return t
 
 
 def tied_rows(ok, metric: str, best: float):
-    """The comparable rows whose `metric` equals `best` to a relative 1e-9 (the best row among them)."""
+    """The comparable rows whose `metric` equals `best` to a relative 1e-9: the best row and those tied with it."""
     from sim.apps.sweep.energy import comparable
 
     rows = comparable(ok, metric)[0]

@@ -107,9 +107,10 @@ class AicValidation:
         miss), with what was not costed and why."""
         return {"mape_by_family": [{"gpu": gpu, "family": fam, "rows": n, "mape": m, "held_out": gpu in HELD_OUT}
                                    for (gpu, fam), (n, m) in self.mape_by_family().items()],
-                "rows": [{"gpu": r.gpu, "family": r.family, "engine": r.engine, "stack": r.stack, "shape": r.shape,
-                          "measured_s": r.measured_s, "simulated_s": r.simulated_s, "error": r.error}
-                         for r in self.rows],
+                # `stack`: the stack a row was costed under; a collective's row, the algorithm (a review)
+                "rows": [{"gpu": r.gpu, "held_out": r.gpu in HELD_OUT, "family": r.family, "engine": r.engine,
+                          "stack_or_algorithm": r.stack, "shape": r.shape, "measured_s": r.measured_s,
+                          "simulated_s": r.simulated_s, "error": r.error} for r in self.rows],
                 "skipped": self.skipped, "notes": self.notes}
 
 

@@ -166,11 +166,14 @@ def _aic_rows_table(v):
     """--all: every row costed, by GPU and family, the largest |error| first (the shapes that miss)."""
     from rich.table import Table
 
+    from sim.apps.trace.aic import HELD_OUT, gpu_sort_key
+
     t = Table(title=f"aiconfigurator rows ({len(v.rows)}), the largest |error| first in each family")
     for col in ("GPU", "family", "shape", "measured", "simulated", "error"):
         t.add_column(col, justify="left" if col in ("GPU", "family", "shape") else "right")
-    for r in sorted(v.rows, key=lambda r: (r.gpu, r.family, -abs(r.error))):
-        t.add_row(r.gpu, r.family, r.shape, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}")
+    for r in sorted(v.rows, key=lambda r: (gpu_sort_key(r.gpu), r.family, -abs(r.error))):
+        t.add_row(r.gpu + (" (held out)" if r.gpu in HELD_OUT else ""), r.family, r.shape, fmt_time(r.measured_s),
+                  fmt_time(r.simulated_s), f"{r.error:+.1%}")
     return t
 
 
@@ -351,7 +354,7 @@ def register(sub) -> None:
     v.add_argument("--plots", metavar="DIR", help="write DIR/validate_scatter.png: simulated vs measured, log-log")
     flags.deprecated_alias(v, "--plot", "--plots DIR", "plot", metavar="FILE")
     v.add_argument("--all", action="store_true", help="print every row (--input-format aic: every table row "
-                   "costed, the largest |error| first)")
+                   "costed, the largest |error| first in each family)")
     _add_hw_set_quiet(v)
     v.set_defaults(func=cmd_validate)
 
