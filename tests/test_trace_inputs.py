@@ -44,9 +44,9 @@ def test_a_row_cut_short_is_an_error_not_a_measurement(tmp_path, capsys):
 
 def test_a_cut_file_and_the_profilers_dropped_ops_are_told_apart(tmp_path, capsys):
     path = _copy(tmp_path, "x", lines=150)   # 149 rows of 37 a step: steps 0-3 whole, step 4 partial, 12 missing
-    assert main(["validate", str(path), "--hw", "cpu_host", "-q"]) == 0
-    warn = [w for w in capsys.readouterr().err.splitlines() if "fewer ops" in w]
-    assert len(warn) == 1 and "step(s) 4 partial; 12 step(s) missing (a truncated file?)" in warn[0]
+    assert main(["validate", str(path), "--hw", "cpu_host", "-q"]) == 2   # a cut file is refused (stop 69)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "step(s) 4 partial; 12 step(s) missing: a truncated file" in err[0]
     h200 = ROOT / "traces/h200/llama3-8b_L4_bf16_b1_p128_d8_cuda.ops.csv"   # every step lacks the same ops
     assert main(["validate", str(h200), "--hw", "h200", "-q"]) == 0
     warn = [w for w in capsys.readouterr().err.splitlines() if "fewer ops" in w]

@@ -82,11 +82,13 @@ def truncated(trace) -> None:
         # all through are ops the profiler did not record (traces/README.md: CUDA captures drop some), not a cut.
         last = max((i for i, n in enumerate(counts) if n), default=-1)
         cut = bool(missing) or (last in short and counts[last] < min(counts[:last], default=per))
-        print(f"warning: {trace.source}: fewer ops than its capture wrote ({per} a step over {len(steps)} steps): "
-              + "; ".join(x for x in (f"step(s) {', '.join(map(str, short))} partial" if short else "",
-                                      f"{len(missing)} step(s) missing" if missing else "") if x)
-              + (" (a truncated file?)" if cut else " (ops the profiler did not record; traces/README.md)"),
-              file=sys.stderr)
+        what = (f"{trace.source}: fewer ops than its capture wrote ({per} a step over {len(steps)} steps): "
+                + "; ".join(x for x in (f"step(s) {', '.join(map(str, short))} partial" if short else "",
+                                        f"{len(missing)} step(s) missing" if missing else "") if x))
+        if cut:   # a file cut short is refused, not validated in part (a hostile-input trial: a warning, exit 0)
+            raise ConfigError(f"{what}: a truncated file (its .meta.json says what the capture wrote); capture again "
+                              "or restore the file")
+        print(f"warning: {what} (ops the profiler did not record; traces/README.md)", file=sys.stderr)
 
 
 def capture_key(trace) -> tuple:

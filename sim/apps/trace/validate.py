@@ -150,7 +150,9 @@ def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | N
     """Per-op and per-step error of `machine` (under software stack `stack`) on the traces."""
     out = Validation(machine.name, stack=stack)
     only = set(steps) if steps is not None else None
+    sources = []
     for trace in traces:
+        sources.append(str(trace.source))
         measured = trace.medians()
         timings = step_timings(trace)
         by_step: dict[int, list] = {}
@@ -183,5 +185,5 @@ def validate(traces: Iterable[Trace], machine: Machine, steps: Iterable[int] | N
             out.steps.append(StepRow(trace.source, shape.label, shape.tokens, tm.measured_s, simulated,
                                      tm.measured_from, tm))
     if not out.ops:
-        raise ConfigError("no measured ops to validate")
+        raise ConfigError(f"{', '.join(sources) or 'the traces'}: no measured ops to validate")
     return out
