@@ -162,3 +162,21 @@ def test_a_typo_of_a_required_key_names_what_was_written(tmp_path, capsys, typo,
     which hid the line to fix. Every schema's message (sim.core.schema.validation_error) names the unknown key."""
     mine = _example_with(tmp_path, "    capacity_bytes: 48 GB", f"    {typo}: 48 GB")
     assert refused(capsys, ["hw", "check", str(mine)]) == f"error: {mine}: {message}"
+
+
+def test_a_failing_smoke_run_says_so_on_stderr_under_no_valid_title(tmp_path, capsys):
+    """A hostile-input trial: a preset of 3 bytes of memory printed "h32.yaml: valid" over a table whose smoke run
+    had failed, and exited 2 with nothing on stderr. The title says the smoke run failed, and stderr says why."""
+    import yaml
+
+    from hw_models.machine import raw_machine
+
+    d = raw_machine("a6000")
+    d["name"] = "h32"
+    d["memory"]["gddr"]["capacity_bytes"] = "3 bytes"
+    path = tmp_path / "h32.yaml"
+    path.write_text(yaml.safe_dump(d))
+    assert main(["hw", "check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert "the schema is valid; the smoke run failed" in out and ": valid" not in out
+    assert err.startswith(f"error: {path}: smoke run failed: ") and "short by" in err
