@@ -207,3 +207,21 @@ def test_a_cache_folder_that_is_a_file_costs_speed_not_the_run(tmp_path, monkeyp
     out = capsys.readouterr().out
     assert f"cache unusable, runs go without it (SIM_CACHE_DIR {blocker}: File exists)" in out
     assert blocker.read_text() == "{}"
+
+
+def test_a_corrupt_cache_is_said_unusable_and_the_run_says_it_goes_without(tmp_path, monkeypatch, capsys):
+    """A step-cost cache file that is no database (a hostile-input trial): `sim cache info` said "on" and `sim serve`
+    ran without it and said nothing."""
+    from sim.apps.cli import main
+    from sim.apps.serve import tablecache
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv(tablecache.ENV_DIR, str(tmp_path))
+    (tmp_path / tablecache.FILE).write_bytes(bytes(range(256)) * 20)
+    assert main(["cache", "info"]) == 0
+    assert "cache unusable, runs go without it" in capsys.readouterr().out
+    assert main(["serve", str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"), "--hw", "h100_sxm", "-q",
+                 "--set", "serving.arrivals.num_requests=3"]) == 0
+    assert "the step-cost cache is unusable, this run goes without it" in capsys.readouterr().err
+    (tmp_path / tablecache.FILE).unlink()
+    assert tablecache.unusable() == ""

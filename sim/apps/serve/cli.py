@@ -57,9 +57,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from hw_models.registry import hardware_record
     from sim.core.settings import split_settings
 
+    from sim.apps.serve import tablecache
     if args.no_cache:
-        from sim.apps.serve import tablecache
         tablecache.disable()
+    elif why := tablecache.unusable():   # the run goes without it: said (a hostile-input trial: a corrupt cache file)
+        print(f"warning: the step-cost cache is unusable, this run goes without it: {why}", file=sys.stderr)
     sets = split_settings(args.set)
     file = load_serve_file(args.file, sets.workload)
     machine = _machine(args, file, sets.hw)

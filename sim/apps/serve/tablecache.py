@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import sqlite3
+from contextlib import closing
 import time
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
@@ -91,6 +92,12 @@ def unusable(folder: Path | None = None) -> str:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"{ENV_DIR if os.environ.get(ENV_DIR) else 'cache directory'} {d}: {exc.strerror or exc}"
+    if (d / FILE).is_file() and (d / FILE).stat().st_size:   # a file that is no database (a hostile-input trial:
+        try:                                                  # `sim cache info` read "on" over random bytes)
+            with closing(sqlite3.connect(f"file:{d / FILE}?mode=ro", uri=True)) as con:
+                con.execute("SELECT name FROM sqlite_master").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return f"{d / FILE}: {exc} (`sim cache clear` removes it)"
     return ""
 
 
