@@ -217,6 +217,8 @@ def test_a_corrupt_cache_is_said_unusable_and_the_run_says_it_goes_without(tmp_p
     from tests.conftest import ROOT
 
     monkeypatch.setenv(tablecache.ENV_DIR, str(tmp_path))
+    monkeypatch.delenv(tablecache.ENV_OFF, raising=False)   # the suite runs with the cache off (conftest)
+    monkeypatch.setattr(tablecache, "_disabled", False)
     (tmp_path / tablecache.FILE).write_bytes(bytes(range(256)) * 20)
     assert main(["cache", "info"]) == 0
     assert "cache unusable, runs go without it" in capsys.readouterr().out
