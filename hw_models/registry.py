@@ -89,7 +89,7 @@ def machine_data(machine: Machine) -> dict[str, Any]:
         try:
             out[name] = schema.model_validate(machine.sections[name]).model_dump()
         except ValidationError as exc:   # shown as `sim run` would refuse it: file and key
-            raise validation_error(exc, machine.source or machine.name, prefix=name) from None
+            raise validation_error(exc, machine.source or machine.name, prefix=name, model=schema) from None
     return out
 
 

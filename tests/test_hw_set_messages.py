@@ -56,3 +56,13 @@ def test_a_misspelt_key_under_a_named_unit_or_tier_gets_its_neighbour(capsys):
                       ("units.gpu.efficiency.compute_maxx", "compute_max")):
         assert main(["run", w, "--hw", "h100_sxm", "--set", f"hw.{key}=1"]) == 2
         assert f"{key}: unknown key (did you mean {near}?)" in capsys.readouterr().err
+
+
+def test_a_misspelt_key_in_a_kinds_own_section_gets_its_neighbour(capsys):
+    """A review: `--set hw.host.pcie.energy_j_per_bite` read a bare "unknown key": the kinds' own sections (host:,
+    pim:, spatial:) were validated without their schema's names to suggest from."""
+    for workload, hw, key, near in (("opt30b_flexgen", "a6000_offload", "host.pcie.energy_j_per_bite", "energy_j_per_byte"),
+                                    ("llama2_7b_decode", "hbm_pim", "pim.clock_hzz", "clock_hz"),
+                                    ("llama2_7b_decode", "groq_lpu", "spatial.chipz", "chips")):
+        assert main(["run", str(ROOT / "workloads" / f"{workload}.yaml"), "--hw", hw, "--set", f"hw.{key}=1"]) == 2
+        assert f"{key}: unknown key (did you mean {near}?)" in capsys.readouterr().err

@@ -116,7 +116,7 @@ def host_spec(machine: Machine) -> Host:
     try:
         spec = HostSpec.model_validate(machine.section("host"))
     except ValidationError as exc:
-        raise validation_error(exc, src, prefix="host") from None
+        raise validation_error(exc, src, prefix="host", model=HostSpec) from None
     for key in ("cpu_memory", "disk"):
         name = getattr(spec, key)
         if name not in machine.memory:

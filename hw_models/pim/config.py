@@ -155,7 +155,7 @@ def load_pim_config(section: dict[str, Any] | None, source: str) -> PimConfig:
     try:
         return PimConfig.model_validate(section)
     except ValidationError as exc:
-        raise validation_error(exc, source, prefix="pim") from None
+        raise validation_error(exc, source, prefix="pim", model=PimConfig) from None
 
 
 PimPolicy = Literal["auto", "attention_only", "fc_and_attention", "none"]

@@ -146,7 +146,7 @@ def spatial_config(machine: Machine) -> SpatialConfig:
     try:
         cfg = SpatialConfig.model_validate(machine.section("spatial"))
     except ValidationError as exc:
-        raise validation_error(exc, src, prefix="spatial") from None
+        raise validation_error(exc, src, prefix="spatial", model=SpatialConfig) from None
     if isinstance(cfg.chips, int) and cfg.chips < 1:
         raise ConfigError(f"{src}: spatial.chips: must be a positive integer or auto, got {cfg.chips}")
     unit = machine.units[machine.main_unit]
