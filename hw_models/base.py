@@ -359,10 +359,27 @@ class Mapper:
         return StepResult(step.phase, step.kv_len, t * s, step.busy_s, step.energy_j,
                           with_cap(step.counters, t * (s - 1.0), clocked_j / n, t))
 
+    # Whether step_timeline's op records run at the clock a binding cap leaves (at_capped_clock); a kind whose parts
+    # are capped apart keeps them at full clock and says so (its override)
+    records_at_capped_clock = True
+
+    def at_capped_clock(self, tasks: list[Task], phase: str, kv_len: int) -> list[Task]:
+        """The step's device tasks at the clock its board power limit leaves (capped): each `s` times as long,
+        s the step's stretch, so its op records end where its time does (they had stayed at full clock, the stretch
+        said only of the step as a whole). The engine's host work is added after, at its own speed; a kind whose
+        parts are capped apart (a pipeline's stages) keeps them at full clock (its override)."""
+        bp = self.machine.board_power()
+        if bp is None or bp.limit_w is None:
+            return tasks
+        tl = engine.run(tasks, self.resources(), self.containers(), self.in_order)
+        full = StepResult(phase, kv_len, tl.makespan_s, tl.busy_s(), self.energy_j(tl))
+        s = self.capped(full).time_s / full.time_s if full.time_s > 0.0 else 1.0
+        return tasks if s == 1.0 else [replace(t, duration_s=t.duration_s * s) for t in tasks]
+
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace; the
         engine's host work a task on the host (serial: every first kernel waits for it)."""
-        tasks = self.plan_step(self.step_graph(phase, q_len, kv_len))
+        tasks = self.at_capped_clock(self.plan_step(self.step_graph(phase, q_len, kv_len)), phase, kv_len)
         host = self.engine_host_s(self.workload.batch)
         if host:
             first = () if self.step_overhead.overlap else (EngineHost.NAME,)
@@ -386,7 +403,7 @@ class Mapper:
         bp = self.machine.board_power()
         if bp is not None and (cap := cap_figures(gen, bp)):
             fig.extra["power_cap"] = cap
-            fig.notes.append(cap_note(cap))
+            fig.notes.append(cap_note(cap, self.records_at_capped_clock))
         if bp is None and (note := busy_time_note(self.machine, total, e2e, self.devices)):
             fig.notes.append(note)
         return fig

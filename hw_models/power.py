@@ -138,7 +138,7 @@ NO_CLOCK_FLOOR = ("past 3x no clock floor is modelled (a real board stops at its
                   "the idle power is outside the model")
 
 
-def cap_note(cap: dict) -> str:
+def cap_note(cap: dict, records_stretched: bool = True) -> str:
     """The run's note where the board power limit bound (cap_figures' figures). A memory-bound step (decode) is
     stretched as a whole although its HBM keeps its own clock: its stretch is an upper bound, and the note says so."""
     phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} (the board would draw {cap[p + '_board_w']:.0f} W at full clock"
@@ -149,10 +149,13 @@ def cap_note(cap: dict) -> str:
                                           if cap[p + "_s"]) else ""
     return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
             "each op's joules are kept at full clock, so the energy under a cap is an upper bound (a lower clock "
-            "lowers the voltage too), and the step's op records (--json ops, --chrome-trace) are its ops at full "
-            "clock, the stretch on the step as a whole, and utilisation is that work over the stretched time (a GPU "
-            "the cap keeps busy reads below 100%); hw_models/power.py, --set hw.units.@main.power_limit_w=W "
-            "for another limit")
+            "lowers the voltage too), "
+            + ("the step's op records (--json ops, --chrome-trace) run at the lowered clock, the engine's host work "
+               "at its own speed, " if records_stretched else
+               "the step's op records (--json ops, --chrome-trace) are its ops at full clock (its parts are capped "
+               "apart), the stretch on the step as a whole, ")
+            + "and utilisation is the work at full clock over the stretched time (a GPU the cap keeps busy reads "
+            "below 100%); hw_models/power.py, --set hw.units.@main.power_limit_w=W for another limit")
 
 
 def cap_figures(gen: Generation, board: BoardPower) -> dict | None:

@@ -12,6 +12,7 @@ from hw_models.registry import mapper_for, simulate
 from sim.core.errors import ConfigError
 from sim.core.results import StepResult
 from sim.core.workload import workload_from_dict
+from tests.conftest import ROOT
 
 IDLE_W, ACTIVE_W = 80.0, 120.0
 GDDR_J_PER_BYTE = 7.0e-11    # a6000.yaml
@@ -504,7 +505,8 @@ def test_a_limit_near_idle_says_no_clock_floor_is_modelled():
     # an energy trial read utilization.gpu 11% at 150 W as an idle GPU: the note says it is the full-clock work
     # over the stretched time, and the figure is that
     [note] = [n for n in low.notes if n.startswith("power cap:")]
-    assert "utilisation is that work over the stretched time" in note
+    assert "utilisation is the work at full clock over the stretched time" in note
+    assert "op records (--json ops, --chrome-trace) run at the lowered clock" in note   # since stop 69
     assert low.utilization["gpu"] == pytest.approx(usual.utilization["gpu"] * usual.e2e_s / low.e2e_s, rel=0.02)
 
 
@@ -531,3 +533,24 @@ def test_a_scale_axis_reads_a_kind_section_and_keeps_a_count_whole(tmp_path):
     assert pim["pim_capacity_bytes_per_stack"] == 2 ** 30
     with pytest.raises(ConfigError, match=r"hw\.pim\.stacks: scale: hbm_pim's value 5 x 0\.5 is 2\.5, not a whole"):
         points({"hw.pim.stacks": {"scale": [0.5]}})
+
+
+@pytest.mark.parametrize("stack", [None, "vllm", "vllm-v0"])
+def test_capped_op_records_end_where_the_step_does(stack):
+    """Under a binding limit the step's op records run at the lowered clock: the prefill's last record ends at the
+    TTFT and the decode step's at its time, the engine's host work at its own speed, serial (vllm-v0) or
+    overlapped (vllm) (they had stayed at full clock, ending 10-200% before the step). A pipeline, whose stages are
+    capped apart, keeps them at full clock and its note says so."""
+    import warnings
+
+    from sim.core.workload import load_workload
+
+    w = load_workload(ROOT / "workloads" / "llama13b_decode.yaml", overrides={"batch": 32, **({"stack": stack} if stack else {})})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = simulate(w, load_machine("h100_sxm", {"units.gpu.power_limit_w": 300}))
+    cap = r.extra["power_cap"]
+    assert cap["prefill_stretch"] > 1.0 and cap["decode_stretch"] > 0.5
+    assert max(o.end_s for o in r.prefill_ops) == pytest.approx(r.ttft_s, rel=1e-9)
+    assert max(o.end_s for o in r.decode_ops) == pytest.approx(r.decode_timeline.makespan_s, rel=1e-12)
+    assert any("op records (--json ops, --chrome-trace) run at the lowered clock" in n for n in r.notes)

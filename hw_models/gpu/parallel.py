@@ -316,6 +316,14 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         # fold lowers 2 and 3) does not change the schedule, so the fold adds nothing per layer.
         return self.pipeline_tasks(graph)
 
+    @property
+    def records_at_capped_clock(self) -> bool:
+        return not self.plan.pipelined
+
+    def at_capped_clock(self, tasks, phase: str, kv_len: int):
+        """A pipeline's stages are capped apart (stage_power): its step's tasks stay at full clock, as its note says."""
+        return tasks if self.plan.pipelined else super().at_capped_clock(tasks, phase, kv_len)
+
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full; kept for the report's figures (time in collectives, bubble)."""
         tl = self.full_steps[phase] = super().step_timeline(phase, q_len, kv_len)

@@ -101,7 +101,8 @@ def report_sections(result: RunResult) -> list[Section]:
                            "steady state: its micro-batches stay in flight from step to step)"
                            # a kernel trial read 516 ms here against a 563 ms TTFT: the cap's stretch
                            + ("; times at full clock: the binding power cap's stretch (its warning) is on the "
-                              "whole step, in TTFT and TPOT" if result.extra.get("power_cap") else "")))
+                              "whole step, in TTFT and TPOT" if result.extra.get("power_cap")
+                              and (par["plan"]["pp"] > 1 or par["plan"]["micro_batches"] > 1) else "")))
     m = par["memory_per_device"]
     out.append(Section("Memory per device", [(m["tier"], fmt_bytes(m["weights"]), fmt_bytes(m["kv_cache"]),
                                               fmt_bytes(m["activations"]), fmt_bytes(m["total"]),

@@ -41,6 +41,7 @@ class Placement:
 class OffloadMapper(Mapper):
     kind = "offload"
     caps_whole_steps = False   # its block schedule caps the GPU's part of each step itself (policy_step)
+    records_at_capped_clock = False   # its step timeline is the block schedule at full clock (step_timeline)
     # Identical layers fold as in the core loop, exact once the schedule is periodic
     # within F layers; the block schedule looks back at most two computes, so F = 3
     # (tests/test_offload.py checks it against the exhaustive run).
