@@ -1,13 +1,11 @@
-"""What every hardware model provides: a Mapper turns a step's op graph into
-engine tasks on the machine's resources, and checks that the run fits.
+"""What every hardware model provides: a Mapper turns a step's op graph into engine tasks on the machine's
+resources, and checks that the run fits.
 
-A mapper is chosen by the machine's `kind` (hw_models.registry). The generation
-loop (prefill, then decode steps over a growing KV cache, with the shortcuts for
-identical layers and steps) lives once in sim.core.generation; a mapper is its
-`StepModel`: the hooks below (`step`, `step_timeline`, `footprint`, `figures`)
-have defaults for kinds whose steps are planned op by op onto the engine, and a
-kind whose schedule crosses steps (offload's block schedule, a spatial
-pipeline) overrides `step` and `step_timeline`, never the loop.
+A mapper is chosen by the machine's `kind` (hw_models.registry). The generation loop (prefill, then decode steps
+over a growing KV cache, with the shortcuts for identical layers and steps) lives once in sim.core.generation; a
+mapper is its `StepModel`: the hooks below (`step`, `step_timeline`, `footprint`, `figures`) have defaults for
+kinds whose steps are planned op by op onto the engine, and a kind whose schedule crosses steps (offload's block
+schedule, a spatial pipeline) overrides `step` and `step_timeline`, never the loop.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import Callable
 
 from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
-from hw_models.power import board_of, busy_time_note, cap_figures, cap_note, with_cap
+from hw_models.power import at_capped_clock, board_of, busy_time_note, cap_figures, cap_note, with_cap
 from hw_models.stack.engine_data import engine_data
 from hw_models.stack.sampler import step_sampling
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
@@ -359,27 +357,12 @@ class Mapper:
         return StepResult(step.phase, step.kv_len, t * s, step.busy_s, step.energy_j,
                           with_cap(step.counters, t * (s - 1.0), clocked_j / n, t))
 
-    # Whether step_timeline's op records run at the clock a binding cap leaves (at_capped_clock); a kind whose parts
-    # are capped apart keeps them at full clock and says so (its override)
-    records_at_capped_clock = True
-
-    def at_capped_clock(self, tasks: list[Task], phase: str, kv_len: int) -> list[Task]:
-        """The step's device tasks at the clock its board power limit leaves (capped): each `s` times as long,
-        s the step's stretch, so its op records end where its time does (they had stayed at full clock, the stretch
-        said only of the step as a whole). The engine's host work is added after, at its own speed; a kind whose
-        parts are capped apart (a pipeline's stages) keeps them at full clock (its override)."""
-        bp = self.machine.board_power()
-        if bp is None or bp.limit_w is None:
-            return tasks
-        tl = engine.run(tasks, self.resources(), self.containers(), self.in_order)
-        full = StepResult(phase, kv_len, tl.makespan_s, tl.busy_s(), self.energy_j(tl))
-        s = self.capped(full).time_s / full.time_s if full.time_s > 0.0 else 1.0
-        return tasks if s == 1.0 else [replace(t, duration_s=t.duration_s * s) for t in tasks]
+    records_at_capped_clock = True   # step_timeline's records at a binding cap's clock (power.at_capped_clock)
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace; the
         engine's host work a task on the host (serial: every first kernel waits for it)."""
-        tasks = self.at_capped_clock(self.plan_step(self.step_graph(phase, q_len, kv_len)), phase, kv_len)
+        tasks = at_capped_clock(self, self.plan_step(self.step_graph(phase, q_len, kv_len)), phase, kv_len)
         host = self.engine_host_s(self.workload.batch)
         if host:
             first = () if self.step_overhead.overlap else (EngineHost.NAME,)

@@ -318,11 +318,8 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
 
     @property
     def records_at_capped_clock(self) -> bool:
+        """A pipeline's stages are capped apart (stage_power): its records stay at full clock, as its note says."""
         return not self.plan.pipelined
-
-    def at_capped_clock(self, tasks, phase: str, kv_len: int):
-        """A pipeline's stages are capped apart (stage_power): its step's tasks stay at full clock, as its note says."""
-        return tasks if self.plan.pipelined else super().at_capped_clock(tasks, phase, kv_len)
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full; kept for the report's figures (time in collectives, bubble)."""
