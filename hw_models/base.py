@@ -88,9 +88,8 @@ class OwnPool:
 
 @dataclass(frozen=True)
 class Section:
-    """A report section as data: a title, rows of cells, optional column names and a
-    caption. The application layer renders it (rich tables, JSON); mappers never
-    build tables. Without columns the rows are (key, value) pairs."""
+    """A report section as data: a title, rows of cells, optional column names and a caption. The application
+    layer renders it (rich tables, JSON); mappers never build tables. Without columns the rows are (key, value)."""
 
     title: str
     rows: list[tuple[str, ...]]
@@ -178,10 +177,13 @@ class Mapper:
         """Dynamic energy of a simulated step: its tasks' (a kind simulating one of several devices scales it)."""
         return timeline_energy_j(tl)
 
+    def device_step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
+        """One step on the devices at full clock, identical layers folded: no power cap, no host work."""
+        return self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
+
     def step(self, phase: str, q_len: int, kv_len: int, exhaustive: bool = False) -> StepResult:
-        """One step, identical layers folded, with the engine's host work (with_engine)."""
-        device = self._folded(phase, kv_len, lambda n: self.step_graph(phase, q_len, kv_len, n), exhaustive)
-        return self.with_engine(self.capped(device), self.workload.batch)
+        """One step, identical layers folded, under the power cap, with the engine's host work (with_engine)."""
+        return self.with_engine(self.capped(self.device_step(phase, q_len, kv_len, exhaustive)), self.workload.batch)
 
     def engine_host_s(self, n_seqs: int) -> float:
         """Host seconds the engine spends on an iteration of `n_seqs` sequences (0 without one)."""
@@ -263,9 +265,8 @@ class Mapper:
         return DeviceShare()
 
     def serving_pool(self) -> OwnPool | None:
-        """The KV cache a kind keeps where its own placement puts it, which a serving run's pool then holds
-        exactly; None: the serving engine sizes the pool from the device tier's free memory
-        (sim.apps.serve.instance)."""
+        """The KV cache a kind keeps where its own placement puts it, which a serving run's pool then holds exactly;
+        None: the serving engine sizes the pool from the device tier's free memory (sim.apps.serve.instance)."""
         return None
 
     def rank_activation_bytes(self, graph: OpGraph) -> float:
@@ -362,7 +363,7 @@ class Mapper:
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace; the
         engine's host work a task on the host (serial: every first kernel waits for it)."""
-        tasks = at_capped_clock(self, self.plan_step(self.step_graph(phase, q_len, kv_len)), phase, kv_len)
+        tasks = at_capped_clock(self, self.plan_step(self.step_graph(phase, q_len, kv_len)), phase, q_len, kv_len)
         host = self.engine_host_s(self.workload.batch)
         if host:
             first = () if self.step_overhead.overlap else (EngineHost.NAME,)
@@ -371,9 +372,8 @@ class Mapper:
         return engine.run(tasks, self.resources(), self.containers(), self.in_order)
 
     def figures(self, gen: Generation, decode_tl: Timeline | None) -> RunFigures:
-        """Utilisation of each resource over the run, and energy: what the tasks
-        reported plus each unit's power while it was busy. `decode_tl` is the
-        representative decode step in full, None when the run skips detail."""
+        """Utilisation of each resource over the run, and energy: what the tasks reported plus each unit's power while
+        it was busy. `decode_tl` is the representative decode step in full, None when the run skips detail."""
         busy, e2e = gen.busy_s, gen.e2e_s
         total = gen.energy_j + self.power_j(busy, e2e)
         fig = RunFigures(self.workload.batch, {r: b / e2e for r, b in busy.items()} if e2e else {}, total)

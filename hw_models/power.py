@@ -31,9 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.core import engine
 from sim.core.generation import Generation
-from sim.core.results import StepResult
 
 
 @dataclass(frozen=True)
@@ -178,15 +176,15 @@ def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
     return out
 
 
-def at_capped_clock(mapper: Any, tasks: list, phase: str, kv_len: int) -> list:
+def at_capped_clock(mapper: Any, tasks: list, phase: str, q_len: int, kv_len: int) -> list:
     """A step's device tasks at the clock its board power limit leaves (Mapper.capped): each `s` times as long, s the
     step's stretch, so its op records end where its time does (they had stayed at full clock, the stretch said only
-    of the step as a whole). The caller adds the engine's host work after, at its own speed; a kind whose parts are
-    capped apart (a pipeline's stages) keeps them at full clock (records_at_capped_clock False)."""
+    of the step as a whole). The stretch is the folded step's, which the run's TTFT and TPOT carry (no second run of
+    the whole step). The caller adds the engine's host work after, at its own speed; a kind whose parts are capped
+    apart (a pipeline's stages) keeps them at full clock (records_at_capped_clock False)."""
     bp = mapper.machine.board_power()
     if bp is None or bp.limit_w is None or not mapper.records_at_capped_clock:
         return tasks
-    tl = engine.run(tasks, mapper.resources(), mapper.containers(), mapper.in_order)
-    full = StepResult(phase, kv_len, tl.makespan_s, tl.busy_s(), mapper.energy_j(tl))
+    full = mapper.device_step(phase, q_len, kv_len)
     s = mapper.capped(full).time_s / full.time_s if full.time_s > 0.0 else 1.0
     return tasks if s == 1.0 else [replace(t, duration_s=t.duration_s * s) for t in tasks]
