@@ -34,6 +34,7 @@ from hw_models.op_cost import OpCost, bound_of
 from hw_models.stack.kernel_families import VECTOR, Family, families
 from hw_models.machine import Tier, Unit
 from hw_models.stack.attention_kernels import attention_cost, kv_format
+from hw_models.stack.prefill_curves import SAME_KERNELS
 from hw_models.stack.spec import Stack, is_expert_gemm
 from sim.core import graph as g
 from sim.core.errors import ConfigError
@@ -47,7 +48,8 @@ BF16_BYTES = 2
 TRTLLM_MAX_COPIES = 5
 SIX_COPY_COLLECTORS = ("vllm", "sglang")
 VLLM_ONE_COPY_FORMATS = ("fp8_block128", "nvfp4")
-DENSE_FORMATS = ("bf16", "fp16")   # what a dense family's bf16 rate covers
+# what a dense family's bf16 rate covers: bf16 and the formats that run its kernels (prefill_curves.SAME_KERNELS)
+DENSE_FORMATS = ("bf16", *(f for f, same in SAME_KERNELS.items() if same == "bf16"))
 
 
 def _weight(op: Op):
