@@ -84,16 +84,25 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
-def unusable(folder: Path | None = None) -> str:
+def _folder_problem(d: Path) -> str:
     """Why the cache directory cannot hold the cache ("" where it can): a file where the folder belongs, or
     a folder that cannot be made. Such a cache is a miss on every read and skips every write."""
-    d = folder or cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"{ENV_DIR if os.environ.get(ENV_DIR) else 'cache directory'} {d}: {exc.strerror or exc}"
-    if (d / FILE).is_file() and (d / FILE).stat().st_size:   # a file that is no database (a hostile-input trial:
-        try:                                                  # `sim cache info` read "on" over random bytes)
+    return ""
+
+
+def unusable(folder: Path | None = None) -> str:
+    """Why the cache cannot be used ("" where it can): its folder (_folder_problem), or a file there that is no
+    database (a hostile-input trial: `sim cache info` read "on" over random bytes). What `sim cache info` and
+    `sim serve` say once; each connection checks the folder alone (a corrupt file fails there as a miss)."""
+    d = folder or cache_dir()
+    if why := _folder_problem(d):
+        return why
+    if (d / FILE).is_file() and (d / FILE).stat().st_size:
+        try:
             with closing(sqlite3.connect(f"file:{d / FILE}?mode=ro", uri=True)) as con:
                 con.execute("SELECT name FROM sqlite_master").fetchall()
         except sqlite3.DatabaseError as exc:
@@ -138,7 +147,7 @@ class TableStore:
                 time.sleep(LOCK_PAUSE_S * (1 + attempt % 4))
 
     def _connect(self) -> sqlite3.Connection:
-        why = unusable(self.path.parent)
+        why = _folder_problem(self.path.parent)
         if why:   # a miss or a skipped save, as an unreadable file is, not a failed run
             raise sqlite3.OperationalError(why)
         con = sqlite3.connect(self.path, timeout=60)
