@@ -12,6 +12,12 @@ from sim.core.errors import ConfigError
 from sim.core.schema import Strict, validate_mapping
 
 
+def is_pipelined(pp: int, micro_batches: int) -> bool:
+    """Whether a plan of `pp` stages and `micro_batches` runs as a pipeline: ParallelPlan.pipelined, and the reports'
+    reading of a plan's record (its to_dict) by the same rule."""
+    return pp > 1 or micro_batches > 1
+
+
 class ParallelPlan(Strict):
     # StrictInt: `tp: true` or `tp: "4"` are refused, not read as 1 or 4.
     tp: StrictInt = Field(default=1, gt=0)
@@ -42,7 +48,7 @@ class ParallelPlan(Strict):
     @property
     def pipelined(self) -> bool:
         """Whether a step runs as pipeline stages over micro-batches (ParallelGpuMapper.pipeline_tasks)."""
-        return self.pp > 1 or self.micro_batches > 1
+        return is_pipelined(self.pp, self.micro_batches)
 
     @property
     def attention_dp(self) -> int:

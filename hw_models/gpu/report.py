@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hw_models.base import Section
+from hw_models.gpu.plan import is_pipelined
 from hw_models.gpu.schedule import collective_seconds, lane_layout, stage_idle
 from sim.core.engine import Timeline
 from sim.core.results import RunResult
@@ -102,7 +103,7 @@ def report_sections(result: RunResult) -> list[Section]:
                            # a kernel trial read 516 ms here against a 563 ms TTFT: the cap's stretch
                            + ("; times at full clock: the binding power cap's stretch (its warning) is on the "
                               "whole step, in TTFT and TPOT" if result.extra.get("power_cap")
-                              and (par["plan"]["pp"] > 1 or par["plan"]["micro_batches"] > 1) else "")))
+                              and is_pipelined(par["plan"]["pp"], par["plan"]["micro_batches"]) else "")))
     m = par["memory_per_device"]
     out.append(Section("Memory per device", [(m["tier"], fmt_bytes(m["weights"]), fmt_bytes(m["kv_cache"]),
                                               fmt_bytes(m["activations"]), fmt_bytes(m["total"]),

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hw_models.base import Section
+from hw_models.gpu.plan import is_pipelined
 from hw_models.machine import Machine
 from hw_models.registry import report_sections
 from hw_models.stack.spec import load_stack
@@ -79,7 +80,7 @@ def pipeline_caption(result: RunResult) -> str | None:
     stages on their own devices at once: their shares of the step add past 100% (a trial read 8 whole-stage rows at
     ~20% each as one device's ops summing to 160%), and an op's count is its layers' times the micro-batches."""
     plan = result.extra.get("parallel", {}).get("plan")
-    if not plan or (plan["pp"] == 1 and plan["micro_batches"] == 1):
+    if not plan or not is_pipelined(plan["pp"], plan["micro_batches"]):
         return None
     return (f"stages on their own devices at once: shares of the step add past 100%; one rank's ops of each of "
             f"{plan['pp']} stage(s) for each of {plan['micro_batches']} micro-batch(es) (count: layers x micro-batches)")
