@@ -189,7 +189,7 @@ class OffloadMapper(Mapper):
             # folded run binds: a capped step's time is then linear in its clocked energy.
             gpu = self.capped(StepResult(phase, kv_len, s.time_s, {self.unit_name: busy.get(self.unit_name, 0.0)},
                                          s.energy_j.get(sched.GPU, 0.0)))
-            return StepResult(phase, kv_len, gpu.time_s, busy, sum(s.energy_j.values()), {**s.bytes, **gpu.counters})
+            return StepResult(phase, kv_len, gpu.time_s, busy, sum(s.energy_j.values()), {**s.counters(), **gpu.counters})
 
         return fold_layers(run, self.model.num_layers, self.fold_layers, exhaustive)
 

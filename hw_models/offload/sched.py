@@ -213,11 +213,16 @@ class Tag:
 class StepSim:
     time_s: float
     busy_s: dict[str, float]
-    bytes: dict[str, float]              # link -> bytes moved in the step; TRANSFER_J + link -> their joules
+    bytes: dict[str, float]              # link -> bytes moved in the step
     timeline: Timeline | None = None
     peak_buffer_bytes: dict[str, float] = field(default_factory=dict)
     energy_j: dict[str, float] = field(default_factory=dict)   # resource -> its tasks' dynamic energy (a transfer's
                                                                # GPU-memory side under GPU)
+    transfer_j: dict[str, float] = field(default_factory=dict)   # link -> its transfers' joules, both sides
+
+    def counters(self) -> dict[str, float]:
+        """The step's extensive counters: each link's bytes, and its transfer joules under TRANSFER_J + link."""
+        return {**self.bytes, **{TRANSFER_J + link: j for link, j in self.transfer_j.items()}}
 
 
 def whole(nbytes: float) -> float:
@@ -358,11 +363,13 @@ def run_step(slots: list[SlotWork], p: Policy, rates: Rates, phase: str, buffers
     tl = engine.run(build_tasks(slots, p, rates, phase), {}, buffers)
     moved: dict[str, float] = dict.fromkeys(LINKS, 0.0)
     joules: dict[str, float] = {}
+    transfer_j: dict[str, float] = {}
     for i in tl.intervals:
         if i.resource in moved:
             moved[i.resource] += i.tag.bytes
-            moved[TRANSFER_J + i.resource] = moved.get(TRANSFER_J + i.resource, 0.0) + i.tag.energy_j
+            transfer_j[i.resource] = transfer_j.get(i.resource, 0.0) + i.tag.energy_j
         if i.tag.energy_j:   # a transfer's GPU-memory side on the GPU (its board's limit counts it)
             joules[i.resource] = joules.get(i.resource, 0.0) + i.tag.energy_j - i.tag.gpu_j
             joules[GPU] = joules.get(GPU, 0.0) + i.tag.gpu_j
-    return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used), joules)
+    return StepSim(tl.makespan_s, tl.busy_s(), moved, tl if keep_timeline else None, dict(tl.peak_used), joules,
+                   transfer_j)
