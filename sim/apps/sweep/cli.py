@@ -109,7 +109,7 @@ def best_table(spec, ok, total: int):
     import pandas as pd
 
     from sim.apps.axes import is_number
-    from sim.apps.sweep.energy import best_row
+    from sim.apps.sweep.energy import best_points
     from sim.apps.sweep.labels import axis_for, fmt_value
     from sim.apps.sweep.spec import default_goal
 
@@ -130,8 +130,7 @@ def best_table(spec, ok, total: int):
         if m not in ok.columns or ok[m].isna().all():
             continue
         goal = default_goal(m)
-        row, where = best_row(ok, m, goal)
-        tied = tied_rows(ok, m, row[m])
+        row, where, tied = best_points(ok, m, goal)
         # Points that tie name every value the axis they differ on takes (an energy trial read 300 W as the best
         # limit where 300, 400 and 700 W gave the same J/token: the cap bound at none); where they differ on more
         # than one axis, the lists would read as every combination (a review): those cells say they vary
@@ -143,14 +142,6 @@ def best_table(spec, ok, total: int):
                   *("(varies)" if many and a in varying else ", ".join(cell(v, ax) for v in pd.unique(tied[a]))
                     for a, ax in axes.items()))
     return t
-
-
-def tied_rows(ok, metric: str, best: float):
-    """The comparable rows whose `metric` equals `best` to a relative 1e-9: the best row and those tied with it."""
-    from sim.apps.sweep.energy import comparable
-
-    rows = comparable(ok, metric)[0]
-    return rows[(rows[metric] - best).abs() <= 1e-9 * abs(best)]
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -56,8 +56,15 @@ def comparable(ok: "pd.DataFrame", metric: str) -> tuple["pd.DataFrame", str]:
 def best_row(ok: "pd.DataFrame", metric: str, goal: str) -> tuple["pd.Series", str]:
     """The row of best `metric` among the rows it may be ranked in (comparable), and their label: what the
     best-points table and a line plot's star both name."""
+    return best_points(ok, metric, goal)[:2]
+
+
+def best_points(ok: "pd.DataFrame", metric: str, goal: str) -> tuple["pd.Series", str, "pd.DataFrame"]:
+    """best_row's row and label, and the comparable rows tied with it (`metric` equal to a relative 1e-9): the best
+    point and those the best-points table names beside it, from one pass over the rows it may be ranked in."""
     rows, among = comparable(ok, metric)
-    return rows.loc[rows[metric].idxmin() if goal == "min" else rows[metric].idxmax()], among
+    row = rows.loc[rows[metric].idxmin() if goal == "min" else rows[metric].idxmax()]
+    return row, among, rows[(rows[metric] - row[metric]).abs() <= 1e-9 * abs(row[metric])]
 
 
 def models_note(ok: "pd.DataFrame", metrics: list[str] | None = None) -> list[str]:
