@@ -242,6 +242,13 @@ VLLM = {"model_id": "meta-llama/Llama-3.1-8B", "max_concurrency": 2, "input_lens
     (dict(mean_ttft_ms=0.0), "mean_ttft_ms: Input should be greater than 0"),
     # the model the file names, not a --model flag the user never gave
     (dict(model_id="acme/NotAModel-7B"), "r.json: its model acme/NotAModel-7B: not a model of the replayed tables"),
+    # a serving trial: a count the per-request lists contradict was replayed as the lists said, without a word
+    (dict(completed=2), "completed 2, but 3 of its 3 requests have output tokens and no error"),
+    (dict(input_lens=None, output_lens=None, errors=None, completed=0, total_input_tokens=0, total_output_tokens=0),
+     "completed 0: no request completed"),
+    # 0 output tokens over 160 requests had replayed one-token requests, the TPOT column reading nan
+    (dict(input_lens=None, output_lens=None, errors=None, completed=160, total_input_tokens=1000,
+          total_output_tokens=0), "total_output_tokens 0 over 160 completed requests: no tokens to replay"),
 ])
 def test_a_malformed_vllm_result_is_one_line(tmp_path, capsys, spoil, message):
     """Hostile inputs to the benchmark readers: each was a traceback, or read wrong without a word (burstiness 0
@@ -259,7 +266,8 @@ def test_a_malformed_vllm_result_is_one_line(tmp_path, capsys, spoil, message):
     (lambda d: d["time_to_first_token"].update(avg="x"), "time_to_first_token.avg 'x': expected a finite number >= 0"),
     (lambda d: d["time_to_first_token"].update(avg=float("nan")), "time_to_first_token.avg nan"),
     (lambda d: d["input_config"]["loadgen"].update(concurrency=2.5), "concurrency 2.5: expected a whole number >= 1"),
-    (lambda d: d["input_config"]["loadgen"].update(request_count="x"), "request_count 'x': expected a whole number"),
+    (lambda d: d["request_count"].update(avg="x"), "request_count.avg 'x': expected a whole number"),
+    (lambda d: d["request_count"].update(avg=0), "request_count.avg 0: expected a whole number >= 1"),
     (lambda d: d["input_sequence_length"].update(avg=0), "input_sequence_length.avg 0: no tokens"),
     (lambda d: d["time_to_first_token"].update(avg=0), "time_to_first_token.avg 0: expected a positive time"),
     # present and 0 is a bad count, not a missing key
@@ -418,3 +426,31 @@ def test_the_server_s_own_options_apply_to_every_replay(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert says in err and "\n" not in err
     assert main([*argv, "--set", "serving.scheduler.max_num_batched_tokens=512"]) == 0
+
+
+def test_a_benchmark_log_replays_what_it_measured_and_names_what_it_lacks(tmp_path, capsys):
+    """A serving trial's findings on the benchmark readers: aiperf's loadgen.request_count is the count it was told
+    (its docs' export: 1,000,000,000), the request_count metric what it measured, and the replay sends the latter;
+    a vLLM log that names the folder it served from is the tables' model of that name; --requests-per-client on a
+    log that records its count had been ignored without a word; a result without one of the two means names it."""
+    import json
+    from pathlib import Path
+
+    from sim.apps.serve.bench_logs import read_bench_json
+
+    d = json.loads((Path(__file__).parent / "data" / "genai_perf" / "profile_export_aiperf.json").read_text())
+    d["input_config"]["loadgen"]["request_count"] = 1_000_000_000
+    (tmp_path / "a.json").write_text(json.dumps(d))
+    assert read_bench_json(tmp_path / "a.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct").num_requests == 80
+    (tmp_path / "p.json").write_text(json.dumps({**VLLM, "model_id": "/models/Llama-3.1-8B"}))
+    assert read_bench_json(tmp_path / "p.json", "h100_sxm", "vllm", "/models/Llama-3.1-8B").model == "meta-llama/Llama-3.1-8B"
+    assert main(["validate-serving", str(tmp_path / "p.json"), "--hw", "h100_sxm", "--engine", "vllm",
+                 "--requests-per-client", "2"]) == 2
+    assert "--requests-per-client 2: " in capsys.readouterr().err
+    (tmp_path / "t.json").write_text(json.dumps({k: v for k, v in VLLM.items() if k != "mean_tpot_ms"}))
+    assert main(["validate-serving", str(tmp_path / "t.json"), "--hw", "h100_sxm", "--engine", "vllm"]) == 2
+    assert "a vLLM benchmark_serving result without mean_tpot_ms" in capsys.readouterr().err
+    # the footer speaks of the silicon sample's derived E2E only where a row of it is in the table
+    assert main(["validate-serving", str(tmp_path / "p.json"), "--hw", "h100_sxm", "--engine", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert "Errors are (simulated - measured) / measured." in out and "silicon sample" not in out

@@ -58,6 +58,11 @@ def _known(model: str, named_by: str = "--model") -> str:
     if Path(model).is_file():
         load_model(str(Path(model).resolve()))   # a file that is no model says so here, once
         return str(Path(model).resolve())
+    # vLLM logs the path it served from (model_id "/models/Llama-3.1-8B-Instruct"): a folder named as one of the
+    # tables' models is that model (a serving trial had to give --model for it)
+    named = [m for m in MODELS if m.split("/")[-1] == Path(model).name]
+    if len(named) == 1 and "/" in model:
+        return named[0]
     hint = "" if named_by == "--model" else "; give --model"
     raise ConfigError(f"{named_by} {model}: not a model of the replayed tables ({', '.join(MODELS)}), a model preset "
                       f"(`sim model list`) or a config.json path{hint}")
@@ -98,6 +103,10 @@ def bench_kind(path: Path, d: object) -> str:
         return "genai-perf"
     if isinstance(d, dict) and all(k in d for k in VLLM_KEYS):
         return "vllm"
+    if isinstance(d, dict) and any(k in d for k in VLLM_KEYS):   # a vLLM result short of a mean: say which
+        missing = [k for k in VLLM_KEYS if k not in d]
+        raise ConfigError(f"{path}: a vLLM benchmark_serving result without {', '.join(missing)} (a run with no "
+                          "streamed token, or the key cut out)")
     raise ConfigError(f"{path}: not a benchmark result: neither a vLLM benchmark_serving JSON (keys "
                       f"{', '.join(VLLM_KEYS)}) nor a genai-perf / aiperf export (input_config, records or "
                       "time_to_first_token)")
@@ -181,10 +190,10 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
             raise ConfigError(f"{path}: {key}.unit {unit!r}: expected one of {', '.join(_SECONDS)}")
         return avg(key) * _SECONDS[unit]
 
-    def count(key: str, value: Any) -> int:
+    def count(where: str, value: Any) -> int:
         whole = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value == int(value)
         if not whole or value < 1:
-            raise ConfigError(f"{path}: input_config {key} {value!r}: expected a whole number >= 1")
+            raise ConfigError(f"{path}: {where} {value!r}: expected a whole number >= 1")
         return int(value)
 
     def length(key: str) -> int:   # a mean length of tokens: at least one
@@ -199,10 +208,14 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
     if "request_throughput" in m:
         measured["req_s"] = avg("request_throughput")
     model = _known(model, named_by)
-    n = load.get("request_count") or (m["request_count"]["avg"] if "request_count" in m else None)
+    # The requests measured, where the export counts them, before the count the load generator was given: aiperf's
+    # loadgen.request_count is the setting (its docs' example export: 1,000,000,000 set, 200 measured), and a run
+    # cancelled early measured fewer (a serving trial replayed 1,600 for 160 measured)
+    n, where = ((m["request_count"]["avg"], "request_count.avg") if "request_count" in m else
+                (load.get("request_count"), "input_config request_count"))
     return Run(path.stem, gpu, engine, model, length("input_sequence_length"), length("output_sequence_length"),
-               count("concurrency", load["concurrency"]), measured=measured,
-               num_requests=count("request_count", n) if n else None)
+               count("input_config concurrency", load["concurrency"]), measured=measured,
+               num_requests=count(where, n) if n is not None else None)
 
 
 Count = Annotated[StrictInt, Field(ge=0)]
@@ -251,6 +264,11 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = N
         raise ConfigError(f"{path}: not a vLLM benchmark_serving result (expected keys {', '.join(VLLM_KEYS)})")
     v = validate_mapping(VllmResult, d, str(path), "a vLLM benchmark_serving result")
     detailed = v.input_lens is not None and v.output_lens is not None
+    if not detailed and v.completed == 0:
+        raise ConfigError(f"{path}: completed 0: no request completed")
+    if not detailed and v.completed and 0 in (v.total_input_tokens, v.total_output_tokens):   # a mean of 0 tokens
+        which = "total_input_tokens" if v.total_input_tokens == 0 else "total_output_tokens"
+        raise ConfigError(f"{path}: {which} 0 over {v.completed} completed requests: no tokens to replay")
     if not detailed and not (v.completed and v.total_input_tokens is not None and v.total_output_tokens is not None):
         raise ConfigError(f"{path}: neither input_lens/output_lens (--save-detailed) nor completed, "
                           "total_input_tokens and total_output_tokens: the lengths served are unknown")
@@ -270,6 +288,9 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = N
         ok = [i for i, (e, o) in enumerate(zip(errors, v.output_lens)) if not e and o > 0]
         if not ok:
             raise ConfigError(f"{path}: no request completed (errors, or no output tokens)")
+        if v.completed is not None and v.completed != len(ok):   # vLLM counts each request without error that streamed
+            raise ConfigError(f"{path}: completed {v.completed}, but {len(ok)} of its {len(v.input_lens)} requests have "
+                              "output tokens and no error: the per-request lists and the count disagree")
         if any(v.input_lens[i] == 0 for i in ok):
             raise ConfigError(f"{path}: input_lens: a completed request of 0 prompt tokens")
         lengths = (tuple(v.input_lens[i] for i in ok), tuple(v.output_lens[i] for i in ok))

@@ -103,6 +103,7 @@ class Run:
     # shape b: coefficient of variation 1/sqrt(b)); None: a closed loop of `concurrency` clients.
     rate: float | None = None
     burstiness: float = 1.0
+    e2e_derived: bool = False   # the source records no E2E: the measured one is TTFT + TPOT x (osl - 1) (the silicon sample)
     # Each request's prompt and output tokens in the order sent, where the log lists them (else isl/osl as above).
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     ep: int = 1                  # expert-parallel ways of a MoE model (a multiple of tp: parallel.ep)
@@ -328,6 +329,10 @@ def _pct(v: float) -> str:
     return "-" if not np.isfinite(v) else f"{v:+.1%}"
 
 
+def _ms(v: float) -> str:   # a simulated TPOT of one-token requests is none: "-", not nan (a serving trial)
+    return "-" if not np.isfinite(v) else f"{v * 1e3:.2f}"
+
+
 def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
            seconds: float, per_run: bool = True, name_width: int | None = 40, left_out: int = 0) -> str:
     """Markdown: signed errors per run (unless `per_run`), MAPE per GPU/engine/model; names: last `name_width` chars."""
@@ -340,7 +345,7 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
             lines.append(f"| {r.run.name[-name_width:] if name_width else r.run.name} | {r.run.engine} | {r.run.model.split('/')[-1]} | {r.run.tp}{f'/{r.run.ep}' if r.run.ep > 1 else ''} | "
                          f"{r.run.concurrency if r.run.rate is None else f'{r.run.rate:g}/s'} | {r.run.isl}/{r.run.osl} | {r.run.sampling} | "
                          f"{m['ttft_s'] * 1e3:.1f}/{s['ttft_s'] * 1e3:.1f} | "
-                         f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{s['tpot_s'] * 1e3:.2f} | "
+                         f"{_pct(e.get('ttft_s', np.nan))} | {m['tpot_s'] * 1e3:.2f}/{_ms(s['tpot_s'])} | "
                          f"{_pct(e.get('tpot_s', np.nan))} | {_pct(e.get('e2e_s', np.nan))} | {_pct(e.get('req_s', np.nan))} |")
         lines.append("")
     lines += ["| GPU | engine | model | runs | TTFT MAPE | TPOT MAPE | E2E MAPE | req/s MAPE |", "|---|---|---|---|---|---|---|---|"]
@@ -354,7 +359,9 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
               + (f" ({reasons(skipped)})" if skipped else "")
               + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
-              + ". Errors are (simulated - measured) / measured; E2E of the silicon sample is TTFT + TPOT x (osl - 1)."]
+              + ". Errors are (simulated - measured) / measured"
+              + ("; E2E of the silicon sample is TTFT + TPOT x (osl - 1)." if any(r.run.e2e_derived for r in results)
+                 else ".")]
     return "\n".join(lines)
 
 

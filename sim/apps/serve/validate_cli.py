@@ -38,6 +38,9 @@ def _runs(args: argparse.Namespace):
             raise ConfigError(f"{path}: the benchmark JSON does not say {'which engine' if model else 'what'} "
                               f"served it: give {' and '.join(missing)}")
         run = read_bench_json(path, args.hw, engine, model, "--model" if args.model else f"{path}: its model", d)
+        if args.requests_per_client and run.num_requests:   # the file says how many it sent: a flag would be ignored
+            raise ConfigError(f"--requests-per-client {args.requests_per_client}: {path} records the {run.num_requests} "
+                              "requests it measured, which the replay sends")
         return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], [], 0
     if args.tp or args.ep:
         raise ConfigError(f"{path}: --tp/--ep: for a benchmark JSON, which does not record the server's layout "
@@ -140,8 +143,11 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     from sim.apps.serve.validate_plots import scatter, write_plots
     from sim.apps.workers import check_workers, worker_count
 
+    from sim.apps.serve.validate import REQUESTS_PER_CLIENT
+
     check_workers(args.workers)
     settings = _server_sets(args)
+    per_client = args.requests_per_client or REQUESTS_PER_CLIENT
     if Path(args.file).is_dir():
         return _folder(args)
     _check_outputs(args)   # a bad path says so before minutes of replays
@@ -153,7 +159,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     if settings and runs:   # a key the schema refuses: one line before the replays, not one failure per run
         from sim.apps.serve.validate import run_file
         try:
-            run_file(runs[0], args.stack, args.requests_per_client, settings)
+            run_file(runs[0], args.stack, per_client, settings)
         except ConfigError as exc:
             raise ConfigError(f"--set: {str(exc).split(': ', 1)[-1]}") from None
     warnings.simplefilter("ignore")
@@ -162,7 +168,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
 
     with bar("replaying runs", "runs", len(runs), quiet=args.quiet) as update:
         loader = machine_loader(overrides=_hw_sets(args), presets=table_presets(args.hw) if Path(args.hw).is_file() else None)
-        results, failed = simulate(runs, loader, args.stack, args.requests_per_client, settings=settings,
+        results, failed = simulate(runs, loader, args.stack, per_client, settings=settings,
                                    progress=lambda done, total: update(done),
                                    jobs=worker_count(args.workers))
     if failed and not results:   # nothing to tabulate: say why, and fail
@@ -233,8 +239,9 @@ def register(subparsers) -> None:
     p.add_argument("--deployment", choices=("direct", "dynamo"),
                    help="what stood between the clients and the engine (serving.deployment): its own server or "
                         "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")
-    p.add_argument("--requests-per-client", type=positive(int), default=10,
-                   help="closed-loop requests per client (default %(default)s, as InferenceMAX's client)")
+    p.add_argument("--requests-per-client", type=positive(int),
+                   help="closed-loop requests per client where the file does not record how many it sent (default 10, "
+                        "as InferenceMAX's client)")
     p.add_argument("--limit", type=positive(int), help="replay about this many runs, spread over the table (an LLMServingSim case folder: its first N requests)")
     p.add_argument("--held-out", action="store_true",
                    help="only the runs scripts/fit_engine_overheads.py did not fit on (half of the H100 rows)")

@@ -150,7 +150,7 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
                         {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
                         ep=_expert_ways(row), range_ratio=client_ratio(rid), token_budget=aic_token_budget(row),
                         sampling=silicon_sampling(rid, row.backend, row.model_path),
-                        deployment=silicon_deployment(rid)))
+                        deployment=silicon_deployment(rid), e2e_derived=True))
     runs, copies = _republished(runs)
     return runs, skipped + copies
 
