@@ -220,3 +220,19 @@ def test_closed_loop_energy_counts_idle_power_and_every_device():
     idle_s = res.makespan_s - float(res.iterations["duration_s"].sum())
     assert idle_s > 0.1                       # three think times of 50 ms at least
     assert e["by_phase_j"]["idle"] == pytest.approx(117.1 * 2 * idle_s, rel=1e-9)
+
+
+def test_the_report_says_the_warm_up_sends_are_left_out_of_its_closed_loop_row_only():
+    """A serving trial: with warmup_requests the closed-loop row's means (the later sends') disagreed with every
+    other table of the report (all requests) without a word. The row now says what it left out and that the rest
+    count every request; the JSON's benchmark figures carry the count."""
+    from sim.apps.serve.report import _optional_rows as summary_rows   # the summary's optional rows
+
+    f = closed_file(2, 8, prompt=256, output=16, warmup_requests=2)
+    _, extra = serve(f, H100)
+    assert extra["benchmark"]["warmup_requests"] == 2 and extra["benchmark"]["completed"] == 6
+    (row,) = [v for k, v in summary_rows({"benchmark": extra["benchmark"]}) if k == "closed loop (means)"]
+    assert row.endswith("over 6 requests after 2 warm-up sends (every other figure of this report counts every request)")
+    (plain,) = [v for k, v in summary_rows({"benchmark": serve(closed_file(2, 8), H100)[1]["benchmark"]})
+                if k == "closed loop (means)"]
+    assert "warm-up" not in plain

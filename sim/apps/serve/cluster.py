@@ -43,7 +43,8 @@ def _stream(file: ServeFile, setup: Setup, reqs: Requests, progress: Callable[[i
         res = check_finite(res, file, setup.machine.source or setup.machine.name)
         bench = benchmark_figures(res, instance_devices(setup), loop.warmup_requests)
         # what tokens/s per device divides by: the benchmarks' "per GPU", a chip or a socket on other kinds (a trial)
-        return res, dict(benchmark=bench | dict(device="GPU" if setup.machine.kind in ("gpu", "pim") else "device"))
+        return res, dict(benchmark=bench | dict(device="GPU" if setup.machine.kind in ("gpu", "pim") else "device",
+                                                warmup_requests=loop.warmup_requests))
     if file.serving.disaggregated is not None:
         exact = setup.target_cost.op_level
         res, extra = Disagg(file, reqs, exact, cache).run()

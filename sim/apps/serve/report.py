@@ -39,7 +39,11 @@ def _optional_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("closed loop (means)", f"TTFT {fmt_time(b['ttft_s'])}, TPOT {t['tpot_s']}, "
                                            f"ITL {t['itl_s']}, E2E {fmt_time(b['e2e_s'])}; "
                                            f"{b['req_s']:.3f} requests/s, {b['out_tok_s_per_gpu']:,.1f} output "
-                                           f"tokens/s/{b.get('device', 'GPU')} over {b['completed']} requests"))
+                                           f"tokens/s/{b.get('device', 'GPU')} over {b['completed']} requests"
+                                           # the warm-up sends are left out here only (a serving trial read the
+                                           # other tables' means, every request's, as contradicting this row)
+                                           + (f" after {b['warmup_requests']} warm-up sends (every other figure "
+                                              "of this report counts every request)" if b.get("warmup_requests") else "")))
     if s.get("prefix_hit_share"):
         out.append(("prefix cache", f"{s['prefix_hit_share']:.1%} of the prompt tokens served from cached blocks "
                                      "(not computed)"))
