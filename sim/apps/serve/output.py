@@ -158,8 +158,9 @@ def plots(res: ServeResult, out: Path, sweep: list[dict[str, Any]] | None = None
     ax.set_ylim(bottom=0, top=max(max(watts, default=0.0) * 1.05, 1.0))
     ax.ticklabel_format(axis="y", useOffset=False)
     paths.append(_save(fig, out / "power.png"))
-    if sweep:
-        paths.append(_capacity_search(sweep, out / "latency_throughput_vs_rate.png"))
+    if sweep:   # named by what the search moved: a closed loop's clients, else the arrival rate (a serving trial)
+        knob = "clients" if search_steps(sweep)[3] else "rate"
+        paths.append(_capacity_search(sweep, out / f"latency_throughput_vs_{knob}.png"))
     return paths
 
 
