@@ -216,6 +216,13 @@ def test_power_limit_without_a_board_model_is_refused(capsys):
     assert "l40s.yaml (with hw.units.gpu.power_limit_w overridden): units.gpu: power_limit_w" in line
 
 
+def test_a_bad_set_value_is_named_as_the_set_not_the_file(capsys):
+    """An architecture trial: `--set batch=0` read `llama13b_decode.yaml: batch: ...`, blaming a file that says
+    `batch: 1`; the line names the --set keys, as a preset's overridden ones are named."""
+    assert main(["run", WL, "--hw", "a6000", "--set", "batch=0", "-q"]) == 2
+    assert _err_line(capsys).endswith("(with --set batch): batch: Input should be greater than 0")
+
+
 def test_a_prefill_only_run_has_no_tpot(capsys):
     assert main(["run", WL, "--hw", "a6000", "--set", "gen_len=1"]) == 0
     assert "- (gen_len 1: the one token comes from prefill, no decode step)" in capsys.readouterr().out
@@ -424,3 +431,20 @@ def test_a_format_that_rounds_every_value_to_zero_is_said(tmp_path, capsys):
     assert main(["formats", "--array", str(path), "--formats", "fp4_e2m1,mxfp4"]) == 0
     err = capsys.readouterr().err
     assert "note: fp4_e2m1: every value rounds to zero (rel. RMSE 1)" in err and "mxfp4:" not in err
+
+
+def test_the_decode_table_says_the_step_s_device_time_by_bound(capsys):
+    """An architecture trial asked why twice the HBM bandwidth gave 1.56x: the small ops bound by their launch,
+    floor or fill, which the top rows hide, do not shrink. The decode table's caption sums the step's device time by
+    each op's bound (the engine's overlapped host work left out); one bound alone needs no line."""
+    from sim.apps.report import bound_caption
+    from sim.core.results import OpRecord
+
+    ops = [OpRecord("gemm.L0", "gemm", "gpu", 0.0, 3e-3, 1.0, 1.0, "memory"),
+           OpRecord("norm.L0", "norm", "gpu", 3e-3, 4e-3, 1.0, 1.0, "overhead"),
+           OpRecord("engine.host", "engine", "host", 0.0, 9e-3, 0.0, 0.0, "overhead")]
+    assert bound_caption(ops) == ("device time by bound: memory 3.000 ms (75%), overhead 1.000 ms (25%) (launch, floor "
+                                  "or fill: neither a faster memory nor compute shrinks it)")
+    assert bound_caption(ops[:1]) is None
+    assert main(["run", WL, "--hw", "h100_sxm"]) == 0
+    assert "device time by bound: memory" in capsys.readouterr().out.replace("\n", " ")

@@ -67,13 +67,19 @@ def test_report_groups_numbered_units(capsys):
 
 
 def test_a_bare_number_where_si_units_are_read_is_flagged(tmp_path, capsys):
-    """864 bytes/s (meant: 864 GB/s) passes the schema; sim hw check names it and --strict fails on it."""
+    """864 bytes/s (meant: 864 GB/s) is below any device's megabyte a second: the schema refuses it with the unit's
+    hint (it had passed, for sim hw check alone to flag). 50 MB/s passes the schema, and sim hw check names it as
+    implausible and --strict fails on it."""
     from sim.apps.cli import main
     src = (ROOT / "docs" / "examples" / "l40s.yaml").read_text()
     bad = tmp_path / "l40s.yaml"
     bad.write_text(re.sub(r"bandwidth_bytes_per_s: .*", "bandwidth_bytes_per_s: 864", src, count=1))
+    assert main(["hw", "check", str(bad)]) == 2
+    assert capsys.readouterr().err.strip().endswith("memory.gddr.bandwidth_bytes_per_s: 864 is below 1 MB/s: out of any "
+                                                    "physical range: a bare number is in B/s; give the unit, e.g. '864 GB/s'")
+    bad.write_text(re.sub(r"bandwidth_bytes_per_s: .*", "bandwidth_bytes_per_s: 50000000", src, count=1))
     assert main(["hw", "check", str(bad)]) == 0
-    assert "bandwidth_bytes_per_s 864" in capsys.readouterr().out
+    assert "bandwidth_bytes_per_s 5e+07" in capsys.readouterr().out
     assert main(["hw", "check", str(bad), "--strict"]) == 1
 
 

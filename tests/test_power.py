@@ -322,6 +322,16 @@ def test_diff_and_sweep_say_where_the_energy_models_differ():
     board = {"hardware": "h100_sxm", "notes": []}
     assert "hbm_pim counts busy-time power only" in energy_footing(board, busy)
     assert energy_footing(board, board) is None and energy_footing(busy, busy) is None
+    # an architecture trial: a Groq run counts every chip over the whole run, which the diff had called busy time;
+    # and a PIM run's J/token, beside a GPU's, lacks its PIM units' own power
+    groq = {"hardware": "groq_lpu", "notes": ["energy: groq_lpu has no board-power model (idle_power_w): its J/token "
+                                              "counts every chip's power_w over the whole run (no J/byte or J/FLOP in the "
+                                              "preset); it does not compare with a board-power preset's"]}
+    assert energy_footing(board, groq).startswith("energy_per_token_j: groq_lpu counts every chip's power_w over the "
+                                                  "whole run (no board-power model)")
+    pim = {"hardware": "hbm_pim", "notes": [], "extra": {"pim": {}}}
+    assert "hbm_pim's PIM units draw no static or activity power here" in energy_footing(board, pim)
+    assert energy_footing(pim, pim) is None
     w = dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=32, gen_len=2)
     for hw, model in (("h100_sxm", 1.0), ("l40s", 0.0)):
         m = load_machine(hw)

@@ -189,3 +189,20 @@ def test_an_interrupt_python_cannot_propagate_still_ends_the_run():
     other = subprocess.run([sys.executable, "-c", code.replace("raise KeyboardInterrupt", "raise ValueError")],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert other.returncode == 0 and "Exception ignored" in other.stderr and other.stdout == "went on\n"
+
+
+def test_ctrl_c_after_the_points_ran_says_what_the_store_holds(tmp_path, monkeypatch, capsys):
+    """An architecture trial: a Ctrl-C that landed after the points (the workers' shutdown, the export) printed a
+    bare `interrupted`, without the count or the resume hint. Wherever it lands once the store is open, the line
+    counts the points the store holds."""
+    import sim.apps.sweep.run as run
+
+    path = make_spec(tmp_path, {"workload.batch": [1, 2]})
+    out = tmp_path / "out"
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(run, "finish", ctrl_c)
+    assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "-q", "--no-plots"]) == 130
+    assert capsys.readouterr().err.strip() == (f"interrupted: 2 of 2 points are stored in {out / 'results.sqlite'}; "
+                                               "the same command resumes from them")

@@ -106,11 +106,17 @@ def test_transaction_lands_everything_or_nothing(tmp_path):
     # finite, but ramp x peak overflows the curve's half size to infinity: was a ZeroDivisionError traceback
     ("hw.units.gpu.efficiency.compute_ramp_s=1e300", "the simulated ttft_s is nan: a rate or size in the hardware"),
     ("hw.units.gpu.peak_flops_per_s.fp16=0", "units.gpu.peak_flops_per_s: fp16: must be positive"),
-    # below one byte / FLOP a second: the schema names the key (it read "ttft_s is nan" without it, a trial)
+    # below a megabyte / megaFLOP a second: the schema names the key (it read "ttft_s is nan" without it, a trial)
     ("hw.memory.gddr.bandwidth_bytes_per_s=1e-300",
-     "memory.gddr.bandwidth_bytes_per_s: '1e-300' is below 1 byte/s: out of any physical range"),
+     "memory.gddr.bandwidth_bytes_per_s: '1e-300' is below 1 MB/s: out of any physical range"),
     ("hw.units.gpu.peak_flops_per_s.fp16=1e-300",
-     "units.gpu.peak_flops_per_s.fp16: '1e-300' is below 1 FLOP/s: out of any physical range"),
+     "units.gpu.peak_flops_per_s.fp16: '1e-300' is below 1 MFLOP/s: out of any physical range"),
+    # a unit left out: an architecture trial's 3.35 (TB/s meant) ran at 3.35 B/s, TTFT 2.1e10 s, exit 0
+    ("hw.memory.gddr.bandwidth_bytes_per_s=3.35", "memory.gddr.bandwidth_bytes_per_s: 3.35 is below 1 MB/s: out of "
+     "any physical range: a bare number is in B/s; give the unit, e.g. '3.35 TB/s'"),
+    ("hw.memory.gddr.bandwidth_bytes_per_s=768", "768 is below 1 MB/s: out of any physical range: a bare number is in "
+     "B/s; give the unit, e.g. '768 GB/s'"),
+    ("hw.units.gpu.peak_flops_per_s.fp16=989.4 kFLOP/s", "'989.4 kFLOP/s' is below 1 MFLOP/s: out of any physical range"),
 ])
 def test_non_physical_hardware_values_are_refused(tiny, tmp_path, capsys, setting, message):
     line = refused(capsys, ["run", str(tiny), "--hw", "a6000", "-q", "--set", setting,

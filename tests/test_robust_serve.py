@@ -148,10 +148,15 @@ def test_set_adds_a_section_the_file_lacks_and_still_names_unknown_keys(tmp_path
     (None, "hw.units.gpu.efficiency.compute_ramp_s=1e300", "the simulated iteration time is nan s: a rate or size in "
      "the hardware ({hw}) is out of any physical range"),
     (lambda s: s.update(disaggregated=dict(prefill=dict(hw="a6000"), decode=dict(hw="a6000"),
-                                           transfer=dict(bandwidth_bytes_per_s=1, latency_s=1e306))), None,
+                                           transfer=dict(bandwidth_bytes_per_s=1e6, latency_s=1e306))), None,
      "the simulated finish time is 2e+307 s: a rate or size in the hardware (serving.disaggregated: its presets "
      "or transfer link) is out of any physical range"),
-], ids=["bandwidth", "disaggregated-transfer"])
+    # below a megabyte a second the schema refuses the link itself, naming the key (a unit left out)
+    (lambda s: s.update(disaggregated=dict(prefill=dict(hw="a6000"), decode=dict(hw="a6000"),
+                                           transfer=dict(bandwidth_bytes_per_s=1, latency_s=1e-6))), None,
+     "serving.disaggregated.transfer.bandwidth_bytes_per_s: 1 is below 1 MB/s: out of any physical range: a bare "
+     "number is in B/s; give the unit, e.g. '1 TB/s'"),
+], ids=["bandwidth", "disaggregated-transfer", "disaggregated-transfer-unit"])
 def test_serving_on_hardware_out_of_any_physical_range(tmp_path, capsys, edit, setting, message):
     # Ran to exit 0 with NaN latencies (null in the JSON) and throughputs of 1e-306 tokens/s.
     from hw_models.machine import resolve_path

@@ -274,3 +274,20 @@ def test_a_point_records_the_list_price_of_the_devices_it_spans():
         assert row("h100_sxm", serving, **tp2)["plan_price_usd"] == 2 * 30000.0
         assert row("a100_80g", serving)["plan_price_usd"] == 15000.0
         assert "plan_price_usd" not in row("b200", serving)
+
+
+def test_pim_rows_ranked_on_energy_are_said_to_lack_their_units_own_power():
+    """An architecture trial: a sweep over GPU, PIM, spatial and offload presets named hbm_pim the least energy
+    per token without saying that its PIM units draw no static or activity power in the model (docs/pim.md)."""
+    import numpy as np
+    import pandas as pd
+
+    from sim.apps.sweep.energy import pim_note
+
+    rows = pd.DataFrame({"hw": ["h100_sxm", "hbm_pim"], "energy_per_token_j": [5.85, 3.96], "tpot_s": [0.013, 0.018],
+                         "pim.utilization": [np.nan, 0.4]})
+    (note,) = pim_note(rows, ["tpot_s", "energy_per_token_j"])
+    assert note.startswith("note: 1 PIM row(s) (hbm_pim): their PIM units draw no static or activity power")
+    assert pim_note(rows, ["tpot_s"]) == []                        # no energy figure ranked
+    assert pim_note(rows[rows.hw == "hbm_pim"], ["energy_per_token_j"]) == []   # PIM beside PIM: same footing
+    assert pim_note(rows.drop(columns="pim.utilization"), ["energy_per_token_j"]) == []

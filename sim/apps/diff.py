@@ -170,20 +170,34 @@ def _ratio(x: float, y: float) -> str:
     return f"{y / x:.3g}x" if x else "-"
 
 
-def _busy_time(data: dict[str, Any]) -> bool:
-    """A result whose energy carries the busy-time note: a run among its notes, a serve summary under energy."""
+def _busy_time(data: dict[str, Any]) -> str | None:
+    """What a result's J/token counts where its energy carries the busy-time note (a run among its notes, a serve
+    summary under energy), hw_models.power.busy_time_note's words: "power_w over busy time, nothing between" or a
+    spatial chip's "every chip's power_w over the whole run"; None where it has the board-power model."""
     notes = [*(data.get("notes") or []), (data.get("energy") or {}).get("note") or ""]
-    return any(n.startswith("energy:") and "does not compare" in n for n in notes)
+    for n in notes:
+        if n.startswith("energy:") and "does not compare" in n:
+            if "its J/token counts " not in n:
+                return "busy-time power only"
+            how = n.split("its J/token counts ", 1)[1].split(";")[0].split(", plus")[0].split(" (no J/")[0]
+            return "busy-time power only" if how.startswith("power_w over busy time") else how
+    return None
 
 
 def energy_footing(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """A note where the two runs' energy models differ (a busy-time preset's note, hw_models.power.busy_time_note,
-    on one side only), so the J/token ratio compares two bookkeepings, not two machines."""
-    busy = [h for h in (a, b) if _busy_time(h)]
-    if len(busy) != 1:
-        return None
-    return (f"energy_per_token_j: {busy[0].get('hardware')} counts busy-time power only (no board-power model), the other "
-            "run idle + activity + dynamic power: the ratio mixes the two models (docs/energy.md)")
+    on one side only), so the J/token ratio compares two bookkeepings, not two machines; and where a side is a PIM
+    run, whose PIM units draw no static or activity power (hw_models/pim/report.py): its J/token is a lower bound."""
+    busy = [(h, how) for h in (a, b) if (how := _busy_time(h))]
+    notes = []
+    if len(busy) == 1:   # an architecture trial: a Groq run, which counts every chip over the whole run, read "busy time"
+        notes.append(f"energy_per_token_j: {busy[0][0].get('hardware')} counts {busy[0][1]} (no board-power model), "
+                     "the other run idle + activity + dynamic power: the ratio mixes the two models (docs/energy.md)")
+    pim = [h.get("hardware") for h in (a, b) if "pim" in (h.get("extra") or {})]
+    if pim and len(pim) < 2:   # a PIM-vs-GPU ratio read as PIM's win: part of it is power not modelled
+        notes.append(f"energy_per_token_j: {pim[0]}'s PIM units draw no static or activity power here (not modelled, "
+                     "docs/pim.md): its J/token is a lower bound beside the other run's")
+    return "\n".join(notes) or None
 
 
 def _at(data: dict[str, Any], path: str) -> Any:

@@ -16,5 +16,5 @@ def register(sub) -> None:
                                          "`sim serve --json` summaries")
     p.add_argument("a", metavar="A.json")
     p.add_argument("b", metavar="B.json")
-    p.add_argument("--all", action="store_true", help="every op (default: the 20 that changed most)")
+    p.add_argument("--all", action="store_true", help="every op (default: the 20 that changed most) and every differing hardware figure (default: the first 12)")
     p.set_defaults(func=cmd_diff)

@@ -17,7 +17,7 @@ from hw_models.stack.spec import load_stack
 from sim.apps.utilization import utilization
 from sim.core import tables
 from sim.core.formats import rate_unit
-from sim.core.results import RunResult, aggregate_by_name, group_name
+from sim.core.results import RunResult, aggregate_by_name, group_name, time_by_bound
 from sim.core.units import fmt_bytes, fmt_capacity, fmt_percent, fmt_rate, fmt_time
 
 
@@ -75,6 +75,18 @@ def top_ops_table(title: str, ops, total_s: float, layers: int, n: int = 8, capt
     return t
 
 
+def bound_caption(ops) -> str | None:
+    """The step's device time by what bounds each op (an architecture trial asked why twice the bandwidth gave 1.56x:
+    the ops bound by their launch, floor or fill, which the top rows hide, do not shrink with it); None for one bound."""
+    by = time_by_bound(ops)
+    total = sum(by.values())
+    if len(by) < 2 or not total:
+        return None
+    why = {"overhead": " (launch, floor or fill: neither a faster memory nor compute shrinks it)"}
+    return "device time by bound: " + ", ".join(f"{b} {fmt_time(t)} ({t / total:.0%}){why.get(b, '')}"
+                                                for b, t in by.items())
+
+
 def pipeline_caption(result: RunResult) -> str | None:
     """Under a pipelined plan the op rows are every stage's ops for every micro-batch (hw_models.gpu.stage_ops), the
     stages on their own devices at once: their shares of the step add past 100% (a trial read 8 whole-stage rows at
@@ -130,6 +142,20 @@ def _memory_table(result: RunResult, machine: Machine) -> Table:
     return mem
 
 
+def _print_ops_tables(c: Console, result: RunResult) -> None:
+    """The top ops of a decode step and of the prefill, with what their shares mean and, for decode, the step's
+    device time by bound."""
+    layers = result.model["num_layers"]
+    staged = "; ".join(c for c in (pipeline_caption(result), host_caption(result)) if c) or None
+    # gen_len 1 runs no decode step (the first token is prefill's): the table is the step a longer run would take
+    decode = "one decode step" if result.gen_len > 1 else "a decode step (none ran: gen_len 1), as a next token's"
+    by_bound = None if pipeline_caption(result) else bound_caption(result.decode_ops)
+    c.print(top_ops_table(f"Top ops, {decode} (kv_len {result.decode_kv_len}), summed over {layers} layers",
+                          result.decode_ops, result.decode_timeline.makespan_s, layers,
+                          caption="; ".join(c for c in (staged, by_bound) if c) or None))
+    c.print(top_ops_table("Top ops, prefill", result.prefill_ops, result.ttft_s, layers, n=5, caption=staged))
+
+
 def print_report(result: RunResult, machine: Machine, console: Console | None = None) -> None:
     c = console or tables.console()
     m = result.model
@@ -174,13 +200,7 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
     ]
     c.print(_kv_table("Results", rows))
     c.print(_memory_table(result, machine))
-    layers = m["num_layers"]
-    staged = "; ".join(c for c in (pipeline_caption(result), host_caption(result)) if c) or None
-    # gen_len 1 runs no decode step (the first token is prefill's): the table is the step a longer run would take
-    decode = "one decode step" if result.gen_len > 1 else "a decode step (none ran: gen_len 1), as a next token's"
-    c.print(top_ops_table(f"Top ops, {decode} (kv_len {result.decode_kv_len}), summed over {layers} layers",
-                          result.decode_ops, result.decode_timeline.makespan_s, layers, caption=staged))
-    c.print(top_ops_table("Top ops, prefill", result.prefill_ops, result.ttft_s, layers, n=5, caption=staged))
+    _print_ops_tables(c, result)
     for section in report_sections(result):
         c.print(render_section(section))
     for note in result.notes:

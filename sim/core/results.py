@@ -275,6 +275,16 @@ def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, i
     return sorted(rows, key=lambda r: -r[2])
 
 
+def time_by_bound(ops: list[OpRecord]) -> dict[str, float]:
+    """Device seconds of a step's ops summed by what bounds each (OpCost.bound), largest first; the engine's host
+    work, which overlaps the device's ops, left out."""
+    acc: dict[str, float] = {}
+    for o in merge_pieces(ops):
+        if o.kind != "engine":
+            acc[o.bound] = acc.get(o.bound, 0.0) + o.duration_s
+    return dict(sorted(acc.items(), key=lambda kv: -kv[1]))
+
+
 def _number(v: float) -> float | None:
     """A figure for JSON: None where there is none (NaN: a run with no decode step has no TPOT)."""
     return None if math.isnan(v) else v

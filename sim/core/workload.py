@@ -141,7 +141,13 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         if key.split(".")[0] not in workload_keys():
             raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: " + ", ".join(workload_keys()))
         set_workload_key(raw, key, value, str(path))
-    return workload_from_dict(raw, str(path))
+    if not overrides:
+        return workload_from_dict(raw, str(path))
+    try:
+        return workload_from_dict(raw, str(path))
+    except ConfigError:   # name the overrides, as a preset's are: the file may say `batch: 1` where --set said 0
+        keys = [k.removeprefix("workload.") for k in overrides]
+        return workload_from_dict(raw, f"{path} (with --set {', '.join(keys)})")   # raises again, so named
 
 
 def set_workload_key(raw: dict[str, Any], key: str, value: Any, source: str) -> None:

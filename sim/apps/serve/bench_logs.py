@@ -153,6 +153,26 @@ def _load_settings(d: dict) -> dict:
     return cfg["loadgen"] if isinstance(cfg.get("loadgen"), dict) else cfg
 
 
+def _closed_loop(path: Path, d: dict) -> dict:
+    """The load settings of a concurrency-mode run; a rate-driven run, or one without a client count, refused."""
+    load = _load_settings(d)
+    if load.get("request_rate") is not None:
+        raise ConfigError(f"{path}: input_config request_rate {load['request_rate']}: a rate-driven run is not a "
+                          "closed loop; only concurrency-mode runs are replayed")
+    if load.get("concurrency") is None:   # 0 is a bad count (_count says so), not a missing one
+        raise ConfigError(f"{path}: input_config.concurrency missing (aiperf: input_config.loadgen.concurrency): "
+                          "only concurrency-mode runs are replayed")
+    return load
+
+
+def _count(path: Path, where: str, value: Any) -> int:
+    """A count of clients or requests: a whole number >= 1, else one line naming `where` it was read."""
+    whole = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value == int(value)
+    if not whole or value < 1:
+        raise ConfigError(f"{path}: {where} {value!r}: expected a whole number >= 1")
+    return int(value)
+
+
 def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | None = None,
                     named_by: str = "--model") -> Run:
     """A genai-perf profile_export_genai_perf.json or an aiperf profile_export_aiperf.json as one closed-loop
@@ -170,13 +190,7 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
     if missing:
         raise ConfigError(f"{path}: not a genai-perf or aiperf profile export ({', '.join(missing)} missing, "
                           "each with an avg; a non-streaming run has no TTFT)")
-    load = _load_settings(d)
-    if load.get("request_rate") is not None:
-        raise ConfigError(f"{path}: input_config request_rate {load['request_rate']}: a rate-driven run is not a "
-                          "closed loop; only concurrency-mode runs are replayed")
-    if load.get("concurrency") is None:   # 0 is a bad count (count() says so), not a missing one
-        raise ConfigError(f"{path}: input_config.concurrency missing (aiperf: input_config.loadgen.concurrency): "
-                          "only concurrency-mode runs are replayed")
+    load = _closed_loop(path, d)
 
     def avg(key: str) -> float:   # a finite number >= 0, else one line naming it
         value = m[key]["avg"]
@@ -189,12 +203,6 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
         if unit not in _SECONDS:
             raise ConfigError(f"{path}: {key}.unit {unit!r}: expected one of {', '.join(_SECONDS)}")
         return avg(key) * _SECONDS[unit]
-
-    def count(where: str, value: Any) -> int:
-        whole = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value == int(value)
-        if not whole or value < 1:
-            raise ConfigError(f"{path}: {where} {value!r}: expected a whole number >= 1")
-        return int(value)
 
     def length(key: str) -> int:   # a mean length of tokens: at least one
         if avg(key) < 0.5:
@@ -214,8 +222,8 @@ def read_genai_perf(path: Path, gpu: str, engine: str, model: str, d: dict | Non
     n, where = ((m["request_count"]["avg"], "request_count.avg") if "request_count" in m else
                 (load.get("request_count"), "input_config request_count"))
     return Run(path.stem, gpu, engine, model, length("input_sequence_length"), length("output_sequence_length"),
-               count("input_config concurrency", load["concurrency"]), measured=measured,
-               num_requests=count(where, n) if n is not None else None)
+               _count(path, "input_config concurrency", load["concurrency"]), measured=measured,
+               num_requests=_count(path, where, n) if n is not None else None)
 
 
 Count = Annotated[StrictInt, Field(ge=0)]

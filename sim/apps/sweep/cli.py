@@ -62,7 +62,7 @@ def _failures(out: str) -> str:
 def _print_best(spec_path: str, out: str) -> None:
     """A table of the best point for each of the spec's `metrics`: one line per metric,
     its value with a unit, and the axis values where it was reached."""
-    from sim.apps.sweep.energy import models_note
+    from sim.apps.sweep.energy import models_note, pim_note
     from sim.apps.sweep.expand import is_serving
     from sim.apps.sweep.names import for_kind
     from sim.apps.sweep.plots import labelled
@@ -87,7 +87,7 @@ def _print_best(spec_path: str, out: str) -> None:
         if fewer:
             print(f"note: {fewer} point(s) simulated a smaller batch than their workload.batch (an offload policy's "
                   "block; the column batch_simulated says which): plotted at the batch asked", file=sys.stderr)
-    for note in models_note(ok, list(spec.metrics)) + _sized_chips(ok, spec.axes, str(spec.hw)):
+    for note in models_note(ok, list(spec.metrics)) + pim_note(ok, list(spec.metrics)) + _sized_chips(ok, spec.axes, str(spec.hw)):
         print(note, file=sys.stderr)
 
 

@@ -67,6 +67,23 @@ def best_points(ok: "pd.DataFrame", metric: str, goal: str) -> tuple["pd.Series"
     return row, among, rows[(rows[metric] - row[metric]).abs() <= 1e-9 * abs(row[metric])]
 
 
+PIM_COLUMN = "pim.utilization"   # a PIM run's own figure (hw_models/pim/report.py): the rows of the PIM kind
+
+
+def pim_note(ok: "pd.DataFrame", metrics: list[str]) -> list[str]:
+    """A note where PIM rows sit beside others and the sweep ranks an energy or power figure: the PIM units draw no
+    static or activity power in the model (hw_models/pim/report.py, docs/pim.md), so their J/token is a lower bound
+    (an architecture trial's sweep named hbm_pim the least energy per token without a word)."""
+    if PIM_COLUMN not in ok.columns or not any(board_bound(m) for m in metrics):
+        return []
+    pim = ok[PIM_COLUMN].notna()
+    if not pim.any() or pim.all():
+        return []
+    return [f"note: {int(pim.sum())} PIM row(s) ({', '.join(sorted(set(map(str, ok.loc[pim, 'hw']))) if 'hw' in ok.columns else 'pim')}): "
+            "their PIM units draw no static or activity power in the model (docs/pim.md), so their energy and power "
+            "figures are lower bounds beside the other rows'"]
+
+
 def models_note(ok: "pd.DataFrame", metrics: list[str] | None = None) -> list[str]:
     """A note where the rows' J/token mix the two energy models and the sweep ranks an energy or power figure
     (`metrics`; None: said whatever it ranks). A sweep of TPOT and throughput alone had printed it (a trial)."""

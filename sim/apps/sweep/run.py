@@ -152,21 +152,11 @@ def run_points(points: list[Point], store: Store, executor: cf.Executor, progres
                 ran += 1
                 failed += outcome["status"] != "ok"
                 bar.advance(task)
-        except BaseException as exc:
+        except BaseException:   # Ctrl-C among them: the sweep counts what the store holds (_run_in)
             for fut in futures:
                 fut.cancel()
-            if isinstance(exc, KeyboardInterrupt):
-                raise Interrupted(ran) from None
             raise
     return ran, failed, time.perf_counter() - t0
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during run_points, after `ran` points were stored."""
-
-    def __init__(self, ran: int):
-        super().__init__()
-        self.ran = ran
 
 
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | None = None,
@@ -193,25 +183,35 @@ def _run_in(spec: SweepSpec, points: list[Point], out: Path, executor: "str | cf
             workers: int | None, progress: bool, plots: bool) -> Summary:
     """run_sweep's work in the output folder `out`, its points expanded and checked."""
     with Store(out, lock=True) as store:  # one writer per folder until the plots are drawn
-        reused = store.adopt(points)
-        contents = {path: digest for p in points for path, digest in p.contents.items()}
-        before = store.meta().get("contents") or {}
-        changed = sorted(path for path, digest in contents.items() if before.get(path, digest) != digest)
-        store.set_meta(name=spec.name, spec=spec.model_dump(mode="json"), keys=[p.key for p in points],
-                       contents={**before, **contents},
-                       axes=list(spec.axes))
-        done = {p.key for p in reused}
-        todo = [p for p in points if p.key not in done]
-        ran = failed = 0
-        seconds = 0.0
-        if todo:
-            try:
-                with make_executor(executor, workers) as ex:
-                    ran, failed, seconds = run_points(todo, store, ex, progress, description=spec.name)
-            except Interrupted as stop:   # the CLI prints "interrupted: " and this
-                raise KeyboardInterrupt(f"{len(done) + stop.ran} of {len(points)} points are stored in "
-                                        f"{store.path}; the same command resumes from them") from None
-        finish(spec, out, plots)
+        try:
+            return _stored_run(spec, points, out, store, executor, workers, progress, plots)
+        except KeyboardInterrupt as stop:   # the CLI prints "interrupted: " and this, wherever Ctrl-C landed (an
+            # architecture trial's interrupt in the workers' shutdown or the export printed a bare "interrupted")
+            if stop.args:
+                raise
+            stored = len(store.done_keys() & {p.key for p in points})
+            raise KeyboardInterrupt(f"{stored} of {len(points)} points are stored in {store.path}; the same command "
+                                    "resumes from them") from None
+
+
+def _stored_run(spec: SweepSpec, points: list[Point], out: Path, store: "Store", executor: "str | cf.Executor | None",
+                workers: int | None, progress: bool, plots: bool) -> Summary:
+    """_run_in's work with its store open."""
+    reused = store.adopt(points)
+    contents = {path: digest for p in points for path, digest in p.contents.items()}
+    before = store.meta().get("contents") or {}
+    changed = sorted(path for path, digest in contents.items() if before.get(path, digest) != digest)
+    store.set_meta(name=spec.name, spec=spec.model_dump(mode="json"), keys=[p.key for p in points],
+                   contents={**before, **contents},
+                   axes=list(spec.axes))
+    done = {p.key for p in reused}
+    todo = [p for p in points if p.key not in done]
+    ran = failed = 0
+    seconds = 0.0
+    if todo:
+        with make_executor(executor, workers) as ex:   # Ctrl-C: _run_in counts the points stored
+            ran, failed, seconds = run_points(todo, store, ex, progress, description=spec.name)
+    finish(spec, out, plots)
     # what `sim run` would say of the points after running them, as gathered_notes says what it would say before
     return Summary(len(points), len(reused), ran, failed, seconds, [p.index for p in reused], changed,
                    gathered_notes(points) + cap_caveats(load_results(out), list(spec.axes)))
