@@ -91,6 +91,13 @@ def test_all_on_gpu_equals_core_gpu_simulation(model, preset):
         unlimited = simulate(w, load_machine(preset, {"units.gpu.power_w": 5000}))
         assert unlimited.ttft_s < 0.95 * off.ttft_s
     assert off.extra["bytes_per_decode_step"] == {"pcie_h2d": 0.0, "pcie_d2h": 0.0, "disk": 0.0}
+    # a layer's GPU record carries the bound of most of its ops' time, the core's memory-bound decode's (an
+    # architecture trial read its one row as "compute")
+    layer = next(o for o in off.decode_ops if o.name.endswith("compute") and not o.name.startswith(("embed", "head")))
+    core_by = {}
+    for o in core.decode_ops:
+        core_by[o.bound] = core_by.get(o.bound, 0.0) + o.duration_s
+    assert layer.bound == max(core_by, key=core_by.get) == "memory"
 
 
 # --- overlap, derived by hand on a toy schedule -----------------------------------

@@ -698,3 +698,22 @@ def test_attacc_stacks_run_attention_alone():
     w = workload_from_dict(dict(model="llama2-13b", batch=1, prompt_len=64, gen_len=2), "t.yaml")
     with pytest.raises(ConfigError, match="groups that do: 1, 2, 4, 5, 8, 10, 20, 40"):
         PimMapper(load_machine("attacc_dgx"), w, w.model_config_())
+
+
+def test_the_report_compares_ttft_with_and_without_pim(capsys):
+    """An architecture trial: hbm_pim's TTFT (126.6 ms) differed from the GPU's without PIM (128.4 ms: the prefill's
+    residual adds and lm_head ran on the stacks) and the report compared only TPOT and end to end. The row's
+    without-PIM TTFT is the policy-none run's."""
+    import json
+
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    wl = str(ROOT / "workloads/llama2_7b_decode.yaml")
+    assert main(["run", wl, "--hw", "hbm_pim", "--set", "gen_len=4", "--json", "-", "-q"]) == 0
+    with_pim = json.loads(capsys.readouterr().out)
+    assert main(["run", wl, "--hw", "hbm_pim", "--set", "gen_len=4", "--set", "pim_policy=none", "--json", "-", "-q"]) == 0
+    none = json.loads(capsys.readouterr().out)
+    assert with_pim["extra"]["metrics"]["pim.ttft_no_pim_s"] == pytest.approx(none["ttft_s"], rel=1e-12)
+    assert main(["run", wl, "--hw", "hbm_pim", "--set", "gen_len=4"]) == 0
+    assert "TTFT with / without PIM" in capsys.readouterr().out

@@ -78,6 +78,10 @@ class SlotWork:
     attn_cpu_j: float = 0.0
     # The same ops' FLOPs and bytes (pre, attention, post), for the step's op records
     work: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
+    # What bounds most of the slot's time on each side (OpCost.bound over its ops' seconds): its records' `bound`
+    # (an architecture trial read a memory-bound decode's one GPU row as "compute")
+    gpu_bound: str = "compute"
+    cpu_bound: str = "compute"
 
     @property
     def gpu_s(self) -> float:
@@ -125,9 +129,17 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
         costs = [on(o) for o in ops]
         return sum(c.duration_s for c in costs), sum(c.energy_j for c in costs)
 
+    def bound(ops, on=gpu_cost) -> str:
+        """The bound of most of `ops`' seconds on one side."""
+        by: dict[str, float] = {}
+        for c in map(on, ops):
+            by[c.bound] = by.get(c.bound, 0.0) + c.duration_s
+        return max(by, key=by.__getitem__) if by else "compute"
+
     def simple(name: str, ops, hidden: float) -> SlotWork:
         s, j = cost(ops)
-        return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j, work=(flops_and_bytes(ops), *NO_WORK))
+        return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j, work=(flops_and_bytes(ops), *NO_WORK),
+                        gpu_bound=bound(ops))
 
     layer_ops = groups["L"]
     first_attn = next(i for i, o in enumerate(layer_ops) if o.kind in ATTENTION_KINDS)
@@ -145,7 +157,8 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
         "L", weights(layer_ops), pre_s, attn_s, post_s, attn_cpu_s=cpu_s,
         kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
         qkv_bytes=qkv + q, ctx_bytes=ctx, pre_j=pre_j, attn_gpu_j=attn_j, post_j=post_j, attn_cpu_j=cpu_j,
-        work=(flops_and_bytes(pre), flops_and_bytes(attn), flops_and_bytes(post)))
+        work=(flops_and_bytes(pre), flops_and_bytes(attn), flops_and_bytes(post)), gpu_bound=bound(layer_ops),
+        cpu_bound=bound(flexgen_cpu_attention(attn), cpu_cost))
     return (simple("embed", groups["embed"], hidden), layer, simple("head", groups["head"], 0.0))
 
 
@@ -330,7 +343,7 @@ class _StepBuilder:
         (pre_f, pre_b), (attn_f, attn_b), (post_f, post_b) = work.work
 
         def gpu(joules: float, flops: float, nbytes: float) -> Tag:
-            return Tag("compute", nbytes, bound="compute", path="gpu", energy_j=joules, flops=flops)
+            return Tag("compute", nbytes, bound=work.gpu_bound, path="gpu", energy_j=joules, flops=flops)
         if self.cpu_attn and work.is_layer:
             a = f"{tag}.pre"
             self.tasks.append(Task(a, GPU, work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
@@ -338,7 +351,7 @@ class _StepBuilder:
             q = self.xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
             c = f"{tag}.cpu_attn"
             self.tasks.append(Task(c, CPU, (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
-                                   tag=Tag("compute", (cc + cd) * attn_b, bound="compute", path="cpu attention",
+                                   tag=Tag("compute", (cc + cd) * attn_b, bound=work.cpu_bound, path="cpu attention",
                                            energy_j=(cc + cd) * work.attn_cpu_j, flops=(cc + cd) * attn_f)))
             r = self.xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
             cid = f"{tag}.post"

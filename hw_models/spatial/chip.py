@@ -50,7 +50,7 @@ class ChipModel:
         self.array_rate = self.unit.peak_flops_per_s[cfg.pe_array.format]
 
     def pe_time_s(self, M: int, N: int, K: int, fmt: str, rate_flops_per_s: float,
-                  weight_bytes_per_element: float = 1.0) -> float:
+                  weight_bytes_per_element: float = 1.0, installs: bool = True) -> float:
         """GEMM time on the chip's PE arrays, in cycles of the one chip clock.
 
         The geometry is the one for the compute format `fmt`: the native
@@ -67,13 +67,14 @@ class ChipModel:
         bytes of one tile per array (weights at their stored size, widened as
         they enter) / weight_install_bytes_per_cycle (the chip's, shared by
         the arrays), or 0 where that rate is not given (the install always
-        hides: an assumption). Without it, SCALE-Sim's per-fold
+        hides: an assumption), or where `installs` is off (the streaming alone, what cost() weighs
+        the install against). Without it, SCALE-Sim's per-fold
         accounting. See pe_array.shared_gemm_cycles."""
         pe = self.cfg.pe_array
         array, arrays, own = pe.geometry(fmt)
         ratio = 1.0 if own else self.array_rate / rate_flops_per_s
         install = 0.0
-        if pe.weight_install_bytes_per_cycle is not None:
+        if installs and pe.weight_install_bytes_per_cycle is not None:
             # The chip's install bandwidth is shared by the arrays that take a new tile each fold
             # round: all of them, or fewer when the GEMM has fewer folds than arrays.
             busy = min(arrays, gemm_cycles(array, M, N, K).folds)
@@ -112,8 +113,13 @@ class ChipModel:
             # Bytes per installed weight: its stored size, or the compute format's after a dequantization.
             w_bytes = get_format(path.fmt if path.dequant or w is None else w.fmt).bits / 8
             compute_s = self.pe_time_s(d["m"], n_slice, k_slice, path.fmt, path.rate_flops_per_s, w_bytes)
+            # What the array's time is mostly: installing weight tiles (more than its streaming and skew), an
+            # architecture trial's point: a decode GEMM at 0.05% of the MXM's FLOPs had read "compute"
+            streaming_s = self.pe_time_s(d["m"], n_slice, k_slice, path.fmt, path.rate_flops_per_s, w_bytes, False)
+            kind = "weight install" if compute_s > 2 * streaming_s else "compute"
             if path.dequant and w is not None:
                 dequant_s = f * w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT / unit.vector_flops_per_s
+                kind = "dequant" if dequant_s > compute_s else kind   # the vector units widening the weights
                 compute_s = max(compute_s, dequant_s) if self.cfg.dequant_overlaps_matmul else compute_s + dequant_s
             label = f"PE array {path.label}"
         elif op.kind in MATRIX_NO_WEIGHT:
@@ -130,6 +136,8 @@ class ChipModel:
         overhead = unit.launch_overhead_s
         times = {"compute": compute_s, "memory": sram_s, "dram": dram_s, "overhead": overhead}
         bound = max(times, key=times.__getitem__)
+        if bound == "compute" and op.kind == g.GEMM:
+            bound = kind
         # The arithmetic at the unit's energy_j_per_flop (issue 33; 0 without it): the PE array's format, else vector.
         energy = sram_bytes * (self.sram.energy_j_per_byte or 0.0) + unit.flop_energy_j(
             f * op.flops, path.fmt if op.kind == g.GEMM or op.kind in MATRIX_NO_WEIGHT else "vector")

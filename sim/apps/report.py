@@ -82,7 +82,9 @@ def bound_caption(ops) -> str | None:
     total = sum(by.values())
     if len(by) < 2 or not total:
         return None
-    why = {"overhead": " (launch, floor or fill: neither a faster memory nor compute shrinks it)"}
+    why = {"overhead": " (launch, floor or fill: neither a faster memory nor compute shrinks it)",
+           "weight install": " (the PE arrays loading weight tiles: pe_array.weight_install_bytes_per_cycle)",
+           "dequant": " (the vector units widening stored weights for the arrays: docs/spatial.md)"}
     return "device time by bound: " + ", ".join(f"{b} {fmt_time(t)} ({t / total:.0%}){why.get(b, '')}"
                                                 for b, t in by.items())
 
