@@ -91,6 +91,21 @@ def test_source_machine_from_the_device_name():
     assert replay(t, load_machine("h100_sxm"), load_machine("h200")).source_machine == "h200"
 
 
+def test_a_what_if_of_the_traced_device_is_scaled_from_the_device_as_shipped():
+    """A trace trial: `sim replay` of an H200 trace onto h200 with twice the bandwidth (or a renamed copy at 8.26 TB/s)
+    took the target as the trace's own machine, so the scaled, like-for-like figure read the measured time (1.00x)
+    whatever changed. The source is now the preset as shipped wherever the target's rates or sizes differ from it;
+    a calibrated preset of the device (only efficiencies fitted) stays its own source: the measurement is its own."""
+    (t,) = load_trace(SYN)
+    fast = replay(t, load_machine("h200", {"memory.hbm.bandwidth_bytes_per_s": 8.26e12}))
+    plain = replay(t, load_machine("h200"))
+    assert fast.source_machine == "h200" and "the target's figures changed" in fast.source_from
+    assert plain.scaled_s == pytest.approx(plain.measured_s, rel=1e-9)
+    assert fast.scaled_s < 0.99 * fast.measured_s   # the memory-bound ops scale down: no longer the measured time
+    cal = replay(t, load_machine("h200_calibrated"))
+    assert cal.source_machine == "h200_calibrated" and cal.scaled_s == pytest.approx(cal.measured_s, rel=1e-9)
+
+
 def _check_self_replay(t, h200) -> None:
     r = replay(t, h200)
     assert r.source_machine == "h200"

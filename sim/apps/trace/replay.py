@@ -111,19 +111,35 @@ def names_device(machine_name: str, device_name: str) -> bool:
     return bool(key) and key in _words(device_name)
 
 
+# A device's own figures: what a what-if changes and a calibration (efficiencies, launch overhead, stacks) does not
+_DEVICE_FIGURES = ("_bytes_per_s", "flops_per_s", "_bytes")
+
+
+def _device_figures(m: Machine) -> dict[str, object]:
+    from hw_models.registry import machine_data
+    from sim.core.settings import dotted_items
+
+    return {k: v for k, v in dotted_items(machine_data(m)) if k.endswith(_DEVICE_FIGURES) and ".efficiency." not in k}
+
+
 def source_machine(trace: Trace, target: Machine, given: Machine | None = None) -> tuple[Machine | None, str]:
-    """The machine the trace was measured on: `given`, else the target when it models
-    the traced device, else the plainest preset naming it; None when no preset does."""
+    """The machine the trace was measured on: `given`, else the plainest preset naming the traced device, or the
+    target itself where it names the device with that preset's rates and sizes (a calibrated preset of it: the
+    measurement is the target's own). A what-if of the device (`--set hw.*=2x`, a renamed copy at another
+    bandwidth) keeps the plain preset as its source: it had been its own, so the scaled figure read the measured
+    time whatever changed (a trace trial's 2x-bandwidth H200 at 1.00x). None when no preset names the device."""
     if given is not None:
         return given, "--source-hw"
     device = trace.device_name
     how = f"the trace's device name {device!r}"
-    if target.kind in PLAIN_KINDS and names_device(target.name, device):
-        return target, how
     names = [n for n in preset_names() if names_device(n, device)]
     plain = [m for m in (load_machine(n) for n in sorted(names, key=lambda n: (len(n), n))) if m.kind in PLAIN_KINDS]
+    if target.kind in PLAIN_KINDS and names_device(target.name, device) and (
+            not plain or _device_figures(target) == _device_figures(plain[0])):
+        return target, how
     if plain:
-        return plain[0], how
+        return plain[0], how + ("" if plain[0].name != target.name else ": the preset as shipped, the target's "
+                                "figures changed")
     return None, f"no preset names the trace's device {device!r}: give --source-hw for scaled mode"
 
 
