@@ -302,3 +302,25 @@ def test_an_override_of_an_op_without_a_weight_matrix_is_warned(tiny, capsys):
         assert f"formats.overrides.{op}: matches only ops without a weight matrix" in err
     assert "overrides.q_proj" not in err
     assert "the ops it can set in tinyllama-1.1b: down_proj, embed, gate_proj, k_proj, lm_head, o_proj" in err
+
+
+@pytest.mark.parametrize("edit, message", [
+    # a duplicated row had been averaged into its op (and a repeated step label dropped a step's ops), exit 0
+    (lambda rows: rows[:3] + [rows[2]] + rows[3:], "L0.attn_norm appears 2 times in step0.prefill: a capture records "
+     "each op once a step (a duplicated row, or two steps under one label)"),
+    # times in seconds where microseconds belong validated at 21,049,431% and calibrated a preset at its bounds
+    (lambda rows: [rows[0]] + [",".join(f if i != 4 else f"{float(f) / 1e6:.9f}" for i, f in enumerate(r.split(",")))
+                               for r in rows[1:]],
+     "step0.prefill's ops sum to"),
+])
+def test_a_capture_whose_ops_cannot_be_its_measurement_is_refused(tmp_path, capsys, edit, message):
+    """A trace trial: each read exit 0 (validate) and wrote a preset (calibrate)."""
+    ops = tmp_path / "t.ops.csv"
+    ops.write_text("\n".join(edit((DATA / "trace_tinyllama_L1.ops.csv").read_text().splitlines())) + "\n")
+    shutil.copy(DATA / "trace_tinyllama_L1.meta.json", tmp_path / "t.meta.json")
+    for command in (["validate", str(ops), "--hw", "cpu_host"],
+                    ["calibrate", str(ops), "--hw", "cpu_host", "-o", str(tmp_path / "c.yaml")]):
+        assert main(command) == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]   # after the fixture's own contended-capture warning
+        assert line.startswith(f"error: {ops}: ") and message in line
+        assert not (tmp_path / "c.yaml").exists()

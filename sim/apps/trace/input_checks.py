@@ -91,6 +91,34 @@ def truncated(trace) -> None:
         print(f"warning: {what} (ops the profiler did not record; traces/README.md)", file=sys.stderr)
 
 
+CAPTURE_SUFFIXES = (".ops.csv", ".trace.json", ".trace.json.gz")
+# A CPU step's ops run one after another inside its wall time: their sum past it (give or take timer rounding), or
+# a thousandth of it, is not a measurement of that step
+WALL_SLACK, WALL_FLOOR = 1.05, 1e-3
+
+
+def inconsistent(trace) -> None:
+    """A capture's ops that cannot be what it measured are refused (a trace trial: a duplicated row was averaged
+    into its op, a step whose annotation repeated another's label dropped 37 ops, and times written in seconds
+    where microseconds belong validated at 21,049,431% and calibrated a preset at its bounds, all exit 0): an op
+    recorded twice in one step, and on a CPU, a step whose ops sum past its wall time or to a thousandth of it."""
+    if not str(trace.source).split("#")[0].endswith(CAPTURE_SUFFIXES):   # vidur's tables repeat each op by design
+        return
+    seen: dict[tuple[int, str], int] = {}
+    for o in trace.ops:
+        seen[(o.step, o.name)] = seen.get((o.step, o.name), 0) + 1
+    twice = next(((k, n) for k, n in seen.items() if n > 1), None)
+    if twice:
+        (step, name), n = twice
+        raise ConfigError(f"{trace.source}: {name} appears {n} times in {trace.steps[step].label}: a capture records "
+                          "each op once a step (a duplicated row, or two steps under one label)")
+    for j, shape in enumerate(trace.steps if trace.device == "cpu" else ()):
+        ops_s = sum(o.duration_s for o in trace.ops if o.step == j)
+        if shape.wall_s and ops_s and not WALL_FLOOR * shape.wall_s <= ops_s <= WALL_SLACK * shape.wall_s:
+            raise ConfigError(f"{trace.source}: {shape.label}'s ops sum to {ops_s:.4g} s in a step of {shape.wall_s:.4g} s "
+                              "wall: not its measurement (times in another unit, or ops added)")
+
+
 def capture_key(trace) -> tuple:
     """What identifies one capture whatever file holds it: capture_trace.py's .meta.json (its date, arguments and wall
     time; an .ops.csv and its .trace.json.gz share it), else the measured ops themselves, to the nanosecond."""

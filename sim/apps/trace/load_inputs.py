@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.apps.trace.input_checks import contended, overridden, repeated_captures, same_device, truncated
+from sim.apps.trace.input_checks import (contended, inconsistent, overridden, repeated_captures, same_device,
+                                         truncated)
 from sim.apps.trace.parser import load_trace
 from sim.core.errors import ConfigError
 
@@ -25,6 +26,7 @@ def load_traces(args: argparse.Namespace, paths, machine=None) -> list:
         overridden(t, args.model, args.tokens)
         contended(t)
         truncated(t)
+        inconsistent(t)
     return traces
 
 
