@@ -20,7 +20,7 @@ class OpCost:
     compute_s: float
     memory_s: float
     overhead_s: float
-    bound: str          # "compute", "memory", "link" or "overhead"
+    bound: str          # "compute", "memory", "link" or "overhead"; a spatial chip's "dram", "weight install", "dequant"
     path: str = ""      # e.g. "fp16 tensor", "int4 weights -> fp16 (dequant)", "PIM"
     energy_j: float = 0.0
 

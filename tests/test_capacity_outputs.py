@@ -37,9 +37,10 @@ def test_the_outputs_at_capacity_are_the_steps_run(tmp_path):
     # a stopped step names the SLO whose figure is a bound and how many requests its other figures are over (a
     # serving trial read a part run's figures as the full run's); a step run to its end has neither
     for p in cap["points"]:
-        assert ({"settled_by", "requests_done"} <= p.keys()) == p["stopped_early"]
+        assert ({"settled_by", "requests_done", "completed"} <= p.keys()) == p["stopped_early"]
         if p["stopped_early"]:
             assert p["settled_by"] in p["slo_met"] and 0 < p["requests_done"] <= 3 * p["clients"]
+            assert 0 <= p["completed"] <= p["requests_done"]   # a TTFT is known before its request completes
     assert main(["serve", str(f), "--hw", "h100_sxm", "-q", "--find-capacity", "--plots", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p" / "latency_throughput_vs_clients.png").is_file()   # the closed loop's knob, not a rate
 

@@ -448,3 +448,20 @@ def test_the_decode_table_says_the_step_s_device_time_by_bound(capsys):
     assert bound_caption(ops[:1]) is None
     assert main(["run", WL, "--hw", "h100_sxm"]) == 0
     assert "device time by bound: memory" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_the_bound_caption_counts_a_spatial_op_split_over_chips_once():
+    """A review: an op split over two consecutive chips was counted from its first piece's start to its last piece's
+    end, the hop between them inside (and again as its own link record), so a Groq step's bounds summed past its
+    latency (compute twice over). Each piece counts the time it covers: the bounds of a pipelined decode step sum to
+    its makespan, ops and hops one after another."""
+    from hw_models.machine import load_machine
+    from hw_models.registry import simulate
+    from sim.core.results import time_by_bound
+    from sim.core.workload import load_workload
+
+    w = load_workload(str(ROOT / "workloads/llama2_7b_groq_2k.yaml"), {"gen_len": 2, "prompt_len": 64})
+    r = simulate(w, load_machine("groq_lpu"))
+    by = time_by_bound(r.decode_ops)
+    assert sum(by.values()) == pytest.approx(r.decode_timeline.makespan_s, rel=1e-9)
+    assert {"weight install", "link"} <= by.keys()

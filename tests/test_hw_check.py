@@ -76,7 +76,7 @@ def test_a_bare_number_where_si_units_are_read_is_flagged(tmp_path, capsys):
     bad.write_text(re.sub(r"bandwidth_bytes_per_s: .*", "bandwidth_bytes_per_s: 864", src, count=1))
     assert main(["hw", "check", str(bad)]) == 2
     assert capsys.readouterr().err.strip().endswith("memory.gddr.bandwidth_bytes_per_s: 864 is below 1 MB/s: out of any "
-                                                    "physical range: a bare number is in B/s; give the unit, e.g. '864 GB/s'")
+                                                    "physical range: a bare number is in B/s; give the unit, e.g. '864 GB/s' or '864 TB/s'")
     bad.write_text(re.sub(r"bandwidth_bytes_per_s: .*", "bandwidth_bytes_per_s: 50000000", src, count=1))
     assert main(["hw", "check", str(bad)]) == 0
     assert "bandwidth_bytes_per_s 5e+07" in capsys.readouterr().out

@@ -543,3 +543,19 @@ def test_search_of_a_fixed_policy_says_so_and_its_json_gives_the_best_figures(tm
     top = d["top"][0]
     assert d["best_des_throughput_tok_s"] == top["des_throughput_tok_s"] > 0
     assert d["best_lp_throughput_tok_s"] == top["lp_throughput_tok_s"] and d["best_lp_tpot_s"] == top["lp_tpot_s"]
+
+
+def test_a_layer_whose_attention_runs_on_the_cpu_takes_its_gpu_bound_without_it():
+    """A review: with cpu_attention the GPU's .pre and .post records were labelled by the whole layer's ops, the
+    CPU's memory-bound attention among them. At a large GPU batch the GEMMs left on the GPU are compute-bound while
+    the attention over a 1k-token cache is memory-bound: the layer's GPU bound (every op on the GPU) and the one
+    without attention (what .pre and .post run) differ, and the CPU's attention has its own."""
+    from hw_models.offload.sched import dominant
+
+    assert dominant({"memory": 2.0, "compute": 1.0}, {"compute": 1.5}) == "compute" and dominant() == "compute"
+    from sim.core.model import load_model
+
+    w = load_workload(str(ROOT / "workloads/opt30b_flexgen.yaml"))
+    m = mapper_for(load_machine("flexgen_t4"), w, load_model(w.model))
+    _, layer, _ = m.works("decode", 256, 1, 1024)
+    assert (layer.gpu_bound, layer.gpu_bound_without_attention, layer.cpu_bound) == ("memory", "compute", "memory")

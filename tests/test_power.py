@@ -332,6 +332,13 @@ def test_diff_and_sweep_say_where_the_energy_models_differ():
     pim = {"hardware": "hbm_pim", "notes": [], "extra": {"pim": {}}}
     assert "hbm_pim's PIM units draw no static or activity power here" in energy_footing(board, pim)
     assert energy_footing(pim, pim) is None
+    served = {"hardware": "hbm_pim", "hw_figures": {"kind": "pim"}}   # a serve summary: no extra, its figures' kind
+    assert "hbm_pim's PIM units draw no static" in energy_footing(board, served)
+    l40s = {"hardware": "l40s", "notes": ["energy: l40s has no board-power model (idle_power_w): its J/token counts "
+                                          "power_w over busy time, nothing between, plus bytes; it does not compare "
+                                          "with a board-power preset's"]}
+    assert "groq_lpu counts every chip's power_w" in energy_footing(groq, l40s)
+    assert "l40s counts busy-time power only" in energy_footing(groq, l40s)
     w = dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=32, gen_len=2)
     for hw, model in (("h100_sxm", 1.0), ("l40s", 0.0)):
         m = load_machine(hw)

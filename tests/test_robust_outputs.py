@@ -113,9 +113,11 @@ def test_transaction_lands_everything_or_nothing(tmp_path):
      "units.gpu.peak_flops_per_s.fp16: '1e-300' is below 1 MFLOP/s: out of any physical range"),
     # a unit left out: an architecture trial's 3.35 (TB/s meant) ran at 3.35 B/s, TTFT 2.1e10 s, exit 0
     ("hw.memory.gddr.bandwidth_bytes_per_s=3.35", "memory.gddr.bandwidth_bytes_per_s: 3.35 is below 1 MB/s: out of "
-     "any physical range: a bare number is in B/s; give the unit, e.g. '3.35 TB/s'"),
+     "any physical range: a bare number is in B/s; give the unit, e.g. '3.35 GB/s' or '3.35 TB/s'"),
     ("hw.memory.gddr.bandwidth_bytes_per_s=768", "768 is below 1 MB/s: out of any physical range: a bare number is in "
-     "B/s; give the unit, e.g. '768 GB/s'"),
+     "B/s; give the unit, e.g. '768 GB/s' or '768 TB/s'"),
+    # a negative rate is the field's own error, not a unit left out (a review)
+    ("hw.memory.gddr.bandwidth_bytes_per_s=-3.35", "memory.gddr.bandwidth_bytes_per_s: Input should be greater than 0"),
     ("hw.units.gpu.peak_flops_per_s.fp16=989.4 kFLOP/s", "'989.4 kFLOP/s' is below 1 MFLOP/s: out of any physical range"),
 ])
 def test_non_physical_hardware_values_are_refused(tiny, tmp_path, capsys, setting, message):

@@ -140,7 +140,8 @@ def test_set_adds_a_section_the_file_lacks_and_still_names_unknown_keys(tmp_path
     spec = load_serve_file(f, {"serving.slo.ttft_p90": 0.2, "serving.prefix_caching.enabled": True})
     assert spec.serving.slo == {"ttft_p90": 0.2} and spec.serving.prefix_caching.enabled
     assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--set", "serving.bogus.x=1"], tmp_path) == \
-        f"error: {f}: serving.bogus: unknown key; keys here: arrivals, lengths, trace, scheduler, prefix_caching, " \
+        f"error: {f} (with --set serving.bogus.x): serving.bogus: unknown key; keys here: arrivals, lengths, trace, " \
+        "scheduler, prefix_caching, " \
         "speculative, slo, router, disaggregated, deployment"
 
 
@@ -155,7 +156,7 @@ def test_set_adds_a_section_the_file_lacks_and_still_names_unknown_keys(tmp_path
     (lambda s: s.update(disaggregated=dict(prefill=dict(hw="a6000"), decode=dict(hw="a6000"),
                                            transfer=dict(bandwidth_bytes_per_s=1, latency_s=1e-6))), None,
      "serving.disaggregated.transfer.bandwidth_bytes_per_s: 1 is below 1 MB/s: out of any physical range: a bare "
-     "number is in B/s; give the unit, e.g. '1 TB/s'"),
+     "number is in B/s; give the unit, e.g. '1 GB/s' or '1 TB/s'"),
 ], ids=["bandwidth", "disaggregated-transfer", "disaggregated-transfer-unit"])
 def test_serving_on_hardware_out_of_any_physical_range(tmp_path, capsys, edit, setting, message):
     # Ran to exit 0 with NaN latencies (null in the JSON) and throughputs of 1e-306 tokens/s.
@@ -318,7 +319,8 @@ def test_a_closed_loop_key_of_another_process_names_the_process(capsys):
     closed = "serving.arrivals={process: closed, concurrency: 4, num_requests: 10, rate: 3}"
     assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", closed]) == 2
     # and, since the tag picks the union's member, the keys that member takes
-    assert capsys.readouterr().err.strip() == (f"error: {w}: serving.arrivals.rate: unknown key for process: closed; "
+    assert capsys.readouterr().err.strip() == (f"error: {w} (with --set serving.arrivals): serving.arrivals.rate: "
+                                               "unknown key for process: closed; "
                                                "keys here: process, concurrency, num_requests, think_time_s, "
                                                "warmup_requests, seed, max_requests")
 
@@ -338,7 +340,7 @@ def test_a_length_its_clip_contradicts_is_refused(capsys, prompt, message):
     """`value: 100, min: 200` ran every prompt at 200 (a serving engineer's trial)."""
     w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
     assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", f"serving.lengths.prompt={prompt}"]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {w}: {message}"
+    assert capsys.readouterr().err.strip() == f"error: {w} (with --set serving.lengths.prompt): {message}"
 
 
 def test_a_closed_loop_search_whose_first_wave_decides_the_percentile_says_so():

@@ -291,3 +291,6 @@ def test_pim_rows_ranked_on_energy_are_said_to_lack_their_units_own_power():
     assert pim_note(rows, ["tpot_s"]) == []                        # no energy figure ranked
     assert pim_note(rows[rows.hw == "hbm_pim"], ["energy_per_token_j"]) == []   # PIM beside PIM: same footing
     assert pim_note(rows.drop(columns="pim.utilization"), ["energy_per_token_j"]) == []
+    # a serving sweep's rows carry the stacks' utilisation, not the run's PIM figures (a review)
+    served = rows.drop(columns="pim.utilization").assign(**{"utilization.pim.stack0-4": [np.nan, 0.3]})
+    assert len(pim_note(served, ["energy_per_token_j"])) == 1

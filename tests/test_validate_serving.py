@@ -243,7 +243,7 @@ VLLM = {"model_id": "meta-llama/Llama-3.1-8B", "max_concurrency": 2, "input_lens
     # the model the file names, not a --model flag the user never gave
     (dict(model_id="acme/NotAModel-7B"), "r.json: its model acme/NotAModel-7B: not a model of the replayed tables"),
     # a serving trial: a count the per-request lists contradict was replayed as the lists said, without a word
-    (dict(completed=2), "completed 2, but 3 of its 3 requests have output tokens and no error"),
+    (dict(completed=2), "completed 2, but 3 of its 3 requests have no error"),
     (dict(input_lens=None, output_lens=None, errors=None, completed=0, total_input_tokens=0, total_output_tokens=0),
      "completed 0: no request completed"),
     # 0 output tokens over 160 requests had replayed one-token requests, the TPOT column reading nan
@@ -442,6 +442,9 @@ def test_a_benchmark_log_replays_what_it_measured_and_names_what_it_lacks(tmp_pa
     d["input_config"]["loadgen"]["request_count"] = 1_000_000_000
     (tmp_path / "a.json").write_text(json.dumps(d))
     assert read_bench_json(tmp_path / "a.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B-Instruct").num_requests == 80
+    # a request without an error but with an empty output counts in vLLM's `completed` (its calculate_metrics)
+    (tmp_path / "e.json").write_text(json.dumps({**VLLM, "output_lens": [10, 0, 50], "completed": 3}))
+    assert read_bench_json(tmp_path / "e.json", "h100_sxm", "vllm", "meta-llama/Llama-3.1-8B").num_requests == 2
     (tmp_path / "p.json").write_text(json.dumps({**VLLM, "model_id": "/models/Llama-3.1-8B"}))
     assert read_bench_json(tmp_path / "p.json", "h100_sxm", "vllm", "/models/Llama-3.1-8B").model == "meta-llama/Llama-3.1-8B"
     assert main(["validate-serving", str(tmp_path / "p.json"), "--hw", "h100_sxm", "--engine", "vllm",

@@ -79,8 +79,10 @@ class SlotWork:
     # The same ops' FLOPs and bytes (pre, attention, post), for the step's op records
     work: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
     # What bounds most of the slot's time on each side (OpCost.bound over its ops' seconds): its records' `bound`
-    # (an architecture trial read a memory-bound decode's one GPU row as "compute")
+    # (an architecture trial read a memory-bound decode's one GPU row as "compute"); the GPU's without attention
+    # too, for a layer whose attention the CPU runs (a review: the CPU's memory-bound attention had labelled it)
     gpu_bound: str = "compute"
+    gpu_bound_without_attention: str = "compute"
     cpu_bound: str = "compute"
 
     @property
@@ -105,6 +107,15 @@ def _full_weight_bytes(model: ModelConfig, t) -> float:
 NO_WORK = ((0.0, 0.0), (0.0, 0.0))
 
 
+def dominant(*by_bound: dict[str, float]) -> str:
+    """The bound of most of the seconds of `by_bound` (bound -> seconds each), "compute" where there are none."""
+    total: dict[str, float] = {}
+    for by in by_bound:
+        for b, t in by.items():
+            total[b] = total.get(b, 0.0) + t
+    return max(total, key=total.__getitem__) if total else "compute"
+
+
 def flops_and_bytes(ops) -> tuple[float, float]:
     """The FLOPs and bytes of `ops` (SlotWork.work)."""
     return float(sum(o.flops for o in ops)), float(sum(o.bytes for o in ops))
@@ -124,22 +135,18 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
         seen = {t.name: _full_weight_bytes(model, t) for op in ops for t in op.reads if t.role == "weight"}
         return float(sum(seen.values()))
 
-    def cost(ops, on=gpu_cost) -> tuple[float, float]:
-        """Seconds and dynamic joules of `ops` on one side."""
+    def cost(ops, on=gpu_cost) -> tuple[float, float, dict[str, float]]:
+        """Seconds, dynamic joules and seconds by bound (OpCost.bound) of `ops` on one side."""
         costs = [on(o) for o in ops]
-        return sum(c.duration_s for c in costs), sum(c.energy_j for c in costs)
-
-    def bound(ops, on=gpu_cost) -> str:
-        """The bound of most of `ops`' seconds on one side."""
         by: dict[str, float] = {}
-        for c in map(on, ops):
+        for c in costs:
             by[c.bound] = by.get(c.bound, 0.0) + c.duration_s
-        return max(by, key=by.__getitem__) if by else "compute"
+        return sum(c.duration_s for c in costs), sum(c.energy_j for c in costs), by
 
     def simple(name: str, ops, hidden: float) -> SlotWork:
-        s, j = cost(ops)
+        s, j, by = cost(ops)
         return SlotWork(name, weights(ops), s, 0.0, 0.0, hidden_bytes=hidden, pre_j=j, work=(flops_and_bytes(ops), *NO_WORK),
-                        gpu_bound=bound(ops))
+                        gpu_bound=dominant(by))
 
     layer_ops = groups["L"]
     first_attn = next(i for i, o in enumerate(layer_ops) if o.kind in ATTENTION_KINDS)
@@ -151,14 +158,15 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
     qkv = sum(t.bytes for o in attn if o.kind == g.KV_APPEND for t in o.reads)
     q = next(t.bytes for o in attn for t in o.reads if t.role == "activation" and o.kind != g.KV_APPEND)
     ctx = next(t.bytes for t in attn[-1].writes)
-    (pre_s, pre_j), (attn_s, attn_j), (post_s, post_j) = cost(pre), cost(attn), cost(post)
-    cpu_s, cpu_j = cost(flexgen_cpu_attention(attn), cpu_cost)
+    (pre_s, pre_j, pre_by), (attn_s, attn_j, attn_by), (post_s, post_j, post_by) = cost(pre), cost(attn), cost(post)
+    cpu_s, cpu_j, cpu_by = cost(flexgen_cpu_attention(attn), cpu_cost)
     layer = SlotWork(
         "L", weights(layer_ops), pre_s, attn_s, post_s, attn_cpu_s=cpu_s,
         kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
         qkv_bytes=qkv + q, ctx_bytes=ctx, pre_j=pre_j, attn_gpu_j=attn_j, post_j=post_j, attn_cpu_j=cpu_j,
-        work=(flops_and_bytes(pre), flops_and_bytes(attn), flops_and_bytes(post)), gpu_bound=bound(layer_ops),
-        cpu_bound=bound(flexgen_cpu_attention(attn), cpu_cost))
+        work=(flops_and_bytes(pre), flops_and_bytes(attn), flops_and_bytes(post)),
+        gpu_bound=dominant(pre_by, attn_by, post_by), gpu_bound_without_attention=dominant(pre_by, post_by),
+        cpu_bound=dominant(cpu_by))
     return (simple("embed", groups["embed"], hidden), layer, simple("head", groups["head"], 0.0))
 
 
@@ -342,12 +350,13 @@ class _StepBuilder:
 
         (pre_f, pre_b), (attn_f, attn_b), (post_f, post_b) = work.work
 
-        def gpu(joules: float, flops: float, nbytes: float) -> Tag:
-            return Tag("compute", nbytes, bound=work.gpu_bound, path="gpu", energy_j=joules, flops=flops)
+        def gpu(joules: float, flops: float, nbytes: float, bound: str = work.gpu_bound) -> Tag:
+            return Tag("compute", nbytes, bound=bound, path="gpu", energy_j=joules, flops=flops)
         if self.cpu_attn and work.is_layer:
             a = f"{tag}.pre"
             self.tasks.append(Task(a, GPU, work.pre_s + cg * work.attn_gpu_s, tuple(d for d in deps if d),
-                                   tag=gpu(work.pre_j + cg * work.attn_gpu_j, pre_f + cg * attn_f, pre_b + cg * attn_b)))
+                                   tag=gpu(work.pre_j + cg * work.attn_gpu_j, pre_f + cg * attn_f, pre_b + cg * attn_b,
+                                           work.gpu_bound_without_attention)))
             q = self.xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
             c = f"{tag}.cpu_attn"
             self.tasks.append(Task(c, CPU, (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
@@ -356,7 +365,7 @@ class _StepBuilder:
             r = self.xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
             cid = f"{tag}.post"
             self.tasks.append(Task(cid, GPU, work.post_s, tuple(x for x in (c, r) if x), release=tuple(release),
-                                   tag=gpu(work.post_j, post_f, post_b)))
+                                   tag=gpu(work.post_j, post_f, post_b, work.gpu_bound_without_attention)))
             self.store(f"{tag}.kvw", work.kv_write_bytes, cd, 0.0, [c], "kv_cache", over_pcie=False)
             return cid
         cid = f"{tag}.compute"

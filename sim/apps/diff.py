@@ -193,7 +193,12 @@ def energy_footing(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     if len(busy) == 1:   # an architecture trial: a Groq run, which counts every chip over the whole run, read "busy time"
         notes.append(f"energy_per_token_j: {busy[0][0].get('hardware')} counts {busy[0][1]} (no board-power model), "
                      "the other run idle + activity + dynamic power: the ratio mixes the two models (docs/energy.md)")
-    pim = [h.get("hardware") for h in (a, b) if "pim" in (h.get("extra") or {})]
+    elif len(busy) == 2 and busy[0][1] != busy[1][1]:   # two busy-time presets that count two ways (a review)
+        notes.append("energy_per_token_j: " + "; ".join(f"{h.get('hardware')} counts {how}" for h, how in busy)
+                     + " (no board-power model either): the ratio mixes two bookkeepings (docs/energy.md)")
+    # a run's extra.pim, or a serve summary's hardware figures (it records no extra): the PIM kind
+    pim = [h.get("hardware") for h in (a, b)
+           if "pim" in (h.get("extra") or {}) or (h.get("hw_figures") or {}).get("kind") == "pim"]
     if pim and len(pim) < 2:   # a PIM-vs-GPU ratio read as PIM's win: part of it is power not modelled
         notes.append(f"energy_per_token_j: {pim[0]}'s PIM units draw no static or activity power here (not modelled, "
                      "docs/pim.md): its J/token is a lower bound beside the other run's")

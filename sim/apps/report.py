@@ -80,6 +80,7 @@ def bound_caption(ops) -> str | None:
     the ops bound by their launch, floor or fill, which the top rows hide, do not shrink with it); None for one bound."""
     by = time_by_bound(ops)
     total = sum(by.values())
+    by = {b: t for b, t in by.items() if t >= 0.005 * total}   # a bound of under half a percent says nothing
     if len(by) < 2 or not total:
         return None
     why = {"overhead": " (launch, floor or fill: neither a faster memory nor compute shrinks it)",

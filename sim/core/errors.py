@@ -8,6 +8,9 @@ traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class SimError(Exception):
     """An error in user input, reported as a single line."""
@@ -25,3 +28,16 @@ def where(source: str | None, key: str | None) -> str:
     """Format the 'file: key' prefix of an error message."""
     parts = [p for p in (source, key) if p]
     return ": ".join(parts) + ": " if parts else ""
+
+
+@contextmanager
+def naming_sets(source: str, keys) -> Iterator[None]:
+    """An error about `source` raised inside names the --set keys that changed it: the file may say `batch: 1` where
+    --set said 0 (an architecture trial read the file blamed), as a preset's overridden keys are named."""
+    try:
+        yield
+    except SimError as exc:
+        keys = list(keys or ())
+        if not keys or not str(exc).startswith(f"{source}: "):
+            raise
+        raise type(exc)(f"{source} (with --set {', '.join(keys)}): {str(exc)[len(source) + 2:]}") from None

@@ -277,11 +277,20 @@ def aggregate_by_name(ops: list[OpRecord]) -> list[tuple[str, str, float, str, i
 
 def time_by_bound(ops: list[OpRecord]) -> dict[str, float]:
     """Device seconds of a step's ops summed by what bounds each (OpCost.bound), largest first; the engine's host
-    work, which overlaps the device's ops, left out."""
-    acc: dict[str, float] = {}
-    for o in merge_pieces(ops):
+    work, which overlaps the device's ops, left out. An execution's pieces count the time they cover, each piece its
+    own bound: side by side (PIM stacks) once, one after another (a spatial op split over consecutive chips) each, and
+    never the hop between them, which merge_pieces' span holds (a review read a Groq step's compute twice over)."""
+    groups: dict[str, list[OpRecord]] = {}
+    for o in ops:
         if o.kind != "engine":
-            acc[o.bound] = acc.get(o.bound, 0.0) + o.duration_s
+            groups.setdefault(o.group or o.name, []).append(o)
+    acc: dict[str, float] = {}
+    for pieces in groups.values():
+        end = float("-inf")
+        for p in sorted(pieces, key=lambda p: (p.start_s, p.end_s)):
+            if p.end_s > end:
+                acc[p.bound] = acc.get(p.bound, 0.0) + p.end_s - max(p.start_s, end)
+                end = p.end_s
     return dict(sorted(acc.items(), key=lambda kv: -kv[1]))
 
 

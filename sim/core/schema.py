@@ -26,14 +26,15 @@ def _quantity(value: Any, info: ValidationInfo) -> float:
     if not math.isfinite(out):
         raise ValueError(f"must be a finite number, got {value!r}")
     dim = dimension_of(info.field_name or "")
-    if dim in _RATES and 0 < abs(out) < RATE_FLOOR:
+    if dim in _RATES and 0 < out < RATE_FLOOR:   # a negative rate is the field's own error (greater than 0)
         # No memory, link or unit of an inference machine moves less than a megabyte or computes less than a
         # megaFLOP a second: such a figure is a unit left out (an architecture trial's `bandwidth_bytes_per_s=3.35`,
         # meant as TB/s, ran at 3.35 B/s: TTFT 2.1e10 s, exit 0); below one a second every time had overflowed.
-        bare = abs(out) >= 1 and (isinstance(value, (int, float)) or not str(value).strip().lstrip("+-.0123456789eE"))
-        # the prefix that puts it among devices' figures: 864 (an L40S's GB/s), 3.35 (an H100's TB/s), 989.4 TFLOP/s
-        prefix = "G" if dim == "bytes/s" and abs(out) >= 50 else "T"
-        hint = f": a bare number is in {_RATES[dim]}; give the unit, e.g. '{out:g} {prefix}{_RATES[dim]}'" if bare else ""
+        bare = out >= 1 and (isinstance(value, (int, float)) or not str(value).strip().lstrip("+-.0123456789eE"))
+        # which prefix was meant, the number does not say (864 an L40S's GB/s, 3.35 an H100's TB/s, 25 a link's
+        # GB/s): both are named (a review: a guessed prefix read 25 for a NIC as TB/s)
+        hint = (f": a bare number is in {_RATES[dim]}; give the unit, e.g. '{out:g} G{_RATES[dim]}' or "
+                f"'{out:g} T{_RATES[dim]}'") if bare else ""
         raise ValueError(f"{value!r} is below 1 M{_RATES[dim]}: out of any physical range{hint}")
     return out
 

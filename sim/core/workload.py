@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
 from sim.core.sections import KIND_SECTIONS
-from sim.core.errors import ConfigError, where
+from sim.core.errors import ConfigError, naming_sets, where
 from sim.core.formats import get_format
 from sim.core.lowering import FormatPolicy
 from sim.core.model import ModelConfig, expert_load_from, load_model
@@ -141,13 +141,8 @@ def load_workload(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         if key.split(".")[0] not in workload_keys():
             raise ConfigError(f"{path}: --set {key}: unknown workload field; fields: " + ", ".join(workload_keys()))
         set_workload_key(raw, key, value, str(path))
-    if not overrides:
+    with naming_sets(str(path), [k.removeprefix("workload.") for k in overrides or ()]):
         return workload_from_dict(raw, str(path))
-    try:
-        return workload_from_dict(raw, str(path))
-    except ConfigError:   # name the overrides, as a preset's are: the file may say `batch: 1` where --set said 0
-        keys = [k.removeprefix("workload.") for k in overrides]
-        return workload_from_dict(raw, f"{path} (with --set {', '.join(keys)})")   # raises again, so named
 
 
 def set_workload_key(raw: dict[str, Any], key: str, value: Any, source: str) -> None:

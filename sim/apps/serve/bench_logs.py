@@ -296,9 +296,11 @@ def read_vllm_bench(path: Path, gpu: str, engine: str, model: str, d: object = N
         ok = [i for i, (e, o) in enumerate(zip(errors, v.output_lens)) if not e and o > 0]
         if not ok:
             raise ConfigError(f"{path}: no request completed (errors, or no output tokens)")
-        if v.completed is not None and v.completed != len(ok):   # vLLM counts each request without error that streamed
-            raise ConfigError(f"{path}: completed {v.completed}, but {len(ok)} of its {len(v.input_lens)} requests have "
-                              "output tokens and no error: the per-request lists and the count disagree")
+        # vLLM's calculate_metrics counts every request without an error, an empty output among them (a review)
+        succeeded = sum(1 for e in errors if not e)
+        if v.completed is not None and v.completed != succeeded:
+            raise ConfigError(f"{path}: completed {v.completed}, but {succeeded} of its {len(v.input_lens)} requests "
+                              "have no error: the per-request lists and the count disagree")
         if any(v.input_lens[i] == 0 for i in ok):
             raise ConfigError(f"{path}: input_lens: a completed request of 0 prompt tokens")
         lengths = (tuple(v.input_lens[i] for i in ok), tuple(v.output_lens[i] for i in ok))

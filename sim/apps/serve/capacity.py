@@ -46,7 +46,7 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
         if ok and rate >= max(passed, default=rate):
             passed.clear()
             passed[rate] = res
-        points.append(dict(rate=rate, ok=ok, summary=s))
+        points.append(dict(rate=rate, ok=ok, summary=s, knob=knob))   # what `rate` counts: clients or requests/s
         if on_point:
             on_point(rate, s)
         return ok, s

@@ -176,11 +176,13 @@ def _capacity(args, file, machine, slo) -> int:
                 goodput_window_s=cap["window_s"], within_slo=cap["within_slo"], transient=cap["transient"],
                 limiting_metric=cap["limiting"], plan_price_usd=price_usd, plan_price=priced,
                 # a step stopped early ran part of its stream: its verdict is certain, its figures are the part's:
-                # slo_met of the SLO that settled it (settled_by) a lower bound of the full run's, the others over
-                # the requests done by then (a serving trial read them as the full run's)
+                # slo_met of the SLO that settled it (settled_by, over the requests_done whose figure was known) a
+                # lower bound of the full run's, the others over the requests completed by then (a serving trial
+                # read them as the full run's)
                 points=[{key: p["rate"], "ok": p["ok"], "stopped_early": "settled" in p["summary"],
                          "slo_met": p["summary"]["slo_met"],
-                         **({"settled_by": st["slo"], "requests_done": st["requests_done"]}
+                         **({"settled_by": st["slo"], "requests_done": st["requests_done"],
+                             "completed": p["summary"]["completed"]}
                             if (st := p["summary"].get("settled")) else {})} for p in cap["points"]], summary=best)
     # --plots, --requests, --chrome-trace show the search's step at capacity itself (the same run as `summary`)
     _write(args, cap["result"], out, cap["points"])

@@ -170,8 +170,9 @@ def search_steps(sweep: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.
     pts = sorted(sweep, key=lambda p: p["rate"])
     return (pts, np.array([p["rate"] for p in pts], dtype=float),
             np.array([bool(p["summary"].get("settled")) for p in pts], dtype=bool),
-            any("benchmark" in p["summary"] for p in pts))   # a closed loop searches its clients (a step stopped
-    # early has no benchmark means; a search that found a capacity ran at least one passing step in full)
+            # a closed loop searches its clients: the search says so (a review: every step stopped early had left
+            # no benchmark means to tell by), else a step's benchmark means
+            any(p.get("knob") == "concurrency" or "benchmark" in p["summary"] for p in pts))
 
 
 def slo_series(slo: dict[str, float] | None) -> list[tuple[str, str, float | None]]:

@@ -21,7 +21,7 @@ from sim.apps.serve.disagg_spec import Disaggregated
 from sim.apps.serve.stream_spec import (  # noqa: F401
     CV, Arrivals, Burst, Closed, Constant, Fixed, Gamma, Histogram, Length, Lengths, LogNormal, Normal, Pos, PosInt,
     Poisson, TraceArrivals, Uniform, Zipf)
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, naming_sets
 from sim.core.model import model_path
 from sim.core.schema import Strict, read_yaml, validate_mapping
 from sim.core.workload import Workload, set_workload_key
@@ -251,7 +251,8 @@ def load_serve_file(path: str | Path, overrides: dict[str, Any] | None = None) -
         _scheduler_option_check(raw, path)
         for key, value in (overrides or {}).items():
             set_key(raw, key, value, path)
-    return serve_file_from_dict(raw, str(path))
+    with naming_sets(str(path), overrides):
+        return serve_file_from_dict(raw, str(path))
 
 
 def serve_file_from_dict(raw: Any, source: str) -> ServeFile:

@@ -67,16 +67,18 @@ def best_points(ok: "pd.DataFrame", metric: str, goal: str) -> tuple["pd.Series"
     return row, among, rows[(rows[metric] - row[metric]).abs() <= 1e-9 * abs(row[metric])]
 
 
-PIM_COLUMN = "pim.utilization"   # a PIM run's own figure (hw_models/pim/report.py): the rows of the PIM kind
+# A PIM run's own figure (hw_models/pim/report.py) or a serving point's stack utilisation: the rows of the PIM kind
+PIM_COLUMNS = ("pim.utilization", "utilization.pim.")
 
 
 def pim_note(ok: "pd.DataFrame", metrics: list[str]) -> list[str]:
     """A note where PIM rows sit beside others and the sweep ranks an energy or power figure: the PIM units draw no
     static or activity power in the model (hw_models/pim/report.py, docs/pim.md), so their J/token is a lower bound
     (an architecture trial's sweep named hbm_pim the least energy per token without a word)."""
-    if PIM_COLUMN not in ok.columns or not any(board_bound(m) for m in metrics):
+    cols = [c for c in ok.columns if c.startswith(PIM_COLUMNS)]
+    if not cols or not any(board_bound(m) for m in metrics):
         return []
-    pim = ok[PIM_COLUMN].notna()
+    pim = ok[cols].notna().any(axis=1)
     if not pim.any() or pim.all():
         return []
     return [f"note: {int(pim.sum())} PIM row(s) ({', '.join(sorted(set(map(str, ok.loc[pim, 'hw']))) if 'hw' in ok.columns else 'pim')}): "

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field, replace
 
 from hw_models.op_cost import OpCost
 from hw_models.machine import Machine, load_machine, preset_names
-from hw_models.registry import mapper_for
+from hw_models.registry import machine_data, mapper_for
 from sim.core.engine import Task, Timeline, run
 from sim.core.errors import ConfigError
+from sim.core.settings import dotted_items
 from sim.apps.trace.records import Trace
 from sim.apps.trace.shapes import step_graph
 from sim.apps.trace.timing import WALL, StepTiming, launch_note, step_timings
@@ -116,9 +117,6 @@ _DEVICE_FIGURES = ("_bytes_per_s", "flops_per_s", "_bytes")
 
 
 def _device_figures(m: Machine) -> dict[str, object]:
-    from hw_models.registry import machine_data
-    from sim.core.settings import dotted_items
-
     return {k: v for k, v in dotted_items(machine_data(m)) if k.endswith(_DEVICE_FIGURES) and ".efficiency." not in k}
 
 
