@@ -202,3 +202,16 @@ def test_a_nodes_own_fit_is_not_scaled_and_an_unfitted_node_has_no_custom_line(t
     fit = load_topology("dgx_h100").fitted["all_reduce"][8]
     assert parameters(topo, "all_reduce", 8) == (fit.latency_s, fit.bandwidth_bytes_per_s)
     assert custom_all_reduce_s("hgx_b200", "vllm", 1e6, 8) is None
+
+
+def test_a_node_without_a_fitted_ring_runs_its_ring_on_nccls_measured_lines():
+    """A parallelism trial: rtx_pro_6000_x8_pcie has no fitted ring, so the default ring paid the preset's
+    unverified 10 us a step (14 steps at 8 ranks: 142 us for 16 KiB against NCCL's measured 27 us), and Llama-2-70B
+    TP 8 read slower than TP 4. Where the node has NCCL's measured lines the ring takes them, as `nccl` does; a
+    node with a fitted ring of its own keeps it."""
+    pcie = load_topology("rtx_pro_6000_x8_pcie")
+    for ranks in (2, 4, 8):
+        assert collective_s(pcie, "all_reduce", 16384, ranks) == collective_s(pcie, "all_reduce", 16384, ranks, "nccl")
+    assert collective_s(pcie, "all_reduce", 16384, 8) < 40e-6
+    dgx = load_topology("dgx_h100")   # vidur's fitted ring, unchanged: 14 x 2.23 us + 1.75 x 16 KiB / 348.8 GB/s
+    assert collective_s(dgx, "all_reduce", 16384, 8) == pytest.approx(14 * 2.23e-6 + 1.75 * 16384 / 348.8e9, rel=0.02)

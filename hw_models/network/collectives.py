@@ -65,10 +65,16 @@ def alpha_beta(kind: str, algorithm: str, ranks: int) -> tuple[float, float]:
     raise ConfigError(f"unknown collective {kind!r}; collectives: {', '.join(KINDS)}")
 
 
+def _ring_fit(topo: Topology, kind: str, ranks: int):
+    """The fitted ring line for `kind` over `ranks` devices (the node's own, or the node it takes its collectives
+    of), None where there is none."""
+    fitted = topo.fitted or (load_topology(topo.collectives_of).fitted if topo.collectives_of else {})
+    return fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
+
+
 def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
     """(alpha seconds, B bytes/s) for `kind` over `ranks` devices of `topo`."""
-    fitted = topo.fitted or (load_topology(topo.collectives_of).fitted if topo.collectives_of else {})
-    fit = fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
+    fit = _ring_fit(topo, kind, ranks)
     if fit is not None and ranks <= topo.devices_per_node:
         return fit.latency_s, fit.bandwidth_bytes_per_s * (1.0 if topo.fitted else topo.collectives_bandwidth_scale)
     return topo.step_latency(ranks), topo.ring_bandwidth(2 if kind == SEND_RECV else ranks)
@@ -91,7 +97,10 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
             return custom
     ring = "tree" if algorithm == "tree" else "ring"
     steps, factor = alpha_beta(kind, ring, ranks)
-    if in_node and algorithm != ring:   # nccl, or a custom all-reduce handing the message to NCCL
+    # NCCL's measured lines also stand in for the ring where the node has no fitted ring of its own (its datasheet
+    # latency is unverified: a parallelism trial's 8-GPU PCIe all-reduce at 5x the measured, TP8 slower than TP4)
+    measured_ring = algorithm == "ring" and _ring_fit(topo, kind, ranks) is None
+    if in_node and (algorithm != ring or measured_ring):   # nccl, or a custom all-reduce handing the message to NCCL
         fitted = nccl_s(topo.collectives_node, kind, nbytes, ranks, steps, factor, topo.collectives_bandwidth_scale)
         if fitted is not None:
             return fitted
