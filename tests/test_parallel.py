@@ -148,3 +148,17 @@ def test_collectives_per_iteration_folds_to_the_whole_graphs_count(model, parall
     assert mp.collectives_per_iteration() == whole
     if model == "llama2-70b":
         assert whole == 2 * 80 + 2
+
+
+def test_a_moes_routed_and_shared_experts_are_reduced_once_under_tp():
+    """A parallelism trial: DeepSeek-V2-Lite under TP paid three all-reduces a MoE layer (o_proj, the routed experts'
+    combine, the shared experts' down_proj), where vLLM reduces the shared experts' output with the routed ones'
+    once, after the sum (FusedMoE.must_reduce_shared_expert_outputs). Two a layer now, the second after the sum; a
+    dense layer keeps its two (o_proj, down_proj), and the attention residual, whose other input is the residual
+    stream, is never merged with o_proj's."""
+    m = load_model("deepseek-v2-lite")
+    _, colls = shard(lower(m, "decode", 1, 1, 100, num_layers=2), m, 8)
+    reduces = [c.after for c in colls if c.kind == "all_reduce"]
+    moe_layer = [a for a in reduces if a.startswith("L1.")]   # layer 0 is dense (first_dense_layers)
+    assert moe_layer == ["L1.o_proj", "L1.mlp_residual"]
+    assert [a for a in reduces if a.startswith("L0.")] == ["L0.o_proj", "L0.down_proj"]
