@@ -324,3 +324,16 @@ def test_a_capture_whose_ops_cannot_be_its_measurement_is_refused(tmp_path, caps
         line = capsys.readouterr().err.strip().splitlines()[-1]   # after the fixture's own contended-capture warning
         assert line.startswith(f"error: {ops}: ") and message in line
         assert not (tmp_path / "c.yaml").exists()
+
+
+def test_op_labels_sim_does_not_model_are_named(tmp_path, capsys):
+    """A trace trial: renamed ops in an ops table were said to be ops the profiler did not record, and in a Chrome
+    trace dropped without a word. They are named as left out, and the short steps say why."""
+    ops = tmp_path / "t.ops.csv"
+    text = (DATA / "trace_tinyllama_L1.ops.csv").read_text()
+    ops.write_text(text.replace(",L0.attn_norm,", ",L0.frobnicate,").replace(",lm_head,", ",my_custom_op,"))
+    shutil.copy(DATA / "trace_tinyllama_L1.meta.json", tmp_path / "t.meta.json")
+    assert main(["validate", str(ops), "--hw", "cpu_host", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert f"{ops}: 2 op label(s) sim does not model, left out: L0.frobnicate, my_custom_op" in err
+    assert "(the op labels sim does not model, said above)" in err and "the profiler did not record" not in err

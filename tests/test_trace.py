@@ -383,3 +383,20 @@ def test_replay_says_which_speed_up_compares_like_with_like(capsys):
     assert main(["replay", str(trace), "--hw", "h100_sxm"]) == 0
     out = capsys.readouterr().out
     assert "the model's own error included" in out and "the like-for-like figure" in out
+
+
+def test_validating_a_calibrated_preset_on_its_own_traces_says_so(capsys):
+    """A trace trial: validate on a trace the preset was calibrated on printed its in-sample figure exactly as a
+    held-out one. The preset's header names its traces (Fitted on); one of them, or its capture's other file, is
+    said to be in sample; another trace is not."""
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    fitted = ROOT / "traces/cpu/llama2-7b_L2_fp32_b1_p128_d16_cpu"
+    for path in (f"{fitted}.ops.csv", f"{fitted}.trace.json.gz"):
+        assert main(["validate", path, "--hw", "cpu_host_calibrated", "-q"]) == 0
+        assert ("is one of the traces cpu_host_calibrated was calibrated on (its header's Fitted on): these errors are "
+                "in sample") in capsys.readouterr().err
+    held = ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv"
+    assert main(["validate", str(held), "--hw", "cpu_host_calibrated", "-q"]) == 0
+    assert "in sample" not in capsys.readouterr().err

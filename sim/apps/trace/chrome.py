@@ -219,6 +219,8 @@ def _add_ops(trace: Trace, labels: _Annotations, per_op: dict[int, _Kernels], t0
     for e in labels.ops:
         placed = _place(e, trace.vocabulary, labels.steps, step_starts)
         if placed is None:
+            if trace.vocabulary == "sim" and sim_label(str(e["name"])) is None:   # a layer op sim does not model
+                trace.unknown_ops.add(str(e["name"]))
             continue
         op, kind, layer, step = placed
         repeat = seen.get((step, op), 0)

@@ -88,7 +88,9 @@ def truncated(trace) -> None:
         if cut:   # a file cut short is refused, not validated in part (a hostile-input trial: a warning, exit 0)
             raise ConfigError(f"{what}: a truncated file (its .meta.json says what the capture wrote); capture again "
                               "or restore the file")
-        print(f"warning: {what} (ops the profiler did not record; traces/README.md)", file=sys.stderr)
+        why = ("the op labels sim does not model, said above" if getattr(trace, "unknown_ops", None) else
+               "ops the profiler did not record; traces/README.md")
+        print(f"warning: {what} ({why})", file=sys.stderr)
 
 
 CAPTURE_SUFFIXES = (".ops.csv", ".trace.json", ".trace.json.gz")
@@ -117,6 +119,47 @@ def inconsistent(trace) -> None:
         if shape.wall_s and ops_s and not WALL_FLOOR * shape.wall_s <= ops_s <= WALL_SLACK * shape.wall_s:
             raise ConfigError(f"{trace.source}: {shape.label}'s ops sum to {ops_s:.4g} s in a step of {shape.wall_s:.4g} s "
                               "wall: not its measurement (times in another unit, or ops added)")
+
+
+def fitted_on(machine) -> list[str]:
+    """The traces a `sim calibrate` preset names under its header's "Fitted on:" (calibrate.write_preset), as written."""
+    source = getattr(machine, "source", None)
+    if not source or not Path(source).is_file():
+        return []
+    out, inside = [], False
+    for line in Path(source).read_text(errors="replace").splitlines():
+        if not line.startswith("#"):
+            break
+        if line.rstrip().endswith("Fitted on:"):
+            inside = True
+        elif inside and line.startswith("#   "):
+            out.append(line[4:].strip())
+        elif inside:
+            break
+    return out
+
+
+def in_sample(traces, machine) -> None:
+    """A trace the preset was calibrated on is said: its errors are the fit's residuals, not a check (a trace trial
+    read a calibrated preset's in-sample 32.5% and its held-out 82.9% alike)."""
+    def capture(path: str) -> str:   # a capture's .ops.csv and .trace.json.gz are one measurement
+        name = Path(path.split("#")[0]).name
+        return next((name[:-len(x)] for x in CAPTURE_SUFFIXES if name.endswith(x)), name)
+    names = {capture(f) for f in fitted_on(machine)}
+    for t in traces:
+        name = Path(str(t.source).split("#")[0]).name
+        if capture(str(t.source)) in names:
+            print(f"note: {name} is one of the traces {machine.name} was calibrated on (its header's Fitted on): "
+                  "these errors are in sample", file=sys.stderr)
+
+
+def unmodelled(trace) -> None:
+    """Op labels the trace holds that sim does not model are named as they are left out (a trace trial: renamed ops
+    were read as ops the profiler did not record, or dropped without a word)."""
+    if trace.unknown_ops:
+        names = sorted(trace.unknown_ops)
+        print(f"warning: {trace.source}: {len(names)} op label(s) sim does not model, left out: "
+              f"{', '.join(names[:6])}{' ...' if len(names) > 6 else ''}", file=sys.stderr)
 
 
 def capture_key(trace) -> tuple:

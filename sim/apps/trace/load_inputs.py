@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from sim.apps.trace.input_checks import (contended, inconsistent, overridden, repeated_captures, same_device,
-                                         truncated)
+                                         in_sample, truncated, unmodelled)
 from sim.apps.trace.parser import load_trace
 from sim.core.errors import ConfigError
 
@@ -25,6 +25,7 @@ def load_traces(args: argparse.Namespace, paths, machine=None) -> list:
     for t in traces:
         overridden(t, args.model, args.tokens)
         contended(t)
+        unmodelled(t)
         truncated(t)
         inconsistent(t)
     return traces
@@ -44,4 +45,6 @@ def load_distinct(args: argparse.Namespace, paths, machine, refuse: bool = False
         if refuse:
             raise ConfigError(f"{later}: the same capture as {earlier}; give each capture once (a fit counts it once)")
         print(f"warning: {later}: the same capture as {earlier}; its ops count twice", file=sys.stderr)
+    if not refuse:   # validate: a trace the preset was calibrated on is in sample
+        in_sample(traces, machine)
     return traces

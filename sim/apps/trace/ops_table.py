@@ -45,7 +45,8 @@ def load_ops_table(p: Path) -> Trace:
             except (KeyError, ValueError, TypeError) as exc:
                 raise ConfigError(f"{p}: line {i}: bad ops-table row ({exc})") from None
             label = sim_label(name)
-            if label is None:
+            if label is None:   # every row of a capture's table is a sim op: another name is said, not dropped silently
+                trace.unknown_ops.add(name)
                 continue
             layer, kind = label
             repeat = seen.get((step, name), 0)

@@ -60,6 +60,7 @@ class Trace:
     ops: list[MeasuredOp] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     weights: str | None = None      # the layers' projection weights' format where not dtype (embed, lm_head: dtype)
+    unknown_ops: set[str] = field(default_factory=set)   # op labels read but not modelled, left out (said on load)
 
     def medians(self) -> list[MeasuredOp]:
         """One op per (step, name): the median over repeats (vidur's statistic), in first-seen order."""
