@@ -337,3 +337,18 @@ def test_op_labels_sim_does_not_model_are_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{ops}: 2 op label(s) sim does not model, left out: L0.frobnicate, my_custom_op" in err
     assert "(the op labels sim does not model, said above)" in err and "the profiler did not record" not in err
+
+
+def test_calibrate_says_which_fitted_figures_ended_at_the_edge_of_the_fit_space():
+    """A trace trial: a fit whose figures all sat at their bounds (compute_max 1, overhead 1 ns) was written without
+    a word. The kinds and figures are named; a figure the data did not constrain (kept) is not."""
+    from types import SimpleNamespace
+
+    from sim.apps.trace.stack_calibrate import at_bounds
+
+    def fit(fixed=frozenset(), **params):
+        return SimpleNamespace(params={**dict(compute_max=0.7, memory_max=0.8, overhead_s=2e-6), **params}, fixed=fixed)
+    cal = SimpleNamespace(overall=fit(), by_kind={"gemm": fit(overhead_s=1e-9), "norm": fit(compute_max=1.0),
+                                                 "embed": fit(frozenset({"memory_max"}), memory_max=1.0)})
+    assert at_bounds(cal).endswith("gemm overhead_s, norm compute_max")
+    assert at_bounds(SimpleNamespace(overall=fit(), by_kind={})) is None

@@ -279,7 +279,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from sim.core.files import check_output
     from sim.apps.trace.calibrate import write_preset
     from sim.apps.trace.load_inputs import load_distinct
-    from sim.apps.trace.stack_calibrate import calibrate_for, held_out
+    from sim.apps.trace.stack_calibrate import at_bounds, calibrate_for, held_out
 
     if not args.output and not args.report:   # not argparse's required=: the deprecated --output spelling fills it too
         raise ConfigError("sim calibrate: --out PRESET.yaml is required (the calibrated preset to write)")
@@ -297,6 +297,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                               min_traces=args.min_traces, gemv_max_m=_gemv_choices(args.gemv_max_m))
     console = tables.console()
     fit = held_out(fit_traces, base, cal.machine, args.stack, refuse=False)   # the fit's own traces, before and after
+    if edge := at_bounds(cal):
+        print(edge, file=sys.stderr)
     if fit.worse:   # a fit its own data disagree with (a trace workflow trial: 79.8% -> 298.8%, written silently)
         print(f"warning: the fit makes its own traces' per-op MAPE worse ({fit.before:.1%} with {base.name} -> "
               f"{fit.after:.1%}): noisy or contended captures, or traces unlike each other", file=sys.stderr)

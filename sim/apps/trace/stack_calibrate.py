@@ -131,3 +131,19 @@ def held_out(traces: list[Trace], base: Machine, calibrated: Machine, stack: str
                           "(--report shows the comparison, --force writes it anyway)")
     return h
 
+
+
+# The fit space's edges (sim.apps.trace.calibrate _LOW / _HIGH): a maximum of 1 (the peak itself) and an overhead of
+# 1 ns are where the data pushed past what the model can say
+AT_BOUND = (("compute_max", lambda v: v >= 1.0 - 1e-6), ("memory_max", lambda v: v >= 1.0 - 1e-6),
+            ("overhead_s", lambda v: v <= 1.0e-9 * (1 + 1e-6)))
+
+
+def at_bounds(cal) -> str | None:
+    """The warning where fitted figures ended on an edge of the fit space, kind by kind, or None: a trace trial's
+    table in seconds where microseconds belong fitted every maximum to 1 and every overhead to 1 ns, written without
+    a word; a kind fitted so says its data are not the model's to explain."""
+    hits = [f"{kind} {name}" for kind, f in {"all ops": cal.overall, **cal.by_kind}.items()
+            for name, edge in AT_BOUND if name in f.params and name not in f.fixed and edge(f.params[name])]
+    return (f"warning: fitted at the edge of what the model can say (the data push past it: other units, or ops the "
+            f"model does not explain): {', '.join(hits)}") if hits else None
