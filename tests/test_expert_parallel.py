@@ -120,17 +120,3 @@ def test_ep8_footprint_per_device():
 def test_bad_ep_plans(parallel, batch, match):
     with pytest.raises(ConfigError, match=match):
         _mapper(parallel, batch=batch).footprint()
-
-
-def test_the_rank_simulated_is_the_one_a_step_loads_most_not_the_mean():
-    """A parallelism trial: Mixtral at EP 8 and batch 1 read as fast as TP 8, each rank reading a quarter of an
-    expert, where the token's top 2 of 8 send it to 2 ranks that each read a whole expert while the others wait at
-    the combine. The rank simulated touches the expected maximum over the 8 ranks, one expert each touched with
-    probability pi = 1 - (1 - 2/8)^1 = 0.25: E[max] = 1 - F(0)^8 = 1 - 0.75^8 = 0.8999 experts, not 0.25. At batch 64
-    every rank touches its expert (pi = 1 - 0.75^64): the expected routing stands (the dispatch test above)."""
-    ep = _mapper({"tp": 8, "ep": 8, "topology": str(DATASHEET)}, batch=1)
-    rank, _ = moe_rank(_decode(ep), ep.model, 8, 8)
-    gate = rank.op("L0.expert_gate")
-    assert gate.bytes_by_role()["weight"] == pytest.approx((1 - 0.75 ** 8) * F * H * 2, rel=1e-3)
-    tp = _mapper({"tp": 8, "topology": str(DATASHEET)}, batch=1)
-    assert ep.simulate().tpot_s > 1.15 * tp.simulate().tpot_s   # the busiest rank's whole expert, not a quarter

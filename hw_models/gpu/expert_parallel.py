@@ -27,8 +27,7 @@ Plans (`parallel: {tp, ep}`, ep a multiple of tp; g = ep / tp attention groups):
 
 The simulated rank is the busiest one (most kept assignments under the workload's
 load model, sim.core.moe): every rank waits for it at the combine. Under uniform
-routing all ranks are equal in expectation, and the rank simulated is the expected
-maximum of what a step's tokens load onto one (_busiest).
+routing all ranks are equal.
 
 All-to-all bytes. hw_models.network.collectives prices an all-to-all of S bytes per
 rank as (n-1) alpha + (n-1)/n S / B: a rank keeps 1/n of its buffer and exchanges the
@@ -47,8 +46,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
-
-import numpy as np
 
 from hw_models.gpu.tensor_parallel import Collective, shard
 from hw_models.network.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL
@@ -72,28 +69,8 @@ def busiest_rank(model: ModelConfig, tokens: float, ep: int) -> Routing:
 
 @lru_cache(maxsize=1024)
 def _busiest(num_experts: int, top_k: int, load: ExpertLoad, tokens: int, ep: int) -> Routing:
-    """busiest_rank by the hashable figures it depends on: a serving run asks it of every grid point's layers.
-
-    Under uniform routing every rank's *expected* load is the mean, but a step's ranks wait for the one its tokens
-    happened to load most: at one Mixtral token (top 2 of 8 experts) on 8 ranks two ranks each read a whole expert
-    while the mean rank reads a quarter of one (a parallelism trial: EP 8 read as fast as TP 8 at batch 1). So the
-    rank simulated touches the expected maximum over the ranks of the experts each touches, each of its E / ep
-    experts touched with probability pi = 1 - (1 - k / E)^T, independently (the draws are slightly anti-correlated,
-    which makes this a slight overestimate): E[max] = sum_j (1 - F(j)^ep), F the Binomial(E / ep, pi) CDF; its
-    assignments scale with it. A skewed load (zipf, histogram) keeps its expected busiest rank."""
-    ranks = route(num_experts, top_k, load, tokens).ranks(ep)
-    expected = max(ranks, key=lambda x: x.assignments)
-    if ep == 1 or load.distribution != "uniform" or load.capacity_factor is not None or not expected.experts_touched:
-        return expected
-    from scipy.stats import binom   # slow to import: only where expert parallelism runs
-
-    n = num_experts // ep
-    pi = 1.0 - (1.0 - top_k / num_experts) ** tokens
-    realized = float(np.sum(1.0 - binom.cdf(np.arange(n), n, pi) ** ep))
-    f = realized / expected.experts_touched
-    if f < 1.0 + 1e-6:   # every rank touches all it holds (a large step): the expected routing stands
-        return expected
-    return Routing(expected.tokens * f, np.minimum(1.0, expected.touched * f), 0.0)
+    """busiest_rank by the hashable figures it depends on: a serving run asks it of every grid point's layers."""
+    return max(route(num_experts, top_k, load, tokens).ranks(ep), key=lambda x: x.assignments)
 
 
 def _resize(t: TensorUse, frac: float, axis: int) -> TensorUse:
