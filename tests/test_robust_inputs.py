@@ -352,3 +352,16 @@ def test_calibrate_says_which_fitted_figures_ended_at_the_edge_of_the_fit_space(
                                                  "embed": fit(frozenset({"memory_max"}), memory_max=1.0)})
     assert at_bounds(cal).endswith("gemm overhead_s, norm compute_max")
     assert at_bounds(SimpleNamespace(overall=fit(), by_kind={})) is None
+
+
+def test_calibrate_names_the_op_kinds_its_fit_makes_worse():
+    """A trace trial: one kind's MAPE went 89.6% -> 256.2% on the capture it was fitted on while the whole improved,
+    written without a word. The kinds made worse (by more than 1%) are named; none where the whole got worse (that
+    warning says it) or no kind did."""
+    from sim.apps.trace.stack_calibrate import HeldOut
+
+    h = HeldOut(100, 0.9, 0.4, "cpu_host", None, (("attn_score", 0.896, 2.562),))
+    assert h.kinds_warning() == ("warning: the fit makes these op kinds worse on its own traces: attn_score 89.6% "
+                                 "with cpu_host -> 256.2%")
+    assert HeldOut(100, 0.4, 0.9, "cpu_host", None, (("qk", 0.1, 0.2),)).kinds_warning() is None
+    assert HeldOut(100, 0.9, 0.4, "cpu_host").kinds_warning() is None

@@ -297,8 +297,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                               min_traces=args.min_traces, gemv_max_m=_gemv_choices(args.gemv_max_m))
     console = tables.console()
     fit = held_out(fit_traces, base, cal.machine, args.stack, refuse=False)   # the fit's own traces, before and after
-    if edge := at_bounds(cal):
-        print(edge, file=sys.stderr)
+    for line in filter(None, (at_bounds(cal), fit.kinds_warning())):   # figures the data push past, kinds made worse
+        print(line, file=sys.stderr)
     if fit.worse:   # a fit its own data disagree with (a trace workflow trial: 79.8% -> 298.8%, written silently)
         print(f"warning: the fit makes its own traces' per-op MAPE worse ({fit.before:.1%} with {base.name} -> "
               f"{fit.after:.1%}): noisy or contended captures, or traces unlike each other", file=sys.stderr)

@@ -109,10 +109,20 @@ class HeldOut:
     after: float      # of the calibrated one
     base: str = ""
     stack: str | None = None
+    # op kinds whose per-op MAPE the calibration makes worse: (kind, before, after)
+    worse_kinds: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def worse(self) -> bool:
         return self.after > self.before
+
+    def kinds_warning(self) -> str | None:
+        """The warning where the fit makes some op kinds worse on these traces though the whole got better (a trace
+        trial: attn_score 89.6% -> 256.2% on its own capture, written without a word)."""
+        if not self.worse_kinds or self.worse:
+            return None
+        return ("warning: the fit makes these op kinds worse on its own traces: " + ", ".join(
+            f"{k} {b:.1%} with {self.base} -> {a:.1%}" for k, b, a in self.worse_kinds))
 
     def line(self) -> str:
         return (f"held-out per-op MAPE {self.before:.1%} with {self.base} -> {self.after:.1%} calibrated, over "
@@ -125,7 +135,9 @@ def held_out(traces: list[Trace], base: Machine, calibrated: Machine, stack: str
     (ConfigError) a calibration that made it worse."""
     before = validate(traces, base, stack=stack)
     after = validate(traces, calibrated, stack=stack)
-    h = HeldOut(len(after.ops), before.mape, after.mape, base.name, stack)
+    kb, ka = before.mape_by_kind(), after.mape_by_kind()
+    h = HeldOut(len(after.ops), before.mape, after.mape, base.name, stack,
+                tuple((k, kb[k], ka[k]) for k in ka if k in kb and ka[k] > kb[k] * 1.01))
     if refuse and h.worse:
         raise ConfigError(f"--held-out: the calibration makes the held-out per-op MAPE worse ({h.line()}); preset not written "
                           "(--report shows the comparison, --force writes it anyway)")
