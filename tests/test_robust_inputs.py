@@ -365,3 +365,19 @@ def test_calibrate_names_the_op_kinds_its_fit_makes_worse():
                                  "with cpu_host -> 256.2%")
     assert HeldOut(100, 0.4, 0.9, "cpu_host", None, (("qk", 0.1, 0.2),)).kinds_warning() is None
     assert HeldOut(100, 0.9, 0.4, "cpu_host").kinds_warning() is None
+
+
+@pytest.mark.parametrize("column, value", [("batch", "8"), ("kv_len", "-5"), ("q_len", "abc")])
+def test_an_ops_row_whose_shape_its_meta_contradicts_is_refused(tmp_path, capsys, column, value):
+    """A trace trial: the batch, q_len and kv_len columns were never read, the .meta.json's shapes used, so batch 8
+    or kv_len -5 gave the file's own results without a word. A row that contradicts its step's shape is refused."""
+    ops = tmp_path / "t.ops.csv"
+    rows = (DATA / "trace_tinyllama_L1.ops.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    first = rows[1].split(",")
+    first[header.index(column)] = value
+    ops.write_text("\n".join([rows[0], ",".join(first), *rows[2:]]) + "\n")
+    shutil.copy(DATA / "trace_tinyllama_L1.meta.json", tmp_path / "t.meta.json")
+    assert main(["validate", str(ops), "--hw", "cpu_host"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"error: {ops}: line 2: {column} '{value}', but its step step0.prefill has {column} ")

@@ -44,6 +44,7 @@ def load_ops_table(p: Path) -> Trace:
                 cpu_us = measured(row["cpu_time_us"], f"{p}: line {i}: cpu_time_us")
             except (KeyError, ValueError, TypeError) as exc:
                 raise ConfigError(f"{p}: line {i}: bad ops-table row ({exc})") from None
+            _same_shape(p, i, row, trace, step)
             label = sim_label(name)
             if label is None:   # every row of a capture's table is a sim op: another name is said, not dropped silently
                 trace.unknown_ops.add(name)
@@ -54,3 +55,20 @@ def load_ops_table(p: Path) -> Trace:
             trace.ops.append(MeasuredOp(name, kind, layer, step, us * 1e-6, device, t, cpu_us * 1e-6, 0, repeat))
             t += us * 1e-6
     return trace
+
+
+SHAPE_COLUMNS = ("batch", "q_len", "kv_len")
+
+
+def _same_shape(p: Path, line: int, row: dict, trace: Trace, step: int) -> None:
+    """A row's batch, q_len and kv_len (capture_trace writes them beside each op) must be its step's in the
+    .meta.json, which the shapes are read from: a row that says otherwise is refused, naming both (a trace trial:
+    batch 0, batch 8, kv_len -5 or q_len abc gave results identical to the file's own, the columns unread)."""
+    if step >= len(trace.steps):
+        return
+    shape = trace.steps[step]
+    for col in SHAPE_COLUMNS:
+        cell = row.get(col)
+        if cell not in (None, "") and cell.strip() != str(getattr(shape, col)):
+            raise ConfigError(f"{p}: line {line}: {col} {cell!r}, but its step {shape.label} has {col} "
+                              f"{getattr(shape, col)} in the .meta.json the shapes are read from")
