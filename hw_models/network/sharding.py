@@ -119,21 +119,17 @@ def plan(graph: OpGraph, sharded_inputs: frozenset[str] = frozenset(),
         if s.sharded_output:
             sharded.update(outs)
         out.append(s)
-    return _reduce_sums_once(ops, out), sharded
+    return _reduce_sums_once(ops, out, readers), sharded
 
 
-def _reduce_sums_once(ops: list, splits: list[OpSplit]) -> list[OpSplit]:
+def _reduce_sums_once(ops: list, splits: list[OpSplit], readers: dict[str, list]) -> list[OpSplit]:
     """Branches of one layer that one elementwise op sums (a MoE's routed and shared experts into the residual) are
     reduced once, after the sum, not each on its own: vLLM's FusedMoE under tensor parallelism reduces the shared
     experts' output with the routed ones' (vllm/model_executor/layers/fused_moe/layer.py
     must_reduce_shared_expert_outputs: "it is not required to reduce the shared_experts results immediately. Instead
     we reduce at the once at the end of the MoE op"); a parallelism trial found DeepSeek-V2-Lite paying a third
-    all-reduce a layer. The one all-reduce is of the sum's size, each branch's."""
+    all-reduce a layer. The one all-reduce is of the sum's size, each branch's. `readers`: plan's, tensor -> its ops."""
     by_output = {t.name: k for k, op in enumerate(ops) for t in op.writes if t.role == "activation"}
-    readers: dict[str, int] = {}
-    for op in ops:
-        for t in op.reads:
-            readers[t.name] = readers.get(t.name, 0) + 1
     out = list(splits)
     for k, op in enumerate(ops):
         if op.kind != g.ELEMENTWISE:
@@ -141,7 +137,7 @@ def _reduce_sums_once(ops: list, splits: list[OpSplit]) -> list[OpSplit]:
         # branches only this sum reads: the residual stream (read by the next norm too) is not one of them
         reduced = [j for j in (by_output.get(t.name) for t in op.reads if t.role == "activation")
                    if j is not None and out[j].collective == ALL_REDUCE and ops[j].layer == op.layer
-                   and all(readers.get(t.name) == 1 for t in ops[j].writes if t.role == "activation")]
+                   and all(len(readers.get(t.name, ())) == 1 for t in ops[j].writes if t.role == "activation")]
         if len(reduced) > 1 and out[k].collective is None:
             for j in reduced:
                 out[j] = OpSplit(out[j].mode, None, out[j].sharded_output)

@@ -115,8 +115,10 @@ class ChipModel:
             compute_s = self.pe_time_s(d["m"], n_slice, k_slice, path.fmt, path.rate_flops_per_s, w_bytes)
             # What the array's time is mostly: installing weight tiles (more than its streaming and skew), an
             # architecture trial's point: a decode GEMM at 0.05% of the MXM's FLOPs had read "compute"
-            streaming_s = self.pe_time_s(d["m"], n_slice, k_slice, path.fmt, path.rate_flops_per_s, w_bytes, False)
-            kind = "weight install" if compute_s > 2 * streaming_s else "compute"
+            kind = "compute"
+            if self.cfg.pe_array.weight_install_bytes_per_cycle is not None:   # else the install always hides
+                streaming_s = self.pe_time_s(d["m"], n_slice, k_slice, path.fmt, path.rate_flops_per_s, w_bytes, False)
+                kind = "weight install" if compute_s > 2 * streaming_s else kind
             if path.dequant and w is not None:
                 dequant_s = f * w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT / unit.vector_flops_per_s
                 kind = "dequant" if dequant_s > compute_s else kind   # the vector units widening the weights

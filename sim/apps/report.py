@@ -149,10 +149,11 @@ def _print_ops_tables(c: Console, result: RunResult) -> None:
     """The top ops of a decode step and of the prefill, with what their shares mean and, for decode, the step's
     device time by bound."""
     layers = result.model["num_layers"]
-    staged = "; ".join(c for c in (pipeline_caption(result), host_caption(result)) if c) or None
+    pipeline = pipeline_caption(result)
+    staged = "; ".join(c for c in (pipeline, host_caption(result)) if c) or None
     # gen_len 1 runs no decode step (the first token is prefill's): the table is the step a longer run would take
     decode = "one decode step" if result.gen_len > 1 else "a decode step (none ran: gen_len 1), as a next token's"
-    by_bound = None if pipeline_caption(result) else bound_caption(result.decode_ops)
+    by_bound = None if pipeline else bound_caption(result.decode_ops)
     c.print(top_ops_table(f"Top ops, {decode} (kv_len {result.decode_kv_len}), summed over {layers} layers",
                           result.decode_ops, result.decode_timeline.makespan_s, layers,
                           caption="; ".join(c for c in (staged, by_bound) if c) or None))

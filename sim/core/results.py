@@ -241,14 +241,19 @@ def check_finite(result: "RunResult", source: str) -> "RunResult":
     return result
 
 
-def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
-    """Pieces of one execution that ran side by side (per stack, per chip) become one
-    record spanning them, so a table counts the op's wall time once (and its pieces' FLOPs, bytes and energy)."""
+def pieces_of(ops: list[OpRecord]) -> dict[str, list[OpRecord]]:
+    """The records of each execution (`group`, else the record's own name), in order."""
     groups: dict[str, list[OpRecord]] = {}
     for o in ops:
         groups.setdefault(o.group or o.name, []).append(o)
+    return groups
+
+
+def merge_pieces(ops: list[OpRecord]) -> list[OpRecord]:
+    """Pieces of one execution that ran side by side (per stack, per chip) become one
+    record spanning them, so a table counts the op's wall time once (and its pieces' FLOPs, bytes and energy)."""
     out = []
-    for name, pieces in groups.items():
+    for name, pieces in pieces_of(ops).items():
         first = pieces[0]
         out.append(first if len(pieces) == 1 else replace(
             first, name=name, start_s=min(p.start_s for p in pieces), end_s=max(p.end_s for p in pieces),
@@ -280,12 +285,8 @@ def time_by_bound(ops: list[OpRecord]) -> dict[str, float]:
     work, which overlaps the device's ops, left out. An execution's pieces count the time they cover, each piece its
     own bound: side by side (PIM stacks) once, one after another (a spatial op split over consecutive chips) each, and
     never the hop between them, which merge_pieces' span holds (a review read a Groq step's compute twice over)."""
-    groups: dict[str, list[OpRecord]] = {}
-    for o in ops:
-        if o.kind != "engine":
-            groups.setdefault(o.group or o.name, []).append(o)
     acc: dict[str, float] = {}
-    for pieces in groups.values():
+    for pieces in pieces_of([o for o in ops if o.kind != "engine"]).values():
         end = float("-inf")
         for p in sorted(pieces, key=lambda p: (p.start_s, p.end_s)):
             if p.end_s > end:

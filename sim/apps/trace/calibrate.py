@@ -163,14 +163,14 @@ def predict_s(p: dict[str, float], flops: np.ndarray, nbytes: np.ndarray, rate: 
 
 
 # Fit space: maxima linear in (0, 1]; halves and overhead in log10 (they span decades).
-_LOW = np.array([1e-4, 0.0, 1e-4, 0.0, -9.0])   # a datasheet socket vs a loaded 2-vCPU VM: 1e-2 is too high a floor
-_HIGH = np.array([1.0, 13.0, 1.0, 10.0, -2.0])
+FIT_LOW = np.array([1e-4, 0.0, 1e-4, 0.0, -9.0])   # a datasheet socket vs a loaded 2-vCPU VM: 1e-2 is too high a floor
+FIT_HIGH = np.array([1.0, 13.0, 1.0, 10.0, -2.0])
 
 
 def _to_x(p: dict[str, float]) -> np.ndarray:
     x = np.array([p["compute_max"], math.log10(p["compute_half_flops"] + 1.0), p["memory_max"],
                   math.log10(p["memory_half_bytes"] + 1.0), math.log10(max(p["overhead_s"], 1e-9))])
-    return np.clip(x, _LOW + 1e-9, _HIGH - 1e-9)
+    return np.clip(x, FIT_LOW + 1e-9, FIT_HIGH - 1e-9)
 
 
 def _from_x(x: np.ndarray) -> dict[str, float]:
@@ -202,7 +202,7 @@ def fit(flops, nbytes, rate, measured_s, scale, ramp, bandwidth: float, start: d
     def residuals(xf):
         return np.log(predict_s(_from_x(full(xf)), flops, nbytes, rate, bandwidth, scale, ramp)) - np.log(measured_s)
 
-    res = least_squares(residuals, x0[free], bounds=(_LOW[free], _HIGH[free]), x_scale=(_HIGH - _LOW)[free],
+    res = least_squares(residuals, x0[free], bounds=(FIT_LOW[free], FIT_HIGH[free]), x_scale=(FIT_HIGH - FIT_LOW)[free],
                         method="trf")
     params = _from_x(full(res.x))
     pred = predict_s(params, flops, nbytes, rate, bandwidth, scale, ramp)

@@ -106,14 +106,11 @@ def inconsistent(trace) -> None:
     recorded twice in one step, and on a CPU, a step whose ops sum past its wall time or to a thousandth of it."""
     if not str(trace.source).split("#")[0].endswith(CAPTURE_SUFFIXES):   # vidur's tables repeat each op by design
         return
-    seen: dict[tuple[int, str], int] = {}
-    for o in trace.ops:
-        seen[(o.step, o.name)] = seen.get((o.step, o.name), 0) + 1
-    twice = next(((k, n) for k, n in seen.items() if n > 1), None)
-    if twice:
-        (step, name), n = twice
-        raise ConfigError(f"{trace.source}: {name} appears {n} times in {trace.steps[step].label}: a capture records "
-                          "each op once a step (a duplicated row, or two steps under one label)")
+    again = next((o for o in trace.ops if o.repeat), None)   # the loaders number an op's instances in its step
+    if again is not None:
+        n = 1 + max(o.repeat for o in trace.ops if (o.step, o.name) == (again.step, again.name))
+        raise ConfigError(f"{trace.source}: {again.name} appears {n} times in {trace.steps[again.step].label}: a capture "
+                          "records each op once a step (a duplicated row, or two steps under one label)")
     for j, shape in enumerate(trace.steps if trace.device == "cpu" else ()):
         ops_s = sum(o.duration_s for o in trace.ops if o.step == j)
         if shape.wall_s and ops_s and not WALL_FLOOR * shape.wall_s <= ops_s <= WALL_SLACK * shape.wall_s:

@@ -22,7 +22,7 @@ from typing import Iterable
 
 from hw_models.machine import Machine, machine_from_dict
 from hw_models.stack.spec import Stack, load_stack
-from sim.apps.trace.calibrate import Calibration, calibrate
+from sim.apps.trace.calibrate import FIT_HIGH, FIT_LOW, PARAMS, Calibration, calibrate
 from sim.apps.trace.records import Trace
 from sim.apps.trace.stack_fit import SpecFit, fit_stack
 from sim.apps.trace.validate import validate
@@ -145,10 +145,15 @@ def held_out(traces: list[Trace], base: Machine, calibrated: Machine, stack: str
 
 
 
-# The fit space's edges (sim.apps.trace.calibrate _LOW / _HIGH): a maximum of 1 (the peak itself) and an overhead of
-# 1 ns are where the data pushed past what the model can say
-AT_BOUND = (("compute_max", lambda v: v >= 1.0 - 1e-6), ("memory_max", lambda v: v >= 1.0 - 1e-6),
-            ("overhead_s", lambda v: v <= 1.0e-9 * (1 + 1e-6)))
+def _edge(name: str, v: float) -> bool:
+    """Whether fitted figure `name` ended on the fit space's edge (sim.apps.trace.calibrate FIT_LOW / FIT_HIGH): a
+    maximum at its top (the peak itself), an overhead at its floor (log10, 1 ns): where the data pushed past what
+    the model can say."""
+    i = PARAMS.index(name)
+    return v >= FIT_HIGH[i] - 1e-6 if name.endswith("_max") else v <= 10 ** FIT_LOW[i] * (1 + 1e-6)
+
+
+AT_BOUND = ("compute_max", "memory_max", "overhead_s")
 
 
 def at_bounds(cal) -> str | None:
@@ -156,6 +161,6 @@ def at_bounds(cal) -> str | None:
     table in seconds where microseconds belong fitted every maximum to 1 and every overhead to 1 ns, written without
     a word; a kind fitted so says its data are not the model's to explain."""
     hits = [f"{kind} {name}" for kind, f in {"all ops": cal.overall, **cal.by_kind}.items()
-            for name, edge in AT_BOUND if name in f.params and name not in f.fixed and edge(f.params[name])]
+            for name in AT_BOUND if name in f.params and name not in f.fixed and _edge(name, f.params[name])]
     return (f"warning: fitted at the edge of what the model can say (the data push past it: other units, or ops the "
             f"model does not explain): {', '.join(hits)}") if hits else None
