@@ -256,7 +256,31 @@ def test_model_show_gives_the_experts_width_the_model_uses(capsys):
     # DeepSeek-V2-Lite: 2 shared experts of 1408 (moe_intermediate_size), no shared_expert_intermediate_size given
     assert main(["model", "show", "deepseek-v2-lite"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "shared_expert_intermediate_size" in line)
-    assert "2816" in row
+    assert "2816" in row and "not given" in row   # absent from the config, not 0 in it (a trial)
+
+
+def test_model_show_says_a_windowed_cache_is_not_capped(capsys):
+    """Mistral's KV figure per token counts every layer's whole context (docs/models.md): the row says so, where a
+    model-import trial read it as the windowed cache's (4x it at 16k tokens). A model without a window has no row."""
+    assert main(["model", "show", "mistral-7b"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache of windowed layers" in out and "4096-key window bounds what attention reads" in out
+    assert main(["model", "show", "llama3-8b"]) == 0
+    assert "windowed" not in capsys.readouterr().out
+
+
+def test_run_past_the_models_positions_warns(tmp_path, capsys):
+    """A context longer than max_position_embeddings is costed but named (a trial: Phi-3-mini, 4096 positions, at
+    8,000 tokens without a word); within it, or an inline model that gives no limit, nothing is said."""
+    wl = tmp_path / "w.yaml"
+    for model, prompt, warns in (("phi-3-mini", 8000, True), ("phi-3-mini", 4000, False),
+                                 ("{hidden_size: 256, num_layers: 2, num_heads: 4, vocab_size: 100}", 8000, False)):
+        wl.write_text(f"model: {model}\nbatch: 1\nprompt_len: {prompt}\ngen_len: 8\n")
+        capsys.readouterr()
+        assert main(["run", str(wl), "--hw", "h100_sxm", "-q"]) == 0
+        err = capsys.readouterr().err
+        assert (f"{wl}: prompt_len + gen_len = {prompt + 8:,} tokens exceeds phi-3-mini's max_position_embeddings "
+                "4,096" in err) == warns, err
 
 
 def test_roofline_says_what_it_leaves_out(capsys):

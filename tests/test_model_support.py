@@ -110,6 +110,11 @@ REFUSED = [
      "mlp_only_layers: ", "dense MLP layers"),
     ({**BASE, "model_type": "llama", "mlp_bias": True}, "mlp_bias: ", "biases on the MLP"),
     ({**BASE, "model_type": "phi3", "partial_rotary_factor": 0.5}, "partial_rotary_factor: ", "part of each head"),
+    # every type, not phi3 alone (a model-import trial's llama config with 0.5 ran without a word)
+    ({**BASE, "model_type": "llama", "partial_rotary_factor": 0.5}, "partial_rotary_factor: ", "part of each head"),
+    # no model_type reads as LLaMA: a config naming another model's class is refused (Falcon-7B had read as 11.2B)
+    ({**BASE, "architectures": ["FalconForCausalLM"]}, "architectures: 'FalconForCausalLM' with no model_type",
+     "read as LLaMA"),
     ({**BASE, "model_type": "opt", "do_layer_norm_before": False}, "do_layer_norm_before: ", "LayerNorm after"),
     ({**BASE, "model_type": "opt", "word_embed_proj_dim": 128}, "word_embed_proj_dim: ", "narrower than"),
     ({**BASE, "model_type": "deepseek_v2", "kv_lora_rank": 512}, "kv_lora_rank: ", "multi-head latent attention"),
@@ -152,7 +157,26 @@ def test_name_from_the_file_not_the_folder(tmp_path):
     assert load_model(own).name == "my-model"
 
 
+def test_a_snapshot_folder_reads_its_config_json(tmp_path):
+    """A Hugging Face download is a folder: its config.json is the model (a trial's `sim model show llama31_8b` had
+    been refused as "is a directory"); a folder without one still is."""
+    (tmp_path / "llama31_8b").mkdir()
+    (tmp_path / "llama31_8b" / "config.json").write_text(json.dumps({**BASE, "model_type": "llama"}))
+    assert load_model(str(tmp_path / "llama31_8b")).hidden_size == 256
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_model(str(tmp_path / "empty"))
+
+
+def test_a_llama_config_without_model_type_or_with_llama_classes_still_reads():
+    assert load_model({**BASE, "architectures": ["LlamaForCausalLM"]}).hidden_size == 256
+    assert load_model({**BASE, "architectures": None}).hidden_size == 256
+
+
 def test_errors_use_the_users_key_names():
+    with pytest.raises(ConfigError, match=r"model: missing num_experts_per_tok \(the experts each token is routed "
+                                          r"to, of its 4\)"):   # had read "got 0", a value the file never gave
+        load_model({**BASE, "model_type": "qwen3_moe", "num_experts": 4, "moe_intermediate_size": 64})
     hf = {k: v for k, v in BASE.items() if k != "num_hidden_layers"}
     with pytest.raises(ConfigError, match="missing num_hidden_layers"):
         load_model({**hf, "model_type": "llama"})

@@ -218,9 +218,9 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     active = f" ({data['active_params']:,} active per token)" if m.is_moe else ""
     t = Table(title=f"{m.name}: {m.params():,} parameters{active}", show_header=False, title_justify="left")
     # A field the model reads through another (0: the experts are the dense MLP's width) shows what it means.
-    effective = {"moe_intermediate_size": f"{m.expert_intermediate} (0 in the config: intermediate_size's)"
+    effective = {"moe_intermediate_size": f"{m.expert_intermediate} (not given: intermediate_size's)"
                  if m.is_moe and not m.moe_intermediate_size else None,
-                 "shared_expert_intermediate_size": f"{m.shared_intermediate} (0 in the config: num_shared_experts x "
+                 "shared_expert_intermediate_size": f"{m.shared_intermediate} (not given: num_shared_experts x "
                  "the experts' width)" if m.num_shared_experts and not m.shared_expert_intermediate_size else None}
     for k, v in m.to_dict().items():
         t.add_row(k, effective.get(k) or str(v))
@@ -228,6 +228,9 @@ def cmd_model_show(args: argparse.Namespace) -> int:
         t.add_row(f"weights in {f}", f"{by_fmt[f]:,} bytes ({by_fmt[f] / 1e9:.2f} GB)")
     for f in fmts:
         t.add_row(f"KV cache per token in {f}", f"{kv[f]:,.0f} bytes")
+    if m.sliding_window:   # a model-import trial read the figure as the windowed cache's (Mistral at 16k: 4x it)
+        t.add_row("KV cache of windowed layers", f"every layer's whole context: a {m.sliding_window}-key window "
+                  "bounds what attention reads, not what the cache holds (docs/models.md)")
     tables.console().print(t)
     return 0
 

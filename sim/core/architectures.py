@@ -65,6 +65,10 @@ _SPARSE_STEP = Refusal("decoder_sparse_step", _not_one, "MoE on every n-th layer
 _MLP_ONLY = Refusal("mlp_only_layers", _on, "dense MLP layers among MoE ones (mlp_only_layers)")
 _MLP_BIAS = Refusal("mlp_bias", _on, "biases on the MLP projections (mlp_bias)")
 _LLAMA_LIKE = (_MLP_BIAS,)
+# Every type: transformers' RoPE helpers read partial_rotary_factor from any config (a trial gave it to a llama
+# config, which ran without a word while phi3's was refused).
+_PARTIAL_ROPE = Refusal("partial_rotary_factor", lambda v, raw: v not in (None, 1, 1.0),
+                        "RoPE on part of each head (partial_rotary_factor < 1)")
 
 ARCHITECTURES: dict[str, Architecture] = {
     "llama": Architecture(defaults={"tie_word_embeddings": False}, refusals=_LLAMA_LIKE),
@@ -93,9 +97,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                             defaults={"tie_word_embeddings": False, "sliding_window": 128, "attention_bias": True},
                             refusals=(Refusal("layer_types", lambda v, raw: not _alternating(v),
                                               "a window on layers other than every other one from layer 0"),)),
-    "phi3": Architecture(defaults={"tie_word_embeddings": False},
-                         refusals=(Refusal("partial_rotary_factor", lambda v, raw: v not in (None, 1, 1.0),
-                                           "RoPE on part of each head (partial_rotary_factor < 1)"),)),
+    "phi3": Architecture(defaults={"tie_word_embeddings": False}),
     "opt": Architecture(family="opt", defaults={"tie_word_embeddings": True},
                         refusals=(Refusal("do_layer_norm_before", lambda v, raw: v is False,
                                           "LayerNorm after attention (do_layer_norm_before: false, OPT-350m)"),
@@ -129,11 +131,24 @@ KNOWN_UNSUPPORTED = {
 }
 
 
+def _check_classes(classes: Any, source: str | None) -> None:
+    """A config without model_type is read as LLaMA; one whose `architectures` names another model's class
+    (FalconForCausalLM) is refused rather than run as LLaMA (a model-import trial: Falcon-7B read as 11.2B)."""
+    if not isinstance(classes, list):
+        return
+    other = [c for c in classes if not str(c).startswith("Llama")]
+    if other:
+        raise ConfigError(f"{where(source, 'architectures')}{other[0]!r} with no model_type: a config without "
+                          "model_type is read as LLaMA; give its model_type (modelled types: "
+                          f"{', '.join(sorted(ARCHITECTURES))})")
+
+
 def architecture(raw: dict[str, Any], source: str | None) -> Architecture:
     """The Architecture of a config mapping; a refused type or feature raises ConfigError.
     No model_type (a sim-style YAML or an inline mapping): its `family`, LLaMA by default."""
     kind = raw.get("model_type")
     if kind is None:
+        _check_classes(raw.get("architectures"), source)
         family = str(raw.get("family") or "llama").lower()
         return ARCHITECTURES["opt" if family == "opt" else "llama"]
     kind = str(kind).lower()
@@ -143,7 +158,7 @@ def architecture(raw: dict[str, Any], source: str | None) -> Architecture:
         listed = ", ".join(sorted(ARCHITECTURES))
         raise ConfigError(f"{where(source, 'model_type')}{kind!r} is not modelled"
                           f"{f' ({why})' if why else ''}; modelled types: {listed}")
-    for refusal in arch.refusals:
+    for refusal in (*arch.refusals, _PARTIAL_ROPE):
         try:
             applies = refusal.key in raw and refusal.applies(raw[refusal.key], raw)
         except SwitchError as exc:

@@ -272,6 +272,9 @@ def _require_switch(value: Any, at: str) -> None:
 
 def _check_moe(fields: dict[str, Any], source: str | None) -> None:
     experts, k = fields.get("num_experts", 0), fields.get("experts_per_token", 0)
+    if experts and "experts_per_token" not in fields:   # had read "got 0", a value the file never gave (a trial)
+        raise ConfigError(f"{where(source, 'model')}missing num_experts_per_tok (the experts each token is routed "
+                          f"to, of its {experts})")
     if experts and not 0 < k <= experts:
         raise ConfigError(f"{where(source, 'model.num_experts_per_tok')}must be between 1 and the "
                           f"{experts} experts, got {k}")
@@ -372,6 +375,8 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     if (hub := hub_preset(text)) is not None and not Path(text).exists():   # a local folder of that name wins
         return from_mapping(presets[hub], hub)
     path = model_path(text, source)
+    if path is not None and path.is_dir() and (path / "config.json").is_file():   # a Hugging Face snapshot folder
+        path = path / "config.json"
     if path is not None:
         if not path.is_file():
             problem = not_a_file(path, "not found", "a config.json or YAML file")
