@@ -621,3 +621,27 @@ def test_error_figures_of_values_past_the_square_root_of_float64():
         warnings.simplefilter("error")
         huge = quantization_error(np.full(10, 1e308), "fp32")
     assert huge["sqnr_db"] == -math.inf and huge["rel_rmse"] == math.inf and huge["rms"] == pytest.approx(1e308)
+
+
+def test_register_refuses_what_get_format_or_the_emulation_cannot_use():
+    """A formats trial registered block_size 0 (quantize raised ZeroDivisionError), -4 (an indexing error) and a
+    capitalised name that get_format could never find again: each is now a ValueError naming the field."""
+    import dataclasses
+
+    from sim.core.formats import _FORMATS, get_format, register
+    mx = get_format("mxfp4")
+    for bad, match in ((dataclasses.replace(mx, name="mxfp4_b0", block_size=0), "block_size must be >= 1"),
+                       (dataclasses.replace(mx, name="mxfp4_neg", block_size=-4), "block_size must be >= 1"),
+                       (dataclasses.replace(get_format("int4"), name="int4_neg", block_size=-1), "block_size must be >= 0"),
+                       (dataclasses.replace(mx, name="MyFP4"), "get_format looks up 'myfp4'"),
+                       (dataclasses.replace(mx, name="my-fp4"), "get_format looks up 'my_fp4'"),
+                       (dataclasses.replace(mx, name="mxfp0", bits=0), "bits must be >= 1")):
+        with pytest.raises(ValueError, match=match):
+            register(bad)
+        assert bad.name not in _FORMATS
+    ok = dataclasses.replace(mx, name="mxfp4_b16", block_size=16)
+    try:
+        register(ok)
+        assert get_format("MXFP4-B16") is ok
+    finally:
+        _FORMATS.pop("mxfp4_b16")

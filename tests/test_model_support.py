@@ -174,8 +174,7 @@ def test_a_llama_config_without_model_type_or_with_llama_classes_still_reads():
 
 
 def test_errors_use_the_users_key_names():
-    with pytest.raises(ConfigError, match=r"model: missing num_experts_per_tok \(the experts each token is routed "
-                                          r"to, of its 4\)"):   # had read "got 0", a value the file never gave
+    with pytest.raises(ConfigError, match=r"model: missing num_experts_per_tok$"):   # had read "got 0", never given
         load_model({**BASE, "model_type": "qwen3_moe", "num_experts": 4, "moe_intermediate_size": 64})
     hf = {k: v for k, v in BASE.items() if k != "num_hidden_layers"}
     with pytest.raises(ConfigError, match="missing num_hidden_layers"):

@@ -3,7 +3,10 @@ over GPU batch size, number of GPU batches and CPU attention, and the event
 simulation to confirm the best candidates.
 
 The LP (scipy HiGHS) has the nine fractions and the step times T_prefill and
-T_decode. Each step time is at least each resource's busy time in that step
+T_decode. It ranks the candidates with room for one slot's streamed weights, the least the schedule runs with;
+each of its favourites is simulated with its twin that leaves room for two (the next slot's weights prefetched
+while this one computes), which the perfect-overlap LP cannot tell apart from one (an offload trial: OPT-30B's
+favourites filled the GPU to the byte and ran their loads and compute in turn, ~20% below a neighbour). Each step time is at least each resource's busy time in that step
 (GPU compute, PCIe each way, the disk): the perfect-overlap max() form of the
 FlexGen paper. Every busy time is linear in the fractions; so are the memory
 constraints per tier (GPU: resident parts + working activations + the
@@ -51,8 +54,9 @@ def search_title(objective: str, candidates: int, feasible: int, simulated: int,
         return f"{k} {one if k == 1 else many}"
 
     return (f"Policy search ({objective}): {count(candidates, 'LP candidate', 'LP candidates')} ({feasible} feasible)"
-            f"{took}; {count(simulated, 'policy', 'policies')} event-simulated (the LP's best and the local search's "
-            "neighbours): LP (perfect overlap) vs event simulation")
+            f"{took}; {count(simulated, 'policy', 'policies')} event-simulated (the LP's best, their twins with room "
+            "to prefetch the next layer's weights, the local search's neighbours): LP (perfect overlap) vs event "
+            "simulation")
 
 
 def _figures(c: Candidate) -> dict[str, float | None]:
@@ -160,18 +164,24 @@ def _time_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, pinn
                       hd=hid / r.disk_read + hid / r.disk_write)
 
 
-def _memory_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, gpu_capacity: float) -> None:
-    """Bytes per tier within its capacity; the GPU also holds one slot's streamed weights and KV. The streamed
-    shares' buffers are (1 - wg) x one slot's weights and (1 - cg) x one GPU batch's KV read (OffloadMapper.
-    placement): constant terms on the right, and the GPU shares' coefficients less the slot each buffer holds."""
+def _memory_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, gpu_capacity: float,
+                 slots: int = 2) -> None:
+    """Bytes per tier within its capacity; the GPU also holds the streamed weights of two slots (the one computing
+    and the next, which Algorithm 1 prefetches meanwhile: OffloadMapper.placement gives the schedule two where
+    they fit) and one GPU batch's streamed KV. The buffers are 2 (1 - wg) x one slot's weights and (1 - cg) x one
+    GPU batch's KV read: constant terms on the right, and the GPU shares' coefficients less what each buffer holds.
+    With one slot reserved the LP filled the GPU to the byte, the schedule had room for one layer, loads and compute
+    ran in turn, and the search's best OPT-30B policy was ~20% slower than its neighbours (an offload trial).
+    `slots` 1: the least the schedule runs with (solve_lp's fallback where two do not fit: a fixed policy that
+    fills the GPU, FlexGen's own OPT-30B one, still runs, its loads and compute in turn)."""
     w = mapper.workload
     pe, pl, ph = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
     _, dl_max, _ = mapper.works("decode", gbs, 1, w.prompt_len + w.gen_len - 1)
     size = mapper.sizes(gbs * nb, gbs)
     w_slot = max(pe.weight_bytes, pl.weight_bytes, ph.weight_bytes)
     kv_buf = 0.0 if cpu_attention else dl_max.kv_read_bytes
-    rows.at_most(gpu_capacity * (1 - 1e-6) - size["working"] - w_slot - kv_buf,
-                 wg=size["weights"] - w_slot, cg=size["kv_cache"] - kv_buf, hg=size["activations"])
+    rows.at_most(gpu_capacity * (1 - 1e-6) - size["working"] - slots * w_slot - kv_buf,
+                 wg=size["weights"] - slots * w_slot, cg=size["kv_cache"] - kv_buf, hg=size["activations"])
     host = mapper.host
     for keys, cap in ((("wc", "cc", "hc"), host.cpu_memory.capacity_bytes), (("wd", "cd", "hd"), host.disk.capacity_bytes)):
         rows.at_most(cap * (1 - 1e-6), **{k: size[role] for k, role in zip(keys, ("weights", "kv_cache", "activations"))})
@@ -197,19 +207,23 @@ def _objective(rows: _Rows, mapper, gbs: int, nb: int, objective: str) -> np.nda
 
 
 def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec: PolicySpec,
-             objective: str, gpu_capacity: float) -> Candidate | None:
-    """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible."""
+             objective: str, gpu_capacity: float, slots: tuple[int, ...] = (2, 1)) -> Candidate | None:
+    """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible: with room
+    for the streamed weights of slots[0] slots (_memory_rows), else of the next count that fits."""
     from scipy.optimize import linprog   # third-party and slow to import (0.4 s): only when searching
 
-    rows = _Rows()
-    _time_rows(rows, mapper, gbs, nb, cpu_attention, pinned)
-    _memory_rows(rows, mapper, gbs, nb, cpu_attention, gpu_capacity)
-    A_eq = [rows.row(**{k: 1.0 for k in keys}) for keys in TRIPLES.values()]
     bounds = [(spec.fractions[k], spec.fractions[k]) if k in spec.fractions else (0.0, 1.0) for k in _KEYS]
     bounds += [(0, None), (0, None)]
-    res = linprog(_objective(rows, mapper, gbs, nb, objective), A_ub=np.array(rows.A), b_ub=np.array(rows.b),
-                  A_eq=np.array(A_eq), b_eq=np.ones(3), bounds=bounds, method="highs")
-    if res.status != 0:
+    for n_slots in slots:
+        rows = _Rows()
+        _time_rows(rows, mapper, gbs, nb, cpu_attention, pinned)
+        _memory_rows(rows, mapper, gbs, nb, cpu_attention, gpu_capacity, n_slots)
+        A_eq = [rows.row(**{k: 1.0 for k in keys}) for keys in TRIPLES.values()]
+        res = linprog(_objective(rows, mapper, gbs, nb, objective), A_ub=np.array(rows.A), b_ub=np.array(rows.b),
+                      A_eq=np.array(A_eq), b_eq=np.ones(3), bounds=bounds, method="highs")
+        if res.status == 0:
+            break
+    else:
         return None
     x = np.clip(res.x[:9], 0.0, 1.0)
     trip = [tuple(float(v) for v in x[i:i + 3] / x[i:i + 3].sum()) for i in (0, 3, 6)]
@@ -238,7 +252,7 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
     for gbs, nb in pairs:
         for ca in attn:
             tried += 1
-            c = solve_lp(mapper, gbs, nb, ca, pinned, spec, objective, cap)
+            c = solve_lp(mapper, gbs, nb, ca, pinned, spec, objective, cap, slots=(1,))
             if c is not None:
                 found.append(c)
     if not found:
@@ -247,6 +261,11 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
     found.sort(key=key)
     seen: set[Policy] = set()   # with no KV off the GPU both attention options are one policy (solve_lp): once
     top = [c for c in found if not (c.policy in seen or seen.add(c.policy))][:confirm]
+    # Each favourite's twin with room to prefetch the next slot's weights: the LP ranks by perfect overlap, which
+    # the one-slot placement it prefers cannot give (loads and compute in turn), nor always the twin (module doc)
+    top += [t for c in top if (t := solve_lp(mapper, c.policy.gpu_batch_size, c.policy.num_gpu_batches,
+                                             c.policy.cpu_attention, pinned, spec, objective, cap, slots=(2,)))
+            and not (t.policy in seen or seen.add(t.policy))]
     for c in top:
         _confirm(mapper, c)
     rank = (lambda c: c.des_tpot_s) if objective == "latency" else (lambda c: -c.des_throughput)

@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 from hw_models.kinds import cli_registrars
-from sim.apps import diff_cli, hw_cli, progress
+from sim.apps import diff_cli, formats_cli, hw_cli, progress
 from sim.core.files import check_output, check_outputs, transaction, write_json
 from sim.apps.serve import cache_cli, cli as serve_cli
 from sim.apps.survey import cli as survey_cli
@@ -235,55 +235,6 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_formats(args: argparse.Namespace) -> int:
-    """Each format's exact storage and the error it causes on an array."""
-    from rich.table import Table
-
-    from sim.apps.arrays import numeric_array
-    from sim.core.formats import get_format, known_formats
-    from sim.core.quantize import quantization_error
-
-    import numpy as np
-
-    names = flags.comma_list("--formats", args.formats, lambda n: get_format(n).name) if args.formats else known_formats()
-    fmts = [get_format(n) for n in names]        # unknown names fail before any work
-    if args.array:
-        path = Path(args.array)
-        x = numeric_array(path)
-        source = f"{path} {x.shape}"
-    else:
-        x = np.random.default_rng(0).standard_normal((256, 4096)).astype(np.float32)
-        source = "N(0, 1), 256 x 4096, seed 0"
-    shape = tuple(x.shape) if x.ndim else (1,)
-    rows = []
-    with progress.bar("measuring formats", "formats", len(fmts), quiet=args.quiet) as update:
-        for f in fmts:
-            err = quantization_error(x, f)
-            rows.append(dict(format=f.name, bits_per_element=f.bits_per_element(shape), block=f.block_size,
-                             storage_bytes=f.storage_bytes(shape), sqnr_db=err["sqnr_db"],
-                             rel_rmse=err["rel_rmse"], max_abs_err=err["max_abs_err"]))
-            update(len(rows))
-    if args.json:
-        flags.emit_json(args.json, dict(array=source, formats=rows))
-        return 0
-    t = Table(title=f"Number formats on {source}")
-    for col in ("format", "bits/element", "block", "bytes", "SQNR dB", "rel. RMSE", "max |err|"):
-        t.add_column(col, justify="left" if col == "format" else "right")
-    for r in rows:
-        t.add_row(r["format"], f"{r['bits_per_element']:.3f}",
-                  {None: "-", 0: "row"}.get(r["block"], str(r["block"])), f"{r['storage_bytes']:,}",
-                  f"{r['sqnr_db']:.1f}", f"{r['rel_rmse']:.2e}", f"{r['max_abs_err']:.3g}")
-    tables.console().print(t)
-    # A rel. RMSE of 1 is everything rounded to zero: an unscaled narrow format under values below its smallest
-    # subnormal (fp4_e2m1's 0.5 under N(0, 0.02) weights read "0.0 dB" without a word: a newcomer's trial).
-    lost = [r["format"] for r in rows if r["rel_rmse"] >= 1.0 - 1e-12]
-    if lost:
-        print(f"note: {', '.join(lost)}: every value rounds to zero (rel. RMSE 1): the values lie below the format's "
-              "smallest step and it carries no scale; a scaled format (mxfp4, nvfp4) or a per-tensor scale keeps them",
-              file=sys.stderr)
-    return 0
-
-
 class OneLineErrors(argparse.ArgumentParser):
     """A parser whose usage errors are one line on stderr, exit 2 (docs/cli.md), as every other error of what the
     user typed: argparse's own print the usage block first (a trial counted 7 lines for `--every 0`)."""
@@ -335,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("--formats", help="comma-separated formats (default: all)")
     fp.add_argument("--array", metavar="NPY", help="measure the error on this .npy array (default: Gaussian)")
     flags.json_option(fp, "each format's bits and errors")
-    fp.set_defaults(func=cmd_formats)
+    fp.set_defaults(func=formats_cli.cmd_formats)
 
     hw_cli.register(sub)
 

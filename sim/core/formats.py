@@ -198,6 +198,18 @@ INT_PATTERNS = "int4|int8 + _pc | _pt | _g<N>, optional _asym (e.g. int4_g64, in
 
 
 def register(fmt: NumberFormat) -> None:
+    """Add `fmt` to the registry (the Python API's custom formats). Refused with a ValueError: a name get_format
+    could not find again (it looks names up lower-cased, '-' as '_'), and a block size the emulation cannot scale
+    by (a formats trial: block_size 0 had raised ZeroDivisionError in quantize, -4 an indexing error)."""
+    if not fmt.name or _normalize(fmt.name) != fmt.name:
+        raise ValueError(f"register: format name {fmt.name!r} must be lower-case, '_' for '-' and non-empty "
+                         f"(get_format looks up {_normalize(fmt.name)!r})")
+    if fmt.bits < 1:
+        raise ValueError(f"register: {fmt.name}: bits must be >= 1, got {fmt.bits}")
+    scaled_blocks = fmt.family in ("mx", "nvfp4")   # one scale per block of elements: 0 (per row) has no block
+    if fmt.block_size is not None and (fmt.block_size < (1 if scaled_blocks else 0)):
+        raise ValueError(f"register: {fmt.name}: block_size must be {'>= 1' if scaled_blocks else '>= 0 (0: per row)'}"
+                         f" or None, got {fmt.block_size}")
     _FORMATS[fmt.name] = fmt
 
 

@@ -220,7 +220,7 @@ def from_mapping(raw: dict[str, Any], name: str, source: str | None = None) -> M
     # dense intermediate_size a missing key fell back to: a 235B model read as 1.8T).
     need = (*_REQUIRED, *(("intermediate_size",) if "model_type" in raw else ()),
             *(("moe_intermediate_size",) if raw.get("model_type") in EXPERT_WIDTH_TYPES and fields.get("num_experts")
-              else ()))
+              else ()), *(("experts_per_token",) if fields.get("num_experts") else ()))   # had read "got 0" (a trial)
     missing = [key_of(k) for k in need if k not in fields]
     if missing:
         raise ConfigError(f"{where(source, 'model')}missing {', '.join(missing)}")
@@ -272,9 +272,6 @@ def _require_switch(value: Any, at: str) -> None:
 
 def _check_moe(fields: dict[str, Any], source: str | None) -> None:
     experts, k = fields.get("num_experts", 0), fields.get("experts_per_token", 0)
-    if experts and "experts_per_token" not in fields:   # had read "got 0", a value the file never gave (a trial)
-        raise ConfigError(f"{where(source, 'model')}missing num_experts_per_tok (the experts each token is routed "
-                          f"to, of its {experts})")
     if experts and not 0 < k <= experts:
         raise ConfigError(f"{where(source, 'model.num_experts_per_tok')}must be between 1 and the "
                           f"{experts} experts, got {k}")
@@ -375,8 +372,7 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     if (hub := hub_preset(text)) is not None and not Path(text).exists():   # a local folder of that name wins
         return from_mapping(presets[hub], hub)
     path = model_path(text, source)
-    if path is not None and path.is_dir() and (path / "config.json").is_file():   # a Hugging Face snapshot folder
-        path = path / "config.json"
+    path = path / "config.json" if path and path.is_dir() and (path / "config.json").is_file() else path   # HF snapshot
     if path is not None:
         if not path.is_file():
             problem = not_a_file(path, "not found", "a config.json or YAML file")
