@@ -323,7 +323,11 @@ class Machine(Strict):
 
     @property
     def main_unit(self) -> str:
-        return next(iter(self.units))
+        """The first unit that is not the host CPU an offload preset names (`host.cpu`): a YAML dumped with sorted
+        keys put `cpu` first and made it the device (an offload trial)."""
+        host = self.section("host")
+        host_cpu = host.get("cpu") if isinstance(host, dict) else None
+        return next((u for u in self.units if u != host_cpu), next(iter(self.units)))
 
     @property
     def device_tier(self) -> str:

@@ -586,3 +586,16 @@ def test_a_layer_whose_attention_runs_on_the_cpu_takes_its_gpu_bound_without_it(
     m = mapper_for(load_machine("flexgen_t4"), w, load_model(w.model))
     _, layer, _ = m.works("decode", 256, 1, 1024)
     assert (layer.gpu_bound, layer.gpu_bound_without_attention, layer.cpu_bound) == ("memory", "compute", "memory")
+
+
+def test_a_preset_with_sorted_keys_keeps_its_gpu(tmp_path):
+    """The main unit is the first that is not host.cpu, whatever the order of `units`: flexgen_t4 dumped with
+    sorted keys (cpu before gpu) had been refused as "'cpu_memory' is the GPU's own tier" (an offload trial)."""
+    import yaml
+    raw = yaml.safe_load((ROOT / "hw_models" / "presets" / "flexgen_t4.yaml").read_text())
+    path = tmp_path / "sorted_t4.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=True))
+    m = load_machine(str(path))
+    assert list(m.units)[0] == "cpu" and m.main_unit == "gpu" and m.device_tier == "gddr"
+    w = load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml")
+    assert simulate(w, m).e2e_s == pytest.approx(simulate(w, load_machine("flexgen_t4")).e2e_s, rel=1e-12)

@@ -106,13 +106,15 @@ def test_the_suggested_capacity_fits():
 def test_search_all_tiers_too_small_needs_a_larger_disk():
     msg = refusal(wl("opt-175b", 1, "search"),
                   sets={"memory.cpu_memory.capacity_bytes": 64e9, "memory.disk.capacity_bytes": 100e9})
+    assert msg.startswith("test.yaml: opt-175b (")   # the workload file first, as sim run's (an offload trial)
     assert "needs 351.78 GB (weights" in msg and "across GPU, CPU and disk: short by" in msg
     assert "--set hw.memory.disk.capacity_bytes=287.78GB" in msg and "smaller batch" not in msg
 
 
 def test_search_gpu_cannot_hold_one_layer():
     msg = refusal(wl("opt-30b", 1, "search", prompt=1024), sets={"memory.gddr.capacity_bytes": 1e9})
-    assert "no placement of opt-30b (fp16 weights, 1024+32 tokens, batch 1) fits flexgen_t4: it needs" in msg
+    assert msg.startswith("test.yaml: no placement of opt-30b (fp16 weights, 1024+32 tokens, batch 1) fits "
+                          "flexgen_t4: it needs")
     assert "in flexgen_t4.gddr (activations" in msg and "streaming buffers" in msg
     assert "What helps: a larger gddr: --set hw.memory.gddr.capacity_bytes=" in msg   # the search tried the rest
 

@@ -85,26 +85,31 @@ def no_fit(mapper, spec: PolicySpec, pairs: list[tuple[int, int]], gpu_capacity:
     tiers = (machine.device_tier, host.cpu_memory_name, host.disk_name)
     caps = (gpu_capacity, host.cpu_memory.capacity_bytes, host.disk.capacity_bytes)
     what = f"{m.name} ({w.formats.weights} weights, {w.prompt_len}+{w.gen_len} tokens, batch {bls})"
+    src = f"{w.source}: " if w.source else ""   # the file first, as sim run's capacity errors (an offload trial)
     need = size["weights"] + size["kv_cache"]
     if need > sum(caps):
         helps = ["a smaller batch (the KV cache grows with it)"] if bls > 1 else []
         helps.append(f"a larger disk, with room for all that CPU memory cannot hold: "
                      f"--set hw.memory.{tiers[2]}.capacity_bytes={set_value(need - caps[1])}")
         return CapacityError(
-            f"{what} needs {fmt_bytes(need)} (weights {fmt_bytes(size['weights'])} + KV cache "
+            f"{src}{what} needs {fmt_bytes(need)} (weights {fmt_bytes(size['weights'])} + KV cache "
             f"{fmt_bytes(size['kv_cache'])}) but {machine.name} holds {fmt_bytes(sum(caps))} across GPU, CPU and "
             f"disk: short by {fmt_bytes(need - sum(caps))}. {joined(helps)}")
     fp, p = fixed_footprint(mapper, spec, tiers, gbs, bls)
     for i, (tier, cap) in enumerate(zip(tiers, caps)):
         if fp.total(tier) > cap * (1 - 1e-6):
             return CapacityError(
-                f"no placement of {what} fits {machine.name}: it needs {fmt_bytes(fp.total(tier))} in "
+                f"{src}no placement of {what} fits {machine.name}: it needs {fmt_bytes(fp.total(tier))} in "
                 f"{machine.name}.{tier} ({fp.describe(tier)}) but it holds {fmt_bytes(cap)}: short by "
                 f"{fmt_bytes(fp.total(tier) - cap)}. " + placement_advice(machine, tiers, caps, fp, i, p, gpu_capacity))
     rest = sum(size[r] for r in TRIPLES if TRIPLES[r][0] not in spec.fractions)
     room = sum(caps) - sum(fp.total(t) for t in tiers)
+    if rest <= room:   # the tiers' sums leave room: the LP's per-tier rows, not the totals, ruled every split out
+        return CapacityError(f"{src}no placement of {what} fits {machine.name}: no split of the weights, KV cache and "
+                             f"activations keeps every tier within its capacity ({fmt_bytes(room)} left in all for "
+                             f"{fmt_bytes(rest)}); raise the GPU's memory or give the policy keys yourself")
     return CapacityError(
-        f"no placement of {what} fits {machine.name}: what the search places ({fmt_bytes(rest)}) needs more than the "
+        f"{src}no placement of {what} fits {machine.name}: what the search places ({fmt_bytes(rest)}) needs more than the "
         f"{fmt_bytes(room)} that the GPU's working set and buffers and the workload's policy keys leave across GPU, "
         f"CPU and disk. {joined([larger(machine, tiers[2], caps[2] + rest - room)])}")
 

@@ -149,7 +149,8 @@ class OffloadMapper(Mapper):
     def footprint(self) -> Footprint:
         pl = self.placement(self.policy())
         if pl.short:
-            raise CapacityError(f"{self.model.name} on {self.machine.name} with policy [{self.policy().describe()}]: "
+            src = f"{self.workload.source}: " if self.workload.source else ""   # the file first (an offload trial)
+            raise CapacityError(f"{src}{self.model.name} on {self.machine.name} with policy [{self.policy().describe()}]: "
                                 f"{pl.short}")
         return pl.footprint
 

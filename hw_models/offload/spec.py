@@ -253,7 +253,8 @@ def parse_policy(raw: dict[str, Any] | str | None, batch: int, where: str) -> Po
                                   f"exceeds {total:g}")
         s = sum(given.values())
         if abs(s - total) > 1e-6 * total:
-            raise ConfigError(f"{where}: policy.{label}: fractions sum to {s:g}, must sum to 1 (or 100 as percentages)")
+            unit = "percentages sum" if total == 100.0 else "fractions sum"   # cd 90 is a percentage (a trial)
+            raise ConfigError(f"{where}: policy.{label}: {unit} to {s:g}, must sum to 1 (or 100 as percentages)")
         fractions.update({k: max(0.0, given[k] / total) for k in keys})
     gbs = _positive_int(raw, "gpu_batch_size", where)
     nb = _positive_int(raw, "num_gpu_batches", where)

@@ -121,6 +121,9 @@ def print_report(s: dict[str, Any], title: str, console: Console | None = None) 
         if st:
             bt.add_row(name, *(f"{st[k]:.1f}" for k in ("mean", "p50", "p90", "p99", "max")))
     console.print(t)
+    if s.get("placed"):   # an offload batch server (an offload trial read TTFT 374 s as what a client sees)
+        console.print("TTFT and TPOT are when the block computes each token; FlexGen's generate() returns every "
+                      "output at the block's end, so its clients see E2E only (docs/serving.md)")
     if s.get("request_delay_s"):   # the stack's fitted pure delay before the engine sees a request
         console.print(f"TTFT, E2E and queueing count from the send and hold the stack's {fmt_time(s['request_delay_s'])} "
                       "per-request delay before the engine sees a request (engine_overheads, docs/serving.md)")
