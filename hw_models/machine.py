@@ -322,19 +322,15 @@ class Machine(Strict):
         return self
 
     @property
-    def main_unit(self) -> str:
-        """The first unit that is not the host CPU an offload preset names (`host.cpu`): a YAML dumped with sorted
-        keys put `cpu` first and made it the device (an offload trial)."""
-        host = self.section("host")
-        host_cpu = host.get("cpu") if isinstance(host, dict) else None
-        return next((u for u in self.units if u != host_cpu), next(iter(self.units)))
+    def main_unit(self) -> str:   # the first unit but offload's host.cpu (sorted keys had made the CPU the device)
+        cpu = host.get("cpu") if isinstance(host := self.section("host"), dict) else None
+        return next((u for u in self.units if u != cpu), next(iter(self.units)))
 
     @property
     def device_tier(self) -> str:
         return self.units[self.main_unit].memory
 
-    def board_power(self) -> BoardPower | None:
-        """The main unit's board-power figures (Unit.board_power), None without them."""
+    def board_power(self) -> BoardPower | None:   # the main unit's figures (Unit.board_power), None without them
         return self.units[self.main_unit].board_power()
 
 

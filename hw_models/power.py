@@ -81,7 +81,8 @@ def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, wh
     u = machine.units[machine.main_unit]
     if u.idle_power_w is not None or not u.power_w:
         return None
-    how = "every chip's power_w over the whole run" if whole_run else "power_w over busy time, nothing between"
+    how = ("every chip's power_w over the whole run, bubbles included (an upper bound)" if whole_run
+           else "power_w over busy time, nothing between")
     # "plus bytes and FLOPs" only where the preset prices them (groq_lpu's chips have neither: a trial)
     dynamic = [w for w, priced in (("bytes", any(m.energy_j_per_byte for m in machine.memory.values())),
                                    ("FLOPs", bool(u.energy_j_per_flop))) if priced]

@@ -717,3 +717,46 @@ def test_the_report_compares_ttft_with_and_without_pim(capsys):
     assert with_pim["extra"]["metrics"]["pim.ttft_no_pim_s"] == pytest.approx(none["ttft_s"], rel=1e-12)
     assert main(["run", wl, "--hw", "hbm_pim", "--set", "gen_len=4"]) == 0
     assert "TTFT with / without PIM" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("workload, hint", [
+    # 157.8 GB with 137 GB of unfused 32k-token scores: fused attention first, and no A100 (80 GB) to suggest
+    (dict(model="llama3.1-8b", batch=1, prompt_len=32768, gen_len=8, flash_attention=False),
+     "try fused attention, which keeps no score matrix (--set flash_attention=true), or a smaller model, batch or "
+     "context."),
+    # 40.8 GB: a plain A100's 80 GB holds it
+    (dict(model="llama2-13b", batch=8, prompt_len=2048, gen_len=1),
+     "try a smaller model, batch or context, or a plain-HBM preset such as --hw a100_80g."),
+])
+def test_capacity_hint_suggests_what_would_hold_the_run(workload, hint):
+    """An architecture trial's 32k-token prefill on hbm_pim was told to try a smaller model or a100_80g, which
+    holds 80 GB of its 157.8 GB: the hint now names fused attention where unfused scores are the largest part, and
+    the plain GPU only where it holds the run."""
+    w = workload_from_dict(dict(name="t", **workload), "t.yaml")
+    with pytest.raises(CapacityError) as err:
+        simulate(w, load_machine("hbm_pim"), detail=False)
+    assert str(err.value).endswith(hint)
+
+
+def test_a_run_without_a_decode_step_prints_no_nan_tpot():
+    """gen_len 1 has no decode step: the PIM summary read "nan us / 0.00 us (0.00x, saves nan us)" (a trial)."""
+    w = workload_from_dict(dict(name="t", model="tinyllama-1.1b", batch=1, prompt_len=64, gen_len=1), "t.yaml")
+    r = simulate(w, load_machine("hbm_pim"))
+    rows = dict(next(s for s in report_sections(r) if s.title == "PIM").rows)
+    assert rows["TPOT with / without PIM"] == "- (no decode step: gen_len 1)"
+    assert not any("nan" in v for v in rows.values())
+
+
+def test_sim_run_warns_where_no_op_can_run_on_pim(capsys):
+    """fp16 activations on AiM's bf16-only units: every op runs on the host, 1.00x. `sim serve` said so; `sim run`
+    printed only the report's 'PIM unused' row (an architecture trial)."""
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+    wl = str(ROOT / "workloads" / "llama2_7b_decode.yaml")
+    capsys.readouterr()
+    assert main(["run", wl, "--hw", "aim_gddr6", "--set", "model=tinyllama-1.1b", "-q"]) == 0
+    assert ("formats: no op can run in aim_gddr6's PIM units, which compute bf16 only (activations in fp16)"
+            in capsys.readouterr().err)
+    assert main(["run", wl, "--hw", "aim_gddr6", "--set", "model=tinyllama-1.1b", "--set", "formats.activations=bf16",
+                 "--set", "formats.weights=bf16", "--set", "formats.kv_cache=bf16", "-q"]) == 0
+    assert "no op can run" not in capsys.readouterr().err

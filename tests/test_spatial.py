@@ -431,3 +431,15 @@ def test_install_counts_only_the_arrays_a_gemm_uses():
     m = _mapper(load_workload("workloads/llama70b_groq_fp16act.yaml"), load_machine("groq_lpu"))
     assert m.chip.pe_time_s(1, 320, 160, "fp16", 188e12, 1.0) == pytest.approx(639.5 / 0.9e9, rel=1e-12)
 
+
+
+@pytest.mark.parametrize("value", ["1.5", "lots", "-5"])
+def test_a_bad_chip_count_is_one_message_naming_the_set(capsys, tmp_path, value):
+    """spatial.chips is an integer or auto: 1.5 and `lots` had read "spatial.chips.int: Input should be a valid
+    integer" (pydantic's union branch) without the --set that gave them (an architecture trial); -5 had the form."""
+    from tests.conftest import ROOT
+    from tests.robust_helpers import refused
+    line = refused(capsys, ["run", str(ROOT / "workloads" / "llama70b_groq.yaml"), "--hw", "groq_lpu", "--set",
+                            f"hw.spatial.chips={value}", "-q"], tmp_path)
+    assert "spatial.chips: must be a positive integer or auto, got" in line and "from --set hw.spatial.chips" in line
+    assert ".int" not in line

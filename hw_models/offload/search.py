@@ -305,12 +305,13 @@ def _refine(mapper, spec: PolicySpec, pairs: set[tuple[int, int]], objective: st
             if (gbs, nb) not in pairs or not 0.0 <= wg <= 1.0 or len(out) >= MAX_REFINE:
                 continue
             fixed = replace(spec, fractions={**spec.fractions, "wg": wg})
-            c = solve_lp(mapper, gbs, nb, p.cpu_attention, p.pinned, fixed, objective, cap)
-            if c is None or c.policy in seen:
-                continue
-            seen.add(c.policy)
-            out.append(_confirm(mapper, c))
-            step.append(c)
+            for slots in ((1,), (2,)):   # the move's placement with room for one slot's weights, and its twin
+                c = solve_lp(mapper, gbs, nb, p.cpu_attention, p.pinned, fixed, objective, cap, slots)
+                if c is None or c.policy in seen or len(out) >= MAX_REFINE:
+                    continue
+                seen.add(c.policy)
+                out.append(_confirm(mapper, c))
+                step.append(c)
         better = [c for c in step if rank(c) < rank(current)]
         if not better:
             return out

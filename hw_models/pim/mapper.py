@@ -36,6 +36,7 @@ from dataclasses import replace
 from hw_models.base import Mapper
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.cost import roofline_cost
+from hw_models.machine import load_machine
 from hw_models.pim.config import Geometry, load_pim_config, pim_policy
 from hw_models.pim.pipeline import ATTENTION_FAMILY, HOST, PIM, pipeline_heads, share_ops
 from hw_models.pim import report
@@ -111,11 +112,15 @@ class PimMapper(Mapper):
         return {lock: 1.0 for lock in self.locks} if self.blocked and self.policy != "none" else {}
 
     def capacity_hint(self, roles: dict[str, float]) -> str:
-        # the plain GPU of the same memory (aim_gddr6 is an A6000-class GDDR6 part, hbm_pim and attacc an A100's HBM)
-        plain = "a plain-GDDR6 preset such as --hw a6000" if self.machine.device_tier == "gddr" else \
-            "a plain-HBM preset such as --hw a100_80g"
-        return (f"PIM memory gives up capacity for logic ({self.machine.description or self.machine.name}): "
-                f"try a smaller model, batch or context, or {plain}.")
+        """Fused attention where unfused scores are the largest part; the plain GPU of the same memory (A6000 GDDR6,
+        A100 HBM) only where it holds the run (a trial: 137 GB of 32k-token scores was sent to a100_80g)."""
+        fused = "fused attention, which keeps no score matrix (--set flash_attention=true), or " if roles and max(
+            roles, key=roles.get) == "activations" and not self.workload.flash_attention else ""
+        plain = load_machine("a6000" if self.machine.device_tier == "gddr" else "a100_80g")
+        fits = plain.memory[plain.device_tier].capacity_bytes >= sum(roles.values())
+        return (f"PIM memory gives up capacity for logic ({self.machine.description or self.machine.name}): try "
+                f"{fused}a smaller model, batch or context" + (f", or a plain-{'GDDR6' if plain.name == 'a6000' else 'HBM'}"
+                                                              f" preset such as --hw {plain.name}." if fits else "."))
 
     # -- costs -------------------------------------------------------------
     def launch_s(self, op: Op, s: Schedule = SERIAL) -> float:

@@ -126,8 +126,10 @@ def _summary_rows(result: RunResult, x: dict[str, float], s: dict[str, str]) -> 
             ("decode schedule", s["schedule"])]
     if "pim.tpot_no_pim_s" in x:
         t0 = x["pim.tpot_no_pim_s"]
+        # gen_len 1 has no decode step: its TPOT is nan (an architecture trial read "nan us / 0.00 us")
         rows += [("TPOT with / without PIM", f"{fmt_time(result.tpot_s)} / {fmt_time(t0)} "
-                  f"({x['pim.speedup_tpot']:.2f}x, saves {fmt_time(t0 - result.tpot_s)} per token step)"),
+                  f"({x['pim.speedup_tpot']:.2f}x, saves {fmt_time(t0 - result.tpot_s)} per token step)"
+                  if result.tpot_s == result.tpot_s else "- (no decode step: gen_len 1)"),
                  # prefill too runs a step's PIM-eligible ops there (the residual adds, lm_head's GEMV at batch 1:
                  # each step is placed apart, docs/pim.md), which an architecture trial found nowhere in the report
                  *([("TTFT with / without PIM", f"{fmt_time(result.ttft_s)} / {fmt_time(x['pim.ttft_no_pim_s'])} "

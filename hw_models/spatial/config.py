@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictBool, StrictInt, ValidationError
+from pydantic import Field, StrictBool, StrictInt, ValidationError, field_validator
 
 from hw_models.machine import Machine
 from hw_models.spatial.pe_array import PEArray
@@ -81,6 +81,14 @@ class C2CLinks(Strict):
 
 class SpatialConfig(Strict):
     chips: StrictInt | Literal["auto"] = "auto"  # auto: the fewest that hold the model
+
+    @field_validator("chips", mode="before")
+    @classmethod
+    def _chips(cls, v):
+        """One message for the union, not pydantic's per-branch `chips.int` (an architecture trial's 1.5)."""
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool)):
+            return v
+        raise ValueError(f"must be a positive integer or auto, got {v!r}")
     usable_fraction: float = Field(default=1.0, gt=0, le=1)  # of each chip's SRAM, for weights+KV+activations
     pe_array: PEArrayConfig
     links: C2CLinks

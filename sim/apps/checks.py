@@ -78,7 +78,8 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
                 notes.append(f"{src}: formats.overrides.{pattern}: matches {what}; the ops it can set in {model.name}: "
                              f"{', '.join(kinds)} (L0. to L{model.num_layers - 1}. for one layer's)")
     serving = getattr(workload, "serving", None) is not None   # a serving file's lengths are its requests'
-    return notes + checkpoint_formats(workload, model) + limits_above_tdp(machine) + ([] if serving else past_context(workload, model))
+    return (notes + checkpoint_formats(workload, model) + limits_above_tdp(machine) + pim_ineligible(workload, machine)
+            + ([] if serving else past_context(workload, model)))
 
 
 def unshared_prefix(workload: Workload) -> list[str]:
@@ -123,7 +124,7 @@ def input_notes(workload: Workload, machine: Machine) -> list[str]:
     notes = unused_settings(workload, machine, workload.model_config_())
     if getattr(workload, "serving", None) is not None:
         notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
-                  + engine_mismatch(workload) + pim_ineligible(workload, machine) + unshared_prefix(workload)
+                  + engine_mismatch(workload) + unshared_prefix(workload)
                   + emulated_activations(workload, machine) + idle_clients(workload))
     return notes
 
@@ -212,7 +213,8 @@ def engine_mismatch(workload: Workload) -> list[str]:
 
 def pim_ineligible(workload: Workload, machine: Machine) -> list[str]:
     """A PIM machine whose units compute none of this run's formats serves everything on its host, silently the
-    plain GPU's figures (a hardware designer's trial: bf16 on an fp16-only PIM); `sim run` says it per op."""
+    plain GPU's figures (a hardware designer's trial: bf16 on an fp16-only PIM); `sim run` says it per op too (an
+    architecture trial: fp16 on AiM's bf16 units ran at 1.00x without a warning)."""
     if machine.kind != "pim":
         return []
     pim = load_pim_config(machine.section("pim"), machine.source or machine.name).formats
