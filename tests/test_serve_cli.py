@@ -232,9 +232,31 @@ def test_vllm_s_budget_and_sequence_cap_follow_the_gpu():
     assert sched("a100_80g") == sched("a6000") == (2048, 256)
     assert sched("h100_sxm", max_num_batched_tokens=512) == (512, 1024)
     raw = json.loads(json.dumps(BASE))
-    raw["serving"]["scheduler"] = {"kind": "vllm-v0"}
+    raw["serving"]["scheduler"] = {"kind": "vllm-v0", "max_num_batched_tokens": 1024}
     f = serve_file_from_dict(raw, "t.yaml")
     assert with_engine_defaults(f, load_machine("h100_sxm")) is f
+
+
+def test_vllm_v0_without_a_budget_holds_steps_to_its_default():
+    """vLLM V0's budget without one is max(max_model_len, 2048) (llama3-8b: 8192): it had sized the step-cost grid
+    but the scheduler held no step to it, so a burst of three 5,000-token prompts ran as one 15,000-token step with
+    one TTFT (a serving trial). Now one prompt a step: three TTFTs, each a prefill later, and the resolved budget
+    in the file (so `--json` shows it)."""
+    from hw_models.machine import load_machine
+    from sim.apps.serve.engine_defaults import with_engine_defaults
+    from sim.apps.serve.run import serve
+    from sim.apps.serve.spec import serve_file_from_dict
+
+    raw = dict(name="b3", model="llama3-8b", flash_attention=True, serving=dict(
+        arrivals=dict(process="burst", size=3, interval_s=100, num_requests=3, seed=0),
+        lengths=dict(prompt=dict(dist="fixed", value=5000), output=dict(dist="fixed", value=20)),
+        scheduler=dict(kind="vllm-v0")))
+    f = serve_file_from_dict(raw, "b3.yaml")
+    for hw in ("h100_sxm", "a6000"):   # any device: V0's default is the context's, not vLLM V1's device table
+        assert with_engine_defaults(f, load_machine(hw)).serving.scheduler.max_num_batched_tokens == 8192
+    res, _ = serve(f, load_machine("h100_sxm"))
+    ttft = sorted(res.requests["first_token_s"] - res.requests["arrival_s"])
+    assert ttft[1] == pytest.approx(2 * ttft[0], rel=1e-6) and ttft[2] == pytest.approx(3 * ttft[0], rel=1e-6)
 
 
 def test_a_stream_all_rejected_fails_and_its_energy_is_undefined(tmp_path, capsys):

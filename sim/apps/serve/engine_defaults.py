@@ -3,7 +3,8 @@
 vLLM V1's OpenAI server takes its token budget and sequence cap from the device (vllm/engine/arg_utils.py,
 EngineArgs.get_batch_defaults): 8192 tokens and 1024 sequences on a GPU of at least 70 GiB that is not an A100
 ("Setting large max_num_batched_tokens for A100 reduces throughput", vLLM pull 17885), else 2048 and 256 (the
-Vllm class's defaults). A file that sets either keeps it.
+Vllm class's defaults). A file that sets either keeps it. vLLM V0's budget without one is max(max_model_len, 2048)
+(vllm/config.py SchedulerConfig, V0 without chunked prefill), on any device.
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ def with_engine_defaults(file: ServeFile, machine: Machine) -> ServeFile:
 def pool_defaults(file: ServeFile, machine: Machine) -> ServeFile:
     """`file`'s scheduler with vLLM's defaults for `machine` where the file leaves them out, whatever else it holds."""
     cfg = file.serving.scheduler
-    if cfg.kind != "vllm" or not large_gpu(machine):
+    if cfg.kind == "vllm-v0" and cfg.max_num_batched_tokens is None:   # V0: max(max_model_len, 2048) (SchedulerConfig)
+        # it had sized the cost grid but never held a step to it (a serving trial: 15,000 tokens in one step)
+        context = cfg.context_len or file.model_config_().max_position_embeddings
+        fill = {"max_num_batched_tokens": max(context, 2048)}
+    elif cfg.kind != "vllm" or not large_gpu(machine):
         return file
-    fill = {k: v for k, v in LARGE_GPU_DEFAULTS.items() if k not in cfg.model_fields_set}
+    else:
+        fill = {k: v for k, v in LARGE_GPU_DEFAULTS.items() if k not in cfg.model_fields_set}
     if not fill:
         return file
     scheduler = cfg.model_copy(update=fill)
