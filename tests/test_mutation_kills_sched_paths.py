@@ -149,7 +149,7 @@ def test_orca_refusals_at_their_limits():
         sched.max_model_len = 32
         assert sched.refusal(Request(0, 0.0, 16, 8)) is None
         assert sched.refusal(Request(0, 0.0, 30 if limit is None else 16, 4 if limit is None else 20)) \
-            == "longer than max_model_len"
+            == "prompt + output longer than max_model_len 32"
 
 
 def _trtllm(blocks: int, lookahead: int = 0) -> Trtllm:

@@ -34,7 +34,7 @@ def test_refused_on_arrival_for_its_whole_length():
     assert sched.refusal(r) == "longer than max_num_batched_tokens (no chunked prefill)"
     assert sched.add(r) is False and not sched.waiting
     sched.max_model_len = 16
-    assert sched.refusal(r) == "longer than max_model_len"
+    assert sched.refusal(r) == "prompt + output longer than max_model_len 16"
 
 
 def test_orca_refusal_names_the_prompt_when_the_reservation_just_fits():

@@ -17,12 +17,16 @@ from tests.test_serve import CACHE, file, stream
 from tests.test_serve_disagg import CACHE as DCACHE, _file as disagg_file
 
 
-@pytest.mark.parametrize("preemption", ["recompute", "swap"])
-def test_every_preemption_is_marked_on_its_requests_lane(preemption):
+@pytest.mark.parametrize("kind, preemption", [("vllm-v0", "recompute"), ("vllm-v0", "swap"), ("vllm", "recompute"),
+                                              ("sglang", "recompute")])
+def test_every_preemption_is_marked_on_its_requests_lane(kind, preemption):
     """A pool a third of the A6000's memory under 50 requests/s preempts: each preemption is one instant mark
     on the victim's lane, at the start of the iteration it made room for (between the request's arrival and its
-    finish), with the mode; the marks count the run's preemptions and each request's own count."""
-    sched = dict(kind="vllm-v0", gpu_memory_utilization=0.34, preemption=preemption, max_num_batched_tokens=4096,
+    finish), with the mode; the marks count the run's preemptions and each request's own count, and the lane's
+    span through each mark is labelled with it. V1 and SGLang had counted their preemptions but marked none (a
+    serving trial)."""
+    sched = dict(kind=kind, gpu_memory_utilization=0.34, max_num_batched_tokens=4096,
+                 **({"preemption": preemption} if kind == "vllm-v0" else {}),
                  **({"swap_bandwidth_bytes_per_s": 25e9} if preemption == "swap" else {}))
     f = file(stream(50.0, n=40, prompt=(64, 128), output=(100, 200), sched=sched))
     res = ServeSim(prepare(f, load_machine("a6000"), cache=CACHE), make_requests(f)).run()
@@ -38,6 +42,9 @@ def test_every_preemption_is_marked_on_its_requests_lane(preemption):
         assert res.requests["arrival_s"][i] * 1e6 <= m["ts"] <= res.requests["finish_s"][i] * 1e6
         assert round(m["ts"], 6) in starts
     np.testing.assert_array_equal(per_request, res.requests["preemptions"])
+    spans = [e for e in chrome_trace(res)["traceEvents"] if e.get("pid") == 2 and e["ph"] == "X"]
+    assert sum(e["args"].get("preempted", 0) for e in spans) == res.preemptions
+    assert all(("(preempted x" in e["name"]) == ("preempted" in e["args"]) for e in spans)
 
 
 def test_disaggregated_requests_show_the_kv_transfer_between_prefill_and_decode():

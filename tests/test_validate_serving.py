@@ -304,7 +304,7 @@ def test_long_runs_are_served_at_their_length_and_none_completed_is_a_failure(tm
     path.write_text(json.dumps({**VLLM, "input_lens": [1000] * 3, "output_lens": [200_000] * 3}))
     assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--engine", "vllm"]) == 2
     err = capsys.readouterr().err
-    assert "no request completed (3: longer than max_model_len)" in err
+    assert "no request completed (3: prompt + output longer than max_model_len " in err
 
 
 def test_a_case_folder_refuses_another_gpu_and_options_it_has_no_output_for(tmp_path, capsys):

@@ -72,6 +72,9 @@ def chrome_trace(res: ServeResult) -> dict[str, Any]:
     ev += [dict(ph="C", pid=3, name="power per device (W)", ts=t * 1e6, args=dict(W=round(float(w), 3)))
            for t, w in zip(times, watts)]
     r = res.requests
+    marks: dict[int, list[float]] = {}
+    for t, i in res.preempt_log:
+        marks.setdefault(int(i), []).append(t)
     for i in np.flatnonzero(r["status"] == DONE):
         first = r["first_token_s"][i]
         # disaggregated pools: the KV waits for the link, crosses it, then the decode pool takes the request
@@ -81,9 +84,10 @@ def chrome_trace(res: ServeResult) -> dict[str, Any]:
                  ("KV transfer wait", first, first + wait), ("KV transfer", first + wait, first + wait + move),
                  ("decode", first + wait + move, r["finish_s"][i]))
         for name, a, b in spans:
-            if b > a:
-                ev.append(dict(ph="X", pid=2, tid=int(i) + 1, name=name, ts=a * 1e6, dur=(b - a) * 1e6,
-                               args=dict(request=int(i))))
+            if b > a:   # a span through an eviction says so: its wait and recompute are inside it (marks below)
+                n = sum(a <= t < b for t in marks.get(int(i), ()))   # half-open: a mark at a boundary once
+                ev.append(dict(ph="X", pid=2, tid=int(i) + 1, name=f"{name} (preempted x{n})" if n else name,
+                               ts=a * 1e6, dur=(b - a) * 1e6, args=dict(request=int(i), **({"preempted": n} if n else {}))))
     swapped = {i for i, _, _ in res.swap_log}
     ev += [dict(ph="i", s="t", pid=2, tid=i + 1, name="preempted", ts=t * 1e6,
                 args=dict(request=i, mode="swap" if i in swapped else "recompute")) for t, i in res.preempt_log]

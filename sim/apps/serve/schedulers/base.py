@@ -107,7 +107,9 @@ class Scheduler:
             return "prompt longer than the placed block's prompt_len"
         if self.max_model_len is not None and r.prompt + r.output > self.max_model_len:
             # vLLM answers "maximum context length is ..."
-            return "longer than the placed block's prompt_len + gen_len" if placed else "longer than max_model_len"
+            # the limit named (a serving trial read "longer than max_model_len" without it)
+            return ("longer than the placed block's prompt_len + gen_len" if placed
+                    else f"prompt + output longer than max_model_len {self.max_model_len}")
         if self.fits_ever(r):
             return None
         if self.prompt_limit is not None and r.prompt + r.output > self.prompt_limit:

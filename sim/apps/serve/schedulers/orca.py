@@ -34,7 +34,7 @@ class Orca(VllmV0):
             return "max_model_len tokens of KV (Orca reserves them per request) over the pool"
         if self.prompt_limit is not None and r.prompt > self.prompt_limit:
             return "prompt longer than max_num_batched_tokens (Orca does not chunk)"
-        return "longer than max_model_len"
+        return f"prompt + output longer than max_model_len {self.max_model_len}"
 
     def _grow(self, r: Request, tokens: int) -> int:
         return 0

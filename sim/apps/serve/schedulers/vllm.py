@@ -195,6 +195,7 @@ class VllmV1(Scheduler):
     def _preempt(self, victim: Request, batch: Batch) -> None:
         self.preemptions += 1
         victim.preemptions += 1
+        batch.evicted.append(victim.idx)   # the Chrome trace's mark (a serving trial: none under V1 or SGLang)
         self.free(victim)
         victim.computed = 0
         self.waiting.appendleft(victim)
