@@ -1,9 +1,8 @@
 """Hardware description: memory tiers, compute units and links, loaded from
 YAML presets through a strict schema.
 
-Kind-specific parts (host offload tiers, PIM geometry, spatial chips) are
-optional sections validated by their own hardware-model modules, so a preset
-is one flat, readable file.
+Kind-specific parts (host offload tiers, PIM geometry, spatial chips) are optional
+sections validated by their own hardware-model modules: a preset is one flat, readable file.
 """
 
 from __future__ import annotations
@@ -381,7 +380,8 @@ def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> M
         return spec
     path = resolve_path(spec)
     raw = raw_machine(path)
-    if any(has_alias(key) for key in overrides or {}):
+    overrides = {k.removeprefix("hw."): v for k, v in (overrides or {}).items()}   # --set's spelling read too (a trial)
+    if any(has_alias(key) for key in overrides):
         overrides = {resolve_aliases(key, machine_aliases(machine_from_dict(raw_machine(path), str(path)))): value
                      for key, value in overrides.items()}
     for key, value in (overrides or {}).items():   # `2x`: a factor of the preset's own value (sim.core.settings)

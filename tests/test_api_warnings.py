@@ -66,3 +66,33 @@ def test_serve_of_a_stream_nothing_of_which_runs_raises_as_sim_serve_fails():
         "serving.lengths": {"prompt": {"dist": "fixed", "value": 4000}, "output": {"dist": "fixed", "value": 8}}})
     with _pytest.raises(CapacityError, match="all 4 requests were rejected"):
         serve(f, "h100_sxm")
+
+
+def test_wrong_arguments_are_type_errors_naming_them():
+    """A sweep trial's simulate(w, 123), simulate(machine, workload) and simulate(None, "h100_sxm") raised
+    AttributeErrors from deep inside, and exhaustive="yes" ran silently. Each is now a TypeError saying what is
+    wrong; a mapping of preset fields is a machine built in code (machine_from_dict), as a Machine is."""
+    import pytest
+    import yaml
+
+    from sim.apps.api import load_machine, load_workload, serve, simulate
+    from tests.conftest import ROOT
+    w = load_workload(ROOT / "workloads" / "llama2_7b_decode.yaml")
+    m = load_machine("h100_sxm")
+    for args, kw, match in (((w, 123), {}, "machine must be a Machine, a preset name, a path or a mapping"),
+                            ((m, w), {}, r"simulate\(workload, machine\): the arguments are swapped"),
+                            ((None, "h100_sxm"), {}, "workload must be a Workload, a path or a file name, got NoneType"),
+                            ((w, m), {"exhaustive": "yes"}, "exhaustive must be True or False, got 'yes'")):
+        with pytest.raises(TypeError, match=match):
+            simulate(*args, **kw)
+    with pytest.raises(TypeError, match=r"serve\(workload, machine\): the arguments are swapped"):
+        serve(m, w)
+    raw = yaml.safe_load((ROOT / "hw_models" / "presets" / "h100_sxm.yaml").read_text())
+    assert simulate(w, raw).tpot_s == simulate(w, m).tpot_s
+
+
+def test_load_machine_reads_the_set_spelling_of_an_override():
+    """`hw.memory...` (as --set spells it) had read "(override hw.hw.memory...): hw: unknown key" (a sweep trial)."""
+    a = load_machine("h100_sxm", {"hw.memory.hbm.bandwidth_bytes_per_s": 4e12})
+    b = load_machine("h100_sxm", {"memory.hbm.bandwidth_bytes_per_s": 4e12})
+    assert a.memory["hbm"].bandwidth_bytes_per_s == b.memory["hbm"].bandwidth_bytes_per_s == 4e12

@@ -214,3 +214,44 @@ def test_export_writes_all_outputs_or_none_and_reads_only_a_sweeps_store(tmp_pat
     assert "it holds foo" in refused(capsys, ["sweep", str(path), "--out", str(foreign), "--workers", "1"], foreign)
     assert main(["sweep", "export", out, "--csv", str(exports / "e.csv"), "--json", str(exports / "e.json")]) == 0
     assert (exports / "e.csv").is_file() and (exports / "e.json").is_file()
+
+
+def test_a_store_on_read_only_media_reads(tmp_path, monkeypatch, capsys):
+    """Results copied back from a cluster onto read-only media load and export: SQLite cannot make its WAL index
+    there, and a sweep trial's load_results and `sim sweep export` had failed ("unable to open database file").
+    The folder reads as not writable (this suite may run as root, whom chmod does not stop); the store is
+    copied without its -wal/-shm files, as an archive holds it."""
+    import shutil
+
+    from sim.apps.sweep import load_results
+    from sim.apps.sweep import store as store_mod
+    path = _spec(tmp_path, {"workload.batch": [1, 2]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "--no-plots", "-q"]) == 0
+    want = load_results(str(out))
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    shutil.copy(out / "results.sqlite", archive / "results.sqlite")
+    real = os.access
+    monkeypatch.setattr(store_mod.os, "access", lambda p, mode: False if os.fspath(p) == str(archive) else real(p, mode))
+    got = load_results(str(archive))
+    pd.testing.assert_frame_equal(got, want)
+    assert main(["sweep", "export", str(archive), "--csv", str(tmp_path / "e.csv")]) == 0
+    assert sorted(os.listdir(archive)) == ["results.sqlite"]   # nothing written beside it
+
+
+def test_a_sweep_whose_every_point_failed_exits_2(tmp_path, capsys):
+    """Every point failing on a key no axis sets (parallel.topology, needed once tp > 1) had exited 0 with no
+    metric column (a sweep trial). It exits 2 naming the commonest error, counted over the points whatever their
+    labels; the error rows stay stored. One point that runs is a sweep that ran: exit 0."""
+    from sim.apps.sweep import load_results
+    path = _spec(tmp_path, {"workload.parallel.tp": [2], "workload.batch": [1, 2]})
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "--no-plots", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}: all 2 points failed (error rows in {out}); the commonest, 2 of them: ")
+    assert "parallel.topology: needed when a replica spans devices" in err and "\n" not in err
+    assert (load_results(str(out))["status"] == "error").all()
+    path = _spec(tmp_path, {"workload.parallel.tp": [1, 2], "workload.batch": [1, 2]})
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out2"), "--workers", "1", "--no-plots", "-q"]) == 0

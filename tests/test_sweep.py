@@ -264,12 +264,19 @@ def test_example_sweeps_expand():
 
 
 def test_a_plot_naming_no_column_still_leaves_results_csv(tmp_path):
-    """The columns exist only once the points ran: results.csv is written before the plots, and the error names
-    the sweep file and says the finished points are reused on the rerun."""
+    """A config field's column exists only once the points ran: results.csv is written before the plots, and the
+    error names the sweep file and says the finished points are reused on the rerun. A metric name no point
+    records is refused before any point runs (a sweep trial's `y: tpot` was found after 1,400 points)."""
     path = make_spec(tmp_path, {"workload.batch": [1, 2]}, metrics=["tpot_s"],
                      plots=[{"kind": "line", "x": "workload.batch", "y": "tpot_ms"}])
+    with pytest.raises(ConfigError, match=r"sweep\.yaml: plots\[0\]\.y: unknown metric 'tpot_ms' \(did you mean "
+                                          r"'tpot_s'\?\)"):
+        run_sweep(path, tmp_path / "early", workers=1, progress=False)
+    assert not (tmp_path / "early").exists()
+    path = make_spec(tmp_path, {"workload.batch": [1, 2]}, metrics=["tpot_s"],
+                     plots=[{"kind": "line", "x": "workload.batch", "y": "peak_memory_bytes.no_such_tier"}])
     out = tmp_path / "out"
-    with pytest.raises(ConfigError, match=r"sweep\.yaml: .*no column 'tpot_ms'.*results\.csv is written"):
+    with pytest.raises(ConfigError, match=r"sweep\.yaml: .*no column 'peak_memory_bytes.no_such_tier'.*results\.csv is written"):
         run_sweep(path, out, workers=1, progress=False)
     assert (out / "results.csv").is_file() and len((out / "results.csv").read_text().splitlines()) == 3
     assert not (out / "plots").exists() or not any((out / "plots").iterdir())

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from hw_models import registry
-from hw_models.machine import Machine, load_machine, preset_names as hardware_presets
+from hw_models.machine import Machine, load_machine, machine_from_dict, preset_names as hardware_presets
 from sim.apps.checks import input_notes
 from sim.apps.serve.run import refuse_unserved, serve as _serve
 from sim.apps.serve.simulator import ServeResult
@@ -25,32 +25,53 @@ from sim.core.model import load_model, preset_names as model_presets
 from sim.core.results import RunResult
 from sim.core.workload import Workload, load_workload
 
-__all__ = ["RunResult", "ServeFile", "ServeResult", "SimInputWarning", "Workload", "hardware_presets", "load_machine",
-           "load_model", "load_serve_file", "load_workload", "model_presets", "serve", "simulate"]
+__all__ = ["Machine", "RunResult", "ServeFile", "ServeResult", "SimInputWarning", "Workload", "hardware_presets",
+           "load_machine", "load_model", "load_serve_file", "load_workload", "machine_from_dict", "model_presets", "serve",
+           "simulate"]
 
 
 class SimInputWarning(UserWarning):
     """A setting that is valid but has no effect here, or means an operating point no board offers."""
 
 
-def simulate(workload: Workload | str | Path, machine: Machine | str | Path, exhaustive: bool = False,
+def _inputs(what: str, workload, machine, kind: type, **flags: object) -> tuple:
+    """The (workload, machine) pair from objects, paths, preset names or (machine) a mapping of preset fields
+    (machine_from_dict), each checked: a sweep trial's swapped arguments, an int or exhaustive="yes" had read as
+    AttributeErrors deep inside or passed silently."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{what}: {name} must be True or False, got {value!r}")
+    if isinstance(workload, Machine) or isinstance(machine, (Workload, ServeFile)):
+        raise TypeError(f"{what}(workload, machine): the arguments are swapped")
+    if not isinstance(workload, (kind, str, Path)):
+        raise TypeError(f"{what}: workload must be a {kind.__name__}, a path or a file name, got {type(workload).__name__}")
+    if not isinstance(machine, (Machine, str, Path, dict)):
+        raise TypeError(f"{what}: machine must be a Machine, a preset name, a path or a mapping of preset fields, got "
+                        f"{type(machine).__name__}")
+    load = load_serve_file if kind is ServeFile else load_workload
+    workload = load(workload) if isinstance(workload, (str, Path)) else workload
+    machine = (machine_from_dict(machine, "machine") if isinstance(machine, dict)
+               else load_machine(machine) if isinstance(machine, (str, Path)) else machine)
+    return workload, machine
+
+
+def simulate(workload: Workload | str | Path, machine: Machine | str | Path | dict, exhaustive: bool = False,
              detail: bool = True) -> RunResult:
-    """hw_models.registry.simulate, after warning each input note `sim run` prints (sim.apps.checks)."""
-    workload = load_workload(workload) if isinstance(workload, (str, Path)) else workload
-    machine = load_machine(machine) if isinstance(machine, (str, Path)) else machine
+    """hw_models.registry.simulate, after warning each input note `sim run` prints (sim.apps.checks). `machine`:
+    a Machine, a preset name or path, or a mapping of a preset's fields (a machine built in code)."""
+    workload, machine = _inputs("simulate", workload, machine, Workload, exhaustive=exhaustive, detail=detail)
     for note in input_notes(workload, machine):
         warnings.warn(note, SimInputWarning, stacklevel=2)
     return registry.simulate(workload, machine, exhaustive=exhaustive, detail=detail)
 
 
-def serve(file: ServeFile | str | Path, machine: Machine | str | Path, exact: bool = False
+def serve(file: ServeFile | str | Path, machine: Machine | str | Path | dict, exact: bool = False
           ) -> tuple[ServeResult, dict]:
     """`sim serve`'s run of a serving file on `machine`: the per-request and per-iteration result (ServeResult:
     `.requests`, `.iterations` as column arrays) and the summary the CLI's --json writes (TTFT/TPOT/E2E statistics,
     throughput, energy, SLOs), after warning what `sim serve` says before it starts; a stream whose every request
     is rejected raises CapacityError, as `sim serve` fails."""
-    file = load_serve_file(file) if isinstance(file, (str, Path)) else file
-    machine = load_machine(machine) if isinstance(machine, (str, Path)) else machine
+    file, machine = _inputs("serve", file, machine, ServeFile, exact=exact)
     for note in input_notes(file, machine):
         warnings.warn(note, SimInputWarning, stacklevel=2)
     result, summary = _serve(file, machine, exact=exact)

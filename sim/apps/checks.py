@@ -77,9 +77,7 @@ def unused_settings(workload: Workload, machine: Machine, model: ModelConfig) ->
                         "and formats.kv_cache set theirs)") if hits else "no op"
                 notes.append(f"{src}: formats.overrides.{pattern}: matches {what}; the ops it can set in {model.name}: "
                              f"{', '.join(kinds)} (L0. to L{model.num_layers - 1}. for one layer's)")
-    serving = getattr(workload, "serving", None) is not None   # a serving file's lengths are its requests'
-    return (notes + checkpoint_formats(workload, model) + limits_above_tdp(machine) + pim_ineligible(workload, machine)
-            + ([] if serving else past_context(workload, model)))
+    return notes + checkpoint_formats(workload, model) + limits_above_tdp(machine) + pim_ineligible(workload, machine)
 
 
 def unshared_prefix(workload: Workload) -> list[str]:
@@ -127,19 +125,6 @@ def input_notes(workload: Workload, machine: Machine) -> list[str]:
                   + engine_mismatch(workload) + unshared_prefix(workload)
                   + emulated_activations(workload, machine) + idle_clients(workload))
     return notes
-
-
-def past_context(workload: Workload, m: ModelConfig) -> list[str]:
-    """A run longer than the model's max_position_embeddings: Hugging Face and vLLM refuse it, sim costs it as if the
-    model had the positions (a model-import trial: Phi-3-mini at 8k tokens ran without a word). An inline mapping
-    that gives no limit has none to pass."""
-    ctx = workload.prompt_len + workload.gen_len
-    if ctx <= m.max_position_embeddings or (isinstance(workload.model, dict)
-                                            and "max_position_embeddings" not in workload.model):
-        return []
-    return [f"{workload.source or workload.name}: prompt_len + gen_len = {ctx:,} tokens exceeds {m.name}'s "
-            f"max_position_embeddings {m.max_position_embeddings:,}: an engine refuses it; sim costs the positions "
-            "as if the model had them"]
 
 
 def idle_clients(workload: Workload) -> list[str]:

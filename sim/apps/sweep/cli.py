@@ -46,7 +46,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
             print(f"points {ids}: stored by an earlier run of this folder and reused (same resolved configuration)",
                   file=sys.stderr)
+    _refuse_if_none_ran(args.spec, args.out)
     return 0
+
+
+def _refuse_if_none_ran(spec: str, out: str) -> None:
+    """A sweep whose every point failed exits 2 naming the commonest error (a sweep trial's 24 points all failed,
+    18 on a parallel.topology that no axis set, and the sweep exited 0 with no metric column); the error rows stay
+    stored, as any failed point's do."""
+    from sim.apps.sweep.store import load_results
+
+    df = load_results(out)
+    if "status" not in df.columns or len(df) == 0 or (df["status"] == "ok").any():
+        return
+    # the same error at every point names each point: counted without the point's own label
+    errors = df["error"].fillna("").astype(str).str.replace(r"point \(.*?\) \(hw [^)]*\): ", "", regex=True).value_counts()
+    raise ConfigError(f"{spec}: all {len(df)} points failed (error rows in {out}); the commonest, "
+                      f"{errors.iloc[0]} of them: {errors.index[0]}")
 
 
 def _failures(out: str) -> str:

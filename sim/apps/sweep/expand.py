@@ -28,7 +28,7 @@ from sim.apps.checks import input_notes
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.blame import attributed, axis_fields, point_label
 from sim.apps.sweep.expr import compile_expr, lookup_in
-from sim.apps.sweep.names import check_metrics
+from sim.apps.sweep.names import check_metrics, check_plot_metrics
 from sim.apps.sweep.resolve import HW_AXIS, Refused, Resolver, Scaled, point_source
 from sim.apps.sweep.spec import RANGES, Range, Scale, SweepSpec
 from sim.core.workload import Workload, load_workload
@@ -224,6 +224,7 @@ def expand(spec: SweepSpec, max_points: int = DEFAULT_MAX_POINTS) -> list[Point]
     serving = _serving_file(wl_raw)
     (load_serve_file if serving else load_workload)(wl_path)  # the base workload must be valid on its own
     check_metrics(spec, serving)   # what the points record depends on their kind: known only here
+    check_plot_metrics(spec, serving)
     res = Resolver(spec, wl_path, wl_raw, serving)
     base_ref = res.hw_ref(spec.hw, f"{spec.source}: hw")
     hw_values = spec.axes.get(HW_AXIS)

@@ -89,6 +89,17 @@ def check_metrics(spec: "SweepSpec", serve: bool) -> None:
             raise ConfigError(f"{spec.source or spec.name}: metrics[{i}]: {refusal(name, serve)}")
 
 
+def check_plot_metrics(spec: "SweepSpec", serve: bool) -> None:
+    """A plot's x / y / z that is neither an axis nor a dotted config field must be a metric the points record:
+    refused before any point runs (a sweep trial's `y: tpot` was found after 1,400 points had run). Dotted names
+    (recorded config fields such as hw.price_usd) are checked against the results, after the run, as before."""
+    for i, plot in enumerate(spec.plots):
+        for key in ("x", "y", "z"):
+            name = getattr(plot, key)
+            if name and "." not in name and name not in spec.axes and not recorded(name, serve):
+                raise ConfigError(f"{spec.source or spec.name}: plots[{i}].{key}: {refusal(name, serve)}")
+
+
 def for_kind(spec: "SweepSpec", serve: bool) -> "SweepSpec":
     """`spec` with the default metrics of its kind of point, where its file names none."""
     if serve and "metrics" not in spec.model_fields_set:

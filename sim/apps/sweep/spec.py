@@ -257,7 +257,11 @@ class SweepSpec(Strict):
         return Path(self.source).parent if self.source else Path(".")
 
     def workload_path(self) -> Path:
-        return self.base_dir / self.workload
+        path = self.base_dir / self.workload
+        if not path.is_file():   # named by the spec's key, not the bare path (a sweep trial)
+            raise ConfigError(f"{self.source or self.name}: workload: {path}: "
+                              f"{'a folder, not a workload file' if path.is_dir() else 'file not found'}")
+        return path
 
 
 def load_spec(path: str | Path) -> SweepSpec:

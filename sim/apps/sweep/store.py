@@ -85,18 +85,28 @@ class Store:
 
     def _open(self, create: bool = True) -> None:
         self.db = sqlite3.connect(self.path, timeout=30)
+        if not create and not os.access(self.dir, os.W_OK):
+            # Reading a store on read-only media (an archive copied back from a cluster): SQLite cannot make the WAL
+            # index there, so it is opened immutable (a sweep trial's load_results and export had failed)
+            self.db.close()
+            self.db = sqlite3.connect(f"file:{self.path}?immutable=1", uri=True, timeout=30)
+            self._check_tables(create)
+            return
         # A file that is not a sweep's store is refused before anything is written to it (a hostile-input trial:
         # an export turned an empty results.sqlite into a database, and a sweep added its tables to a foreign one).
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if ("points" not in tables) and (tables or not create):
-            self.db.close()
-            raise ConfigError(f"{self.path}: not a sweep's results store (no points table"
-                              f"{': it holds ' + ', '.join(sorted(tables)) if tables else ''}); give another folder")
+        self._check_tables(create)
         # WAL: each commit is one append, readers never block the writer.
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # durable across process kills
         self.db.executescript(_SCHEMA)
         self.db.commit()
+
+    def _check_tables(self, create: bool) -> None:
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if ("points" not in tables) and (tables or not create):
+            self.db.close()
+            raise ConfigError(f"{self.path}: not a sweep's results store (no points table"
+                              f"{': it holds ' + ', '.join(sorted(tables)) if tables else ''}); give another folder")
 
     def _take_lock(self) -> None:
         # A flock on the folder itself: no lock file to leave behind, and the kernel releases
