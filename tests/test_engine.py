@@ -49,3 +49,32 @@ def test_errors():
     with pytest.raises(RuntimeError, match="deadlock"):
         run([Task("a", "gpu", 1.0, acquire=(("buf", 6),)), Task("b", "gpu", 1.0, acquire=(("buf", 6),))],
             containers={"buf": 10})
+
+
+def test_one_plain_stream_is_the_event_loops_timeline_to_the_bit(monkeypatch):
+    """An in-order stream with no container traffic runs without simpy (engine._run_one_stream): every interval,
+    its start, end, tag and group, equals the event loop's exactly, over random durations (zeros among them) and
+    dependencies on earlier tasks; a dependency on a later task, two resources or a container still take the
+    event loop (and its errors)."""
+    import random
+
+    from sim.core import engine
+
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        tasks = [Task(f"t{i}", "gpu", rng.choice([0.0, rng.random() * 1e-3, rng.random()]),
+                      tuple(f"t{j}" for j in rng.sample(range(i), min(i, rng.randint(0, 3)))), tag=i)
+                 for i in range(n)]
+        assert engine._one_plain_stream(tasks)
+        fast = run(tasks, containers={"hbm": 1e9}, in_order=True)
+        monkeypatch.setattr(engine, "_one_plain_stream", lambda ts: False)
+        slow = run(tasks, containers={"hbm": 1e9}, in_order=True)
+        monkeypatch.undo()
+        assert fast.intervals == slow.intervals and fast.peak_used == slow.peak_used and fast.levels == slow.levels
+    later = [Task("a", "gpu", 1.0, ("b",)), Task("b", "gpu", 1.0)]
+    two = [Task("a", "gpu", 1.0), Task("b", "link", 1.0, ("a",))]
+    held = [Task("a", "gpu", 1.0, acquire=(("hbm", 1.0),), release=(("hbm", 1.0),))]
+    assert not any(engine._one_plain_stream(ts) for ts in (later, two, held))
+    with pytest.raises(RuntimeError, match="deadlock"):
+        run(later, in_order=True)

@@ -128,7 +128,7 @@ def test_non_physical_hardware_values_are_refused(tiny, tmp_path, capsys, settin
 
 @pytest.mark.parametrize("hw, setting, message", [
     ("a6000", "hw.units.gpu.efficiency.parallel_units=true", "units.gpu.efficiency.parallel_units: Input should be a valid integer"),
-    ("groq_lpu", "hw.spatial.chips=true", "spatial.chips.int: Input should be a valid integer"),
+    ("groq_lpu", "hw.spatial.chips=true", "spatial.chips: must be a positive integer or auto, got True"),
     ("groq_lpu", "hw.spatial.pe_array.fold_overlap=2", "spatial.pe_array.fold_overlap: Input should be a valid boolean"),
     ("hbm_pim", "hw.pim.gemm_sharing=1", "pim.gemm_sharing: Input should be a valid boolean"),
 ])

