@@ -215,3 +215,25 @@ def test_a_node_without_a_fitted_ring_runs_its_ring_on_nccls_measured_lines():
     assert collective_s(pcie, "all_reduce", 16384, 8) < 40e-6
     dgx = load_topology("dgx_h100")   # vidur's fitted ring, unchanged: 14 x 2.23 us + 1.75 x 16 KiB / 348.8 GB/s
     assert collective_s(dgx, "all_reduce", 16384, 8) == pytest.approx(14 * 2.23e-6 + 1.75 * 16384 / 348.8e9, rel=0.02)
+
+
+@pytest.mark.parametrize("preset", ["rtx_pro_6000_x8_pcie", "dgx_h100"])
+def test_a_faster_link_in_a_copy_of_a_measured_node_is_faster(tmp_path, preset):
+    """A what-if of a measured node's link: its file copied with 4x the interconnect bandwidth, its name kept.
+    The measured lines (NCCL's, engine_collectives.yaml, for the RTX PRO 6000 node; the file's own fitted ring for
+    DGX H100) carry their achieved share of the link across, as a node taking another's (collectives_of) does:
+    a 256 MiB all-reduce's bandwidth term is 4x shorter, a 4 KiB one's latency unchanged. A monotonicity trial's
+    copies at 0.25x and 4x had given the shipped node's time to the digit. The shipped node is its own scale 1."""
+    import re
+    from hw_models.network.topology import PRESET_DIR
+    text = (PRESET_DIR / f"{preset}.yaml").read_text()
+    bw = re.search(r"^  bandwidth_bytes_per_s: ([\d.]+) GB/s", text, re.M)
+    fast = tmp_path / f"{preset}.yaml"
+    fast.write_text(text.replace(bw.group(0), f"  bandwidth_bytes_per_s: {4 * float(bw.group(1))} GB/s", 1))
+    shipped, copy = load_topology(preset), load_topology(str(fast))
+    assert shipped.collectives_bandwidth_scale == shipped.own_fit_bandwidth_scale == 1.0
+    big, small = 256 * 2**20, 4096
+    for algorithm in ("ring", "nccl"):
+        t0, t4 = (collective_s(t, "all_reduce", big, 8, algorithm) for t in (shipped, copy))
+        l0, l4 = (collective_s(t, "all_reduce", small, 8, algorithm) for t in (shipped, copy))
+        assert t4 < t0 / 3 and l4 == pytest.approx(l0, rel=0.05)

@@ -76,7 +76,8 @@ def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
     """(alpha seconds, B bytes/s) for `kind` over `ranks` devices of `topo`."""
     fit = _ring_fit(topo, kind, ranks)
     if fit is not None and ranks <= topo.devices_per_node:
-        return fit.latency_s, fit.bandwidth_bytes_per_s * (1.0 if topo.fitted else topo.collectives_bandwidth_scale)
+        scale = topo.own_fit_bandwidth_scale if topo.fitted else topo.collectives_bandwidth_scale
+        return fit.latency_s, fit.bandwidth_bytes_per_s * scale
     return topo.step_latency(ranks), topo.ring_bandwidth(2 if kind == SEND_RECV else ranks)
 
 

@@ -83,11 +83,25 @@ class Topology(Strict):
 
     @cached_property   # once per topology: it loads the other node (a stat per collective costed, otherwise)
     def collectives_bandwidth_scale(self) -> float:
-        """This node's per-device link bandwidth over that of the node whose measured collectives it takes (1
-        without collectives_of): NCCL's and the custom kernels' achieved share of the link is carried across."""
-        if not self.collectives_of:
-            return 1.0
-        other = load_topology(self.collectives_of, self.source, "collectives_of")
+        """This node's per-device link bandwidth over that of the node whose measured collectives it takes:
+        NCCL's and the custom kernels' achieved share of the link is carried across. The node itself counts as
+        another where this file changes its shipped preset's link (a what-if of a faster link): a monotonicity
+        trial's rtx_pro_6000_x8_pcie at 0.25x and 4x its bandwidth gave the measured lines' time unchanged."""
+        return self._link_over(self.collectives_node)
+
+    @cached_property
+    def own_fit_bandwidth_scale(self) -> float:
+        """The same for this file's own `fitted:` ring: its link over that of the shipped preset of its name (1
+        for the preset itself, and for a node of another name: its fits are its own)."""
+        return self._link_over(self.name)
+
+    def _link_over(self, node: str) -> float:
+        try:
+            other = load_topology(node, self.source, "collectives_of")
+        except ConfigError:
+            if node == self.collectives_of:
+                raise
+            return 1.0   # no shipped node of this name: nothing measured to carry across
         return self.interconnect.bandwidth_bytes_per_s / other.interconnect.bandwidth_bytes_per_s
 
     @model_validator(mode="after")
