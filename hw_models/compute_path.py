@@ -97,20 +97,27 @@ def native_rates(unit: Unit, unit_name: str = "unit") -> dict[str, float]:
 
 
 def _widens(src: NumberFormat, dst: NumberFormat) -> bool:
-    """Whether converting src into dst keeps every value (a dequantization, not a quantization). A source scaled
-    per block or group by a scale that is not a power of two (NVFP4's E4M3 scales, an integer group's fp16 ones)
-    widens only into 16 bits or more: its element times the scale needs more significant bits than an 8-bit float
-    holds (a formats trial: 23-93% of NVFP4 values and 83% of int4_g128's are not E4M3 values, where nvfp4 and
-    int4 weights had run H100's FP8 rate). MX's E8M0 scales only shift the exponent, and int -> int keeps the
-    QServe-style W4A8 path (module doc)."""
+    """Whether converting src into dst keeps every value (a dequantization, not a quantization)."""
     if src.name == dst.name:
         return True
     if src.bits == dst.bits == 16 and src.kind == dst.kind == "float":
         return True  # fp16 <-> bf16: a cast frameworks make freely
-    if (src.block_size is not None and src.scale_format not in (None, "e8m0") and dst.kind == "float"
-            and dst.bits < 16):
-        return False
     return dst.bits > src.bits and (dst.kind == "float" or src.kind == "int")
+
+
+# K elements between two promotions of an 8-bit MMA's partial sums, where a block's scale can be applied outside the
+# MMA: DeepSeek-V3 §3.3.2 promotes every 128 (its fp8_block128 tiles; an int4 group of 128's fp16 scale the same way).
+PROMOTION_K = 128
+
+
+def _scale_rides(fmt: NumberFormat, dst: NumberFormat) -> bool:
+    """Whether `fmt`'s block scales can ride into an MMA in `dst`: always into 16 bits or more (folded into each
+    element); into an 8-bit float only a power-of-two scale (MX's E8M0 shifts the exponent: the element stays exact)
+    or a group of at least PROMOTION_K elements (its scale applied at promotion). NVFP4's E4M3 scale per 16 is
+    neither: a formats trial found 23-93% of its values no E4M3 values, and nvfp4 weights had run H100's FP8 rate."""
+    if dst.kind != "float" or dst.bits >= 16 or fmt.block_size in (None, 0) or fmt.scale_format in (None, "e8m0"):
+        return True
+    return fmt.block_size >= PROMOTION_K
 
 
 def _native_pair(s: NumberFormat, a: NumberFormat, rates: dict[str, float]) -> float | None:
@@ -162,8 +169,8 @@ def choose(unit: Unit, unit_name: str, weight_fmt: str | None, act_fmt: str, mod
         candidates = [s.name, a.name, *_FALLBACK]
     else:
         candidates = [a.name, s.name, *_FALLBACK]
-    target = next((c for c in candidates if c in rates
-                   and _widens(s, get_format(c)) and _widens(a, get_format(c))), None)
+    target = next((c for c in candidates if c in rates and _widens(s, get_format(c)) and _widens(a, get_format(c))
+                   and _scale_rides(s0, get_format(c)) and _scale_rides(a0, get_format(c))), None)
     if mode == "native" and target is None:
         what = f"{s.name} {stored_role} x {a.name} activation" if weight_fmt and s.name != a.name else a.name
         raise ConfigError(

@@ -83,10 +83,13 @@ def _step(machine, phase: str, q_len: int, kv_len: int, **kw):
     ("h100_sxm", "fp8_e5m2", "fp8", "native", "fp8_e5m2", 1978.9e12, False),
     ("h100_sxm", "mxfp8", "mxfp8", "auto", "bf16", 989.4e12, True),
     ("h100_sxm", "mxfp4", "fp8", "auto", "fp8_e4m3", 1978.9e12, True),  # W4A8: dequantize into fp8
-    # NVFP4's E4M3 block scales and int4's fp16 group scales are no powers of two: an element times its scale is no
-    # E4M3 value (a formats trial: 23-93% / 83% of them are not), so no FP8 path; bf16 with the activations widened
+    # NVFP4's E4M3 scale per 16 elements is no power of two and too fine to apply at promotion: an element times
+    # its scale is no E4M3 value (a formats trial: 23-93% are not), so no FP8 path; bf16, the activations widened.
+    # int4's fp16 scale per 128 rides at promotion (as fp8_block128's); per channel, in the epilogue; per 64, not.
     ("h100_sxm", "nvfp4", "fp8", "auto", "bf16", 989.4e12, True),
-    ("h100_sxm", "int4", "fp8", "auto", "bf16", 989.4e12, True),
+    ("h100_sxm", "int4", "fp8", "auto", "fp8_e4m3", 1978.9e12, True),
+    ("h100_sxm", "int4_pc", "fp8", "auto", "fp8_e4m3", 1978.9e12, True),
+    ("h100_sxm", "int4_g64", "fp8", "auto", "bf16", 989.4e12, True),
     ("b200", "nvfp4", "mxfp8", "auto", "bf16", 2250e12, True),
     ("h100_sxm", "bf16", "fp8", "native", "bf16", 989.4e12, False),     # an lm_head kept in bf16
     ("h100_sxm", "bf16", "fp16", "auto", "bf16", 989.4e12, False),      # ... under fp16: the activations cast

@@ -381,3 +381,18 @@ def test_an_ops_row_whose_shape_its_meta_contradicts_is_refused(tmp_path, capsys
     assert main(["validate", str(ops), "--hw", "cpu_host"]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"error: {ops}: line 2: {column} '{value}', but its step step0.prefill has {column} ")
+
+
+def test_a_malformed_file_is_named_in_the_python_parsers_words(tmp_path):
+    """YAML is parsed by libyaml's C parser; a file it refuses is read again by the pure-Python one, whose words
+    name the tab or the alias (a review: libyaml's message for a tab indent did not name the tab)."""
+    from sim.core.errors import ConfigError
+    from sim.core.schema import read_yaml
+    for text, words in (("model: x\n\tbatch: 1\n", "found character '\\t' that cannot start any token"),
+                        ("x: *y\n", "found undefined alias 'y'"), ("a: 1\na: 2\n", "duplicate key 'a'")):
+        (tmp_path / "w.yaml").write_text(text)
+        with pytest.raises(ConfigError) as err:
+            read_yaml(tmp_path / "w.yaml")
+        assert str(err.value).startswith(f"{tmp_path / 'w.yaml'}: malformed YAML at line ") and words in str(err.value)
+    (tmp_path / "ok.yaml").write_text("a: 1\nb: [1, 2]\n")
+    assert read_yaml(tmp_path / "ok.yaml") == {"a": 1, "b": [1, 2]}

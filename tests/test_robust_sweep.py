@@ -238,6 +238,10 @@ def test_a_store_on_read_only_media_reads(tmp_path, monkeypatch, capsys):
     pd.testing.assert_frame_equal(got, want)
     assert main(["sweep", "export", str(archive), "--csv", str(tmp_path / "e.csv")]) == 0
     assert sorted(os.listdir(archive)) == ["results.sqlite"]   # nothing written beside it
+    # commits still in a -wal file would be missed by an immutable open: refused, not read short (a review)
+    (archive / "results.sqlite-wal").write_bytes(b"x" * 100)
+    line = refused(capsys, ["sweep", "export", str(archive), "--csv", str(tmp_path / "e2.csv")], archive)
+    assert "read-only, and its last commits are still in results.sqlite-wal" in line
 
 
 def test_a_sweep_whose_every_point_failed_exits_2(tmp_path, capsys):
@@ -255,3 +259,8 @@ def test_a_sweep_whose_every_point_failed_exits_2(tmp_path, capsys):
     assert (load_results(str(out))["status"] == "error").all()
     path = _spec(tmp_path, {"workload.parallel.tp": [1, 2], "workload.batch": [1, 2]})
     assert main(["sweep", str(path), "--out", str(tmp_path / "out2"), "--workers", "1", "--no-plots", "-q"]) == 0
+    # with an hw axis each point is labelled "point (hw=..., ...)": counted together all the same (a review)
+    path = _spec(tmp_path, {"hw": ["a6000", "h100_sxm"], "workload.parallel.tp": [2]})
+    capsys.readouterr()
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out3"), "--workers", "1", "--no-plots", "-q"]) == 2
+    assert "all 2 points failed" in (err := capsys.readouterr().err) and "the commonest, 2 of them" in err

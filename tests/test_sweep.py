@@ -273,6 +273,10 @@ def test_a_plot_naming_no_column_still_leaves_results_csv(tmp_path):
                                           r"'tpot_s'\?\)"):
         run_sweep(path, tmp_path / "early", workers=1, progress=False)
     assert not (tmp_path / "early").exists()
+    path = make_spec(tmp_path, {"workload.batch": [1, 2]}, metrics=["tpot_s"],   # a stored row's own column
+                     plots=[{"kind": "line", "x": "workload.batch", "y": "seconds"}])
+    run_sweep(path, tmp_path / "own", workers=1, progress=False)
+    assert any((tmp_path / "own" / "plots").iterdir())
     path = make_spec(tmp_path, {"workload.batch": [1, 2]}, metrics=["tpot_s"],
                      plots=[{"kind": "line", "x": "workload.batch", "y": "peak_memory_bytes.no_such_tier"}])
     out = tmp_path / "out"

@@ -38,20 +38,8 @@ class GpuMapper(Mapper):
             self.workload = workload.model_copy(update={"flash_attention": True})
         self.step_overhead = self.stack.step_overhead if self.stack is not None else None
         self._costs: dict[tuple, OpCost] = {}
-        # Each op's cost by the op itself: the lowered graphs are cached (sim.core.lowering), so a run asks for the
-        # same op object step after step, and building its key was most of a sweep point's costing (a performance
-        # trial: 2.4 of 3.2 s). The op is kept beside its cost so that a reused id never answers for another op.
-        self._by_op: dict[int, tuple[Op, OpCost]] = {}
 
     def cost(self, op: Op) -> OpCost:
-        got = self._by_op.get(id(op))
-        if got is not None and got[0] is op:
-            return got[1]
-        cost = self._keyed_cost(op)
-        self._by_op[id(op)] = (op, cost)
-        return cost
-
-    def _keyed_cost(self, op: Op) -> OpCost:
         # Every layer repeats the same shapes, and steps repeat all but attention:
         # cost each distinct (kind, FLOPs, bytes, formats) once.
         # GEMM dims join the key: M x N x K and M x K x N have equal FLOPs and bytes but

@@ -165,15 +165,14 @@ def _time_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, pinn
 
 
 def _memory_rows(rows: _Rows, mapper, gbs: int, nb: int, cpu_attention: bool, gpu_capacity: float,
-                 slots: int = 2) -> None:
-    """Bytes per tier within its capacity; the GPU also holds the streamed weights of two slots (the one computing
-    and the next, which Algorithm 1 prefetches meanwhile: OffloadMapper.placement gives the schedule two where
-    they fit) and one GPU batch's streamed KV. The buffers are 2 (1 - wg) x one slot's weights and (1 - cg) x one
-    GPU batch's KV read: constant terms on the right, and the GPU shares' coefficients less what each buffer holds.
-    With one slot reserved the LP filled the GPU to the byte, the schedule had room for one layer, loads and compute
-    ran in turn, and the search's best OPT-30B policy was ~20% slower than its neighbours (an offload trial).
-    `slots` 1: the least the schedule runs with (solve_lp's fallback where two do not fit: a fixed policy that
-    fills the GPU, FlexGen's own OPT-30B one, still runs, its loads and compute in turn)."""
+                 slots: int = 1) -> None:
+    """Bytes per tier within its capacity; the GPU also holds the streamed weights of `slots` slots and one GPU
+    batch's streamed KV: the buffers are slots x (1 - wg) x one slot's weights and (1 - cg) x one GPU batch's KV
+    read, constant terms on the right and the GPU shares' coefficients less what each buffer holds. 1: the least
+    the schedule runs with (a fixed policy that fills the GPU, FlexGen's own OPT-30B one, runs its loads and compute
+    in turn); 2: room to prefetch the next slot's weights while this one computes (Algorithm 1; OffloadMapper.
+    placement gives the schedule two where they fit). With one only, the LP's favourites filled the GPU to the byte
+    and the best OPT-30B policy was ~20% slower than its neighbours (an offload trial): search() tries both."""
     w = mapper.workload
     pe, pl, ph = mapper.works("prefill", gbs, w.prompt_len, w.prompt_len)
     _, dl_max, _ = mapper.works("decode", gbs, 1, w.prompt_len + w.gen_len - 1)
@@ -207,9 +206,9 @@ def _objective(rows: _Rows, mapper, gbs: int, nb: int, objective: str) -> np.nda
 
 
 def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec: PolicySpec,
-             objective: str, gpu_capacity: float, slots: tuple[int, ...] = (2, 1)) -> Candidate | None:
+             objective: str, gpu_capacity: float, slots: tuple[int, ...] = (1,)) -> Candidate | None:
     """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible: with room
-    for the streamed weights of slots[0] slots (_memory_rows), else of the next count that fits."""
+    for the streamed weights of slots[0] slots (_memory_rows), else of the next count given that fits."""
     from scipy.optimize import linprog   # third-party and slow to import (0.4 s): only when searching
 
     bounds = [(spec.fractions[k], spec.fractions[k]) if k in spec.fractions else (0.0, 1.0) for k in _KEYS]

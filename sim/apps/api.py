@@ -15,6 +15,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from hw_models import registry
 from hw_models.machine import Machine, load_machine, machine_from_dict, preset_names as hardware_presets
 from sim.apps.checks import input_notes
@@ -34,12 +36,13 @@ class SimInputWarning(UserWarning):
     """A setting that is valid but has no effect here, or means an operating point no board offers."""
 
 
-def _inputs(what: str, workload, machine, kind: type, **flags: object) -> tuple:
+def _inputs(what: str, workload: Workload | ServeFile | str | Path, machine: Machine | str | Path | dict,
+            kind: type, **flags: object) -> tuple[Workload, Machine]:
     """The (workload, machine) pair from objects, paths, preset names or (machine) a mapping of preset fields
     (machine_from_dict), each checked: a sweep trial's swapped arguments, an int or exhaustive="yes" had read as
     AttributeErrors deep inside or passed silently."""
     for name, value in flags.items():
-        if not isinstance(value, bool):
+        if not isinstance(value, (bool, np.bool_)):   # numpy's True as well (a review)
             raise TypeError(f"{what}: {name} must be True or False, got {value!r}")
     if isinstance(workload, Machine) or isinstance(machine, (Workload, ServeFile)):
         raise TypeError(f"{what}(workload, machine): the arguments are swapped")

@@ -76,5 +76,5 @@ def checkpoint_quant(raw: dict[str, Any]) -> CheckpointQuant | None:
     else:
         weights = None
     kept = qc.get("modules_to_not_convert")
-    experts_only = isinstance(kept, list) and any("attn" in str(m) for m in kept)
+    experts_only = isinstance(kept, list) and any(w in str(m) for m in kept for w in ("attn", "attention"))
     return CheckpointQuant(", ".join(details) or "quantization_config", weights, experts_only)

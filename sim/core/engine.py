@@ -174,12 +174,13 @@ def _one_plain_stream(tasks: list[Task]) -> bool:
 
 
 def _run_one_stream(tasks: list[Task], containers: dict[str, float]) -> Timeline:
-    """_run_in_order's timeline of a plain stream (_one_plain_stream), to the bit: simpy's clock starts at 0.0 and a
-    timeout ends at now + duration, the same float sum (a performance trial: the event loop was 37% of a sweep
-    point; tests/test_engine.py compares both paths)."""
+    """_run_in_order's timeline of a plain stream (_one_plain_stream), to the bit: simpy's clock starts at the int 0
+    (a leading zero-length task's start and end stay ints in --json) and a timeout ends at now + duration, the same
+    float sum (a performance trial: the event loop was 37% of a sweep point; tests/test_engine.py compares both
+    paths, types included)."""
     timeline = Timeline()
     record = timeline.intervals.append
-    now = 0.0
+    now: float = 0
     for t in tasks:
         start = now
         if t.duration_s > 0:

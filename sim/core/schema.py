@@ -184,10 +184,8 @@ def validate_mapping(model: type[M], raw: Any, source: str, expected: str) -> M:
         raise validation_error(exc, source, raw=raw, model=model) from None
 
 
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last). libyaml's C parser where
-    PyYAML has it: the pure-Python one took a third of a `stack: vllm` run reading the stack's tables (a
-    performance trial: 8.4x faster on the presets, the same documents)."""
+class _UniqueKeys:
+    """Refuses a key given twice in one mapping (PyYAML keeps the last); mixed into a SafeLoader."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -198,7 +196,17 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+
+class _UniqueKeyLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """libyaml's C parser where PyYAML has it: the pure-Python one took a third of a `stack: vllm` run reading the
+    stack's tables (a performance trial: 8.4x faster on the presets, the same documents)."""
+
+
+class _PyUniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
+    """The pure-Python parser, whose error messages name more (a tab, an undefined alias): only a file the C parser
+    refused is read again with it (a review)."""
 
 
 # A document whose aliases expand past this many values (a "billion laughs") is refused:
@@ -251,7 +259,10 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        try:
+            doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError:   # the pure-Python parser's words for the error: it names a tab, an alias (a review)
+            doc = yaml.load(text, Loader=_PyUniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

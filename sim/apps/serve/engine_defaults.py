@@ -35,8 +35,7 @@ def pool_defaults(file: ServeFile, machine: Machine) -> ServeFile:
     cfg = file.serving.scheduler
     if cfg.kind == "vllm-v0" and cfg.max_num_batched_tokens is None:   # V0: max(max_model_len, 2048) (SchedulerConfig)
         # it had sized the cost grid but never held a step to it (a serving trial: 15,000 tokens in one step)
-        context = cfg.context_len or file.model_config_().max_position_embeddings
-        fill = {"max_num_batched_tokens": max(context, 2048)}
+        fill = {"max_num_batched_tokens": max(file.model_config_().max_position_embeddings, 2048)}
     elif cfg.kind != "vllm" or not large_gpu(machine):
         return file
     else:

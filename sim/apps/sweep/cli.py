@@ -60,7 +60,9 @@ def _refuse_if_none_ran(spec: str, out: str) -> None:
     if "status" not in df.columns or len(df) == 0 or (df["status"] == "ok").any():
         return
     # the same error at every point names each point: counted without the point's own label
-    errors = df["error"].fillna("").astype(str).str.replace(r"point \(.*?\) \(hw [^)]*\): ", "", regex=True).value_counts()
+    # "point (axes) (hw X): ", or with an hw axis "point (hw=X, axes): " (a review)
+    errors = df["error"].fillna("").astype(str).str.replace(r"point \(.*?\)( \(hw [^)]*\))?: ", "", regex=True)
+    errors = errors.value_counts()
     raise ConfigError(f"{spec}: all {len(df)} points failed (error rows in {out}); the commonest, "
                       f"{errors.iloc[0]} of them: {errors.index[0]}")
 

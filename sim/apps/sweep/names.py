@@ -89,6 +89,11 @@ def check_metrics(spec: "SweepSpec", serve: bool) -> None:
             raise ConfigError(f"{spec.source or spec.name}: metrics[{i}]: {refusal(name, serve)}")
 
 
+# Every stored row's own columns beside the axes and metrics (sim.apps.sweep.store rows): plottable too (a review:
+# `y: seconds`, each point's time to simulate, had been refused)
+STORE_COLUMNS = ("point", "seconds", "status", "key", "error")
+
+
 def check_plot_metrics(spec: "SweepSpec", serve: bool) -> None:
     """A plot's x / y / z that is neither an axis nor a dotted config field must be a metric the points record:
     refused before any point runs (a sweep trial's `y: tpot` was found after 1,400 points had run). Dotted names
@@ -96,7 +101,8 @@ def check_plot_metrics(spec: "SweepSpec", serve: bool) -> None:
     for i, plot in enumerate(spec.plots):
         for key in ("x", "y", "z"):
             name = getattr(plot, key)
-            if name and "." not in name and name not in spec.axes and not recorded(name, serve):
+            if (name and "." not in name and name not in spec.axes and name not in STORE_COLUMNS
+                    and not recorded(name, serve)):
                 raise ConfigError(f"{spec.source or spec.name}: plots[{i}].{key}: {refusal(name, serve)}")
 
 

@@ -84,14 +84,18 @@ class Store:
                 raise
 
     def _open(self, create: bool = True) -> None:
-        self.db = sqlite3.connect(self.path, timeout=30)
-        if not create and not os.access(self.dir, os.W_OK):
-            # Reading a store on read-only media (an archive copied back from a cluster): SQLite cannot make the WAL
-            # index there, so it is opened immutable (a sweep trial's load_results and export had failed)
-            self.db.close()
-            self.db = sqlite3.connect(f"file:{self.path}?immutable=1", uri=True, timeout=30)
+        if not create and not (os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)):
+            # A store on read-only media (an archive copied back from a cluster): SQLite cannot make the WAL index
+            # there, so it is opened immutable (a sweep trial's load_results and export had failed). Immutable
+            # ignores a -wal file, whose commits would then be missing: refused, not read short (a review).
+            wal = Path(f"{self.path}-wal")
+            if wal.is_file() and wal.stat().st_size > 0:
+                raise ConfigError(f"{self.path}: read-only, and its last commits are still in {wal.name}: copy the "
+                                  "folder somewhere writable and read it there")
+            self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?immutable=1", uri=True, timeout=30)
             self._check_tables(create)
             return
+        self.db = sqlite3.connect(self.path, timeout=30)
         # A file that is not a sweep's store is refused before anything is written to it (a hostile-input trial:
         # an export turned an empty results.sqlite into a database, and a sweep added its tables to a foreign one).
         self._check_tables(create)
