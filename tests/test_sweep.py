@@ -353,3 +353,16 @@ def test_a_scheduler_address_as_dask_prints_it_is_taken():
     check_executor("tcp://127.0.0.1:8786", None)
     with pytest.raises(ConfigError, match="tcp://HOST:PORT, as a Dask scheduler prints its address"):
         check_executor("tcp://", None)
+
+
+def test_a_long_set_up_is_said_before_it_starts(tmp_path, capsys, monkeypatch):
+    """A 90,000-point sweep resolved and validated its points for ~50 s before its progress bar, without a word (a
+    sweep trial): past LONG_SETUP_POINTS the count is said first. Below it, and under -q (progress off), nothing."""
+    from sim.apps.sweep import run as sweep_run
+    monkeypatch.setattr(sweep_run, "LONG_SETUP_POINTS", 3)
+    path = make_spec(tmp_path, {"workload.batch": [1, 2, 3]})
+    capsys.readouterr()
+    run_sweep(path, tmp_path / "a", workers=1, progress=True, plots=False)
+    assert f"{path}: resolving and checking 3 points before any runs" in capsys.readouterr().err
+    run_sweep(path, tmp_path / "b", workers=1, progress=False, plots=False)
+    assert "resolving" not in capsys.readouterr().err

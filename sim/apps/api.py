@@ -20,6 +20,7 @@ import numpy as np
 from hw_models import registry
 from hw_models.machine import Machine, load_machine, machine_from_dict, preset_names as hardware_presets
 from sim.apps.checks import input_notes
+from sim.apps.serve.request_rows import request_table
 from sim.apps.serve.run import refuse_unserved, serve as _serve
 from sim.apps.serve.simulator import ServeResult
 from sim.apps.serve.spec import ServeFile, load_serve_file
@@ -28,8 +29,8 @@ from sim.core.results import RunResult
 from sim.core.workload import Workload, load_workload
 
 __all__ = ["Machine", "RunResult", "ServeFile", "ServeResult", "SimInputWarning", "Workload", "hardware_presets",
-           "load_machine", "load_model", "load_serve_file", "load_workload", "machine_from_dict", "model_presets", "serve",
-           "simulate"]
+           "load_machine", "load_model", "load_serve_file", "load_workload", "machine_from_dict", "model_presets",
+           "request_table", "serve", "simulate"]
 
 
 class SimInputWarning(UserWarning):

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from sim.apps.mpl import pyplot
 from sim.core.files import atomic_write, write_json, write_parquet
@@ -16,31 +15,9 @@ from sim.apps.plots import _save
 from sim.apps.serve.energy import power_trace
 from sim.apps.serve.simulator import DONE, ServeResult
 from sim.apps.serve.metrics import per_request
+from sim.apps.serve.request_rows import STATUS, instance_name, request_table  # noqa: F401 (re-exported)
 from sim.apps.serve.timeline import binned_mean, binned_range, running_steps, summed_over_instances
 from sim.core.errors import ConfigError
-
-STATUS = {0.0: "unfinished", 1.0: "completed", 2.0: "rejected"}
-
-
-def request_table(res: ServeResult) -> pd.DataFrame:
-    r = res.requests
-    df = pd.DataFrame({"id": np.arange(len(r["status"])), **{k: v for k, v in r.items() if k != "status"}})
-    for col in ("prompt_tokens", "output_tokens", "requested_output_tokens", "preemptions", "prefix_hit_tokens"):
-        df[col] = df[col].astype(np.int64)
-    for col in ("instance", "prefill_instance"):   # replicas or pools: who served the request, by name
-        if col in df:
-            df[col] = [instance_name(res, int(k)) for k in df[col]]
-    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
-    out = df["output_tokens"]
-    df["tpot_s"] = np.where(out > 1, (df["finish_s"] - df["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
-    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
-    df["status"] = [STATUS[s] for s in r["status"]]
-    return df
-
-
-def instance_name(res: ServeResult, k: int) -> str:
-    return res.instance_names[k] if k < len(res.instance_names) else f"replica {k}"
-
 
 def write_requests(path: str | Path, res: ServeResult) -> Path:
     df = request_table(res)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib.util
+import sys
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from sim.core.errors import ConfigError
 from sim.core.files import check_output, transaction
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.apps.sweep.energy import cap_caveats
-from sim.apps.sweep.expand import Point, expand, gathered_notes, is_serving
+from sim.apps.sweep.expand import Point, check_size, expand, gathered_notes, is_serving
 from sim.apps.sweep.names import for_kind
 from sim.apps.sweep.spec import SweepSpec, load_spec
 from sim.apps.sweep.store import Store
@@ -159,6 +160,10 @@ def run_points(points: list[Point], store: Store, executor: cf.Executor, progres
     return ran, failed, time.perf_counter() - t0
 
 
+# Points past which a sweep's set-up (each point resolved and validated, ~0.5 ms) is said before it starts
+LONG_SETUP_POINTS = 10_000
+
+
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | None = None,
               executor: "str | cf.Executor | None" = None, progress: bool = True, plots: bool = True,
               max_points: int = DEFAULT_MAX_POINTS) -> Summary:
@@ -167,6 +172,8 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, workers: int | 
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     check_executor(executor, workers)
+    if progress and (n := check_size(spec, max_points)) >= LONG_SETUP_POINTS:   # a trial sat through ~50 s unsaid
+        print(f"{spec.source or spec.name}: resolving and checking {n:,} points before any runs", file=sys.stderr)
     points = expand(spec, max_points)  # everything is validated before anything runs
     spec = for_kind(spec, is_serving(spec))   # a serving sweep's default metrics are serving metrics
     out = Path(out_dir)
