@@ -163,6 +163,9 @@ def test_a_snapshot_folder_reads_its_config_json(tmp_path):
     (tmp_path / "llama31_8b").mkdir()
     (tmp_path / "llama31_8b" / "config.json").write_text(json.dumps({**BASE, "model_type": "llama"}))
     assert load_model(str(tmp_path / "llama31_8b")).hidden_size == 256
+    # the path every reader of a model reference takes (a sweep's content keys, the outputs' guard): the config
+    from sim.core.model import model_path
+    assert model_path(str(tmp_path / "llama31_8b")) == tmp_path / "llama31_8b" / "config.json"
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="is a directory"):
         load_model(str(tmp_path / "empty"))

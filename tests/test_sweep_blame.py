@@ -237,3 +237,14 @@ def test_the_energy_models_note_only_where_an_energy_figure_is_ranked():
     assert models_note(ok, ["tpot_s", "throughput_tok_s"]) == []
     assert models_note(ok, ["tpot_s", "energy_per_token_j"])[0].startswith("note: energy_per_token_j mixes two")
     assert models_note(ok)   # no metrics named: said
+
+
+def test_without_point_drops_either_label_form():
+    """point_source labels a point `point (axes) (hw X)` or, with an hw axis, `point (hw=X, axes)`: the same error at
+    two points reads the same without it (sim sweep's all-failed count groups by it)."""
+    from sim.apps.sweep.blame import without_point
+    from sim.apps.sweep.resolve import point_source
+    msg = "ConfigError: {}: wl.yaml: parallel.topology: needed"
+    a = msg.format(point_source("s.yaml", {"workload.batch": 1}, "a6000"))
+    b = msg.format(point_source("s.yaml", {"hw": "h100_sxm", "workload.batch": 2}, "h100_sxm"))
+    assert without_point(a) == without_point(b) == "ConfigError: s.yaml: wl.yaml: parallel.topology: needed"

@@ -25,7 +25,7 @@ each falls back to the ring where the topology has no such fit.
 from __future__ import annotations
 
 from hw_models.network.engine_collectives import custom_all_reduce_s, custom_allowed, nccl_s, node_fits
-from hw_models.network.topology import Topology, load_topology, log2_steps
+from hw_models.network.topology import Topology, log2_steps
 from sim.core.errors import ConfigError
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV = (
@@ -68,8 +68,7 @@ def alpha_beta(kind: str, algorithm: str, ranks: int) -> tuple[float, float]:
 def _ring_fit(topo: Topology, kind: str, ranks: int):
     """The fitted ring line for `kind` over `ranks` devices (the node's own, or the node it takes its collectives
     of), None where there is none."""
-    fitted = topo.fitted or (load_topology(topo.collectives_of).fitted if topo.collectives_of else {})
-    return fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
+    return topo.ring_fitted.get(SEND_RECV if kind == SEND_RECV else ALL_REDUCE, {}).get(2 if kind == SEND_RECV else ranks)
 
 
 def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:

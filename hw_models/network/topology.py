@@ -81,6 +81,12 @@ class Topology(Strict):
         """The node whose measured collectives this one's are (itself unless collectives_of says another)."""
         return self.collectives_of or self.name
 
+    @cached_property   # once per topology, as the scale below: each collective costed asks for it
+    def ring_fitted(self) -> dict:
+        """The fitted ring lines this node runs on: its own `fitted:`, else those of the node it takes its
+        collectives of, else none."""
+        return self.fitted or (load_topology(self.collectives_of).fitted if self.collectives_of else {})
+
     @cached_property   # once per topology: it loads the other node (a stat per collective costed, otherwise)
     def collectives_bandwidth_scale(self) -> float:
         """This node's per-device link bandwidth over that of the node whose measured collectives it takes:

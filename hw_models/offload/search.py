@@ -3,10 +3,11 @@ over GPU batch size, number of GPU batches and CPU attention, and the event
 simulation to confirm the best candidates.
 
 The LP (scipy HiGHS) has the nine fractions and the step times T_prefill and
-T_decode. It ranks the candidates with room for one slot's streamed weights, the least the schedule runs with;
-each of its favourites is simulated with its twin that leaves room for two (the next slot's weights prefetched
-while this one computes), which the perfect-overlap LP cannot tell apart from one (an offload trial: OPT-30B's
-favourites filled the GPU to the byte and ran their loads and compute in turn, ~20% below a neighbour). Each step time is at least each resource's busy time in that step
+T_decode. It ranks the candidates with room for one slot's streamed weights, the least the schedule runs
+with; each of its favourites is simulated with its twin that leaves room for two (the next slot's weights
+prefetched while this one computes), which the perfect-overlap LP cannot tell apart from one (an offload
+trial: OPT-30B's favourites filled the GPU to the byte and ran their loads and compute in turn, ~20% below a
+neighbour). Each step time is at least each resource's busy time in that step
 (GPU compute, PCIe each way, the disk): the perfect-overlap max() form of the
 FlexGen paper. Every busy time is linear in the fractions; so are the memory
 constraints per tier (GPU: resident parts + working activations + the
@@ -206,23 +207,20 @@ def _objective(rows: _Rows, mapper, gbs: int, nb: int, objective: str) -> np.nda
 
 
 def solve_lp(mapper, gbs: int, nb: int, cpu_attention: bool, pinned: bool, spec: PolicySpec,
-             objective: str, gpu_capacity: float, slots: tuple[int, ...] = (1,)) -> Candidate | None:
-    """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, or None if infeasible: with room
-    for the streamed weights of slots[0] slots (_memory_rows), else of the next count given that fits."""
+             objective: str, gpu_capacity: float, slots: int = 1) -> Candidate | None:
+    """Best fractions for one (GPU batch size, GPU batches, CPU attention) choice, with room on the GPU for the
+    streamed weights of `slots` slots (_memory_rows), or None if infeasible."""
     from scipy.optimize import linprog   # third-party and slow to import (0.4 s): only when searching
 
+    rows = _Rows()
+    _time_rows(rows, mapper, gbs, nb, cpu_attention, pinned)
+    _memory_rows(rows, mapper, gbs, nb, cpu_attention, gpu_capacity, slots)
+    A_eq = [rows.row(**{k: 1.0 for k in keys}) for keys in TRIPLES.values()]
     bounds = [(spec.fractions[k], spec.fractions[k]) if k in spec.fractions else (0.0, 1.0) for k in _KEYS]
     bounds += [(0, None), (0, None)]
-    for n_slots in slots:
-        rows = _Rows()
-        _time_rows(rows, mapper, gbs, nb, cpu_attention, pinned)
-        _memory_rows(rows, mapper, gbs, nb, cpu_attention, gpu_capacity, n_slots)
-        A_eq = [rows.row(**{k: 1.0 for k in keys}) for keys in TRIPLES.values()]
-        res = linprog(_objective(rows, mapper, gbs, nb, objective), A_ub=np.array(rows.A), b_ub=np.array(rows.b),
-                      A_eq=np.array(A_eq), b_eq=np.ones(3), bounds=bounds, method="highs")
-        if res.status == 0:
-            break
-    else:
+    res = linprog(_objective(rows, mapper, gbs, nb, objective), A_ub=np.array(rows.A), b_ub=np.array(rows.b),
+                  A_eq=np.array(A_eq), b_eq=np.ones(3), bounds=bounds, method="highs")
+    if res.status != 0:
         return None
     x = np.clip(res.x[:9], 0.0, 1.0)
     trip = [tuple(float(v) for v in x[i:i + 3] / x[i:i + 3].sum()) for i in (0, 3, 6)]
@@ -251,7 +249,7 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
     for gbs, nb in pairs:
         for ca in attn:
             tried += 1
-            c = solve_lp(mapper, gbs, nb, ca, pinned, spec, objective, cap, slots=(1,))
+            c = solve_lp(mapper, gbs, nb, ca, pinned, spec, objective, cap)
             if c is not None:
                 found.append(c)
     if not found:
@@ -263,7 +261,7 @@ def search(mapper, spec: PolicySpec, objective: str = "throughput", gpu_capacity
     # Each favourite's twin with room to prefetch the next slot's weights: the LP ranks by perfect overlap, which
     # the one-slot placement it prefers cannot give (loads and compute in turn), nor always the twin (module doc)
     top += [t for c in top if (t := solve_lp(mapper, c.policy.gpu_batch_size, c.policy.num_gpu_batches,
-                                             c.policy.cpu_attention, pinned, spec, objective, cap, slots=(2,)))
+                                             c.policy.cpu_attention, pinned, spec, objective, cap, slots=2))
             and not (t.policy in seen or seen.add(t.policy))]
     for c in top:
         _confirm(mapper, c)
@@ -304,7 +302,7 @@ def _refine(mapper, spec: PolicySpec, pairs: set[tuple[int, int]], objective: st
             if (gbs, nb) not in pairs or not 0.0 <= wg <= 1.0 or len(out) >= MAX_REFINE:
                 continue
             fixed = replace(spec, fractions={**spec.fractions, "wg": wg})
-            for slots in ((1,), (2,)):   # the move's placement with room for one slot's weights, and its twin
+            for slots in (1, 2):   # the move's placement with room for one slot's weights, and its twin
                 c = solve_lp(mapper, gbs, nb, p.cpu_attention, p.pinned, fixed, objective, cap, slots)
                 if c is None or c.policy in seen or len(out) >= MAX_REFINE:
                     continue

@@ -45,7 +45,7 @@ def _inputs(what: str, workload: Workload | ServeFile | str | Path, machine: Mac
     for name, value in flags.items():
         if not isinstance(value, (bool, np.bool_)):   # numpy's True as well (a review)
             raise TypeError(f"{what}: {name} must be True or False, got {value!r}")
-    if isinstance(workload, Machine) or isinstance(machine, (Workload, ServeFile)):
+    if isinstance(workload, Machine) or isinstance(machine, Workload):   # a ServeFile is a Workload
         raise TypeError(f"{what}(workload, machine): the arguments are swapped")
     if not isinstance(workload, (kind, str, Path)):
         raise TypeError(f"{what}: workload must be a {kind.__name__}, a path or a file name, got {type(workload).__name__}")

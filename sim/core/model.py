@@ -316,15 +316,16 @@ def _model_name(raw: Any, path: Path) -> str:
 
 
 def model_path(spec: str | dict | None, source: str | None = None) -> Path | None:
-    """The file a model reference names (a config.json or YAML), or None for a preset or
-    an inline mapping. A relative path is looked up next to `source` (the workload file) first."""
+    """The file a model reference names (a config.json or YAML, a folder's config.json), or None for a preset or an
+    inline mapping. A relative path is looked up next to `source` (the workload file) first."""
     if spec is None or isinstance(spec, dict) or str(spec).lower() in _presets() or hub_preset(str(spec)):
         return None
     path = Path(str(spec))
     if source and not path.is_absolute():  # the workload's own folder first, then the current one
         candidate = Path(source).parent / path
         path = candidate if candidate.exists() else path
-    return path if path.suffix in (".json", ".yaml", ".yml") or path.exists() else None
+    inside = path / "config.json"   # a Hugging Face snapshot folder names its config (a trial)
+    return inside if inside.is_file() else path if path.suffix in (".json", ".yaml", ".yml") or path.exists() else None
 
 
 def check_typos(raw: Any, source: str | None) -> None:
@@ -372,7 +373,6 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
     if (hub := hub_preset(text)) is not None and not Path(text).exists():   # a local folder of that name wins
         return from_mapping(presets[hub], hub)
     path = model_path(text, source)
-    path = path / "config.json" if path and path.is_dir() and (path / "config.json").is_file() else path   # HF snapshot
     if path is not None:
         if not path.is_file():
             problem = not_a_file(path, "not found", "a config.json or YAML file")

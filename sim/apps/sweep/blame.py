@@ -7,12 +7,19 @@ the subject of (12 head groups that do not divide 40 heads) names the point alon
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
 def point_label(axes: dict[str, Any]) -> str:
     """A point's axis values as its messages name it: `hw=b200, workload.batch=32`."""
     return ", ".join(f"{k}={v}" for k, v in axes.items())
+
+
+def without_point(error: str) -> str:
+    """A stored error row's message without the point it names, as sim.apps.sweep.resolve.point_source labels it
+    (`point (axes) (hw X): `, or `point (hw=X, axes): ` with an hw axis): the same error at every point alike."""
+    return re.sub(r"point \(.*?\)( \(hw [^)]*\))?: ", "", error, count=1)
 
 
 def relabelled(error: str, old: dict[str, Any], new: dict[str, Any]) -> str:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from sim.apps.sweep import DEFAULT_MAX_POINTS
 from sim.core import tables
 from sim.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from sim.apps.sweep.run import run_sweep
+    from sim.apps.sweep.store import load_results
 
     if args.spec == "export":
         return cmd_export(args)
@@ -29,13 +34,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     s = run_sweep(args.spec, args.out, workers=args.workers, executor=args.executor,
                   progress=not args.quiet, plots=not args.no_plots,
                   max_points=args.max_points or DEFAULT_MAX_POINTS)
+    df = load_results(args.out)   # once, for the best points, the failures and the refusal below
     if tables.report_wanted(args):
-        _print_best(args.spec, args.out)
+        _print_best(args.spec, df)
     if not args.quiet:
         print(f"{s.total} points: {s.skipped} already done, {s.ran} run now ({s.failed} failed)"
               + (f" at {s.points_per_s:.1f} points/s" if s.ran else "") + f"; results in {args.out}",
               file=sys.stderr)
-        why = _failures(args.out)
+        why = _failures(df)
         if why:
             print(f"not run, recorded as error rows (plots mark them): {why}", file=sys.stderr)
         for note in s.notes:   # each point runs with warnings off: what `sim run` would have said, once
@@ -46,38 +52,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             ids = ", ".join(map(str, s.reused[:20])) + (", ..." if len(s.reused) > 20 else "")
             print(f"points {ids}: stored by an earlier run of this folder and reused (same resolved configuration)",
                   file=sys.stderr)
-    _refuse_if_none_ran(args.spec, args.out)
+    _refuse_if_none_ran(args.spec, args.out, df)
     return 0
 
 
-def _refuse_if_none_ran(spec: str, out: str) -> None:
+def _refuse_if_none_ran(spec: str, out: str, df: "pd.DataFrame") -> None:
     """A sweep whose every point failed exits 2 naming the commonest error (a sweep trial's 24 points all failed,
     18 on a parallel.topology that no axis set, and the sweep exited 0 with no metric column); the error rows stay
     stored, as any failed point's do."""
-    from sim.apps.sweep.store import load_results
+    from sim.apps.sweep.blame import without_point
 
-    df = load_results(out)
     if "status" not in df.columns or len(df) == 0 or (df["status"] == "ok").any():
         return
     # the same error at every point names each point: counted without the point's own label
-    # "point (axes) (hw X): ", or with an hw axis "point (hw=X, axes): " (a review)
-    errors = df["error"].fillna("").astype(str).str.replace(r"point \(.*?\)( \(hw [^)]*\))?: ", "", regex=True)
-    errors = errors.value_counts()
+    errors = df["error"].fillna("").astype(str).map(without_point).value_counts()
     raise ConfigError(f"{spec}: all {len(df)} points failed (error rows in {out}); the commonest, "
                       f"{errors.iloc[0]} of them: {errors.index[0]}")
 
 
-def _failures(out: str) -> str:
+def _failures(df: "pd.DataFrame") -> str:
     """Why the stored points failed, counted: "6 out of memory (CapacityError)" says they are the
     expected points that do not fit, not a crash."""
     from sim.apps.sweep.plots import failure_kinds
-    from sim.apps.sweep.store import load_results
 
-    df = load_results(out)
     return failure_kinds(df[df["status"] != "ok"]) if "status" in df.columns else ""
 
 
-def _print_best(spec_path: str, out: str) -> None:
+def _print_best(spec_path: str, results: "pd.DataFrame") -> None:
     """A table of the best point for each of the spec's `metrics`: one line per metric,
     its value with a unit, and the axis values where it was reached."""
     from sim.apps.sweep.energy import models_note, pim_note
@@ -85,11 +86,10 @@ def _print_best(spec_path: str, out: str) -> None:
     from sim.apps.sweep.names import for_kind
     from sim.apps.sweep.plots import labelled
     from sim.apps.sweep.spec import load_spec
-    from sim.apps.sweep.store import load_results
 
     spec = load_spec(spec_path)
     spec = for_kind(spec, is_serving(spec))
-    df = labelled(load_results(out))   # mapping-valued axes as short labels
+    df = labelled(results)   # mapping-valued axes as short labels
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
     if ok.empty:
         return
