@@ -387,7 +387,7 @@ class Mapper:
         if bp is not None and (cap := cap_figures(gen, bp)):
             fig.extra["power_cap"] = cap
             fig.notes.append(cap_note(cap, self.records_at_capped_clock))
-        if bp is None and (note := busy_time_note(self.machine, total, e2e, self.devices)):
+        if note := busy_time_note(self.machine, total, e2e, self.devices):   # with the model: unpriced_board_note
             fig.notes.append(note)
         return fig
 

@@ -77,9 +77,12 @@ def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, wh
     """The note every run on a preset without the board-power model (no idle_power_w) carries: its energy is
     power_w x busy time (`whole_run`: the spatial kind's chips, over the whole run) plus bytes and FLOPs, no idle
     draw between busy spans, so its J/token does not compare with a board-power preset's (docs/energy.md); and
-    where it averages more than that power_w, the board's TDP, no cap binds: an upper bound. None with the model."""
+    where it averages more than that power_w, the board's TDP, no cap binds: an upper bound. With the model, the
+    note of a figure it lacks (unpriced_board_note), if any."""
     u = machine.units[machine.main_unit]
-    if u.idle_power_w is not None or not u.power_w:
+    if u.idle_power_w is not None:
+        return unpriced_board_note(machine)
+    if not u.power_w:
         return None
     how = ("every chip's power_w over the whole run, bubbles included (an upper bound)" if whole_run
            else "power_w over busy time, nothing between")
@@ -94,6 +97,25 @@ def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, wh
         note += (f"; it averages {avg_w:.0f} W per device, above its {u.power_w:.0f} W TDP, which no cap holds here "
                  "(the busy spans overcount; the idle ones, at 0 W, undercount)")
     return note
+
+
+def unpriced_board_note(machine: Any) -> str | None:
+    """The note a run on a preset whose board-power model (idle_power_w) lacks one of its other figures carries:
+    the activity power, the J/FLOP, or the main unit's memory J/byte, each then 0 (an energy trial: h100_sxm copies
+    without one read 2.8-5.7 J/token against 5.9, silently, under the report's full-model wording). None where the
+    model is whole or absent (busy_time_note)."""
+    u = machine.units[machine.main_unit]
+    if u.idle_power_w is None:
+        return None
+    tier = f"memory.{u.memory}.energy_j_per_byte"
+    missing = [k for k, given in ((f"units.{machine.main_unit}.active_power_w", "active_power_w" in u.model_fields_set),
+                                  (f"units.{machine.main_unit}.energy_j_per_flop", bool(u.energy_j_per_flop)),
+                                  (tier, machine.memory[u.memory].energy_j_per_byte is not None)) if not given]
+    if not missing:
+        return None
+    return (f"energy: {machine.name} has a board-power model (idle_power_w) without {', '.join(missing)}: "
+            f"{'each counts' if len(missing) > 1 else 'it counts'} 0, so its J/token and power leave that part out "
+            "(docs/energy.md lists the figures of the model)")
 
 
 def board_columns(machine: Any) -> dict[str, float]:

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from sim.apps.formats_cli import DEFAULT_SHAPE  # noqa: E402
 from sim.core.formats import ALIASES, get_format, known_formats  # noqa: E402
 from sim.core.quantize import quantization_error  # noqa: E402
 
@@ -35,7 +36,7 @@ def main() -> None:
     shape = (args.rows, args.cols)
     names = [n for n in ORDER if n in known_formats()] + \
         [n for n in known_formats() if n not in ORDER] + EXTRA
-    x = None if args.no_sqnr else np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+    x = None if args.no_sqnr else np.random.default_rng(0).standard_normal(DEFAULT_SHAPE).astype(np.float32)
 
     head = ["format", "family", "element (ml_dtypes)", "bits", "block", "block scale", "tensor scale",
             "max normal", f"bytes {shape[0]}x{shape[1]}", "of which scales", "bits/elem incl. scales"]

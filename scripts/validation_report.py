@@ -35,7 +35,8 @@ if str(ROOT) not in sys.path:
 
 from hw_models.machine import PRESET_DIR, Machine, load_machine, machine_from_dict, raw_machine  # noqa: E402
 from sim.core.graph import GEMM  # noqa: E402
-from sim.apps.trace.calibrate import GEMV_MAX_M, TILES, calibrate, write_preset  # noqa: E402
+from sim.apps.trace.calibrate import GEMV_MAX_M, TILES, calibrate  # noqa: E402
+from sim.apps.trace.calibrate_preset import write_preset  # noqa: E402
 from sim.apps.trace.floors import cross_run_floor, decode_wall_floor, step_gaps, within_run_floor  # noqa: E402
 from sim.apps.trace.parser import load_trace  # noqa: E402
 from sim.apps.trace.input_checks import CPU_EXTRA_LOAD_LIMIT, capture_load, load_limit  # noqa: E402

@@ -51,7 +51,9 @@ def test_worse_held_out_is_refused(tmp_path, capsys):
     nothing written."""
     out = tmp_path / "x.yaml"
     rc = main(["calibrate", FIT_CPU, "--hw", "cpu_host_calibrated", "--held-out", HELD_CPU, "-o", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
+    # one error line (a warning may precede it: embed and kv_append, of too few shapes in one trace to get curves
+    # of their own, MIN_KIND_SHAPES, fit worse on the all-ops curve)
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("warning:")]
     assert rc == 2 and len(err) == 1 and "--held-out" in err[0] and "worse" in err[0]
     assert not out.exists()
 

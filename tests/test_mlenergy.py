@@ -130,6 +130,9 @@ def test_the_runs_the_fit_used_are_the_library_s(shared_validation):
     runs = M.load_runs(shared_validation)
     fit = M.fit_runs(runs)
     assert len(fit) == 19 and {r.gpu for r in fit} == {"H100"}
+    # The models added after the fit are replayable but held out by model: the fit's runs are those of FIT_MODELS.
+    assert {r.model for r in fit} <= M.FIT_MODELS < {r.model for r in runs}
+    assert {"Qwen/Qwen3-14B", "meta-llama/Llama-3.1-405B-Instruct"} <= {r.model for r in runs}
     assert all(r.max_num_seqs <= 512 and r.task in ("lm-arena-chat", "sourcegraph-fim") for r in fit)
 
 
@@ -226,7 +229,8 @@ def test_the_cli_selects_the_runs_of_the_docs_table(shared_validation, capsys):
     args = argparse.Namespace(hw="h100_sxm", path=str(shared_validation), every=2, max_num_seqs=512, limit=None,
                               task=["lm-arena-chat", "sourcegraph-fim"])
     runs, _ = _runs(args)
-    assert len(runs) == 32
+    assert len(runs) == 70   # 32 of the fit's models, 38 of the models added at stop 72 (FIT_MODELS)
+    assert sum(r.model in M.FIT_MODELS for r in runs) == 32
     assert runs == M.select(M.load_runs(shared_validation), "H100", 2, 512, ("lm-arena-chat", "sourcegraph-fim"))
     assert "lm-arena-chat 262" in _inputs_line(2.0) and "--input-scale 2" in _inputs_line(2.0)
 
@@ -256,3 +260,28 @@ def test_validate_energy_groups_by_model_and_fit_with_signed_medians():
     assert _median(eight) == pytest.approx(-0.19) and _errors(eight)["j_per_token"] == pytest.approx(0.56 / 3)
     assert _errors(xs)["j_per_token"] == pytest.approx(0.62 / 5) and _errors(xs)["power_per_gpu"] == pytest.approx(0.31 / 5)
     assert [label for label, _, _ in _groups(xs[:3], set())] == [""]   # one model, none in the fit: the overall row
+
+
+def test_fp8_checkpoints_replay_as_stored_and_new_models_group_apart():
+    """Stop 72's models: the FP8 checkpoints keep what they store in 16 bits (Qwen's block-FP8: lm_head and the
+    router; Meta's FP8 405B: the attention and lm_head, Llama 3 paper section 6.2) with bf16 activations and cache
+    (vLLM's W8A8 Linear quantizes its input: the stack's FP8 family), and `sim validate-energy` gives the runs of
+    models the fit did not see (mlenergy.FIT_MODELS) their own MAPE row."""
+    from types import SimpleNamespace
+
+    from sim.apps.serve.mlenergy_cli import _groups
+
+    def run(model: str, precision: str = "fp8") -> M.Run:
+        return M.Run("H100", model, precision, "lm-arena-chat", 8, 8, 1, 8, 400.0, 1.0, 500.0, 100.0)
+
+    llama = M.serve_file(run("meta-llama/Llama-3.1-405B-Instruct-FP8")).formats
+    assert (llama.weights, llama.activations, llama.kv_cache) == ("fp8_e4m3", "bf16", "bf16")
+    assert llama.overrides == dict.fromkeys(("q_proj", "k_proj", "v_proj", "o_proj", "lm_head"), "bf16")
+    qwen = M.serve_file(run("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8")).formats
+    assert qwen.weights == "fp8_block128" and qwen.overrides == {"router": "bf16", "lm_head": "bf16"}
+    plain = M.serve_file(run("Qwen/Qwen3-14B", "bfloat16")).formats
+    assert (plain.weights, plain.activations, plain.kv_cache, plain.overrides) == ("bf16", "bf16", "bf16", {})
+    xs = [SimpleNamespace(run=run(m, "bfloat16"), j_error=e, power_error=e, throughput_error=e)
+          for m, e in (("meta-llama/Llama-3.1-8B-Instruct", 0.1), ("Qwen/Qwen3-14B", -0.3), ("Qwen/Qwen3-8B", -0.2))]
+    unseen = [g for g in _groups(xs, set()) if g[1] == {"runs_of": "unseen_models"}]
+    assert len(unseen) == 1 and [x.run.model for x in unseen[0][2]] == ["Qwen/Qwen3-14B", "Qwen/Qwen3-8B"]

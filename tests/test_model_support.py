@@ -20,7 +20,10 @@ from sim.core.model import load_model
 #   mixtral-8x7b 46.7B total / 12.9B active: the Mixtral model card and paper (Jiang et al. 2024);
 #   qwen2.5-7b 7.61B / 6.53B non-embedding: the Qwen/Qwen2.5-7B model card;
 #   qwen3-8b 8.2B / 6.95B non-embedding: the Qwen/Qwen3-8B model card;
+#   qwen3-14b 14.8B / 13.2B and qwen3-32b 32.8B / 31.2B non-embedding: the Qwen/Qwen3-14B and -32B model cards;
 #   qwen3-30b-a3b 30.5B / 3.3B active: the Qwen/Qwen3-30B-A3B model card;
+#   qwen3-coder-480b-a35b 480B / 35B active: the Qwen/Qwen3-Coder-480B-A35B-Instruct model card;
+#   llama3.1-405b 405B: the meta-llama/Llama-3.1-405B model card;
 #   qwen3-235b-a22b 235B: the Qwen/Qwen3-235B-A22B model card (its "22B activated" is printed without a decimal,
 #   which this table's active column reads to one: 22.19B here, not checked);
 #   gemma-7b 7,751,248,896 non-embedding: Gemma report (Gemma Team 2024), Table 2;
@@ -38,7 +41,11 @@ PUBLISHED = [
     ("mixtral-8x7b", 46.7e9, 1, 12.9e9, None),
     ("qwen2.5-7b", 7.61e9, 2, None, 6.53e9),
     ("qwen3-8b", 8.2e9, 1, None, 6.95e9),
+    ("qwen3-14b", 14.8e9, 1, None, (13.2e9, 1)),
+    ("qwen3-32b", 32.8e9, 1, None, (31.2e9, 1)),
     ("qwen3-30b-a3b", 30.5e9, 1, 3.3e9, None),
+    ("qwen3-coder-480b-a35b", 480e9, 0, (35e9, 0), None),
+    ("llama3.1-405b", 405e9, 0, None, None),
     ("qwen3-235b-a22b", 235e9, 0, None, None),
     ("gemma-7b", None, None, None, 7_751_248_896),
     ("gemma-2-9b", 9.24e9, 2, None, None),
@@ -57,8 +64,13 @@ def _agrees(count: int, published: float, decimals: int | None) -> bool:
 def test_published_parameter_counts(name, total, decimals, active, non_embedding):
     m = load_model(name)
     embeddings = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
-    checked = [(m.params(), total, decimals), (m.params(active=True), active, 1),
-               (m.params() - embeddings, non_embedding, None if isinstance(non_embedding, int) else 2)]
+    # An active or non-embedding figure is printed to 1 or 2 decimals (or exact, an int) unless given as (figure,
+    # decimals): "13.2B" non-embedding (Qwen3-14B), "35B activated" (Qwen3-Coder-480B).
+    active, active_places = active if isinstance(active, tuple) else (active, 1)
+    non_embedding, ne_places = non_embedding if isinstance(non_embedding, tuple) else (
+        non_embedding, None if isinstance(non_embedding, int) else 2)
+    checked = [(m.params(), total, decimals), (m.params(active=True), active, active_places),
+               (m.params() - embeddings, non_embedding, ne_places)]
     for count, published, places in checked:
         assert published is None or _agrees(count, published, places), (name, count, published)
 

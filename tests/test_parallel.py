@@ -79,7 +79,10 @@ def test_pipeline_bubble_emerges():
     ({"tp": 8}, "parallel.topology: needed"),
     ({"tp": 8, "topology": "dgx_h100"}, "dgx_h100 holds h100_sxm devices, not a100_80g"),
     ({"tp": 8, "topology": "dgx_q"}, "parallel.topology: unknown topology 'dgx_q'"),
-    ({"tp": 2, "micro_batches": 3, "topology": "dgx_a100"}, "micro_batches: 3 does not divide batch 8"),
+    ({"tp": 2, "pp": 2, "micro_batches": 3, "topology": "dgx_a100"}, "micro_batches: 3 does not divide batch 8"),
+    # micro-batches without stages run in turn, each reading every weight (a parallelism trial: 4x the decode step,
+    # and a tp x pp sweep on workloads/llama70b_tp4_pp2.yaml ranked TP 8 last)
+    ({"tp": 2, "micro_batches": 4, "topology": "dgx_a100"}, r"micro_batches: 4 with pp 1: .* set micro_batches: 1"),
     ({"tq": 2}, "parallel: tq: unknown key"),
     ({"tp": 8, "pp": 2, "topology": "dgx_a100"}, r"16 ranks but dgx_a100 has 8 devices .*; more nodes: parallel.nodes: 2"),
     ({"tp": 8, "pp": 2, "topology": "dgx_a100", "nodes": 0}, "parallel: nodes: Input should be greater than 0"),

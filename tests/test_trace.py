@@ -20,7 +20,8 @@ import pytest
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
 from sim.apps.cli import main as cli_main
 from sim.core.errors import ConfigError
-from sim.apps.trace.calibrate import calibrate, write_preset
+from sim.apps.trace.calibrate import calibrate
+from sim.apps.trace.calibrate_preset import write_preset
 from sim.apps.trace.parser import load_trace
 from sim.apps.trace.records import MeasuredOp, StepShape, Trace
 from sim.apps.trace.replay import replay
@@ -400,3 +401,25 @@ def test_validating_a_calibrated_preset_on_its_own_traces_says_so(capsys):
     held = ROOT / "traces/cpu/llama2-7b_L2_bf16_b1_p128_d16_cpu.ops.csv"
     assert main(["validate", str(held), "--hw", "cpu_host_calibrated", "-q"]) == 0
     assert "in sample" not in capsys.readouterr().err
+
+
+def test_calibrate_refuses_too_few_shapes_and_keeps_thin_kinds_on_the_unit_curve():
+    """A trace trial: a 20-op table (one layer, prefill only) calibrated every kind to a curve through its one op
+    (fit MAPE 0.0%) and wrote the preset, exit 0. A set of fewer distinct (FLOPs, bytes) shapes than the curve has
+    parameters is refused; a kind of fewer than MIN_KIND_SHAPES stays on the all-ops curve."""
+    from sim.apps.trace.calibrate import MIN_KIND_SHAPES, MIN_SHAPES, PARAMS
+
+    assert MIN_SHAPES == len(PARAMS) + 1 == 6
+    from tests.conftest import ROOT
+
+    trace = load_trace(ROOT / "traces/cpu/llama2-7b_L2_fp32_b1_p128_d16_cpu.ops.csv")[0]
+    prefill = lambda tr, s: s.phase == "prefill"   # noqa: E731
+    with pytest.raises(ConfigError, match=r"2 distinct op shapes measured; the roofline curve has 5 parameters, so "
+                                          r"calibrate needs at least 6"):
+        calibrate([trace], load_machine("cpu_host"), use_step=prefill,
+                  use_op=lambda op: op.name.split(".")[-1] in ("q_proj", "k_proj", "gate_proj"))
+    # One capture: a norm, the embedding, RoPE and the KV append take two shapes (the prompt's and a decode token's),
+    # so they stay on the all-ops curve; the GEMMs and attention (whose decode shapes grow with the context) do not.
+    cal = calibrate([trace], load_machine("cpu_host"))
+    assert MIN_KIND_SHAPES == 3 and cal.kept == ["embed", "kv_append", "norm", "rope"]
+    assert {"gemm", "attn_score", "attn_context"} <= set(cal.by_kind)

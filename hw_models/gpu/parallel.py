@@ -62,6 +62,12 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         self.devices = self.plan.instance_devices   # the engine's host work grows past one device
         self.full_steps: dict[str, Timeline] = {}   # phase -> its last step simulated in full
         src, p = workload.source or "workload", self.plan
+        if p.micro_batches > 1 and p.pp == 1:
+            # nothing to overlap: each micro-batch would read every weight again, one after another (a trial's
+            # sweep over tp x pp on workloads/llama70b_tp4_pp2.yaml ranked TP 8 at 4x its time)
+            raise ConfigError(f"{src}: parallel.micro_batches: {p.micro_batches} with pp 1: micro-batches fill pipeline "
+                              "stages, and one stage would run them in turn, reading every weight each time; set "
+                              "micro_batches: 1 (or pp > 1)")
         if workload.batch % p.micro_batches:
             raise ConfigError(f"{src}: parallel.micro_batches: {p.micro_batches} does not divide batch {workload.batch}")
         # Serving under data-parallel attention (sim.apps.serve.attention_dp) costs an iteration in two

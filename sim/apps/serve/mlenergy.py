@@ -46,18 +46,51 @@ from sim.apps.serve.spec import serve_file_from_dict
 
 CSV_NAME = "energy/mlenergy_llm_runs.csv"
 # Hugging Face id -> this project's model preset (same layer shapes: Llama 3.1/3.3 differ from Llama 3
-# only in RoPE scaling and context length; the Qwen3-30B-A3B 2507 and Coder checkpoints share Qwen3-30B-A3B's config).
+# only in RoPE scaling and context length; the Qwen3-30B-A3B 2507 and Coder checkpoints share Qwen3-30B-A3B's config,
+# the Qwen3-235B-A22B 2507 ones Qwen3-235B-A22B's).
 MODELS = {
     "meta-llama/Llama-3.1-8B-Instruct": "llama3-8b",
     "meta-llama/Llama-3.1-70B-Instruct": "llama3-70b",
     "meta-llama/Llama-3.3-70B-Instruct": "llama3-70b",
+    "meta-llama/Llama-3.1-405B-Instruct": "llama3.1-405b",
+    "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-14B": "qwen3-14b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
     "Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b",
     "Qwen/Qwen3-30B-A3B-Thinking-2507": "qwen3-30b-a3b",
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": "qwen3-30b-a3b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Thinking-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct": "qwen3-coder-480b-a35b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
+    "meta-llama/Llama-3.1-405B-Instruct-FP8": "llama3.1-405b",
 }
+# The FP8 checkpoints, as stored: what `formats:` their replay takes (activations and the KV cache stay bf16, as
+# vLLM runs them: its W8A8 Linear quantizes each bf16 input, the stack's FP8 family; `kv_cache_dtype` auto).
+# * Qwen3-235B-A22B-Instruct-2507-FP8: 128 x 128 block-scaled FP8 with lm_head and the router in bf16, as the
+#   Qwen3-235B-A22B-FP8 checkpoint of the silicon replays (sim.apps.serve.validate_models: BLOCK_FP8_CHECKPOINTS;
+#   the 2507 FP8 model card: "fine-grained fp8 quantization with block size of 128").
+# * Llama-3.1-405B-Instruct-FP8: Meta's FP8 quantizes the feed-forward layers' weights and activations only, neither
+#   the self-attention's parameters nor the first and last Transformer layers (Llama Team, "The Llama 3 Herd of
+#   Models", arXiv:2407.21783, section 6.2), and lm_head stays bf16; row-wise weight scales and dynamic per-token
+#   activation scales, costed here by the stack's per-tensor FP8 family (the same scaled GEMM, one scale a row).
+#   The first and last layers' MLPs are replayed in FP8 too (2 of 126 layers: 1.6% of the MLP weights), since a
+#   per-layer override unfolds the identical layers and made each replay ~15x slower.
+_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+CHECKPOINTS = {
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": dict(weights="fp8_block128", overrides=("router", "lm_head")),
+    "meta-llama/Llama-3.1-405B-Instruct-FP8": dict(weights="fp8_e4m3",
+                                                   overrides=(*_ATTENTION, "lm_head")),
+}
+# The models the shipped power figures were fitted on (FIT_MODELS, below): the table's models until stop 72. The
+# models added then (the Qwen3 dense models, Qwen3-235B-A22B, Qwen3-Coder-480B, Llama-3.1-405B) are held out by
+# model, on both GPUs: the fit did not see them.
+FIT_MODELS = frozenset({"meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
+                        "meta-llama/Llama-3.3-70B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507",
+                        "Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-Coder-30B-A3B-Instruct"})
 PRESETS = {"H100": "h100_sxm", "B200": "b200"}
 TOPOLOGY = {"H100": "dgx_h100", "B200": "hgx_b200"}   # hw_models/network/presets: one 8-GPU node
-FORMATS = {"bfloat16": "bf16"}
+FORMATS = {"bfloat16": "bf16", "fp8": "fp8"}   # the runs' precisions replayed (fp8: CHECKPOINTS says how)
 INPUT_CV = 1.0
 OUTPUT_CAP = {"lm-arena-chat": 4096, "gpqa": 32768, "sourcegraph-fim": 2048}   # the benchmark's max_tokens
 OUTPUT_CV = 1.0
@@ -112,7 +145,8 @@ def read_runs(path: Path) -> list[Run]:
             if None in r.values():   # fewer cells than the header: a row cut short (a trial's was dropped silently)
                 raise ValueError(f"line {rows.line_num} has {sum(v is not None for v in r.values())} of the header's "
                                  f"{len(rows.fieldnames)} columns (a truncated file?)")
-            if r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS:
+            if r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS or (
+                    r["precision"] == "fp8" and r["model"] not in CHECKPOINTS):
                 continue
             n = {c: _number(r, c, rows.line_num) for c in NUMBERS}
             if int(n["data_parallel"]) != 1 or int(n["pipeline_parallel"]) != 1:
@@ -182,17 +216,21 @@ def select(runs: list[Run], gpu: str, every: int, max_seqs: int, tasks: tuple[st
 
 
 def fit_runs(runs: list[Run]) -> list[Run]:
-    """The runs of `runs` (the whole table) the power fit uses."""
-    return select(runs, FIT_GPU, FIT_EVERY, FIT_MAX_SEQS, FIT_TASKS)
+    """The runs of `runs` (the whole table) the power fit uses: of FIT_MODELS only."""
+    return [r for r in select(runs, FIT_GPU, FIT_EVERY, FIT_MAX_SEQS, FIT_TASKS) if r.model in FIT_MODELS]
 
 
 def serve_file(run: Run, input_scale: float = 1.0, sampling: str = "top_p") -> Any:
     """The closed-loop serving file of `run` (module doc); `sampling` other than the benchmark's top_p: a what-if."""
     fmt = FORMATS[run.precision]
+    ckpt = CHECKPOINTS.get(run.model) if fmt == "fp8" else None
+    formats = dict(weights=ckpt["weights"], activations="bf16", kv_cache="bf16",
+                   overrides=dict.fromkeys(ckpt["overrides"], "bf16")) if ckpt else dict(
+        weights=fmt, activations=fmt, kv_cache=fmt)
     n = max(REQUESTS_PER_SEQ * run.max_num_seqs, MIN_REQUESTS)
     raw = dict(
         name=f"mlenergy {run.gpu} {run.model} seqs {run.max_num_seqs}", model=run.preset,
-        formats=dict(weights=fmt, activations=fmt, kv_cache=fmt), flash_attention=True, stack="vllm", sampling=sampling,
+        formats=formats, flash_attention=True, stack="vllm", sampling=sampling,
         penalties=True,
         parallel=dict(tp=run.tp, ep=run.ep, **({"topology": TOPOLOGY[run.gpu]} if run.num_gpus > 1 else {})),
         serving=dict(

@@ -54,7 +54,7 @@ def _runs(args: argparse.Namespace) -> tuple[list, set]:
     runs = M.select(runs, gpus[args.hw], args.every, args.max_num_seqs, tuple(args.task) if args.task else None)
     runs = runs[: args.limit]
     if not runs:
-        raise ConfigError(f"{path}: no replayable {gpus[args.hw]} run (bf16 Llama-3.1/3.3, Qwen3-30B-A3B; "
+        raise ConfigError(f"{path}: no replayable {gpus[args.hw]} run (bf16 Llama-3.1/3.3, Qwen3 dense and MoE; "
                           f"max_num_seqs <= {args.max_num_seqs}{'; task ' + ', '.join(args.task) if args.task else ''})")
     return runs, fitted
 
@@ -85,11 +85,16 @@ def _groups(replays: list, fitted: set) -> list[tuple[str, dict, list]]:
     """The runs the MAPEs are taken over, each with its table label and its JSON keys: all; those in the power fit
     and the others (where both occur); each (model, GPUs), whose signed median shows what one MAPE over every model
     hides (an energy trial: the 8B's error grows with max_num_seqs, -6 to -31%, inside an 8% MAPE)."""
+    from sim.apps.serve import mlenergy as M
+
     out = [("", {"runs_of": "all"}, replays)]
     if any(x.run in fitted for x in replays) and not all(x.run in fitted for x in replays):
         out += [(" in the power fit", {"runs_of": "fit", "in_fit": True}, [x for x in replays if x.run in fitted]),
                 (" not in the power fit", {"runs_of": "fit", "in_fit": False},
                  [x for x in replays if x.run not in fitted])]
+    unseen = [x for x in replays if x.run.model not in M.FIT_MODELS]
+    if unseen and len(unseen) < len(replays):   # models added after the fit: held out by model (mlenergy.FIT_MODELS)
+        out.append((" of models the fit did not see", {"runs_of": "unseen_models"}, unseen))
     by: dict[tuple[str, int], list] = {}
     for x in replays:
         by.setdefault((x.run.model.split("/")[1], x.run.num_gpus), []).append(x)

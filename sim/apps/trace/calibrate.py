@@ -29,22 +29,17 @@ tile is.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
-import yaml
 
 from hw_models import compute_path
 from hw_models.cost import MATRIX_KINDS, gemm_dims, weight_format, work_time_s
 from hw_models.machine import Efficiency, Machine, machine_from_dict, raw_machine
 from sim.core import graph as g
 from sim.core.errors import ConfigError
-from sim.core.files import atomic_write
-from sim.apps.trace.preset_text import cited
 from sim.apps.trace.records import StepShape, Trace
 from sim.apps.trace.shapes import step_graph
 
@@ -104,6 +99,18 @@ class Samples:
             scale[gem] = tiles.gemm_waves(m, n, k)
         ramp = np.asarray([1.0 if ramp_vector or self.kind[i] in MATRIX_KINDS else 0.0 for i in idx])
         return pick(self.flops), pick(self.nbytes), pick(self.rate), pick(self.measured_s), scale, ramp
+
+
+# A curve of len(PARAMS) parameters fitted on fewer distinct (FLOPs, bytes) points passes through each: its fitted MAPE
+# reads 0% and says nothing of other shapes (a trial's 20-op table: every kind at 0.0%, one op each), so a set with
+# fewer is refused. A kind's own curve starts from the all-ops one and frees only what its data pin (a streaming
+# kernel: its memory terms and overhead), so it needs fewer: with fewer than MIN_KIND_SHAPES it stays on that curve.
+MIN_SHAPES, MIN_KIND_SHAPES = len(PARAMS) + 1, 3
+
+
+def distinct_shapes(selected: tuple[np.ndarray, ...]) -> int:
+    """Distinct (FLOPs, bytes) points among Samples.select's ops: what a curve can be fitted on."""
+    return len(set(zip(selected[0].tolist(), selected[1].tolist())))
 
 
 def samples(traces: Iterable[Trace], machine: Machine,
@@ -240,7 +247,7 @@ class Calibration:
     raw: dict            # the preset as YAML data: the base file's text values, fitted fields replaced
     gemv_max_m: int | None = None                               # the small-M GEMM threshold chosen
     gemv_scores: dict[str, float] = field(default_factory=dict)  # GEMM classes' RMS log residual per candidate
-    kept: list[str] = field(default_factory=list)   # kinds left on the unit's curve (ops of < min_traces traces)
+    kept: list[str] = field(default_factory=list)   # kinds left on the unit's curve (< min_traces traces, < MIN_SHAPES)
 
     @property
     def mape(self) -> float:
@@ -271,6 +278,7 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     e = unit.efficiency.at_rates(rate, bw)
     start = dict(compute_max=e.compute_max, compute_half_flops=e.compute_half_flops, memory_max=e.memory_max,
                  memory_half_bytes=e.memory_half_bytes, overhead_s=max(unit.launch_overhead_s, 1e-7))
+    enough_shapes(data)
     tile, scores = choose_tile(data, e, bw, start, tiles)
     waves = _tiled(e, tile)
     overall = fit_constrained(*data.select(None, waves, ramp_vector=False), bw, start)
@@ -278,14 +286,7 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
                                       [e.gemv_max_m] if gemv_max_m is None else gemv_max_m) if per_kind \
         else (None, {})
     data = data.with_gemv(gemv_m)
-    kinds, kept = {}, []
-    if per_kind:
-        for kind in data.classes():   # one trace's shapes cannot tell a kind's curve from its shape
-            if len({t for t, c in zip(data.trace, map(data.cls, range(len(data)))) if c == kind}) >= min_traces:
-                keep = None if kind in MATRIX_KINDS or kind == GEMV else {**overall.params, "compute_half_flops": 0}
-                kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params, keep)
-            else:
-                kept.append(kind)
+    kinds, kept = kind_fits(data, waves, bw, overall, min_traces) if per_kind else ({}, [])
     try:  # the base file's own text (units as written), when it is a file
         raw = raw_machine(base.source or base.name)
     except ConfigError:  # a machine built in code
@@ -308,6 +309,29 @@ def calibrate(traces: list[Trace], base: Machine, per_kind: bool = True, name: s
     machine = machine_from_dict(raw, f"calibrated from {base.name}")
     return Calibration(base.name, unit_name, overall, kinds, tile, scores, sources, machine, raw,
                        gemv_m, gemv_scores, kept)
+
+
+def enough_shapes(data: Samples) -> None:
+    """Refuse a set of fewer than MIN_SHAPES distinct op shapes (a 20-op table had fitted each kind to 0.0%, a trial)."""
+    if (n := distinct_shapes(data.select(None))) < MIN_SHAPES:
+        raise ConfigError(f"{', '.join(sorted(data.sources))}: {n} distinct op shapes measured; the roofline curve has "
+                          f"{len(PARAMS)} parameters, so calibrate needs at least {MIN_SHAPES} (capture more steps or "
+                          "layers, or a longer prompt)")
+
+
+def kind_fits(data: Samples, waves: Efficiency, bw: float, overall: Fit, min_traces: int
+              ) -> tuple[dict[str, Fit], list[str]]:
+    """Each op class's own curve where its ops come from `min_traces` traces (one trace's shapes cannot tell a kind's
+    curve from its shape) and hold MIN_KIND_SHAPES shapes; the classes left on the all-ops curve."""
+    kinds, kept = {}, []
+    for kind in data.classes():
+        traces = {t for t, c in zip(data.trace, map(data.cls, range(len(data)))) if c == kind}
+        if len(traces) >= min_traces and distinct_shapes(data.select(kind)) >= MIN_KIND_SHAPES:
+            keep = None if kind in MATRIX_KINDS or kind == GEMV else {**overall.params, "compute_half_flops": 0}
+            kinds[kind] = fit_constrained(*data.select(kind, waves), bw, overall.params, keep)
+        else:
+            kept.append(kind)
+    return kinds, kept
 
 
 def _tiled(e: Efficiency, tile: tuple[int, int] | None) -> Efficiency:
@@ -359,42 +383,3 @@ def choose_gemv(data: Samples, waves: Efficiency, bandwidth: float, start: dict[
 
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
-
-
-def write_preset(cal: Calibration, path: str | Path, note: str = "") -> Path:
-    """The calibrated machine as a preset YAML whose header records the fit."""
-    path = Path(path)
-    data = cal.raw
-    date = _dt.date.today().isoformat()
-    lines = [
-        f"# {data['name']}: {cal.base} with its efficiency curves and launch overhead fitted to measured ops",
-        f"# by `sim calibrate` (scipy.optimize.least_squares on log-time residuals), {date}.",
-        f"# Peaks, capacities and bandwidths are {cal.base}.yaml's (see the citations there); only",
-        "# units.*.efficiency, launch_overhead_s and stacks.* (below) are fitted. Fitted on:",
-        *[f"#   {s}" for s in cal.sources],
-        f"# GEMM tile/wave term: {_tile_note(cal)}",
-        *([f"# Small-M GEMM class (gemv): {'M <= %d' % cal.gemv_max_m if cal.gemv_max_m else 'none'}, chosen by "
-           "GEMM RMS log residual on the "
-           "calibration ops (" + ", ".join(f"{k} {v:.3f}" for k, v in cal.gemv_scores.items()) + ")"]
-          if cal.gemv_scores else []),
-        f"# Fit: all ops, one curve: RMS log residual {cal.overall.rms_log_residual:.3f}, "
-        f"MAPE {cal.overall.mape:.1%} over {cal.overall.n} ops.",
-        *[f"#   {k}: RMS log residual {f.rms_log_residual:.3f}, MAPE {f.mape:.1%} over {f.n} ops"
-          + (f"; not constrained by the data, kept: {', '.join(sorted(f.fixed))}" if f.fixed else "")
-          for k, f in cal.by_kind.items()],
-        *([f"#   on the all-ops curve (ops from too few traces, --min-traces): {', '.join(cal.kept)}"] if cal.kept else []),
-        *([f"# {line}" for line in note.splitlines()]),
-    ]
-    text = "\n".join(lines) + "\n" + cited(yaml.safe_dump(data, sort_keys=False), cal.base)
-    atomic_write(path, lambda p: p.write_text(text))
-    return path
-
-
-def _tile_note(cal: Calibration) -> str:
-    if not cal.tile_scores:
-        return "not fitted (the base preset has no parallel_units, or no GEMMs were measured)"
-    chosen = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
-    units = cal.machine.units[cal.unit].efficiency.parallel_units
-    return (f"parallel_units {units} is {cal.base}'s SM count (cited there); "
-            f"tile {chosen} chosen by GEMM RMS log residual on the calibration ops ("
-            + ", ".join(f"{k} {v:.3f}" for k, v in cal.tile_scores.items()) + ")")

@@ -277,7 +277,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     from hw_models.machine import load_machine
     from sim.core.files import check_output
-    from sim.apps.trace.calibrate import write_preset
+    from sim.apps.trace.calibrate_preset import write_preset
     from sim.apps.trace.load_inputs import load_distinct
     from sim.apps.trace.stack_calibrate import at_bounds, calibrate_for, held_out
 

@@ -68,11 +68,13 @@ def contended(trace) -> None:
 
 
 def truncated(trace) -> None:
-    """An ops table holding fewer ops than its capture wrote (`ops_per_step` a step over `steps`, .meta.json) is said:
-    a cut file validated its first rows against whole steps without a word (a trace workflow trial)."""
+    """A capture (its ops table or its Chrome trace) holding fewer ops than it wrote (`ops_per_step` a step over
+    `steps`, .meta.json) is said: a cut file validated its first rows against whole steps without a word (a trace
+    workflow trial), and a Chrome trace missing an op's annotations dropped it silently where its ops table warned
+    (a trace trial)."""
     meta = trace.meta or {}
     per, steps = meta.get("ops_per_step"), meta.get("steps")
-    if not str(trace.source).endswith(".ops.csv") or not isinstance(per, int) or not isinstance(steps, list):
+    if not str(trace.source).endswith(CAPTURE_SUFFIXES) or not isinstance(per, int) or not isinstance(steps, list):
         return
     counts = [sum(1 for o in trace.ops if o.step == i) for i in range(len(steps))]
     short = [i for i, n in enumerate(counts) if 0 < n < per]
@@ -119,7 +121,7 @@ def inconsistent(trace) -> None:
 
 
 def fitted_on(machine) -> list[str]:
-    """The traces a `sim calibrate` preset names under its header's "Fitted on:" (calibrate.write_preset), as written."""
+    """The traces a `sim calibrate` preset names under its header's "Fitted on:" (calibrate_preset.write_preset), as written."""
     source = getattr(machine, "source", None)
     if not source or not Path(source).is_file():
         return []

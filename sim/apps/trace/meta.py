@@ -34,7 +34,7 @@ class TraceMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     prompt: StrictInt = Field(gt=0)
-    batch: StrictInt = Field(default=1, gt=0)
+    batch: StrictInt = Field(gt=0)   # required: a meta without it had read as batch 1, silently (a trace trial)
     decode_steps: StrictInt | None = Field(default=None, ge=0)
     layers: StrictInt | None = Field(default=None, gt=0)
     dtype: str = "fp32"
