@@ -17,7 +17,7 @@ from pydantic import Field, StrictInt, field_validator, model_validator
 
 from hw_models import curves
 from hw_models.kinds import KINDS, preset_sections, section_owners
-from hw_models.power import BoardPower
+from hw_models.power import MAX_J_PER_BYTE, MAX_J_PER_FLOP, BoardPower, plausible_joules
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.settings import has_alias, relative, resolve_aliases
@@ -36,7 +36,7 @@ class Tier(Strict):
     peak_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     write_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     latency_s: Quantity = Field(default=0.0, ge=0)
-    energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
+    energy_j_per_byte: Quantity | None = Field(default=None, ge=0, le=MAX_J_PER_BYTE)
 
     @property
     def peak_bytes_per_s(self) -> float:
@@ -231,8 +231,7 @@ class Unit(Strict):
     def _energy_formats(cls, v: dict[str, float]) -> dict[str, float]:
         out = {}
         for fmt, joules in v.items():
-            if joules < 0:
-                raise ValueError(f"{fmt}: must be >= 0")
+            plausible_joules(fmt, joules, MAX_J_PER_FLOP, "FLOP")
             try:
                 out[fmt if fmt == "vector" else get_format(fmt).name] = joules
             except ConfigError as exc:
@@ -265,7 +264,7 @@ class Link(Strict):
     dst: str
     bandwidth_bytes_per_s: Quantity = Field(gt=0)
     latency_s: Quantity = Field(default=0.0, ge=0)
-    energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
+    energy_j_per_byte: Quantity | None = Field(default=None, ge=0, le=MAX_J_PER_BYTE)
 
 
 class Machine(Strict):

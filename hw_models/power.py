@@ -34,6 +34,21 @@ from typing import Any
 from sim.core.generation import Generation
 
 
+# Above these no device spends (the presets' largest: 20 pJ a FLOP, 1.9 nJ a disk byte): a bare number read in joules
+# where pJ were meant (an energy trial's `fp16: 0.7` ran a TTFT of 3.2e10 s without a word).
+MAX_J_PER_FLOP, MAX_J_PER_BYTE = 1e-9, 1e-6
+
+
+def plausible_joules(what: str, joules: float, ceiling: float, per: str) -> float:
+    """`joules` a FLOP or byte, refused when negative or above `ceiling` (a unit left out: '0.7' for '0.7 pJ')."""
+    if joules < 0:
+        raise ValueError(f"{what}: must be >= 0")
+    if joules > ceiling:
+        raise ValueError(f"{what}: {joules:g} J a {per}, more than any device spends ({ceiling:g} J); a figure in pJ "
+                         "or nJ needs its unit ('0.7 pJ')")
+    return joules
+
+
 @dataclass(frozen=True)
 class BoardPower:
     """Per-device power figures (W) of one unit; `limit_w` None: no cap."""

@@ -50,6 +50,17 @@ def test_bad_topologies(tmp_path):
         load_topology(bad)
     with pytest.raises(ConfigError, match="unknown topology 'dgx_z'"):
         load_topology("dgx_z")
+    # A parallelism trial: `sim hw check` passed these; the first failed at run time naming neither file nor key.
+    node = "name: x\ndevice: h100_sxm\ndevices_per_node: 8\ninterconnect: {kind: KIND, bandwidth_bytes_per_s: 4.5e11}\n"
+    for extra, kind, match in (("collectives_of: dgx_h999\n", "nvswitch", r"collectives_of: unknown topology 'dgx_h999'"),
+                               ("collectives_of: dgx_h100\n", "pcie_switch",
+                                "collectives_of: dgx_h100's interconnect is nvswitch, this node's pcie_switch"),
+                               ("fitted: {all_reduce: {16: {latency_s: 2e-6, bandwidth_bytes_per_s: 3e11}}}\n", "nvswitch",
+                                "fitted.all_reduce: a fit for 16 ranks on a node of 8 devices")):
+        bad.write_text(node.replace("KIND", kind) + extra)
+        with pytest.raises(ConfigError, match=rf"^{bad}: .*{match}"):
+            load_topology(bad)
+        assert main(["hw", "check", str(bad)]) == 2
 
 
 def test_fit_held_out_sizes(shared_validation):
@@ -71,4 +82,4 @@ def test_hw_show_draws_a_topology(capsys):
     assert main(["hw", "show", "a100_pcie_pairs"]) == 0
     out = capsys.readouterr().out
     assert "[a100_80g:0]=[a100_80g:1] -pcie- [a100_80g:2]=[a100_80g:3]" in out
-    assert "between pairs PCIe 32 GB/s" in out and "send_recv: 2 ranks 6.1 us" in out
+    assert "between pairs PCIe 32 GB/s" in out and "send_recv (alpha a ring step, B): 2 ranks 6.1 us" in out

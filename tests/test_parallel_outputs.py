@@ -235,6 +235,23 @@ def test_the_throughput_line_says_it_is_one_replicas(capsys):
     assert "per replica; 2 replicas:" in line and f"{2 * one:,.1f} tokens/s" in line
 
 
+def test_the_json_of_replicas_gives_the_deployment_s_throughput_beside_the_replica_s(tmp_path):
+    """A parallelism trial: under dp 2 the JSON's throughput_tok_s and devices are one replica's, which a sweep read
+    as the deployment's. The JSON and the metrics carry `replicas` and the deployment's tokens/s beside them."""
+    import json
+
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+    wl, out = str(ROOT / "workloads/llama2_7b_decode.yaml"), tmp_path / "r.json"
+    assert main(["run", wl, "--hw", "h100_sxm", "--set", "batch=8", "--set", "parallel={dp: 2, topology: dgx_h100}",
+                 "--json", str(out), "-q"]) == 0
+    d = json.loads(out.read_text())
+    assert d["replicas"] == 2 and d["devices"] == 1
+    assert d["throughput_all_replicas_tok_s"] == pytest.approx(2 * d["throughput_tok_s"], rel=1e-12)
+    assert main(["run", wl, "--hw", "h100_sxm", "--set", "batch=8", "--json", str(out), "-q"]) == 0
+    assert "replicas" not in json.loads(out.read_text())   # one replica: nothing to tell apart
+
+
 def test_the_top_ops_of_a_pipelined_step_say_they_are_stages(capsys):
     """Under pp the op table lists every stage's ops, the stages on their own devices at once, whose shares add
     past 100% (a trial read 8 whole-stage rows at ~20% each); its caption says so, a run without pp has none."""

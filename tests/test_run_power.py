@@ -131,3 +131,25 @@ def _machine_from(raw: dict, tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_machine(str(path))
+
+
+def test_joules_without_their_unit_are_refused(tmp_path):
+    """An energy trial: `energy_j_per_flop: {fp16: 0.7}` (pJ meant, J read) ran a TTFT of 3.2e10 s, exit 0. A figure
+    above any device's (1 nJ a FLOP, 1 uJ a byte; the presets' largest are 20 pJ and 1.9 nJ) is refused naming its
+    key; with its unit it reads as meant."""
+    from sim.core.errors import ConfigError
+    from sim.core.schema import read_yaml
+
+    raw = read_yaml(ROOT / "hw_models" / "presets" / "h100_sxm.yaml")
+    raw["units"]["gpu"]["energy_j_per_flop"]["fp16"] = 0.7
+    with pytest.raises(ConfigError, match=r"units.gpu.energy_j_per_flop: fp16: 0.7 J a FLOP, more than any device "
+                                          r"spends \(1e-09 J\); a figure in pJ or nJ needs its unit"):
+        _machine_from(raw, tmp_path)
+    raw["units"]["gpu"]["energy_j_per_flop"]["fp16"] = "0.7 pJ"
+    raw["memory"]["hbm"]["energy_j_per_byte"] = 40
+    with pytest.raises(ConfigError, match=r"memory.hbm.energy_j_per_byte: Input should be less than or equal to"):
+        _machine_from(raw, tmp_path)
+    raw["memory"]["hbm"]["energy_j_per_byte"] = "40 pJ/B"
+    m = _machine_from(raw, tmp_path)
+    assert m.units["gpu"].energy_j_per_flop["fp16"] == pytest.approx(0.7e-12)
+    assert m.memory["hbm"].energy_j_per_byte == pytest.approx(40e-12)

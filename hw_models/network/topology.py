@@ -117,7 +117,25 @@ class Topology(Strict):
                              "hardware YAML, relative to this file)")
         if self.nodes > 1 and self.fabric is None:
             raise ValueError("fabric: needed when nodes > 1")
+        for kind, fits in self.fitted.items():   # a fit for more ranks than a node holds was accepted (a trial)
+            if (big := max(fits, default=0)) > self.devices_per_node:
+                raise ValueError(f"fitted.{kind}: a fit for {big} ranks on a node of {self.devices_per_node} devices")
+        if self.collectives_of is not None:   # checked here, so `sim hw check` and every run name this file and key
+            self._collectives_of_node()
         return self
+
+    def _collectives_of_node(self) -> None:
+        """`collectives_of` names a topology whose interconnect is of this one's kind: another kind's measured lines
+        (NVSwitch ones on a PCIe switch) would be carried across at the links' ratio alone (a parallelism trial:
+        a PCIe node's prefill collectives read 57% faster without a word)."""
+        c = self.collectives_of
+        path = PRESET_DIR / f"{c}.yaml"
+        if not path.is_file():
+            raise ValueError(f"collectives_of: unknown topology {c!r}; presets: {', '.join(preset_names())}")
+        other = _load(path, path.stat().st_mtime_ns)
+        if other.interconnect.kind != self.interconnect.kind:
+            raise ValueError(f"collectives_of: {c}'s interconnect is {other.interconnect.kind}, this node's "
+                             f"{self.interconnect.kind}: its measured collectives do not stand for these")
 
     @property
     def devices(self) -> int:
@@ -164,9 +182,11 @@ class Topology(Strict):
             lines.append(f"fabric {f.name}: {f.nics_per_node} x {f.bandwidth_bytes_per_s * 8 / 1e9:.0f} Gb/s "
                          f"per node, {f.latency_s * 1e6:.1f} us")
         for kind, fits in self.fitted.items():
-            lines.append(f"fitted {kind}: " + ", ".join(f"{n} ranks {f.latency_s * 1e6:.1f} us + S / "
-                                                         f"{f.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
-                                                         for n, f in sorted(fits.items())))
+            # alpha is charged a ring step (2(n - 1) of them in an all-reduce): shown as a total, a trial read 2.2 us
+            # where a TP 8 all-reduce of 16 KiB pays 14 x 2.23 = 31 us (hw_models.network.collectives.alpha_beta)
+            lines.append(f"fitted {kind} (alpha a ring step, B): " + ", ".join(
+                f"{n} ranks {f.latency_s * 1e6:.1f} us, {f.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
+                for n, f in sorted(fits.items())))
         return "\n".join(lines)
 
 

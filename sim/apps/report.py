@@ -54,7 +54,7 @@ def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
 def _per_replica(result: RunResult) -> str:
     """Under a plan with dp replicas one replica is simulated (docs/parallelism.md): its figures are one
     replica's, which the throughput line says with the deployment's total beside it."""
-    dp = result.extra.get("parallel", {}).get("plan", {}).get("dp", 1)
+    dp = result.replicas
     return f" per replica; {dp} replicas: {fmt_rate(dp * result.throughput_tok_s)} tokens/s" if dp > 1 else ""
 
 

@@ -167,6 +167,11 @@ class RunResult:
         prefill = self.prefill_energy_per_token_j * self.batch * self.prompt_len
         return {"prefill": prefill, "decode": self.energy_total_j - prefill}
 
+    @property
+    def replicas(self) -> int:
+        """The plan's data-parallel replicas (1 without one): the run simulates one of them."""
+        return int(((self.extra.get("parallel") or {}).get("plan") or {}).get("dp", 1))
+
     def to_json(self) -> dict[str, Any]:
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
                     flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
@@ -181,6 +186,10 @@ class RunResult:
             prefill_energy_per_token_j=self.prefill_energy_per_token_j,
             decode_energy_per_token_j=self.decode_energy_per_token_j, devices=self.devices,
             parallel=(self.extra.get("parallel") or {}).get("plan") or {},
+            # dp replicas: the figures above are one replica's (its devices, its throughput), as the report says;
+            # the deployment's beside them (a parallelism trial read the replica's tokens/s as the whole's)
+            **({"replicas": self.replicas, "throughput_all_replicas_tok_s": self.replicas * self.throughput_tok_s}
+               if self.replicas > 1 else {}),
             avg_power_per_device_w=self.avg_power_per_device_w,
             # the joules themselves, as `sim serve --json` gives them (an energy trial found only per-token figures)
             energy_total_j=self.energy_total_j, energy_by_phase_j=self.energy_by_phase_j,
@@ -215,6 +224,8 @@ class RunResult:
                    # the batch the run simulated: the workload's, or (offload) the block its policy chose under it,
                    # so a sweep's row shows where a batch axis did not reach the model
                    batch_simulated=float(self.batch))
+        if self.replicas > 1:   # throughput_tok_s is one replica's (to_json)
+            out["throughput_all_replicas_tok_s"] = self.replicas * self.throughput_tok_s
         for phase in ("prefill", "decode"):   # only where split: old presets keep their keys
             value = getattr(self, f"{phase}_energy_per_token_j")
             if value is not None:
