@@ -285,3 +285,26 @@ def test_fp8_checkpoints_replay_as_stored_and_new_models_group_apart():
           for m, e in (("meta-llama/Llama-3.1-8B-Instruct", 0.1), ("Qwen/Qwen3-14B", -0.3), ("Qwen/Qwen3-8B", -0.2))]
     unseen = [g for g in _groups(xs, set()) if g[1] == {"runs_of": "unseen_models"}]
     assert len(unseen) == 1 and [x.run.model for x in unseen[0][2]] == ["Qwen/Qwen3-14B", "Qwen/Qwen3-8B"]
+
+
+def test_validate_energy_takes_a_hardware_file_and_hw_settings(shared_validation, tmp_path, capsys):
+    """An energy trial: a copy of h100_sxm (a power model to check against the measurements) was refused, and no
+    --set could change one. A file whose preset name begins with a GPU of the runs replays them; hw.* settings apply;
+    a workload setting is refused (the runs say the workload)."""
+    import shutil
+
+    data = _slice(shared_validation, tmp_path)
+    copy = tmp_path / "mine.yaml"
+    shutil.copy(ROOT / "hw_models" / "presets" / "h100_sxm.yaml", copy)   # its preset name: h100_sxm
+    got = {}
+    for name, argv in (("file", ["--hw", str(copy)]), ("set", ["--set", "hw.units.gpu.active_power_w=330"])):
+        out = tmp_path / f"{name}.json"
+        assert main(["validate-energy", str(data), *argv, "--json", str(out), "-q"]) == 0
+        got[name] = json.loads(out.read_text())["runs"][0]["power_per_gpu_w"]
+    assert main(["validate-energy", str(data), "--json", str(tmp_path / "base.json"), "-q"]) == 0
+    base = json.loads((tmp_path / "base.json").read_text())["runs"][0]
+    assert got["file"] == pytest.approx(base["power_per_gpu_w"], rel=1e-9)
+    assert got["set"] > base["power_per_gpu_w"] + 50   # 100 W more activity power over a mostly busy step
+    capsys.readouterr()
+    assert main(["validate-energy", str(data), "--set", "batch=3"]) == 2
+    assert "only hw.* settings apply here" in capsys.readouterr().err

@@ -226,6 +226,11 @@ def test_a_transfer_topology_neither_pool_runs_on_is_said():
                     "{bandwidth_bytes_per_s, latency_s} for the link the pools share (PCIe, a NIC)")
     assert transfer_notes(_file(transfer={"topology": "dgx_h100"}, decode="h100_sxm")) == []
     assert transfer_notes(_file()) == []
+    # Pools past one node (a parallelism trial: 2 x TP 4 prefill and 2 x TP 8 decode H100s, 24 devices, priced at
+    # one NVLink hop): said, with the fabric link to give. 9 single-GPU prefill replicas and a decode one: 10 > 8.
+    [big] = transfer_notes(_file(transfer={"topology": "dgx_h100"}, decode="h100_sxm", replicas=9))
+    assert big.startswith("test.yaml: serving.disaggregated.transfer.topology: dgx_h100: the pools hold 10 devices, one "
+                          "node of it 8: a transfer between replicas on two nodes crosses the fabric")
 
 
 def test_the_request_table_names_each_request_s_instances_and_transfer(tmp_path):

@@ -44,9 +44,22 @@ def transfer_notes(file: ServeFile) -> list[str]:
     if d is None or d.transfer.topology is None:
         return []
     topo = load_topology(d.transfer.topology, file.source, "serving.disaggregated.transfer.topology")
+    where = f"{file.source}: serving.disaggregated.transfer.topology: {topo.name}"
+    give = "give transfer: {bandwidth_bytes_per_s, latency_s} for the link the pools share"
     off = [f"{k} runs on {name}" for k in ("prefill", "decode") if (name := pool_machine(file, k).name) != topo.device]
-    if not off:
-        return []
-    return [f"{file.source}: serving.disaggregated.transfer.topology: {topo.name} links {topo.device} devices, but "
-            f"{' and '.join(off)}: the KV transfer is priced at {topo.name}'s send/recv all the same; give "
-            "transfer: {bandwidth_bytes_per_s, latency_s} for the link the pools share (PCIe, a NIC)"]
+    notes = [f"{where} links {topo.device} devices, but {' and '.join(off)}: the KV transfer is priced at "
+             f"{topo.name}'s send/recv all the same; {give} (PCIe, a NIC)"] if off else []
+    # Pools past one node: some transfers cross the fabric, priced as one node's send/recv (a parallelism trial: 24
+    # H100s' transfers at one NVLink hop, 240 us for 84 MB, where a 400 Gb/s NIC takes ~1.7 ms).
+    devices = sum(pool_devices(getattr(d, k)) for k in ("prefill", "decode"))
+    if devices > topo.devices_per_node:
+        notes.append(f"{where}: the pools hold {devices} devices, one node of it {topo.devices_per_node}: a transfer "
+                     f"between replicas on two nodes crosses the fabric, priced here as one node's send/recv; {give} "
+                     "(a NIC's, e.g. 400 Gb/s: bandwidth_bytes_per_s: 5e10)")
+    return notes
+
+
+def pool_devices(pool) -> int:
+    """Devices of a pool: its replicas' each, tp (or ep, the larger) x pp of its plan (one device without one)."""
+    plan = pool.parallel or {}
+    return pool.replicas * max(int(plan.get("tp", 1)), int(plan.get("ep", 1))) * int(plan.get("pp", 1))

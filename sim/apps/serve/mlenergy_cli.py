@@ -34,13 +34,26 @@ def _csv_path(path: Path) -> Path:
     return path
 
 
+def _gpu_of(hw: str) -> str:
+    """The ML.ENERGY GPU whose runs `--hw` replays: a preset of mlenergy.PRESETS, or a hardware file whose preset name
+    begins with that preset's GPU (an energy trial's h100_sxm copies, a power model to check, were refused)."""
+    from hw_models.machine import load_machine
+    from sim.apps.serve import mlenergy as M
+
+    gpus = {preset: gpu for gpu, preset in M.PRESETS.items()}
+    name = load_machine(hw).name if Path(hw).is_file() else hw
+    found = [gpu for preset, gpu in gpus.items() if name == preset or name.split("_")[0] == preset.split("_")[0]]
+    if not found:
+        raise ConfigError(f"--hw {hw}: ML.ENERGY has runs on " + ", ".join(f"{p} ({g})" for p, g in gpus.items())
+                          + "; a hardware file's preset name must begin with one's GPU (h100_..., b200_...)")
+    return found[0]
+
+
 def _runs(args: argparse.Namespace) -> tuple[list, set]:
     """The runs to replay, and those of the whole table the shipped power figures were fitted on."""
     from sim.apps.serve import mlenergy as M
 
-    gpus = {preset: gpu for gpu, preset in M.PRESETS.items()}
-    if args.hw not in gpus:
-        raise ConfigError(f"--hw {args.hw}: ML.ENERGY has runs on " + ", ".join(f"{p} ({g})" for p, g in gpus.items()))
+    gpu = _gpu_of(args.hw)
     path = _csv_path(Path(args.path))
     try:
         runs = M.read_runs(path)
@@ -51,10 +64,10 @@ def _runs(args: argparse.Namespace) -> tuple[list, set]:
     except (ValueError, KeyError, csv.Error, OSError) as e:   # OSError: gzip's BadGzipFile
         raise ConfigError(f"{path}: {e}") from None
     fitted = set(M.fit_runs(runs))
-    runs = M.select(runs, gpus[args.hw], args.every, args.max_num_seqs, tuple(args.task) if args.task else None)
+    runs = M.select(runs, gpu, args.every, args.max_num_seqs, tuple(args.task) if args.task else None)
     runs = runs[: args.limit]
     if not runs:
-        raise ConfigError(f"{path}: no replayable {gpus[args.hw]} run (bf16 Llama-3.1/3.3, Qwen3 dense and MoE; "
+        raise ConfigError(f"{path}: no replayable {gpu} run (bf16 Llama-3.1/3.3, Qwen3 dense and MoE; "
                           f"max_num_seqs <= {args.max_num_seqs}{'; task ' + ', '.join(args.task) if args.task else ''})")
     return runs, fitted
 
@@ -138,11 +151,12 @@ def _record(x, fitted: set) -> dict:
 def cmd_validate_energy(args: argparse.Namespace) -> int:
     from hw_models.machine import load_machine
     from sim.apps.serve import mlenergy as M
+    from sim.core.settings import hw_only, split_settings
 
     if args.json:
         check_output(args.json)
     runs, fitted = _runs(args)
-    machine = load_machine(args.hw)
+    machine = load_machine(args.hw, hw_only(split_settings(args.set), "validate-energy"))   # the runs say the rest
     replays = [M.replay(r, machine, input_scale=args.input_scale, sampling=args.sampling) for r in runs]
     tables.console().print(_table(replays, fitted))
     print(_inputs_line(args.input_scale), file=sys.stderr)
@@ -159,7 +173,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("validate-energy", help="replay ML.ENERGY's measured serving runs: J/token and power errors",
                               description=__doc__)
     p.add_argument("path", metavar="PATH", help="mlenergy_llm_runs.csv or a folder holding it")
-    p.add_argument("--hw", action=Once, default="h100_sxm", help="h100_sxm (H100 runs) or b200 (B200 runs); default %(default)s")
+    p.add_argument("--hw", action=Once, default="h100_sxm",
+                   help="h100_sxm (H100 runs) or b200 (B200 runs), or a hardware file whose preset name begins with "
+                        "one's GPU (h100_..., b200_...); default %(default)s")
+    p.add_argument("--set", action="append", metavar="hw.KEY=VALUE",
+                   help="override a hardware field of --hw (hw.units.gpu.active_power_w=250): a power model to check")
     p.add_argument("--every", type=positive(int), default=1, help="every Nth run of each sweep (default %(default)s)")
     p.add_argument("--limit", type=positive(int), help="at most this many runs")
     p.add_argument("--max-num-seqs", type=positive(int), default=512,
