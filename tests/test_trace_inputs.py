@@ -151,3 +151,16 @@ def test_a_meta_without_batch_and_a_chrome_trace_missing_ops_are_said(tmp_path, 
     assert main(["validate", str(cut), "--hw", "cpu_host", "-q"]) == 0
     warn = [w for w in capsys.readouterr().err.splitlines() if "fewer ops than its capture wrote" in w]
     assert len(warn) == 1 and str(cut) in warn[0]
+
+
+def test_several_traces_tables_name_each_row_s_trace(capsys):
+    """A trace trial: `sim validate traces/h200/*.trace.json.gz` printed 8 rows of step0.prefill with nothing to tell
+    which trace each was. With several traces both tables lead with a trace column; with one, none."""
+    a = ROOT / "traces/h200/llama3-8b_L4_bf16_b1_p128_d8_cuda.trace.json.gz"
+    b = ROOT / "traces/h200/llama2-70b_L4_bf16_b8_p1024_d8_cuda_flash.trace.json.gz"
+    assert main(["validate", str(a), str(b), "--hw", "h200", "--format", "csv", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "trace,step,op,kind,measured,simulated,error" in out and "trace,step,measured,simulated,error" in out
+    assert f"{b.name},step0.prefill," in out and f"{a.name},step0.prefill,embed," in out
+    assert main(["validate", str(a), "--hw", "h200", "--format", "csv"]) == 0
+    assert "\nstep,op,kind,measured" in capsys.readouterr().out

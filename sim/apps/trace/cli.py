@@ -45,13 +45,11 @@ def _machine(spec: str, command: str, settings: list[str] | None = None, flag: s
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from sim.core.files import check_output, check_outputs, transaction, write_json
     from sim.apps.trace.load_inputs import load_distinct
     from sim.apps.trace.plots import scatter
-    from sim.apps.trace.timing import DEVICE, launch_note
     from sim.apps.trace.validate import validate
+    from sim.apps.trace.validate_tables import print_validation
 
     if args.input_format == "aic":
         return _validate_aic(args)
@@ -71,37 +69,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             scatter(v.ops, f"{v.machine}: simulated vs measured", args.plot)
     if not tables.report_wanted(args):
         return 0
-    console = tables.console()
-    t = Table(title=f"measured vs simulated on {v.machine}" + (f" under stack {args.stack}" if args.stack else ""))
-    for col in ("step", "op", "kind", "measured", "simulated", "error"):
-        t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
-    rows = v.ops if args.all or len(v.ops) <= 60 else v.ops[:60]
-    for r in rows:
-        t.add_row(r.step, r.op, r.kind, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}")
-    console.print(t)
-    if len(rows) < len(v.ops):
-        console.print(f"({len(v.ops) - len(rows)} more op rows; --all or --json for every row)")
-    k = Table(title="MAPE by op kind")
-    k.add_column("kind")
-    k.add_column("ops", justify="right")
-    k.add_column("MAPE", justify="right")
-    for kind, m in v.mape_by_kind().items():
-        k.add_row(kind, str(sum(r.kind == kind for r in v.ops)), f"{m:.1%}")
-    k.add_row("overall", str(len(v.ops)), f"{v.mape:.1%}", style="bold")
-    console.print(k)
-    s = Table(title="end-to-end per step")
-    for col in ("step", "measured", "simulated", "error", "measured as", "host wall (not compared)"):
-        s.add_column(col)
-    steps = v.steps if args.all or len(v.steps) <= 40 else v.steps[:40]
-    for r in steps:
-        wall = r.timing.host_wall_s if r.timing and r.measured_from == DEVICE else None
-        s.add_row(r.step, fmt_time(r.measured_s), fmt_time(r.simulated_s), f"{r.error:+.1%}", r.measured_from,
-                  fmt_time(wall) if wall else "-")
-    console.print(s)
-    for source in dict.fromkeys(r.source for r in v.steps):
-        note = launch_note([r.timing for r in v.steps if r.source == source and r.timing])
-        if note:
-            console.print(f"{Path(source).name}: {note}")
+    print_validation(v, args)
     return 0
 
 
