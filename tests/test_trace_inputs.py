@@ -164,3 +164,14 @@ def test_several_traces_tables_name_each_row_s_trace(capsys):
     assert f"{b.name},step0.prefill," in out and f"{a.name},step0.prefill,embed," in out
     assert main(["validate", str(a), "--hw", "h200", "--format", "csv"]) == 0
     assert "\nstep,op,kind,measured" in capsys.readouterr().out
+
+
+def test_another_gpu_s_figures_given_by_set_are_said(shared_validation, capsys):
+    """A trace trial: docs/validation.md's A40 command (a6000 with the A40's bandwidth by --set) warned that the errors
+    include the two GPUs' whole difference, which the user had just given. The warning names the --set items."""
+    table = shared_validation / "vidur/a40/Llama-2-7b-hf/mlp.csv"
+    assert main(["validate", str(table), "--hw", "a6000", "--set", "hw.memory.@device.bandwidth_bytes_per_s=696e9",
+                 "-q"]) == 0
+    err = capsys.readouterr().err
+    assert ("compared with --hw a6000 as hw.memory.@device.bandwidth_bytes_per_s=696e9 changed it, another GPU: the "
+            "errors include what those figures leave of the two devices' difference") in err

@@ -12,19 +12,23 @@ from sim.apps.trace.replay import names_device
 from sim.core.errors import ConfigError
 
 
-def same_device(trace, machine) -> str | None:
+def same_device(trace, machine, sets: list[str] | None = None) -> str | None:
     """A trace compared with (or fitted into) a preset of another kind of device is refused: a CPU capture fitted
     into `h200` wrote a GPU preset 139x slower, without a word. A GPU trace on another GPU's preset: the warning to
-    print (sim replay is the command that maps one device onto another), once per file (_load)."""
+    print (sim replay is the command that maps one device onto another), once per file (_load); `sets`: the --set
+    items that changed the preset (a trial gave an A40's figures to a6000 as docs/validation.md does, and read that the
+    errors held the two GPUs' whole difference)."""
     kind = {"cpu": "cpu", "cuda": "gpu"}.get(trace.device)
     if kind is not None and (machine.kind == "cpu") != (kind == "cpu"):
         raise ConfigError(f"{trace.source}: measured on a {kind.upper()} ({trace.device_name or trace.device}), but --hw "
                           f"{machine.name} is a {machine.kind} preset: give a {kind} preset (sim replay maps a trace "
                           "onto other hardware)")
     if kind == "gpu" and trace.device_name and not names_device(machine.name, trace.device_name):
+        changed = f" as {', '.join(sets)} changed it" if sets else ""
         return (f"warning: {str(trace.source).split('#')[0]}: measured on {trace.device_name}, compared with --hw "
-                f"{machine.name}, another GPU: the errors include the two devices' difference (sim replay maps a "
-                "trace onto other hardware)")
+                f"{machine.name}{changed}, another GPU: the errors include "
+                + ("what those figures leave of the two devices' difference" if sets else "the two devices' difference")
+                + " (sim replay maps a trace onto other hardware)")
     return None
 
 

@@ -19,7 +19,8 @@ def load_traces(args: argparse.Namespace, paths, machine=None) -> list:
         for t in load_trace(path, args.model, args.tokens):
             if args.tp is None or all(s.tp == args.tp for s in t.steps):
                 traces.append(t)
-    said = dict.fromkeys(w for t in traces if machine is not None and (w := same_device(t, machine)))
+    sets = [x for x in getattr(args, "set", None) or [] if x.startswith("hw.")]   # the preset as --set changed it
+    said = dict.fromkeys(w for t in traces if machine is not None and (w := same_device(t, machine, sets)))
     for w in said:   # once per file, not per TP degree of a vidur table
         print(w, file=sys.stderr)
     for t in traces:
