@@ -86,6 +86,8 @@ def test_stack_calibration_writes_its_kernels_and_keeps_held_out_error(tmp_path,
                  "-o", str(out)]) == 0
     text = out.read_text()
     assert "Held out (4 traces" in text
+    # stdout shows the stack's fitted kernel figures too (a trace trial: only the roofline curves were printed)
+    assert "Under stack torch-eager: the efficiency curves are fitted on the ops it leaves" in capsys.readouterr().out
     spec = yaml.safe_load(text)["stacks"]["torch-eager"]
     assert {"norm", "rope", "elementwise"} <= set(spec["ops"]) and "act" in spec["names"]
     # The fitted machine runs the stack with its own figures (hw_models.stack.spec.stack_for).

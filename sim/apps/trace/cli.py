@@ -292,6 +292,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         t.add_row(label, f"{p['compute_max']:.3f}", f"{p['compute_half_flops']:.3g}", f"{p['memory_max']:.3f}",
                   f"{p['memory_half_bytes']:.3g}", fmt_time(p["overhead_s"]), f"{f.mape:.1%}")
     console.print(t)
+    if args.stack:   # the stack's kernel figures, fitted on the other ops, shown as the preset's header has them
+        console.print(note.split("\nHeld out")[0])   # (a trace trial: stdout had the roofline curves alone)
     if cal.tile_scores:
         chosen = "none" if cal.tile is None else f"{cal.tile[0]}x{cal.tile[1]}"
         console.print(f"GEMM tile/wave term: {chosen} (RMS log residual by tile: "
