@@ -288,6 +288,13 @@ def test_a_pool_plan_is_told_at_its_own_key_and_a_file_plan_is_said_unread():
     with pytest.raises(ConfigError, match=r"^d\.yaml: serving\.disaggregated\.decode\.parallel\.micro_batches: 4: sim "
                                           r"serve cuts each iteration into pp micro-batches"):
         serve_file_from_dict(raw, "d.yaml")
+    # A plan past its node (a parallelism trial): told at the pool's plan, with the pool's own nodes key to set, where
+    # it read `decode.hw: ... more nodes: parallel.nodes: 2` (a key the file does not take)
+    raw["serving"]["disaggregated"]["decode"]["parallel"] = dict(tp=16, topology="dgx_h100")
+    with pytest.raises(ConfigError) as err:
+        pool_setup(serve_file_from_dict(raw, "d.yaml"), "decode", False, None)
+    assert str(err.value).startswith("d.yaml: serving.disaggregated.decode.parallel: ")
+    assert str(err.value).endswith("more nodes: serving.disaggregated.decode.parallel.nodes: 2")
 
 
 def test_a_disaggregated_run_holds_the_stack_s_request_delay():

@@ -41,7 +41,8 @@ from sim.apps.serve.instance import Setup, prepare
 from sim.apps.serve.serving_mapper import serving_mapper
 from sim.apps.serve.spec import ServeFile
 from sim.apps.serve.traces import Requests
-from sim.apps.serve.disagg_files import pool_advice, pool_machine, transfer_notes, unread_plan  # noqa: F401 (re-exported)
+from sim.apps.serve.disagg_files import (pool_advice, pool_machine, plan_error, transfer_notes,  # noqa: F401
+                                          unread_plan)  # (re-exported)
 from sim.core.errors import ConfigError, SimError
 
 
@@ -131,7 +132,8 @@ def pool_setup(file: ServeFile, key: str, exact: bool, cache: dict | None) -> tu
         return prepare(pool_file, machine, exact=exact, cache=cache), machine.name
     except SimError as exc:   # the pool's preset or plan, as set, cannot serve the file: say which pool
         msg = pool_advice(exc, key)   # an error of the pool's plan names its key already (its source is it)
-        raise type(exc)(msg if msg.startswith(where) else f"{where}.hw: {msg}") from None
+        raise type(exc)(msg if msg.startswith(where) else
+                        f"{where}.{'parallel' if plan_error(msg) else 'hw'}: {msg}") from None
 
 
 def instance_setup(file: ServeFile, machine: Machine, exact: bool, cache: dict | None = None) -> Setup:

@@ -24,8 +24,15 @@ def pool_machine(file: ServeFile, key: str) -> Machine:
 
 
 def pool_advice(exc: ConfigError, key: str) -> str:
-    """`exc`'s message with its `--set hw.X=V` advice (no flag a pool takes) as the pool's own setting."""
-    return re.sub(r"--set hw\.([\w.@]+)=(\S+)", rf"serving.disaggregated.{key}.hw_overrides: {{\1: \2}}", str(exc))
+    """`exc`'s message with its `--set hw.X=V` advice (no flag a pool takes) as the pool's own setting, and a plan's
+    `parallel.nodes: N` advice as the pool's plan key (a parallelism trial read a file-level key it does not take)."""
+    msg = re.sub(r"--set hw\.([\w.@]+)=(\S+)", rf"serving.disaggregated.{key}.hw_overrides: {{\1: \2}}", str(exc))
+    return re.sub(r"more nodes: parallel\.", f"more nodes: serving.disaggregated.{key}.parallel.", msg)
+
+
+def plan_error(msg: str) -> bool:
+    """Whether a pool's error is of its `parallel:` plan (its ranks, its topology), not of its preset."""
+    return bool(re.search(r"(^|[\s:])parallel\.", msg))
 
 
 def unread_plan(file: ServeFile) -> list[str]:
