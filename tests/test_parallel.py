@@ -165,3 +165,19 @@ def test_a_moes_routed_and_shared_experts_are_reduced_once_under_tp():
     moe_layer = [a for a in reduces if a.startswith("L1.")]   # layer 0 is dense (first_dense_layers)
     assert moe_layer == ["L1.o_proj", "L1.mlp_residual"]
     assert [a for a in reduces if a.startswith("L0.")] == ["L0.o_proj", "L0.down_proj"]
+
+
+def test_a_plan_past_a_user_topology_names_the_workload(tmp_path, capsys):
+    """A parallelism trial: `sim serve FILE --set parallel.topology=four.yaml --set parallel.tp=8` read
+    `four.yaml: parallel.max(tp, ep) x pp: 8 ranks ...`, the workload's key put in the topology's file and the serving
+    file unnamed. The file that asks for the ranks is named."""
+    from sim.apps.cli import main
+    from tests.conftest import ROOT
+
+    four = tmp_path / "four.yaml"
+    four.write_text("name: four_h100\ndevice: h100_sxm\ndevices_per_node: 4\n"
+                    "interconnect: {kind: nvswitch, bandwidth_bytes_per_s: 4.5e11}\n")
+    wl = ROOT / "workloads/llama70b_decode.yaml"
+    assert main(["run", str(wl), "--hw", "h100_sxm", "--set", f"parallel.topology={four}", "--set", "parallel.tp=8"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {wl}: parallel.max(tp, ep) x pp: 8 ranks but four_h100 has 4 "
+                                               "devices (1 node(s) x 4)")

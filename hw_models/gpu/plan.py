@@ -85,7 +85,7 @@ def load_plan(raw: dict[str, Any] | None, source: str, model, machine) -> tuple[
         # the node's GPU, or a preset of it (h200_calibrated on hgx_h200): the names' first word
         if topo.device.split("_")[0] != machine.name.split("_")[0]:
             raise bad("topology", f"{topo.name} holds {topo.device} devices, not {machine.name}")
-        topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp")
+        topo.check_ranks(plan.instance_devices, "parallel.max(tp, ep) x pp", src)
         if plan.nodes is not None and plan.devices > topo.devices:   # nodes stated: the replicas must fit them too
             raise bad("nodes", f"{plan.nodes} node(s) of {topo.devices_per_node} hold {topo.devices} devices, but dp "
                                f"{plan.dp} x {plan.instance_devices} devices per replica need {plan.devices}; "

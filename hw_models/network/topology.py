@@ -157,9 +157,11 @@ class Topology(Strict):
         lat = self.interconnect.latency_s
         return max(lat, self.fabric.latency_s) if ranks > self.devices_per_node else lat
 
-    def check_ranks(self, ranks: int, key: str) -> None:
+    def check_ranks(self, ranks: int, key: str, where: str = "") -> None:
+        """`ranks` devices fit the topology; `where`: the file whose `key` asks for them (the topology's own file
+        otherwise), so a serving file's plan on a user's topology names the serving file (a parallelism trial)."""
         if ranks > self.devices:
-            raise ConfigError(f"{self.source}: {key}: {ranks} ranks but {self.name} has {self.devices} devices "
+            raise ConfigError(f"{where or self.source}: {key}: {ranks} ranks but {self.name} has {self.devices} devices "
                               f"({self.nodes} node(s) x {self.devices_per_node})"
                               + (f"; more nodes: parallel.nodes: {-(-ranks // self.devices_per_node)}"
                                  if self.fabric is not None and key.startswith("parallel.") else ""))
