@@ -19,7 +19,8 @@ that node's alphas and its bandwidths at the two links' ratio; otherwise the int
 Algorithms `nccl`, `trtllm_custom`, `vllm_custom` and `sglang_custom` are the collectives as the engines
 run them in one node (hw_models.network.engine_collectives): NCCL's fitted protocol
 lines, and the engines' one-shot / two-shot custom all-reduce below their size limits;
-each falls back to the ring where the topology has no such fit.
+each falls back to the ring where the topology has no such fit within a node, and past one node (no fit there) to
+the faster of the ring and the tree per call, as NCCL's tuner picks.
 """
 
 from __future__ import annotations
@@ -105,4 +106,11 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
         if fitted is not None:
             return fitted
     alpha, bw = parameters(topo, kind, ranks)
-    return steps * alpha + factor * nbytes / bw
+    ring_s = steps * alpha + factor * nbytes / bw
+    if algorithm != ring and kind != SEND_RECV and ranks > topo.devices_per_node:
+        # Past one node NCCL's tuner picks the faster of its ring and tree per call (module doc of
+        # engine_collectives), as it does within one by the fitted lines: a flat ring paid the fabric's latency on
+        # each of its 2(n - 1) steps, 301 us for a 16 KiB all-reduce over 2 x 8 H100s (a parallelism trial)
+        steps, factor = alpha_beta(kind, "tree", ranks)
+        return min(ring_s, steps * alpha + factor * nbytes / bw)
+    return ring_s
