@@ -196,6 +196,7 @@ class Unit(Strict):
     active_power_w: Quantity = Field(default=0.0, ge=0)
     power_limit_w: Quantity | None = Field(default=None, gt=0)
     power_source: str = ""   # what the board-power figures rest on (fitted, or assumed by a rule): the report says it
+    boards: StrictInt = Field(default=1, gt=0)   # boards one unit stands for (attacc_dgx: 8 A100s): reports give a board's
     # The on-chip L2 (issue 28). Serving never reads from it: every other layer of a step evicts a layer's
     # KV cache. Only a per-op measurement that replays ONE layer (aiconfigurator's tables: a CUDA graph of
     # one attention call, replayed) re-reads a cache that fits from L2 (hw_models.stack.attention_kernels).

@@ -86,6 +86,7 @@ class Board:
     # they serve, so its power per device can read above the board's own limit (which binds the GPU alone)
     with_host: str = ""
     source: str = ""   # what the board figures rest on (the unit's power_source: fitted, or assumed by a rule)
+    boards: int = 1    # boards one device stands for (Unit.boards: attacc_dgx's 8 A100s); the report gives a board's
 
 
 def busy_time_note(machine: Any, total_j: float, wall_s: float, devices: int, whole_run: bool = False) -> str | None:
@@ -147,8 +148,9 @@ def board_of(machine: Any, devices: int) -> Board:
     """A machine's idle board figures: its main unit's idle power (0 without one), `devices` per instance,
     and its board power limit (None without the board-power model: no cap binds there)."""
     bp = machine.board_power()
+    unit = machine.units[machine.main_unit]
     return Board(bp.idle_w if bp else 0.0, devices, bp.limit_w if bp else None,
-                 source=machine.units[machine.main_unit].power_source if bp else "")
+                 source=unit.power_source if bp else "", boards=unit.boards)
 
 
 # A binding cap's counters on a step (extensive): the seconds it added, one device's clocked joules, their window.

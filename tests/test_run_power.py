@@ -153,3 +153,19 @@ def test_joules_without_their_unit_are_refused(tmp_path):
     m = _machine_from(raw, tmp_path)
     assert m.units["gpu"].energy_j_per_flop["fp16"] == pytest.approx(0.7e-12)
     assert m.memory["hbm"].energy_j_per_byte == pytest.approx(40e-12)
+
+
+def test_a_unit_of_several_boards_gives_its_power_per_board(capsys):
+    """An energy trial: attacc_dgx (eight A100 boards as one unit) reported 3,103 W "per device (1 device)" beside
+    TP x PP H100 runs at ~420 W each. The report gives the unit's figure and a board's, the unit's over its `boards`;
+    one-board presets say nothing more."""
+    from sim.apps.cli import main
+
+    assert load_machine("attacc_dgx").units["gpu"].boards == 8 and load_machine("h100_sxm").units["gpu"].boards == 1
+    assert main(["run", str(ROOT / "workloads/opt175b_attacc.yaml"), "--hw", "attacc_dgx"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "power per device" in x)
+    unit_w = float(line.split("W average")[0].split()[-1].replace(",", ""))
+    board_w = float(line.split("8 boards: ")[1].split(" W a board")[0].replace(",", ""))
+    assert board_w == pytest.approx(unit_w / 8, abs=0.06)
+    assert main(["run", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "h100_sxm"]) == 0
+    assert "a board" not in capsys.readouterr().out

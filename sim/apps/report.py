@@ -197,7 +197,10 @@ def print_report(result: RunResult, machine: Machine, console: Console | None = 
         ("energy per token", f"{result.energy_per_token_j:.3f} J per output token, the whole run's"
          + _phase_energy(result)),
         ("power per device", f"{result.avg_power_per_device_w:,.1f} W average over the run ({result.devices} "
-         f"device{'s' if result.devices > 1 else ''}{', with the ' + result.power_includes if result.power_includes else ''})"),
+         f"device{'s' if result.devices > 1 else ''}{', with the ' + result.power_includes if result.power_includes else ''}"
+         # a unit of several boards (attacc_dgx: 8 A100s) read as one 1.7 kW device in a cross-kind table (a trial)
+         + (f"; each a unit of {unit.boards} boards: {result.avg_power_per_device_w / unit.boards:,.1f} W a board"
+            if unit.boards > 1 else "") + ")"),
         *([("power figures", unit.power_source)] if unit.power_source else []),   # fitted, or assumed by a rule
         # Numbered families (40 PIM stacks) as one entry, their mean: pim.stack0-39.
         ("utilization", ", ".join(f"{r} {fmt_percent(u)}" for r, u in utilization(result.utilization, 1.0).items())),

@@ -83,6 +83,7 @@ def energy_summary(res: ServeResult) -> dict[str, Any]:
         power_cap=cap_summary(res),
         **({"power_includes": b.with_host} if b.with_host else {}),   # beyond the device's board (offload's host)
         **({"power_source": b.source} if b.source else {}),   # what the board figures rest on, as sim run says
+        **({"boards_per_device": b.boards} if b.boards > 1 else {}),   # a unit of several boards (attacc_dgx)
     )
 
 

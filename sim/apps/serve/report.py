@@ -74,7 +74,9 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
                                    f"{ph['decode'] / e['total_j']:.0%}, idle {ph['idle'] / e['total_j']:.0%}"),
             ("power per device" + (f" (with the {e['power_includes']})" if e.get("power_includes") else ""),
              f"{e['avg_power_per_device_w']:.0f} W average, {e['peak_power_per_device_w']:.0f} W "
-             f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''})"
+             f"peak iteration ({e['devices']} device{'s' if e['devices'] != 1 else ''}"
+             + (f"; each a unit of {k} boards: {e['avg_power_per_device_w'] / k:.0f} W a board average"
+                if (k := e.get("boards_per_device", 1)) > 1 else "") + ")"
              + ("; the board limit binds the GPU alone" if e.get("power_includes") else "")),
             *([("power figures", e["power_source"])] if e.get("power_source") else [])]
     if cap := e.get("power_cap"):
