@@ -17,7 +17,7 @@ from pydantic import Field, StrictInt, field_validator, model_validator
 
 from hw_models import curves
 from hw_models.kinds import KINDS, preset_sections, section_owners
-from hw_models.power import MAX_J_PER_BYTE, MAX_J_PER_FLOP, BoardPower, plausible_joules
+from hw_models.power import MAX_J_PER_FLOP, BoardPower, JPerByte, plausible_joules
 from sim.core import graph as g
 from sim.core.errors import ConfigError
 from sim.core.settings import has_alias, relative, resolve_aliases
@@ -36,7 +36,7 @@ class Tier(Strict):
     peak_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     write_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     latency_s: Quantity = Field(default=0.0, ge=0)
-    energy_j_per_byte: Quantity | None = Field(default=None, ge=0, le=MAX_J_PER_BYTE)
+    energy_j_per_byte: JPerByte | None = None
 
     @property
     def peak_bytes_per_s(self) -> float:
@@ -265,7 +265,7 @@ class Link(Strict):
     dst: str
     bandwidth_bytes_per_s: Quantity = Field(gt=0)
     latency_s: Quantity = Field(default=0.0, ge=0)
-    energy_j_per_byte: Quantity | None = Field(default=None, ge=0, le=MAX_J_PER_BYTE)
+    energy_j_per_byte: JPerByte | None = None
 
 
 class Machine(Strict):

@@ -29,9 +29,12 @@ for long, cannot constrain the difference.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from sim.core.generation import Generation
+from sim.core.schema import Quantity
 
 
 # Above these no device spends (the presets' largest: 20 pJ a FLOP, 1.9 nJ a disk byte): a bare number read in joules
@@ -44,9 +47,15 @@ def plausible_joules(what: str, joules: float, ceiling: float, per: str) -> floa
     if joules < 0:
         raise ValueError(f"{what}: must be >= 0")
     if joules > ceiling:
-        raise ValueError(f"{what}: {joules:g} J a {per}, more than any device spends ({ceiling:g} J); a figure in pJ "
-                         "or nJ needs its unit ('0.7 pJ')")
+        raise ValueError(f"{what + ': ' if what else ''}{joules:g} J a {per}, more than any device spends "
+                         f"({ceiling:g} J); a figure in pJ or nJ needs its unit ('0.7 pJ')")
     return joules
+
+
+# Every energy field of a preset, read through plausible_joules (a review: the PIM MACs' `energy_j_per_flop: 0.75`
+# ran 9.6e9 J/token, the link and PIM J/byte fields were unguarded, the memory tiers' refusal said a bare bound).
+JPerFlop = Annotated[Quantity, AfterValidator(lambda v: plausible_joules("", v, MAX_J_PER_FLOP, "FLOP"))]
+JPerByte = Annotated[Quantity, AfterValidator(lambda v: plausible_joules("", v, MAX_J_PER_BYTE, "byte"))]
 
 
 @dataclass(frozen=True)

@@ -247,15 +247,17 @@ def test_validate_energy_groups_by_model_and_fit_with_signed_medians():
     run = namedtuple("Run", "model num_gpus j")   # hashable, as the runs are
 
     def x(model: str, gpus: int, j: float) -> SimpleNamespace:
-        return SimpleNamespace(run=run(f"org/{model}", gpus, j), j_error=j, power_error=j / 2, throughput_error=-j)
+        return SimpleNamespace(run=run(f"meta-llama/{model}", gpus, j), j_error=j, power_error=j / 2,
+                               throughput_error=-j)
 
     from sim.apps.serve.mlenergy_cli import _median
 
-    xs = [x("8B", 1, -0.06), x("8B", 1, -0.19), x("8B", 1, -0.31), x("70B", 4, 0.02), x("70B", 4, -0.04)]
+    b8, b70 = "Llama-3.1-8B-Instruct", "Llama-3.1-70B-Instruct"   # two of the fit's models (mlenergy.FIT_MODELS)
+    xs = [x(b8, 1, -0.06), x(b8, 1, -0.19), x(b8, 1, -0.31), x(b70, 4, 0.02), x(b70, 4, -0.04)]
     groups = _groups(xs, {xs[0].run, xs[3].run})
-    assert [label for label, _, _ in groups] == ["", " in the power fit", " not in the power fit", ": 70B, 4 GPUs",
-                                                 ": 8B, 1 GPU"]
-    assert groups[4][1] == {"runs_of": "model", "model": "8B", "gpus": 1} and groups[1][1]["in_fit"] is True
+    assert [label for label, _, _ in groups] == ["", " in the power fit", " of its models not in the power fit",
+                                                 f": {b70}, 4 GPUs", f": {b8}, 1 GPU"]
+    assert groups[4][1] == {"runs_of": "model", "model": b8, "gpus": 1} and groups[1][1]["in_fit"] is True
     eight = groups[4][2]
     assert _median(eight) == pytest.approx(-0.19) and _errors(eight)["j_per_token"] == pytest.approx(0.56 / 3)
     assert _errors(xs)["j_per_token"] == pytest.approx(0.62 / 5) and _errors(xs)["power_per_gpu"] == pytest.approx(0.31 / 5)
@@ -308,3 +310,5 @@ def test_validate_energy_takes_a_hardware_file_and_hw_settings(shared_validation
     capsys.readouterr()
     assert main(["validate-energy", str(data), "--set", "batch=3"]) == 2
     assert "only hw.* settings apply here" in capsys.readouterr().err
+    assert main(["validate-energy", str(data), "--hw", "h100_offload"]) == 2   # an h100_ name, not a GPU preset
+    assert capsys.readouterr().err.startswith("error: --hw h100_offload: ML.ENERGY has runs on")

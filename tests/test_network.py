@@ -82,7 +82,7 @@ def test_hw_show_draws_a_topology(capsys):
     assert main(["hw", "show", "a100_pcie_pairs"]) == 0
     out = capsys.readouterr().out
     assert "[a100_80g:0]=[a100_80g:1] -pcie- [a100_80g:2]=[a100_80g:3]" in out
-    assert "between pairs PCIe 32 GB/s" in out and "send_recv (alpha a ring step, B): 2 ranks 6.1 us" in out
+    assert "between pairs PCIe 32 GB/s" in out and "send_recv (alpha once, B): 2 ranks 6.1 us" in out
 
 
 def test_nccl_past_one_node_takes_the_faster_of_ring_and_tree():
@@ -99,5 +99,11 @@ def test_nccl_past_one_node_takes_the_faster_of_ring_and_tree():
         assert collective_s(topo, "all_reduce", nbytes, 16, "ring") == pytest.approx(ring, rel=1e-12)
     small = 16 * 1024
     assert collective_s(topo, "all_reduce", small, 16, "nccl") < collective_s(topo, "all_reduce", small, 16, "ring") / 3   # 81 vs 301 us
+    # the link energy follows the algorithm timed: the tree's 2 S bytes sent, not the ring's 2 (n - 1)/n S (a review)
+    from hw_models.network.collectives import collective_j
+
+    per_byte = topo.interconnect.energy_j_per_byte
+    assert collective_j(topo, "all_reduce", small, 16, "nccl") == pytest.approx(2 * small * per_byte, rel=1e-12)
+    assert collective_j(topo, "all_reduce", small, 16, "ring") == pytest.approx(2 * 15 / 16 * small * per_byte, rel=1e-12)
     # within one node the fitted lines still decide (unchanged)
     assert collective_s(topo, "all_reduce", small, 8, "nccl") < collective_s(topo, "all_reduce", small, 8, "ring")

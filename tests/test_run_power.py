@@ -147,8 +147,14 @@ def test_joules_without_their_unit_are_refused(tmp_path):
         _machine_from(raw, tmp_path)
     raw["units"]["gpu"]["energy_j_per_flop"]["fp16"] = "0.7 pJ"
     raw["memory"]["hbm"]["energy_j_per_byte"] = 40
-    with pytest.raises(ConfigError, match=r"memory.hbm.energy_j_per_byte: Input should be less than or equal to"):
+    with pytest.raises(ConfigError, match=r"memory.hbm.energy_j_per_byte: 40 J a byte, more than any device spends"):
         _machine_from(raw, tmp_path)
+    # every energy field reads so (a review): the PIM MACs' J/FLOP given bare ran 9.6e9 J/token
+    w = Workload(model="llama2-7b", batch=1, prompt_len=64, gen_len=2, formats=FORMATS)
+    with pytest.raises(ConfigError, match=r"pim.energy_j_per_flop: 0.75 J a FLOP, more than any device spends"):
+        simulate(w, load_machine("hbm_pim", {"pim.energy_j_per_flop": 0.75}))
+    with pytest.raises(ConfigError, match=r"pim.energy_internal_j_per_byte: 2 J a byte"):
+        simulate(w, load_machine("hbm_pim", {"pim.energy_internal_j_per_byte": 2}))
     raw["memory"]["hbm"]["energy_j_per_byte"] = "40 pJ/B"
     m = _machine_from(raw, tmp_path)
     assert m.units["gpu"].energy_j_per_flop["fp16"] == pytest.approx(0.7e-12)

@@ -231,6 +231,12 @@ def test_a_transfer_topology_neither_pool_runs_on_is_said():
     [big] = transfer_notes(_file(transfer={"topology": "dgx_h100"}, decode="h100_sxm", replicas=9))
     assert big.startswith("test.yaml: serving.disaggregated.transfer.topology: dgx_h100: the pools hold 10 devices, one "
                           "node of it 8: a transfer between replicas on two nodes crosses the fabric")
+    # the plan is not checked yet when the notes are made: a value that is no whole number counts 1 (a review: `tp:
+    # two` had raised int()'s ValueError, a traceback, before the plan's own one-line error)
+    from sim.apps.serve.disagg_files import pool_devices
+
+    pool = _file().serving.disaggregated.decode
+    assert pool_devices(pool.model_copy(update={"parallel": {"tp": "two", "pp": 2, "topology": "dgx_h100"}})) == 2
 
 
 def test_the_request_table_names_each_request_s_instances_and_transfer(tmp_path):

@@ -164,6 +164,15 @@ def test_several_traces_tables_name_each_row_s_trace(capsys):
     assert f"{b.name},step0.prefill," in out and f"{a.name},step0.prefill,embed," in out
     assert main(["validate", str(a), "--hw", "h200", "--format", "csv"]) == 0
     assert "\nstep,op,kind,measured" in capsys.readouterr().out
+    # a review: vidur's tables are all mlp.csv, a folder per model; the column takes the parts that tell them apart
+    from sim.apps.trace.validate_tables import short_names
+
+    assert short_names(["/d/a40/Llama-2-7b-hf/mlp.csv#tp1", "/d/a40/Llama-2-70b-hf/mlp.csv#tp1",
+                        "/d/a40/Llama-2-70b-hf/mlp.csv#tp2"]) == {
+        "/d/a40/Llama-2-7b-hf/mlp.csv#tp1": "Llama-2-7b-hf/mlp.csv#tp1",
+        "/d/a40/Llama-2-70b-hf/mlp.csv#tp1": "Llama-2-70b-hf/mlp.csv#tp1",
+        "/d/a40/Llama-2-70b-hf/mlp.csv#tp2": "Llama-2-70b-hf/mlp.csv#tp2"}
+    assert short_names(["/x/a.json", "/y/b.json", "/x/a.json"]) == {"/x/a.json": "a.json", "/y/b.json": "b.json"}
 
 
 def test_another_gpu_s_figures_given_by_set_are_said(shared_validation, capsys):

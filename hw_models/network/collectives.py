@@ -84,6 +84,7 @@ def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
 def collective_j(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str = "ring") -> float:
     """Link energy one rank spends on a collective of `nbytes`: the bytes it sends (the bandwidth term's
     factor x nbytes) at the interconnect's energy_j_per_byte."""
+    algorithm = _past_node(topo, kind, nbytes, ranks, algorithm) or algorithm   # the algorithm collective_s times
     return alpha_beta(kind, algorithm, ranks)[1] * nbytes * topo.interconnect.energy_j_per_byte
 
 
@@ -105,12 +106,21 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
         fitted = nccl_s(topo.collectives_node, kind, nbytes, ranks, steps, factor, topo.collectives_bandwidth_scale)
         if fitted is not None:
             return fitted
+    return _alpha_beta_s(topo, kind, nbytes, ranks, _past_node(topo, kind, nbytes, ranks, algorithm) or ring)
+
+
+def _alpha_beta_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str) -> float:
+    """The alpha-beta time of `algorithm` (ring or tree) on the topology's line for `kind` and `ranks`."""
+    steps, factor = alpha_beta(kind, algorithm, ranks)
     alpha, bw = parameters(topo, kind, ranks)
-    ring_s = steps * alpha + factor * nbytes / bw
-    if algorithm != ring and kind != SEND_RECV and ranks > topo.devices_per_node:
-        # Past one node NCCL's tuner picks the faster of its ring and tree per call (module doc of
-        # engine_collectives), as it does within one by the fitted lines: a flat ring paid the fabric's latency on
-        # each of its 2(n - 1) steps, 301 us for a 16 KiB all-reduce over 2 x 8 H100s (a parallelism trial)
-        steps, factor = alpha_beta(kind, "tree", ranks)
-        return min(ring_s, steps * alpha + factor * nbytes / bw)
-    return ring_s
+    return steps * alpha + factor * nbytes / bw
+
+
+def _past_node(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str) -> str | None:
+    """Past one node NCCL's tuner picks the faster of its ring and tree per call (module doc of engine_collectives), as
+    it does within one by the fitted lines: the one `nccl` and the custom algorithms (which hand such messages to NCCL)
+    run there, None elsewhere. A flat ring had paid the fabric's latency on each of its 2(n - 1) steps, 301 us for a
+    16 KiB all-reduce over 2 x 8 H100s (a parallelism trial)."""
+    if algorithm in ("ring", "tree") or kind == SEND_RECV or ranks <= topo.devices_per_node:
+        return None
+    return min(("ring", "tree"), key=lambda a: _alpha_beta_s(topo, kind, nbytes, ranks, a))

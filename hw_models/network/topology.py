@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 
 from hw_models.machine import PRESET_DIR as DEVICE_DIR
 from sim.core.errors import ConfigError
+from hw_models.power import JPerByte
 from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -32,7 +33,7 @@ class Interconnect(Strict):
     kind: Literal["nvswitch", "nvlink_pairs", "pcie_switch"]
     bandwidth_bytes_per_s: Quantity = Field(gt=0)        # per device, per direction
     latency_s: Quantity = Field(default=0.0, ge=0)       # per message step
-    energy_j_per_byte: Quantity = Field(default=0.0, ge=0)   # per byte a device sends (issue 33; 0: not charged)
+    energy_j_per_byte: JPerByte = 0.0   # per byte a device sends (issue 33; 0: not charged)
     pcie_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)  # between pairs (nvlink_pairs)
 
     @model_validator(mode="after")
@@ -186,7 +187,8 @@ class Topology(Strict):
         for kind, fits in self.fitted.items():
             # alpha is charged a ring step (2(n - 1) of them in an all-reduce): shown as a total, a trial read 2.2 us
             # where a TP 8 all-reduce of 16 KiB pays 14 x 2.23 = 31 us (hw_models.network.collectives.alpha_beta)
-            lines.append(f"fitted {kind} (alpha a ring step, B): " + ", ".join(
+            per = "a ring step" if kind != "send_recv" else "once"
+            lines.append(f"fitted {kind} (alpha {per}, B): " + ", ".join(
                 f"{n} ranks {f.latency_s * 1e6:.1f} us, {f.bandwidth_bytes_per_s / 1e9:.0f} GB/s"
                 for n, f in sorted(fits.items())))
         return "\n".join(lines)

@@ -32,6 +32,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from hw_models.machine import Machine, Tier, Unit
 from sim.core.errors import ConfigError
+from hw_models.power import JPerByte
 from sim.core.schema import Quantity, Strict, validation_error
 from sim.core.units import whole_percents
 
@@ -57,7 +58,7 @@ class Pcie(Strict):
     latency_s: Quantity = Field(default=0.0, ge=0)
     # What a byte moved costs in the link itself, both ends' PHYs and controllers (the memories it is read from and
     # written to are priced by their tiers; hw_models.offload.sched); none: not priced
-    energy_j_per_byte: Quantity | None = Field(default=None, ge=0)
+    energy_j_per_byte: JPerByte | None = None
 
     @model_validator(mode="after")
     def _rate_given(self) -> "Pcie":

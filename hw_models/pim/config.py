@@ -23,6 +23,7 @@ from pydantic import Field, StrictBool, StrictInt, ValidationError, field_valida
 
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
+from hw_models.power import JPerByte, JPerFlop
 from sim.core.schema import Quantity, Strict, validation_error
 from sim.core.workload import Workload
 
@@ -49,11 +50,11 @@ class PimConfig(Strict):
     softmax: Literal["host", "buffer_die"] = "host"  # where exp/max/sum run
     activation_functions: StrictBool = False        # LUT activations in memory (GDDR6-AiM)
     kv_placement: Literal["head", "request"] = "head"  # KV granule mapped to one stack
-    energy_internal_j_per_byte: Quantity = Field(ge=0)  # bank -> PIM unit, no I/O (external: the tier's)
+    energy_internal_j_per_byte: JPerByte  # bank -> PIM unit, no I/O (external: the tier's)
     # The MAC lanes' arithmetic (issue 33): an fp16 multiply 1.1 pJ + add 0.4 pJ at 45 nm (Horowitz, "Computing's
     # energy problem", ISSCC 2014) = 0.75 pJ per FLOP. No PIM MAC energy is published; DRAM-process logic is
     # slower and leakier than a logic process, so this is a lower bound (the report also prints 3x as an upper).
-    energy_j_per_flop: Quantity = Field(default=0.75e-12, ge=0)
+    energy_j_per_flop: JPerFlop = 0.75e-12
     max_rows: StrictInt = Field(default=16, gt=0)   # skinny-GEMM limit: more input rows stay on the host
     # Decode sub-batch interleaving (NeuPIMs): the batch runs as this many independent op chains
     # so one chain's attention on PIM overlaps another's FC on the host. 1: one chain (serial).

@@ -188,8 +188,7 @@ class RunResult:
             parallel=(self.extra.get("parallel") or {}).get("plan") or {},
             # dp replicas: the figures above are one replica's (its devices, its throughput), as the report says;
             # the deployment's beside them (a parallelism trial read the replica's tokens/s as the whole's)
-            **({"replicas": self.replicas, "throughput_all_replicas_tok_s": self.replicas * self.throughput_tok_s}
-               if self.replicas > 1 else {}),
+            replicas=self.replicas, throughput_all_replicas_tok_s=self.replicas * self.throughput_tok_s,
             avg_power_per_device_w=self.avg_power_per_device_w,
             # the joules themselves, as `sim serve --json` gives them (an energy trial found only per-token figures)
             energy_total_j=self.energy_total_j, energy_by_phase_j=self.energy_by_phase_j,
@@ -224,8 +223,8 @@ class RunResult:
                    # the batch the run simulated: the workload's, or (offload) the block its policy chose under it,
                    # so a sweep's row shows where a batch axis did not reach the model
                    batch_simulated=float(self.batch))
-        if self.replicas > 1:   # throughput_tok_s is one replica's (to_json)
-            out["throughput_all_replicas_tok_s"] = self.replicas * self.throughput_tok_s
+        # throughput_tok_s is one replica's (to_json); the deployment's at every dp, so a sweep over dp has its baseline
+        out["throughput_all_replicas_tok_s"] = self.replicas * self.throughput_tok_s
         for phase in ("prefill", "decode"):   # only where split: old presets keep their keys
             value = getattr(self, f"{phase}_energy_per_token_j")
             if value is not None:

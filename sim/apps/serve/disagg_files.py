@@ -67,6 +67,9 @@ def transfer_notes(file: ServeFile) -> list[str]:
 
 
 def pool_devices(pool) -> int:
-    """Devices of a pool: its replicas' each, tp (or ep, the larger) x pp of its plan (one device without one)."""
+    """Devices of a pool: its replicas' each, tp (or ep, the larger) x pp of its plan (one device without one). The
+    plan is not checked yet (its errors come with the pool's setup): a value that is not a whole number counts 1."""
     plan = pool.parallel or {}
-    return pool.replicas * max(int(plan.get("tp", 1)), int(plan.get("ep", 1))) * int(plan.get("pp", 1))
+    ways = {k: v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+            for k, v in ((k, plan.get(k, 1)) for k in ("tp", "ep", "pp"))}
+    return pool.replicas * max(ways["tp"], ways["ep"]) * ways["pp"]

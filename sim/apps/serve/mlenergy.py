@@ -63,11 +63,12 @@ MODELS = {
     "Qwen/Qwen3-235B-A22B-Thinking-2507": "qwen3-235b-a22b",
     "Qwen/Qwen3-Coder-480B-A35B-Instruct": "qwen3-coder-480b-a35b",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Thinking-2507-FP8": "qwen3-235b-a22b",
     "meta-llama/Llama-3.1-405B-Instruct-FP8": "llama3.1-405b",
 }
 # The FP8 checkpoints, as stored: what `formats:` their replay takes (activations and the KV cache stay bf16, as
 # vLLM runs them: its W8A8 Linear quantizes each bf16 input, the stack's FP8 family; `kv_cache_dtype` auto).
-# * Qwen3-235B-A22B-Instruct-2507-FP8: 128 x 128 block-scaled FP8 with lm_head and the router in bf16, as the
+# * Qwen3-235B-A22B-Instruct/Thinking-2507-FP8: 128 x 128 block-scaled FP8 with lm_head and the router in bf16, as the
 #   Qwen3-235B-A22B-FP8 checkpoint of the silicon replays (sim.apps.serve.validate_models: BLOCK_FP8_CHECKPOINTS;
 #   the 2507 FP8 model card: "fine-grained fp8 quantization with block size of 128").
 # * Llama-3.1-405B-Instruct-FP8: Meta's FP8 quantizes the feed-forward layers' weights and activations only, neither
@@ -78,7 +79,8 @@ MODELS = {
 #   per-layer override unfolds the identical layers and made each replay ~15x slower.
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 CHECKPOINTS = {
-    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": dict(weights="fp8_block128", overrides=("router", "lm_head")),
+    **dict.fromkeys(("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "Qwen/Qwen3-235B-A22B-Thinking-2507-FP8"),
+                    dict(weights="fp8_block128", overrides=("router", "lm_head"))),
     "meta-llama/Llama-3.1-405B-Instruct-FP8": dict(weights="fp8_e4m3",
                                                    overrides=(*_ATTENTION, "lm_head")),
 }

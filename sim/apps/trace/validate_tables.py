@@ -17,8 +17,9 @@ def print_validation(v, args: argparse.Namespace) -> None:
     """The tables on stdout (--all: every row; else the first 60 ops and 40 steps)."""
     console = tables.console()
     # Several traces: each row names its own (a trace trial: 8 rows read step0.prefill, none attributable)
-    many = len({r.source for r in v.steps}) > 1
-    trace_of = (lambda r: [Path(r.source).name]) if many else (lambda r: [])   # noqa: E731
+    names = short_names([r.source for r in v.steps])
+    many = len(names) > 1
+    trace_of = (lambda r: [names[r.source]]) if many else (lambda r: [])   # noqa: E731
     t = Table(title=f"measured vs simulated on {v.machine}" + (f" under stack {args.stack}" if args.stack else ""))
     for col in ("trace", "step", "op", "kind", "measured", "simulated", "error")[0 if many else 1:]:
         t.add_column(col, justify="right" if col in ("measured", "simulated", "error") else "left")
@@ -51,3 +52,15 @@ def print_validation(v, args: argparse.Namespace) -> None:
         note = launch_note([r.timing for r in v.steps if r.source == source and r.timing])
         if note:
             console.print(f"{Path(source).name}: {note}")
+
+
+def short_names(sources: list[str]) -> dict[str, str]:
+    """Each source by the fewest trailing path parts that tell it from the others (vidur's tables are all mlp.csv,
+    a folder per model: `Llama-2-7b-hf/mlp.csv#tp1`, a review), its `#` part kept."""
+    distinct = list(dict.fromkeys(sources))
+    parts = {s: Path(s).parts for s in distinct}
+    for k in range(1, max((len(p) for p in parts.values()), default=1) + 1):
+        short = {s: "/".join(p[-k:]) for s, p in parts.items()}
+        if len(set(short.values())) == len(short):
+            return short
+    return {s: s for s in distinct}
