@@ -175,3 +175,14 @@ def test_a_corrupt_run_json_is_one_line_naming_its_key(tmp_path, capsys, field, 
     assert main(["diff", str(good), str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {bad}: {key}:")
+
+
+def test_the_op_table_says_at_which_clock_a_capped_run_s_ops_are(capsys, tmp_path):
+    """A docs trial: the caption read "at full clock ... not op by op" over a 300 W run whose ops (the JSON's records,
+    at_capped_clock) were each stretched 1.65x. It now says the capped side's ops run at the clock its cap leaves."""
+    a, b = _run(tmp_path / "a.json"), _run(tmp_path / "b.json", "--set", CAP)
+    assert not (a["extra"].get("power_cap") or {}).get("decode_s") and b["extra"]["power_cap"]["decode_s"] > 0
+    capsys.readouterr()
+    assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--width", "400"]) == 0
+    out = " ".join(capsys.readouterr().out.split())   # the caption wraps at the table's width
+    assert "B's ops run at the clock its board power cap leaves" in out and "not op by op" not in out
