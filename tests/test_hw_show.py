@@ -67,3 +67,4 @@ def test_pim_figures_are_parsed_to_si(capsys):
     rows = dict(csv.reader(io.StringIO(capsys.readouterr().out)))
     assert float(rows["pim.clock_hz"]) == 300e6 and float(rows["pim.row_bytes"]) == 1024
     assert float(rows["pim.energy_internal_j_per_byte"]) == pytest.approx(0.55e-12 * 8)
+    assert rows["pim.formats"] == "fp16"   # its items, not Python's "('fp16',)" (a docs trial)

@@ -259,7 +259,8 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["key", "value"])
-        writer.writerows(dotted_items(data))
+        # a tuple or list as its items joined (pim.formats had printed "('fp16',)", Python's repr: a docs trial)
+        writer.writerows((k, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v) for k, v in dotted_items(data))
     elif not args.quiet:
         print(text)
     return 0
