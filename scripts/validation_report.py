@@ -225,9 +225,17 @@ Out-of-sample GEMM error after calibration by M (M = batch x q_len; lm_head: M =
 
 The prefill GEMMs (M = 512, 4096) are over-predicted: the calibration set's prefill GEMMs are M = 128
 (TinyLlama, 154 ops, and Llama-2-7B, 14 ops) and M = 1024 (14 ops), whose achieved FLOP/s disagree
-(Llama-2-7B M=128 ~70 GFLOP/s, TinyLlama M=128 q/down ~110, Llama-2-7B M=1024 ~130); the FLOP-size ramp
-follows the many TinyLlama ops. Left as is: a ramp in M instead of FLOPs would be a sixth GEMM parameter
-pinned by 28 ops.
+(Llama-2-7B M=128 ~70 GFLOP/s, TinyLlama M=128 q/down ~110, Llama-2-7B M=1024 ~130); the fit settles on no
+FLOP-size ramp at all (gemm `compute_half_flops` 1.8e-4 FLOPs: a flat 0.032 of the 2.94 TFLOP/s peak, ~94 GFLOP/s,
+between those rates). Left as is: a ramp in M instead of FLOPs would be a sixth GEMM parameter pinned by 28 ops.
+
+**One elementwise curve, two kinds of op.** SiLU x mul runs at ~3.2 GB/s (its `exp`), the residual adds at
+~21 GB/s; their one fitted curve (`memory_max` 0.0226, ~4.6 GB/s) over-predicts the prefill adds 4-5x
+(`L1.mlp_residual` at 512 tokens: 1.06 ms measured, 5.52 ms simulated) and under-predicts the activation (-31%),
+elementwise in all 490 ms simulated against 1,535 ms measured on the b1/p512 trace (a trace trial, stop 72). The A100's
+no-stack fit shows the same sharing the other way round (the add +35%, SiLU -30%; "A100 and A40" below), which `sim
+calibrate --stack sarathi` undoes with a kernel figure each; the CPU has no such stack, and these small ops, not the
+GEMMs, are its largest out-of-sample errors (kv_append +157% at 512 tokens, +236% at b8).
 
 **The step gap** (step wall time minus the sum of its annotated ops: Python between `record_function`
 ranges, the argmax) is small; it is not what makes steps miss, so no step overhead was added
