@@ -143,6 +143,13 @@ def test_a_meta_without_batch_and_a_chrome_trace_missing_ops_are_said(tmp_path, 
     assert main(["validate", str(bare), "--hw", "cpu_host", "-q"]) == 2
     line = _err(capsys)
     assert line.startswith(f"error: {tmp_path / 'nobatch.meta.json'}") and "batch" in line
+    # a meta of another capture (batch 8 on this batch-1 one) against the tokens the embedding looked up
+    other = tmp_path / "other.trace.json.gz"
+    shutil.copy(trace, other)
+    (tmp_path / "other.meta.json").write_text(json.dumps({**meta, "batch": 8}))
+    assert main(["validate", str(other), "--hw", "cpu_host", "-q"]) == 2
+    assert _err(capsys) == (f"error: {tmp_path / 'other.meta.json'}: batch 8, prompt 512, but the trace's embedding "
+                            "looked up 512 tokens at the prefill and 1 a decode step: the meta describes another capture")
     d = json.loads(gzip.decompress(trace.read_bytes()))
     d["traceEvents"] = [e for e in d["traceEvents"] if e.get("name") not in ("L0.gate_proj", "L0.up_proj")]
     cut = tmp_path / "nomlp.trace.json.gz"

@@ -197,7 +197,24 @@ def _shaped_trace(p: Path, data: Any, vocabulary: str | None, device: str,
         vidur_trace_shape(trace, p, model, tokens)
     else:
         sim_trace_shape(trace, meta, model)
+        _meta_agrees(p, meta, _events(p, data))
     return trace
+
+
+def _meta_agrees(p: Path, meta: dict, events: list[Any]) -> None:
+    """The .meta.json's batch and prompt against the tokens the capture's embedding looked up (aten::embedding's
+    flattened ids: batch x prompt at the prefill, batch a decode step): a meta copied from another capture had
+    validated silently (a trace trial: `batch: 8` on a batch-1 capture, 83.4% where its own gives 88.5%)."""
+    looked = [e["args"]["Input Dims"][1] for e in events if isinstance(e, dict) and e.get("name") == "aten::embedding"
+              and isinstance(e.get("args"), dict) and isinstance(e["args"].get("Input Dims"), list)
+              and len(e["args"]["Input Dims"]) > 1 and isinstance(e["args"]["Input Dims"][1], list)]
+    if len(looked) < 2 or not all(len(x) == 1 and isinstance(x[0], int) for x in looked[:2]) or not meta:
+        return   # no record_shapes, or not this project's capture layout: nothing to compare
+    batch, prompt = meta.get("batch"), meta.get("prompt")
+    if (looked[0][0], looked[1][0]) != (batch * prompt, batch):
+        raise ConfigError(f"{meta_path_beside(p)}: batch {batch}, prompt {prompt}, but the trace's embedding looked up "
+                          f"{looked[0][0]} tokens at the prefill and {looked[1][0]} a decode step: the meta describes "
+                          "another capture")
 
 
 def _add_step_walls(p: Path, trace: Trace, steps: list[Event]) -> None:
