@@ -35,7 +35,7 @@ class Tier(Strict):
     # 4.8): the most a fitted streaming kernel may reach (hw_models.stack.attention_kernels; peak_bytes_per_s).
     peak_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
     write_bandwidth_bytes_per_s: Quantity | None = Field(default=None, gt=0)
-    latency_s: Quantity = Field(default=0.0, ge=0)
+    latency_s: Quantity = Field(default=0.0, ge=0, le=0.1)   # a disk's is ~100 us; past 0.1 s a unit left out
     energy_j_per_byte: JPerByte | None = None
 
     @property
@@ -91,7 +91,7 @@ class Efficiency(Strict):
     parallel_units: StrictInt | None = Field(default=None, gt=0)
     # SM boost clock: on-chip serial work (a kernel's prologue, a split-KV combine) takes cycles, so its
     # time scales as 1 / clock across GPUs (hw_models.stack.attention_kernels); None: not placed.
-    clock_hz: Quantity | None = Field(default=None, gt=0)
+    clock_hz: Quantity | None = Field(default=None, ge=1e6)
     # CUDA compute capability (9.0 Hopper, 12.0 Blackwell RTX): the engines pick their attention kernels by it
     # (hw_models.stack.attention_kernels.AttentionRule); None: the stack's default family.
     compute_capability: float | None = Field(default=None, gt=0)
@@ -180,9 +180,9 @@ class Unit(Strict):
     memory: str                                   # the tier it streams operands from
     peak_flops_per_s: dict[str, Quantity]         # matrix rate per compute format
     vector_flops_per_s: Quantity = Field(gt=0)    # non-matrix ops (norms, softmax, adds)
-    launch_overhead_s: Quantity = Field(default=0.0, ge=0)
+    launch_overhead_s: Quantity = Field(default=0.0, ge=0, le=0.01)   # a kernel launch past 10 ms: a unit left out
     efficiency: Efficiency = Efficiency()
-    power_w: Quantity | None = Field(default=None, gt=0)
+    power_w: Quantity | None = Field(default=None, gt=0, le=1e5)   # 100 kW: past any unit (attacc_dgx's 8 boards: 3.2 kW)
     # Board power as idle + dynamic (issue 15): with `idle_power_w` set, the unit's energy over a run is
     # idle_power_w x wall time + each op's dynamic energy (FLOPs x energy_j_per_flop of the format it
     # computes in, "vector" for CUDA-core ops, + bytes x its tier's energy_j_per_byte) instead of
@@ -264,7 +264,7 @@ class Link(Strict):
     src: str
     dst: str
     bandwidth_bytes_per_s: Quantity = Field(gt=0)
-    latency_s: Quantity = Field(default=0.0, ge=0)
+    latency_s: Quantity = Field(default=0.0, ge=0, le=0.1)
     energy_j_per_byte: JPerByte | None = None
 
 

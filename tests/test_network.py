@@ -107,3 +107,32 @@ def test_nccl_past_one_node_takes_the_faster_of_ring_and_tree():
     assert collective_j(topo, "all_reduce", small, 16, "ring") == pytest.approx(2 * 15 / 16 * small * per_byte, rel=1e-12)
     # within one node the fitted lines still decide (unchanged)
     assert collective_s(topo, "all_reduce", small, 8, "nccl") < collective_s(topo, "all_reduce", small, 8, "ring")
+
+
+def test_a_user_node_named_as_a_shipped_one_and_a_relative_topology_path(tmp_path, capsys):
+    """A preset author's trial: an MI300X node named `dgx_h100` took DGX H100's measured collectives (found by name;
+    TP 8 collectives 2.9 ms against 11.4 under its own name), and `parallel.topology: node.yaml` beside the workload
+    was not found from another folder. The clash is refused at load (an exact copy is not), and a relative topology
+    path is looked for beside the file that names it."""
+    import os
+
+    shipped = (_ROOT / "hw_models/network/presets/dgx_h100.yaml").read_text()
+    clash = tmp_path / "clash.yaml"
+    clash.write_text(shipped.replace("device: h100_sxm", "device: a100_80g"))
+    with pytest.raises(ConfigError, match=r"name: dgx_h100 is a shipped node's, of h100_sxm devices, whose measured "
+                                          r"collectives would stand for these a100_80g"):
+        load_topology(clash)
+    (tmp_path / "copy.yaml").write_text(shipped)
+    assert load_topology(tmp_path / "copy.yaml").device == "h100_sxm"
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "mynode.yaml").write_text(shipped.replace("name: dgx_h100", "name: mynode"))
+    wl = sub / "w.yaml"
+    wl.write_text("name: w\nmodel: llama2-7b\nbatch: 1\nprompt_len: 64\ngen_len: 2\n"
+                  "parallel: {tp: 2, topology: mynode.yaml}\n")
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert main(["run", str(wl), "--hw", "h100_sxm", "-q"]) == 0
+    finally:
+        os.chdir(here)

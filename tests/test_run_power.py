@@ -175,3 +175,19 @@ def test_a_unit_of_several_boards_gives_its_power_per_board(capsys):
     assert board_w == pytest.approx(unit_w / 8, abs=0.06)
     assert main(["run", str(ROOT / "workloads/llama13b_decode.yaml"), "--hw", "h100_sxm"]) == 0
     assert "a board" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("units.gpu.launch_overhead_s", 5, "less than or equal to 0.01"),       # 5 us meant: read as 5 s
+    ("units.gpu.power_w", 750000, "less than or equal to 100000"),         # 750 kW
+    ("units.gpu.efficiency.clock_hz", 2100, "greater than or equal to 1000000"),   # 2.1 GHz meant
+    ("memory.hbm.latency_s", 0.5, "less than or equal to 0.1"),
+])
+def test_absurd_figures_of_a_preset_author_are_refused(key, value, said):
+    """A preset author's trial: `launch_overhead_s: 5` (5 s: TPOT 1.89e6 ms), 750 kW, a 2.1 kHz clock and a 0.5 s HBM
+    latency passed `sim hw check`. Each is now refused naming its key (the shipped presets' largest: 19 us, 3.2 kW,
+    100 us; their smallest clock 1.41 GHz)."""
+    from sim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"{key}: Input should be {said}"):
+        load_machine("h100_sxm", {key: value})

@@ -212,7 +212,15 @@ def _load(path: Path, mtime_ns: int) -> Topology:
                     raise ConfigError(f"{path}: device: {candidate} has no name: a hardware YAML names its device")
                 raw = {**raw, "device": name, "device_named_by_file": True}
                 break
-    return validate_mapping(Topology, raw, str(path), "a topology mapping")
+    topo = validate_mapping(Topology, raw, str(path), "a topology mapping")
+    shipped = PRESET_DIR / f"{topo.name}.yaml"
+    if shipped.is_file() and shipped.resolve() != path.resolve():   # a user's file named as a shipped node
+        other = _load(shipped, shipped.stat().st_mtime_ns)
+        if other.device != topo.device:   # its measured collectives are found by name (a preset author's trial)
+            raise ConfigError(f"{path}: name: {topo.name} is a shipped node's, of {other.device} devices, whose measured "
+                              f"collectives would stand for these {topo.device}: give the file its own name (and "
+                              f"collectives_of: {topo.name} where they should)")
+    return topo
 
 
 def is_topology_file(spec: str | Path) -> bool:
@@ -232,6 +240,9 @@ def load_topology(spec: str | Path, source: str = "", key: str = "topology") -> 
     path = PRESET_DIR / f"{spec}.yaml"
     if not path.is_file():
         path = Path(str(spec))
+        beside = Path(source.split(" ")[0]).parent / path   # a relative path from the file that names it, as model paths
+        if not path.is_absolute() and not path.is_file() and source and beside.is_file():
+            path = beside
         if path.suffix not in (".yaml", ".yml") or not path.is_file():
             where = f"{source}: {key}: " if source else ""
             raise ConfigError(f"{where}unknown topology {str(spec)!r}; presets: {', '.join(preset_names())}")
