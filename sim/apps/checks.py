@@ -119,12 +119,23 @@ def checkpoint_formats(workload: Workload, model: ModelConfig) -> list[str]:
 def input_notes(workload: Workload, machine: Machine) -> list[str]:
     """Every warning a run of `workload` on `machine` prints before it starts: `sim run`'s, and a serving file's as
     `sim serve` adds them. sim sweep gathers them over its points, which run with warnings off."""
-    notes = unused_settings(workload, machine, workload.model_config_())
+    notes = unused_settings(workload, machine, workload.model_config_()) + ideal_unit(machine)
     if getattr(workload, "serving", None) is not None:
         notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
                   + engine_mismatch(workload) + unshared_prefix(workload)
                   + emulated_activations(workload, machine) + idle_clients(workload))
     return notes
+
+
+def ideal_unit(machine: Machine) -> list[str]:
+    """A gpu or cpu preset whose main unit gives neither `efficiency` nor `launch_overhead_s` runs at the ideal roofline
+    (their defaults): said, as `--ideal` says it (a preset author's trial read such a run as a prediction)."""
+    unit = machine.units[machine.main_unit]
+    if machine.kind not in ("gpu", "cpu") or {"efficiency", "launch_overhead_s"} & unit.model_fields_set:
+        return []
+    return [f"{machine.source or machine.name}: units.{machine.main_unit} gives no efficiency or launch_overhead_s: "
+            "the ideal roofline (every cap 1.0, no ramp, no launch), as --ideal runs; copy a similar GPU's figures "
+            "(docs/presets.md)"]
 
 
 def idle_clients(workload: Workload) -> list[str]:
