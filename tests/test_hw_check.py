@@ -93,8 +93,9 @@ def test_a_hardware_designers_files(tmp_path, capsys):
     mine = tmp_path / "my_gpu.yaml"
     mine.write_text((ROOT / "hw_models/presets/h100_sxm.yaml").read_text().replace("\nname: h100_sxm", "\nname: my_gpu"))
     topo = tmp_path / "my_node.yaml"
+    # its own name: a user's node named as a shipped one of another device is refused (stop 72, test_network.py)
     topo.write_text((ROOT / "hw_models/network/presets/dgx_h100.yaml").read_text()
-                    .replace("\ndevice: h100_sxm", "\ndevice: my_gpu.yaml"))
+                    .replace("\ndevice: h100_sxm", "\ndevice: my_gpu.yaml").replace("\nname: dgx_h100", "\nname: my_node"))
     assert load_topology(topo).device == "my_gpu"
     assert main(["hw", "check", str(topo)]) == 0 and "valid topology" in capsys.readouterr().out
     assert main(["hw", "show", str(topo)]) == 0 and "[my_gpu:0]" in capsys.readouterr().out
