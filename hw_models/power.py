@@ -44,11 +44,12 @@ MAX_J_PER_FLOP, MAX_J_PER_BYTE = 1e-9, 1e-6
 
 def plausible_joules(what: str, joules: float, ceiling: float, per: str) -> float:
     """`joules` a FLOP or byte, refused when negative or above `ceiling` (a unit left out: '0.7' for '0.7 pJ')."""
+    where = f"{what}: " if what else ""   # the field's own name where pydantic does not give it (a dict's key)
     if joules < 0:
-        raise ValueError(f"{what}: must be >= 0")
+        raise ValueError(f"{where}must be >= 0")
     if joules > ceiling:
-        raise ValueError(f"{what + ': ' if what else ''}{joules:g} J a {per}, more than any device spends "
-                         f"({ceiling:g} J); a figure in pJ or nJ needs its unit ('0.7 pJ')")
+        raise ValueError(f"{where}{joules:g} J a {per}, more than any device spends ({ceiling:g} J); a figure in pJ "
+                         "or nJ needs its unit ('0.7 pJ')")
     return joules
 
 

@@ -155,6 +155,9 @@ def test_joules_without_their_unit_are_refused(tmp_path):
         simulate(w, load_machine("hbm_pim", {"pim.energy_j_per_flop": 0.75}))
     with pytest.raises(ConfigError, match=r"pim.energy_internal_j_per_byte: 2 J a byte"):
         simulate(w, load_machine("hbm_pim", {"pim.energy_internal_j_per_byte": 2}))
+    raw["memory"]["hbm"]["energy_j_per_byte"] = -1e-12   # negative: the field's key once, not ": : must be >= 0"
+    with pytest.raises(ConfigError, match=r"memory.hbm.energy_j_per_byte: must be >= 0"):
+        _machine_from(raw, tmp_path)
     raw["memory"]["hbm"]["energy_j_per_byte"] = "40 pJ/B"
     m = _machine_from(raw, tmp_path)
     assert m.units["gpu"].energy_j_per_flop["fp16"] == pytest.approx(0.7e-12)

@@ -84,8 +84,8 @@ def parameters(topo: Topology, kind: str, ranks: int) -> tuple[float, float]:
 def collective_j(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str = "ring") -> float:
     """Link energy one rank spends on a collective of `nbytes`: the bytes it sends (the bandwidth term's
     factor x nbytes) at the interconnect's energy_j_per_byte."""
-    algorithm = _past_node(topo, kind, nbytes, ranks, algorithm) or algorithm   # the algorithm collective_s times
-    return alpha_beta(kind, algorithm, ranks)[1] * nbytes * topo.interconnect.energy_j_per_byte
+    past = _past_node(topo, kind, nbytes, ranks, algorithm)   # the algorithm collective_s times
+    return alpha_beta(kind, past[0] if past else algorithm, ranks)[1] * nbytes * topo.interconnect.energy_j_per_byte
 
 
 def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str = "ring") -> float:
@@ -106,7 +106,8 @@ def collective_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm
         fitted = nccl_s(topo.collectives_node, kind, nbytes, ranks, steps, factor, topo.collectives_bandwidth_scale)
         if fitted is not None:
             return fitted
-    return _alpha_beta_s(topo, kind, nbytes, ranks, _past_node(topo, kind, nbytes, ranks, algorithm) or ring)
+    past = _past_node(topo, kind, nbytes, ranks, algorithm)
+    return past[1] if past else _alpha_beta_s(topo, kind, nbytes, ranks, ring)
 
 
 def _alpha_beta_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str) -> float:
@@ -116,11 +117,11 @@ def _alpha_beta_s(topo: Topology, kind: str, nbytes: float, ranks: int, algorith
     return steps * alpha + factor * nbytes / bw
 
 
-def _past_node(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str) -> str | None:
+def _past_node(topo: Topology, kind: str, nbytes: float, ranks: int, algorithm: str) -> tuple[str, float] | None:
     """Past one node NCCL's tuner picks the faster of its ring and tree per call (module doc of engine_collectives), as
     it does within one by the fitted lines: the one `nccl` and the custom algorithms (which hand such messages to NCCL)
-    run there, None elsewhere. A flat ring had paid the fabric's latency on each of its 2(n - 1) steps, 301 us for a
+    run there, with its time; None elsewhere. A flat ring had paid the fabric's latency on each of its 2(n - 1) steps, 301 us for a
     16 KiB all-reduce over 2 x 8 H100s (a parallelism trial)."""
     if algorithm in ("ring", "tree") or kind == SEND_RECV or ranks <= topo.devices_per_node:
         return None
-    return min(("ring", "tree"), key=lambda a: _alpha_beta_s(topo, kind, nbytes, ranks, a))
+    return min(((a, _alpha_beta_s(topo, kind, nbytes, ranks, a)) for a in ("ring", "tree")), key=lambda x: x[1])

@@ -22,8 +22,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from hw_models.machine import PRESET_DIR as DEVICE_DIR
-from sim.core.errors import ConfigError
 from hw_models.power import JPerByte
+from sim.core.errors import ConfigError
 from sim.core.schema import Quantity, Strict, read_yaml, validate_mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"

@@ -31,8 +31,8 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from hw_models.machine import Machine, Tier, Unit
-from sim.core.errors import ConfigError
 from hw_models.power import JPerByte
+from sim.core.errors import ConfigError
 from sim.core.schema import Quantity, Strict, validation_error
 from sim.core.units import whole_percents
 

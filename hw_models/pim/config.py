@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
+from hw_models.power import JPerByte, JPerFlop
 from sim.core.errors import ConfigError
 from sim.core.formats import get_format
-from hw_models.power import JPerByte, JPerFlop
 from sim.core.schema import Quantity, Strict, validation_error
 from sim.core.workload import Workload
 

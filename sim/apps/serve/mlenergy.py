@@ -92,7 +92,7 @@ FIT_MODELS = frozenset({"meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.
                         "Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-Coder-30B-A3B-Instruct"})
 PRESETS = {"H100": "h100_sxm", "B200": "b200"}
 TOPOLOGY = {"H100": "dgx_h100", "B200": "hgx_b200"}   # hw_models/network/presets: one 8-GPU node
-FORMATS = {"bfloat16": "bf16", "fp8": "fp8"}   # the runs' precisions replayed (fp8: CHECKPOINTS says how)
+FORMATS = {"bfloat16": "bf16"}   # the runs' precisions replayed as one format; fp8 runs: those of CHECKPOINTS
 INPUT_CV = 1.0
 OUTPUT_CAP = {"lm-arena-chat": 4096, "gpqa": 32768, "sourcegraph-fim": 2048}   # the benchmark's max_tokens
 OUTPUT_CV = 1.0
@@ -147,8 +147,8 @@ def read_runs(path: Path) -> list[Run]:
             if None in r.values():   # fewer cells than the header: a row cut short (a trial's was dropped silently)
                 raise ValueError(f"line {rows.line_num} has {sum(v is not None for v in r.values())} of the header's "
                                  f"{len(rows.fieldnames)} columns (a truncated file?)")
-            if r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or r["precision"] not in FORMATS or (
-                    r["precision"] == "fp8" and r["model"] not in CHECKPOINTS):
+            replayable = r["precision"] in FORMATS or (r["precision"] == "fp8" and r["model"] in CHECKPOINTS)
+            if r["source_id"] != "mlenergy-v3" or r["model"] not in MODELS or not replayable:
                 continue
             n = {c: _number(r, c, rows.line_num) for c in NUMBERS}
             if int(n["data_parallel"]) != 1 or int(n["pipeline_parallel"]) != 1:
@@ -224,11 +224,10 @@ def fit_runs(runs: list[Run]) -> list[Run]:
 
 def serve_file(run: Run, input_scale: float = 1.0, sampling: str = "top_p") -> Any:
     """The closed-loop serving file of `run` (module doc); `sampling` other than the benchmark's top_p: a what-if."""
-    fmt = FORMATS[run.precision]
-    ckpt = CHECKPOINTS.get(run.model) if fmt == "fp8" else None
+    ckpt = CHECKPOINTS.get(run.model)   # an FP8 checkpoint's names are its own (their runs are fp8)
     formats = dict(weights=ckpt["weights"], activations="bf16", kv_cache="bf16",
-                   overrides=dict.fromkeys(ckpt["overrides"], "bf16")) if ckpt else dict(
-        weights=fmt, activations=fmt, kv_cache=fmt)
+                   overrides=dict.fromkeys(ckpt["overrides"], "bf16")) if ckpt else dict.fromkeys(
+        ("weights", "activations", "kv_cache"), FORMATS[run.precision])
     n = max(REQUESTS_PER_SEQ * run.max_num_seqs, MIN_REQUESTS)
     raw = dict(
         name=f"mlenergy {run.gpu} {run.model} seqs {run.max_num_seqs}", model=run.preset,

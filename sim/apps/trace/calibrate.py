@@ -251,7 +251,7 @@ class Calibration:
     raw: dict            # the preset as YAML data: the base file's text values, fitted fields replaced
     gemv_max_m: int | None = None                               # the small-M GEMM threshold chosen
     gemv_scores: dict[str, float] = field(default_factory=dict)  # GEMM classes' RMS log residual per candidate
-    kept: list[str] = field(default_factory=list)   # kinds left on the unit's curve (< min_traces traces, < MIN_SHAPES)
+    kept: list[str] = field(default_factory=list)   # kinds left on the unit's curve (< min_traces traces, < MIN_KIND_SHAPES)
 
     @property
     def mape(self) -> float:
