@@ -96,3 +96,42 @@ def test_load_machine_reads_the_set_spelling_of_an_override():
     a = load_machine("h100_sxm", {"hw.memory.hbm.bandwidth_bytes_per_s": 4e12})
     b = load_machine("h100_sxm", {"memory.hbm.bandwidth_bytes_per_s": 4e12})
     assert a.memory["hbm"].bandwidth_bytes_per_s == b.memory["hbm"].bandwidth_bytes_per_s == 4e12
+
+
+def test_a_model_copy_is_checked_again_before_it_runs():
+    """Workload and Machine are frozen, so a script changes a field with model_copy(update=...), which pydantic runs
+    no check on: an API trial's batch 0 read a TPOT, batch -4 NaN times, a negative bandwidth a NaN TPOT, "8" a bare
+    TypeError. simulate refuses each as the file would; a valid copy runs as the same workload loaded with it."""
+    from sim.core.errors import ConfigError
+    from tests.conftest import ROOT
+    path = ROOT / "workloads" / "llama13b_decode.yaml"
+    w = load_workload(path)
+    for update, match in (({"batch": 0}, "batch: Input should be greater than 0"),
+                          ({"batch": -4}, "batch: Input should be greater than 0"),
+                          ({"prompt_len": -100}, "prompt_len: Input should be greater than 0"),
+                          ({"batch": "8"}, "batch: Input should be a valid integer")):
+        with pytest.raises(ConfigError, match=match):
+            simulate(w.model_copy(update=update), "a6000")
+    m = load_machine("a6000")
+    slow = m.model_copy(update={"memory": {**m.memory, "gddr": m.memory["gddr"].model_copy(
+        update={"bandwidth_bytes_per_s": -1.0})}})
+    with pytest.raises(ConfigError, match="a6000.yaml: memory.gddr.bandwidth_bytes_per_s: Input should be greater"):
+        simulate(w, slow)
+    assert simulate(w.model_copy(update={"batch": 2}), m).tpot_s == simulate(load_workload(path, {"batch": 2}), m).tpot_s
+
+
+def test_a_preset_name_given_as_the_workload_is_named_as_swapped():
+    """simulate("a6000", "workloads/...") had read "a6000: file not found" where docs/api.md promises a TypeError."""
+    with pytest.raises(TypeError, match="'a6000' is a hardware preset; the arguments are swapped"):
+        simulate("a6000", "workloads/llama13b_decode.yaml")
+
+
+def test_a_prefill_only_run_has_no_decode_table_and_every_table_names_the_path():
+    """gen_len 1 runs no decode step: to_pandas("decode") had returned the 603-op representative step the run costed
+    anyway; and the ops' `path` (how a format computed), which --json and the CLI give, was missing from the table."""
+    from tests.conftest import ROOT
+    r = simulate(load_workload(ROOT / "workloads" / "llama13b_prefill.yaml"), "h100_sxm")
+    assert r.gen_len == 1 and r.to_pandas("decode").empty and "path" in r.to_pandas("decode").columns
+    q = simulate(load_workload(ROOT / "workloads" / "llama13b_decode.yaml", {"formats.weights": "int4"}), "a6000")
+    paths = set(q.to_pandas("decode")["path"])
+    assert any("int4" in p and "dequant" in p for p in paths), paths

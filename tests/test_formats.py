@@ -8,10 +8,12 @@ there) and Q = 4096 x 4001 (ragged for every block size).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import ml_dtypes
 import numpy as np
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -626,8 +628,6 @@ def test_error_figures_of_values_past_the_square_root_of_float64():
 def test_register_refuses_what_get_format_or_the_emulation_cannot_use():
     """A formats trial registered block_size 0 (quantize raised ZeroDivisionError), -4 (an indexing error) and a
     capitalised name that get_format could never find again: each is now a ValueError naming the field."""
-    import dataclasses
-
     from sim.core.formats import _FORMATS, get_format, register
     mx = get_format("mxfp4")
     for bad, match in ((dataclasses.replace(mx, name="mxfp4_b0", block_size=0), "block_size must be >= 1"),
@@ -645,3 +645,21 @@ def test_register_refuses_what_get_format_or_the_emulation_cannot_use():
         assert get_format("MXFP4-B16") is ok
     finally:
         _FORMATS.pop("mxfp4_b16")
+
+
+def test_register_refuses_a_built_in_name():
+    """register(replace(mxfp4, name="fp8_e4m3")) had replaced FP8 in the registry while runs kept costing 8 bits
+    (an API trial); an alias and an int pattern are taken too. A format of one's own may be registered again."""
+    from sim.core.formats import _FORMATS, get_format, register
+    mx = get_format("mxfp4")
+    for name in ("fp8_e4m3", "fp8", "int4_g64", "bf16"):
+        with pytest.raises(ValueError, match=f"register: '{name}' is already a format"):
+            register(dataclasses.replace(mx, name=name))
+    assert get_format("fp8").bits == 8
+    mine = dataclasses.replace(mx, name="my_fp4")
+    try:
+        register(mine)
+        register(dataclasses.replace(mine, block_size=16))
+        assert get_format("my_fp4").block_size == 16
+    finally:
+        _FORMATS.pop("my_fp4")

@@ -272,3 +272,29 @@ def test_gemma2_pipeline_stage_averages_local_and_global_layers():
     one = simulate(Workload(**base), load_machine("h100_sxm")).tpot_s
     pp = simulate(Workload(**base, parallel={"pp": 2, "topology": "dgx_h100"}), load_machine("h100_sxm")).tpot_s
     assert one <= pp < one * 1.003
+
+
+def test_a_config_json_without_model_type_is_refused(tmp_path):
+    """Hugging Face always writes model_type into config.json; one without it had run as LLaMA, named 'model' (an
+    API trial). A sim-style model file of its own name, a YAML file or an inline mapping still reads as LLaMA."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BASE))
+    with pytest.raises(ConfigError, match=r"config.json: model_type: missing: a Hugging Face config.json names"):
+        load_model(path)
+    (tmp_path / "mine.json").write_text(json.dumps(BASE))
+    assert load_model(tmp_path / "mine.json").name == "mine" and load_model(dict(BASE)).hidden_size == 256
+
+
+@pytest.mark.parametrize("kind", ["llava", "qwen2_vl", "mllama"])
+def test_vision_types_are_refused_with_their_reason(kind):
+    with pytest.raises(ConfigError, match=f"'{kind}' is not modelled \\((a vision tower|cross-attention)"):
+        load_model({**BASE, "model_type": kind})
+
+
+def test_kv_bytes_per_token_takes_bytes_per_element():
+    """A format name had returned the string repeated 262,144 times, -1 a negative size (an API trial)."""
+    m = load_model("llama2-7b")
+    assert m.kv_bytes_per_token(2) == 2 * 32 * 4096 * 2 == 2 * m.kv_bytes_per_token(1)
+    for bad in ("fp8", -1, 0, None, True):
+        with pytest.raises(TypeError, match="bytes per element, a number > 0"):
+            m.kv_bytes_per_token(bad)

@@ -47,10 +47,10 @@ BAD = {   # case: (serving edit, trace file name and text or None, the message a
     # Columns: the 33-character cut row ends before column 34; column 17 is the quote where a comma belongs.
     "mooncake row cut short": (_trace("t.jsonl", "mooncake"),
                                ("t.jsonl", _MC_ROW * 2 + '{"timestamp": 2, "input_length": '),
-                               "{t}: line 3 is not valid JSON (Expecting value at column 34)"),
+                               "{t}: line 3, column 34: not valid JSON (Expecting value)"),
     "mooncake bad row after a blank line": (_trace("t.jsonl", "mooncake"),
                                             ("t.jsonl", _MC_ROW + "\n" + '{"timestamp": 1 "input_length": 3}\n'),
-                                            "{t}: line 3 is not valid JSON (Expecting ',' delimiter at column 17)"),
+                                            "{t}: line 3, column 17: not valid JSON (Expecting ',' delimiter)"),
     "mooncake array after a blank line": (_trace("t.jsonl", "mooncake"),
                                           ("t.jsonl", _MC_ROW + "\n  \n[1, 2]\n" + _MC_ROW),
                                           "{t}: line 4 is an array; expected one JSON object per line, e.g. "

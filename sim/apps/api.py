@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pydantic import BaseModel, ValidationError
+
 from hw_models import registry
 from hw_models.machine import Machine, load_machine, machine_from_dict, preset_names as hardware_presets
 from sim.apps.checks import input_notes
@@ -26,6 +28,7 @@ from sim.apps.serve.simulator import ServeResult
 from sim.apps.serve.spec import ServeFile, load_serve_file
 from sim.core.model import load_model, preset_names as model_presets
 from sim.core.results import RunResult
+from sim.core.schema import validation_error
 from sim.core.workload import Workload, load_workload
 
 __all__ = ["Machine", "RunResult", "ServeFile", "ServeResult", "SimInputWarning", "Workload", "hardware_presets",
@@ -47,6 +50,8 @@ def _inputs(what: str, workload: Workload | ServeFile | str | Path, machine: Mac
             raise TypeError(f"{what}: {name} must be True or False, got {value!r}")
     if isinstance(workload, Machine) or isinstance(machine, Workload):   # a ServeFile is a Workload
         raise TypeError(f"{what}(workload, machine): the arguments are swapped")
+    if isinstance(workload, str) and workload in hardware_presets():   # ("a6000", "workloads/...") read 'not found'
+        raise TypeError(f"{what}(workload, machine): {workload!r} is a hardware preset; the arguments are swapped?")
     if not isinstance(workload, (kind, str, Path)):
         raise TypeError(f"{what}: workload must be a {kind.__name__}, a path or a file name, got {type(workload).__name__}")
     if not isinstance(machine, (Machine, str, Path, dict)):
@@ -56,7 +61,18 @@ def _inputs(what: str, workload: Workload | ServeFile | str | Path, machine: Mac
     workload = load(workload) if isinstance(workload, (str, Path)) else workload
     machine = (machine_from_dict(machine, "machine") if isinstance(machine, dict)
                else load_machine(machine) if isinstance(machine, (str, Path)) else machine)
-    return workload, machine
+    return checked(workload), checked(machine)
+
+
+def checked(obj: BaseModel) -> BaseModel:
+    """A Workload or Machine validated again: both are frozen, so a script changes a field with
+    `model_copy(update=...)`, which pydantic runs no check on (an API trial's `batch: 0` read a TPOT, `-4` NaN
+    times, a negative bandwidth a NaN TPOT, without a word). A refusal is the file's one-line ConfigError."""
+    source = getattr(obj, "source", "") or f"{type(obj).__name__}(...)"
+    try:
+        return type(obj).model_validate({**obj.model_dump(warnings=False), "source": getattr(obj, "source", "")})
+    except ValidationError as exc:
+        raise validation_error(exc, source, model=type(obj)) from None
 
 
 def simulate(workload: Workload | str | Path, machine: Machine | str | Path | dict, exhaustive: bool = False,

@@ -127,6 +127,11 @@ KNOWN_UNSUPPORTED = {
     "deepseek_v3": "multi-head latent attention and node-limited routing",
     "phimoe": "Phi-3.5-MoE's sparse-mixer routing and biases",
     "mamba": "state-space layers instead of attention",
+    "llava": "a vision tower and projector in front of the language model",
+    "llava_next": "a vision tower and projector in front of the language model",
+    "mllama": "cross-attention layers over a vision tower's image tokens",
+    "qwen2_vl": "a vision tower and multimodal rotary positions (M-RoPE)",
+    "qwen2_5_vl": "a vision tower and multimodal rotary positions (M-RoPE)",
     "jamba": "interleaved state-space and attention layers",
 }
 
@@ -149,6 +154,10 @@ def architecture(raw: dict[str, Any], source: str | None) -> Architecture:
     kind = raw.get("model_type")
     if kind is None:
         _check_classes(raw.get("architectures"), source)
+        if str(source or "").endswith("config.json"):   # Hugging Face always writes one: it had run as LLaMA (a trial)
+            raise ConfigError(f"{where(source, 'model_type')}missing: a Hugging Face config.json names its architecture "
+                              f"(modelled types: {', '.join(sorted(ARCHITECTURES))}); a model without one is a YAML "
+                              "file or an inline mapping, read as LLaMA")
         family = str(raw.get("family") or "llama").lower()
         return ARCHITECTURES["opt" if family == "opt" else "llama"]
     kind = str(kind).lower()

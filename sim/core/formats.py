@@ -198,7 +198,8 @@ INT_PATTERNS = "int4|int8 + _pc | _pt | _g<N>, optional _asym (e.g. int4_g64, in
 
 
 def register(fmt: NumberFormat) -> None:
-    """Add `fmt` to the registry (the Python API's custom formats). Refused with a ValueError: a name get_format
+    """Add `fmt` to the registry (the Python API's custom formats). Refused with a ValueError: a name already taken
+    (a built-in, an alias or an int pattern; a format of one's own may be registered again, changed), a name get_format
     could not find again (it looks names up lower-cased, '-' as '_'), and a block size the emulation cannot scale
     by (a formats trial: block_size 0 had raised ZeroDivisionError in quantize, -4 an indexing error)."""
     if not fmt.name or _normalize(fmt.name) != fmt.name:
@@ -206,6 +207,9 @@ def register(fmt: NumberFormat) -> None:
                          f"(get_format looks up {_normalize(fmt.name)!r})")
     if fmt.bits < 1:
         raise ValueError(f"register: {fmt.name}: bits must be >= 1, got {fmt.bits}")
+    if fmt.name in ALIASES or any(f.name == fmt.name for f in _BUILTIN) or _INT_RE.match(fmt.name):   # a built-in replaced: the registry said 4 bits, runs costed 8 (a trial)
+        raise ValueError(f"register: {fmt.name!r} is already a format ({get_format(fmt.name).name}): the presets' rates "
+                         "and the stacks' kernels are keyed by the built-in names; give yours a name of its own")
     scaled_blocks = fmt.family in ("mx", "nvfp4")   # one scale per block of elements: 0 (per row) has no block
     if fmt.block_size is not None and (fmt.block_size < (1 if scaled_blocks else 0)):
         raise ValueError(f"register: {fmt.name}: block_size must be {'>= 1' if scaled_blocks else '>= 0 (0: per row)'}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import numbers
 from dataclasses import asdict, dataclass, fields as dc_fields
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +23,7 @@ from sim.core.errors import ConfigError, where
 from sim.core.files import note_input
 from sim.core.moe import ExpertLoad
 from sim.core.model_presets import _presets, hub_preset, preset_mapping, preset_names  # noqa: F401 (re-exported)
-from sim.core.schema import not_a_file, read_yaml
+from sim.core.schema import DuplicateKey, not_a_file, read_yaml, unique_json_keys
 
 FAMILIES = ("llama", "opt")
 
@@ -137,7 +138,10 @@ class ModelConfig:
         return self.embedding_params() + layers + final_norm + lm_head
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
-        """K and V for one token across all layers."""
+        """K and V for one token across all layers, at `kv_bytes_per_element` bytes each (2: fp16/bf16, 1: fp8)."""
+        if isinstance(kv_bytes_per_element, bool) or not isinstance(kv_bytes_per_element, numbers.Real) \
+                or not kv_bytes_per_element > 0:   # "fp8" had returned the string repeated 262,144 times (a trial)
+            raise TypeError(f"kv_bytes_per_token: bytes per element, a number > 0 (2 for bf16), got {kv_bytes_per_element!r}")
         return 2 * self.num_layers * self.kv_dim * kv_bytes_per_element
 
     def to_dict(self) -> dict[str, Any]:
@@ -344,20 +348,6 @@ def check_typos(raw: Any, source: str | None) -> None:
             raise ConfigError(f"{where(source, 'model.' + key)}unknown key; did you mean {near[0]}?")
 
 
-class DuplicateKey(ValueError):
-    """A JSON object that gives one key twice."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json's object hook refusing a key given twice (json.loads keeps the last one without a word)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> ModelConfig:
     """A preset name, a path to config.json / .yaml, or an inline mapping."""
     if isinstance(spec, dict):
@@ -381,7 +371,7 @@ def load_model(spec: str | Path | dict[str, Any], source: str | None = None) -> 
         note_input(path)  # no output of this command may replace it
         if path.suffix == ".json":
             try:
-                raw = json.loads(path.read_bytes(), object_pairs_hook=_unique_keys)
+                raw = json.loads(path.read_bytes(), object_pairs_hook=unique_json_keys)
             except DuplicateKey as exc:   # as a YAML model file's (json keeps the last one silently: a trial)
                 raise ConfigError(f"{path}: duplicate key {exc.args[0]!r}: give each key once") from None
             except UnicodeDecodeError:

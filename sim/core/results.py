@@ -207,12 +207,16 @@ class RunResult:
             return pd.DataFrame([dict(workload=self.workload, hardware=self.hardware, **self.metrics())])
         if what not in ("decode", "prefill"):
             raise ValueError(f"to_pandas({what!r}): 'metrics', 'decode' or 'prefill'")
-        ops = self.decode_ops if what == "decode" else self.prefill_ops
+        # no decode step runs at gen_len 1 (the first token is prefill's): the representative step the run costed
+        # anyway is not one of its steps (a trial read a 603-op decode step of a prefill-only run)
+        ops = (self.decode_ops if self.gen_len > 1 else []) if what == "decode" else self.prefill_ops
         # `op`: the op a record works for, without its layer (a pipelined step's records name their micro-batch and
-        # stage too: mb0.stage1.L40.q_proj works for q_proj)
+        # stage too: mb0.stage1.L40.q_proj works for q_proj); `path`: how its format computed (`int4 -> fp16 dequant`)
         return pd.DataFrame([dict(name=o.name, op=_without_layer(o.op or o.name), kind=o.kind, unit=o.unit,
                                   start_s=o.start_s, end_s=o.end_s, duration_s=o.duration_s, flops=o.flops,
-                                  bytes=o.bytes, bound=o.bound, energy_j=o.energy_j) for o in ops])
+                                  bytes=o.bytes, bound=o.bound, path=o.path, energy_j=o.energy_j) for o in ops],
+                            columns=["name", "op", "kind", "unit", "start_s", "end_s", "duration_s", "flops", "bytes",
+                                     "bound", "path", "energy_j"])
 
     def metrics(self) -> dict[str, float]:
         """Flat scalar metrics, for sweeps and tables."""

@@ -184,6 +184,20 @@ def validate_mapping(model: type[M], raw: Any, source: str, expected: str) -> M:
         raise validation_error(exc, source, raw=raw, model=model) from None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice."""
+
+
+def unique_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook refusing a key given twice (json.loads keeps the last one without a word)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 class _UniqueKeys:
     """Refuses a key given twice in one mapping (PyYAML keeps the last); mixed into a SafeLoader."""
 

@@ -97,7 +97,7 @@ def _json_lines(text: str, path: Path) -> list[dict]:
             # Decimal: a timestamp is kept as written until made relative to the first row's.
             row = json.loads(line, parse_float=Decimal)
         except json.JSONDecodeError as exc:   # a malformed or truncated row
-            raise ConfigError(f"{path}: line {n} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+            raise ConfigError(f"{path}: line {n}, column {exc.colno}: not valid JSON ({exc.msg})") from None
         except RecursionError:
             raise ConfigError(f"{path}: line {n}: JSON nested too deeply") from None
         if not isinstance(row, dict):   # a JSON array or number: pandas failed on it (TypeError)
