@@ -366,3 +366,17 @@ def test_a_long_set_up_is_said_before_it_starts(tmp_path, capsys, monkeypatch):
     assert f"{path}: resolving and checking 3 points before any runs" in capsys.readouterr().err
     run_sweep(path, tmp_path / "b", workers=1, progress=False, plots=False)
     assert "resolving" not in capsys.readouterr().err
+
+
+def test_axis_values_with_units_are_recorded_as_the_si_numbers_they_run_with(tmp_path):
+    """["800 GB/s", "1.675 TB/s", ...] ran with the parsed figures but results.csv kept the text: the plot ordered
+    "800 GB/s" last and read TPOT rising with bandwidth, a number beside a string crashed its sort, and a plot's
+    `where` on the axis failed (an architecture trial). A key whose name gives no unit keeps its strings."""
+    spec = spec_of(tmp_path, {"hw.memory.@device.bandwidth_bytes_per_s": ["800 GB/s", "1.675 TB/s", "3.2 Tb/s", 10e12],
+                              "hw.units.@main.peak_flops_per_s.fp16": ["100 TFLOP/s"],
+                              "workload.formats.weights": ["fp16", "int8"]})
+    assert spec.axes["hw.memory.@device.bandwidth_bytes_per_s"] == [8e11, 1.675e12, 4e11, 1e13]
+    assert spec.axes["hw.units.@main.peak_flops_per_s.fp16"] == [1e14]
+    assert spec.axes["workload.formats.weights"] == ["fp16", "int8"]
+    points = expand(spec)
+    assert sorted({p.axes["hw.memory.@device.bandwidth_bytes_per_s"] for p in points}) == [4e11, 8e11, 1.675e12, 1e13]

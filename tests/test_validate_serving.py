@@ -3,6 +3,8 @@ replayable rows and says why it skips the others."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -457,3 +459,18 @@ def test_a_benchmark_log_replays_what_it_measured_and_names_what_it_lacks(tmp_pa
     assert main(["validate-serving", str(tmp_path / "p.json"), "--hw", "h100_sxm", "--engine", "vllm"]) == 0
     out = capsys.readouterr().out
     assert "Errors are (simulated - measured) / measured." in out and "silicon sample" not in out
+
+
+def test_plots_of_a_rate_driven_log_plot_its_errors_by_rate(tmp_path, capsys):
+    """A `vllm bench serve --request-rate 6` log (no max_concurrency) had crashed --plots on the clients' log axis
+    with a traceback, and the transaction then lost the --json too (a serving trial)."""
+    log = dict(backend="vllm", model_id="meta-llama/Llama-3.1-8B-Instruct", num_prompts=8, request_rate=6.0,
+               burstiness=1.0, max_concurrency=None, completed=8, mean_ttft_ms=60.0, mean_tpot_ms=9.0,
+               mean_itl_ms=9.0, mean_e2el_ms=600.0, input_lens=[256] * 8, output_lens=[64] * 8)
+    path = tmp_path / "rate.json"
+    path.write_text(json.dumps(log))
+    out = tmp_path / "plots"
+    assert main(["validate-serving", str(path), "--hw", "h100_sxm", "--plots", str(out),
+                 "--json", str(tmp_path / "v.json")]) == 0
+    assert {p.name for p in out.iterdir()} == {"scatter.png", "errors_vs_rate.png"}
+    assert json.loads((tmp_path / "v.json").read_text())["runs"][0]["rate"] == 6.0

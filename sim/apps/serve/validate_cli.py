@@ -252,7 +252,7 @@ def register(subparsers) -> None:
                    help="worker processes, each taking whole groups of runs that share step costs (default: all "
                         "cores; 1: in this process); the results do not depend on it")
     p.add_argument("--plots", metavar="DIR", help="write the plots into DIR (created): scatter.png (simulated vs "
-                   "measured TTFT and TPOT) and errors_vs_concurrency.png (signed errors by clients; not for a case "
-                   "folder)")
+                   "measured TTFT and TPOT), errors_vs_concurrency.png (signed errors by clients) and errors_vs_rate.png "
+                   "(by requests/s), each where such runs are (not for a case folder)")
     p.add_argument("--plot", metavar="PATH", help="write only the scatter plot, to PATH")
     p.set_defaults(func=cmd_validate_serving)

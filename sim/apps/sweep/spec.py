@@ -29,6 +29,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sim.core.errors import ConfigError
 from sim.core.schema import Strict, read_yaml, validate_mapping
+from sim.core.units import dimension_of, parse_quantity
 from sim.apps.sweep.expr import compile_expr
 
 
@@ -96,6 +97,22 @@ def _number(v: Any) -> Any:
         except ValueError:
             return v
     return v
+
+
+def _si(key: str, v: Any) -> Any:
+    """An axis value with a unit ("800 GB/s") as the SI number its key's name says (bandwidth_bytes_per_s: 8e11;
+    a mapping keyed by format, peak_flops_per_s.fp8, by its parent's name): the points ran with the parsed figure
+    but results.csv kept the text, so plots ordered "800 GB/s" after "6.7 TB/s" and a number beside it crashed their
+    sort (an architecture trial). A value its dimension does not parse stays as written, for the machine to refuse."""
+    v = _number(v)
+    parts = key.split(".")
+    dim = dimension_of(parts[-1]) or (dimension_of(parts[-2]) if len(parts) > 1 else None)
+    if not isinstance(v, str) or dim is None:
+        return v
+    try:
+        return parse_quantity(v, dim)
+    except ValueError:
+        return v
 
 
 class Scale(Strict):
@@ -215,7 +232,7 @@ class SweepSpec(Strict):
             if isinstance(values, list) and not values:
                 raise ValueError(f"{key}: empty list of values")
         # YAML 1.1 reads `1.6e12` (no sign in the exponent) as a string; make it the number it is.
-        return {k: [_number(x) for x in vals] if isinstance(vals, list) else vals for k, vals in v.items()}
+        return {k: [_si(k, x) for x in vals] if isinstance(vals, list) else vals for k, vals in v.items()}
 
     @model_validator(mode="after")
     def _scales(self) -> "SweepSpec":
