@@ -93,7 +93,7 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     mnk = gemm_dims(op)
     m = mnk[0] if mnk else None    # selects the small-M (gemv) curve where the preset has one
     eff = unit.efficiency.for_kind(op.kind, m)
-    dequant_s = 0.0
+    dequant_s = dq = 0.0
     if op.kind in MATRIX_KINDS:
         # The stored operand: weights of a GEMM, the KV cache of attention (compute_path).
         role = "weight" if op.kind == g.GEMM else "kv"
@@ -133,6 +133,8 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
     overhead_s = 0.0 if steady else unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s, m)
     duration = overhead_s + max(compute_s, memory_s)
-    energy = nbytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, efmt)
+    # the dequantization's vector FLOPs draw their energy as they take their time (they had taken time only: a
+    # physics audit's MXFP4 decode on the A6000 read 3.1% low)
+    energy = nbytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, efmt) + unit.flop_energy_j(dq, "vector")
     return OpCost(op, unit_name, duration, compute_s, memory_s, overhead_s,
                   bound_of(compute_s, memory_s, overhead_s), label, energy)

@@ -483,8 +483,9 @@ def test_the_decode_table_says_the_step_s_device_time_by_bound(capsys):
     ops = [OpRecord("gemm.L0", "gemm", "gpu", 0.0, 3e-3, 1.0, 1.0, "memory"),
            OpRecord("norm.L0", "norm", "gpu", 3e-3, 4e-3, 1.0, 1.0, "overhead"),
            OpRecord("engine.host", "engine", "host", 0.0, 9e-3, 0.0, 0.0, "overhead")]
-    assert bound_caption(ops) == ("device time by bound: memory 3.000 ms (75%), overhead 1.000 ms (25%) (launch, floor "
-                                  "or fill: neither a faster memory nor compute shrinks it)")
+    assert bound_caption(ops) == ("device time by bound: memory 3.000 ms (75%), overhead 1.000 ms (25%) (ops bound by "
+                                  "their launch, floor or fill: neither a faster memory nor compute shrinks them; the "
+                                  "other ops' launches and ramps count under their own bound)")
     assert bound_caption(ops[:1]) is None
     assert main(["run", WL, "--hw", "h100_sxm"]) == 0
     assert "device time by bound: memory" in capsys.readouterr().out.replace("\n", " ")

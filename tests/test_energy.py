@@ -84,3 +84,16 @@ def test_negative_flop_energy_is_one_line(tmp_path):
     hw.write_text(bad)
     with pytest.raises(ConfigError, match=r"energy_j_per_flop.*fp32.*>= 0"):
         load_machine(str(hw))
+
+
+def test_a_dequantizing_gemm_draws_the_energy_of_its_dequantization():
+    """An MXFP4 weight GEMM on the A6000 widens every weight to fp16 (2 vector FLOPs an element,
+    compute_path.DEQUANT_FLOPS_PER_ELEMENT), which took time but drew no energy (a physics audit: MXFP4 decode 3.1%
+    low). By hand, q_proj of Llama-2-13B at batch 1: bytes x 70 pJ + 2 x 5120^2 FLOPs x 1.21 pJ (fp16) + 2 x 5120^2
+    dequant FLOPs x 3.63 pJ (vector)."""
+    from sim.apps.api import load_workload, simulate as api_simulate
+    r = api_simulate(load_workload("workloads/llama13b_decode_mxfp4.yaml"), "a6000")
+    q = next(o for o in r.decode_ops if o.name == "L0.q_proj")
+    assert "dequant" in q.path and q.flops == 2 * 5120 * 5120
+    hand = q.bytes * 70e-12 + q.flops * 1.21e-12 + 2 * 5120 * 5120 * 3.63e-12
+    assert q.energy_j == pytest.approx(hand, rel=1e-9)

@@ -599,3 +599,17 @@ def test_a_preset_with_sorted_keys_keeps_its_gpu(tmp_path):
     assert list(m.units)[0] == "cpu" and m.main_unit == "gpu" and m.device_tier == "gddr"
     w = load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml")
     assert simulate(w, m).e2e_s == pytest.approx(simulate(w, load_machine("flexgen_t4")).e2e_s, rel=1e-12)
+
+
+def test_cpu_attention_records_the_bytes_it_is_timed_and_priced_by(tmp_path):
+    """FlexGen's CPU attention moves 18 B a cached fp16 element through host DRAM (flexgen_cpu_attention); its time
+    and energy counted them, but the op record said 2 B (742 MB at 42.8 ms: 17 GB/s on a 204.8 GB/s host, a physics
+    audit). The record's bytes over its time is the host's stream rate, 204.8 GB/s x 0.75, within its ramp."""
+    import json
+
+    from sim.apps.cli import main
+    out = tmp_path / "run.json"
+    assert main(["run", str(ROOT / "workloads" / "opt30b_flexgen.yaml"), "--hw", "a6000_offload", "--json", str(out),
+                 "-q"]) == 0
+    op = next(o for o in json.loads(out.read_text())["ops"] if o["name"].endswith("cpu_attn"))
+    assert op["bytes"] / (op["end_s"] - op["start_s"]) == pytest.approx(204.8e9 * 0.75, rel=0.01)

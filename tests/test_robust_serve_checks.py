@@ -345,3 +345,19 @@ def test_a_stream_past_the_clocks_resolution_is_refused(capsys):
     assert err == (f"error: {f} (with --set serving.arrivals.rate): serving.arrivals: the stream spans 1e+15 s, "
                    "past 1e+09 s (~32 years), where the "
                    "simulated clock loses its microsecond resolution; raise the rate or shorten the stream")
+
+
+def test_a_misspelt_tag_key_or_serving_section_is_named(tmp_path, capsys):
+    """`arrivals: {proces: poisson}` had read "Unable to extract tag using discriminator 'process'" and a top-level
+    `servng:` only "serving: required key is missing" (a serving trial): each names the key written and the one meant."""
+    arrivals = {k: v for k, v in SERVE["serving"]["arrivals"].items() if k != "process"}
+    f = write_serving_file(tmp_path, {**SERVE, "serving": {**SERVE["serving"], "arrivals": {"proces": "poisson",
+                                                                                             **arrivals}}})
+    assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q"], tmp_path) == \
+        f"error: {f}: serving.arrivals.proces: unknown key (did you mean process?)"
+    f = write_serving_file(tmp_path, {**SERVE, "serving": {**SERVE["serving"], "arrivals": arrivals}})
+    assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q"], tmp_path) == \
+        f"error: {f}: serving.arrivals.process: required key is missing"
+    f = write_serving_file(tmp_path, {"servng" if k == "serving" else k: v for k, v in SERVE.items()})
+    assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q"], tmp_path) == \
+        f"error: {f}: servng: unknown key (did you mean serving?)"

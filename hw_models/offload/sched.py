@@ -65,6 +65,7 @@ class SlotWork:
     attn_gpu_s: float          # GPU time of the attention ops (with the KV append)
     post_s: float              # GPU time of the ops after attention
     attn_cpu_s: float = 0.0    # the attention ops on the host CPU instead
+    attn_cpu_bytes: float = 0.0    # the DRAM bytes they move there (18 B a cached element: flexgen_cpu_attention)
     kv_read_bytes: float = 0.0     # the existing KV cache of the GPU batch, read by attention
     kv_write_bytes: float = 0.0    # the new KV of the GPU batch
     hidden_bytes: float = 0.0      # the activation the slot hands to the next slot
@@ -159,9 +160,9 @@ def slot_works(model: ModelConfig, formats: FormatPolicy, flash: bool, phase: st
     q = next(t.bytes for o in attn for t in o.reads if t.role == "activation" and o.kind != g.KV_APPEND)
     ctx = next(t.bytes for t in attn[-1].writes)
     (pre_s, pre_j, pre_by), (attn_s, attn_j, attn_by), (post_s, post_j, post_by) = cost(pre), cost(attn), cost(post)
-    cpu_s, cpu_j, cpu_by = cost(flexgen_cpu_attention(attn), cpu_cost)
+    cpu_s, cpu_j, cpu_by = cost(cpu_attn := flexgen_cpu_attention(attn), cpu_cost)
     layer = SlotWork(
-        "L", weights(layer_ops), pre_s, attn_s, post_s, attn_cpu_s=cpu_s,
+        "L", weights(layer_ops), pre_s, attn_s, post_s, attn_cpu_s=cpu_s, attn_cpu_bytes=flops_and_bytes(cpu_attn)[1],
         kv_read_bytes=kv_new_per_token * (kv_len - q_len), kv_write_bytes=kv_new, hidden_bytes=hidden,
         qkv_bytes=qkv + q, ctx_bytes=ctx, pre_j=pre_j, attn_gpu_j=attn_j, post_j=post_j, attn_cpu_j=cpu_j,
         work=(flops_and_bytes(pre), flops_and_bytes(attn), flops_and_bytes(post)),
@@ -360,7 +361,7 @@ class _StepBuilder:
             q = self.xfer(f"{tag}.qkv.d2h", "pcie_d2h", work.qkv_bytes, [a], "activations")
             c = f"{tag}.cpu_attn"
             self.tasks.append(Task(c, CPU, (cc + cd) * work.attn_cpu_s, tuple(x for x in (a, q) if x),
-                                   tag=Tag("compute", (cc + cd) * attn_b, bound=work.cpu_bound, path="cpu attention",
+                                   tag=Tag("compute", (cc + cd) * work.attn_cpu_bytes, bound=work.cpu_bound, path="cpu attention",
                                            energy_j=(cc + cd) * work.attn_cpu_j, flops=(cc + cd) * attn_f)))
             r = self.xfer(f"{tag}.ctx.h2d", "pcie_h2d", work.ctx_bytes, [c], "activations")
             cid = f"{tag}.post"

@@ -102,6 +102,23 @@ def _typo(errors: list[Any]) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
+def _missing_tag(err: Any, raw: Any) -> tuple[tuple[str, ...], str] | None:
+    """A tagged union's mapping without its tag key (pydantic's "Unable to extract tag using discriminator
+    'process'" for `arrivals: {proces: poisson}`, a serving trial): the key written instead where one is near, else
+    the tag key as missing; None for other errors."""
+    if err["type"] != "union_tag_not_found":
+        return None
+    tag = str((err.get("ctx") or {}).get("discriminator", "")).strip("'\"")
+    node = raw
+    for part in _loc(err):
+        node = node.get(part) if isinstance(node, dict) else None
+    near = difflib.get_close_matches(tag, [k for k in node if isinstance(k, str)], n=1, cutoff=0.6) \
+        if isinstance(node, dict) else []
+    if near:
+        return (*_loc(err), near[0]), f"unknown key (did you mean {tag}?)"
+    return (*_loc(err), tag), "required key is missing"
+
+
 def _as_written(loc: tuple[str, ...], raw: Any) -> tuple[tuple[str, ...], str]:
     """`loc` without the steps the file does not have: a tagged union's tag (`serving.arrivals.closed.concurrency`
     for the `concurrency` under `arrivals: {process: closed}`) names no key of the user's; and the last tag as the
@@ -165,7 +182,8 @@ def validation_error(exc: ValidationError, source: str, prefix: str = "", raw: A
     """One line naming the file and the first offending key (or the typo behind it), as the file writes it;
     with the `model` validated against, a misspelt key's nearest neighbour or the keys it could be."""
     errors = exc.errors()
-    loc, msg = _typo(errors) or (_loc(errors[0]), _unknown_key(errors, model) or _message(errors[0]))
+    loc, msg = _typo(errors) or _missing_tag(errors[0], raw) or (_loc(errors[0]), _unknown_key(errors, model)
+                                                                  or _message(errors[0]))
     loc, tag = _as_written(loc, raw) if raw is not None else (loc, "")
     if tag and msg.startswith("unknown key"):   # `rate` under a closed loop: not a key of that kind (a trial)
         msg = msg.replace("unknown key", f"unknown key for {tag}", 1)

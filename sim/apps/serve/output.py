@@ -93,7 +93,7 @@ def _kv_and_batch(res: ServeResult, path: Path, bins: int = 200) -> Path:
         return _save(fig, path)
     several = "instance" in it   # replicas or pools: their counts summed, over their summed pools
     # KV held stays held between an instance's iterations; a batch is running only during one (0 when idle)
-    panels = ((ax[0], (it["start_s"], 100 * summed_over_instances(res, it["kv_blocks_used"]) / max(res.total_blocks, 1)),
+    panels = ((ax[0], (it["start_s"], 100 * summed_over_instances(it, it["kv_blocks_used"]) / max(res.total_blocks, 1)),
                "KV in use (% of pools)" if several else "KV in use (% of pool)"),
               (ax[1], running_steps(res, it["seqs"]),
                "batch (seqs, all instances)" if several else "batch (sequences)"))

@@ -34,6 +34,7 @@ from sim.apps.serve.simulator import ServeResult, ServeSim
 from sim.apps.serve.metrics import utilization
 from sim.apps.serve.instance import Setup
 from sim.apps.serve.spec import Router, ServeFile
+from sim.apps.serve.timeline import summed_over_instances
 from sim.apps.serve.traces import Requests
 from sim.core.errors import ConfigError
 
@@ -145,12 +146,17 @@ def merge(results: list[ServeResult], where: np.ndarray) -> ServeResult:
     # which instance ran each iteration: they overlap in time, and a timeline draws one track each
     its["instance"] = np.concatenate([np.full(len(r.iterations["start_s"]), k) for k, r in enumerate(results)])
     order = np.argsort(its["start_s"], kind="stable")
+    its = {c: v[order] for c, v in its.items()}
+    # the most blocks in use at one moment, not the sum of each instance's own peak, reached at other times (a
+    # serving trial read 3,199 where kv_and_batch.png's curve tops at 2,934); an instance's own peak, which may fall
+    # between two iterations' samples, bounds it from below
+    held = summed_over_instances(its, its["kv_blocks_used"]) if len(order) else [0]
     return ServeResult(
-        reqs, {c: v[order] for c, v in its.items()},
+        reqs, its,
         np.concatenate([r.tbt_s for r in results]), np.concatenate([r.tbt_weight for r in results]),
         sum(r.preemptions for r in results), sum(r.swapped_out_blocks for r in results),
         sum(r.swapped_in_blocks for r in results), sum(r.total_blocks for r in results),
-        sum(r.peak_blocks for r in results), max(r.makespan_s for r in results),
+        int(max(max(r.peak_blocks for r in results), max(held))), max(r.makespan_s for r in results),
         sum(r.tokens_out for r in results), sum(r.energy_j for r in results),
         [x for r in results for x in r.swap_log], sum(r.spec_steps for r in results),
         sum(r.spec_tokens for r in results), summed([r.busy_s for r in results]), sum(r.instances for r in results),

@@ -11,6 +11,8 @@ of device memory the engine may use for weights, activations and KV blocks,
 
 from __future__ import annotations
 
+import difflib
+
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
@@ -246,6 +248,9 @@ def load_serve_file(path: str | Path, overrides: dict[str, Any] | None = None) -
     path = Path(path)
     raw = read_yaml(path)
     if isinstance(raw, dict) and "serving" not in raw:
+        near = difflib.get_close_matches("serving", [k for k in raw if isinstance(k, str)], n=1, cutoff=0.6)
+        if near:   # `servng:` had read only "serving: required key is missing" (a serving trial)
+            raise ConfigError(f"{path}: {near[0]}: unknown key (did you mean serving?)")
         raise ConfigError(f"{path}: serving: required key is missing (a serving file is a workload with a serving section)")
     if isinstance(raw, dict):
         _scheduler_option_check(raw, path)

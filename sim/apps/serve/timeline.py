@@ -14,17 +14,17 @@ def kv_timeline(res: ServeResult, bins: int = 200) -> dict[str, list[float]]:
     """The share of the KV pool in use over the run, as the time-weighted mean over `bins` equal spans of
     [0, makespan]: each iteration's count holds from its start to the next one's (as kv_and_batch.png
     draws it). `t_s`: the spans' midpoints. Exact: the integral of a step function is piecewise linear."""
-    t, share = binned_mean(res, summed_over_instances(res, res.iterations["kv_blocks_used"]) / max(res.total_blocks, 1),
+    t, share = binned_mean(res, summed_over_instances(res.iterations, res.iterations["kv_blocks_used"]) / max(res.total_blocks, 1),
                            bins) \
         if len(res.iterations["start_s"]) else ([], [])
     return dict(t_s=list(t), kv_share=list(share))
 
 
-def summed_over_instances(res: ServeResult, values: np.ndarray) -> np.ndarray:
+def summed_over_instances(it: dict[str, np.ndarray], values: np.ndarray) -> np.ndarray:
     """A per-iteration count (KV blocks, sequences) as the whole run holds it from each iteration's start: one
     instance's own; merged instances (replicas, pools: iterations["instance"]) the sum of every instance's
-    latest, for an instance's count holds until its own next iteration, not the next one of another."""
-    it = res.iterations
+    latest, for an instance's count holds until its own next iteration, not the next one of another. `it`: the
+    run's iterations (ServeResult.iterations)."""
     values = np.asarray(values, dtype=float)
     if "instance" not in it:
         return values
