@@ -349,3 +349,21 @@ def test_an_error_from_a_stack_or_topology_file_names_the_serving_file_and_machi
     assert main(["serve", w, "--hw", "h100_sxm", "-q", "--set", "parallel={tp: 16, topology: dgx_h100}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"error: {w}: parallel.max(tp, ep) x pp: 16 ranks but dgx_h100 has 8 devices")
+
+
+def test_the_report_says_what_was_modelled():
+    """With and without `stack: vllm` a run had the same title (TPOT 8.5 against 9.7 ms), and the TP plan, the
+    router, the pools' own busy shares and the draft's k and alpha were in the JSON only (a serving trial)."""
+    from sim.apps.serve.report import _setup
+
+    serving = {"scheduler": {"kind": "vllm", "max_num_seqs": 1024, "max_num_batched_tokens": 8192}}
+    assert _setup({"stack": "vllm", "serving": serving}) == "stack vllm; max_num_seqs 1,024, max_num_batched_tokens 8,192"
+    s = {"stack": "", "parallel": {"tp": 2, "topology": "dgx_h100"},
+         "serving": {**serving, "router": {"replicas": 2, "policy": "round_robin"},
+                     "speculative": {"draft": {"name": "llama3.2-1b"}, "k": 4, "alpha": 0.7}},
+         "disaggregated": {"prefill": [{"hw": "h100_sxm", "busy": 0.2}, {"hw": "h100_sxm", "busy": 0.4}],
+                           "decode": [{"hw": "h100_sxm", "busy": 0.999}], "transfer": {"count": 3}}}
+    assert _setup(s) == ("no stack (each op one kernel at the preset's launch cost); max_num_seqs 1,024, "
+                         "max_num_batched_tokens 8,192; tp 2 on dgx_h100; 2 replicas (round_robin router); "
+                         "disaggregated: prefill 2 x h100_sxm busy 30%, decode 1 x h100_sxm busy 100%; "
+                         "speculative: draft llama3.2-1b, k 4, alpha 0.7")

@@ -88,10 +88,36 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
     return rows
 
 
+def _setup(s: dict[str, Any]) -> str:
+    """What was modelled, in one row: the stack (or none), the scheduler's limits, the plan, replicas, pools and the
+    draft (a serving trial: a run with and without `stack: vllm` had the same title, 8.5 against 9.7 ms TPOT, and
+    the TP plan, the draft's k and alpha and the router were in the JSON only)."""
+    srv, par = s.get("serving") or {}, s.get("parallel") or {}
+    sch = srv.get("scheduler") or {}
+    out = [f"stack {s['stack']}" if s.get("stack") else "no stack (each op one kernel at the preset's launch cost)"]
+    limits = [f"{k} {sch[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens") if isinstance(sch.get(k), int)]
+    out += [", ".join(limits)] if limits else []
+    plan = [f"{k} {par[k]}" for k in ("tp", "pp", "ep", "dp") if isinstance(par.get(k), int) and par[k] > 1]
+    out += [" ".join(plan) + (f" on {par['topology']}" if isinstance(par.get("topology"), str) else "")] if plan else []
+    if r := srv.get("router"):
+        out.append(f"{r.get('replicas')} replicas ({r.get('policy')} router)")
+    pools = {k: v for k, v in (s.get("disaggregated") or {}).items() if isinstance(v, list) and v}
+    if pools:   # each pool's busy share: the "engine busy" row blends them (decode 99.9%, prefill 21%: 60%)
+        out.append("disaggregated: " + ", ".join(
+            f"{name} {len(ins)} x {ins[0].get('hw')} busy {sum(i.get('busy', 0.0) for i in ins) / len(ins):.0%}"
+            for name, ins in pools.items()))
+    if sp := srv.get("speculative"):
+        draft = sp.get("draft")
+        out.append(f"speculative: draft {draft.get('name') if isinstance(draft, dict) else draft}, k {sp.get('k')}, "
+                   f"alpha {sp.get('alpha')}")
+    return "; ".join(out)
+
+
 def print_report(s: dict[str, Any], title: str, console: Console | None = None) -> None:
     console = console or tables.console(markup=True)
     head = Table(title=Text(title), show_header=False, title_justify="left")   # a name like [/b]x stays literal
     rows = [
+        ("setup", _setup(s)),
         ("requests", f"{s['completed']} completed, {s['rejected']} rejected of {s['requests']}"
                      + (" (" + "; ".join(f"{n}: {why}" for why, n in s.get("rejected_reasons", {}).items()) + ")"
                         if s["rejected"] else "")),
