@@ -186,3 +186,17 @@ def test_the_op_table_says_at_which_clock_a_capped_run_s_ops_are(capsys, tmp_pat
     assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--width", "400"]) == 0
     out = " ".join(capsys.readouterr().out.split())   # the caption wraps at the table's width
     assert "B's ops run at the clock its board power cap leaves" in out and "not op by op" not in out
+
+
+def test_a_binding_power_cap_is_named_beside_the_metrics():
+    """A design whose TTFT read 1.26x worse gave no reason in sim diff: its 500 W cap had stretched prefill +68%,
+    which only `sim run` said (an architecture trial). The note names the run, its limit and each phase's stretch."""
+    from sim.apps.diff import cap_note
+
+    run = {"extra": {"power_cap": {"limit_w": 500.0, "prefill_s": 0.028, "prefill_stretch": 0.6834, "decode_s": 0.0,
+                                   "decode_stretch": 0.0}}}
+    served = {"energy": {"power_cap": {"limit_w": 400.0, "added_s": 1.5, "stretch": 0.0421}}}
+    assert cap_note({}, run) == ("B: its 500 W board power limit binds and lowers the clock: prefill +68.3% (in the "
+                                 "metrics above; hw_models/power.py)")
+    assert cap_note(served, {}).startswith("A: its 400 W board power limit binds and lowers the clock: engine time +4.2%")
+    assert cap_note({}, {"extra": {"power_cap": {"limit_w": 700.0, "prefill_s": 0.0, "decode_s": 0.0}}}) is None

@@ -308,6 +308,21 @@ def _ops_table(a: dict[str, Any], b: dict[str, Any], every: bool) -> Table:
     return ops
 
 
+def cap_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Which run a binding board power limit slowed, and by how much: the metrics above include it, and a faster
+    design whose TTFT read 1.26x worse gave no reason (an architecture trial: its 500 W cap stretched prefill +68%)."""
+    said = []
+    for tag, d in (("A", a), ("B", b)):
+        run = (d.get("extra") or {}).get("power_cap") or {}
+        serve = (d.get("energy") or {}).get("power_cap") or {}
+        phases = [f"{p} +{run[p + '_stretch']:.1%}" for p in ("prefill", "decode") if (run.get(p + "_s") or 0) > 0]
+        phases += [f"engine time +{serve['stretch']:.1%}"] if (serve.get("added_s") or 0) > 0 else []
+        if phases:
+            said.append(f"{tag}: its {run.get('limit_w') or serve.get('limit_w'):g} W board power limit binds and "
+                        f"lowers the clock: {', '.join(phases)} (in the metrics above; hw_models/power.py)")
+    return "\n".join(said) or None
+
+
 def _notes(console: Console, *notes: str | None) -> None:
     for note in notes:
         if note:
@@ -322,7 +337,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     unrecorded = shape is SERVE and not (a.get("serving") and b.get("serving"))
     _notes(console, SERVE_UNRECORDED if unrecorded else None, hardware_note(a, b))
     console.print(_metrics_table(a, b, shape))
-    _notes(console, energy_footing(a, b))
+    _notes(console, energy_footing(a, b), cap_note(a, b))
     if shape is RUN:
         console.print(_ops_table(a, b, args.all))
     return 0
