@@ -248,3 +248,18 @@ def test_without_point_drops_either_label_form():
     a = msg.format(point_source("s.yaml", {"workload.batch": 1}, "a6000"))
     b = msg.format(point_source("s.yaml", {"hw": "h100_sxm", "workload.batch": 2}, "h100_sxm"))
     assert without_point(a) == without_point(b) == "ConfigError: s.yaml: wl.yaml: parallel.topology: needed"
+
+
+def test_a_line_plot_draws_busy_time_lines_hollow_and_keeps_the_axis_colours(figures, tmp_path):  # noqa: F811
+    """The line plot drew groq_lpu's busy-time J/token like the board-power lines, and coloured the lines by sorted
+    value where the Pareto plot takes the sweep's order (int4 green in one, purple in the other: an architecture
+    trial). The busy-time line is hollow and says so; the lines come in the order the sweep lists them."""
+    rows = [{"hw": hw, "batch": b, "energy_per_token_j": e / b, "energy_board_model": m, "status": "ok"}
+            for hw, e, m in (("h100_sxm", 4.0, 1.0), ("a6000", 2.0, 0.0)) for b in (1, 2)]
+    sweep_plots.line(pd.DataFrame(rows), Plot(kind="line", x="batch", y="energy_per_token_j", lines="hw"), "t",
+                     tmp_path / "l.png")
+    ax = figures[0].axes[0]
+    lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("hardware")]
+    assert [ln.get_label() for ln in lines] == [
+        "hardware = h100_sxm", "hardware = a6000 (hollow: busy-time power only, not comparable: docs/energy.md)"]
+    assert [ln.get_color() for ln in lines] == ["C0", "C1"] and lines[1].get_markerfacecolor() == "none"

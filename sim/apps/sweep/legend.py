@@ -13,6 +13,25 @@ if TYPE_CHECKING:
     from sim.apps.sweep.spec import Plot
 
 
+def axis_order(values: "pd.Series") -> list:
+    """Numbers ascending; anything else (presets, formats) in the order the spec lists them."""
+    uniq = list(dict.fromkeys(values))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in uniq):
+        return sorted(uniq)
+    return uniq
+
+
+def line_groups(rows: "pd.DataFrame", cols: list[str]) -> list[tuple]:
+    """A line plot's (values, rows) per line, in axis_order of the line column, so a value keeps the colour the
+    other plots of the sweep give it (an architecture trial: the line plot had sorted the formats by name, int4
+    green there and purple in the Pareto plot); with two line columns the colours are the last column's own."""
+    if not cols:
+        return [((), rows)]
+    groups = list(rows.groupby(cols, sort=True))
+    rank = {v: i for i, v in enumerate(axis_order(rows[cols[0]]))}
+    return sorted(groups, key=lambda vg: rank.get(vg[0][0] if isinstance(vg[0], tuple) else vg[0], len(rank)))
+
+
 def failure_kinds(rows: "pd.DataFrame") -> str:
     """"3 out of memory (CapacityError), 1 ConfigError": why the points failed, counted."""
     kinds: dict[str, int] = {}

@@ -20,7 +20,8 @@ from sim.apps.plots import _save, thin_labels
 from sim.apps.sweep.energy import best_per, best_row, busy_rows, cell_tables
 from sim.apps.sweep.expr import compile_expr
 from sim.apps.sweep.labels import axis_for, fmt_value, label as _label
-from sim.apps.sweep.legend import MARKERS, failure_kinds, mark_failed, no_values, title_for, two_way_legend
+from sim.apps.sweep.legend import (MARKERS, axis_order, failure_kinds, line_groups, mark_failed, no_values, title_for,
+                                   two_way_legend)
 from sim.apps.sweep.names import missing_reason
 from sim.apps.sweep.spec import Plot, SweepSpec, default_goal
 
@@ -88,14 +89,6 @@ def _failed(df: "pd.DataFrame", p: Plot, where: str) -> "pd.DataFrame":
     return bad
 
 
-def _order(values: "pd.Series") -> list:
-    """Numbers ascending; anything else (presets, formats) in the order the spec lists them."""
-    uniq = list(dict.fromkeys(values))
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in uniq):
-        return sorted(uniq)
-    return uniq
-
-
 # With two line columns, the first's values take these line styles (and MARKERS), the last's the colours.
 STYLES = ["-", "--", ":", "-."]
 
@@ -135,9 +128,10 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     data = rows.dropna(subset=[p.y])
     failed = _failed(df, p, f"plots: {p.kind} {p.y}")
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    groups = rows.groupby(cols, sort=True) if cols else [((), rows)]
-    first = _order(rows[cols[0]]) if len(cols) > 1 else []
-    last = _order(rows[cols[-1]]) if len(cols) > 1 else []
+    groups = line_groups(rows, cols)
+    busy = busy_rows(data, [p.y])   # an energy figure over rows of both energy models: the busy-time lines hollow
+    first = axis_order(rows[cols[0]]) if len(cols) > 1 else []
+    last = axis_order(rows[cols[-1]]) if len(cols) > 1 else []
     ax_x, ax_y = _axis(rows, p.x), _axis(data, p.y)
     drawn: list[tuple] = []
     colour_of: dict[tuple, str] = {}
@@ -151,6 +145,9 @@ def line(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
         if g[p.y].isna().all():
             no_values(ax, lbl or "", _label(p.y), missing_reason(p.y, g), style)
             continue
+        if busy is not None and bool(busy.reindex(g.index, fill_value=False).all()):   # an architecture trial
+            style.update(markerfacecolor="none")
+            lbl = f"{lbl or _label(p.y)} (hollow: busy-time power only, not comparable: docs/energy.md)"
         g, best = _best_at_each_x(g.dropna(subset=[p.y]), p, goal, df.attrs.get("axes", []))
         if best:
             lbl = f"{lbl or _label(p.y)}: {best}"
@@ -185,7 +182,7 @@ def heatmap(df: "pd.DataFrame", p: Plot, title: str, path: Path) -> Path:
     over = varying(data, df.attrs.get("axes", []), (p.x, p.y))
     if over:
         title += f"\neach cell the {goal} over {', '.join(_label(a) for a in over)}{among and ', board-power rows first'}"
-    table = table.reindex(index=_order(data[p.y]), columns=_order(data[p.x]))
+    table = table.reindex(index=axis_order(data[p.y]), columns=axis_order(data[p.x]))
     ax_z = _axis(data, p.z)
     arr, arr_rank = (ax_z(t.to_numpy(dtype=float)) for t in (table, ranked.reindex_like(table)))
     fig, ax = plt.subplots(figsize=(7, 5))
@@ -271,7 +268,7 @@ def _cloud(ax, data: "pd.DataFrame", x: np.ndarray, y: np.ndarray, label: str | 
     """A Pareto plot's points, coloured by the `label` column (so the cloud reads too, not only the front); those off
     the front's comparison (`on` false: busy-time power rows) hollow, with a legend entry saying why."""
     groups = [(f"{_label(label)} = {fmt_value(label, v)}", (data[label] == v).to_numpy())
-              for v in _order(data[label])] if label else [("points", np.ones(len(data), dtype=bool))]
+              for v in axis_order(data[label])] if label else [("points", np.ones(len(data), dtype=bool))]
     for i, (name, sel) in enumerate(groups):
         colour = f"C{i % 10}" if label else "tab:gray"
         filled = (sel & on).any()   # the legend entry is the group's filled marker, hollow where it has none
