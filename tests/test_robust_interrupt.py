@@ -205,7 +205,8 @@ def test_ctrl_c_after_the_points_ran_says_what_the_store_holds(tmp_path, monkeyp
     monkeypatch.setattr(run, "finish", ctrl_c)
     assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "-q", "--no-plots"]) == 130
     assert capsys.readouterr().err.strip() == (f"interrupted: 2 of 2 points are stored in {out / 'results.sqlite'}; "
-                                               "the same command resumes from them")
+                                               f"the same command resumes from them (`sim sweep export {out} --csv "
+                                               "PATH` writes what they hold)")
 
 
 def test_the_console_script_skips_interpreter_shutdown_after_an_interrupt(monkeypatch):

@@ -80,7 +80,7 @@ def test_grid_zip_random_and_when_counts(tmp_path):
 
 def test_typo_in_a_dotted_path_fails_before_anything_runs(tmp_path, capsys):
     for axis, needle in [("hw.memory.@device.bandwith_bytes_per_s", "bandwith_bytes_per_s: unknown key"),
-                         ("hw.memory.hbm.bandwidth_bytes_per_s", "memory.hbm: unknown key"),  # a6000 has gddr
+                         ("hw.memory.hbm.bandwidth_bytes_per_s", "memory.hbm: unknown key; keys here: gddr"),  # a6000 has gddr
                          ("workload.batchh", "workload.batchh: unknown workload field"),
                          ("workload.formats.weigths", "formats.weigths: unknown key"),
                          ("model.batch", "starts with 'workload.' or 'hw.'")]:

@@ -313,8 +313,10 @@ def set_dotted(tree: dict[str, Any], path: str, value: Any, source: str = "overr
     keys = path.split(".")
     node: Any = tree
     for i, key in enumerate(keys[:-1]):
-        if not isinstance(node, dict) or key not in node:
-            raise ConfigError(f"{source}: {'.'.join(keys[: i + 1])}: unknown key")   # as a misspelt last key reads
+        if not isinstance(node, dict) or key not in node:   # as a misspelt last key reads, with the keys there (an
+            # architecture trial's memory.gddr on an H100, whose tier is hbm, read only "unknown key")
+            there = f"; keys here: {', '.join(map(str, node))}" if isinstance(node, dict) and node else ""
+            raise ConfigError(f"{source}: {'.'.join(keys[: i + 1])}: unknown key{there}")
         node = node[key]
     if not isinstance(node, dict):
         parent = ".".join(keys[:-1])

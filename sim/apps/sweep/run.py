@@ -198,7 +198,7 @@ def _run_in(spec: SweepSpec, points: list[Point], out: Path, executor: "str | cf
                 raise
             stored = len(store.done_keys() & {p.key for p in points})
             raise KeyboardInterrupt(f"{stored} of {len(points)} points are stored in {store.path}; the same command "
-                                    "resumes from them") from None
+                                    f"resumes from them (`sim sweep export {out} --csv PATH` writes what they hold)") from None
 
 
 def _stored_run(spec: SweepSpec, points: list[Point], out: Path, store: "Store", executor: "str | cf.Executor | None",
