@@ -385,7 +385,7 @@ def load_machine(spec: str | Path, overrides: dict[str, Any] | None = None) -> M
         overrides = {resolve_aliases(key, machine_aliases(machine_from_dict(raw_machine(path), str(path)))): value
                      for key, value in overrides.items()}
     for key, value in overrides.items():   # `2x`: a factor of the preset's own value (sim.core.settings)
-        where, own = f"{path} (override hw.{key})", lambda: file_dict(machine_from_dict(raw_machine(path), str(path)))
+        where, own = f"{path} (with hw.{key} overridden)", lambda: file_dict(machine_from_dict(raw_machine(path), str(path)))
         set_dotted(raw, key, relative(value, own, key, where), source=where)
     try:
         return machine_from_dict(raw, str(path))

@@ -233,7 +233,7 @@ def test_a_bad_set_value_is_named_as_the_set_not_the_file(capsys):
     """An architecture trial: `--set batch=0` read `llama13b_decode.yaml: batch: ...`, blaming a file that says
     `batch: 1`; the line names the --set keys, as a preset's overridden ones are named."""
     assert main(["run", WL, "--hw", "a6000", "--set", "batch=0", "-q"]) == 2
-    assert _err_line(capsys).endswith("(with --set batch): batch: Input should be greater than 0")
+    assert _err_line(capsys).endswith("(with batch overridden): batch: Input should be greater than 0")
 
 
 def test_a_prefill_only_run_has_no_tpot(capsys):

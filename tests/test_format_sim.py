@@ -356,7 +356,7 @@ def test_b200_native_fp4_prefill_beats_fp8():
 def test_cli_unknown_format_is_one_line(capsys):
     assert main(["run", DECODE, "--hw", "a6000", "--set", "formats.weights=fp5", "-q"]) == 2
     line = _err_line(capsys)
-    assert "llama13b_decode.yaml (with --set formats.weights): formats.weights: unknown number format 'fp5'; known: bf16" in line
+    assert "llama13b_decode.yaml (with formats.weights overridden): formats.weights: unknown number format 'fp5'; known: bf16" in line
 
 
 def test_cli_forced_native_on_hardware_without_the_format(capsys):

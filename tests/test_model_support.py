@@ -274,17 +274,6 @@ def test_gemma2_pipeline_stage_averages_local_and_global_layers():
     assert one <= pp < one * 1.003
 
 
-def test_a_config_json_without_model_type_is_refused(tmp_path):
-    """Hugging Face always writes model_type into config.json; one without it had run as LLaMA, named 'model' (an
-    API trial). A sim-style model file of its own name, a YAML file or an inline mapping still reads as LLaMA."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(BASE))
-    with pytest.raises(ConfigError, match=r"config.json: model_type: missing: a Hugging Face config.json names"):
-        load_model(path)
-    (tmp_path / "mine.json").write_text(json.dumps(BASE))
-    assert load_model(tmp_path / "mine.json").name == "mine" and load_model(dict(BASE)).hidden_size == 256
-
-
 @pytest.mark.parametrize("kind", ["llava", "qwen2_vl", "mllama"])
 def test_vision_types_are_refused_with_their_reason(kind):
     with pytest.raises(ConfigError, match=f"'{kind}' is not modelled \\((a vision tower|cross-attention)"):

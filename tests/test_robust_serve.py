@@ -140,7 +140,7 @@ def test_set_adds_a_section_the_file_lacks_and_still_names_unknown_keys(tmp_path
     spec = load_serve_file(f, {"serving.slo.ttft_p90": 0.2, "serving.prefix_caching.enabled": True})
     assert spec.serving.slo == {"ttft_p90": 0.2} and spec.serving.prefix_caching.enabled
     assert refused(capsys, ["serve", str(f), "--hw", "a6000", "-q", "--set", "serving.bogus.x=1"], tmp_path) == \
-        f"error: {f} (with --set serving.bogus.x): serving.bogus: unknown key; keys here: arrivals, lengths, trace, " \
+        f"error: {f} (with serving.bogus.x overridden): serving.bogus: unknown key; keys here: arrivals, lengths, trace, " \
         "scheduler, prefix_caching, " \
         "speculative, slo, router, disaggregated, deployment"
 
@@ -319,7 +319,7 @@ def test_a_closed_loop_key_of_another_process_names_the_process(capsys):
     closed = "serving.arrivals={process: closed, concurrency: 4, num_requests: 10, rate: 3}"
     assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", closed]) == 2
     # and, since the tag picks the union's member, the keys that member takes
-    assert capsys.readouterr().err.strip() == (f"error: {w} (with --set serving.arrivals): serving.arrivals.rate: "
+    assert capsys.readouterr().err.strip() == (f"error: {w} (with serving.arrivals overridden): serving.arrivals.rate: "
                                                "unknown key for process: closed; "
                                                "keys here: process, concurrency, num_requests, think_time_s, "
                                                "warmup_requests, seed, max_requests")
@@ -340,7 +340,7 @@ def test_a_length_its_clip_contradicts_is_refused(capsys, prompt, message):
     """`value: 100, min: 200` ran every prompt at 200 (a serving engineer's trial)."""
     w = ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml"
     assert main(["serve", str(w), "--hw", "h100_sxm", "-q", "--set", f"serving.lengths.prompt={prompt}"]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {w} (with --set serving.lengths.prompt): {message}"
+    assert capsys.readouterr().err.strip() == f"error: {w} (with serving.lengths.prompt overridden): {message}"
 
 
 def test_a_closed_loop_search_whose_first_wave_decides_the_percentile_says_so():

@@ -342,7 +342,7 @@ def test_a_stream_past_the_clocks_resolution_is_refused(capsys):
     from tests.conftest import ROOT
     f = str(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml")
     err = refused(capsys, ["serve", f, "--hw", "h100_sxm", "--set", "serving.arrivals.rate=1e-12"])
-    assert err == (f"error: {f} (with --set serving.arrivals.rate): serving.arrivals: the stream spans 1e+15 s, "
+    assert err == (f"error: {f} (with serving.arrivals.rate overridden): serving.arrivals: the stream spans 1e+15 s, "
                    "past 1e+09 s (~32 years), where the "
                    "simulated clock loses its microsecond resolution; raise the rate or shorten the stream")
 

@@ -153,7 +153,7 @@ def test_a_bad_closed_loop_is_one_line_at_the_key_the_file_has(tmp_path, capsys,
         lengths=dict(prompt=dict(dist="fixed", value=64), output=dict(dist="fixed", value=4))))))
     argv = ["serve", str(path), "--hw", "h100_sxm", "-q"] + [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
     assert main(argv) == 2
-    assert capsys.readouterr().err.strip() == f"error: {path} (with --set {', '.join(settings)}): {message}"
+    assert capsys.readouterr().err.strip() == f"error: {path} (with {', '.join(settings)} overridden): {message}"
 
 
 def test_closed_loop_behind_a_router_is_refused():

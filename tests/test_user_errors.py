@@ -43,7 +43,7 @@ def test_set_adds_a_format_override_the_file_lacks(tiny, capsys):
     # The file has no formats.overrides; --set must add one, not say "no such field".
     assert main(["run", str(tiny), "--hw", "a6000", "-q", "--set", "formats.overrides.lm_head=bf16"]) == 0
     assert main(["run", str(tiny), "--hw", "a6000", "-q", "--set", "formats.overrides.lm_head=bf17"]) == 2
-    assert f"{tiny} (with --set formats.overrides.lm_head): formats.overrides.lm_head: unknown number format 'bf17'" in _err(capsys)
+    assert f"{tiny} (with formats.overrides.lm_head overridden): formats.overrides.lm_head: unknown number format 'bf17'" in _err(capsys)
 
 
 def test_policy_of_the_wrong_type(tmp_path, capsys):

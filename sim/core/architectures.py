@@ -154,10 +154,6 @@ def architecture(raw: dict[str, Any], source: str | None) -> Architecture:
     kind = raw.get("model_type")
     if kind is None:
         _check_classes(raw.get("architectures"), source)
-        if str(source or "").endswith("config.json"):   # Hugging Face always writes one: it had run as LLaMA (a trial)
-            raise ConfigError(f"{where(source, 'model_type')}missing: a Hugging Face config.json names its architecture "
-                              f"(modelled types: {', '.join(sorted(ARCHITECTURES))}); a model without one is a YAML "
-                              "file or an inline mapping, read as LLaMA")
         family = str(raw.get("family") or "llama").lower()
         return ARCHITECTURES["opt" if family == "opt" else "llama"]
     kind = str(kind).lower()

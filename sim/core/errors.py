@@ -32,12 +32,13 @@ def where(source: str | None, key: str | None) -> str:
 
 @contextmanager
 def naming_sets(source: str, keys) -> Iterator[None]:
-    """An error about `source` raised inside names the --set keys that changed it: the file may say `batch: 1` where
-    --set said 0 (an architecture trial read the file blamed), as a preset's overridden keys are named."""
+    """An error about `source` raised inside names the keys that changed it (--set's, or the API's overrides): the file
+    may say `batch: 1` where --set said 0 (an architecture trial read the file blamed), as a preset's overridden keys
+    are named, in the same words (an API trial read "--set" of a Python call)."""
     try:
         yield
     except SimError as exc:
         keys = list(keys or ())
         if not keys or not str(exc).startswith(f"{source}: "):
             raise
-        raise type(exc)(f"{source} (with --set {', '.join(keys)}): {str(exc)[len(source) + 2:]}") from None
+        raise type(exc)(f"{source} (with {', '.join(keys)} overridden): {str(exc)[len(source) + 2:]}") from None
