@@ -78,12 +78,10 @@ def gemm_dims(op: Op) -> tuple[int, int, int] | None:
 
 def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto",
                   steady: bool = False, stack: Stack | None = None) -> OpCost:
-    """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is
-    the unit's, or the op kind's override where the preset has one. `steady`: the
-    op continues a kernel that is already running (a later slice of a pipelined
-    op), so it pays no launch and no ramps: the pipes are already full. `stack`:
-    the software stack's kernels and quantized GEMM families (hw_models.stack.cost)
-    where it describes the op; None: one kernel per op, as the preset says."""
+    """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is the unit's, or the op kind's
+    override where the preset has one. `steady`: the op continues a kernel that is already running (a later slice
+    of a pipelined op), so it pays no launch and no ramps: the pipes are already full. `stack`: the software stack's
+    kernels and quantized GEMM families (hw_models.stack.cost) where it describes the op; None: one kernel per op."""
     if stack is not None:
         plain = None if _family_gemm(op, stack) else roofline_cost(op, unit, unit_name, tier, mode, steady)
         if plain is not None and not steady and stack.graphs and stack.graph_gap_s is not None:
@@ -133,8 +131,7 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     memory_s = work_time_s(nbytes, tier.bandwidth_bytes_per_s, eff.memory)
     overhead_s = 0.0 if steady else unit.efficiency.overhead_s(op.kind, unit.launch_overhead_s, m)
     duration = overhead_s + max(compute_s, memory_s)
-    # the dequantization's vector FLOPs draw their energy as they take their time (they had taken time only: a
-    # physics audit's MXFP4 decode on the A6000 read 3.1% low)
-    energy = nbytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, efmt) + unit.flop_energy_j(dq, "vector")
+    energy = (nbytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, efmt)
+              + unit.flop_energy_j(dq, "vector"))   # the dequant draws its energy too (MXFP4 decode had read 3.1% low)
     return OpCost(op, unit_name, duration, compute_s, memory_s, overhead_s,
                   bound_of(compute_s, memory_s, overhead_s), label, energy)

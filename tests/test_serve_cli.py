@@ -333,6 +333,9 @@ def test_capacity_progress_lines_are_not_wrapped_when_piped(capsys):
     stopped = [ln for ln in lines if "stopped after" in ln]
     assert stopped and all(ln.strip().startswith("rate") and ln.rstrip().endswith("fails with certainty)")
                            for ln in stopped)
+    # each step's verdict first: a pass at 0.9977 and a miss had both read "1.00x of limit" (a serving trial)
+    steps = [ln for ln in lines if ln.strip().startswith("rate")]
+    assert all(": fails: " in ln for ln in stopped) and any(": meets: " in ln for ln in steps)
 
 
 def test_an_error_from_a_stack_or_topology_file_names_the_serving_file_and_machine(capsys):

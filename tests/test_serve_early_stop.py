@@ -96,3 +96,23 @@ def test_closed_loop_search_settles_steps_early_and_finds_the_same_client_count(
     # "rate (requests/s)" whenever a step stopped early, the default)
     from sim.apps.serve.output import search_steps
     assert search_steps(early["points"])[3]
+
+
+def test_a_stopped_step_draws_only_the_figure_of_the_slo_that_settled_it(monkeypatch, tmp_path):
+    """A step stopped on tpot_p90 after its first wave had its TTFT p90 drawn at 6x the full run's, beside the limit
+    it met (a serving trial read a wrong verdict): a stopped step's other figures are not drawn."""
+    from sim.apps.mpl import pyplot
+    from sim.apps.serve import output
+
+    kept = []
+    monkeypatch.setattr(output, "_save", lambda fig, path: kept.append(fig) or path)
+    slo = {"ttft_p90": 0.3, "tpot_p90": 0.03}
+
+    def step(rate, ttft, tpot, settled=None):
+        s = {"latency": {"ttft": {"p90": ttft}, "tpot": {"p90": tpot}}, "throughput_tok_s": 100.0 * rate, "slo": slo}
+        return {"rate": rate, "summary": {**s, **({"settled": {"slo": settled}} if settled else {})}}
+    output._capacity_search([step(1, 0.1, 0.01), step(2, 0.2, 0.02), step(4, 1.3, 0.05, "tpot_p90")], tmp_path / "c.png")
+    ax = kept[0].axes[0]
+    hollow = {ln.get_label().split(",")[0]: list(ln.get_xdata()) for ln in ax.get_lines() if "stopped early" in ln.get_label()}
+    assert hollow == {"tpot p90": [4.0]}   # no TTFT point at 4 requests/s
+    pyplot().close(kept[0])

@@ -167,19 +167,24 @@ def slo_series(slo: dict[str, float] | None) -> list[tuple[str, str, float | Non
 def _capacity_search(sweep: list[dict[str, Any]], path: Path) -> Path:
     """--find-capacity's steps by load (not in the order the search tried them). A step stopped early
     (sim.apps.serve.early_stop: it had already failed its SLO for certain) ran part of its stream: its
-    figures, those of the part it ran, are drawn hollow (its SLO verdict is certain, not its figures)."""
+    figure of the SLO that settled it, of the part it ran, is drawn hollow (its SLO verdict is certain, not its figures);
+    its other figures are not drawn."""
     plt = pyplot()
     pts, x, stopped, closed = search_steps(sweep)
     fig, ax = plt.subplots(1, 2, figsize=(10, 5.5))
     limits = slo_series(pts[0]["summary"].get("slo") if pts else None)
-    series = [(ax[0], f"{metric} {stat}", [p["summary"]["latency"][metric][stat] for p in pts], f"C{i}")
+    series = [(ax[0], f"{metric} {stat}", [p["summary"]["latency"][metric][stat] for p in pts], f"C{i}",
+               np.array([(p["summary"].get("settled") or {}).get("slo") == f"{metric}_{stat}" for p in pts]))
               for i, (metric, stat, _) in enumerate(limits)]
-    series.append((ax[1], "throughput", [p["summary"]["throughput_tok_s"] for p in pts], f"C{len(limits)}"))
-    for a, label, y, color in series:
+    series.append((ax[1], "throughput", [p["summary"]["throughput_tok_s"] for p in pts], f"C{len(limits)}",
+                   np.zeros(len(pts), dtype=bool)))   # a part run's throughput is over its own span: not drawn
+    for a, label, y, color, decided in series:
         y = np.asarray(y, dtype=float)
         a.plot(x[~stopped], y[~stopped], "o-", color=color, label=f"{label} (whole run)")
-        if stopped.any() and a is ax[0]:   # a part run's throughput is over its own span: not drawn
-            a.plot(x[stopped], y[stopped], "o", mfc="none", color=color,
+        # a stopped step's figure of the SLO that settled it only: the others, over its first requests (the first
+        # wave's TTFT at 6x the full run's, a serving trial), read as a verdict they are not
+        if (stopped & decided).any():
+            a.plot(x[stopped & decided], y[stopped & decided], "o", mfc="none", color=color,
                    label=f"{label}, stopped early (over its SLO for certain): of the part it ran")
     for i, (metric, stat, limit) in enumerate(limits):   # the limits the search held the steps to
         if limit:
