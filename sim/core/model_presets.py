@@ -19,6 +19,7 @@ def _presets() -> dict[str, dict[str, Any]]:
 
 
 def preset_names() -> list[str]:
+    """The model presets' names (`sim model list` shows each with its source; docs/models.md)."""
     return sorted(_presets())
 
 

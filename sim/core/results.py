@@ -173,6 +173,9 @@ class RunResult:
         return int(((self.extra.get("parallel") or {}).get("plan") or {}).get("dp", 1))
 
     def to_json(self) -> dict[str, Any]:
+        """What `sim run --json` writes (less the hardware figures, which the result does not keep): the inputs, every
+        metric in SI units, `ops` (the middle decode step's records: name, kind, unit, start_s, end_s, flops, bytes,
+        bound, path), `notes` and the kind's `extra` sections."""
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
                     flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
         return dict(
