@@ -106,7 +106,7 @@ def test_a_model_copy_is_checked_again_before_it_runs():
     from tests.conftest import ROOT
     path = ROOT / "workloads" / "llama13b_decode.yaml"
     w = load_workload(path)
-    for update, match in (({"batch": 0}, "batch: Input should be greater than 0"),
+    for update, match in (({"batch": 0}, r"\(as changed in code\): batch: Input should be greater than 0"),
                           ({"batch": -4}, "batch: Input should be greater than 0"),
                           ({"prompt_len": -100}, "prompt_len: Input should be greater than 0"),
                           ({"batch": "8"}, "batch: Input should be a valid integer")):
@@ -115,14 +115,22 @@ def test_a_model_copy_is_checked_again_before_it_runs():
     m = load_machine("a6000")
     slow = m.model_copy(update={"memory": {**m.memory, "gddr": m.memory["gddr"].model_copy(
         update={"bandwidth_bytes_per_s": -1.0})}})
-    with pytest.raises(ConfigError, match="a6000.yaml: memory.gddr.bandwidth_bytes_per_s: Input should be greater"):
+    with pytest.raises(ConfigError, match=r"a6000.yaml \(as changed in code\): memory.gddr.bandwidth_bytes_per_s: "
+                                          "Input should be greater"):
         simulate(w, slow)
+    with pytest.raises(ConfigError, match=r"llama13b_decode.yaml \(as changed in code\): batchh: unknown key"):
+        simulate(w.model_copy(update={"batchh": 8}), m)   # model_copy takes any name silently
+    # a serving file is checked as its file is: an SLO pydantic takes but the metrics do not had died after the run
+    from sim.apps.api import load_serve_file, serve
+    f = load_serve_file(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml", {"serving.arrivals.num_requests": 4})
+    with pytest.raises(ConfigError, match="serving.slo: ttft_p95: unknown SLO metric"):
+        serve(f.model_copy(update={"serving": f.serving.model_copy(update={"slo": {"ttft_p95": 0.2}})}), "h100_sxm")
     assert simulate(w.model_copy(update={"batch": 2}), m).tpot_s == simulate(load_workload(path, {"batch": 2}), m).tpot_s
 
 
 def test_a_preset_name_given_as_the_workload_is_named_as_swapped():
     """simulate("a6000", "workloads/...") had read "a6000: file not found" where docs/api.md promises a TypeError."""
-    with pytest.raises(TypeError, match="'a6000' is a hardware preset; the arguments are swapped"):
+    with pytest.raises(TypeError, match="'a6000' is a hardware preset, not a workload; the workload comes first"):
         simulate("a6000", "workloads/llama13b_decode.yaml")
 
 

@@ -652,8 +652,9 @@ def test_register_refuses_a_built_in_name():
     (an API trial); an alias and an int pattern are taken too. A format of one's own may be registered again."""
     from sim.core.formats import _FORMATS, get_format, register
     mx = get_format("mxfp4")
-    for name in ("fp8_e4m3", "fp8", "int4_g64", "bf16"):
-        with pytest.raises(ValueError, match=f"register: '{name}' is already a format"):
+    for name in ("fp8_e4m3", "fp8", "int4_g64", "bf16", "int4_g0"):
+        with pytest.raises(ValueError, match=f"register: '{name}' is (a built-in format|an alias of fp8_e4m3|an int "
+                                             "pattern): the presets' rates"):
             register(dataclasses.replace(mx, name=name))
     assert get_format("fp8").bits == 8
     mine = dataclasses.replace(mx, name="my_fp4")

@@ -366,7 +366,11 @@ def test_the_report_says_what_was_modelled():
                      "speculative": {"draft": {"name": "llama3.2-1b"}, "k": 4, "alpha": 0.7}},
          "disaggregated": {"prefill": [{"hw": "h100_sxm", "busy": 0.2}, {"hw": "h100_sxm", "busy": 0.4}],
                            "decode": [{"hw": "h100_sxm", "busy": 0.999}], "transfer": {"count": 3}}}
-    assert _setup(s) == ("no stack (each op one kernel at the preset's launch cost); max_num_seqs 1,024, "
-                         "max_num_batched_tokens 8,192; tp 2 on dgx_h100; 2 replicas (round_robin router); "
+    # a pool takes its own preset's scheduler defaults: the file's section is not shown beside pools (a trial)
+    assert _setup(s) == ("no stack (each op one kernel at the preset's launch cost); tp 2 on dgx_h100; "
+                         "2 replicas, round_robin router; "
                          "disaggregated: prefill 2 x h100_sxm busy 30%, decode 1 x h100_sxm busy 100%; "
                          "speculative: draft llama3.2-1b, k 4, alpha 0.7")
+    # through a real summary: replicas from parallel.dp leave router.replicas out of the dump (it had read "None")
+    assert _setup({"stack": "vllm", "parallel": {"dp": 2}, "serving": {"router": {"policy": "least_outstanding"}}}) \
+        == "stack vllm; dp 2; least_outstanding router"

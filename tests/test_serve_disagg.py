@@ -345,3 +345,14 @@ def test_speculative_decoding_in_pools_is_refused_before_a_pool_checks_its_draft
     raw["serving"]["speculative"] = {"draft": "tinyllama-1.1b", "k": 4, "alpha": 0.7}
     with pytest.raises(ConfigError, match=r"^test\.yaml: serving\.speculative: not modelled with serving\.disagg"):
         serve(validate_mapping(ServeFile, raw, "test.yaml", "a serving file"), load_machine("a6000"), cache=CACHE)
+
+
+def test_a_pools_dp_is_refused_for_its_replicas():
+    """`parallel: {tp: 4, dp: 2}` on a pool ran one instance without a word (a many-device trial); a pool's copies
+    are its `replicas`."""
+    from pydantic import ValidationError
+
+    from sim.apps.serve.disagg_spec import Pool
+    with pytest.raises(ValidationError, match=r"parallel.dp: 2: a pool's instances are its `replicas` \(replicas: 2\)"):
+        Pool(hw="h100_sxm", parallel={"tp": 4, "dp": 2})
+    assert Pool(hw="h100_sxm", parallel={"tp": 4, "dp": 1}).replicas == 1

@@ -38,6 +38,7 @@ from hw_models.stack.prefill_curves import SAME_KERNELS
 from hw_models.stack.spec import Stack, is_expert_gemm
 from sim.core import graph as g
 from sim.core.errors import ConfigError
+from sim.core.formats import get_format
 from sim.core.graph import Op
 
 BF16_BYTES = 2
@@ -144,21 +145,28 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family, w.fmt if w is not None else "")
                             * fam.rate_fraction(m, l2_s is not None))
     memory_s = (w_bytes / (bw * fam.weight_stream_efficiency) if l2_s is None else l2_s) + other / bw
-    extra_s, overhead_s = 0.0, fam.floor_s
+    extra_s, overhead_s, passes_b = 0.0, fam.floor_s, 0.0   # passes_b: the bytes the extra kernels move
     if fam.dequant_pass:     # a kernel writes the weights in 16 bits; the GEMM reads those instead
         dense = n * k * BF16_BYTES
         extra_s += (w_bytes + dense) / bw
         memory_s = (dense + other) / bw
         overhead_s += stack.floor_s
+        passes_b += 2 * dense
     # A CTA walks K in order: with few tiles the walk's latency, not the stream, sets the pace.
     memory_s = max(memory_s, k * fam.k_walk_s_per_k)
     if fam.activation_quant:  # read 16-bit activations, write 8-bit ones: one more kernel
         extra_s += m * k * (BF16_BYTES + 1) / (bw * fam.quant_stream_efficiency)
         overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
+        passes_b += m * k * (BF16_BYTES + 1)
         if fam.quant_row_s:   # a dynamic scale: one block per token reads the activations again
             extra_s += max(m * k * BF16_BYTES / bw, m * fam.quant_row_s)
+            passes_b += m * k * BF16_BYTES
     duration = max(fam.min_s, overhead_s + extra_s + max(compute_s, memory_s))
-    energy = op.bytes * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
+    # the extra kernels' traffic, and the widening of weights the math does not run in (a dequant pass or Marlin's
+    # registers: 2 vector FLOPs an element, as the plain path), draw their energy too (a review: only op.bytes had)
+    widened = w is not None and fam.rate_format != VECTOR and get_format(w.fmt).bits < get_format(fam.rate_format).bits
+    energy = ((op.bytes + passes_b) * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
+              + (unit.flop_energy_j(w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT, VECTOR) if widened else 0.0))
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
                   bound_of(compute_s, memory_s + extra_s, overhead_s), family, energy)
 

@@ -207,9 +207,11 @@ def register(fmt: NumberFormat) -> None:
                          f"(get_format looks up {_normalize(fmt.name)!r})")
     if fmt.bits < 1:
         raise ValueError(f"register: {fmt.name}: bits must be >= 1, got {fmt.bits}")
-    if fmt.name in ALIASES or any(f.name == fmt.name for f in _BUILTIN) or _INT_RE.match(fmt.name):   # a built-in replaced: the registry said 4 bits, runs costed 8 (a trial)
-        raise ValueError(f"register: {fmt.name!r} is already a format ({get_format(fmt.name).name}): the presets' rates "
-                         "and the stacks' kernels are keyed by the built-in names; give yours a name of its own")
+    taken = ("an alias of " + ALIASES[fmt.name] if fmt.name in ALIASES else "a built-in format"
+             if any(f.name == fmt.name for f in _BUILTIN) else "an int pattern" if _INT_RE.match(fmt.name) else "")
+    if taken:   # a built-in replaced: the registry said 4 bits while runs costed 8 (an API trial)
+        raise ValueError(f"register: {fmt.name!r} is {taken}: the presets' rates and the stacks' kernels are keyed by "
+                         "the built-in names; give yours a name of its own")
     scaled_blocks = fmt.family in ("mx", "nvfp4")   # one scale per block of elements: 0 (per row) has no block
     if fmt.block_size is not None and (fmt.block_size < (1 if scaled_blocks else 0)):
         raise ValueError(f"register: {fmt.name}: block_size must be {'>= 1' if scaled_blocks else '>= 0 (0: per row)'}"

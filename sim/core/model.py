@@ -139,9 +139,10 @@ class ModelConfig:
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
         """K and V for one token across all layers, at `kv_bytes_per_element` bytes each (2: fp16/bf16, 1: fp8)."""
-        if isinstance(kv_bytes_per_element, bool) or not isinstance(kv_bytes_per_element, numbers.Real) \
-                or not kv_bytes_per_element > 0:   # "fp8" had returned the string repeated 262,144 times (a trial)
-            raise TypeError(f"kv_bytes_per_token: bytes per element, a number > 0 (2 for bf16), got {kv_bytes_per_element!r}")
+        if isinstance(kv_bytes_per_element, bool) or not isinstance(kv_bytes_per_element, numbers.Real):
+            raise TypeError(f"kv_bytes_per_token: bytes per element, a number (2 for bf16), got {kv_bytes_per_element!r}")
+        if not kv_bytes_per_element > 0:   # "fp8" had returned the string repeated 262,144 times (an API trial)
+            raise ValueError(f"kv_bytes_per_token: bytes per element must be > 0, got {kv_bytes_per_element!r}")
         return 2 * self.num_layers * self.kv_dim * kv_bytes_per_element
 
     def to_dict(self) -> dict[str, Any]:

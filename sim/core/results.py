@@ -177,7 +177,8 @@ class RunResult:
         metric in SI units, `ops` (the middle decode step's records: name, kind, unit, start_s, end_s, flops, bytes,
         bound, path), `notes` and the kind's `extra` sections."""
         ops = [dict(name=o.name, kind=o.kind, unit=o.unit, start_s=o.start_s, end_s=o.end_s,
-                    flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path) for o in self.decode_ops]
+                    flops=o.flops, bytes=o.bytes, bound=o.bound, path=o.path)
+               for o in (self.decode_ops if self.gen_len > 1 else [])]   # no decode step at gen_len 1 (to_pandas)
         return dict(
             workload=self.workload, hardware=self.hardware, kind=self.kind, stack=self.stack, model=self.model,
             params=self.params,

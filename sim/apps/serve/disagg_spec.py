@@ -16,6 +16,13 @@ class Pool(Strict):
     # Fields of the pool's preset changed, as `--set hw.KEY=VALUE` changes --hw's ({spatial.chips: 140})
     hw_overrides: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _no_dp(self) -> "Pool":
+        dp = (self.parallel or {}).get("dp", 1)
+        if dp != 1:   # it ran one instance without a word (a many-device trial): a pool's copies are its replicas
+            raise ValueError(f"parallel.dp: {dp}: a pool's instances are its `replicas` (replicas: {dp}), not dp")
+        return self
+
 
 class Transfer(Strict):
     """KV-cache transfer from a prefill to a decode instance: a topology's (fitted) send/recv

@@ -95,13 +95,15 @@ def _setup(s: dict[str, Any]) -> str:
     srv, par = s.get("serving") or {}, s.get("parallel") or {}
     sch = srv.get("scheduler") or {}
     out = [f"stack {s['stack']}" if s.get("stack") else "no stack (each op one kernel at the preset's launch cost)"]
+    pools = {k: v for k, v in (s.get("disaggregated") or {}).items() if isinstance(v, list) and v}
+    # a pool takes its own preset's scheduler defaults: the file's section is not what its engines ran (a trial)
     limits = [f"{k} {sch[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens") if isinstance(sch.get(k), int)]
-    out += [", ".join(limits)] if limits else []
+    out += [", ".join(limits)] if limits and not pools else []
     plan = [f"{k} {par[k]}" for k in ("tp", "pp", "ep", "dp") if isinstance(par.get(k), int) and par[k] > 1]
     out += [" ".join(plan) + (f" on {par['topology']}" if isinstance(par.get("topology"), str) else "")] if plan else []
-    if r := srv.get("router"):
-        out.append(f"{r.get('replicas')} replicas ({r.get('policy')} router)")
-    pools = {k: v for k, v in (s.get("disaggregated") or {}).items() if isinstance(v, list) and v}
+    if r := srv.get("router"):   # replicas left out: parallel.dp's, which the plan already names (a review: "None")
+        out.append(f"{r['replicas']} replicas, {r.get('policy')} router" if r.get("replicas") else
+                   f"{r.get('policy')} router")
     if pools:   # each pool's busy share: the "engine busy" row blends them (decode 99.9%, prefill 21%: 60%)
         out.append("disaggregated: " + ", ".join(
             f"{name} {len(ins)} x {ins[0].get('hw')} busy {sum(i.get('busy', 0.0) for i in ins) / len(ins):.0%}"
