@@ -59,7 +59,7 @@ def test_an_slo_no_rate_meets_names_the_lowest_rate_run():
     f = validate_mapping(ServeFile, dict(name="c", model="tinyllama-1.1b", serving=serving), "c.yaml", "a serving file")
     rates: list[float] = []
     with pytest.raises(ConfigError, match="not met even at") as err:
-        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), bisections=2, on_point=lambda r, s: rates.append(r))
+        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), bisections=2, on_point=lambda r, s, ok: rates.append(r))
     assert f"not met even at {min(rates):.3g} requests/s" in str(err.value)
 
 
@@ -75,7 +75,7 @@ def test_an_slo_the_load_does_not_move_stops_halving_and_says_so():
     f = validate_mapping(ServeFile, dict(name="c", model="tinyllama-1.1b", serving=serving), "c.yaml", "a serving file")
     rates: list[float] = []
     with pytest.raises(ConfigError) as err:
-        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), on_point=lambda r, s: rates.append(r))
+        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), on_point=lambda r, s, ok: rates.append(r))
     assert len(rates) <= 3   # 1, 0.5 (and 0.25 where the first two differ): not sixteen halvings
     msg = str(err.value)
     assert f"not met even at {min(rates):.3g} requests/s: tpot_p90 at " in msg

@@ -24,7 +24,7 @@ TRANSIENT_DRAIN = 0.25
 
 
 def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bisections: int = 8,
-                  exact: bool = False, on_point: Callable[[float, dict], None] | None = None,
+                  exact: bool = False, on_point: Callable[[float, dict, bool], None] | None = None,
                   early_stop: bool = True) -> dict[str, Any]:
     """The capacity (module doc). `early_stop`: a step stops once it fails for certain
     (sim.apps.serve.early_stop; the same capacity, fewer requests simulated)."""
@@ -47,8 +47,8 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             passed.clear()
             passed[rate] = res
         points.append(dict(rate=rate, ok=ok, summary=s, knob=knob))   # what `rate` counts: clients or requests/s
-        if on_point:
-            on_point(rate, s)
+        if on_point:   # the step's load, summary and verdict
+            on_point(rate, s, ok)
         return ok, s
 
     lo, hi = None, None

@@ -20,7 +20,7 @@ def scatter(results: list[Result], path) -> None:
             ax.scatter([r.run.measured[metric] * 1e3 for r in rs], [r.sim[metric] * 1e3 for r in rs], s=10, label=eng)
         lo = min(min(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
         hi = max(max(r.run.measured[metric], r.sim[metric]) for r in results) * 1e3
-        lo, hi = (lo / 1.5, hi * 1.5) if hi < 1.5 * lo else (lo, hi)   # one run: a decade's span, not 9.1 to 9.12
+        lo, hi = (lo / 1.5, hi * 1.5) if hi < 1.5 * lo else (lo, hi)   # one run: a span of 2.25x, not 9.1 to 9.12
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=f"measured {label} (ms)", ylabel=f"simulated {label} (ms)")
         ax.legend()

@@ -101,16 +101,17 @@ def _number(v: Any) -> Any:
 
 def _si(key: str, v: Any) -> Any:
     """An axis value with a unit ("800 GB/s") as the SI number its key's name says (bandwidth_bytes_per_s: 8e11;
-    a mapping keyed by format, peak_flops_per_s.fp8, by its parent's name): the points ran with the parsed figure
+    a mapping keyed by format, peak_flops_per_s.fp8, by its parent's name; any unit where neither gives one): the
+    points ran with the parsed figure
     but results.csv kept the text, so plots ordered "800 GB/s" after "6.7 TB/s" and a number beside it crashed their
     sort (an architecture trial). A value its dimension does not parse stays as written, for the machine to refuse."""
     v = _number(v)
     parts = key.split(".")
     dim = dimension_of(parts[-1]) or (dimension_of(parts[-2]) if len(parts) > 1 else None)
-    if not isinstance(v, str) or dim is None:
+    if not isinstance(v, str):
         return v
-    try:
-        return parse_quantity(v, dim)
+    try:   # a key whose name gives no unit (energy_j_per_flop.fp16: "0.5 pJ") takes any: a review
+        return float(f"{parse_quantity(v, dim):.12g}")   # "5 us" as 5e-06, not 4.9999999999999996e-06
     except ValueError:
         return v
 
