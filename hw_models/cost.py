@@ -83,7 +83,8 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     of a pipelined op), so it pays no launch and no ramps: the pipes are already full. `stack`: the software stack's
     kernels and quantized GEMM families (hw_models.stack.cost) where it describes the op; None: one kernel per op."""
     if stack is not None:
-        plain = None if _family_gemm(op, stack) else roofline_cost(op, unit, unit_name, tier, mode, steady)
+        # compute: native is refused where the unit has no native rate, as without a stack (it had run Marlin's)
+        plain = None if _family_gemm(op, stack) and mode != "native" else roofline_cost(op, unit, unit_name, tier, mode, steady)
         if plain is not None and not steady and stack.graphs and stack.graph_gap_s is not None:
             plain = _graph_replayed(plain, stack.graph_gap_s)
         hit = stack_cost(op, unit, unit_name, tier, stack, plain)

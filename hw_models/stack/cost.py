@@ -179,7 +179,10 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
         w = _weight(op)
         if w is None:
             family = None
-        elif w.fmt != op.compute_format:   # narrow weights: the family the engine runs on this architecture
+        elif w.fmt != op.compute_format or (stack.w8a8_family(w.fmt) is None   # narrow weights (or W4A4 where the
+                                            and w.fmt not in compute_path.native_rates(unit, unit_name)):   # GPU has no
+            # rate for them: the engine runs its weight-only kernel; a trial's MXFP4 x MXFP4 on an H100 read 3.5x
+            # faster than the Marlin path of MXFP4 x bf16): the family the engine runs on this architecture
             family = stack.family(w.fmt, unit.efficiency.compute_capability, is_expert_gemm(op))
         elif (w8a8 := stack.w8a8_family(w.fmt)) is not None:   # activations as narrow as the weights
             family = w8a8

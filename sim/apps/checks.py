@@ -12,6 +12,7 @@ from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine, machine_aliases, PRESET_DIR
 from hw_models.offload.spec import host_spec
 from hw_models.pim.config import load_pim_config
+from hw_models.stack.kernel_families import families
 from hw_models.stack.spec import stack_for
 from sim.apps.serve.disagg_files import transfer_notes, unread_plan
 from sim.core.errors import ConfigError, SimError
@@ -105,6 +106,27 @@ def emulated_activations(workload: Workload, machine: Machine) -> list[str]:
             f"{machine.name}: its GEMMs run dequantized to 16 bits (sim run's op table shows each op's path)"]
 
 
+def stack_widens_native(workload: Workload, machine: Machine) -> list[str]:
+    """Weights the stack runs through a family that widens them to a higher-precision rate on a GPU that has a native
+    rate for them (vllm's MXFP4 experts on a B200: its weight-only FP4 family, Blackwell's native MXFP4 MoE not
+    modelled), said where only a stack preset's comment had said it (a many-device trial)."""
+    stack = stack_for(workload.stack, machine) if stack_runs(machine.kind) else None
+    unit = machine.units.get(machine.main_unit)
+    if stack is None or unit is None:
+        return []
+    given = [(workload.formats.weights, e) for e in (False, True)] + [
+        (f, "expert" in str(role)) for role, f in (workload.formats.overrides or {}).items() if isinstance(f, str)]
+    out = []
+    for fmt, experts in dict.fromkeys((get_format(f).name, e) for f, e in given):
+        fam = stack.family(fmt, unit.efficiency.compute_capability, experts)
+        rate = families()[fam].rate_format if fam else "vector"
+        if fmt in native_rates(unit) and rate != "vector" and get_format(rate).bits > get_format(fmt).bits:
+            out.append(f"{workload.source or workload.name}: formats: {fmt}{' experts' if experts else ''}: stack "
+                       f"{stack.name} runs them as {fam}, widened to its {rate} rate, though {machine.name} has a native "
+                       f"{fmt} rate: that engine path is not modelled (hw_models/stack/presets/{stack.name}.yaml)")
+    return out
+
+
 def checkpoint_formats(workload: Workload, model: ModelConfig) -> list[str]:
     """A quantized checkpoint's config.json (quantization_config) run with the default 16-bit weights: sim costs the
     workload's formats, not the checkpoint's, which ran silently (a trial: an FP8 checkpoint costed as fp16)."""
@@ -116,14 +138,20 @@ def checkpoint_formats(workload: Workload, model: ModelConfig) -> list[str]:
             f"its weights cost as {workload.formats.weights} here: {fix}"]
 
 
+def run_notes(workload: Workload, machine: Machine) -> list[str]:
+    """The notes on a workload's settings and formats every run prints (`sim run`'s CLI adds the --ideal and --set
+    ones): narrow activations without a rate too (`sim run` had said it per op only, `sim serve` in a line: a trial)."""
+    return (unused_settings(workload, machine, workload.model_config_()) + stack_widens_native(workload, machine)
+            + emulated_activations(workload, machine))
+
+
 def input_notes(workload: Workload, machine: Machine) -> list[str]:
     """Every warning a run of `workload` on `machine` prints before it starts: `sim run`'s, and a serving file's as
     `sim serve` adds them. sim sweep gathers them over its points, which run with warnings off."""
-    notes = unused_settings(workload, machine, workload.model_config_()) + ideal_unit(machine)
+    notes = run_notes(workload, machine) + ideal_unit(machine)
     if getattr(workload, "serving", None) is not None:
         notes += (unused_in_serving(workload, machine) + unread_plan(workload) + transfer_notes(workload)
-                  + engine_mismatch(workload) + unshared_prefix(workload)
-                  + emulated_activations(workload, machine) + idle_clients(workload))
+                  + engine_mismatch(workload) + unshared_prefix(workload) + idle_clients(workload))
     return notes
 
 

@@ -44,7 +44,7 @@ def _load(args: argparse.Namespace):
     """Workload, machine and the hardware overrides (for the run JSON) from the common arguments."""
     from hw_models.ideal import ideal
     from hw_models.machine import load_machine
-    from sim.apps.checks import ideal_unit, ignored_hw_overrides, unused_settings
+    from sim.apps.checks import ideal_unit, ignored_hw_overrides, run_notes
     from sim.core.settings import split_settings
     from sim.core.workload import load_workload
 
@@ -52,8 +52,7 @@ def _load(args: argparse.Namespace):
     workload = load_workload(args.workload, sets.workload)
     machine = load_machine(args.hw, sets.hw)
     ideal_said = [] if getattr(args, "ideal", False) else ideal_unit(machine)   # --ideal says its own
-    for note in unused_settings(workload, machine, workload.model_config_()) + ideal_said + ignored_hw_overrides(
-            machine, sets.hw):
+    for note in run_notes(workload, machine) + ideal_said + ignored_hw_overrides(machine, sets.hw):
         print(f"warning: {note}", file=sys.stderr)
     if getattr(args, "ideal", False):
         machine = ideal(machine)
