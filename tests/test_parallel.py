@@ -181,3 +181,14 @@ def test_a_plan_past_a_user_topology_names_the_workload(tmp_path, capsys):
     assert main(["run", str(wl), "--hw", "h100_sxm", "--set", f"parallel.topology={four}", "--set", "parallel.tp=8"]) == 2
     assert capsys.readouterr().err.strip() == (f"error: {wl}: parallel.max(tp, ep) x pp: 8 ranks but four_h100 has 4 "
                                                "devices (1 node(s) x 4)")
+
+
+def test_the_plan_row_names_the_custom_kernel_as_an_all_reduce():
+    """An EP run's all-to-all was labelled `vllm_custom`, the engine's all-reduce kernel; its other collectives are
+    NCCL's fitted lines (a many-device trial)."""
+    from hw_models.gpu.report import _plan_rows
+    plan = dict(tp=2, pp=1, ep=2, dp=1, micro_batches=1, topology="dgx_h100", devices_per_replica=2, devices=2,
+                stage_layers=[48])
+    rows = dict(_plan_rows({**plan, "algorithm": "vllm_custom"}))
+    assert rows["devices"].endswith("on dgx_h100 (collectives: vllm_custom all-reduce, nccl otherwise)")
+    assert dict(_plan_rows({**plan, "algorithm": "ring"}))["devices"].endswith("(collectives: ring)")

@@ -48,7 +48,9 @@ def parallel_data(mapper, steps: dict[str, tuple[int, Timeline]]) -> dict[str, A
 
 
 def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
-    where = f" on {plan['topology']} ({plan['algorithm']} collectives)" if plan["topology"] else ""
+    alg = plan["algorithm"]   # an engine's custom kernel is an all-reduce: its other collectives are NCCL's (a trial)
+    alg = f"{alg} all-reduce, nccl otherwise" if alg and alg.endswith("_custom") else alg
+    where = f" on {plan['topology']} (collectives: {alg})" if plan["topology"] else ""
     return [
         ("tp / pp / ep / dp", f"{plan['tp']} / {plan['pp']} / {plan['ep']} / {plan['dp']}"),
         ("micro-batches", str(plan["micro_batches"])),
