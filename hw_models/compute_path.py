@@ -130,6 +130,13 @@ def _native_pair(s: NumberFormat, a: NumberFormat, rates: dict[str, float]) -> f
     return None
 
 
+def native_pair_rate(unit: Unit, unit_name: str, stored_fmt: str, act_fmt: str) -> float | None:
+    """The unit's rate for stored x activation operands as `choose` runs them natively (each on its element format:
+    fp8_block128 on the fp8_e4m3 MMA), None where it has none."""
+    return _native_pair(_on_elements(get_format(stored_fmt)), _on_elements(get_format(act_fmt)),
+                        native_rates(unit, unit_name))
+
+
 def _on_elements(fmt: NumberFormat) -> NumberFormat:
     """The format an operand's MMA runs in: a block-family operand's element format (module doc); a symmetric
     integer operand scaled per tensor or per row, the integer MMA of its width (`int8`, `int4`: the scales multiply

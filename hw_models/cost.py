@@ -18,7 +18,8 @@ from hw_models import compute_path
 from hw_models.op_cost import OpCost, bound_of
 from hw_models.machine import Tier, Unit
 from hw_models.stack.spec import Stack, is_expert_gemm
-from hw_models.stack.cost import stack_cost
+from hw_models.stack.cost import family_widens, stack_cost
+from hw_models.stack.kernel_families import families
 from sim.core import graph as g
 from sim.core.graph import Op
 
@@ -76,6 +77,17 @@ def gemm_dims(op: Op) -> tuple[int, int, int] | None:
     return (d["m"], d["n"], d["k"]) if op.kind == g.GEMM and all(d.get(x) for x in "mnk") else None
 
 
+def _under_stack(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str, steady: bool, stack: Stack) -> OpCost:
+    """roofline_cost under `stack`: its kernels and families where it describes the op, else the plain roofline."""
+    plain = None if _family_gemm(op, stack) else roofline_cost(op, unit, unit_name, tier, mode, steady)
+    if plain is not None and not steady and stack.graphs and stack.graph_gap_s is not None:
+        plain = _graph_replayed(plain, stack.graph_gap_s)
+    hit = stack_cost(op, unit, unit_name, tier, stack, plain)
+    if mode == "native" and hit is not None and hit.path in families() and family_widens(op, hit.path):
+        roofline_cost(op, unit, unit_name, tier, mode, steady)   # refused as without a stack (it had run Marlin's)
+    return hit if hit is not None else plain
+
+
 def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "auto",
                   steady: bool = False, stack: Stack | None = None) -> OpCost:
     """Time of `op` on `unit` reading and writing `tier`. The efficiency curve is the unit's, or the op kind's
@@ -83,12 +95,7 @@ def roofline_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, mode: str = "a
     of a pipelined op), so it pays no launch and no ramps: the pipes are already full. `stack`: the software stack's
     kernels and quantized GEMM families (hw_models.stack.cost) where it describes the op; None: one kernel per op."""
     if stack is not None:
-        # compute: native is refused where the unit has no native rate, as without a stack (it had run Marlin's)
-        plain = None if _family_gemm(op, stack) and mode != "native" else roofline_cost(op, unit, unit_name, tier, mode, steady)
-        if plain is not None and not steady and stack.graphs and stack.graph_gap_s is not None:
-            plain = _graph_replayed(plain, stack.graph_gap_s)
-        hit = stack_cost(op, unit, unit_name, tier, stack, plain)
-        return hit if hit is not None else plain
+        return _under_stack(op, unit, unit_name, tier, mode, steady, stack)
     mnk = gemm_dims(op)
     m = mnk[0] if mnk else None    # selects the small-M (gemv) curve where the preset has one
     eff = unit.efficiency.for_kind(op.kind, m)

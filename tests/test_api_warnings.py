@@ -120,6 +120,8 @@ def test_a_model_copy_is_checked_again_before_it_runs():
         simulate(w, slow)
     with pytest.raises(ConfigError, match=r"llama13b_decode.yaml \(as changed in code\): batchh: unknown key"):
         simulate(w.model_copy(update={"batchh": 8}), m)   # model_copy takes any name silently
+    with pytest.raises(ConfigError, match=r"\(as changed in code\): formats.weigths: unknown key"):   # at any depth
+        simulate(w.model_copy(update={"formats": w.formats.model_copy(update={"weigths": "int4"})}), m)
     # a serving file is checked as its file is: an SLO pydantic takes but the metrics do not had died after the run
     from sim.apps.api import load_serve_file, serve
     f = load_serve_file(ROOT / "workloads" / "serve_llama3_8b_sharegpt.yaml", {"serving.arrivals.num_requests": 4})

@@ -59,7 +59,7 @@ def test_an_slo_no_rate_meets_names_the_lowest_rate_run():
     f = validate_mapping(ServeFile, dict(name="c", model="tinyllama-1.1b", serving=serving), "c.yaml", "a serving file")
     rates: list[float] = []
     with pytest.raises(ConfigError, match="not met even at") as err:
-        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), bisections=2, on_point=lambda r, s, ok: rates.append(r))
+        find_capacity(f, load_machine("a6000"), dict(f.serving.slo), bisections=2, on_point=lambda r, s: rates.append(r))
     assert f"not met even at {min(rates):.3g} requests/s" in str(err.value)
 
 

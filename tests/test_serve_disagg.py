@@ -355,4 +355,6 @@ def test_a_pools_dp_is_refused_for_its_replicas():
     from sim.apps.serve.disagg_spec import Pool
     with pytest.raises(ValidationError, match=r"parallel.dp: 2: a pool's instances are its `replicas` \(replicas: 2\)"):
         Pool(hw="h100_sxm", parallel={"tp": 4, "dp": 2})
+    with pytest.raises(ValidationError, match=r"\(replicas: 6\)"):   # each of its 3 replicas doubled
+        Pool(hw="h100_sxm", replicas=3, parallel={"dp": 2})
     assert Pool(hw="h100_sxm", parallel={"tp": 4, "dp": 1}).replicas == 1

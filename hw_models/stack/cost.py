@@ -157,18 +157,36 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     if fam.activation_quant:  # read 16-bit activations, write 8-bit ones: one more kernel
         extra_s += m * k * (BF16_BYTES + 1) / (bw * fam.quant_stream_efficiency)
         overhead_s += stack.floor_s if fam.quant_floor_s is None else fam.quant_floor_s
-        passes_b += m * k * (BF16_BYTES + 1)
+        passes_b += 2 * m * k   # it reads 2 B and writes 1 B an element; the GEMM reads 1 B of op.bytes' 2
         if fam.quant_row_s:   # a dynamic scale: one block per token reads the activations again
             extra_s += max(m * k * BF16_BYTES / bw, m * fam.quant_row_s)
             passes_b += m * k * BF16_BYTES
     duration = max(fam.min_s, overhead_s + extra_s + max(compute_s, memory_s))
     # the extra kernels' traffic, and the widening of weights the math does not run in (a dequant pass or Marlin's
     # registers: 2 vector FLOPs an element, as the plain path), draw their energy too (a review: only op.bytes had)
-    widened = w is not None and fam.rate_format != VECTOR and get_format(w.fmt).bits < get_format(fam.rate_format).bits
     energy = ((op.bytes + passes_b) * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
-              + (unit.flop_energy_j(w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT, VECTOR) if widened else 0.0))
+              + (unit.flop_energy_j(w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT, VECTOR)
+                 if family_widens(op, family) else 0.0))
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
                   bound_of(compute_s, memory_s + extra_s, overhead_s), family, energy)
+
+
+def _unrated_pair(op: Op, fmt: str, unit: Unit, unit_name: str, stack: Stack) -> str | None:
+    """The engine's weight-only family for weights and activations both in `fmt` where the unit has no rate for the
+    pair (MXFP4 x MXFP4 on an H100: the engine keeps 16-bit activations and runs Marlin; through the plain dequant
+    roofline it had read 3.5x faster than MXFP4 x bf16, a trial), where that family (or its emulation) runs here; None:
+    the plain roofline, as before."""
+    if compute_path.native_pair_rate(unit, unit_name, fmt, fmt) is not None:
+        return None
+    family = stack.family(fmt, unit.efficiency.compute_capability, is_expert_gemm(op))
+    ok = family is not None and (_has_rate(families()[family], unit, unit_name) or stack.emulated_family(fmt))
+    return family if ok else None
+
+
+def family_widens(op: Op, family: str) -> bool:
+    """Whether `family` runs `op`'s weights widened to a higher-precision rate (Marlin's registers, a dequant pass)."""
+    w, rate = _weight(op), families()[family].rate_format
+    return w is not None and rate != VECTOR and get_format(w.fmt).bits < get_format(rate).bits
 
 
 def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, plain: OpCost | None
@@ -179,13 +197,12 @@ def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, pla
         w = _weight(op)
         if w is None:
             family = None
-        elif w.fmt != op.compute_format or (stack.w8a8_family(w.fmt) is None   # narrow weights (or W4A4 where the
-                                            and w.fmt not in compute_path.native_rates(unit, unit_name)):   # GPU has no
-            # rate for them: the engine runs its weight-only kernel; a trial's MXFP4 x MXFP4 on an H100 read 3.5x
-            # faster than the Marlin path of MXFP4 x bf16): the family the engine runs on this architecture
+        elif w.fmt != op.compute_format:   # narrow weights: the family the engine runs on this architecture
             family = stack.family(w.fmt, unit.efficiency.compute_capability, is_expert_gemm(op))
         elif (w8a8 := stack.w8a8_family(w.fmt)) is not None:   # activations as narrow as the weights
             family = w8a8
+        elif (weight_only := _unrated_pair(op, w.fmt, unit, unit_name, stack)) is not None:
+            family = weight_only
         else:
             family = _dense_family(op, unit, stack)
         if family is not None and stack.emulated_family(w.fmt) and not _has_rate(families()[family], unit, unit_name):

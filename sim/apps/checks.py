@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from hw_models.compute_path import native_rates
+from hw_models.compute_path import native_pair_rate
 from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine, machine_aliases, PRESET_DIR
 from hw_models.offload.spec import host_spec
@@ -100,30 +100,35 @@ def emulated_activations(workload: Workload, machine: Machine) -> list[str]:
     run`'s op table shows per op and a serving report did not (a serving trial: NVFP4 W4A4 on an H100)."""
     act = get_format(workload.formats.activations)
     unit = machine.units.get(machine.main_unit)
-    if unit is None or act.bits >= 16 or not unit.peak_flops_per_s or act.name in native_rates(unit):
+    # on its element format, as the GEMMs run it (fp8_block128 on the fp8_e4m3 MMA: a review's false warning)
+    if unit is None or act.bits >= 16 or not unit.peak_flops_per_s or native_pair_rate(unit, "unit", act.name, act.name):
         return []
     return [f"{workload.source or workload.name}: formats.activations: {act.name} has no matrix rate on "
             f"{machine.name}: its GEMMs run dequantized to 16 bits (sim run's op table shows each op's path)"]
 
 
 def stack_widens_native(workload: Workload, machine: Machine) -> list[str]:
-    """Weights the stack runs through a family that widens them to a higher-precision rate on a GPU that has a native
-    rate for them (vllm's MXFP4 experts on a B200: its weight-only FP4 family, Blackwell's native MXFP4 MoE not
-    modelled), said where only a stack preset's comment had said it (a many-device trial)."""
+    """Weights the stack runs through a family that widens them to a 16-bit rate beside narrow activations the GPU has a
+    native pairing for (vllm's MXFP4 experts with MXFP8 activations on a B200: its weight-only FP4 family, Blackwell's
+    native MXFP4 MoE not modelled), said where only a stack preset's comment had said it (a many-device trial). A
+    weight-only run with 16-bit activations is what the engines run, and W8A8 / W4A4 pairs take their own kernels."""
     stack = stack_for(workload.stack, machine) if stack_runs(machine.kind) else None
-    unit = machine.units.get(machine.main_unit)
-    if stack is None or unit is None:
+    unit, act = machine.units.get(machine.main_unit), get_format(workload.formats.activations)
+    if stack is None or unit is None or act.bits >= 16:
         return []
-    given = [(workload.formats.weights, e) for e in (False, True)] + [
-        (f, "expert" in str(role)) for role, f in (workload.formats.overrides or {}).items() if isinstance(f, str)]
+    moe = workload.model_config_().is_moe
+    given = [(workload.formats.weights, False)] + [(f, moe and "expert" in str(role))
+                                                  for role, f in (workload.formats.overrides or {}).items()]
     out = []
     for fmt, experts in dict.fromkeys((get_format(f).name, e) for f, e in given):
-        fam = stack.family(fmt, unit.efficiency.compute_capability, experts)
+        fam = stack.family(fmt, unit.efficiency.compute_capability, experts) if fmt != act.name else None
         rate = families()[fam].rate_format if fam else "vector"
-        if fmt in native_rates(unit) and rate != "vector" and get_format(rate).bits > get_format(fmt).bits:
-            out.append(f"{workload.source or workload.name}: formats: {fmt}{' experts' if experts else ''}: stack "
-                       f"{stack.name} runs them as {fam}, widened to its {rate} rate, though {machine.name} has a native "
-                       f"{fmt} rate: that engine path is not modelled (hw_models/stack/presets/{stack.name}.yaml)")
+        if rate != "vector" and get_format(rate).bits > get_format(fmt).bits \
+                and native_pair_rate(unit, "unit", fmt, act.name):
+            out.append(f"{workload.source or workload.name}: formats: {fmt}{' experts' if experts else ''} x "
+                       f"{act.name}: stack {stack.name} runs them as {fam}, widened to its {rate} rate, though "
+                       f"{machine.name} pairs them natively: that engine path is not modelled "
+                       f"(hw_models/stack/presets/{stack.name}.yaml)")
     return out
 
 

@@ -7,6 +7,8 @@ requests as in the file (num_requests / concurrency)."""
 
 from __future__ import annotations
 
+import inspect
+
 import math
 
 from typing import Any, Callable
@@ -47,8 +49,8 @@ def find_capacity(file: ServeFile, machine: Machine, slo: dict[str, float], bise
             passed.clear()
             passed[rate] = res
         points.append(dict(rate=rate, ok=ok, summary=s, knob=knob))   # what `rate` counts: clients or requests/s
-        if on_point:   # the step's load, summary and verdict
-            on_point(rate, s, ok)
+        if on_point:   # the step's load and summary, and its verdict where the callback takes a third argument
+            on_point(*(rate, s, ok)[:3 if len(inspect.signature(on_point).parameters) >= 3 else 2])
         return ok, s
 
     lo, hi = None, None

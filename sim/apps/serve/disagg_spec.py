@@ -20,7 +20,8 @@ class Pool(Strict):
     def _no_dp(self) -> "Pool":
         dp = (self.parallel or {}).get("dp", 1)
         if dp != 1:   # it ran one instance without a word (a many-device trial): a pool's copies are its replicas
-            raise ValueError(f"parallel.dp: {dp}: a pool's instances are its `replicas` (replicas: {dp}), not dp")
+            raise ValueError(f"parallel.dp: {dp}: a pool's instances are its `replicas` (replicas: {self.replicas * dp}"
+                             "), not dp")
         return self
 
 
