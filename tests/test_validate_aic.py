@@ -137,3 +137,22 @@ def test_another_gpus_preset_and_ignored_options_are_said(shared_validation, tmp
     assert "a100's measured rows costed on --hw h100_sxm, another GPU's preset" in text
     assert "--hw / --stack do not apply to collectives" in text
     assert len(json.loads(out.read_text())["notes"]) == 2
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("gemm_h100.csv", "framework,version,kernel,dtype,m,n\nvllm,0.14.0,k,bfloat16,8,4096\n",
+     "missing column k, latency_us (a gemm table has framework, dtype, m, n, k, latency_us)"),
+    ("gemm_h100.csv", "framework,version,kernel,dtype,m,n,k,latency_us\nvllm,0.14.0,k,bfloat16,8,4096,4096,abc\n",
+     "line 2: latency_us: 'abc' is not a number"),
+    ("gen_attn_h100.csv", "framework,version,kernel_source,batch,isl,heads,kv_heads,head_dim,kv_dtype,latency_us\n"
+     "vllm,0.14.0,fa,1,1,32,8,128,bfloat16,13.9\n", "missing column step (a gen_attn table has"),
+    ("comm_h100.csv", "source,version,op,num_gpus,bytes,latency_us\nnccl,2.21,all_reduce,2,4096,9.1\n",
+     "missing column kernel_source (a comm table has")])
+def test_a_table_without_its_columns_or_numbers_is_one_line(tmp_path, capsys, name, text, message):
+    """A table with a column cut off or renamed, or a latency of `abc`, had died in pandas with a KeyError or
+    TypeError traceback (a trace trial)."""
+    path = tmp_path / name
+    path.write_text(text)
+    assert main(["validate", "--input-format", "aic", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err

@@ -128,6 +128,15 @@ def table_of(path: Path) -> tuple[str, str]:
                       f"{', '.join(TABLES)})")
 
 
+# The columns each table's rows are costed from, and those of them that are numbers (a trial's table without `k`, or
+# with `abc` for a latency, had died in pandas with a traceback)
+_ATTN = ("framework", "kernel_source", "kv_dtype", "batch", "isl", "step", "heads", "kv_heads", "head_dim", "latency_us")
+COLUMNS = {"gemm": ("framework", "dtype", "m", "n", "k", "latency_us"), "gen_attn": _ATTN, "ctx_attn": _ATTN,
+           "comm": ("source", "op", "kernel_source", "version", "num_gpus", "bytes", "latency_us")}
+COLUMNS["gemm_sglang"] = COLUMNS["gemm"]
+NUMERIC = {"m", "n", "k", "latency_us", "batch", "isl", "step", "heads", "kv_heads", "head_dim", "num_gpus", "bytes"}
+
+
 def read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ConfigError(f"{path}: not found (an aiconfigurator table, shared/validation/aic)")
@@ -135,10 +144,18 @@ def read_table(path: Path) -> pd.DataFrame:
         df = pd.read_csv(path)
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: cannot read as CSV: {exc}") from None
+    need = COLUMNS[table_of(path)[0]]
+    if lacking := [c for c in need if c not in df]:
+        raise ConfigError(f"{path}: missing column {', '.join(lacking)} (a {table_of(path)[0]} table has "
+                          f"{', '.join(need)})")
     # Every op table ends its rows with the measured latency: a row without one was cut short (a truncated copy).
-    missing = df.index[df["latency_us"].isna()] if "latency_us" in df else []
+    missing = df.index[df["latency_us"].isna()]
     if len(missing):
         raise ConfigError(f"{path}: line {missing[0] + 2} has no latency_us (a truncated table?)")
+    for col in (c for c in need if c in NUMERIC):
+        bad = df.index[pd.to_numeric(df[col], errors="coerce").isna()]
+        if len(bad):
+            raise ConfigError(f"{path}: line {bad[0] + 2}: {col}: {df[col][bad[0]]!r} is not a number")
     return df
 
 
