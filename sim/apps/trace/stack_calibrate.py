@@ -24,6 +24,7 @@ from hw_models.machine import Machine, machine_from_dict
 from hw_models.stack.spec import Stack, load_stack
 from sim.apps.trace.calibrate import FIT_HIGH, FIT_LOW, PARAMS, Calibration, calibrate
 from sim.apps.trace.records import Trace
+from sim.apps.trace.replay import names_device
 from sim.apps.trace.stack_fit import SpecFit, fit_stack
 from sim.apps.trace.validate import validate
 from sim.core import graph as g
@@ -97,9 +98,21 @@ def calibrate_for(traces: list[Trace], base: Machine, stack: str | None, per_kin
                   gemv_max_m: Iterable[int | None] | None = None) -> tuple[Calibration, str]:
     """The calibration (under `stack` when given) and the preset header note it adds; `gemv_max_m` as calibrate's."""
     if stack is None:
-        return calibrate(traces, base, per_kind=per_kind, name=name, min_traces=min_traces, gemv_max_m=gemv_max_m), ""
-    sc = calibrate_stack(traces, base, stack, per_kind, name, min_traces, gemv_max_m)
-    return sc.cal, sc.note()
+        cal, note = calibrate(traces, base, per_kind=per_kind, name=name, min_traces=min_traces,
+                              gemv_max_m=gemv_max_m), ""
+    else:
+        sc = calibrate_stack(traces, base, stack, per_kind, name, min_traces, gemv_max_m)
+        cal, note = sc.cal, sc.note()
+    return cal, "\n".join(filter(None, (note, foreign_devices(traces, base))))
+
+
+def foreign_devices(traces: list[Trace], base: Machine) -> str:
+    """The header line of a fit on another GPU's captures: its efficiencies carry that device's difference from the
+    base preset, which the calibrate-time warning said once and the written preset had not (an A6000's traces fitted
+    into h200 read a 42.9 ms TPOT against h200's 10.1, with nothing in the file: a trace trial)."""
+    others = sorted({t.device_name for t in traces if t.device_name and not names_device(base.name, t.device_name)})
+    return (f"FITTED ON ANOTHER DEVICE'S TRACES ({', '.join(others)}), not {base.name}'s: its efficiencies carry that "
+            f"device's difference from {base.name} (sim replay maps a trace onto other hardware)") if others else ""
 
 
 @dataclass(frozen=True)
