@@ -104,8 +104,11 @@ def test_stack_flag_on_trace_validate_and_replay(tmp_path, capsys):
     assert main(["validate", str(traces[0]), "--hw", "h200", "--stack", "torch-eager", "--json", str(eager)]) == 0
     p, e = json.loads(plain.read_text()), json.loads(eager.read_text())
     assert p["stack"] is None and e["stack"] == "torch-eager" and p["mape"] != e["mape"]
-    assert main(["replay", str(traces[0]), "--hw", "h200", "--stack", "torch-eager"]) == 0
     capsys.readouterr()
+    assert main(["replay", str(traces[0]), "--hw", "h200", "--stack", "torch-eager", "--json", str(tmp_path / "r.json")]) == 0
+    # the replay says the stack it moved the prediction by, in its title and JSON, as validate does (a trace trial)
+    assert "under stack torch-eager" in " ".join(capsys.readouterr().out.split())
+    assert json.loads((tmp_path / "r.json").read_text())["stack"] == "torch-eager"
     assert main(["replay", str(traces[0]), "--hw", "h200", "--stack", "nope"]) == 2
 
 
