@@ -47,8 +47,9 @@ def test_w8a8_fp8_gemm_under_torch_eager_by_hand():
     2.8475 TB/s = 5.75 ns; the activation-quantization pass reads 2 B and writes 1 B of 4096
     activations: 12 288 B / 2.8475 TB/s = 4.32 ns, one more kernel at the stack's 1.2 us floor (the
     family gives no floor of its own) on top of the family's 2.71 us: overhead 3.91 us, duration
-    3.91 + 0.00432 + 6.8649 = 10.7792 us. Energy: 16 793 600 B x 4e-11 = 671.74 uJ + 2 x 4096^2 FLOP at the
-    preset's FP8 energy per FLOP. The unit is the gpu, the path the family."""
+    3.91 + 0.00432 + 6.8649 = 10.7792 us. Energy: 16 793 600 B x 4e-11 = 671.74 uJ, + the quantization pass's net
+    2 B an activation through HBM (it reads 2 and writes 1, the GEMM then reads 1 of the op's 2) = 8192 B x 4e-11,
+    + 2 x 4096^2 FLOP at the preset's FP8 energy per FLOP. The unit is the gpu, the path the family."""
     u, name, tier = _h100()
     got = roofline_cost(gemm_op(1, 4096, 4096, "fp8"), u, name, tier, stack=load_stack("torch-eager"))
     memory_s = 16777216 / (BW * 0.859) + 16384 / BW
@@ -58,7 +59,8 @@ def test_w8a8_fp8_gemm_under_torch_eager_by_hand():
     assert got.duration_s == pytest.approx(3.91e-6 + extra_s + memory_s, rel=1e-12)
     assert got.duration_s == pytest.approx(10.7792e-6, rel=1e-5)
     fp8_j_per_flop = u.energy_j_per_flop["fp8_e4m3"]
-    assert got.energy_j == pytest.approx(16793600 * J_PER_BYTE + 2 * 4096**2 * fp8_j_per_flop, rel=1e-12, abs=0)
+    assert got.energy_j == pytest.approx((16793600 + 2 * 4096) * J_PER_BYTE + 2 * 4096**2 * fp8_j_per_flop, rel=1e-12,
+                                         abs=0)
     assert (got.unit, got.path) == ("gpu", "fp8_scaled_mm")
 
 

@@ -284,9 +284,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         console.print("no --held-out traces: the calibrated preset's error on unseen data is not checked")
     path = write_preset(cal, args.output, note)
-    # the ops of every curve (the header's count: the per-kind curves leave out the kinds kept on the all-ops one),
-    # and the one-curve fit named as such, not as the calibration's error (a trace trial read 63% as the overall)
-    t = Table(title=f"{name}: fitted on {cal.overall.n} ops")
+    t = Table(title=f"{name}: fitted on {cal.overall.n} ops")   # every curve's, as the header (477 had read vs 639)
     for col in ("curve", "compute_max", "compute_half_flops", "memory_max", "memory_half_bytes", "overhead",
                 "MAPE (fit)"):
         t.add_column(col, justify="left" if col == "curve" else "right")
