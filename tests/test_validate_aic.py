@@ -159,3 +159,12 @@ def test_a_table_without_its_columns_or_numbers_is_one_line(tmp_path, capsys, na
     assert main(["validate", "--input-format", "aic", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_limit_on_a_trace_is_said_not_to_apply(capsys):
+    """`sim validate TRACE --limit 5` still costed every op, without a word (a trace trial)."""
+    traces = sorted((Path(__file__).resolve().parent.parent / "traces" / "h200").glob("llama3-8b*.trace.json.gz"))
+    if not traces:
+        pytest.skip("no H200 traces")
+    assert main(["validate", str(traces[0]), "--hw", "h200", "--limit", "5", "-q"]) == 0
+    assert "note: --limit applies to --input-format aic tables only" in capsys.readouterr().err

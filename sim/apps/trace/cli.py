@@ -55,6 +55,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return _validate_aic(args)
     if args.hw is None:
         raise ConfigError("sim validate: --hw is required (a preset name or YAML file)")
+    if args.limit is not None:   # it samples an aic table's rows; a trace's ops are all costed (a trace trial)
+        print("note: --limit applies to --input-format aic tables only: every op of a trace is costed", file=sys.stderr)
     machine = _machine(args.hw, "validate", args.set)
     if args.plots:   # the one plot flag of every subcommand: a folder
         check_output(args.plots, directory=True)
