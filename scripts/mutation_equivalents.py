@@ -216,10 +216,10 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
     # --- stack cost
     "stack_cost `m = op.dims.get('m') if ... or True`: M for every op kind, but for_kind reads it only for a "
     "GEMM (Efficiency.is_gemv tests kind == GEMM; by_kind ignores M) and a GEMM gets it unchanged":
-        ("hw_models.stack.cost.x_stack_cost__mutmut_82",),
+        ("hw_models.stack.cost.x_stack_cost__mutmut_94",),
     "stack_cost `attention = ... if (op.kind == g.ATTENTION) or True`: the family is looked up for every op that "
     "reaches it, but attention_cost returns None for an op that is not attention, so the op keeps the spec path":
-        ("hw_models.stack.cost.x_stack_cost__mutmut_53",),
+        ("hw_models.stack.cost.x_stack_cost__mutmut_65",),
 
     # --- metrics (whole set)
     "`key.rpartition('_')` for partition: an SLO key is METRIC_STAT and no metric name has an underscore":
