@@ -90,10 +90,13 @@ def test_a_dequantizing_gemm_draws_the_energy_of_its_dequantization():
     """An MXFP4 weight GEMM on the A6000 widens every weight to fp16 (2 vector FLOPs an element,
     compute_path.DEQUANT_FLOPS_PER_ELEMENT), which took time but drew no energy (a physics audit: MXFP4 decode 3.1%
     low). By hand, q_proj of Llama-2-13B at batch 1: bytes x 70 pJ + 2 x 5120^2 FLOPs x 1.21 pJ (fp16) + 2 x 5120^2
-    dequant FLOPs x 3.63 pJ (vector)."""
+    dequant FLOPs at the vector J/FLOP, set here to 1 pJ, below the preset's largest entry (fp32's 3.63 pJ), which a
+    format without an entry is charged."""
     from sim.apps.api import load_workload, simulate as api_simulate
-    r = api_simulate(load_workload("workloads/llama13b_decode_mxfp4.yaml"), "a6000")
+    from tests.conftest import ROOT
+    a6000 = load_machine("a6000", {"units.gpu.energy_j_per_flop.vector": 1e-12})
+    r = api_simulate(load_workload(ROOT / "workloads" / "llama13b_decode_mxfp4.yaml"), a6000)
     q = next(o for o in r.decode_ops if o.name == "L0.q_proj")
     assert "dequant" in q.path and q.flops == 2 * 5120 * 5120
-    hand = q.bytes * 70e-12 + q.flops * 1.21e-12 + 2 * 5120 * 5120 * 3.63e-12
+    hand = q.bytes * 70e-12 + q.flops * 1.21e-12 + 2 * 5120 * 5120 * 1e-12
     assert q.energy_j == pytest.approx(hand, rel=1e-9)
