@@ -168,3 +168,14 @@ def test_limit_on_a_trace_is_said_not_to_apply(capsys):
         pytest.skip("no H200 traces")
     assert main(["validate", str(traces[0]), "--hw", "h200", "--limit", "5", "-q"]) == 0
     assert "note: --limit applies to --input-format aic tables only" in capsys.readouterr().err
+
+
+def test_a_source_hw_other_than_the_traces_device_is_said(capsys):
+    """`--source-hw a6000` on an H200 capture read a 2.84x "like-for-like" speed-up without a word (a trace trial)."""
+    trace = Path(__file__).resolve().parent.parent / "traces" / "h200" / "llama2-7b_L4_fp16_b1_p1024_d8_cuda.trace.json.gz"
+    if not trace.is_file():
+        pytest.skip("no H200 traces")
+    assert main(["replay", str(trace), "--hw", "h100_sxm", "--source-hw", "a6000", "-q"]) == 0
+    assert "measured on NVIDIA H200, but --source-hw a6000 is another device" in capsys.readouterr().err
+    assert main(["replay", str(trace), "--hw", "h100_sxm", "--source-hw", "h200", "-q"]) == 0
+    assert "warning" not in capsys.readouterr().err

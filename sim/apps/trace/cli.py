@@ -150,7 +150,7 @@ def _aic_rows_table(v):
 def cmd_replay(args: argparse.Namespace) -> int:
     from sim.core.files import check_output, write_json
     from sim.apps.trace.load_inputs import load_traces
-    from sim.apps.trace.replay import replay
+    from sim.apps.trace.replay import names_device, replay
 
     machine = _machine(args.hw, "replay", args.set)
     source = _machine(args.source_hw, "replay", flag="--source-hw") if args.source_hw else None
@@ -162,6 +162,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not trace.ops:   # sim validate refuses it too; replayed, every measured cell read "-" and it exited 0
             raise ConfigError(f"{trace.source}: no measured ops to replay (a header without rows?); sim run predicts "
                               "a workload without a trace")
+        if source is not None and trace.device_name and not names_device(source.name, trace.device_name):
+            print(f"warning: {trace.source}: measured on {trace.device_name}, but --source-hw {source.name} is "  # a trial
+                  "another device: the scaled figures carry the two devices' difference", file=sys.stderr)
         r = replay(trace, machine, source, stack=stack)
         if args.json:   # the stack it was costed under, as validate's JSON says it (a trace trial)
             write_json(args.json, {**r.to_json(), "stack": args.stack})
