@@ -191,3 +191,26 @@ def test_another_gpu_s_figures_given_by_set_are_said(shared_validation, capsys):
     err = capsys.readouterr().err
     assert ("compared with --hw a6000 as hw.memory.@device.bandwidth_bytes_per_s=696e9 changed it, another GPU: the "
             "errors include what those figures leave of the two devices' difference") in err
+
+
+def test_a_meta_naming_a_model_of_another_width_is_refused(tmp_path, capsys):
+    """A meta.json naming Llama-2-13B beside a 7B capture costed every projection +56% without a word (a trace
+    trial): the first aten::linear's input width says which model ran. --model re-costs it on purpose, and says so."""
+    import json
+    import shutil
+
+    from sim.apps.cli import main
+    from sim.core.model import load_model
+    from tests.conftest import ROOT
+    src = ROOT / "traces" / "h200" / "llama2-7b_L4_fp16_b1_p1024_d8_cuda"
+    if not src.with_suffix(".trace.json.gz").is_file():
+        pytest.skip("no H200 traces")
+    dst = tmp_path / "x_L4_fp16_b1_p1024_d8_cuda"
+    shutil.copy(src.with_suffix(".trace.json.gz"), dst.with_suffix(".trace.json.gz"))
+    meta = json.loads(src.with_suffix(".meta.json").read_text())
+    meta["model"] = {**meta["model"], **load_model("llama2-13b").to_dict(), "name": "llama2-13b"}
+    dst.with_suffix(".meta.json").write_text(json.dumps(meta))
+    trace = str(dst.with_suffix(".trace.json.gz"))
+    assert main(["validate", trace, "--hw", "h200", "-q"]) == 2
+    assert "is 5120 wide, but the capture's first projection takes 4096-wide inputs" in capsys.readouterr().err
+    assert main(["validate", trace, "--hw", "h200", "--model", "llama2-7b", "-q"]) == 0
