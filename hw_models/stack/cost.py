@@ -166,7 +166,7 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     # registers: 2 vector FLOPs an element, as the plain path), draw their energy too (a review: only op.bytes had)
     energy = ((op.bytes + passes_b) * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)
               + (unit.flop_energy_j(w.elements * compute_path.DEQUANT_FLOPS_PER_ELEMENT, VECTOR)
-                 if family_widens(op, family) else 0.0))
+                 if w is not None and widens(w.fmt, fam) else 0.0))
     return OpCost(op, unit_name, duration, compute_s, memory_s + extra_s, overhead_s,
                   bound_of(compute_s, memory_s + extra_s, overhead_s), family, energy)
 
@@ -183,10 +183,16 @@ def _unrated_pair(op: Op, fmt: str, unit: Unit, unit_name: str, stack: Stack) ->
     return family if ok else None
 
 
+def widens(weight_fmt: str, fam: Family) -> bool:
+    """Whether `fam` runs weights stored in `weight_fmt` widened to a higher-precision rate (Marlin's registers, a
+    dequant pass): what their energy, `compute: native` and the widening note (sim.apps.checks) read."""
+    return fam.rate_format != VECTOR and get_format(weight_fmt).bits < get_format(fam.rate_format).bits
+
+
 def family_widens(op: Op, family: str) -> bool:
-    """Whether `family` runs `op`'s weights widened to a higher-precision rate (Marlin's registers, a dequant pass)."""
-    w, rate = _weight(op), families()[family].rate_format
-    return w is not None and rate != VECTOR and get_format(w.fmt).bits < get_format(rate).bits
+    """widens() for `op`'s weights under the family named `family` (False where the op has none)."""
+    w = _weight(op)
+    return w is not None and widens(w.fmt, families()[family])
 
 
 def stack_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, plain: OpCost | None

@@ -16,7 +16,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
 from pydantic import BaseModel
 
 from hw_models import registry

@@ -12,6 +12,7 @@ from hw_models.kinds import KINDS, section_owners
 from hw_models.machine import Machine, machine_aliases, PRESET_DIR
 from hw_models.offload.spec import host_spec
 from hw_models.pim.config import load_pim_config
+from hw_models.stack.cost import widens
 from hw_models.stack.kernel_families import families
 from hw_models.stack.spec import stack_for
 from sim.apps.serve.disagg_files import transfer_notes, unread_plan
@@ -121,12 +122,11 @@ def stack_widens_native(workload: Workload, machine: Machine) -> list[str]:
                                                   for role, f in (workload.formats.overrides or {}).items()]
     out = []
     for fmt, experts in dict.fromkeys((get_format(f).name, e) for f, e in given):
-        fam = stack.family(fmt, unit.efficiency.compute_capability, experts) if fmt != act.name else None
-        rate = families()[fam].rate_format if fam else "vector"
-        if rate != "vector" and get_format(rate).bits > get_format(fmt).bits \
-                and native_pair_rate(unit, "unit", fmt, act.name):
+        name = stack.family(fmt, unit.efficiency.compute_capability, experts) if fmt != act.name else None
+        fam = families()[name] if name else None
+        if fam and widens(fmt, fam) and native_pair_rate(unit, "unit", fmt, act.name):
             out.append(f"{workload.source or workload.name}: formats: {fmt}{' experts' if experts else ''} x "
-                       f"{act.name}: stack {stack.name} runs them as {fam}, widened to its {rate} rate, though "
+                       f"{act.name}: stack {stack.name} runs them as {name}, widened to its {fam.rate_format} rate, though "
                        f"{machine.name} pairs them natively: that engine path is not modelled "
                        f"(hw_models/stack/presets/{stack.name}.yaml)")
     return out
