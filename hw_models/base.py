@@ -16,7 +16,8 @@ from typing import Callable
 
 from hw_models.capacity_hint import capacity_hint
 from hw_models.machine import Machine
-from hw_models.power import at_capped_clock, board_of, busy_time_note, cap_figures, cap_note, with_cap
+from hw_models.clock import clock_counters
+from hw_models.power import at_capped_clock, board_of, busy_time_note, cap_figures, cap_note, capped_step
 from hw_models.stack.engine_data import engine_data
 from hw_models.stack.sampler import step_sampling
 from hw_models.stack.step_overhead import HOST, EngineHost, StepOverhead
@@ -235,9 +236,11 @@ class Mapper:
 
     def graph_step(self, phase: str, kv_len: int, graph: OpGraph,
                    busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s) -> StepResult:
-        """`graph` run in the engine as a step: the fold's unit (a pipeline caps its stages here)."""
+        """`graph` run in the engine as a step: the fold's unit (a pipeline caps its stages here), with its ops' split
+        by what the SM clock paces (hw_models.clock: the cap reads it)."""
         tl = self.run_graph(graph)
-        return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl))
+        return StepResult(phase, kv_len, tl.makespan_s, busy(tl), self.energy_j(tl),
+                          clock_counters((i.tag for i in tl.intervals), self.machine.main_unit))
 
     @property
     def fold_from(self) -> int:
@@ -292,8 +295,8 @@ class Mapper:
                   exhaustive: bool = False, busy: Callable[[Timeline], dict[str, float]] = Timeline.busy_s,
                   device_only: bool = False, experts: bool = True) -> StepResult:
         """One serving iteration: prefill chunks and decode sequences of different lengths,
-        each (q_len, kv_len), lowered by sim.core.mixed, identical layers folded, with the
-        engine's host work for len(seqs) sequences unless `device_only`. The step-cost
+        each (q_len, kv_len), lowered by sim.core.mixed, identical layers folded, under the power cap and with
+        the engine's host work for len(seqs) sequences unless `device_only` (ExactCost caps it). The step-cost
         oracle of the request-level simulation (sim.apps.serve); `busy` as in _folded.
         `experts=False`: one attention group's own ops only, the routed experts left to
         `expert_part` (a kind with expert parallelism overrides this)."""
@@ -302,8 +305,7 @@ class Mapper:
         flash = self.workload.flash_attention
         step = self._folded("iteration", 0, lambda n: lower_iteration(self.model, seqs, self.formats, flash, n,
                                                                        logits), exhaustive, busy)
-        step = self.capped(step)
-        return step if device_only else self.with_engine(step, len(seqs))
+        return step if device_only else self.with_engine(self.capped(step), len(seqs))
 
     def collectives_per_iteration(self) -> int:
         """Collectives one serving iteration runs between devices (hw_models.stack.engine_overheads'
@@ -343,20 +345,11 @@ class Mapper:
         return self.power_j({}, 1.0) + self.gap_active_j(1.0)
 
     def capped(self, step: StepResult) -> StepResult:
-        """`step` under the main unit's board power limit (hw_models.power): where each device's power over it
-        would exceed the limit, the clock drops and the step stretches until it does not (the devices do the
-        same work at once: each draws the mean; a pipeline caps its stages in graph_step); busy times stay
-        those at full clock (they charge the activity energy). Applied after the fold, like the host's max()."""
-        bp = self.machine.board_power()
-        if bp is None or bp.limit_w is None or step.time_s <= 0.0:
-            return step
-        n, t = self.devices, step.time_s
-        clocked_j = step.energy_j + self.power_j(step.busy_s, t) - self.power_j({}, t)   # activity + dynamic
-        s = bp.stretch(t, clocked_j / n)
-        if s == 1.0:
-            return step
-        return StepResult(step.phase, step.kv_len, t * s, step.busy_s, step.energy_j,
-                          with_cap(step.counters, t * (s - 1.0), clocked_j / n, t))
+        """`step` under the main unit's board power limit (hw_models.power.capped_step): where each device's power
+        over it would exceed the limit, the clock drops until it does not, and the step slows as that clock paces
+        its ops (the devices do the same work at once: each draws the mean; a pipeline caps its stages in
+        graph_step). Applied after the fold, like the host's max()."""
+        return capped_step(self, step)
 
     records_at_capped_clock = True   # step_timeline's records at a binding cap's clock (power.at_capped_clock)
 

@@ -14,16 +14,21 @@ GPU running a GEMV keeps every SM clocked (ML.ENERGY's H100 Llama-3.1-8B at batc
 486 W per GPU, docs/energy.md).
 
 The cap: when P exceeds the board power limit L (power_limit_w, else the TDP power_w), the
-GPU lowers its clock until it does not. The activity and dynamic energies are energies per
-cycle and per op (C V^2 each): we hold them fixed, so a clock slower by s spreads the same
-joules over s times the time, while idle power keeps drawing:
+GPU lowers its SM clock until it does not. What that clock paces slows, what DRAM paces does
+not (hw_models.clock): at a clock ratio r the step takes t + added(r) and its activity energy
+is active_w x r x (busy + added(r)) (an energy per cycle); its FLOPs' and bytes' energies are
+held at their full-clock figures (C V^2 each at full voltage), while idle power keeps drawing:
+
+    idle + (active_w x r x (busy + added(r)) + dynamic_j) / (t + added(r)) = L
+
+solved for r (hw_models.clock.ClockWork.ratio). A step whose ops were not split by bound (a
+pipeline's stage tasks, an offload block) stretches as a whole, s = 1/r, every cycle kept:
 
     idle + (active_w x busy + dynamic_j) / (s t) = L   =>   s = (active_w x busy + dynamic_j) / (t (L - idle))
 
-`busy` stays the busy time at full clock (the activity energy), the step's time grows to s t.
 Holding the energy per op fixed ignores the lower voltage at a lower clock (which cuts it
-~V^2), so s is an upper bound on the slowdown; the ML.ENERGY runs, which never sit at the cap
-for long, cannot constrain the difference.
+~V^2), so the energy under a cap is an upper bound; the ML.ENERGY runs, which never sit at the
+cap for long, cannot constrain the difference.
 """
 
 from __future__ import annotations
@@ -33,7 +38,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from hw_models.clock import ClockWork, op_added_s
+
 from sim.core.generation import Generation
+from sim.core.results import StepResult
 from sim.core.schema import Quantity
 
 
@@ -78,6 +86,31 @@ class BoardPower:
             return 1.0
         # limit_w > idle_w is checked where the unit is read (Unit._power_limit), so the headroom is positive.
         return max(1.0, clocked_j / (time_s * (self.limit_w - self.idle_w)))
+
+    def under_cap(self, time_s: float, active_j: float, dynamic_j: float,
+                  work: ClockWork | None) -> tuple[float, float, float]:
+        """What the cap does to one device's step of `time_s` seconds drawing `active_j` activity and `dynamic_j`
+        dynamic joules at full clock: the seconds it adds, its ops slowed as the clock that meets the limit paces
+        them (`work`: their split by bound), or the whole step stretched (no split, or no clock meets the limit:
+        ClockWork.ratio); and the activity joules the lower clock saves (fewer cycles while memory-bound ops wait
+        on DRAM: hw_models.clock; none where the whole step stretches, every cycle kept); and the clock ratio.
+        (0, 0, 1) where it does not bind. Either way the device then draws the limit over the step."""
+        if self.limit_w is None or time_s <= 0.0 or self.idle_w + (active_j + dynamic_j) / time_s <= self.limit_w:
+            return 0.0, 0.0, 1.0
+        r = self.clock_ratio(time_s, active_j, dynamic_j, work)
+        if r is None:
+            s = self.stretch(time_s, active_j + dynamic_j)
+            return time_s * (s - 1.0), 0.0, 1.0 / s
+        added = work.added_s(r)
+        return added, active_j * (1.0 - r) - self.active_w * r * added, r
+
+    def clock_ratio(self, time_s: float, active_j: float, dynamic_j: float, work: ClockWork | None) -> float | None:
+        """The SM clock ratio (<= 1) the limit leaves one device's step (under_cap's arguments); None where the
+        step stretches as a whole."""
+        if work is None:
+            return None
+        busy = active_j / self.active_w if self.active_w > 0.0 else 0.0
+        return work.ratio(self.limit_w - self.idle_w, self.active_w, time_s, busy, dynamic_j)
 
     def average_w(self, time_s: float, busy_s: float, dynamic_j: float) -> float:
         """Average power of one device over a step (the formula above)."""
@@ -163,45 +196,58 @@ def board_of(machine: Any, devices: int) -> Board:
                  source=unit.power_source if bp else "", boards=unit.boards)
 
 
-# A binding cap's counters on a step (extensive): the seconds it added, one device's clocked joules, their window.
-CAP_COUNTERS = ("power_cap_s", "power_cap_clocked_j", "power_cap_window_s")
+# A binding cap's counters on a step (extensive): the seconds it added, one device's clocked joules, their window,
+# and the window times the clock ratio the limit left (their ratio: the mean clock, as a share of full).
+CAP_COUNTERS = ("power_cap_s", "power_cap_clocked_j", "power_cap_window_s", "power_cap_clock_s")
 # The entry a serving step cost (sim.apps.serve.stepcost) books the cap's added seconds under, beside the
 # resources' busy seconds: the cost vector is what the surrogate interpolates and the table cache stores, so the
 # added time travels with the step's time through both; it is not a resource (utilization skips it).
 CAP_ADDED = "power_cap"
+# Beside it, the seconds of iterations the limit ran at a lowered clock: a memory-bound step meets a limit at a lower
+# clock in the same time (hw_models.clock), so a cap can bind and add nothing.
+CAP_CLOCKED = "power_cap_clocked"
+CAP_CLOCK = "power_cap_clock"   # those seconds times the clock ratio: over CAP_CLOCKED, the mean clock there
 
 
-def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, window_s: float) -> dict[str, float]:
+def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, window_s: float,
+             clock: float | None = None) -> dict[str, float]:
     """A capped step's counters (extensive, so they fold over layers and sum over steps): the seconds the cap
-    added, and one device's clocked joules over the window it was averaged on (what its board would draw
-    at full clock: idle + clocked_j / window_s)."""
+    added, one device's clocked joules over the window it was averaged on (what its board would draw at full
+    clock: idle + clocked_j / window_s), and the clock ratio the limit left (None: the whole window stretched
+    alike, at window / (window + added))."""
+    r = window_s / (window_s + added_s) if clock is None else clock
     out = dict(counters)
-    for key, v in zip(CAP_COUNTERS, (added_s, clocked_j, window_s)):
+    for key, v in zip(CAP_COUNTERS, (added_s, clocked_j, window_s, window_s * r)):
         out[key] = out.get(key, 0.0) + v
     return out
 
 
-# No clock floor is modelled: near the idle power the stretch grows without bound (a trial's 120 W limit on an
-# H100 stretched a prefill 201x), where a real board stops at its lowest clock; runs say so past 3x.
+# No clock floor is modelled: near the idle power the clock falls without bound (a trial's 120 W limit on an
+# H100 stretched a prefill 201x), where a real board stops at its lowest clock, and a memory-bound kernel's loads
+# need the SMs' cycles too; runs say so below a third of the full clock (a step stretched alike past 3x).
 FLOOR_STRETCH = 3.0
-NO_CLOCK_FLOOR = ("past 3x no clock floor is modelled (a real board stops at its lowest clock): a limit this close to "
-                  "the idle power is outside the model")
+NO_CLOCK_FLOOR = ("below a third of the full clock no clock floor is modelled (a real board stops at its lowest "
+                  "clock, and memory-bound kernels slow too): a limit this close to the idle power is outside the model")
 
 
-def cap_note(cap: dict, records_stretched: bool = True) -> str:
-    """The run's note where the board power limit bound (cap_figures' figures). A memory-bound step (decode) is
-    stretched as a whole although its HBM keeps its own clock: its stretch is an upper bound, and the note says so."""
-    phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} (the board would draw {cap[p + '_board_w']:.0f} W at full clock"
+def cap_note(cap: dict, split: bool = True) -> str:
+    """The run's note where the board power limit bound (cap_figures' figures). `split`: the steps slowed op by op as
+    the lowered clock paces them (hw_models.clock), their op records with them; else (a pipeline's stages, an
+    offload block) each capped part stretched as a whole, its records at full clock, and a memory-bound step's
+    stretch an upper bound (its HBM keeps its own clock), which the note says."""
+    bound = [p for p in ("prefill", "decode") if cap[p + "_board_w"] is not None]
+    phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} at {cap[p + '_clock']:.0%} of the full clock (the board would "
+                       f"draw {cap[p + '_board_w']:.0f} W at full clock"
                        + ("; an upper bound: every op stretched alike, though memory-bound ones wait on DRAM, whose "
-                          "clock the cap does not lower" if p == "decode" else "") + ")"
-                       for p in ("prefill", "decode") if cap[p + "_s"])
-    floor = f"; {NO_CLOCK_FLOOR}" if any(cap[p + "_stretch"] > FLOOR_STRETCH - 1.0 for p in ("prefill", "decode")
-                                          if cap[p + "_s"]) else ""
-    return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the clock: {phases}{floor}; "
-            "each op's joules are kept at full clock, so the energy under a cap is an upper bound (a lower clock "
-            "lowers the voltage too), "
+                          "clock the cap does not lower" if p == "decode" and not split else "") + ")" for p in bound)
+    floor = f"; {NO_CLOCK_FLOOR}" if any(cap[p + "_clock"] < 1.0 / FLOOR_STRETCH for p in bound) else ""
+    return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the SM clock: {phases}{floor}; "
+            + ("compute-bound ops slow with the clock, memory-bound ones keep DRAM's pace until their compute "
+               "outgrows it, and draw less activity power (hw_models/clock.py); " if split else "")
+            + "each op's FLOP and byte joules are kept at full clock, so the energy under a cap is an upper bound (a "
+            "lower clock lowers the voltage too), "
             + ("the step's op records (--json ops, --chrome-trace) run at the lowered clock, the engine's host work "
-               "at its own speed, " if records_stretched else
+               "at its own speed, " if split else
                "the step's op records (--json ops, --chrome-trace) are its ops at full clock (its parts are capped "
                "apart), the stretch on the step as a whole, ")
             + "and utilisation is the work at full clock over the stretched time (a GPU the cap keeps busy reads "
@@ -210,31 +256,65 @@ def cap_note(cap: dict, records_stretched: bool = True) -> str:
 
 def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
     """How far the board power limit stretched a run's steps (their `with_cap` counters), None where it never
-    bound: each phase's added time over its time at full clock, and the power a board would have drawn."""
+    bound: each phase's added time over its time at full clock, the power a board would have drawn, and the
+    clock the limit left (a share of full: its mean over the phase's capped time at full clock)."""
     steps = {"prefill": ([gen.prefill], 1.0), "decode": (gen.sampled, gen.share)}
     sums = {ph: {k: float(sum(st.counters.get(k, 0.0) for st in ss) * w)
                  for k in CAP_COUNTERS} for ph, (ss, w) in steps.items()}
-    if not any(v["power_cap_s"] > 0.0 for v in sums.values()):
+    if not any(v["power_cap_window_s"] > 0.0 for v in sums.values()):   # a cap can bind and add no time
         return None
     phase_s = {"prefill": gen.prefill.time_s, "decode": float(gen.decode_times_s.sum())}
     out: dict = {"limit_w": board.limit_w}
     for ph, v in sums.items():
-        added = v["power_cap_s"]
+        added, bound = v["power_cap_s"], v["power_cap_window_s"] > 0.0
         out[f"{ph}_s"] = added
         out[f"{ph}_stretch"] = added / (phase_s[ph] - added) if added else 0.0
-        out[f"{ph}_board_w"] = board.idle_w + v["power_cap_clocked_j"] / v["power_cap_window_s"] if added else None
+        out[f"{ph}_board_w"] = board.idle_w + v["power_cap_clocked_j"] / v["power_cap_window_s"] if bound else None
+        out[f"{ph}_clock"] = v["power_cap_clock_s"] / v["power_cap_window_s"] if bound else 1.0
     return out
 
 
+def capped_step(mapper: Any, step: StepResult) -> StepResult:
+    """`step` under its mapper's board power limit (Mapper.capped): slowed by what the limit adds (under_cap), its
+    busy times those at full clock, the activity the lower clock saves taken off its energy."""
+    bp = mapper.machine.board_power()
+    if bp is None or bp.limit_w is None or step.time_s <= 0.0:
+        return step
+    t, active_j, dynamic_j, work = device_power(mapper, step)
+    added, saved_j, clock = bp.under_cap(t, active_j, dynamic_j, work)
+    if clock == 1.0:
+        return step
+    return StepResult(step.phase, step.kv_len, t + added, step.busy_s, step.energy_j - mapper.devices * saved_j,
+                      with_cap(step.counters, added, active_j + dynamic_j, t, clock))
+
+
+def device_power(mapper: Any, step: StepResult) -> tuple[float, float, float, ClockWork | None]:
+    """What the cap reads of a step at full clock, one device's: its seconds, activity and dynamic joules (the
+    mapper's units over its busy times, the tasks' energy; a mapper simulating one of several devices scales both
+    to all, so both are divided back), and its ops' split by what paces them (None: not split)."""
+    n, t = mapper.devices, step.time_s
+    active_j = mapper.power_j(step.busy_s, t) - mapper.power_j({}, t)
+    return t, active_j / n, step.energy_j / n, ClockWork.read(step.counters)
+
+
 def at_capped_clock(mapper: Any, tasks: list, phase: str, q_len: int, kv_len: int) -> list:
-    """A step's device tasks at the clock its board power limit leaves (Mapper.capped): each `s` times as long, s the
-    step's stretch, so its op records end where its time does (they had stayed at full clock, the stretch said only
-    of the step as a whole). The stretch is the folded step's, which the run's TTFT and TPOT carry (no second run of
-    the whole step). The caller adds the engine's host work after, at its own speed; a kind whose parts are capped
-    apart (a pipeline's stages) keeps them at full clock (records_at_capped_clock False)."""
+    """A step's device tasks at the clock its board power limit leaves (Mapper.capped): each op slowed as that clock
+    paces it (hw_models.clock.op_added_s), or, where the step is not split by bound, each task `s` times as long,
+    s the step's stretch, so its op records end where its time does (they had stayed at full clock, the stretch
+    said only of the step as a whole). The clock is the folded step's, which the run's TTFT and TPOT carry (no
+    second run of the whole step). The caller adds the engine's host work after, at its own speed; a kind whose
+    parts are capped apart (a pipeline's stages) keeps them at full clock (records_at_capped_clock False)."""
     bp = mapper.machine.board_power()
     if bp is None or bp.limit_w is None or not mapper.records_at_capped_clock:
         return tasks
     full = mapper.device_step(phase, q_len, kv_len)
-    s = mapper.capped(full).time_s / full.time_s if full.time_s > 0.0 else 1.0
-    return tasks if s == 1.0 else [replace(t, duration_s=t.duration_s * s) for t in tasks]
+    added = mapper.capped(full).time_s - full.time_s
+    if added <= 0.0:
+        return tasks
+    r = bp.clock_ratio(*device_power(mapper, full))
+    if r is None:
+        s = 1.0 + added / full.time_s
+        return [replace(t, duration_s=t.duration_s * s) for t in tasks]
+    unit, turned = mapper.machine.main_unit, ClockWork.read(full.counters).turned(r)
+    return [replace(t, duration_s=t.duration_s + op_added_s(t.tag, r, turned)) if getattr(t.tag, "unit", None) == unit
+            and hasattr(t.tag, "bound") else t for t in tasks]

@@ -3,8 +3,11 @@ decode, the stretch of a binding cap, and the monotone properties a reader expec
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from hw_models.clock import CLOCK_COUNTERS, ClockWork
 from hw_models.ideal import ideal
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
 from hw_models.power import BoardPower
@@ -51,19 +54,74 @@ def test_memory_bound_decode_draws_idle_plus_active_plus_bytes_at_bandwidth():
     assert step.energy_j == pytest.approx(GDDR_J_PER_BYTE * BW * step.time_s, rel=1e-6)
 
 
-def test_binding_cap_stretches_the_step_by_the_predicted_factor():
-    """A compute-bound prefill (2048 tokens) at 2 pJ/FLOP draws ~420 W uncapped; under a 300 W cap the
-    step stretches by s = (active x busy + dynamic) / (t (300 - idle)) and then averages exactly 300 W."""
+def test_binding_cap_slows_the_clock_bound_ops_by_the_predicted_factor():
+    """A compute-bound prefill (2048 tokens) at 2 pJ/FLOP draws ~420 W uncapped. Under a 300 W cap the SM clock
+    falls to the ratio r at which idle + (active x r x (busy + added) + dynamic) / (t + added) = 300 W, where the
+    compute-bound ops' compute c slows to c / r (added = c (1/r - 1)) and the memory-bound ops keep DRAM's pace
+    (hw_models.clock): times r, a quadratic in r, solved here by hand. The step then averages exactly 300 W, and
+    takes less than the whole step stretched alike (the earlier model: s = (active x busy + dynamic) / (t x 220))."""
     free = _mapper(_machine(2e-12, limit_w=1e6), prompt_len=2048)
     capped = _mapper(_machine(2e-12, limit_w=300.0), prompt_len=2048)
     a, b = free.step("prefill", 2048, 2048), capped.step("prefill", 2048, 2048)
     assert _power_w(free, a) > 300.0
-    s = (ACTIVE_W * a.busy_s["gpu"] + a.energy_j) / (a.time_s * (300.0 - IDLE_W))
-    assert s > 1.05
-    assert b.time_s == pytest.approx(a.time_s * s, rel=1e-9)
-    assert b.energy_j == pytest.approx(a.energy_j)          # the work costs what it costs
+    sm, mem, mem_sm = (a.counters[k] for k in CLOCK_COUNTERS)
+    assert 0.5 * a.time_s < sm < a.time_s and mem > 0.0      # mostly compute-bound, some memory-bound ops
+    t, busy, dyn, head = a.time_s, a.busy_s["gpu"], a.energy_j, 300.0 - IDLE_W
+    qa, qb, qc = ACTIVE_W * (busy - sm), ACTIVE_W * sm + dyn - head * (t - sm), head * sm
+    r = (-qb + math.sqrt(qb * qb + 4 * qa * qc)) / (2 * qa)
+    assert mem_sm / mem < r < 1.0                             # the memory-bound ops stay memory-bound at r
+    assert b.time_s == pytest.approx(t + sm * (1 / r - 1), rel=1e-9)
+    assert b.time_s < t * (ACTIVE_W * busy + dyn) / (t * head)
+    # the FLOPs and bytes cost what they cost; the memory-bound ops' cycles at clock r draw r x their activity
+    assert b.energy_j == pytest.approx(dyn - ACTIVE_W * (busy * (1 - r) - r * (b.time_s - t)), rel=1e-9)
     assert _power_w(capped, b) == pytest.approx(300.0, rel=1e-9)
     assert b.counters["power_cap_s"] == pytest.approx(b.time_s - a.time_s)
+
+
+# By hand: 100 W idle, 200 W activity, a 500 W limit (400 W of headroom); a 1 s step busy throughout with 600 J of
+# FLOP and byte energy draws 100 + 200 + 600 = 900 W at full clock.
+HAND = BoardPower(idle_w=100.0, active_w=200.0, limit_w=500.0)
+
+
+def test_a_clock_bound_step_stretches_as_a_whole():
+    """All of it compute-bound: 200 r (1 + (1/r - 1)) + 600 = 400 / r -> r = 400 / 800 = 0.5, the step 1 s longer,
+    the same s = 2 as the whole step stretched alike (every cycle kept, no activity saved)."""
+    assert HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=1.0, mem_s=0.0)) == pytest.approx((1.0, 0.0, 0.5))
+    assert HAND.under_cap(1.0, 200.0, 600.0, None) == pytest.approx((1.0, 0.0, 0.5))
+
+
+def test_memory_bound_ops_keep_drams_pace_under_a_cap():
+    """Half compute-bound (0.5 s), half memory-bound (0.5 s of DRAM, 0.1 s of compute): the memory half's time stays
+    while r >= 0.1 / 0.5, so 200 r (1 + 0.5 (1/r - 1)) + 600 = 400 (1 + 0.5 (1/r - 1)), i.e.
+    100 r^2 + 500 r - 200 = 0, r = (-500 + sqrt(500^2 + 4 x 100 x 200)) / 200 = 0.3723: 0.843 s added (2 s under the
+    whole-step stretch), and 200 x (1 - r) - 200 r x 0.843 = 62.2 J of activity saved; 900 J - 62.2 J over 1.843 s
+    = ... the limit, 400 W above idle."""
+    r = (-500 + math.sqrt(500**2 + 4 * 100 * 200)) / 200
+    added, saved, clock = HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=0.5, mem_s=0.5, mem_sm_s=0.1))
+    assert clock == pytest.approx(r, rel=1e-12)
+    assert added == pytest.approx(0.5 * (1 / r - 1), rel=1e-12) and added == pytest.approx(0.843, abs=5e-4)
+    assert saved == pytest.approx(200 * (1 - r) - 200 * r * added, rel=1e-12)
+    assert (200 + 600 - saved) / (1 + added) == pytest.approx(400.0, rel=1e-12)
+
+
+def test_memory_bound_ops_turn_clock_bound_below_their_compute_share():
+    """The same, with 0.45 s of compute in the memory half: at the 0.372 above its compute (0.45 / 0.372 s) would
+    outgrow its DRAM time, so both halves are clock-bound: 0.95 / r - 1 added, 200 (0.95 + r (1 - 1)) + 600 =
+    400 x 0.95 / r -> r = 380 / 790 = 0.481, 0.975 s added."""
+    added, saved, clock = HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=0.5, mem_s=0.5, mem_sm_s=0.45))
+    assert clock == pytest.approx(380 / 790, rel=1e-12)
+    assert added == pytest.approx(0.95 / (380 / 790) - 1.0, rel=1e-12)
+    assert (200 + 600 - saved) / (1 + added) == pytest.approx(400.0, rel=1e-12)
+
+
+def test_a_memory_bound_step_meets_a_cap_at_a_lower_clock_in_the_same_time():
+    """All of it DRAM's pace (1 s, no compute to slow): with 300 J of bytes 200 r + 300 = 400 -> r = 0.5, no time
+    added and 100 J of activity saved; with 500 J of bytes no clock meets 500 W (the bytes alone draw 600 W), and the
+    step stretches as a whole, s = (200 + 500) / 400."""
+    mem_only = ClockWork(sm_s=0.0, mem_s=1.0)
+    assert HAND.under_cap(1.0, 200.0, 300.0, mem_only) == pytest.approx((0.0, 100.0, 0.5))
+    assert HAND.under_cap(1.0, 200.0, 500.0, mem_only) == pytest.approx((0.75, 0.0, 1 / 1.75))
+    assert HAND.under_cap(1.0, 200.0, 100.0, mem_only) == (0.0, 0.0, 1.0)   # 400 W: the limit does not bind
 
 
 def test_cap_that_does_not_bind_changes_nothing():
@@ -517,7 +575,7 @@ def test_a_limit_near_idle_says_no_clock_floor_is_modelled():
         warnings.simplefilter("ignore")
         low = simulate(w, load_machine("h100_sxm", {"units.gpu.power_limit_w": 120}))
         usual = simulate(w, load_machine("h100_sxm"))
-    assert any("past 3x no clock floor is modelled" in n for n in low.notes)
+    assert any("below a third of the full clock no clock floor is modelled" in n for n in low.notes)
     assert not any("no clock floor" in n for n in usual.notes)
     # an energy trial read utilization.gpu 11% at 150 W as an idle GPU: the note says it is the full-clock work
     # over the stretched time, and the figure is that
@@ -567,7 +625,8 @@ def test_capped_op_records_end_where_the_step_does(stack):
         warnings.simplefilter("ignore")
         r = simulate(w, load_machine("h100_sxm", {"units.gpu.power_limit_w": 300}))
     cap = r.extra["power_cap"]
-    assert cap["prefill_stretch"] > 1.0 and cap["decode_stretch"] > 0.5
+    # both phases bound (their boards would draw more than 300 W); the decode step's memory-bound ops keep their time
+    assert cap["prefill_stretch"] > 1.0 and cap["decode_board_w"] > 300.0 and cap["decode_stretch"] < cap["prefill_stretch"]
     assert max(o.end_s for o in r.prefill_ops) == pytest.approx(r.ttft_s, rel=1e-9)
     assert max(o.end_s for o in r.decode_ops) == pytest.approx(r.decode_timeline.makespan_s, rel=1e-12)
     assert any("op records (--json ops, --chrome-trace) run at the lowered clock" in n for n in r.notes)

@@ -84,12 +84,12 @@ def test_the_run_says_when_the_cap_binds(tmp_path, capsys):
     err = capsys.readouterr()
     note = next(line for line in (err.out + err.err).splitlines() if "power cap:" in line)
     assert cap["limit_w"] == 700.0 and cap["prefill_stretch"] > 0.05 and f"prefill {cap['prefill_stretch']:+.1%}" in note
-    # At full clock the board draws idle + clocked / t; capped, the step stretches by s = clocked / (t (L - idle)),
-    # so the board's draw is idle + s (L - idle) (power.py).
-    idle = load_machine("h100_sxm").units["gpu"].idle_power_w
-    assert cap["prefill_board_w"] == pytest.approx(idle + (1 + cap["prefill_stretch"]) * (700.0 - idle))
     assert f"would draw {cap['prefill_board_w']:.0f} W" in note and cap["decode_board_w"] is None
+    assert f"at {cap['prefill_clock']:.0%} of the full clock" in note and cap["prefill_clock"] < 1 / (1 + cap["prefill_stretch"])
     assert main(["run", str(ROOT / "workloads/llama13b_prefill.yaml"), "--hw", "h100_sxm", "--json", str(out),
                  "--set", "hw.units.gpu.power_limit_w=5000"]) == 0
-    assert "power_cap" not in json.loads(out.read_text())["extra"]
+    free = json.loads(out.read_text())
+    assert "power_cap" not in free["extra"]
+    # what the board would draw at full clock is what the uncapped run's prefill draws: its energy over its TTFT
+    assert cap["prefill_board_w"] == pytest.approx(free["energy_by_phase_j"]["prefill"] / free["ttft_s"], rel=1e-9)
     assert "power cap:" not in "".join(capsys.readouterr())

@@ -199,7 +199,7 @@ def test_attention_groups_pay_the_host_work_once():
     from sim.apps.serve.attention_dp import GroupedCost
     so = load_stack("vllm-v0").step_overhead
     dense = SimpleNamespace(keys=["gpu"], op_level=False, device=lambda it: (1e-3 * len(it.seqs), 0.0, 1e-3 * len(it.seqs)),
-                            cap_added_s=lambda t, e: 0.0)   # no board limit
+                            cap=lambda t, e, busy: (0.0, 0.0, 1.0))   # no board limit
     mapper = SimpleNamespace(expert_part=lambda most, total: (2e-3, 0.0, {"gpu": 2e-3}), power_j=lambda b, w: 0.0, gap_j=lambda w: 0.0,
                              engine_host_s=lambda n: so.host_s(n, 2), step_overhead=so)
     groups = (features([(1, 100)] * 3), features([(1, 100)] * 5))

@@ -135,18 +135,23 @@ def test_a_section_one_kind_lacks_is_an_error_row_of_that_kinds_points(tmp_path,
 
 # ---------------------------------------------------------------- 2: a cap past the model
 
-def _cap_rows(*stretches: tuple[float, float]) -> pd.DataFrame:
+def _cap_rows(*stretches: tuple[float, ...]) -> pd.DataFrame:
+    """Rows of (prefill stretch, decode stretch[, decode clock]); without a clock, a sweep's rows before the clock
+    column: the phase stretched alike, at 1 / (1 + stretch)."""
     return pd.DataFrame([{"point": i, LIMIT: 100 + i, "status": "ok", "power_cap_limit_w": 100 + i,
-                          "prefill_power_cap_stretch": pre, "decode_power_cap_stretch": dec}
-                         for i, (pre, dec) in enumerate(stretches)])
+                          "prefill_power_cap_stretch": s[0], "decode_power_cap_stretch": s[1],
+                          **({"decode_power_cap_clock": s[2]} if len(s) > 2 else {})}
+                         for i, s in enumerate(stretches)])
 
 
 def test_the_sweep_names_the_points_a_cap_stretches_past_sim_runs_range():
-    """`sim run` says past 3x (a stretch over 2: added time over twice the full-clock time) that no clock floor is
-    modelled: 2.99x is inside, 3.01x outside; an unbound point (0, 0) and a serving sweep say nothing."""
-    [note] = cap_caveats(_cap_rows((1.99, 0.5), (0.0, 2.01), (0.0, 0.0), (4.0, 1.0)), [LIMIT])
-    assert note.startswith("2 of 4 points: power cap: ")
-    assert f"point 1 ({LIMIT}=101: decode 3.01x); point 3 ({LIMIT}=103: prefill 5.00x, decode 2.00x); " in note
+    """`sim run` says below a third of the full clock (a phase stretched alike past 3x: added time over twice the
+    full-clock time) that no clock floor is modelled: 2.99x is inside, 3.01x outside, and so is a memory-bound decode
+    at 20% of its clock that took no longer; an unbound point (0, 0) and a serving sweep say nothing."""
+    [note] = cap_caveats(_cap_rows((1.99, 0.5), (0.0, 2.01), (0.0, 0.0), (4.0, 1.0), (0.0, 0.0, 0.2)), [LIMIT])
+    assert note.startswith("3 of 5 points: power cap: ")
+    assert (f"point 1 ({LIMIT}=101: decode 3.01x at 33% clock); point 3 ({LIMIT}=103: prefill 5.00x at 20% clock, "
+            f"decode 2.00x at 50% clock); point 4 ({LIMIT}=104: decode 1.00x at 20% clock); ") in note
     assert "point 0" not in note and note.endswith("a limit this close to the idle power is outside the model")
     assert cap_caveats(_cap_rows((1.99, 1.5)), [LIMIT]) == []
     assert cap_caveats(pd.DataFrame([{"status": "ok", "power_cap_stretch": 9.0}]), [LIMIT]) == []
@@ -164,9 +169,10 @@ def test_sim_sweep_warns_of_a_cap_past_the_model(tmp_path, capsys):
         "so of each)"]
     [line] = [ln for ln in err if "power cap" in ln and "binds in" not in ln]
     row = load_results(tmp_path / "o").set_index(LIMIT).loc[120]
-    assert row["decode_power_cap_stretch"] > 2
+    assert row["decode_power_cap_clock"] < 1 / 3   # its memory-bound decode meets the limit far below full clock
     assert line.startswith("warning: 1 of 2 points: power cap: ")
-    assert f"point 0 (hw=h100_sxm, {LIMIT}=120: prefill {1 + row['prefill_power_cap_stretch']:.2f}x, decode " in line
+    assert (f"point 0 (hw=h100_sxm, {LIMIT}=120: prefill {1 + row['prefill_power_cap_stretch']:.2f}x at "
+            f"{row['prefill_power_cap_clock']:.0%} clock, decode ") in line
     assert "=700" not in line
 
 

@@ -289,7 +289,8 @@ def _ops_table(a: dict[str, Any], b: dict[str, Any], every: bool) -> Table:
     # largest change first, then by name: ties keep one order from run to run
     names = sorted(set(oa) | set(ob), key=lambda n: (-abs(ob.get(n, ("", 0.0))[1] - oa.get(n, ("", 0.0))[1]), n))
     capped = [(tag, any("op records (--json ops, --chrome-trace) run at the lowered clock" in n for n in d.get("notes", [])))
-              for tag, d in (("A", a), ("B", b)) if ((d.get("extra") or {}).get("power_cap") or {}).get("decode_s")]
+              for tag, d in (("A", a), ("B", b))
+              if ((d.get("extra") or {}).get("power_cap") or {}).get("decode_board_w") is not None]
     # a run's op records are at its capped clock where its note says so (hw_models.power.at_capped_clock; a docs trial
     # read "at full clock" over ops stretched 1.65x), a pipeline's stages at full clock
     said = [f"{tag}'s ops run at the clock its board power cap leaves" if slow else
@@ -315,8 +316,10 @@ def cap_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     for tag, d in (("A", a), ("B", b)):
         run = (d.get("extra") or {}).get("power_cap") or {}
         serve = (d.get("energy") or {}).get("power_cap") or {}
-        phases = [f"{p} +{run[p + '_stretch']:.1%}" for p in ("prefill", "decode") if (run.get(p + "_s") or 0) > 0]
-        phases += [f"engine time +{serve['stretch']:.1%}"] if (serve.get("added_s") or 0) > 0 else []
+        # a phase the limit bound: its board would have drawn more (a memory-bound one meets it in the same time)
+        phases = [f"{p} +{run[p + '_stretch']:.1%}" for p in ("prefill", "decode")
+                  if (run.get(p + "_s") or 0) > 0 or run.get(p + "_board_w") is not None]
+        phases += [f"engine time +{serve['stretch']:.1%}"] if serve else []
         if phases:
             said.append(f"{tag}: its {run.get('limit_w') or serve.get('limit_w'):g} W board power limit binds and "
                         f"lowers the clock: {', '.join(phases)} (in the metrics above; hw_models/power.py)")

@@ -35,7 +35,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from hw_models.base import Mapper
-from hw_models.power import CAP_ADDED
+from hw_models.clock import CLOCK_COUNTERS
+from hw_models.power import CAP_ADDED, CAP_CLOCK, CAP_CLOCKED
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.iteration import Iteration, features
 from sim.apps.serve.stepcost import Cost, StepCost
@@ -75,8 +76,15 @@ class GroupedCost:
         busy = dict(zip(self.dense.keys, slow[2:]))
         s, j, extra = self._experts(max(it.tokens for it in groups), sum(it.tokens for it in groups))
         t, j = slow[0] + s, slow[1] + j
-        if added := self.dense.cap_added_s(t, j):   # the instance's step under its board limit, as ExactCost.capped
-            t, j, extra = t + added, j + self.mapper.power_j({}, added), (*extra, (CAP_ADDED, added))
+        # the instance's step under its board limit, as ExactCost.capped: the experts' seconds slow with the clock
+        # (their split by bound is not kept), the groups' ops as the slowest group's split says
+        whole = dict(busy)
+        for k, v in (*extra, *(((CLOCK_COUNTERS[0], s),) if CLOCK_COUNTERS[0] in busy else ())):
+            whole[k] = whole.get(k, 0.0) + v
+        added, saved_j, clock = self.dense.cap(t, j, whole)
+        if clock < 1.0:
+            t, j = t + added, j + self.mapper.power_j({}, added) - saved_j
+            extra = (*extra, (CAP_ADDED, added), (CAP_CLOCKED, t), (CAP_CLOCK, t * clock))
         host = self.mapper.engine_host_s(sum(len(it.seqs) for it in groups))   # one scheduler for the instance
         if host:
             wall = self.mapper.step_overhead.step_s(t, host)

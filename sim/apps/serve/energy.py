@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hw_models.power import CAP_ADDED, Board, board_of
+from hw_models.power import CAP_ADDED, CAP_CLOCK, CAP_CLOCKED, Board, board_of
 from sim.apps.serve.simulator import DONE, ServeResult
 
 
@@ -96,14 +96,18 @@ def _at_most_limit(peak_w: float, limit_w: float | None) -> float:
 
 def cap_summary(res: ServeResult) -> dict[str, Any] | None:
     """How much the board power limit slowed the run's iterations (hw_models.power: the clock drops until the
-    board meets the limit), None where it never bound: the seconds it added over the run (all instances), and
-    the engine time's stretch, added over what the same iterations would have taken at full clock."""
-    added = float(res.busy_s.get(CAP_ADDED, 0.0))
-    if added <= 0.0:
+    board meets the limit), None where it never bound: the seconds it added over the run (all instances), the
+    engine time's stretch (added over what the same iterations would have taken at full clock), the share of the
+    engine time run at a lowered clock (a memory-bound iteration meets a limit there in the same time), and that
+    clock's mean ratio to full there."""
+    added, clocked = float(res.busy_s.get(CAP_ADDED, 0.0)), float(res.busy_s.get(CAP_CLOCKED, 0.0))
+    if clocked <= 0.0:
         return None
     engine_s = float(res.iterations["duration_s"].sum())
     return dict(limit_w=res.board.limit_w, added_s=added,
-                stretch=added / (engine_s - added) if engine_s > added else float("inf"))
+                stretch=added / (engine_s - added) if engine_s > added else float("inf"),
+                clocked_share=min(clocked / engine_s, 1.0) if engine_s > 0.0 else 0.0,
+                clock=float(res.busy_s.get(CAP_CLOCK, 0.0)) / clocked)
 
 
 def iteration_devices(res: ServeResult) -> np.ndarray:

@@ -82,9 +82,11 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
     if cap := e.get("power_cap"):
         limit = f"the {cap['limit_w']:g} W board limit binds" if cap["limit_w"] else "the board power limits bind"
         # the clause sim run's note carries past 3x (a trial's 150 W limit read +909% here without a word)
-        floor = f"; {NO_CLOCK_FLOOR}" if cap["stretch"] > FLOOR_STRETCH - 1.0 else ""
+        floor = f"; {NO_CLOCK_FLOOR}" if cap.get("clock", 1.0) < 1.0 / FLOOR_STRETCH else ""
         rows.append(("power cap", f"{limit} and lowers the clock: engine time +{cap['stretch']:.{1 if cap['stretch'] >= 1e-3 else 3}%} "
-                                  f"({fmt_time(cap['added_s'])} over the run{floor}; hw_models/power.py)"))
+                                  f"({fmt_time(cap['added_s'])} over the run; {cap.get('clocked_share', 1.0):.0%} of the "
+                                  f"engine time at {cap.get('clock', 1.0):.0%} of the full clock on average{floor}; "
+                                  "hw_models/power.py)"))
     return rows
 
 

@@ -40,7 +40,8 @@ from hw_models.base import Mapper
 from hw_models.op_cost import OpCost
 from hw_models.stack.engine_overheads import EngineOverheads
 from hw_models.machine import Machine
-from hw_models.power import CAP_ADDED, CAP_COUNTERS
+from hw_models.clock import CLOCK_COUNTERS, ClockWork
+from hw_models.power import CAP_ADDED, CAP_CLOCK, CAP_CLOCKED, CAP_COUNTERS
 from hw_models.stack.sampler import SAMPLER
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.costvec import Cost, add, add_busy, interp, lerp, rows_around, scaled, within_step
@@ -115,40 +116,48 @@ class ExactCost:
 
     def point(self, it: Iteration) -> Point:
         """The mapper's device cost of `it` as plain data: (seconds, joules, busy seconds per resource
-        in the mapper's order), what sim.apps.serve.tablecache keeps on disk. At full clock where the cost is
-        capped afterwards (`board`: the cap's added seconds taken back off), so that the surrogate interpolates
-        uncapped costs and caps the result as the exact step is capped: interpolating capped costs across the
-        limit's kink read a stream's mean TTFT 1-3% off the exact run on an a6000 (stop 67)."""
+        in the mapper's order), what sim.apps.serve.tablecache keeps on disk. At full clock (Mapper.iteration's
+        device_only): the cost is capped afterwards (`board`, capped), so that the surrogate interpolates uncapped
+        costs and caps the result as the exact step is capped: interpolating capped costs across the limit's kink
+        read a stream's mean TTFT 1-3% off the exact run on an a6000 (stop 67)."""
         step = self.mapper.iteration(tuple(it.seqs), it.logits, busy=resource_busy_s, device_only=True, experts=self.experts)
-        busy, t = list(step.busy_s.items()), step.time_s
-        if (added := step.counters.get(CAP_COUNTERS[0], 0.0)) > 0.0:   # the board power limit stretched it
-            if self.board is None:
-                busy.append((CAP_ADDED, added))
-            else:
-                t -= added   # Mapper.capped stretches the time alone
+        # the ops' split by what the SM clock paces (hw_models.clock) rides beside the busy times: it interpolates
+        # with them, and the cap (capped) reads it
+        busy, t = [*step.busy_s.items(), *((k, step.counters[k]) for k in CLOCK_COUNTERS if k in step.counters)], step.time_s
+        if step.counters.get(CAP_COUNTERS[2], 0.0) > 0.0:   # a mapper that caps its parts itself (a pipeline) bound
+            window, clock_s = step.counters[CAP_COUNTERS[2]], step.counters[CAP_COUNTERS[3]]
+            busy += [(CAP_ADDED, step.counters[CAP_COUNTERS[0]]), (CAP_CLOCKED, t), (CAP_CLOCK, t * clock_s / window)]
         return t, step.energy_j + self.mapper.power_j(step.busy_s, t), busy
 
     def capped(self, c: Cost) -> Cost:
         """Device cost `c` under the board power limit, as Mapper.capped caps an iteration: where a device's power
         over the step would exceed the limit, the step stretches until it does not; the busy times stay those at
         full clock, the idle power runs over the added time, booked as CAP_ADDED."""
-        added = self.cap_added_s(c[0], c[1])
-        if not added:
+        busy = dict(zip(self.keys, c[2:]))
+        added, saved_j, clock = self.cap(c[0], c[1], busy)
+        if clock == 1.0:
             return c
-        out, busy = list(c), dict(zip(self.keys, c[2:]))
+        out = list(c)
         # the units' static power over the stretched wall, as point() charges an exact capped step (a mapper may
-        # clamp busy time at the wall: ParallelGpuMapper.power_j)
-        out[0], out[1] = c[0] + added, c[1] + self.mapper.power_j(busy, c[0] + added) - self.mapper.power_j(busy, c[0])
+        # clamp busy time at the wall: ParallelGpuMapper.power_j), less the activity the lower clock saves
+        out[0], out[1] = c[0] + added, c[1] + self.mapper.power_j(busy, c[0] + added) - self.mapper.power_j(busy, c[0]) - saved_j
         add_busy(out, self.keys, CAP_ADDED, added)
+        add_busy(out, self.keys, CAP_CLOCKED, out[0])   # bound, whether or not it added time
+        add_busy(out, self.keys, CAP_CLOCK, out[0] * clock)
         return tuple(out)
 
-    def cap_added_s(self, t: float, e: float) -> float:
-        """Seconds the board limit adds to a device step of `t` seconds and `e` joules (the units' idle and
-        activity power over t included, as point() gives them); 0 where it does not bind."""
+    def cap(self, t: float, e: float, busy: dict[str, float]) -> tuple[float, float, float]:
+        """What the board limit does to a device step of `t` seconds and `e` joules (the units' idle and activity
+        power over t included, as point() gives them) and `busy` entries (the resources' busy seconds, and the ops'
+        split by bound, CLOCK_COUNTERS: Mapper.capped's reads): the seconds it adds, the activity joules the
+        lower clock saves, all devices', and that clock's ratio (BoardPower.under_cap); (0, 0, 1) where it does not
+        bind."""
         if self.board is None:
-            return 0.0
-        idle_j = self.mapper.power_j({}, t)
-        return t * (self.board.stretch(t, (e - idle_j) / self.mapper.devices) - 1.0)
+            return 0.0, 0.0, 1.0
+        n, static_j = self.mapper.devices, self.mapper.power_j(busy, t)
+        added, saved_j, clock = self.board.under_cap(t, (static_j - self.mapper.power_j({}, t)) / n, (e - static_j) / n,
+                                                     ClockWork.read(busy))
+        return added, n * saved_j, clock
 
     def vector(self, p: Point) -> Cost:
         """A point as a cost vector in the order of `keys` (a resource first seen here joins them)."""
@@ -224,9 +233,9 @@ class Surrogate:
         self.exact_fallbacks, self.memo = 0, Remembered()
         self._decode, self._mixed = DecodeCosts(self.table, interp), MixedCosts(self.table)
 
-    def cap_added_s(self, t: float, e: float) -> float:
-        """ExactCost.cap_added_s: the board limit's stretch of an interpolated step (attention_dp caps its groups)."""
-        return self.exact.cap_added_s(t, e)
+    def cap(self, t: float, e: float, busy: dict[str, float]) -> tuple[float, float, float]:
+        """ExactCost.cap: the board limit on an interpolated step (attention_dp caps its groups)."""
+        return self.exact.cap(t, e, busy)
 
     @property
     def keys(self) -> list[str]:

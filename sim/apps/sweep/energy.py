@@ -102,14 +102,17 @@ def models_note(ok: "pd.DataFrame", metrics: list[str] | None = None) -> list[st
 
 
 def _cap(row: dict[str, Any]) -> dict[str, Any] | None:
-    """A run point's power cap figures as hw_models.power.cap_figures gives them (the per-phase stretch it
-    recorded), None where the cap did not bind."""
+    """A run point's power cap figures as hw_models.power.cap_figures gives them (the per-phase stretch and clock
+    it recorded; a row without the clock, the whole phase stretched alike), None where the cap did not bind."""
     stretch = {p: float(row.get(f"{p}_power_cap_stretch") or 0.0) for p in PHASES}
-    if not any(s > 0 for s in stretch.values()):
+    given = {p: row.get(f"{p}_power_cap_clock") for p in PHASES}   # NaN in a row of a sweep before the column
+    clock = {p: float(c) if c is not None and c == c else 1.0 / (1.0 + stretch[p]) for p, c in given.items()}
+    if all(c >= 1.0 for c in clock.values()):
         return None
     cap: dict[str, Any] = {"limit_w": float(row.get("power_cap_limit_w") or 0.0)}
-    for p in PHASES:   # a phase's added seconds only say whether it bound: the note's test reads the stretch
-        cap.update({f"{p}_s": stretch[p], f"{p}_stretch": stretch[p], f"{p}_board_w": 0.0})
+    for p in PHASES:   # whether a phase bound, by its clock: the note's test reads the clock (its board's W unused)
+        cap.update({f"{p}_s": stretch[p], f"{p}_stretch": stretch[p], f"{p}_clock": clock[p],
+                    f"{p}_board_w": 0.0 if clock[p] < 1.0 else None})
     return cap
 
 
@@ -131,7 +134,8 @@ def cap_caveats(df: "pd.DataFrame", axes: list[str]) -> list[str]:
         if NO_FLOOR not in note:
             continue
         clause = clause or next(part for part in note.split("; ") if NO_FLOOR in part)
-        phases = ", ".join(f"{p} {1 + cap[f'{p}_stretch']:.2f}x" for p in PHASES if cap[f"{p}_s"])
+        phases = ", ".join(f"{p} {1 + cap[f'{p}_stretch']:.2f}x at {cap[f'{p}_clock']:.0%} clock" for p in PHASES
+                           if cap[f"{p}_board_w"] is not None)
         flagged.append(f"point {row.get('point', '?')} ({point_label({a: row[a] for a in axes if a in row})}: "
                        f"{phases})")
     if not flagged:

@@ -28,7 +28,8 @@ BOTH = ("energy_board_model", "power_cap_limit_w", *serving.CAP, "plan_price_usd
 # the device tier's alias (sim.apps.sweep.point) and the per-phase stretch of a binding power cap.
 RUN = tuple(dict.fromkeys(("ttft_s", "tpot_s", "tpot_first_s", "tpot_last_s", "e2e_s", "throughput_tok_s", "energy_per_token_j",
        "avg_power_per_device_w", "params", "batch_simulated", "prefill_energy_per_token_j", "decode_energy_per_token_j",
-       "peak_memory_bytes.@device", "prefill_power_cap_stretch", "decode_power_cap_stretch", "throughput_all_replicas_tok_s",
+       "peak_memory_bytes.@device", "prefill_power_cap_stretch", "decode_power_cap_stretch", "prefill_power_cap_clock",
+       "decode_power_cap_clock", "throughput_all_replicas_tok_s",
        *BOTH)))
 SERVE = tuple(dict.fromkeys((*serving.NAMES, *BOTH)))
 # Families: the prefix, and what its member names (for the list an error prints).

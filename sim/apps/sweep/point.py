@@ -72,7 +72,8 @@ def run_metrics(config: dict[str, Any], machine: Machine) -> dict[str, float]:
         metrics["peak_memory_bytes.@device"] = metrics[f"peak_memory_bytes.{machine.device_tier}"]
     # the run's cap figures are per phase (hw_models.power.cap_figures), a serving run's over its whole engine time
     cap = result.extra.get("power_cap") or {}
-    metrics.update(cap_columns(cap.get("prefill_s", 0.0) + cap.get("decode_s", 0.0)))
-    metrics.update({f"{phase}_power_cap_stretch": cap.get(f"{phase}_stretch", 0.0) for phase in ("prefill", "decode")})
+    metrics.update(cap_columns(cap.get("prefill_s", 0.0) + cap.get("decode_s", 0.0), bool(cap)))
+    metrics.update({f"{phase}_power_cap_{k}": cap.get(f"{phase}_{k}", v) for phase in ("prefill", "decode")
+                    for k, v in (("stretch", 0.0), ("clock", 1.0))})
     return metrics | plan_price(config, machine, result.devices)
 

@@ -75,10 +75,11 @@ def energy_metrics(e: dict[str, Any]) -> dict[str, float]:
     out = {col: float(e[key]) for key, col in ENERGY.items()}
     out.update({f"{phase}_energy_j": float(e["by_phase_j"][phase]) for phase in PHASES})
     cap = e.get("power_cap") or {}
-    out.update(cap_columns(cap.get("added_s", 0.0)), power_cap_stretch=float(cap.get("stretch", 0.0)))
+    out.update(cap_columns(cap.get("added_s", 0.0), bool(cap)), power_cap_stretch=float(cap.get("stretch", 0.0)))
     return out
 
 
-def cap_columns(added_s: float) -> dict[str, float]:
-    """CAP, the same in a run and a serving point: whether the board power limit bound, and the seconds it added."""
-    return {"power_cap_binds": float(added_s > 0.0), "power_cap_added_s": float(added_s)}
+def cap_columns(added_s: float, binds: bool) -> dict[str, float]:
+    """CAP, the same in a run and a serving point: whether the board power limit bound (lowered the clock: a
+    memory-bound step meets it in the same time, hw_models.clock), and the seconds it added."""
+    return {"power_cap_binds": float(binds), "power_cap_added_s": float(added_s)}
