@@ -299,7 +299,8 @@ def device_power(mapper: Any, step: StepResult) -> tuple[float, float, float, Cl
 
 def at_capped_clock(mapper: Any, tasks: list, phase: str, q_len: int, kv_len: int) -> list:
     """A step's device tasks at the clock its board power limit leaves (Mapper.capped): each op slowed as that clock
-    paces it (hw_models.clock.op_added_s), or, where the step is not split by bound, each task `s` times as long,
+    paces it (hw_models.clock.op_added_s, the memory-bound ops' share scaled to what the step's sums add), or, where
+    the step is not split by bound, each task `s` times as long,
     s the step's stretch, so its op records end where its time does (they had stayed at full clock, the stretch
     said only of the step as a whole). The clock is the folded step's, which the run's TTFT and TPOT carry (no
     second run of the whole step). The caller adds the engine's host work after, at its own speed; a kind whose
@@ -315,6 +316,12 @@ def at_capped_clock(mapper: Any, tasks: list, phase: str, q_len: int, kv_len: in
     if r is None:
         s = 1.0 + added / full.time_s
         return [replace(t, duration_s=t.duration_s * s) for t in tasks]
-    unit, turned = mapper.machine.main_unit, ClockWork.read(full.counters).turned(r)
-    return [replace(t, duration_s=t.duration_s + op_added_s(t.tag, r, turned)) if getattr(t.tag, "unit", None) == unit
-            and hasattr(t.tag, "bound") else t for t in tasks]
+    unit = mapper.machine.main_unit
+    own = [op_added_s(t.tag, r) if getattr(t.tag, "unit", None) == unit and hasattr(t.tag, "bound") else 0.0
+           for t in tasks]
+    # the memory-bound ops' own slowdowns, scaled to what the step's bins add (hw_models.clock), so that the records
+    # end where the step does; the compute-bound ones' are the step's already
+    mem_own = sum(a for a, t in zip(own, tasks) if a and t.tag.bound == "memory")
+    scale = ClockWork.read(full.counters).mem_added_s(r) / mem_own if mem_own > 0.0 else 0.0
+    return [replace(t, duration_s=t.duration_s + (a * scale if t.tag.bound == "memory" else a)) if a else t
+            for a, t in zip(own, tasks)]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from hw_models.clock import CLOCK_COUNTERS, ClockWork
+from hw_models.clock import ClockWork
 from hw_models.ideal import ideal
 from hw_models.machine import load_machine, machine_from_dict, raw_machine
 from hw_models.power import BoardPower
@@ -57,20 +57,31 @@ def test_memory_bound_decode_draws_idle_plus_active_plus_bytes_at_bandwidth():
 def test_binding_cap_slows_the_clock_bound_ops_by_the_predicted_factor():
     """A compute-bound prefill (2048 tokens) at 2 pJ/FLOP draws ~420 W uncapped. Under a 300 W cap the SM clock
     falls to the ratio r at which idle + (active x r x (busy + added) + dynamic) / (t + added) = 300 W, where the
-    compute-bound ops' compute c slows to c / r (added = c (1/r - 1)) and the memory-bound ops keep DRAM's pace
-    (hw_models.clock): times r, a quadratic in r, solved here by hand. The step then averages exactly 300 W, and
+    compute-bound ops' compute c slows to c / r and the memory-bound ops keep DRAM's pace until their compute
+    outgrows it (hw_models.clock; here one bin of them, near the ridge, does): times r, a quadratic in r, solved
+    here by hand region by region. The step then averages exactly 300 W, and
     takes less than the whole step stretched alike (the earlier model: s = (active x busy + dynamic) / (t x 220))."""
     free = _mapper(_machine(2e-12, limit_w=1e6), prompt_len=2048)
     capped = _mapper(_machine(2e-12, limit_w=300.0), prompt_len=2048)
     a, b = free.step("prefill", 2048, 2048), capped.step("prefill", 2048, 2048)
     assert _power_w(free, a) > 300.0
-    sm, mem, mem_sm = (a.counters[k] for k in CLOCK_COUNTERS)
+    work = ClockWork.read(a.counters)
+    sm, mem = work.sm_s, sum(work.mem_s)
     assert 0.5 * a.time_s < sm < a.time_s and mem > 0.0      # mostly compute-bound, some memory-bound ops
     t, busy, dyn, head = a.time_s, a.busy_s["gpu"], a.energy_j, 300.0 - IDLE_W
-    qa, qb, qc = ACTIVE_W * (busy - sm), ACTIVE_W * sm + dyn - head * (t - sm), head * sm
-    r = (-qb + math.sqrt(qb * qb + 4 * qa * qc)) / (2 * qa)
-    assert mem_sm / mem < r < 1.0                             # the memory-bound ops stay memory-bound at r
-    assert b.time_s == pytest.approx(t + sm * (1 / r - 1), rel=1e-9)
+    # the bins of memory-bound ops whose compute outgrows their DRAM time at r join the clock-bound part: added =
+    # x / r - y, x and y the compute-bound seconds plus those bins' compute and memory seconds
+    bins = sorted(((c / m, m, c) for m, c in zip(work.mem_s, work.mem_sm_s) if m), reverse=True)
+    turned = 0
+    while True:
+        x, y = sm + sum(c for _, _, c in bins[:turned]), sm + sum(m for _, m, _ in bins[:turned])
+        qa, qb, qc = ACTIVE_W * (busy - y), ACTIVE_W * x + dyn - head * (t - y), head * x
+        r = (-qb + math.sqrt(qb * qb + 4 * qa * qc)) / (2 * qa)
+        if turned == len(bins) or r >= bins[turned][0]:
+            break
+        turned += 1
+    assert turned < len(bins) and r < 1.0                      # some memory-bound ops stay so at r
+    assert b.time_s == pytest.approx(t + x / r - y, rel=1e-9)
     assert b.time_s < t * (ACTIVE_W * busy + dyn) / (t * head)
     # the FLOPs and bytes cost what they cost; the memory-bound ops' cycles at clock r draw r x their activity
     assert b.energy_j == pytest.approx(dyn - ACTIVE_W * (busy * (1 - r) - r * (b.time_s - t)), rel=1e-9)
@@ -86,7 +97,7 @@ HAND = BoardPower(idle_w=100.0, active_w=200.0, limit_w=500.0)
 def test_a_clock_bound_step_stretches_as_a_whole():
     """All of it compute-bound: 200 r (1 + (1/r - 1)) + 600 = 400 / r -> r = 400 / 800 = 0.5, the step 1 s longer,
     the same s = 2 as the whole step stretched alike (every cycle kept, no activity saved)."""
-    assert HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=1.0, mem_s=0.0)) == pytest.approx((1.0, 0.0, 0.5))
+    assert HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=1.0)) == pytest.approx((1.0, 0.0, 0.5))
     assert HAND.under_cap(1.0, 200.0, 600.0, None) == pytest.approx((1.0, 0.0, 0.5))
 
 
@@ -97,7 +108,7 @@ def test_memory_bound_ops_keep_drams_pace_under_a_cap():
     whole-step stretch), and 200 x (1 - r) - 200 r x 0.843 = 62.2 J of activity saved; 900 J - 62.2 J over 1.843 s
     = ... the limit, 400 W above idle."""
     r = (-500 + math.sqrt(500**2 + 4 * 100 * 200)) / 200
-    added, saved, clock = HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=0.5, mem_s=0.5, mem_sm_s=0.1))
+    added, saved, clock = HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=0.5, mem_s=(0.5,), mem_sm_s=(0.1,)))
     assert clock == pytest.approx(r, rel=1e-12)
     assert added == pytest.approx(0.5 * (1 / r - 1), rel=1e-12) and added == pytest.approx(0.843, abs=5e-4)
     assert saved == pytest.approx(200 * (1 - r) - 200 * r * added, rel=1e-12)
@@ -108,17 +119,40 @@ def test_memory_bound_ops_turn_clock_bound_below_their_compute_share():
     """The same, with 0.45 s of compute in the memory half: at the 0.372 above its compute (0.45 / 0.372 s) would
     outgrow its DRAM time, so both halves are clock-bound: 0.95 / r - 1 added, 200 (0.95 + r (1 - 1)) + 600 =
     400 x 0.95 / r -> r = 380 / 790 = 0.481, 0.975 s added."""
-    added, saved, clock = HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=0.5, mem_s=0.5, mem_sm_s=0.45))
+    added, saved, clock = HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=0.5, mem_s=(0.5,), mem_sm_s=(0.45,)))
     assert clock == pytest.approx(380 / 790, rel=1e-12)
     assert added == pytest.approx(0.95 / (380 / 790) - 1.0, rel=1e-12)
     assert (200 + 600 - saved) / (1 + added) == pytest.approx(400.0, rel=1e-12)
+
+
+def test_near_ridge_ops_turn_clock_bound_before_the_rest():
+    """Two memory-bound kinds of op, as a decode step has: GEMMs near the ridge (0.5 s of DRAM, 0.4 s of compute) and
+    attention far below it (0.5 s, 0.01 s). Kept apart (hw_models.clock.MEM_BINS) the GEMMs turn clock-bound below
+    r = 0.8: 200 (0.4 + r (1 - 0.5)) + 600 = 400 (1 - 0.5 + 0.4 / r), i.e. 100 r^2 + 480 r - 160 = 0, r = 0.3129,
+    0.4 / r - 0.5 = 0.778 s added; pooled (0.41 s over 1 s) they would turn only below 0.41 and read 0.705 s."""
+    work = ClockWork(sm_s=0.0, mem_s=(0.5, 0.5), mem_sm_s=(0.01, 0.4))
+    r = (-480 + math.sqrt(480**2 + 4 * 100 * 160)) / 200
+    added, saved, clock = HAND.under_cap(1.0, 200.0, 600.0, work)
+    assert clock == pytest.approx(r, rel=1e-12) and added == pytest.approx(0.4 / r - 0.5, rel=1e-12)
+    assert added == pytest.approx(0.778, abs=5e-4)
+    pooled = HAND.under_cap(1.0, 200.0, 600.0, ClockWork(sm_s=0.0, mem_s=(1.0,), mem_sm_s=(0.41,)))[0]
+    assert pooled == pytest.approx(0.41 / (164 / 682) - 1.0, rel=1e-12) and pooled < added
+    assert (200 + 600 - saved) / (1 + added) == pytest.approx(400.0, rel=1e-12)
+
+
+def test_a_tiny_clock_bound_part_keeps_the_root_exact():
+    """A surrogate can interpolate a few attoseconds of compute-bound work: the root's other form keeps the limit
+    (a review: 2c / (b + sqrt(D)) cancelled to r = 0.412 for 0.441, 6.6 W under the limit)."""
+    for tiny in (1e-18, 1e-15, 1e-12):
+        added, saved, _ = HAND.under_cap(1.0, 200.0, 300.0, ClockWork(sm_s=tiny, mem_s=(1.0,), mem_sm_s=(0.0,)))
+        assert (200 + 300 - saved) / (1 + added) == pytest.approx(400.0, rel=1e-9)
 
 
 def test_a_memory_bound_step_meets_a_cap_at_a_lower_clock_in_the_same_time():
     """All of it DRAM's pace (1 s, no compute to slow): with 300 J of bytes 200 r + 300 = 400 -> r = 0.5, no time
     added and 100 J of activity saved; with 500 J of bytes no clock meets 500 W (the bytes alone draw 600 W), and the
     step stretches as a whole, s = (200 + 500) / 400."""
-    mem_only = ClockWork(sm_s=0.0, mem_s=1.0)
+    mem_only = ClockWork(sm_s=0.0, mem_s=(1.0,), mem_sm_s=(0.0,))
     assert HAND.under_cap(1.0, 200.0, 300.0, mem_only) == pytest.approx((0.0, 100.0, 0.5))
     assert HAND.under_cap(1.0, 200.0, 500.0, mem_only) == pytest.approx((0.75, 0.0, 1 / 1.75))
     assert HAND.under_cap(1.0, 200.0, 100.0, mem_only) == (0.0, 0.0, 1.0)   # 400 W: the limit does not bind

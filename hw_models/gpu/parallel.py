@@ -31,6 +31,7 @@ from dataclasses import replace
 from itertools import accumulate
 
 from hw_models.base import DeviceShare
+from hw_models.clock import clock_counters
 from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_rank
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
@@ -228,14 +229,15 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         rank, colls = moe_rank(graph, m, self.plan.tp, self.plan.ep, total_tokens)
         fused, unit = self.fused(rank), self.unit_name
         busy = {unit: 0.0, unit + ".compute": 0.0, unit + ".memory": 0.0, LINK: 0.0}
-        joules = 0.0
+        joules, costs = 0.0, []
         for op in rank.ops():
             if op.layer == first and op.base_name in EXPERT_OPS:
-                c = self.stream_cost(op, fused)
+                costs.append(c := self.stream_cost(op, fused))
                 busy[unit] += c.duration_s
                 busy[unit + ".compute"] += c.compute_s
                 busy[unit + ".memory"] += c.memory_s
                 joules += c.energy_j
+        busy.update(clock_counters(costs, self.machine.main_unit))   # what the SM clock paces (the cap reads it)
         busy[LINK] = sum(collective_s(self.topo, c.kind, c.bytes, c.ranks, self.algorithm)
                          for c in colls if c.kind == ALL_TO_ALL and c.after.startswith(f"L{first}."))
         layers = m.num_layers - first

@@ -57,7 +57,9 @@ class PipelinePower:
             return step
         t = self.step_span_s(phase, engine.run(slowed, self.resources(), self.containers(), self.in_order))
         # The fold runs the same schedule for any layer count (pipeline_tasks), so these counters fold to themselves.
-        return replace(step, time_s=t, counters=with_cap(step.counters, t - step.time_s, *hot))
+        # the hottest stage device's clock: 1/s of its own stretch (the step's makespan grew by more or less than it)
+        return replace(step, time_s=t, counters=with_cap(step.counters, t - step.time_s, *hot,
+                                                         clock=1.0 / bp.stretch(hot[1], hot[0])))
 
     @staticmethod
     def step_span_s(phase: str, tl: Timeline) -> float:

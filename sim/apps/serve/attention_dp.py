@@ -35,7 +35,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 from hw_models.base import Mapper
-from hw_models.clock import CLOCK_COUNTERS
 from hw_models.power import CAP_ADDED, CAP_CLOCK, CAP_CLOCKED
 from hw_models.stack.step_overhead import HOST
 from sim.apps.serve.iteration import Iteration, features
@@ -76,10 +75,10 @@ class GroupedCost:
         busy = dict(zip(self.dense.keys, slow[2:]))
         s, j, extra = self._experts(max(it.tokens for it in groups), sum(it.tokens for it in groups))
         t, j = slow[0] + s, slow[1] + j
-        # the instance's step under its board limit, as ExactCost.capped: the experts' seconds slow with the clock
-        # (their split by bound is not kept), the groups' ops as the slowest group's split says
+        # the instance's step under its board limit, as ExactCost.capped: the slowest group's ops and the experts'
+        # (expert_part's busy entries hold their split by what the SM clock paces, hw_models.clock)
         whole = dict(busy)
-        for k, v in (*extra, *(((CLOCK_COUNTERS[0], s),) if CLOCK_COUNTERS[0] in busy else ())):
+        for k, v in extra:
             whole[k] = whole.get(k, 0.0) + v
         added, saved_j, clock = self.dense.cap(t, j, whole)
         if clock < 1.0:

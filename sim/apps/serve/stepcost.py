@@ -131,8 +131,9 @@ class ExactCost:
 
     def capped(self, c: Cost) -> Cost:
         """Device cost `c` under the board power limit, as Mapper.capped caps an iteration: where a device's power
-        over the step would exceed the limit, the step stretches until it does not; the busy times stay those at
-        full clock, the idle power runs over the added time, booked as CAP_ADDED."""
+        over the step would exceed the limit, the SM clock drops until it does not and the step slows as that clock
+        paces its ops (hw_models.clock); the busy times stay those at full clock, the idle power runs over the added
+        time, booked as CAP_ADDED, the lowered clock's seconds as CAP_CLOCKED and CAP_CLOCK."""
         busy = dict(zip(self.keys, c[2:]))
         added, saved_j, clock = self.cap(c[0], c[1], busy)
         if clock == 1.0:
