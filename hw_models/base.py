@@ -332,7 +332,8 @@ class Mapper:
         if bp is None or gap_s <= 0.0:
             return 0.0
         # Under a power limit below idle + activity the clock drops until the board meets it (nothing to stretch).
-        headroom = bp.active_w if bp.limit_w is None else min(bp.active_w, bp.limit_w - bp.idle_w)
+        # Under a clock lock the clock tree runs at the locked clock (its activity an energy per cycle).
+        headroom = bp.active_w * bp.clock if bp.limit_w is None else min(bp.active_w * bp.clock, bp.limit_w - bp.idle_w)
         return self.devices * headroom * gap_s
 
     def gap_j(self, gap_s: float) -> float:

@@ -82,10 +82,9 @@ class Efficiency(Strict):
     compute_half_flops: float = Field(default=0.0, ge=0)
     memory_max: float = Field(default=1.0, gt=0, le=1)
     memory_half_bytes: float = Field(default=0.0, ge=0)
-    # The same ramps given as a time: half = ramp_s x rate x max. A fixed half in bytes is
-    # a latency of half / (bandwidth x max), which would shrink when a sweep raises the
-    # bandwidth; DRAM latency and tile fill do not, so presets meant for "what if the memory
-    # were twice as fast" give the ramp in seconds (Little's law: bytes in flight = rate x latency).
+    # The same ramps given as a time: half = ramp_s x rate x max. A fixed half in bytes is a latency of half /
+    # (bandwidth x max), which would shrink when a sweep raises the bandwidth; DRAM latency and tile fill do not, so
+    # presets meant for "what if the memory were twice as fast" give the ramp in seconds (Little's law).
     compute_ramp_s: float | None = Field(default=None, ge=0)
     memory_ramp_s: float | None = Field(default=None, ge=0)
     parallel_units: StrictInt | None = Field(default=None, gt=0)
@@ -101,11 +100,10 @@ class Efficiency(Strict):
     gemm_tile_m: StrictInt | None = Field(default=None, gt=0)
     gemm_tile_n: StrictInt | None = Field(default=None, gt=0)
     by_kind: dict[str, KindEfficiency] = {}
-    # Optional small-M GEMM class: GEMMs with M <= gemv_max_m take the `gemv` overrides
-    # instead of by_kind["gemm"]. BLAS libraries run a 1-row product as a matrix-vector
-    # kernel (no packing of B), which streams the weights at another rate than the packed
-    # GEMM path (on this project's AVX2 CPU, MKL's 8-row sgemm is ~3x slower than the
-    # 1-row one). Off (None) unless set; presets without it are unchanged.
+    # Optional small-M GEMM class: GEMMs with M <= gemv_max_m take the `gemv` overrides instead of by_kind["gemm"].
+    # BLAS libraries run a 1-row product as a matrix-vector kernel (no packing of B), which streams the weights at
+    # another rate than the packed GEMM path (on this project's AVX2 CPU, MKL's 8-row sgemm is ~3x slower than the
+    # 1-row one). Off (None) unless set.
     gemv_max_m: StrictInt | None = Field(default=None, gt=0)
     gemv: KindEfficiency | None = None
 
@@ -183,18 +181,19 @@ class Unit(Strict):
     launch_overhead_s: Quantity = Field(default=0.0, ge=0, le=0.01)   # a kernel launch past 10 ms: a unit left out
     efficiency: Efficiency = Efficiency()
     power_w: Quantity | None = Field(default=None, gt=0, le=1e5)   # 100 kW: past any unit (attacc_dgx's 8 boards: 3.2 kW)
-    # Board power as idle + dynamic (issue 15): with `idle_power_w` set, the unit's energy over a run is
-    # idle_power_w x wall time + each op's dynamic energy (FLOPs x energy_j_per_flop of the format it
-    # computes in, "vector" for CUDA-core ops, + bytes x its tier's energy_j_per_byte) instead of
-    # power_w x busy time. A format without an entry is charged the largest entry given.
+    # Board power as idle + dynamic (issue 15): with `idle_power_w` set, the unit's energy over a run is idle_power_w
+    # x wall time + each op's dynamic energy (FLOPs x energy_j_per_flop of the format it computes in, "vector" for
+    # CUDA-core ops, + bytes x its tier's energy_j_per_byte) instead of power_w x busy time (a format without an entry:
+    # the largest entry given).
     idle_power_w: Quantity | None = Field(default=None, ge=0)
     energy_j_per_flop: dict[str, Quantity] = {}
-    # Issue 33 (hw_models/power.py): power running kernels adds over idle, whatever they compute (clock
-    # tree and leakage at boost clock), charged over the unit's busy time; and the board power limit
-    # (what-if: `--set units.gpu.power_limit_w=400`; default power_w, the TDP) that stretches a step
-    # whose average power would exceed it. Both only with idle_power_w.
+    # Issue 33 (hw_models/power.py): power running kernels adds over idle, whatever they compute (clock tree and
+    # leakage at boost clock), charged over the unit's busy time; the board power limit (what-if: `--set
+    # units.gpu.power_limit_w=400`; default power_w, the TDP) that lowers the SM clock of a step whose average power
+    # would exceed it; and an SM clock locked at a share of full (hw_models/clock.py). All only with idle_power_w.
     active_power_w: Quantity = Field(default=0.0, ge=0)
     power_limit_w: Quantity | None = Field(default=None, gt=0)
+    sm_clock_fraction: float = Field(default=1.0, gt=0, le=1)
     power_source: str = ""   # what the board-power figures rest on (fitted, or assumed by a rule): the report says it
     boards: StrictInt = Field(default=1, gt=0)   # boards one unit stands for (attacc_dgx: 8 A100s): reports give a board's
     # The on-chip L2 (issue 28). Serving never reads from it: every other layer of a step evicts a layer's
@@ -207,13 +206,15 @@ class Unit(Strict):
         """The unit's board-power figures (hw_models.power), None without idle_power_w."""
         if self.idle_power_w is None:
             return None
-        return BoardPower(self.idle_power_w, self.active_power_w, self.power_limit_w or self.power_w)
+        return BoardPower(self.idle_power_w, self.active_power_w, self.power_limit_w or self.power_w, self.sm_clock_fraction)
 
     @model_validator(mode="after")
     def _power_limit(self) -> "Unit":
-        if self.power_limit_w is not None and self.idle_power_w is None:   # it would be silently ignored
-            raise ValueError(f"power_limit_w {self.power_limit_w:g} W: this unit has no board-power model "
-                             "(idle_power_w, active_power_w, energy_j_per_flop: docs/energy.md), so no cap can bind; "
+        what = (f"power_limit_w {self.power_limit_w:g} W" if self.power_limit_w is not None else
+                f"sm_clock_fraction {self.sm_clock_fraction:g}" if self.sm_clock_fraction < 1.0 else "")
+        if what and self.idle_power_w is None:   # it would be silently ignored
+            raise ValueError(f"{what}: this unit has no board-power model (idle_power_w, active_power_w, "
+                             "energy_j_per_flop: docs/energy.md), so neither a cap nor a clock lock is modelled; "
                              "presets with one: e.g. h100_sxm, h200, b200, a100_80g, a6000")
         limit = self.power_limit_w or self.power_w
         if self.idle_power_w is not None and limit is not None and limit <= self.idle_power_w:
@@ -281,8 +282,7 @@ class Machine(Strict):
     # machine: {stack: {ops: {kind: {floor_s, memory_efficiency, prefill: {...}}}, names: {...}}}. They
     # replace the stack file's where this machine runs that stack (hw_models.stack.spec.stack_for checks them).
     stacks: dict[str, dict[str, Any]] = {}
-    # Kind-specific sections (offload's `host`, `pim`, `spatial`: hw_models.kinds says
-    # which kind owns which key), kept as given and validated by that kind when used.
+    # Kind-specific sections (offload's `host`, `pim`, `spatial`: hw_models.kinds says which kind owns which key).
     sections: dict[str, Any] = {}
     source: str = Field(default="", exclude=True)
 

@@ -69,11 +69,13 @@ JPerByte = Annotated[Quantity, AfterValidator(lambda v: plausible_joules("", v, 
 
 @dataclass(frozen=True)
 class BoardPower:
-    """Per-device power figures (W) of one unit; `limit_w` None: no cap."""
+    """Per-device power figures (W) of one unit; `limit_w` None: no cap; `clock` the SM clock locked at that share
+    of full (nvidia-smi --lock-gpu-clocks), which the limit may lower further."""
 
     idle_w: float
     active_w: float = 0.0
     limit_w: float | None = None
+    clock: float = 1.0
 
     def static_w(self, busy_fraction: float) -> float:
         """Power without the dynamic part, at a share `busy_fraction` of the time running kernels."""
@@ -94,13 +96,27 @@ class BoardPower:
         them (`work`: their split by bound), or the whole step stretched (no split, or no clock meets the limit:
         ClockWork.ratio); and the activity joules the lower clock saves (fewer cycles while memory-bound ops wait
         on DRAM: hw_models.clock; none where the whole step stretches, every cycle kept); and the clock ratio.
-        (0, 0, 1) where it does not bind. Either way the device then draws the limit over the step."""
-        if self.limit_w is None or time_s <= 0.0 or self.idle_w + (active_j + dynamic_j) / time_s <= self.limit_w:
+        (0, 0, 1) where it does not bind. Either way the device then draws the limit over the step. Under a clock
+        lock (`clock` < 1) the same at that clock where the limit does not lower it further."""
+        if time_s <= 0.0:
             return 0.0, 0.0, 1.0
+        locked = self.at_clock(self.clock, time_s, active_j, work)
+        added, saved_j, _ = locked
+        if self.limit_w is None or self.idle_w + (active_j + dynamic_j - saved_j) / (time_s + added) <= self.limit_w:
+            return locked
         r = self.clock_ratio(time_s, active_j, dynamic_j, work)
         if r is None:
             s = self.stretch(time_s, active_j + dynamic_j)
             return time_s * (s - 1.0), 0.0, 1.0 / s
+        return self.at_clock(r, time_s, active_j, work)
+
+    def at_clock(self, r: float, time_s: float, active_j: float, work: ClockWork | None) -> tuple[float, float, float]:
+        """under_cap's figures of one device's step at SM clock ratio r: its ops slowed as r paces them and the
+        activity the fewer cycles save (`work` None: the whole step stretched by 1/r, every cycle kept)."""
+        if r >= 1.0:
+            return 0.0, 0.0, 1.0
+        if work is None:
+            return time_s * (1.0 / r - 1.0), 0.0, r
         added = work.added_s(r)
         return added, active_j * (1.0 - r) - self.active_w * r * added, r
 
@@ -128,6 +144,7 @@ class Board:
     # what else a "device"'s energy holds besides its board: the offload kind's host CPU and disk draw for the GPU
     # they serve, so its power per device can read above the board's own limit (which binds the GPU alone)
     with_host: str = ""
+    clock_lock: float = 1.0   # the SM clock locked at this share of full (Unit.sm_clock_fraction)
     source: str = ""   # what the board figures rest on (the unit's power_source: fitted, or assumed by a rule)
     boards: int = 1    # boards one device stands for (Unit.boards: attacc_dgx's 8 A100s); the report gives a board's
 
@@ -193,7 +210,7 @@ def board_of(machine: Any, devices: int) -> Board:
     bp = machine.board_power()
     unit = machine.units[machine.main_unit]
     return Board(bp.idle_w if bp else 0.0, devices, bp.limit_w if bp else None,
-                 source=unit.power_source if bp else "", boards=unit.boards)
+                 source=unit.power_source if bp else "", boards=unit.boards, clock_lock=bp.clock if bp else 1.0)
 
 
 # A binding cap's counters on a step (extensive): the seconds it added, one device's clocked joules, their window,
@@ -236,12 +253,18 @@ def cap_note(cap: dict, split: bool = True) -> str:
     offload block) each capped part stretched as a whole, its records at full clock, and a memory-bound step's
     stretch an upper bound (its HBM keeps its own clock), which the note says."""
     bound = [p for p in ("prefill", "decode") if cap[p + "_board_w"] is not None]
+    lock = cap.get("clock_lock", 1.0)
+    if any(cap[p + "_clock"] < lock * (1.0 - 1e-9) for p in bound):   # the limit lowers the clock (below any lock)
+        head = (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the SM clock"
+                + (f" below its {lock:.0%} lock" if lock < 1.0 else ""))
+    else:
+        head = f"clock lock: the SM clock is locked at {lock:.0%} of full (units.@main.sm_clock_fraction)"
     phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} at {cap[p + '_clock']:.0%} of the full clock (the board would "
                        f"draw {cap[p + '_board_w']:.0f} W at full clock"
                        + ("; an upper bound: every op stretched alike, though memory-bound ones wait on DRAM, whose "
                           "clock the cap does not lower" if p == "decode" and not split else "") + ")" for p in bound)
     floor = f"; {NO_CLOCK_FLOOR}" if any(cap[p + "_clock"] < 1.0 / FLOOR_STRETCH for p in bound) else ""
-    return (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the SM clock: {phases}{floor}; "
+    return (f"{head}: {phases}{floor}; "
             + ("compute-bound ops slow with the clock, memory-bound ones keep DRAM's pace until their compute "
                "outgrows it, and draw less activity power (hw_models/clock.py); " if split else "")
             + "each op's FLOP and byte joules are kept at full clock, so the energy under a cap is an upper bound (a "
@@ -255,8 +278,8 @@ def cap_note(cap: dict, split: bool = True) -> str:
 
 
 def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
-    """How far the board power limit stretched a run's steps (their `with_cap` counters), None where it never
-    bound: each phase's added time over its time at full clock, the power a board would have drawn, and the
+    """How far the board power limit (or an SM clock lock: `clock_lock`) stretched a run's steps (their `with_cap`
+    counters), None where it never bound: each phase's added time over its time at full clock, the power a board would have drawn, and the
     clock the limit left (a share of full: its mean over the phase's capped time at full clock)."""
     steps = {"prefill": ([gen.prefill], 1.0), "decode": (gen.sampled, gen.share)}
     sums = {ph: {k: float(sum(st.counters.get(k, 0.0) for st in ss) * w)
@@ -264,7 +287,7 @@ def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
     if not any(v["power_cap_window_s"] > 0.0 for v in sums.values()):   # a cap can bind and add no time
         return None
     phase_s = {"prefill": gen.prefill.time_s, "decode": float(gen.decode_times_s.sum())}
-    out: dict = {"limit_w": board.limit_w}
+    out: dict = {"limit_w": board.limit_w, **({"clock_lock": board.clock} if board.clock < 1.0 else {})}
     for ph, v in sums.items():
         added, bound = v["power_cap_s"], v["power_cap_window_s"] > 0.0
         out[f"{ph}_s"] = added

@@ -148,6 +148,43 @@ def test_a_tiny_clock_bound_part_keeps_the_root_exact():
         assert (200 + 300 - saved) / (1 + added) == pytest.approx(400.0, rel=1e-9)
 
 
+def test_a_clock_lock_slows_what_the_clock_paces_and_saves_activity():
+    """An SM clock locked at half (nvidia-smi --lock-gpu-clocks; units.gpu.sm_clock_fraction) with 100 J of bytes and
+    FLOPs (400 W at full clock, under the 500 W limit): the compute-bound half takes 0.5 / 0.5 = 1 s, 0.5 s added, the
+    memory-bound half (0.1 s of compute) keeps its 0.5 s; activity 200 x 0.5 x 1.5 = 150 J of 200, 50 J saved. With
+    600 J the 500 W limit lowers the clock further, to the 0.3723 of the unlocked case."""
+    work = ClockWork(sm_s=0.5, mem_s=(0.5,), mem_sm_s=(0.1,))
+    locked = BoardPower(idle_w=100.0, active_w=200.0, limit_w=500.0, clock=0.5)
+    assert locked.under_cap(1.0, 200.0, 100.0, work) == pytest.approx((0.5, 50.0, 0.5))
+    assert locked.under_cap(1.0, 200.0, 600.0, work) == pytest.approx(HAND.under_cap(1.0, 200.0, 600.0, work))
+    assert locked.under_cap(1.0, 200.0, 100.0, None) == pytest.approx((1.0, 0.0, 0.5))   # no split: all of it at 1/2
+
+
+def test_a_locked_clock_keeps_a_memory_bound_decode_s_time_and_cuts_its_energy():
+    """Llama-2-13B decode at batch 1 on h100_sxm with its SM clock locked at 60%: its ops are memory-bound far below
+    that clock (GEMVs at one row), so TPOT stays what it is at full clock and the decode energy per token falls (the
+    activity power is an energy per cycle), the direction Ma et al. measure on an H200 (arXiv:2605.11999: up to 32% of
+    decode energy at minimal throughput loss); the compute-bound prefill slows. The note says it is a lock."""
+    from sim.core.workload import load_workload
+
+    w = load_workload(ROOT / "workloads" / "llama13b_decode.yaml")
+    full = simulate(w, load_machine("h100_sxm"))
+    lock = simulate(w, load_machine("h100_sxm", {"units.gpu.sm_clock_fraction": 0.6}))
+    assert lock.tpot_s == pytest.approx(full.tpot_s, rel=1e-9) and lock.ttft_s > 1.1 * full.ttft_s
+    assert lock.decode_energy_per_token_j < 0.9 * full.decode_energy_per_token_j
+    cap = lock.extra["power_cap"]
+    assert cap["clock_lock"] == 0.6 and cap["decode_clock"] == pytest.approx(0.6) and cap["prefill_clock"] == pytest.approx(0.6)
+    assert any(n.startswith("clock lock: the SM clock is locked at 60% of full") for n in lock.notes)
+
+
+def test_a_clock_lock_without_the_board_model_is_refused():
+    with pytest.raises(ConfigError, match="sm_clock_fraction 0.5: this unit has no board-power model"):
+        load_machine("l40s", {"units.gpu.sm_clock_fraction": 0.5})
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigError, match="sm_clock_fraction"):
+            load_machine("h100_sxm", {"units.gpu.sm_clock_fraction": bad})
+
+
 def test_a_memory_bound_step_meets_a_cap_at_a_lower_clock_in_the_same_time():
     """All of it DRAM's pace (1 s, no compute to slow): with 300 J of bytes 200 r + 300 = 400 -> r = 0.5, no time
     added and 100 J of activity saved; with 500 J of bytes no clock meets 500 W (the bytes alone draw 600 W), and the

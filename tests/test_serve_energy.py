@@ -304,3 +304,25 @@ def test_run_totals_read_in_one_style():
     from sim.apps.serve.report import _total
 
     assert (_total(15410.2), _total(4561.0), _total(12.345), _total(0.5)) == ("15,410", "4,561", "12.3", "0.5")
+
+
+def test_a_served_run_under_a_clock_lock_says_it_is_a_lock():
+    """`sim serve` with the SM clock locked at 60% (units.gpu.sm_clock_fraction): every iteration runs at that clock
+    (the 700 W limit lowers none further at 4 requests/s), the energy falls and the report row names the lock, not the
+    limit; exact and surrogate costs agree on it."""
+    from rich.console import Console
+
+    from sim.apps.serve.report import print_report
+
+    free = serve(_file(4.0, n=20), load_machine("h100_sxm"))[1]
+    runs = [serve(_file(4.0, n=20), load_machine("h100_sxm", {"units.gpu.sm_clock_fraction": 0.6}), exact=x)[1]
+            for x in (True, False)]
+    for s in runs:
+        cap = s["energy"]["power_cap"]
+        # the device steps at the lock; the engine time holds the host work beside them
+        assert cap["clock_lock"] == 0.6 and cap["clock"] == pytest.approx(0.6) and 0.5 < cap["clocked_share"] <= 1.0
+        assert s["energy"]["per_output_token_j"] < free["energy"]["per_output_token_j"]
+    assert runs[1]["latency"]["tpot"]["mean"] == pytest.approx(runs[0]["latency"]["tpot"]["mean"], rel=2e-3)
+    con = Console(record=True, width=400)
+    print_report(runs[0], "t", con)
+    assert "the SM clock is locked at 60% of full: engine time +" in con.export_text()

@@ -103,7 +103,7 @@ def test_a_preset_refusing_a_power_limit_is_an_error_row_unless_no_preset_takes_
         assert errors[("l40s", limit)] == (
             f"ConfigError: {path}: axes.{LIMIT} at point (hw=l40s, {LIMIT}={limit}): units.gpu: power_limit_w "
             f"{limit} W: this unit has no board-power model (idle_power_w, active_power_w, energy_j_per_flop: "
-            "docs/energy.md), so no cap can bind; presets with one: e.g. h100_sxm, h200, b200, a100_80g, a6000")
+            "docs/energy.md), so neither a cap nor a clock lock is modelled; presets with one: e.g. h100_sxm, h200, b200, a100_80g, a6000")
     path = make_spec(tmp_path, {LIMIT: [300, 700]})
     path.write_text(path.read_text().replace("hw: a6000", "hw: l40s"))
     line = refused(capsys, ["sweep", str(path), "--out", str(tmp_path / "a"), "-q"], tmp_path)

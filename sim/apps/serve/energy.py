@@ -104,7 +104,8 @@ def cap_summary(res: ServeResult) -> dict[str, Any] | None:
     if clocked <= 0.0:
         return None
     engine_s = float(res.iterations["duration_s"].sum())
-    return dict(limit_w=res.board.limit_w, added_s=added,
+    return dict(limit_w=res.board.limit_w, added_s=added, **({"clock_lock": res.board.clock_lock}
+                                                             if res.board.clock_lock < 1.0 else {}),
                 stretch=added / (engine_s - added) if engine_s > added else float("inf"),
                 clocked_share=min(clocked / engine_s, 1.0) if engine_s > 0.0 else 0.0,
                 clock=float(res.busy_s.get(CAP_CLOCK, 0.0)) / clocked)

@@ -80,10 +80,14 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
              + ("; the board limit binds the GPU alone" if e.get("power_includes") else "")),
             *([("power figures", e["power_source"])] if e.get("power_source") else [])]
     if cap := e.get("power_cap"):
-        limit = f"the {cap['limit_w']:g} W board limit binds" if cap["limit_w"] else "the board power limits bind"
+        limit = (f"the {cap['limit_w']:g} W board limit binds" if cap["limit_w"] else "the board power limits bind") \
+            + " and lowers the clock"
+        if (lock := cap.get("clock_lock", 1.0)) < 1.0:   # hw_models.power.cap_note's wording
+            limit = (f"the SM clock is locked at {lock:.0%} of full" if cap["clock"] >= lock * (1.0 - 1e-9)
+                     else f"{limit} below the {lock:.0%} clock lock")
         # the clause sim run's note carries past 3x (a trial's 150 W limit read +909% here without a word)
         floor = f"; {NO_CLOCK_FLOOR}" if cap.get("clock", 1.0) < 1.0 / FLOOR_STRETCH else ""
-        rows.append(("power cap", f"{limit} and lowers the clock: engine time +{cap['stretch']:.{1 if cap['stretch'] >= 1e-3 else 3}%} "
+        rows.append(("power cap", f"{limit}: engine time +{cap['stretch']:.{1 if cap['stretch'] >= 1e-3 else 3}%} "
                                   f"({fmt_time(cap['added_s'])} over the run; {cap.get('clocked_share', 1.0):.0%} of the "
                                   f"engine time at {cap.get('clock', 1.0):.0%} of the full clock on average{floor}; "
                                   "hw_models/power.py)"))
