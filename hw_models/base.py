@@ -353,6 +353,7 @@ class Mapper:
         return capped_step(self, step)
 
     records_at_capped_clock = True   # step_timeline's records at a binding cap's clock (power.at_capped_clock)
+    caps_by_bound = True             # its cap slows ops as the clock paces them (hw_models.clock), not whole steps
 
     def step_timeline(self, phase: str, q_len: int, kv_len: int) -> Timeline:
         """One step in full, every op, for the report, the Gantt chart and the trace; the
@@ -380,7 +381,7 @@ class Mapper:
         bp = self.machine.board_power()
         if bp is not None and (cap := cap_figures(gen, bp)):
             fig.extra["power_cap"] = cap
-            fig.notes.append(cap_note(cap, self.records_at_capped_clock))
+            fig.notes.append(cap_note(cap, self.records_at_capped_clock, self.caps_by_bound))
         if note := busy_time_note(self.machine, total, e2e, self.devices):   # with the model: unpriced_board_note
             fig.notes.append(note)
         return fig

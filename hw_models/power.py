@@ -247,11 +247,11 @@ NO_CLOCK_FLOOR = ("below a third of the full clock no clock floor is modelled (a
                   "clock, and memory-bound kernels slow too): a limit this close to the idle power is outside the model")
 
 
-def cap_note(cap: dict, split: bool = True) -> str:
-    """The run's note where the board power limit bound (cap_figures' figures). `split`: the steps slowed op by op as
-    the lowered clock paces them (hw_models.clock), their op records with them; else (a pipeline's stages, an
-    offload block) each capped part stretched as a whole, its records at full clock, and a memory-bound step's
-    stretch an upper bound (its HBM keeps its own clock), which the note says."""
+def cap_note(cap: dict, split: bool = True, by_bound: bool = True) -> str:
+    """The run's note where the board power limit bound (cap_figures' figures). `split`: the step's op records run at
+    the lowered clock, else (a pipeline's stages, an offload block, capped apart) at full clock. `by_bound`: the ops
+    slowed as the lowered clock paces them (hw_models.clock), else (an offload block) the capped part stretched as a
+    whole, a memory-bound step's stretch an upper bound (its HBM keeps its own clock), which the note says."""
     bound = [p for p in ("prefill", "decode") if cap[p + "_board_w"] is not None]
     lock = cap.get("clock_lock", 1.0)
     if any(cap[p + "_clock"] < lock * (1.0 - 1e-9) for p in bound):   # the limit lowers the clock (below any lock)
@@ -262,11 +262,11 @@ def cap_note(cap: dict, split: bool = True) -> str:
     phases = ", ".join(f"{p} {cap[p + '_stretch']:+.1%} at {cap[p + '_clock']:.0%} of the full clock (the board would "
                        f"draw {cap[p + '_board_w']:.0f} W at full clock"
                        + ("; an upper bound: every op stretched alike, though memory-bound ones wait on DRAM, whose "
-                          "clock the cap does not lower" if p == "decode" and not split else "") + ")" for p in bound)
+                          "clock the cap does not lower" if p == "decode" and not by_bound else "") + ")" for p in bound)
     floor = f"; {NO_CLOCK_FLOOR}" if any(cap[p + "_clock"] < 1.0 / FLOOR_STRETCH for p in bound) else ""
     return (f"{head}: {phases}{floor}; "
             + ("compute-bound ops slow with the clock, memory-bound ones keep DRAM's pace until their compute "
-               "outgrows it, and draw less activity power (hw_models/clock.py); " if split else "")
+               "outgrows it, and draw less activity power (hw_models/clock.py); " if by_bound else "")
             + "each op's FLOP and byte joules are kept at full clock, so the energy under a cap is an upper bound (a "
             "lower clock lowers the voltage too), "
             + ("the step's op records (--json ops, --chrome-trace) run at the lowered clock, the engine's host work "

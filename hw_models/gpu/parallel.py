@@ -31,7 +31,7 @@ from dataclasses import replace
 from itertools import accumulate
 
 from hw_models.base import DeviceShare
-from hw_models.clock import clock_counters
+from hw_models.clock import CLOCK_COUNTERS, clock_counters
 from hw_models.gpu.expert_parallel import EXPERT_OPS, expert_weight_bytes, moe_rank
 from hw_models.gpu.mapper import GpuMapper
 from hw_models.gpu.plan import load_plan
@@ -260,6 +260,7 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         tl = engine.run(self.tp_tasks(graph_p), {}, {}, True)
         parts: dict[str | int, float] = {"embed": 0.0, "layer": 0.0, "head": 0.0, **dict.fromkeys(range(unlike), 0.0)}
         links, joules = dict(parts), dict(parts)
+        clocks = {k: dict.fromkeys(CLOCK_COUNTERS, 0.0) for k in parts}   # the stage cap's split (stage_power)
         for iv in tl.intervals:
             key = part_of(iv.task)
             part = key if isinstance(key, str) else "layer" if key >= start else key if key < unlike else None
@@ -268,7 +269,9 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
                 parts[part] += iv.duration_s * share
                 links[part] += iv.duration_s * share if iv.resource == LINK else 0.0
                 joules[part] += getattr(iv.tag, "energy_j", 0.0) * share
-        return parts, links, joules, StageTemplate.of(tl, start, period, unlike)
+                for k, v in clock_counters((iv.tag,), self.unit_name).items():
+                    clocks[part][k] += v * share
+        return parts, links, joules, StageTemplate.of(tl, start, period, unlike), clocks
 
     def stage_layers(self) -> list[int]:
         L, pp = self.model.num_layers, self.plan.pp
@@ -290,7 +293,7 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         """One micro-batch through the stages: stage j's task (its layers' parts) after the activation send
         from stage j - 1 (`act_bytes` on link.s<j-1>)."""
         pp = self.plan.pp
-        times, links, joules, template = parts
+        times, links, joules, template, clocks = parts
         send_s = collective_s(self.topo, SEND_RECV, act_bytes, 2) if pp > 1 else 0.0
         tasks = []
         for j, (first, layers) in enumerate(self.stage_spans()):
@@ -299,8 +302,10 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
                         + (x["embed"] if j == 0 else 0.0) + (x["head"] if j == pp - 1 else 0.0))
             deps = (f"{name}.send{j - 1}",) if j else ()
             ops = StageOps(template, first, layers, j == 0, j == pp - 1)   # the report's records, not the time
+            clock = {k: of({p: c[k] for p, c in clocks.items()}) for k in CLOCK_COUNTERS}
             tasks.append(Task(f"{name}.stage{j}", stage_resource(self.unit_name, j), of(times), deps,
-                              tag=StageCost(f"{name}.stage{j}", of(times), of(links), energy_j=of(joules), ops=ops)))
+                              tag=StageCost(f"{name}.stage{j}", of(times), of(links), energy_j=of(joules), ops=ops,
+                                            clock=clock)))
             if j < pp - 1:
                 tag = CollectiveCost(f"{name}.send{j}", SEND_RECV, act_bytes, send_s, path=self.topo.name)
                 tasks.append(Task(f"{name}.send{j}", f"{LINK}.s{j}", send_s, (f"{name}.stage{j}",), tag=tag))

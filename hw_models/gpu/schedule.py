@@ -24,7 +24,7 @@ LINK = "link"
 
 # A micro-batch's seconds on one rank by part ("embed", "layer", "head", an unlike layer's index), of that in
 # collectives, its dynamic joules, and the timeline's template for the op records (ParallelGpuMapper._stage_parts).
-StageParts = tuple[dict, dict, dict, StageTemplate]
+StageParts = tuple[dict, dict, dict, StageTemplate, dict]   # ... and each part's ops by what the SM clock paces
 
 
 def split_micro_batches(seqs, m: int) -> list[tuple[tuple[int, int], ...]]:
@@ -60,6 +60,7 @@ class StageCost:
     path: str = "pipeline stage"
     energy_j: float = 0.0
     ops: StageOps | None = field(default=None, compare=False, repr=False)
+    clock: dict[str, float] | None = field(default=None, compare=False, repr=False)   # hw_models.clock's counters
 
     def inner_ops(self) -> list[InnerOp]:
         """The stage's ops one after another from its start (sim.core.results.op_records); [] when unknown."""

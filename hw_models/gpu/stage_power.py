@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hw_models.gpu.schedule import StageCost, steady_period_s
+from hw_models.clock import ClockWork
 from hw_models.power import BoardPower, with_cap
 from sim.core import engine
 from sim.core.engine import Task, Timeline
@@ -17,22 +18,25 @@ from sim.core.graph import OpGraph
 from sim.core.results import StepResult
 
 
-def stage_caps(tasks: list[Task], bp: BoardPower) -> tuple[list[Task], tuple[float, float] | None]:
-    """`tasks` with each stage task stretched by its devices' cap: a device draws idle + (active x d + its
-    dynamic joules) / d through a stage task of d seconds (BoardPower.stretch over d); and the hottest stage
-    device's clocked joules and working seconds over the step, None where no stage binds."""
-    out, work, bound = [], {}, False
+def stage_caps(tasks: list[Task], bp: BoardPower) -> tuple[list[Task], tuple[float, float, float] | None, float]:
+    """`tasks` with each stage task slowed by its devices' cap: a device draws idle + (active x d + its dynamic
+    joules) / d through a stage task of d seconds, and the clock that meets the limit (or a clock lock) slows the
+    task's ops as it paces them (BoardPower.under_cap over d, the task's split by bound: hw_models.clock); the
+    hottest stage device's clocked joules, working seconds and mean clock over the step, None where no stage
+    binds; and one rank's activity joules the lower clocks save, over every stage task."""
+    out, work, bound, saved = [], {}, False, 0.0
     for task in tasks:
         if isinstance(task.tag, StageCost):
-            clocked_j = bp.active_w * task.duration_s + task.tag.energy_j   # one rank's, as the tags hold
-            s = bp.stretch(task.duration_s, clocked_j)
-            bound |= s > 1.0
-            j, d = work.get(task.resource, (0.0, 0.0))
-            work[task.resource] = (j + clocked_j, d + task.duration_s)
-            task = replace(task, duration_s=task.duration_s * s)
+            d, active_j = task.duration_s, bp.active_w * task.duration_s
+            clocked_j = active_j + task.tag.energy_j   # one rank's, as the tags hold
+            added, saved_j, r = bp.under_cap(d, active_j, task.tag.energy_j, ClockWork.read(task.tag.clock or {}))
+            bound, saved = bound or r < 1.0, saved + saved_j
+            j, w, c = work.get(task.resource, (0.0, 0.0, 0.0))
+            work[task.resource] = (j + clocked_j, w + d, c + r * d)
+            task = replace(task, duration_s=d + added)
         out.append(task)
-    hot = max(work.values(), key=lambda jd: jd[0] / jd[1] if jd[1] else 0.0, default=None)
-    return out, hot if bound else None
+    hot = max(work.values(), key=lambda jwc: jwc[0] / jwc[1] if jwc[1] else 0.0, default=None)
+    return out, (hot[0], hot[1], hot[2] / hot[1]) if bound and hot[1] else None, saved
 
 
 class PipelinePower:
@@ -47,19 +51,19 @@ class PipelinePower:
 
     def stage_step(self, phase: str, kv_len: int, tasks: list[Task], busy=Timeline.busy_s) -> StepResult:
         """`tasks` (the stage and send tasks of micro-batches `mb<i>.*`) as one step of `phase` (step_span_s), each
-        stage capped; busy times and energy stay those at full clock (they charge the activity and dynamic energy,
-        as Mapper.capped keeps them)."""
+        stage capped; busy times stay those at full clock, the activity the lower clocks save taken off the energy
+        (every rank of a stage saves what its tag's one rank does), as Mapper.capped does."""
         free = engine.run(tasks, self.resources(), self.containers(), self.in_order)
         step = StepResult(phase, kv_len, self.step_span_s(phase, free), busy(free), self.energy_j(free))
         bp = self.machine.board_power()
-        slowed, hot = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None)
+        slowed, hot, saved_j = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None, 0.0)
         if hot is None:
             return step
         t = self.step_span_s(phase, engine.run(slowed, self.resources(), self.containers(), self.in_order))
-        # The fold runs the same schedule for any layer count (pipeline_tasks), so these counters fold to themselves.
-        # the hottest stage device's clock: 1/s of its own stretch (the step's makespan grew by more or less than it)
-        return replace(step, time_s=t, counters=with_cap(step.counters, t - step.time_s, *hot,
-                                                         clock=1.0 / bp.stretch(hot[1], hot[0])))
+        # The fold runs the same schedule for any layer count (pipeline_tasks), so these counters fold to themselves;
+        # the clock is the hottest stage device's (the step's makespan grew by more or less than its own stretch)
+        return replace(step, time_s=t, energy_j=step.energy_j - self.plan.stage_width * saved_j,
+                       counters=with_cap(step.counters, t - step.time_s, *hot))
 
     @staticmethod
     def step_span_s(phase: str, tl: Timeline) -> float:

@@ -42,6 +42,7 @@ class OffloadMapper(Mapper):
     kind = "offload"
     caps_whole_steps = False   # its block schedule caps the GPU's part of each step itself (policy_step)
     records_at_capped_clock = False   # its step timeline is the block schedule at full clock (step_timeline)
+    caps_by_bound = False             # its block schedule keeps no op-by-op split: the GPU's part stretches whole
     # Identical layers fold as in the core loop, exact once the schedule is periodic
     # within F layers; the block schedule looks back at most two computes, so F = 3
     # (tests/test_offload.py checks it against the exhaustive run).
