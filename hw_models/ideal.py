@@ -8,8 +8,9 @@ from hw_models.machine import Efficiency, Machine
 
 
 def ideal(machine: Machine) -> Machine:
-    # a board-power unit's power_w is its default limit only (its energy is idle + activity + dynamic): both go
-    uncapped = dict(power_limit_w=None, power_w=None)
+    # a board-power unit's power_w is its default limit only (its energy is idle + activity + dynamic): both go, and
+    # so does an SM clock lock (the roofline runs at full clock)
+    uncapped = dict(power_limit_w=None, power_w=None, sm_clock_fraction=1.0)
     units = {n: u.model_copy(update=dict(efficiency=Efficiency(), launch_overhead_s=0.0,
                                          **(uncapped if u.idle_power_w is not None else {})))
              for n, u in machine.units.items()}

@@ -77,6 +77,11 @@ class BoardPower:
     limit_w: float | None = None
     clock: float = 1.0
 
+    @property
+    def acts(self) -> bool:
+        """Whether a limit or a clock lock can slow a step."""
+        return self.limit_w is not None or self.clock < 1.0
+
     def static_w(self, busy_fraction: float) -> float:
         """Power without the dynamic part, at a share `busy_fraction` of the time running kernels."""
         return self.idle_w + self.active_w * busy_fraction
@@ -115,8 +120,9 @@ class BoardPower:
         activity the fewer cycles save (`work` None: the whole step stretched by 1/r, every cycle kept)."""
         if r >= 1.0:
             return 0.0, 0.0, 1.0
-        if work is None:
-            return time_s * (1.0 / r - 1.0), 0.0, r
+        if work is None:   # its busy seconds (the SMs' work) 1/r as long; an offload block's host and PCIe time stay
+            busy = active_j / self.active_w if self.active_w > 0.0 else time_s
+            return min(busy, time_s) * (1.0 / r - 1.0), 0.0, r
         added = work.added_s(r)
         return added, active_j * (1.0 - r) - self.active_w * r * added, r
 
@@ -244,7 +250,13 @@ def with_cap(counters: dict[str, float], added_s: float, clocked_j: float, windo
 # need the SMs' cycles too; runs say so below a third of the full clock (a step stretched alike past 3x).
 FLOOR_STRETCH = 3.0
 NO_CLOCK_FLOOR = ("below a third of the full clock no clock floor is modelled (a real board stops at its lowest "
-                  "clock, and memory-bound kernels slow too): a limit this close to the idle power is outside the model")
+                  "clock, and memory-bound kernels slow too): a clock this low (a limit this close to the idle power, "
+                  "or a lock this low) is outside the model")
+
+
+def limit_binds(clocks: list[float], lock: float = 1.0) -> bool:
+    """Whether the board limit lowered any of these clocks (shares of full) below the clock lock (1: none)."""
+    return any(c < lock * (1.0 - 1e-9) for c in clocks)
 
 
 def cap_note(cap: dict, split: bool = True, by_bound: bool = True) -> str:
@@ -254,7 +266,7 @@ def cap_note(cap: dict, split: bool = True, by_bound: bool = True) -> str:
     whole, a memory-bound step's stretch an upper bound (its HBM keeps its own clock), which the note says."""
     bound = [p for p in ("prefill", "decode") if cap[p + "_board_w"] is not None]
     lock = cap.get("clock_lock", 1.0)
-    if any(cap[p + "_clock"] < lock * (1.0 - 1e-9) for p in bound):   # the limit lowers the clock (below any lock)
+    if limit_binds([cap[p + "_clock"] for p in bound], lock):   # the limit lowers the clock (below any lock)
         head = (f"power cap: the {cap['limit_w']:.0f} W board limit binds and lowers the SM clock"
                 + (f" below its {lock:.0%} lock" if lock < 1.0 else ""))
     else:
@@ -301,7 +313,7 @@ def capped_step(mapper: Any, step: StepResult) -> StepResult:
     """`step` under its mapper's board power limit (Mapper.capped): slowed by what the limit adds (under_cap), its
     busy times those at full clock, the activity the lower clock saves taken off its energy."""
     bp = mapper.machine.board_power()
-    if bp is None or bp.limit_w is None or step.time_s <= 0.0:
+    if bp is None or not bp.acts or step.time_s <= 0.0:
         return step
     t, active_j, dynamic_j, work = device_power(mapper, step)
     added, saved_j, clock = bp.under_cap(t, active_j, dynamic_j, work)
@@ -329,14 +341,14 @@ def at_capped_clock(mapper: Any, tasks: list, phase: str, q_len: int, kv_len: in
     second run of the whole step). The caller adds the engine's host work after, at its own speed; a kind whose
     parts are capped apart (a pipeline's stages) keeps them at full clock (records_at_capped_clock False)."""
     bp = mapper.machine.board_power()
-    if bp is None or bp.limit_w is None or not mapper.records_at_capped_clock:
+    if bp is None or not bp.acts or not mapper.records_at_capped_clock:
         return tasks
     full = mapper.device_step(phase, q_len, kv_len)
-    added = mapper.capped(full).time_s - full.time_s
+    t, active_j, dynamic_j, work = device_power(mapper, full)
+    added, _, r = bp.under_cap(t, active_j, dynamic_j, work)   # the clock the limit or a lock leaves
     if added <= 0.0:
         return tasks
-    r = bp.clock_ratio(*device_power(mapper, full))
-    if r is None:
+    if work is None or abs(work.added_s(r) - added) > 1e-9 * t:   # the whole step stretched (under_cap)
         s = 1.0 + added / full.time_s
         return [replace(t, duration_s=t.duration_s * s) for t in tasks]
     unit = mapper.machine.main_unit

@@ -185,7 +185,7 @@ def test_the_op_table_says_at_which_clock_a_capped_run_s_ops_are(capsys, tmp_pat
     capsys.readouterr()
     assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--width", "400"]) == 0
     out = " ".join(capsys.readouterr().out.split())   # the caption wraps at the table's width
-    assert "B's ops run at the clock its board power cap leaves" in out and "not op by op" not in out
+    assert "B's ops run at the clock its board power cap (or clock lock) leaves" in out and "not op by op" not in out
 
 
 def test_a_binding_power_cap_is_named_beside_the_metrics():
@@ -200,3 +200,11 @@ def test_a_binding_power_cap_is_named_beside_the_metrics():
                                  "metrics above; hw_models/power.py)")
     assert cap_note(served, {}).startswith("A: its 400 W board power limit binds and lowers the clock: engine time +4.2%")
     assert cap_note({}, {"extra": {"power_cap": {"limit_w": 700.0, "prefill_s": 0.0, "decode_s": 0.0}}}) is None
+    # a clock lock that the limit lowers no further is named as the lock (a review: it read "700 W ... binds")
+    locked = {"extra": {"power_cap": {"limit_w": 700.0, "clock_lock": 0.6, "prefill_s": 0.01, "prefill_stretch": 0.487,
+                                      "prefill_clock": 0.6, "prefill_board_w": 814.0, "decode_s": 0.0,
+                                      "decode_stretch": 0.0, "decode_clock": 0.6, "decode_board_w": 430.0}}}
+    assert cap_note({}, locked).startswith("B: its SM clock is locked at 60% of full: prefill +48.7%, decode +0.0%")
+    served_lock = {"energy": {"power_cap": {"limit_w": 700.0, "clock_lock": 0.6, "clock": 0.55, "added_s": 1.0,
+                                            "stretch": 0.1}}}
+    assert cap_note(served_lock, {}).startswith("A: its 700 W board power limit binds and lowers the clock below its 60%")

@@ -177,6 +177,36 @@ def test_a_locked_clock_keeps_a_memory_bound_decode_s_time_and_cuts_its_energy()
     assert any(n.startswith("clock lock: the SM clock is locked at 60% of full") for n in lock.notes)
 
 
+def test_a_lock_alone_runs_the_op_records_at_the_locked_clock():
+    """A review: the records took the clock the limit would leave (none at 700 W), so a decode locked at 20% read its
+    records ending at 11.24 ms against a 13.10 ms TPOT. They now end where the locked step does, prefill and decode."""
+    import warnings
+
+    w = workload_from_dict(dict(model="llama3-8b", batch=64, prompt_len=512, gen_len=4), "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = simulate(w, load_machine("h100_sxm", {"units.gpu.sm_clock_fraction": 0.2}))
+    assert max(o.end_s for o in r.prefill_ops) == pytest.approx(r.ttft_s, rel=1e-9)
+    assert max(o.end_s for o in r.decode_ops) == pytest.approx(r.decode_timeline.makespan_s, rel=1e-9)
+    assert r.extra["power_cap"]["decode_clock"] == pytest.approx(0.2)
+
+
+def test_an_offload_block_under_a_lock_slows_its_gpu_work_alone():
+    """A review: a FlexGen OPT-30B block whose GPU works 6% of the step ran 2x slower at a 50% lock, its host
+    attention and PCIe copies stretched with the SMs. The GPU's busy seconds alone now take 1/r as long."""
+    from sim.core.workload import load_workload
+
+    w = load_workload(ROOT / "workloads" / "opt30b_flexgen.yaml")
+    full = simulate(w, load_machine("h100_offload"), detail=False)
+    half = simulate(w, load_machine("h100_offload", {"units.gpu.sm_clock_fraction": 0.5}), detail=False)
+    assert full.tpot_s < half.tpot_s < 1.2 * full.tpot_s
+
+
+def test_ideal_lifts_a_clock_lock_as_it_lifts_the_cap():
+    m = ideal(load_machine("h100_sxm", {"units.gpu.sm_clock_fraction": 0.5}))
+    assert m.units["gpu"].sm_clock_fraction == 1.0 and m.board_power().clock == 1.0
+
+
 def test_a_clock_lock_without_the_board_model_is_refused():
     with pytest.raises(ConfigError, match="sm_clock_fraction 0.5: this unit has no board-power model"):
         load_machine("l40s", {"units.gpu.sm_clock_fraction": 0.5})

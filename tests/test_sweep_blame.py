@@ -152,7 +152,7 @@ def test_the_sweep_names_the_points_a_cap_stretches_past_sim_runs_range():
     assert note.startswith("3 of 5 points: power cap: ")
     assert (f"point 1 ({LIMIT}=101: decode 3.01x at 33% clock); point 3 ({LIMIT}=103: prefill 5.00x at 20% clock, "
             f"decode 2.00x at 50% clock); point 4 ({LIMIT}=104: decode 1.00x at 20% clock); ") in note
-    assert "point 0" not in note and note.endswith("a limit this close to the idle power is outside the model")
+    assert "point 0" not in note and note.endswith("a clock this low (a limit this close to the idle power, or a lock this low) is outside the model")
     assert cap_caveats(_cap_rows((1.99, 1.5)), [LIMIT]) == []
     assert cap_caveats(pd.DataFrame([{"status": "ok", "power_cap_stretch": 9.0}]), [LIMIT]) == []
 

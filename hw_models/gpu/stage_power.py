@@ -56,7 +56,7 @@ class PipelinePower:
         free = engine.run(tasks, self.resources(), self.containers(), self.in_order)
         step = StepResult(phase, kv_len, self.step_span_s(phase, free), busy(free), self.energy_j(free))
         bp = self.machine.board_power()
-        slowed, hot, saved_j = stage_caps(tasks, bp) if bp is not None and bp.limit_w is not None else (tasks, None, 0.0)
+        slowed, hot, saved_j = stage_caps(tasks, bp) if bp is not None and bp.acts else (tasks, None, 0.0)
         if hot is None:
             return step
         t = self.step_span_s(phase, engine.run(slowed, self.resources(), self.containers(), self.in_order))

@@ -97,7 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 STEP_PROGRESS.reset(token)
     hw = hardware_record(machine, hw_sets)
     if getattr(args, "ideal", False):   # said in the report and the JSON, so an ideal run never passes for a real one
-        result.notes.append("--ideal: the pure roofline (efficiencies 1, overheads and latencies 0, no power cap)")
+        result.notes.append("--ideal: the pure roofline (efficiencies 1, overheads and latencies 0, no power cap or "
+                            "clock lock)")
         hw["ideal"] = True
     with transaction():  # every output or none
         _write_run_outputs(args, result, workload, machine, layers, hw)
@@ -155,7 +156,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     skipped = ([f"stack {workload.stack!r}"] if workload.stack is not None else []) + (
         ["the pipeline stages (parallel.pp: every layer counted on one rank)"]
         if (workload.section("parallel") or {}).get("pp", 1) > 1 else []) + (
-        ["the board power cap"] if board is not None and board.limit_w is not None else []) + (
+        ["the board power cap" + (f" and the {board.clock:.0%} SM clock lock" if board.clock < 1.0 else "")]
+        if board is not None and board.acts else []) + (
         [_KIND_PLACEMENT[machine.kind]] if machine.kind in _KIND_PLACEMENT else [])
     if args.json:
         check_output(args.json)

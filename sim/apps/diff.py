@@ -19,6 +19,7 @@ from rich.table import Table
 from sim.core import tables
 from sim.core.errors import ConfigError
 from hw_models.gpu.stage_ops import split_stage
+from hw_models.power import limit_binds
 from hw_models.registry import HW_FIGURES, HW_OVERRIDES
 from sim.core.results import _without_layer, whole_op
 from sim.core.schema import require_file, validation_error
@@ -293,7 +294,7 @@ def _ops_table(a: dict[str, Any], b: dict[str, Any], every: bool) -> Table:
               if ((d.get("extra") or {}).get("power_cap") or {}).get("decode_board_w") is not None]
     # a run's op records are at its capped clock where its note says so (hw_models.power.at_capped_clock; a docs trial
     # read "at full clock" over ops stretched 1.65x), a pipeline's stages at full clock
-    said = [f"{tag}'s ops run at the clock its board power cap leaves" if slow else
+    said = [f"{tag}'s ops run at the clock its board power cap (or clock lock) leaves" if slow else
             f"{tag}'s ops at full clock: its board power cap stretches its decode step as a whole (the metrics above)"
             for tag, slow in capped]
     caption = ("each op summed over its layers (its parts on units that run at once counted once); largest change first"
@@ -320,9 +321,15 @@ def cap_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
         phases = [f"{p} +{run[p + '_stretch']:.1%}" for p in ("prefill", "decode")
                   if (run.get(p + "_s") or 0) > 0 or run.get(p + "_board_w") is not None]
         phases += [f"engine time +{serve['stretch']:.1%}"] if serve else []
-        if phases:
+        lock = run.get("clock_lock") or serve.get("clock_lock") or 1.0
+        clocks = [serve.get("clock", 1.0)] if serve else [run.get(p + "_clock", 1.0) for p in ("prefill", "decode")]
+        if phases and lock < 1.0 and not limit_binds(clocks, lock):   # a clock lock alone slowed it
+            said.append(f"{tag}: its SM clock is locked at {lock:.0%} of full: {', '.join(phases)} (in the metrics "
+                        "above; hw_models/power.py)")
+        elif phases:
             said.append(f"{tag}: its {run.get('limit_w') or serve.get('limit_w'):g} W board power limit binds and "
-                        f"lowers the clock: {', '.join(phases)} (in the metrics above; hw_models/power.py)")
+                        f"lowers the clock{f' below its {lock:.0%} lock' if lock < 1.0 else ''}: {', '.join(phases)} "
+                        "(in the metrics above; hw_models/power.py)")
     return "\n".join(said) or None
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hw_models.power import FLOOR_STRETCH, NO_CLOCK_FLOOR
+from hw_models.power import FLOOR_STRETCH, NO_CLOCK_FLOOR, limit_binds
 from sim.core import tables
 from sim.core.units import fmt_time
 
@@ -83,7 +83,7 @@ def _energy_rows(e: dict[str, Any] | None) -> list[tuple[str, str]]:
         limit = (f"the {cap['limit_w']:g} W board limit binds" if cap["limit_w"] else "the board power limits bind") \
             + " and lowers the clock"
         if (lock := cap.get("clock_lock", 1.0)) < 1.0:   # hw_models.power.cap_note's wording
-            limit = (f"the SM clock is locked at {lock:.0%} of full" if cap["clock"] >= lock * (1.0 - 1e-9)
+            limit = (f"the SM clock is locked at {lock:.0%} of full" if not limit_binds([cap["clock"]], lock)
                      else f"{limit} below the {lock:.0%} clock lock")
         # the clause sim run's note carries past 3x (a trial's 150 W limit read +909% here without a word)
         floor = f"; {NO_CLOCK_FLOOR}" if cap.get("clock", 1.0) < 1.0 / FLOOR_STRETCH else ""

@@ -104,7 +104,7 @@ class ExactCost:
         # The board power limit the iteration's cost is stretched under (capped), None where the mapper caps
         # otherwise (a pipeline's stages, an offload block) or no limit binds anything
         board = self.mapper.machine.board_power() if self.mapper.caps_whole_steps else None
-        self.board = board if board is not None and board.limit_w is not None else None
+        self.board = board if board is not None and board.acts else None
 
     def __call__(self, it: Iteration) -> Cost:
         return self.engine(self.device(it), it)

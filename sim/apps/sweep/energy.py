@@ -141,8 +141,8 @@ def cap_caveats(df: "pd.DataFrame", axes: list[str]) -> list[str]:
     if not flagged:
         return bound
     named = "; ".join(flagged[:NAMED]) + (f"; and {len(flagged) - NAMED} more" if len(flagged) > NAMED else "")
-    return bound + [f"{len(flagged)} of {len(df)} points: power cap: the board limit stretches a phase beyond what "
-                    f"the model covers (`sim run` warns of each such point): {named}; {clause}"]
+    return bound + [f"{len(flagged)} of {len(df)} points: power cap: the board limit (or a clock lock) slows a phase "
+                    f"beyond what the model covers (`sim run` warns of each such point): {named}; {clause}"]
 
 
 def best_per(rows: "pd.DataFrame", by: list[str], metric: str, goal: str) -> "pd.DataFrame":

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hw_models.machine import Machine, machine_from_dict
-from hw_models.power import board_columns
+from hw_models.power import board_columns, limit_binds
 from hw_models.registry import simulate
 from sim.apps.sweep.blame import attributed
 from sim.apps.sweep.serving import cap_columns, serve_point
@@ -72,7 +72,8 @@ def run_metrics(config: dict[str, Any], machine: Machine) -> dict[str, float]:
         metrics["peak_memory_bytes.@device"] = metrics[f"peak_memory_bytes.{machine.device_tier}"]
     # the run's cap figures are per phase (hw_models.power.cap_figures), a serving run's over its whole engine time
     cap = result.extra.get("power_cap") or {}
-    metrics.update(cap_columns(cap.get("prefill_s", 0.0) + cap.get("decode_s", 0.0), bool(cap)))
+    binds = bool(cap) and limit_binds([cap[f"{p}_clock"] for p in ("prefill", "decode")], cap.get("clock_lock", 1.0))
+    metrics.update(cap_columns(cap.get("prefill_s", 0.0) + cap.get("decode_s", 0.0), binds))
     metrics.update({f"{phase}_power_cap_{k}": cap.get(f"{phase}_{k}", v) for phase in ("prefill", "decode")
                     for k, v in (("stretch", 0.0), ("clock", 1.0))})
     return metrics | plan_price(config, machine, result.devices)

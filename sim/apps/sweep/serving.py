@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from hw_models.machine import Machine, machine_from_dict
+from hw_models.power import limit_binds
 from sim.apps.serve.timeline import kv_timeline
 from sim.apps.serve.run import serve
 from sim.apps.serve.spec import METRICS, STATS, serve_file_from_dict
@@ -75,7 +76,8 @@ def energy_metrics(e: dict[str, Any]) -> dict[str, float]:
     out = {col: float(e[key]) for key, col in ENERGY.items()}
     out.update({f"{phase}_energy_j": float(e["by_phase_j"][phase]) for phase in PHASES})
     cap = e.get("power_cap") or {}
-    out.update(cap_columns(cap.get("added_s", 0.0), bool(cap)), power_cap_stretch=float(cap.get("stretch", 0.0)))
+    binds = bool(cap) and limit_binds([cap["clock"]], cap.get("clock_lock", 1.0))   # a lock alone: 0
+    out.update(cap_columns(cap.get("added_s", 0.0), binds), power_cap_stretch=float(cap.get("stretch", 0.0)))
     return out
 
 
