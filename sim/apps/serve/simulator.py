@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from hw_models.clock import CLOCK_COUNTERS
 from hw_models.power import Board
 from sim.apps.serve import debug_checks, frontend, handout_ref, runahead, speculative
 from sim.apps.serve.schedulers import Batch, Request, Scheduler
@@ -94,6 +95,7 @@ class ServeSim:
         self.preempt_log: list[tuple[float, int]] = []
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
+        self._book: dict[tuple[int, int], list[tuple[int, str]]] = {}   # _booked's entries by cost-vector layout
         self.rejections: dict[str, int] = {}
         self.eo = eo = engine_terms(setup.file, setup.machine)
         self.front_end_s = eo.request_delay_s(setup.file.serving.deployment) if eo else 0.0
@@ -277,10 +279,14 @@ class ServeSim:
         return self._booked(cost.keys, cost(it))
 
     def _booked(self, keys: list[str], c: tuple[float, ...]) -> tuple[float, float]:
-        """(seconds, joules) of a step's cost vector `c`; its resources' busy times go to the run's totals."""
-        busy = self.busy
-        for k, v in zip(keys, c[2:]):
-            busy[k] = busy.get(k, 0.0) + v
+        """(seconds, joules) of a step's cost vector `c`; its resources' busy times go to the run's totals (not the ops'
+        split by what the SM clock paces, which rides beside them for the cap alone: hw_models.clock)."""
+        busy, n = self.busy, len(c) - 2
+        booked = self._book.get((id(keys), n))
+        if booked is None:   # the keys only grow, so an (id, length) pair names one layout
+            booked = self._book[(id(keys), n)] = [(2 + i, k) for i, k in enumerate(keys[:n]) if k not in CLOCK_COUNTERS]
+        for i, k in booked:
+            busy[k] = busy.get(k, 0.0) + c[i]
         return c[0], c[1]
 
     def _apply(self, batch: Batch, start: float, now: float, energy: float) -> None:

@@ -134,6 +134,11 @@ class ExactCost:
         over the step would exceed the limit, the SM clock drops until it does not and the step slows as that clock
         paces its ops (hw_models.clock); the busy times stay those at full clock, the idle power runs over the added
         time, booked as CAP_ADDED, the lowered clock's seconds as CAP_CLOCKED and CAP_CLOCK."""
+        b = self.board
+        # c[1] is every device's whole draw over c[0] (point): at or under the limit, and no lock, nothing to do
+        # (the engine asks every iteration; most draw less, and the split below costs a dict and a solve)
+        if b is None or (b.clock >= 1.0 and (b.limit_w is None or c[1] <= b.limit_w * c[0] * self.mapper.devices)):
+            return c
         busy = dict(zip(self.keys, c[2:]))
         added, saved_j, clock = self.cap(c[0], c[1], busy)
         if clock == 1.0:
