@@ -1,34 +1,28 @@
-"""What one serving iteration costs on the machine: the one adapter between the
-request-level engine and the op-level hardware models.
+"""What one serving iteration costs on the machine: the one adapter between the request-level engine and the
+op-level hardware models.
 
-Exact: the iteration's op graph (sim.core.mixed) at 2 and 3 layers through the
-mapper and the engine, extrapolated to L layers as sim.core.generation.fold_layers
-does (exact once the schedule is periodic after one layer).
+Exact: the iteration's op graph (sim.core.mixed) at 2 and 3 layers through the mapper and the engine, extrapolated
+to L layers as sim.core.generation.fold_layers does (exact once the schedule is periodic after one layer).
 
-Surrogate: exact costs at grid points, interpolated. An iteration is described by
-T (tokens), n_d (decode sequences, each q_len `decode_q`), S_d (their summed
-kv_len) and A (attended query-key pairs per head of the other sequences, the
-prefill chunks). The canonical iteration at (T, n_d) holds n_d decode sequences
-at kv_len `decode_q` and one fresh prefill chunk of the remaining tokens; its cost
-F(T, n_d) is tabulated on a grid dense in T (where GEMMs change from memory- to
-compute-bound) and interpolated bilinearly. Attention adds terms linear in S_d and
-A (a roofline op costs (work + half) / rate: linear in its work), with slopes per
-n_d and per prefill size measured by exact runs as well. Queries outside the grid
-are costed exactly. tests/test_serve.py checks the surrogate against the exact
-path on TTFT and TPOT.
+Surrogate: exact costs at grid points, interpolated. An iteration is described by T (tokens), n_d (decode
+sequences, each q_len `decode_q`), S_d (their summed kv_len) and A (attended query-key pairs per head of the other
+sequences, the prefill chunks). The canonical iteration at (T, n_d) holds n_d decode sequences at kv_len `decode_q`
+and one fresh prefill chunk of the remaining tokens; its cost F(T, n_d) is tabulated on a grid dense in T (where
+GEMMs change from memory- to compute-bound) and interpolated bilinearly. Attention adds terms linear in S_d and A
+(a roofline op costs (work + half) / rate: linear in its work), with slopes per n_d and per prefill size measured by
+exact runs as well. Queries outside the grid are costed exactly. tests/test_serve.py checks the surrogate against
+the exact path on TTFT and TPOT.
 
-The engine's host work per iteration (the stack's step_overhead, hw_models.stack.step_overhead)
-is not interpolated: the tables hold device costs (Mapper.iteration with device_only) and
-ExactCost.engine adds the host work of the iteration's sequence count to either path's
-device cost, as Mapper.with_engine does (a max() with the host time is not linear).
+The engine's host work per iteration (the stack's step_overhead, hw_models.stack.step_overhead) is not
+interpolated: the tables hold device costs (Mapper.iteration with device_only) and ExactCost.engine adds the host
+work of the iteration's sequence count to either path's device cost, as Mapper.with_engine does (a max() with the
+host time is not linear).
 
-A cost is a vector: (seconds, joules, then each resource's busy seconds in the order of
-ExactCost.keys). Busy time is the engine's per resource (the unit ran an op) and, from
-each op's OpCost, `<resource>.compute` and `<resource>.memory`: the time its compute
-pipes and its memory stream were needed (compute_s, memory_s; an op takes the larger of
-the two plus its overhead). Every term of the surrogate is linear in the cost, so the
-busy times interpolate with the time. A vector made before a resource was first seen is
-shorter; the missing entries are zero.
+A cost is a vector: (seconds, joules, then each resource's busy seconds in the order of ExactCost.keys). Busy time
+is the engine's per resource (the unit ran an op) and, from each op's OpCost, `<resource>.compute` and
+`<resource>.memory`: the time its compute pipes and its memory stream were needed (compute_s, memory_s; an op takes
+the larger of the two plus its overhead). Every term of the surrogate is linear in the cost, so the busy times
+interpolate with the time. A vector made before a resource was first seen is shorter; the missing entries are zero.
 """
 
 from __future__ import annotations
