@@ -82,11 +82,11 @@ class ClockWork:
 
     def added_s(self, r: float) -> float:
         """Seconds the step gains at SM clock ratio r (<= 1)."""
-        return self.sm_s * (1.0 / r - 1.0) + sum(max(c / r - m, 0.0) for m, c in zip(self.mem_s, self.mem_sm_s))
+        return self.sm_s * (1.0 / r - 1.0) + self.mem_added_s(r)
 
     def mem_added_s(self, r: float) -> float:
-        """The memory-bound bins' part of added_s."""
-        return self.added_s(r) - self.sm_s * (1.0 / r - 1.0)
+        """The memory-bound bins' part of added_s: each bin's compute, slowed, past its DRAM time."""
+        return sum(max(c / r - m, 0.0) for m, c in zip(self.mem_s, self.mem_sm_s))
 
     def ratio(self, headroom_w: float, active_w: float, time_s: float, busy_s: float, dynamic_j: float) -> float | None:
         """The clock ratio r at which one device's mean power over the step, minus idle, is `headroom_w` (the limit

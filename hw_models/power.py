@@ -21,8 +21,8 @@ held at their full-clock figures (C V^2 each at full voltage), while idle power 
 
     idle + (active_w x r x (busy + added(r)) + dynamic_j) / (t + added(r)) = L
 
-solved for r (hw_models.clock.ClockWork.ratio). A step whose ops were not split by bound (a
-pipeline's stage tasks, an offload block) stretches as a whole, s = 1/r, every cycle kept:
+solved for r (hw_models.clock.ClockWork.ratio). A step whose ops were not split by bound (an
+offload block) stretches as a whole, s = 1/r, every cycle kept:
 
     idle + (active_w x busy + dynamic_j) / (s t) = L   =>   s = (active_w x busy + dynamic_j) / (t (L - idle))
 
@@ -39,7 +39,6 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 from hw_models.clock import ClockWork, op_added_s
-
 from sim.core.generation import Generation
 from sim.core.results import StepResult
 from sim.core.schema import Quantity
@@ -291,8 +290,9 @@ def cap_note(cap: dict, split: bool = True, by_bound: bool = True) -> str:
 
 def cap_figures(gen: Generation, board: BoardPower) -> dict | None:
     """How far the board power limit (or an SM clock lock: `clock_lock`) stretched a run's steps (their `with_cap`
-    counters), None where it never bound: each phase's added time over its time at full clock, the power a board would have drawn, and the
-    clock the limit left (a share of full: its mean over the phase's capped time at full clock)."""
+    counters), None where it never bound: each phase's added time over its time at full clock, the power a board
+    would have drawn, and the clock the limit left (a share of full: its mean over the phase's capped time at full
+    clock)."""
     steps = {"prefill": ([gen.prefill], 1.0), "decode": (gen.sampled, gen.share)}
     sums = {ph: {k: float(sum(st.counters.get(k, 0.0) for st in ss) * w)
                  for k in CAP_COUNTERS} for ph, (ss, w) in steps.items()}
@@ -333,23 +333,23 @@ def device_power(mapper: Any, step: StepResult) -> tuple[float, float, float, Cl
 
 
 def at_capped_clock(mapper: Any, tasks: list, phase: str, q_len: int, kv_len: int) -> list:
-    """A step's device tasks at the clock its board power limit leaves (Mapper.capped): each op slowed as that clock
-    paces it (hw_models.clock.op_added_s, the memory-bound ops' share scaled to what the step's sums add), or, where
-    the step is not split by bound, each task `s` times as long,
-    s the step's stretch, so its op records end where its time does (they had stayed at full clock, the stretch
-    said only of the step as a whole). The clock is the folded step's, which the run's TTFT and TPOT carry (no
-    second run of the whole step). The caller adds the engine's host work after, at its own speed; a kind whose
-    parts are capped apart (a pipeline's stages) keeps them at full clock (records_at_capped_clock False)."""
+    """A step's device tasks at the clock its board power limit (or a clock lock) leaves (Mapper.capped): each op
+    slowed as that clock paces it (hw_models.clock.op_added_s, the memory-bound ops' share scaled to what the step's
+    sums add), or, where the step stretches as a whole (under_cap), each task `s` times as long, s the step's
+    stretch, so its op records end where its time does. The clock is the folded step's, which the run's TTFT and
+    TPOT carry (no second run of the whole step). The caller adds the engine's host work after, at its own speed; a
+    kind whose parts are capped apart (a pipeline's stages) keeps them at full clock (records_at_capped_clock
+    False)."""
     bp = mapper.machine.board_power()
     if bp is None or not bp.acts or not mapper.records_at_capped_clock:
         return tasks
     full = mapper.device_step(phase, q_len, kv_len)
-    t, active_j, dynamic_j, work = device_power(mapper, full)
-    added, _, r = bp.under_cap(t, active_j, dynamic_j, work)   # the clock the limit or a lock leaves
+    time_s, active_j, dynamic_j, work = device_power(mapper, full)
+    added, _, r = bp.under_cap(time_s, active_j, dynamic_j, work)   # the clock the limit or a lock leaves
     if added <= 0.0:
         return tasks
-    if work is None or abs(work.added_s(r) - added) > 1e-9 * t:   # the whole step stretched (under_cap)
-        s = 1.0 + added / full.time_s
+    if work is None or abs(work.added_s(r) - added) > 1e-9 * time_s:   # the whole step stretched (under_cap)
+        s = 1.0 + added / time_s
         return [replace(t, duration_s=t.duration_s * s) for t in tasks]
     unit = mapper.machine.main_unit
     own = [op_added_s(t.tag, r) if getattr(t.tag, "unit", None) == unit and hasattr(t.tag, "bound") else 0.0
@@ -357,6 +357,6 @@ def at_capped_clock(mapper: Any, tasks: list, phase: str, q_len: int, kv_len: in
     # the memory-bound ops' own slowdowns, scaled to what the step's bins add (hw_models.clock), so that the records
     # end where the step does; the compute-bound ones' are the step's already
     mem_own = sum(a for a, t in zip(own, tasks) if a and t.tag.bound == "memory")
-    scale = ClockWork.read(full.counters).mem_added_s(r) / mem_own if mem_own > 0.0 else 0.0
+    scale = work.mem_added_s(r) / mem_own if mem_own > 0.0 else 0.0
     return [replace(t, duration_s=t.duration_s + (a * scale if t.tag.bound == "memory" else a)) if a else t
             for a, t in zip(own, tasks)]

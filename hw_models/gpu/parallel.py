@@ -260,7 +260,7 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
         tl = engine.run(self.tp_tasks(graph_p), {}, {}, True)
         parts: dict[str | int, float] = {"embed": 0.0, "layer": 0.0, "head": 0.0, **dict.fromkeys(range(unlike), 0.0)}
         links, joules = dict(parts), dict(parts)
-        clocks = {k: dict.fromkeys(CLOCK_COUNTERS, 0.0) for k in parts}   # the stage cap's split (stage_power)
+        tags: dict[str | int, list] = {k: [] for k in parts}   # each part's ops, for the stage cap's split (stage_power)
         for iv in tl.intervals:
             key = part_of(iv.task)
             part = key if isinstance(key, str) else "layer" if key >= start else key if key < unlike else None
@@ -269,8 +269,9 @@ class ParallelGpuMapper(PipelinePower, GpuMapper):
                 parts[part] += iv.duration_s * share
                 links[part] += iv.duration_s * share if iv.resource == LINK else 0.0
                 joules[part] += getattr(iv.tag, "energy_j", 0.0) * share
-                for k, v in clock_counters((iv.tag,), self.unit_name).items():
-                    clocks[part][k] += v * share
+                tags[part].append(iv.tag)
+        clocks = {p: {k: v / period if p == "layer" else v for k, v in clock_counters(ts, self.unit_name).items()}
+                  for p, ts in tags.items()}
         return parts, links, joules, StageTemplate.of(tl, start, period, unlike), clocks
 
     def stage_layers(self) -> list[int]:

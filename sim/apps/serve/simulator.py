@@ -40,6 +40,8 @@ ITER_COLUMNS = ("start_s", "duration_s", "energy_j", "seqs", "tokens", "prefill_
                 "swap_blocks", "running", "waiting")   # running/waiting: queue lengths after the iteration
 DONE, REJECTED = 1.0, 2.0
 
+CLOCK_SPLIT = frozenset(CLOCK_COUNTERS)   # cost-vector entries for the cap alone, no resource (_booked)
+
 
 @dataclass
 class ServeResult:
@@ -95,7 +97,6 @@ class ServeSim:
         self.preempt_log: list[tuple[float, int]] = []
         self.spec_steps = self.spec_tokens = 0
         self.busy: dict[str, float] = {}
-        self._book: dict[tuple[int, int], list[tuple[int, str]]] = {}   # _booked's entries by cost-vector layout
         self.rejections: dict[str, int] = {}
         self.eo = eo = engine_terms(setup.file, setup.machine)
         self.front_end_s = eo.request_delay_s(setup.file.serving.deployment) if eo else 0.0
@@ -281,12 +282,10 @@ class ServeSim:
     def _booked(self, keys: list[str], c: tuple[float, ...]) -> tuple[float, float]:
         """(seconds, joules) of a step's cost vector `c`; its resources' busy times go to the run's totals (not the ops'
         split by what the SM clock paces, which rides beside them for the cap alone: hw_models.clock)."""
-        busy, n = self.busy, len(c) - 2
-        booked = self._book.get((id(keys), n))
-        if booked is None:   # the keys only grow, so an (id, length) pair names one layout
-            booked = self._book[(id(keys), n)] = [(2 + i, k) for i, k in enumerate(keys[:n]) if k not in CLOCK_COUNTERS]
-        for i, k in booked:
-            busy[k] = busy.get(k, 0.0) + c[i]
+        busy = self.busy
+        for k, v in zip(keys, c[2:]):
+            if k not in CLOCK_SPLIT:
+                busy[k] = busy.get(k, 0.0) + v
         return c[0], c[1]
 
     def _apply(self, batch: Batch, start: float, now: float, energy: float) -> None:

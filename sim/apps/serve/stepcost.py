@@ -131,7 +131,7 @@ class ExactCost:
         b = self.board
         # c[1] is every device's whole draw over c[0] (point): at or under the limit, and no lock, nothing to do
         # (the engine asks every iteration; most draw less, and the split below costs a dict and a solve)
-        if b is None or (b.clock >= 1.0 and (b.limit_w is None or c[1] <= b.limit_w * c[0] * self.mapper.devices)):
+        if b is None or (b.clock >= 1.0 and c[1] <= b.limit_w * c[0] * self.mapper.devices):   # acts: a limit
             return c
         busy = dict(zip(self.keys, c[2:]))
         added, saved_j, clock = self.cap(c[0], c[1], busy)
