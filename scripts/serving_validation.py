@@ -96,6 +96,7 @@ def silicon(write: bool) -> int:
     from sim.apps.serve.overhead_fit import in_training
     from sim.apps.serve.validate import METRICS, overall, render, simulate
     from sim.apps.serve.validate_models import MOE_PRESETS, is_moe
+    from sim.apps.serve.validate_consistency import contradictions
     from sim.apps.serve.validate_readers import REPUBLISHED, read_silicon
 
     if not SILICON.is_file():
@@ -112,7 +113,7 @@ def silicon(write: bool) -> int:
                       "runs of the silicon sample that scripts/fit_engine_overheads.py did not fit on "
                       "(same as `sim validate-serving silicon_sample_h100.csv.gz --hw h100_sxm --held-out --summary`).",
                       "", render(results, skipped, failed, time.perf_counter() - t0, per_run=False,
-                                 left_out=len(runs) - len(held)), "",
+                                 left_out=len(runs) - len(held), found=contradictions(runs)), "",
                       f"The MoE models ({moe}) were replayed after the engine terms were "
                       "fitted: none of their runs was fitted on but gpt-oss-120b's 13 training-half rows at <= 8 "
                       "clients, the Marlin MoE kernel's fit (scripts/fit_moe_marlin.py), which this table holds out. "
@@ -122,7 +123,9 @@ def silicon(write: bool) -> int:
                       "twice in the table (two dates' ids, the same setup, TTFT and TPOT to the last digit): each counts "
                       "once, the training-half copy kept where the split parts them (sim.apps.serve.validate_readers; "
                       "before, the held-out table held 10 such copies, 4 of them twins of the Marlin fit's rows: 362 "
-                      "runs, 23.7 / 22.1 / 10.4%)."])
+                      "runs, 23.7 / 22.1 / 10.4%). The row `all but contradicted rows` leaves out the runs whose "
+                      "measurements contradict another row of their setup (docs/serving.md, \"Rows that contradict "
+                      "each other\"); `all` is the figure the issue's targets are read on."])
     print(text)
     if write:
         write_doc(text, *SILICON_MARKS)

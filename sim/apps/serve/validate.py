@@ -21,6 +21,7 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict, set_key
 from sim.apps.serve.serving_mapper import serving_mapper
+from sim.apps.serve.validate_consistency import MARGIN, flagged
 from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED_CONTEXT,  # noqa: F401 (re-exported)
                                             checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
@@ -334,8 +335,10 @@ def _ms(v: float) -> str:   # a simulated TPOT of one-token requests is none: "-
 
 
 def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
-           seconds: float, per_run: bool = True, name_width: int | None = 40, left_out: int = 0) -> str:
-    """Markdown: signed errors per run (unless `per_run`), MAPE per GPU/engine/model; names: last `name_width` chars."""
+           seconds: float, per_run: bool = True, name_width: int | None = 40, left_out: int = 0,
+           found: list | None = None) -> str:
+    """Markdown: signed errors per run (unless `per_run`), MAPE per GPU/engine/model and over all, and over the runs
+    no row of the table contradicts (`found`: validate_consistency); names: last `name_width` chars."""
     lines = []
     if per_run:
         lines += ["| run | engine | model | TP (/EP) | N (or rate) | isl/osl | sampling | TTFT ms meas/sim | TTFT | TPOT ms meas/sim | "
@@ -352,12 +355,19 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
     for (gpu, eng, model), row in mape(results).items():
         lines.append(f"| {gpu} | {eng} | {model} | {row['runs']} | "
                      + " | ".join("-" if not np.isfinite(row[k]) else f"{row[k]:.1%}" for k in METRICS) + " |")
-    tot = overall(results)
-    lines.append(f"| all | | | {len(results)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
-                                                             for k in METRICS) + " |")
+    flags = flagged(found or [])
+    kept = [r for r in results if r.run.name not in flags]
+    for label, rs in (("all", results), ("all but contradicted rows", kept if len(kept) < len(results) else [])):
+        if rs:
+            tot = overall(rs)
+            lines.append(f"| {label} | | | {len(rs)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
+                                                                   for k in METRICS) + " |")
     lines += ["", f"{len(results)} run{'' if len(results) == 1 else 's'} simulated in {seconds:.{0 if seconds >= 10 else 1}f} s; {len(skipped)} rows not replayable"
               + (f" ({reasons(skipped)})" if skipped else "")
               + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
+              + (f"; {len(results) - len(kept)} replayed rows contradict another measured row of their setup (fewer "
+                 f"requests decoding by Little's law, over {MARGIN:g}x the TPOT: --json lists the pairs)"
+                 if len(kept) < len(results) else "")
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
               + ". Errors are (simulated - measured) / measured"
               + ("; E2E of the silicon sample is TTFT + TPOT x (osl - 1)." if any(r.run.e2e_derived for r in results)

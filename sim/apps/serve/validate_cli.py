@@ -26,6 +26,7 @@ def _runs(args: argparse.Namespace):
     from sim.apps.serve.validate_models import checkpoint_quant
     from sim.apps.serve.overhead_fit import in_training
     from sim.apps.serve.validate import reasons
+    from sim.apps.serve.validate_consistency import contradictions
     from sim.apps.serve.validate_readers import SILICON_COLUMNS, is_silicon, read_silicon
 
     path = Path(args.file)
@@ -41,7 +42,7 @@ def _runs(args: argparse.Namespace):
         if args.requests_per_client and run.num_requests:   # the file says how many it sent: a flag would be ignored
             raise ConfigError(f"--requests-per-client {args.requests_per_client}: {path} records the {run.num_requests} "
                               "requests it measured, which the replay sends")
-        return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], [], 0
+        return [dataclasses.replace(run, tp=args.tp or 1, ep=args.ep or 1, quant=checkpoint_quant(run.model))], [], 0, []
     if args.tp or args.ep:
         raise ConfigError(f"{path}: --tp/--ep: for a benchmark JSON, which does not record the server's layout "
                           "(a silicon-sample row carries its own tp_size and moe_ep_size; an LLMServingSim case its own)")
@@ -52,6 +53,7 @@ def _runs(args: argparse.Namespace):
                           "a benchmark JSON or a case folder")
     systems = set(table_presets(args.hw))
     runs, skipped = read_silicon(path, systems)
+    found = contradictions(runs)   # over every row of the GPU's: a held-out row's partner may be in training
     left_out = len(runs)
     if args.held_out:
         runs = [r for r in runs if not in_training(r.name)]
@@ -61,7 +63,7 @@ def _runs(args: argparse.Namespace):
                f"{len(skipped)} row(s) skipped: {reasons(skipped)}" if skipped else
                f"GPUs in the table map to presets: {', '.join(f'{s}->{p}' for s, p in GPUS.items())}")
         raise ConfigError(f"{path}: no replayable run on {args.hw} ({why})")
-    return runs, skipped, left_out
+    return runs, skipped, left_out, found
 
 
 def table_presets(hw: str) -> dict[str, str]:
@@ -151,7 +153,7 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     if Path(args.file).is_dir():
         return _folder(args)
     _check_outputs(args)   # a bad path says so before minutes of replays
-    runs, skipped, left_out = _runs(args)
+    runs, skipped, left_out, found = _runs(args)
     if args.deployment:
         runs = [dataclasses.replace(r, deployment=args.deployment) for r in runs]
     if args.limit:
@@ -175,10 +177,10 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.file}: none of its {len(failed)} run(s) could be simulated on {args.hw}; the first: "
                           f"{failed[0][1]}")
     tables.print_markdown(render(results, skipped, failed, time.perf_counter() - t0, per_run=not args.summary,
-                                 name_width=None if tables.full_width() else 40, left_out=left_out))
+                                 name_width=None if tables.full_width() else 40, left_out=left_out, found=found))
     with transaction():   # every output or none (a plot that failed had left the JSON written)
         if args.json:
-            write_json(args.json, as_json(args.hw, results, skipped, failed))
+            write_json(args.json, as_json(args.hw, results, skipped, failed, found))
         if args.plot:
             scatter(results, Path(args.plot))
         written = write_plots(results, Path(args.plots)) if args.plots else []
@@ -202,19 +204,25 @@ def _check_outputs(args: argparse.Namespace) -> None:
         check_output(args.plots, directory=True)
 
 
-def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list[tuple[str, str]]) -> dict:
+def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
+            found: list | None = None) -> dict:
     """The replay as data (--json): each run as read (its measured means) with the simulated means and the signed
     errors, (simulated - measured) / measured, in seconds and requests/s; MAPE per (GPU, engine, model) and over
-    all; the rows not replayed and why."""
+    all, and over the runs no other row contradicts (sim.apps.serve.validate_consistency: the pairs, with why); the
+    rows not replayed and why."""
     from sim.apps.serve.validate import mape, overall, replayed_lengths
+    from sim.apps.serve.validate_consistency import flagged
 
     def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here; a rate has no clients
         d = {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
         d["lengths_replayed"] = replayed_lengths(r.run)
         return {**d, "concurrency": None} if r.run.rate is not None else d
+    kept = [r for r in results if r.run.name not in flagged(found or [])]
     return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error) for r in results],
                 mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],
                 overall=dict(runs=len(results), **overall(results)),
+                overall_uncontradicted=dict(runs=len(kept), **overall(kept)) if kept else None,
+                contradictions=[dataclasses.asdict(c) for c in found or ()],
                 skipped=[dict(run=n, why=w) for n, w in skipped], failed=[dict(run=n, why=w) for n, w in failed])
 
 
