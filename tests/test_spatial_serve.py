@@ -184,6 +184,18 @@ def test_serving_iterations_draw_the_board_power_model_as_a_run_does():
     assert 20 <= per_chip_w <= 50 and per_chip_w == pytest.approx(run_w, rel=0.05)
 
 
+@pytest.mark.parametrize("key, value", [("sm_clock_fraction", "0.5"), ("power_limit_w", "150")])
+def test_a_clock_lock_or_power_limit_on_a_spatial_preset_is_refused(capsys, key, value):
+    """The spatial kind runs one chip clock (spatial.pe_array.clock_hz) and caps no step, so a lock or a limit on a
+    preset with a board-power model had run unlocked without a word (stop 74's note)."""
+    w = str(ROOT / "workloads" / "llama2_7b_groq_2k.yaml")
+    assert main(["run", w, "--hw", "groq_lpu", "--set", "hw.units.chip.idle_power_w=100",
+                 "--set", f"hw.units.chip.{key}={value}", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"units.chip.{key} {value}: the spatial kind models no board power limit or clock lock" in err
+    assert "spatial.pe_array.clock_hz" in err and "Traceback" not in err
+
+
 def test_the_kv_pool_fills_the_sram_the_compiler_may_use(tmp_path, capsys):
     """A chip's pool is its usable SRAM (spatial.usable_fraction) less its weights and activations, not the
     allocator's 0.9 of the whole SRAM: usable_fraction 0.5 had given more blocks than 0.9 (a code review). A file's

@@ -62,6 +62,7 @@ class SpatialMapper(Mapper):
         super().__init__(machine, workload, model)
         self.cfg: SpatialConfig = spatial_config(machine)
         check_model(model, self.cfg, machine.source or machine.name)
+        _no_board_limits(machine)
         self.chip = ChipModel(machine, self.cfg, workload.compute)
         w = workload
         self.mb_size = min(self.cfg.microbatch_size, w.batch)
@@ -353,6 +354,17 @@ class SpatialMapper(Mapper):
                     sram_mean=mean("sram"), link_mean=sum(links) / len(links),
                     compute_max=max(c["compute"] for c in per_chip), sram_max=max(c["sram"] for c in per_chip),
                     link_max=max(links))
+
+
+def _no_board_limits(machine) -> None:
+    """A board power limit or an SM clock lock on a spatial preset would be ignored: its chips run at
+    spatial.pe_array.clock_hz, one clock for the whole static schedule, and no step is capped (caps_whole_steps)."""
+    name, unit = machine.main_unit, machine.units[machine.main_unit]
+    for key, value, default in (("power_limit_w", unit.power_limit_w, None), ("sm_clock_fraction", unit.sm_clock_fraction, 1.0)):
+        if value != default:
+            raise ConfigError(f"{machine.source or machine.name}: units.{name}.{key} {value:g}: the spatial kind models "
+                              "no board power limit or clock lock (its chips run the static schedule at "
+                              "spatial.pe_array.clock_hz: set that for a slower clock)")
 
 
 def _static_w(unit, busy_share: float) -> float:
