@@ -21,7 +21,7 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict, set_key
 from sim.apps.serve.serving_mapper import serving_mapper
-from sim.apps.serve.validate_consistency import MARGIN, flagged
+from sim.apps.serve.validate_consistency import MARGIN, flagged, run_key
 from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED_CONTEXT,  # noqa: F401 (re-exported)
                                             checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
@@ -108,6 +108,7 @@ class Run:
     # Each request's prompt and output tokens in the order sent, where the log lists them (else isl/osl as above).
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     ep: int = 1                  # expert-parallel ways of a MoE model (a multiple of tp: parallel.ep)
+    version: str | None = None   # the engine's release as the source records it (None: not recorded)
 
 
 @dataclass
@@ -307,17 +308,18 @@ def group_key(r: Result) -> tuple[str, str, str]:
 
 
 def mape(results: list[Result]) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Per (GPU, engine, model): runs and the mean |error| of each metric measured."""
+    """Per (GPU, engine, model): runs and the mean |error| of each metric measured; where the group's runs are of
+    more than one release of the engine (Run.version), `by_release` the same per release (one stack replays them)."""
     groups: dict[tuple[str, str, str], list[Result]] = {}
     for r in results:
         groups.setdefault(group_key(r), []).append(r)
     out = {}
     for key, rs in sorted(groups.items()):
-        row: dict[str, Any] = {"runs": len(rs)}
-        for m in METRICS:
-            e = [abs(r.error[m]) for r in rs if m in r.error]
-            row[m] = float(np.mean(e)) if e else float("nan")
-        out[key] = row
+        out[key] = {"runs": len(rs), **overall(rs)}
+        releases = sorted({r.run.version or "not recorded" for r in rs})
+        if len(releases) > 1:
+            out[key]["by_release"] = {v: {"runs": len(sub), **overall(sub)} for v in releases
+                                      if (sub := [r for r in rs if (r.run.version or "not recorded") == v])}
     return out
 
 
@@ -352,21 +354,21 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
                          f"{_pct(e.get('tpot_s', np.nan))} | {_pct(e.get('e2e_s', np.nan))} | {_pct(e.get('req_s', np.nan))} |")
         lines.append("")
     lines += ["| GPU | engine | model | runs | TTFT MAPE | TPOT MAPE | E2E MAPE | req/s MAPE |", "|---|---|---|---|---|---|---|---|"]
+    cells = lambda row: " | ".join("-" if not np.isfinite(row[k]) else f"{row[k]:.1%}" for k in METRICS)  # noqa: E731
     for (gpu, eng, model), row in mape(results).items():
-        lines.append(f"| {gpu} | {eng} | {model} | {row['runs']} | "
-                     + " | ".join("-" if not np.isfinite(row[k]) else f"{row[k]:.1%}" for k in METRICS) + " |")
+        lines.append(f"| {gpu} | {eng} | {model} | {row['runs']} | {cells(row)} |")
+        lines += [f"| | | release {v} | {sub['runs']} | {cells(sub)} |" for v, sub in row.get("by_release", {}).items()]
     flags = flagged(found or [])
-    kept = [r for r in results if r.run.name not in flags]
+    kept = [r for r in results if run_key(r.run) not in flags]
     for label, rs in (("all", results), ("all but contradicted rows", kept if len(kept) < len(results) else [])):
         if rs:
-            tot = overall(rs)
-            lines.append(f"| {label} | | | {len(rs)} | " + " | ".join("-" if not np.isfinite(tot[k]) else f"{tot[k]:.1%}"
-                                                                   for k in METRICS) + " |")
+            lines.append(f"| {label} | | | {len(rs)} | {cells(overall(rs))} |")
     lines += ["", f"{len(results)} run{'' if len(results) == 1 else 's'} simulated in {seconds:.{0 if seconds >= 10 else 1}f} s; {len(skipped)} rows not replayable"
               + (f" ({reasons(skipped)})" if skipped else "")
               + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
-              + (f"; {len(results) - len(kept)} replayed rows contradict another measured row of their setup (fewer "
-                 f"requests decoding by Little's law, over {MARGIN:g}x the TPOT: --json lists the pairs)"
+              + (f"; {len(results) - len(kept)} replayed row{'s' if len(results) - len(kept) > 1 else ''} "
+                 f"contradict{'' if len(results) - len(kept) > 1 else 's'} another measured row of its setup and "
+                 f"release (fewer requests decoding by Little's law, over {MARGIN:g}x the TPOT: --json lists the pairs)"
                  if len(kept) < len(results) else "")
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
               + ". Errors are (simulated - measured) / measured"

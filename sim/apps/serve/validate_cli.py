@@ -207,22 +207,25 @@ def _check_outputs(args: argparse.Namespace) -> None:
 def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list[tuple[str, str]],
             found: list | None = None) -> dict:
     """The replay as data (--json): each run as read (its measured means) with the simulated means and the signed
-    errors, (simulated - measured) / measured, in seconds and requests/s; MAPE per (GPU, engine, model) and over
-    all, and over the runs no other row contradicts (sim.apps.serve.validate_consistency: the pairs, with why); the
-    rows not replayed and why."""
+    errors, (simulated - measured) / measured, in seconds and requests/s; MAPE per (GPU, engine, model), per release
+    where a group mixes them, over all, and over the runs no other row contradicts (sim.apps.serve.validate_consistency:
+    the pairs a replayed run is in, with why); the rows not replayed and why."""
     from sim.apps.serve.validate import mape, overall, replayed_lengths
-    from sim.apps.serve.validate_consistency import flagged
+    from sim.apps.serve.validate_consistency import flagged, run_key
 
     def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here; a rate has no clients
         d = {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
         d["lengths_replayed"] = replayed_lengths(r.run)
         return {**d, "concurrency": None} if r.run.rate is not None else d
-    kept = [r for r in results if r.run.name not in flagged(found or [])]
+    flags = flagged(found or [])
+    kept = [r for r in results if run_key(r.run) not in flags]
+    replayed = {run_key(r.run) for r in results}
     return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error) for r in results],
                 mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],
                 overall=dict(runs=len(results), **overall(results)),
                 overall_uncontradicted=dict(runs=len(kept), **overall(kept)) if kept else None,
-                contradictions=[dataclasses.asdict(c) for c in found or ()],
+                contradictions=[dict(fewer=c.fewer, more=c.more, why=c.why) for c in found or ()
+                                if replayed & set(c.keys)],   # the pairs a replayed run is in
                 skipped=[dict(run=n, why=w) for n, w in skipped], failed=[dict(run=n, why=w) for n, w in failed])
 
 

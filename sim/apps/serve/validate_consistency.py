@@ -4,22 +4,24 @@ A closed loop of N clients with no think time keeps N requests in the system, so
 (Little 1961; any stationary queue) a run whose mean request takes E2E seconds, TTFT of them before
 its first token, holds on average
 
-    n_dec = N x (E2E - TTFT) / E2E   requests decoding, and admits   X = N / E2E   requests a second.
+    n = N x (E2E - TTFT) / E2E   requests decoding, and admits   X = N / E2E   requests a second.
 
 A continuous-batching engine runs its decoding requests together, one token each a step, and fits the
-new requests' prefills into the same steps; with the setup fixed (engine, model, GPU, layout, lengths),
-a step with fewer requests to decode and fewer prompts to prefill per second is never slower. At one
-output length n_dec = X x TPOT x (osl - 1), so a run that decodes fewer requests than another at a
-longer TPOT also admits fewer a second: it does less of both kinds of work. Where such a run's measured
-TPOT is over MARGIN times the other's, the two rows cannot both be what their columns say: no
-simulator can match both. Which one is off, the rows do not tell.
+new requests' prefills into the same steps (X x TPOT of them a step). With the setup fixed (engine and
+its release, model, GPU, layout, lengths), a run that decodes fewer requests and admits fewer a second
+than another does less of both kinds of work a step, so its steps are not longer. Where such a run's
+measured TPOT is over MARGIN times the other's, the two rows cannot both be what their columns say: no
+simulator can match both. Which one is off, the rows do not tell. (Where E2E is TTFT + TPOT x (osl - 1),
+as the silicon sample derives it, n = X x TPOT x (osl - 1), so fewer decoding at a longer TPOT already
+means fewer admitted; a measured E2E need not, so both are checked.)
 
-The check reads the measurements only (never a simulated figure), and flags both rows of every such
-pair; the replay's table keeps them, and the summary adds the MAPE over the rows not flagged beside
-the MAPE over all (docs/serving.md, "Rows that contradict each other"). MARGIN, 1.5, leaves room for
-what the means hide (the spread of lengths within a run, a step's prefill share); of the H100 silicon
-sample's 775 replayable rows it flags 17, all vLLM gpt-oss-120b: six 512-client rows, each ~100
-requests decoding at a shorter TPOT than the same setup's 32- or 64-client rows, and their partners.
+The check reads the measurements only (never a simulated figure). Runs whose release is not recorded are
+not compared: two releases can differ by more than MARGIN (kernels, scheduler defaults), and that is no
+contradiction in the data. It flags both rows of every pair; the replay's tables keep them, and the
+summary adds the MAPE over the rows not flagged beside the MAPE over all (docs/serving.md, "Rows that
+contradict each other"). MARGIN, 1.5, leaves room for what the means hide (the spread of lengths within
+a run: n counts outputs of osl tokens where a client drawing lengths sends fewer, the same share for
+both rows of a pair).
 """
 
 from __future__ import annotations
@@ -32,12 +34,18 @@ MARGIN = 1.5
 
 @dataclass(frozen=True)
 class Contradiction:
-    """Two measured runs of one setup: `fewer` decodes fewer requests than `more` (and so admits fewer a second),
-    yet its TPOT is over MARGIN times `more`'s."""
+    """Two measured runs of one setup: `fewer` decodes fewer requests than `more` and admits fewer a second, yet
+    its TPOT is over MARGIN times `more`'s. `keys`: the two runs' run_key, which flagged() collects."""
 
     fewer: str
     more: str
     why: str
+    keys: tuple[tuple, tuple] = ((), ())
+
+
+def run_key(run) -> tuple:
+    """A run told apart from every other of its table (an id alone may repeat across files or layouts)."""
+    return (run.name, run.gpu, run.engine, run.model, run.isl, run.osl, run.concurrency, run.tp, run.ep)
 
 
 def load(run) -> tuple[float, float] | None:
@@ -47,35 +55,36 @@ def load(run) -> tuple[float, float] | None:
     if run.rate is not None or not run.concurrency or run.osl < 2 or not {"ttft_s", "tpot_s", "e2e_s"} <= m.keys():
         return None
     e2e, ttft = m["e2e_s"], m["ttft_s"]
-    if not e2e > ttft >= 0:
+    if not e2e > ttft >= 0:   # NaN too
         return None
     return run.concurrency * (e2e - ttft) / e2e, run.concurrency / e2e
 
 
 def setup(run) -> tuple:
     """What must match for two runs' steps to be compared: all but the load and the measured means."""
-    return (run.gpu, run.engine, run.model, run.isl, run.osl, run.tp, run.ep, run.quant, run.range_ratio,
-            run.token_budget, run.sampling, run.deployment)
+    return (run.gpu, run.engine, run.version, run.model, run.isl, run.osl, run.tp, run.ep, run.quant,
+            run.range_ratio, run.token_budget, run.sampling, run.deployment)
 
 
 def contradictions(runs: list) -> list[Contradiction]:
     """Every pair of `runs` (validate.Run) whose measurements contradict each other (module doc)."""
     groups: dict[tuple, list] = {}
     for r in runs:
-        if (lx := load(r)) is not None:
-            groups.setdefault(setup(r), []).append((r, lx))
+        if r.version is not None and (lx := load(r)) is not None:
+            groups.setdefault(setup(r), []).append((r, *lx))
     out = []
     for members in groups.values():
-        for (a, (na, _)), (b, (nb, _)) in combinations(members, 2):
-            for (f, nf), (o, no) in (((a, na), (b, nb)), ((b, nb), (a, na))):
+        for a, b in combinations(members, 2):
+            for (f, nf, xf), (o, no, xo) in ((a, b), (b, a)):
                 tf, to = f.measured["tpot_s"], o.measured["tpot_s"]
-                if nf < no and tf > MARGIN * to:   # the admission rate is then lower too (module doc)
+                if nf < no and xf < xo and tf > MARGIN * to:
                     out.append(Contradiction(f.name, o.name, (
-                        f"{f.concurrency} clients decode ~{nf:.0f} requests at {tf * 1e3:.2f} ms a token, "
-                        f"{o.concurrency} clients ~{no:.0f} at {to * 1e3:.2f} ms")))
+                        f"{f.engine} {f.version}: {f.concurrency} clients decode ~{nf:.0f} requests at "
+                        f"{tf * 1e3:.2f} ms a token, {o.concurrency} clients ~{no:.0f} at {to * 1e3:.2f} ms"),
+                        (run_key(f), run_key(o))))
     return out
 
 
-def flagged(found: list[Contradiction]) -> set[str]:
-    """The runs in any contradicting pair."""
-    return {n for c in found for n in (c.fewer, c.more)}
+def flagged(found: list[Contradiction]) -> set[tuple]:
+    """The run_key of every run in a contradicting pair."""
+    return {k for c in found for k in c.keys}

@@ -80,7 +80,8 @@ def silicon_sampling(run_id: str, backend: str, model: str) -> str:
 
 SILICON_COLUMNS = {"id", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
-OPTIONAL_COLUMNS = {"gemm_quant_mode", "moe_quant_mode", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"}
+OPTIONAL_COLUMNS = {"gemm_quant_mode", "moe_quant_mode", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
+                    "backend_version"}
 SILICON_NUMERIC = {"isl", "osl", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
                    "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -150,7 +151,8 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
                         {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (int(row.osl) - 1)},
                         ep=_expert_ways(row), range_ratio=client_ratio(rid), token_budget=aic_token_budget(row),
                         sampling=silicon_sampling(rid, row.backend, row.model_path),
-                        deployment=silicon_deployment(rid), e2e_derived=True))
+                        deployment=silicon_deployment(rid), e2e_derived=True,
+                        version=str(row.backend_version) if isinstance(row.backend_version, str) else None))
     runs, copies = _republished(runs)
     return runs, skipped + copies
 
