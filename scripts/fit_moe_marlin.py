@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fit vLLM's fused Marlin MoE kernel for MXFP4 experts (kernel family marlin_moe_mxfp4) on the silicon sample's
-training half: the vLLM gpt-oss-120b rows at <= 8 clients (procedure: sim/apps/serve/marlin_moe_fit.py).
+training half: the vLLM gpt-oss-120b rows at <= 4 clients (procedure: sim/apps/serve/marlin_moe_fit.py).
 
     python scripts/fit_moe_marlin.py            # the fit from the stored replays and the measured table
     python scripts/fit_moe_marlin.py --replay   # replay the rows under the dense family first (a minute or two)
@@ -68,14 +68,17 @@ def main() -> int:
         print(f"  isl {p.isl:5d} tp {p.tp}  measured {p.measured_ttft_s * 1e3:7.1f} ms  dense family "
               f"{p.dense_ttft_s * 1e3:7.1f} ms  -> {p.rows_per_expert(model):3d} rows/expert at "
               f"{p.fraction(model, peak):.3f} of the bf16 peak")
-    curve = M.rate_points(points, model, peak)
-    print(f"{M.FAMILY} rate_points: {curve} (median per prompt length over {len(points)} training rows)")
+    curve, exponent, ref = M.fit(points, model, peak)
+    print(f"{M.FAMILY} rate_points: {curve}, size_exponent: {exponent}, size_ref: {ref:.6g} (least squares over "
+          f"{len(points)} training rows: a fraction per prompt length at TP {M.SIZE_TP}'s size, one slope in size)")
     if not args.check:
         return 0
     bad = []
-    shipped = families()[M.FAMILY].rate_points
-    if [list(x) for x in shipped] != curve:
-        bad.append(f"kernel_families.yaml {M.FAMILY} rate_points {shipped}; the fit gives {curve}")
+    shipped = families()[M.FAMILY]
+    got = ([list(x) for x in shipped.rate_points], shipped.size_exponent, shipped.size_ref)
+    if got[0] != curve or got[1] != exponent or got[2] is None or abs(got[2] / ref - 1.0) > 1e-9:
+        bad.append(f"kernel_families.yaml {M.FAMILY} rate_points {got[0]}, size_exponent {got[1]}, size_ref {got[2]}; "
+                   f"the fit gives {curve}, {exponent}, {ref:.6g}")
     cheapest = min(points, key=lambda p: (p.isl, -p.tp))
     fresh = replay([r for r in runs if r.name == cheapest.run_id])[0]
     if abs(fresh.dense_ttft_s / cheapest.dense_ttft_s - 1.0) > STALE:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from hw_models.stack.kernel_families import families
@@ -35,12 +36,41 @@ def test_a_row_s_fraction_by_hand():
 
 def test_the_curve_is_flat_below_its_first_point_and_never_falls():
     m = load_model(M.PRESET)
-    short = [M.Point(f"s{i}", 1024, 2, 0.0354 + gap, 0.0354) for i, gap in enumerate((0.020, 0.024, 0.028))]
-    long_ = [M.Point(f"l{i}", 8192, 2, 0.132 + gap, 0.132) for i, gap in enumerate((0.40, 0.45, 0.50))]
-    curve = M.rate_points(short + long_, m, PEAK)
+    short = [M.Point(f"s{i}", 1024, 4, 0.0354 + gap, 0.0354) for i, gap in enumerate((0.020, 0.024, 0.028))]
+    long_ = [M.Point(f"l{i}", 8192, 4, 0.132 + gap, 0.132) for i, gap in enumerate((0.40, 0.45, 0.50))]
+    curve, exponent, ref = M.fit(short + long_, m, PEAK)
     assert [x for x, _ in curve] == [1, 32, 256] and curve[0][1] == curve[1][1]
-    assert curve[1][1] == round(short[1].fraction(m, PEAK), 2)
+    # one TP: no slope to fit, and each intercept is the geometric mean of its rows' fractions
+    assert exponent == 0.0 and ref == pytest.approx(128 * 2880 * 2880 / 4)
+    geo = float(np.exp(np.mean(np.log([p.fraction(m, PEAK) for p in short]))))
+    assert curve[1][1] == round(geo, 2)
     assert all(b[1] >= a[1] for a, b in zip(curve, curve[1:]))   # the long prompts' lower fraction held up
+
+
+def test_the_slope_in_size_by_hand():
+    """Rows whose fraction doubles from TP 8 to TP 2 (4x the N x K on a rank) at both prompt lengths: the fit's slope
+    is log 2 / log 4 = 0.5 and its intercepts the TP-4 fractions."""
+    m = load_model(M.PRESET)
+
+    def row(isl: int, tp: int, f: float) -> M.Point:   # measured - dense gap that makes the row's fraction f
+        flops = M.Point("x", isl, tp, 0.0, 0.0).expert_flops(m)
+        return M.Point(f"{isl}-{tp}", isl, tp, 0.1 + flops / PEAK * (1 / f - 1 / M.DENSE_FRACTION), 0.1)
+    pts = [row(1024, 2, 0.2), row(1024, 8, 0.1), row(8192, 2, 0.24), row(8192, 8, 0.12)]
+    assert [round(p.fraction(m, PEAK), 6) for p in pts] == [0.2, 0.1, 0.24, 0.12]
+    curve, exponent, _ = M.fit(pts, m, PEAK)
+    assert exponent == 0.5
+    assert curve == [[1, round(0.1 * 2 ** 0.5, 2)], [32, round(0.1 * 2 ** 0.5, 2)], [256, round(0.12 * 2 ** 0.5, 2)]]
+
+
+def test_the_family_scales_its_fraction_with_the_size_on_a_rank():
+    fam = families()[M.FAMILY]
+    assert fam.size_exponent > 0 and fam.size_ref == pytest.approx(128 * 2880 * 2880 / 4)
+    at_ref = fam.rate_fraction(256, False, fam.size_ref)
+    assert at_ref == pytest.approx(fam.rate_fraction(256, False))             # no size: rate_points alone
+    assert fam.rate_fraction(256, False, fam.size_ref * 4) == pytest.approx(at_ref * 4 ** fam.size_exponent)
+    assert fam.rate_fraction(256, False, fam.size_ref * 1e12) == 1.0          # never above the whole rate
+    # more work on a rank never takes less time: size / fraction grows with size
+    assert fam.size_ref * 4 / fam.rate_fraction(256, False, fam.size_ref * 4) > fam.size_ref / at_ref
 
 
 def test_the_vllm_stack_runs_it_for_mxfp4_experts_on_hopper_only():
@@ -58,3 +88,13 @@ def test_shipped_curve_is_the_fit(shared_validation):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_moe_marlin.py"), "--check"], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("extra, why", [({"size_exponent": 0.3}, "size_exponent needs size_ref"),
+                                        ({"size_exponent": 1.0, "size_ref": 1e8}, "less than 1")])
+def test_a_size_slope_needs_its_reference_and_stays_below_one(extra, why):
+    from pydantic import ValidationError
+
+    from hw_models.stack.kernel_families import Family
+    with pytest.raises(ValidationError, match=why):
+        Family(cite="x", rate_points=[[1, 0.1]], **extra)

@@ -143,7 +143,7 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
     l2_s = replay_weight_l2_s(unit, w_bytes, w.fmt, stack.replay_collector, fam.replay_l2_bytes_per_s) \
         if stack.single_layer_replay and w is not None else None
     compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family, w.fmt if w is not None else "")
-                            * fam.rate_fraction(m, l2_s is not None))
+                            * fam.rate_fraction(m, l2_s is not None, n * k))
     memory_s = (w_bytes / (bw * fam.weight_stream_efficiency) if l2_s is None else l2_s) + other / bw
     extra_s, overhead_s, passes_b = 0.0, fam.floor_s, 0.0   # passes_b: the bytes the extra kernels move
     if fam.dequant_pass:     # a kernel writes the weights in 16 bits; the GEMM reads those instead

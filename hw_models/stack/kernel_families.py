@@ -24,6 +24,10 @@ One cited file, hw_models/stack/kernel_families.yaml. Each family gives
   in 16 bits and a 16-bit GEMM reads them back;
 * `min_s`: the least time a call takes, whatever its work (a fixed cost the kernel's work hides
   under: the call costs max(min_s, the rest); 0 where none is measured);
+* `size_exponent` / `size_ref`: the fraction scales as (N x K / size_ref) ** size_exponent, N x K the elements of the
+  weights the call multiplies on its rank (a grouped MoE GEMM's: every expert it touches), where a kernel reaches
+  less of the peak on smaller matrices (fewer tiles to amortise each expert's pipeline over); 0 (default): M alone.
+  Below 1, so that more work never takes less time;
 * `switch_m` / `switch_family`: the engine dispatches to another kernel from M = switch_m up
   (vLLM's block-scaled FP8: FlashInfer's swapAB kernel below M = 32, DeepGEMM from 32): such
   calls cost as `switch_family`;
@@ -84,11 +88,15 @@ class Family(Strict):
     min_s: Quantity = Field(default=0.0, ge=0)
     switch_m: int | None = Field(default=None, gt=1)
     switch_family: str | None = None
+    size_exponent: float = Field(default=0.0, ge=0, lt=1)
+    size_ref: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _switch(self) -> Family:
         if (self.switch_m is None) != (self.switch_family is None):
             raise ValueError("switch_m and switch_family go together (the M from which the engine runs that family)")
+        if self.size_exponent and self.size_ref is None:
+            raise ValueError("size_exponent needs size_ref (the N x K at which rate_points hold)")
         return self
 
     def at(self, m: int) -> str | None:
@@ -123,12 +131,16 @@ class Family(Strict):
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
 
-    def rate_fraction(self, m: int, l2: bool = False) -> float:
-        """The achieved fraction of the rate at `m` rows; `l2`: with the weights read from the L2."""
+    def rate_fraction(self, m: int, l2: bool = False, size: float | None = None) -> float:
+        """The achieved fraction of the rate at `m` rows; `l2`: with the weights read from the L2; `size`: the N x K
+        of the call's weights on its rank (size_exponent), never above the whole rate."""
         points = self.l2_rate_points if l2 and self.l2_rate_points else self.rate_points
         ms = [math.log(p[0]) for p in points]
         fs = [math.log(p[1]) for p in points]
-        return math.exp(float(np.interp(math.log(max(m, 1)), ms, fs)))
+        f = math.exp(float(np.interp(math.log(max(m, 1)), ms, fs)))
+        if self.size_exponent and size and self.size_ref:
+            f = min(1.0, f * (size / self.size_ref) ** self.size_exponent)
+        return f
 
 
 class Families(Strict):

@@ -8,7 +8,7 @@ project measures it; the stack had priced it as the dense weight-only FP4 family
 the bf16 peak at every M), and the held-out rows' first token read ~2x fast at every TP, prompt length and client
 count up to 64, with their decode steps within a few percent (weight streaming, which the same figures price).
 
-What. A first token at 4 or 8 clients is mostly one prefill, whose routed experts are compute-bound at a prompt's
+What. A first token at 4 clients is mostly one prefill, whose routed experts are compute-bound at a prompt's
 tokens per expert (1k tokens x 4 of 128 experts: 32 rows an expert; 8k: 256). Each training row's replay under
 the dense family gives its simulated first token; the measured one exceeds it by the time the experts take beyond
 the dense family's, so the fraction f that closes the row solves
@@ -16,10 +16,16 @@ the dense family's, so the fraction f that closes the row solves
     F / (P f) = measured - simulated + F / (P x 0.70)
 
 with F the prefill's expert FLOPs on one rank (3 grouped GEMMs x 2 x prompt x top-k x hidden x expert width x
-layers / TP: each expert split over the TP group) and P the bf16 peak. The family takes the median f of the rows at
-each prompt length, at that length's tokens per expert; flat below the shortest (decode's few rows an expert
-stream their weights, which the rate does not touch). A dense-family replay per row is stored (COMPONENTS): the fit
-reads them and the measured table, so the check is seconds (tests/test_marlin_moe_fit.py)."""
+layers / TP: each expert split over the TP group) and P the bf16 peak.
+
+The rows' f falls with TP at either prompt length (8k tokens: 0.138 at TP 2, 0.105-0.127 at TP 4, 0.071-0.102 at
+TP 8): each rank multiplies 1/TP of every expert, and the kernel reaches less of the peak on smaller matrices.
+So the fit is least squares of log f on an intercept per prompt length (its tokens per expert) and
+log(size / SIZE_REF), size the N x K of a grouped expert GEMM on one rank (every expert touched: a prompt of 1k
+tokens at top-4 reaches all 128); the family's `rate_points` are the intercepts at the TP-4 size, flat below the
+shortest prompt's (decode's few rows an expert stream their weights, which the rate does not touch), and its
+`size_exponent` the slope. A dense-family replay per row is stored (COMPONENTS): the fit reads them and the
+measured table, so the check is seconds (tests/test_marlin_moe_fit.py)."""
 
 from __future__ import annotations
 
@@ -33,10 +39,15 @@ from sim.core.model import ModelConfig
 
 MODEL = "openai/gpt-oss-120b"
 PRESET = "gpt-oss-120b"               # models.yaml: hidden 2880, expert width 2880, top-4 of 128 experts, 36 layers
-MAX_CLIENTS = 8                      # a first token that is one prefill, not a queue
+# A first token that is one prefill, not a queue. At 8 clients the first wave's 8 prompts queue behind each other
+# and the gap below counts their extra expert time as one prefill's: every (prompt, TP) of the training half
+# measured at both 4 and 8 clients reads a lower fraction at 8 (8k tokens: TP 4 0.105 against 0.127, TP 8 0.071
+# against 0.102; 1k at TP 2: 0.098-0.099 against 0.127-0.134), so the fit reads the 4-client rows (until stop 75, 8).
+MAX_CLIENTS = 4
 DENSE = "fp4_marlin_emulated"        # the family the experts took before (and the fit's replay takes)
 FAMILY = "marlin_moe_mxfp4"
 DENSE_FRACTION = 0.70                # DENSE's rate at every M (kernel_families.yaml)
+SIZE_TP = 4                          # the layout whose grouped-GEMM size is the family's size_ref (the rows' middle)
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,10 @@ class Point:
         """The prefill's routed-expert FLOPs on one rank (gate, up and down; each expert split over TP)."""
         return 3 * 2 * self.isl * m.experts_per_token * m.hidden_size * m.expert_intermediate * m.num_layers / self.tp
 
+    def size(self, m: ModelConfig) -> float:
+        """N x K of a grouped expert GEMM on one rank: every expert's width / TP by the hidden size."""
+        return size_at(m, self.tp)
+
     def rows_per_expert(self, m: ModelConfig) -> int:
         return max(1, round(self.isl * m.experts_per_token / m.num_experts))
 
@@ -63,17 +78,24 @@ class Point:
                     + f / DENSE_FRACTION)
 
 
-def rate_points(points: list[Point], m: ModelConfig, peak_flops_per_s: float) -> list[list[float]]:
-    """[[M, fraction]]: the median fraction at each prompt length's rows per expert, flat below the first, never
-    falling as M grows (a family's curve may not: kernel_families.py), two decimals."""
-    by_m: dict[int, list[float]] = {}
-    for p in points:
-        by_m.setdefault(p.rows_per_expert(m), []).append(p.fraction(m, peak_flops_per_s))
+def size_at(m: ModelConfig, tp: int) -> float:
+    return m.num_experts * m.expert_intermediate * m.hidden_size / tp
+
+
+def fit(points: list[Point], m: ModelConfig, peak_flops_per_s: float) -> tuple[list[list[float]], float, float]:
+    """The family's figures (module doc): rate_points [[M, fraction at size_ref]] (flat below the first M, never
+    falling as M grows: kernel_families.py; two decimals), size_exponent (two decimals) and size_ref."""
+    ms = sorted({p.rows_per_expert(m) for p in points})
+    ref = size_at(m, SIZE_TP)
+    x = np.array([[float(p.rows_per_expert(m) == r) for r in ms] + [np.log(p.size(m) / ref)] for p in points])
+    y = np.log([p.fraction(m, peak_flops_per_s) for p in points])
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
     out, floor = [], 0.0
-    for rows in sorted(by_m):
-        floor = max(floor, round(float(np.median(by_m[rows])), 2))
+    for rows, a in zip(ms, coef[:-1]):
+        floor = max(floor, round(float(np.exp(a)), 2))
         out.append([rows, floor])
-    return [[1, out[0][1]], *out] if out and out[0][0] > 1 else out
+    curve = [[1, out[0][1]], *out] if out and out[0][0] > 1 else out
+    return curve, round(float(coef[-1]), 2), ref
 
 
 def save(points: list[Point], path: Path) -> None:
