@@ -115,7 +115,7 @@ def silicon(write: bool) -> int:
                       "", render(results, skipped, failed, time.perf_counter() - t0, per_run=False,
                                  left_out=len(runs) - len(held), found=contradictions(runs)), "",
                       f"The MoE models ({moe}) were replayed after the engine terms were "
-                      "fitted: none of their runs was fitted on but gpt-oss-120b's 6 training-half rows at 4 "
+                      "fitted: none of their runs was fitted on but gpt-oss-120b's 13 training-half rows at <= 8 "
                       "clients, the Marlin MoE kernel's fit (scripts/fit_moe_marlin.py), which this table holds out. "
                       "The dense runs alone (what earlier "
                       f"passes reported): TTFT / TPOT / E2E MAPE {' / '.join(f'{100 * dense[k]:.1f}' for k in METRICS[:3])}%. "

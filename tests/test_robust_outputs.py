@@ -263,3 +263,29 @@ def test_a_folder_an_output_makes_is_named(tiny, tmp_path, capsys):
         err = capsys.readouterr().err
         assert (f"note: {out}: made the folder {out.parent} (and 1 above it, from {tmp_path / 'new'})" in err) is note
     assert out.is_file()
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="no signal masks on this platform")
+def test_an_interrupt_inside_a_deferred_block_lands_after_it():
+    """files.deferred_interrupts holds a Ctrl-C back until the block ends (a temp file and its removal registered, a
+    transaction's renames), so it never falls between two statements that must go together."""
+    import signal
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with files.deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            reached.append("after the signal")   # still inside: the interrupt waits
+    assert reached == ["after the signal"]
+
+
+def test_an_interrupt_during_a_transaction_s_write_leaves_no_temporary_file(tmp_path):
+    """A Ctrl-C while a later output is written: the earlier output's temporary file goes too, nothing lands."""
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with files.transaction():
+            files.atomic_write(tmp_path / "a.json", lambda p: p.write_text("{}"))
+            files.atomic_write(tmp_path / "b.json", interrupted)
+    assert sorted(tmp_path.iterdir()) == []

@@ -8,7 +8,7 @@ project measures it; the stack had priced it as the dense weight-only FP4 family
 the bf16 peak at every M), and the held-out rows' first token read ~2x fast at every TP, prompt length and client
 count up to 64, with their decode steps within a few percent (weight streaming, which the same figures price).
 
-What. A first token at 4 clients is mostly one prefill, whose routed experts are compute-bound at a prompt's
+What. A first token at 4 or 8 clients is mostly one prefill, whose routed experts are compute-bound at a prompt's
 tokens per expert (1k tokens x 4 of 128 experts: 32 rows an expert; 8k: 256). Each training row's replay under
 the dense family gives its simulated first token; the measured one exceeds it by the time the experts take beyond
 the dense family's, so the fraction f that closes the row solves
@@ -21,10 +21,11 @@ layers / TP: each expert split over the TP group) and P the bf16 peak.
 The rows' f falls with TP at either prompt length (8k tokens: 0.138 at TP 2, 0.105-0.127 at TP 4, 0.071-0.102 at
 TP 8): each rank multiplies 1/TP of every expert, and the kernel reaches less of the peak on smaller matrices.
 So the fit is least squares of log f on an intercept per prompt length (its tokens per expert) and
-log(size / SIZE_REF), size the N x K of a grouped expert GEMM on one rank (every expert touched: a prompt of 1k
-tokens at top-4 reaches all 128); the family's `rate_points` are the intercepts at the TP-4 size, flat below the
-shortest prompt's (decode's few rows an expert stream their weights, which the rate does not touch), and its
-`size_exponent` the slope. A dense-family replay per row is stored (COMPONENTS): the fit reads them and the
+log(size / size_ref), size the N x K of a grouped expert GEMM on one rank over every expert it touches (a prompt
+of 1k tokens at top-4 reaches all 128, so in these rows the total and the per-expert size move together, with
+TP alone: expert parallelism and decode's few experts are extrapolations); the family's `rate_points` are the
+intercepts at TP 4's size, flat below the shortest prompt's (decode's few rows an expert stream their weights,
+which the rate does not touch), and its `size_exponent` the slope; three significant digits each. A dense-family replay per row is stored (COMPONENTS): the fit reads them and the
 measured table, so the check is seconds (tests/test_marlin_moe_fit.py)."""
 
 from __future__ import annotations
@@ -39,11 +40,7 @@ from sim.core.model import ModelConfig
 
 MODEL = "openai/gpt-oss-120b"
 PRESET = "gpt-oss-120b"               # models.yaml: hidden 2880, expert width 2880, top-4 of 128 experts, 36 layers
-# A first token that is one prefill, not a queue. At 8 clients the first wave's 8 prompts queue behind each other
-# and the gap below counts their extra expert time as one prefill's: every (prompt, TP) of the training half
-# measured at both 4 and 8 clients reads a lower fraction at 8 (8k tokens: TP 4 0.105 against 0.127, TP 8 0.071
-# against 0.102; 1k at TP 2: 0.098-0.099 against 0.127-0.134), so the fit reads the 4-client rows (until stop 75, 8).
-MAX_CLIENTS = 4
+MAX_CLIENTS = 8                      # a first token that is mostly one prefill, not a long queue
 DENSE = "fp4_marlin_emulated"        # the family the experts took before (and the fit's replay takes)
 FAMILY = "marlin_moe_mxfp4"
 DENSE_FRACTION = 0.70                # DENSE's rate at every M (kernel_families.yaml)
@@ -84,7 +81,8 @@ def size_at(m: ModelConfig, tp: int) -> float:
 
 def fit(points: list[Point], m: ModelConfig, peak_flops_per_s: float) -> tuple[list[list[float]], float, float]:
     """The family's figures (module doc): rate_points [[M, fraction at size_ref]] (flat below the first M, never
-    falling as M grows: kernel_families.py; two decimals), size_exponent (two decimals) and size_ref."""
+    falling as M grows: kernel_families.py), size_exponent and size_ref; three significant digits (two decimals had
+    moved the intercepts by 3-4%)."""
     ms = sorted({p.rows_per_expert(m) for p in points})
     ref = size_at(m, SIZE_TP)
     x = np.array([[float(p.rows_per_expert(m) == r) for r in ms] + [np.log(p.size(m) / ref)] for p in points])
@@ -92,10 +90,14 @@ def fit(points: list[Point], m: ModelConfig, peak_flops_per_s: float) -> tuple[l
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
     out, floor = [], 0.0
     for rows, a in zip(ms, coef[:-1]):
-        floor = max(floor, round(float(np.exp(a)), 2))
+        floor = max(floor, _sig3(float(np.exp(a))))
         out.append([rows, floor])
     curve = [[1, out[0][1]], *out] if out and out[0][0] > 1 else out
-    return curve, round(float(coef[-1]), 2), ref
+    return curve, _sig3(float(coef[-1])), ref
+
+
+def _sig3(x: float) -> float:
+    return float(f"{x:.3g}")
 
 
 def save(points: list[Point], path: Path) -> None:
@@ -104,7 +106,11 @@ def save(points: list[Point], path: Path) -> None:
                                 for p in points], indent=1) + "\n")
 
 
+def stored_ids(path: Path) -> set[str]:
+    return {d["run_id"] for d in json.loads(path.read_text())}
+
+
 def load(path: Path, measured: dict[str, float]) -> list[Point]:
-    """The stored replays with each row's measured first token (`measured`: run id -> seconds)."""
+    """The stored replays of the rows `measured` holds (run id -> seconds), with their measured first token."""
     return [Point(d["run_id"], d["isl"], d["tp"], measured[d["run_id"]], d["dense_ttft_s"])
-            for d in json.loads(path.read_text())]
+            for d in json.loads(path.read_text()) if d["run_id"] in measured]
