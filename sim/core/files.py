@@ -261,22 +261,24 @@ def _say_made(path: str | Path, final: Path, made: list[Path]) -> None:
               if len(made) > 1 else ""), file=sys.stderr)
 
 
+def _now_or_staged(staged: list | None, write: Callable[[], None]) -> None:
+    """A write straight through (stdout, a device, a FIFO): now, or at the transaction's end (nothing to remove)."""
+    if staged is None:
+        write()
+    else:
+        staged.append((write, lambda: None))
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """`write(p)` writes the whole file at `p`; see the module docstring for where it lands. `-` is stdout, as for
     most Unix tools (`--json -` wrote a file named `-`, a trial's finding), inside a transaction at its end."""
     staged = _STAGED.get()
     if str(path) == "-":
-        if staged is None:
-            _write_stdout(write)
-        else:
-            staged.append((lambda: _write_stdout(write), lambda: None))
+        _now_or_staged(staged, lambda: _write_stdout(write))
         return Path("-")
     path = check_output(path)
     if _is_stream(path):
-        if staged is None:
-            _write_stream(path, write)
-        else:
-            staged.append((lambda: _write_stream(path, write), lambda: None))
+        _now_or_staged(staged, lambda: _write_stream(path, write))
         return path
     final = _target(path)
     made = [d for d in (final.parent, *final.parent.parents) if not d.exists()]  # folders this write creates
