@@ -218,3 +218,19 @@ def test_kernel_spec_cost_keeps_the_plain_roofline_path():
     plain = roofline_cost(op, u, name, tier)
     got = stack_cost(op, u, name, tier, load_stack("torch-eager"), plain)
     assert plain.path and got.path == plain.path
+
+
+def test_a_family_s_fraction_scales_with_the_n_x_k_on_a_rank(monkeypatch):
+    """size_exponent 0.5, size_ref 16.8M elements, rate 0.2 at M = 1024: a compute-bound 1024 x 4096 x 4096 bf16 GEMM
+    (N x K = size_ref) runs at 0.2 of the 989.4 TFLOP/s bf16 peak; one of a quarter the N (N x K = size_ref / 4) at
+    0.2 x 0.25 ** 0.5 = 0.1, so its compute time is a quarter of the work at half the rate: half the first's."""
+    fam = families()["dense_bf16_h100"].model_copy(update={
+        "rate_points": [(1, 0.2)], "size_exponent": 0.5, "size_ref": 4096.0 * 4096, "floor_s": 0.0})
+    monkeypatch.setattr(stack_cost_module, "families", lambda: {"sized": fam})
+    u, name, tier = _h100()
+    big = family_cost(gemm_op(1024, 4096, 4096, "bf16"), u, name, tier, load_stack("vllm"), "sized")
+    small = family_cost(gemm_op(1024, 1024, 4096, "bf16"), u, name, tier, load_stack("vllm"), "sized")
+    assert big.compute_s == pytest.approx(2 * 1024 * 4096 * 4096 / (989.4e12 * 0.2), rel=1e-9)
+    assert small.compute_s == pytest.approx(2 * 1024 * 1024 * 4096 / (989.4e12 * 0.1), rel=1e-9)
+    assert fam.rate_fraction(1024, False, 1e15) == 1.0   # never above the whole rate
+    assert fam.rate_fraction(1024, False) == pytest.approx(0.2)   # no size given: the curve alone
