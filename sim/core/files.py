@@ -211,7 +211,7 @@ def transaction() -> Iterator[None]:
             try:
                 for commit, _ in staged:
                     commit()
-            except BaseException:
+            except BaseException:   # a rename failed: clean up before a held-back interrupt can cut in
                 _abort_all(staged)
                 raise
     except BaseException:
@@ -314,11 +314,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         write(temp[0])
         os.chmod(temp[0], 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
         if staged is None:
-            with deferred_interrupts():
-                commit()
-    except ConfigError:
-        abort()
-        raise
+            commit()
     except OSError as exc:
         abort()
         raise _fail(path, exc) from None

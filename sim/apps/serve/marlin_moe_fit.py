@@ -25,8 +25,9 @@ log(size / size_ref), size the N x K of a grouped expert GEMM on one rank over e
 of 1k tokens at top-4 reaches all 128, so in these rows the total and the per-expert size move together, with
 TP alone: expert parallelism and decode's few experts are extrapolations); the family's `rate_points` are the
 intercepts at TP 4's size, flat below the shortest prompt's (decode's few rows an expert stream their weights,
-which the rate does not touch), and its `size_exponent` the slope; three significant digits each. A dense-family replay per row is stored (COMPONENTS): the fit reads them and the
-measured table, so the check is seconds (tests/test_marlin_moe_fit.py)."""
+which the rate does not touch), and its `size_exponent` the slope; three significant digits each. A dense-family
+replay per row is stored (COMPONENTS): the fit reads them and the measured table, so the check is seconds
+(tests/test_marlin_moe_fit.py)."""
 
 from __future__ import annotations
 

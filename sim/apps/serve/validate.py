@@ -21,7 +21,7 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict, set_key
 from sim.apps.serve.serving_mapper import serving_mapper
-from sim.apps.serve.validate_consistency import MARGIN, flagged, run_key
+from sim.apps.serve.validate_consistency import MARGIN, uncontradicted
 from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED_CONTEXT,  # noqa: F401 (re-exported)
                                             checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
@@ -316,10 +316,11 @@ def mape(results: list[Result]) -> dict[tuple[str, str, str], dict[str, Any]]:
     out = {}
     for key, rs in sorted(groups.items()):
         out[key] = {"runs": len(rs), **overall(rs)}
-        releases = sorted({r.run.version or "not recorded" for r in rs})
+        releases: dict[str, list[Result]] = {}
+        for r in rs:
+            releases.setdefault(r.run.version or "not recorded", []).append(r)
         if len(releases) > 1:
-            out[key]["by_release"] = {v: {"runs": len(sub), **overall(sub)} for v in releases
-                                      if (sub := [r for r in rs if (r.run.version or "not recorded") == v])}
+            out[key]["by_release"] = {v: {"runs": len(sub), **overall(sub)} for v, sub in sorted(releases.items())}
     return out
 
 
@@ -358,18 +359,17 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
     for (gpu, eng, model), row in mape(results).items():
         lines.append(f"| {gpu} | {eng} | {model} | {row['runs']} | {cells(row)} |")
         lines += [f"| | | release {v} | {sub['runs']} | {cells(sub)} |" for v, sub in row.get("by_release", {}).items()]
-    flags = flagged(found or [])
-    kept = [r for r in results if run_key(r.run) not in flags]
-    for label, rs in (("all", results), ("all but contradicted rows", kept if len(kept) < len(results) else [])):
+    kept = uncontradicted(results, found or [])
+    n_flagged = len(results) - len(kept)
+    for label, rs in (("all", results), ("all but contradicted rows", kept if n_flagged else [])):
         if rs:
             lines.append(f"| {label} | | | {len(rs)} | {cells(overall(rs))} |")
     lines += ["", f"{len(results)} run{'' if len(results) == 1 else 's'} simulated in {seconds:.{0 if seconds >= 10 else 1}f} s; {len(skipped)} rows not replayable"
               + (f" ({reasons(skipped)})" if skipped else "")
               + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
-              + (f"; {len(results) - len(kept)} replayed row{'s' if len(results) - len(kept) > 1 else ''} "
-                 f"contradict{'' if len(results) - len(kept) > 1 else 's'} another measured row of its setup and "
-                 f"release (fewer requests decoding by Little's law, over {MARGIN:g}x the TPOT: --json lists the pairs)"
-                 if len(kept) < len(results) else "")
+              + (f"; {n_flagged} replayed row{'s' if n_flagged > 1 else ''} contradict{'' if n_flagged > 1 else 's'} "
+                 f"another measured row of its setup and release (fewer requests decoding by Little's law, over "
+                 f"{MARGIN:g}x the TPOT: --json lists the pairs)" if n_flagged else "")
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
               + ". Errors are (simulated - measured) / measured"
               + ("; E2E of the silicon sample is TTFT + TPOT x (osl - 1)." if any(r.run.e2e_derived for r in results)

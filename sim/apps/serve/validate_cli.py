@@ -211,14 +211,13 @@ def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list
     where a group mixes them, over all, and over the runs no other row contradicts (sim.apps.serve.validate_consistency:
     the pairs a replayed run is in, with why); the rows not replayed and why."""
     from sim.apps.serve.validate import mape, overall, replayed_lengths
-    from sim.apps.serve.validate_consistency import flagged, run_key
+    from sim.apps.serve.validate_consistency import run_key, uncontradicted
 
     def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here; a rate has no clients
         d = {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
         d["lengths_replayed"] = replayed_lengths(r.run)
         return {**d, "concurrency": None} if r.run.rate is not None else d
-    flags = flagged(found or [])
-    kept = [r for r in results if run_key(r.run) not in flags]
+    kept = uncontradicted(results, found or [])
     replayed = {run_key(r.run) for r in results}
     return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error) for r in results],
                 mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],

@@ -40,7 +40,7 @@ class Contradiction:
     fewer: str
     more: str
     why: str
-    keys: tuple[tuple, tuple] = ((), ())
+    keys: tuple[tuple, tuple]
 
 
 def run_key(run) -> tuple:
@@ -88,3 +88,9 @@ def contradictions(runs: list) -> list[Contradiction]:
 def flagged(found: list[Contradiction]) -> set[tuple]:
     """The run_key of every run in a contradicting pair."""
     return {k for c in found for k in c.keys}
+
+
+def uncontradicted(results: list, found: list[Contradiction]) -> list:
+    """The results (validate.Result) whose run is in no contradicting pair."""
+    flags = flagged(found)
+    return [r for r in results if run_key(r.run) not in flags]
