@@ -142,3 +142,17 @@ def test_a_group_of_several_releases_gets_a_row_per_release():
     text = render(results, [], [], 1.0, per_run=False)
     assert "| | | release 0.11.2 | 1 | - | 50.0% | - | - |" in text
     assert "by_release" not in mape(results[:1])[("h100_sxm", "vllm", "gpt-oss-120b")]
+
+
+def test_a_release_column_of_numbers_is_read_as_text(tmp_path):
+    """A table whose releases all look like numbers (1.10, 1.9) keeps them as written, not as floats (1.1), and a row
+    without one has none."""
+    from sim.apps.serve.validate_readers import read_silicon
+
+    row = dict(id="a", backend="vllm", model_path="Qwen/Qwen3-32B", system="h100_sxm", mode="agg", isl=1024, osl=101,
+               batch_size=8, tp_size=2, pp_size=1, attention_dp_size=None, silicon_ttft_ms=100.0, silicon_tpot_ms=12.0)
+    path = tmp_path / "s.csv"
+    pd.DataFrame([dict(row, backend_version="1.10"), dict(row, id="b", backend_version="1.9", silicon_tpot_ms=12.5),
+                  dict(row, id="c", batch_size=16, backend_version=None)]).to_csv(path, index=False)
+    runs, _ = read_silicon(path, {"h100_sxm"})
+    assert {r.name: r.version for r in runs} == {"a": "1.10", "b": "1.9", "c": None}

@@ -127,7 +127,7 @@ def read_silicon(path: Path, systems: set[str] | None = None) -> tuple[list[Run]
     """The replayable runs of a silicon-sample table (of `systems` only, when given), and the
     skipped rows as (id, reason)."""
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, dtype={"backend_version": str})   # a release is text: 1.10 is not 1.1
     except (OSError, EOFError, ValueError, pd.errors.ParserError) as exc:   # EOFError: a gzip cut short
         raise ConfigError(f"{path}: cannot read as CSV: {str(exc).splitlines()[0]}") from None
     for col in OPTIONAL_COLUMNS - set(df.columns):   # a table without them: what an empty cell says
