@@ -236,3 +236,28 @@ def test_the_report_says_the_warm_up_sends_are_left_out_of_its_closed_loop_row_o
     (plain,) = [v for k, v in summary_rows({"benchmark": serve(closed_file(2, 8), H100)[1]["benchmark"]})
                 if k == "closed loop (means)"]
     assert "warm-up" not in plain
+
+
+def test_a_connection_pool_holds_the_excess_sends_in_the_client_with_their_clocks_running():
+    """Four clients over two connections (Closed.max_connections): the first two requests run as a two-client loop
+    would; the other two sends wait in the client until those replies free the connections, then meet the engine
+    as idle as the first pair did. So their TTFT is the first pair's E2E plus the first pair's own TTFT, and the
+    four-request mean TTFT is ttft2 + e2e2 / 2, with ttft2 and e2e2 a two-client, two-request run's (equal
+    lengths, no front end: the same steps in both waves)."""
+    two = serve(closed_file(2, 2, prompt=300, output=8), H100)[0].requests
+    ttft2, e2e2 = float(np.mean(two["first_token_s"] - two["arrival_s"])), float(np.mean(two["finish_s"]))
+    res, s = serve(closed_file(4, 4, prompt=300, output=8, max_connections=2), H100)
+    r = res.requests
+    assert s["completed"] == 4
+    assert (r["arrival_s"] == 0).all()   # every client sent at t = 0; two waited for a connection
+    ttft = r["first_token_s"] - r["arrival_s"]
+    assert float(np.mean(ttft)) == pytest.approx(ttft2 + e2e2 / 2, rel=1e-9)
+    assert sorted(ttft)[2:] == pytest.approx([e2e2 + ttft2] * 2, rel=1e-9)
+    assert res.iterations["running"].max() <= 2   # never more than the pool at the engine
+
+
+def test_a_pool_at_least_the_clients_changes_nothing():
+    base = serve(closed_file(3, 9, prompt=200, output=6), H100)[0].requests
+    pooled = serve(closed_file(3, 9, prompt=200, output=6, max_connections=3), H100)[0].requests
+    for col in ("arrival_s", "first_token_s", "finish_s"):
+        np.testing.assert_array_equal(base[col], pooled[col])

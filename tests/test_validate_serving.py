@@ -180,6 +180,29 @@ def test_deployment_flag_moves_ttft_by_the_stacks_dynamo_delay(tmp_path, capsys)
     assert "--deployment" in err and "\n" not in err
 
 
+def test_client_connections_flag_holds_the_excess_clients_in_a_pool(tmp_path, capsys):
+    """--client-connections N: every closed-loop row is replayed with that client pool (serving.arrivals.
+    max_connections). Two clients over one connection send one request at a time, so the second client's requests
+    wait for a reply and the mean TTFT rises over the two-connection replay's; a case folder refuses the flag."""
+    path = tmp_path / "s.csv"
+    pd.DataFrame([{**ROW, "backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gemm_quant_mode": None,
+                   "tp_size": 1, "batch_size": 2, "isl": 128, "osl": 8}]).to_csv(path, index=False)
+    argv = ["validate-serving", str(path), "--hw", "h100_sxm", "--requests-per-client", "2", "--workers", "1",
+            "--json"]
+    ttft = {}
+    for pool in ("1", "2"):
+        out = tmp_path / f"p{pool}.json"
+        assert main([*argv, str(out), "--client-connections", pool]) == 0
+        ttft[pool] = json.loads(out.read_text())["runs"][0]["sim"]["ttft_s"]
+    assert ttft["1"] > ttft["2"] * 1.5
+    case = tmp_path / "case"
+    case.mkdir()
+    capsys.readouterr()
+    assert main(["validate-serving", str(case), "--hw", "h100_sxm", "--client-connections", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--client-connections" in err and "\n" not in err
+
+
 def test_json_has_each_run_as_numbers_and_the_errors_reconcile(tmp_path):
     """--json: a run's measured and simulated means are numbers in seconds, its error is (sim - measured) /
     measured of them, the group's MAPE is the mean |error| of its runs, and a skipped row says why."""

@@ -180,6 +180,9 @@ def idle_clients(workload: Workload) -> list[str]:
     notes = [f"{src}: serving.arrivals.concurrency {a.concurrency} exceeds num_requests {a.num_requests}: only "
              f"{a.num_requests} clients ever send; raise num_requests to load the engine with {a.concurrency}"] \
         if a.concurrency > a.num_requests else []
+    if a.max_connections is not None and a.max_connections >= min(a.concurrency, a.num_requests):
+        notes.append(f"{src}: serving.arrivals.max_connections {a.max_connections} holds every client's request "
+                     f"({a.concurrency} clients): the pool never binds")
     lengths = workload.serving.lengths
     if a.concurrency > 1 and lengths is not None and lengths.prompt.dist == lengths.output.dist == "fixed":
         # A trial: 8 clients of 1024 + 128 tokens read TTFT 221 ms, every request alike, against 68 ms with outputs

@@ -24,6 +24,15 @@ reaches the server `front_end_s` after its client sent it (the stack's pure dela
 times its request from the send, as the tools do, and sends its next one when the front
 end has streamed the last token.
 
+A client's connection pool (`max_connections`) caps the requests at the server below the
+clients: a send beyond it waits in the client until a reply frees a connection, and its
+clock runs while it waits, since the clients time a request from before the call that
+waits for the connection (vLLM's backend_request_func takes `st = time.perf_counter()`
+before `session.post`). aiohttp's TCPConnector holds at most 100 connections unless told
+otherwise (`limit=100`, docs.aiohttp.org client reference; a known cause of TTFT growing
+past 100 clients, gpustack/gpustack#2324), so a client that shares one ClientSession with
+the default connector serves at most 100 requests at a time whatever its concurrency.
+
 Warm-up and cool-down: as benchmark_serving, every request counts by default, the
 ramp (all N prefills queued at t = 0) and the tail (the last requests running with
 fewer than N in flight) included; `warmup_requests` drops the first sends of the same
@@ -63,6 +72,7 @@ class ClosedLoopSim(ServeSim):
         if front_end_s is not None:   # else the stack's (simulator.ServeSim)
             self.front_end_s = front_end_s
         self.next = 0
+        self.pool: simpy.Resource | None = None   # the client's connection pool, in the run's environment
         self.replied: dict[int, simpy.Event] = {}
         self.last_reply_s = 0.0
 
@@ -77,6 +87,8 @@ class ClosedLoopSim(ServeSim):
         self.replied[i].succeed()
 
     def _arrivals(self, env: simpy.Environment):
+        if self.loop.max_connections:
+            self.pool = simpy.Resource(env, self.loop.max_connections)
         for _ in range(min(self.loop.concurrency, len(self.reqs))):
             env.process(self._client(env))
         return
@@ -87,10 +99,15 @@ class ClosedLoopSim(ServeSim):
             i, self.next = self.next, self.next + 1
             self.reqs.arrival_s[i] = self.rec["arrival_s"][i] = env.now
             done = self.replied[i] = env.event()
+            connection = self.pool.request() if self.pool else None
+            if connection is not None:
+                yield connection   # the client's clock has started (module doc)
             if self.front_end_s:
                 yield env.timeout(self.front_end_s)
             self.enter(i)
             yield done
+            if connection is not None:
+                self.pool.release(connection)
             if self.loop.think_time_s and self.next < len(self.reqs):   # nothing left to send: no think
                 yield env.timeout(self.loop.think_time_s)
 

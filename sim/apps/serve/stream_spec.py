@@ -116,6 +116,10 @@ class Closed(Strict):
     num_requests: PosInt         # sent in all (the first `concurrency` at t = 0)
     think_time_s: Annotated[float, Field(ge=0)] = 0.0       # a client's pause between a reply and its next send
     warmup_requests: Annotated[StrictInt, Field(ge=0)] = 0  # the first sends, left out of benchmark_figures
+    # The client's connection pool: at most this many requests at the server, the other sends waiting in the
+    # client with their clocks running (None: one connection per client). aiohttp's TCPConnector holds 100 by
+    # default, which a benchmark client sharing one ClientSession inherits (sim.apps.serve.closed).
+    max_connections: PosInt | None = None
     seed: int = Field(default=0, ge=0)
     max_requests: PosInt = 1_000_000
 

@@ -108,6 +108,9 @@ class Run:
     # Each request's prompt and output tokens in the order sent, where the log lists them (else isl/osl as above).
     lengths: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     ep: int = 1                  # expert-parallel ways of a MoE model (a multiple of tp: parallel.ep)
+    # The closed-loop client's connection pool (Closed.max_connections; None: a connection per client). No table
+    # records it: `validate-serving --client-connections N` says what the user's client held.
+    client_connections: int | None = None
     version: str | None = None   # the engine's release as the source records it (None: not recorded)
 
 
@@ -166,7 +169,8 @@ def run_file(run: Run, stack: str | None = None, requests_per_client: int = REQU
         plow, phigh = client_range(run.isl, run.range_ratio)
         prompt = {"dist": "uniform", "low": plow, "high": phigh} if phigh > plow else prompt
     count = run.num_requests or run.concurrency * requests_per_client
-    arrivals: dict[str, Any] = {"process": "closed", "concurrency": run.concurrency, "num_requests": count}
+    arrivals: dict[str, Any] = {"process": "closed", "concurrency": run.concurrency, "num_requests": count,
+                                **({"max_connections": run.client_connections} if run.client_connections else {})}
     if run.rate is not None:   # vLLM's client: Poisson at burstiness 1, else gamma (benchmark_serving get_request)
         arrivals = ({"process": "poisson", "rate": run.rate, "num_requests": count} if run.burstiness == 1 else
                     {"process": "gamma", "rate": run.rate, "cv": run.burstiness ** -0.5, "num_requests": count})

@@ -91,6 +91,9 @@ def _folder(args: argparse.Namespace) -> int:
     if args.deployment:
         raise ConfigError(f"{folder}: --deployment: an LLMServingSim case times TTFT from the engine's own queue, "
                           "so no delay in front of the engine enters it")
+    if args.client_connections:
+        raise ConfigError(f"{folder}: --client-connections: an LLMServingSim case replays its logged arrivals "
+                          "(open loop), with no client pool to hold them")
     measured_on = M.PRESETS.get(folder.name.split("_")[0])
     if measured_on is not None and args.hw != measured_on:   # errors against another GPU's measurements mean nothing
         raise ConfigError(f"{folder}: measured on {measured_on}: --hw {measured_on} (a what-if on {args.hw} is "
@@ -156,6 +159,9 @@ def cmd_validate_serving(args: argparse.Namespace) -> int:
     runs, skipped, left_out, found = _runs(args)
     if args.deployment:
         runs = [dataclasses.replace(r, deployment=args.deployment) for r in runs]
+    if args.client_connections:   # the closed loops' client pool (open-loop runs keep theirs unbounded)
+        runs = [dataclasses.replace(r, client_connections=args.client_connections) if r.rate is None else r
+                for r in runs]
     if args.limit:
         runs = runs[:: max(1, len(runs) // args.limit)][: args.limit]
     if settings and runs:   # a key the schema refuses: one line before the replays, not one failure per run
@@ -249,6 +255,10 @@ def register(subparsers) -> None:
     p.add_argument("--deployment", choices=("direct", "dynamo"),
                    help="what stood between the clients and the engine (serving.deployment): its own server or "
                         "NVIDIA Dynamo (default: a benchmark JSON direct, a silicon-sample row as it was served)")
+    p.add_argument("--client-connections", type=positive(int), metavar="N",
+                   help="the closed-loop client's connection pool: at most N requests at the server, the other "
+                        "clients' sends waiting with their clocks running (serving.arrivals.max_connections; "
+                        "aiohttp's default connector holds 100; default: a connection per client)")
     p.add_argument("--requests-per-client", type=positive(int),
                    help="closed-loop requests per client where the file does not record how many it sent (default 10, "
                         "as InferenceMAX's client)")
