@@ -653,6 +653,13 @@ SGLANG_FP8 = dict(framework="sglang", dtype="fp8", kernel=None, quant="vllm", ra
 # 32 (fp8_utils.py _flashinfer_fp8_blockscale_gemm_impl, torch.cond on M < 32): two families, the first naming
 # the second (hw_models.stack.kernel_families switch_m / switch_family).
 VLLM_BLOCK_SWITCH_M = 32
+# Its H100 rows were timed without a CUDA graph (aiconfigurator collector/vllm/collect_gemm.py: use_cuda_graph=
+# gemm_type != "fp8_block"), so their ~60 / ~90 us floors (min_s) are the eager call's host dispatch, and no row
+# shows the kernels' own time beneath them. Replayed from a graph, the call costs as SGLang's block-FP8 family:
+# DeepGEMM's gemm_nt, the kernel vLLM runs from M = 32, measured graph-timed (~11-13 us at M <= 256, 4096 x 4096);
+# below 32 vLLM runs FlashInfer's DeepGEMM swapAB variant (vllm-project/vllm#29213), within 5% of DeepGEMM at M = 16
+# on an H200 (sgl-project/sglang#32843's microbenchmark).
+VLLM_BLOCK_GRAPH_FAMILY = "sglang_fp8_block"
 # TensorRT-LLM's SmoothQuant plugin runs a CUDA-core int8 kernel at M <= 4 and CUTLASS above
 # (smoothQuantGemmPlugin.cpp enqueue): the A100 rows' smallest calls step from ~9 us at M 1-4 to ~20 us at M 8.
 SQ_SWITCH_M = 5
@@ -744,7 +751,7 @@ QUANT_GEMM = {
              "aic kernel torch_flow, RTX PRO 6000 rows"),
     "vllm_fp8_block": dict(
         framework="vllm", dtype="fp8_block", kernel="flashinfer_fp8_block", quant="vllm", rate_format="fp8_e4m3",
-        switch_m=VLLM_BLOCK_SWITCH_M, switch_family="vllm_fp8_block_deepgemm",
+        switch_m=VLLM_BLOCK_SWITCH_M, switch_family="vllm_fp8_block_deepgemm", graph_family=VLLM_BLOCK_GRAPH_FAMILY,
         assumed="the 1x128 activation-quantize kernel's floor and streaming rate are those fitted on the engine's "
                 "per-tensor quantize kernel (no block-quantize table is measured)",
         description="vLLM block-scaled FP8 Linear on Hopper below M = 32: FlashInfer's swapAB block-scale GEMM "
@@ -756,6 +763,7 @@ QUANT_GEMM = {
              "DeepGEMM fp8_gemm_nt); aic kernel flashinfer_fp8_block (H100 rows, M 1-16)"),
     "vllm_fp8_block_deepgemm": dict(
         framework="vllm", dtype="fp8_block", kernel="deepgemm_fp8_block", quant="vllm", rate_format="fp8_e4m3",
+        graph_family=VLLM_BLOCK_GRAPH_FAMILY,
         assumed="the 1x128 activation-quantize kernel's floor and streaming rate are those fitted on the engine's "
                 "per-tensor quantize kernel (no block-quantize table is measured)",
         description="vLLM block-scaled FP8 Linear on Hopper from M = 32: per-token-group quantize, then DeepGEMM "
@@ -1174,6 +1182,8 @@ def render_quant_gemm() -> str:
                   f"    rate_format: {spec['rate_format']}", *_curve_lines(f, spec.get("assumed"))]
         if spec.get("switch_m"):
             lines += [f"    switch_m: {spec['switch_m']}", f"    switch_family: {spec['switch_family']}"]
+        if spec.get("graph_family"):
+            lines += [f"    graph_family: {spec['graph_family']}"]
         if q:
             lines += [f"    activation_quant: true  # quant kernel fitted on {q['rows']} quant-table rows",
                       f"    quant_floor_s: {q['floor_s']:.3g}",

@@ -35,14 +35,20 @@ FITTED = {
 }
 
 
+def _as_timed(preset: str, stack: str, fmt: str):
+    """The per-op replay of a family's own rows, timed as the collector timed them: vLLM's block-FP8 rows
+    without a CUDA graph (sim.apps.trace.aic EAGER_TIMED), every other row graph-replayed."""
+    return _mapper(preset, stack, eager=(stack, fmt) == ("vllm", "fp8_block128"))
+
+
 def _cost_s(family: str, m: int, n: int, k: int) -> float:
     preset, stack, fmt, _, _ = FITTED[family]
-    return _mapper(preset, stack).cost(gemm_op(m, n, k, fmt)).duration_s
+    return _as_timed(preset, stack, fmt).cost(gemm_op(m, n, k, fmt)).duration_s
 
 
 def test_stacks_name_the_fitted_families():
     for family, (preset, stack, fmt, _, _) in FITTED.items():
-        assert _mapper(preset, stack).cost(gemm_op(16, 4096, 4096, fmt)).path == family
+        assert _as_timed(preset, stack, fmt).cost(gemm_op(16, 4096, 4096, fmt)).path == family
 
 
 def test_the_architecture_picks_the_fp8_kernel():
@@ -179,7 +185,7 @@ def test_fp8_block_rows_run_the_block_family():
     assert GEMM_FORMAT["fp8_block"] == "fp8_block128"
     op = gemm_op(16, 4096, 4096, GEMM_FORMAT["fp8_block"])
     assert _mapper("h100_sxm", "trtllm").cost(op).path == "trtllm_fp8_block"
-    assert _mapper("h100_sxm", "vllm").cost(op).path == "vllm_fp8_block"
+    assert _mapper("h100_sxm", "vllm", eager=True).cost(op).path == "vllm_fp8_block"
     assert _mapper("h100_sxm", "sglang").cost(op).path == "sglang_fp8_block"
 
 
@@ -189,7 +195,7 @@ def test_vllm_block_fp8_switches_kernel_at_m32():
     flashinfer_fp8_block at M 1-16 and deepgemm_fp8_block at M 32-8192. A tiny GEMM costs each kernel's least
     call time (aic medians: FlashInfer 59.5-60.4 us at M 1-16, DeepGEMM 88-92 us at M 32-512)."""
     op = lambda m: gemm_op(m, 64, 64, "fp8_block128")   # noqa: E731
-    mapper = _mapper("h100_sxm", "vllm")
+    mapper = _mapper("h100_sxm", "vllm", eager=True)
     assert [mapper.cost(op(m)).path for m in (1, 16, 31, 32, 8192)] == \
         ["vllm_fp8_block"] * 3 + ["vllm_fp8_block_deepgemm"] * 2
     assert mapper.cost(op(31)).duration_s == families()["vllm_fp8_block"].min_s
@@ -204,7 +210,7 @@ def test_least_call_time_hides_the_stream_beneath_it():
     4096 x 4096 (5.9 us of stream) the call is min_s exactly."""
     fam = families()["vllm_fp8_block"]
     bw = H100_STREAM_BYTES_PER_S
-    cost_s = lambda n, k: _mapper("h100_sxm", "vllm").cost(gemm_op(1, n, k, "fp8_block128")).duration_s  # noqa: E731
+    cost_s = lambda n, k: _mapper("h100_sxm", "vllm", eager=True).cost(gemm_op(1, n, k, "fp8_block128")).duration_s  # noqa: E731
     slope = cost_s(32768, 16384) - cost_s(16384, 16384)
     assert slope == pytest.approx((268_435_456 + 16384 * 4) / (bw * fam.weight_stream_efficiency) + 16384 * 2 / bw,
                                   rel=1e-6)
@@ -212,7 +218,39 @@ def test_least_call_time_hides_the_stream_beneath_it():
     # vLLM's Triton block-scaled kernel on L40S: aic medians 329-341 us at M 1-16 whatever the shape (min 283 us)
     triton = families()["vllm_fp8_block_sm89"]
     assert 280e-6 < triton.min_s < 350e-6 and triton.floor_s == 0
-    assert _mapper("l40s", "vllm").cost(gemm_op(1, 4096, 4096, "fp8_block128")).duration_s == triton.min_s
+    assert _mapper("l40s", "vllm", eager=True).cost(gemm_op(1, 4096, 4096, "fp8_block128")).duration_s == triton.min_s
+
+
+def test_a_graph_replayed_block_fp8_call_pays_the_kernels_not_the_eager_dispatch():
+    """aiconfigurator timed vLLM's block-FP8 rows without a CUDA graph (collector/vllm/collect_gemm.py:
+    use_cuda_graph=gemm_type != "fp8_block"), so their ~60 / ~90 us floor (min_s) is the eager call's dispatch.
+    Under the vllm stack a step of at most graph_max_tokens (512: vLLM's largest capture size) replays from a graph
+    and its block-FP8 call costs as the graph family, DeepGEMM's graph-timed rows in SGLang's tables, to the
+    last digit; a step of more tokens runs eagerly and pays min_s again (M 1024, 4096 x 4096: DeepGEMM's 90 us).
+    The per-op replay marks exactly vLLM's block-FP8 rows as eager-timed."""
+    from sim.apps.trace.aic import EAGER_TIMED
+
+    assert EAGER_TIMED == {("vllm", "fp8_block")}
+    assert load_stack("vllm").graph_max_tokens == 512
+    graph, sglang = _mapper("h100_sxm", "vllm"), _mapper("h100_sxm", "sglang")
+    for m in (1, 16, 31, 32, 256, 512):
+        op = gemm_op(m, 4096, 4096, "fp8_block128")
+        assert graph.cost(op).path == "sglang_fp8_block"
+        assert graph.cost(op).duration_s == sglang.cost(op).duration_s
+    assert graph.cost(gemm_op(16, 4096, 4096, "fp8_block128")).duration_s < 15e-6   # SGLang's rows: 11-13 us
+    deepgemm = families()["vllm_fp8_block_deepgemm"]
+    assert graph.cost(gemm_op(513, 64, 64, "fp8_block128")).duration_s == deepgemm.min_s
+    assert graph.cost(gemm_op(1024, 4096, 4096, "fp8_block128")).path == "vllm_fp8_block_deepgemm"
+
+
+def test_a_graph_family_must_name_a_family(tmp_path):
+    from hw_models.stack.kernel_families import families as read
+    from sim.core.errors import ConfigError
+
+    bad = tmp_path / "f.yaml"
+    bad.write_text("families:\n  x:\n    cite: c\n    rate_points: [[1, 0.5]]\n    graph_family: nowhere\n")
+    with pytest.raises(ConfigError, match="graph_family names no kernel family: x -> nowhere"):
+        read(bad, None)
 
 
 def test_smoothquant_runs_the_w8a8_int8_plugin():

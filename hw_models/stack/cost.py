@@ -17,8 +17,9 @@ for ops the stack says nothing about, which keep the preset's one-kernel rooflin
   L2 stream from it at the unit's L2 rate instead (replay_weight_l2_s, with the copies of the row's
   collector); a kernel-spec op's traffic that fits the L2 likewise streams at the L2 rate (replay_l2_s).
   Where the unit lacks the family's native rate and the stack names an emulated family
-  for the format (quant_gemm_emulated), that one runs. A family that switches kernel by M (switch_m) costs as its switch_family from that M; a call never takes less
-  than the family's min_s.
+  for the format (quant_gemm_emulated), that one runs. A family that switches kernel by M (switch_m) costs as its switch_family from that M; a call the host
+  launches eagerly (eager_call) never takes less than the family's min_s, and one replayed from a CUDA graph
+  costs as its graph_family where the family names one.
 * A GEMM whose activations are as narrow as its weights (W8A8 int8: SmoothQuant) runs the stack's
   quant_gemm_w8a8 family for the format: the activations come quantized, no quantize pass of its own.
 * A dense 16-bit GEMM replayed from a CUDA graph on a GPU whose preset names a fitted
@@ -130,12 +131,23 @@ def family_rate(fam: Family, unit: Unit, unit_name: str, stack: Stack, family: s
     return rates[fam.rate_format]
 
 
+def eager_call(stack: Stack, m: int) -> bool:
+    """Whether the host launches a GEMM of `m` rows itself (no CUDA graph replays it): a stack without graphs, a
+    step of more tokens than the stack's graphs capture (a GEMM's M is its step's tokens), or a per-op table timed
+    without a graph. Such a call pays its family's min_s, the engine's eager dispatch."""
+    return (not stack.graphs or stack.eager_replay
+            or (stack.graph_max_tokens is not None and m > stack.graph_max_tokens))
+
+
 def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, family: str) -> OpCost:
     fam = families()[family]
     d = op.dims
     m, n, k = d.get("m", 1), d.get("n", 1), d.get("k", 1)
     if (other_kernel := fam.at(m)) is not None:   # the engine dispatches this M to another kernel
         return family_cost(op, unit, unit_name, tier, stack, other_kernel)
+    eager = eager_call(stack, m)
+    if fam.graph_family is not None and not eager:   # replayed: the kernels' device time, measured graph-timed
+        return family_cost(op, unit, unit_name, tier, stack, fam.graph_family)
     bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.GEMM, m).memory_max
     w = _weight(op)
     w_bytes = w.bytes if w is not None else 0
@@ -161,7 +173,7 @@ def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, fa
         if fam.quant_row_s:   # a dynamic scale: one block per token reads the activations again
             extra_s += max(m * k * BF16_BYTES / bw, m * fam.quant_row_s)
             passes_b += m * k * BF16_BYTES
-    duration = max(fam.min_s, overhead_s + extra_s + max(compute_s, memory_s))
+    duration = max(fam.min_s if eager else 0.0, overhead_s + extra_s + max(compute_s, memory_s))
     # the extra kernels' traffic, and the widening of weights the math does not run in (a dequant pass or Marlin's
     # registers: 2 vector FLOPs an element, as the plain path), draw their energy too (a review: only op.bytes had)
     energy = ((op.bytes + passes_b) * (tier.energy_j_per_byte or 0.0) + unit.flop_energy_j(op.flops, fam.rate_format)

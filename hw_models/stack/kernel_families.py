@@ -22,8 +22,14 @@ One cited file, hw_models/stack/kernel_families.yaml. Each family gives
   memory term is at least K x this; fitted, 0 where no such walk shows in the measurements);
 * `dequant_pass`: dequantize-then-GEMM: a separate kernel writes the weights out
   in 16 bits and a 16-bit GEMM reads them back;
-* `min_s`: the least time a call takes, whatever its work (a fixed cost the kernel's work hides
-  under: the call costs max(min_s, the rest); 0 where none is measured);
+* `min_s`: the least time a call takes when the host launches it eagerly, whatever its work (the
+  Python dispatch and launches of the engine's Linear, which the kernel's work hides under: the call
+  costs max(min_s, the rest); 0 where none is measured). A CUDA graph replays the kernels without the
+  host, so a call inside one does not pay it (hw_models.stack.cost.eager_call): measured where a table
+  timed its calls without a graph (aiconfigurator's vLLM block-FP8 rows);
+* `graph_family`: the family whose device time a call replayed from a CUDA graph takes, where this
+  family's own rows were timed eagerly and cannot show the kernels' time beneath `min_s` (vLLM's
+  block-scaled FP8 Linear runs DeepGEMM, measured graph-timed in SGLang's tables);
 * `size_exponent` / `size_ref`: the fraction scales as (N x K / size_ref) ** size_exponent, N x K the elements of the
   weights the call multiplies on its rank (a grouped MoE GEMM's: every expert it touches), where a kernel reaches
   less of the peak on smaller matrices (fewer tiles to amortise each expert's pipeline over); 0 (default): M alone.
@@ -88,6 +94,7 @@ class Family(Strict):
     min_s: Quantity = Field(default=0.0, ge=0)
     switch_m: int | None = Field(default=None, gt=1)
     switch_family: str | None = None
+    graph_family: str | None = None
     size_exponent: float = Field(default=0.0, ge=0, lt=1)
     size_ref: float | None = Field(default=None, gt=0)
 
@@ -174,9 +181,10 @@ def read_family_files(schema: type[Strict], path: Path, more: Path | None) -> di
 
 def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> dict[str, Family]:
     out = read_family_files(Families, path, fitted)
-    unknown = sorted(f"{n} -> {f.switch_family}" for n, f in out.items() if f.switch_family and f.switch_family not in out)
-    if unknown:
-        raise ConfigError(f"switch_family names no kernel family: {', '.join(unknown)}")
+    for key in ("switch_family", "graph_family"):
+        unknown = sorted(f"{n} -> {getattr(f, key)}" for n, f in out.items() if getattr(f, key) and getattr(f, key) not in out)
+        if unknown:
+            raise ConfigError(f"{key} names no kernel family: {', '.join(unknown)}")
     return out
 
 

@@ -146,6 +146,10 @@ class Stack(Strict):
     cite: str                                     # where the kernel structure comes from
     host_launch_s: Quantity = Field(ge=0)         # host cost per kernel launch
     graphs: StrictBool = False                    # CUDA graphs replay the step: launches hidden
+    # The most tokens a step carries and still replays from a CUDA graph; a larger step runs its ops eagerly (vLLM
+    # V1 captures min(max_num_seqs x 2, 512) tokens at most). None: every step replays. Read only by the kernel
+    # families' eager call time (hw_models.stack.cost.eager_call); other ops' host launches hide under device time.
+    graph_max_tokens: int | None = Field(default=None, gt=0)
     floor_s: Quantity = Field(ge=0)               # device floor per kernel, unless an op gives its own
     ops: dict[str, KernelSpec] = {}               # by op kind
     names: dict[str, KernelSpec] = {}             # by op base name (q_proj, act, ...): overrides the kind
@@ -190,6 +194,9 @@ class Stack(Strict):
     # Under it, the aiconfigurator collector whose GEMM loop set the weight copies replayed (trtllm, vllm,
     # sglang: hw_models.stack.cost.replay_weight_copies); None: TensorRT-LLM's rule. Set only by sim.apps.trace.aic.
     replay_collector: str | None = None
+    # The per-op table timed its calls without a CUDA graph (aiconfigurator's vLLM block-FP8 GEMM rows): a family's
+    # eager call time binds (hw_models.stack.cost.eager_call). Set only by sim.apps.trace.aic.
+    eager_replay: StrictBool = False
     base: str = ""                                # the stack this file's figures were laid on
     source: str = Field(default="", exclude=True)   # the file it was read from
 

@@ -197,12 +197,18 @@ def measured_family(kernel_source: str) -> str | None:
     return next((fam for key, fam in KERNEL_FAMILY if key in kernel_source), None)
 
 
+# The GEMM rows a collector timed without a CUDA graph, each call launched by the host (aiconfigurator
+# collector/vllm/collect_gemm.py: benchmark_with_power(..., use_cuda_graph=gemm_type != "fp8_block")): their calls
+# pay the engine's eager dispatch (a family's min_s), which a graph-replayed serving step does not.
+EAGER_TIMED = {("vllm", "fp8_block")}
+
+
 @cache
 def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: str | None = None,
-            collector: str | None = None):
+            collector: str | None = None, eager: bool = False):
     """The preset's mapper under `stack` (running the `attention` family, if given; its GEMMs replayed as
-    `collector`'s loop replays them, hw_models.stack.cost.replay_weight_copies); only its per-op cost is used,
-    so the model is a placeholder."""
+    `collector`'s loop replays them, hw_models.stack.cost.replay_weight_copies; `eager`: timed without a CUDA
+    graph, EAGER_TIMED); only its per-op cost is used, so the model is a placeholder."""
     machine = load_machine(preset)
     if machine.kind != "gpu":
         raise ConfigError(f"--hw {preset}: kind {machine.kind!r}; --input-format aic costs GPU ops (a gpu preset)")
@@ -214,7 +220,8 @@ def _mapper(preset: str, stack: str | None, baseline: bool = False, attention: s
     elif attention is not None and mapper.stack is not None:
         mapper.stack = mapper.stack.model_copy(update={"attention": attention, "attention_rules": []})
     if not baseline and mapper.stack is not None:   # the tables replay one layer: small caches stay in L2
-        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True, "replay_collector": collector})
+        mapper.stack = mapper.stack.model_copy(update={"single_layer_replay": True, "replay_collector": collector,
+                                                       "eager_replay": eager})
     return mapper
 
 
@@ -237,7 +244,7 @@ def _gemm_rows(df: pd.DataFrame, gpu: str, preset: str, stack: str | None, out: 
         st = stack or STACK.get(fw)
         act = "bf16" if baseline else GEMM_ACT_FORMAT.get(dtype, "bf16")   # before: SmoothQuant ran as weight-only
         try:
-            mapper = _mapper(preset, st, baseline, collector=fw)
+            mapper = _mapper(preset, st, baseline, collector=fw, eager=(fw, dtype) in EAGER_TIMED)
             for m, n, k, lat in part[["m", "n", "k", "latency_us"]].itertuples(index=False):
                 sim_s = mapper.cost(gemm_op(int(m), int(n), int(k), fmt, act)).duration_s
                 out.rows.append(Row(gpu, f"gemm {dtype} [{fw}]", fw, st, lat * US, sim_s, f"{m}x{n}x{k}"))
