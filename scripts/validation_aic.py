@@ -420,7 +420,11 @@ NOTES = """What moved, and what did not:
   block-scaled kernel on L40S, takes less than a fixed time at any shape (FlashInfer ~56-60 us, DeepGEMM ~78-90
   us, Triton ~285-340 us; the work hides under it: max(min_s, floor + work), floor 0 as no memory-bound row shows
   one beneath it; min_s chosen on a grid of the rows' time quantiles): H100 vLLM block-scaled 19.6% -> 5.8%
-  (FlashInfer rows 3.5%, DeepGEMM rows 7.0%), L40S 13.6% -> 6.2%.
+  (FlashInfer rows 3.5%, DeepGEMM rows 7.0%), L40S 13.6% -> 6.2%. That fixed time is the host's: the collector
+  times these rows, and only these, without a CUDA graph (collector/vllm/collect_gemm.py, `use_cuda_graph=
+  gemm_type != "fp8_block"`), so min_s is an eager call's dispatch; the per-op replay marks them so
+  (sim.apps.trace.aic EAGER_TIMED), and a graph-replayed call costs as the family's `graph_family`, SGLang's
+  graph-timed DeepGEMM rows (stop 76; docs/serving.md, "MiniMax-M2.5 under vLLM").
 * SmoothQuant (`sq`, A100): W8A8 int8 with the activations quantized upstream; aiconfigurator's collector times
   the SmoothQuantGemm plugin layer alone (collector/trtllm/collect_gemm.py, TensorRT's per-layer profiler), so
   the row is costed with int8 activations under the stack's `quant_gemm_w8a8` family, no quantize kernel. The
