@@ -234,3 +234,48 @@ def test_a_family_s_fraction_scales_with_the_n_x_k_on_a_rank(monkeypatch):
     assert small.compute_s == pytest.approx(2 * 1024 * 1024 * 4096 / (989.4e12 * 0.1), rel=1e-9)
     assert fam.rate_fraction(1024, False, 1e15) == 1.0   # never above the whole rate
     assert fam.rate_fraction(1024, False) == pytest.approx(0.2)   # no size given: the curve alone
+
+
+def test_eager_call_by_hand():
+    """A call is eager where no CUDA graph replays it: a stack without graphs, a per-op table timed eagerly, or a
+    step of more tokens than the stack's graphs capture (vllm: 512; a GEMM's M is its step's tokens)."""
+    from hw_models.stack.cost import eager_call
+
+    vllm = load_stack("vllm")
+    assert vllm.graphs and vllm.graph_max_tokens == 512
+    assert not eager_call(vllm, 1) and not eager_call(vllm, 512) and eager_call(vllm, 513)
+    assert eager_call(vllm.model_copy(update={"eager_replay": True}), 1)
+    assert eager_call(vllm.model_copy(update={"graphs": False}), 1)
+    assert not eager_call(vllm.model_copy(update={"graph_max_tokens": None}), 10 ** 6)
+
+
+def test_min_s_binds_only_an_eager_call():
+    """vLLM's Triton block-FP8 family on L40S names no graph family: replayed (M = 1 under the vllm stack) it costs
+    its own device terms, below its 337 us eager call time; launched eagerly it is that time exactly; a step of
+    513 rows runs eagerly too. The Hopper family's replayed call is its graph family's cost to the bit."""
+    l40s = load_machine("l40s")
+    unit, tier = l40s.units["gpu"], l40s.memory[l40s.device_tier]
+    vllm = load_stack("vllm")
+    triton = families()["vllm_fp8_block_sm89"]
+    one = gemm_op(1, 4096, 4096, "fp8_block128")
+    replayed = family_cost(one, unit, "gpu", tier, vllm, "vllm_fp8_block_sm89").duration_s
+    eager = family_cost(one, unit, "gpu", tier, vllm.model_copy(update={"eager_replay": True}), "vllm_fp8_block_sm89")
+    assert replayed < 0.2 * triton.min_s and eager.duration_s == triton.min_s
+    assert family_cost(gemm_op(513, 64, 64, "fp8_block128"), unit, "gpu", tier, vllm,
+                       "vllm_fp8_block_sm89").duration_s == triton.min_s
+    h100 = load_machine("h100_sxm")
+    hunit, htier = h100.units["gpu"], h100.memory[h100.device_tier]
+    for m in (4, 64):
+        op = gemm_op(m, 4096, 4096, "fp8_block128")
+        got = family_cost(op, hunit, "gpu", htier, vllm, "vllm_fp8_block")
+        want = family_cost(op, hunit, "gpu", htier, vllm, "sglang_fp8_block")
+        assert (got.path, got.duration_s) == ("sglang_fp8_block", want.duration_s)
+
+
+def test_a_graph_or_switch_family_must_exist(tmp_path):
+    for key in ("graph_family", "switch_family"):
+        bad = tmp_path / f"{key}.yaml"
+        extra = "    switch_m: 8\n" if key == "switch_family" else ""
+        bad.write_text(f"families:\n  x:\n    cite: c\n    rate_points: [[1, 0.5]]\n{extra}    {key}: nowhere\n")
+        with pytest.raises(ConfigError, match=f"{key} names no kernel family: x -> nowhere"):
+            families(bad, None)

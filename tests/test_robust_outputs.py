@@ -279,6 +279,31 @@ def test_an_interrupt_inside_a_deferred_block_lands_after_it():
     assert reached == ["after the signal"]
 
 
+def test_an_interrupt_another_thread_receives_still_waits_for_the_block():
+    """A process-directed Ctrl-C may reach any thread that does not block it (rich's progress refresh, a worker
+    pool); Python then runs the handler in the main thread. A signal mask on the main thread had let it land inside
+    the block (the full suite caught it, threads of earlier tests alive): the deferral holds it whichever thread the
+    kernel picks, here another thread on purpose."""
+    import signal
+    import threading
+    import time
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    reached = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with files.deferred_interrupts():
+                signal.pthread_kill(other.ident, signal.SIGINT)
+                time.sleep(0.05)   # the main thread runs pending handlers between these statements
+                reached.append("after the signal")
+    finally:
+        stop.set()
+        other.join()
+    assert reached == ["after the signal"]
+
+
 def test_an_interrupt_during_a_transaction_s_write_leaves_no_temporary_file(tmp_path):
     """A Ctrl-C while a later output is written: the earlier output's temporary file goes too, nothing lands."""
     def interrupted(path):

@@ -322,7 +322,7 @@ def test_a_closed_loop_key_of_another_process_names_the_process(capsys):
     assert capsys.readouterr().err.strip() == (f"error: {w} (with serving.arrivals overridden): serving.arrivals.rate: "
                                                "unknown key for process: closed; "
                                                "keys here: process, concurrency, num_requests, think_time_s, "
-                                               "warmup_requests, seed, max_requests")
+                                               "warmup_requests, max_connections, seed, max_requests")
 
 
 def test_more_clients_than_requests_is_warned(capsys):

@@ -21,6 +21,7 @@ import signal
 import stat
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -184,17 +185,26 @@ def deferred_interrupts() -> Iterator[None]:
     """SIGINT and SIGTERM held back while the block runs, delivered as it ends: an interrupt lands before the block
     or after it, never inside. For the few statements that must not be cut in two (a temporary file made and
     registered for removal, a transaction's renames): a Ctrl-C between them had left a `.r.csv.*` temporary file
-    behind, or one output of three (tests/test_robust_interrupt.py, a suite run on a loaded machine). A no-op where
-    the platform cannot block signals."""
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None:
+    behind, or one output of three (tests/test_robust_interrupt.py, a suite run on a loaded machine).
+
+    The Python-level handlers are swapped for one that only records the signal, and the recorded ones are raised
+    again once the old handlers are back. A thread's signal mask would not do: a process-directed signal goes to
+    any thread that does not block it (rich's progress refresh, a worker pool), and Python then runs the handler in
+    the main thread inside the block anyway (the suite caught it: the interrupt landed mid-block). Handlers can only
+    be set from the main thread, where they run; elsewhere the block runs as it is (no handler interrupts it)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = mask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in held}
     try:
         yield
     finally:
-        mask(signal.SIG_SETMASK, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):   # each signal once, in the order it came, to the handler it was meant for
+            signal.raise_signal(s)
 
 
 @contextmanager
