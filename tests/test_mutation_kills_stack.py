@@ -279,3 +279,36 @@ def test_a_graph_or_switch_family_must_exist(tmp_path):
         bad.write_text(f"families:\n  x:\n    cite: c\n    rate_points: [[1, 0.5]]\n{extra}    {key}: nowhere\n")
         with pytest.raises(ConfigError, match=f"{key} names no kernel family: x -> nowhere"):
             families(bad, None)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("  a:\n    cite: c\n    rate_points: [[1, 0.5]]\n    rate_format: fp8_e4m3\n    graph_family: b\n"
+     "  b:\n    cite: c\n    rate_points: [[1, 0.5]]\n    rate_format: fp8_e4m3\n    switch_m: 8\n    switch_family: a\n",
+     "a: its switch_family / graph_family hand-offs come back to it"),
+    ("  a:\n    cite: c\n    rate_points: [[1, 0.5]]\n    rate_format: fp8_e4m3\n    graph_family: b\n"
+     "  b:\n    cite: c\n    rate_points: [[1, 0.5]]\n    rate_format: int8\n",
+     "a: hands calls to b, which runs int8, not fp8_e4m3"),
+])
+def test_a_hand_off_keeps_the_math_and_never_loops(tmp_path, body, message):
+    """A family's switch_family / graph_family runs the same math, and a chain of them never returns to where it
+    began (a loop a -> b -> a had recursed until Python's limit while costing a call)."""
+    bad = tmp_path / "f.yaml"
+    bad.write_text("families:\n" + body)
+    with pytest.raises(ConfigError, match=message):
+        families(bad, None)
+    fine = tmp_path / "g.yaml"   # a chain that does not come back is fine, however long
+    fine.write_text("families:\n" + "".join(
+        f"  f{i}:\n    cite: c\n    rate_points: [[1, 0.5]]\n{f'    graph_family: f{i + 1}' + chr(10) if i < 3 else ''}"
+        for i in range(4)))
+    assert set(families(fine, None)) == {"f0", "f1", "f2", "f3"}
+
+
+def test_a_refusal_names_the_family_the_stack_file_names():
+    """A100 has no FP8 rate: vllm.yaml's block-FP8 family, replayed as its graph family, is refused under the name
+    the stack file gives (a review: the line had named only sglang_fp8_block, which vllm.yaml never mentions)."""
+    a100 = load_machine("a100_80g")
+    unit, tier = a100.units["gpu"], a100.memory[a100.device_tier]
+    with pytest.raises(ConfigError, match=r"quant_gemm family vllm_fp8_block \(here its kernel sglang_fp8_block\), "):
+        family_cost(gemm_op(4, 4096, 4096, "fp8_block128"), unit, "gpu", tier, load_stack("vllm"), "vllm_fp8_block")
+    with pytest.raises(ConfigError, match=r"quant_gemm family sglang_fp8_block, priced"):
+        family_cost(gemm_op(4, 4096, 4096, "fp8_block128"), unit, "gpu", tier, load_stack("sglang"), "sglang_fp8_block")

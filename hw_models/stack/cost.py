@@ -139,22 +139,26 @@ def eager_call(stack: Stack, m: int) -> bool:
             or (stack.graph_max_tokens is not None and m > stack.graph_max_tokens))
 
 
-def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, family: str) -> OpCost:
+def family_cost(op: Op, unit: Unit, unit_name: str, tier: Tier, stack: Stack, family: str,
+                named: str | None = None) -> OpCost:
+    """`family`'s cost of GEMM `op`; `named`: the family the stack named, where it handed the call on (its
+    switch_family or graph_family runs), so that a refusal names what the stack file says."""
     fam = families()[family]
     d = op.dims
     m, n, k = d.get("m", 1), d.get("n", 1), d.get("k", 1)
     if (other_kernel := fam.at(m)) is not None:   # the engine dispatches this M to another kernel
-        return family_cost(op, unit, unit_name, tier, stack, other_kernel)
+        return family_cost(op, unit, unit_name, tier, stack, other_kernel, named or family)
     eager = eager_call(stack, m)
     if fam.graph_family is not None and not eager:   # replayed: the kernels' device time, measured graph-timed
-        return family_cost(op, unit, unit_name, tier, stack, fam.graph_family)
+        return family_cost(op, unit, unit_name, tier, stack, fam.graph_family, named or family)
     bw = tier.bandwidth_bytes_per_s * unit.efficiency.for_kind(g.GEMM, m).memory_max
     w = _weight(op)
     w_bytes = w.bytes if w is not None else 0
     other = op.bytes - w_bytes
     l2_s = replay_weight_l2_s(unit, w_bytes, w.fmt, stack.replay_collector, fam.replay_l2_bytes_per_s) \
         if stack.single_layer_replay and w is not None else None
-    compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, family, w.fmt if w is not None else "")
+    label = family if named in (None, family) else f"{named} (here its kernel {family})"
+    compute_s = op.flops / (family_rate(fam, unit, unit_name, stack, label, w.fmt if w is not None else "")
                             * fam.rate_fraction(m, l2_s is not None, n * k))
     memory_s = (w_bytes / (bw * fam.weight_stream_efficiency) if l2_s is None else l2_s) + other / bw
     extra_s, overhead_s, passes_b = 0.0, fam.floor_s, 0.0   # passes_b: the bytes the extra kernels move

@@ -185,7 +185,28 @@ def families(path: Path = FAMILIES_FILE, fitted: Path | None = FITTED_FILE) -> d
         unknown = sorted(f"{n} -> {getattr(f, key)}" for n, f in out.items() if getattr(f, key) and getattr(f, key) not in out)
         if unknown:
             raise ConfigError(f"{key} names no kernel family: {', '.join(unknown)}")
+    _check_hand_offs(out)
     return out
+
+
+def _check_hand_offs(fams: dict[str, Family]) -> None:
+    """A family hands a call on (switch_family, graph_family) to one of the same math (rate_format), and no chain of
+    hand-offs comes back to where it began (a loop had recursed until Python's limit)."""
+    def next_of(f: Family) -> list[str]:
+        return [n for n in (f.switch_family, f.graph_family) if n]
+    for name, f in fams.items():
+        for other in next_of(f):
+            if fams[other].rate_format != f.rate_format:
+                raise ConfigError(f"{name}: hands calls to {other}, which runs {fams[other].rate_format}, not "
+                                  f"{f.rate_format}")
+        path, todo = [name], next_of(f)
+        while todo:   # the families reachable from `name` (the hand-offs of a shipped file are a few steps long)
+            n = todo.pop()
+            if n == name:
+                raise ConfigError(f"{name}: its switch_family / graph_family hand-offs come back to it")
+            if n not in path:
+                path.append(n)
+                todo += next_of(fams[n])
 
 
 class _Names:

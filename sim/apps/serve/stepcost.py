@@ -10,19 +10,17 @@ sequences, the prefill chunks). The canonical iteration at (T, n_d) holds n_d de
 and one fresh prefill chunk of the remaining tokens; its cost F(T, n_d) is tabulated on a grid dense in T (where
 GEMMs change from memory- to compute-bound) and interpolated bilinearly. Attention adds terms linear in S_d and A
 (a roofline op costs (work + half) / rate: linear in its work), with slopes per n_d and per prefill size measured by
-exact runs as well. Queries outside the grid are costed exactly. tests/test_serve.py checks the surrogate against
-the exact path on TTFT and TPOT.
+exact runs as well. Queries outside the grid are costed exactly (tests/test_serve.py: against the exact path).
 
-The engine's host work per iteration (the stack's step_overhead, hw_models.stack.step_overhead) is not
-interpolated: the tables hold device costs (Mapper.iteration with device_only) and ExactCost.engine adds the host
-work of the iteration's sequence count to either path's device cost, as Mapper.with_engine does (a max() with the
-host time is not linear).
+The engine's host work per iteration (the stack's step_overhead) is not interpolated: the tables hold device costs
+(Mapper.iteration with device_only) and ExactCost.engine adds the host work of the iteration's sequence count to
+either path's device cost, as Mapper.with_engine does (a max() with the host time is not linear).
 
 A cost is a vector: (seconds, joules, then each resource's busy seconds in the order of ExactCost.keys). Busy time
-is the engine's per resource (the unit ran an op) and, from each op's OpCost, `<resource>.compute` and
-`<resource>.memory`: the time its compute pipes and its memory stream were needed (compute_s, memory_s; an op takes
-the larger of the two plus its overhead). Every term of the surrogate is linear in the cost, so the busy times
-interpolate with the time. A vector made before a resource was first seen is shorter; the missing entries are zero.
+is the engine's per resource (the unit ran an op) and, from each op's OpCost, `<resource>.compute` / `.memory`: the
+time its compute pipes and its memory stream were needed (compute_s, memory_s; an op takes the larger plus its
+overhead). Every term of the surrogate is linear in the cost, so the busy times interpolate with the time. A vector
+made before a resource was first seen is shorter; the missing entries are zero.
 """
 
 from __future__ import annotations
@@ -91,6 +89,8 @@ class ExactCost:
         self.experts = experts
         stack = getattr(self.mapper, "stack", None)   # GPU mappers run a stack; other kinds have none
         self.overheads: EngineOverheads | None = stack.engine_overheads if stack is not None else None
+        g = stack.graph_max_tokens if stack is not None else None   # past it a family's eager time binds: a jump
+        self.kinks = (g, g + 1) if g else ()                         # (hw_models.stack.cost.eager_call)
         self.model = model
         self.calls = 0
         self.keys: list[str] = []      # the resources of the busy entries, in order of first appearance
@@ -196,16 +196,17 @@ class ExactCost:
         return tuple(out)
 
 
-def _grid(top: int, fine: bool = True) -> list[int]:
-    """Counts from 0 to `top`; `fine`: dense where GEMMs cross from memory- to compute-bound
-    (tens to hundreds of rows), where a cost curve has its kinks."""
+def _grid(top: int, fine: bool = True, kinks: tuple[int, ...] = ()) -> list[int]:
+    """Counts from 0 to `top`; `fine`: dense where GEMMs cross from memory- to compute-bound (tens to hundreds of
+    rows), where a cost curve has its kinks; `kinks`: counts on either side of a jump (ExactCost.kinks), so that
+    no interpolation spans it (a 513-token step had read 30% under its exact cost between 512 and 576)."""
     pts = [0, 1, 2, 4, 8, 16, 32, 48] + (list(range(64, 512, 16)) + list(range(512, 1024, 64)) if fine
                                           else [64, 96, 128, 192, 256, 384, 512, 768])
     v = 1024
     while v < top:
         pts.append(v)
         v = int(v * (1.25 if fine else 1.6))
-    return sorted({p for p in pts if p < top} | {top})
+    return sorted({p for p in (*pts, *kinks) if p < top} | {top})
 
 
 class Surrogate:
@@ -273,7 +274,7 @@ class Surrogate:
             xs = self._decodes(fine=True)
             return xs, self._row(name, lambda n: self._cost(n, self.kv0, 0), xs)
         if name == "P":
-            xs = [t for t in _grid(R) if t > 1]
+            xs = [t for t in _grid(R, kinks=self.exact.kinks) if t > 1]
             return xs, self._row(name, lambda t: self._cost(0, 0, t), xs)
         if name == "kv":   # n decodes at mean kv_len k minus n at kv_len decode_q: linear in k on a GPU,
             # not where attention moves between host and PIM as it grows, hence several k.
@@ -308,7 +309,7 @@ class Surrogate:
         where a kind moves ops between its units as the batch grows, as PIM moves a GEMV out of the banks past a
         few rows, the energy jumps several-fold at that count, and an interpolation across it read 21-38% low)."""
         dense = min(self.dense_decodes, self.max_decode)
-        return sorted({n for n in _grid(self.max_decode, fine) if n} | set(range(1, dense + 1)))
+        return sorted({n for n in _grid(self.max_decode, fine, self.exact.kinks) if n} | set(range(1, dense + 1)))
 
     def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)
