@@ -198,8 +198,7 @@ class ExactCost:
 
 def _grid(top: int, fine: bool = True, kinks: tuple[int, ...] = ()) -> list[int]:
     """Counts from 0 to `top`; `fine`: dense where GEMMs cross from memory- to compute-bound (tens to hundreds of
-    rows), where a cost curve has its kinks; `kinks`: counts on either side of a jump (ExactCost.kinks), so that
-    no interpolation spans it (a 513-token step had read 30% under its exact cost between 512 and 576)."""
+    rows); `kinks`: both sides of a jump (ExactCost.kinks; a 513-token step read 30% low interpolated across it)."""
     pts = [0, 1, 2, 4, 8, 16, 32, 48] + (list(range(64, 512, 16)) + list(range(512, 1024, 64)) if fine
                                           else [64, 96, 128, 192, 256, 384, 512, 768])
     v = 1024
@@ -220,8 +219,9 @@ class Surrogate:
     def __init__(self, exact: ExactCost, max_tokens: int, max_decode: int, max_kv: int, decode_q: int = 1,
                  store: TableStore | None = None, dense_decodes: int = 0, dense_kv: bool = False):
         self.exact, self.q = exact, decode_q
-        self.dense_decodes = dense_decodes   # every decode count up to this is a grid point (_decodes)
-        self.dense_kv = dense_kv             # KV lengths every 25% too (Mapper.serving_dense_kv)
+        self.kinks: tuple[int, ...] = getattr(exact, "kinks", ())   # ExactCost.kinks (a stand-in cost has none)
+        self.dense_decodes, self.dense_kv = dense_decodes, dense_kv   # every decode count up to this is a grid
+        # point (_decodes); KV lengths every 25% too (Mapper.serving_dense_kv)
         self.store = store          # the tables' exact points on disk (sim.apps.serve.tablecache), or None
         self.book = book(store) if store is not None else None
         self._table = ""            # the table whose entry is being computed (its points' row in `store`)
@@ -274,7 +274,7 @@ class Surrogate:
             xs = self._decodes(fine=True)
             return xs, self._row(name, lambda n: self._cost(n, self.kv0, 0), xs)
         if name == "P":
-            xs = [t for t in _grid(R, kinks=self.exact.kinks) if t > 1]
+            xs = [t for t in _grid(R, kinks=self.kinks) if t > 1]
             return xs, self._row(name, lambda t: self._cost(0, 0, t), xs)
         if name == "kv":   # n decodes at mean kv_len k minus n at kv_len decode_q: linear in k on a GPU,
             # not where attention moves between host and PIM as it grows, hence several k.
@@ -309,7 +309,7 @@ class Surrogate:
         where a kind moves ops between its units as the batch grows, as PIM moves a GEMV out of the banks past a
         few rows, the energy jumps several-fold at that count, and an interpolation across it read 21-38% low)."""
         dense = min(self.dense_decodes, self.max_decode)
-        return sorted({n for n in _grid(self.max_decode, fine, self.exact.kinks) if n} | set(range(1, dense + 1)))
+        return sorted({n for n in _grid(self.max_decode, fine, self.kinks) if n} | set(range(1, dense + 1)))
 
     def _chunks(self, r: int, c: int) -> Cost:
         c = min(c, r)
