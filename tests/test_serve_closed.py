@@ -261,3 +261,19 @@ def test_a_pool_at_least_the_clients_changes_nothing():
     pooled = serve(closed_file(3, 9, prompt=200, output=6, max_connections=3), H100)[0].requests
     for col in ("arrival_s", "first_token_s", "finish_s"):
         np.testing.assert_array_equal(base[col], pooled[col])
+
+
+def test_the_summary_says_what_the_pool_held_back(capsys):
+    """Four clients over two connections (the case above, by hand): two sends waited for a connection, each the
+    first pair's E2E, so the mean wait over the four sends is e2e2 / 2; the report names the pool in a row of its
+    own, and a loop without a pool has no such entry."""
+    two = serve(closed_file(2, 2, prompt=300, output=8), H100)[0].requests
+    e2e2 = float(np.mean(two["finish_s"]))
+    _, s = serve(closed_file(4, 4, prompt=300, output=8, max_connections=2), H100)
+    pool = s["benchmark"]["client_pool"]
+    assert (pool["connections"], pool["waited"]) == (2, 2)
+    assert pool["wait_s"] == pytest.approx(e2e2 / 2, rel=1e-9)
+    assert "client_pool" not in serve(closed_file(4, 4, prompt=300, output=8), H100)[1]["benchmark"]
+    from sim.apps.serve.report import _optional_rows
+    rows = dict(_optional_rows(s))
+    assert rows["client pool"].startswith("2 connections: 2 sends waited for one, ")

@@ -73,6 +73,7 @@ class ClosedLoopSim(ServeSim):
             self.front_end_s = front_end_s
         self.next = 0
         self.pool: simpy.Resource | None = None   # the client's connection pool, in the run's environment
+        self.pool_waits: list[float] = []         # each send's wait for a connection (pool_figures)
         self.replied: dict[int, simpy.Event] = {}
         self.last_reply_s = 0.0
 
@@ -102,6 +103,7 @@ class ClosedLoopSim(ServeSim):
             connection = self.pool.request() if self.pool else None
             if connection is not None:
                 yield connection   # the client's clock has started (module doc)
+                self.pool_waits.append(env.now - self.rec["arrival_s"][i])
             if self.front_end_s:
                 yield env.timeout(self.front_end_s)
             self.enter(i)
@@ -123,6 +125,16 @@ class ClosedLoopSim(ServeSim):
 
     def delivered(self, i: int) -> None:
         self._reply(i)   # the client has the last token: it sends its next request
+
+
+def pool_figures(sim: ClosedLoopSim) -> dict[str, float]:
+    """A client pool's share of the latencies: its connections, how many sends waited for one and their mean wait
+    over every send (inside each TTFT and E2E); empty without a pool."""
+    waits = sim.pool_waits
+    if sim.loop.max_connections is None or not waits:
+        return {}
+    return dict(connections=sim.loop.max_connections, waited=int(sum(w > 0 for w in waits)),
+                wait_s=float(np.mean(waits)))
 
 
 def in_flight_max(res: ServeResult) -> int:

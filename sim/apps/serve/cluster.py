@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sim.apps.serve.closed import ClosedLoopSim, benchmark_figures, instance_devices
+from sim.apps.serve.closed import ClosedLoopSim, benchmark_figures, instance_devices, pool_figures
 from sim.apps.serve.disagg import Disagg
 from sim.apps.serve.energy import instance_board
 from sim.apps.serve.simulator import DONE, ServeResult, ServeSim
@@ -38,13 +38,15 @@ def _stream(file: ServeFile, setup: Setup, reqs: Requests, progress: Callable[[i
         if file.serving.disaggregated is not None or file.serving.router is not None:
             raise ConfigError(f"{file.source}: serving.arrivals.process: closed drives one instance; a router or "
                               "disaggregated pools under a closed loop are not modelled")
-        res = ClosedLoopSim(setup, reqs, progress, watch=watch).run()
+        sim = ClosedLoopSim(setup, reqs, progress, watch=watch)
+        res = sim.run()
         res.board = instance_board(setup)   # idle power and the devices the per-device figures divide by
         res = check_finite(res, file, setup.machine.source or setup.machine.name)
         bench = benchmark_figures(res, instance_devices(setup), loop.warmup_requests)
         # what tokens/s per device divides by: the benchmarks' "per GPU", a chip or a socket on other kinds (a trial)
+        pool = pool_figures(sim)
         return res, dict(benchmark=bench | dict(device="GPU" if setup.machine.kind in ("gpu", "pim") else "device",
-                                                warmup_requests=loop.warmup_requests))
+                                                warmup_requests=loop.warmup_requests) | ({"client_pool": pool} if pool else {}))
     if file.serving.disaggregated is not None:
         exact = setup.target_cost.op_level
         res, extra = Disagg(file, reqs, exact, cache).run()

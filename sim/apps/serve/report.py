@@ -44,6 +44,10 @@ def _optional_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                                            # other tables' means, every request's, as contradicting this row)
                                            + (f" after {b['warmup_requests']} warm-up sends (every other figure "
                                               "of this report counts every request)" if b.get("warmup_requests") else "")))
+        if b.get("client_pool"):   # serving.arrivals.max_connections: waits the client's clock counted
+            p = b["client_pool"]
+            out.append(("client pool", f"{p['connections']} connections: {p['waited']} sends waited for one, "
+                                       f"{fmt_time(p['wait_s'])} mean over every send (inside its TTFT and E2E)"))
     if s.get("prefix_hit_share"):
         out.append(("prefix cache", f"{s['prefix_hit_share']:.1%} of the prompt tokens served from cached blocks "
                                      "(not computed)"))
