@@ -175,14 +175,19 @@ EQUIVALENT: dict[str, tuple[str, ...]] = {
         ("sim.apps.serve.runahead.xǁRunǁwaits__mutmut_3",),
     "_build: the no-decode row `_cost(0, 1, t)`: with no decodes the KV argument is not read (`[(q, kv)] * 0` is "
     "empty), as `_cost(0, None, r)` below":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_43",),
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_46",),   # was _43 (ExactCost.kinks added mutants above it)
     "_build: the KV grid `self.kv0 <= k`: kv0 is in the set already (`| {self.kv0, self.kv1}`)":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_53",),
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_67",),   # was _53
     "_build: the chunk table's grid `_grid(R, fine=None)`: None is falsy, the same as fine=False":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_142",),   # was _203, _133 (mutmut renumbers a function's mutants on edits)
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_145",),   # was _142, _203, _133 (mutmut renumbers a function's mutants on edits)
     "_build: the chunk table's one-chunk cost `_cost(0, None, r)`: with no decodes the KV argument is not "
     "read (`[(q, kv)] * 0` is empty)":
-        (f"{SUR}ǁSurrogateǁ_build__mutmut_162",),   # was _223, _153
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_165",),   # was _162, _223, _153
+    "_build: the mixed table's decode counts `_decodes(fine=None)`: None is falsy, the same as fine=False":
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_213",),
+    "_build: the mixed table's one-chunk cost `_cost(0, 1, r + n x q)`: with no decodes the KV argument is not "
+    "read (`[(q, kv)] * 0` is empty)":
+        (f"{SUR}ǁSurrogateǁ_build__mutmut_243",),
     "runahead._timed `v = None` (the memo not read): a run's step vectors are then the cost's own, computed "
     "afresh; Surrogate.memo holds what that cost returned for the same features (n, KV, width), which a pure "
     "decode step's interpolated cost alone reads, and its entries are fixed once read (lazytable.Remembered), so "

@@ -308,7 +308,11 @@ def test_a_refusal_names_the_family_the_stack_file_names():
     the stack file gives (a review: the line had named only sglang_fp8_block, which vllm.yaml never mentions)."""
     a100 = load_machine("a100_80g")
     unit, tier = a100.units["gpu"], a100.memory[a100.device_tier]
-    with pytest.raises(ConfigError, match=r"quant_gemm family vllm_fp8_block \(here its kernel sglang_fp8_block\), "):
+    with pytest.raises(ConfigError, match=r"fp8_block128 weights run quant_gemm family vllm_fp8_block \(here its "
+                                          r"kernel sglang_fp8_block\), "):
         family_cost(gemm_op(4, 4096, 4096, "fp8_block128"), unit, "gpu", tier, load_stack("vllm"), "vllm_fp8_block")
+    eager = load_stack("vllm").model_copy(update={"eager_replay": True})   # M = 64: the switch to DeepGEMM's family
+    with pytest.raises(ConfigError, match=r"family vllm_fp8_block \(here its kernel vllm_fp8_block_deepgemm\), "):
+        family_cost(gemm_op(64, 4096, 4096, "fp8_block128"), unit, "gpu", tier, eager, "vllm_fp8_block")
     with pytest.raises(ConfigError, match=r"quant_gemm family sglang_fp8_block, priced"):
         family_cost(gemm_op(4, 4096, 4096, "fp8_block128"), unit, "gpu", tier, load_stack("sglang"), "sglang_fp8_block")

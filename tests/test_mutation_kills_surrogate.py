@@ -262,3 +262,18 @@ def test_cost_vectors_of_unequal_length_pad_the_shorter_with_zeros():
     assert lerp((3.0, 4.0, 5.0), (1.0, 2.0), 0.25) == (2.5, 3.5, 3.75)
     assert lerp((1.0, 2.0, 0.0), (3.0, 4.0, 5.0), 0.25) == (1.5, 2.5, 1.25)
     assert add((1.0, 2.0), (3.0, 4.0, 5.0)) == (4.0, 6.0, 5.0) == add((1.0, 2.0, 0.0), (3.0, 4.0, 5.0))
+
+
+def test_the_fine_tables_take_the_cost_s_kinks_as_grid_points():
+    """An exact cost with kinks (ExactCost.kinks: a stack's last graph-replayed token count and the first eager
+    one) puts both on the prefill and decode grids, and on no coarse table (their differences cancel the jump);
+    a cost without them leaves the grids as they were. max 100, kinks 70 / 71."""
+    class Kinked(Poly):
+        kinks = (70, 71)
+
+    sur = Surrogate(Kinked(), max_tokens=100, max_decode=100, max_kv=128)
+    assert sur.table("P")[0] == [2, 4, 8, 16, 32, 48, 64, 70, 71, 80, 96, 100]
+    assert {70, 71} <= set(sur.table("D")[0])
+    assert not {70, 71} & set(sur.table("pairs")[0])
+    plain = Surrogate(Poly(), max_tokens=100, max_decode=100, max_kv=128)
+    assert not {70, 71} & (set(plain.table("P")[0]) | set(plain.table("D")[0]))
