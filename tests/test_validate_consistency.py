@@ -156,3 +156,22 @@ def test_a_release_column_of_numbers_is_read_as_text(tmp_path):
                   dict(row, id="c", batch_size=16, backend_version=None)]).to_csv(path, index=False)
     runs, _ = read_silicon(path, {"h100_sxm"})
     assert {r.name: r.version for r in runs} == {"a": "1.10", "b": "1.9", "c": None}
+
+
+def test_a_run_held_under_half_of_its_replay_s_decoding_is_noted():
+    """Little's law on the measured and the simulated means: 10 clients, measured TTFT 1.5 of a 2.0 s request
+    (10 x 0.5 / 2 = 2.5 decoding), simulated TTFT 0.5 of 2.0 s (7.5 decoding): 2.5 < 0.5 x 7.5, so the summary notes
+    one held-back row and --json gives both counts; a replay that decodes 4.9 (2.5 >= 0.5 x 4.9) is no such row, and
+    an open-loop run has no count."""
+    from sim.apps.serve.validate_cli import as_json
+    from sim.apps.serve.validate_consistency import decoding
+
+    run = dataclasses.replace(closed("a", 10, 1.5, 0.005), measured={"ttft_s": 1.5, "tpot_s": 0.005, "e2e_s": 2.0})
+    held = Result(run, {"ttft_s": 0.5, "tpot_s": 0.015, "e2e_s": 2.0}, {})
+    assert decoding(held) == {"measured": pytest.approx(2.5), "simulated": pytest.approx(7.5)}
+    text = render([held], [], [], 1.0, per_run=False)
+    assert "; 1 replayed row decoded under 50% of the requests the replay did (Little's law on both;" in text
+    assert as_json("h100_sxm", [held], [], [])["runs"][0]["decoding"]["measured"] == pytest.approx(2.5)
+    near = Result(run, {"ttft_s": 1.02, "tpot_s": 0.015, "e2e_s": 2.0}, {})   # 10 x 0.98 / 2 = 4.9
+    assert "decoded under" not in render([near], [], [], 1.0, per_run=False)
+    assert decoding(Result(dataclasses.replace(run, rate=4.0), held.sim, {})) is None

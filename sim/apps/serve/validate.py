@@ -21,7 +21,7 @@ from sim.apps.serve.run import serve
 from sim.apps.serve.simulator import DONE
 from sim.apps.serve.spec import ServeFile, serve_file_from_dict, set_key
 from sim.apps.serve.serving_mapper import serving_mapper
-from sim.apps.serve.validate_consistency import MARGIN, uncontradicted
+from sim.apps.serve.validate_consistency import MARGIN, held_back, uncontradicted
 from sim.apps.serve.validate_models import (FORMATS, GPUS, MODELS, NODES, SERVED_CONTEXT,  # noqa: F401 (re-exported)
                                             checkpoint_formats, served_model)
 from sim.apps.workers import process_pool
@@ -373,7 +373,7 @@ def render(results: list[Result], skipped: list[tuple[str, str]], failed: list[t
               + (f"; {left_out} rows of the fit's training half left out (--held-out)" if left_out else "")
               + (f"; {n_flagged} replayed row{'s' if n_flagged > 1 else ''} contradict{'' if n_flagged > 1 else 's'} "
                  f"another measured row of its setup and release (fewer requests decoding by Little's law, over "
-                 f"{MARGIN:g}x the TPOT: --json lists the pairs)" if n_flagged else "")
+                 f"{MARGIN:g}x the TPOT: --json lists the pairs)" if n_flagged else "") + held_back(results)
               + (f"; {len(failed)} failed: {_failures(failed)}" if failed else "")
               + ". Errors are (simulated - measured) / measured"
               + ("; E2E of the silicon sample is TTFT + TPOT x (osl - 1)." if any(r.run.e2e_derived for r in results)

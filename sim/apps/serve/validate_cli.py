@@ -217,7 +217,7 @@ def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list
     where a group mixes them, over all, and over the runs no other row contradicts (sim.apps.serve.validate_consistency:
     the pairs a replayed run is in, with why); the rows not replayed and why."""
     from sim.apps.serve.validate import mape, overall, replayed_lengths
-    from sim.apps.serve.validate_consistency import run_key, uncontradicted
+    from sim.apps.serve.validate_consistency import decoding, run_key, uncontradicted
 
     def run(r) -> dict:   # the per-request lengths of a log are its file's, not repeated here; a rate has no clients
         d = {k: v for k, v in dataclasses.asdict(r.run).items() if k != "lengths"}
@@ -225,7 +225,7 @@ def as_json(hw: str, results: list, skipped: list[tuple[str, str]], failed: list
         return {**d, "concurrency": None} if r.run.rate is not None else d
     kept = uncontradicted(results, found or [])
     replayed = {run_key(r.run) for r in results}
-    return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error) for r in results],
+    return dict(hw=hw, runs=[dict(run(r), sim=r.sim, error=r.error, decoding=decoding(r)) for r in results],
                 mape=[dict(gpu=g, engine=e, model=m, **row) for (g, e, m), row in mape(results).items()],
                 overall=dict(runs=len(results), **overall(results)),
                 overall_uncontradicted=dict(runs=len(kept), **overall(kept)) if kept else None,

@@ -48,10 +48,10 @@ def run_key(run) -> tuple:
     return (run.name, run.gpu, run.engine, run.model, run.isl, run.osl, run.concurrency, run.tp, run.ep)
 
 
-def load(run) -> tuple[float, float] | None:
+def load(run, means: dict[str, float] | None = None) -> tuple[float, float] | None:
     """(requests decoding on average, requests admitted per second) of a closed-loop run by Little's law, from
-    its measured means; None where it is not a closed loop or lacks a mean the law needs."""
-    m = run.measured
+    `means` (default: its measured ones); None where it is not a closed loop or lacks a mean the law needs."""
+    m = run.measured if means is None else means
     if run.rate is not None or not run.concurrency or run.osl < 2 or not {"ttft_s", "tpot_s", "e2e_s"} <= m.keys():
         return None
     e2e, ttft = m["e2e_s"], m["ttft_s"]
@@ -94,3 +94,23 @@ def uncontradicted(results: list, found: list[Contradiction]) -> list:
     """The results (validate.Result) whose run is in no contradicting pair."""
     flags = flagged(found)
     return [r for r in results if run_key(r.run) not in flags]
+
+
+HELD = 0.5   # a run held back: it decoded under this share of what its replay decoded
+
+
+def decoding(result) -> dict[str, float] | None:
+    """A replayed closed-loop run's requests decoding on average by Little's law, measured and simulated; None where
+    either is not known."""
+    m, s = load(result.run), load(result.run, result.sim)
+    return dict(measured=m[0], simulated=s[0]) if m and s else None
+
+
+def held_back(results: list) -> str:
+    """The summary's note of the runs that decoded under HELD of what their replay did: a limit the table does
+    not record (a client's connection pool: --client-connections, or an engine setting), or a step the replay
+    makes too slow; empty where none."""
+    n = sum(1 for r in results if (d := decoding(r)) and d["measured"] < HELD * d["simulated"])
+    return (f"; {n} replayed row{'s' if n > 1 else ''} decoded under {HELD:.0%} of the requests the replay did "
+            "(Little's law on both; --json `decoding`: a limit the table does not record, such as a client pool, "
+            "--client-connections)") if n else ""
