@@ -116,6 +116,23 @@ def test_family_file_is_read_again_when_it_changes(tmp_path):
     assert set(first) - set(second) == {"marlin"}
 
 
+def test_checked_families_are_read_again_when_either_file_changes(tmp_path):
+    """families() checks both files once per content, keyed by each file's modification time: a second file
+    rewritten with one more family (and a later mtime) is seen; a caller's change to the mapping it got is its own."""
+    path, more = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    path.write_text("families:\n  x:\n    cite: c\n    rate_points: [[1, 0.5]]\n")
+    more.write_text("families:\n  y:\n    cite: c\n    rate_points: [[1, 0.5]]\n")
+    got = families(path, more)
+    assert set(got) == {"x", "y"}
+    got.pop("x")
+    assert set(families(path, more)) == {"x", "y"}
+    more.write_text(more.read_text() + "  z:\n    cite: c\n    rate_points: [[1, 0.5]]\n")
+    st = more.stat()
+    os.utime(more, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert set(families(path, more)) == {"x", "y", "z"}
+    assert set(families(path, None)) == {"x"}
+
+
 def test_attention_kernel_cost_is_charged_to_its_unit():
     """bf16 decode attention of Llama-2-7B (KV 1024) under vllm runs flash_attn's decode kernel on the
     h100's gpu: the cost names that unit (the engine books busy time under it) and that kernel."""

@@ -43,8 +43,8 @@ def _stream(file: ServeFile, setup: Setup, reqs: Requests, progress: Callable[[i
         res.board = instance_board(setup)   # idle power and the devices the per-device figures divide by
         res = check_finite(res, file, setup.machine.source or setup.machine.name)
         bench = benchmark_figures(res, instance_devices(setup), loop.warmup_requests)
+        pool = pool_figures(sim)   # the client's connection pool, where the loop has one
         # what tokens/s per device divides by: the benchmarks' "per GPU", a chip or a socket on other kinds (a trial)
-        pool = pool_figures(sim)
         return res, dict(benchmark=bench | dict(device="GPU" if setup.machine.kind in ("gpu", "pim") else "device",
                                                 warmup_requests=loop.warmup_requests) | ({"client_pool": pool} if pool else {}))
     if file.serving.disaggregated is not None:
